@@ -1,0 +1,117 @@
+package testserver
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// config is what the flags and FIXTURE_* variables ask of one run.
+type config struct {
+	slowStart    time.Duration
+	crashAtStart bool
+	crashAfter   int
+	ignoreTerm   bool
+	ignoreEOF    bool
+	setsidChild  bool
+	stdoutChild  bool
+	garbage      bool
+	hugeLine     int
+	neverAnswer  bool
+	stderrLines  int
+}
+
+// envBindings ties every flag to the environment variable that sets it when
+// the flag is not given on the command line.
+var envBindings = []struct{ flag, env string }{
+	{"slow-start", "FIXTURE_SLOW_START"},
+	{"crash-at-start", "FIXTURE_CRASH_AT_START"},
+	{"crash-after", "FIXTURE_CRASH_AFTER"},
+	{"ignore-term", "FIXTURE_IGNORE_TERM"},
+	{"ignore-eof", "FIXTURE_IGNORE_EOF"},
+	{"setsid-child", "FIXTURE_SETSID_CHILD"},
+	{"stdout-child", "FIXTURE_STDOUT_CHILD"},
+	{"garbage", "FIXTURE_GARBAGE"},
+	{"huge-line", "FIXTURE_HUGE_LINE"},
+	{"never-answer", "FIXTURE_NEVER_ANSWER"},
+	{"stderr-lines", "FIXTURE_STDERR_LINES"},
+}
+
+const usageHeader = `Usage: mcp-fixture [flags]
+
+mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
+newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}.
+When stdin closes it lets calls in flight answer for up to 1s, interrupts the
+rest (they answer nothing) and exits 0.
+
+Every flag can also be set by the environment variable in brackets (booleans
+take 1/true/0/false); a flag given on the command line wins.
+
+Flags:
+`
+
+// parseConfig reads args, then fills every flag that args did not set from
+// getenv. Usage and errors are written to out. It returns flag.ErrHelp for
+// -h/-help.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("mcp-fixture", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.DurationVar(&c.slowStart, "slow-start", 0, "sleep this long before serving, e.g. 2s [FIXTURE_SLOW_START]")
+	fs.BoolVar(&c.crashAtStart, "crash-at-start", false, "write a line to stderr and exit 3 at once [FIXTURE_CRASH_AT_START]")
+	fs.IntVar(&c.crashAfter, "crash-after", 0, "exit 3 right after answering the `N`th tools/call [FIXTURE_CRASH_AFTER]")
+	fs.BoolVar(&c.ignoreTerm, "ignore-term", false, "ignore SIGTERM, SIGINT and SIGHUP [FIXTURE_IGNORE_TERM]")
+	fs.BoolVar(&c.ignoreEOF, "ignore-eof", false, "on stdin EOF do not exit but block until killed [FIXTURE_IGNORE_EOF]")
+	fs.BoolVar(&c.setsidChild, "setsid-child", false, "at start, leave a grandchild in a new session that lingers forever [FIXTURE_SETSID_CHILD]")
+	fs.BoolVar(&c.stdoutChild, "stdout-child", false, "at start, leave a grandchild in the same process group that holds stdout/stderr open and ignores SIGTERM [FIXTURE_STDOUT_CHILD]")
+	fs.BoolVar(&c.garbage, "garbage", false, "write a non-JSON line to stdout before each response [FIXTURE_GARBAGE]")
+	fs.IntVar(&c.hugeLine, "huge-line", 0, "at start, write one JSON-RPC notification line of `BYTES` bytes (newline not counted) [FIXTURE_HUGE_LINE]")
+	fs.BoolVar(&c.neverAnswer, "never-answer", false, "read and parse every message but answer none [FIXTURE_NEVER_ANSWER]")
+	fs.IntVar(&c.stderrLines, "stderr-lines", 0, "at start, write `N` lines \"stderr line 1\"... to stderr [FIXTURE_STDERR_LINES]")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHeader)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	fail := func(format string, a ...any) (config, error) {
+		err := fmt.Errorf(format, a...)
+		fmt.Fprintf(out, "mcp-fixture: %v\n", err)
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, b := range envBindings {
+		if set[b.flag] {
+			continue
+		}
+		v := getenv(b.env)
+		if v == "" {
+			continue
+		}
+		if err := fs.Set(b.flag, v); err != nil {
+			return fail("invalid %s=%q: %v", b.env, v, err)
+		}
+	}
+	switch {
+	case c.slowStart < 0:
+		return fail("slow-start must not be negative")
+	case c.crashAfter < 0:
+		return fail("crash-after must not be negative")
+	case c.hugeLine < 0:
+		return fail("huge-line must not be negative")
+	case c.stderrLines < 0:
+		return fail("stderr-lines must not be negative")
+	}
+	return c, nil
+}
+
+// isHelp reports whether err asks for usage only.
+func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }

@@ -1,0 +1,511 @@
+package testserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ServerName and Version are what initialize reports in serverInfo.
+const (
+	ServerName = "mcp-fixture"
+	Version    = "0.1.0"
+)
+
+// LatestProtocolVersion is the MCP revision answered when the client asks
+// for one the fixture does not know.
+const LatestProtocolVersion = "2025-11-25"
+
+// SupportedProtocolVersions are the MCP revisions the fixture agrees to.
+var SupportedProtocolVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
+
+// GarbageLine is what -garbage writes before each response.
+const GarbageLine = "this is not json {"
+
+// JSON-RPC error codes.
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+	codeMethodNotFound = -32601
+	codeInvalidParams  = -32602
+)
+
+// Main runs the fixture with the given command-line arguments (without the
+// program name) on the given streams and returns the process exit code.
+//
+// Settings not given as flags are read from the FIXTURE_* environment
+// variables of this process. Some behaviours act on the whole process, so they
+// only make sense in the mcp-fixture binary: -ignore-term changes signal
+// handling, -setsid-child and -stdout-child re-execute os.Executable(), the
+// crash tool and -crash-after call os.Exit, and -ignore-eof never returns.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-linger" || args[0] == "--linger") {
+		// Hidden mode of the grandchildren spawned by -setsid-child and
+		// -stdout-child.
+		linger()
+	}
+	cfg, err := parseConfig(args, os.Getenv, stderr)
+	if isHelp(err) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	logger := log.New(stderr, fmt.Sprintf("%s[%d]: ", ServerName, os.Getpid()), 0)
+	if cfg.crashAtStart {
+		logger.Printf("crashing at start as asked (-crash-at-start)")
+		return 3
+	}
+	if cfg.ignoreTerm {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		logger.Printf("ignoring SIGTERM, SIGINT and SIGHUP")
+	}
+	for i := 1; i <= cfg.stderrLines; i++ {
+		fmt.Fprintf(stderr, "stderr line %d\n", i)
+	}
+	if cfg.setsidChild {
+		pid, err := spawnLinger(true, nil, nil)
+		if err != nil {
+			logger.Printf("-setsid-child: %v", err)
+			return 1
+		}
+		logger.Printf("started lingering grandchild %d in a new session", pid)
+	}
+	if cfg.stdoutChild {
+		out, ok := stdout.(*os.File)
+		if !ok {
+			logger.Printf("-stdout-child: stdout is not a file")
+			return 1
+		}
+		errf, _ := stderr.(*os.File)
+		pid, err := spawnLinger(false, out, errf)
+		if err != nil {
+			logger.Printf("-stdout-child: %v", err)
+			return 1
+		}
+		logger.Printf("started lingering grandchild %d holding stdout", pid)
+	}
+	if cfg.slowStart > 0 {
+		logger.Printf("slow start: sleeping %v", cfg.slowStart)
+		time.Sleep(cfg.slowStart)
+	}
+	s := newServer(cfg, stdout, logger)
+	defer s.stop()
+	if cfg.hugeLine > 0 {
+		s.writeHugeLine(cfg.hugeLine)
+	}
+	return s.serve(stdin)
+}
+
+// linger sleeps until killed, ignoring the polite signals.
+func linger() {
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	blockForever()
+}
+
+// blockForever never returns. It sleeps rather than blocking on a channel so
+// that the runtime never sees a deadlock.
+func blockForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// server is one run of the JSON-RPC loop.
+type server struct {
+	cfg config
+	log *log.Logger
+
+	ctx    context.Context // cancelled on stdin EOF
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // in-flight tools/call goroutines
+
+	writeMu     sync.Mutex // serialises writes to out
+	out         io.Writer
+	toolAnswers int // responses sent to tools/call, under writeMu
+
+	mu       sync.Mutex
+	inflight map[string]*call // by request id
+}
+
+// call is one in-flight tools/call.
+type call struct {
+	cancel    context.CancelFunc
+	cancelled bool // by notifications/cancelled; under server.mu
+}
+
+func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &server{
+		cfg:      cfg,
+		log:      logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		out:      out,
+		inflight: map[string]*call{},
+	}
+}
+
+// stop interrupts and waits for every in-flight call.
+func (s *server) stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// serve reads messages until stdin ends and returns the exit code.
+func (s *server) serve(stdin io.Reader) int {
+	r := bufio.NewReaderSize(stdin, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			s.handleLine(line)
+		}
+		if err == nil {
+			continue
+		}
+		code := 0
+		if err != io.EOF {
+			s.log.Printf("reading stdin: %v", err)
+			code = 1
+		}
+		if s.cfg.ignoreEOF {
+			s.log.Printf("stdin closed; not exiting (-ignore-eof)")
+			blockForever()
+		}
+		s.finishInFlight()
+		s.log.Printf("stdin closed; exiting with code %d", code)
+		return code
+	}
+}
+
+// eofGrace is how long calls in flight at stdin EOF may still run.
+const eofGrace = time.Second
+
+// finishInFlight lets the calls in flight answer if they end within
+// eofGrace, then interrupts the rest, which answer nothing.
+func (s *server) finishInFlight() {
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(eofGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Printf("interrupting the calls still in flight")
+	}
+	s.stop()
+	<-done
+}
+
+// incoming is any JSON-RPC message. Absent fields stay nil; a JSON null
+// becomes the raw text "null".
+type incoming struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  any             `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+type notification struct {
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params,omitempty"`
+}
+
+var nullID = json.RawMessage("null")
+
+// validID reports whether id is a JSON string or number, the only ids MCP
+// allows.
+func validID(id json.RawMessage) bool {
+	id = bytes.TrimSpace(id)
+	if len(id) == 0 {
+		return false
+	}
+	switch c := id[0]; {
+	case c == '"':
+		return true
+	case c == '-' || (c >= '0' && c <= '9'):
+		return true
+	}
+	return false
+}
+
+func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
+
+func (s *server) handleLine(line []byte) {
+	line = bytes.TrimSpace(line)
+	if !json.Valid(line) {
+		if s.cfg.neverAnswer {
+			s.log.Printf("never-answer: dropping malformed line")
+			return
+		}
+		s.sendError(nullID, codeParseError, "Parse error")
+		return
+	}
+	var m incoming
+	if err := json.Unmarshal(line, &m); err != nil {
+		if s.cfg.neverAnswer {
+			s.log.Printf("never-answer: dropping invalid message")
+			return
+		}
+		s.sendError(nullID, codeInvalidRequest, "Invalid Request: not a JSON-RPC message object")
+		return
+	}
+	if s.cfg.neverAnswer {
+		s.log.Printf("never-answer: not answering %q (id %s)", m.Method, m.ID)
+		return
+	}
+	id := nullID
+	if validID(m.ID) {
+		id = m.ID
+	}
+	if m.Method == "" {
+		if m.ID != nil && (m.Result != nil || m.Error != nil) {
+			// A response; the fixture never sends requests.
+			s.log.Printf("ignoring response with id %s: no request of ours", m.ID)
+			return
+		}
+		s.sendError(id, codeInvalidRequest, "Invalid Request: missing method")
+		return
+	}
+	if m.JSONRPC != "2.0" {
+		if m.ID == nil {
+			s.log.Printf("dropping notification %q without jsonrpc \"2.0\"", m.Method)
+			return
+		}
+		s.sendError(id, codeInvalidRequest, `Invalid Request: jsonrpc must be "2.0"`)
+		return
+	}
+	if m.ID == nil {
+		s.handleNotification(m)
+		return
+	}
+	if !validID(m.ID) {
+		s.sendError(nullID, codeInvalidRequest, "Invalid Request: id must be a string or a number")
+		return
+	}
+	s.handleRequest(m)
+}
+
+func (s *server) handleNotification(m incoming) {
+	switch m.Method {
+	case "notifications/initialized":
+		s.log.Printf("client initialized")
+	case "notifications/cancelled":
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+			Reason    string          `json:"reason"`
+		}
+		if err := json.Unmarshal(orEmpty(m.Params), &p); err != nil || !validID(p.RequestID) {
+			s.log.Printf("ignoring malformed notifications/cancelled")
+			return
+		}
+		s.mu.Lock()
+		c := s.inflight[idKey(p.RequestID)]
+		if c != nil {
+			c.cancelled = true
+			c.cancel()
+		}
+		s.mu.Unlock()
+		if c == nil {
+			s.log.Printf("cancel of request %s: not in flight", p.RequestID)
+			return
+		}
+		s.log.Printf("request %s cancelled (reason %q)", p.RequestID, p.Reason)
+	default:
+		s.log.Printf("ignoring notification %q", m.Method)
+	}
+}
+
+func (s *server) handleRequest(m incoming) {
+	switch m.Method {
+	case "initialize":
+		s.initialize(m)
+	case "ping", "logging/setLevel":
+		s.reply(m.ID, struct{}{})
+	case "tools/list":
+		s.reply(m.ID, map[string]any{"tools": toolList})
+	case "tools/call":
+		s.startCall(m)
+	default:
+		s.sendError(m.ID, codeMethodNotFound, "Method not found: "+m.Method)
+	}
+}
+
+func (s *server) initialize(m incoming) {
+	var p struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(orEmpty(m.Params), &p); err != nil {
+		s.sendError(m.ID, codeInvalidParams, "Invalid params: "+err.Error())
+		return
+	}
+	version := LatestProtocolVersion
+	for _, v := range SupportedProtocolVersions {
+		if p.ProtocolVersion == v {
+			version = v
+		}
+	}
+	s.reply(m.ID, map[string]any{
+		"protocolVersion": version,
+		"capabilities": map[string]any{
+			"tools":   map[string]any{"listChanged": true},
+			"logging": struct{}{},
+		},
+		"serverInfo": map[string]any{"name": ServerName, "version": Version},
+	})
+}
+
+// orEmpty turns absent or null params into an empty object.
+func orEmpty(params json.RawMessage) json.RawMessage {
+	if len(params) == 0 || string(params) == "null" {
+		return json.RawMessage("{}")
+	}
+	return params
+}
+
+// startCall checks a tools/call and runs the tool in its own goroutine.
+func (s *server) startCall(m incoming) {
+	var p struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+		Meta      struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	if err := json.Unmarshal(orEmpty(m.Params), &p); err != nil {
+		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, "Invalid params: " + err.Error()}})
+		return
+	}
+	t := findTool(p.Name)
+	if t == nil {
+		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, fmt.Sprintf("Unknown tool: %q", p.Name)}})
+		return
+	}
+	token := p.Meta.ProgressToken
+	if !validID(token) {
+		token = nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	c := &call{cancel: cancel}
+	key := idKey(m.ID)
+	s.mu.Lock()
+	s.inflight[key] = c
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		res, ok := t.run(ctx, s, p.Arguments, token)
+		s.mu.Lock()
+		if s.inflight[key] == c {
+			delete(s.inflight, key)
+		}
+		cancelled := c.cancelled
+		s.mu.Unlock()
+		cancel()
+		switch {
+		case cancelled:
+			s.log.Printf("request %s was cancelled: not answering", m.ID)
+		case !ok:
+			s.log.Printf("request %s interrupted: not answering", m.ID)
+		default:
+			s.sendCallResponse(m.ID, response{Result: res})
+		}
+	}()
+}
+
+func (s *server) reply(id json.RawMessage, result any) {
+	s.write(response{JSONRPC: "2.0", ID: id, Result: result}, true, false)
+}
+
+func (s *server) sendError(id json.RawMessage, code int, msg string) {
+	s.write(response{JSONRPC: "2.0", ID: id, Error: &rpcError{code, msg}}, true, false)
+}
+
+func (s *server) sendCallResponse(id json.RawMessage, r response) {
+	r.JSONRPC, r.ID = "2.0", id
+	s.write(r, true, true)
+}
+
+func (s *server) notify(method string, params any) {
+	s.write(notification{JSONRPC: "2.0", Method: method, Params: params}, false, false)
+}
+
+// write sends one message as one line. Responses get the -garbage line
+// first; the -crash-after'th tools/call response ends the process.
+func (s *server) write(msg any, isResponse, isCallResponse bool) {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		s.log.Printf("encoding message: %v", err)
+		return
+	}
+	data = append(data, '\n')
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if isResponse && s.cfg.garbage {
+		s.writeLocked([]byte(GarbageLine + "\n"))
+	}
+	s.writeLocked(data)
+	if isCallResponse {
+		s.toolAnswers++
+		if s.cfg.crashAfter > 0 && s.toolAnswers == s.cfg.crashAfter {
+			s.log.Printf("exiting with code 3 after tools/call number %d (-crash-after)", s.toolAnswers)
+			os.Exit(3)
+		}
+	}
+}
+
+func (s *server) writeLocked(data []byte) {
+	if _, err := s.out.Write(data); err != nil {
+		s.log.Printf("writing stdout: %v", err)
+	}
+}
+
+// hugeLinePrefix and hugeLineSuffix frame the padding of -huge-line.
+const (
+	hugeLinePrefix = `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"mcp-fixture","data":"`
+	hugeLineSuffix = `"}}`
+)
+
+// writeHugeLine writes a notifications/message line of exactly size bytes
+// before the newline (or the shortest such line, if size is smaller).
+func (s *server) writeHugeLine(size int) {
+	pad := max(size-len(hugeLinePrefix)-len(hugeLineSuffix), 0)
+	var b strings.Builder
+	b.Grow(size + 1)
+	b.WriteString(hugeLinePrefix)
+	b.WriteString(strings.Repeat("x", pad))
+	b.WriteString(hugeLineSuffix)
+	b.WriteByte('\n')
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.writeLocked([]byte(b.String()))
+	s.log.Printf("wrote a line of %d bytes (-huge-line)", b.Len()-1)
+}

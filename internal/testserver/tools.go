@@ -1,0 +1,203 @@
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// tool is one entry of tools/list and its handler.
+type tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"inputSchema"`
+
+	// run returns the result, or ok=false when it was interrupted and
+	// must not be answered.
+	run func(ctx context.Context, s *server, args, progressToken json.RawMessage) (res toolResult, ok bool)
+}
+
+type toolResult struct {
+	Content []textContent `json:"content"`
+	IsError bool          `json:"isError,omitempty"`
+}
+
+type textContent struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func textResult(text string) toolResult {
+	return toolResult{Content: []textContent{{Type: "text", Text: text}}}
+}
+
+func errorResult(format string, a ...any) toolResult {
+	r := textResult(fmt.Sprintf(format, a...))
+	r.IsError = true
+	return r
+}
+
+// maxProgressSteps bounds the progress tool.
+const maxProgressSteps = 100000
+
+var toolList []tool
+
+func init() {
+	toolList = []tool{
+		{
+			Name:        "echo",
+			Description: "Returns the given text.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"Text to return."}},"required":["text"]}`),
+			run:         runEcho,
+		},
+		{
+			Name:        "sleep",
+			Description: "Sleeps for ms milliseconds, then returns \"slept N ms\". Cancellable.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer","minimum":0,"description":"Milliseconds to sleep."}},"required":["ms"]}`),
+			run:         runSleep,
+		},
+		{
+			Name:        "progress",
+			Description: "Sends one notifications/progress per step (when the call carries a progressToken), intervalMs apart, then returns \"done\".",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"steps":{"type":"integer","minimum":0,"maximum":100000,"default":3,"description":"Number of progress notifications."},"intervalMs":{"type":"integer","minimum":0,"default":10,"description":"Milliseconds before each step."}}}`),
+			run:         runProgress,
+		},
+		{
+			Name:        "pid",
+			Description: "Returns the process id of the server.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+			run:         runPid,
+		},
+		{
+			Name:        "crash",
+			Description: "Exits the server at once with the given code, answering nothing.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"code":{"type":"integer","minimum":0,"maximum":255,"default":3,"description":"Exit code."}}}`),
+			run:         runCrash,
+		},
+	}
+}
+
+func findTool(name string) *tool {
+	for i := range toolList {
+		if toolList[i].Name == name {
+			return &toolList[i]
+		}
+	}
+	return nil
+}
+
+// decodeArgs unmarshals tool arguments, which must be a JSON object or
+// absent.
+func decodeArgs(args json.RawMessage, v any) error {
+	args = bytes.TrimSpace(args)
+	if len(args) == 0 || string(args) == "null" {
+		return nil
+	}
+	if args[0] != '{' {
+		return errors.New("arguments must be an object")
+	}
+	return json.Unmarshal(args, v)
+}
+
+// wait sleeps for d unless ctx ends first; it reports whether d elapsed.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func runEcho(_ context.Context, _ *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Text *string `json:"text"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("echo: invalid arguments: %v", err), true
+	}
+	if a.Text == nil {
+		return errorResult("echo: missing required argument \"text\""), true
+	}
+	return textResult(*a.Text), true
+}
+
+func runSleep(ctx context.Context, _ *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Ms *int64 `json:"ms"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("sleep: invalid arguments: %v", err), true
+	}
+	if a.Ms == nil {
+		return errorResult("sleep: missing required argument \"ms\""), true
+	}
+	if *a.Ms < 0 {
+		return errorResult("sleep: ms must not be negative"), true
+	}
+	if !wait(ctx, time.Duration(*a.Ms)*time.Millisecond) {
+		return toolResult{}, false
+	}
+	return textResult(fmt.Sprintf("slept %d ms", *a.Ms)), true
+}
+
+func runProgress(ctx context.Context, s *server, args, token json.RawMessage) (toolResult, bool) {
+	a := struct {
+		Steps      int64 `json:"steps"`
+		IntervalMs int64 `json:"intervalMs"`
+	}{Steps: 3, IntervalMs: 10}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("progress: invalid arguments: %v", err), true
+	}
+	if a.Steps < 0 || a.Steps > maxProgressSteps {
+		return errorResult("progress: steps must be between 0 and %d", maxProgressSteps), true
+	}
+	if a.IntervalMs < 0 {
+		return errorResult("progress: intervalMs must not be negative"), true
+	}
+	for i := int64(1); i <= a.Steps; i++ {
+		if !wait(ctx, time.Duration(a.IntervalMs)*time.Millisecond) {
+			return toolResult{}, false
+		}
+		if token != nil {
+			s.notify("notifications/progress", map[string]any{
+				"progressToken": token,
+				"progress":      i,
+				"total":         a.Steps,
+				"message":       fmt.Sprintf("step %d of %d", i, a.Steps),
+			})
+		}
+	}
+	return textResult("done"), true
+}
+
+func runPid(context.Context, *server, json.RawMessage, json.RawMessage) (toolResult, bool) {
+	return textResult(strconv.Itoa(os.Getpid())), true
+}
+
+func runCrash(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
+	a := struct {
+		Code *int64 `json:"code"`
+	}{}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("crash: invalid arguments: %v", err), true
+	}
+	code := int64(3)
+	if a.Code != nil {
+		code = *a.Code
+	}
+	if code < 0 || code > 255 {
+		return errorResult("crash: code must be between 0 and 255"), true
+	}
+	s.log.Printf("crashing with exit code %d (crash tool)", code)
+	s.writeMu.Lock() // no half-written line on the way out
+	os.Exit(int(code))
+	return toolResult{}, false
+}
