@@ -1,0 +1,517 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Connector makes sessions for a Supervisor. Each transport (a stdio child
+// process, a remote HTTP server) implements it; see "Implementing a
+// Connector" in the package documentation.
+type Connector interface {
+	// Connect establishes a new session, including any handshake, and
+	// returns it once it is ready to serve. The Supervisor owns the
+	// returned Session and closes it.
+	//
+	// ctx bounds the connect phase only: it carries Policy.InitTimeout and
+	// is cancelled when Stop is called and as soon as Connect returns.
+	// Connect must return promptly once ctx is done, and must not tie the
+	// session's lifetime to ctx. On error it returns a nil Session; the
+	// error should carry a failure class (see Classify), and the
+	// Supervisor classifies it again in case it does not.
+	Connect(ctx context.Context) (Session, error)
+}
+
+// Session is one live connection made by a Connector.
+type Session interface {
+	// Wait blocks until the session ends and reports why: nil for a clean
+	// end (including one caused by Close), an error otherwise, ideally
+	// carrying a failure class. The Supervisor calls Wait exactly once, on
+	// its own goroutine.
+	Wait() error
+	// Close ends the session and releases its resources, making Wait
+	// return. It must be idempotent, safe to call concurrently with Wait,
+	// and must not block for long; the Supervisor calls it on Stop, on
+	// RestartAndWait, and again after Wait returns.
+	Close() error
+}
+
+// Supervisor drives one Connector: it connects on Start, watches the
+// session, reconnects with backoff according to its Policy, gives up into
+// StateFailed, and tears everything down on Stop. All waits honour a
+// context or Stop; no goroutine of a Supervisor outlives a successful Stop
+// or a rest in a terminal state.
+//
+// A Supervisor is safe for concurrent use. Create it with New.
+type Supervisor struct {
+	name string
+	conn Connector
+	pol  Policy
+	log  *slog.Logger
+	tr   Tracker
+
+	// startSem serializes Start while letting a waiting Start honour its
+	// context (a mutex could not).
+	startSem chan struct{}
+
+	mu        sync.Mutex
+	run       *run          // the current or most recent run; nil before the first Start
+	restarted chan struct{} // closed and replaced after each successful reconnect
+}
+
+// run is one Start-to-rest cycle of the supervisor goroutine. Everything in
+// it is created by Start; only the goroutine of the run touches its
+// sessions.
+type run struct {
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	started chan error    // buffered 1: outcome of the first connect
+	restart chan struct{} // buffered 1: a pending RestartAndWait request
+	done    chan struct{} // closed when the run goroutine returns
+}
+
+// New returns a stopped Supervisor that will drive connector with policy
+// (zero fields take the defaults documented on Policy and Backoff). name
+// identifies the connection in logs and errors. New starts nothing.
+func New(name string, connector Connector, policy Policy) *Supervisor {
+	pol := policy.withDefaults()
+	return &Supervisor{
+		name:      name,
+		conn:      connector,
+		pol:       pol,
+		log:       pol.Logger.With("server", name),
+		startSem:  make(chan struct{}, 1),
+		restarted: make(chan struct{}),
+	}
+}
+
+// Name returns the name given to New.
+func (s *Supervisor) Name() string { return s.name }
+
+// State returns a snapshot of the state, when it was entered, the last
+// error and the restart counter.
+func (s *Supervisor) State() StateInfo { return s.tr.Snapshot() }
+
+// IsReady reports whether the Supervisor is serving: StateReady or
+// StateDegraded.
+func (s *Supervisor) IsReady() bool {
+	st := s.tr.State()
+	return st == StateReady || st == StateDegraded
+}
+
+// Restarted returns a channel that is closed at the next successful
+// reconnect (after OnRestart has run). Each reconnect closes the current
+// channel and installs a new one, so read Restarted again for each wait, and
+// read it before the event you mean to wait for.
+func (s *Supervisor) Restarted() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarted
+}
+
+// Start makes the first connection of a run and, when it succeeds, leaves
+// the Supervisor Ready with a goroutine watching the session. It returns
+// when the connection is made or has failed.
+//
+//   - Already running (Ready, Degraded or Restarting): Start does nothing
+//     and returns nil.
+//   - From Stopped or Failed: the restart counter is reset, the state
+//     becomes Starting and Connect is called once — Start does not retry.
+//     A transient failure leaves the Supervisor Stopped with the error
+//     recorded; a permanent one (IsPermanent) leaves it Failed and calls
+//     OnFailed. Either way Start returns the classified error.
+//   - Concurrent calls serialize: a second Start waits for the first and
+//     then sees its outcome (nil if it succeeded, another attempt if not).
+//
+// ctx bounds only the start: if it ends before the connection is made,
+// Start returns ctx.Err() at once and the attempt is abandoned (its Connect
+// is cancelled, and the Supervisor returns to Stopped when Connect returns;
+// a session made regardless is closed). Values in ctx are passed on to every Connect of the run. If
+// Stop interrupts the start, Start returns an error wrapping ErrStopped.
+func (s *Supervisor) Start(ctx context.Context) error {
+	select {
+	case s.startSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.startSem }()
+
+	s.mu.Lock()
+	prev := s.run
+	s.mu.Unlock()
+	if prev != nil {
+		select {
+		case <-prev.done:
+		default:
+			if prev.ctx.Err() == nil {
+				return nil // running
+			}
+			// Stopping: let it finish before starting over.
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r := &run{
+		ctx:     runCtx,
+		cancel:  cancel,
+		started: make(chan error, 1),
+		restart: make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	s.mu.Lock()
+	if err := s.tr.Set(StateStarting); err != nil {
+		s.mu.Unlock()
+		cancel(err)
+		return err
+	}
+	s.tr.ResetRestarts()
+	s.run = r
+	s.mu.Unlock()
+
+	go s.loop(r)
+
+	select {
+	case err := <-r.started:
+		return err
+	case <-ctx.Done():
+		r.cancel(context.Cause(ctx))
+		return ctx.Err()
+	}
+}
+
+// Stop ends the current run: it cancels a connect in progress or a backoff
+// wait, closes the session, and waits until the Supervisor's goroutine has
+// returned (after the final OnDisconnect), leaving the Supervisor Stopped
+// with no error recorded. Stop on a Failed Supervisor moves it to Stopped;
+// on a Stopped one it does nothing. Stop returns nil once everything is
+// down.
+//
+// If ctx ends first, Stop returns ctx.Err() and the shutdown continues in
+// the background; that happens only when a Connector or Session does not
+// honour its contract (Connect ignoring its ctx, Wait not returning after
+// Close).
+func (s *Supervisor) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	r := s.run
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel(ErrStopped)
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Acknowledge a failure. Refused (harmlessly) if a concurrent Start
+	// has already moved on.
+	_ = s.tr.transition([]State{StateFailed}, StateStopped, nil)
+	return nil
+}
+
+// RestartAndWait closes the current session so that the Supervisor
+// reconnects, and waits for the reconnect to succeed. The reconnect happens
+// whatever Policy.Restart says; the first attempt is made at once and
+// is not counted against MaxAttempts, later ones follow the backoff. During
+// a backoff wait, RestartAndWait cuts the wait short instead.
+//
+// It returns nil after a successful reconnect (and OnRestart), or:
+//   - an error wrapping ErrNotStarted, at once, if the Supervisor is not
+//     running (Stopped, Starting or Failed) — RestartAndWait does not start
+//     a stopped Supervisor; call Start for that;
+//   - the recorded failure if the Supervisor gives up and enters Failed;
+//   - an error wrapping ErrStopped if Stop ends the run;
+//   - ctx.Err() if ctx ends, or context.DeadlineExceeded after timeout
+//     (timeout <= 0 means no timeout beyond ctx). The reconnect carries on.
+//
+// Concurrent calls share one restart.
+func (s *Supervisor) RestartAndWait(ctx context.Context, timeout time.Duration) error {
+	s.mu.Lock()
+	r := s.run
+	st := s.tr.State()
+	if r == nil || r.ctx.Err() != nil ||
+		(st != StateReady && st != StateDegraded && st != StateRestarting) {
+		s.mu.Unlock()
+		return fmt.Errorf("lifecycle: %s: restart while %s: %w", s.name, st, ErrNotStarted)
+	}
+	next := s.restarted
+	select {
+	case r.restart <- struct{}{}:
+	default: // a request is already pending
+	}
+	s.mu.Unlock()
+
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	select {
+	case <-next:
+		return nil
+	case <-r.done:
+		info := s.tr.Snapshot()
+		if info.State == StateFailed && info.LastError != nil {
+			return fmt.Errorf("lifecycle: %s: restart failed: %w", s.name, info.LastError)
+		}
+		return fmt.Errorf("lifecycle: %s: restart abandoned: %w", s.name, ErrStopped)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// MarkDegraded records that a Ready Supervisor is serving but unwell (for
+// example a failed health check), moving it to StateDegraded with err as
+// the last error. It is allowed only in Ready or Degraded; otherwise it
+// changes nothing and returns an error wrapping ErrInvalidTransition.
+func (s *Supervisor) MarkDegraded(err error) error {
+	return s.tr.transition([]State{StateReady, StateDegraded}, StateDegraded, err)
+}
+
+// MarkHealthy moves a Degraded Supervisor back to StateReady and clears the
+// last error. In Ready it does nothing; in any other state it returns an
+// error wrapping ErrInvalidTransition.
+func (s *Supervisor) MarkHealthy() error {
+	return s.tr.transition([]State{StateReady, StateDegraded}, StateReady, nil)
+}
+
+// loop is the goroutine of one run: first connect, then watch and
+// reconnect until Stop, a permanent failure or the restart limit. It alone
+// makes the run's state transitions after Starting.
+func (s *Supervisor) loop(r *run) {
+	defer close(r.done)
+
+	sess, err := s.connect(r.ctx)
+	if r.ctx.Err() != nil {
+		discard(sess)
+		s.setState(StateStopped, nil)
+		r.started <- fmt.Errorf("lifecycle: %s: start interrupted: %w", s.name, context.Cause(r.ctx))
+		return
+	}
+	if err != nil {
+		if IsPermanent(err) {
+			s.fail(err)
+		} else {
+			s.log.Warn("start failed", "err", err)
+			s.setState(StateStopped, err)
+		}
+		r.started <- err
+		return
+	}
+	s.setState(StateReady, nil)
+	s.log.Info("ready")
+	r.started <- nil
+
+	for sess != nil {
+		end, forced := s.watch(r, sess)
+		if r.ctx.Err() != nil {
+			s.setState(StateStopped, nil)
+			s.log.Info("stopped")
+			return
+		}
+		sess = s.reconnect(r, end, forced)
+	}
+}
+
+// watch waits for sess to end, closing it on Stop or on a restart request,
+// and resets the restart counter once the session has been up for the
+// healthy period. It reports Wait's classified result and whether the end
+// was requested by RestartAndWait.
+func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
+	waitc := make(chan error, 1)
+	go func() { waitc <- sess.Wait() }()
+
+	var healthy <-chan time.Time
+	if s.pol.HealthyPeriod > 0 {
+		t := time.NewTimer(s.pol.HealthyPeriod)
+		defer t.Stop()
+		healthy = t.C
+	}
+	stopping := r.ctx.Done()
+	for waiting := true; waiting; {
+		select {
+		case end = <-waitc:
+			waiting = false
+		case <-healthy:
+			healthy = nil
+			if n := s.tr.Restarts(); n > 0 {
+				s.log.Info("healthy; restart counter reset", "restarts", n)
+			}
+			s.tr.ResetRestarts()
+		case <-r.restart:
+			forced = true
+			s.closeSession(sess)
+		case <-stopping:
+			stopping = nil
+			s.closeSession(sess)
+		}
+	}
+	s.closeSession(sess) // release resources after an unrequested end too
+	end = Classify(end)
+	if end != nil {
+		s.log.Warn("session ended", "err", end)
+	} else {
+		s.log.Info("session ended")
+	}
+	if f := s.pol.OnDisconnect; f != nil {
+		f(end)
+	}
+	return end, forced
+}
+
+// reconnect decides, after a session ended with end, whether to reconnect,
+// and does so with backoff. It returns the new session, or nil after
+// moving to a terminal state.
+func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
+	switch {
+	case IsPermanent(end):
+		s.fail(end)
+		return nil
+	case forced, s.pol.Restart == RestartAlways:
+	case end == nil:
+		s.log.Info("session ended cleanly; not restarting", "restart", s.pol.Restart)
+		s.setState(StateStopped, nil)
+		return nil
+	case s.pol.Restart == RestartNever:
+		s.fail(end)
+		return nil
+	}
+
+	s.setState(StateRestarting, end)
+	last := end
+	immediate := forced
+	for {
+		if !immediate {
+			n := s.tr.IncRestarts()
+			if s.pol.MaxAttempts >= 0 && n > s.pol.MaxAttempts {
+				err := fmt.Errorf("lifecycle: %s: %w after %d attempts", s.name, ErrRestartLimit, s.pol.MaxAttempts)
+				if last != nil {
+					err = fmt.Errorf("%w: %w", err, last)
+				}
+				s.fail(err)
+				return nil
+			}
+			d := s.pol.Backoff.Delay(n)
+			s.log.Info("restarting", "attempt", n, "delay", d)
+			if !s.pause(r, d) {
+				s.setState(StateStopped, nil)
+				return nil
+			}
+		}
+		immediate = false
+
+		sess, err := s.connect(r.ctx)
+		if r.ctx.Err() != nil {
+			discard(sess)
+			s.setState(StateStopped, nil)
+			return nil
+		}
+		if err == nil {
+			s.setState(StateReady, nil)
+			s.log.Info("ready after restart")
+			if f := s.pol.OnRestart; f != nil {
+				f()
+			}
+			s.mu.Lock()
+			select {
+			case <-r.restart: // satisfied by this reconnect
+			default:
+			}
+			close(s.restarted)
+			s.restarted = make(chan struct{})
+			s.mu.Unlock()
+			return sess
+		}
+		last = err
+		if IsPermanent(err) {
+			s.fail(err)
+			return nil
+		}
+		s.log.Warn("restart attempt failed", "err", err)
+		s.setState(StateRestarting, err)
+	}
+}
+
+// pause waits d, or less if RestartAndWait asks for a restart. It reports
+// false if the run was stopped.
+func (s *Supervisor) pause(r *run, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.restart:
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// connect calls the Connector once under InitTimeout and classifies the
+// outcome.
+func (s *Supervisor) connect(parent context.Context) (Session, error) {
+	if err := parent.Err(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	if s.pol.InitTimeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(parent, s.pol.InitTimeout, ErrInitTimeout)
+	}
+	defer cancel()
+
+	sess, err := s.conn.Connect(ctx)
+	if err != nil {
+		discard(sess)
+		if parent.Err() == nil && errors.Is(context.Cause(ctx), ErrInitTimeout) && !errors.Is(err, ErrInitTimeout) {
+			err = withClass(ErrInitTimeout, err)
+		}
+		return nil, Classify(err)
+	}
+	if sess == nil {
+		return nil, fmt.Errorf("lifecycle: %s: Connect returned neither a Session nor an error", s.name)
+	}
+	return sess, nil
+}
+
+// fail parks the run in StateFailed with err and calls OnFailed. The run
+// goroutine returns right after, so it happens at most once per run.
+func (s *Supervisor) fail(err error) {
+	s.setState(StateFailed, err)
+	s.log.Error("failed", "err", err)
+	if f := s.pol.OnFailed; f != nil {
+		f(err)
+	}
+}
+
+// setState applies a transition of the run goroutine. The run's transitions
+// are valid by construction; a refusal would be a bug, and is logged rather
+// than applied.
+func (s *Supervisor) setState(to State, err error) {
+	if terr := s.tr.Fail(to, err); terr != nil {
+		s.log.Error("lifecycle bug: transition refused", "err", terr)
+	}
+}
+
+func (s *Supervisor) closeSession(sess Session) {
+	if err := sess.Close(); err != nil {
+		s.log.Debug("session close", "err", err)
+	}
+}
+
+// discard closes a session that never became the run's (it may be nil).
+func discard(sess Session) {
+	if sess != nil {
+		_ = sess.Close()
+	}
+}
