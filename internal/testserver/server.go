@@ -48,11 +48,15 @@ const (
 // only make sense in the mcp-fixture binary: -ignore-term changes signal
 // handling, -setsid-child and -stdout-child re-execute os.Executable(), the
 // crash tool and -crash-after call os.Exit, and -ignore-eof never returns.
+//
+// Start-up runs in this order: -crash-at-start, -ignore-term, -stderr-lines,
+// -setsid-child and -stdout-child (their grandchildren already ignore SIGTERM
+// when Main goes on), -slow-start, -huge-line; then Main serves.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-linger" || args[0] == "--linger") {
+	if len(args) >= 1 && len(args) <= 2 && (args[0] == "-linger" || args[0] == "--linger") {
 		// Hidden mode of the grandchildren spawned by -setsid-child and
-		// -stdout-child.
-		linger()
+		// -stdout-child; the second argument names the ready pipe.
+		linger(args[1:])
 	}
 	cfg, err := parseConfig(args, os.Getenv, stderr)
 	if isHelp(err) {
@@ -107,9 +111,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return s.serve(stdin)
 }
 
-// linger sleeps until killed, ignoring the polite signals.
-func linger() {
+// linger sleeps until killed, ignoring the polite signals. Once they are
+// ignored it says so on the ready pipe, if args names one.
+func linger(args []string) {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if len(args) == 1 {
+		signalReady(args[0])
+	}
 	blockForever()
 }
 
