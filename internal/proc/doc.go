@@ -1,0 +1,21 @@
+// Package proc owns one server process tree from spawn to reap.
+//
+// A Runtime (one per mcpvisor process) detects which containment layers the
+// machine allows, sweeps what a previous, killed mcpvisor left behind, and
+// spawns Processes. Each Process runs in its own process group; on Linux it
+// also gets a pidfd, a parent-death signal tied to a spawner thread that
+// stays alive while any child lives, and — where permitted — its own pid
+// namespace (under a small re-exec'd init, see RunShimIfRequested) and its
+// own cgroup v2 leaf. The Runtime makes mcpvisor a child subreaper, so
+// descendants that escape their group (double fork + setsid) come back to
+// mcpvisor and are killed and reaped when their server stops.
+//
+// Stop escalates under one deadline: close stdin, wait (2 s by default),
+// SIGTERM the whole group, wait (10 s by default), SIGKILL the group (and the
+// cgroup), then sweep escaped descendants and reap. The leader is kept
+// unreaped (observed through its pidfd with WNOWAIT) until the group is
+// swept, so a group signal can never reach a recycled process group.
+//
+// On other systems only the process group and kill escalation are available;
+// Report says so plainly.
+package proc

@@ -1,0 +1,110 @@
+package proc
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// ExitKind classifies how a process tree ended, for the supervisor.
+type ExitKind int
+
+const (
+	// ExitRunning means the process has not exited yet.
+	ExitRunning ExitKind = iota
+	// ExitClean is exit code 0 that mcpvisor did not force (the server quit,
+	// or closed down after its stdin was closed).
+	ExitClean
+	// ExitStopped means mcpvisor stopped it: it exited after Stop began, by
+	// stdin close, SIGTERM or SIGKILL.
+	ExitStopped
+	// ExitCrashed is a non-zero exit code or a death by signal that mcpvisor
+	// did not send.
+	ExitCrashed
+	// ExitStartFailed means the process could not be started at all.
+	ExitStartFailed
+)
+
+func (k ExitKind) String() string {
+	switch k {
+	case ExitRunning:
+		return "running"
+	case ExitClean:
+		return "clean"
+	case ExitStopped:
+		return "stopped"
+	case ExitCrashed:
+		return "crashed"
+	case ExitStartFailed:
+		return "start-failed"
+	}
+	return fmt.Sprintf("ExitKind(%d)", int(k))
+}
+
+// ExitStatus describes the end of a process tree.
+type ExitStatus struct {
+	Kind ExitKind
+	// Code is the exit code, or -1 when the process died by a signal.
+	Code int
+	// Signal is the signal that ended the process, or 0.
+	Signal syscall.Signal
+	// Stage is the last stop step mcpvisor had taken when the process ended:
+	// "" (none), "stdin", "term" or "kill".
+	Stage string
+}
+
+// Crashed reports whether the supervisor should treat the end as a failure.
+func (s ExitStatus) Crashed() bool { return s.Kind == ExitCrashed || s.Kind == ExitStartFailed }
+
+func (s ExitStatus) String() string {
+	var how string
+	switch {
+	case s.Kind == ExitRunning:
+		return "running"
+	case s.Signal != 0:
+		how = "signal " + signalName(s.Signal)
+	default:
+		how = fmt.Sprintf("exit code %d", s.Code)
+	}
+	if s.Stage != "" {
+		return fmt.Sprintf("%s (%s, after %s)", s.Kind, how, s.Stage)
+	}
+	return fmt.Sprintf("%s (%s)", s.Kind, how)
+}
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	}
+	return fmt.Sprintf("%d (%s)", int(sig), sig.String())
+}
+
+// classify turns a raw wait status into an ExitStatus. stage is the stop
+// step in force when the process ended ("" when Stop was never called).
+func classify(code int, sig syscall.Signal, stage string) ExitStatus {
+	s := ExitStatus{Code: code, Signal: sig, Stage: stage}
+	if sig != 0 {
+		s.Code = -1
+	}
+	switch {
+	case stage != "":
+		s.Kind = ExitStopped
+	case sig == 0 && code == 0:
+		s.Kind = ExitClean
+	default:
+		s.Kind = ExitCrashed
+	}
+	return s
+}

@@ -1,0 +1,5 @@
+package proc
+
+import "runtime"
+
+const goos = runtime.GOOS

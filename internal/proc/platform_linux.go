@@ -1,0 +1,353 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type platformRuntime struct {
+	subreaper bool
+	pidns     bool
+	cgroup    string // per-instance cgroup directory, "" when unused
+	ledger    string // this instance's ledger file, "" when unused
+}
+
+type platformProcess struct {
+	pidfd    int
+	cgroup   string // leaf directory, "" when unused
+	cgroupFD int
+	shim     bool
+	statusR  *os.File // shim's exit-status pipe (our end)
+	statusW  *os.File // the shim's end, closed after start
+
+	sigMu   sync.Mutex
+	reaping bool // set before the leader is reaped: no signal after that
+}
+
+func (rt *Runtime) openPlatform() error {
+	rep := Report{OS: "linux"}
+	rep.add(LayerProcessGroup, true, "every server runs in its own process group; stop signals the whole group")
+	if fd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
+		unix.Close(fd)
+		rep.add(LayerPidfd, true, "the leader is watched through a pidfd and kept unreaped until its group is swept")
+	} else {
+		rep.add(LayerPidfd, false, "pidfd_open failed ("+err.Error()+"); exit is detected by polling /proc")
+	}
+	rep.add(LayerPdeathsig, true, "servers get SIGKILL when mcpvisor dies (direct child only; set from a locked spawner thread)")
+
+	sub, err := reaper.acquire()
+	rt.plat.subreaper = sub
+	if sub {
+		rep.add(LayerSubreaper, true, "escaped descendants (double fork + setsid) are re-parented to mcpvisor, killed and reaped")
+	} else {
+		rep.add(LayerSubreaper, false, fmt.Sprintf("PR_SET_CHILD_SUBREAPER failed: %v", err))
+	}
+
+	switch {
+	case rt.opts.NoPIDNamespace:
+		rep.add(LayerPIDNamespace, false, "turned off by configuration")
+	default:
+		if err := probePIDNamespace(); err != nil {
+			rep.add(LayerPIDNamespace, false, "cannot create a pid namespace here: "+err.Error())
+		} else {
+			rt.plat.pidns = true
+			rep.add(LayerPIDNamespace, true, "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL")
+		}
+	}
+
+	switch {
+	case rt.opts.NoCgroup:
+		rep.add(LayerCgroup, false, "turned off by configuration")
+	default:
+		if dir, err := openCgroupParent(rt.id); err != nil {
+			rep.add(LayerCgroup, false, err.Error())
+		} else {
+			rt.plat.cgroup = dir
+			rep.add(LayerCgroup, true, "each server gets a cgroup v2 leaf under "+filepath.Dir(dir)+"; stop ends with cgroup.kill")
+		}
+	}
+
+	if rt.opts.StateDir == "" {
+		rep.add(LayerStaleSweep, false, "no state directory configured")
+	} else {
+		swept, err := rt.openLedger()
+		if err != nil {
+			rep.add(LayerStaleSweep, false, err.Error())
+		} else {
+			rep.add(LayerStaleSweep, true, fmt.Sprintf("trees of killed mcpvisor instances are removed at start-up (this start: %d processes, %d cgroups)", swept.procs, swept.cgroups))
+		}
+	}
+	rt.report = rep
+	return nil
+}
+
+func (rt *Runtime) closePlatform() error {
+	var errs []error
+	if rt.plat.cgroup != "" {
+		errs = append(errs, removeCgroup(rt.plat.cgroup, time.Second))
+	}
+	if rt.plat.ledger != "" {
+		if err := os.Remove(rt.plat.ledger); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	reaper.release()
+	return errors.Join(errs...)
+}
+
+// probePIDNamespace starts a trivial child in a new pid namespace.
+func probePIDNamespace() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	p, err := os.StartProcess(exe, []string{exe}, &os.ProcAttr{
+		Env: append(os.Environ(), shimEnv+"=probe"),
+		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true},
+	})
+	if err != nil {
+		return err
+	}
+	st, err := p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return fmt.Errorf("probe child failed: %v", st)
+	}
+	return nil
+}
+
+func (rt *Runtime) start(p *Process) error {
+	cmd := p.cmd
+	p.plat.pidfd = -1
+	p.plat.cgroupFD = -1
+	attr := &syscall.SysProcAttr{
+		Setpgid:   true,
+		Pdeathsig: syscall.SIGKILL,
+		PidFD:     &p.plat.pidfd,
+	}
+	if rt.plat.cgroup != "" {
+		leaf := filepath.Join(rt.plat.cgroup, strconv.FormatInt(rt.seq.Load(), 10)+"-"+sanitize(p.spec.Name))
+		if err := os.Mkdir(leaf, 0o755); err == nil {
+			if fd, err := unix.Open(leaf, unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+				p.plat.cgroup, p.plat.cgroupFD = leaf, fd
+				attr.UseCgroupFD, attr.CgroupFD = true, fd
+			} else {
+				_ = os.Remove(leaf)
+			}
+		}
+	}
+	if rt.plat.pidns {
+		if err := p.wrapInShim(attr); err != nil {
+			p.releaseCgroup()
+			return err
+		}
+	}
+	cmd.SysProcAttr = attr
+
+	var err error
+	theSpawner.do(func() {
+		reaper.mu.Lock()
+		defer reaper.mu.Unlock()
+		err = cmd.Start()
+		if err == nil {
+			reaper.own(cmd.Process.Pid)
+		}
+	})
+	if p.plat.statusW != nil {
+		_ = p.plat.statusW.Close()
+		p.plat.statusW = nil
+	}
+	if err != nil {
+		theSpawner.release()
+		p.releaseCgroup()
+		closeAll(p.plat.statusR)
+		if p.plat.pidfd >= 0 {
+			unix.Close(p.plat.pidfd)
+		}
+		return err
+	}
+	return nil
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '-' || r == '_' || r == '.' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+		if b.Len() >= 64 {
+			break
+		}
+	}
+	return b.String()
+}
+
+// awaitLeaderExit blocks until the leader has exited, without reaping it.
+func (p *Process) awaitLeaderExit() {
+	if p.plat.pidfd >= 0 {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PIDFD, p.plat.pidfd, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	}
+	// No pidfd (kernel < 5.3): poll the leader's state.
+	for {
+		st, ok := readStat(p.pid)
+		if !ok || st.state == 'Z' || st.state == 'X' {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reap collects the leader's exit status.
+func (p *Process) reap() error { return p.cmd.Wait() }
+
+// treeAlive counts the live processes of the tree other than the leader.
+func (p *Process) treeAlive() int {
+	if p.plat.shim {
+		// The pid namespace dies with its init: once the shim has exited,
+		// nothing of the tree is left.
+		return 0
+	}
+	n := 0
+	if p.plat.cgroup != "" {
+		for _, pid := range cgroupProcs(p.plat.cgroup) {
+			if st, ok := readStat(pid); ok && pid != p.pid && st.state != 'Z' {
+				n++
+			}
+		}
+		return n
+	}
+	for _, pid := range allPids() {
+		if pid == p.pid {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.pgrp == p.pid && st.state != 'Z' {
+			n++
+		}
+	}
+	return n
+}
+
+// signalTree sends sig to the whole tree. It is a no-op once the leader is
+// being reaped, so it can never reach a recycled process group.
+func (p *Process) signalTree(sig syscall.Signal) {
+	p.plat.sigMu.Lock()
+	defer p.plat.sigMu.Unlock()
+	if p.plat.reaping {
+		return
+	}
+	if p.plat.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(p.plat.pidfd, sig, nil, 0)
+	}
+	if !p.plat.shim {
+		// The leader is unreaped, so its pid, and thus the group id, is
+		// still reserved.
+		_ = syscall.Kill(-p.pid, sig)
+	}
+	if sig == syscall.SIGKILL && p.plat.cgroup != "" {
+		_ = cgroupKill(p.plat.cgroup)
+	}
+}
+
+// sweep kills every process still carrying this tree's TreeEnv (escaped
+// descendants) and waits, bounded, for them to go. It then marks the leader
+// as being reaped.
+func (p *Process) sweep() {
+	if !p.plat.shim {
+		deadline := time.Now().Add(time.Second)
+		for {
+			left := killTree(p.tree, false, p.pid)
+			if left == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	p.plat.sigMu.Lock()
+	p.plat.reaping = true
+	p.plat.sigMu.Unlock()
+}
+
+// killTree SIGKILLs every live process whose TreeEnv is tree (or, with
+// prefix, starts with tree+".") except skip, and reports how many it found.
+func killTree(tree string, prefix bool, skip int) int {
+	self := os.Getpid()
+	n := 0
+	for _, pid := range allPids() {
+		if pid == skip || pid == self {
+			continue
+		}
+		st, ok := readStat(pid)
+		if !ok || st.state == 'Z' || !hasEnv(pid, TreeEnv, tree, prefix) {
+			continue
+		}
+		n++
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		// Re-check through the pidfd's process: the pid cannot be recycled
+		// while fd is open.
+		if hasEnv(pid, TreeEnv, tree, prefix) {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			if st.ppid == self {
+				reaper.markAdopted(pid)
+			}
+		}
+		unix.Close(fd)
+	}
+	return n
+}
+
+func (p *Process) release() {
+	reaper.disown(p.pid)
+	theSpawner.release()
+	if p.plat.pidfd >= 0 {
+		unix.Close(p.plat.pidfd)
+		p.plat.pidfd = -1
+	}
+	p.releaseCgroup()
+	closeAll(p.plat.statusR)
+	reaper.reapSoon()
+}
+
+func (p *Process) releaseCgroup() {
+	if p.plat.cgroupFD >= 0 {
+		unix.Close(p.plat.cgroupFD)
+		p.plat.cgroupFD = -1
+	}
+	if p.plat.cgroup != "" {
+		if err := removeCgroup(p.plat.cgroup, time.Second); err != nil {
+			p.log.Warn("could not remove cgroup", "err", err)
+		}
+		p.plat.cgroup = ""
+	}
+}
+
+// shimStatus reads the server's exit status that the shim reported.
+func (p *Process) shimStatus() (code int, sig syscall.Signal, ok bool) {
+	if !p.plat.shim || p.plat.statusR == nil {
+		return 0, 0, false
+	}
+	b, _ := io.ReadAll(io.LimitReader(p.plat.statusR, 64))
+	return parseShimStatus(string(b))
+}

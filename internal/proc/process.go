@@ -1,0 +1,403 @@
+package proc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one running server tree. Its stdin and stdout belong to the
+// caller; its stderr is captured into a Ring and logged.
+type Process struct {
+	rt     *Runtime
+	spec   Spec
+	log    *slog.Logger
+	cmd    *exec.Cmd
+	pid    int
+	tree   string // value of TreeEnv
+	stdin  *os.File
+	stdout *os.File
+	stderr *Ring
+	start  time.Time
+	plat   platformProcess
+
+	exited     chan struct{} // leader exited (possibly not yet reaped)
+	done       chan struct{} // tree gone, leader reaped, status set
+	stopBegun  chan struct{} // closed when Stop starts escalating
+	stderrDone chan struct{}
+	stdoutEOF  sync.Once
+
+	mu       sync.Mutex
+	stage    string // last stop step taken
+	status   ExitStatus
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Spawn starts spec as a new contained process tree. ctx bounds only the
+// start itself; the process lives until Stop or its own exit.
+func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
+	if spec.Command == "" {
+		return nil, errors.New("proc: empty command")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	log := spec.Logger
+	if log == nil {
+		log = rt.log
+	}
+	p := &Process{
+		rt:         rt,
+		spec:       spec,
+		log:        log.With("server", spec.Name),
+		tree:       fmt.Sprintf("%s.%d", rt.id, rt.seq.Add(1)),
+		stderr:     NewRing(spec.StderrLines, spec.StderrBytes),
+		exited:     make(chan struct{}),
+		done:       make(chan struct{}),
+		stopBegun:  make(chan struct{}),
+		stderrDone: make(chan struct{}),
+	}
+	if err := rt.track(p); err != nil {
+		return nil, err
+	}
+	if err := p.spawn(); err != nil {
+		rt.untrack(p)
+		return nil, err
+	}
+	go p.watch()
+	return p, nil
+}
+
+func (p *Process) spawn() error {
+	env := p.spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append(env[:len(env):len(env)], TreeEnv+"="+p.tree)
+
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("proc: stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return fmt.Errorf("proc: stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return fmt.Errorf("proc: stderr pipe: %w", err)
+	}
+
+	cmd := exec.Command(p.spec.Command, p.spec.Args...)
+	cmd.Env = env
+	cmd.Dir = p.spec.Dir
+	// *os.File ends are handed to the child directly: no copying goroutine
+	// can hold Wait hostage. WaitDelay still guards any that a platform
+	// layer adds.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.WaitDelay = DefaultWaitDelay
+	p.cmd = cmd
+
+	err = p.rt.start(p)
+	closeAll(inR, outW, errW) // the child's ends
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return fmt.Errorf("proc: start %s: %w", p.spec.Command, err)
+	}
+	p.pid = cmd.Process.Pid
+	p.start = time.Now()
+	p.stdin, p.stdout = inW, outR
+	go p.readStderr(errR)
+	p.log.Debug("process started", "pid", p.pid, "command", p.spec.Command, "tree", p.tree)
+	return nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// readStderr feeds the ring and the log until EOF. After the tree is gone it
+// gives a lingering writer DefaultWaitDelay, then closes the pipe itself.
+func (p *Process) readStderr(r *os.File) {
+	defer close(p.stderrDone)
+	go func() {
+		select {
+		case <-p.stderrDone:
+		case <-p.exited:
+			select {
+			case <-p.stderrDone:
+			case <-time.After(DefaultWaitDelay + p.spec.PostExit.withDefaults().QuiesceWait):
+				_ = r.Close()
+			}
+		}
+	}()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		p.stderr.Add(line)
+		p.log.Debug("stderr", "line", line)
+	}
+	_ = r.Close()
+}
+
+// Pid is the process id of the tree's leader (the shim under a pid
+// namespace).
+func (p *Process) Pid() int { return p.pid }
+
+// Tree is the TreeEnv value that every process of this tree carries.
+func (p *Process) Tree() string { return p.tree }
+
+// Started is when the process was spawned.
+func (p *Process) Started() time.Time { return p.start }
+
+// Stdin is the write end of the server's stdin. Closing it is the first,
+// polite step of a stop.
+func (p *Process) Stdin() io.WriteCloser { return p.stdin }
+
+// Stdout is the read end of the server's stdout. Reaching EOF on it starts
+// the post-exit watchdog: a server that closes stdout but does not exit
+// within PostExit.ExitHangWait is stopped.
+func (p *Process) Stdout() io.Reader { return eofReader{p} }
+
+type eofReader struct{ p *Process }
+
+func (r eofReader) Read(b []byte) (int, error) {
+	n, err := r.p.stdout.Read(b)
+	if err == io.EOF {
+		r.p.stdoutEOF.Do(func() { go r.p.watchStdoutEOF() })
+	}
+	return n, err
+}
+
+func (p *Process) watchStdoutEOF() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stopBegun:
+		case <-p.done:
+		}
+		cancel()
+	}()
+	if v := p.spec.PostExit.WaitExit(ctx, p.exited); v == VerdictExitHang {
+		p.log.Warn("server closed stdout but did not exit; stopping it",
+			"pid", p.pid, "verdict", v.String(), "window", p.spec.PostExit.withDefaults().ExitHangWait)
+		_ = p.Stop(context.Background())
+	}
+}
+
+// Stderr is the ring of the last stderr lines.
+func (p *Process) Stderr() *Ring { return p.stderr }
+
+// Exited is closed when the leader has exited (the tree may still be being
+// swept); Done when the whole tree is gone and reaped.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Done is closed when the tree is gone and the leader reaped; Status is
+// then final.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Status returns the exit status (Kind ExitRunning before Done).
+func (p *Process) Status() ExitStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Wait blocks until the tree is gone or ctx ends.
+func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
+	select {
+	case <-p.done:
+		return p.Status(), nil
+	case <-ctx.Done():
+		return ExitStatus{}, ctx.Err()
+	}
+}
+
+func (p *Process) setStage(s string) {
+	p.mu.Lock()
+	p.stage = s
+	p.mu.Unlock()
+}
+
+func (p *Process) currentStage() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stage
+}
+
+// Stop ends the tree: close stdin, wait StdinWait, SIGTERM the group, wait
+// TermWait, SIGKILL the group (and its cgroup), sweep escaped descendants,
+// reap. When ctx ends first it skips straight to SIGKILL. It returns when
+// the tree is gone, or with an error if even SIGKILL did not clear it
+// within killBound (5 s: a process stuck in the kernel). Stop is idempotent
+// and safe to call concurrently, and while the process is exiting by
+// itself: later callers wait for the tree to be gone, or for their own ctx.
+func (p *Process) Stop(ctx context.Context) error {
+	first := false
+	p.stopOnce.Do(func() {
+		first = true
+		p.stopErr = p.escalate(ctx)
+	})
+	if !first {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if p.stopErr == nil {
+		closeAll(p.stdout)
+	}
+	return p.stopErr
+}
+
+func (p *Process) escalate(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	close(p.stopBegun)
+	steps := []struct {
+		stage string
+		act   func()
+		wait  time.Duration
+	}{
+		{"stdin", func() { _ = p.stdin.Close() }, p.spec.stdinWait()},
+		{"term", func() { p.signalTree(syscall.SIGTERM) }, p.spec.termWait()},
+	}
+	for _, s := range steps {
+		p.setStage(s.stage)
+		s.act()
+		if s.wait == 0 {
+			continue
+		}
+		t := time.NewTimer(s.wait)
+		select {
+		case <-p.done:
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	p.setStage("kill")
+	p.signalTree(syscall.SIGKILL)
+	p.log.Warn("server did not stop in time; killed its process group", "pid", p.pid)
+	// SIGKILL cannot be ignored; the bound only covers a process stuck in
+	// the kernel.
+	t := time.NewTimer(killBound)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("proc: %s (pid %d) still present %v after SIGKILL", p.spec.Name, p.pid, killBound)
+	}
+}
+
+// killBound is how long the tree may take to vanish after SIGKILL.
+const killBound = 5 * time.Second
+
+// watch owns the end of the tree's life: leader exit, descendant quiesce,
+// sweep, reap.
+func (p *Process) watch() {
+	p.awaitLeaderExit()
+	close(p.exited)
+
+	// Descendants get the quiesce window to finish on their own, unless a
+	// Stop is driving the escalation already.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-p.stopBegun:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	v := p.spec.PostExit.WaitQuiesce(ctx, p.treeAlive)
+	cancel()
+	switch v {
+	case VerdictDescendantHang:
+		p.log.Warn("server exited but its descendants did not; killing them", "pid", p.pid, "verdict", v.String())
+		p.signalTree(syscall.SIGKILL)
+	case VerdictCancelled:
+		// Stop escalates; wait for the group to go, bounded by killBound
+		// after Stop's own last step.
+		p.waitTreeGone()
+	}
+	p.sweep()
+	err := p.reap()
+	status := p.exitStatus(err)
+	<-p.stderrDone
+	p.mu.Lock()
+	p.status = status
+	p.mu.Unlock()
+	p.release()
+	p.rt.untrack(p)
+	if status.Crashed() {
+		p.log.Warn("server exited", "pid", p.pid, "status", status.String(), "stderr", p.stderr.Tail(5))
+	} else {
+		p.log.Debug("server exited", "pid", p.pid, "status", status.String())
+	}
+	close(p.done)
+}
+
+// waitTreeGone polls until no process of the group is alive. Stop's SIGKILL
+// step guarantees progress; the poll gives up after Stop's worst case so
+// watch can never hang.
+func (p *Process) waitTreeGone() {
+	limit := time.NewTimer(p.spec.stdinWait() + p.spec.termWait() + killBound)
+	defer limit.Stop()
+	tick := time.NewTicker(p.spec.PostExit.withDefaults().Poll)
+	defer tick.Stop()
+	for p.treeAlive() > 0 {
+		select {
+		case <-tick.C:
+		case <-limit.C:
+			p.signalTree(syscall.SIGKILL)
+			return
+		}
+	}
+}
+
+func (p *Process) exitStatus(err error) ExitStatus {
+	stage := p.currentStage()
+	if code, sig, ok := p.shimStatus(); ok {
+		return classify(code, sig, stage)
+	}
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		return ExitStatus{Kind: ExitCrashed, Code: -1, Stage: stage}
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return classify(-1, ws.Signal(), stage)
+	}
+	_ = err // ErrWaitDelay or an exit error: the status above says it all
+	return classify(ps.ExitCode(), 0, stage)
+}

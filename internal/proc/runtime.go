@@ -1,0 +1,115 @@
+package proc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// StateDir holds the ledger the start-up sweep reads: one small file
+	// per running mcpvisor instance. "" disables the ledger and the sweep.
+	StateDir string
+	// NoPIDNamespace and NoCgroup turn those layers off even where the
+	// machine permits them.
+	NoPIDNamespace bool
+	NoCgroup       bool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime spawns and contains server processes. Create one per mcpvisor
+// process with Open and Close it at exit; it is safe for concurrent use.
+type Runtime struct {
+	id     string
+	opts   Options
+	log    *slog.Logger
+	report Report
+	seq    atomic.Int64
+	plat   platformRuntime
+
+	mu     sync.Mutex
+	live   map[*Process]struct{}
+	closed bool
+}
+
+// ErrClosed is returned by Spawn after Close.
+var ErrClosed = errors.New("proc: runtime closed")
+
+// Open detects the containment layers, sweeps what a previous, killed
+// mcpvisor left behind (when StateDir is set) and records this instance in
+// the ledger.
+func Open(opts Options) (*Runtime, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("proc: instance id: %w", err)
+	}
+	rt := &Runtime{
+		id:   hex.EncodeToString(b[:]),
+		opts: opts,
+		log:  opts.Logger,
+		live: map[*Process]struct{}{},
+	}
+	if rt.log == nil {
+		rt.log = slog.Default()
+	}
+	if err := rt.openPlatform(); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
+// ID is the instance id carried (with a sequence number) in TreeEnv.
+func (rt *Runtime) ID() string { return rt.id }
+
+// Report tells which containment layers this runtime uses, and why the
+// others are off.
+func (rt *Runtime) Report() Report { return rt.report }
+
+// Close stops every live process in parallel under ctx (see Process.Stop),
+// releases the runtime's process-wide resources and removes its ledger
+// entry. It is idempotent.
+func (rt *Runtime) Close(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	procs := make([]*Process, 0, len(rt.live))
+	for p := range rt.live {
+		procs = append(procs, p)
+	}
+	rt.mu.Unlock()
+
+	var wg sync.WaitGroup
+	errs := make([]error, len(procs))
+	for i, p := range procs {
+		wg.Go(func() { errs[i] = p.Stop(ctx) })
+	}
+	wg.Wait()
+	errs = append(errs, rt.closePlatform())
+	return errors.Join(errs...)
+}
+
+func (rt *Runtime) track(p *Process) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return ErrClosed
+	}
+	rt.live[p] = struct{}{}
+	return nil
+}
+
+func (rt *Runtime) untrack(p *Process) {
+	rt.mu.Lock()
+	delete(rt.live, p)
+	rt.mu.Unlock()
+}

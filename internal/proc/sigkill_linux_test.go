@@ -1,0 +1,110 @@
+package proc
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// TestSupervisorSIGKILL kills a supervising process with SIGKILL and checks
+// what each containment layer leaves behind, saying which layer did the
+// work. With a pid namespace nothing may survive one second; with
+// pdeathsig alone the direct children die and the escaped grandchildren are
+// removed by the start-up sweep of the next Runtime on the same state
+// directory.
+func TestSupervisorSIGKILL(t *testing.T) {
+	bin := testserver.Build(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			marker := testserver.NewMarker(t)
+			state := t.TempDir()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(),
+				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin,
+				testserver.MarkerEnv+"="+marker)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "ready ") {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("harness: %q %v", line, err)
+			}
+			layers := strings.TrimPrefix(strings.Fields(line)[2], "layers=")
+			pidns := strings.Contains(layers, LayerPIDNamespace)
+			// Tree 1: fixture + setsid grandchild + stdout grandchild;
+			// tree 2: fixture; plus one shim per tree in a pid namespace.
+			want := 4
+			if pidns {
+				want = 6
+			}
+			before := waitCount(t, marker, want)
+			direct := map[int]bool{}
+			for _, pid := range before {
+				if st, ok := readStat(pid); ok && st.ppid == cmd.Process.Pid {
+					direct[pid] = true
+				}
+			}
+
+			killed := time.Now()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+
+			deadline := killed.Add(time.Second)
+			var left []int
+			for {
+				left = testserver.LiveProcesses(marker)
+				directLeft := 0
+				for _, pid := range left {
+					if direct[pid] {
+						directLeft++
+					}
+				}
+				if len(left) == 0 || (!pidns && directLeft == 0 && time.Since(killed) > 300*time.Millisecond) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			gone := time.Since(killed)
+			if pidns {
+				if len(left) > 0 {
+					testserver.KillProcesses(marker)
+					t.Fatalf("layers %s: %d processes survived the SIGKILL of their supervisor: %v", layers, len(left), left)
+				}
+				t.Logf("layers %s: the pid namespace removed all %d processes %v after the supervisor's SIGKILL", layers, len(before), gone.Round(time.Millisecond))
+				return
+			}
+			for _, pid := range left {
+				if direct[pid] {
+					testserver.KillProcesses(marker)
+					t.Fatalf("layers %s: direct child %d survived the supervisor's SIGKILL (pdeathsig)", layers, pid)
+				}
+			}
+			t.Logf("layers %s: pdeathsig removed the %d direct children; %d escaped grandchildren survive until the next start", layers, len(direct), len(left))
+
+			// The next start on the same state directory sweeps them.
+			rt := openRuntime(t, Options{StateDir: state, NoPIDNamespace: true, NoCgroup: true})
+			if !rt.Report().Active(LayerStaleSweep) {
+				t.Fatalf("stale sweep inactive: %s", rt.Report())
+			}
+			if left := testserver.LiveProcesses(marker); len(left) > 0 {
+				testserver.KillProcesses(marker)
+				t.Fatalf("layers %s: the start-up sweep left %v", layers, left)
+			}
+			t.Logf("layers %s: the start-up sweep removed the survivors", layers)
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package proc
+
+import (
+	"runtime"
+	"sync"
+)
+
+// spawner starts children from one goroutine locked to its OS thread for as
+// long as any child it started lives. The parent-death signal of a child is
+// tied to the thread that forked it, not to the process: forking from an
+// ordinary goroutine would let the Go runtime retire that thread and kill
+// the child early (golang/go#27505). The goroutine exits, and its thread
+// with it, only when no child is left.
+type spawner struct {
+	mu   sync.Mutex
+	live int
+	reqs chan func()
+}
+
+var theSpawner spawner
+
+// do runs f on the spawner thread and counts one more live child; the
+// caller must call release once that child is reaped, or at once if f
+// started nothing.
+func (s *spawner) do(f func()) {
+	s.mu.Lock()
+	s.live++
+	if s.reqs == nil {
+		s.reqs = make(chan func())
+		go s.loop(s.reqs)
+	}
+	reqs := s.reqs
+	s.mu.Unlock()
+	done := make(chan struct{})
+	reqs <- func() { f(); close(done) }
+	<-done
+}
+
+func (s *spawner) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live--
+	if s.live == 0 && s.reqs != nil {
+		close(s.reqs)
+		s.reqs = nil
+	}
+}
+
+func (s *spawner) loop(reqs chan func()) {
+	// Never unlocked: when this goroutine returns, its thread is destroyed,
+	// which is safe only because no child it forked is left alive.
+	runtime.LockOSThread()
+	for f := range reqs {
+		f()
+	}
+}
