@@ -23,9 +23,9 @@ type reaperState struct {
 	adopted map[int]bool
 	zombie  map[int]time.Time // first time an unclassified zombie was seen
 	kick    chan struct{}
-	refs  int
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	refs    int
+	stop    chan struct{}
+	wg      sync.WaitGroup
 	// subreaper records whether PR_SET_CHILD_SUBREAPER succeeded.
 	subreaper bool
 }
