@@ -14,7 +14,20 @@ const (
 	harnessEnv      = "PROC_TEST_HARNESS"       // containment mode name
 	harnessStateEnv = "PROC_TEST_HARNESS_STATE" // state directory
 	harnessBinEnv   = "PROC_TEST_HARNESS_BIN"   // fixture binary
+	harnessNPMEnv   = "PROC_TEST_HARNESS_NPM"   // .deps/npm: also run an npx tree
 )
+
+// modes are the containment configurations the real-process tests run
+// under: everything this machine allows, and the plain fallbacks.
+var modes = []struct {
+	name string
+	opts Options
+}{
+	{"auto", Options{}},
+	{"userns", Options{UserNamespace: true, NoCgroup: true}},
+	{"cgroup", Options{NoPIDNamespace: true}},
+	{"plain", Options{NoPIDNamespace: true, NoCgroup: true}},
+}
 
 func harnessOptions(mode string) Options {
 	for _, m := range modes {
@@ -44,6 +57,19 @@ func runHarness() int {
 			Name:    "harnessed",
 			Command: bin,
 			Env:     append(os.Environ(), env...),
+		})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		pids = append(pids, fmt.Sprint(p.Pid()))
+	}
+	if dir := os.Getenv(harnessNPMEnv); dir != "" {
+		p, err := rt.Spawn(context.Background(), Spec{
+			Name:    "everything",
+			Command: "npx",
+			Args:    []string{"-y", "@modelcontextprotocol/server-everything"},
+			Dir:     dir,
 		})
 		if err != nil {
 			fmt.Println("error", err)

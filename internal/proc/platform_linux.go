@@ -18,6 +18,7 @@ import (
 type platformRuntime struct {
 	subreaper bool
 	pidns     bool
+	userns    bool   // the pid namespace needs its own user namespace (not root)
 	cgroup    string // per-instance cgroup directory, "" when unused
 	ledger    string // this instance's ledger file, "" when unused
 }
@@ -57,11 +58,19 @@ func (rt *Runtime) openPlatform() error {
 	case rt.opts.NoPIDNamespace:
 		rep.add(LayerPIDNamespace, false, "turned off by configuration")
 	default:
-		if err := probePIDNamespace(); err != nil {
-			rep.add(LayerPIDNamespace, false, "cannot create a pid namespace here: "+err.Error())
-		} else {
+		const what = "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL"
+		err := errors.New("user namespace requested")
+		if !rt.opts.UserNamespace {
+			err = probePIDNamespace(false)
+		}
+		if err == nil {
 			rt.plat.pidns = true
-			rep.add(LayerPIDNamespace, true, "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL")
+			rep.add(LayerPIDNamespace, true, what)
+		} else if err2 := probePIDNamespace(true); err2 == nil {
+			rt.plat.pidns, rt.plat.userns = true, true
+			rep.add(LayerPIDNamespace, true, what+" (inside an unprivileged user namespace that maps only your own uid and gid)")
+		} else {
+			rep.add(LayerPIDNamespace, false, fmt.Sprintf("cannot create a pid namespace here (%v), nor inside a user namespace (%v)", err, err2))
 		}
 	}
 
@@ -105,15 +114,29 @@ func (rt *Runtime) closePlatform() error {
 	return errors.Join(errs...)
 }
 
+// namespaceAttr adds the pid namespace (and, without root, an identity
+// user namespace) to attr.
+func namespaceAttr(attr *syscall.SysProcAttr, userns bool) {
+	attr.Cloneflags |= syscall.CLONE_NEWPID
+	if userns {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+	}
+}
+
 // probePIDNamespace starts a trivial child in a new pid namespace.
-func probePIDNamespace() error {
+func probePIDNamespace(userns bool) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	namespaceAttr(attr, userns)
 	p, err := os.StartProcess(exe, []string{exe}, &os.ProcAttr{
 		Env: append(os.Environ(), shimEnv+"=probe"),
-		Sys: &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Setpgid: true},
+		Sys: attr,
 	})
 	if err != nil {
 		return err
@@ -149,7 +172,7 @@ func (rt *Runtime) start(p *Process) error {
 		}
 	}
 	if rt.plat.pidns {
-		if err := p.wrapInShim(attr); err != nil {
+		if err := p.wrapInShim(attr, rt.plat.userns); err != nil {
 			p.releaseCgroup()
 			return err
 		}

@@ -15,17 +15,6 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
-// modes are the containment configurations the real-process tests run
-// under: everything this machine allows, and the plain fallbacks.
-var modes = []struct {
-	name string
-	opts Options
-}{
-	{"auto", Options{}},
-	{"cgroup", Options{NoPIDNamespace: true}},
-	{"plain", Options{NoPIDNamespace: true, NoCgroup: true}},
-}
-
 func openRuntime(t testing.TB, opts Options) *Runtime {
 	t.Helper()
 	rt, err := Open(opts)

@@ -20,6 +20,10 @@ type Options struct {
 	// machine permits them.
 	NoPIDNamespace bool
 	NoCgroup       bool
+	// UserNamespace puts each pid namespace inside an identity user
+	// namespace even when plain pid namespaces are permitted: the path
+	// unprivileged users take, forced (for tests, or by choice).
+	UserNamespace bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }

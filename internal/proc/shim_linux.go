@@ -40,7 +40,7 @@ func RunShimIfRequested() {
 	}
 }
 
-func (p *Process) wrapInShim(attr *syscall.SysProcAttr) error {
+func (p *Process) wrapInShim(attr *syscall.SysProcAttr, userns bool) error {
 	cmd := p.cmd
 	if cmd.Err != nil {
 		return cmd.Err
@@ -63,7 +63,7 @@ func (p *Process) wrapInShim(attr *syscall.SysProcAttr) error {
 	cmd.Path, cmd.Args = exe, args
 	cmd.Env = append(cmd.Env, shimEnv+"=run")
 	cmd.ExtraFiles = []*os.File{w}
-	attr.Cloneflags |= syscall.CLONE_NEWPID
+	namespaceAttr(attr, userns)
 	p.plat.shim, p.plat.statusR, p.plat.statusW = true, r, w
 	return nil
 }

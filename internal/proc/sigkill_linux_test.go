@@ -11,7 +11,8 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
-// TestSupervisorSIGKILL kills a supervising process with SIGKILL and checks
+// TestSupervisorSIGKILL kills a supervising process (running fixture trees
+// and a real npx chain) with SIGKILL and checks
 // what each containment layer leaves behind, saying which layer did the
 // work. With a pid namespace nothing may survive one second; with
 // pdeathsig alone the direct children die and the escaped grandchildren are
@@ -19,13 +20,14 @@ import (
 // directory.
 func TestSupervisorSIGKILL(t *testing.T) {
 	bin := testserver.Build(t)
+	npm := testserver.Deps(t, "npm")
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			marker := testserver.NewMarker(t)
 			state := t.TempDir()
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(),
-				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin,
+				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin, harnessNPMEnv+"="+npm,
 				testserver.MarkerEnv+"="+marker)
 			out, err := cmd.StdoutPipe()
 			if err != nil {
@@ -44,10 +46,11 @@ func TestSupervisorSIGKILL(t *testing.T) {
 			layers := strings.TrimPrefix(strings.Fields(line)[2], "layers=")
 			pidns := strings.Contains(layers, LayerPIDNamespace)
 			// Tree 1: fixture + setsid grandchild + stdout grandchild;
-			// tree 2: fixture; plus one shim per tree in a pid namespace.
-			want := 4
+			// tree 2: fixture; tree 3: npm exec + sh + node; plus one shim
+			// per tree in a pid namespace.
+			want := 7
 			if pidns {
-				want = 6
+				want = 10
 			}
 			before := waitCount(t, marker, want)
 			direct := map[int]bool{}
