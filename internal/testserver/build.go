@@ -19,9 +19,11 @@ var build struct {
 	err  error
 }
 
-// Build compiles the mcp-fixture command once per test process, into a
-// directory under os.TempDir() of its own, and returns the binary's path. It
-// fails the test if the build fails. The directory is left behind.
+// Build compiles the mcp-fixture command once per test process and returns
+// the binary's path. It fails the test if the build fails. All test
+// processes share one directory under os.TempDir(): each builds to a
+// private name and renames it into place, so concurrent test binaries never
+// see a half-written file and nothing accumulates across runs.
 func Build(tb testing.TB) string {
 	tb.Helper()
 	build.once.Do(func() { build.path, build.err = buildFixture() })
@@ -32,18 +34,24 @@ func Build(tb testing.TB) string {
 }
 
 func buildFixture() (string, error) {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("mcp-fixture-%d-", os.Getpid()))
-	if err != nil {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "mcp-fixture")
 	if runtime.GOOS == "windows" {
 		out += ".exe"
 	}
-	cmd := exec.Command("go", "build", "-o", out, fixturePackage)
+	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-o", tmp, fixturePackage)
 	cmd.Dir = sourceDir()
 	if output, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
 		return "", fmt.Errorf("go build: %v\n%s", err, output)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
 	}
 	return out, nil
 }
@@ -60,4 +68,21 @@ func sourceDir() string {
 		return ""
 	}
 	return dir
+}
+
+// Deps returns the directory sub of the test dependencies that
+// scripts/test-deps.sh installs into .deps/ at the module root (for example
+// "npm" for the npm MCP servers). It fails the test with the command to run
+// when they are not installed.
+func Deps(tb testing.TB, sub string) string {
+	tb.Helper()
+	dir := sourceDir()
+	if dir == "" {
+		tb.Fatal("cannot locate the module root to find .deps/")
+	}
+	p := filepath.Join(dir, "..", "..", ".deps", sub)
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("test dependency %s is missing: run `make test-deps` (scripts/test-deps.sh) first", p)
+	}
+	return filepath.Clean(p)
 }
