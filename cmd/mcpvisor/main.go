@@ -4,9 +4,14 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
 func main() {
+	// mcpvisor re-executes itself as the init of each server's pid
+	// namespace; that process never reaches the command line below.
+	proc.RunShimIfRequested()
 	if err := newRootCmd().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpvisor:", err)
 		os.Exit(exitUsage)
