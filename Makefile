@@ -1,0 +1,24 @@
+# mcpvisor — `make test` installs what the tests need (into .deps/, git-ignored)
+# and runs every test. CI runs exactly this (.ci/run).
+
+GO ?= go
+
+.PHONY: test test-deps vet build bench
+
+test: test-deps vet
+	GOOS=darwin $(GO) build ./...
+	$(GO) test -race -count=1 ./...
+
+test-deps:
+	./scripts/test-deps.sh
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+build:
+	$(GO) build -o bin/mcpvisor ./cmd/mcpvisor
+
+bench: test-deps
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/proc/

