@@ -1,0 +1,354 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// Server kinds.
+const (
+	KindStdio = "stdio" // a local process speaking MCP over stdin/stdout
+	KindHTTP  = "http"  // a remote server reached by URL
+)
+
+// Transports. A stdio server always has TransportStdio; an http server has
+// TransportStreamableHTTP unless its type says "sse" (the older HTTP+SSE
+// transport).
+const (
+	TransportStdio          = "stdio"
+	TransportStreamableHTTP = "streamable-http"
+	TransportSSE            = "sse"
+)
+
+// Sharing modes.
+const (
+	// SharingShared serves every client session from one connection.
+	SharingShared = "shared"
+	// SharingPerSession gives each client session its own connection (its
+	// own process for a stdio server), closed when the session ends.
+	SharingPerSession = "per-session"
+)
+
+// Built-in defaults (DESIGN.md, "Defaults"). Restart defaults follow the
+// lifecycle package except the backoff jitter, which is on here.
+const (
+	DefaultListen         = "127.0.0.1:7331"
+	DefaultIdleTimeout    = 180 * time.Second
+	DefaultStartGrace     = 60 * time.Second
+	DefaultInitTimeout    = 30 * time.Second
+	DefaultRequestTimeout = 60 * time.Second
+	DefaultStdinWait      = 2 * time.Second
+	DefaultTermWait       = 10 * time.Second
+	DefaultBackoffJitter  = 0.2
+)
+
+// Environment variables that replace the built-in idle timeout and spawn
+// grace period (a number of seconds, or a duration such as "90s"). The
+// config's defaults and per-server settings override them.
+const (
+	EnvIdleTimeout = "MCP_PROCESS_IDLE_TIMEOUT_SECONDS"
+	EnvStartGrace  = "MCP_PROCESS_SPAWN_GRACE_PERIOD_SECONDS"
+)
+
+// LoadOptions tune Load and Parse.
+type LoadOptions struct {
+	// Strict turns every warning (unknown fields, duplicate keys, fields
+	// ignored for the server's kind, …) into an error.
+	Strict bool
+	// LookupEnv resolves ${VAR} references and the EnvIdleTimeout and
+	// EnvStartGrace overrides. Nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	// File is the name the configuration was loaded under, as used in
+	// messages.
+	File string
+	// Listen is the address of the HTTP front (default DefaultListen).
+	Listen string
+	// StateDir is where persisted state lives; "" means the caller's
+	// default. ${VAR} references are expanded.
+	StateDir string
+	// Servers holds every configured server, disabled ones included,
+	// sorted by name.
+	Servers []*Server
+	// Warnings are problems that do not stop the configuration from
+	// working, formatted like Problem.String.
+	Warnings []string
+}
+
+// Server returns the server with the given name, or nil.
+func (c *Config) Server(name string) *Server {
+	i, ok := slices.BinarySearchFunc(c.Servers, name, func(s *Server, n string) int {
+		return strings.Compare(s.Name, n)
+	})
+	if !ok {
+		return nil
+	}
+	return c.Servers[i]
+}
+
+// Server is one configured MCP server with every setting resolved: built-in
+// defaults, then the environment overrides, then the config's defaults, then
+// the server's own settings, field by field. Strings that allow ${VAR}
+// references hold their expanded values.
+//
+// Durations of 0 disable the thing they bound: IdleTimeout 0 never puts the
+// server to sleep, StartGrace 0 gives no grace, InitTimeout and
+// RequestTimeout 0 mean no deadline, StdinWait and TermWait 0 mean no wait
+// before the next stop step (proc.Spec spells that as a negative value),
+// and Restart.HealthyPeriod 0 never resets the restart count. Policy maps
+// these onto lifecycle's conventions.
+type Server struct {
+	Name      string
+	Kind      string // KindStdio or KindHTTP
+	Transport string // TransportStdio, TransportStreamableHTTP or TransportSSE
+
+	// stdio servers.
+	Command string
+	Args    []string
+	Env     map[string]string // added to mcpvisor's environment; never shown
+	Cwd     string
+
+	// http servers.
+	URL     string
+	Headers map[string]string // never shown
+
+	Disabled bool
+	// Eager starts the server when mcpvisor starts instead of on first use.
+	Eager bool
+	// Prefix goes before this server's tool, prompt and resource names on
+	// the aggregated endpoint (the gateway adds the separator). Defaults to
+	// the server name; "" means no prefix.
+	Prefix  string
+	Tools   Filter
+	Sharing string // SharingShared or SharingPerSession
+
+	IdleTimeout    time.Duration
+	StartGrace     time.Duration
+	InitTimeout    time.Duration
+	RequestTimeout time.Duration
+	StdinWait      time.Duration
+	TermWait       time.Duration
+
+	Restart RestartConfig
+
+	// The text before ${VAR} expansion, for display: values that came
+	// from the environment are never shown.
+	rawCommand string
+	rawArgs    []string
+	rawURL     string
+}
+
+// RestartConfig is the restart part of a server's settings, resolved.
+type RestartConfig struct {
+	Policy lifecycle.Restart
+	// MaxAttempts is the number of restarts allowed between healthy
+	// periods (0 in the file means 5); negative means unlimited.
+	MaxAttempts int
+	// Backoff has every field resolved (Max is never below Initial).
+	Backoff lifecycle.Backoff
+	// HealthyPeriod is how long a connection must stay up for the restart
+	// count to reset; 0 means never.
+	HealthyPeriod time.Duration
+}
+
+// Policy returns the lifecycle policy for this server, without callbacks
+// or logger.
+func (s *Server) Policy() lifecycle.Policy {
+	p := lifecycle.Policy{
+		Restart:       s.Restart.Policy,
+		MaxAttempts:   s.Restart.MaxAttempts,
+		Backoff:       s.Restart.Backoff,
+		HealthyPeriod: s.Restart.HealthyPeriod,
+		InitTimeout:   s.InitTimeout,
+	}
+	if p.MaxAttempts == 0 { // not produced by Parse; keep lifecycle's meaning
+		p.MaxAttempts = lifecycle.DefaultMaxAttempts
+	}
+	if p.HealthyPeriod == 0 {
+		p.HealthyPeriod = -1 // never reset
+	}
+	if p.InitTimeout == 0 {
+		p.InitTimeout = -1 // no deadline
+	}
+	return p
+}
+
+// LaunchHash identifies how the server is reached: a SHA-256 (hex) over its
+// kind, transport, command, args, env, cwd, url and headers after expansion.
+// Any change to those changes the hash, so it keys caches of what the
+// server offers (its tools); settings such as timeouts do not affect it.
+func (s *Server) LaunchHash() string {
+	h := sha256.New()
+	field := func(v string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(v)))
+		h.Write(n[:])
+		h.Write([]byte(v))
+	}
+	field("mcpvisor launch v1")
+	field(s.Kind)
+	field(s.Transport)
+	field(s.Command)
+	list(h, field, s.Args)
+	sortedMap(h, field, s.Env)
+	field(s.Cwd)
+	field(s.URL)
+	sortedMap(h, field, s.Headers)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func list(h hash.Hash, field func(string), l []string) {
+	field(fmt.Sprint(len(l)))
+	for _, v := range l {
+		field(v)
+	}
+}
+
+func sortedMap(h hash.Hash, field func(string), m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	field(fmt.Sprint(len(keys)))
+	for _, k := range keys {
+		field(k)
+		field(m[k])
+	}
+}
+
+// Filter chooses which of a server's tools are exposed. Patterns use
+// path.Match syntax (*, ?, [...]) against the server's own tool name,
+// before any prefix is added.
+type Filter struct {
+	// Allow, when not nil, exposes only tools matching one of its
+	// patterns; an empty non-nil list exposes none.
+	Allow []string
+	// Deny hides tools matching any of its patterns, after Allow.
+	Deny []string
+}
+
+// Allowed reports whether the tool passes the filter: it matches Allow (or
+// Allow is nil) and matches nothing in Deny.
+func (f Filter) Allowed(tool string) bool {
+	if f.Allow != nil && !matchAny(f.Allow, tool) {
+		return false
+	}
+	return !matchAny(f.Deny, tool)
+}
+
+func matchAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok { // patterns are validated by Parse
+			return true
+		}
+	}
+	return false
+}
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// File is the configuration's name, or "environment" for a bad
+	// override variable.
+	File string
+	// Path is the JSON path of the offending value (mcpServers.files.args[2],
+	// mcpServers["my server"]), or "" for the whole document.
+	Path string
+	// Line and Column (1-based) locate syntax errors; 0 otherwise.
+	Line, Column int
+	Message      string
+}
+
+// String formats the problem as "file: path: message", or
+// "file:line:col: message" for syntax errors.
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(p.File)
+	if p.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", p.Line, p.Column)
+	}
+	b.WriteString(": ")
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// Error is returned by Load and Parse for an invalid configuration. It
+// lists every problem found, and the warnings, which often explain an
+// error (a misspelt field is a warning, the missing field it was meant to
+// be an error).
+type Error struct {
+	File     string
+	Problems []Problem
+	Warnings []string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if len(e.Problems) == 1 {
+		return e.Problems[0].String()
+	}
+	fmt.Fprintf(&b, "%s: %d problems:", e.File, len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Load reads and parses the configuration file at path; messages name the
+// file as path.
+func Load(path string, opts LoadOptions) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return Parse(data, path, opts)
+}
+
+// Parse parses a configuration held in data; name is used in messages. It
+// returns an *Error listing every problem when the configuration is
+// invalid.
+func Parse(data []byte, name string, opts LoadOptions) (*Config, error) {
+	lookup := opts.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	p := &parser{file: name, strict: opts.Strict, lookup: lookup}
+	data = trimBOM(data)
+	root, serr := decodeTree(data)
+	if serr != nil {
+		line, col := lineCol(data, serr.offset)
+		return nil, &Error{File: name, Problems: []Problem{{File: name, Line: line, Column: col, Message: serr.msg}}}
+	}
+	cfg := p.config(root)
+	if len(p.problems) > 0 {
+		return nil, &Error{File: name, Problems: p.problems, Warnings: p.warnings}
+	}
+	cfg.File = name
+	cfg.Warnings = p.warnings
+	return cfg, nil
+}
+
+func trimBOM(data []byte) []byte {
+	if len(data) >= 3 && data[0] == 0xEF && data[1] == 0xBB && data[2] == 0xBF {
+		return data[3:]
+	}
+	return data
+}

@@ -1,0 +1,100 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+)
+
+func TestLaunchHash(t *testing.T) {
+	base := func() *Server {
+		return &Server{Name: "a", Kind: KindStdio, Transport: TransportStdio, Command: "npx",
+			Args: []string{"-y", "pkg"}, Env: map[string]string{"A": "1", "B": "2"}, Cwd: "/w"}
+	}
+	h := base().LaunchHash()
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(h) {
+		t.Fatalf("hash %q is not sha256 hex", h)
+	}
+	// Stable: same fields give the same hash, whatever the map order or
+	// the settings that do not affect the launch.
+	for i := 0; i < 20; i++ {
+		s := base()
+		s.Env = map[string]string{"B": "2", "A": "1"}
+		s.Name, s.IdleTimeout, s.Prefix, s.Disabled = "other", time.Hour, "p", true
+		if got := s.LaunchHash(); got != h {
+			t.Fatalf("hash changed without a launch change: %s vs %s", got, h)
+		}
+	}
+	changes := map[string]func(s *Server){
+		"command":       func(s *Server) { s.Command = "node" },
+		"arg":           func(s *Server) { s.Args[1] = "pkg@2" },
+		"extra arg":     func(s *Server) { s.Args = append(s.Args, "") },
+		"args split":    func(s *Server) { s.Args = []string{"-y pkg"} },
+		"args joined":   func(s *Server) { s.Args = []string{"-", "y", "pkg"} },
+		"env value":     func(s *Server) { s.Env["A"] = "2" },
+		"env key":       func(s *Server) { s.Env = map[string]string{"A": "1", "C": "2"} },
+		"env added":     func(s *Server) { s.Env["C"] = "" },
+		"env/arg shift": func(s *Server) { s.Args = append(s.Args, "A"); delete(s.Env, "A") },
+		"cwd":           func(s *Server) { s.Cwd = "/x" },
+		"kind":          func(s *Server) { s.Kind = KindHTTP },
+		"transport":     func(s *Server) { s.Transport = TransportSSE },
+		"url":           func(s *Server) { s.URL = "https://h/" },
+		"headers":       func(s *Server) { s.Headers = map[string]string{"X": "1"} },
+	}
+	seen := map[string]string{h: "base"}
+	for name, change := range changes {
+		s := base()
+		change(s)
+		got := s.LaunchHash()
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%s: hash equals that of %s", name, prev)
+		}
+		seen[got] = name
+	}
+}
+
+// TestLaunchHashFromConfig checks the hash follows expanded values.
+func TestLaunchHashFromConfig(t *testing.T) {
+	doc := `{"mcpServers": {"a": {"command": "srv", "args": ["${V}"], "idleTimeout": "%s"}}}`
+	one := mustParse(t, fmt.Sprintf(doc, "1m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "1"})}).Server("a").LaunchHash()
+	same := mustParse(t, fmt.Sprintf(doc, "5m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "1"})}).Server("a").LaunchHash()
+	two := mustParse(t, fmt.Sprintf(doc, "1m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "2"})}).Server("a").LaunchHash()
+	if one != same || one == two {
+		t.Errorf("one %s same %s two %s", one, same, two)
+	}
+}
+
+func sprintf(format, arg string) string {
+	return regexp.MustCompile(`%s`).ReplaceAllLiteralString(format, arg)
+}
+
+func TestFilter(t *testing.T) {
+	tests := []struct {
+		name   string
+		f      Filter
+		allow  []string
+		reject []string
+	}{
+		{"empty filter allows all", Filter{}, []string{"a", "write_file", ""}, nil},
+		{"deny only", Filter{Deny: []string{"write_*", "delete"}}, []string{"read_file", "deleted"}, []string{"write_file", "delete"}},
+		{"allow only", Filter{Allow: []string{"read_*", "list?"}}, []string{"read_file", "lists"}, []string{"write_file", "list", "listed"}},
+		{"allow then deny", Filter{Allow: []string{"*_file"}, Deny: []string{"write_*"}}, []string{"read_file"}, []string{"write_file", "search"}},
+		{"empty allow list allows none", Filter{Allow: []string{}}, nil, []string{"a", ""}},
+		{"classes", Filter{Allow: []string{"[a-c]*"}, Deny: []string{"*[0-9]"}}, []string{"alpha", "beta"}, []string{"delta", "a1"}},
+		{"star does not cross slash", Filter{Allow: []string{"ns*"}}, []string{"ns_x"}, []string{"ns/x"}},
+		{"escaped star", Filter{Deny: []string{`\*`}}, []string{"a"}, []string{"*"}},
+	}
+	for _, tt := range tests {
+		for _, n := range tt.allow {
+			if !tt.f.Allowed(n) {
+				t.Errorf("%s: %q rejected", tt.name, n)
+			}
+		}
+		for _, n := range tt.reject {
+			if tt.f.Allowed(n) {
+				t.Errorf("%s: %q allowed", tt.name, n)
+			}
+		}
+	}
+}
