@@ -295,6 +295,8 @@ func TestErrors(t *testing.T) {
 			"mcpServers.a.args[0]", `"${A B}" is not a supported reference`},
 		{"env override", `{"mcpServers": {"a": {"command": "x"}}}`, map[string]string{EnvIdleTimeout: "ten"},
 			EnvIdleTimeout, `"ten" is not a number of seconds`},
+		{"env override too large", `{"mcpServers": {"a": {"command": "x"}}}`, map[string]string{EnvIdleTimeout: "1e30"},
+			EnvIdleTimeout, `"1e30" seconds is out of range`},
 		{"env override negative", `{"mcpServers": {"a": {"command": "x"}}}`, map[string]string{EnvStartGrace: "-4"},
 			EnvStartGrace, `"-4" is negative`},
 	}

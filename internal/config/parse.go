@@ -326,7 +326,12 @@ func (p *parser) envSettings() settings {
 			return nil
 		}
 		var d time.Duration
-		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) {
+			if math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
+				p.problems = append(p.problems, Problem{File: "environment", Path: name,
+					Message: fmt.Sprintf("%q seconds is out of range", v)})
+				return nil
+			}
 			d = time.Duration(f * float64(time.Second))
 		} else if d, err = time.ParseDuration(v); err != nil {
 			p.problems = append(p.problems, Problem{File: "environment", Path: name,
