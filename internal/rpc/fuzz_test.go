@@ -1,0 +1,58 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,2.5e3,"s\u00e9"]}}}`,
+		`{"jsonrpc":"2.0","id":"a","result":{"content":[],"x-unknown":null}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error","data":{"d":1}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`,
+		`{"jsonrpc":"2.0","\u0069d":1,"method":"m"}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"m"}]`,
+		"{\"jsonrpc\":\"2.0\",\n\"id\":1,\"result\":{\n}}",
+		`{"jsonrpc":"2.0","id":1,"result":{]}`, `"x"`, `{`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := valid(data), json.Valid(data); got != want {
+			t.Fatalf("valid = %v, json.Valid = %v", got, want)
+		}
+		m, err := Decode(data)
+		if err != nil {
+			if _, ok := err.(*DecodeError); !ok {
+				t.Fatalf("error %T %v", err, err)
+			}
+			if json.Valid(data) && err.(*DecodeError).Code == ParseError {
+				t.Fatalf("valid JSON reported as a parse error: %v", err)
+			}
+			return
+		}
+		ProgressToken(m.Params)
+		CancelledRequestID(m.Params)
+		enc := m.Encode()
+		if bytes.IndexByte(enc, '\n') >= 0 {
+			t.Fatalf("encoding %q is not one line", enc)
+		}
+		m2, err := Decode(enc)
+		if err != nil {
+			t.Fatalf("re-decode of %q: %v", enc, err)
+		}
+		same := func(a, b []byte) bool {
+			// Encoding turns newlines (white space) into spaces; nothing else.
+			return bytes.Equal(bytes.ReplaceAll(a, []byte("\n"), []byte(" ")), b)
+		}
+		if !same(m.ID, m2.ID) || m.Method != m2.Method || !same(m.Params, m2.Params) || !same(m.Result, m2.Result) ||
+			(m.Error == nil) != (m2.Error == nil) {
+			t.Fatalf("round trip changed the envelope:\n%+v\n%+v", m, m2)
+		}
+		if m.Error != nil && (m.Error.Code != m2.Error.Code || m.Error.Message != m2.Error.Message || !same(m.Error.Data, m2.Error.Data)) {
+			t.Fatalf("round trip changed the error: %+v %+v", m.Error, m2.Error)
+		}
+	})
+}

@@ -1,0 +1,69 @@
+package rpc
+
+import "encoding/json"
+
+// The few params a relay routes on, read without decoding the rest.
+
+// ProgressToken returns the raw progress token in params: the
+// "progressToken" member itself (the form of a notifications/progress), or
+// else "_meta"."progressToken" (the form of a request that asks for
+// progress). It returns nil if params is not a JSON object or has neither.
+// The result aliases params.
+func ProgressToken(params json.RawMessage) json.RawMessage {
+	s, e := progressTokenSpan(params)
+	if e == 0 {
+		return nil
+	}
+	return params[s:e:e]
+}
+
+// ReplaceProgressToken returns params with the progress token (found as
+// ProgressToken finds it) replaced by token, and the token it replaced. If
+// params carries none, it returns params itself and nil. params is not
+// modified. A relay uses it to give each request's token a name unique on
+// the backend connection, and to put the client's own token back on the
+// notifications/progress it forwards.
+func ReplaceProgressToken(params, token json.RawMessage) (out, old json.RawMessage) {
+	s, e := progressTokenSpan(params)
+	if e == 0 {
+		return params, nil
+	}
+	out = make(json.RawMessage, 0, len(params)-(e-s)+len(token))
+	out = append(out, params[:s]...)
+	out = appendRaw(out, token)
+	out = append(out, params[e:]...)
+	return out, params[s:e:e]
+}
+
+// CancelledRequestID returns the raw "requestId" of a
+// notifications/cancelled params, or nil.
+func CancelledRequestID(params json.RawMessage) json.RawMessage {
+	return field(params, "requestId")
+}
+
+// progressTokenSpan finds the progress token's position in params; end is
+// 0 when there is none.
+func progressTokenSpan(d []byte) (start, end int) {
+	var tok, meta span
+	o := objectAt(d, skipSpace(d, 0), 1)
+	for o.next() {
+		switch {
+		case o.is("progressToken"):
+			tok = o.value()
+		case o.is("_meta"):
+			meta = o.value()
+		}
+	}
+	if o.err != nil || skipSpace(d, o.end) != len(d) {
+		return 0, 0
+	}
+	if !tok.ok() && meta.ok() && d[meta.start] == '{' {
+		o = objectAt(d, meta.start, 2)
+		for o.next() {
+			if o.is("progressToken") {
+				tok = o.value()
+			}
+		}
+	}
+	return tok.start, tok.end
+}
