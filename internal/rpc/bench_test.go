@@ -1,0 +1,119 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+var (
+	smallResponse = []byte(`{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}`)
+	largeResponse = func() []byte {
+		// ~100 KB: half prose with escapes, half structured content.
+		var b strings.Builder
+		b.WriteString(`{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"`)
+		for b.Len() < 50_000 {
+			b.WriteString(`Lorem ipsum dolor sit amet, \"consectetur\" adipiscing elit.\n`)
+		}
+		b.WriteString(`"}],"structuredContent":{"entries":[`)
+		for i := 0; b.Len() < 100_000; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"name":"file-%d.txt","size":%d,"mtime":"2026-11-22T10:%02d:00Z","dir":false,"mode":420}`, i, i*1031, i%60)
+		}
+		b.WriteString(`]},"isError":false}}`)
+		return []byte(b.String())
+	}()
+)
+
+// stdEnvelope is the one-json.Unmarshal decode the hand scanner replaces.
+type stdEnvelope struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
+func BenchmarkDecodeEnvelope(b *testing.B) {
+	for _, in := range []struct {
+		name string
+		data []byte
+	}{{"small", smallResponse}, {"100KB", largeResponse}} {
+		b.Run(in.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := Decode(in.data)
+				if err != nil || len(m.Result) == 0 {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(in.name+"/encoding-json", func(b *testing.B) {
+			b.SetBytes(int64(len(in.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var m stdEnvelope
+				if err := json.Unmarshal(in.data, &m); err != nil || len(m.Result) == 0 {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	m, err := Decode(largeResponse)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.ID = json.RawMessage(`"client-7"`)
+	buf := make([]byte, 0, len(largeResponse)+64)
+	b.SetBytes(int64(len(largeResponse)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = m.AppendTo(buf[:0])
+	}
+}
+
+// BenchmarkCallRoundTrip is one Call over an io.Pipe pair to a Conn that
+// echoes params as the result: encode, pipe, decode and dispatch on both
+// sides. Allocations count both ends.
+func BenchmarkCallRoundTrip(b *testing.B) {
+	for _, size := range []int{0, 100_000} {
+		params := json.RawMessage(`{"name":"echo","arguments":{"text":"` + strings.Repeat("x", size) + `"}}`)
+		b.Run(fmt.Sprintf("params=%dB", len(params)), func(b *testing.B) {
+			c := echoPair(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Call(ctx, "tools/call", params); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("parallel", func(b *testing.B) {
+		c := echoPair(b)
+		params := json.RawMessage(`{"name":"echo","arguments":{"text":"hi"}}`)
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := c.Call(context.Background(), "tools/call", params); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

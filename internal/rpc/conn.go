@@ -1,0 +1,537 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Options configure a Conn. The zero value is usable.
+type Options struct {
+	// MaxLine is the longest line accepted, in bytes, without its newline.
+	// Default DefaultMaxLine (16 MiB). A longer line is skipped, not
+	// fatal: if its start names a pending call's id, that call fails with
+	// a *LineTooLongError; if it is a request from the peer, the peer gets
+	// an InvalidRequest error for it; otherwise it is reported to OnError.
+	MaxLine int
+
+	// Handler receives the peer's requests and notifications, one at a
+	// time, in arrival order, on the connection's read goroutine; ctx ends
+	// when the connection does. It must not block on the peer: answer a
+	// request from another goroutine (Reply, ReplyError) unless the answer
+	// is immediate. The Message is the handler's to keep. If Handler is
+	// nil, requests get a MethodNotFound error and notifications are
+	// dropped.
+	Handler func(ctx context.Context, m *Message)
+
+	// OnError receives protocol noise that does not end the connection:
+	// lines that are not JSON-RPC (*DecodeError), lines over the limit
+	// (*LineTooLongError), responses for no pending call (ErrUnknownID).
+	// It runs on the read goroutine and must not block. Default: log at
+	// warning level through Logger.
+	OnError func(err error)
+
+	// Logger is used when OnError is nil. Default slog.Default().
+	Logger *slog.Logger
+
+	// PeerName names the other end in errors, as in "response from server
+	// exceeds 16 MiB line limit". Default "peer".
+	PeerName string
+}
+
+// Conn is one newline-delimited JSON-RPC 2.0 connection over a byte
+// stream: every message is one line of JSON. It is symmetric: it sends
+// requests (Call) and receives the peer's (Handler), so it serves both the
+// stdio backends and mcpvisor's own stdio front.
+//
+// A Conn reads only inside Run. It ends, once, at the first of: Close, the
+// end of Run's context, the peer closing its output (EOF), a read or write
+// error. At the end every pending call fails with an error wrapping
+// ErrClosed and the cause, Done is closed, Err reports why, and the reader
+// and writer are closed if they are io.Closers (for a child process:
+// closing its stdin, the first step of a polite stop).
+//
+// All methods are safe for concurrent use. Each message is written with
+// one Write call of its whole line while holding the connection's write
+// turn, so lines never interleave.
+type Conn struct {
+	r       io.Reader
+	w       io.Writer
+	handler func(context.Context, *Message)
+	onError func(error)
+	maxLine int
+	peer    string
+
+	wturn   chan struct{} // the write turn: a one-slot semaphore, so waiting for it can honour a context
+	done    chan struct{}
+	nextID  atomic.Int64
+	running atomic.Bool
+	async   sync.WaitGroup // cancellations and automatic error replies being written
+
+	mu        sync.Mutex
+	pending   map[int64]chan<- result // nil once closed
+	err       error                   // why the connection ended; nil while open
+	cancelRun context.CancelCauseFunc
+
+	invalid, overlong, unknown atomic.Int64
+}
+
+// result is what a pending call receives: the response or why there is none.
+type result struct {
+	msg *Message
+	err error
+}
+
+// NewConn returns a connection that reads messages from r and writes them
+// to w. It does nothing until Run; Call, Notify and the rest may be used
+// before Run starts, but no response is read without it.
+func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
+	c := &Conn{
+		r:       r,
+		w:       w,
+		handler: opts.Handler,
+		onError: opts.OnError,
+		maxLine: opts.MaxLine,
+		peer:    opts.PeerName,
+		wturn:   make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		pending: make(map[int64]chan<- result),
+	}
+	if c.maxLine <= 0 {
+		c.maxLine = DefaultMaxLine
+	}
+	if c.peer == "" {
+		c.peer = "peer"
+	}
+	if c.onError == nil {
+		log := opts.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		c.onError = func(err error) { log.Warn("json-rpc protocol error", "peer", c.peer, "err", err) }
+	}
+	return c
+}
+
+var errRunning = errors.New("rpc: Run called twice")
+
+// Run reads and dispatches messages until the connection ends, then
+// returns Err(). Responses go to the pending calls; requests and
+// notifications go to Options.Handler, whose context is derived from ctx
+// and ends with the connection. The end of ctx ends the connection (the
+// cause wrapped in the error).
+//
+// Run returns once its read has returned. Close unblocks that read only if
+// the reader is an io.Closer (a pipe is); otherwise Run returns at the
+// reader's next EOF or error (for a child's stdout: when the child exits),
+// discarding what it reads meanwhile. Run also waits for the cancellation
+// notices and automatic error replies it started, which end when written
+// or when the connection ends. Calling Run twice is an error.
+func (c *Conn) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errRunning
+	}
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	if c.err != nil {
+		cancel(c.err)
+	} else {
+		c.cancelRun = cancel
+	}
+	c.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { c.closeWith(context.Cause(ctx)) })
+	defer stop()
+
+	c.read(hctx)
+	c.async.Wait()
+	return c.Err()
+}
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns nil while the connection is open, then why it ended: an
+// error wrapping ErrClosed and the cause — nothing more after Close, an
+// error wrapping io.EOF when the peer closed its output, the read or write
+// error, or the cause of Run's context.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection (see Conn) and returns nil. It does not wait
+// for Run to return. Closing twice is a no-op.
+func (c *Conn) Close() error {
+	c.closeWith(nil)
+	return nil
+}
+
+func (c *Conn) closeWith(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = &closedError{cause: cause}
+	pending := c.pending
+	c.pending = nil
+	cancel := c.cancelRun
+	close(c.done)
+	c.mu.Unlock()
+
+	for _, ch := range pending {
+		ch <- result{err: c.err}
+	}
+	if cancel != nil {
+		cancel(c.err)
+	}
+	if rc, ok := c.r.(io.Closer); ok {
+		_ = rc.Close()
+	}
+	if wc, ok := c.w.(io.Closer); ok {
+		_ = wc.Close()
+	}
+}
+
+// Stats counts protocol noise since the connection was made.
+type Stats struct {
+	InvalidLines     int64 // lines that were not JSON-RPC 2.0 messages
+	OverlongLines    int64 // lines over the limit, skipped
+	UnknownResponses int64 // responses that matched no pending call
+}
+
+// Stats returns the connection's noise counters.
+func (c *Conn) Stats() Stats {
+	return Stats{
+		InvalidLines:     c.invalid.Load(),
+		OverlongLines:    c.overlong.Load(),
+		UnknownResponses: c.unknown.Load(),
+	}
+}
+
+// Call sends a request and waits for its response. The request gets a
+// fresh integer id, unique on this connection (a relay maps the client's
+// id to it, and restores the client's id on the response it forwards).
+// params is sent as it is (see Message.AppendTo); nil sends none.
+//
+// A response is returned as it came, with err nil, whether it carries a
+// result or an error (msg.Error). err is non-nil only when there is no
+// response: the connection ended first (an error wrapping ErrClosed and
+// the cause), the response was unreadable (a *DecodeError or a
+// *LineTooLongError naming this call's id), or ctx ended first.
+//
+// If ctx ends before the request is written, nothing is sent. If it ends
+// after, Call returns ctx.Err() at once, forgets the call (a late response
+// is reported as an unknown id) and sends the peer
+// notifications/cancelled {requestId, reason} from another goroutine —
+// except for "initialize", which MCP does not allow to be cancelled. If
+// the response arrived first, it is returned instead.
+func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (*Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	ch := make(chan result, 1)
+	c.mu.Lock()
+	if c.pending == nil {
+		c.mu.Unlock()
+		return nil, c.Err()
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+
+	bp := getBuf()
+	b := append(*bp, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, `,"method":`...)
+	b = appendString(b, method)
+	if len(params) != 0 {
+		b = append(b, `,"params":`...)
+		b = appendRaw(b, params)
+	}
+	b = append(b, "}\n"...)
+	err := c.writeLine(ctx.Done(), b)
+	putBuf(bp, b)
+	if err != nil {
+		if !c.forget(id) {
+			r := <-ch // answered or failed meanwhile (a write error ends the connection)
+			return r.msg, r.err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+
+	select {
+	case r := <-ch:
+		return r.msg, r.err
+	case <-ctx.Done():
+		if !c.forget(id) {
+			r := <-ch
+			return r.msg, r.err
+		}
+		if method != "initialize" {
+			c.sendCancelled(id, context.Cause(ctx))
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// forget removes a pending call; false means it was already answered or
+// failed, and its result is in its channel.
+func (c *Conn) forget(id int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pending[id]; !ok {
+		return false
+	}
+	delete(c.pending, id)
+	return true
+}
+
+// take removes and returns the pending call with the given raw id.
+func (c *Conn) take(rawID []byte) (chan<- result, bool) {
+	id, ok := parseOurID(rawID)
+	if !ok {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.pending[id]
+	if ok {
+		delete(c.pending, id)
+	}
+	return ch, ok
+}
+
+// parseOurID reads an id this side could have sent: a positive integer,
+// as a number or as a string of digits (some peers echo ids as strings).
+func parseOurID(raw []byte) (int64, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		raw = raw[1 : len(raw)-1]
+	}
+	if len(raw) == 0 || len(raw) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range raw {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+func (c *Conn) sendCancelled(id int64, cause error) {
+	b := append([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`), strconv.AppendInt(nil, id, 10)...)
+	if cause != nil {
+		b = append(b, `,"reason":`...)
+		b = appendString(b, cause.Error())
+	}
+	b = append(b, "}}\n"...)
+	c.writeAsync(b)
+}
+
+// writeAsync writes a line from another goroutine, so the caller (the read
+// loop, or a cancelled Call) never waits for the peer to read. The write
+// gives up when the connection ends.
+func (c *Conn) writeAsync(b []byte) {
+	// Registered under mu, so that none starts after the end (once Run
+	// may be waiting for these).
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.async.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.async.Done()
+		_ = c.writeLine(nil, b)
+	}()
+}
+
+// Notify sends a notification. It blocks until the line is written or the
+// connection ends.
+func (c *Conn) Notify(method string, params json.RawMessage) error {
+	return c.Write(&Message{Method: method, Params: params})
+}
+
+// Reply answers the peer's request id with result (nil sends {}).
+func (c *Conn) Reply(id, result json.RawMessage) error {
+	if len(id) == 0 {
+		return errors.New("rpc: Reply needs the request's id")
+	}
+	return c.Write(&Message{ID: id, Result: result})
+}
+
+// ReplyError answers the peer's request id with an error; data may be nil.
+func (c *Conn) ReplyError(id json.RawMessage, code int, message string, data json.RawMessage) error {
+	if len(id) == 0 {
+		return errors.New("rpc: ReplyError needs the request's id")
+	}
+	return c.Write(&Message{ID: id, Error: &Error{Code: code, Message: message, Data: data}})
+}
+
+// Write sends m as it is (see Message.AppendTo): a relay forwards a
+// response by setting its ID back to the client's and writing it. m must
+// have a method or an id. Write blocks until the line is written or the
+// connection ends; a write error ends the connection.
+func (c *Conn) Write(m *Message) error {
+	if m.Method == "" && len(m.ID) == 0 {
+		return errors.New("rpc: message has neither a method nor an id")
+	}
+	bp := getBuf()
+	b := append(m.AppendTo(*bp), '\n')
+	err := c.writeLine(nil, b)
+	putBuf(bp, b)
+	return err
+}
+
+// writeLine writes one whole line in the write turn. It gives up waiting
+// for the turn when cancel is closed (returning ctx-less errCanceled) or
+// the connection ends.
+func (c *Conn) writeLine(cancel <-chan struct{}, b []byte) error {
+	select {
+	case c.wturn <- struct{}{}:
+	case <-cancel:
+		return errCanceled
+	case <-c.done:
+		return c.Err()
+	}
+	defer func() { <-c.wturn }()
+	select {
+	case <-c.done:
+		return c.Err()
+	default:
+	}
+	if _, err := c.w.Write(b); err != nil {
+		c.closeWith(fmt.Errorf("writing to %s: %w", c.peer, err))
+		return c.Err()
+	}
+	return nil
+}
+
+var errCanceled = errors.New("rpc: write canceled")
+
+// read is the read loop.
+func (c *Conn) read(ctx context.Context) {
+	lr := newLineReader(c.r, c.maxLine)
+	for {
+		line, owned, over, err := lr.next()
+		select {
+		case <-c.done:
+			if err != nil {
+				return
+			}
+			continue // ended: drain until the reader gives up
+		default:
+		}
+		switch {
+		case err == io.EOF:
+			c.closeWith(fmt.Errorf("%s closed its output: %w", c.peer, err))
+			return
+		case err != nil:
+			c.closeWith(fmt.Errorf("reading from %s: %w", c.peer, err))
+			return
+		case over != nil:
+			c.overlong.Add(1)
+			c.skipped(over)
+		default:
+			c.dispatch(ctx, line, owned)
+		}
+	}
+}
+
+// dispatch handles one line.
+func (c *Conn) dispatch(ctx context.Context, line []byte, owned bool) {
+	if len(bytes.TrimLeft(line, " \t\r\n")) == 0 {
+		return
+	}
+	env, derr := parseEnvelope(line)
+	if derr != nil {
+		c.invalid.Add(1)
+		c.undeliverable(derr.ID, derr.Request, derr.Code, derr.Reason, derr)
+		return
+	}
+	if !owned {
+		line = bytes.Clone(line) // the one copy: the message owns its bytes
+	}
+	m := env.message(line)
+	switch {
+	case m.IsResponse():
+		ch, ok := c.take(m.ID)
+		if !ok {
+			c.unknown.Add(1)
+			c.onError(fmt.Errorf("%w %s from %s", ErrUnknownID, m.ID, c.peer))
+			return
+		}
+		ch <- result{msg: m}
+	case c.handler != nil:
+		c.handler(ctx, m)
+	case m.IsRequest():
+		c.writeAsync(errorLine(m.ID, MethodNotFound, "method not found: "+m.Method))
+	}
+}
+
+// skipped handles a line over the limit.
+func (c *Conn) skipped(over *overlong) {
+	id, req, resp := sniff(over.head)
+	kind := "line"
+	switch {
+	case req:
+		kind = "request"
+	case resp || id != nil:
+		kind = "response"
+	}
+	err := &LineTooLongError{Kind: kind, Peer: c.peer, Limit: c.maxLine, Size: over.size, ID: id}
+	c.undeliverable(id, req, InvalidRequest, "request exceeds "+byteSize(c.maxLine)+" line limit", err)
+}
+
+// undeliverable deals with a line that cannot be delivered as a message:
+// if it names one of our pending calls, that call fails with err; if it
+// is a request of the peer's, the peer gets an error reply (code, msg);
+// otherwise, and in any case, err goes to OnError.
+func (c *Conn) undeliverable(id []byte, request bool, code int, msg string, err error) {
+	switch {
+	case id == nil:
+	case request:
+		if id[0] != 'n' {
+			c.writeAsync(errorLine(id, code, msg))
+		}
+	default:
+		if ch, ok := c.take(id); ok {
+			ch <- result{err: err}
+		}
+	}
+	c.onError(err)
+}
+
+func errorLine(id []byte, code int, msg string) []byte {
+	m := Message{ID: id, Error: &Error{Code: code, Message: msg}}
+	return append(m.AppendTo(nil), '\n')
+}
+
+// Write buffers: a pool of line buffers; big ones are not kept.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(bp *[]byte, b []byte) {
+	if cap(b) > 1<<20 {
+		return
+	}
+	*bp = b[:0]
+	bufPool.Put(bp)
+}
