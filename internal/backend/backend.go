@@ -1,0 +1,177 @@
+// Package backend is one connection to one MCP server: a stdio server run
+// through internal/proc, spoken to through internal/rpc, after the MCP
+// initialize handshake. A Conn is the lifecycle.Session that a
+// lifecycle.Supervisor keeps alive; the Connector makes new ones.
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// ProtocolVersion is the MCP revision mcpvisor asks its servers for.
+const ProtocolVersion = "2025-11-25"
+
+// SupportedVersions are the revisions mcpvisor speaks, newest first.
+var SupportedVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// Supported reports whether v is a revision mcpvisor speaks.
+func Supported(v string) bool {
+	for _, s := range SupportedVersions {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Hooks receive what a server sends on its own: notifications (progress,
+// logging, list changes, resource updates, cancellations) and requests
+// (sampling, elicitation, roots). Both are called on the connection's read
+// goroutine and must not block; a Request hook must answer through
+// Conn.Reply or Conn.ReplyError, from another goroutine if it waits.
+type Hooks interface {
+	Notification(c *Conn, m *rpc.Message)
+	Request(c *Conn, m *rpc.Message)
+}
+
+// InitResult is what the server answered to initialize.
+type InitResult struct {
+	ProtocolVersion string          `json:"protocolVersion"`
+	Capabilities    json.RawMessage `json:"capabilities"`
+	ServerInfo      json.RawMessage `json:"serverInfo"`
+	Instructions    string          `json:"instructions,omitempty"`
+	// Raw is the whole result as the server sent it.
+	Raw json.RawMessage `json:"-"`
+	// caps is Capabilities decoded as far as routing needs.
+	caps map[string]json.RawMessage
+}
+
+// Has reports whether the server declared the capability (tools, prompts,
+// resources, logging, completions, …).
+func (r *InitResult) Has(capability string) bool {
+	_, ok := r.caps[capability]
+	return ok
+}
+
+// Conn is one live, initialized connection to a server.
+type Conn struct {
+	name string
+	rpc  *rpc.Conn
+	proc *proc.Process // nil for a remote server
+	init *InitResult
+	log  *slog.Logger
+
+	runDone   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Name is the server's configured name.
+func (c *Conn) Name() string { return c.name }
+
+// Init is the server's initialize result.
+func (c *Conn) Init() *InitResult { return c.init }
+
+// Process is the server's process tree, or nil for a remote server.
+func (c *Conn) Process() *proc.Process { return c.proc }
+
+// Call sends a request and waits for its response (which may carry a
+// JSON-RPC error). See rpc.Conn.Call for cancellation.
+func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error) {
+	m, err := c.rpc.Call(ctx, method, params)
+	if err != nil && errors.Is(err, rpc.ErrClosed) {
+		return nil, fmt.Errorf("server %s: %w", c.name, c.endCause(err))
+	}
+	return m, err
+}
+
+// Notify sends a notification.
+func (c *Conn) Notify(method string, params json.RawMessage) error {
+	return c.rpc.Notify(method, params)
+}
+
+// Reply answers a request the server sent.
+func (c *Conn) Reply(id, result json.RawMessage) error { return c.rpc.Reply(id, result) }
+
+// ReplyError answers a request the server sent with an error.
+func (c *Conn) ReplyError(id json.RawMessage, code int, msg string) error {
+	return c.rpc.ReplyError(id, code, msg, nil)
+}
+
+// Alive reports whether the protocol stream is still open. A server that
+// crashed is not alive even before its supervisor has noticed.
+func (c *Conn) Alive() bool {
+	select {
+	case <-c.rpc.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// Done is closed when the connection has ended (and, for a process, the
+// tree is gone).
+func (c *Conn) Done() <-chan struct{} { return c.runDone }
+
+// endCause describes why the connection ended, with the process's exit
+// status and last stderr lines when there is a process.
+func (c *Conn) endCause(err error) error {
+	if c.proc == nil {
+		return err
+	}
+	select {
+	case <-c.proc.Exited():
+	default:
+		return err
+	}
+	st, _ := c.proc.Wait(context.Background())
+	if tail := c.proc.Stderr().Tail(3); tail != "" {
+		return fmt.Errorf("%w: process %s; stderr: %s", lifecycle.ErrServerCrashed, st, tail)
+	}
+	return fmt.Errorf("%w: process %s", lifecycle.ErrServerCrashed, st)
+}
+
+// Wait blocks until the connection ends. It returns nil when mcpvisor
+// ended it (Close) or the server exited cleanly, and a classified error
+// otherwise (lifecycle.Session).
+func (c *Conn) Wait() error {
+	<-c.runDone
+	if c.proc == nil {
+		if err := c.rpc.Err(); err != nil && !errors.Is(err, errClosedByUs) {
+			return lifecycle.Classify(err)
+		}
+		return nil
+	}
+	st := c.proc.Status()
+	if st.Crashed() {
+		if tail := c.proc.Stderr().Tail(3); tail != "" {
+			return fmt.Errorf("%w: server %s %s; stderr: %s", lifecycle.ErrServerCrashed, c.name, st, tail)
+		}
+		return fmt.Errorf("%w: server %s %s", lifecycle.ErrServerCrashed, c.name, st)
+	}
+	return nil
+}
+
+var errClosedByUs = errors.New("closed by mcpvisor")
+
+// Close ends the connection: for a process, the full stop escalation of
+// proc.Process.Stop. Idempotent; safe concurrently with Wait.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		if c.proc != nil {
+			c.closeErr = c.proc.Stop(context.Background())
+		}
+		c.rpc.Close()
+		<-c.runDone
+	})
+	return c.closeErr
+}

@@ -1,0 +1,129 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// ClientInfo is how mcpvisor introduces itself to servers.
+var ClientInfo = json.RawMessage(`{"name":"mcpvisor","version":"0.1.0"}`)
+
+// clientCapabilities are declared to every server: mcpvisor bridges
+// sampling, elicitation and roots to the client session whose request is in
+// flight on that server.
+var clientCapabilities = json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
+
+// StdioConnector starts a stdio server and performs the initialize
+// handshake. It implements lifecycle.Connector.
+type StdioConnector struct {
+	Name    string
+	Runtime *proc.Runtime
+	Spec    proc.Spec
+	Hooks   Hooks
+	Logger  *slog.Logger
+	// MaxLine bounds one message from the server (default 16 MiB).
+	MaxLine int
+	// OnConnect, if set, sees every new connection before Connect returns.
+	OnConnect func(*Conn)
+}
+
+// Connect spawns the server, sends initialize and notifications/initialized,
+// and returns the live connection. ctx bounds the whole handshake
+// (lifecycle gives it the init timeout); the process is stopped if the
+// handshake fails.
+func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	log := sc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("server", sc.Name)
+	spec := sc.Spec
+	spec.Name = sc.Name
+	spec.Logger = log
+	p, err := sc.Runtime.Spawn(ctx, spec)
+	if err != nil {
+		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
+	}
+	c := &Conn{name: sc.Name, proc: p, log: log, runDone: make(chan struct{})}
+	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{
+		MaxLine:  sc.MaxLine,
+		PeerName: "server " + sc.Name,
+		Logger:   log,
+		Handler: func(_ context.Context, m *rpc.Message) {
+			if sc.Hooks == nil {
+				if m.IsRequest() {
+					_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
+				}
+				return
+			}
+			if m.IsRequest() {
+				sc.Hooks.Request(c, m)
+			} else {
+				sc.Hooks.Notification(c, m)
+			}
+		},
+	})
+	go func() {
+		_ = c.rpc.Run(context.Background())
+		// The protocol stream ended: the process exits or has exited.
+		// Make sure the tree is gone before the session counts as ended.
+		_ = p.Stop(context.Background())
+		close(c.runDone)
+	}()
+	if err := c.handshake(ctx); err != nil {
+		_ = c.Close()
+		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
+			return nil, c.endCause(err)
+		}
+		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
+	}
+	if sc.OnConnect != nil {
+		sc.OnConnect(c)
+	}
+	return c, nil
+}
+
+func (c *Conn) handshake(ctx context.Context) error {
+	params, _ := json.Marshal(map[string]any{
+		"protocolVersion": ProtocolVersion,
+		"capabilities":    clientCapabilities,
+		"clientInfo":      ClientInfo,
+	})
+	resp, err := c.rpc.Call(ctx, "initialize", params)
+	if err != nil {
+		return err
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("%w: initialize refused: %s", lifecycle.ErrServerUnavailable, resp.Error.Message)
+	}
+	init, err := parseInit(resp.Result)
+	if err != nil {
+		return err
+	}
+	if !Supported(init.ProtocolVersion) {
+		return fmt.Errorf("%w: server speaks MCP %q, mcpvisor speaks %v", lifecycle.ErrCapabilityMissing, init.ProtocolVersion, SupportedVersions)
+	}
+	c.init = init
+	return c.rpc.Notify("notifications/initialized", nil)
+}
+
+func parseInit(raw json.RawMessage) (*InitResult, error) {
+	var r InitResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("%w: malformed initialize result: %v", lifecycle.ErrTransport, err)
+	}
+	r.Raw = raw
+	if len(r.Capabilities) > 0 {
+		if err := json.Unmarshal(r.Capabilities, &r.caps); err != nil {
+			return nil, fmt.Errorf("%w: malformed capabilities: %v", lifecycle.ErrTransport, err)
+		}
+	}
+	return &r, nil
+}

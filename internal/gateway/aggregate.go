@@ -1,0 +1,362 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Separator joins a server's prefix and a tool or prompt name on the
+// aggregated endpoint: files__read_file.
+const Separator = "__"
+
+// aggregate is the endpoint that serves every server as one.
+type aggregate struct {
+	g *Gateway
+
+	mu     sync.Mutex
+	routes map[string]*routeTable // by list member ("tools", "prompts", ...)
+	// Collisions are names that two servers both export; the first server
+	// in name order wins. Reported in logs and status.
+	collisions []string
+}
+
+// route says which server serves an aggregated name, and its own name.
+type route struct {
+	srv  *fleet.Server
+	name string
+}
+
+type routeTable struct {
+	items  []json.RawMessage
+	byName map[string]route
+}
+
+func (a *aggregate) invalidate() {
+	a.mu.Lock()
+	a.routes = nil
+	a.mu.Unlock()
+}
+
+// Collisions lists the names that more than one server exports.
+func (g *Gateway) Collisions() []string {
+	g.agg.mu.Lock()
+	defer g.agg.mu.Unlock()
+	return append([]string(nil), g.agg.collisions...)
+}
+
+func (a *aggregate) Open(out Sink) *Session {
+	s := NewSession(out)
+	a.g.open(s, "")
+	return s
+}
+
+func (a *aggregate) Close(s *Session) { a.g.closeSession(s) }
+
+func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	s.Touch()
+	if a.g.clientMessage(s, m) {
+		return nil
+	}
+	if m.IsNotification() {
+		if m.Method == "notifications/roots/list_changed" {
+			for _, srv := range a.g.fleet.Servers() {
+				if c := srv.Current(); c != nil {
+					_ = c.Notify(m.Method, m.Params)
+				}
+			}
+		}
+		return nil
+	}
+	if m.IsResponse() {
+		return nil
+	}
+	switch m.Method {
+	case "initialize":
+		return a.g.initialize(s, m, aggregateCaps, json.RawMessage(`{"name":"mcpvisor","title":"mcpvisor gateway","version":"`+Version+`"}`), "")
+	case "ping":
+		return resultResponse(m.ID, json.RawMessage(`{}`))
+	case "tools/list":
+		return a.list(ctx, m, kindTools)
+	case "prompts/list":
+		return a.list(ctx, m, kindPrompts)
+	case "resources/list":
+		return a.list(ctx, m, kindResources)
+	case "resources/templates/list":
+		return a.list(ctx, m, kindTemplates)
+	case "tools/call":
+		return a.byName(ctx, s, m, related, kindTools)
+	case "prompts/get":
+		return a.byName(ctx, s, m, related, kindPrompts)
+	case "resources/read", "resources/subscribe", "resources/unsubscribe":
+		uri := stringField(m.Params, "uri")
+		srv := a.resourceServer(ctx, uri)
+		if srv == nil {
+			return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: -32002, Message: "Resource not found", Data: mustJSON(map[string]string{"uri": uri})}}
+		}
+		a.g.subscribe(s, m.Method, uri)
+		return a.g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+	case "completion/complete":
+		return a.complete(ctx, s, m, related)
+	case "logging/setLevel":
+		for _, srv := range a.g.fleet.Servers() {
+			if c := srv.Current(); c != nil && c.Init().Has("logging") {
+				go func() {
+					_ = a.g.forward(context.WithoutCancel(ctx), s, srv, m.Method, m.Params, m.ID, SinkFunc(func(*rpc.Message) error { return nil }))
+				}()
+			}
+		}
+		return resultResponse(m.ID, json.RawMessage(`{}`))
+	}
+	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
+}
+
+var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"logging":{},"completions":{}}`)
+
+// list answers a list request with every server's items, names prefixed.
+// All pages of every server are returned as one page.
+func (a *aggregate) list(ctx context.Context, m *rpc.Message, k listKind) *rpc.Message {
+	if c := stringField(m.Params, "cursor"); c != "" {
+		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: the aggregated endpoint returns every item in one page")
+	}
+	t := a.table(ctx, k)
+	body, _ := json.Marshal(map[string][]json.RawMessage{k.member: nonNil(t.items)})
+	return resultResponse(m.ID, body)
+}
+
+func nonNil(items []json.RawMessage) []json.RawMessage {
+	if items == nil {
+		return []json.RawMessage{}
+	}
+	return items
+}
+
+// table builds (or returns the cached) aggregated list of kind k.
+func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
+	a.mu.Lock()
+	if t := a.routes[k.member]; t != nil {
+		a.mu.Unlock()
+		return t
+	}
+	a.mu.Unlock()
+
+	servers := a.g.fleet.Servers()
+	per := make([][]json.RawMessage, len(servers))
+	var wg sync.WaitGroup
+	for i, srv := range servers {
+		wg.Go(func() {
+			cfg := srv.Config()
+			lctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout+cfg.RequestTimeout)
+			defer cancel()
+			items, err := a.g.fetch(lctx, srv, k)
+			if err != nil {
+				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.member, "err", err)
+				return
+			}
+			per[i] = items
+		})
+	}
+	wg.Wait()
+
+	t := &routeTable{byName: map[string]route{}}
+	var collisions []string
+	for i, srv := range servers {
+		cfg := srv.Config()
+		for _, item := range per[i] {
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(item, &obj) != nil {
+				continue
+			}
+			key := "name"
+			if k == kindResources {
+				key = "uri"
+			} else if k == kindTemplates {
+				key = "uriTemplate"
+			}
+			var own string
+			if json.Unmarshal(obj[key], &own) != nil || own == "" {
+				continue
+			}
+			if k == kindTools && !cfg.Tools.Allowed(own) {
+				continue
+			}
+			public := own
+			if k == kindTools || k == kindPrompts {
+				if cfg.Prefix != "" {
+					public = cfg.Prefix + Separator + own
+				}
+				obj[key], _ = json.Marshal(public)
+				item, _ = json.Marshal(obj)
+			}
+			if prev, dup := t.byName[public]; dup {
+				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.member, public, prev.srv.Name(), srv.Name()))
+				continue
+			}
+			t.byName[public] = route{srv: srv, name: own}
+			t.items = append(t.items, item)
+		}
+	}
+	for _, c := range collisions {
+		a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
+	}
+	a.mu.Lock()
+	if a.routes == nil {
+		a.routes = map[string]*routeTable{}
+	}
+	a.routes[k.member] = t
+	a.collisions = mergeCollisions(a.collisions, collisions)
+	a.mu.Unlock()
+	return t
+}
+
+func mergeCollisions(old, add []string) []string {
+	set := map[string]bool{}
+	for _, c := range append(old, add...) {
+		set[c] = true
+	}
+	out := make([]string, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// byName routes tools/call and prompts/get by the prefixed name.
+func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k listKind) *rpc.Message {
+	var params map[string]json.RawMessage
+	if json.Unmarshal(m.Params, &params) != nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
+	}
+	var name string
+	if json.Unmarshal(params["name"], &name) != nil || name == "" {
+		return errorResponse(m.ID, rpc.InvalidParams, "missing name")
+	}
+	r, ok := a.table(ctx, k).byName[name]
+	if !ok {
+		a.invalidate() // a server may have gained it since the last list
+		r, ok = a.table(ctx, k).byName[name]
+	}
+	if !ok {
+		what := "tool"
+		if k == kindPrompts {
+			what = "prompt"
+		}
+		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
+	}
+	params["name"], _ = json.Marshal(r.name)
+	body, _ := json.Marshal(params)
+	return a.g.forward(ctx, s, r.srv, m.Method, body, m.ID, related)
+}
+
+// resourceServer finds the server that serves uri: by the listed
+// resources, else by the literal start of a resource template.
+func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Server {
+	if uri == "" {
+		return nil
+	}
+	if r, ok := a.table(ctx, kindResources).byName[uri]; ok {
+		return r.srv
+	}
+	var best *fleet.Server
+	bestLen := -1
+	for tmpl, r := range a.table(ctx, kindTemplates).byName {
+		lit, _, _ := strings.Cut(tmpl, "{")
+		if strings.HasPrefix(uri, lit) && len(lit) > bestLen {
+			best, bestLen = r.srv, len(lit)
+		}
+	}
+	return best
+}
+
+// complete routes completion/complete by its reference.
+func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	var params map[string]json.RawMessage
+	if json.Unmarshal(m.Params, &params) != nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object")
+	}
+	var ref map[string]json.RawMessage
+	if json.Unmarshal(params["ref"], &ref) != nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "missing ref")
+	}
+	var typ, name, uri string
+	_ = json.Unmarshal(ref["type"], &typ)
+	_ = json.Unmarshal(ref["name"], &name)
+	_ = json.Unmarshal(ref["uri"], &uri)
+	switch typ {
+	case "ref/prompt":
+		r, ok := a.table(ctx, kindPrompts).byName[name]
+		if !ok {
+			return errorResponse(m.ID, rpc.InvalidParams, "unknown prompt: "+name)
+		}
+		ref["name"], _ = json.Marshal(r.name)
+		params["ref"], _ = json.Marshal(ref)
+		body, _ := json.Marshal(params)
+		return a.g.forward(ctx, s, r.srv, m.Method, body, m.ID, related)
+	case "ref/resource":
+		srv := a.resourceServer(ctx, uri)
+		if srv == nil {
+			return errorResponse(m.ID, rpc.InvalidParams, "unknown resource: "+uri)
+		}
+		return a.g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+	}
+	return errorResponse(m.ID, rpc.InvalidParams, "unknown ref type: "+typ)
+}
+
+// subscribe records a session's resource subscriptions, so that
+// notifications/resources/updated reach only subscribers.
+func (g *Gateway) subscribe(s *Session, method, uri string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.sessions[s]
+	if st == nil {
+		return
+	}
+	switch method {
+	case "resources/subscribe":
+		st.subs[uri] = true
+	case "resources/unsubscribe":
+		delete(st.subs, uri)
+	}
+}
+
+// initialize answers the client's initialize: the protocol version it asked
+// for when mcpvisor speaks it, else the newest mcpvisor speaks.
+func (g *Gateway) initialize(s *Session, m *rpc.Message, caps, serverInfo json.RawMessage, instructions string) *rpc.Message {
+	var p struct {
+		ProtocolVersion string                     `json:"protocolVersion"`
+		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "initialize: "+err.Error())
+	}
+	version := p.ProtocolVersion
+	if !supported(version) {
+		version = latestVersion
+	}
+	g.mu.Lock()
+	if st := g.sessions[s]; st != nil {
+		st.caps = p.Capabilities
+		st.protocol = version
+	}
+	g.mu.Unlock()
+	res := map[string]any{"protocolVersion": version, "capabilities": caps, "serverInfo": serverInfo}
+	if instructions != "" {
+		res["instructions"] = instructions
+	}
+	return resultResponse(m.ID, mustJSON(res))
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

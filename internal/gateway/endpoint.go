@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Sink delivers messages to one client. Send must not block for long: a
+// transport that cannot deliver (stream gone, buffer full) returns an error
+// and the message is dropped, or kept for resumption where the transport
+// supports it.
+type Sink interface {
+	Send(m *rpc.Message) error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(m *rpc.Message) error
+
+// Send calls f(m).
+func (f SinkFunc) Send(m *rpc.Message) error { return f(m) }
+
+// Endpoint is the transport-independent MCP server side: the aggregated
+// endpoint and each per-server endpoint implement it; the Streamable HTTP
+// and stdio fronts drive it.
+type Endpoint interface {
+	// Open starts a client session. Messages that relate to no request
+	// (list_changed, resource updates) go to out: the HTTP front delivers
+	// them on its GET stream, the stdio front on stdout.
+	Open(out Sink) *Session
+
+	// Handle processes one message from the client on s. For a request it
+	// returns the response, with the client's id, once it is known;
+	// messages that belong to the request (progress, logging, server-to-
+	// client requests such as sampling) are sent to related meanwhile.
+	// ctx ends when the client goes away: the request is then cancelled
+	// upstream. For notifications and for the client's responses to
+	// server-to-client requests it returns nil. It never returns nil for a
+	// request.
+	Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message
+
+	// Close ends the session: requests it has in flight are cancelled,
+	// pending server-to-client requests fail, per-session servers stop.
+	// Idempotent.
+	Close(s *Session)
+}
+
+// Session is one client session: an Mcp-Session-Id on the HTTP front, the
+// single client of the stdio front.
+type Session struct {
+	// ID is assigned by the transport (empty for stdio).
+	ID      string
+	Created time.Time
+	out     Sink
+
+	mu       sync.Mutex
+	lastUsed time.Time
+	closed   bool
+	state    any // the endpoint's own per-session state
+}
+
+// NewSession returns a session whose unsolicited messages go to out.
+// Endpoints call it from Open.
+func NewSession(out Sink) *Session {
+	now := time.Now()
+	return &Session{Created: now, lastUsed: now, out: out}
+}
+
+// Out is where messages related to no request go.
+func (s *Session) Out() Sink { return s.out }
+
+// Touch records client activity; LastUsed reports it (transports expire
+// idle sessions by it).
+func (s *Session) Touch() {
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+}
+
+// LastUsed is the time of the last Touch.
+func (s *Session) LastUsed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastUsed
+}

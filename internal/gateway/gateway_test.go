@@ -1,0 +1,190 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const twoFixtures = `{"a":{"command":"$FIXTURE"},"b":{"command":"$FIXTURE","tools":{"deny":["crash"]}}}`
+
+func TestAggregatedToolsArePrefixedAndRouted(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := toolNames(res)
+	for _, want := range []string{"a__echo", "a__crash", "b__echo", "b__pid"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+	if slices.Contains(names, "b__crash") {
+		t.Errorf("b's denied tool crash is listed: %v", names)
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "hello"}})
+	if err != nil || textOf(t, out) != "hello" {
+		t.Fatalf("a__echo: %v %v", out, err)
+	}
+	pa, _ := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__pid"})
+	pb, _ := sess.CallTool(ctx, &mcp.CallToolParams{Name: "b__pid"})
+	if textOf(t, pa) == textOf(t, pb) {
+		t.Errorf("a__pid and b__pid reached the same process: %s", textOf(t, pa))
+	}
+	if _, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "b__crash"}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("denied tool callable: %v", err)
+	}
+	if _, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "nobody__echo"}); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("unknown tool: %v", err)
+	}
+}
+
+func TestProgressIsRelayedToItsRequest(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	var got atomic.Int32
+	var wrongToken atomic.Bool
+	sess := w.stdioClient(w.gw.Aggregate(), &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if r.Params.ProgressToken != "tok-1" {
+				wrongToken.Store(true)
+			}
+			got.Add(1)
+		},
+	})
+	params := &mcp.CallToolParams{Name: "a__progress", Arguments: map[string]any{"steps": 3, "intervalMs": 1}}
+	params.SetProgressToken("tok-1")
+	if _, err := sess.CallTool(t.Context(), params); err != nil {
+		t.Fatal(err)
+	}
+	if got.Load() != 3 || wrongToken.Load() {
+		t.Fatalf("progress notifications: %d (want 3), wrong token: %v", got.Load(), wrongToken.Load())
+	}
+}
+
+func TestCrashThenCallGetsAFreshProcess(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	before, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__pid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crash tool exits without answering: the call fails, naming a.
+	_, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__crash", Arguments: map[string]any{"code": 5}})
+	if err == nil || !strings.Contains(err.Error(), "server a") {
+		t.Fatalf("call that crashed the server: %v, want an error naming server a", err)
+	}
+	after, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__pid"})
+	if err != nil {
+		t.Fatalf("call after the crash: %v", err)
+	}
+	if textOf(t, before) == textOf(t, after) {
+		t.Fatalf("same pid %s after a crash", textOf(t, after))
+	}
+}
+
+func TestCancellationReachesTheServer(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__sleep", Arguments: map[string]any{"ms": 30000}})
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let the call reach the server
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled call: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled call did not return")
+	}
+	// The gateway forgot the call, and the server is still serving.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		w.gw.mu.Lock()
+		n := len(w.gw.calls)
+		w.gw.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still tracked after cancellation", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadAndGarbageBackends(t *testing.T) {
+	w := newWorld(t, `{"ok":{"command":"$FIXTURE"},"dead":{"command":"/nonexistent/server"},"noisy":{"command":"$FIXTURE","env":{"FIXTURE_GARBAGE":"1"}},"silent":{"command":"$FIXTURE","env":{"FIXTURE_NEVER_ANSWER":"1"},"initTimeout":"300ms"}}`)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := toolNames(res)
+	if !slices.Contains(names, "ok__echo") || !slices.Contains(names, "noisy__echo") {
+		t.Fatalf("working servers missing from the list: %v", names)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "dead__") || strings.HasPrefix(n, "silent__") {
+			t.Errorf("broken server listed: %s", n)
+		}
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "noisy__echo", Arguments: map[string]any{"text": "through the noise"}})
+	if err != nil || textOf(t, out) != "through the noise" {
+		t.Fatalf("server writing garbage lines: %v %v", out, err)
+	}
+	// The per-server endpoint of a dead server answers with an error
+	// naming it, not a hang.
+	start := time.Now()
+	dead := w.stdioClientErr(w.gw.Single("dead"))
+	if dead == nil || !strings.Contains(dead.Error(), "server dead is unavailable") {
+		t.Fatalf("initialize on a dead server: %v", dead)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("dead server took %v to report", time.Since(start))
+	}
+}
+
+func TestSingleEndpointForwardsEverything(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	sess := w.stdioClient(w.gw.Single("a"), nil)
+	ctx := t.Context()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(toolNames(res), "echo") {
+		t.Fatalf("per-server tools are not unprefixed: %v", toolNames(res))
+	}
+	if sess.InitializeResult().ServerInfo.Name != "mcp-fixture" {
+		t.Errorf("serverInfo is not the server's: %+v", sess.InitializeResult().ServerInfo)
+	}
+	// A method mcpvisor does not know reaches the server, whose answer
+	// (method not found) comes back.
+	_, err = sess.ListPrompts(ctx, nil)
+	if err == nil {
+		t.Fatal("prompts/list on a server without prompts succeeded")
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "direct"}})
+	if err != nil || textOf(t, out) != "direct" {
+		t.Fatalf("echo: %v %v", out, err)
+	}
+}

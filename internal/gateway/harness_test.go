@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// world is a gateway over real fixture servers, as serve builds it.
+type world struct {
+	t      testing.TB
+	marker string
+	rt     *proc.Runtime
+	fleet  *fleet.Fleet
+	gw     *Gateway
+}
+
+// newWorld builds a gateway from a config whose mcpServers are given as
+// JSON; "$FIXTURE" in it is replaced by the fixture binary, "$CONFORMANCE"
+// by the go-sdk conformance everything-server.
+func newWorld(t testing.TB, servers string) *world {
+	t.Helper()
+	w := &world{t: t, marker: testserver.NewMarker(t)}
+	servers = strings.ReplaceAll(servers, "$FIXTURE", testserver.Build(t))
+	if strings.Contains(servers, "$CONFORMANCE") {
+		servers = strings.ReplaceAll(servers, "$CONFORMANCE", conformanceServer(t))
+	}
+	doc := fmt.Sprintf(`{"defaults":{"restart":{"backoff":{"initial":"20ms","max":"100ms"}},"stop":{"stdinWait":"300ms","termWait":"300ms"}},"mcpServers":%s}`, servers)
+	cfg, err := config.Parse([]byte(doc), "test.json", config.LoadOptions{})
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	for _, s := range cfg.Servers {
+		if s.Env == nil {
+			s.Env = map[string]string{}
+		}
+		s.Env[testserver.MarkerEnv] = w.marker
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	w.rt, err = proc.Open(proc.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.gw = New(log)
+	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnReconnect: w.gw.Reconnected})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.gw.SetFleet(w.fleet)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.fleet.Close(ctx)
+		_ = w.rt.Close(ctx)
+		testserver.WaitGone(t, w.marker, 2*time.Second)
+	})
+	return w
+}
+
+var conformanceOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// conformanceServer builds the go-sdk conformance everything-server (a
+// tool dependency in go.mod) once per test process.
+func conformanceServer(t testing.TB) string {
+	conformanceOnce.Do(func() {
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
+		_ = os.MkdirAll(dir, 0o700)
+		out := filepath.Join(dir, "everything-server")
+		tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+		cmd := exec.Command("go", "build", "-o", tmp, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			conformanceOnce.err = fmt.Errorf("%v: %s", err, b)
+			return
+		}
+		conformanceOnce.err = os.Rename(tmp, out)
+		conformanceOnce.path = out
+	})
+	if conformanceOnce.err != nil {
+		t.Fatalf("build everything-server: %v", conformanceOnce.err)
+	}
+	return conformanceOnce.path
+}
+
+// stdioClient connects the official go-sdk client to ep through
+// mcpvisor's stdio front.
+func (w *world) stdioClient(ep Endpoint, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t := w.t
+	t.Helper()
+	c2sR, c2sW := io.Pipe()
+	s2cR, s2cW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		s2cW.Close()
+	}()
+	client := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "0"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: s2cR, Writer: c2sW}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		c2sW.Close()
+		<-done
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() {
+		sess.Close()
+		c2sW.Close()
+		<-done
+	})
+	return sess
+}
+
+func textOf(t testing.TB, res *mcp.CallToolResult) string {
+	t.Helper()
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func toolNames(res *mcp.ListToolsResult) []string {
+	var out []string
+	for _, tool := range res.Tools {
+		out = append(out, tool.Name)
+	}
+	return out
+}
+
+func mustJSONString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// stdioClientErr connects to ep and returns the connect error (nil if it
+// connected, in which case the session is closed at once).
+func (w *world) stdioClientErr(ep Endpoint) error {
+	c2sR, c2sW := io.Pipe()
+	s2cR, s2cW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		s2cW.Close()
+	}()
+	defer func() { c2sW.Close(); <-done }()
+	client := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: s2cR, Writer: c2sW}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err == nil {
+		sess.Close()
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// ServeStdio serves ep to one client over newline-delimited JSON-RPC on r
+// and w (mcpvisor stdio: stdin and stdout) until r reaches EOF or ctx ends.
+// Requests run concurrently; everything the client should see — responses,
+// related messages, notifications — is written to w, one line each.
+func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log *slog.Logger) error {
+	var conn *rpc.Conn
+	var sess *Session
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Responses from the client arrive on the connection's own pending
+	// table, so a request the gateway sends the client (sampling,
+	// elicitation, roots) goes out as a Call, and its answer is handed
+	// back to the endpoint under the gateway's id.
+	var out SinkFunc
+	out = func(m *rpc.Message) error {
+		if !m.IsRequest() {
+			return conn.Write(m)
+		}
+		wg.Go(func() {
+			resp, err := conn.Call(ctx, m.Method, m.Params)
+			if err != nil {
+				resp = &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: "client did not answer: " + err.Error()}}
+			}
+			resp.ID = m.ID
+			ep.Handle(ctx, sess, resp, out)
+		})
+		return nil
+	}
+	conn = rpc.NewConn(r, w, rpc.Options{
+		PeerName: "client",
+		Logger:   log,
+		Handler: func(hctx context.Context, m *rpc.Message) {
+			if !m.IsRequest() {
+				ep.Handle(hctx, sess, m, out)
+				return
+			}
+			wg.Go(func() {
+				if resp := ep.Handle(hctx, sess, m, out); resp != nil {
+					_ = conn.Write(resp)
+				}
+			})
+		},
+	})
+	sess = ep.Open(out)
+	err := conn.Run(ctx)
+	cancel()
+	ep.Close(sess)
+	wg.Wait()
+	return err
+}
