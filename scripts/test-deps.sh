@@ -12,6 +12,8 @@ NODE22_VERSION=22.23.3
 NPM_PACKAGES=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-memory@2026.8.31"
+  "@modelcontextprotocol/server-filesystem@2026.8.31"
+  "@modelcontextprotocol/conformance@0.1.16"
 )
 stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]}"
 
