@@ -92,7 +92,7 @@ func (g *Gateway) fetch(ctx context.Context, srv *fleet.Server, k listKind) ([]j
 	if items, ok := cat.get(k); ok {
 		return items, nil
 	}
-	conn, err := srv.Conn(ctx)
+	conn, err := srv.Conn(ctx, "")
 	if err != nil {
 		return nil, err
 	}

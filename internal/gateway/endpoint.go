@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -54,6 +56,7 @@ type Session struct {
 	ID      string
 	Created time.Time
 	out     Sink
+	key     string // unique in this process: names per-session instances
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -65,8 +68,13 @@ type Session struct {
 // Endpoints call it from Open.
 func NewSession(out Sink) *Session {
 	now := time.Now()
-	return &Session{Created: now, lastUsed: now, out: out}
+	return &Session{Created: now, lastUsed: now, out: out, key: "s" + strconv.FormatInt(sessionSeq.Add(1), 10)}
 }
+
+var sessionSeq atomic.Int64
+
+// Key names the session uniquely within this mcpvisor process.
+func (s *Session) Key() string { return s.key }
 
 // Out is where messages related to no request go.
 func (s *Session) Out() Sink { return s.out }

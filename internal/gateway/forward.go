@@ -35,7 +35,9 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
 		defer c()
 	}
-	conn, err := srv.Conn(startCtx)
+	srv.Begin(s.Key())
+	defer srv.End(s.Key())
+	conn, err := srv.Conn(startCtx, s.Key())
 	if err != nil {
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 	}
@@ -116,6 +118,9 @@ func (g *Gateway) newestCall(conn *backend.Conn) *call {
 
 // Notification relays what a server sends on its own (backend.Hooks).
 func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
+	if srv := g.fleet.Get(conn.Name()); srv != nil {
+		srv.Touch(conn)
+	}
 	switch m.Method {
 	case "notifications/progress":
 		tok := rpc.ProgressToken(m.Params)

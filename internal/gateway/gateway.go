@@ -142,6 +142,13 @@ func (g *Gateway) closeSession(s *Session) {
 	for _, c := range calls {
 		c.cancel()
 	}
+	if st != nil {
+		for _, srv := range g.fleet.Servers() {
+			if srv.PerSession() && (st.server == "" || st.server == srv.Name()) {
+				go srv.EndSession(context.Background(), s.Key())
+			}
+		}
+	}
 	for _, r := range reqs {
 		r.timer.Stop()
 		_ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered")

@@ -179,3 +179,12 @@ func (w *world) stdioClientErr(ep Endpoint) error {
 	}
 	return err
 }
+
+// pid is the host pid of the named server's running process (the shim's
+// under a pid namespace), or 0.
+func (w *world) pid(name string) int {
+	if c := w.fleet.Get(name).Current(); c != nil && c.Process() != nil {
+		return c.Process().Pid()
+	}
+	return 0
+}

@@ -2,9 +2,6 @@ package gateway
 
 import (
 	"os"
-	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
@@ -12,9 +9,8 @@ import (
 func init() {
 	os.Setenv("GODEBUG", "execwait=2")
 	os.Setenv("GORACE", "atexit_sleep_ms=0") // this binary is also the pid-namespace shim
-}
-
-func TestMain(m *testing.M) {
+	// Re-executed as a server's pid-namespace init: run it and exit
+	// before any test starts (TestMain, with goleak, is in
+	// http_main_test.go).
 	proc.RunShimIfRequested()
-	goleak.VerifyTestMain(m)
 }

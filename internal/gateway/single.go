@@ -36,7 +36,7 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		return nil
 	}
 	if m.IsNotification() {
-		if c := e.srv.Current(); c != nil {
+		for _, c := range e.srv.Running() {
 			_ = c.Notify(m.Method, m.Params)
 		}
 		return nil
@@ -49,7 +49,9 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		cfg := e.srv.Config()
 		sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 		defer cancel()
-		c, err := e.srv.Conn(sctx)
+		e.srv.Begin(s.Key())
+		c, err := e.srv.Conn(sctx, s.Key())
+		e.srv.End(s.Key())
 		if err != nil {
 			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", e.srv.Name(), err))
 		}

@@ -1,0 +1,389 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// phase is the instance's own view, on top of its supervisor's state.
+type phase int
+
+const (
+	phaseNew      phase = iota // never started
+	phaseRunning               // started; the supervisor keeps it up
+	phaseSleeping              // going dormant: the stop is in progress
+	phaseDormant               // stopped for idleness; respawns on demand
+	phaseStopped               // stopped by request (admin, shutdown)
+	phaseClosed                // per-session instance whose session ended
+)
+
+// ErrRespawnLimit is wrapped by the error requests get while a server that
+// keeps failing to start waits out its respawn window.
+var ErrRespawnLimit = errors.New("server keeps failing to start")
+
+// instance is one process slot of a server: the shared one, or one per
+// client session.
+type instance struct {
+	srv *Server
+	key string // client session for per-session servers, else ""
+	sup *lifecycle.Supervisor
+
+	mu           sync.Mutex
+	phase        phase
+	conn         Live
+	startedAt    time.Time
+	lastActivity time.Time
+	inflight     int
+	sleepDone    chan struct{} // closed when a dormant stop completes
+	dormantAt    time.Time
+	timer        *time.Timer
+	starting     chan struct{} // closed when the start in progress ends
+	startErr     error
+	failures     []time.Time // recent failed starts
+	lastErr      error
+	spawns       int
+}
+
+func (s *Server) newInstance(key string) *instance {
+	in := &instance{srv: s, key: key}
+	conn := s.f.opts.Connector(s.cfg, in.connected)
+	pol := s.cfg.Policy()
+	pol.Logger = s.log
+	pol.OnDisconnect = in.disconnected
+	pol.OnRestart = func() {
+		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
+		if s.f.opts.OnReconnect != nil {
+			s.f.opts.OnReconnect(s)
+		}
+	}
+	pol.OnFailed = func(err error) {
+		in.mu.Lock()
+		in.lastErr = err
+		in.mu.Unlock()
+		s.f.emit(Event{Server: s.Name(), Session: key, Type: "failed", Details: map[string]any{"error": err.Error()}})
+	}
+	in.sup = lifecycle.New(s.Name(), conn, pol)
+	return in
+}
+
+// connected runs for every new connection, first start and restarts alike.
+func (in *instance) connected(l Live) {
+	in.mu.Lock()
+	in.conn = l
+	now := time.Now()
+	in.startedAt, in.lastActivity = now, now
+	in.spawns++
+	in.armLocked(now)
+	in.mu.Unlock()
+}
+
+func (in *instance) disconnected(err error) {
+	in.mu.Lock()
+	in.conn = nil
+	if err != nil {
+		in.lastErr = err
+	}
+	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed
+	in.mu.Unlock()
+	if err != nil && !sleeping {
+		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: map[string]any{"error": err.Error()}})
+	}
+}
+
+func (in *instance) pid() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return pidOf(in.conn)
+}
+
+func pidOf(l Live) int {
+	if c, ok := l.(*backend.Conn); ok && c != nil && c.Process() != nil {
+		return c.Process().Pid()
+	}
+	return 0
+}
+
+func (in *instance) begin() {
+	in.mu.Lock()
+	in.inflight++
+	in.lastActivity = time.Now()
+	in.mu.Unlock()
+}
+
+func (in *instance) end() {
+	in.mu.Lock()
+	in.inflight--
+	in.lastActivity = time.Now()
+	in.mu.Unlock()
+}
+
+func (in *instance) touch() {
+	in.mu.Lock()
+	in.lastActivity = time.Now()
+	in.mu.Unlock()
+}
+
+func (in *instance) owns(c *backend.Conn) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	l, ok := in.conn.(*backend.Conn)
+	return ok && l == c
+}
+
+// current is the live connection, or nil.
+func (in *instance) current() Live {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.phase == phaseRunning && in.conn != nil && in.conn.Alive() && in.sup.IsReady() {
+		return in.conn
+	}
+	return nil
+}
+
+// armLocked (re)arms the idle timer for the next moment the instance could
+// be due to sleep. Callers hold mu.
+func (in *instance) armLocked(now time.Time) {
+	cfg := in.srv.cfg
+	if cfg.IdleTimeout <= 0 {
+		return
+	}
+	_, next := idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: in.inflight, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
+	if next.IsZero() {
+		next = now.Add(cfg.IdleTimeout)
+	}
+	d := next.Sub(now)
+	if in.timer == nil {
+		in.timer = time.AfterFunc(d, in.idleCheck)
+	} else {
+		in.timer.Reset(d)
+	}
+}
+
+// idleCheck runs when the idle timer fires: it puts the instance to sleep
+// if it is due, and re-arms the timer otherwise.
+func (in *instance) idleCheck() {
+	cfg := in.srv.cfg
+	in.mu.Lock()
+	if in.phase != phaseRunning {
+		in.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: in.inflight,
+		ready: in.conn != nil && in.conn.Alive() && in.sup.State().State == lifecycle.StateReady}
+	sleep, next := idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
+	if !sleep {
+		if next.IsZero() {
+			next = now.Add(cfg.IdleTimeout) // starting or restarting: look again later
+		}
+		in.timer.Reset(next.Sub(now))
+		in.mu.Unlock()
+		return
+	}
+	in.phase = phaseSleeping
+	done := make(chan struct{})
+	in.sleepDone = done
+	pid := pidOf(in.conn)
+	idleFor := now.Sub(in.lastActivity)
+	last := in.lastActivity
+	in.mu.Unlock()
+
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
+		err := in.sup.Stop(ctx)
+		cancel()
+		in.mu.Lock()
+		if in.phase == phaseSleeping {
+			in.phase = phaseDormant
+		}
+		in.dormantAt = time.Now()
+		in.conn = nil
+		in.sleepDone = nil
+		in.mu.Unlock()
+		close(done)
+		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
+		if err != nil {
+			d["error"] = err.Error()
+		}
+		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: d})
+	}()
+}
+
+// stopBound is how long a dormant stop may take before it gives up waiting
+// (the process layer has killed the tree by then).
+func stopBound(stdin, term time.Duration) time.Duration {
+	return stdin + term + 10*time.Second
+}
+
+// acquire returns a live connection, starting the instance if needed.
+func (in *instance) acquire(ctx context.Context) (Live, error) {
+	name := in.srv.Name()
+	for {
+		in.mu.Lock()
+		switch in.phase {
+		case phaseClosed:
+			in.mu.Unlock()
+			return nil, fmt.Errorf("server %s: the client session has ended", name)
+		case phaseSleeping:
+			ch := in.sleepDone
+			in.mu.Unlock()
+			if err := waitFor(ctx, ch, name, "going dormant"); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c := in.conn
+		if in.phase == phaseRunning && c != nil && c.Alive() && in.sup.IsReady() {
+			in.mu.Unlock()
+			return c, nil
+		}
+		if in.phase == phaseRunning && c != nil && !c.Alive() {
+			// The process just went away: wait for the supervisor to see
+			// it (the tree is being reaped) and to restart it.
+			in.mu.Unlock()
+			if err := waitFor(ctx, c.Done(), name, "restarting"); err != nil {
+				return nil, err
+			}
+			if err := in.waitGone(ctx, c); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if in.phase == phaseRunning && in.sup.State().State == lifecycle.StateRestarting {
+			in.mu.Unlock()
+			select {
+			case <-in.sup.Restarted():
+			case <-ctx.Done():
+				return nil, fmt.Errorf("server %s is restarting: %w", name, ctx.Err())
+			case <-time.After(50 * time.Millisecond): // it may have given up: look again
+			}
+			continue
+		}
+		if ch := in.starting; ch != nil {
+			in.mu.Unlock()
+			if err := waitFor(ctx, ch, name, "starting"); err != nil {
+				return nil, err
+			}
+			in.mu.Lock()
+			err := in.startErr
+			in.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := in.respawnLimitLocked(); err != nil {
+			in.mu.Unlock()
+			return nil, err
+		}
+		ch := make(chan struct{})
+		in.starting = ch
+		was := in.phase
+		dormantFor := time.Since(in.dormantAt)
+		in.mu.Unlock()
+
+		t0 := time.Now()
+		err := in.sup.Start(context.Background())
+		took := time.Since(t0)
+
+		in.mu.Lock()
+		in.starting = nil
+		if err != nil {
+			err = fmt.Errorf("server %s failed to start: %w", name, err)
+			in.failures = append(in.failures, time.Now())
+			in.lastErr = err
+		} else {
+			in.failures = nil
+			in.phase = phaseRunning
+		}
+		in.startErr = err
+		pid := pidOf(in.conn)
+		in.mu.Unlock()
+		close(ch)
+		if err != nil {
+			in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: map[string]any{"error": err.Error()}})
+			return nil, err
+		}
+		details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
+		typ := "started"
+		if was == phaseDormant {
+			typ = "respawned"
+			details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+		}
+		in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
+		if was == phaseDormant && in.srv.f.opts.OnReconnect != nil {
+			in.srv.f.opts.OnReconnect(in.srv)
+		}
+	}
+}
+
+// respawnLimitLocked refuses a start while too many recent starts failed.
+func (in *instance) respawnLimitLocked() error {
+	f := in.srv.f
+	cut := time.Now().Add(-f.opts.RespawnWindow)
+	kept := in.failures[:0]
+	for _, t := range in.failures {
+		if t.After(cut) {
+			kept = append(kept, t)
+		}
+	}
+	in.failures = kept
+	if len(kept) < f.opts.RespawnFailures {
+		return nil
+	}
+	retry := kept[0].Add(f.opts.RespawnWindow)
+	return fmt.Errorf("%w: server %s failed to start %d times in the last %v (next attempt after %s): %v",
+		ErrRespawnLimit, in.srv.Name(), len(kept), f.opts.RespawnWindow, retry.Format(time.TimeOnly), in.lastErr)
+}
+
+// waitGone waits until the supervisor has let go of a dead connection.
+func (in *instance) waitGone(ctx context.Context, c Live) error {
+	for {
+		in.mu.Lock()
+		same := in.conn == c && in.sup.IsReady()
+		in.mu.Unlock()
+		if !same {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server %s is restarting: %w", in.srv.Name(), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("server %s is %s: %w", name, what, ctx.Err())
+	}
+}
+
+// close stops the instance for good (per-session) or until the next
+// request (shared).
+func (in *instance) close(ctx context.Context) error {
+	in.mu.Lock()
+	if in.key != "" {
+		in.phase = phaseClosed
+	} else if in.phase != phaseNew {
+		in.phase = phaseStopped
+	}
+	if in.timer != nil {
+		in.timer.Stop()
+	}
+	in.mu.Unlock()
+	err := in.sup.Stop(ctx)
+	in.mu.Lock()
+	in.conn = nil
+	in.mu.Unlock()
+	return err
+}
