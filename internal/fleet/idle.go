@@ -29,9 +29,9 @@ func idleDecision(a activity, idle, grace time.Duration) (sleep bool, next time.
 		due = g
 	}
 	if a.inflight > 0 {
-		// Look again one idle period from now; the end of the request
-		// counts as activity, so that is the earliest it could be due.
-		return false, a.now.Add(idle)
+		// Nothing to look at until the last request ends, which re-arms
+		// the timer (and counts as activity).
+		return false, time.Time{}
 	}
 	if a.now.Before(due) {
 		return false, due

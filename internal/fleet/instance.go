@@ -120,6 +120,9 @@ func (in *instance) end() {
 	in.mu.Lock()
 	in.inflight--
 	in.lastActivity = time.Now()
+	if in.inflight == 0 && in.phase == phaseRunning {
+		in.armLocked(in.lastActivity)
+	}
 	in.mu.Unlock()
 }
 
@@ -153,9 +156,9 @@ func (in *instance) armLocked(now time.Time) {
 	if cfg.IdleTimeout <= 0 {
 		return
 	}
-	_, next := idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: in.inflight, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
+	_, next := idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
 	if next.IsZero() {
-		next = now.Add(cfg.IdleTimeout)
+		next = now // due now: the check decides
 	}
 	d := next.Sub(now)
 	if in.timer == nil {
@@ -179,10 +182,14 @@ func (in *instance) idleCheck() {
 		ready: in.conn != nil && in.conn.Alive() && in.sup.State().State == lifecycle.StateReady}
 	sleep, next := idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
 	if !sleep {
-		if next.IsZero() {
-			next = now.Add(cfg.IdleTimeout) // starting or restarting: look again later
+		switch {
+		case in.inflight > 0:
+			// end() re-arms the timer when the last request finishes.
+		case next.IsZero():
+			in.timer.Reset(cfg.IdleTimeout) // starting or restarting: look again later
+		default:
+			in.timer.Reset(next.Sub(now))
 		}
-		in.timer.Reset(next.Sub(now))
 		in.mu.Unlock()
 		return
 	}

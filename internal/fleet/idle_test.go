@@ -1,0 +1,335 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+func TestIdleDecision(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const idle, grace = 10 * time.Second, 60 * time.Second
+	cases := []struct {
+		name      string
+		a         activity
+		idle      time.Duration
+		wantSleep bool
+		wantNext  time.Time
+	}{
+		{"disabled", activity{now: t0.Add(time.Hour), lastActivity: t0, startedAt: t0, ready: true}, 0, false, time.Time{}},
+		{"not ready", activity{now: t0.Add(time.Hour), lastActivity: t0, startedAt: t0}, idle, false, time.Time{}},
+		{"inside grace", activity{now: t0.Add(30 * time.Second), lastActivity: t0, startedAt: t0, ready: true}, idle, false, t0.Add(grace)},
+		{"grace over, idle long enough", activity{now: t0.Add(grace), lastActivity: t0, startedAt: t0, ready: true}, idle, true, time.Time{}},
+		{"recent activity", activity{now: t0.Add(100 * time.Second), lastActivity: t0.Add(95 * time.Second), startedAt: t0, ready: true}, idle, false, t0.Add(105 * time.Second)},
+		{"in flight, long idle", activity{now: t0.Add(time.Hour), lastActivity: t0, startedAt: t0, inflight: 1, ready: true}, idle, false, time.Time{}},
+		{"in flight, tiny timeout", activity{now: t0.Add(time.Hour), lastActivity: t0, startedAt: t0, inflight: 3, ready: true}, time.Nanosecond, false, time.Time{}},
+		{"exactly at the deadline", activity{now: t0.Add(grace + idle), lastActivity: t0.Add(grace), startedAt: t0, ready: true}, idle, true, time.Time{}},
+	}
+	for _, c := range cases {
+		sleep, next := idleDecision(c.a, c.idle, grace)
+		if sleep != c.wantSleep || !next.Equal(c.wantNext) {
+			t.Errorf("%s: got (%v, %v), want (%v, %v)", c.name, sleep, next, c.wantSleep, c.wantNext)
+		}
+	}
+}
+
+// fakeLive is an in-memory session: alive until closed.
+type fakeLive struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (f *fakeLive) Wait() error { <-f.done; return nil }
+func (f *fakeLive) Close() error {
+	f.once.Do(func() { close(f.done) })
+	return nil
+}
+func (f *fakeLive) Alive() bool {
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
+	}
+}
+func (f *fakeLive) Done() <-chan struct{} { return f.done }
+
+// fakeConnector counts connects; it takes startDelay and fails while fail
+// is set.
+type fakeConnector struct {
+	onConnect  func(Live)
+	connects   *atomic.Int32
+	startDelay time.Duration
+	fail       *atomic.Bool
+}
+
+func (c *fakeConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	c.connects.Add(1)
+	select {
+	case <-time.After(c.startDelay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c.fail.Load() {
+		return nil, fmt.Errorf("%w: cannot start", lifecycle.ErrServerUnavailable)
+	}
+	l := &fakeLive{done: make(chan struct{})}
+	c.onConnect(l)
+	return l, nil
+}
+
+type fakeFleet struct {
+	f        *Fleet
+	connects atomic.Int32
+	fail     atomic.Bool
+	mu       sync.Mutex
+	events   []Event
+}
+
+func (ff *fakeFleet) count(typ string) int {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	n := 0
+	for _, e := range ff.events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func newFakeFleet(t *testing.T, settings string) *fakeFleet {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake"`+settings+`}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &fakeFleet{}
+	ff.f, err = New(cfg, Options{
+		Logger: discardLogger(),
+		Connector: func(_ *config.Server, onConnect func(Live)) lifecycle.Connector {
+			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail}
+		},
+		OnEvent: func(e Event) {
+			ff.mu.Lock()
+			ff.events = append(ff.events, e)
+			ff.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ff
+}
+
+func (ff *fakeFleet) close(t *testing.T) {
+	if err := ff.f.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+func state(s *Server) string { return s.Status().State }
+
+func TestIdleRespectsGraceAndTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"60s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := s.shared.acquire(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if state(s) != "running" {
+			t.Fatalf("slept inside the grace period (after %v): %s", time.Since(started), state(s))
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		if state(s) != "dormant" {
+			t.Fatalf("not dormant right after the grace period: %s", state(s))
+		}
+		if ff.count("dormant") != 1 {
+			t.Fatalf("dormant events: %d", ff.count("dormant"))
+		}
+	})
+}
+
+func TestInFlightBlocksIdleHoweverSmallTheTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"1ms","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		s.Begin("")
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if state(s) != "running" {
+			t.Fatalf("a request in flight for an hour was reaped: %s", state(s))
+		}
+		s.End("")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if state(s) != "dormant" {
+			t.Fatalf("not dormant 1ms after the request ended: %s", state(s))
+		}
+	})
+}
+
+// TestSnapshotRace: a request that ends just before the idle check, after
+// a long time in flight, still counts as activity at its end: the check
+// sees (last activity = now, in flight = 0) together and does not reap.
+func TestSnapshotRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		s.Begin("")
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+		// The timer is due at connect+10s; the request ends a hair
+		// before, after 10s in flight.
+		time.Sleep(10*time.Second - time.Nanosecond)
+		s.End("")
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if state(s) != "running" {
+			t.Fatalf("reaped right after a long request ended: %s", state(s))
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if state(s) != "dormant" {
+			t.Fatalf("not dormant 10s after the request: %s", state(s))
+		}
+	})
+}
+
+func TestActivityRearmsTheTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			time.Sleep(9 * time.Second)
+			s.Begin("")
+			s.End("")
+		}
+		synctest.Wait()
+		if state(s) != "running" {
+			t.Fatalf("slept despite activity every 9s: %s", state(s))
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if state(s) != "dormant" {
+			t.Fatalf("not dormant 10s after the last activity: %s", state(s))
+		}
+	})
+}
+
+func TestDormantRespawnCycles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		for cycle := 1; cycle <= 3; cycle++ {
+			s.Begin("")
+			if _, err := s.Conn(t.Context(), ""); err != nil {
+				t.Fatal(err)
+			}
+			s.End("")
+			time.Sleep(5 * time.Second)
+			synctest.Wait()
+			if state(s) != "dormant" {
+				t.Fatalf("cycle %d: %s", cycle, state(s))
+			}
+		}
+		if n := ff.connects.Load(); n != 3 {
+			t.Fatalf("%d connects for 3 cycles", n)
+		}
+		if ff.count("respawned") != 2 || ff.count("dormant") != 3 || ff.count("started") != 1 {
+			t.Fatalf("events: %d started, %d respawned, %d dormant", ff.count("started"), ff.count("respawned"), ff.count("dormant"))
+		}
+	})
+}
+
+func TestConcurrentCallsShareOneRespawn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for range 50 {
+			wg.Go(func() {
+				s.Begin("")
+				defer s.End("")
+				if _, err := s.Conn(context.Background(), ""); err != nil {
+					failed.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if failed.Load() != 0 || ff.connects.Load() != 1 {
+			t.Fatalf("50 first calls: %d failed, %d connects (want 0 and 1)", failed.Load(), ff.connects.Load())
+		}
+	})
+}
+
+func TestFailedRespawnIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
+		defer ff.close(t)
+		ff.fail.Store(true)
+		s := ff.f.Get("s")
+		for i := range 3 {
+			if _, err := s.Conn(t.Context(), ""); err == nil || !errors.Is(err, lifecycle.ErrServerUnavailable) {
+				t.Fatalf("attempt %d: %v", i, err)
+			}
+		}
+		before := ff.connects.Load()
+		_, err := s.Conn(t.Context(), "")
+		if !errors.Is(err, ErrRespawnLimit) || ff.connects.Load() != before {
+			t.Fatalf("4th attempt within the window: %v (connects %d → %d)", err, before, ff.connects.Load())
+		}
+		ff.fail.Store(false)
+		time.Sleep(time.Minute)
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatalf("after the window: %v", err)
+		}
+	})
+}
+
+func TestPerSessionInstances(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		a, _ := s.instance("A").acquire(t.Context())
+		b, _ := s.instance("B").acquire(t.Context())
+		a2, _ := s.instance("A").acquire(t.Context())
+		if a == b || a != a2 || ff.connects.Load() != 2 {
+			t.Fatalf("sessions A and B must have their own instance: connects %d", ff.connects.Load())
+		}
+		s.EndSession(t.Context(), "A")
+		if a.(*fakeLive).Alive() {
+			t.Fatal("A's instance survived the end of its session")
+		}
+		if !b.(*fakeLive).Alive() {
+			t.Fatal("B's instance died with A's session")
+		}
+	})
+}
