@@ -54,7 +54,7 @@ func (s *Server) newInstance(key string) *instance {
 	in := &instance{srv: s, key: key}
 	conn := s.f.opts.Connector(s.cfg, in.connected)
 	pol := s.cfg.Policy()
-	pol.Logger = s.log
+	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
 	pol.OnDisconnect = in.disconnected
 	pol.OnRestart = func() {
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+)
+
+// app is what serve and stdio share: config, process runtime, fleet and
+// gateway.
+type app struct {
+	cfg   *config.Config
+	log   *slog.Logger
+	rt    *proc.Runtime
+	fleet *fleet.Fleet
+	gw    *gateway.Gateway
+}
+
+// logFlags are the logging flags of serve and stdio.
+type logFlags struct {
+	level  string
+	format string
+}
+
+// newLogger logs to w (stderr: stdout may belong to the protocol), as text
+// on a terminal and JSON otherwise unless format says.
+func (f logFlags) newLogger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	format := f.format
+	if format == "" || format == "auto" {
+		format = "json"
+		if fi, ok := w.(*os.File); ok && isTerminal(fi) {
+			format = "text"
+		}
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not one of auto, text, json", f.format)
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// openApp loads the config and builds everything; nothing is started.
+func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
+	cfg, err := config.Load(configFile, config.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("config: " + w)
+	}
+	if stateDir == "" {
+		stateDir = cfg.StateDir
+	}
+	if stateDir == "" {
+		stateDir = defaultStateDir()
+	}
+	rt, err := proc.Open(proc.Options{StateDir: stateDir, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	var active []string
+	for _, l := range rt.Report().Layers {
+		if l.Active {
+			active = append(active, l.Name)
+		}
+	}
+	log.Info("process containment", "layers", strings.Join(active, ","))
+	gw := gateway.New(log)
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected})
+	if err != nil {
+		_ = rt.Close(context.Background())
+		return nil, err
+	}
+	gw.SetFleet(f)
+	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw}, nil
+}
+
+// startEager starts the servers marked eager, in the background.
+func (a *app) startEager(ctx context.Context) {
+	for _, s := range a.fleet.Servers() {
+		if s.Config().Eager {
+			go func() {
+				if _, err := s.Conn(ctx, ""); err != nil {
+					a.log.Warn("eager start failed", "server", s.Name(), "err", err)
+				}
+			}()
+		}
+	}
+}
+
+// close stops every server in parallel under ctx and then the runtime
+// (which kills whatever ctx left running).
+func (a *app) close(ctx context.Context) error {
+	ferr := a.fleet.Close(ctx)
+	rerr := a.rt.Close(ctx)
+	if ferr != nil {
+		return ferr
+	}
+	return rerr
+}
