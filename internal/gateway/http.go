@@ -1,0 +1,739 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// The Streamable HTTP server side of MCP 2025-11-25 (basic/transports),
+// driving an Endpoint.
+//
+// POST carries one JSON-RPC message. A notification or a response is
+// handed to the endpoint and answered 202 Accepted. A request is answered
+// with application/json when its response is known before any message
+// related to it (the common case: no SSE framing, no extra goroutine); the
+// first related message (progress, logging, a server-to-client request)
+// upgrades the reply to text/event-stream, on which the related messages
+// and then the response are sent as events, after which the stream ends.
+//
+// GET opens the session's stream for messages related to no request (the
+// Sink given to Endpoint.Open). A session has at most one: a new GET
+// replaces the open one, which ends (a client that lost its connection
+// reconnects at once instead of being refused until the server notices the
+// old one is dead). Such messages are numbered and kept in a ring of
+// HTTPOptions.EventBuffer per session whether or not a stream is open; a
+// GET delivers those its session has not yet written to a stream, or with
+// Last-Event-ID those after that event. A message pushed out of a full
+// ring before any stream took it is dropped and counted (Dropped).
+//
+// Event ids are "<stream>_<n>": stream 0 is the session's GET stream,
+// 1, 2, ... its POST streams. A POST stream cannot be resumed — its request
+// is cancelled when the client goes away — so a GET with the Last-Event-ID
+// of one gets an empty stream that ends at once (a client waiting for that
+// request's response learns that it will not come).
+
+// Header names, in canonical form so that header maps can be indexed
+// directly.
+const (
+	hdrSessionID       = "Mcp-Session-Id"
+	hdrProtocolVersion = "Mcp-Protocol-Version"
+	hdrLastEventID     = "Last-Event-Id"
+	hdrAccept          = "Accept"
+	hdrAuthorization   = "Authorization"
+	hdrOrigin          = "Origin"
+	hdrContentType     = "Content-Type"
+)
+
+// Shared header values; net/http only reads them.
+var (
+	hvJSON    = []string{"application/json"}
+	hvSSE     = []string{"text/event-stream"}
+	hvNoCache = []string{"no-cache, no-transform"}
+	hvNoBuf   = []string{"no"}
+	hvText    = []string{"text/plain; charset=utf-8"}
+	hvNoSniff = []string{"nosniff"}
+)
+
+// HTTP option defaults.
+const (
+	DefaultSessionTimeout = 30 * time.Minute
+	DefaultMaxBodyBytes   = 16 << 20
+	DefaultEventBuffer    = 256
+	DefaultKeepAlive      = 25 * time.Second
+)
+
+// HTTPOptions configures a StreamableHandler. The zero value is usable.
+type HTTPOptions struct {
+	// Token, if set, is required as "Authorization: Bearer <token>";
+	// requests without it get 401.
+	Token string
+
+	// AllowedOrigins are origins ("https://app.example.com", exact match,
+	// case-insensitive) allowed besides loopback ones; "*" allows any.
+	// A request whose Origin header is present and not allowed gets 403.
+	AllowedOrigins []string
+
+	// DisableHostCheck turns off DNS-rebinding protection by Host: by
+	// default, when the connection arrived on a loopback address, a
+	// request whose Host is not a loopback name or address gets 403.
+	DisableHostCheck bool
+
+	// SessionTimeout is how long a session may stay idle (no request in
+	// flight, no GET stream open) before it is closed; its id then gets
+	// 404. 0 means DefaultSessionTimeout; negative, never.
+	SessionTimeout time.Duration
+
+	// MaxBodyBytes limits a POST body (413 beyond). 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+
+	// EventBuffer is how many events a stream keeps: per session, the
+	// messages of its GET stream kept for delivery and resumption; per
+	// POST stream, the related messages queued for writing. 0 means
+	// DefaultEventBuffer.
+	EventBuffer int
+
+	// KeepAlive is the interval of ": ping" comments on open event
+	// streams. 0 means DefaultKeepAlive; negative, none.
+	KeepAlive time.Duration
+
+	// Logger receives the transport's diagnostics (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Errors returned by the Sinks of a StreamableHandler.
+var (
+	// ErrSessionClosed: the session has ended.
+	ErrSessionClosed = errors.New("gateway: session closed")
+	// ErrStreamClosed: the request's stream has ended or its client is
+	// gone.
+	ErrStreamClosed = errors.New("gateway: stream closed")
+	// ErrNoStream: the client did not accept text/event-stream, so
+	// nothing but the response can reach it.
+	ErrNoStream = errors.New("gateway: client accepts no event stream")
+	// ErrStreamFull: the request's stream has EventBuffer messages not
+	// yet written.
+	ErrStreamFull = errors.New("gateway: stream buffer full")
+)
+
+// StreamableHandler serves an Endpoint over MCP Streamable HTTP. It is an
+// http.Handler for the MCP endpoint path.
+type StreamableHandler struct {
+	ep        Endpoint
+	log       *slog.Logger
+	timeout   time.Duration
+	maxBody   int64
+	evBuf     int
+	keepAlive time.Duration
+	hostCheck bool
+	token     []byte
+	origins   []string
+	anyOrigin bool
+
+	mu         sync.RWMutex
+	sessions   map[string]*httpSession
+	closed     bool
+	timer      *time.Timer
+	timerArmed bool
+	sweeps     sync.WaitGroup
+	done       chan struct{}
+
+	dropped atomic.Uint64
+}
+
+// NewStreamableHandler returns a handler serving ep.
+func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
+	h := &StreamableHandler{
+		ep:        ep,
+		log:       opts.Logger,
+		timeout:   opts.SessionTimeout,
+		maxBody:   opts.MaxBodyBytes,
+		evBuf:     opts.EventBuffer,
+		keepAlive: opts.KeepAlive,
+		hostCheck: !opts.DisableHostCheck,
+		sessions:  make(map[string]*httpSession),
+		done:      make(chan struct{}),
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.timeout == 0 {
+		h.timeout = DefaultSessionTimeout
+	}
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.evBuf <= 0 {
+		h.evBuf = DefaultEventBuffer
+	}
+	if h.keepAlive == 0 {
+		h.keepAlive = DefaultKeepAlive
+	}
+	if opts.Token != "" {
+		h.token = []byte(opts.Token)
+	}
+	for _, o := range opts.AllowedOrigins {
+		if o == "*" {
+			h.anyOrigin = true
+		}
+		h.origins = append(h.origins, strings.TrimSuffix(o, "/"))
+	}
+	return h
+}
+
+// Sessions reports the number of open sessions.
+func (h *StreamableHandler) Sessions() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.sessions)
+}
+
+// Dropped reports how many messages related to no request were dropped
+// from a full session buffer before any GET stream delivered them.
+func (h *StreamableHandler) Dropped() uint64 { return h.dropped.Load() }
+
+// Close ends every session: their GET streams end and the endpoint's Close
+// is called for each. New sessions are refused afterwards (503). Requests
+// in flight finish as the endpoint answers them (Close cancels them).
+func (h *StreamableHandler) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.done)
+	all := h.sessions
+	h.sessions = make(map[string]*httpSession)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.sweeps.Wait() // a sweep that had started closes what it took
+	for _, hs := range all {
+		h.closeSession(hs)
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if reason := h.checkHostOrigin(r); reason != "" {
+		h.log.Debug("http: forbidden", "reason", reason, "host", r.Host, "remote", r.RemoteAddr)
+		plainError(w, http.StatusForbidden, "Forbidden: "+reason)
+		return
+	}
+	if h.token != nil && !h.authorized(r) {
+		w.Header()["Www-Authenticate"] = []string{`Bearer realm="mcpvisor"`}
+		plainError(w, http.StatusUnauthorized, "Unauthorized: a bearer token is required")
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.servePOST(w, r)
+	case http.MethodGet:
+		h.serveGET(w, r)
+	case http.MethodDelete:
+		h.serveDELETE(w, r)
+	default:
+		w.Header()["Allow"] = []string{"GET, POST, DELETE"}
+		plainError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+	}
+}
+
+// servePOST handles one JSON-RPC message from the client.
+func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
+	jsonOK, sseOK := accepts(r.Header[hdrAccept])
+	if !jsonOK && !sseOK {
+		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow application/json and text/event-stream")
+		return
+	}
+	if !h.checkVersion(w, r) {
+		return
+	}
+	body, status := h.readBody(r)
+	if status != 0 {
+		if status == http.StatusRequestEntityTooLarge {
+			rpcError(w, status, nil, rpc.InvalidRequest, "message exceeds "+strconv.FormatInt(h.maxBody, 10)+" bytes")
+		} else {
+			rpcError(w, status, nil, rpc.ParseError, "could not read the request body")
+		}
+		return
+	}
+	m, err := rpc.Decode(body)
+	if err != nil {
+		var id json.RawMessage
+		code, msg := rpc.ParseError, err.Error()
+		var de *rpc.DecodeError
+		if errors.As(err, &de) {
+			code = de.Code
+			if de.Request {
+				id = de.ID
+			}
+		}
+		rpcError(w, http.StatusBadRequest, id, code, msg)
+		return
+	}
+
+	var sid string
+	if v := r.Header[hdrSessionID]; len(v) != 0 {
+		sid = v[0]
+	}
+	if sid == "" {
+		if m.Method == "initialize" && m.IsRequest() {
+			h.initialize(w, r, m, jsonOK, sseOK)
+			return
+		}
+		rpcError(w, http.StatusBadRequest, requestID(m), rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required")
+		return
+	}
+	hs := h.acquire(sid)
+	if hs == nil {
+		sessionNotFound(w)
+		return
+	}
+	defer hs.release()
+
+	if !m.IsRequest() {
+		h.ep.Handle(r.Context(), hs.sess, m, noRelated)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK}
+	resp := h.ep.Handle(r.Context(), hs.sess, m, ps)
+	ps.finish(h.response(m, resp), jsonOK)
+}
+
+// initialize starts a session for an initialize request.
+func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m *rpc.Message, jsonOK, sseOK bool) {
+	h.mu.RLock()
+	closed := h.closed
+	h.mu.RUnlock()
+	if closed {
+		plainError(w, http.StatusServiceUnavailable, "Service Unavailable: shutting down")
+		return
+	}
+	hs := &httpSession{h: h, id: rand.Text()}
+	hs.active.Store(1)
+	hs.sess = h.ep.Open(hs)
+	hs.sess.ID = hs.id
+
+	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, sid: hs.id}
+	resp := h.response(m, h.ep.Handle(r.Context(), hs.sess, m, ps))
+	if resp.Error != nil || !h.register(hs) {
+		hs.release()
+		h.closeSession(hs)
+		if resp.Error == nil {
+			resp = &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.InternalError, Message: "server is shutting down"}}
+		}
+		ps.forgetSession()
+		ps.finish(resp, jsonOK)
+		return
+	}
+	h.log.Debug("http: session opened", "session", hs.id)
+	ps.finish(resp, jsonOK)
+	hs.release()
+}
+
+// response guards against an endpoint that breaks its contract.
+func (h *StreamableHandler) response(m, resp *rpc.Message) *rpc.Message {
+	if resp == nil {
+		h.log.Error("http: endpoint returned no response to a request", "method", m.Method)
+		return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.InternalError, Message: "no response"}}
+	}
+	return resp
+}
+
+// serveGET opens the session's stream for messages related to no request.
+func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
+	if _, sseOK := accepts(r.Header[hdrAccept]); !sseOK {
+		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow text/event-stream")
+		return
+	}
+	if !h.checkVersion(w, r) {
+		return
+	}
+	sid := r.Header.Get(hdrSessionID)
+	if sid == "" {
+		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
+		return
+	}
+	stream, after, resume := uint64(0), uint64(0), false
+	if v := r.Header[hdrLastEventID]; len(v) != 0 && v[0] != "" {
+		var ok bool
+		stream, after, ok = parseEventID(v[0])
+		if !ok {
+			plainError(w, http.StatusBadRequest, "Bad Request: malformed Last-Event-ID")
+			return
+		}
+		resume = true
+	}
+	hs := h.acquire(sid)
+	if hs == nil {
+		sessionNotFound(w)
+		return
+	}
+	defer hs.release()
+	if resume && stream != 0 {
+		// A POST stream: its request ended with its connection.
+		sseHeader(w)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	hs.serveStream(w, r, after, resume)
+}
+
+// serveDELETE ends a session.
+func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) {
+	if !h.checkVersion(w, r) {
+		return
+	}
+	sid := r.Header.Get(hdrSessionID)
+	if sid == "" {
+		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
+		return
+	}
+	h.mu.Lock()
+	hs := h.sessions[sid]
+	delete(h.sessions, sid)
+	h.mu.Unlock()
+	if hs == nil {
+		sessionNotFound(w)
+		return
+	}
+	h.log.Debug("http: session deleted", "session", sid)
+	h.closeSession(hs)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// acquire finds a live session and counts the caller as activity on it
+// (an active session does not expire); the caller must release it.
+func (h *StreamableHandler) acquire(sid string) *httpSession {
+	h.mu.RLock()
+	hs := h.sessions[sid]
+	if hs != nil {
+		hs.active.Add(1)
+	}
+	h.mu.RUnlock()
+	return hs
+}
+
+// register makes a new session visible; false if the handler is closed.
+func (h *StreamableHandler) register(hs *httpSession) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.sessions[hs.id] = hs
+	if h.timeout > 0 && !h.timerArmed {
+		if h.timer == nil {
+			h.timer = time.AfterFunc(h.timeout, h.sweep)
+		} else {
+			h.timer.Reset(h.timeout)
+		}
+		h.timerArmed = true
+	}
+	return true
+}
+
+// sweep closes the sessions idle for SessionTimeout and sets the timer for
+// the next one due. One timer serves all sessions of the handler.
+func (h *StreamableHandler) sweep() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.sweeps.Add(1)
+	defer h.sweeps.Done()
+	now := time.Now()
+	var expired []*httpSession
+	var next time.Time
+	for id, hs := range h.sessions {
+		var due time.Time
+		if hs.active.Load() > 0 {
+			due = now.Add(h.timeout)
+		} else if due = hs.sess.LastUsed().Add(h.timeout); !due.After(now) {
+			delete(h.sessions, id)
+			expired = append(expired, hs)
+			continue
+		}
+		if next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	h.timerArmed = !next.IsZero()
+	if h.timerArmed {
+		h.timer.Reset(next.Sub(now))
+	}
+	h.mu.Unlock()
+	for _, hs := range expired {
+		h.log.Debug("http: session expired", "session", hs.id)
+		h.closeSession(hs)
+	}
+}
+
+// closeSession ends hs (already out of the map, or never in it): its GET
+// stream ends, its Sink refuses messages, and the endpoint closes it.
+func (h *StreamableHandler) closeSession(hs *httpSession) {
+	hs.mu.Lock()
+	if hs.closed {
+		hs.mu.Unlock()
+		return
+	}
+	hs.closed = true
+	if hs.get != nil {
+		close(hs.get.stop)
+		hs.get = nil
+	}
+	hs.ring, hs.start, hs.n = nil, 0, 0
+	hs.mu.Unlock()
+	h.ep.Close(hs.sess)
+}
+
+// readBody reads a POST body of at most maxBody bytes into a buffer of its
+// own (the decoded message aliases it, and the endpoint may keep it). It
+// returns a non-zero HTTP status on failure.
+func (h *StreamableHandler) readBody(r *http.Request) ([]byte, int) {
+	if r.ContentLength > h.maxBody {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, http.StatusBadRequest
+		}
+		return b, 0
+	}
+	bp := getBuf()
+	defer putBuf(bp)
+	b := (*bp)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if int64(len(b)) > h.maxBody {
+			return nil, http.StatusRequestEntityTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, http.StatusBadRequest
+		}
+	}
+	*bp = b
+	return append([]byte(nil), b...), 0
+}
+
+// checkVersion rejects an MCP-Protocol-Version this transport does not
+// speak.
+func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
+	v := r.Header[hdrProtocolVersion]
+	if len(v) == 0 {
+		return true
+	}
+	switch v[0] {
+	case "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05":
+		return true
+	}
+	rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
+		"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v[0])+" (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)")
+	return false
+}
+
+// authorized checks the bearer token in constant time.
+func (h *StreamableHandler) authorized(r *http.Request) bool {
+	v := r.Header[hdrAuthorization]
+	if len(v) != 1 {
+		return false
+	}
+	a := v[0]
+	const scheme = "Bearer "
+	if len(a) < len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(a[len(scheme):])), h.token) == 1
+}
+
+// checkHostOrigin is the DNS-rebinding protection. It returns why r is
+// refused, or "".
+func (h *StreamableHandler) checkHostOrigin(r *http.Request) string {
+	loopback := false
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if t, ok := a.(*net.TCPAddr); ok {
+			loopback = t.IP.IsLoopback()
+		}
+	}
+	if h.hostCheck && loopback && !isLoopbackName(hostOnly(r.Host)) {
+		return "Host is not a loopback name"
+	}
+	if v := r.Header[hdrOrigin]; len(v) != 0 && !h.originAllowed(v[0], r.Host, loopback) {
+		return "Origin not allowed"
+	}
+	return ""
+}
+
+func (h *StreamableHandler) originAllowed(origin, host string, loopbackListener bool) bool {
+	if h.anyOrigin {
+		return true
+	}
+	o := strings.TrimSuffix(origin, "/")
+	for _, a := range h.origins {
+		if strings.EqualFold(a, o) {
+			return true
+		}
+	}
+	i := strings.Index(o, "://")
+	if i < 0 {
+		return false // "null" and garbage
+	}
+	hostport := o[i+3:]
+	if isLoopbackName(hostOnly(hostport)) {
+		return true
+	}
+	// Same origin, where Host itself is not checked.
+	return !loopbackListener && host != "" && strings.EqualFold(hostport, host)
+}
+
+// hostOnly strips the port from a Host header value or an origin's
+// authority, and the brackets from an IPv6 literal.
+func hostOnly(hp string) string {
+	if strings.HasPrefix(hp, "[") {
+		if i := strings.IndexByte(hp, ']'); i > 0 {
+			return hp[1:i]
+		}
+		return hp
+	}
+	if i := strings.IndexByte(hp, ':'); i >= 0 && strings.IndexByte(hp[i+1:], ':') < 0 {
+		return hp[:i]
+	}
+	return hp
+}
+
+// isLoopbackName reports whether host names the loopback interface:
+// localhost (and *.localhost, RFC 6761), 127.0.0.0/8 or ::1.
+func isLoopbackName(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	const sfx = ".localhost"
+	if len(host) > len(sfx) && strings.EqualFold(host[len(host)-len(sfx):], sfx) {
+		return true
+	}
+	if host == "" || (host[0] != ':' && (host[0] < '0' || host[0] > '9')) {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// accepts reads Accept headers: whether application/json and whether
+// text/event-stream are acceptable. No Accept header accepts anything.
+func accepts(vals []string) (jsonOK, sseOK bool) {
+	if len(vals) == 0 {
+		return true, true
+	}
+	for _, v := range vals {
+		if v == "application/json, text/event-stream" || v == "*/*" {
+			return true, true
+		}
+		for part := range strings.SplitSeq(v, ",") {
+			media, params, _ := strings.Cut(part, ";")
+			media = strings.TrimSpace(media)
+			if params != "" && zeroQ(params) {
+				continue
+			}
+			switch {
+			case media == "*/*":
+				jsonOK, sseOK = true, true
+			case strings.EqualFold(media, "application/json"), strings.EqualFold(media, "application/*"):
+				jsonOK = true
+			case strings.EqualFold(media, "text/event-stream"), strings.EqualFold(media, "text/*"):
+				sseOK = true
+			}
+		}
+	}
+	return jsonOK, sseOK
+}
+
+// zeroQ reports whether media-type parameters carry q=0 (not acceptable).
+func zeroQ(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(k, "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && q == 0
+		}
+	}
+	return false
+}
+
+// requestID is m's id if m is a request, for an error reply.
+func requestID(m *rpc.Message) json.RawMessage {
+	if m.IsRequest() {
+		return m.ID
+	}
+	return nil
+}
+
+// rpcError replies with an HTTP error status and a JSON-RPC error body.
+func rpcError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	m := rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
+	hdr := w.Header()
+	hdr[hdrContentType] = hvJSON
+	hdr["X-Content-Type-Options"] = hvNoSniff
+	w.WriteHeader(status)
+	_, _ = w.Write(m.Encode())
+}
+
+// plainError replies with an HTTP error status and a text body.
+func plainError(w http.ResponseWriter, status int, msg string) {
+	hdr := w.Header()
+	hdr[hdrContentType] = hvText
+	hdr["X-Content-Type-Options"] = hvNoSniff
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// sessionNotFound is the 404 for an unknown, deleted or expired session.
+// The body is deliberately not a JSON-RPC error: clients (the go-sdk among
+// them) read a bare 404 as "this session is gone, initialize again".
+func sessionNotFound(w http.ResponseWriter) {
+	plainError(w, http.StatusNotFound, "Not Found: no such session (it may have expired or been deleted)")
+}
+
+// noRelated is the related Sink for messages that are not requests.
+var noRelated = SinkFunc(func(*rpc.Message) error { return ErrNoStream })
+
+// bufPool holds encoding buffers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > 1<<16 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}

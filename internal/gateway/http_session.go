@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// httpSession is one Mcp-Session-Id. It is the Sink the endpoint got from
+// Open: messages related to no request are numbered and kept in a ring,
+// and the GET stream, when one is open, writes them out.
+type httpSession struct {
+	h    *StreamableHandler
+	id   string
+	sess *Session
+
+	active  atomic.Int32  // requests and GET streams in progress
+	streams atomic.Uint64 // POST streams numbered so far
+
+	mu        sync.Mutex
+	closed    bool
+	ring      []outEvent // len EventBuffer once used; nil before and after
+	start, n  int        // ring[start] is the oldest of n events
+	seq       uint64     // the last event's number
+	delivered uint64     // the last event written to a GET stream
+	get       *getStream // the open GET stream, if any
+}
+
+// outEvent is one message for the GET stream, encoded for an SSE data
+// line.
+type outEvent struct {
+	seq  uint64
+	data []byte
+}
+
+// getStream is the control of one GET request's stream.
+type getStream struct {
+	wake chan struct{} // cap 1: there are new events
+	stop chan struct{} // closed: replaced by a newer GET, or the session ended
+}
+
+// release ends one unit of activity begun by acquire.
+func (hs *httpSession) release() {
+	hs.sess.Touch()
+	hs.active.Add(-1)
+}
+
+// Send queues m for the session's GET stream. It never blocks on the
+// network: a full ring drops its oldest event.
+func (hs *httpSession) Send(m *rpc.Message) error {
+	data := encodeEvent(m)
+	hs.mu.Lock()
+	if hs.closed {
+		hs.mu.Unlock()
+		return ErrSessionClosed
+	}
+	if hs.ring == nil {
+		hs.ring = make([]outEvent, hs.h.evBuf)
+	}
+	hs.seq++
+	ev := outEvent{seq: hs.seq, data: data}
+	if hs.n == len(hs.ring) {
+		if old := hs.ring[hs.start]; old.seq > hs.delivered {
+			hs.h.dropped.Add(1)
+			hs.h.log.Debug("http: session buffer full, dropped a message", "session", hs.id)
+		}
+		hs.ring[hs.start] = ev
+		hs.start = (hs.start + 1) % len(hs.ring)
+	} else {
+		hs.ring[(hs.start+hs.n)%len(hs.ring)] = ev
+		hs.n++
+	}
+	if g := hs.get; g != nil {
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
+	hs.mu.Unlock()
+	return nil
+}
+
+// eventsAfter appends the kept events numbered after seq to dst.
+func (hs *httpSession) eventsAfter(dst []outEvent, seq uint64) []outEvent {
+	for i := 0; i < hs.n; i++ {
+		if ev := hs.ring[(hs.start+i)%len(hs.ring)]; ev.seq > seq {
+			dst = append(dst, ev)
+		}
+	}
+	return dst
+}
+
+// serveStream runs the session's GET stream until the client goes away, a
+// newer GET replaces it, the session ends or the handler closes. It starts
+// after event number after if resume, else after the last event already
+// written to a stream.
+func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after uint64, resume bool) {
+	h := hs.h
+	g := &getStream{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	hs.mu.Lock()
+	if hs.closed {
+		hs.mu.Unlock()
+		sessionNotFound(w)
+		return
+	}
+	if old := hs.get; old != nil {
+		close(old.stop)
+		h.log.Debug("http: GET stream replaced by a newer one", "session", hs.id)
+	}
+	hs.get = g
+	if !resume || after > hs.seq {
+		after = hs.delivered
+	}
+	hs.mu.Unlock()
+	defer func() {
+		hs.mu.Lock()
+		if hs.get == g {
+			hs.get = nil
+		}
+		hs.mu.Unlock()
+	}()
+
+	rc := http.NewResponseController(w)
+	sseHeader(w)
+	w.WriteHeader(http.StatusOK)
+	// A first write, so that proxies pass the headers on at once.
+	if _, err := w.Write([]byte(": ok\n\n")); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		return
+	}
+
+	var tick <-chan time.Time
+	if h.keepAlive > 0 {
+		t := time.NewTicker(h.keepAlive)
+		defer t.Stop()
+		tick = t.C
+	}
+	var evs []outEvent
+	var buf []byte
+	sent := after
+	for {
+		hs.mu.Lock()
+		evs = hs.eventsAfter(evs[:0], sent)
+		hs.mu.Unlock()
+		if len(evs) != 0 {
+			buf = buf[:0]
+			for _, ev := range evs {
+				buf = appendSSE(buf, 0, ev.seq, ev.data)
+			}
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			sent = evs[len(evs)-1].seq
+			clear(evs) // let delivered data go
+			hs.mu.Lock()
+			if sent > hs.delivered {
+				hs.delivered = sent
+			}
+			hs.mu.Unlock()
+		}
+		select {
+		case <-g.wake:
+		case <-tick:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		case <-g.stop:
+			return
+		case <-h.done:
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
