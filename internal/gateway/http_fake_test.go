@@ -1,0 +1,348 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// httpFake is a small Endpoint for the transport tests. Tools: echo
+// (returns arguments.text), progress (3 related progress notifications,
+// then a result), sample (a related sampling/createMessage request; the
+// result is the client's answer), block (waits until its ctx ends).
+type httpFake struct {
+	mu       sync.Mutex
+	sessions []*Session
+	pending  map[string]chan *rpc.Message // server→client request id → response
+	nextID   int
+	notes    []string // methods of notifications received
+
+	opened, closed atomic.Int32
+	closedCh       chan *Session // every Close, if set
+	cancelled      chan struct{} // a block call saw its ctx end, if set
+}
+
+func newHTTPFake() *httpFake {
+	return &httpFake{
+		pending:   make(map[string]chan *rpc.Message),
+		closedCh:  make(chan *Session, 16),
+		cancelled: make(chan struct{}, 16),
+	}
+}
+
+func (f *httpFake) Open(out Sink) *Session {
+	s := NewSession(out)
+	f.mu.Lock()
+	f.sessions = append(f.sessions, s)
+	f.mu.Unlock()
+	f.opened.Add(1)
+	return s
+}
+
+func (f *httpFake) Close(s *Session) {
+	f.closed.Add(1)
+	select {
+	case f.closedCh <- s:
+	default:
+	}
+}
+
+// session returns the session with the given id.
+func (f *httpFake) session(id string) *Session {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.sessions {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	switch {
+	case m.IsResponse():
+		f.mu.Lock()
+		ch := f.pending[string(m.ID)]
+		delete(f.pending, string(m.ID))
+		f.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+		return nil
+	case m.IsNotification():
+		f.mu.Lock()
+		f.notes = append(f.notes, m.Method)
+		f.mu.Unlock()
+		return nil
+	}
+	switch m.Method {
+	case "initialize":
+		var p struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		if p.ProtocolVersion == "refuse" {
+			return httpFakeError(m, rpc.InvalidParams, "refused")
+		}
+		v := p.ProtocolVersion
+		switch v {
+		case "2025-11-25", "2025-06-18", "2025-03-26":
+		default:
+			v = "2025-11-25"
+		}
+		return httpFakeResult(m, map[string]any{
+			"protocolVersion": v,
+			"capabilities":    map[string]any{"tools": map[string]any{"listChanged": true}},
+			"serverInfo":      map[string]any{"name": "fake", "version": "1.0.0"},
+		})
+	case "ping":
+		return &rpc.Message{ID: m.ID, Result: json.RawMessage(`{}`)}
+	case "tools/list":
+		tools := []map[string]any{}
+		for _, name := range []string{"echo", "progress", "sample", "block"} {
+			tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
+		}
+		return httpFakeResult(m, map[string]any{"tools": tools})
+	case "tools/call":
+		var p struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			return httpFakeError(m, rpc.InvalidParams, err.Error())
+		}
+		switch p.Name {
+		case "echo":
+			text, _ := p.Arguments["text"].(string)
+			return httpFakeText(m, text)
+		case "progress":
+			tok := rpc.ProgressToken(m.Params)
+			if tok == nil {
+				tok = json.RawMessage(`"none"`)
+			}
+			for i := 1; i <= 3; i++ {
+				params := `{"progressToken":` + string(tok) + `,"progress":` + strconv.Itoa(i) + `,"total":3}`
+				if err := related.Send(&rpc.Message{Method: "notifications/progress", Params: json.RawMessage(params)}); err != nil {
+					return httpFakeText(m, "progress not sent: "+err.Error())
+				}
+			}
+			return httpFakeText(m, "done")
+		case "sample":
+			f.mu.Lock()
+			f.nextID++
+			id := `"s-` + strconv.Itoa(f.nextID) + `"`
+			ch := make(chan *rpc.Message, 1)
+			f.pending[id] = ch
+			f.mu.Unlock()
+			req := &rpc.Message{ID: json.RawMessage(id), Method: "sampling/createMessage",
+				Params: json.RawMessage(`{"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":10}`)}
+			if err := related.Send(req); err != nil {
+				return httpFakeError(m, rpc.InternalError, err.Error())
+			}
+			select {
+			case r := <-ch:
+				if r.Error != nil {
+					return httpFakeError(m, rpc.InternalError, "sampling failed: "+r.Error.Message)
+				}
+				var res struct {
+					Content struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				}
+				_ = json.Unmarshal(r.Result, &res)
+				return httpFakeText(m, "sampled: "+res.Content.Text)
+			case <-ctx.Done():
+				return httpFakeError(m, rpc.InternalError, "cancelled")
+			}
+		case "block":
+			<-ctx.Done()
+			f.cancelled <- struct{}{}
+			return httpFakeError(m, rpc.InternalError, "cancelled")
+		}
+		return httpFakeError(m, rpc.InvalidParams, "unknown tool "+p.Name)
+	}
+	return httpFakeError(m, rpc.MethodNotFound, "method not found: "+m.Method)
+}
+
+func httpFakeResult(m *rpc.Message, v any) *rpc.Message {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return &rpc.Message{ID: m.ID, Result: b}
+}
+
+func httpFakeText(m *rpc.Message, text string) *rpc.Message {
+	return httpFakeResult(m, map[string]any{"content": []map[string]any{{"type": "text", "text": text}}})
+}
+
+func httpFakeError(m *rpc.Message, code int, msg string) *rpc.Message {
+	return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: code, Message: msg}}
+}
+
+// httpTestServer serves a fake endpoint over a real listener.
+type httpTestServer struct {
+	t    *testing.T
+	fake *httpFake
+	h    *StreamableHandler
+	srv  *httptest.Server
+	url  string
+}
+
+func newHTTPTestServer(t *testing.T, opts HTTPOptions) *httpTestServer {
+	t.Helper()
+	f := newHTTPFake()
+	h := NewStreamableHandler(f, opts)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		srv.Close()
+	})
+	return &httpTestServer{t: t, fake: f, h: h, srv: srv, url: srv.URL}
+}
+
+const httpAccept = "application/json, text/event-stream"
+
+// do sends one request; hdr holds extra headers ("Accept" defaults to
+// httpAccept, "" deletes a header).
+func (s *httpTestServer) do(method, sid, body string, hdr map[string]string) *http.Response {
+	s.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.url, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Accept", httpAccept)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := s.srv.Client().Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return resp
+}
+
+// status sends a request and returns its status, closing the body.
+func (s *httpTestServer) status(method, sid, body string, hdr map[string]string) int {
+	s.t.Helper()
+	resp := s.do(method, sid, body, hdr)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+const httpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+
+// initialize opens a session and returns its id.
+func (s *httpTestServer) initialize() string {
+	s.t.Helper()
+	resp := s.do("POST", "", httpInit, nil)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		s.t.Fatalf("initialize: %d %q session %q", resp.StatusCode, body, sid)
+	}
+	if s.status("POST", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil) != http.StatusAccepted {
+		s.t.Fatal("notifications/initialized not accepted")
+	}
+	return sid
+}
+
+// sseEvent is one parsed server-sent event.
+type sseEvent struct {
+	id, name, data string
+	comment        bool // a comment line on its own (": ping")
+}
+
+// sseReader parses an event stream.
+type sseReader struct{ r *bufio.Reader }
+
+func newSSEReader(r io.Reader) *sseReader { return &sseReader{bufio.NewReader(r)} }
+
+// next returns the next event, or a comment if it comes first.
+func (s *sseReader) next() (sseEvent, error) {
+	var ev sseEvent
+	seen := false
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if seen {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"):
+			if !seen {
+				return sseEvent{comment: true, data: strings.TrimSpace(line[1:])}, nil
+			}
+		default:
+			seen = true
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimPrefix(v, " ")
+			switch k {
+			case "id":
+				ev.id = v
+			case "event":
+				ev.name = v
+			case "data":
+				ev.data += v
+			}
+		}
+	}
+}
+
+// nextEvent skips comments.
+func (s *sseReader) nextEvent() (sseEvent, error) {
+	for {
+		ev, err := s.next()
+		if err != nil || !ev.comment {
+			return ev, err
+		}
+	}
+}
+
+// waitFor waits for a condition that becomes true asynchronously.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
