@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Throughput of the POST path against the HTTP floor, same client, 16
+// concurrent callers: compare calls/s of BenchmarkStreamablePost and
+// BenchmarkBareHandler from one run.
+
+const benchCallers = 16
+
+var (
+	benchCall   = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}`)
+	benchResult = json.RawMessage(`{"content":[{"type":"text","text":"hello"}]}`)
+	benchReply  = []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hello"}]}}`)
+)
+
+// benchEndpoint answers every request at once with a canned result.
+type benchEndpoint struct{}
+
+func (benchEndpoint) Open(out Sink) *Session { return NewSession(out) }
+func (benchEndpoint) Close(*Session)         {}
+func (benchEndpoint) Handle(_ context.Context, _ *Session, m *rpc.Message, _ Sink) *rpc.Message {
+	if !m.IsRequest() {
+		return nil
+	}
+	return &rpc.Message{ID: m.ID, Result: benchResult}
+}
+
+// benchClient is the load client both benchmarks share.
+func benchClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 2 * benchCallers
+	tr.MaxIdleConnsPerHost = 2 * benchCallers
+	return &http.Client{Transport: tr}
+}
+
+// benchLoad runs benchCallers goroutines POSTing benchCall with hdr.
+func benchLoad(b *testing.B, url string, hdr http.Header) {
+	c := benchClient()
+	defer c.CloseIdleConnections()
+	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 512)
+		for pb.Next() {
+			req, err := http.NewRequest("POST", url, bytes.NewReader(benchCall))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			req.Header = hdr.Clone()
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			n, _ := io.ReadFull(resp.Body, buf)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !bytes.Equal(buf[:n], benchReply) {
+				b.Errorf("%d %q", resp.StatusCode, buf[:n])
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+func BenchmarkStreamablePost(b *testing.B) {
+	h := NewStreamableHandler(benchEndpoint{}, HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+
+	req, _ := http.NewRequest("POST", srv.URL, bytes.NewReader([]byte(httpInit)))
+	req.Header.Set("Accept", httpAccept)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if sid == "" {
+		b.Fatal("no session")
+	}
+	hdr := http.Header{}
+	hdr.Set("Accept", httpAccept)
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Mcp-Session-Id", sid)
+	hdr.Set("Mcp-Protocol-Version", "2025-11-25")
+	benchLoad(b, srv.URL, hdr)
+}
+
+// BenchmarkBareHandler is the floor: a bare handler that reads the body
+// and returns a canned JSON-RPC reply.
+func BenchmarkBareHandler(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(benchReply)
+	}))
+	defer srv.Close()
+	hdr := http.Header{}
+	hdr.Set("Accept", httpAccept)
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Mcp-Session-Id", "x")
+	hdr.Set("Mcp-Protocol-Version", "2025-11-25")
+	benchLoad(b, srv.URL, hdr)
+}
