@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
@@ -20,8 +21,9 @@ type app struct {
 	cfg   *config.Config
 	log   *slog.Logger
 	rt    *proc.Runtime
-	fleet *fleet.Fleet
-	gw    *gateway.Gateway
+	fleet  *fleet.Fleet
+	gw     *gateway.Gateway
+	events *admin.EventLog
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -86,13 +88,14 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	}
 	log.Info("process containment", "layers", strings.Join(active, ","))
 	gw := gateway.New(log)
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected})
+	events := admin.NewEventLog(1000)
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected, OnEvent: events.Add})
 	if err != nil {
 		_ = rt.Close(context.Background())
 		return nil, err
 	}
 	gw.SetFleet(f)
-	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw}, nil
+	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events}, nil
 }
 
 // startEager starts the servers marked eager, in the background.

@@ -17,6 +17,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newPsCmd())
 	return root
 }

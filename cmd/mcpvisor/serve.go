@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 )
 
@@ -74,6 +75,7 @@ The first SIGINT or SIGTERM stops every server in parallel within
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
+			mux.Handle("/api/", admin.New(a.fleet, a.events, admin.Options{Token: token}))
 			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 

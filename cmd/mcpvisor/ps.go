@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+)
+
+func newPsCmd() *cobra.Command {
+	var addr, tokenFile string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ps [--addr 127.0.0.1:7331]",
+		Short: "List the servers of a running mcpvisor serve and their state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := os.Getenv("MCPVISOR_TOKEN")
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				token = strings.TrimSpace(string(b))
+			}
+			url := addr
+			if !strings.Contains(url, "://") {
+				url = "http://" + url
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, strings.TrimSuffix(url, "/")+"/api/servers", nil)
+			if err != nil {
+				return err
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			client := &http.Client{Timeout: 10 * time.Second}
+			resp, err := client.Do(req)
+			if err != nil {
+				return fmt.Errorf("is mcpvisor serve running at %s? %w", addr, err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var st admin.Servers
+			if err := json.Unmarshal(body, &st); err != nil {
+				return fmt.Errorf("unexpected answer from %s: %w", addr, err)
+			}
+			return printPs(cmd.OutOrStdout(), st, time.Now())
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7331", "address of mcpvisor serve")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	return cmd
+}
+
+func printPs(w io.Writer, st admin.Servers, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
+	for _, s := range st.Servers {
+		pid, up, idle := "-", "-", "-"
+		if s.PID != 0 {
+			pid = fmt.Sprint(s.PID)
+		}
+		if !s.StartedAt.IsZero() {
+			up = age(now.Sub(s.StartedAt))
+		}
+		if !s.LastActivity.IsZero() {
+			idle = age(now.Sub(s.LastActivity))
+		}
+		errText := s.LastError
+		if len(errText) > 60 {
+			errText = errText[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, up, idle, s.InFlight, s.Restarts, s.Spawns, errText)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var states []string
+	for _, k := range sortedStates(st.Totals.ByState) {
+		states = append(states, fmt.Sprintf("%s %d", k, st.Totals.ByState[k]))
+	}
+	_, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", "))
+	return err
+}
+
+func sortedStates(m map[string]int) []string {
+	order := []string{"running", "starting", "restarting", "degraded", "dormant", "new", "failed", "stopped"}
+	var out []string
+	for _, k := range order {
+		if _, ok := m[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return d.Round(time.Minute).String()
+	default:
+		return d.Round(time.Hour).String()
+	}
+}

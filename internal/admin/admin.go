@@ -1,0 +1,170 @@
+// Package admin serves mcpvisor's status API on the serve listener:
+// GET /api/servers (every server's state) and GET /api/events (recent
+// lifecycle events). It reads the fleet; it changes nothing.
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// Servers is the body of GET /api/servers.
+type Servers struct {
+	Servers []fleet.Status `json:"servers"`
+	Totals  Totals         `json:"totals"`
+}
+
+// Totals counts servers: running ones are active, dormant ones hold no
+// process, and ByState has every state.
+type Totals struct {
+	Total   int            `json:"total"`
+	Active  int            `json:"active"`
+	Dormant int            `json:"dormant"`
+	ByState map[string]int `json:"byState"`
+}
+
+// Snapshot builds the status of every server of f.
+func Snapshot(f *fleet.Fleet) Servers {
+	out := Servers{Totals: Totals{ByState: map[string]int{}}}
+	for _, s := range f.Servers() {
+		st := s.Status()
+		out.Servers = append(out.Servers, st)
+		out.Totals.Total++
+		out.Totals.ByState[st.State]++
+		switch st.State {
+		case "running", "degraded", "starting", "restarting":
+			out.Totals.Active++
+		case "dormant":
+			out.Totals.Dormant++
+		}
+	}
+	return out
+}
+
+// Options configure the handler.
+type Options struct {
+	// Token, if set, is required as a bearer token, as on /mcp.
+	Token string
+}
+
+// Handler serves /api/servers and /api/events.
+type Handler struct {
+	f    *fleet.Fleet
+	opts Options
+	mux  *http.ServeMux
+	log  *EventLog
+}
+
+// New returns the admin API over f; events are read from log (may be nil).
+func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
+	h := &Handler{f: f, opts: opts, mux: http.NewServeMux(), log: log}
+	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, Snapshot(h.f))
+	})
+	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"events": h.log.Events()})
+	})
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !loopbackHostOK(r) {
+		http.Error(w, "forbidden host", http.StatusForbidden)
+		return
+	}
+	if h.opts.Token != "" {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpvisor"`)
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// loopbackHostOK applies DNS-rebinding protection: a request that arrived
+// on a loopback address must name a loopback host.
+func loopbackHostOK(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return true
+	}
+	ta, ok := local.(*net.TCPAddr)
+	if !ok || !ta.IP.IsLoopback() {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// EventLog keeps the most recent lifecycle events in memory.
+type EventLog struct {
+	mu     sync.Mutex
+	max    int
+	events []fleet.Event
+}
+
+// NewEventLog keeps at most max events (default 1000).
+func NewEventLog(max int) *EventLog {
+	if max <= 0 {
+		max = 1000
+	}
+	return &EventLog{max: max}
+}
+
+// Add records an event (fleet.Options.OnEvent).
+func (l *EventLog) Add(e fleet.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+	if len(l.events) > l.max {
+		l.events = append(l.events[:0], l.events[len(l.events)-l.max:]...)
+	}
+}
+
+// Events returns the kept events, oldest first.
+func (l *EventLog) Events() []fleet.Event {
+	if l == nil {
+		return []fleet.Event{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := append([]fleet.Event{}, l.events...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
+
+// Count returns how many kept events have type typ, for server (any server
+// when "").
+func (l *EventLog) Count(server, typ string) int {
+	n := 0
+	for _, e := range l.Events() {
+		if e.Type == typ && (server == "" || e.Server == server) {
+			n++
+		}
+	}
+	return n
+}
