@@ -29,6 +29,34 @@ type world struct {
 	rt     *proc.Runtime
 	fleet  *fleet.Fleet
 	gw     *Gateway
+
+	evMu   sync.Mutex
+	events []fleet.Event
+}
+
+// count is how many events of type typ server had.
+func (w *world) count(server, typ string) int {
+	w.evMu.Lock()
+	defer w.evMu.Unlock()
+	n := 0
+	for _, e := range w.events {
+		if e.Server == server && e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+// waitEvent waits until server has had n events of type typ.
+func (w *world) waitEvent(server, typ string, n int, timeout time.Duration) {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for w.count(server, typ) < n {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("server %s: %d %q events after %v, want %d", server, w.count(server, typ), typ, timeout, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // newWorld builds a gateway from a config whose mcpServers are given as
@@ -61,7 +89,12 @@ func newWorld(t testing.TB, servers string) *world {
 		t.Fatal(err)
 	}
 	w.gw = New(log)
-	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnReconnect: w.gw.Reconnected})
+	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnReconnect: w.gw.Reconnected,
+		OnEvent: func(e fleet.Event) {
+			w.evMu.Lock()
+			w.events = append(w.events, e)
+			w.evMu.Unlock()
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,3 +221,6 @@ func (w *world) pid(name string) int {
 	}
 	return 0
 }
+
+func writeFile(path string) error  { return os.WriteFile(path, nil, 0o600) }
+func removeFile(path string) error { return os.Remove(path) }
