@@ -103,7 +103,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 	if resp.Error != nil {
 		return fmt.Errorf("%w: initialize refused: %s", lifecycle.ErrServerUnavailable, resp.Error.Message)
 	}
-	init, err := parseInit(resp.Result)
+	init, err := ParseInit(resp.Result)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,9 @@ func (c *Conn) handshake(ctx context.Context) error {
 	return c.rpc.Notify("notifications/initialized", nil)
 }
 
-func parseInit(raw json.RawMessage) (*InitResult, error) {
+// ParseInit decodes an initialize result (as a server sent it, or as it
+// was cached).
+func ParseInit(raw json.RawMessage) (*InitResult, error) {
 	var r InitResult
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("%w: malformed initialize result: %v", lifecycle.ErrTransport, err)
