@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -85,5 +86,62 @@ func TestSnapshotNeverMixesRequests(t *testing.T) {
 			}
 		}
 		wg.Wait()
+	}
+}
+
+// TestSnapshotRace constructs the race of seed 000 at the watchdog: a
+// request that started at 0 s ends at 10 s at the very moment the watchdog
+// reads the state (idle timeout 1 s). With one snapshot, whichever side of
+// the read End lands on, the watchdog sees a busy server or one that was
+// just active, and the idle deadline is 1 s after the request ended. With
+// the two values read separately and End between the reads, it sees the
+// start time with nothing in flight and reaps the server at once — before
+// the response could be flushed.
+func TestSnapshotRace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		read      func(tr *Tracker) (time.Time, int) // End happens inside
+		wantFired time.Duration
+	}{
+		{"End before Snapshot", func(tr *Tracker) (time.Time, int) {
+			tr.End()
+			return tr.Snapshot()
+		}, 11 * time.Second},
+		{"End after Snapshot", func(tr *Tracker) (time.Time, int) {
+			last, n := tr.Snapshot()
+			tr.End()
+			return last, n
+		}, 11 * time.Second},
+		{"split reads with End between (the race)", func(tr *Tracker) (time.Time, int) {
+			tr.mu.Lock()
+			last := tr.last
+			tr.mu.Unlock()
+			tr.End()
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return last, tr.inflight
+		}, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				tr := NewTracker(nil)
+				tr.Begin()
+				ended := false
+				state := func() (time.Time, int) {
+					if !ended && time.Since(t0) == 10*time.Second {
+						ended = true
+						return tc.read(tr)
+					}
+					return tr.Snapshot()
+				}
+				_, p := start(t, Config{IdleTimeout: time.Second, State: state})
+				advance(time.Minute)
+				if !ended {
+					t.Fatal("the watchdog did not read the state at 10 s")
+				}
+				wantFired(t, p, Idle, t0.Add(tc.wantFired))
+			})
+		})
 	}
 }
