@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
@@ -13,17 +16,19 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // app is what serve and stdio share: config, process runtime, fleet and
 // gateway.
 type app struct {
-	cfg   *config.Config
-	log   *slog.Logger
-	rt    *proc.Runtime
+	cfg    *config.Config
+	log    *slog.Logger
+	rt     *proc.Runtime
 	fleet  *fleet.Fleet
 	gw     *gateway.Gateway
 	events *admin.EventLog
+	store  *store.Store // nil when the state file could not be opened
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -87,19 +92,39 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		}
 	}
 	log.Info("process containment", "layers", strings.Join(active, ","))
+	// The persisted cache is a convenience: without it (another mcpvisor
+	// holds the file, the disk is read-only) every server is simply
+	// learned again.
+	st, err := store.Open(filepath.Join(stateDir, "state.db"), store.Options{Logger: log})
+	if err != nil {
+		log.Warn("running without the persisted tools cache", "err", err)
+		st = nil
+	}
 	gw := gateway.New(log)
 	events := admin.NewEventLog(1000)
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected, OnEvent: events.Add})
+	onEvent := func(e fleet.Event) {
+		events.Add(e)
+		details, _ := json.Marshal(e.Details)
+		_ = st.AppendEvent(store.Event{Time: e.Time, Server: e.Server, Type: e.Type, Details: details})
+	}
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected, OnEvent: onEvent})
 	if err != nil {
+		_ = st.Close()
 		_ = rt.Close(context.Background())
 		return nil, err
 	}
 	gw.SetFleet(f)
-	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events}, nil
+	gw.SetStore(st)
+	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, store: st}, nil
 }
 
-// startEager starts the servers marked eager, in the background.
-func (a *app) startEager(ctx context.Context) {
+// startEager starts the servers marked eager, in the background, and,
+// when learn is set, starts each server whose lists are not cached, two at
+// a time, to learn them, then lets it sleep again.
+func (a *app) startEager(ctx context.Context, learn bool) {
+	if learn {
+		go a.gw.Learn(ctx, 2)
+	}
 	for _, s := range a.fleet.Servers() {
 		if s.Config().Eager {
 			go func() {
@@ -116,8 +141,6 @@ func (a *app) startEager(ctx context.Context) {
 func (a *app) close(ctx context.Context) error {
 	ferr := a.fleet.Close(ctx)
 	rerr := a.rt.Close(ctx)
-	if ferr != nil {
-		return ferr
-	}
-	return rerr
+	serr := a.store.Close()
+	return errors.Join(ferr, rerr, serr)
 }

@@ -22,6 +22,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		configFile, listen, tokenFile, stateDir string
 		shutdown                                time.Duration
+		noLearn                                 bool
 		lf                                      logFlags
 	)
 	cmd := &cobra.Command{
@@ -81,7 +82,7 @@ The first SIGINT or SIGTERM stops every server in parallel within
 
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			a.startEager(ctx)
+			a.startEager(ctx, !noLearn)
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			fmt.Fprintf(cmd.ErrOrStderr(), "mcpvisor: serving %d servers at http://%s/mcp\n", len(a.fleet.Servers()), ln.Addr())
@@ -103,6 +104,7 @@ The first SIGINT or SIGTERM stops every server in parallel within
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from the config, else 127.0.0.1:7331)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients must send")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
 	cmd.Flags().DurationVar(&shutdown, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
 	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")

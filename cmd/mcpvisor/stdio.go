@@ -17,6 +17,7 @@ func newStdioCmd() *cobra.Command {
 	var (
 		configFile, stateDir, server string
 		shutdown                     time.Duration
+		noLearn                      bool
 		lf                           logFlags
 	)
 	cmd := &cobra.Command{
@@ -45,7 +46,7 @@ stdin closes, mcpvisor stops every server and exits.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			a.startEager(ctx)
+			a.startEager(ctx, !noLearn)
 			err = gateway.ServeStdio(ctx, ep, os.Stdin, os.Stdout, log)
 			stop()
 			_ = err // stdin EOF or a signal: both end the session normally
@@ -55,6 +56,7 @@ stdin closes, mcpvisor stops every server and exits.`,
 	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file (JSON)")
 	cmd.Flags().StringVar(&server, "server", "", "serve only this server, unprefixed")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
 	cmd.Flags().DurationVar(&shutdown, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
 	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")

@@ -48,6 +48,7 @@ type instance struct {
 	failures     []time.Time // recent failed starts
 	lastErr      error
 	spawns       int
+	requests     int64 // Begin calls, ever
 }
 
 func (s *Server) newInstance(key string) *instance {
@@ -111,6 +112,7 @@ func pidOf(l Live) int {
 
 func (in *instance) begin() {
 	in.mu.Lock()
+	in.requests++
 	in.inflight++
 	in.lastActivity = time.Now()
 	in.mu.Unlock()
@@ -193,6 +195,12 @@ func (in *instance) idleCheck() {
 		in.mu.Unlock()
 		return
 	}
+	in.sleepLocked(now)
+}
+
+// sleepLocked starts a dormant stop; mu is held and released.
+func (in *instance) sleepLocked(now time.Time) {
+	cfg := in.srv.cfg
 	in.phase = phaseSleeping
 	done := make(chan struct{})
 	in.sleepDone = done
@@ -220,6 +228,18 @@ func (in *instance) idleCheck() {
 		}
 		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: d})
 	}()
+}
+
+// rest puts the instance to sleep now if it runs, nothing is in flight and
+// no request began since the count requests was read.
+func (in *instance) rest(requests int64) bool {
+	in.mu.Lock()
+	if in.phase != phaseRunning || in.inflight > 0 || in.requests != requests || in.conn == nil {
+		in.mu.Unlock()
+		return false
+	}
+	in.sleepLocked(time.Now())
+	return true
 }
 
 // stopBound is how long a dormant stop may take before it gives up waiting

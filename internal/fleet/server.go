@@ -131,3 +131,15 @@ func (s *Server) Status() Status {
 	s.mu.Unlock()
 	return st
 }
+
+// Requests counts the requests ever begun on the shared instance.
+func (s *Server) Requests() int64 {
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	return s.shared.requests
+}
+
+// Rest puts the shared instance to sleep at once if it is running, has
+// nothing in flight and no request began since Requests returned requests:
+// a server started only to learn its lists goes back to sleep.
+func (s *Server) Rest(requests int64) bool { return s.shared.rest(requests) }

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -23,11 +27,29 @@ var (
 	kindTemplates = listKind{"resources/templates/list", "resourceTemplates", "resources"}
 )
 
-// catalog caches one server's lists, as the server sent their items, until
-// the server says they changed or reconnects.
+// catalog caches one server's lists, as the server sent their items, and
+// its initialize result, so that a dormant or never-started server still
+// lists its tools. It is written through to the persisted store, keyed by
+// the server's launch hash (a config change starts afresh), and refreshed
+// when the server says a list changed or reconnects.
 type catalog struct {
 	mu    sync.Mutex
 	lists map[string][]json.RawMessage
+	init  json.RawMessage
+}
+
+func (c *catalog) getInit() json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.init
+}
+
+func (c *catalog) putInit(raw json.RawMessage) (changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed = string(c.init) != string(raw)
+	c.init = raw
+	return changed
 }
 
 func (c *catalog) get(k listKind) ([]json.RawMessage, bool) {
@@ -37,13 +59,28 @@ func (c *catalog) get(k listKind) ([]json.RawMessage, bool) {
 	return items, ok
 }
 
-func (c *catalog) put(k listKind, items []json.RawMessage) {
+// put stores a list and reports whether it differs from what was there.
+func (c *catalog) put(k listKind, items []json.RawMessage) (changed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lists == nil {
 		c.lists = map[string][]json.RawMessage{}
 	}
+	old, had := c.lists[k.member]
 	c.lists[k.member] = items
+	return !had || !sameItems(old, items)
+}
+
+func sameItems(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i]) != string(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *catalog) drop(members ...string) {
@@ -54,39 +91,146 @@ func (c *catalog) drop(members ...string) {
 	}
 }
 
-// invalidate forgets a server's list after its list_changed notification.
+// invalidate refreshes a server's list after its list_changed
+// notification: the cached list is dropped, and fetched again in the
+// background so that the persisted copy stays current.
 func (g *Gateway) invalidate(server, method string) {
 	cat := g.catalogs[server]
 	if cat == nil {
 		return
 	}
+	var kinds []listKind
 	switch method {
 	case "notifications/tools/list_changed":
-		cat.drop(kindTools.member)
+		kinds = []listKind{kindTools}
 	case "notifications/prompts/list_changed":
-		cat.drop(kindPrompts.member)
+		kinds = []listKind{kindPrompts}
 	case "notifications/resources/list_changed":
-		cat.drop(kindResources.member, kindTemplates.member)
+		kinds = []listKind{kindResources, kindTemplates}
+	}
+	for _, k := range kinds {
+		cat.drop(k.member)
 	}
 	g.agg.invalidate()
+	if srv := g.fleet.Get(server); srv != nil {
+		go g.refresh(srv, kinds...)
+	}
 }
 
-// Reconnected forgets everything cached about a server that restarted;
-// the fleet calls it.
+// Reconnected refreshes everything cached about a server that restarted or
+// woke up, and tells the sessions that see it about the lists that changed
+// (the fleet calls it).
 func (g *Gateway) Reconnected(s *fleet.Server) {
-	if cat := g.catalogs[s.Name()]; cat != nil {
-		cat.drop(kindTools.member, kindPrompts.member, kindResources.member, kindTemplates.member)
+	go g.refresh(s, kindTools, kindPrompts, kindResources, kindTemplates)
+}
+
+// refresh fetches kinds from a running server, stores them, and notifies
+// sessions of the lists that changed.
+func (g *Gateway) refresh(s *fleet.Server, kinds ...listKind) {
+	c := s.Current()
+	if c == nil {
+		return
 	}
-	g.agg.invalidate()
-	for _, sess := range g.sessionsFor(s.Name()) {
-		for _, n := range []string{"notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"} {
+	cat := g.catalogs[s.Name()]
+	ctx, cancel := context.WithTimeout(context.Background(), s.Config().RequestTimeout+time.Second)
+	defer cancel()
+	g.rememberInit(s, c)
+	notified := map[string]bool{}
+	for _, k := range kinds {
+		items, err := g.fetchFrom(ctx, s, c, k)
+		if err != nil {
+			g.log.Debug("list refresh failed", "server", s.Name(), "list", k.member, "err", err)
+			continue
+		}
+		if !cat.put(k, items) {
+			continue
+		}
+		g.persist(s, k, items)
+		g.agg.invalidate()
+		n := listChangedFor(k)
+		if notified[n] {
+			continue
+		}
+		notified[n] = true
+		for _, sess := range g.sessionsFor(s.Name()) {
 			_ = sess.Out().Send(&rpc.Message{Method: n})
 		}
 	}
 }
 
+func listChangedFor(k listKind) string {
+	switch k {
+	case kindTools:
+		return "notifications/tools/list_changed"
+	case kindPrompts:
+		return "notifications/prompts/list_changed"
+	}
+	return "notifications/resources/list_changed"
+}
+
+// SetStore attaches the persisted cache and loads what it holds for the
+// configured servers (under their current launch hashes). Entries of
+// servers no longer configured, or configured differently, are pruned.
+func (g *Gateway) SetStore(st *store.Store) {
+	g.store = st
+	want := map[string]string{}
+	for _, s := range g.fleet.Servers() {
+		want[s.Name()] = s.Config().LaunchHash()
+	}
+	for name, l := range st.Load(want) {
+		cat := g.catalogs[name]
+		if cat == nil {
+			continue
+		}
+		if len(l.Init) > 0 {
+			cat.putInit(l.Init)
+		}
+		for _, k := range []listKind{kindTools, kindPrompts, kindResources, kindTemplates} {
+			if items, ok := l.Get(store.Kind(k.member)); ok {
+				cat.put(k, items)
+			}
+		}
+	}
+	if n, err := st.Prune(want); err == nil && n > 0 {
+		g.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
+	}
+}
+
+// Cached reports whether the server's tools are known without starting it.
+func (g *Gateway) Cached(name string) bool {
+	cat := g.catalogs[name]
+	if cat == nil {
+		return false
+	}
+	_, ok := cat.get(kindTools)
+	return ok
+}
+
+func (g *Gateway) persist(s *fleet.Server, k listKind, items []json.RawMessage) {
+	if g.store == nil {
+		return
+	}
+	if err := g.store.PutList(s.Name(), s.Config().LaunchHash(), store.Kind(k.member), nonNil(items)); err != nil {
+		g.log.Warn("could not persist a server's list", "server", s.Name(), "list", k.member, "err", err)
+	}
+}
+
+// rememberInit caches (and persists) a server's initialize result.
+func (g *Gateway) rememberInit(s *fleet.Server, c *backend.Conn) {
+	cat := g.catalogs[s.Name()]
+	if cat == nil || c.Init() == nil {
+		return
+	}
+	if cat.putInit(c.Init().Raw) && g.store != nil {
+		if err := g.store.PutInit(s.Name(), s.Config().LaunchHash(), c.Init().Raw); err != nil {
+			g.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
+		}
+	}
+}
+
 // fetch returns a server's whole list (every page), from the cache when it
-// is there. A server without the capability has an empty list.
+// is there — a dormant server is not woken for it. A server without the
+// capability has an empty list.
 func (g *Gateway) fetch(ctx context.Context, srv *fleet.Server, k listKind) ([]json.RawMessage, error) {
 	cat := g.catalogs[srv.Name()]
 	if items, ok := cat.get(k); ok {
@@ -96,8 +240,19 @@ func (g *Gateway) fetch(ctx context.Context, srv *fleet.Server, k listKind) ([]j
 	if err != nil {
 		return nil, err
 	}
+	g.rememberInit(srv, conn)
+	items, err := g.fetchFrom(ctx, srv, conn, k)
+	if err != nil {
+		return nil, err
+	}
+	cat.put(k, items)
+	g.persist(srv, k, items)
+	return items, nil
+}
+
+// fetchFrom lists every page of kind k from conn.
+func (g *Gateway) fetchFrom(ctx context.Context, srv *fleet.Server, conn *backend.Conn, k listKind) ([]json.RawMessage, error) {
 	if !conn.Init().Has(k.capability) {
-		cat.put(k, nil)
 		return nil, nil
 	}
 	var items []json.RawMessage
@@ -136,6 +291,44 @@ func (g *Gateway) fetch(ctx context.Context, srv *fleet.Server, k listKind) ([]j
 			break
 		}
 	}
-	cat.put(k, items)
 	return items, nil
+}
+
+// Learn starts, in the background and at most concurrency at a time, each
+// server whose tools are not cached, fetches all its lists (persisting
+// them), and puts it back to sleep unless a client used it meanwhile. It
+// returns when every server was tried or ctx ended.
+func (g *Gateway) Learn(ctx context.Context, concurrency int) {
+	if concurrency <= 0 {
+		concurrency = 2
+	}
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	for _, s := range g.fleet.Servers() {
+		if g.Cached(s.Name()) || s.Config().Eager {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			before := s.Requests()
+			cfg := s.Config()
+			lctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout+cfg.RequestTimeout)
+			defer cancel()
+			for _, k := range []listKind{kindTools, kindPrompts, kindResources, kindTemplates} {
+				if _, err := g.fetch(lctx, s, k); err != nil {
+					g.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.member, "err", err)
+					break
+				}
+			}
+			g.agg.invalidate()
+			s.Rest(before)
+		})
+	}
+	wg.Wait()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // Version is reported as mcpvisor's serverInfo.version.
@@ -37,6 +38,7 @@ type Gateway struct {
 	outReqs  map[string]*outReq        // our id of a server→client request → where it came from
 	catalogs map[string]*catalog       // per server
 	agg      *aggregate
+	store    *store.Store // nil: nothing persisted
 }
 
 // New returns a gateway over f. Pass it as the fleet's backend.Hooks (the

@@ -19,6 +19,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -32,6 +33,9 @@ type world struct {
 
 	evMu   sync.Mutex
 	events []fleet.Event
+
+	store     *store.Store
+	closeOnce sync.Once
 }
 
 // count is how many events of type typ server had.
@@ -64,7 +68,19 @@ func (w *world) waitEvent(server, typ string, n int, timeout time.Duration) {
 // by the go-sdk conformance everything-server.
 func newWorld(t testing.TB, servers string) *world {
 	t.Helper()
-	w := &world{t: t, marker: testserver.NewMarker(t)}
+	return newWorldStore(t, servers, "", "")
+}
+
+// newWorldStore is newWorld with the persisted cache at statePath ("" for
+// none) and the given fixture marker ("" for a new one; the marker is part
+// of the servers' environment, so of their launch hash). The store closes
+// with the world.
+func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
+	t.Helper()
+	if marker == "" {
+		marker = testserver.NewMarker(t)
+	}
+	w := &world{t: t, marker: marker}
 	servers = strings.ReplaceAll(servers, "$FIXTURE", testserver.Build(t))
 	if strings.Contains(servers, "$CONFORMANCE") {
 		servers = strings.ReplaceAll(servers, "$CONFORMANCE", conformanceServer(t))
@@ -99,14 +115,30 @@ func newWorld(t testing.TB, servers string) *world {
 		t.Fatal(err)
 	}
 	w.gw.SetFleet(w.fleet)
-	t.Cleanup(func() {
+	var st *store.Store
+	if statePath != "" {
+		st, err = store.Open(statePath, store.Options{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.gw.SetStore(st)
+	}
+	w.store = st
+	t.Cleanup(w.close)
+	return w
+}
+
+// close stops the world: every server, the runtime, the store. Idempotent.
+func (w *world) close() {
+	w.closeOnce.Do(func() {
+		t := w.t
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = w.fleet.Close(ctx)
 		_ = w.rt.Close(ctx)
+		_ = w.store.Close()
 		testserver.WaitGone(t, w.marker, 2*time.Second)
 	})
-	return w
 }
 
 var conformanceOnce struct {

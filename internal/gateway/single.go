@@ -46,6 +46,13 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	}
 	switch m.Method {
 	case "initialize":
+		// A dormant or never-started server answers from its cached
+		// initialize result; it starts on the first real request.
+		if raw := e.g.catalogs[e.srv.Name()].getInit(); raw != nil && e.srv.Current() == nil {
+			if in, err := backend.ParseInit(raw); err == nil {
+				return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
+			}
+		}
 		cfg := e.srv.Config()
 		sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 		defer cancel()
