@@ -51,7 +51,6 @@ type Supervisor struct {
 	name string
 	conn Connector
 	pol  Policy
-	log  *slog.Logger
 	tr   Tracker
 
 	// startSem serializes Start while letting a waiting Start honour its
@@ -83,11 +82,15 @@ func New(name string, connector Connector, policy Policy) *Supervisor {
 		name:      name,
 		conn:      connector,
 		pol:       pol,
-		log:       pol.Logger.With("server", name),
 		startSem:  make(chan struct{}, 1),
 		restarted: make(chan struct{}),
 	}
 }
+
+// logger tags records with the supervisor's name. It is built per record,
+// not kept: records are rare, and a fleet of a thousand idle supervisors
+// should not hold a thousand loggers.
+func (s *Supervisor) logger() *slog.Logger { return s.pol.Logger.With("server", s.name) }
 
 // Name returns the name given to New.
 func (s *Supervisor) Name() string { return s.name }
@@ -303,21 +306,21 @@ func (s *Supervisor) loop(r *run) {
 		if IsPermanent(err) {
 			s.fail(err)
 		} else {
-			s.log.Warn("start failed", "err", err)
+			s.logger().Warn("start failed", "err", err)
 			s.setState(StateStopped, err)
 		}
 		r.started <- err
 		return
 	}
 	s.setState(StateReady, nil)
-	s.log.Info("ready")
+	s.logger().Info("ready")
 	r.started <- nil
 
 	for sess != nil {
 		end, forced := s.watch(r, sess)
 		if r.ctx.Err() != nil {
 			s.setState(StateStopped, nil)
-			s.log.Info("stopped")
+			s.logger().Info("stopped")
 			return
 		}
 		sess = s.reconnect(r, end, forced)
@@ -346,7 +349,7 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 		case <-healthy:
 			healthy = nil
 			if n := s.tr.Restarts(); n > 0 {
-				s.log.Info("healthy; restart counter reset", "restarts", n)
+				s.logger().Info("healthy; restart counter reset", "restarts", n)
 			}
 			s.tr.ResetRestarts()
 		case <-r.restart:
@@ -360,9 +363,9 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 	s.closeSession(sess) // release resources after an unrequested end too
 	end = Classify(end)
 	if end != nil {
-		s.log.Warn("session ended", "err", end)
+		s.logger().Warn("session ended", "err", end)
 	} else {
-		s.log.Info("session ended")
+		s.logger().Info("session ended")
 	}
 	if f := s.pol.OnDisconnect; f != nil {
 		f(end)
@@ -380,7 +383,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 		return nil
 	case forced, s.pol.Restart == RestartAlways:
 	case end == nil:
-		s.log.Info("session ended cleanly; not restarting", "restart", s.pol.Restart)
+		s.logger().Info("session ended cleanly; not restarting", "restart", s.pol.Restart)
 		s.setState(StateStopped, nil)
 		return nil
 	case s.pol.Restart == RestartNever:
@@ -403,7 +406,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 				return nil
 			}
 			d := s.pol.Backoff.Delay(n)
-			s.log.Info("restarting", "attempt", n, "delay", d)
+			s.logger().Info("restarting", "attempt", n, "delay", d)
 			if !s.pause(r, d) {
 				s.setState(StateStopped, nil)
 				return nil
@@ -419,7 +422,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 		}
 		if err == nil {
 			s.setState(StateReady, nil)
-			s.log.Info("ready after restart")
+			s.logger().Info("ready after restart")
 			if f := s.pol.OnRestart; f != nil {
 				f()
 			}
@@ -438,7 +441,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 			s.fail(err)
 			return nil
 		}
-		s.log.Warn("restart attempt failed", "err", err)
+		s.logger().Warn("restart attempt failed", "err", err)
 		s.setState(StateRestarting, err)
 	}
 }
@@ -488,7 +491,7 @@ func (s *Supervisor) connect(parent context.Context) (Session, error) {
 // goroutine returns right after, so it happens at most once per run.
 func (s *Supervisor) fail(err error) {
 	s.setState(StateFailed, err)
-	s.log.Error("failed", "err", err)
+	s.logger().Error("failed", "err", err)
 	if f := s.pol.OnFailed; f != nil {
 		f(err)
 	}
@@ -499,13 +502,13 @@ func (s *Supervisor) fail(err error) {
 // than applied.
 func (s *Supervisor) setState(to State, err error) {
 	if terr := s.tr.Fail(to, err); terr != nil {
-		s.log.Error("lifecycle bug: transition refused", "err", terr)
+		s.logger().Error("lifecycle bug: transition refused", "err", terr)
 	}
 }
 
 func (s *Supervisor) closeSession(sess Session) {
 	if err := sess.Close(); err != nil {
-		s.log.Debug("session close", "err", err)
+		s.logger().Debug("session close", "err", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -26,8 +27,12 @@ type StdioConnector struct {
 	Name    string
 	Runtime *proc.Runtime
 	Spec    proc.Spec
-	Hooks   Hooks
-	Logger  *slog.Logger
+	// ExtraEnv ("KEY=value") is added to mcpvisor's environment at each
+	// spawn when Spec.Env is nil. Building the environment only then keeps
+	// a dormant server's footprint small.
+	ExtraEnv []string
+	Hooks    Hooks
+	Logger   *slog.Logger
 	// MaxLine bounds one message from the server (default 16 MiB).
 	MaxLine int
 	// OnConnect, if set, sees every new connection before Connect returns.
@@ -46,6 +51,9 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	log = log.With("server", sc.Name)
 	spec := sc.Spec
 	spec.Name = sc.Name
+	if spec.Env == nil && len(sc.ExtraEnv) > 0 {
+		spec.Env = append(os.Environ(), sc.ExtraEnv...)
+	}
 	spec.Logger = log
 	p, err := sc.Runtime.Spawn(ctx, spec)
 	if err != nil {

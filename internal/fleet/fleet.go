@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -89,7 +88,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 			f.log.Warn("remote servers are not supported yet; skipped", "server", sc.Name, "url", sc.URL)
 			continue
 		}
-		s := &Server{cfg: sc, f: f, log: f.log.With("server", sc.Name), perSession: map[string]*instance{}}
+		s := &Server{cfg: sc, f: f}
 		s.shared = s.newInstance("")
 		f.servers = append(f.servers, s)
 		f.byName[sc.Name] = s
@@ -99,17 +98,17 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 }
 
 func (f *Fleet) stdioConnector(sc *config.Server, onConnect func(Live)) lifecycle.Connector {
-	env := os.Environ()
+	var extra []string
 	for k, v := range sc.Env {
-		env = append(env, k+"="+v)
+		extra = append(extra, k+"="+v)
 	}
 	return &backend.StdioConnector{
-		Name:    sc.Name,
-		Runtime: f.opts.Runtime,
+		ExtraEnv: extra,
+		Name:     sc.Name,
+		Runtime:  f.opts.Runtime,
 		Spec: proc.Spec{
 			Command:   sc.Command,
 			Args:      sc.Args,
-			Env:       env,
 			Dir:       sc.Cwd,
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),

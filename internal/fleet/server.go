@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
@@ -13,7 +12,6 @@ import (
 type Server struct {
 	cfg *config.Server
 	f   *Fleet
-	log *slog.Logger
 
 	shared *instance
 
@@ -39,6 +37,9 @@ func (s *Server) instance(session string) *instance {
 	in := s.perSession[session]
 	if in == nil {
 		in = s.newInstance(session)
+		if s.perSession == nil {
+			s.perSession = map[string]*instance{}
+		}
 		s.perSession[session] = in
 	}
 	return in
