@@ -1,0 +1,72 @@
+package loadtest
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+func TestPercentile(t *testing.T) {
+	s := Stats{Latency: []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
+	for p, want := range map[float64]time.Duration{50: 5, 90: 9, 99: 10, 100: 10, 1: 1} {
+		if got := s.Percentile(p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestHTTPFloor(t *testing.T) {
+	srv := httptest.NewServer(CannedHandler([]byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}`)))
+	defer srv.Close()
+	c := NewHTTPClient(4)
+	defer c.CloseIdleConnections()
+	sess, err := OpenHTTP(t.Context(), c, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := Run(t.Context(), Options{Callers: 4, Warmup: 20 * time.Millisecond, Measure: 100 * time.Millisecond},
+		func(int) func() error { return sess.Echo(t.Context(), "echo", "hi") })
+	if st.Errors != 0 || st.Calls == 0 || st.Percentile(50) <= 0 {
+		t.Fatalf("%d calls, %d errors (%v)", st.Calls, st.Errors, st.FirstErr)
+	}
+	bad := sess.Echo(t.Context(), "echo", "other")
+	if err := bad(); err == nil {
+		t.Fatal("a reply without the echoed text passed the check")
+	}
+}
+
+// TestStdioFixture multiplexes callers on one connection to the fixture
+// server, run in-process.
+func TestStdioFixture(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		code := testserver.Main(nil, inR, outW, io.Discard)
+		outW.Close()
+		exited <- code
+	}()
+	c := NewStdio(outR, inW)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := Run(ctx, Options{Callers: 8, Warmup: 20 * time.Millisecond, Measure: 100 * time.Millisecond},
+		func(w int) func() error { return c.Echo(ctx, "echo", "hello") })
+	if st.Errors != 0 || st.Calls == 0 {
+		t.Fatalf("%d calls, %d errors (%v)", st.Calls, st.Errors, st.FirstErr)
+	}
+	inW.Close()
+	if code := <-exited; code != 0 {
+		t.Errorf("fixture exited %d", code)
+	}
+	<-c.Done()
+	if err := c.Echo(ctx, "echo", "x")(); err == nil {
+		t.Error("call after the server ended succeeded")
+	}
+}
