@@ -1,0 +1,678 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/loadtest"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The gateway benchmark (issue 4, "Benchmark in one run"): the same fixture
+// server and the same load client (internal/loadtest, 16 callers) on five
+// paths — the fixture over stdio directly, a bare net/http handler (the
+// HTTP floor), mcpvisor serve's /servers/x/mcp and /mcp, and mcpvisor
+// stdio — plus mcpvisor's RSS and a CPU profile of it under the
+// per-server load. `make bench-gateway` runs it; plain `go test` skips it.
+//
+// Environment: MCPVISOR_BENCH=1 enables it; MCPVISOR_BENCH_WARMUP and
+// MCPVISOR_BENCH_DURATION (Go durations, default 1s and 5s) set each
+// load window, MCPVISOR_BENCH_ROUNDS (default 2) how often every path is
+// measured, MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where the
+// report and the profile go.
+
+const (
+	benchEnv        = "MCPVISOR_BENCH"
+	benchChildEnv   = "MCPVISOR_BENCH_CHILD"      // the mcpvisor arguments of TestBenchMcpvisorChild, one a line
+	benchProfileEnv = "MCPVISOR_BENCH_CPUPROFILE" // where TestBenchMcpvisorChild writes its profile
+	benchFloorEnv   = "MCPVISOR_BENCH_FLOOR"      // TestBenchFloorChild serves the floor
+	benchCallers    = 16
+	benchText       = "hello"
+)
+
+// benchPath is one way to reach the echo tool.
+type benchPath struct {
+	name    string
+	short   string
+	server  int        // the process serving the client (0: this one)
+	fixture func() int // the fixture process behind it, if any
+	caller  func(ctx context.Context) func() error
+}
+
+// benchRow is one path measured once.
+type benchRow struct {
+	path      string
+	round     int
+	load, seq loadtest.Stats
+	// CPU time per call over the load window: of this process (the load
+	// client), of the server process and of the fixture behind it.
+	cpuClient, cpuServer, cpuFixture time.Duration
+	// Share of the machine's CPU time busy, and stolen by the hypervisor.
+	busy, steal float64
+}
+
+func TestBenchReport(t *testing.T) {
+	if os.Getenv(benchEnv) == "" {
+		t.Skip("set " + benchEnv + "=1 to run the gateway benchmark (make bench-gateway)")
+	}
+	warmup := benchDuration(t, "MCPVISOR_BENCH_WARMUP", time.Second)
+	measure := benchDuration(t, "MCPVISOR_BENCH_DURATION", 5*time.Second)
+	rounds := 2
+	if v := os.Getenv("MCPVISOR_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("MCPVISOR_BENCH_ROUNDS=%q", v)
+		}
+		rounds = n
+	}
+	out := os.Getenv("MCPVISOR_BENCH_OUT")
+	if out == "" {
+		out = filepath.Join(os.TempDir(), "mcpvisor-bench")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var report strings.Builder
+	say := func(format string, a ...any) {
+		s := fmt.Sprintf(format, a...)
+		report.WriteString(s)
+		fmt.Print(s)
+	}
+
+	dir := t.TempDir()
+	bin, fixture := benchBinaries(t, dir)
+	marker := testserver.NewMarker(t)
+	// Registered first, so it runs after every cleanup that stops a process.
+	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q}}}`, fixture)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	ctx := t.Context()
+	client := loadtest.NewHTTPClient(benchCallers)
+	defer client.CloseIdleConnections()
+
+	// mcpvisor serve, its RSS before the fixture starts and once it runs.
+	serve := startBenchProcess(t, exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "serve-state"), "--log-level", "warn"), env)
+	time.Sleep(time.Second)
+	rssIdle := vmRSS(serve.pid)
+	single, err := loadtest.OpenHTTP(ctx, client, serve.base+"/servers/x/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := single.Echo(ctx, "echo", benchText)(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	rssRunning := vmRSS(serve.pid)
+	treeRunning := processTree(serve.pid)
+	agg, err := loadtest.OpenHTTP(ctx, client, serve.base+"/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The HTTP floor: the bare handler in a process of its own, as
+	// mcpvisor is (the like-for-like floor), and in this process with the
+	// load client (no cross-process wake-ups: a lower bound on latency).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	floorProc := startBenchProcess(t, exec.Command(exe, "-test.run=^TestBenchFloorChild$", "-test.count=1"), append(env, benchFloorEnv+"=1"))
+	floor, err := loadtest.OpenHTTP(ctx, client, floorProc.base+"/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	floorSrv := httptest.NewServer(loadtest.CannedHandler(benchCanned))
+	defer floorSrv.Close()
+	floorIn, err := loadtest.OpenHTTP(ctx, client, floorSrv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	direct := startStdioProcess(t, exec.Command(fixture), env)
+	relay := startStdioProcess(t, exec.Command(bin, "stdio", "--config", cfg, "--state-dir", filepath.Join(dir, "stdio-state"), "--log-level", "warn"), env)
+
+	fixtureOf := func(pid int) func() int { return func() int { return descendant(pid, "mcp-fixture") } }
+	paths := []benchPath{
+		{"direct stdio (fixture)", "direct", direct.pid, func() int { return direct.pid }, func(ctx context.Context) func() error { return direct.conn.Echo(ctx, "echo", benchText) }},
+		{"HTTP floor (bare handler)", "floor", floorProc.pid, nil, func(ctx context.Context) func() error { return floor.Echo(ctx, "echo", benchText) }},
+		{"HTTP floor, in-process", "floor-in", 0, nil, func(ctx context.Context) func() error { return floorIn.Echo(ctx, "echo", benchText) }},
+		{"serve /servers/x/mcp", "single", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return single.Echo(ctx, "echo", benchText) }},
+		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
+		{"mcpvisor stdio (x__echo)", "stdio", relay.pid, fixtureOf(relay.pid), func(ctx context.Context) func() error { return relay.conn.Echo(ctx, "x__echo", benchText) }},
+	}
+	say("mcpvisor gateway benchmark: %d callers, %v warm-up + %v per load window, %d rounds (round 2 in reverse order), %d CPUs\n",
+		benchCallers, warmup, measure, rounds, runtime.NumCPU())
+	var rows []benchRow
+	for round := 1; round <= rounds; round++ {
+		order := make([]benchPath, len(paths))
+		copy(order, paths)
+		if round%2 == 0 {
+			for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
+				order[i], order[j] = order[j], order[i]
+			}
+		}
+		for _, p := range order {
+			row := benchRow{path: p.short, round: round}
+			row.seq = loadtest.Run(ctx, loadtest.Options{Callers: 1, Warmup: 200 * time.Millisecond, Measure: 2 * time.Second},
+				func(int) func() error { return p.caller(ctx) })
+			pids := []int{os.Getpid(), p.server, 0}
+			if p.fixture != nil && p.fixture() != p.server {
+				pids[2] = p.fixture()
+			}
+			var cpu0, cpu1 [3]time.Duration
+			var sys0, sys1 []int64
+			row.load = loadtest.Run(ctx, loadtest.Options{Callers: benchCallers, Warmup: warmup, Measure: measure,
+				OnStart: func() {
+					for i, pid := range pids {
+						cpu0[i] = cpuTime(pid)
+					}
+					sys0 = systemCPU()
+				},
+				OnStop: func() {
+					for i, pid := range pids {
+						cpu1[i] = cpuTime(pid)
+					}
+					sys1 = systemCPU()
+				}},
+				func(int) func() error { return p.caller(ctx) })
+			n := time.Duration(max(row.load.Calls, 1))
+			row.cpuClient, row.cpuServer, row.cpuFixture = (cpu1[0]-cpu0[0])/n, (cpu1[1]-cpu0[1])/n, (cpu1[2]-cpu0[2])/n
+			row.busy, row.steal = systemShares(sys0, sys1)
+			for _, st := range []loadtest.Stats{row.seq, row.load} {
+				if st.Errors > 0 || st.Calls == 0 {
+					t.Errorf("%s: %d calls, %d errors, first: %v", p.name, st.Calls, st.Errors, st.FirstErr)
+				}
+			}
+			rows = append(rows, row)
+			fmt.Printf("  measured %-26s round %d: %8.0f calls/s\n", p.name, round, row.load.Rate())
+		}
+	}
+	rssLoaded, hwm := vmRSS(serve.pid), vmHWM(serve.pid)
+
+	say("\n| path | round | calls/s (16 callers) | p50 ms | p99 ms | seq p50 ms | seq p99 ms | CPU µs/call: client / server / fixture | machine busy / steal |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range paths {
+		for _, r := range rows {
+			if r.path != p.short {
+				continue
+			}
+			cpu := func(d time.Duration, pid int) string {
+				if pid == 0 {
+					return "–"
+				}
+				return strconv.FormatInt(d.Microseconds(), 10)
+			}
+			fix := 0
+			if p.fixture != nil && p.fixture() != p.server {
+				fix = 1
+			}
+			say("| %s | %d | %.0f | %s | %s | %s | %s | %s / %s / %s | %.0f%% / %.0f%% |\n", p.name, r.round, r.load.Rate(),
+				ms(r.load.Percentile(50)), ms(r.load.Percentile(99)), ms(r.seq.Percentile(50)), ms(r.seq.Percentile(99)),
+				cpu(r.cpuClient, 1), cpu(r.cpuServer, p.server), cpu(r.cpuFixture, fix), 100*r.busy, 100*r.steal)
+		}
+	}
+	say("(client = this test process, which also runs the in-process floor; server = the floor process, mcpvisor, or the fixture itself for direct stdio)\n")
+	say("\nratios per round (target):\n")
+	for round := 1; round <= rounds; round++ {
+		get := func(short string) benchRow {
+			for _, r := range rows {
+				if r.path == short && r.round == round {
+					return r
+				}
+			}
+			t.Fatalf("no row %s %d", short, round)
+			return benchRow{}
+		}
+		fl, fi, si, ag, di, st := get("floor"), get("floor-in"), get("single"), get("agg"), get("direct"), get("stdio")
+		say("  round %d: per-server/floor %.2f× (≥0.7; in-process floor %.2f×), added p50 %+.3f ms under load, %+.3f ms sequential (≤0.1)\n",
+			round, si.load.Rate()/fl.load.Rate(), si.load.Rate()/fi.load.Rate(),
+			msf(si.load.Percentile(50)-fl.load.Percentile(50)), msf(si.seq.Percentile(50)-fl.seq.Percentile(50)))
+		say("           aggregated/floor %.2f× (≥0.6; in-process floor %.2f×), added p50 %+.3f ms, %+.3f ms sequential\n",
+			ag.load.Rate()/fl.load.Rate(), ag.load.Rate()/fi.load.Rate(),
+			msf(ag.load.Percentile(50)-fl.load.Percentile(50)), msf(ag.seq.Percentile(50)-fl.seq.Percentile(50)))
+		say("           stdio relay/direct stdio %.2f× (≥0.5), added p50 %+.3f ms, %+.3f ms sequential\n",
+			st.load.Rate()/di.load.Rate(), msf(st.load.Percentile(50)-di.load.Percentile(50)), msf(st.seq.Percentile(50)-di.seq.Percentile(50)))
+	}
+	say("\nRSS of mcpvisor serve (VmRSS): idle, x dormant %s; x running %s; after the load %s (VmHWM %s)\n", kb(rssIdle), kb(rssRunning), kb(rssLoaded), kb(hwm))
+	say("process tree with x running:\n%s", treeRunning)
+
+	// CPU profiles of the same mcpvisor code under the per-server, the
+	// aggregated and the stdio load: this test binary runs mcpvisor
+	// (TestBenchMcpvisorChild) and profiles exactly the measured window,
+	// started and stopped by SIGUSR1 and SIGUSR2.
+	for _, pr := range []struct{ name, path, tool string }{
+		{"serve-single", "/servers/x/mcp", "echo"},
+		{"serve-agg", "/mcp", "x__echo"},
+		{"stdio", "mcpvisor stdio", "x__echo"},
+	} {
+		profile := filepath.Join(out, pr.name+".cpu.pprof")
+		_ = os.Remove(profile)
+		state := filepath.Join(dir, "profile-state-"+pr.name)
+		args := []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", state, "--log-level", "warn"}
+		if pr.name == "stdio" {
+			args = []string{"stdio", "--config", cfg, "--state-dir", state, "--log-level", "warn"}
+		}
+		childEnv := append(env, benchChildEnv+"="+strings.Join(args, "\n"), benchProfileEnv+"="+profile)
+		cmd := exec.Command(exe, "-test.run=^TestBenchMcpvisorChild$", "-test.count=1")
+		var child *benchProcess
+		var call func() func() error
+		closeSession := func() {}
+		if pr.name == "stdio" {
+			child = startStdioProcess(t, cmd, childEnv)
+			call = func() func() error { return child.conn.Echo(ctx, pr.tool, benchText) }
+		} else {
+			child = startBenchProcess(t, cmd, childEnv)
+			sess, err := loadtest.OpenHTTP(ctx, client, child.base+pr.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeSession = func() { _ = sess.Close(ctx) }
+			call = func() func() error { return sess.Echo(ctx, pr.tool, benchText) }
+		}
+		var cpu0, cpuUsed time.Duration
+		st := loadtest.Run(ctx, loadtest.Options{Callers: benchCallers, Warmup: warmup, Measure: measure,
+			OnStart: func() { cpu0 = cpuTime(child.pid); _ = syscall.Kill(child.pid, syscall.SIGUSR1) },
+			OnStop:  func() { _ = syscall.Kill(child.pid, syscall.SIGUSR2); cpuUsed = cpuTime(child.pid) - cpu0 }},
+			func(int) func() error { return call() })
+		if st.Errors > 0 {
+			t.Errorf("profiled run %s: %d errors, first %v", pr.path, st.Errors, st.FirstErr)
+		}
+		closeSession()
+		child.stop(t)
+		say("\nprofiled run (%s, %d callers): %.0f calls/s, p50 %s ms, %.0f µs CPU/call in mcpvisor; profile %s\n",
+			pr.path, benchCallers, st.Rate(), ms(st.Percentile(50)), float64(cpuUsed)/1e3/float64(max(st.Calls, 1)), profile)
+		for _, view := range [][]string{{"-top", "-nodecount=12"}, {"-top", "-cum", "-nodecount=30"}} {
+			top, err := exec.Command("go", append(append([]string{"tool", "pprof"}, view...), profile)...).CombinedOutput()
+			if err != nil {
+				t.Errorf("go tool pprof: %v\n%s", err, top)
+				break
+			}
+			say("%s", top)
+		}
+	}
+
+	_ = single.Close(ctx)
+	_ = agg.Close(ctx)
+	direct.stop(t)
+	relay.stop(t)
+	floorProc.stop(t)
+	serve.stop(t)
+	if err := os.WriteFile(filepath.Join(out, "report.txt"), []byte(report.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+	fmt.Printf("\nreport written to %s\n", filepath.Join(out, "report.txt"))
+}
+
+// benchCanned is the floor's reply to everything.
+var benchCanned = []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + benchText + `"}]}}`)
+
+// TestBenchFloorChild is the HTTP floor in a process of its own, run by
+// TestBenchReport: the bare handler on 127.0.0.1 until SIGTERM.
+func TestBenchFloorChild(t *testing.T) {
+	if os.Getenv(benchFloorEnv) == "" {
+		t.Skip("helper process of TestBenchReport")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: loadtest.CannedHandler(benchCanned), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	fmt.Fprintf(os.Stderr, "floor: serving 0 servers at http://%s/mcp\n", ln.Addr())
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		t.Fatal(err)
+	}
+}
+
+// TestBenchMcpvisorChild is mcpvisor (serve or stdio) run by
+// TestBenchReport inside this test binary, so that it can write a CPU
+// profile of a chosen window. Without -test.v the testing package writes
+// nothing to stdout before the end, so stdio's stdout stays the protocol's.
+func TestBenchMcpvisorChild(t *testing.T) {
+	v := os.Getenv(benchChildEnv)
+	if v == "" {
+		t.Skip("helper process of TestBenchReport")
+	}
+	path := os.Getenv(benchProfileEnv)
+	var mu sync.Mutex
+	var f *os.File
+	stopProfile := func() {
+		if f != nil {
+			pprof.StopCPUProfile()
+			f.Close()
+			f = nil
+		}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sig)
+	go func() {
+		for s := range sig {
+			mu.Lock()
+			if s == syscall.SIGUSR1 && f == nil && path != "" {
+				var err error
+				if f, err = os.Create(path); err == nil {
+					if err = pprof.StartCPUProfile(f); err != nil {
+						f.Close()
+						f = nil
+					}
+				}
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "cpu profile:", err)
+				}
+			} else if s == syscall.SIGUSR2 {
+				stopProfile()
+			}
+			mu.Unlock()
+		}
+	}()
+	cmd := newRootCmd()
+	cmd.SetOut(os.Stderr)
+	cmd.SetErr(os.Stderr)
+	cmd.SetArgs(strings.Split(v, "\n"))
+	err := cmd.Execute()
+	mu.Lock()
+	stopProfile()
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// benchProcess is a process the benchmark started: an HTTP server (base
+// set) or a stdio server (conn set).
+type benchProcess struct {
+	cmd     *exec.Cmd
+	pid     int
+	base    string
+	conn    *loadtest.StdioConn
+	stdin   io.Closer
+	logDone chan struct{}
+	stopped bool
+}
+
+// startBenchProcess starts cmd, a server that prints "serving N servers at
+// http://ADDR/mcp" on stderr, and waits for that line.
+func startBenchProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess {
+	t.Helper()
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &benchProcess{cmd: cmd, pid: cmd.Process.Pid, logDone: make(chan struct{})}
+	t.Cleanup(func() { p.stop(t) })
+	addr := make(chan string, 1)
+	go func() {
+		defer close(p.logDone)
+		re := regexp.MustCompile(`serving \d+ servers at (http://[^ ]+)/mcp`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			} else if !strings.HasPrefix(sc.Text(), "PASS") {
+				fmt.Fprintf(os.Stderr, "  [%s %d] %s\n", filepath.Base(cmd.Path), p.pid, sc.Text())
+			}
+		}
+	}()
+	select {
+	case p.base = <-addr:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not report its address", cmd.Path)
+	}
+	return p
+}
+
+// startStdioProcess starts cmd, an MCP server on stdin/stdout, and
+// initializes a session on it.
+func startStdioProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess {
+	t.Helper()
+	cmd.Env = env
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &benchProcess{cmd: cmd, pid: cmd.Process.Pid, stdin: stdin, conn: loadtest.NewStdio(stdout, stdin)}
+	t.Cleanup(func() { p.stop(t) })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := p.conn.Initialize(ctx); err != nil {
+		t.Fatalf("%s: %v", cmd.Path, err)
+	}
+	return p
+}
+
+// stop ends the process the way its user would — stdin EOF for a stdio
+// server, SIGTERM for serve — and waits for it.
+func (p *benchProcess) stop(t *testing.T) {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if p.stdin != nil {
+		p.stdin.Close()
+	} else {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("%s exited with %v", p.cmd.Path, err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+		t.Errorf("%s did not exit within 15s", p.cmd.Path)
+	}
+	if p.logDone != nil {
+		<-p.logDone
+	}
+}
+
+// benchBinaries builds mcpvisor and copies the fixture into dir, private
+// to this run: other test processes replace the shared copies that
+// binaries and testserver.Build keep.
+func benchBinaries(t *testing.T, dir string) (mcpvisor, fixture string) {
+	mcpvisor = filepath.Join(dir, "mcpvisor")
+	if b, err := exec.Command("go", "build", "-o", mcpvisor, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor").CombinedOutput(); err != nil {
+		t.Fatalf("go build mcpvisor: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(testserver.Build(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture = filepath.Join(dir, "mcp-fixture")
+	if err := os.WriteFile(fixture, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mcpvisor, fixture
+}
+
+func benchDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		t.Fatalf("%s=%q: not a duration", name, v)
+	}
+	return d
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(msf(d), 'f', 3, 64) }
+func msf(d time.Duration) float64 {
+	return float64(d) / 1e6
+}
+
+func kb(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1024)
+}
+
+// procStatusKB reads a "Name: N kB" field of /proc/PID/status, or -1.
+func procStatusKB(pid int, field string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+func vmRSS(pid int) int { return procStatusKB(pid, "VmRSS") }
+func vmHWM(pid int) int { return procStatusKB(pid, "VmHWM") }
+
+// procStat returns the fields of /proc/PID/stat after the command name
+// (field 3 onward), or nil.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// cpuTime is the user+system time of pid (clock ticks of 10 ms), or 0.
+func cpuTime(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// systemCPU is the machine's "cpu" line of /proc/stat: user, nice,
+// system, idle, iowait, irq, softirq, steal, in clock ticks.
+func systemCPU() []int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return nil
+	}
+	v := make([]int64, 8)
+	for i := range v {
+		v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+	}
+	return v
+}
+
+// systemShares is the busy and stolen share of the CPU time between two
+// systemCPU readings.
+func systemShares(a, b []int64) (busy, steal float64) {
+	if len(a) != 8 || len(b) != 8 {
+		return 0, 0
+	}
+	var total int64
+	d := make([]int64, 8)
+	for i := range d {
+		d[i] = b[i] - a[i]
+		total += d[i]
+	}
+	if total <= 0 {
+		return 0, 0
+	}
+	idle := d[3] + d[4]
+	return float64(total-idle) / float64(total), float64(d[7]) / float64(total)
+}
+
+// descendant is the first descendant of pid named comm, or 0.
+func descendant(pid int, comm string) int {
+	for _, p := range children(pid) {
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(c)) == comm {
+			return p
+		}
+		if d := descendant(p, comm); d != 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// children lists the child processes of pid.
+func children(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(p); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// processTree lists pid and its descendants with their VmRSS.
+func processTree(pid int) string {
+	var b strings.Builder
+	var walk func(p, depth int)
+	walk = func(p, depth int) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		fmt.Fprintf(&b, "  %s%d %s %s\n", strings.Repeat("  ", depth), p, strings.TrimSpace(string(comm)), kb(vmRSS(p)))
+		for _, c := range children(p) {
+			walk(c, depth+1)
+		}
+	}
+	walk(pid, 0)
+	return b.String()
+}
