@@ -30,6 +30,8 @@ type platformProcess struct {
 	shim     bool
 	statusR  *os.File // shim's exit-status pipe (our end)
 	statusW  *os.File // the shim's end, closed after start
+	stopR    *os.File // the shim's end of the stop pipe, closed after start
+	stopW    *os.File // closed when a stop begins
 
 	sigMu   sync.Mutex
 	reaping bool // set before the leader is reaped: no signal after that
@@ -192,10 +194,17 @@ func (rt *Runtime) start(p *Process) error {
 		_ = p.plat.statusW.Close()
 		p.plat.statusW = nil
 	}
+	if p.plat.stopR != nil {
+		_ = p.plat.stopR.Close()
+		p.plat.stopR = nil
+	}
 	if err != nil {
 		theSpawner.release()
 		p.releaseCgroup()
 		closeAll(p.plat.statusR)
+		if p.plat.stopW != nil {
+			closeAll(p.plat.stopW)
+		}
 		if p.plat.pidfd >= 0 {
 			unix.Close(p.plat.pidfd)
 		}
@@ -350,6 +359,9 @@ func (p *Process) release() {
 	}
 	p.releaseCgroup()
 	closeAll(p.plat.statusR)
+	if p.plat.stopW != nil {
+		_ = p.plat.stopW.Close()
+	}
 	reaper.reapSoon()
 }
 
@@ -373,4 +385,15 @@ func (p *Process) shimStatus() (code int, sig syscall.Signal, ok bool) {
 	}
 	b, _ := io.ReadAll(io.LimitReader(p.plat.statusR, 64))
 	return parseShimStatus(string(b))
+}
+
+// killEscaped SIGKILLs every process that carries a TreeEnv of this
+// runtime, whichever tree it escaped from.
+func (rt *Runtime) killEscaped() { killTree(rt.id, true, 0) }
+
+// stopping tells the pid-namespace shim that a stop has begun.
+func (p *Process) stopping() {
+	if p.plat.stopW != nil {
+		_ = p.plat.stopW.Close()
+	}
 }

@@ -61,3 +61,7 @@ func (p *Process) sweep() {}
 func (p *Process) release() {}
 
 func (p *Process) shimStatus() (int, syscall.Signal, bool) { return 0, 0, false }
+
+func (rt *Runtime) killEscaped() {}
+
+func (p *Process) stopping() {}

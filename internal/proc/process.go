@@ -273,6 +273,7 @@ func (p *Process) escalate(ctx context.Context) error {
 	default:
 	}
 	close(p.stopBegun)
+	p.stopping()
 	steps := []struct {
 		stage string
 		act   func()

@@ -493,3 +493,31 @@ func TestCloseStopsEverything(t *testing.T) {
 		t.Fatalf("left after Close: %v", left)
 	}
 }
+
+// TestKillIsImmediate is the forced-shutdown path: Kill removes every tree
+// at once, whatever its processes ignore, without waiting for any stop step.
+func TestKillIsImmediate(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rt := openRuntime(t, m.opts)
+			marker := testserver.NewMarker(t)
+			for range 2 {
+				p, err := rt.Spawn(t.Context(), fixtureSpec(t, marker, "FIXTURE_IGNORE_EOF=1", "FIXTURE_IGNORE_TERM=1", "FIXTURE_SETSID_CHILD=1", "FIXTURE_STDOUT_CHILD=1"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				newClient(p).initialize(t)
+			}
+			start := time.Now()
+			rt.Kill()
+			for len(testserver.LiveProcesses(marker)) > 0 {
+				if time.Since(start) > 100*time.Millisecond {
+					testserver.KillProcesses(marker)
+					t.Fatalf("processes left 100ms after Kill: %v", testserver.LiveProcesses(marker))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			t.Logf("every process gone %v after Kill", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Options configure a Runtime.
@@ -116,4 +117,23 @@ func (rt *Runtime) untrack(p *Process) {
 	rt.mu.Lock()
 	delete(rt.live, p)
 	rt.mu.Unlock()
+}
+
+// Kill sends SIGKILL to every live tree at once (its process group, its
+// pid namespace or cgroup, and the escaped descendants that carry its
+// TreeEnv) and returns without waiting for anything to be reaped: the exit
+// path of a forced shutdown. Processes of trees mcpvisor cannot reach by
+// any layer are not found either; on Linux that leaves none.
+func (rt *Runtime) Kill() {
+	rt.mu.Lock()
+	procs := make([]*Process, 0, len(rt.live))
+	for p := range rt.live {
+		procs = append(procs, p)
+	}
+	rt.mu.Unlock()
+	for _, p := range procs {
+		p.setStage("kill")
+		p.signalTree(syscall.SIGKILL)
+	}
+	rt.killEscaped()
 }

@@ -58,13 +58,24 @@ func (p *Process) wrapInShim(attr *syscall.SysProcAttr, userns bool) error {
 	if err != nil {
 		return err
 	}
+	// The stop pipe: mcpvisor closes its end when a stop begins (or when it
+	// dies); descendants that outlive the server then get no quiesce
+	// window, as outside a pid namespace, where the stop's sweep kills
+	// them at once. A pipe, unlike a signal, cannot arrive before the shim
+	// is ready for it.
+	cr, cw, err := os.Pipe()
+	if err != nil {
+		closeAll(r, w)
+		return err
+	}
 	quiesce := p.spec.PostExit.withDefaults().QuiesceWait
 	args := append([]string{"mcpvisor-shim", quiesce.String(), "--", cmd.Path}, cmd.Args...)
 	cmd.Path, cmd.Args = exe, args
 	cmd.Env = append(cmd.Env, shimEnv+"=run")
-	cmd.ExtraFiles = []*os.File{w}
+	cmd.ExtraFiles = []*os.File{w, cr}
 	namespaceAttr(attr, userns)
 	p.plat.shim, p.plat.statusR, p.plat.statusW = true, r, w
+	p.plat.stopR, p.plat.stopW = cr, cw
 	return nil
 }
 
@@ -106,6 +117,13 @@ func shimMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
+	hint := make(chan struct{})
+	go func() {
+		ctl := os.NewFile(4, "stop")
+		var b [1]byte
+		_, _ = ctl.Read(b[:]) // EOF when mcpvisor begins a stop or dies
+		close(hint)
+	}()
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
@@ -154,13 +172,24 @@ func shimMain(args []string) int {
 			}
 		}
 	}
+	stopping := false
 	for server == nil {
 		select {
 		case s := <-sigs:
 			everyone(s.(syscall.Signal))
+		case <-hint:
+			stopping = true
 		case <-chld:
 			reapAll()
 		}
+	}
+	select {
+	case <-hint:
+		stopping = true
+	default:
+	}
+	if stopping {
+		quiesce = 0
 	}
 	// The server is gone; what it left gets SIGTERM and the quiesce window.
 	deadline := time.NewTimer(quiesce)
