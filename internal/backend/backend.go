@@ -1,6 +1,7 @@
 // Package backend is one connection to one MCP server: a stdio server run
-// through internal/proc, spoken to through internal/rpc, after the MCP
-// initialize handshake. A Conn is the lifecycle.Session that a
+// through internal/proc (StdioConnector) or a remote one reached over HTTP
+// through the go-sdk's client transport (HTTPConnector), spoken to through
+// internal/rpc, after the MCP initialize handshake. A Conn is the lifecycle.Session that a
 // lifecycle.Supervisor keeps alive; the Connector makes new ones.
 package backend
 
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -146,7 +148,9 @@ func (c *Conn) endCause(err error) error {
 func (c *Conn) Wait() error {
 	<-c.runDone
 	if c.proc == nil {
-		if err := c.rpc.Err(); err != nil && !errors.Is(err, errClosedByUs) {
+		// A remote server: the stream ended by Close wraps nothing but
+		// rpc.ErrClosed (see rpc.Conn.Err); any other end is a failure.
+		if err := c.rpc.Err(); err != nil && !errors.Is(err, errClosedByUs) && errors.Unwrap(err) != nil {
 			return lifecycle.Classify(err)
 		}
 		return nil
@@ -167,6 +171,12 @@ var errClosedByUs = errors.New("closed by mcpvisor")
 // proc.Process.Stop. Idempotent; safe concurrently with Wait.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		// Cancellations of requests that ended just before are delivered
+		// first: a server that sees them stops that work and can exit at
+		// once on stdin EOF.
+		fctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_ = c.rpc.Flush(fctx)
+		cancel()
 		if c.proc != nil {
 			c.closeErr = c.proc.Stop(context.Background())
 		}

@@ -13,8 +13,12 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-// errTimeout is the cause of a request cancelled by its timeout.
-var errTimeout = errors.New("request timeout")
+// Causes of a forwarded request's cancellation.
+var (
+	errTimeout       = errors.New("request timeout")
+	errSessionClosed = errors.New("the client session ended (closed by the client, expired, or mcpvisor is shutting down)")
+	errClientCancel  = errors.New("cancelled by the client")
+)
 
 // forward sends one client request to srv and returns the response for the
 // client. It never returns nil: a server that is down, crashes, times out
@@ -42,7 +46,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 	}
 
-	c := &call{sess: s, st: st, clientID: clientID, related: related, conn: conn, cancel: func() { cancel(context.Canceled) }}
+	c := &call{sess: s, st: st, clientID: clientID, related: related, conn: conn, cancel: cancel}
 	// The timeout restarts whenever the server reports progress.
 	var timer *time.Timer
 	if timeout > 0 {
@@ -74,7 +78,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	case errors.Is(context.Cause(ctx), errTimeout):
 		return errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, timeout))
 	case ctx.Err() != nil:
-		return errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
 	case errors.Is(err, rpc.ErrLineTooLong):
 		return errorResponse(clientID, rpc.MessageTooLarge, fmt.Sprintf("server %s: %v", name, err))
 	default:
@@ -297,7 +301,7 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 		}
 		g.mu.Unlock()
 		if c != nil {
-			c.cancel()
+			c.cancel(errClientCancel)
 		}
 		return true
 	case m.Method == "notifications/initialized":

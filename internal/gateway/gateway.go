@@ -100,7 +100,7 @@ type call struct {
 	ourTok   string
 	related  Sink
 	conn     *backend.Conn
-	cancel   context.CancelFunc
+	cancel   func(cause error)
 	touch    func() // resets the request timeout
 }
 
@@ -142,7 +142,22 @@ func (g *Gateway) closeSession(s *Session) {
 	}
 	g.mu.Unlock()
 	for _, c := range calls {
-		c.cancel()
+		c.cancel(errSessionClosed)
+	}
+	// Give the cancelled requests a moment to end, so that their
+	// cancellation notices are on their way to the servers before anyone
+	// stops those servers.
+	if len(calls) > 0 {
+		deadline := time.Now().Add(100 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			g.mu.Lock()
+			n := len(st.calls)
+			g.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 	if st != nil {
 		for _, srv := range g.fleet.Servers() {

@@ -179,7 +179,7 @@ func (w *world) stdioClient(ep Endpoint, opts *mcp.ClientOptions) *mcp.ClientSes
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		s2cW.Close()
 	}()
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "0"}, opts)
@@ -231,7 +231,7 @@ func (w *world) stdioClientErr(ep Endpoint) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 		s2cW.Close()
 	}()
 	defer func() { c2sW.Close(); <-done }()

@@ -9,11 +9,19 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
+// Activity receives the client's requests as they begin and end (the
+// watchdog's Tracker: idle-exit never cuts a request in flight).
+type Activity interface {
+	Begin()
+	End()
+}
+
 // ServeStdio serves ep to one client over newline-delimited JSON-RPC on r
 // and w (mcpvisor stdio: stdin and stdout) until r reaches EOF or ctx ends.
 // Requests run concurrently; everything the client should see — responses,
-// related messages, notifications — is written to w, one line each.
-func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log *slog.Logger) error {
+// related messages, notifications — is written to w, one line each. act,
+// if not nil, sees every client request begin and end.
+func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log *slog.Logger, act Activity) error {
 	var conn *rpc.Conn
 	var sess *Session
 	var wg sync.WaitGroup
@@ -46,9 +54,15 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 				ep.Handle(hctx, sess, m, out)
 				return
 			}
+			if act != nil {
+				act.Begin()
+			}
 			wg.Go(func() {
 				if resp := ep.Handle(hctx, sess, m, out); resp != nil {
 					_ = conn.Write(resp)
+				}
+				if act != nil {
+					act.End()
 				}
 			})
 		},

@@ -343,6 +343,24 @@ func (c *Conn) sendCancelled(id int64, cause error) {
 	c.writeAsync(b)
 }
 
+// Flush waits until the messages the connection writes on its own
+// (cancellation notices, automatic error replies) are written, or ctx ends.
+// A relay calls it before closing the stream, so that a cancellation it
+// has just sent is not lost to the close.
+func (c *Conn) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		c.async.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // writeAsync writes a line from another goroutine, so the caller (the read
 // loop, or a cancelled Call) never waits for the peer to read. The write
 // gives up when the connection ends.
