@@ -8,9 +8,14 @@ import (
 	"time"
 )
 
-// minInflightRecheck is the shortest interval between checks while requests
-// are in flight.
-const minInflightRecheck = time.Second
+// While requests are in flight the watchdog re-checks every quarter of the
+// idle timeout, within these bounds: after the last request ends, idleness
+// is then noticed at most a quarter timeout (and never more than a second)
+// late, and a tiny timeout cannot turn a long request into a busy loop.
+const (
+	minInflightRecheck = 10 * time.Millisecond
+	maxInflightRecheck = time.Second
+)
 
 // DefaultPollInterval is how often the parent pid is re-read when the OS
 // gives no immediate notice of the parent's exit (Config.PollInterval).
@@ -107,11 +112,11 @@ type Watchdog struct {
 // Start checks cfg and starts a watchdog on its own goroutine. The watchdog
 // evaluates ShouldTerminate with the current state, parent pid and idle
 // time: at once; when the idle deadline could next pass (it sleeps until
-// then); while requests are in flight, every IdleTimeout but at most once a
-// second; every PollInterval when the parent is polled; and as soon as the
-// OS reports the parent's exit. An idle server therefore goes exactly at
-// its deadline — except that after a long request, an IdleTimeout under a
-// second may be overrun by up to a second. When ShouldTerminate says so it
+// then); while requests are in flight, every quarter of IdleTimeout
+// (between 10 ms and 1 s); every PollInterval when the parent is polled;
+// and as soon as the OS reports the parent's exit. An idle server therefore
+// goes exactly at its deadline — except that after a long request it may
+// go up to that quarter timeout late. When ShouldTerminate says so it
 // calls OnTerminate once and stops.
 //
 // Cancelling ctx stops the watchdog like Stop, without waiting. Start
@@ -267,11 +272,9 @@ func (w *Watchdog) nextCheck(idle time.Duration, inflight int, poll bool) (time.
 	if w.idleTimeout > 0 {
 		ok = true
 		if inflight > 0 {
-			// The earliest the deadline can pass is IdleTimeout after
-			// the last request ends, which is now at the earliest. A
-			// tiny IdleTimeout must not turn a long request into a
-			// busy loop, hence the floor.
-			d = max(w.idleTimeout, minInflightRecheck)
+			// The deadline passes IdleTimeout after the last request
+			// ends; look often enough to notice it soon after.
+			d = min(max(w.idleTimeout/4, minInflightRecheck), maxInflightRecheck)
 		} else {
 			// Positive: ShouldTerminate said idle < IdleTimeout.
 			d = w.idleTimeout - idle

@@ -11,6 +11,9 @@ import (
 
 func TestMain(m *testing.M) {
 	proc.RunShimIfRequested()
+	if os.Getenv(middleEnv) != "" {
+		os.Exit(runMiddle())
+	}
 	os.Exit(m.Run())
 }
 

@@ -4,11 +4,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes of the mcpvisor command.
-const (
-	exitOK    = 0
-	exitUsage = 2
-)
+// usageError is a mistake in the command line.
+type usageError struct{ error }
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -17,6 +14,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newPsCmd())
 	return root
 }

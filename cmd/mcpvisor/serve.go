@@ -7,22 +7,22 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
 func newServeCmd() *cobra.Command {
 	var (
 		configFile, listen, tokenFile, stateDir string
-		shutdown                                time.Duration
-		noLearn                                 bool
+		shutdownTimeout                         time.Duration
+		noLearn, exitWithParent                 bool
 		lf                                      logFlags
 	)
 	cmd := &cobra.Command{
@@ -30,16 +30,18 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve the configured MCP servers over Streamable HTTP",
 		Long: `Serve every configured server as one MCP endpoint at /mcp (tools and prompts
 named {server}__{name}), and each server alone at /servers/{name}/mcp, over
-Streamable HTTP. Servers start on first use. The bearer token, if any, comes
-from --token-file or the MCPVISOR_TOKEN environment variable.
+Streamable HTTP. Servers start on first use and sleep when idle. The bearer
+token, if any, comes from --token-file or the MCPVISOR_TOKEN environment
+variable. GET /api/servers reports every server's state (mcpvisor ps).
 
-The first SIGINT or SIGTERM stops every server in parallel within
---shutdown-timeout; a second one kills them at once.`,
+The first SIGINT or SIGTERM stops accepting requests, ends client sessions
+and stops every server in parallel within --shutdown-timeout (exit 0); a
+second signal, or the timeout, kills every server at once (exit 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.newLogger(cmd.ErrOrStderr())
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			token := os.Getenv("MCPVISOR_TOKEN")
 			if tokenFile != "" {
@@ -49,9 +51,10 @@ The first SIGINT or SIGTERM stops every server in parallel within
 				}
 				token = strings.TrimSpace(string(b))
 				if token == "" {
-					return fmt.Errorf("--token-file %s is empty", tokenFile)
+					return usageError{fmt.Errorf("--token-file %s is empty", tokenFile)}
 				}
 			}
+			sd := shutdown.New()
 			a, err := openApp(configFile, stateDir, log)
 			if err != nil {
 				return err
@@ -80,32 +83,55 @@ The first SIGINT or SIGTERM stops every server in parallel within
 			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			a.startEager(ctx, !noLearn)
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
+			if exitWithParent {
+				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
+				if err != nil {
+					return err
+				}
+				defer wd.Stop()
+			}
+			a.startEager(sd.Context(), !noLearn)
+			go func() {
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http server failed", "err", err)
+					sd.Trigger("http server failed")
+				}
+			}()
 			fmt.Fprintf(cmd.ErrOrStderr(), "mcpvisor: serving %d servers at http://%s/mcp\n", len(a.fleet.Servers()), ln.Addr())
 
-			select {
-			case err = <-errc:
-			case <-ctx.Done():
-			}
-			stop()
-			return shutdownGracefully(a, shutdown, func(ctx context.Context) {
+			code := sd.Run(shutdownTimeout, func(ctx context.Context) error {
+				log.Info("shutting down", "reason", sd.Reason(), "deadline", shutdownTimeout)
+				// Stop accepting, then end client sessions: requests in
+				// flight are cancelled and answered with an error. The
+				// servers stop in parallel meanwhile.
+				front := make(chan struct{})
+				go func() {
+					defer close(front)
+					_ = srv.Shutdown(ctx)
+				}()
 				for _, h := range handlers {
 					h.Close()
 				}
-				_ = srv.Shutdown(ctx)
-			}, err)
+				err := a.close(ctx)
+				<-front
+				return err
+			}, func() {
+				log.Warn("shutdown forced: killing every server now", "reason", sd.Reason())
+				a.rt.Kill()
+			})
+			if code != shutdown.ExitOK {
+				return exitCode(code)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file (JSON)")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from the config, else 127.0.0.1:7331)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients must send")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
 	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
-	cmd.Flags().DurationVar(&shutdown, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
+	cmd.Flags().BoolVar(&exitWithParent, "exit-with-parent", false, "shut down when the process that started mcpvisor exits")
 	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	_ = cmd.MarkFlagRequired("config")
@@ -115,31 +141,4 @@ The first SIGINT or SIGTERM stops every server in parallel within
 func isLoopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
-}
-
-// shutdownGracefully stops the front, then every server in parallel, all
-// under one deadline. A second SIGINT/SIGTERM meanwhile cuts the deadline
-// short: every remaining process group is killed at once.
-func shutdownGracefully(a *app, timeout time.Duration, front func(context.Context), cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(again)
-	go func() {
-		select {
-		case <-again:
-			a.log.Warn("second signal: killing every server now")
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	front(ctx)
-	if err := a.close(ctx); err != nil {
-		a.log.Warn("shutdown", "err", err)
-	}
-	if cause != nil && !errors.Is(cause, http.ErrServerClosed) {
-		return cause
-	}
-	return nil
 }

@@ -11,12 +11,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
 func newStdioCmd() *cobra.Command {
 	var (
 		configFile, stateDir, server string
-		shutdown                     time.Duration
+		shutdownTimeout, idleExit    time.Duration
 		noLearn                      bool
 		lf                           logFlags
 	)
@@ -25,14 +27,26 @@ func newStdioCmd() *cobra.Command {
 		Short: "Serve the configured MCP servers to one client over stdin/stdout",
 		Long: `Serve every configured server as one MCP server over stdin and stdout, for
 desktop clients that launch MCP servers as commands; with --server, serve that
-one server alone. Logs go to stderr; stdout carries only the protocol. When
-stdin closes, mcpvisor stops every server and exits.`,
+one server alone. Logs go to stderr; stdout carries only the protocol.
+
+mcpvisor exits, stopping every server it runs, when stdin reaches EOF, when
+the process that started it exits (a client that reconnected and left this
+one behind with its pipe still open), after --idle-exit without a client
+request (off by default; a request in flight is never cut), or on
+SIGINT/SIGTERM. A second signal, or --shutdown-timeout passing, kills every
+server at once (exit 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := lf.newLogger(cmd.ErrOrStderr())
 			if err != nil {
-				return err
+				return usageError{err}
 			}
+			// A client that is gone must not kill mcpvisor by SIGPIPE
+			// before it has stopped its servers: a write error ends the
+			// session instead. (Notify, not Ignore: an ignored signal
+			// would be inherited by the servers.)
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+			sd := shutdown.New()
 			a, err := openApp(configFile, stateDir, log)
 			if err != nil {
 				return err
@@ -41,23 +55,49 @@ stdin closes, mcpvisor stops every server and exits.`,
 			if server != "" {
 				if ep = a.gw.Single(server); ep == nil {
 					_ = a.close(context.Background())
-					return fmt.Errorf("--server: no enabled server named %q in %s", server, configFile)
+					return usageError{fmt.Errorf("--server: no enabled server named %q in %s", server, configFile)}
 				}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			a.startEager(ctx, !noLearn)
-			err = gateway.ServeStdio(ctx, ep, os.Stdin, os.Stdout, log)
-			stop()
-			_ = err // stdin EOF or a signal: both end the session normally
-			return shutdownGracefully(a, shutdown, func(context.Context) {}, nil)
+			var activity watchdog.Tracker
+			wd, err := watchdog.Start(sd.Context(), watchdog.Config{
+				IdleTimeout: idleExit,
+				State:       activity.Snapshot,
+				OnTerminate: func(r watchdog.Reason) { sd.Trigger(r.String()) },
+				Logger:      log,
+			})
+			if err != nil {
+				_ = a.close(context.Background())
+				return err
+			}
+			defer wd.Stop()
+			a.startEager(sd.Context(), !noLearn)
+
+			stdin, restore := interruptibleStdin()
+			defer restore()
+			go func() {
+				_ = gateway.ServeStdio(sd.Context(), ep, stdin, os.Stdout, log, &activity)
+				sd.Trigger("stdin closed")
+			}()
+			code := sd.Run(shutdownTimeout, func(ctx context.Context) error {
+				log.Info("shutting down", "reason", sd.Reason())
+				_ = stdin.Close() // a blocked read must not hold the exit
+				return a.close(ctx)
+			}, func() {
+				log.Warn("shutdown forced: killing every server now", "reason", sd.Reason())
+				a.rt.Kill()
+			})
+			if code != shutdown.ExitOK {
+				return exitCode(code)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file (JSON)")
 	cmd.Flags().StringVar(&server, "server", "", "serve only this server, unprefixed")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
+	cmd.Flags().DurationVar(&idleExit, "idle-exit", 0, "exit after this long without a client request (0: never)")
 	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
-	cmd.Flags().DurationVar(&shutdown, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
 	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	_ = cmd.MarkFlagRequired("config")

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+func interruptibleStdin() (*os.File, func()) { return os.Stdin, func() {} }
