@@ -230,13 +230,9 @@ func mergeCollisions(old, add []string) []string {
 
 // byName routes tools/call and prompts/get by the prefixed name.
 func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k listKind) *rpc.Message {
-	var params map[string]json.RawMessage
-	if json.Unmarshal(m.Params, &params) != nil {
+	name, ok := rpc.StringMember(m.Params, "name")
+	if !ok || name == "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
-	}
-	var name string
-	if json.Unmarshal(params["name"], &name) != nil || name == "" {
-		return errorResponse(m.ID, rpc.InvalidParams, "missing name")
 	}
 	r, ok := a.table(ctx, k).byName[name]
 	if !ok {
@@ -250,9 +246,11 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 		}
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
 	}
-	params["name"], _ = json.Marshal(r.name)
-	body, _ := json.Marshal(params)
-	return a.g.forward(ctx, s, r.srv, m.Method, body, m.ID, related)
+	params := m.Params
+	if r.name != name {
+		params, _ = rpc.ReplaceMember(m.Params, "name", mustJSON(r.name))
+	}
+	return a.g.forward(ctx, s, r.srv, m.Method, params, m.ID, related)
 }
 
 // resourceServer finds the server that serves uri: by the listed

@@ -33,17 +33,23 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	startCtx := ctx
-	if timeout > 0 {
-		var c context.CancelFunc
-		startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
-		defer c()
-	}
 	srv.Begin(s.Key())
 	defer srv.End(s.Key())
-	conn, err := srv.Conn(startCtx, s.Key())
-	if err != nil {
-		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
+	var conn *backend.Conn
+	if !srv.PerSession() {
+		conn = srv.Current() // the hot path: a running shared server
+	}
+	if conn == nil {
+		startCtx := ctx
+		if timeout > 0 {
+			var c context.CancelFunc
+			startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
+			defer c()
+		}
+		var err error
+		if conn, err = srv.Conn(startCtx, s.Key()); err != nil {
+			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
+		}
 	}
 
 	c := &call{sess: s, st: st, clientID: clientID, related: related, conn: conn, cancel: cancel}
@@ -310,13 +316,9 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 	return false
 }
 
-// stringField reads a top-level string member of a JSON object.
+// stringField reads a top-level string member of a JSON object, scanning
+// rather than decoding it ("" when absent).
 func stringField(obj json.RawMessage, name string) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(obj, &m) != nil {
-		return ""
-	}
-	var s string
-	_ = json.Unmarshal(m[name], &s)
+	s, _ := rpc.StringMember(obj, name)
 	return s
 }

@@ -67,8 +67,11 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/call":
-		name := stringField(m.Params, "name")
-		if !e.srv.Config().Tools.Allowed(name) {
+		f := e.srv.Config().Tools
+		if len(f.Allow) == 0 && len(f.Deny) == 0 {
+			break
+		}
+		if name := stringField(m.Params, "name"); !f.Allowed(name) {
 			return errorResponse(m.ID, rpc.InvalidParams, "tool "+name+" is not allowed by mcpvisor's configuration")
 		}
 	case "tools/list":

@@ -67,3 +67,35 @@ func progressTokenSpan(d []byte) (start, end int) {
 	}
 	return tok.start, tok.end
 }
+
+// StringMember returns the string value of a top-level member of the JSON
+// object obj, and whether it was there as a string. The rest of obj is
+// scanned, not decoded: a relay reads the name or uri it routes on this way.
+func StringMember(obj json.RawMessage, name string) (string, bool) {
+	v := field(obj, name)
+	if v == nil {
+		return "", false
+	}
+	return unquoteSpan(v)
+}
+
+// ReplaceMember returns obj with the value of its top-level member name
+// replaced by value (raw JSON), leaving every other byte as it was, and
+// whether the member was found. obj is not modified.
+func ReplaceMember(obj json.RawMessage, name string, value json.RawMessage) (json.RawMessage, bool) {
+	o := objectAt(obj, skipSpace(obj, 0), 1)
+	var v span
+	for o.next() {
+		if o.is(name) {
+			v = o.value()
+		}
+	}
+	if o.err != nil || skipSpace(obj, o.end) != len(obj) || !v.ok() {
+		return obj, false
+	}
+	out := make(json.RawMessage, 0, len(obj)-(v.end-v.start)+len(value))
+	out = append(out, obj[:v.start]...)
+	out = appendRaw(out, value)
+	out = append(out, obj[v.end:]...)
+	return out, true
+}

@@ -56,3 +56,29 @@ func TestCancelledRequestID(t *testing.T) {
 		}
 	}
 }
+
+func TestStringMemberAndReplaceMember(t *testing.T) {
+	obj := json.RawMessage(`{"name":"files__read","arguments":{"name":"inner"},"x":[1,2]}`)
+	if s, ok := StringMember(obj, "name"); !ok || s != "files__read" {
+		t.Fatalf("StringMember = %q %v", s, ok)
+	}
+	if _, ok := StringMember(obj, "missing"); ok {
+		t.Fatal("missing member found")
+	}
+	if _, ok := StringMember(json.RawMessage(`{"name":5}`), "name"); ok {
+		t.Fatal("a number read as a string")
+	}
+	if s, ok := StringMember(json.RawMessage(`{"uri":"a\u002fb"}`), "uri"); !ok || s != "a/b" {
+		t.Fatalf("escaped string: %q %v", s, ok)
+	}
+	out, ok := ReplaceMember(obj, "name", json.RawMessage(`"read"`))
+	if !ok || string(out) != `{"name":"read","arguments":{"name":"inner"},"x":[1,2]}` {
+		t.Fatalf("ReplaceMember = %s %v", out, ok)
+	}
+	if string(obj) != `{"name":"files__read","arguments":{"name":"inner"},"x":[1,2]}` {
+		t.Fatal("ReplaceMember modified its input")
+	}
+	if _, ok := ReplaceMember(json.RawMessage(`{"a":1`), "a", json.RawMessage(`2`)); ok {
+		t.Fatal("malformed object accepted")
+	}
+}
