@@ -61,11 +61,13 @@ func BenchmarkWake(b *testing.B) {
 			call := &rpc.Message{ID: json.RawMessage("2"), Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"x"}}`)}
 			for b.Loop() {
 				b.StopTimer()
-				if srv.Current() != nil {
-					srv.Rest(srv.Requests())
-				}
-				for srv.Status().State != "dormant" && srv.Status().State != "new" {
-					time.Sleep(time.Millisecond)
+				// Wait until the previous process is fully stopped:
+				// DormantSince is set when the dormant stop completes.
+				before := srv.Status().DormantSince
+				if srv.Current() != nil && srv.Rest(srv.Requests()) {
+					for srv.Status().DormantSince.Equal(before) {
+						time.Sleep(time.Millisecond)
+					}
 				}
 				b.StartTimer()
 				resp := ep.Handle(context.Background(), sess, call, SinkFunc(func(*rpc.Message) error { return nil }))
