@@ -10,12 +10,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
@@ -143,4 +147,39 @@ func (a *app) close(ctx context.Context) error {
 	rerr := a.rt.Close(ctx)
 	serr := a.store.Close()
 	return errors.Join(ferr, rerr, serr)
+}
+
+// runFlags are the flags serve and stdio share.
+type runFlags struct {
+	configFile, stateDir string
+	shutdownTimeout      time.Duration
+	noLearn              bool
+	log                  logFlags
+}
+
+func (f *runFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.configFile, "config", "c", "", "configuration file (JSON)")
+	cmd.Flags().StringVar(&f.stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
+	cmd.Flags().BoolVar(&f.noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
+	cmd.Flags().StringVar(&f.log.level, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&f.log.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
+	_ = cmd.MarkFlagRequired("config")
+}
+
+// shutdown waits for sd to begin, runs graceful under the shutdown
+// deadline and kills every process tree at once if that is cut short. It
+// returns nil for a clean exit, else the exit code as an error.
+func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful func(context.Context) error) error {
+	code := sd.Run(timeout, func(ctx context.Context) error {
+		a.log.Info("shutting down", "reason", sd.Reason(), "deadline", timeout)
+		return graceful(ctx)
+	}, func() {
+		a.log.Warn("shutdown forced: killing every server now", "reason", sd.Reason())
+		a.rt.Kill()
+	})
+	if code != shutdown.ExitOK {
+		return exitCode(code)
+	}
+	return nil
 }

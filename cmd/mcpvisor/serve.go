@@ -20,10 +20,9 @@ import (
 
 func newServeCmd() *cobra.Command {
 	var (
-		configFile, listen, tokenFile, stateDir string
-		shutdownTimeout                         time.Duration
-		noLearn, exitWithParent                 bool
-		lf                                      logFlags
+		rf                runFlags
+		listen, tokenFile string
+		exitWithParent    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE [--listen 127.0.0.1:7331]",
@@ -39,7 +38,7 @@ and stops every server in parallel within --shutdown-timeout (exit 0); a
 second signal, or the timeout, kills every server at once (exit 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := lf.newLogger(cmd.ErrOrStderr())
+			log, err := rf.log.newLogger(cmd.ErrOrStderr())
 			if err != nil {
 				return usageError{err}
 			}
@@ -55,7 +54,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				}
 			}
 			sd := shutdown.New()
-			a, err := openApp(configFile, stateDir, log)
+			a, err := openApp(rf.configFile, rf.stateDir, log)
 			if err != nil {
 				return err
 			}
@@ -90,7 +89,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				}
 				defer wd.Stop()
 			}
-			a.startEager(sd.Context(), !noLearn)
+			a.startEager(sd.Context(), !rf.noLearn)
 			go func() {
 				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error("http server failed", "err", err)
@@ -99,8 +98,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			}()
 			fmt.Fprintf(cmd.ErrOrStderr(), "mcpvisor: serving %d servers at http://%s/mcp\n", len(a.fleet.Servers()), ln.Addr())
 
-			code := sd.Run(shutdownTimeout, func(ctx context.Context) error {
-				log.Info("shutting down", "reason", sd.Reason(), "deadline", shutdownTimeout)
+			return a.shutdown(sd, rf.shutdownTimeout, func(ctx context.Context) error {
 				// Stop accepting, then end client sessions: requests in
 				// flight are cancelled and answered with an error. The
 				// servers stop in parallel meanwhile.
@@ -115,26 +113,13 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				err := a.close(ctx)
 				<-front
 				return err
-			}, func() {
-				log.Warn("shutdown forced: killing every server now", "reason", sd.Reason())
-				a.rt.Kill()
 			})
-			if code != shutdown.ExitOK {
-				return exitCode(code)
-			}
-			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file (JSON)")
+	rf.add(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from the config, else 127.0.0.1:7331)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients must send")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
-	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
-	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
 	cmd.Flags().BoolVar(&exitWithParent, "exit-with-parent", false, "shut down when the process that started mcpvisor exits")
-	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 

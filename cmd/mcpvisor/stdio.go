@@ -17,10 +17,9 @@ import (
 
 func newStdioCmd() *cobra.Command {
 	var (
-		configFile, stateDir, server string
-		shutdownTimeout, idleExit    time.Duration
-		noLearn                      bool
-		lf                           logFlags
+		rf       runFlags
+		server   string
+		idleExit time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "stdio --config FILE [--server NAME]",
@@ -37,7 +36,7 @@ SIGINT/SIGTERM. A second signal, or --shutdown-timeout passing, kills every
 server at once (exit 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := lf.newLogger(cmd.ErrOrStderr())
+			log, err := rf.log.newLogger(cmd.ErrOrStderr())
 			if err != nil {
 				return usageError{err}
 			}
@@ -47,7 +46,7 @@ server at once (exit 3).`,
 			// would be inherited by the servers.)
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 			sd := shutdown.New()
-			a, err := openApp(configFile, stateDir, log)
+			a, err := openApp(rf.configFile, rf.stateDir, log)
 			if err != nil {
 				return err
 			}
@@ -55,7 +54,7 @@ server at once (exit 3).`,
 			if server != "" {
 				if ep = a.gw.Single(server); ep == nil {
 					_ = a.close(context.Background())
-					return usageError{fmt.Errorf("--server: no enabled server named %q in %s", server, configFile)}
+					return usageError{fmt.Errorf("--server: no enabled server named %q in %s", server, rf.configFile)}
 				}
 			}
 			var activity watchdog.Tracker
@@ -70,7 +69,7 @@ server at once (exit 3).`,
 				return err
 			}
 			defer wd.Stop()
-			a.startEager(sd.Context(), !noLearn)
+			a.startEager(sd.Context(), !rf.noLearn)
 
 			stdin, restore := interruptibleStdin()
 			defer restore()
@@ -78,28 +77,14 @@ server at once (exit 3).`,
 				_ = gateway.ServeStdio(sd.Context(), ep, stdin, os.Stdout, log, &activity)
 				sd.Trigger("stdin closed")
 			}()
-			code := sd.Run(shutdownTimeout, func(ctx context.Context) error {
-				log.Info("shutting down", "reason", sd.Reason())
+			return a.shutdown(sd, rf.shutdownTimeout, func(ctx context.Context) error {
 				_ = stdin.Close() // a blocked read must not hold the exit
 				return a.close(ctx)
-			}, func() {
-				log.Warn("shutdown forced: killing every server now", "reason", sd.Reason())
-				a.rt.Kill()
 			})
-			if code != shutdown.ExitOK {
-				return exitCode(code)
-			}
-			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file (JSON)")
+	rf.add(cmd)
 	cmd.Flags().StringVar(&server, "server", "", "serve only this server, unprefixed")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
-	cmd.Flags().DurationVar(&shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
 	cmd.Flags().DurationVar(&idleExit, "idle-exit", 0, "exit after this long without a client request (0: never)")
-	cmd.Flags().BoolVar(&noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
-	cmd.Flags().StringVar(&lf.level, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&lf.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
-	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
