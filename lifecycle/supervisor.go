@@ -150,10 +150,11 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		select {
 		case <-prev.done:
 		default:
-			if prev.ctx.Err() == nil {
+			if prev.ctx.Err() == nil && !s.tr.State().IsTerminal() {
 				return nil // running
 			}
-			// Stopping: let it finish before starting over.
+			// Stopping, or parked in Failed or Stopped with its goroutine
+			// on the way out: let it finish before starting over.
 			select {
 			case <-prev.done:
 			case <-ctx.Done():
