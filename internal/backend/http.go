@@ -1,0 +1,823 @@
+package backend
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// HTTPConnector connects to a remote MCP server and performs the initialize
+// handshake. It implements lifecycle.Connector. The go-sdk's client
+// transport speaks HTTP; a bridge turns its mcp.Connection into the byte
+// stream of newline-delimited JSON that internal/rpc reads and writes, so a
+// remote server is the same *Conn as a stdio one (with no Process).
+//
+// What the bridge adds to the go-sdk transport used without mcp.Client
+// (whose unexported sessionUpdated hook it cannot reach):
+//   - the MCP-Protocol-Version header on every request after initialize
+//     (the version the server chose, read from its initialize result);
+//   - the standalone GET stream of the Streamable HTTP transport, which
+//     carries what the server sends outside any request (list_changed,
+//     resource updates) and notices a server that has gone away;
+//   - requests sent without holding up the connection while the server
+//     holds a POST open (each request is POSTed from its own goroutine);
+//     notifications and replies are POSTed in order;
+//   - notifications/cancelled also ends the cancelled request's POST;
+//   - HTTP 401 and 403 classified as lifecycle.ErrAuthRequired.
+type HTTPConnector struct {
+	Name string
+	URL  string
+	// Headers are set on every request to the server's host (not on a
+	// redirect to another host), unless the transport set the same header
+	// itself. Values are never logged.
+	Headers map[string]string
+	// Transport is "streamable-http" (the default when empty) or "sse",
+	// the HTTP+SSE transport of MCP 2024-11-05.
+	Transport string
+	Hooks     Hooks
+	Logger    *slog.Logger
+	// HTTPClient, if set, carries the requests (its Transport, Jar and
+	// CheckRedirect are used; its Timeout must be zero, since it would cut
+	// the long-lived streams). By default each connection has a transport
+	// of its own, closed with it.
+	HTTPClient *http.Client
+	// OnConnect, if set, sees every new connection before Connect returns.
+	OnConnect func(*Conn)
+}
+
+// Tunables, variables so that tests can shorten them.
+var (
+	// closeTimeout bounds the DELETE that ends the server's session, and
+	// closeGuard bounds Close waiting for the go-sdk connection's Close.
+	closeTimeout = 2 * time.Second
+	closeGuard   = 3 * time.Second
+	// listenRetries is how many times in a row the standalone stream may
+	// fail to (re)connect before the connection counts as lost; the waits
+	// between grow from listenDelay, doubling.
+	listenRetries = 3
+	listenDelay   = 100 * time.Millisecond
+	// listenHealthy is how long a standalone stream must last to count as
+	// progress when it delivered nothing.
+	listenHealthy = 5 * time.Second
+	// maxEvent bounds one event read from the standalone stream.
+	maxEvent = rpc.DefaultMaxLine
+)
+
+const protocolVersionHeader = "MCP-Protocol-Version"
+
+// Connect opens the connection, sends initialize and
+// notifications/initialized, and returns the live connection. ctx bounds
+// the whole handshake; the connection is closed if the handshake fails.
+func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	log := hc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("server", hc.Name)
+	var streamable bool
+	switch hc.Transport {
+	case "", "streamable-http":
+		streamable = true
+	case "sse":
+	default:
+		return nil, fmt.Errorf("server %s: unknown HTTP transport %q", hc.Name, hc.Transport)
+	}
+	base, err := url.Parse(hc.URL)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: invalid URL", hc.Name) // the URL may hold a secret
+	}
+
+	b := &bridge{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.pr, b.pw = io.Pipe()
+	b.client = hc.client(b, base.Host)
+
+	// The go-sdk connection outlives ctx (for "sse", its GET is the
+	// stream), but ctx bounds getting it.
+	var t mcp.Transport
+	if streamable {
+		t = &mcp.StreamableClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
+	} else {
+		t = &mcp.SSEClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
+	}
+	stop := context.AfterFunc(ctx, b.cancel)
+	conn, err := t.Connect(b.ctx)
+	stop()
+	if err != nil {
+		b.cancel()
+		b.release()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, b.classify(fmt.Errorf("server %s: connecting: %w", hc.Name, err))
+	}
+	b.conn = conn
+
+	c := &Conn{name: hc.Name, log: log, runDone: make(chan struct{})}
+	c.rpc = rpc.NewConn(b, bridgeWriter{b}, rpc.Options{
+		PeerName: "server " + hc.Name,
+		Logger:   log,
+		Handler:  hookHandler(c, hc.Hooks),
+	})
+	b.spawn(b.pump)
+	go func() {
+		_ = c.rpc.Run(context.Background())
+		b.shutdown()
+		b.wg.Wait()
+		b.release()
+		close(c.runDone)
+	}()
+	if err := c.handshake(ctx); err != nil {
+		_ = c.Close()
+		if f := b.failure(); f != nil && errors.Is(err, rpc.ErrClosed) {
+			return nil, fmt.Errorf("server %s: %w", hc.Name, f)
+		}
+		return nil, b.classify(fmt.Errorf("server %s: %w", hc.Name, err))
+	}
+	if streamable {
+		b.spawn(b.listen)
+	}
+	if hc.OnConnect != nil {
+		hc.OnConnect(c)
+	}
+	return c, nil
+}
+
+// client is the http.Client of one connection: the configured one (or a
+// transport of the connection's own) behind a RoundTripper that adds the
+// headers.
+func (hc *HTTPConnector) client(b *bridge, host string) *http.Client {
+	var cl http.Client
+	if hc.HTTPClient != nil {
+		cl = *hc.HTTPClient
+	}
+	rt := cl.Transport
+	if rt == nil {
+		if hc.HTTPClient == nil {
+			if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+				b.owned = dt.Clone()
+				rt = b.owned
+			}
+		}
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
+	}
+	cl.Transport = &headerTransport{base: rt, host: host, headers: hc.Headers, b: b}
+	return &cl
+}
+
+// hookHandler hands what the server sends on its own to the hooks.
+func hookHandler(c *Conn, h Hooks) func(context.Context, *rpc.Message) {
+	return func(_ context.Context, m *rpc.Message) {
+		if h == nil {
+			if m.IsRequest() {
+				_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
+			}
+			return
+		}
+		if m.IsRequest() {
+			h.Request(c, m)
+		} else {
+			h.Notification(c, m)
+		}
+	}
+}
+
+// bridge is an mcp.Connection seen as a byte stream: rpc.Conn reads the
+// server's messages from it one line each, and writes its own as lines,
+// which the bridge decodes and hands to the connection.
+type bridge struct {
+	name       string
+	url        string
+	log        *slog.Logger
+	streamable bool
+	client     *http.Client
+	owned      *http.Transport // closed with the connection; nil if configured
+	conn       mcp.Connection
+
+	ctx    context.Context // ends with the connection
+	cancel context.CancelFunc
+	pr     *io.PipeReader // rpc.Conn reads the server's messages here
+	pw     *io.PipeWriter
+
+	version atomic.Pointer[string] // negotiated protocol version, once known
+	denied  atomic.Int32           // the latest HTTP status if it was 401 or 403, else 0
+
+	mu     sync.Mutex
+	calls  map[jsonrpc.ID]*callState // requests without a response yet
+	initID jsonrpc.ID                // the initialize request
+	closed bool                      // no more goroutines start
+	wg     sync.WaitGroup
+
+	failErr   error // why the bridge ended the connection, once it has
+	closeOnce sync.Once
+}
+
+// callState is one request in flight. Its context carries the POST; it
+// ends when the request is cancelled, or once both the response has been
+// read and the HTTP body that carried it has been closed (so that the
+// HTTP connection can be reused).
+type callState struct {
+	cancel     context.CancelFunc
+	responded  atomic.Bool
+	bodyClosed atomic.Bool
+	cancelled  atomic.Bool
+}
+
+func (st *callState) respond() {
+	st.responded.Store(true)
+	if st.bodyClosed.Load() {
+		st.cancel()
+	}
+}
+
+func (st *callState) closeBody() {
+	st.bodyClosed.Store(true)
+	if st.responded.Load() {
+		st.cancel()
+	}
+}
+
+type callKey struct{}
+
+// spawn runs f on a goroutine that the end of the connection waits for,
+// unless the connection has ended.
+func (b *bridge) spawn(f func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Read is rpc.Conn's side of the pipe.
+func (b *bridge) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+// Close is called by rpc.Conn when the connection ends, for any reason.
+func (b *bridge) Close() error {
+	b.shutdown()
+	return nil
+}
+
+var errBridgeClosed = errors.New("connection closed")
+
+// shutdown ends the connection: the streams and requests in flight, and
+// the server's session (DELETE, bounded by closeTimeout; the go-sdk
+// connection's Close is waited for at most closeGuard).
+func (b *bridge) shutdown() {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		b.cancel()
+		b.pr.CloseWithError(errBridgeClosed)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := b.conn.Close(); err != nil {
+				b.log.Debug("ending the remote session", "err", err)
+			}
+		}()
+		t := time.NewTimer(closeGuard)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			b.log.Warn("closing the remote connection timed out", "after", closeGuard)
+		}
+	})
+}
+
+// release closes the connection's own idle HTTP connections.
+func (b *bridge) release() {
+	if b.owned != nil {
+		b.owned.CloseIdleConnections()
+	}
+}
+
+// fail ends the connection because of err: rpc.Conn reads the error (once
+// classified) from the pipe, and closes the bridge. The first failure wins.
+func (b *bridge) fail(err error) {
+	b.mu.Lock()
+	if b.failErr != nil {
+		b.mu.Unlock()
+		return
+	}
+	b.failErr = b.classify(err)
+	err = b.failErr
+	b.mu.Unlock()
+	b.pw.CloseWithError(err)
+}
+
+// failure is why fail ended the connection, or nil.
+func (b *bridge) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failErr
+}
+
+// classify attaches a lifecycle class to a failure of the connection.
+// Refused credentials win over what they caused (the go-sdk reports a 401
+// as the failure of the request that got it).
+func (b *bridge) classify(err error) error {
+	err = b.redact(err)
+	if code := int(b.denied.Load()); code != 0 && !errors.Is(err, lifecycle.ErrAuthRequired) {
+		return fmt.Errorf("%w: server %s answered HTTP %d %s (%v)", lifecycle.ErrAuthRequired, b.name, code, http.StatusText(code), err)
+	}
+	if errors.Is(err, mcp.ErrSessionMissing) && !errors.Is(err, lifecycle.ErrSessionMissing) {
+		return fmt.Errorf("%w: %w", lifecycle.ErrSessionMissing, err)
+	}
+	return lifecycle.Classify(err)
+}
+
+// pump copies the server's messages from the go-sdk connection to the pipe.
+func (b *bridge) pump() {
+	for {
+		msg, err := b.conn.Read(b.ctx)
+		if err != nil {
+			if b.ctx.Err() == nil {
+				b.fail(fmt.Errorf("reading from the server: %w", err))
+			}
+			return
+		}
+		if resp, ok := msg.(*jsonrpc.Response); ok {
+			b.answered(resp)
+		}
+		data, err := jsonrpc.EncodeMessage(msg)
+		if err != nil {
+			b.log.Warn("dropping a message the server sent", "err", err)
+			continue
+		}
+		if _, err := b.pw.Write(append(data, '\n')); err != nil {
+			return
+		}
+	}
+}
+
+// answered does the bookkeeping of a response: the request's state, the
+// protocol version from the initialize result, and an error the go-sdk
+// made up (a stream that ended without the response) turned into a
+// JSON-RPC error of mcpvisor's.
+func (b *bridge) answered(resp *jsonrpc.Response) {
+	b.mu.Lock()
+	st := b.calls[resp.ID]
+	delete(b.calls, resp.ID)
+	isInit := b.initID.IsValid() && resp.ID == b.initID
+	b.mu.Unlock()
+	if st != nil {
+		st.respond()
+	}
+	if isInit && resp.Error == nil && b.streamable {
+		var r struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		if json.Unmarshal(resp.Result, &r) == nil && r.ProtocolVersion != "" {
+			b.version.Store(&r.ProtocolVersion)
+		}
+	}
+	if resp.Error != nil {
+		if _, ok := resp.Error.(*jsonrpc.Error); !ok {
+			we := &jsonrpc.Error{Code: rpc.BackendUnavailable, Message: fmt.Sprintf("server %s: %v", b.name, resp.Error)}
+			var inner *jsonrpc.Error
+			if errors.As(resp.Error, &inner) {
+				we.Code = inner.Code
+			}
+			resp.Error = we
+		}
+	}
+}
+
+// bridgeWriter is rpc.Conn's writing side: one line per Write.
+type bridgeWriter struct{ b *bridge }
+
+func (w bridgeWriter) Close() error { return w.b.Close() }
+
+func (w bridgeWriter) Write(p []byte) (int, error) {
+	b := w.b
+	for line := range bytes.Lines(p) {
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			continue
+		}
+		if err := b.send(line); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// send writes one message. A request is POSTed from a goroutine of its
+// own: a server may hold the POST until it answers. Notifications and
+// responses are POSTed in order (the server answers them at once).
+func (b *bridge) send(line []byte) error {
+	msg, err := jsonrpc.DecodeMessage(line)
+	if err != nil {
+		if m, derr := rpc.Decode(line); derr == nil && m.IsRequest() {
+			b.inject(m.ID, rpc.InvalidRequest, "mcpvisor could not forward the request: "+err.Error())
+		}
+		b.log.Warn("dropping a message that could not be forwarded", "err", err)
+		return nil
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok {
+		if req.IsCall() {
+			return b.call(req)
+		}
+		if req.Method == "notifications/cancelled" {
+			b.cancelled(req.Params)
+		}
+	}
+	err = b.conn.Write(b.ctx, msg)
+	switch {
+	case err == nil:
+		return nil
+	case b.ctx.Err() != nil:
+		return errBridgeClosed
+	case isNetError(err):
+		b.fail(fmt.Errorf("writing to the server: %w", err))
+		return b.failure()
+	default:
+		// An HTTP error status: if it broke the session, the go-sdk
+		// connection fails and pump ends the connection.
+		b.log.Warn("the server refused a message", "err", err)
+		return nil
+	}
+}
+
+// call POSTs a request from its own goroutine.
+func (b *bridge) call(req *jsonrpc.Request) error {
+	st := &callState{}
+	ctx, cancel := context.WithCancel(b.ctx)
+	st.cancel = cancel
+	ctx = context.WithValue(ctx, callKey{}, st)
+	b.mu.Lock()
+	b.calls[req.ID] = st
+	if req.Method == "initialize" {
+		b.initID = req.ID
+	}
+	b.mu.Unlock()
+	ok := b.spawn(func() {
+		err := b.conn.Write(ctx, req)
+		if err == nil {
+			return
+		}
+		b.forget(req.ID)
+		cancel()
+		if b.ctx.Err() != nil || st.cancelled.Load() {
+			return // ended, or the caller gave up: nobody waits
+		}
+		if isNetError(err) {
+			b.fail(fmt.Errorf("sending %s: %w", req.Method, err))
+			return
+		}
+		code, msg := rpc.BackendUnavailable, fmt.Sprintf("server %s: %v", b.name, b.redact(err))
+		var we *jsonrpc.Error
+		if errors.As(err, &we) {
+			code = int(we.Code)
+		}
+		id, _ := json.Marshal(req.ID.Raw())
+		b.inject(id, code, msg)
+	})
+	if !ok {
+		b.forget(req.ID)
+		cancel()
+		return errBridgeClosed
+	}
+	return nil
+}
+
+func (b *bridge) forget(id jsonrpc.ID) {
+	b.mu.Lock()
+	delete(b.calls, id)
+	b.mu.Unlock()
+}
+
+// cancelled ends the POST of a request mcpvisor gave up on.
+func (b *bridge) cancelled(params json.RawMessage) {
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	id, err := jsonrpc.MakeID(p.RequestID)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	st := b.calls[id]
+	delete(b.calls, id)
+	b.mu.Unlock()
+	if st != nil {
+		st.cancelled.Store(true)
+		st.cancel()
+	}
+}
+
+// inject answers one of mcpvisor's requests with an error, as if the
+// server had.
+func (b *bridge) inject(id json.RawMessage, code int, msg string) {
+	m := rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
+	_, _ = b.pw.Write(append(m.AppendTo(nil), '\n'))
+}
+
+// isNetError reports whether err is the failure of an HTTP exchange
+// itself (the server could not be reached, or the connection broke), not
+// an HTTP status.
+func isNetError(err error) bool {
+	var ue *url.Error
+	return errors.As(err, &ue)
+}
+
+// redact removes from err's message the server's URL but for its scheme
+// and host: its path or query may hold a secret (an API key), and errors
+// end up in logs and events. The go-sdk formats the URL into its messages
+// (as net/http's *url.Error does), so it is cut from the text; the chain
+// is kept for errors.Is and errors.As.
+func (b *bridge) redact(err error) error {
+	msg := err.Error()
+	safe := msg
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		safe = strings.ReplaceAll(safe, ue.URL, hostOnly(ue.URL))
+	}
+	safe = strings.ReplaceAll(safe, b.url, hostOnly(b.url))
+	if safe == msg {
+		return err
+	}
+	return &redactedError{msg: safe, err: err}
+}
+
+func hostOnly(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(url)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// listen keeps the standalone GET stream of the Streamable HTTP transport
+// open: the server sends on it what relates to no request. It reconnects
+// (with Last-Event-ID, after the delay the server asked for) when the
+// stream ends. The connection counts as lost when the stream cannot be
+// reopened listenRetries times in a row (the server is unreachable or
+// answers 5xx), or when the server says the session is gone (404) or
+// refuses the credentials (401, 403). A server that offers no stream (405,
+// another 4xx, not an event stream) or whose streams keep ending at once
+// is left alone.
+func (b *bridge) listen() {
+	var lastID string
+	var retry time.Duration
+	failures, empties := 0, 0
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			d := retry
+			if failures > 0 || d <= 0 {
+				d = listenDelay << min(failures, 10)
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-b.ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		resp, err := b.get(lastID)
+		if b.ctx.Err() != nil {
+			if err == nil {
+				resp.Body.Close()
+			}
+			return
+		}
+		if err != nil {
+			if failures++; failures > listenRetries {
+				b.fail(fmt.Errorf("standalone SSE stream: %w", err))
+				return
+			}
+			continue
+		}
+		ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+		switch code := resp.StatusCode; {
+		case code == http.StatusUnauthorized || code == http.StatusForbidden:
+			resp.Body.Close()
+			b.fail(fmt.Errorf("standalone SSE stream: HTTP %d %s", code, http.StatusText(code)))
+			return
+		case code == http.StatusNotFound && b.conn.SessionID() != "":
+			resp.Body.Close()
+			b.fail(fmt.Errorf("standalone SSE stream: %w", mcp.ErrSessionMissing))
+			return
+		case code >= 500:
+			resp.Body.Close()
+			if failures++; failures > listenRetries {
+				b.fail(fmt.Errorf("standalone SSE stream: HTTP %d %s", code, http.StatusText(code)))
+				return
+			}
+			continue
+		case code < 200 || code >= 300 || ct != "text/event-stream":
+			resp.Body.Close()
+			b.log.Debug("the server offers no standalone SSE stream", "status", code, "content-type", ct)
+			return
+		}
+		failures = 0
+		start := time.Now()
+		progressed, r, err := b.readEvents(resp.Body, &lastID)
+		resp.Body.Close()
+		if b.ctx.Err() != nil {
+			return
+		}
+		if r > 0 {
+			retry = r
+		}
+		if progressed || time.Since(start) >= listenHealthy {
+			empties = 0
+		} else if empties++; empties > listenRetries {
+			b.log.Warn("the standalone SSE stream keeps ending at once; no longer listening", "err", err)
+			return
+		}
+	}
+}
+
+// get opens the standalone stream.
+func (b *bridge) get(lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, b.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if sid := b.conn.SessionID(); sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	return b.client.Do(req)
+}
+
+// readEvents delivers the messages of an event stream until it ends. It
+// reports whether any event arrived, and the reconnection delay the server
+// asked for.
+func (b *bridge) readEvents(body io.Reader, lastID *string) (progressed bool, retry time.Duration, err error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 4096), maxEvent+16)
+	var data []byte
+	var name string
+	hasData := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if hasData && (name == "" || name == "message") {
+				b.deliver(data)
+				progressed = true
+			}
+			data, name, hasData = data[:0], "", false
+			continue
+		}
+		if line[0] == ':' {
+			continue // a comment: keep-alive
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			if len(data)+len(value) > maxEvent {
+				b.log.Warn("dropping an oversized event from the standalone stream", "limit", maxEvent)
+				data, hasData, name = data[:0], false, "dropped"
+				continue
+			}
+			data = append(data, value...)
+			hasData = true
+		case "event":
+			if name != "dropped" {
+				name = string(value)
+			}
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				*lastID = string(value)
+				progressed = true
+			}
+		case "retry":
+			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 {
+				retry = time.Duration(n) * time.Millisecond
+			}
+		}
+	}
+	return progressed, retry, sc.Err()
+}
+
+// deliver passes one event's message on as a line, unchanged but for
+// insignificant white space.
+func (b *bridge) deliver(data []byte) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		b.log.Warn("dropping an event from the standalone stream that is not JSON", "err", err)
+		return
+	}
+	buf.WriteByte('\n')
+	_, _ = b.pw.Write(buf.Bytes())
+}
+
+// headerTransport adds the configured headers and, after initialize, the
+// protocol version to every request; bounds the session's DELETE; notes
+// refused credentials; and tells a request's state when its body closes.
+type headerTransport struct {
+	base    http.RoundTripper
+	host    string
+	headers map[string]string
+	b       *bridge
+}
+
+func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	if r.URL.Host == t.host {
+		for k, v := range t.headers {
+			if http.CanonicalHeaderKey(k) == "Host" {
+				r.Host = v
+			} else if r.Header.Get(k) == "" {
+				r.Header.Set(k, v)
+			}
+		}
+	}
+	if v := t.b.version.Load(); v != nil && r.Header.Get(protocolVersionHeader) == "" {
+		r.Header.Set(protocolVersionHeader, *v)
+	}
+	var onClose []func()
+	if r.Method == http.MethodDelete {
+		ctx, cancel := context.WithTimeout(r.Context(), closeTimeout)
+		r = r.WithContext(ctx)
+		onClose = append(onClose, cancel)
+	}
+	if st, ok := r.Context().Value(callKey{}).(*callState); ok {
+		onClose = append(onClose, st.closeBody)
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		for _, f := range onClose {
+			f()
+		}
+		return nil, err
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		t.b.denied.Store(int32(code))
+	case code >= 200 && code < 300:
+		t.b.denied.Store(0)
+	}
+	if len(onClose) > 0 {
+		resp.Body = &hookedBody{ReadCloser: resp.Body, onClose: onClose}
+	}
+	return resp, nil
+}
+
+// hookedBody runs functions once, after the body is closed.
+type hookedBody struct {
+	io.ReadCloser
+	once    sync.Once
+	onClose []func()
+}
+
+func (h *hookedBody) Close() error {
+	err := h.ReadCloser.Close()
+	h.once.Do(func() {
+		for _, f := range h.onClose {
+			f()
+		}
+	})
+	return err
+}
