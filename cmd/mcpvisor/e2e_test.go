@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,4 +342,54 @@ func TestNPMServers(t *testing.T) {
 	} else if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: resources.Resources[0].URI}); err != nil {
 		t.Errorf("resources/read %s: %v", resources.Resources[0].URI, err)
 	}
+}
+
+// TestRemoteBackend puts mcpvisor in front of a remote MCP server: the
+// go-sdk conformance server over Streamable HTTP. The official suite runs
+// through mcpvisor's per-server endpoint to it.
+func TestRemoteBackend(t *testing.T) {
+	node, suite := node22(t)
+	_, everything := binaries(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	remote := exec.Command(everything, "-http", addr, "-stateless=false")
+	if err := remote.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = remote.Process.Kill(); _ = remote.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("remote server did not listen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":""}}}`, addr))
+
+	sess := connectHTTP(t, base+"/mcp", nil)
+	out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"})
+	if err != nil || text(out) == "" {
+		t.Fatalf("call through mcpvisor to the remote server: %v %v", out, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, suite, "server", "--url", base+"/servers/remote/mcp")
+	cmd.Dir = t.TempDir()
+	b, err := cmd.CombinedOutput()
+	summary := string(b)
+	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+		summary = summary[i:]
+	}
+	if err != nil || !regexp.MustCompile(`Total: \d+ passed, 0 failed`).MatchString(summary) {
+		t.Fatalf("conformance through mcpvisor to a remote server: %v\n%s", err, summary)
+	}
+	t.Logf("remote backend: %s", regexp.MustCompile(`Total: .*`).FindString(summary))
 }

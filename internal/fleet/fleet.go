@@ -78,14 +78,10 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 		f.opts.RespawnWindow = time.Minute
 	}
 	if f.opts.Connector == nil {
-		f.opts.Connector = f.stdioConnector
+		f.opts.Connector = f.connector
 	}
 	for _, sc := range cfg.Servers {
 		if sc.Disabled {
-			continue
-		}
-		if sc.Kind != config.KindStdio && opts.Connector == nil {
-			f.log.Warn("remote servers are not supported yet; skipped", "server", sc.Name, "url", sc.URL)
 			continue
 		}
 		s := &Server{cfg: sc, f: f}
@@ -95,6 +91,27 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	}
 	sort.Slice(f.servers, func(i, j int) bool { return f.servers[i].Name() < f.servers[j].Name() })
 	return f, nil
+}
+
+// connector is the backend of a configured server: a local process, or a
+// remote server over Streamable HTTP (or the legacy SSE transport).
+func (f *Fleet) connector(sc *config.Server, onConnect func(Live)) lifecycle.Connector {
+	if sc.Kind == config.KindHTTP {
+		transport := "streamable-http"
+		if sc.Transport == config.TransportSSE {
+			transport = "sse"
+		}
+		return &backend.HTTPConnector{
+			Name:      sc.Name,
+			URL:       sc.URL,
+			Headers:   sc.Headers,
+			Transport: transport,
+			Hooks:     f.opts.Hooks,
+			Logger:    f.log,
+			OnConnect: func(c *backend.Conn) { onConnect(c) },
+		}
+	}
+	return f.stdioConnector(sc, onConnect)
 }
 
 func (f *Fleet) stdioConnector(sc *config.Server, onConnect func(Live)) lifecycle.Connector {
