@@ -85,6 +85,8 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
 				if err != nil {
+					_ = ln.Close()
+					_ = a.close(context.Background())
 					return err
 				}
 				defer wd.Stop()
