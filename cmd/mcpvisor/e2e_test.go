@@ -24,42 +24,12 @@ import (
 
 // End-to-end tests run the real mcpvisor binary, as a user does.
 
-var binOnce struct {
-	sync.Once
-	mcpvisor, everything string
-	err                  error
-}
-
 // binaries builds mcpvisor and the go-sdk conformance everything-server
 // once per test process.
 func binaries(t testing.TB) (mcpvisor, everything string) {
 	t.Helper()
-	binOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
-		if binOnce.err = os.MkdirAll(dir, 0o700); binOnce.err != nil {
-			return
-		}
-		build := func(pkg, name string) string {
-			out := filepath.Join(dir, name)
-			tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-			if b, err := exec.Command("go", "build", "-o", tmp, pkg).CombinedOutput(); err != nil {
-				binOnce.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-				return ""
-			}
-			if err := os.Rename(tmp, out); err != nil {
-				binOnce.err = err
-			}
-			return out
-		}
-		binOnce.mcpvisor = build("github.com/mcpvisor/mcpvisor/cmd/mcpvisor", "mcpvisor")
-		if binOnce.err == nil {
-			binOnce.everything = build("github.com/modelcontextprotocol/go-sdk/conformance/everything-server", "everything-server")
-		}
-	})
-	if binOnce.err != nil {
-		t.Fatal(binOnce.err)
-	}
-	return binOnce.mcpvisor, binOnce.everything
+	return testserver.BuildPackage(t, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor", "mcpvisor"),
+		testserver.BuildPackage(t, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server", "everything-server")
 }
 
 // serve runs `mcpvisor serve` on config and returns the base URL. The

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -141,32 +139,10 @@ func (w *world) close() {
 	})
 }
 
-var conformanceOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
 // conformanceServer builds the go-sdk conformance everything-server (a
 // tool dependency in go.mod) once per test process.
 func conformanceServer(t testing.TB) string {
-	conformanceOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
-		_ = os.MkdirAll(dir, 0o700)
-		out := filepath.Join(dir, "everything-server")
-		tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-		cmd := exec.Command("go", "build", "-o", tmp, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			conformanceOnce.err = fmt.Errorf("%v: %s", err, b)
-			return
-		}
-		conformanceOnce.err = os.Rename(tmp, out)
-		conformanceOnce.path = out
-	})
-	if conformanceOnce.err != nil {
-		t.Fatalf("build everything-server: %v", conformanceOnce.err)
-	}
-	return conformanceOnce.path
+	return testserver.BuildPackage(t, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server", "everything-server")
 }
 
 // stdioClient connects the official go-sdk client to ep through

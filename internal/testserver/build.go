@@ -33,17 +33,48 @@ func Build(tb testing.TB) string {
 	return build.path
 }
 
-func buildFixture() (string, error) {
+func buildFixture() (string, error) { return buildPackage(fixturePackage, "mcp-fixture") }
+
+var packages struct {
+	sync.Mutex
+	built map[string]string
+}
+
+// BuildPackage compiles the main package pkg (an import path this module
+// can build, such as a tool dependency) once per test process into the
+// shared test-binary directory as name, and returns the binary's path.
+func BuildPackage(tb testing.TB, pkg, name string) string {
+	tb.Helper()
+	packages.Lock()
+	defer packages.Unlock()
+	if path, ok := packages.built[pkg]; ok {
+		return path
+	}
+	path, err := buildPackage(pkg, name)
+	if err != nil {
+		tb.Fatalf("building %s: %v", pkg, err)
+	}
+	if packages.built == nil {
+		packages.built = map[string]string{}
+	}
+	packages.built[pkg] = path
+	return path
+}
+
+// buildPackage builds pkg to a private name in the shared directory and
+// renames it into place, so concurrent test binaries never see a
+// half-written file.
+func buildPackage(pkg, name string) (string, error) {
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "mcp-fixture")
+	out := filepath.Join(dir, name)
 	if runtime.GOOS == "windows" {
 		out += ".exe"
 	}
 	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-o", tmp, fixturePackage)
+	cmd := exec.Command("go", "build", "-o", tmp, pkg)
 	cmd.Dir = sourceDir()
 	if output, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(tmp)
