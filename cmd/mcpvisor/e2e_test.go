@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -32,64 +31,21 @@ func binaries(t testing.TB) (mcpvisor, everything string) {
 		testserver.BuildPackage(t, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server", "everything-server")
 }
 
-// serve runs `mcpvisor serve` on config and returns the base URL. The
-// process and every server it ran are gone when the test ends.
-func serve(t *testing.T, config string, extraEnv ...string) string {
+// serve runs `mcpvisor serve` on config and returns the base URL. When
+// the test ends it sends SIGTERM and checks that mcpvisor exits cleanly
+// and that every server it ran is gone.
+func serve(t *testing.T, config string) string {
 	t.Helper()
-	bin, _ := binaries(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	marker := testserver.NewMarker(t)
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn")
-	cmd.Env = append(append(os.Environ(), testserver.MarkerEnv+"="+marker), extraEnv...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		re := regexp.MustCompile(`serving \d+ servers at (http://[^ ]+)/mcp`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			} else if testing.Verbose() {
-				t.Log("mcpvisor:", sc.Text())
-			}
-		}
-	}()
+	s := startServe(t, config)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mcpvisor serve exited with %v after SIGTERM", err)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("mcpvisor serve did not exit within 15s of SIGTERM")
+		sent := time.Now()
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		if code, _ := s.exit(t, sent, 10*time.Second); code != 0 {
+			t.Errorf("mcpvisor serve exited with %d after SIGTERM", code)
 		}
-		<-logDone
-		testserver.WaitGone(t, marker, 2*time.Second)
+		testserver.WaitGone(t, s.marker, 2*time.Second)
 	})
-	select {
-	case a := <-addr:
-		return a
-	case <-time.After(20 * time.Second):
-		t.Fatal("mcpvisor serve did not report its address")
-	}
-	return ""
+	return s.base
 }
 
 func connectHTTP(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {

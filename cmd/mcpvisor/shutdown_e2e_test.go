@@ -39,7 +39,7 @@ func startServe(t *testing.T, config string, args ...string) *started {
 	cfg := filepath.Join(dir, "config.json")
 	os.WriteFile(cfg, []byte(config), 0o600)
 	s := &started{marker: testserver.NewMarker(t), waited: make(chan error, 1)}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--no-learn", "--log-level", "warn"}, args...)...)
+	s.cmd = exec.Command(bin, append([]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn"}, args...)...)
 	s.cmd.Env = append(os.Environ(), testserver.MarkerEnv+"="+s.marker)
 	stderr, _ := s.cmd.StderrPipe()
 	if err := s.cmd.Start(); err != nil {
@@ -51,6 +51,8 @@ func startServe(t *testing.T, config string, args ...string) *started {
 		for sc.Scan() {
 			if _, rest, ok := strings.Cut(sc.Text(), " servers at "); ok {
 				addr <- strings.TrimSuffix(rest, "/mcp")
+			} else if testing.Verbose() {
+				t.Log("mcpvisor:", sc.Text())
 			}
 		}
 		s.waited <- s.cmd.Wait()
@@ -96,7 +98,7 @@ func gone(t *testing.T, marker string) {
 
 func TestSIGTERMStopsEveryServerAndAnswersCallsInFlight(t *testing.T) {
 	fixture := testserver.Build(t)
-	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"a":{"command":%q},"b":{"command":%q},"c":{"command":%q}}}`, fixture, fixture, fixture))
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"a":{"command":%q},"b":{"command":%q},"c":{"command":%q}}}`, fixture, fixture, fixture), "--no-learn")
 	sess := connectHTTP(t, s.base+"/mcp", nil)
 	for _, name := range []string{"a", "b", "c"} {
 		if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: name + "__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
@@ -130,7 +132,7 @@ func TestSIGTERMStopsEveryServerAndAnswersCallsInFlight(t *testing.T) {
 
 func TestSIGTERMWithATermIgnoringServer(t *testing.T) {
 	fixture := testserver.Build(t)
-	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1"},"stop":{"stdinWait":"300ms","termWait":"300ms"}}}}`, fixture))
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1"},"stop":{"stdinWait":"300ms","termWait":"300ms"}}}}`, fixture), "--no-learn")
 	sess := connectHTTP(t, s.base+"/mcp", nil)
 	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "stubborn__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
 		t.Fatal(err)
@@ -147,7 +149,7 @@ func TestSIGTERMWithATermIgnoringServer(t *testing.T) {
 
 func TestDoubleSIGINTKillsAtOnce(t *testing.T) {
 	fixture := testserver.Build(t)
-	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1","FIXTURE_SETSID_CHILD":"1"}}}}`, fixture))
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1","FIXTURE_SETSID_CHILD":"1"}}}}`, fixture), "--no-learn")
 	sess := connectHTTP(t, s.base+"/mcp", nil)
 	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "stubborn__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
 		t.Fatal(err)
