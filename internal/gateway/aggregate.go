@@ -7,10 +7,15 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
+
+// fanOutTimeout bounds each server's answer to a request the aggregated
+// endpoint sends to all of them.
+const fanOutTimeout = 10 * time.Second
 
 // Separator joins a server's prefix and a tool or prompt name on the
 // aggregated endpoint: files__read_file.
@@ -105,13 +110,24 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	case "completion/complete":
 		return a.complete(ctx, s, m, related)
 	case "logging/setLevel":
+		// Every running server that logs gets the level, in parallel and
+		// bounded; servers that start later begin at their own default.
+		var wg sync.WaitGroup
 		for _, srv := range a.g.fleet.Servers() {
-			if c := srv.Current(); c != nil && c.Init().Has("logging") {
-				go func() {
-					_ = a.g.forward(context.WithoutCancel(ctx), s, srv, m.Method, m.Params, m.ID, SinkFunc(func(*rpc.Message) error { return nil }))
-				}()
+			for _, c := range srv.Running() {
+				if !c.Init().Has("logging") {
+					continue
+				}
+				wg.Go(func() {
+					cctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
+					defer cancel()
+					if resp, err := c.Call(cctx, m.Method, m.Params); err != nil || resp.Error != nil {
+						a.g.log.Debug("logging/setLevel not applied", "server", srv.Name(), "err", err)
+					}
+				})
 			}
 		}
+		wg.Wait()
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	}
 	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
