@@ -44,6 +44,7 @@ const (
 	benchChildEnv   = "MCPVISOR_BENCH_CHILD"      // the mcpvisor arguments of TestBenchMcpvisorChild, one a line
 	benchProfileEnv = "MCPVISOR_BENCH_CPUPROFILE" // where TestBenchMcpvisorChild writes its profile
 	benchFloorEnv   = "MCPVISOR_BENCH_FLOOR"      // TestBenchFloorChild serves the floor
+	benchRawEnv     = "MCPVISOR_BENCH_RAW_RELAY"  // TestBenchRawRelayChild relays to this fixture
 	benchCallers    = 16
 	benchText       = "hello"
 )
@@ -149,6 +150,12 @@ func TestBenchReport(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	rawProc := startBenchProcess(t, exec.Command(exe, "-test.run=^TestBenchRawRelayChild$", "-test.count=1"), append(env, benchRawEnv+"="+fixture))
+	raw, err := loadtest.OpenHTTP(ctx, client, rawProc.base+"/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	direct := startStdioProcess(t, exec.Command(fixture), env)
 	relay := startStdioProcess(t, exec.Command(bin, "stdio", "--config", cfg, "--state-dir", filepath.Join(dir, "stdio-state"), "--log-level", "warn"), env)
 
@@ -157,6 +164,7 @@ func TestBenchReport(t *testing.T) {
 		{"direct stdio (fixture)", "direct", direct.pid, func() int { return direct.pid }, func(ctx context.Context) func() error { return direct.conn.Echo(ctx, "echo", benchText) }},
 		{"HTTP floor (bare handler)", "floor", floorProc.pid, nil, func(ctx context.Context) func() error { return floor.Echo(ctx, "echo", benchText) }},
 		{"HTTP floor, in-process", "floor-in", 0, nil, func(ctx context.Context) func() error { return floorIn.Echo(ctx, "echo", benchText) }},
+		{"raw relay (bare handler → fixture)", "raw", rawProc.pid, fixtureOf(rawProc.pid), func(ctx context.Context) func() error { return raw.Echo(ctx, "echo", benchText) }},
 		{"serve /servers/x/mcp", "single", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return single.Echo(ctx, "echo", benchText) }},
 		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
 		{"mcpvisor stdio (x__echo)", "stdio", relay.pid, fixtureOf(relay.pid), func(ctx context.Context) func() error { return relay.conn.Echo(ctx, "x__echo", benchText) }},
@@ -243,9 +251,12 @@ func TestBenchReport(t *testing.T) {
 			t.Fatalf("no row %s %d", short, round)
 			return benchRow{}
 		}
-		fl, fi, si, ag, di, st := get("floor"), get("floor-in"), get("single"), get("agg"), get("direct"), get("stdio")
-		say("  round %d: per-server/floor %.2f× (≥0.7; in-process floor %.2f×), added p50 %+.3f ms under load, %+.3f ms sequential (≤0.1)\n",
-			round, si.load.Rate()/fl.load.Rate(), si.load.Rate()/fi.load.Rate(),
+		fl, fi, si, ag, di, st, rw := get("floor"), get("floor-in"), get("single"), get("agg"), get("direct"), get("stdio"), get("raw")
+		say("  round %d: raw relay/floor %.2f× (a minimal relay: the cost of one more process hop), added p50 %+.3f ms under load, %+.3f ms sequential\n",
+			round, rw.load.Rate()/fl.load.Rate(), msf(rw.load.Percentile(50)-fl.load.Percentile(50)), msf(rw.seq.Percentile(50)-fl.seq.Percentile(50)))
+		say("           per-server/raw relay %.2f×, aggregated/raw relay %.2f×\n", si.load.Rate()/rw.load.Rate(), ag.load.Rate()/rw.load.Rate())
+		say("           per-server/floor %.2f× (≥0.7; in-process floor %.2f×), added p50 %+.3f ms under load, %+.3f ms sequential (≤0.1)\n",
+			si.load.Rate()/fl.load.Rate(), si.load.Rate()/fi.load.Rate(),
 			msf(si.load.Percentile(50)-fl.load.Percentile(50)), msf(si.seq.Percentile(50)-fl.seq.Percentile(50)))
 		say("           aggregated/floor %.2f× (≥0.6; in-process floor %.2f×), added p50 %+.3f ms, %+.3f ms sequential\n",
 			ag.load.Rate()/fl.load.Rate(), ag.load.Rate()/fi.load.Rate(),
@@ -316,6 +327,7 @@ func TestBenchReport(t *testing.T) {
 	direct.stop(t)
 	relay.stop(t)
 	floorProc.stop(t)
+	rawProc.stop(t)
 	serve.stop(t)
 	if err := os.WriteFile(filepath.Join(out, "report.txt"), []byte(report.String()), 0o644); err != nil {
 		t.Error(err)
@@ -344,6 +356,56 @@ func TestBenchFloorChild(t *testing.T) {
 		_ = srv.Close()
 	}()
 	fmt.Fprintf(os.Stderr, "floor: serving 0 servers at http://%s/mcp\n", ln.Addr())
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		t.Fatal(err)
+	}
+}
+
+// TestBenchRawRelayChild is the raw-relay baseline in a process of its
+// own, run by TestBenchReport: loadtest.RawRelayHandler in front of the
+// fixture named by its environment, until SIGTERM.
+func TestBenchRawRelayChild(t *testing.T) {
+	fixture := os.Getenv(benchRawEnv)
+	if fixture == "" {
+		t.Skip("helper process of TestBenchReport")
+	}
+	cmd := exec.Command(fixture)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("fixture: %v", err)
+		}
+	}()
+	conn := loadtest.NewStdio(stdout, stdin)
+	ictx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := conn.Initialize(ictx); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: loadtest.RawRelayHandler(conn), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	fmt.Fprintf(os.Stderr, "raw relay: serving 1 servers at http://%s/mcp\n", ln.Addr())
 	if err := srv.Serve(ln); err != http.ErrServerClosed {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -27,6 +28,7 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	pool := &workers{wg: &wg, work: make(chan func()), quit: ctx.Done()}
 	// Responses from the client arrive on the connection's own pending
 	// table, so a request the gateway sends the client (sampling,
 	// elicitation, roots) goes out as a Call, and its answer is handed
@@ -57,7 +59,7 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 			if act != nil {
 				act.Begin()
 			}
-			wg.Go(func() {
+			pool.run(func() {
 				if resp := ep.Handle(hctx, sess, m, out); resp != nil {
 					_ = conn.Write(resp)
 				}
@@ -73,4 +75,42 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 	ep.Close(sess)
 	wg.Wait()
 	return err
+}
+
+// workers run the client's requests. A worker that finishes waits for the
+// next request instead of exiting, so that under steady load requests run
+// on goroutines whose stacks have already grown; at most maxIdleWorkers
+// wait, and all exit when quit closes.
+type workers struct {
+	wg   *sync.WaitGroup
+	work chan func()
+	quit <-chan struct{}
+	idle atomic.Int32
+}
+
+const maxIdleWorkers = 64
+
+// run runs f on an idle worker, or on a new one if none is idle.
+func (p *workers) run(f func()) {
+	select {
+	case p.work <- f:
+		return
+	default:
+	}
+	p.wg.Go(func() {
+		for {
+			f()
+			if p.idle.Add(1) > maxIdleWorkers {
+				p.idle.Add(-1)
+				return
+			}
+			select {
+			case f = <-p.work:
+				p.idle.Add(-1)
+			case <-p.quit:
+				p.idle.Add(-1)
+				return
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http/httptest"
@@ -68,5 +69,48 @@ func TestStdioFixture(t *testing.T) {
 	<-c.Done()
 	if err := c.Echo(ctx, "echo", "x")(); err == nil {
 		t.Error("call after the server ended succeeded")
+	}
+}
+
+// TestRawRelay relays HTTP callers to the in-process fixture and checks
+// that every caller gets its own id back with the echoed text.
+func TestRawRelay(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		code := testserver.Main(nil, inR, outW, io.Discard)
+		outW.Close()
+		exited <- code
+	}()
+	c := NewStdio(outR, inW)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(RawRelayHandler(c))
+	defer srv.Close()
+	hc := NewHTTPClient(4)
+	defer hc.CloseIdleConnections()
+	sess, err := OpenHTTP(ctx, hc, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := Run(ctx, Options{Callers: 4, Warmup: 20 * time.Millisecond, Measure: 100 * time.Millisecond},
+		func(int) func() error { return sess.Echo(ctx, "echo", "relayed") })
+	if st.Errors != 0 || st.Calls == 0 {
+		t.Fatalf("%d calls, %d errors (%v)", st.Calls, st.Errors, st.FirstErr)
+	}
+	var buf bytes.Buffer
+	if _, err := sess.post(ctx, AppendCall(nil, 4242, "echo", "mine"), &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(buf.Bytes(), []byte(`{"jsonrpc":"2.0","id":4242,"result":`)) || !bytes.Contains(buf.Bytes(), EchoWant("mine")) {
+		t.Errorf("relayed reply %s", buf.Bytes())
+	}
+	inW.Close()
+	if code := <-exited; code != 0 {
+		t.Errorf("fixture exited %d", code)
 	}
 }

@@ -58,9 +58,9 @@ type Options struct {
 // and writer are closed if they are io.Closers (for a child process:
 // closing its stdin, the first step of a polite stop).
 //
-// All methods are safe for concurrent use. Each message is written with
-// one Write call of its whole line while holding the connection's write
-// turn, so lines never interleave.
+// All methods are safe for concurrent use. One sender writes at a time;
+// lines sent meanwhile are queued and written together, whole and in
+// order, in one Write (see write.go), so lines never interleave.
 type Conn struct {
 	r       io.Reader
 	w       io.Writer
@@ -69,7 +69,8 @@ type Conn struct {
 	maxLine int
 	peer    string
 
-	wturn   chan struct{} // the write turn: a one-slot semaphore, so waiting for it can honour a context
+	wmu     sync.Mutex // guards wr but for wr.batch
+	wr      writer
 	done    chan struct{}
 	nextID  atomic.Int64
 	running atomic.Bool
@@ -100,7 +101,6 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 		onError: opts.OnError,
 		maxLine: opts.MaxLine,
 		peer:    opts.PeerName,
-		wturn:   make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		pending: make(map[int64]chan<- result),
 	}
@@ -259,9 +259,7 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		b = appendRaw(b, params)
 	}
 	b = append(b, "}\n"...)
-	err := c.writeLine(ctx.Done(), b)
-	putBuf(bp, b)
-	if err != nil {
+	if err := c.send(ctx.Done(), id, bp, b); err != nil {
 		if !c.forget(id) {
 			r := <-ch // answered or failed meanwhile (a write error ends the connection)
 			return r.msg, r.err
@@ -280,7 +278,8 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 			r := <-ch
 			return r.msg, r.err
 		}
-		if method != "initialize" {
+		// Still queued behind another writer: withdrawn, never sent.
+		if !c.unqueue(id) && method != "initialize" {
 			c.sendCancelled(id, context.Cause(ctx))
 		}
 		return nil, ctx.Err()
@@ -415,30 +414,6 @@ func (c *Conn) Write(m *Message) error {
 	err := c.writeLine(nil, b)
 	putBuf(bp, b)
 	return err
-}
-
-// writeLine writes one whole line in the write turn. It gives up waiting
-// for the turn when cancel is closed (returning ctx-less errCanceled) or
-// the connection ends.
-func (c *Conn) writeLine(cancel <-chan struct{}, b []byte) error {
-	select {
-	case c.wturn <- struct{}{}:
-	case <-cancel:
-		return errCanceled
-	case <-c.done:
-		return c.Err()
-	}
-	defer func() { <-c.wturn }()
-	select {
-	case <-c.done:
-		return c.Err()
-	default:
-	}
-	if _, err := c.w.Write(b); err != nil {
-		c.closeWith(fmt.Errorf("writing to %s: %w", c.peer, err))
-		return c.Err()
-	}
-	return nil
 }
 
 var errCanceled = errors.New("rpc: write canceled")

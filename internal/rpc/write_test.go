@@ -1,0 +1,209 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gateWriter holds its first Write until released (then fails it if fail
+// is set) and records every Write as one chunk.
+type gateWriter struct {
+	started, release chan struct{}
+	fail             bool
+	once             sync.Once
+	mu               sync.Mutex
+	writes           []string
+}
+
+func newGateWriter() *gateWriter {
+	return &gateWriter{started: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (w *gateWriter) Write(b []byte) (int, error) {
+	first := false
+	w.once.Do(func() {
+		first = true
+		close(w.started)
+		<-w.release
+	})
+	if first && w.fail {
+		return 0, errors.New("pipe broke")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, string(b))
+	return len(b), nil
+}
+
+func (w *gateWriter) chunks() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.writes...)
+}
+
+func (c *Conn) queuedLen() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.wr.queue)
+}
+
+// waitQueued waits until n lines wait behind the write in progress.
+func waitQueued(t *testing.T, c *Conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.queuedLen() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines queued, want %d", c.queuedLen(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func gateConn(t *testing.T, w *gateWriter) (*Conn, *io.PipeWriter) {
+	t.Helper()
+	r, peerW := io.Pipe()
+	c := NewConn(r, w, Options{})
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	t.Cleanup(func() {
+		c.Close()
+		peerW.Close()
+		<-ran
+	})
+	return c, peerW
+}
+
+// Lines sent while a write is in progress go out together, in order, in
+// one Write; a Notify returns only once its line is written, a Call at
+// once.
+func TestQueuedLinesGoOutInOneWrite(t *testing.T) {
+	w := newGateWriter()
+	c, peer := gateConn(t, w)
+	first := callAsync(t.Context(), c, "first", "")
+	<-w.started
+	var calls []<-chan result
+	for i := range 4 {
+		calls = append(calls, callAsync(t.Context(), c, "q"+string(rune('0'+i)), ""))
+		waitQueued(t, c, i+1)
+	}
+	notified := make(chan error, 1)
+	go func() { notified <- c.Notify("note", json.RawMessage(`{"k":1}`)) }()
+	waitQueued(t, c, 5)
+	select {
+	case err := <-notified:
+		t.Fatalf("Notify returned (%v) before its line was written", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(w.release)
+	if err := <-notified; err != nil {
+		t.Fatal(err)
+	}
+	got := w.chunks()
+	if len(got) != 2 {
+		t.Fatalf("%d writes %q, want 2: the first line, then the queued ones together", len(got), got)
+	}
+	if !strings.Contains(got[0], `"first"`) {
+		t.Errorf("first write %q", got[0])
+	}
+	lines := strings.Split(strings.TrimSuffix(got[1], "\n"), "\n")
+	want := []string{`"q0"`, `"q1"`, `"q2"`, `"q3"`, `"note"`}
+	if len(lines) != len(want) {
+		t.Fatalf("batch %q: %d lines, want %d", got[1], len(lines), len(want))
+	}
+	for i, l := range lines {
+		if _, err := Decode([]byte(l)); err != nil || !strings.Contains(l, want[i]) {
+			t.Errorf("batch line %d = %q (%v), want %s", i, l, err, want[i])
+		}
+	}
+	// Answer everything: ids are given in order, 1 to 5.
+	for id := 1; id <= 5; id++ {
+		if _, err := io.WriteString(peer, `{"jsonrpc":"2.0","id":`+string(rune('0'+id))+`,"result":{}}`+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ch := range append([]<-chan result{first}, calls...) {
+		if r := <-ch; r.err != nil || r.msg == nil {
+			t.Errorf("call: %v", r.err)
+		}
+	}
+}
+
+// A peer that stops reading holds senders once maxQueued bytes wait; a
+// Call cancelled while held sends nothing.
+func TestFullQueueHoldsSenders(t *testing.T) {
+	w := newGateWriter()
+	c, _ := gateConn(t, w)
+	first := callAsync(t.Context(), c, "first", "")
+	<-w.started
+	pad := `{"pad":"` + strings.Repeat("x", maxQueued*2/3) + `"}`
+	second := callAsync(t.Context(), c, "second", pad)
+	waitQueued(t, c, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	third := callAsync(ctx, c, "third", pad)
+	select {
+	case r := <-third:
+		t.Fatalf("third call returned (%v) past a full queue", r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if n := c.queuedLen(); n != 1 {
+		t.Fatalf("%d lines queued, want 1: the third is held", n)
+	}
+	cancel()
+	if r := <-third; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("third = %v, want context.Canceled", r.err)
+	}
+	close(w.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(w.chunks()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	all := strings.Join(w.chunks(), "")
+	if !strings.Contains(all, `"second"`) {
+		t.Error("the queued second call was not written")
+	}
+	if strings.Contains(all, `"third"`) {
+		t.Error("the call cancelled while held was written")
+	}
+	c.Close()
+	for _, ch := range []<-chan result{first, second} {
+		if r := <-ch; !errors.Is(r.err, ErrClosed) {
+			t.Errorf("call = %v, want ErrClosed", r.err)
+		}
+	}
+}
+
+// A write error ends the connection and fails what was queued behind it:
+// a waiting Notify gets the error, not nil.
+func TestWriteErrorFailsQueuedSenders(t *testing.T) {
+	w := newGateWriter()
+	w.fail = true
+	c, _ := gateConn(t, w)
+	first := callAsync(t.Context(), c, "first", "")
+	<-w.started
+	second := callAsync(t.Context(), c, "second", "")
+	waitQueued(t, c, 1)
+	notified := make(chan error, 1)
+	go func() { notified <- c.Notify("note", nil) }()
+	waitQueued(t, c, 2)
+	close(w.release)
+	if err := <-notified; !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "pipe broke") {
+		t.Fatalf("Notify = %v, want ErrClosed with the write error", err)
+	}
+	for _, ch := range []<-chan result{first, second} {
+		if r := <-ch; !errors.Is(r.err, ErrClosed) {
+			t.Errorf("call = %v, want ErrClosed", r.err)
+		}
+	}
+	if got := w.chunks(); len(got) != 0 {
+		t.Errorf("wrote %q after the write error", got)
+	}
+	if err := c.Notify("late", nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Notify after the end = %v", err)
+	}
+}
