@@ -14,6 +14,7 @@ NPM_PACKAGES=(
   "@modelcontextprotocol/server-memory@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
   "@modelcontextprotocol/conformance@0.1.16"
+  "@modelcontextprotocol/inspector@2.12.0"
 )
 stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]}"
 

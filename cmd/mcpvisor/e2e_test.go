@@ -37,6 +37,13 @@ func binaries(t testing.TB) (mcpvisor, everything string) {
 func serve(t *testing.T, config string) string {
 	t.Helper()
 	s := startServe(t, config)
+	stopAtCleanup(t, s)
+	return s.base
+}
+
+// stopAtCleanup sends SIGTERM to s when the test ends and checks that it
+// exits cleanly and that every server it ran is gone.
+func stopAtCleanup(t *testing.T, s *started) {
 	t.Cleanup(func() {
 		sent := time.Now()
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
@@ -45,7 +52,6 @@ func serve(t *testing.T, config string) string {
 		}
 		testserver.WaitGone(t, s.marker, 2*time.Second)
 	})
-	return s.base
 }
 
 func connectHTTP(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientSession {

@@ -34,12 +34,21 @@ type started struct {
 // startServe runs `mcpvisor serve` with config and waits for its address.
 func startServe(t *testing.T, config string, args ...string) *started {
 	t.Helper()
-	bin, _ := binaries(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	os.WriteFile(cfg, []byte(config), 0o600)
+	return startServeFile(t, cfg, "", args...)
+}
+
+// startServeFile runs `mcpvisor serve` on the config file cfg in the
+// working directory cwd ("" for the test's).
+func startServeFile(t *testing.T, cfg, cwd string, args ...string) *started {
+	t.Helper()
+	bin, _ := binaries(t)
+	dir := t.TempDir()
 	s := &started{marker: testserver.NewMarker(t), waited: make(chan error, 1)}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--log-level", "warn"}, args...)...)
+	s.cmd.Dir = cwd
 	s.cmd.Env = append(os.Environ(), testserver.MarkerEnv+"="+s.marker)
 	stderr, _ := s.cmd.StderrPipe()
 	if err := s.cmd.Start(); err != nil {
