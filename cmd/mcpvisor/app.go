@@ -119,6 +119,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	}
 	gw.SetFleet(f)
 	gw.SetStore(st)
+	gw.SetPageSize(cfg.PageSize)
 	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, store: st}, nil
 }
 

@@ -80,6 +80,10 @@ type Config struct {
 	// StateDir is where persisted state lives; "" means the caller's
 	// default. ${VAR} references are expanded.
 	StateDir string
+	// PageSize is how many tools, prompts, resources or templates one
+	// page of the aggregated endpoint's lists holds; 0 (the default)
+	// returns each list whole, in one page.
+	PageSize int
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server

@@ -53,8 +53,11 @@ func parseErr(t *testing.T, data string, opts LoadOptions) *Error {
 
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, `{"mcpServers": {"a": {"command": "srv"}}}`, LoadOptions{})
-	if cfg.Listen != DefaultListen || cfg.StateDir != "" || cfg.File != "config.json" {
-		t.Errorf("listen %q stateDir %q file %q", cfg.Listen, cfg.StateDir, cfg.File)
+	if cfg.Listen != DefaultListen || cfg.StateDir != "" || cfg.File != "config.json" || cfg.PageSize != 0 {
+		t.Errorf("listen %q stateDir %q file %q pageSize %d", cfg.Listen, cfg.StateDir, cfg.File, cfg.PageSize)
+	}
+	if cfg := mustParse(t, `{"pageSize": 50, "mcpServers": {"a": {"command": "srv"}}}`, LoadOptions{}); cfg.PageSize != 50 {
+		t.Errorf("pageSize %d, want 50", cfg.PageSize)
 	}
 	if len(cfg.Warnings) != 0 {
 		t.Errorf("warnings: %q", cfg.Warnings)
@@ -283,6 +286,8 @@ func TestErrors(t *testing.T) {
 			"mcpServers.a.tools.allow", "must be an array of strings, not a string"},
 		{"listen", `{"listen": "7331", "mcpServers": {"a": {"command": "x"}}}`, nil, "listen", `"7331" is not a listen address`},
 		{"listen port", `{"listen": "localhost:http", "mcpServers": {"a": {"command": "x"}}}`, nil, "listen", `port "http" is not a number`},
+		{"pageSize negative", `{"pageSize": -5, "mcpServers": {"a": {"command": "x"}}}`, nil, "pageSize", "-5 is negative"},
+		{"pageSize fraction", `{"pageSize": 2.5, "mcpServers": {"a": {"command": "x"}}}`, nil, "pageSize", "2.5 is not a whole number"},
 		{"server field in defaults", `{"defaults": {"env": {}}, "mcpServers": {"a": {"command": "x"}}}`, nil,
 			"defaults.env", `"env" belongs to a server, not to defaults`},
 		{"unset variable", `{"mcpServers": {"a": {"url": "https://h/", "headers": {"Authorization": "Bearer ${TOKEN}"}}}}`, nil,

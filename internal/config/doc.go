@@ -5,6 +5,7 @@
 //	{
 //	  "listen": "127.0.0.1:7331",          // default
 //	  "stateDir": "${HOME}/.local/state/mcpvisor",
+//	  "pageSize": 100,                      // aggregated lists in pages of 100; default 0: whole
 //	  "defaults": { "idleTimeout": "3m", "restart": { "maxAttempts": 3 } },
 //	  "mcpServers": {
 //	    "files":  { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv"],

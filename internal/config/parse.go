@@ -246,7 +246,7 @@ func (p *parser) expand(s, at string, soft bool) (string, bool) {
 	return e.value, len(e.missing) == 0
 }
 
-var topLevelNames = []string{"listen", "stateDir", "defaults", "mcpServers"}
+var topLevelNames = []string{"listen", "stateDir", "pageSize", "defaults", "mcpServers"}
 
 // serverOnlyNames are server fields that are not settings.
 var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
@@ -281,6 +281,14 @@ func (p *parser) config(root *node) *Config {
 		case "stateDir":
 			if s, ok := p.str(v, at); ok {
 				cfg.StateDir, _ = p.expand(s, at, false)
+			}
+		case "pageSize":
+			if n := p.integer(v, at); n != nil {
+				if *n < 0 {
+					p.errorf(at, "%d is negative: use 0 for whole lists in one page", *n)
+				} else {
+					cfg.PageSize = *n
+				}
 			}
 		case "mcpServers":
 			sawServers = true

@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +43,7 @@ type route struct {
 
 type routeTable struct {
 	items  []json.RawMessage
+	keys   []string // the public name (or URI, URI template) of each item
 	byName map[string]route
 }
 
@@ -135,15 +139,69 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 
 var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"logging":{},"completions":{}}`)
 
-// list answers a list request with every server's items, names prefixed.
-// All pages of every server are returned as one page.
+// list answers a list request with every server's items, names prefixed
+// (every page of every server). With a page size set, it answers one page
+// and a nextCursor for the rest; otherwise the whole list in one page.
 func (a *aggregate) list(ctx context.Context, m *rpc.Message, k listKind) *rpc.Message {
-	if c := stringField(m.Params, "cursor"); c != "" {
+	cursor := stringField(m.Params, "cursor")
+	size := a.g.pageSize
+	if cursor != "" && size == 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: the aggregated endpoint returns every item in one page")
 	}
 	t := a.table(ctx, k)
-	body, _ := json.Marshal(map[string][]json.RawMessage{k.member: nonNil(t.items)})
-	return resultResponse(m.ID, body)
+	items, next := t.items, ""
+	if size > 0 {
+		from := 0
+		if cursor != "" {
+			var ok bool
+			if from, ok = t.resume(cursor); !ok {
+				return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: not one this endpoint issued, or its item is gone; list again without a cursor")
+			}
+		}
+		to := min(from+size, len(items))
+		if to < len(items) {
+			next = pageCursor(to, t.keys[to-1])
+		}
+		items = items[from:to]
+	}
+	body := map[string]any{k.member: nonNil(items)}
+	if next != "" {
+		body["nextCursor"] = next
+	}
+	return resultResponse(m.ID, mustJSON(body))
+}
+
+// pageCursor names the page that starts at index from, after the item
+// whose key is last. The key lets a cursor survive the list changing
+// underneath it (a server restarted, a list_changed): the next page then
+// starts after that item wherever it now is.
+func pageCursor(from int, last string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("p1:" + strconv.Itoa(from) + ":" + last))
+}
+
+// resume is where the page of cursor starts in t; false if cursor is not
+// one of pageCursor's or its item is no longer listed.
+func (t *routeTable) resume(cursor string) (int, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return 0, false
+	}
+	rest, ok := strings.CutPrefix(string(raw), "p1:")
+	if !ok {
+		return 0, false
+	}
+	num, last, ok := strings.Cut(rest, ":")
+	from, err := strconv.Atoi(num)
+	if !ok || err != nil || from < 1 {
+		return 0, false
+	}
+	if from <= len(t.keys) && t.keys[from-1] == last {
+		return from, true
+	}
+	if i := slices.Index(t.keys, last); i >= 0 {
+		return i + 1, true
+	}
+	return 0, false
 }
 
 func nonNil(items []json.RawMessage) []json.RawMessage {
@@ -216,6 +274,7 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 			}
 			t.byName[public] = route{srv: srv, name: own}
 			t.items = append(t.items, item)
+			t.keys = append(t.keys, public)
 		}
 	}
 	for _, c := range collisions {

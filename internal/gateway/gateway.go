@@ -39,7 +39,12 @@ type Gateway struct {
 	catalogs map[string]*catalog       // per server
 	agg      *aggregate
 	store    *store.Store // nil: nothing persisted
+	pageSize int          // of the aggregated lists; 0: whole lists
 }
+
+// SetPageSize sets how many items one page of the aggregated endpoint's
+// lists holds (0: whole lists, the default). Call before serving.
+func (g *Gateway) SetPageSize(n int) { g.pageSize = max(n, 0) }
 
 // New returns a gateway over f. Pass it as the fleet's backend.Hooks (the
 // fleet is built first with a forwarding hook; see SetFleet).

@@ -190,3 +190,57 @@ func TestSingleEndpointForwardsEverything(t *testing.T) {
 		t.Fatalf("echo: %v %v", out, err)
 	}
 }
+
+// With a page size, the aggregated lists come in pages whose cursors lead
+// through the whole list once; a cursor survives the list being rebuilt,
+// and a foreign or stale one gets -32602.
+func TestAggregatedPages(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	whole, err := sess.ListTools(ctx, nil)
+	if err != nil || whole.NextCursor != "" || len(whole.Tools) < 7 {
+		t.Fatalf("whole list: %d tools, cursor %q, %v", len(whole.Tools), whole.NextCursor, err)
+	}
+	if _, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: "x"}); err == nil || !strings.Contains(err.Error(), "invalid cursor") {
+		t.Errorf("a cursor without paging: %v", err)
+	}
+
+	w.gw.SetPageSize(3)
+	var paged []string
+	var second string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		res, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Tools) > 3 || (res.NextCursor != "" && len(res.Tools) != 3) {
+			t.Fatalf("page %d: %d tools, next %q", pages, len(res.Tools), res.NextCursor)
+		}
+		paged = append(paged, toolNames(res)...)
+		if pages == 0 {
+			second = res.NextCursor
+		}
+		if cursor = res.NextCursor; cursor == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("cursors do not end")
+		}
+	}
+	if !slices.Equal(paged, toolNames(whole)) {
+		t.Fatalf("pages gave %v, the whole list is %v", paged, toolNames(whole))
+	}
+
+	w.gw.agg.invalidate() // as after a list_changed
+	res, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: second})
+	if err != nil || !slices.Equal(toolNames(res), paged[3:6]) {
+		t.Errorf("second page after a rebuild: %v %v, want %v", toolNames(res), err, paged[3:6])
+	}
+	for _, bad := range []string{"not-base64!", pageCursor(3, "gone__tool"), pageCursor(0, "")} {
+		if _, err := sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: bad}); err == nil || !strings.Contains(err.Error(), "-32602") && !strings.Contains(err.Error(), "invalid cursor") {
+			t.Errorf("cursor %q: %v, want invalid params", bad, err)
+		}
+	}
+}
