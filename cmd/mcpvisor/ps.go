@@ -96,8 +96,18 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	for _, k := range sortedStates(st.Totals.ByState) {
 		states = append(states, fmt.Sprintf("%s %d", k, st.Totals.ByState[k]))
 	}
-	_, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", "))
-	return err
+	if _, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", ")); err != nil {
+		return err
+	}
+	if len(st.Collisions) > 0 {
+		fmt.Fprintf(w, "\nname collisions on /mcp (the first server in name order serves the name):\n")
+		for _, c := range st.Collisions {
+			if _, err := fmt.Fprintf(w, "  %s\n", c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func sortedStates(m map[string]int) []string {

@@ -78,7 +78,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
-			mux.Handle("/api/", admin.New(a.fleet, a.events, admin.Options{Token: token}))
+			mux.Handle("/api/", admin.New(a.fleet, a.events, admin.Options{Token: token, Collisions: a.gw.Collisions}))
 			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 

@@ -19,6 +19,9 @@ import (
 type Servers struct {
 	Servers []fleet.Status `json:"servers"`
 	Totals  Totals         `json:"totals"`
+	// Collisions are the names of the aggregated endpoint that more than
+	// one server exports, and which server serves each.
+	Collisions []string `json:"collisions,omitempty"`
 }
 
 // Totals counts servers: running ones are active, dormant ones hold no
@@ -52,6 +55,9 @@ func Snapshot(f *fleet.Fleet) Servers {
 type Options struct {
 	// Token, if set, is required as a bearer token, as on /mcp.
 	Token string
+	// Collisions, if set, lists the aggregated endpoint's name
+	// collisions for /api/servers.
+	Collisions func() []string
 }
 
 // Handler serves /api/servers and /api/events.
@@ -66,7 +72,11 @@ type Handler struct {
 func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h := &Handler{f: f, opts: opts, mux: http.NewServeMux(), log: log}
 	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, Snapshot(h.f))
+		st := Snapshot(h.f)
+		if h.opts.Collisions != nil {
+			st.Collisions = h.opts.Collisions()
+		}
+		writeJSON(w, st)
 	})
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"events": h.log.Events()})

@@ -285,14 +285,22 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 		a.routes = map[string]*routeTable{}
 	}
 	a.routes[k.member] = t
-	a.collisions = mergeCollisions(a.collisions, collisions)
+	a.collisions = mergeCollisions(a.collisions, k.member, collisions)
 	a.mu.Unlock()
 	return t
 }
 
-func mergeCollisions(old, add []string) []string {
+// mergeCollisions replaces the collisions of one list (entries start
+// with its member name) by those of its rebuilt table: a collision that is
+// gone is no longer reported.
+func mergeCollisions(old []string, member string, add []string) []string {
 	set := map[string]bool{}
-	for _, c := range append(old, add...) {
+	for _, c := range old {
+		if !strings.HasPrefix(c, member+" ") {
+			set[c] = true
+		}
+	}
+	for _, c := range add {
 		set[c] = true
 	}
 	out := make([]string, 0, len(set))

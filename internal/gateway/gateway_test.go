@@ -244,3 +244,15 @@ func TestAggregatedPages(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeCollisionsReplacesOneList(t *testing.T) {
+	old := []string{`prompts "p": served by a, also exported by b (hidden)`, `tools "x": served by a, also exported by b (hidden)`}
+	got := mergeCollisions(old, "tools", []string{`tools "y": served by a, also exported by c (hidden)`})
+	want := []string{`prompts "p": served by a, also exported by b (hidden)`, `tools "y": served by a, also exported by c (hidden)`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := mergeCollisions(want, "prompts", nil); !slices.Equal(got, want[1:]) {
+		t.Fatalf("a resolved collision stays reported: %q", got)
+	}
+}
