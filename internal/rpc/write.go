@@ -134,6 +134,11 @@ func (c *Conn) write(cancel <-chan struct{}, q queued, wait bool) error {
 			release(x)
 		}
 		w.queue, w.bytes = nil, 0
+	} else if w.flushed != nil {
+		// Nothing is queued (unqueue withdrew what was): whoever waits
+		// for room may go on.
+		close(w.flushed)
+		w.flushed = nil
 	}
 	c.wmu.Unlock()
 	if err != nil {

@@ -207,3 +207,41 @@ func TestWriteErrorFailsQueuedSenders(t *testing.T) {
 		t.Errorf("Notify after the end = %v", err)
 	}
 }
+
+// A sender held by a full queue goes on when the queue empties because the
+// call that filled it was withdrawn.
+func TestHeldSenderGoesOnWhenTheQueueIsWithdrawn(t *testing.T) {
+	w := newGateWriter()
+	c, _ := gateConn(t, w)
+	first := callAsync(t.Context(), c, "first", "")
+	<-w.started
+	pad := `{"pad":"` + strings.Repeat("x", maxQueued*2/3) + `"}`
+	ctx, cancel := context.WithCancel(t.Context())
+	big := callAsync(ctx, c, "big", pad)
+	waitQueued(t, c, 1)
+	notified := make(chan error, 1)
+	go func() { notified <- c.Notify("held", json.RawMessage(pad)) }()
+	time.Sleep(20 * time.Millisecond) // held: the queue is full
+	if n := c.queuedLen(); n != 1 {
+		t.Fatalf("%d queued, want 1 (the notification held)", n)
+	}
+	cancel()
+	if r := <-big; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("big = %v", r.err)
+	}
+	close(w.release)
+	select {
+	case err := <-notified:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held Notify never went on")
+	}
+	all := strings.Join(w.chunks(), "")
+	if !strings.Contains(all, `"held"`) || strings.Contains(all, `"big"`) {
+		t.Fatalf("written: held %v, big %v", strings.Contains(all, `"held"`), strings.Contains(all, `"big"`))
+	}
+	c.Close()
+	<-first
+}
