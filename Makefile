@@ -23,8 +23,9 @@ build:
 bench: test-deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/proc/
 
-# The gateway benchmark of issue 4 (about 2.5 minutes): direct stdio, the
-# HTTP floor, /servers/x/mcp, /mcp and mcpvisor stdio under 16 callers, RSS
-# and CPU profiles; the report and the profiles go to bin/bench/.
+# The gateway benchmark of issue 4 (about 2 minutes): direct stdio, the
+# HTTP floor, a raw relay, /servers/x/mcp, /mcp and mcpvisor stdio under 16
+# callers in 6 interleaved rounds, RSS and CPU profiles; the report and the
+# profiles go to bin/bench/.
 bench-gateway:
 	MCPVISOR_BENCH=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReport$$' -v ./cmd/mcpvisor/

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,17 +28,22 @@ import (
 )
 
 // The gateway benchmark (issue 4, "Benchmark in one run"): the same fixture
-// server and the same load client (internal/loadtest, 16 callers) on five
-// paths — the fixture over stdio directly, a bare net/http handler (the
-// HTTP floor), mcpvisor serve's /servers/x/mcp and /mcp, and mcpvisor
-// stdio — plus mcpvisor's RSS and a CPU profile of it under the
-// per-server load. `make bench-gateway` runs it; plain `go test` skips it.
+// server and the same load client (internal/loadtest, 16 callers) on these
+// paths — the fixture over stdio directly; a bare net/http handler (the
+// HTTP floor), in a process of its own and in the client's; a raw relay
+// (loadtest.RawRelayHandler: the least an HTTP-to-stdio relay does, in
+// front of the fixture); mcpvisor serve's /servers/x/mcp and /mcp; and
+// mcpvisor stdio — plus mcpvisor's RSS and CPU profiles of it under load.
+// Every path is measured once per round and the rounds interleave, so a
+// slow spell of a shared machine weighs on all paths alike.
+// `make bench-gateway` runs it; plain `go test` skips it.
 //
 // Environment: MCPVISOR_BENCH=1 enables it; MCPVISOR_BENCH_WARMUP and
-// MCPVISOR_BENCH_DURATION (Go durations, default 1s and 5s) set each
-// load window, MCPVISOR_BENCH_ROUNDS (default 2) how often every path is
-// measured, MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where the
-// report and the profile go.
+// MCPVISOR_BENCH_DURATION (Go durations, default 300ms and 1.5s) set each
+// load window (the sequential one is half as long),
+// MCPVISOR_BENCH_ROUNDS (default 6) how often every path is measured,
+// MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where the report
+// and the profiles go.
 
 const (
 	benchEnv        = "MCPVISOR_BENCH"
@@ -74,9 +80,9 @@ func TestBenchReport(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skip("set " + benchEnv + "=1 to run the gateway benchmark (make bench-gateway)")
 	}
-	warmup := benchDuration(t, "MCPVISOR_BENCH_WARMUP", time.Second)
-	measure := benchDuration(t, "MCPVISOR_BENCH_DURATION", 5*time.Second)
-	rounds := 2
+	warmup := benchDuration(t, "MCPVISOR_BENCH_WARMUP", 300*time.Millisecond)
+	measure := benchDuration(t, "MCPVISOR_BENCH_DURATION", 1500*time.Millisecond)
+	rounds := 6
 	if v := os.Getenv("MCPVISOR_BENCH_ROUNDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -169,7 +175,7 @@ func TestBenchReport(t *testing.T) {
 		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
 		{"mcpvisor stdio (x__echo)", "stdio", relay.pid, fixtureOf(relay.pid), func(ctx context.Context) func() error { return relay.conn.Echo(ctx, "x__echo", benchText) }},
 	}
-	say("mcpvisor gateway benchmark: %d callers, %v warm-up + %v per load window, %d rounds (round 2 in reverse order), %d CPUs\n",
+	say("mcpvisor gateway benchmark: %d callers, %v warm-up + %v per load window, %d interleaved rounds (even ones in reverse order), %d CPUs\n",
 		benchCallers, warmup, measure, rounds, runtime.NumCPU())
 	var rows []benchRow
 	for round := 1; round <= rounds; round++ {
@@ -182,7 +188,7 @@ func TestBenchReport(t *testing.T) {
 		}
 		for _, p := range order {
 			row := benchRow{path: p.short, round: round}
-			row.seq = loadtest.Run(ctx, loadtest.Options{Callers: 1, Warmup: 200 * time.Millisecond, Measure: 2 * time.Second},
+			row.seq = loadtest.Run(ctx, loadtest.Options{Callers: 1, Warmup: 100 * time.Millisecond, Measure: measure / 2},
 				func(int) func() error { return p.caller(ctx) })
 			pids := []int{os.Getpid(), p.server, 0}
 			if p.fixture != nil && p.fixture() != p.server {
@@ -218,52 +224,68 @@ func TestBenchReport(t *testing.T) {
 	}
 	rssLoaded, hwm := vmRSS(serve.pid), vmHWM(serve.pid)
 
-	say("\n| path | round | calls/s (16 callers) | p50 ms | p99 ms | seq p50 ms | seq p99 ms | CPU µs/call: client / server / fixture | machine busy / steal |\n|---|---|---|---|---|---|---|---|---|\n")
+	// Every path was measured once per round, the rounds interleaved, so
+	// that a slow spell of the machine weighs on every path alike. The
+	// table pools each path's rounds; the ratios are of pooled rates, with
+	// the range of the per-round ratios beside them.
+	say("\n| path | calls/s (16 callers), pooled | per round, min–max | p50 ms | p99 ms | seq p50 ms | seq p99 ms | CPU µs/call: client / server / fixture | machine busy |\n|---|---|---|---|---|---|---|---|---|\n")
+	pooled := map[string]benchRow{}
 	for _, p := range paths {
+		var mine []benchRow
 		for _, r := range rows {
-			if r.path != p.short {
-				continue
+			if r.path == p.short {
+				mine = append(mine, r)
 			}
-			cpu := func(d time.Duration, pid int) string {
-				if pid == 0 {
-					return "–"
-				}
-				return strconv.FormatInt(d.Microseconds(), 10)
-			}
-			fix := 0
-			if p.fixture != nil && p.fixture() != p.server {
-				fix = 1
-			}
-			say("| %s | %d | %.0f | %s | %s | %s | %s | %s / %s / %s | %.0f%% / %.0f%% |\n", p.name, r.round, r.load.Rate(),
-				ms(r.load.Percentile(50)), ms(r.load.Percentile(99)), ms(r.seq.Percentile(50)), ms(r.seq.Percentile(99)),
-				cpu(r.cpuClient, 1), cpu(r.cpuServer, p.server), cpu(r.cpuFixture, fix), 100*r.busy, 100*r.steal)
 		}
+		pr := poolRows(mine)
+		pooled[p.short] = pr
+		lo, hi := rateRange(mine)
+		cpu := func(d time.Duration, pid int) string {
+			if pid == 0 {
+				return "–"
+			}
+			return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64)
+		}
+		fix := 0
+		if p.fixture != nil && p.fixture() != p.server {
+			fix = 1
+		}
+		say("| %s | %.0f | %.0f–%.0f | %s | %s | %s | %s | %s / %s / %s | %.0f%% |\n", p.name, pr.load.Rate(), lo, hi,
+			ms(pr.load.Percentile(50)), ms(pr.load.Percentile(99)), ms(pr.seq.Percentile(50)), ms(pr.seq.Percentile(99)),
+			cpu(pr.cpuClient, 1), cpu(pr.cpuServer, p.server), cpu(pr.cpuFixture, fix), 100*pr.busy)
 	}
 	say("(client = this test process, which also runs the in-process floor; server = the floor process, mcpvisor, or the fixture itself for direct stdio)\n")
-	say("\nratios per round (target):\n")
-	for round := 1; round <= rounds; round++ {
-		get := func(short string) benchRow {
+	ratio := func(a, b string) string {
+		x := pooled[a].load.Rate() / pooled[b].load.Rate()
+		lo, hi := 1e9, 0.0
+		for round := 1; round <= rounds; round++ {
+			var ra, rb float64
 			for _, r := range rows {
-				if r.path == short && r.round == round {
-					return r
+				if r.round == round && r.path == a {
+					ra = r.load.Rate()
+				}
+				if r.round == round && r.path == b {
+					rb = r.load.Rate()
 				}
 			}
-			t.Fatalf("no row %s %d", short, round)
-			return benchRow{}
+			lo, hi = min(lo, ra/rb), max(hi, ra/rb)
 		}
-		fl, fi, si, ag, di, st, rw := get("floor"), get("floor-in"), get("single"), get("agg"), get("direct"), get("stdio"), get("raw")
-		say("  round %d: raw relay/floor %.2f× (a minimal relay: the cost of one more process hop), added p50 %+.3f ms under load, %+.3f ms sequential\n",
-			round, rw.load.Rate()/fl.load.Rate(), msf(rw.load.Percentile(50)-fl.load.Percentile(50)), msf(rw.seq.Percentile(50)-fl.seq.Percentile(50)))
-		say("           per-server/raw relay %.2f×, aggregated/raw relay %.2f×\n", si.load.Rate()/rw.load.Rate(), ag.load.Rate()/rw.load.Rate())
-		say("           per-server/floor %.2f× (≥0.7; in-process floor %.2f×), added p50 %+.3f ms under load, %+.3f ms sequential (≤0.1)\n",
-			si.load.Rate()/fl.load.Rate(), si.load.Rate()/fi.load.Rate(),
-			msf(si.load.Percentile(50)-fl.load.Percentile(50)), msf(si.seq.Percentile(50)-fl.seq.Percentile(50)))
-		say("           aggregated/floor %.2f× (≥0.6; in-process floor %.2f×), added p50 %+.3f ms, %+.3f ms sequential\n",
-			ag.load.Rate()/fl.load.Rate(), ag.load.Rate()/fi.load.Rate(),
-			msf(ag.load.Percentile(50)-fl.load.Percentile(50)), msf(ag.seq.Percentile(50)-fl.seq.Percentile(50)))
-		say("           stdio relay/direct stdio %.2f× (≥0.5), added p50 %+.3f ms, %+.3f ms sequential\n",
-			st.load.Rate()/di.load.Rate(), msf(st.load.Percentile(50)-di.load.Percentile(50)), msf(st.seq.Percentile(50)-di.seq.Percentile(50)))
+		return fmt.Sprintf("%.2f× (rounds %.2f–%.2f)", x, lo, hi)
 	}
+	added := func(a, b string) string {
+		return fmt.Sprintf("added p50 %+.3f ms under load, %+.3f ms sequential",
+			msf(pooled[a].load.Percentile(50)-pooled[b].load.Percentile(50)), msf(pooled[a].seq.Percentile(50)-pooled[b].seq.Percentile(50)))
+	}
+	say("\nratios (target):\n")
+	say("  raw relay / floor       %s, %s — a minimal relay: what one more process hop costs here\n", ratio("raw", "floor"), added("raw", "floor"))
+	say("  per-server / floor      %s (≥0.7), %s (≤0.1 ms)\n", ratio("single", "floor"), added("single", "floor"))
+	say("  aggregated / floor      %s (≥0.6), %s\n", ratio("agg", "floor"), added("agg", "floor"))
+	say("  per-server / raw relay  %s, aggregated / raw relay %s\n", ratio("single", "raw"), ratio("agg", "raw"))
+	say("  stdio relay / direct    %s (≥0.5), %s\n", ratio("stdio", "direct"), added("stdio", "direct"))
+	fl, di := pooled["floor"], pooled["direct"]
+	say("  a relay that cost no CPU of its own beyond a bare handler's, in front of a fixture costing what it costs direct,\n"+
+		"  would reach %.2f× the floor here: (client + floor server) / (client + floor server + fixture), CPU per call\n",
+		float64(fl.cpuClient+fl.cpuServer)/float64(fl.cpuClient+fl.cpuServer+di.cpuServer))
 	say("\nRSS of mcpvisor serve (VmRSS): idle, x dormant %s; x running %s; after the load %s (VmHWM %s)\n", kb(rssIdle), kb(rssRunning), kb(rssLoaded), kb(hwm))
 	say("process tree with x running:\n%s", treeRunning)
 
@@ -333,6 +355,42 @@ func TestBenchReport(t *testing.T) {
 		t.Error(err)
 	}
 	fmt.Printf("\nreport written to %s\n", filepath.Join(out, "report.txt"))
+}
+
+// poolRows merges one path's rounds: calls, windows and latencies added
+// up, CPU per call and machine share weighted by calls.
+func poolRows(rows []benchRow) benchRow {
+	var out benchRow
+	var cc, cs, cf time.Duration
+	var busy float64
+	for _, r := range rows {
+		out.path = r.path
+		for _, pair := range []struct{ to, from *loadtest.Stats }{{&out.load, &r.load}, {&out.seq, &r.seq}} {
+			pair.to.Calls += pair.from.Calls
+			pair.to.Errors += pair.from.Errors
+			pair.to.Window += pair.from.Window
+			pair.to.Latency = append(pair.to.Latency, pair.from.Latency...)
+		}
+		n := time.Duration(r.load.Calls)
+		cc, cs, cf = cc+r.cpuClient*n, cs+r.cpuServer*n, cf+r.cpuFixture*n
+		busy += r.busy * float64(r.load.Calls)
+	}
+	slices.Sort(out.load.Latency)
+	slices.Sort(out.seq.Latency)
+	if n := time.Duration(out.load.Calls); n > 0 {
+		out.cpuClient, out.cpuServer, out.cpuFixture = cc/n, cs/n, cf/n
+		out.busy = busy / float64(n)
+	}
+	return out
+}
+
+// rateRange is the lowest and highest per-round rate.
+func rateRange(rows []benchRow) (lo, hi float64) {
+	lo = 1e18
+	for _, r := range rows {
+		lo, hi = min(lo, r.load.Rate()), max(hi, r.load.Rate())
+	}
+	return lo, hi
 }
 
 // benchCanned is the floor's reply to everything.
