@@ -74,12 +74,16 @@ type Conn struct {
 	done    chan struct{}
 	nextID  atomic.Int64
 	running atomic.Bool
-	async   sync.WaitGroup // cancellations and automatic error replies being written
 
 	mu        sync.Mutex
 	pending   map[int64]chan<- result // nil once closed
 	err       error                   // why the connection ended; nil while open
 	cancelRun context.CancelCauseFunc
+	// Goroutines writing on the connection's behalf (cancellation notices,
+	// automatic error replies, queued lines): how many, and a channel
+	// closed when none is left.
+	asyncN    int
+	asyncIdle chan struct{}
 
 	invalid, overlong, unknown atomic.Int64
 }
@@ -151,7 +155,7 @@ func (c *Conn) Run(ctx context.Context) error {
 	defer stop()
 
 	c.read(hctx)
-	c.async.Wait()
+	<-c.asyncDone()
 	return c.Err()
 }
 
@@ -343,17 +347,12 @@ func (c *Conn) sendCancelled(id int64, cause error) {
 }
 
 // Flush waits until the messages the connection writes on its own
-// (cancellation notices, automatic error replies) are written, or ctx ends.
-// A relay calls it before closing the stream, so that a cancellation it
-// has just sent is not lost to the close.
+// (cancellation notices, automatic error replies, lines queued behind a
+// write) are written, or ctx ends. A relay calls it before closing the
+// stream, so that a cancellation it has just sent is not lost to the close.
 func (c *Conn) Flush(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		c.async.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-c.asyncDone():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -364,20 +363,47 @@ func (c *Conn) Flush(ctx context.Context) error {
 // loop, or a cancelled Call) never waits for the peer to read. The write
 // gives up when the connection ends.
 func (c *Conn) writeAsync(b []byte) {
-	// Registered under mu, so that none starts after the end (once Run
-	// may be waiting for these).
+	c.goAsync(func() { _ = c.writeLine(nil, b) })
+}
+
+// goAsync runs f on a goroutine of its own that Run and Flush wait for,
+// unless the connection has ended (false). Registered under mu, so that
+// none starts after the end, once Run may be waiting.
+func (c *Conn) goAsync(f func()) bool {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
-	c.async.Add(1)
+	if c.asyncN == 0 {
+		c.asyncIdle = make(chan struct{})
+	}
+	c.asyncN++
 	c.mu.Unlock()
 	go func() {
-		defer c.async.Done()
-		_ = c.writeLine(nil, b)
+		defer func() {
+			c.mu.Lock()
+			if c.asyncN--; c.asyncN == 0 {
+				close(c.asyncIdle)
+			}
+			c.mu.Unlock()
+		}()
+		f()
 	}()
+	return true
 }
+
+// asyncDone is closed once no goroutine of goAsync is left.
+func (c *Conn) asyncDone() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.asyncN == 0 {
+		return closedChan
+	}
+	return c.asyncIdle
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Notify sends a notification. It blocks until the line is written or the
 // connection ends.

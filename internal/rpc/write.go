@@ -3,9 +3,9 @@ package rpc
 import "fmt"
 
 // The write side of a Conn combines writes. A sender that finds no write
-// in progress becomes the writer: it writes its own line at once, then
-// everything other senders queued meanwhile, in one Write per batch, until
-// the queue is empty. Under concurrent load a stdio peer thus gets many
+// in progress writes its own line at once; what other senders queued
+// meanwhile is then written by a goroutine of the connection, one Write per
+// batch, until the queue is empty. Under concurrent load a stdio peer thus gets many
 // lines per read instead of one system call (and one wake-up) per line,
 // and an uncontended sender pays nothing more than one Write.
 //
@@ -26,7 +26,7 @@ type writer struct {
 	flushed chan struct{} // closed once what is queued now is written; made on demand
 	spare   []queued
 
-	batch []byte // the writer's own: only the sender that is writing touches it
+	batch []byte // only the goroutine draining the queue touches it
 }
 
 type queued struct {
@@ -105,8 +105,42 @@ func (c *Conn) write(cancel <-chan struct{}, q queued, wait bool) error {
 
 	_, err := c.w.Write(q.b)
 	release(q)
+	if err != nil {
+		c.writeFailed(err)
+		return c.Err()
+	}
 	c.wmu.Lock()
-	for err == nil && len(w.queue) > 0 {
+	if len(w.queue) == 0 {
+		c.idleLocked()
+		c.wmu.Unlock()
+		return nil
+	}
+	c.wmu.Unlock()
+	// Lines were queued meanwhile. Another goroutine writes them, so that
+	// this sender waits for its own line only (a Call must be free to
+	// return when its context ends, and the read loop's replies must not
+	// wait for other senders' lines).
+	if !c.goAsync(c.drain) {
+		c.wmu.Lock()
+		c.dropLocked() // ended: their senders see Done
+		c.wmu.Unlock()
+	}
+	return nil
+}
+
+// drain writes the queued lines, a batch per Write, until none is left or
+// the connection ends.
+func (c *Conn) drain() {
+	w := &c.wr
+	c.wmu.Lock()
+	for len(w.queue) > 0 {
+		select {
+		case <-c.done:
+			c.dropLocked()
+			c.wmu.Unlock()
+			return
+		default:
+		}
 		batch, flushed := w.queue, w.flushed
 		w.queue, w.bytes, w.flushed = w.spare[:0], 0, nil
 		c.wmu.Unlock()
@@ -116,36 +150,57 @@ func (c *Conn) write(cancel <-chan struct{}, q queued, wait bool) error {
 			release(x)
 			batch[i] = queued{}
 		}
-		_, err = c.w.Write(buf)
+		_, err := c.w.Write(buf)
 		if cap(buf) <= 1<<20 {
 			w.batch = buf[:0]
 		} else {
 			w.batch = nil
 		}
-		if err == nil && flushed != nil {
+		if err != nil {
+			c.writeFailed(err)
+			return
+		}
+		if flushed != nil {
 			close(flushed)
 		}
 		c.wmu.Lock()
 		w.spare = batch[:0]
 	}
+	c.idleLocked()
+	c.wmu.Unlock()
+}
+
+// idleLocked ends the write in progress with nothing queued; whoever waits
+// for room may go on (unqueue may have withdrawn what filled the queue).
+// Callers hold Conn.wmu.
+func (c *Conn) idleLocked() {
+	w := &c.wr
 	w.writing = false
-	if err != nil {
-		for _, x := range w.queue {
-			release(x)
-		}
-		w.queue, w.bytes = nil, 0
-	} else if w.flushed != nil {
-		// Nothing is queued (unqueue withdrew what was): whoever waits
-		// for room may go on.
+	if w.flushed != nil {
 		close(w.flushed)
 		w.flushed = nil
 	}
-	c.wmu.Unlock()
-	if err != nil {
-		c.closeWith(fmt.Errorf("writing to %s: %w", c.peer, err))
-		return c.Err()
+}
+
+// dropLocked forgets the queue once the connection has ended. Its flushed
+// channel stays open: its senders wake on Done and report the end.
+// Callers hold Conn.wmu.
+func (c *Conn) dropLocked() {
+	w := &c.wr
+	for _, x := range w.queue {
+		release(x)
 	}
-	return nil
+	w.queue, w.bytes, w.flushed, w.writing = nil, 0, nil, false
+}
+
+// writeFailed ends the connection after a failed Write, then drops the
+// queue: the connection is ended first, so that no sender can take the
+// writer's place and no waiter can mistake the drop for a write.
+func (c *Conn) writeFailed(err error) {
+	c.closeWith(fmt.Errorf("writing to %s: %w", c.peer, err))
+	c.wmu.Lock()
+	c.dropLocked()
+	c.wmu.Unlock()
 }
 
 // flushedLocked is the channel closed once the lines queued now are
@@ -167,6 +222,7 @@ func (c *Conn) unqueue(id int64) bool {
 		if x.id == id {
 			w.bytes -= len(x.b)
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
+			w.queue[len(w.queue):cap(w.queue)][0] = queued{} // no stale reference to the pooled buffer
 			release(x)
 			return true
 		}

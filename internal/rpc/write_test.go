@@ -245,3 +245,119 @@ func TestHeldSenderGoesOnWhenTheQueueIsWithdrawn(t *testing.T) {
 	c.Close()
 	<-first
 }
+
+// seqWriter blocks its n-th Write (from 1) until gates[n] is closed, if
+// there is such a gate, and records every Write.
+type seqWriter struct {
+	mu     sync.Mutex
+	n      int
+	gates  map[int]chan struct{}
+	writes []string
+	at     map[int]chan struct{} // closed when Write n starts
+}
+
+func newSeqWriter(blocked ...int) *seqWriter {
+	w := &seqWriter{gates: map[int]chan struct{}{}, at: map[int]chan struct{}{}}
+	for _, n := range blocked {
+		w.gates[n] = make(chan struct{})
+		w.at[n] = make(chan struct{})
+	}
+	return w
+}
+
+func (w *seqWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	w.n++
+	n := w.n
+	gate, at := w.gates[n], w.at[n]
+	w.mu.Unlock()
+	if gate != nil {
+		close(at)
+		<-gate
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, string(b))
+	return len(b), nil
+}
+
+func (w *seqWriter) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.writes, "")
+}
+
+func seqConn(t *testing.T, w *seqWriter) *Conn {
+	t.Helper()
+	r, peerW := io.Pipe()
+	c := NewConn(r, w, Options{})
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(context.Background()) }()
+	t.Cleanup(func() {
+		c.Close()
+		peerW.Close()
+		for n, g := range w.gates {
+			select {
+			case <-g:
+			default:
+				close(w.gates[n])
+			}
+		}
+		<-ran
+	})
+	return c
+}
+
+// A Call whose line is written returns when its context ends, even while
+// the lines queued behind it are stuck in the peer's pipe.
+func TestCallIsNotHeldByOthersLines(t *testing.T) {
+	w := newSeqWriter(1, 2)
+	c := seqConn(t, w)
+	ctx, cancel := context.WithCancel(t.Context())
+	a := callAsync(ctx, c, "a", "")
+	<-w.at[1]
+	b := callAsync(t.Context(), c, "b", "")
+	waitQueued(t, c, 1)
+	close(w.gates[1]) // a's line is written; b's write then sticks
+	<-w.at[2]
+	cancel()
+	select {
+	case r := <-a:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("a = %v", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call whose line was written stayed held by the line queued behind it")
+	}
+	c.Close()
+	if r := <-b; !errors.Is(r.err, ErrClosed) {
+		t.Fatalf("b = %v", r.err)
+	}
+}
+
+// Nothing queued is written once the connection has ended.
+func TestNoLineAfterTheEnd(t *testing.T) {
+	w := newSeqWriter(1)
+	c := seqConn(t, w)
+	a := callAsync(t.Context(), c, "a", "")
+	<-w.at[1]
+	b := callAsync(t.Context(), c, "b", "")
+	waitQueued(t, c, 1)
+	notified := make(chan error, 1)
+	go func() { notified <- c.Notify("note", nil) }()
+	waitQueued(t, c, 2)
+	c.Close()
+	if err := <-notified; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Notify = %v, want ErrClosed", err)
+	}
+	close(w.gates[1])
+	for _, ch := range []<-chan result{a, b} {
+		if r := <-ch; !errors.Is(r.err, ErrClosed) {
+			t.Errorf("call = %v", r.err)
+		}
+	}
+	<-c.asyncDone()
+	if all := w.all(); strings.Contains(all, `"b"`) || strings.Contains(all, `"note"`) {
+		t.Fatalf("written after the end: %q", all)
+	}
+}
