@@ -38,8 +38,10 @@ func Supported(v string) bool {
 // Hooks receive what a server sends on its own: notifications (progress,
 // logging, list changes, resource updates, cancellations) and requests
 // (sampling, elicitation, roots). Both are called on the connection's read
-// goroutine and must not block; a Request hook must answer through
-// Conn.Reply or Conn.ReplyError, from another goroutine if it waits.
+// goroutine and must not block, nor write to the server there (a write
+// waits for the server to read, which may wait for this goroutine): a
+// Request hook answers through Conn.Reply or Conn.ReplyError from another
+// goroutine.
 type Hooks interface {
 	Notification(c *Conn, m *rpc.Message)
 	Request(c *Conn, m *rpc.Message)

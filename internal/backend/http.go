@@ -187,11 +187,17 @@ func (hc *HTTPConnector) client(b *bridge, host string) *http.Client {
 }
 
 // hookHandler hands what the server sends on its own to the hooks.
+//
+// It runs on the read loop, which must not wait for the server to read, so
+// its own answer is written from another goroutine (as Hooks.Request must
+// write its own).
 func hookHandler(c *Conn, h Hooks) func(context.Context, *rpc.Message) {
 	return func(_ context.Context, m *rpc.Message) {
 		if h == nil {
 			if m.IsRequest() {
-				_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
+				go func() {
+					_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
+				}()
 			}
 			return
 		}

@@ -64,19 +64,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		MaxLine:  sc.MaxLine,
 		PeerName: "server " + sc.Name,
 		Logger:   log,
-		Handler: func(_ context.Context, m *rpc.Message) {
-			if sc.Hooks == nil {
-				if m.IsRequest() {
-					_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
-				}
-				return
-			}
-			if m.IsRequest() {
-				sc.Hooks.Request(c, m)
-			} else {
-				sc.Hooks.Notification(c, m)
-			}
-		},
+		Handler:  hookHandler(c, sc.Hooks),
 	})
 	go func() {
 		_ = c.rpc.Run(context.Background())

@@ -30,6 +30,10 @@ type aggregate struct {
 
 	mu     sync.Mutex
 	routes map[string]*routeTable // by list member ("tools", "prompts", ...)
+	gen    uint64                 // incremented by invalidate: a table built before is not kept
+	// collGen is, per list, the generation whose build last set its
+	// collisions: an older build finishing late does not overwrite them.
+	collGen map[string]uint64
 	// Collisions are names that two servers both export; the first server
 	// in name order wins. Reported in logs and status.
 	collisions []string
@@ -50,6 +54,7 @@ type routeTable struct {
 func (a *aggregate) invalidate() {
 	a.mu.Lock()
 	a.routes = nil
+	a.gen++
 	a.mu.Unlock()
 }
 
@@ -218,6 +223,7 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 		a.mu.Unlock()
 		return t
 	}
+	gen := a.gen
 	a.mu.Unlock()
 
 	servers := a.g.fleet.Servers()
@@ -281,11 +287,23 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 		a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
 	}
 	a.mu.Lock()
-	if a.routes == nil {
-		a.routes = map[string]*routeTable{}
+	// A table begun before an invalidation answers its own caller but is
+	// not kept: a newer one may already describe the servers as they are.
+	if a.gen == gen {
+		if a.routes == nil {
+			a.routes = map[string]*routeTable{}
+		}
+		a.routes[k.member] = t
 	}
-	a.routes[k.member] = t
-	a.collisions = mergeCollisions(a.collisions, k.member, collisions)
+	// The collisions stay those of the newest build, kept or not, so that
+	// status reports them even while no table is current.
+	if a.collGen == nil {
+		a.collGen = map[string]uint64{}
+	}
+	if last, ok := a.collGen[k.member]; !ok || gen >= last {
+		a.collGen[k.member] = gen
+		a.collisions = mergeCollisions(a.collisions, k.member, collisions)
+	}
 	a.mu.Unlock()
 	return t
 }

@@ -213,19 +213,24 @@ func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
 // flight, guessing could hand one user's sampling prompt to another, so the
 // server gets an error that names the fix (sharing "per-session", which
 // gives every session its own process).
+//
+// It runs on the connection's read loop, which must not wait for the
+// server to read: answers given here are written from another goroutine.
 func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 	if m.Method == "ping" {
-		_ = conn.Reply(m.ID, json.RawMessage(`{}`))
+		go func() { _ = conn.Reply(m.ID, json.RawMessage(`{}`)) }()
 		return
 	}
 	c, sessions := g.bridgeTarget(conn)
 	switch {
 	case c == nil:
-		_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name()))
+		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
+		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	case sessions > 1:
 		g.log.Warn("server request is ambiguous between client sessions; refused", "server", conn.Name(), "method", m.Method, "sessions", sessions)
-		_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", sessions, m.Method, conn.Name()))
+		msg := fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", sessions, m.Method, conn.Name())
+		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}
 	ours := g.nextID("mcpv-r")
@@ -243,7 +248,8 @@ func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: m.Method, Params: m.Params}); err != nil {
 		if g.takeOutReq(ours) != nil {
 			r.timer.Stop()
-			_ = conn.ReplyError(m.ID, rpc.InternalError, fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err))
+			msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
+			go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		}
 	}
 }

@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -68,6 +72,11 @@ func TestProgressIsRelayedToItsRequest(t *testing.T) {
 	if _, err := sess.CallTool(t.Context(), params); err != nil {
 		t.Fatal(err)
 	}
+	// mcpvisor writes the notifications before the response (often in the
+	// same write), but the go-sdk client runs notification handlers apart
+	// from returning responses, so the last one may still be on its way.
+	waitFor(t, "3 progress notifications", func() bool { return got.Load() >= 3 })
+	time.Sleep(20 * time.Millisecond) // and no fourth
 	if got.Load() != 3 || wrongToken.Load() {
 		t.Fatalf("progress notifications: %d (want 3), wrong token: %v", got.Load(), wrongToken.Load())
 	}
@@ -254,5 +263,48 @@ func TestMergeCollisionsReplacesOneList(t *testing.T) {
 	}
 	if got := mergeCollisions(want, "prompts", nil); !slices.Equal(got, want[1:]) {
 		t.Fatalf("a resolved collision stays reported: %q", got)
+	}
+}
+
+// On the wire of the stdio front, a request's progress notifications come
+// before its response, however the writes are combined.
+func TestProgressPrecedesResponseOnTheWire(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	c2sR, c2sW := io.Pipe()
+	s2cR, s2cW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeStdio(context.Background(), w.gw.Aggregate(), c2sR, s2cW, slog.New(slog.DiscardHandler), nil)
+		s2cW.Close()
+	}()
+	defer func() { c2sW.Close(); <-done }()
+	lines := bufio.NewScanner(s2cR)
+	send := func(s string) {
+		if _, err := io.WriteString(c2sW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"id":1`) {
+		t.Fatalf("initialize: %q", lines.Text())
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for round := range 20 {
+		id := 100 + round
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"a__progress","arguments":{"steps":3,"intervalMs":0},"_meta":{"progressToken":"t%d"}}}`, id, round))
+		progress := 0
+		for lines.Scan() {
+			l := lines.Text()
+			if strings.Contains(l, `"notifications/progress"`) && strings.Contains(l, fmt.Sprintf(`"t%d"`, round)) {
+				progress++
+			}
+			if strings.Contains(l, fmt.Sprintf(`"id":%d,`, id)) {
+				break
+			}
+		}
+		if progress != 3 {
+			t.Fatalf("round %d: %d progress notifications before the response, want 3", round, progress)
+		}
 	}
 }

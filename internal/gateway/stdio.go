@@ -33,10 +33,19 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 	// table, so a request the gateway sends the client (sampling,
 	// elicitation, roots) goes out as a Call, and its answer is handed
 	// back to the endpoint under the gateway's id.
+	// Servers' requests arrive on their own goroutines, maybe as the
+	// session ends: none is started once ServeStdio waits for the rest.
+	var spawnMu sync.Mutex
+	ended := false
 	var out SinkFunc
 	out = func(m *rpc.Message) error {
 		if !m.IsRequest() {
 			return conn.Write(m)
+		}
+		spawnMu.Lock()
+		defer spawnMu.Unlock()
+		if ended {
+			return ErrSessionClosed
 		}
 		wg.Go(func() {
 			resp, err := conn.Call(ctx, m.Method, m.Params)
@@ -72,6 +81,9 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log 
 	sess = ep.Open(out)
 	err := conn.Run(ctx)
 	cancel()
+	spawnMu.Lock()
+	ended = true
+	spawnMu.Unlock()
 	ep.Close(sess)
 	wg.Wait()
 	return err
