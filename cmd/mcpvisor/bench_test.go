@@ -402,18 +402,25 @@ func TestBenchFloorChild(t *testing.T) {
 	if os.Getenv(benchFloorEnv) == "" {
 		t.Skip("helper process of TestBenchReport")
 	}
+	serveBenchChild(t, "floor", 0, loadtest.CannedHandler(benchCanned))
+}
+
+// serveBenchChild serves h on 127.0.0.1 until SIGTERM, announcing its
+// address on stderr the way mcpvisor serve does (startBenchProcess waits
+// for that line).
+func serveBenchChild(t *testing.T, name string, servers int, h http.Handler) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: loadtest.CannedHandler(benchCanned), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	fmt.Fprintf(os.Stderr, "floor: serving 0 servers at http://%s/mcp\n", ln.Addr())
+	fmt.Fprintf(os.Stderr, "%s: serving %d servers at http://%s/mcp\n", name, servers, ln.Addr())
 	if err := srv.Serve(ln); err != http.ErrServerClosed {
 		t.Fatal(err)
 	}
@@ -452,21 +459,7 @@ func TestBenchRawRelayChild(t *testing.T) {
 	if err := conn.Initialize(ictx); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: loadtest.RawRelayHandler(conn), ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	fmt.Fprintf(os.Stderr, "raw relay: serving 1 servers at http://%s/mcp\n", ln.Addr())
-	if err := srv.Serve(ln); err != http.ErrServerClosed {
-		t.Fatal(err)
-	}
+	serveBenchChild(t, "raw relay", 1, loadtest.RawRelayHandler(conn))
 }
 
 // TestBenchMcpvisorChild is mcpvisor (serve or stdio) run by

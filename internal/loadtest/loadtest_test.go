@@ -43,20 +43,9 @@ func TestHTTPFloor(t *testing.T) {
 // TestStdioFixture multiplexes callers on one connection to the fixture
 // server, run in-process.
 func TestStdioFixture(t *testing.T) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	exited := make(chan int, 1)
-	go func() {
-		code := testserver.Main(nil, inR, outW, io.Discard)
-		outW.Close()
-		exited <- code
-	}()
-	c := NewStdio(outR, inW)
+	c, inW, exited := inProcessFixture(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
 	st := Run(ctx, Options{Callers: 8, Warmup: 20 * time.Millisecond, Measure: 100 * time.Millisecond},
 		func(w int) func() error { return c.Echo(ctx, "echo", "hello") })
 	if st.Errors != 0 || st.Calls == 0 {
@@ -75,20 +64,9 @@ func TestStdioFixture(t *testing.T) {
 // TestRawRelay relays HTTP callers to the in-process fixture and checks
 // that every caller gets its own id back with the echoed text.
 func TestRawRelay(t *testing.T) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	exited := make(chan int, 1)
-	go func() {
-		code := testserver.Main(nil, inR, outW, io.Discard)
-		outW.Close()
-		exited <- code
-	}()
-	c := NewStdio(outR, inW)
+	c, inW, exited := inProcessFixture(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := c.Initialize(ctx); err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewServer(RawRelayHandler(c))
 	defer srv.Close()
 	hc := NewHTTPClient(4)
@@ -113,4 +91,26 @@ func TestRawRelay(t *testing.T) {
 	if code := <-exited; code != 0 {
 		t.Errorf("fixture exited %d", code)
 	}
+}
+
+// inProcessFixture runs the fixture server in this process on pipes and
+// returns an initialized connection to it, the fixture's stdin (closing it
+// ends the fixture) and its exit code.
+func inProcessFixture(t *testing.T) (*StdioConn, io.Closer, <-chan int) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		code := testserver.Main(nil, inR, outW, io.Discard)
+		outW.Close()
+		exited <- code
+	}()
+	c := NewStdio(outR, inW)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := c.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, inW, exited
 }
