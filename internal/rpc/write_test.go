@@ -67,6 +67,14 @@ func waitQueued(t *testing.T, c *Conn, n int) {
 
 func gateConn(t *testing.T, w *gateWriter) (*Conn, *io.PipeWriter) {
 	t.Helper()
+	return writerConn(t, w, nil)
+}
+
+// writerConn runs a Conn that writes to w and reads from a pipe whose
+// writing end it returns. At the end of the test it closes both, runs
+// unblock (to free a writer held in Write) and waits for Run.
+func writerConn(t *testing.T, w io.Writer, unblock func()) (*Conn, *io.PipeWriter) {
+	t.Helper()
 	r, peerW := io.Pipe()
 	c := NewConn(r, w, Options{})
 	ran := make(chan error, 1)
@@ -74,6 +82,9 @@ func gateConn(t *testing.T, w *gateWriter) (*Conn, *io.PipeWriter) {
 	t.Cleanup(func() {
 		c.Close()
 		peerW.Close()
+		if unblock != nil {
+			unblock()
+		}
 		<-ran
 	})
 	return c, peerW
@@ -289,21 +300,14 @@ func (w *seqWriter) all() string {
 
 func seqConn(t *testing.T, w *seqWriter) *Conn {
 	t.Helper()
-	r, peerW := io.Pipe()
-	c := NewConn(r, w, Options{})
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(context.Background()) }()
-	t.Cleanup(func() {
-		c.Close()
-		peerW.Close()
-		for n, g := range w.gates {
+	c, _ := writerConn(t, w, func() {
+		for _, g := range w.gates {
 			select {
 			case <-g:
 			default:
-				close(w.gates[n])
+				close(g)
 			}
 		}
-		<-ran
 	})
 	return c
 }
