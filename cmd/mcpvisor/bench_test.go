@@ -434,32 +434,9 @@ func TestBenchRawRelayChild(t *testing.T) {
 	if fixture == "" {
 		t.Skip("helper process of TestBenchReport")
 	}
-	cmd := exec.Command(fixture)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("fixture: %v", err)
-		}
-	}()
-	conn := loadtest.NewStdio(stdout, stdin)
-	ictx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := conn.Initialize(ictx); err != nil {
-		t.Fatal(err)
-	}
-	serveBenchChild(t, "raw relay", 1, loadtest.RawRelayHandler(conn))
+	p := startStdioProcess(t, exec.Command(fixture), os.Environ())
+	defer p.stop(t)
+	serveBenchChild(t, "raw relay", 1, loadtest.RawRelayHandler(p.conn))
 }
 
 // TestBenchMcpvisorChild is mcpvisor (serve or stdio) run by
