@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type fixture struct {
 	entered chan struct{} // the block tool started
 	stopped chan error    // the block tool ended: nil when released, its context's error when cancelled
 	release chan struct{}
+	killed  atomic.Bool // set by kill: every request from then on is aborted
 
 	mu   sync.Mutex
 	seen []seen
@@ -106,6 +108,9 @@ func newFixture(t *testing.T, sse bool) *fixture {
 		h = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return f.server }, nil)
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.killed.Load() {
+			panic(http.ErrAbortHandler) // drops the connection, as a dead server would
+		}
 		s := seen{method: r.Method, session: r.Header.Get("Mcp-Session-Id"),
 			version: r.Header.Get("MCP-Protocol-Version"), bearer: r.Header.Get("Authorization")}
 		if r.Method == http.MethodPost {
@@ -156,10 +161,15 @@ func (f *fixture) close() {
 }
 
 // kill makes the server go away without ending its sessions (the cleanup
-// ends them). The listener closes at once; httptest's Close then waits for
-// the handlers, which may include the connection's DELETE racing the close
-// and waiting for a blocked tool, so it does not wait here.
+// ends them). The listener closes first, so the client cannot open a new
+// connection; a connection accepted just before that, which
+// CloseClientConnections may not know of yet, has its requests aborted.
+// httptest's Close then waits for the handlers, which may include the
+// connection's DELETE racing the close and waiting for a blocked tool, so
+// it does not wait here.
 func (f *fixture) kill() {
+	f.killed.Store(true)
+	_ = f.srv.Listener.Close()
 	f.srv.CloseClientConnections()
 	go f.srv.Close()
 }
