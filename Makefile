@@ -17,8 +17,9 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
+# mcpvisor and, next to it, the pid-namespace init it finds there.
 build:
-	$(GO) build -o bin/mcpvisor ./cmd/mcpvisor
+	$(GO) build -o bin/ ./cmd/mcpvisor ./cmd/mcpvisor-shim
 
 bench: test-deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/proc/

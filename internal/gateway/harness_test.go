@@ -98,7 +98,9 @@ func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	w.rt, err = proc.Open(proc.Options{Logger: log, NoPIDNamespace: benchPlain, NoCgroup: benchPlain})
+	opts := worldRuntime
+	opts.Logger = log
+	w.rt, err = proc.Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +235,6 @@ func (w *world) pid(name string) int {
 func writeFile(path string) error  { return os.WriteFile(path, nil, 0o600) }
 func removeFile(path string) error { return os.Remove(path) }
 
-// benchPlain makes newWorld use only process-group containment.
-var benchPlain bool
+// worldRuntime is the Runtime configuration newWorld uses: everything the
+// machine allows, unless a benchmark says otherwise.
+var worldRuntime proc.Options

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -25,7 +26,10 @@ const echoCall = `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name"
 // after it went dormant, answered through the gateway (respawn, handshake,
 // call). "direct" is the baseline in the same run: spawning the fixture
 // and doing the same handshake and call by hand. Wake overhead is the
-// difference (target ≤ 5 ms).
+// difference (target ≤ 5 ms). The gateway's cases: in a pid namespace
+// under the mcpvisor-shim binary, under a re-execution of the running
+// binary (mcpvisor without the shim installed), and with process-group
+// containment only.
 func BenchmarkWake(b *testing.B) {
 	bin := testserver.Build(b)
 	b.Run("direct", func(b *testing.B) {
@@ -51,9 +55,21 @@ func BenchmarkWake(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	for _, mode := range []string{"pidns", "plain"} {
-		b.Run("dormant-"+mode, func(b *testing.B) {
-			w := newBenchWorld(b, `{"s":{"command":"$FIXTURE","idleTimeout":"1h"}}`, mode == "plain")
+	shimBin := testserver.BuildPackage(b, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor-shim", "mcpvisor-shim-test")
+	modes := []struct {
+		name string
+		opts proc.Options
+	}{
+		{"pidns-shim", proc.Options{ShimPath: shimBin}},
+		{"pidns-self", proc.Options{}},
+		{"plain", proc.Options{NoPIDNamespace: true, NoCgroup: true}},
+	}
+	for _, mode := range modes {
+		b.Run("dormant-"+mode.name, func(b *testing.B) {
+			w := newBenchWorld(b, `{"s":{"command":"$FIXTURE","idleTimeout":"1h"}}`, mode.opts)
+			if want := mode.opts.ShimPath; want != "" && !strings.Contains(w.rt.Report().String(), "init: "+want) {
+				b.Fatalf("the runtime does not use %s:\n%s", want, w.rt.Report())
+			}
 			ep := w.gw.Single("s")
 			sess := ep.Open(SinkFunc(func(*rpc.Message) error { return nil }))
 			defer ep.Close(sess)
@@ -80,15 +96,11 @@ func BenchmarkWake(b *testing.B) {
 	}
 }
 
-// newBenchWorld is newWorld for benchmarks; plain turns the pid namespace
-// and cgroup layers off.
-func newBenchWorld(b *testing.B, servers string, plain bool) *world {
-	if !plain {
-		return newWorld(b, servers)
-	}
-	old := benchPlain
-	benchPlain = true
-	defer func() { benchPlain = old }()
+// newBenchWorld is newWorld with the Runtime options opts.
+func newBenchWorld(b *testing.B, servers string, opts proc.Options) *world {
+	old := worldRuntime
+	worldRuntime = opts
+	defer func() { worldRuntime = old }()
 	return newWorld(b, servers)
 }
 

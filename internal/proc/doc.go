@@ -5,7 +5,9 @@
 // spawns Processes. Each Process runs in its own process group; on Linux it
 // also gets a pidfd, a parent-death signal tied to a spawner thread that
 // stays alive while any child lives, and — where permitted — its own pid
-// namespace (under a small re-exec'd init, see RunShimIfRequested) and its
+// namespace (under a small init: the mcpvisor-shim binary when it is
+// installed next to mcpvisor, else mcpvisor re-executed; see package shim)
+// and its
 // own cgroup v2 leaf. The Runtime makes mcpvisor a child subreaper, so
 // descendants that escape their group (double fork + setsid) come back to
 // mcpvisor and are killed and reaped when their server stops.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // The harness is this test binary re-executed as a small supervising
@@ -15,7 +18,22 @@ const (
 	harnessStateEnv = "PROC_TEST_HARNESS_STATE" // state directory
 	harnessBinEnv   = "PROC_TEST_HARNESS_BIN"   // fixture binary
 	harnessNPMEnv   = "PROC_TEST_HARNESS_NPM"   // .deps/npm: also run an npx tree
+	harnessShimEnv  = "PROC_TEST_HARNESS_SHIM"  // the mcpvisor-shim binary
 )
+
+// shimBinary, as a mode's ShimPath, stands for the mcpvisor-shim binary,
+// built once per test process: "auto" runs servers under it, as an
+// installed mcpvisor does, and "userns" under this test binary
+// re-executed, as mcpvisor does without the shim.
+const shimBinary = "(mcpvisor-shim)"
+
+// withShim puts the built shim's path in place of shimBinary.
+func withShim(tb testing.TB, opts Options) Options {
+	if opts.ShimPath == shimBinary {
+		opts.ShimPath = testserver.BuildPackage(tb, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor-shim", "mcpvisor-shim-test")
+	}
+	return opts
+}
 
 // modes are the containment configurations the real-process tests run
 // under: everything this machine allows, and the plain fallbacks.
@@ -23,7 +41,7 @@ var modes = []struct {
 	name string
 	opts Options
 }{
-	{"auto", Options{}},
+	{"auto", Options{ShimPath: shimBinary}},
 	{"userns", Options{UserNamespace: true, NoCgroup: true}},
 	{"cgroup", Options{NoPIDNamespace: true}},
 	{"plain", Options{NoPIDNamespace: true, NoCgroup: true}},
@@ -40,6 +58,9 @@ func harnessOptions(mode string) Options {
 
 func runHarness() int {
 	opts := harnessOptions(os.Getenv(harnessEnv))
+	if opts.ShimPath == shimBinary {
+		opts.ShimPath = os.Getenv(harnessShimEnv)
+	}
 	opts.StateDir = os.Getenv(harnessStateEnv)
 	rt, err := Open(opts)
 	if err != nil {

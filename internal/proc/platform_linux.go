@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcpvisor/mcpvisor/internal/proc/shim"
 )
 
 type platformRuntime struct {
 	subreaper bool
 	pidns     bool
 	userns    bool   // the pid namespace needs its own user namespace (not root)
+	shimExe   string // the pid namespace's init: mcpvisor-shim or mcpvisor itself
 	cgroup    string // per-instance cgroup directory, "" when unused
 	ledger    string // this instance's ledger file, "" when unused
 }
@@ -60,20 +63,7 @@ func (rt *Runtime) openPlatform() error {
 	case rt.opts.NoPIDNamespace:
 		rep.add(LayerPIDNamespace, false, "turned off by configuration")
 	default:
-		const what = "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL"
-		err := errors.New("user namespace requested")
-		if !rt.opts.UserNamespace {
-			err = probePIDNamespace(false)
-		}
-		if err == nil {
-			rt.plat.pidns = true
-			rep.add(LayerPIDNamespace, true, what)
-		} else if err2 := probePIDNamespace(true); err2 == nil {
-			rt.plat.pidns, rt.plat.userns = true, true
-			rep.add(LayerPIDNamespace, true, what+" (inside an unprivileged user namespace that maps only your own uid and gid)")
-		} else {
-			rep.add(LayerPIDNamespace, false, fmt.Sprintf("cannot create a pid namespace here (%v), nor inside a user namespace (%v)", err, err2))
-		}
+		rt.choosePIDNamespace(&rep)
 	}
 
 	switch {
@@ -128,16 +118,87 @@ func namespaceAttr(attr *syscall.SysProcAttr, userns bool) {
 	}
 }
 
-// probePIDNamespace starts a trivial child in a new pid namespace.
-func probePIDNamespace(userns bool) error {
-	exe, err := os.Executable()
+// shimCandidates lists the executables that can be the init of a pid
+// namespace, best first: the configured shim, or mcpvisor-shim next to the
+// running binary; then the running binary itself, which always works.
+func (rt *Runtime) shimCandidates() ([]string, error) {
+	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("locate mcpvisor for the pid-namespace init: %w", err)
 	}
+	small := rt.opts.ShimPath
+	if small == "" {
+		small = filepath.Join(filepath.Dir(self), shim.Name)
+		if st, err := os.Stat(small); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			return []string{self}, nil
+		}
+	}
+	return []string{small, self}, nil
+}
+
+// choosePIDNamespace decides whether servers run in pid namespaces (plain,
+// or inside a user namespace) and which executable is their init, by
+// probing each candidate.
+func (rt *Runtime) choosePIDNamespace(rep *Report) {
+	const what = "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL"
+	cands, err := rt.shimCandidates()
+	if err != nil {
+		rep.add(LayerPIDNamespace, false, err.Error())
+		return
+	}
+	var tried []string // candidates that failed where another worked
+	probe := func(userns bool) (string, error) {
+		var first error
+		for i, exe := range cands {
+			err := probePIDNamespace(exe, userns)
+			if err == nil {
+				return exe, nil
+			}
+			if first == nil {
+				first = err
+			}
+			if i < len(cands)-1 {
+				tried = append(tried, fmt.Sprintf("%s failed its probe (%v)", exe, err))
+			}
+		}
+		return "", first
+	}
+	exe, err := "", errors.New("user namespace requested")
+	if !rt.opts.UserNamespace {
+		exe, err = probe(false)
+	}
+	detail := what
+	if err != nil {
+		var err2 error
+		tried = tried[:0]
+		if exe, err2 = probe(true); err2 != nil {
+			rep.add(LayerPIDNamespace, false, fmt.Sprintf("cannot create a pid namespace here (%v), nor inside a user namespace (%v)", err, err2))
+			return
+		}
+		rt.plat.userns = true
+		detail += " (inside an unprivileged user namespace that maps only your own uid and gid)"
+	}
+	rt.plat.pidns, rt.plat.shimExe = true, exe
+	if len(cands) > 1 && exe == cands[0] {
+		detail += "; init: " + exe
+	} else {
+		detail += "; init: mcpvisor itself, re-executed"
+		if len(tried) > 0 {
+			detail += " (" + strings.Join(tried, "; ") + ")"
+			rt.log.Warn("the pid-namespace init falls back to mcpvisor itself", "shim", cands[0], "reason", strings.Join(tried, "; "))
+		} else {
+			detail += " (install " + shim.Name + " next to it for faster starts)"
+		}
+	}
+	rep.add(LayerPIDNamespace, true, detail)
+}
+
+// probePIDNamespace starts exe as a probe in a new pid namespace.
+func probePIDNamespace(exe string, userns bool) error {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	namespaceAttr(attr, userns)
 	p, err := os.StartProcess(exe, []string{exe}, &os.ProcAttr{
-		Env: append(os.Environ(), shimEnv+"=probe"),
+		Env: append(os.Environ(), shim.Env+"="+shim.Probe),
 		Sys: attr,
 	})
 	if err != nil {
@@ -174,7 +235,7 @@ func (rt *Runtime) start(p *Process) error {
 		}
 	}
 	if rt.plat.pidns {
-		if err := p.wrapInShim(attr, rt.plat.userns); err != nil {
+		if err := p.wrapInShim(attr, rt.plat.shimExe, rt.plat.userns); err != nil {
 			p.releaseCgroup()
 			return err
 		}
@@ -384,7 +445,7 @@ func (p *Process) shimStatus() (code int, sig syscall.Signal, ok bool) {
 		return 0, 0, false
 	}
 	b, _ := io.ReadAll(io.LimitReader(p.plat.statusR, 64))
-	return parseShimStatus(string(b))
+	return shim.ParseStatus(string(b))
 }
 
 // killEscaped SIGKILLs every process that carries a TreeEnv of this

@@ -17,7 +17,7 @@ import (
 
 func openRuntime(t testing.TB, opts Options) *Runtime {
 	t.Helper()
-	rt, err := Open(opts)
+	rt, err := Open(withShim(t, opts))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -28,6 +28,7 @@ func TestSupervisorSIGKILL(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(),
 				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin, harnessNPMEnv+"="+npm,
+				harnessShimEnv+"="+withShim(t, Options{ShimPath: shimBinary}).ShimPath,
 				testserver.MarkerEnv+"="+marker)
 			out, err := cmd.StdoutPipe()
 			if err != nil {

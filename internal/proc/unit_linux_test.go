@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"syscall"
 	"testing"
 )
 
@@ -17,27 +16,6 @@ func TestParseStat(t *testing.T) {
 	for _, bad := range []string{"", "12 (x", "x (y) S 1 2 3", "12 (x) S 1"} {
 		if _, ok := parseStat([]byte(bad)); ok {
 			t.Errorf("parseStat(%q) accepted", bad)
-		}
-	}
-}
-
-func TestParseShimStatus(t *testing.T) {
-	cases := []struct {
-		in   string
-		code int
-		sig  syscall.Signal
-		ok   bool
-	}{
-		{"exit 0\n", 0, 0, true},
-		{"exit 3", 3, 0, true},
-		{"signal 9\n", -1, syscall.SIGKILL, true},
-		{"", 0, 0, false},
-		{"boom 1", 0, 0, false},
-	}
-	for _, c := range cases {
-		code, sig, ok := parseShimStatus(c.in)
-		if code != c.code || sig != c.sig || ok != c.ok {
-			t.Errorf("parseShimStatus(%q) = %d,%v,%v", c.in, code, sig, ok)
 		}
 	}
 }

@@ -1,0 +1,77 @@
+package proc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The pid namespace's init is the given shim binary when it passes its
+// probe, and the running binary re-executed when the shim is missing,
+// fails, or speaks another protocol version; servers start and stop
+// cleanly either way.
+func TestShimChoice(t *testing.T) {
+	built := withShim(t, Options{ShimPath: shimBinary}).ShimPath
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken-shim")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A shim of another version refuses the probe value it does not know.
+	other := filepath.Join(dir, "other-version-shim")
+	script := "#!/bin/sh\n[ \"$MCPVISOR_PROC_SHIM\" = probe-0 ] && exit 0\nexit 125\n"
+	if err := os.WriteFile(other, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, shim, init, detail string
+	}{
+		{"binary", built, built, "init: " + built},
+		{"broken", broken, self, broken + " failed its probe"},
+		{"other-version", other, self, other + " failed its probe"},
+		{"missing", filepath.Join(dir, "none"), self, "none failed its probe"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rt := openRuntime(t, Options{ShimPath: c.shim, NoCgroup: true})
+			var detail string
+			for _, l := range rt.Report().Layers {
+				if l.Name == LayerPIDNamespace && l.Active {
+					detail = l.Detail
+				}
+			}
+			if !strings.Contains(detail, c.detail) {
+				t.Fatalf("pid-namespace layer %q, want it to say %q:\n%s", detail, c.detail, rt.Report())
+			}
+			marker := testserver.NewMarker(t)
+			p, err := rt.Spawn(t.Context(), fixtureSpec(t, marker))
+			if err != nil {
+				t.Fatal(err)
+			}
+			newClient(p).initialize(t)
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exe != c.init {
+				t.Errorf("the server's init runs %s, want %s", exe, c.init)
+			}
+			if err := p.Stop(context.Background()); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			if st := p.Status(); st.Kind != ExitStopped {
+				t.Errorf("status %v, want stopped", st)
+			}
+			testserver.WaitGone(t, marker, 0)
+		})
+	}
+}
