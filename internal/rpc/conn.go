@@ -519,10 +519,12 @@ func (c *Conn) skipped(over *overlong) {
 }
 
 // undeliverable deals with a line that cannot be delivered as a message:
-// if it names one of our pending calls, that call fails with err; if it
-// is a request of the peer's, the peer gets an error reply (code, msg);
-// otherwise, and in any case, err goes to OnError.
+// err goes to OnError; then, if the line names one of our pending calls,
+// that call fails with err, and if it is a request of the peer's, the peer
+// gets an error reply (code, msg). Reporting first means that whoever sees
+// the failure or the reply can count on the report having been made.
 func (c *Conn) undeliverable(id []byte, request bool, code int, msg string, err error) {
+	c.onError(err)
 	switch {
 	case id == nil:
 	case request:
@@ -534,7 +536,6 @@ func (c *Conn) undeliverable(id []byte, request bool, code int, msg string, err 
 			ch <- result{err: err}
 		}
 	}
-	c.onError(err)
 }
 
 func errorLine(id []byte, code int, msg string) []byte {
