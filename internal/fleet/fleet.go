@@ -191,8 +191,11 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-// Event is one lifecycle event: started, ready, dormant, respawned, exited,
-// restarting, failed, stopped.
+// Event is one lifecycle event: started (a first start, handshake done),
+// dormant (stopped for idleness), respawned (started again from dormant),
+// exited (the connection ended unasked), restarted (by the restart
+// policy), failed (a start failed, or the policy gave up) and stopped (a
+// running instance stopped by mcpvisor: shutdown, or its session ended).
 type Event struct {
 	Time    time.Time      `json:"time"`
 	Server  string         `json:"server"`

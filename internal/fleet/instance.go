@@ -407,10 +407,22 @@ func (in *instance) close(ctx context.Context) error {
 	if in.timer != nil {
 		in.timer.Stop()
 	}
+	running, pid := in.conn != nil, pidOf(in.conn)
 	in.mu.Unlock()
+	t0 := time.Now()
 	err := in.sup.Stop(ctx)
 	in.mu.Lock()
 	in.conn = nil
 	in.mu.Unlock()
+	if running {
+		d := map[string]any{"stopMs": float64(time.Since(t0).Microseconds()) / 1000}
+		if pid != 0 {
+			d["pid"] = pid
+		}
+		if err != nil {
+			d["error"] = err.Error()
+		}
+		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "stopped", Details: d})
+	}
 	return err
 }
