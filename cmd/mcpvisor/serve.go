@@ -78,7 +78,9 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
-			mux.Handle("/api/", admin.New(a.fleet, a.events, admin.Options{Token: token, Collisions: a.gw.Collisions}))
+			api := admin.New(a.fleet, a.events, admin.Options{Token: token, Collisions: a.gw.Collisions})
+			mux.Handle("/api/", api)
+			mux.Handle("/metrics", api)
 			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
@@ -113,6 +115,9 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 					h.Close()
 				}
 				err := a.close(ctx)
+				// Live event streams have seen the servers stop; end
+				// them, so that the HTTP server's shutdown can finish.
+				a.events.Close()
 				<-front
 				return err
 			})

@@ -1,6 +1,8 @@
 // Package admin serves mcpvisor's status API on the serve listener:
-// GET /api/servers (every server's state) and GET /api/events (recent
-// lifecycle events). It reads the fleet; it changes nothing.
+// GET /api/servers (every server's state), GET /api/events (recent
+// lifecycle events, or a live Server-Sent Events stream of them) and
+// GET /metrics (Prometheus text format). It reads the fleet; it changes
+// nothing.
 package admin
 
 import (
@@ -8,9 +10,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
@@ -60,7 +60,7 @@ type Options struct {
 	Collisions func() []string
 }
 
-// Handler serves /api/servers and /api/events.
+// Handler serves /api/servers, /api/events and /metrics.
 type Handler struct {
 	f    *fleet.Fleet
 	opts Options
@@ -78,9 +78,14 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 		}
 		writeJSON(w, st)
 	})
-	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, _ *http.Request) {
+	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
+		if wantsStream(r) {
+			h.streamEvents(w, r)
+			return
+		}
 		writeJSON(w, map[string]any{"events": h.log.Events()})
 	})
+	h.mux.HandleFunc("GET /metrics", h.metrics)
 	return h
 }
 
@@ -128,53 +133,4 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// EventLog keeps the most recent lifecycle events in memory.
-type EventLog struct {
-	mu     sync.Mutex
-	max    int
-	events []fleet.Event
-}
-
-// NewEventLog keeps at most max events (default 1000).
-func NewEventLog(max int) *EventLog {
-	if max <= 0 {
-		max = 1000
-	}
-	return &EventLog{max: max}
-}
-
-// Add records an event (fleet.Options.OnEvent).
-func (l *EventLog) Add(e fleet.Event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, e)
-	if len(l.events) > l.max {
-		l.events = append(l.events[:0], l.events[len(l.events)-l.max:]...)
-	}
-}
-
-// Events returns the kept events, oldest first.
-func (l *EventLog) Events() []fleet.Event {
-	if l == nil {
-		return []fleet.Event{}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := append([]fleet.Event{}, l.events...)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
-	return out
-}
-
-// Count returns how many kept events have type typ, for server (any server
-// when "").
-func (l *EventLog) Count(server, typ string) int {
-	n := 0
-	for _, e := range l.Events() {
-		if e.Type == typ && (server == "" || e.Server == server) {
-			n++
-		}
-	}
-	return n
 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// /metrics and the live event stream, on the real binary: a server's
+// start, dormancy and respawn show in both, and SIGTERM ends the stream
+// after every server's stop, without holding the shutdown up.
+func TestMetricsAndEventStream(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"a":{"command":%q,"idleTimeout":"300ms","startGrace":"0s"},"b":{"command":%q}}}`, fixture, fixture), "--no-learn")
+
+	resp, err := http.Get(s.base + "/api/events?follow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("event stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := make(chan map[string]any, 64)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var e map[string]any
+				_ = json.Unmarshal([]byte(data), &e)
+				events <- e
+			}
+		}
+	}()
+	// next waits for the event want ("server type"), passing over the
+	// other servers' events: learning lists starts b when a is first used.
+	next := func(want string) map[string]any {
+		t.Helper()
+		server, _, _ := strings.Cut(want, " ")
+		for {
+			select {
+			case e, ok := <-events:
+				if !ok {
+					t.Fatalf("the stream ended before %s", want)
+				}
+				if e["server"] != server {
+					continue
+				}
+				if got := fmt.Sprint(e["server"], " ", e["type"]); got != want {
+					t.Fatalf("event %v, want %s", e, want)
+				}
+				return e
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %s event", want)
+			}
+		}
+	}
+
+	sess := connectHTTP(t, s.base+"/mcp", nil)
+	call := func(tool string) {
+		t.Helper()
+		if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": "x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call("a__echo")
+	next("a started")
+	next("a dormant")
+	m := scrape(t, s.base)
+	for series, want := range map[string]float64{
+		`mcpvisor_server_state{server="a",state="dormant"}`:  1,
+		`mcpvisor_server_state{server="a",state="running"}`:  0,
+		`mcpvisor_events_total{server="a",type="dormant"}`:   1,
+		`mcpvisor_events_total{server="a",type="respawned"}`: 0,
+		`mcpvisor_server_spawns_total{server="a"}`:           1,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	requests := m[`mcpvisor_server_requests_total{server="a"}`]
+	if requests < 1 {
+		t.Errorf("requests of a: %v", requests)
+	}
+	call("a__echo")
+	if e := next("a respawned"); e["id"] == nil || e["details"].(map[string]any)["respawnMs"] == nil {
+		t.Errorf("respawned event without id or respawn time: %v", e)
+	}
+	m = scrape(t, s.base)
+	for series, want := range map[string]float64{
+		`mcpvisor_server_state{server="a",state="running"}`:  1,
+		`mcpvisor_server_requests_total{server="a"}`:         requests + 1,
+		`mcpvisor_server_spawns_total{server="a"}`:           2,
+		`mcpvisor_events_total{server="a",type="respawned"}`: 1,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	if m[`mcpvisor_server_start_time_seconds{server="a"}`] < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("start time of a: %v", m[`mcpvisor_server_start_time_seconds{server="a"}`])
+	}
+	call("b__echo") // b runs at the signal: its stop must be streamed
+
+	sent := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	stopped := map[string]bool{}
+	for e := range events {
+		if e["type"] == "stopped" {
+			stopped[fmt.Sprint(e["server"])] = true
+		}
+	}
+	code, took := s.exit(t, sent, 2*time.Second)
+	if code != 0 || took > 2*time.Second {
+		t.Errorf("with a live event stream open: exit code %d after %v, want 0 within 2s", code, took)
+	}
+	// a may have gone dormant again before the signal; b was running.
+	if !stopped["b"] {
+		t.Errorf("the stream ended without b's stop: %v", stopped)
+	}
+	gone(t, s.marker)
+}
+
+// scrape reads /metrics into its samples by series.
+func scrape(t *testing.T, base string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if line == "" || line[0] == '#' || i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}

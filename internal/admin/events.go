@@ -1,0 +1,262 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// Entry is a kept event with its id: ids count up from 1 in the order the
+// log received the events, so a client can resume after the last it saw.
+type Entry struct {
+	ID uint64 `json:"id"`
+	fleet.Event
+}
+
+// EventLog keeps the most recent lifecycle events in memory, counts every
+// event it was given (for /metrics), and feeds live subscribers.
+type EventLog struct {
+	mu      sync.Mutex
+	max     int
+	entries []Entry
+	last    uint64
+	counts  map[eventKey]uint64
+	subs    map[*subscription]struct{}
+	closed  bool
+}
+
+type eventKey struct{ server, typ string }
+
+type subscription struct {
+	ch     chan Entry
+	lagged bool // closed because it fell behind
+}
+
+// NewEventLog keeps at most max events (default 1000).
+func NewEventLog(max int) *EventLog {
+	if max <= 0 {
+		max = 1000
+	}
+	return &EventLog{max: max, counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}}
+}
+
+// Add records an event (fleet.Options.OnEvent) and passes it to every
+// subscriber. It never blocks: a subscriber whose buffer is full is
+// dropped (its channel closes) and may resume from the log.
+func (l *EventLog) Add(e fleet.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last++
+	entry := Entry{ID: l.last, Event: e}
+	l.entries = append(l.entries, entry)
+	if len(l.entries) > l.max {
+		l.entries = append(l.entries[:0], l.entries[len(l.entries)-l.max:]...)
+	}
+	l.counts[eventKey{e.Server, e.Type}]++
+	for s := range l.subs {
+		select {
+		case s.ch <- entry:
+		default:
+			s.lagged = true
+			close(s.ch)
+			delete(l.subs, s)
+		}
+	}
+}
+
+// Events returns the kept events, oldest first.
+func (l *EventLog) Events() []Entry {
+	if l == nil {
+		return []Entry{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Entry{}, l.entries...)
+}
+
+// Count returns how many kept events have type typ, for server (any server
+// when "").
+func (l *EventLog) Count(server, typ string) int {
+	n := 0
+	for _, e := range l.Events() {
+		if e.Type == typ && (server == "" || e.Server == server) {
+			n++
+		}
+	}
+	return n
+}
+
+// Subscribe returns the kept events after id after, and a channel of every
+// event from then on, with room for buf of them. The channel closes when
+// the log is closed, or when the subscriber falls buf events behind
+// (lagged then reports true); cancel ends the subscription.
+func (l *EventLog) Subscribe(after uint64, buf int) (replay []Entry, events <-chan Entry, lagged func() bool, cancel func()) {
+	s := &subscription{ch: make(chan Entry, buf)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.entries {
+		if e.ID > after {
+			replay = append(replay, e)
+		}
+	}
+	if l.closed {
+		close(s.ch)
+	} else {
+		l.subs[s] = struct{}{}
+	}
+	lagged = func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return s.lagged
+	}
+	cancel = func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if _, ok := l.subs[s]; ok {
+			delete(l.subs, s)
+			close(s.ch)
+		}
+	}
+	return replay, s.ch, lagged, cancel
+}
+
+// Close ends every subscription, now and later; events are still kept and
+// counted. mcpvisor closes the log when its servers have stopped, so that
+// live streams end and the HTTP server can shut down.
+func (l *EventLog) Close() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for s := range l.subs {
+		close(s.ch)
+		delete(l.subs, s)
+	}
+}
+
+// counted returns every (server, type) count, for /metrics.
+func (l *EventLog) counted() map[eventKey]uint64 {
+	out := map[eventKey]uint64{}
+	if l == nil {
+		return out
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, n := range l.counts {
+		out[k] = n
+	}
+	return out
+}
+
+// wantsStream tells whether a GET /api/events asks for the live stream:
+// an EventSource (Accept: text/event-stream) or ?follow.
+func wantsStream(r *http.Request) bool {
+	if r.URL.Query().Has("follow") {
+		return true
+	}
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// Stream tuning, and a test's hold on a stream before each live event.
+var (
+	streamBuffer    = 256              // events a stream may fall behind before it is dropped
+	streamKeepalive = 15 * time.Second // comment line sent on a quiet stream
+	streamHold      = func() {}
+)
+
+// streamEvents serves the events as Server-Sent Events: the kept ones
+// after Last-Event-ID (or ?after=ID; all kept ones when neither is given),
+// then every new one, until the client leaves or the log closes. Each
+// event's SSE id is its log id and its SSE event name its type. A client
+// too slow to keep up gets an "event: lagged" and the stream ends; it
+// reconnects with Last-Event-ID to get what it missed, as far as the log
+// still keeps it.
+func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	var after uint64
+	from := r.Header.Get("Last-Event-ID")
+	if from == "" {
+		from = r.URL.Query().Get("after")
+	}
+	if from != "" {
+		n, err := strconv.ParseUint(from, 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("bad event id %q: want the id of an event", from), http.StatusBadRequest)
+			return
+		}
+		after = n
+	}
+	if h.log == nil {
+		http.Error(w, "no event log", http.StatusNotFound)
+		return
+	}
+	replay, events, lagged, cancel := h.log.Subscribe(after, streamBuffer)
+	defer cancel()
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	for _, e := range replay {
+		if writeEvent(w, e) != nil {
+			return
+		}
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	keepalive := time.NewTicker(streamKeepalive)
+	defer keepalive.Stop()
+	for {
+		var err error
+		select {
+		case <-r.Context().Done():
+			return
+		case e, ok := <-events:
+			streamHold()
+			if !ok {
+				if lagged() {
+					_, _ = fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+					_ = rc.Flush()
+				}
+				return
+			}
+			err = writeEvent(w, e)
+		case <-keepalive.C:
+			_, err = fmt.Fprint(w, ": keepalive\n\n")
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, e Entry) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, sseField(e.Type), data)
+	return err
+}
+
+// sseField keeps a value on one SSE line.
+func sseField(s string) string {
+	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+}

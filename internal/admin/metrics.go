@@ -1,0 +1,169 @@
+package admin
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// states are the server states, each reported (0 or 1) for every server so
+// that a state change never makes a series vanish.
+var states = []string{"new", "starting", "running", "degraded", "restarting", "dormant", "failed", "stopped"}
+
+// eventTypes are the lifecycle events counted for every server, from zero.
+var eventTypes = []string{"started", "dormant", "respawned", "exited", "restarted", "failed", "stopped"}
+
+var processStart = time.Now()
+
+// serverGauges are the per-server series read from a server's status.
+var serverGauges = []struct {
+	name, typ, help string
+	value           func(fleet.Status) float64
+}{
+	{"mcpvisor_server_in_flight", "gauge", "Requests in flight to each server's shared instance.",
+		func(s fleet.Status) float64 { return float64(s.InFlight) }},
+	{"mcpvisor_server_spawns_total", "counter", "Processes started for each server's shared instance (first start, respawns, restarts).",
+		func(s fleet.Status) float64 { return float64(s.Spawns) }},
+	{"mcpvisor_server_restart_streak", "gauge", "Restarts since each server was last healthy for its healthy period.",
+		func(s fleet.Status) float64 { return float64(s.Restarts) }},
+	{"mcpvisor_server_sessions", "gauge", "Per-session instances running for each server.",
+		func(s fleet.Status) float64 { return float64(s.Sessions) }},
+	{"mcpvisor_server_start_time_seconds", "gauge", "Unix time the running process of each server started; 0 when none runs.",
+		func(s fleet.Status) float64 { return unixSeconds(s.StartedAt) }},
+	{"mcpvisor_server_dormant_since_seconds", "gauge", "Unix time each server went dormant; 0 when it is not dormant.",
+		func(s fleet.Status) float64 {
+			if s.State != "dormant" {
+				return 0
+			}
+			return unixSeconds(s.DormantSince)
+		}},
+}
+
+// metrics serves GET /metrics in the Prometheus text format (0.0.4).
+func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	b := bufio.NewWriter(w)
+	defer b.Flush()
+	m := &expo{w: b}
+
+	snap := Snapshot(h.f)
+	m.family("mcpvisor_servers", "gauge", "Configured servers (disabled ones aside) by state.")
+	for _, st := range states {
+		m.sample("mcpvisor_servers", labels("state", st), float64(snap.Totals.ByState[st]))
+	}
+	m.family("mcpvisor_server_state", "gauge", "1 for the state each server is in, 0 for the others.")
+	for _, s := range snap.Servers {
+		for _, st := range states {
+			m.sample("mcpvisor_server_state", labels("server", s.Name, "state", st), bool01(s.State == st))
+		}
+	}
+	for _, g := range serverGauges {
+		m.family(g.name, g.typ, g.help)
+		for _, st := range snap.Servers {
+			m.sample(g.name, labels("server", st.Name), g.value(st))
+		}
+	}
+	m.family("mcpvisor_server_requests_total", "counter", "Requests begun on each server's shared instance.")
+	for _, srv := range h.f.Servers() {
+		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
+	}
+
+	counts := h.log.counted()
+	m.family("mcpvisor_events_total", "counter", "Lifecycle events by server and type, since mcpvisor started.")
+	keys := make([]eventKey, 0, len(counts))
+	for _, s := range snap.Servers {
+		for _, typ := range eventTypes {
+			keys = append(keys, eventKey{s.Name, typ})
+		}
+	}
+	for k := range counts {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b eventKey) int {
+		if c := strings.Compare(a.server, b.server); c != 0 {
+			return c
+		}
+		return strings.Compare(a.typ, b.typ)
+	})
+	for _, k := range keys {
+		m.sample("mcpvisor_events_total", labels("server", k.server, "type", k.typ), float64(counts[k]))
+	}
+
+	if h.opts.Collisions != nil {
+		m.family("mcpvisor_name_collisions", "gauge", "Names of /mcp that more than one server exports.")
+		m.sample("mcpvisor_name_collisions", "", float64(len(h.opts.Collisions())))
+	}
+
+	m.family("mcpvisor_goroutines", "gauge", "Goroutines of mcpvisor.")
+	m.sample("mcpvisor_goroutines", "", float64(runtime.NumGoroutine()))
+	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	m.family("mcpvisor_go_memory_bytes", "gauge", "Memory the Go runtime of mcpvisor has mapped.")
+	m.sample("mcpvisor_go_memory_bytes", "", float64(sample[0].Value.Uint64()))
+	m.family("mcpvisor_go_heap_objects_bytes", "gauge", "Bytes of live and not yet collected heap objects of mcpvisor.")
+	m.sample("mcpvisor_go_heap_objects_bytes", "", float64(sample[1].Value.Uint64()))
+	if rss, ok := residentBytes(); ok {
+		m.family("process_resident_memory_bytes", "gauge", "Resident memory of the mcpvisor process.")
+		m.sample("process_resident_memory_bytes", "", float64(rss))
+	}
+	m.family("process_start_time_seconds", "gauge", "Unix time mcpvisor started.")
+	m.sample("process_start_time_seconds", "", unixSeconds(processStart))
+}
+
+// expo writes the text exposition format.
+type expo struct{ w *bufio.Writer }
+
+func (m *expo) family(name, typ, help string) {
+	fmt.Fprintf(m.w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+func (m *expo) sample(name, labels string, v float64) {
+	m.w.WriteString(name)
+	m.w.WriteString(labels)
+	m.w.WriteByte(' ')
+	m.w.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
+	m.w.WriteByte('\n')
+}
+
+// labels renders name/value pairs as {a="x",b="y"}, values escaped.
+func labels(kv ...string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(labelEscaper.Replace(kv[i+1]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMilli()) / 1000
+}
