@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -85,6 +86,7 @@ func TestMetricsAndEventStream(t *testing.T) {
 		`mcpvisor_events_total{server="a",type="dormant"}`:   1,
 		`mcpvisor_events_total{server="a",type="respawned"}`: 0,
 		`mcpvisor_server_spawns_total{server="a"}`:           1,
+		`mcpvisor_server_memory_bytes{server="a"}`:           0,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
@@ -108,6 +110,9 @@ func TestMetricsAndEventStream(t *testing.T) {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
+	}
+	if runtime.GOOS == "linux" && m[`mcpvisor_server_memory_bytes{server="a"}`] < 1<<20 {
+		t.Errorf("a running server's tree holds %v bytes", m[`mcpvisor_server_memory_bytes{server="a"}`])
 	}
 	if m[`mcpvisor_server_start_time_seconds{server="a"}`] < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Errorf("start time of a: %v", m[`mcpvisor_server_start_time_seconds{server="a"}`])

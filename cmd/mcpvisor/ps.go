@@ -71,11 +71,14 @@ func newPsCmd() *cobra.Command {
 
 func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
+	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tMEMORY\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
 	for _, s := range st.Servers {
-		pid, up, idle := "-", "-", "-"
+		pid, mem, up, idle := "-", "-", "-", "-"
 		if s.PID != 0 {
 			pid = fmt.Sprint(s.PID)
+		}
+		if s.MemoryBytes != 0 {
+			mem = megabytes(s.MemoryBytes)
 		}
 		if !s.StartedAt.IsZero() {
 			up = age(now.Sub(s.StartedAt))
@@ -87,7 +90,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 		if len(errText) > 60 {
 			errText = errText[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, up, idle, s.InFlight, s.Restarts, s.Spawns, errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, errText)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -96,7 +99,11 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	for _, k := range sortedStates(st.Totals.ByState) {
 		states = append(states, fmt.Sprintf("%s %d", k, st.Totals.ByState[k]))
 	}
-	if _, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", ")); err != nil {
+	memory := ""
+	if st.Totals.MemoryBytes != 0 {
+		memory = ", " + megabytes(st.Totals.MemoryBytes) + " resident"
+	}
+	if _, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)%s\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", "), memory); err != nil {
 		return err
 	}
 	if len(st.Collisions) > 0 {
@@ -131,3 +138,5 @@ func age(d time.Duration) string {
 		return d.Round(time.Hour).String()
 	}
 }
+
+func megabytes(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }

@@ -6,8 +6,10 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -54,5 +56,33 @@ func TestStatusReportsCollisions(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "name collisions on /mcp") || !strings.Contains(string(out), want) {
 		t.Fatalf("ps printed:\n%s", out)
+	}
+}
+
+func TestPsTable(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := admin.Servers{
+		Servers: []fleet.Status{
+			{Name: "files", State: "running", PID: 42, MemoryBytes: 52 << 20, StartedAt: now.Add(-90 * time.Second), LastActivity: now.Add(-5 * time.Second), Spawns: 1},
+			{Name: "memory", State: "dormant", Spawns: 2},
+		},
+		Totals: admin.Totals{Total: 2, Active: 1, Dormant: 1, ByState: map[string]int{"running": 1, "dormant": 1}, MemoryBytes: 52 << 20},
+	}
+	var b strings.Builder
+	if err := printPs(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if f := strings.Fields(lines[0]); f[3] != "MEMORY" {
+		t.Fatalf("header %q", lines[0])
+	}
+	if f := strings.Fields(lines[1]); f[0] != "files" || f[2] != "42" || f[3]+" "+f[4] != "52.0 MB" {
+		t.Fatalf("running row %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[0] != "memory" || f[2] != "-" || f[3] != "-" {
+		t.Fatalf("dormant row %q", lines[2])
+	}
+	if !strings.Contains(b.String(), "2 servers: 1 active, 1 dormant (running 1, dormant 1), 52.0 MB resident") {
+		t.Fatalf("summary:\n%s", b.String())
 	}
 }

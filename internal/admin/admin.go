@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
 // Servers is the body of GET /api/servers.
@@ -31,9 +32,13 @@ type Totals struct {
 	Active  int            `json:"active"`
 	Dormant int            `json:"dormant"`
 	ByState map[string]int `json:"byState"`
+	// MemoryBytes sums the servers' resident memory (Linux).
+	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
 }
 
-// Snapshot builds the status of every server of f.
+// Snapshot builds the status of every server of f, with the resident
+// memory of each running server's process tree (its pid-namespace init
+// included: one pass over /proc for all of them).
 func Snapshot(f *fleet.Fleet) Servers {
 	out := Servers{Totals: Totals{ByState: map[string]int{}}}
 	for _, s := range f.Servers() {
@@ -46,6 +51,19 @@ func Snapshot(f *fleet.Fleet) Servers {
 			out.Totals.Active++
 		case "dormant":
 			out.Totals.Dormant++
+		}
+	}
+	var pids []int
+	for _, st := range out.Servers {
+		if st.PID != 0 {
+			pids = append(pids, st.PID)
+		}
+	}
+	mem := proc.TreeMemory(pids)
+	for i := range out.Servers {
+		if st := &out.Servers[i]; st.PID != 0 {
+			st.MemoryBytes = mem[st.PID]
+			out.Totals.MemoryBytes += st.MemoryBytes
 		}
 	}
 	return out

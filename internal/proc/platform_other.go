@@ -31,6 +31,9 @@ func (rt *Runtime) openPlatform() error {
 
 func (rt *Runtime) closePlatform() error { return nil }
 
+// TreeMemory is not measured outside Linux: it returns an empty map.
+func TreeMemory(roots []int) map[int]uint64 { return map[int]uint64{} }
+
 // RunShimIfRequested is a no-op outside Linux.
 func RunShimIfRequested() {}
 

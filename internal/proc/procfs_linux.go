@@ -13,6 +13,7 @@ type procStat struct {
 	pid, ppid, pgrp, session int
 	state                    byte
 	startTime                uint64 // clock ticks after boot; with pid, identifies a process
+	rss                      uint64 // resident pages
 }
 
 func readStat(pid int) (procStat, bool) {
@@ -46,7 +47,52 @@ func parseStat(b []byte) (procStat, bool) {
 	s.pgrp, _ = strconv.Atoi(f[2])
 	s.session, _ = strconv.Atoi(f[3])
 	s.startTime, _ = strconv.ParseUint(f[19], 10, 64)
+	if len(f) > 21 {
+		s.rss, _ = strconv.ParseUint(f[21], 10, 64)
+	}
 	return s, true
+}
+
+// TreeMemory returns the resident memory, in bytes, of each root's process
+// tree (the root and all its descendants), read in one pass over /proc. A
+// root that is gone is absent from the result. Pages that processes share
+// are counted in each, as ps does.
+func TreeMemory(roots []int) map[int]uint64 {
+	out := make(map[int]uint64, len(roots))
+	if len(roots) == 0 {
+		return out
+	}
+	rss := map[int]uint64{}
+	children := map[int][]int{}
+	for _, pid := range allPids() {
+		st, ok := readStat(pid)
+		if !ok {
+			continue
+		}
+		rss[pid] = st.rss
+		children[st.ppid] = append(children[st.ppid], pid)
+	}
+	page := uint64(os.Getpagesize())
+	for _, root := range roots {
+		if _, ok := rss[root]; !ok {
+			continue
+		}
+		var sum uint64
+		seen := map[int]bool{}
+		stack := []int{root}
+		for len(stack) > 0 {
+			pid := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[pid] {
+				continue
+			}
+			seen[pid] = true
+			sum += rss[pid]
+			stack = append(stack, children[pid]...)
+		}
+		out[root] = sum * page
+	}
+	return out
 }
 
 // allPids lists the numeric entries of /proc.

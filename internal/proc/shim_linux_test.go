@@ -75,3 +75,43 @@ func TestShimChoice(t *testing.T) {
 		})
 	}
 }
+
+// TreeMemory sums the resident memory of a server's whole tree: the init,
+// the server and what the server started.
+func TestTreeMemory(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rt := openRuntime(t, m.opts)
+			marker := testserver.NewMarker(t)
+			p, err := rt.Spawn(t.Context(), fixtureSpec(t, marker, "FIXTURE_SETSID_CHILD=1", "FIXTURE_STDOUT_CHILD=1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			newClient(p).initialize(t)
+			want := 3
+			if rt.Report().Active(LayerPIDNamespace) {
+				want++
+			}
+			waitCount(t, marker, want)
+			var sum uint64
+			for _, pid := range testserver.LiveProcesses(marker) {
+				st, ok := readStat(pid)
+				if !ok {
+					t.Fatalf("pid %d: no stat", pid)
+				}
+				sum += st.rss * uint64(os.Getpagesize())
+			}
+			got, ok := TreeMemory([]int{p.Pid(), 1 << 30})[p.Pid()]
+			if !ok || float64(got) < 0.8*float64(sum) || float64(got) > 1.25*float64(sum) {
+				t.Errorf("tree memory %d (found %v), want about %d, the sum over the %d processes", got, ok, sum, want)
+			}
+			if err := p.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if m, ok := TreeMemory([]int{p.Pid()})[p.Pid()]; ok {
+				t.Errorf("a stopped tree has %d bytes", m)
+			}
+			t.Logf("%d processes, %.1f MB", want, float64(got)/(1<<20))
+		})
+	}
+}

@@ -10,7 +10,7 @@ func TestParseStat(t *testing.T) {
 	if !ok {
 		t.Fatal("parse failed")
 	}
-	if st.pid != 4242 || st.state != 'S' || st.ppid != 17 || st.pgrp != 4242 || st.session != 4242 || st.startTime != 987654 {
+	if st.pid != 4242 || st.state != 'S' || st.ppid != 17 || st.pgrp != 4242 || st.session != 4242 || st.startTime != 987654 || st.rss != 10 {
 		t.Fatalf("parsed %+v", st)
 	}
 	for _, bad := range []string{"", "12 (x", "x (y) S 1 2 3", "12 (x) S 1"} {
