@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,29 +33,22 @@ func TestInstalledShimIsFound(t *testing.T) {
 	if out, want := doctor(built), "init: mcpvisor itself"; !strings.Contains(out, want) {
 		t.Errorf("installed alone, doctor does not say %q:\n%s", want, out)
 	}
+	// A shim that lost its execute bit is named, not silently passed over.
+	if err := os.Chmod(filepath.Join(dir, "mcpvisor-shim"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, want := doctor(filepath.Join(dir, "mcpvisor")), "init: mcpvisor itself, re-executed ("+filepath.Join(dir, "mcpvisor-shim")+" is not an executable file)"; !strings.Contains(out, want) {
+		t.Errorf("with a non-executable shim, doctor does not say %q:\n%s", want, out)
+	}
 }
 
-// copyExecutable links from to to, or copies it where it cannot. A link
-// leaves no file open for writing that a concurrent fork could inherit,
-// which would make the exec fail with ETXTBSY.
+// copyExecutable copies from to to with cp: a copy, so that the test may
+// change it, written by another process, so that no descriptor open for
+// writing can leak into a concurrent fork and make the exec fail with
+// ETXTBSY.
 func copyExecutable(t *testing.T, from, to string) {
 	t.Helper()
-	if os.Link(from, to) == nil {
-		return
-	}
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command("cp", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s %s: %v %s", from, to, err, out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,10 +21,10 @@ import (
 type platformRuntime struct {
 	subreaper bool
 	pidns     bool
-	userns    bool   // the pid namespace needs its own user namespace (not root)
-	shimExe   string // the pid namespace's init: mcpvisor-shim or mcpvisor itself
-	cgroup    string // per-instance cgroup directory, "" when unused
-	ledger    string // this instance's ledger file, "" when unused
+	userns    bool     // the pid namespace needs its own user namespace (not root)
+	shimFile  *os.File // the pid namespace's init (mcpvisor-shim or mcpvisor), held open
+	cgroup    string   // per-instance cgroup directory, "" when unused
+	ledger    string   // this instance's ledger file, "" when unused
 }
 
 type platformProcess struct {
@@ -102,6 +103,9 @@ func (rt *Runtime) closePlatform() error {
 			errs = append(errs, err)
 		}
 	}
+	if rt.plat.shimFile != nil {
+		_ = rt.plat.shimFile.Close()
+	}
 	reaper.release()
 	return errors.Join(errs...)
 }
@@ -118,100 +122,142 @@ func namespaceAttr(attr *syscall.SysProcAttr, userns bool) {
 	}
 }
 
-// shimCandidates lists the executables that can be the init of a pid
-// namespace, best first: the configured shim, or mcpvisor-shim next to the
-// running binary; then the running binary itself, which always works.
-func (rt *Runtime) shimCandidates() ([]string, error) {
+// shimCandidate is an executable that can be the init of a pid namespace.
+type shimCandidate struct {
+	name string // as reported
+	path string // what to open: the running binary is /proc/self/exe
+	skip string // why it is not tried, if it is not
+}
+
+// shimCandidates lists the candidates, best first: the configured shim, or
+// mcpvisor-shim next to the running binary; then the running binary
+// itself, which always speaks the same protocol.
+func (rt *Runtime) shimCandidates() []shimCandidate {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("locate mcpvisor for the pid-namespace init: %w", err)
+		self = "mcpvisor"
 	}
+	me := shimCandidate{name: "mcpvisor itself, re-executed", path: "/proc/self/exe"}
 	small := rt.opts.ShimPath
 	if small == "" {
 		small = filepath.Join(filepath.Dir(self), shim.Name)
-		if st, err := os.Stat(small); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
-			return []string{self}, nil
+		st, err := os.Stat(small)
+		switch {
+		case err != nil:
+			return []shimCandidate{me}
+		case !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0:
+			return []shimCandidate{{name: small, skip: "is not an executable file"}, me}
 		}
 	}
-	return []string{small, self}, nil
+	return []shimCandidate{{name: small, path: small}, me}
 }
 
 // choosePIDNamespace decides whether servers run in pid namespaces (plain,
 // or inside a user namespace) and which executable is their init, by
 // probing each candidate.
+//
+// The chosen executable is kept open and started through /proc/self/fd:
+// what runs is what passed the probe, even if an upgrade replaces or
+// removes the file while mcpvisor runs.
 func (rt *Runtime) choosePIDNamespace(rep *Report) {
 	const what = "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL"
-	cands, err := rt.shimCandidates()
-	if err != nil {
-		rep.add(LayerPIDNamespace, false, err.Error())
-		return
-	}
-	var tried []string // candidates that failed where another worked
-	probe := func(userns bool) (string, error) {
+	cands := rt.shimCandidates()
+	var notes []string // candidates passed over, and why
+	probe := func(userns bool) (*os.File, shimCandidate, error) {
+		notes = notes[:0]
 		var first error
-		for i, exe := range cands {
-			err := probePIDNamespace(exe, userns)
+		for _, c := range cands {
+			if c.skip != "" {
+				notes = append(notes, c.name+" "+c.skip)
+				continue
+			}
+			f, err := openHigh(c.path)
 			if err == nil {
-				return exe, nil
+				err = probePIDNamespace(fdPath(f), userns)
+				if err != nil {
+					_ = f.Close()
+				}
+			}
+			if err == nil {
+				return f, c, nil
 			}
 			if first == nil {
 				first = err
 			}
-			if i < len(cands)-1 {
-				tried = append(tried, fmt.Sprintf("%s failed its probe (%v)", exe, err))
-			}
+			notes = append(notes, fmt.Sprintf("%s failed its probe (%v)", c.name, err))
 		}
-		return "", first
+		return nil, shimCandidate{}, first
 	}
-	exe, err := "", errors.New("user namespace requested")
+	f, chosen, err := (*os.File)(nil), shimCandidate{}, errors.New("user namespace requested")
 	if !rt.opts.UserNamespace {
-		exe, err = probe(false)
+		f, chosen, err = probe(false)
 	}
 	detail := what
 	if err != nil {
 		var err2 error
-		tried = tried[:0]
-		if exe, err2 = probe(true); err2 != nil {
+		if f, chosen, err2 = probe(true); err2 != nil {
 			rep.add(LayerPIDNamespace, false, fmt.Sprintf("cannot create a pid namespace here (%v), nor inside a user namespace (%v)", err, err2))
 			return
 		}
 		rt.plat.userns = true
 		detail += " (inside an unprivileged user namespace that maps only your own uid and gid)"
 	}
-	rt.plat.pidns, rt.plat.shimExe = true, exe
-	if len(cands) > 1 && exe == cands[0] {
-		detail += "; init: " + exe
-	} else {
-		detail += "; init: mcpvisor itself, re-executed"
-		if len(tried) > 0 {
-			detail += " (" + strings.Join(tried, "; ") + ")"
-			rt.log.Warn("the pid-namespace init falls back to mcpvisor itself", "shim", cands[0], "reason", strings.Join(tried, "; "))
-		} else {
-			detail += " (install " + shim.Name + " next to it for faster starts)"
-		}
+	rt.plat.pidns, rt.plat.shimFile = true, f
+	detail += "; init: " + chosen.name
+	switch {
+	case len(notes) > 0:
+		detail += " (" + strings.Join(notes, "; ") + ")"
+		rt.log.Warn("the pid-namespace init falls back to mcpvisor itself", "reason", strings.Join(notes, "; "))
+	case len(cands) == 1:
+		detail += " (install " + shim.Name + " next to it for faster starts and less memory per server)"
 	}
 	rep.add(LayerPIDNamespace, true, detail)
 }
 
-// probePIDNamespace starts exe as a probe in a new pid namespace.
+// openHigh opens path read-only on a descriptor numbered 64 or more: exec
+// reaches it through /proc/self/fd after the child has arranged its low
+// descriptors (stdio, the shim's pipes, and os/exec's shuffling above
+// them), which must not land on it.
+func openHigh(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 64)
+	if err != nil {
+		return f, nil // a low descriptor still works unless it collides
+	}
+	_ = f.Close()
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// fdPath names an open file so that exec starts exactly that file.
+func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+// probePIDNamespace starts exe as a probe in a new pid namespace and checks
+// that it answers as a shim of this protocol version.
 func probePIDNamespace(exe string, userns bool) error {
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	namespaceAttr(attr, userns)
-	p, err := os.StartProcess(exe, []string{exe}, &os.ProcAttr{
-		Env: append(os.Environ(), shim.Env+"="+shim.Probe),
-		Sys: attr,
-	})
+	cmd := exec.Command(exe)
+	cmd.Args = []string{shim.Name}
+	cmd.Env = append(os.Environ(), shim.Env+"="+shim.Probe)
+	cmd.SysProcAttr = attr
+	out, err := cmd.Output()
 	if err != nil {
 		return err
 	}
-	st, err := p.Wait()
-	if err != nil {
-		return err
-	}
-	if !st.Success() {
-		return fmt.Errorf("probe child failed: %v", st)
+	if got := strings.TrimSpace(string(out)); got != shim.Probe {
+		return fmt.Errorf("answered %q, not %q (another version?)", truncate(got, 40), shim.Probe)
 	}
 	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
 }
 
 func (rt *Runtime) start(p *Process) error {
@@ -235,7 +281,7 @@ func (rt *Runtime) start(p *Process) error {
 		}
 	}
 	if rt.plat.pidns {
-		if err := p.wrapInShim(attr, rt.plat.shimExe, rt.plat.userns); err != nil {
+		if err := p.wrapInShim(attr, fdPath(rt.plat.shimFile), rt.plat.userns); err != nil {
 			p.releaseCgroup()
 			return err
 		}

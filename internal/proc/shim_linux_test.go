@@ -22,10 +22,18 @@ func TestShimChoice(t *testing.T) {
 	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A shim of another version refuses the probe value it does not know.
+	// A binary that exits 0 without answering the probe: another version
+	// of the shim, or no shim at all.
 	other := filepath.Join(dir, "other-version-shim")
-	script := "#!/bin/sh\n[ \"$MCPVISOR_PROC_SHIM\" = probe-0 ] && exit 0\nexit 125\n"
-	if err := os.WriteFile(other, []byte(script), 0o755); err != nil {
+	trueBin, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, trueBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	notExec := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(notExec, trueBin, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	self, err := os.Executable()
@@ -37,7 +45,8 @@ func TestShimChoice(t *testing.T) {
 	}{
 		{"binary", built, built, "init: " + built},
 		{"broken", broken, self, broken + " failed its probe"},
-		{"other-version", other, self, other + " failed its probe"},
+		{"other-version", other, self, other + ` failed its probe (answered "", not "probe-1"`},
+		{"not-executable", notExec, self, notExec + " failed its probe"},
 		{"missing", filepath.Join(dir, "none"), self, "none failed its probe"},
 	}
 	for _, c := range cases {
@@ -62,7 +71,9 @@ func TestShimChoice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if exe != c.init {
+			// An init's file may be replaced while it runs (another test
+			// binary rebuilds the shared shim): the link then says so.
+			if exe = strings.TrimSuffix(exe, " (deleted)"); exe != c.init {
 				t.Errorf("the server's init runs %s, want %s", exe, c.init)
 			}
 			if err := p.Stop(context.Background()); err != nil {
@@ -114,4 +125,35 @@ func TestTreeMemory(t *testing.T) {
 			t.Logf("%d processes, %.1f MB", want, float64(got)/(1<<20))
 		})
 	}
+}
+
+// The init that passed the probe is the one that runs, even when an
+// upgrade removes or replaces its file while mcpvisor runs.
+func TestShimRemovedAfterOpen(t *testing.T) {
+	built := withShim(t, Options{ShimPath: shimBinary}).ShimPath
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shimCopy := filepath.Join(t.TempDir(), "mcpvisor-shim")
+	if err := os.WriteFile(shimCopy, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := openRuntime(t, Options{ShimPath: shimCopy, NoCgroup: true})
+	if err := os.Remove(shimCopy); err != nil {
+		t.Fatal(err)
+	}
+	marker := testserver.NewMarker(t)
+	p, err := rt.Spawn(t.Context(), fixtureSpec(t, marker))
+	if err != nil {
+		t.Fatalf("Spawn after the shim's file went: %v", err)
+	}
+	newClient(p).initialize(t)
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.Pid())); exe != shimCopy+" (deleted)" {
+		t.Errorf("the init runs %q, want the removed %s", exe, shimCopy)
+	}
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testserver.WaitGone(t, marker, 0)
 }

@@ -15,8 +15,8 @@
 //
 // The protocol between mcpvisor and the shim:
 //
-//   - the environment variable Env is Probe (exit 0 at once: the probe that
-//     the namespace and the binary work) or Run;
+//   - the environment variable Env is Probe (print Probe and exit 0: the
+//     probe that the namespace and the binary work) or Run;
 //   - the arguments are QUIESCE -- PATH ARGV0 ARGS...;
 //   - fd 3 is the status pipe: "exit N" or "signal N" when the server ended;
 //   - fd 4 is the stop pipe: EOF on it (mcpvisor began a stop, or died)
@@ -52,6 +52,7 @@ func RunIfRequested() {
 	case "":
 		return
 	case Probe:
+		fmt.Println(Probe) // what the prober checks: this binary speaks this protocol
 		os.Exit(0)
 	case Run:
 		os.Exit(Main(os.Args[1:]))

@@ -44,6 +44,10 @@ func Main(args []string) int {
 		close(hint)
 	}()
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	// The status and stop pipes are the shim's alone: a server that held
+	// them could forge its status or keep the stop pipe open.
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
 
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   env,
@@ -98,14 +102,17 @@ func Main(args []string) int {
 			everyone(s.(syscall.Signal))
 		case <-hint:
 			stopping = true
+			hint = nil // closed: it would be ready on every turn
 		case <-chld:
 			reapAll()
 		}
 	}
-	select {
-	case <-hint:
-		stopping = true
-	default:
+	if hint != nil {
+		select {
+		case <-hint:
+			stopping = true
+		default:
+		}
 	}
 	if stopping {
 		quiesce = 0
