@@ -333,3 +333,60 @@ func TestPerSessionInstances(t *testing.T) {
 		}
 	})
 }
+
+// A running instance stopped by mcpvisor reports one stopped event however
+// many stops race; a dormant one, whose stop was reported as dormant,
+// reports none.
+func TestStoppedIsReportedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
+		s := ff.f.Get("s")
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if err := s.Stop(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		ff.close(t)
+		if n := ff.count("stopped"); n != 1 {
+			t.Fatalf("%d stopped events for one running instance", n)
+		}
+
+		ff = newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
+		s = ff.f.Get("s")
+		if _, err := s.Conn(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		ff.close(t)
+		if ff.count("dormant") != 1 || ff.count("stopped") != 0 {
+			t.Fatalf("a dormant instance closed: %d dormant, %d stopped events", ff.count("dormant"), ff.count("stopped"))
+		}
+
+		ff = newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		s = ff.f.Get("s")
+		if _, err := s.instance("A").acquire(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		s.EndSession(t.Context(), "A")
+		ff.close(t)
+		ff.mu.Lock()
+		defer ff.mu.Unlock()
+		var stops []string
+		for _, e := range ff.events {
+			if e.Type == "stopped" {
+				stops = append(stops, e.Session)
+			}
+		}
+		if len(stops) != 1 || stops[0] != "A" {
+			t.Fatalf("stopped events of the sessions: %q, want [A]", stops)
+		}
+	})
+}

@@ -399,6 +399,10 @@ func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
 // request (shared).
 func (in *instance) close(ctx context.Context) error {
 	in.mu.Lock()
+	// Only the close that ends a running phase reports the stop: a second
+	// close finds the phase stopped, and a close during a dormant stop
+	// leaves the report to it.
+	running, pid := in.phase == phaseRunning && in.conn != nil, pidOf(in.conn)
 	if in.key != "" {
 		in.phase = phaseClosed
 	} else if in.phase != phaseNew {
@@ -407,7 +411,6 @@ func (in *instance) close(ctx context.Context) error {
 	if in.timer != nil {
 		in.timer.Stop()
 	}
-	running, pid := in.conn != nil, pidOf(in.conn)
 	in.mu.Unlock()
 	t0 := time.Now()
 	err := in.sup.Stop(ctx)
