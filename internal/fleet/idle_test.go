@@ -47,8 +47,12 @@ type fakeLive struct {
 	once sync.Once
 }
 
+// fakeStopTime is how long a fakeLive's Close takes (fake time).
+var fakeStopTime time.Duration
+
 func (f *fakeLive) Wait() error { <-f.done; return nil }
 func (f *fakeLive) Close() error {
+	time.Sleep(fakeStopTime)
 	f.once.Do(func() { close(f.done) })
 	return nil
 }
@@ -338,6 +342,8 @@ func TestPerSessionInstances(t *testing.T) {
 // many stops race; a dormant one, whose stop was reported as dormant,
 // reports none.
 func TestStoppedIsReportedOnce(t *testing.T) {
+	defer func() { fakeStopTime = 0 }()
+	fakeStopTime = 10 * time.Millisecond // the stops overlap
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
 		s := ff.f.Get("s")
@@ -363,7 +369,7 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 		if _, err := s.Conn(t.Context(), ""); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(5*time.Second + time.Second) // idle, then the dormant stop
 		synctest.Wait()
 		ff.close(t)
 		if ff.count("dormant") != 1 || ff.count("stopped") != 0 {
