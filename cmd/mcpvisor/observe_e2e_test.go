@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -163,4 +164,32 @@ func scrape(t *testing.T, base string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// A per-session server's processes count in its memory, though its
+// shared instance never runs.
+func TestPerSessionMemory(t *testing.T) {
+	fixture := testserver.Build(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"p":{"command":%q,"sharing":"per-session"}}}`, fixture))
+	for range 2 {
+		sess := connectHTTP(t, base+"/mcp", nil)
+		if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "p__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(base + "/api/servers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st admin.Servers
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Servers) != 1 || st.Servers[0].Sessions != 2 {
+		t.Fatalf("status %+v, want p with 2 sessions", st.Servers)
+	}
+	if runtime.GOOS == "linux" && (st.Servers[0].MemoryBytes < 2<<20 || st.Totals.MemoryBytes != st.Servers[0].MemoryBytes) {
+		t.Errorf("two sessions' trees hold %d bytes (total %d)", st.Servers[0].MemoryBytes, st.Totals.MemoryBytes)
+	}
 }

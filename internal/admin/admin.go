@@ -37,10 +37,12 @@ type Totals struct {
 }
 
 // Snapshot builds the status of every server of f, with the resident
-// memory of each running server's process tree (its pid-namespace init
-// included: one pass over /proc for all of them).
+// memory of each server's running process trees, per-session ones and
+// pid-namespace inits included (one pass over /proc for all of them).
 func Snapshot(f *fleet.Fleet) Servers {
 	out := Servers{Totals: Totals{ByState: map[string]int{}}}
+	var pids [][]int
+	var all []int
 	for _, s := range f.Servers() {
 		st := s.Status()
 		out.Servers = append(out.Servers, st)
@@ -52,19 +54,16 @@ func Snapshot(f *fleet.Fleet) Servers {
 		case "dormant":
 			out.Totals.Dormant++
 		}
+		pids = append(pids, s.PIDs())
+		all = append(all, pids[len(pids)-1]...)
 	}
-	var pids []int
-	for _, st := range out.Servers {
-		if st.PID != 0 {
-			pids = append(pids, st.PID)
-		}
-	}
-	mem := proc.TreeMemory(pids)
+	mem := proc.TreeMemory(all)
 	for i := range out.Servers {
-		if st := &out.Servers[i]; st.PID != 0 {
-			st.MemoryBytes = mem[st.PID]
-			out.Totals.MemoryBytes += st.MemoryBytes
+		st := &out.Servers[i]
+		for _, pid := range pids[i] {
+			st.MemoryBytes += mem[pid]
 		}
+		out.Totals.MemoryBytes += st.MemoryBytes
 	}
 	return out
 }

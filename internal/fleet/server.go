@@ -133,6 +133,21 @@ func (s *Server) Status() Status {
 	return st
 }
 
+// PIDs lists the process of every running instance of the server, shared
+// and per-session (remote servers have none).
+func (s *Server) PIDs() []int {
+	var out []int
+	for _, in := range s.instances() {
+		in.mu.Lock()
+		pid := pidOf(in.conn)
+		in.mu.Unlock()
+		if pid != 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Requests counts the requests ever begun on the shared instance.
 func (s *Server) Requests() int64 {
 	s.shared.mu.Lock()

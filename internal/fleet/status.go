@@ -19,8 +19,9 @@ type Status struct {
 	Spawns       int       `json:"spawns"`
 	LastError    string    `json:"lastError,omitempty"`
 	Sessions     int       `json:"sessions,omitempty"` // per-session instances
-	// MemoryBytes is the resident memory of the running process tree
-	// (Linux; filled in by the status API, not by Status).
+	// MemoryBytes is the resident memory of the server's running process
+	// trees, per-session ones included (Linux; filled in by the status
+	// API, not by Status).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
 }
 
