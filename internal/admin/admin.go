@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
@@ -79,10 +80,11 @@ type Options struct {
 
 // Handler serves /api/servers, /api/events and /metrics.
 type Handler struct {
-	f    *fleet.Fleet
-	opts Options
-	mux  *http.ServeMux
-	log  *EventLog
+	f       *fleet.Fleet
+	opts    Options
+	streams atomic.Int64 // live event streams
+	mux     *http.ServeMux
+	log     *EventLog
 }
 
 // New returns the admin API over f; events are read from log (may be nil).

@@ -3,7 +3,9 @@ package admin
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -243,48 +246,65 @@ func stream(t *testing.T, url string, header ...string) *sseReader {
 	return &sseReader{t: t, r: bufio.NewReader(r.Body)}
 }
 
+// seq is the run-local part of an event id.
+func seq(id string) string {
+	_, n, _ := strings.Cut(id, "-")
+	return n
+}
+
 func TestEventStream(t *testing.T) {
 	log := NewEventLog(3)
 	for _, typ := range []string{"started", "dormant", "respawned", "exited"} {
-		log.Add(fleet.Event{Server: "a", Type: typ}) // ids 1..4; 2..4 kept
+		log.Add(fleet.Event{Server: "a", Type: typ}) // 1..4; 2..4 kept
 	}
+	kept := log.Events()
 	srv := httptest.NewServer(New(testFleet(t), log, Options{}))
 	defer srv.Close()
 
 	// An EventSource gets what is kept, then live events.
 	s := stream(t, srv.URL+"/api/events", "Accept", "text/event-stream")
-	for _, want := range []string{"2 dormant", "3 respawned", "4 exited"} {
-		if e := s.next(); e.id+" "+e.event != want {
-			t.Fatalf("replayed %+v, want %s", e, want)
+	for i, want := range []string{"2 dormant", "3 respawned", "4 exited"} {
+		if e := s.next(); seq(e.id)+" "+e.event != want || e.id != kept[i].ID {
+			t.Fatalf("replayed %+v, want %s (id %s)", e, want, kept[i].ID)
 		}
 	}
-	// Resuming after id 3, with ?follow (curl -N), gets 4 and then the
-	// same live events.
-	s2 := stream(t, srv.URL+"/api/events?follow", "Last-Event-ID", "3")
-	if e := s2.next(); e.id != "4" {
-		t.Fatalf("resumed at %+v, want id 4", e)
+	// Resuming after the third, with ?follow (curl -N), gets the fourth
+	// and then the same live events.
+	s2 := stream(t, srv.URL+"/api/events?follow", "Last-Event-ID", kept[1].ID)
+	if e := s2.next(); seq(e.id) != "4" {
+		t.Fatalf("resumed at %+v, want the fourth", e)
 	}
+	// An id of an earlier run of mcpvisor, whatever its number, gets
+	// everything kept: this run's events are all new to that client.
+	s3 := stream(t, srv.URL+"/api/events?follow", "Last-Event-ID", "0earlier-3")
+	if e := s3.next(); seq(e.id) != "2" {
+		t.Fatalf("resumed from an earlier run at %+v, want the first kept", e)
+	}
+	s3.next()
+	s3.next()
 	log.Add(fleet.Event{Server: "b", Type: "restarted", Details: map[string]any{"pid": 7}})
-	for _, s := range []*sseReader{s, s2} {
+	for _, s := range []*sseReader{s, s2, s3} {
 		e := s.next()
 		var got Entry
-		if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.id != "5" || e.event != "restarted" ||
-			got.ID != 5 || got.Server != "b" || got.Details["pid"] != float64(7) {
+		if err := json.Unmarshal([]byte(e.data), &got); err != nil || seq(e.id) != "5" || e.event != "restarted" ||
+			got.ID != e.id || got.Server != "b" || got.Details["pid"] != float64(7) {
 			t.Fatalf("live event %+v (%+v, %v)", e, got, err)
 		}
 	}
 	// Closing the log ends every stream.
 	log.Close()
-	if !s.ended() || !s2.ended() {
+	if !s.ended() || !s2.ended() || !s3.ended() {
 		t.Fatal("a stream outlived the log")
 	}
-	if r := get(t, srv.URL+"/api/events?after=x", "Accept", "text/event-stream"); r.StatusCode != http.StatusBadRequest {
-		t.Fatalf("bad id: %d", r.StatusCode)
+	for _, bad := range []string{"x", "3", "-3", "e-x"} {
+		if r := get(t, srv.URL+"/api/events?follow&after="+bad); r.StatusCode != http.StatusBadRequest {
+			t.Fatalf("bad id %q: %d", bad, r.StatusCode)
+		}
 	}
 	// The plain list carries the ids too.
 	var list struct{ Events []Entry }
 	if err := json.NewDecoder(get(t, srv.URL+"/api/events").Body).Decode(&list); err != nil ||
-		len(list.Events) != 3 || list.Events[2].ID != 5 || list.Events[2].Type != "restarted" {
+		len(list.Events) != 3 || seq(list.Events[2].ID) != "5" || list.Events[2].Type != "restarted" {
 		t.Fatalf("list %+v %v", list, err)
 	}
 }
@@ -295,7 +315,10 @@ func TestEventStreamLagged(t *testing.T) {
 	defer func(n int) { streamBuffer = n }(streamBuffer)
 	streamBuffer = 2
 	log := NewEventLog(100)
-	_, ch, lagged, cancel := log.Subscribe(0, streamBuffer)
+	_, ch, lagged, cancel, err := log.Subscribe("", streamBuffer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer cancel()
 	for i := range 3 {
 		log.Add(fleet.Event{Server: "a", Type: "started", Details: map[string]any{"n": i}})
@@ -307,9 +330,12 @@ func TestEventStreamLagged(t *testing.T) {
 	if n != 2 || !lagged() {
 		t.Fatalf("got %d events, lagged %v; want 2 and dropped", n, lagged())
 	}
-	replay, _, _, cancel2 := log.Subscribe(2, 1)
+	replay, _, _, cancel2, err := log.Subscribe(log.Events()[1].ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer cancel2()
-	if len(replay) != 1 || replay[0].ID != 3 {
+	if len(replay) != 1 || seq(replay[0].ID) != "3" {
 		t.Fatalf("resumed with %+v", replay)
 	}
 
@@ -320,7 +346,7 @@ func TestEventStreamLagged(t *testing.T) {
 	defer func() { streamHold = func() {} }()
 	srv := httptest.NewServer(New(testFleet(t), log, Options{}))
 	defer srv.Close()
-	s := stream(t, srv.URL+"/api/events?follow&after=3")
+	s := stream(t, srv.URL+"/api/events?follow&after="+log.Events()[2].ID)
 	for i := range streamBuffer + 2 {
 		log.Add(fleet.Event{Server: "a", Type: "dormant", Details: map[string]any{"n": i}})
 	}
@@ -336,5 +362,55 @@ func TestEventStreamLagged(t *testing.T) {
 	}
 	if !s.ended() {
 		t.Fatal("the stream went on after lagged")
+	}
+}
+
+// A client that stops reading is dropped when a write to it stalls, and at
+// once (after the close grace) when the log closes: it holds neither a
+// goroutine nor mcpvisor's shutdown.
+func TestStalledStreamIsDropped(t *testing.T) {
+	defer func(w, g time.Duration) { streamWriteTimeout, streamCloseGrace = w, g }(streamWriteTimeout, streamCloseGrace)
+	streamCloseGrace = 100 * time.Millisecond
+	blob := strings.Repeat("x", 1<<20)
+	for _, c := range []struct {
+		name    string
+		timeout time.Duration
+		end     func(*EventLog)
+	}{
+		{"write-timeout", 300 * time.Millisecond, func(*EventLog) {}},
+		{"log-closed", time.Hour, func(l *EventLog) {
+			time.Sleep(300 * time.Millisecond) // the stream takes what it can and blocks
+			l.Close()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			streamWriteTimeout = c.timeout
+			log := NewEventLog(4)
+			h := New(testFleet(t), log, Options{})
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "GET /api/events?follow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+			for h.streams.Load() != 1 {
+				time.Sleep(time.Millisecond)
+			}
+			// 64 MB that nobody reads: more than the loopback buffers
+			// hold, so a write blocks.
+			for i := range 64 {
+				log.Add(fleet.Event{Server: "a", Type: "started", Details: map[string]any{"n": i, "blob": blob}})
+			}
+			c.end(log)
+			deadline := time.Now().Add(10 * time.Second)
+			for h.streams.Load() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the stalled stream is still served")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -12,10 +13,13 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
-// Entry is a kept event with its id: ids count up from 1 in the order the
-// log received the events, so a client can resume after the last it saw.
+// Entry is a kept event with its id, "EPOCH-N": N counts up from 1 in the
+// order the log received the events, so a client can resume after the last
+// it saw; EPOCH names this log (this run of mcpvisor), so an id from an
+// earlier run is recognised as such.
 type Entry struct {
-	ID uint64 `json:"id"`
+	ID  string `json:"id"`
+	seq uint64
 	fleet.Event
 }
 
@@ -24,11 +28,13 @@ type Entry struct {
 type EventLog struct {
 	mu      sync.Mutex
 	max     int
+	epoch   string
 	entries []Entry
 	last    uint64
 	counts  map[eventKey]uint64
 	subs    map[*subscription]struct{}
 	closed  bool
+	done    chan struct{} // closed by Close
 }
 
 type eventKey struct{ server, typ string }
@@ -43,7 +49,8 @@ func NewEventLog(max int) *EventLog {
 	if max <= 0 {
 		max = 1000
 	}
-	return &EventLog{max: max, counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}}
+	return &EventLog{max: max, epoch: strconv.FormatInt(time.Now().UnixNano(), 36),
+		counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
 }
 
 // Add records an event (fleet.Options.OnEvent) and passes it to every
@@ -53,7 +60,7 @@ func (l *EventLog) Add(e fleet.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.last++
-	entry := Entry{ID: l.last, Event: e}
+	entry := Entry{ID: l.epoch + "-" + strconv.FormatUint(l.last, 10), seq: l.last, Event: e}
 	l.entries = append(l.entries, entry)
 	if len(l.entries) > l.max {
 		l.entries = append(l.entries[:0], l.entries[len(l.entries)-l.max:]...)
@@ -92,16 +99,29 @@ func (l *EventLog) Count(server, typ string) int {
 	return n
 }
 
-// Subscribe returns the kept events after id after, and a channel of every
-// event from then on, with room for buf of them. The channel closes when
-// the log is closed, or when the subscriber falls buf events behind
-// (lagged then reports true); cancel ends the subscription.
-func (l *EventLog) Subscribe(after uint64, buf int) (replay []Entry, events <-chan Entry, lagged func() bool, cancel func()) {
+// Subscribe returns the kept events after the event with id after (all
+// kept ones when after is "" or an id of another run), and a channel of
+// every event from then on, with room for buf of them. The channel closes
+// when the log is closed, or when the subscriber falls buf events behind
+// (lagged then reports true); cancel ends the subscription. A malformed
+// id is an error.
+func (l *EventLog) Subscribe(after string, buf int) (replay []Entry, events <-chan Entry, lagged func() bool, cancel func(), err error) {
+	var from uint64
+	if after != "" {
+		epoch, n, ok := strings.Cut(after, "-")
+		seq, perr := strconv.ParseUint(n, 10, 64)
+		if !ok || epoch == "" || perr != nil {
+			return nil, nil, nil, nil, fmt.Errorf("bad event id %q: want the id of an event", after)
+		}
+		if epoch == l.epoch {
+			from = seq
+		}
+	}
 	s := &subscription{ch: make(chan Entry, buf)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, e := range l.entries {
-		if e.ID > after {
+		if e.seq > from {
 			replay = append(replay, e)
 		}
 	}
@@ -123,7 +143,7 @@ func (l *EventLog) Subscribe(after uint64, buf int) (replay []Entry, events <-ch
 			close(s.ch)
 		}
 	}
-	return replay, s.ch, lagged, cancel
+	return replay, s.ch, lagged, cancel, nil
 }
 
 // Close ends every subscription, now and later; events are still kept and
@@ -135,10 +155,25 @@ func (l *EventLog) Close() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.closed {
+		close(l.done)
+	}
 	l.closed = true
 	for s := range l.subs {
 		close(s.ch)
 		delete(l.subs, s)
+	}
+}
+
+// Done is closed when the log is closed.
+func (l *EventLog) Done() <-chan struct{} { return l.done }
+
+func (l *EventLog) closedNow() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -172,50 +207,87 @@ func wantsStream(r *http.Request) bool {
 
 // Stream tuning, and a test's hold on a stream before each live event.
 var (
-	streamBuffer    = 256              // events a stream may fall behind before it is dropped
-	streamKeepalive = 15 * time.Second // comment line sent on a quiet stream
-	streamHold      = func() {}
+	streamBuffer       = 256              // events a stream may fall behind before it is dropped
+	streamKeepalive    = 15 * time.Second // comment line sent on a quiet stream
+	streamWriteTimeout = 10 * time.Second // a client that takes longer to accept a write is dropped
+	streamCloseGrace   = time.Second      // left to a stream to end cleanly once the log closes
+	streamHold         = func() {}
 )
 
 // streamEvents serves the events as Server-Sent Events: the kept ones
-// after Last-Event-ID (or ?after=ID; all kept ones when neither is given),
-// then every new one, until the client leaves or the log closes. Each
-// event's SSE id is its log id and its SSE event name its type. A client
-// too slow to keep up gets an "event: lagged" and the stream ends; it
-// reconnects with Last-Event-ID to get what it missed, as far as the log
-// still keeps it.
+// after Last-Event-ID (or ?after=ID; all kept ones when neither is given,
+// or when the id is of an earlier run of mcpvisor), then every new one,
+// until the client leaves or the log closes. Each event's SSE id is its log
+// id and its SSE event name its type. A client too slow to keep up gets an
+// "event: lagged" and the stream ends; it reconnects with Last-Event-ID to
+// get what it missed, as far as the log still keeps it. A client that
+// stops reading is dropped after streamWriteTimeout, and at once when the
+// log closes, so that it cannot hold up mcpvisor's shutdown.
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	var after uint64
-	from := r.Header.Get("Last-Event-ID")
-	if from == "" {
-		from = r.URL.Query().Get("after")
-	}
-	if from != "" {
-		n, err := strconv.ParseUint(from, 10, 64)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("bad event id %q: want the id of an event", from), http.StatusBadRequest)
-			return
-		}
-		after = n
+	after := r.Header.Get("Last-Event-ID")
+	if after == "" {
+		after = r.URL.Query().Get("after")
 	}
 	if h.log == nil {
 		http.Error(w, "no event log", http.StatusNotFound)
 		return
 	}
-	replay, events, lagged, cancel := h.log.Subscribe(after, streamBuffer)
+	replay, events, lagged, cancel, err := h.log.Subscribe(after, streamBuffer)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	defer cancel()
+	h.streams.Add(1)
+	defer h.streams.Add(-1)
+
+	// A write blocked on a client that stopped reading ends soon after
+	// the log closes: a deadline is the only way to reach it. It leaves a
+	// stream that is not blocked the time to end cleanly. The handler
+	// checks the log after setting each deadline of its own.
+	stop, unblocked := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(unblocked)
+		select {
+		case <-h.log.Done():
+			_ = rc.SetWriteDeadline(time.Now().Add(streamCloseGrace))
+		case <-stop:
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-unblocked
+		if !h.log.closedNow() {
+			_ = rc.SetWriteDeadline(time.Time{}) // the connection may serve other requests
+		}
+	}()
+	// send writes one piece under a fresh deadline and flushes it.
+	send := func(write func() error) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+			return err
+		}
+		if h.log.closedNow() {
+			return errLogClosed
+		}
+		if err := write(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
 
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	for _, e := range replay {
-		if writeEvent(w, e) != nil {
-			return
+	if send(func() error {
+		for _, e := range replay {
+			if err := writeEvent(w, e); err != nil {
+				return err
+			}
 		}
-	}
-	if rc.Flush() != nil {
+		return nil
+	}) != nil {
 		return
 	}
 	keepalive := time.NewTicker(streamKeepalive)
@@ -229,17 +301,19 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 			streamHold()
 			if !ok {
 				if lagged() {
-					_, _ = fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
-					_ = rc.Flush()
+					_ = send(func() error {
+						_, err := fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+						return err
+					})
 				}
 				return
 			}
-			err = writeEvent(w, e)
+			err = send(func() error { return writeEvent(w, e) })
 		case <-keepalive.C:
-			_, err = fmt.Fprint(w, ": keepalive\n\n")
-		}
-		if err == nil {
-			err = rc.Flush()
+			err = send(func() error {
+				_, err := fmt.Fprint(w, ": keepalive\n\n")
+				return err
+			})
 		}
 		if err != nil {
 			return
@@ -247,12 +321,14 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+var errLogClosed = errors.New("event log closed")
+
 func writeEvent(w http.ResponseWriter, e Entry) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, sseField(e.Type), data)
+	_, err = fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, sseField(e.Type), data)
 	return err
 }
 

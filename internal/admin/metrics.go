@@ -106,6 +106,8 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		m.sample("mcpvisor_name_collisions", "", float64(len(h.opts.Collisions())))
 	}
 
+	m.family("mcpvisor_event_streams", "gauge", "Clients following /api/events live.")
+	m.sample("mcpvisor_event_streams", "", float64(h.streams.Load()))
 	m.family("mcpvisor_goroutines", "gauge", "Goroutines of mcpvisor.")
 	m.sample("mcpvisor_goroutines", "", float64(runtime.NumGoroutine()))
 	sample := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
