@@ -46,24 +46,20 @@ func TestMetricsAndEventStream(t *testing.T) {
 			}
 		}
 	}()
-	// next waits for the event want ("server type"), passing over the
-	// other servers' events: learning lists starts b when a is first used.
+	// next waits for the event want ("server type"), passing over others:
+	// learning lists starts b when a is first used, and a slow machine may
+	// let a sleep and wake once more than the test asks.
 	next := func(want string) map[string]any {
 		t.Helper()
-		server, _, _ := strings.Cut(want, " ")
 		for {
 			select {
 			case e, ok := <-events:
 				if !ok {
 					t.Fatalf("the stream ended before %s", want)
 				}
-				if e["server"] != server {
-					continue
+				if fmt.Sprint(e["server"], " ", e["type"]) == want {
+					return e
 				}
-				if got := fmt.Sprint(e["server"], " ", e["type"]); got != want {
-					t.Fatalf("event %v, want %s", e, want)
-				}
-				return e
 			case <-time.After(10 * time.Second):
 				t.Fatalf("no %s event", want)
 			}
@@ -80,33 +76,42 @@ func TestMetricsAndEventStream(t *testing.T) {
 	call("a__echo")
 	next("a started")
 	next("a dormant")
-	m := scrape(t, s.base)
+	m := scrapeUntil(t, s.base, `mcpvisor_server_state{server="a",state="dormant"}`, 1)
 	for series, want := range map[string]float64{
-		`mcpvisor_server_state{server="a",state="dormant"}`:  1,
-		`mcpvisor_server_state{server="a",state="running"}`:  0,
-		`mcpvisor_events_total{server="a",type="dormant"}`:   1,
-		`mcpvisor_events_total{server="a",type="respawned"}`: 0,
-		`mcpvisor_server_spawns_total{server="a"}`:           1,
-		`mcpvisor_server_memory_bytes{server="a"}`:           0,
+		`mcpvisor_server_state{server="a",state="running"}`: 0,
+		`mcpvisor_server_memory_bytes{server="a"}`:          0,
+		`mcpvisor_server_start_time_seconds{server="a"}`:    0,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
+	dormant, respawned, spawns := m[`mcpvisor_events_total{server="a",type="dormant"}`],
+		m[`mcpvisor_events_total{server="a",type="respawned"}`], m[`mcpvisor_server_spawns_total{server="a"}`]
+	if dormant < 1 || spawns != respawned+1 {
+		t.Errorf("a went dormant %v times, respawned %v times and spawned %v times", dormant, respawned, spawns)
+	}
 	requests := m[`mcpvisor_server_requests_total{server="a"}`]
 	if requests < 1 {
 		t.Errorf("requests of a: %v", requests)
 	}
-	call("a__echo")
+	// The respawning call is held in flight while /metrics is read, so a
+	// cannot go dormant again in between.
+	held := make(chan error, 1)
+	go func() {
+		_, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "a__sleep", Arguments: map[string]any{"ms": 1500}})
+		held <- err
+	}()
 	if e := next("a respawned"); e["id"] == nil || e["details"].(map[string]any)["respawnMs"] == nil {
 		t.Errorf("respawned event without id or respawn time: %v", e)
 	}
-	m = scrape(t, s.base)
+	m = scrapeUntil(t, s.base, `mcpvisor_server_in_flight{server="a"}`, 1)
 	for series, want := range map[string]float64{
 		`mcpvisor_server_state{server="a",state="running"}`:  1,
 		`mcpvisor_server_requests_total{server="a"}`:         requests + 1,
-		`mcpvisor_server_spawns_total{server="a"}`:           2,
-		`mcpvisor_events_total{server="a",type="respawned"}`: 1,
+		`mcpvisor_server_spawns_total{server="a"}`:           spawns + 1,
+		`mcpvisor_events_total{server="a",type="respawned"}`: respawned + 1,
+		`mcpvisor_event_streams`:                             1,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
@@ -118,14 +123,23 @@ func TestMetricsAndEventStream(t *testing.T) {
 	if m[`mcpvisor_server_start_time_seconds{server="a"}`] < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Errorf("start time of a: %v", m[`mcpvisor_server_start_time_seconds{server="a"}`])
 	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
 	call("b__echo") // b runs at the signal: its stop must be streamed
 
 	sent := time.Now()
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	stopped := map[string]bool{}
-	for e := range events {
-		if e["type"] == "stopped" {
-			stopped[fmt.Sprint(e["server"])] = true
+	for ended := false; !ended; {
+		select {
+		case e, ok := <-events:
+			ended = !ok
+			if ok && e["type"] == "stopped" {
+				stopped[fmt.Sprint(e["server"])] = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the event stream did not end with the shutdown")
 		}
 	}
 	code, took := s.exit(t, sent, 2*time.Second)
@@ -137,6 +151,22 @@ func TestMetricsAndEventStream(t *testing.T) {
 		t.Errorf("the stream ended without b's stop: %v", stopped)
 	}
 	gone(t, s.marker)
+}
+
+// scrapeUntil reads /metrics until series has value v.
+func scrapeUntil(t *testing.T, base, series string, v float64) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := scrape(t, base)
+		if m[series] == v {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %v, not %v, after 10 s", series, m[series], v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // scrape reads /metrics into its samples by series.
