@@ -22,5 +22,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(harnessEnv) != "" {
 		os.Exit(runHarness())
 	}
+	if os.Getenv(closeRaceEnv) != "" {
+		os.Exit(runCloseRace())
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -391,8 +391,8 @@ func (p *Process) treeAlive() int {
 func (p *Process) signalTree(sig syscall.Signal) {
 	p.plat.sigMu.Lock()
 	defer p.plat.sigMu.Unlock()
-	if p.plat.reaping {
-		return
+	if p.plat.reaping || p.pid <= 0 {
+		return // never kill(-0): that is mcpvisor's own process group
 	}
 	if p.plat.pidfd >= 0 {
 		_ = unix.PidfdSendSignal(p.plat.pidfd, sig, nil, 0)

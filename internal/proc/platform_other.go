@@ -56,7 +56,9 @@ func (p *Process) treeAlive() int {
 }
 
 func (p *Process) signalTree(sig syscall.Signal) {
-	_ = syscall.Kill(-p.pid, sig)
+	if p.pid > 0 { // never kill(-0): that is mcpvisor's own process group
+		_ = syscall.Kill(-p.pid, sig)
+	}
 }
 
 func (p *Process) sweep() {}

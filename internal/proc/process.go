@@ -29,11 +29,13 @@ type Process struct {
 	start  time.Time
 	plat   platformProcess
 
-	exited     chan struct{} // leader exited (possibly not yet reaped)
-	done       chan struct{} // tree gone, leader reaped, status set
-	stopBegun  chan struct{} // closed when Stop starts escalating
-	stderrDone chan struct{}
-	stdoutEOF  sync.Once
+	spawned     chan struct{} // spawn returned; spawnFailed tells how
+	spawnFailed bool
+	exited      chan struct{} // leader exited (possibly not yet reaped)
+	done        chan struct{} // tree gone, leader reaped, status set
+	stopBegun   chan struct{} // closed when Stop starts escalating
+	stderrDone  chan struct{}
+	stdoutEOF   sync.Once
 
 	mu       sync.Mutex
 	stage    string // last stop step taken
@@ -61,6 +63,7 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 		log:        log.With("server", spec.Name),
 		tree:       fmt.Sprintf("%s.%d", rt.id, rt.seq.Add(1)),
 		stderr:     NewRing(spec.StderrLines, spec.StderrBytes),
+		spawned:    make(chan struct{}),
 		exited:     make(chan struct{}),
 		done:       make(chan struct{}),
 		stopBegun:  make(chan struct{}),
@@ -69,10 +72,15 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	if err := rt.track(p); err != nil {
 		return nil, err
 	}
+	// Close may take p in while it spawns; its Stop waits for spawned.
 	if err := p.spawn(); err != nil {
+		p.spawnFailed = true
+		close(p.spawned)
+		close(p.done)
 		rt.untrack(p)
 		return nil, err
 	}
+	close(p.spawned)
 	go p.watch()
 	return p, nil
 }
@@ -109,6 +117,7 @@ func (p *Process) spawn() error {
 	cmd.WaitDelay = DefaultWaitDelay
 	p.cmd = cmd
 
+	beforeStart()
 	err = p.rt.start(p)
 	closeAll(inR, outW, errW) // the child's ends
 	if err != nil {
@@ -268,6 +277,14 @@ func (p *Process) Stop(ctx context.Context) error {
 
 func (p *Process) escalate(ctx context.Context) error {
 	select {
+	case <-p.spawned:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if p.spawnFailed {
+		return nil // nothing was started
+	}
+	select {
 	case <-p.done:
 		return nil
 	default:
@@ -320,6 +337,9 @@ func (p *Process) escalate(ctx context.Context) error {
 		return fmt.Errorf("proc: %s (pid %d) still present %v after SIGKILL", p.spec.Name, p.pid, killBound)
 	}
 }
+
+// beforeStart lets a test hold a spawn just before the process starts.
+var beforeStart = func() {}
 
 // killBound is how long the tree may take to vanish after SIGKILL.
 const killBound = 5 * time.Second
