@@ -21,10 +21,10 @@ import (
 type platformRuntime struct {
 	subreaper bool
 	pidns     bool
-	userns    bool     // the pid namespace needs its own user namespace (not root)
-	shimFile  *os.File // the pid namespace's init (mcpvisor-shim or mcpvisor), held open
-	cgroup    string   // per-instance cgroup directory, "" when unused
-	ledger    string   // this instance's ledger file, "" when unused
+	userns    bool   // the pid namespace needs its own user namespace (not root)
+	shimExec  string // what to exec as the pid namespace's init (see openInit)
+	cgroup    string // per-instance cgroup directory, "" when unused
+	ledger    string // this instance's ledger file, "" when unused
 }
 
 type platformProcess struct {
@@ -103,9 +103,6 @@ func (rt *Runtime) closePlatform() error {
 			errs = append(errs, err)
 		}
 	}
-	if rt.plat.shimFile != nil {
-		_ = rt.plat.shimFile.Close()
-	}
 	reaper.release()
 	return errors.Join(errs...)
 }
@@ -155,54 +152,47 @@ func (rt *Runtime) shimCandidates() []shimCandidate {
 // choosePIDNamespace decides whether servers run in pid namespaces (plain,
 // or inside a user namespace) and which executable is their init, by
 // probing each candidate.
-//
-// The chosen executable is kept open and started through /proc/self/fd:
-// what runs is what passed the probe, even if an upgrade replaces or
-// removes the file while mcpvisor runs.
 func (rt *Runtime) choosePIDNamespace(rep *Report) {
 	const what = "each server runs under a small init in its own pid namespace; the kernel kills the whole tree when mcpvisor dies, even by SIGKILL"
 	cands := rt.shimCandidates()
 	var notes []string // candidates passed over, and why
-	probe := func(userns bool) (*os.File, shimCandidate, error) {
+	probe := func(userns bool) (string, shimCandidate, error) {
 		notes = notes[:0]
-		var first error
+		var last error
 		for _, c := range cands {
 			if c.skip != "" {
 				notes = append(notes, c.name+" "+c.skip)
 				continue
 			}
-			f, err := openHigh(c.path)
+			exe, err := openInit(c.path)
 			if err == nil {
-				err = probePIDNamespace(fdPath(f), userns)
-				if err != nil {
-					_ = f.Close()
-				}
+				err = probePIDNamespace(exe, userns)
 			}
 			if err == nil {
-				return f, c, nil
+				return exe, c, nil
 			}
-			if first == nil {
-				first = err
-			}
+			last = err
 			notes = append(notes, fmt.Sprintf("%s failed its probe (%v)", c.name, err))
 		}
-		return nil, shimCandidate{}, first
+		// The last candidate is mcpvisor itself: its failure is the
+		// namespace's, not a stray shim's.
+		return "", shimCandidate{}, last
 	}
-	f, chosen, err := (*os.File)(nil), shimCandidate{}, errors.New("user namespace requested")
+	exe, chosen, err := "", shimCandidate{}, errors.New("user namespace requested")
 	if !rt.opts.UserNamespace {
-		f, chosen, err = probe(false)
+		exe, chosen, err = probe(false)
 	}
 	detail := what
 	if err != nil {
 		var err2 error
-		if f, chosen, err2 = probe(true); err2 != nil {
+		if exe, chosen, err2 = probe(true); err2 != nil {
 			rep.add(LayerPIDNamespace, false, fmt.Sprintf("cannot create a pid namespace here (%v), nor inside a user namespace (%v)", err, err2))
 			return
 		}
 		rt.plat.userns = true
 		detail += " (inside an unprivileged user namespace that maps only your own uid and gid)"
 	}
-	rt.plat.pidns, rt.plat.shimFile = true, f
+	rt.plat.pidns, rt.plat.shimExec = true, exe
 	detail += "; init: " + chosen.name
 	switch {
 	case len(notes) > 0:
@@ -214,21 +204,54 @@ func (rt *Runtime) choosePIDNamespace(rep *Report) {
 	rep.add(LayerPIDNamespace, true, detail)
 }
 
-// openHigh opens path read-only on a descriptor numbered 64 or more: exec
-// reaches it through /proc/self/fd after the child has arranged its low
-// descriptors (stdio, the shim's pipes, and os/exec's shuffling above
-// them), which must not land on it.
-func openHigh(path string) (*os.File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// initFiles holds the executables chosen as pid-namespace inits open for
+// the life of the process, by path: what runs is what passed the probe,
+// even if an upgrade replaces or removes the file while mcpvisor runs, and
+// no Runtime's Close can pull a descriptor from under a spawn.
+var initFiles struct {
+	sync.Mutex
+	byPath map[string]*os.File
+}
+
+// openInit returns the path to exec for the init at path: a descriptor of
+// it (O_PATH, numbered 64 or more, out of the way of the low descriptors a
+// child arranges before exec) under /proc/self/fd, or path itself for a
+// script, whose interpreter could not open that descriptor after exec.
+func openInit(path string) (string, error) {
+	if f, err := os.Open(path); err == nil {
+		var head [2]byte
+		n, _ := f.Read(head[:])
+		_ = f.Close()
+		if n == 2 && string(head[:]) == "#!" {
+			return path, nil
+		}
 	}
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 64)
-	if err != nil {
-		return f, nil // a low descriptor still works unless it collides
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	_ = f.Close()
-	return os.NewFile(uintptr(fd), path), nil
+	initFiles.Lock()
+	defer initFiles.Unlock()
+	if f := initFiles.byPath[path]; f != nil {
+		var held unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && held.Dev == st.Dev && held.Ino == st.Ino {
+			return fdPath(f), nil
+		}
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	if high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 64); err == nil {
+		unix.Close(fd)
+		fd = high
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if initFiles.byPath == nil {
+		initFiles.byPath = map[string]*os.File{}
+	}
+	initFiles.byPath[path] = f // a replaced file's old descriptor stays open: a spawn may use it
+	return fdPath(f), nil
 }
 
 // fdPath names an open file so that exec starts exactly that file.
@@ -281,7 +304,7 @@ func (rt *Runtime) start(p *Process) error {
 		}
 	}
 	if rt.plat.pidns {
-		if err := p.wrapInShim(attr, fdPath(rt.plat.shimFile), rt.plat.userns); err != nil {
+		if err := p.wrapInShim(attr, rt.plat.shimExec, rt.plat.userns); err != nil {
 			p.releaseCgroup()
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,24 +19,17 @@ import (
 func TestShimChoice(t *testing.T) {
 	built := withShim(t, Options{ShimPath: shimBinary}).ShimPath
 	dir := t.TempDir()
-	broken := filepath.Join(dir, "broken-shim")
-	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	broken := installFile(t, filepath.Join(dir, "broken-shim"), []byte("#!/bin/sh\nexit 3\n"), "755")
+	// A wrapper script that runs the shim: scripts are exec'd by path.
+	wrapper := installFile(t, filepath.Join(dir, "wrapper-shim"), []byte("#!/bin/sh\nexec "+built+" \"$@\"\n"), "755")
 	// A binary that exits 0 without answering the probe: another version
 	// of the shim, or no shim at all.
-	other := filepath.Join(dir, "other-version-shim")
 	trueBin, err := os.ReadFile("/bin/true")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(other, trueBin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	notExec := filepath.Join(dir, "not-executable")
-	if err := os.WriteFile(notExec, trueBin, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	other := installFile(t, filepath.Join(dir, "other-version-shim"), trueBin, "755")
+	notExec := installFile(t, filepath.Join(dir, "not-executable"), trueBin, "644")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +38,8 @@ func TestShimChoice(t *testing.T) {
 		name, shim, init, detail string
 	}{
 		{"binary", built, built, "init: " + built},
-		{"broken", broken, self, broken + " failed its probe"},
+		{"wrapper-script", wrapper, built, "init: " + wrapper},
+		{"broken", broken, self, broken + " failed its probe (exit status 3)"},
 		{"other-version", other, self, other + ` failed its probe (answered "", not "probe-1"`},
 		{"not-executable", notExec, self, notExec + " failed its probe"},
 		{"missing", filepath.Join(dir, "none"), self, "none failed its probe"},
@@ -75,6 +70,9 @@ func TestShimChoice(t *testing.T) {
 			// binary rebuilds the shared shim): the link then says so.
 			if exe = strings.TrimSuffix(exe, " (deleted)"); exe != c.init {
 				t.Errorf("the server's init runs %s, want %s", exe, c.init)
+			}
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.Pid())); strings.TrimSpace(string(comm)) != "mcpvisor-shim" {
+				t.Errorf("the init shows in ps as %q", comm)
 			}
 			if err := p.Stop(context.Background()); err != nil {
 				t.Errorf("Stop: %v", err)
@@ -135,10 +133,7 @@ func TestShimRemovedAfterOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shimCopy := filepath.Join(t.TempDir(), "mcpvisor-shim")
-	if err := os.WriteFile(shimCopy, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	shimCopy := installFile(t, filepath.Join(t.TempDir(), "mcpvisor-shim"), b, "755")
 	rt := openRuntime(t, Options{ShimPath: shimCopy, NoCgroup: true})
 	if err := os.Remove(shimCopy); err != nil {
 		t.Fatal(err)
@@ -156,4 +151,19 @@ func TestShimRemovedAfterOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	testserver.WaitGone(t, marker, 0)
+}
+
+// installFile writes content to path with mode through install(1): a file
+// this test binary held open for writing could leak into a concurrent
+// fork, and exec'ing it would then fail with ETXTBSY.
+func installFile(t *testing.T, path string, content []byte, mode string) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "content")
+	if err := os.WriteFile(src, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("install", "-m", mode, src, path).CombinedOutput(); err != nil {
+		t.Fatalf("install %s: %v %s", path, err, out)
+	}
+	return path
 }

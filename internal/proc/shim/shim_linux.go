@@ -24,6 +24,8 @@ func Main(args []string) int {
 		return 125
 	}
 	path, argv := args[2], args[3:]
+	// Started through /proc/self/fd/N, the shim would show as "N" in ps.
+	_ = os.WriteFile("/proc/self/comm", []byte(Name), 0)
 	status := os.NewFile(3, "status")
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
