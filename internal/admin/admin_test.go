@@ -291,15 +291,24 @@ func TestEventStream(t *testing.T) {
 			t.Fatalf("live event %+v (%+v, %v)", e, got, err)
 		}
 	}
-	// Closing the log ends every stream.
-	log.Close()
-	if !s.ended() || !s2.ended() || !s3.ended() {
-		t.Fatal("a stream outlived the log")
-	}
 	for _, bad := range []string{"x", "3", "-3", "e-x"} {
 		if r := get(t, srv.URL+"/api/events?follow&after="+bad); r.StatusCode != http.StatusBadRequest {
 			t.Fatalf("bad id %q: %d", bad, r.StatusCode)
 		}
+		// An EventSource that sends it gets the stream, from the start of
+		// what is kept, not an error it would never retry after.
+		r := get(t, srv.URL+"/api/events", "Accept", "text/event-stream", "Last-Event-ID", bad)
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("Last-Event-ID %q: %d", bad, r.StatusCode)
+		}
+		if e := (&sseReader{t: t, r: bufio.NewReader(r.Body)}).next(); seq(e.id) != "3" {
+			t.Fatalf("Last-Event-ID %q replayed from %+v, want the first kept", bad, e)
+		}
+	}
+	// Closing the log ends every stream.
+	log.Close()
+	if !s.ended() || !s2.ended() || !s3.ended() {
+		t.Fatal("a stream outlived the log")
 	}
 	// The plain list carries the ids too.
 	var list struct{ Events []Entry }
@@ -377,11 +386,8 @@ func TestStalledStreamIsDropped(t *testing.T) {
 		timeout time.Duration
 		end     func(*EventLog)
 	}{
-		{"write-timeout", 300 * time.Millisecond, func(*EventLog) {}},
-		{"log-closed", time.Hour, func(l *EventLog) {
-			time.Sleep(300 * time.Millisecond) // the stream takes what it can and blocks
-			l.Close()
-		}},
+		{"write-timeout", 2 * time.Second, func(*EventLog) {}},
+		{"log-closed", time.Hour, (*EventLog).Close},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			streamWriteTimeout = c.timeout
@@ -403,14 +409,39 @@ func TestStalledStreamIsDropped(t *testing.T) {
 			for i := range 64 {
 				log.Add(fleet.Event{Server: "a", Type: "started", Details: map[string]any{"n": i, "blob": blob}})
 			}
+			// The stream is blocked in a write once it stops taking
+			// events from its queue.
+			for n, since := pending(log), time.Now(); n == 0 || time.Since(since) < 300*time.Millisecond; {
+				time.Sleep(5 * time.Millisecond)
+				if m := pending(log); m != n {
+					n, since = m, time.Now()
+				}
+			}
+			blocked := time.Now()
 			c.end(log)
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := blocked.Add(10 * time.Second)
 			for h.streams.Load() != 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("the stalled stream is still served")
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
+			// A stream that was not blocked would end at once on the
+			// log's close, without its grace.
+			if took := time.Since(blocked); c.timeout == time.Hour && took < streamCloseGrace/2 {
+				t.Fatalf("the stream ended %v after the close: it was not blocked", took)
+			}
 		})
 	}
+}
+
+// pending counts the events queued for the log's subscribers.
+func pending(l *EventLog) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for s := range l.subs {
+		n += len(s.ch)
+	}
+	return n
 }

@@ -108,13 +108,12 @@ func (l *EventLog) Count(server, typ string) int {
 func (l *EventLog) Subscribe(after string, buf int) (replay []Entry, events <-chan Entry, lagged func() bool, cancel func(), err error) {
 	var from uint64
 	if after != "" {
-		epoch, n, ok := strings.Cut(after, "-")
-		seq, perr := strconv.ParseUint(n, 10, 64)
-		if !ok || epoch == "" || perr != nil {
-			return nil, nil, nil, nil, fmt.Errorf("bad event id %q: want the id of an event", after)
+		id, err := parseEventID(after)
+		if err != nil {
+			return nil, nil, nil, nil, err
 		}
-		if epoch == l.epoch {
-			from = seq
+		if id.epoch == l.epoch {
+			from = id.seq
 		}
 	}
 	s := &subscription{ch: make(chan Entry, buf)}
@@ -144,6 +143,20 @@ func (l *EventLog) Subscribe(after string, buf int) (replay []Entry, events <-ch
 		}
 	}
 	return replay, s.ch, lagged, cancel, nil
+}
+
+type eventID struct {
+	epoch string
+	seq   uint64
+}
+
+func parseEventID(s string) (eventID, error) {
+	epoch, n, ok := strings.Cut(s, "-")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if !ok || epoch == "" || err != nil {
+		return eventID{}, fmt.Errorf("bad event id %q: want the id of an event", s)
+	}
+	return eventID{epoch, seq}, nil
 }
 
 // Close ends every subscription, now and later; events are still kept and
@@ -225,13 +238,20 @@ var (
 // log closes, so that it cannot hold up mcpvisor's shutdown.
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	after := r.Header.Get("Last-Event-ID")
-	if after == "" {
-		after = r.URL.Query().Get("after")
-	}
 	if h.log == nil {
 		http.Error(w, "no event log", http.StatusNotFound)
 		return
+	}
+	// An EventSource resends whatever id it last saw and gives up for good
+	// on an error status: an id it cannot have had from this log (another
+	// version's, say) is treated as another run's. ?after is typed by a
+	// person, who is told.
+	after := r.URL.Query().Get("after")
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		after = last
+		if _, err := parseEventID(last); err != nil {
+			after = "0-0"
+		}
 	}
 	replay, events, lagged, cancel, err := h.log.Subscribe(after, streamBuffer)
 	if err != nil {

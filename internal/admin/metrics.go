@@ -36,7 +36,7 @@ var serverGauges = []struct {
 		func(s fleet.Status) float64 { return float64(s.Restarts) }},
 	{"mcpvisor_server_sessions", "gauge", "Per-session instances running for each server.",
 		func(s fleet.Status) float64 { return float64(s.Sessions) }},
-	{"mcpvisor_server_memory_bytes", "gauge", "Resident memory of each server's running process tree, its pid-namespace init included (Linux; 0 when none runs).",
+	{"mcpvisor_server_memory_bytes", "gauge", "Resident memory of each server's running process trees, per-session ones and pid-namespace inits included (Linux; 0 when none runs).",
 		func(s fleet.Status) float64 { return float64(s.MemoryBytes) }},
 	{"mcpvisor_server_start_time_seconds", "gauge", "Unix time the running process of each server started; 0 when none runs.",
 		func(s fleet.Status) float64 { return unixSeconds(s.StartedAt) }},
