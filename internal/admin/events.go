@@ -275,12 +275,12 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 		case <-stop:
 		}
 	}()
+	// The last deadline stays for net/http's final flush of the response,
+	// which a client that stopped reading could otherwise hold forever;
+	// net/http clears it before the connection serves another request.
 	defer func() {
 		close(stop)
 		<-unblocked
-		if !h.log.closedNow() {
-			_ = rc.SetWriteDeadline(time.Time{}) // the connection may serve other requests
-		}
 	}()
 	// send writes one piece under a fresh deadline and flushes it.
 	send := func(write func() error) error {
