@@ -80,16 +80,16 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 
 	counts := h.log.counted()
 	m.family("mcpvisor_events_total", "counter", "Lifecycle events by server and type, since mcpvisor started.")
-	keys := make([]eventKey, 0, len(counts))
+	// Every server has every type, from zero; counts may add servers
+	// that are gone and types not listed.
 	for _, s := range snap.Servers {
 		for _, typ := range eventTypes {
-			keys = append(keys, eventKey{s.Name, typ})
+			counts[eventKey{s.Name, typ}] += 0
 		}
 	}
+	keys := make([]eventKey, 0, len(counts))
 	for k := range counts {
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
+		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b eventKey) int {
 		if c := strings.Compare(a.server, b.server); c != 0 {
