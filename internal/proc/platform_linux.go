@@ -130,13 +130,13 @@ type shimCandidate struct {
 // mcpvisor-shim next to the running binary; then the running binary
 // itself, which always speaks the same protocol.
 func (rt *Runtime) shimCandidates() []shimCandidate {
-	self, err := os.Executable()
-	if err != nil {
-		self = "mcpvisor"
-	}
 	me := shimCandidate{name: "mcpvisor itself, re-executed", path: "/proc/self/exe"}
 	small := rt.opts.ShimPath
 	if small == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return []shimCandidate{me} // never a relative lookup in the working directory
+		}
 		small = filepath.Join(filepath.Dir(self), shim.Name)
 		st, err := os.Stat(small)
 		switch {
