@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
@@ -75,8 +76,53 @@ type Conn struct {
 	log  *slog.Logger
 
 	runDone   chan struct{}
+	closing   atomic.Bool   // set when mcpvisor begins to close the connection
+	closeReq  chan struct{} // closed with closing
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// exitGrace is how long a server whose output ended unasked has to exit on
+// its own before mcpvisor stops it: a crashed process's exit is collected
+// within it, so its status is its own.
+const exitGrace = time.Second
+
+// ExitError is why a local server's connection ended without mcpvisor
+// asking: the process exited (any code, or a signal mcpvisor did not send),
+// or it closed its output and had to be stopped. It wraps
+// lifecycle.ErrServerCrashed, so the restart policy treats it as a crash.
+type ExitError struct {
+	Server string
+	// Status is the process's exit status; Status.Stage names the stop
+	// step mcpvisor had taken when it ended ("" when it exited on its own).
+	Status proc.ExitStatus
+	// Stderr is the last lines the server wrote to stderr.
+	Stderr string
+}
+
+func (e *ExitError) Error() string {
+	how := fmt.Sprintf("server %s exited unexpectedly (%s)", e.Server, exitHow(e.Status))
+	if e.Status.Stage != "" {
+		how = fmt.Sprintf("server %s closed its output and was stopped (%s)", e.Server, exitHow(e.Status))
+	}
+	if e.Stderr != "" {
+		how += "; stderr: " + e.Stderr
+	}
+	return lifecycle.ErrServerCrashed.Error() + ": " + how
+}
+
+// Unwrap makes an ExitError a lifecycle.ErrServerCrashed.
+func (e *ExitError) Unwrap() error { return lifecycle.ErrServerCrashed }
+
+func exitHow(st proc.ExitStatus) string {
+	s := fmt.Sprintf("exit code %d", st.Code)
+	if st.Signal != 0 {
+		s = "signal " + st.Signal.String()
+	}
+	if st.Stage != "" {
+		s += ", after " + st.Stage
+	}
+	return s
 }
 
 // Name is the server's configured name.
@@ -145,8 +191,10 @@ func (c *Conn) endCause(err error) error {
 }
 
 // Wait blocks until the connection ends. It returns nil when mcpvisor
-// ended it (Close) or the server exited cleanly, and a classified error
-// otherwise (lifecycle.Session).
+// ended it (Close) and the process did not crash on the way, and a
+// classified error otherwise (lifecycle.Session): for a local server that
+// ended unasked — whatever its exit code, whether or not it closed its
+// stdout first — an *ExitError.
 func (c *Conn) Wait() error {
 	<-c.runDone
 	if c.proc == nil {
@@ -158,32 +206,55 @@ func (c *Conn) Wait() error {
 		return nil
 	}
 	st := c.proc.Status()
-	if st.Crashed() {
-		if tail := c.proc.Stderr().Tail(3); tail != "" {
-			return fmt.Errorf("%w: server %s %s; stderr: %s", lifecycle.ErrServerCrashed, c.name, st, tail)
-		}
-		return fmt.Errorf("%w: server %s %s", lifecycle.ErrServerCrashed, c.name, st)
+	if c.closing.Load() && !st.Crashed() {
+		return nil
 	}
-	return nil
+	return &ExitError{Server: c.name, Status: st, Stderr: c.proc.Stderr().Tail(3)}
 }
 
 var errClosedByUs = errors.New("closed by mcpvisor")
 
 // Close ends the connection: for a process, the full stop escalation of
 // proc.Process.Stop. Idempotent; safe concurrently with Wait.
-func (c *Conn) Close() error {
+func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
+
+// CloseContext is Close bounded by ctx: when ctx ends during the stop, the
+// process tree is killed at once (proc.Process.Stop) and CloseContext
+// returns ctx's error. Only the first call stops the connection; a later
+// or concurrent call waits for that stop to end, or for its own ctx,
+// whichever comes first. lifecycle's Supervisor calls it with the context
+// of its Stop.
+func (c *Conn) CloseContext(ctx context.Context) error {
+	first := false
 	c.closeOnce.Do(func() {
+		first = true
+		c.closing.Store(true)
+		close(c.closeReq)
 		// Cancellations of requests that ended just before are delivered
 		// first: a server that sees them stops that work and can exit at
 		// once on stdin EOF.
-		fctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		_ = c.rpc.Flush(fctx)
 		cancel()
 		if c.proc != nil {
-			c.closeErr = c.proc.Stop(context.Background())
+			c.closeErr = c.proc.Stop(ctx)
 		}
 		c.rpc.Close()
-		<-c.runDone
+		select {
+		case <-c.runDone:
+		case <-ctx.Done():
+			if c.closeErr == nil {
+				c.closeErr = ctx.Err()
+			}
+		}
 	})
-	return c.closeErr
+	if first {
+		return c.closeErr
+	}
+	select {
+	case <-c.runDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

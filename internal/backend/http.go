@@ -132,7 +132,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	}
 	b.conn = conn
 
-	c := &Conn{name: hc.Name, log: log, runDone: make(chan struct{})}
+	c := &Conn{name: hc.Name, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(b, bridgeWriter{b}, rpc.Options{
 		PeerName: "server " + hc.Name,
 		Logger:   log,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -59,7 +60,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	if err != nil {
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
 	}
-	c := &Conn{name: sc.Name, proc: p, log: log, runDone: make(chan struct{})}
+	c := &Conn{name: sc.Name, proc: p, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{
 		MaxLine:  sc.MaxLine,
 		PeerName: "server " + sc.Name,
@@ -68,7 +69,18 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	})
 	go func() {
 		_ = c.rpc.Run(context.Background())
-		// The protocol stream ended: the process exits or has exited.
+		// The protocol stream ended. Unless mcpvisor ended it, the server
+		// is exiting on its own: give it exitGrace to do so, so that its
+		// exit status is its own and not that of a stop mcpvisor began.
+		if !c.closing.Load() {
+			t := time.NewTimer(exitGrace)
+			select {
+			case <-p.Exited():
+			case <-c.closeReq:
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		// Make sure the tree is gone before the session counts as ended.
 		_ = p.Stop(context.Background())
 		close(c.runDone)

@@ -93,7 +93,21 @@ func (in *instance) disconnected(err error) {
 	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed
 	in.mu.Unlock()
 	if err != nil && !sleeping {
-		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: map[string]any{"error": err.Error()}})
+		d := map[string]any{"error": err.Error()}
+		var ee *backend.ExitError
+		if errors.As(err, &ee) {
+			d["code"] = ee.Status.Code
+			if ee.Status.Signal != 0 {
+				d["signal"] = ee.Status.Signal.String()
+			}
+			if ee.Status.Stage != "" {
+				d["stage"] = ee.Status.Stage
+			}
+			if ee.Stderr != "" {
+				d["stderr"] = ee.Stderr
+			}
+		}
+		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
 	}
 }
 

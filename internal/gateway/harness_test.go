@@ -238,3 +238,15 @@ func removeFile(path string) error { return os.Remove(path) }
 // worldRuntime is the Runtime configuration newWorld uses: everything the
 // machine allows, unless a benchmark says otherwise.
 var worldRuntime proc.Options
+
+// last is the newest event of type typ of server (zero if none).
+func (w *world) last(server, typ string) fleet.Event {
+	w.evMu.Lock()
+	defer w.evMu.Unlock()
+	for i := len(w.events) - 1; i >= 0; i-- {
+		if e := w.events[i]; e.Server == server && e.Type == typ {
+			return e
+		}
+	}
+	return fleet.Event{}
+}
