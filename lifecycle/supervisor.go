@@ -40,6 +40,15 @@ type Session interface {
 	Close() error
 }
 
+// ContextCloser is implemented by a Session whose Close can be bounded.
+// The Supervisor calls CloseContext instead of Close with the context given
+// to Stop, so that a shutdown deadline reaches the session's teardown (a
+// process stop compresses its escalation to fit it); closes not caused by
+// Stop get context.Background().
+type ContextCloser interface {
+	CloseContext(ctx context.Context) error
+}
+
 // Supervisor drives one Connector: it connects on Start, watches the
 // session, reconnects with backoff according to its Policy, gives up into
 // StateFailed, and tears everything down on Stop. All waits honour a
@@ -71,6 +80,20 @@ type run struct {
 	started chan error    // buffered 1: outcome of the first connect
 	restart chan struct{} // buffered 1: a pending RestartAndWait request
 	done    chan struct{} // closed when the run goroutine returns
+
+	stopMu  sync.Mutex
+	stopCtx context.Context // the context of the first Stop, for the session's close
+}
+
+// closeContext is the context a close of the run's session gets: that of
+// the Stop that ended the run, else context.Background().
+func (r *run) closeContext() context.Context {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	if r.stopCtx != nil {
+		return r.stopCtx
+	}
+	return context.Background()
 }
 
 // New returns a stopped Supervisor that will drive connector with policy
@@ -211,6 +234,11 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	r := s.run
 	s.mu.Unlock()
 	if r != nil {
+		r.stopMu.Lock()
+		if r.stopCtx == nil {
+			r.stopCtx = ctx
+		}
+		r.stopMu.Unlock()
 		r.cancel(ErrStopped)
 		select {
 		case <-r.done:
@@ -355,13 +383,13 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 			s.tr.ResetRestarts()
 		case <-r.restart:
 			forced = true
-			s.closeSession(sess)
+			s.closeSession(r, sess)
 		case <-stopping:
 			stopping = nil
-			s.closeSession(sess)
+			s.closeSession(r, sess)
 		}
 	}
-	s.closeSession(sess) // release resources after an unrequested end too
+	s.closeSession(r, sess) // release resources after an unrequested end too
 	end = Classify(end)
 	if end != nil {
 		s.logger().Warn("session ended", "err", end)
@@ -507,8 +535,14 @@ func (s *Supervisor) setState(to State, err error) {
 	}
 }
 
-func (s *Supervisor) closeSession(sess Session) {
-	if err := sess.Close(); err != nil {
+func (s *Supervisor) closeSession(r *run, sess Session) {
+	var err error
+	if cc, ok := sess.(ContextCloser); ok {
+		err = cc.CloseContext(r.closeContext())
+	} else {
+		err = sess.Close()
+	}
+	if err != nil {
 		s.logger().Debug("session close", "err", err)
 	}
 }

@@ -1152,3 +1152,43 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	})
 }
+
+// ctxSession is a fakeSession that implements ContextCloser and records
+// the context its close got.
+type ctxSession struct {
+	*fakeSession
+	mu  sync.Mutex
+	got []context.Context
+}
+
+func (c *ctxSession) CloseContext(ctx context.Context) error {
+	c.mu.Lock()
+	c.got = append(c.got, ctx)
+	c.mu.Unlock()
+	return c.fakeSession.Close()
+}
+
+// The context given to Stop reaches the session's close, so that a
+// shutdown deadline bounds the teardown of what the Supervisor runs.
+func TestStopContextReachesTheSessionClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cs := &ctxSession{fakeSession: newFakeSession()}
+		s := newSup(t, connectorFunc(func(context.Context) (Session, error) { return cs, nil }), Policy{})
+		must(t, s.Start(context.Background()))
+		type key struct{}
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "stop"), time.Minute)
+		defer cancel()
+		must(t, s.Stop(ctx))
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if len(cs.got) == 0 {
+			t.Fatal("CloseContext was not called")
+		}
+		if v, _ := cs.got[0].Value(key{}).(string); v != "stop" {
+			t.Fatalf("first close got a context without Stop's value")
+		}
+		if _, ok := cs.got[0].Deadline(); !ok {
+			t.Fatalf("first close got a context without Stop's deadline")
+		}
+	})
+}
