@@ -165,6 +165,12 @@ type Policy struct {
 	// Start.
 	OnRestart func()
 
+	// OnRestarting is called before each backoff wait of a restart, with
+	// the attempt number (1-based), the delay before it and the error that
+	// caused it (the session's end, or the previous attempt's failure). It
+	// runs on the Supervisor's goroutine and must not block.
+	OnRestarting func(attempt int, delay time.Duration, cause error)
+
 	// OnFailed is called once each time the Supervisor enters StateFailed,
 	// with the error it recorded.
 	OnFailed func(err error)

@@ -97,6 +97,10 @@ type StateInfo struct {
 	// Restarts counts restart attempts since the last reset (Start, or a
 	// healthy period in a Supervisor).
 	Restarts int
+	// NextAttempt is when a Restarting Supervisor makes its next connect
+	// attempt (zero when none is scheduled: any state but Restarting, or
+	// an attempt in progress).
+	NextAttempt time.Time
 }
 
 // Tracker holds one connection's state, the time it was entered, the last
@@ -110,6 +114,37 @@ type Tracker struct {
 	since    time.Time
 	lastErr  error
 	restarts int
+	next     time.Time
+	changed  chan struct{} // closed and replaced at each change; nil until asked for
+}
+
+// Changed returns a channel that is closed at the next change of the
+// state, of the last error or of the next attempt's time. Read it before
+// looking at the state you mean to wait on, so that no change is missed.
+func (t *Tracker) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
+}
+
+// notifyLocked wakes the waiters of Changed. Callers hold mu.
+func (t *Tracker) notifyLocked() {
+	if t.changed != nil {
+		close(t.changed)
+		t.changed = nil
+	}
+}
+
+// SetNextAttempt records when the next connect attempt is due (zero: none
+// scheduled).
+func (t *Tracker) SetNextAttempt(at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next = at
+	t.notifyLocked()
 }
 
 // NewTracker returns a Tracker in StateStopped whose Since is now.
@@ -150,12 +185,15 @@ func (t *Tracker) transition(from []State, to State, err error) error {
 	if cur == to {
 		if err != nil {
 			t.lastErr = err
+			t.notifyLocked()
 		}
 		return nil
 	}
 	t.state = to
 	t.since = time.Now()
 	t.lastErr = err
+	t.next = time.Time{}
+	t.notifyLocked()
 	return nil
 }
 
@@ -211,5 +249,5 @@ func (t *Tracker) Restarts() int {
 func (t *Tracker) Snapshot() StateInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts}
+	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, NextAttempt: t.next}
 }

@@ -129,6 +129,11 @@ func (s *Supervisor) IsReady() bool {
 	return st == StateReady || st == StateDegraded
 }
 
+// Changed returns a channel that is closed at the next change of State()
+// (state, last error, or the time of the next attempt); see
+// Tracker.Changed.
+func (s *Supervisor) Changed() <-chan struct{} { return s.tr.Changed() }
+
 // Restarted returns a channel that is closed at the next successful
 // reconnect (after OnRestart has run). Each reconnect closes the current
 // channel and installs a new one, so read Restarted again for each wait, and
@@ -436,10 +441,15 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 			}
 			d := s.pol.Backoff.Delay(n)
 			s.logger().Info("restarting", "attempt", n, "delay", d)
+			s.tr.SetNextAttempt(time.Now().Add(d))
+			if f := s.pol.OnRestarting; f != nil {
+				f(n, d, last)
+			}
 			if !s.pause(r, d) {
 				s.setState(StateStopped, nil)
 				return nil
 			}
+			s.tr.SetNextAttempt(time.Time{})
 		}
 		immediate = false
 

@@ -1192,3 +1192,49 @@ func TestStopContextReachesTheSessionClose(t *testing.T) {
 		}
 	})
 }
+
+// While Restarting, State says when the next attempt is due, OnRestarting
+// reports each attempt, and Changed wakes a waiter at each change without
+// polling.
+func TestRestartingReportsTheNextAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := &fakeConnector{script: failAfter(2, fmt.Errorf("dial: %w", ErrServerUnavailable))}
+		var mu sync.Mutex
+		var attempts []int
+		var delays []time.Duration
+		s := newSup(t, conn, Policy{MaxAttempts: -1, Logger: quiet, OnRestarting: func(n int, d time.Duration, cause error) {
+			mu.Lock()
+			attempts, delays = append(attempts, n), append(delays, d)
+			mu.Unlock()
+			if cause == nil {
+				t.Errorf("attempt %d without a cause", n)
+			}
+		}})
+		must(t, s.Start(context.Background()))
+		changed := s.Changed()
+		crash := time.Now()
+		conn.last().end(errors.New("segfault"))
+		<-changed // woken by the move to Restarting
+		synctest.Wait()
+		info := wantState(t, s, StateRestarting)
+		if want := crash.Add(time.Second); !info.NextAttempt.Equal(want) {
+			t.Fatalf("NextAttempt = %v, want %v", info.NextAttempt, want)
+		}
+		changed = s.Changed()
+		time.Sleep(time.Second) // the first attempt fails
+		<-changed
+		synctest.Wait()
+		if info := s.State(); !info.NextAttempt.Equal(crash.Add(3 * time.Second)) {
+			t.Fatalf("after one failed attempt, NextAttempt = %v, want %v", info.NextAttempt, crash.Add(3*time.Second))
+		}
+		<-s.Restarted()
+		if info := wantState(t, s, StateReady); !info.NextAttempt.IsZero() {
+			t.Fatalf("NextAttempt = %v once Ready, want zero", info.NextAttempt)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(attempts) != "[1 2 3]" || fmt.Sprint(delays) != "[1s 2s 4s]" {
+			t.Fatalf("OnRestarting attempts %v delays %v, want [1 2 3] [1s 2s 4s]", attempts, delays)
+		}
+	})
+}
