@@ -28,6 +28,9 @@ type Process struct {
 	stderr *Ring
 	start  time.Time
 	plat   platformProcess
+	// act takes one stop step (takeStep); tests replace it to run the
+	// stop logic without a process.
+	act func(stage string)
 
 	spawned     chan struct{} // spawn returned; spawnFailed tells how
 	spawnFailed bool
@@ -57,18 +60,8 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	if log == nil {
 		log = rt.log
 	}
-	p := &Process{
-		rt:         rt,
-		spec:       spec,
-		log:        log.With("server", spec.Name),
-		tree:       fmt.Sprintf("%s.%d", rt.id, rt.seq.Add(1)),
-		stderr:     NewRing(spec.StderrLines, spec.StderrBytes),
-		spawned:    make(chan struct{}),
-		exited:     make(chan struct{}),
-		done:       make(chan struct{}),
-		stopBegun:  make(chan struct{}),
-		stderrDone: make(chan struct{}),
-	}
+	p := newProcess(spec, log)
+	p.rt, p.tree = rt, fmt.Sprintf("%s.%d", rt.id, rt.seq.Add(1))
 	if err := rt.track(p); err != nil {
 		return nil, err
 	}
@@ -83,6 +76,23 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 	close(p.spawned)
 	go p.watch()
 	return p, nil
+}
+
+// newProcess returns a Process of spec that is not spawned yet: its
+// channels made, nothing started.
+func newProcess(spec Spec, log *slog.Logger) *Process {
+	p := &Process{
+		spec:       spec,
+		log:        log.With("server", spec.Name),
+		stderr:     NewRing(spec.StderrLines, spec.StderrBytes),
+		spawned:    make(chan struct{}),
+		exited:     make(chan struct{}),
+		done:       make(chan struct{}),
+		stopBegun:  make(chan struct{}),
+		stderrDone: make(chan struct{}),
+	}
+	p.act = p.takeStep
+	return p
 }
 
 func (p *Process) spawn() error {
@@ -293,15 +303,13 @@ func (p *Process) escalate(ctx context.Context) error {
 	p.stopping()
 	steps := []struct {
 		stage string
-		act   func()
 		wait  time.Duration
 	}{
-		{"stdin", func() { _ = p.stdin.Close() }, p.spec.stdinWait()},
-		{"term", func() { p.signalTree(syscall.SIGTERM) }, p.spec.termWait()},
+		{stageStdin, p.spec.stdinWait()},
+		{stageTerm, p.spec.termWait()},
 	}
 	for _, s := range steps {
-		p.setStage(s.stage)
-		s.act()
+		p.act(s.stage)
 		if s.wait == 0 {
 			continue
 		}
@@ -323,8 +331,7 @@ func (p *Process) escalate(ctx context.Context) error {
 		return nil
 	default:
 	}
-	p.setStage("kill")
-	p.signalTree(syscall.SIGKILL)
+	p.act(stageKill)
 	p.log.Warn("server did not stop in time; killed its process group", "pid", p.pid)
 	// SIGKILL cannot be ignored; the bound only covers a process stuck in
 	// the kernel.
@@ -335,6 +342,28 @@ func (p *Process) escalate(ctx context.Context) error {
 		return nil
 	case <-t.C:
 		return fmt.Errorf("proc: %s (pid %d) still present %v after SIGKILL", p.spec.Name, p.pid, killBound)
+	}
+}
+
+// The stop steps, as ExitStatus.Stage names them.
+const (
+	stageStdin = "stdin"
+	stageTerm  = "term"
+	stageKill  = "kill"
+)
+
+// takeStep records stage and takes that stop step: stageStdin closes the
+// tree's stdin, stageTerm sends SIGTERM to the whole tree, stageKill
+// SIGKILL.
+func (p *Process) takeStep(stage string) {
+	p.setStage(stage)
+	switch stage {
+	case stageStdin:
+		_ = p.stdin.Close()
+	case stageTerm:
+		p.signalTree(syscall.SIGTERM)
+	case stageKill:
+		p.signalTree(syscall.SIGKILL)
 	}
 }
 
