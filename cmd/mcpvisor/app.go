@@ -133,9 +133,12 @@ func (a *app) startEager(ctx context.Context, learn bool) {
 	for _, s := range a.fleet.Servers() {
 		if s.Config().Eager {
 			go func() {
-				if _, err := s.Conn(ctx, ""); err != nil {
+				l, err := s.Acquire(ctx, "")
+				if err != nil {
 					a.log.Warn("eager start failed", "server", s.Name(), "err", err)
+					return
 				}
+				l.Release()
 			}()
 		}
 	}

@@ -35,14 +35,16 @@ type Live interface {
 }
 
 // ConnectorFunc builds the connector of one instance; onConnect must be
-// called with every connection it makes, before Connect returns.
-type ConnectorFunc func(s *config.Server, onConnect func(Live)) lifecycle.Connector
+// called with every connection it makes, before Connect returns. hooks
+// receive what the server sends on its own.
+type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector
 
 // Options configure a Fleet.
 type Options struct {
 	Runtime *proc.Runtime
-	Hooks   backend.Hooks
-	Logger  *slog.Logger
+	// Hooks receive what servers send on their own.
+	Hooks  Hooks
+	Logger *slog.Logger
 	// OnReconnect is called after an instance was restarted by its
 	// supervisor or respawned from dormancy (its lists may have changed).
 	OnReconnect func(s *Server)
@@ -55,6 +57,10 @@ type Options struct {
 	// that cannot start is not retried in a hot loop.
 	RespawnFailures int
 	RespawnWindow   time.Duration
+	// MaxInstances bounds the instances of one per-session server, one per
+	// client session (default 32): beyond it Acquire fails with
+	// ErrInstanceLimit instead of spawning.
+	MaxInstances int
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -63,6 +69,46 @@ type Fleet struct {
 	log     *slog.Logger
 	servers []*Server // sorted by name
 	byName  map[string]*Server
+
+	endMu sync.Mutex
+	ended map[string]time.Time // client sessions ended lately, and when
+}
+
+// endedMemory is how long an ended client session is remembered, so that a
+// request of it that raced its end cannot create a per-session instance.
+const endedMemory = time.Minute
+
+// EndSession ends what client session held in every server: per-session
+// instances are closed under ctx, subscriptions and log levels forgotten,
+// and no instance is created for it afterwards.
+func (f *Fleet) EndSession(ctx context.Context, session string) {
+	if session == "" {
+		return
+	}
+	now := time.Now()
+	f.endMu.Lock()
+	if f.ended == nil {
+		f.ended = map[string]time.Time{}
+	}
+	for k, t := range f.ended {
+		if now.Sub(t) > endedMemory {
+			delete(f.ended, k)
+		}
+	}
+	f.ended[session] = now
+	f.endMu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range f.servers {
+		wg.Go(func() { s.endSession(ctx, session) })
+	}
+	wg.Wait()
+}
+
+func (f *Fleet) sessionEnded(session string) bool {
+	f.endMu.Lock()
+	defer f.endMu.Unlock()
+	_, ok := f.ended[session]
+	return ok
 }
 
 // New builds the fleet for cfg. Nothing is started.
@@ -76,6 +122,9 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	}
 	if f.opts.RespawnWindow <= 0 {
 		f.opts.RespawnWindow = time.Minute
+	}
+	if f.opts.MaxInstances <= 0 {
+		f.opts.MaxInstances = 32
 	}
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector
@@ -95,7 +144,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 
 // connector is the backend of a configured server: a local process, or a
 // remote server over Streamable HTTP (or the legacy SSE transport).
-func (f *Fleet) connector(sc *config.Server, onConnect func(Live)) lifecycle.Connector {
+func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector {
 	if sc.Kind == config.KindHTTP {
 		transport := "streamable-http"
 		if sc.Transport == config.TransportSSE {
@@ -106,15 +155,15 @@ func (f *Fleet) connector(sc *config.Server, onConnect func(Live)) lifecycle.Con
 			URL:       sc.URL,
 			Headers:   sc.Headers,
 			Transport: transport,
-			Hooks:     f.opts.Hooks,
+			Hooks:     hooks,
 			Logger:    f.log,
 			OnConnect: func(c *backend.Conn) { onConnect(c) },
 		}
 	}
-	return f.stdioConnector(sc, onConnect)
+	return f.stdioConnector(sc, hooks, onConnect)
 }
 
-func (f *Fleet) stdioConnector(sc *config.Server, onConnect func(Live)) lifecycle.Connector {
+func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector {
 	var extra []string
 	for k, v := range sc.Env {
 		extra = append(extra, k+"="+v)
@@ -130,7 +179,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, onConnect func(Live)) lifecycl
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),
 		},
-		Hooks:     f.opts.Hooks,
+		Hooks:     hooks,
 		Logger:    f.log,
 		OnConnect: func(c *backend.Conn) { onConnect(c) },
 	}

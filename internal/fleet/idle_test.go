@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -45,12 +46,21 @@ func TestIdleDecision(t *testing.T) {
 type fakeLive struct {
 	done chan struct{}
 	once sync.Once
+	err  error // what Wait reports: set by crash
+}
+
+// crash ends the session as a server that exits on its own does.
+func (f *fakeLive) crash() {
+	f.once.Do(func() {
+		f.err = fmt.Errorf("%w: exit code 3", lifecycle.ErrServerCrashed)
+		close(f.done)
+	})
 }
 
 // fakeStopTime is how long a fakeLive's Close takes (fake time).
 var fakeStopTime time.Duration
 
-func (f *fakeLive) Wait() error { <-f.done; return nil }
+func (f *fakeLive) Wait() error { <-f.done; return f.err }
 func (f *fakeLive) Close() error {
 	time.Sleep(fakeStopTime)
 	f.once.Do(func() { close(f.done) })
@@ -119,7 +129,7 @@ func newFakeFleet(t *testing.T, settings string) *fakeFleet {
 	ff := &fakeFleet{}
 	ff.f, err = New(cfg, Options{
 		Logger: discardLogger(),
-		Connector: func(_ *config.Server, onConnect func(Live)) lifecycle.Connector {
+		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(Live)) lifecycle.Connector {
 			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail}
 		},
 		OnEvent: func(e Event) {
@@ -141,6 +151,25 @@ func (ff *fakeFleet) close(t *testing.T) {
 }
 
 func state(s *Server) string { return s.Status().State }
+
+// use releases a lease at once: what the start left running is what the
+// test looks at.
+func use(l *Lease, err error) (*Lease, error) {
+	if err == nil {
+		l.Release()
+	}
+	return l, err
+}
+
+// live is the connection a lease was given (its instance's current one),
+// the lease released; nil if Acquire failed.
+func live(l *Lease, err error) Live {
+	if err != nil {
+		return nil
+	}
+	defer l.Release()
+	return l.in.current()
+}
 
 func TestIdleRespectsGraceAndTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -172,8 +201,8 @@ func TestInFlightBlocksIdleHoweverSmallTheTimeout(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"1ms","startGrace":"0s"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		s.Begin("")
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Hour)
@@ -181,7 +210,7 @@ func TestInFlightBlocksIdleHoweverSmallTheTimeout(t *testing.T) {
 		if state(s) != "running" {
 			t.Fatalf("a request in flight for an hour was reaped: %s", state(s))
 		}
-		s.End("")
+		l.Release()
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
 		if state(s) != "dormant" {
@@ -198,14 +227,14 @@ func TestSnapshotRace(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		s.Begin("")
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		// The timer is due at connect+10s; the request ends a hair
 		// before, after 10s in flight.
 		time.Sleep(10*time.Second - time.Nanosecond)
-		s.End("")
+		l.Release()
 		time.Sleep(time.Nanosecond)
 		synctest.Wait()
 		if state(s) != "running" {
@@ -224,13 +253,14 @@ func TestActivityRearmsTheTimer(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
 		for range 5 {
 			time.Sleep(9 * time.Second)
-			s.Begin("")
-			s.End("")
+			if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+				t.Fatal(err)
+			}
 		}
 		synctest.Wait()
 		if state(s) != "running" {
@@ -250,11 +280,9 @@ func TestDormantRespawnCycles(t *testing.T) {
 		defer ff.close(t)
 		s := ff.f.Get("s")
 		for cycle := 1; cycle <= 3; cycle++ {
-			s.Begin("")
-			if _, err := s.Conn(t.Context(), ""); err != nil {
+			if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 				t.Fatal(err)
 			}
-			s.End("")
 			time.Sleep(5 * time.Second)
 			synctest.Wait()
 			if state(s) != "dormant" {
@@ -279,11 +307,12 @@ func TestConcurrentCallsShareOneRespawn(t *testing.T) {
 		var failed atomic.Int32
 		for range 50 {
 			wg.Go(func() {
-				s.Begin("")
-				defer s.End("")
-				if _, err := s.Conn(context.Background(), ""); err != nil {
+				l, err := s.Acquire(context.Background(), "")
+				if err != nil {
 					failed.Add(1)
+					return
 				}
+				l.Release()
 			})
 		}
 		wg.Wait()
@@ -300,18 +329,18 @@ func TestFailedRespawnIsBounded(t *testing.T) {
 		ff.fail.Store(true)
 		s := ff.f.Get("s")
 		for i := range 3 {
-			if _, err := s.Conn(t.Context(), ""); err == nil || !errors.Is(err, lifecycle.ErrServerUnavailable) {
+			if _, err := use(s.Acquire(t.Context(), "")); err == nil || !errors.Is(err, lifecycle.ErrServerUnavailable) {
 				t.Fatalf("attempt %d: %v", i, err)
 			}
 		}
 		before := ff.connects.Load()
-		_, err := s.Conn(t.Context(), "")
+		_, err := use(s.Acquire(t.Context(), ""))
 		if !errors.Is(err, ErrRespawnLimit) || ff.connects.Load() != before {
 			t.Fatalf("4th attempt within the window: %v (connects %d → %d)", err, before, ff.connects.Load())
 		}
 		ff.fail.Store(false)
 		time.Sleep(time.Minute)
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatalf("after the window: %v", err)
 		}
 	})
@@ -322,13 +351,11 @@ func TestPerSessionInstances(t *testing.T) {
 		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		a, _ := s.instance("A").acquire(t.Context())
-		b, _ := s.instance("B").acquire(t.Context())
-		a2, _ := s.instance("A").acquire(t.Context())
+		a, b, a2 := live(s.Acquire(t.Context(), "A")), live(s.Acquire(t.Context(), "B")), live(s.Acquire(t.Context(), "A"))
 		if a == b || a != a2 || ff.connects.Load() != 2 {
 			t.Fatalf("sessions A and B must have their own instance: connects %d", ff.connects.Load())
 		}
-		s.EndSession(t.Context(), "A")
+		ff.f.EndSession(t.Context(), "A")
 		if a.(*fakeLive).Alive() {
 			t.Fatal("A's instance survived the end of its session")
 		}
@@ -347,7 +374,7 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
 		s := ff.f.Get("s")
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -366,7 +393,7 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 
 		ff = newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
 		s = ff.f.Get("s")
-		if _, err := s.Conn(t.Context(), ""); err != nil {
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5*time.Second + time.Second) // idle, then the dormant stop
@@ -378,10 +405,10 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 
 		ff = newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
 		s = ff.f.Get("s")
-		if _, err := s.instance("A").acquire(t.Context()); err != nil {
+		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
 			t.Fatal(err)
 		}
-		s.EndSession(t.Context(), "A")
+		ff.f.EndSession(t.Context(), "A")
 		ff.close(t)
 		ff.mu.Lock()
 		defer ff.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -48,15 +49,44 @@ type instance struct {
 	failures     []time.Time // recent failed starts
 	lastErr      error
 	spawns       int
-	requests     int64 // Begin calls, ever
+	requests     int64 // leases taken, ever
+	closes       int   // close calls, ever: a start that a close raced is not kept
+}
+
+// instHooks hands what the instance's server sends on its own to the
+// fleet's Hooks, counted as the instance's activity and tagged with its
+// source.
+type instHooks struct{ in *instance }
+
+func (h instHooks) Notification(c *backend.Conn, m *rpc.Message) {
+	h.in.touch()
+	if hk := h.in.srv.f.opts.Hooks; hk != nil {
+		hk.Notification(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
+	}
+}
+
+func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
+	h.in.touch()
+	if hk := h.in.srv.f.opts.Hooks; hk != nil {
+		hk.Request(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
+		return
+	}
+	go func() { _ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to") }()
 }
 
 func (s *Server) newInstance(key string) *instance {
 	in := &instance{srv: s, key: key}
-	conn := s.f.opts.Connector(s.cfg, in.connected)
+	conn := s.f.opts.Connector(s.cfg, instHooks{in}, in.connected)
 	pol := s.cfg.Policy()
 	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
 	pol.OnDisconnect = in.disconnected
+	pol.OnRestarting = func(attempt int, delay time.Duration, cause error) {
+		d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
+		if cause != nil {
+			d["error"] = cause.Error()
+		}
+		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarting", Details: d})
+	}
 	pol.OnRestart = func() {
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
 		if s.f.opts.OnReconnect != nil {
@@ -73,8 +103,13 @@ func (s *Server) newInstance(key string) *instance {
 	return in
 }
 
-// connected runs for every new connection, first start and restarts alike.
+// connected runs for every new connection, first start and restarts
+// alike, before the connection serves: it replays what the instance's
+// sessions asked of the server (subscriptions, log level).
 func (in *instance) connected(l Live) {
+	if c, ok := l.(Conn); ok {
+		in.replayTo(c)
+	}
 	in.mu.Lock()
 	in.conn = l
 	now := time.Now()
@@ -132,6 +167,16 @@ func (in *instance) begin() {
 	in.mu.Unlock()
 }
 
+// hold counts something in flight that is not a request of a client (a
+// notification passed on, a refresh of lists): it keeps the instance
+// awake but is not counted in requests.
+func (in *instance) hold() {
+	in.mu.Lock()
+	in.inflight++
+	in.lastActivity = time.Now()
+	in.mu.Unlock()
+}
+
 func (in *instance) end() {
 	in.mu.Lock()
 	in.inflight--
@@ -146,13 +191,6 @@ func (in *instance) touch() {
 	in.mu.Lock()
 	in.lastActivity = time.Now()
 	in.mu.Unlock()
-}
-
-func (in *instance) owns(c *backend.Conn) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	l, ok := in.conn.(*backend.Conn)
-	return ok && l == c
 }
 
 // current is the live connection, or nil.
@@ -188,6 +226,11 @@ func (in *instance) armLocked(now time.Time) {
 // if it is due, and re-arms the timer otherwise.
 func (in *instance) idleCheck() {
 	cfg := in.srv.cfg
+	if in.srv.pinned(in.key) {
+		// A subscriber waits for updates only a running server can send;
+		// the unsubscribe (a request) re-arms the timer.
+		return
+	}
 	in.mu.Lock()
 	if in.phase != phaseRunning {
 		in.mu.Unlock()
@@ -296,15 +339,20 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 			}
 			continue
 		}
-		if in.phase == phaseRunning && in.sup.State().State == lifecycle.StateRestarting {
-			in.mu.Unlock()
-			select {
-			case <-in.sup.Restarted():
-			case <-ctx.Done():
-				return nil, fmt.Errorf("server %s is restarting: %w", name, ctx.Err())
-			case <-time.After(50 * time.Millisecond): // it may have given up: look again
+		if in.phase == phaseRunning && in.starting == nil {
+			// Restarting by its policy: wait for the next change of the
+			// supervisor's state. (Given up — Failed or Stopped — a
+			// request starts it again below, within the respawn limit.)
+			changed := in.sup.Changed()
+			if info := in.sup.State(); info.State == lifecycle.StateRestarting {
+				in.mu.Unlock()
+				select {
+				case <-changed:
+				case <-ctx.Done():
+					return nil, restartingError(name, info, ctx.Err())
+				}
+				continue
 			}
-			continue
 		}
 		if ch := in.starting; ch != nil {
 			in.mu.Unlock()
@@ -326,6 +374,7 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 		ch := make(chan struct{})
 		in.starting = ch
 		was := in.phase
+		gen := in.closes
 		dormantFor := time.Since(in.dormantAt)
 		in.mu.Unlock()
 
@@ -335,6 +384,21 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 
 		in.mu.Lock()
 		in.starting = nil
+		if err == nil && in.closes != gen {
+			// A close raced the start, and wins: what started is stopped,
+			// not kept running for nobody.
+			in.mu.Unlock()
+			sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
+			_ = in.sup.Stop(sctx)
+			cancel()
+			in.mu.Lock()
+			in.conn = nil
+			err = fmt.Errorf("server %s was stopped while it started", name)
+			in.startErr = err
+			in.mu.Unlock()
+			close(ch)
+			return nil, err
+		}
 		if err != nil {
 			err = fmt.Errorf("server %s failed to start: %w", name, err)
 			in.failures = append(in.failures, time.Now())
@@ -386,6 +450,7 @@ func (in *instance) respawnLimitLocked() error {
 // waitGone waits until the supervisor has let go of a dead connection.
 func (in *instance) waitGone(ctx context.Context, c Live) error {
 	for {
+		changed := in.sup.Changed()
 		in.mu.Lock()
 		same := in.conn == c && in.sup.IsReady()
 		in.mu.Unlock()
@@ -395,9 +460,26 @@ func (in *instance) waitGone(ctx context.Context, c Live) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("server %s is restarting: %w", in.srv.Name(), ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+		case <-changed:
 		}
 	}
+}
+
+// restartingError is what a request gets when its context ends while its
+// server restarts: it names the restart and when the next attempt is due.
+func restartingError(name string, info lifecycle.StateInfo, cause error) error {
+	msg := fmt.Sprintf("server %s is restarting", name)
+	if info.Restarts > 0 {
+		msg += fmt.Sprintf(" (attempt %d", info.Restarts)
+		if !info.NextAttempt.IsZero() {
+			msg += ", next attempt at " + info.NextAttempt.Format("15:04:05.000")
+		}
+		msg += ")"
+	}
+	if info.LastError != nil {
+		msg += " after: " + info.LastError.Error()
+	}
+	return fmt.Errorf("%s: %w", msg, cause)
 }
 
 func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
@@ -417,9 +499,10 @@ func (in *instance) close(ctx context.Context) error {
 	// close finds the phase stopped, and a close during a dormant stop
 	// leaves the report to it.
 	running, pid := in.phase == phaseRunning && in.conn != nil, pidOf(in.conn)
+	in.closes++
 	if in.key != "" {
 		in.phase = phaseClosed
-	} else if in.phase != phaseNew {
+	} else if in.phase != phaseNew || in.starting != nil {
 		in.phase = phaseStopped
 	}
 	if in.timer != nil {
@@ -442,4 +525,14 @@ func (in *instance) close(ctx context.Context) error {
 		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "stopped", Details: d})
 	}
 	return err
+}
+
+// rearm re-arms the idle timer of a running instance with nothing in
+// flight (after something that kept it awake went away).
+func (in *instance) rearm() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.phase == phaseRunning && in.inflight == 0 {
+		in.armLocked(time.Now())
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
@@ -17,6 +16,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	perSession map[string]*instance
+	interests  map[string]*interest // by client session
 }
 
 // Name is the configured name.
@@ -28,23 +28,6 @@ func (s *Server) Config() *config.Server { return s.cfg }
 // PerSession reports whether each client session gets its own process.
 func (s *Server) PerSession() bool { return s.cfg.Sharing == config.SharingPerSession }
 
-func (s *Server) instance(session string) *instance {
-	if !s.PerSession() || session == "" {
-		return s.shared
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.perSession[session]
-	if in == nil {
-		in = s.newInstance(session)
-		if s.perSession == nil {
-			s.perSession = map[string]*instance{}
-		}
-		s.perSession[session] = in
-	}
-	return in
-}
-
 func (s *Server) instances() []*instance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -55,68 +38,18 @@ func (s *Server) instances() []*instance {
 	return out
 }
 
-// Begin marks a request of session as in flight (and as activity); End
-// marks it done. Between the two the server never goes dormant. Every
-// Begin must be followed by exactly one End with the same session.
-func (s *Server) Begin(session string) { s.instance(session).begin() }
-
-// End ends what Begin began.
-func (s *Server) End(session string) { s.instance(session).end() }
-
-// Touch records activity that is not a request (a notification in either
-// direction) on the instance conn belongs to.
-func (s *Server) Touch(conn *backend.Conn) {
-	for _, in := range s.instances() {
-		if in.owns(conn) {
-			in.touch()
-			return
-		}
-	}
-}
-
-// Conn returns a live connection for session (ignored unless the server is
-// per-session), starting or respawning the process if needed: concurrent
-// callers share one spawn and its outcome. ctx bounds the wait, not the
-// spawn.
-func (s *Server) Conn(ctx context.Context, session string) (*backend.Conn, error) {
-	l, err := s.instance(session).acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c, _ := l.(*backend.Conn)
-	return c, nil
-}
-
-// Current returns the shared instance's live connection, or nil when it is
-// not running. It never starts anything.
-func (s *Server) Current() *backend.Conn {
-	c, _ := s.shared.current().(*backend.Conn)
-	return c
-}
-
-// Running lists the live connections of every instance.
-func (s *Server) Running() []*backend.Conn {
-	var out []*backend.Conn
-	for _, in := range s.instances() {
-		if c, ok := in.current().(*backend.Conn); ok && c != nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// EndSession closes the instance a per-session server ran for session.
-func (s *Server) EndSession(ctx context.Context, session string) {
-	if !s.PerSession() {
-		return
-	}
+// endSession closes the instance a per-session server ran for session and
+// forgets what session asked of the server.
+func (s *Server) endSession(ctx context.Context, session string) {
 	s.mu.Lock()
 	in := s.perSession[session]
 	delete(s.perSession, session)
+	delete(s.interests, session)
 	s.mu.Unlock()
 	if in != nil {
 		_ = in.close(ctx)
 	}
+	s.shared.rearm() // a subscription it held may have kept it awake
 }
 
 // Stop stops the shared instance (it starts again on the next request).
@@ -133,19 +66,28 @@ func (s *Server) Status() Status {
 	return st
 }
 
+// PID is the process of the shared instance when it runs, else 0.
+func (s *Server) PID() int { return s.shared.pid() }
+
 // PIDs lists the process of every running instance of the server, shared
 // and per-session (remote servers have none).
 func (s *Server) PIDs() []int {
 	var out []int
 	for _, in := range s.instances() {
-		in.mu.Lock()
-		pid := pidOf(in.conn)
-		in.mu.Unlock()
-		if pid != 0 {
+		if pid := in.pid(); pid != 0 {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// Init is the initialize result of the shared instance's live connection,
+// or nil when it is not running.
+func (s *Server) Init() *InitResult {
+	if c, ok := s.shared.current().(Conn); ok && c != nil {
+		return c.Init()
+	}
+	return nil
 }
 
 // Requests counts the requests ever begun on the shared instance.

@@ -80,10 +80,12 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	}
 	if m.IsNotification() {
 		if m.Method == "notifications/roots/list_changed" {
+			// Each running server that serves this session hears it:
+			// the session's own instance of a per-session server, else
+			// the shared one. A server that is not running asks for the
+			// roots when it next needs them.
 			for _, srv := range a.g.fleet.Servers() {
-				if c := srv.Current(); c != nil {
-					_ = c.Notify(m.Method, m.Params)
-				}
+				a.g.notifyServer(srv, s, m)
 			}
 		}
 		return nil
@@ -114,30 +116,11 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 		if srv == nil {
 			return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: -32002, Message: "Resource not found", Data: mustJSON(map[string]string{"uri": uri})}}
 		}
-		a.g.subscribe(s, m.Method, uri)
-		return a.g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+		return a.g.forwardSubscription(ctx, s, srv, m, uri, related)
 	case "completion/complete":
 		return a.complete(ctx, s, m, related)
 	case "logging/setLevel":
-		// Every running server that logs gets the level, in parallel and
-		// bounded; servers that start later begin at their own default.
-		var wg sync.WaitGroup
-		for _, srv := range a.g.fleet.Servers() {
-			for _, c := range srv.Running() {
-				if !c.Init().Has("logging") {
-					continue
-				}
-				wg.Go(func() {
-					cctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
-					defer cancel()
-					if resp, err := c.Call(cctx, m.Method, m.Params); err != nil || resp.Error != nil {
-						a.g.log.Debug("logging/setLevel not applied", "server", srv.Name(), "err", err)
-					}
-				})
-			}
-		}
-		wg.Wait()
-		return resultResponse(m.ID, json.RawMessage(`{}`))
+		return a.g.setLevel(ctx, s, a.g.fleet.Servers(), m)
 	}
 	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
 }
@@ -408,21 +391,74 @@ func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, re
 	return errorResponse(m.ID, rpc.InvalidParams, "unknown ref type: "+typ)
 }
 
-// subscribe records a session's resource subscriptions, so that
-// notifications/resources/updated reach only subscribers.
-func (g *Gateway) subscribe(s *Session, method, uri string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := g.sessions[s]
-	if st == nil {
+// forwardSubscription forwards resources/subscribe or unsubscribe and
+// records it in the fleet, which replays subscriptions to a restarted or
+// woken server, keeps a subscribed server awake, and says who receives a
+// resource's updates. A subscription is recorded before it is sent (so the
+// server cannot sleep between its answer and the record) and forgotten if
+// the server refuses it.
+func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, uri string, related Sink) *rpc.Message {
+	if m.Method == "resources/subscribe" {
+		srv.Subscribe(s.Key(), uri)
+		resp := g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+		if resp.Error != nil {
+			srv.Unsubscribe(s.Key(), uri)
+		}
+		return resp
+	}
+	resp := g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+	srv.Unsubscribe(s.Key(), uri)
+	return resp
+}
+
+// notifyServer passes a client notification to the running instance that
+// serves s on srv (its own per-session instance, else the shared one),
+// counted as that instance's activity; it starts nothing.
+func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
+	l, ok := srv.Peek(s.Key())
+	if !ok {
 		return
 	}
-	switch method {
-	case "resources/subscribe":
-		st.subs[uri] = true
-	case "resources/unsubscribe":
-		delete(st.subs, uri)
+	defer l.Release()
+	if err := l.Conn().Notify(m.Method, m.Params); err != nil {
+		g.log.Debug("client notification not delivered", "server", srv.Name(), "method", m.Method, "err", err)
 	}
+}
+
+// setLevel records the log level s asks for on each of servers and applies
+// it, in parallel and bounded, to the running instances that serve s and
+// log. An instance shared by several sessions is set to the most verbose
+// level any of them asked for; each session still receives only messages
+// at or above its own level. A server that starts later is told at its
+// start.
+func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Server, m *rpc.Message) *rpc.Message {
+	level := stringField(m.Params, "level")
+	if fleet.LogSeverity(level) < 0 {
+		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("invalid log level %q: one of debug, info, notice, warning, error, critical, alert, emergency", level))
+	}
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		srv.SetLogLevel(s.Key(), level)
+		l, ok := srv.Peek(s.Key())
+		if !ok {
+			continue
+		}
+		if !l.Conn().Init().Has("logging") {
+			l.Release()
+			continue
+		}
+		wg.Go(func() {
+			defer l.Release()
+			cctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
+			defer cancel()
+			params := mustJSON(map[string]string{"level": srv.EffectiveLogLevel(s.Key())})
+			if resp, err := l.Conn().Call(cctx, m.Method, params); err != nil || resp.Error != nil {
+				g.log.Debug("logging/setLevel not applied", "server", srv.Name(), "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	return resultResponse(m.ID, json.RawMessage(`{}`))
 }
 
 // initialize answers the client's initialize: the protocol version it asked

@@ -7,10 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -127,10 +126,14 @@ func (g *Gateway) Reconnected(s *fleet.Server) {
 // refresh fetches kinds from a running server, stores them, and notifies
 // sessions of the lists that changed.
 func (g *Gateway) refresh(s *fleet.Server, kinds ...listKind) {
-	c := s.Current()
-	if c == nil {
+	// A lease, so the server is not put to sleep in the middle; a server
+	// that is not running has nothing new to say.
+	l, ok := s.Peek("")
+	if !ok {
 		return
 	}
+	defer l.Release()
+	c := l.Conn()
 	cat := g.catalogs[s.Name()]
 	ctx, cancel := context.WithTimeout(context.Background(), s.Config().RequestTimeout+time.Second)
 	defer cancel()
@@ -216,7 +219,7 @@ func (g *Gateway) persist(s *fleet.Server, k listKind, items []json.RawMessage) 
 }
 
 // rememberInit caches (and persists) a server's initialize result.
-func (g *Gateway) rememberInit(s *fleet.Server, c *backend.Conn) {
+func (g *Gateway) rememberInit(s *fleet.Server, c fleet.Conn) {
 	cat := g.catalogs[s.Name()]
 	if cat == nil || c.Init() == nil {
 		return
@@ -236,22 +239,28 @@ func (g *Gateway) fetch(ctx context.Context, srv *fleet.Server, k listKind) ([]j
 	if items, ok := cat.get(k); ok {
 		return items, nil
 	}
-	conn, err := srv.Conn(ctx, "")
+	l, err := srv.Acquire(ctx, "")
 	if err != nil {
 		return nil, err
 	}
+	defer l.Release()
+	return g.learnFrom(ctx, srv, l.Conn(), k)
+}
+
+// learnFrom fetches kind k from conn and caches and persists it.
+func (g *Gateway) learnFrom(ctx context.Context, srv *fleet.Server, conn fleet.Conn, k listKind) ([]json.RawMessage, error) {
 	g.rememberInit(srv, conn)
 	items, err := g.fetchFrom(ctx, srv, conn, k)
 	if err != nil {
 		return nil, err
 	}
-	cat.put(k, items)
+	g.catalogs[srv.Name()].put(k, items)
 	g.persist(srv, k, items)
 	return items, nil
 }
 
 // fetchFrom lists every page of kind k from conn.
-func (g *Gateway) fetchFrom(ctx context.Context, srv *fleet.Server, conn *backend.Conn, k listKind) ([]json.RawMessage, error) {
+func (g *Gateway) fetchFrom(ctx context.Context, srv *fleet.Server, conn fleet.Conn, k listKind) ([]json.RawMessage, error) {
 	if !conn.Init().Has(k.capability) {
 		return nil, nil
 	}
@@ -316,16 +325,24 @@ func (g *Gateway) Learn(ctx context.Context, concurrency int) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			before := s.Requests()
 			cfg := s.Config()
 			lctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout+cfg.RequestTimeout)
 			defer cancel()
+			// One lease for the whole lesson; a client request that comes
+			// meanwhile (counted after ours) keeps the server awake after.
+			l, err := s.Acquire(lctx, "")
+			if err != nil {
+				g.log.Warn("could not learn a server's lists", "server", s.Name(), "err", err)
+				return
+			}
+			before := s.Requests()
 			for _, k := range []listKind{kindTools, kindPrompts, kindResources, kindTemplates} {
-				if _, err := g.fetch(lctx, s, k); err != nil {
+				if _, err := g.learnFrom(lctx, s, l.Conn(), k); err != nil {
 					g.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.member, "err", err)
 					break
 				}
 			}
+			l.Release()
 			g.agg.invalidate()
 			s.Rest(before)
 		})

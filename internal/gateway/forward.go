@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -33,24 +32,20 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	srv.Begin(s.Key())
-	defer srv.End(s.Key())
-	var conn *backend.Conn
-	if !srv.PerSession() {
-		conn = srv.Current() // the hot path: a running shared server
+	// The lease counts the request in flight from before the start to
+	// the end, so the server cannot go dormant under it.
+	startCtx := ctx
+	if timeout > 0 {
+		var c context.CancelFunc
+		startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
+		defer c()
 	}
-	if conn == nil {
-		startCtx := ctx
-		if timeout > 0 {
-			var c context.CancelFunc
-			startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
-			defer c()
-		}
-		var err error
-		if conn, err = srv.Conn(startCtx, s.Key()); err != nil {
-			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
-		}
+	lease, err := srv.Acquire(startCtx, s.Key())
+	if err != nil {
+		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 	}
+	defer lease.Release()
+	conn := lease.Conn()
 
 	c := &call{sess: s, st: st, clientID: clientID, related: related, conn: conn, cancel: cancel}
 	// The timeout restarts whenever the server reports progress.
@@ -98,6 +93,10 @@ func (g *Gateway) endCall(c *call, key string) {
 	if c.st.calls[key] == c {
 		delete(c.st.calls, key)
 	}
+	if c.st.idle != nil && len(c.st.calls) == 0 {
+		close(c.st.idle)
+		c.st.idle = nil
+	}
 	list := g.calls[c.conn]
 	for i, x := range list {
 		if x == c {
@@ -115,22 +114,10 @@ func (g *Gateway) endCall(c *call, key string) {
 	}
 }
 
-// newestCall is the most recent request in flight on conn, or nil.
-func (g *Gateway) newestCall(conn *backend.Conn) *call {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	list := g.calls[conn]
-	if len(list) == 0 {
-		return nil
-	}
-	return list[len(list)-1]
-}
-
-// Notification relays what a server sends on its own (backend.Hooks).
-func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
-	if srv := g.fleet.Get(conn.Name()); srv != nil {
-		srv.Touch(conn)
-	}
+// Notification relays what a server sends on its own (fleet.Hooks) to the
+// clients it belongs to, and to no other.
+func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
+	conn := src.Conn
 	switch m.Method {
 	case "notifications/progress":
 		tok := rpc.ProgressToken(m.Params)
@@ -141,37 +128,30 @@ func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
 		g.mu.Lock()
 		c := g.tokens[id]
 		g.mu.Unlock()
-		if c == nil {
+		if c == nil || c.conn != conn {
 			return
 		}
 		c.touch()
 		params, _ := rpc.ReplaceProgressToken(m.Params, c.token)
 		_ = c.related.Send(&rpc.Message{Method: m.Method, Params: params})
 	case "notifications/message":
-		if c := g.newestCall(conn); c != nil {
-			_ = c.related.Send(m)
-			return
-		}
-		for _, s := range g.sessionsFor(conn.Name()) {
-			_ = s.Out().Send(m)
-		}
+		g.relayLog(src, m)
 	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
-		g.invalidate(conn.Name(), m.Method)
-		for _, s := range g.sessionsFor(conn.Name()) {
+		if src.Session == "" {
+			g.invalidate(src.Server.Name(), m.Method)
+		}
+		for _, s := range g.audience(src) {
 			_ = s.Out().Send(m)
 		}
 	case "notifications/resources/updated":
 		uri := stringField(m.Params, "uri")
-		g.mu.Lock()
-		var to []*Session
-		for s, st := range g.sessions {
-			if (st.server == "" || st.server == conn.Name()) && st.subs[uri] {
-				to = append(to, s)
+		for _, key := range src.Server.Subscribers(uri) {
+			if src.Session != "" && key != src.Session {
+				continue // a private instance's update is its session's alone
 			}
-		}
-		g.mu.Unlock()
-		for _, s := range to {
-			_ = s.Out().Send(m)
+			if s := g.sessionByKey(key); s != nil && g.sees(s, src.Server.Name()) {
+				_ = s.Out().Send(m)
+			}
 		}
 	case "notifications/cancelled":
 		// The server withdrew a request it had sent to a client.
@@ -202,6 +182,36 @@ func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
 	}
 }
 
+// relayLog delivers a server's log message. During requests of one client
+// session only, it is theirs: it goes to the newest one's stream. Between
+// requests, or while several sessions share the server, it cannot be tied
+// to a request, so it goes to the sessions that set a log level on the
+// server (and may receive it: the private instance's own session only),
+// each only when the message is at least as severe as its level.
+func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
+	if c, sessions := g.bridgeTarget(src.Conn); c != nil && sessions == 1 {
+		_ = c.related.Send(m)
+		return
+	}
+	sev := fleet.LogSeverity(stringField(m.Params, "level"))
+	levels := src.Server.LogLevels()
+	for _, s := range g.audience(src) {
+		lvl, ok := levels[s.Key()]
+		if !ok || sev < fleet.LogSeverity(lvl) {
+			continue
+		}
+		_ = s.Out().Send(m)
+	}
+}
+
+// sees reports whether s is open on an endpoint that serves server.
+func (g *Gateway) sees(s *Session, server string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.sessions[s]
+	return st != nil && (st.server == "" || st.server == server)
+}
+
 // Request bridges a server→client request (sampling, elicitation, roots)
 // to the client session whose request is in flight on that server
 // (backend.Hooks).
@@ -216,7 +226,8 @@ func (g *Gateway) Notification(conn *backend.Conn, m *rpc.Message) {
 //
 // It runs on the connection's read loop, which must not wait for the
 // server to read: answers given here are written from another goroutine.
-func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
+func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
+	conn := src.Conn
 	if m.Method == "ping" {
 		go func() { _ = conn.Reply(m.ID, json.RawMessage(`{}`)) }()
 		return
@@ -233,7 +244,7 @@ func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}
-	ours := g.nextID("mcpv-r")
+	ours := secretID("mcpv-r-")
 	r := &outReq{conn: conn, backendID: m.ID, sess: c.sess}
 	timeout := 5 * time.Minute
 	r.timer = time.AfterFunc(timeout, func() {
@@ -256,7 +267,7 @@ func (g *Gateway) Request(conn *backend.Conn, m *rpc.Message) {
 
 // bridgeTarget is the newest request in flight on conn and the number of
 // client sessions that have requests in flight there.
-func (g *Gateway) bridgeTarget(conn *backend.Conn) (*call, int) {
+func (g *Gateway) bridgeTarget(conn fleet.Conn) (*call, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	list := g.calls[conn]
@@ -270,10 +281,18 @@ func (g *Gateway) bridgeTarget(conn *backend.Conn) (*call, int) {
 	return list[len(list)-1], len(seen)
 }
 
-func (g *Gateway) takeOutReq(id string) *outReq {
+func (g *Gateway) takeOutReq(id string) *outReq { return g.takeOutReqOf(nil, id) }
+
+// takeOutReqOf removes and returns the pending request id if it was sent
+// to session s (any session when s is nil); otherwise it leaves it pending
+// and returns nil.
+func (g *Gateway) takeOutReqOf(s *Session, id string) *outReq {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.outReqs[id]
+	if r != nil && s != nil && r.sess != s {
+		return nil
+	}
 	if r != nil {
 		delete(g.outReqs, id)
 		if st := g.sessions[r.sess]; st != nil {
@@ -293,8 +312,12 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 		if json.Unmarshal(m.ID, &id) != nil {
 			return true
 		}
-		r := g.takeOutReq(id)
-		if r == nil || r.sess != s {
+		r := g.takeOutReqOf(s, id)
+		if r == nil {
+			// Not a request of this session's (or no longer pending):
+			// refused, and a request pending for another session is left
+			// as it was.
+			g.log.Debug("client answer to no pending request of its session dropped", "id", id)
 			return true
 		}
 		r.timer.Stop()

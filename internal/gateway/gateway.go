@@ -8,6 +8,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"strconv"
@@ -15,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -25,7 +26,14 @@ import (
 var Version = "0.1.0"
 
 // Gateway routes client sessions to the fleet's servers and relays what the
-// servers send back. It implements backend.Hooks.
+// servers send back. It implements fleet.Hooks.
+//
+// Every message a server sends reaches only the client it belongs to: what
+// a client request caused (progress, logging during it, a server request)
+// goes to that request's stream; what cannot be tied to one request goes
+// only to the sessions that asked for it (subscribers of a resource,
+// sessions that set a log level), and what a session's private instance
+// sends goes to that session alone.
 type Gateway struct {
 	fleet *fleet.Fleet
 	log   *slog.Logger
@@ -33,7 +41,8 @@ type Gateway struct {
 
 	mu       sync.Mutex
 	sessions map[*Session]*sessState
-	calls    map[*backend.Conn][]*call // in flight, oldest first
+	byKey    map[string]*Session
+	calls    map[fleet.Conn][]*call // in flight, oldest first
 	tokens   map[string]*call          // our progress token → call
 	outReqs  map[string]*outReq        // our id of a server→client request → where it came from
 	catalogs map[string]*catalog       // per server
@@ -46,8 +55,8 @@ type Gateway struct {
 // lists holds (0: whole lists, the default). Call before serving.
 func (g *Gateway) SetPageSize(n int) { g.pageSize = max(n, 0) }
 
-// New returns a gateway over f. Pass it as the fleet's backend.Hooks (the
-// fleet is built first with a forwarding hook; see SetFleet).
+// New returns a gateway. Pass it as the fleet's Hooks, then attach the
+// fleet with SetFleet.
 func New(log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.Default()
@@ -55,7 +64,8 @@ func New(log *slog.Logger) *Gateway {
 	g := &Gateway{
 		log:      log,
 		sessions: map[*Session]*sessState{},
-		calls:    map[*backend.Conn][]*call{},
+		byKey:    map[string]*Session{},
+		calls:    map[fleet.Conn][]*call{},
 		tokens:   map[string]*call{},
 		outReqs:  map[string]*outReq{},
 		catalogs: map[string]*catalog{},
@@ -89,11 +99,11 @@ func (g *Gateway) Single(name string) Endpoint {
 type sessState struct {
 	server   string // "" for the aggregated endpoint
 	calls    map[string]*call
-	subs     map[string]bool // resource URIs subscribed to
 	caps     map[string]json.RawMessage
 	closed   bool
 	outReqs  map[string]*outReq
 	protocol string
+	idle     chan struct{} // closed when the last call of a closed session ends
 }
 
 // call is a client request in flight on a backend.
@@ -104,14 +114,14 @@ type call struct {
 	token    json.RawMessage // the client's progress token, if any
 	ourTok   string
 	related  Sink
-	conn     *backend.Conn
+	conn     fleet.Conn
 	cancel   func(cause error)
 	touch    func() // resets the request timeout
 }
 
 // outReq is a server→client request forwarded to a client session.
 type outReq struct {
-	conn      *backend.Conn
+	conn      fleet.Conn
 	backendID json.RawMessage
 	sess      *Session
 	timer     *time.Timer
@@ -119,7 +129,8 @@ type outReq struct {
 
 func (g *Gateway) open(s *Session, server string) {
 	g.mu.Lock()
-	g.sessions[s] = &sessState{server: server, calls: map[string]*call{}, subs: map[string]bool{}, outReqs: map[string]*outReq{}}
+	g.sessions[s] = &sessState{server: server, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
+	g.byKey[s.Key()] = s
 	g.mu.Unlock()
 }
 
@@ -129,12 +140,19 @@ func (g *Gateway) state(s *Session) *sessState {
 	return g.sessions[s]
 }
 
+// closeWait bounds how long a session's close waits for its cancelled
+// requests to end, so that their cancellations reach the servers before
+// the session's per-session instances are stopped.
+const closeWait = 100 * time.Millisecond
+
 func (g *Gateway) closeSession(s *Session) {
 	g.mu.Lock()
 	st := g.sessions[s]
 	delete(g.sessions, s)
+	delete(g.byKey, s.Key())
 	var calls []*call
 	var reqs []*outReq
+	var idle chan struct{}
 	if st != nil && !st.closed {
 		st.closed = true
 		for _, c := range st.calls {
@@ -144,41 +162,53 @@ func (g *Gateway) closeSession(s *Session) {
 			reqs = append(reqs, r)
 			delete(g.outReqs, id)
 		}
+		if len(st.calls) > 0 {
+			st.idle = make(chan struct{})
+			idle = st.idle
+		}
 	}
 	g.mu.Unlock()
+	if st == nil {
+		return
+	}
 	for _, c := range calls {
 		c.cancel(errSessionClosed)
 	}
-	// Give the cancelled requests a moment to end, so that their
-	// cancellation notices are on their way to the servers before anyone
-	// stops those servers.
-	if len(calls) > 0 {
-		deadline := time.Now().Add(100 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			g.mu.Lock()
-			n := len(st.calls)
-			g.mu.Unlock()
-			if n == 0 {
-				break
-			}
-			time.Sleep(time.Millisecond)
+	if idle != nil {
+		t := time.NewTimer(closeWait)
+		select {
+		case <-idle:
+		case <-t.C:
 		}
-	}
-	if st != nil {
-		for _, srv := range g.fleet.Servers() {
-			if srv.PerSession() && (st.server == "" || st.server == srv.Name()) {
-				go srv.EndSession(context.Background(), s.Key())
-			}
-		}
+		t.Stop()
 	}
 	for _, r := range reqs {
 		r.timer.Stop()
-		_ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered")
+		go func() { _ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered") }()
 	}
+	// What the session held in the fleet — its per-session instances, its
+	// subscriptions and log levels — ends with it, bounded.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
+		defer cancel()
+		g.fleet.EndSession(ctx, s.Key())
+	}()
 }
+
+// sessionEndBound bounds the stop of a closed session's per-session
+// instances (the process layer kills what is left at its end).
+const sessionEndBound = 30 * time.Second
 
 func (g *Gateway) nextID(prefix string) string {
 	return prefix + strconv.FormatInt(g.seq.Add(1), 10)
+}
+
+// secretID is an id no client can guess: the id of a server request
+// bridged to a client, which only that client may answer.
+func secretID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // sessionsFor lists the sessions that see server name: the aggregated ones
@@ -193,6 +223,34 @@ func (g *Gateway) sessionsFor(name string) []*Session {
 		}
 	}
 	return out
+}
+
+// audience lists the sessions a message from src that belongs to no
+// request may reach: the session of a private instance alone, else every
+// session that sees the server and has no private instance of it.
+func (g *Gateway) audience(src fleet.Source) []*Session {
+	if src.Session != "" {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if s := g.byKey[src.Session]; s != nil {
+			return []*Session{s}
+		}
+		return nil
+	}
+	all := g.sessionsFor(src.Server.Name())
+	if !src.Server.PerSession() {
+		return all
+	}
+	// A per-session server's shared instance serves only what no session
+	// has its own instance for (learning its lists): nobody's traffic.
+	return nil
+}
+
+// sessionByKey is the open session keyed key, or nil.
+func (g *Gateway) sessionByKey(key string) *Session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byKey[key]
 }
 
 // errorResponse builds a JSON-RPC error response for the client.

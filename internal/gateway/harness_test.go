@@ -226,10 +226,7 @@ func (w *world) stdioClientErr(ep Endpoint) error {
 // pid is the host pid of the named server's running process (the shim's
 // under a pid namespace), or 0.
 func (w *world) pid(name string) int {
-	if c := w.fleet.Get(name).Current(); c != nil && c.Process() != nil {
-		return c.Process().Pid()
-	}
-	return 0
+	return w.fleet.Get(name).PID()
 }
 
 func writeFile(path string) error  { return os.WriteFile(path, nil, 0o600) }

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-const latestVersion = backend.ProtocolVersion
+// frontVersions are the MCP revisions the front speaks, newest first.
+var frontVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 
-func supported(v string) bool { return backend.Supported(v) }
+const latestVersion = "2025-11-25"
+
+func supported(v string) bool { return slices.Contains(frontVersions, v) }
 
 // single is the endpoint of one server: every method is forwarded as it
 // is, including methods mcpvisor does not know, except the handshake
@@ -36,9 +39,9 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		return nil
 	}
 	if m.IsNotification() {
-		for _, c := range e.srv.Running() {
-			_ = c.Notify(m.Method, m.Params)
-		}
+		// To the instance that serves this session, never to other
+		// sessions' private processes.
+		e.g.notifyServer(e.srv, s, m)
 		return nil
 	}
 	if m.IsResponse() {
@@ -48,21 +51,20 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "initialize":
 		// A dormant or never-started server answers from its cached
 		// initialize result; it starts on the first real request.
-		if raw := e.g.catalogs[e.srv.Name()].getInit(); raw != nil && e.srv.Current() == nil {
-			if in, err := backend.ParseInit(raw); err == nil {
+		if raw := e.g.catalogs[e.srv.Name()].getInit(); raw != nil && e.srv.Init() == nil {
+			if in, err := fleet.ParseInit(raw); err == nil {
 				return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 			}
 		}
 		cfg := e.srv.Config()
 		sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
 		defer cancel()
-		e.srv.Begin(s.Key())
-		c, err := e.srv.Conn(sctx, s.Key())
-		e.srv.End(s.Key())
+		l, err := e.srv.Acquire(sctx, s.Key())
 		if err != nil {
 			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", e.srv.Name(), err))
 		}
-		in := c.Init()
+		in := l.Conn().Init()
+		l.Release()
 		return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
@@ -81,7 +83,9 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		}
 		return resp
 	case "resources/subscribe", "resources/unsubscribe":
-		e.g.subscribe(s, m.Method, stringField(m.Params, "uri"))
+		return e.g.forwardSubscription(ctx, s, e.srv, m, stringField(m.Params, "uri"), related)
+	case "logging/setLevel":
+		return e.g.setLevelSingle(ctx, s, e.srv, m, related)
 	}
 	return e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
 }
@@ -102,4 +106,26 @@ func filterTools(result json.RawMessage, allowed func(string) bool) json.RawMess
 	}
 	body["tools"] = mustJSON(nonNil(kept))
 	return mustJSON(body)
+}
+
+// setLevelSingle records the session's log level and forwards the request
+// to the server (starting it, as every request on this endpoint may) with
+// the level the instance must run at: the most verbose that any of its
+// sessions asked for. The server's refusal is the client's answer, and
+// the level is then not kept.
+func (g *Gateway) setLevelSingle(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, related Sink) *rpc.Message {
+	level := stringField(m.Params, "level")
+	if fleet.LogSeverity(level) < 0 {
+		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("invalid log level %q: one of debug, info, notice, warning, error, critical, alert, emergency", level))
+	}
+	srv.SetLogLevel(s.Key(), level)
+	params, ok := rpc.ReplaceMember(m.Params, "level", mustJSON(srv.EffectiveLogLevel(s.Key())))
+	if !ok {
+		params = m.Params
+	}
+	resp := g.forward(ctx, s, srv, m.Method, params, m.ID, related)
+	if resp.Error != nil {
+		srv.SetLogLevel(s.Key(), "")
+	}
+	return resp
 }

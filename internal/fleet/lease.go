@@ -1,0 +1,154 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Conn is a live, initialized connection to one instance of a server, as
+// the front uses it. *backend.Conn is one.
+type Conn interface {
+	// Name is the server's configured name.
+	Name() string
+	// Init is what the server answered to initialize.
+	Init() *InitResult
+	// Call sends a request and waits for its response, bounded by ctx.
+	Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error)
+	// Notify sends a notification (bounded: see rpc.Conn.Notify).
+	Notify(method string, params json.RawMessage) error
+	// Reply and ReplyError answer a request the server sent.
+	Reply(id, result json.RawMessage) error
+	ReplyError(id json.RawMessage, code int, msg string) error
+}
+
+// InitResult is a server's initialize result.
+type InitResult = backend.InitResult
+
+// ParseInit decodes an initialize result, as a server sent it or as it was
+// cached.
+func ParseInit(raw json.RawMessage) (*InitResult, error) { return backend.ParseInit(raw) }
+
+// Source says where a message from a server came from: the server, the
+// client session whose private instance sent it ("" for the shared
+// instance) and the connection.
+type Source struct {
+	Server  *Server
+	Session string
+	Conn    Conn
+}
+
+// Hooks receive what servers send on their own. Both are called on the
+// connection's read goroutine and must not block, nor write to the server
+// there: a Request hook answers through Conn.Reply or Conn.ReplyError from
+// another goroutine. The fleet has already counted the message as the
+// instance's activity.
+type Hooks interface {
+	Notification(src Source, m *rpc.Message)
+	Request(src Source, m *rpc.Message)
+}
+
+// ErrInstanceLimit is wrapped by the error Acquire returns when a
+// per-session server already runs its maximum of instances.
+var ErrInstanceLimit = errors.New("per-session instance limit reached")
+
+// Lease is one request's hold on a server instance: while it is held the
+// request counts as in flight, so the instance does not go dormant.
+// Release it exactly once when the request is done (more calls do
+// nothing); it re-arms the idle timer of the instance it counted on, and
+// never creates or resurrects an instance.
+type Lease struct {
+	in   *instance
+	conn Conn
+	once sync.Once
+}
+
+// Conn is the leased connection.
+func (l *Lease) Conn() Conn { return l.conn }
+
+// Release ends the lease. Safe to call more than once and concurrently;
+// only the first call counts.
+func (l *Lease) Release() { l.once.Do(l.in.end) }
+
+// Acquire leases a live connection of the named server for session (the
+// instance of that session when the server is per-session, else the shared
+// one), starting or respawning the process if needed: concurrent callers
+// share one spawn and its outcome. The request counts as in flight from
+// before the start, so the instance cannot go dormant under it. ctx bounds
+// the wait, not the spawn.
+func (f *Fleet) Acquire(ctx context.Context, server, session string) (*Lease, error) {
+	s := f.byName[server]
+	if s == nil {
+		return nil, fmt.Errorf("no server named %q", server)
+	}
+	return s.Acquire(ctx, session)
+}
+
+// Acquire is Fleet.Acquire for this server.
+func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
+	in, err := s.instanceFor(session, true)
+	if err != nil {
+		return nil, err
+	}
+	in.begin()
+	l, err := in.acquire(ctx)
+	if err != nil {
+		in.end()
+		return nil, err
+	}
+	c, _ := l.(Conn)
+	return &Lease{in: in, conn: c}, nil
+}
+
+// Peek leases the running connection of session's instance without
+// starting anything: ok is false when that instance does not exist or is
+// not running. The lease holds the instance awake like any other, but is
+// not counted among the server's requests (Requests). A client notification goes through Peek: it has nothing to
+// say to a server that is not running.
+func (s *Server) Peek(session string) (l *Lease, ok bool) {
+	in, _ := s.instanceFor(session, false)
+	if in == nil {
+		return nil, false
+	}
+	in.hold()
+	c, _ := in.current().(Conn)
+	if c == nil {
+		in.end()
+		return nil, false
+	}
+	return &Lease{in: in, conn: c}, true
+}
+
+// instanceFor is the instance that serves session: the shared one unless
+// the server is per-session and session is set. A per-session instance is
+// created only when create is set, and only below the instance limit.
+func (s *Server) instanceFor(session string, create bool) (*instance, error) {
+	if !s.PerSession() || session == "" {
+		return s.shared, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.perSession[session]; in != nil {
+		return in, nil
+	}
+	if !create {
+		return nil, nil
+	}
+	if s.f.sessionEnded(session) {
+		return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
+	}
+	if max := s.f.opts.MaxInstances; len(s.perSession) >= max {
+		return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession), max)
+	}
+	in := s.newInstance(session)
+	if s.perSession == nil {
+		s.perSession = map[string]*instance{}
+	}
+	s.perSession[session] = in
+	return in, nil
+}

@@ -1,0 +1,243 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Releasing a lease after its session ended neither creates an instance
+// nor reports anything: the lease closes over the instance it counted on.
+func TestReleaseAfterSessionEndCreatesNoInstance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l, err := s.Acquire(t.Context(), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ff.f.EndSession(t.Context(), "A")
+		l.Release()
+		l.Release() // a second release counts nothing
+		if n := s.Status().Sessions; n != 0 {
+			t.Fatalf("%d per-session instances after the session ended", n)
+		}
+		if ff.count("failed") != 0 {
+			t.Fatalf("%d failed events", ff.count("failed"))
+		}
+		if _, err := s.Acquire(t.Context(), "A"); err == nil {
+			t.Fatal("a lease for an ended session was granted")
+		}
+		if n := s.Status().Sessions; n != 0 {
+			t.Fatalf("an acquire for an ended session created an instance (%d)", n)
+		}
+		if ff.connects.Load() != 1 {
+			t.Fatalf("%d connects, want 1", ff.connects.Load())
+		}
+	})
+}
+
+// A session end that races the start of its instance wins: the started
+// process is stopped, the request fails, nothing stays running.
+func TestSessionEndDuringStartWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		errc := make(chan error, 1)
+		go func() {
+			l, err := s.Acquire(context.Background(), "A")
+			if err == nil {
+				l.Release()
+			}
+			errc <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the start takes 500ms
+		ff.f.EndSession(context.Background(), "A")
+		if err := <-errc; err == nil {
+			t.Fatal("the request whose session ended during the start got a lease")
+		}
+		synctest.Wait()
+		if n := s.Status().Sessions; n != 0 {
+			t.Fatalf("%d instances after the session ended", n)
+		}
+		if got := len(s.PIDs()); got != 0 {
+			t.Fatalf("%d processes running", got)
+		}
+	})
+}
+
+// A stop of the shared instance that races its start wins too.
+func TestStopDuringStartWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		errc := make(chan error, 1)
+		go func() {
+			_, err := use(s.Acquire(context.Background(), ""))
+			errc <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := s.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err == nil {
+			t.Fatal("the start a stop raced was kept")
+		}
+		synctest.Wait()
+		if st := state(s); st != "stopped" {
+			t.Fatalf("state %s after a stop that raced the start", st)
+		}
+		// The next request starts it again.
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		if st := state(s); st != "running" {
+			t.Fatalf("state %s after a later request", st)
+		}
+	})
+}
+
+// Per-session instances are bounded: beyond MaxInstances a clear error,
+// never a spawn.
+func TestPerSessionInstanceLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		ff.f.opts.MaxInstances = 2
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		for _, sess := range []string{"A", "B"} {
+			if _, err := use(s.Acquire(t.Context(), sess)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := s.Acquire(t.Context(), "C")
+		if !errors.Is(err, ErrInstanceLimit) || !strings.Contains(err.Error(), "maxInstances 2") {
+			t.Fatalf("third session: %v, want ErrInstanceLimit naming the limit", err)
+		}
+		if ff.connects.Load() != 2 {
+			t.Fatalf("%d connects, want 2", ff.connects.Load())
+		}
+		ff.f.EndSession(t.Context(), "A")
+		if _, err := use(s.Acquire(t.Context(), "C")); err != nil {
+			t.Fatalf("after a session ended: %v", err)
+		}
+	})
+}
+
+// A server that crashes is restarted by its policy with no request coming;
+// a request that arrives meanwhile waits for it within its own context, and
+// otherwise gets an error naming the restart and the next attempt.
+func TestRequestsDuringARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0","restart":{"backoff":{"initial":"2s"}}`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		live := l.in.current().(*fakeLive)
+		live.crash()
+		synctest.Wait()
+		if st := state(s); st != "restarting" {
+			t.Fatalf("state %s right after a crash", st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err = s.Acquire(ctx, "")
+		if err == nil || !strings.Contains(err.Error(), "restarting") || !strings.Contains(err.Error(), "next attempt at") {
+			t.Fatalf("a request with a short timeout during the restart: %v", err)
+		}
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				if _, err := use(s.Acquire(context.Background(), "")); err != nil {
+					t.Errorf("a request that can wait for the restart: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		// Backoff 2s plus the 500ms start: the restart came by itself,
+		// once, and served every waiting request.
+		if ff.connects.Load() != 2 || ff.count("exited") != 1 || ff.count("restarted") != 1 || ff.count("restarting") != 1 {
+			t.Fatalf("connects %d, exited %d, restarting %d, restarted %d", ff.connects.Load(), ff.count("exited"), ff.count("restarting"), ff.count("restarted"))
+		}
+		if st := s.Status(); st.Restarts != 1 || st.State != "running" {
+			t.Fatalf("status after the restart: %+v", st)
+		}
+	})
+}
+
+// An active subscription keeps its instance awake; when it ends, the idle
+// timeout applies again.
+func TestSubscriptionKeepsTheServerAwake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Subscribe("A", "file:///x")
+		l.Release()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if st := state(s); st != "running" {
+			t.Fatalf("a server with a subscriber went %s", st)
+		}
+		l, err = s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Unsubscribe("A", "file:///x")
+		l.Release()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("not dormant 10s after the last subscription ended: %s", st)
+		}
+	})
+}
+
+// The subscriptions and levels a session recorded are forgotten when it
+// ends, and the shared instance may sleep again.
+func TestSessionEndForgetsItsInterests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		s.Subscribe("A", "file:///x")
+		s.SetLogLevel("A", "debug")
+		s.SetLogLevel("B", "error")
+		if got := s.Subscribers("file:///x"); len(got) != 1 || got[0] != "A" {
+			t.Fatalf("subscribers %v", got)
+		}
+		if uris, level := s.replay(""); len(uris) != 1 || level != "debug" {
+			t.Fatalf("replay %v %q, want the subscription and the most verbose level", uris, level)
+		}
+		ff.f.EndSession(t.Context(), "A")
+		if got := s.Subscribers("file:///x"); len(got) != 0 {
+			t.Fatalf("subscribers after the session ended: %v", got)
+		}
+		if _, level := s.replay(""); level != "error" {
+			t.Fatalf("level after A ended: %q", level)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("not dormant once the subscriber's session ended: %s", st)
+		}
+	})
+}
