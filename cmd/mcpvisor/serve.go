@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
@@ -69,7 +70,11 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			if token == "" && !isLoopback(ln.Addr()) {
 				log.Warn("listening beyond loopback without a bearer token: anyone who can reach this address can use every server", "listen", ln.Addr().String())
 			}
-			opts := gateway.HTTPOptions{Token: token, Logger: log}
+			// One guard for every route: the same Host, Origin and
+			// token checks on /mcp, /servers/*, /api/*, /metrics and
+			// /healthz.
+			access := guard.Options{Token: token}
+			opts := gateway.HTTPOptions{Access: access, Logger: log}
 			mux := http.NewServeMux()
 			handlers := []*gateway.StreamableHandler{gateway.NewStreamableHandler(a.gw.Aggregate(), opts)}
 			mux.Handle("/mcp", handlers[0])
@@ -78,10 +83,10 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
-			api := admin.New(a.fleet, a.events, admin.Options{Token: token, Collisions: a.gw.Collisions})
+			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions})
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
-			mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+			mux.Handle("/healthz", guard.New(access).Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 			if exitWithParent {

@@ -6,14 +6,12 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
-	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
@@ -71,8 +69,10 @@ func Snapshot(f *fleet.Fleet) Servers {
 
 // Options configure the handler.
 type Options struct {
-	// Token, if set, is required as a bearer token, as on /mcp.
-	Token string
+	// Access is checked on every route before anything else, by the same
+	// guard as /mcp (package guard): Host and Origin (403), then the
+	// bearer token if one is set (401).
+	Access guard.Options
 	// Collisions, if set, lists the aggregated endpoint's name
 	// collisions for /api/servers.
 	Collisions func() []string
@@ -82,6 +82,7 @@ type Options struct {
 type Handler struct {
 	f       *fleet.Fleet
 	opts    Options
+	guard   *guard.Guard
 	streams atomic.Int64 // live event streams
 	mux     *http.ServeMux
 	log     *EventLog
@@ -89,7 +90,7 @@ type Handler struct {
 
 // New returns the admin API over f; events are read from log (may be nil).
 func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
-	h := &Handler{f: f, opts: opts, mux: http.NewServeMux(), log: log}
+	h := &Handler{f: f, opts: opts, guard: guard.New(opts.Access), mux: http.NewServeMux(), log: log}
 	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
 		st := Snapshot(h.f)
 		if h.opts.Collisions != nil {
@@ -108,43 +109,11 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	return h
 }
 
+// ServeHTTP serves the routes above, to the requests the guard allows.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !loopbackHostOK(r) {
-		http.Error(w, "forbidden host", http.StatusForbidden)
-		return
+	if h.guard.Allow(w, r) {
+		h.mux.ServeHTTP(w, r)
 	}
-	if h.opts.Token != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpvisor"`)
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
-			return
-		}
-	}
-	h.mux.ServeHTTP(w, r)
-}
-
-// loopbackHostOK applies DNS-rebinding protection: a request that arrived
-// on a loopback address must name a loopback host.
-func loopbackHostOK(r *http.Request) bool {
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return true
-	}
-	ta, ok := local.(*net.TCPAddr)
-	if !ok || !ta.IP.IsLoopback() {
-		return true
-	}
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 )
 
 func testFleet(t *testing.T) *fleet.Fleet {
@@ -36,7 +37,7 @@ func TestServersAndAuth(t *testing.T) {
 	for _, typ := range []string{"started", "dormant", "respawned"} {
 		log.Add(fleet.Event{Server: "a", Type: typ})
 	}
-	srv := httptest.NewServer(New(testFleet(t), log, Options{Token: "secret"}))
+	srv := httptest.NewServer(New(testFleet(t), log, Options{Access: guard.Options{Token: "secret"}}))
 	defer srv.Close()
 
 	get := func(path, token string) *http.Response {

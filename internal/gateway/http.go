@@ -2,20 +2,18 @@ package gateway
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -53,8 +51,6 @@ const (
 	hdrProtocolVersion = "Mcp-Protocol-Version"
 	hdrLastEventID     = "Last-Event-Id"
 	hdrAccept          = "Accept"
-	hdrAuthorization   = "Authorization"
-	hdrOrigin          = "Origin"
 	hdrContentType     = "Content-Type"
 )
 
@@ -78,19 +74,10 @@ const (
 
 // HTTPOptions configures a StreamableHandler. The zero value is usable.
 type HTTPOptions struct {
-	// Token, if set, is required as "Authorization: Bearer <token>";
-	// requests without it get 401.
-	Token string
-
-	// AllowedOrigins are origins ("https://app.example.com", exact match,
-	// case-insensitive) allowed besides loopback ones; "*" allows any.
-	// A request whose Origin header is present and not allowed gets 403.
-	AllowedOrigins []string
-
-	// DisableHostCheck turns off DNS-rebinding protection by Host: by
-	// default, when the connection arrived on a loopback address, a
-	// request whose Host is not a loopback name or address gets 403.
-	DisableHostCheck bool
+	// Access is checked before anything else, by the same guard as every
+	// other route of mcpvisor (package guard): DNS-rebinding protection by
+	// Host and Origin (403), then the bearer token if one is set (401).
+	Access guard.Options
 
 	// SessionTimeout is how long a session may stay idle (no request in
 	// flight, no GET stream open) before it is closed; its id then gets
@@ -139,10 +126,7 @@ type StreamableHandler struct {
 	maxBody   int64
 	evBuf     int
 	keepAlive time.Duration
-	hostCheck bool
-	token     []byte
-	origins   []string
-	anyOrigin bool
+	guard     *guard.Guard
 
 	mu         sync.RWMutex
 	sessions   map[string]*httpSession
@@ -164,7 +148,7 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		maxBody:   opts.MaxBodyBytes,
 		evBuf:     opts.EventBuffer,
 		keepAlive: opts.KeepAlive,
-		hostCheck: !opts.DisableHostCheck,
+		guard:     guard.New(opts.Access),
 		sessions:  make(map[string]*httpSession),
 		done:      make(chan struct{}),
 	}
@@ -182,15 +166,6 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	}
 	if h.keepAlive == 0 {
 		h.keepAlive = DefaultKeepAlive
-	}
-	if opts.Token != "" {
-		h.token = []byte(opts.Token)
-	}
-	for _, o := range opts.AllowedOrigins {
-		if o == "*" {
-			h.anyOrigin = true
-		}
-		h.origins = append(h.origins, strings.TrimSuffix(o, "/"))
 	}
 	return h
 }
@@ -231,14 +206,8 @@ func (h *StreamableHandler) Close() {
 
 // ServeHTTP implements http.Handler.
 func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if reason := h.checkHostOrigin(r); reason != "" {
-		h.log.Debug("http: forbidden", "reason", reason, "host", r.Host, "remote", r.RemoteAddr)
-		plainError(w, http.StatusForbidden, "Forbidden: "+reason)
-		return
-	}
-	if h.token != nil && !h.authorized(r) {
-		w.Header()["Www-Authenticate"] = []string{`Bearer realm="mcpvisor"`}
-		plainError(w, http.StatusUnauthorized, "Unauthorized: a bearer token is required")
+	if !h.guard.Allow(w, r) {
+		h.log.Debug("http: refused", "host", r.Host, "remote", r.RemoteAddr)
 		return
 	}
 	switch r.Method {
@@ -556,92 +525,6 @@ func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request)
 	rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
 		"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v[0])+" (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)")
 	return false
-}
-
-// authorized checks the bearer token in constant time.
-func (h *StreamableHandler) authorized(r *http.Request) bool {
-	v := r.Header[hdrAuthorization]
-	if len(v) != 1 {
-		return false
-	}
-	a := v[0]
-	const scheme = "Bearer "
-	if len(a) < len(scheme) || !strings.EqualFold(a[:len(scheme)], scheme) {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(a[len(scheme):])), h.token) == 1
-}
-
-// checkHostOrigin is the DNS-rebinding protection. It returns why r is
-// refused, or "".
-func (h *StreamableHandler) checkHostOrigin(r *http.Request) string {
-	loopback := false
-	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		if t, ok := a.(*net.TCPAddr); ok {
-			loopback = t.IP.IsLoopback()
-		}
-	}
-	if h.hostCheck && loopback && !isLoopbackName(hostOnly(r.Host)) {
-		return "Host is not a loopback name"
-	}
-	if v := r.Header[hdrOrigin]; len(v) != 0 && !h.originAllowed(v[0], r.Host, loopback) {
-		return "Origin not allowed"
-	}
-	return ""
-}
-
-func (h *StreamableHandler) originAllowed(origin, host string, loopbackListener bool) bool {
-	if h.anyOrigin {
-		return true
-	}
-	o := strings.TrimSuffix(origin, "/")
-	for _, a := range h.origins {
-		if strings.EqualFold(a, o) {
-			return true
-		}
-	}
-	i := strings.Index(o, "://")
-	if i < 0 {
-		return false // "null" and garbage
-	}
-	hostport := o[i+3:]
-	if isLoopbackName(hostOnly(hostport)) {
-		return true
-	}
-	// Same origin, where Host itself is not checked.
-	return !loopbackListener && host != "" && strings.EqualFold(hostport, host)
-}
-
-// hostOnly strips the port from a Host header value or an origin's
-// authority, and the brackets from an IPv6 literal.
-func hostOnly(hp string) string {
-	if strings.HasPrefix(hp, "[") {
-		if i := strings.IndexByte(hp, ']'); i > 0 {
-			return hp[1:i]
-		}
-		return hp
-	}
-	if i := strings.IndexByte(hp, ':'); i >= 0 && strings.IndexByte(hp[i+1:], ':') < 0 {
-		return hp[:i]
-	}
-	return hp
-}
-
-// isLoopbackName reports whether host names the loopback interface:
-// localhost (and *.localhost, RFC 6761), 127.0.0.0/8 or ::1.
-func isLoopbackName(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	const sfx = ".localhost"
-	if len(host) > len(sfx) && strings.EqualFold(host[len(host)-len(sfx):], sfx) {
-		return true
-	}
-	if host == "" || (host[0] != ':' && (host[0] < '0' || host[0] > '9')) {
-		return false
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // accepts reads Accept headers: whether application/json and whether

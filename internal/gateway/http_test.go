@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -167,7 +168,7 @@ func TestHTTPBodyLimit(t *testing.T) {
 }
 
 func TestHTTPToken(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{Token: "s3cret"})
+	s := newHTTPTestServer(t, HTTPOptions{Access: guard.Options{Token: "s3cret"}})
 	for _, auth := range []string{"", "Bearer wrong", "Basic czNjcmV0", "Bearer s3cret2"} {
 		resp := s.do("POST", "", httpInit, map[string]string{"Authorization": auth})
 		resp.Body.Close()
@@ -191,7 +192,7 @@ func TestHTTPToken(t *testing.T) {
 }
 
 func TestHTTPHostAndOrigin(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{AllowedOrigins: []string{"https://app.example/"}})
+	s := newHTTPTestServer(t, HTTPOptions{Access: guard.Options{AllowedOrigins: []string{"https://app.example/"}}})
 	cases := []struct {
 		host, origin string
 		status       int
@@ -229,14 +230,14 @@ func TestHTTPHostAndOrigin(t *testing.T) {
 		}
 	}
 
-	open := newHTTPTestServer(t, HTTPOptions{DisableHostCheck: true})
+	open := newHTTPTestServer(t, HTTPOptions{Access: guard.Options{DisableHostCheck: true}})
 	if st := open.status("POST", "", httpInit, map[string]string{"Host": "mcp.example:7331"}); st != 200 {
 		t.Errorf("DisableHostCheck: %d, want 200", st)
 	}
 	if st := open.status("POST", "", httpInit, map[string]string{"Origin": "http://evil.example"}); st != 403 {
 		t.Errorf("DisableHostCheck keeps the Origin check: %d, want 403", st)
 	}
-	any := newHTTPTestServer(t, HTTPOptions{AllowedOrigins: []string{"*"}})
+	any := newHTTPTestServer(t, HTTPOptions{Access: guard.Options{AllowedOrigins: []string{"*"}}})
 	if st := any.status("POST", "", httpInit, map[string]string{"Origin": "http://evil.example"}); st != 200 {
 		t.Errorf("AllowedOrigins *: %d, want 200", st)
 	}
