@@ -247,3 +247,15 @@ func (w *world) last(server, typ string) fleet.Event {
 	}
 	return fleet.Event{}
 }
+
+// killPID SIGKILLs a process this test started.
+func killPID(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("no process to kill (pid %d)", pid)
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

@@ -79,7 +79,41 @@ func init() {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"code":{"type":"integer","minimum":0,"maximum":255,"default":3,"description":"Exit code."}}}`),
 			run:         runCrash,
 		},
+		{
+			Name:        "log",
+			Description: "Sends notifications/message with data text at level (default info) during the call and, when laterMs is set, once more that long after answering (data text + \" (later)\"); returns \"logged\".",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"level":{"type":"string","default":"info"},"laterMs":{"type":"integer","minimum":0,"default":0}},"required":["text"]}`),
+			run:         runLog,
+		},
 	}
+}
+
+func runLog(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Text    *string `json:"text"`
+		Level   string  `json:"level"`
+		LaterMs int     `json:"laterMs"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("log: invalid arguments: %v", err), true
+	}
+	if a.Text == nil {
+		return errorResult("log: missing required argument \"text\""), true
+	}
+	if a.Level == "" {
+		a.Level = "info"
+	}
+	msg := func(text string) map[string]any {
+		return map[string]any{"level": a.Level, "logger": "mcp-fixture", "data": text}
+	}
+	s.notify("notifications/message", msg(*a.Text))
+	if a.LaterMs > 0 {
+		go func() {
+			time.Sleep(time.Duration(a.LaterMs) * time.Millisecond)
+			s.notify("notifications/message", msg(*a.Text+" (later)"))
+		}()
+	}
+	return textResult("logged"), true
 }
 
 func findTool(name string) *tool {

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// recorder is a Sink that keeps what it is sent.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []*rpc.Message
+	got  chan *rpc.Message // every message, if set
+}
+
+func newRecorder() *recorder { return &recorder{got: make(chan *rpc.Message, 256)} }
+
+func (r *recorder) Send(m *rpc.Message) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, m)
+	r.mu.Unlock()
+	select {
+	case r.got <- m:
+	default:
+	}
+	return nil
+}
+
+// methods lists the methods of what r was sent.
+func (r *recorder) methods() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, m := range r.msgs {
+		out = append(out, m.Method)
+	}
+	return out
+}
+
+func (r *recorder) count(method string) int {
+	n := 0
+	for _, m := range r.methods() {
+		if m == method {
+			n++
+		}
+	}
+	return n
+}
+
+// next waits for the next message with method.
+func (r *recorder) next(t *testing.T, method string, timeout time.Duration) *rpc.Message {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case m := <-r.got:
+			if m.Method == method {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %v (got %v)", method, timeout, r.methods())
+			return nil
+		}
+	}
+}
+
+func request(id int, method string, params any) *rpc.Message {
+	return &rpc.Message{ID: json.RawMessage(mustJSONString(id)), Method: method, Params: json.RawMessage(mustJSONString(params))}
+}
+
+// A client answer to a server request bridged to another session is
+// refused and leaves that request pending; the right session's answer is
+// then accepted. The ids of bridged requests are not guessable sequences.
+func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a, b := ep.Open(outA), ep.Open(outB)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	relA := newRecorder()
+	done := make(chan *rpc.Message, 1)
+	go func() {
+		done <- ep.Handle(context.Background(), a, request(1, "tools/call", map[string]any{"name": "c__test_sampling", "arguments": map[string]any{"prompt": "hi"}}), relA)
+	}()
+	req := relA.next(t, "sampling/createMessage", 20*time.Second)
+	var id string
+	if err := json.Unmarshal(req.ID, &id); err != nil {
+		t.Fatalf("bridged request id %s: %v", req.ID, err)
+	}
+	if len(id) < 32 {
+		t.Fatalf("bridged request id %q is short enough to guess", id)
+	}
+	answer := func(text string) *rpc.Message {
+		return &rpc.Message{ID: req.ID, Result: json.RawMessage(mustJSONString(map[string]any{
+			"role": "assistant", "model": "m", "content": map[string]any{"type": "text", "text": text}}))}
+	}
+	if resp := ep.Handle(context.Background(), b, answer("from B"), newRecorder()); resp != nil {
+		t.Fatalf("stray answer got a response: %+v", resp)
+	}
+	select {
+	case resp := <-done:
+		t.Fatalf("the call completed with another session's answer: %s %v", resp.Result, resp.Error)
+	default:
+	}
+	if resp := ep.Handle(context.Background(), a, answer("from A"), newRecorder()); resp != nil {
+		t.Fatalf("answer got a response: %+v", resp)
+	}
+	select {
+	case resp := <-done:
+		if resp.Error != nil || !strings.Contains(string(resp.Result), "from A") || strings.Contains(string(resp.Result), "from B") {
+			t.Fatalf("call result %s %v, want A's answer", resp.Result, resp.Error)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call did not complete after its own session answered")
+	}
+}
+
+// Log lines of a shared server reach only their own clients: a line sent
+// during one session's call goes to that call's stream; a line between
+// calls goes only to the sessions that set a log level, each at its level.
+func TestLogLinesDoNotCrossSessions(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	ep := w.gw.Aggregate()
+	outA, outB, outC := newRecorder(), newRecorder(), newRecorder()
+	a, b, c := ep.Open(outA), ep.Open(outB), ep.Open(outC)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	defer ep.Close(c)
+	handle := func(s *Session, m *rpc.Message, rel Sink) {
+		t.Helper()
+		if resp := ep.Handle(context.Background(), s, m, rel); resp.Error != nil {
+			t.Fatalf("%s: %v", m.Method, resp.Error)
+		}
+	}
+	handle(a, request(1, "logging/setLevel", map[string]any{"level": "info"}), newRecorder())
+	handle(c, request(2, "logging/setLevel", map[string]any{"level": "error"}), newRecorder())
+	relB := newRecorder()
+	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 50}}), relB)
+	if m := relB.next(t, "notifications/message", time.Second); !strings.Contains(string(m.Params), `"from B"`) {
+		t.Fatalf("B's call stream got %s", m.Params)
+	}
+	// The later line belongs to no request: A set a level, so A gets it.
+	if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), "from B (later)") {
+		t.Fatalf("A got %s", m.Params)
+	}
+	// A request answered after the line was relayed: everything the server
+	// sent before it has been delivered by now.
+	handle(b, request(4, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder())
+	if n := outB.count("notifications/message"); n != 0 {
+		t.Fatalf("B, which set no log level, got %d lines between calls", n)
+	}
+	if n := outC.count("notifications/message"); n != 0 {
+		t.Fatalf("C, at level error, got %d info lines", n)
+	}
+	if n := relB.count("notifications/message"); n != 1 {
+		t.Fatalf("B's call stream got %d lines, want only its own", n)
+	}
+	if n := outA.count("notifications/message"); n != 1 {
+		t.Fatalf("A's session stream got %d lines, want 1", n)
+	}
+}
+
+// A resource subscription survives its server's crash: the fleet replays
+// it to the restarted process, and updates reach the subscriber again —
+// and only the subscriber.
+func TestSubscriptionSurvivesARestart(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a, b := ep.Open(outA), ep.Open(outB)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	if resp := ep.Handle(context.Background(), b, request(1, "tools/list", nil), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	if resp := ep.Handle(context.Background(), a, request(2, "resources/subscribe", map[string]any{"uri": "test://watched-resource"}), newRecorder()); resp.Error != nil {
+		t.Fatalf("subscribe: %v", resp.Error)
+	}
+	outA.next(t, "notifications/resources/updated", 10*time.Second)
+	pid := w.pid("c")
+	if err := killPID(pid); err != nil {
+		t.Fatal(err)
+	}
+	w.waitEvent("c", "restarted", 1, 10*time.Second)
+	for len(outA.got) > 0 {
+		<-outA.got
+	}
+	outA.next(t, "notifications/resources/updated", 10*time.Second)
+	if n := outB.count("notifications/resources/updated"); n != 0 {
+		t.Fatalf("a session that did not subscribe got %d updates", n)
+	}
+}
