@@ -71,7 +71,9 @@ func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 		hk.Request(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
 		return
 	}
-	go func() { _ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to") }()
+	go func() {
+		_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
+	}()
 }
 
 func (s *Server) newInstance(key string) *instance {

@@ -43,9 +43,9 @@ type Gateway struct {
 	sessions map[*Session]*sessState
 	byKey    map[string]*Session
 	calls    map[fleet.Conn][]*call // in flight, oldest first
-	tokens   map[string]*call          // our progress token → call
-	outReqs  map[string]*outReq        // our id of a server→client request → where it came from
-	catalogs map[string]*catalog       // per server
+	tokens   map[string]*call       // our progress token → call
+	outReqs  map[string]*outReq     // our id of a server→client request → where it came from
+	catalogs map[string]*catalog    // per server
 	agg      *aggregate
 	store    *store.Store // nil: nothing persisted
 	pageSize int          // of the aggregated lists; 0: whole lists
@@ -184,7 +184,9 @@ func (g *Gateway) closeSession(s *Session) {
 	}
 	for _, r := range reqs {
 		r.timer.Stop()
-		go func() { _ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered") }()
+		go func() {
+			_ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered")
+		}()
 	}
 	// What the session held in the fleet — its per-session instances, its
 	// subscriptions and log levels — ends with it, bounded.
