@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -37,6 +38,19 @@ type aggregate struct {
 	// Collisions are names that two servers both export; the first server
 	// in name order wins. Reported in logs and status.
 	collisions []string
+	// building is the build in progress of each list, shared by every
+	// caller that needs the table meanwhile: after an invalidation the
+	// table is rebuilt once, not once per caller.
+	building map[string]*tableBuild
+	// builds counts the table builds begun, for tests.
+	builds atomic.Int64
+}
+
+// tableBuild is one build of a list's table; done is closed when t is set.
+type tableBuild struct {
+	gen  uint64
+	done chan struct{}
+	t    *routeTable
 }
 
 // route says which server serves an aggregated name, and its own name.
@@ -200,6 +214,11 @@ func nonNil(items []json.RawMessage) []json.RawMessage {
 }
 
 // table builds (or returns the cached) aggregated list of kind k.
+//
+// Concurrent callers share one build per generation; a caller whose ctx
+// ends while it waits for another's build gets an empty table (its request
+// then fails as an unknown name or lists nothing) — the build goes on for
+// the others.
 func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 	a.mu.Lock()
 	if t := a.routes[k.member]; t != nil {
@@ -207,7 +226,38 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 		return t
 	}
 	gen := a.gen
+	if b := a.building[k.member]; b != nil && b.gen == gen {
+		a.mu.Unlock()
+		select {
+		case <-b.done:
+			return b.t
+		case <-ctx.Done():
+			return &routeTable{byName: map[string]route{}}
+		}
+	}
+	b := &tableBuild{gen: gen, done: make(chan struct{})}
+	if a.building == nil {
+		a.building = map[string]*tableBuild{}
+	}
+	a.building[k.member] = b
 	a.mu.Unlock()
+	b.t = a.build(ctx, k, gen)
+	a.mu.Lock()
+	if a.building[k.member] == b {
+		delete(a.building, k.member)
+	}
+	a.mu.Unlock()
+	close(b.done)
+	return b.t
+}
+
+// build fetches every server's list of kind k and builds the table of
+// generation gen.
+func (a *aggregate) build(ctx context.Context, k listKind, gen uint64) *routeTable {
+	a.builds.Add(1)
+	// The build serves every caller waiting on it: it is not cut short by
+	// the first caller going away, only bounded by each server's timeouts.
+	ctx = context.WithoutCancel(ctx)
 
 	servers := a.g.fleet.Servers()
 	per := make([][]json.RawMessage, len(servers))

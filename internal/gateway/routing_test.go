@@ -196,3 +196,27 @@ func TestSubscriptionSurvivesARestart(t *testing.T) {
 		t.Fatalf("a session that did not subscribe got %d updates", n)
 	}
 }
+
+// After an invalidation, concurrent callers share one rebuild of the
+// aggregated table instead of one each.
+func TestConcurrentListsShareOneTableBuild(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	ep := w.gw.Aggregate()
+	s := ep.Open(newRecorder())
+	defer ep.Close(s)
+	agg := w.gw.agg
+	before := agg.builds.Load()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			resp := ep.Handle(context.Background(), s, request(i, "tools/list", nil), newRecorder())
+			if resp.Error != nil || !strings.Contains(string(resp.Result), "a__echo") || !strings.Contains(string(resp.Result), "b__echo") {
+				t.Errorf("tools/list: %s %v", resp.Result, resp.Error)
+			}
+		})
+	}
+	wg.Wait()
+	if n := agg.builds.Load() - before; n != 1 {
+		t.Fatalf("20 concurrent first lists built the table %d times, want 1", n)
+	}
+}
