@@ -87,7 +87,12 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
 			mux.Handle("/healthz", guard.New(access).Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			// Headers must arrive within 10 s and an idle keep-alive
+			// connection is closed after 2 min; a POST body has
+			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No
+			// server-wide ReadTimeout or WriteTimeout: they would cut
+			// long-lived event streams; each stream has its own deadlines.
+			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ var (
 	hvNoBuf   = []string{"no"}
 	hvText    = []string{"text/plain; charset=utf-8"}
 	hvNoSniff = []string{"nosniff"}
+	hvClose   = []string{"close"}
 )
 
 // HTTP option defaults.
@@ -70,6 +72,7 @@ const (
 	DefaultMaxBodyBytes   = 16 << 20
 	DefaultEventBuffer    = 256
 	DefaultKeepAlive      = 25 * time.Second
+	DefaultBodyTimeout    = 30 * time.Second
 )
 
 // HTTPOptions configures a StreamableHandler. The zero value is usable.
@@ -84,9 +87,18 @@ type HTTPOptions struct {
 	// 404. 0 means DefaultSessionTimeout; negative, never.
 	SessionTimeout time.Duration
 
-	// MaxBodyBytes limits a POST body (413 beyond). 0 means
+	// MaxBodyBytes limits a POST body: a longer one gets 413 with a
+	// JSON-RPC error naming the limit. The body is read as it arrives,
+	// never into a buffer sized by what Content-Length claims. 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+
+	// BodyTimeout bounds the time a POST body takes to arrive, from the
+	// moment the handler starts reading it: a body not complete by then
+	// (a client that trickles it, or stops) gets 408 with a JSON-RPC
+	// error and the connection is closed. 0 or negative means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 
 	// EventBuffer is how many events a stream keeps: per session, the
 	// messages of its GET stream kept for delivery and resumption; per
@@ -124,6 +136,7 @@ type StreamableHandler struct {
 	log       *slog.Logger
 	timeout   time.Duration
 	maxBody   int64
+	bodyWait  time.Duration
 	evBuf     int
 	keepAlive time.Duration
 	guard     *guard.Guard
@@ -146,6 +159,7 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		log:       opts.Logger,
 		timeout:   opts.SessionTimeout,
 		maxBody:   opts.MaxBodyBytes,
+		bodyWait:  opts.BodyTimeout,
 		evBuf:     opts.EventBuffer,
 		keepAlive: opts.KeepAlive,
 		guard:     guard.New(opts.Access),
@@ -160,6 +174,9 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	}
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.bodyWait <= 0 {
+		h.bodyWait = DefaultBodyTimeout
 	}
 	if h.evBuf <= 0 {
 		h.evBuf = DefaultEventBuffer
@@ -233,13 +250,8 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	if !h.checkVersion(w, r) {
 		return
 	}
-	body, status := h.readBody(r)
-	if status != 0 {
-		if status == http.StatusRequestEntityTooLarge {
-			rpcError(w, status, nil, rpc.InvalidRequest, "message exceeds "+strconv.FormatInt(h.maxBody, 10)+" bytes")
-		} else {
-			rpcError(w, status, nil, rpc.ParseError, "could not read the request body")
-		}
+	body, ok := h.readBody(w, r)
+	if !ok {
 		return
 	}
 	m, err := rpc.Decode(body)
@@ -474,23 +486,39 @@ func (h *StreamableHandler) closeSession(hs *httpSession) {
 	h.ep.Close(hs.sess)
 }
 
-// readBody reads a POST body of at most maxBody bytes into a buffer of its
-// own (the decoded message aliases it, and the endpoint may keep it). It
-// returns a non-zero HTTP status on failure.
-func (h *StreamableHandler) readBody(r *http.Request) ([]byte, int) {
+// bodyPrealloc is the most readBody allocates up front on the word of
+// Content-Length; a longer body grows its buffer as its bytes arrive.
+const bodyPrealloc = 64 << 10
+
+// readBody reads a POST body of at most maxBody bytes, within BodyTimeout,
+// into a buffer of its own (the decoded message aliases it, and the
+// endpoint may keep it). On failure it writes the error reply and returns
+// false: 413 over the limit, 408 past the timeout (both close the
+// connection: the rest of the body cannot be told from a next request),
+// 400 for a body cut short.
+func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.ContentLength > h.maxBody {
-		return nil, http.StatusRequestEntityTooLarge
+		h.bodyTooLarge(w)
+		return nil, false
 	}
-	if r.ContentLength >= 0 {
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, http.StatusBadRequest
-		}
-		return b, 0
+	// The deadline covers this read only: net/http lifts it when the body
+	// reaches EOF (before it watches the connection for the client going
+	// away), so that it cannot cancel a long request. After a failure it
+	// stays, bounding net/http's discarding of the body's rest. (A server
+	// without deadlines, such as a test's recorder, reads without one.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
+	var b []byte
+	var bp *[]byte
+	switch n := r.ContentLength; {
+	case n >= 0 && n < bodyPrealloc:
+		b = make([]byte, 0, n+1) // +1: room to see EOF without growing
+	case n >= 0:
+		b = make([]byte, 0, bodyPrealloc)
+	default: // chunked: read into a pooled buffer, then copy
+		bp = getBuf()
+		defer putBuf(bp)
+		b = (*bp)[:0]
 	}
-	bp := getBuf()
-	defer putBuf(bp)
-	b := (*bp)[:0]
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
@@ -498,17 +526,36 @@ func (h *StreamableHandler) readBody(r *http.Request) ([]byte, int) {
 		n, err := r.Body.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if int64(len(b)) > h.maxBody {
-			return nil, http.StatusRequestEntityTooLarge
+			h.bodyTooLarge(w)
+			return nil, false
 		}
 		if err == io.EOF {
 			break
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", len(b))
+			w.Header()["Connection"] = hvClose
+			rpcError(w, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
+				"request body not received within "+h.bodyWait.String())
+			return nil, false
+		}
 		if err != nil {
-			return nil, http.StatusBadRequest
+			rpcError(w, http.StatusBadRequest, nil, rpc.ParseError, "could not read the request body")
+			return nil, false
 		}
 	}
-	*bp = b
-	return append([]byte(nil), b...), 0
+	if bp != nil {
+		*bp = b
+		return append([]byte(nil), b...), true
+	}
+	return b, true
+}
+
+// bodyTooLarge is the 413 reply.
+func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter) {
+	w.Header()["Connection"] = hvClose
+	rpcError(w, http.StatusRequestEntityTooLarge, nil, rpc.InvalidRequest,
+		"request body exceeds the limit of "+strconv.FormatInt(h.maxBody, 10)+" bytes")
 }
 
 // checkVersion rejects an MCP-Protocol-Version this transport does not

@@ -20,7 +20,9 @@ import (
 // httpFake is a small Endpoint for the transport tests. Tools: echo
 // (returns arguments.text), progress (3 related progress notifications,
 // then a result), sample (a related sampling/createMessage request; the
-// result is the client's answer), block (waits until its ctx ends).
+// result is the client's answer), wait (returns after arguments.ms
+// milliseconds unless its ctx ends first), block (waits until its ctx
+// ends).
 type httpFake struct {
 	mu       sync.Mutex
 	sessions []*Session
@@ -165,6 +167,14 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 				return httpFakeText(m, "sampled: "+res.Content.Text)
 			case <-ctx.Done():
 				return httpFakeError(m, rpc.InternalError, "cancelled")
+			}
+		case "wait":
+			ms, _ := p.Arguments["ms"].(float64)
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+				return httpFakeText(m, "waited")
+			case <-ctx.Done():
+				return httpFakeError(m, rpc.InternalError, "cancelled while waiting")
 			}
 		case "block":
 			<-ctx.Done()
