@@ -74,7 +74,10 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// token checks on /mcp, /servers/*, /api/*, /metrics and
 			// /healthz.
 			access := guard.Options{Token: token}
-			opts := gateway.HTTPOptions{Access: access, Logger: log}
+			// One bound on client sessions across /mcp and every
+			// /servers/{name}/mcp (gateway.DefaultMaxSessions).
+			sessions := gateway.NewSessionLimit(0)
+			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			handlers := []*gateway.StreamableHandler{gateway.NewStreamableHandler(a.gw.Aggregate(), opts)}
 			mux.Handle("/mcp", handlers[0])

@@ -73,6 +73,7 @@ const (
 	DefaultEventBuffer    = 256
 	DefaultKeepAlive      = 25 * time.Second
 	DefaultBodyTimeout    = 30 * time.Second
+	DefaultMaxSessions    = 1000
 )
 
 // HTTPOptions configures a StreamableHandler. The zero value is usable.
@@ -81,6 +82,17 @@ type HTTPOptions struct {
 	// other route of mcpvisor (package guard): DNS-rebinding protection by
 	// Host and Origin (403), then the bearer token if one is set (401).
 	Access guard.Options
+
+	// MaxSessions bounds the sessions open at once: an initialize beyond
+	// it gets 503 with a JSON-RPC error naming the limit, until a session
+	// ends (DELETE, expiry). 0 or negative means DefaultMaxSessions: the
+	// number is never unbounded. Ignored when SessionLimit is set.
+	MaxSessions int
+
+	// SessionLimit, if set, is a bound shared with other handlers
+	// (mcpvisor serve shares one between /mcp and every
+	// /servers/{name}/mcp), in place of MaxSessions.
+	SessionLimit *SessionLimit
 
 	// SessionTimeout is how long a session may stay idle (no request in
 	// flight, no GET stream open) before it is closed; its id then gets
@@ -140,6 +152,7 @@ type StreamableHandler struct {
 	evBuf     int
 	keepAlive time.Duration
 	guard     *guard.Guard
+	limit     *SessionLimit
 
 	mu         sync.RWMutex
 	sessions   map[string]*httpSession
@@ -163,6 +176,7 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		evBuf:     opts.EventBuffer,
 		keepAlive: opts.KeepAlive,
 		guard:     guard.New(opts.Access),
+		limit:     opts.SessionLimit,
 		sessions:  make(map[string]*httpSession),
 		done:      make(chan struct{}),
 	}
@@ -175,6 +189,9 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
 	}
+	if h.limit == nil {
+		h.limit = NewSessionLimit(opts.MaxSessions)
+	}
 	if h.bodyWait <= 0 {
 		h.bodyWait = DefaultBodyTimeout
 	}
@@ -186,6 +203,37 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	}
 	return h
 }
+
+// SessionLimit bounds the sessions of the handlers that share it. It is
+// safe for concurrent use.
+type SessionLimit struct {
+	max  int64
+	open atomic.Int64 // sessions opened or being opened, not yet closed
+}
+
+// NewSessionLimit returns a bound of max sessions; 0 or negative means
+// DefaultMaxSessions.
+func NewSessionLimit(max int) *SessionLimit {
+	if max <= 0 {
+		max = DefaultMaxSessions
+	}
+	return &SessionLimit{max: int64(max)}
+}
+
+// Max is the bound.
+func (l *SessionLimit) Max() int { return int(l.max) }
+
+// take reserves a session slot; false if all are taken.
+func (l *SessionLimit) take() bool {
+	if l.open.Add(1) > l.max {
+		l.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// give returns a slot taken by take.
+func (l *SessionLimit) give() { l.open.Add(-1) }
 
 // Sessions reports the number of open sessions.
 func (h *StreamableHandler) Sessions() int {
@@ -305,6 +353,14 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	h.mu.RUnlock()
 	if closed {
 		plainError(w, http.StatusServiceUnavailable, "Service Unavailable: shutting down")
+		return
+	}
+	// The slot is held until closeSession, whatever ends the session
+	// (a failed initialize included).
+	if !h.limit.take() {
+		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.max)
+		rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.InternalError,
+			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max, 10)+" open sessions; try again when one has ended")
 		return
 	}
 	hs := &httpSession{h: h, id: rand.Text()}
@@ -484,6 +540,7 @@ func (h *StreamableHandler) closeSession(hs *httpSession) {
 	hs.ring, hs.start, hs.n = nil, 0, 0
 	hs.mu.Unlock()
 	h.ep.Close(hs.sess)
+	h.limit.give()
 }
 
 // bodyPrealloc is the most readBody allocates up front on the word of
