@@ -111,14 +111,14 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		details, _ := json.Marshal(e.Details)
 		_ = st.AppendEvent(store.Event{Time: e.Time, Server: e.Server, Type: e.Type, Details: details})
 	}
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnReconnect: gw.Reconnected, OnEvent: onEvent})
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: onEvent})
 	if err != nil {
 		_ = st.Close()
 		_ = rt.Close(context.Background())
 		return nil, err
 	}
 	gw.SetFleet(f)
-	gw.SetStore(st)
+	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
 	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, store: st}, nil
 }
@@ -128,7 +128,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 // a time, to learn them, then lets it sleep again.
 func (a *app) startEager(ctx context.Context, learn bool) {
 	if learn {
-		go a.gw.Learn(ctx, 2)
+		go a.fleet.Learn(ctx, 2)
 	}
 	for _, s := range a.fleet.Servers() {
 		if s.Config().Eager {

@@ -23,6 +23,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -45,9 +46,11 @@ type Options struct {
 	// Hooks receive what servers send on their own.
 	Hooks  Hooks
 	Logger *slog.Logger
-	// OnReconnect is called after an instance was restarted by its
-	// supervisor or respawned from dormancy (its lists may have changed).
-	OnReconnect func(s *Server)
+	// OnListsChanged is called when the cached lists of a server changed:
+	// learned, refreshed after a restart, a wake or the server's own
+	// list_changed, or dropped because that refresh failed. It runs on a
+	// goroutine of its own and may block briefly.
+	OnListsChanged func(s *Server, kinds []ListKind)
 	// OnEvent receives every lifecycle event; it must not block.
 	OnEvent func(Event)
 	// Connector replaces the stdio backend (tests).
@@ -69,6 +72,7 @@ type Fleet struct {
 	log     *slog.Logger
 	servers []*Server // sorted by name
 	byName  map[string]*Server
+	store   *store.Store // nil: nothing persisted
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
@@ -133,7 +137,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 		if sc.Disabled {
 			continue
 		}
-		s := &Server{cfg: sc, f: f}
+		s := &Server{cfg: sc, f: f, lists: &lists{}}
 		s.shared = s.newInstance("")
 		f.servers = append(f.servers, s)
 		f.byName[sc.Name] = s

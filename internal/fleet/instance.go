@@ -60,6 +60,9 @@ type instHooks struct{ in *instance }
 
 func (h instHooks) Notification(c *backend.Conn, m *rpc.Message) {
 	h.in.touch()
+	if h.in.key == "" {
+		h.in.srv.listChanged(m.Method) // the cache follows the shared instance
+	}
 	if hk := h.in.srv.f.opts.Hooks; hk != nil {
 		hk.Notification(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
 	}
@@ -91,8 +94,8 @@ func (s *Server) newInstance(key string) *instance {
 	}
 	pol.OnRestart = func() {
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
-		if s.f.opts.OnReconnect != nil {
-			s.f.opts.OnReconnect(s)
+		if key == "" {
+			go s.refresh(false, allKinds...)
 		}
 	}
 	pol.OnFailed = func(err error) {
@@ -424,8 +427,9 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 			details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
 		}
 		in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
-		if was == phaseDormant && in.srv.f.opts.OnReconnect != nil {
-			in.srv.f.opts.OnReconnect(in.srv)
+		if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
+			// What is cached may be older than this process: look again.
+			go in.srv.refresh(false, allKinds...)
 		}
 	}
 }

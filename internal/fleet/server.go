@@ -13,6 +13,7 @@ type Server struct {
 	f   *Fleet
 
 	shared *instance
+	lists  *lists
 
 	mu         sync.Mutex
 	perSession map[string]*instance

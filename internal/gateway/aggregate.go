@@ -144,7 +144,7 @@ var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"l
 // list answers a list request with every server's items, names prefixed
 // (every page of every server). With a page size set, it answers one page
 // and a nextCursor for the rest; otherwise the whole list in one page.
-func (a *aggregate) list(ctx context.Context, m *rpc.Message, k listKind) *rpc.Message {
+func (a *aggregate) list(ctx context.Context, m *rpc.Message, k fleet.ListKind) *rpc.Message {
 	cursor := stringField(m.Params, "cursor")
 	size := a.g.pageSize
 	if cursor != "" && size == 0 {
@@ -166,7 +166,7 @@ func (a *aggregate) list(ctx context.Context, m *rpc.Message, k listKind) *rpc.M
 		}
 		items = items[from:to]
 	}
-	body := map[string]any{k.member: nonNil(items)}
+	body := map[string]any{k.Member: nonNil(items)}
 	if next != "" {
 		body["nextCursor"] = next
 	}
@@ -219,14 +219,14 @@ func nonNil(items []json.RawMessage) []json.RawMessage {
 // ends while it waits for another's build gets an empty table (its request
 // then fails as an unknown name or lists nothing) — the build goes on for
 // the others.
-func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
+func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 	a.mu.Lock()
-	if t := a.routes[k.member]; t != nil {
+	if t := a.routes[k.Member]; t != nil {
 		a.mu.Unlock()
 		return t
 	}
 	gen := a.gen
-	if b := a.building[k.member]; b != nil && b.gen == gen {
+	if b := a.building[k.Member]; b != nil && b.gen == gen {
 		a.mu.Unlock()
 		select {
 		case <-b.done:
@@ -239,12 +239,12 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 	if a.building == nil {
 		a.building = map[string]*tableBuild{}
 	}
-	a.building[k.member] = b
+	a.building[k.Member] = b
 	a.mu.Unlock()
 	b.t = a.build(ctx, k, gen)
 	a.mu.Lock()
-	if a.building[k.member] == b {
-		delete(a.building, k.member)
+	if a.building[k.Member] == b {
+		delete(a.building, k.Member)
 	}
 	a.mu.Unlock()
 	close(b.done)
@@ -253,7 +253,7 @@ func (a *aggregate) table(ctx context.Context, k listKind) *routeTable {
 
 // build fetches every server's list of kind k and builds the table of
 // generation gen.
-func (a *aggregate) build(ctx context.Context, k listKind, gen uint64) *routeTable {
+func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *routeTable {
 	a.builds.Add(1)
 	// The build serves every caller waiting on it: it is not cut short by
 	// the first caller going away, only bounded by each server's timeouts.
@@ -267,9 +267,9 @@ func (a *aggregate) build(ctx context.Context, k listKind, gen uint64) *routeTab
 			cfg := srv.Config()
 			lctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout+cfg.RequestTimeout)
 			defer cancel()
-			items, err := a.g.fetch(lctx, srv, k)
+			items, err := srv.List(lctx, k)
 			if err != nil {
-				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.member, "err", err)
+				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
 				return
 			}
 			per[i] = items
@@ -308,7 +308,7 @@ func (a *aggregate) build(ctx context.Context, k listKind, gen uint64) *routeTab
 				item, _ = json.Marshal(obj)
 			}
 			if prev, dup := t.byName[public]; dup {
-				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.member, public, prev.srv.Name(), srv.Name()))
+				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
 				continue
 			}
 			t.byName[public] = route{srv: srv, name: own}
@@ -326,16 +326,16 @@ func (a *aggregate) build(ctx context.Context, k listKind, gen uint64) *routeTab
 		if a.routes == nil {
 			a.routes = map[string]*routeTable{}
 		}
-		a.routes[k.member] = t
+		a.routes[k.Member] = t
 	}
 	// The collisions stay those of the newest build, kept or not, so that
 	// status reports them even while no table is current.
 	if a.collGen == nil {
 		a.collGen = map[string]uint64{}
 	}
-	if last, ok := a.collGen[k.member]; !ok || gen >= last {
-		a.collGen[k.member] = gen
-		a.collisions = mergeCollisions(a.collisions, k.member, collisions)
+	if last, ok := a.collGen[k.Member]; !ok || gen >= last {
+		a.collGen[k.Member] = gen
+		a.collisions = mergeCollisions(a.collisions, k.Member, collisions)
 	}
 	a.mu.Unlock()
 	return t
@@ -363,7 +363,7 @@ func mergeCollisions(old []string, member string, add []string) []string {
 }
 
 // byName routes tools/call and prompts/get by the prefixed name.
-func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k listKind) *rpc.Message {
+func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k fleet.ListKind) *rpc.Message {
 	name, ok := rpc.StringMember(m.Params, "name")
 	if !ok || name == "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")

@@ -2,13 +2,17 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -21,9 +25,9 @@ func TestRestartListsFromThePersistedCache(t *testing.T) {
 	const servers = `{"a":{"command":"$FIXTURE"},"b":{"command":"$FIXTURE"}}`
 
 	first := newWorldStore(t, servers, state, "")
-	first.gw.Learn(context.Background(), 2)
+	first.fleet.Learn(context.Background(), 2)
 	for _, name := range []string{"a", "b"} {
-		if !first.gw.Cached(name) {
+		if !first.fleet.Get(name).Cached(fleet.Tools) {
 			t.Fatalf("server %s not learned", name)
 		}
 		first.waitEvent(name, "dormant", 1, 5*time.Second)
@@ -65,13 +69,58 @@ func TestRestartListsFromThePersistedCache(t *testing.T) {
 func TestConfigChangeInvalidatesTheCache(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state.db")
 	first := newWorldStore(t, `{"a":{"command":"$FIXTURE"}}`, state, "")
-	first.gw.Learn(context.Background(), 2)
-	if !first.gw.Cached("a") {
+	first.fleet.Learn(context.Background(), 2)
+	if !first.fleet.Get("a").Cached(fleet.Tools) {
 		t.Fatal("not learned")
 	}
 	first.close()
 	second := newWorldStore(t, `{"a":{"command":"$FIXTURE","args":["-stderr-lines","1"]}}`, state, first.marker)
-	if second.gw.Cached("a") {
+	if second.fleet.Get("a").Cached(fleet.Tools) {
 		t.Fatal("lists cached for another launch config were used")
+	}
+}
+
+// A list cached from an earlier process is replaced by what the server
+// lists when it starts again, and the clients that see it are told.
+func TestStartReplacesAStaleCachedList(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state.db")
+	first := newWorldStore(t, `{"a":{"command":"$FIXTURE"}}`, state, "")
+	first.fleet.Learn(context.Background(), 1)
+	hash := first.fleet.Get("a").Config().LaunchHash()
+	first.close()
+	// The persisted list says a has a tool it does not have.
+	st, err := store.Open(state, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := []json.RawMessage{json.RawMessage(`{"name":"ghost","inputSchema":{"type":"object"}}`)}
+	if err := st.PutList("a", hash, store.Kind("tools"), ghost); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	second := newWorldStore(t, `{"a":{"command":"$FIXTURE"}}`, state, first.marker)
+	ep := second.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	list := func() string {
+		resp := ep.Handle(context.Background(), s, request(1, "tools/list", nil), newRecorder())
+		if resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+		return string(resp.Result)
+	}
+	if l := list(); !strings.Contains(l, "a__ghost") {
+		t.Fatalf("the cached list was not served: %s", l)
+	}
+	if resp := ep.Handle(context.Background(), s, request(2, "tools/call", map[string]any{"name": "a__ghost"}), newRecorder()); resp.Error == nil && !strings.Contains(string(resp.Result), "isError") {
+		t.Fatalf("a call of a tool the server does not have: %s", resp.Result)
+	}
+	out.next(t, "notifications/tools/list_changed", 10*time.Second)
+	if l := list(); strings.Contains(l, "a__ghost") || !strings.Contains(l, "a__echo") {
+		t.Fatalf("after the server started, tools/list still serves the stale list: %s", l)
 	}
 }

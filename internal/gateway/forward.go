@@ -137,11 +137,13 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 	case "notifications/message":
 		g.relayLog(src, m)
 	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
-		if src.Session == "" {
-			g.invalidate(src.Server.Name(), m.Method)
-		}
-		for _, s := range g.audience(src) {
-			_ = s.Out().Send(m)
+		// The shared instance's lists are the fleet's cache: it fetches
+		// them again and reports what changed (ListsChanged). A private
+		// instance's change is its session's alone.
+		if src.Session != "" {
+			for _, s := range g.audience(src) {
+				_ = s.Out().Send(m)
+			}
 		}
 	case "notifications/resources/updated":
 		uri := stringField(m.Params, "uri")

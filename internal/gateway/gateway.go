@@ -19,7 +19,6 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
-	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // Version is reported as mcpvisor's serverInfo.version.
@@ -45,9 +44,7 @@ type Gateway struct {
 	calls    map[fleet.Conn][]*call // in flight, oldest first
 	tokens   map[string]*call       // our progress token → call
 	outReqs  map[string]*outReq     // our id of a server→client request → where it came from
-	catalogs map[string]*catalog    // per server
 	agg      *aggregate
-	store    *store.Store // nil: nothing persisted
 	pageSize int          // of the aggregated lists; 0: whole lists
 }
 
@@ -68,7 +65,6 @@ func New(log *slog.Logger) *Gateway {
 		calls:    map[fleet.Conn][]*call{},
 		tokens:   map[string]*call{},
 		outReqs:  map[string]*outReq{},
-		catalogs: map[string]*catalog{},
 	}
 	g.agg = &aggregate{g: g}
 	return g
@@ -77,9 +73,6 @@ func New(log *slog.Logger) *Gateway {
 // SetFleet attaches the fleet; call once before serving.
 func (g *Gateway) SetFleet(f *fleet.Fleet) {
 	g.fleet = f
-	for _, s := range f.Servers() {
-		g.catalogs[s.Name()] = &catalog{}
-	}
 }
 
 // Aggregate is the endpoint that serves every server as one.

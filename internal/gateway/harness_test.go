@@ -105,7 +105,7 @@ func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 		t.Fatal(err)
 	}
 	w.gw = New(log)
-	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnReconnect: w.gw.Reconnected,
+	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnListsChanged: w.gw.ListsChanged,
 		OnEvent: func(e fleet.Event) {
 			w.evMu.Lock()
 			w.events = append(w.events, e)
@@ -121,7 +121,7 @@ func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.gw.SetStore(st)
+		w.fleet.SetStore(st)
 	}
 	w.store = st
 	t.Cleanup(w.close)

@@ -51,7 +51,7 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "initialize":
 		// A dormant or never-started server answers from its cached
 		// initialize result; it starts on the first real request.
-		if raw := e.g.catalogs[e.srv.Name()].getInit(); raw != nil && e.srv.Init() == nil {
+		if raw := e.srv.CachedInit(); raw != nil && e.srv.Init() == nil {
 			if in, err := fleet.ParseInit(raw); err == nil {
 				return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 			}

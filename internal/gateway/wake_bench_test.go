@@ -4,17 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/config"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
@@ -104,57 +100,3 @@ func newBenchWorld(b *testing.B, servers string, opts proc.Options) *world {
 	return newWorld(b, servers)
 }
 
-// TestDormantMemory measures what 1,000 configured, dormant servers cost
-// mcpvisor: heap after GC per server, with their tool lists cached (20
-// tools each, as learned) and without. Target ≤ 2 KB per server, lists
-// aside.
-func TestDormantMemory(t *testing.T) {
-	const n = 1000
-	measure := func(servers int, withLists bool) (heap uint64) {
-		var sb strings.Builder
-		sb.WriteString(`{"mcpServers":{`)
-		for i := range servers {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			fmt.Fprintf(&sb, `"s%04d":{"command":"/usr/bin/mcp-server-%d","args":["--port","%d"]}`, i, i, i)
-		}
-		sb.WriteString(`}}`)
-		runtime.GC()
-		var before runtime.MemStats
-		runtime.ReadMemStats(&before)
-		cfg, err := config.Parse([]byte(sb.String()), "mem.json", config.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := New(nil)
-		f, err := fleet.New(cfg, fleet.Options{Hooks: g})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.SetFleet(f)
-		if withLists {
-			tools := make([]json.RawMessage, 20)
-			for i := range tools {
-				tools[i] = json.RawMessage(fmt.Sprintf(`{"name":"tool_%d","description":"does thing %d","inputSchema":{"type":"object"}}`, i, i))
-			}
-			for _, s := range f.Servers() {
-				g.catalogs[s.Name()].put(kindTools, tools)
-			}
-		}
-		runtime.GC()
-		var after runtime.MemStats
-		runtime.ReadMemStats(&after)
-		runtime.KeepAlive(g)
-		runtime.KeepAlive(f)
-		runtime.KeepAlive(cfg)
-		return after.HeapAlloc - before.HeapAlloc
-	}
-	bare := measure(n, false)
-	per := float64(bare) / n
-	withLists := float64(measure(n, true)) / n
-	t.Logf("%d dormant servers: %.0f bytes of heap per server (config, fleet entry, supervisor, catalog); %.0f bytes with 20 shared cached tool items each", n, per, withLists)
-	if per > 2048 {
-		t.Errorf("%.0f bytes per dormant server, target ≤ 2048", per)
-	}
-}

@@ -1,0 +1,364 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/store"
+)
+
+// ListKind is a kind of list a server serves: its list method, the member
+// of the result that holds the items, and the capability that announces
+// it.
+type ListKind struct {
+	Method, Member, Capability string
+}
+
+// The lists the fleet caches for every server.
+var (
+	Tools     = ListKind{"tools/list", "tools", "tools"}
+	Prompts   = ListKind{"prompts/list", "prompts", "prompts"}
+	Resources = ListKind{"resources/list", "resources", "resources"}
+	Templates = ListKind{"resources/templates/list", "resourceTemplates", "resources"}
+
+	allKinds = []ListKind{Tools, Prompts, Resources, Templates}
+)
+
+// ListChanged is the notification that tells clients a list of kind k
+// changed.
+func (k ListKind) ListChanged() string {
+	switch k {
+	case Tools:
+		return "notifications/tools/list_changed"
+	case Prompts:
+		return "notifications/prompts/list_changed"
+	}
+	return "notifications/resources/list_changed"
+}
+
+// lists caches one server's lists, as the server sent their items, and its
+// initialize result, so that a dormant or never-started server still lists
+// its tools. It is written through to the persisted store, keyed by the
+// server's launch hash (a config change starts afresh), and refreshed when
+// the server says a list changed, restarts or wakes. The Server owns it;
+// the front asks for lists through Server.List.
+type lists struct {
+	mu    sync.Mutex
+	items map[string][]json.RawMessage
+	init  json.RawMessage
+}
+
+func (c *lists) getInit() json.RawMessage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.init
+}
+
+func (c *lists) putInit(raw json.RawMessage) (changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed = string(c.init) != string(raw)
+	c.init = raw
+	return changed
+}
+
+func (c *lists) get(k ListKind) ([]json.RawMessage, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	items, ok := c.items[k.Member]
+	return items, ok
+}
+
+// put stores a list and reports whether it differs from what was there.
+func (c *lists) put(k ListKind, items []json.RawMessage) (changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.items == nil {
+		c.items = map[string][]json.RawMessage{}
+	}
+	old, had := c.items[k.Member]
+	c.items[k.Member] = items
+	return !had || !sameItems(old, items)
+}
+
+// drop forgets a list (the next List fetches it) and returns what was
+// there, for the refresh to compare with.
+func (c *lists) drop(k ListKind) (old []json.RawMessage, had bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had = c.items[k.Member]
+	delete(c.items, k.Member)
+	return old, had
+}
+
+func sameItems(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i]) != string(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// CachedInit is the server's initialize result as last seen (persisted
+// across restarts of mcpvisor), or nil.
+func (s *Server) CachedInit() json.RawMessage { return s.lists.getInit() }
+
+// Cached reports whether the server's list of kind k is known without
+// starting it.
+func (s *Server) Cached(k ListKind) bool {
+	_, ok := s.lists.get(k)
+	return ok
+}
+
+// List returns the server's whole list of kind k (every page), from the
+// cache when it is there — a dormant server is not woken for it — else
+// fetched from the shared instance under a lease (starting it) and cached.
+// A server without the capability has an empty list. ctx bounds the start
+// and the fetch.
+func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error) {
+	if items, ok := s.lists.get(k); ok {
+		return items, nil
+	}
+	l, err := s.Acquire(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	defer l.Release()
+	items, _, err := s.learnFrom(ctx, l.Conn(), k)
+	return items, err
+}
+
+// learnFrom fetches kind k from conn, caches and persists it, and reports
+// whether it differs from the cached one.
+func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.RawMessage, bool, error) {
+	s.rememberInit(conn)
+	items, err := fetchList(ctx, s.Name(), conn, k)
+	if err != nil {
+		return nil, false, err
+	}
+	changed := s.lists.put(k, items)
+	if changed {
+		s.persist(k, items)
+	}
+	return items, changed, nil
+}
+
+// fetchList lists every page of kind k from conn.
+func fetchList(ctx context.Context, name string, conn Conn, k ListKind) ([]json.RawMessage, error) {
+	if !conn.Init().Has(k.Capability) {
+		return nil, nil
+	}
+	var items []json.RawMessage
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 1000 {
+			return nil, fmt.Errorf("server %s: %s: more than 1000 pages", name, k.Method)
+		}
+		var params json.RawMessage
+		if cursor != "" {
+			params, _ = json.Marshal(map[string]string{"cursor": cursor})
+		}
+		resp, err := conn.Call(ctx, k.Method, params)
+		if err != nil {
+			return nil, err
+		}
+		if resp.Error != nil {
+			return nil, fmt.Errorf("server %s: %s: %s", name, k.Method, resp.Error.Message)
+		}
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(resp.Result, &body); err != nil {
+			return nil, fmt.Errorf("server %s: %s: malformed result: %v", name, k.Method, err)
+		}
+		var pageItems []json.RawMessage
+		if raw := body[k.Member]; len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &pageItems); err != nil {
+				return nil, fmt.Errorf("server %s: %s: malformed %s: %v", name, k.Method, k.Member, err)
+			}
+		}
+		items = append(items, pageItems...)
+		cursor = ""
+		if raw := body["nextCursor"]; len(raw) > 0 {
+			_ = json.Unmarshal(raw, &cursor)
+		}
+		if cursor == "" {
+			break
+		}
+	}
+	if items == nil {
+		items = []json.RawMessage{}
+	}
+	return items, nil
+}
+
+// rememberInit caches (and persists) the server's initialize result.
+func (s *Server) rememberInit(c Conn) {
+	if c.Init() == nil {
+		return
+	}
+	if s.lists.putInit(c.Init().Raw) && s.f.store != nil {
+		if err := s.f.store.PutInit(s.Name(), s.cfg.LaunchHash(), c.Init().Raw); err != nil {
+			s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
+		}
+	}
+}
+
+func (s *Server) persist(k ListKind, items []json.RawMessage) {
+	if s.f.store == nil {
+		return
+	}
+	if err := s.f.store.PutList(s.Name(), s.cfg.LaunchHash(), store.Kind(k.Member), items); err != nil {
+		s.f.log.Warn("could not persist a server's list", "server", s.Name(), "list", k.Member, "err", err)
+	}
+}
+
+// listChanged handles a server's notifications/…/list_changed: the cached
+// lists it names are dropped and fetched again in the background.
+func (s *Server) listChanged(method string) {
+	var kinds []ListKind
+	switch method {
+	case "notifications/tools/list_changed":
+		kinds = []ListKind{Tools}
+	case "notifications/prompts/list_changed":
+		kinds = []ListKind{Prompts}
+	case "notifications/resources/list_changed":
+		kinds = []ListKind{Resources, Templates}
+	default:
+		return
+	}
+	go s.refresh(true, kinds...)
+}
+
+// refresh fetches kinds again from the running shared instance (under a
+// lease, so it is not put to sleep meanwhile; a server that is not running
+// has nothing new to say), stores them, and reports the kinds that changed
+// through Options.OnListsChanged. When told is set the server said the
+// lists changed: a list that cannot be fetched is dropped and reported as
+// changed, so that clients list again rather than keep a stale one.
+func (s *Server) refresh(told bool, kinds ...ListKind) {
+	l, ok := s.Peek("")
+	if !ok {
+		if told {
+			for _, k := range kinds {
+				s.lists.drop(k)
+			}
+			s.f.listsChanged(s, kinds)
+		}
+		return
+	}
+	defer l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout+s.cfg.InitTimeout)
+	defer cancel()
+	var changed []ListKind
+	for _, k := range kinds {
+		_, diff, err := s.learnFrom(ctx, l.Conn(), k)
+		if err != nil {
+			s.f.log.Debug("list refresh failed", "server", s.Name(), "list", k.Member, "err", err)
+			if told {
+				s.lists.drop(k)
+				changed = append(changed, k)
+			}
+			continue
+		}
+		if diff {
+			changed = append(changed, k)
+		}
+	}
+	if len(changed) > 0 {
+		s.f.listsChanged(s, changed)
+	}
+}
+
+func (f *Fleet) listsChanged(s *Server, kinds []ListKind) {
+	if f.opts.OnListsChanged != nil {
+		f.opts.OnListsChanged(s, kinds)
+	}
+}
+
+// SetStore attaches the persisted cache and loads what it holds for the
+// configured servers (under their current launch hashes). Entries of
+// servers no longer configured, or configured differently, are pruned.
+// Call it before serving.
+func (f *Fleet) SetStore(st *store.Store) {
+	f.store = st
+	want := map[string]string{}
+	for _, s := range f.servers {
+		want[s.Name()] = s.cfg.LaunchHash()
+	}
+	for name, l := range st.Load(want) {
+		s := f.byName[name]
+		if s == nil {
+			continue
+		}
+		if len(l.Init) > 0 {
+			s.lists.putInit(l.Init)
+		}
+		for _, k := range allKinds {
+			if items, ok := l.Get(store.Kind(k.Member)); ok {
+				s.lists.put(k, items)
+			}
+		}
+	}
+	if n, err := st.Prune(want); err == nil && n > 0 {
+		f.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
+	}
+}
+
+// Learn starts, in the background and at most concurrency at a time, each
+// server whose tools are not cached, fetches all its lists (persisting
+// them), and puts it back to sleep unless a client used it meanwhile. It
+// returns when every server was tried or ctx ended.
+func (f *Fleet) Learn(ctx context.Context, concurrency int) {
+	if concurrency <= 0 {
+		concurrency = 2
+	}
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	for _, s := range f.servers {
+		if s.Cached(Tools) || s.cfg.Eager {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.learn(ctx)
+		})
+	}
+	wg.Wait()
+}
+
+// learn starts the server under one lease, fetches every list, and lets
+// it sleep again unless a client request came meanwhile.
+func (s *Server) learn(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.InitTimeout+s.cfg.RequestTimeout)
+	defer cancel()
+	l, err := s.Acquire(lctx, "")
+	if err != nil {
+		s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "err", err)
+		return
+	}
+	before := s.Requests() // counted after ours: a later one is a client's
+	var learned []ListKind
+	for _, k := range allKinds {
+		if _, _, err := s.learnFrom(lctx, l.Conn(), k); err != nil {
+			s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.Member, "err", err)
+			break
+		}
+		learned = append(learned, k)
+	}
+	l.Release()
+	if len(learned) > 0 {
+		s.f.listsChanged(s, learned)
+	}
+	s.Rest(before)
+}

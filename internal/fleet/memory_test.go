@@ -1,0 +1,63 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+)
+
+// TestDormantMemory measures what 1,000 configured, dormant servers cost
+// mcpvisor: heap after GC per server, with their tool lists cached (20
+// tools each, as learned) and without. Target ≤ 2 KB per server, lists
+// aside.
+func TestDormantMemory(t *testing.T) {
+	const n = 1000
+	measure := func(servers int, withLists bool) (heap uint64) {
+		var sb strings.Builder
+		sb.WriteString(`{"mcpServers":{`)
+		for i := range servers {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			fmt.Fprintf(&sb, `"s%04d":{"command":"/usr/bin/mcp-server-%d","args":["--port","%d"]}`, i, i, i)
+		}
+		sb.WriteString(`}}`)
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		cfg, err := config.Parse([]byte(sb.String()), "mem.json", config.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := New(cfg, Options{Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withLists {
+			tools := make([]json.RawMessage, 20)
+			for i := range tools {
+				tools[i] = json.RawMessage(fmt.Sprintf(`{"name":"tool_%d","description":"does thing %d","inputSchema":{"type":"object"}}`, i, i))
+			}
+			for _, s := range f.Servers() {
+				s.lists.put(Tools, tools)
+			}
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(f)
+		runtime.KeepAlive(cfg)
+		return after.HeapAlloc - before.HeapAlloc
+	}
+	bare := measure(n, false)
+	per := float64(bare) / n
+	withLists := float64(measure(n, true)) / n
+	t.Logf("%d dormant servers: %.0f bytes of heap per server (config, fleet entry, supervisor, lists cache); %.0f bytes with 20 shared cached tool items each", n, per, withLists)
+	if per > 2048 {
+		t.Errorf("%.0f bytes per dormant server, target ≤ 2048", per)
+	}
+}
