@@ -45,7 +45,7 @@ type Gateway struct {
 	tokens   map[string]*call       // our progress token → call
 	outReqs  map[string]*outReq     // our id of a server→client request → where it came from
 	agg      *aggregate
-	pageSize int          // of the aggregated lists; 0: whole lists
+	pageSize int // of the aggregated lists; 0: whole lists
 }
 
 // SetPageSize sets how many items one page of the aggregated endpoint's

@@ -99,4 +99,3 @@ func newBenchWorld(b *testing.B, servers string, opts proc.Options) *world {
 	defer func() { worldRuntime = old }()
 	return newWorld(b, servers)
 }
-
