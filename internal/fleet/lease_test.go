@@ -241,3 +241,33 @@ func TestSessionEndForgetsItsInterests(t *testing.T) {
 		}
 	})
 }
+
+// Peek leases the session's own running instance and nothing else: it
+// never starts a process nor creates an instance, and a session without
+// its own instance of a per-session server gets none (a client
+// notification must not reach another session's private process).
+func TestPeekIsTheSessionsOwnInstanceOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		a, b := live(s.Acquire(t.Context(), "A")), live(s.Acquire(t.Context(), "B"))
+		la, ok := s.Peek("A")
+		if !ok || la.in.current() != a || la.in.current() == b {
+			t.Fatal("Peek(A) is not A's instance")
+		}
+		la.Release()
+		if _, ok := s.Peek("C"); ok {
+			t.Fatal("Peek of a session without an instance leased one")
+		}
+		if n := s.Status().Sessions; n != 2 {
+			t.Fatalf("Peek created an instance: %d", n)
+		}
+		if _, ok := s.Peek(""); ok {
+			t.Fatal("Peek leased the shared instance that never started")
+		}
+		if n := ff.connects.Load(); n != 2 {
+			t.Fatalf("%d connects: Peek started something", n)
+		}
+	})
+}
