@@ -116,11 +116,12 @@ func (s *Server) Peek(session string) (l *Lease, ok bool) {
 		return nil, false
 	}
 	in.hold()
-	c, _ := in.current().(Conn)
-	if c == nil {
+	cur := in.current()
+	if cur == nil {
 		in.end()
 		return nil, false
 	}
+	c, _ := cur.(Conn)
 	return &Lease{in: in, conn: c}, true
 }
 

@@ -137,6 +137,9 @@ func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error
 // learnFrom fetches kind k from conn, caches and persists it, and reports
 // whether it differs from the cached one.
 func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.RawMessage, bool, error) {
+	if conn == nil {
+		return nil, false, fmt.Errorf("server %s: no MCP connection to list from", s.Name())
+	}
 	s.rememberInit(conn)
 	items, err := fetchList(ctx, s.Name(), conn, k)
 	if err != nil {
