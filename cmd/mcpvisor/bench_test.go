@@ -35,7 +35,10 @@ import (
 // front of the fixture); mcpvisor serve's /servers/x/mcp and /mcp; and
 // mcpvisor stdio — plus mcpvisor's RSS and CPU profiles of it under load.
 // Every path is measured once per round and the rounds interleave, so a
-// slow spell of a shared machine weighs on all paths alike.
+// slow spell of a shared machine weighs on all paths alike. Every process
+// under test — fixtures included — runs in a session of its own, as
+// mcpvisor's servers do: the scheduler groups processes by session
+// (autogroup), and one sharing the load client's session looks cheaper.
 // `make bench-gateway` runs it; plain `go test` skips it.
 //
 // Environment: MCPVISOR_BENCH=1 enables it; MCPVISOR_BENCH_WARMUP and
@@ -507,10 +510,12 @@ type benchProcess struct {
 }
 
 // startBenchProcess starts cmd, a server that prints "serving N servers at
-// http://ADDR/mcp" on stderr, and waits for that line.
+// http://ADDR/mcp" on stderr, in a session of its own
+// (loadtest.OwnSession), and waits for that line.
 func startBenchProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess {
 	t.Helper()
 	cmd.Env = env
+	cmd.SysProcAttr = loadtest.OwnSession()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -541,11 +546,13 @@ func startBenchProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess 
 	return p
 }
 
-// startStdioProcess starts cmd, an MCP server on stdin/stdout, and
-// initializes a session on it.
+// startStdioProcess starts cmd, an MCP server on stdin/stdout, in a
+// session of its own (loadtest.OwnSession), and initializes an MCP
+// session on it.
 func startStdioProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess {
 	t.Helper()
 	cmd.Env = env
+	cmd.SysProcAttr = loadtest.OwnSession()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
