@@ -1,9 +1,12 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 )
@@ -116,4 +119,62 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 			}
 		})
 	})
+}
+
+// overlongResponse is a response of about size bytes whose result holds
+// objects with "id" members of their own and escaped quotes; the
+// response's id comes first or, as the TypeScript SDK writes it, last.
+func overlongResponse(size int, idLast bool) string {
+	var b strings.Builder
+	if !idLast {
+		b.WriteString(`{"jsonrpc":"2.0","id":42,`)
+	} else {
+		b.WriteString(`{`)
+	}
+	b.WriteString(`"result":{"content":[{"type":"text","text":"see entries"}],"structuredContent":{"entries":[`)
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"id":%d,"name":"file-%d.txt","note":"say \"id\":%d, then {[","tags":["a","b"],"size":%d}`, i, i, i, i*1031)
+	}
+	b.WriteString(`]}}`)
+	if idLast {
+		b.WriteString(`,"jsonrpc":"2.0","id":42`)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// BenchmarkRead is a Conn's read loop over a stream of about 8 MB of one
+// kind of line: short notifications, 100 KB responses (no call pending),
+// or 1 MB responses over a 64 KiB limit, skipped.
+func BenchmarkRead(b *testing.B) {
+	note := `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"x","data":"` + strings.Repeat("x", 200) + `"}}`
+	for _, in := range []struct {
+		name string
+		line string
+		max  int
+	}{
+		{"notifications", note, DefaultMaxLine},
+		{"100KB", string(largeResponse), DefaultMaxLine},
+		{"overlong/id-first", overlongResponse(1<<20, false), 64 << 10},
+		{"overlong/id-last", overlongResponse(1<<20, true), 64 << 10},
+	} {
+		stream := []byte(strings.Repeat(in.line+"\n", max(1, 8<<20/(len(in.line)+1))))
+		b.Run(in.name, func(b *testing.B) {
+			b.SetBytes(int64(len(stream)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c := NewConn(bytes.NewReader(stream), io.Discard, Options{
+					MaxLine: in.max,
+					Handler: func(context.Context, *Message) {},
+					OnError: func(error) {},
+				})
+				if err := c.Run(context.Background()); !errors.Is(err, io.EOF) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

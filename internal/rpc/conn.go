@@ -17,9 +17,14 @@ import (
 type Options struct {
 	// MaxLine is the longest line accepted, in bytes, without its newline.
 	// Default DefaultMaxLine (16 MiB). A longer line is skipped, not
-	// fatal: if its start names a pending call's id, that call fails with
-	// a *LineTooLongError; if it is a request from the peer, the peer gets
-	// an InvalidRequest error for it; otherwise it is reported to OnError.
+	// fatal, and reported to OnError as a *LineTooLongError. While it is
+	// skipped its top-level "id" member is looked for wherever it sits —
+	// first, or last after the result as the TypeScript SDK writes it —
+	// by a streaming scan that tracks nesting and strings (an "id" inside
+	// the result is not taken for it) in bounded memory. If the id names
+	// a pending call, that call fails at once with the *LineTooLongError;
+	// if the line is a request from the peer (a top-level "method" or
+	// "params" and an id), the peer gets an InvalidRequest error for it.
 	MaxLine int
 
 	// Handler receives the peer's requests and notifications, one at a
@@ -506,12 +511,12 @@ func (c *Conn) dispatch(ctx context.Context, line []byte, owned bool) {
 
 // skipped handles a line over the limit.
 func (c *Conn) skipped(over *overlong) {
-	id, req, resp := sniff(over.head)
+	id, req := over.id, over.request
 	kind := "line"
 	switch {
 	case req:
 		kind = "request"
-	case resp || id != nil:
+	case over.response || id != nil:
 		kind = "response"
 	}
 	err := &LineTooLongError{Kind: kind, Peer: c.peer, Limit: c.maxLine, Size: over.size, ID: id}

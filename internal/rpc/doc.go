@@ -11,9 +11,10 @@
 // that copy.
 //
 // Lines are limited (DefaultMaxLine, 16 MiB). A longer line costs only
-// itself: it is skipped, and if its first few KiB name a pending call's id
-// that call fails with a *LineTooLongError ("response from server exceeds
-// 16 MiB line limit"). A line that is not JSON-RPC is reported and
+// itself: it is skipped, never held whole, and if its top-level id (found
+// wherever it sits in the line) names a pending call, that call fails at
+// once with a *LineTooLongError ("response from server exceeds 16 MiB line
+// limit"). A line that is not JSON-RPC is reported and
 // counted, and fails the call it names, if any; the connection goes on.
 //
 // Relays: Call gives every request a fresh integer id, so clients that

@@ -87,7 +87,7 @@ type LineTooLongError struct {
 	Peer  string          // Options.PeerName
 	Limit int             // the limit in bytes
 	Size  int64           // the line's length in bytes, without its newline
-	ID    json.RawMessage // the id read from the line's start, if any
+	ID    json.RawMessage // the line's top-level id, wherever it sat, if one was found
 }
 
 func (e *LineTooLongError) Error() string {

@@ -10,28 +10,34 @@ const (
 	DefaultMaxLine = 16 << 20
 
 	readBufSize = 64 << 10 // the reader's buffer; shorter lines are never copied by it
-	headLen     = 4 << 10  // how much of an overlong line is kept to find its id
+	headLen     = 4 << 10  // the longest id read from an overlong line
 	keepScratch = 1 << 20  // a longer line's buffer is handed over, not kept
 )
 
 // lineReader splits a stream into lines of at most max bytes. A longer line
-// is skipped to its end (its first headLen bytes kept) without failing the
-// stream.
+// is skipped to its end without failing the stream, and skimmed on the way
+// for its envelope (see skim): memory stays bounded by max, whatever the
+// line's length.
 type lineReader struct {
 	br      *bufio.Reader
 	max     int
 	scratch []byte // assembles lines longer than the bufio buffer
 	err     error  // the read error that ended a final, unterminated line
+	skim    skim   // reads the envelope of the line being skipped
 }
 
 func newLineReader(r io.Reader, max int) *lineReader {
 	return &lineReader{br: bufio.NewReaderSize(r, readBufSize), max: max}
 }
 
-// overlong is a line that exceeded the limit and was skipped.
+// overlong is a line that exceeded the limit and was skipped, with what
+// its skim found.
 type overlong struct {
-	head []byte // its first headLen bytes (fewer if the limit is lower)
 	size int64  // its length without the newline
+	id   []byte // its top-level id (a string, number or null), if any
+	// request: it has a top-level "method" or "params"; response: a
+	// "result" or "error" (the skim stops once it has the id and either).
+	request, response bool
 }
 
 // next returns the next line without its "\n" (or "\r\n"). Unless owned,
@@ -46,7 +52,7 @@ func (lr *lineReader) next() (line []byte, owned bool, over *overlong, err error
 	}
 	acc := lr.scratch[:0]
 	var size int64
-	var head []byte
+	skipping := false
 	for {
 		frag, rerr := lr.br.ReadSlice('\n')
 		if rerr == nil {
@@ -54,12 +60,15 @@ func (lr *lineReader) next() (line []byte, owned bool, over *overlong, err error
 		}
 		size += int64(len(frag))
 		switch {
-		case head != nil:
-			// skipping
+		case skipping:
+			if !lr.skim.done() {
+				lr.skim.feed(frag)
+			}
 		case size > int64(lr.max):
-			head = make([]byte, 0, min(headLen, lr.max+1))
-			head = append(head, acc[:min(len(acc), cap(head))]...)
-			head = append(head, frag[:min(len(frag), cap(head)-len(head))]...)
+			skipping = true
+			lr.skim.reset()
+			lr.skim.feed(acc)
+			lr.skim.feed(frag)
 			acc = acc[:0]
 		case rerr == nil && len(acc) == 0:
 			return trimCR(frag), false, nil, nil
@@ -71,13 +80,14 @@ func (lr *lineReader) next() (line []byte, owned bool, over *overlong, err error
 		}
 		if rerr != nil {
 			lr.err = rerr
-			if head == nil && len(acc) == 0 {
+			if !skipping && len(acc) == 0 {
 				return nil, false, nil, rerr
 			}
 		}
-		if head != nil {
+		if skipping {
 			lr.keep(acc)
-			return nil, false, &overlong{head: head, size: size}, nil
+			sk := &lr.skim
+			return nil, false, &overlong{size: size, id: sk.id, request: sk.request, response: sk.response}, nil
 		}
 		owned = cap(acc) > keepScratch
 		if owned {

@@ -39,7 +39,7 @@ func TestLineReader(t *testing.T) {
 		g := got[i]
 		switch w {
 		case "<over>":
-			if g.over == nil || g.over.size != 5*readBufSize || string(g.over.head) != strings.Repeat("o", headLen) {
+			if g.over == nil || g.over.size != 5*readBufSize || g.over.id != nil || g.over.request || g.over.response {
 				t.Errorf("result %d: %+v, want the overlong line", i, g.over)
 			}
 		case "<EOF>":
@@ -59,7 +59,7 @@ func TestLineReaderExactLimit(t *testing.T) {
 	if got[0].line != "12345" || got[0].over != nil {
 		t.Errorf("a line of exactly the limit: %+v", got[0])
 	}
-	if got[1].over == nil || got[1].over.size != 6 || string(got[1].over.head) != "123456" {
+	if got[1].over == nil || got[1].over.size != 6 {
 		t.Errorf("one byte over: %+v", got[1])
 	}
 }
