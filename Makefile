@@ -27,6 +27,9 @@ bench: test-deps
 # The gateway benchmark of issue 4 (about 2 minutes): direct stdio, the
 # HTTP floor, a raw relay, /servers/x/mcp, /mcp and mcpvisor stdio under 16
 # callers in 6 interleaved rounds, RSS and CPU profiles; the report and the
-# profiles go to bin/bench/.
+# profiles go to bin/bench/. BASE=REV (a git revision) adds a baseline:
+# mcpvisor serve built from REV, its /servers/x/mcp and /mcp in the same
+# rounds, and now / @base ratios.
+BASE ?= $(MCPVISOR_BENCH_BASE)
 bench-gateway:
-	MCPVISOR_BENCH=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReport$$' -v ./cmd/mcpvisor/
+	MCPVISOR_BENCH=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReport$$' -v ./cmd/mcpvisor/

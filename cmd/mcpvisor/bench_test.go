@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -46,7 +47,10 @@ import (
 // load window (the sequential one is half as long),
 // MCPVISOR_BENCH_ROUNDS (default 6) how often every path is measured,
 // MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where the report
-// and the profiles go.
+// and the profiles go, MCPVISOR_BENCH_BASE (a git revision; `make
+// bench-gateway BASE=REV`) a baseline: mcpvisor built from that revision,
+// serving the same config in a second serve process, whose /servers/x/mcp
+// and /mcp join the rounds as "@base" paths, with now / @base ratios.
 
 const (
 	benchEnv        = "MCPVISOR_BENCH"
@@ -54,6 +58,7 @@ const (
 	benchProfileEnv = "MCPVISOR_BENCH_CPUPROFILE" // where TestBenchMcpvisorChild writes its profile
 	benchFloorEnv   = "MCPVISOR_BENCH_FLOOR"      // TestBenchFloorChild serves the floor
 	benchRawEnv     = "MCPVISOR_BENCH_RAW_RELAY"  // TestBenchRawRelayChild relays to this fixture
+	benchBaseEnv    = "MCPVISOR_BENCH_BASE"       // the git revision of the @base paths, if any
 	benchCallers    = 16
 	benchText       = "hello"
 )
@@ -140,6 +145,31 @@ func TestBenchReport(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The baseline, if asked for: mcpvisor serve built from another
+	// revision, a process and session of its own, the same fixture and
+	// config, its RSS taken the same way.
+	var base *benchBaseline
+	if rev := os.Getenv(benchBaseEnv); rev != "" {
+		base = &benchBaseline{}
+		var baseBin string
+		baseBin, base.commit, base.shim = benchBaseBinaries(t, dir, rev)
+		base.proc = startBenchProcess(t, exec.Command(baseBin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "base-serve-state"), "--log-level", "warn"), env)
+		time.Sleep(time.Second)
+		base.rssIdle = vmRSS(base.proc.pid)
+		if base.single, err = loadtest.OpenHTTP(ctx, client, base.proc.base+"/servers/x/mcp"); err != nil {
+			t.Fatal(err)
+		}
+		if err := base.single.Echo(ctx, "echo", benchText)(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		base.rssRunning = vmRSS(base.proc.pid)
+		base.tree = processTree(base.proc.pid)
+		if base.agg, err = loadtest.OpenHTTP(ctx, client, base.proc.base+"/mcp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// The HTTP floor: the bare handler in a process of its own, as
 	// mcpvisor is (the like-for-like floor), and in this process with the
 	// load client (no cross-process wake-ups: a lower bound on latency).
@@ -178,8 +208,25 @@ func TestBenchReport(t *testing.T) {
 		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
 		{"mcpvisor stdio (x__echo)", "stdio", relay.pid, fixtureOf(relay.pid), func(ctx context.Context) func() error { return relay.conn.Echo(ctx, "x__echo", benchText) }},
 	}
+	if base != nil {
+		// Each next to its counterpart, so that both see the same spell
+		// of the machine.
+		i := slices.IndexFunc(paths, func(p benchPath) bool { return p.short == "single" })
+		paths = slices.Insert(paths, i+1,
+			benchPath{"serve /servers/x/mcp @base", "single@base", base.proc.pid, fixtureOf(base.proc.pid), func(ctx context.Context) func() error { return base.single.Echo(ctx, "echo", benchText) }})
+		i = slices.IndexFunc(paths, func(p benchPath) bool { return p.short == "agg" })
+		paths = slices.Insert(paths, i+1,
+			benchPath{"serve /mcp (x__echo) @base", "agg@base", base.proc.pid, fixtureOf(base.proc.pid), func(ctx context.Context) func() error { return base.agg.Echo(ctx, "x__echo", benchText) }})
+	}
 	say("mcpvisor gateway benchmark: %d callers, %v warm-up + %v per load window, %d interleaved rounds (even ones in reverse order), %d CPUs\n",
 		benchCallers, warmup, measure, rounds, runtime.NumCPU())
+	if base != nil {
+		shim := "without mcpvisor-shim (none at that revision)"
+		if base.shim {
+			shim = "with mcpvisor-shim next to it"
+		}
+		say("@base: mcpvisor serve built from %s (%s), %s\n", os.Getenv(benchBaseEnv), base.commit, shim)
+	}
 	var rows []benchRow
 	for round := 1; round <= rounds; round++ {
 		order := make([]benchPath, len(paths))
@@ -226,6 +273,9 @@ func TestBenchReport(t *testing.T) {
 		}
 	}
 	rssLoaded, hwm := vmRSS(serve.pid), vmHWM(serve.pid)
+	if base != nil {
+		base.rssLoaded, base.hwm = vmRSS(base.proc.pid), vmHWM(base.proc.pid)
+	}
 
 	// Every path was measured once per round, the rounds interleaved, so
 	// that a slow spell of the machine weighs on every path alike. The
@@ -258,23 +308,28 @@ func TestBenchReport(t *testing.T) {
 			cpu(pr.cpuClient, 1), cpu(pr.cpuServer, p.server), cpu(pr.cpuFixture, fix), 100*pr.busy)
 	}
 	say("(client = this test process, which also runs the in-process floor; server = the floor process, mcpvisor, or the fixture itself for direct stdio)\n")
-	ratio := func(a, b string) string {
-		x := pooled[a].load.Rate() / pooled[b].load.Rate()
+	// ratioOf is of a measure f of the pooled rows, with the range of
+	// the per-round ratios.
+	ratioOf := func(a, b string, f func(benchRow) float64) string {
+		x := f(pooled[a]) / f(pooled[b])
 		lo, hi := 1e9, 0.0
 		for round := 1; round <= rounds; round++ {
 			var ra, rb float64
 			for _, r := range rows {
 				if r.round == round && r.path == a {
-					ra = r.load.Rate()
+					ra = f(r)
 				}
 				if r.round == round && r.path == b {
-					rb = r.load.Rate()
+					rb = f(r)
 				}
 			}
 			lo, hi = min(lo, ra/rb), max(hi, ra/rb)
 		}
 		return fmt.Sprintf("%.2f× (rounds %.2f–%.2f)", x, lo, hi)
 	}
+	rate := func(r benchRow) float64 { return r.load.Rate() }
+	serverCPU := func(r benchRow) float64 { return float64(r.cpuServer) }
+	ratio := func(a, b string) string { return ratioOf(a, b, rate) }
 	added := func(a, b string) string {
 		return fmt.Sprintf("added p50 %+.3f ms under load, %+.3f ms sequential",
 			msf(pooled[a].load.Percentile(50)-pooled[b].load.Percentile(50)), msf(pooled[a].seq.Percentile(50)-pooled[b].seq.Percentile(50)))
@@ -285,12 +340,22 @@ func TestBenchReport(t *testing.T) {
 	say("  aggregated / floor      %s (≥0.6), %s\n", ratio("agg", "floor"), added("agg", "floor"))
 	say("  per-server / raw relay  %s, aggregated / raw relay %s\n", ratio("single", "raw"), ratio("agg", "raw"))
 	say("  stdio relay / direct    %s (≥0.5), %s\n", ratio("stdio", "direct"), added("stdio", "direct"))
+	if base != nil {
+		say("  per-server now / @base  calls/s %s, mcpvisor CPU µs/call %s, %s\n",
+			ratioOf("single", "single@base", rate), ratioOf("single", "single@base", serverCPU), added("single", "single@base"))
+		say("  aggregated now / @base  calls/s %s, mcpvisor CPU µs/call %s, %s\n",
+			ratioOf("agg", "agg@base", rate), ratioOf("agg", "agg@base", serverCPU), added("agg", "agg@base"))
+	}
 	fl, di := pooled["floor"], pooled["direct"]
 	say("  a relay that cost no CPU of its own beyond a bare handler's, in front of a fixture costing what it costs direct,\n"+
 		"  would reach %.2f× the floor here: (client + floor server) / (client + floor server + fixture), CPU per call\n",
 		float64(fl.cpuClient+fl.cpuServer)/float64(fl.cpuClient+fl.cpuServer+di.cpuServer))
 	say("\nRSS of mcpvisor serve (VmRSS): idle, x dormant %s; x running %s; after the load %s (VmHWM %s)\n", kb(rssIdle), kb(rssRunning), kb(rssLoaded), kb(hwm))
 	say("process tree with x running:\n%s", treeRunning)
+	if base != nil {
+		say("RSS of @base serve: idle, x dormant %s; x running %s; after the load %s (VmHWM %s); its process tree with x running:\n%s",
+			kb(base.rssIdle), kb(base.rssRunning), kb(base.rssLoaded), kb(base.hwm), base.tree)
+	}
 
 	// CPU profiles of the same mcpvisor code under the per-server, the
 	// aggregated and the stdio load: this test binary runs mcpvisor
@@ -354,6 +419,11 @@ func TestBenchReport(t *testing.T) {
 	floorProc.stop(t)
 	rawProc.stop(t)
 	serve.stop(t)
+	if base != nil {
+		_ = base.single.Close(ctx)
+		_ = base.agg.Close(ctx)
+		base.proc.stop(t)
+	}
 	if err := os.WriteFile(filepath.Join(out, "report.txt"), []byte(report.String()), 0o644); err != nil {
 		t.Error(err)
 	}
@@ -621,6 +691,65 @@ func benchBinaries(t *testing.T, dir string) (mcpvisor, fixture string) {
 		t.Fatal(err)
 	}
 	return mcpvisor, fixture
+}
+
+// benchBaseline is mcpvisor serve built from the revision of
+// MCPVISOR_BENCH_BASE, with its sessions and RSS.
+type benchBaseline struct {
+	commit                              string // the revision, in full
+	shim                                bool   // mcpvisor-shim was built next to it
+	proc                                *benchProcess
+	single, agg                         *loadtest.HTTPSession
+	rssIdle, rssRunning, rssLoaded, hwm int
+	tree                                string
+}
+
+// benchBaseBinaries builds mcpvisor from git revision rev into dir/base,
+// and mcpvisor-shim next to it if that revision has the command: the
+// revision's tree, from git archive, is built in dir/base-src, so that
+// nothing of the repository (index, worktrees) changes.
+func benchBaseBinaries(t *testing.T, dir, rev string) (bin, commit string, shim bool) {
+	if strings.HasPrefix(rev, "-") {
+		t.Fatalf("%s=%q: not a revision", benchBaseEnv, rev)
+	}
+	top := ""
+	git := func(args ...string) []byte {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = top // git archive takes the working directory's subtree
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, stderr)
+		}
+		return out
+	}
+	top = strings.TrimSpace(string(git("rev-parse", "--show-toplevel")))
+	commit = strings.TrimSpace(string(git("rev-parse", "--verify", rev+"^{commit}")))
+	src := filepath.Join(dir, "base-src")
+	out := filepath.Join(dir, "base")
+	for _, d := range []string{src, out} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin = bytes.NewReader(git("archive", "--format=tar", commit))
+	if b, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("tar -x: %v\n%s", err, b)
+	}
+	pkgs := []string{"./cmd/mcpvisor"}
+	if st, err := os.Stat(filepath.Join(src, "cmd", "mcpvisor-shim")); err == nil && st.IsDir() {
+		pkgs, shim = append(pkgs, "./cmd/mcpvisor-shim"), true
+	}
+	build := exec.Command("go", append([]string{"build", "-o", out + string(filepath.Separator)}, pkgs...)...)
+	build.Dir = src
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s at %s: %v\n%s", strings.Join(pkgs, " "), commit, err, b)
+	}
+	return filepath.Join(out, "mcpvisor"), commit, shim
 }
 
 func benchDuration(t *testing.T, name string, def time.Duration) time.Duration {
