@@ -184,26 +184,69 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 	}
 }
 
-// relayLog delivers a server's log message. During requests of one client
-// session only, it is theirs: it goes to the newest one's stream. Between
-// requests, or while several sessions share the server, it cannot be tied
-// to a request, so it goes to the sessions that set a log level on the
-// server (and may receive it: the private instance's own session only),
-// each only when the message is at least as severe as its level.
+// relayLog delivers a server's log message. A stdio server's log line
+// carries nothing that ties it to a request, so it is attributed only when
+// that is certain: the line of a session's private instance, or of a
+// shared server that only one open session sees, is that session's — on
+// the stream of its newest request in flight there, else on its session
+// stream. Otherwise it goes only to the sessions that set a log level on
+// the server. Wherever it goes, a session that set a level receives only
+// lines at least that severe.
 func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
-	if c, sessions := g.bridgeTarget(src.Conn); c != nil && sessions == 1 {
-		_ = c.related.Send(m)
-		return
-	}
 	sev := fleet.LogSeverity(stringField(m.Params, "level"))
 	levels := src.Server.LogLevels()
-	for _, s := range g.audience(src) {
+	wants := func(s *Session) bool {
 		lvl, ok := levels[s.Key()]
-		if !ok || sev < fleet.LogSeverity(lvl) {
-			continue
-		}
-		_ = s.Out().Send(m)
+		return ok && sev >= fleet.LogSeverity(lvl)
 	}
+	if owner := g.owner(src); owner != nil {
+		if lvl, ok := levels[owner.Key()]; ok && sev < fleet.LogSeverity(lvl) {
+			return
+		}
+		if c := g.newestCallOf(src.Conn, owner); c != nil {
+			_ = c.related.Send(m)
+		} else if wants(owner) {
+			_ = owner.Out().Send(m)
+		}
+		return
+	}
+	for _, s := range g.audience(src) {
+		if wants(s) {
+			_ = s.Out().Send(m)
+		}
+	}
+}
+
+// owner is the session every message from src belongs to, when that is
+// certain: the session of a private instance, or the only open session
+// that sees a shared server. Otherwise nil: messages that belong to no
+// request cannot be attributed, and none is guessed from which requests
+// happen to be in flight (a line sent after one session's call ended would
+// reach whoever called next).
+func (g *Gateway) owner(src fleet.Source) *Session {
+	if src.Session != "" {
+		return g.sessionByKey(src.Session)
+	}
+	if src.Server.PerSession() {
+		return nil
+	}
+	if all := g.sessionsFor(src.Server.Name()); len(all) == 1 {
+		return all[0]
+	}
+	return nil
+}
+
+// newestCallOf is s's newest request in flight on conn, or nil.
+func (g *Gateway) newestCallOf(conn fleet.Conn, s *Session) *call {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list := g.calls[conn]
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].sess == s {
+			return list[i]
+		}
+	}
+	return nil
 }
 
 // sees reports whether s is open on an endpoint that serves server.
@@ -215,16 +258,15 @@ func (g *Gateway) sees(s *Session, server string) bool {
 }
 
 // Request bridges a server→client request (sampling, elicitation, roots)
-// to the client session whose request is in flight on that server
-// (backend.Hooks).
+// to the client session it belongs to (fleet.Hooks).
 //
 // Over stdio a server's request carries nothing that ties it to the client
-// request that caused it. So it is bridged only when that is unambiguous:
-// every request in flight on this connection comes from one client
-// session. When several sessions share the server and have requests in
-// flight, guessing could hand one user's sampling prompt to another, so the
-// server gets an error that names the fix (sharing "per-session", which
-// gives every session its own process).
+// request that caused it, so it is bridged only when that is certain: the
+// server is a session's private instance (sharing "per-session"), or a
+// shared server that only one open session sees; and that session has a
+// request in flight there, whose stream it goes to. Otherwise guessing
+// could hand one user's sampling prompt to another, so the server gets an
+// error that names the fix (sharing "per-session").
 //
 // It runs on the connection's read loop, which must not wait for the
 // server to read: answers given here are written from another goroutine.
@@ -234,15 +276,17 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		go func() { _ = conn.Reply(m.ID, json.RawMessage(`{}`)) }()
 		return
 	}
-	c, sessions := g.bridgeTarget(conn)
-	switch {
-	case c == nil:
-		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
+	owner := g.owner(src)
+	if owner == nil {
+		n := len(g.sessionsFor(src.Server.Name()))
+		g.log.Warn("server request is ambiguous between client sessions; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
+		msg := fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
-	case sessions > 1:
-		g.log.Warn("server request is ambiguous between client sessions; refused", "server", conn.Name(), "method", m.Method, "sessions", sessions)
-		msg := fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", sessions, m.Method, conn.Name())
+	}
+	c := g.newestCallOf(conn, owner)
+	if c == nil {
+		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}
@@ -265,22 +309,6 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		}
 	}
-}
-
-// bridgeTarget is the newest request in flight on conn and the number of
-// client sessions that have requests in flight there.
-func (g *Gateway) bridgeTarget(conn fleet.Conn) (*call, int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	list := g.calls[conn]
-	if len(list) == 0 {
-		return nil, 0
-	}
-	seen := map[*Session]bool{}
-	for _, c := range list {
-		seen[c.sess] = true
-	}
-	return list[len(list)-1], len(seen)
 }
 
 func (g *Gateway) takeOutReq(id string) *outReq { return g.takeOutReqOf(nil, id) }

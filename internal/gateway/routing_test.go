@@ -77,7 +77,7 @@ func request(id int, method string, params any) *rpc.Message {
 // refused and leaves that request pending; the right session's answer is
 // then accepted. The ids of bridged requests are not guessable sequences.
 func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","sharing":"per-session"}}`)
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
 	a, b := ep.Open(outA), ep.Open(outB)
@@ -121,9 +121,9 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 	}
 }
 
-// Log lines of a shared server reach only their own clients: a line sent
-// during one session's call goes to that call's stream; a line between
-// calls goes only to the sessions that set a log level, each at its level.
+// Log lines of a server shared by several sessions carry nothing that ties
+// them to a request, so they go only to the sessions that set a log level,
+// each at its level — never to whichever session has a call in flight.
 func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	ep := w.gw.Aggregate()
@@ -142,27 +142,50 @@ func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	handle(c, request(2, "logging/setLevel", map[string]any{"level": "error"}), newRecorder())
 	relB := newRecorder()
 	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 50}}), relB)
-	if m := relB.next(t, "notifications/message", time.Second); !strings.Contains(string(m.Params), `"from B"`) {
-		t.Fatalf("B's call stream got %s", m.Params)
+	// Both lines — during B's call and after it — go to A, which asked.
+	for _, want := range []string{`"from B"`, `"from B (later)"`} {
+		if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), want) {
+			t.Fatalf("A got %s, want %s", m.Params, want)
+		}
 	}
-	// The later line belongs to no request: A set a level, so A gets it.
-	if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), "from B (later)") {
-		t.Fatalf("A got %s", m.Params)
-	}
-	// A request answered after the line was relayed: everything the server
-	// sent before it has been delivered by now.
+	// A request answered after the lines were relayed: everything the
+	// server sent before it has been delivered by now.
 	handle(b, request(4, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder())
-	if n := outB.count("notifications/message"); n != 0 {
-		t.Fatalf("B, which set no log level, got %d lines between calls", n)
+	if n := relB.count("notifications/message") + outB.count("notifications/message"); n != 0 {
+		t.Fatalf("B, which set no log level, got %d lines of a server it shares", n)
 	}
 	if n := outC.count("notifications/message"); n != 0 {
 		t.Fatalf("C, at level error, got %d info lines", n)
 	}
-	if n := relB.count("notifications/message"); n != 1 {
-		t.Fatalf("B's call stream got %d lines, want only its own", n)
+}
+
+// The lines of a server that only one session sees are that session's:
+// during its call on the call's stream, between calls on its session
+// stream once it set a log level.
+func TestLogLinesOfASoleSession(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	call := func(id int, text string, laterMs int, rel Sink) {
+		t.Helper()
+		m := request(id, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": text, "laterMs": laterMs}})
+		if resp := ep.Handle(context.Background(), s, m, rel); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
 	}
-	if n := outA.count("notifications/message"); n != 1 {
-		t.Fatalf("A's session stream got %d lines, want 1", n)
+	rel := newRecorder()
+	call(1, "first", 0, rel)
+	if m := rel.next(t, "notifications/message", time.Second); !strings.Contains(string(m.Params), `"first"`) {
+		t.Fatalf("call stream got %s", m.Params)
+	}
+	if resp := ep.Handle(context.Background(), s, request(2, "logging/setLevel", map[string]any{"level": "info"}), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	call(3, "second", 50, newRecorder())
+	if m := out.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), "second (later)") {
+		t.Fatalf("session stream got %s, want the later line of the second call", m.Params)
 	}
 }
 
