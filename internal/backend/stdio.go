@@ -49,13 +49,13 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("server", sc.Name)
 	spec := sc.Spec
 	spec.Name = sc.Name
 	if spec.Env == nil && len(sc.ExtraEnv) > 0 {
 		spec.Env = append(os.Environ(), sc.ExtraEnv...)
 	}
-	spec.Logger = log
+	spec.Logger = log // proc tags its records with the server's name itself
+	log = log.With("server", sc.Name)
 	p, err := sc.Runtime.Spawn(ctx, spec)
 	if err != nil {
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
