@@ -40,11 +40,13 @@ type Process struct {
 	stderrDone  chan struct{}
 	stdoutEOF   sync.Once
 
-	mu       sync.Mutex
-	stage    string // last stop step taken
-	status   ExitStatus
-	stopOnce sync.Once
-	stopErr  error
+	mu     sync.Mutex
+	stage  string // last stop step taken
+	status ExitStatus
+
+	stopOnce sync.Once     // begins the one escalation (see Stop)
+	stopEnd  chan struct{} // closed when the escalation ended
+	stopErr  error         // its outcome, set before stopEnd is closed
 }
 
 // Spawn starts spec as a new contained process tree. ctx bounds only the
@@ -89,6 +91,7 @@ func newProcess(spec Spec, log *slog.Logger) *Process {
 		exited:     make(chan struct{}),
 		done:       make(chan struct{}),
 		stopBegun:  make(chan struct{}),
+		stopEnd:    make(chan struct{}),
 		stderrDone: make(chan struct{}),
 	}
 	p.act = p.takeStep
@@ -259,119 +262,8 @@ func (p *Process) currentStage() string {
 	return p.stage
 }
 
-// Stop ends the tree: close stdin, wait StdinWait, SIGTERM the group, wait
-// TermWait, SIGKILL the group (and its cgroup), sweep escaped descendants,
-// reap. When ctx ends first it skips straight to SIGKILL. It returns when
-// the tree is gone, or with an error if even SIGKILL did not clear it
-// within killBound (5 s: a process stuck in the kernel). Stop is idempotent
-// and safe to call concurrently, and while the process is exiting by
-// itself: later callers wait for the tree to be gone, or for their own ctx.
-func (p *Process) Stop(ctx context.Context) error {
-	first := false
-	p.stopOnce.Do(func() {
-		first = true
-		p.stopErr = p.escalate(ctx)
-	})
-	if !first {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if p.stopErr == nil {
-		closeAll(p.stdout)
-	}
-	return p.stopErr
-}
-
-func (p *Process) escalate(ctx context.Context) error {
-	select {
-	case <-p.spawned:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if p.spawnFailed {
-		return nil // nothing was started
-	}
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	close(p.stopBegun)
-	p.stopping()
-	steps := []struct {
-		stage string
-		wait  time.Duration
-	}{
-		{stageStdin, p.spec.stdinWait()},
-		{stageTerm, p.spec.termWait()},
-	}
-	for _, s := range steps {
-		p.act(s.stage)
-		if s.wait == 0 {
-			continue
-		}
-		t := time.NewTimer(s.wait)
-		select {
-		case <-p.done:
-			t.Stop()
-			return nil
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	p.act(stageKill)
-	p.log.Warn("server did not stop in time; killed its process group", "pid", p.pid)
-	// SIGKILL cannot be ignored; the bound only covers a process stuck in
-	// the kernel.
-	t := time.NewTimer(killBound)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-t.C:
-		return fmt.Errorf("proc: %s (pid %d) still present %v after SIGKILL", p.spec.Name, p.pid, killBound)
-	}
-}
-
-// The stop steps, as ExitStatus.Stage names them.
-const (
-	stageStdin = "stdin"
-	stageTerm  = "term"
-	stageKill  = "kill"
-)
-
-// takeStep records stage and takes that stop step: stageStdin closes the
-// tree's stdin, stageTerm sends SIGTERM to the whole tree, stageKill
-// SIGKILL.
-func (p *Process) takeStep(stage string) {
-	p.setStage(stage)
-	switch stage {
-	case stageStdin:
-		_ = p.stdin.Close()
-	case stageTerm:
-		p.signalTree(syscall.SIGTERM)
-	case stageKill:
-		p.signalTree(syscall.SIGKILL)
-	}
-}
-
 // beforeStart lets a test hold a spawn just before the process starts.
 var beforeStart = func() {}
-
-// killBound is how long the tree may take to vanish after SIGKILL.
-const killBound = 5 * time.Second
 
 // watch owns the end of the tree's life: leader exit, descendant quiesce,
 // sweep, reap.
