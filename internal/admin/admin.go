@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
@@ -67,12 +68,20 @@ func Snapshot(f *fleet.Fleet) Servers {
 	return out
 }
 
+// DefaultWriteTimeout is the default of Options.WriteTimeout.
+const DefaultWriteTimeout = 10 * time.Second
+
 // Options configure the handler.
 type Options struct {
 	// Access is checked on every route before anything else, by the same
 	// guard as /mcp (package guard): Host and Origin (403), then the
 	// bearer token if one is set (401).
 	Access guard.Options
+	// WriteTimeout bounds every write to a client: a whole reply, or one
+	// write of the live event stream. A client that has not taken it by
+	// then has stopped reading and is dropped. 0 or negative means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Collisions, if set, lists the aggregated endpoint's name
 	// collisions for /api/servers.
 	Collisions func() []string
@@ -90,20 +99,23 @@ type Handler struct {
 
 // New returns the admin API over f; events are read from log (may be nil).
 func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
 	h := &Handler{f: f, opts: opts, guard: guard.New(opts.Access), mux: http.NewServeMux(), log: log}
 	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
 		st := Snapshot(h.f)
 		if h.opts.Collisions != nil {
 			st.Collisions = h.opts.Collisions()
 		}
-		writeJSON(w, st)
+		h.writeJSON(w, st)
 	})
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		if wantsStream(r) {
 			h.streamEvents(w, r)
 			return
 		}
-		writeJSON(w, map[string]any{"events": h.log.Events()})
+		h.writeJSON(w, map[string]any{"events": h.log.Events()})
 	})
 	h.mux.HandleFunc("GET /metrics", h.metrics)
 	return h
@@ -116,9 +128,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+// writeJSON replies with v, indented.
+func (h *Handler) writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	h.reply(w, append(b, '\n'))
+}
+
+// reply writes a whole reply under a deadline of WriteTimeout: a client
+// that does not take it by then is dropped. (net/http's final flush runs
+// under the same deadline, and lifts it before the connection's next
+// request.)
+func (h *Handler) reply(w http.ResponseWriter, b []byte) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+	_, _ = w.Write(b)
 }

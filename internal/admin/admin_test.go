@@ -379,7 +379,7 @@ func TestEventStreamLagged(t *testing.T) {
 // once (after the close grace) when the log closes: it holds neither a
 // goroutine nor mcpvisor's shutdown.
 func TestStalledStreamIsDropped(t *testing.T) {
-	defer func(w, g time.Duration) { streamWriteTimeout, streamCloseGrace = w, g }(streamWriteTimeout, streamCloseGrace)
+	defer func(g time.Duration) { streamCloseGrace = g }(streamCloseGrace)
 	streamCloseGrace = 100 * time.Millisecond
 	blob := strings.Repeat("x", 1<<20)
 	for _, c := range []struct {
@@ -391,9 +391,8 @@ func TestStalledStreamIsDropped(t *testing.T) {
 		{"log-closed", time.Hour, (*EventLog).Close},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			streamWriteTimeout = c.timeout
 			log := NewEventLog(4)
-			h := New(testFleet(t), log, Options{})
+			h := New(testFleet(t), log, Options{WriteTimeout: c.timeout})
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 			conn, err := net.Dial("tcp", srv.Listener.Addr().String())

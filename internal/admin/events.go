@@ -220,11 +220,10 @@ func wantsStream(r *http.Request) bool {
 
 // Stream tuning, and a test's hold on a stream before each live event.
 var (
-	streamBuffer       = 256              // events a stream may fall behind before it is dropped
-	streamKeepalive    = 15 * time.Second // comment line sent on a quiet stream
-	streamWriteTimeout = 10 * time.Second // a client that takes longer to accept a write is dropped
-	streamCloseGrace   = time.Second      // left to a stream to end cleanly once the log closes
-	streamHold         = func() {}
+	streamBuffer     = 256              // events a stream may fall behind before it is dropped
+	streamKeepalive  = 15 * time.Second // comment line sent on a quiet stream
+	streamCloseGrace = time.Second      // left to a stream to end cleanly once the log closes
+	streamHold       = func() {}
 )
 
 // streamEvents serves the events as Server-Sent Events: the kept ones
@@ -234,7 +233,7 @@ var (
 // id and its SSE event name its type. A client too slow to keep up gets an
 // "event: lagged" and the stream ends; it reconnects with Last-Event-ID to
 // get what it missed, as far as the log still keeps it. A client that
-// stops reading is dropped after streamWriteTimeout, and at once when the
+// stops reading is dropped after Options.WriteTimeout, and at once when the
 // log closes, so that it cannot hold up mcpvisor's shutdown.
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
@@ -284,7 +283,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}()
 	// send writes one piece under a fresh deadline and flushes it.
 	send := func(write func() error) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil {
+		if err := rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout)); err != nil {
 			return err
 		}
 		if h.log.closedNow() {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -52,8 +53,12 @@ var serverGauges = []struct {
 // metrics serves GET /metrics in the Prometheus text format (0.0.4).
 func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	b := bufio.NewWriter(w)
-	defer b.Flush()
+	var out bytes.Buffer
+	b := bufio.NewWriter(&out)
+	defer func() {
+		_ = b.Flush()
+		h.reply(w, out.Bytes())
+	}()
 	m := &expo{w: b}
 
 	snap := Snapshot(h.f)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -74,6 +75,7 @@ const (
 	DefaultKeepAlive      = 25 * time.Second
 	DefaultBodyTimeout    = 30 * time.Second
 	DefaultMaxSessions    = 1000
+	DefaultWriteTimeout   = 30 * time.Second
 )
 
 // HTTPOptions configures a StreamableHandler. The zero value is usable.
@@ -118,6 +120,16 @@ type HTTPOptions struct {
 	// DefaultEventBuffer.
 	EventBuffer int
 
+	// WriteTimeout bounds every write to a client: a JSON reply, and each
+	// write of an event stream (a POST's reply, a GET stream, their
+	// pings). A client that has not taken a write within it is dropped:
+	// the stream ends and the connection closes, and a stalled GET stream
+	// closes its session as well (its client cannot be reached). A write
+	// of more than 256 KiB gets the time for each 256 KiB, so that a slow
+	// client that keeps reading is not cut off. 0 or negative means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+
 	// KeepAlive is the interval of ": ping" comments on open event
 	// streams. 0 means DefaultKeepAlive; negative, none.
 	KeepAlive time.Duration
@@ -153,6 +165,11 @@ type StreamableHandler struct {
 	keepAlive time.Duration
 	guard     *guard.Guard
 	limit     *SessionLimit
+	writeWait time.Duration
+	grace     time.Duration // left to streams to end once the handler closes
+
+	life context.Context // cancelled by Close
+	stop context.CancelFunc
 
 	mu         sync.RWMutex
 	sessions   map[string]*httpSession
@@ -160,7 +177,6 @@ type StreamableHandler struct {
 	timer      *time.Timer
 	timerArmed bool
 	sweeps     sync.WaitGroup
-	done       chan struct{}
 
 	dropped atomic.Uint64
 }
@@ -177,9 +193,10 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		keepAlive: opts.KeepAlive,
 		guard:     guard.New(opts.Access),
 		limit:     opts.SessionLimit,
+		writeWait: opts.WriteTimeout,
 		sessions:  make(map[string]*httpSession),
-		done:      make(chan struct{}),
 	}
+	h.life, h.stop = context.WithCancel(context.Background())
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -201,6 +218,10 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	if h.keepAlive == 0 {
 		h.keepAlive = DefaultKeepAlive
 	}
+	if h.writeWait <= 0 {
+		h.writeWait = DefaultWriteTimeout
+	}
+	h.grace = min(closeGrace, h.writeWait)
 	return h
 }
 
@@ -248,7 +269,11 @@ func (h *StreamableHandler) Dropped() uint64 { return h.dropped.Load() }
 
 // Close ends every session: their GET streams end and the endpoint's Close
 // is called for each. New sessions are refused afterwards (503). Requests
-// in flight finish as the endpoint answers them (Close cancels them).
+// in flight finish as the endpoint answers them (Close cancels them). An
+// event stream blocked on a client that stopped reading is given
+// min(1 s, WriteTimeout) more, then ends, so that no client can hold up
+// the HTTP server's graceful shutdown; a JSON reply being written is
+// bounded by WriteTimeout.
 func (h *StreamableHandler) Close() {
 	h.mu.Lock()
 	if h.closed {
@@ -256,7 +281,7 @@ func (h *StreamableHandler) Close() {
 		return
 	}
 	h.closed = true
-	close(h.done)
+	h.stop()
 	all := h.sessions
 	h.sessions = make(map[string]*httpSession)
 	if h.timer != nil {
@@ -534,13 +559,23 @@ func (h *StreamableHandler) closeSession(hs *httpSession) {
 	}
 	hs.closed = true
 	if hs.get != nil {
-		close(hs.get.stop)
+		hs.get.end()
 		hs.get = nil
 	}
 	hs.ring, hs.start, hs.n = nil, 0, 0
 	hs.mu.Unlock()
 	h.ep.Close(hs.sess)
 	h.limit.give()
+}
+
+// dropSession closes hs and forgets it, unless it is already gone.
+func (h *StreamableHandler) dropSession(hs *httpSession) {
+	h.mu.Lock()
+	if h.sessions[hs.id] == hs {
+		delete(h.sessions, hs.id)
+	}
+	h.mu.Unlock()
+	h.closeSession(hs)
 }
 
 // bodyPrealloc is the most readBody allocates up front on the word of

@@ -20,7 +20,9 @@ import (
 // httpFake is a small Endpoint for the transport tests. Tools: echo
 // (returns arguments.text), progress (3 related progress notifications,
 // then a result), sample (a related sampling/createMessage request; the
-// result is the client's answer), wait (returns after arguments.ms
+// result is the client's answer), flood (related progress notifications
+// of 1 MB each until the stream refuses them: closed, not full), big (a
+// result of arguments.mb MB), wait (returns after arguments.ms
 // milliseconds unless its ctx ends first), block (waits until its ctx
 // ends).
 type httpFake struct {
@@ -168,6 +170,23 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 			case <-ctx.Done():
 				return httpFakeError(m, rpc.InternalError, "cancelled")
 			}
+		case "flood":
+			// Related notifications of about 1 MB until the stream
+			// refuses them for good.
+			params := json.RawMessage(`{"progressToken":"f","progress":1,"message":"` + strings.Repeat("x", 1<<20) + `"}`)
+			for {
+				switch err := related.Send(&rpc.Message{Method: "notifications/progress", Params: params}); err {
+				case nil:
+				case ErrStreamFull:
+					time.Sleep(time.Millisecond)
+				default:
+					return httpFakeText(m, "flood ended: "+err.Error())
+				}
+			}
+		case "big":
+			// A result of arguments.mb megabytes.
+			mb, _ := p.Arguments["mb"].(float64)
+			return httpFakeText(m, strings.Repeat("x", int(mb)<<20))
 		case "wait":
 			ms, _ := p.Arguments["ms"].(float64)
 			select {

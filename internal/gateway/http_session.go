@@ -40,6 +40,14 @@ type outEvent struct {
 type getStream struct {
 	wake chan struct{} // cap 1: there are new events
 	stop chan struct{} // closed: replaced by a newer GET, or the session ended
+	sw   *streamWriter
+}
+
+// end stops the stream: at once if it waits for events, within the close
+// grace if it is blocked in a write. Callers hold the session's mu, once.
+func (g *getStream) end() {
+	close(g.stop)
+	g.sw.end()
 }
 
 // release ends one unit of activity begun by acquire.
@@ -96,10 +104,14 @@ func (hs *httpSession) eventsAfter(dst []outEvent, seq uint64) []outEvent {
 // serveStream runs the session's GET stream until the client goes away, a
 // newer GET replaces it, the session ends or the handler closes. It starts
 // after event number after if resume, else after the last event already
-// written to a stream.
+// written to a stream. A client that does not take a write within
+// WriteTimeout has stopped reading: its session is closed (see
+// HTTPOptions.WriteTimeout).
 func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after uint64, resume bool) {
 	h := hs.h
-	g := &getStream{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	sw := h.newStreamWriter(w)
+	defer sw.finish()
+	g := &getStream{wake: make(chan struct{}, 1), stop: make(chan struct{}), sw: sw}
 	hs.mu.Lock()
 	if hs.closed {
 		hs.mu.Unlock()
@@ -107,7 +119,7 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 		return
 	}
 	if old := hs.get; old != nil {
-		close(old.stop)
+		old.end()
 		h.log.Debug("http: GET stream replaced by a newer one", "session", hs.id)
 	}
 	hs.get = g
@@ -123,14 +135,11 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 		hs.mu.Unlock()
 	}()
 
-	rc := http.NewResponseController(w)
 	sseHeader(w)
 	w.WriteHeader(http.StatusOK)
 	// A first write, so that proxies pass the headers on at once.
-	if _, err := w.Write([]byte(": ok\n\n")); err != nil {
-		return
-	}
-	if err := rc.Flush(); err != nil {
+	if err := sw.write([]byte(": ok\n\n")); err != nil {
+		hs.streamFailed(g, err)
 		return
 	}
 
@@ -152,10 +161,8 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 			for _, ev := range evs {
 				buf = appendSSE(buf, 0, ev.seq, ev.data)
 			}
-			if _, err := w.Write(buf); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if err := sw.write(buf); err != nil {
+				hs.streamFailed(g, err)
 				return
 			}
 			sent = evs[len(evs)-1].seq
@@ -169,18 +176,27 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 		select {
 		case <-g.wake:
 		case <-tick:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if err := sw.write(ssePing); err != nil {
+				hs.streamFailed(g, err)
 				return
 			}
 		case <-g.stop:
-			return
-		case <-h.done:
 			return
 		case <-r.Context().Done():
 			return
 		}
 	}
+}
+
+// streamFailed handles a failed write of GET stream g: a client that did
+// not take it in time, unless the stream was being ended anyway, has
+// stopped reading, and its session is closed; any other failure (the
+// client went away) ends the stream only.
+func (hs *httpSession) streamFailed(g *getStream, err error) {
+	if !stalled(err) || g.sw.ended() {
+		hs.h.log.Debug("http: GET stream ended", "session", hs.id, "err", err)
+		return
+	}
+	hs.h.log.Info("http: client stopped reading its GET stream; closing the session", "session", hs.id, "timeout", hs.h.writeWait)
+	hs.h.dropSession(hs)
 }

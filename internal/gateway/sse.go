@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +111,7 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON
-		_, _ = p.w.Write(b)
+		p.hs.h.writeReply(p.w, b)
 		return
 	}
 	// The client takes only event streams: one event, then the end.
@@ -119,7 +121,7 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	b = appendSSE(b, p.hs.streams.Add(1), 1, b[:n])
 	*bp = b
 	sseHeader(p.w)
-	_, _ = p.w.Write(b[n:])
+	p.hs.h.writeReply(p.w, b[n:])
 }
 
 // writeLoop writes the event stream until the response is written or the
@@ -132,7 +134,8 @@ func (p *postStream) writeLoop(stream uint64) {
 	}
 	sseHeader(w)
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	sw := p.hs.h.newStreamWriter(w)
+	defer sw.finish()
 
 	var tick <-chan time.Time
 	if ka := p.hs.h.keepAlive; ka > 0 {
@@ -157,11 +160,7 @@ func (p *postStream) writeLoop(stream uint64) {
 			buf = appendSSE(buf, stream, seq, sseClean(final, 0))
 		}
 		if len(buf) != 0 {
-			if _, err := w.Write(buf); err != nil {
-				p.lost(err)
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if err := sw.write(buf); err != nil {
 				p.lost(err)
 				return
 			}
@@ -172,11 +171,7 @@ func (p *postStream) writeLoop(stream uint64) {
 		select {
 		case <-p.wake:
 		case <-tick:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
-				p.lost(err)
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			if err := sw.write(ssePing); err != nil {
 				p.lost(err)
 				return
 			}
@@ -187,13 +182,141 @@ func (p *postStream) writeLoop(stream uint64) {
 	}
 }
 
-// lost marks the stream's client as gone.
+// lost marks the stream's client as gone. The request goes on; its
+// further messages are refused and its response is dropped.
 func (p *postStream) lost(err error) {
 	p.mu.Lock()
 	p.gone = true
 	p.queue = nil
 	p.mu.Unlock()
+	if stalled(err) {
+		p.hs.h.log.Info("http: client stopped reading a POST stream; dropped it", "session", p.hs.id, "timeout", p.hs.h.writeWait)
+		return
+	}
 	p.hs.h.log.Debug("http: POST stream ended early", "session", p.hs.id, "err", err)
+}
+
+// Writing to clients. Every write has a deadline, so that a client that
+// stops reading cannot hold a goroutine, a session or a shutdown.
+
+// writeChunk is the most written under one deadline: a slow client that
+// keeps reading gets WriteTimeout for each piece.
+const writeChunk = 256 << 10
+
+// closeGrace is the time a stream is left to end cleanly once its end is
+// decided (the handler closes, the session ends, a newer GET replaces
+// it), at most WriteTimeout.
+const closeGrace = time.Second
+
+// ssePing is the keep-alive comment.
+var ssePing = []byte(": ping\n\n")
+
+// stalled tells whether a write failed because its client did not take it
+// in time.
+func stalled(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// writeReply writes b, a whole reply, in pieces of at most writeChunk
+// bytes, each under a fresh WriteTimeout (the close grace once the handler
+// has closed). net/http's final flush of the reply runs under the last
+// deadline; it lifts the deadline before the connection's next request.
+func (h *StreamableHandler) writeReply(w http.ResponseWriter, b []byte) {
+	rc := http.NewResponseController(w)
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		d := time.Now().Add(h.writeWait)
+		if h.life.Err() != nil {
+			d = time.Now().Add(h.grace)
+		}
+		_ = rc.SetWriteDeadline(d)
+		if _, err := w.Write(b[:n]); err != nil {
+			if stalled(err) {
+				h.log.Info("http: client stopped reading a reply; dropped it", "timeout", h.writeWait)
+			}
+			return
+		}
+		b = b[n:]
+	}
+}
+
+// streamWriter writes one event stream under deadlines: each write, and
+// its flush, gets WriteTimeout, until end — called from any goroutine when
+// the stream's end is decided — leaves the write in progress and every
+// later one until the close grace has passed. The handler's Close ends
+// every stream.
+type streamWriter struct {
+	h    *StreamableHandler
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	stop func() bool // undoes the end on the handler's Close
+
+	mu     sync.Mutex
+	ending bool      // end was called
+	endBy  time.Time // when end was called, plus the close grace
+	done   bool      // finish was called: w is no longer ours to set deadlines on
+}
+
+func (h *StreamableHandler) newStreamWriter(w http.ResponseWriter) *streamWriter {
+	s := &streamWriter{h: h, w: w, rc: http.NewResponseController(w)}
+	s.stop = context.AfterFunc(h.life, s.end)
+	return s
+}
+
+// write writes b, in pieces of at most writeChunk bytes, and flushes it.
+func (s *streamWriter) write(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		s.deadline()
+		if _, err := s.w.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return s.rc.Flush()
+}
+
+// deadline sets the deadline of the next write.
+func (s *streamWriter) deadline() {
+	s.mu.Lock()
+	d := time.Now().Add(s.h.writeWait)
+	if s.ending {
+		d = s.endBy
+	}
+	_ = s.rc.SetWriteDeadline(d)
+	s.mu.Unlock()
+}
+
+// end makes the stream's current and later writes fail once the close
+// grace has passed from the first call. It may be called at any time, from
+// any goroutine, more than once.
+func (s *streamWriter) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ending {
+		return
+	}
+	s.ending = true
+	s.endBy = time.Now().Add(s.h.grace)
+	if !s.done {
+		_ = s.rc.SetWriteDeadline(s.endBy)
+	}
+}
+
+// ended tells whether end was called.
+func (s *streamWriter) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ending
+}
+
+// finish is called by the stream's goroutine once it no longer writes:
+// from then on end leaves the connection alone (net/http may use it for
+// the next request once the handler has returned). The last deadline
+// stays for net/http's final flush, which lifts it afterwards.
+func (s *streamWriter) finish() {
+	s.stop()
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
 }
 
 // encodeEvent encodes m for an SSE data line, in a buffer of its own.

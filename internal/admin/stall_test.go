@@ -1,0 +1,46 @@
+package admin
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// A plain reply — here a long event list — to a client that does not
+// read it is given Options.WriteTimeout, then the connection is dropped.
+func TestStalledReplyIsDropped(t *testing.T) {
+	log := NewEventLog(16)
+	blob := strings.Repeat("x", 1<<20)
+	for i := range 16 {
+		log.Add(fleet.Event{Server: "a", Type: "started", Details: map[string]any{"n": i, "blob": blob}})
+	}
+	closed := make(chan struct{}, 1)
+	srv := httptest.NewUnstartedServer(New(testFleet(t), log, Options{WriteTimeout: 200 * time.Millisecond}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := io.WriteString(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still writes to a client that does not read")
+	}
+}
