@@ -14,7 +14,9 @@
 //
 // Stop escalates under one deadline: close stdin, wait (2 s by default),
 // SIGTERM the whole group, wait (10 s by default), SIGKILL the group (and the
-// cgroup), then sweep escaped descendants and reap. The leader is kept
+// cgroup), then sweep escaped descendants and reap. A deadline on the stop's
+// context moves SIGKILL forward, so that the tree is reaped before it; the
+// end of that context means SIGKILL at once. The leader is kept
 // unreaped (observed through its pidfd with WNOWAIT) until the group is
 // swept, so a group signal can never reach a recycled process group.
 //

@@ -12,9 +12,14 @@ import (
 // SIGTERM the whole tree, wait TermWait (default 10 s), SIGKILL the tree
 // (and its cgroup), sweep escaped descendants, reap.
 //
-// The first caller's ctx governs the escalation: if it ends (cancelled,
-// or past its deadline) before the tree is gone, the tree is SIGKILLed at
-// once.
+// The first caller's ctx governs the escalation:
+//   - If it has a deadline, SIGKILL comes no later than the deadline minus
+//     a margin for the kill and the reap: a quarter of the time left when
+//     the stop began, at most 500 ms. With the default waits and a 10 s
+//     deadline, the tree gets SIGTERM at 2 s and SIGKILL at 9.5 s; with a
+//     1.5 s deadline, SIGKILL at 1.125 s and no SIGTERM.
+//   - If it ends (cancelled, or past its deadline) before the tree is gone,
+//     the tree is SIGKILLed at once.
 //
 // The contexts of later callers never change the escalation: each bounds
 // only that caller's wait.
@@ -70,6 +75,28 @@ const (
 // killBound is how long the tree may take to vanish after SIGKILL.
 const killBound = 5 * time.Second
 
+// maxKillMargin caps killMargin.
+const maxKillMargin = 500 * time.Millisecond
+
+// killMargin is how long before a stop's deadline SIGKILL is sent, given
+// the time left when the stop began: a quarter of it, at most
+// maxKillMargin. A SIGKILLed tree is gone within milliseconds; the margin
+// also covers the sweep of escaped descendants, the reap and the removal of
+// the cgroup, on a loaded machine.
+func killMargin(left time.Duration) time.Duration {
+	return min(max(left, 0)/4, maxKillMargin)
+}
+
+// killTime is when the escalation under ctx must send SIGKILL at the
+// latest, and whether there is such a time (ctx has a deadline).
+func killTime(ctx context.Context) (time.Time, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	return deadline.Add(-killMargin(time.Until(deadline))), true
+}
+
 // escalate takes the stop steps under ctx (see Stop) until the tree is
 // gone, and reports an error only when SIGKILL did not clear it within
 // killBound.
@@ -86,6 +113,8 @@ func (p *Process) escalate(ctx context.Context) error {
 	}
 	close(p.stopBegun)
 	p.stopping()
+	killAt, bounded := killTime(ctx)
+	due := func() bool { return ctx.Err() != nil || bounded && !time.Now().Before(killAt) }
 	steps := []struct {
 		stage string
 		wait  time.Duration
@@ -94,14 +123,18 @@ func (p *Process) escalate(ctx context.Context) error {
 		{stageTerm, p.spec.termWait()},
 	}
 	for i, s := range steps {
-		if i > 0 && ctx.Err() != nil {
+		if i > 0 && due() {
 			break
 		}
 		p.act(s.stage)
-		if s.wait <= 0 {
+		wait := s.wait
+		if bounded {
+			wait = min(wait, time.Until(killAt))
+		}
+		if wait <= 0 {
 			continue
 		}
-		t := time.NewTimer(s.wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-p.done:
 			t.Stop()
@@ -117,8 +150,11 @@ func (p *Process) escalate(ctx context.Context) error {
 	default:
 	}
 	why := "it outlasted the stop's waits"
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		why = "the stop's context ended"
+	case due():
+		why = "the stop's deadline is near"
 	}
 	p.act(stageKill)
 	p.log.Warn("server did not stop in time; killed its process group", "pid", p.pid, "reason", why)

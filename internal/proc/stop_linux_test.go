@@ -3,6 +3,7 @@ package proc
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,4 +71,52 @@ func TestStopSecondCallerKeepsToItsContext(t *testing.T) {
 		t.Errorf("status %v, want stopped by the kill", st)
 	}
 	testserver.WaitGone(t, marker, 0)
+}
+
+// With mcpvisor's waits (2 s after closing stdin, 10 s after SIGTERM) and
+// a stop deadline of 1.5 s, a server that ignores both is SIGKILLed early
+// enough to be reaped before the deadline, in every containment mode.
+func TestStopDeadlineKillsAndReapsInTime(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rt := openRuntime(t, m.opts)
+			marker := testserver.NewMarker(t)
+			spec := fixtureSpec(t, marker, "FIXTURE_IGNORE_EOF=1", "FIXTURE_IGNORE_TERM=1", "FIXTURE_STDOUT_CHILD=1")
+			spec.StdinWait, spec.TermWait = DefaultStdinWait, DefaultTermWait
+			p, err := rt.Spawn(t.Context(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			newClient(p).initialize(t)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			err = p.Stop(ctx)
+			returned := time.Now()
+			if err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			if !returned.Before(deadline) {
+				t.Errorf("Stop returned %v after its deadline", returned.Sub(deadline))
+			}
+			select {
+			case <-p.Done():
+			default:
+				t.Fatalf("Stop returned before the tree was reaped")
+			}
+			if st, ok := readStat(p.Pid()); ok {
+				t.Errorf("the leader %d is still in the process table (state %c)", p.Pid(), st.state)
+			}
+			if left := testserver.LiveProcesses(marker); len(left) > 0 {
+				testserver.KillProcesses(marker)
+				t.Fatalf("processes of the tree remain: %v", left)
+			}
+			st := p.Status()
+			if st.Kind != ExitStopped || st.Stage != stageKill || st.Signal != syscall.SIGKILL {
+				t.Errorf("status %v, want stopped by SIGKILL at the kill step", st)
+			}
+			t.Logf("Stop returned %v before its deadline: %v", deadline.Sub(returned).Round(time.Millisecond), st)
+		})
+	}
 }

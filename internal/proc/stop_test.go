@@ -166,6 +166,44 @@ func TestStopCancelledMidwayKillsAtOnce(t *testing.T) {
 	})
 }
 
+// A deadline on the first caller's ctx moves SIGKILL to the deadline minus
+// killMargin, so that the tree is reaped before the deadline, and Stop
+// returns nil.
+func TestStopDeadlineReachesTheKill(t *testing.T) {
+	const s = time.Second
+	cases := []struct {
+		deadline time.Duration
+		dies     string
+		want     []fakeStep
+	}{
+		// mcpvisor's own defaults: 10 s to shut down, waits of 2 s + 10 s.
+		{10 * s, stageKill, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 9500 * time.Millisecond}}},
+		{1500 * time.Millisecond, stageKill, []fakeStep{{stageStdin, 0}, {stageKill, 1125 * time.Millisecond}}},
+		{3 * s, stageKill, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 2500 * time.Millisecond}}},
+		{100 * time.Millisecond, stageKill, []fakeStep{{stageStdin, 0}, {stageKill, 75 * time.Millisecond}}},
+		// Room enough: the escalation keeps its waits.
+		{20 * s, stageKill, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 12 * s}}},
+		// A server that goes on SIGTERM is not killed.
+		{10 * s, stageTerm, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}}},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%v-dies-at-%s", c.deadline, c.dies), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeTree(2*s, 10*s, c.dies)
+				ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
+				defer cancel()
+				if err := f.Stop(ctx); err != nil {
+					t.Errorf("Stop: %v", err)
+				}
+				if took, last := time.Since(f.start), c.want[len(c.want)-1].at+fakeReap; took != last {
+					t.Errorf("Stop returned after %v, want %v (the tree gone)", took, last)
+				}
+				f.checkSteps(t, c.want...)
+			})
+		})
+	}
+}
+
 // A later caller's deadline does not move the kill: the escalation
 // belongs to the first caller.
 func TestStopLaterDeadlineDoesNotMoveTheKill(t *testing.T) {
