@@ -47,6 +47,10 @@ const (
 	DefaultStartGrace     = 60 * time.Second
 	DefaultInitTimeout    = 30 * time.Second
 	DefaultRequestTimeout = 60 * time.Second
+	// DefaultMaxInstances bounds the instances of a per-session server.
+	DefaultMaxInstances = 32
+	// DefaultMaxSessions bounds the client sessions of the HTTP front.
+	DefaultMaxSessions = 1000
 	DefaultStdinWait      = 2 * time.Second
 	DefaultTermWait       = 10 * time.Second
 	DefaultBackoffJitter  = 0.2
@@ -84,6 +88,10 @@ type Config struct {
 	// page of the aggregated endpoint's lists holds; 0 (the default)
 	// returns each list whole, in one page.
 	PageSize int
+	// MaxSessions bounds the client sessions the HTTP front holds at once
+	// (default DefaultMaxSessions); beyond it a new session is refused
+	// with HTTP 503 and a JSON-RPC error naming the limit.
+	MaxSessions int
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server
@@ -138,6 +146,10 @@ type Server struct {
 	Prefix  string
 	Tools   Filter
 	Sharing string // SharingShared or SharingPerSession
+	// MaxInstances bounds the instances of a per-session server, one per
+	// client session (default DefaultMaxInstances); beyond it a session's
+	// request gets an error naming the limit instead of a new process.
+	MaxInstances int
 
 	IdleTimeout    time.Duration
 	StartGrace     time.Duration

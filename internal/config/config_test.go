@@ -59,13 +59,20 @@ func TestDefaults(t *testing.T) {
 	if cfg := mustParse(t, `{"pageSize": 50, "mcpServers": {"a": {"command": "srv"}}}`, LoadOptions{}); cfg.PageSize != 50 {
 		t.Errorf("pageSize %d, want 50", cfg.PageSize)
 	}
+	if cfg.MaxSessions != DefaultMaxSessions || cfg.Server("a").MaxInstances != DefaultMaxInstances {
+		t.Errorf("maxSessions %d, maxInstances %d: want the defaults", cfg.MaxSessions, cfg.Server("a").MaxInstances)
+	}
+	limits := mustParse(t, `{"maxSessions": 10, "defaults": {"maxInstances": 4}, "mcpServers": {"a": {"command": "srv"}, "b": {"command": "srv", "maxInstances": 2}}}`, LoadOptions{})
+	if limits.MaxSessions != 10 || limits.Server("a").MaxInstances != 4 || limits.Server("b").MaxInstances != 2 {
+		t.Errorf("maxSessions %d, maxInstances a %d b %d: want 10, 4, 2", limits.MaxSessions, limits.Server("a").MaxInstances, limits.Server("b").MaxInstances)
+	}
 	if len(cfg.Warnings) != 0 {
 		t.Errorf("warnings: %q", cfg.Warnings)
 	}
 	got := cfg.Server("a")
 	want := &Server{
 		Name: "a", Kind: KindStdio, Transport: TransportStdio, Command: "srv",
-		Prefix: "a", Sharing: SharingShared,
+		Prefix: "a", Sharing: SharingShared, MaxInstances: DefaultMaxInstances,
 		IdleTimeout: 180 * time.Second, StartGrace: 60 * time.Second,
 		InitTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second,
 		StdinWait: 2 * time.Second, TermWait: 10 * time.Second,
@@ -287,6 +294,8 @@ func TestErrors(t *testing.T) {
 		{"listen", `{"listen": "7331", "mcpServers": {"a": {"command": "x"}}}`, nil, "listen", `"7331" is not a listen address`},
 		{"listen port", `{"listen": "localhost:http", "mcpServers": {"a": {"command": "x"}}}`, nil, "listen", `port "http" is not a number`},
 		{"pageSize negative", `{"pageSize": -5, "mcpServers": {"a": {"command": "x"}}}`, nil, "pageSize", "-5 is negative"},
+		{"maxSessions zero", `{"maxSessions": 0, "mcpServers": {"a": {"command": "x"}}}`, nil, "maxSessions", "0 is not a positive number of sessions"},
+		{"maxInstances negative", `{"mcpServers": {"a": {"command": "x", "maxInstances": -1}}}`, nil, "mcpServers.a.maxInstances", "-1 is not a positive number of instances"},
 		{"pageSize fraction", `{"pageSize": 2.5, "mcpServers": {"a": {"command": "x"}}}`, nil, "pageSize", "2.5 is not a whole number"},
 		{"server field in defaults", `{"defaults": {"env": {}}, "mcpServers": {"a": {"command": "x"}}}`, nil,
 			"defaults.env", `"env" belongs to a server, not to defaults`},

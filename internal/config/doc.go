@@ -6,6 +6,7 @@
 //	  "listen": "127.0.0.1:7331",          // default
 //	  "stateDir": "${HOME}/.local/state/mcpvisor",
 //	  "pageSize": 100,                      // aggregated lists in pages of 100; default 0: whole
+//	  "maxSessions": 1000,                  // client sessions of the HTTP front (default)
 //	  "defaults": { "idleTimeout": "3m", "restart": { "maxAttempts": 3 } },
 //	  "mcpServers": {
 //	    "files":  { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv"],
@@ -21,7 +22,8 @@
 // which and must agree with the fields. "disabled" keeps a server
 // configured but off. Settings allowed both per server and in "defaults":
 // idleTimeout, startGrace, initTimeout, requestTimeout, eager, prefix,
-// tools {allow, deny}, sharing ("shared" | "per-session"), stop {stdinWait,
+// tools {allow, deny}, sharing ("shared" | "per-session"), maxInstances
+// (of a per-session server, default 32), stop {stdinWait,
 // termWait}, restart {policy ("on-failure" | "never" | "always"),
 // maxAttempts, backoff {initial, max, multiplier, jitter}, healthyPeriod}.
 //

@@ -246,13 +246,13 @@ func (p *parser) expand(s, at string, soft bool) (string, bool) {
 	return e.value, len(e.missing) == 0
 }
 
-var topLevelNames = []string{"listen", "stateDir", "pageSize", "defaults", "mcpServers"}
+var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "defaults", "mcpServers"}
 
 // serverOnlyNames are server fields that are not settings.
 var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
 
 func (p *parser) config(root *node) *Config {
-	cfg := &Config{Listen: DefaultListen}
+	cfg := &Config{Listen: DefaultListen, MaxSessions: DefaultMaxSessions}
 	base := builtinSettings().overlay(p.envSettings())
 	if root.kind != kindObject {
 		p.errorf("", "the configuration must be a JSON object, not %s", root.kind)
@@ -288,6 +288,14 @@ func (p *parser) config(root *node) *Config {
 					p.errorf(at, "%d is negative: use 0 for whole lists in one page", *n)
 				} else {
 					cfg.PageSize = *n
+				}
+			}
+		case "maxSessions":
+			if n := p.integer(v, at); n != nil {
+				if *n < 1 {
+					p.errorf(at, "%d is not a positive number of sessions", *n)
+				} else {
+					cfg.MaxSessions = *n
 				}
 			}
 		case "mcpServers":

@@ -17,6 +17,7 @@ type settings struct {
 	prefix                                               *string
 	allow, deny                                          *[]string
 	sharing                                              *string
+	maxInstances                                         *int
 	stdinWait, termWait                                  *time.Duration
 	policy                                               *lifecycle.Restart
 	maxAttempts                                          *int
@@ -26,7 +27,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "prefix", "tools", "sharing", "stop", "restart"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "prefix", "tools", "sharing", "maxInstances", "stop", "restart"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -40,6 +41,7 @@ func builtinSettings() settings {
 		requestTimeout:    ptr(DefaultRequestTimeout),
 		eager:             ptr(false),
 		sharing:           ptr(SharingShared),
+		maxInstances:      ptr(DefaultMaxInstances),
 		stdinWait:         ptr(DefaultStdinWait),
 		termWait:          ptr(DefaultTermWait),
 		policy:            ptr(lifecycle.RestartOnFailure),
@@ -69,6 +71,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.allow, o.allow)
 	over(&s.deny, o.deny)
 	over(&s.sharing, o.sharing)
+	over(&s.maxInstances, o.maxInstances)
 	over(&s.stdinWait, o.stdinWait)
 	over(&s.termWait, o.termWait)
 	over(&s.policy, o.policy)
@@ -99,6 +102,7 @@ func (s settings) apply(srv *Server) {
 		srv.Tools.Deny = append([]string{}, (*s.deny)...)
 	}
 	srv.Sharing = *s.sharing
+	srv.MaxInstances = *s.maxInstances
 	srv.StdinWait = *s.stdinWait
 	srv.TermWait = *s.termWait
 	r := RestartConfig{
@@ -130,6 +134,14 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 		s.initTimeout = p.duration(v, at)
 	case "requestTimeout":
 		s.requestTimeout = p.duration(v, at)
+	case "maxInstances":
+		if n := p.integer(v, at); n != nil {
+			if *n < 1 {
+				p.errorf(at, "%d is not a positive number of instances", *n)
+			} else {
+				s.maxInstances = n
+			}
+		}
 	case "eager":
 		s.eager = p.boolean(v, at)
 	case "prefix":

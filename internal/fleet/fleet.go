@@ -60,10 +60,6 @@ type Options struct {
 	// that cannot start is not retried in a hot loop.
 	RespawnFailures int
 	RespawnWindow   time.Duration
-	// MaxInstances bounds the instances of one per-session server, one per
-	// client session (default 32): beyond it Acquire fails with
-	// ErrInstanceLimit instead of spawning.
-	MaxInstances int
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -126,9 +122,6 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	}
 	if f.opts.RespawnWindow <= 0 {
 		f.opts.RespawnWindow = time.Minute
-	}
-	if f.opts.MaxInstances <= 0 {
-		f.opts.MaxInstances = 32
 	}
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector

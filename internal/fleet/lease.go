@@ -143,7 +143,7 @@ func (s *Server) instanceFor(session string, create bool) (*instance, error) {
 	if s.f.sessionEnded(session) {
 		return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
 	}
-	if max := s.f.opts.MaxInstances; len(s.perSession) >= max {
+	if max := s.cfg.MaxInstances; max > 0 && len(s.perSession) >= max {
 		return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession), max)
 	}
 	in := s.newInstance(session)

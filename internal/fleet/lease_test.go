@@ -108,8 +108,7 @@ func TestStopDuringStartWins(t *testing.T) {
 // never a spawn.
 func TestPerSessionInstanceLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
-		ff.f.opts.MaxInstances = 2
+		ff := newFakeFleet(t, `,"sharing":"per-session","maxInstances":2,"idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
 		for _, sess := range []string{"A", "B"} {
