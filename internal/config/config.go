@@ -50,10 +50,10 @@ const (
 	// DefaultMaxInstances bounds the instances of a per-session server.
 	DefaultMaxInstances = 32
 	// DefaultMaxSessions bounds the client sessions of the HTTP front.
-	DefaultMaxSessions = 1000
-	DefaultStdinWait      = 2 * time.Second
-	DefaultTermWait       = 10 * time.Second
-	DefaultBackoffJitter  = 0.2
+	DefaultMaxSessions   = 1000
+	DefaultStdinWait     = 2 * time.Second
+	DefaultTermWait      = 10 * time.Second
+	DefaultBackoffJitter = 0.2
 )
 
 // Environment variables that replace the built-in idle timeout and spawn
