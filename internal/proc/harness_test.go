@@ -90,7 +90,10 @@ func runHarness() int {
 			Name:    "everything",
 			Command: "npx",
 			Args:    []string{"-y", "@modelcontextprotocol/server-everything"},
-			Dir:     dir,
+			// Given as is, so that the test's marker (an MCPVISOR_
+			// variable, which an inherited environment drops) is kept.
+			Env: os.Environ(),
+			Dir: dir,
 		})
 		if err != nil {
 			fmt.Println("error", err)

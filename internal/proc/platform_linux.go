@@ -264,7 +264,7 @@ func probePIDNamespace(exe string, userns bool) error {
 	namespaceAttr(attr, userns)
 	cmd := exec.Command(exe)
 	cmd.Args = []string{shim.Name}
-	cmd.Env = append(os.Environ(), shim.Env+"="+shim.Probe)
+	cmd.Env = append(Environ(), shim.Env+"="+shim.Probe)
 	cmd.SysProcAttr = attr
 	out, err := cmd.Output()
 	if err != nil {

@@ -101,7 +101,7 @@ func newProcess(spec Spec, log *slog.Logger) *Process {
 func (p *Process) spawn() error {
 	env := p.spec.Env
 	if env == nil {
-		env = os.Environ()
+		env = Environ()
 	}
 	env = append(env[:len(env):len(env)], TreeEnv+"="+p.tree)
 

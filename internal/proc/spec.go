@@ -26,8 +26,9 @@ type Spec struct {
 	// Command is the program, looked up in PATH when it has no slash.
 	Command string
 	Args    []string
-	// Env is the complete environment of the process; nil means the
-	// environment of mcpvisor. TreeEnv is always added.
+	// Env is the complete environment of the process, used as given; nil
+	// means mcpvisor's environment without mcpvisor's own variables
+	// (Environ). TreeEnv is always added.
 	Env []string
 	// Dir is the working directory; "" means mcpvisor's.
 	Dir string

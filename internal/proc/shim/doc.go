@@ -17,6 +17,10 @@
 //
 //   - the environment variable Env is Probe (print Probe and exit 0: the
 //     probe that the namespace and the binary work) or Run;
+//   - the rest of the environment is the server's, which the shim passes
+//     on without Env: mcpvisor's own MCPVISOR_ variables, its token among
+//     them, are already gone (see proc.Environ), unless the server's
+//     environment was configured explicitly;
 //   - the arguments are QUIESCE -- PATH ARGV0 ARGS...;
 //   - fd 3 is the status pipe: "exit N" or "signal N" when the server ended;
 //   - fd 4 is the stop pipe: EOF on it (mcpvisor began a stop, or died)
