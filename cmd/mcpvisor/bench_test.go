@@ -118,7 +118,10 @@ func TestBenchReport(t *testing.T) {
 	// Registered first, so it runs after every cleanup that stops a process.
 	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
 	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q}}}`, fixture)), 0o600); err != nil {
+	// The marker in the server's own env: mcpvisor passes none of its own
+	// MCPVISOR_ variables to a server, and a fixture mcpvisor left behind
+	// must still show up in WaitGone.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
