@@ -186,7 +186,7 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 		case "big":
 			// A result of arguments.mb megabytes.
 			mb, _ := p.Arguments["mb"].(float64)
-			return httpFakeText(m, strings.Repeat("x", int(mb)<<20))
+			return &rpc.Message{ID: m.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", int(mb)<<20) + `"}]}`)}
 		case "wait":
 			ms, _ := p.Arguments["ms"].(float64)
 			select {

@@ -156,23 +156,28 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 		hs.mu.Lock()
 		evs = hs.eventsAfter(evs[:0], sent)
 		hs.mu.Unlock()
-		if len(evs) != 0 {
+		// Events go out in writes of about writeChunk bytes, so that a
+		// full ring is never copied whole.
+		for i := 0; i < len(evs); {
 			buf = buf[:0]
-			for _, ev := range evs {
-				buf = appendSSE(buf, 0, ev.seq, ev.data)
+			for n := i; i < len(evs) && (i == n || len(buf)+len(evs[i].data) < writeChunk); i++ {
+				buf = appendSSE(buf, 0, evs[i].seq, evs[i].data)
 			}
 			if err := sw.write(buf); err != nil {
 				hs.streamFailed(g, err)
 				return
 			}
-			sent = evs[len(evs)-1].seq
-			clear(evs) // let delivered data go
+			if cap(buf) > 4*writeChunk {
+				buf = nil // one large event's
+			}
+			sent = evs[i-1].seq
 			hs.mu.Lock()
 			if sent > hs.delivered {
 				hs.delivered = sent
 			}
 			hs.mu.Unlock()
 		}
+		clear(evs) // let delivered data go
 		select {
 		case <-g.wake:
 		case <-tick:

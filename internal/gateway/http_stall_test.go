@@ -132,7 +132,7 @@ func TestStreamableStalledPOSTStream(t *testing.T) {
 func TestStreamableStalledJSONReply(t *testing.T) {
 	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond})
 	sid := s.initialize()
-	s.stalledPOST(sid, "application/json", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{"mb":64}}}`)
+	s.stalledPOST(sid, "application/json", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{"mb":32}}}`)
 	waitFor(t, "the request to be in flight", func() bool { return activeOf(s.h, sid) == 1 })
 	waitFor(t, "the stalled reply to end", func() bool { return activeOf(s.h, sid) == 0 })
 }

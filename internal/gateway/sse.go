@@ -150,19 +150,22 @@ func (p *postStream) writeLoop(stream uint64) {
 		q, final := p.queue, p.final
 		p.queue = nil
 		p.mu.Unlock()
-		buf = buf[:0]
-		for _, data := range q {
-			seq++
-			buf = appendSSE(buf, stream, seq, data)
-		}
 		if final != nil {
-			seq++
-			buf = appendSSE(buf, stream, seq, sseClean(final, 0))
+			q = append(q, sseClean(final, 0))
 		}
-		if len(buf) != 0 {
+		// In writes of about writeChunk bytes, as on the GET stream.
+		for i := 0; i < len(q); {
+			buf = buf[:0]
+			for n := i; i < len(q) && (i == n || len(buf)+len(q[i]) < writeChunk); i++ {
+				seq++
+				buf = appendSSE(buf, stream, seq, q[i])
+			}
 			if err := sw.write(buf); err != nil {
 				p.lost(err)
 				return
+			}
+			if cap(buf) > 4*writeChunk {
+				buf = nil
 			}
 		}
 		if final != nil {
