@@ -327,6 +327,10 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if isBatch(body) {
+		h.serveBatch(w, r, body, jsonOK, sseOK)
+		return
+	}
 	m, err := rpc.Decode(body)
 	if err != nil {
 		var id json.RawMessage
@@ -371,6 +375,114 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	ps.finish(h.response(m, resp), jsonOK)
 }
 
+// batchVersion is the only protocol revision with JSON-RPC batches
+// (2025-03-26, basic/transports: a POST body may be an array of requests
+// and notifications, or of responses). 2025-06-18 removed them.
+const batchVersion = "2025-03-26"
+
+// isBatch tells whether a body is a JSON array.
+func isBatch(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c == '['
+	}
+	return false
+}
+
+// serveBatch handles a JSON-RPC batch, for a session at batchVersion; any
+// other gets 400 with a JSON-RPC error and nothing in it is handled.
+// Notifications and responses are handled in order as they come; the
+// requests run concurrently. Each invalid element gets an error response of
+// its own (JSON-RPC 2.0, 6), an empty array one Invalid Request. With
+// requests, the reply is 200: a JSON array of their responses in the order
+// they were known, or, once a related message comes, an event stream of
+// the related messages and the responses that ends after the last
+// response; without, 202.
+func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, jsonOK, sseOK bool) {
+	var sid string
+	if v := r.Header[hdrSessionID]; len(v) != 0 {
+		sid = v[0]
+	}
+	if sid == "" {
+		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required (initialize cannot be part of a batch)")
+		return
+	}
+	hs := h.acquire(sid)
+	if hs == nil {
+		sessionNotFound(w)
+		return
+	}
+	defer hs.release()
+	if hs.version != batchVersion {
+		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
+			"Bad Request: JSON-RPC batches are not part of MCP "+strconv.Quote(hs.version)+", this session's protocol revision (only "+batchVersion+" has them); send each message in a POST of its own")
+		return
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(body, &elems); err != nil {
+		rpcError(w, http.StatusBadRequest, nil, rpc.ParseError, "Parse error: "+err.Error())
+		return
+	}
+	if len(elems) == 0 {
+		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Invalid Request: empty batch")
+		return
+	}
+	ctx := r.Context()
+	var errs, reqs []*rpc.Message
+	for _, e := range elems {
+		m, err := rpc.Decode(e)
+		switch {
+		case err != nil:
+			var id json.RawMessage
+			code, msg := rpc.InvalidRequest, err.Error()
+			var de *rpc.DecodeError
+			if errors.As(err, &de) {
+				code = de.Code
+				if de.Request {
+					id = de.ID
+				}
+			}
+			errs = append(errs, errorReply(id, code, msg))
+		case m.IsRequest() && m.Method == "initialize":
+			errs = append(errs, errorReply(m.ID, rpc.InvalidRequest, "initialize cannot be part of a batch"))
+		case m.IsRequest():
+			reqs = append(reqs, m)
+		default:
+			h.ep.Handle(ctx, hs.sess, m, noRelated)
+		}
+	}
+	if len(errs) == 0 && len(reqs) == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	ps := &postStream{hs: hs, w: w, ctx: ctx, sseOK: sseOK, batch: true, left: len(errs) + len(reqs)}
+	for _, e := range errs {
+		ps.respond(e)
+	}
+	var wg sync.WaitGroup
+	for _, m := range reqs {
+		wg.Go(func() {
+			related := &batchSink{p: ps}
+			resp := h.response(m, h.ep.Handle(ctx, hs.sess, m, related))
+			related.done.Store(true)
+			ps.respond(resp)
+		})
+	}
+	wg.Wait()
+	ps.finishBatch(jsonOK)
+}
+
+// errorReply is an error response; a nil id is null.
+func errorReply(id json.RawMessage, code int, msg string) *rpc.Message {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	return &rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
+}
+
 // initialize starts a session for an initialize request.
 func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m *rpc.Message, jsonOK, sseOK bool) {
 	h.mu.RLock()
@@ -395,6 +507,7 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 
 	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, sid: hs.id}
 	resp := h.response(m, h.ep.Handle(r.Context(), hs.sess, m, ps))
+	hs.version = negotiated(resp) // before register: read-only once visible
 	if resp.Error != nil || !h.register(hs) {
 		hs.release()
 		h.closeSession(hs)
@@ -405,9 +518,20 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 		ps.finish(resp, jsonOK)
 		return
 	}
-	h.log.Debug("http: session opened", "session", hs.id)
+	h.log.Debug("http: session opened", "session", hs.id, "version", hs.version)
 	ps.finish(resp, jsonOK)
 	hs.release()
+}
+
+// negotiated is the protocol revision of an initialize response.
+func negotiated(resp *rpc.Message) string {
+	var res struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if resp.Result != nil {
+		_ = json.Unmarshal(resp.Result, &res)
+	}
+	return res.ProtocolVersion
 }
 
 // response guards against an endpoint that breaks its contract.

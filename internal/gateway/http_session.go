@@ -13,9 +13,10 @@ import (
 // Open: messages related to no request are numbered and kept in a ring,
 // and the GET stream, when one is open, writes them out.
 type httpSession struct {
-	h    *StreamableHandler
-	id   string
-	sess *Session
+	h       *StreamableHandler
+	id      string
+	sess    *Session
+	version string // the protocol revision negotiated at initialize
 
 	active  atomic.Int32  // requests and GET streams in progress
 	streams atomic.Uint64 // POST streams numbered so far

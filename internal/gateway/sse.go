@@ -9,29 +9,35 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-// postStream is the reply to one POST request and the related Sink given
-// to Endpoint.Handle. It starts as a plain JSON reply; the first related
-// message turns it into an event stream, written by a goroutine of its own
-// (the request's goroutine is inside Handle) that the request waits for.
+// postStream is the reply to one POST request — or to the requests of a
+// batch — and the related Sink given to Endpoint.Handle. It starts as a
+// plain JSON reply; the first related message turns it into an event
+// stream, written by a goroutine of its own (the request's goroutine is
+// inside Handle) that the request waits for.
 type postStream struct {
 	hs    *httpSession
 	w     http.ResponseWriter
 	ctx   context.Context
 	sseOK bool
 	sid   string // Mcp-Session-Id header to send (initialize)
+	batch bool   // the responses are given to respond, then finishBatch
 
-	mu     sync.Mutex
-	state  uint8 // psPending, psStreaming, psDone
-	gone   bool  // the client went away or a write failed
-	queue  [][]byte
-	final  []byte        // the response, once known, while streaming
-	wake   chan struct{} // cap 1, while streaming
-	exited chan struct{} // closed when the writer returns
+	mu       sync.Mutex
+	state    uint8 // psPending, psStreaming, psDone
+	gone     bool  // the client went away or a write failed
+	queue    [][]byte
+	final    []byte        // the response, once known, while streaming
+	left     int           // batch: responses not yet given to respond
+	resps    [][]byte      // batch, pending: the responses known so far
+	complete bool          // batch, streaming: every response is queued
+	wake     chan struct{} // cap 1, while streaming
+	exited   chan struct{} // closed when the writer returns
 }
 
 const (
@@ -56,6 +62,16 @@ func (p *postStream) Send(m *rpc.Message) error {
 	case len(p.queue) >= p.hs.h.evBuf:
 		return ErrStreamFull
 	}
+	if p.state == psPending {
+		// A batch's responses known so far go first; if they are all
+		// known (a message sent late, by a goroutine its request left
+		// behind), the stream ends after them.
+		for _, r := range p.resps {
+			p.queue = append(p.queue, sseClean(r, 0))
+		}
+		p.resps = nil
+		p.complete = p.batch && p.left == 0
+	}
 	p.queue = append(p.queue, data)
 	if p.state == psPending {
 		p.state = psStreaming
@@ -69,6 +85,79 @@ func (p *postStream) Send(m *rpc.Message) error {
 	default:
 	}
 	return nil
+}
+
+// respond gives the response to one request of a batch.
+func (p *postStream) respond(resp *rpc.Message) {
+	b := resp.AppendTo(nil)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.left--
+	switch p.state {
+	case psPending:
+		p.resps = append(p.resps, b)
+	case psStreaming:
+		if !p.gone {
+			p.queue = append(p.queue, sseClean(b, 0))
+		}
+		if p.left == 0 {
+			p.complete = true
+		}
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finishBatch writes a batch's reply once every response was given to
+// respond: the stream's end, or a JSON array of the responses if nothing
+// was streamed and the client takes JSON, else an event stream of them.
+func (p *postStream) finishBatch(jsonOK bool) {
+	p.mu.Lock()
+	if p.state == psStreaming {
+		p.mu.Unlock()
+		<-p.exited
+		return
+	}
+	p.state = psDone
+	resps := p.resps
+	p.resps = nil
+	p.mu.Unlock()
+
+	var b []byte
+	if jsonOK {
+		b = append(b, '[')
+		for i, r := range resps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, r...)
+		}
+		b = append(b, ']')
+		p.w.Header()[hdrContentType] = hvJSON
+	} else {
+		stream := p.hs.streams.Add(1)
+		for i, r := range resps {
+			b = appendSSE(b, stream, uint64(i+1), sseClean(r, 0))
+		}
+		sseHeader(p.w)
+	}
+	p.hs.h.writeReply(p.w, b)
+}
+
+// batchSink is the related Sink of one request of a batch: it refuses
+// messages once that request's response is known.
+type batchSink struct {
+	p    *postStream
+	done atomic.Bool
+}
+
+func (s *batchSink) Send(m *rpc.Message) error {
+	if s.done.Load() {
+		return ErrStreamClosed
+	}
+	return s.p.Send(m)
 }
 
 // forgetSession drops the Mcp-Session-Id header of a failed initialize,
@@ -147,7 +236,7 @@ func (p *postStream) writeLoop(stream uint64) {
 	var seq uint64
 	for {
 		p.mu.Lock()
-		q, final := p.queue, p.final
+		q, final, complete := p.queue, p.final, p.complete
 		p.queue = nil
 		p.mu.Unlock()
 		if final != nil {
@@ -168,7 +257,7 @@ func (p *postStream) writeLoop(stream uint64) {
 				buf = nil
 			}
 		}
-		if final != nil {
+		if final != nil || complete {
 			return
 		}
 		select {
