@@ -75,8 +75,8 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// /healthz.
 			access := guard.Options{Token: token}
 			// One bound on client sessions across /mcp and every
-			// /servers/{name}/mcp (gateway.DefaultMaxSessions).
-			sessions := gateway.NewSessionLimit(0)
+			// /servers/{name}/mcp: the config's maxSessions.
+			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
 			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			handlers := []*gateway.StreamableHandler{gateway.NewStreamableHandler(a.gw.Aggregate(), opts)}
