@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Options configure a Conn. The zero value is usable.
@@ -49,6 +50,22 @@ type Options struct {
 	// PeerName names the other end in errors, as in "response from server
 	// exceeds 16 MiB line limit". Default "peer".
 	PeerName string
+
+	// WriteTimeout bounds how long Notify, Reply, ReplyError and Write
+	// wait for their line to be written — to be queued when the queue is
+	// full, then to be written — when the peer does not read. Default
+	// DefaultWriteTimeout (10 s); negative: no bound, they wait as long
+	// as the connection lasts. When it passes they return an error
+	// wrapping ErrWriteTimeout, and their line is withdrawn if its write
+	// had not started (it is then never written); a line whose write had
+	// started is finished by the connection's writer, whole, if the peer
+	// reads again (see write.go), and the error says so. It also bounds
+	// the wait for room of the lines the connection sends on its own
+	// (cancellation notices, automatic error replies): one that finds
+	// none in time is dropped and reported to OnError. NotifyContext and
+	// the other Context variants, and Call, are bounded by their context
+	// instead.
+	WriteTimeout time.Duration
 }
 
 // Conn is one newline-delimited JSON-RPC 2.0 connection over a byte
@@ -63,9 +80,13 @@ type Options struct {
 // and writer are closed if they are io.Closers (for a child process:
 // closing its stdin, the first step of a polite stop).
 //
-// All methods are safe for concurrent use. One sender writes at a time;
-// lines sent meanwhile are queued and written together, whole and in
-// order, in one Write (see write.go), so lines never interleave.
+// All methods are safe for concurrent use. Senders queue their lines and a
+// goroutine of the connection writes them, whole and in order, many in one
+// Write when they pile up (see write.go), so lines never interleave and a
+// sender is never stuck in a Write: every send is bounded by its context
+// (Call, the Context variants) or by Options.WriteTimeout. A connection
+// whose peer stops reading holds only its own senders, never another
+// connection's.
 type Conn struct {
 	r       io.Reader
 	w       io.Writer
@@ -73,6 +94,11 @@ type Conn struct {
 	onError func(error)
 	maxLine int
 	peer    string
+
+	writeTimeout time.Duration // > 0, or < 0 for none
+	drainFn      func()        // c.drain, made once
+	tmu          sync.Mutex    // guards timers
+	timers       []*time.Timer // stopped, for reuse
 
 	wmu     sync.Mutex // guards wr but for wr.batch
 	wr      writer
@@ -84,9 +110,9 @@ type Conn struct {
 	pending   map[int64]chan<- result // nil once closed
 	err       error                   // why the connection ended; nil while open
 	cancelRun context.CancelCauseFunc
-	// Goroutines writing on the connection's behalf (cancellation notices,
-	// automatic error replies, queued lines): how many, and a channel
-	// closed when none is left.
+	// Goroutines of the connection (its writer, and those waiting for
+	// room for its own lines): how many, and a channel closed when none
+	// is left, made when someone waits.
 	asyncN    int
 	asyncIdle chan struct{}
 
@@ -112,7 +138,13 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 		peer:    opts.PeerName,
 		done:    make(chan struct{}),
 		pending: make(map[int64]chan<- result),
+
+		writeTimeout: opts.WriteTimeout,
 	}
+	if c.writeTimeout == 0 {
+		c.writeTimeout = DefaultWriteTimeout
+	}
+	c.drainFn = c.drain
 	if c.maxLine <= 0 {
 		c.maxLine = DefaultMaxLine
 	}
@@ -140,9 +172,11 @@ var errRunning = errors.New("rpc: Run called twice")
 // Run returns once its read has returned. Close unblocks that read only if
 // the reader is an io.Closer (a pipe is); otherwise Run returns at the
 // reader's next EOF or error (for a child's stdout: when the child exits),
-// discarding what it reads meanwhile. Run also waits for the cancellation
-// notices and automatic error replies it started, which end when written
-// or when the connection ends. Calling Run twice is an error.
+// discarding what it reads meanwhile. Run also waits for the connection's
+// writer and the goroutines that queue its own lines: they stop writing at
+// the end, but a Write in progress returns only when the writer gives up —
+// at once if the writer is an io.Closer (a pipe is; it is closed at the
+// end), else when the peer reads or fails. Calling Run twice is an error.
 func (c *Conn) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errRunning
@@ -238,12 +272,17 @@ func (c *Conn) Stats() Stats {
 // the cause), the response was unreadable (a *DecodeError or a
 // *LineTooLongError naming this call's id), or ctx ended first.
 //
-// If ctx ends before the request is written, nothing is sent. If it ends
-// after, Call returns ctx.Err() at once, forgets the call (a late response
-// is reported as an unknown id) and sends the peer
-// notifications/cancelled {requestId, reason} from another goroutine —
-// except for "initialize", which MCP does not allow to be cancelled. If
-// the response arrived first, it is returned instead.
+// Call returns ctx.Err() as soon as ctx ends, whatever the state of its
+// request's line: Call never waits in a Write (a goroutine of the
+// connection writes), so a peer that stops reading cannot hold it past
+// ctx. If ctx ends before the line's write has started (waiting for room
+// in a full queue, or queued behind other lines), the line is withdrawn
+// and nothing is sent. If it ends after, Call forgets the call (a late
+// response is reported as an unknown id) and queues for the peer
+// notifications/cancelled {requestId, reason}, written after the
+// request's line, which the connection's writer finishes whole — except
+// for "initialize", which MCP does not allow to be cancelled. If the
+// response arrived first, it is returned instead.
 func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (*Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -268,9 +307,10 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		b = appendRaw(b, params)
 	}
 	b = append(b, "}\n"...)
-	if err := c.send(ctx.Done(), id, bp, b); err != nil {
+	t, err := c.enqueue(nil, ctx.Done(), bp, b, false)
+	if err != nil {
 		if !c.forget(id) {
-			r := <-ch // answered or failed meanwhile (a write error ends the connection)
+			r := <-ch // failed meanwhile: the connection ended
 			return r.msg, r.err
 		}
 		if ctx.Err() != nil {
@@ -287,8 +327,9 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 			r := <-ch
 			return r.msg, r.err
 		}
-		// Still queued behind another writer: withdrawn, never sent.
-		if !c.unqueue(id) && method != "initialize" {
+		// Still queued: withdrawn, never sent. Else it is being written
+		// or was: the peer is told.
+		if !c.withdraw(t.seq) && method != "initialize" {
 			c.sendCancelled(id, context.Cause(ctx))
 		}
 		return nil, ctx.Err()
@@ -348,13 +389,14 @@ func (c *Conn) sendCancelled(id int64, cause error) {
 		b = appendString(b, cause.Error())
 	}
 	b = append(b, "}}\n"...)
-	c.writeAsync(b)
+	c.post("cancellation of request", strconv.AppendInt(nil, id, 10), b)
 }
 
-// Flush waits until the messages the connection writes on its own
-// (cancellation notices, automatic error replies, lines queued behind a
-// write) are written, or ctx ends. A relay calls it before closing the
-// stream, so that a cancellation it has just sent is not lost to the close.
+// Flush waits until the connection's writer has nothing left to write —
+// every line queued (cancellation notices and automatic error replies
+// included) written, withdrawn, or dropped at the end of the connection —
+// or ctx ends (ctx.Err()). A relay calls it before closing the stream, so
+// that a cancellation it has just sent is not lost to the close.
 func (c *Conn) Flush(ctx context.Context) error {
 	select {
 	case <-c.asyncDone():
@@ -362,13 +404,6 @@ func (c *Conn) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// writeAsync writes a line from another goroutine, so the caller (the read
-// loop, or a cancelled Call) never waits for the peer to read. The write
-// gives up when the connection ends.
-func (c *Conn) writeAsync(b []byte) {
-	c.goAsync(func() { _ = c.writeLine(nil, b) })
 }
 
 // goAsync runs f on a goroutine of its own that Run and Flush wait for,
@@ -380,22 +415,22 @@ func (c *Conn) goAsync(f func()) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if c.asyncN == 0 {
-		c.asyncIdle = make(chan struct{})
-	}
 	c.asyncN++
 	c.mu.Unlock()
-	go func() {
-		defer func() {
-			c.mu.Lock()
-			if c.asyncN--; c.asyncN == 0 {
-				close(c.asyncIdle)
-			}
-			c.mu.Unlock()
-		}()
-		f()
-	}()
+	go c.runAsync(f)
 	return true
+}
+
+func (c *Conn) runAsync(f func()) {
+	defer func() {
+		c.mu.Lock()
+		if c.asyncN--; c.asyncN == 0 && c.asyncIdle != nil {
+			close(c.asyncIdle)
+			c.asyncIdle = nil
+		}
+		c.mu.Unlock()
+	}()
+	f()
 }
 
 // asyncDone is closed once no goroutine of goAsync is left.
@@ -405,18 +440,33 @@ func (c *Conn) asyncDone() <-chan struct{} {
 	if c.asyncN == 0 {
 		return closedChan
 	}
+	if c.asyncIdle == nil {
+		c.asyncIdle = make(chan struct{})
+	}
 	return c.asyncIdle
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Notify sends a notification. It blocks until the line is written or the
-// connection ends.
+// Notify sends a notification. It returns once the line is written, or
+// the connection has ended (an error wrapping ErrClosed), or
+// Options.WriteTimeout has passed (an error wrapping ErrWriteTimeout; see
+// Options.WriteTimeout for what becomes of the line).
 func (c *Conn) Notify(method string, params json.RawMessage) error {
 	return c.Write(&Message{Method: method, Params: params})
 }
 
-// Reply answers the peer's request id with result (nil sends {}).
+// NotifyContext is Notify bounded by ctx instead of Options.WriteTimeout:
+// when ctx ends first it returns an error wrapping ctx.Err(), having
+// withdrawn the line if its write had not started (nothing is sent) or
+// left it to the connection's writer, which finishes it, if it had. An
+// ended ctx sends nothing and returns ctx.Err().
+func (c *Conn) NotifyContext(ctx context.Context, method string, params json.RawMessage) error {
+	return c.WriteContext(ctx, &Message{Method: method, Params: params})
+}
+
+// Reply answers the peer's request id with result (nil sends {}). It is
+// bounded like Notify.
 func (c *Conn) Reply(id, result json.RawMessage) error {
 	if len(id) == 0 {
 		return errors.New("rpc: Reply needs the request's id")
@@ -424,7 +474,16 @@ func (c *Conn) Reply(id, result json.RawMessage) error {
 	return c.Write(&Message{ID: id, Result: result})
 }
 
+// ReplyContext is Reply bounded by ctx, like NotifyContext.
+func (c *Conn) ReplyContext(ctx context.Context, id, result json.RawMessage) error {
+	if len(id) == 0 {
+		return errors.New("rpc: Reply needs the request's id")
+	}
+	return c.WriteContext(ctx, &Message{ID: id, Result: result})
+}
+
 // ReplyError answers the peer's request id with an error; data may be nil.
+// It is bounded like Notify.
 func (c *Conn) ReplyError(id json.RawMessage, code int, message string, data json.RawMessage) error {
 	if len(id) == 0 {
 		return errors.New("rpc: ReplyError needs the request's id")
@@ -432,22 +491,65 @@ func (c *Conn) ReplyError(id json.RawMessage, code int, message string, data jso
 	return c.Write(&Message{ID: id, Error: &Error{Code: code, Message: message, Data: data}})
 }
 
+// ReplyErrorContext is ReplyError bounded by ctx, like NotifyContext.
+func (c *Conn) ReplyErrorContext(ctx context.Context, id json.RawMessage, code int, message string, data json.RawMessage) error {
+	if len(id) == 0 {
+		return errors.New("rpc: ReplyError needs the request's id")
+	}
+	return c.WriteContext(ctx, &Message{ID: id, Error: &Error{Code: code, Message: message, Data: data}})
+}
+
 // Write sends m as it is (see Message.AppendTo): a relay forwards a
 // response by setting its ID back to the client's and writing it. m must
-// have a method or an id. Write blocks until the line is written or the
-// connection ends; a write error ends the connection.
+// have a method or an id. Write returns once the line is written, or the
+// connection has ended (an error wrapping ErrClosed), or
+// Options.WriteTimeout has passed (an error wrapping ErrWriteTimeout: the
+// line is withdrawn if its write had not started, else finished by the
+// connection's writer). A write error ends the connection.
 func (c *Conn) Write(m *Message) error {
 	if m.Method == "" && len(m.ID) == 0 {
-		return errors.New("rpc: message has neither a method nor an id")
+		return errNoMethodNorID
 	}
+	if c.writeTimeout < 0 {
+		return c.write(nil, nil, m, nil)
+	}
+	t := c.timer()
+	defer c.putTimer(t)
+	return c.write(t.C, nil, m, c.timeoutErr)
+}
+
+// WriteContext is Write bounded by ctx instead of Options.WriteTimeout,
+// like NotifyContext.
+func (c *Conn) WriteContext(ctx context.Context, m *Message) error {
+	if m.Method == "" && len(m.ID) == 0 {
+		return errNoMethodNorID
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.write(nil, ctx.Done(), m, ctx.Err)
+}
+
+var errNoMethodNorID = errors.New("rpc: message has neither a method nor an id")
+
+// write sends m and waits, until stop or done is ready; then the error
+// wraps cause().
+func (c *Conn) write(stop <-chan time.Time, done <-chan struct{}, m *Message, cause func() error) error {
 	bp := getBuf()
-	b := append(m.AppendTo(*bp), '\n')
-	err := c.writeLine(nil, b)
-	putBuf(bp, b)
+	err := c.writeLine(stop, done, bp, append(m.AppendTo(*bp), '\n'))
+	switch err {
+	case errStopped:
+		return &writeError{peer: c.peer, cause: cause()}
+	case errInFlight:
+		return &writeError{peer: c.peer, cause: cause(), started: true}
+	}
 	return err
 }
 
-var errCanceled = errors.New("rpc: write canceled")
+// timeoutErr is the cause of a send that Options.WriteTimeout stopped.
+func (c *Conn) timeoutErr() error {
+	return fmt.Errorf("%w after %v", ErrWriteTimeout, c.writeTimeout)
+}
 
 // read is the read loop.
 func (c *Conn) read(ctx context.Context) {
@@ -505,7 +607,7 @@ func (c *Conn) dispatch(ctx context.Context, line []byte, owned bool) {
 	case c.handler != nil:
 		c.handler(ctx, m)
 	case m.IsRequest():
-		c.writeAsync(errorLine(m.ID, MethodNotFound, "method not found: "+m.Method))
+		c.post("error reply to request", m.ID, errorLine(m.ID, MethodNotFound, "method not found: "+m.Method))
 	}
 }
 
@@ -534,7 +636,7 @@ func (c *Conn) undeliverable(id []byte, request bool, code int, msg string, err 
 	case id == nil:
 	case request:
 		if id[0] != 'n' {
-			c.writeAsync(errorLine(id, code, msg))
+			c.post("error reply to request", id, errorLine(id, code, msg))
 		}
 	default:
 		if ch, ok := c.take(id); ok {

@@ -45,6 +45,12 @@ var (
 	// ErrUnknownID is wrapped by the error reported to Options.OnError
 	// for a response whose id matches no pending call.
 	ErrUnknownID = errors.New("rpc: response for unknown request id")
+
+	// ErrWriteTimeout is wrapped by the error of Notify, Reply,
+	// ReplyError and Write when Options.WriteTimeout passes before their
+	// line is written, and by the report to Options.OnError of a line of
+	// the connection's own dropped for want of room in time.
+	ErrWriteTimeout = errors.New("rpc: write timed out")
 )
 
 // Error is a JSON-RPC error object. It is an error, so a caller that wants
@@ -95,6 +101,25 @@ func (e *LineTooLongError) Error() string {
 }
 
 func (e *LineTooLongError) Unwrap() error { return ErrLineTooLong }
+
+// writeError is a sender that gave up before its line was written: its
+// context ended or the write timeout passed (the cause, wrapped). Unless
+// started, the line was withdrawn and is never written; if started, the
+// connection's writer had taken it and finishes it.
+type writeError struct {
+	peer    string
+	cause   error
+	started bool
+}
+
+func (e *writeError) Error() string {
+	if e.started {
+		return "rpc: gave up on a line to " + e.peer + " already being written (the connection finishes it): " + e.cause.Error()
+	}
+	return "rpc: line to " + e.peer + " withdrawn unwritten: " + e.cause.Error()
+}
+
+func (e *writeError) Unwrap() error { return e.cause }
 
 // closedError is the end of a connection, with its cause.
 type closedError struct{ cause error }

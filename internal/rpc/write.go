@@ -1,135 +1,164 @@
 package rpc
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
-// The write side of a Conn combines writes. A sender that finds no write
-// in progress writes its own line at once; what other senders queued
-// meanwhile is then written by a goroutine of the connection, one Write per
-// batch, until the queue is empty. Under concurrent load a stdio peer thus gets many
-// lines per read instead of one system call (and one wake-up) per line,
-// and an uncontended sender pays nothing more than one Write.
+// The write side of a Conn. Senders never call Write themselves: a sender
+// queues its line, and the connection's writer — a goroutine of the
+// connection, started when a line is queued and none is running, ending
+// when the queue is empty — writes what is queued, one Write per batch.
+// So a sender can always give up: when its context ends or its
+// WriteTimeout passes it returns, even if the peer has stopped reading and
+// the writer is blocked in Write (a child whose stdin pipe is full).
+// Under concurrent load a stdio peer gets many lines per read instead of
+// one system call (and one wake-up) per line.
 //
 // Lines keep the order in which they were queued, and a batch is one
-// Write, so lines never interleave. Call does not wait for its line to be
-// written (it waits for the response anyway); everything else does.
+// Write, so lines never interleave. A sender that gives up while its line
+// is still queued withdraws it: it is never written. A line the writer
+// has taken cannot be withdrawn — part of it may be in the pipe — so the
+// writer finishes it: the stream stays framed, and the line reaches the
+// peer if it reads again before the connection ends. Nothing is written
+// once the connection has ended. A write error ends the connection.
+//
+// Call does not wait for its line to be written (it waits for the
+// response anyway); everything else does, within its bound.
+
+// DefaultWriteTimeout is the default Options.WriteTimeout: 10 s.
+const DefaultWriteTimeout = 10 * time.Second
 
 // maxQueued bounds the bytes waiting behind a write in progress. A sender
-// that would go beyond it waits for the writer (honouring its cancel), so
-// a peer that stops reading holds its senders instead of growing memory.
+// that would go beyond it waits for room (within its bound), so a peer
+// that stops reading holds its senders instead of growing memory. A line
+// longer than that is queued alone.
 const maxQueued = 1 << 20
 
 type writer struct {
 	// Guarded by Conn.wmu.
-	writing bool
+	writing bool // the writer goroutine runs
 	queue   []queued
 	bytes   int
-	flushed chan struct{} // closed once what is queued now is written; made on demand
+	seq     uint64        // the last line's number
+	flushed chan struct{} // closed once the lines queued now are written; made on demand
+	room    chan struct{} // closed once the queue shrinks; made on demand
 	spare   []queued
 
-	batch []byte // only the goroutine draining the queue touches it
+	batch []byte // only the writer goroutine touches it
 }
 
 type queued struct {
-	id int64 // the Call's id, for unqueue; 0 for other lines
-	bp *[]byte
-	b  []byte
+	seq uint64
+	bp  *[]byte // the pooled buffer holding b
+	b   []byte
 }
 
-// send writes the request line b (in the pooled buffer bp, which it takes
-// over) of call id, or queues it behind the write in progress and returns
-// at once. It fails only if the connection has ended or cancel closed
-// while the queue was full (nothing sent).
-func (c *Conn) send(cancel <-chan struct{}, id int64, bp *[]byte, b []byte) error {
-	return c.write(cancel, queued{id: id, bp: bp, b: b}, false)
+// ticket is a queued line: its number, for withdraw, and, if its sender
+// waits for it, the channel closed once it is written.
+type ticket struct {
+	seq     uint64
+	flushed <-chan struct{}
 }
 
-// writeLine writes one whole line and returns once it is written or the
-// connection has ended. b stays the caller's.
-func (c *Conn) writeLine(cancel <-chan struct{}, b []byte) error {
-	return c.write(cancel, queued{b: b}, true)
-}
-
-func (c *Conn) write(cancel <-chan struct{}, q queued, wait bool) error {
+// enqueue queues the line b and starts the writer if it is idle. b is in
+// the pooled buffer bp, which enqueue takes over. While the queue is full
+// it waits for room, until stop or done is ready (errStopped: nothing
+// queued) or the connection ends (its Err). wait asks for the ticket's
+// flushed channel.
+func (c *Conn) enqueue(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, b []byte, wait bool) (ticket, error) {
 	w := &c.wr
 	c.wmu.Lock()
 	for {
 		select {
 		case <-c.done:
 			c.wmu.Unlock()
-			release(q)
-			return c.Err()
+			putBuf(bp, b)
+			return ticket{}, c.Err()
 		default:
 		}
-		if !w.writing {
+		if w.bytes+len(b) <= maxQueued || len(w.queue) == 0 {
 			break
 		}
-		if w.bytes+len(q.b) <= maxQueued || len(w.queue) == 0 {
-			if q.bp == nil { // the caller keeps b: queue a copy
-				q.bp = getBuf()
-				q.b = append(*q.bp, q.b...)
-			}
-			w.queue = append(w.queue, q)
-			w.bytes += len(q.b)
-			if !wait {
-				c.wmu.Unlock()
-				return nil
-			}
-			ch := w.flushedLocked()
-			c.wmu.Unlock()
-			select {
-			case <-ch:
-				return nil
-			case <-c.done:
-				select {
-				case <-ch:
-					return nil
-				default:
-					return c.Err()
-				}
-			}
-		}
-		// The queue is full: wait until the writer takes it.
-		ch := w.flushedLocked()
+		room := w.roomLocked()
 		c.wmu.Unlock()
 		select {
-		case <-ch:
-		case <-cancel:
-			release(q)
-			return errCanceled
+		case <-room:
+		case <-stop:
+			putBuf(bp, b)
+			return ticket{}, errStopped
+		case <-done:
+			putBuf(bp, b)
+			return ticket{}, errStopped
 		case <-c.done:
 		}
 		c.wmu.Lock()
 	}
+	w.seq++
+	w.queue = append(w.queue, queued{seq: w.seq, bp: bp, b: b})
+	w.bytes += len(b)
+	t := ticket{seq: w.seq}
+	if wait {
+		t.flushed = w.flushedLocked()
+	}
+	start := !w.writing
 	w.writing = true
 	c.wmu.Unlock()
-
-	_, err := c.w.Write(q.b)
-	release(q)
-	if err != nil {
-		c.writeFailed(err)
-		return c.Err()
-	}
-	c.wmu.Lock()
-	if len(w.queue) == 0 {
-		c.idleLocked()
-		c.wmu.Unlock()
-		return nil
-	}
-	c.wmu.Unlock()
-	// Lines were queued meanwhile. Another goroutine writes them, so that
-	// this sender waits for its own line only (a Call must be free to
-	// return when its context ends, and the read loop's replies must not
-	// wait for other senders' lines).
-	if !c.goAsync(c.drain) {
+	if start && !c.goAsync(c.drainFn) {
 		c.wmu.Lock()
-		c.dropLocked() // ended: their senders see Done
+		c.dropLocked() // ended: its sender sees Done
 		c.wmu.Unlock()
 	}
-	return nil
+	return t, nil
 }
 
-// drain writes the queued lines, a batch per Write, until none is left or
-// the connection ends.
+// errStopped: the sender gave up (its stop or done channel was ready).
+var errStopped = errors.New("rpc: write stopped")
+
+// writeLine queues the line b (in the pooled buffer bp, which it takes
+// over) and waits until it is written (nil), the connection ends (its
+// Err), or stop or done is ready. In the last case the line is withdrawn
+// if it is still queued (errStopped) and left to the writer if it is being
+// written (errInFlight); nil if it was written meanwhile.
+func (c *Conn) writeLine(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, b []byte) error {
+	t, err := c.enqueue(stop, done, bp, b, true)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-t.flushed:
+		return nil
+	case <-c.done:
+		select {
+		case <-t.flushed:
+			return nil
+		default:
+			return c.Err()
+		}
+	case <-stop:
+	case <-done:
+	}
+	if c.withdraw(t.seq) {
+		return errStopped
+	}
+	select {
+	case <-t.flushed:
+		return nil
+	default:
+	}
+	select {
+	case <-c.done:
+		return c.Err()
+	default:
+		return errInFlight
+	}
+}
+
+var errInFlight = errors.New("rpc: line in flight")
+
+// drain is the writer: it writes the queued lines, a batch per Write,
+// until none is left or the connection ends.
 func (c *Conn) drain() {
 	w := &c.wr
 	c.wmu.Lock()
@@ -143,18 +172,28 @@ func (c *Conn) drain() {
 		}
 		batch, flushed := w.queue, w.flushed
 		w.queue, w.bytes, w.flushed = w.spare[:0], 0, nil
+		w.roomMadeLocked()
 		c.wmu.Unlock()
-		buf := w.batch[:0]
-		for i, x := range batch {
-			buf = append(buf, x.b...)
-			release(x)
-			batch[i] = queued{}
+		var buf []byte
+		if len(batch) == 1 {
+			buf = batch[0].b // one line: written from its own buffer, no copy
+		} else {
+			buf = w.batch[:0]
+			for _, x := range batch {
+				buf = append(buf, x.b...)
+			}
 		}
 		_, err := c.w.Write(buf)
-		if cap(buf) <= 1<<20 {
-			w.batch = buf[:0]
-		} else {
-			w.batch = nil
+		if len(batch) > 1 {
+			if cap(buf) <= 1<<20 {
+				w.batch = buf[:0]
+			} else {
+				w.batch = nil
+			}
+		}
+		for i, x := range batch {
+			putBuf(x.bp, x.b)
+			batch[i] = queued{}
 		}
 		if err != nil {
 			c.writeFailed(err)
@@ -166,20 +205,12 @@ func (c *Conn) drain() {
 		c.wmu.Lock()
 		w.spare = batch[:0]
 	}
-	c.idleLocked()
-	c.wmu.Unlock()
-}
-
-// idleLocked ends the write in progress with nothing queued; whoever waits
-// for room may go on (unqueue may have withdrawn what filled the queue).
-// Callers hold Conn.wmu.
-func (c *Conn) idleLocked() {
-	w := &c.wr
 	w.writing = false
-	if w.flushed != nil {
+	if w.flushed != nil { // made for lines withdrawn since
 		close(w.flushed)
 		w.flushed = nil
 	}
+	c.wmu.Unlock()
 }
 
 // dropLocked forgets the queue once the connection has ended. Its flushed
@@ -188,14 +219,15 @@ func (c *Conn) idleLocked() {
 func (c *Conn) dropLocked() {
 	w := &c.wr
 	for _, x := range w.queue {
-		release(x)
+		putBuf(x.bp, x.b)
 	}
 	w.queue, w.bytes, w.flushed, w.writing = nil, 0, nil, false
+	w.roomMadeLocked()
 }
 
 // writeFailed ends the connection after a failed Write, then drops the
-// queue: the connection is ended first, so that no sender can take the
-// writer's place and no waiter can mistake the drop for a write.
+// queue: the connection is ended first, so that no sender can start
+// another writer and no waiter can mistake the drop for a write.
 func (c *Conn) writeFailed(err error) {
 	c.closeWith(fmt.Errorf("writing to %s: %w", c.peer, err))
 	c.wmu.Lock()
@@ -212,26 +244,99 @@ func (w *writer) flushedLocked() chan struct{} {
 	return w.flushed
 }
 
-// unqueue withdraws the queued line of call id; false if it is not queued
-// (written, being written, or never queued).
-func (c *Conn) unqueue(id int64) bool {
+// roomLocked is the channel closed once the queue shrinks. Callers hold
+// Conn.wmu.
+func (w *writer) roomLocked() chan struct{} {
+	if w.room == nil {
+		w.room = make(chan struct{})
+	}
+	return w.room
+}
+
+// roomMadeLocked wakes the senders waiting for room. Callers hold
+// Conn.wmu.
+func (w *writer) roomMadeLocked() {
+	if w.room != nil {
+		close(w.room)
+		w.room = nil
+	}
+}
+
+// withdraw removes line seq from the queue; false if it is not queued
+// (being written, written, or dropped at the end).
+func (c *Conn) withdraw(seq uint64) bool {
 	w := &c.wr
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for i, x := range w.queue {
-		if x.id == id {
+		if x.seq == seq {
 			w.bytes -= len(x.b)
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
 			w.queue[len(w.queue):cap(w.queue)][0] = queued{} // no stale reference to the pooled buffer
-			release(x)
+			putBuf(x.bp, x.b)
+			w.roomMadeLocked()
 			return true
 		}
 	}
 	return false
 }
 
-func release(q queued) {
-	if q.bp != nil {
-		putBuf(q.bp, q.b)
+// post queues a line the connection sends on its own behalf — a
+// cancellation notice, an automatic error reply — without waiting for it
+// to be written, so that neither a cancelled Call nor the read loop waits
+// for the peer. If the queue is full, a goroutine of the connection waits
+// for room, at most the write timeout; a line that finds none is dropped
+// and reported to OnError (an error wrapping ErrWriteTimeout). A line
+// queued is written like any other, in order, unless the connection ends
+// first. what and id name the line in that report.
+func (c *Conn) post(what string, id []byte, line []byte) {
+	bp := getBuf()
+	if _, err := c.enqueue(nil, closedChan, bp, append(*bp, line...), false); err != errStopped {
+		return // queued, or the connection has ended
 	}
+	name := what + " " + string(id) // id may alias the read buffer
+	c.goAsync(func() {
+		bp := getBuf()
+		b := append(*bp, line...)
+		var stop <-chan time.Time
+		if c.writeTimeout > 0 {
+			t := c.timer()
+			defer c.putTimer(t)
+			stop = t.C
+		}
+		if _, err := c.enqueue(stop, nil, bp, b, false); err == errStopped {
+			c.onError(fmt.Errorf("rpc: %s to %s dropped: %w", name, c.peer, c.timeoutErr()))
+		}
+	})
+}
+
+// timer returns a timer of the connection's write timeout, started; give
+// it back with putTimer. The connection keeps a few stopped timers for
+// reuse, so a write costs no allocation for its bound. (They are the
+// connection's own, not a global pool's: a timer made in a synctest
+// bubble must not serve another.)
+func (c *Conn) timer() *time.Timer {
+	c.tmu.Lock()
+	var t *time.Timer
+	if n := len(c.timers); n > 0 {
+		t = c.timers[n-1]
+		c.timers = c.timers[:n-1]
+	}
+	c.tmu.Unlock()
+	if t == nil {
+		return time.NewTimer(c.writeTimeout)
+	}
+	t.Reset(c.writeTimeout)
+	return t
+}
+
+// putTimer stops t and keeps it for reuse. Since Go 1.23 a stopped timer's
+// channel holds no stale tick, so the next user cannot see one.
+func (c *Conn) putTimer(t *time.Timer) {
+	t.Stop()
+	c.tmu.Lock()
+	if len(c.timers) < 4 {
+		c.timers = append(c.timers, t)
+	}
+	c.tmu.Unlock()
 }
