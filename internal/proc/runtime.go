@@ -85,6 +85,12 @@ func (rt *Runtime) Report() Report { return rt.report }
 // Close stops every live process in parallel under ctx (see Process.Stop),
 // releases the runtime's process-wide resources and removes its ledger
 // entry. It is idempotent.
+//
+// A stop that was already under way when Close began keeps its own course:
+// Close's ctx bounds only Close's wait for it. When ctx ends before every
+// tree is gone, Close returns, with an error wrapping ctx.Err() for each
+// tree left; those whose stop Close began have been sent SIGKILL, and Kill
+// ends the others at once.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.closed {

@@ -53,7 +53,7 @@ func (p *Process) Stop(ctx context.Context) error {
 		return p.stopErr
 	default:
 	}
-	return fmt.Errorf("proc: stop of %s (pid %d) still under way at step %q: %w", p.spec.Name, p.pid, p.currentStage(), ctx.Err())
+	return fmt.Errorf("proc: stop of %s still under way at step %q: %w", p.spec.Name, p.currentStage(), ctx.Err())
 }
 
 // runStop is the goroutine of the one escalation.

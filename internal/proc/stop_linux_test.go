@@ -120,3 +120,51 @@ func TestStopDeadlineKillsAndReapsInTime(t *testing.T) {
 		})
 	}
 }
+
+// Close with an ended ctx, racing a spawn it has taken in, returns at once
+// with an error wrapping ctx.Err(); the escalation it began waits for the
+// spawn's outcome and then kills the new tree at once.
+func TestCloseWithEndedContextDuringSpawn(t *testing.T) {
+	rt, err := Open(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	beforeStart = func() { <-hold }
+	t.Cleanup(func() { beforeStart = func() {} })
+	marker := testserver.NewMarker(t)
+	spawned := make(chan *Process, 1)
+	go func() {
+		p, err := rt.Spawn(context.Background(), fixtureSpec(t, marker, "FIXTURE_IGNORE_EOF=1", "FIXTURE_IGNORE_TERM=1"))
+		if err != nil {
+			t.Errorf("Spawn: %v", err)
+		}
+		spawned <- p
+	}()
+	for {
+		rt.mu.Lock()
+		n := len(rt.live)
+		rt.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := rt.Close(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Close with a cancelled ctx during a spawn: %v, want an error wrapping context.Canceled", err)
+	}
+	close(hold)
+	p := <-spawned
+	if p == nil {
+		return
+	}
+	if _, err := p.Wait(ctxTimeout(t, killBound)); err != nil {
+		t.Fatalf("the tree spawned under Close is not gone: %v", err)
+	}
+	if st := p.Status(); st.Kind != ExitStopped || st.Stage != stageKill {
+		t.Errorf("status %v, want stopped by the kill", st)
+	}
+	testserver.WaitGone(t, marker, 0)
+}
