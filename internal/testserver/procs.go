@@ -10,8 +10,10 @@ import (
 
 // MarkerEnv is the environment variable by which tests recognise every
 // process of one fixture tree: a test sets MarkerEnv=NewMarker(t) in the
-// environment it spawns with, and the fixture's children inherit it.
-const MarkerEnv = "MCPVISOR_FIXTURE_MARKER"
+// environment it spawns with, and the fixture's children inherit it. Its
+// name does not start with MCPVISOR_: mcpvisor keeps its own variables from
+// the servers it spawns, and the marker must reach them.
+const MarkerEnv = "MCP_FIXTURE_MARKER"
 
 // NewMarker returns a value for MarkerEnv that is unique to this call: the
 // test name, made safe, and random hex.
