@@ -677,13 +677,14 @@ func (p *benchProcess) stop(t *testing.T) {
 	}
 }
 
-// benchBinaries builds mcpvisor and copies the fixture into dir, private
-// to this run: other test processes replace the shared copies that
-// binaries and testserver.Build keep.
+// benchBinaries builds mcpvisor, with mcpvisor-shim next to it as `make
+// build` installs them (and as the baseline is built), and copies the
+// fixture into dir, private to this run: other test processes replace the
+// shared copies that binaries and testserver.Build keep.
 func benchBinaries(t *testing.T, dir string) (mcpvisor, fixture string) {
 	mcpvisor = filepath.Join(dir, "mcpvisor")
-	if b, err := exec.Command("go", "build", "-o", mcpvisor, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor").CombinedOutput(); err != nil {
-		t.Fatalf("go build mcpvisor: %v\n%s", err, b)
+	if b, err := exec.Command("go", "build", "-o", dir+"/", "github.com/mcpvisor/mcpvisor/cmd/mcpvisor", "github.com/mcpvisor/mcpvisor/cmd/mcpvisor-shim").CombinedOutput(); err != nil {
+		t.Fatalf("go build mcpvisor mcpvisor-shim: %v\n%s", err, b)
 	}
 	b, err := os.ReadFile(testserver.Build(t))
 	if err != nil {
