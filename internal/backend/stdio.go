@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
@@ -28,7 +27,8 @@ type StdioConnector struct {
 	Name    string
 	Runtime *proc.Runtime
 	Spec    proc.Spec
-	// ExtraEnv ("KEY=value") is added to mcpvisor's environment at each
+	// ExtraEnv ("KEY=value") is added to mcpvisor's environment (less its
+	// own MCPVISOR_ variables: proc.Environ) at each
 	// spawn when Spec.Env is nil. Building the environment only then keeps
 	// a dormant server's footprint small.
 	ExtraEnv []string
@@ -52,7 +52,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	spec := sc.Spec
 	spec.Name = sc.Name
 	if spec.Env == nil && len(sc.ExtraEnv) > 0 {
-		spec.Env = append(os.Environ(), sc.ExtraEnv...)
+		spec.Env = append(proc.Environ(), sc.ExtraEnv...)
 	}
 	spec.Logger = log // proc tags its records with the server's name itself
 	log = log.With("server", sc.Name)
