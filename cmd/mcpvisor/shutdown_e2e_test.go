@@ -156,6 +156,27 @@ func TestSIGTERMWithATermIgnoringServer(t *testing.T) {
 	t.Logf("exit %v after SIGTERM with a TERM-ignoring server (bounds 300ms + 300ms)", took.Round(time.Millisecond))
 }
 
+// With the default stop waits (stdin 2 s, SIGTERM 10 s: 12 s before a
+// SIGKILL) and the default 10 s shutdown timeout, the shutdown deadline
+// reaches the process stop: a server that ignores SIGTERM and stdin EOF is
+// SIGKILLed inside the deadline and mcpvisor exits 0, not forced (3).
+func TestSIGTERMWithATermIgnoringServerUnderDefaultWaits(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1"}}}}`, fixture), "--no-learn")
+	sess := connectHTTP(t, s.base+"/mcp", nil)
+	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "stubborn__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	code, took := s.exit(t, sent, 10*time.Second)
+	if code != 0 || took > 10*time.Second {
+		t.Errorf("exit code %d after %v, want 0 within the 10s shutdown timeout", code, took)
+	}
+	gone(t, s.marker)
+	t.Logf("exit %d %v after SIGTERM with a TERM-ignoring server under default waits", code, took.Round(time.Millisecond))
+}
+
 func TestDoubleSIGINTKillsAtOnce(t *testing.T) {
 	fixture := testserver.Build(t)
 	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"env":{"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1","FIXTURE_SETSID_CHILD":"1"}}}}`, fixture), "--no-learn")
