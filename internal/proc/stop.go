@@ -28,7 +28,7 @@ import (
 // of its own ctx, whichever comes first, and returns
 //   - nil when the tree is gone and its leader reaped, whether the stop
 //     ended it or it had exited by itself (or never started). A caller
-//     whose ctx has ended by the time the tree is gone gets nil too;
+//     whose ctx has ended but finds the tree already gone gets nil too;
 //   - an error wrapping ctx.Err() (test with errors.Is against
 //     context.Canceled or context.DeadlineExceeded) when its ctx ended
 //     first. The escalation goes on — for the first caller that means the
