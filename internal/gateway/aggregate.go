@@ -469,9 +469,22 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 	if !ok {
 		return
 	}
-	defer l.Release()
-	if err := l.Conn().Notify(m.Method, m.Params); err != nil {
-		g.log.Debug("client notification not delivered", "server", srv.Name(), "method", m.Method, "err", err)
+	if l.Conn() == nil {
+		l.Release()
+		return
+	}
+	// The lease is held until the notification is written, keeping the
+	// server awake; the write happens on the server's outbox, so a server
+	// that stops reading holds up nothing else.
+	posted := g.post(l.Conn(), func() {
+		defer l.Release()
+		if err := l.Conn().Notify(m.Method, m.Params); err != nil {
+			g.log.Debug("client notification not delivered", "server", srv.Name(), "method", m.Method, "err", err)
+		}
+	})
+	if !posted {
+		l.Release()
+		g.log.Warn("client notification dropped: the server is not reading its input", "server", srv.Name(), "method", m.Method)
 	}
 }
 

@@ -351,10 +351,17 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 			return true
 		}
 		r.timer.Stop()
-		if m.Error != nil {
-			_ = r.conn.ReplyError(r.backendID, m.Error.Code, m.Error.Message)
-		} else {
-			_ = r.conn.Reply(r.backendID, m.Result)
+		// Written from the server's outbox: a server that stops reading
+		// does not hold up this client's other messages.
+		ok := g.post(r.conn, func() {
+			if m.Error != nil {
+				_ = r.conn.ReplyError(r.backendID, m.Error.Code, m.Error.Message)
+			} else {
+				_ = r.conn.Reply(r.backendID, m.Result)
+			}
+		})
+		if !ok {
+			g.log.Warn("answer to a server request dropped: the server is not reading its input", "server", r.conn.Name())
 		}
 		return true
 	case m.Method == "notifications/cancelled":

@@ -42,6 +42,7 @@ type Gateway struct {
 	sessions map[*Session]*sessState
 	byKey    map[string]*Session
 	calls    map[fleet.Conn][]*call // in flight, oldest first
+	outboxes map[fleet.Conn]*outbox // what waits to be written to a server
 	tokens   map[string]*call       // our progress token → call
 	outReqs  map[string]*outReq     // our id of a server→client request → where it came from
 	agg      *aggregate
@@ -63,6 +64,7 @@ func New(log *slog.Logger) *Gateway {
 		sessions: map[*Session]*sessState{},
 		byKey:    map[string]*Session{},
 		calls:    map[fleet.Conn][]*call{},
+		outboxes: map[fleet.Conn]*outbox{},
 		tokens:   map[string]*call{},
 		outReqs:  map[string]*outReq{},
 	}
@@ -177,9 +179,9 @@ func (g *Gateway) closeSession(s *Session) {
 	}
 	for _, r := range reqs {
 		r.timer.Stop()
-		go func() {
+		g.post(r.conn, func() {
 			_ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered")
-		}()
+		})
 	}
 	// What the session held in the fleet — its per-session instances, its
 	// subscriptions and log levels — ends with it, bounded.

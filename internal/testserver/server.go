@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -144,6 +145,8 @@ type server struct {
 
 	mu       sync.Mutex
 	inflight map[string]*call // by request id
+
+	wedged atomic.Bool // set by the wedge tool: stop reading stdin
 }
 
 // call is one in-flight tools/call.
@@ -177,6 +180,10 @@ func (s *server) serve(stdin io.Reader) int {
 		line, err := r.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			s.handleLine(line)
+		}
+		if s.wedged.Load() {
+			s.log.Printf("no longer reading stdin (wedge)")
+			blockForever()
 		}
 		if err == nil {
 			continue

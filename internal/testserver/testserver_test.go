@@ -287,7 +287,7 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,wedge" {
 		t.Errorf("tools = %s", got)
 	}
 }

@@ -85,7 +85,18 @@ func init() {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"level":{"type":"string","default":"info"},"laterMs":{"type":"integer","minimum":0,"default":0}},"required":["text"]}`),
 			run:         runLog,
 		},
+		{
+			Name:        "wedge",
+			Description: "Answers \"wedged\", then stops reading stdin for good (after at most one more line): a server whose input pipe fills up.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+			run:         runWedge,
+		},
 	}
+}
+
+func runWedge(_ context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {
+	s.wedged.Store(true)
+	return textResult("wedged"), true
 }
 
 func runLog(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
