@@ -349,7 +349,12 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 			// supervisor's state. (Given up — Failed or Stopped — a
 			// request starts it again below, within the respawn limit.)
 			changed := in.sup.Changed()
-			if info := in.sup.State(); info.State == lifecycle.StateRestarting {
+			info := in.sup.State()
+			// Between the end of a session and the supervisor's move to
+			// Restarting the connection is gone while the state still says
+			// Ready: that is the start of a restart too.
+			gone := in.conn == nil && (info.State == lifecycle.StateReady || info.State == lifecycle.StateDegraded)
+			if info.State == lifecycle.StateRestarting || gone {
 				in.mu.Unlock()
 				select {
 				case <-changed:
