@@ -42,7 +42,7 @@ func TestServersDoNotInheritMcpvisorVariables(t *testing.T) {
 			t.Run("inherited", func(t *testing.T) {
 				p := spawnCat(t, rt, nil)
 				if pidns {
-					checkEnv(t, "the init", readPidEnviron(t, p.Pid()), []string{testPlain, TreeEnv + "=" + p.Tree(), shim.Env + "=" + shim.Run})
+					checkEnv(t, "the init", execEnviron(t, p.Pid()), []string{testPlain, TreeEnv + "=" + p.Tree(), shim.Env + "=" + shim.Run})
 				}
 				env := serverEnviron(t, p, pidns)
 				checkEnv(t, "the server", env, []string{testPlain, TreeEnv + "=" + p.Tree()})
@@ -107,21 +107,37 @@ func spawnCat(t *testing.T, rt *Runtime, env []string) *Process {
 }
 
 // serverEnviron is the environment cat started with: the leader's, or in
-// a pid namespace that of the init's child once it runs cat.
+// a pid namespace that of the init's child. It waits for cat to be running:
+// a process that has just exec'd shows an empty environment for a moment.
 func serverEnviron(t *testing.T, p *Process, pidns bool) []string {
 	t.Helper()
-	if !pidns {
-		return readPidEnviron(t, p.Pid())
-	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		for _, pid := range childrenOf(p.Pid()) {
-			if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(cmd, []byte("cat\x00")) {
-				return readPidEnviron(t, pid)
+		pids := []int{p.Pid()}
+		if pidns {
+			pids = childrenOf(p.Pid())
+		}
+		for _, pid := range pids {
+			cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			if !bytes.HasPrefix(cmd, []byte("cat\x00")) {
+				continue
 			}
+			return execEnviron(t, pid)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the init %d has no cat child", p.Pid())
+			t.Fatalf("no cat running in the tree of %d", p.Pid())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// execEnviron is the environment pid was exec'd with, once it shows.
+func execEnviron(t *testing.T, pid int) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if env := readPidEnviron(t, pid); len(env) > 1 || time.Now().After(deadline) {
+			return env
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -90,10 +90,7 @@ func runHarness() int {
 			Name:    "everything",
 			Command: "npx",
 			Args:    []string{"-y", "@modelcontextprotocol/server-everything"},
-			// Given as is, so that the test's marker (an MCPVISOR_
-			// variable, which an inherited environment drops) is kept.
-			Env: os.Environ(),
-			Dir: dir,
+			Dir:     dir,
 		})
 		if err != nil {
 			fmt.Println("error", err)
