@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +31,8 @@ type app struct {
 	fleet  *fleet.Fleet
 	gw     *gateway.Gateway
 	events *admin.EventLog
-	store  *store.Store // nil when the state file could not be opened
+	hist   *store.EventWriter // persists events; nil without a store
+	store  *store.Store       // nil when the state file could not be opened
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -105,14 +105,17 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		st = nil
 	}
 	gw := gateway.New(log)
-	events := admin.NewEventLog(1000)
-	onEvent := func(e fleet.Event) {
-		events.Add(e)
-		details, _ := json.Marshal(e.Details)
-		_ = st.AppendEvent(store.Event{Time: e.Time, Server: e.Server, Type: e.Type, Details: details})
-	}
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: onEvent})
+	// Lifecycle events are kept in memory for /api/events and /metrics,
+	// starting with those an earlier run persisted, and persisted in
+	// batches by a writer of their own: a fleet event never waits for the
+	// disk.
+	const keptEvents = store.DefaultMaxEvents
+	hist := st.EventWriter(store.EventWriterOptions{Logger: log})
+	events := admin.RestoreEventLog(keptEvents, st.Events(time.Time{}, keptEvents))
+	events.PersistTo(hist.Record)
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add})
 	if err != nil {
+		_ = hist.Close(context.Background())
 		_ = st.Close()
 		_ = rt.Close(context.Background())
 		return nil, err
@@ -120,7 +123,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	gw.SetFleet(f)
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
-	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, store: st}, nil
+	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st}, nil
 }
 
 // startEager starts the servers marked eager, in the background, and,
@@ -149,8 +152,9 @@ func (a *app) startEager(ctx context.Context, learn bool) {
 func (a *app) close(ctx context.Context) error {
 	ferr := a.fleet.Close(ctx)
 	rerr := a.rt.Close(ctx)
+	herr := a.hist.Close(ctx) // the events of the stop included
 	serr := a.store.Close()
-	return errors.Join(ferr, rerr, serr)
+	return errors.Join(ferr, rerr, herr, serr)
 }
 
 // runFlags are the flags serve and stdio share.

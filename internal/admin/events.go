@@ -11,15 +11,17 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // Entry is a kept event with its id, "EPOCH-N": N counts up from 1 in the
 // order the log received the events, so a client can resume after the last
 // it saw; EPOCH names this log (this run of mcpvisor), so an id from an
-// earlier run is recognised as such.
+// earlier run is recognised as such. Events restored from an earlier run
+// keep the id they had there.
 type Entry struct {
 	ID  string `json:"id"`
-	seq uint64
+	seq uint64 // the entry's place in the log, restored entries included
 	fleet.Event
 }
 
@@ -30,9 +32,12 @@ type EventLog struct {
 	max     int
 	epoch   string
 	entries []Entry
-	last    uint64
+	pos     uint64 // the last entry's seq
+	base    uint64 // the seq before this run's first event
+	last    uint64 // this run's events so far
 	counts  map[eventKey]uint64
 	subs    map[*subscription]struct{}
+	persist func(store.Event)
 	closed  bool
 	done    chan struct{} // closed by Close
 }
@@ -46,26 +51,82 @@ type subscription struct {
 
 // NewEventLog keeps at most max events (default 1000).
 func NewEventLog(max int) *EventLog {
+	return RestoreEventLog(max, nil)
+}
+
+// RestoreEventLog keeps at most max events (default 1000), starting with
+// history: events persisted by earlier runs of mcpvisor, oldest first (as
+// store.Events returns them), of which it keeps the newest max. They are
+// listed and replayed like this run's, with the ids they had (one
+// persisted without an id gets "s-<its store sequence number>"), and a
+// client can resume after any of them still kept; they are not counted in
+// /metrics, which counts this run's events. This run's epoch is unlike any
+// of theirs, so ids stay unique across runs.
+func RestoreEventLog(max int, history []store.Event) *EventLog {
 	if max <= 0 {
 		max = 1000
 	}
-	return &EventLog{max: max, epoch: strconv.FormatInt(time.Now().UnixNano(), 36),
-		counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
+	l := &EventLog{max: max, counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
+	if len(history) > max {
+		history = history[len(history)-max:]
+	}
+	epochs := map[string]bool{}
+	for _, h := range history {
+		id := h.ID
+		if _, err := parseEventID(id); err != nil {
+			id = "s-" + strconv.FormatUint(h.Seq, 10)
+		}
+		epoch, _, _ := strings.Cut(id, "-")
+		epochs[epoch] = true
+		e := fleet.Event{Time: h.Time, Server: h.Server, Session: h.Session, Type: h.Type}
+		if len(h.Details) != 0 {
+			_ = json.Unmarshal(h.Details, &e.Details) // an object, else none
+		}
+		l.pos++
+		l.entries = append(l.entries, Entry{ID: id, seq: l.pos, Event: e})
+	}
+	l.base = l.pos
+	now := time.Now().UnixNano()
+	for l.epoch = strconv.FormatInt(now, 36); epochs[l.epoch]; now++ {
+		l.epoch = strconv.FormatInt(now, 36) // a clock that went back to a past run's start
+	}
+	return l
 }
 
-// Add records an event (fleet.Options.OnEvent) and passes it to every
-// subscriber. It never blocks: a subscriber whose buffer is full is
-// dropped (its channel closes) and may resume from the log.
+// PersistTo passes every event the log adds from now on to record, with
+// its id and in the log's order; record must not block
+// (store.EventWriter.Record does not).
+func (l *EventLog) PersistTo(record func(store.Event)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.persist = record
+}
+
+// Add records an event (fleet.Options.OnEvent; one without a time gets
+// the present one), passes it to every subscriber and to the PersistTo
+// recorder. It never blocks: a subscriber whose buffer is full is dropped
+// (its channel closes) and may resume from the log.
 func (l *EventLog) Add(e fleet.Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.last++
-	entry := Entry{ID: l.epoch + "-" + strconv.FormatUint(l.last, 10), seq: l.last, Event: e}
+	l.pos++
+	entry := Entry{ID: l.epoch + "-" + strconv.FormatUint(l.last, 10), seq: l.pos, Event: e}
 	l.entries = append(l.entries, entry)
 	if len(l.entries) > l.max {
 		l.entries = append(l.entries[:0], l.entries[len(l.entries)-l.max:]...)
 	}
 	l.counts[eventKey{e.Server, e.Type}]++
+	if l.persist != nil {
+		var details json.RawMessage
+		if len(e.Details) != 0 {
+			details, _ = json.Marshal(e.Details)
+		}
+		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: e.Type, Details: details})
+	}
 	for s := range l.subs {
 		select {
 		case s.ch <- entry:
@@ -100,25 +161,36 @@ func (l *EventLog) Count(server, typ string) int {
 }
 
 // Subscribe returns the kept events after the event with id after (all
-// kept ones when after is "" or an id of another run), and a channel of
+// kept ones when after is "", or the id of an event of another run that
+// is no longer kept), and a channel of
 // every event from then on, with room for buf of them. The channel closes
 // when the log is closed, or when the subscriber falls buf events behind
 // (lagged then reports true); cancel ends the subscription. A malformed
 // id is an error.
 func (l *EventLog) Subscribe(after string, buf int) (replay []Entry, events <-chan Entry, lagged func() bool, cancel func(), err error) {
-	var from uint64
+	var id eventID
 	if after != "" {
-		id, err := parseEventID(after)
-		if err != nil {
+		var err error
+		if id, err = parseEventID(after); err != nil {
 			return nil, nil, nil, nil, err
-		}
-		if id.epoch == l.epoch {
-			from = id.seq
 		}
 	}
 	s := &subscription{ch: make(chan Entry, buf)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var from uint64
+	switch {
+	case after == "":
+	case id.epoch == l.epoch:
+		from = l.base + id.seq
+	default: // an earlier run's, restored and still kept, or not
+		for _, e := range l.entries {
+			if e.ID == after {
+				from = e.seq
+				break
+			}
+		}
+	}
 	for _, e := range l.entries {
 		if e.seq > from {
 			replay = append(replay, e)
