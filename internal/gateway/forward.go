@@ -236,6 +236,28 @@ func (g *Gateway) owner(src fleet.Source) *Session {
 	return nil
 }
 
+// callScoped reports whether a server sends method only while it serves a
+// client's request (so the request in flight is its cause).
+func callScoped(method string) bool {
+	return method == "sampling/createMessage" || method == "elicitation/create"
+}
+
+// inFlight is the newest request in flight on conn and the number of
+// client sessions that have requests in flight there.
+func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list := g.calls[conn]
+	if len(list) == 0 {
+		return nil, 0
+	}
+	seen := map[*Session]bool{}
+	for _, c := range list {
+		seen[c.sess] = true
+	}
+	return list[len(list)-1], len(seen)
+}
+
 // newestCallOf is s's newest request in flight on conn, or nil.
 func (g *Gateway) newestCallOf(conn fleet.Conn, s *Session) *call {
 	g.mu.Lock()
@@ -261,12 +283,16 @@ func (g *Gateway) sees(s *Session, server string) bool {
 // to the client session it belongs to (fleet.Hooks).
 //
 // Over stdio a server's request carries nothing that ties it to the client
-// request that caused it, so it is bridged only when that is certain: the
-// server is a session's private instance (sharing "per-session"), or a
-// shared server that only one open session sees; and that session has a
-// request in flight there, whose stream it goes to. Otherwise guessing
-// could hand one user's sampling prompt to another, so the server gets an
-// error that names the fix (sharing "per-session").
+// request that caused it. It is bridged to a session's request in flight
+// when the session is certain: the server is the session's private
+// instance (sharing "per-session"), or a shared server that only one open
+// session sees. On a server several sessions share, sampling and
+// elicitation — which a server sends while it serves a call, before it
+// answers it — go to the one session that has requests in flight there;
+// with requests of several sessions in flight, or for anything else (a
+// server asks for roots on its own), guessing could hand one user's data to
+// another, so the server gets an error that names the fix (sharing
+// "per-session").
 //
 // It runs on the connection's read loop, which must not wait for the
 // server to read: answers given here are written from another goroutine.
@@ -276,17 +302,24 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		go func() { _ = conn.Reply(m.ID, json.RawMessage(`{}`)) }()
 		return
 	}
-	owner := g.owner(src)
-	if owner == nil {
-		n := len(g.sessionsFor(src.Server.Name()))
-		g.log.Warn("server request is ambiguous between client sessions; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
-		msg := fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
-		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
-		return
+	var c *call
+	ambiguous := false
+	if owner := g.owner(src); owner != nil {
+		c = g.newestCallOf(conn, owner)
+	} else {
+		only, sessions := g.inFlight(conn)
+		if callScoped(m.Method) && sessions == 1 {
+			c = only
+		}
+		ambiguous = sessions > 1 || !callScoped(m.Method)
 	}
-	c := g.newestCallOf(conn, owner)
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
+		if ambiguous {
+			n := len(g.sessionsFor(src.Server.Name()))
+			g.log.Warn("server request cannot be attributed to one client session; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
+			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
+		}
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}

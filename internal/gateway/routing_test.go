@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -241,5 +242,36 @@ func TestConcurrentListsShareOneTableBuild(t *testing.T) {
 	wg.Wait()
 	if n := agg.builds.Load() - before; n != 1 {
 		t.Fatalf("20 concurrent first lists built the table %d times, want 1", n)
+	}
+}
+
+// On a server several sessions share, a sampling request goes to the one
+// session with a request in flight there; while two sessions have requests
+// in flight it cannot be attributed and is refused, reaching neither.
+func TestSamplingOnASharedServer(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	ep := w.gw.Aggregate()
+	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
+	defer ep.Close(a)
+	defer ep.Close(b)
+	sample := func(s *Session, id int, rel Sink) *rpc.Message {
+		return ep.Handle(context.Background(), s, request(id, "tools/call", map[string]any{"name": "c__test_sampling", "arguments": map[string]any{"prompt": "hi"}}), rel)
+	}
+	relA, relB := newRecorder(), newRecorder()
+	doneA := make(chan *rpc.Message, 1)
+	go func() { doneA <- sample(a, 1, relA) }()
+	req := relA.next(t, "sampling/createMessage", 20*time.Second) // A alone: its own
+	// B's call while A's is in flight: its sampling request is refused.
+	resp := sample(b, 2, relB)
+	if !strings.Contains(string(resp.Result)+fmt.Sprint(resp.Error), "per-session") {
+		t.Fatalf("B's sampling call while A's was in flight: %s %v, want the refusal naming per-session", resp.Result, resp.Error)
+	}
+	if n := relB.count("sampling/createMessage"); n != 0 {
+		t.Fatalf("B received %d sampling requests", n)
+	}
+	answer := &rpc.Message{ID: req.ID, Result: json.RawMessage(`{"role":"assistant","model":"m","content":{"type":"text","text":"from A"}}`)}
+	ep.Handle(context.Background(), a, answer, newRecorder())
+	if r := <-doneA; !strings.Contains(string(r.Result), "from A") {
+		t.Fatalf("A's call: %s %v", r.Result, r.Error)
 	}
 }
