@@ -22,7 +22,8 @@ import (
 // The Streamable HTTP server side of MCP 2025-11-25 (basic/transports),
 // driving an Endpoint.
 //
-// POST carries one JSON-RPC message. A notification or a response is
+// POST carries one JSON-RPC message (or, for a session at 2025-03-26, a
+// batch of them: see serveBatch). A notification or a response is
 // handed to the endpoint and answered 202 Accepted. A request is answered
 // with application/json when its response is known before any message
 // related to it (the common case: no SSE framing, no extra goroutine); the
@@ -39,6 +40,11 @@ import (
 // GET delivers those its session has not yet written to a stream, or with
 // Last-Event-ID those after that event. A message pushed out of a full
 // ring before any stream took it is dropped and counted (Dropped).
+//
+// Every request passes the guard (Host, Origin, token) first. A POST body
+// is bounded in size (MaxBodyBytes) and in time (BodyTimeout), sessions in
+// number (MaxSessions), and every write to a client in time
+// (WriteTimeout): a client that stops reading is dropped.
 //
 // Event ids are "<stream>_<n>": stream 0 is the session's GET stream,
 // 1, 2, ... its POST streams. A POST stream cannot be resumed — its request

@@ -183,3 +183,18 @@ func TestHTTPBatchRefused(t *testing.T) {
 		t.Errorf("a refused batch was handled: %v, %d sessions", s.fake.notes, s.fake.opened.Load())
 	}
 }
+
+// The requests of a batch run at the same time.
+func TestHTTPBatchConcurrent(t *testing.T) {
+	s := newHTTPTestServer(t, HTTPOptions{})
+	sid := s.initializeAt("2025-03-26")
+	got := decodeBatch(t, s.do("POST", sid, `[
+		{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"meet"}},
+		{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"meet"}}
+	]`, nil))
+	for _, id := range []string{"1", "2"} {
+		if m := got[id]; m == nil || !strings.Contains(string(m.Result), `"met"`) {
+			t.Fatalf("request %s: %v", id, m)
+		}
+	}
+}

@@ -22,7 +22,8 @@ import (
 // then a result), sample (a related sampling/createMessage request; the
 // result is the client's answer), flood (related progress notifications
 // of 1 MB each until the stream refuses them: closed, not full), big (a
-// result of arguments.mb MB), wait (returns after arguments.ms
+// result of arguments.mb MB), meet (returns "met" if another meet call
+// runs at the same time, "alone" after 5 s), wait (returns after arguments.ms
 // milliseconds unless its ctx ends first), block (waits until its ctx
 // ends).
 type httpFake struct {
@@ -30,7 +31,8 @@ type httpFake struct {
 	sessions []*Session
 	pending  map[string]chan *rpc.Message // server→client request id → response
 	nextID   int
-	notes    []string // methods of notifications received
+	notes    []string      // methods of notifications received
+	meeting  chan struct{} // a meet call waiting for another
 
 	opened, closed atomic.Int32
 	closedCh       chan *Session // every Close, if set
@@ -187,6 +189,28 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 			// A result of arguments.mb megabytes.
 			mb, _ := p.Arguments["mb"].(float64)
 			return &rpc.Message{ID: m.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", int(mb)<<20) + `"}]}`)}
+		case "meet":
+			// Returns "met" once another meet call is in flight at the
+			// same time (within 5 s), else "alone".
+			f.mu.Lock()
+			if f.meeting == nil {
+				f.meeting = make(chan struct{})
+				ch := f.meeting
+				f.mu.Unlock()
+				select {
+				case <-ch:
+					return httpFakeText(m, "met")
+				case <-time.After(5 * time.Second):
+					f.mu.Lock()
+					f.meeting = nil
+					f.mu.Unlock()
+					return httpFakeText(m, "alone")
+				}
+			}
+			close(f.meeting)
+			f.meeting = nil
+			f.mu.Unlock()
+			return httpFakeText(m, "met")
 		case "wait":
 			ms, _ := p.Arguments["ms"].(float64)
 			select {

@@ -79,3 +79,64 @@ func TestStdioShutdownWithStalledClient(t *testing.T) {
 		t.Fatal("ServeStdio did not return after its context ended")
 	}
 }
+
+// WriteTimeout bounds each 256 KiB of a write, not the whole: a client
+// that reads its output slowly but steadily gets a long write whole.
+func TestStdioWriteTimeoutPerPiece(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	r, w := io.Pipe()
+	defer r.Close()
+	tw := newTimedWriter(w, timeout)
+	defer tw.Close()
+	got := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 64<<10)
+		n := 0
+		for {
+			m, err := r.Read(buf)
+			n += m
+			if err != nil {
+				got <- n
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	if n, err := tw.Write(make([]byte, 8<<20)); err != nil || n != 8<<20 {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Logf("the write took %v, less than WriteTimeout: the test proves nothing on this machine", took)
+	}
+	tw.Close() // closes w: the reader sees EOF
+	if n := <-got; n != 8<<20 {
+		t.Fatalf("the client read %d bytes", n)
+	}
+}
+
+// closeRecorder records whether it was closed.
+type closeRecorder struct {
+	io.Writer
+	closed chan struct{}
+}
+
+func (c *closeRecorder) Close() error { close(c.closed); return nil }
+
+// When the session ends, the client's output is closed.
+func TestStdioClosesOutput(t *testing.T) {
+	r, stdin := io.Pipe()
+	out := &closeRecorder{Writer: io.Discard, closed: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- StdioOptions{}.Serve(context.Background(), newHTTPFake(), r, out) }()
+	if _, err := io.WriteString(stdin, stdioPing); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	<-done
+	select {
+	case <-out.closed:
+	default:
+		t.Fatal("the output was not closed")
+	}
+}
