@@ -1,11 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +66,8 @@ func waitEvents(t *testing.T, s *Store, n int) {
 // was queued is written once the disk is free again.
 func TestEventWriterNeverBlocks(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
-	w := s.EventWriter(EventWriterOptions{QueueSize: 4, BatchSize: 2, FlushInterval: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	var logged bytes.Buffer
+	w := s.EventWriter(EventWriterOptions{QueueSize: 4, BatchSize: 2, FlushInterval: time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	release := holdWrites(t, s)
 	defer release()
 
@@ -90,6 +93,28 @@ func TestEventWriterNeverBlocks(t *testing.T) {
 	}
 	if got := uint64(len(s.Events(time.Time{}, 0))); got+w.Dropped() != n {
 		t.Fatalf("%d written + %d dropped, want %d recorded", got, w.Dropped(), n)
+	}
+	if log := logged.String(); strings.Count(log, "dropping events") != 1 || strings.Count(log, "writing again") != 1 {
+		t.Fatalf("want one warning when dropping begins and one note when it ends:\n%s", log)
+	}
+}
+
+// A batch that cannot be written is lost, counted and logged.
+func TestEventWriterFailedWrite(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	w := s.EventWriter(EventWriterOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	s.Close()
+	w.Record(Event{Type: "a"})
+	w.Record(Event{Type: "b"})
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w.Dropped() != 2 || !strings.Contains(logged.String(), "could not write events") {
+		t.Fatalf("Dropped() = %d, log:\n%s", w.Dropped(), logged.String())
 	}
 }
 
