@@ -86,12 +86,15 @@ func RestoreEventLog(max int, history []store.Event) *EventLog {
 		l.entries = append(l.entries, Entry{ID: id, seq: l.pos, Event: e})
 	}
 	l.base = l.pos
-	now := time.Now().UnixNano()
+	now := epochClock().UnixNano()
 	for l.epoch = strconv.FormatInt(now, 36); epochs[l.epoch]; now++ {
 		l.epoch = strconv.FormatInt(now, 36) // a clock that went back to a past run's start
 	}
 	return l
 }
+
+// epochClock names a log's run; tests replace it.
+var epochClock = time.Now
 
 // PersistTo passes every event the log adds from now on to record, with
 // its id and in the log's order; record must not block

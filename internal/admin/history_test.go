@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,25 @@ func TestEventHistoryWithoutIDs(t *testing.T) {
 	}
 	if _, err := parseEventID(got[0].ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A run whose clock reads what an earlier run's did still names its
+// events apart.
+func TestEventHistoryEpochClash(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	defer func(c func() time.Time) { epochClock = c }(epochClock)
+	epochClock = func() time.Time { return t0 }
+	clash := strconv.FormatInt(t0.UnixNano(), 36)
+	log := RestoreEventLog(10, []store.Event{{Seq: 1, ID: clash + "-1", Type: "started"}})
+	log.Add(fleet.Event{Server: "a", Type: "exited"})
+	got := log.Events()
+	if len(got) != 2 || epochOf(got[1].ID) == clash {
+		t.Fatalf("ids %v: the new run reuses the earlier run's epoch", ids(got))
+	}
+	replay, _, _, cancel, _ := log.Subscribe(got[0].ID, 2)
+	cancel()
+	if len(replay) != 1 || replay[0].ID != got[1].ID {
+		t.Fatalf("resumed after the earlier run's event: %v", ids(replay))
 	}
 }
