@@ -71,9 +71,12 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				log.Warn("listening beyond loopback without a bearer token: anyone who can reach this address can use every server", "listen", ln.Addr().String())
 			}
 			// One guard for every route: the same Host, Origin and
-			// token checks on /mcp, /servers/*, /api/*, /metrics and
-			// /healthz.
+			// token checks on /mcp, /servers/*, /api/*, /metrics,
+			// /healthz and any other path. The MCP and admin handlers
+			// apply it themselves (the same options); a route added here
+			// is wrapped in it.
 			access := guard.Options{Token: token}
+			g := guard.New(access)
 			// One bound on client sessions across /mcp and every
 			// /servers/{name}/mcp: the config's maxSessions.
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
@@ -89,7 +92,8 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions})
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
-			mux.Handle("/healthz", guard.New(access).Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
+			mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
+			mux.Handle("/", g.Wrap(http.NotFoundHandler()))
 			// Headers must arrive within 10 s and an idle keep-alive
 			// connection is closed after 2 min; a POST body has
 			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No

@@ -37,6 +37,7 @@ func TestServeGuardsEveryRoute(t *testing.T) {
 		{"GET", "/api/events", "text/event-stream", ""},
 		{"GET", "/metrics", "", ""},
 		{"GET", "/healthz", "", ""},
+		{"GET", "/no/such/path", "", ""}, // 404 once allowed
 	}
 	cases := []struct {
 		name         string
@@ -71,8 +72,12 @@ func TestServeGuardsEveryRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != c.status {
-				t.Errorf("%s %s (%s) %s: %d, want %d", rt.method, rt.path, rt.accept, c.name, resp.StatusCode, c.status)
+			want := c.status
+			if want == 200 && rt.path == "/no/such/path" {
+				want = 404
+			}
+			if resp.StatusCode != want {
+				t.Errorf("%s %s (%s) %s: %d, want %d", rt.method, rt.path, rt.accept, c.name, resp.StatusCode, want)
 			}
 		}
 	}
