@@ -32,6 +32,20 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	// The call is the session's from the start, before its server is
+	// reached: a cancellation or the session's end that comes while the
+	// server starts or restarts cancels it there, and it never runs.
+	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: cancel}
+	key := string(clientID)
+	g.mu.Lock()
+	if st.closed {
+		g.mu.Unlock()
+		return errorResponse(clientID, rpc.InvalidRequest, "session closed")
+	}
+	st.calls[key] = c
+	g.mu.Unlock()
+	defer g.endCall(c, key)
+
 	// The lease counts the request in flight from before the start to
 	// the end, so the server cannot go dormant under it.
 	startCtx := ctx
@@ -42,12 +56,14 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	}
 	lease, err := srv.Acquire(startCtx, s.Key())
 	if err != nil {
+		if ctx.Err() != nil {
+			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		}
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 	}
 	defer lease.Release()
 	conn := lease.Conn()
 
-	c := &call{sess: s, st: st, clientID: clientID, related: related, conn: conn, cancel: cancel}
 	// The timeout restarts whenever the server reports progress.
 	var timer *time.Timer
 	if timeout > 0 {
@@ -62,15 +78,17 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		c.ourTok = g.nextID("mcpv-p")
 		params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
 	}
-	key := string(clientID)
 	g.mu.Lock()
-	st.calls[key] = c
+	c.conn = conn
 	g.calls[conn] = append(g.calls[conn], c)
 	if c.ourTok != "" {
 		g.tokens[c.ourTok] = c
 	}
 	g.mu.Unlock()
-	defer g.endCall(c, key)
+	if ctx.Err() != nil {
+		// Cancelled as the lease was granted: nothing was sent.
+		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+	}
 
 	resp, err := conn.Call(ctx, method, params)
 	switch {
@@ -96,6 +114,9 @@ func (g *Gateway) endCall(c *call, key string) {
 	if c.st.idle != nil && len(c.st.calls) == 0 {
 		close(c.st.idle)
 		c.st.idle = nil
+	}
+	if c.conn == nil {
+		return // ended before it reached its server
 	}
 	list := g.calls[c.conn]
 	for i, x := range list {

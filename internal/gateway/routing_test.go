@@ -275,3 +275,43 @@ func TestSamplingOnASharedServer(t *testing.T) {
 		t.Fatalf("A's call: %s %v", r.Result, r.Error)
 	}
 }
+
+// A request that waits for its server's restart is the session's from the
+// start: the client's cancellation, or the session's end, cancels it there,
+// and it is never sent to the server once the server is back.
+func TestCancelWhileWaitingForARestart(t *testing.T) {
+	for _, how := range []string{"cancelled", "session closed"} {
+		t.Run(how, func(t *testing.T) {
+			w := newWorld(t, `{"a":{"command":"$FIXTURE","restart":{"backoff":{"initial":"1s","max":"1s","jitter":0}}}}`)
+			ep := w.gw.Aggregate()
+			s := ep.Open(newRecorder())
+			defer ep.Close(s)
+			if resp := ep.Handle(context.Background(), s, request(1, "tools/call", map[string]any{"name": "a__pid"}), newRecorder()); resp.Error != nil {
+				t.Fatal(resp.Error)
+			}
+			ep.Handle(context.Background(), s, request(2, "tools/call", map[string]any{"name": "a__crash"}), newRecorder())
+			w.waitEvent("a", "restarting", 1, 5*time.Second)
+			done := make(chan *rpc.Message, 1)
+			go func() {
+				done <- ep.Handle(context.Background(), s, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "SIDE-EFFECT"}}), newRecorder())
+			}()
+			waitFor(t, "the request to wait for the restart", func() bool {
+				st := w.gw.state(s)
+				w.gw.mu.Lock()
+				defer w.gw.mu.Unlock()
+				return st != nil && st.calls["5"] != nil
+			})
+			if how == "cancelled" {
+				ep.Handle(context.Background(), s, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":5,"reason":"user"}`)}, newRecorder())
+			} else {
+				ep.Close(s)
+			}
+			resp := <-done
+			if resp.Error == nil || strings.Contains(string(resp.Result), "SIDE-EFFECT") {
+				t.Fatalf("the %s request reached the server after its restart: %s %v", how, resp.Result, resp.Error)
+			}
+			// The restart itself goes on.
+			w.waitEvent("a", "restarted", 1, 5*time.Second)
+		})
+	}
+}
