@@ -51,6 +51,39 @@ type instance struct {
 	spawns       int
 	requests     int64 // leases taken, ever
 	closes       int   // close calls, ever: a start that a close raced is not kept
+	// The client sessions that used conn: the first, and whether another
+	// has since. Reset with each new connection.
+	firstUser string
+	manyUsers bool
+}
+
+// used records that session took a lease on connection l.
+func (in *instance) used(l Live, session string) {
+	if session == "" {
+		return // mcpvisor's own use (learning lists): no client's
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.conn != l {
+		return
+	}
+	switch in.firstUser {
+	case "":
+		in.firstUser = session
+	case session:
+	default:
+		in.manyUsers = true
+	}
+}
+
+// sole is the only client session that used connection l, or "".
+func (in *instance) sole(l Live) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.conn != l || in.manyUsers {
+		return ""
+	}
+	return in.firstUser
 }
 
 // instHooks hands what the instance's server sends on its own to the
@@ -64,14 +97,14 @@ func (h instHooks) Notification(c *backend.Conn, m *rpc.Message) {
 		h.in.srv.listChanged(m.Method) // the cache follows the shared instance
 	}
 	if hk := h.in.srv.f.opts.Hooks; hk != nil {
-		hk.Notification(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
+		hk.Notification(Source{Server: h.in.srv, Session: h.in.key, Conn: c, Sole: h.in.sole(c)}, m)
 	}
 }
 
 func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 	h.in.touch()
 	if hk := h.in.srv.f.opts.Hooks; hk != nil {
-		hk.Request(Source{Server: h.in.srv, Session: h.in.key, Conn: c}, m)
+		hk.Request(Source{Server: h.in.srv, Session: h.in.key, Conn: c, Sole: h.in.sole(c)}, m)
 		return
 	}
 	go func() {
@@ -117,6 +150,7 @@ func (in *instance) connected(l Live) {
 	}
 	in.mu.Lock()
 	in.conn = l
+	in.firstUser, in.manyUsers = "", false
 	now := time.Now()
 	in.startedAt, in.lastActivity = now, now
 	in.spawns++

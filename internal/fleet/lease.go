@@ -41,6 +41,10 @@ type Source struct {
 	Server  *Server
 	Session string
 	Conn    Conn
+	// Sole is the only client session that has used this connection
+	// (taken a lease on it) since it was made, or "" when none or several
+	// have: every message of the connection is then that session's.
+	Sole string
 }
 
 // Hooks receive what servers send on their own. Both are called on the
@@ -101,6 +105,7 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		in.end()
 		return nil, err
 	}
+	in.used(l, session)
 	c, _ := l.(Conn)
 	return &Lease{in: in, conn: c}, nil
 }
@@ -121,6 +126,7 @@ func (s *Server) Peek(session string) (l *Lease, ok bool) {
 		in.end()
 		return nil, false
 	}
+	in.used(cur, session)
 	c, _ := cur.(Conn)
 	return &Lease{in: in, conn: c}, true
 }

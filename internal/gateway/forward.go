@@ -91,6 +91,9 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	}
 
 	resp, err := conn.Call(ctx, method, params)
+	if err != nil && ctx.Err() != nil {
+		g.abandon(conn, s, timeout)
+	}
 	switch {
 	case err == nil:
 		return &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
@@ -239,20 +242,18 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 }
 
 // owner is the session every message from src belongs to, when that is
-// certain: the session of a private instance, or the only open session
-// that sees a shared server. Otherwise nil: messages that belong to no
-// request cannot be attributed, and none is guessed from which requests
-// happen to be in flight (a line sent after one session's call ended would
-// reach whoever called next).
+// certain: the session of a private instance, or the only client session
+// that has used the shared connection since it was made (and is still
+// open). Otherwise nil: messages that belong to no request cannot be
+// attributed, and none is guessed from which requests happen to be in
+// flight or which sessions happen to be open (a line sent after one
+// session's call ended would reach whoever called or connected next).
 func (g *Gateway) owner(src fleet.Source) *Session {
-	if src.Session != "" {
+	switch {
+	case src.Session != "":
 		return g.sessionByKey(src.Session)
-	}
-	if src.Server.PerSession() {
-		return nil
-	}
-	if all := g.sessionsFor(src.Server.Name()); len(all) == 1 {
-		return all[0]
+	case src.Sole != "":
+		return g.sessionByKey(src.Sole)
 	}
 	return nil
 }
@@ -264,19 +265,60 @@ func callScoped(method string) bool {
 }
 
 // inFlight is the newest request in flight on conn and the number of
-// client sessions that have requests in flight there.
+// client sessions whose requests the server may still be serving there:
+// those in flight, and those that ended unanswered (cancelled, timed out)
+// within their request timeout — a server may go on with a request it was
+// told to drop.
 func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	list := g.calls[conn]
-	if len(list) == 0 {
-		return nil, 0
-	}
 	seen := map[*Session]bool{}
+	now := time.Now()
+	for _, a := range g.abandoned[conn] {
+		if now.Before(a.until) {
+			seen[a.sess] = true
+		}
+	}
+	list := g.calls[conn]
 	for _, c := range list {
 		seen[c.sess] = true
 	}
+	if len(list) == 0 {
+		return nil, len(seen)
+	}
 	return list[len(list)-1], len(seen)
+}
+
+// abandon records that s's request on conn ended unanswered, so that for
+// its timeout the server's requests are not attributed to another session
+// by what is in flight. Expired records of every connection are dropped.
+func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, list := range g.abandoned {
+		kept := list[:0]
+		for _, a := range list {
+			if now.Before(a.until) {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) == 0 {
+			delete(g.abandoned, k)
+		} else {
+			g.abandoned[k] = kept
+		}
+	}
+	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{sess: s, until: now.Add(timeout)})
+}
+
+// abandonedCall is a request that ended without the server's answer.
+type abandonedCall struct {
+	sess  *Session
+	until time.Time
 }
 
 // newestCallOf is s's newest request in flight on conn, or nil.

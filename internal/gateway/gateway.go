@@ -43,10 +43,12 @@ type Gateway struct {
 	byKey    map[string]*Session
 	calls    map[fleet.Conn][]*call // in flight, oldest first
 	outboxes map[fleet.Conn]*outbox // what waits to be written to a server
-	tokens   map[string]*call       // our progress token → call
-	outReqs  map[string]*outReq     // our id of a server→client request → where it came from
-	agg      *aggregate
-	pageSize int // of the aggregated lists; 0: whole lists
+	// abandoned are requests that ended unanswered, per connection.
+	abandoned map[fleet.Conn][]abandonedCall
+	tokens    map[string]*call   // our progress token → call
+	outReqs   map[string]*outReq // our id of a server→client request → where it came from
+	agg       *aggregate
+	pageSize  int // of the aggregated lists; 0: whole lists
 }
 
 // SetPageSize sets how many items one page of the aggregated endpoint's
@@ -60,13 +62,14 @@ func New(log *slog.Logger) *Gateway {
 		log = slog.Default()
 	}
 	g := &Gateway{
-		log:      log,
-		sessions: map[*Session]*sessState{},
-		byKey:    map[string]*Session{},
-		calls:    map[fleet.Conn][]*call{},
-		outboxes: map[fleet.Conn]*outbox{},
-		tokens:   map[string]*call{},
-		outReqs:  map[string]*outReq{},
+		log:       log,
+		sessions:  map[*Session]*sessState{},
+		byKey:     map[string]*Session{},
+		calls:     map[fleet.Conn][]*call{},
+		outboxes:  map[fleet.Conn]*outbox{},
+		abandoned: map[fleet.Conn][]abandonedCall{},
+		tokens:    map[string]*call{},
+		outReqs:   map[string]*outReq{},
 	}
 	g.agg = &aggregate{g: g}
 	return g

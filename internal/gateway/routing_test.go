@@ -122,9 +122,10 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 	}
 }
 
-// Log lines of a server shared by several sessions carry nothing that ties
-// them to a request, so they go only to the sessions that set a log level,
-// each at its level — never to whichever session has a call in flight.
+// Log lines of a server that serves several sessions carry nothing that
+// ties them to a request, so they go only to the sessions that set a log
+// level, each at its level — never to whichever session has a call in
+// flight.
 func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	ep := w.gw.Aggregate()
@@ -141,6 +142,8 @@ func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	}
 	handle(a, request(1, "logging/setLevel", map[string]any{"level": "info"}), newRecorder())
 	handle(c, request(2, "logging/setLevel", map[string]any{"level": "error"}), newRecorder())
+	// A uses the server too: it now serves more than one session.
+	handle(a, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "a"}}), newRecorder())
 	relB := newRecorder()
 	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 50}}), relB)
 	// Both lines — during B's call and after it — go to A, which asked.
@@ -160,9 +163,10 @@ func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	}
 }
 
-// The lines of a server that only one session sees are that session's:
+// The lines of a server that only one session has used are that session's:
 // during its call on the call's stream, between calls on its session
-// stream once it set a log level.
+// stream once it set a log level. A session that comes later does not
+// inherit them.
 func TestLogLinesOfASoleSession(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	ep := w.gw.Aggregate()
@@ -313,5 +317,59 @@ func TestCancelWhileWaitingForARestart(t *testing.T) {
 			// The restart itself goes on.
 			w.waitEvent("a", "restarted", 1, 5*time.Second)
 		})
+	}
+}
+
+// A line a server sends after the only session that used it has closed
+// reaches no later session: the later one does not inherit it.
+func TestLateLineOfAClosedSessionReachesNoOther(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	ep := w.gw.Aggregate()
+	outA := newRecorder()
+	a := ep.Open(outA)
+	if resp := ep.Handle(context.Background(), a, request(1, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "secret of A", "laterMs": 300}}), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	ep.Close(a)
+	outB, relB := newRecorder(), newRecorder()
+	b := ep.Open(outB)
+	defer ep.Close(b)
+	// B's call is in flight when A's later line comes, and ends after it.
+	if resp := ep.Handle(context.Background(), b, request(2, "tools/call", map[string]any{"name": "a__sleep", "arguments": map[string]any{"ms": 600}}), relB); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	if n := relB.count("notifications/message") + outB.count("notifications/message"); n != 0 {
+		t.Fatalf("B received %d log lines of A's call", n)
+	}
+}
+
+// A request a session abandoned (cancelled, timed out) may still be served
+// by the server: while it may, the server's sampling requests are not
+// attributed by what is in flight, so another session's call does not
+// receive them.
+func TestSamplingAfterAnAbandonedCallIsNotGuessed(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	ep := w.gw.Aggregate()
+	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
+	defer ep.Close(a)
+	defer ep.Close(b)
+	sample := func(s *Session, id int, rel Sink) *rpc.Message {
+		return ep.Handle(context.Background(), s, request(id, "tools/call", map[string]any{"name": "c__test_sampling", "arguments": map[string]any{"prompt": "hi"}}), rel)
+	}
+	relA := newRecorder()
+	doneA := make(chan *rpc.Message, 1)
+	go func() { doneA <- sample(a, 1, relA) }()
+	relA.next(t, "sampling/createMessage", 20*time.Second)
+	ep.Handle(context.Background(), a, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":1}`)}, newRecorder())
+	if r := <-doneA; r.Error == nil {
+		t.Fatalf("A's cancelled call answered %s", r.Result)
+	}
+	relB := newRecorder()
+	resp := sample(b, 2, relB)
+	if n := relB.count("sampling/createMessage"); n != 0 {
+		t.Fatalf("B received %d sampling requests while A's abandoned call may still be served", n)
+	}
+	if !strings.Contains(string(resp.Result)+fmt.Sprint(resp.Error), "per-session") {
+		t.Fatalf("B's call: %s %v, want the refusal naming per-session", resp.Result, resp.Error)
 	}
 }
