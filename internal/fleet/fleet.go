@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
@@ -69,6 +70,8 @@ type Fleet struct {
 	servers []*Server // sorted by name
 	byName  map[string]*Server
 	store   *store.Store // nil: nothing persisted
+
+	closed atomic.Bool // set by Close: nothing starts any more
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
@@ -196,8 +199,15 @@ func (f *Fleet) Servers() []*Server { return f.servers }
 // Get returns the named server, or nil.
 func (f *Fleet) Get(name string) *Server { return f.byName[name] }
 
-// Close stops every instance of every server in parallel under ctx.
+// ErrFleetClosed is wrapped by the error a request gets once the fleet is
+// closing: nothing starts any more.
+var ErrFleetClosed = errors.New("mcpvisor is shutting down")
+
+// Close stops every instance of every server in parallel under ctx. From
+// its start on, no server starts any more: a request that would start one
+// gets an error wrapping ErrFleetClosed.
 func (f *Fleet) Close(ctx context.Context) error {
+	f.closed.Store(true)
 	var all []*instance
 	for _, s := range f.servers {
 		all = append(all, s.instances()...)

@@ -415,61 +415,81 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 			in.mu.Unlock()
 			return nil, err
 		}
+		if err := ctx.Err(); err != nil {
+			in.mu.Unlock()
+			return nil, fmt.Errorf("server %s: %w", name, err) // nobody left to start it for
+		}
+		if in.srv.f.closed.Load() {
+			in.mu.Unlock()
+			return nil, fmt.Errorf("server %s: %w", name, ErrFleetClosed)
+		}
+		// The start runs on its own; this caller waits for it like every
+		// other, within its own context.
 		ch := make(chan struct{})
 		in.starting = ch
-		was := in.phase
-		gen := in.closes
-		dormantFor := time.Since(in.dormantAt)
+		go in.start(ch, in.phase, in.closes, time.Since(in.dormantAt))
 		in.mu.Unlock()
+	}
+}
 
-		t0 := time.Now()
-		err := in.sup.Start(context.Background())
-		took := time.Since(t0)
+// start starts the instance's supervisor for the requests waiting on ch,
+// and closes ch when the outcome is recorded. was is the phase it starts
+// from; gen the count of closes when it was decided: a close since wins.
+func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.Duration) {
+	name := in.srv.Name()
 
-		in.mu.Lock()
-		in.starting = nil
-		if err == nil && in.closes != gen {
-			// A close raced the start, and wins: what started is stopped,
-			// not kept running for nobody.
-			in.mu.Unlock()
-			sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
-			_ = in.sup.Stop(sctx)
-			cancel()
-			in.mu.Lock()
-			in.conn = nil
-			err = fmt.Errorf("server %s was stopped while it started", name)
-			in.startErr = err
-			in.mu.Unlock()
-			close(ch)
-			return nil, err
-		}
-		if err != nil {
-			err = fmt.Errorf("server %s failed to start: %w", name, err)
-			in.failures = append(in.failures, time.Now())
-			in.lastErr = err
-		} else {
-			in.failures = nil
-			in.phase = phaseRunning
-		}
-		in.startErr = err
+	t0 := time.Now()
+	err := in.sup.Start(context.Background())
+	took := time.Since(t0)
+
+	in.mu.Lock()
+	in.starting = nil
+	if err == nil && in.closes != gen {
+		// A close raced the start, and wins: what started is stopped,
+		// not kept running for nobody.
 		pid := pidOf(in.conn)
 		in.mu.Unlock()
+		sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
+		serr := in.sup.Stop(sctx)
+		cancel()
+		in.mu.Lock()
+		in.conn = nil
+		in.startErr = fmt.Errorf("server %s was stopped while it started", name)
+		in.mu.Unlock()
 		close(ch)
-		if err != nil {
-			in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: map[string]any{"error": err.Error()}})
-			return nil, err
+		d := map[string]any{"pid": pid, "reason": "stopped while it started"}
+		if serr != nil {
+			d["error"] = serr.Error()
 		}
-		details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
-		typ := "started"
-		if was == phaseDormant {
-			typ = "respawned"
-			details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
-		}
-		in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
-		if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
-			// What is cached may be older than this process: look again.
-			go in.srv.refresh(false, allKinds...)
-		}
+		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "stopped", Details: d})
+		return
+	}
+	if err != nil {
+		err = fmt.Errorf("server %s failed to start: %w", name, err)
+		in.failures = append(in.failures, time.Now())
+		in.lastErr = err
+	} else {
+		in.failures = nil
+		in.phase = phaseRunning
+	}
+	in.startErr = err
+	pid := pidOf(in.conn)
+	in.mu.Unlock()
+	close(ch)
+	if err != nil {
+		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: map[string]any{"error": err.Error()}})
+		return
+	}
+	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
+	typ := "started"
+	if was == phaseDormant {
+		typ = "respawned"
+		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+	}
+	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
+	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
+		// What is cached may be older than this process: look again.
+		go in.srv.refresh(false, allKinds...)
 	}
 }
 

@@ -164,6 +164,7 @@ func TestRequestsDuringARestart(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		synctest.Wait() // the waiters are released before OnRestart reports
 		// Backoff 2s plus the 500ms start: the restart came by itself,
 		// once, and served every waiting request.
 		if ff.connects.Load() != 2 || ff.count("exited") != 1 || ff.count("restarted") != 1 || ff.count("restarting") != 1 {
@@ -268,5 +269,42 @@ func TestPeekIsTheSessionsOwnInstanceOnly(t *testing.T) {
 		if n := ff.connects.Load(); n != 2 {
 			t.Fatalf("%d connects: Peek started something", n)
 		}
+	})
+}
+
+// The request that begins a start waits for it within its own context like
+// every other; the start goes on for the others. A request whose context
+// has ended starts nothing, and nothing starts once the fleet is closing.
+func TestStartIsBoundedByTheCallersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		s := ff.f.Get("s")
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		if _, err := s.Acquire(ctx, ""); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire with a 100ms context during a 500ms start: %v", err)
+		}
+		if d := time.Since(t0); d != 100*time.Millisecond {
+			t.Fatalf("the first caller waited %v, want its 100ms", d)
+		}
+		if _, err := use(s.Acquire(context.Background(), "")); err != nil {
+			t.Fatal(err)
+		}
+		if n := ff.connects.Load(); n != 1 {
+			t.Fatalf("%d connects: the start was not shared", n)
+		}
+
+		ended, cancel2 := context.WithCancel(context.Background())
+		cancel2()
+		s2 := newFakeFleet(t, `,"idleTimeout":"0"`)
+		if _, err := s2.f.Get("s").Acquire(ended, ""); err == nil || s2.connects.Load() != 0 {
+			t.Fatalf("Acquire with an ended context: %v, %d connects", err, s2.connects.Load())
+		}
+		s2.close(t)
+		if _, err := s2.f.Get("s").Acquire(context.Background(), ""); !errors.Is(err, ErrFleetClosed) || s2.connects.Load() != 0 {
+			t.Fatalf("Acquire after Close: %v, %d connects", err, s2.connects.Load())
+		}
+		ff.close(t)
 	})
 }
