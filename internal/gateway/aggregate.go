@@ -44,6 +44,8 @@ type aggregate struct {
 	building map[string]*tableBuild
 	// builds counts the table builds begun, for tests.
 	builds atomic.Int64
+	// missAt is when a missing name last caused a rebuild.
+	missAt time.Time
 }
 
 // tableBuild is one build of a list's table; done is closed when t is set.
@@ -60,9 +62,33 @@ type route struct {
 }
 
 type routeTable struct {
+	gen    uint64 // the generation it was built for
 	items  []json.RawMessage
 	keys   []string // the public name (or URI, URI template) of each item
 	byName map[string]route
+}
+
+// missRebuildEvery bounds how often names missing from a table rebuild it:
+// a server that gained a tool without saying so is found within it, and a
+// client calling unknown names cannot make mcpvisor rebuild (and start
+// servers that are not cached) at its own rate. A server's list_changed
+// rebuilds at once.
+const missRebuildEvery = time.Second
+
+// invalidateOnMiss invalidates the tables after a name was missing from the
+// table of generation gen, if that is still the current one and no miss
+// caused a rebuild within missRebuildEvery: many callers that miss cause one
+// rebuild, not one each.
+func (a *aggregate) invalidateOnMiss(gen uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if a.gen != gen || now.Sub(a.missAt) < missRebuildEvery {
+		return
+	}
+	a.missAt = now
+	a.routes = nil
+	a.gen++
 }
 
 func (a *aggregate) invalidate() {
@@ -232,7 +258,7 @@ func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 		case <-b.done:
 			return b.t
 		case <-ctx.Done():
-			return &routeTable{byName: map[string]route{}}
+			return &routeTable{gen: gen, byName: map[string]route{}}
 		}
 	}
 	b := &tableBuild{gen: gen, done: make(chan struct{})}
@@ -277,7 +303,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	}
 	wg.Wait()
 
-	t := &routeTable{byName: map[string]route{}}
+	t := &routeTable{gen: gen, byName: map[string]route{}}
 	var collisions []string
 	for i, srv := range servers {
 		cfg := srv.Config()
@@ -368,9 +394,12 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 	if !ok || name == "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
 	}
-	r, ok := a.table(ctx, k).byName[name]
-	if !ok {
-		a.invalidate() // a server may have gained it since the last list
+	t := a.table(ctx, k)
+	r, ok := t.byName[name]
+	if !ok && ctx.Err() == nil {
+		// A server may have gained it since the table was built: build
+		// it again, once for all the callers that missed in that table.
+		a.invalidateOnMiss(t.gen)
 		r, ok = a.table(ctx, k).byName[name]
 	}
 	if !ok {

@@ -373,3 +373,29 @@ func TestSamplingAfterAnAbandonedCallIsNotGuessed(t *testing.T) {
 		t.Fatalf("B's call: %s %v, want the refusal naming per-session", resp.Result, resp.Error)
 	}
 }
+
+// Calls of a name no server has, coming together, cause one rebuild of the
+// table between them, not one each.
+func TestConcurrentUnknownNamesShareOneRebuild(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	ep := w.gw.Aggregate()
+	s := ep.Open(newRecorder())
+	defer ep.Close(s)
+	if resp := ep.Handle(context.Background(), s, request(0, "tools/list", nil), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	before := w.gw.agg.builds.Load()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			resp := ep.Handle(context.Background(), s, request(i+1, "tools/call", map[string]any{"name": "a__nope"}), newRecorder())
+			if resp.Error == nil || !strings.Contains(resp.Error.Message, "unknown tool") {
+				t.Errorf("call of an unknown tool: %s %v", resp.Result, resp.Error)
+			}
+		})
+	}
+	wg.Wait()
+	if n := w.gw.agg.builds.Load() - before; n > 2 {
+		t.Fatalf("20 concurrent calls of an unknown name rebuilt the table %d times", n)
+	}
+}
