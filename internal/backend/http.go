@@ -60,8 +60,9 @@ type HTTPConnector struct {
 	// the long-lived streams). By default each connection has a transport
 	// of its own, closed with it.
 	HTTPClient *http.Client
-	// OnConnect, if set, sees every new connection before Connect returns.
-	OnConnect func(*Conn)
+	// OnConnect, if set, sees every new connection before Connect returns,
+	// with Connect's context (work it does there is bounded by it).
+	OnConnect func(ctx context.Context, c *Conn)
 }
 
 // Tunables, variables so that tests can shorten them.
@@ -157,7 +158,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		b.spawn(b.listen)
 	}
 	if hc.OnConnect != nil {
-		hc.OnConnect(c)
+		hc.OnConnect(ctx, c)
 	}
 	return c, nil
 }

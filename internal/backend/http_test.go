@@ -244,7 +244,7 @@ func TestHTTPStreamable(t *testing.T) {
 	f := newFixture(t, false)
 	hooks := newRecorder()
 	var connected *Conn
-	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Hooks: hooks, OnConnect: func(c *Conn) { connected = c }})
+	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Hooks: hooks, OnConnect: func(_ context.Context, c *Conn) { connected = c }})
 	if connected != c || c.Name() != "remote" || c.Process() != nil || !c.Alive() {
 		t.Fatalf("OnConnect saw %p, Conn %p; name %q, process %v", connected, c, c.Name(), c.Process())
 	}

@@ -36,8 +36,9 @@ type StdioConnector struct {
 	Logger   *slog.Logger
 	// MaxLine bounds one message from the server (default 16 MiB).
 	MaxLine int
-	// OnConnect, if set, sees every new connection before Connect returns.
-	OnConnect func(*Conn)
+	// OnConnect, if set, sees every new connection before Connect returns,
+	// with Connect's context (work it does there is bounded by it).
+	OnConnect func(ctx context.Context, c *Conn)
 }
 
 // Connect spawns the server, sends initialize and notifications/initialized,
@@ -93,7 +94,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
 	}
 	if sc.OnConnect != nil {
-		sc.OnConnect(c)
+		sc.OnConnect(ctx, c)
 	}
 	return c, nil
 }

@@ -37,9 +37,9 @@ type Live interface {
 }
 
 // ConnectorFunc builds the connector of one instance; onConnect must be
-// called with every connection it makes, before Connect returns. hooks
-// receive what the server sends on its own.
-type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector
+// called with every connection it makes, before Connect returns, with
+// Connect's context. hooks receive what the server sends on its own.
+type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector
 
 // Options configure a Fleet.
 type Options struct {
@@ -144,7 +144,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 
 // connector is the backend of a configured server: a local process, or a
 // remote server over Streamable HTTP (or the legacy SSE transport).
-func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector {
+func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 	if sc.Kind == config.KindHTTP {
 		transport := "streamable-http"
 		if sc.Transport == config.TransportSSE {
@@ -157,13 +157,13 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			Transport: transport,
 			Hooks:     hooks,
 			Logger:    f.log,
-			OnConnect: func(c *backend.Conn) { onConnect(c) },
+			OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
 	}
 	return f.stdioConnector(sc, hooks, onConnect)
 }
 
-func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect func(Live)) lifecycle.Connector {
+func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 	var extra []string
 	for k, v := range sc.Env {
 		extra = append(extra, k+"="+v)
@@ -181,7 +181,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		},
 		Hooks:     hooks,
 		Logger:    f.log,
-		OnConnect: func(c *backend.Conn) { onConnect(c) },
+		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 	}
 }
 

@@ -79,7 +79,7 @@ func (f *fakeLive) Done() <-chan struct{} { return f.done }
 // fakeConnector counts connects; it takes startDelay and fails while fail
 // is set.
 type fakeConnector struct {
-	onConnect  func(Live)
+	onConnect  func(context.Context, Live)
 	connects   *atomic.Int32
 	startDelay time.Duration
 	fail       *atomic.Bool
@@ -96,7 +96,7 @@ func (c *fakeConnector) Connect(ctx context.Context) (lifecycle.Session, error) 
 		return nil, fmt.Errorf("%w: cannot start", lifecycle.ErrServerUnavailable)
 	}
 	l := &fakeLive{done: make(chan struct{})}
-	c.onConnect(l)
+	c.onConnect(ctx, l)
 	return l, nil
 }
 
@@ -129,7 +129,7 @@ func newFakeFleet(t *testing.T, settings string) *fakeFleet {
 	ff := &fakeFleet{}
 	ff.f, err = New(cfg, Options{
 		Logger: discardLogger(),
-		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(Live)) lifecycle.Connector {
+		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail}
 		},
 		OnEvent: func(e Event) {

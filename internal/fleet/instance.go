@@ -55,6 +55,7 @@ type instance struct {
 	// has since. Reset with each new connection.
 	firstUser string
 	manyUsers bool
+	replayed  uint64 // the server's interest generation last replayed
 }
 
 // used records that session took a lease on connection l.
@@ -126,6 +127,7 @@ func (s *Server) newInstance(key string) *instance {
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarting", Details: d})
 	}
 	pol.OnRestart = func() {
+		go in.catchUp()
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
 		if key == "" {
 			go s.refresh(false, allKinds...)
@@ -144,9 +146,9 @@ func (s *Server) newInstance(key string) *instance {
 // connected runs for every new connection, first start and restarts
 // alike, before the connection serves: it replays what the instance's
 // sessions asked of the server (subscriptions, log level).
-func (in *instance) connected(l Live) {
+func (in *instance) connected(ctx context.Context, l Live) {
 	if c, ok := l.(Conn); ok {
-		in.replayTo(c)
+		in.replayTo(ctx, c)
 	}
 	in.mu.Lock()
 	in.conn = l
@@ -487,6 +489,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
+	go in.catchUp()
 	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
 		// What is cached may be older than this process: look again.
 		go in.srv.refresh(false, allKinds...)

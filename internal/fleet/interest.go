@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -53,8 +52,12 @@ func (s *Server) interestLocked(session string) *interest {
 // dormant — a sleeping server cannot send the updates its subscribers wait
 // for.
 func (s *Server) Subscribe(session, uri string) {
+	if s.f.sessionEnded(session) {
+		return // a late request of an ended session records nothing
+	}
 	s.mu.Lock()
 	s.interestLocked(session).subs[uri] = true
+	s.igen++
 	s.mu.Unlock()
 }
 
@@ -63,16 +66,31 @@ func (s *Server) Unsubscribe(session, uri string) {
 	s.mu.Lock()
 	if it := s.interests[session]; it != nil {
 		delete(it.subs, uri)
+		if len(it.subs) == 0 && it.level == "" {
+			delete(s.interests, session)
+		}
 	}
+	s.igen++
 	s.mu.Unlock()
 }
 
 // SetLogLevel records the log level session set on this server ("" forgets
 // it); it is replayed to every new process.
 func (s *Server) SetLogLevel(session, level string) {
+	if s.f.sessionEnded(session) {
+		return
+	}
 	s.mu.Lock()
 	s.interestLocked(session).level = level
+	s.igen++
 	s.mu.Unlock()
+}
+
+// interestGen counts the changes of what sessions asked of the server.
+func (s *Server) interestGen() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.igen
 }
 
 // Subscribers lists the sessions subscribed to uri on this server, sorted.
@@ -157,15 +175,51 @@ func (s *Server) replay(key string) (uris []string, level string) {
 
 // replayTo tells a new connection what its instance's sessions asked of the
 // server before it restarted or slept. It runs before the connection
-// serves any request, bounded by the server's init timeout.
-func (in *instance) replayTo(c Conn) {
+// serves any request, within the connect's context (the init timeout, and
+// a Stop cancels it). What the sessions ask meanwhile (a subscribe or a log
+// level set during the start) is told too: it repeats until nothing
+// changed while it ran, at most a few times.
+func (in *instance) replayTo(ctx context.Context, c Conn) {
+	for range 3 {
+		gen := in.srv.interestGen()
+		in.replayOnce(ctx, c)
+		in.mu.Lock()
+		in.replayed = gen
+		in.mu.Unlock()
+		if in.srv.interestGen() == gen || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// catchUp replays again, under a lease, if what the sessions asked changed
+// since the last replay: a change made between the replay and the moment
+// the instance serves (when a request could not reach it yet) is not lost.
+func (in *instance) catchUp() {
+	in.mu.Lock()
+	replayed := in.replayed
+	in.mu.Unlock()
+	if in.srv.interestGen() == replayed {
+		return
+	}
+	l, ok := in.srv.Peek(in.key)
+	if !ok || l.Conn() == nil {
+		if ok {
+			l.Release()
+		}
+		return
+	}
+	defer l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), in.srv.cfg.InitTimeout)
+	defer cancel()
+	in.replayTo(ctx, l.Conn())
+}
+
+func (in *instance) replayOnce(ctx context.Context, c Conn) {
 	uris, level := in.srv.replay(in.key)
 	if len(uris) == 0 && level == "" {
 		return
 	}
-	cfg := in.srv.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.InitTimeout+time.Second)
-	defer cancel()
 	log := in.srv.f.log.With("server", in.srv.Name())
 	if level != "" && c.Init().Has("logging") {
 		params, _ := json.Marshal(map[string]string{"level": level})
@@ -174,6 +228,9 @@ func (in *instance) replayTo(c Conn) {
 		}
 	}
 	for _, u := range uris {
+		if ctx.Err() != nil {
+			return
+		}
 		params, _ := json.Marshal(map[string]string{"uri": u})
 		if resp, err := c.Call(ctx, "resources/subscribe", params); err != nil || resp.Error != nil {
 			log.Warn("could not restore a resource subscription after a restart", "uri", u, "err", callErr(resp, err))

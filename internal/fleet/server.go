@@ -18,6 +18,7 @@ type Server struct {
 	mu         sync.Mutex
 	perSession map[string]*instance
 	interests  map[string]*interest // by client session
+	igen       uint64               // changes of interests, for the replay
 }
 
 // Name is the configured name.

@@ -535,7 +535,7 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 		if !ok {
 			continue
 		}
-		if !l.Conn().Init().Has("logging") {
+		if l.Conn() == nil || !l.Conn().Init().Has("logging") {
 			l.Release()
 			continue
 		}

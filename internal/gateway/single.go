@@ -63,8 +63,12 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		if err != nil {
 			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", e.srv.Name(), err))
 		}
-		in := l.Conn().Init()
+		conn := l.Conn()
 		l.Release()
+		if conn == nil {
+			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: no MCP connection", e.srv.Name()))
+		}
+		in := conn.Init()
 		return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))

@@ -1,0 +1,150 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// replayConn is a Conn that records the requests it is sent; during its
+// first call it runs during (a session changing what it asked meanwhile).
+type replayConn struct {
+	init   *InitResult
+	mu     sync.Mutex
+	calls  []string
+	during func()
+	ctxs   []context.Context
+}
+
+func (c *replayConn) Name() string      { return "s" }
+func (c *replayConn) Init() *InitResult { return c.init }
+func (c *replayConn) Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, method+" "+string(params))
+	c.ctxs = append(c.ctxs, ctx)
+	during := c.during
+	c.during = nil
+	c.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return &rpc.Message{Result: json.RawMessage(`{}`)}, ctx.Err()
+}
+func (c *replayConn) Notify(string, json.RawMessage) error          { return nil }
+func (c *replayConn) Reply(json.RawMessage, json.RawMessage) error  { return nil }
+func (c *replayConn) ReplyError(json.RawMessage, int, string) error { return nil }
+
+// What sessions asked of a server is told to its new process within the
+// connect's context, and what they ask while that replay runs is told too.
+func TestReplayIncludesWhatChangedMeanwhile(t *testing.T) {
+	ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+	defer ff.close(t)
+	s := ff.f.Get("s")
+	s.SetLogLevel("A", "error")
+	s.Subscribe("A", "file:///x")
+	init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{},"resources":{"subscribe":true}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &replayConn{init: init, during: func() { s.SetLogLevel("B", "debug") }}
+	type key struct{}
+	ctx := context.WithValue(context.Background(), key{}, "connect")
+	s.shared.replayTo(ctx, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := []string{
+		`logging/setLevel {"level":"error"}`,
+		`resources/subscribe {"uri":"file:///x"}`,
+		`logging/setLevel {"level":"debug"}`,
+		`resources/subscribe {"uri":"file:///x"}`,
+	}
+	if len(c.calls) != len(want) {
+		t.Fatalf("replayed %q, want %q", c.calls, want)
+	}
+	for i := range want {
+		if c.calls[i] != want[i] {
+			t.Fatalf("replayed %q, want %q", c.calls, want)
+		}
+		if v, _ := c.ctxs[i].Value(key{}).(string); v != "connect" {
+			t.Fatalf("call %d did not run within the connect's context", i)
+		}
+	}
+}
+
+// A replay stops when the connect's context ends (a Stop during the start).
+func TestReplayStopsWithTheConnect(t *testing.T) {
+	ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+	defer ff.close(t)
+	s := ff.f.Get("s")
+	s.Subscribe("A", "file:///x")
+	s.Subscribe("A", "file:///y")
+	init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"resources":{"subscribe":true}}}`))
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &replayConn{init: init, during: cancel}
+	s.shared.replayTo(ctx, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.calls) != 1 {
+		t.Fatalf("replay went on after its context ended: %q", c.calls)
+	}
+}
+
+// connLive is a fake live session that is also a Conn.
+type connLive struct {
+	*fakeLive
+	*replayConn
+}
+
+// connConnector connects connLives whose Conn is c, after onConnect.
+type connConnector struct {
+	onConnect func(context.Context, Live)
+	c         *replayConn
+	beforeEnd func() // runs after onConnect, before Connect returns
+}
+
+func (cc *connConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	l := connLive{&fakeLive{done: make(chan struct{})}, cc.c}
+	cc.onConnect(ctx, l)
+	if cc.beforeEnd != nil {
+		cc.beforeEnd()
+	}
+	return l, nil
+}
+
+// A log level a session sets after the replay but before the instance
+// serves (no request can reach the server then) is told to it as soon as
+// it serves.
+func TestLevelSetDuringTheStartIsNotLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{}}}`))
+		rc := &replayConn{init: init}
+		var f *Fleet
+		f, err = New(cfg, Options{Logger: discardLogger(), Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+			return &connConnector{onConnect: onConnect, c: rc, beforeEnd: func() { f.Get("s").SetLogLevel("A", "debug") }}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(context.Background())
+		if _, err := use(f.Get("s").Acquire(t.Context(), "A")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		if len(rc.calls) != 1 || rc.calls[0] != `logging/setLevel {"level":"debug"}` {
+			t.Fatalf("the server was told %q, want the level set during its start", rc.calls)
+		}
+	})
+}
