@@ -90,12 +90,23 @@ func BenchmarkEncode(b *testing.B) {
 
 // BenchmarkCallRoundTrip is one Call over an io.Pipe pair to a Conn that
 // echoes params as the result: encode, pipe, decode and dispatch on both
-// sides. Allocations count both ends.
+// sides. Allocations count both ends. An io.Pipe takes no write that
+// cannot block, so every line goes through the connection's writer
+// goroutine; BenchmarkCallRoundTripOSPipe is the same over os.Pipe, as
+// to a child process, where an idle connection's sender writes itself.
 func BenchmarkCallRoundTrip(b *testing.B) {
+	benchCallRoundTrip(b, echoPair)
+}
+
+func BenchmarkCallRoundTripOSPipe(b *testing.B) {
+	benchCallRoundTrip(b, echoPairOS)
+}
+
+func benchCallRoundTrip(b *testing.B, pair func(testing.TB) *Conn) {
 	for _, size := range []int{0, 100_000} {
 		params := json.RawMessage(`{"name":"echo","arguments":{"text":"` + strings.Repeat("x", size) + `"}}`)
 		b.Run(fmt.Sprintf("params=%dB", len(params)), func(b *testing.B) {
-			c := echoPair(b)
+			c := pair(b)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -106,7 +117,7 @@ func BenchmarkCallRoundTrip(b *testing.B) {
 		})
 	}
 	b.Run("parallel", func(b *testing.B) {
-		c := echoPair(b)
+		c := pair(b)
 		params := json.RawMessage(`{"name":"echo","arguments":{"text":"hi"}}`)
 		b.ReportAllocs()
 		b.SetParallelism(8)

@@ -80,13 +80,16 @@ type Options struct {
 // and writer are closed if they are io.Closers (for a child process:
 // closing its stdin, the first step of a polite stop).
 //
-// All methods are safe for concurrent use. Senders queue their lines and a
-// goroutine of the connection writes them, whole and in order, many in one
-// Write when they pile up (see write.go), so lines never interleave and a
-// sender is never stuck in a Write: every send is bounded by its context
-// (Call, the Context variants) or by Options.WriteTimeout. A connection
-// whose peer stops reading holds only its own senders, never another
-// connection's.
+// All methods are safe for concurrent use. A sender that finds the
+// connection idle writes its line itself if the writer takes writes that
+// cannot block (a pipe or socket in the runtime's poller, as a child's
+// stdin is), and hands what does not fit at once to a goroutine of the
+// connection; otherwise senders queue their lines and that goroutine
+// writes them, whole and in order, many in one Write when they pile up
+// (see write.go). So lines never interleave and a sender is never stuck in
+// a Write: every send is bounded by its context (Call, the Context
+// variants) or by Options.WriteTimeout. A connection whose peer stops
+// reading holds only its own senders, never another connection's.
 type Conn struct {
 	r       io.Reader
 	w       io.Writer
@@ -96,6 +99,7 @@ type Conn struct {
 	peer    string
 
 	writeTimeout time.Duration // > 0, or < 0 for none
+	raw          *rawWriter    // non-blocking writes to w, if it takes them (inline.go)
 	drainFn      func()        // c.drain, made once
 	tmu          sync.Mutex    // guards timers
 	timers       []*time.Timer // stopped, for reuse
@@ -115,6 +119,7 @@ type Conn struct {
 	// is left, made when someone waits.
 	asyncN    int
 	asyncIdle chan struct{}
+	asyncRuns int // goroutines of goAsync started, ever (for tests)
 
 	invalid, overlong, unknown atomic.Int64
 }
@@ -145,6 +150,7 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 		c.writeTimeout = DefaultWriteTimeout
 	}
 	c.drainFn = c.drain
+	c.raw = newRawWriter(w)
 	if c.maxLine <= 0 {
 		c.maxLine = DefaultMaxLine
 	}
@@ -273,11 +279,12 @@ func (c *Conn) Stats() Stats {
 // *LineTooLongError naming this call's id), or ctx ended first.
 //
 // Call returns ctx.Err() as soon as ctx ends, whatever the state of its
-// request's line: Call never waits in a Write (a goroutine of the
-// connection writes), so a peer that stops reading cannot hold it past
-// ctx. If ctx ends before the line's write has started (waiting for room
-// in a full queue, or queued behind other lines), the line is withdrawn
-// and nothing is sent. If it ends after, Call forgets the call (a late
+// request's line: Call never waits in a Write (it writes only what the
+// peer's pipe takes at once, and a goroutine of the connection writes the
+// rest), so a peer that stops reading cannot hold it past ctx. If ctx ends
+// before the line's write has started (waiting for room in a full queue,
+// or queued behind other lines), the line is withdrawn and nothing is
+// sent. If it ends after, Call forgets the call (a late
 // response is reported as an unknown id) and queues for the peer
 // notifications/cancelled {requestId, reason}, written after the
 // request's line, which the connection's writer finishes whole — except
@@ -307,7 +314,10 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		b = appendRaw(b, params)
 	}
 	b = append(b, "}\n"...)
-	t, err := c.enqueue(nil, ctx.Done(), bp, b, false)
+	t, ok, err := c.inline(bp, b, false)
+	if !ok {
+		t, err = c.enqueue(nil, ctx.Done(), bp, b, false)
+	}
 	if err != nil {
 		if !c.forget(id) {
 			r := <-ch // failed meanwhile: the connection ended
@@ -416,6 +426,7 @@ func (c *Conn) goAsync(f func()) bool {
 		return false
 	}
 	c.asyncN++
+	c.asyncRuns++
 	c.mu.Unlock()
 	go c.runAsync(f)
 	return true
@@ -510,12 +521,7 @@ func (c *Conn) Write(m *Message) error {
 	if m.Method == "" && len(m.ID) == 0 {
 		return errNoMethodNorID
 	}
-	if c.writeTimeout < 0 {
-		return c.write(nil, nil, m, nil)
-	}
-	t := c.timer()
-	defer c.putTimer(t)
-	return c.write(t.C, nil, m, c.timeoutErr)
+	return c.write(nil, m, c.timeoutErr)
 }
 
 // WriteContext is Write bounded by ctx instead of Options.WriteTimeout,
@@ -527,16 +533,38 @@ func (c *Conn) WriteContext(ctx context.Context, m *Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return c.write(nil, ctx.Done(), m, ctx.Err)
+	return c.write(ctx.Done(), m, ctx.Err)
 }
 
 var errNoMethodNorID = errors.New("rpc: message has neither a method nor an id")
 
-// write sends m and waits, until stop or done is ready; then the error
-// wraps cause().
-func (c *Conn) write(stop <-chan time.Time, done <-chan struct{}, m *Message, cause func() error) error {
+// write sends m and waits until it is written, the connection ends, or
+// done is ready — or, if done is nil, Options.WriteTimeout passes (unless
+// it is negative); then the error wraps cause(). The timer for the write
+// timeout is taken only if the line is not written at once.
+func (c *Conn) write(done <-chan struct{}, m *Message, cause func() error) error {
 	bp := getBuf()
-	err := c.writeLine(stop, done, bp, append(m.AppendTo(*bp), '\n'))
+	b := append(m.AppendTo(*bp), '\n')
+	t, ok, err := c.inline(bp, b, true)
+	if err != nil || (ok && t.flushed == closedChan) {
+		return err
+	}
+	var stop <-chan time.Time
+	if done == nil && c.writeTimeout > 0 {
+		tm := c.timer()
+		defer c.putTimer(tm)
+		stop = tm.C
+	}
+	if !ok {
+		if t, err = c.enqueue(stop, done, bp, b, true); err != nil {
+			return c.writeErr(err, cause)
+		}
+	}
+	return c.writeErr(c.await(t, stop, done), cause)
+}
+
+// writeErr turns the stops of write side into the errors of senders.
+func (c *Conn) writeErr(err error, cause func() error) error {
 	switch err {
 	case errStopped:
 		return &writeError{peer: c.peer, cause: cause()}

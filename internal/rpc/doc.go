@@ -17,14 +17,15 @@
 // limit"). A line that is not JSON-RPC is reported and
 // counted, and fails the call it names, if any; the connection goes on.
 //
-// Writes are bounded. A goroutine of the connection does the writing, so
-// no sender is ever stuck in a Write on a peer that stops reading (a child
-// whose stdin pipe is full): Call and the Context variants of Notify,
-// Reply, ReplyError and Write return when their context ends, the others
-// after Options.WriteTimeout (DefaultWriteTimeout, 10 s) with an error
-// wrapping ErrWriteTimeout. A line not yet being written when its sender
-// gives up is withdrawn; one already being written is finished whole, so
-// the stream stays framed.
+// Writes are bounded. No sender is ever stuck in a Write on a peer that
+// stops reading (a child whose stdin pipe is full): a sender writes only
+// what a pipe takes without blocking, and a goroutine of the connection
+// writes the rest and whatever is queued meanwhile. Call and the Context
+// variants of Notify, Reply, ReplyError and Write return when their
+// context ends, the others after Options.WriteTimeout (DefaultWriteTimeout,
+// 10 s) with an error wrapping ErrWriteTimeout. A line not yet being
+// written when its sender gives up is withdrawn; one already being written
+// is finished whole, so the stream stays framed.
 //
 // Relays: Call gives every request a fresh integer id, so clients that
 // reuse ids cannot collide on one backend; the relay keeps the client's id

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"testing"
 )
 
@@ -74,11 +75,29 @@ func startConn(t testing.TB, opts Options) (*Conn, *testPeer) {
 }
 
 // echoPair returns a Conn whose peer is another Conn answering every
-// request with its params as the result.
+// request with its params as the result, over io.Pipes.
 func echoPair(tb testing.TB) *Conn {
 	tb.Helper()
 	aR, bW := io.Pipe()
 	bR, aW := io.Pipe()
+	return echoPairOver(tb, aR, aW, bR, bW)
+}
+
+// echoPairOS is echoPair over os.Pipes, as between mcpvisor and a child.
+func echoPairOS(tb testing.TB) *Conn {
+	tb.Helper()
+	aR, bW, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bR, aW, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return echoPairOver(tb, aR, aW, bR, bW)
+}
+
+func echoPairOver(tb testing.TB, aR io.Reader, aW io.Writer, bR io.Reader, bW io.Writer) *Conn {
 	a := NewConn(aR, aW, Options{})
 	var b *Conn
 	b = NewConn(bR, bW, Options{Handler: func(_ context.Context, m *Message) {

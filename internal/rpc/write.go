@@ -6,23 +6,34 @@ import (
 	"time"
 )
 
-// The write side of a Conn. Senders never call Write themselves: a sender
-// queues its line, and the connection's writer — a goroutine of the
-// connection, started when a line is queued and none is running, ending
-// when the queue is empty — writes what is queued, one Write per batch.
-// So a sender can always give up: when its context ends or its
-// WriteTimeout passes it returns, even if the peer has stopped reading and
-// the writer is blocked in Write (a child whose stdin pipe is full).
-// Under concurrent load a stdio peer gets many lines per read instead of
-// one system call (and one wake-up) per line.
+// The write side of a Conn. No sender is ever blocked in a Write: when
+// its context ends or its WriteTimeout passes it returns, even if the peer
+// has stopped reading (a child whose stdin pipe is full).
+//
+// A sender that finds the connection idle — nothing queued, nothing being
+// written — writes its line itself when the connection's writer can take
+// a write that does not block: a pipe or socket in the runtime's poller
+// (an *os.File from os.Pipe, a net.Conn; see inline.go). That write takes
+// what the kernel's buffer has room for, at once; whatever does not fit
+// goes, first in the queue, to the connection's writer goroutine, and the
+// sender waits for it like any other queued line (it can no longer be
+// withdrawn). So an uncontended sender costs one system call and no
+// goroutine, and the bound is kept without a deadline on the writer.
+//
+// Otherwise a sender queues its line, and the connection's writer — a
+// goroutine of the connection, started when a line is queued and none is
+// running, ending when the queue is empty — writes what is queued, one
+// Write per batch. Under concurrent load a stdio peer gets many lines per
+// read instead of one system call (and one wake-up) per line.
 //
 // Lines keep the order in which they were queued, and a batch is one
 // Write, so lines never interleave. A sender that gives up while its line
 // is still queued withdraws it: it is never written. A line the writer
-// has taken cannot be withdrawn — part of it may be in the pipe — so the
-// writer finishes it: the stream stays framed, and the line reaches the
-// peer if it reads again before the connection ends. Nothing is written
-// once the connection has ended. A write error ends the connection.
+// has taken, or whose write its sender began, cannot be withdrawn — part
+// of it may be in the pipe — so the writer finishes it: the stream stays
+// framed, and the line reaches the peer if it reads again before the
+// connection ends. Nothing is written once the connection has ended. A
+// write error ends the connection.
 //
 // Call does not wait for its line to be written (it waits for the
 // response anyway); everything else does, within its bound.
@@ -50,13 +61,15 @@ type writer struct {
 }
 
 type queued struct {
-	seq uint64
+	seq uint64  // 0: the rest of a line its sender began; never withdrawn
 	bp  *[]byte // the pooled buffer holding b
 	b   []byte
+	off int // b[off:] is left to write
 }
 
-// ticket is a queued line: its number, for withdraw, and, if its sender
-// waits for it, the channel closed once it is written.
+// ticket is a line handed to the write side: its number, for withdraw (0
+// if it cannot be withdrawn), and, if its sender waits for it, the channel
+// closed once it is written (closedChan if it already is).
 type ticket struct {
 	seq     uint64
 	flushed <-chan struct{}
@@ -105,27 +118,104 @@ func (c *Conn) enqueue(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, 
 	start := !w.writing
 	w.writing = true
 	c.wmu.Unlock()
-	if start && !c.goAsync(c.drainFn) {
-		c.wmu.Lock()
-		c.dropLocked() // ended: its sender sees Done
-		c.wmu.Unlock()
+	if start {
+		c.startWriter()
 	}
 	return t, nil
+}
+
+// startWriter starts the writer goroutine for what is queued; the caller
+// has set wr.writing. If the connection has ended the queue is dropped
+// (its senders see Done).
+func (c *Conn) startWriter() {
+	if !c.goAsync(c.drainFn) {
+		c.wmu.Lock()
+		c.dropLocked()
+		c.wmu.Unlock()
+	}
+}
+
+// inline writes the line b (in the pooled buffer bp) itself if the
+// connection is idle and its writer takes writes that do not block (see
+// inline.go). ok is false if it did not try: b is still the caller's, to
+// enqueue. Otherwise b is taken over and either written whole (t.flushed
+// is closedChan), or written in part, its rest queued first for the
+// writer goroutine (t.seq is 0: it cannot be withdrawn; t.flushed is set
+// if wait), or err is the end of the connection. inline never blocks.
+func (c *Conn) inline(bp *[]byte, b []byte, wait bool) (t ticket, ok bool, err error) {
+	if c.raw == nil {
+		return ticket{}, false, nil
+	}
+	w := &c.wr
+	c.wmu.Lock()
+	if w.writing || len(w.queue) > 0 {
+		c.wmu.Unlock()
+		return ticket{}, false, nil
+	}
+	select {
+	case <-c.done:
+		c.wmu.Unlock()
+		putBuf(bp, b)
+		return ticket{}, true, c.Err()
+	default:
+	}
+	w.writing = true // the write side is this sender's until it hands over
+	c.wmu.Unlock()
+
+	n, werr := c.raw.write(b)
+	if werr != nil {
+		putBuf(bp, b)
+		c.writeFailed(werr)
+		return ticket{}, true, c.Err()
+	}
+	c.wmu.Lock()
+	if n == len(b) {
+		putBuf(bp, b)
+		// Lines queued meanwhile go to the writer goroutine.
+		start := len(w.queue) > 0
+		if !start {
+			w.writing = false
+			if w.flushed != nil { // made for lines withdrawn since
+				close(w.flushed)
+				w.flushed = nil
+			}
+		}
+		c.wmu.Unlock()
+		if start {
+			c.startWriter()
+		}
+		return ticket{flushed: closedChan}, true, nil
+	}
+	select {
+	case <-c.done:
+		putBuf(bp, b)
+		c.dropLocked()
+		c.wmu.Unlock()
+		return ticket{}, true, c.Err()
+	default:
+	}
+	// The rest goes before anything queued meanwhile.
+	w.queue = append(w.queue, queued{})
+	copy(w.queue[1:], w.queue)
+	w.queue[0] = queued{bp: bp, b: b, off: n}
+	w.bytes += len(b) - n
+	if wait {
+		t.flushed = w.flushedLocked()
+	}
+	c.wmu.Unlock()
+	c.startWriter()
+	return t, true, nil
 }
 
 // errStopped: the sender gave up (its stop or done channel was ready).
 var errStopped = errors.New("rpc: write stopped")
 
-// writeLine queues the line b (in the pooled buffer bp, which it takes
-// over) and waits until it is written (nil), the connection ends (its
-// Err), or stop or done is ready. In the last case the line is withdrawn
-// if it is still queued (errStopped) and left to the writer if it is being
-// written (errInFlight); nil if it was written meanwhile.
-func (c *Conn) writeLine(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, b []byte) error {
-	t, err := c.enqueue(stop, done, bp, b, true)
-	if err != nil {
-		return err
-	}
+// await waits until the line of ticket t is written (nil), the
+// connection ends (its Err), or stop or done is ready. In the last case
+// the line is withdrawn if it is still queued (errStopped) and left to the
+// writer if it is being written (errInFlight); nil if it was written
+// meanwhile.
+func (c *Conn) await(t ticket, stop <-chan time.Time, done <-chan struct{}) error {
 	select {
 	case <-t.flushed:
 		return nil
@@ -176,11 +266,11 @@ func (c *Conn) drain() {
 		c.wmu.Unlock()
 		var buf []byte
 		if len(batch) == 1 {
-			buf = batch[0].b // one line: written from its own buffer, no copy
+			buf = batch[0].b[batch[0].off:] // one line: written from its own buffer, no copy
 		} else {
 			buf = w.batch[:0]
 			for _, x := range batch {
-				buf = append(buf, x.b...)
+				buf = append(buf, x.b[x.off:]...)
 			}
 		}
 		_, err := c.w.Write(buf)
@@ -263,8 +353,11 @@ func (w *writer) roomMadeLocked() {
 }
 
 // withdraw removes line seq from the queue; false if it is not queued
-// (being written, written, or dropped at the end).
+// (being written, written, or dropped at the end) or seq is 0.
 func (c *Conn) withdraw(seq uint64) bool {
+	if seq == 0 {
+		return false
+	}
 	w := &c.wr
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -291,7 +384,11 @@ func (c *Conn) withdraw(seq uint64) bool {
 // first. what and id name the line in that report.
 func (c *Conn) post(what string, id []byte, line []byte) {
 	bp := getBuf()
-	if _, err := c.enqueue(nil, closedChan, bp, append(*bp, line...), false); err != errStopped {
+	b := append(*bp, line...)
+	if _, ok, _ := c.inline(bp, b, false); ok {
+		return // written or handed to the writer, or the connection has ended
+	}
+	if _, err := c.enqueue(nil, closedChan, bp, b, false); err != errStopped {
 		return // queued, or the connection has ended
 	}
 	name := what + " " + string(id) // id may alias the read buffer
