@@ -48,6 +48,34 @@ type lists struct {
 	mu    sync.Mutex
 	items map[string][]json.RawMessage
 	init  json.RawMessage
+	// gen counts the server's list_changed notifications: a fetch begun
+	// before one does not store what it fetched (a newer fetch will).
+	gen uint64
+
+	refreshMu sync.Mutex // one refresh of a server at a time
+}
+
+func (c *lists) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// putIf stores a list fetched at generation gen, unless the server said
+// its lists changed since; it reports whether it stored something that
+// differs from what was there.
+func (c *lists) putIf(gen uint64, k ListKind, items []json.RawMessage) (changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return false
+	}
+	if c.items == nil {
+		c.items = map[string][]json.RawMessage{}
+	}
+	old, had := c.items[k.Member]
+	c.items[k.Member] = items
+	return !had || !sameItems(old, items)
 }
 
 func (c *lists) getInit() json.RawMessage {
@@ -130,7 +158,12 @@ func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error
 		return nil, err
 	}
 	defer l.Release()
-	items, _, err := s.learnFrom(ctx, l.Conn(), k)
+	items, changed, err := s.learnFrom(ctx, l.Conn(), k)
+	if changed {
+		// Clients that listed while it was unknown (left out, say,
+		// because it failed to start) learn that it has items now.
+		s.f.listsChanged(s, []ListKind{k})
+	}
 	return items, err
 }
 
@@ -141,11 +174,12 @@ func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.R
 		return nil, false, fmt.Errorf("server %s: no MCP connection to list from", s.Name())
 	}
 	s.rememberInit(conn)
+	gen := s.lists.generation()
 	items, err := fetchList(ctx, s.Name(), conn, k)
 	if err != nil {
 		return nil, false, err
 	}
-	changed := s.lists.put(k, items)
+	changed := s.lists.putIf(gen, k, items)
 	if changed {
 		s.persist(k, items)
 	}
@@ -234,6 +268,9 @@ func (s *Server) listChanged(method string) {
 	default:
 		return
 	}
+	s.lists.mu.Lock()
+	s.lists.gen++
+	s.lists.mu.Unlock()
 	go s.refresh(true, kinds...)
 }
 
@@ -244,6 +281,10 @@ func (s *Server) listChanged(method string) {
 // lists changed: a list that cannot be fetched is dropped and reported as
 // changed, so that clients list again rather than keep a stale one.
 func (s *Server) refresh(told bool, kinds ...ListKind) {
+	// Refreshes of a server run one at a time, in the order asked, so a
+	// late one cannot store an older list over a newer one.
+	s.lists.refreshMu.Lock()
+	defer s.lists.refreshMu.Unlock()
 	l, ok := s.Peek("")
 	if !ok {
 		if told {
@@ -353,11 +394,14 @@ func (s *Server) learn(ctx context.Context) {
 	before := s.Requests() // counted after ours: a later one is a client's
 	var learned []ListKind
 	for _, k := range allKinds {
-		if _, _, err := s.learnFrom(lctx, l.Conn(), k); err != nil {
+		_, changed, err := s.learnFrom(lctx, l.Conn(), k)
+		if err != nil {
 			s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.Member, "err", err)
 			break
 		}
-		learned = append(learned, k)
+		if changed {
+			learned = append(learned, k)
+		}
 	}
 	l.Release()
 	if len(learned) > 0 {

@@ -148,3 +148,35 @@ func TestLevelSetDuringTheStartIsNotLost(t *testing.T) {
 		}
 	})
 }
+
+// A list fetched before the server said its lists changed is not stored
+// over what the refresh that follows fetches.
+func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var reported [][]ListKind
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		ff.f.opts.OnListsChanged = func(_ *Server, kinds []ListKind) {
+			mu.Lock()
+			reported = append(reported, kinds)
+			mu.Unlock()
+		}
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		old := []json.RawMessage{json.RawMessage(`{"name":"old"}`)}
+		gen := s.lists.generation() // a fetch begins
+		s.listChanged("notifications/tools/list_changed")
+		synctest.Wait()
+		if s.lists.putIf(gen, Tools, old) {
+			t.Fatal("a list fetched before the change was stored")
+		}
+		if s.Cached(Tools) {
+			t.Fatal("the stale list is cached")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(reported) != 1 || len(reported[0]) != 1 || reported[0][0] != Tools {
+			t.Fatalf("reported %v, want one report of tools (the server is not running: its list is dropped)", reported)
+		}
+	})
+}
