@@ -308,3 +308,36 @@ func TestStartIsBoundedByTheCallersContext(t *testing.T) {
 		ff.close(t)
 	})
 }
+
+// Release is safe to call concurrently: however many calls race, the lease
+// is uncounted once, and the instance goes to sleep when its idle time is
+// up.
+func TestConcurrentReleaseCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"0s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		keep, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(l.Release)
+		}
+		wg.Wait()
+		if n := s.Status().InFlight; n != 1 {
+			t.Fatalf("in flight %d after 8 racing releases of one lease and one lease held, want 1", n)
+		}
+		keep.Release()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("not dormant once every lease was released: %s", st)
+		}
+	})
+}

@@ -399,3 +399,38 @@ func TestConcurrentUnknownNamesShareOneRebuild(t *testing.T) {
 		t.Fatalf("20 concurrent calls of an unknown name rebuilt the table %d times", n)
 	}
 }
+
+// What a session's private instance sends between calls reaches that
+// session alone, even when every session asked for it.
+func TestPrivateInstancesLinesReachTheirSessionOnly(t *testing.T) {
+	w := newWorld(t, `{"p":{"command":"$FIXTURE","sharing":"per-session"}}`)
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a, b := ep.Open(outA), ep.Open(outB)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	for i, s := range []*Session{a, b} {
+		if resp := ep.Handle(context.Background(), s, request(i+1, "logging/setLevel", map[string]any{"level": "info"}), newRecorder()); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+	}
+	for i, s := range []*Session{a, b} {
+		text := []string{"of A", "of B"}[i]
+		if resp := ep.Handle(context.Background(), s, request(10+i, "tools/call", map[string]any{"name": "p__log", "arguments": map[string]any{"text": text, "laterMs": 50}}), newRecorder()); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+	}
+	if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), "of A (later)") {
+		t.Fatalf("A got %s", m.Params)
+	}
+	if m := outB.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), "of B (later)") {
+		t.Fatalf("B got %s", m.Params)
+	}
+	// Requests answered after the lines: nothing else is on its way.
+	for i, s := range []*Session{a, b} {
+		ep.Handle(context.Background(), s, request(20+i, "tools/call", map[string]any{"name": "p__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder())
+	}
+	if outA.count("notifications/message") != 1 || outB.count("notifications/message") != 1 {
+		t.Fatalf("lines: A %d, B %d, want one each, its own", outA.count("notifications/message"), outB.count("notifications/message"))
+	}
+}
