@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -432,5 +433,24 @@ func TestPrivateInstancesLinesReachTheirSessionOnly(t *testing.T) {
 	}
 	if outA.count("notifications/message") != 1 || outB.count("notifications/message") != 1 {
 		t.Fatalf("lines: A %d, B %d, want one each, its own", outA.count("notifications/message"), outB.count("notifications/message"))
+	}
+}
+
+// A change of several lists behind one notification is told once.
+func TestListsChangedIsToldOncePerNotification(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Resources, fleet.Templates, fleet.Tools})
+	if n := out.count("notifications/resources/list_changed"); n != 1 {
+		t.Fatalf("%d resources/list_changed for resources and templates, want 1", n)
+	}
+	if n := out.count("notifications/tools/list_changed"); n != 1 {
+		t.Fatalf("%d tools/list_changed, want 1", n)
+	}
+	if n := out.count("notifications/prompts/list_changed"); n != 0 {
+		t.Fatalf("%d prompts/list_changed for no prompts change", n)
 	}
 }
