@@ -12,11 +12,14 @@
 // descendants that escape their group (double fork + setsid) come back to
 // mcpvisor and are killed and reaped when their server stops.
 //
-// Stop escalates under one deadline: close stdin, wait (2 s by default),
+// Stop escalates once per tree: close stdin, wait (2 s by default),
 // SIGTERM the whole group, wait (10 s by default), SIGKILL the group (and the
-// cgroup), then sweep escaped descendants and reap. A deadline on the stop's
-// context moves SIGKILL forward, so that the tree is reaped before it; the
-// end of that context means SIGKILL at once. The leader is kept
+// cgroup), then sweep escaped descendants and reap. Every deadline put on
+// that one escalation — the context of any caller of Stop, the first or a
+// later one, and Runtime.BoundStops, which bounds every stop of the runtime
+// under way or to come — moves SIGKILL forward, never back, so that the
+// tree is reaped before the earliest of them; the end of the first
+// caller's context means SIGKILL at once. The leader is kept
 // unreaped (observed through its pidfd with WNOWAIT) until the group is
 // swept, so a group signal can never reach a recycled process group.
 //

@@ -43,6 +43,9 @@ type Process struct {
 	mu     sync.Mutex
 	stage  string // last stop step taken
 	status ExitStatus
+	killAt time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
+
+	killMoved chan struct{} // capacity 1: wakes the escalation when killAt moved earlier
 
 	stopOnce sync.Once     // begins the one escalation (see Stop)
 	stopEnd  chan struct{} // closed when the escalation ended
@@ -93,6 +96,7 @@ func newProcess(spec Spec, log *slog.Logger) *Process {
 		stopBegun:  make(chan struct{}),
 		stopEnd:    make(chan struct{}),
 		stderrDone: make(chan struct{}),
+		killMoved:  make(chan struct{}, 1),
 	}
 	p.act = p.takeStep
 	return p

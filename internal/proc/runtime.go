@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Options configure a Runtime.
@@ -47,6 +48,7 @@ type Runtime struct {
 	mu     sync.Mutex
 	live   map[*Process]struct{}
 	closed bool
+	killBy time.Time // BoundStops' kill time; zero: none
 }
 
 // ErrClosed is returned by Spawn after Close.
@@ -86,11 +88,13 @@ func (rt *Runtime) Report() Report { return rt.report }
 // releases the runtime's process-wide resources and removes its ledger
 // entry. It is idempotent.
 //
-// A stop that was already under way when Close began keeps its own course:
-// Close's ctx bounds only Close's wait for it. When ctx ends before every
-// tree is gone, Close returns, with an error wrapping ctx.Err() for each
-// tree left; those whose stop Close began have been sent SIGKILL, and Kill
-// ends the others at once.
+// A stop that was already under way when Close began goes on, but Close's
+// deadline, if ctx has one, bounds its SIGKILL as it does that of every
+// stop (see Process.Stop). When ctx ends before every tree is gone, Close
+// returns, with an error wrapping ctx.Err() for each tree left; those
+// whose stop Close began have been sent SIGKILL, those whose stop began
+// earlier only if their kill time has come, and Kill ends them all at
+// once.
 func (rt *Runtime) Close(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.closed {
@@ -114,6 +118,38 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// BoundStops bounds every stop of this Runtime's processes by deadline:
+// the stops under way, and those that begin later, of the processes live
+// now and of those spawned later. Each sends SIGKILL no later than
+// deadline minus a margin for the kill and the reap (a quarter of the time
+// left when BoundStops is called, at most 500 ms), whoever began it and
+// under whatever context, so that its tree is reaped by deadline (see
+// Process.Stop). BoundStops stops nothing itself: a process that is not
+// stopping goes on running past deadline.
+//
+// The graceful shutdown calls it first with its own deadline, so that
+// stops begun earlier under longer bounds of their own (an idle stop, the
+// end of a client's session) end in time too. A later call with a later
+// deadline changes nothing: a bound only ever moves a kill earlier.
+func (rt *Runtime) BoundStops(deadline time.Time) {
+	at := killTimeBy(deadline)
+	rt.mu.Lock()
+	if !rt.killBy.IsZero() && !at.Before(rt.killBy) {
+		rt.mu.Unlock()
+		return
+	}
+	rt.killBy = at
+	procs := make([]*Process, 0, len(rt.live))
+	for p := range rt.live {
+		procs = append(procs, p)
+	}
+	rt.mu.Unlock()
+	// A process tracked after the unlock got killBy in track.
+	for _, p := range procs {
+		p.boundKill(at)
+	}
+}
+
 func (rt *Runtime) track(p *Process) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -121,6 +157,9 @@ func (rt *Runtime) track(p *Process) error {
 		return ErrClosed
 	}
 	rt.live[p] = struct{}{}
+	if !rt.killBy.IsZero() {
+		p.boundKill(rt.killBy)
+	}
 	return nil
 }
 

@@ -10,9 +10,10 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
-// A second Stop with a 100 ms ctx returns within its ctx, with an error
-// wrapping ctx.Err(), while the first caller's escalation of a server that
-// ignores stdin EOF and SIGTERM (6 s to SIGKILL) goes on untouched.
+// A second Stop whose ctx is cancelled after 100 ms returns then, with an
+// error wrapping ctx.Err(), while the first caller's escalation of a
+// server that ignores stdin EOF and SIGTERM (6 s to SIGKILL) goes on
+// untouched: a cancellation without a deadline does not kill.
 func TestStopSecondCallerKeepsToItsContext(t *testing.T) {
 	rt := openRuntime(t, Options{})
 	marker := testserver.NewMarker(t)
@@ -30,8 +31,9 @@ func TestStopSecondCallerKeepsToItsContext(t *testing.T) {
 	go func() { first <- p.Stop(firstCtx) }()
 	<-p.stopBegun
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	time.AfterFunc(100*time.Millisecond, cancel)
 	second := make(chan error, 1)
 	start := time.Now()
 	go func() { second <- p.Stop(ctx) }()
@@ -39,12 +41,12 @@ func TestStopSecondCallerKeepsToItsContext(t *testing.T) {
 	select {
 	case err := <-second:
 		returned = true
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("the second Stop returned %v, want an error wrapping context.DeadlineExceeded", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the second Stop returned %v, want an error wrapping context.Canceled", err)
 		}
 		t.Logf("the second Stop returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(2 * time.Second):
-		t.Errorf("a Stop with a 100ms ctx is still waiting after 2s")
+		t.Errorf("a Stop whose ctx was cancelled at 100ms is still waiting after 2s")
 	}
 	// The escalation went on: its waits were not cut short.
 	select {
@@ -118,6 +120,74 @@ func TestStopDeadlineKillsAndReapsInTime(t *testing.T) {
 			}
 			t.Logf("Stop returned %v before its deadline: %v", deadline.Sub(returned).Round(time.Millisecond), st)
 		})
+	}
+}
+
+// A stop begun without a deadline (12 s to SIGKILL with mcpvisor's waits)
+// of a server that ignores stdin EOF and SIGTERM is bounded by a deadline
+// that comes after it began, from Runtime.BoundStops or from a later
+// caller of Stop: the tree is SIGKILLed and reaped before that deadline,
+// in every containment mode. Before, the later deadline did not reach the
+// escalation.
+func TestLaterDeadlineReachesAStopUnderWay(t *testing.T) {
+	bounds := []struct {
+		name  string
+		bound func(rt *Runtime, p *Process, deadline time.Time) error
+	}{
+		{"BoundStops", func(rt *Runtime, p *Process, deadline time.Time) error {
+			rt.BoundStops(deadline)
+			return nil
+		}},
+		{"later Stop", func(rt *Runtime, p *Process, deadline time.Time) error {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			defer cancel()
+			return p.Stop(ctx)
+		}},
+	}
+	for _, m := range modes {
+		for _, b := range bounds {
+			t.Run(m.name+"/"+b.name, func(t *testing.T) {
+				rt := openRuntime(t, m.opts)
+				marker := testserver.NewMarker(t)
+				spec := fixtureSpec(t, marker, "FIXTURE_IGNORE_EOF=1", "FIXTURE_IGNORE_TERM=1")
+				spec.StdinWait, spec.TermWait = DefaultStdinWait, DefaultTermWait
+				p, err := rt.Spawn(t.Context(), spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				newClient(p).initialize(t)
+
+				first := make(chan error, 1)
+				go func() { first <- p.Stop(context.Background()) }()
+				<-p.stopBegun
+				time.Sleep(200 * time.Millisecond)
+				deadline := time.Now().Add(1500 * time.Millisecond)
+				if err := b.bound(rt, p, deadline); err != nil {
+					t.Errorf("the later Stop: %v", err)
+				}
+				select {
+				case err := <-first:
+					if err != nil {
+						t.Errorf("the first Stop: %v", err)
+					}
+				case <-time.After(time.Until(deadline) + time.Second):
+					t.Fatalf("the first Stop is still waiting 1s after the deadline, at step %q", p.currentStage())
+				}
+				if returned := time.Now(); !returned.Before(deadline) {
+					t.Errorf("the first Stop returned %v after the deadline", returned.Sub(deadline))
+				} else {
+					t.Logf("the tree was reaped %v before the deadline", deadline.Sub(returned).Round(time.Millisecond))
+				}
+				if left := testserver.LiveProcesses(marker); len(left) > 0 {
+					testserver.KillProcesses(marker)
+					t.Fatalf("processes of the tree remain: %v", left)
+				}
+				st := p.Status()
+				if st.Kind != ExitStopped || st.Stage != stageKill || st.Signal != syscall.SIGKILL {
+					t.Errorf("status %v, want stopped by SIGKILL at the kill step", st)
+				}
+			})
+		}
 	}
 }
 

@@ -63,9 +63,9 @@ func (f *fakeTree) checkSteps(t *testing.T, want ...fakeStep) {
 }
 
 // A later caller of Stop waits for the escalation's end or its own ctx,
-// whichever comes first, and its ctx changes nothing in the escalation.
-// Before, it waited inside the first caller's sync.Once for the whole
-// escalation.
+// whichever comes first, and the end of its ctx (cancelled, no deadline)
+// changes nothing in the escalation. Before, it waited inside the first
+// caller's sync.Once for the whole escalation.
 func TestStopLaterCallerKeepsToItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeTree(2*time.Second, 10*time.Second, stageKill)
@@ -73,15 +73,15 @@ func TestStopLaterCallerKeepsToItsContext(t *testing.T) {
 		go func() { owner <- f.Stop(context.Background()) }()
 		time.Sleep(time.Second)
 
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
 		err := f.Stop(ctx)
 		if took := time.Since(start); took != 100*time.Millisecond {
-			t.Errorf("a Stop with a 100ms ctx returned after %v", took)
+			t.Errorf("a Stop whose ctx is cancelled after 100ms returned after %v", took)
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("a Stop whose ctx ended returned %v, want an error wrapping context.DeadlineExceeded", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a Stop whose ctx ended returned %v, want an error wrapping context.Canceled", err)
 		}
 		if err := <-owner; err != nil {
 			t.Errorf("the first Stop: %v", err)
@@ -90,7 +90,9 @@ func TestStopLaterCallerKeepsToItsContext(t *testing.T) {
 	})
 }
 
-// Many concurrent callers with all kinds of contexts share one escalation.
+// Many concurrent callers with all kinds of contexts share one escalation,
+// whose kill time is the earliest that their deadlines ask for; the
+// cancelled contexts of later callers do not kill.
 func TestStopManyCallersOneEscalation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeTree(2*time.Second, 10*time.Second, stageKill)
@@ -104,9 +106,13 @@ func TestStopManyCallersOneEscalation(t *testing.T) {
 			case 1:
 				ctx, want = cancelled, context.Canceled
 			case 2:
-				c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				// Callers 2 and 6, at 200 and 600 ms: deadlines at 3.2
+				// and 3.6 s, so SIGKILL at 2.7 s and the tree gone
+				// before either.
+				d := time.Duration(i)*100*time.Millisecond + 3*time.Second
+				c, cancel := context.WithTimeout(context.Background(), d)
 				defer cancel()
-				ctx, want = c, context.DeadlineExceeded
+				ctx = c
 			}
 			wg.Go(func() {
 				time.Sleep(time.Duration(i) * 100 * time.Millisecond)
@@ -117,7 +123,7 @@ func TestStopManyCallersOneEscalation(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		f.checkSteps(t, fakeStep{stageStdin, 0}, fakeStep{stageTerm, 2 * time.Second}, fakeStep{stageKill, 12 * time.Second})
+		f.checkSteps(t, fakeStep{stageStdin, 0}, fakeStep{stageTerm, 2 * time.Second}, fakeStep{stageKill, 2700 * time.Millisecond})
 	})
 }
 
@@ -204,25 +210,148 @@ func TestStopDeadlineReachesTheKill(t *testing.T) {
 	}
 }
 
-// A later caller's deadline does not move the kill: the escalation
-// belongs to the first caller.
-func TestStopLaterDeadlineDoesNotMoveTheKill(t *testing.T) {
+// A later caller's deadline moves the kill earlier when it asks for an
+// earlier one than the escalation has: the escalation, asleep in a wait,
+// wakes for it, and skips SIGTERM when SIGKILL is due first. Before, the
+// escalation belonged to the first caller and kept its 12 s course.
+func TestStopLaterDeadlineMovesTheKillEarlier(t *testing.T) {
+	const s = time.Second
+	cases := []struct {
+		name     string
+		first    time.Duration // the first caller's timeout; 0 for none
+		at       time.Duration // when the later caller comes
+		deadline time.Duration // its timeout
+		want     []fakeStep
+	}{
+		// Deadline at 4 s, margin 500 ms.
+		{"during the SIGTERM wait", 0, s, 3 * s, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 3500 * time.Millisecond}}},
+		// Deadline at 2 s, margin 250 ms: no SIGTERM.
+		{"during the stdin wait", 0, time.Second, time.Second, []fakeStep{{stageStdin, 0}, {stageKill, 1750 * time.Millisecond}}},
+		// Earlier than the first caller's own deadline (kill at 19.5 s).
+		{"before the first caller's deadline", 20 * s, 3 * s, 2 * s, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 4500 * time.Millisecond}}},
+		// A deadline already past when the call comes: SIGKILL at once.
+		{"already past", 0, 3 * s, -s, []fakeStep{{stageStdin, 0}, {stageTerm, 2 * s}, {stageKill, 3 * s}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeTree(2*s, 10*s, stageKill)
+				first := context.Background()
+				if c.first > 0 {
+					ctx, cancel := context.WithTimeout(first, c.first)
+					defer cancel()
+					first = ctx
+				}
+				owner := make(chan error, 1)
+				go func() { owner <- f.Stop(first) }()
+				time.Sleep(c.at)
+				later, cancel := context.WithTimeout(context.Background(), c.deadline)
+				defer cancel()
+				err := f.Stop(later)
+				if c.deadline > 0 && err != nil {
+					t.Errorf("later Stop: %v, want nil (the tree gone before its deadline)", err)
+				}
+				if err := <-owner; err != nil {
+					t.Errorf("first Stop: %v", err)
+				}
+				f.checkSteps(t, c.want...)
+			})
+		})
+	}
+}
+
+// A later caller's deadline never moves the kill later: the earliest
+// bound stays, and a later caller whose ctx is cancelled, deadline or not,
+// does not kill.
+func TestStopLaterDeadlineNeverMovesTheKillLater(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeTree(2*time.Second, 10*time.Second, stageKill)
-		first, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		first, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		owner := make(chan error, 1)
-		go func() { owner <- f.Stop(first) }()
+		go func() { owner <- f.Stop(first) }() // SIGKILL at 4.5 s
 		time.Sleep(time.Second)
-		later, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel2()
-		if err := f.Stop(later); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("later Stop: %v", err)
+		later, cancelLater := context.WithTimeout(context.Background(), 20*time.Second)
+		time.AfterFunc(time.Second, cancelLater) // at 2 s: no kill
+		if err := f.Stop(later); !errors.Is(err, context.Canceled) {
+			t.Errorf("later Stop, cancelled: %v, want an error wrapping context.Canceled", err)
+		}
+		if err := f.Stop(context.Background()); err != nil {
+			t.Errorf("a third Stop: %v", err)
 		}
 		if err := <-owner; err != nil {
 			t.Errorf("first Stop: %v", err)
 		}
-		f.checkSteps(t, fakeStep{stageStdin, 0}, fakeStep{stageTerm, 2 * time.Second}, fakeStep{stageKill, 12 * time.Second})
+		f.checkSteps(t, fakeStep{stageStdin, 0}, fakeStep{stageTerm, 2 * time.Second}, fakeStep{stageKill, 4500 * time.Millisecond})
+	})
+}
+
+// fakeRuntime is a Runtime with nothing behind it that tracks fake trees.
+func fakeRuntime() *Runtime {
+	return &Runtime{live: map[*Process]struct{}{}, log: slog.New(slog.DiscardHandler)}
+}
+
+// tracked makes f a process of rt, as Spawn does.
+func (f *fakeTree) tracked(t *testing.T, rt *Runtime) *fakeTree {
+	t.Helper()
+	f.rt = rt
+	if err := rt.track(f.Process); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// BoundStops bounds a stop already under way, begun under a context
+// without a deadline: SIGKILL at its deadline minus the margin, the
+// escalation woken from its wait.
+func TestBoundStopsReachesAStopUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := fakeRuntime()
+		f := newFakeTree(2*time.Second, 10*time.Second, stageKill).tracked(t, rt)
+		stopped := make(chan error, 1)
+		go func() { stopped <- f.Stop(context.Background()) }()
+		time.Sleep(time.Second)
+		rt.BoundStops(time.Now().Add(10 * time.Second)) // SIGKILL at 10.5 s
+		if err := <-stopped; err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		f.checkSteps(t, fakeStep{stageStdin, 0}, fakeStep{stageTerm, 2 * time.Second}, fakeStep{stageKill, 10500 * time.Millisecond})
+	})
+}
+
+// BoundStops bounds the stops that begin after it, of processes live then
+// and of those spawned after; it stops nothing itself, and a later call
+// with a later deadline does not loosen it.
+func TestBoundStopsReachesLaterStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := fakeRuntime()
+		before := newFakeTree(2*time.Second, 10*time.Second, stageKill).tracked(t, rt)
+		rt.BoundStops(time.Now().Add(4 * time.Second))  // SIGKILL at 3.5 s
+		rt.BoundStops(time.Now().Add(40 * time.Second)) // no change
+		after := newFakeTree(2*time.Second, 10*time.Second, stageKill).tracked(t, rt)
+		idle := newFakeTree(2*time.Second, 10*time.Second, stageKill).tracked(t, rt)
+		time.Sleep(time.Second)
+		var wg sync.WaitGroup
+		for _, f := range []*fakeTree{before, after} {
+			wg.Go(func() {
+				if err := f.Stop(context.Background()); err != nil {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		want := []fakeStep{{stageStdin, time.Second}, {stageTerm, 3 * time.Second}, {stageKill, 3500 * time.Millisecond}}
+		before.checkSteps(t, want...)
+		after.checkSteps(t, want...)
+		// Past the deadline, a stop begins with SIGKILL due: stdin is
+		// closed and the tree killed at once.
+		time.Sleep(10 * time.Second)
+		idle.checkSteps(t)
+		at := time.Since(idle.start)
+		if err := idle.Stop(context.Background()); err != nil {
+			t.Errorf("Stop after the deadline: %v", err)
+		}
+		idle.checkSteps(t, fakeStep{stageStdin, at}, fakeStep{stageKill, at})
 	})
 }
 
