@@ -148,8 +148,10 @@ func (a *app) startEager(ctx context.Context, learn bool) {
 }
 
 // close stops every server in parallel under ctx and then the runtime
-// (which kills whatever ctx left running).
+// (which kills whatever ctx left running). A deadline on ctx bounds every
+// process stop first, those already under way included (see boundStops).
 func (a *app) close(ctx context.Context) error {
+	a.boundStops(ctx)
 	ferr := a.fleet.Close(ctx)
 	rerr := a.rt.Close(ctx)
 	herr := a.hist.Close(ctx) // the events of the stop included
@@ -175,11 +177,29 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("config")
 }
 
+// boundStops makes ctx's deadline, if it has one, bound every stop of a
+// server process, whoever began it and whenever: a stop begun earlier
+// under a longer bound of its own (a server going dormant, a client
+// session's end, a start cut short) SIGKILLs its tree in time for the
+// tree to be reaped by the deadline, as does every stop begun later.
+func (a *app) boundStops(ctx context.Context) {
+	if deadline, ok := ctx.Deadline(); ok {
+		a.rt.BoundStops(deadline)
+	}
+}
+
 // shutdown waits for sd to begin, runs graceful under the shutdown
 // deadline and kills every process tree at once if that is cut short. It
 // returns nil for a clean exit, else the exit code as an error.
+//
+// Before graceful runs, the shutdown deadline bounds every process stop
+// (boundStops): with the default waits (2 s + 10 s before SIGKILL) and the
+// default 10 s timeout, a server that ignores SIGTERM is SIGKILLed inside
+// the deadline, even when its stop began before the shutdown, and the
+// exit is clean.
 func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful func(context.Context) error) error {
 	code := sd.Run(timeout, func(ctx context.Context) error {
+		a.boundStops(ctx)
 		a.log.Info("shutting down", "reason", sd.Reason(), "deadline", timeout)
 		return graceful(ctx)
 	}, func() {

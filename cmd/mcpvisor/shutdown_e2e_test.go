@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,33 @@ type started struct {
 	marker string
 	base   string // serve: base URL
 	waited chan error
+
+	mu    sync.Mutex
+	lines []string // serve: what mcpvisor wrote to stderr so far
+}
+
+// waitLog waits until mcpvisor (serve) has written n lines to stderr that
+// contain substr, and fails t if that takes longer than limit.
+func (s *started) waitLog(t *testing.T, substr string, n int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		s.mu.Lock()
+		seen := 0
+		for _, l := range s.lines {
+			if strings.Contains(l, substr) {
+				seen++
+			}
+		}
+		s.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mcpvisor logged %q %d times in %v, want %d", substr, seen, limit, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // startServe runs `mcpvisor serve` with config and waits for its address.
@@ -58,6 +86,9 @@ func startServeFile(t *testing.T, cfg, cwd string, args ...string) *started {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			s.mu.Lock()
+			s.lines = append(s.lines, sc.Text())
+			s.mu.Unlock()
 			if _, rest, ok := strings.Cut(sc.Text(), " servers at "); ok {
 				addr <- strings.TrimSuffix(rest, "/mcp")
 			} else if testing.Verbose() {
@@ -175,6 +206,78 @@ func TestSIGTERMWithATermIgnoringServerUnderDefaultWaits(t *testing.T) {
 	}
 	gone(t, s.marker)
 	t.Logf("exit %d %v after SIGTERM with a TERM-ignoring server under default waits", code, took.Round(time.Millisecond))
+}
+
+// stubbornEnv makes the fixture ignore SIGTERM and stdin EOF: only SIGKILL
+// ends it.
+const stubbornEnv = `"FIXTURE_IGNORE_TERM":"1","FIXTURE_IGNORE_EOF":"1"`
+
+// eofIgnored is what the fixture logs (and mcpvisor relays at debug level)
+// when its stdin closes: the first step of a stop has been taken.
+const eofIgnored = "stdin closed; not exiting"
+
+// sigtermWithinDefaultTimeout sends SIGTERM to s and asserts that it exits
+// 0 within the default 10 s shutdown timeout, every fixture process gone.
+func sigtermWithinDefaultTimeout(t *testing.T, s *started) {
+	t.Helper()
+	sent := time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	code, took := s.exit(t, sent, 10*time.Second)
+	if code != 0 || took > 10*time.Second {
+		t.Errorf("exit code %d after %v, want 0 within the 10s shutdown timeout", code, took)
+	}
+	gone(t, s.marker)
+	t.Logf("exit %d %v after SIGTERM", code, took.Round(time.Millisecond))
+}
+
+// A stop that began before the shutdown, under a context of its own (here
+// the idle stop that puts a server to sleep), is bounded by the shutdown
+// deadline too: the TERM-ignoring server it is stopping is SIGKILLed in
+// time and mcpvisor exits 0. Before, that stop kept its own course
+// (SIGKILL 12 s after it began) and the deadline forced the exit (3).
+func TestSIGTERMDuringADormantStopOfATermIgnoringServer(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"idleTimeout":"1s","startGrace":"0s","env":{%s}}}}`, fixture, stubbornEnv), "--no-learn", "--log-level", "debug")
+	sess := connectHTTP(t, s.base+"/mcp", nil)
+	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "stubborn__echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLog(t, eofIgnored, 1, 5*time.Second) // the idle stop has closed its stdin
+	time.Sleep(500 * time.Millisecond)
+	sigtermWithinDefaultTimeout(t, s)
+}
+
+// The stops of per-session instances begin when their client sessions end,
+// under a context of their own: some before the shutdown (clients that
+// left), the rest as the shutdown ends the remaining sessions, before the
+// fleet's close reaches them. Every one is bounded by the shutdown
+// deadline.
+func TestSIGTERMWhileSessionEndsStopPerSessionTermIgnoringServers(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"sharing":"per-session","env":{%s}}}}`, fixture, stubbornEnv), "--no-learn", "--log-level", "debug")
+	var sessions []*mcp.ClientSession
+	for range 6 {
+		sess := connectHTTP(t, s.base+"/servers/stubborn/mcp", nil)
+		if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, sess)
+	}
+	for _, sess := range sessions[:3] {
+		_ = sess.Close()
+	}
+	s.waitLog(t, eofIgnored, 3, 5*time.Second) // the three stops are under way
+	sigtermWithinDefaultTimeout(t, s)
+}
+
+// A server that is still starting (it sleeps before it reads its stdin)
+// when the shutdown comes: the interrupted start stops it under a context
+// of its own, which the shutdown deadline bounds.
+func TestSIGTERMWhileATermIgnoringServerIsStarting(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"stubborn":{"command":%q,"eager":true,"env":{"FIXTURE_SLOW_START":"60s",%s}}}}`, fixture, stubbornEnv), "--no-learn", "--log-level", "debug")
+	s.waitLog(t, "slow start: sleeping", 1, 10*time.Second)
+	sigtermWithinDefaultTimeout(t, s)
 }
 
 func TestDoubleSIGINTKillsAtOnce(t *testing.T) {
