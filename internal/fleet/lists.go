@@ -158,12 +158,7 @@ func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error
 		return nil, err
 	}
 	defer l.Release()
-	items, changed, err := s.learnFrom(ctx, l.Conn(), k)
-	if changed {
-		// Clients that listed while it was unknown (left out, say,
-		// because it failed to start) learn that it has items now.
-		s.f.listsChanged(s, []ListKind{k})
-	}
+	items, _, err := s.learnFrom(ctx, l.Conn(), k)
 	return items, err
 }
 

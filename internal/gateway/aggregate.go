@@ -46,6 +46,9 @@ type aggregate struct {
 	builds atomic.Int64
 	// missAt is when a missing name last caused a rebuild.
 	missAt time.Time
+	// omitted are the servers left out of a list's last table (failed):
+	// when one is back, clients are told the list changed.
+	omitted map[string]bool
 }
 
 // tableBuild is one build of a list's table; done is closed when t is set.
@@ -74,6 +77,24 @@ type routeTable struct {
 // servers that are not cached) at its own rate. A server's list_changed
 // rebuilds at once.
 const missRebuildEvery = time.Second
+
+// leftOut records whether server was left out of the table of kind k and
+// reports whether it was left out of an earlier one.
+func (a *aggregate) leftOut(k fleet.ListKind, server string, out bool) (was bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := k.Member + "\x00" + server
+	was = a.omitted[key]
+	if out {
+		if a.omitted == nil {
+			a.omitted = map[string]bool{}
+		}
+		a.omitted[key] = true
+	} else {
+		delete(a.omitted, key)
+	}
+	return was
+}
 
 // invalidateOnMiss invalidates the tables after a name was missing from the
 // table of generation gen, if that is still the current one and no miss
@@ -287,6 +308,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 
 	servers := a.g.fleet.Servers()
 	per := make([][]json.RawMessage, len(servers))
+	back := make([]bool, len(servers)) // left out of an earlier table, in this one
 	var wg sync.WaitGroup
 	for i, srv := range servers {
 		wg.Go(func() {
@@ -296,9 +318,11 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			items, err := srv.List(lctx, k)
 			if err != nil {
 				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
+				a.leftOut(k, srv.Name(), true)
 				return
 			}
 			per[i] = items
+			back[i] = a.leftOut(k, srv.Name(), false)
 		})
 	}
 	wg.Wait()
@@ -344,6 +368,13 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	}
 	for _, c := range collisions {
 		a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
+	}
+	for i, srv := range servers {
+		if back[i] {
+			// Clients listed while it was left out: tell them it is back
+			// (this table has it; nothing to rebuild).
+			a.g.tell(srv, []fleet.ListKind{k})
+		}
 	}
 	a.mu.Lock()
 	// A table begun before an invalidation answers its own caller but is

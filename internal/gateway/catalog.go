@@ -19,6 +19,12 @@ var (
 // notification.
 func (g *Gateway) ListsChanged(s *fleet.Server, kinds []fleet.ListKind) {
 	g.agg.invalidate()
+	g.tell(s, kinds)
+}
+
+// tell sends every session that sees s the list_changed notifications of
+// kinds, once per notification.
+func (g *Gateway) tell(s *fleet.Server, kinds []fleet.ListKind) {
 	sent := map[string]bool{}
 	for _, k := range kinds {
 		n := k.ListChanged()

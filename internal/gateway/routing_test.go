@@ -454,3 +454,41 @@ func TestListsChangedIsToldOncePerNotification(t *testing.T) {
 		t.Fatalf("%d prompts/list_changed for no prompts change", n)
 	}
 }
+
+// A server left out of the aggregated list because it could not start is
+// announced when a later list includes it: clients that listed without it
+// are told the list changed.
+func TestAServerBackInTheListIsAnnounced(t *testing.T) {
+	broken := t.TempDir() + "/broken"
+	if err := writeFile(broken); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"s":{"command":"/bin/sh","args":["-c","test -e `+broken+` && exit 3; exec $0","$FIXTURE"]}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	sess := ep.Open(out)
+	defer ep.Close(sess)
+	list := func(id int) string {
+		resp := ep.Handle(context.Background(), sess, request(id, "tools/list", nil), newRecorder())
+		if resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+		return string(resp.Result)
+	}
+	if l := list(1); strings.Contains(l, "s__echo") || !strings.Contains(l, "a__echo") {
+		t.Fatalf("first list: %s", l)
+	}
+	if n := out.count("notifications/tools/list_changed"); n != 0 {
+		t.Fatalf("%d list_changed before anything changed", n)
+	}
+	if err := removeFile(broken); err != nil {
+		t.Fatal(err)
+	}
+	w.gw.agg.invalidate() // as the next list after a miss or a change would
+	if l := list(2); !strings.Contains(l, "s__echo") {
+		t.Fatalf("the server that can start now is not listed: %s", l)
+	}
+	if n := out.count("notifications/tools/list_changed"); n != 1 {
+		t.Fatalf("%d list_changed once the server was back, want 1", n)
+	}
+}
