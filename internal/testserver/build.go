@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -65,7 +66,10 @@ func BuildPackage(tb testing.TB, pkg, name string) string {
 // renames it into place, so concurrent test binaries never see a
 // half-written file.
 func buildPackage(pkg, name string) (string, error) {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d", os.Getuid()))
+	// One directory per user and checkout: a test run of another copy of
+	// the source (older, say) never replaces this one's binaries.
+	sum := sha256.Sum256([]byte(sourceDir()))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("mcpvisor-test-bin-%d-%x", os.Getuid(), sum[:4]))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
