@@ -109,8 +109,16 @@ func TestStreamableStalledGETReplaced(t *testing.T) {
 	if s.h.Sessions() != 1 {
 		t.Fatalf("Sessions() = %d after a replaced stream", s.h.Sessions())
 	}
-	if ev, err := r.nextEvent(); err != nil || ev.id != "0_1" {
-		t.Fatalf("the newer stream: %+v %v", ev.id, err)
+	// The newer stream carries the session's messages on, from the first
+	// the stalled one did not hand to the kernel (how many it did depends
+	// on the socket buffers).
+	ev, err := r.nextEvent()
+	if err != nil {
+		t.Fatalf("the newer stream: %v", err)
+	}
+	stream, seq, ok := parseEventID(ev.id)
+	if !ok || stream != 0 || seq < 1 || seq > 64 {
+		t.Fatalf("the newer stream's first event id %q, want one of the 64 pushed", ev.id)
 	}
 }
 
