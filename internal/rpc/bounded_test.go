@@ -52,19 +52,28 @@ func pipeConn(t *testing.T, opts Options) (*Conn, *os.File) {
 // hugeParams is far more than a pipe's buffer (64 KiB on Linux) holds.
 var hugeParams = `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
 
+// writerTook tells whether the connection's writer goroutine has taken
+// what was queued and is writing it. (A sender writing inline holds the
+// write side too, but does not block.)
+func (c *Conn) writerTook() bool {
+	c.wmu.Lock()
+	taken := c.wr.writing && len(c.wr.queue) == 0
+	c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return taken && c.asyncN > 0
+}
+
 // wedge starts a Call with a huge line and the given context and waits
-// until the connection is writing it: the pipe fills and the write
-// blocks. It returns nil if the call returned first (its context ended
+// until the connection's writer is writing it: the pipe fills and the
+// write blocks. It returns nil if the call returned first (its context ended
 // before its line was taken, on a slow machine).
 func wedge(t *testing.T, ctx context.Context, c *Conn) <-chan result {
 	t.Helper()
 	ch := callAsync(ctx, c, "huge", hugeParams)
 	deadline := time.Now().Add(stuckAfter)
 	for {
-		c.wmu.Lock()
-		taken := c.wr.writing && len(c.wr.queue) == 0
-		c.wmu.Unlock()
-		if taken {
+		if c.writerTook() {
 			return ch
 		}
 		select {

@@ -61,10 +61,7 @@ func waitTaken(t *testing.T, c *Conn) {
 	t.Helper()
 	deadline := time.Now().Add(stuckAfter)
 	for {
-		c.wmu.Lock()
-		taken := c.wr.writing && len(c.wr.queue) == 0 && c.asyncN > 0
-		c.wmu.Unlock()
-		if taken {
+		if c.writerTook() {
 			return
 		}
 		if time.Now().After(deadline) {
