@@ -66,6 +66,19 @@ type Options struct {
 	// the other Context variants, and Call, are bounded by their context
 	// instead.
 	WriteTimeout time.Duration
+
+	// StallTimeout, if positive, bounds each Write of the connection's
+	// writer goroutine, for writers whose Write nothing interrupts (a
+	// pipe in blocking mode, as a process's stdout usually is): a Write
+	// that has not returned within it — a peer that stopped reading —
+	// ends the connection with an error wrapping ErrWriteStalled. The
+	// writer then writes in pieces of at most 256 KiB, each with the full
+	// time, so that a peer that reads slowly but steadily is not cut off.
+	// And once the connection has ended, for whatever reason, Run no
+	// longer waits for a Write in progress: it is left to its goroutine,
+	// which ends when that Write returns. 0 (the default) means no bound:
+	// Run waits for the writer (see Run).
+	StallTimeout time.Duration
 }
 
 // Conn is one newline-delimited JSON-RPC 2.0 connection over a byte
@@ -100,7 +113,9 @@ type Conn struct {
 
 	writeTimeout time.Duration // > 0, or < 0 for none
 	raw          *rawWriter    // non-blocking writes to w, if it takes them (inline.go)
-	drainFn      func()        // c.drain, made once
+	stall        time.Duration // Options.StallTimeout
+	stallTimer   *time.Timer   // armed while the writer is in a Write, if stall > 0
+	wstate       atomic.Int32  // if stall > 0: wIdle, wWriting or wAbandoned
 	tmu          sync.Mutex    // guards timers
 	timers       []*time.Timer // stopped, for reuse
 
@@ -149,8 +164,12 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 	if c.writeTimeout == 0 {
 		c.writeTimeout = DefaultWriteTimeout
 	}
-	c.drainFn = c.drain
 	c.raw = newRawWriter(w)
+	if opts.StallTimeout > 0 {
+		c.stall = opts.StallTimeout
+		c.stallTimer = time.AfterFunc(time.Hour, c.stalled)
+		c.stallTimer.Stop()
+	}
 	if c.maxLine <= 0 {
 		c.maxLine = DefaultMaxLine
 	}
@@ -182,7 +201,9 @@ var errRunning = errors.New("rpc: Run called twice")
 // writer and the goroutines that queue its own lines: they stop writing at
 // the end, but a Write in progress returns only when the writer gives up —
 // at once if the writer is an io.Closer (a pipe is; it is closed at the
-// end), else when the peer reads or fails. Calling Run twice is an error.
+// end), else when the peer reads or fails. With Options.StallTimeout, Run
+// does not wait for a Write in progress once the connection has ended.
+// Calling Run twice is an error.
 func (c *Conn) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errRunning
@@ -248,6 +269,9 @@ func (c *Conn) closeWith(cause error) {
 	}
 	if wc, ok := c.w.(io.Closer); ok {
 		_ = wc.Close()
+	}
+	if c.stall > 0 {
+		c.abandonWrite()
 	}
 }
 
@@ -417,31 +441,42 @@ func (c *Conn) Flush(ctx context.Context) error {
 }
 
 // goAsync runs f on a goroutine of its own that Run and Flush wait for,
-// unless the connection has ended (false). Registered under mu, so that
-// none starts after the end, once Run may be waiting.
+// unless the connection has ended (false).
 func (c *Conn) goAsync(f func()) bool {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
+	if !c.asyncBegin() {
 		return false
 	}
-	c.asyncN++
-	c.asyncRuns++
-	c.mu.Unlock()
 	go c.runAsync(f)
 	return true
 }
 
+// asyncBegin counts a goroutine of the connection about to start, unless
+// the connection has ended (false). Counted under mu, so that none starts
+// after the end, once Run may be waiting.
+func (c *Conn) asyncBegin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.asyncN++
+	c.asyncRuns++
+	return true
+}
+
 func (c *Conn) runAsync(f func()) {
-	defer func() {
-		c.mu.Lock()
-		if c.asyncN--; c.asyncN == 0 && c.asyncIdle != nil {
-			close(c.asyncIdle)
-			c.asyncIdle = nil
-		}
-		c.mu.Unlock()
-	}()
+	defer c.asyncEnd()
 	f()
+}
+
+// asyncEnd counts the end of a goroutine of goAsync.
+func (c *Conn) asyncEnd() {
+	c.mu.Lock()
+	if c.asyncN--; c.asyncN == 0 && c.asyncIdle != nil {
+		close(c.asyncIdle)
+		c.asyncIdle = nil
+	}
+	c.mu.Unlock()
 }
 
 // asyncDone is closed once no goroutine of goAsync is left.

@@ -25,7 +25,9 @@
 // context ends, the others after Options.WriteTimeout (DefaultWriteTimeout,
 // 10 s) with an error wrapping ErrWriteTimeout. A line not yet being
 // written when its sender gives up is withdrawn; one already being written
-// is finished whole, so the stream stays framed.
+// is finished whole, so the stream stays framed. Options.StallTimeout, for
+// writers that nothing interrupts (a process's own stdout), ends the
+// connection when its peer has stopped reading.
 //
 // Relays: Call gives every request a fresh integer id, so clients that
 // reuse ids cannot collide on one backend; the relay keeps the client's id

@@ -51,6 +51,11 @@ var (
 	// line is written, and by the report to Options.OnError of a line of
 	// the connection's own dropped for want of room in time.
 	ErrWriteTimeout = errors.New("rpc: write timed out")
+
+	// ErrWriteStalled is wrapped by the end of a connection whose writer
+	// was in one Write for Options.StallTimeout: its peer has stopped
+	// reading.
+	ErrWriteStalled = errors.New("rpc: the peer stopped reading")
 )
 
 // Error is a JSON-RPC error object. It is an error, so a caller that wants

@@ -128,10 +128,20 @@ func (c *Conn) enqueue(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, 
 // has set wr.writing. If the connection has ended the queue is dropped
 // (its senders see Done).
 func (c *Conn) startWriter() {
-	if !c.goAsync(c.drainFn) {
+	if !c.asyncBegin() {
 		c.wmu.Lock()
 		c.dropLocked()
 		c.wmu.Unlock()
+		return
+	}
+	go c.runWriter()
+}
+
+// runWriter is the writer goroutine. It counts its own end (asyncEnd)
+// unless a stalled Write was abandoned, which counted it then.
+func (c *Conn) runWriter() {
+	if c.drain() {
+		c.asyncEnd()
 	}
 }
 
@@ -248,8 +258,10 @@ func (c *Conn) await(t ticket, stop <-chan time.Time, done <-chan struct{}) erro
 var errInFlight = errors.New("rpc: line in flight")
 
 // drain is the writer: it writes the queued lines, a batch per Write,
-// until none is left or the connection ends.
-func (c *Conn) drain() {
+// until none is left or the connection ends. It returns false if a Write
+// of it was abandoned (see Options.StallTimeout).
+func (c *Conn) drain() (counted bool) {
+	counted = true
 	w := &c.wr
 	c.wmu.Lock()
 	for len(w.queue) > 0 {
@@ -257,7 +269,7 @@ func (c *Conn) drain() {
 		case <-c.done:
 			c.dropLocked()
 			c.wmu.Unlock()
-			return
+			return counted
 		default:
 		}
 		batch, flushed := w.queue, w.flushed
@@ -273,7 +285,15 @@ func (c *Conn) drain() {
 				buf = append(buf, x.b[x.off:]...)
 			}
 		}
-		_, err := c.w.Write(buf)
+		var err error
+		if c.stall > 0 {
+			var left bool
+			if left, err = c.writeWatched(buf); left {
+				counted = false
+			}
+		} else {
+			_, err = c.w.Write(buf)
+		}
 		if len(batch) > 1 {
 			if cap(buf) <= 1<<20 {
 				w.batch = buf[:0]
@@ -287,7 +307,7 @@ func (c *Conn) drain() {
 		}
 		if err != nil {
 			c.writeFailed(err)
-			return
+			return counted
 		}
 		if flushed != nil {
 			close(flushed)
@@ -301,6 +321,61 @@ func (c *Conn) drain() {
 		w.flushed = nil
 	}
 	c.wmu.Unlock()
+	return counted
+}
+
+// The states of the writer's Write, if Options.StallTimeout is set.
+const (
+	wIdle      = iota
+	wWriting   // in a Write, the stall timer armed
+	wAbandoned // the connection ended during the Write: Run no longer waits for it
+)
+
+// stallPiece is the most written under one StallTimeout.
+const stallPiece = 256 << 10
+
+// writeWatched writes b in pieces of at most stallPiece bytes, each under
+// the stall timer, until the connection ends. left reports that it ended
+// during a Write and stopped counting the writer (abandonWrite).
+func (c *Conn) writeWatched(b []byte) (left bool, err error) {
+	for len(b) > 0 {
+		n := min(len(b), stallPiece)
+		// Writing, then the end checked: an end that comes after the
+		// check sees the Write and abandons it.
+		c.wstate.Store(wWriting)
+		select {
+		case <-c.done:
+			return !c.wstate.CompareAndSwap(wWriting, wIdle), c.Err()
+		default:
+		}
+		c.stallTimer.Reset(c.stall)
+		_, err = c.w.Write(b[:n])
+		if !c.wstate.CompareAndSwap(wWriting, wIdle) {
+			return true, err
+		}
+		c.stallTimer.Stop()
+		if err != nil {
+			return false, err
+		}
+		b = b[n:]
+	}
+	return false, nil
+}
+
+// stalled runs when the writer has been in one Write for StallTimeout.
+func (c *Conn) stalled() {
+	if c.wstate.Load() == wWriting {
+		c.closeWith(fmt.Errorf("%w: %s has not taken a write for %v", ErrWriteStalled, c.peer, c.stall))
+	}
+}
+
+// abandonWrite, at the end of the connection, stops counting the writer
+// as a goroutine that Run waits for if it is in a Write.
+func (c *Conn) abandonWrite() {
+	if c.wstate.CompareAndSwap(wWriting, wAbandoned) {
+		c.stallTimer.Stop()
+		c.asyncEnd()
+	}
 }
 
 // dropLocked forgets the queue once the connection has ended. Its flushed
