@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -63,8 +64,6 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	if timeout <= 0 {
 		timeout = DefaultWriteTimeout
 	}
-	tw := newTimedWriter(w, timeout)
-	defer tw.Close()
 	var conn *rpc.Conn
 	var sess *Session
 	var wg sync.WaitGroup
@@ -99,9 +98,13 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		})
 		return nil
 	}
-	conn = rpc.NewConn(r, tw, rpc.Options{
-		PeerName: "client",
-		Logger:   log,
+	// The connection bounds its writes to the client (StallTimeout: a
+	// stalled client ends it, and no Write left blocked holds Run) and
+	// closes w at its end.
+	conn = rpc.NewConn(r, w, rpc.Options{
+		PeerName:     "client",
+		Logger:       log,
+		StallTimeout: timeout,
 		Handler: func(hctx context.Context, m *rpc.Message) {
 			if !m.IsRequest() {
 				ep.Handle(hctx, sess, m, out)
@@ -122,11 +125,11 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	})
 	sess = ep.Open(out)
 	err := conn.Run(ctx)
-	if errors.Is(err, ErrClientStalled) {
+	if errors.Is(err, rpc.ErrWriteStalled) {
 		log.Warn("stdio: the client has not read its output for "+timeout.String()+"; dropping it", "err", err)
+		err = fmt.Errorf("%w: %w", ErrClientStalled, err)
 	}
 	cancel()
-	tw.Close() // a write left blocked no longer holds the workers
 	spawnMu.Lock()
 	ended = true
 	spawnMu.Unlock()
@@ -171,105 +174,4 @@ func (p *workers) run(f func()) {
 			}
 		}
 	})
-}
-
-// timedWriter bounds every Write to w: the bytes go, copied, to a
-// goroutine of its own that writes them, and the caller waits for it at
-// most timeout per 256 KiB. A write that is not done in time leaves that
-// goroutine blocked — nothing interrupts a blocking write to a pipe — and
-// the writer broken: that Write and every later one fail with
-// ErrClientStalled. Close makes waiting and later Writes fail at once, ends
-// the goroutine (once its Write, if any, returns) and closes w if it is an
-// io.Closer.
-type timedWriter struct {
-	w       io.Writer
-	timeout time.Duration
-	work    chan []byte
-	result  chan error // cap 1
-	closed  chan struct{}
-	once    sync.Once
-
-	mu     sync.Mutex // one Write at a time
-	buf    []byte     // the bytes being written; the goroutine's while it writes
-	timer  *time.Timer
-	broken error
-}
-
-// errWriterClosed: the timed writer was closed.
-var errWriterClosed = errors.New("gateway: writer closed")
-
-func newTimedWriter(w io.Writer, timeout time.Duration) *timedWriter {
-	t := &timedWriter{w: w, timeout: timeout, work: make(chan []byte), result: make(chan error, 1), closed: make(chan struct{})}
-	go t.run()
-	return t
-}
-
-func (t *timedWriter) run() {
-	for {
-		select {
-		case b := <-t.work:
-			_, err := t.w.Write(b)
-			t.result <- err
-		case <-t.closed:
-			return
-		}
-	}
-}
-
-// Write writes p, in pieces of at most writeChunk bytes, each within the
-// timeout.
-func (t *timedWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	written := 0
-	for len(p) > 0 {
-		if t.broken != nil {
-			return written, t.broken
-		}
-		n := min(len(p), writeChunk)
-		t.buf = append(t.buf[:0], p[:n]...)
-		select {
-		case t.work <- t.buf:
-		case <-t.closed:
-			t.broken = errWriterClosed
-			return written, t.broken
-		}
-		if t.timer == nil {
-			t.timer = time.NewTimer(t.timeout)
-		} else {
-			t.timer.Reset(t.timeout)
-		}
-		select {
-		case err := <-t.result:
-			t.timer.Stop()
-			if err != nil {
-				t.broken = err
-				return written, err
-			}
-		case <-t.timer.C:
-			t.buf = nil // the goroutine keeps it
-			t.broken = ErrClientStalled
-			return written, t.broken
-		case <-t.closed:
-			t.timer.Stop()
-			t.buf = nil
-			t.broken = errWriterClosed
-			return written, t.broken
-		}
-		written += n
-		p = p[n:]
-	}
-	return written, nil
-}
-
-// Close is idempotent and safe while a Write waits.
-func (t *timedWriter) Close() error {
-	var err error
-	t.once.Do(func() {
-		close(t.closed)
-		if c, ok := t.w.(io.Closer); ok {
-			err = c.Close()
-		}
-	})
-	return err
 }

@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
 // stuckWriter is a client's stdout pipe that nobody reads, in blocking
@@ -80,38 +85,56 @@ func TestStdioShutdownWithStalledClient(t *testing.T) {
 	}
 }
 
+// bigEndpoint answers every request with result.
+type bigEndpoint struct{ result json.RawMessage }
+
+func (bigEndpoint) Open(out Sink) *Session { return NewSession(out) }
+func (bigEndpoint) Close(*Session)         {}
+func (e bigEndpoint) Handle(_ context.Context, _ *Session, m *rpc.Message, _ Sink) *rpc.Message {
+	if !m.IsRequest() {
+		return nil
+	}
+	return &rpc.Message{ID: m.ID, Result: e.result}
+}
+
 // WriteTimeout bounds each 256 KiB of a write, not the whole: a client
-// that reads its output slowly but steadily gets a long write whole.
+// that reads its output slowly but steadily gets a long reply whole.
 func TestStdioWriteTimeoutPerPiece(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	r, w := io.Pipe()
-	defer r.Close()
-	tw := newTimedWriter(w, timeout)
-	defer tw.Close()
-	got := make(chan int, 1)
+	big := json.RawMessage(`{"pad":"` + strings.Repeat("x", 8<<20) + `"}`)
+	inR, stdin := io.Pipe()
+	outR, stdout := io.Pipe()
+	done := make(chan error, 1)
 	go func() {
-		buf := make([]byte, 64<<10)
-		n := 0
-		for {
-			m, err := r.Read(buf)
-			n += m
-			if err != nil {
-				got <- n
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
+		done <- StdioOptions{WriteTimeout: timeout}.Serve(context.Background(), bigEndpoint{big}, inR, stdout)
+	}()
+	defer func() {
+		stdin.Close()
+		outR.Close()
+		if err := <-done; !errors.Is(err, io.EOF) {
+			t.Errorf("Serve: %v, want the end of its input", err)
 		}
 	}()
 	start := time.Now()
-	if n, err := tw.Write(make([]byte, 8<<20)); err != nil || n != 8<<20 {
-		t.Fatalf("Write: %d, %v", n, err)
+	if _, err := io.WriteString(stdin, stdioPing); err != nil {
+		t.Fatal(err)
+	}
+	var line []byte
+	buf := make([]byte, 64<<10)
+	for !bytes.HasSuffix(line, []byte("\n")) {
+		n, err := outR.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", len(line), err)
+		}
+		line = append(line, buf[:n]...)
+		time.Sleep(10 * time.Millisecond)
 	}
 	if took := time.Since(start); took < timeout {
-		t.Logf("the write took %v, less than WriteTimeout: the test proves nothing on this machine", took)
+		t.Logf("the reply took %v, less than WriteTimeout: the test proves nothing on this machine", took)
 	}
-	tw.Close() // closes w: the reader sees EOF
-	if n := <-got; n != 8<<20 {
-		t.Fatalf("the client read %d bytes", n)
+	m, err := rpc.Decode(line)
+	if err != nil || !bytes.Equal(m.Result, big) {
+		t.Fatalf("the client read %d bytes: %v", len(line), err)
 	}
 }
 
