@@ -110,6 +110,27 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 	return &Lease{in: in, conn: c}, nil
 }
 
+// TryAcquire is Acquire without a wait: it leases session's instance when
+// it is running and ready, counted as a request like Acquire, and reports
+// false otherwise (nothing counted, nothing started, no instance created).
+// It is the hot path of a request to a running server, which needs no
+// start timeout.
+func (s *Server) TryAcquire(session string) (*Lease, bool) {
+	in, _ := s.instanceFor(session, false)
+	if in == nil {
+		return nil, false
+	}
+	in.begin()
+	cur := in.current()
+	if cur == nil {
+		in.end()
+		return nil, false
+	}
+	in.used(cur, session)
+	c, _ := cur.(Conn)
+	return &Lease{in: in, conn: c}, true
+}
+
 // Peek leases the running connection of session's instance without
 // starting anything: ok is false when that instance does not exist or is
 // not running. The lease holds the instance awake like any other, but is

@@ -341,3 +341,39 @@ func TestConcurrentReleaseCountsOnce(t *testing.T) {
 		}
 	})
 }
+
+// TryAcquire leases a running instance at once and counts it as a request;
+// it starts nothing, creates no instance and counts nothing otherwise.
+func TestTryAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, ok := s.TryAcquire("A"); ok || s.Status().Sessions != 0 || ff.connects.Load() != 0 {
+			t.Fatal("TryAcquire of a session without an instance leased, created or started something")
+		}
+		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
+			t.Fatal(err)
+		}
+		l, ok := s.TryAcquire("A")
+		if !ok {
+			t.Fatal("TryAcquire of a running instance failed")
+		}
+		l.in.mu.Lock()
+		inflight, requests := l.in.inflight, l.in.requests
+		l.in.mu.Unlock()
+		if inflight != 1 || requests != 2 {
+			t.Fatalf("A's instance: %d in flight, %d requests; want the lease counted as a request", inflight, requests)
+		}
+		l.Release()
+		l.in.mu.Lock()
+		inflight = l.in.inflight
+		l.in.mu.Unlock()
+		if inflight != 0 {
+			t.Fatalf("%d in flight after the release", inflight)
+		}
+		if n := ff.connects.Load(); n != 1 {
+			t.Fatalf("%d connects", n)
+		}
+	})
+}

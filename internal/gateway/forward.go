@@ -47,19 +47,17 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	defer g.endCall(c, key)
 
 	// The lease counts the request in flight from before the start to
-	// the end, so the server cannot go dormant under it.
-	startCtx := ctx
-	if timeout > 0 {
-		var c context.CancelFunc
-		startCtx, c = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
-		defer c()
-	}
-	lease, err := srv.Acquire(startCtx, s.Key())
-	if err != nil {
-		if ctx.Err() != nil {
-			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+	// the end, so the server cannot go dormant under it. A running server
+	// is leased at once; only a start or restart is waited for, bounded.
+	lease, ok := srv.TryAcquire(s.Key())
+	if !ok {
+		var err error
+		if lease, err = g.acquireSlow(ctx, srv, s, timeout); err != nil {
+			if ctx.Err() != nil {
+				return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+			}
+			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 		}
-		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
 	}
 	defer lease.Release()
 	conn := lease.Conn()
@@ -106,6 +104,17 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	default:
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s failed while answering %s: %v", name, method, err))
 	}
+}
+
+// acquireSlow leases srv for s when it must be started or waited for,
+// within the request's timeout plus the server's init timeout.
+func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, timeout time.Duration) (*fleet.Lease, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
+		defer cancel()
+	}
+	return srv.Acquire(ctx, s.Key())
 }
 
 func (g *Gateway) endCall(c *call, key string) {
