@@ -120,12 +120,15 @@ func (s *Server) TryAcquire(session string) (*Lease, bool) {
 	if in == nil {
 		return nil, false
 	}
-	in.begin()
+	in.hold() // counted in flight first, so it cannot go dormant meanwhile
 	cur := in.current()
 	if cur == nil {
 		in.end()
 		return nil, false
 	}
+	in.mu.Lock()
+	in.requests++ // a request, once it has its lease
+	in.mu.Unlock()
 	in.used(cur, session)
 	c, _ := cur.(Conn)
 	return &Lease{in: in, conn: c}, true

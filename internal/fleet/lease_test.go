@@ -352,6 +352,9 @@ func TestTryAcquire(t *testing.T) {
 		if _, ok := s.TryAcquire("A"); ok || s.Status().Sessions != 0 || ff.connects.Load() != 0 {
 			t.Fatal("TryAcquire of a session without an instance leased, created or started something")
 		}
+		if _, ok := s.TryAcquire(""); ok || s.Requests() != 0 {
+			t.Fatalf("TryAcquire of an instance that is not running leased or counted a request (%d)", s.Requests())
+		}
 		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
 			t.Fatal(err)
 		}
