@@ -386,6 +386,9 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 // and notifications, or of responses). 2025-06-18 removed them.
 const batchVersion = "2025-03-26"
 
+// batchWorkers bounds the requests of one batch that run at once.
+const batchWorkers = 16
+
 // isBatch tells whether a body is a JSON array.
 func isBatch(body []byte) bool {
 	for _, c := range body {
@@ -468,9 +471,15 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 	for _, e := range errs {
 		ps.respond(e)
 	}
+	// The requests run concurrently, at most batchWorkers at a time: a
+	// batch as large as the body limit allows cannot start a goroutine
+	// (and a server call) per element at once.
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, batchWorkers)
 	for _, m := range reqs {
+		sem <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-sem }()
 			related := &batchSink{p: ps}
 			resp := h.response(m, h.ep.Handle(ctx, hs.sess, m, related))
 			related.done.Store(true)

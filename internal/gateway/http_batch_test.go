@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -196,5 +197,31 @@ func TestHTTPBatchConcurrent(t *testing.T) {
 		if m := got[id]; m == nil || !strings.Contains(string(m.Result), `"met"`) {
 			t.Fatalf("request %s: %v", id, m)
 		}
+	}
+}
+
+// A batch's requests run concurrently, but no more than batchWorkers at
+// once, however many the batch holds.
+func TestHTTPBatchConcurrencyIsBounded(t *testing.T) {
+	s := newHTTPTestServer(t, HTTPOptions{})
+	sid := s.initializeAt("2025-03-26")
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range 100 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"peak"}}`, i+1)
+	}
+	b.WriteString("]")
+	got := decodeBatch(t, s.do("POST", sid, b.String(), nil))
+	if len(got) != 100 {
+		t.Fatalf("%d responses to 100 requests", len(got))
+	}
+	s.fake.mu.Lock()
+	peak := s.fake.peak
+	s.fake.mu.Unlock()
+	if peak > batchWorkers || peak < 2 {
+		t.Fatalf("at most %d requests ran at once, want between 2 and %d", peak, batchWorkers)
 	}
 }

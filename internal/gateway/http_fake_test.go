@@ -25,7 +25,7 @@ import (
 // result of arguments.mb MB), meet (returns "met" if another meet call
 // runs at the same time, "alone" after 5 s), wait (returns after arguments.ms
 // milliseconds unless its ctx ends first), block (waits until its ctx
-// ends).
+// ends), peak (20 ms, counting how many run at once).
 type httpFake struct {
 	mu       sync.Mutex
 	sessions []*Session
@@ -33,6 +33,8 @@ type httpFake struct {
 	nextID   int
 	notes    []string      // methods of notifications received
 	meeting  chan struct{} // a meet call waiting for another
+	running  int           // peak calls in flight now
+	peak     int           // the most peak calls ever in flight at once
 
 	opened, closed atomic.Int32
 	closedCh       chan *Session // every Close, if set
@@ -189,6 +191,17 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 			// A result of arguments.mb megabytes.
 			mb, _ := p.Arguments["mb"].(float64)
 			return &rpc.Message{ID: m.ID, Result: json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", int(mb)<<20) + `"}]}`)}
+		case "peak":
+			// Counts how many peak calls run at once, for 20 ms each.
+			f.mu.Lock()
+			f.running++
+			f.peak = max(f.peak, f.running)
+			f.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			f.mu.Lock()
+			f.running--
+			f.mu.Unlock()
+			return httpFakeText(m, "peaked")
 		case "meet":
 			// Returns "met" once another meet call is in flight at the
 			// same time (within 5 s), else "alone".
