@@ -56,7 +56,11 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 			if ctx.Err() != nil {
 				return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
 			}
-			return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", name, err))
+			code := rpc.BackendUnavailable
+			if errors.Is(err, fleet.ErrInstanceLimit) {
+				code = rpc.LimitReached
+			}
+			return errorResponse(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err))
 		}
 	}
 	defer lease.Release()

@@ -511,7 +511,7 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	// (a failed initialize included).
 	if !h.limit.take() {
 		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.max)
-		rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.InternalError,
+		rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
 			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max, 10)+" open sessions; try again when one has ended")
 		return
 	}

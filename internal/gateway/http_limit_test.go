@@ -1,102 +1,61 @@
 package gateway
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-// tryInitialize sends an initialize and returns the status, the session
-// id and the body.
-func (s *httpTestServer) tryInitialize(body string) (int, string, *rpc.Message) {
-	s.t.Helper()
-	resp := s.do("POST", "", body, nil)
-	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), decodeBody(s.t, resp)
-}
-
-// Beyond MaxSessions an initialize gets 503 with a JSON-RPC error naming
-// the limit; a session that ends, or an initialize that fails, frees its
-// place.
-func TestHTTPMaxSessions(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{MaxSessions: 2})
-	first := s.initialize()
-	s.initialize()
-	status, sid, m := s.tryInitialize(httpInit)
-	if status != http.StatusServiceUnavailable || sid != "" || m.Error == nil || !strings.Contains(m.Error.Message, "limit is 2 ") || string(m.ID) != "1" {
-		t.Fatalf("third session: %d %q %s; want 503 naming the limit", status, sid, m.Encode())
-	}
-	if n := s.fake.opened.Load(); n != 2 {
-		t.Fatalf("the endpoint opened %d sessions, want 2", n)
-	}
-	if st := s.status("DELETE", first, "", nil); st != http.StatusNoContent {
-		t.Fatalf("DELETE: %d", st)
-	}
-	third := s.initialize() // room again
-
-	// An initialize that fails gives its place back.
-	if st := s.status("DELETE", third, "", nil); st != http.StatusNoContent {
-		t.Fatalf("DELETE: %d", st)
-	}
-	for range 3 {
-		if status, _, _ := s.tryInitialize(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"refuse"}}`); status != http.StatusOK {
-			t.Fatalf("refused initialize: %d", status)
+// A session beyond a per-session server's maxInstances gets HTTP 503 with
+// a JSON-RPC error that names the limit, and no new process.
+func TestHTTPInstanceLimitIs503(t *testing.T) {
+	w := newWorld(t, `{"p":{"command":"$FIXTURE","sharing":"per-session","maxInstances":1}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	post := func(sid, body string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("MCP-Protocol-Version", "2025-11-25")
 		}
-	}
-	s.initialize()
-}
-
-// Concurrent initializes never open more sessions than the limit.
-func TestHTTPMaxSessionsConcurrent(t *testing.T) {
-	const max, clients = 3, 20
-	s := newHTTPTestServer(t, HTTPOptions{MaxSessions: max})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	got := map[int]int{}
-	for range clients {
-		wg.Go(func() {
-			resp, err := s.srv.Client().Post(s.url, "application/json", strings.NewReader(httpInit))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			got[resp.StatusCode]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if got[http.StatusOK] != max || got[http.StatusServiceUnavailable] != clients-max || s.h.Sessions() != max {
-		t.Fatalf("statuses %v, %d sessions; want %d opened and the rest refused", got, s.h.Sessions(), max)
-	}
-}
-
-// A SessionLimit bounds the sessions of every handler sharing it, and
-// the zero options bound them too.
-func TestHTTPSessionLimitShared(t *testing.T) {
-	limit := NewSessionLimit(2)
-	a := NewStreamableHandler(newHTTPFake(), HTTPOptions{SessionLimit: limit, MaxSessions: 100})
-	b := NewStreamableHandler(newHTTPFake(), HTTPOptions{SessionLimit: limit})
-	defer a.Close()
-	defer b.Close()
-	for i, h := range []*StreamableHandler{a, b, a, b} {
-		want := http.StatusOK
-		if i >= 2 {
-			want = http.StatusServiceUnavailable
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if rec := serveRecorded(h, "POST", "", httpInit); rec.Code != want {
-			t.Fatalf("initialize %d: %d, want %d", i, rec.Code, want)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	session := func() string {
+		resp, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+		sid := resp.Header.Get("Mcp-Session-Id")
+		if sid == "" {
+			t.Fatalf("initialize: %d", resp.StatusCode)
 		}
+		return sid
 	}
-	if limit.Max() != 2 || NewSessionLimit(0).Max() != DefaultMaxSessions || NewSessionLimit(-5).Max() != DefaultMaxSessions {
-		t.Fatal("limit defaults")
+	call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"p__echo","arguments":{"text":"x"}}}`
+	if resp, body := post(session(), call); resp.StatusCode != 200 || !strings.Contains(body, `"x"`) {
+		t.Fatalf("first session: %d %s", resp.StatusCode, body)
 	}
-	if h := NewStreamableHandler(newHTTPFake(), HTTPOptions{}); h.limit.Max() != DefaultMaxSessions {
-		t.Fatalf("zero options: limit %d", h.limit.Max())
+	resp, body := post(session(), call)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second session beyond maxInstances 1: HTTP %d %s, want 503", resp.StatusCode, body)
+	}
+	var m rpc.Message
+	if err := json.Unmarshal([]byte(body), &m); err != nil || m.Error == nil || m.Error.Code != rpc.LimitReached || !strings.Contains(m.Error.Message, "maxInstances 1") {
+		t.Fatalf("second session: %s, want a JSON-RPC error naming maxInstances 1", body)
+	}
+	if n := w.fleet.Get("p").Status().Sessions; n != 1 {
+		t.Fatalf("%d instances, want 1", n)
 	}
 }

@@ -200,6 +200,11 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON
+		if resp.Error != nil && resp.Error.Code == rpc.LimitReached {
+			// A limit of mcpvisor's, not the server's answer: 503, as
+			// for a new session beyond maxSessions.
+			p.w.WriteHeader(http.StatusServiceUnavailable)
+		}
 		p.hs.h.writeReply(p.w, b)
 		return
 	}

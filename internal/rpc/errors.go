@@ -29,6 +29,10 @@ const (
 	RequestTimeout = -32001
 	// MessageTooLarge: the server's answer exceeded the line limit.
 	MessageTooLarge = -32010
+	// LimitReached: a configured limit of mcpvisor (client sessions,
+	// instances of a per-session server) refused the request; the message
+	// names it. The HTTP front answers it with 503.
+	LimitReached = -32011
 )
 
 var (
