@@ -65,7 +65,12 @@ func (in *instance) used(l Live, session string) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.conn != l {
+	in.usedLocked(l, session)
+}
+
+// usedLocked is used with mu held.
+func (in *instance) usedLocked(l Live, session string) {
+	if session == "" || in.conn != l {
 		return
 	}
 	switch in.firstUser {
@@ -208,16 +213,6 @@ func (in *instance) begin() {
 	in.mu.Unlock()
 }
 
-// hold counts something in flight that is not a request of a client (a
-// notification passed on, a refresh of lists): it keeps the instance
-// awake but is not counted in requests.
-func (in *instance) hold() {
-	in.mu.Lock()
-	in.inflight++
-	in.lastActivity = time.Now()
-	in.mu.Unlock()
-}
-
 func (in *instance) end() {
 	in.mu.Lock()
 	in.inflight--
@@ -232,6 +227,25 @@ func (in *instance) touch() {
 	in.mu.Lock()
 	in.lastActivity = time.Now()
 	in.mu.Unlock()
+}
+
+// leaseRunning counts a lease on the running connection — a request when
+// request is set — and returns it, all under one lock; when the instance is
+// not running it counts nothing and returns nil.
+func (in *instance) leaseRunning(session string, request bool) Live {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c := in.conn
+	if in.phase != phaseRunning || c == nil || !c.Alive() || !in.sup.IsReady() {
+		return nil
+	}
+	in.inflight++
+	if request {
+		in.requests++
+	}
+	in.lastActivity = time.Now()
+	in.usedLocked(c, session)
+	return c
 }
 
 // current is the live connection, or nil.

@@ -115,42 +115,28 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 // false otherwise (nothing counted, nothing started, no instance created).
 // It is the hot path of a request to a running server, which needs no
 // start timeout.
-func (s *Server) TryAcquire(session string) (*Lease, bool) {
-	in, _ := s.instanceFor(session, false)
-	if in == nil {
-		return nil, false
-	}
-	in.hold() // counted in flight first, so it cannot go dormant meanwhile
-	cur := in.current()
-	if cur == nil {
-		in.end()
-		return nil, false
-	}
-	in.mu.Lock()
-	in.requests++ // a request, once it has its lease
-	in.mu.Unlock()
-	in.used(cur, session)
-	c, _ := cur.(Conn)
-	return &Lease{in: in, conn: c}, true
-}
+func (s *Server) TryAcquire(session string) (*Lease, bool) { return s.leaseRunning(session, true) }
 
 // Peek leases the running connection of session's instance without
 // starting anything: ok is false when that instance does not exist or is
 // not running. The lease holds the instance awake like any other, but is
-// not counted among the server's requests (Requests). A client notification goes through Peek: it has nothing to
-// say to a server that is not running.
-func (s *Server) Peek(session string) (l *Lease, ok bool) {
+// not counted among the server's requests (Requests). A client
+// notification goes through Peek: it has nothing to say to a server that is
+// not running.
+func (s *Server) Peek(session string) (l *Lease, ok bool) { return s.leaseRunning(session, false) }
+
+// leaseRunning leases session's instance if it exists and runs, as a
+// request when request is set; otherwise it counts, creates and starts
+// nothing.
+func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 	in, _ := s.instanceFor(session, false)
 	if in == nil {
 		return nil, false
 	}
-	in.hold()
-	cur := in.current()
+	cur := in.leaseRunning(session, request)
 	if cur == nil {
-		in.end()
 		return nil, false
 	}
-	in.used(cur, session)
 	c, _ := cur.(Conn)
 	return &Lease{in: in, conn: c}, true
 }
