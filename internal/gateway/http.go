@@ -352,10 +352,7 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var sid string
-	if v := r.Header[hdrSessionID]; len(v) != 0 {
-		sid = v[0]
-	}
+	sid := sessionIDOf(r)
 	if sid == "" {
 		if m.Method == "initialize" && m.IsRequest() {
 			h.initialize(w, r, m, jsonOK, sseOK)
@@ -379,6 +376,14 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK}
 	resp := h.ep.Handle(r.Context(), hs.sess, m, ps)
 	ps.finish(h.response(m, resp), jsonOK)
+}
+
+// sessionIDOf is the request's Mcp-Session-Id, or "".
+func sessionIDOf(r *http.Request) string {
+	if v := r.Header[hdrSessionID]; len(v) != 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // batchVersion is the only protocol revision with JSON-RPC batches
@@ -411,10 +416,7 @@ func isBatch(body []byte) bool {
 // the related messages and the responses that ends after the last
 // response; without, 202.
 func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, jsonOK, sseOK bool) {
-	var sid string
-	if v := r.Header[hdrSessionID]; len(v) != 0 {
-		sid = v[0]
-	}
+	sid := sessionIDOf(r)
 	if sid == "" {
 		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required (initialize cannot be part of a batch)")
 		return
