@@ -37,6 +37,15 @@ type Options struct {
 	// dropped.
 	Handler func(ctx context.Context, m *Message)
 
+	// Batch, if not nil, receives each line that is a JSON array — a
+	// JSON-RPC batch, which MCP 2025-03-26 allows — on the read
+	// goroutine, as Handler receives messages; the line is its to keep,
+	// unparsed. It must not block on the peer: it answers (WriteRaw) from
+	// another goroutine. If Batch is nil, such a line is refused as any
+	// line that is not a JSON-RPC message: reported to OnError and
+	// answered with one InvalidRequest error with a null id.
+	Batch func(ctx context.Context, line []byte)
+
 	// OnError receives protocol noise that does not end the connection:
 	// lines that are not JSON-RPC (*DecodeError), lines over the limit
 	// (*LineTooLongError), responses for no pending call (ErrUnknownID).
@@ -107,6 +116,7 @@ type Conn struct {
 	r       io.Reader
 	w       io.Writer
 	handler func(context.Context, *Message)
+	batch   func(context.Context, []byte)
 	onError func(error)
 	maxLine int
 	peer    string
@@ -153,6 +163,7 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 		r:       r,
 		w:       w,
 		handler: opts.Handler,
+		batch:   opts.Batch,
 		onError: opts.OnError,
 		maxLine: opts.MaxLine,
 		peer:    opts.PeerName,
@@ -573,13 +584,31 @@ func (c *Conn) WriteContext(ctx context.Context, m *Message) error {
 
 var errNoMethodNorID = errors.New("rpc: message has neither a method nor an id")
 
+// WriteRaw sends v, one JSON value, as a line as it is — the array that
+// answers a batch (Options.Batch) — bounded as Write is. v must not hold
+// a newline (compact JSON never does).
+func (c *Conn) WriteRaw(v json.RawMessage) error {
+	if len(bytes.TrimSpace(v)) == 0 {
+		return errors.New("rpc: WriteRaw of an empty value")
+	}
+	if bytes.IndexByte(v, '\n') >= 0 {
+		return errors.New("rpc: WriteRaw of a value that spans lines")
+	}
+	bp := getBuf()
+	return c.writeBuf(nil, bp, append(append(*bp, v...), '\n'), c.timeoutErr)
+}
+
 // write sends m and waits until it is written, the connection ends, or
 // done is ready — or, if done is nil, Options.WriteTimeout passes (unless
 // it is negative); then the error wraps cause(). The timer for the write
 // timeout is taken only if the line is not written at once.
 func (c *Conn) write(done <-chan struct{}, m *Message, cause func() error) error {
 	bp := getBuf()
-	b := append(m.AppendTo(*bp), '\n')
+	return c.writeBuf(done, bp, append(m.AppendTo(*bp), '\n'), cause)
+}
+
+// writeBuf is write of the line b, in the pooled buffer bp.
+func (c *Conn) writeBuf(done <-chan struct{}, bp *[]byte, b []byte, cause func() error) error {
 	t, ok, err := c.inline(bp, b, true)
 	if err != nil || (ok && t.flushed == closedChan) {
 		return err
@@ -646,6 +675,13 @@ func (c *Conn) read(ctx context.Context) {
 // dispatch handles one line.
 func (c *Conn) dispatch(ctx context.Context, line []byte, owned bool) {
 	if len(bytes.TrimLeft(line, " \t\r\n")) == 0 {
+		return
+	}
+	if c.batch != nil && bytes.TrimLeft(line, " \t\r\n")[0] == '[' {
+		if !owned {
+			line = bytes.Clone(line)
+		}
+		c.batch(ctx, line)
 		return
 	}
 	env, derr := parseEnvelope(line)
