@@ -386,14 +386,6 @@ func sessionIDOf(r *http.Request) string {
 	return ""
 }
 
-// batchVersion is the only protocol revision with JSON-RPC batches
-// (2025-03-26, basic/transports: a POST body may be an array of requests
-// and notifications, or of responses). 2025-06-18 removed them.
-const batchVersion = "2025-03-26"
-
-// batchWorkers bounds the requests of one batch that run at once.
-const batchWorkers = 16
-
 // isBatch tells whether a body is a JSON array.
 func isBatch(body []byte) bool {
 	for _, c := range body {
@@ -428,42 +420,17 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 	}
 	defer hs.release()
 	if hs.version != batchVersion {
-		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
-			"Bad Request: JSON-RPC batches are not part of MCP "+strconv.Quote(hs.version)+", this session's protocol revision (only "+batchVersion+" has them); send each message in a POST of its own")
+		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: "+batchRefused(hs.version))
 		return
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(body, &elems); err != nil {
-		rpcError(w, http.StatusBadRequest, nil, rpc.ParseError, "Parse error: "+err.Error())
-		return
-	}
-	if len(elems) == 0 {
-		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Invalid Request: empty batch")
+	reqs, others, errs, fail := splitBatch(body)
+	if fail != nil {
+		rpcError(w, http.StatusBadRequest, nil, fail.Code, fail.Message)
 		return
 	}
 	ctx := r.Context()
-	var errs, reqs []*rpc.Message
-	for _, e := range elems {
-		m, err := rpc.Decode(e)
-		switch {
-		case err != nil:
-			var id json.RawMessage
-			code, msg := rpc.InvalidRequest, err.Error()
-			var de *rpc.DecodeError
-			if errors.As(err, &de) {
-				code = de.Code
-				if de.Request {
-					id = de.ID
-				}
-			}
-			errs = append(errs, errorReply(id, code, msg))
-		case m.IsRequest() && m.Method == "initialize":
-			errs = append(errs, errorReply(m.ID, rpc.InvalidRequest, "initialize cannot be part of a batch"))
-		case m.IsRequest():
-			reqs = append(reqs, m)
-		default:
-			h.ep.Handle(ctx, hs.sess, m, noRelated)
-		}
+	for _, m := range others {
+		h.ep.Handle(ctx, hs.sess, m, noRelated)
 	}
 	if len(errs) == 0 && len(reqs) == 0 {
 		w.WriteHeader(http.StatusAccepted)
@@ -473,31 +440,13 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 	for _, e := range errs {
 		ps.respond(e)
 	}
-	// The requests run concurrently, at most batchWorkers at a time: a
-	// batch as large as the body limit allows cannot start a goroutine
-	// (and a server call) per element at once.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, batchWorkers)
-	for _, m := range reqs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			related := &batchSink{p: ps}
-			resp := h.response(m, h.ep.Handle(ctx, hs.sess, m, related))
-			related.done.Store(true)
-			ps.respond(resp)
-		})
-	}
-	wg.Wait()
+	runBatch(reqs, func(m *rpc.Message) {
+		related := &batchSink{p: ps}
+		resp := h.response(m, h.ep.Handle(ctx, hs.sess, m, related))
+		related.done.Store(true)
+		ps.respond(resp)
+	})
 	ps.finishBatch(jsonOK)
-}
-
-// errorReply is an error response; a nil id is null.
-func errorReply(id json.RawMessage, code int, msg string) *rpc.Message {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	return &rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
 }
 
 // initialize starts a session for an initialize request.

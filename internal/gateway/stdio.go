@@ -101,6 +101,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	// The connection bounds its writes to the client (StallTimeout: a
 	// stalled client ends it, and no Write left blocked holds Run) and
 	// closes w at its end.
+	// version is the revision initialize negotiated: a session at
+	// batchVersion may send JSON-RPC batches.
+	var version atomic.Pointer[string]
 	conn = rpc.NewConn(r, w, rpc.Options{
 		PeerName:     "client",
 		Logger:       log,
@@ -114,9 +117,47 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				act.Begin()
 			}
 			pool.run(func() {
-				if resp := ep.Handle(hctx, sess, m, out); resp != nil {
-					_ = conn.Write(resp)
+				resp := ep.Handle(hctx, sess, m, out)
+				if resp == nil {
+					log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
+					resp = errorReply(m.ID, rpc.InternalError, "no response")
 				}
+				if m.Method == "initialize" && resp.Error == nil {
+					v := negotiated(resp)
+					version.Store(&v)
+				}
+				_ = conn.Write(resp)
+				if act != nil {
+					act.End()
+				}
+			})
+		},
+		Batch: func(hctx context.Context, line []byte) {
+			v := ""
+			if p := version.Load(); p != nil {
+				v = *p
+			}
+			if v != batchVersion {
+				log.Debug("stdio: batch refused", "version", v)
+				pool.run(func() { _ = conn.Write(errorReply(nil, rpc.InvalidRequest, batchRefused(v))) })
+				return
+			}
+			reqs, others, errs, fail := splitBatch(line)
+			if fail != nil {
+				pool.run(func() { _ = conn.Write(errorReply(nil, fail.Code, fail.Message)) })
+				return
+			}
+			for _, m := range others {
+				ep.Handle(hctx, sess, m, out)
+			}
+			if len(reqs) == 0 && len(errs) == 0 {
+				return // only notifications and responses: nothing is answered
+			}
+			if act != nil {
+				act.Begin()
+			}
+			pool.run(func() {
+				serveStdioBatch(hctx, ep, sess, conn, out, log, reqs, errs)
 				if act != nil {
 					act.End()
 				}
@@ -136,6 +177,36 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	ep.Close(sess)
 	wg.Wait()
 	return err
+}
+
+// serveStdioBatch serves the requests of a batch — concurrently, at most
+// batchWorkers at once, their related messages going out as lines of
+// their own — and writes one line: the array of errs and the requests'
+// responses, once all are known (JSON-RPC 2.0, 6).
+func serveStdioBatch(ctx context.Context, ep Endpoint, sess *Session, conn *rpc.Conn, out Sink, log *slog.Logger, reqs, errs []*rpc.Message) {
+	var mu sync.Mutex
+	resps := append(make([]*rpc.Message, 0, len(errs)+len(reqs)), errs...)
+	runBatch(reqs, func(m *rpc.Message) {
+		resp := ep.Handle(ctx, sess, m, out)
+		if resp == nil {
+			log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
+			resp = errorReply(m.ID, rpc.InternalError, "no response")
+		}
+		mu.Lock()
+		resps = append(resps, resp)
+		mu.Unlock()
+	})
+	b := append(make([]byte, 0, 256), '[')
+	for i, m := range resps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = m.AppendTo(b)
+	}
+	b = append(b, ']')
+	if err := conn.WriteRaw(b); err != nil {
+		log.Debug("stdio: batch reply not written", "err", err)
+	}
 }
 
 // workers run the client's requests. A worker that finishes waits for the
