@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,11 +74,9 @@ type Conn struct {
 	init *InitResult
 	log  *slog.Logger
 
-	runDone   chan struct{}
-	closing   atomic.Bool   // set when mcpvisor begins to close the connection
-	closeReq  chan struct{} // closed with closing
-	closeOnce sync.Once
-	closeErr  error
+	runDone  chan struct{}
+	closing  atomic.Bool   // set when mcpvisor begins to close the connection
+	closeReq chan struct{} // closed with closing
 }
 
 // exitGrace is how long a server whose output ended unasked has to exit on
@@ -225,10 +222,9 @@ func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 // whichever comes first. lifecycle's Supervisor calls it with the context
 // of its Stop.
 func (c *Conn) CloseContext(ctx context.Context) error {
-	first := false
-	c.closeOnce.Do(func() {
-		first = true
-		c.closing.Store(true)
+	// Not a sync.Once: a concurrent Do would wait for the first call's
+	// whole stop, past its own ctx.
+	if c.closing.CompareAndSwap(false, true) {
 		close(c.closeReq)
 		// Cancellations of requests that ended just before are delivered
 		// first: a server that sees them stops that work and can exit at
@@ -236,20 +232,19 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		_ = c.rpc.Flush(fctx)
 		cancel()
+		var err error
 		if c.proc != nil {
-			c.closeErr = c.proc.Stop(ctx)
+			err = c.proc.Stop(ctx)
 		}
 		c.rpc.Close()
 		select {
 		case <-c.runDone:
 		case <-ctx.Done():
-			if c.closeErr == nil {
-				c.closeErr = ctx.Err()
+			if err == nil {
+				err = ctx.Err()
 			}
 		}
-	})
-	if first {
-		return c.closeErr
+		return err
 	}
 	select {
 	case <-c.runDone:
