@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -257,16 +258,28 @@ func openInit(path string) (string, error) {
 // fdPath names an open file so that exec starts exactly that file.
 func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
 
+// probeTimeout bounds a shim candidate's probe: a binary that is not a
+// shim (a test binary that does not run the shim at init, say) may run
+// instead of answering.
+var probeTimeout = 5 * time.Second
+
 // probePIDNamespace starts exe as a probe in a new pid namespace and checks
-// that it answers as a shim of this protocol version.
+// that it answers as a shim of this protocol version, within probeTimeout;
+// past it the probe is killed (the namespace with it: it is its init).
 func probePIDNamespace(exe string, userns bool) error {
-	attr := &syscall.SysProcAttr{Setpgid: true}
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	namespaceAttr(attr, userns)
-	cmd := exec.Command(exe)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe)
 	cmd.Args = []string{shim.Name}
 	cmd.Env = append(Environ(), shim.Env+"="+shim.Probe)
 	cmd.SysProcAttr = attr
+	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		return fmt.Errorf("did not answer within %v", probeTimeout)
+	}
 	if err != nil {
 		return err
 	}
