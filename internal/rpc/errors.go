@@ -16,10 +16,25 @@ const (
 	InternalError  = -32603
 )
 
+// MCP's own codes (2026-07-28, basic/index: -32020 to -32099 are the
+// specification's).
+const (
+	// HeaderMismatch: an HTTP request's MCP headers are missing, malformed,
+	// or do not match its body.
+	HeaderMismatch = -32020
+	// MissingClientCapability: the request needs a client capability its
+	// _meta did not declare.
+	MissingClientCapability = -32021
+	// UnsupportedProtocolVersion: the request's protocol version is not
+	// served; data lists the supported ones and echoes the requested one.
+	UnsupportedProtocolVersion = -32022
+)
+
 // mcpvisor's own codes, in JSON-RPC's implementation-defined server-error
-// range (-32000 to -32099). MCP itself uses -32002 (resource not found),
-// -32020 (header mismatch) and -32042 (URL elicitation required); these
-// stay clear of them. -32000 and -32001 mean the same as in the MCP
+// range (-32000 to -32019, which MCP leaves to implementations). MCP
+// itself uses -32002 (resource not found, until 2025-11-25), -32020 to
+// -32022 (above) and -32042 (URL elicitation required); these stay clear
+// of them. -32000 and -32001 mean the same as in the MCP
 // TypeScript SDK (ConnectionClosed, RequestTimeout).
 const (
 	// BackendUnavailable: the server that would answer is not running and

@@ -79,6 +79,13 @@ func StringMember(obj json.RawMessage, name string) (string, bool) {
 	return unquoteSpan(v)
 }
 
+// Member returns the raw value of a top-level member of the JSON object
+// obj, or nil if obj is not a valid object or has no such member. The
+// rest of obj is scanned, not decoded; the result aliases obj.
+func Member(obj json.RawMessage, name string) json.RawMessage {
+	return field(obj, name)
+}
+
 // ReplaceMember returns obj with the value of its top-level member name
 // replaced by value (raw JSON), leaving every other byte as it was, and
 // whether the member was found. obj is not modified.
