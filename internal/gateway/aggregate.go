@@ -156,7 +156,7 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	}
 	switch m.Method {
 	case "initialize":
-		return a.g.initialize(s, m, aggregateCaps, json.RawMessage(`{"name":"mcpvisor","title":"mcpvisor gateway","version":"`+Version+`"}`), "")
+		return a.g.initialize(s, m, aggregateCaps, mcpvisorInfo, "")
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/list":
@@ -185,6 +185,40 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	}
 	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
 }
+
+func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
+	switch {
+	case m.Method == "server/discover":
+		return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
+	case removedMethod(m.Method):
+		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case m.Method == "subscriptions/listen":
+		return a.g.listen(ctx, "", m, related)
+	}
+	resp := a.g.stateless(ctx, "", m, mo, related, a.Handle)
+	completeResult(m.Method, resp, a.scope(m.Method))
+	return resp
+}
+
+// scope is the cacheScope of the aggregated endpoint's results of method:
+// private when something other than the servers' own lists shapes them —
+// a prefix, a tool filter, a per-session server — and for resources/read,
+// whose content may be anyone's; else public.
+func (a *aggregate) scope(method string) string {
+	if method == "resources/read" {
+		return scopePrivate
+	}
+	for _, srv := range a.g.fleet.Servers() {
+		cfg := srv.Config()
+		if cfg.Prefix != "" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || srv.PerSession() {
+			return scopePrivate
+		}
+	}
+	return scopePublic
+}
+
+// mcpvisorInfo is mcpvisor's serverInfo on the aggregated endpoint.
+var mcpvisorInfo = json.RawMessage(`{"name":"mcpvisor","title":"mcpvisor gateway","version":"` + Version + `"}`)
 
 var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"logging":{},"completions":{}}`)
 

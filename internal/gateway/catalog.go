@@ -22,8 +22,8 @@ func (g *Gateway) ListsChanged(s *fleet.Server, kinds []fleet.ListKind) {
 	g.tell(s, kinds)
 }
 
-// tell sends every session that sees s the list_changed notifications of
-// kinds, once per notification.
+// tell sends every session that sees s, and every listener that opted
+// in, the list_changed notifications of kinds, once per notification.
 func (g *Gateway) tell(s *fleet.Server, kinds []fleet.ListKind) {
 	sent := map[string]bool{}
 	for _, k := range kinds {
@@ -35,5 +35,6 @@ func (g *Gateway) tell(s *fleet.Server, kinds []fleet.ListKind) {
 		for _, sess := range g.sessionsFor(s.Name()) {
 			_ = sess.Out().Send(&rpc.Message{Method: n})
 		}
+		g.tellListeners(s.Name(), n)
 	}
 }

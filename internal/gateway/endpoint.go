@@ -43,6 +43,16 @@ type Endpoint interface {
 	// request.
 	Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message
 
+	// Stateless serves one request of a modern (2026-07-28) client, which
+	// has no session: m is a request whose _meta mo was read by readModern
+	// and whose version was accepted. Messages that belong to it
+	// (progress) go to related; no server-to-client request ever does
+	// (the modern revision has none). The response carries resultType,
+	// and ttlMs and cacheScope where the method is cacheable; methods the
+	// modern revision removed get MethodNotFound. Safe for concurrent use;
+	// never nil.
+	Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message
+
 	// Close ends the session: requests it has in flight are cancelled,
 	// pending server-to-client requests fail, per-session servers stop.
 	// Idempotent.
@@ -62,6 +72,8 @@ type Session struct {
 	lastUsed time.Time
 	closed   bool
 	state    any // the endpoint's own per-session state
+
+	modern *Modern // the request's own _meta, for the session of a modern request
 }
 
 // NewSession returns a session whose unsolicited messages go to out.

@@ -399,6 +399,14 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}
+	if c.st.stateless {
+		// A modern client takes no requests on its stream (MRTR replaces
+		// them); bridging them into input_required rounds is not built.
+		g.log.Warn("server request during a 2026-07-28 client's request refused", "server", conn.Name(), "method", m.Method)
+		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, and mcpvisor does not turn them into input_required results", m.Method, modernVersion)
+		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+		return
+	}
 	ours := secretID("mcpv-r-")
 	r := &outReq{conn: conn, backendID: m.ID, sess: c.sess}
 	timeout := 5 * time.Minute

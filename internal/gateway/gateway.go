@@ -48,7 +48,8 @@ type Gateway struct {
 	tokens    map[string]*call   // our progress token → call
 	outReqs   map[string]*outReq // our id of a server→client request → where it came from
 	agg       *aggregate
-	pageSize  int // of the aggregated lists; 0: whole lists
+	pageSize  int                // of the aggregated lists; 0: whole lists
+	listeners map[*listener]bool // open subscriptions/listen requests
 }
 
 // SetPageSize sets how many items one page of the aggregated endpoint's
@@ -102,6 +103,9 @@ type sessState struct {
 	outReqs  map[string]*outReq
 	protocol string
 	idle     chan struct{} // closed when the last call of a closed session ends
+	// stateless: the session of one modern request (Gateway.stateless),
+	// which nothing outside that request reaches.
+	stateless bool
 }
 
 // call is a client request in flight on a backend.
@@ -218,7 +222,7 @@ func (g *Gateway) sessionsFor(name string) []*Session {
 	defer g.mu.Unlock()
 	var out []*Session
 	for s, st := range g.sessions {
-		if st.server == "" || st.server == name {
+		if !st.stateless && (st.server == "" || st.server == name) {
 			out = append(out, s)
 		}
 	}

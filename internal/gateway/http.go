@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -57,6 +58,8 @@ import (
 const (
 	hdrSessionID       = "Mcp-Session-Id"
 	hdrProtocolVersion = "Mcp-Protocol-Version"
+	hdrMethod          = "Mcp-Method"
+	hdrName            = "Mcp-Name"
 	hdrLastEventID     = "Last-Event-Id"
 	hdrAccept          = "Accept"
 	hdrContentType     = "Content-Type"
@@ -326,14 +329,12 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow application/json and text/event-stream")
 		return
 	}
-	if !h.checkVersion(w, r) {
-		return
-	}
+	hera, hv := era(r)
 	body, ok := h.readBody(w, r)
 	if !ok {
 		return
 	}
-	if isBatch(body) {
+	if isBatch(body) && hera <= eraLegacy {
 		h.serveBatch(w, r, body, jsonOK, sseOK)
 		return
 	}
@@ -350,6 +351,19 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 		}
 		rpcError(w, http.StatusBadRequest, id, code, msg)
 		return
+	}
+	switch hera {
+	case eraUnknown:
+		h.reply(w, http.StatusBadRequest, unsupportedVersion(&rpc.Message{ID: requestID(m)}, hv))
+		return
+	case eraModern:
+		h.serveModern(w, r, m, hv, jsonOK, sseOK)
+		return
+	case eraNone:
+		if _, modern := modernVersionOf(m.Params); modern {
+			h.serveModern(w, r, m, hv, jsonOK, sseOK)
+			return
+		}
 	}
 
 	sid := sessionIDOf(r)
@@ -447,6 +461,131 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 		ps.respond(resp)
 	})
 	ps.finishBatch(jsonOK)
+}
+
+// serveModern serves a request of the modern revision: on its own,
+// whatever Mcp-Session-Id it carries, after checking its _meta and that
+// its headers match its body (basic/transports/streamable-http, server
+// validation). hv is its MCP-Protocol-Version header ("" if absent).
+func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, m *rpc.Message, hv string, jsonOK, sseOK bool) {
+	if !m.IsRequest() {
+		if m.IsResponse() {
+			rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: an MCP "+modernVersion+" client sends no responses")
+			return
+		}
+		// The revision defines no client notification over HTTP
+		// (cancellation is the end of the request's stream): accepted,
+		// and nothing to do.
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	mo, bad := readModern(m)
+	if bad == nil {
+		bad = headerMismatch(r, m, hv, mo.Version)
+	}
+	if bad == nil {
+		bad = unsupportedVersion(m, mo.Version)
+	}
+	if bad != nil {
+		h.reply(w, http.StatusBadRequest, bad)
+		return
+	}
+	// The request ends with its stream, or when the front closes (a
+	// subscriptions/listen stream ends then with its result).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(h.life, cancel)()
+	hs := &httpSession{h: h} // the request's own: no id, no events kept
+	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
+	resp := h.ep.Stateless(ctx, m, mo, ps)
+	ps.finish(h.response(m, resp), jsonOK)
+}
+
+// modernStatus is the HTTP status of a modern request's error reply
+// (streamable-http: an unknown method is 404; a header mismatch, an
+// unsupported version and a missing client capability are 400).
+func modernStatus(code int) int {
+	switch code {
+	case rpc.MethodNotFound:
+		return http.StatusNotFound
+	case rpc.HeaderMismatch, rpc.MissingClientCapability, rpc.UnsupportedProtocolVersion:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// headerMismatch checks that a modern request's MCP headers are there and
+// match its body: MCP-Protocol-Version its _meta version, Mcp-Method its
+// method, and, for tools/call, prompts/get and resources/read, Mcp-Name
+// its name or uri (Base64-decoded when sent as =?base64?...?=). A failure
+// is a HeaderMismatch error naming the header.
+func headerMismatch(r *http.Request, m *rpc.Message, hv, version string) *rpc.Message {
+	mismatch := func(msg string) *rpc.Message {
+		return errorResponse(m.ID, rpc.HeaderMismatch, "Header mismatch: "+msg)
+	}
+	switch {
+	case hv == "":
+		return mismatch("the MCP-Protocol-Version header is missing")
+	case hv != version:
+		return mismatch("MCP-Protocol-Version header value " + strconv.Quote(hv) + " does not match body value " + strconv.Quote(version))
+	}
+	method := r.Header[hdrMethod]
+	switch {
+	case len(method) == 0:
+		return mismatch("the Mcp-Method header is missing")
+	case method[0] != m.Method:
+		return mismatch("Mcp-Method header value " + strconv.Quote(method[0]) + " does not match body value " + strconv.Quote(m.Method))
+	}
+	member := ""
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		member = "name"
+	case "resources/read":
+		member = "uri"
+	default:
+		return nil
+	}
+	want, _ := rpc.StringMember(m.Params, member)
+	name := r.Header[hdrName]
+	if len(name) == 0 {
+		return mismatch("the Mcp-Name header is missing (required for " + m.Method + ")")
+	}
+	got, ok := decodeHeaderValue(name[0])
+	switch {
+	case !ok:
+		return mismatch("the Mcp-Name header value is not valid Base64 between =?base64? and ?=")
+	case got != want:
+		return mismatch("Mcp-Name header value " + strconv.Quote(got) + " does not match body value " + strconv.Quote(want))
+	}
+	return nil
+}
+
+// decodeHeaderValue undoes the sentinel encoding of Mcp-Name and
+// Mcp-Param-* values: =?base64?B64?= is the UTF-8 text B64 encodes; any
+// other value is itself.
+func decodeHeaderValue(v string) (string, bool) {
+	inner, ok := strings.CutPrefix(v, "=?base64?")
+	if !ok {
+		return v, true
+	}
+	inner, ok = strings.CutSuffix(inner, "?=")
+	if !ok {
+		return v, true
+	}
+	b, err := base64.StdEncoding.DecodeString(inner)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// reply writes a JSON-RPC message as the whole reply, with status.
+func (h *StreamableHandler) reply(w http.ResponseWriter, status int, m *rpc.Message) {
+	hdr := w.Header()
+	hdr[hdrContentType] = hvJSON
+	hdr["X-Content-Type-Options"] = hvNoSniff
+	w.WriteHeader(status)
+	h.writeReply(w, m.Encode())
 }
 
 // initialize starts a session for an initialize request.
@@ -740,20 +879,44 @@ func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter) {
 		"request body exceeds the limit of "+strconv.FormatInt(h.maxBody, 10)+" bytes")
 }
 
-// checkVersion rejects an MCP-Protocol-Version this transport does not
-// speak.
-func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
+// Eras of a request, by its MCP-Protocol-Version header.
+const (
+	eraNone    = iota // no header: legacy (2025-03-26, which had none), unless the body is modern
+	eraLegacy         // a revision served in sessions
+	eraModern         // 2026-07-28
+	eraUnknown        // a revision mcpvisor does not serve
+)
+
+// era classifies the request's MCP-Protocol-Version header.
+func era(r *http.Request) (int, string) {
 	v := r.Header[hdrProtocolVersion]
 	if len(v) == 0 {
-		return true
+		return eraNone, ""
 	}
 	switch v[0] {
 	case "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05":
-		return true
+		return eraLegacy, v[0]
+	case modernVersion:
+		return eraModern, v[0]
 	}
-	rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
-		"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v[0])+" (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)")
-	return false
+	return eraUnknown, v[0]
+}
+
+// checkVersion rejects a GET or DELETE whose MCP-Protocol-Version is not
+// one of a session's: the modern revision has neither (405), an unknown
+// one is refused (400).
+func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
+	switch e, v := era(r); e {
+	case eraModern:
+		w.Header()["Allow"] = []string{"POST"}
+		plainError(w, http.StatusMethodNotAllowed, "Method Not Allowed: MCP "+modernVersion+" has no "+r.Method+" on the MCP endpoint")
+		return false
+	case eraUnknown:
+		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
+			"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v)+" (supported: "+strings.Join(supportedVersions, ", ")+")")
+		return false
+	}
+	return true
 }
 
 // accepts reads Accept headers: whether application/json and whether

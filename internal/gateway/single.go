@@ -51,24 +51,10 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "initialize":
 		// A dormant or never-started server answers from its cached
 		// initialize result; it starts on the first real request.
-		if raw := e.srv.CachedInit(); raw != nil && e.srv.Init() == nil {
-			if in, err := fleet.ParseInit(raw); err == nil {
-				return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
-			}
-		}
-		cfg := e.srv.Config()
-		sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
-		defer cancel()
-		l, err := e.srv.Acquire(sctx, s.Key())
+		in, err := e.init(ctx, s.Key())
 		if err != nil {
-			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: %v", e.srv.Name(), err))
+			return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
 		}
-		conn := l.Conn()
-		l.Release()
-		if conn == nil {
-			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("server %s is unavailable: no MCP connection", e.srv.Name()))
-		}
-		in := conn.Init()
 		return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
@@ -92,6 +78,58 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		return e.g.setLevelSingle(ctx, s, e.srv, m, related)
 	}
 	return e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
+}
+
+func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
+	switch {
+	case m.Method == "server/discover":
+		in, err := e.init(ctx, statelessKey)
+		if err != nil {
+			return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
+		}
+		return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
+	case removedMethod(m.Method):
+		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case m.Method == "subscriptions/listen":
+		return e.g.listen(ctx, e.srv.Name(), m, related)
+	}
+	resp := e.g.stateless(ctx, e.srv.Name(), m, mo, related, e.Handle)
+	completeResult(m.Method, resp, e.scope(m.Method))
+	return resp
+}
+
+// scope is the cacheScope of the server's results of method: private when
+// mcpvisor's tool filter or per-session instances shape them, and for
+// resources/read; else public.
+func (e *single) scope(method string) string {
+	cfg := e.srv.Config()
+	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || e.srv.PerSession() {
+		return scopePrivate
+	}
+	return scopePublic
+}
+
+// init is the server's initialize result: the cached one of a dormant or
+// never-started server, else its live connection's (starting it).
+func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, error) {
+	if raw := e.srv.CachedInit(); raw != nil && e.srv.Init() == nil {
+		if in, err := fleet.ParseInit(raw); err == nil {
+			return in, nil
+		}
+	}
+	cfg := e.srv.Config()
+	sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
+	defer cancel()
+	l, err := e.srv.Acquire(sctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("server %s is unavailable: %v", e.srv.Name(), err)
+	}
+	conn := l.Conn()
+	l.Release()
+	if conn == nil {
+		return nil, fmt.Errorf("server %s is unavailable: no MCP connection", e.srv.Name())
+	}
+	return conn.Init(), nil
 }
 
 // filterTools drops the tools that allowed rejects from a tools/list

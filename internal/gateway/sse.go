@@ -27,6 +27,9 @@ type postStream struct {
 	sseOK bool
 	sid   string // Mcp-Session-Id header to send (initialize)
 	batch bool   // the responses are given to respond, then finishBatch
+	// modern: the stream of a 2026-07-28 request: no event ids (streams
+	// are not resumable), and an error reply's HTTP status says what it is.
+	modern bool
 
 	mu       sync.Mutex
 	state    uint8 // psPending, psStreaming, psDone
@@ -77,7 +80,7 @@ func (p *postStream) Send(m *rpc.Message) error {
 		p.state = psStreaming
 		p.wake = make(chan struct{}, 1)
 		p.exited = make(chan struct{})
-		go p.writeLoop(p.hs.streams.Add(1))
+		go p.writeLoop(p.streamNo())
 		return nil
 	}
 	select {
@@ -200,10 +203,16 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON
-		if resp.Error != nil && resp.Error.Code == rpc.LimitReached {
+		switch {
+		case resp.Error == nil:
+		case resp.Error.Code == rpc.LimitReached:
 			// A limit of mcpvisor's, not the server's answer: 503, as
 			// for a new session beyond maxSessions.
 			p.w.WriteHeader(http.StatusServiceUnavailable)
+		case p.modern:
+			if st := modernStatus(resp.Error.Code); st != http.StatusOK {
+				p.w.WriteHeader(st)
+			}
 		}
 		p.hs.h.writeReply(p.w, b)
 		return
@@ -212,10 +221,22 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	b := resp.AppendTo((*bp)[:0])
 	b = sseClean(b, 0)
 	n := len(b)
-	b = appendSSE(b, p.hs.streams.Add(1), 1, b[:n])
+	b = appendSSE(b, p.streamNo(), 1, b[:n])
 	*bp = b
 	sseHeader(p.w)
 	p.hs.h.writeReply(p.w, b[n:])
+}
+
+// noEventID as a stream number: events without an id line.
+const noEventID = ^uint64(0)
+
+// streamNo numbers a new event stream of the request (its events' ids
+// are stream_seq), or is noEventID for a modern request's.
+func (p *postStream) streamNo() uint64 {
+	if p.modern {
+		return noEventID
+	}
+	return p.hs.streams.Add(1)
 }
 
 // writeLoop writes the event stream until the response is written or the
@@ -436,11 +457,14 @@ func sseClean(b []byte, from int) []byte {
 // appendSSE appends one event: its id "<stream>_<seq>" and data, a single
 // line of JSON.
 func appendSSE(dst []byte, stream, seq uint64, data []byte) []byte {
-	dst = append(dst, "id: "...)
-	dst = strconv.AppendUint(dst, stream, 10)
-	dst = append(dst, '_')
-	dst = strconv.AppendUint(dst, seq, 10)
-	dst = append(dst, "\nevent: message\ndata: "...)
+	if stream != noEventID {
+		dst = append(dst, "id: "...)
+		dst = strconv.AppendUint(dst, stream, 10)
+		dst = append(dst, '_')
+		dst = strconv.AppendUint(dst, seq, 10)
+		dst = append(dst, '\n')
+	}
+	dst = append(dst, "event: message\ndata: "...)
 	dst = append(dst, data...)
 	return append(dst, "\n\n"...)
 }

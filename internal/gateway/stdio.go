@@ -78,9 +78,18 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	// session ends: none is started once ServeStdio waits for the rest.
 	var spawnMu sync.Mutex
 	ended := false
+	// version is the revision initialize negotiated: a session at
+	// batchVersion may send JSON-RPC batches.
+	var version atomic.Pointer[string]
 	var out SinkFunc
 	out = func(m *rpc.Message) error {
 		if !m.IsRequest() {
+			if version.Load() == nil {
+				// Before initialize, nothing relates to no request: a
+				// legacy client is not yet a session, and a modern one
+				// never is (it listens with subscriptions/listen).
+				return ErrNoStream
+			}
 			return conn.Write(m)
 		}
 		spawnMu.Lock()
@@ -101,16 +110,62 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	// The connection bounds its writes to the client (StallTimeout: a
 	// stalled client ends it, and no Write left blocked holds Run) and
 	// closes w at its end.
-	// version is the revision initialize negotiated: a session at
-	// batchVersion may send JSON-RPC batches.
-	var version atomic.Pointer[string]
+	// Modern requests in flight, by id, for notifications/cancelled;
+	// what belongs to them goes to stdout, and never a request.
+	var modernMu sync.Mutex
+	modernCalls := map[string]context.CancelFunc{}
+	modernOut := SinkFunc(func(m *rpc.Message) error {
+		if m.IsRequest() {
+			return ErrNoStream
+		}
+		return conn.Write(m)
+	})
 	conn = rpc.NewConn(r, w, rpc.Options{
 		PeerName:     "client",
 		Logger:       log,
 		StallTimeout: timeout,
 		Handler: func(hctx context.Context, m *rpc.Message) {
 			if !m.IsRequest() {
+				if m.Method == "notifications/cancelled" {
+					modernMu.Lock()
+					cancel := modernCalls[string(rpc.CancelledRequestID(m.Params))]
+					modernMu.Unlock()
+					if cancel != nil {
+						cancel()
+						return
+					}
+				}
 				ep.Handle(hctx, sess, m, out)
+				return
+			}
+			if _, modern := modernVersionOf(m.Params); modern {
+				mo, bad := readModern(m)
+				if bad == nil {
+					bad = unsupportedVersion(m, mo.Version)
+				}
+				if bad != nil {
+					pool.run(func() { _ = conn.Write(bad) })
+					return
+				}
+				if act != nil {
+					act.Begin()
+				}
+				rctx, cancel := context.WithCancel(hctx)
+				key := string(m.ID)
+				modernMu.Lock()
+				modernCalls[key] = cancel
+				modernMu.Unlock()
+				pool.run(func() {
+					resp := ep.Stateless(rctx, m, mo, modernOut)
+					modernMu.Lock()
+					delete(modernCalls, key)
+					modernMu.Unlock()
+					cancel()
+					_ = conn.Write(resp)
+					if act != nil {
+						act.End()
+					}
+				})
 				return
 			}
 			if act != nil {

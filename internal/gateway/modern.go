@@ -1,0 +1,236 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// MCP 2026-07-28 ("modern", basic/versioning) has no session and no
+// initialize: every request carries its protocol version, the client's
+// capabilities and, usually, the client's identity in params._meta, and is
+// served on its own. mcpvisor serves both eras on every endpoint: a request
+// with modern _meta statelessly, an initialize as the opening of a legacy
+// session.
+
+// modernVersion is the modern revision mcpvisor serves.
+const modernVersion = "2026-07-28"
+
+// supportedVersions are every revision mcpvisor serves, newest first: the
+// modern one per request, the legacy ones in sessions opened by initialize.
+var supportedVersions = append([]string{modernVersion}, frontVersions...)
+
+// The _meta keys of the modern revision.
+const (
+	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
+	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
+	metaLogLevel        = "io.modelcontextprotocol/logLevel"
+	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+)
+
+// Modern is what a modern request says about its client in params._meta.
+type Modern struct {
+	Version    string          // protocolVersion
+	Caps       json.RawMessage // clientCapabilities: an object
+	ClientInfo json.RawMessage // clientInfo, if given
+	LogLevel   string          // logLevel, if given: the request wants log messages this severe
+}
+
+// modernVersionOf is the protocol version in params._meta, "" if there is
+// none: a request without it is a legacy one (stdio tells the eras apart
+// by it; HTTP by the MCP-Protocol-Version header).
+func modernVersionOf(params json.RawMessage) (string, bool) {
+	meta := rpc.Member(params, "_meta")
+	if meta == nil {
+		return "", false
+	}
+	return rpc.StringMember(meta, metaProtocolVersion)
+}
+
+// readModern reads a modern request's _meta. A request without the
+// members every modern request carries — _meta, its protocolVersion and
+// clientCapabilities — gets an InvalidParams error (basic/index: both are
+// required), with its id.
+func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
+	meta := rpc.Member(m.Params, "_meta")
+	if meta == nil {
+		return nil, errorResponse(m.ID, rpc.InvalidParams,
+			"Invalid params: a "+modernVersion+" request carries params._meta with "+metaProtocolVersion+" and "+metaClientCaps)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &raw); err != nil {
+		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta is not an object")
+	}
+	mo := &Modern{}
+	if err := json.Unmarshal(raw[metaProtocolVersion], &mo.Version); err != nil || mo.Version == "" {
+		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaProtocolVersion+" (a string)")
+	}
+	caps := raw[metaClientCaps]
+	if len(caps) == 0 || caps[0] != '{' {
+		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaClientCaps+" (an object; {} declares none)")
+	}
+	mo.Caps = caps
+	mo.ClientInfo = raw[metaClientInfo]
+	if lv, ok := raw[metaLogLevel]; ok {
+		if err := json.Unmarshal(lv, &mo.LogLevel); err != nil || fleet.LogSeverity(mo.LogLevel) < 0 {
+			return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: "+metaLogLevel+" is not a log level (debug, info, notice, warning, error, critical, alert, emergency)")
+		}
+	}
+	return mo, nil
+}
+
+// unsupportedVersion is the UnsupportedProtocolVersionError for a modern
+// request at a version mcpvisor does not serve per request, or nil.
+func unsupportedVersion(m *rpc.Message, version string) *rpc.Message {
+	if version == modernVersion {
+		return nil
+	}
+	data := mustJSON(map[string]any{"supported": supportedVersions, "requested": version})
+	msg := "Unsupported protocol version " + strconv.Quote(version) + ": per request mcpvisor serves " + modernVersion +
+		"; the earlier revisions open a session with initialize"
+	return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.UnsupportedProtocolVersion, Message: msg, Data: data}}
+}
+
+// removedMethod reports whether method is a legacy one the modern revision
+// removed (changelog: the handshake, ping, logging/setLevel, and resource
+// subscriptions, which subscriptions/listen replaces).
+func removedMethod(method string) bool {
+	switch method {
+	case "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return false
+}
+
+// cacheable reports whether method's complete results carry ttlMs and
+// cacheScope (server/utilities/caching).
+func cacheable(method string) bool {
+	switch method {
+	case "server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read":
+		return true
+	}
+	return false
+}
+
+// Cache scopes.
+const (
+	scopePublic  = `"public"`
+	scopePrivate = `"private"`
+)
+
+// completeResult makes a result modern: resultType "complete" when it
+// has none (a legacy server's), and for a cacheable method ttlMs 0 and
+// cacheScope scope when it has none. The members are spliced in at the
+// front of the object; nothing else is re-encoded. A result that is not
+// an object, an error, or an input_required result is left as it is.
+func completeResult(method string, resp *rpc.Message, scope string) {
+	r := resp.Result
+	if len(r) < 2 || r[0] != '{' {
+		return
+	}
+	var add []byte
+	if rpc.Member(r, "resultType") == nil {
+		add = append(add, `"resultType":"complete",`...)
+	} else if t, _ := rpc.StringMember(r, "resultType"); t != "complete" {
+		return // input_required, or a type of a later revision: not ours to touch
+	}
+	if cacheable(method) {
+		if rpc.Member(r, "ttlMs") == nil {
+			add = append(add, `"ttlMs":0,`...)
+		}
+		if rpc.Member(r, "cacheScope") == nil {
+			add = append(add, `"cacheScope":`...)
+			add = append(add, scope...)
+			add = append(add, ',')
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
+	i := 1
+	for i < len(r) && (r[i] == ' ' || r[i] == '\t' || r[i] == '\r' || r[i] == '\n') {
+		i++
+	}
+	if i < len(r) && r[i] == '}' {
+		add = add[:len(add)-1] // an empty object: no member follows
+	}
+	out := make(json.RawMessage, 0, len(r)+len(add))
+	out = append(out, '{')
+	out = append(out, add...)
+	out = append(out, r[1:]...)
+	resp.Result = out
+}
+
+// discover answers server/discover: the versions mcpvisor serves, the
+// endpoint's capabilities, and who answers.
+func discover(m *rpc.Message, caps, serverInfo json.RawMessage, instructions string, scope string) *rpc.Message {
+	res := map[string]any{
+		"resultType":        "complete",
+		"supportedVersions": supportedVersions,
+		"capabilities":      caps,
+		"_meta":             map[string]json.RawMessage{metaServerInfo: serverInfo},
+		"ttlMs":             0,
+		"cacheScope":        json.RawMessage(scope),
+	}
+	if instructions != "" {
+		res["instructions"] = instructions
+	}
+	return resultResponse(m.ID, mustJSON(res))
+}
+
+// modernCaps are capabilities as a modern client reads them: resource
+// subscriptions, which mcpvisor does not carry to subscriptions/listen
+// streams, are not promised; list changes are.
+func modernCaps(caps json.RawMessage) json.RawMessage {
+	var c map[string]json.RawMessage
+	if json.Unmarshal(caps, &c) != nil {
+		return json.RawMessage(`{}`)
+	}
+	for _, k := range []string{"tools", "prompts", "resources"} {
+		v, ok := c[k]
+		if !ok {
+			continue
+		}
+		var sub map[string]json.RawMessage
+		if json.Unmarshal(v, &sub) != nil {
+			continue
+		}
+		delete(sub, "subscribe")
+		c[k] = mustJSON(sub)
+	}
+	return mustJSON(c)
+}
+
+// statelessKey is the session key of every modern request: a per-session
+// server serves modern clients, which have no session, from one instance
+// of its own (apart from every legacy session's).
+const statelessKey = "stateless"
+
+// stateless serves one modern request on an endpoint whose legacy handler
+// is handle: a session of its own for the request's life, which no
+// message outside the request reaches and whose end ends nothing in the
+// fleet. server is the endpoint's server ("" for the aggregated one).
+func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink,
+	handle func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message) *rpc.Message {
+	now := time.Now()
+	s := &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo}
+	st := &sessState{server: server, calls: map[string]*call{}, outReqs: map[string]*outReq{}, protocol: mo.Version, stateless: true}
+	g.mu.Lock()
+	g.sessions[s] = st
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(g.sessions, s)
+		st.closed = true
+		g.mu.Unlock()
+	}()
+	return handle(ctx, s, m, related)
+}
+
+// noSink refuses every message: a stateless request's session stream.
+var noSink = SinkFunc(func(*rpc.Message) error { return ErrNoStream })
