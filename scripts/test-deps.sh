@@ -16,7 +16,12 @@ NPM_PACKAGES=(
   "@modelcontextprotocol/conformance@0.1.16"
   "@modelcontextprotocol/inspector@2.12.0"
 )
-stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]}"
+# The suite's 2026-07-28 requirement set is in its 0.2 line; a package
+# cannot be installed twice under one prefix, so it has its own.
+NPM_NEXT_PACKAGES=(
+  "@modelcontextprotocol/conformance@0.2.0-alpha.12"
+)
+stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]}"
 
 if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
   exit 0
@@ -37,5 +42,10 @@ echo "test-deps: installing ${NPM_PACKAGES[*]} into .deps/npm" >&2
 mkdir -p "$deps/npm"
 [ -f "$deps/npm/package.json" ] || echo '{"name":"mcpvisor-test-deps","private":true}' > "$deps/npm/package.json"
 npm install --silent --prefix "$deps/npm" "${NPM_PACKAGES[@]}" >&2
+
+echo "test-deps: installing ${NPM_NEXT_PACKAGES[*]} into .deps/npm-next" >&2
+mkdir -p "$deps/npm-next"
+[ -f "$deps/npm-next/package.json" ] || echo '{"name":"mcpvisor-test-deps-next","private":true}' > "$deps/npm-next/package.json"
+npm install --silent --prefix "$deps/npm-next" "${NPM_NEXT_PACKAGES[@]}" >&2
 
 echo "$stamp_want" > "$deps/stamp"

@@ -30,6 +30,9 @@ type benchEndpoint struct{}
 
 func (benchEndpoint) Open(out Sink) *Session { return NewSession(out) }
 func (benchEndpoint) Close(*Session)         {}
+func (e benchEndpoint) Stateless(ctx context.Context, m *rpc.Message, _ *Modern, related Sink) *rpc.Message {
+	return e.Handle(ctx, nil, m, related)
+}
 func (benchEndpoint) Handle(_ context.Context, _ *Session, m *rpc.Message, _ Sink) *rpc.Message {
 	if !m.IsRequest() {
 		return nil

@@ -32,6 +32,7 @@ type httpFake struct {
 	pending  map[string]chan *rpc.Message // server→client request id → response
 	nextID   int
 	notes    []string      // methods of notifications received
+	modern   []*Modern     // the _meta of every modern request
 	meeting  chan struct{} // a meet call waiting for another
 	running  int           // peak calls in flight now
 	peak     int           // the most peak calls ever in flight at once
@@ -56,6 +57,20 @@ func (f *httpFake) Open(out Sink) *Session {
 	f.mu.Unlock()
 	f.opened.Add(1)
 	return s
+}
+
+// Stateless serves a modern request as Handle does, on a session of its
+// own, and records its _meta; server/discover names the fake.
+func (f *httpFake) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
+	f.mu.Lock()
+	f.modern = append(f.modern, mo)
+	f.mu.Unlock()
+	if m.Method == "server/discover" {
+		return discover(m, json.RawMessage(`{"tools":{}}`), json.RawMessage(`{"name":"fake","version":"1.0.0"}`), "", scopePublic)
+	}
+	resp := f.Handle(ctx, NewSession(noSink), m, related)
+	completeResult(m.Method, resp, scopePublic)
+	return resp
 }
 
 func (f *httpFake) Close(s *Session) {

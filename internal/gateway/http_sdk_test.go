@@ -133,9 +133,8 @@ func TestStreamableSDKClient(t *testing.T) {
 	}
 }
 
-// The go-sdk client's default first tries a newer protocol (server/discover
-// with MCP-Protocol-Version 2026-07-28); the 400 it gets makes it fall back
-// to initialize.
+// The go-sdk client's default tries the modern protocol first
+// (server/discover with MCP-Protocol-Version 2026-07-28), and stays with it.
 func TestStreamableSDKClientDefaultVersion(t *testing.T) {
 	s := newHTTPTestServer(t, HTTPOptions{})
 	client := mcp.NewClient(&mcp.Implementation{Name: "referee", Version: "1.0.0"}, nil)
@@ -146,11 +145,14 @@ func TestStreamableSDKClientDefaultVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
 		t.Errorf("protocol version %q", v)
 	}
-	if err := cs.Ping(ctx, nil); err != nil {
+	if _, err := cs.ListTools(ctx, nil); err != nil {
 		t.Fatal(err)
+	}
+	if n := s.h.Sessions(); n != 0 {
+		t.Errorf("%d sessions open for a modern client", n)
 	}
 }
 

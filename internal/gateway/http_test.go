@@ -47,7 +47,7 @@ func TestHTTPBadRequests(t *testing.T) {
 		{name: "batch", method: "POST", sid: sid, body: `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, status: 400, code: rpc.InvalidRequest, id: "null"},
 		{name: "not JSON-RPC", method: "POST", sid: sid, body: `{"jsonrpc":"1.0","id":3,"method":"ping"}`, status: 400, code: rpc.InvalidRequest, id: "3"},
 		{name: "bad protocol version", method: "POST", sid: sid, body: `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
-			hdr: map[string]string{"MCP-Protocol-Version": "2099-01-01"}, status: 400, code: rpc.InvalidRequest, id: "null"},
+			hdr: map[string]string{"MCP-Protocol-Version": "2099-01-01"}, status: 400, code: rpc.UnsupportedProtocolVersion, id: "1"},
 		{name: "bad protocol version on GET", method: "GET", sid: sid, hdr: map[string]string{"MCP-Protocol-Version": "1999-01-01"}, status: 400},
 		{name: "bad protocol version on DELETE", method: "DELETE", sid: sid, hdr: map[string]string{"MCP-Protocol-Version": "x"}, status: 400},
 		{name: "GET without session", method: "GET", status: 400},

@@ -24,12 +24,20 @@ type stdioTestClient struct {
 }
 
 func newStdioTestClient(t *testing.T) *stdioTestClient {
+	f := newHTTPFake()
+	c := newStdioTestClientOn(t, f)
+	c.fake = f
+	return c
+}
+
+// newStdioTestClientOn serves ep to a client driven by hand.
+func newStdioTestClientOn(t *testing.T, ep Endpoint) *stdioTestClient {
 	t.Helper()
 	inR, stdin := io.Pipe()
 	outR, outW := io.Pipe()
-	c := &stdioTestClient{t: t, fake: newHTTPFake(), stdin: stdin, lines: make(chan string, 64)}
+	c := &stdioTestClient{t: t, stdin: stdin, lines: make(chan string, 64)}
 	done := make(chan error, 1)
-	go func() { done <- StdioOptions{}.Serve(context.Background(), c.fake, inR, outW) }()
+	go func() { done <- StdioOptions{}.Serve(context.Background(), ep, inR, outW) }()
 	go func() {
 		defer close(c.lines)
 		r := bufio.NewReader(outR)

@@ -90,6 +90,9 @@ type bigEndpoint struct{ result json.RawMessage }
 
 func (bigEndpoint) Open(out Sink) *Session { return NewSession(out) }
 func (bigEndpoint) Close(*Session)         {}
+func (e bigEndpoint) Stateless(ctx context.Context, m *rpc.Message, _ *Modern, related Sink) *rpc.Message {
+	return e.Handle(ctx, nil, m, related)
+}
 func (e bigEndpoint) Handle(_ context.Context, _ *Session, m *rpc.Message, _ Sink) *rpc.Message {
 	if !m.IsRequest() {
 		return nil

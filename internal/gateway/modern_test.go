@@ -1,0 +1,301 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// modernClient connects the go-sdk client at its default — MCP 2026-07-28,
+// found by server/discover — to ep over the stdio front (http false) or
+// the Streamable HTTP front.
+func (w *world) modernClient(ep Endpoint, http bool, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t := w.t
+	t.Helper()
+	var tr mcp.Transport
+	if http {
+		h := NewStreamableHandler(ep, HTTPOptions{})
+		srv := httptest.NewServer(h)
+		t.Cleanup(func() {
+			h.Close()
+			srv.Close()
+		})
+		tr = &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}
+	} else {
+		c2sR, c2sW := io.Pipe()
+		s2cR, s2cW := io.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.DiscardHandler), nil)
+			s2cW.Close()
+		}()
+		t.Cleanup(func() {
+			c2sW.Close()
+			<-done
+		})
+		tr = &mcp.IOTransport{Reader: s2cR, Writer: c2sW}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "modern-test", Version: "0"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if v := sess.InitializeResult().ProtocolVersion; v != modernVersion {
+		t.Fatalf("the go-sdk client negotiated %q, want %s", v, modernVersion)
+	}
+	return sess
+}
+
+// The official go-sdk client, at its modern default, uses the aggregated
+// and per-server endpoints over both fronts: lists, calls, progress, and
+// a list change on its subscriptions/listen stream.
+func TestModernGoSDKClient(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	for _, tc := range []struct {
+		name   string
+		ep     Endpoint
+		http   bool
+		prefix string
+	}{
+		{"stdio /mcp", w.gw.Aggregate(), false, "a__"},
+		{"http /mcp", w.gw.Aggregate(), true, "a__"},
+		{"http a", w.gw.Single("a"), true, ""},
+		{"stdio a", w.gw.Single("a"), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := make(chan struct{}, 4)
+			progress := make(chan float64, 8)
+			sess := w.modernClient(tc.ep, tc.http, &mcp.ClientOptions{
+				ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				},
+				ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+					select {
+					case progress <- r.Params.Progress:
+					default:
+					}
+				},
+			})
+			ctx := t.Context()
+			res, err := sess.ListTools(ctx, nil)
+			if err != nil || !strings.Contains(strings.Join(toolNames(res), ","), tc.prefix+"echo") {
+				t.Fatalf("tools/list: %v %v", toolNames(res), err)
+			}
+			out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: tc.prefix + "echo", Arguments: map[string]any{"text": "modern"}})
+			if err != nil || textOf(t, out) != "modern" {
+				t.Fatalf("tools/call echo: %v %v", out, err)
+			}
+			out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: tc.prefix + "progress", Arguments: map[string]any{"steps": 3, "intervalMs": 1},
+				Meta: mcp.Meta{"progressToken": "tok"}})
+			if err != nil || textOf(t, out) != "done" {
+				t.Fatalf("tools/call progress: %v %v", out, err)
+			}
+			for i := range 3 {
+				select {
+				case <-progress:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("progress notification %d did not come", i+1)
+				}
+			}
+			// A list change reaches the client's listen stream.
+			w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Tools})
+			select {
+			case <-changed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the tool list change did not reach the client's subscriptions/listen stream")
+			}
+		})
+	}
+}
+
+// sseEvents posts body to url with hdr and sends each event's data on the
+// returned channel, until the stream ends (then the channel closes).
+func sseEvents(t *testing.T, ctx context.Context, url, body string, hdr map[string]string) <-chan string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("HTTP %d %q: %s", resp.StatusCode, ct, b)
+	}
+	ch := make(chan string, 64)
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				ch <- d
+			}
+		}
+	}()
+	return ch
+}
+
+// next is the next event within 10 s, or "" if the stream ended.
+func nextEvent(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10 s")
+	}
+	return ""
+}
+
+// subscriptions/listen: the acknowledgement comes first, naming what will
+// be delivered (resource subscriptions are not); each listener gets only
+// the kinds it asked for, tagged with its own subscription id, and only
+// from servers its endpoint sees; the stream ends with its result when the
+// front closes.
+func TestModernListen(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	agg := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	aggSrv := httptest.NewServer(agg)
+	defer aggSrv.Close()
+	defer agg.Close() // first: it ends the listen streams
+	single := NewStreamableHandler(w.gw.Single("b"), HTTPOptions{})
+	singleSrv := httptest.NewServer(single)
+	defer singleSrv.Close()
+	defer single.Close()
+	ctx := t.Context()
+	listen := func(url, id, filter string) <-chan string {
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"subscriptions/listen","params":{"notifications":` + filter + `,` + modernMeta(`{}`) + `}}`
+		return sseEvents(t, ctx, url, body, modernHeaders("subscriptions/listen", ""))
+	}
+	tools := listen(aggSrv.URL, `"t"`, `{"toolsListChanged":true,"resourceSubscriptions":["test://x"]}`)
+	prompts := listen(aggSrv.URL, `"p"`, `{"promptsListChanged":true}`)
+	onlyB := listen(singleSrv.URL, `7`, `{"toolsListChanged":true}`)
+	for _, tc := range []struct {
+		ch   <-chan string
+		id   string
+		want string
+	}{
+		{tools, `"t"`, `{"toolsListChanged":true}`},
+		{prompts, `"p"`, `{"promptsListChanged":true}`},
+		{onlyB, `7`, `{"toolsListChanged":true}`},
+	} {
+		ack := nextEvent(t, tc.ch)
+		if !strings.Contains(ack, `"method":"notifications/subscriptions/acknowledged"`) || !strings.Contains(ack, `"notifications":`+tc.want) ||
+			!strings.Contains(ack, `"io.modelcontextprotocol/subscriptionId":`+tc.id) {
+			t.Fatalf("first event of listener %s: %s", tc.id, ack)
+		}
+	}
+
+	// Server a's tools change: the aggregated tools listener hears it,
+	// tagged with its id; neither the prompts listener nor b's does.
+	w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Tools})
+	if e := nextEvent(t, tools); !strings.Contains(e, `"notifications/tools/list_changed"`) || !strings.Contains(e, `"io.modelcontextprotocol/subscriptionId":"t"`) {
+		t.Fatalf("tools listener: %s", e)
+	}
+	// Then b's prompts and tools change: each listener hears its own kind
+	// from the servers it sees, and the first thing each hears after the
+	// acknowledgement proves nothing else came before.
+	w.gw.ListsChanged(w.fleet.Get("b"), []fleet.ListKind{fleet.Prompts, fleet.Tools})
+	if e := nextEvent(t, prompts); !strings.Contains(e, `"notifications/prompts/list_changed"`) || !strings.Contains(e, `/subscriptionId":"p"`) {
+		t.Fatalf("prompts listener: %s", e)
+	}
+	if e := nextEvent(t, onlyB); !strings.Contains(e, `"notifications/tools/list_changed"`) || !strings.Contains(e, `/subscriptionId":7`) {
+		t.Fatalf("b's listener: %s", e)
+	}
+	if e := nextEvent(t, tools); !strings.Contains(e, `"notifications/tools/list_changed"`) || !strings.Contains(e, `/subscriptionId":"t"`) {
+		t.Fatalf("tools listener, second change: %s", e)
+	}
+
+	// The front closes: each stream ends with the subscription's result.
+	agg.Close()
+	for _, ch := range []<-chan string{tools, prompts} {
+		e := nextEvent(t, ch)
+		if !strings.Contains(e, `"result":{`) || !strings.Contains(e, `"io.modelcontextprotocol/subscriptionId"`) {
+			t.Fatalf("last event: %s", e)
+		}
+		if e, ok := <-ch; ok {
+			t.Fatalf("an event after the result: %s", e)
+		}
+	}
+	w.gw.mu.Lock()
+	n := len(w.gw.listeners)
+	w.gw.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d listeners registered after the aggregated front closed, want b's alone", n)
+	}
+}
+
+// Over stdio a request with modern _meta is served on its own, before and
+// without initialize: removed methods and bad versions get their errors,
+// server/discover names the server, notifications/cancelled cancels it
+// upstream, and a server's request during it is refused to the server
+// (the client takes none) while the call still gets its answer.
+func TestModernStdio(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"c":{"command":"$CONFORMANCE","prefix":"c"}}`)
+	c := newStdioTestClientOn(t, w.gw.Aggregate())
+	meta := modernMeta(`{}`)
+
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{` + meta + `}}`)
+	if m := c.message(); string(m.ID) != "1" || m.Error == nil || m.Error.Code != rpc.MethodNotFound {
+		t.Fatalf("modern ping: %s", m.Encode())
+	}
+	c.send(`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{` + strings.Replace(meta, "2026-07-28", "2030-01-01", 1) + `}}`)
+	if m := c.message(); string(m.ID) != "2" || m.Error == nil || m.Error.Code != rpc.UnsupportedProtocolVersion || !strings.Contains(string(m.Error.Data), `"requested":"2030-01-01"`) {
+		t.Fatalf("unknown version: %s", m.Encode())
+	}
+	c.send(`{"jsonrpc":"2.0","id":3,"method":"server/discover","params":{` + meta + `}}`)
+	if m := c.message(); string(m.ID) != "3" || !strings.Contains(string(m.Result), `"supportedVersions":["2026-07-28"`) || !strings.Contains(string(m.Result), `"name":"mcpvisor"`) {
+		t.Fatalf("discover: %s", m.Encode())
+	}
+
+	// Cancelled while the server works on it: the call ends at once
+	// with an error, and the server is told.
+	c.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a__sleep","arguments":{"ms":60000},` + meta + `}}`)
+	time.Sleep(50 * time.Millisecond) // let it reach the server; the test holds either way
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
+	if m := c.message(); string(m.ID) != "4" || m.Error == nil || !strings.Contains(m.Error.Message, "cancel") {
+		t.Fatalf("cancelled call: %s", m.Encode())
+	}
+
+	// The conformance server asks for sampling: refused to it; the
+	// client sees only the call's result, which says so.
+	c.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},` + modernMeta(`{"sampling":{}}`) + `}}`)
+	m := c.message()
+	if string(m.ID) != "5" || !strings.Contains(string(m.Result), "2026-07-28") || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
+		t.Fatalf("sampling during a modern call: %s", m.Encode())
+	}
+
+	// A legacy session opens on the same stdio afterwards.
+	c.initializeAt("2025-11-25")
+	c.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+	if m := c.message(); string(m.ID) != "6" || string(m.Result) != "{}" {
+		t.Fatalf("legacy ping: %s", m.Encode())
+	}
+}

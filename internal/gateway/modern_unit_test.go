@@ -1,0 +1,43 @@
+package gateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// completeResult adds resultType (and, for cacheable methods, ttlMs and
+// cacheScope) to a legacy result by splicing, keeps what is there, and
+// leaves alone what is not a complete result object.
+func TestCompleteResult(t *testing.T) {
+	for _, tc := range []struct {
+		method, in, want string
+	}{
+		{"tools/call", `{"content":[]}`, `{"resultType":"complete","content":[]}`},
+		{"tools/call", `{}`, `{"resultType":"complete"}`},
+		{"tools/call", "{ \n }", "{\"resultType\":\"complete\" \n }"},
+		{"tools/call", `{"resultType":"complete","x":1}`, `{"resultType":"complete","x":1}`},
+		{"tools/call", `{"resultType":"input_required","requestState":"s"}`, `{"resultType":"input_required","requestState":"s"}`},
+		{"tools/list", `{"tools":[]}`, `{"resultType":"complete","ttlMs":0,"cacheScope":"private","tools":[]}`},
+		{"tools/list", `{"tools":[],"ttlMs":5000,"cacheScope":"public"}`, `{"resultType":"complete","tools":[],"ttlMs":5000,"cacheScope":"public"}`},
+		{"resources/read", `{}`, `{"resultType":"complete","ttlMs":0,"cacheScope":"private"}`},
+		{"tools/call", `[1,2]`, `[1,2]`},
+		{"tools/call", `"x"`, `"x"`},
+	} {
+		resp := &rpc.Message{ID: json.RawMessage("1"), Result: json.RawMessage(tc.in)}
+		completeResult(tc.method, resp, scopePrivate)
+		if string(resp.Result) != tc.want {
+			t.Errorf("%s %s: got %s, want %s", tc.method, tc.in, resp.Result, tc.want)
+		}
+		if !json.Valid(resp.Result) {
+			t.Errorf("%s %s: invalid JSON %s", tc.method, tc.in, resp.Result)
+		}
+	}
+	// An error response is left as it is.
+	resp := &rpc.Message{ID: json.RawMessage("1"), Error: &rpc.Error{Code: 1, Message: "x"}}
+	completeResult("tools/list", resp, scopePublic)
+	if resp.Result != nil {
+		t.Fatalf("an error got a result: %s", resp.Encode())
+	}
+}
