@@ -296,10 +296,11 @@ func nonNil(items []json.RawMessage) []json.RawMessage {
 
 // table builds (or returns the cached) aggregated list of kind k.
 //
-// Concurrent callers share one build per generation; a caller whose ctx
-// ends while it waits for another's build gets an empty table (its request
-// then fails as an unknown name or lists nothing) — the build goes on for
-// the others.
+// Concurrent callers share one build per generation, which runs on its
+// own goroutine, bounded by each server's timeouts; every caller, the one
+// that began it included, waits for it within its own ctx, and one whose
+// ctx ends first gets an empty table (its request then fails as an unknown
+// name or lists nothing) — the build goes on for the others and is kept.
 func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 	a.mu.Lock()
 	if t := a.routes[k.Member]; t != nil {
@@ -307,38 +308,37 @@ func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 		return t
 	}
 	gen := a.gen
-	if b := a.building[k.Member]; b != nil && b.gen == gen {
-		a.mu.Unlock()
-		select {
-		case <-b.done:
-			return b.t
-		case <-ctx.Done():
-			return &routeTable{gen: gen, byName: map[string]route{}}
+	b := a.building[k.Member]
+	if b == nil || b.gen != gen {
+		b = &tableBuild{gen: gen, done: make(chan struct{})}
+		if a.building == nil {
+			a.building = map[string]*tableBuild{}
 		}
+		a.building[k.Member] = b
+		bctx := context.WithoutCancel(ctx)
+		go func() {
+			b.t = a.build(bctx, k, gen)
+			a.mu.Lock()
+			if a.building[k.Member] == b {
+				delete(a.building, k.Member)
+			}
+			a.mu.Unlock()
+			close(b.done)
+		}()
 	}
-	b := &tableBuild{gen: gen, done: make(chan struct{})}
-	if a.building == nil {
-		a.building = map[string]*tableBuild{}
-	}
-	a.building[k.Member] = b
 	a.mu.Unlock()
-	b.t = a.build(ctx, k, gen)
-	a.mu.Lock()
-	if a.building[k.Member] == b {
-		delete(a.building, k.Member)
+	select {
+	case <-b.done:
+		return b.t
+	case <-ctx.Done():
+		return &routeTable{gen: gen, byName: map[string]route{}}
 	}
-	a.mu.Unlock()
-	close(b.done)
-	return b.t
 }
 
 // build fetches every server's list of kind k and builds the table of
 // generation gen.
 func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *routeTable {
 	a.builds.Add(1)
-	// The build serves every caller waiting on it: it is not cut short by
-	// the first caller going away, only bounded by each server's timeouts.
-	ctx = context.WithoutCancel(ctx)
 
 	servers := a.g.fleet.Servers()
 	per := make([][]json.RawMessage, len(servers))
@@ -347,7 +347,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	for i, srv := range servers {
 		wg.Go(func() {
 			cfg := srv.Config()
-			lctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout+cfg.RequestTimeout)
+			lctx, cancel := withTimeout(ctx, bothBounds(cfg.InitTimeout, cfg.RequestTimeout))
 			defer cancel()
 			items, err := srv.List(lctx, k)
 			if err != nil {

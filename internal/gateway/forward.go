@@ -113,11 +113,8 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 // acquireSlow leases srv for s when it must be started or waited for,
 // within the request's timeout plus the server's init timeout.
 func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, timeout time.Duration) (*fleet.Lease, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout+srv.Config().InitTimeout)
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, bothBounds(timeout, srv.Config().InitTimeout))
+	defer cancel()
 	return srv.Acquire(ctx, s.Key())
 }
 

@@ -118,7 +118,7 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 		}
 	}
 	cfg := e.srv.Config()
-	sctx, cancel := context.WithTimeout(ctx, cfg.InitTimeout)
+	sctx, cancel := withTimeout(ctx, cfg.InitTimeout)
 	defer cancel()
 	l, err := e.srv.Acquire(sctx, session)
 	if err != nil {
