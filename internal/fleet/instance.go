@@ -460,24 +460,22 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 
 	in.mu.Lock()
 	in.starting = nil
-	if err == nil && in.closes != gen {
-		// A close raced the start, and wins: what started is stopped,
-		// not kept running for nobody.
-		pid := pidOf(in.conn)
-		in.mu.Unlock()
-		sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
-		serr := in.sup.Stop(sctx)
-		cancel()
-		in.mu.Lock()
-		in.conn = nil
-		in.startErr = fmt.Errorf("server %s was stopped while it started", name)
-		in.mu.Unlock()
-		close(ch)
-		d := map[string]any{"pid": pid, "reason": "stopped while it started"}
-		if serr != nil {
-			d["error"] = serr.Error()
+	if in.closes != gen {
+		// A close (a Stop, the end of the session, the fleet's Close)
+		// raced the start, and wins whatever the start's outcome: what
+		// started is stopped, not kept running for nobody, and a start
+		// the close interrupted is no failure — it counts nothing
+		// towards the respawn limit and reports no failed event.
+		if err != nil {
+			// Nothing runs: only the waiters are told.
+			in.conn = nil
+			in.startErr = fmt.Errorf("server %s was stopped while it started", name)
+			in.mu.Unlock()
+			close(ch)
+			return
 		}
-		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "stopped", Details: d})
+		in.mu.Unlock()
+		in.stopStarted(ch)
 		return
 	}
 	if err != nil {
@@ -508,6 +506,29 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		// What is cached may be older than this process: look again.
 		go in.srv.refresh(false, allKinds...)
 	}
+}
+
+// stopStarted stops what a start that a close raced made, tells the
+// requests waiting on ch that it was stopped while it started, and reports
+// it as stopped.
+func (in *instance) stopStarted(ch chan struct{}) {
+	name := in.srv.Name()
+	in.mu.Lock()
+	pid := pidOf(in.conn)
+	in.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
+	serr := in.sup.Stop(sctx)
+	cancel()
+	in.mu.Lock()
+	in.conn = nil
+	in.startErr = fmt.Errorf("server %s was stopped while it started", name)
+	in.mu.Unlock()
+	close(ch)
+	d := map[string]any{"pid": pid, "reason": "stopped while it started"}
+	if serr != nil {
+		d["error"] = serr.Error()
+	}
+	in.srv.f.emit(Event{Server: name, Session: in.key, Type: "stopped", Details: d})
 }
 
 // respawnLimitLocked refuses a start while too many recent starts failed.

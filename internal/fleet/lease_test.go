@@ -69,30 +69,40 @@ func TestSessionEndDuringStartWins(t *testing.T) {
 		if got := len(s.PIDs()); got != 0 {
 			t.Fatalf("%d processes running", got)
 		}
+		if n := ff.count("failed"); n != 0 {
+			t.Fatalf("%d failed events for a start its session's end interrupted", n)
+		}
 	})
 }
 
-// A stop of the shared instance that races its start wins too.
+// A stop of the shared instance that races its start wins too, and is no
+// failure: stops during starts, however many, never count towards the
+// respawn limit.
 func TestStopDuringStartWins(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		errc := make(chan error, 1)
-		go func() {
-			_, err := use(s.Acquire(context.Background(), ""))
-			errc <- err
-		}()
-		time.Sleep(100 * time.Millisecond)
-		if err := s.Stop(context.Background()); err != nil {
-			t.Fatal(err)
+		for i := range ff.f.opts.RespawnFailures + 1 {
+			errc := make(chan error, 1)
+			go func() {
+				_, err := use(s.Acquire(context.Background(), ""))
+				errc <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // the start takes 500ms
+			if err := s.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err == nil {
+				t.Fatalf("stop %d: the start a stop raced was kept", i)
+			}
+			synctest.Wait()
+			if st := s.Status(); st.State != "stopped" || st.LastError != "" {
+				t.Fatalf("stop %d: state %s, last error %q after a stop that raced the start", i, st.State, st.LastError)
+			}
 		}
-		if err := <-errc; err == nil {
-			t.Fatal("the start a stop raced was kept")
-		}
-		synctest.Wait()
-		if st := state(s); st != "stopped" {
-			t.Fatalf("state %s after a stop that raced the start", st)
+		if n := ff.count("failed"); n != 0 {
+			t.Fatalf("%d failed events for starts that stops interrupted", n)
 		}
 		// The next request starts it again.
 		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
