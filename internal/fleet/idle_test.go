@@ -423,3 +423,33 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 		}
 	})
 }
+
+// Rest, which puts a server started only to learn its lists back to
+// sleep, leaves a server a subscription pins awake running, as the idle
+// timer does.
+func TestRestLeavesAPinnedServerAwake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		s.Subscribe("A", "file:///x")
+		if s.Rest(s.Requests()) {
+			t.Fatal("Rest put a server with a subscriber to sleep")
+		}
+		synctest.Wait()
+		if st := state(s); st != "running" {
+			t.Fatalf("a server with a subscriber went %s", st)
+		}
+		s.Unsubscribe("A", "file:///x")
+		if !s.Rest(s.Requests()) {
+			t.Fatal("Rest refused a server nothing pins")
+		}
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("state %s after Rest", st)
+		}
+	})
+}

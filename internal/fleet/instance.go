@@ -342,9 +342,13 @@ func (in *instance) sleepLocked(now time.Time) {
 	}()
 }
 
-// rest puts the instance to sleep now if it runs, nothing is in flight and
-// no request began since the count requests was read.
+// rest puts the instance to sleep now if it runs, nothing is in flight, no
+// request began since the count requests was read and no subscription pins
+// it awake (as for the idle timer, the unsubscribe re-arms that).
 func (in *instance) rest(requests int64) bool {
+	if in.srv.pinned(in.key) {
+		return false
+	}
 	in.mu.Lock()
 	if in.phase != phaseRunning || in.inflight > 0 || in.requests != requests || in.conn == nil {
 		in.mu.Unlock()

@@ -100,6 +100,7 @@ func (s *Server) Requests() int64 {
 }
 
 // Rest puts the shared instance to sleep at once if it is running, has
-// nothing in flight and no request began since Requests returned requests:
-// a server started only to learn its lists goes back to sleep.
+// nothing in flight, no request began since Requests returned requests and
+// no resource subscription holds it awake: a server started only to learn
+// its lists goes back to sleep. It reports whether it did.
 func (s *Server) Rest(requests int64) bool { return s.shared.rest(requests) }
