@@ -68,7 +68,8 @@ type HTTPConnector struct {
 // Tunables, variables so that tests can shorten them.
 var (
 	// closeTimeout bounds the DELETE that ends the server's session, and
-	// closeGuard bounds Close waiting for the go-sdk connection's Close.
+	// closeGuard the whole end of the session (the go-sdk connection's
+	// Close): past it, the DELETE is abandoned.
 	closeTimeout = 2 * time.Second
 	closeGuard   = 3 * time.Second
 	// listenRetries is how many times in a row the standalone stream may
@@ -107,8 +108,9 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		return nil, fmt.Errorf("server %s: invalid URL", hc.Name) // the URL may hold a secret
 	}
 
-	b := &bridge{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}}
+	b := &bridge{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}, ended: make(chan struct{})}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.endCtx, b.endCancel = context.WithCancel(context.Background())
 	b.pr, b.pw = io.Pipe()
 	b.client = hc.client(b, base.Host)
 
@@ -125,6 +127,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	stop()
 	if err != nil {
 		b.cancel()
+		b.endCancel()
 		b.release()
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -144,6 +147,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		_ = c.rpc.Run(context.Background())
 		b.shutdown()
 		b.wg.Wait()
+		b.awaitSessionEnd()
 		b.release()
 		close(c.runDone)
 	}()
@@ -236,8 +240,14 @@ type bridge struct {
 	closed bool                      // no more goroutines start
 	wg     sync.WaitGroup
 
-	failErr   error // why the bridge ended the connection, once it has
-	closeOnce sync.Once
+	failErr error // why the bridge ended the connection, once it has
+
+	// The end of the server's session, which shutdown begins: ended is
+	// closed when the go-sdk connection's Close has returned; endCancel
+	// abandons its DELETE.
+	ended     chan struct{}
+	endCtx    context.Context
+	endCancel context.CancelFunc
 }
 
 // callState is one request in flight. Its context carries the POST; it
@@ -294,31 +304,50 @@ func (b *bridge) Close() error {
 
 var errBridgeClosed = errors.New("connection closed")
 
-// shutdown ends the connection: the streams and requests in flight, and
-// the server's session (DELETE, bounded by closeTimeout; the go-sdk
-// connection's Close is waited for at most closeGuard).
+// shutdown ends the connection: the streams and requests in flight at
+// once, and the server's session (the go-sdk connection's Close, a DELETE
+// bounded by closeTimeout) on a goroutine of its own, which
+// awaitSessionEnd waits for. Only the first call does anything, and no
+// call waits: Conn.CloseContext must return at its own ctx.
 func (b *bridge) shutdown() {
-	b.closeOnce.Do(func() {
-		b.mu.Lock()
-		b.closed = true
+	b.mu.Lock()
+	if b.closed {
 		b.mu.Unlock()
-		b.cancel()
-		b.pr.CloseWithError(errBridgeClosed)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := b.conn.Close(); err != nil {
-				b.log.Debug("ending the remote session", "err", err)
-			}
-		}()
-		t := time.NewTimer(closeGuard)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-			b.log.Warn("closing the remote connection timed out", "after", closeGuard)
+		return
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.pr.CloseWithError(errBridgeClosed)
+	go func() {
+		defer close(b.ended)
+		defer b.endCancel()
+		if err := b.conn.Close(); err != nil {
+			b.log.Debug("ending the remote session", "err", err)
 		}
-	})
+	}()
+}
+
+// awaitSessionEnd waits for the end of the session that shutdown began,
+// at most closeGuard; then it abandons the DELETE, after which the go-sdk
+// connection's Close returns at once (it is waited for closeGuard more, in
+// case a configured transport does not heed its request's context).
+func (b *bridge) awaitSessionEnd() {
+	t := time.NewTimer(closeGuard)
+	defer t.Stop()
+	select {
+	case <-b.ended:
+		return
+	case <-t.C:
+	}
+	b.log.Warn("ending the remote session timed out; abandoning it", "after", closeGuard)
+	b.endCancel()
+	t.Reset(closeGuard)
+	select {
+	case <-b.ended:
+	case <-t.C:
+		b.log.Error("the remote session's end did not return once abandoned")
+	}
 }
 
 // release closes the connection's own idle HTTP connections.
@@ -787,8 +816,9 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var onClose []func()
 	if r.Method == http.MethodDelete {
 		ctx, cancel := context.WithTimeout(r.Context(), closeTimeout)
+		stop := context.AfterFunc(t.b.endCtx, cancel) // abandoned past closeGuard
 		r = r.WithContext(ctx)
-		onClose = append(onClose, cancel)
+		onClose = append(onClose, func() { stop(); cancel() })
 	}
 	if st, ok := r.Context().Value(callKey{}).(*callState); ok {
 		onClose = append(onClose, st.closeBody)

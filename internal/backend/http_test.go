@@ -614,3 +614,88 @@ func TestHTTPUnknownTransport(t *testing.T) {
 		t.Errorf("Connect: %v", err)
 	}
 }
+
+// hangDelete makes the fixture hold every DELETE until the client gives up
+// on it or the fixture is released; started and aborted tell when one
+// arrives and when the client gave up on one.
+func hangDelete(f *fixture) (started, aborted chan struct{}) {
+	started, aborted = make(chan struct{}, 4), make(chan struct{}, 4)
+	f.setWrap(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodDelete {
+			return false
+		}
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			aborted <- struct{}{}
+		case <-f.release:
+		}
+		return true
+	})
+	return started, aborted
+}
+
+// CloseContext is bounded by its ctx for a remote server too: a server
+// that never answers the DELETE ending its session does not hold it up.
+// The session's end goes on, and Wait returns once it has.
+func TestHTTPCloseContextBoundedByContext(t *testing.T) {
+	f := newFixture(t, false)
+	started, _ := hangDelete(f)
+	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url})
+	call(t, c, "ping", `{}`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	err := c.CloseContext(ctx)
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("CloseContext with a 100 ms deadline took %v", d)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("CloseContext: %v, want its deadline", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session was not ended with DELETE")
+	}
+	if c.Alive() {
+		t.Error("alive after CloseContext")
+	}
+
+	f.close() // the DELETE ends
+	if err := waitFor(t, c); err != nil {
+		t.Errorf("Wait: %v", err)
+	}
+}
+
+// The session's end is bounded by closeGuard even when the DELETE's own
+// bound is longer: the DELETE is abandoned then, so that nothing of the
+// connection outlives Wait.
+func TestHTTPSessionEndBoundedByGuard(t *testing.T) {
+	defer func(d, g time.Duration) { closeTimeout, closeGuard = d, g }(closeTimeout, closeGuard)
+	closeTimeout, closeGuard = time.Hour, 200*time.Millisecond
+	f := newFixture(t, false)
+	started, aborted := hangDelete(f)
+	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url})
+	call(t, c, "ping", `{}`)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = c.CloseContext(ctx)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session was not ended with DELETE")
+	}
+	if err := waitFor(t, c); err != nil {
+		t.Errorf("Wait: %v", err)
+	}
+	// The go-sdk bounds its DELETE by 5 s; the guard must end it well
+	// before.
+	select {
+	case <-aborted:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the DELETE was still under way 2 s after Wait returned")
+	}
+}
