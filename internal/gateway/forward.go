@@ -221,11 +221,15 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 // relayLog delivers a server's log message. A stdio server's log line
 // carries nothing that ties it to a request, so it is attributed only when
 // that is certain: the line of a session's private instance, or of a
-// shared server that only one open session sees, is that session's — on
+// shared server that only one session has used, is that session's — on
 // the stream of its newest request in flight there, else on its session
-// stream. Otherwise it goes only to the sessions that set a log level on
-// the server. Wherever it goes, a session that set a level receives only
-// lines at least that severe.
+// stream; on a server several sessions use, the line that comes while
+// requests of exactly one session are in flight is that session's, on its
+// newest request's stream. A line nobody can attribute while requests are
+// in flight goes to no one; one that comes while none are is the server's
+// own and goes to the sessions that set a log level. Wherever it goes, a
+// session that set a level receives only lines at least that severe, and a
+// modern request only the lines its logLevel asked for.
 func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	sev := fleet.LogSeverity(stringField(m.Params, "level"))
 	levels := src.Server.LogLevels()
@@ -233,15 +237,40 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 		lvl, ok := levels[s.Key()]
 		return ok && sev >= fleet.LogSeverity(lvl)
 	}
-	if owner := g.owner(src); owner != nil {
-		if lvl, ok := levels[owner.Key()]; ok && sev < fleet.LogSeverity(lvl) {
-			return
+	// callWants: a line that belongs to c goes to its stream unless its
+	// session set a higher level — or, for a modern request, unless the
+	// request asked for no lines, or for more severe ones.
+	callWants := func(c *call) bool {
+		if mo := c.sess.modern; mo != nil {
+			return mo.LogLevel != "" && sev >= fleet.LogSeverity(mo.LogLevel)
 		}
+		lvl, ok := levels[c.sess.Key()]
+		return !ok || sev >= fleet.LogSeverity(lvl)
+	}
+	if owner := g.owner(src); owner != nil {
 		if c := g.newestCallOf(src.Conn, owner); c != nil {
-			_ = c.related.Send(m)
+			if callWants(c) {
+				_ = c.related.Send(m)
+			}
 		} else if wants(owner) {
 			_ = owner.Out().Send(m)
 		}
+		return
+	}
+	// A connection several sessions use. While requests of exactly one
+	// session are in flight there, the line is that session's (as for
+	// sampling); while several sessions' are, or one's ended unanswered,
+	// nobody can tell whose it is, and it goes to no one; with none, it
+	// is the server's own, for the sessions that set a level.
+	c, sessions := g.inFlight(src.Conn)
+	switch {
+	case sessions == 1 && c != nil:
+		if callWants(c) {
+			_ = c.related.Send(m)
+		}
+		return
+	case sessions > 0:
+		g.log.Debug("log line of a shared server not relayed: requests of several sessions are in flight", "server", src.Server.Name(), "sessions", sessions)
 		return
 	}
 	for _, s := range g.audience(src) {

@@ -299,3 +299,53 @@ func TestModernStdio(t *testing.T) {
 		t.Fatalf("legacy ping: %s", m.Encode())
 	}
 }
+
+// A modern request gets the server's log lines on its stream only when
+// its _meta asked for them, and only those at least as severe.
+func TestModernPerRequestLogLevel(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	call := func(id, level, logLevel string) []string {
+		meta := modernMeta(`{}`)
+		if logLevel != "" {
+			meta = strings.Replace(meta, `"io.modelcontextprotocol/clientCapabilities"`, `"io.modelcontextprotocol/logLevel":"`+logLevel+`","io.modelcontextprotocol/clientCapabilities"`, 1)
+		}
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"a__log","arguments":{"text":"line","level":"` + level + `"},` + meta + `}}`
+		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
+		for k, v := range modernHeaders("tools/call", "a__log") {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"logged"`) {
+			t.Fatalf("call %s: %s", id, b)
+		}
+		return strings.Split(string(b), "\n")
+	}
+	has := func(lines []string) bool {
+		for _, l := range lines {
+			if strings.Contains(l, "notifications/message") {
+				return true
+			}
+		}
+		return false
+	}
+	if has(call("1", "info", "")) {
+		t.Fatal("a log line reached a request that asked for none")
+	}
+	if !has(call("2", "info", "info")) {
+		t.Fatal("the info line did not reach a request at logLevel info")
+	}
+	if has(call("3", "info", "error")) {
+		t.Fatal("an info line reached a request at logLevel error")
+	}
+}

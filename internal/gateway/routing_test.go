@@ -124,9 +124,10 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 }
 
 // Log lines of a server that serves several sessions carry nothing that
-// ties them to a request, so they go only to the sessions that set a log
-// level, each at its level — never to whichever session has a call in
-// flight.
+// ties them to a request. One that comes while only B has a call in
+// flight is B's, on that call's stream, and no other session's; one that
+// comes while no call is in flight is the server's own, for the sessions
+// that set a log level, each at its level.
 func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	ep := w.gw.Aggregate()
@@ -147,17 +148,22 @@ func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	handle(a, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "a"}}), newRecorder())
 	relB := newRecorder()
 	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 50}}), relB)
-	// Both lines — during B's call and after it — go to A, which asked.
-	for _, want := range []string{`"from B"`, `"from B (later)"`} {
-		if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), want) {
-			t.Fatalf("A got %s, want %s", m.Params, want)
-		}
+	// The line during B's call is B's; the later one, between calls,
+	// goes to A, which asked for the server's lines.
+	if m := relB.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), `"from B"`) {
+		t.Fatalf("B's call stream got %s", m.Params)
+	}
+	if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), `"from B (later)"`) {
+		t.Fatalf("A got %s, want only the line sent between calls", m.Params)
 	}
 	// A request answered after the lines were relayed: everything the
 	// server sent before it has been delivered by now.
 	handle(b, request(4, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder())
-	if n := relB.count("notifications/message") + outB.count("notifications/message"); n != 0 {
-		t.Fatalf("B, which set no log level, got %d lines of a server it shares", n)
+	if n := outA.count("notifications/message"); n != 1 {
+		t.Fatalf("A got %d lines, want the one sent between calls: the line of B's call crossed to it", n)
+	}
+	if n := outB.count("notifications/message"); n != 0 {
+		t.Fatalf("B, which set no log level, got %d lines on its session stream", n)
 	}
 	if n := outC.count("notifications/message"); n != 0 {
 		t.Fatalf("C, at level error, got %d info lines", n)
