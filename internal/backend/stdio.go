@@ -44,7 +44,9 @@ type StdioConnector struct {
 // Connect spawns the server, sends initialize and notifications/initialized,
 // and returns the live connection. ctx bounds the whole handshake
 // (lifecycle gives it the init timeout); the process is stopped if the
-// handshake fails.
+// handshake fails, under ctx too: once ctx has ended, the tree is killed
+// at once and Connect returns without waiting for it to vanish (the
+// connection's goroutine reaps it).
 func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
 	log := sc.Logger
 	if log == nil {
@@ -87,7 +89,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		close(c.runDone)
 	}()
 	if err := c.handshake(ctx); err != nil {
-		_ = c.Close()
+		_ = c.CloseContext(ctx)
 		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
 			return nil, c.endCause(err)
 		}

@@ -98,3 +98,55 @@ func TestCloseContextLaterCallerIsBoundedByItsContext(t *testing.T) {
 		t.Fatal("the server is still running after every close returned")
 	}
 }
+
+// A handshake that fails because Connect's ctx ended stops the server with
+// that ctx: Connect returns promptly instead of running the stop's waits,
+// and the tree, killed at once, is gone soon after.
+func TestConnectHandshakeTimeoutKillsAtOnce(t *testing.T) {
+	rt, err := proc.Open(proc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	marker := testserver.NewMarker(t)
+	sc := &StdioConnector{
+		Name:    "mute",
+		Runtime: rt,
+		Spec: proc.Spec{
+			Command:   testserver.Build(t),
+			Args:      []string{"-never-answer", "-ignore-term", "-ignore-eof"},
+			Env:       append(proc.Environ(), testserver.MarkerEnv+"="+marker),
+			StdinWait: time.Hour,
+			TermWait:  time.Hour,
+		},
+		Logger: quiet(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		s, err := sc.Connect(ctx)
+		if s != nil {
+			_ = s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Connect succeeded with a server that never answers")
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("Connect with a 300 ms ctx took %v", d)
+		}
+	case <-time.After(5 * time.Second):
+		testserver.KillProcesses(marker) // lets Connect return
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		t.Fatal("Connect did not return within 5 s of a 300 ms ctx")
+	}
+	testserver.WaitGone(t, marker, 5*time.Second)
+}
