@@ -180,6 +180,11 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			}
 		}
 	case "notifications/resources/updated":
+		if src.Session == "" && src.Server.PerSession() {
+			// A per-session server's shared instance only learns its
+			// lists: it serves no session, and its updates are no one's.
+			return
+		}
 		uri := stringField(m.Params, "uri")
 		for _, key := range src.Server.Subscribers(uri) {
 			if src.Session != "" && key != src.Session {

@@ -498,3 +498,25 @@ func TestAServerBackInTheListIsAnnounced(t *testing.T) {
 		t.Fatalf("%d list_changed once the server was back, want 1", n)
 	}
 }
+
+// A per-session server's shared instance serves no session: a resource
+// update it sends reaches no subscriber, while the same update from a
+// session's own instance reaches that session.
+func TestPerSessionSharedInstanceUpdatesReachNoOne(t *testing.T) {
+	w := newWorld(t, `{"p":{"command":"$FIXTURE","sharing":"per-session"}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	srv := w.fleet.Get("p")
+	srv.Subscribe(s.Key(), "test://x")
+	update := &rpc.Message{Method: "notifications/resources/updated", Params: json.RawMessage(`{"uri":"test://x"}`)}
+	w.gw.Notification(fleet.Source{Server: srv}, update)
+	w.gw.Notification(fleet.Source{Server: srv, Session: s.Key()}, update)
+	if m := out.next(t, "notifications/resources/updated", 5*time.Second); m == nil {
+		t.Fatal("the session's own instance's update did not arrive")
+	}
+	if n := out.count("notifications/resources/updated"); n != 1 {
+		t.Fatalf("the session got %d updates, want only its own instance's", n)
+	}
+}
