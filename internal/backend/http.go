@@ -88,7 +88,8 @@ const protocolVersionHeader = "MCP-Protocol-Version"
 
 // Connect opens the connection, sends initialize and
 // notifications/initialized, and returns the live connection. ctx bounds
-// the whole handshake; the connection is closed if the handshake fails.
+// the whole handshake; the connection is closed if the handshake fails,
+// Connect waiting for that no longer than ctx.
 func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
 	log := hc.Logger
 	if log == nil {
@@ -152,7 +153,8 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		close(c.runDone)
 	}()
 	if err := c.handshake(ctx); err != nil {
-		_ = c.Close()
+		// Under ctx: the session's end may outlast it (see shutdown).
+		_ = c.CloseContext(ctx)
 		if f := b.failure(); f != nil && errors.Is(err, rpc.ErrClosed) {
 			return nil, fmt.Errorf("server %s: %w", hc.Name, f)
 		}

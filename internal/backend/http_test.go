@@ -699,3 +699,47 @@ func TestHTTPSessionEndBoundedByGuard(t *testing.T) {
 		t.Fatal("the DELETE was still under way 2 s after Wait returned")
 	}
 }
+
+// A handshake that fails (here: a protocol version mcpvisor does not
+// speak) ends the session under Connect's ctx: a server that never
+// answers the DELETE does not hold Connect past it.
+func TestHTTPConnectFailureBoundedByContext(t *testing.T) {
+	f := newFixture(t, false)
+	started, _ := hangDelete(f)
+	wrapDelete := f.wrap
+	f.setWrap(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodPost {
+			return wrapDelete(w, r)
+		}
+		var m struct {
+			ID     json.RawMessage
+			Method string
+		}
+		body, _ := io.ReadAll(r.Body)
+		if json.Unmarshal(body, &m) != nil || m.Method != "initialize" {
+			w.WriteHeader(http.StatusAccepted)
+			return true
+		}
+		w.Header().Set("Mcp-Session-Id", "s1")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"1999-01-01","capabilities":{},"serverInfo":{"name":"old","version":"0"}}}`))
+		return true
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_, err := (&HTTPConnector{Name: "remote", URL: f.url, Logger: quiet()}).Connect(ctx)
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("Connect with a 300 ms deadline took %v", d)
+	}
+	if !errors.Is(err, lifecycle.ErrCapabilityMissing) {
+		t.Errorf("Connect: %v, want ErrCapabilityMissing", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session was not ended with DELETE")
+	}
+	f.close() // the DELETE ends; goleak sees the connection's goroutines end
+}
