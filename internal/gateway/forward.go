@@ -66,10 +66,20 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	defer lease.Release()
 	conn := lease.Conn()
 
-	// The timeout restarts whenever the server reports progress.
+	// The timeout restarts whenever the server reports progress or gets
+	// the client's answer to a request of its, and does not run out while
+	// such a request waits for the client.
 	var timer *time.Timer
 	if timeout > 0 {
-		timer = time.AfterFunc(timeout, func() { cancel(errTimeout) })
+		timer = time.AfterFunc(time.Hour, func() {
+			if c.waiting.Load() > 0 {
+				timer.Reset(timeout)
+				return
+			}
+			cancel(errTimeout)
+		})
+		timer.Stop()
+		timer.Reset(timeout)
 		defer timer.Stop()
 		c.touch = func() { timer.Reset(timeout) }
 	} else {
@@ -211,6 +221,7 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			if st := g.sessions[r.sess]; st != nil {
 				delete(st.outReqs, ours)
 			}
+			r.answered()
 		}
 		g.mu.Unlock()
 		if r != nil {
@@ -439,7 +450,8 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		return
 	}
 	ours := secretID("mcpv-r-")
-	r := &outReq{conn: conn, backendID: m.ID, sess: c.sess}
+	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.sess}
+	c.waiting.Add(1)
 	timeout := 5 * time.Minute
 	r.timer = time.AfterFunc(timeout, func() {
 		if g.takeOutReq(ours) != nil {
@@ -476,8 +488,17 @@ func (g *Gateway) takeOutReqOf(s *Session, id string) *outReq {
 		if st := g.sessions[r.sess]; st != nil {
 			delete(st.outReqs, id)
 		}
+		r.answered()
 	}
 	return r
+}
+
+// answered ends r's wait on the client: its call's timeout runs again,
+// afresh.
+func (r *outReq) answered() {
+	if r.call != nil && r.call.waiting.Add(-1) == 0 {
+		r.call.touch()
+	}
 }
 
 // clientMessage handles what every endpoint handles alike: the client's

@@ -119,10 +119,15 @@ type call struct {
 	conn     fleet.Conn
 	cancel   func(cause error)
 	touch    func() // resets the request timeout
+	// waiting counts the server's requests bridged to the client and not
+	// yet answered: while one is, the server waits on the client, and the
+	// request timeout does not run out.
+	waiting atomic.Int32
 }
 
 // outReq is a server→client request forwarded to a client session.
 type outReq struct {
+	call      *call // the client request it was bridged to
 	conn      fleet.Conn
 	backendID json.RawMessage
 	sess      *Session
