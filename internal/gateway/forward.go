@@ -141,6 +141,7 @@ func (g *Gateway) endCall(c *call, key string) {
 	if c.conn == nil {
 		return // ended before it reached its server
 	}
+	g.noteRecentLocked(c.conn, c.sess)
 	list := g.calls[c.conn]
 	for i, x := range list {
 		if x == c {
@@ -274,11 +275,13 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 		return
 	}
 	// A connection several sessions use. While requests of exactly one
-	// session are in flight there, the line is that session's (as for
-	// sampling); while several sessions' are, or one's ended unanswered,
-	// nobody can tell whose it is, and it goes to no one; with none, it
-	// is the server's own, for the sessions that set a level.
-	c, sessions := g.inFlight(src.Conn)
+	// session are in flight there, and no other session's ended lately,
+	// the line is that session's (as for sampling); while several
+	// sessions' are or lately were, nobody can tell whose it is, and it
+	// goes to no one; when the server has been quiet for linger, it is
+	// the server's own, for the sessions that set a level.
+	c, _ := g.inFlight(src.Conn)
+	sessions := g.activeSessions(src.Conn)
 	switch {
 	case sessions == 1 && c != nil:
 		if callWants(c) {
@@ -368,6 +371,57 @@ func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
 		}
 	}
 	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{sess: s, until: now.Add(timeout)})
+}
+
+// noteRecentLocked records that a request of s on conn just ended (see
+// recent); one record per session and connection, expired ones swept at
+// most once per linger. g.mu is held.
+func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
+	now := time.Now()
+	if now.Sub(g.recentGC) > g.linger {
+		g.recentGC = now
+		for k, list := range g.recent {
+			kept := list[:0]
+			for _, a := range list {
+				if now.Before(a.until) {
+					kept = append(kept, a)
+				}
+			}
+			if len(kept) == 0 {
+				delete(g.recent, k)
+			} else {
+				g.recent[k] = kept
+			}
+		}
+	}
+	list := g.recent[conn]
+	for i := range list {
+		if list[i].sess == s {
+			list[i].until = now.Add(g.linger)
+			return
+		}
+	}
+	g.recent[conn] = append(list, abandonedCall{sess: s, until: now.Add(g.linger)})
+}
+
+// activeSessions counts the sessions whose requests are in flight on conn,
+// ended unanswered within their timeout, or ended within linger.
+func (g *Gateway) activeSessions(conn fleet.Conn) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[*Session]bool{}
+	now := time.Now()
+	for _, l := range [][]abandonedCall{g.abandoned[conn], g.recent[conn]} {
+		for _, a := range l {
+			if now.Before(a.until) {
+				seen[a.sess] = true
+			}
+		}
+	}
+	for _, c := range g.calls[conn] {
+		seen[c.sess] = true
+	}
+	return len(seen)
 }
 
 // abandonedCall is a request that ended without the server's answer.

@@ -45,12 +45,22 @@ type Gateway struct {
 	outboxes map[fleet.Conn]*outbox // what waits to be written to a server
 	// abandoned are requests that ended unanswered, per connection.
 	abandoned map[fleet.Conn][]abandonedCall
+	// recent are the sessions whose requests ended on a connection within
+	// linger, per connection: a server may still send lines of theirs.
+	recent    map[fleet.Conn][]abandonedCall
+	recentGC  time.Time     // when recent was last swept
+	linger    time.Duration // how long a session's ended request counts as recent
 	tokens    map[string]*call   // our progress token → call
 	outReqs   map[string]*outReq // our id of a server→client request → where it came from
 	agg       *aggregate
 	pageSize  int                // of the aggregated lists; 0: whole lists
 	listeners map[*listener]bool // open subscriptions/listen requests
 }
+
+// defaultLinger is how long after a session's request on a server ends the
+// server's unattributable lines may still be that session's: a server
+// often logs just after it answers.
+const defaultLinger = 5 * time.Second
 
 // SetPageSize sets how many items one page of the aggregated endpoint's
 // lists holds (0: whole lists, the default). Call before serving.
@@ -69,6 +79,8 @@ func New(log *slog.Logger) *Gateway {
 		calls:     map[fleet.Conn][]*call{},
 		outboxes:  map[fleet.Conn]*outbox{},
 		abandoned: map[fleet.Conn][]abandonedCall{},
+		recent:    map[fleet.Conn][]abandonedCall{},
+		linger:    defaultLinger,
 		tokens:    map[string]*call{},
 		outReqs:   map[string]*outReq{},
 	}

@@ -301,9 +301,12 @@ func TestModernStdio(t *testing.T) {
 }
 
 // A modern request gets the server's log lines on its stream only when
-// its _meta asked for them, and only those at least as severe.
+// its _meta asked for them, and only those at least as severe. (Each
+// request is its own requester: the calls are spaced by more than the
+// linger, so that each line is certainly its call's.)
 func TestModernPerRequestLogLevel(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.linger = 20 * time.Millisecond
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -329,6 +332,7 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 		if !strings.Contains(string(b), `"logged"`) {
 			t.Fatalf("call %s: %s", id, b)
 		}
+		time.Sleep(50 * time.Millisecond) // past the linger: the next call is the server's only requester
 		return strings.Split(string(b), "\n")
 	}
 	has := func(lines []string) bool {

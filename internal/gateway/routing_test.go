@@ -125,11 +125,13 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 
 // Log lines of a server that serves several sessions carry nothing that
 // ties them to a request. One that comes while only B has a call in
-// flight is B's, on that call's stream, and no other session's; one that
-// comes while no call is in flight is the server's own, for the sessions
-// that set a log level, each at its level.
+// flight, and no other session's ended lately, is B's, on that call's
+// stream, and no other session's; one that comes once the server has been
+// quiet for the linger is the server's own, for the sessions that set a
+// log level, each at its level.
 func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.linger = 50 * time.Millisecond
 	ep := w.gw.Aggregate()
 	outA, outB, outC := newRecorder(), newRecorder(), newRecorder()
 	a, b, c := ep.Open(outA), ep.Open(outB), ep.Open(outC)
@@ -146,27 +148,58 @@ func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	handle(c, request(2, "logging/setLevel", map[string]any{"level": "error"}), newRecorder())
 	// A uses the server too: it now serves more than one session.
 	handle(a, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "a"}}), newRecorder())
+	time.Sleep(100 * time.Millisecond) // A's call is no longer recent
 	relB := newRecorder()
-	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 50}}), relB)
-	// The line during B's call is B's; the later one, between calls,
-	// goes to A, which asked for the server's lines.
+	handle(b, request(3, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "from B", "laterMs": 300}}), relB)
+	// The line during B's call is B's; the later one, once the server
+	// has been quiet, goes to A, which asked for the server's lines.
 	if m := relB.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), `"from B"`) {
 		t.Fatalf("B's call stream got %s", m.Params)
 	}
 	if m := outA.next(t, "notifications/message", 5*time.Second); !strings.Contains(string(m.Params), `"from B (later)"`) {
-		t.Fatalf("A got %s, want only the line sent between calls", m.Params)
+		t.Fatalf("A got %s, want only the line sent while the server was quiet", m.Params)
 	}
 	// A request answered after the lines were relayed: everything the
 	// server sent before it has been delivered by now.
 	handle(b, request(4, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder())
 	if n := outA.count("notifications/message"); n != 1 {
-		t.Fatalf("A got %d lines, want the one sent between calls: the line of B's call crossed to it", n)
+		t.Fatalf("A got %d lines, want the one sent while the server was quiet: the line of B's call crossed to it", n)
 	}
 	if n := outB.count("notifications/message"); n != 0 {
 		t.Fatalf("B, which set no log level, got %d lines on its session stream", n)
 	}
 	if n := outC.count("notifications/message"); n != 0 {
 		t.Fatalf("C, at level error, got %d info lines", n)
+	}
+}
+
+// A line that comes while one session's call is in flight and another's
+// ended a moment ago may be either's: it goes to neither.
+func TestLogLineOfTwoActiveSessionsGoesToNeither(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a, b := ep.Open(outA), ep.Open(outB)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	relA, relB := newRecorder(), newRecorder()
+	for _, s := range []*Session{a, b} {
+		if resp := ep.Handle(context.Background(), s, request(1, "logging/setLevel", map[string]any{"level": "debug"}), newRecorder()); resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+	}
+	if resp := ep.Handle(context.Background(), a, request(2, "tools/call", map[string]any{"name": "a__log", "arguments": map[string]any{"text": "secret of A", "laterMs": 300}}), relA); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	relA.next(t, "notifications/message", 5*time.Second) // during A's call, A's alone
+	if resp := ep.Handle(context.Background(), b, request(3, "tools/call", map[string]any{"name": "a__sleep", "arguments": map[string]any{"ms": 600}}), relB); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	if resp := ep.Handle(context.Background(), b, request(4, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "sync"}}), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	if n := relB.count("notifications/message") + outB.count("notifications/message") + outA.count("notifications/message"); n != 0 {
+		t.Fatalf("A's late line reached a session stream or B's call %d times", n)
 	}
 }
 
