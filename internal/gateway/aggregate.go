@@ -460,8 +460,11 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
 	}
 	t := a.table(ctx, k)
+	if ctx.Err() != nil {
+		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the aggregated list was built: %v", context.Cause(ctx)))
+	}
 	r, ok := t.byName[name]
-	if !ok && ctx.Err() == nil {
+	if !ok {
 		// A server may have gained it since the table was built: build
 		// it again, once for all the callers that missed in that table.
 		a.invalidateOnMiss(t.gen)
