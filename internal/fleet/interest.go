@@ -52,13 +52,13 @@ func (s *Server) interestLocked(session string) *interest {
 // dormant — a sleeping server cannot send the updates its subscribers wait
 // for.
 func (s *Server) Subscribe(session, uri string) {
-	if s.f.sessionEnded(session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.endedLocked(session) {
 		return // a late request of an ended session records nothing
 	}
-	s.mu.Lock()
 	s.interestLocked(session).subs[uri] = true
 	s.igen++
-	s.mu.Unlock()
 }
 
 // Unsubscribe forgets a subscription Subscribe recorded.
@@ -77,14 +77,21 @@ func (s *Server) Unsubscribe(session, uri string) {
 // SetLogLevel records the log level session set on this server ("" forgets
 // it); it is replayed to every new process.
 func (s *Server) SetLogLevel(session, level string) {
-	if s.f.sessionEnded(session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.endedLocked(session) {
 		return
 	}
-	s.mu.Lock()
 	s.interestLocked(session).level = level
 	s.igen++
-	s.mu.Unlock()
 }
+
+// endedLocked reports whether session has ended; s.mu is held. Asked under
+// the lock that writes an interest, the answer holds until the write:
+// Fleet.EndSession marks the session ended before it takes s.mu to forget
+// the session's interests, so an interest is either written before that
+// and forgotten with the rest, or not written at all.
+func (s *Server) endedLocked(session string) bool { return s.f.sessionEnded(session) }
 
 // interestGen counts the changes of what sessions asked of the server.
 func (s *Server) interestGen() uint64 {
