@@ -217,7 +217,7 @@ func (in *instance) catchUp() {
 		return
 	}
 	defer l.Release()
-	ctx, cancel := context.WithTimeout(context.Background(), in.srv.cfg.InitTimeout)
+	ctx, cancel := withTimeout(context.Background(), in.srv.cfg.InitTimeout)
 	defer cancel()
 	in.replayTo(ctx, l.Conn())
 }

@@ -291,7 +291,7 @@ func (s *Server) refresh(told bool, kinds ...ListKind) {
 		return
 	}
 	defer l.Release()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout+s.cfg.InitTimeout)
+	ctx, cancel := withTimeout(context.Background(), plusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
 	defer cancel()
 	var changed []ListKind
 	for _, k := range kinds {
@@ -379,7 +379,7 @@ func (f *Fleet) Learn(ctx context.Context, concurrency int) {
 // learn starts the server under one lease, fetches every list, and lets
 // it sleep again unless a client request came meanwhile.
 func (s *Server) learn(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, s.cfg.InitTimeout+s.cfg.RequestTimeout)
+	lctx, cancel := withTimeout(ctx, plusTimeouts(s.cfg.InitTimeout, s.cfg.RequestTimeout))
 	defer cancel()
 	l, err := s.Acquire(lctx, "")
 	if err != nil {

@@ -1,0 +1,222 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// listServer is the fake server behind every connection of a listFleet:
+// it answers tools/list with tools, and counts what it is asked.
+type listServer struct {
+	init *InitResult
+
+	mu    sync.Mutex
+	tools []json.RawMessage
+	calls []string // the calls made within a live context, in order
+	// gate, when set, holds every tools/list until it is closed.
+	gate chan struct{}
+	// listing counts the tools/list calls in flight, maxListing the most
+	// at once and lists all of them.
+	listing, maxListing, lists int
+}
+
+func (s *listServer) setTools(names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tools = nil
+	for _, n := range names {
+		s.tools = append(s.tools, json.RawMessage(`{"name":"`+n+`"}`))
+	}
+}
+
+func (s *listServer) count(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.calls {
+		if c == method {
+			n++
+		}
+	}
+	return n
+}
+
+// listConn is one live connection to a listServer.
+type listConn struct {
+	*fakeLive
+	srv *listServer
+}
+
+func (c listConn) Name() string      { return "s" }
+func (c listConn) Init() *InitResult { return c.srv.init }
+func (c listConn) Call(ctx context.Context, method string, _ json.RawMessage) (*rpc.Message, error) {
+	s := c.srv
+	s.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.calls = append(s.calls, method)
+	if method != "tools/list" {
+		s.mu.Unlock()
+		return &rpc.Message{Result: json.RawMessage(`{}`)}, nil
+	}
+	s.lists++
+	s.listing++
+	s.maxListing = max(s.maxListing, s.listing)
+	gate := s.gate
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.listing--
+		s.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+			return nil, lifecycle.ErrServerCrashed
+		}
+	}
+	s.mu.Lock()
+	body, _ := json.Marshal(map[string]any{"tools": s.tools})
+	s.mu.Unlock()
+	return &rpc.Message{Result: body}, nil
+}
+func (c listConn) Notify(string, json.RawMessage) error          { return nil }
+func (c listConn) Reply(json.RawMessage, json.RawMessage) error  { return nil }
+func (c listConn) ReplyError(json.RawMessage, int, string) error { return nil }
+
+type listConnector struct {
+	onConnect func(context.Context, Live)
+	srv       *listServer
+	connects  *int
+	beforeEnd func(n int) // runs after onConnect of the nth connect
+}
+
+func (lc *listConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	lc.srv.mu.Lock()
+	*lc.connects++
+	n := *lc.connects
+	lc.srv.mu.Unlock()
+	l := listConn{&fakeLive{done: make(chan struct{})}, lc.srv}
+	lc.onConnect(ctx, l)
+	if lc.beforeEnd != nil {
+		lc.beforeEnd(n)
+	}
+	return l, nil
+}
+
+// listFleet is a fleet of one server "s" served by a listServer with the
+// tools, logging and resources capabilities; it records the lists the
+// fleet reports changed.
+type listFleet struct {
+	f   *Fleet
+	srv *listServer
+
+	mu       sync.Mutex
+	reported [][]ListKind
+	connects int
+}
+
+func newListFleet(t *testing.T, settings string, beforeEnd func(n int)) *listFleet {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake"`+settings+`}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"logging":{}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf := &listFleet{srv: &listServer{init: init}}
+	lf.f, err = New(cfg, Options{
+		Logger: discardLogger(),
+		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+			return &listConnector{onConnect: onConnect, srv: lf.srv, connects: &lf.connects, beforeEnd: beforeEnd}
+		},
+		OnListsChanged: func(_ *Server, kinds []ListKind) {
+			lf.mu.Lock()
+			lf.reported = append(lf.reported, kinds)
+			lf.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lf
+}
+
+func (lf *listFleet) close(t *testing.T) {
+	if err := lf.f.Close(context.Background()); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+func toolNames(t *testing.T, items []json.RawMessage) []string {
+	t.Helper()
+	var out []string
+	for _, it := range items {
+		var tool struct{ Name string }
+		if err := json.Unmarshal(it, &tool); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tool.Name)
+	}
+	return out
+}
+
+// An init and a request timeout of 0 mean no deadline: learning the lists,
+// refreshing them after a wake and telling a new process a log level set
+// during its start all work, none of them with an expired context.
+func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var lf *listFleet
+		lf = newListFleet(t, `,"idleTimeout":"0","initTimeout":"0","requestTimeout":"0"`, func(n int) {
+			if n == 2 {
+				// After the replay of the wake's process, before it serves:
+				// the catch-up tells it.
+				lf.f.Get("s").SetLogLevel("A", "debug")
+			}
+		})
+		defer lf.close(t)
+		s := lf.f.Get("s")
+		lf.srv.setTools("v1")
+
+		lf.f.Learn(t.Context(), 1)
+		synctest.Wait()
+		items, ok := s.lists.get(Tools)
+		if !ok {
+			t.Fatal("learning with no deadline cached no tools")
+		}
+		if got := toolNames(t, items); len(got) != 1 || got[0] != "v1" {
+			t.Fatalf("learned tools %v, want [v1]", got)
+		}
+		if st := state(s); st != "dormant" {
+			t.Fatalf("state %s after learning, want dormant", st)
+		}
+
+		lf.srv.setTools("v2")
+		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		items, _ = s.lists.get(Tools)
+		if got := toolNames(t, items); len(got) != 1 || got[0] != "v2" {
+			t.Fatalf("tools after the wake's refresh %v, want [v2]", got)
+		}
+		if n := lf.srv.count("logging/setLevel"); n != 1 {
+			t.Fatalf("the level set during the start was told %d times, want once", n)
+		}
+	})
+}
