@@ -192,6 +192,10 @@ func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, r
 		return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
 	case removedMethod(m.Method):
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case mrtrMethod(m.Method) && ourState(m.Params) != "":
+		resp := a.g.resumeHeld(ctx, m, ourState(m.Params), related)
+		completeResult(m.Method, resp, a.scope(m.Method))
+		return resp
 	case m.Method == "subscriptions/listen":
 		return a.g.listen(ctx, "", m, related)
 	}

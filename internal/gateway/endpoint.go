@@ -73,7 +73,9 @@ type Session struct {
 	closed   bool
 	state    any // the endpoint's own per-session state
 
-	modern *Modern // the request's own _meta, for the session of a modern request
+	modern *Modern      // the request's own _meta, for the session of a modern request
+	req    *rpc.Message // that request, as the client sent it
+	held   *heldCall    // the held call whose session this is, if any
 }
 
 // NewSession returns a session whose unsolicited messages go to out.

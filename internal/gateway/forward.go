@@ -23,6 +23,11 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) {
+		// A modern client's call that may need its input: held across
+		// rounds.
+		return g.forwardHeld(ctx, s, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
+	}
 	name := srv.Name()
 	st := g.state(s)
 	if st == nil {
@@ -476,10 +481,12 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	}
 	var c *call
 	ambiguous := false
+	sessions := 0
 	if owner := g.owner(src); owner != nil {
 		c = g.newestCallOf(conn, owner)
 	} else {
-		only, sessions := g.inFlight(conn)
+		var only *call
+		only, sessions = g.inFlight(conn)
 		if callScoped(m.Method) && sessions == 1 {
 			c = only
 		}
@@ -488,7 +495,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
 		if ambiguous {
-			n := len(g.sessionsFor(src.Server.Name()))
+			n := max(sessions, len(g.sessionsFor(src.Server.Name())))
 			g.log.Warn("server request cannot be attributed to one client session; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
 			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		}
@@ -496,10 +503,17 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		return
 	}
 	if c.st.stateless {
-		// A modern client takes no requests on its stream (MRTR replaces
-		// them); bridging them into input_required rounds is not built.
-		g.log.Warn("server request during a 2026-07-28 client's request refused", "server", conn.Name(), "method", m.Method)
-		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, and mcpvisor does not turn them into input_required results", m.Method, modernVersion)
+		// A modern client takes no requests: its held call asks for the
+		// input in an input_required round (mrtr.go).
+		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, outside tools/call, prompts/get and resources/read", m.Method, modernVersion)
+		if h := c.sess.held; h != nil {
+			ok, why := h.offer(conn, m)
+			if ok {
+				return
+			}
+			msg = "mcpvisor cannot forward " + m.Method + ": " + why
+		}
+		g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 		return
 	}

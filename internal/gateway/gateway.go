@@ -48,13 +48,27 @@ type Gateway struct {
 	// recent are the sessions whose requests ended on a connection within
 	// linger, per connection: a server may still send lines of theirs.
 	recent    map[fleet.Conn][]abandonedCall
-	recentGC  time.Time     // when recent was last swept
-	linger    time.Duration // how long a session's ended request counts as recent
+	recentGC  time.Time          // when recent was last swept
+	linger    time.Duration      // how long a session's ended request counts as recent
 	tokens    map[string]*call   // our progress token → call
 	outReqs   map[string]*outReq // our id of a server→client request → where it came from
 	agg       *aggregate
 	pageSize  int                // of the aggregated lists; 0: whole lists
 	listeners map[*listener]bool // open subscriptions/listen requests
+	// held are the calls held for a modern client's retry (mrtr.go), by
+	// id; holdTimeout bounds each, stateKey signs their requestState.
+	held        map[string]*heldCall
+	holdTimeout time.Duration
+	stateKey    []byte
+}
+
+// SetHoldTimeout sets how long a call held for a modern client's retry
+// waits for it (0 or less: DefaultHoldTimeout). Call before serving.
+func (g *Gateway) SetHoldTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultHoldTimeout
+	}
+	g.holdTimeout = d
 }
 
 // defaultLinger is how long after a session's request on a server ends the
@@ -73,16 +87,18 @@ func New(log *slog.Logger) *Gateway {
 		log = slog.Default()
 	}
 	g := &Gateway{
-		log:       log,
-		sessions:  map[*Session]*sessState{},
-		byKey:     map[string]*Session{},
-		calls:     map[fleet.Conn][]*call{},
-		outboxes:  map[fleet.Conn]*outbox{},
-		abandoned: map[fleet.Conn][]abandonedCall{},
-		recent:    map[fleet.Conn][]abandonedCall{},
-		linger:    defaultLinger,
-		tokens:    map[string]*call{},
-		outReqs:   map[string]*outReq{},
+		log:         log,
+		sessions:    map[*Session]*sessState{},
+		byKey:       map[string]*Session{},
+		calls:       map[fleet.Conn][]*call{},
+		outboxes:    map[fleet.Conn]*outbox{},
+		abandoned:   map[fleet.Conn][]abandonedCall{},
+		recent:      map[fleet.Conn][]abandonedCall{},
+		linger:      defaultLinger,
+		holdTimeout: DefaultHoldTimeout,
+		stateKey:    newStateKey(),
+		tokens:      map[string]*call{},
+		outReqs:     map[string]*outReq{},
 	}
 	g.agg = &aggregate{g: g}
 	return g

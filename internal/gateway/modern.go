@@ -135,6 +135,12 @@ func completeResult(method string, resp *rpc.Message, scope string) {
 	}
 	var add []byte
 	if rpc.Member(r, "resultType") == nil {
+		if rpc.Member(r, "inputRequests") != nil || rpc.Member(r, "requestState") != nil {
+			// A server that speaks multi round-trip requests but not the
+			// revision's resultType: its interim result, to pass on.
+			resp.Result = append(json.RawMessage(`{"resultType":"input_required",`), r[1:]...)
+			return
+		}
 		add = append(add, `"resultType":"complete",`...)
 	} else if t, _ := rpc.StringMember(r, "resultType"); t != "complete" {
 		return // input_required, or a type of a later revision: not ours to touch
@@ -217,19 +223,32 @@ const statelessKey = "stateless"
 // fleet. server is the endpoint's server ("" for the aggregated one).
 func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink,
 	handle func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message) *rpc.Message {
+	s := g.openStatelessSession(server, mo)
+	s.req = m
+	defer g.closeStatelessSession(s)
+	return handle(ctx, s, m, related)
+}
+
+// openStatelessSession opens the session of one modern request (or held
+// call) on the endpoint of server.
+func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
 	s := &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo}
 	st := &sessState{server: server, calls: map[string]*call{}, outReqs: map[string]*outReq{}, protocol: mo.Version, stateless: true}
 	g.mu.Lock()
 	g.sessions[s] = st
 	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		delete(g.sessions, s)
+	return s
+}
+
+// closeStatelessSession closes a session openStatelessSession opened.
+func (g *Gateway) closeStatelessSession(s *Session) {
+	g.mu.Lock()
+	if st := g.sessions[s]; st != nil {
 		st.closed = true
-		g.mu.Unlock()
-	}()
-	return handle(ctx, s, m, related)
+		delete(g.sessions, s)
+	}
+	g.mu.Unlock()
 }
 
 // noSink refuses every message: a stateless request's session stream.

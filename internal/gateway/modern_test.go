@@ -255,8 +255,9 @@ func TestModernListen(t *testing.T) {
 // Over stdio a request with modern _meta is served on its own, before and
 // without initialize: removed methods and bad versions get their errors,
 // server/discover names the server, notifications/cancelled cancels it
-// upstream, and a server's request during it is refused to the server
-// (the client takes none) while the call still gets its answer.
+// upstream, and a server's request during it becomes an input_required
+// round if the client declared the capability, else is refused to the
+// server while the call still gets its answer.
 func TestModernStdio(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"c":{"command":"$CONFORMANCE","prefix":"c"}}`)
 	c := newStdioTestClientOn(t, w.gw.Aggregate())
@@ -284,12 +285,22 @@ func TestModernStdio(t *testing.T) {
 		t.Fatalf("cancelled call: %s", m.Encode())
 	}
 
-	// The conformance server asks for sampling: refused to it; the
-	// client sees only the call's result, which says so.
-	c.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},` + modernMeta(`{"sampling":{}}`) + `}}`)
-	m := c.message()
-	if string(m.ID) != "5" || !strings.Contains(string(m.Result), "2026-07-28") || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
-		t.Fatalf("sampling during a modern call: %s", m.Encode())
+	// The conformance server asks for sampling: without the capability
+	// declared, refused to it (the call's result says so); with it, an
+	// input_required round, answered by the retry.
+	c.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},` + meta + `}}`)
+	if m := c.message(); string(m.ID) != "5" || !strings.Contains(string(m.Result), "sampling capability") || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
+		t.Fatalf("sampling without the capability: %s", m.Encode())
+	}
+	c.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},` + modernMeta(`{"sampling":{}}`) + `}}`)
+	key, method, state := inputRequired(t, c.message())
+	if method != "sampling/createMessage" {
+		t.Fatalf("input %s", method)
+	}
+	c.send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},"requestState":` + mustJSONString(state) +
+		`,"inputResponses":{` + mustJSONString(key) + `:{"role":"assistant","content":{"type":"text","text":"Paris"},"model":"m"}},` + modernMeta(`{"sampling":{}}`) + `}}`)
+	if m := c.message(); string(m.ID) != "8" || !strings.Contains(string(m.Result), "Paris") || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
+		t.Fatalf("sampling round over stdio: %s", m.Encode())
 	}
 
 	// A legacy session opens on the same stdio afterwards.

@@ -90,6 +90,10 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 		return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
 	case removedMethod(m.Method):
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case mrtrMethod(m.Method) && ourState(m.Params) != "":
+		resp := e.g.resumeHeld(ctx, m, ourState(m.Params), related)
+		completeResult(m.Method, resp, e.scope(m.Method))
+		return resp
 	case m.Method == "subscriptions/listen":
 		return e.g.listen(ctx, e.srv.Name(), m, related)
 	}

@@ -1,0 +1,407 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Multi Round-Trip Requests for modern clients of legacy servers
+// (2026-07-28, basic/patterns/mrtr). A legacy server asks its client for
+// sampling, elicitation or roots by sending a request while it serves a
+// call; a modern client takes no requests. So mcpvisor keeps the server's
+// call open — held — and answers the client with an input_required result
+// carrying the server's requests and a requestState that only mcpvisor can
+// have made (HMAC-SHA256 under a key of this run), bound to the method and
+// parameters of the call and to a deadline. The client's retry, with
+// inputResponses, answers the server's requests; its response is the
+// call's result, or the next input_required round. A held call whose
+// client does not come back within the hold bound is cancelled at the
+// server, and its server's requests get errors.
+
+// mrtrMethod reports whether a modern client's method may get an
+// input_required result (mrtr: tools/call, prompts/get, resources/read).
+func mrtrMethod(method string) bool {
+	return method == "tools/call" || method == "prompts/get" || method == "resources/read"
+}
+
+// DefaultHoldTimeout bounds how long a held call waits for its client's
+// retry.
+const DefaultHoldTimeout = 5 * time.Minute
+
+// maxHeld bounds the calls held at once, and maxPendingInputs the server
+// requests one held call has waiting: beyond them, servers' requests are
+// refused.
+const (
+	maxHeld          = 1024
+	maxPendingInputs = 16
+)
+
+// statePrefix marks a requestState mcpvisor made; any other passes
+// through to the server as the server's own.
+const statePrefix = "mcpv1."
+
+// heldCall is a modern client's call on a legacy server, held across
+// input_required rounds.
+type heldCall struct {
+	g       *Gateway
+	id      string
+	server  string
+	method  string
+	digest  string
+	caps    map[string]json.RawMessage // the client's declared capabilities
+	sess    *Session                   // the call's own session, for its life
+	cancel  context.CancelFunc         // ends the server's call
+	sink    swapSink                   // the current round's stream
+	events  chan heldEvent
+	expires time.Time
+	expiry  *time.Timer // ends the call at expires
+
+	mu      sync.Mutex
+	pending map[string]*heldInput // by input key, waiting for the client
+	seq     int
+	ended   bool
+}
+
+// heldInput is one server request waiting for the client's answer.
+type heldInput struct {
+	conn      fleet.Conn
+	backendID json.RawMessage
+	method    string
+	params    json.RawMessage
+}
+
+// heldEvent is what a round waits for: a new server request (key) or the
+// call's final response.
+type heldEvent struct {
+	key   string
+	final *rpc.Message
+}
+
+// swapSink forwards to the current round's stream.
+type swapSink struct {
+	mu  sync.Mutex
+	cur Sink
+}
+
+func (s *swapSink) Send(m *rpc.Message) error {
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur == nil {
+		return ErrNoStream
+	}
+	return cur.Send(m)
+}
+
+func (s *swapSink) set(to Sink) {
+	s.mu.Lock()
+	s.cur = to
+	s.mu.Unlock()
+}
+
+// forwardHeld forwards a modern client's call to a legacy server so that
+// the server's requests during it become input_required rounds.
+func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, params json.RawMessage, related Sink) *rpc.Message {
+	// m is the request as the server gets it (a prefixed name replaced by
+	// the server's own); s.req is as the client sent it, which its retry
+	// repeats.
+	g.mu.Lock()
+	if len(g.held) >= maxHeld {
+		g.mu.Unlock()
+		// No room to hold: the call runs as a plain one (its server's
+		// requests are refused).
+		return g.forward(ctx, s, srv, m.Method, params, m.ID, related)
+	}
+	h := &heldCall{
+		g: g, id: secretID(""), server: srv.Name(), method: m.Method, digest: salientDigest(s.req.Params),
+		events: make(chan heldEvent, maxPendingInputs+1), pending: map[string]*heldInput{},
+		expires: time.Now().Add(g.holdTimeout),
+	}
+	if g.held == nil {
+		g.held = map[string]*heldCall{}
+	}
+	g.held[h.id] = h
+	g.mu.Unlock()
+	_ = json.Unmarshal(s.modern.Caps, &h.caps)
+	h.sink.set(related)
+
+	// The call outlives the request that began it: it is the held call's,
+	// on a session of its own, bounded by the hold.
+	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.expires)
+	h.cancel = cancel
+	h.sess = g.openStatelessSession(h.server, s.modern)
+	h.sess.held = h
+	h.expiry = time.AfterFunc(g.holdTimeout, h.end)
+	go func() {
+		resp := g.forward(hctx, h.sess, srv, m.Method, params, m.ID, &h.sink)
+		h.events <- heldEvent{final: resp}
+	}()
+	return h.round(ctx, m.ID)
+}
+
+// round waits, within the client's request ctx, for what comes next: a
+// server request (answered with input_required, listing every input still
+// missing), or the final response (with id, the round's request id). A
+// client that goes away mid-round abandons the call.
+func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
+	for {
+		if r := h.missing(id); r != nil {
+			return r
+		}
+		select {
+		case ev := <-h.events:
+			if ev.final != nil {
+				h.end()
+				ev.final.ID = id
+				return ev.final
+			}
+		case <-ctx.Done():
+			h.end()
+			return errorResponse(id, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", h.server, context.Cause(ctx)))
+		}
+	}
+}
+
+// missing is the input_required result for the inputs the client still
+// owes, or nil if it owes none.
+func (h *heldCall) missing(id json.RawMessage) *rpc.Message {
+	h.mu.Lock()
+	if len(h.pending) == 0 {
+		h.mu.Unlock()
+		return nil
+	}
+	reqs := make(map[string]json.RawMessage, len(h.pending))
+	for k, in := range h.pending {
+		reqs[k] = mustJSON(map[string]json.RawMessage{"method": mustJSON(in.method), "params": nonEmpty(in.params)})
+	}
+	h.mu.Unlock()
+	// Drain the events of requests already listed.
+	for {
+		select {
+		case ev := <-h.events:
+			if ev.final != nil {
+				// The server answered meanwhile: its answer comes on the
+				// next round.
+				h.events <- ev
+				goto done
+			}
+		default:
+			goto done
+		}
+	}
+done:
+	res := mustJSON(map[string]any{
+		"resultType":    "input_required",
+		"inputRequests": reqs,
+		"requestState":  h.g.signState(h),
+	})
+	return resultResponse(id, res)
+}
+
+func nonEmpty(p json.RawMessage) json.RawMessage {
+	if len(p) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return p
+}
+
+// offer takes a server request that came during the held call: false if
+// the client cannot be asked it (it did not declare the capability, or too
+// many are pending), in which case the server is refused.
+func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message) (bool, string) {
+	capName := map[string]string{"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}[m.Method]
+	if capName == "" {
+		return false, fmt.Sprintf("mcpvisor cannot forward %s to an MCP %s client", m.Method, modernVersion)
+	}
+	if _, ok := h.caps[capName]; !ok {
+		return false, fmt.Sprintf("the client did not declare the %s capability", capName)
+	}
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false, "the client's request has ended"
+	}
+	if len(h.pending) >= maxPendingInputs {
+		h.mu.Unlock()
+		return false, "too many requests wait for the client"
+	}
+	h.seq++
+	key := "mcpv-" + strconv.Itoa(h.seq)
+	h.pending[key] = &heldInput{conn: conn, backendID: m.ID, method: m.Method, params: m.Params}
+	h.mu.Unlock()
+	h.events <- heldEvent{key: key}
+	return true, ""
+}
+
+// answer gives the server the client's inputResponses for pending inputs;
+// responses to anything else are ignored (mrtr: unexpected ones are).
+func (h *heldCall) answer(responses map[string]json.RawMessage) {
+	h.mu.Lock()
+	var done []*heldInput
+	var results []json.RawMessage
+	for k, v := range responses {
+		if in := h.pending[k]; in != nil {
+			delete(h.pending, k)
+			done = append(done, in)
+			results = append(results, v)
+		}
+	}
+	h.mu.Unlock()
+	for i, in := range done {
+		in, result := in, results[i]
+		h.g.post(in.conn, func() { _ = in.conn.Reply(in.backendID, result) })
+	}
+}
+
+// end ends the held call: the server's call is cancelled if still running,
+// its pending requests refused, and its state no longer accepted.
+func (h *heldCall) end() {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	pending := h.pending
+	h.pending = map[string]*heldInput{}
+	h.mu.Unlock()
+	h.expiry.Stop()
+	h.cancel()
+	for _, in := range pending {
+		in := in
+		h.g.post(in.conn, func() {
+			_ = in.conn.ReplyError(in.backendID, rpc.InternalError, "the client did not answer: its request ended")
+		})
+	}
+	h.g.mu.Lock()
+	delete(h.g.held, h.id)
+	h.g.mu.Unlock()
+	h.g.closeStatelessSession(h.sess)
+}
+
+// HeldCalls is the number of calls held for a modern client's retry.
+func (g *Gateway) HeldCalls() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.held)
+}
+
+// resumeHeld serves a modern client's retry whose requestState mcpvisor
+// made: it verifies the state, gives the server the inputResponses, and
+// answers with the call's result or the next round.
+func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state string, related Sink) *rpc.Message {
+	st, err := g.verifyState(state)
+	if err != nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState "+err.Error())
+	}
+	if st.Method != m.Method || st.Digest != salientDigest(m.Params) {
+		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its method and parameters must be the original's)")
+	}
+	g.mu.Lock()
+	h := g.held[st.Held]
+	g.mu.Unlock()
+	if h == nil {
+		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState names a request that has ended (answered, abandoned or expired); send it again without requestState")
+	}
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	h.sink.set(related)
+	h.answer(p.InputResponses)
+	return h.round(ctx, m.ID)
+}
+
+// heldState is what a requestState of mcpvisor's says.
+type heldState struct {
+	Held    string `json:"h"`
+	Method  string `json:"m"`
+	Digest  string `json:"d"`
+	Expires int64  `json:"e"` // Unix milliseconds
+}
+
+// signState makes the requestState of h's next round.
+func (g *Gateway) signState(h *heldCall) string {
+	body := mustJSON(heldState{Held: h.id, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
+	mac := hmac.New(sha256.New, g.stateKey)
+	mac.Write(body)
+	return statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+var (
+	errStateForged  = errors.New("failed verification: it was not made by this mcpvisor, or was altered")
+	errStateExpired = errors.New("has expired")
+)
+
+// verifyState checks a requestState of mcpvisor's and reads it.
+func (g *Gateway) verifyState(state string) (*heldState, error) {
+	rest, _ := strings.CutPrefix(state, statePrefix)
+	b64, sig, ok := strings.Cut(rest, ".")
+	if !ok {
+		return nil, errStateForged
+	}
+	body, err1 := base64.RawURLEncoding.DecodeString(b64)
+	mac, err2 := base64.RawURLEncoding.DecodeString(sig)
+	if err1 != nil || err2 != nil {
+		return nil, errStateForged
+	}
+	want := hmac.New(sha256.New, g.stateKey)
+	want.Write(body)
+	if !hmac.Equal(mac, want.Sum(nil)) {
+		return nil, errStateForged
+	}
+	var st heldState
+	if json.Unmarshal(body, &st) != nil {
+		return nil, errStateForged
+	}
+	if time.Now().UnixMilli() > st.Expires {
+		return nil, errStateExpired
+	}
+	return &st, nil
+}
+
+// salientDigest digests what identifies a request's target and input —
+// its params without _meta, inputResponses and requestState, re-encoded
+// with sorted keys, so a client's re-encoding of the same request matches.
+func salientDigest(params json.RawMessage) string {
+	var p map[string]any
+	if json.Unmarshal(params, &p) != nil {
+		p = nil
+	}
+	delete(p, "_meta")
+	delete(p, "inputResponses")
+	delete(p, "requestState")
+	sum := sha256.Sum256(mustJSON(p))
+	return hex.EncodeToString(sum[:16])
+}
+
+// newStateKey is a run's key for requestState.
+func newStateKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return k
+}
+
+// ourState is the requestState of params if mcpvisor made it (by its
+// prefix), else "".
+func ourState(params json.RawMessage) string {
+	s, _ := rpc.StringMember(params, "requestState")
+	if strings.HasPrefix(s, statePrefix) {
+		return s
+	}
+	return ""
+}

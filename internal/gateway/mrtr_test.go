@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// mrtrWorld serves the conformance server — a legacy backend, which asks
+// for elicitation with a server request — to modern clients over HTTP.
+type mrtrWorld struct {
+	*world
+	url string
+}
+
+func newMRTRWorld(t *testing.T) *mrtrWorld {
+	return newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":""}}`)
+}
+
+func newMRTRWorldConfig(t *testing.T, servers string) *mrtrWorld {
+	w := newWorld(t, servers)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		srv.Close()
+	})
+	return &mrtrWorld{world: w, url: srv.URL}
+}
+
+// call posts a modern tools/call of test_elicitation with extra params
+// members and the client capabilities caps, and decodes the answer (the
+// last message of an event stream).
+func (w *mrtrWorld) call(id, extra, caps string) *rpc.Message {
+	w.t.Helper()
+	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"test_elicitation","arguments":{"message":"who?"}` + extra + `,` + modernMeta(caps) + `}}`
+	req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
+	for k, v := range modernHeaders("tools/call", "test_elicitation") {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	last := string(b)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		for _, l := range strings.Split(last, "\n") {
+			if d, ok := strings.CutPrefix(l, "data: "); ok {
+				last = d
+			}
+		}
+	}
+	m, err := rpc.Decode([]byte(last))
+	if err != nil {
+		w.t.Fatalf("reply %q: %v", b, err)
+	}
+	if string(m.ID) != id {
+		w.t.Fatalf("reply id %s, want %s", m.ID, id)
+	}
+	return m
+}
+
+// inputRequired reads an input_required result: its one input's key and
+// method, and the requestState.
+func inputRequired(t *testing.T, m *rpc.Message) (key, method, state string) {
+	t.Helper()
+	var r struct {
+		ResultType    string `json:"resultType"`
+		InputRequests map[string]struct {
+			Method string `json:"method"`
+		} `json:"inputRequests"`
+		RequestState string `json:"requestState"`
+	}
+	if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.ResultType != "input_required" || len(r.InputRequests) != 1 || r.RequestState == "" {
+		t.Fatalf("want input_required with one input: %s", m.Encode())
+	}
+	for k, v := range r.InputRequests {
+		key, method = k, v.Method
+	}
+	return key, method, r.RequestState
+}
+
+func (w *mrtrWorld) heldCalls(want int) {
+	w.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for w.gw.HeldCalls() != want {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d calls held, want %d", w.gw.HeldCalls(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const acceptUser = `{"action":"accept","content":{"username":"ada"}}`
+
+// A legacy server's elicitation during a modern client's call becomes an
+// input_required round; the retry with inputResponses answers the server,
+// and its response is the call's result. Retries without the answer are
+// asked again; nothing stays held.
+func TestMRTRBridgeElicitation(t *testing.T) {
+	w := newMRTRWorld(t)
+	key, method, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	if method != "elicitation/create" || !strings.HasPrefix(state, statePrefix) {
+		t.Fatalf("input %s %s, state %q", key, method, state)
+	}
+	w.heldCalls(1)
+
+	// A retry that brings no answer is asked again for the same input.
+	key2, _, state2 := inputRequired(t, w.call("2", `,"requestState":`+mustJSONString(state), `{"elicitation":{}}`))
+	if key2 != key {
+		t.Fatalf("asked again for %q, want %q", key2, key)
+	}
+
+	m := w.call("3", `,"requestState":`+mustJSONString(state2)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
+	if m.Error != nil || !strings.Contains(string(m.Result), `"resultType":"complete"`) || !strings.Contains(string(m.Result), "action=accept") || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("final result: %s", m.Encode())
+	}
+	w.heldCalls(0)
+
+	// The state of an ended call is refused.
+	if m := w.call("4", `,"requestState":`+mustJSONString(state2)+`,"inputResponses":{}`, `{"elicitation":{}}`); m.Error == nil || m.Error.Code != rpc.InvalidParams || !strings.Contains(m.Error.Message, "ended") {
+		t.Fatalf("reused state: %s", m.Encode())
+	}
+}
+
+// Forged, altered and misapplied states are refused and reach no server;
+// the held call is not disturbed by them.
+func TestMRTRBridgeRefusesBadState(t *testing.T) {
+	w := newMRTRWorld(t)
+	_, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	body, sig, _ := strings.Cut(strings.TrimPrefix(state, statePrefix), ".")
+	flipped := []byte(body)
+	flipped[len(flipped)/2] ^= 1
+	for name, bad := range map[string]string{
+		"forged":  statePrefix + "eyJoIjoieCJ9." + sig,
+		"altered": statePrefix + string(flipped) + "." + sig,
+		"no mac":  statePrefix + body,
+	} {
+		if m := w.call("2", `,"requestState":`+mustJSONString(bad)+`,"inputResponses":{}`, `{"elicitation":{}}`); m.Error == nil || m.Error.Code != rpc.InvalidParams || !strings.Contains(m.Error.Message, "verification") {
+			t.Fatalf("%s state: %s", name, m.Encode())
+		}
+	}
+	// The state of this call, on a call with other arguments.
+	other := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test_elicitation","arguments":{"message":"someone else"},"requestState":` + mustJSONString(state) + `,` + modernMeta(`{"elicitation":{}}`) + `}}`
+	req, _ := http.NewRequest("POST", w.url, strings.NewReader(other))
+	for k, v := range modernHeaders("tools/call", "test_elicitation") {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decodeBody(t, resp)
+	if m.Error == nil || m.Error.Code != rpc.InvalidParams || !strings.Contains(m.Error.Message, "another request") {
+		t.Fatalf("state on other arguments: %s", m.Encode())
+	}
+	w.heldCalls(1)
+}
+
+// A client that does not declare elicitation is never asked: the server's
+// request is refused, and the call ends with the server's own answer.
+func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
+	w := newMRTRWorld(t)
+	m := w.call("1", "", `{}`)
+	if m.Error == nil && !strings.Contains(string(m.Result), "elicitation") {
+		t.Fatalf("call without the capability: %s", m.Encode())
+	}
+	if strings.Contains(string(m.Result), "input_required") {
+		t.Fatalf("asked a client that did not declare elicitation: %s", m.Encode())
+	}
+	w.heldCalls(0)
+}
+
+// A client that never retries: its call is released at the hold bound,
+// the server's request gets an error, and the state is refused after.
+func TestMRTRBridgeHoldExpires(t *testing.T) {
+	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":"","requestTimeout":"1s"}}`)
+	w.gw.SetHoldTimeout(300 * time.Millisecond)
+	_, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	w.heldCalls(1)
+	w.heldCalls(0) // within 5 s
+	if m := w.call("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{}`, `{"elicitation":{}}`); m.Error == nil || m.Error.Code != rpc.InvalidParams {
+		t.Fatalf("retry after the hold: %s", m.Encode())
+	}
+	// The server is free: once the abandoned call's request timeout has
+	// passed (until then a request of the server's may be the abandoned
+	// call's, and none is attributed), a new call is asked and answered.
+	time.Sleep(1200 * time.Millisecond)
+	key, _, state := inputRequired(t, w.call("3", "", `{"elicitation":{}}`))
+	if m := w.call("4", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`); m.Error != nil || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("a call after the expiry: %s", m.Encode())
+	}
+}
