@@ -74,6 +74,7 @@ type Conn struct {
 	init *InitResult
 	log  *slog.Logger
 
+	modern   bool // the server speaks ModernVersion (modern.go); set before Connect returns
 	runDone  chan struct{}
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing
@@ -134,6 +135,9 @@ func (c *Conn) Process() *proc.Process { return c.proc }
 // Call sends a request and waits for its response (which may carry a
 // JSON-RPC error). See rpc.Conn.Call for cancellation.
 func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error) {
+	if c.modern {
+		params = withOwnMeta(params)
+	}
 	m, err := c.rpc.Call(ctx, method, params)
 	if err != nil && errors.Is(err, rpc.ErrClosed) {
 		return nil, fmt.Errorf("server %s: %w", c.name, c.endCause(err))

@@ -152,7 +152,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		b.release()
 		close(c.runDone)
 	}()
-	if err := c.handshake(ctx); err != nil {
+	if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
 		// Under ctx: the session's end may outlast it (see shutdown).
 		_ = c.CloseContext(ctx)
 		if f := b.failure(); f != nil && errors.Is(err, rpc.ErrClosed) {

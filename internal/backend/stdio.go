@@ -36,6 +36,10 @@ type StdioConnector struct {
 	Logger   *slog.Logger
 	// MaxLine bounds one message from the server (default 16 MiB).
 	MaxLine int
+	// Protocol is ProtocolAuto (""), ProtocolLegacy or ProtocolModern: how
+	// the server's era is found (modern.go).
+	Protocol string
+	era      eraMemo
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
@@ -88,7 +92,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		_ = p.Stop(context.Background())
 		close(c.runDone)
 	}()
-	if err := c.handshake(ctx); err != nil {
+	if err := c.handshake(ctx, sc.Protocol, &sc.era); err != nil {
 		_ = c.CloseContext(ctx)
 		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
 			return nil, c.endCause(err)
@@ -101,7 +105,21 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	return c, nil
 }
 
-func (c *Conn) handshake(ctx context.Context) error {
+func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) error {
+	if protocol != ProtocolLegacy && !era.legacy.Load() {
+		modern, err := c.discover(ctx, protocol)
+		switch {
+		case err != nil:
+			return err
+		case modern:
+			c.log.Info("server speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
+			c.listen()
+			return nil
+		case protocol == ProtocolModern:
+			return fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion)
+		}
+		era.legacy.Store(true)
+	}
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": ProtocolVersion,
 		"capabilities":    clientCapabilities,

@@ -30,6 +30,20 @@ const (
 	TransportSSE            = "sse"
 )
 
+// Protocol eras of a server: how mcpvisor finds which MCP it speaks.
+const (
+	// ProtocolAuto probes with server/discover (MCP 2026-07-28) and falls
+	// back to initialize (earlier revisions) on any other answer or none.
+	ProtocolAuto = "auto"
+	// ProtocolLegacy initializes at once, never probing. The default until
+	// legacy clients are carried in full to modern servers (resource
+	// subscriptions and log levels are not yet translated).
+	ProtocolLegacy = "legacy"
+	// ProtocolModern requires the server to answer server/discover as a
+	// 2026-07-28 server.
+	ProtocolModern = "modern"
+)
+
 // Sharing modes.
 const (
 	// SharingShared serves every client session from one connection.
@@ -143,9 +157,10 @@ type Server struct {
 	// Prefix goes before this server's tool, prompt and resource names on
 	// the aggregated endpoint (the gateway adds the separator). Defaults to
 	// the server name; "" means no prefix.
-	Prefix  string
-	Tools   Filter
-	Sharing string // SharingShared or SharingPerSession
+	Prefix   string
+	Tools    Filter
+	Sharing  string // SharingShared or SharingPerSession
+	Protocol string // ProtocolAuto, ProtocolLegacy or ProtocolModern
 	// MaxInstances bounds the instances of a per-session server, one per
 	// client session (default DefaultMaxInstances); beyond it a session's
 	// request gets an error naming the limit instead of a new process.

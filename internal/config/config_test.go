@@ -72,7 +72,7 @@ func TestDefaults(t *testing.T) {
 	got := cfg.Server("a")
 	want := &Server{
 		Name: "a", Kind: KindStdio, Transport: TransportStdio, Command: "srv",
-		Prefix: "a", Sharing: SharingShared, MaxInstances: DefaultMaxInstances,
+		Prefix: "a", Sharing: SharingShared, Protocol: ProtocolLegacy, MaxInstances: DefaultMaxInstances,
 		IdleTimeout: 180 * time.Second, StartGrace: 60 * time.Second,
 		InitTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second,
 		StdinWait: 2 * time.Second, TermWait: 10 * time.Second,
@@ -84,6 +84,19 @@ func TestDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("server:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// "protocol" takes auto, legacy or modern, in defaults and per server; a
+// typo is refused naming the field and the valid values.
+func TestProtocolSetting(t *testing.T) {
+	cfg := mustParse(t, `{"defaults":{"protocol":"auto"},"mcpServers":{"a":{"command":"srv"},"b":{"command":"srv","protocol":"modern"}}}`, LoadOptions{})
+	if cfg.Server("a").Protocol != ProtocolAuto || cfg.Server("b").Protocol != ProtocolModern {
+		t.Fatalf("protocol a %q b %q", cfg.Server("a").Protocol, cfg.Server("b").Protocol)
+	}
+	_, err := Parse([]byte(`{"mcpServers":{"a":{"command":"srv","protocol":"modrn"}}}`), "c.json", LoadOptions{})
+	if err == nil || !strings.Contains(err.Error(), "mcpServers.a.protocol") || !strings.Contains(err.Error(), `"modern"`) {
+		t.Fatalf("error %v", err)
 	}
 }
 

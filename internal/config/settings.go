@@ -17,6 +17,7 @@ type settings struct {
 	prefix                                               *string
 	allow, deny                                          *[]string
 	sharing                                              *string
+	protocol                                             *string
 	maxInstances                                         *int
 	stdinWait, termWait                                  *time.Duration
 	policy                                               *lifecycle.Restart
@@ -27,7 +28,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "prefix", "tools", "sharing", "maxInstances", "stop", "restart"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -41,6 +42,7 @@ func builtinSettings() settings {
 		requestTimeout:    ptr(DefaultRequestTimeout),
 		eager:             ptr(false),
 		sharing:           ptr(SharingShared),
+		protocol:          ptr(ProtocolLegacy),
 		maxInstances:      ptr(DefaultMaxInstances),
 		stdinWait:         ptr(DefaultStdinWait),
 		termWait:          ptr(DefaultTermWait),
@@ -71,6 +73,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.allow, o.allow)
 	over(&s.deny, o.deny)
 	over(&s.sharing, o.sharing)
+	over(&s.protocol, o.protocol)
 	over(&s.maxInstances, o.maxInstances)
 	over(&s.stdinWait, o.stdinWait)
 	over(&s.termWait, o.termWait)
@@ -102,6 +105,7 @@ func (s settings) apply(srv *Server) {
 		srv.Tools.Deny = append([]string{}, (*s.deny)...)
 	}
 	srv.Sharing = *s.sharing
+	srv.Protocol = *s.protocol
 	srv.MaxInstances = *s.maxInstances
 	srv.StdinWait = *s.stdinWait
 	srv.TermWait = *s.termWait
@@ -159,6 +163,15 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 				s.sharing = &str
 			default:
 				p.errorf(at, "%q is not a sharing mode (valid: %q, %q)", str, SharingShared, SharingPerSession)
+			}
+		}
+	case "protocol":
+		if str, ok := p.str(v, at); ok {
+			switch str {
+			case ProtocolAuto, ProtocolLegacy, ProtocolModern:
+				s.protocol = &str
+			default:
+				p.errorf(at, "%q is not a protocol era (valid: %q, %q, %q)", str, ProtocolAuto, ProtocolLegacy, ProtocolModern)
 			}
 		}
 	case "tools":

@@ -15,6 +15,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -50,7 +51,9 @@ type Options struct {
 	// OnListsChanged is called when the cached lists of a server changed:
 	// learned, refreshed after a restart, a wake or the server's own
 	// list_changed, or dropped because that refresh failed. It runs on a
-	// goroutine of its own and may block briefly.
+	// goroutine of its own — for a refresh, the server's refresher, whose
+	// next refresh waits for it — and may block briefly; Close waits for a
+	// refresh's call to return.
 	OnListsChanged func(s *Server, kinds []ListKind)
 	// OnEvent receives every lifecycle event; it must not block.
 	OnEvent func(Event)
@@ -72,6 +75,9 @@ type Fleet struct {
 	store   *store.Store // nil: nothing persisted
 
 	closed atomic.Bool // set by Close: nothing starts any more
+
+	bgMu sync.Mutex // guards setting closed against spawning, and bg's count
+	bg   background
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
@@ -117,6 +123,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 // New builds the fleet for cfg. Nothing is started.
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	f := &Fleet{opts: opts, log: opts.Logger, byName: map[string]*Server{}}
+	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.Default()
 	}
@@ -181,6 +188,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		},
 		Hooks:     hooks,
 		Logger:    f.log,
+		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 	}
 }
@@ -205,9 +213,11 @@ var ErrFleetClosed = errors.New("mcpvisor is shutting down")
 
 // Close stops every instance of every server in parallel under ctx. From
 // its start on, no server starts any more: a request that would start one
-// gets an error wrapping ErrFleetClosed.
+// gets an error wrapping ErrFleetClosed. The fleet's own work (list
+// refreshes, replays to new processes) is cancelled, and Close returns
+// once it has ended or ctx has, with ctx's error then.
 func (f *Fleet) Close(ctx context.Context) error {
-	f.closed.Store(true)
+	bgDone := f.stopBackground()
 	var all []*instance
 	for _, s := range f.servers {
 		all = append(all, s.instances()...)
@@ -218,6 +228,11 @@ func (f *Fleet) Close(ctx context.Context) error {
 		wg.Go(func() { errs[i] = in.close(ctx) })
 	}
 	wg.Wait()
+	select {
+	case <-bgDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("the fleet's own work did not end: %w", ctx.Err()))
+	}
 	return errors.Join(errs...)
 }
 

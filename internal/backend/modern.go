@@ -1,0 +1,189 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// A server's protocol era (2026-07-28, basic/versioning). A modern server
+// is not initialized: every request carries the protocol version and the
+// client's capabilities in params._meta. mcpvisor finds a stdio server's
+// era with the probe the stdio transport page describes: server/discover
+// first; a DiscoverResult listing ModernVersion makes it modern, any other
+// error or no answer within ProbeTimeout legacy.
+
+// ModernVersion is the modern revision mcpvisor speaks to servers.
+const ModernVersion = "2026-07-28"
+
+// Protocol settings of a server (config "protocol").
+const (
+	ProtocolAuto   = "auto"   // probe with server/discover, else initialize
+	ProtocolLegacy = "legacy" // initialize, never probe
+	ProtocolModern = "modern" // server/discover, and fail if it is not modern
+)
+
+// ProbeTimeout bounds the server/discover probe of an "auto" server: a
+// legacy server may not answer a request before initialize at all.
+const ProbeTimeout = 3 * time.Second
+
+// The _meta keys of the modern revision.
+const (
+	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
+	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
+	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+)
+
+// ownMeta is the _meta of mcpvisor's own requests to a modern server (list
+// fetches, pings of its own): it asks for nothing from a client.
+var ownMeta = json.RawMessage(`{"` + metaProtocolVersion + `":"` + ModernVersion + `","` + metaClientCaps + `":{},"` + metaClientInfo + `":` + string(ClientInfo) + `}`)
+
+// eraMemo remembers, for one connector, that its server turned out legacy,
+// so that later starts initialize at once instead of probing again (a
+// legacy server that exits on an unknown request would otherwise be probed
+// into a restart loop).
+type eraMemo struct{ legacy atomic.Bool }
+
+// discover probes the server with server/discover. modern reports whether
+// it answered as a modern server, in which case c.init describes it; a
+// legacy answer (any error that is not a modern one, or no answer within
+// the probe bound) gives modern false and err nil.
+func (c *Conn) discover(ctx context.Context, protocol string) (modern bool, err error) {
+	params := json.RawMessage(`{"_meta":` + string(ownMeta) + `}`)
+	pctx := ctx
+	if protocol != ProtocolModern {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, ProbeTimeout)
+		defer cancel()
+	}
+	resp, err := c.rpc.Call(pctx, "server/discover", params)
+	switch {
+	case err != nil && ctx.Err() == nil && pctx.Err() != nil:
+		return false, nil // no answer within the probe bound: legacy
+	case err != nil:
+		return false, err
+	case resp.Error != nil && resp.Error.Code == rpc.UnsupportedProtocolVersion:
+		return false, fmt.Errorf("%w: server speaks a modern MCP other than %s: %s", lifecycle.ErrCapabilityMissing, ModernVersion, resp.Error.Message)
+	case resp.Error != nil:
+		return false, nil // a legacy server's refusal
+	}
+	var res struct {
+		SupportedVersions []string                   `json:"supportedVersions"`
+		Capabilities      json.RawMessage            `json:"capabilities"`
+		Instructions      string                     `json:"instructions"`
+		Meta              map[string]json.RawMessage `json:"_meta"`
+	}
+	if err := json.Unmarshal(resp.Result, &res); err != nil || !slices.Contains(res.SupportedVersions, ModernVersion) {
+		return false, nil
+	}
+	raw, _ := json.Marshal(map[string]any{
+		"protocolVersion": ModernVersion,
+		"capabilities":    nonNull(res.Capabilities),
+		"serverInfo":      nonNull(res.Meta[metaServerInfo]),
+		"instructions":    res.Instructions,
+	})
+	init, err := ParseInit(raw)
+	if err != nil {
+		return false, err
+	}
+	c.init = init
+	c.modern = true
+	return true, nil
+}
+
+func nonNull(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return v
+}
+
+// Modern reports whether the server speaks the modern revision: its
+// requests carry _meta (mcpvisor adds its own where a request has none).
+func (c *Conn) Modern() bool { return c.modern }
+
+// withOwnMeta gives a request to a modern server the _meta it must carry
+// when it has none: mcpvisor's own.
+func withOwnMeta(params json.RawMessage) json.RawMessage {
+	if meta := rpc.Member(params, "_meta"); meta != nil {
+		if _, ok := rpc.StringMember(meta, metaProtocolVersion); ok {
+			return params
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(meta, &m) != nil {
+			return params
+		}
+		var own map[string]json.RawMessage
+		_ = json.Unmarshal(ownMeta, &own)
+		for k, v := range own {
+			if _, ok := m[k]; !ok {
+				m[k] = v
+			}
+		}
+		b, _ := json.Marshal(m)
+		out, _ := rpc.ReplaceMember(params, "_meta", b)
+		return out
+	}
+	if len(params) == 0 || string(params) == "null" {
+		return json.RawMessage(`{"_meta":` + string(ownMeta) + `}`)
+	}
+	i := 1
+	for i < len(params) && (params[i] == ' ' || params[i] == '\t' || params[i] == '\r' || params[i] == '\n') {
+		i++
+	}
+	if params[0] != '{' {
+		return params
+	}
+	sep := ","
+	if i < len(params) && params[i] == '}' {
+		sep = ""
+	}
+	out := make(json.RawMessage, 0, len(params)+len(ownMeta)+10)
+	out = append(out, `{"_meta":`...)
+	out = append(out, ownMeta...)
+	out = append(out, sep...)
+	return append(out, params[1:]...)
+}
+
+// listen opens mcpvisor's subscriptions/listen on a modern server for the
+// list changes its capabilities promise, so that they reach the hooks as
+// they do from a legacy server; it lasts as long as the connection.
+func (c *Conn) listen() {
+	var caps map[string]struct {
+		ListChanged bool `json:"listChanged"`
+	}
+	_ = json.Unmarshal(c.init.Capabilities, &caps)
+	filter := map[string]bool{}
+	for k, name := range map[string]string{"tools": "toolsListChanged", "prompts": "promptsListChanged", "resources": "resourcesListChanged"} {
+		if caps[k].ListChanged {
+			filter[name] = true
+		}
+	}
+	if len(filter) == 0 {
+		return
+	}
+	params, _ := json.Marshal(map[string]any{"notifications": filter, "_meta": ownMeta})
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-c.closeReq:
+			case <-c.runDone:
+			}
+			cancel()
+		}()
+		_, err := c.rpc.Call(ctx, "subscriptions/listen", params)
+		if err != nil && !errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil {
+			c.log.Warn("subscriptions/listen on a modern server ended", "err", err)
+		}
+	}()
+}
