@@ -132,10 +132,10 @@ func (s *Server) newInstance(key string) *instance {
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarting", Details: d})
 	}
 	pol.OnRestart = func() {
-		go in.catchUp()
+		s.f.spawn(in.catchUp)
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
 		if key == "" {
-			go s.refresh(false, allKinds...)
+			s.requestRefresh(false, allKinds...)
 		}
 	}
 	pol.OnFailed = func(err error) {
@@ -505,10 +505,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
-	go in.catchUp()
+	in.srv.f.spawn(in.catchUp)
 	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
 		// What is cached may be older than this process: look again.
-		go in.srv.refresh(false, allKinds...)
+		in.srv.requestRefresh(false, allKinds...)
 	}
 }
 

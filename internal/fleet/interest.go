@@ -202,7 +202,8 @@ func (in *instance) replayTo(ctx context.Context, c Conn) {
 // catchUp replays again, under a lease, if what the sessions asked changed
 // since the last replay: a change made between the replay and the moment
 // the instance serves (when a request could not reach it yet) is not lost.
-func (in *instance) catchUp() {
+// It is bounded by the init timeout (none if 0) and by ctx, the fleet's.
+func (in *instance) catchUp(ctx context.Context) {
 	in.mu.Lock()
 	replayed := in.replayed
 	in.mu.Unlock()
@@ -217,7 +218,7 @@ func (in *instance) catchUp() {
 		return
 	}
 	defer l.Release()
-	ctx, cancel := withTimeout(context.Background(), in.srv.cfg.InitTimeout)
+	ctx, cancel := withTimeout(ctx, in.srv.cfg.InitTimeout)
 	defer cancel()
 	in.replayTo(ctx, l.Conn())
 }

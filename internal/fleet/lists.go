@@ -52,7 +52,39 @@ type lists struct {
 	// before one does not store what it fetched (a newer fetch will).
 	gen uint64
 
-	refreshMu sync.Mutex // one refresh of a server at a time
+	// The refresh of the server's lists: at most one refresher runs, and
+	// what is asked while it does waits in pending (told: the kinds the
+	// server said changed) for its next round. See Server.requestRefresh.
+	refreshing    bool
+	pending, told kindSet
+}
+
+// kindSet is a set of list kinds: bit i stands for allKinds[i].
+type kindSet uint8
+
+func setOf(kinds ...ListKind) kindSet {
+	var set kindSet
+	for _, k := range kinds {
+		for i, a := range allKinds {
+			if a == k {
+				set |= 1 << i
+			}
+		}
+	}
+	return set
+}
+
+func (set kindSet) has(k ListKind) bool { return set&setOf(k) != 0 }
+
+// kinds lists the set's kinds in the order of allKinds.
+func (set kindSet) kinds() []ListKind {
+	var out []ListKind
+	for i, k := range allKinds {
+		if set&(1<<i) != 0 {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (c *lists) generation() uint64 {
@@ -266,39 +298,91 @@ func (s *Server) listChanged(method string) {
 	s.lists.mu.Lock()
 	s.lists.gen++
 	s.lists.mu.Unlock()
-	go s.refresh(true, kinds...)
+	s.requestRefresh(true, kinds...)
+}
+
+// requestRefresh asks for kinds to be fetched again from the running
+// shared instance, told when the server said they changed; it does not
+// wait. Requests coalesce: one refresher per server runs the refreshes one
+// after the other, and whatever is asked while one runs — any number of
+// notifications — makes exactly one more after it, of every kind asked
+// meanwhile, so the last change is never lost and a storm of notifications
+// costs two fetches of each list, not one each. The refresher ends when
+// nothing is pending, or when the fleet closes (what is pending then is
+// dropped); nothing starts once the fleet is closing.
+func (s *Server) requestRefresh(told bool, kinds ...ListKind) {
+	c := s.lists
+	set := setOf(kinds...)
+	c.mu.Lock()
+	c.pending |= set
+	if told {
+		c.told |= set
+	}
+	if c.refreshing {
+		c.mu.Unlock()
+		return
+	}
+	c.refreshing = true
+	c.mu.Unlock()
+	if !s.f.spawn(s.refresher) {
+		c.mu.Lock()
+		c.refreshing = false
+		c.pending, c.told = 0, 0
+		c.mu.Unlock()
+	}
+}
+
+// refresher runs the pending refreshes of the server until none is left or
+// ctx (the fleet's) ends.
+func (s *Server) refresher(ctx context.Context) {
+	c := s.lists
+	for {
+		c.mu.Lock()
+		kinds, told := c.pending, c.told
+		c.pending, c.told = 0, 0
+		if kinds == 0 || ctx.Err() != nil {
+			c.refreshing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		s.refresh(ctx, kinds, told)
+	}
 }
 
 // refresh fetches kinds again from the running shared instance (under a
 // lease, so it is not put to sleep meanwhile; a server that is not running
 // has nothing new to say), stores them, and reports the kinds that changed
-// through Options.OnListsChanged. When told is set the server said the
-// lists changed: a list that cannot be fetched is dropped and reported as
-// changed, so that clients list again rather than keep a stale one.
-func (s *Server) refresh(told bool, kinds ...ListKind) {
-	// Refreshes of a server run one at a time, in the order asked, so a
-	// late one cannot store an older list over a newer one.
-	s.lists.refreshMu.Lock()
-	defer s.lists.refreshMu.Unlock()
+// through Options.OnListsChanged. A kind in told is one the server said
+// changed: when it cannot be fetched it is dropped and reported as
+// changed, so that clients list again rather than keep a stale one — unless
+// the fetch failed because ctx ended (the fleet is closing), which changes
+// nothing. Each refresh is bounded by the server's request timeout plus its
+// init timeout (none if either is 0) and by ctx.
+func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 	l, ok := s.Peek("")
 	if !ok {
-		if told {
-			for _, k := range kinds {
-				s.lists.drop(k)
-			}
-			s.f.listsChanged(s, kinds)
+		dropped := (kinds & told).kinds()
+		for _, k := range dropped {
+			s.lists.drop(k)
+		}
+		if len(dropped) > 0 {
+			s.f.listsChanged(s, dropped)
 		}
 		return
 	}
 	defer l.Release()
-	ctx, cancel := withTimeout(context.Background(), plusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
+	rctx, cancel := withTimeout(ctx, plusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
 	defer cancel()
 	var changed []ListKind
-	for _, k := range kinds {
-		_, diff, err := s.learnFrom(ctx, l.Conn(), k)
+	for _, k := range kinds.kinds() {
+		_, diff, err := s.learnFrom(rctx, l.Conn(), k)
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			s.f.log.Debug("list refresh failed", "server", s.Name(), "list", k.Member, "err", err)
-			if told {
+			if told.has(k) {
 				s.lists.drop(k)
 				changed = append(changed, k)
 			}

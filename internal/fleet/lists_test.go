@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -217,6 +219,137 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 		}
 		if n := lf.srv.count("logging/setLevel"); n != 1 {
 			t.Fatalf("the level set during the start was told %d times, want once", n)
+		}
+	})
+}
+
+// holdLists makes every tools/list wait until the returned release is
+// called (release is safe to call more than once).
+func (lf *listFleet) holdLists() (release func()) {
+	gate := make(chan struct{})
+	lf.srv.mu.Lock()
+	lf.srv.gate = gate
+	lf.srv.mu.Unlock()
+	return sync.OnceFunc(func() { close(gate) })
+}
+
+func (lf *listFleet) listStats() (lists, maxListing int) {
+	lf.srv.mu.Lock()
+	defer lf.srv.mu.Unlock()
+	return lf.srv.lists, lf.srv.maxListing
+}
+
+// refreshGoroutines counts the goroutines of the process that are in a
+// refresh of a server's lists.
+func refreshGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "fleet.(*Server).refresh") {
+			count++
+		}
+	}
+	return count
+}
+
+// A storm of list_changed notifications from a server coalesces: while a
+// refresh runs, any number of notifications make exactly one more refresh
+// after it (so the last change is not lost), never a goroutine or a fetch
+// each; and once nothing is pending nothing of the refresh stays running.
+func TestListChangedStormCoalesces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newListFleet(t, `,"idleTimeout":"0"`, nil)
+		defer lf.close(t)
+		s := lf.f.Get("s")
+		lf.srv.setTools("v1")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		release := lf.holdLists()
+		defer release()
+		base := runtime.NumGoroutine()
+
+		s.listChanged("notifications/tools/list_changed")
+		synctest.Wait() // the refresh waits in tools/list
+		if n, _ := lf.listStats(); n != 1 {
+			t.Fatalf("%d tools/list calls after one notification, want 1", n)
+		}
+		const storm = 1000
+		for range storm - 1 {
+			s.listChanged("notifications/tools/list_changed")
+		}
+		lf.srv.setTools("v2")
+		if n := refreshGoroutines(); n > 1 {
+			t.Fatalf("%d goroutines refresh the lists during a storm of %d notifications, want one", n, storm)
+		}
+		if extra := runtime.NumGoroutine() - base; extra > storm/10 {
+			t.Fatalf("%d more goroutines during a storm of %d notifications", extra, storm)
+		}
+		release()
+		synctest.Wait()
+
+		lists, most := lf.listStats()
+		if lists != 2 || most != 1 {
+			t.Fatalf("%d notifications: %d tools/list calls, at most %d at once; want 2 calls, one at a time", storm, lists, most)
+		}
+		items, ok := s.lists.get(Tools)
+		if got := toolNames(t, items); !ok || len(got) != 1 || got[0] != "v2" {
+			t.Fatalf("cached tools %v, want the last change [v2]", got)
+		}
+		lf.mu.Lock()
+		reported := len(lf.reported)
+		lf.mu.Unlock()
+		if reported != 1 {
+			t.Fatalf("the change was reported %d times, want once", reported)
+		}
+		if n := refreshGoroutines(); n != 0 {
+			t.Fatalf("%d goroutines refresh the lists once nothing is pending", n)
+		}
+	})
+}
+
+// Close ends a refresh in progress, and what was pending, before it
+// returns: once it has returned nothing is fetched or reported any more,
+// not even for a notification that comes after it.
+func TestCloseEndsTheRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newListFleet(t, `,"idleTimeout":"0","initTimeout":"0","requestTimeout":"0"`, nil)
+		s := lf.f.Get("s")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		release := lf.holdLists()
+		defer release()
+		s.listChanged("notifications/tools/list_changed")
+		synctest.Wait()
+		if n, _ := lf.listStats(); n != 1 {
+			t.Fatalf("%d tools/list calls, want 1", n)
+		}
+		s.listChanged("notifications/tools/list_changed") // pending
+		lf.close(t)
+		lf.mu.Lock()
+		reported := len(lf.reported)
+		lf.mu.Unlock()
+		s.listChanged("notifications/tools/list_changed")
+		release()
+		synctest.Wait()
+		if n, _ := lf.listStats(); n != 1 {
+			t.Fatalf("%d tools/list calls: a refresh fetched after Close", n)
+		}
+		lf.mu.Lock()
+		defer lf.mu.Unlock()
+		if len(lf.reported) != reported {
+			t.Fatalf("%d reports after Close returned (%d before)", len(lf.reported)-reported, reported)
 		}
 	})
 }
