@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// suiteNext is the conformance suite's 0.2 line, with the 2026-07-28
+// requirement set.
+func suiteNext(t *testing.T) string {
+	return filepath.Join(testserver.Deps(t, "npm-next"), "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
+}
+
+// scoredResults runs the 2026-07-28 requirement set against url and
+// returns each scored scenario and whether it passed (the unscored ones —
+// the tasks extension, pending scenarios — are left out).
+func scoredResults(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	node, _ := node22(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, suiteNext(t), "server", "--url", url, "--requirements", "2026-07-28")
+	cmd.Dir = t.TempDir()
+	b, _ := cmd.CombinedOutput()
+	out := string(b)
+	i := strings.Index(out, "=== SUMMARY ===")
+	if i < 0 {
+		t.Fatalf("no summary from the suite against %s:\n%s", url, out)
+	}
+	summary, unscored, _ := strings.Cut(out[i:], "Not scored")
+	skip := map[string]bool{}
+	for _, m := range regexp.MustCompile(`[✓✗] ([a-z0-9-]+) \(`).FindAllStringSubmatch(unscored, -1) {
+		skip[m[1]] = true
+	}
+	res := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([✓✗]) ([a-z0-9-]+):`).FindAllStringSubmatch(summary, -1) {
+		if !skip[m[2]] {
+			res[m[2]] = m[1] == "✓"
+		}
+	}
+	if len(res) < 30 {
+		t.Fatalf("only %d scored scenarios against %s:\n%s", len(res), url, out[i:])
+	}
+	return res
+}
+
+// failed lists the scenarios of res that failed.
+func failed(res map[string]bool) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(res)) {
+		if !res[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// legacyBridgeFailures are the scored scenarios a modern client fails
+// through mcpvisor when the server is served as a legacy one: the suite
+// asks for the server's own input keys and requestState, which a legacy
+// server's requests do not carry (mcpvisor's bridge names its own), and
+// its scenarios abandon calls that a shared server may still be serving,
+// after which mcpvisor attributes the server's requests to no one.
+var legacyBridgeFailures = []string{
+	"input-required-result-basic-elicitation", "input-required-result-basic-list-roots",
+	"input-required-result-basic-sampling", "input-required-result-capability-check",
+	"input-required-result-multi-round", "input-required-result-multiple-input-requests",
+	"input-required-result-non-tool-request", "input-required-result-request-state",
+	"input-required-result-result-type", "input-required-result-tampered-state",
+}
+
+// TestConformanceModern runs the official suite's 2026-07-28 requirement
+// set through mcpvisor in front of the go-sdk conformance server over
+// stdio, and against that server directly over its own HTTP, in the same
+// run: every scored scenario it passes directly passes through mcpvisor on
+// /servers/everything/mcp and on /mcp (prefix "") when mcpvisor finds the
+// server modern ("protocol": "auto"); served as a legacy server, all but
+// the input-required ones the MRTR bridge cannot satisfy.
+func TestConformanceModern(t *testing.T) {
+	_, everything := binaries(t)
+	direct := scoredResults(t, startEverythingHTTP(t, everything))
+	if f := failed(direct); len(f) != 0 {
+		t.Fatalf("the server itself fails %v", f)
+	}
+	for _, protocol := range []string{"auto", "legacy"} {
+		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":%q}}}`, everything, protocol))
+		for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
+			t.Run(protocol+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
+				got := scoredResults(t, base+path)
+				var want []string
+				if protocol == "legacy" {
+					want = legacyBridgeFailures
+				}
+				if f := failed(got); !slices.Equal(f, want) {
+					t.Fatalf("failed scored scenarios %v, want %v", f, want)
+				}
+				for k := range direct {
+					if _, ok := got[k]; !ok {
+						t.Errorf("scenario %s did not run through mcpvisor", k)
+					}
+				}
+				t.Logf("protocol %s, %s: %d of %d scored scenarios pass (the server directly: %d of %d)",
+					protocol, path, len(got)-len(failed(got)), len(got), len(direct), len(direct))
+			})
+		}
+	}
+}
+
+// startEverythingHTTP runs the conformance server on its own stateless
+// HTTP and returns its URL.
+func startEverythingHTTP(t *testing.T, everything string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(everything, "-http", addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the conformance server did not listen")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "http://" + addr + "/"
+}
