@@ -247,9 +247,9 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 // the stream of its newest request in flight there, else on its session
 // stream; on a server several sessions use, the line that comes while
 // requests of exactly one session are in flight is that session's, on its
-// newest request's stream. A line nobody can attribute while requests are
-// in flight goes to no one; one that comes while none are is the server's
-// own and goes to the sessions that set a log level. Wherever it goes, a
+// newest request's stream, if no other session's request there ended
+// lately. A line nobody can attribute is the server's own log, for the
+// sessions that asked for it with logging/setLevel. Wherever it goes, a
 // session that set a level receives only lines at least that severe, and a
 // modern request only the lines its logLevel asked for.
 func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
@@ -281,20 +281,14 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	}
 	// A connection several sessions use. While requests of exactly one
 	// session are in flight there, and no other session's ended lately,
-	// the line is that session's (as for sampling); while several
-	// sessions' are or lately were, nobody can tell whose it is, and it
-	// goes to no one; when the server has been quiet for linger, it is
-	// the server's own, for the sessions that set a level.
+	// the line is that session's request's (as for sampling). Otherwise
+	// nobody can tell whose it is: it is the server's own log, for the
+	// sessions that asked for it with logging/setLevel, each at its level.
 	c, _ := g.inFlight(src.Conn)
-	sessions := g.activeSessions(src.Conn)
-	switch {
-	case sessions == 1 && c != nil:
+	if c != nil && g.activeSessions(src.Conn) == 1 {
 		if callWants(c) {
 			_ = c.related.Send(m)
 		}
-		return
-	case sessions > 0:
-		g.log.Debug("log line of a shared server not relayed: requests of several sessions are in flight", "server", src.Server.Name(), "sessions", sessions)
 		return
 	}
 	for _, s := range g.audience(src) {
