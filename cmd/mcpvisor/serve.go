@@ -89,7 +89,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
-			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions})
+			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer})
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
 			mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))

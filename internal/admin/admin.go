@@ -23,6 +23,9 @@ type Servers struct {
 	// Collisions are the names of the aggregated endpoint that more than
 	// one server exports, and which server serves each.
 	Collisions []string `json:"collisions,omitempty"`
+	// HeldCalls counts, per server, the calls held for a modern client's
+	// retry (the MRTR bridge): each holds its server's call open.
+	HeldCalls map[string]int `json:"heldCalls,omitempty"`
 }
 
 // Totals counts servers: running ones are active, dormant ones hold no
@@ -85,6 +88,9 @@ type Options struct {
 	// Collisions, if set, lists the aggregated endpoint's name
 	// collisions for /api/servers.
 	Collisions func() []string
+	// HeldCalls, if set, counts the calls held for a modern client's
+	// retry, per server, for /api/servers and /metrics.
+	HeldCalls func() map[string]int
 }
 
 // Handler serves /api/servers, /api/events and /metrics.
@@ -107,6 +113,9 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 		st := Snapshot(h.f)
 		if h.opts.Collisions != nil {
 			st.Collisions = h.opts.Collisions()
+		}
+		if h.opts.HeldCalls != nil {
+			st.HeldCalls = h.opts.HeldCalls()
 		}
 		h.writeJSON(w, st)
 	})

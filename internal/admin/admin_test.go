@@ -108,8 +108,13 @@ func TestMetrics(t *testing.T) {
 	}
 	log.Add(fleet.Event{Server: "gone", Type: "stopped"})
 	collisions := []string{`x: "a" (also b)`}
-	srv := httptest.NewServer(New(testFleet(t), log, Options{Collisions: func() []string { return collisions }}))
+	held := map[string]int{"a": 2}
+	srv := httptest.NewServer(New(testFleet(t), log, Options{Collisions: func() []string { return collisions }, HeldCalls: func() map[string]int { return held }}))
 	defer srv.Close()
+	var st Servers
+	if r := get(t, srv.URL+"/api/servers"); json.NewDecoder(r.Body).Decode(&st) != nil || st.HeldCalls["a"] != 2 {
+		t.Fatalf("/api/servers held calls %v", st.HeldCalls)
+	}
 	r := get(t, srv.URL+"/metrics")
 	body, _ := io.ReadAll(r.Body)
 	if r.StatusCode != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
@@ -128,6 +133,8 @@ func TestMetrics(t *testing.T) {
 		`mcpvisor_events_total{server="b",type="exited"}`:     0,
 		`mcpvisor_events_total{server="gone",type="stopped"}`: 1,
 		`mcpvisor_name_collisions`:                            1,
+		`mcpvisor_held_calls{server="a"}`:                     2,
+		`mcpvisor_held_calls{server="b"}`:                     0,
 		`mcpvisor_server_start_time_seconds{server="a"}`:      0,
 		`mcpvisor_server_dormant_since_seconds{server="a"}`:   0,
 	} {

@@ -111,6 +111,14 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		m.sample("mcpvisor_name_collisions", "", float64(len(h.opts.Collisions())))
 	}
 
+	if h.opts.HeldCalls != nil {
+		m.family("mcpvisor_held_calls", "gauge", "Calls held open for a modern client's retry with its inputResponses (multi round-trip requests), per server.")
+		held := h.opts.HeldCalls()
+		for _, st := range Snapshot(h.f).Servers {
+			m.sample("mcpvisor_held_calls", labels("server", st.Name), float64(held[st.Name]))
+		}
+	}
+
 	m.family("mcpvisor_event_streams", "gauge", "Clients following /api/events live.")
 	m.sample("mcpvisor_event_streams", "", float64(h.streams.Load()))
 	m.family("mcpvisor_goroutines", "gauge", "Goroutines of mcpvisor.")

@@ -300,6 +300,17 @@ func (g *Gateway) HeldCalls() int {
 	return len(g.held)
 }
 
+// HeldCallsByServer counts the held calls of each server that has any.
+func (g *Gateway) HeldCallsByServer() map[string]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]int{}
+	for _, h := range g.held {
+		out[h.server]++
+	}
+	return out
+}
+
 // resumeHeld serves a modern client's retry whose requestState mcpvisor
 // made: it verifies the state, gives the server the inputResponses, and
 // answers with the call's result or the next round.

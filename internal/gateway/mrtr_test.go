@@ -114,6 +114,9 @@ func TestMRTRBridgeElicitation(t *testing.T) {
 		t.Fatalf("input %s %s, state %q", key, method, state)
 	}
 	w.heldCalls(1)
+	if n := w.gw.HeldCallsByServer()["c"]; n != 1 {
+		t.Fatalf("held calls of c: %d", n)
+	}
 
 	// A retry that brings no answer is asked again for the same input.
 	key2, _, state2 := inputRequired(t, w.call("2", `,"requestState":`+mustJSONString(state), `{"elicitation":{}}`))
