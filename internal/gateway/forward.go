@@ -70,6 +70,18 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	}
 	defer lease.Release()
 	conn := lease.Conn()
+	legacyToModern := s.modern == nil && conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
+	if legacyToModern {
+		switch method {
+		case "logging/setLevel":
+			// Recorded by the caller; a modern server gets the level in
+			// each of the session's requests.
+			return resultResponse(clientID, json.RawMessage(`{}`))
+		case "resources/subscribe", "resources/unsubscribe":
+			return errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s; mcpvisor does not carry resource subscriptions of earlier revisions to it", name, modernVersion, method))
+		}
+		params = g.legacyMeta(s, st, srv, params)
+	}
 
 	// The timeout restarts whenever the server reports progress or gets
 	// the client's answer to a request of its, and does not run out while
@@ -108,6 +120,9 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	}
 
 	resp, err := conn.Call(ctx, method, params)
+	if err == nil && legacyToModern && resp.Error == nil {
+		resp, err = g.fulfil(ctx, c, conn, method, params, resp)
+	}
 	if err != nil && ctx.Err() != nil {
 		g.abandon(conn, s, timeout)
 	}
@@ -582,18 +597,7 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 			return true
 		}
 		r.timer.Stop()
-		// Written from the server's outbox: a server that stops reading
-		// does not hold up this client's other messages.
-		ok := g.post(r.conn, func() {
-			if m.Error != nil {
-				_ = r.conn.ReplyError(r.backendID, m.Error.Code, m.Error.Message)
-			} else {
-				_ = r.conn.Reply(r.backendID, m.Result)
-			}
-		})
-		if !ok {
-			g.log.Warn("answer to a server request dropped: the server is not reading its input", "server", r.conn.Name())
-		}
+		g.deliver(r, m)
 		return true
 	case m.Method == "notifications/cancelled":
 		id := rpc.CancelledRequestID(m.Params)

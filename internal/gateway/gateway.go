@@ -160,6 +160,33 @@ type outReq struct {
 	backendID json.RawMessage
 	sess      *Session
 	timer     *time.Timer
+	// answer, if set, takes the client's answer instead of conn: the
+	// request is mcpvisor's own, asking a legacy client for the input a
+	// modern server's input_required result names (bridge.go).
+	answer chan *rpc.Message
+}
+
+// deliver hands the client's answer m (a response) to whoever asked.
+func (g *Gateway) deliver(r *outReq, m *rpc.Message) {
+	if r.answer != nil {
+		select {
+		case r.answer <- m:
+		default:
+		}
+		return
+	}
+	// Written from the server's outbox: a server that stops reading
+	// does not hold up this client's other messages.
+	ok := g.post(r.conn, func() {
+		if m.Error != nil {
+			_ = r.conn.ReplyError(r.backendID, m.Error.Code, m.Error.Message)
+		} else {
+			_ = r.conn.Reply(r.backendID, m.Result)
+		}
+	})
+	if !ok {
+		g.log.Warn("answer to a server request dropped: the server is not reading its input", "server", r.conn.Name())
+	}
 }
 
 func (g *Gateway) open(s *Session, server string) {
@@ -219,9 +246,7 @@ func (g *Gateway) closeSession(s *Session) {
 	}
 	for _, r := range reqs {
 		r.timer.Stop()
-		g.post(r.conn, func() {
-			_ = r.conn.ReplyError(r.backendID, rpc.InternalError, "the client session ended before it answered")
-		})
+		g.deliver(r, &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: "the client session ended before it answered"}})
 	}
 	// What the session held in the fleet — its per-session instances, its
 	// subscriptions and log levels — ends with it, bounded.

@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Legacy clients of modern servers. A modern server is not initialized:
+// each request of a legacy session gets the _meta the session's initialize
+// implies (legacyMeta), and an input_required result becomes ordinary
+// requests to the client, whose answers go back to the server on a retry
+// of the request (fulfil) — the client sees only the final result.
+
+// maxInputRounds bounds the input_required rounds of one request.
+const maxInputRounds = 16
+
+// inputWait bounds how long the client has to answer one of them.
+const inputWait = 5 * time.Minute
+
+// legacyMeta gives params the _meta of a modern request on behalf of the
+// legacy session s: the modern version, the capabilities its initialize
+// declared, and the log level it set on srv; what params' own _meta has
+// (a progress token) stays.
+func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, params json.RawMessage) json.RawMessage {
+	g.mu.Lock()
+	caps := mustJSON(st.caps)
+	g.mu.Unlock()
+	if string(caps) == "null" {
+		caps = json.RawMessage(`{}`)
+	}
+	meta := map[string]json.RawMessage{}
+	if old := rpc.Member(params, "_meta"); old != nil {
+		_ = json.Unmarshal(old, &meta)
+	}
+	meta[metaProtocolVersion] = mustJSON(modernVersion)
+	meta[metaClientCaps] = caps
+	if lvl := srv.EffectiveLogLevel(s.Key()); lvl != "" {
+		meta[metaLogLevel] = mustJSON(lvl)
+	}
+	return withMember(params, "_meta", mustJSON(meta))
+}
+
+// withMember returns the JSON object obj with member name set to value
+// (replaced where it is, else added first); obj is not modified.
+func withMember(obj json.RawMessage, name string, value json.RawMessage) json.RawMessage {
+	if len(obj) == 0 || string(obj) == "null" {
+		return mustJSON(map[string]json.RawMessage{name: value})
+	}
+	if out, ok := rpc.ReplaceMember(obj, name, value); ok {
+		return out
+	}
+	i := 1
+	for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\r' || obj[i] == '\n') {
+		i++
+	}
+	out := make(json.RawMessage, 0, len(obj)+len(name)+len(value)+4)
+	out = append(out, '{')
+	out = append(out, strconv.Quote(name)...)
+	out = append(out, ':')
+	out = append(out, value...)
+	if i < len(obj) && obj[i] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, obj[1:]...)
+}
+
+// fulfil answers a modern server's input_required results for the legacy
+// client of call c: each input request goes to the client as a request of
+// its own, and the request is sent again with the answers, until the
+// server's result is complete (or maxInputRounds).
+func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method string, params json.RawMessage, resp *rpc.Message) (*rpc.Message, error) {
+	for round := 0; ; round++ {
+		var r struct {
+			ResultType    string `json:"resultType"`
+			InputRequests map[string]struct {
+				Method string          `json:"method"`
+				Params json.RawMessage `json:"params"`
+			} `json:"inputRequests"`
+			RequestState *string `json:"requestState"`
+		}
+		if resp.Error != nil || json.Unmarshal(resp.Result, &r) != nil || r.ResultType != "input_required" {
+			return resp, nil
+		}
+		if round == maxInputRounds {
+			return &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: fmt.Sprintf("server %s asked for input %d times; mcpvisor gave up", conn.Name(), maxInputRounds)}}, nil
+		}
+		answers := map[string]json.RawMessage{}
+		for key, in := range r.InputRequests {
+			a, err := g.askClient(ctx, c, in.Method, in.Params)
+			if err != nil {
+				return &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: fmt.Sprintf("server %s asked for %s, which the client could not give: %v", conn.Name(), in.Method, err)}}, nil
+			}
+			answers[key] = a
+		}
+		retry := withMember(params, "inputResponses", mustJSON(answers))
+		if r.RequestState != nil {
+			retry = withMember(retry, "requestState", mustJSON(*r.RequestState))
+		}
+		var err error
+		if resp, err = conn.Call(ctx, method, retry); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// capabilityOf names the client capability a server request needs.
+func capabilityOf(method string) string {
+	switch method {
+	case "sampling/createMessage":
+		return "sampling"
+	case "elicitation/create":
+		return "elicitation"
+	case "roots/list":
+		return "roots"
+	}
+	return ""
+}
+
+var errNotDeclared = errors.New("the client did not declare the capability")
+
+// askClient sends the legacy client of c a request on c's stream and waits
+// for its answer's result, within ctx and inputWait.
+func (g *Gateway) askClient(ctx context.Context, c *call, method string, params json.RawMessage) (json.RawMessage, error) {
+	capName := capabilityOf(method)
+	g.mu.Lock()
+	_, declared := c.st.caps[capName]
+	g.mu.Unlock()
+	if capName == "" || !declared {
+		return nil, fmt.Errorf("%w (%s)", errNotDeclared, method)
+	}
+	ours := secretID("mcpv-r-")
+	r := &outReq{call: c, sess: c.sess, answer: make(chan *rpc.Message, 1)}
+	r.timer = time.NewTimer(inputWait)
+	defer r.timer.Stop()
+	c.waiting.Add(1)
+	g.mu.Lock()
+	if c.st.closed {
+		g.mu.Unlock()
+		r.answered()
+		return nil, errSessionClosed
+	}
+	g.outReqs[ours] = r
+	c.st.outReqs[ours] = r
+	g.mu.Unlock()
+	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: method, Params: params}); err != nil {
+		g.takeOutReq(ours)
+		return nil, err
+	}
+	select {
+	case m := <-r.answer:
+		if m.Error != nil {
+			return nil, fmt.Errorf("the client answered with an error: %s", m.Error.Message)
+		}
+		return m.Result, nil
+	case <-r.timer.C:
+		g.takeOutReq(ours)
+		return nil, fmt.Errorf("the client did not answer within %v", inputWait)
+	case <-ctx.Done():
+		g.takeOutReq(ours)
+		return nil, context.Cause(ctx)
+	}
+}
