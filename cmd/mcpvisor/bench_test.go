@@ -143,6 +143,7 @@ func TestBenchReport(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	rssRunning := vmRSS(serve.pid)
 	treeRunning := processTree(serve.pid)
+	modern := loadtest.OpenModernHTTP(serve.base+"/mcp", client)
 	agg, err := loadtest.OpenHTTP(ctx, client, serve.base+"/mcp")
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +210,7 @@ func TestBenchReport(t *testing.T) {
 		{"raw relay (bare handler → fixture)", "raw", rawProc.pid, fixtureOf(rawProc.pid), func(ctx context.Context) func() error { return raw.Echo(ctx, "echo", benchText) }},
 		{"serve /servers/x/mcp", "single", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return single.Echo(ctx, "echo", benchText) }},
 		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
+		{"serve /mcp stateless 2026-07-28", "modern", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return modern.Echo(ctx, "x__echo", benchText) }},
 		{"mcpvisor stdio (x__echo)", "stdio", relay.pid, fixtureOf(relay.pid), func(ctx context.Context) func() error { return relay.conn.Echo(ctx, "x__echo", benchText) }},
 	}
 	if base != nil {
@@ -343,6 +345,8 @@ func TestBenchReport(t *testing.T) {
 	say("  aggregated / floor      %s (≥0.6), %s\n", ratio("agg", "floor"), added("agg", "floor"))
 	say("  per-server / raw relay  %s, aggregated / raw relay %s\n", ratio("single", "raw"), ratio("agg", "raw"))
 	say("  stdio relay / direct    %s (≥0.5), %s\n", ratio("stdio", "direct"), added("stdio", "direct"))
+	say("  /mcp stateless / session calls/s %s (≥1.0), mcpvisor CPU µs/call %s, %s\n",
+		ratio("modern", "agg"), ratioOf("modern", "agg", serverCPU), added("modern", "agg"))
 	if base != nil {
 		say("  per-server now / @base  calls/s %s, mcpvisor CPU µs/call %s, %s\n",
 			ratioOf("single", "single@base", rate), ratioOf("single", "single@base", serverCPU), added("single", "single@base"))

@@ -34,6 +34,7 @@ type HTTPSession struct {
 	url    string
 	hdr    http.Header
 	nextID atomic.Int64
+	modern bool // stateless: _meta in every request (OpenModernHTTP)
 }
 
 // OpenHTTP initializes a session at url: initialize, then
@@ -65,13 +66,33 @@ func OpenHTTP(ctx context.Context, c *http.Client, url string) (*HTTPSession, er
 	return s, nil
 }
 
+// OpenModernHTTP returns a client of url at MCP 2026-07-28: no session;
+// every request carries its version and (empty) client capabilities in
+// _meta and the headers that mirror its body.
+func OpenModernHTTP(url string, c *http.Client) *HTTPSession {
+	s := &HTTPSession{c: c, url: url, hdr: http.Header{}, modern: true}
+	s.hdr.Set("Accept", "application/json, text/event-stream")
+	s.hdr.Set("Content-Type", "application/json")
+	s.hdr.Set("Mcp-Protocol-Version", ModernVersion)
+	s.hdr.Set("Mcp-Method", "tools/call")
+	return s
+}
+
+// ModernVersion is the stateless revision OpenModernHTTP speaks.
+const ModernVersion = "2026-07-28"
+
 // post sends body and reads the whole reply into buf.
 func (s *HTTPSession) post(ctx context.Context, body []byte, buf *bytes.Buffer) (*http.Response, error) {
+	return s.postWith(ctx, s.hdr, body, buf)
+}
+
+// postWith is post with the headers hdr.
+func (s *HTTPSession) postWith(ctx context.Context, hdr http.Header, body []byte, buf *bytes.Buffer) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header = s.hdr.Clone()
+	req.Header = hdr.Clone()
 	resp, err := s.c.Do(req)
 	if err != nil {
 		return nil, err
@@ -88,9 +109,18 @@ func (s *HTTPSession) Echo(ctx context.Context, tool, text string) func() error 
 	var body []byte
 	var buf bytes.Buffer
 	want := EchoWant(text)
+	hdr := s.hdr
+	if s.modern {
+		hdr = s.hdr.Clone()
+		hdr.Set("Mcp-Name", tool)
+	}
 	return func() error {
-		body = AppendCall(body[:0], s.nextID.Add(1), tool, text)
-		resp, err := s.post(ctx, body, &buf)
+		if s.modern {
+			body = AppendModernCall(body[:0], s.nextID.Add(1), tool, text)
+		} else {
+			body = AppendCall(body[:0], s.nextID.Add(1), tool, text)
+		}
+		resp, err := s.postWith(ctx, hdr, body, &buf)
 		if err != nil {
 			return err
 		}

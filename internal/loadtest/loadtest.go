@@ -154,6 +154,14 @@ func AppendCall(dst []byte, id int64, tool, text string) []byte {
 	return append(dst, `"}}}`...)
 }
 
+// AppendModernCall is AppendCall at MCP 2026-07-28: the params carry the
+// request's _meta.
+func AppendModernCall(dst []byte, id int64, tool, text string) []byte {
+	dst = AppendCall(dst, id, tool, text)
+	dst = dst[:len(dst)-2] // the params' and the message's closing braces
+	return append(dst, `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`...)
+}
+
 // EchoWant is what CheckEcho looks for in the echo of text.
 func EchoWant(text string) []byte { return []byte(`"text":"` + text + `"`) }
 

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http/httptest"
 	"testing"
@@ -113,4 +114,20 @@ func inProcessFixture(t *testing.T) (*StdioConn, io.Closer, <-chan int) {
 		t.Fatal(err)
 	}
 	return c, inW, exited
+}
+
+// A modern call is the same call with its _meta: valid JSON, the id and
+// tool in place.
+func TestAppendModernCall(t *testing.T) {
+	b := AppendModernCall(nil, 7, "x__echo", "hi")
+	var m struct {
+		ID     int `json:"id"`
+		Params struct {
+			Name string                     `json:"name"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m.ID != 7 || m.Params.Name != "x__echo" || string(m.Params.Meta["io.modelcontextprotocol/protocolVersion"]) != `"2026-07-28"` {
+		t.Fatalf("%s: %v", b, err)
+	}
 }
