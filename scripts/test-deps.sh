@@ -16,10 +16,12 @@ NPM_PACKAGES=(
   "@modelcontextprotocol/conformance@0.1.16"
   "@modelcontextprotocol/inspector@2.12.0"
 )
-# The suite's 2026-07-28 requirement set is in its 0.2 line; a package
-# cannot be installed twice under one prefix, so it has its own.
+# The suite's 2026-07-28 requirement set is in its 0.2 line (a package
+# cannot be installed twice under one prefix, so it has its own), with the
+# TypeScript SDK v2 client, which speaks 2026-07-28.
 NPM_NEXT_PACKAGES=(
   "@modelcontextprotocol/conformance@0.2.0-alpha.12"
+  "@modelcontextprotocol/client@2.4.0"
 )
 stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]}"
 

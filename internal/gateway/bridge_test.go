@@ -35,7 +35,7 @@ func TestLegacyClientOfModernServer(t *testing.T) {
 	ctx := t.Context()
 	for _, tc := range []struct {
 		tool, want string
-		args map[string]any
+		args       map[string]any
 	}{
 		{"test_input_required_result_sampling", "Paris", nil},
 		{"test_input_required_result_elicitation", "Hello, ada", nil},

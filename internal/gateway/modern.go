@@ -225,8 +225,11 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 	handle func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message) *rpc.Message {
 	s := g.openStatelessSession(server, mo)
 	s.req = m
-	defer g.closeStatelessSession(s)
-	return handle(ctx, s, m, related)
+	resp := handle(ctx, s, m, related)
+	if s.held == nil {
+		g.closeStatelessSession(s) // else the held call closes it at its end
+	}
+	return resp
 }
 
 // openStatelessSession opens the session of one modern request (or held

@@ -58,6 +58,8 @@ const statePrefix = "mcpv1."
 // input_required rounds.
 type heldCall struct {
 	g       *Gateway
+	req     *rpc.Message    // the request as the client sent it
+	rawCaps json.RawMessage // the client's declared capabilities
 	id      string
 	server  string
 	method  string
@@ -118,39 +120,53 @@ func (s *swapSink) set(to Sink) {
 func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, params json.RawMessage, related Sink) *rpc.Message {
 	// m is the request as the server gets it (a prefixed name replaced by
 	// the server's own); s.req is as the client sent it, which its retry
-	// repeats.
-	g.mu.Lock()
-	if len(g.held) >= maxHeld {
-		g.mu.Unlock()
-		// No room to hold: the call runs as a plain one (its server's
-		// requests are refused).
-		return g.forward(ctx, s, srv, m.Method, params, m.ID, related)
-	}
+	// repeats. Most calls get no server request: what only a held call
+	// needs — its id, digest, deadline, registration — is made when the
+	// first one comes (escalate).
 	h := &heldCall{
-		g: g, id: secretID(""), server: srv.Name(), method: m.Method, digest: salientDigest(s.req.Params),
+		g: g, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
 		events: make(chan heldEvent, maxPendingInputs+1), pending: map[string]*heldInput{},
-		expires: time.Now().Add(g.holdTimeout),
 	}
+	h.sink.set(related)
+	// The call outlives the request that began it if it is held: it is
+	// the held call's, on the request's session (kept open while held),
+	// ended by the client's last round, its going away, or the hold bound.
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	h.sess = s
+	s.held = h
+	go func() {
+		resp := g.forward(hctx, s, srv, m.Method, params, m.ID, &h.sink)
+		h.events <- heldEvent{final: resp}
+	}()
+	return h.round(ctx, m.ID)
+}
+
+// escalate makes h a held call, once: it gets its id, the digest of its
+// request, its deadline, and a place in the gateway's table. false if the
+// table is full (then the server's request is refused).
+func (h *heldCall) escalate() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.id != "" {
+		return true
+	}
+	g := h.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.held) >= maxHeld {
+		return false
+	}
+	h.id = secretID("")
+	h.digest = salientDigest(h.req.Params)
+	h.expires = time.Now().Add(g.holdTimeout)
+	_ = json.Unmarshal(h.rawCaps, &h.caps)
 	if g.held == nil {
 		g.held = map[string]*heldCall{}
 	}
 	g.held[h.id] = h
-	g.mu.Unlock()
-	_ = json.Unmarshal(s.modern.Caps, &h.caps)
-	h.sink.set(related)
-
-	// The call outlives the request that began it: it is the held call's,
-	// on a session of its own, bounded by the hold.
-	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), h.expires)
-	h.cancel = cancel
-	h.sess = g.openStatelessSession(h.server, s.modern)
-	h.sess.held = h
 	h.expiry = time.AfterFunc(g.holdTimeout, h.end)
-	go func() {
-		resp := g.forward(hctx, h.sess, srv, m.Method, params, m.ID, &h.sink)
-		h.events <- heldEvent{final: resp}
-	}()
-	return h.round(ctx, m.ID)
+	return true
 }
 
 // round waits, within the client's request ctx, for what comes next: a
@@ -223,11 +239,17 @@ func nonEmpty(p json.RawMessage) json.RawMessage {
 // the client cannot be asked it (it did not declare the capability, or too
 // many are pending), in which case the server is refused.
 func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message) (bool, string) {
-	capName := map[string]string{"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}[m.Method]
+	capName := capabilityOf(m.Method)
 	if capName == "" {
 		return false, fmt.Sprintf("mcpvisor cannot forward %s to an MCP %s client", m.Method, modernVersion)
 	}
-	if _, ok := h.caps[capName]; !ok {
+	if !h.escalate() {
+		return false, "too many calls wait for their clients' input"
+	}
+	h.mu.Lock()
+	_, declared := h.caps[capName]
+	h.mu.Unlock()
+	if !declared {
 		return false, fmt.Sprintf("the client did not declare the %s capability", capName)
 	}
 	h.mu.Lock()
@@ -279,7 +301,9 @@ func (h *heldCall) end() {
 	pending := h.pending
 	h.pending = map[string]*heldInput{}
 	h.mu.Unlock()
-	h.expiry.Stop()
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
 	h.cancel()
 	for _, in := range pending {
 		in := in
@@ -288,7 +312,9 @@ func (h *heldCall) end() {
 		})
 	}
 	h.g.mu.Lock()
-	delete(h.g.held, h.id)
+	if h.id != "" {
+		delete(h.g.held, h.id)
+	}
 	h.g.mu.Unlock()
 	h.g.closeStatelessSession(h.sess)
 }
