@@ -388,8 +388,9 @@ func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
 }
 
 // noteRecentLocked records that a request of s on conn just ended (see
-// recent); one record per session and connection, expired ones swept at
-// most once per linger. g.mu is held.
+// recent): at most two records per connection, of the two sessions whose
+// requests there ended last; expired ones swept at most once per linger.
+// g.mu is held.
 func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	now := time.Now()
 	if now.Sub(g.recentGC) > g.linger {
@@ -408,6 +409,8 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 			}
 		}
 	}
+	// Only whether one session or several were active matters: the two
+	// latest sessions are kept, each with its latest end.
 	list := g.recent[conn]
 	for i := range list {
 		if list[i].sess == s {
@@ -415,7 +418,15 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 			return
 		}
 	}
-	g.recent[conn] = append(list, abandonedCall{sess: s, until: now.Add(g.linger)})
+	rec := abandonedCall{sess: s, until: now.Add(g.linger)}
+	switch {
+	case len(list) < 2:
+		g.recent[conn] = append(list, rec)
+	case list[0].until.Before(list[1].until):
+		list[0] = rec
+	default:
+		list[1] = rec
+	}
 }
 
 // activeSessions counts the sessions whose requests are in flight on conn,

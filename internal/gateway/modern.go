@@ -62,22 +62,26 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 		return nil, errorResponse(m.ID, rpc.InvalidParams,
 			"Invalid params: a "+modernVersion+" request carries params._meta with "+metaProtocolVersion+" and "+metaClientCaps)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(meta, &raw); err != nil {
+	var raw struct {
+		Version    json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
+		Caps       json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+		ClientInfo json.RawMessage `json:"io.modelcontextprotocol/clientInfo"`
+		LogLevel   json.RawMessage `json:"io.modelcontextprotocol/logLevel"`
+	}
+	if len(meta) == 0 || meta[0] != '{' || json.Unmarshal(meta, &raw) != nil {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta is not an object")
 	}
 	mo := &Modern{}
-	if err := json.Unmarshal(raw[metaProtocolVersion], &mo.Version); err != nil || mo.Version == "" {
+	if err := json.Unmarshal(raw.Version, &mo.Version); err != nil || mo.Version == "" {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaProtocolVersion+" (a string)")
 	}
-	caps := raw[metaClientCaps]
-	if len(caps) == 0 || caps[0] != '{' {
+	if len(raw.Caps) == 0 || raw.Caps[0] != '{' {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaClientCaps+" (an object; {} declares none)")
 	}
-	mo.Caps = caps
-	mo.ClientInfo = raw[metaClientInfo]
-	if lv, ok := raw[metaLogLevel]; ok {
-		if err := json.Unmarshal(lv, &mo.LogLevel); err != nil || fleet.LogSeverity(mo.LogLevel) < 0 {
+	mo.Caps = raw.Caps
+	mo.ClientInfo = raw.ClientInfo
+	if len(raw.LogLevel) > 0 {
+		if err := json.Unmarshal(raw.LogLevel, &mo.LogLevel); err != nil || fleet.LogSeverity(mo.LogLevel) < 0 {
 			return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: "+metaLogLevel+" is not a log level (debug, info, notice, warning, error, critical, alert, emergency)")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -39,5 +40,39 @@ func TestCompleteResult(t *testing.T) {
 	completeResult("tools/list", resp, scopePublic)
 	if resp.Result != nil {
 		t.Fatalf("an error got a result: %s", resp.Encode())
+	}
+}
+
+// nopConn is a fleet.Conn that answers nothing, a map key for bookkeeping
+// tests.
+type nopConn struct{ fleet.Conn }
+
+// However many sessions' requests end on a connection, it keeps two
+// records of recent requesters — enough to tell one from several — and
+// counts the sessions as active as long as two were within the linger.
+func TestRecentRequestersBounded(t *testing.T) {
+	g := New(nil)
+	conn := &nopConn{}
+	first := NewSession(noSink)
+	g.mu.Lock()
+	g.noteRecentLocked(conn, first)
+	g.noteRecentLocked(conn, first)
+	g.mu.Unlock()
+	if n := g.activeSessions(conn); n != 1 {
+		t.Fatalf("one session's requests: %d active", n)
+	}
+	for range 1000 {
+		g.mu.Lock()
+		g.noteRecentLocked(conn, NewSession(noSink))
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	n := len(g.recent[conn])
+	g.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d records kept for 1001 sessions, want 2", n)
+	}
+	if n := g.activeSessions(conn); n != 2 {
+		t.Fatalf("%d sessions active after many, want 2 (several)", n)
 	}
 }
