@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -86,19 +87,31 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	// The timeout restarts whenever the server reports progress or gets
 	// the client's answer to a request of its, and does not run out while
 	// such a request waits for the client.
-	var timer *time.Timer
 	if timeout > 0 {
-		timer = time.AfterFunc(time.Hour, func() {
-			if c.waiting.Load() > 0 {
-				timer.Reset(timeout)
-				return
+		var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
+		var touched atomic.Int64          // when the timeout last restarted, Unix ns
+		touched.Store(time.Now().UnixNano())
+		timer := time.AfterFunc(timeout, func() {
+			// A wait on the client, or a restart the firing raced with,
+			// runs the timer again (for what is left of it).
+			if t := tp.Load(); t != nil {
+				if c.waiting.Load() > 0 {
+					t.Reset(timeout)
+					return
+				}
+				if left := timeout - time.Duration(time.Now().UnixNano()-touched.Load()); left > 0 {
+					t.Reset(left)
+					return
+				}
 			}
 			cancel(errTimeout)
 		})
-		timer.Stop()
-		timer.Reset(timeout)
+		tp.Store(timer)
 		defer timer.Stop()
-		c.touch = func() { timer.Reset(timeout) }
+		c.touch = func() {
+			touched.Store(time.Now().UnixNano())
+			timer.Reset(timeout)
+		}
 	} else {
 		c.touch = func() {}
 	}
@@ -192,12 +205,19 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 		}
 		g.mu.Lock()
 		c := g.tokens[id]
+		var token json.RawMessage
+		if c != nil {
+			token = c.token
+		}
 		g.mu.Unlock()
 		if c == nil || c.conn != conn {
 			return
 		}
 		c.touch()
-		params, _ := rpc.ReplaceProgressToken(m.Params, c.token)
+		if token == nil {
+			return // a held call's round that asked for no progress
+		}
+		params, _ := rpc.ReplaceProgressToken(m.Params, token)
 		_ = c.related.Send(&rpc.Message{Method: m.Method, Params: params})
 	case "notifications/message":
 		g.relayLog(src, m)
@@ -449,6 +469,14 @@ func (g *Gateway) activeSessions(conn fleet.Conn) int {
 	return len(seen)
 }
 
+// retoken makes tok (nil: none) the client's progress token of c, for a
+// held call's later round.
+func (g *Gateway) retoken(c *call, tok json.RawMessage) {
+	g.mu.Lock()
+	c.token = tok
+	g.mu.Unlock()
+}
+
 // abandonedCall is a request that ended without the server's answer.
 type abandonedCall struct {
 	sess  *Session
@@ -527,7 +555,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// input in an input_required round (mrtr.go).
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, outside tools/call, prompts/get and resources/read", m.Method, modernVersion)
 		if h := c.sess.held; h != nil {
-			ok, why := h.offer(conn, m)
+			ok, why := h.offer(conn, m, c)
 			if ok {
 				return
 			}
@@ -584,8 +612,11 @@ func (g *Gateway) takeOutReqOf(s *Session, id string) *outReq {
 // answered ends r's wait on the client: its call's timeout runs again,
 // afresh.
 func (r *outReq) answered() {
-	if r.call != nil && r.call.waiting.Add(-1) == 0 {
+	if r.call != nil {
+		// The timeout restarts before the wait ends: a timer that fires
+		// in between sees the wait and runs again.
 		r.call.touch()
+		r.call.waiting.Add(-1)
 	}
 }
 

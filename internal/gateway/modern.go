@@ -138,8 +138,9 @@ func completeResult(method string, resp *rpc.Message, scope string) {
 		return
 	}
 	var add []byte
-	if rpc.Member(r, "resultType") == nil {
-		if rpc.Member(r, "inputRequests") != nil || rpc.Member(r, "requestState") != nil {
+	has := rpc.HasMembers(r, "resultType", "inputRequests", "requestState", "ttlMs", "cacheScope")
+	if !has[0] {
+		if has[1] || has[2] {
 			// A server that speaks multi round-trip requests but not the
 			// revision's resultType: its interim result, to pass on.
 			resp.Result = append(json.RawMessage(`{"resultType":"input_required",`), r[1:]...)
@@ -150,10 +151,10 @@ func completeResult(method string, resp *rpc.Message, scope string) {
 		return // input_required, or a type of a later revision: not ours to touch
 	}
 	if cacheable(method) {
-		if rpc.Member(r, "ttlMs") == nil {
+		if !has[3] {
 			add = append(add, `"ttlMs":0,`...)
 		}
-		if rpc.Member(r, "cacheScope") == nil {
+		if !has[4] {
 			add = append(add, `"cacheScope":`...)
 			add = append(add, scope...)
 			add = append(add, ',')
@@ -241,7 +242,9 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
 	s := &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo}
-	st := &sessState{server: server, calls: map[string]*call{}, outReqs: map[string]*outReq{}, protocol: mo.Version, stateless: true}
+	// No outReqs: nothing is ever asked of a modern client (held calls
+	// ask by input_required rounds).
+	st := &sessState{server: server, calls: make(map[string]*call, 1), protocol: mo.Version, stateless: true}
 	g.mu.Lock()
 	g.sessions[s] = st
 	g.mu.Unlock()

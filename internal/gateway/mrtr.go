@@ -67,15 +67,27 @@ type heldCall struct {
 	caps    map[string]json.RawMessage // the client's declared capabilities
 	sess    *Session                   // the call's own session, for its life
 	cancel  context.CancelFunc         // ends the server's call
-	sink    swapSink                   // the current round's stream
-	events  chan heldEvent
-	expires time.Time
-	expiry  *time.Timer // ends the call at expires
+	sink    swapSink                   // the current round's stream, nil between rounds
+	wake    chan struct{}              // cap 1: something for a round to look at
+	done    chan struct{}              // closed by end
 
 	mu      sync.Mutex
 	pending map[string]*heldInput // by input key, waiting for the client
+	final   *rpc.Message          // the server's answer, once it came
+	needCap string                // a capability the server needs and the client did not declare
+	call    *call                 // the forwarded call, once the server asked for input
 	seq     int
 	ended   bool
+	expires time.Time
+	expiry  *time.Timer // ends the call at expires
+}
+
+// signal wakes a round, if one waits; never blocks.
+func (h *heldCall) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
 }
 
 // heldInput is one server request waiting for the client's answer.
@@ -84,13 +96,6 @@ type heldInput struct {
 	backendID json.RawMessage
 	method    string
 	params    json.RawMessage
-}
-
-// heldEvent is what a round waits for: a new server request (key) or the
-// call's final response.
-type heldEvent struct {
-	key   string
-	final *rpc.Message
 }
 
 // swapSink forwards to the current round's stream.
@@ -125,7 +130,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// first one comes (escalate).
 	h := &heldCall{
 		g: g, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
-		events: make(chan heldEvent, maxPendingInputs+1), pending: map[string]*heldInput{},
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	h.sink.set(related)
 	// The call outlives the request that began it if it is held: it is
@@ -137,7 +142,10 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	s.held = h
 	go func() {
 		resp := g.forward(hctx, s, srv, m.Method, params, m.ID, &h.sink)
-		h.events <- heldEvent{final: resp}
+		h.mu.Lock()
+		h.final = resp
+		h.mu.Unlock()
+		h.signal()
 	}()
 	return h.round(ctx, m.ID)
 }
@@ -150,6 +158,9 @@ func (h *heldCall) escalate() bool {
 	defer h.mu.Unlock()
 	if h.id != "" {
 		return true
+	}
+	if h.ended {
+		return false
 	}
 	g := h.g
 	g.mu.Lock()
@@ -175,16 +186,33 @@ func (h *heldCall) escalate() bool {
 // client that goes away mid-round abandons the call.
 func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 	for {
-		if r := h.missing(id); r != nil {
-			return r
+		h.mu.Lock()
+		final, needCap, ended, pending := h.final, h.needCap, h.ended, len(h.pending)
+		if final != nil {
+			h.final = nil // one round gets it
+		}
+		h.mu.Unlock()
+		switch {
+		case final != nil:
+			h.end()
+			final.ID = id
+			return final
+		case needCap != "":
+			h.stop(false)
+			data := mustJSON(map[string]any{"requiredCapabilities": map[string]json.RawMessage{needCap: json.RawMessage(`{}`)}})
+			return &rpc.Message{ID: id, Error: &rpc.Error{Code: rpc.MissingClientCapability,
+				Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", h.server, needCap), Data: data}}
+		case ended:
+			return errorResponse(id, rpc.InvalidParams, "Invalid params: the request ended (answered on another retry, abandoned or expired); send it again without requestState")
+		case pending > 0:
+			// Between rounds nothing is the client's to see: no
+			// request of its is active.
+			h.sink.set(nil)
+			return h.missing(id)
 		}
 		select {
-		case ev := <-h.events:
-			if ev.final != nil {
-				h.end()
-				ev.final.ID = id
-				return ev.final
-			}
+		case <-h.wake:
+		case <-h.done:
 		case <-ctx.Done():
 			h.end()
 			return errorResponse(id, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", h.server, context.Cause(ctx)))
@@ -196,34 +224,16 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 // owes, or nil if it owes none.
 func (h *heldCall) missing(id json.RawMessage) *rpc.Message {
 	h.mu.Lock()
-	if len(h.pending) == 0 {
-		h.mu.Unlock()
-		return nil
-	}
 	reqs := make(map[string]json.RawMessage, len(h.pending))
 	for k, in := range h.pending {
 		reqs[k] = mustJSON(map[string]json.RawMessage{"method": mustJSON(in.method), "params": nonEmpty(in.params)})
 	}
+	state := h.g.signState(h)
 	h.mu.Unlock()
-	// Drain the events of requests already listed.
-	for {
-		select {
-		case ev := <-h.events:
-			if ev.final != nil {
-				// The server answered meanwhile: its answer comes on the
-				// next round.
-				h.events <- ev
-				goto done
-			}
-		default:
-			goto done
-		}
-	}
-done:
 	res := mustJSON(map[string]any{
 		"resultType":    "input_required",
 		"inputRequests": reqs,
-		"requestState":  h.g.signState(h),
+		"requestState":  state,
 	})
 	return resultResponse(id, res)
 }
@@ -238,34 +248,39 @@ func nonEmpty(p json.RawMessage) json.RawMessage {
 // offer takes a server request that came during the held call: false if
 // the client cannot be asked it (it did not declare the capability, or too
 // many are pending), in which case the server is refused.
-func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message) (bool, string) {
+func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message, c *call) (bool, string) {
 	capName := capabilityOf(m.Method)
 	if capName == "" {
 		return false, fmt.Sprintf("mcpvisor cannot forward %s to an MCP %s client", m.Method, modernVersion)
 	}
 	if !h.escalate() {
-		return false, "too many calls wait for their clients' input"
+		return false, "too many calls wait for their clients' input, or the request has ended"
 	}
 	h.mu.Lock()
-	_, declared := h.caps[capName]
-	h.mu.Unlock()
-	if !declared {
-		return false, fmt.Sprintf("the client did not declare the %s capability", capName)
-	}
-	h.mu.Lock()
+	defer h.signal()
+	defer h.mu.Unlock()
 	if h.ended {
-		h.mu.Unlock()
 		return false, "the client's request has ended"
 	}
+	if _, declared := h.caps[capName]; !declared {
+		// The client gets MissingRequiredClientCapabilityError for its
+		// request; the server, a refusal.
+		h.needCap = capName
+		return false, fmt.Sprintf("the client did not declare the %s capability", capName)
+	}
 	if len(h.pending) >= maxPendingInputs {
-		h.mu.Unlock()
 		return false, "too many requests wait for the client"
 	}
 	h.seq++
 	key := "mcpv-" + strconv.Itoa(h.seq)
+	if h.pending == nil {
+		h.pending = map[string]*heldInput{}
+	}
 	h.pending[key] = &heldInput{conn: conn, backendID: m.ID, method: m.Method, params: m.Params}
-	h.mu.Unlock()
-	h.events <- heldEvent{key: key}
+	// While the client owes the input, the call's request timeout does not
+	// run (the hold bounds the wait).
+	h.call = c
+	c.waiting.Add(1)
 	return true, ""
 }
 
@@ -282,16 +297,28 @@ func (h *heldCall) answer(responses map[string]json.RawMessage) {
 			results = append(results, v)
 		}
 	}
+	c := h.call
 	h.mu.Unlock()
 	for i, in := range done {
 		in, result := in, results[i]
 		h.g.post(in.conn, func() { _ = in.conn.Reply(in.backendID, result) })
+		if c != nil {
+			// The timeout restarts before the wait ends: a timer that
+			// fires in between sees the wait and runs again.
+			c.touch()
+			c.waiting.Add(-1)
+		}
 	}
 }
 
 // end ends the held call: the server's call is cancelled if still running,
 // its pending requests refused, and its state no longer accepted.
-func (h *heldCall) end() {
+func (h *heldCall) end() { h.stop(true) }
+
+// stop is end; with cancel false the server's call is left to finish on
+// its own (it was refused what it asked, and answers soon), so that it is
+// not counted as abandoned.
+func (h *heldCall) stop(cancel bool) {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
@@ -299,12 +326,17 @@ func (h *heldCall) end() {
 	}
 	h.ended = true
 	pending := h.pending
-	h.pending = map[string]*heldInput{}
+	h.pending = nil
+	id, expiry := h.id, h.expiry
 	h.mu.Unlock()
-	if h.expiry != nil {
-		h.expiry.Stop()
+	close(h.done)
+	h.sink.set(nil)
+	if expiry != nil {
+		expiry.Stop()
 	}
-	h.cancel()
+	if cancel {
+		h.cancel()
+	}
 	for _, in := range pending {
 		in := in
 		h.g.post(in.conn, func() {
@@ -312,8 +344,8 @@ func (h *heldCall) end() {
 		})
 	}
 	h.g.mu.Lock()
-	if h.id != "" {
-		delete(h.g.held, h.id)
+	if id != "" {
+		delete(h.g.held, id)
 	}
 	h.g.mu.Unlock()
 	h.g.closeStatelessSession(h.sess)
@@ -358,6 +390,14 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state string, 
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
 	}
 	_ = json.Unmarshal(m.Params, &p)
+	h.mu.Lock()
+	c := h.call
+	h.mu.Unlock()
+	if c != nil {
+		// Progress of this round goes under this request's token, or
+		// nowhere if it asked for none.
+		h.g.retoken(c, rpc.ProgressToken(m.Params))
+	}
 	h.sink.set(related)
 	h.answer(p.InputResponses)
 	return h.round(ctx, m.ID)

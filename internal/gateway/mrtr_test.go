@@ -171,18 +171,73 @@ func TestMRTRBridgeRefusesBadState(t *testing.T) {
 	w.heldCalls(1)
 }
 
-// A client that does not declare elicitation is never asked: the server's
-// request is refused, and the call ends with the server's own answer.
+// A client that does not declare elicitation is never asked: it gets
+// MissingRequiredClientCapabilityError naming the capability, the server
+// a refusal, and nothing stays held.
 func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
 	w := newMRTRWorld(t)
 	m := w.call("1", "", `{}`)
-	if m.Error == nil && !strings.Contains(string(m.Result), "elicitation") {
+	if m.Error == nil || m.Error.Code != rpc.MissingClientCapability || !strings.Contains(string(m.Error.Data), `"requiredCapabilities":{"elicitation":{}}`) {
 		t.Fatalf("call without the capability: %s", m.Encode())
 	}
-	if strings.Contains(string(m.Result), "input_required") {
-		t.Fatalf("asked a client that did not declare elicitation: %s", m.Encode())
+	w.heldCalls(0)
+}
+
+// While the client owes its input the call's request timeout does not
+// run: an answer that comes after more than the timeout completes it.
+func TestMRTRBridgeSlowAnswer(t *testing.T) {
+	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":"","requestTimeout":"500ms"}}`)
+	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	time.Sleep(time.Second) // two request timeouts
+	m := w.call("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
+	if m.Error != nil || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("a slow answer: %s", m.Encode())
 	}
 	w.heldCalls(0)
+}
+
+// Two retries with the same state: one gets the result, the other an
+// error at once — none waits for an answer that went to the other.
+func TestMRTRBridgeDuplicateRetry(t *testing.T) {
+	w := newMRTRWorld(t)
+	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	retry := `,"requestState":` + mustJSONString(state) + `,"inputResponses":{` + mustJSONString(key) + `:` + acceptUser + `}`
+	got := make(chan *rpc.Message, 2)
+	for _, id := range []string{"2", "3"} {
+		go func() { got <- w.call(id, retry, `{"elicitation":{}}`) }()
+	}
+	var results, errs int
+	for range 2 {
+		select {
+		case m := <-got:
+			if m.Error != nil {
+				errs++
+			} else if strings.Contains(string(m.Result), "ada") {
+				results++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a duplicate retry waited for good")
+		}
+	}
+	if results != 1 || errs != 1 {
+		t.Fatalf("%d results and %d errors, want one of each", results, errs)
+	}
+	w.heldCalls(0)
+}
+
+// A held call that ended takes no more input, and leaves nothing behind.
+func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
+	g := New(nil)
+	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
+	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	h.end()
+	if ok, _ := h.offer(nil, &rpc.Message{ID: json.RawMessage("1"), Method: "elicitation/create"}, &call{}); ok {
+		t.Fatal("an ended call took input")
+	}
+	if n := g.HeldCalls(); n != 0 {
+		t.Fatalf("%d held calls after the end", n)
+	}
 }
 
 // A client that never retries: its call is released at the hold bound,

@@ -199,7 +199,9 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	if p.sid != "" {
 		hdr[hdrSessionID] = []string{p.sid}
 	}
-	if jsonOK {
+	// A modern request's error is JSON whatever Accept says, so that its
+	// status (404, 400) can say what it is.
+	if jsonOK || (p.modern && resp.Error != nil) {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON

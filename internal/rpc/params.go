@@ -86,6 +86,25 @@ func Member(obj json.RawMessage, name string) json.RawMessage {
 	return field(obj, name)
 }
 
+// HasMembers reports, for each of names, whether the JSON object obj has
+// a top-level member by that name, in one scan; all false if obj is not a
+// valid object.
+func HasMembers(obj json.RawMessage, names ...string) []bool {
+	found := make([]bool, len(names))
+	o := objectAt(obj, skipSpace(obj, 0), 1)
+	for o.next() {
+		for i, n := range names {
+			if !found[i] && o.is(n) {
+				found[i] = true
+			}
+		}
+	}
+	if o.err != nil || skipSpace(obj, o.end) != len(obj) {
+		return make([]bool, len(names))
+	}
+	return found
+}
+
 // ReplaceMember returns obj with the value of its top-level member name
 // replaced by value (raw JSON), leaving every other byte as it was, and
 // whether the member was found. obj is not modified.

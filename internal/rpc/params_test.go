@@ -82,3 +82,13 @@ func TestStringMemberAndReplaceMember(t *testing.T) {
 		t.Fatal("malformed object accepted")
 	}
 }
+
+func TestHasMembers(t *testing.T) {
+	got := HasMembers([]byte(`{"a":1,"b":{"c":2},"d":"x"}`), "a", "c", "d", "e")
+	if !got[0] || got[1] || !got[2] || got[3] {
+		t.Fatalf("%v", got)
+	}
+	if got := HasMembers([]byte(`{"a":1`), "a"); got[0] {
+		t.Fatal("a member of an invalid object")
+	}
+}
