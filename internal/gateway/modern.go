@@ -62,17 +62,14 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 		return nil, errorResponse(m.ID, rpc.InvalidParams,
 			"Invalid params: a "+modernVersion+" request carries params._meta with "+metaProtocolVersion+" and "+metaClientCaps)
 	}
-	var raw struct {
-		Version    json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
-		Caps       json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
-		ClientInfo json.RawMessage `json:"io.modelcontextprotocol/clientInfo"`
-		LogLevel   json.RawMessage `json:"io.modelcontextprotocol/logLevel"`
-	}
-	if len(meta) == 0 || meta[0] != '{' || json.Unmarshal(meta, &raw) != nil {
+	if len(meta) == 0 || meta[0] != '{' {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta is not an object")
 	}
+	v := rpc.Members(meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel)
+	raw := struct{ Version, Caps, ClientInfo, LogLevel json.RawMessage }{v[0], v[1], v[2], v[3]}
 	mo := &Modern{}
-	if err := json.Unmarshal(raw.Version, &mo.Version); err != nil || mo.Version == "" {
+	mo.Version, _ = rpc.String(raw.Version)
+	if mo.Version == "" {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaProtocolVersion+" (a string)")
 	}
 	if len(raw.Caps) == 0 || raw.Caps[0] != '{' {
@@ -81,7 +78,8 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	mo.Caps = raw.Caps
 	mo.ClientInfo = raw.ClientInfo
 	if len(raw.LogLevel) > 0 {
-		if err := json.Unmarshal(raw.LogLevel, &mo.LogLevel); err != nil || fleet.LogSeverity(mo.LogLevel) < 0 {
+		var ok bool
+		if mo.LogLevel, ok = rpc.String(raw.LogLevel); !ok || fleet.LogSeverity(mo.LogLevel) < 0 {
 			return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: "+metaLogLevel+" is not a log level (debug, info, notice, warning, error, critical, alert, emergency)")
 		}
 	}

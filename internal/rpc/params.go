@@ -86,6 +86,34 @@ func Member(obj json.RawMessage, name string) json.RawMessage {
 	return field(obj, name)
 }
 
+// String returns the value of the JSON string literal v, and whether v
+// is one.
+func String(v json.RawMessage) (string, bool) {
+	if v == nil {
+		return "", false
+	}
+	return unquoteSpan(v)
+}
+
+// Members returns the raw values of the top-level members names of the
+// JSON object obj, in one scan (nil for a name it lacks; all nil if obj is
+// not a valid object). The results alias obj.
+func Members(obj json.RawMessage, names ...string) []json.RawMessage {
+	vals := make([]json.RawMessage, len(names))
+	o := objectAt(obj, skipSpace(obj, 0), 1)
+	for o.next() {
+		for i, n := range names {
+			if o.is(n) {
+				vals[i] = o.value().of(obj)
+			}
+		}
+	}
+	if o.err != nil || skipSpace(obj, o.end) != len(obj) {
+		return make([]json.RawMessage, len(names))
+	}
+	return vals
+}
+
 // HasMembers reports, for each of names, whether the JSON object obj has
 // a top-level member by that name, in one scan; all false if obj is not a
 // valid object.

@@ -92,3 +92,16 @@ func TestHasMembers(t *testing.T) {
 		t.Fatal("a member of an invalid object")
 	}
 }
+
+func TestMembersAndString(t *testing.T) {
+	v := Members([]byte(`{"a":"x\u00e9","b":{"c":2},"a2":null}`), "a", "b", "z")
+	if s, ok := String(v[0]); !ok || s != "xé" || string(v[1]) != `{"c":2}` || v[2] != nil {
+		t.Fatalf("%q %q %v", v[0], v[1], v[2])
+	}
+	if _, ok := String(v[1]); ok {
+		t.Fatal("an object read as a string")
+	}
+	if v := Members([]byte(`{"a":1`), "a"); v[0] != nil {
+		t.Fatal("a member of an invalid object")
+	}
+}
