@@ -102,6 +102,15 @@ func TestQuickstart(t *testing.T) {
 	if json.Unmarshal(out, &called) != nil || len(called.Content) != 1 || called.Content[0].Text != "hello from the inspector" {
 		t.Fatalf("inspector tools/call slow__echo printed %s", out)
 	}
+	// Both protocol eras, chosen explicitly: 2026-07-28 (stateless) and
+	// the legacy session.
+	for _, era := range []string{"modern", "legacy"} {
+		called.Content = nil
+		out := inspect("--protocol-era", era, "--method", "tools/call", "--tool-name", "demo__echo", "--tool-arg", "text=era "+era)
+		if json.Unmarshal(out, &called) != nil || len(called.Content) != 1 || called.Content[0].Text != "era "+era {
+			t.Fatalf("inspector --protocol-era %s tools/call printed %s", era, out)
+		}
+	}
 }
 
 // checkQuickstartTools checks that both example servers' tools are listed,
