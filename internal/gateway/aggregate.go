@@ -197,7 +197,7 @@ func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, r
 		completeResult(m.Method, resp, a.scope(m.Method))
 		return resp
 	case m.Method == "subscriptions/listen":
-		return a.g.listen(ctx, "", m, related)
+		return a.g.listen(ctx, "", m, related, a.resourceServer)
 	}
 	resp := a.g.stateless(ctx, "", m, mo, related, a.Handle)
 	completeResult(m.Method, resp, a.scope(m.Method))

@@ -42,25 +42,64 @@ type listener struct {
 	filter listenFilter
 	id     json.RawMessage // the listen request's id: the subscription's
 	out    Sink            // the request's stream
-	// mu is held while the acknowledgement is sent: nothing goes before it.
-	mu sync.Mutex
+	// mu orders what the stream gets: the acknowledgement first; what
+	// comes before it waits in early (a few resource updates at most).
+	mu    sync.Mutex
+	acked bool
+	early []*rpc.Message
 }
 
+// maxEarly bounds the notifications kept for a listener until its
+// acknowledgement is out.
+const maxEarly = 64
+
 // notify sends the listener notification method, tagged with its id.
-func (l *listener) notify(method string) {
+func (l *listener) notify(method string) { _ = l.send(method, nil) }
+
+// send sends the listener notification method with params (an object, or
+// nil), its _meta tagged with the subscription's id.
+func (l *listener) send(method string, params json.RawMessage) error {
+	meta := map[string]json.RawMessage{}
+	if old := rpc.Member(params, "_meta"); old != nil {
+		_ = json.Unmarshal(old, &meta)
+	}
+	meta[metaSubscriptionID] = l.id
+	n := &rpc.Message{Method: method, Params: withMember(params, "_meta", mustJSON(meta))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	params := append(append([]byte(`{"_meta":{"`+metaSubscriptionID+`":`), l.id...), "}}"...)
-	_ = l.out.Send(&rpc.Message{Method: method, Params: params})
+	if !l.acked {
+		if len(l.early) >= maxEarly {
+			return ErrStreamFull
+		}
+		l.early = append(l.early, n)
+		return nil
+	}
+	return l.out.Send(n)
+}
+
+// ack sends the acknowledgement, then what came before it.
+func (l *listener) ack(params json.RawMessage) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.out.Send(&rpc.Message{Method: "notifications/subscriptions/acknowledged", Params: params}); err != nil {
+		return err
+	}
+	l.acked = true
+	for _, n := range l.early {
+		_ = l.out.Send(n)
+	}
+	l.early = nil
+	return nil
 }
 
 // listen serves a subscriptions/listen request on the endpoint of server
-// ("" for the aggregated one): it acknowledges what it will deliver —
-// list changes, not resource subscriptions, which mcpvisor does not carry
-// to modern clients — then delivers those until ctx ends (the client
-// closes the stream, the front shuts down), and answers with the
-// subscription's end.
-func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, related Sink) *rpc.Message {
+// ("" for the aggregated one): it acknowledges what it will deliver — the
+// list changes asked for, and the resource subscriptions a shared server
+// took (resolve finds the server of a URI; mcpvisor subscribes on the
+// listener's behalf, and the server stays awake while it is subscribed) —
+// then delivers those until ctx ends (the client closes the stream, the
+// front shuts down), and answers with the subscription's end.
+func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
 	var p struct {
 		Notifications *listenFilter `json:"notifications"`
 	}
@@ -68,12 +107,35 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: subscriptions/listen needs params.notifications, an object naming the notifications to deliver")
 	}
 	l := &listener{server: server, filter: *p.Notifications, id: m.ID, out: related}
-	l.filter.ResourceSubscriptions = nil // not honored: left out of the acknowledgement
+	uris := l.filter.ResourceSubscriptions
+	l.filter.ResourceSubscriptions = nil // those a server took are added back
+	if len(uris) > 0 {
+		// A session of the listener's own holds its subscriptions: the
+		// fleet replays them to a restarted server and keeps it awake,
+		// and their updates come to the session's sink — this stream.
+		ls := NewSession(SinkFunc(func(n *rpc.Message) error {
+			if n.Method != "notifications/resources/updated" {
+				return ErrNoStream // list changes come by tellListeners
+			}
+			return l.send(n.Method, n.Params)
+		}))
+		g.open(ls, server)
+		defer g.closeSession(ls)
+		for _, uri := range uris {
+			srv := resolve(ctx, uri)
+			if srv == nil || srv.PerSession() {
+				continue // no server has it, or each session has its own
+			}
+			sub := &rpc.Message{ID: json.RawMessage(`0`), Method: "resources/subscribe", Params: mustJSON(map[string]string{"uri": uri})}
+			if resp := g.forwardSubscription(ctx, ls, srv, sub, uri, noSink); resp.Error == nil {
+				l.filter.ResourceSubscriptions = append(l.filter.ResourceSubscriptions, uri)
+			}
+		}
+	}
 	ack := mustJSON(map[string]any{
 		"notifications": l.filter,
 		"_meta":         map[string]json.RawMessage{metaSubscriptionID: m.ID},
 	})
-	l.mu.Lock()
 	g.mu.Lock()
 	if g.listeners == nil {
 		g.listeners = map[*listener]bool{}
@@ -87,9 +149,7 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 	}()
 	// The acknowledgement goes first: registered before it, a change that
 	// comes meanwhile waits for it, and is delivered after it, not lost.
-	err := related.Send(&rpc.Message{Method: "notifications/subscriptions/acknowledged", Params: ack})
-	l.mu.Unlock()
-	if err != nil {
+	if err := l.ack(ack); err != nil {
 		return errorResponse(m.ID, rpc.InternalError, "subscriptions/listen needs a stream for its notifications: "+err.Error())
 	}
 	<-ctx.Done()

@@ -192,27 +192,13 @@ func discover(m *rpc.Message, caps, serverInfo json.RawMessage, instructions str
 	return resultResponse(m.ID, mustJSON(res))
 }
 
-// modernCaps are capabilities as a modern client reads them: resource
-// subscriptions, which mcpvisor does not carry to subscriptions/listen
-// streams, are not promised; list changes are.
+// modernCaps are capabilities as a modern client reads them: the same,
+// list changes and resource subscriptions coming by subscriptions/listen.
 func modernCaps(caps json.RawMessage) json.RawMessage {
-	var c map[string]json.RawMessage
-	if json.Unmarshal(caps, &c) != nil {
+	if len(caps) == 0 {
 		return json.RawMessage(`{}`)
 	}
-	for _, k := range []string{"tools", "prompts", "resources"} {
-		v, ok := c[k]
-		if !ok {
-			continue
-		}
-		var sub map[string]json.RawMessage
-		if json.Unmarshal(v, &sub) != nil {
-			continue
-		}
-		delete(sub, "subscribe")
-		c[k] = mustJSON(sub)
-	}
-	return mustJSON(c)
+	return caps
 }
 
 // statelessKey is the session key of every modern request: a per-session

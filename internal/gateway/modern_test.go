@@ -371,3 +371,34 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 		t.Fatal("an info line reached a request at logLevel error")
 	}
 }
+
+// A listener's resource subscriptions: mcpvisor subscribes at the server
+// on its behalf, acknowledges the ones taken, and tags each update with
+// the subscription's id; a URI no server has is left out.
+func TestModernListenResourceSubscriptions(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	body := `{"jsonrpc":"2.0","id":"r","method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["test://watched-resource","test://nobody"]},` + modernMeta(`{}`) + `}}`
+	ch := sseEvents(t, t.Context(), srv.URL, body, modernHeaders("subscriptions/listen", ""))
+	ack := nextEvent(t, ch)
+	if !strings.Contains(ack, `"notifications/subscriptions/acknowledged"`) || !strings.Contains(ack, `"resourceSubscriptions":["test://watched-resource"]`) {
+		t.Fatalf("acknowledgement %s", ack)
+	}
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case e := <-ch:
+			if strings.Contains(e, `"notifications/resources/updated"`) {
+				if !strings.Contains(e, `"test://watched-resource"`) || !strings.Contains(e, `/subscriptionId":"r"`) {
+					t.Fatalf("update %s", e)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no update of the watched resource within 15 s")
+		}
+	}
+}

@@ -95,7 +95,7 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 		completeResult(m.Method, resp, e.scope(m.Method))
 		return resp
 	case m.Method == "subscriptions/listen":
-		return e.g.listen(ctx, e.srv.Name(), m, related)
+		return e.g.listen(ctx, e.srv.Name(), m, related, func(context.Context, string) *fleet.Server { return e.srv })
 	}
 	resp := e.g.stateless(ctx, e.srv.Name(), m, mo, related, e.Handle)
 	completeResult(m.Method, resp, e.scope(m.Method))
