@@ -277,8 +277,13 @@ func TestModernStdio(t *testing.T) {
 	}
 
 	// Cancelled while the server works on it: the call ends at once
-	// with an error, and the server is told.
+	// with an error, and the server is told. A second request with the
+	// same id meanwhile is refused: ids name requests in flight.
 	c.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a__sleep","arguments":{"ms":60000},` + meta + `}}`)
+	c.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"x"},` + meta + `}}`)
+	if m := c.message(); string(m.ID) != "4" || m.Error == nil || m.Error.Code != rpc.InvalidRequest || !strings.Contains(m.Error.Message, "in flight") {
+		t.Fatalf("a second request with the id of one in flight: %s", m.Encode())
+	}
 	time.Sleep(50 * time.Millisecond) // let it reach the server; the test holds either way
 	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
 	if m := c.message(); string(m.ID) != "4" || m.Error == nil || !strings.Contains(m.Error.Message, "cancel") {

@@ -153,8 +153,21 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				rctx, cancel := context.WithCancel(hctx)
 				key := string(m.ID)
 				modernMu.Lock()
-				modernCalls[key] = cancel
+				_, dup := modernCalls[key]
+				if !dup {
+					modernCalls[key] = cancel
+				}
 				modernMu.Unlock()
+				if dup {
+					cancel()
+					if act != nil {
+						act.End()
+					}
+					pool.run(func() {
+						_ = conn.Write(errorReply(m.ID, rpc.InvalidRequest, "Invalid Request: id "+key+" is already the id of a request in flight"))
+					})
+					return
+				}
 				pool.run(func() {
 					resp := ep.Stateless(rctx, m, mo, modernOut)
 					modernMu.Lock()
