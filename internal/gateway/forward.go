@@ -90,8 +90,12 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	if timeout > 0 {
 		var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
 		var touched atomic.Int64          // when the timeout last restarted, Unix ns
+		var ended atomic.Bool             // the call has returned: its timer is done for
 		touched.Store(time.Now().UnixNano())
 		timer := time.AfterFunc(timeout, func() {
+			if ended.Load() {
+				return
+			}
 			// A wait on the client, or a restart the firing raced with,
 			// runs the timer again (for what is left of it).
 			if t := tp.Load(); t != nil {
@@ -107,8 +111,14 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 			cancel(errTimeout)
 		})
 		tp.Store(timer)
-		defer timer.Stop()
+		defer func() {
+			ended.Store(true)
+			timer.Stop()
+		}()
 		c.touch = func() {
+			if ended.Load() {
+				return
+			}
 			touched.Store(time.Now().UnixNano())
 			timer.Reset(timeout)
 		}

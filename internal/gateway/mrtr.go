@@ -68,26 +68,32 @@ type heldCall struct {
 	sess    *Session                   // the call's own session, for its life
 	cancel  context.CancelFunc         // ends the server's call
 	sink    swapSink                   // the current round's stream, nil between rounds
-	wake    chan struct{}              // cap 1: something for a round to look at
-	done    chan struct{}              // closed by end
 
 	mu      sync.Mutex
 	pending map[string]*heldInput // by input key, waiting for the client
 	final   *rpc.Message          // the server's answer, once it came
 	needCap string                // a capability the server needs and the client did not declare
 	call    *call                 // the forwarded call, once the server asked for input
+	changed chan struct{}         // closed, and replaced, whenever there is something new
+	rounds  int                   // rounds begun; only the latest is answered
 	seq     int
 	ended   bool
 	expires time.Time
 	expiry  *time.Timer // ends the call at expires
 }
 
-// signal wakes a round, if one waits; never blocks.
+// signal wakes every round waiting; never blocks.
 func (h *heldCall) signal() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
+	h.mu.Lock()
+	h.signalLocked()
+	h.mu.Unlock()
+}
+
+func (h *heldCall) signalLocked() {
+	if h.changed != nil {
+		close(h.changed)
 	}
+	h.changed = make(chan struct{})
 }
 
 // heldInput is one server request waiting for the client's answer.
@@ -130,7 +136,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// first one comes (escalate).
 	h := &heldCall{
 		g: g, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	h.sink.set(related)
 	// The call outlives the request that began it if it is held: it is
@@ -185,12 +191,22 @@ func (h *heldCall) escalate() bool {
 // missing), or the final response (with id, the round's request id). A
 // client that goes away mid-round abandons the call.
 func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
+	h.mu.Lock()
+	h.rounds++
+	me := h.rounds
+	h.signalLocked() // an earlier round still waiting is superseded
+	h.mu.Unlock()
 	for {
 		h.mu.Lock()
+		if me != h.rounds {
+			h.mu.Unlock()
+			return errorResponse(id, rpc.InvalidParams, "Invalid params: a later retry of this request took its place")
+		}
 		final, needCap, ended, pending := h.final, h.needCap, h.ended, len(h.pending)
 		if final != nil {
 			h.final = nil // one round gets it
 		}
+		changed := h.changed
 		h.mu.Unlock()
 		switch {
 		case final != nil:
@@ -211,8 +227,7 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 			return h.missing(id)
 		}
 		select {
-		case <-h.wake:
-		case <-h.done:
+		case <-changed:
 		case <-ctx.Done():
 			h.end()
 			return errorResponse(id, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", h.server, context.Cause(ctx)))
@@ -327,9 +342,13 @@ func (h *heldCall) stop(cancel bool) {
 	h.ended = true
 	pending := h.pending
 	h.pending = nil
-	id, expiry := h.id, h.expiry
+	id, expiry, c := h.id, h.expiry, h.call
+	h.signalLocked()
 	h.mu.Unlock()
-	close(h.done)
+	if c != nil {
+		// The inputs dropped no longer hold the call's timeout.
+		c.waiting.Add(-int32(len(pending)))
+	}
 	h.sink.set(nil)
 	if expiry != nil {
 		expiry.Stop()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -230,7 +231,7 @@ func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 	g := New(nil)
 	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
-	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, changed: make(chan struct{})}
 	h.end()
 	if ok, _ := h.offer(nil, &rpc.Message{ID: json.RawMessage("1"), Method: "elicitation/create"}, &call{}); ok {
 		t.Fatal("an ended call took input")
@@ -258,5 +259,71 @@ func TestMRTRBridgeHoldExpires(t *testing.T) {
 	key, _, state := inputRequired(t, w.call("3", "", `{"elicitation":{}}`))
 	if m := w.call("4", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`); m.Error != nil || !strings.Contains(string(m.Result), "ada") {
 		t.Fatalf("a call after the expiry: %s", m.Encode())
+	}
+}
+
+// A call stopped because its client lacks a capability the server asked
+// for keeps no wait on its request timeout: the server's call is cut off
+// at that timeout, not left to run as long as the server likes.
+func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
+	g := New(nil)
+	c := &call{}
+	c.touch = func() {}
+	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
+	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, changed: make(chan struct{})}
+	s.held = h
+	for _, m := range []string{"elicitation/create", "elicitation/create"} {
+		if ok, why := h.offer(&nopConn{}, &rpc.Message{ID: json.RawMessage("1"), Method: m}, c); !ok {
+			t.Fatalf("offer: %s", why)
+		}
+	}
+	if n := c.waiting.Load(); n != 2 {
+		t.Fatalf("waiting %d after two inputs", n)
+	}
+	h.stop(false)
+	if n := c.waiting.Load(); n != 0 {
+		t.Fatalf("waiting %d after the call stopped: its timeout would never run", n)
+	}
+}
+
+// Retries with the same state: only the latest is answered; an earlier
+// one still waiting is told at once that a later retry took its place,
+// and its client going away does not end the call for the latest.
+func TestMRTRLatestRetryIsAnswered(t *testing.T) {
+	g := New(nil)
+	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
+	h := &heldCall{g: g, sess: s, cancel: func() {}, changed: make(chan struct{})}
+	s.held = h
+	first := make(chan *rpc.Message, 1)
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	go func() { first <- h.round(ctx1, json.RawMessage("1")) }()
+	waitFor(t, "the first round to wait", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.rounds == 1
+	})
+	second := make(chan *rpc.Message, 1)
+	go func() { second <- h.round(context.Background(), json.RawMessage("2")) }()
+	select {
+	case m := <-first:
+		if m.Error == nil || !strings.Contains(m.Error.Message, "later retry") {
+			t.Fatalf("the earlier round: %s", m.Encode())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the earlier round still waits after a later one began")
+	}
+	cancel1() // the earlier client goes away: nothing changes for the later one
+	h.mu.Lock()
+	h.final = &rpc.Message{Result: json.RawMessage(`{"content":[]}`)}
+	h.signalLocked()
+	h.mu.Unlock()
+	select {
+	case m := <-second:
+		if string(m.ID) != "2" || m.Error != nil {
+			t.Fatalf("the latest round: %s", m.Encode())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the latest round did not get the answer")
 	}
 }
