@@ -117,9 +117,9 @@ func TestConformanceModern(t *testing.T) {
 	}
 }
 
-// startEverythingHTTP runs the conformance server on its own stateless
-// HTTP and returns its URL.
-func startEverythingHTTP(t *testing.T, everything string) string {
+// startEverythingHTTP runs the conformance server on its own HTTP
+// (stateless unless args say otherwise) and returns its URL.
+func startEverythingHTTP(t *testing.T, everything string, args ...string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -127,7 +127,7 @@ func startEverythingHTTP(t *testing.T, everything string) string {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(everything, "-http", addr)
+	cmd := exec.Command(everything, append([]string{"-http", addr}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,27 +281,8 @@ func TestNPMServers(t *testing.T) {
 func TestRemoteBackend(t *testing.T) {
 	node, suite := node22(t)
 	_, everything := binaries(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	remote := exec.Command(everything, "-http", addr, "-stateless=false")
-	if err := remote.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = remote.Process.Kill(); _ = remote.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("remote server did not listen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	remoteURL := startEverythingHTTP(t, everything, "-stateless=false")
+	addr := strings.TrimSuffix(strings.TrimPrefix(remoteURL, "http://"), "/")
 	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":""}}}`, addr))
 
 	sess := connectHTTP(t, base+"/mcp", nil)

@@ -218,7 +218,7 @@ func (in *instance) catchUp(ctx context.Context) {
 		return
 	}
 	defer l.Release()
-	ctx, cancel := withTimeout(ctx, in.srv.cfg.InitTimeout)
+	ctx, cancel := WithTimeout(ctx, in.srv.cfg.InitTimeout)
 	defer cancel()
 	in.replayTo(ctx, l.Conn())
 }

@@ -372,7 +372,7 @@ func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 		return
 	}
 	defer l.Release()
-	rctx, cancel := withTimeout(ctx, plusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
+	rctx, cancel := WithTimeout(ctx, PlusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
 	defer cancel()
 	var changed []ListKind
 	for _, k := range kinds.kinds() {
@@ -463,7 +463,7 @@ func (f *Fleet) Learn(ctx context.Context, concurrency int) {
 // learn starts the server under one lease, fetches every list, and lets
 // it sleep again unless a client request came meanwhile.
 func (s *Server) learn(ctx context.Context) {
-	lctx, cancel := withTimeout(ctx, plusTimeouts(s.cfg.InitTimeout, s.cfg.RequestTimeout))
+	lctx, cancel := WithTimeout(ctx, PlusTimeouts(s.cfg.InitTimeout, s.cfg.RequestTimeout))
 	defer cancel()
 	l, err := s.Acquire(lctx, "")
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 func TestWithTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := withTimeout(context.Background(), 0)
+		ctx, cancel := WithTimeout(context.Background(), 0)
 		if _, ok := ctx.Deadline(); ok || ctx.Err() != nil {
 			t.Fatalf("a bound of 0: deadline set or context ended (%v)", ctx.Err())
 		}
@@ -17,7 +17,7 @@ func TestWithTimeout(t *testing.T) {
 		if ctx.Err() == nil {
 			t.Fatal("cancel did not end a context without deadline")
 		}
-		ctx, cancel = withTimeout(context.Background(), time.Second)
+		ctx, cancel = WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if d, ok := ctx.Deadline(); !ok || d != time.Now().Add(time.Second) {
 			t.Fatalf("a bound of 1s: deadline %v, %v", d, ok)
@@ -29,8 +29,8 @@ func TestWithTimeout(t *testing.T) {
 		{time.Second, 0, 0},
 		{0, 0, 0},
 	} {
-		if got := plusTimeouts(c.a, c.b); got != c.want {
-			t.Errorf("plusTimeouts(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		if got := PlusTimeouts(c.a, c.b); got != c.want {
+			t.Errorf("PlusTimeouts(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
 		}
 	}
 }

@@ -187,21 +187,12 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 }
 
 func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	switch {
-	case m.Method == "server/discover":
-		return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
-	case removedMethod(m.Method):
-		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
-	case mrtrMethod(m.Method) && ourState(m.Params) != "":
-		resp := a.g.resumeHeld(ctx, m, ourState(m.Params), related)
-		completeResult(m.Method, resp, a.scope(m.Method))
-		return resp
-	case m.Method == "subscriptions/listen":
-		return a.g.listen(ctx, "", m, related, a.resourceServer)
-	}
-	resp := a.g.stateless(ctx, "", m, mo, related, a.Handle)
-	completeResult(m.Method, resp, a.scope(m.Method))
-	return resp
+	return a.g.serveStateless(ctx, m, mo, related, statelessPlan{
+		discover: func(context.Context) *rpc.Message {
+			return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
+		},
+		scope: a.scope, resolve: a.resourceServer, handle: a.Handle,
+	})
 }
 
 // scope is the cacheScope of the aggregated endpoint's results of method:
@@ -351,7 +342,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	for i, srv := range servers {
 		wg.Go(func() {
 			cfg := srv.Config()
-			lctx, cancel := withTimeout(ctx, bothBounds(cfg.InitTimeout, cfg.RequestTimeout))
+			lctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
 			defer cancel()
 			items, err := srv.List(lctx, k)
 			if err != nil {

@@ -166,7 +166,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 // acquireSlow leases srv for s when it must be started or waited for,
 // within the request's timeout plus the server's init timeout.
 func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, timeout time.Duration) (*fleet.Lease, error) {
-	ctx, cancel := withTimeout(ctx, bothBounds(timeout, srv.Config().InitTimeout))
+	ctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(timeout, srv.Config().InitTimeout))
 	defer cancel()
 	return srv.Acquire(ctx, s.Key())
 }
@@ -401,19 +401,7 @@ func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for k, list := range g.abandoned {
-		kept := list[:0]
-		for _, a := range list {
-			if now.Before(a.until) {
-				kept = append(kept, a)
-			}
-		}
-		if len(kept) == 0 {
-			delete(g.abandoned, k)
-		} else {
-			g.abandoned[k] = kept
-		}
-	}
+	sweep(g.abandoned, now)
 	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{sess: s, until: now.Add(timeout)})
 }
 
@@ -425,19 +413,7 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	now := time.Now()
 	if now.Sub(g.recentGC) > g.linger {
 		g.recentGC = now
-		for k, list := range g.recent {
-			kept := list[:0]
-			for _, a := range list {
-				if now.Before(a.until) {
-					kept = append(kept, a)
-				}
-			}
-			if len(kept) == 0 {
-				delete(g.recent, k)
-			} else {
-				g.recent[k] = kept
-			}
-		}
+		sweep(g.recent, now)
 	}
 	// Only whether one session or several were active matters: the two
 	// latest sessions are kept, each with its latest end.
@@ -485,6 +461,23 @@ func (g *Gateway) retoken(c *call, tok json.RawMessage) {
 	g.mu.Lock()
 	c.token = tok
 	g.mu.Unlock()
+}
+
+// sweep drops the records of m that have expired by now.
+func sweep(m map[fleet.Conn][]abandonedCall, now time.Time) {
+	for k, list := range m {
+		kept := list[:0]
+		for _, a := range list {
+			if now.Before(a.until) {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) == 0 {
+			delete(m, k)
+		} else {
+			m[k] = kept
+		}
+	}
 }
 
 // abandonedCall is a request that ended without the server's answer.

@@ -323,21 +323,3 @@ func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 func resultResponse(id, result json.RawMessage) *rpc.Message {
 	return &rpc.Message{ID: id, Result: result}
 }
-
-// withTimeout is context.WithTimeout, except that a d of 0 or less — a
-// configured timeout of 0, "no deadline" — adds none.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
-}
-
-// bothBounds is the sum of two configured timeouts, or 0 (none) if either
-// is "no deadline".
-func bothBounds(a, b time.Duration) time.Duration {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	return a + b
-}

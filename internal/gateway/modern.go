@@ -201,6 +201,37 @@ func modernCaps(caps json.RawMessage) json.RawMessage {
 	return caps
 }
 
+// statelessPlan is what an endpoint brings to serving a modern request.
+type statelessPlan struct {
+	server   string                                                           // "" for the aggregated endpoint
+	discover func(context.Context) *rpc.Message                               // its server/discover answer
+	scope    func(method string) string                                       // the cacheScope of method's results
+	resolve  func(ctx context.Context, uri string) *fleet.Server              // the server of a resource
+	handle   func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler
+}
+
+// serveStateless serves a modern request on an endpoint: discover,
+// removed methods, a retry of a held call, subscriptions/listen, and
+// everything else by the endpoint's handler on a session of the request's
+// own, the result made modern.
+func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
+	var resp *rpc.Message
+	switch {
+	case m.Method == "server/discover":
+		return p.discover(ctx)
+	case removedMethod(m.Method):
+		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case m.Method == "subscriptions/listen":
+		return g.listen(ctx, p.server, m, related, p.resolve)
+	case mrtrMethod(m.Method) && ourState(m.Params) != "":
+		resp = g.resumeHeld(ctx, m, ourState(m.Params), related)
+	default:
+		resp = g.stateless(ctx, p.server, m, mo, related, p.handle)
+	}
+	completeResult(m.Method, resp, p.scope(m.Method))
+	return resp
+}
+
 // statelessKey is the session key of every modern request: a per-session
 // server serves modern clients, which have no session, from one instance
 // of its own (apart from every legacy session's).

@@ -340,18 +340,7 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 			meta = strings.Replace(meta, `"io.modelcontextprotocol/clientCapabilities"`, `"io.modelcontextprotocol/logLevel":"`+logLevel+`","io.modelcontextprotocol/clientCapabilities"`, 1)
 		}
 		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"a__log","arguments":{"text":"line","level":"` + level + `"},` + meta + `}}`
-		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
-		for k, v := range modernHeaders("tools/call", "a__log") {
-			req.Header.Set(k, v)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_, b := postModern(t, srv.URL, body, "tools/call", "a__log")
 		if !strings.Contains(string(b), `"logged"`) {
 			t.Fatalf("call %s: %s", id, b)
 		}

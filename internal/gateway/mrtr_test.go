@@ -41,18 +41,7 @@ func newMRTRWorldConfig(t *testing.T, servers string) *mrtrWorld {
 func (w *mrtrWorld) call(id, extra, caps string) *rpc.Message {
 	w.t.Helper()
 	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"test_elicitation","arguments":{"message":"who?"}` + extra + `,` + modernMeta(caps) + `}}`
-	req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
-	for k, v := range modernHeaders("tools/call", "test_elicitation") {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, b := postModern(w.t, w.url, body, "tools/call", "test_elicitation")
 	last := string(b)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		for _, l := range strings.Split(last, "\n") {
@@ -69,6 +58,25 @@ func (w *mrtrWorld) call(id, extra, caps string) *rpc.Message {
 		w.t.Fatalf("reply id %s, want %s", m.ID, id)
 	}
 	return m
+}
+
+// postModern posts body, a modern request of method (named name), with the
+// headers a modern client sends, and returns the reply and its whole body.
+func postModern(t testing.TB, url, body, method, name string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	for k, v := range modernHeaders(method, name) {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, b
 }
 
 // inputRequired reads an input_required result: its one input's key and

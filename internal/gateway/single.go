@@ -81,25 +81,19 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 }
 
 func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	switch {
-	case m.Method == "server/discover":
-		in, err := e.init(ctx, statelessKey)
-		if err != nil {
-			return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
-		}
-		return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
-	case removedMethod(m.Method):
-		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
-	case mrtrMethod(m.Method) && ourState(m.Params) != "":
-		resp := e.g.resumeHeld(ctx, m, ourState(m.Params), related)
-		completeResult(m.Method, resp, e.scope(m.Method))
-		return resp
-	case m.Method == "subscriptions/listen":
-		return e.g.listen(ctx, e.srv.Name(), m, related, func(context.Context, string) *fleet.Server { return e.srv })
-	}
-	resp := e.g.stateless(ctx, e.srv.Name(), m, mo, related, e.Handle)
-	completeResult(m.Method, resp, e.scope(m.Method))
-	return resp
+	return e.g.serveStateless(ctx, m, mo, related, statelessPlan{
+		server: e.srv.Name(),
+		discover: func(ctx context.Context) *rpc.Message {
+			in, err := e.init(ctx, statelessKey)
+			if err != nil {
+				return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
+			}
+			return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
+		},
+		scope:   e.scope,
+		resolve: func(context.Context, string) *fleet.Server { return e.srv },
+		handle:  e.Handle,
+	})
 }
 
 // scope is the cacheScope of the server's results of method: private when
@@ -122,7 +116,7 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 		}
 	}
 	cfg := e.srv.Config()
-	sctx, cancel := withTimeout(ctx, cfg.InitTimeout)
+	sctx, cancel := fleet.WithTimeout(ctx, cfg.InitTimeout)
 	defer cancel()
 	l, err := e.srv.Acquire(sctx, session)
 	if err != nil {
