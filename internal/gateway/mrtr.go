@@ -57,17 +57,18 @@ const statePrefix = "mcpv1."
 // heldCall is a modern client's call on a legacy server, held across
 // input_required rounds.
 type heldCall struct {
-	g       *Gateway
-	req     *rpc.Message    // the request as the client sent it
-	rawCaps json.RawMessage // the client's declared capabilities
-	id      string
-	server  string
-	method  string
-	digest  string
-	caps    map[string]json.RawMessage // the client's declared capabilities
-	sess    *Session                   // the call's own session, for its life
-	cancel  context.CancelFunc         // ends the server's call
-	sink    swapSink                   // the current round's stream, nil between rounds
+	g        *Gateway
+	endpoint string          // the server of the endpoint serving it, "" for the aggregated one
+	req      *rpc.Message    // the request as the client sent it
+	rawCaps  json.RawMessage // the client's declared capabilities
+	id       string
+	server   string
+	method   string
+	digest   string
+	caps     map[string]json.RawMessage // the client's declared capabilities
+	sess     *Session                   // the call's own session, for its life
+	cancel   context.CancelFunc         // ends the server's call
+	sink     swapSink                   // the current round's stream, nil between rounds
 
 	mu      sync.Mutex
 	pending map[string]*heldInput // by input key, waiting for the client
@@ -134,8 +135,12 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// repeats. Most calls get no server request: what only a held call
 	// needs — its id, digest, deadline, registration — is made when the
 	// first one comes (escalate).
+	endpoint := ""
+	if st := g.state(s); st != nil {
+		endpoint = st.server
+	}
 	h := &heldCall{
-		g: g, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
+		g: g, endpoint: endpoint, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
 		changed: make(chan struct{}),
 	}
 	h.sink.set(related)
@@ -391,19 +396,25 @@ func (g *Gateway) HeldCallsByServer() map[string]int {
 // resumeHeld serves a modern client's retry whose requestState mcpvisor
 // made: it verifies the state, gives the server the inputResponses, and
 // answers with the call's result or the next round.
-func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state string, related Sink) *rpc.Message {
+func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state, endpoint string, related Sink) *rpc.Message {
 	st, err := g.verifyState(state)
 	if err != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState "+err.Error())
 	}
-	if st.Method != m.Method || st.Digest != salientDigest(m.Params) {
-		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its method and parameters must be the original's)")
+	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpoint {
+		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its endpoint, method and parameters must be the original's)")
 	}
 	g.mu.Lock()
 	h := g.held[st.Held]
 	g.mu.Unlock()
 	if h == nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState names a request that has ended (answered, abandoned or expired); send it again without requestState")
+	}
+	h.mu.Lock()
+	stale := st.Round != h.rounds
+	h.mu.Unlock()
+	if stale {
+		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState is of an earlier round; retry with the latest one")
 	}
 	var p struct {
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
@@ -424,15 +435,17 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state string, 
 
 // heldState is what a requestState of mcpvisor's says.
 type heldState struct {
-	Held    string `json:"h"`
-	Method  string `json:"m"`
-	Digest  string `json:"d"`
-	Expires int64  `json:"e"` // Unix milliseconds
+	Held     string `json:"h"`
+	Endpoint string `json:"p"` // the server of the endpoint it was made on, "" for the aggregated one
+	Round    int    `json:"r"` // the round that made it: a later round's state supersedes it
+	Method   string `json:"m"`
+	Digest   string `json:"d"`
+	Expires  int64  `json:"e"` // Unix milliseconds
 }
 
-// signState makes the requestState of h's next round.
+// signState makes the requestState of h's next round; h.mu is held.
 func (g *Gateway) signState(h *heldCall) string {
-	body := mustJSON(heldState{Held: h.id, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
+	body := mustJSON(heldState{Held: h.id, Endpoint: h.endpoint, Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
 	mac := hmac.New(sha256.New, g.stateKey)
 	mac.Write(body)
 	return statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))

@@ -335,3 +335,27 @@ func TestMRTRLatestRetryIsAnswered(t *testing.T) {
 		t.Fatal("the latest round did not get the answer")
 	}
 }
+
+// A state is good for the next round on the endpoint that made it only:
+// one of an earlier round, or shown on another endpoint, is refused, and
+// the call goes on with the latest.
+func TestMRTRStateBoundToRoundAndEndpoint(t *testing.T) {
+	w := newMRTRWorld(t)
+	single := NewStreamableHandler(w.gw.Single("c"), HTTPOptions{})
+	singleSrv := httptest.NewServer(single)
+	defer singleSrv.Close()
+	defer single.Close()
+	key, _, state1 := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	_, _, state2 := inputRequired(t, w.call("2", `,"requestState":`+mustJSONString(state1), `{"elicitation":{}}`))
+	if m := w.call("3", `,"requestState":`+mustJSONString(state1)+`,"inputResponses":{}`, `{"elicitation":{}}`); m.Error == nil || !strings.Contains(m.Error.Message, "earlier round") {
+		t.Fatalf("a state of an earlier round: %s", m.Encode())
+	}
+	elsewhere := &mrtrWorld{world: w.world, url: singleSrv.URL}
+	if m := elsewhere.call("4", `,"requestState":`+mustJSONString(state2)+`,"inputResponses":{}`, `{"elicitation":{}}`); m.Error == nil || !strings.Contains(m.Error.Message, "another request") {
+		t.Fatalf("a state shown on another endpoint: %s", m.Encode())
+	}
+	m := w.call("5", `,"requestState":`+mustJSONString(state2)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
+	if m.Error != nil || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("the latest state: %s", m.Encode())
+	}
+}
