@@ -308,7 +308,10 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	// session set a higher level — or, for a modern request, unless the
 	// request asked for no lines, or for more severe ones.
 	callWants := func(c *call) bool {
-		if mo := c.sess.modern; mo != nil {
+		g.mu.Lock()
+		mo := c.sess.modern // a held call's later round may replace it
+		g.mu.Unlock()
+		if mo != nil {
 			return mo.LogLevel != "" && sev >= fleet.LogSeverity(mo.LogLevel)
 		}
 		lvl, ok := levels[c.sess.Key()]

@@ -224,7 +224,7 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 	case m.Method == "subscriptions/listen":
 		return g.listen(ctx, p.server, m, related, p.resolve)
 	case mrtrMethod(m.Method) && ourState(m.Params) != "":
-		resp = g.resumeHeld(ctx, m, ourState(m.Params), p.server, related)
+		resp = g.resumeHeld(ctx, m, mo, ourState(m.Params), p.server, related)
 	default:
 		resp = g.stateless(ctx, p.server, m, mo, related, p.handle)
 	}

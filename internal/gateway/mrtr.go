@@ -396,7 +396,7 @@ func (g *Gateway) HeldCallsByServer() map[string]int {
 // resumeHeld serves a modern client's retry whose requestState mcpvisor
 // made: it verifies the state, gives the server the inputResponses, and
 // answers with the call's result or the next round.
-func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state, endpoint string, related Sink) *rpc.Message {
+func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, state, endpoint string, related Sink) *rpc.Message {
 	st, err := g.verifyState(state)
 	if err != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState "+err.Error())
@@ -428,6 +428,10 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, state, endpoin
 		// nowhere if it asked for none.
 		h.g.retoken(c, rpc.ProgressToken(m.Params))
 	}
+	// Its log lines at this request's logLevel, or none.
+	g.mu.Lock()
+	h.sess.modern = mo
+	g.mu.Unlock()
 	h.sink.set(related)
 	h.answer(p.InputResponses)
 	return h.round(ctx, m.ID)
