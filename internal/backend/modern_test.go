@@ -94,3 +94,30 @@ func TestWithOwnMeta(t *testing.T) {
 		t.Errorf("merged _meta %s", got)
 	}
 }
+
+// An "auto" server whose last run was legacy (the persisted initialize
+// result says so) is initialized at once, not probed.
+func TestEraHintSkipsTheProbe(t *testing.T) {
+	rt, err := proc.Open(proc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	for hint, modern := range map[string]bool{"2025-11-25": false, "": true, ModernVersion: true} {
+		sc := &StdioConnector{
+			Name: "s", Runtime: rt, Protocol: ProtocolAuto, Logger: quiet(), EraHint: func() string { return hint },
+			Spec: proc.Spec{Command: everythingServer(t), Env: append(proc.Environ(), testserver.MarkerEnv+"="+testserver.NewMarker(t))},
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := sc.Connect(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := s.(*Conn)
+		if c.Modern() != modern {
+			t.Errorf("hint %q: modern %v, want %v", hint, c.Modern(), modern)
+		}
+		_ = c.Close()
+	}
+}

@@ -39,7 +39,11 @@ type StdioConnector struct {
 	// Protocol is ProtocolAuto (""), ProtocolLegacy or ProtocolModern: how
 	// the server's era is found (modern.go).
 	Protocol string
-	era      eraMemo
+	// EraHint, if set, tells the protocol version the server spoke when
+	// it last ran (the persisted initialize result, "" if none): an "auto"
+	// server known legacy is initialized without the probe.
+	EraHint func() string
+	era     eraMemo
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
@@ -92,6 +96,11 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		_ = p.Stop(context.Background())
 		close(c.runDone)
 	}()
+	if sc.Protocol == ProtocolAuto && sc.EraHint != nil && !sc.era.legacy.Load() {
+		if v := sc.EraHint(); v != ModernVersion && Supported(v) {
+			sc.era.legacy.Store(true)
+		}
+	}
 	if err := c.handshake(ctx, sc.Protocol, &sc.era); err != nil {
 		_ = c.CloseContext(ctx)
 		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {

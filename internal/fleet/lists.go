@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
@@ -168,6 +169,17 @@ func sameItems(a, b []json.RawMessage) bool {
 // CachedInit is the server's initialize result as last seen (persisted
 // across restarts of mcpvisor), or nil.
 func (s *Server) CachedInit() json.RawMessage { return s.lists.getInit() }
+
+// cachedVersion is the protocol version of the cached initialize result,
+// or "".
+func (s *Server) cachedVersion() string {
+	raw := s.lists.getInit()
+	if raw == nil {
+		return ""
+	}
+	v, _ := rpc.StringMember(raw, "protocolVersion")
+	return v
+}
 
 // Cached reports whether the server's list of kind k is known without
 // starting it.
