@@ -76,6 +76,7 @@ type Session struct {
 	modern *Modern      // the request's own _meta, for the session of a modern request
 	req    *rpc.Message // that request, as the client sent it
 	held   *heldCall    // the held call whose session this is, if any
+	st     *sessState   // a modern request's session state (it is in no table)
 }
 
 // NewSession returns a session whose unsolicited messages go to out.

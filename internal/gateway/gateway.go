@@ -197,6 +197,9 @@ func (g *Gateway) open(s *Session, server string) {
 }
 
 func (g *Gateway) state(s *Session) *sessState {
+	if s.st != nil {
+		return s.st // a modern request's own: in no table
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.sessions[s]

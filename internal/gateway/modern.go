@@ -253,26 +253,21 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 }
 
 // openStatelessSession opens the session of one modern request (or held
-// call) on the endpoint of server.
+// call) on the endpoint of server. It is in none of the gateway's tables:
+// nothing outside the request finds it.
 func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
-	s := &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo}
 	// No outReqs: nothing is ever asked of a modern client (held calls
 	// ask by input_required rounds).
 	st := &sessState{server: server, calls: make(map[string]*call, 1), protocol: mo.Version, stateless: true}
-	g.mu.Lock()
-	g.sessions[s] = st
-	g.mu.Unlock()
-	return s
+	return &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo, st: st}
 }
 
-// closeStatelessSession closes a session openStatelessSession opened.
+// closeStatelessSession closes a session openStatelessSession opened: no
+// call of it begins after.
 func (g *Gateway) closeStatelessSession(s *Session) {
 	g.mu.Lock()
-	if st := g.sessions[s]; st != nil {
-		st.closed = true
-		delete(g.sessions, s)
-	}
+	s.st.closed = true
 	g.mu.Unlock()
 }
 
