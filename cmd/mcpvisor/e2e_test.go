@@ -66,6 +66,24 @@ func connectHTTP(t *testing.T, url string, opts *mcp.ClientOptions) *mcp.ClientS
 	return sess
 }
 
+// connectModernHTTP connects the go-sdk client at its default: MCP
+// 2026-07-28, no session.
+func connectModernHTTP(t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-modern", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	if v := sess.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("the go-sdk client negotiated %q with %s", v, url)
+	}
+	return sess
+}
+
 func text(res *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, c := range res.Content {
@@ -272,6 +290,20 @@ func TestNPMServers(t *testing.T) {
 		t.Errorf("resources/list: %v %v", resources, err)
 	} else if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: resources.Resources[0].URI}); err != nil {
 		t.Errorf("resources/read %s: %v", resources.Resources[0].URI, err)
+	}
+
+	// The same servers, to a 2026-07-28 client (they are legacy ones).
+	modern := connectModernHTTP(t, base+"/mcp")
+	if res, err := modern.ListTools(ctx, nil); err != nil || len(res.Tools) == 0 {
+		t.Errorf("modern tools/list: %v %v", res, err)
+	}
+	out, err = modern.CallTool(ctx, &mcp.CallToolParams{Name: "everything__echo", Arguments: map[string]any{"message": "modern npm"}})
+	if err != nil || !strings.Contains(text(out), "modern npm") {
+		t.Errorf("modern everything__echo: %v %v", out, err)
+	}
+	out, err = modern.CallTool(ctx, &mcp.CallToolParams{Name: "files__read_text_file", Arguments: map[string]any{"path": filepath.Join(docs, "hello.txt")}})
+	if err != nil || !strings.Contains(text(out), "hello from a file") {
+		t.Errorf("modern files__read_text_file: %v %v", out, err)
 	}
 }
 
