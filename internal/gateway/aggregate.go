@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -62,6 +63,7 @@ type tableBuild struct {
 type route struct {
 	srv  *fleet.Server
 	name string
+	item int // its index in the table's items
 }
 
 type routeTable struct {
@@ -210,6 +212,16 @@ func (a *aggregate) scope(method string) string {
 		}
 	}
 	return scopePublic
+}
+
+// toolSchema is the inputSchema of the aggregated tool name, or nil.
+func (a *aggregate) toolSchema(ctx context.Context, name string) json.RawMessage {
+	t := a.table(ctx, kindTools)
+	r, ok := t.byName[name]
+	if !ok || r.item >= len(t.items) || !bytes.Contains(t.items[r.item], mcpHeaderKey) {
+		return nil // no annotation: nothing to check for it
+	}
+	return rpc.Member(t.items[r.item], "inputSchema")
 }
 
 // mcpvisorInfo is mcpvisor's serverInfo on the aggregated endpoint.
@@ -390,7 +402,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
 				continue
 			}
-			t.byName[public] = route{srv: srv, name: own}
+			t.byName[public] = route{srv: srv, name: own, item: len(t.items)}
 			t.items = append(t.items, item)
 			t.keys = append(t.keys, public)
 		}

@@ -486,6 +486,11 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	if bad == nil {
 		bad = unsupportedVersion(m, mo.Version)
 	}
+	if ts, ok := h.ep.(toolSchemas); ok && bad == nil && m.Method == "tools/call" {
+		if schema := ts.toolSchema(r.Context(), stringField(m.Params, "name")); schema != nil {
+			bad = paramHeaderMismatch(r, m, schema)
+		}
+	}
 	if bad != nil {
 		h.reply(w, http.StatusBadRequest, bad)
 		return

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -357,5 +358,44 @@ func TestMRTRStateBoundToRoundAndEndpoint(t *testing.T) {
 	m := w.call("5", `,"requestState":`+mustJSONString(state2)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
 	if m.Error != nil || !strings.Contains(string(m.Result), "ada") {
 		t.Fatalf("the latest state: %s", m.Encode())
+	}
+}
+
+// A tool whose schema mirrors a parameter into Mcp-Param-Region: the
+// header must come with the value and match it (Base64 sentinel decoded);
+// a missing, different or ill-formed header is a HeaderMismatch.
+func TestModernParamHeaders(t *testing.T) {
+	w := newMRTRWorld(t)
+	call := func(id, region string, hdr map[string]string) *rpc.Message {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"test_x_mcp_header","arguments":{"region":` + mustJSONString(region) + `},` + modernMeta(`{}`) + `}}`
+		req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
+		for k, v := range modernHeaders("tools/call", "test_x_mcp_header") {
+			req.Header.Set(k, v)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeBody(t, resp)
+	}
+	if m := call("1", "us-west1", map[string]string{"Mcp-Param-Region": "us-west1"}); m.Error != nil {
+		t.Fatalf("matching header: %s", m.Encode())
+	}
+	if m := call("2", "Hello, 世界", map[string]string{"Mcp-Param-Region": "=?base64?" + base64.StdEncoding.EncodeToString([]byte("Hello, 世界")) + "?="}); m.Error != nil {
+		t.Fatalf("Base64 header: %s", m.Encode())
+	}
+	for name, hdr := range map[string]map[string]string{
+		"missing":    nil,
+		"different":  {"Mcp-Param-Region": "eu-west1"},
+		"bad Base64": {"Mcp-Param-Region": "=?base64?!!?="},
+	} {
+		if m := call("3", "us-west1", hdr); m.Error == nil || m.Error.Code != rpc.HeaderMismatch || !strings.Contains(m.Error.Message, "Mcp-Param-Region") {
+			t.Fatalf("%s header: %s", name, m.Encode())
+		}
 	}
 }

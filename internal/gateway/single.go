@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,6 +95,24 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 		resolve: func(context.Context, string) *fleet.Server { return e.srv },
 		handle:  e.Handle,
 	})
+}
+
+// toolSchema is the inputSchema of the server's tool name, from its
+// cached list, or nil.
+func (e *single) toolSchema(ctx context.Context, name string) json.RawMessage {
+	items, err := e.srv.List(ctx, fleet.Tools)
+	if err != nil {
+		return nil
+	}
+	for _, it := range items {
+		if !bytes.Contains(it, mcpHeaderKey) {
+			continue // no annotation: nothing to check for it
+		}
+		if n, _ := rpc.StringMember(it, "name"); n == name {
+			return rpc.Member(it, "inputSchema")
+		}
+	}
+	return nil
 }
 
 // scope is the cacheScope of the server's results of method: private when
