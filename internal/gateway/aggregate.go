@@ -194,6 +194,14 @@ func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, r
 			return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
 		},
 		scope: a.scope, resolve: a.resourceServer, handle: a.Handle,
+		watched: func(kind string) bool {
+			for _, srv := range a.g.fleet.Servers() {
+				if !announcesChanges(srv.CachedInit(), kind) {
+					return false
+				}
+			}
+			return true
+		},
 	})
 }
 

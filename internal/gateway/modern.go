@@ -131,6 +131,11 @@ const (
 // front of the object; nothing else is re-encoded. A result that is not
 // an object, an error, or an input_required result is left as it is.
 func completeResult(method string, resp *rpc.Message, scope string) {
+	completeResultTTL(method, resp, scope, 0)
+}
+
+// completeResultTTL is completeResult with ttl (ms) as the ttlMs it adds.
+func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) {
 	r := resp.Result
 	if len(r) < 2 || r[0] != '{' {
 		return
@@ -150,7 +155,9 @@ func completeResult(method string, resp *rpc.Message, scope string) {
 	}
 	if cacheable(method) {
 		if !has[3] {
-			add = append(add, `"ttlMs":0,`...)
+			add = append(add, `"ttlMs":`...)
+			add = strconv.AppendInt(add, int64(ttl), 10)
+			add = append(add, ',')
 		}
 		if !has[4] {
 			add = append(add, `"cacheScope":`...)
@@ -208,6 +215,9 @@ type statelessPlan struct {
 	scope    func(method string) string                                       // the cacheScope of method's results
 	resolve  func(ctx context.Context, uri string) *fleet.Server              // the server of a resource
 	handle   func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler
+	// watched reports whether every server of the endpoint announces the
+	// changes of its lists of capability kind (nil: not known).
+	watched func(kind string) bool
 }
 
 // serveStateless serves a modern request on an endpoint: discover,
@@ -228,8 +238,45 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 	default:
 		resp = g.stateless(ctx, p.server, m, mo, related, p.handle)
 	}
-	completeResult(m.Method, resp, p.scope(m.Method))
+	ttl := 0
+	if p.watched != nil && listKind(m.Method) != "" && p.watched(listKind(m.Method)) {
+		ttl = listTTL
+	}
+	completeResultTTL(m.Method, resp, p.scope(m.Method), ttl)
 	return resp
+}
+
+// listTTL is the ttlMs of a list whose every server tells mcpvisor when it
+// changes: mcpvisor then knows of a change as it happens (and tells
+// listeners), so a client may keep the list this long between them.
+const listTTL = 60_000
+
+// listKind is the capability a list method belongs to, or "".
+func listKind(method string) string {
+	switch method {
+	case "tools/list":
+		return "tools"
+	case "prompts/list":
+		return "prompts"
+	case "resources/list", "resources/templates/list":
+		return "resources"
+	}
+	return ""
+}
+
+// announcesChanges reports whether a server whose initialize result is
+// init tells of every change of its list of capability kind: it declares
+// listChanged for it, or has no such list at all. Unknown (never started)
+// is no.
+func announcesChanges(init json.RawMessage, kind string) bool {
+	var caps map[string]struct {
+		ListChanged bool `json:"listChanged"`
+	}
+	if init == nil || json.Unmarshal(rpc.Member(init, "capabilities"), &caps) != nil {
+		return false
+	}
+	c, ok := caps[kind]
+	return !ok || c.ListChanged
 }
 
 // statelessKey is the session key of every modern request: a per-session

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -78,5 +79,33 @@ func TestRecentRequestersBounded(t *testing.T) {
 	}
 	if n := g.activeSessions(conn); n != 2 {
 		t.Fatalf("%d sessions active after many, want 2 (several)", n)
+	}
+}
+
+// A list's ttlMs is listTTL only when every server of it announces its
+// changes (or has no such list); else 0.
+func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
+	for _, tc := range []struct {
+		init string
+		kind string
+		want bool
+	}{
+		{`{"capabilities":{"tools":{"listChanged":true}}}`, "tools", true},
+		{`{"capabilities":{"tools":{}}}`, "tools", false},
+		{`{"capabilities":{"tools":{}}}`, "prompts", true},
+		{``, "tools", false},
+	} {
+		var init json.RawMessage
+		if tc.init != "" {
+			init = json.RawMessage(tc.init)
+		}
+		if got := announcesChanges(init, tc.kind); got != tc.want {
+			t.Errorf("%s %s: %v, want %v", tc.init, tc.kind, got, tc.want)
+		}
+	}
+	resp := &rpc.Message{ID: json.RawMessage("1"), Result: json.RawMessage(`{"tools":[]}`)}
+	completeResultTTL("tools/list", resp, scopePublic, listTTL)
+	if !strings.Contains(string(resp.Result), `"ttlMs":60000`) {
+		t.Fatalf("result %s", resp.Result)
 	}
 }

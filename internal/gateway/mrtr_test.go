@@ -399,3 +399,13 @@ func TestModernParamHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A list of servers that all announce their changes is fresh for listTTL;
+// mcpvisor tells listeners of a change as it happens.
+func TestModernListTTL(t *testing.T) {
+	w := newMRTRWorld(t)
+	_, b := postModern(t, w.url, `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{`+modernMeta(`{}`)+`}}`, "tools/list", "")
+	if !strings.Contains(string(b), `"ttlMs":60000`) || !strings.Contains(string(b), `"cacheScope":"public"`) {
+		t.Fatalf("tools/list %.300s", b)
+	}
+}

@@ -94,6 +94,7 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 		scope:   e.scope,
 		resolve: func(context.Context, string) *fleet.Server { return e.srv },
 		handle:  e.Handle,
+		watched: func(kind string) bool { return announcesChanges(e.srv.CachedInit(), kind) },
 	})
 }
 
