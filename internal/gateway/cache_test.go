@@ -124,3 +124,30 @@ func TestStartReplacesAStaleCachedList(t *testing.T) {
 		t.Fatalf("after the server started, tools/list still serves the stale list: %s", l)
 	}
 }
+
+// A server that ran legacy keeps that era across a restart of mcpvisor:
+// set to "auto" on the same launch, it is initialized from its persisted
+// initialize result's era, not probed (a dual-era server probed would
+// come up modern).
+func TestPersistedEraSkipsTheProbe(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state.db")
+	first := newWorldStore(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`, state, "")
+	first.fleet.Learn(context.Background(), 1)
+	if !first.fleet.Get("c").Cached(fleet.Tools) {
+		t.Fatal("not learned")
+	}
+	first.close()
+
+	second := newWorldStore(t, `{"c":{"command":"$CONFORMANCE","protocol":"auto"}}`, state, first.marker)
+	sess := second.stdioClient(second.gw.Aggregate(), nil)
+	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__test_simple_text"}); err != nil {
+		t.Fatal(err)
+	}
+	in := second.fleet.Get("c").Init()
+	if in == nil {
+		t.Fatal("the server is not running after a call")
+	}
+	if in.ProtocolVersion == modernVersion {
+		t.Fatalf("the server came up at %q: probed despite its persisted legacy era", in.ProtocolVersion)
+	}
+}
