@@ -132,25 +132,7 @@ func withOwnMeta(params json.RawMessage) json.RawMessage {
 		out, _ := rpc.ReplaceMember(params, "_meta", b)
 		return out
 	}
-	if len(params) == 0 || string(params) == "null" {
-		return json.RawMessage(`{"_meta":` + string(ownMeta) + `}`)
-	}
-	i := 1
-	for i < len(params) && (params[i] == ' ' || params[i] == '\t' || params[i] == '\r' || params[i] == '\n') {
-		i++
-	}
-	if params[0] != '{' {
-		return params
-	}
-	sep := ","
-	if i < len(params) && params[i] == '}' {
-		sep = ""
-	}
-	out := make(json.RawMessage, 0, len(params)+len(ownMeta)+10)
-	out = append(out, `{"_meta":`...)
-	out = append(out, ownMeta...)
-	out = append(out, sep...)
-	return append(out, params[1:]...)
+	return rpc.SetMember(params, "_meta", ownMeta)
 }
 
 // listen opens mcpvisor's subscriptions/listen on a modern server for the

@@ -44,31 +44,7 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, param
 	if lvl := srv.EffectiveLogLevel(s.Key()); lvl != "" {
 		meta[metaLogLevel] = mustJSON(lvl)
 	}
-	return withMember(params, "_meta", mustJSON(meta))
-}
-
-// withMember returns the JSON object obj with member name set to value
-// (replaced where it is, else added first); obj is not modified.
-func withMember(obj json.RawMessage, name string, value json.RawMessage) json.RawMessage {
-	if len(obj) == 0 || string(obj) == "null" {
-		return mustJSON(map[string]json.RawMessage{name: value})
-	}
-	if out, ok := rpc.ReplaceMember(obj, name, value); ok {
-		return out
-	}
-	i := 1
-	for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\r' || obj[i] == '\n') {
-		i++
-	}
-	out := make(json.RawMessage, 0, len(obj)+len(name)+len(value)+4)
-	out = append(out, '{')
-	out = append(out, strconv.Quote(name)...)
-	out = append(out, ':')
-	out = append(out, value...)
-	if i < len(obj) && obj[i] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, obj[1:]...)
+	return rpc.SetMember(params, "_meta", mustJSON(meta))
 }
 
 // fulfil answers a modern server's input_required results for the legacy
@@ -99,9 +75,9 @@ func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method s
 			}
 			answers[key] = a
 		}
-		retry := withMember(params, "inputResponses", mustJSON(answers))
+		retry := rpc.SetMember(params, "inputResponses", mustJSON(answers))
 		if r.RequestState != nil {
-			retry = withMember(retry, "requestState", mustJSON(*r.RequestState))
+			retry = rpc.SetMember(retry, "requestState", mustJSON(*r.RequestState))
 		}
 		var err error
 		if resp, err = conn.Call(ctx, method, retry); err != nil {

@@ -64,7 +64,7 @@ func (l *listener) send(method string, params json.RawMessage) error {
 		_ = json.Unmarshal(old, &meta)
 	}
 	meta[metaSubscriptionID] = l.id
-	n := &rpc.Message{Method: method, Params: withMember(params, "_meta", mustJSON(meta))}
+	n := &rpc.Message{Method: method, Params: rpc.SetMember(params, "_meta", mustJSON(meta))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.acked {

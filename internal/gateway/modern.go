@@ -146,7 +146,7 @@ func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) 
 		if has[1] || has[2] {
 			// A server that speaks multi round-trip requests but not the
 			// revision's resultType: its interim result, to pass on.
-			resp.Result = append(json.RawMessage(`{"resultType":"input_required",`), r[1:]...)
+			resp.Result = rpc.PrependMembers(r, []byte(`"resultType":"input_required"`))
 			return
 		}
 		add = append(add, `"resultType":"complete",`...)
@@ -168,18 +168,7 @@ func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) 
 	if len(add) == 0 {
 		return
 	}
-	i := 1
-	for i < len(r) && (r[i] == ' ' || r[i] == '\t' || r[i] == '\r' || r[i] == '\n') {
-		i++
-	}
-	if i < len(r) && r[i] == '}' {
-		add = add[:len(add)-1] // an empty object: no member follows
-	}
-	out := make(json.RawMessage, 0, len(r)+len(add))
-	out = append(out, '{')
-	out = append(out, add...)
-	out = append(out, r[1:]...)
-	resp.Result = out
+	resp.Result = rpc.PrependMembers(r, add[:len(add)-1]) // without the last comma
 }
 
 // discover answers server/discover: the versions mcpvisor serves, the

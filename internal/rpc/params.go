@@ -114,6 +114,39 @@ func Members(obj json.RawMessage, names ...string) []json.RawMessage {
 	return vals
 }
 
+// PrependMembers returns the JSON object obj with members — raw
+// `"name":value` pairs joined by commas, no trailing comma — added first,
+// every other byte of obj kept; obj is not modified. An empty or null obj
+// becomes the object of members alone; anything else that is not an
+// object is returned as it is.
+func PrependMembers(obj json.RawMessage, members []byte) json.RawMessage {
+	if len(obj) == 0 || string(obj) == "null" {
+		return append(append(append(make(json.RawMessage, 0, len(members)+2), '{'), members...), '}')
+	}
+	if obj[0] != '{' {
+		return obj
+	}
+	i := skipSpace(obj, 1)
+	out := make(json.RawMessage, 0, len(obj)+len(members)+1)
+	out = append(out, '{')
+	out = append(out, members...)
+	if i < len(obj) && obj[i] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, obj[1:]...)
+}
+
+// SetMember returns the JSON object obj with its top-level member name set
+// to value: replaced where it is, else added first (see PrependMembers).
+func SetMember(obj json.RawMessage, name string, value json.RawMessage) json.RawMessage {
+	if out, ok := ReplaceMember(obj, name, value); ok {
+		return out
+	}
+	m := appendString(make([]byte, 0, len(name)+len(value)+3), name)
+	m = append(m, ':')
+	return PrependMembers(obj, appendRaw(m, value))
+}
+
 // HasMembers reports, for each of names, whether the JSON object obj has
 // a top-level member by that name, in one scan; all false if obj is not a
 // valid object.

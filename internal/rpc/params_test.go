@@ -105,3 +105,22 @@ func TestMembersAndString(t *testing.T) {
 		t.Fatal("a member of an invalid object")
 	}
 }
+
+func TestPrependAndSetMember(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{``, `{"a":1}`},
+		{`null`, `{"a":1}`},
+		{`{}`, `{"a":1}`},
+		{"{ \n}", "{\"a\":1 \n}"},
+		{`{"b":2}`, `{"a":1,"b":2}`},
+		{`{"a":0,"b":2}`, `{"a":1,"b":2}`},
+		{`[1]`, `[1]`},
+	} {
+		if got := string(SetMember([]byte(tc.in), "a", []byte("1"))); got != tc.want {
+			t.Errorf("SetMember(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	if got := string(PrependMembers([]byte(`{"x":1}`), []byte(`"a":1,"b":2`))); got != `{"a":1,"b":2,"x":1}` {
+		t.Errorf("PrependMembers: %s", got)
+	}
+}
