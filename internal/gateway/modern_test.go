@@ -3,11 +3,13 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -394,5 +396,36 @@ func TestModernListenResourceSubscriptions(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no update of the watched resource within 15 s")
 		}
+	}
+}
+
+// Modern requests run concurrently, each on its own: 16 callers at once,
+// each gets its own echo and only the progress of its own token.
+func TestModernConcurrentCallsStayApart(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	errs := make(chan string, 64)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for j := range 4 {
+				tok := fmt.Sprintf("t%d-%d", i, j)
+				body := `{"jsonrpc":"2.0","id":"` + tok + `","method":"tools/call","params":{"name":"a__progress","arguments":{"steps":3,"intervalMs":1},"_meta":{"progressToken":"` + tok + `",` +
+					strings.TrimPrefix(modernMeta(`{}`), `"_meta":{`) + `}}`
+				_, b := postModern(t, srv.URL, body, "tools/call", "a__progress")
+				got := string(b)
+				if strings.Count(got, `"progressToken":"`+tok+`"`) != 3 || strings.Count(got, `"progressToken"`) != 3 || !strings.Contains(got, `"id":"`+tok+`"`) {
+					errs <- fmt.Sprintf("caller %s got:\n%s", tok, got)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
