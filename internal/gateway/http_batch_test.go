@@ -205,16 +205,7 @@ func TestHTTPBatchConcurrent(t *testing.T) {
 func TestHTTPBatchConcurrencyIsBounded(t *testing.T) {
 	s := newHTTPTestServer(t, HTTPOptions{})
 	sid := s.initializeAt("2025-03-26")
-	var b strings.Builder
-	b.WriteString("[")
-	for i := range 100 {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"peak"}}`, i+1)
-	}
-	b.WriteString("]")
-	got := decodeBatch(t, s.do("POST", sid, b.String(), nil))
+	got := decodeBatch(t, s.do("POST", sid, peakBatch(100), nil))
 	if len(got) != 100 {
 		t.Fatalf("%d responses to 100 requests", len(got))
 	}
@@ -224,4 +215,18 @@ func TestHTTPBatchConcurrencyIsBounded(t *testing.T) {
 	if peak > batchWorkers || peak < 2 {
 		t.Fatalf("at most %d requests ran at once, want between 2 and %d", peak, batchWorkers)
 	}
+}
+
+// peakBatch is a batch of n calls of the fake's peak tool, ids 1 to n.
+func peakBatch(n int) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"peak"}}`, i+1)
+	}
+	b.WriteString("]")
+	return b.String()
 }

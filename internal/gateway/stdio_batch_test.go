@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -214,16 +213,7 @@ func TestStdioBatchConcurrencyAndRelated(t *testing.T) {
 		}
 	}
 
-	var b strings.Builder
-	b.WriteString("[")
-	for i := range 100 {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"peak"}}`, i+1)
-	}
-	b.WriteString("]")
-	c.send(b.String())
+	c.send(peakBatch(100))
 	if got := c.batch(); len(got) != 100 {
 		t.Fatalf("%d responses to 100 requests", len(got))
 	}
