@@ -123,6 +123,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	gw.SetFleet(f)
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
+	gw.SetHoldTimeout(cfg.HoldTimeout)
 	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st}, nil
 }
 

@@ -64,7 +64,9 @@ const (
 	// DefaultMaxInstances bounds the instances of a per-session server.
 	DefaultMaxInstances = 32
 	// DefaultMaxSessions bounds the client sessions of the HTTP front.
-	DefaultMaxSessions   = 1000
+	DefaultMaxSessions = 1000
+	// DefaultHoldTimeout bounds a call held for a modern client's retry.
+	DefaultHoldTimeout   = 5 * time.Minute
 	DefaultStdinWait     = 2 * time.Second
 	DefaultTermWait      = 10 * time.Second
 	DefaultBackoffJitter = 0.2
@@ -106,6 +108,10 @@ type Config struct {
 	// (default DefaultMaxSessions); beyond it a new session is refused
 	// with HTTP 503 and a JSON-RPC error naming the limit.
 	MaxSessions int
+	// HoldTimeout bounds how long a server's call stays held for a
+	// 2026-07-28 client's retry with the input the server asked for
+	// (default DefaultHoldTimeout); then the call is cancelled.
+	HoldTimeout time.Duration
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server

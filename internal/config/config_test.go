@@ -100,6 +100,20 @@ func TestProtocolSetting(t *testing.T) {
 	}
 }
 
+// "holdTimeout" sets the bound of a held call; it must be positive.
+func TestHoldTimeoutSetting(t *testing.T) {
+	if cfg := mustParse(t, `{"mcpServers":{"a":{"command":"srv"}}}`, LoadOptions{}); cfg.HoldTimeout != DefaultHoldTimeout {
+		t.Fatalf("default %v", cfg.HoldTimeout)
+	}
+	if cfg := mustParse(t, `{"holdTimeout":"90s","mcpServers":{"a":{"command":"srv"}}}`, LoadOptions{}); cfg.HoldTimeout != 90*time.Second {
+		t.Fatalf("set %v", cfg.HoldTimeout)
+	}
+	_, err := Parse([]byte(`{"holdTimeout":"0s","mcpServers":{"a":{"command":"srv"}}}`), "c.json", LoadOptions{})
+	if err == nil || !strings.Contains(err.Error(), "holdTimeout") {
+		t.Fatalf("error %v", err)
+	}
+}
+
 func TestLayering(t *testing.T) {
 	s := time.Second
 	tests := []struct {

@@ -7,6 +7,7 @@
 //	  "stateDir": "${HOME}/.local/state/mcpvisor",
 //	  "pageSize": 100,                      // aggregated lists in pages of 100; default 0: whole
 //	  "maxSessions": 1000,                  // client sessions of the HTTP front (default)
+//	  "holdTimeout": "5m",                  // a call held for a 2026-07-28 client's input (default)
 //	  "defaults": { "idleTimeout": "3m", "restart": { "maxAttempts": 3 } },
 //	  "mcpServers": {
 //	    "files":  { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv"],

@@ -246,13 +246,13 @@ func (p *parser) expand(s, at string, soft bool) (string, bool) {
 	return e.value, len(e.missing) == 0
 }
 
-var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "defaults", "mcpServers"}
+var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "holdTimeout", "defaults", "mcpServers"}
 
 // serverOnlyNames are server fields that are not settings.
 var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
 
 func (p *parser) config(root *node) *Config {
-	cfg := &Config{Listen: DefaultListen, MaxSessions: DefaultMaxSessions}
+	cfg := &Config{Listen: DefaultListen, MaxSessions: DefaultMaxSessions, HoldTimeout: DefaultHoldTimeout}
 	base := builtinSettings().overlay(p.envSettings())
 	if root.kind != kindObject {
 		p.errorf("", "the configuration must be a JSON object, not %s", root.kind)
@@ -296,6 +296,14 @@ func (p *parser) config(root *node) *Config {
 					p.errorf(at, "%d is not a positive number of sessions", *n)
 				} else {
 					cfg.MaxSessions = *n
+				}
+			}
+		case "holdTimeout":
+			if d := p.duration(v, at); d != nil {
+				if *d <= 0 {
+					p.errorf(at, "%v is not a positive duration: a held call needs a bound", *d)
+				} else {
+					cfg.HoldTimeout = *d
 				}
 			}
 		case "mcpServers":

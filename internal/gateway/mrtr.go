@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -40,7 +41,7 @@ func mrtrMethod(method string) bool {
 
 // DefaultHoldTimeout bounds how long a held call waits for its client's
 // retry.
-const DefaultHoldTimeout = 5 * time.Minute
+const DefaultHoldTimeout = config.DefaultHoldTimeout
 
 // maxHeld bounds the calls held at once, and maxPendingInputs the server
 // requests one held call has waiting: beyond them, servers' requests are
