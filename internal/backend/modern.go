@@ -156,10 +156,13 @@ func (c *Conn) listen() {
 	go func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		go func() {
+		ended := make(chan struct{})
+		defer close(ended)
+		go func() { // ends the listen with the connection, and no later than it
 			select {
 			case <-c.closeReq:
 			case <-c.runDone:
+			case <-ended:
 			}
 			cancel()
 		}()
