@@ -374,6 +374,13 @@ func callScoped(method string) bool {
 // those in flight, and those that ended unanswered (cancelled, timed out)
 // within their request timeout — a server may go on with a request it was
 // told to drop.
+//
+// A modern client's held call whose round the client has (sealed) is left
+// out while any other may be the cause: the server's handler is waiting
+// for that client's answer, and the requests it sent with the one it waits
+// on were gathered into the round (gatherQuiet). Otherwise a client that
+// never comes back for its round would leave every request the server
+// sends, for every other client, unattributable for the hold bound.
 func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -384,14 +391,21 @@ func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 			seen[a.sess] = true
 		}
 	}
-	list := g.calls[conn]
-	for _, c := range list {
+	var newest, newestSealed *call
+	sealed := map[*Session]bool{}
+	for _, c := range g.calls[conn] {
+		if h := c.sess.held; h != nil && h.sealed.Load() {
+			sealed[c.sess] = true
+			newestSealed = c
+			continue
+		}
 		seen[c.sess] = true
+		newest = c
 	}
-	if len(list) == 0 {
-		return nil, len(seen)
+	if len(seen) == 0 {
+		return newestSealed, len(sealed)
 	}
-	return list[len(list)-1], len(seen)
+	return newest, len(seen)
 }
 
 // abandon records that s's request on conn ended unanswered, so that for
@@ -541,10 +555,13 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	} else {
 		var only *call
 		only, sessions = g.inFlight(conn)
-		if callScoped(m.Method) && sessions == 1 {
+		// A modern client has roots only as a call's input (mrtr): the
+		// roots a server asks for during its call are that call's.
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless)
+		if scoped && sessions == 1 {
 			c = only
 		}
-		ambiguous = sessions > 1 || !callScoped(m.Method)
+		ambiguous = sessions > 1 || !scoped
 	}
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -51,6 +52,16 @@ const (
 	maxPendingInputs = 16
 )
 
+// A round gathers the requests a server sends together: it is answered
+// once the server has sent none for gatherQuiet, or gatherMax after its
+// first. SDKs ask for a round's inputs at once (the go-sdk from one
+// goroutine each): they come microseconds apart, and the client gets them
+// in one round, not one round each.
+const (
+	gatherQuiet = 25 * time.Millisecond
+	gatherMax   = 250 * time.Millisecond
+)
+
 // statePrefix marks a requestState mcpvisor made; any other passes
 // through to the server as the server's own.
 const statePrefix = "mcpv1."
@@ -77,11 +88,18 @@ type heldCall struct {
 	needCap string                // a capability the server needs and the client did not declare
 	call    *call                 // the forwarded call, once the server asked for input
 	changed chan struct{}         // closed, and replaced, whenever there is something new
+	first   time.Time             // when the first input of the round pending came
+	last    time.Time             // when the latest input came
 	rounds  int                   // rounds begun; only the latest is answered
 	seq     int
 	ended   bool
 	expires time.Time
 	expiry  *time.Timer // ends the call at expires
+
+	// sealed: the client has the round and owes its answer; the server,
+	// waiting for it, is not the cause of a request that comes meanwhile
+	// (see Gateway.inFlight). Read under Gateway.mu, which may not take mu.
+	sealed atomic.Bool
 }
 
 // signal wakes every round waiting; never blocks.
@@ -213,6 +231,11 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 			h.final = nil // one round gets it
 		}
 		changed := h.changed
+		var gather time.Duration
+		if pending > 0 {
+			now := time.Now()
+			gather = min(h.last.Add(gatherQuiet).Sub(now), h.first.Add(gatherMax).Sub(now))
+		}
 		h.mu.Unlock()
 		switch {
 		case final != nil:
@@ -226,15 +249,29 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 				Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", h.server, needCap), Data: data}}
 		case ended:
 			return errorResponse(id, rpc.InvalidParams, "Invalid params: the request ended (answered on another retry, abandoned or expired); send it again without requestState")
-		case pending > 0:
+		case pending > 0 && gather <= 0:
 			// Between rounds nothing is the client's to see: no
 			// request of its is active.
 			h.sink.set(nil)
 			return h.missing(id)
 		}
+		var after <-chan time.Time
+		var gt *time.Timer
+		if gather > 0 {
+			gt = time.NewTimer(gather)
+			after = gt.C
+		}
+		cancelled := false
 		select {
 		case <-changed:
+		case <-after:
 		case <-ctx.Done():
+			cancelled = true
+		}
+		if gt != nil {
+			gt.Stop()
+		}
+		if cancelled {
 			h.end()
 			return errorResponse(id, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", h.server, context.Cause(ctx)))
 		}
@@ -250,6 +287,7 @@ func (h *heldCall) missing(id json.RawMessage) *rpc.Message {
 		reqs[k] = mustJSON(map[string]json.RawMessage{"method": mustJSON(in.method), "params": nonEmpty(in.params)})
 	}
 	state := h.g.signState(h)
+	h.sealed.Store(true)
 	h.mu.Unlock()
 	res := mustJSON(map[string]any{
 		"resultType":    "input_required",
@@ -294,9 +332,11 @@ func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message, c *call) (bool, string
 	}
 	h.seq++
 	key := "mcpv-" + strconv.Itoa(h.seq)
-	if h.pending == nil {
+	if len(h.pending) == 0 {
 		h.pending = map[string]*heldInput{}
+		h.first = time.Now()
 	}
+	h.last = time.Now()
 	h.pending[key] = &heldInput{conn: conn, backendID: m.ID, method: m.Method, params: m.Params}
 	// While the client owes the input, the call's request timeout does not
 	// run (the hold bounds the wait).
@@ -309,6 +349,9 @@ func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message, c *call) (bool, string
 // responses to anything else are ignored (mrtr: unexpected ones are).
 func (h *heldCall) answer(responses map[string]json.RawMessage) {
 	h.mu.Lock()
+	// The server is no longer waiting on this client only: what it asks
+	// next may be this call's.
+	h.sealed.Store(false)
 	var done []*heldInput
 	var results []json.RawMessage
 	for k, v := range responses {

@@ -41,8 +41,14 @@ func newMRTRWorldConfig(t *testing.T, servers string) *mrtrWorld {
 // last message of an event stream).
 func (w *mrtrWorld) call(id, extra, caps string) *rpc.Message {
 	w.t.Helper()
-	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"test_elicitation","arguments":{"message":"who?"}` + extra + `,` + modernMeta(caps) + `}}`
-	resp, b := postModern(w.t, w.url, body, "tools/call", "test_elicitation")
+	return w.callTool(id, "test_elicitation", `{"message":"who?"}`, extra, caps)
+}
+
+// callTool is call for any tool and arguments.
+func (w *mrtrWorld) callTool(id, tool, args, extra, caps string) *rpc.Message {
+	w.t.Helper()
+	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":` + mustJSONString(tool) + `,"arguments":` + args + extra + `,` + modernMeta(caps) + `}}`
+	resp, b := postModern(w.t, w.url, body, "tools/call", tool)
 	last := string(b)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		for _, l := range strings.Split(last, "\n") {
