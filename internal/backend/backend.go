@@ -139,10 +139,40 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		params = withOwnMeta(params)
 	}
 	m, err := c.rpc.Call(ctx, method, params)
-	if err != nil && errors.Is(err, rpc.ErrClosed) {
-		return nil, fmt.Errorf("server %s: %w", c.name, c.endCause(err))
+	return m, c.callErr(err)
+}
+
+// Start sends a request and returns it pending (see rpc.Conn.Start): Call,
+// with the wait left to the caller.
+func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error) {
+	if c.modern {
+		params = withOwnMeta(params)
 	}
-	return m, err
+	p, err := c.rpc.Start(ctx, method, params)
+	if err != nil {
+		return nil, c.callErr(err)
+	}
+	return pending{p, c}, nil
+}
+
+// pending is a request Start sent: its errors say which server ended.
+type pending struct {
+	p *rpc.Pending
+	c *Conn
+}
+
+func (p pending) Wait(ctx context.Context, interrupt <-chan struct{}) (*rpc.Message, bool, error) {
+	m, interrupted, err := p.p.Wait(ctx, interrupt)
+	return m, interrupted, p.c.callErr(err)
+}
+
+// callErr names the server in the error of a request the connection's end
+// failed.
+func (c *Conn) callErr(err error) error {
+	if err != nil && errors.Is(err, rpc.ErrClosed) {
+		return fmt.Errorf("server %s: %w", c.name, c.endCause(err))
+	}
+	return err
 }
 
 // Notify sends a notification.

@@ -189,20 +189,24 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 }
 
 func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	return a.g.serveStateless(ctx, m, mo, related, statelessPlan{
-		discover: func(context.Context) *rpc.Message {
-			return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
-		},
-		scope: a.scope, resolve: a.resourceServer, handle: a.Handle,
-		watched: func(kind string) bool {
-			for _, srv := range a.g.fleet.Servers() {
-				if !announcesChanges(srv.CachedInit(), kind) {
-					return false
-				}
-			}
-			return true
-		},
-	})
+	return a.g.serveStateless(ctx, m, mo, related, a)
+}
+
+func (a *aggregate) endpointServer() string { return "" }
+
+func (a *aggregate) discoverModern(_ context.Context, m *rpc.Message) *rpc.Message {
+	return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
+}
+
+// watched reports whether every server announces the changes of its lists
+// of capability kind.
+func (a *aggregate) watched(kind string) bool {
+	for _, srv := range a.g.fleet.Servers() {
+		if !announcesChanges(srv.CachedInit(), kind) {
+			return false
+		}
+	}
+	return true
 }
 
 // scope is the cacheScope of the aggregated endpoint's results of method:

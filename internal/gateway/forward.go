@@ -29,28 +29,60 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		// rounds.
 		return g.forwardHeld(ctx, s, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
 	}
+	f, resp := g.begin(ctx, s, srv, method, params, clientID, related)
+	if resp != nil {
+		return resp
+	}
+	r, err := f.conn.Call(f.ctx, method, f.params)
+	return f.finish(r, err)
+}
+
+// flight is a request forward has begun at its server: what its end
+// (finish) needs.
+type flight struct {
+	g              *Gateway
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
+	c              *call
+	key            string
+	s              *Session
+	name, method   string
+	params         json.RawMessage // as the server gets them
+	clientID       json.RawMessage
+	timeout        time.Duration
+	lease          *fleet.Lease
+	conn           fleet.Conn
+	legacyToModern bool
+	ended          *atomic.Bool // the request timer's: set when it is done for
+	timer          *time.Timer
+}
+
+// begin does what forward does before the request reaches its server: the
+// call is registered, the server leased (started, if need be), the
+// request timer armed. It returns the flight, or the response for the
+// client if the request ends before it reaches the server.
+func (g *Gateway) begin(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
 	st := g.state(s)
 	if st == nil {
-		return errorResponse(clientID, rpc.InvalidRequest, "session closed")
+		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
-	timeout := srv.Config().RequestTimeout
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout}
+	f.ctx, f.cancel = context.WithCancelCause(ctx)
 
 	// The call is the session's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
 	// server starts or restarts cancels it there, and it never runs.
-	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: cancel}
-	key := string(clientID)
+	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: f.cancel}
+	f.c, f.key = c, string(clientID)
 	g.mu.Lock()
 	if st.closed {
 		g.mu.Unlock()
-		return errorResponse(clientID, rpc.InvalidRequest, "session closed")
+		f.cancel(nil)
+		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
-	st.calls[key] = c
+	st.calls[f.key] = c
 	g.mu.Unlock()
-	defer g.endCall(c, key)
 
 	// The lease counts the request in flight from before the start to
 	// the end, so the server cannot go dormant under it. A running server
@@ -58,28 +90,32 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	lease, ok := srv.TryAcquire(s.Key())
 	if !ok {
 		var err error
-		if lease, err = g.acquireSlow(ctx, srv, s, timeout); err != nil {
-			if ctx.Err() != nil {
-				return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		if lease, err = g.acquireSlow(f.ctx, srv, s, f.timeout); err != nil {
+			defer f.end()
+			if f.ctx.Err() != nil {
+				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
 			}
 			code := rpc.BackendUnavailable
 			if errors.Is(err, fleet.ErrInstanceLimit) {
 				code = rpc.LimitReached
 			}
-			return errorResponse(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err))
+			return nil, errorResponse(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err))
 		}
 	}
-	defer lease.Release()
+	f.lease = lease
 	conn := lease.Conn()
-	legacyToModern := s.modern == nil && conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
-	if legacyToModern {
+	f.conn = conn
+	f.legacyToModern = s.modern == nil && conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
+	if f.legacyToModern {
 		switch method {
 		case "logging/setLevel":
 			// Recorded by the caller; a modern server gets the level in
 			// each of the session's requests.
-			return resultResponse(clientID, json.RawMessage(`{}`))
+			f.end()
+			return nil, resultResponse(clientID, json.RawMessage(`{}`))
 		case "resources/subscribe", "resources/unsubscribe":
-			return errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s; mcpvisor does not carry resource subscriptions of earlier revisions to it", name, modernVersion, method))
+			f.end()
+			return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s; mcpvisor does not carry resource subscriptions of earlier revisions to it", name, modernVersion, method))
 		}
 		params = g.legacyMeta(s, st, srv, params)
 	}
@@ -87,11 +123,12 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	// The timeout restarts whenever the server reports progress or gets
 	// the client's answer to a request of its, and does not run out while
 	// such a request waits for the client.
-	if timeout > 0 {
+	if timeout := f.timeout; timeout > 0 {
 		var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
 		var touched atomic.Int64          // when the timeout last restarted, Unix ns
-		var ended atomic.Bool             // the call has returned: its timer is done for
+		ended := new(atomic.Bool)         // the call has returned: its timer is done for
 		touched.Store(time.Now().UnixNano())
+		cancel := f.cancel
 		timer := time.AfterFunc(timeout, func() {
 			if ended.Load() {
 				return
@@ -111,10 +148,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 			cancel(errTimeout)
 		})
 		tp.Store(timer)
-		defer func() {
-			ended.Store(true)
-			timer.Stop()
-		}()
+		f.timer, f.ended = timer, ended
 		c.touch = func() {
 			if ended.Load() {
 				return
@@ -130,6 +164,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		c.ourTok = g.nextID("mcpv-p")
 		params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
 	}
+	f.params = params
 	g.mu.Lock()
 	c.conn = conn
 	g.calls[conn] = append(g.calls[conn], c)
@@ -137,23 +172,30 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		g.tokens[c.ourTok] = c
 	}
 	g.mu.Unlock()
-	if ctx.Err() != nil {
+	if f.ctx.Err() != nil {
 		// Cancelled as the lease was granted: nothing was sent.
-		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		defer f.end()
+		return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
 	}
+	return f, nil
+}
 
-	resp, err := conn.Call(ctx, method, params)
-	if err == nil && legacyToModern && resp.Error == nil {
-		resp, err = g.fulfil(ctx, c, conn, method, params, resp)
+// finish ends f with the server's response (or the error that stood for
+// it) and returns the response for the client.
+func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
+	defer f.end()
+	g, ctx, name, method, clientID := f.g, f.ctx, f.name, f.method, f.clientID
+	if err == nil && f.legacyToModern && resp.Error == nil {
+		resp, err = g.fulfil(ctx, f.c, f.conn, method, f.params, resp)
 	}
 	if err != nil && ctx.Err() != nil {
-		g.abandon(conn, s, timeout)
+		g.abandon(f.conn, f.s, f.timeout)
 	}
 	switch {
 	case err == nil:
 		return &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
 	case errors.Is(context.Cause(ctx), errTimeout):
-		return errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, timeout))
+		return errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout))
 	case ctx.Err() != nil:
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
 	case errors.Is(err, rpc.ErrLineTooLong):
@@ -161,6 +203,20 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	default:
 		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s failed while answering %s: %v", name, method, err))
 	}
+}
+
+// end releases what begin took, in the reverse order: the timer, the
+// lease, the call's registration, its context.
+func (f *flight) end() {
+	if f.timer != nil {
+		f.ended.Store(true)
+		f.timer.Stop()
+	}
+	if f.lease != nil {
+		f.lease.Release()
+	}
+	f.g.endCall(f.c, f.key)
+	f.cancel(nil)
 }
 
 // acquireSlow leases srv for s when it must be started or waited for,

@@ -179,6 +179,10 @@ type StreamableHandler struct {
 
 	life context.Context // cancelled by Close
 	stop context.CancelFunc
+	// modern holds the cancels of the 2026-07-28 requests being served,
+	// which have no session for Close to end: Close cancels them.
+	modern [modernShards]modernShard
+	seq    atomic.Uint32
 
 	mu         sync.RWMutex
 	sessions   map[string]*httpSession
@@ -291,6 +295,15 @@ func (h *StreamableHandler) Close() {
 	}
 	h.closed = true
 	h.stop()
+	for i := range h.modern {
+		sh := &h.modern[i]
+		sh.mu.Lock()
+		sh.closed = true
+		for _, cancel := range sh.m {
+			cancel()
+		}
+		sh.mu.Unlock()
+	}
 	all := h.sessions
 	h.sessions = make(map[string]*httpSession)
 	if h.timer != nil {
@@ -301,6 +314,41 @@ func (h *StreamableHandler) Close() {
 	for _, hs := range all {
 		h.closeSession(hs)
 	}
+}
+
+// modernShards spreads the modern requests in flight over locks of their
+// own: one lock for all would be taken twice by every request.
+const modernShards = 16
+
+type modernShard struct {
+	mu     sync.Mutex
+	m      map[context.Context]context.CancelFunc
+	closed bool
+}
+
+// track registers a modern request's cancel for Close, in the shard it
+// returns; if the handler has closed, it cancels the request instead and
+// returns nil.
+func (h *StreamableHandler) track(ctx context.Context, cancel context.CancelFunc) *modernShard {
+	sh := &h.modern[h.seq.Add(1)%modernShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		cancel()
+		return nil
+	}
+	if sh.m == nil {
+		sh.m = map[context.Context]context.CancelFunc{}
+	}
+	sh.m[ctx] = cancel
+	return sh
+}
+
+// untrack removes what track registered.
+func (sh *modernShard) untrack(ctx context.Context) {
+	sh.mu.Lock()
+	delete(sh.m, ctx)
+	sh.mu.Unlock()
 }
 
 // ServeHTTP implements http.Handler.
@@ -481,13 +529,13 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	}
 	mo, bad := readModern(m)
 	if bad == nil {
-		bad = headerMismatch(r, m, hv, mo.Version)
+		bad = headerMismatch(r, m, hv, mo)
 	}
 	if bad == nil {
 		bad = unsupportedVersion(m, mo.Version)
 	}
 	if ts, ok := h.ep.(toolSchemas); ok && bad == nil && m.Method == "tools/call" {
-		if schema := ts.toolSchema(r.Context(), stringField(m.Params, "name")); schema != nil {
+		if schema := ts.toolSchema(r.Context(), mo.Name); schema != nil {
 			bad = paramHeaderMismatch(r, m, schema)
 		}
 	}
@@ -499,7 +547,9 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	// subscriptions/listen stream ends then with its result).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	defer context.AfterFunc(h.life, cancel)()
+	if sh := h.track(ctx, cancel); sh != nil {
+		defer sh.untrack(ctx)
+	}
 	hs := &httpSession{h: h} // the request's own: no id, no events kept
 	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
 	resp := h.ep.Stateless(ctx, m, mo, ps)
@@ -524,7 +574,8 @@ func modernStatus(code int) int {
 // method, and, for tools/call, prompts/get and resources/read, Mcp-Name
 // its name or uri (Base64-decoded when sent as =?base64?...?=). A failure
 // is a HeaderMismatch error naming the header.
-func headerMismatch(r *http.Request, m *rpc.Message, hv, version string) *rpc.Message {
+func headerMismatch(r *http.Request, m *rpc.Message, hv string, mo *Modern) *rpc.Message {
+	version := mo.Version
 	mismatch := func(msg string) *rpc.Message {
 		return errorResponse(m.ID, rpc.HeaderMismatch, "Header mismatch: "+msg)
 	}
@@ -541,16 +592,15 @@ func headerMismatch(r *http.Request, m *rpc.Message, hv, version string) *rpc.Me
 	case method[0] != m.Method:
 		return mismatch("Mcp-Method header value " + strconv.Quote(method[0]) + " does not match body value " + strconv.Quote(m.Method))
 	}
-	member := ""
+	var want string
 	switch m.Method {
 	case "tools/call", "prompts/get":
-		member = "name"
+		want = mo.Name
 	case "resources/read":
-		member = "uri"
+		want = mo.URI
 	default:
 		return nil
 	}
-	want, _ := rpc.StringMember(m.Params, member)
 	name := r.Header[hdrName]
 	if len(name) == 0 {
 		return mismatch("the Mcp-Name header is missing (required for " + m.Method + ")")

@@ -50,6 +50,12 @@ func benchClient() *http.Client {
 
 // benchLoad runs benchCallers goroutines POSTing benchCall with hdr.
 func benchLoad(b *testing.B, url string, hdr http.Header) {
+	benchLoadBody(b, url, hdr, benchCall, benchReply)
+}
+
+// benchLoadBody is benchLoad POSTing body, each answered by reply (or by
+// any JSON-RPC result, if reply is nil).
+func benchLoadBody(b *testing.B, url string, hdr http.Header, body, reply []byte) {
 	c := benchClient()
 	defer c.CloseIdleConnections()
 	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
@@ -58,7 +64,7 @@ func benchLoad(b *testing.B, url string, hdr http.Header) {
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]byte, 512)
 		for pb.Next() {
-			req, err := http.NewRequest("POST", url, bytes.NewReader(benchCall))
+			req, err := http.NewRequest("POST", url, bytes.NewReader(body))
 			if err != nil {
 				b.Error(err)
 				return
@@ -72,7 +78,7 @@ func benchLoad(b *testing.B, url string, hdr http.Header) {
 			n, _ := io.ReadFull(resp.Body, buf)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != 200 || !bytes.Equal(buf[:n], benchReply) {
+			if resp.StatusCode != 200 || (reply != nil && !bytes.Equal(buf[:n], reply)) || (reply == nil && !bytes.Contains(buf[:n], []byte(`"result"`))) {
 				b.Errorf("%d %q", resp.StatusCode, buf[:n])
 				return
 			}

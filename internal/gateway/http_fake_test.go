@@ -40,6 +40,7 @@ type httpFake struct {
 	opened, closed atomic.Int32
 	closedCh       chan *Session // every Close, if set
 	cancelled      chan struct{} // a block call saw its ctx end, if set
+	blocked        chan struct{} // a block call began, if set
 }
 
 func newHTTPFake() *httpFake {
@@ -248,6 +249,9 @@ func (f *httpFake) Handle(ctx context.Context, s *Session, m *rpc.Message, relat
 				return httpFakeError(m, rpc.InternalError, "cancelled while waiting")
 			}
 		case "block":
+			if f.blocked != nil {
+				f.blocked <- struct{}{}
+			}
 			<-ctx.Done()
 			f.cancelled <- struct{}{}
 			return httpFakeError(m, rpc.InternalError, "cancelled")

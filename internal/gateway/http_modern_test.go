@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -194,5 +196,46 @@ func TestHTTPModernStreamHasNoEventIDs(t *testing.T) {
 	}
 	if strings.Contains(string(b), "\nid:") || strings.HasPrefix(string(b), "id:") {
 		t.Fatalf("a modern stream carries event ids:\n%s", b)
+	}
+}
+
+// Close ends the 2026-07-28 requests in flight — they have no session for
+// it to close — each answered with its error, and none stays registered.
+// A request that comes after Close is ended as it begins.
+func TestHTTPModernRequestsEndAtClose(t *testing.T) {
+	s := newHTTPTestServer(t, HTTPOptions{})
+	const n = 20
+	s.fake.blocked = make(chan struct{}, n+1)
+	s.fake.cancelled = make(chan struct{}, n+1)
+	done := make(chan *rpc.Message, n)
+	for i := range n {
+		go func() {
+			body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(i) + `,"method":"tools/call","params":{"name":"block",` + modernMeta(`{}`) + `}}`
+			resp := s.do("POST", "", body, modernHeaders("tools/call", "block"))
+			done <- decodeBody(t, resp)
+		}()
+	}
+	for range n {
+		<-s.fake.blocked // every request is in flight
+	}
+	s.h.Close()
+	for range n {
+		select {
+		case m := <-done:
+			if m.Error == nil {
+				t.Fatalf("a request ended by Close: %s", m.Encode())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a modern request outlived Close")
+		}
+	}
+	for i := range s.h.modern {
+		if len(s.h.modern[i].m) != 0 {
+			t.Fatalf("shard %d still tracks %d requests", i, len(s.h.modern[i].m))
+		}
+	}
+	m := s.doModern(200, `{"jsonrpc":"2.0","id":"late","method":"tools/call","params":{"name":"block",`+modernMeta(`{}`)+`}}`, modernHeaders("tools/call", "block"))
+	if m.Error == nil {
+		t.Fatalf("after Close: %s", m.Encode())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -39,6 +40,11 @@ type Modern struct {
 	Caps       json.RawMessage // clientCapabilities: an object
 	ClientInfo json.RawMessage // clientInfo, if given
 	LogLevel   string          // logLevel, if given: the request wants log messages this severe
+
+	// Read from params in the same scan: the name (tools/call,
+	// prompts/get) or uri (resources/read) the request targets, and its
+	// requestState (a retry's).
+	Name, URI, State string
 }
 
 // modernVersionOf is the protocol version in params._meta, "" if there is
@@ -57,7 +63,8 @@ func modernVersionOf(params json.RawMessage) (string, bool) {
 // clientCapabilities — gets an InvalidParams error (basic/index: both are
 // required), with its id.
 func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
-	meta := rpc.Member(m.Params, "_meta")
+	top := rpc.Members(m.Params, "_meta", "name", "uri", "requestState")
+	meta := top[0]
 	if meta == nil {
 		return nil, errorResponse(m.ID, rpc.InvalidParams,
 			"Invalid params: a "+modernVersion+" request carries params._meta with "+metaProtocolVersion+" and "+metaClientCaps)
@@ -68,6 +75,9 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	v := rpc.Members(meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel)
 	raw := struct{ Version, Caps, ClientInfo, LogLevel json.RawMessage }{v[0], v[1], v[2], v[3]}
 	mo := &Modern{}
+	mo.Name, _ = rpc.String(top[1])
+	mo.URI, _ = rpc.String(top[2])
+	mo.State, _ = rpc.String(top[3])
 	mo.Version, _ = rpc.String(raw.Version)
 	if mo.Version == "" {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaProtocolVersion+" (a string)")
@@ -197,16 +207,17 @@ func modernCaps(caps json.RawMessage) json.RawMessage {
 	return caps
 }
 
-// statelessPlan is what an endpoint brings to serving a modern request.
-type statelessPlan struct {
-	server   string                                                           // "" for the aggregated endpoint
-	discover func(context.Context) *rpc.Message                               // its server/discover answer
-	scope    func(method string) string                                       // the cacheScope of method's results
-	resolve  func(ctx context.Context, uri string) *fleet.Server              // the server of a resource
-	handle   func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler
+// statelessPlan is what an endpoint brings to serving a modern request
+// (an interface, not a struct of funcs: a request allocates nothing for it).
+type statelessPlan interface {
+	endpointServer() string                                            // "" for the aggregated endpoint
+	discoverModern(context.Context, *rpc.Message) *rpc.Message         // its server/discover answer
+	scope(method string) string                                        // the cacheScope of method's results
+	resourceServer(ctx context.Context, uri string) *fleet.Server      // the server of a resource
+	Handle(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler
 	// watched reports whether every server of the endpoint announces the
-	// changes of its lists of capability kind (nil: not known).
-	watched func(kind string) bool
+	// changes of its lists of capability kind.
+	watched(kind string) bool
 }
 
 // serveStateless serves a modern request on an endpoint: discover,
@@ -215,20 +226,23 @@ type statelessPlan struct {
 // own, the result made modern.
 func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	var resp *rpc.Message
+	server := p.endpointServer()
 	switch {
 	case m.Method == "server/discover":
-		return p.discover(ctx)
+		return p.discoverModern(ctx, m)
 	case removedMethod(m.Method):
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
 	case m.Method == "subscriptions/listen":
-		return g.listen(ctx, p.server, m, related, p.resolve)
-	case mrtrMethod(m.Method) && ourState(m.Params) != "":
-		resp = g.resumeHeld(ctx, m, mo, ourState(m.Params), p.server, related)
+		return g.listen(ctx, server, m, related, p.resourceServer)
+	case mrtrMethod(m.Method) && strings.HasPrefix(mo.State, statePrefix):
+		// A retry of a call mcpvisor holds (its requestState is
+		// mcpvisor's; any other is the server's own, and passes).
+		resp = g.resumeHeld(ctx, m, mo, mo.State, server, related)
 	default:
-		resp = g.stateless(ctx, p.server, m, mo, related, p.handle)
+		resp = g.stateless(ctx, server, m, mo, related, p)
 	}
 	ttl := 0
-	if p.watched != nil && listKind(m.Method) != "" && p.watched(listKind(m.Method)) {
+	if listKind(m.Method) != "" && p.watched(listKind(m.Method)) {
 		ttl = listTTL
 	}
 	completeResultTTL(m.Method, resp, p.scope(m.Method), ttl)
@@ -277,11 +291,10 @@ const statelessKey = "stateless"
 // is handle: a session of its own for the request's life, which no
 // message outside the request reaches and whose end ends nothing in the
 // fleet. server is the endpoint's server ("" for the aggregated one).
-func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink,
-	handle func(context.Context, *Session, *rpc.Message, Sink) *rpc.Message) *rpc.Message {
+func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	s := g.openStatelessSession(server, mo)
 	s.req = m
-	resp := handle(ctx, s, m, related)
+	resp := p.Handle(ctx, s, m, related)
 	if s.held == nil {
 		g.closeStatelessSession(s) // else the held call closes it at its end
 	}

@@ -170,14 +170,67 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	h.cancel = cancel
 	h.sess = s
 	s.held = h
-	go func() {
-		resp := g.forward(hctx, s, srv, m.Method, params, m.ID, &h.sink)
+	f, resp := g.begin(hctx, s, srv, m.Method, params, m.ID, &h.sink)
+	if resp != nil {
+		h.end()
+		return resp
+	}
+	// finishLater waits for the server's answer on a goroutine of its
+	// own, for the rounds to take.
+	finishLater := func(wait func() (*rpc.Message, error)) {
+		go func() {
+			resp := f.finish(wait())
+			h.mu.Lock()
+			h.final = resp
+			h.mu.Unlock()
+			h.signal()
+		}()
+	}
+	st, ok := f.conn.(starter)
+	if !ok {
+		finishLater(func() (*rpc.Message, error) { return f.conn.Call(f.ctx, m.Method, f.params) })
+		return h.round(ctx, m.ID)
+	}
+	// Most calls get no server request: the answer is waited for here,
+	// on the request's goroutine, bound to the request. Only when the
+	// server asks for input does the wait move to a goroutine of its own,
+	// and the call to the hold bound.
+	w, err := st.Start(f.ctx, m.Method, f.params)
+	if err != nil {
+		resp := f.finish(nil, err)
+		h.end()
+		return resp
+	}
+	unbind := context.AfterFunc(ctx, h.end)
+	h.mu.Lock()
+	changed := h.changed
+	h.mu.Unlock()
+	r, interrupted, err := w.Wait(f.ctx, changed)
+	unbind()
+	if interrupted {
 		h.mu.Lock()
-		h.final = resp
+		ended := h.ended
 		h.mu.Unlock()
-		h.signal()
-	}()
-	return h.round(ctx, m.ID)
+		if !ended {
+			finishLater(func() (*rpc.Message, error) {
+				r, _, err := w.Wait(f.ctx, nil)
+				return r, err
+			})
+			return h.round(ctx, m.ID)
+		}
+		// Ended (the client went away): the server's call is cancelled,
+		// and its answer comes at once.
+		r, _, err = w.Wait(f.ctx, nil)
+	}
+	resp = f.finish(r, err)
+	h.end()
+	return resp
+}
+
+// starter is a connection whose requests' answers can be waited for
+// apart from the sending (backend connections are).
+type starter interface {
+	Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error)
 }
 
 // escalate makes h a held call, once: it gets its id, the digest of its
@@ -551,14 +604,4 @@ func newStateKey() []byte {
 	k := make([]byte, 32)
 	_, _ = rand.Read(k)
 	return k
-}
-
-// ourState is the requestState of params if mcpvisor made it (by its
-// prefix), else "".
-func ourState(params json.RawMessage) string {
-	s, _ := rpc.StringMember(params, "requestState")
-	if strings.HasPrefix(s, statePrefix) {
-		return s
-	}
-	return ""
 }

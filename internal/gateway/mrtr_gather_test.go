@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -157,4 +159,44 @@ func TestMRTRConcurrentRoundsStayApart(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d calls got a round", rounds, len(results))
+}
+
+// A modern client's call that the server has asked nothing of is bound to
+// the client's request: the client going away cancels it at the server
+// (the lease is released, nothing is held) — not at the hold bound, not
+// at the server's own pace.
+func TestModernCallEndsWithItsRequest(t *testing.T) {
+	w := newMRTRWorldConfig(t, `{"x":{"command":"$FIXTURE","prefix":""}}`)
+	ctx, cancel := context.WithCancel(t.Context())
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000},` + modernMeta(`{}`) + `}}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", w.url, strings.NewReader(body))
+	for k, v := range modernHeaders("tools/call", "sleep") {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", httpAccept)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	srv := w.fleet.Get("x")
+	calls := func() int {
+		w.gw.mu.Lock()
+		defer w.gw.mu.Unlock()
+		n := 0
+		for _, list := range w.gw.calls {
+			n += len(list)
+		}
+		return n
+	}
+	waitFor(t, "the call in flight", func() bool { return calls() == 1 })
+	cancel()
+	<-done
+	waitFor(t, "the call ended at the server", func() bool { return calls() == 0 && srv.Status().InFlight == 0 })
+	if n := w.gw.HeldCalls(); n != 0 {
+		t.Fatalf("%d calls held", n)
+	}
 }

@@ -82,21 +82,23 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 }
 
 func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	return e.g.serveStateless(ctx, m, mo, related, statelessPlan{
-		server: e.srv.Name(),
-		discover: func(ctx context.Context) *rpc.Message {
-			in, err := e.init(ctx, statelessKey)
-			if err != nil {
-				return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
-			}
-			return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
-		},
-		scope:   e.scope,
-		resolve: func(context.Context, string) *fleet.Server { return e.srv },
-		handle:  e.Handle,
-		watched: func(kind string) bool { return announcesChanges(e.srv.CachedInit(), kind) },
-	})
+	return e.g.serveStateless(ctx, m, mo, related, e)
 }
+
+func (e *single) endpointServer() string { return e.srv.Name() }
+
+func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Message {
+	in, err := e.init(ctx, statelessKey)
+	if err != nil {
+		return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
+	}
+	return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
+}
+
+// resourceServer is the server of every resource the endpoint serves.
+func (e *single) resourceServer(context.Context, string) *fleet.Server { return e.srv }
+
+func (e *single) watched(kind string) bool { return announcesChanges(e.srv.CachedInit(), kind) }
 
 // toolSchema is the inputSchema of the server's tool name, from its
 // cached list, or nil.

@@ -326,6 +326,35 @@ func (c *Conn) Stats() Stats {
 // for "initialize", which MCP does not allow to be cancelled. If the
 // response arrived first, it is returned instead.
 func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) (*Message, error) {
+	p, err := c.Start(ctx, method, params)
+	if err != nil {
+		return nil, err
+	}
+	m, _, err := p.Wait(ctx, nil)
+	return m, err
+}
+
+// Waiter is a request sent whose response is yet to be waited for: a
+// Pending, or a wrapper of one.
+type Waiter interface {
+	Wait(ctx context.Context, interrupt <-chan struct{}) (m *Message, interrupted bool, err error)
+}
+
+// Pending is a request Start sent, whose response is waited for with
+// Wait.
+type Pending struct {
+	c      *Conn
+	id     int64
+	ch     chan result
+	t      ticket
+	method string
+}
+
+// Start sends a request and returns it pending: Call, with the wait left
+// to the caller — who may stop waiting (Wait's interrupt) and wait again
+// later, from another goroutine. ctx bounds the send; each Wait takes the
+// ctx that bounds the request.
+func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage) (*Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -353,31 +382,45 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 	if !ok {
 		t, err = c.enqueue(nil, ctx.Done(), bp, b, false)
 	}
+	p := &Pending{c: c, id: id, ch: ch, t: t, method: method}
 	if err != nil {
 		if !c.forget(id) {
-			r := <-ch // failed meanwhile: the connection ended
-			return r.msg, r.err
+			// Failed meanwhile: the connection ended. Its result waits
+			// in ch.
+			return p, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
+	return p, nil
+}
 
+// Wait waits for the response of p, bounded by ctx: when ctx ends first
+// the request is withdrawn (never sent, if it is still queued) or the peer
+// is told it is cancelled, and Wait returns ctx's error. When interrupt
+// (nil: never) is closed first, Wait returns with interrupted true and p
+// still pending: its response goes to a later Wait. Waits of one Pending
+// must not overlap, and none follows one that was not interrupted.
+func (p *Pending) Wait(ctx context.Context, interrupt <-chan struct{}) (m *Message, interrupted bool, err error) {
+	c := p.c
 	select {
-	case r := <-ch:
-		return r.msg, r.err
+	case r := <-p.ch:
+		return r.msg, false, r.err
+	case <-interrupt:
+		return nil, true, nil
 	case <-ctx.Done():
-		if !c.forget(id) {
-			r := <-ch
-			return r.msg, r.err
+		if !c.forget(p.id) {
+			r := <-p.ch
+			return r.msg, false, r.err
 		}
 		// Still queued: withdrawn, never sent. Else it is being written
 		// or was: the peer is told.
-		if !c.withdraw(t.seq) && method != "initialize" {
-			c.sendCancelled(id, context.Cause(ctx))
+		if !c.withdraw(p.t.seq) && p.method != "initialize" {
+			c.sendCancelled(p.id, context.Cause(ctx))
 		}
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 }
 
