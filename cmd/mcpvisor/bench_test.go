@@ -371,6 +371,7 @@ func TestBenchReport(t *testing.T) {
 	for _, pr := range []struct{ name, path, tool string }{
 		{"serve-single", "/servers/x/mcp", "echo"},
 		{"serve-agg", "/mcp", "x__echo"},
+		{"serve-modern", "/mcp stateless", "x__echo"},
 		{"stdio", "mcpvisor stdio", "x__echo"},
 	} {
 		profile := filepath.Join(out, pr.name+".cpu.pprof")
@@ -385,10 +386,15 @@ func TestBenchReport(t *testing.T) {
 		var child *benchProcess
 		var call func() func() error
 		closeSession := func() {}
-		if pr.name == "stdio" {
+		switch pr.name {
+		case "stdio":
 			child = startStdioProcess(t, cmd, childEnv)
 			call = func() func() error { return child.conn.Echo(ctx, pr.tool, benchText) }
-		} else {
+		case "serve-modern":
+			child = startBenchProcess(t, cmd, childEnv)
+			sess := loadtest.OpenModernHTTP(child.base+"/mcp", client)
+			call = func() func() error { return sess.Echo(ctx, pr.tool, benchText) }
+		default:
 			child = startBenchProcess(t, cmd, childEnv)
 			sess, err := loadtest.OpenHTTP(ctx, client, child.base+pr.path)
 			if err != nil {

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -61,6 +63,7 @@ func benchLoadBody(b *testing.B, url string, hdr http.Header, body, reply []byte
 	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]byte, 512)
 		for pb.Next() {
@@ -85,6 +88,16 @@ func benchLoadBody(b *testing.B, url string, hdr http.Header, body, reply []byte
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(b.N), "cpu-µs/call")
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkStreamablePost(b *testing.B) {

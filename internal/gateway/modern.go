@@ -63,7 +63,8 @@ func modernVersionOf(params json.RawMessage) (string, bool) {
 // clientCapabilities — gets an InvalidParams error (basic/index: both are
 // required), with its id.
 func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
-	top := rpc.Members(m.Params, "_meta", "name", "uri", "requestState")
+	var top [4]json.RawMessage
+	rpc.MembersInto(top[:], m.Params, "_meta", "name", "uri", "requestState")
 	meta := top[0]
 	if meta == nil {
 		return nil, errorResponse(m.ID, rpc.InvalidParams,
@@ -72,13 +73,18 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	if len(meta) == 0 || meta[0] != '{' {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta is not an object")
 	}
-	v := rpc.Members(meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel)
+	var v [4]json.RawMessage
+	rpc.MembersInto(v[:], meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel)
 	raw := struct{ Version, Caps, ClientInfo, LogLevel json.RawMessage }{v[0], v[1], v[2], v[3]}
 	mo := &Modern{}
 	mo.Name, _ = rpc.String(top[1])
 	mo.URI, _ = rpc.String(top[2])
 	mo.State, _ = rpc.String(top[3])
-	mo.Version, _ = rpc.String(raw.Version)
+	if string(raw.Version) == `"`+modernVersion+`"` {
+		mo.Version = modernVersion // the usual case, without a copy
+	} else {
+		mo.Version, _ = rpc.String(raw.Version)
+	}
 	if mo.Version == "" {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta lacks "+metaProtocolVersion+" (a string)")
 	}

@@ -13,7 +13,7 @@ import (
 // 2026-07-28 requests. The profile of the second against the first is
 // what the modern path costs beyond the session path.
 func BenchmarkGatewayCall(b *testing.B) {
-	w := newWorld(b, `{"x":{"command":"$FIXTURE","prefix":""}}`)
+	w := newWorld(b, `{"x":{"command":"$FIXTURE"}}`)
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	defer func() { h.Close(); srv.Close() }()
@@ -25,13 +25,13 @@ func BenchmarkGatewayCall(b *testing.B) {
 		resp.Body.Close()
 		sid := resp.Header.Get("Mcp-Session-Id")
 		hdr := http.Header{"Content-Type": {"application/json"}, "Accept": {httpAccept}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
-		benchLoadBody(b, srv.URL, hdr, benchCall, nil)
+		benchLoadBody(b, srv.URL, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"}}}`), nil)
 	})
 	b.Run("modern", func(b *testing.B) {
 		hdr := http.Header{"Content-Type": {"application/json"}, "Accept": {httpAccept}}
-		for k, v := range modernHeaders("tools/call", "echo") {
+		for k, v := range modernHeaders("tools/call", "x__echo") {
 			hdr.Set(k, v)
 		}
-		benchLoadBody(b, srv.URL, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},`+modernMeta(`{}`)+`}}`), nil)
+		benchLoadBody(b, srv.URL, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"},`+modernMeta(`{}`)+`}}`), nil)
 	})
 }

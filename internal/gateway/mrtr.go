@@ -79,7 +79,7 @@ type heldCall struct {
 	digest   string
 	caps     map[string]json.RawMessage // the client's declared capabilities
 	sess     *Session                   // the call's own session, for its life
-	cancel   context.CancelFunc         // ends the server's call
+	cancel   context.CancelCauseFunc    // ends the server's call, once it began
 	sink     swapSink                   // the current round's stream, nil between rounds
 
 	mu      sync.Mutex
@@ -112,6 +112,10 @@ func (h *heldCall) signal() {
 func (h *heldCall) signalLocked() {
 	if h.changed != nil {
 		close(h.changed)
+	}
+	if h.ended {
+		h.changed = nil // a round sees the end before it would wait
+		return
 	}
 	h.changed = make(chan struct{})
 }
@@ -166,14 +170,19 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// The call outlives the request that began it if it is held: it is
 	// the held call's, on the request's session (kept open while held),
 	// ended by the client's last round, its going away, or the hold bound.
-	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h.cancel = cancel
 	h.sess = s
 	s.held = h
-	f, resp := g.begin(hctx, s, srv, m.Method, params, m.ID, &h.sink)
+	f, resp := g.begin(context.WithoutCancel(ctx), s, srv, m.Method, params, m.ID, &h.sink)
 	if resp != nil {
 		h.end()
 		return resp
+	}
+	h.mu.Lock()
+	h.cancel = f.cancel
+	ended := h.ended
+	h.mu.Unlock()
+	if ended {
+		f.cancel(nil) // ended as it began: the server's call with it
 	}
 	// finishLater waits for the server's answer on a goroutine of its
 	// own, for the rounds to take.
@@ -195,16 +204,22 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// on the request's goroutine, bound to the request. Only when the
 	// server asks for input does the wait move to a goroutine of its own,
 	// and the call to the hold bound.
+	// changed is taken before the request is sent: whatever the server
+	// asks for from then on closes it (taken later, it may be the channel
+	// that replaced the one closed, and the wait would miss the request).
+	h.mu.Lock()
+	changed := h.changed
+	h.mu.Unlock()
 	w, err := st.Start(f.ctx, m.Method, f.params)
 	if err != nil {
 		resp := f.finish(nil, err)
 		h.end()
 		return resp
 	}
+	if testHookStarted != nil {
+		testHookStarted(h)
+	}
 	unbind := context.AfterFunc(ctx, h.end)
-	h.mu.Lock()
-	changed := h.changed
-	h.mu.Unlock()
 	r, interrupted, err := w.Wait(f.ctx, changed)
 	unbind()
 	if interrupted {
@@ -226,6 +241,10 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	h.end()
 	return resp
 }
+
+// testHookStarted, if set, runs as soon as a modern call's request is
+// sent, before its answer is waited for (tests order events with it).
+var testHookStarted func(*heldCall)
 
 // starter is a connection whose requests' answers can be waited for
 // apart from the sending (backend connections are).
@@ -444,7 +463,7 @@ func (h *heldCall) stop(cancel bool) {
 	h.ended = true
 	pending := h.pending
 	h.pending = nil
-	id, expiry, c := h.id, h.expiry, h.call
+	id, expiry, c, cancelCall := h.id, h.expiry, h.call, h.cancel
 	h.signalLocked()
 	h.mu.Unlock()
 	if c != nil {
@@ -455,8 +474,8 @@ func (h *heldCall) stop(cancel bool) {
 	if expiry != nil {
 		expiry.Stop()
 	}
-	if cancel {
-		h.cancel()
+	if cancel && cancelCall != nil {
+		cancelCall(nil)
 	}
 	for _, in := range pending {
 		in := in
@@ -464,11 +483,11 @@ func (h *heldCall) stop(cancel bool) {
 			_ = in.conn.ReplyError(in.backendID, rpc.InternalError, "the client did not answer: its request ended")
 		})
 	}
-	h.g.mu.Lock()
 	if id != "" {
+		h.g.mu.Lock()
 		delete(h.g.held, id)
+		h.g.mu.Unlock()
 	}
-	h.g.mu.Unlock()
 	h.g.closeStatelessSession(h.sess)
 }
 

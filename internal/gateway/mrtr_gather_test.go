@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -198,5 +199,29 @@ func TestModernCallEndsWithItsRequest(t *testing.T) {
 	waitFor(t, "the call ended at the server", func() bool { return calls() == 0 && srv.Status().InFlight == 0 })
 	if n := w.gw.HeldCalls(); n != 0 {
 		t.Fatalf("%d calls held", n)
+	}
+}
+
+// A server request that comes at once — before the call's answer is even
+// waited for — still makes the round: the wait cannot miss it.
+func TestMRTRRequestBeforeTheWait(t *testing.T) {
+	w := newMRTRWorld(t)
+	testHookStarted = func(h *heldCall) {
+		waitFor(t, "the server's request", func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return len(h.pending) > 0
+		})
+	}
+	t.Cleanup(func() { testHookStarted = nil })
+	got := make(chan *rpc.Message, 1)
+	go func() { got <- w.call("1", "", `{"elicitation":{}}`) }()
+	select {
+	case m := <-got:
+		if _, method, _ := inputRequired(t, m); method != "elicitation/create" {
+			t.Fatalf("round asks for %s", method)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call waited for an answer its server will not give before its client's input")
 	}
 }

@@ -247,7 +247,7 @@ func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 	g := New(nil)
 	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
-	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, changed: make(chan struct{})}
+	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	h.end()
 	if ok, _ := h.offer(nil, &rpc.Message{ID: json.RawMessage("1"), Method: "elicitation/create"}, &call{}); ok {
 		t.Fatal("an ended call took input")
@@ -287,7 +287,7 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 	c.touch = func() {}
 	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
-	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func() {}, changed: make(chan struct{})}
+	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	for _, m := range []string{"elicitation/create", "elicitation/create"} {
 		if ok, why := h.offer(&nopConn{}, &rpc.Message{ID: json.RawMessage("1"), Method: m}, c); !ok {
@@ -309,7 +309,7 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 func TestMRTRLatestRetryIsAnswered(t *testing.T) {
 	g := New(nil)
 	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
-	h := &heldCall{g: g, sess: s, cancel: func() {}, changed: make(chan struct{})}
+	h := &heldCall{g: g, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	first := make(chan *rpc.Message, 1)
 	ctx1, cancel1 := context.WithCancel(context.Background())

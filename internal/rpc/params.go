@@ -100,18 +100,28 @@ func String(v json.RawMessage) (string, bool) {
 // not a valid object). The results alias obj.
 func Members(obj json.RawMessage, names ...string) []json.RawMessage {
 	vals := make([]json.RawMessage, len(names))
+	MembersInto(vals, obj, names...)
+	return vals
+}
+
+// MembersInto is Members into dst, which must be as long as names (a
+// caller's array: nothing is allocated). It reports whether obj is a valid
+// object; when it is not, dst is all nil.
+func MembersInto(dst []json.RawMessage, obj json.RawMessage, names ...string) bool {
+	clear(dst)
 	o := objectAt(obj, skipSpace(obj, 0), 1)
 	for o.next() {
 		for i, n := range names {
 			if o.is(n) {
-				vals[i] = o.value().of(obj)
+				dst[i] = o.value().of(obj)
 			}
 		}
 	}
 	if o.err != nil || skipSpace(obj, o.end) != len(obj) {
-		return make([]json.RawMessage, len(names))
+		clear(dst)
+		return false
 	}
-	return vals
+	return true
 }
 
 // PrependMembers returns the JSON object obj with members — raw
