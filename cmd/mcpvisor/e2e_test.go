@@ -305,6 +305,23 @@ func TestNPMServers(t *testing.T) {
 	if err != nil || !strings.Contains(text(out), "hello from a file") {
 		t.Errorf("modern files__read_text_file: %v %v", out, err)
 	}
+	// server-everything asks for sampling with a request, as a legacy
+	// server does; a 2026-07-28 client answers it in an input_required
+	// round, with its own handler.
+	sampler := mcp.NewClient(&mcp.Implementation{Name: "e2e-modern-sampling", Version: "0"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "e2e", Content: &mcp.TextContent{Text: "sampled through mcpvisor"}}, nil
+		},
+	})
+	ss, err := sampler.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect with sampling: %v", err)
+	}
+	defer ss.Close()
+	out, err = ss.CallTool(ctx, &mcp.CallToolParams{Name: "everything__trigger-sampling-request", Arguments: map[string]any{"prompt": "npm", "maxTokens": 20}})
+	if err != nil || !strings.Contains(text(out), "sampled through mcpvisor") {
+		t.Errorf("modern everything__trigger-sampling-request: %v %v", out, err)
+	}
 }
 
 // TestRemoteBackend puts mcpvisor in front of a remote MCP server: the

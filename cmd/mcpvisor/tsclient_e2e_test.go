@@ -17,12 +17,18 @@ import (
 // tsResult is what testdata/tsclient.mjs reports.
 type tsResult struct {
 	Version, Era, Text, ProgressResult, Error string
-	Tools                                     []string
+	Sampled                                   string
+	Tools, Logs                               []string
 	Progress                                  int
 }
 
 // runTSClient runs the TypeScript SDK v2 client in mode against target.
 func runTSClient(t *testing.T, mode string, target ...string) tsResult {
+	return runTSClientEnv(t, nil, mode, target...)
+}
+
+// runTSClientEnv is runTSClient with env added to the client's.
+func runTSClientEnv(t *testing.T, env []string, mode string, target ...string) tsResult {
 	t.Helper()
 	node, _ := node22(t)
 	script, err := filepath.Abs("testdata/tsclient.mjs")
@@ -43,7 +49,9 @@ func runTSClient(t *testing.T, mode string, target ...string) tsResult {
 	defer os.Remove(copyPath)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, node, append([]string{copyPath, mode}, target...)...).Output()
+	cmd := exec.CommandContext(ctx, node, append([]string{copyPath, mode}, target...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("the TypeScript client (%s): %v\n%s", mode, err, out)
 	}
@@ -60,28 +68,32 @@ func runTSClient(t *testing.T, mode string, target ...string) tsResult {
 // The TypeScript SDK v2 client, at 2026-07-28 (pinned, and auto, which
 // probes) and legacy, uses mcpvisor's /mcp, a per-server endpoint and
 // mcpvisor stdio over our fixture: the negotiated version, lists, calls,
-// progress.
+// progress, a log line at the level it asked for, and sampling (at
+// 2026-07-28 through an input_required round).
 func TestTypeScriptClient(t *testing.T) {
 	bin, _ := binaries(t)
 	fixture := testserver.Build(t)
-	cfgJSON := fmt.Sprintf(`{"mcpServers":{"x":{"command":%q}}}`, fixture)
+	// A server per case: a log line of a shared legacy server reaches a
+	// request only while no other client's request there ended lately
+	// (the gateway's linger), so the cases do not share one.
+	cfgJSON := fmt.Sprintf(`{"mcpServers":{"x1":{"command":%[1]q},"x2":{"command":%[1]q},"x3":{"command":%[1]q},"x4":{"command":%[1]q},"x5":{"command":%[1]q},"x6":{"command":%[1]q}}}`, fixture)
 	base := serve(t, cfgJSON)
 	cfg := filepath.Join(t.TempDir(), "c.json")
 	if err := os.WriteFile(cfg, []byte(cfgJSON), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		mode, version string
-		target        []string
+		mode, version, prefix string
+		target                []string
 	}{
-		{"pin", "2026-07-28", []string{base + "/mcp"}},
-		{"auto", "2026-07-28", []string{base + "/mcp"}},
-		{"auto", "2026-07-28", []string{base + "/servers/x/mcp"}},
-		{"legacy", "2025-11-25", []string{base + "/mcp"}},
-		{"pin", "2026-07-28", []string{"stdio", bin, "stdio", "--config", cfg, "--state-dir", t.TempDir()}},
-		{"legacy", "2025-11-25", []string{"stdio", bin, "stdio", "--config", cfg, "--state-dir", t.TempDir()}},
+		{"pin", "2026-07-28", "x1__", []string{base + "/mcp"}},
+		{"auto", "2026-07-28", "x2__", []string{base + "/mcp"}},
+		{"auto", "2026-07-28", "", []string{base + "/servers/x3/mcp"}},
+		{"legacy", "2025-11-25", "x4__", []string{base + "/mcp"}},
+		{"pin", "2026-07-28", "x5__", []string{"stdio", bin, "stdio", "--config", cfg, "--state-dir", t.TempDir()}},
+		{"legacy", "2025-11-25", "x6__", []string{"stdio", bin, "stdio", "--config", cfg, "--state-dir", t.TempDir()}},
 	} {
-		r := runTSClient(t, tc.mode, tc.target...)
+		r := runTSClientEnv(t, []string{"TS_TOOL_PREFIX=" + tc.prefix}, tc.mode, tc.target...)
 		// Over stdio the TypeScript client reports progress that comes in
 		// the same read as the result unevenly — as it does talking to the
 		// fixture directly — so only HTTP is held to every notification.
@@ -90,7 +102,8 @@ func TestTypeScriptClient(t *testing.T) {
 			wantProgress = 0
 		}
 		if r.Version != tc.version || r.Text != "from typescript" || r.ProgressResult != "done" || r.Progress < wantProgress ||
-			!(slices.Contains(r.Tools, "x__echo") || slices.Contains(r.Tools, "echo")) {
+			!slices.Contains(r.Tools, tc.prefix+"echo") ||
+			r.Sampled != "sampled: ts answer to capital?" || !slices.Contains(r.Logs, "ts log line") {
 			t.Errorf("%s %v: %+v", tc.mode, tc.target[0], r)
 		}
 	}

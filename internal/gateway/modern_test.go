@@ -63,10 +63,12 @@ func (w *world) modernClient(ep Endpoint, http bool, opts *mcp.ClientOptions) *m
 }
 
 // The official go-sdk client, at its modern default, uses the aggregated
-// and per-server endpoints over both fronts: lists, calls, progress, and
-// a list change on its subscriptions/listen stream.
+// and per-server endpoints over both fronts: lists, calls, progress,
+// sampling through an input_required round, a log line at the level its
+// request asked for, and a list change on its subscriptions/listen stream.
 func TestModernGoSDKClient(t *testing.T) {
 	w := newWorld(t, twoFixtures)
+	w.gw.linger = 20 * time.Millisecond
 	for _, tc := range []struct {
 		name   string
 		ep     Endpoint
@@ -81,7 +83,28 @@ func TestModernGoSDKClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := make(chan struct{}, 4)
 			progress := make(chan float64, 8)
+			logs := make(chan string, 8)
 			sess := w.modernClient(tc.ep, tc.http, &mcp.ClientOptions{
+				// The fixture's sample tool asks, as a legacy server does,
+				// with a request: the client answers it in an
+				// input_required round (MRTR), with this handler.
+				CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					text := ""
+					if len(r.Params.Messages) > 0 {
+						if c, ok := r.Params.Messages[0].Content.(*mcp.TextContent); ok {
+							text = c.Text
+						}
+					}
+					return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "answer to " + text}}, nil
+				},
+				LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+					if s, ok := r.Params.Data.(string); ok {
+						select {
+						case logs <- s:
+						default:
+						}
+					}
+				},
 				ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 					select {
 					case changed <- struct{}{}:
@@ -115,6 +138,28 @@ func TestModernGoSDKClient(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Fatalf("progress notification %d did not come", i+1)
 				}
+			}
+			// Sampling through an input_required round.
+			out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: tc.prefix + "sample", Arguments: map[string]any{"prompt": "capital?"}})
+			if err != nil || textOf(t, out) != "sampled: answer to capital?" {
+				t.Fatalf("tools/call sample: %v %v", out, err)
+			}
+			// A log line at the level the request asked for, on its stream
+			// — once the server's other requesters are past the linger
+			// (its lines are certainly this call's; see relayLog).
+			time.Sleep(3 * w.gw.linger)
+			out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: tc.prefix + "log", Arguments: map[string]any{"text": "per-request", "level": "warning"},
+				Meta: mcp.Meta{"io.modelcontextprotocol/logLevel": "info"}})
+			if err != nil || textOf(t, out) != "logged" {
+				t.Fatalf("tools/call log: %v %v", out, err)
+			}
+			select {
+			case l := <-logs:
+				if l != "per-request" {
+					t.Fatalf("log line %q", l)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the log line the request asked for did not come")
 			}
 			// A list change reaches the client's listen stream.
 			w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Tools})

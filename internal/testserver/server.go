@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,8 @@ type server struct {
 
 	mu       sync.Mutex
 	inflight map[string]*call // by request id
+	asked    map[string]chan incoming // the fixture's own requests to its client, by id
+	askSeq   int
 
 	wedged atomic.Bool // set by the wedge tool: stop reading stdin
 }
@@ -164,6 +167,29 @@ func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
 		cancel:   cancel,
 		out:      out,
 		inflight: map[string]*call{},
+	}
+}
+
+// ask sends the client a request and waits for its response, or for ctx.
+func (s *server) ask(ctx context.Context, method string, params any) (incoming, error) {
+	s.mu.Lock()
+	s.askSeq++
+	id := json.RawMessage(strconv.Quote("fx-" + strconv.Itoa(s.askSeq)))
+	ch := make(chan incoming, 1)
+	if s.asked == nil {
+		s.asked = map[string]chan incoming{}
+	}
+	s.asked[idKey(id)] = ch
+	s.mu.Unlock()
+	s.write(request{JSONRPC: "2.0", ID: id, Method: method, Params: params}, false, false)
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.asked, idKey(id))
+		s.mu.Unlock()
+		return incoming{}, ctx.Err()
 	}
 }
 
@@ -248,6 +274,14 @@ type response struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
+// request is a request the fixture sends its client (the sample tool).
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  any             `json:"params,omitempty"`
+}
+
 type notification struct {
 	JSONRPC string `json:"jsonrpc"`
 	Method  string `json:"method"`
@@ -303,8 +337,16 @@ func (s *server) handleLine(line []byte) {
 	}
 	if m.Method == "" {
 		if m.ID != nil && (m.Result != nil || m.Error != nil) {
-			// A response; the fixture never sends requests.
-			s.log.Printf("ignoring response with id %s: no request of ours", m.ID)
+			// A response: to a request of the sample tool's, or noise.
+			s.mu.Lock()
+			ch := s.asked[idKey(m.ID)]
+			delete(s.asked, idKey(m.ID))
+			s.mu.Unlock()
+			if ch == nil {
+				s.log.Printf("ignoring response with id %s: no request of ours", m.ID)
+				return
+			}
+			ch <- m
 			return
 		}
 		s.sendError(id, codeInvalidRequest, "Invalid Request: missing method")

@@ -287,7 +287,7 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,wedge" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,wedge" {
 		t.Errorf("tools = %s", got)
 	}
 }
@@ -647,5 +647,34 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"-help"}, func(string) string { return "" }, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-help: err %v", err)
+	}
+}
+
+// The sample tool asks its client for sampling and returns the answer's
+// text (one content block, or a list of them); a refusal is a tool error.
+func TestSample(t *testing.T) {
+	t.Parallel()
+	p := startMain(t)
+	for i, answer := range []string{
+		`{"role":"assistant","content":{"type":"text","text":"Paris"},"model":"m"}`,
+		`{"role":"assistant","content":[{"type":"text","text":"Paris"}],"model":"m"}`,
+	} {
+		id := strconv.Itoa(i + 1)
+		p.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"sample","arguments":{"prompt":"capital?"}}}`)
+		req := p.next()
+		if req.Method != "sampling/createMessage" || !strings.Contains(string(req.Params), "capital?") {
+			t.Fatalf("the fixture asked %s %s", req.Method, req.Params)
+		}
+		p.send(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":` + answer + `}`)
+		if got := callText(t, p.next(), id); got != "sampled: Paris" {
+			t.Errorf("sample = %q", got)
+		}
+	}
+	p.send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"sample","arguments":{"prompt":"x"}}}`)
+	req := p.next()
+	p.send(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"error":{"code":-32601,"message":"no sampling"}}`)
+	m := p.next()
+	if !strings.Contains(string(m.Result), `"isError":true`) || !strings.Contains(string(m.Result), "refused") {
+		t.Errorf("refused sample: %s", m.Result)
 	}
 }

@@ -86,12 +86,53 @@ func init() {
 			run:         runLog,
 		},
 		{
+			Name:        "sample",
+			Description: "Asks the client for sampling/createMessage with prompt as the user's message (maxTokens 50), and returns \"sampled: \" and the text the client answered.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}},"required":["prompt"]}`),
+			run:         runSample,
+		},
+		{
 			Name:        "wedge",
 			Description: "Answers \"wedged\", then stops reading stdin for good (after at most one more line): a server whose input pipe fills up.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
 			run:         runWedge,
 		},
 	}
+}
+
+func runSample(ctx context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("sample: invalid arguments: %v", err), true
+	}
+	m, err := s.ask(ctx, "sampling/createMessage", map[string]any{
+		"messages":  []any{map[string]any{"role": "user", "content": map[string]any{"type": "text", "text": a.Prompt}}},
+		"maxTokens": 50,
+	})
+	if err != nil {
+		return toolResult{}, false // cancelled: not answered
+	}
+	if m.Error != nil {
+		return errorResult("sample: the client refused: %s", m.Error), true
+	}
+	var r struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(m.Result, &r); err != nil {
+		return errorResult("sample: the client's answer: %v", err), true
+	}
+	// content is one block (2025) or a list of them.
+	var one textContent
+	var many []textContent
+	switch {
+	case json.Unmarshal(r.Content, &one) == nil && one.Type == "text":
+		return textResult("sampled: " + one.Text), true
+	case json.Unmarshal(r.Content, &many) == nil && len(many) > 0:
+		return textResult("sampled: " + many[0].Text), true
+	}
+	return errorResult("sample: no text in the client's answer: %s", m.Result), true
 }
 
 func runWedge(_ context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {

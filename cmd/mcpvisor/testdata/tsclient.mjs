@@ -1,8 +1,10 @@
 // The TypeScript SDK v2 client, driven by the e2e tests: node tsclient.mjs
 // MODE TARGET..., MODE "auto", "legacy" or "pin" (2026-07-28); TARGET an
 // http(s) URL, or "stdio" followed by a command and its arguments. It
-// connects, lists tools, calls x__echo (or echo on a per-server URL) with
-// progress, and prints one JSON line with what it saw.
+// connects, lists tools, calls the fixture's log tool at log level info,
+// echo (named with the prefix in $TS_TOOL_PREFIX) and progress with progress, and
+// sample (sampling, answered by its handler), and prints one JSON line
+// with what it saw.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
@@ -11,21 +13,44 @@ const negotiation = mode === 'pin' ? { pin: '2026-07-28' } : mode;
 const transport = target === 'stdio'
   ? new StdioClientTransport({ command: rest[0], args: rest.slice(1), stderr: 'ignore' })
   : new StreamableHTTPClientTransport(new URL(target));
-const client = new Client({ name: 'ts-e2e', version: '1.0.0' }, { versionNegotiation: { mode: negotiation } });
+const client = new Client({ name: 'ts-e2e', version: '1.0.0' }, { versionNegotiation: { mode: negotiation }, capabilities: { sampling: {} } });
+// The fixture's sample tool asks with a request, as a legacy server does:
+// at 2026-07-28 it comes as an input_required round, which the client
+// answers with this handler.
+client.setRequestHandler('sampling/createMessage', async (request) => ({
+  model: 'ts-e2e', role: 'assistant',
+  content: { type: 'text', text: 'ts answer to ' + request.params.messages.at(-1).content.text },
+}));
+const logs = [];
+client.setNotificationHandler('notifications/message', (n) => { logs.push(n.params.data); });
 const out = {};
 try {
   await client.connect(transport);
   out.version = client.getNegotiatedProtocolVersion();
   out.era = client.getProtocolEra();
+  const name = (process.env.TS_TOOL_PREFIX ?? '') + 'echo';
+  // Logging first: a legacy server's lines are a request's only while no
+  // other request there ended lately (each 2026-07-28 request is its own
+  // requester).
+  // At 2026-07-28 a request asks for its log lines in its _meta; earlier,
+  // the session sets a level.
+  const modern = out.version === '2026-07-28';
+  if (!modern) await client.setLoggingLevel('info');
+  await client.callTool({
+    name: name.replace('echo', 'log'), arguments: { text: 'ts log line', level: 'warning' },
+    ...(modern && { _meta: { 'io.modelcontextprotocol/logLevel': 'info' } }),
+  });
+  out.logs = logs.slice();
   const tools = await client.listTools();
   out.tools = tools.tools.map((t) => t.name);
-  const name = out.tools.includes('x__echo') ? 'x__echo' : 'echo';
   let progress = 0;
   const res = await client.callTool({ name, arguments: { text: 'from typescript' } }, { onprogress: () => { progress++; } });
   out.text = res.content.map((c) => c.text).join('');
   const prog = await client.callTool({ name: name.replace('echo', 'progress'), arguments: { steps: 3, intervalMs: 1 } }, { onprogress: () => { progress++; } });
   out.progressResult = prog.content.map((c) => c.text).join('');
   out.progress = progress;
+  const sampled = await client.callTool({ name: name.replace('echo', 'sample'), arguments: { prompt: 'capital?' } });
+  out.sampled = sampled.content.map((c) => c.text).join('');
 } catch (e) {
   out.error = String(e && e.stack || e);
 }
