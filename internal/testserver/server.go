@@ -145,7 +145,7 @@ type server struct {
 	toolAnswers int // responses sent to tools/call, under writeMu
 
 	mu       sync.Mutex
-	inflight map[string]*call // by request id
+	inflight map[string]*call         // by request id
 	asked    map[string]chan incoming // the fixture's own requests to its client, by id
 	askSeq   int
 
