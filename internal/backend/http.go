@@ -26,10 +26,12 @@ import (
 )
 
 // HTTPConnector connects to a remote MCP server and performs the initialize
-// handshake. It implements lifecycle.Connector. The go-sdk's client
-// transport speaks HTTP; a bridge turns its mcp.Connection into the byte
-// stream of newline-delimited JSON that internal/rpc reads and writes, so a
-// remote server is the same *Conn as a stdio one (with no Process).
+// handshake, or finds it speaks MCP 2026-07-28 (Protocol; http_modern.go).
+// It implements lifecycle.Connector. The go-sdk's client transport speaks
+// HTTP to a legacy server, a modernConn of mcpvisor's to a modern one; a
+// bridge turns either mcp.Connection into the byte stream of
+// newline-delimited JSON that internal/rpc reads and writes, so a remote
+// server is the same *Conn as a stdio one (with no Process).
 //
 // What the bridge adds to the go-sdk transport used without mcp.Client
 // (whose unexported sessionUpdated hook it cannot reach):
@@ -53,8 +55,19 @@ type HTTPConnector struct {
 	// Transport is "streamable-http" (the default when empty) or "sse",
 	// the HTTP+SSE transport of MCP 2024-11-05.
 	Transport string
-	Hooks     Hooks
-	Logger    *slog.Logger
+	// Protocol is ProtocolAuto, ProtocolLegacy or ProtocolModern: how the
+	// server's era is found, as for a stdio server, with the probe of the
+	// Streamable HTTP transport (http_modern.go). Empty is ProtocolLegacy:
+	// a remote server is probed only when configured to be. The HTTP+SSE
+	// transport is legacy only.
+	Protocol string
+	// EraHint, if set, tells the protocol version the server spoke when
+	// it was last connected to ("" if unknown): an "auto" server known
+	// legacy is initialized without the probe.
+	EraHint func() string
+	era     eraMemo
+	Hooks   Hooks
+	Logger  *slog.Logger
 	// HTTPClient, if set, carries the requests (its Transport, Jar and
 	// CheckRedirect are used; its Timeout must be zero, since it would cut
 	// the long-lived streams). By default each connection has a transport
@@ -86,10 +99,11 @@ var (
 
 const protocolVersionHeader = "MCP-Protocol-Version"
 
-// Connect opens the connection, sends initialize and
-// notifications/initialized, and returns the live connection. ctx bounds
-// the whole handshake; the connection is closed if the handshake fails,
-// Connect waiting for that no longer than ctx.
+// Connect opens the connection, probes the server's era if Protocol asks
+// for it, sends initialize and notifications/initialized to a legacy
+// server, and returns the live connection. ctx bounds the whole handshake;
+// the connection is closed if the handshake fails, Connect waiting for
+// that no longer than ctx.
 func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
 	log := hc.Logger
 	if log == nil {
@@ -114,28 +128,60 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	b.endCtx, b.endCancel = context.WithCancel(context.Background())
 	b.pr, b.pw = io.Pipe()
 	b.client = hc.client(b, base.Host)
-
-	// The go-sdk connection outlives ctx (for "sse", its GET is the
-	// stream), but ctx bounds getting it.
-	var t mcp.Transport
-	if streamable {
-		t = &mcp.StreamableClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
-	} else {
-		t = &mcp.SSEClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
-	}
-	stop := context.AfterFunc(ctx, b.cancel)
-	conn, err := t.Connect(b.ctx)
-	stop()
-	if err != nil {
+	abandon := func(err error) error {
 		b.cancel()
 		b.endCancel()
 		b.release()
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return nil, b.classify(fmt.Errorf("server %s: connecting: %w", hc.Name, err))
+		return b.classify(fmt.Errorf("server %s: %w", hc.Name, err))
 	}
-	b.conn = conn
+
+	// The era: a modern server's description, or nil for a legacy one.
+	var modern *InitResult
+	protocol := hc.Protocol
+	if protocol == "" {
+		protocol = ProtocolLegacy
+	}
+	switch {
+	case !streamable && protocol == ProtocolModern:
+		return nil, abandon(fmt.Errorf("%w: MCP %s needs the streamable-http transport, not %q (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion, hc.Transport))
+	case !streamable || protocol == ProtocolLegacy:
+	case protocol == ProtocolAuto && hc.knownLegacy():
+	default:
+		if modern, err = b.probe(ctx, protocol); err != nil {
+			return nil, abandon(err)
+		}
+		switch {
+		case modern != nil:
+			b.modern = true
+		case protocol == ProtocolModern:
+			return nil, abandon(fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion))
+		default:
+			hc.era.legacy.Store(true)
+		}
+	}
+
+	// The go-sdk connection outlives ctx (for "sse", its GET is the
+	// stream), but ctx bounds getting it.
+	if b.modern {
+		b.conn = newModernConn(b)
+	} else {
+		var t mcp.Transport
+		if streamable {
+			t = &mcp.StreamableClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
+		} else {
+			t = &mcp.SSEClientTransport{Endpoint: hc.URL, HTTPClient: b.client}
+		}
+		stop := context.AfterFunc(ctx, b.cancel)
+		conn, err := t.Connect(b.ctx)
+		stop()
+		if err != nil {
+			return nil, abandon(fmt.Errorf("connecting: %w", err))
+		}
+		b.conn = conn
+	}
 
 	c := &Conn{name: hc.Name, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(b, bridgeWriter{b}, rpc.Options{
@@ -152,7 +198,11 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		b.release()
 		close(c.runDone)
 	}()
-	if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
+	if modern != nil {
+		c.init, c.modern = modern, true
+		log.Info("server speaks MCP " + ModernVersion + ": no initialize, no session, requests carry _meta and the request headers")
+		c.listenHTTP()
+	} else if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
 		// Under ctx: the session's end may outlast it (see shutdown).
 		_ = c.CloseContext(ctx)
 		if f := b.failure(); f != nil && errors.Is(err, rpc.ErrClosed) {
@@ -160,13 +210,24 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		}
 		return nil, b.classify(fmt.Errorf("server %s: %w", hc.Name, err))
 	}
-	if streamable {
+	if streamable && !b.modern {
 		b.spawn(b.listen)
 	}
 	if hc.OnConnect != nil {
 		hc.OnConnect(ctx, c)
 	}
 	return c, nil
+}
+
+// knownLegacy reports whether the server turned out legacy before, in this
+// connector's life or (EraHint) when it was last connected to.
+func (hc *HTTPConnector) knownLegacy() bool {
+	if !hc.era.legacy.Load() && hc.EraHint != nil {
+		if v := hc.EraHint(); v != ModernVersion && Supported(v) {
+			hc.era.legacy.Store(true)
+		}
+	}
+	return hc.era.legacy.Load()
 }
 
 // client is the http.Client of one connection: the configured one (or a
@@ -224,6 +285,7 @@ type bridge struct {
 	url        string
 	log        *slog.Logger
 	streamable bool
+	modern     bool // the server speaks ModernVersion: conn is a modernConn; set before conn
 	client     *http.Client
 	owned      *http.Transport // closed with the connection; nil if configured
 	conn       mcp.Connection
@@ -692,7 +754,10 @@ func (b *bridge) listen() {
 		}
 		failures = 0
 		start := time.Now()
-		progressed, r, err := b.readEvents(resp.Body, &lastID)
+		progressed, r, err := b.readEvents(resp.Body, &lastID, func(data []byte) bool {
+			b.deliver(data)
+			return true
+		})
 		resp.Body.Close()
 		if b.ctx.Err() != nil {
 			return
@@ -725,10 +790,11 @@ func (b *bridge) get(lastID string) (*http.Response, error) {
 	return b.client.Do(req)
 }
 
-// readEvents delivers the messages of an event stream until it ends. It
-// reports whether any event arrived, and the reconnection delay the server
-// asked for.
-func (b *bridge) readEvents(body io.Reader, lastID *string) (progressed bool, retry time.Duration, err error) {
+// readEvents hands the data of each message event of an event stream to
+// message (which must not keep it) until the stream ends or message
+// returns false. It reports whether any event arrived, and the
+// reconnection delay the server asked for.
+func (b *bridge) readEvents(body io.Reader, lastID *string, message func(data []byte) bool) (progressed bool, retry time.Duration, err error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 4096), maxEvent+16)
 	var data []byte
@@ -738,8 +804,10 @@ func (b *bridge) readEvents(body io.Reader, lastID *string) (progressed bool, re
 		line := sc.Bytes()
 		if len(line) == 0 {
 			if hasData && (name == "" || name == "message") {
-				b.deliver(data)
 				progressed = true
+				if !message(data) {
+					return progressed, retry, nil
+				}
 			}
 			data, name, hasData = data[:0], "", false
 			continue

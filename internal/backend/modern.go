@@ -70,10 +70,27 @@ func (c *Conn) discover(ctx context.Context, protocol string) (modern bool, err 
 		return false, nil // no answer within the probe bound: legacy
 	case err != nil:
 		return false, err
+	}
+	init, err := discoverResult(resp)
+	if init == nil || err != nil {
+		return false, err
+	}
+	c.init = init
+	c.modern = true
+	return true, nil
+}
+
+// discoverResult reads the answer to server/discover: a modern server's
+// description, as the initialize result of ModernVersion it stands for;
+// nil for a legacy answer (an error that is not a modern one, a result
+// that does not list ModernVersion); or an error for a modern server of
+// another revision.
+func discoverResult(resp *rpc.Message) (*InitResult, error) {
+	switch {
 	case resp.Error != nil && resp.Error.Code == rpc.UnsupportedProtocolVersion:
-		return false, fmt.Errorf("%w: server speaks a modern MCP other than %s: %s", lifecycle.ErrCapabilityMissing, ModernVersion, resp.Error.Message)
+		return nil, fmt.Errorf("%w: server speaks a modern MCP other than %s: %s", lifecycle.ErrCapabilityMissing, ModernVersion, resp.Error.Message)
 	case resp.Error != nil:
-		return false, nil // a legacy server's refusal
+		return nil, nil // a legacy server's refusal
 	}
 	var res struct {
 		SupportedVersions []string                   `json:"supportedVersions"`
@@ -82,7 +99,7 @@ func (c *Conn) discover(ctx context.Context, protocol string) (modern bool, err 
 		Meta              map[string]json.RawMessage `json:"_meta"`
 	}
 	if err := json.Unmarshal(resp.Result, &res); err != nil || !slices.Contains(res.SupportedVersions, ModernVersion) {
-		return false, nil
+		return nil, nil
 	}
 	raw, _ := json.Marshal(map[string]any{
 		"protocolVersion": ModernVersion,
@@ -90,13 +107,7 @@ func (c *Conn) discover(ctx context.Context, protocol string) (modern bool, err 
 		"serverInfo":      nonNull(res.Meta[metaServerInfo]),
 		"instructions":    res.Instructions,
 	})
-	init, err := ParseInit(raw)
-	if err != nil {
-		return false, err
-	}
-	c.init = init
-	c.modern = true
-	return true, nil
+	return ParseInit(raw)
 }
 
 func nonNull(v json.RawMessage) json.RawMessage {
@@ -135,10 +146,9 @@ func withOwnMeta(params json.RawMessage) json.RawMessage {
 	return rpc.SetMember(params, "_meta", ownMeta)
 }
 
-// listen opens mcpvisor's subscriptions/listen on a modern server for the
-// list changes its capabilities promise, so that they reach the hooks as
-// they do from a legacy server; it lasts as long as the connection.
-func (c *Conn) listen() {
+// listenParams are the params of mcpvisor's subscriptions/listen: the
+// list changes the server's capabilities promise; nil if it promises none.
+func (c *Conn) listenParams() json.RawMessage {
 	var caps map[string]struct {
 		ListChanged bool `json:"listChanged"`
 	}
@@ -150,9 +160,20 @@ func (c *Conn) listen() {
 		}
 	}
 	if len(filter) == 0 {
-		return
+		return nil
 	}
 	params, _ := json.Marshal(map[string]any{"notifications": filter, "_meta": ownMeta})
+	return params
+}
+
+// listen opens mcpvisor's subscriptions/listen on a modern server for the
+// list changes its capabilities promise, so that they reach the hooks as
+// they do from a legacy server; it lasts as long as the connection.
+func (c *Conn) listen() {
+	params := c.listenParams()
+	if params == nil {
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
