@@ -77,6 +77,21 @@ type Session struct {
 	req    *rpc.Message // that request, as the client sent it
 	held   *heldCall    // the held call whose session this is, if any
 	st     *sessState   // a modern request's session state (it is in no table)
+	// client, for a modern request on a stdio connection: the connection's
+	// session. Every request of one connection is its one client's.
+	client *Session
+}
+
+// requester is who s's requests come from, as far as attributing a
+// server's log lines goes: s itself, or, for a modern request over stdio,
+// the connection's session — the requests of one stdio client are one
+// requester, while each modern request over HTTP is its own (nothing
+// there says two come from one client).
+func (s *Session) requester() *Session {
+	if s.client != nil {
+		return s.client
+	}
+	return s
 }
 
 // NewSession returns a session whose unsolicited messages go to out.

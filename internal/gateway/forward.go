@@ -490,6 +490,7 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	}
 	// Only whether one session or several were active matters: the two
 	// latest sessions are kept, each with its latest end.
+	s = s.requester()
 	list := g.recent[conn]
 	for i := range list {
 		if list[i].sess == s {
@@ -508,8 +509,9 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	}
 }
 
-// activeSessions counts the sessions whose requests are in flight on conn,
-// ended unanswered within their timeout, or ended within linger.
+// activeSessions counts the requesters (see Session.requester) whose
+// requests are in flight on conn, ended unanswered within their timeout,
+// or ended within linger.
 func (g *Gateway) activeSessions(conn fleet.Conn) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -518,12 +520,12 @@ func (g *Gateway) activeSessions(conn fleet.Conn) int {
 	for _, l := range [][]abandonedCall{g.abandoned[conn], g.recent[conn]} {
 		for _, a := range l {
 			if now.Before(a.until) {
-				seen[a.sess] = true
+				seen[a.sess.requester()] = true
 			}
 		}
 	}
 	for _, c := range g.calls[conn] {
-		seen[c.sess] = true
+		seen[c.sess.requester()] = true
 	}
 	return len(seen)
 }

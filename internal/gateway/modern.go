@@ -45,6 +45,10 @@ type Modern struct {
 	// prompts/get) or uri (resources/read) the request targets, and its
 	// requestState (a retry's).
 	Name, URI, State string
+
+	// client is the session of the stdio connection the request came on
+	// (nil over HTTP): see Session.requester.
+	client *Session
 }
 
 // modernVersionOf is the protocol version in params._meta, "" if there is
@@ -315,7 +319,7 @@ func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	// No outReqs: nothing is ever asked of a modern client (held calls
 	// ask by input_required rounds).
 	st := &sessState{server: server, calls: make(map[string]*call, 1), protocol: mo.Version, stateless: true}
-	return &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo, st: st}
+	return &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo, st: st, client: mo.client}
 }
 
 // closeStatelessSession closes a session openStatelessSession opened: no

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -472,5 +473,41 @@ func TestModernConcurrentCallsStayApart(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// Over stdio every request is the one client's: a log line of a shared
+// legacy server reaches the modern request that asked for it even right
+// after that client's other requests there (the linger, which keeps one
+// requester's late lines from another, has nobody else to keep apart).
+func TestModernStdioLogLinesAfterOwnRequests(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	logs := make(chan string, 8)
+	sess := w.modernClient(w.gw.Aggregate(), false, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			if s, ok := r.Params.Data.(string); ok {
+				logs <- s
+			}
+		},
+	})
+	ctx := t.Context()
+	for i := range 3 {
+		if out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}}); err != nil || textOf(t, out) != "x" {
+			t.Fatalf("echo: %v %v", out, err)
+		}
+		text := "line " + strconv.Itoa(i)
+		out, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__log", Arguments: map[string]any{"text": text, "level": "warning"},
+			Meta: mcp.Meta{"io.modelcontextprotocol/logLevel": "info"}})
+		if err != nil || textOf(t, out) != "logged" {
+			t.Fatalf("log: %v %v", out, err)
+		}
+		select {
+		case l := <-logs:
+			if l != text {
+				t.Fatalf("log line %q, want %q", l, text)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("log line %d did not come", i)
+		}
 	}
 }

@@ -143,6 +143,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				if bad == nil {
 					bad = unsupportedVersion(m, mo.Version)
 				}
+				if bad == nil {
+					mo.client = sess // every request here is this client's
+				}
 				if bad != nil {
 					pool.run(func() { _ = conn.Write(bad) })
 					return
