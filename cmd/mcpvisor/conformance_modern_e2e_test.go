@@ -80,7 +80,8 @@ var legacyBridgeFailures = []string{"input-required-result-basic-elicitation"}
 // stdio, and against that server directly over its own HTTP, in the same
 // run: every scored scenario it passes directly passes through mcpvisor on
 // /servers/everything/mcp and on /mcp (prefix "") when mcpvisor finds the
-// server modern ("protocol": "auto"); served as a legacy server, all but
+// server modern ("protocol": "auto"), and on /servers/everything/mcp when
+// it is a remote server found modern; served as a legacy server, all but
 // the one that names the server's own input key.
 func TestConformanceModern(t *testing.T) {
 	_, everything := binaries(t)
@@ -88,6 +89,17 @@ func TestConformanceModern(t *testing.T) {
 	if f := failed(direct); len(f) != 0 {
 		t.Fatalf("the server itself fails %v", f)
 	}
+	// The same server as a remote one (its own HTTP), found modern: its
+	// input-required scenarios pass, which only the server's own input
+	// keys satisfy (through the MRTR bridge they would not).
+	t.Run("remote_auto", func(t *testing.T) {
+		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"url":%q,"prefix":"","protocol":"auto"}}}`, startEverythingHTTP(t, everything)))
+		got := scoredResults(t, base+"/servers/everything/mcp")
+		if f := failed(got); len(f) != 0 {
+			t.Fatalf("failed scored scenarios %v", f)
+		}
+		t.Logf("remote, protocol auto, /servers/everything/mcp: %d of %d scored scenarios pass", len(got), len(got))
+	})
 	for _, protocol := range []string{"auto", "legacy"} {
 		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":%q}}}`, everything, protocol))
 		for _, path := range []string{"/servers/everything/mcp", "/mcp"} {

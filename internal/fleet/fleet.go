@@ -164,6 +164,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			Transport: transport,
 			Hooks:     hooks,
 			Logger:    f.log,
+			Protocol:  sc.Protocol,
 			OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
 	}

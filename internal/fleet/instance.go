@@ -121,10 +121,17 @@ func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 func (s *Server) newInstance(key string) *instance {
 	in := &instance{srv: s, key: key}
 	conn := s.f.opts.Connector(s.cfg, instHooks{in}, in.connected)
-	if sc, ok := conn.(*backend.StdioConnector); ok && sc.EraHint == nil {
-		// The era the server had when it last ran, kept with its lists
-		// under its launch hash: a known legacy server is not probed.
-		sc.EraHint = s.cachedVersion
+	// The era the server had when it last ran, kept with its lists under
+	// its launch hash: a known legacy server is not probed.
+	switch c := conn.(type) {
+	case *backend.StdioConnector:
+		if c.EraHint == nil {
+			c.EraHint = s.cachedVersion
+		}
+	case *backend.HTTPConnector:
+		if c.EraHint == nil {
+			c.EraHint = s.cachedVersion
+		}
 	}
 	pol := s.cfg.Policy()
 	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
