@@ -1,8 +1,10 @@
 // Package backend is one connection to one MCP server: a stdio server run
 // through internal/proc (StdioConnector) or a remote one reached over HTTP
-// through the go-sdk's client transport (HTTPConnector), spoken to through
-// internal/rpc, after the MCP initialize handshake. A Conn is the lifecycle.Session that a
-// lifecycle.Supervisor keeps alive; the Connector makes new ones.
+// (HTTPConnector: a 2025 server through the go-sdk's client transport, a
+// 2026-07-28 one by a POST per request), spoken to through internal/rpc,
+// after the MCP initialize handshake or the server/discover probe (see
+// modern.go). A Conn is the lifecycle.Session that a lifecycle.Supervisor
+// keeps alive; the Connector makes new ones.
 package backend
 
 import (
