@@ -77,6 +77,7 @@ type Conn struct {
 	log  *slog.Logger
 
 	modern   bool // the server speaks ModernVersion (modern.go); set before Connect returns
+	lst      listening
 	runDone  chan struct{}
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing

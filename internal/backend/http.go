@@ -201,7 +201,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	if modern != nil {
 		c.init, c.modern = modern, true
 		log.Info("server speaks MCP " + ModernVersion + ": no initialize, no session, requests carry _meta and the request headers")
-		c.listenHTTP()
+		c.startListen()
 	} else if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
 		// Under ctx: the session's end may outlast it (see shutdown).
 		_ = c.CloseContext(ctx)

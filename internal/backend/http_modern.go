@@ -327,58 +327,40 @@ func (m *modernConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 }
 
-// listenHTTP keeps mcpvisor's subscriptions/listen (listen) open on a
-// modern remote server. Its stream, a POST's answer, may end while the
-// server lives on (a proxy's idle timeout, a restart of a stateless
+// listenRemote keeps mcpvisor's subscriptions/listen open on a modern
+// remote server until ctx ends. Its stream, a POST's answer, may end while
+// the server lives on (a proxy's idle timeout, a restart of a stateless
 // server): it is opened again, at once when it lasted listenHealthy, else
 // after a wait growing from listenDelay. A server that refuses the listen
 // with an error of its own is left alone; one that cannot be reached any
 // more ends the connection (the bridge fails it on the POST's network
 // error).
-func (c *Conn) listenHTTP() {
-	params := c.listenParams()
-	if params == nil {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ended := make(chan struct{})
-		defer close(ended)
-		go func() { // ends the listen with the connection
-			select {
-			case <-c.closeReq:
-			case <-c.runDone:
-			case <-ended:
-			}
-			cancel()
-		}()
-		quick := 0
-		for {
-			start := time.Now()
-			resp, err := c.rpc.Call(ctx, "subscriptions/listen", params)
-			switch {
-			case ctx.Err() != nil || errors.Is(err, rpc.ErrClosed):
-				return
-			case err != nil:
-				c.log.Warn("subscriptions/listen on a modern server failed", "err", err)
-				return
-			case resp.Error != nil && resp.Error.Code != rpc.BackendUnavailable:
-				c.log.Warn("a modern server refused subscriptions/listen", "err", resp.Error.Message)
-				return
-			}
-			if time.Since(start) >= listenHealthy {
-				quick = 0
-				continue
-			}
-			t := time.NewTimer(listenDelay << min(quick, 8))
-			quick++
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
+func (c *Conn) listenRemote(ctx context.Context, params json.RawMessage) {
+	quick := 0
+	for {
+		start := time.Now()
+		resp, err := c.rpc.Call(ctx, "subscriptions/listen", params)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, rpc.ErrClosed):
+			return
+		case err != nil:
+			c.log.Warn("subscriptions/listen on a modern server failed", "err", err)
+			return
+		case resp.Error != nil && resp.Error.Code != rpc.BackendUnavailable:
+			c.log.Warn("a modern server refused subscriptions/listen", "err", resp.Error.Message)
+			return
 		}
-	}()
+		if time.Since(start) >= listenHealthy {
+			quick = 0
+			continue
+		}
+		t := time.NewTimer(listenDelay << min(quick, 8))
+		quick++
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,17 +148,21 @@ func withOwnMeta(params json.RawMessage) json.RawMessage {
 }
 
 // listenParams are the params of mcpvisor's subscriptions/listen: the
-// list changes the server's capabilities promise; nil if it promises none.
-func (c *Conn) listenParams() json.RawMessage {
+// list changes the server's capabilities promise and the resources subs;
+// nil if there is nothing to listen for.
+func (c *Conn) listenParams(subs []string) json.RawMessage {
 	var caps map[string]struct {
 		ListChanged bool `json:"listChanged"`
 	}
 	_ = json.Unmarshal(c.init.Capabilities, &caps)
-	filter := map[string]bool{}
+	filter := map[string]any{}
 	for k, name := range map[string]string{"tools": "toolsListChanged", "prompts": "promptsListChanged", "resources": "resourcesListChanged"} {
 		if caps[k].ListChanged {
 			filter[name] = true
 		}
+	}
+	if len(subs) > 0 {
+		filter["resourceSubscriptions"] = subs
 	}
 	if len(filter) == 0 {
 		return nil
@@ -166,16 +171,34 @@ func (c *Conn) listenParams() json.RawMessage {
 	return params
 }
 
-// listen opens mcpvisor's subscriptions/listen on a modern server for the
-// list changes its capabilities promise, so that they reach the hooks as
-// they do from a legacy server; it lasts as long as the connection.
-func (c *Conn) listen() {
-	params := c.listenParams()
+// listening is mcpvisor's subscriptions/listen on a modern server.
+type listening struct {
+	mu      sync.Mutex
+	subs    []string           // the resources it names, sorted
+	cancel  context.CancelFunc // ends the one open
+	started bool               // the connection has begun listening
+}
+
+// startListen opens mcpvisor's subscriptions/listen on a modern server —
+// for the list changes its capabilities promise and the resources
+// subscribed to (SetResourceSubscriptions) — so that they reach the hooks
+// as they do from a legacy server, ending the one open before. A listen
+// lasts as long as the connection, and no longer.
+func (c *Conn) startListen() {
+	c.lst.mu.Lock()
+	defer c.lst.mu.Unlock()
+	c.lst.started = true
+	if c.lst.cancel != nil {
+		c.lst.cancel()
+		c.lst.cancel = nil
+	}
+	params := c.listenParams(c.lst.subs)
 	if params == nil {
 		return
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.lst.cancel = cancel
 	go func() {
-		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ended := make(chan struct{})
 		defer close(ended)
@@ -187,9 +210,38 @@ func (c *Conn) listen() {
 			}
 			cancel()
 		}()
+		if c.proc == nil {
+			c.listenRemote(ctx, params)
+			return
+		}
 		_, err := c.rpc.Call(ctx, "subscriptions/listen", params)
 		if err != nil && !errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil {
 			c.log.Warn("subscriptions/listen on a modern server ended", "err", err)
 		}
 	}()
+}
+
+// SubscribesByListen reports whether the server takes resource
+// subscriptions in mcpvisor's listen (a modern server) rather than by
+// resources/subscribe.
+func (c *Conn) SubscribesByListen() bool { return c.modern }
+
+// SetResourceSubscriptions makes uris the resources mcpvisor's listen on a
+// modern server names: the listen is opened again with them when they
+// changed. A legacy server's subscriptions are its requests', and this
+// does nothing.
+func (c *Conn) SetResourceSubscriptions(uris []string) {
+	if !c.modern {
+		return
+	}
+	uris = slices.Clone(uris)
+	slices.Sort(uris)
+	c.lst.mu.Lock()
+	same := slices.Equal(c.lst.subs, uris)
+	c.lst.subs = uris
+	started := c.lst.started
+	c.lst.mu.Unlock()
+	if !same && started {
+		c.startListen()
+	}
 }

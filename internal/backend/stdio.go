@@ -122,7 +122,7 @@ func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) err
 			return err
 		case modern:
 			c.log.Info("server speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
-			c.listen()
+			c.startListen()
 			return nil
 		case protocol == ProtocolModern:
 			return fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion)

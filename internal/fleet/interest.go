@@ -180,6 +180,26 @@ func (s *Server) replay(key string) (uris []string, level string) {
 	return uris, level
 }
 
+// InstanceSubscriptions lists the resources subscribed to on the instance
+// that serves session (its own per-session instance, else the shared
+// one), by any of its sessions, sorted.
+func (s *Server) InstanceSubscriptions(session string) []string {
+	key := ""
+	if s.PerSession() {
+		key = session
+	}
+	uris, _ := s.replay(key)
+	return uris
+}
+
+// ResourceSubscriber is a connection that takes a server's resource
+// subscriptions as one set (a modern server's, which has no
+// resources/subscribe: they go in mcpvisor's subscriptions/listen).
+type ResourceSubscriber interface {
+	SubscribesByListen() bool
+	SetResourceSubscriptions(uris []string)
+}
+
 // replayTo tells a new connection what its instance's sessions asked of the
 // server before it restarted or slept. It runs before the connection
 // serves any request, within the connect's context (the init timeout, and
@@ -225,6 +245,12 @@ func (in *instance) catchUp(ctx context.Context) {
 
 func (in *instance) replayOnce(ctx context.Context, c Conn) {
 	uris, level := in.srv.replay(in.key)
+	if rs, ok := c.(ResourceSubscriber); ok && rs.SubscribesByListen() {
+		// A modern server: the subscriptions go in its listen, and the
+		// log level in each request's _meta.
+		rs.SetResourceSubscriptions(uris)
+		return
+	}
 	if len(uris) == 0 && level == "" {
 		return
 	}

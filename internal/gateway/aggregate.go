@@ -562,7 +562,7 @@ func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, re
 // woken server, keeps a subscribed server awake, and says who receives a
 // resource's updates. A subscription is recorded before it is sent (so the
 // server cannot sleep between its answer and the record) and forgotten if
-// the server refuses it.
+// the server refuses it; an unsubscription is forgotten before it is sent.
 func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, uri string, related Sink) *rpc.Message {
 	if m.Method == "resources/subscribe" {
 		srv.Subscribe(s.Key(), uri)
@@ -572,9 +572,10 @@ func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *flee
 		}
 		return resp
 	}
-	resp := g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+	// Forgotten first: what the server is told next (a modern server's
+	// listen names the subscriptions left) no longer has it.
 	srv.Unsubscribe(s.Key(), uri)
-	return resp
+	return g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
 }
 
 // notifyServer passes a client notification to the running instance that

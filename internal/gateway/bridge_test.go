@@ -60,7 +60,56 @@ func TestLegacyClientOfModernServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no log line at the level the client set")
 	}
-	if err := sess.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://watched-resource"}); err == nil || !strings.Contains(err.Error(), "subscriptions") {
-		t.Fatalf("subscribe on a modern server: %v", err)
+}
+
+// A legacy client's resource subscriptions reach a modern server — which
+// has no resources/subscribe — as mcpvisor's subscriptions/listen naming
+// them, and the server's updates come back to the subscribed client as
+// notifications/resources/updated. Unsubscribed, they stop being asked
+// for.
+func TestLegacyClientSubscribesOnModernServer(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"auto"}}`)
+	updated := make(chan string, 16)
+	sess := w.stdioClient(w.gw.Aggregate(), &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			select {
+			case updated <- r.Params.URI:
+			default:
+			}
+		},
+	})
+	ctx := t.Context()
+	const uri = "test://watched-resource"
+	if err := sess.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("resources/subscribe: %v", err)
+	}
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Fatalf("update of %q", got)
+		}
+	case <-time.After(15 * time.Second): // the server updates it every 3 s
+		t.Fatal("no notifications/resources/updated for the subscribed resource")
+	}
+	// A new process of the server is told the subscription again, in its
+	// listen.
+	pid := w.pid("c")
+	if err := killPID(pid); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server's restart", func() bool { p := w.pid("c"); return p != 0 && p != pid })
+	for len(updated) > 0 {
+		<-updated
+	}
+	select {
+	case <-updated:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no update after the server restarted: the subscription was not replayed")
+	}
+	if err := sess.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatalf("resources/unsubscribe: %v", err)
+	}
+	if got := w.fleet.Get("c").InstanceSubscriptions(sess.ID()); len(got) != 0 {
+		t.Fatalf("still subscribed to %v", got)
 	}
 }

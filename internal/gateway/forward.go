@@ -114,8 +114,18 @@ func (g *Gateway) begin(ctx context.Context, s *Session, srv *fleet.Server, meth
 			f.end()
 			return nil, resultResponse(clientID, json.RawMessage(`{}`))
 		case "resources/subscribe", "resources/unsubscribe":
+			// The revision has no such method: the subscriptions of the
+			// instance's sessions (recorded by forwardSubscription) go in
+			// mcpvisor's subscriptions/listen on the server, whose
+			// updates come back as notifications/resources/updated.
+			rs, ok := conn.(fleet.ResourceSubscriber)
+			if !ok || !rs.SubscribesByListen() {
+				f.end()
+				return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method))
+			}
+			rs.SetResourceSubscriptions(srv.InstanceSubscriptions(s.Key()))
 			f.end()
-			return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s; mcpvisor does not carry resource subscriptions of earlier revisions to it", name, modernVersion, method))
+			return nil, resultResponse(clientID, json.RawMessage(`{}`))
 		}
 		params = g.legacyMeta(s, st, srv, params)
 	}
