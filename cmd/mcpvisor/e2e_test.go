@@ -137,7 +137,8 @@ func TestServeWithGoSDKClient(t *testing.T) {
 }
 
 // TestSamplingBridgedToItsOwnSession runs the conformance server's sampling
-// tool from two client sessions at once. With sharing per-session, every
+// tool (which asks with a request: the server served as a 2025 one) from
+// two client sessions at once. With sharing per-session, every
 // server→client sampling request reaches the session whose call caused it.
 // With a shared server, a request that could belong to either session is
 // refused (the call fails) — it never reaches the wrong session.
@@ -145,7 +146,7 @@ func TestSamplingBridgedToItsOwnSession(t *testing.T) {
 	_, everything := binaries(t)
 	for _, sharing := range []string{"per-session", "shared"} {
 		t.Run(sharing, func(t *testing.T) {
-			base := serve(t, fmt.Sprintf(`{"mcpServers":{"ev":{"command":%q,"sharing":%q}}}`, everything, sharing))
+			base := serve(t, fmt.Sprintf(`{"mcpServers":{"ev":{"command":%q,"sharing":%q,"protocol":"legacy"}}}`, everything, sharing))
 			var wg sync.WaitGroup
 			var ok, refused atomic.Int32
 			for _, who := range []string{"alice", "bob"} {
@@ -218,12 +219,12 @@ func node22(t *testing.T) (node, conformance string) {
 }
 
 // TestConformance runs the official MCP conformance suite through mcpvisor
-// in front of the go-sdk conformance server: on the per-server endpoint
-// and on the aggregated one with prefix "".
+// in front of the go-sdk conformance server, served as a 2025 server: on
+// the per-server endpoint and on the aggregated one with prefix "".
 func TestConformance(t *testing.T) {
 	node, suite := node22(t)
 	_, everything := binaries(t)
-	base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":""}}}`, everything))
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":"legacy"}}}`, everything))
 	for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
 		t.Run(strings.Trim(strings.ReplaceAll(path, "/", "_"), "_"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -332,7 +333,7 @@ func TestRemoteBackend(t *testing.T) {
 	_, everything := binaries(t)
 	remoteURL := startEverythingHTTP(t, everything, "-stateless=false")
 	addr := strings.TrimSuffix(strings.TrimPrefix(remoteURL, "http://"), "/")
-	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":""}}}`, addr))
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":"","protocol":"legacy"}}}`, addr))
 
 	sess := connectHTTP(t, base+"/mcp", nil)
 	out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"})

@@ -103,6 +103,11 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	}
 	if err := c.handshake(ctx, sc.Protocol, &sc.era); err != nil {
 		_ = c.CloseContext(ctx)
+		if errors.Is(err, errEndedOnProbe) {
+			// A strict 2025 server: started again, and initialized at
+			// once (sc.era says so now), within the same connect.
+			return sc.Connect(ctx)
+		}
 		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
 			return nil, c.endCause(err)
 		}
@@ -114,10 +119,21 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	return c, nil
 }
 
+// errEndedOnProbe: the server ended when probed with server/discover (a
+// 2025 server that takes nothing before initialize).
+var errEndedOnProbe = errors.New("server ended when probed")
+
 func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) error {
 	if protocol != ProtocolLegacy && !era.legacy.Load() {
 		modern, err := c.discover(ctx, protocol)
 		switch {
+		case err != nil && protocol == ProtocolAuto && errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil:
+			// The server ended when asked server/discover: a 2025 server
+			// that takes nothing before initialize. Its next start
+			// initializes at once.
+			era.legacy.Store(true)
+			c.log.Info("server ended when probed with server/discover: it is initialized from now on")
+			return fmt.Errorf("%w: %w", errEndedOnProbe, err)
 		case err != nil:
 			return err
 		case modern:

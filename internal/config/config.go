@@ -34,10 +34,12 @@ const (
 const (
 	// ProtocolAuto probes with server/discover (MCP 2026-07-28) and falls
 	// back to initialize (earlier revisions) on any other answer or none.
+	// The default: the era found is kept with the server's lists, so a
+	// known legacy server is not probed again.
 	ProtocolAuto = "auto"
-	// ProtocolLegacy initializes at once, never probing. The default until
-	// legacy clients are carried in full to modern servers (resource
-	// subscriptions and log levels are not yet translated).
+	// ProtocolLegacy initializes at once, never probing: for a server that
+	// misbehaves when asked anything before initialize, or whose tools ask
+	// for input with requests even in the modern revision.
 	ProtocolLegacy = "legacy"
 	// ProtocolModern requires the server to answer server/discover as a
 	// 2026-07-28 server.
@@ -224,9 +226,11 @@ func (s *Server) Policy() lifecycle.Policy {
 }
 
 // LaunchHash identifies how the server is reached: a SHA-256 (hex) over its
-// kind, transport, command, args, env, cwd, url and headers after expansion.
-// Any change to those changes the hash, so it keys caches of what the
-// server offers (its tools); settings such as timeouts do not affect it.
+// kind, transport, command, args, env, cwd, url and headers after
+// expansion, and the protocol era setting (which decides whether its era
+// is probed). Any change to those changes the hash, so it keys caches of
+// what the server offers (its tools, its era); settings such as timeouts
+// do not affect it.
 func (s *Server) LaunchHash() string {
 	h := sha256.New()
 	field := func(v string) {
@@ -244,6 +248,7 @@ func (s *Server) LaunchHash() string {
 	field(s.Cwd)
 	field(s.URL)
 	sortedMap(h, field, s.Headers)
+	field(s.Protocol)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

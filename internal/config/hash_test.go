@@ -41,6 +41,7 @@ func TestLaunchHash(t *testing.T) {
 		"transport":     func(s *Server) { s.Transport = TransportSSE },
 		"url":           func(s *Server) { s.URL = "https://h/" },
 		"headers":       func(s *Server) { s.Headers = map[string]string{"X": "1"} },
+		"protocol":      func(s *Server) { s.Protocol = ProtocolLegacy },
 	}
 	seen := map[string]string{h: "base"}
 	for name, change := range changes {

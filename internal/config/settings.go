@@ -42,7 +42,7 @@ func builtinSettings() settings {
 		requestTimeout:    ptr(DefaultRequestTimeout),
 		eager:             ptr(false),
 		sharing:           ptr(SharingShared),
-		protocol:          ptr(ProtocolLegacy),
+		protocol:          ptr(ProtocolAuto),
 		maxInstances:      ptr(DefaultMaxInstances),
 		stdinWait:         ptr(DefaultStdinWait),
 		termWait:          ptr(DefaultTermWait),

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -125,29 +126,39 @@ func TestStartReplacesAStaleCachedList(t *testing.T) {
 	}
 }
 
-// A server that ran legacy keeps that era across a restart of mcpvisor:
-// set to "auto" on the same launch, it is initialized from its persisted
-// initialize result's era, not probed (a dual-era server probed would
-// come up modern).
+// A server the probe found legacy keeps that era across a restart of
+// mcpvisor: it is initialized from its persisted era, not probed again.
+// The server here is a strict 2025 one: it exits when asked anything
+// before initialize (and notes each such request in a file). Its first
+// start is probed, ends, and is started again and initialized within the
+// same start — no failure, no restart; after mcpvisor restarts, it is not
+// probed.
 func TestPersistedEraSkipsTheProbe(t *testing.T) {
-	state := filepath.Join(t.TempDir(), "state.db")
-	first := newWorldStore(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`, state, "")
-	first.fleet.Learn(context.Background(), 1)
-	if !first.fleet.Get("c").Cached(fleet.Tools) {
-		t.Fatal("not learned")
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.db")
+	probes := filepath.Join(dir, "probes")
+	cfg := `{"c":{"command":"$FIXTURE","env":{"FIXTURE_STRICT_INIT":"1","FIXTURE_STRICT_INIT_LOG":` + mustJSONString(probes) + `}}}`
+	probed := func() int {
+		b, _ := os.ReadFile(probes)
+		return strings.Count(string(b), "server/discover")
+	}
+	first := newWorldStore(t, cfg, state, "")
+	sess := first.stdioClient(first.gw.Aggregate(), nil)
+	if out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "x"}}); err != nil || textOf(t, out) != "x" {
+		t.Fatalf("call: %v %v", out, err)
+	}
+	st := first.fleet.Get("c").Status()
+	if n := probed(); n != 1 || st.Restarts != 0 || st.LastError != "" {
+		t.Fatalf("probed %d times, %d restarts, last error %q: want one probe, within the start", n, st.Restarts, st.LastError)
 	}
 	first.close()
 
-	second := newWorldStore(t, `{"c":{"command":"$CONFORMANCE","protocol":"auto"}}`, state, first.marker)
-	sess := second.stdioClient(second.gw.Aggregate(), nil)
-	if _, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__test_simple_text"}); err != nil {
-		t.Fatal(err)
+	second := newWorldStore(t, cfg, state, first.marker)
+	sess = second.stdioClient(second.gw.Aggregate(), nil)
+	if out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "y"}}); err != nil || textOf(t, out) != "y" {
+		t.Fatalf("call after the restart: %v %v", out, err)
 	}
-	in := second.fleet.Get("c").Init()
-	if in == nil {
-		t.Fatal("the server is not running after a call")
-	}
-	if in.ProtocolVersion == modernVersion {
-		t.Fatalf("the server came up at %q: probed despite its persisted legacy era", in.ProtocolVersion)
+	if n := probed(); n != 1 {
+		t.Fatalf("probed %d times in all: probed again despite its persisted legacy era", n)
 	}
 }

@@ -307,7 +307,7 @@ func TestModernListen(t *testing.T) {
 // round if the client declared the capability, else the client gets
 // MissingRequiredClientCapabilityError.
 func TestModernStdio(t *testing.T) {
-	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"c":{"command":"$CONFORMANCE","prefix":"c"}}`)
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"c"}}`)
 	c := newStdioTestClientOn(t, w.gw.Aggregate())
 	meta := modernMeta(`{}`)
 
@@ -418,7 +418,7 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 // on its behalf, acknowledges the ones taken, and tags each update with
 // the subscription's id; a URI no server has is left out.
 func TestModernListenResourceSubscriptions(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`)
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()

@@ -22,7 +22,7 @@ type mrtrWorld struct {
 }
 
 func newMRTRWorld(t *testing.T) *mrtrWorld {
-	return newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":""}}`)
+	return newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":""}}`)
 }
 
 func newMRTRWorldConfig(t *testing.T, servers string) *mrtrWorld {
@@ -203,7 +203,7 @@ func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
 // While the client owes its input the call's request timeout does not
 // run: an answer that comes after more than the timeout completes it.
 func TestMRTRBridgeSlowAnswer(t *testing.T) {
-	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":"","requestTimeout":"500ms"}}`)
+	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","requestTimeout":"500ms"}}`)
 	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	time.Sleep(time.Second) // two request timeouts
 	m := w.call("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
@@ -260,7 +260,7 @@ func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 // A client that never retries: its call is released at the hold bound,
 // the server's request gets an error, and the state is refused after.
 func TestMRTRBridgeHoldExpires(t *testing.T) {
-	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","prefix":"","requestTimeout":"1s"}}`)
+	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","requestTimeout":"1s"}}`)
 	w.gw.SetHoldTimeout(300 * time.Millisecond)
 	_, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	w.heldCalls(1)

@@ -21,6 +21,8 @@ type config struct {
 	hugeLine     int
 	neverAnswer  bool
 	stderrLines  int
+	strictInit   bool
+	strictLog    string
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -37,13 +39,15 @@ var envBindings = []struct{ flag, env string }{
 	{"huge-line", "FIXTURE_HUGE_LINE"},
 	{"never-answer", "FIXTURE_NEVER_ANSWER"},
 	{"stderr-lines", "FIXTURE_STDERR_LINES"},
+	{"strict-init", "FIXTURE_STRICT_INIT"},
+	{"strict-init-log", "FIXTURE_STRICT_INIT_LOG"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
 
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
 newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
-echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, wedge.
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt}, wedge.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
 
@@ -71,6 +75,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.hugeLine, "huge-line", 0, "at start, write one JSON-RPC notification line of `BYTES` bytes (newline not counted) [FIXTURE_HUGE_LINE]")
 	fs.BoolVar(&c.neverAnswer, "never-answer", false, "read and parse every message but answer none [FIXTURE_NEVER_ANSWER]")
 	fs.IntVar(&c.stderrLines, "stderr-lines", 0, "at start, write `N` lines \"stderr line 1\"... to stderr [FIXTURE_STDERR_LINES]")
+	fs.BoolVar(&c.strictInit, "strict-init", false, "exit 4 on any request but initialize before it, as a strict 2025 server may [FIXTURE_STRICT_INIT]")
+	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting [FIXTURE_STRICT_INIT_LOG]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

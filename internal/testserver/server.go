@@ -150,6 +150,7 @@ type server struct {
 	askSeq   int
 
 	wedged atomic.Bool // set by the wedge tool: stop reading stdin
+	inited atomic.Bool // initialize was answered (-strict-init)
 }
 
 // call is one in-flight tools/call.
@@ -402,6 +403,17 @@ func (s *server) handleNotification(m incoming) {
 }
 
 func (s *server) handleRequest(m incoming) {
+	if s.cfg.strictInit && m.Method != "initialize" && !s.inited.Load() {
+		s.log.Printf("%s before initialize: exiting with code 4 (-strict-init)", m.Method)
+		if s.cfg.strictLog != "" {
+			if f, err := os.OpenFile(s.cfg.strictLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+				fmt.Fprintln(f, m.Method)
+				f.Close()
+			}
+		}
+		s.writeMu.Lock() // no half-written line on the way out
+		os.Exit(4)
+	}
 	switch m.Method {
 	case "initialize":
 		s.initialize(m)
@@ -438,6 +450,7 @@ func (s *server) initialize(m incoming) {
 		},
 		"serverInfo": map[string]any{"name": ServerName, "version": Version},
 	})
+	s.inited.Store(true)
 }
 
 // orEmpty turns absent or null params into an empty object.

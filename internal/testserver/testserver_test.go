@@ -596,17 +596,19 @@ func TestStartupFlags(t *testing.T) {
 func TestConfigFromEnv(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
-		"FIXTURE_SLOW_START":     "2s",
-		"FIXTURE_CRASH_AT_START": "1",
-		"FIXTURE_CRASH_AFTER":    "5",
-		"FIXTURE_IGNORE_TERM":    "1",
-		"FIXTURE_IGNORE_EOF":     "true",
-		"FIXTURE_SETSID_CHILD":   "1",
-		"FIXTURE_STDOUT_CHILD":   "1",
-		"FIXTURE_GARBAGE":        "1",
-		"FIXTURE_HUGE_LINE":      "1000",
-		"FIXTURE_NEVER_ANSWER":   "1",
-		"FIXTURE_STDERR_LINES":   "7",
+		"FIXTURE_SLOW_START":      "2s",
+		"FIXTURE_CRASH_AT_START":  "1",
+		"FIXTURE_CRASH_AFTER":     "5",
+		"FIXTURE_IGNORE_TERM":     "1",
+		"FIXTURE_IGNORE_EOF":      "true",
+		"FIXTURE_SETSID_CHILD":    "1",
+		"FIXTURE_STDOUT_CHILD":    "1",
+		"FIXTURE_GARBAGE":         "1",
+		"FIXTURE_HUGE_LINE":       "1000",
+		"FIXTURE_NEVER_ANSWER":    "1",
+		"FIXTURE_STDERR_LINES":    "7",
+		"FIXTURE_STRICT_INIT":     "1",
+		"FIXTURE_STRICT_INIT_LOG": "/tmp/x",
 	}
 	if len(env) != len(envBindings) {
 		t.Fatalf("test covers %d variables, there are %d", len(env), len(envBindings))
@@ -618,7 +620,7 @@ func TestConfigFromEnv(t *testing.T) {
 	want := config{
 		slowStart: 2 * time.Second, crashAtStart: true, crashAfter: 5, ignoreTerm: true,
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
-		hugeLine: 1000, neverAnswer: true, stderrLines: 7,
+		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x",
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
