@@ -67,13 +67,25 @@ func failed(res map[string]bool) []string {
 }
 
 // legacyBridgeFailures are the scored scenarios a modern client fails
-// through mcpvisor when the server is served as a legacy one. One: it asks
-// for the server's own name for its input ("user_name"), which a legacy
-// server's request does not carry — the server's go-sdk, talking to a
-// legacy client, sends its inputs as plain requests, and mcpvisor's bridge
-// names each itself. Every other input-required scenario, the abandoned
-// rounds between them included, passes through the bridge.
+// through mcpvisor when the server is served as a legacy one ("protocol":
+// "legacy", "sharing": "per-session": each modern request has an instance
+// of its own). One: it asks for the server's own name for its input
+// ("user_name"), which a legacy server's request does not carry — the
+// server's go-sdk, talking to a legacy client, sends its inputs as plain
+// requests, and mcpvisor's bridge names each itself.
 var legacyBridgeFailures = []string{"input-required-result-basic-elicitation"}
+
+// sharedLegacyFailures are those of a legacy server shared by all: after
+// the first scenario leaves its round unanswered (its call stays held at
+// the server), a request the server sends could be that call's or the
+// next one's, and mcpvisor refuses it rather than guess.
+var sharedLegacyFailures = []string{
+	"input-required-result-basic-elicitation", "input-required-result-basic-list-roots",
+	"input-required-result-basic-sampling", "input-required-result-capability-check",
+	"input-required-result-multi-round", "input-required-result-multiple-input-requests",
+	"input-required-result-non-tool-request", "input-required-result-request-state",
+	"input-required-result-result-type", "input-required-result-tampered-state",
+}
 
 // TestConformanceModern runs the official suite's 2026-07-28 requirement
 // set through mcpvisor in front of the go-sdk conformance server over
@@ -81,8 +93,10 @@ var legacyBridgeFailures = []string{"input-required-result-basic-elicitation"}
 // run: every scored scenario it passes directly passes through mcpvisor on
 // /servers/everything/mcp and on /mcp (prefix "") when mcpvisor finds the
 // server modern ("protocol": "auto"), and on /servers/everything/mcp when
-// it is a remote server found modern; served as a legacy server, all but
-// the one that names the server's own input key.
+// it is a remote server found modern; served as a legacy server, through
+// the MRTR bridge, all but the one that names the server's own input key
+// when each modern request has an instance of its own (per-session), and
+// none after an unanswered round when all share one.
 func TestConformanceModern(t *testing.T) {
 	_, everything := binaries(t)
 	direct := scoredResults(t, startEverythingHTTP(t, everything))
@@ -100,15 +114,20 @@ func TestConformanceModern(t *testing.T) {
 		}
 		t.Logf("remote, protocol auto, /servers/everything/mcp: %d of %d scored scenarios pass", len(got), len(got))
 	})
-	for _, protocol := range []string{"auto", "legacy"} {
-		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":%q}}}`, everything, protocol))
+	for _, tc := range []struct {
+		protocol, sharing string
+		want              []string
+	}{
+		{"auto", "shared", nil},
+		{"legacy", "per-session", legacyBridgeFailures},
+		{"legacy", "shared", sharedLegacyFailures},
+	} {
+		protocol := tc.protocol
+		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":%q,"sharing":%q}}}`, everything, protocol, tc.sharing))
 		for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
-			t.Run(protocol+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
+			t.Run(protocol+"_"+tc.sharing+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
 				got := scoredResults(t, base+path)
-				var want []string
-				if protocol == "legacy" {
-					want = legacyBridgeFailures
-				}
+				want := tc.want
 				if f := failed(got); !slices.Equal(f, want) {
 					t.Fatalf("failed scored scenarios %v, want %v", f, want)
 				}
@@ -117,8 +136,8 @@ func TestConformanceModern(t *testing.T) {
 						t.Errorf("scenario %s did not run through mcpvisor", k)
 					}
 				}
-				t.Logf("protocol %s, %s: %d of %d scored scenarios pass (the server directly: %d of %d)",
-					protocol, path, len(got)-len(failed(got)), len(got), len(direct), len(direct))
+				t.Logf("protocol %s, sharing %s, %s: %d of %d scored scenarios pass (the server directly: %d of %d)",
+					protocol, tc.sharing, path, len(got)-len(failed(got)), len(got), len(direct), len(direct))
 			})
 		}
 	}

@@ -593,6 +593,9 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 	// The lease is held until the notification is written, keeping the
 	// server awake; the write happens on the server's outbox, so a server
 	// that stops reading holds up nothing else.
+	if m.Method == "notifications/roots/list_changed" {
+		g.rootsAsked(l.Conn())
+	}
 	posted := g.post(l.Conn(), func() {
 		defer l.Release()
 		if err := l.Conn().Notify(m.Method, m.Params); err != nil {

@@ -82,6 +82,9 @@ func (g *Gateway) begin(ctx context.Context, s *Session, srv *fleet.Server, meth
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
 	st.calls[f.key] = c
+	if st.stateless && srv.PerSession() {
+		st.private = true // the request's own instance, ended with it
+	}
 	g.mu.Unlock()
 
 	// The lease counts the request in flight from before the start to
@@ -439,14 +442,8 @@ func callScoped(method string) bool {
 // client sessions whose requests the server may still be serving there:
 // those in flight, and those that ended unanswered (cancelled, timed out)
 // within their request timeout — a server may go on with a request it was
-// told to drop.
-//
-// A modern client's held call whose round the client has (sealed) is left
-// out while any other may be the cause: the server's handler is waiting
-// for that client's answer, and the requests it sent with the one it waits
-// on were gathered into the round (gatherQuiet). Otherwise a client that
-// never comes back for its round would leave every request the server
-// sends, for every other client, unattributable for the hold bound.
+// told to drop. A modern client's held call counts while it is held, its
+// round answered or not: the server may still ask for more in it.
 func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -457,21 +454,39 @@ func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 			seen[a.sess] = true
 		}
 	}
-	var newest, newestSealed *call
-	sealed := map[*Session]bool{}
-	for _, c := range g.calls[conn] {
-		if h := c.sess.held; h != nil && h.sealed.Load() {
-			sealed[c.sess] = true
-			newestSealed = c
-			continue
-		}
+	list := g.calls[conn]
+	for _, c := range list {
 		seen[c.sess] = true
-		newest = c
 	}
-	if len(seen) == 0 {
-		return newestSealed, len(sealed)
+	if len(list) == 0 {
+		return nil, len(seen)
 	}
-	return newest, len(seen)
+	return list[len(list)-1], len(seen)
+}
+
+// rootsAsked records that a client told conn's server its roots changed:
+// the server may now ask for roots on its own (for that client), and such
+// a request is no modern call's.
+func (g *Gateway) rootsAsked(conn fleet.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rootsChanged == nil {
+		g.rootsChanged = map[fleet.Conn]time.Time{}
+	}
+	g.rootsChanged[conn] = time.Now()
+}
+
+// rootsQuiet reports whether no client told conn's server that its roots
+// changed within the linger; g.mu is not held.
+func (g *Gateway) rootsQuiet(conn fleet.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t, ok := g.rootsChanged[conn]
+	if ok && time.Since(t) >= g.linger {
+		delete(g.rootsChanged, conn)
+		ok = false
+	}
+	return !ok
 }
 
 // abandon records that s's request on conn ended unanswered, so that for
@@ -624,8 +639,11 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		var only *call
 		only, sessions = g.inFlight(conn)
 		// A modern client has roots only as a call's input (mrtr): the
-		// roots a server asks for during its call are that call's.
-		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless)
+		// roots a server asks for during its call are that call's —
+		// unless a legacy client lately told the server its roots
+		// changed, when the server may be asking on its own, for that
+		// client.
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && g.rootsQuiet(conn))
 		if scoped && sessions == 1 {
 			c = only
 		}

@@ -47,14 +47,17 @@ type Gateway struct {
 	abandoned map[fleet.Conn][]abandonedCall
 	// recent are the sessions whose requests ended on a connection within
 	// linger, per connection: a server may still send lines of theirs.
-	recent    map[fleet.Conn][]abandonedCall
-	recentGC  time.Time          // when recent was last swept
-	linger    time.Duration      // how long a session's ended request counts as recent
-	tokens    map[string]*call   // our progress token → call
-	outReqs   map[string]*outReq // our id of a server→client request → where it came from
-	agg       *aggregate
-	pageSize  int                // of the aggregated lists; 0: whole lists
-	listeners map[*listener]bool // open subscriptions/listen requests
+	recent   map[fleet.Conn][]abandonedCall
+	recentGC time.Time     // when recent was last swept
+	linger   time.Duration // how long a session's ended request counts as recent
+	// rootsChanged: when a client last told each connection's server its
+	// roots changed (see rootsAsked).
+	rootsChanged map[fleet.Conn]time.Time
+	tokens       map[string]*call   // our progress token → call
+	outReqs      map[string]*outReq // our id of a server→client request → where it came from
+	agg          *aggregate
+	pageSize     int                // of the aggregated lists; 0: whole lists
+	listeners    map[*listener]bool // open subscriptions/listen requests
 	// held are the calls held for a modern client's retry (mrtr.go), by
 	// id; holdTimeout bounds each, stateKey signs their requestState.
 	held        map[string]*heldCall
@@ -134,6 +137,9 @@ type sessState struct {
 	// stateless: the session of one modern request (Gateway.stateless),
 	// which nothing outside that request reaches.
 	stateless bool
+	// private: a stateless session that leased a per-session server's
+	// instance of its own (ended with it).
+	private bool
 }
 
 // call is a client request in flight on a backend.

@@ -292,9 +292,10 @@ func announcesChanges(init json.RawMessage, kind string) bool {
 	return !ok || c.ListChanged
 }
 
-// statelessKey is the session key of every modern request: a per-session
-// server serves modern clients, which have no session, from one instance
-// of its own (apart from every legacy session's).
+// statelessKey is the session key under which a per-session server's
+// server/discover answer is learned for modern clients (an instance of
+// its own). A modern request's own session has a key of its own (see
+// openStatelessSession).
 const statelessKey = "stateless"
 
 // stateless serves one modern request on an endpoint whose legacy handler
@@ -313,21 +314,35 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 
 // openStatelessSession opens the session of one modern request (or held
 // call) on the endpoint of server. It is in none of the gateway's tables:
-// nothing outside the request finds it.
+// nothing outside the request finds it. Its key is its own: a modern
+// client has no session, so a per-session server serves each of its
+// requests — a held call's rounds included — from an instance of its own,
+// ended with the request (which is what makes the server's requests
+// certainly that request's).
 func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
 	// No outReqs: nothing is ever asked of a modern client (held calls
 	// ask by input_required rounds).
 	st := &sessState{server: server, calls: make(map[string]*call, 1), protocol: mo.Version, stateless: true}
-	return &Session{Created: now, lastUsed: now, out: noSink, key: statelessKey, modern: mo, st: st, client: mo.client}
+	return &Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: st, client: mo.client}
 }
 
 // closeStatelessSession closes a session openStatelessSession opened: no
-// call of it begins after.
+// call of it begins after, and the per-session instances it used end,
+// bounded, on a goroutine of their own.
 func (g *Gateway) closeStatelessSession(s *Session) {
 	g.mu.Lock()
 	s.st.closed = true
+	private := s.st.private
+	s.st.private = false
 	g.mu.Unlock()
+	if private {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
+			defer cancel()
+			g.fleet.EndSession(ctx, s.Key())
+		}()
+	}
 }
 
 // noSink refuses every message: a stateless request's session stream.

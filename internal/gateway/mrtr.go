@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -95,11 +94,6 @@ type heldCall struct {
 	ended   bool
 	expires time.Time
 	expiry  *time.Timer // ends the call at expires
-
-	// sealed: the client has the round and owes its answer; the server,
-	// waiting for it, is not the cause of a request that comes meanwhile
-	// (see Gateway.inFlight). Read under Gateway.mu, which may not take mu.
-	sealed atomic.Bool
 }
 
 // signal wakes every round waiting; never blocks.
@@ -172,17 +166,18 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// ended by the client's last round, its going away, or the hold bound.
 	h.sess = s
 	s.held = h
-	f, resp := g.begin(context.WithoutCancel(ctx), s, srv, m.Method, params, m.ID, &h.sink)
+	// Until the server asks for input the call is bound to the client's
+	// request — its going away ends the call, even while the server is
+	// still being started (begin) or the request written (Start) — and
+	// only then to the hold bound (unbind).
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	unbind := context.AfterFunc(ctx, h.end)
+	f, resp := g.begin(hctx, s, srv, m.Method, params, m.ID, &h.sink)
 	if resp != nil {
+		unbind()
 		h.end()
 		return resp
-	}
-	h.mu.Lock()
-	h.cancel = f.cancel
-	ended := h.ended
-	h.mu.Unlock()
-	if ended {
-		f.cancel(nil) // ended as it began: the server's call with it
 	}
 	// finishLater waits for the server's answer on a goroutine of its
 	// own, for the rounds to take.
@@ -197,6 +192,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	}
 	st, ok := f.conn.(starter)
 	if !ok {
+		unbind() // the rounds bind it from here
 		finishLater(func() (*rpc.Message, error) { return f.conn.Call(f.ctx, m.Method, f.params) })
 		return h.round(ctx, m.ID)
 	}
@@ -212,6 +208,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	h.mu.Unlock()
 	w, err := st.Start(f.ctx, m.Method, f.params)
 	if err != nil {
+		unbind()
 		resp := f.finish(nil, err)
 		h.end()
 		return resp
@@ -219,7 +216,6 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	if testHookStarted != nil {
 		testHookStarted(h)
 	}
-	unbind := context.AfterFunc(ctx, h.end)
 	r, interrupted, err := w.Wait(f.ctx, changed)
 	unbind()
 	if interrupted {
@@ -238,8 +234,28 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 		r, _, err = w.Wait(f.ctx, nil)
 	}
 	resp = f.finish(r, err)
+	if e := h.capabilityError(m.ID); e != nil {
+		// The server asked for what the client did not declare, was
+		// refused and answered at once: the client is told what was
+		// missing, not the server's failure.
+		resp = e
+	}
 	h.end()
 	return resp
+}
+
+// capabilityError is the MissingRequiredClientCapability error for id if
+// the server asked for input the client did not declare, else nil.
+func (h *heldCall) capabilityError(id json.RawMessage) *rpc.Message {
+	h.mu.Lock()
+	needCap := h.needCap
+	h.mu.Unlock()
+	if needCap == "" {
+		return nil
+	}
+	data := mustJSON(map[string]any{"requiredCapabilities": map[string]json.RawMessage{needCap: json.RawMessage(`{}`)}})
+	return &rpc.Message{ID: id, Error: &rpc.Error{Code: rpc.MissingClientCapability,
+		Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", h.server, needCap), Data: data}}
 }
 
 // testHookStarted, if set, runs as soon as a modern call's request is
@@ -310,15 +326,17 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 		}
 		h.mu.Unlock()
 		switch {
+		case needCap != "":
+			// Before the final answer: a server refused what it asked
+			// for may answer at once, and the client is to learn what it
+			// did not declare.
+			e := h.capabilityError(id)
+			h.stop(false)
+			return e
 		case final != nil:
 			h.end()
 			final.ID = id
 			return final
-		case needCap != "":
-			h.stop(false)
-			data := mustJSON(map[string]any{"requiredCapabilities": map[string]json.RawMessage{needCap: json.RawMessage(`{}`)}})
-			return &rpc.Message{ID: id, Error: &rpc.Error{Code: rpc.MissingClientCapability,
-				Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", h.server, needCap), Data: data}}
 		case ended:
 			return errorResponse(id, rpc.InvalidParams, "Invalid params: the request ended (answered on another retry, abandoned or expired); send it again without requestState")
 		case pending > 0 && gather <= 0:
@@ -359,7 +377,6 @@ func (h *heldCall) missing(id json.RawMessage) *rpc.Message {
 		reqs[k] = mustJSON(map[string]json.RawMessage{"method": mustJSON(in.method), "params": nonEmpty(in.params)})
 	}
 	state := h.g.signState(h)
-	h.sealed.Store(true)
 	h.mu.Unlock()
 	res := mustJSON(map[string]any{
 		"resultType":    "input_required",
@@ -421,9 +438,6 @@ func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message, c *call) (bool, string
 // responses to anything else are ignored (mrtr: unexpected ones are).
 func (h *heldCall) answer(responses map[string]json.RawMessage) {
 	h.mu.Lock()
-	// The server is no longer waiting on this client only: what it asks
-	// next may be this call's.
-	h.sealed.Store(false)
 	var done []*heldInput
 	var results []json.RawMessage
 	for k, v := range responses {

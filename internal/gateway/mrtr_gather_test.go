@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -75,33 +78,140 @@ func TestMRTRBridgeGathersConcurrentRequests(t *testing.T) {
 	w.heldCalls(0)
 }
 
-// A held call whose client never comes back (it has its round and owes the
-// answer) does not make a shared legacy server's later requests
-// unattributable: the server waits for that call's answer, so a request it
-// sends meanwhile while another client's call is in flight is that call's.
-// Without this, one abandoned round refuses every other modern client's
-// sampling, elicitation and roots on the server for the whole hold bound.
-func TestMRTRAbandonedRoundLeavesServerUsable(t *testing.T) {
+// A round whose client does not come back keeps its call held at the
+// server, which may still ask for more in it: until the call ends, a
+// request the shared server sends while another client's call is in
+// flight could be either's, and is refused — never handed to the other
+// client. Once the first client answers, the server's requests are
+// attributed again.
+func TestMRTRUnansweredRoundKeepsRequestsApart(t *testing.T) {
 	w := newMRTRWorld(t)
-	// The first client leaves its round unanswered.
 	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	w.heldCalls(1)
-	// Others, one after another, each get their own round and result.
-	for i, tool := range []string{"test_input_required_result_sampling", "test_input_required_result_list_roots", "test_input_required_result_multiple_inputs"} {
-		id := json.Number(string(rune('2' + i))).String()
-		reqs, state := inputRequests(t, w.callTool(id, tool, `{}`, "", allInputCaps))
-		m := w.callTool(id, tool, `{}`, `,"requestState":`+mustJSONString(state)+`,"inputResponses":`+answersFor(reqs), allInputCaps)
-		if m.Error != nil || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
-			t.Fatalf("%s: final result: %s", tool, m.Encode())
-		}
+	const tool = "test_input_required_result_sampling"
+	m := w.callTool("2", tool, `{}`, "", allInputCaps)
+	if m.Error == nil || !strings.Contains(m.Error.Message, "cannot tell which") {
+		t.Fatalf("while another client's round is open: %s", m.Encode())
 	}
-	// Its call is still held for it, untouched: its answer, late, ends it.
-	w.heldCalls(1)
-	m := w.call("9", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
+	m = w.call("3", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
 	if m.Error != nil || !strings.Contains(string(m.Result), "ada") {
 		t.Fatalf("the first client's result: %s", m.Encode())
 	}
 	w.heldCalls(0)
+	reqs, state2 := inputRequests(t, w.callTool("4", tool, `{}`, "", allInputCaps))
+	m = w.callTool("5", tool, `{}`, `,"requestState":`+mustJSONString(state2)+`,"inputResponses":`+answersFor(reqs), allInputCaps)
+	if m.Error != nil || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
+		t.Fatalf("after the round ended: %s", m.Encode())
+	}
+}
+
+// A held call whose round its client has may still be the cause of what
+// its server sends next (the handler's requests may come apart): such a
+// request, with another session's call in flight on the shared server,
+// reaches neither.
+func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
+	g := w.gw
+	conn := &recConn{}
+	srv := w.fleet.Get("x")
+	sA := g.openStatelessSession("", &Modern{Version: modernVersion})
+	hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+	sA.held = hA
+	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+	sinkB := &capSink{}
+	sB := NewSession(sinkB)
+	stB := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}}
+	g.mu.Lock()
+	g.sessions[sB] = stB
+	g.byKey[sB.key] = sB
+	cB := &call{sess: sB, st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn, touch: func() {}}
+	g.calls[conn] = []*call{cA, cB}
+	g.mu.Unlock()
+	g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"a-2"`), Method: "sampling/createMessage",
+		Params: json.RawMessage(`{"messages":[{"role":"user","content":{"type":"text","text":"A's secret"}}]}`)})
+	// Delivery is synchronous: had it reached B, B's sink has it now.
+	if sinkB.n() != 0 {
+		t.Fatalf("session B got a request of the server's that may be A's: %s", sinkB.got[0].Params)
+	}
+	hA.mu.Lock()
+	n := len(hA.pending)
+	hA.mu.Unlock()
+	if n != 0 {
+		t.Fatal("A got a request that may be B's")
+	}
+	waitFor(t, "the server's refusal", func() bool { return conn.errCount() == 1 })
+}
+
+// roots/list during a modern client's call is that call's input — unless
+// a client lately told the server its roots changed: then the server may
+// be asking on its own, for that client, and the request is no call's.
+func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
+		g := w.gw
+		conn := &recConn{}
+		srv := w.fleet.Get("x")
+		sA := g.openStatelessSession("", &Modern{Version: modernVersion})
+		hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
+		sA.held = hA
+		cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+		g.mu.Lock()
+		g.calls[conn] = []*call{cA}
+		g.mu.Unlock()
+		if changed {
+			g.rootsAsked(conn)
+		}
+		g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"r-1"`), Method: "roots/list"})
+		hA.mu.Lock()
+		n := len(hA.pending)
+		hA.mu.Unlock()
+		if changed && n != 0 {
+			t.Fatal("the server's own roots/list, after a client's roots changed, became a modern call's input")
+		}
+		if !changed && n != 1 {
+			t.Fatalf("roots/list during a modern call: %d inputs pending, want 1", n)
+		}
+		hA.stop(false)
+	}
+}
+
+// recConn is a fleet.Conn that records the errors it is made to reply.
+type recConn struct {
+	nopConn
+	mu   sync.Mutex
+	errs []string
+}
+
+func (c *recConn) ReplyError(_ json.RawMessage, _ int, msg string) error {
+	c.mu.Lock()
+	c.errs = append(c.errs, msg)
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *recConn) errCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.errs)
+}
+
+// capSink records what it is sent.
+type capSink struct {
+	mu  sync.Mutex
+	got []*rpc.Message
+}
+
+func (s *capSink) Send(m *rpc.Message) error {
+	s.mu.Lock()
+	s.got = append(s.got, m)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *capSink) n() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
 }
 
 // Clients whose calls are in flight at once on a shared legacy server
@@ -224,4 +334,72 @@ func TestMRTRRequestBeforeTheWait(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the call waited for an answer its server will not give before its client's input")
 	}
+}
+
+// A modern call whose server is still starting ends when its client goes
+// away — the wait for the start is the client's request's, as the call
+// is until the server asks for input — not when the start ends (here
+// 30 s away).
+func TestModernCallEndsWithItsRequestWhileTheServerStarts(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","env":{"FIXTURE_SLOW_START":"30s"}}}`)
+	// The per-server endpoint reads a resource without a list to look it
+	// up in: the request goes straight to the server's start.
+	h := NewStreamableHandler(w.gw.Single("x"), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); srv.Close() })
+	tracked := func() int {
+		n := 0
+		for i := range h.modern {
+			h.modern[i].mu.Lock()
+			n += len(h.modern[i].m)
+			h.modern[i].mu.Unlock()
+		}
+		return n
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	body := `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://r",` + modernMeta(`{}`) + `}}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader(body))
+	for k, v := range modernHeaders("resources/read", "test://r") {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", httpAccept)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, "the request in the handler", func() bool { return tracked() == 1 })
+	waitFor(t, "the server starting", func() bool { return w.fleet.Get("x").Status().State == "starting" })
+	cancel()
+	<-done
+	waitFor(t, "the request's end, the server still starting", func() bool { return tracked() == 0 })
+}
+
+// A per-session server serves each modern request from an instance of its
+// own — a modern client has no session — ended with the request (a held
+// call's with its last round): so a round one client leaves open keeps
+// nobody else's requests from being attributed.
+func TestModernRequestsOwnPerSessionInstances(t *testing.T) {
+	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","sharing":"per-session"}}`)
+	srv := w.fleet.Get("c")
+	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	const tool = "test_input_required_result_sampling"
+	for i := range 3 {
+		id := strconv.Itoa(10 + i)
+		reqs, st := inputRequests(t, w.callTool(id, tool, `{}`, "", allInputCaps))
+		m := w.callTool(id, tool, `{}`, `,"requestState":`+mustJSONString(st)+`,"inputResponses":`+answersFor(reqs), allInputCaps)
+		if m.Error != nil || !strings.Contains(string(m.Result), `"resultType":"complete"`) {
+			t.Fatalf("call %d beside an open round: %s", i, m.Encode())
+		}
+	}
+	// The finished requests' instances end; the held call's lives on.
+	waitFor(t, "the finished requests' instances to end", func() bool { return srv.Status().Sessions == 1 })
+	m := w.call("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
+	if m.Error != nil || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("the held call's result: %s", m.Encode())
+	}
+	waitFor(t, "the held call's instance to end", func() bool { return srv.Status().Sessions == 0 })
 }

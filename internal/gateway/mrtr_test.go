@@ -19,6 +19,7 @@ import (
 type mrtrWorld struct {
 	*world
 	url string
+	h   *StreamableHandler
 }
 
 func newMRTRWorld(t *testing.T) *mrtrWorld {
@@ -33,7 +34,7 @@ func newMRTRWorldConfig(t *testing.T, servers string) *mrtrWorld {
 		h.Close()
 		srv.Close()
 	})
-	return &mrtrWorld{world: w, url: srv.URL}
+	return &mrtrWorld{world: w, url: srv.URL, h: h}
 }
 
 // call posts a modern tools/call of test_elicitation with extra params

@@ -2,7 +2,7 @@
 // speaks newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr.
 //
 // It is the server every mcpvisor test supervises and the quick-start demo
-// server. It offers the tools echo, sleep, progress, pid, crash, log and wedge, and can be
+// server. It offers the tools echo, sleep, progress, pid, crash, log, sample and wedge, and can be
 // told to misbehave (start slowly, crash, ignore SIGTERM or stdin EOF, leave
 // grandchildren behind, write garbage or huge lines, never answer) by a flag or
 // by the matching FIXTURE_* environment variable; a flag wins over the
