@@ -172,6 +172,9 @@ func TestBenchReport(t *testing.T) {
 		if base.agg, err = loadtest.OpenHTTP(ctx, client, base.proc.base+"/mcp"); err != nil {
 			t.Fatal(err)
 		}
+		if m := loadtest.OpenModernHTTP(base.proc.base+"/mcp", client); m.Echo(ctx, "x__echo", benchText)() == nil {
+			base.modern = m
+		}
 	}
 
 	// The HTTP floor: the bare handler in a process of its own, as
@@ -222,6 +225,11 @@ func TestBenchReport(t *testing.T) {
 		i = slices.IndexFunc(paths, func(p benchPath) bool { return p.short == "agg" })
 		paths = slices.Insert(paths, i+1,
 			benchPath{"serve /mcp (x__echo) @base", "agg@base", base.proc.pid, fixtureOf(base.proc.pid), func(ctx context.Context) func() error { return base.agg.Echo(ctx, "x__echo", benchText) }})
+		if base.modern != nil {
+			i = slices.IndexFunc(paths, func(p benchPath) bool { return p.short == "modern" })
+			paths = slices.Insert(paths, i+1,
+				benchPath{"serve /mcp stateless @base", "modern@base", base.proc.pid, fixtureOf(base.proc.pid), func(ctx context.Context) func() error { return base.modern.Echo(ctx, "x__echo", benchText) }})
+		}
 	}
 	say("mcpvisor gateway benchmark: %d callers, %v warm-up + %v per load window, %d interleaved rounds (even ones in reverse order), %d CPUs\n",
 		benchCallers, warmup, measure, rounds, runtime.NumCPU())
@@ -352,6 +360,10 @@ func TestBenchReport(t *testing.T) {
 			ratioOf("single", "single@base", rate), ratioOf("single", "single@base", serverCPU), added("single", "single@base"))
 		say("  aggregated now / @base  calls/s %s, mcpvisor CPU µs/call %s, %s\n",
 			ratioOf("agg", "agg@base", rate), ratioOf("agg", "agg@base", serverCPU), added("agg", "agg@base"))
+		if base.modern != nil {
+			say("  stateless now / @base   calls/s %s, mcpvisor CPU µs/call %s, %s\n",
+				ratioOf("modern", "modern@base", rate), ratioOf("modern", "modern@base", serverCPU), added("modern", "modern@base"))
+		}
 	}
 	fl, di := pooled["floor"], pooled["direct"]
 	say("  a relay that cost no CPU of its own beyond a bare handler's, in front of a fixture costing what it costs direct,\n"+
@@ -713,7 +725,7 @@ type benchBaseline struct {
 	commit                              string // the revision, in full
 	shim                                bool   // mcpvisor-shim was built next to it
 	proc                                *benchProcess
-	single, agg                         *loadtest.HTTPSession
+	single, agg, modern                 *loadtest.HTTPSession // modern: nil if the revision serves no 2026-07-28 request
 	rssIdle, rssRunning, rssLoaded, hwm int
 	tree                                string
 }
