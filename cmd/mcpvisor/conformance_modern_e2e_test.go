@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -147,26 +146,5 @@ func TestConformanceModern(t *testing.T) {
 // (stateless unless args say otherwise) and returns its URL.
 func startEverythingHTTP(t *testing.T, everything string, args ...string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(everything, append([]string{"-http", addr}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the conformance server did not listen")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return "http://" + addr + "/"
+	return "http://" + testserver.StartHTTP(t, everything, args...) + "/"
 }

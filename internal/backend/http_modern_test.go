@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -81,28 +80,7 @@ func (p *posts) count(method string) int {
 // mcpvisor sends; it returns the proxy's URL.
 func startEverythingHTTP(t *testing.T) (string, *posts) {
 	t.Helper()
-	bin := everythingServer(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "-http", addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the conformance server did not listen")
-		}
-		time.Sleep(20 * time.Millisecond) // polling for it to listen
-	}
+	addr := testserver.StartHTTP(t, everythingServer(t))
 	target, _ := url.Parse("http://" + addr)
 	rec := &posts{}
 	proxy := httputil.NewSingleHostReverseProxy(target)

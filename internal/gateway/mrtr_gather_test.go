@@ -279,20 +279,7 @@ func TestMRTRConcurrentRoundsStayApart(t *testing.T) {
 func TestModernCallEndsWithItsRequest(t *testing.T) {
 	w := newMRTRWorldConfig(t, `{"x":{"command":"$FIXTURE","prefix":""}}`)
 	ctx, cancel := context.WithCancel(t.Context())
-	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000},` + modernMeta(`{}`) + `}}`
-	req, _ := http.NewRequestWithContext(ctx, "POST", w.url, strings.NewReader(body))
-	for k, v := range modernHeaders("tools/call", "sleep") {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", httpAccept)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	done := postModernAsync(ctx, w.url, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000},`+modernMeta(`{}`)+`}}`, "tools/call", "sleep")
 	srv := w.fleet.Get("x")
 	calls := func() int {
 		w.gw.mu.Lock()
@@ -357,20 +344,7 @@ func TestModernCallEndsWithItsRequestWhileTheServerStarts(t *testing.T) {
 		return n
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	body := `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://r",` + modernMeta(`{}`) + `}}`
-	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader(body))
-	for k, v := range modernHeaders("resources/read", "test://r") {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", httpAccept)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	done := postModernAsync(ctx, srv.URL, `{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"test://r",`+modernMeta(`{}`)+`}}`, "resources/read", "test://r")
 	waitFor(t, "the request in the handler", func() bool { return tracked() == 1 })
 	waitFor(t, "the server starting", func() bool { return w.fleet.Get("x").Status().State == "starting" })
 	cancel()
@@ -402,4 +376,24 @@ func TestModernRequestsOwnPerSessionInstances(t *testing.T) {
 		t.Fatalf("the held call's result: %s", m.Encode())
 	}
 	waitFor(t, "the held call's instance to end", func() bool { return srv.Status().Sessions == 0 })
+}
+
+// postModernAsync posts a modern request of method (named name) under ctx
+// on a goroutine of its own; the channel closes when the client is done
+// with it (answered, or ctx ended).
+func postModernAsync(ctx context.Context, url, body, method, name string) <-chan struct{} {
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	for k, v := range modernHeaders(method, name) {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", httpAccept)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	return done
 }

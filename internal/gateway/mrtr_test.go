@@ -92,20 +92,14 @@ func postModern(t testing.TB, url, body, method, name string) (*http.Response, [
 // method, and the requestState.
 func inputRequired(t *testing.T, m *rpc.Message) (key, method, state string) {
 	t.Helper()
-	var r struct {
-		ResultType    string `json:"resultType"`
-		InputRequests map[string]struct {
-			Method string `json:"method"`
-		} `json:"inputRequests"`
-		RequestState string `json:"requestState"`
-	}
-	if m.Error != nil || json.Unmarshal(m.Result, &r) != nil || r.ResultType != "input_required" || len(r.InputRequests) != 1 || r.RequestState == "" {
+	reqs, state := inputRequests(t, m)
+	if len(reqs) != 1 {
 		t.Fatalf("want input_required with one input: %s", m.Encode())
 	}
-	for k, v := range r.InputRequests {
-		key, method = k, v.Method
+	for k, v := range reqs {
+		key, method = k, v
 	}
-	return key, method, r.RequestState
+	return key, method, state
 }
 
 func (w *mrtrWorld) heldCalls(want int) {
