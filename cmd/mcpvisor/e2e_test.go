@@ -323,6 +323,12 @@ func TestNPMServers(t *testing.T) {
 	if err != nil || !strings.Contains(text(out), "sampled through mcpvisor") {
 		t.Errorf("modern everything__trigger-sampling-request: %v %v", out, err)
 	}
+	// And the TypeScript SDK v2 client at 2026-07-28, its sampling handler
+	// answering the round.
+	r := runTSClientEnv(t, []string{"TS_SERVER=everything"}, "pin", base+"/mcp")
+	if r.Version != "2026-07-28" || !strings.Contains(r.Text, "from typescript") || !strings.Contains(r.Sampled, "ts answer to") {
+		t.Errorf("TypeScript client over server-everything: %+v", r)
+	}
 }
 
 // TestRemoteBackend puts mcpvisor in front of a remote MCP server: the

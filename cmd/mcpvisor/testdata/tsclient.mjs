@@ -28,6 +28,18 @@ try {
   await client.connect(transport);
   out.version = client.getNegotiatedProtocolVersion();
   out.era = client.getProtocolEra();
+  if (process.env.TS_SERVER === 'everything') {
+    // npm server-everything behind mcpvisor's /mcp (prefix everything__):
+    // its echo, and its sampling tool, which asks the 2025 way.
+    const tools = await client.listTools();
+    out.tools = tools.tools.map((t) => t.name);
+    const echo = await client.callTool({ name: 'everything__echo', arguments: { message: 'from typescript' } });
+    out.text = echo.content.map((c) => c.text).join('');
+    const sampled = await client.callTool({ name: 'everything__trigger-sampling-request', arguments: { prompt: 'capital?', maxTokens: 20 } });
+    out.sampled = sampled.content.map((c) => c.text).join('');
+    console.log(JSON.stringify(out));
+    process.exit(0);
+  }
   const name = (process.env.TS_TOOL_PREFIX ?? '') + 'echo';
   // Logging first: a legacy server's lines are a request's only while no
   // other request there ended lately (each 2026-07-28 request is its own
