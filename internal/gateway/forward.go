@@ -29,7 +29,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 		// rounds.
 		return g.forwardHeld(ctx, s, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
 	}
-	f, resp := g.begin(ctx, s, srv, method, params, clientID, related)
+	f, resp := g.begin(ctx, nil, s, srv, method, params, clientID, related)
 	if resp != nil {
 		return resp
 	}
@@ -60,15 +60,21 @@ type flight struct {
 // begin does what forward does before the request reaches its server: the
 // call is registered, the server leased (started, if need be), the
 // request timer armed. It returns the flight, or the response for the
-// client if the request ends before it reaches the server.
-func (g *Gateway) begin(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
+// client if the request ends before it reaches the server. The flight's
+// context is ctx with a cancel of its own, or, when cancel is given, ctx
+// itself, ended by cancel (a held call brings its own).
+func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
 	st := g.state(s)
 	if st == nil {
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
 	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout}
-	f.ctx, f.cancel = context.WithCancelCause(ctx)
+	if cancel != nil {
+		f.ctx, f.cancel = ctx, cancel
+	} else {
+		f.ctx, f.cancel = context.WithCancelCause(ctx)
+	}
 
 	// The call is the session's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
@@ -172,10 +178,14 @@ func (g *Gateway) begin(ctx context.Context, s *Session, srv *fleet.Server, meth
 	} else {
 		c.touch = func() {}
 	}
-	if tok := rpc.ProgressToken(params); tok != nil {
-		c.token = tok
-		c.ourTok = g.nextID("mcpv-p")
-		params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
+	// (A modern request's _meta was read whole: whether it has a token is
+	// known.)
+	if s.modern == nil || s.modern.hasToken {
+		if tok := rpc.ProgressToken(params); tok != nil {
+			c.token = tok
+			c.ourTok = g.nextID("mcpv-p")
+			params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
+		}
 	}
 	f.params = params
 	g.mu.Lock()

@@ -49,6 +49,9 @@ type Modern struct {
 	// client is the session of the stdio connection the request came on
 	// (nil over HTTP): see Session.requester.
 	client *Session
+	// hasToken: the request's _meta has a progressToken (read in the same
+	// scan, so that forwarding need not look for it again).
+	hasToken bool
 }
 
 // modernVersionOf is the protocol version in params._meta, "" if there is
@@ -77,10 +80,10 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	if len(meta) == 0 || meta[0] != '{' {
 		return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: params._meta is not an object")
 	}
-	var v [4]json.RawMessage
-	rpc.MembersInto(v[:], meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel)
+	var v [5]json.RawMessage
+	rpc.MembersInto(v[:], meta, metaProtocolVersion, metaClientCaps, metaClientInfo, metaLogLevel, "progressToken")
 	raw := struct{ Version, Caps, ClientInfo, LogLevel json.RawMessage }{v[0], v[1], v[2], v[3]}
-	mo := &Modern{}
+	mo := &Modern{hasToken: v[4] != nil}
 	mo.Name, _ = rpc.String(top[1])
 	mo.URI, _ = rpc.String(top[2])
 	mo.State, _ = rpc.String(top[3])

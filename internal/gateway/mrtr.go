@@ -173,7 +173,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	h.cancel = cancel
 	unbind := context.AfterFunc(ctx, h.end)
-	f, resp := g.begin(hctx, s, srv, m.Method, params, m.ID, &h.sink)
+	f, resp := g.begin(hctx, cancel, s, srv, m.Method, params, m.ID, &h.sink)
 	if resp != nil {
 		unbind()
 		h.end()
