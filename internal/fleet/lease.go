@@ -20,6 +20,9 @@ type Conn interface {
 	Init() *InitResult
 	// Call sends a request and waits for its response, bounded by ctx.
 	Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error)
+	// Start is Call with the wait left to the caller (see
+	// rpc.Conn.Start): a wait may be interrupted and taken up elsewhere.
+	Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error)
 	// Notify sends a notification (bounded: see rpc.Conn.Notify).
 	Notify(method string, params json.RawMessage) error
 	// Reply and ReplyError answer a request the server sent.

@@ -59,6 +59,19 @@ type listConn struct {
 
 func (c listConn) Name() string      { return "s" }
 func (c listConn) Init() *InitResult { return c.srv.init }
+func (c listConn) Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error) {
+	return callWaiter(func(ctx context.Context) (*rpc.Message, error) { return c.Call(ctx, method, params) }), nil
+}
+
+// callWaiter is a fake's pending request: Wait makes the call (it is
+// never interrupted).
+type callWaiter func(ctx context.Context) (*rpc.Message, error)
+
+func (w callWaiter) Wait(ctx context.Context, _ <-chan struct{}) (*rpc.Message, bool, error) {
+	m, err := w(ctx)
+	return m, false, err
+}
+
 func (c listConn) Call(ctx context.Context, method string, _ json.RawMessage) (*rpc.Message, error) {
 	s := c.srv
 	s.mu.Lock()

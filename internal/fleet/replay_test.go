@@ -25,6 +25,10 @@ type replayConn struct {
 
 func (c *replayConn) Name() string      { return "s" }
 func (c *replayConn) Init() *InitResult { return c.init }
+func (c *replayConn) Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error) {
+	return callWaiter(func(ctx context.Context) (*rpc.Message, error) { return c.Call(ctx, method, params) }), nil
+}
+
 func (c *replayConn) Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error) {
 	c.mu.Lock()
 	c.calls = append(c.calls, method+" "+string(params))

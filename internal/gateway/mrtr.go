@@ -179,23 +179,6 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 		h.end()
 		return resp
 	}
-	// finishLater waits for the server's answer on a goroutine of its
-	// own, for the rounds to take.
-	finishLater := func(wait func() (*rpc.Message, error)) {
-		go func() {
-			resp := f.finish(wait())
-			h.mu.Lock()
-			h.final = resp
-			h.mu.Unlock()
-			h.signal()
-		}()
-	}
-	st, ok := f.conn.(starter)
-	if !ok {
-		unbind() // the rounds bind it from here
-		finishLater(func() (*rpc.Message, error) { return f.conn.Call(f.ctx, m.Method, f.params) })
-		return h.round(ctx, m.ID)
-	}
 	// Most calls get no server request: the answer is waited for here,
 	// on the request's goroutine, bound to the request. Only when the
 	// server asks for input does the wait move to a goroutine of its own,
@@ -206,7 +189,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	h.mu.Lock()
 	changed := h.changed
 	h.mu.Unlock()
-	w, err := st.Start(f.ctx, m.Method, f.params)
+	w, err := f.conn.Start(f.ctx, m.Method, f.params)
 	if err != nil {
 		unbind()
 		resp := f.finish(nil, err)
@@ -223,10 +206,16 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 		ended := h.ended
 		h.mu.Unlock()
 		if !ended {
-			finishLater(func() (*rpc.Message, error) {
+			// The server's answer is waited for on a goroutine of its
+			// own, for the rounds to take.
+			go func() {
 				r, _, err := w.Wait(f.ctx, nil)
-				return r, err
-			})
+				resp := f.finish(r, err)
+				h.mu.Lock()
+				h.final = resp
+				h.mu.Unlock()
+				h.signal()
+			}()
 			return h.round(ctx, m.ID)
 		}
 		// Ended (the client went away): the server's call is cancelled,
@@ -261,12 +250,6 @@ func (h *heldCall) capabilityError(id json.RawMessage) *rpc.Message {
 // testHookStarted, if set, runs as soon as a modern call's request is
 // sent, before its answer is waited for (tests order events with it).
 var testHookStarted func(*heldCall)
-
-// starter is a connection whose requests' answers can be waited for
-// apart from the sending (backend connections are).
-type starter interface {
-	Start(ctx context.Context, method string, params json.RawMessage) (rpc.Waiter, error)
-}
 
 // escalate makes h a held call, once: it gets its id, the digest of its
 // request, its deadline, and a place in the gateway's table. false if the
