@@ -478,12 +478,18 @@ func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 // the server may now ask for roots on its own (for that client), and such
 // a request is no modern call's.
 func (g *Gateway) rootsAsked(conn fleet.Conn) {
+	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.rootsChanged == nil {
 		g.rootsChanged = map[fleet.Conn]time.Time{}
 	}
-	g.rootsChanged[conn] = time.Now()
+	for c, t := range g.rootsChanged {
+		if now.Sub(t) >= g.linger {
+			delete(g.rootsChanged, c) // a connection that ended is not kept
+		}
+	}
+	g.rootsChanged[conn] = now
 }
 
 // rootsQuiet reports whether no client told conn's server that its roots
