@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -396,4 +397,46 @@ func postModernAsync(ctx context.Context, url, body, method, name string) <-chan
 		}
 	}()
 	return done
+}
+
+// A round gathers the requests a server sends together, but not for
+// ever: a server that keeps asking, each request within gatherQuiet of the
+// last, has its round answered gatherMax after the first.
+func TestMRTRGatherIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(nil)
+		s := g.openStatelessSession("", &Modern{Version: modernVersion})
+		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+		s.held = h
+		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, touch: func() {}}
+		conn := &nopConn{}
+		offer := func(i int) {
+			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(strconv.Itoa(i)), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)}, c); !ok {
+				t.Fatalf("offer %d refused: %s", i, why)
+			}
+		}
+		start := time.Now()
+		offer(0)
+		done := make(chan *rpc.Message, 1)
+		go func() { done <- h.round(t.Context(), json.RawMessage(`1`)) }()
+		// One more every 20 ms (within gatherQuiet), 15 in all: 300 ms.
+		for i := 1; i < maxPendingInputs; i++ {
+			time.Sleep(20 * time.Millisecond)
+			select {
+			case m := <-done:
+				if el := time.Since(start); el < gatherMax {
+					t.Fatalf("the round was answered after %v, before gatherMax, with requests still coming: %s", el, m.Encode())
+				}
+				reqs, _ := inputRequests(t, m)
+				if el := time.Since(start); el > gatherMax+20*time.Millisecond || len(reqs) == 0 {
+					t.Fatalf("round after %v with %d inputs", el, len(reqs))
+				}
+				h.stop(false)
+				return
+			default:
+			}
+			offer(i)
+		}
+		t.Fatal("the round was still gathering after the server's 16th request")
+	})
 }
