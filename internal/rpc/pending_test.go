@@ -10,17 +10,7 @@ import (
 // A Wait interrupted leaves the request pending: its response goes to the
 // next Wait, made from another goroutine, and nothing is sent to the peer.
 func TestPendingWaitInterruptedThenAnswered(t *testing.T) {
-	c, p := startConn(t, Options{})
-	pend, err := c.Start(context.Background(), "tools/call", json.RawMessage(`{"name":"slow"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := p.read()
-	stop := make(chan struct{})
-	close(stop)
-	if m, interrupted, err := pend.Wait(context.Background(), stop); !interrupted || m != nil || err != nil {
-		t.Fatalf("Wait = %v, %v, %v; want interrupted", m, interrupted, err)
-	}
+	c, p, pend, req := startInterrupted(t)
 	if n := c.pendingLen(); n != 1 {
 		t.Fatalf("%d calls pending after the interrupt, want 1", n)
 	}
@@ -44,17 +34,7 @@ func TestPendingWaitInterruptedThenAnswered(t *testing.T) {
 // A Wait whose ctx ends after an interrupted one cancels the request at
 // the peer, as Call does.
 func TestPendingWaitCancelAfterInterrupt(t *testing.T) {
-	c, p := startConn(t, Options{})
-	pend, err := c.Start(context.Background(), "tools/call", json.RawMessage(`{"name":"slow"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := p.read()
-	stop := make(chan struct{})
-	close(stop)
-	if _, interrupted, _ := pend.Wait(context.Background(), stop); !interrupted {
-		t.Fatal("not interrupted")
-	}
+	c, p, pend, req := startInterrupted(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, interrupted, err := pend.Wait(ctx, nil); interrupted || !errors.Is(err, context.Canceled) {
@@ -67,4 +47,22 @@ func TestPendingWaitCancelAfterInterrupt(t *testing.T) {
 	if n := c.pendingLen(); n != 0 {
 		t.Fatalf("%d calls pending", n)
 	}
+}
+
+// startInterrupted starts a call the peer reads and does not answer, and
+// interrupts a Wait for it.
+func startInterrupted(t *testing.T) (*Conn, *testPeer, *Pending, *Message) {
+	t.Helper()
+	c, p := startConn(t, Options{})
+	pend, err := c.Start(context.Background(), "tools/call", json.RawMessage(`{"name":"slow"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := p.read()
+	stop := make(chan struct{})
+	close(stop)
+	if m, interrupted, err := pend.Wait(context.Background(), stop); !interrupted || m != nil || err != nil {
+		t.Fatalf("Wait = %v, %v, %v; want interrupted", m, interrupted, err)
+	}
+	return c, p, pend, req
 }
