@@ -2,6 +2,8 @@ package backend
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,34 @@ func TestEraHintSkipsTheProbe(t *testing.T) {
 			t.Errorf("hint %q: modern %v, want %v", hint, c.Modern(), modern)
 		}
 		_ = c.Close()
+	}
+}
+
+// An empty Protocol is ProtocolAuto: a strict 2025 server, which exits
+// when probed, is probed once, started again and initialized within the
+// same Connect, and not probed on the next.
+func TestEmptyProtocolIsAuto(t *testing.T) {
+	rt, err := proc.Open(proc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	probes := filepath.Join(t.TempDir(), "probes")
+	sc := &StdioConnector{
+		Name: "s", Runtime: rt, Logger: quiet(),
+		Spec: proc.Spec{Command: testserver.Build(t), Env: append(proc.Environ(), testserver.MarkerEnv+"="+testserver.NewMarker(t),
+			"FIXTURE_STRICT_INIT=1", "FIXTURE_STRICT_INIT_LOG="+probes)},
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := sc.Connect(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		_ = s.(*Conn).Close()
+	}
+	if b, _ := os.ReadFile(probes); strings.Count(string(b), "server/discover") != 1 {
+		t.Fatalf("probes: %q, want one", b)
 	}
 }

@@ -96,12 +96,14 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		_ = p.Stop(context.Background())
 		close(c.runDone)
 	}()
-	if sc.Protocol == ProtocolAuto && sc.EraHint != nil && !sc.era.legacy.Load() {
-		if v := sc.EraHint(); v != ModernVersion && Supported(v) {
-			sc.era.legacy.Store(true)
-		}
+	protocol := sc.Protocol
+	if protocol == "" {
+		protocol = ProtocolAuto
 	}
-	if err := c.handshake(ctx, sc.Protocol, &sc.era); err != nil {
+	if protocol == ProtocolAuto {
+		sc.era.knownLegacy(sc.EraHint)
+	}
+	if err := c.handshake(ctx, protocol, &sc.era); err != nil {
 		_ = c.CloseContext(ctx)
 		if errors.Is(err, errEndedOnProbe) {
 			// A strict 2025 server: started again, and initialized at
@@ -117,6 +119,14 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 		sc.OnConnect(ctx, c)
 	}
 	return c, nil
+}
+
+// SetEraHint sets EraHint if it is not set (for the fleet, which keeps the
+// era of every server's last run).
+func (sc *StdioConnector) SetEraHint(hint func() string) {
+	if sc.EraHint == nil {
+		sc.EraHint = hint
+	}
 }
 
 // errEndedOnProbe: the server ended when probed with server/discover (a
