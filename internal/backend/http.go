@@ -221,13 +221,14 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 
 // knownLegacy reports whether the server turned out legacy before, in this
 // connector's life or (EraHint) when it was last connected to.
-func (hc *HTTPConnector) knownLegacy() bool {
-	if !hc.era.legacy.Load() && hc.EraHint != nil {
-		if v := hc.EraHint(); v != ModernVersion && Supported(v) {
-			hc.era.legacy.Store(true)
-		}
+func (hc *HTTPConnector) knownLegacy() bool { return hc.era.knownLegacy(hc.EraHint) }
+
+// SetEraHint sets EraHint if it is not set (for the fleet, which keeps the
+// era of every server's last run).
+func (hc *HTTPConnector) SetEraHint(hint func() string) {
+	if hc.EraHint == nil {
+		hc.EraHint = hint
 	}
-	return hc.era.legacy.Load()
 }
 
 // client is the http.Client of one connection: the configured one (or a

@@ -53,6 +53,17 @@ var ownMeta = json.RawMessage(`{"` + metaProtocolVersion + `":"` + ModernVersion
 // into a restart loop).
 type eraMemo struct{ legacy atomic.Bool }
 
+// knownLegacy reports whether the server turned out legacy before: in this
+// connector's life, or (hint, if set) when it last ran.
+func (e *eraMemo) knownLegacy(hint func() string) bool {
+	if !e.legacy.Load() && hint != nil {
+		if v := hint(); v != ModernVersion && Supported(v) {
+			e.legacy.Store(true)
+		}
+	}
+	return e.legacy.Load()
+}
+
 // discover probes the server with server/discover. modern reports whether
 // it answered as a modern server, in which case c.init describes it; a
 // legacy answer (any error that is not a modern one, or no answer within

@@ -123,15 +123,8 @@ func (s *Server) newInstance(key string) *instance {
 	conn := s.f.opts.Connector(s.cfg, instHooks{in}, in.connected)
 	// The era the server had when it last ran, kept with its lists under
 	// its launch hash: a known legacy server is not probed.
-	switch c := conn.(type) {
-	case *backend.StdioConnector:
-		if c.EraHint == nil {
-			c.EraHint = s.cachedVersion
-		}
-	case *backend.HTTPConnector:
-		if c.EraHint == nil {
-			c.EraHint = s.cachedVersion
-		}
+	if c, ok := conn.(interface{ SetEraHint(func() string) }); ok {
+		c.SetEraHint(s.cachedVersion)
 	}
 	pol := s.cfg.Policy()
 	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
