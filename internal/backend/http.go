@@ -154,18 +154,16 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 			return nil, abandon(err)
 		}
 		switch {
-		case modern != nil:
-			b.modern = true
-		case protocol == ProtocolModern:
+		case modern == nil && protocol == ProtocolModern:
 			return nil, abandon(fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion))
-		default:
+		case modern == nil:
 			hc.era.legacy.Store(true)
 		}
 	}
 
 	// The go-sdk connection outlives ctx (for "sse", its GET is the
 	// stream), but ctx bounds getting it.
-	if b.modern {
+	if modern != nil {
 		b.conn = newModernConn(b)
 	} else {
 		var t mcp.Transport
@@ -210,7 +208,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		}
 		return nil, b.classify(fmt.Errorf("server %s: %w", hc.Name, err))
 	}
-	if streamable && !b.modern {
+	if streamable && modern == nil {
 		b.spawn(b.listen)
 	}
 	if hc.OnConnect != nil {
@@ -286,7 +284,6 @@ type bridge struct {
 	url        string
 	log        *slog.Logger
 	streamable bool
-	modern     bool // the server speaks ModernVersion: conn is a modernConn; set before conn
 	client     *http.Client
 	owned      *http.Transport // closed with the connection; nil if configured
 	conn       mcp.Connection

@@ -232,11 +232,6 @@ func (c *Conn) startListen() {
 	}()
 }
 
-// SubscribesByListen reports whether the server takes resource
-// subscriptions in mcpvisor's listen (a modern server) rather than by
-// resources/subscribe.
-func (c *Conn) SubscribesByListen() bool { return c.modern }
-
 // SetResourceSubscriptions makes uris the resources mcpvisor's listen on a
 // modern server names: the listen is opened again with them when they
 // changed. A legacy server's subscriptions are its requests', and this

@@ -192,11 +192,12 @@ func (s *Server) InstanceSubscriptions(session string) []string {
 	return uris
 }
 
-// ResourceSubscriber is a connection that takes a server's resource
-// subscriptions as one set (a modern server's, which has no
-// resources/subscribe: they go in mcpvisor's subscriptions/listen).
+// ResourceSubscriber is a connection that takes a modern server's resource
+// subscriptions as one set (such a server has no resources/subscribe: they
+// go in mcpvisor's subscriptions/listen). Modern reports whether the
+// server is one.
 type ResourceSubscriber interface {
-	SubscribesByListen() bool
+	Modern() bool
 	SetResourceSubscriptions(uris []string)
 }
 
@@ -245,7 +246,7 @@ func (in *instance) catchUp(ctx context.Context) {
 
 func (in *instance) replayOnce(ctx context.Context, c Conn) {
 	uris, level := in.srv.replay(in.key)
-	if rs, ok := c.(ResourceSubscriber); ok && rs.SubscribesByListen() {
+	if rs, ok := c.(ResourceSubscriber); ok && rs.Modern() {
 		// A modern server: the subscriptions go in its listen, and the
 		// log level in each request's _meta.
 		rs.SetResourceSubscriptions(uris)

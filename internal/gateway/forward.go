@@ -128,7 +128,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			// mcpvisor's subscriptions/listen on the server, whose
 			// updates come back as notifications/resources/updated.
 			rs, ok := conn.(fleet.ResourceSubscriber)
-			if !ok || !rs.SubscribesByListen() {
+			if !ok || !rs.Modern() {
 				f.end()
 				return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method))
 			}
@@ -693,7 +693,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	ours := secretID("mcpv-r-")
 	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.sess}
 	c.waiting.Add(1)
-	timeout := 5 * time.Minute
+	timeout := inputWait
 	r.timer = time.AfterFunc(timeout, func() {
 		if g.takeOutReq(ours) != nil {
 			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, timeout))
