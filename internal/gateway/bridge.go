@@ -21,7 +21,8 @@ import (
 // maxInputRounds bounds the input_required rounds of one request.
 const maxInputRounds = 16
 
-// inputWait bounds how long the client has to answer one of them.
+// inputWait bounds how long a client has to answer a request it was sent
+// (a server's, bridged; or mcpvisor's own, for a modern server's input).
 const inputWait = 5 * time.Minute
 
 // legacyMeta gives params the _meta of a modern request on behalf of the

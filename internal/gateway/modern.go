@@ -164,25 +164,27 @@ func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) 
 		return
 	}
 	var add []byte
-	has := rpc.HasMembers(r, "resultType", "inputRequests", "requestState", "ttlMs", "cacheScope")
-	if !has[0] {
-		if has[1] || has[2] {
+	// One scan: resultType, inputRequests, requestState, ttlMs, cacheScope.
+	var v [5]json.RawMessage
+	rpc.MembersInto(v[:], r, "resultType", "inputRequests", "requestState", "ttlMs", "cacheScope")
+	if v[0] == nil {
+		if v[1] != nil || v[2] != nil {
 			// A server that speaks multi round-trip requests but not the
 			// revision's resultType: its interim result, to pass on.
 			resp.Result = rpc.PrependMembers(r, []byte(`"resultType":"input_required"`))
 			return
 		}
 		add = append(add, `"resultType":"complete",`...)
-	} else if t, _ := rpc.StringMember(r, "resultType"); t != "complete" {
+	} else if t, _ := rpc.String(v[0]); t != "complete" {
 		return // input_required, or a type of a later revision: not ours to touch
 	}
 	if cacheable(method) {
-		if !has[3] {
+		if v[3] == nil {
 			add = append(add, `"ttlMs":`...)
 			add = strconv.AppendInt(add, int64(ttl), 10)
 			add = append(add, ',')
 		}
-		if !has[4] {
+		if v[4] == nil {
 			add = append(add, `"cacheScope":`...)
 			add = append(add, scope...)
 			add = append(add, ',')

@@ -95,18 +95,11 @@ func String(v json.RawMessage) (string, bool) {
 	return unquoteSpan(v)
 }
 
-// Members returns the raw values of the top-level members names of the
-// JSON object obj, in one scan (nil for a name it lacks; all nil if obj is
-// not a valid object). The results alias obj.
-func Members(obj json.RawMessage, names ...string) []json.RawMessage {
-	vals := make([]json.RawMessage, len(names))
-	MembersInto(vals, obj, names...)
-	return vals
-}
-
-// MembersInto is Members into dst, which must be as long as names (a
-// caller's array: nothing is allocated). It reports whether obj is a valid
-// object; when it is not, dst is all nil.
+// MembersInto stores in dst the raw values of the top-level members names
+// of the JSON object obj, in one scan (nil for a name it lacks); dst must
+// be as long as names (a caller's array: nothing is allocated). The values
+// alias obj. It reports whether obj is a valid object; when it is not, dst
+// is all nil.
 func MembersInto(dst []json.RawMessage, obj json.RawMessage, names ...string) bool {
 	clear(dst)
 	o := objectAt(obj, skipSpace(obj, 0), 1)
@@ -155,25 +148,6 @@ func SetMember(obj json.RawMessage, name string, value json.RawMessage) json.Raw
 	m := appendString(make([]byte, 0, len(name)+len(value)+3), name)
 	m = append(m, ':')
 	return PrependMembers(obj, appendRaw(m, value))
-}
-
-// HasMembers reports, for each of names, whether the JSON object obj has
-// a top-level member by that name, in one scan; all false if obj is not a
-// valid object.
-func HasMembers(obj json.RawMessage, names ...string) []bool {
-	found := make([]bool, len(names))
-	o := objectAt(obj, skipSpace(obj, 0), 1)
-	for o.next() {
-		for i, n := range names {
-			if !found[i] && o.is(n) {
-				found[i] = true
-			}
-		}
-	}
-	if o.err != nil || skipSpace(obj, o.end) != len(obj) {
-		return make([]bool, len(names))
-	}
-	return found
 }
 
 // ReplaceMember returns obj with the value of its top-level member name

@@ -83,25 +83,18 @@ func TestStringMemberAndReplaceMember(t *testing.T) {
 	}
 }
 
-func TestHasMembers(t *testing.T) {
-	got := HasMembers([]byte(`{"a":1,"b":{"c":2},"d":"x"}`), "a", "c", "d", "e")
-	if !got[0] || got[1] || !got[2] || got[3] {
-		t.Fatalf("%v", got)
+func TestMembersIntoAndString(t *testing.T) {
+	var v [4]json.RawMessage
+	if !MembersInto(v[:], []byte(`{"a":"x\u00e9","b":{"c":2},"a2":null,"d":1}`), "a", "b", "z", "c") {
+		t.Fatal("a valid object refused")
 	}
-	if got := HasMembers([]byte(`{"a":1`), "a"); got[0] {
-		t.Fatal("a member of an invalid object")
-	}
-}
-
-func TestMembersAndString(t *testing.T) {
-	v := Members([]byte(`{"a":"x\u00e9","b":{"c":2},"a2":null}`), "a", "b", "z")
-	if s, ok := String(v[0]); !ok || s != "xé" || string(v[1]) != `{"c":2}` || v[2] != nil {
-		t.Fatalf("%q %q %v", v[0], v[1], v[2])
+	if s, ok := String(v[0]); !ok || s != "xé" || string(v[1]) != `{"c":2}` || v[2] != nil || v[3] != nil {
+		t.Fatalf("%q %q %v %v (a nested member is no top-level one)", v[0], v[1], v[2], v[3])
 	}
 	if _, ok := String(v[1]); ok {
 		t.Fatal("an object read as a string")
 	}
-	if v := Members([]byte(`{"a":1`), "a"); v[0] != nil {
+	if MembersInto(v[:1], []byte(`{"a":1`), "a") || v[0] != nil {
 		t.Fatal("a member of an invalid object")
 	}
 }
