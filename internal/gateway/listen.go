@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -47,6 +48,11 @@ type listener struct {
 	mu    sync.Mutex
 	acked bool
 	early []*rpc.Message
+	// lost is closed when a notification could not be delivered (the
+	// stream full): the listen ends, and its client, listening again,
+	// fetches what it missed.
+	lost     chan struct{}
+	lostOnce sync.Once
 }
 
 // maxEarly bounds the notifications kept for a listener until its
@@ -55,6 +61,9 @@ const maxEarly = 64
 
 // notify sends the listener notification method, tagged with its id.
 func (l *listener) notify(method string) { _ = l.send(method, nil) }
+
+// dropped ends the listen: a notification of it was lost.
+func (l *listener) dropped() { l.lostOnce.Do(func() { close(l.lost) }) }
 
 // send sends the listener notification method with params (an object, or
 // nil), its _meta tagged with the subscription's id.
@@ -69,12 +78,17 @@ func (l *listener) send(method string, params json.RawMessage) error {
 	defer l.mu.Unlock()
 	if !l.acked {
 		if len(l.early) >= maxEarly {
+			l.dropped()
 			return ErrStreamFull
 		}
 		l.early = append(l.early, n)
 		return nil
 	}
-	return l.out.Send(n)
+	err := l.out.Send(n)
+	if errors.Is(err, ErrStreamFull) {
+		l.dropped()
+	}
+	return err
 }
 
 // ack sends the acknowledgement, then what came before it.
@@ -98,7 +112,9 @@ func (l *listener) ack(params json.RawMessage) error {
 // took (resolve finds the server of a URI; mcpvisor subscribes on the
 // listener's behalf, and the server stays awake while it is subscribed) —
 // then delivers those until ctx ends (the client closes the stream, the
-// front shuts down), and answers with the subscription's end.
+// front shuts down) or one cannot be delivered (the stream is full: the
+// client, listening again, fetches what it missed), and answers with the
+// subscription's end.
 func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
 	var p struct {
 		Notifications *listenFilter `json:"notifications"`
@@ -106,7 +122,7 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 	if err := json.Unmarshal(m.Params, &p); err != nil || p.Notifications == nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: subscriptions/listen needs params.notifications, an object naming the notifications to deliver")
 	}
-	l := &listener{server: server, filter: *p.Notifications, id: m.ID, out: related}
+	l := &listener{server: server, filter: *p.Notifications, id: m.ID, out: related, lost: make(chan struct{})}
 	uris := l.filter.ResourceSubscriptions
 	l.filter.ResourceSubscriptions = nil // those a server took are added back
 	if len(uris) > 0 {
@@ -152,7 +168,11 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 	if err := l.ack(ack); err != nil {
 		return errorResponse(m.ID, rpc.InternalError, "subscriptions/listen needs a stream for its notifications: "+err.Error())
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-l.lost:
+		g.log.Warn("a subscriptions/listen stream was ended: its client did not take a notification in time", "server", server)
+	}
 	res := mustJSON(map[string]any{"resultType": "complete", "_meta": map[string]json.RawMessage{metaSubscriptionID: m.ID}})
 	return resultResponse(m.ID, res)
 }

@@ -440,3 +440,33 @@ func TestMRTRGatherIsBounded(t *testing.T) {
 		t.Fatal("the round was still gathering after the server's 16th request")
 	})
 }
+
+// A subscriptions/listen whose stream cannot take a notification (full)
+// ends — answered — rather than go on without it: its client, listening
+// again, fetches the list it would have missed.
+func TestListenEndsWhenANotificationIsLost(t *testing.T) {
+	g := New(nil)
+	full := SinkFunc(func(m *rpc.Message) error {
+		if m.Method == "notifications/subscriptions/acknowledged" {
+			return nil
+		}
+		return ErrStreamFull
+	})
+	m := &rpc.Message{ID: json.RawMessage(`"l"`), Method: "subscriptions/listen", Params: json.RawMessage(`{"notifications":{"toolsListChanged":true}}`)}
+	done := make(chan *rpc.Message, 1)
+	go func() { done <- g.listen(t.Context(), "", m, full, nil) }()
+	waitFor(t, "the listener", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.listeners) == 1
+	})
+	g.tellListeners("a", fleet.Tools.ListChanged())
+	select {
+	case r := <-done:
+		if r.Error != nil || !strings.Contains(string(r.Result), `"complete"`) {
+			t.Fatalf("the listen's end: %s", r.Encode())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listen went on after losing a notification")
+	}
+}
