@@ -199,7 +199,6 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	if modern != nil {
 		c.init, c.modern = modern, true
 		log.Info("server speaks MCP " + ModernVersion + ": no initialize, no session, requests carry _meta and the request headers")
-		c.startListen()
 	} else if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
 		// Under ctx: the session's end may outlast it (see shutdown).
 		_ = c.CloseContext(ctx)
@@ -213,6 +212,11 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	}
 	if hc.OnConnect != nil {
 		hc.OnConnect(ctx, c)
+	}
+	if c.modern {
+		// After OnConnect, whose replay names the resources subscribed
+		// to: the listen opens once, with them.
+		c.startListen()
 	}
 	return c, nil
 }

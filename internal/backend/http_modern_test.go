@@ -629,3 +629,26 @@ func TestHTTPModernServerGone(t *testing.T) {
 		t.Errorf("Wait: %v, want a transient failure", err)
 	}
 }
+
+// The subscriptions a connect's OnConnect replays (the fleet's, after a
+// restart) are in the listen it opens: no listen goes out without them
+// (one opened bare, then again with them).
+func TestHTTPModernListenOpensWithReplay(t *testing.T) {
+	s := newStub(t)
+	c := connect(t, &HTTPConnector{Name: "remote", URL: s.srv.URL, Protocol: ProtocolAuto, Hooks: newRecorder(),
+		OnConnect: func(_ context.Context, c *Conn) { c.SetResourceSubscriptions([]string{"test://watched"}) }})
+	if !c.Modern() {
+		t.Fatal("not modern")
+	}
+	select {
+	case <-s.listens:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no subscriptions/listen")
+	}
+	all, _ := s.list()
+	for _, p := range all {
+		if p.method == "subscriptions/listen" && !strings.Contains(string(p.params), "test://watched") {
+			t.Fatalf("a listen without the replayed subscription: %s", p.params)
+		}
+	}
+}

@@ -118,6 +118,11 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	if sc.OnConnect != nil {
 		sc.OnConnect(ctx, c)
 	}
+	if c.modern {
+		// After OnConnect, whose replay names the resources subscribed
+		// to: the listen opens once, with them.
+		c.startListen()
+	}
 	return c, nil
 }
 
@@ -148,7 +153,6 @@ func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) err
 			return err
 		case modern:
 			c.log.Info("server speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
-			c.startListen()
 			return nil
 		case protocol == ProtocolModern:
 			return fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion)
