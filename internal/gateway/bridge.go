@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -116,18 +115,7 @@ func (g *Gateway) askClient(ctx context.Context, c *call, method string, params 
 	r := &outReq{call: c, sess: c.sess, answer: make(chan *rpc.Message, 1)}
 	r.timer = time.NewTimer(inputWait)
 	defer r.timer.Stop()
-	c.waiting.Add(1)
-	g.mu.Lock()
-	if c.st.closed {
-		g.mu.Unlock()
-		r.answered()
-		return nil, errSessionClosed
-	}
-	g.outReqs[ours] = r
-	c.st.outReqs[ours] = r
-	g.mu.Unlock()
-	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: method, Params: params}); err != nil {
-		g.takeOutReq(ours)
+	if err := g.sendOutReq(c, ours, r, method, params); err != nil {
 		return nil, err
 	}
 	select {

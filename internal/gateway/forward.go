@@ -692,24 +692,41 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	}
 	ours := secretID("mcpv-r-")
 	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.sess}
-	c.waiting.Add(1)
-	timeout := inputWait
-	r.timer = time.AfterFunc(timeout, func() {
+	r.timer = time.AfterFunc(inputWait, func() {
 		if g.takeOutReq(ours) != nil {
-			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, timeout))
+			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, inputWait))
 		}
 	})
+	if err := g.sendOutReq(c, ours, r, m.Method, m.Params); err != nil {
+		r.timer.Stop()
+		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
+		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+	}
+}
+
+// sendOutReq registers r, under ours, as a request to the client of c —
+// pending there, counted in c.waiting — and sends it on c's stream. An
+// error (c's session has closed, or the send failed) means r is not
+// pending any more; if the client's answer or r's timeout took it first,
+// whoever took it ends it, and sendOutReq reports no error.
+func (g *Gateway) sendOutReq(c *call, ours string, r *outReq, method string, params json.RawMessage) error {
+	c.waiting.Add(1)
 	g.mu.Lock()
+	if c.st.closed {
+		g.mu.Unlock()
+		r.answered()
+		return errSessionClosed
+	}
 	g.outReqs[ours] = r
 	c.st.outReqs[ours] = r
 	g.mu.Unlock()
-	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: m.Method, Params: m.Params}); err != nil {
-		if g.takeOutReq(ours) != nil {
-			r.timer.Stop()
-			msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
-			go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: method, Params: params}); err != nil {
+		if g.takeOutReq(ours) == nil {
+			return nil
 		}
+		return err
 	}
+	return nil
 }
 
 func (g *Gateway) takeOutReq(id string) *outReq { return g.takeOutReqOf(nil, id) }

@@ -470,3 +470,28 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 		t.Fatal("the listen went on after losing a notification")
 	}
 }
+
+// A server's request bridged to a session that is closing is refused at
+// once — not kept, unanswered, for the client's answer bound.
+func TestServerRequestToAClosedSessionRefused(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
+	g := w.gw
+	conn := &recConn{}
+	sink := &capSink{}
+	s := NewSession(sink)
+	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true}
+	c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn, touch: func() {}}
+	g.mu.Lock()
+	g.sessions[s] = st
+	g.byKey[s.key] = s
+	g.calls[conn] = []*call{c}
+	g.mu.Unlock()
+	g.Request(fleet.Source{Server: w.fleet.Get("x"), Conn: conn}, &rpc.Message{ID: json.RawMessage(`"s-1"`), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)})
+	waitFor(t, "the refusal", func() bool { return conn.errCount() == 1 })
+	g.mu.Lock()
+	pending := len(g.outReqs)
+	g.mu.Unlock()
+	if pending != 0 || c.waiting.Load() != 0 || sink.n() != 0 {
+		t.Fatalf("%d pending, waiting %d, %d sent to the closed session", pending, c.waiting.Load(), sink.n())
+	}
+}
