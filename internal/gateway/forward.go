@@ -114,7 +114,14 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	f.lease = lease
 	conn := lease.Conn()
 	f.conn = conn
-	f.legacyToModern = s.modern == nil && conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
+	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
+	f.legacyToModern = s.modern == nil && modernConn
+	if s.modern != nil && !modernConn {
+		// A legacy server serves the request in a 2025 session: the
+		// modern request's own _meta keys (its version, capabilities,
+		// client, log level) are not for it — mcpvisor answers for them.
+		params = rpc.DropMetaKeys(params, metaPrefix)
+	}
 	if f.legacyToModern {
 		switch method {
 		case "logging/setLevel":

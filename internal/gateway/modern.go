@@ -25,8 +25,9 @@ const modernVersion = "2026-07-28"
 // modern one per request, the legacy ones in sessions opened by initialize.
 var supportedVersions = append([]string{modernVersion}, frontVersions...)
 
-// The _meta keys of the modern revision.
+// The _meta keys of the modern revision, all named under metaPrefix.
 const (
+	metaPrefix          = "io.modelcontextprotocol/"
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
 	metaClientInfo      = "io.modelcontextprotocol/clientInfo"

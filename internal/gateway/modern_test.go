@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -509,5 +511,59 @@ func TestModernStdioLogLinesAfterOwnRequests(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("log line %d did not come", i)
 		}
+	}
+}
+
+// A modern request reaches a legacy server as a 2025 request: the keys of
+// the modern revision in its _meta (version, capabilities, client, log
+// level) are left out; the rest — a trace context, a progress token — is
+// kept. A legacy client's _meta reaches the server as it sent it.
+func TestModernMetaToLegacyServer(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Close()
+	const trace = `"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`
+	metaOf := func(b []byte) map[string]json.RawMessage {
+		t.Helper()
+		i := bytes.Index(b, []byte(`{"jsonrpc"`))
+		if i < 0 {
+			t.Fatalf("no response in %s", b)
+		}
+		m, err := rpc.Decode(bytes.TrimSpace(b[i:]))
+		if err != nil || m.Result == nil {
+			t.Fatalf("response %s: %v", b, err)
+		}
+		var res struct{ Content []struct{ Text string } }
+		if err := json.Unmarshal(m.Result, &res); err != nil || len(res.Content) != 1 {
+			t.Fatalf("result %s: %v", m.Result, err)
+		}
+		var meta map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(res.Content[0].Text), &meta); err != nil {
+			t.Fatalf("the server's _meta %q: %v", res.Content[0].Text, err)
+		}
+		return meta
+	}
+	meta := strings.Replace(modernMeta(`{"sampling":{}}`), `"_meta":{`, `"_meta":{`+trace+`,"io.modelcontextprotocol/logLevel":"debug",`, 1)
+	_, b := postModern(t, srv.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__meta",`+meta+`}}`, "tools/call", "a__meta")
+	got := metaOf(b)
+	if string(got["traceparent"]) == "" || len(got) != 1 {
+		t.Errorf("the legacy server got _meta %v from a modern request, want the traceparent alone", got)
+	}
+	// Only the revision's keys: no _meta at all.
+	_, b = postModern(t, srv.URL, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__meta",`+modernMeta(`{}`)+`}}`, "tools/call", "a__meta")
+	if got := metaOf(b); len(got) != 0 {
+		t.Errorf("the legacy server got _meta %v, want none", got)
+	}
+
+	c := w.stdioClient(w.gw.Aggregate(), nil)
+	res, err := c.CallTool(t.Context(), &mcp.CallToolParams{Name: "a__meta", Meta: mcp.Meta{"traceparent": "00-1", "io.modelcontextprotocol/x": "kept"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var legacy map[string]any
+	if err := json.Unmarshal([]byte(textOf(t, res)), &legacy); err != nil || legacy["traceparent"] != "00-1" || legacy["io.modelcontextprotocol/x"] != "kept" {
+		t.Errorf("a legacy client's _meta reached the server as %s (%v)", textOf(t, res), err)
 	}
 }

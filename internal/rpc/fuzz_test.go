@@ -3,6 +3,7 @@ package rpc
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -55,4 +56,64 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the error: %+v %+v", m.Error, m2.Error)
 		}
 	})
+}
+
+// DropMetaKeys keeps a valid object valid, leaves no key it drops, keeps
+// every other member, and is idempotent.
+func FuzzDropMetaKeys(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"x","_meta":{"p/a":1,"progressToken":7,"p\/b":{"c":[1]}}}`,
+		`{"_meta":{"p/a":1}}`, `{"_meta":{"p/a":1} , "b":2}`, `{"_meta":{}}`, `{"_meta":"p/x"}`, `{`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out := DropMetaKeys(data, "p/")
+		if !json.Valid(data) {
+			return
+		}
+		if !json.Valid(out) {
+			t.Fatalf("DropMetaKeys(%s) = %s: not valid JSON", data, out)
+		}
+		var in, got map[string]json.RawMessage
+		if json.Unmarshal(data, &in) != nil {
+			return
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("DropMetaKeys(%s) = %s: %v", data, out, err)
+		}
+		var metaIn, metaGot map[string]json.RawMessage
+		if json.Unmarshal(in["_meta"], &metaIn) != nil {
+			if !bytes.Equal(out, data) {
+				t.Fatalf("DropMetaKeys(%s) = %s, with no _meta object", data, out)
+			}
+			return
+		}
+		_ = json.Unmarshal(got["_meta"], &metaGot)
+		for k, v := range metaIn {
+			if strings.HasPrefix(k, "p/") {
+				if _, ok := metaGot[k]; ok {
+					t.Fatalf("DropMetaKeys(%s) = %s keeps %q", data, out, k)
+				}
+			} else if compact(metaGot[k]) != compact(v) {
+				t.Fatalf("DropMetaKeys(%s) = %s lost or changed %q", data, out, k)
+			}
+		}
+		for k := range in {
+			if k != "_meta" && compact(got[k]) != compact(in[k]) {
+				t.Fatalf("DropMetaKeys(%s) = %s changed %q", data, out, k)
+			}
+		}
+		if again := DropMetaKeys(out, "p/"); !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %s, then %s", out, again)
+		}
+	})
+}
+
+func compact(v json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return string(v)
+	}
+	return b.String()
 }

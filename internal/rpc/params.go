@@ -170,3 +170,73 @@ func ReplaceMember(obj json.RawMessage, name string, value json.RawMessage) (jso
 	out = append(out, obj[v.end:]...)
 	return out, true
 }
+
+// DropMetaKeys returns params with every member of params._meta whose
+// name begins with prefix left out, and _meta itself when nothing else is
+// in it; the rest of params is kept byte for byte. It returns params itself
+// (no copy) when _meta has no such member, or params or its _meta is not a
+// valid object. params is not modified.
+func DropMetaKeys(params json.RawMessage, prefix string) json.RawMessage {
+	d := params
+	o := objectAt(d, skipSpace(d, 0), 1)
+	ks, meta := -1, span{}
+	for o.next() {
+		if o.is("_meta") {
+			ks, meta = o.kstart, o.value()
+		}
+	}
+	if o.err != nil || skipSpace(d, o.end) != len(d) || ks < 0 || d[meta.start] != '{' {
+		return params
+	}
+	has := func(o *object) bool {
+		if !o.esc {
+			return len(o.key) >= len(prefix) && string(o.key[:len(prefix)]) == prefix
+		}
+		k, ok := unquoteKey(o.key)
+		return ok && len(k) >= len(prefix) && string(k[:len(prefix)]) == prefix
+	}
+	drop, keep := 0, 0
+	m := objectAt(d, meta.start, 2)
+	for m.next() {
+		if has(&m) {
+			drop++
+		} else {
+			keep++
+		}
+	}
+	if m.err != nil || drop == 0 {
+		return params
+	}
+	before, after := d[:ks], d[meta.end:]
+	out := make(json.RawMessage, 0, len(d))
+	if keep == 0 {
+		// _meta goes too, with the comma that separated it.
+		j := len(before)
+		for j > 0 && isSpace(before[j-1]) {
+			j--
+		}
+		if j > 0 && before[j-1] == ',' {
+			before = before[:j-1]
+		} else if k := skipSpace(after, 0); k < len(after) && after[k] == ',' {
+			after = after[k+1:]
+		}
+		out = append(out, before...)
+		return append(out, after...)
+	}
+	out = append(out, d[:meta.start]...)
+	out = append(out, '{')
+	first := true
+	m = objectAt(d, meta.start, 2)
+	for m.next() {
+		if has(&m) {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, d[m.kstart:m.end]...)
+	}
+	out = append(out, '}')
+	return append(out, after...)
+}

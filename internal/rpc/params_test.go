@@ -117,3 +117,39 @@ func TestPrependAndSetMember(t *testing.T) {
 		t.Errorf("PrependMembers: %s", got)
 	}
 }
+
+func TestDropMetaKeys(t *testing.T) {
+	const p = "io.modelcontextprotocol/"
+	for _, tc := range []struct{ in, want string }{
+		// Some of the keys go, the rest stay in their order.
+		{`{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7,"io.modelcontextprotocol/clientCapabilities":{"a":{}},"traceparent":"00-1"}}`,
+			`{"name":"x","_meta":{"progressToken":7,"traceparent":"00-1"}}`},
+		// Only such keys: _meta goes, with its comma, wherever it is.
+		{`{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, `{"name":"x"}`},
+		{`{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}, "name":"x"}`, `{ "name":"x"}`},
+		{`{"_meta":{"io.modelcontextprotocol/a":1}}`, `{}`},
+		{`{"a":1 , "_meta":{"io.modelcontextprotocol/a":1} ,"b":2}`, `{"a":1  ,"b":2}`},
+		// An escaped name is still the name it spells.
+		{`{"_meta":{"io.modelcontextprotocol\/logLevel":"info","k":1}}`, `{"_meta":{"k":1}}`},
+		// Nothing to drop, or nothing valid: params as they were.
+		{`{"name":"x","_meta":{"progressToken":7}}`, `{"name":"x","_meta":{"progressToken":7}}`},
+		{`{"name":"x"}`, `{"name":"x"}`},
+		{`{"_meta":"io.modelcontextprotocol/x"}`, `{"_meta":"io.modelcontextprotocol/x"}`},
+		{`{"_meta":{"io.modelcontextprotocol/a":1}`, `{"_meta":{"io.modelcontextprotocol/a":1}`},
+		{`[1]`, `[1]`},
+		{``, ``},
+	} {
+		in := json.RawMessage(tc.in)
+		keep := append(json.RawMessage(nil), in...)
+		got := DropMetaKeys(in, p)
+		if string(got) != tc.want {
+			t.Errorf("DropMetaKeys(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+		if string(in) != string(keep) {
+			t.Errorf("DropMetaKeys modified its input %s", tc.in)
+		}
+		if tc.want != "" && tc.want != "[1]" && tc.in != tc.want && !json.Valid(got) {
+			t.Errorf("DropMetaKeys(%s) is not valid JSON: %s", tc.in, got)
+		}
+	}
+}

@@ -231,6 +231,7 @@ type object struct {
 	d          []byte
 	i, depth   int
 	key        []byte // the member's name without quotes, still escaped if esc
+	kstart     int    // where the member's name begins (its opening quote)
 	esc        bool
 	more       bool // a member was read: a ',' or the '}' comes next
 	start, end int  // the member's value; after the walk, end is just past the object
@@ -284,7 +285,7 @@ func (o *object) next() bool {
 		o.err = err
 		return false
 	}
-	o.key, o.esc = d[i+1:kend-1], esc
+	o.key, o.esc, o.kstart = d[i+1:kend-1], esc, i
 	i = skipSpace(d, kend)
 	if i >= len(d) {
 		return o.fail(i, "unexpected end of JSON input in object")

@@ -466,11 +466,16 @@ func (s *server) startCall(m incoming) {
 	var p struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
-		Meta      struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-		} `json:"_meta"`
+		Meta      json.RawMessage `json:"_meta"`
 	}
-	if err := json.Unmarshal(orEmpty(m.Params), &p); err != nil {
+	var meta struct {
+		ProgressToken json.RawMessage `json:"progressToken"`
+	}
+	err := json.Unmarshal(orEmpty(m.Params), &p)
+	if err == nil && len(p.Meta) > 0 {
+		err = json.Unmarshal(p.Meta, &meta)
+	}
+	if err != nil {
 		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, "Invalid params: " + err.Error()}})
 		return
 	}
@@ -479,11 +484,11 @@ func (s *server) startCall(m incoming) {
 		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, fmt.Sprintf("Unknown tool: %q", p.Name)}})
 		return
 	}
-	token := p.Meta.ProgressToken
+	token := meta.ProgressToken
 	if !validID(token) {
 		token = nil
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancel(context.WithValue(s.ctx, metaKey{}, p.Meta))
 	c := &call{cancel: cancel}
 	key := idKey(m.ID)
 	s.mu.Lock()

@@ -287,7 +287,7 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,wedge" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge" {
 		t.Errorf("tools = %s", got)
 	}
 }
@@ -302,6 +302,20 @@ func TestEchoAndPid(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"pid"}}`)
 	if got := callText(t, p.next(), `"two"`); got != strconv.Itoa(os.Getpid()) {
 		t.Errorf("pid = %q, want %d", got, os.Getpid())
+	}
+}
+
+// meta answers with the request's _meta as it came.
+func TestMetaTool(t *testing.T) {
+	t.Parallel()
+	p := startMain(t)
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"meta","_meta":{"traceparent":"00-ab","k":[1, 2]}}}`)
+	if got := callText(t, p.next(), "1"); got != `{"traceparent":"00-ab","k":[1, 2]}` {
+		t.Errorf("meta = %q", got)
+	}
+	p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"meta"}}`)
+	if got := callText(t, p.next(), "2"); got != "null" {
+		t.Errorf("meta without _meta = %q", got)
 	}
 }
 

@@ -92,6 +92,12 @@ func init() {
 			run:         runSample,
 		},
 		{
+			Name:        "meta",
+			Description: "Returns the request's params._meta as it came, as JSON text (\"null\" when it had none).",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+			run:         runMeta,
+		},
+		{
 			Name:        "wedge",
 			Description: "Answers \"wedged\", then stops reading stdin for good (after at most one more line): a server whose input pipe fills up.",
 			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
@@ -286,4 +292,15 @@ func runCrash(_ context.Context, s *server, args, _ json.RawMessage) (toolResult
 	s.writeMu.Lock() // no half-written line on the way out
 	os.Exit(int(code))
 	return toolResult{}, false
+}
+
+// metaKey is the context key of a call's raw params._meta.
+type metaKey struct{}
+
+func runMeta(ctx context.Context, _ *server, _, _ json.RawMessage) (toolResult, bool) {
+	meta, _ := ctx.Value(metaKey{}).(json.RawMessage)
+	if meta == nil {
+		meta = json.RawMessage("null")
+	}
+	return textResult(string(meta)), true
 }
