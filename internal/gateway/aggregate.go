@@ -61,9 +61,11 @@ type tableBuild struct {
 
 // route says which server serves an aggregated name, and its own name.
 type route struct {
-	srv  *fleet.Server
-	name string
-	item int // its index in the table's items
+	srv      *fleet.Server
+	name     string
+	nameJSON json.RawMessage // name as a JSON string, when it differs from the public one
+	schema   json.RawMessage // a tool's inputSchema, if it has x-mcp-header annotations
+	item     int             // its index in the table's items
 }
 
 type routeTable struct {
@@ -228,12 +230,7 @@ func (a *aggregate) scope(method string) string {
 
 // toolSchema is the inputSchema of the aggregated tool name, or nil.
 func (a *aggregate) toolSchema(ctx context.Context, name string) json.RawMessage {
-	t := a.table(ctx, kindTools)
-	r, ok := t.byName[name]
-	if !ok || r.item >= len(t.items) || !bytes.Contains(t.items[r.item], mcpHeaderKey) {
-		return nil // no annotation: nothing to check for it
-	}
-	return rpc.Member(t.items[r.item], "inputSchema")
+	return a.table(ctx, kindTools).byName[name].schema // nil without an annotation: nothing to check
 }
 
 // mcpvisorInfo is mcpvisor's serverInfo on the aggregated endpoint.
@@ -414,7 +411,14 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
 				continue
 			}
-			t.byName[public] = route{srv: srv, name: own, item: len(t.items)}
+			r := route{srv: srv, name: own, item: len(t.items)}
+			if own != public {
+				r.nameJSON, _ = json.Marshal(own)
+			}
+			if k == kindTools && bytes.Contains(item, mcpHeaderKey) {
+				r.schema = rpc.Member(item, "inputSchema")
+			}
+			t.byName[public] = r
 			t.items = append(t.items, item)
 			t.keys = append(t.keys, public)
 		}
@@ -497,8 +501,8 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
 	}
 	params := m.Params
-	if r.name != name {
-		params, _ = rpc.ReplaceMember(m.Params, "name", mustJSON(r.name))
+	if r.nameJSON != nil {
+		params, _ = rpc.ReplaceMember(m.Params, "name", r.nameJSON)
 	}
 	return a.g.forward(ctx, s, r.srv, m.Method, params, m.ID, related)
 }

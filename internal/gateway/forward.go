@@ -87,6 +87,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		f.cancel(nil)
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
+	if st.calls == nil {
+		st.calls = make(map[string]*call, 1) // a stateless session's first
+	}
 	st.calls[f.key] = c
 	if st.stateless && srv.PerSession() {
 		st.private = true // the request's own instance, ended with it

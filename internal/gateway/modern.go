@@ -257,11 +257,14 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 	default:
 		resp = g.stateless(ctx, server, m, mo, related, p)
 	}
-	ttl := 0
-	if listKind(m.Method) != "" && p.watched(listKind(m.Method)) {
-		ttl = listTTL
+	ttl, scope := 0, ""
+	if cacheable(m.Method) {
+		scope = p.scope(m.Method)
+		if listKind(m.Method) != "" && p.watched(listKind(m.Method)) {
+			ttl = listTTL
+		}
 	}
-	completeResultTTL(m.Method, resp, p.scope(m.Method), ttl)
+	completeResultTTL(m.Method, resp, scope, ttl)
 	return resp
 }
 
@@ -327,10 +330,18 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 // certainly that request's).
 func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
-	// No outReqs: nothing is ever asked of a modern client (held calls
-	// ask by input_required rounds).
-	st := &sessState{server: server, calls: make(map[string]*call, 1), protocol: mo.Version, stateless: true}
-	return &Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: st, client: mo.client}
+	// One allocation for both; no outReqs: nothing is ever asked of a
+	// modern client (held calls ask by input_required rounds); calls made
+	// by begin, when the first is.
+	ss := &statelessSession{st: sessState{server: server, protocol: mo.Version, stateless: true}}
+	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: &ss.st, client: mo.client}
+	return &ss.Session
+}
+
+// statelessSession is a modern request's session and its state, together.
+type statelessSession struct {
+	Session
+	st sessState
 }
 
 // closeStatelessSession closes a session openStatelessSession opened: no

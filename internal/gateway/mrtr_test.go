@@ -365,13 +365,26 @@ func TestMRTRStateBoundToRoundAndEndpoint(t *testing.T) {
 
 // A tool whose schema mirrors a parameter into Mcp-Param-Region: the
 // header must come with the value and match it (Base64 sentinel decoded);
-// a missing, different or ill-formed header is a HeaderMismatch.
+// a missing, different or ill-formed header is a HeaderMismatch — on the
+// aggregated endpoint and on the server's own.
 func TestModernParamHeaders(t *testing.T) {
 	w := newMRTRWorld(t)
+	single := NewStreamableHandler(w.gw.Single("c"), HTTPOptions{})
+	singleSrv := httptest.NewServer(single)
+	t.Cleanup(func() {
+		single.Close()
+		singleSrv.Close()
+	})
+	for _, url := range []string{w.url, singleSrv.URL} {
+		checkParamHeaders(t, url)
+	}
+}
+
+func checkParamHeaders(t *testing.T, url string) {
 	call := func(id, region string, hdr map[string]string) *rpc.Message {
 		t.Helper()
 		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"test_x_mcp_header","arguments":{"region":` + mustJSONString(region) + `},` + modernMeta(`{}`) + `}}`
-		req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 		for k, v := range modernHeaders("tools/call", "test_x_mcp_header") {
 			req.Header.Set(k, v)
 		}

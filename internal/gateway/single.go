@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -24,6 +25,17 @@ func supported(v string) bool { return slices.Contains(frontVersions, v) }
 type single struct {
 	g   *Gateway
 	srv *fleet.Server
+	// schemas indexes the annotated tools of the server's cached list,
+	// made again when that list is another.
+	schemas atomic.Pointer[schemaIndex]
+}
+
+// schemaIndex is the inputSchema of each tool of a list that has
+// x-mcp-header annotations (see paramHeaderMismatch).
+type schemaIndex struct {
+	first  *json.RawMessage // the list it was made from: its first item, and length
+	n      int
+	byName map[string]json.RawMessage
 }
 
 func (e *single) Open(out Sink) *Session {
@@ -104,18 +116,28 @@ func (e *single) watched(kind string) bool { return announcesChanges(e.srv.Cache
 // cached list, or nil.
 func (e *single) toolSchema(ctx context.Context, name string) json.RawMessage {
 	items, err := e.srv.List(ctx, fleet.Tools)
-	if err != nil {
+	if err != nil || len(items) == 0 {
 		return nil
 	}
-	for _, it := range items {
-		if !bytes.Contains(it, mcpHeaderKey) {
-			continue // no annotation: nothing to check for it
+	idx := e.schemas.Load()
+	if idx == nil || idx.first != &items[0] || idx.n != len(items) {
+		// The fleet's cached list is the same slice until it is learned
+		// again: indexed once per list, not scanned per call.
+		idx = &schemaIndex{first: &items[0], n: len(items)}
+		for _, it := range items {
+			if !bytes.Contains(it, mcpHeaderKey) {
+				continue // no annotation: nothing to check for it
+			}
+			if n, _ := rpc.StringMember(it, "name"); n != "" {
+				if idx.byName == nil {
+					idx.byName = map[string]json.RawMessage{}
+				}
+				idx.byName[n] = rpc.Member(it, "inputSchema")
+			}
 		}
-		if n, _ := rpc.StringMember(it, "name"); n == name {
-			return rpc.Member(it, "inputSchema")
-		}
+		e.schemas.Store(idx)
 	}
-	return nil
+	return idx.byName[name]
 }
 
 // scope is the cacheScope of the server's results of method: private when
