@@ -24,17 +24,31 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
-	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) {
+	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) && s.modern.givesInput() {
 		// A modern client's call that may need its input: held across
 		// rounds.
 		return g.forwardHeld(ctx, s, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
 	}
-	f, resp := g.begin(ctx, nil, s, srv, method, params, clientID, related)
+	var cancel context.CancelCauseFunc
+	if mo := s.modern; mo != nil && s.held == nil && mo.cancel != nil && ctx == mo.ctx {
+		// A modern request's context is its own: its forward ends it
+		// (once: a second forward derives its own).
+		cancel, mo.cancel = mo.cancel, nil
+	}
+	f, resp := g.begin(ctx, cancel, s, srv, method, params, clientID, related)
 	if resp != nil {
 		return resp
 	}
 	r, err := f.conn.Call(f.ctx, method, f.params)
-	return f.finish(r, err)
+	resp = f.finish(r, err)
+	if s.modern != nil {
+		if need := f.c.st.needCap.Load(); need != nil {
+			// The server asked for input the client declared no
+			// capability for, and was refused (Request).
+			return capabilityError(clientID, f.name, *need)
+		}
+	}
+	return resp
 }
 
 // flight is a request forward has begun at its server: what its end
@@ -695,6 +709,11 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 				return
 			}
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why
+		} else if capName := capabilityOf(m.Method); capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
+			// Not held: the client declared no capability to give
+			// input with (forward), so not this one.
+			c.st.needCap.CompareAndSwap(nil, &capName)
+			msg = fmt.Sprintf("mcpvisor cannot forward %s: the client did not declare the %s capability", m.Method, capName)
 		}
 		g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()

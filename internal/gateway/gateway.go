@@ -140,6 +140,9 @@ type sessState struct {
 	// private: a stateless session that leased a per-session server's
 	// instance of its own (ended with it).
 	private bool
+	// needCap: a stateless session's server asked for input needing a
+	// capability the client did not declare (see forward).
+	needCap atomic.Pointer[string]
 }
 
 // call is a client request in flight on a backend.

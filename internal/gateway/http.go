@@ -165,7 +165,10 @@ var (
 // StreamableHandler serves an Endpoint over MCP Streamable HTTP. It is an
 // http.Handler for the MCP endpoint path.
 type StreamableHandler struct {
-	ep        Endpoint
+	ep Endpoint
+	// modern0 is the session every modern request's stream is written
+	// for: none of its own (no id, no events kept, no stream numbers).
+	modern0   *httpSession
 	log       *slog.Logger
 	timeout   time.Duration
 	maxBody   int64
@@ -209,6 +212,7 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		writeWait: opts.WriteTimeout,
 		sessions:  make(map[string]*httpSession),
 	}
+	h.modern0 = &httpSession{h: h}
 	h.life, h.stop = context.WithCancel(context.Background())
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -300,7 +304,7 @@ func (h *StreamableHandler) Close() {
 		sh.mu.Lock()
 		sh.closed = true
 		for _, cancel := range sh.m {
-			cancel()
+			cancel(errHandlerClosed)
 		}
 		sh.mu.Unlock()
 	}
@@ -316,29 +320,32 @@ func (h *StreamableHandler) Close() {
 	}
 }
 
+// errHandlerClosed is why the modern requests in flight end at Close.
+var errHandlerClosed = errors.New("the endpoint closed")
+
 // modernShards spreads the modern requests in flight over locks of their
 // own: one lock for all would be taken twice by every request.
 const modernShards = 16
 
 type modernShard struct {
 	mu     sync.Mutex
-	m      map[context.Context]context.CancelFunc
+	m      map[context.Context]context.CancelCauseFunc
 	closed bool
 }
 
 // track registers a modern request's cancel for Close, in the shard it
 // returns; if the handler has closed, it cancels the request instead and
 // returns nil.
-func (h *StreamableHandler) track(ctx context.Context, cancel context.CancelFunc) *modernShard {
+func (h *StreamableHandler) track(ctx context.Context, cancel context.CancelCauseFunc) *modernShard {
 	sh := &h.modern[h.seq.Add(1)%modernShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
-		cancel()
+		cancel(errHandlerClosed)
 		return nil
 	}
 	if sh.m == nil {
-		sh.m = map[context.Context]context.CancelFunc{}
+		sh.m = map[context.Context]context.CancelCauseFunc{}
 	}
 	sh.m[ctx] = cancel
 	return sh
@@ -545,13 +552,13 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	}
 	// The request ends with its stream, or when the front closes (a
 	// subscriptions/listen stream ends then with its result).
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
 	if sh := h.track(ctx, cancel); sh != nil {
 		defer sh.untrack(ctx)
 	}
-	hs := &httpSession{h: h} // the request's own: no id, no events kept
-	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
+	mo.ctx, mo.cancel = ctx, cancel
+	ps := &postStream{hs: h.modern0, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
 	resp := h.ep.Stateless(ctx, m, mo, ps)
 	ps.finish(h.response(m, resp), jsonOK)
 }

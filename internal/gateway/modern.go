@@ -50,6 +50,12 @@ type Modern struct {
 	// client is the session of the stdio connection the request came on
 	// (nil over HTTP): see Session.requester.
 	client *Session
+	// ctx and cancel, if set, are the context the request is served in
+	// (the front's, which ends it with the request) and its cancel: the
+	// one forward of the request that gets ctx itself takes it for its
+	// own, so that the request's context is not derived again.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 	// hasToken: the request's _meta has a progressToken (read in the same
 	// scan, so that forwarding need not look for it again).
 	hasToken bool

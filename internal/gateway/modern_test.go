@@ -567,3 +567,47 @@ func TestModernMetaToLegacyServer(t *testing.T) {
 		t.Errorf("a legacy client's _meta reached the server as %s (%v)", textOf(t, res), err)
 	}
 }
+
+// A modern request's timeout and its client's going away end its call at
+// the server (its context is the request's own: see forward), on the
+// aggregated endpoint and on the server's.
+func TestModernRequestTimeoutAndCancel(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE","requestTimeout":"300ms"}}`)
+	for _, ep := range []Endpoint{w.gw.Aggregate(), w.gw.Single("a")} {
+		h := NewStreamableHandler(ep, HTTPOptions{})
+		srv := httptest.NewServer(h)
+		name := "a__sleep"
+		if ep != w.gw.Aggregate() {
+			name = "sleep"
+		}
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + name + `","arguments":{"ms":30000},` + modernMeta(`{}`) + `}}`
+		_, b := postModern(t, srv.URL, body, "tools/call", name)
+		if !strings.Contains(string(b), strconv.Itoa(rpc.RequestTimeout)) || !strings.Contains(string(b), "within 300ms") {
+			t.Fatalf("%s past its timeout: %s", name, b)
+		}
+		if n := inFlight(w.gw); n != 0 {
+			t.Fatalf("%d calls in flight after the timeout's answer", n)
+		}
+
+		// The client goes away: its call ends.
+		ctx, cancel := context.WithCancel(t.Context())
+		done := postModernAsync(ctx, srv.URL, body, "tools/call", name)
+		waitFor(t, "the call in flight", func() bool { return inFlight(w.gw) == 1 })
+		cancel()
+		<-done
+		waitFor(t, "the abandoned call ended", func() bool { return inFlight(w.gw) == 0 })
+		h.Close()
+		srv.Close()
+	}
+}
+
+// inFlight counts the calls g has in flight at servers.
+func inFlight(g *Gateway) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, l := range g.calls {
+		n += len(l)
+	}
+	return n
+}

@@ -239,12 +239,29 @@ func (h *heldCall) capabilityError(id json.RawMessage) *rpc.Message {
 	h.mu.Lock()
 	needCap := h.needCap
 	h.mu.Unlock()
+	return capabilityError(id, h.server, needCap)
+}
+
+// capabilityError is the MissingRequiredClientCapability error for id
+// when server asked for input needing capability needCap, or nil if
+// needCap is "".
+func capabilityError(id json.RawMessage, server, needCap string) *rpc.Message {
 	if needCap == "" {
 		return nil
 	}
 	data := mustJSON(map[string]any{"requiredCapabilities": map[string]json.RawMessage{needCap: json.RawMessage(`{}`)}})
 	return &rpc.Message{ID: id, Error: &rpc.Error{Code: rpc.MissingClientCapability,
-		Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", h.server, needCap), Data: data}}
+		Message: fmt.Sprintf("server %s needs the %s capability, which the request did not declare", server, needCap), Data: data}}
+}
+
+// givesInput reports whether a modern client declared a capability a
+// legacy server's request could need (sampling, elicitation, roots): only
+// then can its call need input_required rounds. Without, every such
+// request is refused and the call answers MissingRequiredClientCapability.
+func (mo *Modern) givesInput() bool {
+	var v [3]json.RawMessage
+	rpc.MembersInto(v[:], mo.Caps, "sampling", "elicitation", "roots")
+	return v[0] != nil || v[1] != nil || v[2] != nil
 }
 
 // testHookStarted, if set, runs as soon as a modern call's request is

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,14 +186,18 @@ func TestMRTRBridgeRefusesBadState(t *testing.T) {
 
 // A client that does not declare elicitation is never asked: it gets
 // MissingRequiredClientCapabilityError naming the capability, the server
-// a refusal, and nothing stays held.
+// a refusal, and nothing stays held — whether it declared no input
+// capability at all (its call is never held) or another one (held until
+// the server asked).
 func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
 	w := newMRTRWorld(t)
-	m := w.call("1", "", `{}`)
-	if m.Error == nil || m.Error.Code != rpc.MissingClientCapability || !strings.Contains(string(m.Error.Data), `"requiredCapabilities":{"elicitation":{}}`) {
-		t.Fatalf("call without the capability: %s", m.Encode())
+	for i, caps := range []string{`{}`, `{"sampling":{},"roots":{}}`} {
+		m := w.call(strconv.Itoa(i+1), "", caps)
+		if m.Error == nil || m.Error.Code != rpc.MissingClientCapability || !strings.Contains(string(m.Error.Data), `"requiredCapabilities":{"elicitation":{}}`) {
+			t.Fatalf("call declaring %s: %s", caps, m.Encode())
+		}
+		w.heldCalls(0)
 	}
-	w.heldCalls(0)
 }
 
 // While the client owes its input the call's request timeout does not
