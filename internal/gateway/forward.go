@@ -134,10 +134,13 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
 	f.legacyToModern = s.modern == nil && modernConn
 	if s.modern != nil && !modernConn {
-		// A legacy server serves the request in a 2025 session: the
-		// modern request's own _meta keys (its version, capabilities,
-		// client, log level) are not for it — mcpvisor answers for them.
-		params = rpc.DropMetaKeys(params, metaPrefix)
+		// A legacy server serves the request in the 2025 session
+		// mcpvisor opened: the revision's version key is not that
+		// session's. What the request says of its client stays — a
+		// server that reads capabilities per request (as the go-sdk's
+		// does in either era) then honours this client's, not the union
+		// mcpvisor declared at initialize.
+		params = rpc.DropMetaKeys(params, metaProtocolVersion)
 	}
 	if f.legacyToModern {
 		switch method {

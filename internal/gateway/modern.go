@@ -25,9 +25,8 @@ const modernVersion = "2026-07-28"
 // modern one per request, the legacy ones in sessions opened by initialize.
 var supportedVersions = append([]string{modernVersion}, frontVersions...)
 
-// The _meta keys of the modern revision, all named under metaPrefix.
+// The _meta keys of the modern revision.
 const (
-	metaPrefix          = "io.modelcontextprotocol/"
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
 	metaClientInfo      = "io.modelcontextprotocol/clientInfo"

@@ -514,10 +514,13 @@ func TestModernStdioLogLinesAfterOwnRequests(t *testing.T) {
 	}
 }
 
-// A modern request reaches a legacy server as a 2025 request: the keys of
-// the modern revision in its _meta (version, capabilities, client, log
-// level) are left out; the rest — a trace context, a progress token — is
-// kept. A legacy client's _meta reaches the server as it sent it.
+// A modern request reaches a legacy server as a request of the 2025
+// session mcpvisor opened: the revision's version key is left out (the
+// session did not negotiate it), while what the request says of its client
+// — capabilities, client info, log level — stays, so that a server that
+// reads them per request honours this client's and not the union
+// mcpvisor declared at initialize; a trace context, a progress token stay.
+// A legacy client's _meta reaches the server as it sent it.
 func TestModernMetaToLegacyServer(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
@@ -548,13 +551,10 @@ func TestModernMetaToLegacyServer(t *testing.T) {
 	meta := strings.Replace(modernMeta(`{"sampling":{}}`), `"_meta":{`, `"_meta":{`+trace+`,"io.modelcontextprotocol/logLevel":"debug",`, 1)
 	_, b := postModern(t, srv.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__meta",`+meta+`}}`, "tools/call", "a__meta")
 	got := metaOf(b)
-	if string(got["traceparent"]) == "" || len(got) != 1 {
-		t.Errorf("the legacy server got _meta %v from a modern request, want the traceparent alone", got)
-	}
-	// Only the revision's keys: no _meta at all.
-	_, b = postModern(t, srv.URL, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__meta",`+modernMeta(`{}`)+`}}`, "tools/call", "a__meta")
-	if got := metaOf(b); len(got) != 0 {
-		t.Errorf("the legacy server got _meta %v, want none", got)
+	if _, ok := got["io.modelcontextprotocol/protocolVersion"]; ok || len(got) != 4 || string(got["traceparent"]) == "" ||
+		string(got["io.modelcontextprotocol/clientCapabilities"]) != `{"sampling":{}}` ||
+		string(got["io.modelcontextprotocol/logLevel"]) != `"debug"` || got["io.modelcontextprotocol/clientInfo"] == nil {
+		t.Errorf("the legacy server got _meta %v from a modern request, want all but the protocol version", got)
 	}
 
 	c := w.stdioClient(w.gw.Aggregate(), nil)

@@ -3,7 +3,6 @@ package rpc
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 	"testing"
 )
 
@@ -58,17 +57,17 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// DropMetaKeys keeps a valid object valid, leaves no key it drops, keeps
-// every other member, and is idempotent.
+// DropMetaKeys keeps a valid object valid, leaves none of the keys it
+// drops, keeps every other member, and is idempotent.
 func FuzzDropMetaKeys(f *testing.F) {
 	for _, s := range []string{
-		`{"name":"x","_meta":{"p/a":1,"progressToken":7,"p\/b":{"c":[1]}}}`,
+		`{"name":"x","_meta":{"p/a":1,"progressToken":7,"p\/b":{"c":[1]},"p/ab":2}}`,
 		`{"_meta":{"p/a":1}}`, `{"_meta":{"p/a":1} , "b":2}`, `{"_meta":{}}`, `{"_meta":"p/x"}`, `{`, ``,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out := DropMetaKeys(data, "p/")
+		out := DropMetaKeys(data, "p/a", "p/b")
 		if !json.Valid(data) {
 			return
 		}
@@ -91,7 +90,7 @@ func FuzzDropMetaKeys(f *testing.F) {
 		}
 		_ = json.Unmarshal(got["_meta"], &metaGot)
 		for k, v := range metaIn {
-			if strings.HasPrefix(k, "p/") {
+			if k == "p/a" || k == "p/b" {
 				if _, ok := metaGot[k]; ok {
 					t.Fatalf("DropMetaKeys(%s) = %s keeps %q", data, out, k)
 				}
@@ -104,7 +103,7 @@ func FuzzDropMetaKeys(f *testing.F) {
 				t.Fatalf("DropMetaKeys(%s) = %s changed %q", data, out, k)
 			}
 		}
-		if again := DropMetaKeys(out, "p/"); !bytes.Equal(again, out) {
+		if again := DropMetaKeys(out, "p/a", "p/b"); !bytes.Equal(again, out) {
 			t.Fatalf("not idempotent: %s, then %s", out, again)
 		}
 	})

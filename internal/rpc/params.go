@@ -171,12 +171,12 @@ func ReplaceMember(obj json.RawMessage, name string, value json.RawMessage) (jso
 	return out, true
 }
 
-// DropMetaKeys returns params with every member of params._meta whose
-// name begins with prefix left out, and _meta itself when nothing else is
-// in it; the rest of params is kept byte for byte. It returns params itself
-// (no copy) when _meta has no such member, or params or its _meta is not a
-// valid object. params is not modified.
-func DropMetaKeys(params json.RawMessage, prefix string) json.RawMessage {
+// DropMetaKeys returns params with the members of params._meta named
+// one of keys left out, and _meta itself when nothing else is in it; the
+// rest of params is kept byte for byte. It returns params itself (no copy)
+// when _meta has no such member, or params or its _meta is not a valid
+// object. params is not modified.
+func DropMetaKeys(params json.RawMessage, keys ...string) json.RawMessage {
 	d := params
 	o := objectAt(d, skipSpace(d, 0), 1)
 	ks, meta := -1, span{}
@@ -189,11 +189,19 @@ func DropMetaKeys(params json.RawMessage, prefix string) json.RawMessage {
 		return params
 	}
 	has := func(o *object) bool {
-		if !o.esc {
-			return len(o.key) >= len(prefix) && string(o.key[:len(prefix)]) == prefix
+		k := o.key
+		if o.esc {
+			var ok bool
+			if k, ok = unquoteKey(o.key); !ok {
+				return false
+			}
 		}
-		k, ok := unquoteKey(o.key)
-		return ok && len(k) >= len(prefix) && string(k[:len(prefix)]) == prefix
+		for _, key := range keys {
+			if string(k) == key {
+				return true
+			}
+		}
+		return false
 	}
 	drop, keep := 0, 0
 	m := objectAt(d, meta.start, 2)

@@ -119,29 +119,31 @@ func TestPrependAndSetMember(t *testing.T) {
 }
 
 func TestDropMetaKeys(t *testing.T) {
-	const p = "io.modelcontextprotocol/"
+	keys := []string{"io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/a"}
 	for _, tc := range []struct{ in, want string }{
-		// Some of the keys go, the rest stay in their order.
+		// The keys go, the rest stay in their order.
 		{`{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7,"io.modelcontextprotocol/clientCapabilities":{"a":{}},"traceparent":"00-1"}}`,
-			`{"name":"x","_meta":{"progressToken":7,"traceparent":"00-1"}}`},
+			`{"name":"x","_meta":{"progressToken":7,"io.modelcontextprotocol/clientCapabilities":{"a":{}},"traceparent":"00-1"}}`},
 		// Only such keys: _meta goes, with its comma, wherever it is.
 		{`{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, `{"name":"x"}`},
 		{`{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}, "name":"x"}`, `{ "name":"x"}`},
-		{`{"_meta":{"io.modelcontextprotocol/a":1}}`, `{}`},
+		{`{"_meta":{"io.modelcontextprotocol/a":1,"io.modelcontextprotocol/protocolVersion":"x"}}`, `{}`},
 		{`{"a":1 , "_meta":{"io.modelcontextprotocol/a":1} ,"b":2}`, `{"a":1  ,"b":2}`},
 		// An escaped name is still the name it spells.
-		{`{"_meta":{"io.modelcontextprotocol\/logLevel":"info","k":1}}`, `{"_meta":{"k":1}}`},
+		{`{"_meta":{"io.modelcontextprotocol\/protocolVersion":"x","k":1}}`, `{"_meta":{"k":1}}`},
+		// A name the key begins, or that begins with the key, is another.
+		{`{"_meta":{"io.modelcontextprotocol/ab":1,"io.modelcontextprotocol/":2}}`, `{"_meta":{"io.modelcontextprotocol/ab":1,"io.modelcontextprotocol/":2}}`},
 		// Nothing to drop, or nothing valid: params as they were.
 		{`{"name":"x","_meta":{"progressToken":7}}`, `{"name":"x","_meta":{"progressToken":7}}`},
 		{`{"name":"x"}`, `{"name":"x"}`},
-		{`{"_meta":"io.modelcontextprotocol/x"}`, `{"_meta":"io.modelcontextprotocol/x"}`},
+		{`{"_meta":"io.modelcontextprotocol/a"}`, `{"_meta":"io.modelcontextprotocol/a"}`},
 		{`{"_meta":{"io.modelcontextprotocol/a":1}`, `{"_meta":{"io.modelcontextprotocol/a":1}`},
 		{`[1]`, `[1]`},
 		{``, ``},
 	} {
 		in := json.RawMessage(tc.in)
 		keep := append(json.RawMessage(nil), in...)
-		got := DropMetaKeys(in, p)
+		got := DropMetaKeys(in, keys...)
 		if string(got) != tc.want {
 			t.Errorf("DropMetaKeys(%s) = %s, want %s", tc.in, got, tc.want)
 		}
