@@ -91,8 +91,17 @@ const endedMemory = time.Minute
 // instances are closed under ctx, subscriptions and log levels forgotten,
 // and no instance is created for it afterwards.
 func (f *Fleet) EndSession(ctx context.Context, session string) {
+	f.DetachSession(session)(ctx)
+}
+
+// DetachSession is EndSession in two steps: at once, before it returns,
+// session is forgotten — its per-session instances leave the servers' count
+// of them (maxInstances), its subscriptions and log levels go, and no
+// instance is created for it afterwards —; the function it returns stops
+// those instances, bounded by its ctx.
+func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 	if session == "" {
-		return
+		return func(context.Context) {}
 	}
 	now := time.Now()
 	f.endMu.Lock()
@@ -106,11 +115,19 @@ func (f *Fleet) EndSession(ctx context.Context, session string) {
 	}
 	f.ended[session] = now
 	f.endMu.Unlock()
-	var wg sync.WaitGroup
+	var detached []*instance
 	for _, s := range f.servers {
-		wg.Go(func() { s.endSession(ctx, session) })
+		if in := s.detachSession(session); in != nil {
+			detached = append(detached, in)
+		}
 	}
-	wg.Wait()
+	return func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, in := range detached {
+			wg.Go(func() { _ = in.close(ctx) })
+		}
+		wg.Wait()
+	}
 }
 
 func (f *Fleet) sessionEnded(session string) bool {

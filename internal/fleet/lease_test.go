@@ -390,3 +390,39 @@ func TestTryAcquire(t *testing.T) {
 		}
 	})
 }
+
+// DetachSession frees the session's place at once — its instance is no
+// longer counted against maxInstances, and another session may start one —
+// while the detached instance runs until the stop it returned is called.
+func TestDetachSessionFreesItsPlaceBeforeTheStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0","maxInstances":1`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		a := live(s.Acquire(t.Context(), "A"))
+		if a == nil {
+			t.Fatal("no instance for session A")
+		}
+		if _, err := s.Acquire(t.Context(), "B"); !errors.Is(err, ErrInstanceLimit) {
+			t.Fatalf("a second session's instance beyond maxInstances 1: %v", err)
+		}
+		stop := ff.f.DetachSession("A")
+		if n := s.Status().Sessions; n != 0 {
+			t.Fatalf("%d per-session instances counted after the detach", n)
+		}
+		if !a.Alive() {
+			t.Fatal("the detached instance stopped before its stop was called")
+		}
+		b := live(s.Acquire(t.Context(), "B"))
+		if b == nil {
+			t.Fatal("no instance for B in the place the detached session left")
+		}
+		stop(t.Context())
+		if a.Alive() || !b.Alive() {
+			t.Fatalf("after the stop: A alive %v, B alive %v; want A stopped, B running", a.Alive(), b.Alive())
+		}
+		if _, err := s.Acquire(t.Context(), "A"); err == nil {
+			t.Fatal("a lease for the detached session was granted")
+		}
+	})
+}

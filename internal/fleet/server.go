@@ -40,18 +40,17 @@ func (s *Server) instances() []*instance {
 	return out
 }
 
-// endSession closes the instance a per-session server ran for session and
-// forgets what session asked of the server.
-func (s *Server) endSession(ctx context.Context, session string) {
+// detachSession forgets what session asked of the server and returns the
+// instance a per-session server ran for it (out of perSession: no longer
+// counted, nor found), for the caller to close; nil if there is none.
+func (s *Server) detachSession(session string) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
 	delete(s.perSession, session)
 	delete(s.interests, session)
 	s.mu.Unlock()
-	if in != nil {
-		_ = in.close(ctx)
-	}
 	s.shared.rearm() // a subscription it held may have kept it awake
+	return in
 }
 
 // Stop stops the shared instance (it starts again on the next request).

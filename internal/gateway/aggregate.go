@@ -228,9 +228,14 @@ func (a *aggregate) scope(method string) string {
 	return scopePublic
 }
 
-// toolSchema is the inputSchema of the aggregated tool name, or nil.
-func (a *aggregate) toolSchema(ctx context.Context, name string) json.RawMessage {
-	return a.table(ctx, kindTools).byName[name].schema // nil without an annotation: nothing to check
+// toolSchema is the inputSchema of the aggregated tool name, or nil (the
+// table's build bounds each server by its timeouts).
+func (a *aggregate) toolSchema(ctx context.Context, name string) (json.RawMessage, error) {
+	t := a.table(ctx, kindTools)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("the aggregated tool list was not built: %w", context.Cause(ctx))
+	}
+	return t.byName[name].schema, nil // nil without an annotation: nothing to check
 }
 
 // mcpvisorInfo is mcpvisor's serverInfo on the aggregated endpoint.

@@ -541,11 +541,6 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	if bad == nil {
 		bad = unsupportedVersion(m, mo.Version)
 	}
-	if ts, ok := h.ep.(toolSchemas); ok && bad == nil && m.Method == "tools/call" {
-		if schema := ts.toolSchema(r.Context(), mo.Name); schema != nil {
-			bad = paramHeaderMismatch(r, m, schema)
-		}
-	}
 	if bad != nil {
 		h.reply(w, http.StatusBadRequest, bad)
 		return
@@ -557,9 +552,25 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	if sh := h.track(ctx, cancel); sh != nil {
 		defer sh.untrack(ctx)
 	}
+	var resp *rpc.Message
+	if ts, ok := h.ep.(toolSchemas); ok && m.Method == "tools/call" {
+		// Its Mcp-Param-* headers are checked against the tool's schema:
+		// learned first, if need be, within the request's life.
+		schema, err := ts.toolSchema(ctx, mo.Name)
+		if err != nil {
+			resp = errorResponse(m.ID, rpc.BackendUnavailable, "mcpvisor cannot check the request's Mcp-Param headers: "+err.Error())
+		} else if schema != nil {
+			if bad := paramHeaderMismatch(r, m, schema); bad != nil {
+				h.reply(w, http.StatusBadRequest, bad)
+				return
+			}
+		}
+	}
 	mo.ctx, mo.cancel = ctx, cancel
 	ps := &postStream{hs: h.modern0, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
-	resp := h.ep.Stateless(ctx, m, mo, ps)
+	if resp == nil {
+		resp = h.ep.Stateless(ctx, m, mo, ps)
+	}
 	ps.finish(h.response(m, resp), jsonOK)
 }
 

@@ -306,16 +306,11 @@ func announcesChanges(init json.RawMessage, kind string) bool {
 	return !ok || c.ListChanged
 }
 
-// statelessKey is the session key under which a per-session server's
-// server/discover answer is learned for modern clients (an instance of
-// its own). A modern request's own session has a key of its own (see
-// openStatelessSession).
-const statelessKey = "stateless"
-
 // stateless serves one modern request on an endpoint whose legacy handler
 // is handle: a session of its own for the request's life, which no
-// message outside the request reaches and whose end ends nothing in the
-// fleet. server is the endpoint's server ("" for the aggregated one).
+// message outside the request reaches and whose end ends the per-session
+// instances it ran (and nothing else in the fleet). server is the
+// endpoint's server ("" for the aggregated one).
 func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	s := g.openStatelessSession(server, mo)
 	s.req = m
@@ -350,8 +345,9 @@ type statelessSession struct {
 }
 
 // closeStatelessSession closes a session openStatelessSession opened: no
-// call of it begins after, and the per-session instances it used end,
-// bounded, on a goroutine of their own.
+// call of it begins after, the per-session instances it used leave their
+// servers' count at once (the client's next request may take the place),
+// and stop, bounded, on a goroutine of their own.
 func (g *Gateway) closeStatelessSession(s *Session) {
 	g.mu.Lock()
 	s.st.closed = true
@@ -359,10 +355,11 @@ func (g *Gateway) closeStatelessSession(s *Session) {
 	s.st.private = false
 	g.mu.Unlock()
 	if private {
+		stop := g.fleet.DetachSession(s.Key())
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
 			defer cancel()
-			g.fleet.EndSession(ctx, s.Key())
+			stop(ctx)
 		}()
 	}
 }

@@ -611,3 +611,90 @@ func inFlight(g *Gateway) int {
 	}
 	return n
 }
+
+// A per-session server limited to one instance serves a modern client's
+// requests one after another: server/discover runs no instance of its own
+// (it is answered from the server's shared one), and a request's instance
+// leaves the count before its answer is sent, so the next request can
+// take its place at once.
+func TestModernPerSessionRequestsWithinMaxInstances(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","maxInstances":1}}`)
+	srv := w.fleet.Get("x")
+	h := NewStreamableHandler(w.gw.Single("x"), HTTPOptions{})
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); hs.Close() })
+	_, b := postModern(t, hs.URL, `{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{`+modernMeta(`{}`)+`}}`, "server/discover", "")
+	if !bytes.Contains(b, []byte(`"supportedVersions"`)) {
+		t.Fatalf("discover: %s", b)
+	}
+	if n := srv.Status().Sessions; n != 0 {
+		t.Fatalf("server/discover left %d per-session instances", n)
+	}
+	for i := range 20 {
+		resp, b := postModern(t, hs.URL, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"r%d"},%s}}`, i+2, i, modernMeta(`{}`)), "tools/call", "echo")
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(fmt.Sprintf(`"r%d"`, i))) {
+			t.Fatalf("call %d: HTTP %d %s", i, resp.StatusCode, b)
+		}
+		if n := srv.Status().Sessions; n != 0 {
+			t.Fatalf("after call %d's answer %d per-session instances are counted", i, n)
+		}
+	}
+}
+
+// A modern tools/call whose Mcp-Param headers are checked against a tool
+// list mcpvisor must learn first is bounded as every request is: by the
+// server's start and request timeouts (a server that stopped answering
+// before its list was learned gets the call an error, not a wait as long
+// as the client's), and by the endpoint's Close (the request is tracked
+// from before the lookup).
+func TestModernToolListLookupIsBounded(t *testing.T) {
+	t.Run("timeouts", func(t *testing.T) {
+		w := newWorld(t, `{"x":{"command":"$FIXTURE","initTimeout":"1s","requestTimeout":"300ms"}}`)
+		ep := w.gw.Single("x")
+		s := ep.Open(noSink)
+		defer ep.Close(s)
+		// The server stops answering before anyone asked for its tools.
+		if r := ep.Handle(t.Context(), s, &rpc.Message{ID: json.RawMessage(`1`), Method: "tools/call", Params: json.RawMessage(`{"name":"wedge","arguments":{}}`)}, noRelated); r.Error != nil {
+			t.Fatalf("wedge: %s", r.Encode())
+		}
+		// The one line a wedged fixture may still read and answer.
+		ep.Handle(t.Context(), s, &rpc.Message{ID: json.RawMessage(`2`), Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"x"}}`)}, noRelated)
+		h := NewStreamableHandler(ep, HTTPOptions{})
+		hs := httptest.NewServer(h)
+		t.Cleanup(func() { h.Close(); hs.Close() })
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // against a hang: the bound is 1.3 s
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},`+modernMeta(`{}`)+`}}`))
+		for k, v := range modernHeaders("tools/call", "echo") {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", httpAccept)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m, err := rpc.Decode(bytes.TrimSpace(b))
+		if err != nil || m.Error == nil || m.Error.Code != rpc.BackendUnavailable || !strings.Contains(m.Error.Message, "could not be learned") {
+			t.Fatalf("HTTP %d %s (%v), want the error of a list that could not be learned", resp.StatusCode, b, err)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		w := newWorld(t, `{"x":{"command":"$FIXTURE","env":{"FIXTURE_SLOW_START":"30s"}}}`)
+		h := NewStreamableHandler(w.gw.Single("x"), HTTPOptions{})
+		hs := httptest.NewServer(h)
+		t.Cleanup(hs.Close)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := postModernAsync(ctx, hs.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"},`+modernMeta(`{}`)+`}}`, "tools/call", "echo")
+		waitFor(t, "the server to be starting for the lookup", func() bool { return w.fleet.Get("x").Status().State == "starting" })
+		h.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a modern tools/call waiting for its tool list outlived the endpoint's Close")
+		}
+	})
+}

@@ -21,7 +21,11 @@ var mcpHeaderKey = []byte(`"x-mcp-header"`)
 
 // toolSchemas is an endpoint that knows its tools' input schemas.
 type toolSchemas interface {
-	toolSchema(ctx context.Context, name string) json.RawMessage
+	// toolSchema is the annotated inputSchema of the endpoint's tool
+	// name, nil if it has none; an error if the tools could not be
+	// learned within ctx and the servers' own bounds (their start and
+	// request timeouts).
+	toolSchema(ctx context.Context, name string) (json.RawMessage, error)
 }
 
 // paramHeader is one x-mcp-header annotation: the header name and the

@@ -100,7 +100,10 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 func (e *single) endpointServer() string { return e.srv.Name() }
 
 func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Message {
-	in, err := e.init(ctx, statelessKey)
+	// The shared instance's (mcpvisor's own, which learns the lists): a
+	// per-session server runs no instance for a request that serves no
+	// client's session.
+	in, err := e.init(ctx, "")
 	if err != nil {
 		return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
 	}
@@ -113,11 +116,21 @@ func (e *single) resourceServer(context.Context, string) *fleet.Server { return 
 func (e *single) watched(kind string) bool { return announcesChanges(e.srv.CachedInit(), kind) }
 
 // toolSchema is the inputSchema of the server's tool name, from its
-// cached list, or nil.
-func (e *single) toolSchema(ctx context.Context, name string) json.RawMessage {
-	items, err := e.srv.List(ctx, fleet.Tools)
-	if err != nil || len(items) == 0 {
-		return nil
+// cached list (learned first if need be, within the server's start and
+// request timeouts), or nil.
+func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, error) {
+	cfg := e.srv.Config()
+	lctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
+	defer cancel()
+	items, err := e.srv.List(lctx, fleet.Tools)
+	if err != nil {
+		if lctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", err, context.Cause(lctx))
+		}
+		return nil, fmt.Errorf("server %s's tools could not be learned: %w", e.srv.Name(), err)
+	}
+	if len(items) == 0 {
+		return nil, nil
 	}
 	idx := e.schemas.Load()
 	if idx == nil || idx.first != &items[0] || idx.n != len(items) {
@@ -137,7 +150,7 @@ func (e *single) toolSchema(ctx context.Context, name string) json.RawMessage {
 		}
 		e.schemas.Store(idx)
 	}
-	return idx.byName[name]
+	return idx.byName[name], nil
 }
 
 // scope is the cacheScope of the server's results of method: private when
