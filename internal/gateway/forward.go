@@ -373,18 +373,29 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 				break
 			}
 		}
+		var held []*heldCall
 		if r != nil {
 			delete(g.outReqs, ours)
 			if st := g.sessions[r.sess]; st != nil {
 				delete(st.outReqs, ours)
 			}
 			r.answered()
+		} else {
+			// Or one a held call keeps for its client's next round.
+			for _, h := range g.held {
+				held = append(held, h)
+			}
 		}
 		g.mu.Unlock()
 		if r != nil {
 			r.timer.Stop()
 			params, _ := json.Marshal(map[string]any{"requestId": ours, "reason": stringField(m.Params, "reason")})
 			_ = r.sess.Out().Send(&rpc.Message{Method: m.Method, Params: params})
+		}
+		for _, h := range held {
+			if h.withdraw(conn, id) {
+				break
+			}
 		}
 	default:
 		g.log.Debug("notification from server not relayed", "server", conn.Name(), "method", m.Method)

@@ -461,6 +461,34 @@ func (h *heldCall) answer(responses map[string]json.RawMessage) {
 	}
 }
 
+// withdraw drops the pending input that is conn's request id, which the
+// server cancelled: the client is not asked it (or its answer is ignored),
+// and it no longer holds the call's request timeout. It reports whether
+// the input was the call's.
+func (h *heldCall) withdraw(conn fleet.Conn, id json.RawMessage) bool {
+	h.mu.Lock()
+	var key string
+	for k, in := range h.pending {
+		if in.conn == conn && string(in.backendID) == string(id) {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		h.mu.Unlock()
+		return false
+	}
+	delete(h.pending, key)
+	c := h.call
+	h.signalLocked()
+	h.mu.Unlock()
+	if c != nil {
+		c.touch()
+		c.waiting.Add(-1)
+	}
+	return true
+}
+
 // end ends the held call: the server's call is cancelled if still running,
 // its pending requests refused, and its state no longer accepted.
 func (h *heldCall) end() { h.stop(true) }

@@ -495,3 +495,40 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 		t.Fatalf("%d pending, waiting %d, %d sent to the closed session", pending, c.waiting.Load(), sink.n())
 	}
 }
+
+// A request the server withdraws (notifications/cancelled) while its held
+// call keeps it for the client's next round is not asked of the client,
+// and no longer holds the call's request timeout; the server's other
+// request still is.
+func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := New(nil)
+		s := g.openStatelessSession("", &Modern{Version: modernVersion})
+		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+		s.held = h
+		conn, other := &recConn{}, &recConn{}
+		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+		for _, id := range []string{`7`, `8`} {
+			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(id), Method: "sampling/createMessage", Params: json.RawMessage(`{"n":` + id + `}`)}, c); !ok {
+				t.Fatal(why)
+			}
+		}
+		// Another server's cancel of the same id is not this call's.
+		g.Notification(fleet.Source{Conn: other}, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":7}`)})
+		if n := c.waiting.Load(); n != 2 {
+			t.Fatalf("another server's cancel changed the waits to %d", n)
+		}
+		g.Notification(fleet.Source{Conn: conn}, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":7}`)})
+		if n := c.waiting.Load(); n != 1 {
+			t.Fatalf("%d waits on the client after the server withdrew one of two, want 1", n)
+		}
+		reqs, _ := inputRequests(t, h.round(t.Context(), json.RawMessage(`1`)))
+		if len(reqs) != 1 {
+			t.Fatalf("the round asks %d inputs, want the one not withdrawn: %v", len(reqs), reqs)
+		}
+		if _, ok := reqs["mcpv-2"]; !ok { // the second offered: the server's 8
+			t.Fatalf("the round asks %v, want the request the server did not withdraw", reqs)
+		}
+		h.end()
+	})
+}
