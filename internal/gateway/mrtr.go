@@ -461,6 +461,13 @@ func (h *heldCall) answer(responses map[string]json.RawMessage) {
 	}
 }
 
+// refusedGrace is how long a server refused the input it asked for has to
+// end its call before mcpvisor cancels it (a variable for tests).
+var refusedGrace = 5 * time.Second
+
+// errRefusedUnanswered is why such a call is cancelled.
+var errRefusedUnanswered = errors.New("the server did not end its call after mcpvisor refused its request for the client's input")
+
 // withdraw drops the pending input that is conn's request id, which the
 // server cancelled: the client is not asked it (or its answer is ignored),
 // and it no longer holds the call's request timeout. It reports whether
@@ -493,9 +500,9 @@ func (h *heldCall) withdraw(conn fleet.Conn, id json.RawMessage) bool {
 // its pending requests refused, and its state no longer accepted.
 func (h *heldCall) end() { h.stop(true) }
 
-// stop is end; with cancel false the server's call is left to finish on
-// its own (it was refused what it asked, and answers soon), so that it is
-// not counted as abandoned.
+// stop is end; with cancel false the server's call is left refusedGrace
+// to finish on its own (it was refused what it asked, and answers soon),
+// so that it is not counted as abandoned, and cancelled after.
 func (h *heldCall) stop(cancel bool) {
 	h.mu.Lock()
 	if h.ended {
@@ -516,8 +523,15 @@ func (h *heldCall) stop(cancel bool) {
 	if expiry != nil {
 		expiry.Stop()
 	}
-	if cancel && cancelCall != nil {
+	switch {
+	case cancelCall == nil:
+	case cancel:
 		cancelCall(nil)
+	default:
+		// Refused what it asked for, the server answers soon; one that
+		// does not is cancelled all the same after a grace (nobody waits
+		// for its answer: the client has had its own).
+		time.AfterFunc(refusedGrace, func() { cancelCall(errRefusedUnanswered) })
 	}
 	for _, in := range pending {
 		in := in

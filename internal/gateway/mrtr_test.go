@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -428,4 +429,24 @@ func TestModernListTTL(t *testing.T) {
 	if !strings.Contains(string(b), `"ttlMs":60000`) || !strings.Contains(string(b), `"cacheScope":"public"`) {
 		t.Fatalf("tools/list %.300s", b)
 	}
+}
+
+// A held call whose server asked for input the client did not declare is
+// answered MissingRequiredClientCapability at once; a server that then
+// does not end its call (with no request timeout to end it) is cancelled
+// after refusedGrace: nothing stays leased, in flight or held.
+func TestMRTRRefusedServerCallIsCancelledAfterGrace(t *testing.T) {
+	defer func(g time.Duration) { refusedGrace = g }(refusedGrace)
+	refusedGrace = 200 * time.Millisecond
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","requestTimeout":"0"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); hs.Close() })
+	_, b := postModern(t, hs.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__sample","arguments":{"prompt":"p","hangOnRefusal":true},`+modernMeta(`{"elicitation":{}}`)+`}}`, "tools/call", "x__sample")
+	m, err := rpc.Decode(bytes.TrimSpace(b))
+	if err != nil || m.Error == nil || m.Error.Code != rpc.MissingClientCapability {
+		t.Fatalf("%s (%v), want MissingRequiredClientCapability", b, err)
+	}
+	srv := w.fleet.Get("x")
+	waitFor(t, "the refused server call to be cancelled", func() bool { return srv.Status().InFlight == 0 && w.gw.HeldCalls() == 0 })
 }

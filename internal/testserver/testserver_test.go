@@ -693,4 +693,18 @@ func TestSample(t *testing.T) {
 	if !strings.Contains(string(m.Result), `"isError":true`) || !strings.Contains(string(m.Result), "refused") {
 		t.Errorf("refused sample: %s", m.Result)
 	}
+	// hangOnRefusal: refused, the call answers nothing until cancelled
+	// (the next message is the echo sent after it).
+	p.send(`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"sample","arguments":{"prompt":"x","hangOnRefusal":true}}}`)
+	req = p.next()
+	p.send(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"error":{"code":-32601,"message":"no sampling"}}`)
+	p.send(`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"after"}}}`)
+	if got := callText(t, p.next(), "11"); got != "after" {
+		t.Errorf("after a refused hangOnRefusal sample, %q", got)
+	}
+	p.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10}}`)
+	p.send(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","arguments":{"text":"end"}}}`)
+	if got := callText(t, p.next(), "12"); got != "end" {
+		t.Errorf("after the cancel, %q (the cancelled call answers nothing)", got)
+	}
 }

@@ -87,8 +87,8 @@ func init() {
 		},
 		{
 			Name:        "sample",
-			Description: "Asks the client for sampling/createMessage with prompt as the user's message (maxTokens 50), and returns \"sampled: \" and the text the client answered.",
-			InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"}},"required":["prompt"]}`),
+			Description: "Asks the client for sampling/createMessage with prompt as the user's message (maxTokens 50), and returns \"sampled: \" and the text the client answered; refused, it returns an error, or with hangOnRefusal answers nothing until cancelled.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"prompt":{"type":"string"},"hangOnRefusal":{"type":"boolean"}},"required":["prompt"]}`),
 			run:         runSample,
 		},
 		{
@@ -108,7 +108,8 @@ func init() {
 
 func runSample(ctx context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
 	var a struct {
-		Prompt string `json:"prompt"`
+		Prompt        string `json:"prompt"`
+		HangOnRefusal bool   `json:"hangOnRefusal"`
 	}
 	if err := decodeArgs(args, &a); err != nil {
 		return errorResult("sample: invalid arguments: %v", err), true
@@ -121,6 +122,10 @@ func runSample(ctx context.Context, s *server, args, _ json.RawMessage) (toolRes
 		return toolResult{}, false // cancelled: not answered
 	}
 	if m.Error != nil {
+		if a.HangOnRefusal {
+			<-ctx.Done()
+			return toolResult{}, false // cancelled: not answered
+		}
 		return errorResult("sample: the client refused: %s", m.Error), true
 	}
 	var r struct {
