@@ -168,7 +168,10 @@ type StreamableHandler struct {
 	ep Endpoint
 	// modern0 is the session every modern request's stream is written
 	// for: none of its own (no id, no events kept, no stream numbers).
-	modern0   *httpSession
+	modern0 *httpSession
+	// held are the calls held for its modern clients' retries: they end
+	// at Close.
+	held      heldFront
 	log       *slog.Logger
 	timeout   time.Duration
 	maxBody   int64
@@ -286,7 +289,9 @@ func (h *StreamableHandler) Dropped() uint64 { return h.dropped.Load() }
 
 // Close ends every session: their GET streams end and the endpoint's Close
 // is called for each. New sessions are refused afterwards (503). Requests
-// in flight finish as the endpoint answers them (Close cancels them). An
+// in flight finish as the endpoint answers them (Close cancels them), and
+// the calls held for modern clients' retries end (the server's call is
+// cancelled: no retry can come). An
 // event stream blocked on a client that stopped reading is given
 // min(1 s, WriteTimeout) more, then ends, so that no client can hold up
 // the HTTP server's graceful shutdown; a JSON reply being written is
@@ -315,6 +320,7 @@ func (h *StreamableHandler) Close() {
 	}
 	h.mu.Unlock()
 	h.sweeps.Wait() // a sweep that had started closes what it took
+	h.held.close()
 	for _, hs := range all {
 		h.closeSession(hs)
 	}
@@ -566,7 +572,7 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 			}
 		}
 	}
-	mo.ctx, mo.cancel = ctx, cancel
+	mo.ctx, mo.cancel, mo.front = ctx, cancel, &h.held
 	ps := &postStream{hs: h.modern0, w: w, ctx: r.Context(), sseOK: sseOK, modern: true}
 	if resp == nil {
 		resp = h.ep.Stateless(ctx, m, mo, ps)

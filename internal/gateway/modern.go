@@ -49,6 +49,9 @@ type Modern struct {
 	// client is the session of the stdio connection the request came on
 	// (nil over HTTP): see Session.requester.
 	client *Session
+	// front is the front the request came on, which a call held for the
+	// client's retry answers to (nil: none, as in tests).
+	front *heldFront
 	// ctx and cancel, if set, are the context the request is served in
 	// (the front's, which ends it with the request) and its cancel: the
 	// one forward of the request that gets ctx itself takes it for its

@@ -80,6 +80,7 @@ type heldCall struct {
 	sess     *Session                   // the call's own session, for its life
 	cancel   context.CancelCauseFunc    // ends the server's call, once it began
 	sink     swapSink                   // the current round's stream, nil between rounds
+	front    *heldFront                 // the front the request came on (nil: none to answer to)
 
 	mu      sync.Mutex
 	pending map[string]*heldInput // by input key, waiting for the client
@@ -94,6 +95,64 @@ type heldCall struct {
 	ended   bool
 	expires time.Time
 	expiry  *time.Timer // ends the call at expires
+}
+
+// A heldFront is the front modern requests come on (an HTTP handler, a
+// stdio connection), as the calls held for its clients' retries need it:
+// they end when it closes — no held call outlives the front its client
+// would retry on — and each counts as its activity while it is held (a
+// stdio mcpvisor with an idle exit does not exit while a client's user
+// answers an elicitation).
+type heldFront struct {
+	act    Activity // may be nil
+	mu     sync.Mutex
+	closed bool
+	calls  map[*heldCall]struct{}
+}
+
+// add takes h as one of the front's held calls; false if the front has
+// closed (h is then not held).
+func (f *heldFront) add(h *heldCall) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	if f.calls == nil {
+		f.calls = map[*heldCall]struct{}{}
+	}
+	f.calls[h] = struct{}{}
+	if f.act != nil {
+		f.act.Begin()
+	}
+	return true
+}
+
+// remove lets go of h, once held.
+func (f *heldFront) remove(h *heldCall) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.calls[h]; !ok {
+		return
+	}
+	delete(f.calls, h)
+	if f.act != nil {
+		f.act.End()
+	}
+}
+
+// close ends every call the front holds, and any it would take later.
+func (f *heldFront) close() {
+	f.mu.Lock()
+	f.closed = true
+	calls := make([]*heldCall, 0, len(f.calls))
+	for h := range f.calls {
+		calls = append(calls, h)
+	}
+	f.mu.Unlock()
+	for _, h := range calls {
+		h.end()
+	}
 }
 
 // signal wakes every round waiting; never blocks.
@@ -158,7 +217,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	}
 	h := &heldCall{
 		g: g, endpoint: endpoint, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
-		changed: make(chan struct{}),
+		changed: make(chan struct{}), front: s.modern.front,
 	}
 	h.sink.set(related)
 	// The call outlives the request that began it if it is held: it is
@@ -285,6 +344,9 @@ func (h *heldCall) escalate() bool {
 	defer g.mu.Unlock()
 	if len(g.held) >= maxHeld {
 		return false
+	}
+	if h.front != nil && !h.front.add(h) {
+		return false // the front closed: no client can retry
 	}
 	h.id = secretID("")
 	h.digest = salientDigest(h.req.Params)
@@ -543,6 +605,9 @@ func (h *heldCall) stop(cancel bool) {
 		h.g.mu.Lock()
 		delete(h.g.held, id)
 		h.g.mu.Unlock()
+		if h.front != nil {
+			h.front.remove(h)
+		}
 	}
 	h.g.closeStatelessSession(h.sess)
 }

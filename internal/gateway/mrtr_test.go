@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -449,4 +451,77 @@ func TestMRTRRefusedServerCallIsCancelledAfterGrace(t *testing.T) {
 	}
 	srv := w.fleet.Get("x")
 	waitFor(t, "the refused server call to be cancelled", func() bool { return srv.Status().InFlight == 0 && w.gw.HeldCalls() == 0 })
+}
+
+// A call held for a modern client's retry ends with the HTTP front its
+// client would retry on: at Close the server's call is cancelled and
+// nothing stays held.
+func TestMRTRHeldCallEndsAtHandlerClose(t *testing.T) {
+	w := newMRTRWorld(t)
+	inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	w.h.Close()
+	if n := w.gw.HeldCalls(); n != 0 {
+		t.Fatalf("%d calls held after the handler closed", n)
+	}
+	srv := w.fleet.Get("c")
+	waitFor(t, "the held call's server call to end", func() bool { return srv.Status().InFlight == 0 })
+}
+
+// countActivity counts what an Activity is told of.
+type countActivity struct{ begins, ends atomic.Int32 }
+
+func (a *countActivity) Begin()          { a.begins.Add(1) }
+func (a *countActivity) End()            { a.ends.Add(1) }
+func (a *countActivity) inFlight() int32 { return a.begins.Load() - a.ends.Load() }
+
+// Over stdio, a call held for the client's retry is the client's activity
+// (an idle exit waits for it) until it ends — answered, or with the
+// connection, which ends it.
+func TestMRTRStdioHeldCallIsActivityAndEndsWithTheConnection(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":""}}`)
+	act := &countActivity{}
+	c2sR, c2sW := io.Pipe()
+	s2cR, s2cW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- StdioOptions{Activity: act}.Serve(context.Background(), w.gw.Aggregate(), c2sR, s2cW)
+		s2cW.Close()
+	}()
+	lines := bufio.NewScanner(s2cR)
+	lines.Buffer(nil, 1<<20)
+	next := func() *rpc.Message {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no answer: %v", lines.Err())
+		}
+		m, err := rpc.Decode(lines.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	send := func(id, extra string) {
+		_, _ = io.WriteString(c2sW, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"test_elicitation","arguments":{"message":"who?"}`+extra+`,`+modernMeta(`{"elicitation":{}}`)+`}}`+"\n")
+	}
+	send("1", "")
+	key, _, state := inputRequired(t, next())
+	waitFor(t, "the request's own end", func() bool { return act.ends.Load() >= 1 })
+	if n := act.inFlight(); n != 1 {
+		t.Fatalf("%d requests in flight for the activity while a call is held, want 1", n)
+	}
+	send("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`)
+	if m := next(); m.Error != nil || !strings.Contains(string(m.Result), "ada") {
+		t.Fatalf("the retry: %s", m.Encode())
+	}
+	waitFor(t, "the activity to end with the answered call", func() bool { return act.inFlight() == 0 })
+	send("3", "")
+	inputRequired(t, next())
+	if n := w.gw.HeldCalls(); n != 1 {
+		t.Fatalf("%d calls held, want 1", n)
+	}
+	c2sW.Close() // the client goes away without retrying
+	<-done       // Serve returns (the client's EOF)
+	if n, a := w.gw.HeldCalls(), act.inFlight(); n != 0 || a != 0 {
+		t.Fatalf("after the connection ended: %d calls held, activity %d", n, a)
+	}
 }

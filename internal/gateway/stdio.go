@@ -36,7 +36,9 @@ type StdioOptions struct {
 	// Logger receives the front's diagnostics (nil: discarded).
 	Logger *slog.Logger
 
-	// Activity, if not nil, sees every client request begin and end.
+	// Activity, if not nil, sees every client request begin and end, and
+	// every call held for a modern client's retry as one request while it
+	// is held.
 	Activity Activity
 
 	// WriteTimeout bounds every write to the client: one that has not
@@ -67,6 +69,10 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	var conn *rpc.Conn
 	var sess *Session
 	var wg sync.WaitGroup
+	// The calls held for the client's retries count as its activity, and
+	// end with the connection.
+	front := &heldFront{act: act}
+	defer front.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pool := &workers{wg: &wg, work: make(chan func()), quit: ctx.Done()}
@@ -145,6 +151,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				}
 				if bad == nil {
 					mo.client = sess // every request here is this client's
+					mo.front = front
 				}
 				if bad != nil {
 					pool.run(func() { _ = conn.Write(bad) })
