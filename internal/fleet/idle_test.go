@@ -47,6 +47,23 @@ type fakeLive struct {
 	done chan struct{}
 	once sync.Once
 	err  error // what Wait reports: set by crash
+
+	// A modern one takes its resource subscriptions as one set.
+	modern bool
+	subMu  sync.Mutex
+	subs   []string
+}
+
+func (f *fakeLive) Modern() bool { return f.modern }
+func (f *fakeLive) SetResourceSubscriptions(uris []string) {
+	f.subMu.Lock()
+	f.subs = uris
+	f.subMu.Unlock()
+}
+func (f *fakeLive) subscriptions() []string {
+	f.subMu.Lock()
+	defer f.subMu.Unlock()
+	return f.subs
 }
 
 // crash ends the session as a server that exits on its own does.
@@ -83,6 +100,7 @@ type fakeConnector struct {
 	connects   *atomic.Int32
 	startDelay time.Duration
 	fail       *atomic.Bool
+	modern     *atomic.Bool // its servers are modern ones
 }
 
 func (c *fakeConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
@@ -95,7 +113,7 @@ func (c *fakeConnector) Connect(ctx context.Context) (lifecycle.Session, error) 
 	if c.fail.Load() {
 		return nil, fmt.Errorf("%w: cannot start", lifecycle.ErrServerUnavailable)
 	}
-	l := &fakeLive{done: make(chan struct{})}
+	l := &fakeLive{done: make(chan struct{}), modern: c.modern != nil && c.modern.Load()}
 	c.onConnect(ctx, l)
 	return l, nil
 }
@@ -104,6 +122,7 @@ type fakeFleet struct {
 	f        *Fleet
 	connects atomic.Int32
 	fail     atomic.Bool
+	modern   atomic.Bool // servers started from now on are modern
 	mu       sync.Mutex
 	events   []Event
 }
@@ -130,7 +149,7 @@ func newFakeFleet(t *testing.T, settings string) *fakeFleet {
 	ff.f, err = New(cfg, Options{
 		Logger: discardLogger(),
 		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
-			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail}
+			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail, modern: &ff.modern}
 		},
 		OnEvent: func(e Event) {
 			ff.mu.Lock()

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 // What a session asks of a server while it ends is either forgotten with
@@ -50,4 +52,27 @@ func TestInterestRacingSessionEndIsNotKept(t *testing.T) {
 			t.Fatalf("round %d: an interest of session %s outlived its end", i, session)
 		}
 	}
+}
+
+// A modern server holds its sessions' resource subscriptions in
+// mcpvisor's listen, as one set: a session that ends takes its own out of
+// the set at once; the others' stay.
+func TestEndedSessionLeavesAModernServersSubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		ff.modern.Store(true)
+		s := ff.f.Get("s")
+		c, _ := live(s.Acquire(t.Context(), "A")).(*fakeLive)
+		if c == nil || !c.Modern() {
+			t.Fatal("no modern connection")
+		}
+		s.Subscribe("A", "file:///a")
+		s.Subscribe("B", "file:///b")
+		c.SetResourceSubscriptions(s.InstanceSubscriptions("A")) // as the gateway does at a subscribe
+		ff.f.EndSession(t.Context(), "A")
+		if got := c.subscriptions(); !slices.Equal(got, []string{"file:///b"}) {
+			t.Fatalf("the server's listen holds %v after session A ended, want B's alone", got)
+		}
+	})
 }

@@ -47,8 +47,19 @@ func (s *Server) detachSession(session string) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
 	delete(s.perSession, session)
+	_, had := s.interests[session]
 	delete(s.interests, session)
+	if had {
+		s.igen++ // a replay running now tells the server again
+	}
 	s.mu.Unlock()
+	if had && in == nil {
+		// A modern server has the sessions' subscriptions in mcpvisor's
+		// listen, not one by one: the session's go from it now.
+		if rs, ok := s.shared.current().(ResourceSubscriber); ok && rs.Modern() {
+			rs.SetResourceSubscriptions(s.InstanceSubscriptions(""))
+		}
+	}
 	s.shared.rearm() // a subscription it held may have kept it awake
 	return in
 }
