@@ -94,10 +94,12 @@ type HTTPOptions struct {
 	// Host and Origin (403), then the bearer token if one is set (401).
 	Access guard.Options
 
-	// MaxSessions bounds the sessions open at once: an initialize beyond
-	// it gets 503 with a JSON-RPC error naming the limit, until a session
-	// ends (DELETE, expiry). 0 or negative means DefaultMaxSessions: the
-	// number is never unbounded. Ignored when SessionLimit is set.
+	// MaxSessions bounds the sessions open at once, and 2026-07-28
+	// subscriptions/listen streams with them: an initialize or a listen
+	// beyond it gets 503 with a JSON-RPC error naming the limit, until a
+	// session ends (DELETE, expiry) or a listen does. 0 or negative means
+	// DefaultMaxSessions: the number is never unbounded. Ignored when
+	// SessionLimit is set.
 	MaxSessions int
 
 	// SessionLimit, if set, is a bound shared with other handlers
@@ -550,6 +552,17 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	if bad != nil {
 		h.reply(w, http.StatusBadRequest, bad)
 		return
+	}
+	if m.Method == "subscriptions/listen" {
+		// A listen is the modern client's standing stream, as a session
+		// is a legacy one's: it takes a place under the same bound.
+		if !h.limit.take() {
+			h.log.Warn("http: session limit reached, subscriptions/listen refused", "limit", h.limit.max)
+			rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
+				"too many sessions and listens: the limit is "+strconv.FormatInt(h.limit.max, 10)+" open at once; try again when one has ended")
+			return
+		}
+		defer h.limit.give()
 	}
 	// The request ends with its stream, or when the front closes (a
 	// subscriptions/listen stream ends then with its result).

@@ -698,3 +698,42 @@ func TestModernToolListLookupIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// subscriptions/listen streams count under the sessions' bound, with the
+// sessions: beyond it a listen (or an initialize) gets 503 LimitReached,
+// and a listen that ends gives its place back.
+func TestModernListensBoundedWithSessions(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{MaxSessions: 2})
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); hs.Close() })
+	body := `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},` + modernMeta(`{}`) + `}}`
+	ctx1, end1 := context.WithCancel(t.Context())
+	defer end1()
+	first := sseEvents(t, ctx1, hs.URL, body, modernHeaders("subscriptions/listen", ""))
+	nextEvent(t, first)
+	second := sseEvents(t, t.Context(), hs.URL, body, modernHeaders("subscriptions/listen", ""))
+	nextEvent(t, second)
+	refused := func(what string, resp *http.Response, b []byte) {
+		t.Helper()
+		m, err := rpc.Decode(bytes.TrimSpace(b))
+		if resp.StatusCode != http.StatusServiceUnavailable || err != nil || m.Error == nil || m.Error.Code != rpc.LimitReached {
+			t.Fatalf("%s beyond the bound: HTTP %d %s", what, resp.StatusCode, b)
+		}
+	}
+	resp, b := postModern(t, hs.URL, body, "subscriptions/listen", "")
+	refused("a third listen", resp, b)
+	resp2, err := http.Post(hs.URL, "application/json", strings.NewReader(httpInit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	refused("an initialize", resp2, b)
+	end1() // the first listener goes away: its place comes back
+	waitFor(t, "the first listen's place to come back", func() bool { return h.limit.open.Load() == 1 })
+	third := sseEvents(t, t.Context(), hs.URL, body, modernHeaders("subscriptions/listen", ""))
+	if e := nextEvent(t, third); !strings.Contains(e, "notifications/subscriptions/acknowledged") {
+		t.Fatalf("a listen in the place given back: %s", e)
+	}
+}
