@@ -31,8 +31,10 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	}
 	var cancel context.CancelCauseFunc
 	if mo := s.modern; mo != nil && s.held == nil && mo.cancel != nil && ctx == mo.ctx {
-		// A modern request's context is its own: its forward ends it
-		// (once: a second forward derives its own).
+		// A modern request's context is its own: its forward ends it.
+		// Only the first forward takes it; a second (no path makes one
+		// today) derives its own context, and so must begin before the
+		// first ends — after, the request's context has ended.
 		cancel, mo.cancel = mo.cancel, nil
 	}
 	f, resp := g.begin(ctx, cancel, s, srv, method, params, clientID, related)

@@ -664,18 +664,7 @@ func TestModernToolListLookupIsBounded(t *testing.T) {
 		t.Cleanup(func() { h.Close(); hs.Close() })
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // against a hang: the bound is 1.3 s
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},`+modernMeta(`{}`)+`}}`))
-		for k, v := range modernHeaders("tools/call", "echo") {
-			req.Header.Set(k, v)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", httpAccept)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("no answer: %v", err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, b := postModernCtx(t, ctx, hs.URL, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"},`+modernMeta(`{}`)+`}}`, "tools/call", "echo")
 		m, err := rpc.Decode(bytes.TrimSpace(b))
 		if err != nil || m.Error == nil || m.Error.Code != rpc.BackendUnavailable || !strings.Contains(m.Error.Message, "could not be learned") {
 			t.Fatalf("HTTP %d %s (%v), want the error of a list that could not be learned", resp.StatusCode, b, err)
@@ -721,7 +710,10 @@ func TestModernListensBoundedWithSessions(t *testing.T) {
 			t.Fatalf("%s beyond the bound: HTTP %d %s", what, resp.StatusCode, b)
 		}
 	}
-	resp, b := postModern(t, hs.URL, body, "subscriptions/listen", "")
+	// Bounded: a listen that were let in would stream until the test ends.
+	ctx3, end3 := context.WithTimeout(t.Context(), 10*time.Second)
+	defer end3()
+	resp, b := postModernCtx(t, ctx3, hs.URL, body, "subscriptions/listen", "")
 	refused("a third listen", resp, b)
 	resp2, err := http.Post(hs.URL, "application/json", strings.NewReader(httpInit))
 	if err != nil {

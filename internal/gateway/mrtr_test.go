@@ -76,7 +76,14 @@ func (w *mrtrWorld) callTool(id, tool, args, extra, caps string) *rpc.Message {
 // headers a modern client sends, and returns the reply and its whole body.
 func postModern(t testing.TB, url, body, method, name string) (*http.Response, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	return postModernCtx(t, context.Background(), url, body, method, name)
+}
+
+// postModernCtx is postModern within ctx (an answer that does not come
+// within it is an error, with the body read so far).
+func postModernCtx(t testing.TB, ctx context.Context, url, body, method, name string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	for k, v := range modernHeaders(method, name) {
 		req.Header.Set(k, v)
 	}
