@@ -545,6 +545,17 @@ func (g *Gateway) rootsQuiet(conn fleet.Conn) bool {
 	return !ok
 }
 
+// legacyLately reports whether a legacy session's request on conn ended
+// within the linger: the server may be asking for roots on its own for
+// that session (a legacy client's roots are the session's), so such a
+// request is no modern call's.
+func (g *Gateway) legacyLately(conn fleet.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t, ok := g.legacyEnded[conn]
+	return ok && time.Since(t) < g.linger
+}
+
 // abandon records that s's request on conn ended unanswered, so that for
 // its timeout the server's requests are not attributed to another session
 // by what is in flight. Expired records of every connection are dropped.
@@ -568,6 +579,17 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	if now.Sub(g.recentGC) > g.linger {
 		g.recentGC = now
 		sweep(g.recent, now)
+		for c, t := range g.legacyEnded {
+			if now.Sub(t) >= g.linger {
+				delete(g.legacyEnded, c)
+			}
+		}
+	}
+	if s.modern == nil {
+		if g.legacyEnded == nil {
+			g.legacyEnded = map[fleet.Conn]time.Time{}
+		}
+		g.legacyEnded[conn] = now
 	}
 	// Only whether one session or several were active matters: the two
 	// latest sessions are kept, each with its latest end.
@@ -697,9 +719,9 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// A modern client has roots only as a call's input (mrtr): the
 		// roots a server asks for during its call are that call's —
 		// unless a legacy client lately told the server its roots
-		// changed, when the server may be asking on its own, for that
-		// client.
-		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && g.rootsQuiet(conn))
+		// changed, or had a request end there, when the server may be
+		// asking on its own, for that client.
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && g.rootsQuiet(conn) && !g.legacyLately(conn))
 		if scoped && sessions == 1 {
 			c = only
 		}

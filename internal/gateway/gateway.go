@@ -53,11 +53,14 @@ type Gateway struct {
 	// rootsChanged: when a client last told each connection's server its
 	// roots changed (see rootsAsked).
 	rootsChanged map[fleet.Conn]time.Time
-	tokens       map[string]*call   // our progress token → call
-	outReqs      map[string]*outReq // our id of a server→client request → where it came from
-	agg          *aggregate
-	pageSize     int                // of the aggregated lists; 0: whole lists
-	listeners    map[*listener]bool // open subscriptions/listen requests
+	// legacyEnded: when a legacy session's request last ended on each
+	// connection (swept with recent): see legacyLately.
+	legacyEnded map[fleet.Conn]time.Time
+	tokens      map[string]*call   // our progress token → call
+	outReqs     map[string]*outReq // our id of a server→client request → where it came from
+	agg         *aggregate
+	pageSize    int                // of the aggregated lists; 0: whole lists
+	listeners   map[*listener]bool // open subscriptions/listen requests
 	// held are the calls held for a modern client's retry (mrtr.go), by
 	// id; holdTimeout bounds each, stateKey signs their requestState.
 	held        map[string]*heldCall

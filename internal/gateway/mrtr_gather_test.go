@@ -144,10 +144,12 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 }
 
 // roots/list during a modern client's call is that call's input — unless
-// a client lately told the server its roots changed: then the server may
-// be asking on its own, for that client, and the request is no call's.
+// a client lately told the server its roots changed, or a legacy client's
+// request ended there lately: then the server may be asking on its own,
+// for that client, and the request is no call's.
 func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
-	for _, changed := range []bool{false, true} {
+	for _, why := range []string{"", "roots changed", "a legacy request ended"} {
+		changed := why != ""
 		w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
 		g := w.gw
 		conn := &recConn{}
@@ -159,15 +161,20 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		g.mu.Lock()
 		g.calls[conn] = []*call{cA}
 		g.mu.Unlock()
-		if changed {
+		switch why {
+		case "roots changed":
 			g.rootsAsked(conn)
+		case "a legacy request ended":
+			g.mu.Lock()
+			g.noteRecentLocked(conn, NewSession(noSink))
+			g.mu.Unlock()
 		}
 		g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"r-1"`), Method: "roots/list"})
 		hA.mu.Lock()
 		n := len(hA.pending)
 		hA.mu.Unlock()
 		if changed && n != 0 {
-			t.Fatal("the server's own roots/list, after a client's roots changed, became a modern call's input")
+			t.Fatalf("the server's own roots/list, after %s, became a modern call's input", why)
 		}
 		if !changed && n != 1 {
 			t.Fatalf("roots/list during a modern call: %d inputs pending, want 1", n)

@@ -179,7 +179,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					return
 				}
 				pool.run(func() {
-					resp := ep.Stateless(rctx, m, mo, modernOut)
+					resp := answered(log, m, ep.Stateless(rctx, m, mo, modernOut))
 					modernMu.Lock()
 					delete(modernCalls, key)
 					modernMu.Unlock()
@@ -195,11 +195,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				act.Begin()
 			}
 			pool.run(func() {
-				resp := ep.Handle(hctx, sess, m, out)
-				if resp == nil {
-					log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
-					resp = errorReply(m.ID, rpc.InternalError, "no response")
-				}
+				resp := answered(log, m, ep.Handle(hctx, sess, m, out))
 				if m.Method == "initialize" && resp.Error == nil {
 					v := negotiated(resp)
 					version.Store(&v)
@@ -257,6 +253,16 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	return err
 }
 
+// answered is resp, the endpoint's response to m, or an error for m if the
+// endpoint broke its contract and gave none.
+func answered(log *slog.Logger, m, resp *rpc.Message) *rpc.Message {
+	if resp == nil {
+		log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
+		return errorReply(m.ID, rpc.InternalError, "no response")
+	}
+	return resp
+}
+
 // serveStdioBatch serves the requests of a batch — concurrently, at most
 // batchWorkers at once, their related messages going out as lines of
 // their own — and writes one line: the array of errs and the requests'
@@ -265,11 +271,7 @@ func serveStdioBatch(ctx context.Context, ep Endpoint, sess *Session, conn *rpc.
 	var mu sync.Mutex
 	resps := append(make([]*rpc.Message, 0, len(errs)+len(reqs)), errs...)
 	runBatch(reqs, func(m *rpc.Message) {
-		resp := ep.Handle(ctx, sess, m, out)
-		if resp == nil {
-			log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
-			resp = errorReply(m.ID, rpc.InternalError, "no response")
-		}
+		resp := answered(log, m, ep.Handle(ctx, sess, m, out))
 		mu.Lock()
 		resps = append(resps, resp)
 		mu.Unlock()
