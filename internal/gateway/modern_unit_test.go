@@ -109,3 +109,20 @@ func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
 		t.Fatalf("result %s", resp.Result)
 	}
 }
+
+// No call of a modern request's session begins once the session closed
+// (a late forward of it is refused before it reaches the fleet), and no
+// per-session instance is made for it.
+func TestClosedStatelessSessionBeginsNoCall(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session"}}`)
+	srv := w.fleet.Get("x")
+	s := w.gw.openStatelessSession("", &Modern{Version: modernVersion})
+	w.gw.closeStatelessSession(s)
+	resp := w.gw.forward(t.Context(), s, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"late"}}`), json.RawMessage(`1`), noSink)
+	if resp.Error == nil || !strings.Contains(resp.Error.Message, "session closed") {
+		t.Fatalf("a call of a closed session: %s", resp.Encode())
+	}
+	if n, st := srv.Status().Sessions, srv.Status().State; n != 0 || st == "running" {
+		t.Fatalf("after a closed session's call: %d instances, state %s", n, st)
+	}
+}
