@@ -483,7 +483,13 @@ func mergeCollisions(old []string, member string, add []string) []string {
 
 // byName routes tools/call and prompts/get by the prefixed name.
 func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k fleet.ListKind) *rpc.Message {
-	name, ok := rpc.StringMember(m.Params, "name")
+	var name string
+	var ok bool
+	if mo := s.modern; mo != nil && s.req == m && mo.Name != "" {
+		name, ok = mo.Name, true // read with its _meta, from the same params
+	} else {
+		name, ok = rpc.StringMember(m.Params, "name")
+	}
 	if !ok || name == "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
 	}

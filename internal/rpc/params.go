@@ -203,18 +203,23 @@ func DropMetaKeys(params json.RawMessage, keys ...string) json.RawMessage {
 		}
 		return false
 	}
-	drop, keep := 0, 0
+	// One scan of _meta: the members kept (a few, as a rule: on the
+	// stack), and whether any goes.
+	var kept0 [8]span
+	kept := kept0[:0]
+	drop := 0
 	m := objectAt(d, meta.start, 2)
 	for m.next() {
 		if has(&m) {
 			drop++
 		} else {
-			keep++
+			kept = append(kept, span{m.kstart, m.end})
 		}
 	}
 	if m.err != nil || drop == 0 {
 		return params
 	}
+	keep := len(kept)
 	before, after := d[:ks], d[meta.end:]
 	out := make(json.RawMessage, 0, len(d))
 	if keep == 0 {
@@ -233,17 +238,11 @@ func DropMetaKeys(params json.RawMessage, keys ...string) json.RawMessage {
 	}
 	out = append(out, d[:meta.start]...)
 	out = append(out, '{')
-	first := true
-	m = objectAt(d, meta.start, 2)
-	for m.next() {
-		if has(&m) {
-			continue
-		}
-		if !first {
+	for i, k := range kept {
+		if i > 0 {
 			out = append(out, ',')
 		}
-		first = false
-		out = append(out, d[m.kstart:m.end]...)
+		out = append(out, d[k.start:k.end]...)
 	}
 	out = append(out, '}')
 	return append(out, after...)
