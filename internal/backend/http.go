@@ -90,8 +90,12 @@ var (
 	// between grow from listenDelay, doubling.
 	listenRetries = 3
 	listenDelay   = 100 * time.Millisecond
+	// listenMaxDelay bounds the wait before a modern server's
+	// subscriptions/listen that keeps ending at once is opened again.
+	listenMaxDelay = 5 * time.Second
 	// listenHealthy is how long a standalone stream must last to count as
-	// progress when it delivered nothing.
+	// progress when it delivered nothing, and a modern server's
+	// subscriptions/listen to be opened again at once when it ends.
 	listenHealthy = 5 * time.Second
 	// maxEvent bounds one event read from the standalone stream.
 	maxEvent = rpc.DefaultMaxLine
@@ -190,6 +194,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	b.spawn(b.pump)
 	go func() {
 		_ = c.rpc.Run(context.Background())
+		c.endListen()
 		b.shutdown()
 		b.wg.Wait()
 		b.awaitSessionEnd()
@@ -257,7 +262,9 @@ func (hc *HTTPConnector) client(b *bridge, host string) *http.Client {
 	return &cl
 }
 
-// hookHandler hands what the server sends on its own to the hooks.
+// hookHandler hands what the server sends on its own to the hooks, and
+// after the acknowledgement of a modern server's listen opened again what
+// may have been missed before it (listenAcknowledged).
 //
 // It runs on the read loop, which must not wait for the server to read, so
 // its own answer is written from another goroutine (as Hooks.Request must
@@ -274,8 +281,13 @@ func hookHandler(c *Conn, h Hooks) func(context.Context, *rpc.Message) {
 		}
 		if m.IsRequest() {
 			h.Request(c, m)
-		} else {
-			h.Notification(c, m)
+			return
+		}
+		h.Notification(c, m)
+		if m.Method == "notifications/subscriptions/acknowledged" {
+			for _, n := range c.listenAcknowledged(m.Params) {
+				h.Notification(c, n)
+			}
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -324,43 +323,5 @@ func (m *modernConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		return nil
 	default:
 		return fmt.Errorf("%s: HTTP %d %s", req.Method, x.status, http.StatusText(x.status))
-	}
-}
-
-// listenRemote keeps mcpvisor's subscriptions/listen open on a modern
-// remote server until ctx ends. Its stream, a POST's answer, may end while
-// the server lives on (a proxy's idle timeout, a restart of a stateless
-// server): it is opened again, at once when it lasted listenHealthy, else
-// after a wait growing from listenDelay. A server that refuses the listen
-// with an error of its own is left alone; one that cannot be reached any
-// more ends the connection (the bridge fails it on the POST's network
-// error).
-func (c *Conn) listenRemote(ctx context.Context, params json.RawMessage) {
-	quick := 0
-	for {
-		start := time.Now()
-		resp, err := c.rpc.Call(ctx, "subscriptions/listen", params)
-		switch {
-		case ctx.Err() != nil || errors.Is(err, rpc.ErrClosed):
-			return
-		case err != nil:
-			c.log.Warn("subscriptions/listen on a modern server failed", "err", err)
-			return
-		case resp.Error != nil && resp.Error.Code != rpc.BackendUnavailable:
-			c.log.Warn("a modern server refused subscriptions/listen", "err", resp.Error.Message)
-			return
-		}
-		if time.Since(start) >= listenHealthy {
-			quick = 0
-			continue
-		}
-		t := time.NewTimer(listenDelay << min(quick, 8))
-		quick++
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
 	}
 }

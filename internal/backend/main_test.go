@@ -13,6 +13,8 @@ func init() {
 	// Re-executed as a server's pid-namespace init: run it and exit
 	// before any test starts.
 	proc.RunShimIfRequested()
+	// Or run as a fake modern server (modern_listen_test.go).
+	runFakeModern()
 }
 
 // TestMain checks that no test of the package leaves a goroutine behind.

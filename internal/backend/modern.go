@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -186,15 +187,24 @@ func (c *Conn) listenParams(subs []string) json.RawMessage {
 type listening struct {
 	mu      sync.Mutex
 	subs    []string           // the resources it names, sorted
-	cancel  context.CancelFunc // ends the one open
+	cancel  context.CancelFunc // ends the loop of the one open
+	done    chan struct{}      // closed when that loop, and every one before it, has returned
 	started bool               // the connection has begun listening
+	ended   bool               // the connection has ended: no listen opens any more
+	// stale: a listen ended while the connection lived on, so what it
+	// carries may have been missed until the next one is acknowledged.
+	stale bool
 }
 
 // startListen opens mcpvisor's subscriptions/listen on a modern server —
 // for the list changes its capabilities promise and the resources
 // subscribed to (SetResourceSubscriptions) — so that they reach the hooks
-// as they do from a legacy server, ending the one open before. A listen
-// lasts as long as the connection, and no longer.
+// as they do from a legacy server, ending the one open before: the new
+// one is opened once the loop of that one has returned, so that there are
+// never two. A listen the server ends is opened again (keepListening). A
+// listen lasts as long as the connection, and no longer: it ends when
+// mcpvisor begins to close the connection or the stream ends, and the
+// connection does not count as ended (Done) before it has (endListen).
 func (c *Conn) startListen() {
 	c.lst.mu.Lock()
 	defer c.lst.mu.Unlock()
@@ -203,33 +213,163 @@ func (c *Conn) startListen() {
 		c.lst.cancel()
 		c.lst.cancel = nil
 	}
-	params := c.listenParams(c.lst.subs)
-	if params == nil {
+	if c.lst.ended || c.listenParams(c.lst.subs) == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c.lst.cancel = cancel
+	prev, done := c.lst.done, make(chan struct{})
+	c.lst.cancel, c.lst.done = cancel, done
 	go func() {
+		defer close(done)
 		defer cancel()
+		if prev != nil {
+			<-prev // cancelled above: it returns at once
+		}
 		ended := make(chan struct{})
 		defer close(ended)
 		go func() { // ends the listen with the connection, and no later than it
 			select {
 			case <-c.closeReq:
-			case <-c.runDone:
+			case <-c.rpc.Done():
 			case <-ended:
 			}
 			cancel()
 		}()
-		if c.proc == nil {
-			c.listenRemote(ctx, params)
+		c.keepListening(ctx)
+	}()
+}
+
+// keepListening keeps mcpvisor's subscriptions/listen open on a modern
+// server until ctx ends or the connection does. The server may end it
+// while the connection lives on — with its result (a server whose stream
+// to mcpvisor filled up ends it so, for mcpvisor to fetch what it missed)
+// or an error (one of its own, or, for a remote server, a stream that
+// dropped: a proxy's idle timeout, a restart of a stateless server) — and
+// it is opened again, with the subscriptions of the moment: at once when
+// it lasted listenHealthy, else after a wait growing from listenDelay,
+// doubling, to listenMaxDelay. What it would have carried in between is
+// told to the hooks when the next one is acknowledged (listenAcknowledged).
+// A remote server that cannot be reached any more ends the connection (the
+// bridge fails it on the POST's network error).
+func (c *Conn) keepListening(ctx context.Context) {
+	quick := 0 // listens in a row that ended before listenHealthy
+	for {
+		c.lst.mu.Lock()
+		params := c.listenParams(c.lst.subs)
+		c.lst.mu.Unlock()
+		if params == nil {
 			return
 		}
-		_, err := c.rpc.Call(ctx, "subscriptions/listen", params)
-		if err != nil && !errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil {
-			c.log.Warn("subscriptions/listen on a modern server ended", "err", err)
+		start := time.Now()
+		resp, err := c.rpc.Call(ctx, "subscriptions/listen", params)
+		if ctx.Err() != nil || errors.Is(err, rpc.ErrClosed) {
+			return
 		}
-	}()
+		c.lst.mu.Lock()
+		c.lst.stale = true
+		c.lst.mu.Unlock()
+		level, msg := slog.LevelInfo, "a modern server ended subscriptions/listen; listening again"
+		switch {
+		case err != nil:
+			level, msg = slog.LevelWarn, "subscriptions/listen on a modern server failed; listening again"
+		case resp.Error != nil && resp.Error.Code == rpc.BackendUnavailable:
+			level, msg, err = slog.LevelDebug, "the stream of subscriptions/listen on a modern server ended; listening again", errors.New(resp.Error.Message)
+		case resp.Error != nil:
+			level, msg, err = slog.LevelWarn, "a modern server refused subscriptions/listen; listening again", errors.New(resp.Error.Message)
+		}
+		if quick > 0 {
+			level = slog.LevelDebug // a run of quick ends is told once
+		}
+		var attrs []any
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		c.log.Log(ctx, level, msg, attrs...)
+		if time.Since(start) >= listenHealthy {
+			quick = 0
+			continue
+		}
+		t := time.NewTimer(min(listenDelay<<min(quick, 16), listenMaxDelay))
+		quick++
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// endListen ends mcpvisor's listen with the connection: none opens any
+// more, and it returns once the loop of the one open has returned. The
+// connection's goroutine calls it when the stream has ended, before the
+// connection counts as ended.
+func (c *Conn) endListen() {
+	c.lst.mu.Lock()
+	c.lst.ended = true
+	if c.lst.cancel != nil {
+		c.lst.cancel()
+		c.lst.cancel = nil
+	}
+	done := c.lst.done
+	c.lst.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// listenFilter is the notifications of a subscriptions/listen: those it
+// asks for, or those the server's acknowledgement agrees to.
+type listenFilter struct {
+	ToolsListChanged      bool     `json:"toolsListChanged"`
+	PromptsListChanged    bool     `json:"promptsListChanged"`
+	ResourcesListChanged  bool     `json:"resourcesListChanged"`
+	ResourceSubscriptions []string `json:"resourceSubscriptions"`
+}
+
+// listenAcknowledged takes the server's acknowledgement of a listen
+// (notifications/subscriptions/acknowledged, params ack). When a listen
+// ended before it (keepListening), it returns what the hooks are told for
+// what may have been missed meanwhile, on the read goroutine after the
+// acknowledgement itself: a list change of each list the listen watches,
+// an update of each resource it names (as the acknowledgement agrees, or,
+// if it says nothing, as the listen asked). From then on the listen
+// carries the changes, so those the hooks fetch again are not missed.
+func (c *Conn) listenAcknowledged(ack json.RawMessage) []*rpc.Message {
+	c.lst.mu.Lock()
+	stale := c.lst.stale
+	c.lst.stale = false
+	var asked json.RawMessage
+	if stale {
+		asked = c.listenParams(c.lst.subs)
+	}
+	c.lst.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	var f listenFilter
+	if n := rpc.Member(ack, "notifications"); n == nil || json.Unmarshal(n, &f) != nil {
+		f = listenFilter{}
+		_ = json.Unmarshal(rpc.Member(asked, "notifications"), &f)
+	}
+	var out []*rpc.Message
+	for _, k := range []struct {
+		on     bool
+		method string
+	}{
+		{f.ToolsListChanged, "notifications/tools/list_changed"},
+		{f.PromptsListChanged, "notifications/prompts/list_changed"},
+		{f.ResourcesListChanged, "notifications/resources/list_changed"},
+	} {
+		if k.on {
+			out = append(out, &rpc.Message{Method: k.method})
+		}
+	}
+	for _, uri := range f.ResourceSubscriptions {
+		params, _ := json.Marshal(map[string]string{"uri": uri})
+		out = append(out, &rpc.Message{Method: "notifications/resources/updated", Params: params})
+	}
+	return out
 }
 
 // SetResourceSubscriptions makes uris the resources mcpvisor's listen on a

@@ -80,6 +80,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	})
 	go func() {
 		_ = c.rpc.Run(context.Background())
+		c.endListen()
 		// The protocol stream ended. Unless mcpvisor ended it, the server
 		// is exiting on its own: give it exitGrace to do so, so that its
 		// exit status is its own and not that of a stop mcpvisor began.
