@@ -262,12 +262,17 @@ func (c *Conn) keepListening(ctx context.Context) {
 		}
 		start := time.Now()
 		resp, err := c.rpc.Call(ctx, "subscriptions/listen", params)
-		if ctx.Err() != nil || errors.Is(err, rpc.ErrClosed) {
-			return
-		}
+		// Whatever ended it — the server, or mcpvisor opening the next
+		// with new subscriptions — the server's notifications until the
+		// next is acknowledged may be missed: that one is followed by a
+		// catch-up (listenAcknowledged). After the connection's end none
+		// opens.
 		c.lst.mu.Lock()
 		c.lst.stale = true
 		c.lst.mu.Unlock()
+		if ctx.Err() != nil || errors.Is(err, rpc.ErrClosed) {
+			return
+		}
 		level, msg := slog.LevelInfo, "a modern server ended subscriptions/listen; listening again"
 		switch {
 		case err != nil:

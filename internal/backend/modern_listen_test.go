@@ -446,18 +446,19 @@ func TestModernListenReopensWithCurrentSubscriptions(t *testing.T) {
 		if overlap {
 			t.Error("two listens were open at once")
 		}
-		// Only the listen opened again after the server ended one tells
-		// the hooks what may have been missed; the one opened for the
-		// new subscriptions does not.
+		// Each listen opened after another ended — for the new
+		// subscriptions, or because the server ended it — tells the hooks,
+		// once acknowledged, what may have been missed in between.
 		var notes []string
 		for len(hooks.notes) > 0 {
 			m := <-hooks.notes
 			notes = append(notes, m.Method+" "+string(m.Params))
 		}
 		ack := "notifications/subscriptions/acknowledged "
-		wantNotes := []string{ack + string(ackParams(ids[0], params[0])), ack + string(ackParams(ids[1], params[1])), ack + string(ackParams(ids[2], params[2])),
-			"notifications/tools/list_changed ", "notifications/prompts/list_changed ",
+		catchUp := []string{"notifications/tools/list_changed ", "notifications/prompts/list_changed ",
 			`notifications/resources/updated {"uri":"test://a"}`, `notifications/resources/updated {"uri":"test://b"}`}
+		wantNotes := slices.Concat([]string{ack + string(ackParams(ids[0], params[0])), ack + string(ackParams(ids[1], params[1]))}, catchUp,
+			[]string{ack + string(ackParams(ids[2], params[2]))}, catchUp)
 		if !slices.Equal(notes, wantNotes) {
 			t.Errorf("the hooks got\n%s\nwant\n%s", strings.Join(notes, "\n"), strings.Join(wantNotes, "\n"))
 		}
@@ -501,6 +502,52 @@ func TestModernListenReopensAfterRefusal(t *testing.T) {
 		}
 		if want := []string{"notifications/subscriptions/acknowledged", "notifications/tools/list_changed"}; !slices.Equal(notes, want) {
 			t.Errorf("the hooks got %s, want %s", notes, want)
+		}
+	})
+}
+
+// resubHooks records like recorder, and when the server says "resub" the
+// subscriptions change at once (as a session's subscribe on another
+// goroutine may, at that moment).
+type resubHooks struct{ *recorder }
+
+func (h resubHooks) Notification(c *Conn, m *rpc.Message) {
+	if m.Method == "test/resub" {
+		c.SetResourceSubscriptions([]string{"test://a"})
+		return
+	}
+	h.recorder.Notification(c, m)
+}
+
+// A listen the server ends (so that mcpvisor fetches what it missed) just
+// as mcpvisor opens the next for changed subscriptions: the next one's
+// acknowledgement still tells the hooks what may have been missed.
+func TestModernListenServerEndRacingResubscribeCatchesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeModern{caps: fakeCaps, listen: holdListen}
+		hooks := resubHooks{newRecorder()}
+		c := pipeConn(t, f, hooks)
+		defer c.Close()
+		synctest.Wait()
+		f.mu.Lock()
+		first := json.RawMessage(f.ids[0])
+		f.mu.Unlock()
+		// The subscriptions change just as the server ends listen 1.
+		f.send(`{"jsonrpc":"2.0","method":"test/resub"}`)
+		f.end(first)
+		time.Sleep(time.Second) // fake
+		var notes []string
+		for len(hooks.notes) > 0 {
+			notes = append(notes, (<-hooks.notes).Method)
+		}
+		caught := false
+		for _, n := range notes {
+			if n == "notifications/tools/list_changed" {
+				caught = true
+			}
+		}
+		if !caught {
+			t.Errorf("the server ended listen 1, yet the listen opened after it told the hooks nothing of what may have been missed")
 		}
 	})
 }
