@@ -80,7 +80,14 @@ type Session struct {
 	// client, for a modern request on a stdio connection: the connection's
 	// session. Every request of one connection is its one client's.
 	client *Session
+	// listener: the session a modern client's subscriptions/listen holds
+	// its resource subscriptions in — mcpvisor's own, no legacy client's.
+	listener bool
 }
+
+// legacyClient reports whether s is a legacy client's session (not a
+// modern request's, nor one mcpvisor holds for a listener).
+func (s *Session) legacyClient() bool { return s.modern == nil && !s.listener }
 
 // requester is who s's requests come from, as far as attributing a
 // server's log lines goes: s itself, or, for a modern request over stdio,

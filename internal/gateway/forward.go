@@ -585,7 +585,7 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 			}
 		}
 	}
-	if s.modern == nil {
+	if s.legacyClient() {
 		if g.legacyEnded == nil {
 			g.legacyEnded = map[fleet.Conn]time.Time{}
 		}

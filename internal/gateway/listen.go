@@ -135,6 +135,7 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 			}
 			return l.send(n.Method, n.Params)
 		}))
+		ls.listener = true
 		g.open(ls, server)
 		defer g.closeSession(ls)
 		for _, uri := range uris {

@@ -539,3 +539,43 @@ func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
 		h.end()
 	})
 }
+
+// A modern client's subscriptions/listen naming a resource subscribes
+// through a session of mcpvisor's own: its resources/subscribe ending on a
+// shared legacy server is no legacy client's request, and does not make a
+// modern call's roots/list there ambiguous (legacyLately).
+func TestListenSubscriptionIsNoLegacyRequest(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
+	g := w.gw
+	srv := w.fleet.Get("x")
+	ctx, cancel := context.WithCancel(t.Context())
+	acked := make(chan struct{}, 1)
+	sink := SinkFunc(func(m *rpc.Message) error {
+		if m.Method == "notifications/subscriptions/acknowledged" {
+			acked <- struct{}{}
+		}
+		return nil
+	})
+	done := make(chan *rpc.Message, 1)
+	go func() {
+		done <- g.listen(ctx, "x", &rpc.Message{ID: json.RawMessage(`1`), Method: "subscriptions/listen",
+			Params: json.RawMessage(`{"notifications":{"resourceSubscriptions":["test://a"]}}`)}, sink,
+			func(context.Context, string) *fleet.Server { return srv })
+	}()
+	select {
+	case <-acked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ack")
+	}
+	l, ok := srv.Peek("")
+	if !ok {
+		t.Fatal("no shared instance")
+	}
+	conn := l.Conn()
+	l.Release()
+	if g.legacyLately(conn) {
+		t.Errorf("a modern listen's own subscription marked the server as lately used by a legacy session: a modern call's roots/list is refused for %v", g.linger)
+	}
+	cancel()
+	<-done
+}
