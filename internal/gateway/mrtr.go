@@ -110,13 +110,16 @@ type heldFront struct {
 	calls  map[*heldCall]struct{}
 }
 
-// add takes h as one of the front's held calls; false if the front has
-// closed (h is then not held).
+// add takes h as one of the front's held calls (once: a second add of h
+// is a no-op); false if the front has closed (h is then not held).
 func (f *heldFront) add(h *heldCall) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return false
+	}
+	if _, ok := f.calls[h]; ok {
+		return true
 	}
 	if f.calls == nil {
 		f.calls = map[*heldCall]struct{}{}
@@ -328,9 +331,30 @@ func (mo *Modern) givesInput() bool {
 var testHookStarted func(*heldCall)
 
 // escalate makes h a held call, once: it gets its id, the digest of its
-// request, its deadline, and a place in the gateway's table. false if the
-// table is full (then the server's request is refused).
+// request, its deadline, and a place in the gateway's table and its
+// front's. false if the table is full or the front has closed (then the
+// server's request is refused). The front takes it outside the gateway's
+// locks: its Activity is the caller's code.
 func (h *heldCall) escalate() bool {
+	h.mu.Lock()
+	held, ended := h.id != "", h.ended
+	h.mu.Unlock()
+	if held {
+		return true
+	}
+	if ended || (h.front != nil && !h.front.add(h)) {
+		return false // ended, or the front closed: no client can retry
+	}
+	ok := h.register()
+	if !ok && h.front != nil {
+		h.front.remove(h)
+	}
+	return ok
+}
+
+// register gives h its id and place in the gateway's table (escalate);
+// false if the table is full or h has ended.
+func (h *heldCall) register() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.id != "" {
@@ -344,9 +368,6 @@ func (h *heldCall) escalate() bool {
 	defer g.mu.Unlock()
 	if len(g.held) >= maxHeld {
 		return false
-	}
-	if h.front != nil && !h.front.add(h) {
-		return false // the front closed: no client can retry
 	}
 	h.id = secretID("")
 	h.digest = salientDigest(h.req.Params)
@@ -402,10 +423,13 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 		case ended:
 			return errorResponse(id, rpc.InvalidParams, "Invalid params: the request ended (answered on another retry, abandoned or expired); send it again without requestState")
 		case pending > 0 && gather <= 0:
-			// Between rounds nothing is the client's to see: no
-			// request of its is active.
-			h.sink.set(nil)
-			return h.missing(id)
+			if r := h.missing(id); r != nil {
+				// Between rounds nothing is the client's to see: no
+				// request of its is active.
+				h.sink.set(nil)
+				return r
+			}
+			continue // the server withdrew what it asked: wait on
 		}
 		var after <-chan time.Time
 		var gt *time.Timer
@@ -434,6 +458,10 @@ func (h *heldCall) round(ctx context.Context, id json.RawMessage) *rpc.Message {
 // owes, or nil if it owes none.
 func (h *heldCall) missing(id json.RawMessage) *rpc.Message {
 	h.mu.Lock()
+	if len(h.pending) == 0 {
+		h.mu.Unlock()
+		return nil // withdrawn since the round looked (withdraw)
+	}
 	reqs := make(map[string]json.RawMessage, len(h.pending))
 	for k, in := range h.pending {
 		reqs[k] = mustJSON(map[string]json.RawMessage{"method": mustJSON(in.method), "params": nonEmpty(in.params)})

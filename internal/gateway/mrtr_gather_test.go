@@ -579,3 +579,62 @@ func TestListenSubscriptionIsNoLegacyRequest(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// lockProbe is an Activity that records whether the gateway's lock, or
+// its held call's, was held when it was called.
+type lockProbe struct {
+	g             *Gateway
+	h             *heldCall
+	begins, ends  int
+	underGateLock bool
+}
+
+func (a *lockProbe) probe() {
+	for _, mu := range []*sync.Mutex{&a.g.mu, &a.h.mu} {
+		if mu.TryLock() {
+			mu.Unlock()
+		} else {
+			a.underGateLock = true
+		}
+	}
+}
+func (a *lockProbe) Begin() { a.begins++; a.probe() }
+func (a *lockProbe) End()   { a.ends++; a.probe() }
+
+// A front's Activity is told of a held call outside the gateway's locks
+// (it is the caller's code: one that asks the gateway anything would
+// deadlock under them), once as the call is held and once as it ends.
+func TestHeldFrontActivityOutsideGatewayLocks(t *testing.T) {
+	g := New(nil)
+	act := &lockProbe{g: g}
+	front := &heldFront{act: act}
+	s := g.openStatelessSession("", &Modern{Version: modernVersion})
+	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{}`), front: front}
+	act.h = h
+	s.held = h
+	if !h.escalate() || !h.escalate() {
+		t.Fatal("not held")
+	}
+	h.end()
+	if act.begins != 1 || act.ends != 1 || act.underGateLock {
+		t.Fatalf("Begin %d, End %d times; under the gateway's or the call's lock: %v", act.begins, act.ends, act.underGateLock)
+	}
+}
+
+// A round is never an input_required result that asks for nothing: with
+// every input withdrawn since the round looked, missing has no answer and
+// the round waits on.
+func TestMRTRNoEmptyRound(t *testing.T) {
+	g := New(nil)
+	h, c := newHeld(g, &recConn{})
+	defer h.stop(false)
+	if ok, why := h.offer(c.conn, &rpc.Message{ID: json.RawMessage(`7`), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)}, c); !ok {
+		t.Fatal(why)
+	}
+	if !h.withdraw(c.conn, json.RawMessage(`7`)) {
+		t.Fatal("not withdrawn")
+	}
+	if r := h.missing(json.RawMessage(`1`)); r != nil {
+		t.Fatalf("a round with nothing to ask: %s", r.Encode())
+	}
+}
