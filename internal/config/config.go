@@ -170,8 +170,10 @@ type Server struct {
 	Sharing  string // SharingShared or SharingPerSession
 	Protocol string // ProtocolAuto, ProtocolLegacy or ProtocolModern
 	// MaxInstances bounds the instances of a per-session server, one per
-	// client session (default DefaultMaxInstances); beyond it a session's
-	// request gets an error naming the limit instead of a new process.
+	// client session (default DefaultMaxInstances), those of ended
+	// sessions still stopping included; beyond it a session's request
+	// waits, within its start bound, for one of those to be gone, else
+	// gets an error naming the limit — never a new process.
 	MaxInstances int
 
 	IdleTimeout    time.Duration

@@ -95,10 +95,12 @@ func (f *Fleet) EndSession(ctx context.Context, session string) {
 }
 
 // DetachSession is EndSession in two steps: at once, before it returns,
-// session is forgotten — its per-session instances leave the servers' count
-// of them (maxInstances), its subscriptions and log levels go, and no
-// instance is created for it afterwards —; the function it returns stops
-// those instances, bounded by its ctx.
+// session is forgotten — its subscriptions and log levels go, no request
+// reaches its per-session instances, and no instance is created for it
+// afterwards —; the function it returns stops those instances, bounded by
+// its ctx, and must be called. Until they are stopped they count towards
+// their servers' maxInstances: a new session's instance beyond it waits
+// (within its Acquire's ctx) for one of them to be gone.
 func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 	if session == "" {
 		return func(context.Context) {}
@@ -115,16 +117,20 @@ func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 	}
 	f.ended[session] = now
 	f.endMu.Unlock()
-	var detached []*instance
+	type detached struct {
+		s  *Server
+		in *instance
+	}
+	var all []detached
 	for _, s := range f.servers {
 		if in := s.detachSession(session); in != nil {
-			detached = append(detached, in)
+			all = append(all, detached{s, in})
 		}
 	}
 	return func(ctx context.Context) {
 		var wg sync.WaitGroup
-		for _, in := range detached {
-			wg.Go(func() { _ = in.close(ctx) })
+		for _, d := range all {
+			wg.Go(func() { d.s.stopDetached(ctx, d.in) })
 		}
 		wg.Wait()
 	}

@@ -98,7 +98,7 @@ func (f *Fleet) Acquire(ctx context.Context, server, session string) (*Lease, er
 
 // Acquire is Fleet.Acquire for this server.
 func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
-	in, err := s.instanceFor(session, true)
+	in, err := s.instanceFor(ctx, session, true)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (s *Server) Peek(session string) (l *Lease, ok bool) { return s.leaseRunnin
 // request when request is set; otherwise it counts, creates and starts
 // nothing.
 func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
-	in, _ := s.instanceFor(session, false)
+	in, _ := s.instanceFor(nil, session, false)
 	if in == nil {
 		return nil, false
 	}
@@ -146,24 +146,45 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 
 // instanceFor is the instance that serves session: the shared one unless
 // the server is per-session and session is set. A per-session instance is
-// created only when create is set, and only below the instance limit.
-func (s *Server) instanceFor(session string, create bool) (*instance, error) {
+// created only when create is set, and only below the instance limit,
+// which counts the instances still stopping (DetachSession) with those
+// that run: a process is a process until it is gone. At the limit, while
+// some are stopping, it waits for one to be gone, within ctx.
+func (s *Server) instanceFor(ctx context.Context, session string, create bool) (*instance, error) {
 	if !s.PerSession() || session == "" {
 		return s.shared, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if in := s.perSession[session]; in != nil {
-		return in, nil
-	}
-	if !create {
-		return nil, nil
-	}
-	if s.f.sessionEnded(session) {
-		return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
-	}
-	if max := s.cfg.MaxInstances; max > 0 && len(s.perSession) >= max {
-		return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession), max)
+	for {
+		if in := s.perSession[session]; in != nil {
+			return in, nil
+		}
+		if !create {
+			return nil, nil
+		}
+		if s.f.sessionEnded(session) {
+			return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
+		}
+		max := s.cfg.MaxInstances
+		if max <= 0 || len(s.perSession)+s.stopping < max {
+			break
+		}
+		if s.stopping == 0 || ctx == nil {
+			return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, max)
+		}
+		if s.freed == nil {
+			s.freed = make(chan struct{})
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		select {
+		case <-freed:
+			s.mu.Lock()
+		case <-ctx.Done():
+			s.mu.Lock()
+			return nil, fmt.Errorf("%w: server %s runs %d instances (maxInstances %d), and none stopped in time: %v", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, max, context.Cause(ctx))
+		}
 	}
 	in := s.newInstance(session)
 	if s.perSession == nil {

@@ -391,10 +391,12 @@ func TestTryAcquire(t *testing.T) {
 	})
 }
 
-// DetachSession frees the session's place at once — its instance is no
-// longer counted against maxInstances, and another session may start one —
-// while the detached instance runs until the stop it returned is called.
-func TestDetachSessionFreesItsPlaceBeforeTheStop(t *testing.T) {
+// DetachSession forgets the session at once, but its instance counts
+// towards maxInstances until it is stopped — a process is a process until
+// it is gone —: another session's instance beyond the limit waits for the
+// stop (within its ctx), then takes the place; without one stopping, the
+// limit refuses at once.
+func TestDetachedInstanceCountsUntilStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0","maxInstances":1`)
 		defer ff.close(t)
@@ -408,18 +410,29 @@ func TestDetachSessionFreesItsPlaceBeforeTheStop(t *testing.T) {
 		}
 		stop := ff.f.DetachSession("A")
 		if n := s.Status().Sessions; n != 0 {
-			t.Fatalf("%d per-session instances counted after the detach", n)
+			t.Fatalf("%d per-session instances listed after the detach", n)
 		}
 		if !a.Alive() {
 			t.Fatal("the detached instance stopped before its stop was called")
 		}
-		b := live(s.Acquire(t.Context(), "B"))
-		if b == nil {
-			t.Fatal("no instance for B in the place the detached session left")
+		// B waits for A's place, within its ctx.
+		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := s.Acquire(short, "B"); !errors.Is(err, ErrInstanceLimit) {
+			t.Fatalf("B's instance while A's still runs: %v", err)
+		}
+		got := make(chan Live, 1)
+		go func() { got <- live(s.Acquire(t.Context(), "B")) }()
+		synctest.Wait() // B waits
+		select {
+		case <-got:
+			t.Fatal("B's instance was made while the detached A still ran")
+		default:
 		}
 		stop(t.Context())
-		if a.Alive() || !b.Alive() {
-			t.Fatalf("after the stop: A alive %v, B alive %v; want A stopped, B running", a.Alive(), b.Alive())
+		b := <-got
+		if a.Alive() || b == nil || !b.Alive() {
+			t.Fatalf("after the stop: A alive %v, B %v; want A stopped, B running", a.Alive(), b)
 		}
 		if _, err := s.Acquire(t.Context(), "A"); err == nil {
 			t.Fatal("a lease for the detached session was granted")

@@ -17,6 +17,8 @@ type Server struct {
 
 	mu         sync.Mutex
 	perSession map[string]*instance
+	stopping   int                  // per-session instances detached, still stopping
+	freed      chan struct{}        // closed (and replaced) as one of them is gone
 	interests  map[string]*interest // by client session
 	igen       uint64               // changes of interests, for the replay
 }
@@ -46,6 +48,9 @@ func (s *Server) instances() []*instance {
 func (s *Server) detachSession(session string) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
+	if in != nil {
+		s.stopping++ // until stopped (stopDetached)
+	}
 	delete(s.perSession, session)
 	_, had := s.interests[session]
 	delete(s.interests, session)
@@ -62,6 +67,20 @@ func (s *Server) detachSession(session string) *instance {
 	}
 	s.shared.rearm() // a subscription it held may have kept it awake
 	return in
+}
+
+// stopDetached stops in, an instance detachSession took out, within ctx,
+// and lets a session waiting for a place under the instance limit take
+// its place.
+func (s *Server) stopDetached(ctx context.Context, in *instance) {
+	_ = in.close(ctx)
+	s.mu.Lock()
+	s.stopping--
+	if s.freed != nil {
+		close(s.freed)
+		s.freed = nil
+	}
+	s.mu.Unlock()
 }
 
 // Stop stops the shared instance (it starts again on the next request).

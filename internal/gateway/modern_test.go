@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -614,9 +616,9 @@ func inFlight(g *Gateway) int {
 
 // A per-session server limited to one instance serves a modern client's
 // requests one after another: server/discover runs no instance of its own
-// (it is answered from the server's shared one), and a request's instance
-// leaves the count before its answer is sent, so the next request can
-// take its place at once.
+// (it is answered from the server's shared one), and each request's
+// instance is no session's once its answer is sent; the next request
+// takes its place as soon as it is gone.
 func TestModernPerSessionRequestsWithinMaxInstances(t *testing.T) {
 	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","maxInstances":1}}`)
 	srv := w.fleet.Get("x")
@@ -727,5 +729,38 @@ func TestModernListensBoundedWithSessions(t *testing.T) {
 	third := sseEvents(t, t.Context(), hs.URL, body, modernHeaders("subscriptions/listen", ""))
 	if e := nextEvent(t, third); !strings.Contains(e, "notifications/subscriptions/acknowledged") {
 		t.Fatalf("a listen in the place given back: %s", e)
+	}
+}
+
+// maxInstances bounds a per-session server's processes, those still
+// stopping included: a modern client's next request waits for the last
+// one's process — slow to exit — to be gone, and never more than the
+// bound (and the shared instance that learns the lists) run at once.
+func TestModernPerSessionInstancesBoundProcesses(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","maxInstances":1,
+		"env":{"FIXTURE_IGNORE_EOF":"1","FIXTURE_IGNORE_TERM":"1"},"stop":{"stdinWait":"500ms","termWait":"500ms"}}}`)
+	h := NewStreamableHandler(w.gw.Single("x"), HTTPOptions{})
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { h.Close(); hs.Close() })
+	fixture := testserver.Build(t)
+	servers := func() int { // the fixture processes (each runs under a shim of its own)
+		n := 0
+		for _, pid := range testserver.LiveProcesses(w.marker) {
+			if exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); exe == fixture {
+				n++
+			}
+		}
+		return n
+	}
+	most := 0
+	for i := range 3 {
+		resp, b := postModern(t, hs.URL, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"r%d"},%s}}`, i+1, i, modernMeta(`{}`)), "tools/call", "echo")
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(fmt.Sprintf(`"r%d"`, i))) {
+			t.Fatalf("call %d: HTTP %d %s", i, resp.StatusCode, b)
+		}
+		most = max(most, servers())
+	}
+	if most > 2 {
+		t.Fatalf("%d processes of a per-session server with maxInstances 1 ran at once (the bound, and the shared instance)", most)
 	}
 }
