@@ -192,6 +192,17 @@ func (s *Server) InstanceSubscriptions(session string) []string {
 	return uris
 }
 
+// SyncSubscriptions tells rs — the connection of the instance serving
+// session, to a modern server — the resources that instance's sessions
+// subscribe to now. Calls are serialized, each reading the set under the
+// same lock it is told under, so that what the server is told last is
+// the current set (two changes at once cannot leave the older one).
+func (s *Server) SyncSubscriptions(rs ResourceSubscriber, session string) {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	rs.SetResourceSubscriptions(s.InstanceSubscriptions(session))
+}
+
 // ResourceSubscriber is a connection that takes a modern server's resource
 // subscriptions as one set (such a server has no resources/subscribe: they
 // go in mcpvisor's subscriptions/listen). Modern reports whether the
@@ -245,13 +256,13 @@ func (in *instance) catchUp(ctx context.Context) {
 }
 
 func (in *instance) replayOnce(ctx context.Context, c Conn) {
-	uris, level := in.srv.replay(in.key)
 	if rs, ok := c.(ResourceSubscriber); ok && rs.Modern() {
 		// A modern server: the subscriptions go in its listen, and the
 		// log level in each request's _meta.
-		rs.SetResourceSubscriptions(uris)
+		in.srv.SyncSubscriptions(rs, in.key)
 		return
 	}
+	uris, level := in.srv.replay(in.key)
 	if len(uris) == 0 && level == "" {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // What a session asks of a server while it ends is either forgotten with
@@ -75,4 +76,58 @@ func TestEndedSessionLeavesAModernServersSubscriptions(t *testing.T) {
 			t.Fatalf("the server's listen holds %v after session A ended, want B's alone", got)
 		}
 	})
+}
+
+// heldSubscriber is a modern server's connection whose first
+// SetResourceSubscriptions is held until release is closed.
+type heldSubscriber struct {
+	entered, release chan struct{}
+	mu               sync.Mutex
+	calls            int
+	subs             []string
+}
+
+func (r *heldSubscriber) Modern() bool { return true }
+func (r *heldSubscriber) SetResourceSubscriptions(uris []string) {
+	r.mu.Lock()
+	r.calls++
+	first := r.calls == 1
+	r.mu.Unlock()
+	if first {
+		close(r.entered)
+		<-r.release
+	}
+	r.mu.Lock()
+	r.subs = uris
+	r.mu.Unlock()
+}
+
+// Two subscription changes told at once leave the server with the newer
+// set: SyncSubscriptions reads and tells under one lock, so an older set
+// slow to be told cannot land after the newer.
+func TestSyncSubscriptionsLastToldIsCurrent(t *testing.T) {
+	ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+	defer ff.close(t)
+	s := ff.f.Get("s")
+	rs := &heldSubscriber{entered: make(chan struct{}), release: make(chan struct{})}
+	s.Subscribe("A", "file:///a")
+	first := make(chan struct{})
+	go func() { s.SyncSubscriptions(rs, ""); close(first) }()
+	<-rs.entered // the older set is being told
+	s.Subscribe("B", "file:///b")
+	second := make(chan struct{})
+	go func() { s.SyncSubscriptions(rs, ""); close(second) }()
+	select {
+	case <-second: // told at once: the older may land after it
+	case <-time.After(100 * time.Millisecond): // (or waiting its turn)
+	}
+	close(rs.release)
+	<-first
+	<-second
+	rs.mu.Lock()
+	got := rs.subs
+	rs.mu.Unlock()
+	if !slices.Equal(got, []string{"file:///a", "file:///b"}) {
+		t.Fatalf("the server was left with %v, want both subscriptions", got)
+	}
 }

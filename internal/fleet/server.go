@@ -14,6 +14,7 @@ type Server struct {
 
 	shared *instance
 	lists  *lists
+	subMu  sync.Mutex // serializes telling modern servers their subscriptions (SyncSubscriptions)
 
 	mu         sync.Mutex
 	perSession map[string]*instance
@@ -62,7 +63,7 @@ func (s *Server) detachSession(session string) *instance {
 		// A modern server has the sessions' subscriptions in mcpvisor's
 		// listen, not one by one: the session's go from it now.
 		if rs, ok := s.shared.current().(ResourceSubscriber); ok && rs.Modern() {
-			rs.SetResourceSubscriptions(s.InstanceSubscriptions(""))
+			s.SyncSubscriptions(rs, "")
 		}
 	}
 	s.shared.rearm() // a subscription it held may have kept it awake

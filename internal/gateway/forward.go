@@ -161,7 +161,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 				f.end()
 				return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method))
 			}
-			rs.SetResourceSubscriptions(srv.InstanceSubscriptions(s.Key()))
+			srv.SyncSubscriptions(rs, s.Key())
 			f.end()
 			return nil, resultResponse(clientID, json.RawMessage(`{}`))
 		}
