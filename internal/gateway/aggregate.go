@@ -512,7 +512,11 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
 	}
 	params := m.Params
-	if r.nameJSON != nil {
+	switch {
+	case r.nameJSON == nil:
+	case s.modern != nil && s.req == m:
+		s.rename = r.nameJSON // with the _meta edit, in one copy (begin)
+	default:
 		params, _ = rpc.ReplaceMember(m.Params, "name", r.nameJSON)
 	}
 	return a.g.forward(ctx, s, r.srv, m.Method, params, m.ID, related)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,10 @@ type Session struct {
 	// listener: the session a modern client's subscriptions/listen holds
 	// its resource subscriptions in — mcpvisor's own, no legacy client's.
 	listener bool
+	// rename, for a modern request's session: the name its server knows
+	// the requested tool or prompt by, put in the params by its forward
+	// with the rest of their edit (one copy: begin).
+	rename json.RawMessage
 }
 
 // legacyClient reports whether s is a legacy client's session (not a

@@ -135,14 +135,26 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	f.conn = conn
 	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
 	f.legacyToModern = s.modern == nil && modernConn
-	if s.modern != nil && !modernConn {
+	if s.modern != nil {
 		// A legacy server serves the request in the 2025 session
 		// mcpvisor opened: the revision's version key is not that
 		// session's. What the request says of its client stays — a
 		// server that reads capabilities per request (as the go-sdk's
 		// does in either era) then honours this client's, not the union
-		// mcpvisor declared at initialize.
-		params = rpc.DropMetaKeys(params, metaProtocolVersion)
+		// mcpvisor declared at initialize. The tool's name as the server
+		// knows it goes in with the same copy.
+		var drop []string
+		if !modernConn {
+			drop = []string{metaProtocolVersion}
+		}
+		name := ""
+		if s.rename != nil {
+			name = "name"
+		}
+		if name != "" || drop != nil {
+			params, _ = rpc.EditParams(params, name, s.rename, drop...)
+		}
+		s.rename = nil
 	}
 	if f.legacyToModern {
 		switch method {

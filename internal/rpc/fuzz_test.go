@@ -116,3 +116,26 @@ func compact(v json.RawMessage) string {
 	}
 	return b.String()
 }
+
+// EditParams is, byte for byte, DropMetaKeys then ReplaceMember, in one
+// scan and one copy.
+func FuzzEditParams(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"x","arguments":{"a":1},"_meta":{"p/a":1,"progressToken":7}}`,
+		`{"_meta":{"p/a":1},"name":"x"}`, `{"_meta":{"p/a":1} , "name":"x" }`, `{"name":"x","_meta":{"p/a":1}}`,
+		`{"name":"x"}`, `{"_meta":{"p/b":2}}`, `{"name":1,"name":2,"_meta":{}}`, `{`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		value := json.RawMessage(`"y__x"`)
+		got, ok := EditParams(data, "name", value, "p/a", "p/b")
+		want, wok := ReplaceMember(DropMetaKeys(data, "p/a", "p/b"), "name", value)
+		if ok != wok || !bytes.Equal(got, want) {
+			t.Fatalf("EditParams(%s) = %s %v, want %s %v", data, got, ok, want, wok)
+		}
+		if again := DropMetaKeys(data, "p/a", "p/b"); !bytes.Equal(again, func() []byte { o, _ := EditParams(data, "", nil, "p/a", "p/b"); return o }()) {
+			t.Fatalf("EditParams without a name is not DropMetaKeys for %s", data)
+		}
+	})
+}

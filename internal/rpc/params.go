@@ -177,73 +177,120 @@ func ReplaceMember(obj json.RawMessage, name string, value json.RawMessage) (jso
 // when _meta has no such member, or params or its _meta is not a valid
 // object. params is not modified.
 func DropMetaKeys(params json.RawMessage, keys ...string) json.RawMessage {
+	out, _ := EditParams(params, "", nil, keys...)
+	return out
+}
+
+// EditParams is ReplaceMember and DropMetaKeys in one scan and one copy:
+// params with the value of its top-level member name (if name is not "")
+// replaced by value, and the members of its _meta named one of metaKeys
+// left out (_meta itself when nothing else is in it); the rest is kept
+// byte for byte. ok is false when params is not a valid object (it is
+// returned as it is) or has no member name (only _meta is edited); params
+// itself comes back when there is nothing to change. params is not
+// modified.
+func EditParams(params json.RawMessage, name string, value json.RawMessage, metaKeys ...string) (out json.RawMessage, ok bool) {
 	d := params
 	o := objectAt(d, skipSpace(d, 0), 1)
-	ks, meta := -1, span{}
+	ks, meta, val := -1, span{}, span{}
 	for o.next() {
-		if o.is("_meta") {
+		switch {
+		case o.is("_meta"):
 			ks, meta = o.kstart, o.value()
+		case name != "" && o.is(name):
+			val = o.value()
 		}
 	}
-	if o.err != nil || skipSpace(d, o.end) != len(d) || ks < 0 || d[meta.start] != '{' {
-		return params
+	if o.err != nil || skipSpace(d, o.end) != len(d) {
+		return params, false
 	}
-	has := func(o *object) bool {
-		k := o.key
-		if o.esc {
-			var ok bool
-			if k, ok = unquoteKey(o.key); !ok {
-				return false
-			}
-		}
-		for _, key := range keys {
-			if string(k) == key {
-				return true
-			}
-		}
-		return false
+	ok = true
+	if name != "" && !val.ok() {
+		name, ok = "", false // no such member: the _meta edit alone
 	}
-	// One scan of _meta: the members kept (a few, as a rule: on the
-	// stack), and whether any goes.
+	// The _meta edit: the span of d it replaces and what goes there.
+	metaEdit := span{}
 	var kept0 [8]span
 	kept := kept0[:0]
-	drop := 0
-	m := objectAt(d, meta.start, 2)
-	for m.next() {
-		if has(&m) {
-			drop++
-		} else {
-			kept = append(kept, span{m.kstart, m.end})
+	if ks >= 0 && len(metaKeys) > 0 && d[meta.start] == '{' {
+		drop := 0
+		m := objectAt(d, meta.start, 2)
+		for m.next() {
+			if metaKeyIn(&m, metaKeys) {
+				drop++
+			} else {
+				kept = append(kept, span{m.kstart, m.end})
+			}
+		}
+		switch {
+		case m.err != nil || drop == 0:
+		case len(kept) > 0:
+			metaEdit = span{meta.start, meta.end}
+		default:
+			// _meta goes too, with the comma that separated it.
+			from, to := ks, meta.end
+			j := from
+			for j > 0 && isSpace(d[j-1]) {
+				j--
+			}
+			if j > 0 && d[j-1] == ',' {
+				from = j - 1
+			} else if k := skipSpace(d, to); k < len(d) && d[k] == ',' {
+				to = k + 1
+			}
+			metaEdit = span{from, to}
 		}
 	}
-	if m.err != nil || drop == 0 {
-		return params
+	if name == "" && !metaEdit.ok() {
+		return params, ok
 	}
-	keep := len(kept)
-	before, after := d[:ks], d[meta.end:]
-	out := make(json.RawMessage, 0, len(d))
-	if keep == 0 {
-		// _meta goes too, with the comma that separated it.
-		j := len(before)
-		for j > 0 && isSpace(before[j-1]) {
-			j--
+	out = make(json.RawMessage, 0, len(d)+len(value))
+	writeMeta := func(out json.RawMessage) json.RawMessage {
+		if len(kept) == 0 {
+			return out // _meta left out whole
 		}
-		if j > 0 && before[j-1] == ',' {
-			before = before[:j-1]
-		} else if k := skipSpace(after, 0); k < len(after) && after[k] == ',' {
-			after = after[k+1:]
+		out = append(out, '{')
+		for i, k := range kept {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, d[k.start:k.end]...)
 		}
-		out = append(out, before...)
-		return append(out, after...)
+		return append(out, '}')
 	}
-	out = append(out, d[:meta.start]...)
-	out = append(out, '{')
-	for i, k := range kept {
-		if i > 0 {
-			out = append(out, ',')
+	at := 0
+	// The two edits never overlap: in the order they come in d.
+	if name != "" && (!metaEdit.ok() || val.start < metaEdit.start) {
+		out = appendRaw(append(out, d[at:val.start]...), value)
+		at = val.end
+		if metaEdit.ok() {
+			out = writeMeta(append(out, d[at:metaEdit.start]...))
+			at = metaEdit.end
 		}
-		out = append(out, d[k.start:k.end]...)
+	} else {
+		out = writeMeta(append(out, d[at:metaEdit.start]...))
+		at = metaEdit.end
+		if name != "" {
+			out = appendRaw(append(out, d[at:val.start]...), value)
+			at = val.end
+		}
 	}
-	out = append(out, '}')
-	return append(out, after...)
+	return append(out, d[at:]...), ok
+}
+
+// metaKeyIn reports whether the member o is at is named one of keys.
+func metaKeyIn(o *object, keys []string) bool {
+	k := o.key
+	if o.esc {
+		var ok bool
+		if k, ok = unquoteKey(o.key); !ok {
+			return false
+		}
+	}
+	for _, key := range keys {
+		if string(k) == key {
+			return true
+		}
+	}
+	return false
 }
