@@ -98,7 +98,8 @@ func (f *Fleet) EndSession(ctx context.Context, session string) {
 // session is forgotten — its subscriptions and log levels go, no request
 // reaches its per-session instances, and no instance is created for it
 // afterwards —; the function it returns stops those instances, bounded by
-// its ctx, and must be called. Until they are stopped they count towards
+// its ctx, and must be called (a second call does nothing). Until they are
+// stopped they count towards
 // their servers' maxInstances: a new session's instance beyond it waits
 // (within its Acquire's ctx) for one of them to be gone.
 func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
@@ -127,12 +128,15 @@ func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 			all = append(all, detached{s, in})
 		}
 	}
+	var once sync.Once
 	return func(ctx context.Context) {
-		var wg sync.WaitGroup
-		for _, d := range all {
-			wg.Go(func() { d.s.stopDetached(ctx, d.in) })
-		}
-		wg.Wait()
+		once.Do(func() {
+			var wg sync.WaitGroup
+			for _, d := range all {
+				wg.Go(func() { d.s.stopDetached(ctx, d.in) })
+			}
+			wg.Wait()
+		})
 	}
 }
 

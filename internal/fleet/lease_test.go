@@ -437,5 +437,10 @@ func TestDetachedInstanceCountsUntilStopped(t *testing.T) {
 		if _, err := s.Acquire(t.Context(), "A"); err == nil {
 			t.Fatal("a lease for the detached session was granted")
 		}
+		// A second stop counts nothing: B still holds the one place.
+		stop(t.Context())
+		if _, err := s.Acquire(t.Context(), "C"); !errors.Is(err, ErrInstanceLimit) {
+			t.Fatalf("a third session's instance beside B's, after a second stop: %v", err)
+		}
 	})
 }

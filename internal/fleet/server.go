@@ -44,8 +44,9 @@ func (s *Server) instances() []*instance {
 }
 
 // detachSession forgets what session asked of the server and returns the
-// instance a per-session server ran for it (out of perSession: no longer
-// counted, nor found), for the caller to close; nil if there is none.
+// instance a per-session server ran for it — out of perSession, so no
+// request finds it, but counted as stopping until stopDetached — for the
+// caller to stop; nil if there is none.
 func (s *Server) detachSession(session string) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
