@@ -530,41 +530,38 @@ func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 // the server may now ask for roots on its own (for that client), and such
 // a request is no modern call's.
 func (g *Gateway) rootsAsked(conn fleet.Conn) {
-	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.rootsChanged == nil {
-		g.rootsChanged = map[fleet.Conn]time.Time{}
+	g.noteLegacyLocked(conn, time.Now())
+}
+
+// noteLegacyLocked records that a legacy client acted on conn at now —
+// a request of its ended there, or it told the server its roots changed —
+// sweeping the records older than the linger at most once per linger.
+// g.mu is held.
+func (g *Gateway) noteLegacyLocked(conn fleet.Conn, now time.Time) {
+	if g.legacyActed == nil {
+		g.legacyActed = map[fleet.Conn]time.Time{}
 	}
-	for c, t := range g.rootsChanged {
-		if now.Sub(t) >= g.linger {
-			delete(g.rootsChanged, c) // a connection that ended is not kept
+	if now.Sub(g.legacyGC) > g.linger {
+		g.legacyGC = now
+		for c, t := range g.legacyActed {
+			if now.Sub(t) >= g.linger {
+				delete(g.legacyActed, c) // a connection that ended is not kept
+			}
 		}
 	}
-	g.rootsChanged[conn] = now
+	g.legacyActed[conn] = now
 }
 
-// rootsQuiet reports whether no client told conn's server that its roots
-// changed within the linger; g.mu is not held.
-func (g *Gateway) rootsQuiet(conn fleet.Conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t, ok := g.rootsChanged[conn]
-	if ok && time.Since(t) >= g.linger {
-		delete(g.rootsChanged, conn)
-		ok = false
-	}
-	return !ok
-}
-
-// legacyLately reports whether a legacy session's request on conn ended
-// within the linger: the server may be asking for roots on its own for
-// that session (a legacy client's roots are the session's), so such a
+// legacyLately reports whether a legacy client acted on conn within the
+// linger (noteLegacyLocked): the server may be asking for roots on its own
+// for that client (a legacy client's roots are its session's), so such a
 // request is no modern call's.
 func (g *Gateway) legacyLately(conn fleet.Conn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t, ok := g.legacyEnded[conn]
+	t, ok := g.legacyActed[conn]
 	return ok && time.Since(t) < g.linger
 }
 
@@ -591,17 +588,9 @@ func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
 	if now.Sub(g.recentGC) > g.linger {
 		g.recentGC = now
 		sweep(g.recent, now)
-		for c, t := range g.legacyEnded {
-			if now.Sub(t) >= g.linger {
-				delete(g.legacyEnded, c)
-			}
-		}
 	}
 	if s.legacyClient() {
-		if g.legacyEnded == nil {
-			g.legacyEnded = map[fleet.Conn]time.Time{}
-		}
-		g.legacyEnded[conn] = now
+		g.noteLegacyLocked(conn, now)
 	}
 	// Only whether one session or several were active matters: the two
 	// latest sessions are kept, each with its latest end.
@@ -731,9 +720,9 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// A modern client has roots only as a call's input (mrtr): the
 		// roots a server asks for during its call are that call's —
 		// unless a legacy client lately told the server its roots
-		// changed, or had a request end there, when the server may be
-		// asking on its own, for that client.
-		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && g.rootsQuiet(conn) && !g.legacyLately(conn))
+		// changed, or had a request end there (legacyLately), when the
+		// server may be asking on its own, for that client.
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && !g.legacyLately(conn))
 		if scoped && sessions == 1 {
 			c = only
 		}

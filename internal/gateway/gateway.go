@@ -50,12 +50,10 @@ type Gateway struct {
 	recent   map[fleet.Conn][]abandonedCall
 	recentGC time.Time     // when recent was last swept
 	linger   time.Duration // how long a session's ended request counts as recent
-	// rootsChanged: when a client last told each connection's server its
-	// roots changed (see rootsAsked).
-	rootsChanged map[fleet.Conn]time.Time
-	// legacyEnded: when a legacy session's request last ended on each
-	// connection (swept with recent): see legacyLately.
-	legacyEnded map[fleet.Conn]time.Time
+	// legacyActed: when a legacy client last acted on each connection
+	// (see noteLegacyLocked); legacyGC, when it was last swept.
+	legacyActed map[fleet.Conn]time.Time
+	legacyGC    time.Time
 	tokens      map[string]*call   // our progress token → call
 	outReqs     map[string]*outReq // our id of a server→client request → where it came from
 	agg         *aggregate
