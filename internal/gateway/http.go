@@ -733,11 +733,7 @@ func negotiated(resp *rpc.Message) string {
 
 // response guards against an endpoint that breaks its contract.
 func (h *StreamableHandler) response(m, resp *rpc.Message) *rpc.Message {
-	if resp == nil {
-		h.log.Error("http: endpoint returned no response to a request", "method", m.Method)
-		return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.InternalError, Message: "no response"}}
-	}
-	return resp
+	return answered(h.log, m, resp)
 }
 
 // serveGET opens the session's stream for messages related to no request.

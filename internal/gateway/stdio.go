@@ -254,10 +254,10 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 }
 
 // answered is resp, the endpoint's response to m, or an error for m if the
-// endpoint broke its contract and gave none.
+// endpoint broke its contract and gave none (both fronts).
 func answered(log *slog.Logger, m, resp *rpc.Message) *rpc.Message {
 	if resp == nil {
-		log.Error("stdio: endpoint returned no response to a request", "method", m.Method)
+		log.Error("endpoint returned no response to a request", "method", m.Method)
 		return errorReply(m.ID, rpc.InternalError, "no response")
 	}
 	return resp
