@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,10 +150,7 @@ func (f *heldFront) remove(h *heldCall) {
 func (f *heldFront) close() {
 	f.mu.Lock()
 	f.closed = true
-	calls := make([]*heldCall, 0, len(f.calls))
-	for h := range f.calls {
-		calls = append(calls, h)
-	}
+	calls := slices.Collect(maps.Keys(f.calls))
 	f.mu.Unlock()
 	for _, h := range calls {
 		h.end()
