@@ -103,12 +103,15 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		f.cancel(nil)
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
-	if st.calls == nil {
-		st.calls = make(map[string]*call, 1) // a stateless session's first
-	}
-	st.calls[f.key] = c
-	if st.stateless && srv.PerSession() {
-		st.private = true // the request's own instance, ended with it
+	if st.stateless {
+		// A modern request's session is in no table, and its calls need
+		// none: nothing finds them by id (a client cancels a modern
+		// request by ending it) and nothing waits for them to end.
+		if srv.PerSession() {
+			st.private = true // the request's own instance, ended with it
+		}
+	} else {
+		st.calls[f.key] = c
 	}
 	g.mu.Unlock()
 
