@@ -33,7 +33,9 @@ import (
 // paths — the fixture over stdio directly; a bare net/http handler (the
 // HTTP floor), in a process of its own and in the client's; a raw relay
 // (loadtest.RawRelayHandler: the least an HTTP-to-stdio relay does, in
-// front of the fixture); mcpvisor serve's /servers/x/mcp and /mcp; and
+// front of the fixture), with session-era requests and with 2026-07-28
+// ones (what the revision's bigger messages cost a relay that does nothing
+// else); mcpvisor serve's /servers/x/mcp and /mcp; and
 // mcpvisor stdio — plus mcpvisor's RSS and CPU profiles of it under load.
 // Every path is measured once per round and the rounds interleave, so a
 // slow spell of a shared machine weighs on all paths alike. Every process
@@ -201,6 +203,11 @@ func TestBenchReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same relay and fixture with 2026-07-28 requests: the fixture
+	// gets them as mcpvisor forwards them to a legacy server (the version
+	// key dropped), so that "modern" can be judged against the least a
+	// relay does with the revision's messages.
+	rawModern := loadtest.OpenModernHTTP(rawProc.base+"/mcp", client)
 
 	direct := startStdioProcess(t, exec.Command(fixture), env)
 	relay := startStdioProcess(t, exec.Command(bin, "stdio", "--config", cfg, "--state-dir", filepath.Join(dir, "stdio-state"), "--log-level", "warn"), env)
@@ -211,6 +218,7 @@ func TestBenchReport(t *testing.T) {
 		{"HTTP floor (bare handler)", "floor", floorProc.pid, nil, func(ctx context.Context) func() error { return floor.Echo(ctx, "echo", benchText) }},
 		{"HTTP floor, in-process", "floor-in", 0, nil, func(ctx context.Context) func() error { return floorIn.Echo(ctx, "echo", benchText) }},
 		{"raw relay (bare handler → fixture)", "raw", rawProc.pid, fixtureOf(rawProc.pid), func(ctx context.Context) func() error { return raw.Echo(ctx, "echo", benchText) }},
+		{"raw relay, 2026-07-28 requests", "raw-modern", rawProc.pid, fixtureOf(rawProc.pid), func(ctx context.Context) func() error { return rawModern.Echo(ctx, "echo", benchText) }},
 		{"serve /servers/x/mcp", "single", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return single.Echo(ctx, "echo", benchText) }},
 		{"serve /mcp (x__echo)", "agg", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return agg.Echo(ctx, "x__echo", benchText) }},
 		{"serve /mcp stateless 2026-07-28", "modern", serve.pid, fixtureOf(serve.pid), func(ctx context.Context) func() error { return modern.Echo(ctx, "x__echo", benchText) }},
@@ -320,7 +328,7 @@ func TestBenchReport(t *testing.T) {
 			ms(pr.load.Percentile(50)), ms(pr.load.Percentile(99)), ms(pr.seq.Percentile(50)), ms(pr.seq.Percentile(99)),
 			cpu(pr.cpuClient, 1), cpu(pr.cpuServer, p.server), cpu(pr.cpuFixture, fix), 100*pr.busy)
 	}
-	say("(client = this test process, which also runs the in-process floor; server = the floor process, mcpvisor, or the fixture itself for direct stdio)\n")
+	say("(client = this test process, which also runs the in-process floor; server = the floor or raw relay process, mcpvisor, or the fixture itself for direct stdio)\n")
 	// ratioOf is of a measure f of the pooled rows, with the range of
 	// the per-round ratios.
 	ratioOf := func(a, b string, f func(benchRow) float64) string {
@@ -347,6 +355,7 @@ func TestBenchReport(t *testing.T) {
 		return fmt.Sprintf("added p50 %+.3f ms under load, %+.3f ms sequential",
 			msf(pooled[a].load.Percentile(50)-pooled[b].load.Percentile(50)), msf(pooled[a].seq.Percentile(50)-pooled[b].seq.Percentile(50)))
 	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	say("\nratios (target):\n")
 	say("  raw relay / floor       %s, %s — a minimal relay: what one more process hop costs here\n", ratio("raw", "floor"), added("raw", "floor"))
 	say("  per-server / floor      %s (≥0.7), %s (≤0.1 ms)\n", ratio("single", "floor"), added("single", "floor"))
@@ -359,12 +368,29 @@ func TestBenchReport(t *testing.T) {
 		// On a saturated machine calls/s follows the CPU a call costs
 		// all three processes: the part that is not mcpvisor's (the
 		// client's bigger request, the server's _meta) bounds the ratio.
-		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 		say("    CPU µs/call stateless vs session: client %.1f vs %.1f, mcpvisor %.1f vs %.1f, server %.1f vs %.1f;"+
 			" with mcpvisor's CPU per call equal, calls/s would be %.2f×\n",
 			us(mo.cpuClient), us(ag.cpuClient), us(mo.cpuServer), us(ag.cpuServer), us(mo.cpuFixture), us(ag.cpuFixture),
 			float64(ag.cpuClient+ag.cpuServer+ag.cpuFixture)/float64(mo.cpuClient+ag.cpuServer+mo.cpuFixture))
 	}
+	// The same 2026-07-28 requests through the raw relay: what the
+	// revision's bigger messages cost a relay that does nothing else, and
+	// so the most any gateway could reach on the measure above.
+	rw, rm, mo, ag := pooled["raw"], pooled["raw-modern"], pooled["modern"], pooled["agg"]
+	say("  raw relay 2026-07-28 / raw relay calls/s %s, %s; CPU µs/call 2026-07-28 vs session-era requests: client %.1f vs %.1f, relay %.1f vs %.1f, fixture %.1f vs %.1f"+
+		" — what the revision's bigger messages cost a relay that does nothing else\n",
+		ratio("raw-modern", "raw"), added("raw-modern", "raw"),
+		us(rm.cpuClient), us(rw.cpuClient), us(rm.cpuServer), us(rw.cpuServer), us(rm.cpuFixture), us(rw.cpuFixture))
+	reach := "above 1.0: a relay as lean as the raw one would meet the ≥1.0 target here"
+	if rm.load.Rate() <= ag.load.Rate() {
+		reach = "≤1.0: the ≥1.0 target is out of reach of any relay on this machine"
+	}
+	say("  raw relay 2026-07-28 / serve /mcp session calls/s %s — the most any gateway could reach on the /mcp stateless / session measure here (%s)\n",
+		ratio("raw-modern", "agg"), reach)
+	say("  stateless / raw relay 2026-07-28 %s, session / raw relay %s — mcpvisor's share of a minimal relay's throughput in each era\n",
+		ratio("modern", "raw-modern"), ratio("agg", "raw"))
+	say("  mcpvisor CPU µs/call beyond the minimal relay's: stateless %.1f − %.1f = %.1f, session %.1f − %.1f = %.1f\n",
+		us(mo.cpuServer), us(rm.cpuServer), us(mo.cpuServer-rm.cpuServer), us(ag.cpuServer), us(rw.cpuServer), us(ag.cpuServer-rw.cpuServer))
 	if base != nil {
 		say("  per-server now / @base  calls/s %s, mcpvisor CPU µs/call %s, %s\n",
 			ratioOf("single", "single@base", rate), ratioOf("single", "single@base", serverCPU), added("single", "single@base"))

@@ -1,9 +1,11 @@
 package loadtest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"testing"
@@ -88,6 +90,11 @@ func TestRawRelay(t *testing.T) {
 	if !bytes.HasPrefix(buf.Bytes(), []byte(`{"jsonrpc":"2.0","id":4242,"result":`)) || !bytes.Contains(buf.Bytes(), EchoWant("mine")) {
 		t.Errorf("relayed reply %s", buf.Bytes())
 	}
+	// A 2026-07-28 client through the same relay: the fixture takes the
+	// call without the version key.
+	if err := OpenModernHTTP(srv.URL, hc).Echo(ctx, "echo", "modern")(); err != nil {
+		t.Errorf("2026-07-28 call: %v", err)
+	}
 	inW.Close()
 	if code := <-exited; code != 0 {
 		t.Errorf("fixture exited %d", code)
@@ -129,5 +136,101 @@ func TestAppendModernCall(t *testing.T) {
 	}
 	if err := json.Unmarshal(b, &m); err != nil || m.ID != 7 || m.Params.Name != "x__echo" || string(m.Params.Meta["io.modelcontextprotocol/protocolVersion"]) != `"2026-07-28"` {
 		t.Fatalf("%s: %v", b, err)
+	}
+}
+
+// The server gets the request as sent, under its own id, except a
+// 2026-07-28 request's version key, which goes — as mcpvisor drops it for a
+// legacy server — in the form AppendModernCall writes only.
+func TestRelayLine(t *testing.T) {
+	const call = `{"name":"echo","arguments":{"text":"hi"}`
+	for _, tc := range []struct{ params, want string }{
+		{"", ""},
+		{call + "}", call + "}"},
+		{call + `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`,
+			call + `,"_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}`},
+		// Not the form AppendModernCall writes: left alone.
+		{call + `,"_meta":{"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`,
+			call + `,"_meta":{"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`},
+		// Inside a string, the member's quotes are escaped: no match.
+		{`{"name":"echo","arguments":{"text":"\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","}}`,
+			`{"name":"echo","arguments":{"text":"\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","}}`},
+	} {
+		want := `{"jsonrpc":"2.0","id":9,"method":"tools/call"`
+		if tc.want != "" {
+			want += `,"params":` + tc.want
+		}
+		want += "}\n"
+		params := []byte(tc.params)
+		if tc.params == "" {
+			params = nil
+		}
+		if got := relayLine([]byte("stale"), 9, "tools/call", params)[len("stale"):]; string(got) != want {
+			t.Errorf("params %s:\n got %s\nwant %s", tc.params, got, want)
+		}
+		if tc.params != "" && string(params) != tc.params {
+			t.Errorf("relayLine changed its params to %s", params)
+		}
+	}
+}
+
+// TestRawRelayForwards puts RawRelayHandler in front of a fake server that
+// records every line it gets: a session-era call arrives unchanged, a
+// 2026-07-28 call without its version key, each under the relay's id, and
+// each reply goes back under the client's.
+func TestRawRelayForwards(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	got := make(chan []byte, 4)
+	go func() {
+		defer outW.Close()
+		br := bufio.NewReader(inR)
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var m struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal(line, &m) != nil {
+				return
+			}
+			got <- line
+			fmt.Fprintf(outW, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"hi"}]}}`+"\n", m.ID)
+		}
+	}()
+	c := NewStdio(outR, inW)
+	defer inW.Close()
+	srv := httptest.NewServer(RawRelayHandler(c))
+	defer srv.Close()
+	hc := NewHTTPClient(1)
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	const params = `"params":{"name":"echo","arguments":{"text":"hi"}`
+	for _, tc := range []struct {
+		name string
+		id   string // the client's
+		body []byte
+		want string // the line the server gets, after its id
+	}{
+		{"session", "31", AppendCall(nil, 31, "echo", "hi"), `,"method":"tools/call",` + params + "}}\n"},
+		{"2026-07-28", "32", AppendModernCall(nil, 32, "echo", "hi"), `,"method":"tools/call",` + params + `,"_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}}` + "\n"},
+	} {
+		s := OpenModernHTTP(srv.URL, hc)
+		var buf bytes.Buffer
+		resp, err := s.post(ctx, tc.body, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || !bytes.HasPrefix(buf.Bytes(), []byte(`{"jsonrpc":"2.0","id":`+tc.id+`,"result":`)) {
+			t.Errorf("%s: reply %s %s", tc.name, resp.Status, buf.Bytes())
+		}
+		line := <-got
+		rest, ok := bytes.CutPrefix(line, []byte(`{"jsonrpc":"2.0","id":`))
+		if i := bytes.IndexByte(rest, ','); !ok || i < 0 || string(rest[i:]) != tc.want {
+			t.Errorf("%s: the server got\n%s\nwant the id, then\n%s", tc.name, line, tc.want)
+		}
 	}
 }
