@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkGatewayCall is a tools/call of the fixture's echo through the
@@ -38,4 +41,91 @@ func BenchmarkGatewayCall(b *testing.B) {
 			benchLoadBody(b, srv.URL, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"`+size.text+`"},`+modernMeta(`{}`)+`}}`), nil)
 		})
 	}
+}
+
+// BenchmarkGatewayHandle is mcpvisor's own cost of one tools/call through
+// the aggregated endpoint, in a 2025-11-25 session and as a stateless
+// 2026-07-28 request: ServeHTTP called directly by one caller (no HTTP
+// client, no network, no other caller in this process), the whole gateway
+// and fleet behind it, the fixture over stdio. cpu-µs/call is this
+// process's CPU per call — mcpvisor's alone, the fixture being a process
+// of its own — which is what the two eras' paths cost beyond each other.
+func BenchmarkGatewayHandle(b *testing.B) {
+	w := newWorld(b, `{"x":{"command":"$FIXTURE"}}`)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	defer h.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Close()
+	conn := <-accepted
+	if conn == nil {
+		b.Fatal("no connection")
+	}
+	defer conn.Close()
+	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, conn.LocalAddr())
+	rw := &deadlineWriter{hdr: http.Header{}, conn: conn}
+	body := &rewindBody{}
+	r, err := http.NewRequestWithContext(ctx, "POST", "http://"+conn.LocalAddr().String()+"/mcp", body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Host = conn.LocalAddr().String()
+	post := func(msg []byte) {
+		body.Reset(msg)
+		r.ContentLength = int64(len(msg))
+		clear(rw.hdr)
+		rw.status, rw.n = 0, 0
+		h.ServeHTTP(rw, r)
+		_ = conn.SetWriteDeadline(time.Time{})
+		_ = conn.SetReadDeadline(time.Time{})
+	}
+	base := http.Header{"Accept": {httpAccept}, "Content-Type": {"application/json"}}
+	run := func(b *testing.B, hdr http.Header, call []byte) {
+		r.Header = hdr
+		post(call) // the server started and its list learned
+		if rw.status != 0 && rw.status != http.StatusOK {
+			b.Fatalf("status %d", rw.status)
+		}
+		want := rw.n
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		for b.Loop() {
+			post(call)
+			if rw.n != want {
+				b.Fatalf("status %d, %d bytes, want %d", rw.status, rw.n, want)
+			}
+		}
+		b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(b.N), "cpu-µs/call")
+	}
+	b.Run("session", func(b *testing.B) {
+		r.Header = base.Clone()
+		post([]byte(httpInit))
+		sid := rw.hdr.Get("Mcp-Session-Id")
+		if sid == "" {
+			b.Fatalf("initialize: %d, no session", rw.status)
+		}
+		hdr := base.Clone()
+		hdr.Set("Mcp-Session-Id", sid)
+		hdr.Set("Mcp-Protocol-Version", "2025-11-25")
+		run(b, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"}}}`))
+	})
+	b.Run("modern", func(b *testing.B) {
+		hdr := base.Clone()
+		for k, v := range modernHeaders("tools/call", "x__echo") {
+			hdr.Set(k, v)
+		}
+		run(b, hdr, []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	})
 }
