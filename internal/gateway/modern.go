@@ -172,7 +172,8 @@ func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) 
 	if len(r) < 2 || r[0] != '{' {
 		return
 	}
-	var add []byte
+	var buf [96]byte // the members added: at most resultType, ttlMs and a cacheScope
+	add := buf[:0]
 	// One scan: resultType, inputRequests, requestState, ttlMs, cacheScope.
 	var v [5]json.RawMessage
 	rpc.MembersInto(v[:], r, "resultType", "inputRequests", "requestState", "ttlMs", "cacheScope")
