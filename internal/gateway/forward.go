@@ -106,7 +106,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	if st.stateless {
 		// A modern request's session is in no table, and its calls need
 		// none: nothing finds them by id (a client cancels a modern
-		// request by ending it) and nothing waits for them to end.
+		// request by ending it — its HTTP request, or over stdio through
+		// the front's own registry of modern requests) and nothing waits
+		// for them to end.
 		if srv.PerSession() {
 			st.private = true // the request's own instance, ended with it
 		}

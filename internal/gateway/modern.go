@@ -335,8 +335,8 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
 	now := time.Now()
 	// One allocation for both; no outReqs: nothing is ever asked of a
-	// modern client (held calls ask by input_required rounds); calls made
-	// by begin, when the first is.
+	// modern client (held calls ask by input_required rounds); no table
+	// of calls either (see begin).
 	ss := &statelessSession{st: sessState{server: server, protocol: mo.Version, stateless: true}}
 	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: &ss.st, client: mo.client}
 	return &ss.Session

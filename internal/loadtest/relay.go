@@ -88,9 +88,10 @@ var modernVersionMember = []byte(`"io.modelcontextprotocol/protocolVersion":"` +
 // RawRelayHandler sends the server: method and params under id. If params
 // hold modernVersionMember, those bytes are left out, as mcpvisor leaves
 // the version key out of what it forwards to a legacy server; nothing else
-// changes. It matches bytes, parsing nothing: the member's `n":"` cannot
-// occur inside a JSON string, but an arguments object with that very
-// member would lose it too — the load client sends none.
+// changes. It matches bytes, parsing nothing, so it is for the load
+// client's requests only: elsewhere the bytes could match an arguments
+// member of that name, or the tail of a key holding an escaped quote, and
+// those would lose a member.
 func relayLine(dst []byte, id int64, method string, params []byte) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = strconv.AppendInt(dst, id, 10)
