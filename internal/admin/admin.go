@@ -1,5 +1,7 @@
 // Package admin serves mcpvisor's status API on the serve listener:
-// GET /api/servers (every server's state), GET /api/events (recent
+// GET /api/servers (every server's state), GET /api/servers/{name} (one
+// server in detail), GET /api/servers/{name}/tools (its cached tools),
+// GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
 // GET /metrics (Prometheus text format). It reads the fleet; it changes
 // nothing.
@@ -120,6 +122,8 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 		}
 		h.writeJSON(w, st)
 	})
+	h.mux.HandleFunc("GET /api/servers/{name}", h.detail)
+	h.mux.HandleFunc("GET /api/servers/{name}/tools", h.tools)
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		if wantsStream(r) {
 			h.streamEvents(w, r)
@@ -139,13 +143,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeJSON replies with v, indented.
-func (h *Handler) writeJSON(w http.ResponseWriter, v any) {
+func (h *Handler) writeJSON(w http.ResponseWriter, v any) { h.writeStatusJSON(w, http.StatusOK, v) }
+
+// writeStatusJSON replies with status and v, indented.
+func (h *Handler) writeStatusJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	h.reply(w, append(b, '\n'))
 }
 

@@ -24,6 +24,8 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		hdr  []string
 	}{
 		{"servers", "/api/servers", nil},
+		{"server detail", "/api/servers/a", nil},
+		{"server tools", "/api/servers/a/tools", nil},
 		{"events", "/api/events", nil},
 		{"event stream", "/api/events", []string{"Accept", "text/event-stream"}},
 		{"metrics", "/metrics", nil},

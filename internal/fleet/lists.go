@@ -181,6 +181,14 @@ func (s *Server) cachedVersion() string {
 	return v
 }
 
+// CachedList is the server's list of kind k as cached, without starting
+// or waking it; ok is false when it was never learned.
+func (s *Server) CachedList(k ListKind) (items []json.RawMessage, ok bool) { return s.lists.get(k) }
+
+// Era is the protocol version the server spoke when it last started (its
+// cached initialize or server/discover result), "" if it never did.
+func (s *Server) Era() string { return s.cachedVersion() }
+
 // Cached reports whether the server's list of kind k is known without
 // starting it.
 func (s *Server) Cached(k ListKind) bool {

@@ -1,0 +1,154 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Detail is the body of GET /api/servers/{name}: what GET /api/servers
+// says of the server, and how it is configured and what is known of it.
+type Detail struct {
+	fleet.Status
+	// Launch is the command line (stdio) or URL (http), secrets
+	// redacted (config.Server.Redacted).
+	Launch string `json:"launch"`
+	// EnvNames and HeaderNames name the variables and headers the config
+	// sets; their values are never shown.
+	EnvNames    []string `json:"envNames,omitempty"`
+	HeaderNames []string `json:"headerNames,omitempty"`
+	Kind        string   `json:"kind"`     // stdio or http
+	Sharing     string   `json:"sharing"`  // shared or per-session
+	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
+	// Era is the protocol version the server spoke when it last started,
+	// "" if it never did.
+	Era        string          `json:"era,omitempty"`
+	ServerInfo json.RawMessage `json:"serverInfo,omitempty"`
+	// Lists counts the server's tools, prompts, resources and resource
+	// templates as cached (tools after the config's tool filter); a kind
+	// never learned is absent.
+	Lists map[string]int `json:"lists"`
+	// HeldCalls counts the calls held for a modern client's retry.
+	HeldCalls int `json:"heldCalls"`
+}
+
+// Tools is the body of GET /api/servers/{name}/tools: the server's tools
+// as clients of /servers/{name}/mcp see them (the config's tool filter
+// applied), from the cache — a dormant server is not woken for them.
+type Tools struct {
+	Server string `json:"server"`
+	// Learned is false when the server's tools were never learned (it
+	// never started): Tools is then empty, and says nothing of the
+	// server.
+	Learned bool              `json:"learned"`
+	Tools   []json.RawMessage `json:"tools"`
+}
+
+// server is the fleet's server named by the request's {name}, or nil
+// after a 404 that names the servers there are.
+func (h *Handler) server(w http.ResponseWriter, r *http.Request) *fleet.Server {
+	name := r.PathValue("name")
+	if s := h.f.Get(name); s != nil {
+		return s
+	}
+	var names []string
+	for _, s := range h.f.Servers() {
+		names = append(names, s.Name())
+	}
+	msg := "no server named " + strconv.Quote(name)
+	if len(names) > 0 {
+		msg += "; configured: " + strings.Join(names, ", ")
+	}
+	h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": msg})
+	return nil
+}
+
+func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
+	s := h.server(w, r)
+	if s == nil {
+		return
+	}
+	cfg := s.Config()
+	d := Detail{
+		Status:      s.Status(),
+		Launch:      cfg.Redacted(),
+		EnvNames:    sortedKeys(cfg.Env),
+		HeaderNames: sortedKeys(cfg.Headers),
+		Kind:        cfg.Kind,
+		Sharing:     cfg.Sharing,
+		Protocol:    cfg.Protocol,
+		Era:         s.Era(),
+		Lists:       map[string]int{},
+	}
+	if init := s.CachedInit(); init != nil {
+		d.ServerInfo = rpc.Member(init, "serverInfo")
+	}
+	d.MemoryBytes = treeMemory(s)
+	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
+		if items, ok := s.CachedList(k); ok {
+			if k == fleet.Tools {
+				items = allowedTools(cfg, items)
+			}
+			d.Lists[k.Member] = len(items)
+		}
+	}
+	if h.opts.HeldCalls != nil {
+		d.HeldCalls = h.opts.HeldCalls()[s.Name()]
+	}
+	h.writeJSON(w, d)
+}
+
+func (h *Handler) tools(w http.ResponseWriter, r *http.Request) {
+	s := h.server(w, r)
+	if s == nil {
+		return
+	}
+	items, ok := s.CachedList(fleet.Tools)
+	t := Tools{Server: s.Name(), Learned: ok, Tools: allowedTools(s.Config(), items)}
+	if t.Tools == nil {
+		t.Tools = []json.RawMessage{}
+	}
+	h.writeJSON(w, t)
+}
+
+// allowedTools is items without the tools the config's filter hides.
+func allowedTools(cfg *config.Server, items []json.RawMessage) []json.RawMessage {
+	var out []json.RawMessage
+	for _, t := range items {
+		if name, _ := rpc.StringMember(t, "name"); cfg.Tools.Allowed(name) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// treeMemory is the resident memory of s's running process trees
+// (Linux; 0 elsewhere).
+func treeMemory(s *fleet.Server) uint64 {
+	pids := s.PIDs()
+	mem := proc.TreeMemory(pids)
+	var sum uint64
+	for _, pid := range pids {
+		sum += mem[pid]
+	}
+	return sum
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
