@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,41 +14,16 @@ import (
 )
 
 func newPsCmd() *cobra.Command {
-	var addr, tokenFile string
+	var api apiClient
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ps [--addr 127.0.0.1:7331]",
 		Short: "List the servers of a running mcpvisor serve and their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := os.Getenv("MCPVISOR_TOKEN")
-			if tokenFile != "" {
-				b, err := os.ReadFile(tokenFile)
-				if err != nil {
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				token = strings.TrimSpace(string(b))
-			}
-			url := addr
-			if !strings.Contains(url, "://") {
-				url = "http://" + url
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, strings.TrimSuffix(url, "/")+"/api/servers", nil)
+			body, err := api.get(cmd.Context(), "/api/servers")
 			if err != nil {
 				return err
-			}
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			client := &http.Client{Timeout: 10 * time.Second}
-			resp, err := client.Do(req)
-			if err != nil {
-				return fmt.Errorf("is mcpvisor serve running at %s? %w", addr, err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 			}
 			if asJSON {
 				_, err := cmd.OutOrStdout().Write(body)
@@ -58,13 +31,12 @@ func newPsCmd() *cobra.Command {
 			}
 			var st admin.Servers
 			if err := json.Unmarshal(body, &st); err != nil {
-				return fmt.Errorf("unexpected answer from %s: %w", addr, err)
+				return fmt.Errorf("unexpected answer from %s: %w", api.addr, err)
 			}
 			return printPs(cmd.OutOrStdout(), st, time.Now())
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:7331", "address of mcpvisor serve")
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token")
+	api.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
 	return cmd
 }

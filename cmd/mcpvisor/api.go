@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// apiClient is how a command reaches the status API of a running
+// mcpvisor serve: its address and bearer token.
+type apiClient struct {
+	addr, tokenFile string
+}
+
+// flags adds --addr and --token-file to cmd.
+func (c *apiClient) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.addr, "addr", "127.0.0.1:7331", "address of mcpvisor serve")
+	cmd.Flags().StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (default: $MCPVISOR_TOKEN)")
+}
+
+// apiTimeout bounds one request to the API.
+const apiTimeout = 10 * time.Second
+
+// get fetches path and returns the body of a 200 answer. Anything else is
+// an error that says what happened in words: nothing answering at the
+// address, or the API's own error message (a 404's "no server named …").
+func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
+	token := os.Getenv("MCPVISOR_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	url := c.addr
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("is mcpvisor serve running at %s? %w", c.addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("%s", e.Error)
+		}
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+// getJSON is get, the body decoded into v.
+func (c *apiClient) getJSON(ctx context.Context, path string, v any) error {
+	body, err := c.get(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("unexpected answer from %s%s: %w", c.addr, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+func newInspectCmd() *cobra.Command {
+	var api apiClient
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Show one server of a running mcpvisor serve in detail",
+		Long: "Shows one server of a running mcpvisor serve: its state and counters as ps shows them, " +
+			"how it is launched (secrets redacted; env and header values never shown), its sharing, " +
+			"configured protocol and the era it last spoke, and how many tools, prompts and resources it has " +
+			"as cached (a sleeping server is not woken).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body, err := api.get(cmd.Context(), "/api/servers/"+url.PathEscape(args[0]))
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var d admin.Detail
+			if err := json.Unmarshal(body, &d); err != nil {
+				return fmt.Errorf("unexpected answer from %s: %w", api.addr, err)
+			}
+			return printDetail(cmd.OutOrStdout(), d, time.Now())
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	return cmd
+}
+
+func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	line("Name", d.Name)
+	line("State", d.State)
+	if d.PID != 0 {
+		line("PID", fmt.Sprint(d.PID))
+	}
+	if d.MemoryBytes != 0 {
+		line("Memory", megabytes(d.MemoryBytes))
+	}
+	if !d.StartedAt.IsZero() {
+		line("Uptime", age(now.Sub(d.StartedAt)))
+	}
+	if !d.DormantSince.IsZero() {
+		line("Dormant for", age(now.Sub(d.DormantSince)))
+	}
+	if !d.LastActivity.IsZero() {
+		line("Idle", age(now.Sub(d.LastActivity)))
+	}
+	line("In flight", fmt.Sprint(d.InFlight))
+	line("Held calls", fmt.Sprint(d.HeldCalls))
+	line("Restarts", fmt.Sprint(d.Restarts))
+	line("Spawns", fmt.Sprint(d.Spawns))
+	if d.Sessions != 0 {
+		line("Instances", fmt.Sprint(d.Sessions))
+	}
+	line("Last error", d.LastError)
+	line("Kind", d.Kind)
+	line("Launch", d.Launch)
+	line("Env", strings.Join(d.EnvNames, ", "))
+	line("Headers", strings.Join(d.HeaderNames, ", "))
+	line("Sharing", d.Sharing)
+	era := d.Era
+	if era == "" {
+		era = "unknown (never started)"
+	}
+	line("Protocol", d.Protocol+", last spoke "+era)
+	if d.ServerInfo != nil {
+		name, _ := rpc.StringMember(d.ServerInfo, "name")
+		version, _ := rpc.StringMember(d.ServerInfo, "version")
+		line("Server", strings.TrimSpace(name+" "+version))
+	}
+	var lists []string
+	for _, k := range []string{"tools", "prompts", "resources", "resourceTemplates"} {
+		if n, ok := d.Lists[k]; ok {
+			lists = append(lists, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(lists) == 0 {
+		lists = []string{"not learned yet"}
+	}
+	line("Lists", strings.Join(lists, ", "))
+	return tw.Flush()
+}

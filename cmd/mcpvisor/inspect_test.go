@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// runBin runs the mcpvisor binary with args and returns its exit code,
+// stdout and stderr.
+func runBin(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	bin, _ := binaries(t)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// mcpvisor inspect and mcpvisor tools against a real serve: the tools come
+// from the cache (a dormant server is not started for them), filtered as
+// clients see them; the detail names env variables, never their values
+// (the redaction of arguments and URLs is TestServerDetail's); an unknown server and no
+// serve at the address are errors that say so, with exit code 1.
+func TestInspectAndTools(t *testing.T) {
+	fixture := testserver.Build(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{
+		"x":{"command":%q,"env":{"API_TOKEN":"hunter2-secret"}},
+		"d":{"command":%q,"tools":{"deny":["crash"]}}}}`, fixture, fixture))
+	addr := strings.TrimPrefix(base, "http://")
+
+	// serve learns every server's lists at start, then puts it to sleep.
+	var tools []admin.Tools
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		code, out, stderr := runBin(t, "tools", "--addr", addr, "--json")
+		if code != 0 {
+			t.Fatalf("tools --json: exit %d: %s", code, stderr)
+		}
+		if err := json.Unmarshal([]byte(out), &tools); err != nil {
+			t.Fatalf("tools --json printed %q: %v", out, err)
+		}
+		if len(tools) == 2 && tools[0].Learned && tools[1].Learned {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lists not learned within 30 s: %s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	names := func(t admin.Tools) map[string]bool {
+		m := map[string]bool{}
+		for _, tool := range t.Tools {
+			var v struct{ Name string }
+			json.Unmarshal(tool, &v)
+			m[v.Name] = true
+		}
+		return m
+	}
+	d, x := names(tools[0]), names(tools[1])
+	if tools[0].Server != "d" || tools[1].Server != "x" || !x["echo"] || !x["crash"] || !d["echo"] || d["crash"] {
+		t.Fatalf("tools: d %v, x %v", d, x)
+	}
+
+	var before admin.Detail
+	code, out, stderr := runBin(t, "inspect", "x", "--addr", addr, "--json")
+	if code != 0 || json.Unmarshal([]byte(out), &before) != nil {
+		t.Fatalf("inspect --json: exit %d: %s%s", code, out, stderr)
+	}
+	if before.Lists["tools"] != len(x) || before.Era == "" || before.ServerInfo == nil {
+		t.Fatalf("inspect: %+v, want %d tools and the era it spoke", before, len(x))
+	}
+	code, out, _ = runBin(t, "inspect", "x", "--addr", addr)
+	for _, want := range []string{"Name:", "x", "Env:", "API_TOKEN", "Launch:", fixture, fmt.Sprintf("%d tools", len(x))} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("inspect (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("inspect shows a secret:\n%s", out)
+	}
+	code, out, _ = runBin(t, "tools", "d", "--addr", addr)
+	if code != 0 || !strings.Contains(out, "echo") || strings.Contains(out, "crash") {
+		t.Fatalf("tools d (exit %d):\n%s", code, out)
+	}
+	var after admin.Detail
+	runBin(t, "inspect", "x", "--addr", addr, "--json")
+	_, out, _ = runBin(t, "inspect", "x", "--addr", addr, "--json")
+	json.Unmarshal([]byte(out), &after)
+	if after.Spawns != before.Spawns {
+		t.Fatalf("listing tools started server x: spawns %d → %d", before.Spawns, after.Spawns)
+	}
+
+	for _, args := range [][]string{{"inspect", "nope"}, {"tools", "nope"}} {
+		code, out, stderr = runBin(t, append(args, "--addr", addr)...)
+		if code != 1 || out != "" || !strings.Contains(stderr, `no server named "nope"; configured: d, x`) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, stderr)
+		}
+	}
+
+	// Nothing listens at a port just closed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for _, args := range [][]string{{"inspect", "x"}, {"tools"}, {"ps"}} {
+		code, out, stderr = runBin(t, append(args, "--addr", closed)...)
+		if code != 1 || out != "" || !strings.Contains(stderr, "is mcpvisor serve running at "+closed+"?") {
+			t.Errorf("%v with nothing running: exit %d, stdout %q, stderr %q", args, code, out, stderr)
+		}
+	}
+}
