@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,30 +33,11 @@ const apiTimeout = 10 * time.Second
 // an error that says what happened in words: nothing answering at the
 // address, or the API's own error message (a 404's "no server named …").
 func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
-	token := os.Getenv("MCPVISOR_TOKEN")
-	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	url := c.addr
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+path, nil)
+	resp, err := c.do(ctx, http.MethodGet, path, nil, nil)
 	if err != nil {
 		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("is mcpvisor serve running at %s? %w", c.addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -70,6 +52,42 @@ func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return body, nil
+}
+
+// do sends one request to path of the serve at c.addr, with the bearer
+// token and hdr; ctx bounds it. Nothing answering is an error that asks
+// whether serve runs there.
+func (c *apiClient) do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*http.Response, error) {
+	token := os.Getenv("MCPVISOR_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	base := c.addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if hdr != nil {
+		req.Header = hdr.Clone()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s%s: %w", method, c.addr, path, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("is mcpvisor serve running at %s? %w", c.addr, err)
+	}
+	return resp, nil
 }
 
 // getJSON is get, the body decoded into v.

@@ -126,3 +126,53 @@ func TestInspectAndTools(t *testing.T) {
 		}
 	}
 }
+
+// mcpvisor call against a real serve: the result's text, exit 4 for a
+// tool's isError, 2 for arguments the tool's schema refuses, 1 for what
+// cannot be called; a per-session server's instance ends with the call.
+func TestCall(t *testing.T) {
+	fixture := testserver.Build(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"x":{"command":%q},"p":{"command":%q,"sharing":"per-session"}}}`, fixture, fixture))
+	addr := strings.TrimPrefix(base, "http://")
+	cases := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"x", "echo", "--arg", "text=42"}, 0, "42\n", ""}, // a string property: text, not a number
+		{[]string{"x", "echo", "--json", `{"text":"a b"}`}, 0, "a b\n", ""},
+		{[]string{"x", "sleep", "--arg", "ms=1"}, 0, "slept 1 ms\n", ""},
+		{[]string{"x", "echo"}, exitToolError, `missing required argument "text"`, ""},
+		{[]string{"x", "sleep", "--arg", "ms=soon"}, 2, "", `--arg ms: the tool's schema says integer, and "soon" is not JSON`},
+		{[]string{"x", "echo", "--arg", "text"}, 2, "", `--arg "text": want key=value`},
+		{[]string{"x", "echo", "--json", `[1]`}, 2, "", "--json: not a JSON object"},
+		{[]string{"x", "nope"}, 1, "", `server x has no tool "nope"`},
+		{[]string{"zz", "echo"}, 1, "", `no server named "zz"; configured: p, x`},
+		{[]string{"p", "echo", "--arg", "text=mine"}, 0, "mine\n", ""},
+	}
+	for _, c := range cases {
+		code, out, stderr := runBin(t, append(append([]string{"call"}, c.args...), "--addr", addr)...)
+		if code != c.code || !strings.Contains(out, c.out) || (c.out == "" && out != "") || !strings.Contains(stderr, c.err) {
+			t.Errorf("call %v: exit %d, stdout %q, stderr %q; want %d, %q, %q", c.args, code, out, stderr, c.code, c.out, c.err)
+		}
+	}
+	code, out, _ := runBin(t, "call", "x", "echo", "--arg", "text=hi", "--output-json", "--addr", addr)
+	var r struct {
+		Content []struct{ Type, Text string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || len(r.Content) != 1 || r.Content[0].Text != "hi" {
+		t.Errorf("--output-json: exit %d, %q", code, out)
+	}
+	// The call's session ended with it: p's instance for it stops.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var d admin.Detail
+		_, out, _ := runBin(t, "inspect", "p", "--json", "--addr", addr)
+		if json.Unmarshal([]byte(out), &d) == nil && d.Sessions == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("p still runs an instance for the ended call: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

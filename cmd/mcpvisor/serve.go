@@ -2,17 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
@@ -89,6 +92,9 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				handlers = append(handlers, h)
 				mux.Handle("/servers/"+s.Name()+"/mcp", h)
 			}
+			// Any other server's endpoint: a 404 that says so, as a
+			// JSON-RPC error an MCP client shows.
+			mux.Handle("/servers/{name}/mcp", g.Wrap(unknownServer(a.fleet)))
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer})
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
@@ -150,4 +156,20 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 func isLoopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// unknownServer answers a request to /servers/{name}/mcp for a name no
+// server has: 404, with a JSON-RPC error that names the servers there are.
+func unknownServer(f *fleet.Fleet) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var names []string
+		for _, s := range f.Servers() {
+			names = append(names, s.Name())
+		}
+		msg := "no server named " + strconv.Quote(r.PathValue("name")) + "; configured: " + strings.Join(names, ", ")
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32600, "message": msg}})
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write(append(b, '\n'))
+	})
 }

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// exitToolError is call's exit code for a tool that answered with
+// isError: true (the call itself went through).
+const exitToolError = 4
+
+func newCallCmd() *cobra.Command {
+	var api apiClient
+	var args []string
+	var argsJSON string
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "call SERVER TOOL [--arg key=value ...] [--json '{...}']",
+		Short: "Call one tool of one server of a running mcpvisor serve and print its result",
+		Long: "Calls TOOL of SERVER through the server's own endpoint (/servers/SERVER/mcp) of a running mcpvisor serve, " +
+			"starting or waking the server if need be, and prints the result's text (other content as JSON; --output-json " +
+			"prints the whole result). --json gives the arguments as one JSON object; each --arg key=value sets one, " +
+			"its value read as the tool's input schema says (text for a string property, JSON for numbers, booleans, " +
+			"objects and arrays; for a property the schema does not describe, JSON if it parses, else text).\n\n" +
+			"Exit codes: 0 the tool succeeded; 4 the tool answered with isError: true; 1 the call failed " +
+			"(no serve at --addr, no such server or tool, a JSON-RPC error, a timeout); 2 a bad command line.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			server, tool := pos[0], pos[1]
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			sess, err := openSession(ctx, &api, server)
+			if err != nil {
+				return err
+			}
+			defer sess.close(ctx)
+			// The tool's schema, as the server lists it now, to read each
+			// --arg as the tool wants it.
+			schema, err := sess.toolSchema(ctx, tool)
+			if err != nil {
+				return err
+			}
+			arguments, err := callArguments(argsJSON, args, schema)
+			if err != nil {
+				return usageError{err}
+			}
+			result, err := sess.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": arguments})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				var b bytes.Buffer
+				_ = json.Indent(&b, result, "", "  ")
+				fmt.Fprintln(out, b.String())
+			} else {
+				printContent(out, result)
+			}
+			if string(rpc.Member(result, "isError")) == "true" {
+				return exitCode(exitToolError)
+			}
+			return nil
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().StringArrayVar(&args, "arg", nil, "an argument, key=value (repeatable)")
+	cmd.Flags().StringVar(&argsJSON, "json", "", "the arguments as one JSON object (--arg adds to it)")
+	cmd.Flags().BoolVar(&asJSON, "output-json", false, "print the whole result as JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
+	return cmd
+}
+
+// callArguments builds a call's arguments: the object argsJSON, then each
+// key=value of args, read as schema's property key says.
+func callArguments(argsJSON string, args []string, schema json.RawMessage) (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	if argsJSON != "" {
+		if err := json.Unmarshal([]byte(argsJSON), &out); err != nil || out == nil {
+			return nil, fmt.Errorf("--json: not a JSON object: %s", argsJSON)
+		}
+	}
+	props := rpc.Member(schema, "properties")
+	for _, a := range args {
+		key, val, ok := strings.Cut(a, "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("--arg %q: want key=value", a)
+		}
+		typ, _ := rpc.StringMember(rpc.Member(props, key), "type")
+		switch {
+		case typ == "string":
+			out[key], _ = json.Marshal(val)
+		case typ != "":
+			if !json.Valid([]byte(val)) {
+				return nil, fmt.Errorf("--arg %s: the tool's schema says %s, and %q is not JSON", key, typ, val)
+			}
+			out[key] = json.RawMessage(val)
+		case json.Valid([]byte(val)):
+			out[key] = json.RawMessage(val)
+		default:
+			out[key], _ = json.Marshal(val)
+		}
+	}
+	return out, nil
+}
+
+// cliSession is an MCP session of the CLI's on one server's endpoint.
+type cliSession struct {
+	api      *apiClient
+	server   string
+	endpoint string
+	hdr      http.Header
+	nextID   int
+}
+
+// openSession opens a 2025-11-25 session on server's own endpoint (which
+// starts or wakes the server as any client's would).
+func openSession(ctx context.Context, api *apiClient, server string) (*cliSession, error) {
+	s := &cliSession{api: api, server: server, endpoint: "/servers/" + url.PathEscape(server) + "/mcp", hdr: http.Header{}}
+	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpvisor-cli","version":%q}}}`, gateway.Version)
+	resp, h, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(init))
+	if err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("server %s: initialize: %s", server, resp.Error.Message)
+	}
+	s.hdr.Set("Mcp-Session-Id", h.Get("Mcp-Session-Id"))
+	s.hdr.Set("Mcp-Protocol-Version", "2025-11-25")
+	if _, _, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
+		s.close(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// call sends one request and returns its result, or its JSON-RPC error as
+// an error.
+func (s *cliSession) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	s.nextID++
+	p, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, s.nextID, method, p)
+	resp, _, err := s.api.rpc(ctx, s.endpoint, s.hdr, []byte(body))
+	if err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("server %s: %s (JSON-RPC error %d)", s.server, resp.Error.Message, resp.Error.Code)
+	}
+	return resp.Result, nil
+}
+
+// toolSchema is the inputSchema of tool, read from the server's tools/list
+// (every page); an error if the server does not list it.
+func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessage, error) {
+	cursor := ""
+	for pages := 0; pages < 1000; pages++ {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		res, err := s.call(ctx, "tools/list", params)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(res, &page); err != nil {
+			return nil, fmt.Errorf("server %s: tools/list: %w", s.server, err)
+		}
+		for _, t := range page.Tools {
+			if name, _ := rpc.StringMember(t, "name"); name == tool {
+				return rpc.Member(t, "inputSchema"), nil
+			}
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	return nil, fmt.Errorf("server %s has no tool %q (mcpvisor tools %s lists them)", s.server, tool, s.server)
+}
+
+// close ends the session: a per-session instance of the server stops now
+// rather than at the session's expiry.
+func (s *cliSession) close(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if resp, err := s.api.do(ctx, http.MethodDelete, s.endpoint, s.hdr, nil); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// printContent prints a tool result's content: text as it is, anything
+// else as one line of JSON; structured content if there is no content.
+func printContent(w io.Writer, result json.RawMessage) {
+	var r struct {
+		Content    []json.RawMessage `json:"content"`
+		Structured json.RawMessage   `json:"structuredContent"`
+	}
+	_ = json.Unmarshal(result, &r)
+	for _, c := range r.Content {
+		if t, _ := rpc.StringMember(c, "type"); t == "text" {
+			text, _ := rpc.StringMember(c, "text")
+			fmt.Fprintln(w, text)
+			continue
+		}
+		fmt.Fprintln(w, string(c))
+	}
+	if len(r.Content) == 0 && r.Structured != nil {
+		fmt.Fprintln(w, string(r.Structured))
+	}
+}
+
+// rpc posts one JSON-RPC message to path and returns the response to it
+// (nil for a notification), from a JSON reply or an event stream, with the
+// reply's headers.
+func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
+	h := hdr.Clone()
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	resp, err := c.do(ctx, http.MethodPost, path, h, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusAccepted {
+		return nil, resp.Header, nil
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if ct == "text/event-stream" {
+		// The response is the stream's message that is one; the others
+		// (progress, log lines) are the call's, and not printed.
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data:")
+			if !ok {
+				continue
+			}
+			if m, err := rpc.Decode([]byte(strings.TrimSpace(data))); err == nil && m.IsResponse() {
+				return m, resp.Header, nil
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+		}
+		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.addr, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+	}
+	m, err := rpc.Decode(b)
+	if err == nil && m.IsResponse() && m.Error != nil && resp.StatusCode == http.StatusNotFound {
+		return nil, nil, fmt.Errorf("%s", m.Error.Message) // no such server
+	}
+	if err != nil || !m.IsResponse() {
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, nil, fmt.Errorf("%s%s: %s", c.addr, path, strings.TrimSpace(string(b)))
+		}
+		return nil, nil, fmt.Errorf("%s%s: %s: %.300s", c.addr, path, resp.Status, bytes.TrimSpace(b))
+	}
+	return m, resp.Header, nil
+}
