@@ -176,3 +176,40 @@ func TestCall(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// mcpvisor wait returns once every server (or the named ones) is ready —
+// its tools known, running, asleep or startable — and otherwise says,
+// after its timeout, which one is not and why.
+func TestWait(t *testing.T) {
+	fixture := testserver.Build(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	code, _, stderr := runBin(t, "wait", "--addr", closed, "--timeout", "300ms")
+	if code != 1 || !strings.Contains(stderr, "not ready after 300ms: is mcpvisor serve running at "+closed+"?") {
+		t.Errorf("wait with nothing running: exit %d, %q", code, stderr)
+	}
+
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"slow":{"command":%q,"args":["-slow-start","1s"]},"bad":{"command":%q,"args":["-no-such-flag"]}}}`, fixture, fixture))
+	addr := strings.TrimPrefix(base, "http://")
+	code, out, stderr := runBin(t, "wait", "slow", "--addr", addr, "--timeout", "30s")
+	if code != 0 || out != "" || stderr != "" {
+		t.Fatalf("wait slow: exit %d, %q %q", code, out, stderr)
+	}
+	var d admin.Detail
+	_, out, _ = runBin(t, "inspect", "slow", "--json", "--addr", addr)
+	if json.Unmarshal([]byte(out), &d) != nil || !d.Learned || d.Lists["tools"] == 0 {
+		t.Fatalf("wait returned before slow was ready: %s", out)
+	}
+	code, _, stderr = runBin(t, "wait", "--addr", addr, "--timeout", "2s")
+	if code != 1 || !strings.Contains(stderr, "not ready after 2s: waiting for bad (") || strings.Contains(stderr, "slow (") {
+		t.Errorf("wait for all with one that cannot start: exit %d, %q", code, stderr)
+	}
+	code, _, stderr = runBin(t, "wait", "nope", "--addr", addr, "--timeout", "2s")
+	if code != 1 || !strings.Contains(stderr, `no server named "nope"; configured: bad, slow`) {
+		t.Errorf("wait nope: exit %d, %q", code, stderr)
+	}
+}

@@ -96,6 +96,7 @@ func (s *Server) Status() Status {
 	s.mu.Lock()
 	st.Sessions = len(s.perSession)
 	s.mu.Unlock()
+	st.Learned = s.Cached(Tools)
 	return st
 }
 

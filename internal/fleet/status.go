@@ -19,6 +19,9 @@ type Status struct {
 	Spawns       int       `json:"spawns"`
 	LastError    string    `json:"lastError,omitempty"`
 	Sessions     int       `json:"sessions,omitempty"` // per-session instances
+	// Learned: the server's tool list is known (learned at a start, or
+	// from the state store), so it can be served on demand.
+	Learned bool `json:"learned"`
 	// MemoryBytes is the resident memory of the server's running process
 	// trees, per-session ones included (Linux; filled in by the status
 	// API, not by Status).

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// waitPoll is how often wait asks serve again.
+const waitPoll = 100 * time.Millisecond
+
+func newWaitCmd() *cobra.Command {
+	var api apiClient
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait [NAME...] [--timeout 60s]",
+		Short: "Wait until servers of a running mcpvisor serve are ready (all of them by default)",
+		Long: "Waits until a running mcpvisor serve answers and each named server (every server by default) is ready: " +
+			"its tools are known and it is running, asleep, or never started without an error (it starts on demand). " +
+			"For scripts and container readiness checks. Exit 0 when all are ready; 1 when the timeout passes first " +
+			"(naming each server not ready, its state and last error) or a server has failed for good.",
+		RunE: func(cmd *cobra.Command, names []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			var last error
+			for {
+				var st admin.Servers
+				err := api.getJSON(ctx, "/api/servers", &st)
+				if err == nil {
+					var done bool
+					done, err = waitDone(st.Servers, names)
+					if done {
+						return err
+					}
+				}
+				last = err
+				select {
+				case <-ctx.Done():
+					if cmd.Context().Err() == nil {
+						return fmt.Errorf("not ready after %v: %w", timeout, last)
+					}
+					return ctx.Err()
+				case <-time.After(waitPoll):
+				}
+			}
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}
+
+// waitDone reports whether the wait is over for the named servers (all
+// when names is empty): with a nil error when every one is ready, with
+// an error when one has failed for good or is not configured. When it is
+// not over, the error says what is not ready yet.
+func waitDone(servers []fleet.Status, names []string) (bool, error) {
+	byName := map[string]fleet.Status{}
+	var all []string
+	for _, s := range servers {
+		byName[s.Name] = s
+		all = append(all, s.Name)
+	}
+	if len(names) == 0 {
+		names = all
+	}
+	var waiting []string
+	for _, n := range names {
+		s, ok := byName[n]
+		switch {
+		case !ok:
+			return true, fmt.Errorf("no server named %q; configured: %s", n, strings.Join(all, ", "))
+		case s.State == "failed":
+			return true, fmt.Errorf("server %s has failed: %s", n, s.LastError)
+		case ready(s):
+			continue
+		}
+		w := n + " (" + s.State
+		if !s.Learned {
+			w += ", tools not known yet"
+		}
+		if s.LastError != "" {
+			w += ", last error: " + s.LastError
+		}
+		waiting = append(waiting, w+")")
+	}
+	if len(waiting) == 0 {
+		return true, nil
+	}
+	slices.Sort(waiting)
+	return false, errors.New("waiting for " + strings.Join(waiting, "; "))
+}
+
+// ready reports whether a server can serve a request now or on demand.
+func ready(s fleet.Status) bool {
+	if !s.Learned {
+		return false
+	}
+	switch s.State {
+	case "running", "degraded", "dormant":
+		return true
+	case "new":
+		return s.LastError == "" // never started, and nothing failed
+	}
+	return false
+}
