@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+)
+
+// eventsQuiet is how long a followed stream may say nothing — serve sends
+// a keepalive every 15 s — before it is taken for dead and opened again.
+var eventsQuiet = 45 * time.Second
+
+func newEventsCmd() *cobra.Command {
+	var api apiClient
+	var follow, asJSON bool
+	var server string
+	cmd := &cobra.Command{
+		Use:   "events [-f] [--server NAME] [--json]",
+		Short: "Print the lifecycle events of a running mcpvisor serve (starts, sleeps, crashes, restarts)",
+		Long: "Prints the lifecycle events a running mcpvisor serve keeps, oldest first; with -f, then every new one " +
+			"as it happens, until interrupted or serve stops. A follower that falls behind, or whose connection goes " +
+			"quiet, reconnects and resumes after the last event it printed. --json prints one JSON object a line.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			print := func(e admin.Entry) {
+				if server != "" && e.Server != server {
+					return
+				}
+				if asJSON {
+					b, _ := json.Marshal(e)
+					fmt.Fprintln(out, string(b))
+					return
+				}
+				fmt.Fprintln(out, eventLine(e))
+			}
+			if !follow {
+				var body struct{ Events []admin.Entry }
+				if err := api.getJSON(cmd.Context(), "/api/events", &body); err != nil {
+					return err
+				}
+				for _, e := range body.Events {
+					print(e)
+				}
+				return nil
+			}
+			return followEvents(cmd.Context(), &api, print)
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print new events as they happen")
+	cmd.Flags().StringVar(&server, "server", "", "only the events of this server")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object a line")
+	return cmd
+}
+
+// eventLine is one event as a line: time, server, type, details.
+func eventLine(e admin.Entry) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	var details []string
+	for _, k := range slices.Sorted(maps.Keys(e.Details)) {
+		v, _ := json.Marshal(e.Details[k])
+		details = append(details, k+"="+string(v))
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s", e.Time.Local().Format("15:04:05.000"), e.Server, e.Type, strings.Join(details, " "))
+	tw.Flush()
+	return b.String()
+}
+
+// followEvents prints the kept events, then every new one, from serve's
+// event stream: opened again after the last id printed when serve says
+// the follower lagged or the stream goes quiet for eventsQuiet; ended
+// when ctx ends or serve ends the stream (it stops).
+func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) error {
+	last := ""
+	for {
+		again, err := followOnce(ctx, api, &last, print)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// followOnce reads one stream; again reports that it should be opened
+// again.
+func followOnce(ctx context.Context, api *apiClient, last *string, print func(admin.Entry)) (again bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hdr := http.Header{"Accept": {"text/event-stream"}}
+	if *last != "" {
+		hdr.Set("Last-Event-ID", *last)
+	}
+	resp, err := api.do(ctx, http.MethodGet, "/api/events?follow", hdr, nil)
+	if err != nil {
+		if ctx.Err() != nil && context.Cause(ctx) == context.Canceled {
+			return false, nil
+		}
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return false, fmt.Errorf("%s/api/events: %s: %s", api.addr, resp.Status, strings.TrimSpace(string(b)))
+	}
+	errQuiet := fmt.Errorf("no word from %s for %v", api.addr, eventsQuiet)
+	quiet := time.AfterFunc(eventsQuiet, func() { cancel(errQuiet) })
+	defer quiet.Stop()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var event, id string
+	for sc.Scan() {
+		quiet.Reset(eventsQuiet)
+		line := sc.Text()
+		switch {
+		case line == "":
+			event, id = "", ""
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+			if event == "lagged" {
+				return true, nil
+			}
+		case strings.HasPrefix(line, "id:"):
+			id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
+		case strings.HasPrefix(line, "data:"):
+			var e admin.Entry
+			if json.Unmarshal([]byte(strings.TrimPrefix(line, "data:")), &e) != nil {
+				continue
+			}
+			if id != "" {
+				*last = id
+			}
+			print(e)
+		}
+	}
+	switch cause := context.Cause(ctx); {
+	case cause == errQuiet:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, nil // interrupted
+	}
+	return false, sc.Err() // serve ended the stream (it stops), or the connection broke
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// mcpvisor events lists what serve kept; events -f then prints what
+// happens, as it happens: a call that wakes a sleeping server shows as its
+// respawn.
+func TestEvents(t *testing.T) {
+	fixture := testserver.Build(t)
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"x":{"command":%q},"y":{"command":%q}}}`, fixture, fixture))
+	addr := strings.TrimPrefix(base, "http://")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var d admin.Detail
+		_, out, _ := runBin(t, "inspect", "x", "--json", "--addr", addr)
+		if json.Unmarshal([]byte(out), &d) == nil && d.State == "dormant" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("x not asleep after its lists were learned: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, stderr := runBin(t, "events", "--addr", addr)
+	started := false // a line: time, server, type, details
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		started = started || len(f) >= 3 && f[1] == "x" && f[2] == "started"
+	}
+	if code != 0 || !started {
+		t.Fatalf("events: exit %d, %q %q", code, out, stderr)
+	}
+
+	bin, _ := binaries(t)
+	cmd := exec.Command(bin, "events", "-f", "--json", "--server", "x", "--addr", addr)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan admin.Entry, 64)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e admin.Entry
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				lines <- e
+			}
+		}
+		close(lines)
+	}()
+	next := func(what string, want func(admin.Entry) bool) {
+		t.Helper()
+		timeout := time.After(15 * time.Second)
+		for {
+			select {
+			case e, ok := <-lines:
+				if !ok {
+					t.Fatalf("events -f ended before %s", what)
+				}
+				if e.Server != "x" {
+					t.Fatalf("--server x printed %+v", e)
+				}
+				if want(e) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("events -f: no %s within 15 s", what)
+			}
+		}
+	}
+	next("replay of x's sleep", func(e admin.Entry) bool { return e.Type == "dormant" })
+	if code, _, stderr := runBin(t, "call", "x", "echo", "--arg", "text=wake", "--addr", addr); code != 0 {
+		t.Fatalf("call: %d %s", code, stderr)
+	}
+	next("live respawn of x", func(e admin.Entry) bool { return e.Type == "respawned" })
+}
+
+// A follower that serve says lagged, or whose stream goes quiet, opens
+// the stream again after the last event it printed, and prints nothing
+// twice.
+func TestFollowEventsResumes(t *testing.T) {
+	old := eventsQuiet
+	eventsQuiet = 300 * time.Millisecond
+	t.Cleanup(func() { eventsQuiet = old })
+	var mu sync.Mutex
+	var lastIDs []string
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := len(lastIDs)
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		ev := func(id, typ string) {
+			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: {\"id\":%q,\"server\":\"a\",\"type\":%q,\"time\":\"2026-01-01T00:00:00Z\"}\n\n", id, typ, id, typ)
+		}
+		switch n {
+		case 0: // two events, then lagged
+			ev("1-1", "started")
+			ev("1-2", "dormant")
+			fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+		case 1: // one event, then silence
+			ev("1-3", "respawned")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		default: // the end of the stream: serve stops
+			ev("1-4", "stopped")
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	api := &apiClient{addr: srv.URL}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := followEvents(ctx, api, func(e admin.Entry) { got = append(got, e.ID+" "+e.Type) })
+	if err != nil && err != io.EOF {
+		t.Fatalf("followEvents: %v", err)
+	}
+	want := "1-1 started,1-2 dormant,1-3 respawned,1-4 stopped"
+	if strings.Join(got, ",") != want || strings.Join(lastIDs, ",") != ",1-2,1-3" {
+		t.Fatalf("printed %q after Last-Event-IDs %q; want %q after \",1-2,1-3\"", got, lastIDs, want)
+	}
+}
