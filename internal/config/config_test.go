@@ -288,6 +288,8 @@ func TestErrors(t *testing.T) {
 		{"bad server name", `{"mcpServers": {"my server": {"command": "x"}}}`, nil,
 			`mcpServers["my server"]`, `"my server" is not a valid server name: use only letters, digits, '_', '.' and '-'`},
 		{"slash in server name", `{"mcpServers": {"a/b": {"command": "x"}}}`, nil, `mcpServers["a/b"]`, "is not a valid server name"},
+		{"dot server name", `{"mcpServers": {".": {"command": "x"}}}`, nil, `mcpServers["."]`, `"." is not a valid server name`},
+		{"dot-dot server name", `{"mcpServers": {"..": {"command": "x"}}}`, nil, `mcpServers[".."]`, `".." is not a valid server name`},
 		{"empty server name", `{"mcpServers": {"": {"command": "x"}}}`, nil, `mcpServers[""]`, "server name is empty"},
 		{"dotted name path", `{"mcpServers": {"a.b": {"command": "x", "eager": 1}}}`, nil, `mcpServers["a.b"].eager`, "must be a boolean"},
 		{"bad prefix", `{"mcpServers": {"a": {"command": "x", "prefix": "a b"}}}`, nil,

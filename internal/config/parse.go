@@ -65,10 +65,11 @@ func isNameRune(r rune) bool {
 }
 
 // validName reports whether s is a valid server name or prefix: non-empty,
-// letters, digits, '_', '.' and '-' only. Names become URL path segments
-// and tool-name prefixes.
+// letters, digits, '_', '.' and '-' only, and not "." or ".." (names
+// become URL path segments, where those two mean another path, and
+// tool-name prefixes).
 func validName(s string) bool {
-	if s == "" {
+	if s == "" || s == "." || s == ".." {
 		return false
 	}
 	for _, r := range s {
@@ -417,7 +418,7 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 		if name == "" {
 			p.errorf(at, "server name is empty")
 		} else {
-			p.errorf(at, "%q is not a valid server name: use only letters, digits, '_', '.' and '-'", name)
+			p.errorf(at, "%q is not a valid server name: use only letters, digits, '_', '.' and '-' (and not \".\" or \"..\" alone)", name)
 		}
 	}
 	if v.kind != kindObject {
