@@ -86,9 +86,9 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Sharing", d.Sharing)
 	era := d.Era
 	if era == "" {
-		era = "unknown (never started)"
+		era = "unknown"
 	}
-	line("Protocol", d.Protocol+", last spoke "+era)
+	line("Protocol", d.Protocol+", speaks "+era)
 	if d.ServerInfo != nil {
 		name, _ := rpc.StringMember(d.ServerInfo, "name")
 		version, _ := rpc.StringMember(d.ServerInfo, "version")

@@ -73,7 +73,7 @@ func printTools(w io.Writer, all []admin.Tools) error {
 	fmt.Fprintln(tw, "SERVER\tTOOL\tDESCRIPTION")
 	for _, t := range all {
 		if !t.Learned {
-			fmt.Fprintf(tw, "%s\t-\t(not learned yet: the server never started)\n", t.Server)
+			fmt.Fprintf(tw, "%s\t-\t(not learned yet)\n", t.Server)
 			continue
 		}
 		if len(t.Tools) == 0 {

@@ -27,8 +27,9 @@ type Detail struct {
 	Kind        string   `json:"kind"`     // stdio or http
 	Sharing     string   `json:"sharing"`  // shared or per-session
 	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
-	// Era is the protocol version the server spoke when it last started,
-	// "" if it never did.
+	// Era is the protocol version the server speaks (its live
+	// connection's, else the one it spoke when its lists were learned),
+	// "" if unknown.
 	Era        string          `json:"era,omitempty"`
 	ServerInfo json.RawMessage `json:"serverInfo,omitempty"`
 	// Lists counts the server's tools, prompts, resources and resource
@@ -87,9 +88,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Era:         s.Era(),
 		Lists:       map[string]int{},
 	}
-	if init := s.CachedInit(); init != nil {
-		d.ServerInfo = rpc.Member(init, "serverInfo")
-	}
+	d.ServerInfo = s.ServerInfo()
 	d.MemoryBytes = treeMemory(s)
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {

@@ -185,9 +185,25 @@ func (s *Server) cachedVersion() string {
 // or waking it; ok is false when it was never learned.
 func (s *Server) CachedList(k ListKind) (items []json.RawMessage, ok bool) { return s.lists.get(k) }
 
-// Era is the protocol version the server spoke when it last started (its
-// cached initialize or server/discover result), "" if it never did.
-func (s *Server) Era() string { return s.cachedVersion() }
+// Era is the protocol version the server speaks: its live shared
+// connection's, else the one it spoke when its lists were last learned
+// (the cached initialize or server/discover result); "" if neither is
+// known.
+func (s *Server) Era() string {
+	if in := s.Init(); in != nil {
+		return in.ProtocolVersion
+	}
+	return s.cachedVersion()
+}
+
+// ServerInfo is the server's serverInfo, from the same source as Era (nil
+// if unknown).
+func (s *Server) ServerInfo() json.RawMessage {
+	if in := s.Init(); in != nil {
+		return in.ServerInfo
+	}
+	return rpc.Member(s.lists.getInit(), "serverInfo")
+}
 
 // Cached reports whether the server's list of kind k is known without
 // starting it.
