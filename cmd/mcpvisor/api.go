@@ -46,13 +46,22 @@ func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
+		msg := resp.Status + ": " + strings.TrimSpace(string(body))
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("%s", e.Error)
+			msg = e.Error
 		}
-		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return nil, &apiStatusError{code: resp.StatusCode, msg: msg}
 	}
 	return body, nil
 }
+
+// apiStatusError is an answer of the API other than 200.
+type apiStatusError struct {
+	code int
+	msg  string
+}
+
+func (e *apiStatusError) Error() string { return e.msg }
 
 // do sends one request to path of the serve at c.addr, with the bearer
 // token and hdr; ctx bounds it. Nothing answering is an error that asks

@@ -10,7 +10,10 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,7 +45,15 @@ func newCallCmd() *cobra.Command {
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			server, tool := pos[0], pos[1]
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			// The command line first: a bad one starts no server.
+			if _, err := callArguments(argsJSON, args, nil); err != nil {
+				return usageError{err}
+			}
+			// An interrupt ends the call, and its session is still ended
+			// (the deferred close outlives ctx).
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			sess, err := openSession(ctx, &api, server)
 			if err != nil {
@@ -100,7 +111,7 @@ func callArguments(argsJSON string, args []string, schema json.RawMessage) (map[
 		if !ok || key == "" {
 			return nil, fmt.Errorf("--arg %q: want key=value", a)
 		}
-		typ, _ := rpc.StringMember(rpc.Member(props, key), "type")
+		typ := schemaType(rpc.Member(props, key))
 		switch {
 		case typ == "string":
 			out[key], _ = json.Marshal(val)
@@ -116,6 +127,44 @@ func callArguments(argsJSON string, args []string, schema json.RawMessage) (map[
 		}
 	}
 	return out, nil
+}
+
+// schemaType is what a property's schema makes of a command-line value:
+// "string" when text is the only non-null type it allows (type "string",
+// ["string", "null"], or an anyOf/oneOf of such), another type name when
+// that is the only one, "" when it allows several or says nothing (a $ref).
+func schemaType(prop json.RawMessage) string {
+	types := map[string]bool{}
+	var add func(json.RawMessage)
+	add = func(p json.RawMessage) {
+		switch t := rpc.Member(p, "type"); {
+		case len(t) > 0 && t[0] == '"':
+			s, _ := rpc.String(t)
+			types[s] = true
+		case len(t) > 0 && t[0] == '[':
+			var list []string
+			_ = json.Unmarshal(t, &list)
+			for _, s := range list {
+				types[s] = true
+			}
+		}
+		for _, k := range []string{"anyOf", "oneOf"} {
+			var alts []json.RawMessage
+			_ = json.Unmarshal(rpc.Member(p, k), &alts)
+			for _, a := range alts {
+				add(a)
+			}
+		}
+	}
+	add(prop)
+	delete(types, "null")
+	if len(types) != 1 {
+		return ""
+	}
+	for t := range types {
+		return t
+	}
+	return ""
 }
 
 // cliSession is an MCP session of the CLI's on one server's endpoint.
@@ -135,6 +184,9 @@ func openSession(ctx context.Context, api *apiClient, server string) (*cliSessio
 	resp, h, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(init))
 	if err != nil {
 		return nil, err
+	}
+	if resp == nil {
+		return nil, fmt.Errorf("%s%s: no response to initialize", api.addr, s.endpoint)
 	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("server %s: initialize: %s", server, resp.Error.Message)
@@ -209,6 +261,20 @@ func (s *cliSession) close(ctx context.Context) {
 	}
 }
 
+// refuse answers a server's request m, on the session of hdr, with an
+// error: mcpvisor call declares no client capability.
+func (c *apiClient) refuse(ctx context.Context, path string, hdr http.Header, m *rpc.Message) {
+	answer := (&rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.MethodNotFound,
+		Message: "mcpvisor call cannot answer " + m.Method + " (it declares no sampling, elicitation or roots)"}}).Encode()
+	h := hdr.Clone()
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	if resp, err := c.do(ctx, http.MethodPost, path, h, answer); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+	}
+}
+
 // printContent prints a tool result's content: text as it is, anything
 // else as one line of JSON; structured content if there is no content.
 func printContent(w io.Writer, result json.RawMessage) {
@@ -256,8 +322,16 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 			if !ok {
 				continue
 			}
-			if m, err := rpc.Decode([]byte(strings.TrimSpace(data))); err == nil && m.IsResponse() {
+			m, err := rpc.Decode([]byte(strings.TrimSpace(data)))
+			switch {
+			case err != nil:
+			case m.IsResponse():
 				return m, resp.Header, nil
+			case m.IsRequest():
+				// The server asks the client (sampling, elicitation,
+				// roots): the CLI has nothing to give, and says so at
+				// once rather than leave the call waiting on it.
+				c.refuse(ctx, path, hdr, m)
 			}
 		}
 		if err := sc.Err(); err != nil {

@@ -22,6 +22,10 @@ import (
 // a keepalive every 15 s — before it is taken for dead and opened again.
 var eventsQuiet = 45 * time.Second
 
+// lagPause is the pause before a follower that lagged opens the stream
+// again.
+const lagPause = 100 * time.Millisecond
+
 func newEventsCmd() *cobra.Command {
 	var api apiClient
 	var follow, asJSON bool
@@ -99,14 +103,22 @@ func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) 
 func followOnce(ctx context.Context, api *apiClient, last *string, print func(admin.Entry)) (again bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The same bound covers the connect and the headers: a serve that
+	// takes the connection and never answers is given up on.
+	errQuiet := fmt.Errorf("no word from %s for %v", api.addr, eventsQuiet)
+	quiet := time.AfterFunc(eventsQuiet, func() { cancel(errQuiet) })
+	defer quiet.Stop()
 	hdr := http.Header{"Accept": {"text/event-stream"}}
 	if *last != "" {
 		hdr.Set("Last-Event-ID", *last)
 	}
 	resp, err := api.do(ctx, http.MethodGet, "/api/events?follow", hdr, nil)
 	if err != nil {
-		if ctx.Err() != nil && context.Cause(ctx) == context.Canceled {
-			return false, nil
+		if context.Cause(ctx) == context.Canceled {
+			return false, nil // interrupted
+		}
+		if context.Cause(ctx) == errQuiet {
+			return false, errQuiet
 		}
 		return false, err
 	}
@@ -115,9 +127,6 @@ func followOnce(ctx context.Context, api *apiClient, last *string, print func(ad
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return false, fmt.Errorf("%s/api/events: %s: %s", api.addr, resp.Status, strings.TrimSpace(string(b)))
 	}
-	errQuiet := fmt.Errorf("no word from %s for %v", api.addr, eventsQuiet)
-	quiet := time.AfterFunc(eventsQuiet, func() { cancel(errQuiet) })
-	defer quiet.Stop()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var event, id string
@@ -130,7 +139,14 @@ func followOnce(ctx context.Context, api *apiClient, last *string, print func(ad
 		case strings.HasPrefix(line, "event:"):
 			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
 			if event == "lagged" {
-				return true, nil
+				// Behind: open again after the last event printed (a
+				// moment later, so that a serve that keeps saying so is
+				// not asked in a tight loop).
+				select {
+				case <-ctx.Done():
+				case <-time.After(lagPause):
+				}
+				return ctx.Err() == nil, nil
 			}
 		case strings.HasPrefix(line, "id:"):
 			id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))

@@ -144,3 +144,26 @@ func TestFollowEventsResumes(t *testing.T) {
 		t.Fatalf("printed %q after Last-Event-IDs %q; want %q after \",1-2,1-3\"", got, lastIDs, want)
 	}
 }
+
+// A serve that takes the connection and never answers is given up on
+// after the quiet bound, with an error that says so.
+func TestFollowEventsConnectBounded(t *testing.T) {
+	old := eventsQuiet
+	eventsQuiet = 200 * time.Millisecond
+	t.Cleanup(func() { eventsQuiet = old })
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // no headers, ever
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := followEvents(ctx, &apiClient{addr: srv.URL}, func(admin.Entry) { t.Error("an event from nowhere") })
+	if err == nil || !strings.Contains(err.Error(), "no word from") || ctx.Err() != nil {
+		t.Fatalf("followEvents against a silent serve: %v (test context: %v)", err, ctx.Err())
+	}
+}

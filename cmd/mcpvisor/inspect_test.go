@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -76,11 +77,24 @@ func TestInspectAndTools(t *testing.T) {
 		t.Fatalf("tools: d %v, x %v", d, x)
 	}
 
+	// Asleep once learned: listing its tools must not wake it.
 	var before admin.Detail
-	code, out, stderr := runBin(t, "inspect", "x", "--addr", addr, "--json")
-	if code != 0 || json.Unmarshal([]byte(out), &before) != nil {
-		t.Fatalf("inspect --json: exit %d: %s%s", code, out, stderr)
+	for deadline := time.Now().Add(30 * time.Second); before.State != "dormant"; {
+		code, out, stderr := runBin(t, "inspect", "x", "--addr", addr, "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &before) != nil {
+			t.Fatalf("inspect --json: exit %d: %s%s", code, out, stderr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("x not asleep: %s", out)
+		}
 	}
+	for _, args := range [][]string{{"tools"}, {"tools", "x"}, {"tools", "x", "--json"}} {
+		if code, _, stderr := runBin(t, append(args, "--addr", addr)...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	var code int
+	var out, stderr string
 	if before.Lists["tools"] != len(x) || before.Era == "" || before.ServerInfo == nil {
 		t.Fatalf("inspect: %+v, want %d tools and the era it spoke", before, len(x))
 	}
@@ -98,11 +112,10 @@ func TestInspectAndTools(t *testing.T) {
 		t.Fatalf("tools d (exit %d):\n%s", code, out)
 	}
 	var after admin.Detail
-	runBin(t, "inspect", "x", "--addr", addr, "--json")
 	_, out, _ = runBin(t, "inspect", "x", "--addr", addr, "--json")
 	json.Unmarshal([]byte(out), &after)
-	if after.Spawns != before.Spawns {
-		t.Fatalf("listing tools started server x: spawns %d → %d", before.Spawns, after.Spawns)
+	if after.Spawns != before.Spawns || after.State != "dormant" {
+		t.Fatalf("listing tools woke server x: spawns %d → %d, state %s", before.Spawns, after.Spawns, after.State)
 	}
 
 	for _, args := range [][]string{{"inspect", "nope"}, {"tools", "nope"}} {
@@ -148,6 +161,8 @@ func TestCall(t *testing.T) {
 		{[]string{"x", "echo", "--json", `[1]`}, 2, "", "--json: not a JSON object"},
 		{[]string{"x", "nope"}, 1, "", `server x has no tool "nope"`},
 		{[]string{"zz", "echo"}, 1, "", `no server named "zz"; configured: p, x`},
+		{[]string{"zz", "echo", "--arg", "text"}, 2, "", `--arg "text": want key=value`}, // checked before anything is asked of serve
+		{[]string{"x", "sample", "--arg", "prompt=hi"}, exitToolError, "mcpvisor call cannot answer sampling/createMessage", ""},
 		{[]string{"p", "echo", "--arg", "text=mine"}, 0, "mine\n", ""},
 	}
 	for _, c := range cases {
@@ -163,18 +178,37 @@ func TestCall(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || len(r.Content) != 1 || r.Content[0].Text != "hi" {
 		t.Errorf("--output-json: exit %d, %q", code, out)
 	}
-	// The call's session ended with it: p's instance for it stops.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	// Each call's session ends with it, so p's instance for it stops — an
+	// interrupted call's too.
+	instancesOfP := func() int {
 		var d admin.Detail
 		_, out, _ := runBin(t, "inspect", "p", "--json", "--addr", addr)
-		if json.Unmarshal([]byte(out), &d) == nil && d.Sessions == 0 {
-			break
+		if json.Unmarshal([]byte(out), &d) != nil {
+			t.Fatalf("inspect p: %s", out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("p still runs an instance for the ended call: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return d.Sessions
 	}
+	waitInstances := func(what string, ok func(int) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(instancesOfP()); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: p has %d instances after 10 s", what, instancesOfP())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitInstances("the finished calls' sessions end", func(n int) bool { return n == 0 })
+	bin, _ := binaries(t)
+	interrupted := exec.Command(bin, "call", "p", "sleep", "--arg", "ms=60000", "--addr", addr)
+	if err := interrupted.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitInstances("the interrupted call reaches p", func(n int) bool { return n == 1 })
+	_ = interrupted.Process.Signal(os.Interrupt)
+	if err := interrupted.Wait(); err == nil {
+		t.Errorf("an interrupted call exited 0")
+	}
+	waitInstances("the interrupted call's session ends", func(n int) bool { return n == 0 })
 }
 
 // mcpvisor wait returns once every server (or the named ones) is ready —

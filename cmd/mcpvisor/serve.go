@@ -166,7 +166,10 @@ func unknownServer(f *fleet.Fleet) http.Handler {
 		for _, s := range f.Servers() {
 			names = append(names, s.Name())
 		}
-		msg := "no server named " + strconv.Quote(r.PathValue("name")) + "; configured: " + strings.Join(names, ", ")
+		msg := "no server named " + strconv.Quote(r.PathValue("name"))
+		if len(names) > 0 {
+			msg += "; configured: " + strings.Join(names, ", ")
+		}
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32600, "message": msg}})
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -24,9 +25,11 @@ func newWaitCmd() *cobra.Command {
 		Use:   "wait [NAME...] [--timeout 60s]",
 		Short: "Wait until servers of a running mcpvisor serve are ready (all of them by default)",
 		Long: "Waits until a running mcpvisor serve answers and each named server (every server by default) is ready: " +
-			"its tools are known and it is running, asleep, or never started without an error (it starts on demand). " +
-			"For scripts and container readiness checks. Exit 0 when all are ready; 1 when the timeout passes first " +
-			"(naming each server not ready, its state and last error) or a server has failed for good.",
+			"it has started and runs or sleeps, or its tools are known from an earlier run and no start of it failed " +
+			"(it starts on demand). A server that was never started and never learned (serve --no-learn) is not ready " +
+			"until a request starts it. For scripts and container readiness checks. Exit 0 when all are ready; 1 when " +
+			"the timeout passes first (naming each server not ready, its state and last error), when a named server " +
+			"does not exist, or when serve refuses the token.",
 		RunE: func(cmd *cobra.Command, names []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -34,6 +37,9 @@ func newWaitCmd() *cobra.Command {
 			for {
 				var st admin.Servers
 				err := api.getJSON(ctx, "/api/servers", &st)
+				if se := (*apiStatusError)(nil); errors.As(err, &se) && (se.code == http.StatusUnauthorized || se.code == http.StatusForbidden) {
+					return err // waiting will not mend a refusal
+				}
 				if err == nil {
 					var done bool
 					done, err = waitDone(st.Servers, names)
@@ -78,8 +84,6 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 		switch {
 		case !ok:
 			return true, fmt.Errorf("no server named %q; configured: %s", n, strings.Join(all, ", "))
-		case s.State == "failed":
-			return true, fmt.Errorf("server %s has failed: %s", n, s.LastError)
 		case ready(s):
 			continue
 		}
@@ -99,16 +103,16 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 	return false, errors.New("waiting for " + strings.Join(waiting, "; "))
 }
 
-// ready reports whether a server can serve a request now or on demand.
+// ready reports whether a server serves requests: it has started and
+// runs or sleeps, or it never started in this serve but its tools are
+// known (from the state store) and no start of it failed. A failed
+// server is waited on: the fleet tries it again on the next request.
 func ready(s fleet.Status) bool {
-	if !s.Learned {
-		return false
-	}
 	switch s.State {
 	case "running", "degraded", "dormant":
 		return true
 	case "new":
-		return s.LastError == "" // never started, and nothing failed
+		return s.Learned && s.LastError == ""
 	}
 	return false
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -21,9 +23,10 @@ func TestWaitDone(t *testing.T) {
 		{"all ready", []fleet.Status{st("a", "running", true, ""), st("b", "dormant", true, ""), st("c", "new", true, "")}, nil, true, ""},
 		{"one starting", []fleet.Status{st("a", "running", true, ""), st("b", "starting", false, "")}, nil, false, "waiting for b (starting, tools not known yet)"},
 		{"only the named", []fleet.Status{st("a", "running", true, ""), st("b", "starting", false, "")}, []string{"a"}, true, ""},
-		{"running, tools unknown", []fleet.Status{st("a", "running", false, "")}, nil, false, "waiting for a (running, tools not known yet)"},
+		{"running, tools not learned (eager)", []fleet.Status{st("a", "running", false, "")}, nil, true, ""},
+		{"never started, nothing known (--no-learn)", []fleet.Status{st("a", "new", false, "")}, nil, false, "waiting for a (new, tools not known yet)"},
 		{"a failed start", []fleet.Status{st("a", "new", true, "boom")}, nil, false, "waiting for a (new, last error: boom)"},
-		{"failed for good", []fleet.Status{st("a", "failed", false, "boom"), st("b", "running", true, "")}, nil, true, "server a has failed: boom"},
+		{"failed", []fleet.Status{st("a", "failed", false, "boom"), st("b", "running", true, "")}, nil, false, "waiting for a (failed, tools not known yet, last error: boom)"},
 		{"unknown", []fleet.Status{st("a", "running", true, "")}, []string{"z"}, true, `no server named "z"; configured: a`},
 		{"restarting", []fleet.Status{st("a", "restarting", true, "")}, nil, false, "waiting for a (restarting)"},
 	}
@@ -36,5 +39,17 @@ func TestWaitDone(t *testing.T) {
 		if done != c.done || (c.err == "") != (err == nil) || !strings.Contains(got, c.err) {
 			t.Errorf("%s: done %v, err %q; want %v, %q", c.name, done, got, c.done, c.err)
 		}
+	}
+}
+
+// A token serve refuses ends the wait at once: waiting will not mend it.
+func TestWaitRefusedToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "Unauthorized: a valid bearer token is required", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	_, err := run(t, "wait", "--addr", srv.URL, "--timeout", "1m")
+	if err == nil || strings.HasPrefix(err.Error(), "not ready after") || !strings.Contains(err.Error(), "401 Unauthorized") {
+		t.Fatalf("wait with a refused token: %v", err)
 	}
 }
