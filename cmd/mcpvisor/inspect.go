@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -27,19 +26,8 @@ func newInspectCmd() *cobra.Command {
 			"as cached (a sleeping server is not woken).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body, err := api.get(cmd.Context(), "/api/servers/"+url.PathEscape(args[0]))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				_, err := cmd.OutOrStdout().Write(body)
-				return err
-			}
-			var d admin.Detail
-			if err := json.Unmarshal(body, &d); err != nil {
-				return fmt.Errorf("unexpected answer from %s: %w", api.addr, err)
-			}
-			return printDetail(cmd.OutOrStdout(), d, time.Now())
+			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers/"+url.PathEscape(args[0]), asJSON,
+				func(w io.Writer, d admin.Detail) error { return printDetail(w, d, time.Now()) })
 		},
 	}
 	api.flags(cmd)

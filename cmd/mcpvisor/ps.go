@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -21,19 +20,8 @@ func newPsCmd() *cobra.Command {
 		Short: "List the servers of a running mcpvisor serve and their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := api.get(cmd.Context(), "/api/servers")
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				_, err := cmd.OutOrStdout().Write(body)
-				return err
-			}
-			var st admin.Servers
-			if err := json.Unmarshal(body, &st); err != nil {
-				return fmt.Errorf("unexpected answer from %s: %w", api.addr, err)
-			}
-			return printPs(cmd.OutOrStdout(), st, time.Now())
+			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers", asJSON,
+				func(w io.Writer, st admin.Servers) error { return printPs(w, st, time.Now()) })
 		},
 	}
 	api.flags(cmd)

@@ -16,11 +16,47 @@ import (
 // that arming them costs what it costs under net/http, which clears both
 // after each request, as done here) and whose body goes nowhere.
 func BenchmarkStreamableHandle(b *testing.B) {
+	h := NewStreamableHandler(benchEndpoint{}, HTTPOptions{})
+	defer h.Close()
+	rig := newHandleRig(b, h)
+	rig.r.Header.Set("Accept", httpAccept)
+	rig.r.Header.Set("Content-Type", "application/json")
+	rig.post([]byte(httpInit))
+	sid := rig.w.hdr.Get("Mcp-Session-Id")
+	if sid == "" {
+		b.Fatalf("initialize: %d, no session", rig.w.status)
+	}
+	rig.r.Header.Set("Mcp-Session-Id", sid)
+	rig.r.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	b.ReportAllocs()
+	for b.Loop() {
+		rig.post(benchCall)
+		if rig.w.n != len(benchReply) {
+			b.Fatalf("status %d, %d bytes", rig.w.status, rig.w.n)
+		}
+	}
+}
+
+// handleRig calls a handler's ServeHTTP directly with one reusable
+// request, whose context carries the local address of a real loopback TCP
+// connection and whose ResponseWriter arms that connection's deadlines
+// (so that arming them costs what it costs under net/http, which clears
+// both after each request, as post does).
+type handleRig struct {
+	h    http.Handler
+	conn net.Conn
+	w    *deadlineWriter
+	r    *http.Request
+	body *rewindBody
+}
+
+// newHandleRig connects a loopback pair for h; both ends close with b.
+func newHandleRig(b *testing.B, h http.Handler) *handleRig {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ln.Close()
+	b.Cleanup(func() { ln.Close() })
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -33,49 +69,31 @@ func BenchmarkStreamableHandle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer client.Close()
+	b.Cleanup(func() { client.Close() })
 	conn := <-accepted
 	if conn == nil {
 		b.Fatal("no connection")
 	}
-	defer conn.Close()
-
-	h := NewStreamableHandler(benchEndpoint{}, HTTPOptions{})
-	defer h.Close()
+	b.Cleanup(func() { conn.Close() })
 	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, conn.LocalAddr())
-	w := &deadlineWriter{hdr: http.Header{}, conn: conn}
-	body := &rewindBody{}
-	r, err := http.NewRequestWithContext(ctx, "POST", "http://"+conn.LocalAddr().String()+"/mcp", body)
-	if err != nil {
+	rig := &handleRig{h: h, conn: conn, w: &deadlineWriter{hdr: http.Header{}, conn: conn}, body: &rewindBody{}}
+	if rig.r, err = http.NewRequestWithContext(ctx, "POST", "http://"+conn.LocalAddr().String()+"/mcp", rig.body); err != nil {
 		b.Fatal(err)
 	}
-	r.Host = conn.LocalAddr().String()
-	r.Header.Set("Accept", httpAccept)
-	r.Header.Set("Content-Type", "application/json")
+	rig.r.Host = conn.LocalAddr().String()
+	return rig
+}
 
-	post := func(msg []byte) {
-		body.Reset(msg)
-		r.ContentLength = int64(len(msg))
-		clear(w.hdr)
-		w.status, w.n = 0, 0
-		h.ServeHTTP(w, r)
-		_ = conn.SetWriteDeadline(time.Time{})
-		_ = conn.SetReadDeadline(time.Time{})
-	}
-	post([]byte(httpInit))
-	sid := w.hdr.Get("Mcp-Session-Id")
-	if sid == "" {
-		b.Fatalf("initialize: %d, no session", w.status)
-	}
-	r.Header.Set("Mcp-Session-Id", sid)
-	r.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	b.ReportAllocs()
-	for b.Loop() {
-		post(benchCall)
-		if w.n != len(benchReply) {
-			b.Fatalf("status %d, %d bytes", w.status, w.n)
-		}
-	}
+// post serves one POST of msg; the reply's status, headers and size are
+// in rig.w after.
+func (rig *handleRig) post(msg []byte) {
+	rig.body.Reset(msg)
+	rig.r.ContentLength = int64(len(msg))
+	clear(rig.w.hdr)
+	rig.w.status, rig.w.n = 0, 0
+	rig.h.ServeHTTP(rig.w, rig.r)
+	_ = rig.conn.SetWriteDeadline(time.Time{})
+	_ = rig.conn.SetReadDeadline(time.Time{})
 }
 
 // deadlineWriter is an http.ResponseWriter whose deadlines are conn's and

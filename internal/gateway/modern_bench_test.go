@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 )
 
 // BenchmarkGatewayCall is a tools/call of the fixture's echo through the
@@ -54,43 +51,8 @@ func BenchmarkGatewayHandle(b *testing.B) {
 	w := newWorld(b, `{"x":{"command":"$FIXTURE"}}`)
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	defer h.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	conn := <-accepted
-	if conn == nil {
-		b.Fatal("no connection")
-	}
-	defer conn.Close()
-	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, conn.LocalAddr())
-	rw := &deadlineWriter{hdr: http.Header{}, conn: conn}
-	body := &rewindBody{}
-	r, err := http.NewRequestWithContext(ctx, "POST", "http://"+conn.LocalAddr().String()+"/mcp", body)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.Host = conn.LocalAddr().String()
-	post := func(msg []byte) {
-		body.Reset(msg)
-		r.ContentLength = int64(len(msg))
-		clear(rw.hdr)
-		rw.status, rw.n = 0, 0
-		h.ServeHTTP(rw, r)
-		_ = conn.SetWriteDeadline(time.Time{})
-		_ = conn.SetReadDeadline(time.Time{})
-	}
+	rig := newHandleRig(b, h)
+	r, rw, post := rig.r, rig.w, rig.post
 	base := http.Header{"Accept": {httpAccept}, "Content-Type": {"application/json"}}
 	run := func(b *testing.B, hdr http.Header, call []byte) {
 		r.Header = hdr
