@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
@@ -162,17 +162,9 @@ func isLoopback(a net.Addr) bool {
 // server has: 404, with a JSON-RPC error that names the servers there are.
 func unknownServer(f *fleet.Fleet) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var names []string
-		for _, s := range f.Servers() {
-			names = append(names, s.Name())
-		}
-		msg := "no server named " + strconv.Quote(r.PathValue("name"))
-		if len(names) > 0 {
-			msg += "; configured: " + strings.Join(names, ", ")
-		}
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32600, "message": msg}})
+		m := &rpc.Message{ID: json.RawMessage("null"), Error: &rpc.Error{Code: rpc.InvalidRequest, Message: admin.NoSuchServer(f, r.PathValue("name"))}}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write(append(b, '\n'))
+		_, _ = w.Write(append(m.Encode(), '\n'))
 	})
 }

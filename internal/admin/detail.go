@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -53,22 +54,28 @@ type Tools struct {
 }
 
 // server is the fleet's server named by the request's {name}, or nil
-// after a 404 that names the servers there are.
+// after a 404 that says so (NoSuchServer).
 func (h *Handler) server(w http.ResponseWriter, r *http.Request) *fleet.Server {
 	name := r.PathValue("name")
 	if s := h.f.Get(name); s != nil {
 		return s
 	}
+	h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": NoSuchServer(h.f, name)})
+	return nil
+}
+
+// NoSuchServer is the message for a name f has no server of: it names the
+// servers there are.
+func NoSuchServer(f *fleet.Fleet, name string) string {
 	var names []string
-	for _, s := range h.f.Servers() {
+	for _, s := range f.Servers() {
 		names = append(names, s.Name())
 	}
 	msg := "no server named " + strconv.Quote(name)
 	if len(names) > 0 {
 		msg += "; configured: " + strings.Join(names, ", ")
 	}
-	h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": msg})
-	return nil
+	return msg
 }
 
 func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
@@ -80,15 +87,15 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 	d := Detail{
 		Status:      s.Status(),
 		Launch:      cfg.Redacted(),
-		EnvNames:    sortedKeys(cfg.Env),
-		HeaderNames: sortedKeys(cfg.Headers),
+		EnvNames:    slices.Sorted(maps.Keys(cfg.Env)),
+		HeaderNames: slices.Sorted(maps.Keys(cfg.Headers)),
 		Kind:        cfg.Kind,
 		Sharing:     cfg.Sharing,
 		Protocol:    cfg.Protocol,
 		Era:         s.Era(),
+		ServerInfo:  s.ServerInfo(),
 		Lists:       map[string]int{},
 	}
-	d.ServerInfo = s.ServerInfo()
 	d.MemoryBytes = treeMemory(s)
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {
@@ -138,16 +145,4 @@ func treeMemory(s *fleet.Server) uint64 {
 		sum += mem[pid]
 	}
 	return sum
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	if len(m) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
