@@ -114,17 +114,16 @@ func (c *apiClient) getJSON(ctx context.Context, path string, v any) error {
 // show fetches path and writes it to w: as it came with raw, else decoded
 // into a T and given to print.
 func show[T any](ctx context.Context, c *apiClient, w io.Writer, path string, raw bool, print func(io.Writer, T) error) error {
-	body, err := c.get(ctx, path)
-	if err != nil {
-		return err
-	}
 	if raw {
-		_, err := w.Write(body)
+		body, err := c.get(ctx, path)
+		if err == nil {
+			_, err = w.Write(body)
+		}
 		return err
 	}
 	var v T
-	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Errorf("unexpected answer from %s%s: %w", c.addr, path, err)
+	if err := c.getJSON(ctx, path, &v); err != nil {
+		return err
 	}
 	return print(w, v)
 }

@@ -185,9 +185,6 @@ func openSession(ctx context.Context, api *apiClient, server string) (*cliSessio
 	if err != nil {
 		return nil, err
 	}
-	if resp == nil {
-		return nil, fmt.Errorf("%s%s: no response to initialize", api.addr, s.endpoint)
-	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("server %s: initialize: %s", server, resp.Error.Message)
 	}
@@ -266,10 +263,7 @@ func (s *cliSession) close(ctx context.Context) {
 func (c *apiClient) refuse(ctx context.Context, path string, hdr http.Header, m *rpc.Message) {
 	answer := (&rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.MethodNotFound,
 		Message: "mcpvisor call cannot answer " + m.Method + " (it declares no sampling, elicitation or roots)"}}).Encode()
-	h := hdr.Clone()
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json, text/event-stream")
-	if resp, err := c.do(ctx, http.MethodPost, path, h, answer); err == nil {
+	if resp, err := c.post(ctx, path, hdr, answer); err == nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 	}
@@ -296,19 +290,28 @@ func printContent(w io.Writer, result json.RawMessage) {
 	}
 }
 
-// rpc posts one JSON-RPC message to path and returns the response to it
-// (nil for a notification), from a JSON reply or an event stream, with the
-// reply's headers.
-func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
+// post sends one JSON-RPC message to an MCP endpoint, as a Streamable
+// HTTP client does, with the session's headers hdr.
+func (c *apiClient) post(ctx context.Context, path string, hdr http.Header, body []byte) (*http.Response, error) {
 	h := hdr.Clone()
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
-	resp, err := c.do(ctx, http.MethodPost, path, h, body)
+	return c.do(ctx, http.MethodPost, path, h, body)
+}
+
+// rpc posts one JSON-RPC message to path and returns the response to it
+// (nil for a notification; a request always gets one, or an error), from
+// a JSON reply or an event stream, with the reply's headers.
+func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
+	resp, err := c.post(ctx, path, hdr, body)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusAccepted {
+		if m, err := rpc.Decode(body); err == nil && m.IsRequest() {
+			return nil, nil, fmt.Errorf("%s%s: %s was accepted with no response", c.addr, path, m.Method)
+		}
 		return nil, resp.Header, nil
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
