@@ -329,11 +329,10 @@ func TestBenchReport(t *testing.T) {
 			cpu(pr.cpuClient, 1), cpu(pr.cpuServer, p.server), cpu(pr.cpuFixture, fix), 100*pr.busy)
 	}
 	say("(client = this test process, which also runs the in-process floor; server = the floor or raw relay process, mcpvisor, or the fixture itself for direct stdio)\n")
-	// ratioOf is of a measure f of the pooled rows, with the range of
-	// the per-round ratios.
-	ratioOf := func(a, b string, f func(benchRow) float64) string {
-		x := f(pooled[a]) / f(pooled[b])
-		lo, hi := 1e9, 0.0
+	// ratioRange is a measure f of the pooled rows of a over b, with the
+	// least and greatest of the per-round ratios; ratioOf says it.
+	ratioRange := func(a, b string, f func(benchRow) float64) (x, lo, hi float64) {
+		x, lo, hi = f(pooled[a])/f(pooled[b]), 1e9, 0.0
 		for round := 1; round <= rounds; round++ {
 			var ra, rb float64
 			for _, r := range rows {
@@ -346,6 +345,10 @@ func TestBenchReport(t *testing.T) {
 			}
 			lo, hi = min(lo, ra/rb), max(hi, ra/rb)
 		}
+		return x, lo, hi
+	}
+	ratioOf := func(a, b string, f func(benchRow) float64) string {
+		x, lo, hi := ratioRange(a, b, f)
 		return fmt.Sprintf("%.2f× (rounds %.2f–%.2f)", x, lo, hi)
 	}
 	rate := func(r benchRow) float64 { return r.load.Rate() }
@@ -381,9 +384,14 @@ func TestBenchReport(t *testing.T) {
 		" — what the revision's bigger messages cost a relay that does nothing else\n",
 		ratio("raw-modern", "raw"), added("raw-modern", "raw"),
 		us(rm.cpuClient), us(rw.cpuClient), us(rm.cpuServer), us(rw.cpuServer), us(rm.cpuFixture), us(rw.cpuFixture))
-	reach := "above 1.0: a relay as lean as the raw one would meet the ≥1.0 target here"
-	if rm.load.Rate() <= ag.load.Rate() {
-		reach = "≤1.0: the ≥1.0 target is out of reach of any relay on this machine"
+	// The verdict is the rounds': the pooled ratio alone says nothing
+	// when the rounds fall on both sides of 1.0.
+	reach := "the rounds fall on both sides of 1.0: a relay as lean as the raw one is at the session path's rate, within this machine's noise"
+	switch _, lo, hi := ratioRange("raw-modern", "agg", rate); {
+	case hi <= 1:
+		reach = "no round above 1.0: the ≥1.0 target is out of reach of any relay on this machine"
+	case lo >= 1:
+		reach = "no round below 1.0: a relay as lean as the raw one would meet the ≥1.0 target here"
 	}
 	say("  raw relay 2026-07-28 / serve /mcp session calls/s %s — the most any gateway could reach on the /mcp stateless / session measure here (%s)\n",
 		ratio("raw-modern", "agg"), reach)
