@@ -167,3 +167,29 @@ func TestFollowEventsConnectBounded(t *testing.T) {
 		t.Fatalf("followEvents against a silent serve: %v (test context: %v)", err, ctx.Err())
 	}
 }
+
+// A serve that says "lagged" on every connect is asked again after a
+// pause each time, not in a tight loop: in 500 ms, at most a dozen
+// connects where lagPause (100 ms) allows five or six.
+func TestFollowEventsLagIsPaced(t *testing.T) {
+	var mu sync.Mutex
+	connects := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		connects++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background()) // an interrupt, 500 ms in
+	defer time.AfterFunc(500*time.Millisecond, cancel).Stop()
+	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(admin.Entry) {}); err != nil {
+		t.Fatalf("followEvents: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if connects < 2 || connects > 12 {
+		t.Fatalf("%d connects in 500 ms; want a reconnect after each lag, paced by %v", connects, lagPause)
+	}
+}
