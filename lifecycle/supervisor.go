@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,7 +60,7 @@ type ContextCloser interface {
 type Supervisor struct {
 	name string
 	conn Connector
-	pol  Policy
+	pol  atomic.Pointer[Policy] // defaults applied; replaced by SetPolicy
 	tr   Tracker
 
 	// startSem serializes Start while letting a waiting Start honour its
@@ -100,20 +101,34 @@ func (r *run) closeContext() context.Context {
 // (zero fields take the defaults documented on Policy and Backoff). name
 // identifies the connection in logs and errors. New starts nothing.
 func New(name string, connector Connector, policy Policy) *Supervisor {
-	pol := policy.withDefaults()
-	return &Supervisor{
+	s := &Supervisor{
 		name:      name,
 		conn:      connector,
-		pol:       pol,
 		startSem:  make(chan struct{}, 1),
 		restarted: make(chan struct{}),
 	}
+	s.SetPolicy(policy)
+	return s
 }
+
+// SetPolicy replaces the policy (zero fields take their defaults, as in
+// New), callbacks and logger included. It governs every decision taken
+// after it returns — whether and when the next restart happens, the next
+// connect's timeout — without touching the running session; a wait
+// already begun (a backoff delay, a healthy-period timer) keeps the value
+// it began with. Safe to call concurrently with everything else.
+func (s *Supervisor) SetPolicy(policy Policy) {
+	pol := policy.withDefaults()
+	s.pol.Store(&pol)
+}
+
+// policy is the policy in force.
+func (s *Supervisor) policy() *Policy { return s.pol.Load() }
 
 // logger tags records with the supervisor's name. It is built per record,
 // not kept: records are rare, and a fleet of a thousand idle supervisors
 // should not hold a thousand loggers.
-func (s *Supervisor) logger() *slog.Logger { return s.pol.Logger.With("server", s.name) }
+func (s *Supervisor) logger() *slog.Logger { return s.policy().Logger.With("server", s.name) }
 
 // Name returns the name given to New.
 func (s *Supervisor) Name() string { return s.name }
@@ -370,8 +385,8 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 	go func() { waitc <- sess.Wait() }()
 
 	var healthy <-chan time.Time
-	if s.pol.HealthyPeriod > 0 {
-		t := time.NewTimer(s.pol.HealthyPeriod)
+	if s.policy().HealthyPeriod > 0 {
+		t := time.NewTimer(s.policy().HealthyPeriod)
 		defer t.Stop()
 		healthy = t.C
 	}
@@ -401,7 +416,7 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 	} else {
 		s.logger().Info("session ended")
 	}
-	if f := s.pol.OnDisconnect; f != nil {
+	if f := s.policy().OnDisconnect; f != nil {
 		f(end)
 	}
 	return end, forced
@@ -415,12 +430,12 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 	case IsPermanent(end):
 		s.fail(end)
 		return nil
-	case forced, s.pol.Restart == RestartAlways:
+	case forced, s.policy().Restart == RestartAlways:
 	case end == nil:
-		s.logger().Info("session ended cleanly; not restarting", "restart", s.pol.Restart)
+		s.logger().Info("session ended cleanly; not restarting", "restart", s.policy().Restart)
 		s.setState(StateStopped, nil)
 		return nil
-	case s.pol.Restart == RestartNever:
+	case s.policy().Restart == RestartNever:
 		s.fail(end)
 		return nil
 	}
@@ -431,18 +446,19 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 	for {
 		if !immediate {
 			n := s.tr.IncRestarts()
-			if s.pol.MaxAttempts >= 0 && n > s.pol.MaxAttempts {
-				err := fmt.Errorf("lifecycle: %s: %w after %d attempts", s.name, ErrRestartLimit, s.pol.MaxAttempts)
+			pol := s.policy()
+			if pol.MaxAttempts >= 0 && n > pol.MaxAttempts {
+				err := fmt.Errorf("lifecycle: %s: %w after %d attempts", s.name, ErrRestartLimit, pol.MaxAttempts)
 				if last != nil {
 					err = fmt.Errorf("%w: %w", err, last)
 				}
 				s.fail(err)
 				return nil
 			}
-			d := s.pol.Backoff.Delay(n)
+			d := pol.Backoff.Delay(n)
 			s.logger().Info("restarting", "attempt", n, "delay", d)
 			s.tr.SetNextAttempt(time.Now().Add(d))
-			if f := s.pol.OnRestarting; f != nil {
+			if f := pol.OnRestarting; f != nil {
 				f(n, d, last)
 			}
 			if !s.pause(r, d) {
@@ -462,7 +478,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 		if err == nil {
 			s.setState(StateReady, nil)
 			s.logger().Info("ready after restart")
-			if f := s.pol.OnRestart; f != nil {
+			if f := s.policy().OnRestart; f != nil {
 				f()
 			}
 			s.mu.Lock()
@@ -507,8 +523,8 @@ func (s *Supervisor) connect(parent context.Context) (Session, error) {
 		return nil, err
 	}
 	ctx, cancel := parent, context.CancelFunc(func() {})
-	if s.pol.InitTimeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(parent, s.pol.InitTimeout, ErrInitTimeout)
+	if s.policy().InitTimeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(parent, s.policy().InitTimeout, ErrInitTimeout)
 	}
 	defer cancel()
 
@@ -531,7 +547,7 @@ func (s *Supervisor) connect(parent context.Context) (Session, error) {
 func (s *Supervisor) fail(err error) {
 	s.setState(StateFailed, err)
 	s.logger().Error("failed", "err", err)
-	if f := s.pol.OnFailed; f != nil {
+	if f := s.policy().OnFailed; f != nil {
 		f(err)
 	}
 }

@@ -1238,3 +1238,50 @@ func TestRestartingReportsTheNextAttempt(t *testing.T) {
 		}
 	})
 }
+
+// SetPolicy governs the decisions taken after it: a supervisor started
+// with RestartNever restarts a crashed session once the policy says
+// RestartAlways, with the new policy's backoff and callbacks, and a later
+// RestartNever makes the next crash terminal. Called from another
+// goroutine while the supervisor runs (the race detector checks it).
+func TestSetPolicyAppliesToLaterDecisions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := &fakeConnector{}
+		var old, cur recorder
+		s := newSup(t, conn, old.policy(Policy{Restart: RestartNever}))
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.SetPolicy(cur.policy(Policy{Restart: RestartAlways, Backoff: Backoff{Initial: 3 * time.Second, Max: 3 * time.Second}}))
+		}()
+		<-done
+		t0 := time.Now()
+		conn.last().end(errors.New("crash"))
+		synctest.Wait()
+		wantState(t, s, StateRestarting)
+		advance(3 * time.Second)
+		wantState(t, s, StateReady)
+		if n := conn.nCalls(); n != 2 {
+			t.Fatalf("connects = %d, want 2 (restarted under the new policy)", n)
+		}
+		if d := conn.callTimes()[1].Sub(t0); d != 3*time.Second {
+			t.Fatalf("restarted after %v, want the new policy's backoff of 3s", d)
+		}
+		if _, restarts, _ := cur.counts(); restarts != 1 {
+			t.Fatalf("new policy's OnRestart ran %d times, want 1", restarts)
+		}
+		if d, r, f := old.counts(); d+r+f != 0 {
+			t.Fatalf("old policy's callbacks ran (%d disconnects, %d restarts, %d failures)", d, r, f)
+		}
+		s.SetPolicy(cur.policy(Policy{Restart: RestartNever}))
+		conn.last().end(errors.New("crash again"))
+		synctest.Wait()
+		wantState(t, s, StateFailed)
+		if n := conn.nCalls(); n != 2 {
+			t.Fatalf("connects = %d after a crash under RestartNever, want still 2", n)
+		}
+	})
+}
