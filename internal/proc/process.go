@@ -155,7 +155,7 @@ func closeAll(fs ...*os.File) {
 	}
 }
 
-// readStderr feeds the ring and the log until EOF. After the tree is gone it
+// readStderr feeds the ring, Spec.OnStderr and the log until EOF. After the tree is gone it
 // gives a lingering writer DefaultWaitDelay, then closes the pipe itself.
 func (p *Process) readStderr(r *os.File) {
 	defer close(p.stderrDone)
@@ -175,6 +175,9 @@ func (p *Process) readStderr(r *os.File) {
 	for sc.Scan() {
 		line := sc.Text()
 		p.stderr.Add(line)
+		if p.spec.OnStderr != nil {
+			p.spec.OnStderr(p.pid, line)
+		}
 		p.log.Debug("stderr", "line", line)
 	}
 	_ = r.Close()

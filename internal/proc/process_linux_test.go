@@ -439,6 +439,40 @@ func TestStderrRing(t *testing.T) {
 	}
 }
 
+// Spec.OnStderr is given every stderr line, with the leader's pid, in
+// order, whatever the ring keeps; all of them by the time Stop returns.
+func TestStderrHook(t *testing.T) {
+	rt := openRuntime(t, Options{})
+	marker := testserver.NewMarker(t)
+	spec := fixtureSpec(t, marker, "FIXTURE_STDERR_LINES=50")
+	spec.StderrLines = 10
+	var mu sync.Mutex
+	var got []string
+	spec.OnStderr = func(pid int, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, fmt.Sprintf("%d %s", pid, line))
+	}
+	p, err := rt.Spawn(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newClient(p).initialize(t)
+	if err := p.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 51 {
+		t.Fatalf("the hook had %d lines, want 51 (50 and the one at stdin's close): %q", len(got), got)
+	}
+	for i := range 50 {
+		if want := fmt.Sprintf("%d stderr line %d", p.Pid(), i+1); got[i] != want {
+			t.Fatalf("line %d: %q, want %q", i, got[i], want)
+		}
+	}
+}
+
 func TestSpawnErrors(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

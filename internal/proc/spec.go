@@ -45,6 +45,12 @@ type Spec struct {
 	// 64 KiB).
 	StderrLines int
 	StderrBytes int
+	// OnStderr, if set, is given every stderr line (without its newline)
+	// with the pid of the tree's leader (Process.Pid), in order, as the
+	// ring takes it. It is called on the goroutine that reads the
+	// server's stderr: it must return quickly and never block, or the
+	// server blocks once its stderr pipe fills.
+	OnStderr func(pid int, line string)
 
 	// Logger receives stderr lines (at debug level) and lifecycle records,
 	// tagged with server=Name. Nil means slog.Default().
