@@ -1,0 +1,285 @@
+// Package logbuf keeps the recent stderr lines of each configured server
+// in memory, across the restarts of its processes, for
+// GET /api/servers/{name}/logs and mcpvisor logs.
+//
+// A Buffer holds one server's lines, each numbered by a sequence number
+// that counts up from 1 without gaps, and bounded by a number of lines and
+// of bytes. Writers never wait for readers: a reader (a follower) asks for
+// the lines after the last sequence number it saw, with After or Wait, and
+// when the buffer has already discarded some of them it is told how many
+// (Page.Dropped) rather than silently missing them.
+package logbuf
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Default bounds of a Buffer.
+const (
+	DefaultLines = 1000
+	DefaultBytes = 256 << 10
+)
+
+// Entry is one kept line.
+type Entry struct {
+	// Seq numbers the buffer's lines from 1, in the order Add took them;
+	// Add sets it.
+	Seq uint64 `json:"seq"`
+	// Time is when the line was written (Add sets the present time when
+	// it is zero).
+	Time time.Time `json:"time"`
+	Line string    `json:"line"`
+	// PID is the process that wrote it (the tree's leader), if known.
+	PID int `json:"pid,omitempty"`
+	// Session names the client session of a per-session server's
+	// process, if any.
+	Session string `json:"session,omitempty"`
+}
+
+// Options bound a Buffer: it keeps at most MaxLines lines and MaxBytes
+// bytes (the bytes of each line and its session key), whichever is reached
+// first, discarding the oldest lines. Zero or negative means the default
+// (DefaultLines, DefaultBytes).
+type Options struct {
+	MaxLines int
+	MaxBytes int
+}
+
+// Page is the result of one read of a Buffer.
+type Page struct {
+	// Entries are the lines read, oldest first.
+	Entries []Entry
+	// Dropped counts the lines the read would have reached that the
+	// buffer no longer keeps (see each read for which).
+	Dropped uint64
+	// Last is the sequence number of the newest line the buffer had
+	// taken when it was read (0: none yet): a follower continues with
+	// Wait(ctx, Last), and misses nothing in between.
+	Last uint64
+}
+
+// Buffer keeps one server's recent lines. It is safe for concurrent use;
+// Add never waits for a reader.
+type Buffer struct {
+	epoch    string
+	maxLines int
+	maxBytes int
+
+	mu    sync.Mutex
+	ring  []Entry // circular; grows up to maxLines
+	start int     // index of the oldest kept line
+	n     int     // lines kept
+	bytes int     // bytes kept
+	last  uint64  // seq of the newest line; 0 before the first
+	// droppedAt is the time of the newest discarded line.
+	droppedAt time.Time
+	// wake is closed by the next Add; nil while nobody waits.
+	wake chan struct{}
+}
+
+// buffers numbers the buffers of this process, for their epochs.
+var buffers atomic.Uint64
+
+// New returns an empty Buffer bounded by opts.
+func New(opts Options) *Buffer {
+	if opts.MaxLines <= 0 {
+		opts.MaxLines = DefaultLines
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultBytes
+	}
+	return &Buffer{
+		epoch:    strconv.FormatInt(time.Now().UnixNano(), 36) + "." + strconv.FormatUint(buffers.Add(1), 36),
+		maxLines: opts.MaxLines,
+		maxBytes: opts.MaxBytes,
+	}
+}
+
+// Epoch names this buffer among every buffer of every run of mcpvisor
+// (it has no "-"): a sequence number means something only with the epoch
+// of the buffer that gave it, since another buffer of the same server (a
+// later run, or one made after Registry.Remove) numbers its lines from 1
+// again.
+func (b *Buffer) Epoch() string { return b.epoch }
+
+// Add keeps e as the newest line, numbered by the next sequence number,
+// and discards the oldest lines beyond the bounds. A line longer than the
+// byte bound is kept cut to it. Add never waits for a reader: it is safe to
+// call from the goroutine that reads a process's stderr.
+func (b *Buffer) Add(e Entry) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Line = cut(e.Line, b.maxBytes-min(len(e.Session), b.maxBytes))
+	size := len(e.Line) + len(e.Session)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.n > 0 && (b.n == b.maxLines || b.bytes+size > b.maxBytes) {
+		old := &b.ring[b.start]
+		b.bytes -= len(old.Line) + len(old.Session)
+		b.droppedAt = old.Time
+		*old = Entry{}
+		b.start = (b.start + 1) % len(b.ring)
+		b.n--
+	}
+	if b.n == len(b.ring) { // full below maxLines: grow
+		ring := make([]Entry, min(max(2*len(b.ring), 16), b.maxLines))
+		b.copyTo(ring, 0, b.n)
+		b.ring, b.start = ring, 0
+	}
+	b.last++
+	e.Seq = b.last
+	b.ring[(b.start+b.n)%len(b.ring)] = e
+	b.n++
+	b.bytes += size
+	if b.wake != nil {
+		close(b.wake)
+		b.wake = nil
+	}
+}
+
+// cut returns s cut to at most n bytes, at a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// copyTo copies the kept lines i..j-1 (0 is the oldest) to dst.
+func (b *Buffer) copyTo(dst []Entry, i, j int) {
+	for k := i; k < j; k++ {
+		dst[k-i] = b.ring[(b.start+k)%len(b.ring)]
+	}
+}
+
+// page returns the kept lines from the i-th (0 is the oldest) on.
+func (b *Buffer) page(i int, dropped uint64) Page {
+	p := Page{Entries: make([]Entry, b.n-i), Dropped: dropped, Last: b.last}
+	b.copyTo(p.Entries, i, b.n)
+	return p
+}
+
+// discarded counts the lines discarded so far: all came before the oldest
+// kept one.
+func (b *Buffer) discarded() uint64 { return b.last - uint64(b.n) }
+
+// Tail returns the newest n kept lines (none when n <= 0). Dropped counts
+// the lines among the newest n written that are no longer kept.
+func (b *Buffer) Tail(n int) Page {
+	n = max(n, 0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var dropped uint64
+	if n > b.n {
+		dropped = min(uint64(n-b.n), b.discarded())
+	}
+	return b.page(b.n-min(n, b.n), dropped)
+}
+
+// Since returns the kept lines whose Time is not before t. Dropped is
+// 0 when no discarded line was written at or after t; otherwise the buffer
+// cannot tell how many of its discarded lines were, and Dropped counts
+// them all (every one came before the first line returned).
+func (b *Buffer) Since(t time.Time) Page {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var dropped uint64
+	if b.discarded() > 0 && !b.droppedAt.Before(t) {
+		dropped = b.discarded()
+	}
+	p := Page{Dropped: dropped, Last: b.last}
+	for i := range b.n {
+		if e := b.ring[(b.start+i)%len(b.ring)]; !e.Time.Before(t) {
+			p.Entries = append(p.Entries, e)
+		}
+	}
+	return p
+}
+
+// After returns the kept lines numbered after seq. Dropped counts the
+// lines after seq that are no longer kept: those a follower that had seen
+// seq has missed.
+func (b *Buffer) After(seq uint64) Page {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.after(seq)
+}
+
+func (b *Buffer) after(seq uint64) Page {
+	first := b.discarded() + 1 // the oldest kept line's seq
+	switch {
+	case seq >= b.last:
+		return Page{Last: b.last}
+	case seq+1 < first:
+		return b.page(0, first-seq-1)
+	}
+	return b.page(int(seq+1-first), 0)
+}
+
+// Wait is After(seq) once the buffer has a line numbered after seq: it
+// returns at once if it has, else when Add takes one, or with ctx's error
+// when ctx ends first.
+func (b *Buffer) Wait(ctx context.Context, seq uint64) (Page, error) {
+	for {
+		b.mu.Lock()
+		if b.last > seq {
+			p := b.after(seq)
+			b.mu.Unlock()
+			return p, nil
+		}
+		if b.wake == nil {
+			b.wake = make(chan struct{})
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return Page{}, ctx.Err()
+		}
+	}
+}
+
+// Registry holds a Buffer for each server name. The zero Registry is ready
+// to use, with the default bounds; it is safe for concurrent use.
+type Registry struct {
+	opts Options
+	mu   sync.Mutex
+	bufs map[string]*Buffer
+}
+
+// NewRegistry returns a Registry whose buffers are bounded by opts.
+func NewRegistry(opts Options) *Registry { return &Registry{opts: opts} }
+
+// Get returns the buffer of the server name, made empty on first use.
+func (r *Registry) Get(name string) *Buffer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.bufs[name]
+	if b == nil {
+		if r.bufs == nil {
+			r.bufs = map[string]*Buffer{}
+		}
+		b = New(r.opts)
+		r.bufs[name] = b
+	}
+	return b
+}
+
+// Remove forgets the buffer of the server name (one no longer
+// configured): its lines go with it, and a later Get makes a new one, with
+// another epoch. Whoever holds the old buffer may still use it.
+func (r *Registry) Remove(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.bufs, name)
+}
