@@ -248,7 +248,7 @@ var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"l
 // and a nextCursor for the rest; otherwise the whole list in one page.
 func (a *aggregate) list(ctx context.Context, m *rpc.Message, k fleet.ListKind) *rpc.Message {
 	cursor := stringField(m.Params, "cursor")
-	size := a.g.pageSize
+	size := int(a.g.pageSize.Load())
 	if cursor != "" && size == 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: the aggregated endpoint returns every item in one page")
 	}

@@ -57,22 +57,31 @@ type Gateway struct {
 	tokens      map[string]*call   // our progress token → call
 	outReqs     map[string]*outReq // our id of a server→client request → where it came from
 	agg         *aggregate
-	pageSize    int                // of the aggregated lists; 0: whole lists
+	pageSize    atomic.Int64       // of the aggregated lists; 0: whole lists (SetPageSize)
 	listeners   map[*listener]bool // open subscriptions/listen requests
 	// held are the calls held for a modern client's retry (mrtr.go), by
 	// id; holdTimeout bounds each, stateKey signs their requestState.
 	held        map[string]*heldCall
-	holdTimeout time.Duration
+	holdTimeout atomic.Int64 // a time.Duration; 0 means DefaultHoldTimeout (SetHoldTimeout)
 	stateKey    []byte
 }
 
 // SetHoldTimeout sets how long a call held for a modern client's retry
-// waits for it (0 or less: DefaultHoldTimeout). Call before serving.
+// waits for it (0 or less: DefaultHoldTimeout): the calls held after it
+// returns. Safe to call while serving.
 func (g *Gateway) SetHoldTimeout(d time.Duration) {
 	if d <= 0 {
 		d = DefaultHoldTimeout
 	}
-	g.holdTimeout = d
+	g.holdTimeout.Store(int64(d))
+}
+
+// holdFor is the bound of a call held now.
+func (g *Gateway) holdFor() time.Duration {
+	if d := time.Duration(g.holdTimeout.Load()); d > 0 {
+		return d
+	}
+	return DefaultHoldTimeout
 }
 
 // defaultLinger is how long after a session's request on a server ends the
@@ -81,8 +90,9 @@ func (g *Gateway) SetHoldTimeout(d time.Duration) {
 const defaultLinger = 5 * time.Second
 
 // SetPageSize sets how many items one page of the aggregated endpoint's
-// lists holds (0: whole lists, the default). Call before serving.
-func (g *Gateway) SetPageSize(n int) { g.pageSize = max(n, 0) }
+// lists holds (0: whole lists, the default), from the next list on. Safe
+// to call while serving.
+func (g *Gateway) SetPageSize(n int) { g.pageSize.Store(int64(max(n, 0))) }
 
 // New returns a gateway. Pass it as the fleet's Hooks, then attach the
 // fleet with SetFleet.
@@ -91,18 +101,17 @@ func New(log *slog.Logger) *Gateway {
 		log = slog.Default()
 	}
 	g := &Gateway{
-		log:         log,
-		sessions:    map[*Session]*sessState{},
-		byKey:       map[string]*Session{},
-		calls:       map[fleet.Conn][]*call{},
-		outboxes:    map[fleet.Conn]*outbox{},
-		abandoned:   map[fleet.Conn][]abandonedCall{},
-		recent:      map[fleet.Conn][]abandonedCall{},
-		linger:      defaultLinger,
-		holdTimeout: DefaultHoldTimeout,
-		stateKey:    newStateKey(),
-		tokens:      map[string]*call{},
-		outReqs:     map[string]*outReq{},
+		log:       log,
+		sessions:  map[*Session]*sessState{},
+		byKey:     map[string]*Session{},
+		calls:     map[fleet.Conn][]*call{},
+		outboxes:  map[fleet.Conn]*outbox{},
+		abandoned: map[fleet.Conn][]abandonedCall{},
+		recent:    map[fleet.Conn][]abandonedCall{},
+		linger:    defaultLinger,
+		stateKey:  newStateKey(),
+		tokens:    map[string]*call{},
+		outReqs:   map[string]*outReq{},
 	}
 	g.agg = &aggregate{g: g}
 	return g

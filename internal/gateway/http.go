@@ -250,25 +250,34 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 // SessionLimit bounds the sessions of the handlers that share it. It is
 // safe for concurrent use.
 type SessionLimit struct {
-	max  int64
+	max  atomic.Int64
 	open atomic.Int64 // sessions opened or being opened, not yet closed
 }
 
 // NewSessionLimit returns a bound of max sessions; 0 or negative means
 // DefaultMaxSessions.
 func NewSessionLimit(max int) *SessionLimit {
+	l := &SessionLimit{}
+	l.SetMax(max)
+	return l
+}
+
+// SetMax changes the bound (0 or negative: DefaultMaxSessions) for the
+// sessions opened after it; sessions already open beyond a lower bound
+// stay open. Safe to call while sessions open and close.
+func (l *SessionLimit) SetMax(max int) {
 	if max <= 0 {
 		max = DefaultMaxSessions
 	}
-	return &SessionLimit{max: int64(max)}
+	l.max.Store(int64(max))
 }
 
 // Max is the bound.
-func (l *SessionLimit) Max() int { return int(l.max) }
+func (l *SessionLimit) Max() int { return int(l.max.Load()) }
 
 // take reserves a session slot; false if all are taken.
 func (l *SessionLimit) take() bool {
-	if l.open.Add(1) > l.max {
+	if l.open.Add(1) > l.max.Load() {
 		l.open.Add(-1)
 		return false
 	}
@@ -557,9 +566,9 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 		// A listen is the modern client's standing stream, as a session
 		// is a legacy one's: it takes a place under the same bound.
 		if !h.limit.take() {
-			h.log.Warn("http: session limit reached, subscriptions/listen refused", "limit", h.limit.max)
+			h.log.Warn("http: session limit reached, subscriptions/listen refused", "limit", h.limit.Max())
 			rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
-				"too many sessions and listens: the limit is "+strconv.FormatInt(h.limit.max, 10)+" open at once; try again when one has ended")
+				"too many sessions and listens: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open at once; try again when one has ended")
 			return
 		}
 		defer h.limit.give()
@@ -692,9 +701,9 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	// The slot is held until closeSession, whatever ends the session
 	// (a failed initialize included).
 	if !h.limit.take() {
-		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.max)
+		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.Max())
 		rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
-			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max, 10)+" open sessions; try again when one has ended")
+			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open sessions; try again when one has ended")
 		return
 	}
 	hs := &httpSession{h: h, id: rand.Text()}

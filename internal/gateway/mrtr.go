@@ -370,13 +370,14 @@ func (h *heldCall) register() bool {
 	}
 	h.id = secretID("")
 	h.digest = salientDigest(h.req.Params)
-	h.expires = time.Now().Add(g.holdTimeout)
+	hold := g.holdFor()
+	h.expires = time.Now().Add(hold)
 	_ = json.Unmarshal(h.rawCaps, &h.caps)
 	if g.held == nil {
 		g.held = map[string]*heldCall{}
 	}
 	g.held[h.id] = h
-	h.expiry = time.AfterFunc(g.holdTimeout, h.end)
+	h.expiry = time.AfterFunc(hold, h.end)
 	return true
 }
 
