@@ -68,11 +68,13 @@ type Options struct {
 
 // Fleet holds one Server per enabled configured server.
 type Fleet struct {
-	opts    Options
-	log     *slog.Logger
-	servers []*Server // sorted by name
-	byName  map[string]*Server
-	store   *store.Store // nil: nothing persisted
+	opts  Options
+	log   *slog.Logger
+	set   atomic.Pointer[serverSet] // replaced whole by a reload
+	store *store.Store              // nil: nothing persisted
+	// cfg is the configuration in force; reloadMu serializes reloads.
+	reloadMu sync.Mutex
+	cfg      *config.Config
 
 	closed atomic.Bool // set by Close: nothing starts any more
 
@@ -81,6 +83,22 @@ type Fleet struct {
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
+}
+
+// serverSet is the fleet's servers at one moment: a reload builds a new
+// one, so a reader holds a consistent set without a lock.
+type serverSet struct {
+	list   []*Server // sorted by name
+	byName map[string]*Server
+}
+
+func newServerSet(list []*Server) *serverSet {
+	sort.Slice(list, func(i, j int) bool { return list[i].Name() < list[j].Name() })
+	set := &serverSet{list: list, byName: make(map[string]*Server, len(list))}
+	for _, s := range list {
+		set.byName[s.Name()] = s
+	}
+	return set
 }
 
 // endedMemory is how long an ended client session is remembered, so that a
@@ -123,7 +141,7 @@ func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 		in *instance
 	}
 	var all []detached
-	for _, s := range f.servers {
+	for _, s := range f.Servers() {
 		if in := s.detachSession(session); in != nil {
 			all = append(all, detached{s, in})
 		}
@@ -149,7 +167,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 
 // New builds the fleet for cfg. Nothing is started.
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
-	f := &Fleet{opts: opts, log: opts.Logger, byName: map[string]*Server{}}
+	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.Default()
@@ -163,17 +181,22 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector
 	}
+	var list []*Server
 	for _, sc := range cfg.Servers {
-		if sc.Disabled {
-			continue
+		if !sc.Disabled {
+			list = append(list, f.newServer(sc))
 		}
-		s := &Server{cfg: sc, f: f, lists: &lists{}}
-		s.shared = s.newInstance("")
-		f.servers = append(f.servers, s)
-		f.byName[sc.Name] = s
 	}
-	sort.Slice(f.servers, func(i, j int) bool { return f.servers[i].Name() < f.servers[j].Name() })
+	f.set.Store(newServerSet(list))
 	return f, nil
+}
+
+// newServer builds the server of sc; nothing is started.
+func (f *Fleet) newServer(sc *config.Server) *Server {
+	s := &Server{f: f, lists: &lists{}}
+	s.cfg.Store(sc)
+	s.shared.Store(s.newInstance(""))
+	return s
 }
 
 // connector is the backend of a configured server: a local process, or a
@@ -229,11 +252,12 @@ func stopWait(d time.Duration) time.Duration {
 	return d
 }
 
-// Servers lists the enabled servers, sorted by name.
-func (f *Fleet) Servers() []*Server { return f.servers }
+// Servers lists the enabled servers, sorted by name, as the last reload
+// left them. The slice is the caller's to read, never to change.
+func (f *Fleet) Servers() []*Server { return f.set.Load().list }
 
 // Get returns the named server, or nil.
-func (f *Fleet) Get(name string) *Server { return f.byName[name] }
+func (f *Fleet) Get(name string) *Server { return f.set.Load().byName[name] }
 
 // ErrFleetClosed is wrapped by the error a request gets once the fleet is
 // closing: nothing starts any more.
@@ -247,7 +271,7 @@ var ErrFleetClosed = errors.New("mcpvisor is shutting down")
 func (f *Fleet) Close(ctx context.Context) error {
 	bgDone := f.stopBackground()
 	var all []*instance
-	for _, s := range f.servers {
+	for _, s := range f.Servers() {
 		all = append(all, s.instances()...)
 	}
 	var wg sync.WaitGroup

@@ -195,7 +195,7 @@ func TestIdleRespectsGraceAndTimeout(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"60s"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		if _, err := s.shared.acquire(t.Context()); err != nil {
+		if _, err := s.sharedIn().acquire(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		started := time.Now()
@@ -399,7 +399,7 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
-				if err := s.Stop(context.Background()); err != nil {
+				if err := s.stopShared(context.Background()); err != nil {
 					t.Error(err)
 				}
 			})

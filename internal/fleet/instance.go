@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -22,7 +23,12 @@ const (
 	phaseDormant               // stopped for idleness; respawns on demand
 	phaseStopped               // stopped by request (admin, shutdown)
 	phaseClosed                // per-session instance whose session ended
+	phaseRetired               // replaced or taken out of service (retire): never runs again
 )
+
+// errRetired is what acquire returns on a retired instance: the caller
+// asks its server for the instance now in service.
+var errRetired = errors.New("instance retired")
 
 // ErrRespawnLimit is wrapped by the error requests get while a server that
 // keeps failing to start waits out its respawn window.
@@ -41,6 +47,9 @@ type instance struct {
 	startedAt    time.Time
 	lastActivity time.Time
 	inflight     int
+	holding      int           // leases given on a connection and not released: the calls a drain waits for
+	drained      chan struct{} // set by retire while leases are held; closed when the last is released
+	stopReason   string        // why a retired instance is stopped, for its stopped event
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    time.Time
 	timer        *time.Timer
@@ -120,13 +129,22 @@ func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 
 func (s *Server) newInstance(key string) *instance {
 	in := &instance{srv: s, key: key}
-	conn := s.f.opts.Connector(s.cfg, instHooks{in}, in.connected)
+	conn := s.f.opts.Connector(s.Config(), instHooks{in}, in.connected)
 	// The era the server had when it last ran, kept with its lists under
 	// its launch hash: a known legacy server is not probed.
 	if c, ok := conn.(interface{ SetEraHint(func() string) }); ok {
 		c.SetEraHint(s.cachedVersion)
 	}
-	pol := s.cfg.Policy()
+	in.sup = lifecycle.New(s.Name(), conn, in.policy(s.Config()))
+	return in
+}
+
+// policy is the lifecycle policy of the instance under cfg, its callbacks
+// included (Supervisor.SetPolicy takes it whole when a reload changes the
+// server's settings).
+func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
+	s, key := in.srv, in.key
+	pol := cfg.Policy()
 	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
 	pol.OnDisconnect = in.disconnected
 	pol.OnRestarting = func(attempt int, delay time.Duration, cause error) {
@@ -149,8 +167,7 @@ func (s *Server) newInstance(key string) *instance {
 		in.mu.Unlock()
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "failed", Details: map[string]any{"error": err.Error()}})
 	}
-	in.sup = lifecycle.New(s.Name(), conn, pol)
-	return in
+	return pol
 }
 
 // connected runs for every new connection, first start and restarts
@@ -176,7 +193,7 @@ func (in *instance) disconnected(err error) {
 	if err != nil {
 		in.lastErr = err
 	}
-	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed
+	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed || in.phase == phaseRetired
 	in.mu.Unlock()
 	if err != nil && !sleeping {
 		d := map[string]any{"error": err.Error()}
@@ -245,12 +262,51 @@ func (in *instance) leaseRunning(session string, request bool) Live {
 		return nil
 	}
 	in.inflight++
+	in.holding++
 	if request {
 		in.requests++
 	}
 	in.lastActivity = time.Now()
 	in.usedLocked(c, session)
 	return c
+}
+
+// release ends a lease leaseRunning or acquire gave: the call it held is
+// over (a drain waiting for the last one is told), and the request no
+// longer counts as in flight.
+func (in *instance) release() {
+	in.mu.Lock()
+	in.holding--
+	if in.holding == 0 && in.drained != nil {
+		close(in.drained)
+		in.drained = nil
+	}
+	in.mu.Unlock()
+	in.end()
+}
+
+// retire takes the instance out of service for good, at once: no lease is
+// given on it any more (acquire returns errRetired, and its caller asks the
+// server for the instance now in service), a start in progress is not kept
+// (as for a close), and its idle timer stops; the calls it holds go on.
+// The channel returned is closed once they are all released. reason goes
+// into the stopped event of its close.
+func (in *instance) retire(reason string) <-chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.phase = phaseRetired
+	in.closes++ // a start in progress is stopped, not kept
+	in.stopReason = reason
+	if in.timer != nil {
+		in.timer.Stop()
+	}
+	ch := make(chan struct{})
+	if in.holding == 0 {
+		close(ch)
+	} else {
+		in.drained = ch
+	}
+	return ch
 }
 
 // current is the live connection, or nil.
@@ -266,7 +322,7 @@ func (in *instance) current() Live {
 // armLocked (re)arms the idle timer for the next moment the instance could
 // be due to sleep. Callers hold mu.
 func (in *instance) armLocked(now time.Time) {
-	cfg := in.srv.cfg
+	cfg := in.srv.Config()
 	if cfg.IdleTimeout <= 0 {
 		return
 	}
@@ -285,7 +341,10 @@ func (in *instance) armLocked(now time.Time) {
 // idleCheck runs when the idle timer fires: it puts the instance to sleep
 // if it is due, and re-arms the timer otherwise.
 func (in *instance) idleCheck() {
-	cfg := in.srv.cfg
+	cfg := in.srv.Config()
+	if cfg.IdleTimeout <= 0 {
+		return // a reload turned sleeping off: nothing to look at again
+	}
 	if in.srv.pinned(in.key) {
 		// A subscriber waits for updates only a running server can send;
 		// the unsubscribe (a request) re-arms the timer.
@@ -317,7 +376,7 @@ func (in *instance) idleCheck() {
 
 // sleepLocked starts a dormant stop; mu is held and released.
 func (in *instance) sleepLocked(now time.Time) {
-	cfg := in.srv.cfg
+	cfg := in.srv.Config()
 	in.phase = phaseSleeping
 	done := make(chan struct{})
 	in.sleepDone = done
@@ -378,6 +437,9 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 		case phaseClosed:
 			in.mu.Unlock()
 			return nil, fmt.Errorf("server %s: the client session has ended", name)
+		case phaseRetired:
+			in.mu.Unlock()
+			return nil, errRetired
 		case phaseSleeping:
 			ch := in.sleepDone
 			in.mu.Unlock()
@@ -388,6 +450,7 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 		}
 		c := in.conn
 		if in.phase == phaseRunning && c != nil && c.Alive() && in.sup.IsReady() {
+			in.holding++ // released by release
 			in.mu.Unlock()
 			return c, nil
 		}
@@ -429,8 +492,11 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 				return nil, err
 			}
 			in.mu.Lock()
-			err := in.startErr
+			err, retired := in.startErr, in.phase == phaseRetired
 			in.mu.Unlock()
+			if retired {
+				return nil, errRetired
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -525,7 +591,7 @@ func (in *instance) stopStarted(ch chan struct{}) {
 	in.mu.Lock()
 	pid := pidOf(in.conn)
 	in.mu.Unlock()
-	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.cfg.StdinWait, in.srv.cfg.TermWait))
+	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.Config().StdinWait, in.srv.Config().TermWait))
 	serr := in.sup.Stop(sctx)
 	cancel()
 	in.mu.Lock()
@@ -610,13 +676,16 @@ func (in *instance) close(ctx context.Context) error {
 	// Only the close that ends a running phase reports the stop: a second
 	// close finds the phase stopped, and a close during a dormant stop
 	// leaves the report to it.
-	running, pid := in.phase == phaseRunning && in.conn != nil, pidOf(in.conn)
+	running, pid := (in.phase == phaseRunning || in.phase == phaseRetired) && in.conn != nil, pidOf(in.conn)
 	in.closes++
-	if in.key != "" {
+	switch {
+	case in.phase == phaseRetired:
+	case in.key != "":
 		in.phase = phaseClosed
-	} else if in.phase != phaseNew || in.starting != nil {
+	case in.phase != phaseNew || in.starting != nil:
 		in.phase = phaseStopped
 	}
+	reason := in.stopReason
 	if in.timer != nil {
 		in.timer.Stop()
 	}
@@ -628,6 +697,9 @@ func (in *instance) close(ctx context.Context) error {
 	in.mu.Unlock()
 	if running {
 		d := map[string]any{"stopMs": float64(time.Since(t0).Microseconds()) / 1000}
+		if reason != "" {
+			d["reason"] = reason
+		}
 		if pid != 0 {
 			d["pid"] = pid
 		}

@@ -250,7 +250,7 @@ func (in *instance) catchUp(ctx context.Context) {
 		return
 	}
 	defer l.Release()
-	ctx, cancel := WithTimeout(ctx, in.srv.cfg.InitTimeout)
+	ctx, cancel := WithTimeout(ctx, in.srv.Config().InitTimeout)
 	defer cancel()
 	in.replayTo(ctx, l.Conn())
 }

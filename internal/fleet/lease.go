@@ -80,7 +80,7 @@ func (l *Lease) Conn() Conn { return l.conn }
 
 // Release ends the lease. Safe to call more than once and concurrently;
 // only the first call counts.
-func (l *Lease) Release() { l.once.Do(l.in.end) }
+func (l *Lease) Release() { l.once.Do(l.in.release) }
 
 // Acquire leases a live connection of the named server for session (the
 // instance of that session when the server is per-session, else the shared
@@ -89,7 +89,7 @@ func (l *Lease) Release() { l.once.Do(l.in.end) }
 // before the start, so the instance cannot go dormant under it. ctx bounds
 // the wait, not the spawn.
 func (f *Fleet) Acquire(ctx context.Context, server, session string) (*Lease, error) {
-	s := f.byName[server]
+	s := f.Get(server)
 	if s == nil {
 		return nil, fmt.Errorf("no server named %q", server)
 	}
@@ -97,20 +97,34 @@ func (f *Fleet) Acquire(ctx context.Context, server, session string) (*Lease, er
 }
 
 // Acquire is Fleet.Acquire for this server.
+//
+// A server the operator stopped, or a reload removed, refuses: the error
+// says which. An instance taken out of service while the caller waited on
+// it (a restart, a reload that changed how the server is launched) sends
+// the caller on to the instance that replaced it.
 func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
-	in, err := s.instanceFor(ctx, session, true)
-	if err != nil {
-		return nil, err
+	for {
+		if err := s.refused(); err != nil {
+			return nil, err
+		}
+		in, err := s.instanceFor(ctx, session, true)
+		if err != nil {
+			return nil, err
+		}
+		in.begin()
+		l, err := in.acquire(ctx)
+		if errors.Is(err, errRetired) {
+			in.end()
+			continue
+		}
+		if err != nil {
+			in.end()
+			return nil, err
+		}
+		in.used(l, session)
+		c, _ := l.(Conn)
+		return &Lease{in: in, conn: c}, nil
 	}
-	in.begin()
-	l, err := in.acquire(ctx)
-	if err != nil {
-		in.end()
-		return nil, err
-	}
-	in.used(l, session)
-	c, _ := l.(Conn)
-	return &Lease{in: in, conn: c}, nil
 }
 
 // TryAcquire is Acquire without a wait: it leases session's instance when
@@ -132,6 +146,9 @@ func (s *Server) Peek(session string) (l *Lease, ok bool) { return s.leaseRunnin
 // request when request is set; otherwise it counts, creates and starts
 // nothing.
 func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
+	if s.refused() != nil {
+		return nil, false
+	}
 	in, _ := s.instanceFor(nil, session, false)
 	if in == nil {
 		return nil, false
@@ -152,7 +169,7 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 // some are stopping, it waits for one to be gone, within ctx.
 func (s *Server) instanceFor(ctx context.Context, session string, create bool) (*instance, error) {
 	if !s.PerSession() || session == "" {
-		return s.shared, nil
+		return s.sharedIn(), nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,7 +183,7 @@ func (s *Server) instanceFor(ctx context.Context, session string, create bool) (
 		if s.f.sessionEnded(session) {
 			return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
 		}
-		max := s.cfg.MaxInstances
+		max := s.Config().MaxInstances
 		if max <= 0 || len(s.perSession)+s.stopping < max {
 			break
 		}

@@ -90,7 +90,7 @@ func TestStopDuringStartWins(t *testing.T) {
 				errc <- err
 			}()
 			time.Sleep(100 * time.Millisecond) // the start takes 500ms
-			if err := s.Stop(context.Background()); err != nil {
+			if err := s.stopShared(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-errc; err == nil {

@@ -58,6 +58,46 @@ type lists struct {
 	// server said changed) for its next round. See Server.requestRefresh.
 	refreshing    bool
 	pending, told kindSet
+	// unsaved are the kinds held from an earlier launch of the server
+	// (relaunched): not yet stored under the current launch's hash,
+	// whether or not the next fetch finds them the same.
+	unsaved kindSet
+}
+
+// relaunched marks every cached list as of an earlier launch: a fetch
+// begun before does not store what it fetched, and the next fetch of each
+// kind is persisted even when it finds the same items.
+func (c *lists) relaunched() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.unsaved = setOf(allKinds...)
+}
+
+// saved reports whether kind k had to be persisted although unchanged,
+// and clears that.
+func (c *lists) saved(k ListKind) (was bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was = c.unsaved.has(k)
+	c.unsaved &^= setOf(k)
+	return was
+}
+
+// dropUnsaved forgets the lists still held from an earlier launch and
+// returns the kinds of those that had items.
+func (c *lists) dropUnsaved() []ListKind {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ListKind
+	for _, k := range c.unsaved.kinds() {
+		if len(c.items[k.Member]) > 0 {
+			out = append(out, k)
+		}
+		delete(c.items, k.Member)
+	}
+	c.unsaved = 0
+	return out
 }
 
 // kindSet is a set of list kinds: bit i stands for allKinds[i].
@@ -243,7 +283,7 @@ func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.R
 		return nil, false, err
 	}
 	changed := s.lists.putIf(gen, k, items)
-	if changed {
+	if s.lists.saved(k) || changed {
 		s.persist(k, items)
 	}
 	return items, changed, nil
@@ -302,7 +342,7 @@ func (s *Server) rememberInit(c Conn) {
 		return
 	}
 	if s.lists.putInit(c.Init().Raw) && s.f.store != nil {
-		if err := s.f.store.PutInit(s.Name(), s.cfg.LaunchHash(), c.Init().Raw); err != nil {
+		if err := s.f.store.PutInit(s.Name(), s.Config().LaunchHash(), c.Init().Raw); err != nil {
 			s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
 		}
 	}
@@ -312,7 +352,7 @@ func (s *Server) persist(k ListKind, items []json.RawMessage) {
 	if s.f.store == nil {
 		return
 	}
-	if err := s.f.store.PutList(s.Name(), s.cfg.LaunchHash(), store.Kind(k.Member), items); err != nil {
+	if err := s.f.store.PutList(s.Name(), s.Config().LaunchHash(), store.Kind(k.Member), items); err != nil {
 		s.f.log.Warn("could not persist a server's list", "server", s.Name(), "list", k.Member, "err", err)
 	}
 }
@@ -408,7 +448,7 @@ func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 		return
 	}
 	defer l.Release()
-	rctx, cancel := WithTimeout(ctx, PlusTimeouts(s.cfg.RequestTimeout, s.cfg.InitTimeout))
+	rctx, cancel := WithTimeout(ctx, PlusTimeouts(s.Config().RequestTimeout, s.Config().InitTimeout))
 	defer cancel()
 	var changed []ListKind
 	for _, k := range kinds.kinds() {
@@ -446,11 +486,11 @@ func (f *Fleet) listsChanged(s *Server, kinds []ListKind) {
 func (f *Fleet) SetStore(st *store.Store) {
 	f.store = st
 	want := map[string]string{}
-	for _, s := range f.servers {
-		want[s.Name()] = s.cfg.LaunchHash()
+	for _, s := range f.Servers() {
+		want[s.Name()] = s.Config().LaunchHash()
 	}
 	for name, l := range st.Load(want) {
-		s := f.byName[name]
+		s := f.Get(name)
 		if s == nil {
 			continue
 		}
@@ -478,8 +518,8 @@ func (f *Fleet) Learn(ctx context.Context, concurrency int) {
 	}
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
-	for _, s := range f.servers {
-		if s.Cached(Tools) || s.cfg.Eager {
+	for _, s := range f.Servers() {
+		if s.Cached(Tools) || s.Config().Eager {
 			continue
 		}
 		select {
@@ -497,21 +537,25 @@ func (f *Fleet) Learn(ctx context.Context, concurrency int) {
 }
 
 // learn starts the server under one lease, fetches every list, and lets
-// it sleep again unless a client request came meanwhile.
-func (s *Server) learn(ctx context.Context) {
-	lctx, cancel := WithTimeout(ctx, PlusTimeouts(s.cfg.InitTimeout, s.cfg.RequestTimeout))
+// it sleep again unless a client request came meanwhile. It reports
+// whether every list was learned.
+func (s *Server) learn(ctx context.Context) bool {
+	cfg := s.Config()
+	lctx, cancel := WithTimeout(ctx, PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
 	defer cancel()
 	l, err := s.Acquire(lctx, "")
 	if err != nil {
 		s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "err", err)
-		return
+		return false
 	}
+	ok := true
 	before := s.Requests() // counted after ours: a later one is a client's
 	var learned []ListKind
 	for _, k := range allKinds {
 		_, changed, err := s.learnFrom(lctx, l.Conn(), k)
 		if err != nil {
 			s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.Member, "err", err)
+			ok = false
 			break
 		}
 		if changed {
@@ -523,4 +567,5 @@ func (s *Server) learn(ctx context.Context) {
 		s.f.listsChanged(s, learned)
 	}
 	s.Rest(before)
+	return ok
 }

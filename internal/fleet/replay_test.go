@@ -60,7 +60,7 @@ func TestReplayIncludesWhatChangedMeanwhile(t *testing.T) {
 	c := &replayConn{init: init, during: func() { s.SetLogLevel("B", "debug") }}
 	type key struct{}
 	ctx := context.WithValue(context.Background(), key{}, "connect")
-	s.shared.replayTo(ctx, c)
+	s.sharedIn().replayTo(ctx, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	want := []string{
@@ -92,7 +92,7 @@ func TestReplayStopsWithTheConnect(t *testing.T) {
 	init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"resources":{"subscribe":true}}}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &replayConn{init: init, during: cancel}
-	s.shared.replayTo(ctx, c)
+	s.sharedIn().replayTo(ctx, c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.calls) != 1 {

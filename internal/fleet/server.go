@@ -3,16 +3,19 @@ package fleet
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
 // Server is one configured server and its instances.
 type Server struct {
-	cfg *config.Server
+	cfg atomic.Pointer[config.Server] // replaced by a reload (Fleet.Reload)
 	f   *Fleet
 
-	shared *instance
+	// shared is the instance every session shares (a per-session
+	// server's own use too); a new launch replaces it (replaceInstances).
+	shared atomic.Pointer[instance]
 	lists  *lists
 	subMu  sync.Mutex // serializes telling modern servers their subscriptions (SyncSubscriptions)
 
@@ -22,21 +25,32 @@ type Server struct {
 	freed      chan struct{}        // closed (and replaced) as one of them is gone
 	interests  map[string]*interest // by client session
 	igen       uint64               // changes of interests, for the replay
+	// refusal, when set, is the error every request gets instead of an
+	// instance: the operator stopped the server (until Start), or a
+	// reload removed it (for good).
+	refusal error
+	// opMu serializes the operator's actions and reloads on this server:
+	// one Stop, Start, Restart or reload change at a time.
+	opMu sync.Mutex
 }
 
 // Name is the configured name.
-func (s *Server) Name() string { return s.cfg.Name }
+func (s *Server) Name() string { return s.Config().Name }
 
-// Config is the server's resolved configuration.
-func (s *Server) Config() *config.Server { return s.cfg }
+// Config is the server's resolved configuration, as the last reload left
+// it. Read it once per decision: a reload may replace it meanwhile.
+func (s *Server) Config() *config.Server { return s.cfg.Load() }
 
 // PerSession reports whether each client session gets its own process.
-func (s *Server) PerSession() bool { return s.cfg.Sharing == config.SharingPerSession }
+func (s *Server) PerSession() bool { return s.Config().Sharing == config.SharingPerSession }
+
+// sharedIn is the shared instance.
+func (s *Server) sharedIn() *instance { return s.shared.Load() }
 
 func (s *Server) instances() []*instance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := []*instance{s.shared}
+	out := []*instance{s.sharedIn()}
 	for _, in := range s.perSession {
 		out = append(out, in)
 	}
@@ -63,11 +77,11 @@ func (s *Server) detachSession(session string) *instance {
 	if had && in == nil {
 		// A modern server has the sessions' subscriptions in mcpvisor's
 		// listen, not one by one: the session's go from it now.
-		if rs, ok := s.shared.current().(ResourceSubscriber); ok && rs.Modern() {
+		if rs, ok := s.sharedIn().current().(ResourceSubscriber); ok && rs.Modern() {
 			s.SyncSubscriptions(rs, "")
 		}
 	}
-	s.shared.rearm() // a subscription it held may have kept it awake
+	s.sharedIn().rearm() // a subscription it held may have kept it awake
 	return in
 }
 
@@ -76,32 +90,31 @@ func (s *Server) detachSession(session string) *instance {
 // its place.
 func (s *Server) stopDetached(ctx context.Context, in *instance) {
 	_ = in.close(ctx)
-	s.mu.Lock()
-	s.stopping--
-	if s.freed != nil {
-		close(s.freed)
-		s.freed = nil
-	}
-	s.mu.Unlock()
+	s.freePlace()
 }
 
-// Stop stops the shared instance (it starts again on the next request).
-func (s *Server) Stop(ctx context.Context) error { return s.shared.close(ctx) }
+// stopShared stops the shared instance (it starts again on the next
+// request).
+func (s *Server) stopShared(ctx context.Context) error { return s.sharedIn().close(ctx) }
 
 // Status describes the server (its shared instance, and how many
 // per-session instances run).
 func (s *Server) Status() Status {
-	st := s.shared.status()
+	st := s.sharedIn().status()
 	st.Name = s.Name()
 	s.mu.Lock()
 	st.Sessions = len(s.perSession)
+	if s.refusal != nil {
+		st.State = "stopped"
+		st.Refusing = s.refusal.Error()
+	}
 	s.mu.Unlock()
 	st.Learned = s.Cached(Tools)
 	return st
 }
 
 // PID is the process of the shared instance when it runs, else 0.
-func (s *Server) PID() int { return s.shared.pid() }
+func (s *Server) PID() int { return s.sharedIn().pid() }
 
 // PIDs lists the process of every running instance of the server, shared
 // and per-session (remote servers have none).
@@ -118,7 +131,7 @@ func (s *Server) PIDs() []int {
 // Init is the initialize result of the shared instance's live connection,
 // or nil when it is not running.
 func (s *Server) Init() *InitResult {
-	if c, ok := s.shared.current().(Conn); ok && c != nil {
+	if c, ok := s.sharedIn().current().(Conn); ok && c != nil {
 		return c.Init()
 	}
 	return nil
@@ -126,13 +139,14 @@ func (s *Server) Init() *InitResult {
 
 // Requests counts the requests ever begun on the shared instance.
 func (s *Server) Requests() int64 {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	return s.shared.requests
+	in := s.sharedIn()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.requests
 }
 
 // Rest puts the shared instance to sleep at once if it is running, has
 // nothing in flight, no request began since Requests returned requests and
 // no resource subscription holds it awake: a server started only to learn
 // its lists goes back to sleep. It reports whether it did.
-func (s *Server) Rest(requests int64) bool { return s.shared.rest(requests) }
+func (s *Server) Rest(requests int64) bool { return s.sharedIn().rest(requests) }

@@ -19,6 +19,9 @@ type Status struct {
 	Spawns       int       `json:"spawns"`
 	LastError    string    `json:"lastError,omitempty"`
 	Sessions     int       `json:"sessions,omitempty"` // per-session instances
+	// Refusing is the error every request gets while the operator has
+	// stopped the server (state "stopped" until it is started again).
+	Refusing string `json:"refusing,omitempty"`
 	// Learned: the server's tool list is known (learned at a start, or
 	// from the state store), so it can be served on demand.
 	Learned bool `json:"learned"`

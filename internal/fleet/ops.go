@@ -1,0 +1,222 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrStopped is wrapped by the error a request gets while the operator
+// has stopped its server (Server.Stop), until Server.Start.
+var ErrStopped = errors.New("stopped by the operator")
+
+// ErrRemoved is wrapped by the error a request gets on a server a reload
+// removed from the configuration.
+var ErrRemoved = errors.New("removed from the configuration")
+
+// refused is the error a request gets instead of an instance, or nil.
+func (s *Server) refused() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusal
+}
+
+// setRefusal makes every request refused with err (nil: served again).
+func (s *Server) setRefusal(err error) {
+	s.mu.Lock()
+	s.refusal = err
+	s.mu.Unlock()
+}
+
+// drainBound is how long the calls a retired instance holds may take to
+// finish before it is stopped under them: the server's request timeout
+// (the longest a call may take anyway), or a minute when it has none.
+func (s *Server) drainBound() time.Duration {
+	if d := s.Config().RequestTimeout; d > 0 {
+		return d
+	}
+	return time.Minute
+}
+
+// Drained is what taking a server's instances out of service did.
+type Drained struct {
+	// Stopped counts the instances stopped (running or not).
+	Stopped int `json:"stopped"`
+	// Cut counts the instances stopped with calls still in flight, once
+	// the drain bound had passed.
+	Cut int `json:"cut,omitempty"`
+	// Error joins what went wrong stopping them.
+	Error string `json:"error,omitempty"`
+}
+
+// cycle takes every instance of the server out of service (takeOut) and
+// stops them once drained (stopOut).
+func (s *Server) cycle(ctx context.Context, reason string) Drained {
+	return s.stopOut(ctx, s.takeOut(reason))
+}
+
+// retired is what takeOut took out of service, for stopOut.
+type retired struct {
+	in      *instance
+	drained <-chan struct{}
+	place   bool // a per-session instance: its place under maxInstances is freed when stopped
+}
+
+// takeOut takes every instance of the server out of service at once — the
+// shared one replaced by a fresh instance built from the server's current
+// configuration, the per-session ones forgotten (a session's next request
+// gets a fresh one, and what it asked of the server is told to it again)
+// — and returns them for stopOut. Requests from then on go to the fresh
+// instances (or are refused, when the server refuses).
+func (s *Server) takeOut(reason string) []retired {
+	fresh := s.newInstance("")
+	prev := s.shared.Swap(fresh)
+	prev.mu.Lock()
+	spawns := prev.spawns
+	prev.mu.Unlock()
+	fresh.mu.Lock()
+	fresh.spawns += spawns // the server's count, not the instance's
+	fresh.mu.Unlock()
+	out := []retired{{in: prev, drained: prev.retire(reason)}}
+	s.mu.Lock()
+	for _, in := range s.perSession {
+		s.stopping++ // until stopped, as for an ended session
+		out = append(out, retired{in: in, place: true})
+	}
+	s.perSession = nil
+	s.mu.Unlock()
+	for i := 1; i < len(out); i++ {
+		out[i].drained = out[i].in.retire(reason)
+	}
+	return out
+}
+
+// stopOut lets each instance takeOut returned finish the calls it holds,
+// within the server's drain bound and ctx, and stops it; it returns once
+// every one is stopped (or ctx ended).
+func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
+	bound := s.drainBound()
+	var mu sync.Mutex
+	var out Drained
+	var errs []error
+	var wg sync.WaitGroup
+	for _, r := range old {
+		wg.Go(func() {
+			t := time.NewTimer(bound)
+			defer t.Stop()
+			cut := false
+			select {
+			case <-r.drained:
+			case <-t.C:
+				cut = true
+			case <-ctx.Done():
+				cut = true
+			}
+			err := r.in.close(ctx)
+			if r.place {
+				s.freePlace()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out.Stopped++
+			if cut {
+				out.Cut++
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		out.Error = errors.Join(errs...).Error()
+	}
+	return out
+}
+
+// freePlace counts one stopping per-session instance as gone, and lets a
+// session waiting for a place under the instance limit take it.
+func (s *Server) freePlace() {
+	s.mu.Lock()
+	s.stopping--
+	if s.freed != nil {
+		close(s.freed)
+		s.freed = nil
+	}
+	s.mu.Unlock()
+}
+
+// Stop is the operator's stop: from its call on, every request to the
+// server is refused with an error wrapping ErrStopped — unlike a dormant
+// server, it is not started again on demand — until Start. Its instances
+// finish the calls they hold, within the server's drain bound (its request
+// timeout) and ctx, and are stopped. It returns once they are.
+func (s *Server) Stop(ctx context.Context) (Drained, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.refused(); errors.Is(err, ErrRemoved) {
+		return Drained{}, err
+	}
+	s.setRefusal(fmt.Errorf("server %s is %w (mcpvisor start %s)", s.Name(), ErrStopped, s.Name()))
+	d := s.cycle(ctx, "stopped by the operator")
+	s.f.emit(Event{Server: s.Name(), Type: "operator-stop", Details: d.details()})
+	return d, ctx.Err()
+}
+
+// Start is the operator's start: a server Stop stopped is served again,
+// and its shared instance (a per-session server has none for clients) is
+// started now; it returns once that instance is ready, its start failed,
+// or ctx ended. Starting a running server changes nothing.
+func (s *Server) Start(ctx context.Context) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+		return err
+	}
+	s.setRefusal(nil)
+	return s.startNow(ctx)
+}
+
+// startNow starts the shared instance if it is not running, and waits
+// for it within ctx.
+func (s *Server) startNow(ctx context.Context) error {
+	if s.PerSession() {
+		return nil
+	}
+	l, err := s.Acquire(ctx, "")
+	if err != nil {
+		return err
+	}
+	l.Release()
+	return nil
+}
+
+// Restart drains and stops every instance of the server (as Stop does,
+// within its drain bound), then starts its shared instance again and
+// waits for it to be ready, within ctx. Requests arriving meanwhile are
+// not refused: they go to the new instance (started at once by the first
+// of them, while the old one drains). A stopped server is started.
+func (s *Server) Restart(ctx context.Context) (Drained, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+		return Drained{}, err
+	}
+	s.setRefusal(nil)
+	d := s.cycle(ctx, "restarted by the operator")
+	s.f.emit(Event{Server: s.Name(), Type: "operator-restart", Details: d.details()})
+	return d, s.startNow(ctx)
+}
+
+func (d Drained) details() map[string]any {
+	m := map[string]any{"instances": d.Stopped}
+	if d.Cut > 0 {
+		m["cut"] = d.Cut
+	}
+	if d.Error != "" {
+		m["error"] = d.Error
+	}
+	return m
+}

@@ -1,0 +1,252 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// ReloadResult is what a reload did, server by server.
+type ReloadResult struct {
+	config.Diff
+	// Servers replaces the Diff's entries with what was done to each.
+	Servers []ServerResult `json:"servers"`
+	// TookMs is how long applying the change took, drains included.
+	TookMs float64 `json:"tookMs"`
+}
+
+// ServerResult is what a reload did to one server.
+type ServerResult struct {
+	config.ServerChange
+	// Drained says how the instances a removed or relaunched server had
+	// were taken out of service.
+	Drained *Drained `json:"drained,omitempty"`
+}
+
+// ErrReloadClosed is returned by a reload once the fleet is closing.
+var ErrReloadClosed = errors.New("mcpvisor is shutting down: nothing reloaded")
+
+// Reload replaces the fleet's configuration by cfg, already parsed and
+// validated whole, and applies the difference server by server:
+//
+//   - an unchanged server keeps its instances, sessions and cache
+//     untouched;
+//   - a server whose settings alone changed (timeouts, tool filter,
+//     prefix, restart policy, instance limit, eager) takes them in place,
+//     its processes kept;
+//   - a server whose launch changed (command, args, env, cwd, url,
+//     headers, type, protocol, sharing, stop waits) is drained and
+//     stopped, its requests from then on served by a fresh instance of the
+//     new launch, and its lists learned again from it;
+//   - a removed (or disabled) server refuses every request from then on
+//     (an error wrapping ErrRemoved), is drained and stopped;
+//   - an added server is learned like at start-up (when learn is set),
+//     or started when eager.
+//
+// Every server's new configuration is in force, and the new set of
+// servers served, before Reload drains anything: requests that began
+// after it see only the new configuration. Clients are told when lists
+// they see changed (Options.OnListsChanged). Drains are bounded by each
+// server's request timeout and by ctx; Reload returns once they are done.
+// Reloads run one at a time.
+func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (ReloadResult, error) {
+	t0 := time.Now()
+	f.reloadMu.Lock()
+	defer f.reloadMu.Unlock()
+	if f.closed.Load() {
+		return ReloadResult{}, ErrReloadClosed
+	}
+	diff := config.Compare(f.cfg, cfg)
+	res := ReloadResult{Diff: diff}
+	old := f.set.Load()
+
+	var list []*Server
+	type work struct {
+		s      *Server
+		i      int // index in res.Servers
+		action string
+		was    *config.Server
+		old    []retired // instances taken out of service, to stop
+	}
+	var todo []work
+	for i, c := range diff.Servers {
+		res.Servers = append(res.Servers, ServerResult{ServerChange: c})
+		sc := cfg.Server(c.Name)
+		s := old.byName[c.Name]
+		switch c.Action {
+		case config.ActionAdded:
+			s = f.newServer(sc)
+		case config.ActionRemoved:
+			todo = append(todo, work{s: s, i: i, action: c.Action})
+			continue // out of the new set
+		default:
+			// The server itself is kept (sessions on its endpoint hold
+			// it); its configuration is replaced at once.
+			was := s.cfg.Swap(sc)
+			todo = append(todo, work{s: s, i: i, action: c.Action, was: was})
+		}
+		if c.Action == config.ActionAdded {
+			todo = append(todo, work{s: s, i: i, action: c.Action})
+		}
+		list = append(list, s)
+	}
+	// Every old instance of a removed or relaunched server is out of
+	// service before the new set is served: from here on no request
+	// reaches one, nor starts one (a removed server refuses, a relaunched
+	// one has fresh instances of its new launch), and a removed server is
+	// no longer found by name, an added one is.
+	for i := range todo {
+		w := &todo[i]
+		switch w.action {
+		case config.ActionRemoved:
+			w.s.opMu.Lock()
+			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
+			w.old = w.s.takeOut("removed from the configuration")
+			w.s.opMu.Unlock()
+		case config.ActionRestarted:
+			w.s.opMu.Lock()
+			w.s.lists.relaunched()
+			w.old = w.s.takeOut("reloaded with a new launch")
+			w.s.opMu.Unlock()
+		}
+	}
+	f.set.Store(newServerSet(list))
+	f.cfg = cfg
+
+	var wg sync.WaitGroup
+	for _, w := range todo {
+		s, r := w.s, &res.Servers[w.i]
+		switch w.action {
+		case config.ActionUpdated:
+			s.updateInPlace()
+			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
+				f.listsChanged(s, k)
+			}
+			if !w.was.Eager && s.Config().Eager {
+				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
+			}
+		case config.ActionRestarted:
+			wg.Go(func() {
+				d := s.stopOut(ctx, w.old)
+				r.Drained = &d
+				if s.refused() != nil {
+					return // stopped by the operator: it stays stopped
+				}
+				f.spawn(func(ctx context.Context) { f.relearn(ctx, s, learn) })
+			})
+		case config.ActionRemoved:
+			wg.Go(func() {
+				d := s.stopOut(ctx, w.old)
+				r.Drained = &d
+				if k := nonEmptyKinds(s); len(k) > 0 {
+					f.listsChanged(s, k)
+				}
+			})
+		case config.ActionAdded:
+			if s.Config().Eager {
+				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
+			} else if learn {
+				f.spawn(func(ctx context.Context) { s.learn(ctx) })
+			}
+		}
+	}
+	wg.Wait()
+	f.pruneStore()
+	res.TookMs = float64(time.Since(t0).Microseconds()) / 1000
+	return res, ctx.Err()
+}
+
+// updateInPlace makes the server's instances follow its new settings (the
+// configuration is already swapped): the restart policy and connect
+// timeout of each supervisor, and the idle timers.
+func (s *Server) updateInPlace() {
+	cfg := s.Config()
+	for _, in := range s.instances() {
+		in.sup.SetPolicy(in.policy(cfg))
+		in.rearm()
+	}
+}
+
+// startEager starts an eager server and learns its lists from it.
+func (f *Fleet) startEager(ctx context.Context, s *Server) {
+	if err := s.startNow(ctx); err != nil {
+		f.log.Warn("eager start failed", "server", s.Name(), "err", err)
+		return
+	}
+	s.requestRefresh(false, allKinds...)
+}
+
+// relearn learns a relaunched server's lists from its new launch (or,
+// eager, starts it); lists that could not be learned from it are dropped
+// — they describe the launch before — and clients told.
+func (f *Fleet) relearn(ctx context.Context, s *Server, learn bool) {
+	switch {
+	case s.Config().Eager:
+		f.startEager(ctx, s)
+		return
+	case learn:
+		if s.learn(ctx) {
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if k := s.lists.dropUnsaved(); len(k) > 0 {
+		f.listsChanged(s, k)
+	}
+}
+
+// listEffect is the lists clients see that a change of settings alone
+// changes: the tools when the filter hides or shows a cached tool, or the
+// prefix renames one; the prompts when the prefix renames one.
+func listEffect(s *Server, was, now *config.Server) []ListKind {
+	var out []ListKind
+	tools, _ := s.lists.get(Tools)
+	if was.Prefix != now.Prefix && len(tools) > 0 {
+		out = append(out, Tools)
+	} else {
+		for _, t := range tools {
+			name, _ := rpc.StringMember(t, "name")
+			if was.Tools.Allowed(name) != now.Tools.Allowed(name) {
+				out = append(out, Tools)
+				break
+			}
+		}
+	}
+	if prompts, _ := s.lists.get(Prompts); was.Prefix != now.Prefix && len(prompts) > 0 {
+		out = append(out, Prompts)
+	}
+	return out
+}
+
+// nonEmptyKinds lists the kinds of which the server has cached items.
+func nonEmptyKinds(s *Server) []ListKind {
+	var out []ListKind
+	for _, k := range allKinds {
+		if items, _ := s.lists.get(k); len(items) > 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// pruneStore drops the persisted lists of servers no longer configured as
+// they are now.
+func (f *Fleet) pruneStore() {
+	if f.store == nil {
+		return
+	}
+	want := map[string]string{}
+	for _, s := range f.Servers() {
+		want[s.Name()] = s.Config().LaunchHash()
+	}
+	if _, err := f.store.Prune(want); err != nil {
+		f.log.Warn("could not prune the persisted lists", "err", err)
+	}
+}

@@ -1,0 +1,327 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// launchFleet is a fleet of fake servers whose connector counts the
+// connects of each launch (by command), so a test sees which launch a
+// start used.
+type launchFleet struct {
+	f  *Fleet
+	mu sync.Mutex
+	by map[string]int // connects by command
+}
+
+func (lf *launchFleet) connects(command string) int {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	return lf.by[command]
+}
+
+type launchConnector struct {
+	lf        *launchFleet
+	command   string
+	onConnect func(context.Context, Live)
+}
+
+func (c *launchConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	c.lf.mu.Lock()
+	c.lf.by[c.command]++
+	c.lf.mu.Unlock()
+	select {
+	case <-time.After(100 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	l := &fakeLive{done: make(chan struct{})}
+	c.onConnect(ctx, l)
+	return l, nil
+}
+
+func parseCfg(t *testing.T, servers string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`{"mcpServers":{`+servers+`}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newLaunchFleet(t *testing.T, servers string) *launchFleet {
+	t.Helper()
+	lf := &launchFleet{by: map[string]int{}}
+	f, err := New(parseCfg(t, servers), Options{
+		Logger: discardLogger(),
+		Connector: func(sc *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+			return &launchConnector{lf: lf, command: sc.Command, onConnect: onConnect}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf.f = f
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	return lf
+}
+
+// running starts the named server and returns its live connection.
+func (lf *launchFleet) running(t *testing.T, name string) Live {
+	t.Helper()
+	l := live(lf.f.Get(name).Acquire(t.Context(), ""))
+	if l == nil {
+		t.Fatalf("%s did not start", name)
+	}
+	return l
+}
+
+func actions(r ReloadResult) map[string]string {
+	m := map[string]string{}
+	for _, s := range r.Servers {
+		m[s.Name] = s.Action
+	}
+	return m
+}
+
+const threeServers = `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b","idleTimeout":"0"},"c":{"command":"c","idleTimeout":"0"}`
+
+// A reload keeps an unchanged server's process, relaunches a changed one
+// (its old process stopped, its next request served by the new launch),
+// refuses and stops a removed one, and serves an added one; nothing else
+// is spawned.
+func TestReloadAppliesPerServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		a, b, c := lf.running(t, "a"), lf.running(t, "b"), lf.running(t, "c")
+		removed := lf.f.Get("c")
+
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"d":{"command":"d","idleTimeout":"0"}`), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"a": "unchanged", "b": "restarted", "c": "removed", "d": "added"}
+		if got := actions(res); len(got) != len(want) || got["a"] != want["a"] || got["b"] != want["b"] || got["c"] != want["c"] || got["d"] != want["d"] {
+			t.Fatalf("actions = %v, want %v", got, want)
+		}
+		if !a.Alive() || live(lf.f.Get("a").Acquire(t.Context(), "")) != a {
+			t.Fatal("the unchanged server's connection did not survive the reload")
+		}
+		if b.Alive() || c.Alive() {
+			t.Fatalf("old processes left running: b %v, c %v", b.Alive(), c.Alive())
+		}
+		if lf.f.Get("c") != nil {
+			t.Fatal("a removed server is still found by name")
+		}
+		if _, err := removed.Acquire(t.Context(), ""); !errors.Is(err, ErrRemoved) {
+			t.Fatalf("a request to the removed server (held from before) got %v, want ErrRemoved", err)
+		}
+		if got := lf.connects("b2") + lf.connects("d"); got != 0 {
+			t.Fatalf("%d spawns before any request: a reload without learning starts nothing", got)
+		}
+		if nb := live(lf.f.Get("b").Acquire(t.Context(), "")); nb == nil || nb == b {
+			t.Fatal("the changed server was not served by a new connection")
+		}
+		lf.running(t, "d")
+		if lf.connects("a") != 1 || lf.connects("b") != 1 || lf.connects("b2") != 1 || lf.connects("c") != 1 || lf.connects("d") != 1 {
+			t.Fatalf("connects = %v, want one of each launch", lf.by)
+		}
+		if d := res.Servers[1].Drained; d == nil || d.Stopped != 1 || d.Cut != 0 {
+			t.Fatalf("b drained = %+v, want one instance stopped, none cut", d)
+		}
+	})
+}
+
+// A relaunch waits for the call in flight on the old process (the old
+// process is stopped only after it), while a request arriving meanwhile
+// is served by the new launch at once.
+func TestReloadDrainsCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		b := lf.f.Get("b")
+		held, err := b.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := held.in.current()
+		done := make(chan ReloadResult, 1)
+		go func() {
+			res, _ := lf.f.Reload(context.Background(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"c":{"command":"c","idleTimeout":"0"}`), false)
+			done <- res
+		}()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("the reload returned while a call was in flight on the old process")
+		default:
+		}
+		if !old.Alive() {
+			t.Fatal("the old process was stopped under a call in flight")
+		}
+		if nb := live(b.Acquire(t.Context(), "")); nb == nil || nb == old || lf.connects("b2") != 1 {
+			t.Fatal("a request during the drain was not served by the new launch")
+		}
+		held.Release()
+		res := <-done
+		if old.Alive() {
+			t.Fatal("the old process outlived its drain")
+		}
+		if d := res.Servers[1].Drained; d == nil || d.Cut != 0 {
+			t.Fatalf("drained = %+v, want nothing cut", d)
+		}
+	})
+}
+
+// A call that outlasts the drain bound (the server's request timeout) is
+// cut: the reload does not wait for it longer.
+func TestReloadDrainIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0","requestTimeout":"5s"}`)
+		held, err := lf.f.Get("b").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		t0 := time.Now()
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took < 5*time.Second || took > 6*time.Second {
+			t.Fatalf("the reload took %v, want the 5s drain bound", took)
+		}
+		if d := res.Servers[0].Drained; d == nil || d.Cut != 1 {
+			t.Fatalf("drained = %+v, want one instance cut", d)
+		}
+	})
+}
+
+// Settings alone apply in place: the process is kept, and a new idle
+// timeout puts it to sleep on time.
+func TestReloadSettingsInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"a":{"command":"a","idleTimeout":"0","startGrace":"0s"}`)
+		a := lf.running(t, "a")
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"10s","startGrace":"0s","restart":{"policy":"never"}}`), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Servers[0]; got.Action != "updated" || len(got.Fields) != 2 || got.Fields[0] != "idleTimeout" || got.Fields[1] != "restart" {
+			t.Fatalf("result = %+v, want updated: idleTimeout, restart", got)
+		}
+		if !a.Alive() || lf.connects("a") != 1 {
+			t.Fatal("a settings-only change restarted the server")
+		}
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		if st := state(lf.f.Get("a")); st != "running" {
+			t.Fatalf("state %s before the new idle timeout", st)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if st := state(lf.f.Get("a")); st != "dormant" {
+			t.Fatalf("state %s after the new idle timeout, want dormant", st)
+		}
+		if got := lf.f.Get("a").sharedIn().sup.State().State; got == lifecycle.StateReady {
+			t.Fatal("supervisor still ready after the dormant stop")
+		}
+	})
+}
+
+// The operator's stop refuses requests until start (nothing is started
+// for them, unlike a dormant server), waits for the call in flight, and
+// start brings the server back.
+func TestOperatorStopAndStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		a := lf.f.Get("a")
+		held, err := a.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := held.in.current()
+		stopped := make(chan Drained, 1)
+		go func() {
+			d, _ := a.Stop(context.Background())
+			stopped <- d
+		}()
+		synctest.Wait()
+		if _, err := a.Acquire(t.Context(), ""); !errors.Is(err, ErrStopped) {
+			t.Fatalf("request to a stopped server: %v, want ErrStopped", err)
+		}
+		select {
+		case <-stopped:
+			t.Fatal("stop returned with a call in flight")
+		default:
+		}
+		held.Release()
+		if d := <-stopped; d.Stopped != 1 || d.Cut != 0 || old.Alive() {
+			t.Fatalf("stop: %+v, old alive %v", d, old.Alive())
+		}
+		st := a.Status()
+		if st.State != "stopped" || st.Refusing == "" {
+			t.Fatalf("status %+v, want stopped and refusing", st)
+		}
+		if lf.connects("a") != 1 {
+			t.Fatalf("%d connects: a stopped server was started", lf.connects("a"))
+		}
+		if err := a.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if st := a.Status(); st.State != "running" || lf.connects("a") != 2 || st.Spawns != 2 {
+			t.Fatalf("after start: %+v, %d connects", st, lf.connects("a"))
+		}
+	})
+}
+
+// Restart replaces the process; callers waiting on the old instance while
+// it starts are sent on to the new one rather than failed.
+func TestOperatorRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		a := lf.f.Get("a")
+		first := lf.running(t, "a")
+		d, err := a.Restart(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Alive() || d.Stopped != 1 {
+			t.Fatalf("restart: %+v, old alive %v", d, first.Alive())
+		}
+		second := lf.running(t, "a")
+		if second == first || lf.connects("a") != 2 {
+			t.Fatalf("restart did not respawn: %d connects", lf.connects("a"))
+		}
+		// A restart while a start is under way: its waiters get the new
+		// instance, not an error.
+		if _, err := a.Restart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.stopShared(t.Context())
+		errc := make(chan error, 3)
+		for range 3 {
+			go func() {
+				_, err := use(a.Acquire(t.Context(), ""))
+				errc <- err
+			}()
+		}
+		time.Sleep(50 * time.Millisecond) // the start takes 100ms
+		if _, err := a.Restart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := <-errc; err != nil {
+				t.Fatalf("a caller waiting while the server restarted got %v", err)
+			}
+		}
+	})
+}
