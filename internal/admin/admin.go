@@ -10,6 +10,7 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,12 +99,14 @@ type Options struct {
 
 // Handler serves /api/servers, /api/events and /metrics.
 type Handler struct {
-	f       *fleet.Fleet
-	opts    Options
-	guard   *guard.Guard
-	streams atomic.Int64 // live event streams
-	mux     *http.ServeMux
-	log     *EventLog
+	f         *fleet.Fleet
+	opts      Options
+	guard     *guard.Guard
+	streams   atomic.Int64 // live event streams
+	mux       *http.ServeMux
+	log       *EventLog
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
 // New returns the admin API over f; events are read from log (may be nil).
@@ -111,7 +114,7 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
-	h := &Handler{f: f, opts: opts, guard: guard.New(opts.Access), mux: http.NewServeMux(), log: log}
+	h := &Handler{f: f, opts: opts, guard: guard.New(opts.Access), mux: http.NewServeMux(), log: log, closed: make(chan struct{})}
 	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
 		st := Snapshot(h.f)
 		if h.opts.Collisions != nil {
@@ -134,6 +137,11 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h.mux.HandleFunc("GET /metrics", h.metrics)
 	return h
 }
+
+// Close ends every live stream, now and later (as closing the event log
+// ends the event streams), so that the HTTP server can shut down; the
+// other routes are still served.
+func (h *Handler) Close() { h.closeOnce.Do(func() { close(h.closed) }) }
 
 // ServeHTTP serves the routes above, to the requests the guard allows.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

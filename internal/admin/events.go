@@ -1,9 +1,11 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -256,15 +258,6 @@ func (l *EventLog) Close() {
 // Done is closed when the log is closed.
 func (l *EventLog) Done() <-chan struct{} { return l.done }
 
-func (l *EventLog) closedNow() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // counted returns every (server, type) count, for /metrics.
 func (l *EventLog) counted() map[eventKey]uint64 {
 	out := map[eventKey]uint64{}
@@ -307,11 +300,9 @@ var (
 // until the client leaves or the log closes. Each event's SSE id is its log
 // id and its SSE event name its type. A client too slow to keep up gets an
 // "event: lagged" and the stream ends; it reconnects with Last-Event-ID to
-// get what it missed, as far as the log still keeps it. A client that
-// stops reading is dropped after Options.WriteTimeout, and at once when the
-// log closes, so that it cannot hold up mcpvisor's shutdown.
+// get what it missed, as far as the log still keeps it. The stream is
+// served by liveStream, which says how it ends.
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
 	if h.log == nil {
 		http.Error(w, "no event log", http.StatusNotFound)
 		return
@@ -333,21 +324,77 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer cancel()
+	first := func(w io.Writer) error {
+		for _, e := range replay {
+			if err := writeEvent(w, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	h.liveStream(w, r, h.log.Done(), first, func(ctx context.Context) (piece, bool) {
+		select {
+		case <-ctx.Done():
+			return nil, true
+		case e, ok := <-events:
+			streamHold()
+			switch {
+			case ok:
+				return func(w io.Writer) error { return writeEvent(w, e) }, true
+			case lagged():
+				return func(w io.Writer) error {
+					_, err := fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
+					return err
+				}, false
+			}
+			return nil, false
+		}
+	})
+}
+
+// A piece is one part of a live stream, written by liveStream.
+type piece func(w io.Writer) error
+
+// liveStream serves a Server-Sent Events response: first at once, then
+// each piece next gives, until next says that was the last, the client
+// leaves, a write to it fails, or done or the handler's Close ends it.
+// next waits for a piece until its context ends, and then gives none:
+// a stream quiet for streamKeepalive gets a comment line. Each piece is
+// written under a deadline of Options.WriteTimeout: a client that stops
+// reading is dropped then, and at once (after streamCloseGrace) when done
+// closes or the handler is closed, so that it cannot hold up mcpvisor's
+// shutdown.
+func (h *Handler) liveStream(w http.ResponseWriter, r *http.Request, done <-chan struct{}, first piece, next func(context.Context) (p piece, more bool)) {
+	rc := http.NewResponseController(w)
 	h.streams.Add(1)
 	defer h.streams.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ended := func() bool {
+		select {
+		case <-done:
+		case <-h.closed:
+		default:
+			return false
+		}
+		return true
+	}
 
 	// A write blocked on a client that stopped reading ends soon after
-	// the log closes: a deadline is the only way to reach it. It leaves a
-	// stream that is not blocked the time to end cleanly. The handler
-	// checks the log after setting each deadline of its own.
+	// the stream is ended: a deadline is the only way to reach it. It
+	// leaves a stream that is not blocked the time to end cleanly. The
+	// handler checks for the end after setting each deadline of its own.
 	stop, unblocked := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(unblocked)
 		select {
-		case <-h.log.Done():
-			_ = rc.SetWriteDeadline(time.Now().Add(streamCloseGrace))
+		case <-done:
+		case <-h.closed:
 		case <-stop:
+			return
 		}
+		_ = rc.SetWriteDeadline(time.Now().Add(streamCloseGrace))
+		cancel()
 	}()
 	// The last deadline stays for net/http's final flush of the response,
 	// which a client that stopped reading could otherwise hold forever;
@@ -357,14 +404,14 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 		<-unblocked
 	}()
 	// send writes one piece under a fresh deadline and flushes it.
-	send := func(write func() error) error {
+	send := func(p piece) error {
 		if err := rc.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout)); err != nil {
 			return err
 		}
-		if h.log.closedNow() {
-			return errLogClosed
+		if ended() {
+			return errStreamEnded
 		}
-		if err := write(); err != nil {
+		if err := p(w); err != nil {
 			return err
 		}
 		return rc.Flush()
@@ -374,50 +421,33 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if send(func() error {
-		for _, e := range replay {
-			if err := writeEvent(w, e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}) != nil {
+	if send(first) != nil {
 		return
 	}
-	keepalive := time.NewTicker(streamKeepalive)
-	defer keepalive.Stop()
 	for {
-		var err error
-		select {
-		case <-r.Context().Done():
+		quiet, endQuiet := context.WithTimeout(ctx, streamKeepalive)
+		p, more := next(quiet)
+		endQuiet()
+		if ctx.Err() != nil {
 			return
-		case e, ok := <-events:
-			streamHold()
-			if !ok {
-				if lagged() {
-					_ = send(func() error {
-						_, err := fmt.Fprint(w, "event: lagged\ndata: {}\n\n")
-						return err
-					})
-				}
-				return
-			}
-			err = send(func() error { return writeEvent(w, e) })
-		case <-keepalive.C:
-			err = send(func() error {
-				_, err := fmt.Fprint(w, ": keepalive\n\n")
-				return err
-			})
 		}
-		if err != nil {
+		if p == nil && more {
+			p = keepalive
+		}
+		if p != nil && send(p) != nil || !more {
 			return
 		}
 	}
 }
 
-var errLogClosed = errors.New("event log closed")
+func keepalive(w io.Writer) error {
+	_, err := fmt.Fprint(w, ": keepalive\n\n")
+	return err
+}
 
-func writeEvent(w http.ResponseWriter, e Entry) error {
+var errStreamEnded = errors.New("stream ended")
+
+func writeEvent(w io.Writer, e Entry) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err
