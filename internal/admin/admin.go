@@ -1,7 +1,8 @@
 // Package admin serves mcpvisor's status API on the serve listener:
 // GET /api/servers (every server's state), GET /api/servers/{name} (one
 // server in detail), GET /api/servers/{name}/tools (its cached tools),
-// GET /api/events (recent
+// GET /api/servers/{name}/logs (its recent stderr lines, or a live
+// Server-Sent Events stream of them), GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
 // GET /metrics (Prometheus text format). It reads the fleet; it changes
 // nothing.
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
@@ -95,6 +97,11 @@ type Options struct {
 	// HeldCalls, if set, counts the calls held for a modern client's
 	// retry, per server, for /api/servers and /metrics.
 	HeldCalls func() map[string]int
+	// Logs, if set, returns the stderr buffer of the configured server
+	// name (it is asked only for names the fleet has), for
+	// /api/servers/{name}/logs; nil, or a nil buffer, means its logs are
+	// not kept (a 404 that says so).
+	Logs func(name string) *logbuf.Buffer
 }
 
 // Handler serves /api/servers, /api/events and /metrics.
@@ -102,7 +109,7 @@ type Handler struct {
 	f         *fleet.Fleet
 	opts      Options
 	guard     *guard.Guard
-	streams   atomic.Int64 // live event streams
+	streams   atomic.Int64 // live event and log streams
 	mux       *http.ServeMux
 	log       *EventLog
 	closed    chan struct{} // closed by Close
@@ -127,6 +134,7 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	})
 	h.mux.HandleFunc("GET /api/servers/{name}", h.detail)
 	h.mux.HandleFunc("GET /api/servers/{name}/tools", h.tools)
+	h.mux.HandleFunc("GET /api/servers/{name}/logs", h.logs)
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		if wantsStream(r) {
 			h.streamEvents(w, r)
@@ -138,9 +146,9 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	return h
 }
 
-// Close ends every live stream, now and later (as closing the event log
-// ends the event streams), so that the HTTP server can shut down; the
-// other routes are still served.
+// Close ends every live stream, event and log streams alike, now and
+// later (as closing the event log ends the event streams), so that the
+// HTTP server can shut down; the other routes are still served.
 func (h *Handler) Close() { h.closeOnce.Do(func() { close(h.closed) }) }
 
 // ServeHTTP serves the routes above, to the requests the guard allows.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 )
 
 // Every admin route applies the same Host, Origin and bearer-token checks
@@ -15,7 +16,8 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	log := NewEventLog(4)
 	log.Add(fleet.Event{Server: "a", Type: "started"})
 	defer log.Close()
-	srv := httptest.NewServer(New(testFleet(t), log, Options{Access: guard.Options{Token: "s3cret"}}))
+	logs := logbuf.New(logbuf.Options{})
+	srv := httptest.NewServer(New(testFleet(t), log, Options{Access: guard.Options{Token: "s3cret"}, Logs: func(string) *logbuf.Buffer { return logs }}))
 	defer srv.Close()
 
 	routes := []struct {
@@ -26,6 +28,8 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		{"servers", "/api/servers", nil},
 		{"server detail", "/api/servers/a", nil},
 		{"server tools", "/api/servers/a/tools", nil},
+		{"server logs", "/api/servers/a/logs", nil},
+		{"server log stream", "/api/servers/a/logs?follow=1", nil},
 		{"events", "/api/events", nil},
 		{"event stream", "/api/events", []string{"Accept", "text/event-stream"}},
 		{"metrics", "/metrics", nil},
