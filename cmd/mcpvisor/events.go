@@ -18,8 +18,9 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 )
 
-// eventsQuiet is how long a followed stream may say nothing — serve sends
-// a keepalive every 15 s — before it is taken for dead and opened again.
+// eventsQuiet is how long a followed stream (events -f, logs -f) may say
+// nothing — serve sends a keepalive every 15 s — before it is taken for
+// dead and opened again.
 var eventsQuiet = 45 * time.Second
 
 // lagPause is the pause before a follower that lagged opens the stream
@@ -85,13 +86,25 @@ func eventLine(e admin.Entry) string {
 }
 
 // followEvents prints the kept events, then every new one, from serve's
-// event stream: opened again after the last id printed when serve says
-// the follower lagged or the stream goes quiet for eventsQuiet; ended
-// when ctx ends or serve ends the stream (it stops).
+// event stream (followStream).
 func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) error {
+	return followStream(ctx, api, "/api/events?follow", func(_, data string) {
+		var e admin.Entry
+		if json.Unmarshal([]byte(data), &e) == nil {
+			print(e)
+		}
+	})
+}
+
+// followStream reads the Server-Sent Events stream of serve at path, and
+// gives each message's event name ("" for none) and data to handle. It
+// opens the stream again, with Last-Event-ID the last id it saw, when
+// serve says the follower lagged or the stream goes quiet for eventsQuiet;
+// it ends when ctx ends (nil) or serve ends the stream (it stops).
+func followStream(ctx context.Context, api *apiClient, path string, handle func(event, data string)) error {
 	last := ""
 	for {
-		again, err := followOnce(ctx, api, &last, print)
+		again, err := followOnce(ctx, api, path, &last, handle)
 		if err != nil || !again {
 			return err
 		}
@@ -100,7 +113,7 @@ func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) 
 
 // followOnce reads one stream; again reports that it should be opened
 // again.
-func followOnce(ctx context.Context, api *apiClient, last *string, print func(admin.Entry)) (again bool, err error) {
+func followOnce(ctx context.Context, api *apiClient, path string, last *string, handle func(event, data string)) (again bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The same bound covers the connect and the headers: a serve that
@@ -112,7 +125,7 @@ func followOnce(ctx context.Context, api *apiClient, last *string, print func(ad
 	if *last != "" {
 		hdr.Set("Last-Event-ID", *last)
 	}
-	resp, err := api.do(ctx, http.MethodGet, "/api/events?follow", hdr, nil)
+	resp, err := api.do(ctx, http.MethodGet, path, hdr, nil)
 	if err != nil {
 		if context.Cause(ctx) == context.Canceled {
 			return false, nil // interrupted
@@ -125,7 +138,7 @@ func followOnce(ctx context.Context, api *apiClient, last *string, print func(ad
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return false, fmt.Errorf("%s/api/events: %s: %s", api.addr, resp.Status, strings.TrimSpace(string(b)))
+		return false, answerError(resp, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -151,14 +164,10 @@ func followOnce(ctx context.Context, api *apiClient, last *string, print func(ad
 		case strings.HasPrefix(line, "id:"):
 			id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
 		case strings.HasPrefix(line, "data:"):
-			var e admin.Entry
-			if json.Unmarshal([]byte(strings.TrimPrefix(line, "data:")), &e) != nil {
-				continue
-			}
 			if id != "" {
 				*last = id
 			}
-			print(e)
+			handle(event, strings.TrimSpace(strings.TrimPrefix(line, "data:")))
 		}
 	}
 	switch cause := context.Cause(ctx); {
