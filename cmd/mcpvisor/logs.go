@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
+)
+
+func newLogsCmd() *cobra.Command {
+	var api apiClient
+	var follow, asJSON bool
+	var since string
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "logs NAME [-f] [--since DURATION|TIME] [--tail N] [--json]",
+		Short: "Print the stderr of one server of a running mcpvisor serve, kept across its restarts",
+		Long: "Prints what one server of a running mcpvisor serve wrote to stderr, as serve keeps it (across the " +
+			"server's restarts and sleeps, within a bound): the last 100 lines, or those since --since (a duration " +
+			"back from now, such as 10m, or an RFC 3339 time), or the last --tail N of them; with -f, then every new " +
+			"line as it is written, until interrupted or serve stops. Each line is prefixed by its local time and the " +
+			"pid that wrote it; lines serve no longer keeps are counted on stderr. --json prints one JSON object a " +
+			"line (and {\"dropped\":N} for lines no longer kept).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := url.Values{}
+			if since != "" {
+				if _, err := admin.ParseSince(since, time.Now()); err != nil {
+					return usageError{fmt.Errorf("--%w", err)}
+				}
+				q.Set("since", since)
+			}
+			if cmd.Flags().Changed("tail") {
+				if tail < 0 {
+					return usageError{errors.New("--tail must not be negative")}
+				}
+				q.Set("tail", strconv.Itoa(tail))
+			}
+			p := logPrinter{out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), json: asJSON}
+			path := "/api/servers/" + url.PathEscape(args[0]) + "/logs"
+			if !follow {
+				var l admin.Logs
+				if err := api.getJSON(cmd.Context(), path+"?"+q.Encode(), &l); err != nil {
+					return err
+				}
+				p.dropped(l.Dropped)
+				for _, e := range l.Lines {
+					p.line(e)
+				}
+				return nil
+			}
+			q.Set("follow", "1")
+			return followStream(cmd.Context(), &api, path+"?"+q.Encode(), func(event, data string) {
+				switch event {
+				case "":
+					var e logbuf.Entry
+					if json.Unmarshal([]byte(data), &e) == nil {
+						p.line(e)
+					}
+				case "dropped":
+					var d struct{ Dropped uint64 }
+					if json.Unmarshal([]byte(data), &d) == nil {
+						p.dropped(d.Dropped)
+					}
+				}
+			})
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print new lines as they are written")
+	cmd.Flags().StringVar(&since, "since", "", "the lines since this long ago (10m) or this RFC 3339 time")
+	cmd.Flags().IntVar(&tail, "tail", 0, "the last N lines (default 100 when --since is not given)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object a line")
+	return cmd
+}
+
+// logPrinter prints log lines as mcpvisor logs does.
+type logPrinter struct {
+	out, errOut io.Writer
+	json        bool
+}
+
+// line prints one line: "2026-11-26T10:00:00.123 [pid 1234] text" (local
+// time; a per-session server's line names its session too), or its JSON.
+func (p logPrinter) line(e logbuf.Entry) {
+	if p.json {
+		b, _ := json.Marshal(e)
+		fmt.Fprintln(p.out, string(b))
+		return
+	}
+	prefix := e.Time.Local().Format("2006-01-02T15:04:05.000")
+	switch {
+	case e.PID != 0 && e.Session != "":
+		prefix += fmt.Sprintf(" [pid %d session %s]", e.PID, e.Session)
+	case e.PID != 0:
+		prefix += fmt.Sprintf(" [pid %d]", e.PID)
+	case e.Session != "":
+		prefix += fmt.Sprintf(" [session %s]", e.Session)
+	}
+	fmt.Fprintln(p.out, prefix, e.Line)
+}
+
+// dropped says that n lines are no longer kept: on stderr, or as
+// {"dropped":n} among the JSON lines.
+func (p logPrinter) dropped(n uint64) {
+	switch {
+	case n == 0:
+	case p.json:
+		fmt.Fprintf(p.out, "{\"dropped\":%d}\n", n)
+	case n == 1:
+		fmt.Fprintln(p.errOut, "mcpvisor: 1 line no longer kept")
+	default:
+		fmt.Fprintf(p.errOut, "mcpvisor: %d lines no longer kept\n", n)
+	}
+}
