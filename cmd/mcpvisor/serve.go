@@ -9,14 +9,17 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/watchdog"
@@ -27,6 +30,7 @@ func newServeCmd() *cobra.Command {
 		rf                runFlags
 		listen, tokenFile string
 		exitWithParent    bool
+		noWatch           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE [--listen 127.0.0.1:7331]",
@@ -36,6 +40,10 @@ named {server}__{name}), and each server alone at /servers/{name}/mcp, over
 Streamable HTTP. Servers start on first use and sleep when idle. The bearer
 token, if any, comes from --token-file or the MCPVISOR_TOKEN environment
 variable. GET /api/servers reports every server's state (mcpvisor ps).
+
+SIGHUP, a change of the config file (unless --no-watch) and mcpvisor reload
+reload the configuration: a file with errors changes nothing; a valid one is
+applied server by server, leaving unchanged servers untouched.
 
 The first SIGINT or SIGTERM stops accepting requests, ends client sessions
 and stops every server in parallel within --shutdown-timeout (exit 0); a
@@ -85,17 +93,31 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
 			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
-			handlers := []*gateway.StreamableHandler{gateway.NewStreamableHandler(a.gw.Aggregate(), opts)}
-			mux.Handle("/mcp", handlers[0])
-			for _, s := range a.fleet.Servers() {
-				h := gateway.NewStreamableHandler(a.gw.Single(s.Name()), opts)
-				handlers = append(handlers, h)
-				mux.Handle("/servers/"+s.Name()+"/mcp", h)
-			}
-			// Any other server's endpoint: a 404 that says so, as a
+			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
+			mux.Handle("/mcp", aggregate)
+			// Each server's own endpoint, as the last reload left the
+			// servers; any other name gets a 404 that says so, as a
 			// JSON-RPC error an MCP client shows.
-			mux.Handle("/servers/{name}/mcp", g.Wrap(unknownServer(a.fleet)))
-			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer})
+			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet)))
+			mux.Handle("/servers/{name}/mcp", routes)
+			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config) {
+				a.gw.SetPageSize(cfg.PageSize)
+				a.gw.SetHoldTimeout(cfg.HoldTimeout)
+				sessions.SetMax(cfg.MaxSessions)
+				a.gw.Reloaded()
+				routes.sync()
+			})
+			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
+				Logs: func(name string) *logbuf.Buffer {
+					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {
+						return a.logs.Get(name)
+					}
+					return nil
+				},
+				Reload: func(ctx context.Context) (any, bool) {
+					rep, _ := rl.reload(ctx, "api", false)
+					return rep, rep.Applied
+				}})
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
 			mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
@@ -117,6 +139,25 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				defer wd.Stop()
 			}
 			a.startEager(sd.Context(), !rf.noLearn)
+			// Reloads: SIGHUP, a change of the config file, POST
+			// /api/reload (mcpvisor reload) — one path, one at a time.
+			hup := make(chan os.Signal, 1)
+			defer notifyReload(hup)()
+			go func() {
+				for {
+					select {
+					case <-hup:
+						rl.reload(sd.Context(), "signal", false)
+					case <-sd.Context().Done():
+						return
+					}
+				}
+			}()
+			if !noWatch {
+				if err := rl.watch(sd.Context()); err != nil {
+					log.Warn("not watching the config file: reload with SIGHUP or mcpvisor reload", "err", err)
+				}
+			}
 			go func() {
 				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error("http server failed", "err", err)
@@ -134,9 +175,8 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 					defer close(front)
 					_ = srv.Shutdown(ctx)
 				}()
-				for _, h := range handlers {
-					h.Close()
-				}
+				aggregate.Close()
+				routes.close()
 				err := a.close(ctx)
 				// Live event streams have seen the servers stop; end
 				// them, so that the HTTP server's shutdown can finish.
@@ -150,6 +190,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from the config, else 127.0.0.1:7331)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients must send")
 	cmd.Flags().BoolVar(&exitWithParent, "exit-with-parent", false, "shut down when the process that started mcpvisor exits")
+	cmd.Flags().BoolVar(&noWatch, "no-watch", false, "do not reload when the config file changes (SIGHUP and mcpvisor reload still do)")
 	return cmd
 }
 
@@ -167,4 +208,74 @@ func unknownServer(f *fleet.Fleet) http.Handler {
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write(append(m.Encode(), '\n'))
 	})
+}
+
+// serverRoutes serves /servers/{name}/mcp: one Streamable HTTP handler per
+// server the fleet has now. A reload adds the handlers of servers it added
+// and closes those of servers it removed (their sessions end; a client's
+// next request gets the 404 of an unknown server).
+type serverRoutes struct {
+	a       *app
+	opts    gateway.HTTPOptions
+	unknown http.Handler
+
+	mu     sync.Mutex
+	byName map[string]*gateway.StreamableHandler
+	closed bool
+}
+
+func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *serverRoutes {
+	r := &serverRoutes{a: a, opts: opts, unknown: unknown, byName: map[string]*gateway.StreamableHandler{}}
+	r.sync()
+	return r
+}
+
+func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	h := r.byName[req.PathValue("name")]
+	r.mu.Unlock()
+	if h == nil {
+		r.unknown.ServeHTTP(w, req)
+		return
+	}
+	h.ServeHTTP(w, req)
+}
+
+// sync makes the handlers those of the fleet's servers now; the sessions
+// of a removed server's endpoint end.
+func (r *serverRoutes) sync() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	want := map[string]bool{}
+	for _, s := range r.a.fleet.Servers() {
+		want[s.Name()] = true
+		if r.byName[s.Name()] == nil {
+			r.byName[s.Name()] = gateway.NewStreamableHandler(r.a.gw.Single(s.Name()), r.opts)
+		}
+	}
+	var gone []*gateway.StreamableHandler
+	for name, h := range r.byName {
+		if !want[name] {
+			delete(r.byName, name)
+			gone = append(gone, h)
+		}
+	}
+	r.mu.Unlock()
+	for _, h := range gone {
+		h.Close()
+	}
+}
+
+// close ends every server endpoint's sessions (shutdown).
+func (r *serverRoutes) close() {
+	r.mu.Lock()
+	all := r.byName
+	r.byName, r.closed = nil, true
+	r.mu.Unlock()
+	for _, h := range all {
+		h.Close()
+	}
 }

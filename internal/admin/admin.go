@@ -4,8 +4,8 @@
 // GET /api/servers/{name}/logs (its recent stderr lines, or a live
 // Server-Sent Events stream of them), GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
-// GET /metrics (Prometheus text format). It reads the fleet; it changes
-// nothing.
+// GET /metrics (Prometheus text format); and the operator's actions:
+// POST /api/servers/{name}/restart|stop|start and POST /api/reload.
 package admin
 
 import (
@@ -102,6 +102,8 @@ type Options struct {
 	// /api/servers/{name}/logs; nil, or a nil buffer, means its logs are
 	// not kept (a 404 that says so).
 	Logs func(name string) *logbuf.Buffer
+	// Reload, if set, serves POST /api/reload.
+	Reload ReloadFunc
 }
 
 // Handler serves /api/servers, /api/events and /metrics.
@@ -135,6 +137,8 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h.mux.HandleFunc("GET /api/servers/{name}", h.detail)
 	h.mux.HandleFunc("GET /api/servers/{name}/tools", h.tools)
 	h.mux.HandleFunc("GET /api/servers/{name}/logs", h.logs)
+	h.mux.HandleFunc("POST /api/servers/{name}/{action}", h.action)
+	h.mux.HandleFunc("POST /api/reload", h.reload)
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		if wantsStream(r) {
 			h.streamEvents(w, r)

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+)
+
+// act sends an action to the API, bounded by timeout (passed on as the
+// action's own ?timeout=, with a margin for the answer), and returns the
+// answer's status and body, whatever the status: an action's refusal has
+// a body that says why.
+func (c *apiClient) act(ctx context.Context, path string, timeout time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout+apiTimeout)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodPost, path+"?timeout="+url.QueryEscape(timeout.String()), nil, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+// apiError is the error of an answer that is not one of want: its
+// "error" member, else its status and body.
+func apiError(code int, body []byte) error {
+	var e struct{ Error string }
+	msg := http.StatusText(code) + ": " + strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	return &apiStatusError{code: code, msg: msg}
+}
+
+// newActionCmd is restart, stop or start of one server.
+func newActionCmd(action, short, long string) *cobra.Command {
+	var api apiClient
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   action + " NAME",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return usageError{errors.New("--timeout must be positive")}
+			}
+			code, body, err := api.act(cmd.Context(), "/api/servers/"+url.PathEscape(args[0])+"/"+action, timeout)
+			if err != nil {
+				return err
+			}
+			var res admin.ActionResult
+			if json.Unmarshal(body, &res) != nil || res.Action == "" {
+				return apiError(code, body)
+			}
+			if asJSON {
+				_, _ = cmd.OutOrStdout().Write(body)
+			} else {
+				printAction(cmd.OutOrStdout(), res)
+			}
+			if !res.OK {
+				return fmt.Errorf("%s %s: %s", action, res.Server, res.Error)
+			}
+			return nil
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for it to be done")
+	return cmd
+}
+
+func printAction(w io.Writer, r admin.ActionResult) {
+	if !r.OK {
+		return // the error says it
+	}
+	var parts []string
+	switch r.Action {
+	case "stop":
+		parts = append(parts, "stopped "+r.Server+"; it refuses requests until mcpvisor start "+r.Server)
+	case "start":
+		parts = append(parts, "started "+r.Server)
+	case "restart":
+		parts = append(parts, "restarted "+r.Server)
+	}
+	if r.Status.PID != 0 {
+		parts = append(parts, fmt.Sprintf("pid %d", r.Status.PID))
+	}
+	if d := r.Drained; d != nil && d.Cut > 0 {
+		parts = append(parts, fmt.Sprintf("%d instance(s) stopped with calls still in flight after the drain bound", d.Cut))
+	}
+	parts = append(parts, fmt.Sprintf("in %s", (time.Duration(r.TookMs*1000) * time.Microsecond).Round(time.Millisecond)))
+	fmt.Fprintln(w, strings.Join(parts, ", "))
+}
+
+func newRestartCmd() *cobra.Command {
+	return newActionCmd("restart", "Restart one server of a running mcpvisor serve",
+		"Drains the server (calls in flight finish, within its request timeout), stops it, starts it again "+
+			"and waits until it is ready. A stopped server is started.")
+}
+
+func newStopCmd() *cobra.Command {
+	return newActionCmd("stop", "Stop one server of a running mcpvisor serve until it is started again",
+		"Drains the server (calls in flight finish, within its request timeout) and stops it. Unlike a "+
+			"dormant server, a stopped one is not started on demand: every request gets an error that says "+
+			"it was stopped, until mcpvisor start.")
+}
+
+func newStartCmd() *cobra.Command {
+	return newActionCmd("start", "Start one server of a running mcpvisor serve",
+		"Serves a stopped server again and starts it now, waiting until it is ready (a per-session "+
+			"server starts with each client session instead).")
+}
+
+func newReloadCmd() *cobra.Command {
+	var api apiClient
+	var asJSON, all bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "reload",
+		Short: "Reload the configuration of a running mcpvisor serve",
+		Long: "Has a running mcpvisor serve read its config file again. A file with errors changes nothing: " +
+			"each error is printed with its JSON path, and the exit code is 1. A valid file is applied server " +
+			"by server — unchanged servers untouched, settings applied in place, a changed launch drained and " +
+			"started again, removed servers drained and stopped, added servers learned — and the table says " +
+			"what was done to each. SIGHUP and saving the file do the same.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return usageError{errors.New("--timeout must be positive")}
+			}
+			code, body, err := api.act(cmd.Context(), "/api/reload", timeout)
+			if err != nil {
+				return err
+			}
+			var rep reloadReport
+			if json.Unmarshal(body, &rep) != nil || rep.Trigger == "" {
+				return apiError(code, body)
+			}
+			if asJSON {
+				_, _ = cmd.OutOrStdout().Write(body)
+			} else {
+				printReload(cmd.OutOrStdout(), rep, all)
+			}
+			if !rep.Applied {
+				msg := rep.Error
+				for _, p := range rep.Problems {
+					msg += "\n  " + p.String()
+				}
+				return errors.New(msg)
+			}
+			return nil
+		},
+	}
+	api.flags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmd.Flags().BoolVar(&all, "all", false, "list unchanged servers too")
+	cmd.Flags().DurationVar(&timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for removed and changed servers to drain")
+	return cmd
+}
+
+func (p reloadProblem) String() string {
+	at := p.Path
+	if p.Line > 0 {
+		at = fmt.Sprintf("line %d, column %d", p.Line, p.Column)
+	}
+	if at == "" {
+		return p.Message
+	}
+	return at + ": " + p.Message
+}
+
+// printReload prints what a reload did as a table: one row per server it
+// changed (every server with all), then what was left unchanged and the
+// settings that need a restart.
+func printReload(w io.Writer, rep reloadReport, all bool) {
+	if !rep.Applied || rep.Result == nil {
+		return // the error says it
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tCHANGE\tFIELDS\tDRAINED")
+	unchanged := 0
+	for _, s := range rep.Result.Servers {
+		if s.Action == config.ActionUnchanged && !all {
+			unchanged++
+			continue
+		}
+		drained := ""
+		if d := s.Drained; d != nil {
+			drained = fmt.Sprintf("%d stopped", d.Stopped)
+			if d.Cut > 0 {
+				drained += fmt.Sprintf(", %d cut", d.Cut)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Action, strings.Join(s.Fields, ", "), drained)
+	}
+	_ = tw.Flush()
+	if unchanged > 0 {
+		fmt.Fprintf(w, "%d server(s) unchanged\n", unchanged)
+	}
+	if len(rep.Result.Settings) > 0 {
+		fmt.Fprintf(w, "applied: %s\n", strings.Join(rep.Result.Settings, ", "))
+	}
+	if len(rep.Result.NeedsRestart) > 0 {
+		fmt.Fprintf(w, "needs restart: %s (changed in the file; mcpvisor keeps the old value until it restarts)\n", strings.Join(rep.Result.NeedsRestart, ", "))
+	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	fmt.Fprintf(w, "reloaded in %s\n", (time.Duration(rep.Result.TookMs*1000) * time.Microsecond).Round(time.Millisecond))
+}

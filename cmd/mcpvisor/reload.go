@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// reloadReport is what a reload says, to the caller of POST /api/reload
+// (mcpvisor reload), in the log and as an event.
+type reloadReport struct {
+	Trigger string `json:"trigger"` // api, signal, watch
+	// Applied is false when the new file was rejected: nothing changed.
+	Applied bool `json:"applied"`
+	// Problems are the new file's errors, each with its JSON path.
+	Problems []reloadProblem `json:"problems,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Warnings []string        `json:"warnings,omitempty"`
+	// Result is what the reload did, server by server.
+	Result *fleet.ReloadResult `json:"result,omitempty"`
+}
+
+type reloadProblem struct {
+	Path    string `json:"path,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+	Message string `json:"message"`
+}
+
+// reloader is the one path every reload takes — SIGHUP, a change of the
+// config file, POST /api/reload — one at a time: the file is read,
+// parsed and validated whole; rejected, nothing changes; accepted, the
+// fleet applies the difference (fleet.Reload) and applied, if set, takes
+// the settings outside the fleet and the servers added or removed.
+type reloader struct {
+	a       *app
+	file    string
+	learn   bool
+	applied func(*config.Config)
+
+	mu   sync.Mutex
+	last [sha256.Size]byte // the content last read, accepted or not
+}
+
+func newReloader(a *app, file string, learn bool, applied func(*config.Config)) *reloader {
+	r := &reloader{a: a, file: file, learn: learn, applied: applied}
+	if data, err := os.ReadFile(file); err == nil {
+		r.last = sha256.Sum256(data)
+	}
+	return r
+}
+
+// reload reads the file and applies it; ctx bounds the drains. onlyIfChanged
+// skips a file whose content is what was last read (a watched directory
+// changes for many reasons).
+func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) (reloadReport, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := reloadReport{Trigger: trigger}
+	data, err := os.ReadFile(r.file)
+	if err != nil {
+		if onlyIfChanged {
+			return rep, false // mid-swap: the next event reads it whole
+		}
+		rep.Error = err.Error()
+		r.report(rep)
+		return rep, true
+	}
+	sum := sha256.Sum256(data)
+	if onlyIfChanged && sum == r.last {
+		return rep, false
+	}
+	r.last = sum
+	cfg, err := config.Parse(data, r.file, config.LoadOptions{})
+	if err != nil {
+		rep.Error = "the new configuration was rejected; the one in force keeps serving"
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				rep.Problems = append(rep.Problems, reloadProblem{Path: p.Path, Line: p.Line, Column: p.Column, Message: p.Message})
+			}
+		} else {
+			rep.Problems = []reloadProblem{{Message: err.Error()}}
+		}
+		r.report(rep)
+		return rep, true
+	}
+	rep.Warnings = cfg.Warnings
+	res, err := r.a.fleet.Reload(ctx, cfg, r.learn)
+	if errors.Is(err, fleet.ErrReloadClosed) {
+		rep.Error = err.Error()
+		return rep, true
+	}
+	rep.Applied, rep.Result = true, &res
+	if err != nil {
+		rep.Error = "applied, but the drains were cut short: " + err.Error()
+	}
+	if r.applied != nil {
+		r.applied(cfg)
+	}
+	r.report(rep)
+	return rep, true
+}
+
+// report logs a reload's outcome and records it as an event.
+func (r *reloader) report(rep reloadReport) {
+	d := map[string]any{"trigger": rep.Trigger, "applied": rep.Applied}
+	if !rep.Applied {
+		d["error"] = rep.Error
+		if len(rep.Problems) > 0 {
+			d["problems"] = rep.Problems
+		}
+		r.a.log.Error("config reload rejected", "trigger", rep.Trigger, "error", rep.Error, "problems", rep.Problems)
+		r.a.events.Add(fleet.Event{Type: "reload-rejected", Details: d})
+		return
+	}
+	counts := map[string]int{}
+	for _, s := range rep.Result.Servers {
+		counts[s.Action]++
+		if s.Action != config.ActionUnchanged {
+			r.a.log.Info("config reload: server "+s.Action, "server", s.Name, "fields", s.Fields)
+		}
+	}
+	d["servers"] = counts
+	d["tookMs"] = rep.Result.TookMs
+	if len(rep.Result.NeedsRestart) > 0 {
+		d["needsRestart"] = rep.Result.NeedsRestart
+		r.a.log.Warn("config reload: settings that take effect only when mcpvisor restarts", "settings", rep.Result.NeedsRestart)
+	}
+	r.a.log.Info("config reloaded", "trigger", rep.Trigger, "servers", counts, "tookMs", rep.Result.TookMs)
+	r.a.events.Add(fleet.Event{Type: "reloaded", Details: d})
+}
+
+// watchDebounce is how long the config file's directory must be quiet
+// before a change is read: editors write in several steps.
+const watchDebounce = 250 * time.Millisecond
+
+// watch reloads when the config file changes, until ctx ends. It watches
+// the file's directory — an editor's save by rename, or a symlink swapped
+// to point elsewhere, changes the directory, not the file — and, when the
+// file is a symlink, the directory of its target (followed again after
+// each change). Any change there is read once the directory has been
+// quiet for watchDebounce; a file whose content did not change is no
+// reload.
+func (r *reloader) watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	watched := map[string]bool{}
+	follow := func() {
+		dirs := []string{filepath.Dir(r.file)}
+		if target, err := filepath.EvalSymlinks(r.file); err == nil {
+			dirs = append(dirs, filepath.Dir(target))
+		}
+		for _, d := range dirs {
+			if !watched[d] && w.Add(d) == nil {
+				watched[d] = true
+			}
+		}
+	}
+	follow()
+	go func() {
+		defer w.Close()
+		var timer *time.Timer
+		var fire <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				if timer != nil {
+					timer.Stop()
+				}
+				return
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if timer == nil {
+					timer = time.NewTimer(watchDebounce)
+				} else {
+					timer.Reset(watchDebounce)
+				}
+				fire = timer.C
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				r.a.log.Warn("watching the config file", "err", err)
+			case <-fire:
+				fire = nil
+				follow()
+				r.reload(ctx, "watch", true)
+			}
+		}
+	}()
+	return nil
+}

@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// fleetConfig is a config of n fixture servers s00…s(n-1), each eager and
+// never put to sleep (so each has a pid to compare), with extra settings
+// per server.
+func fleetConfig(fixture string, n int, extra map[string]string) string {
+	var b strings.Builder
+	b.WriteString(`{"mcpServers":{`)
+	for i := range n {
+		name := fmt.Sprintf("s%02d", i)
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `%q:{"command":%q,"eager":true,"idleTimeout":"0","env":{"WHO":%q}%s}`, name, fixture, name, extra[name])
+	}
+	b.WriteString(`}}`)
+	return b.String()
+}
+
+// servers is GET /api/servers, by name.
+func servers(t *testing.T, base string) map[string]fleet.Status {
+	t.Helper()
+	resp, err := http.Get(base + "/api/servers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body admin.Servers
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]fleet.Status{}
+	for _, s := range body.Servers {
+		out[s.Name] = s
+	}
+	return out
+}
+
+// waitRunning waits until every named server runs, and returns the pids.
+func waitRunning(t *testing.T, base string, names ...string) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		all := servers(t, base)
+		pids := map[string]int{}
+		for _, n := range names {
+			if s := all[n]; s.State == "running" && s.PID != 0 {
+				pids[n] = s.PID
+			}
+		}
+		if len(pids) == len(names) {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not all running: %v", all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// listCounter is a session that counts the tools/list_changed
+// notifications it gets.
+type listCounter struct {
+	n    atomic.Int32
+	sess *mcp.ClientSession
+}
+
+func countingSession(t *testing.T, url string) *listCounter {
+	lc := &listCounter{}
+	lc.sess = connectHTTP(t, url, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { lc.n.Add(1) }})
+	if _, err := lc.sess.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	return lc
+}
+
+// waitCounts waits until each counter has reached its count.
+func waitCounts(t *testing.T, want map[*listCounter]int32, names map[*listCounter]string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for lc, n := range want {
+			if lc.n.Load() < n {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for lc, n := range want {
+				t.Errorf("%s: %d tools/list_changed, want %d", names[lc], lc.n.Load(), n)
+			}
+			t.FailNow()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func reloadJSON(t *testing.T, addr string) (int, reloadReport) {
+	t.Helper()
+	code, out, stderr := runBin(t, "reload", "--addr", addr, "--json")
+	var rep reloadReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("reload --json: exit %d, %q %s: %v", code, out, stderr, err)
+	}
+	return code, rep
+}
+
+func actionsOf(rep reloadReport) map[string]string {
+	m := map[string]string{}
+	if rep.Result != nil {
+		for _, s := range rep.Result.Servers {
+			if s.Action != "unchanged" {
+				m[s.Name] = s.Action + ":" + strings.Join(s.Fields, ",")
+			}
+		}
+	}
+	return m
+}
+
+// Live reload on the real binary, 20 servers running: a launch change
+// restarts exactly that server (the 19 others keep their pids) while the
+// calls in flight on it and on another complete; sessions are told
+// tools/list_changed exactly when the tools they see changed; SIGHUP and
+// POST /api/reload take the same path; an invalid edit changes nothing
+// and is reported with its JSON paths, by both.
+func TestReloadTwentyServers(t *testing.T) {
+	fixture := testserver.Build(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	write := func(extra map[string]string) {
+		if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 20, extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(nil)
+	s := startServeFile(t, cfg, "", "--no-watch")
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	var names []string
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("s%02d", i))
+	}
+	before := waitRunning(t, base, names...)
+
+	A := countingSession(t, base+"/mcp")
+	B := countingSession(t, base+"/servers/s01/mcp")
+	C := countingSession(t, base+"/servers/s07/mcp")
+	D := countingSession(t, base+"/servers/s12/mcp")
+	label := map[*listCounter]string{A: "/mcp", B: "s01", C: "s07", D: "s12"}
+
+	// Calls in flight on the server about to change and on another.
+	var wg sync.WaitGroup
+	for _, lc := range []*listCounter{B, C} {
+		wg.Go(func() {
+			res, err := lc.sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 1500}})
+			if err != nil || res.IsError {
+				t.Errorf("%s: a call in flight across the reload failed: %v %v", label[lc], err, res)
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // the calls are under way (they take 1.5 s)
+
+	// 1. The API: a launch change of s07 (its working directory).
+	write(map[string]string{"s07": `,"cwd":"/"`})
+	t0 := time.Now()
+	code, rep := reloadJSON(t, addr)
+	if code != 0 || !rep.Applied || rep.Trigger != "api" {
+		t.Fatalf("reload: exit %d, %+v", code, rep)
+	}
+	if got := actionsOf(rep); len(got) != 1 || got["s07"] != "restarted:cwd" {
+		t.Fatalf("reload did %v, want s07 restarted for cwd alone", got)
+	}
+	if took := time.Since(t0); took < time.Second {
+		t.Fatalf("the reload returned after %v, before the call in flight on s07 finished (drain)", took)
+	}
+	wg.Wait()
+	after := waitRunning(t, base, names...)
+	for _, n := range names {
+		if n == "s07" {
+			if after[n] == before[n] {
+				t.Fatalf("s07 kept pid %d across a launch change", before[n])
+			}
+			continue
+		}
+		if after[n] != before[n] {
+			t.Fatalf("%s: pid %d → %d, but it did not change", n, before[n], after[n])
+		}
+	}
+	if st := servers(t, base)["s07"]; st.Spawns != 2 {
+		t.Fatalf("s07 spawned %d times, want 2 (the start and the relaunch)", st.Spawns)
+	}
+
+	// 2. SIGHUP: a settings-only change of s12 (its tool filter).
+	write(map[string]string{"s07": `,"cwd":"/"`, "s12": `,"tools":{"deny":["crash"]}`})
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, map[*listCounter]int32{A: 1, D: 1}, label)
+	if pid := waitRunning(t, base, "s12")["s12"]; pid != before["s12"] {
+		t.Fatalf("a settings-only change restarted s12 (pid %d → %d)", before["s12"], pid)
+	}
+	if res, _ := D.sess.ListTools(t.Context(), nil); res == nil || strings.Contains(fmt.Sprint(toolNamesOf(res)), "crash") {
+		t.Fatalf("s12 still lists crash after the reload: %v", toolNamesOf(res))
+	}
+
+	// 3. An invalid edit, by the API and by SIGHUP: nothing changes, and
+	// both report every problem with its JSON path.
+	if err := os.WriteFile(cfg, []byte(`{"mcpServers":{"s00":{"command":""},"s01":{"comand":"x"},"s02":{"command":"x","idleTimeout":"soon"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, rep = reloadJSON(t, addr)
+	if code != 1 || rep.Applied || len(rep.Problems) < 3 {
+		t.Fatalf("invalid edit: exit %d, %+v", code, rep)
+	}
+	var paths []string
+	for _, p := range rep.Problems {
+		paths = append(paths, p.Path)
+	}
+	for _, want := range []string{"mcpServers.s00.command", "mcpServers.s01", "mcpServers.s02.idleTimeout"} {
+		if !strings.Contains(strings.Join(paths, " "), want) {
+			t.Errorf("the rejection names %v, not %s", paths, want)
+		}
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	rejected := waitEvent(t, base, "reload-rejected", 2)
+	if tr := rejected.Details["trigger"]; tr != "signal" || !strings.Contains(fmt.Sprint(rejected.Details["problems"]), "mcpServers.s02.idleTimeout") {
+		t.Fatalf("SIGHUP's rejection: %v", rejected.Details)
+	}
+	if got := waitRunning(t, base, names...); len(got) != 20 || got["s00"] != before["s00"] {
+		t.Fatalf("an invalid edit changed the servers: %v", got)
+	}
+	_, _, _ = runBin(t, "ps", "--addr", addr) // still answers
+
+	// 4. The sentinel: a change every session sees. Each count is now
+	// exact — a notification sent earlier by mistake would have arrived
+	// before these.
+	write(map[string]string{"s07": `,"cwd":"/","tools":{"deny":["crash"]}`, "s12": `,"tools":{"deny":["crash"]}`, "s01": `,"tools":{"deny":["crash"]}`})
+	if code, rep = reloadJSON(t, addr); code != 0 || len(actionsOf(rep)) != 2 {
+		t.Fatalf("reload: exit %d, %v", code, actionsOf(rep))
+	}
+	want := map[*listCounter]int32{A: 3, B: 1, C: 1, D: 1}
+	waitCounts(t, want, label)
+	for lc, n := range want {
+		if got := lc.n.Load(); got != n {
+			t.Errorf("%s got %d tools/list_changed, want exactly %d", label[lc], got, n)
+		}
+	}
+	final := waitRunning(t, base, names...)
+	for _, n := range names {
+		if n != "s07" && final[n] != before[n] {
+			t.Errorf("%s: pid %d → %d over the reloads", n, before[n], final[n])
+		}
+	}
+}
+
+func toolNamesOf(res *mcp.ListToolsResult) []string {
+	var out []string
+	for _, tl := range res.Tools {
+		out = append(out, tl.Name)
+	}
+	return out
+}
+
+// waitEvent waits until the event log holds n events of typ and returns
+// the last.
+func waitEvent(t *testing.T, base, typ string, n int) fleet.Event {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/api/events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Events []admin.Entry }
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []fleet.Event
+		for _, e := range body.Events {
+			if e.Type == typ {
+				seen = append(seen, e.Event)
+			}
+		}
+		if len(seen) >= n {
+			return seen[len(seen)-1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s events, want %d", len(seen), typ, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The watched file: a symlink swap (a Kubernetes ConfigMap update) and an
+// editor's rename-on-save are both picked up; a removed server's endpoint
+// answers 404 naming it, and the aggregated session is told its tools
+// changed each time.
+func TestReloadWatchesTheFile(t *testing.T) {
+	fixture := testserver.Build(t)
+	dir := t.TempDir()
+	version := func(name, content string) string {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	two := fmt.Sprintf(`{"mcpServers":{"a":{"command":%q},"b":{"command":%q}}}`, fixture, fixture)
+	three := fmt.Sprintf(`{"mcpServers":{"a":{"command":%q},"b":{"command":%q},"c":{"command":%q}}}`, fixture, fixture, fixture)
+	if err := os.Symlink(version("v1", two), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.Symlink(filepath.Join("..data", "config.json"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := startServeFile(t, cfg, "")
+	stopAtCleanup(t, s)
+	base := s.base
+	A := countingSession(t, base+"/mcp")
+	label := map[*listCounter]string{A: "/mcp"}
+
+	// The symlink swap: ..data → v2, as kubelet does it (a new link
+	// renamed over the old).
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(version("v2", three), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, base, "reloaded", 1)
+	if ev.Details["trigger"] != "watch" {
+		t.Fatalf("reloaded by %v", ev.Details)
+	}
+	waitCounts(t, map[*listCounter]int32{A: 1}, label) // c's tools, once learned
+	if _, ok := servers(t, base)["c"]; !ok {
+		t.Fatal("the added server is not served")
+	}
+
+	// Rename-on-save: the new content written aside, renamed over the
+	// file (which replaces the symlink by a file).
+	one := fmt.Sprintf(`{"mcpServers":{"a":{"command":%q},"c":{"command":%q}}}`, fixture, fixture)
+	aside := filepath.Join(dir, ".config.json.swp")
+	if err := os.WriteFile(aside, []byte(one), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(aside, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, base, "reloaded", 2)
+	waitCounts(t, map[*listCounter]int32{A: 2}, label) // b's tools gone
+	resp, err := http.Post(base+"/servers/b/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct{ Error struct{ Message string } }
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body.Error.Message, `no server named "b"`) {
+		t.Fatalf("the removed server's endpoint: %d %q", resp.StatusCode, body.Error.Message)
+	}
+	if _, ok := servers(t, base)["b"]; ok {
+		t.Fatal("the removed server is still listed")
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+// notifyReload does nothing where there is no SIGHUP: reload through the
+// API, the CLI or the watched file.
+func notifyReload(chan<- os.Signal) (stop func()) { return func() {} }

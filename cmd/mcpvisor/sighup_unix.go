@@ -1,0 +1,15 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// notifyReload delivers SIGHUP, the reload signal, on ch; stop undoes it.
+func notifyReload(ch chan<- os.Signal) (stop func()) {
+	signal.Notify(ch, syscall.SIGHUP)
+	return func() { signal.Stop(ch) }
+}
