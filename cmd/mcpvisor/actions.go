@@ -106,7 +106,7 @@ func printAction(w io.Writer, r admin.ActionResult) {
 	if d := r.Drained; d != nil && d.Cut > 0 {
 		parts = append(parts, fmt.Sprintf("%d instance(s) stopped with calls still in flight after the drain bound", d.Cut))
 	}
-	parts = append(parts, fmt.Sprintf("in %s", (time.Duration(r.TookMs*1000) * time.Microsecond).Round(time.Millisecond)))
+	parts = append(parts, fmt.Sprintf("in %s", (time.Duration(r.TookMs*1000)*time.Microsecond).Round(time.Millisecond)))
 	fmt.Fprintln(w, strings.Join(parts, ", "))
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -33,6 +34,7 @@ type app struct {
 	events *admin.EventLog
 	hist   *store.EventWriter // persists events; nil without a store
 	store  *store.Store       // nil when the state file could not be opened
+	logs   *logbuf.Registry   // each server's stderr lines
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -113,7 +115,8 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	hist := st.EventWriter(store.EventWriterOptions{Logger: log})
 	events := admin.RestoreEventLog(keptEvents, st.Events(time.Time{}, keptEvents))
 	events.PersistTo(hist.Record)
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add})
+	logs := logbuf.NewRegistry(logbuf.Options{})
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()
@@ -124,7 +127,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
 	gw.SetHoldTimeout(cfg.HoldTimeout)
-	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st}, nil
+	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs}, nil
 }
 
 // startEager starts the servers marked eager, in the background, and,

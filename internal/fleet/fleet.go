@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
@@ -59,6 +60,9 @@ type Options struct {
 	OnEvent func(Event)
 	// Connector replaces the stdio backend (tests).
 	Connector ConnectorFunc
+	// Logs, if set, keeps each server's stderr lines (stdio servers),
+	// across its processes, by server name.
+	Logs *logbuf.Registry
 	// RespawnFailures within RespawnWindow make further requests fail at
 	// once until the window has passed (defaults 3 and 1 minute): a server
 	// that cannot start is not retried in a hot loop.
@@ -226,6 +230,15 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	for k, v := range sc.Env {
 		extra = append(extra, k+"="+v)
 	}
+	var onStderr func(int, string)
+	if f.opts.Logs != nil {
+		buf := f.opts.Logs.Get(sc.Name)
+		var session string
+		if h, ok := hooks.(instHooks); ok {
+			session = h.in.key
+		}
+		onStderr = func(pid int, line string) { buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session}) }
+	}
 	return &backend.StdioConnector{
 		ExtraEnv: extra,
 		Name:     sc.Name,
@@ -236,6 +249,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 			Dir:       sc.Cwd,
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),
+			OnStderr:  onStderr,
 		},
 		Hooks:     hooks,
 		Logger:    f.log,

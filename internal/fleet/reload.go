@@ -146,6 +146,9 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 				if k := nonEmptyKinds(s); len(k) > 0 {
 					f.listsChanged(s, k)
 				}
+				if f.opts.Logs != nil {
+					f.opts.Logs.Remove(s.Name())
+				}
 			})
 		case config.ActionAdded:
 			if s.Config().Eager {
