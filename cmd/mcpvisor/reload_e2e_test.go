@@ -395,3 +395,103 @@ func TestReloadWatchesTheFile(t *testing.T) {
 		t.Fatal("the removed server is still listed")
 	}
 }
+
+// A one-server change among 100 configured servers (all learned and
+// asleep): the reload spawns exactly the changed server (to learn its
+// lists from its new launch) and nothing else. It logs how long the
+// reload took, against, in the same run, a reload that changes nothing
+// and a restart of mcpvisor (what a change cost before reload), which
+// ends every client session.
+func TestReloadHundredServers(t *testing.T) {
+	fixture := testserver.Build(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	const n = 100
+	config := func(changed string) string {
+		var b strings.Builder
+		b.WriteString(`{"mcpServers":{`)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			name := fmt.Sprintf("s%03d", i)
+			extra := ""
+			if name == changed {
+				extra = `,"cwd":"/"`
+			}
+			fmt.Fprintf(&b, `%q:{"command":%q%s}`, name, fixture, extra)
+		}
+		b.WriteString(`}}`)
+		return b.String()
+	}
+	if err := os.WriteFile(cfg, []byte(config("")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	s := startServeFile(t, cfg, "", "--no-watch", "--state-dir", state)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	spawns := func() (total int, learned int) {
+		for _, st := range servers(t, base) {
+			total += st.Spawns
+			if st.Learned && st.State == "dormant" {
+				learned++
+			}
+		}
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, learned := spawns(); learned == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the servers were not all learned")
+		}
+	}
+	before, _ := spawns()
+	was := servers(t, base)["s042"].Spawns
+
+	t0 := time.Now()
+	if code, rep := reloadJSON(t, addr); code != 0 || len(actionsOf(rep)) != 0 {
+		t.Fatalf("no-op reload: %d %v", code, actionsOf(rep))
+	}
+	noop := time.Since(t0)
+
+	if err := os.WriteFile(cfg, []byte(config("s042")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	code, rep := reloadJSON(t, addr)
+	one := time.Since(t0)
+	if code != 0 || len(actionsOf(rep)) != 1 {
+		t.Fatalf("one-server reload: %d %v", code, actionsOf(rep))
+	}
+	// The relaunched server learns its lists from its new launch, then
+	// sleeps again: wait for that, then count.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st := servers(t, base)["s042"]; st.State == "dormant" && st.Spawns > was {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("s042 was not learned again: %+v", servers(t, base)["s042"])
+		}
+	}
+	after, _ := spawns()
+	if got := after - before; got != 1 {
+		t.Fatalf("the reload caused %d spawns, want exactly 1 (the changed server)", got)
+	}
+	if st := servers(t, base)["s042"]; st.Spawns != was+1 {
+		t.Fatalf("s042 spawned %d times since the reload, want 1", st.Spawns-was)
+	}
+
+	// The baseline: restart mcpvisor on the same state, until it serves.
+	t0 = time.Now()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if code, _ := s.exit(t, t0, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	s2 := startServeFile(t, cfg, "", "--no-watch", "--state-dir", state)
+	stopAtCleanup(t, s2)
+	restart := time.Since(t0)
+	t.Logf("100 servers: one-server reload %v (serve's own count %.1f ms), no-op reload %v, restart of mcpvisor %v; spawns caused by the reload: %d",
+		one.Round(time.Millisecond), rep.Result.TookMs, noop.Round(time.Millisecond), restart.Round(time.Millisecond), after-before)
+}
