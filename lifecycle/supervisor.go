@@ -60,7 +60,8 @@ type ContextCloser interface {
 type Supervisor struct {
 	name string
 	conn Connector
-	pol  atomic.Pointer[Policy] // defaults applied; replaced by SetPolicy
+	pol  Policy                 // New's, defaults applied
+	set  atomic.Pointer[Policy] // SetPolicy's, when it was called: it wins
 	tr   Tracker
 
 	// startSem serializes Start while letting a waiting Start honour its
@@ -101,14 +102,13 @@ func (r *run) closeContext() context.Context {
 // (zero fields take the defaults documented on Policy and Backoff). name
 // identifies the connection in logs and errors. New starts nothing.
 func New(name string, connector Connector, policy Policy) *Supervisor {
-	s := &Supervisor{
+	return &Supervisor{
 		name:      name,
 		conn:      connector,
+		pol:       policy.withDefaults(),
 		startSem:  make(chan struct{}, 1),
 		restarted: make(chan struct{}),
 	}
-	s.SetPolicy(policy)
-	return s
 }
 
 // SetPolicy replaces the policy (zero fields take their defaults, as in
@@ -119,11 +119,17 @@ func New(name string, connector Connector, policy Policy) *Supervisor {
 // it began with. Safe to call concurrently with everything else.
 func (s *Supervisor) SetPolicy(policy Policy) {
 	pol := policy.withDefaults()
-	s.pol.Store(&pol)
+	s.set.Store(&pol)
 }
 
-// policy is the policy in force.
-func (s *Supervisor) policy() *Policy { return s.pol.Load() }
+// policy is the policy in force. (New's is kept inline: a supervisor
+// whose policy never changes costs no allocation for it.)
+func (s *Supervisor) policy() *Policy {
+	if p := s.set.Load(); p != nil {
+		return p
+	}
+	return &s.pol
+}
 
 // logger tags records with the supervisor's name. It is built per record,
 // not kept: records are rare, and a fleet of a thousand idle supervisors
