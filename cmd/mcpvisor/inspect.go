@@ -92,5 +92,30 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		lists = []string{"not learned yet"}
 	}
 	line("Lists", strings.Join(lists, ", "))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n := len(d.History); n > 0 {
+		fmt.Fprintln(w, "\nLast ends (newest last):")
+		for _, e := range d.History[max(0, n-5):] {
+			how := ""
+			if e.Code != nil {
+				how = fmt.Sprintf(" exit %d", *e.Code)
+			}
+			if e.Signal != "" {
+				how += " " + e.Signal
+			}
+			fmt.Fprintf(w, "  %s  %s%s: %s\n", e.Time.Local().Format(time.DateTime), e.Stage, how, e.Error)
+			for _, l := range e.Stderr {
+				fmt.Fprintf(w, "      | %s\n", l)
+			}
+		}
+	}
+	if len(d.Stderr) > 0 {
+		fmt.Fprintln(w, "\nLast stderr lines (mcpvisor logs "+d.Name+"):")
+		for _, e := range d.Stderr {
+			fmt.Fprintf(w, "  %s  %s\n", e.Time.Local().Format("15:04:05.000"), e.Line)
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -39,7 +40,17 @@ type Detail struct {
 	Lists map[string]int `json:"lists"`
 	// HeldCalls counts the calls held for a modern client's retry.
 	HeldCalls int `json:"heldCalls"`
+	// History is the server's last ends — failed starts and processes
+	// that ended unasked — with their stage, exit status and last stderr
+	// lines, oldest first.
+	History []fleet.Exit `json:"history,omitempty"`
+	// Stderr is the last lines the server wrote to stderr (kept across
+	// its restarts; secrets redacted).
+	Stderr []logbuf.Entry `json:"stderr,omitempty"`
 }
+
+// detailStderr is how many stderr lines the detail carries.
+const detailStderr = 10
 
 // Tools is the body of GET /api/servers/{name}/tools: the server's tools
 // as clients of /servers/{name}/mcp see them (the config's tool filter
@@ -107,6 +118,15 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.opts.HeldCalls != nil {
 		d.HeldCalls = h.opts.HeldCalls()[s.Name()]
+	}
+	d.History = s.History()
+	if h.opts.Logs != nil {
+		if b := h.opts.Logs(s.Name()); b != nil {
+			d.Stderr = b.Tail(detailStderr).Entries
+			for i := range d.Stderr {
+				d.Stderr[i].Line = cfg.RedactText(d.Stderr[i].Line)
+			}
+		}
 	}
 	h.writeJSON(w, d)
 }

@@ -21,6 +21,11 @@ var ClientInfo = json.RawMessage(`{"name":"mcpvisor","version":"0.1.0"}`)
 // flight on that server.
 var clientCapabilities = json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
 
+// ErrSpawn is wrapped by the error of a Connect whose process could not
+// be started at all (no such command, no permission, no such directory),
+// as opposed to one that started and failed its handshake.
+var ErrSpawn = errors.New("could not start the process")
+
 // StdioConnector starts a stdio server and performs the initialize
 // handshake. It implements lifecycle.Connector.
 type StdioConnector struct {
@@ -69,7 +74,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	log = log.With("server", sc.Name)
 	p, err := sc.Runtime.Spawn(ctx, spec)
 	if err != nil {
-		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
+		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w: %w", sc.Name, ErrSpawn, err))
 	}
 	c := &Conn{name: sc.Name, proc: p, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{

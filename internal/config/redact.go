@@ -257,3 +257,18 @@ func quoteArg(a string) string {
 	}
 	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
+
+// RedactText replaces, in text a server wrote (its stderr), every value of
+// its environment and headers long enough to be a secret (6 bytes or
+// more) by [redacted]: what it prints of its own configuration goes no
+// further than mcpvisor's log.
+func (s *Server) RedactText(text string) string {
+	for _, m := range []map[string]string{s.Env, s.Headers} {
+		for _, v := range m {
+			if len(v) >= 6 {
+				text = strings.ReplaceAll(text, v, "[redacted]")
+			}
+		}
+	}
+	return text
+}

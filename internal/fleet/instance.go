@@ -49,7 +49,6 @@ type instance struct {
 	inflight     int
 	holding      int           // leases given on a connection and not released: the calls a drain waits for
 	drained      chan struct{} // set by retire while leases are held; closed when the last is released
-	stopReason   string        // why a retired instance is stopped, for its stopped event
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    time.Time
 	timer        *time.Timer
@@ -150,7 +149,7 @@ func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
 	pol.OnRestarting = func(attempt int, delay time.Duration, cause error) {
 		d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
 		if cause != nil {
-			d["error"] = cause.Error()
+			d["error"] = s.Config().RedactText(cause.Error())
 		}
 		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarting", Details: d})
 	}
@@ -165,7 +164,7 @@ func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
 		in.mu.Lock()
 		in.lastErr = err
 		in.mu.Unlock()
-		s.f.emit(Event{Server: s.Name(), Session: key, Type: "failed", Details: map[string]any{"error": err.Error()}})
+		s.f.emit(Event{Server: s.Name(), Session: key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
 	}
 	return pol
 }
@@ -189,6 +188,7 @@ func (in *instance) connected(ctx context.Context, l Live) {
 
 func (in *instance) disconnected(err error) {
 	in.mu.Lock()
+	pid := pidOf(in.conn)
 	in.conn = nil
 	if err != nil {
 		in.lastErr = err
@@ -196,19 +196,23 @@ func (in *instance) disconnected(err error) {
 	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed || in.phase == phaseRetired
 	in.mu.Unlock()
 	if err != nil && !sleeping {
-		d := map[string]any{"error": err.Error()}
+		e := in.servingExit(err, pid)
+		d := map[string]any{"error": e.Error, "stage": e.Stage}
+		if pid != 0 {
+			d["pid"] = pid
+		}
+		if e.Code != nil {
+			d["code"] = *e.Code
+		}
+		if e.Signal != "" {
+			d["signal"] = e.Signal
+		}
 		var ee *backend.ExitError
-		if errors.As(err, &ee) {
-			d["code"] = ee.Status.Code
-			if ee.Status.Signal != 0 {
-				d["signal"] = ee.Status.Signal.String()
-			}
-			if ee.Status.Stage != "" {
-				d["stage"] = ee.Status.Stage
-			}
-			if ee.Stderr != "" {
-				d["stderr"] = ee.Stderr
-			}
+		if errors.As(err, &ee) && ee.Status.Stage != "" {
+			d["stopStep"] = ee.Status.Stage
+		}
+		if len(e.Stderr) > 0 {
+			d["stderr"] = e.Stderr
 		}
 		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
 	}
@@ -289,14 +293,12 @@ func (in *instance) release() {
 // given on it any more (acquire returns errRetired, and its caller asks the
 // server for the instance now in service), a start in progress is not kept
 // (as for a close), and its idle timer stops; the calls it holds go on.
-// The channel returned is closed once they are all released. reason goes
-// into the stopped event of its close.
-func (in *instance) retire(reason string) <-chan struct{} {
+// The channel returned is closed once they are all released.
+func (in *instance) retire() <-chan struct{} {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.phase = phaseRetired
 	in.closes++ // a start in progress is stopped, not kept
-	in.stopReason = reason
 	if in.timer != nil {
 		in.timer.Stop()
 	}
@@ -529,6 +531,7 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.Duration) {
 	name := in.srv.Name()
 
+	mark := in.srv.stderrMark()
 	t0 := time.Now()
 	err := in.sup.Start(context.Background())
 	took := time.Since(t0)
@@ -553,8 +556,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		in.stopStarted(ch)
 		return
 	}
+	var se *StartError
 	if err != nil {
-		err = fmt.Errorf("server %s failed to start: %w", name, err)
+		se = in.startFailure(err, mark)
+		err = se
 		in.failures = append(in.failures, time.Now())
 		in.lastErr = err
 	} else {
@@ -565,8 +570,12 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	pid := pidOf(in.conn)
 	in.mu.Unlock()
 	close(ch)
-	if err != nil {
-		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: map[string]any{"error": err.Error()}})
+	if se != nil {
+		d := map[string]any{"error": se.Error(), "stage": se.Stage}
+		if len(se.Stderr) > 0 {
+			d["stderr"] = se.Stderr
+		}
+		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
 		return
 	}
 	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
@@ -671,7 +680,10 @@ func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
 
 // close stops the instance for good (per-session) or until the next
 // request (shared).
-func (in *instance) close(ctx context.Context) error {
+func (in *instance) close(ctx context.Context) error { return in.closeFor(ctx, "") }
+
+// closeFor is close, with the reason its stopped event gives.
+func (in *instance) closeFor(ctx context.Context, reason string) error {
 	in.mu.Lock()
 	// Only the close that ends a running phase reports the stop: a second
 	// close finds the phase stopped, and a close during a dormant stop
@@ -685,7 +697,6 @@ func (in *instance) close(ctx context.Context) error {
 	case in.phase != phaseNew || in.starting != nil:
 		in.phase = phaseStopped
 	}
-	reason := in.stopReason
 	if in.timer != nil {
 		in.timer.Stop()
 	}

@@ -18,16 +18,19 @@ var ErrRemoved = errors.New("removed from the configuration")
 
 // refused is the error a request gets instead of an instance, or nil.
 func (s *Server) refused() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.refusal
+	if p := s.refusal.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // setRefusal makes every request refused with err (nil: served again).
 func (s *Server) setRefusal(err error) {
-	s.mu.Lock()
-	s.refusal = err
-	s.mu.Unlock()
+	if err == nil {
+		s.refusal.Store(nil)
+		return
+	}
+	s.refusal.Store(&err)
 }
 
 // drainBound is how long the calls a retired instance holds may take to
@@ -61,7 +64,8 @@ func (s *Server) cycle(ctx context.Context, reason string) Drained {
 type retired struct {
 	in      *instance
 	drained <-chan struct{}
-	place   bool // a per-session instance: its place under maxInstances is freed when stopped
+	place   bool   // a per-session instance: its place under maxInstances is freed when stopped
+	reason  string // for its stopped event
 }
 
 // takeOut takes every instance of the server out of service at once — the
@@ -79,16 +83,16 @@ func (s *Server) takeOut(reason string) []retired {
 	fresh.mu.Lock()
 	fresh.spawns += spawns // the server's count, not the instance's
 	fresh.mu.Unlock()
-	out := []retired{{in: prev, drained: prev.retire(reason)}}
+	out := []retired{{in: prev, drained: prev.retire(), reason: reason}}
 	s.mu.Lock()
 	for _, in := range s.perSession {
 		s.stopping++ // until stopped, as for an ended session
-		out = append(out, retired{in: in, place: true})
+		out = append(out, retired{in: in, place: true, reason: reason})
 	}
 	s.perSession = nil
 	s.mu.Unlock()
 	for i := 1; i < len(out); i++ {
-		out[i].drained = out[i].in.retire(reason)
+		out[i].drained = out[i].in.retire()
 	}
 	return out
 }
@@ -114,7 +118,7 @@ func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
 			case <-ctx.Done():
 				cut = true
 			}
-			err := r.in.close(ctx)
+			err := r.in.closeFor(ctx, r.reason)
 			if r.place {
 				s.freePlace()
 			}

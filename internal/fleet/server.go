@@ -25,10 +25,13 @@ type Server struct {
 	freed      chan struct{}        // closed (and replaced) as one of them is gone
 	interests  map[string]*interest // by client session
 	igen       uint64               // changes of interests, for the replay
+
+	history *[]Exit // the last ends of its processes and starts (History); guarded by mu, made on the first
+
 	// refusal, when set, is the error every request gets instead of an
 	// instance: the operator stopped the server (until Start), or a
-	// reload removed it (for good).
-	refusal error
+	// reload removed it (for good). Read on every request, without a lock.
+	refusal atomic.Pointer[error]
 	// opMu serializes the operator's actions and reloads on this server:
 	// one Stop, Start, Restart or reload change at a time.
 	opMu sync.Mutex
@@ -104,12 +107,13 @@ func (s *Server) Status() Status {
 	st.Name = s.Name()
 	s.mu.Lock()
 	st.Sessions = len(s.perSession)
-	if s.refusal != nil {
-		st.State = "stopped"
-		st.Refusing = s.refusal.Error()
-	}
 	s.mu.Unlock()
+	if err := s.refused(); err != nil {
+		st.State = "stopped"
+		st.Refusing = err.Error()
+	}
 	st.Learned = s.Cached(Tools)
+	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
 	return st
 }
 

@@ -23,3 +23,14 @@ func PlusTimeouts(a, b time.Duration) time.Duration {
 	}
 	return a + b
 }
+
+// startMargin is what a caller waiting on a start adds to the server's
+// init timeout, so that a start that fails at that timeout reaches it as
+// that failure (its reason, its stderr) rather than as its own deadline.
+const startMargin = 2 * time.Second
+
+// StartWait is how long a caller waits for a server to start: its init
+// timeout and startMargin, or no deadline (0) when it has none.
+func StartWait(initTimeout time.Duration) time.Duration {
+	return PlusTimeouts(initTimeout, startMargin)
+}

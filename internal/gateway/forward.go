@@ -132,7 +132,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			if errors.Is(err, fleet.ErrInstanceLimit) {
 				code = rpc.LimitReached
 			}
-			return nil, errorResponse(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err))
+			return nil, unavailable(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err), err)
 		}
 	}
 	f.lease = lease

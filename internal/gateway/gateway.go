@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -340,6 +341,19 @@ func (g *Gateway) sessionByKey(key string) *Session {
 // errorResponse builds a JSON-RPC error response for the client.
 func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 	return &rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
+}
+
+// unavailable is the error response of a request whose server could not
+// be had: msg says why; when the server failed to start, the error's data
+// says at which stage and carries the last lines the server wrote to
+// stderr (secrets redacted), the reason in its own words.
+func unavailable(id json.RawMessage, code int, msg string, err error) *rpc.Message {
+	m := errorResponse(id, code, msg)
+	var se *fleet.StartError
+	if errors.As(err, &se) {
+		m.Error.Data, _ = json.Marshal(map[string]any{"server": se.Server, "stage": se.Stage, "stderr": se.Stderr})
+	}
+	return m
 }
 
 func resultResponse(id, result json.RawMessage) *rpc.Message {

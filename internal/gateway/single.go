@@ -66,7 +66,7 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 		// initialize result; it starts on the first real request.
 		in, err := e.init(ctx, s.Key())
 		if err != nil {
-			return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
+			return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)
 		}
 		return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
 	case "ping":
@@ -105,7 +105,7 @@ func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Messag
 	// client's session.
 	in, err := e.init(ctx, "")
 	if err != nil {
-		return errorResponse(m.ID, rpc.BackendUnavailable, err.Error())
+		return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)
 	}
 	return discover(m, modernCaps(in.Capabilities), in.ServerInfo, in.Instructions, e.scope(m.Method))
 }
@@ -173,11 +173,11 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 		}
 	}
 	cfg := e.srv.Config()
-	sctx, cancel := fleet.WithTimeout(ctx, cfg.InitTimeout)
+	sctx, cancel := fleet.WithTimeout(ctx, fleet.StartWait(cfg.InitTimeout))
 	defer cancel()
 	l, err := e.srv.Acquire(sctx, session)
 	if err != nil {
-		return nil, fmt.Errorf("server %s is unavailable: %v", e.srv.Name(), err)
+		return nil, fmt.Errorf("server %s is unavailable: %w", e.srv.Name(), err)
 	}
 	conn := l.Conn()
 	l.Release()

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// A server whose start hangs (it writes why to stderr, then never
+// answers initialize — as an npx whose package manager hangs) gives the
+// client the reason in its own words: the JSON-RPC error's data carries
+// the stage and its last stderr lines, and so do the server's last error
+// in ps and inspect, its history and the failed event — with a secret of
+// its configuration redacted wherever the server printed it.
+func TestStartFailureSaysWhy(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"hang":{"command":%q,"args":["-never-answer","-stderr-lines","3"],
+		"initTimeout":"1s","env":{"SECRET_TOKEN":"stderr line 2"}}}}`, fixture), "--no-learn")
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/servers/hang/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Error struct {
+			Message string
+			Data    struct {
+				Server, Stage string
+				Stderr        []string
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	resp.Body.Close()
+	d := msg.Error.Data
+	if d.Stage != "handshake" || d.Server != "hang" || len(d.Stderr) < 3 || !strings.Contains(strings.Join(d.Stderr, "\n"), "stderr line 3") {
+		t.Fatalf("the error's data: %+v (message %q)", d, msg.Error.Message)
+	}
+	all := strings.Join(d.Stderr, "\n") + msg.Error.Message
+	if strings.Contains(all, "stderr line 2") || !strings.Contains(all, "[redacted]") {
+		t.Fatalf("the secret was not redacted: %q", all)
+	}
+	if !strings.Contains(msg.Error.Message, "its stderr ended with") {
+		t.Fatalf("the message does not say what the server wrote: %q", msg.Error.Message)
+	}
+
+	code, out, stderr := runBin(t, "inspect", "hang", "--addr", addr, "--json")
+	if code != 0 {
+		t.Fatalf("inspect: %d %s", code, stderr)
+	}
+	var det admin.Detail
+	if err := json.Unmarshal([]byte(out), &det); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(det.LastError, "stderr line 3") || strings.Contains(det.LastError, "stderr line 2") {
+		t.Fatalf("last error: %q", det.LastError)
+	}
+	if n := len(det.History); n != 1 || det.History[0].Stage != "handshake" || len(det.History[0].Stderr) < 3 {
+		t.Fatalf("history: %+v", det.History)
+	}
+	for _, l := range det.Stderr {
+		if strings.Contains(l.Line, "stderr line 2") {
+			t.Fatalf("inspect's stderr shows the secret: %+v", det.Stderr)
+		}
+	}
+	code, out, _ = runBin(t, "inspect", "hang", "--addr", addr)
+	if code != 0 || !strings.Contains(out, "handshake: ") || !strings.Contains(out, "| stderr line 3") {
+		t.Fatalf("inspect: %d\n%s", code, out)
+	}
+	ev := waitEvent(t, base, "failed", 1)
+	if ev.Details["stage"] != "handshake" || !strings.Contains(fmt.Sprint(ev.Details["stderr"]), "stderr line 3") || strings.Contains(fmt.Sprint(ev.Details), "stderr line 2") {
+		t.Fatalf("failed event: %v", ev.Details)
+	}
+}

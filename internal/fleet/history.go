@@ -1,0 +1,166 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
+)
+
+// Stages a server's process can end in (Exit.Stage).
+const (
+	StageSpawn     = "spawn"     // the process could not be started
+	StageHandshake = "handshake" // it started, but did not complete initialize (or server/discover)
+	StageServing   = "serving"   // it served, then ended unasked
+)
+
+// historyLen is how many ends a server's history keeps.
+const historyLen = 20
+
+// stderrLines is how many of its last stderr lines go with an end.
+const stderrLines = 10
+
+// Exit is one end of a server's process, or one failed start, as kept in
+// its history: when, at which stage, how, and the last lines it wrote to
+// stderr before (secrets redacted).
+type Exit struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session,omitempty"`
+	PID     int       `json:"pid,omitempty"`
+	Stage   string    `json:"stage"`
+	// Code and Signal are the exit status, when the process exited.
+	Code   *int     `json:"code,omitempty"`
+	Signal string   `json:"signal,omitempty"`
+	Error  string   `json:"error"`
+	Stderr []string `json:"stderr,omitempty"`
+}
+
+// StartError is the error of a start that failed: at which stage, why,
+// and in the server's own words — the last lines it wrote to stderr
+// (secrets redacted).
+type StartError struct {
+	Server string
+	Stage  string
+	Err    error
+	Stderr []string
+}
+
+func (e *StartError) Error() string {
+	msg := fmt.Sprintf("server %s failed to start: %v", e.Server, e.Err)
+	if n := len(e.Stderr); n > 0 {
+		msg += "; its stderr ended with: " + strings.Join(e.Stderr[max(0, n-3):], " | ")
+	}
+	return msg
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// History lists the server's last ends (of every instance), oldest
+// first.
+func (s *Server) History() []Exit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.history == nil {
+		return nil
+	}
+	return append([]Exit(nil), *s.history...)
+}
+
+// recordExit keeps e in the history (a dormant server that never failed
+// pays one pointer for it).
+func (s *Server) recordExit(e Exit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.history == nil {
+		s.history = new([]Exit)
+	}
+	h := *s.history
+	if len(h) == historyLen {
+		h = append(h[:0], h[1:]...)
+	}
+	*s.history = append(h, e)
+}
+
+// stderrMark is where the server's kept stderr stands now, for
+// stderrSince; 0 when it is not kept.
+func (s *Server) stderrMark() uint64 {
+	if b := s.stderrBuf(); b != nil {
+		return b.Tail(1).Last
+	}
+	return 0
+}
+
+func (s *Server) stderrBuf() *logbuf.Buffer {
+	if s.f.opts.Logs == nil {
+		return nil
+	}
+	return s.f.opts.Logs.Get(s.Name())
+}
+
+// stderrSince is the last lines session's processes of the server wrote
+// to stderr after mark, redacted.
+func (s *Server) stderrSince(mark uint64, session string) []string {
+	b := s.stderrBuf()
+	if b == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range b.After(mark).Entries {
+		if e.Session == session {
+			out = append(out, e.Line)
+		}
+	}
+	return s.redactLines(out[max(0, len(out)-stderrLines):])
+}
+
+func (s *Server) redactLines(lines []string) []string {
+	cfg := s.Config()
+	for i, l := range lines {
+		lines[i] = cfg.RedactText(l)
+	}
+	return lines
+}
+
+// startFailure makes the error of a failed start a StartError with its
+// stage and the stderr its process wrote since mark, and records it.
+func (in *instance) startFailure(err error, mark uint64) *StartError {
+	s := in.srv
+	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in.key)}
+	if errors.Is(err, backend.ErrSpawn) {
+		se.Stage = StageSpawn
+	}
+	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: err.Error(), Stderr: se.Stderr}
+	var ee *backend.ExitError
+	if errors.As(err, &ee) {
+		code := ee.Status.Code
+		e.Code = &code
+		if ee.Status.Signal != 0 {
+			e.Signal = ee.Status.Signal.String()
+		}
+	}
+	s.recordExit(e)
+	return se
+}
+
+// servingExit records the end of a process that served: err is how its
+// connection ended.
+func (in *instance) servingExit(err error, pid int) Exit {
+	s := in.srv
+	e := Exit{Time: time.Now(), Session: in.key, PID: pid, Stage: StageServing, Error: s.Config().RedactText(err.Error())}
+	var ee *backend.ExitError
+	if errors.As(err, &ee) {
+		code := ee.Status.Code
+		e.Code = &code
+		if ee.Status.Signal != 0 {
+			e.Signal = ee.Status.Signal.String()
+		}
+		if ee.Stderr != "" {
+			e.Stderr = s.redactLines(strings.Split(ee.Stderr, "\n"))
+		}
+	}
+	s.recordExit(e)
+	return e
+}
