@@ -586,8 +586,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
 	in.srv.f.spawn(in.catchUp)
-	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) {
-		// What is cached may be older than this process: look again.
+	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending() {
+		// What is cached may be older than this process: look again (a
+		// relaunched server's lists are learned again by relearn, whose
+		// lease alone lets it sleep after).
 		in.srv.requestRefresh(false, allKinds...)
 	}
 }

@@ -74,6 +74,14 @@ func (c *lists) relaunched() {
 	c.unsaved = setOf(allKinds...)
 }
 
+// relaunchPending reports whether lists of an earlier launch are held,
+// to be learned again from the new one (Fleet.relearn does).
+func (c *lists) relaunchPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unsaved != 0
+}
+
 // saved reports whether kind k had to be persisted although unchanged,
 // and clears that.
 func (c *lists) saved(k ListKind) (was bool) {
