@@ -177,7 +177,7 @@ func Compare(old, new *Config) Diff {
 		d.NeedsRestart = append(d.NeedsRestart, "stateDir")
 	}
 	if old.MaxSessions != new.MaxSessions {
-		d.NeedsRestart = append(d.NeedsRestart, "maxSessions")
+		d.Settings = append(d.Settings, "maxSessions")
 	}
 	if old.PageSize != new.PageSize {
 		d.Settings = append(d.Settings, "pageSize")

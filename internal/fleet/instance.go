@@ -289,6 +289,12 @@ func (in *instance) release() {
 	in.end()
 }
 
+func (in *instance) isRetired() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.phase == phaseRetired
+}
+
 // retire takes the instance out of service for good, at once: no lease is
 // given on it any more (acquire returns errRetired, and its caller asks the
 // server for the instance now in service), a start in progress is not kept

@@ -180,6 +180,9 @@ func (s *Server) instanceFor(ctx context.Context, session string, create bool) (
 		if !create {
 			return nil, nil
 		}
+		if err := s.refused(); err != nil {
+			return nil, err // stopped or removed while this caller waited for a place
+		}
 		if s.f.sessionEnded(session) {
 			return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
 		}

@@ -60,6 +60,17 @@ func (s *Server) cycle(ctx context.Context, reason string) Drained {
 	return s.stopOut(ctx, s.takeOut(reason))
 }
 
+// revive puts a startable shared instance in service in place of one
+// takeOut left retired (the server was refusing then).
+func (s *Server) revive() {
+	if in := s.sharedIn(); in.isRetired() {
+		fresh := s.newInstance("")
+		if s.shared.CompareAndSwap(in, fresh) {
+			fresh.inherit(in)
+		}
+	}
+}
+
 // retired is what takeOut took out of service, for stopOut.
 type retired struct {
 	in      *instance
@@ -73,16 +84,16 @@ type retired struct {
 // configuration, the per-session ones forgotten (a session's next request
 // gets a fresh one, and what it asked of the server is told to it again)
 // — and returns them for stopOut. Requests from then on go to the fresh
-// instances (or are refused, when the server refuses).
+// instances, or, when the server refuses (set its refusal first), are
+// refused: its fresh shared instance is then retired from the start, so
+// nothing can start it until revive.
 func (s *Server) takeOut(reason string) []retired {
 	fresh := s.newInstance("")
+	if s.refused() != nil {
+		fresh.retire()
+	}
 	prev := s.shared.Swap(fresh)
-	prev.mu.Lock()
-	spawns := prev.spawns
-	prev.mu.Unlock()
-	fresh.mu.Lock()
-	fresh.spawns += spawns // the server's count, not the instance's
-	fresh.mu.Unlock()
+	fresh.inherit(prev)
 	out := []retired{{in: prev, drained: prev.retire(), reason: reason}}
 	s.mu.Lock()
 	for _, in := range s.perSession {
@@ -140,6 +151,17 @@ func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
 	return out
 }
 
+// inherit carries the server's counts from the shared instance in
+// replaced to in, its successor.
+func (in *instance) inherit(replaced *instance) {
+	replaced.mu.Lock()
+	spawns := replaced.spawns
+	replaced.mu.Unlock()
+	in.mu.Lock()
+	in.spawns += spawns // the server's count, not the instance's
+	in.mu.Unlock()
+}
+
 // freePlace counts one stopping per-session instance as gone, and lets a
 // session waiting for a place under the instance limit take it.
 func (s *Server) freePlace() {
@@ -180,6 +202,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.setRefusal(nil)
+	s.revive()
 	return s.startNow(ctx)
 }
 
@@ -209,6 +232,7 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 		return Drained{}, err
 	}
 	s.setRefusal(nil)
+	s.revive()
 	d := s.cycle(ctx, "restarted by the operator")
 	s.f.emit(Event{Server: s.Name(), Type: "operator-restart", Details: d.details()})
 	return d, s.startNow(ctx)

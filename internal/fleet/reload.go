@@ -131,6 +131,9 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
 			}
 		case config.ActionRestarted:
+			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
+				f.listsChanged(s, k) // the prefix or filter changed with the launch
+			}
 			wg.Go(func() {
 				d := s.stopOut(ctx, w.old)
 				r.Drained = &d
