@@ -399,4 +399,3 @@ func TestStoppedServerRefusesAWaitingSession(t *testing.T) {
 		}
 	})
 }
-
