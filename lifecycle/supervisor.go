@@ -391,8 +391,8 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 	go func() { waitc <- sess.Wait() }()
 
 	var healthy <-chan time.Time
-	if s.policy().HealthyPeriod > 0 {
-		t := time.NewTimer(s.policy().HealthyPeriod)
+	if hp := s.policy().HealthyPeriod; hp > 0 {
+		t := time.NewTimer(hp)
 		defer t.Stop()
 		healthy = t.C
 	}
@@ -529,8 +529,8 @@ func (s *Supervisor) connect(parent context.Context) (Session, error) {
 		return nil, err
 	}
 	ctx, cancel := parent, context.CancelFunc(func() {})
-	if s.policy().InitTimeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(parent, s.policy().InitTimeout, ErrInitTimeout)
+	if it := s.policy().InitTimeout; it > 0 {
+		ctx, cancel = context.WithTimeoutCause(parent, it, ErrInitTimeout)
 	}
 	defer cancel()
 
