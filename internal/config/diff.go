@@ -38,21 +38,10 @@ type Diff struct {
 	NeedsRestart []string `json:"needsRestart,omitempty"`
 }
 
-// Changed reports whether the diff changes anything at all.
-func (d Diff) Changed() bool {
-	if len(d.Settings) > 0 || len(d.NeedsRestart) > 0 {
-		return true
-	}
-	for _, c := range d.Servers {
-		if c.Action != ActionUnchanged {
-			return true
-		}
-	}
-	return false
-}
-
-// launchFields are the fields that decide how a server is reached and
-// run: a change to any of them needs a new process (or connection). How
+// serverFields are a server's compared fields (env and headers apart),
+// named as the file names them. Those marked launch decide how it is
+// reached and run: a change to any of them needs a new process (or
+// connection). How
 // it is stopped (stop.stdinWait, stop.termWait) is part of its process's
 // launch. The rest are settings, applied in place.
 var serverFields = []struct {

@@ -65,7 +65,9 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	if !d.Changed() || Compare(old, old).Changed() {
-		t.Fatal("Changed is wrong")
+	for _, c := range Compare(old, old).Servers {
+		if c.Action != ActionUnchanged {
+			t.Fatalf("a config compared with itself: %+v", c)
+		}
 	}
 }

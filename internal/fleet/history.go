@@ -46,10 +46,11 @@ type StartError struct {
 	Stage  string
 	Err    error
 	Stderr []string
+	reason string // Err's text, redacted as Stderr is (it may quote the server's stderr)
 }
 
 func (e *StartError) Error() string {
-	msg := fmt.Sprintf("server %s failed to start: %v", e.Server, e.Err)
+	msg := fmt.Sprintf("server %s failed to start: %s", e.Server, e.reason)
 	if n := len(e.Stderr); n > 0 {
 		msg += "; its stderr ended with: " + strings.Join(e.Stderr[max(0, n-3):], " | ")
 	}
@@ -128,21 +129,30 @@ func (s *Server) redactLines(lines []string) []string {
 // stage and the stderr its process wrote since mark, and records it.
 func (in *instance) startFailure(err error, mark uint64) *StartError {
 	s := in.srv
-	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in.key)}
+	reason := s.Config().RedactText(err.Error())
+	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in.key), reason: reason}
 	if errors.Is(err, backend.ErrSpawn) {
 		se.Stage = StageSpawn
 	}
-	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: err.Error(), Stderr: se.Stderr}
-	var ee *backend.ExitError
-	if errors.As(err, &ee) {
-		code := ee.Status.Code
-		e.Code = &code
-		if ee.Status.Signal != 0 {
-			e.Signal = ee.Status.Signal.String()
-		}
-	}
+	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: reason, Stderr: se.Stderr}
+	e.status(err)
 	s.recordExit(e)
 	return se
+}
+
+// status fills in the exit code and signal when err is a process's exit,
+// and returns that exit (nil otherwise).
+func (e *Exit) status(err error) *backend.ExitError {
+	var ee *backend.ExitError
+	if !errors.As(err, &ee) {
+		return nil
+	}
+	code := ee.Status.Code
+	e.Code = &code
+	if ee.Status.Signal != 0 {
+		e.Signal = ee.Status.Signal.String()
+	}
+	return ee
 }
 
 // servingExit records the end of a process that served: err is how its
@@ -150,16 +160,8 @@ func (in *instance) startFailure(err error, mark uint64) *StartError {
 func (in *instance) servingExit(err error, pid int) Exit {
 	s := in.srv
 	e := Exit{Time: time.Now(), Session: in.key, PID: pid, Stage: StageServing, Error: s.Config().RedactText(err.Error())}
-	var ee *backend.ExitError
-	if errors.As(err, &ee) {
-		code := ee.Status.Code
-		e.Code = &code
-		if ee.Status.Signal != 0 {
-			e.Signal = ee.Status.Signal.String()
-		}
-		if ee.Stderr != "" {
-			e.Stderr = s.redactLines(strings.Split(ee.Stderr, "\n"))
-		}
+	if ee := e.status(err); ee != nil && ee.Stderr != "" {
+		e.Stderr = s.redactLines(strings.Split(ee.Stderr, "\n"))
 	}
 	s.recordExit(e)
 	return e

@@ -13,9 +13,12 @@ import (
 
 // ReloadResult is what a reload did, server by server.
 type ReloadResult struct {
-	config.Diff
-	// Servers replaces the Diff's entries with what was done to each.
+	// Servers says what was done to each server (config.Diff's entries,
+	// and how their drains went).
 	Servers []ServerResult `json:"servers"`
+	// Settings and NeedsRestart are config.Diff's.
+	Settings     []string `json:"settings,omitempty"`
+	NeedsRestart []string `json:"needsRestart,omitempty"`
 	// TookMs is how long applying the change took, drains included.
 	TookMs float64 `json:"tookMs"`
 }
@@ -62,10 +65,9 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 		return ReloadResult{}, ErrReloadClosed
 	}
 	diff := config.Compare(f.cfg, cfg)
-	res := ReloadResult{Diff: diff}
+	res := ReloadResult{Settings: diff.Settings, NeedsRestart: diff.NeedsRestart}
 	old := f.set.Load()
 
-	var list []*Server
 	type work struct {
 		s      *Server
 		i      int // index in res.Servers
@@ -73,46 +75,44 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 		was    *config.Server
 		old    []retired // instances taken out of service, to stop
 	}
+	// Every old instance of a removed or relaunched server is out of
+	// service before the new set is served: from then on no request
+	// reaches one, nor starts one (a removed server refuses, a relaunched
+	// one has fresh instances of its new launch), and a removed server is
+	// no longer found by name, an added one is. A kept server is the same
+	// *Server (sessions on its endpoint hold it), its configuration
+	// replaced.
+	var list []*Server
 	var todo []work
 	for i, c := range diff.Servers {
 		res.Servers = append(res.Servers, ServerResult{ServerChange: c})
+		w := work{s: old.byName[c.Name], i: i, action: c.Action}
 		sc := cfg.Server(c.Name)
-		s := old.byName[c.Name]
 		switch c.Action {
 		case config.ActionAdded:
-			s = f.newServer(sc)
-		case config.ActionRemoved:
-			todo = append(todo, work{s: s, i: i, action: c.Action})
-			continue // out of the new set
-		default:
-			// The server itself is kept (sessions on its endpoint hold
-			// it); its configuration is replaced at once.
-			was := s.cfg.Swap(sc)
-			todo = append(todo, work{s: s, i: i, action: c.Action, was: was})
-		}
-		if c.Action == config.ActionAdded {
-			todo = append(todo, work{s: s, i: i, action: c.Action})
-		}
-		list = append(list, s)
-	}
-	// Every old instance of a removed or relaunched server is out of
-	// service before the new set is served: from here on no request
-	// reaches one, nor starts one (a removed server refuses, a relaunched
-	// one has fresh instances of its new launch), and a removed server is
-	// no longer found by name, an added one is.
-	for i := range todo {
-		w := &todo[i]
-		switch w.action {
+			w.s = f.newServer(sc)
 		case config.ActionRemoved:
 			w.s.opMu.Lock()
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
 			w.old = w.s.takeOut("removed from the configuration")
 			w.s.opMu.Unlock()
 		case config.ActionRestarted:
+			// The new launch and the retirement of the old one's
+			// instances go together, under the server's operator lock:
+			// what an old instance fetches from now on is not kept
+			// (relaunched) and takeOut's fresh instances have the new
+			// launch.
 			w.s.opMu.Lock()
 			w.s.lists.relaunched()
+			w.was = w.s.cfg.Swap(sc)
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
+		default:
+			w.was = w.s.cfg.Swap(sc)
+		}
+		todo = append(todo, w)
+		if c.Action != config.ActionRemoved {
+			list = append(list, w.s)
 		}
 	}
 	f.set.Store(newServerSet(list))

@@ -399,3 +399,38 @@ func TestStoppedServerRefusesAWaitingSession(t *testing.T) {
 		}
 	})
 }
+
+// Reloads run one at a time: of two at once, the second compares with the
+// configuration the first left, so it removes what the first added, and
+// the fleet ends with the second's servers.
+func TestConcurrentReloadsSerialize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"a":{"command":"a"}`)
+		withB := parseCfg(t, `"a":{"command":"a"},"b":{"command":"b"}`)
+		withC := parseCfg(t, `"a":{"command":"a"},"c":{"command":"c"}`)
+		results := make(chan map[string]string, 2)
+		for _, cfg := range []*config.Config{withB, withC} {
+			go func() {
+				res, err := lf.f.Reload(context.Background(), cfg, false)
+				if err != nil {
+					t.Error(err)
+				}
+				results <- actions(res)
+			}()
+		}
+		first, second := <-results, <-results
+		added := map[string]bool{"b": first["b"] == "added", "c": first["c"] == "added"}
+		var last string
+		switch {
+		case added["b"] && second["b"] == "removed" && second["c"] == "added":
+			last = "c"
+		case added["c"] && second["c"] == "removed" && second["b"] == "added":
+			last = "b"
+		default:
+			t.Fatalf("the reloads did not see each other: first %v, second %v", first, second)
+		}
+		if names := len(lf.f.Servers()); names != 2 || lf.f.Get(last) == nil {
+			t.Fatalf("the fleet has %d servers, want a and %s", names, last)
+		}
+	})
+}
