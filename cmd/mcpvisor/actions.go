@@ -37,15 +37,9 @@ func (c *apiClient) act(ctx context.Context, path string, timeout time.Duration)
 	return resp.StatusCode, body, nil
 }
 
-// apiError is the error of an answer that is not one of want: its
-// "error" member, else its status and body.
-func apiError(code int, body []byte) error {
-	var e struct{ Error string }
-	msg := http.StatusText(code) + ": " + strings.TrimSpace(string(body))
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		msg = e.Error
-	}
-	return &apiStatusError{code: code, msg: msg}
+// millis is a duration the API gives in milliseconds, to print.
+func millis(ms float64) time.Duration {
+	return (time.Duration(ms*1000) * time.Microsecond).Round(time.Millisecond)
 }
 
 // newActionCmd is restart, stop or start of one server.
@@ -68,7 +62,7 @@ func newActionCmd(action, short, long string) *cobra.Command {
 			}
 			var res admin.ActionResult
 			if json.Unmarshal(body, &res) != nil || res.Action == "" {
-				return apiError(code, body)
+				return answerError(code, body)
 			}
 			if asJSON {
 				_, _ = cmd.OutOrStdout().Write(body)
@@ -106,7 +100,7 @@ func printAction(w io.Writer, r admin.ActionResult) {
 	if d := r.Drained; d != nil && d.Cut > 0 {
 		parts = append(parts, fmt.Sprintf("%d instance(s) stopped with calls still in flight after the drain bound", d.Cut))
 	}
-	parts = append(parts, fmt.Sprintf("in %s", (time.Duration(r.TookMs*1000)*time.Microsecond).Round(time.Millisecond)))
+	parts = append(parts, fmt.Sprintf("in %s", millis(r.TookMs)))
 	fmt.Fprintln(w, strings.Join(parts, ", "))
 }
 
@@ -152,7 +146,7 @@ func newReloadCmd() *cobra.Command {
 			}
 			var rep reloadReport
 			if json.Unmarshal(body, &rep) != nil || rep.Trigger == "" {
-				return apiError(code, body)
+				return answerError(code, body)
 			}
 			if asJSON {
 				_, _ = cmd.OutOrStdout().Write(body)
@@ -224,5 +218,5 @@ func printReload(w io.Writer, rep reloadReport, all bool) {
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
-	fmt.Fprintf(w, "reloaded in %s\n", (time.Duration(rep.Result.TookMs*1000) * time.Microsecond).Round(time.Millisecond))
+	fmt.Fprintf(w, "reloaded in %s\n", millis(rep.Result.TookMs))
 }

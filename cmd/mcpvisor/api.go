@@ -45,7 +45,7 @@ func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, answerError(resp, body)
+		return nil, answerError(resp.StatusCode, body)
 	}
 	return body, nil
 }
@@ -53,13 +53,13 @@ func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
 // answerError is the error of an answer other than 200 whose body is
 // body: the API's own message if it gave one in JSON ({"error": …}),
 // else the status and the body.
-func answerError(resp *http.Response, body []byte) error {
+func answerError(code int, body []byte) error {
 	var e struct{ Error string }
-	msg := resp.Status + ": " + strings.TrimSpace(string(body))
+	msg := fmt.Sprintf("%d %s: %s", code, http.StatusText(code), strings.TrimSpace(string(body)))
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		msg = e.Error
 	}
-	return &apiStatusError{code: resp.StatusCode, msg: msg}
+	return &apiStatusError{code: code, msg: msg}
 }
 
 // apiStatusError is an answer of the API other than 200.

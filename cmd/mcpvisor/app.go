@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 // gateway.
 type app struct {
 	cfg    *config.Config
+	cfgSum [sha256.Size]byte // of the file cfg was parsed from, for the reloader
 	log    *slog.Logger
 	rt     *proc.Runtime
 	fleet  *fleet.Fleet
@@ -74,7 +76,11 @@ func isTerminal(f *os.File) bool {
 
 // openApp loads the config and builds everything; nothing is started.
 func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
-	cfg, err := config.Load(configFile, config.LoadOptions{})
+	data, err := config.ReadFile(configFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(data, configFile, config.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +133,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
 	gw.SetHoldTimeout(cfg.HoldTimeout)
-	return &app{cfg: cfg, log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs}, nil
+	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs}, nil
 }
 
 // startEager starts the servers marked eager, in the background, and,

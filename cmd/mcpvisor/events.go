@@ -138,7 +138,7 @@ func followOnce(ctx context.Context, api *apiClient, path string, last *string, 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return false, answerError(resp, b)
+		return false, answerError(resp.StatusCode, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)

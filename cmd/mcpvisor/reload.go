@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -52,32 +51,28 @@ type reloader struct {
 }
 
 func newReloader(a *app, file string, learn bool, applied func(*config.Config)) *reloader {
-	r := &reloader{a: a, file: file, learn: learn, applied: applied}
-	if data, err := os.ReadFile(file); err == nil {
-		r.last = sha256.Sum256(data)
-	}
-	return r
+	return &reloader{a: a, file: file, learn: learn, applied: applied, last: a.cfgSum}
 }
 
 // reload reads the file and applies it; ctx bounds the drains. onlyIfChanged
-// skips a file whose content is what was last read (a watched directory
-// changes for many reasons).
-func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) (reloadReport, bool) {
+// skips, reporting nothing, a file whose content is what was last read (a
+// watched directory changes for many reasons) or that cannot be read (a
+// swap under way: the next event reads it whole).
+func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) reloadReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := reloadReport{Trigger: trigger}
-	data, err := os.ReadFile(r.file)
+	data, err := config.ReadFile(r.file)
 	if err != nil {
-		if onlyIfChanged {
-			return rep, false // mid-swap: the next event reads it whole
+		if !onlyIfChanged {
+			rep.Error = err.Error()
+			r.report(rep)
 		}
-		rep.Error = err.Error()
-		r.report(rep)
-		return rep, true
+		return rep
 	}
 	sum := sha256.Sum256(data)
 	if onlyIfChanged && sum == r.last {
-		return rep, false
+		return rep
 	}
 	r.last = sum
 	cfg, err := config.Parse(data, r.file, config.LoadOptions{})
@@ -92,13 +87,13 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 			rep.Problems = []reloadProblem{{Message: err.Error()}}
 		}
 		r.report(rep)
-		return rep, true
+		return rep
 	}
 	rep.Warnings = cfg.Warnings
 	res, err := r.a.fleet.Reload(ctx, cfg, r.learn)
 	if errors.Is(err, fleet.ErrReloadClosed) {
 		rep.Error = err.Error()
-		return rep, true
+		return rep
 	}
 	rep.Applied, rep.Result = true, &res
 	if err != nil {
@@ -108,7 +103,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		r.applied(cfg)
 	}
 	r.report(rep)
-	return rep, true
+	return rep
 }
 
 // report logs a reload's outcome and records it as an event.

@@ -115,7 +115,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 					return nil
 				},
 				Reload: func(ctx context.Context) (any, bool) {
-					rep, _ := rl.reload(ctx, "api", false)
+					rep := rl.reload(ctx, "api", false)
 					return rep, rep.Applied
 				}})
 			mux.Handle("/api/", api)

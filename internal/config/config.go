@@ -359,11 +359,22 @@ func (e *Error) Error() string {
 // Load reads and parses the configuration file at path; messages name the
 // file as path.
 func Load(path string, opts LoadOptions) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data, path, opts)
+}
+
+// ReadFile reads the configuration file at path, for Parse: Load in two
+// steps, for a caller that keeps the bytes (to tell a changed file from
+// an unchanged one).
+func ReadFile(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
-	return Parse(data, path, opts)
+	return data, nil
 }
 
 // Parse parses a configuration held in data; name is used in messages. It
