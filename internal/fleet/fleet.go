@@ -87,6 +87,29 @@ type Fleet struct {
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
+
+	// draining holds the instances taken out of service (takeOut) and
+	// not yet stopped (stopOut): in no server's set any more, they are
+	// stopped by Close too.
+	drainMu  sync.Mutex
+	draining map[*instance]struct{}
+}
+
+// drainingAdd and drainingDone track the instances takeOut retired until
+// stopOut has stopped them.
+func (f *Fleet) drainingAdd(in *instance) {
+	f.drainMu.Lock()
+	defer f.drainMu.Unlock()
+	if f.draining == nil {
+		f.draining = map[*instance]struct{}{}
+	}
+	f.draining[in] = struct{}{}
+}
+
+func (f *Fleet) drainingDone(in *instance) {
+	f.drainMu.Lock()
+	defer f.drainMu.Unlock()
+	delete(f.draining, in)
 }
 
 // serverSet is the fleet's servers at one moment: a reload builds a new
@@ -277,7 +300,8 @@ func (f *Fleet) Get(name string) *Server { return f.set.Load().byName[name] }
 // closing: nothing starts any more.
 var ErrFleetClosed = errors.New("mcpvisor is shutting down")
 
-// Close stops every instance of every server in parallel under ctx. From
+// Close stops every instance of every server in parallel under ctx —
+// those still draining after a reload, Restart or Stop included. From
 // its start on, no server starts any more: a request that would start one
 // gets an error wrapping ErrFleetClosed. The fleet's own work (list
 // refreshes, replays to new processes) is cancelled, and Close returns
@@ -288,6 +312,11 @@ func (f *Fleet) Close(ctx context.Context) error {
 	for _, s := range f.Servers() {
 		all = append(all, s.instances()...)
 	}
+	f.drainMu.Lock()
+	for in := range f.draining {
+		all = append(all, in) // a reload's, a restart's or a stop's drain: cut short
+	}
+	f.drainMu.Unlock()
 	var wg sync.WaitGroup
 	errs := make([]error, len(all))
 	for i, in := range all {

@@ -105,6 +105,9 @@ func (s *Server) takeOut(reason string) []retired {
 	for i := 1; i < len(out); i++ {
 		out[i].drained = out[i].in.retire()
 	}
+	for _, r := range out {
+		s.f.drainingAdd(r.in)
+	}
 	return out
 }
 
@@ -130,6 +133,7 @@ func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
 				cut = true
 			}
 			err := r.in.closeFor(ctx, r.reason)
+			s.f.drainingDone(r.in)
 			if r.place {
 				s.freePlace()
 			}

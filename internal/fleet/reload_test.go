@@ -434,3 +434,31 @@ func TestConcurrentReloadsSerialize(t *testing.T) {
 		}
 	})
 }
+
+// Close stops an instance still draining (a reload removed its server
+// while a call held it): no process outlives the fleet.
+func TestCloseStopsDrainingInstances(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0"}`)
+		held, err := lf.f.Get("b").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		old := held.in.current()
+		reloaded := make(chan struct{})
+		go func() {
+			defer close(reloaded)
+			_, _ = lf.f.Reload(context.Background(), parseCfg(t, ``), false)
+		}()
+		synctest.Wait() // the reload drains b
+		if err := lf.f.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if old.Alive() {
+			t.Fatal("the removed server's draining process outlives Fleet.Close")
+		}
+		held.Release()
+		<-reloaded
+	})
+}
