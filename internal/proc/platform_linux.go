@@ -306,7 +306,7 @@ func (rt *Runtime) start(p *Process) error {
 		PidFD:     &p.plat.pidfd,
 	}
 	if rt.plat.cgroup != "" {
-		leaf := filepath.Join(rt.plat.cgroup, strconv.FormatInt(rt.seq.Load(), 10)+"-"+sanitize(p.spec.Name))
+		leaf := filepath.Join(rt.plat.cgroup, strconv.FormatInt(p.seq, 10)+"-"+sanitize(p.spec.Name))
 		if err := os.Mkdir(leaf, 0o755); err == nil {
 			if fd, err := unix.Open(leaf, unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
 				p.plat.cgroup, p.plat.cgroupFD = leaf, fd
@@ -328,11 +328,20 @@ func (rt *Runtime) start(p *Process) error {
 	theSpawner.do(func() {
 		reaper.mu.Lock()
 		defer reaper.mu.Unlock()
-		err = cmd.Start()
+		err = startCmd(cmd)
 		if err == nil {
 			reaper.own(cmd.Process.Pid)
 		}
 	})
+	if err != nil && strings.HasPrefix(cmd.Path, "/proc/self/fd/") && errors.Is(err, syscall.EACCES) {
+		// Under load, a child forked into its cgroup leaf (clone3 with
+		// CLONE_INTO_CGROUP) now and then gets EACCES from the kernel
+		// when it execs the init through its /proc/self/fd link (about
+		// one spawn in a thousand on a busy two-core VM; never with a
+		// plain path or without the cgroup). The same exec a moment later
+		// succeeds: the caller retries the spawn.
+		err = &retryableStart{err}
+	}
 	if p.plat.statusW != nil {
 		_ = p.plat.statusW.Close()
 		p.plat.statusW = nil

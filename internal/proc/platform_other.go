@@ -39,7 +39,7 @@ func RunShimIfRequested() {}
 
 func (rt *Runtime) start(p *Process) error {
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return p.cmd.Start()
+	return startCmd(p.cmd)
 }
 
 func (p *Process) awaitLeaderExit() {

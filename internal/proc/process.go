@@ -23,6 +23,7 @@ type Process struct {
 	cmd    *exec.Cmd
 	pid    int
 	tree   string // value of TreeEnv
+	seq    int64  // this process's number in its runtime
 	stdin  *os.File
 	stdout *os.File
 	stderr *Ring
@@ -66,7 +67,8 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 		log = rt.log
 	}
 	p := newProcess(spec, log)
-	p.rt, p.tree = rt, fmt.Sprintf("%s.%d", rt.id, rt.seq.Add(1))
+	p.rt, p.seq = rt, rt.seq.Add(1)
+	p.tree = fmt.Sprintf("%s.%d", rt.id, p.seq)
 	if err := rt.track(p); err != nil {
 		return nil, err
 	}
@@ -102,7 +104,30 @@ func newProcess(spec Spec, log *slog.Logger) *Process {
 	return p
 }
 
+// spawnAttempts bounds the starts of one spawn that fail in a way the
+// platform reports as retryable (retryableStart).
+const spawnAttempts = 3
+
 func (p *Process) spawn() error {
+	var err error
+	for range spawnAttempts {
+		var retry *retryableStart
+		if err = p.spawnOnce(); !errors.As(err, &retry) {
+			return err
+		}
+		p.log.Debug("process start failed transiently; retrying", "err", retry.err)
+	}
+	return err
+}
+
+// retryableStart is a start failure that a new attempt is expected to get
+// past (see the Linux start).
+type retryableStart struct{ err error }
+
+func (e *retryableStart) Error() string { return e.err.Error() }
+func (e *retryableStart) Unwrap() error { return e.err }
+
+func (p *Process) spawnOnce() error {
 	env := p.spec.Env
 	if env == nil {
 		env = Environ()
@@ -271,6 +296,9 @@ func (p *Process) currentStage() string {
 
 // beforeStart lets a test hold a spawn just before the process starts.
 var beforeStart = func() {}
+
+// startCmd starts a child; a test may make an attempt fail.
+var startCmd = (*exec.Cmd).Start
 
 // watch owns the end of the tree's life: leader exit, descendant quiesce,
 // sweep, reap.
