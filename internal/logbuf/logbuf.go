@@ -8,10 +8,15 @@
 // the lines after the last sequence number it saw, with After or Wait, and
 // when the buffer has already discarded some of them it is told how many
 // (Page.Dropped) rather than silently missing them.
+//
+// A Buffer is closed when its server is no longer configured
+// (Registry.Remove): its followers get the lines still to come to them,
+// then ErrClosed, and it takes no more lines.
 package logbuf
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,6 +68,10 @@ type Page struct {
 	Last uint64
 }
 
+// ErrClosed is what Wait returns once a follower has every line of a
+// closed buffer: there will be no more.
+var ErrClosed = errors.New("logbuf: buffer closed")
+
 // Buffer keeps one server's recent lines. It is safe for concurrent use;
 // Add never waits for a reader.
 type Buffer struct {
@@ -78,8 +87,11 @@ type Buffer struct {
 	last  uint64  // seq of the newest line; 0 before the first
 	// droppedAt is the time of the newest discarded line.
 	droppedAt time.Time
-	// wake is closed by the next Add; nil while nobody waits.
+	// wake is closed by the next Add, or by Close; nil while nobody
+	// waits.
 	wake chan struct{}
+	// closed is set by Close, once; Add then drops its line.
+	closed bool
 }
 
 // buffers numbers the buffers of this process, for their epochs.
@@ -110,7 +122,9 @@ func (b *Buffer) Epoch() string { return b.epoch }
 // Add keeps e as the newest line, numbered by the next sequence number,
 // and discards the oldest lines beyond the bounds. A line longer than the
 // byte bound is kept cut to it. Add never waits for a reader: it is safe to
-// call from the goroutine that reads a process's stderr.
+// call from the goroutine that reads a process's stderr. A closed buffer
+// drops e: a line of a process still exiting when its server was removed
+// wakes nobody and is not numbered.
 func (b *Buffer) Add(e Entry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
@@ -119,6 +133,9 @@ func (b *Buffer) Add(e Entry) {
 	size := len(e.Line) + len(e.Session)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
 	for b.n > 0 && (b.n == b.maxLines || b.bytes+size > b.maxBytes) {
 		old := &b.ring[b.start]
 		b.bytes -= len(old.Line) + len(old.Session)
@@ -137,10 +154,26 @@ func (b *Buffer) Add(e Entry) {
 	b.ring[(b.start+b.n)%len(b.ring)] = e
 	b.n++
 	b.bytes += size
+	b.wakeAll()
+}
+
+// wakeAll wakes every Wait waiting; b.mu is held.
+func (b *Buffer) wakeAll() {
 	if b.wake != nil {
 		close(b.wake)
 		b.wake = nil
 	}
+}
+
+// Close closes the buffer: Add drops every line from then on, and Wait
+// ends with ErrClosed once it has no more lines to give, waking the
+// followers waiting now. The lines kept can still be read. Close may be
+// called more than once, and concurrently with every other method.
+func (b *Buffer) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	b.wakeAll()
 }
 
 // cut returns s cut to at most n bytes, at a rune boundary.
@@ -227,7 +260,10 @@ func (b *Buffer) after(seq uint64) Page {
 
 // Wait is After(seq) once the buffer has a line numbered after seq: it
 // returns at once if it has, else when Add takes one, or with ctx's error
-// when ctx ends first.
+// when ctx ends first. On a closed buffer it never waits: it returns the
+// lines after seq if there are any, else an empty page (Last set) and
+// ErrClosed, so that a follower gets every line the buffer took, then
+// learns that there will be no more.
 func (b *Buffer) Wait(ctx context.Context, seq uint64) (Page, error) {
 	for {
 		b.mu.Lock()
@@ -235,6 +271,11 @@ func (b *Buffer) Wait(ctx context.Context, seq uint64) (Page, error) {
 			p := b.after(seq)
 			b.mu.Unlock()
 			return p, nil
+		}
+		if b.closed {
+			p := Page{Last: b.last}
+			b.mu.Unlock()
+			return p, ErrClosed
 		}
 		if b.wake == nil {
 			b.wake = make(chan struct{})
@@ -276,10 +317,16 @@ func (r *Registry) Get(name string) *Buffer {
 }
 
 // Remove forgets the buffer of the server name (one no longer
-// configured): its lines go with it, and a later Get makes a new one, with
-// another epoch. Whoever holds the old buffer may still use it.
+// configured) and closes it: its followers get the lines they have not
+// yet seen, then ErrClosed, and the lines its processes still write are
+// dropped. A later Get makes a new one, with another epoch. Whoever holds
+// the old buffer may still read the lines it kept.
 func (r *Registry) Remove(name string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	b := r.bufs[name]
 	delete(r.bufs, name)
+	r.mu.Unlock()
+	if b != nil {
+		b.Close()
+	}
 }

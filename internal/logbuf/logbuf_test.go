@@ -301,3 +301,188 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("NewRegistry's bounds were not applied")
 	}
 }
+
+// A follower waiting when the buffer is closed is told at once, with
+// ErrClosed; one that has not yet read every line gets them first, and is
+// told on its next Wait.
+func TestWaitEndsOnClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := New(Options{})
+		add(b, "a")
+		errc := make(chan error, 1)
+		go func() {
+			p, err := b.Wait(context.Background(), 1)
+			if len(p.Entries) != 0 || p.Last != 1 {
+				t.Errorf("the page with ErrClosed: %+v", p)
+			}
+			errc <- err
+		}()
+		synctest.Wait() // it waits
+		b.Close()
+		synctest.Wait()
+		select {
+		case err := <-errc:
+			if err != ErrClosed {
+				t.Fatalf("Wait on a closed buffer: %v, want ErrClosed", err)
+			}
+		default:
+			t.Fatal("Wait still waits after Close")
+		}
+
+		// Lines added and the buffer closed while a follower is busy: it
+		// gets every line, then the end.
+		b = New(Options{})
+		ready, got := make(chan struct{}), make(chan string, 1)
+		go func() {
+			var pos uint64
+			var seen []string
+			for {
+				p, err := b.Wait(context.Background(), pos)
+				if err != nil {
+					seen = append(seen, err.Error())
+					break
+				}
+				seen = append(seen, lines(p))
+				pos = p.Last
+				if pos == 1 {
+					<-ready // busy while the rest comes and the buffer closes
+				}
+			}
+			got <- strings.Join(seen, " | ")
+		}()
+		add(b, "x")
+		synctest.Wait()
+		add(b, "y", "z")
+		b.Close()
+		close(ready)
+		if s, want := <-got, "1:x | 2:y 3:z | "+ErrClosed.Error(); s != want {
+			t.Fatalf("follower saw %q, want %q", s, want)
+		}
+		// Whatever is still after a position comes first, then the end.
+		if p, err := b.Wait(context.Background(), 1); err != nil || lines(p) != "2:y 3:z" {
+			t.Fatalf("Wait(1) on the closed buffer: %q, %v", lines(p), err)
+		}
+		if _, err := b.Wait(context.Background(), 3); err != ErrClosed {
+			t.Fatalf("Wait(3) on the closed buffer: %v", err)
+		}
+	})
+}
+
+// A line added after Close is dropped: not kept, not numbered, and no
+// follower is woken for it. What was kept can still be read.
+func TestAddAfterCloseDropped(t *testing.T) {
+	b := New(Options{})
+	add(b, "a", "b")
+	b.Close()
+	add(b, "late")
+	if p := b.Tail(10); lines(p) != "1:a 2:b" || p.Last != 2 {
+		t.Fatalf("after a line added to the closed buffer: %q last %d", lines(p), p.Last)
+	}
+	if p := b.After(2); len(p.Entries) != 0 || p.Last != 2 {
+		t.Fatalf("After(2) = %+v", p)
+	}
+	if p, err := b.Wait(t.Context(), 2); err != ErrClosed || len(p.Entries) != 0 {
+		t.Fatalf("Wait(2) = %+v, %v", p, err)
+	}
+}
+
+// Close may be called more than once, from several goroutines, while
+// lines are added and followed (run under -race): each follower sees the
+// lines in order without a gap and then ErrClosed, and nothing is kept
+// after the first Close.
+func TestCloseConcurrent(t *testing.T) {
+	const writers, followers, closers = 4, 4, 4
+	b := New(Options{MaxLines: 50})
+	// Bounds a follower that Close fails to wake.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, followers)
+	for range followers {
+		wg.Go(func() {
+			var pos uint64
+			for {
+				p, err := b.Wait(ctx, pos)
+				if err == ErrClosed {
+					if p.Last != pos {
+						errs <- fmt.Errorf("ErrClosed at %d, Last %d", pos, p.Last)
+					}
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				next := pos + 1 + p.Dropped
+				for _, e := range p.Entries {
+					if e.Seq != next {
+						errs <- fmt.Errorf("after %d (+%d dropped), line %d", pos, p.Dropped, e.Seq)
+						return
+					}
+					next++
+				}
+				pos = p.Last
+			}
+		})
+	}
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for i := range 2000 {
+				b.Add(Entry{Line: fmt.Sprintf("w%d %d", w, i)})
+			}
+		})
+	}
+	for range closers {
+		wg.Go(func() {
+			<-start
+			b.Close()
+		})
+	}
+	add(b, "first")
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	last := b.Tail(1).Last
+	add(b, "late")
+	b.Close()
+	if p := b.Tail(1); p.Last != last {
+		t.Fatalf("a line was kept after Close: last %d, then %d", last, p.Last)
+	}
+}
+
+// Remove closes the buffer it forgets: its followers are told, and the
+// next Get makes an open one.
+func TestRegistryRemoveCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r Registry
+		old := r.Get("x")
+		add(old, "a")
+		errc := make(chan error, 1)
+		go func() {
+			_, err := old.Wait(context.Background(), 1)
+			errc <- err
+		}()
+		synctest.Wait()
+		r.Remove("x")
+		r.Remove("x") // nothing left to close
+		synctest.Wait()
+		select {
+		case err := <-errc:
+			if err != ErrClosed {
+				t.Fatalf("a follower of the removed buffer: %v, want ErrClosed", err)
+			}
+		default:
+			t.Fatal("a follower of the removed buffer still waits")
+		}
+		b := r.Get("x")
+		add(b, "new")
+		if p, err := b.Wait(context.Background(), 0); err != nil || lines(p) != "1:new" {
+			t.Fatalf("the buffer made after Remove: %q, %v", lines(p), err)
+		}
+	})
+}
