@@ -26,7 +26,8 @@ func newLogsCmd() *cobra.Command {
 		Long: "Prints what one server of a running mcpvisor serve wrote to stderr, as serve keeps it (across the " +
 			"server's restarts and sleeps, within a bound): the last 100 lines, or those since --since (a duration " +
 			"back from now, such as 10m, or an RFC 3339 time), or the last --tail N of them; with -f, then every new " +
-			"line as it is written, until interrupted or serve stops. Each line is prefixed by its local time and the " +
+			"line as it is written, until interrupted, serve stops or the server is removed from serve's configuration " +
+			"(which is said on stderr). Each line is prefixed by its local time and the " +
 			"pid that wrote it; lines serve no longer keeps are counted on stderr. --json prints one JSON object a " +
 			"line (and {\"dropped\":N} for lines no longer kept).",
 		Args: cobra.ExactArgs(1),
@@ -70,6 +71,10 @@ func newLogsCmd() *cobra.Command {
 					if json.Unmarshal([]byte(data), &d) == nil {
 						p.dropped(d.Dropped)
 					}
+				case "end": // serve ends the stream next: followStream stops
+					var end admin.LogEnd
+					_ = json.Unmarshal([]byte(data), &end)
+					p.ended(args[0], end)
 				}
 			})
 		},
@@ -106,6 +111,18 @@ func (p logPrinter) line(e logbuf.Entry) {
 		prefix += fmt.Sprintf(" [session %s]", e.Session)
 	}
 	fmt.Fprintln(p.out, prefix, e.Line)
+}
+
+// ended says, on stderr, why serve ended the stream of the server name.
+func (p logPrinter) ended(name string, end admin.LogEnd) {
+	switch {
+	case end.Reason == "removed":
+		fmt.Fprintf(p.errOut, "mcpvisor: server %s was removed from the configuration\n", name)
+	case end.Message != "":
+		fmt.Fprintf(p.errOut, "mcpvisor: %s\n", end.Message)
+	default:
+		fmt.Fprintf(p.errOut, "mcpvisor: serve ended the logs of server %s\n", name)
+	}
 }
 
 // dropped says that n lines are no longer kept: on stderr, or as

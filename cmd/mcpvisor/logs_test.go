@@ -158,6 +158,55 @@ func TestLogsFollow(t *testing.T) {
 	}
 }
 
+// logs -f on a server that a reload removes prints the lines written
+// before, then a note on stderr, and ends (exit 0) without opening the
+// stream again.
+func TestLogsFollowServerRemoved(t *testing.T) {
+	reg := logbuf.NewRegistry(logbuf.Options{})
+	buf := reg.Get("a")
+	buf.Add(logbuf.Entry{Line: "before", PID: 1})
+	addr, queries := logsAPI(t, buf)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := newRootCmd()
+	pr, pw := io.Pipe()
+	var stderr strings.Builder
+	cmd.SetOut(pw)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{"logs", "a", "-f", "--json", "--addr", addr})
+	done := make(chan error, 1)
+	go func() {
+		done <- cmd.ExecuteContext(ctx)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var got []string
+	for sc.Scan() {
+		var e logbuf.Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("%q: %v", sc.Text(), err)
+		}
+		got = append(got, e.Line)
+		if e.Line == "before" { // it follows now
+			buf.Add(logbuf.Entry{Line: "last", PID: 1})
+			reg.Remove("a")
+		}
+	}
+	err := <-done
+	if ctx.Err() != nil {
+		t.Fatal("logs -f went on after the server was removed")
+	}
+	if err != nil || strings.Join(got, ",") != "before,last" {
+		t.Fatalf("logs -f: %v, printed %q", err, got)
+	}
+	if want := "mcpvisor: server a was removed from the configuration\n"; stderr.String() != want {
+		t.Fatalf("stderr %q, want %q", stderr.String(), want)
+	}
+	if q := queries(); len(q) != 1 {
+		t.Fatalf("serve was asked %q: the stream was opened again", q)
+	}
+}
+
 // Nothing answering at --addr, and a server serve does not have, are
 // errors that say so, with exit code 1, followed or not.
 func TestLogsErrors(t *testing.T) {

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,7 +81,10 @@ func readLogs(buf *logbuf.Buffer, q url.Values, now time.Time) (logbuf.Page, err
 // Last-Event-ID of a line of this buffer continues after it, whatever the
 // query; one of another buffer (another run of mcpvisor) gets every kept
 // line. The stream ends when the client leaves, the handler is closed or
-// the event log closes (liveStream).
+// the event log closes (liveStream), or when the buffer is closed because
+// the server was removed from the configuration (logbuf.Registry.Remove):
+// then after the lines written before, with an "event: end" whose data is
+// a LogEnd.
 func (h *Handler) logs(w http.ResponseWriter, r *http.Request) {
 	s := h.server(w, r)
 	if s == nil {
@@ -119,12 +123,35 @@ func (h *Handler) logs(w http.ResponseWriter, r *http.Request) {
 	pos := page.Last
 	h.liveStream(w, r, done, first, func(ctx context.Context) (piece, bool) {
 		p, err := buf.Wait(ctx, pos)
-		if err != nil {
+		switch {
+		case errors.Is(err, logbuf.ErrClosed):
+			end := LogEnd{Reason: "removed", Message: "server " + s.Name() + " was removed from the configuration"}
+			return func(w io.Writer) error { return writeLogEnd(w, end) }, false
+		case err != nil:
 			return nil, true
 		}
 		pos = p.Last
 		return func(w io.Writer) error { return writeLogPage(w, buf.Epoch(), p) }, true
 	})
+}
+
+// LogEnd is the data of the "event: end" that ends a stream of
+// GET /api/servers/{name}/logs when no more lines will come.
+type LogEnd struct {
+	// Reason says why: "removed", the server was removed from the
+	// configuration.
+	Reason string `json:"reason"`
+	// Message says it to a person.
+	Message string `json:"message"`
+}
+
+func writeLogEnd(w io.Writer, end LogEnd) error {
+	data, err := json.Marshal(end)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "event: end\ndata: %s\n\n", data)
+	return err
 }
 
 // writeLogPage writes a page of lines as SSE messages, after an

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -270,5 +272,74 @@ func TestLogStreamKeepalive(t *testing.T) {
 	buf.Add(logbuf.Entry{Line: "after the quiet"})
 	if e := s.next(); !strings.Contains(e.data, "after the quiet") {
 		t.Fatalf("then %+v", e)
+	}
+}
+
+// A follower of a server that a reload removes (the registry closes its
+// buffer) gets the lines written before, then an "event: end" saying so,
+// and the response ends; so does one that comes to the buffer after it
+// was closed. Every read is bounded by the test's context.
+func TestLogStreamEndsWhenServerRemoved(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	reg := logbuf.NewRegistry(logbuf.Options{})
+	buf := reg.Get("a")
+	h, srv := logServer(t, buf)
+	open := func(header ...string) *sseReader {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/servers/a/logs?follow=1", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Body.Close() })
+		if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("follow: %d %s", r.StatusCode, r.Header.Get("Content-Type"))
+		}
+		return &sseReader{t: t, r: bufio.NewReader(r.Body)}
+	}
+	wantLines := func(s *sseReader, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			e := s.next()
+			var got logbuf.Entry
+			if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.event != "" || got.Line != w {
+				t.Fatalf("%+v, want the line %q", e, w)
+			}
+		}
+	}
+	wantEnd := func(s *sseReader) {
+		t.Helper()
+		e := s.next()
+		var end struct{ Reason, Message string }
+		if err := json.Unmarshal([]byte(e.data), &end); err != nil || e.event != "end" || e.id != "" ||
+			end.Reason != "removed" || end.Message != "server a was removed from the configuration" {
+			t.Fatalf("%+v, want the end: removed", e)
+		}
+		if !s.ended() {
+			t.Fatal("the stream goes on after its end")
+		}
+	}
+
+	buf.Add(logbuf.Entry{Line: "first"})
+	s := open()
+	wantLines(s, "first") // it waits now
+	buf.Add(logbuf.Entry{Line: "last words"})
+	buf.Add(logbuf.Entry{Line: "goodbye"})
+	reg.Remove("a")
+	buf.Add(logbuf.Entry{Line: "from the grave"}) // dropped
+	wantLines(s, "last words", "goodbye")
+	wantEnd(s)
+
+	// One that got the buffer just before it was removed: its kept lines
+	// (after Last-Event-ID), then the end, at once.
+	s = open("Last-Event-ID", buf.Epoch()+"-2")
+	wantLines(s, "goodbye")
+	wantEnd(s)
+	if n := h.streams.Load(); n != 0 {
+		t.Fatalf("%d streams still served", n)
 	}
 }
