@@ -76,9 +76,10 @@ type Fleet struct {
 	log   *slog.Logger
 	set   atomic.Pointer[serverSet] // replaced whole by a reload
 	store *store.Store              // nil: nothing persisted
-	// cfg is the configuration in force; reloadMu serializes reloads.
-	reloadMu sync.Mutex
-	cfg      *config.Config
+	// cfg is the configuration in force. reloadSem (one slot) is the
+	// right to apply a reload, taken within the reloader's context.
+	reloadSem chan struct{}
+	cfg       *config.Config
 
 	closed atomic.Bool // set by Close: nothing starts any more
 
@@ -194,7 +195,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 
 // New builds the fleet for cfg. Nothing is started.
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
-	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg}
+	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.Default()

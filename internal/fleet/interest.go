@@ -134,20 +134,24 @@ func (s *Server) pinned(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sess, it := range s.interests {
-		mine := sess == key || (key == "" && s.perSessionOwnerLocked(sess) == nil)
-		if len(it.subs) > 0 && mine {
+		if len(it.subs) > 0 && s.servesLocked(key, sess) {
 			return true
 		}
 	}
 	return false
 }
 
-// perSessionOwnerLocked is the per-session instance of session, if any.
-func (s *Server) perSessionOwnerLocked(session string) *instance {
-	if !s.PerSession() {
-		return nil
+// servesLocked reports whether the instance keyed key ("" for the shared
+// one) is the one that serves session: a per-session server's sessions
+// each have their own — whether it runs now or not: one a restart took out
+// of service is made again for the session — and only a request with no
+// session goes to its shared instance; a shared server's sessions all
+// share it.
+func (s *Server) servesLocked(key, session string) bool {
+	if s.PerSession() {
+		return session == key
 	}
-	return s.perSession[session]
+	return key == ""
 }
 
 // replay is what a new process of the instance keyed key must be told:
@@ -159,8 +163,7 @@ func (s *Server) replay(key string) (uris []string, level string) {
 	set := map[string]bool{}
 	best := -1
 	for sess, it := range s.interests {
-		mine := sess == key || (key == "" && s.perSessionOwnerLocked(sess) == nil)
-		if !mine {
+		if !s.servesLocked(key, sess) {
 			continue
 		}
 		for u := range it.subs {

@@ -52,12 +52,9 @@ type Drained struct {
 	Cut int `json:"cut,omitempty"`
 	// Error joins what went wrong stopping them.
 	Error string `json:"error,omitempty"`
-}
-
-// cycle takes every instance of the server out of service (takeOut) and
-// stops them once drained (stopOut).
-func (s *Server) cycle(ctx context.Context, reason string) Drained {
-	return s.stopOut(ctx, s.takeOut(reason))
+	// Pending is set when the caller stopped waiting (its context ended)
+	// before the drain did: the drain goes on, within its bound.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // revive puts a startable shared instance in service in place of one
@@ -113,7 +110,7 @@ func (s *Server) takeOut(reason string) []retired {
 
 // stopOut lets each instance takeOut returned finish the calls it holds,
 // within the server's drain bound and ctx, and stops it; it returns once
-// every one is stopped (or ctx ended).
+// every one is stopped (or ctx ended: the rest are stopped at once).
 func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
 	bound := s.drainBound()
 	var mu sync.Mutex
@@ -155,6 +152,75 @@ func (s *Server) stopOut(ctx context.Context, old []retired) Drained {
 	return out
 }
 
+// drainAsync drains and stops old (stopOut) on a fleet goroutine, bounded
+// by the server's drain bound alone — not by whoever asked for it: a
+// caller that stops waiting does not cut the calls in flight — and by
+// Close, which stops them at once. The returned channel yields how it went
+// (it is buffered: nobody need read it); then, if set, after runs, always,
+// with the fleet's context (ended if the fleet is closing). A closing
+// fleet stops old at once.
+func (s *Server) drainAsync(old []retired, after func(context.Context, Drained)) <-chan Drained {
+	out := make(chan Drained, 1)
+	run := func(ctx context.Context) {
+		d := s.stopOut(ctx, old)
+		out <- d
+		if after != nil {
+			after(ctx, d)
+		}
+	}
+	if !s.f.spawn(run) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		run(ctx)
+	}
+	return out
+}
+
+// awaitDrain waits for a drain drainAsync runs, within ctx; when ctx ends
+// first, the drain is reported pending.
+func awaitDrain(ctx context.Context, ch <-chan Drained) (Drained, error) {
+	select {
+	case d := <-ch:
+		return d, nil
+	case <-ctx.Done():
+		return Drained{Pending: true}, ctx.Err()
+	}
+}
+
+// resumeSubscribed starts again, after takeOut, each instance a session's
+// resource subscription needs running — a server asleep or not started
+// cannot send the updates its subscribers wait for: the shared instance
+// when one of its sessions subscribed, and the per-session instance of
+// each subscribed session that had one (old). It returns once they are
+// started or failed, within ctx.
+func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
+	var keys []string
+	if !s.PerSession() && s.pinned("") {
+		keys = append(keys, "")
+	}
+	for _, r := range old {
+		if r.in.key != "" && s.PerSession() && s.pinned(r.in.key) {
+			keys = append(keys, r.in.key)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, StartWait(s.Config().InitTimeout))
+			defer cancel()
+			l, err := s.Acquire(ctx, key)
+			if err != nil {
+				if ctx.Err() == nil && s.refused() == nil {
+					s.f.log.Warn("could not start the server again for its subscribers", "server", s.Name(), "err", err)
+				}
+				return
+			}
+			l.Release()
+		})
+	}
+	wg.Wait()
+}
+
 // inherit carries the server's counts from the shared instance in
 // replaced to in, its successor.
 func (in *instance) inherit(replaced *instance) {
@@ -182,17 +248,24 @@ func (s *Server) freePlace() {
 // server is refused with an error wrapping ErrStopped — unlike a dormant
 // server, it is not started again on demand — until Start. Its instances
 // finish the calls they hold, within the server's drain bound (its request
-// timeout) and ctx, and are stopped. It returns once they are.
+// timeout), and are stopped. It returns once they are, or when ctx ends
+// (the drain goes on: Drained.Pending).
+//
+// Stop, Start, Restart and a reload hold the server's operator lock only
+// while they change its state, never across a drain or a start: none
+// waits for another's.
 func (s *Server) Stop(ctx context.Context) (Drained, error) {
 	s.opMu.Lock()
-	defer s.opMu.Unlock()
 	if err := s.refused(); errors.Is(err, ErrRemoved) {
+		s.opMu.Unlock()
 		return Drained{}, err
 	}
 	s.setRefusal(fmt.Errorf("server %s is %w (mcpvisor start %s)", s.Name(), ErrStopped, s.Name()))
-	d := s.cycle(ctx, "stopped by the operator")
-	s.f.emit(Event{Server: s.Name(), Type: "operator-stop", Details: d.details()})
-	return d, ctx.Err()
+	old := s.takeOut("stopped by the operator")
+	s.opMu.Unlock()
+	return awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
+		s.f.emit(Event{Server: s.Name(), Type: "operator-stop", Details: d.details()})
+	}))
 }
 
 // Start is the operator's start: a server Stop stopped is served again,
@@ -201,12 +274,13 @@ func (s *Server) Stop(ctx context.Context) (Drained, error) {
 // or ctx ended. Starting a running server changes nothing.
 func (s *Server) Start(ctx context.Context) error {
 	s.opMu.Lock()
-	defer s.opMu.Unlock()
 	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+		s.opMu.Unlock()
 		return err
 	}
 	s.setRefusal(nil)
 	s.revive()
+	s.opMu.Unlock()
 	return s.startNow(ctx)
 }
 
@@ -225,21 +299,32 @@ func (s *Server) startNow(ctx context.Context) error {
 }
 
 // Restart drains and stops every instance of the server (as Stop does,
-// within its drain bound), then starts its shared instance again and
-// waits for it to be ready, within ctx. Requests arriving meanwhile are
-// not refused: they go to the new instance (started at once by the first
-// of them, while the old one drains). A stopped server is started.
+// within its drain bound), then starts its shared instance again, and the
+// per-session instances of sessions subscribed to its resources, and waits
+// for them to be ready, within ctx. Requests arriving meanwhile are not
+// refused: they go to the new instances (started at once by the first of
+// them, while the old ones drain). A stopped server is started.
 func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	s.opMu.Lock()
-	defer s.opMu.Unlock()
 	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+		s.opMu.Unlock()
 		return Drained{}, err
 	}
 	s.setRefusal(nil)
 	s.revive()
-	d := s.cycle(ctx, "restarted by the operator")
-	s.f.emit(Event{Server: s.Name(), Type: "operator-restart", Details: d.details()})
-	return d, s.startNow(ctx)
+	old := s.takeOut("restarted by the operator")
+	s.opMu.Unlock()
+	d, err := awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
+		s.f.emit(Event{Server: s.Name(), Type: "operator-restart", Details: d.details()})
+	}))
+	if err != nil {
+		return d, err
+	}
+	if err := s.startNow(ctx); err != nil {
+		return d, err
+	}
+	s.resumeSubscribed(ctx, old)
+	return d, ctx.Err()
 }
 
 func (d Drained) details() map[string]any {

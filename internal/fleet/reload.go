@@ -31,8 +31,23 @@ type ServerResult struct {
 	Drained *Drained `json:"drained,omitempty"`
 }
 
+// Applied is what a reload hands its applied hook: the configuration is
+// in force, nothing drained yet.
+type Applied struct {
+	// Removed maps each server the reload removed to a channel closed
+	// once its instances are stopped (drained, or cut at the drain bound,
+	// or at Close): what still serves its calls in flight — its own
+	// endpoint — may go then.
+	Removed map[string]<-chan struct{}
+}
+
+// ErrNotReloaded is wrapped by the error of a reload that applied
+// nothing: the fleet is closing (ErrReloadClosed), or its caller gave up
+// before its turn.
+var ErrNotReloaded = errors.New("nothing reloaded")
+
 // ErrReloadClosed is returned by a reload once the fleet is closing.
-var ErrReloadClosed = errors.New("mcpvisor is shutting down: nothing reloaded")
+var ErrReloadClosed = fmt.Errorf("mcpvisor is shutting down: %w", ErrNotReloaded)
 
 // Reload replaces the fleet's configuration by cfg, already parsed and
 // validated whole, and applies the difference server by server:
@@ -53,24 +68,76 @@ var ErrReloadClosed = errors.New("mcpvisor is shutting down: nothing reloaded")
 //
 // Every server's new configuration is in force, and the new set of
 // servers served, before Reload drains anything: requests that began
-// after it see only the new configuration. Clients are told when lists
-// they see changed (Options.OnListsChanged). Drains are bounded by each
-// server's request timeout and by ctx; Reload returns once they are done.
-// Reloads run one at a time.
-func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (ReloadResult, error) {
+// after it see only the new configuration. applied, if set, runs then —
+// before any drain and before clients are told what changed — for what
+// serves the fleet outside it (endpoints, aggregated lists, settings);
+// it must not wait for a drain (Applied.Removed says when each ends).
+// Clients are told when lists they see changed (Options.OnListsChanged).
+//
+// ctx bounds Reload's waits, not the reload: one whose ctx has ended
+// before it is applied applies nothing and returns ctx's error; once
+// applied, the drains go on whatever becomes of ctx, each bounded by its
+// server's drain bound (its request timeout) and by Close. Reload returns
+// once they are done, or when ctx ends (their results then say Pending).
+// Reloads are applied one at a time.
+func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool, applied func(Applied)) (ReloadResult, error) {
 	t0 := time.Now()
-	f.reloadMu.Lock()
-	defer f.reloadMu.Unlock()
-	if f.closed.Load() {
+	if err := f.lockReload(ctx); err != nil {
+		return ReloadResult{}, fmt.Errorf("%w: %w", ErrNotReloaded, err)
+	}
+	res, drains := f.apply(cfg, learn, applied, t0)
+	f.unlockReload()
+	if res == nil {
 		return ReloadResult{}, ErrReloadClosed
 	}
+	var err error
+	for i, ch := range drains {
+		if ch == nil {
+			continue
+		}
+		d, derr := awaitDrain(ctx, ch)
+		res.Servers[i].Drained = &d
+		if derr != nil {
+			err = derr
+		}
+	}
+	res.TookMs = float64(time.Since(t0).Microseconds()) / 1000
+	return *res, err
+}
+
+// lockReload takes the right to apply a reload, within ctx.
+func (f *Fleet) lockReload(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case f.reloadSem <- struct{}{}:
+		if err := ctx.Err(); err != nil {
+			<-f.reloadSem
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *Fleet) unlockReload() { <-f.reloadSem }
+
+// apply applies cfg (Reload holds the reload lock) without waiting for
+// anything: it returns the result and, by server, the channel its drain
+// reports on (nil: nothing to drain); a nil result when the fleet is
+// closing.
+func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 time.Time) (*ReloadResult, []<-chan Drained) {
+	if f.closed.Load() {
+		return nil, nil
+	}
 	diff := config.Compare(f.cfg, cfg)
-	res := ReloadResult{Settings: diff.Settings, NeedsRestart: diff.NeedsRestart}
+	res := &ReloadResult{Settings: diff.Settings, NeedsRestart: diff.NeedsRestart}
 	old := f.set.Load()
 
 	type work struct {
 		s      *Server
-		i      int // index in res.Servers
 		action string
 		was    *config.Server
 		old    []retired // instances taken out of service, to stop
@@ -84,9 +151,9 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 	// replaced.
 	var list []*Server
 	var todo []work
-	for i, c := range diff.Servers {
+	for _, c := range diff.Servers {
 		res.Servers = append(res.Servers, ServerResult{ServerChange: c})
-		w := work{s: old.byName[c.Name], i: i, action: c.Action}
+		w := work{s: old.byName[c.Name], action: c.Action}
 		sc := cfg.Server(c.Name)
 		switch c.Action {
 		case config.ActionAdded:
@@ -117,10 +184,23 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 	}
 	f.set.Store(newServerSet(list))
 	f.cfg = cfg
-
-	var wg sync.WaitGroup
+	gone := map[string]chan struct{}{}
 	for _, w := range todo {
-		s, r := w.s, &res.Servers[w.i]
+		if w.action == config.ActionRemoved {
+			gone[w.s.Name()] = make(chan struct{})
+		}
+	}
+	if applied != nil {
+		a := Applied{Removed: map[string]<-chan struct{}{}}
+		for name, ch := range gone {
+			a.Removed[name] = ch
+		}
+		applied(a)
+	}
+
+	drains := make([]<-chan Drained, len(todo))
+	for i, w := range todo {
+		s := w.s
 		switch w.action {
 		case config.ActionUpdated:
 			s.updateInPlace()
@@ -134,22 +214,29 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
 				f.listsChanged(s, k) // the prefix or filter changed with the launch
 			}
-			wg.Go(func() {
-				d := s.stopOut(ctx, w.old)
-				r.Drained = &d
-				if s.refused() != nil {
-					return // stopped by the operator: it stays stopped
+			drains[i] = s.drainAsync(w.old, func(ctx context.Context, _ Drained) {
+				if s.refused() != nil || ctx.Err() != nil {
+					return // stopped by the operator meanwhile: it stays stopped
 				}
-				f.spawn(func(ctx context.Context) { f.relearn(ctx, s, learn) })
+				var wg sync.WaitGroup
+				wg.Go(func() { f.relearn(ctx, s, learn) })
+				wg.Go(func() { s.resumeSubscribed(ctx, w.old) })
+				wg.Wait()
 			})
 		case config.ActionRemoved:
-			wg.Go(func() {
-				d := s.stopOut(ctx, w.old)
-				r.Drained = &d
-				if k := nonEmptyKinds(s); len(k) > 0 {
-					f.listsChanged(s, k)
+			// Its lists leave the aggregate now; its log buffer once its
+			// processes are gone, unless a later reload configured the
+			// name again meanwhile.
+			if k := nonEmptyKinds(s); len(k) > 0 {
+				f.listsChanged(s, k)
+			}
+			drains[i] = s.drainAsync(w.old, func(ctx context.Context, _ Drained) {
+				close(gone[s.Name()])
+				if f.opts.Logs == nil || f.lockReload(ctx) != nil {
+					return
 				}
-				if f.opts.Logs != nil {
+				defer f.unlockReload()
+				if f.Get(s.Name()) == nil {
 					f.opts.Logs.Remove(s.Name())
 				}
 			})
@@ -161,10 +248,8 @@ func (f *Fleet) Reload(ctx context.Context, cfg *config.Config, learn bool) (Rel
 			}
 		}
 	}
-	wg.Wait()
 	f.pruneStore()
-	res.TookMs = float64(time.Since(t0).Microseconds()) / 1000
-	return res, ctx.Err()
+	return res, drains
 }
 
 // updateInPlace makes the server's instances follow its new settings (the

@@ -104,7 +104,7 @@ func TestReloadAppliesPerServer(t *testing.T) {
 		a, b, c := lf.running(t, "a"), lf.running(t, "b"), lf.running(t, "c")
 		removed := lf.f.Get("c")
 
-		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"d":{"command":"d","idleTimeout":"0"}`), false)
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"d":{"command":"d","idleTimeout":"0"}`), false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestReloadDrainsCallsInFlight(t *testing.T) {
 		old := held.in.current()
 		done := make(chan ReloadResult, 1)
 		go func() {
-			res, _ := lf.f.Reload(context.Background(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"c":{"command":"c","idleTimeout":"0"}`), false)
+			res, _ := lf.f.Reload(context.Background(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"c":{"command":"c","idleTimeout":"0"}`), false, nil)
 			done <- res
 		}()
 		time.Sleep(10 * time.Second)
@@ -192,7 +192,7 @@ func TestReloadDrainIsBounded(t *testing.T) {
 		}
 		defer held.Release()
 		t0 := time.Now()
-		res, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false)
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestReloadSettingsInPlace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf := newLaunchFleet(t, `"a":{"command":"a","idleTimeout":"0","startGrace":"0s"}`)
 		a := lf.running(t, "a")
-		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"10s","startGrace":"0s","restart":{"policy":"never"}}`), false)
+		res, err := lf.f.Reload(t.Context(), parseCfg(t, `"a":{"command":"a","idleTimeout":"10s","startGrace":"0s","restart":{"policy":"never"}}`), false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +349,7 @@ func TestRemovedServerRefusesAWaitingSession(t *testing.T) {
 			got <- res{l, err}
 		}()
 		synctest.Wait() // B waits for a place
-		if _, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false); err != nil {
+		if _, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false, nil); err != nil {
 			t.Fatal(err)
 		}
 		stop(t.Context()) // A's instance is gone: B wakes
@@ -411,7 +411,7 @@ func TestConcurrentReloadsSerialize(t *testing.T) {
 		results := make(chan map[string]string, 2)
 		for _, cfg := range []*config.Config{withB, withC} {
 			go func() {
-				res, err := lf.f.Reload(context.Background(), cfg, false)
+				res, err := lf.f.Reload(context.Background(), cfg, false, nil)
 				if err != nil {
 					t.Error(err)
 				}
@@ -449,7 +449,7 @@ func TestCloseStopsDrainingInstances(t *testing.T) {
 		reloaded := make(chan struct{})
 		go func() {
 			defer close(reloaded)
-			_, _ = lf.f.Reload(context.Background(), parseCfg(t, ``), false)
+			_, _ = lf.f.Reload(context.Background(), parseCfg(t, ``), false, nil)
 		}()
 		synctest.Wait() // the reload drains b
 		if err := lf.f.Close(context.Background()); err != nil {
@@ -460,5 +460,247 @@ func TestCloseStopsDrainingInstances(t *testing.T) {
 		}
 		held.Release()
 		<-reloaded
+	})
+}
+
+const relaunchB = `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"c":{"command":"c","idleTimeout":"0"}`
+
+// A reload whose caller stops waiting (a client that hangs up, a CLI's
+// Ctrl-C) does not cut the drains: the caller gets its context's error at
+// once, the call in flight on the old process finishes, and the process is
+// stopped after it.
+func TestReloadDrainOutlivesTheCallersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		held, err := lf.f.Get("b").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := held.in.current()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		t0 := time.Now()
+		res, err := lf.f.Reload(ctx, parseCfg(t, relaunchB), false, nil)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("reload: %v, want the caller's deadline", err)
+		}
+		if took := time.Since(t0); took > 2*time.Second {
+			t.Fatalf("the reload returned after %v, past its caller's 1s", took)
+		}
+		if got := actions(res); got["b"] != "restarted" {
+			t.Fatalf("actions %v: the reload was applied before the deadline", got)
+		}
+		if d := res.Servers[1].Drained; d == nil || !d.Pending {
+			t.Fatalf("drained = %+v, want pending", d)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if !old.Alive() {
+			t.Fatal("the caller's deadline cut the drain: the old process was stopped under its call")
+		}
+		held.Release()
+		synctest.Wait()
+		if old.Alive() {
+			t.Fatal("the old process outlived its drain")
+		}
+	})
+}
+
+// A reload whose caller has already given up applies nothing.
+func TestReloadWithEndedContextAppliesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := lf.f.Reload(ctx, parseCfg(t, `"a":{"command":"a"}`), false, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("reload: %v, want context.Canceled", err)
+		}
+		if n := len(lf.f.Servers()); n != 3 || lf.f.Get("b") == nil {
+			t.Fatalf("%d servers after a reload its caller gave up: it was applied", n)
+		}
+	})
+}
+
+// The new configuration is served — the applied hook (routes, aggregate,
+// live settings) runs — before the drains end, not after them; the hook
+// learns when each removed server's drain has ended.
+func TestReloadAppliedBeforeDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		heldB, err := lf.f.Get("b").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		heldC, err := lf.f.Get("c").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		type seen struct {
+			names []string
+			gone  <-chan struct{}
+		}
+		applied := make(chan seen, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = lf.f.Reload(context.Background(), parseCfg(t, `"a":{"command":"a","idleTimeout":"0"},"b":{"command":"b2","idleTimeout":"0"},"d":{"command":"d"}`), false, func(a Applied) {
+				var names []string
+				for _, s := range lf.f.Servers() {
+					names = append(names, s.Name())
+				}
+				applied <- seen{names, a.Removed["c"]}
+			})
+		}()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		var got seen
+		select {
+		case got = <-applied:
+		default:
+			t.Fatal("the applied hook had not run while the drains waited for calls")
+		}
+		if len(got.names) != 3 || got.names[2] != "d" || got.gone == nil {
+			t.Fatalf("the hook saw servers %v, removed c's drain %v", got.names, got.gone)
+		}
+		select {
+		case <-got.gone:
+			t.Fatal("c's drain reported ended while its call was in flight")
+		default:
+		}
+		heldC.Release()
+		synctest.Wait()
+		select {
+		case <-got.gone:
+		default:
+			t.Fatal("c's drain ended but the hook was not told")
+		}
+		heldB.Release()
+		<-done
+	})
+}
+
+// The operator's actions take the server's lock only to change its state,
+// never across a drain or a start: a stop with a short context returns
+// within it while a restart drains a long call, and the restart that finds
+// the server stopped says so.
+func TestStopDoesNotWaitForARestartsDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		a := lf.f.Get("a")
+		held, err := a.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarted := make(chan error, 1)
+		go func() {
+			_, err := a.Restart(context.Background())
+			restarted <- err
+		}()
+		synctest.Wait() // the restart drains: the call holds the old process
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		t0 := time.Now()
+		_, _ = a.Stop(ctx)
+		if took := time.Since(t0); took > 2*time.Second {
+			t.Fatalf("stop took %v behind a restart's drain, past its 1s context", took)
+		}
+		if _, err := a.Acquire(t.Context(), ""); !errors.Is(err, ErrStopped) {
+			t.Fatalf("after stop: %v, want ErrStopped", err)
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		defer rcancel()
+		if _, err := lf.f.Reload(rctx, parseCfg(t, threeServers+`,"d":{"command":"d"}`), false, nil); err != nil {
+			t.Fatalf("a reload behind the restart's drain: %v", err)
+		}
+		held.Release()
+		if err := <-restarted; !errors.Is(err, ErrStopped) {
+			t.Fatalf("restart: %v, want ErrStopped (stopped meanwhile)", err)
+		}
+	})
+}
+
+// After a restart, a per-session server's sessions keep their own
+// subscriptions: each subscribed session's instance runs again with them
+// (no request needed to bring the updates back), and the shared instance
+// (which only learns the lists) neither gets them nor is kept awake by them.
+func TestRestartResumesSubscribedSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"}`)
+		p := lf.f.Get("p")
+		a, err := p.Acquire(t.Context(), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Release()
+		p.Subscribe("A", "file:///x")
+		if _, err := p.Restart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if p.pinned("") {
+			t.Fatal("the shared instance counts session A's subscription as its own")
+		}
+		if uris, _ := p.replay(""); len(uris) != 0 {
+			t.Fatalf("the shared instance would be told %v", uris)
+		}
+		in, _ := p.instanceFor(nil, "A", false)
+		if in == nil || in.current() == nil || !in.current().Alive() {
+			t.Fatal("session A's instance was not started again after the restart")
+		}
+		if n := lf.connects("p"); n != 2 {
+			t.Fatalf("%d connects, want 2 (A's first and its resumed instance)", n)
+		}
+	})
+}
+
+// A relaunch of a shared server that a session subscribed to starts the
+// new launch once drained, even without learning: subscribers keep getting
+// updates.
+func TestRelaunchResumesASubscribedServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, threeServers)
+		lf.running(t, "b")
+		lf.f.Get("b").Subscribe("A", "file:///x")
+		if _, err := lf.f.Reload(t.Context(), parseCfg(t, relaunchB), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := lf.connects("b2"); n != 1 {
+			t.Fatalf("%d connects of the new launch, want 1: its subscriber gets no updates", n)
+		}
+		if lf.connects("a")+lf.connects("c") != 0 {
+			t.Fatal("servers nobody subscribed to were started")
+		}
+	})
+}
+
+// While a per-session server's subscribed session has no instance (a
+// restart took it out of service and the session has not come back), its
+// subscription stays its own: the shared instance, which only learns the
+// lists, is neither told it nor kept awake by it.
+func TestSubscriptionsStayWithTheirSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"}`)
+		p := lf.f.Get("p")
+		held, err := p.Acquire(t.Context(), "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Subscribe("A", "file:///x")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := p.Restart(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("restart: %v, want its deadline (the drain waits for A's call)", err)
+		}
+		if in, _ := p.instanceFor(nil, "A", false); in != nil {
+			t.Fatal("A has an instance again before its drain ended")
+		}
+		if p.pinned("") {
+			t.Fatal("the shared instance counts session A's subscription as its own")
+		}
+		if uris, _ := p.replay(""); len(uris) != 0 {
+			t.Fatalf("the shared instance would be told %v", uris)
+		}
+		held.Release()
 	})
 }
