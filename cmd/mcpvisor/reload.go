@@ -44,17 +44,18 @@ type reloader struct {
 	a       *app
 	file    string
 	learn   bool
-	applied func(*config.Config)
+	applied func(*config.Config, fleet.Applied)
 
 	mu   sync.Mutex
 	last [sha256.Size]byte // the content last read, accepted or not
 }
 
-func newReloader(a *app, file string, learn bool, applied func(*config.Config)) *reloader {
+func newReloader(a *app, file string, learn bool, applied func(*config.Config, fleet.Applied)) *reloader {
 	return &reloader{a: a, file: file, learn: learn, applied: applied, last: a.cfgSum}
 }
 
-// reload reads the file and applies it; ctx bounds the drains. onlyIfChanged
+// reload reads the file and applies it; ctx bounds the wait for the
+// drains, never the drains themselves (see fleet.Reload). onlyIfChanged
 // skips, reporting nothing, a file whose content is what was last read (a
 // watched directory changes for many reasons) or that cannot be read (a
 // swap under way: the next event reads it whole).
@@ -90,17 +91,21 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return rep
 	}
 	rep.Warnings = cfg.Warnings
-	res, err := r.a.fleet.Reload(ctx, cfg, r.learn)
-	if errors.Is(err, fleet.ErrReloadClosed) {
+	var hook func(fleet.Applied)
+	if r.applied != nil {
+		hook = func(ap fleet.Applied) { r.applied(cfg, ap) }
+	}
+	res, err := r.a.fleet.Reload(ctx, cfg, r.learn, hook)
+	if errors.Is(err, fleet.ErrNotReloaded) {
+		// Not applied: mcpvisor is closing, or the caller gave up
+		// before its turn. The next reload reads the file again.
+		r.last = [sha256.Size]byte{}
 		rep.Error = err.Error()
 		return rep
 	}
 	rep.Applied, rep.Result = true, &res
 	if err != nil {
-		rep.Error = "applied, but the drains were cut short: " + err.Error()
-	}
-	if r.applied != nil {
-		r.applied(cfg)
+		rep.Error = "applied; the caller stopped waiting while servers drained (they go on draining, each within its request timeout): " + err.Error()
 	}
 	r.report(rep)
 	return rep

@@ -495,3 +495,76 @@ func TestReloadHundredServers(t *testing.T) {
 	t.Logf("100 servers: one-server reload %v (serve's own count %.1f ms), no-op reload %v, restart of mcpvisor %v; spawns caused by the reload: %d",
 		one.Round(time.Millisecond), rep.Result.TookMs, noop.Round(time.Millisecond), restart.Round(time.Millisecond), after-before)
 }
+
+// A removed server's endpoint turns away new requests at once (404) and
+// the aggregated session is told its tools are gone at once — not after
+// the drain — while the call in flight on that endpoint finishes and its
+// answer reaches the client; the reload reports the drain.
+func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
+	fixture := testserver.Build(t)
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 3, nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServeFile(t, cfg, "", "--no-watch")
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	waitRunning(t, base, "s00", "s01", "s02")
+	A := countingSession(t, base+"/mcp")
+	B := countingSession(t, base+"/servers/s02/mcp")
+
+	const callMs = 3000
+	called := make(chan error, 1)
+	go func() {
+		res, err := B.sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": callMs}})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool error: %v", res.Content)
+		}
+		called <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the call is under way
+	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 2, nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	type result struct {
+		code int
+		rep  reloadReport
+	}
+	reloaded := make(chan result, 1)
+	go func() {
+		code, rep := reloadJSON(t, addr)
+		reloaded <- result{code, rep}
+	}()
+
+	// Applied at once: the endpoint is gone and /mcp is told.
+	waitCounts(t, map[*listCounter]int32{A: 1}, map[*listCounter]string{A: "/mcp"})
+	resp, err := http.Post(base+"/servers/s02/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a new session on the removed server's endpoint: %d, want 404", resp.StatusCode)
+	}
+	if took := time.Since(t0); took > callMs*time.Millisecond/2 {
+		t.Fatalf("the removal was served only after %v: it waited for the drain", took)
+	}
+
+	// The call in flight finishes, and then the reload returns.
+	if err := <-called; err != nil {
+		t.Fatalf("the call in flight on the removed server's endpoint failed: %v", err)
+	}
+	r := <-reloaded
+	if r.code != 0 || !r.rep.Applied {
+		t.Fatalf("reload: exit %d, %+v", r.code, r.rep)
+	}
+	for _, sr := range r.rep.Result.Servers {
+		if sr.Name != "s02" {
+			continue
+		}
+		if sr.Action != "removed" || sr.Drained == nil || sr.Drained.Stopped != 1 || sr.Drained.Cut != 0 {
+			t.Fatalf("s02: %+v drained %+v, want removed, one instance stopped after its call", sr.ServerChange, sr.Drained)
+		}
+	}
+}

@@ -100,12 +100,12 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// JSON-RPC error an MCP client shows.
 			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet)))
 			mux.Handle("/servers/{name}/mcp", routes)
-			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config) {
+			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
 				a.gw.SetPageSize(cfg.PageSize)
 				a.gw.SetHoldTimeout(cfg.HoldTimeout)
 				sessions.SetMax(cfg.MaxSessions)
 				a.gw.Reloaded()
-				routes.sync()
+				routes.sync(ap.Removed)
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
 				Logs: func(name string) *logbuf.Buffer {
@@ -222,11 +222,16 @@ type serverRoutes struct {
 	mu     sync.Mutex
 	byName map[string]*gateway.StreamableHandler
 	closed bool
+
+	// retiring closes removed servers' handlers once their drains end;
+	// done (closed by close) cuts those waits short.
+	retiring sync.WaitGroup
+	done     chan struct{}
 }
 
 func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *serverRoutes {
-	r := &serverRoutes{a: a, opts: opts, unknown: unknown, byName: map[string]*gateway.StreamableHandler{}}
-	r.sync()
+	r := &serverRoutes{a: a, opts: opts, unknown: unknown, byName: map[string]*gateway.StreamableHandler{}, done: make(chan struct{})}
+	r.sync(nil)
 	return r
 }
 
@@ -241,9 +246,12 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.ServeHTTP(w, req)
 }
 
-// sync makes the handlers those of the fleet's servers now; the sessions
-// of a removed server's endpoint end.
-func (r *serverRoutes) sync() {
+// sync makes the handlers those of the fleet's servers now. A removed
+// server's endpoint answers every new request with the 404 of an unknown
+// server at once; its handler — the calls it still relays, its sessions —
+// is closed once the server's drain has ended (removed, by name; at once
+// for a name not in it).
+func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -256,25 +264,39 @@ func (r *serverRoutes) sync() {
 			r.byName[s.Name()] = gateway.NewStreamableHandler(r.a.gw.Single(s.Name()), r.opts)
 		}
 	}
-	var gone []*gateway.StreamableHandler
+	gone := map[string]*gateway.StreamableHandler{}
 	for name, h := range r.byName {
 		if !want[name] {
 			delete(r.byName, name)
-			gone = append(gone, h)
+			gone[name] = h
 		}
 	}
-	r.mu.Unlock()
-	for _, h := range gone {
-		h.Close()
+	for name, h := range gone {
+		drained := removed[name]
+		if drained == nil {
+			h.Close()
+			continue
+		}
+		r.retiring.Go(func() {
+			select {
+			case <-drained:
+			case <-r.done:
+			}
+			h.Close()
+		})
 	}
+	r.mu.Unlock()
 }
 
-// close ends every server endpoint's sessions (shutdown).
+// close ends every server endpoint's sessions, those of removed servers
+// still draining included (shutdown).
 func (r *serverRoutes) close() {
 	r.mu.Lock()
 	all := r.byName
 	r.byName, r.closed = nil, true
+	close(r.done)
 	r.mu.Unlock()
+	r.retiring.Wait()
 	for _, h := range all {
 		h.Close()
 	}
