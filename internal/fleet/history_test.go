@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
@@ -29,4 +31,39 @@ func TestStartFailureRedactsTheQuotedStderr(t *testing.T) {
 	if len(h) != 1 || h[0].Code == nil || *h[0].Code != 3 || strings.Contains(h[0].Error, "hunter2-secret") {
 		t.Fatalf("history: %+v", h)
 	}
+}
+
+// A crash loop is diagnosable from the history alone: the crash, then each
+// restart attempt that failed to start (with its stage), the last one
+// included when the policy gives up.
+func TestHistoryKeepsFailedRestartAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0","restart":{"policy":"on-failure","maxAttempts":2,"backoff":{"initial":"1s","max":"1s","jitter":0}}`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		lv, _ := live(s.Acquire(t.Context(), "")).(*fakeLive)
+		if lv == nil {
+			t.Fatal("s did not start")
+		}
+		ff.fail.Store(true)
+		lv.crash()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if st := s.Status().State; st != "failed" {
+			t.Fatalf("state %s, want failed after the attempts", st)
+		}
+		var stages []string
+		for _, e := range s.History() {
+			stages = append(stages, e.Stage)
+		}
+		want := []string{StageServing, StageHandshake, StageHandshake}
+		if fmt.Sprint(stages) != fmt.Sprint(want) {
+			t.Fatalf("history stages %v, want %v (the crash, then both failed attempts)", stages, want)
+		}
+		for _, e := range s.History()[1:] {
+			if !strings.Contains(e.Error, "cannot start") {
+				t.Fatalf("attempt recorded as %q, want the attempt's own error", e.Error)
+			}
+		}
+	})
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // phase is the instance's own view, on top of its supervisor's state.
-type phase int
+type phase uint8
 
 const (
 	phaseNew      phase = iota // never started
@@ -42,7 +42,6 @@ type instance struct {
 	sup *lifecycle.Supervisor
 
 	mu           sync.Mutex
-	phase        phase
 	conn         Live
 	startedAt    time.Time
 	lastActivity time.Time
@@ -56,13 +55,18 @@ type instance struct {
 	startErr     error
 	failures     []time.Time // recent failed starts
 	lastErr      error
-	spawns       int
-	requests     int64 // leases taken, ever
-	closes       int   // close calls, ever: a start that a close raced is not kept
+	// attempt is 1 + where the server's kept stderr stood when the
+	// supervisor's restart attempt under way began (0: none), so that a
+	// failed attempt is kept in the history with its own lines.
+	attempt  uint64
+	spawns   int
+	requests int64 // leases taken, ever
+	closes   int   // close calls, ever: a start that a close raced is not kept
 	// The client sessions that used conn: the first, and whether another
 	// has since. Reset with each new connection.
 	firstUser string
 	manyUsers bool
+	phase     phase  // beside manyUsers: the two share one word
 	replayed  uint64 // the server's interest generation last replayed
 }
 
@@ -142,31 +146,65 @@ func (s *Server) newInstance(key string) *instance {
 // included (Supervisor.SetPolicy takes it whole when a reload changes the
 // server's settings).
 func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
-	s, key := in.srv, in.key
 	pol := cfg.Policy()
-	pol.Logger = s.f.log // lifecycle tags its records with the server name itself
+	pol.Logger = in.srv.f.log // lifecycle tags its records with the server name itself
+	// Method values: one small closure each, per dormant server too.
 	pol.OnDisconnect = in.disconnected
-	pol.OnRestarting = func(attempt int, delay time.Duration, cause error) {
-		d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
-		if cause != nil {
-			d["error"] = s.Config().RedactText(cause.Error())
-		}
-		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarting", Details: d})
-	}
-	pol.OnRestart = func() {
-		s.f.spawn(in.catchUp)
-		s.f.emit(Event{Server: s.Name(), Session: key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
-		if key == "" {
-			s.requestRefresh(false, allKinds...)
-		}
-	}
-	pol.OnFailed = func(err error) {
-		in.mu.Lock()
-		in.lastErr = err
-		in.mu.Unlock()
-		s.f.emit(Event{Server: s.Name(), Session: key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
-	}
+	pol.OnRestarting = in.restarting
+	pol.OnRestart = in.restarted
+	pol.OnFailed = in.failed
 	return pol
+}
+
+// restarting is the supervisor's OnRestarting: the attempt under way, if
+// any, failed with cause; the next begins.
+func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
+	s := in.srv
+	in.attemptFailed(cause)
+	in.mu.Lock()
+	in.attempt = 1 + s.stderrMark()
+	in.mu.Unlock()
+	d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
+	if cause != nil {
+		d["error"] = s.Config().RedactText(cause.Error())
+	}
+	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "restarting", Details: d})
+}
+
+// restarted is the supervisor's OnRestart.
+func (in *instance) restarted() {
+	s := in.srv
+	in.mu.Lock()
+	in.attempt = 0
+	in.mu.Unlock()
+	s.f.spawn(in.catchUp)
+	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
+	if in.key == "" {
+		s.requestRefresh(false, allKinds...)
+	}
+}
+
+// failed is the supervisor's OnFailed.
+func (in *instance) failed(err error) {
+	s := in.srv
+	in.attemptFailed(err)
+	in.mu.Lock()
+	in.lastErr = err
+	in.mu.Unlock()
+	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+}
+
+// attemptFailed keeps in the history the restart attempt under way, if
+// one is, as failed with err: the supervisor reports an attempt's failure
+// only as the cause of the next attempt, or in its final failure.
+func (in *instance) attemptFailed(err error) {
+	in.mu.Lock()
+	at := in.attempt
+	in.attempt = 0
+	in.mu.Unlock()
+	if at != 0 && err != nil {
+		in.startFailure(err, at-1)
+	}
 }
 
 // connected runs for every new connection, first start and restarts
@@ -190,6 +228,7 @@ func (in *instance) disconnected(err error) {
 	in.mu.Lock()
 	pid := pidOf(in.conn)
 	in.conn = nil
+	in.attempt = 0 // the restart that follows is caused by this end
 	if err != nil {
 		in.lastErr = err
 	}
@@ -538,6 +577,9 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	name := in.srv.Name()
 
 	mark := in.srv.stderrMark()
+	in.mu.Lock()
+	in.attempt = 0 // this start's failure is kept below, not as an attempt
+	in.mu.Unlock()
 	t0 := time.Now()
 	err := in.sup.Start(context.Background())
 	took := time.Since(t0)

@@ -53,7 +53,12 @@ func TestDormantMemory(t *testing.T) {
 		runtime.KeepAlive(cfg)
 		return after.HeapAlloc - before.HeapAlloc
 	}
+	// Other tests' goroutines still winding down allocate too, so a
+	// single measurement can read high: the least of three is the fleet's.
 	bare := measure(n, false)
+	for range 2 {
+		bare = min(bare, measure(n, false))
+	}
 	per := float64(bare) / n
 	withLists := float64(measure(n, true)) / n
 	t.Logf("%d dormant servers: %.0f bytes of heap per server (config, fleet entry, supervisor, lists cache); %.0f bytes with 20 shared cached tool items each", n, per, withLists)

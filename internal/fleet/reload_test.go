@@ -418,7 +418,13 @@ func TestConcurrentReloadsSerialize(t *testing.T) {
 				results <- actions(res)
 			}()
 		}
+		// They may return in either order (the second applied may have
+		// less to drain): the first applied is the one that removed
+		// nothing.
 		first, second := <-results, <-results
+		if first["b"] == "removed" || first["c"] == "removed" {
+			first, second = second, first
+		}
 		added := map[string]bool{"b": first["b"] == "added", "c": first["c"] == "added"}
 		var last string
 		switch {
