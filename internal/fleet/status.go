@@ -1,6 +1,10 @@
 package fleet
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/lifecycle"
@@ -88,4 +92,63 @@ func (in *instance) status() Status {
 		st.LastError = err.Error()
 	}
 	return st
+}
+
+// InstanceStatus is a snapshot of one instance of a server: the shared one
+// (a shared server's only one; a per-session server's, used to learn its
+// lists) or the one a per-session server runs for a client session.
+type InstanceStatus struct {
+	// Shared is set for the shared instance.
+	Shared bool `json:"shared"`
+	// Session labels a per-session instance's client session: a short
+	// fingerprint of its id (SessionLabel), never the id itself, which is
+	// a bearer credential. "" for the shared instance.
+	Session      string    `json:"session,omitempty"`
+	State        string    `json:"state"` // as in Status, the operator's stop aside
+	PID          int       `json:"pid,omitempty"`
+	StartedAt    time.Time `json:"startedAt,omitzero"`
+	LastActivity time.Time `json:"lastActivity,omitzero"`
+	InFlight     int       `json:"inFlight"`
+	Restarts     int       `json:"restarts"`
+	Spawns       int       `json:"spawns"`
+	LastError    string    `json:"lastError,omitempty"` // secrets redacted
+}
+
+// SessionLabel is the label a client session's instance is shown under:
+// the first 8 hex digits of the SHA-256 of its id — stable, and no use
+// to anyone who reads it, where the id is the session's credential.
+func SessionLabel(session string) string {
+	sum := sha256.Sum256([]byte(session))
+	return hex.EncodeToString(sum[:4])
+}
+
+// Instances lists the server's instances: the shared one first, then
+// those it runs for client sessions, by label. A per-session instance whose
+// session ended and that is still stopping is no longer listed.
+func (s *Server) Instances() []InstanceStatus {
+	ins := s.instances() // s.mu is released before any in.mu is taken
+	cfg := s.Config()
+	out := make([]InstanceStatus, 0, len(ins))
+	for _, in := range ins {
+		st := in.status()
+		is := InstanceStatus{
+			Shared:       in.key == "",
+			State:        st.State,
+			PID:          st.PID,
+			StartedAt:    st.StartedAt,
+			LastActivity: st.LastActivity,
+			InFlight:     st.InFlight,
+			Restarts:     st.Restarts,
+			Spawns:       st.Spawns,
+			LastError:    cfg.RedactText(st.LastError),
+		}
+		if !is.Shared {
+			is.Session = SessionLabel(in.key)
+		}
+		out = append(out, is)
+	}
+	if len(out) > 1 {
+		slices.SortStableFunc(out[1:], func(a, b InstanceStatus) int { return cmp.Compare(a.Session, b.Session) })
+	}
+	return out
 }
