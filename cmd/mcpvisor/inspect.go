@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -23,7 +25,9 @@ func newInspectCmd() *cobra.Command {
 		Long: "Shows one server of a running mcpvisor serve: its state and counters as ps shows them, " +
 			"how it is launched (secrets redacted; env and header values never shown), its sharing, " +
 			"configured protocol and the era it last spoke, and how many tools, prompts and resources it has " +
-			"as cached (a sleeping server is not woken).",
+			"as cached (a sleeping server is not woken); the containment layers its processes run under (mcpvisor doctor " +
+			"explains each); and, for a per-session server, its instances: the shared one that learns its lists and " +
+			"one per client session, labelled by a fingerprint of the session id (never the id).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers/"+url.PathEscape(args[0]), asJSON,
@@ -64,7 +68,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Restarts", fmt.Sprint(d.Restarts))
 	line("Spawns", fmt.Sprint(d.Spawns))
 	if d.Sessions != 0 {
-		line("Instances", fmt.Sprint(d.Sessions))
+		line("Sessions", fmt.Sprintf("%d, an instance each", d.Sessions))
 	}
 	line("Last error", d.LastError)
 	line("Kind", d.Kind)
@@ -92,8 +96,14 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		lists = []string{"not learned yet"}
 	}
 	line("Lists", strings.Join(lists, ", "))
+	line("Containment", containment(d))
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(d.Instances) > 1 || d.Sharing == config.SharingPerSession {
+		if err := printInstances(w, d.Instances, now); err != nil {
+			return err
+		}
 	}
 	if n := len(d.History); n > 0 {
 		fmt.Fprintln(w, "\nLast ends (newest last):")
@@ -118,4 +128,61 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// containment is the Containment line of a detail: the layers on, then
+// those off; for an http server, that there is no local process.
+func containment(d admin.Detail) string {
+	if d.NoLocalProcess != "" {
+		return d.NoLocalProcess
+	}
+	var on, off []string
+	for _, l := range d.Containment {
+		if l.Active {
+			on = append(on, l.Name)
+		} else {
+			off = append(off, l.Name)
+		}
+	}
+	if len(on) == 0 && len(off) == 0 {
+		return "" // not reported
+	}
+	text := "none"
+	if len(on) > 0 {
+		text = strings.Join(on, ", ")
+	}
+	if len(off) > 0 {
+		text += " (off: " + strings.Join(off, ", ") + ")"
+	}
+	return text
+}
+
+// printInstances prints a server's instances as a table, the shared one
+// first.
+func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) error {
+	fmt.Fprintln(w, "\nInstances:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  INSTANCE\tSTATE\tPID\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
+	for _, in := range ins {
+		name := "session " + in.Session
+		if in.Shared {
+			name = "shared"
+		}
+		pid, up, idle := "-", "-", "-"
+		if in.PID != 0 {
+			pid = fmt.Sprint(in.PID)
+		}
+		if !in.StartedAt.IsZero() {
+			up = age(now.Sub(in.StartedAt))
+		}
+		if !in.LastActivity.IsZero() {
+			idle = age(now.Sub(in.LastActivity))
+		}
+		errText := in.LastError
+		if len(errText) > 60 {
+			errText = errText[:57] + "..."
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, errText)
+	}
+	return tw.Flush()
 }

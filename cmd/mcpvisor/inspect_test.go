@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -245,5 +248,84 @@ func TestWait(t *testing.T) {
 	code, _, stderr = runBin(t, "wait", "nope", "--addr", addr, "--timeout", "2s")
 	if code != 1 || !strings.Contains(stderr, `no server named "nope"; configured: bad, slow`) {
 		t.Errorf("wait nope: exit %d, %q", code, stderr)
+	}
+}
+
+// inspect shows the containment layers a stdio server's processes run
+// under (those on, then those off), and a per-session server's instances
+// as a table, each session by its label; an http server's containment
+// says it has no local process, and a shared server with its one
+// instance gets no table.
+func TestPrintDetailContainmentAndInstances(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	d := admin.Detail{
+		Status:  fleet.Status{Name: "p", State: "running", Sessions: 2},
+		Kind:    config.KindStdio,
+		Sharing: config.SharingPerSession,
+		Containment: []proc.Layer{
+			{Name: proc.LayerProcessGroup, Active: true, Detail: "own process group"},
+			{Name: proc.LayerCgroup, Active: true, Detail: "own cgroup"},
+			{Name: proc.LayerPIDNamespace, Active: false, Detail: "no user namespaces"},
+		},
+		Instances: []fleet.InstanceStatus{
+			{Shared: true, State: "dormant", Spawns: 1},
+			{Session: "1a2b3c4d", State: "running", PID: 4242, StartedAt: now.Add(-3 * time.Minute), LastActivity: now.Add(-5 * time.Second), InFlight: 1, Spawns: 1},
+			{Session: "9f8e7d6c", State: "failed", Spawns: 3, LastError: "exit code 1"},
+		},
+	}
+	var b strings.Builder
+	if err := printDetail(&b, d, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("inspect p:\n%s", out)
+	lines := strings.Split(out, "\n")
+	find := func(prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no line %q in:\n%s", prefix, out)
+		return ""
+	}
+	if l := find("Containment:"); !strings.Contains(l, "process-group, cgroup-v2 (off: pid-namespace)") {
+		t.Errorf("containment line %q", l)
+	}
+	if l := find("Instances:"); l != "Instances:" {
+		t.Errorf("instances heading %q", l)
+	}
+	if l := find("Sessions:"); !strings.Contains(l, "2, an instance each") {
+		t.Errorf("sessions line %q", l)
+	}
+	if l := find("INSTANCE"); !strings.Contains(l, "STATE") || !strings.Contains(l, "PID") || !strings.Contains(l, "IN-FLIGHT") {
+		t.Errorf("instances header %q", l)
+	}
+	if l := find("shared"); !strings.Contains(l, "dormant") {
+		t.Errorf("shared instance row %q", l)
+	}
+	if l := find("session 1a2b3c4d"); !strings.Contains(l, "running") || !strings.Contains(l, "4242") || !strings.Contains(l, "3m0s") {
+		t.Errorf("session row %q", l)
+	}
+	if l := find("session 9f8e7d6c"); !strings.Contains(l, "failed") || !strings.Contains(l, "exit code 1") {
+		t.Errorf("session row %q", l)
+	}
+
+	remote := admin.Detail{
+		Status:         fleet.Status{Name: "r", State: "new"},
+		Kind:           config.KindHTTP,
+		Sharing:        config.SharingShared,
+		Containment:    []proc.Layer{},
+		NoLocalProcess: "no local process to contain: an http server runs elsewhere",
+		Instances:      []fleet.InstanceStatus{{Shared: true, State: "new"}},
+	}
+	b.Reset()
+	if err := printDetail(&b, remote, now); err != nil {
+		t.Fatal(err)
+	}
+	out = b.String()
+	t.Logf("inspect r:\n%s", out)
+	if !strings.Contains(out, "Containment:") || !strings.Contains(out, "no local process") || strings.Contains(out, "Instances:") {
+		t.Errorf("http server's detail:\n%s", out)
 	}
 }

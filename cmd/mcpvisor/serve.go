@@ -108,6 +108,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				routes.sync(ap.Removed)
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
+				Containment: a.rt.Report().Layers,
 				Logs: func(name string) *logbuf.Buffer {
 					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {
 						return a.logs.Get(name)

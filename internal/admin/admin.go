@@ -104,6 +104,10 @@ type Options struct {
 	Logs func(name string) *logbuf.Buffer
 	// Reload, if set, serves POST /api/reload.
 	Reload ReloadFunc
+	// Containment is the containment layers of the process runtime that
+	// runs the stdio servers' processes (proc.Runtime.Report), on and
+	// off, for GET /api/servers/{name}; nil: not known, not shown.
+	Containment []proc.Layer
 }
 
 // Handler serves /api/servers, /api/events and /metrics.

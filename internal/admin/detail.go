@@ -47,7 +47,22 @@ type Detail struct {
 	// Stderr is the last lines the server wrote to stderr (kept across
 	// its restarts; secrets redacted).
 	Stderr []logbuf.Entry `json:"stderr,omitempty"`
+	// Containment lists, for a stdio server, the containment layers its
+	// processes run under (proc.Runtime.Report): the active ones with what
+	// each does, the others with why they are off. Empty for an http
+	// server, which NoLocalProcess then explains.
+	Containment []proc.Layer `json:"containment"`
+	// NoLocalProcess, set for an http server, says why it has no
+	// containment: mcpvisor runs no process of it.
+	NoLocalProcess string `json:"noLocalProcess,omitempty"`
+	// Instances are the server's instances: the shared one first, then,
+	// for a per-session server, one per client session, labelled by a
+	// fingerprint of its session id (fleet.SessionLabel), never the id.
+	Instances []fleet.InstanceStatus `json:"instances"`
 }
+
+// noLocalProcess is Detail.NoLocalProcess of an http server.
+const noLocalProcess = "no local process to contain: an http server runs elsewhere"
 
 // detailStderr is how many stderr lines the detail carries.
 const detailStderr = 10
@@ -106,6 +121,14 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Era:         s.Era(),
 		ServerInfo:  s.ServerInfo(),
 		Lists:       map[string]int{},
+		Containment: []proc.Layer{},
+		Instances:   s.Instances(),
+	}
+	switch {
+	case cfg.Kind != config.KindStdio:
+		d.NoLocalProcess = noLocalProcess
+	case h.opts.Containment != nil:
+		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	d.MemoryBytes = treeMemory(s)
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {

@@ -1,15 +1,22 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 func getJSON(t *testing.T, url string, status int, v any) string {
@@ -82,5 +89,107 @@ func TestServerDetail(t *testing.T) {
 	}
 	if st := f.Get("a").Status(); st.Spawns != 0 || st.State != "new" {
 		t.Errorf("asking for the tools started the server: %+v", st)
+	}
+}
+
+// liveSession is a connection that stays up until closed.
+type liveSession struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *liveSession) Wait() error { <-l.done; return nil }
+func (l *liveSession) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+func (l *liveSession) Alive() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+		return true
+	}
+}
+func (l *liveSession) Done() <-chan struct{} { return l.done }
+
+type liveConnector struct {
+	onConnect func(context.Context, fleet.Live)
+}
+
+func (c liveConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	l := &liveSession{done: make(chan struct{})}
+	c.onConnect(ctx, l)
+	return l, nil
+}
+
+// A stdio server's detail lists the containment layers its processes run
+// under, as the API was given them, and its instances: a per-session
+// server's shared one and one per client session, labelled by a
+// fingerprint that never shows the session id. An http server's detail
+// has no layers and says it has no local process.
+func TestServerDetailContainmentAndInstances(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"mcpServers":{
+		"p":{"command":"p","sharing":"per-session","idleTimeout":"0"},
+		"r":{"url":"https://example.com/mcp"}}}`), "t.json", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fleet.New(cfg, fleet.Options{
+		Logger: slog.New(slog.DiscardHandler),
+		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, fleet.Live)) lifecycle.Connector {
+			return liveConnector{onConnect}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	sessions := []string{"", "0d9e6c1f-first-session-credential", "7a41b2e8-second-session-credential"}
+	for _, id := range sessions {
+		l, err := f.Get("p").Acquire(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+	}
+	layers := []proc.Layer{
+		{Name: proc.LayerProcessGroup, Active: true, Detail: "each server leads its own process group"},
+		{Name: proc.LayerPIDNamespace, Active: false, Detail: "unprivileged user namespaces are disabled"},
+	}
+	srv := httptest.NewServer(New(f, nil, Options{Containment: layers}))
+	defer srv.Close()
+
+	var d Detail
+	body := getJSON(t, srv.URL+"/api/servers/p", http.StatusOK, &d)
+	if !reflect.DeepEqual(d.Containment, layers) || d.NoLocalProcess != "" {
+		t.Errorf("containment of a stdio server: %+v, %q; want %+v", d.Containment, d.NoLocalProcess, layers)
+	}
+	for _, id := range sessions[1:] {
+		if strings.Contains(body, id) {
+			t.Errorf("detail shows session id %s: %s", id, body)
+		}
+	}
+	if len(d.Instances) != 3 || !d.Instances[0].Shared || d.Instances[0].State != "running" {
+		t.Fatalf("instances: %+v, want the shared one and two sessions'", d.Instances)
+	}
+	labels := map[string]bool{}
+	for _, in := range d.Instances[1:] {
+		if in.Shared || in.State != "running" || in.Spawns != 1 {
+			t.Errorf("session instance: %+v", in)
+		}
+		labels[in.Session] = true
+	}
+	if len(labels) != 2 || !labels[fleet.SessionLabel(sessions[1])] || !labels[fleet.SessionLabel(sessions[2])] {
+		t.Errorf("session labels %v, want %s and %s", labels, fleet.SessionLabel(sessions[1]), fleet.SessionLabel(sessions[2]))
+	}
+
+	body = getJSON(t, srv.URL+"/api/servers/r", http.StatusOK, &d)
+	if d.Containment == nil || len(d.Containment) != 0 || !strings.Contains(body, `"containment": []`) ||
+		!strings.Contains(d.NoLocalProcess, "no local process") {
+		t.Errorf("containment of an http server: %s", body)
+	}
+	if len(d.Instances) != 1 || !d.Instances[0].Shared || d.Instances[0].PID != 0 {
+		t.Errorf("instances of an http server: %+v", d.Instances)
 	}
 }
