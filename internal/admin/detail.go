@@ -56,8 +56,8 @@ type Detail struct {
 	// containment: mcpvisor runs no process of it.
 	NoLocalProcess string `json:"noLocalProcess,omitempty"`
 	// Instances are the server's instances: the shared one first, then,
-	// for a per-session server, one per client session, labelled by a
-	// fingerprint of its session id (fleet.SessionLabel), never the id.
+	// for a per-session server, one per client session (by the session
+	// key events and logs use).
 	Instances []fleet.InstanceStatus `json:"instances"`
 }
 

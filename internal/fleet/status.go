@@ -2,8 +2,6 @@ package fleet
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"time"
 
@@ -100,9 +98,9 @@ func (in *instance) status() Status {
 type InstanceStatus struct {
 	// Shared is set for the shared instance.
 	Shared bool `json:"shared"`
-	// Session labels a per-session instance's client session: a short
-	// fingerprint of its id (SessionLabel), never the id itself, which is
-	// a bearer credential. "" for the shared instance.
+	// Session is the per-session instance's client session, by the key
+	// events and logs name it with (the gateway's own, "s12": never the
+	// client's Mcp-Session-Id). "" for the shared instance.
 	Session      string    `json:"session,omitempty"`
 	State        string    `json:"state"` // as in Status, the operator's stop aside
 	PID          int       `json:"pid,omitempty"`
@@ -114,16 +112,8 @@ type InstanceStatus struct {
 	LastError    string    `json:"lastError,omitempty"` // secrets redacted
 }
 
-// SessionLabel is the label a client session's instance is shown under:
-// the first 8 hex digits of the SHA-256 of its id — stable, and no use
-// to anyone who reads it, where the id is the session's credential.
-func SessionLabel(session string) string {
-	sum := sha256.Sum256([]byte(session))
-	return hex.EncodeToString(sum[:4])
-}
-
 // Instances lists the server's instances: the shared one first, then
-// those it runs for client sessions, by label. A per-session instance whose
+// those it runs for client sessions, by session. A per-session instance whose
 // session ended and that is still stopping is no longer listed.
 func (s *Server) Instances() []InstanceStatus {
 	ins := s.instances() // s.mu is released before any in.mu is taken
@@ -143,7 +133,7 @@ func (s *Server) Instances() []InstanceStatus {
 			LastError:    cfg.RedactText(st.LastError),
 		}
 		if !is.Shared {
-			is.Session = SessionLabel(in.key)
+			is.Session = in.key
 		}
 		out = append(out, is)
 	}
