@@ -197,7 +197,11 @@ func printReload(w io.Writer, rep reloadReport, all bool) {
 			continue
 		}
 		drained := ""
-		if d := s.Drained; d != nil {
+		switch d := s.Drained; {
+		case d == nil:
+		case d.Pending:
+			drained = "draining" // the caller stopped waiting; the drain goes on
+		default:
 			drained = fmt.Sprintf("%d stopped", d.Stopped)
 			if d.Cut > 0 {
 				drained += fmt.Sprintf(", %d cut", d.Cut)
