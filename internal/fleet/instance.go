@@ -338,8 +338,13 @@ func (in *instance) isRetired() bool {
 // given on it any more (acquire returns errRetired, and its caller asks the
 // server for the instance now in service), a start in progress is not kept
 // (as for a close), and its idle timer stops; the calls it holds go on.
-// The channel returned is closed once they are all released.
+// The channel returned is closed once they are all released. Its process,
+// should it exit meanwhile, is not started again by the restart policy:
+// nothing would use it.
 func (in *instance) retire() <-chan struct{} {
+	pol := in.policy(in.srv.Config())
+	pol.Restart = lifecycle.RestartNever
+	in.sup.SetPolicy(pol)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.phase = phaseRetired

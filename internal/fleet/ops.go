@@ -206,7 +206,7 @@ func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 	var wg sync.WaitGroup
 	for _, key := range keys {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, StartWait(s.Config().InitTimeout))
+			ctx, cancel := WithTimeout(ctx, StartWait(s.Config().InitTimeout))
 			defer cancel()
 			l, err := s.Acquire(ctx, key)
 			if err != nil {
@@ -278,8 +278,8 @@ func (s *Server) Start(ctx context.Context) error {
 		s.opMu.Unlock()
 		return err
 	}
+	s.revive() // first: served again, a request finds a startable instance
 	s.setRefusal(nil)
-	s.revive()
 	s.opMu.Unlock()
 	return s.startNow(ctx)
 }
@@ -310,8 +310,8 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 		s.opMu.Unlock()
 		return Drained{}, err
 	}
+	s.revive() // first: served again, a request finds a startable instance
 	s.setRefusal(nil)
-	s.revive()
 	old := s.takeOut("restarted by the operator")
 	s.opMu.Unlock()
 	d, err := awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {

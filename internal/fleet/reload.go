@@ -214,7 +214,8 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
 				f.listsChanged(s, k) // the prefix or filter changed with the launch
 			}
-			drains[i] = s.drainAsync(w.old, func(ctx context.Context, _ Drained) {
+			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
+				f.emitDrained(s, "reloaded with a new launch", d)
 				if s.refused() != nil || ctx.Err() != nil {
 					return // stopped by the operator meanwhile: it stays stopped
 				}
@@ -230,8 +231,9 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			if k := nonEmptyKinds(s); len(k) > 0 {
 				f.listsChanged(s, k)
 			}
-			drains[i] = s.drainAsync(w.old, func(ctx context.Context, _ Drained) {
+			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
 				close(gone[s.Name()])
+				f.emitDrained(s, "removed from the configuration", d)
 				if f.opts.Logs == nil || f.lockReload(ctx) != nil {
 					return
 				}
@@ -250,6 +252,14 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 	}
 	f.pruneStore()
 	return res, drains
+}
+
+// emitDrained reports how a reload's drain of s went, when it ended —
+// after the reload's caller may have stopped waiting (Drained.Pending).
+func (f *Fleet) emitDrained(s *Server, reason string, d Drained) {
+	det := d.details()
+	det["reason"] = reason
+	f.emit(Event{Server: s.Name(), Type: "reload-drained", Details: det})
 }
 
 // updateInPlace makes the server's instances follow its new settings (the

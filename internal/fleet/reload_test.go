@@ -17,9 +17,23 @@ import (
 // connects of each launch (by command), so a test sees which launch a
 // start used.
 type launchFleet struct {
-	f  *Fleet
-	mu sync.Mutex
-	by map[string]int // connects by command
+	f      *Fleet
+	mu     sync.Mutex
+	by     map[string]int // connects by command
+	events []Event
+}
+
+// eventsOf lists the events of type typ so far.
+func (lf *launchFleet) eventsOf(typ string) []Event {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	var out []Event
+	for _, e := range lf.events {
+		if e.Type == typ {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func (lf *launchFleet) connects(command string) int {
@@ -64,6 +78,11 @@ func newLaunchFleet(t *testing.T, servers string) *launchFleet {
 		Logger: discardLogger(),
 		Connector: func(sc *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &launchConnector{lf: lf, command: sc.Command, onConnect: onConnect}
+		},
+		OnEvent: func(e Event) {
+			lf.mu.Lock()
+			lf.events = append(lf.events, e)
+			lf.mu.Unlock()
 		},
 	})
 	if err != nil {
@@ -504,10 +523,17 @@ func TestReloadDrainOutlivesTheCallersContext(t *testing.T) {
 		if !old.Alive() {
 			t.Fatal("the caller's deadline cut the drain: the old process was stopped under its call")
 		}
+		if n := len(lf.eventsOf("reload-drained")); n != 0 {
+			t.Fatalf("%d reload-drained events before the drain ended", n)
+		}
 		held.Release()
 		synctest.Wait()
 		if old.Alive() {
 			t.Fatal("the old process outlived its drain")
+		}
+		// Its caller gone, the drain's outcome is still reported.
+		if ev := lf.eventsOf("reload-drained"); len(ev) != 1 || ev[0].Server != "b" || ev[0].Details["instances"] != 1 {
+			t.Fatalf("reload-drained events %+v, want one for b", ev)
 		}
 	})
 }
@@ -630,8 +656,14 @@ func TestStopDoesNotWaitForARestartsDrain(t *testing.T) {
 // (no request needed to bring the updates back), and the shared instance
 // (which only learns the lists) neither gets them nor is kept awake by them.
 func TestRestartResumesSubscribedSessions(t *testing.T) {
+	for _, init := range []string{"", `,"initTimeout":"0"`} { // 0: no deadline
+		t.Run("init"+init, func(t *testing.T) { restartResumesSubscribedSessions(t, init) })
+	}
+}
+
+func restartResumesSubscribedSessions(t *testing.T, init string) {
 	synctest.Test(t, func(t *testing.T) {
-		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"}`)
+		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"`+init+`}`)
 		p := lf.f.Get("p")
 		a, err := p.Acquire(t.Context(), "A")
 		if err != nil {
@@ -708,5 +740,102 @@ func TestSubscriptionsStayWithTheirSession(t *testing.T) {
 			t.Fatalf("the shared instance would be told %v", uris)
 		}
 		held.Release()
+	})
+}
+
+// A process taken out of service (a removed server draining a call, or an
+// operator stop) that exits during its drain is not started again by its
+// restart policy: the server it served refuses every request.
+func TestRetiredInstanceIsNotRespawned(t *testing.T) {
+	for _, how := range []string{"removed", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0","restart":{"policy":"always","backoff":{"initial":"1s","max":"1s","jitter":0}}}`)
+				b := lf.f.Get("b")
+				held, err := b.Acquire(t.Context(), "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				old, _ := held.in.current().(*fakeLive)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					if how == "removed" {
+						_, _ = lf.f.Reload(context.Background(), parseCfg(t, ``), false, nil)
+					} else {
+						_, _ = b.Stop(context.Background())
+					}
+				}()
+				synctest.Wait() // draining: the call holds the old process
+				old.crash()
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				if n := lf.connects("b"); n != 1 {
+					t.Fatalf("%d connects of b: its draining process was restarted", n)
+				}
+				held.Release()
+				<-done
+			})
+		})
+	}
+}
+
+// Close ends a reload's drain at once: the removed server's process is
+// stopped, the reload returns, and the applied hook's Removed channel is
+// closed (what waits on it — the server's endpoint — is let go).
+func TestCloseEndsAReloadsDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0"}`)
+		held, err := lf.f.Get("b").Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		gone := make(chan (<-chan struct{}), 1)
+		reloaded := make(chan ReloadResult, 1)
+		go func() {
+			res, _ := lf.f.Reload(context.Background(), parseCfg(t, ``), false, func(a Applied) { gone <- a.Removed["b"] })
+			reloaded <- res
+		}()
+		synctest.Wait()
+		removed := <-gone
+		if err := lf.f.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case <-removed:
+		default:
+			t.Fatal("Close ended the drain but Applied.Removed is still open")
+		}
+		select {
+		case res := <-reloaded:
+			if d := res.Servers[0].Drained; d == nil || d.Cut != 1 {
+				t.Fatalf("drained = %+v, want the one instance cut", d)
+			}
+		default:
+			t.Fatal("the reload still waits for a drain Close ended")
+		}
+	})
+}
+
+// An operator stop that arrives once the fleet is closing does not wait
+// for the calls its instances hold: they are stopped at once.
+func TestStopDuringCloseDoesNotDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0"}`)
+		b := lf.f.Get("b")
+		held, err := b.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		old := held.in.current()
+		lf.f.stopBackground() // Close's first step: nothing is spawned any more
+		t0 := time.Now()
+		d, err := b.Stop(context.Background())
+		if err != nil || time.Since(t0) > time.Second || d.Cut != 1 || old.Alive() {
+			t.Fatalf("stop on a closing fleet: %+v, %v after %v; old alive %v", d, err, time.Since(t0), old.Alive())
+		}
 	})
 }
