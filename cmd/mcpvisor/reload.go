@@ -46,12 +46,15 @@ type reloader struct {
 	learn   bool
 	applied func(*config.Config, fleet.Applied)
 
-	mu   sync.Mutex
+	// turn (one slot) is held from reading the file until the fleet has
+	// applied it — not while servers drain — and taken within the
+	// caller's context; it guards last.
+	turn chan struct{}
 	last [sha256.Size]byte // the content last read, accepted or not
 }
 
 func newReloader(a *app, file string, learn bool, applied func(*config.Config, fleet.Applied)) *reloader {
-	return &reloader{a: a, file: file, learn: learn, applied: applied, last: a.cfgSum}
+	return &reloader{a: a, file: file, learn: learn, applied: applied, last: a.cfgSum, turn: make(chan struct{}, 1)}
 }
 
 // reload reads the file and applies it; ctx bounds the wait for the
@@ -60,9 +63,17 @@ func newReloader(a *app, file string, learn bool, applied func(*config.Config, f
 // watched directory changes for many reasons) or that cannot be read (a
 // swap under way: the next event reads it whole).
 func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) reloadReport {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	rep := reloadReport{Trigger: trigger}
+	select {
+	case r.turn <- struct{}{}:
+	case <-ctx.Done():
+		rep.Error = "nothing reloaded: another reload was being applied until the deadline: " + context.Cause(ctx).Error()
+		r.a.log.Warn("config reload not applied", "trigger", trigger, "error", rep.Error)
+		return rep
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { <-r.turn }) }
+	defer release()
 	data, err := config.ReadFile(r.file)
 	if err != nil {
 		if !onlyIfChanged {
@@ -91,14 +102,19 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return rep
 	}
 	rep.Warnings = cfg.Warnings
-	var hook func(fleet.Applied)
-	if r.applied != nil {
-		hook = func(ap fleet.Applied) { r.applied(cfg, ap) }
+	// Once applied, the next reload may begin: it need not wait for this
+	// one's drains.
+	hook := func(ap fleet.Applied) {
+		if r.applied != nil {
+			r.applied(cfg, ap)
+		}
+		release()
 	}
 	res, err := r.a.fleet.Reload(ctx, cfg, r.learn, hook)
 	if errors.Is(err, fleet.ErrNotReloaded) {
-		// Not applied: mcpvisor is closing, or the caller gave up
-		// before its turn. The next reload reads the file again.
+		// Not applied (the turn is still held here): mcpvisor is
+		// closing, or the caller gave up before the fleet's turn. The
+		// next reload reads the file again.
 		r.last = [sha256.Size]byte{}
 		rep.Error = err.Error()
 		return rep

@@ -568,3 +568,52 @@ func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A reload waits for another only until that one is applied, not through
+// its drains: while a SIGHUP reload drains a removed server's long call,
+// an API reload with a short --timeout is applied and answers in time.
+func TestReloadDoesNotWaitForAnotherReloadsDrains(t *testing.T) {
+	fixture := testserver.Build(t)
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 2, nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServeFile(t, cfg, "", "--no-watch")
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	waitRunning(t, base, "s00", "s01")
+	B := countingSession(t, base+"/servers/s01/mcp")
+	called := make(chan error, 1)
+	go func() {
+		_, err := B.sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 8000}})
+		called <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the call is under way
+	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 1, nil)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, ok := servers(t, base)["s01"]; !ok {
+			break // applied; s01 drains its call
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the SIGHUP reload was not applied")
+		}
+	}
+	t0 := time.Now()
+	code, out, stderr := runBin(t, "reload", "--addr", addr, "--json", "--timeout", "2s")
+	took := time.Since(t0)
+	var rep reloadReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.Applied {
+		t.Fatalf("reload during another's drain: exit %d after %v, %q %s", code, took, out, stderr)
+	}
+	if took > 4*time.Second {
+		t.Fatalf("the reload took %v behind another's drain", took)
+	}
+	if err := <-called; err != nil {
+		t.Fatalf("the drained call failed: %v", err)
+	}
+}
