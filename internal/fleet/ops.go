@@ -303,7 +303,9 @@ func (s *Server) startNow(ctx context.Context) error {
 // per-session instances of sessions subscribed to its resources, and waits
 // for them to be ready, within ctx. Requests arriving meanwhile are not
 // refused: they go to the new instances (started at once by the first of
-// them, while the old ones drain). A stopped server is started.
+// them, while the old ones drain) — for a per-session server at its
+// maxInstances, once a draining instance has stopped and freed its place,
+// as after a session's end. A stopped server is started.
 func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	s.opMu.Lock()
 	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
