@@ -111,7 +111,11 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				Containment: a.rt.Report().Layers,
 				Logs: func(name string) *logbuf.Buffer {
 					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {
-						return a.logs.Get(name)
+						// Lookup, never Get: a reload that removed the
+						// server meanwhile closed its buffer, and a new
+						// one made here would never be written to or
+						// closed (its followers never told the end).
+						return a.logs.Lookup(name)
 					}
 					return nil
 				},

@@ -94,11 +94,16 @@ func (s *Server) stderrMark() uint64 {
 	return 0
 }
 
+// stderrBuf is the buffer the server's stderr lines are kept in, or nil:
+// none are kept, or the server has none (an http server, or one a reload
+// removed, whose buffer is closed). Lookup, never Get: a draining
+// instance of a removed server must not bring back an open buffer that
+// nothing would ever close.
 func (s *Server) stderrBuf() *logbuf.Buffer {
 	if s.f.opts.Logs == nil {
 		return nil
 	}
-	return s.f.opts.Logs.Get(s.Name())
+	return s.f.opts.Logs.Lookup(s.Name())
 }
 
 // stderrSince is the last lines session's processes of the server wrote

@@ -301,7 +301,9 @@ type Registry struct {
 // NewRegistry returns a Registry whose buffers are bounded by opts.
 func NewRegistry(opts Options) *Registry { return &Registry{opts: opts} }
 
-// Get returns the buffer of the server name, made empty on first use.
+// Get returns the buffer of the server name, made empty on first use: the
+// writer's side (the fleet, as it builds a process's launch). A reader
+// uses Lookup.
 func (r *Registry) Get(name string) *Buffer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -314,6 +316,18 @@ func (r *Registry) Get(name string) *Buffer {
 		r.bufs[name] = b
 	}
 	return b
+}
+
+// Lookup returns the buffer of the server name, or nil when it has none
+// (its server never had a process to keep lines of, or was removed). It
+// never makes one: a reader uses it, so that it cannot bring back, open and
+// empty, the buffer of a server a reload has just removed — nobody would
+// write to it or close it, and its followers would never be told that the
+// server is gone. The writer's side uses Get.
+func (r *Registry) Lookup(name string) *Buffer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bufs[name]
 }
 
 // Remove forgets the buffer of the server name (one no longer
