@@ -45,7 +45,8 @@ type Detail struct {
 	// lines, oldest first.
 	History []fleet.Exit `json:"history,omitempty"`
 	// Stderr is the last lines the server wrote to stderr (kept across
-	// its restarts; secrets redacted).
+	// its restarts; secrets redacted as each was captured, with the
+	// config of the launch that wrote it).
 	Stderr []logbuf.Entry `json:"stderr,omitempty"`
 	// Containment lists, for a stdio server, the containment layers its
 	// processes run under (proc.Runtime.Report): the active ones with what
@@ -145,10 +146,10 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 	d.History = s.History()
 	if h.opts.Logs != nil {
 		if b := h.opts.Logs(s.Name()); b != nil {
+			// As kept: the fleet redacted each line as it was
+			// captured, with its launch's config (not cfg, which a
+			// reload may have changed since).
 			d.Stderr = b.Tail(detailStderr).Entries
-			for i := range d.Stderr {
-				d.Stderr[i].Line = cfg.RedactText(d.Stderr[i].Line)
-			}
 		}
 	}
 	h.writeJSON(w, d)

@@ -18,7 +18,9 @@ import (
 // Logs is the body of GET /api/servers/{name}/logs.
 type Logs struct {
 	Server string `json:"server"`
-	// Lines are the kept stderr lines asked for, oldest first.
+	// Lines are the kept stderr lines asked for, oldest first, as kept:
+	// the fleet redacted each as it was captured, with the config of the
+	// launch that wrote it (a reload may have changed the one in force).
 	Lines []logbuf.Entry `json:"lines"`
 	// Dropped counts the lines the request reached that are no longer
 	// kept, all older than the first listed (logbuf.Page.Dropped: with
@@ -73,7 +75,8 @@ func readLogs(buf *logbuf.Buffer, q url.Values, now time.Time) (logbuf.Page, err
 
 // logs serves GET /api/servers/{name}/logs: the server's kept stderr
 // lines as JSON (Logs), or, with ?follow or Accept: text/event-stream, as
-// Server-Sent Events, then every new one as it is written. Each line is an
+// Server-Sent Events, then every new one as it is written; both serve the
+// lines as kept (Logs.Lines: redacted when captured). Each line is an
 // SSE message whose data is the logbuf.Entry and whose id is
 // "EPOCH-SEQ" (the buffer's epoch and the line's seq); lines a follower
 // missed because the buffer discarded them are counted in an

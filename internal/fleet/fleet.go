@@ -261,7 +261,14 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		if h, ok := hooks.(instHooks); ok {
 			session = h.in.key
 		}
-		onStderr = func(pid int, line string) { buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session}) }
+		// Redacted once, here, with sc — the config of the launch whose
+		// process writes the line — and kept so: whoever reads the buffer
+		// (the logs, inspect, a failed start's stderr, the history) serves
+		// it as it is. The config in force when it is read may be a later
+		// launch's, which no longer names this one's secrets.
+		onStderr = func(pid int, line string) {
+			buf.Add(logbuf.Entry{Line: sc.RedactText(line), PID: pid, Session: session})
+		}
 	}
 	return &backend.StdioConnector{
 		ExtraEnv: extra,

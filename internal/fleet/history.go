@@ -107,7 +107,9 @@ func (s *Server) stderrBuf() *logbuf.Buffer {
 }
 
 // stderrSince is the last lines session's processes of the server wrote
-// to stderr after mark, redacted.
+// to stderr after mark, as kept: redacted when they were captured, each
+// with the config of the launch that wrote it (Fleet.stdioConnector), not
+// with the config in force now, which a reload may have changed since.
 func (s *Server) stderrSince(mark uint64, session string) []string {
 	b := s.stderrBuf()
 	if b == nil {
@@ -119,9 +121,11 @@ func (s *Server) stderrSince(mark uint64, session string) []string {
 			out = append(out, e.Line)
 		}
 	}
-	return s.redactLines(out[max(0, len(out)-stderrLines):])
+	return out[max(0, len(out)-stderrLines):]
 }
 
+// redactLines redacts lines that do not come from the kept stderr (a
+// process's exit quoting the proc layer's ring) with the config in force.
 func (s *Server) redactLines(lines []string) []string {
 	cfg := s.Config()
 	for i, l := range lines {

@@ -1,0 +1,93 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// redactFleet is a fleet of stdio servers (nothing is started) that keeps
+// their stderr in the registry it returns.
+func redactFleet(t *testing.T, servers string) (*Fleet, *logbuf.Registry) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`{"mcpServers":{`+servers+`}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := logbuf.NewRegistry(logbuf.Options{})
+	f, err := New(cfg, Options{Logger: discardLogger(), Logs: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	return f, reg
+}
+
+// withEnv is sc with its environment replaced by env: the config a reload
+// that rotates a secret puts in force (a launch change).
+func withEnv(sc *config.Server, env map[string]string) *config.Server {
+	c := *sc
+	c.Env = env
+	return &c
+}
+
+// stderrCapture is what the stdio connector of a launch gives every line
+// its process writes to stderr.
+func stderrCapture(t *testing.T, c lifecycle.Connector) func(int, string) {
+	t.Helper()
+	sc, ok := c.(*backend.StdioConnector)
+	if !ok || sc.Spec.OnStderr == nil {
+		t.Fatalf("the stdio connector is a %T that captures no stderr", c)
+	}
+	return sc.Spec.OnStderr
+}
+
+// A line is redacted once, as it is captured, with the config of the
+// launch whose process wrote it: after a reload rotates the secret, the
+// old launch's lines — kept, or written by its process while it drains —
+// still hide the old secret, which the config now in force no longer
+// names, wherever the kept lines go (the logs, a failed start's stderr
+// and the history).
+func TestStderrIsRedactedWithItsLaunchsConfig(t *testing.T) {
+	f, reg := redactFleet(t, `"s":{"command":"s","env":{"TOKEN":"old-token-value"}}`)
+	s := f.Get("s")
+	old := s.Config()
+	oldLaunch := stderrCapture(t, f.connector(old, instHooks{s.sharedIn()}, nil))
+
+	oldLaunch(41, "kept: auth with old-token-value")
+	s.cfg.Store(withEnv(old, map[string]string{"TOKEN": "new-token-value"}))
+	newLaunch := stderrCapture(t, f.connector(s.Config(), instHooks{s.sharedIn()}, nil))
+	oldLaunch(41, "draining: auth with old-token-value")
+	newLaunch(42, "auth with new-token-value")
+
+	buf := reg.Lookup("s")
+	if buf == nil {
+		t.Fatal("no buffer for s")
+	}
+	var got []string
+	for _, e := range buf.Tail(10).Entries {
+		got = append(got, fmt.Sprintf("%d %s", e.PID, e.Line))
+	}
+	want := []string{"41 kept: auth with [redacted]", "41 draining: auth with [redacted]", "42 auth with [redacted]"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("kept lines:\n%q\nwant\n%q", got, want)
+	}
+
+	if lines := s.stderrSince(0, ""); fmt.Sprint(lines) != fmt.Sprint([]string{"kept: auth with [redacted]", "draining: auth with [redacted]", "auth with [redacted]"}) {
+		t.Fatalf("stderrSince: %q", lines)
+	}
+	se := s.sharedIn().startFailure(errors.New("handshake failed"), 0)
+	if strings.Contains(se.Error(), "token-value") || len(se.Stderr) != 3 {
+		t.Fatalf("start error: %q, stderr %q", se.Error(), se.Stderr)
+	}
+	if h := s.History(); len(h) != 1 || strings.Contains(fmt.Sprint(h[0].Stderr), "token-value") {
+		t.Fatalf("history: %+v", h)
+	}
+}
