@@ -125,7 +125,9 @@ func (s *Server) stderrSince(mark uint64, session string) []string {
 }
 
 // redactLines redacts lines that do not come from the kept stderr (a
-// process's exit quoting the proc layer's ring) with the config in force.
+// process's exit quoting the proc layer's ring) with the config in force:
+// a stdio launch's connector has redacted them with its own already
+// (redactLaunch), this is for whatever else gives the fleet its errors.
 func (s *Server) redactLines(lines []string) []string {
 	cfg := s.Config()
 	for i, l := range lines {
