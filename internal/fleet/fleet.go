@@ -261,16 +261,14 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		if h, ok := hooks.(instHooks); ok {
 			session = h.in.key
 		}
-		// Redacted once, here, with sc — the config of the launch whose
-		// process writes the line — and kept so: whoever reads the buffer
-		// (the logs, inspect, a failed start's stderr, the history) serves
-		// it as it is. The config in force when it is read may be a later
-		// launch's, which no longer names this one's secrets.
+		// The lines come redacted (Spec.Redact below) and are kept so:
+		// whoever reads the buffer (the logs, inspect, a failed start's
+		// stderr, the history) serves them as they are.
 		onStderr = func(pid int, line string) {
-			buf.Add(logbuf.Entry{Line: sc.RedactText(line), PID: pid, Session: session})
+			buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session})
 		}
 	}
-	return redactLaunch(&backend.StdioConnector{
+	return &backend.StdioConnector{
 		ExtraEnv: extra,
 		Name:     sc.Name,
 		Runtime:  f.opts.Runtime,
@@ -281,115 +279,19 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),
 			OnStderr:  onStderr,
+			// Redacted once, as the process writes them, with sc — the
+			// config of this launch: the config in force when a line is
+			// read may be a later launch's, which no longer names this
+			// one's secrets. The proc layer's ring, which the launch's
+			// errors quote (an exit, a failed handshake), keeps them so
+			// too.
+			Redact: sc.RedactText,
 		},
 		Hooks:     hooks,
 		Logger:    f.log,
 		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
-	}, sc)
-}
-
-// redactLaunch wraps c, the connector of a stdio launch, so that the
-// errors it gives the fleet are redacted with sc, the launch's config (see
-// config.Server.RedactText). The proc layer keeps a stderr ring of its own,
-// apart from the fleet's buffer, and quotes its tail in the errors of the
-// launch — a process's exit (backend.ExitError.Stderr), a handshake its
-// end failed — which the lifecycle hands to the instance's callbacks: the
-// events, the status's last error and the history take them up. They
-// redact again with the config in force then, which after a reload that
-// rotated a secret is a later launch's: only sc hides this launch's.
-func redactLaunch(c lifecycle.Connector, sc *config.Server) lifecycle.Connector {
-	return &redactingConnector{Connector: c, redact: sc.RedactText}
-}
-
-// redactingConnector is a launch's connector whose errors, and its
-// sessions' ends, are redacted (redactLaunch).
-type redactingConnector struct {
-	lifecycle.Connector
-	redact func(string) string
-}
-
-func (c *redactingConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
-	sess, err := c.Connector.Connect(ctx)
-	if err != nil || sess == nil {
-		return sess, redactErr(err, c.redact)
 	}
-	return redactingSession{Session: sess, redact: c.redact}, nil
-}
-
-// SetEraHint passes the hint on (Server.newInstance gives it).
-func (c *redactingConnector) SetEraHint(hint func() string) {
-	if h, ok := c.Connector.(interface{ SetEraHint(func() string) }); ok {
-		h.SetEraHint(hint)
-	}
-}
-
-// redactingSession is a session whose end is redacted.
-type redactingSession struct {
-	lifecycle.Session
-	redact func(string) string
-}
-
-func (s redactingSession) Wait() error { return redactErr(s.Session.Wait(), s.redact) }
-
-// CloseContext keeps a bounded close bounded (lifecycle.ContextCloser).
-func (s redactingSession) CloseContext(ctx context.Context) error {
-	if cc, ok := s.Session.(lifecycle.ContextCloser); ok {
-		return cc.CloseContext(ctx)
-	}
-	return s.Session.Close()
-}
-
-// redactErr is err redacted by redact: a process's exit stays an
-// *backend.ExitError (a copy, its Stderr redacted); any other error whose
-// text, or whose exit, hides something is wrapped by a redactedError; an
-// error with nothing to hide is err itself.
-func redactErr(err error, redact func(string) string) error {
-	if err == nil {
-		return nil
-	}
-	if ee, ok := err.(*backend.ExitError); ok {
-		return redactExit(ee, redact)
-	}
-	text := redact(err.Error())
-	var ee *backend.ExitError
-	if text == err.Error() && (!errors.As(err, &ee) || redact(ee.Stderr) == ee.Stderr) {
-		return err
-	}
-	return &redactedError{err: err, text: text, redact: redact}
-}
-
-// redactExit is a copy of ee with its Stderr redacted.
-func redactExit(ee *backend.ExitError, redact func(string) string) *backend.ExitError {
-	c := *ee
-	c.Stderr = redact(c.Stderr)
-	return &c
-}
-
-// redactedError is an error with its text redacted. It wraps the error,
-// so that errors.Is finds its classes (lifecycle.ErrServerCrashed...),
-// and errors.As finds its exit redacted too.
-type redactedError struct {
-	err    error
-	text   string
-	redact func(string) string
-}
-
-func (e *redactedError) Error() string { return e.text }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// As gives the exit the error wraps, redacted.
-func (e *redactedError) As(target any) bool {
-	p, ok := target.(**backend.ExitError)
-	if !ok {
-		return false
-	}
-	var ee *backend.ExitError
-	if !errors.As(e.err, &ee) {
-		return false
-	}
-	*p = redactExit(ee, e.redact)
-	return true
 }
 
 // stopWait maps config's "0 means no wait" onto proc's negative value.

@@ -124,18 +124,6 @@ func (s *Server) stderrSince(mark uint64, session string) []string {
 	return out[max(0, len(out)-stderrLines):]
 }
 
-// redactLines redacts lines that do not come from the kept stderr (a
-// process's exit quoting the proc layer's ring) with the config in force:
-// a stdio launch's connector has redacted them with its own already
-// (redactLaunch), this is for whatever else gives the fleet its errors.
-func (s *Server) redactLines(lines []string) []string {
-	cfg := s.Config()
-	for i, l := range lines {
-		lines[i] = cfg.RedactText(l)
-	}
-	return lines
-}
-
 // startFailure makes the error of a failed start a StartError with its
 // stage and the stderr its process wrote since mark, and records it.
 func (in *instance) startFailure(err error, mark uint64) *StartError {
@@ -172,7 +160,7 @@ func (in *instance) servingExit(err error, pid int) Exit {
 	s := in.srv
 	e := Exit{Time: time.Now(), Session: in.key, PID: pid, Stage: StageServing, Error: s.Config().RedactText(err.Error())}
 	if ee := e.status(err); ee != nil && ee.Stderr != "" {
-		e.Stderr = s.redactLines(strings.Split(ee.Stderr, "\n"))
+		e.Stderr = strings.Split(ee.Stderr, "\n") // the proc layer's ring, redacted by it (proc.Spec.Redact)
 	}
 	s.recordExit(e)
 	return e

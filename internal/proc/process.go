@@ -199,9 +199,13 @@ func (p *Process) readStderr(r *os.File) {
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		p.stderr.Add(line)
+		kept := line
+		if p.spec.Redact != nil {
+			kept = p.spec.Redact(line)
+		}
+		p.stderr.Add(kept)
 		if p.spec.OnStderr != nil {
-			p.spec.OnStderr(p.pid, line)
+			p.spec.OnStderr(p.pid, kept)
 		}
 		p.log.Debug("stderr", "line", line)
 	}

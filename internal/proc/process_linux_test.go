@@ -473,6 +473,38 @@ func TestStderrHook(t *testing.T) {
 	}
 }
 
+// Spec.Redact rewrites each stderr line before the ring and the hook take
+// it: neither the lines kept nor what quotes the ring (an exit's error)
+// carries the secret.
+func TestStderrRedact(t *testing.T) {
+	rt := openRuntime(t, Options{})
+	spec := fixtureSpec(t, testserver.NewMarker(t), "FIXTURE_STDERR_LINES=3")
+	spec.Redact = func(line string) string { return strings.ReplaceAll(line, "line 2", "[redacted]") }
+	var mu sync.Mutex
+	var hooked []string
+	spec.OnStderr = func(_ int, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		hooked = append(hooked, line)
+	}
+	p, err := rt.Spawn(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newClient(p).initialize(t)
+	if err := p.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	ring := p.Stderr().Lines()
+	for _, lines := range [][]string{ring, hooked} {
+		if len(lines) < 3 || lines[0] != "stderr line 1" || lines[1] != "stderr [redacted]" || lines[2] != "stderr line 3" {
+			t.Fatalf("ring %q, hook %q: want line 2 redacted in both", ring, hooked)
+		}
+	}
+}
+
 func TestSpawnErrors(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

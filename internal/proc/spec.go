@@ -51,6 +51,12 @@ type Spec struct {
 	// server's stderr: it must return quickly and never block, or the
 	// server blocks once its stderr pipe fills.
 	OnStderr func(pid int, line string)
+	// Redact, if set, rewrites every stderr line before the ring and
+	// OnStderr take it — the server's secrets hidden (config.Server's
+	// RedactText) — so that neither the lines kept nor the errors that
+	// quote the ring (an exit, a failed handshake) carry them. The debug
+	// log gets the line as written.
+	Redact func(line string) string
 
 	// Logger receives stderr lines (at debug level) and lifecycle records,
 	// tagged with server=Name. Nil means slog.Default().
