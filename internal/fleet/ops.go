@@ -274,14 +274,25 @@ func (s *Server) Stop(ctx context.Context) (Drained, error) {
 // or ctx ended. Starting a running server changes nothing.
 func (s *Server) Start(ctx context.Context) error {
 	s.opMu.Lock()
-	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
-		s.opMu.Unlock()
+	err := s.unstopLocked()
+	s.opMu.Unlock()
+	if err != nil {
 		return err
 	}
-	s.revive() // first: served again, a request finds a startable instance
-	s.setRefusal(nil)
-	s.opMu.Unlock()
 	return s.startNow(ctx)
+}
+
+// unstopLocked serves the server again if the operator stopped it — a
+// startable shared instance in place first, so that a request arriving
+// as the refusal is lifted finds one — and says why not if a reload
+// removed it. opMu is held.
+func (s *Server) unstopLocked() error {
+	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+		return err
+	}
+	s.revive()
+	s.setRefusal(nil)
+	return nil
 }
 
 // startNow starts the shared instance if it is not running, and waits
@@ -308,12 +319,10 @@ func (s *Server) startNow(ctx context.Context) error {
 // as after a session's end. A stopped server is started.
 func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	s.opMu.Lock()
-	if err := s.refused(); err != nil && !errors.Is(err, ErrStopped) {
+	if err := s.unstopLocked(); err != nil {
 		s.opMu.Unlock()
 		return Drained{}, err
 	}
-	s.revive() // first: served again, a request finds a startable instance
-	s.setRefusal(nil)
 	old := s.takeOut("restarted by the operator")
 	s.opMu.Unlock()
 	d, err := awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {

@@ -184,17 +184,15 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 	}
 	f.set.Store(newServerSet(list))
 	f.cfg = cfg
-	gone := map[string]chan struct{}{}
+	gone := map[string]chan struct{}{} // closed by each removed server's drain
+	a := Applied{Removed: map[string]<-chan struct{}{}}
 	for _, w := range todo {
 		if w.action == config.ActionRemoved {
 			gone[w.s.Name()] = make(chan struct{})
+			a.Removed[w.s.Name()] = gone[w.s.Name()]
 		}
 	}
 	if applied != nil {
-		a := Applied{Removed: map[string]<-chan struct{}{}}
-		for name, ch := range gone {
-			a.Removed[name] = ch
-		}
 		applied(a)
 	}
 
@@ -217,7 +215,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
 				f.emitDrained(s, "reloaded with a new launch", d)
 				if s.refused() != nil || ctx.Err() != nil {
-					return // stopped by the operator meanwhile: it stays stopped
+					return // stopped by the operator meanwhile (it stays stopped), or the fleet is closing
 				}
 				var wg sync.WaitGroup
 				wg.Go(func() { f.relearn(ctx, s, learn) })

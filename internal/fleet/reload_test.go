@@ -346,77 +346,60 @@ func TestOperatorRestart(t *testing.T) {
 }
 
 // A session waiting for a place under maxInstances when a reload removes
-// the server must be refused, not given a fresh process the fleet no
-// longer knows about.
-func TestRemovedServerRefusesAWaitingSession(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","maxInstances":1,"idleTimeout":"0"}`)
-		p := lf.f.Get("p")
-		a, err := p.Acquire(t.Context(), "A")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Release()
-		stop := lf.f.DetachSession("A") // A's instance now counts as stopping
-		type res struct {
-			l   *Lease
-			err error
-		}
-		got := make(chan res, 1)
-		go func() {
-			l, err := p.Acquire(context.Background(), "B")
-			got <- res{l, err}
-		}()
-		synctest.Wait() // B waits for a place
-		if _, err := lf.f.Reload(t.Context(), parseCfg(t, ``), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		stop(t.Context()) // A's instance is gone: B wakes
-		r := <-got
-		if r.err == nil {
-			t.Errorf("B got a lease on a removed server (connects of p: %d)", lf.connects("p"))
-			r.l.Release()
-			_ = lf.f.Close(context.Background())
-			if r.l.in.current() != nil {
-				t.Errorf("its process outlives Fleet.Close")
-			}
-		} else if !errors.Is(r.err, ErrRemoved) {
-			t.Errorf("err = %v, want ErrRemoved", r.err)
-		}
-		if n := lf.connects("p"); n != 1 {
-			t.Errorf("%d connects: a removed server was started", n)
-		}
-	})
-}
-
-// Operator Stop while a session waits for a place: the same.
-func TestStoppedServerRefusesAWaitingSession(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","maxInstances":1,"idleTimeout":"0"}`)
-		p := lf.f.Get("p")
-		a, _ := p.Acquire(t.Context(), "A")
-		a.Release()
-		stop := lf.f.DetachSession("A")
-		got := make(chan error, 1)
-		go func() {
-			l, err := p.Acquire(context.Background(), "B")
-			if err == nil {
-				l.Release()
-			}
-			got <- err
-		}()
-		synctest.Wait()
-		if _, err := p.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		stop(t.Context())
-		if err := <-got; !errors.Is(err, ErrStopped) {
-			t.Errorf("B got %v on a server the operator stopped, want ErrStopped; status %+v", err, p.Status())
-		}
-		if n := lf.connects("p"); n != 1 {
-			t.Errorf("%d connects: a stopped server was started", n)
-		}
-	})
+// the server, or the operator stops it, must be refused, not given a fresh
+// process nothing would serve (for a removed server, one the fleet no
+// longer knows about).
+func TestRefusingServerRefusesAWaitingSession(t *testing.T) {
+	for _, c := range []struct {
+		how  string
+		want error
+	}{{"removed", ErrRemoved}, {"stopped", ErrStopped}} {
+		t.Run(c.how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","maxInstances":1,"idleTimeout":"0"}`)
+				p := lf.f.Get("p")
+				a, err := p.Acquire(t.Context(), "A")
+				if err != nil {
+					t.Fatal(err)
+				}
+				a.Release()
+				stop := lf.f.DetachSession("A") // A's instance now counts as stopping
+				type res struct {
+					l   *Lease
+					err error
+				}
+				got := make(chan res, 1)
+				go func() {
+					l, err := p.Acquire(context.Background(), "B")
+					got <- res{l, err}
+				}()
+				synctest.Wait() // B waits for a place
+				if c.how == "removed" {
+					_, err = lf.f.Reload(t.Context(), parseCfg(t, ``), false, nil)
+				} else {
+					_, err = p.Stop(t.Context())
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				stop(t.Context()) // A's instance is gone: B wakes
+				r := <-got
+				if r.err == nil {
+					t.Errorf("B got a lease on a %s server (connects of p: %d; status %+v)", c.how, lf.connects("p"), p.Status())
+					r.l.Release()
+					_ = lf.f.Close(context.Background())
+					if r.l.in.current() != nil {
+						t.Errorf("its process outlives Fleet.Close")
+					}
+				} else if !errors.Is(r.err, c.want) {
+					t.Errorf("err = %v, want %v", r.err, c.want)
+				}
+				if n := lf.connects("p"); n != 1 {
+					t.Errorf("%d connects: a %s server was started", n, c.how)
+				}
+			})
+		})
+	}
 }
 
 // Reloads run one at a time: of two at once, the second compares with the
