@@ -496,36 +496,58 @@ func TestReloadHundredServers(t *testing.T) {
 		one.Round(time.Millisecond), rep.Result.TookMs, noop.Round(time.Millisecond), restart.Round(time.Millisecond), after-before)
 }
 
-// A removed server's endpoint turns away new requests at once (404) and
-// the aggregated session is told its tools are gone at once — not after
-// the drain — while the call in flight on that endpoint finishes and its
-// answer reaches the client; the reload reports the drain.
-func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
+// serveFleet starts serve, its file not watched, on a config file of n
+// fixture servers (fleetConfig) and waits until they run; it returns serve
+// and a function that rewrites the file with m servers.
+func serveFleet(t *testing.T, n int) (*started, func(m int)) {
+	t.Helper()
 	fixture := testserver.Build(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 3, nil)), 0o600); err != nil {
-		t.Fatal(err)
+	write := func(m int) {
+		if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, m, nil)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	write(n)
 	s := startServeFile(t, cfg, "", "--no-watch")
 	stopAtCleanup(t, s)
-	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
-	waitRunning(t, base, "s00", "s01", "s02")
-	A := countingSession(t, base+"/mcp")
-	B := countingSession(t, base+"/servers/s02/mcp")
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("s%02d", i))
+	}
+	waitRunning(t, s.base, names...)
+	return s, write
+}
 
-	const callMs = 3000
+// sleepCall calls the fixture's sleep tool for ms on sess in the
+// background; the channel yields nil, or why the call failed (a tool
+// error included).
+func sleepCall(t *testing.T, sess *mcp.ClientSession, ms int) <-chan error {
 	called := make(chan error, 1)
 	go func() {
-		res, err := B.sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": callMs}})
+		res, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": ms}})
 		if err == nil && res.IsError {
 			err = fmt.Errorf("tool error: %v", res.Content)
 		}
 		called <- err
 	}()
+	return called
+}
+
+// A removed server's endpoint turns away new requests at once (404) and
+// the aggregated session is told its tools are gone at once — not after
+// the drain — while the call in flight on that endpoint finishes and its
+// answer reaches the client; the reload reports the drain.
+func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
+	s, write := serveFleet(t, 3)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	A := countingSession(t, base+"/mcp")
+	B := countingSession(t, base+"/servers/s02/mcp")
+
+	const callMs = 3000
+	called := sleepCall(t, B.sess, callMs)
 	time.Sleep(300 * time.Millisecond) // the call is under way
-	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 2, nil)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	write(2)
 	t0 := time.Now()
 	type result struct {
 		code int
@@ -573,25 +595,12 @@ func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
 // its drains: while a SIGHUP reload drains a removed server's long call,
 // an API reload with a short --timeout is applied and answers in time.
 func TestReloadDoesNotWaitForAnotherReloadsDrains(t *testing.T) {
-	fixture := testserver.Build(t)
-	cfg := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 2, nil)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServeFile(t, cfg, "", "--no-watch")
-	stopAtCleanup(t, s)
+	s, write := serveFleet(t, 2)
 	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
-	waitRunning(t, base, "s00", "s01")
 	B := countingSession(t, base+"/servers/s01/mcp")
-	called := make(chan error, 1)
-	go func() {
-		_, err := B.sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "sleep", Arguments: map[string]any{"ms": 8000}})
-		called <- err
-	}()
+	called := sleepCall(t, B.sess, 8000)
 	time.Sleep(300 * time.Millisecond) // the call is under way
-	if err := os.WriteFile(cfg, []byte(fleetConfig(fixture, 1, nil)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	write(1)
 	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
