@@ -276,13 +276,14 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 			gone[name] = h
 		}
 	}
+	var now []*gateway.StreamableHandler
 	for name, h := range gone {
 		drained := removed[name]
 		if drained == nil {
-			h.Close()
+			now = append(now, h)
 			continue
 		}
-		r.retiring.Go(func() {
+		r.retiring.Go(func() { // under mu: close cannot have begun waiting
 			select {
 			case <-drained:
 			case <-r.done:
@@ -291,6 +292,9 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 		})
 	}
 	r.mu.Unlock()
+	for _, h := range now {
+		h.Close() // outside mu: closing ends sessions, lookups go on
+	}
 }
 
 // close ends every server endpoint's sessions, those of removed servers
