@@ -1285,3 +1285,48 @@ func TestSetPolicyAppliesToLaterDecisions(t *testing.T) {
 		}
 	})
 }
+
+// SetPolicy is safe to call concurrently with everything else: replaced
+// from other goroutines over and over while the session crashes and the
+// supervisor restarts it, reading its policy at each decision (run under
+// -race, a policy read or written without the supervisor's own guard is
+// reported). Every crash is restarted: each policy set says always.
+func TestSetPolicyConcurrentWithRestarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := &fakeConnector{}
+		var rec recorder
+		always := func(initial time.Duration) Policy {
+			return rec.policy(Policy{Restart: RestartAlways, MaxAttempts: -1, Backoff: Backoff{Initial: initial, Max: initial}})
+		}
+		s := newSup(t, conn, always(time.Second))
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				for j := 0; ; j++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					s.SetPolicy(always(time.Duration(1+(i+j)%3) * time.Second))
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+		const crashes = 10
+		for range crashes {
+			conn.last().end(errors.New("crash"))
+			advance(4 * time.Second) // beyond any backoff set
+			wantState(t, s, StateReady)
+		}
+		close(stop)
+		wg.Wait()
+		if n := conn.nCalls(); n != crashes+1 {
+			t.Fatalf("connects = %d, want %d (the start and one per crash)", n, crashes+1)
+		}
+	})
+}
