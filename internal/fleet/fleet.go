@@ -94,6 +94,8 @@ type Fleet struct {
 	// stopped by Close too.
 	drainMu  sync.Mutex
 	draining map[*instance]struct{}
+
+	instances atomic.Uint64 // numbers the instances made, from 1 (instance.id)
 }
 
 // drainingAdd and drainingDone track the instances takeOut retired until
@@ -258,14 +260,15 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	if f.opts.Logs != nil {
 		buf := f.opts.Logs.Get(sc.Name)
 		var session string
+		var origin uint64
 		if h, ok := hooks.(instHooks); ok {
-			session = h.in.key
+			session, origin = h.in.key, h.in.id
 		}
 		// The lines come redacted (Spec.Redact below) and are kept so:
 		// whoever reads the buffer (the logs, inspect, a failed start's
 		// stderr, the history) serves them as they are.
 		onStderr = func(pid int, line string) {
-			buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session})
+			buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session, Origin: origin})
 		}
 	}
 	return &backend.StdioConnector{

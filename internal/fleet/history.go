@@ -106,18 +106,21 @@ func (s *Server) stderrBuf() *logbuf.Buffer {
 	return s.f.opts.Logs.Lookup(s.Name())
 }
 
-// stderrSince is the last lines session's processes of the server wrote
-// to stderr after mark, as kept: redacted when they were captured, each
-// with the config of the launch that wrote it (Fleet.stdioConnector), not
-// with the config in force now, which a reload may have changed since.
-func (s *Server) stderrSince(mark uint64, session string) []string {
+// stderrSince is the last lines in's processes wrote to stderr after
+// mark, as kept: redacted when they were captured, each with the config
+// of the launch that wrote it (Fleet.stdioConnector), not with the config
+// in force now, which a reload may have changed since. Lines of the
+// server's other instances are not its: not another session's, nor those
+// of the instance a restart or reload replaced, which drains beside it
+// under the same key.
+func (s *Server) stderrSince(mark uint64, in *instance) []string {
 	b := s.stderrBuf()
 	if b == nil {
 		return nil
 	}
 	var out []string
 	for _, e := range b.After(mark).Entries {
-		if e.Session == session {
+		if e.Origin == in.id {
 			out = append(out, e.Line)
 		}
 	}
@@ -129,7 +132,7 @@ func (s *Server) stderrSince(mark uint64, session string) []string {
 func (in *instance) startFailure(err error, mark uint64) *StartError {
 	s := in.srv
 	reason := s.Config().RedactText(err.Error())
-	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in.key), reason: reason}
+	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in), reason: reason}
 	if errors.Is(err, backend.ErrSpawn) {
 		se.Stage = StageSpawn
 	}

@@ -39,6 +39,10 @@ var ErrRespawnLimit = errors.New("server keeps failing to start")
 type instance struct {
 	srv *Server
 	key string // client session for per-session servers, else ""
+	// id tells this instance's stderr lines from those of the server's
+	// other instances (logbuf.Entry.Origin): a restart's new shared
+	// instance has the key of the old one that drains beside it.
+	id  uint64
 	sup *lifecycle.Supervisor
 
 	mu           sync.Mutex
@@ -131,7 +135,7 @@ func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 }
 
 func (s *Server) newInstance(key string) *instance {
-	in := &instance{srv: s, key: key}
+	in := &instance{srv: s, key: key, id: s.f.instances.Add(1)}
 	conn := s.f.opts.Connector(s.Config(), instHooks{in}, in.connected)
 	// The era the server had when it last ran, kept with its lists under
 	// its launch hash: a known legacy server is not probed.

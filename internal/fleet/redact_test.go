@@ -81,7 +81,7 @@ func TestStderrIsRedactedWithItsLaunchsConfig(t *testing.T) {
 		t.Fatalf("kept lines:\n%q\nwant\n%q", got, want)
 	}
 
-	if lines := s.stderrSince(0, ""); fmt.Sprint(lines) != fmt.Sprint([]string{"kept: auth with [redacted]", "draining: auth with [redacted]", "auth with [redacted]"}) {
+	if lines := s.stderrSince(0, s.sharedIn()); fmt.Sprint(lines) != fmt.Sprint([]string{"kept: auth with [redacted]", "draining: auth with [redacted]", "auth with [redacted]"}) {
 		t.Fatalf("stderrSince: %q", lines)
 	}
 	se := s.sharedIn().startFailure(errors.New("handshake failed"), 0)
@@ -90,5 +90,38 @@ func TestStderrIsRedactedWithItsLaunchsConfig(t *testing.T) {
 	}
 	if h := s.History(); len(h) != 1 || strings.Contains(fmt.Sprint(h[0].Stderr), "token-value") {
 		t.Fatalf("history: %+v", h)
+	}
+}
+
+// A failed start's stderr is the lines its own launch wrote, never those
+// of another process of the server: while a restart drains the old shared
+// process — which serves another client's call and writes to stderr — the
+// new launch of the same (shared, session "") instance slot fails, and
+// the error its caller gets quotes only the new launch's lines.
+func TestStartFailureQuotesOnlyItsOwnLaunchsStderr(t *testing.T) {
+	f, _ := redactFleet(t, `"s":{"command":"s"}`)
+	s := f.Get("s")
+	old := s.sharedIn()
+	fresh := s.newInstance("") // what a restart puts in service while old drains
+	oldLaunch := stderrCapture(t, f.connector(s.Config(), instHooks{old}, nil))
+	newLaunch := stderrCapture(t, f.connector(s.Config(), instHooks{fresh}, nil))
+
+	oldLaunch(41, "before the restart")
+	mark := s.stderrMark()
+	oldLaunch(41, "serving session B: marker-of-B")
+	newLaunch(42, "unknown flag --bad")
+	oldLaunch(41, "session B's call done")
+
+	se := fresh.startFailure(errors.New("handshake failed"), mark)
+	if fmt.Sprint(se.Stderr) != fmt.Sprint([]string{"unknown flag --bad"}) {
+		t.Fatalf("the new launch's start error quotes %q, want only its own line", se.Stderr)
+	}
+	if h := s.History(); len(h) != 1 || fmt.Sprint(h[0].Stderr) != fmt.Sprint(se.Stderr) {
+		t.Fatalf("history: %+v", h)
+	}
+	// And the old process's own failure, were it to have one, quotes its
+	// lines only.
+	if lines := s.stderrSince(mark, old); fmt.Sprint(lines) != fmt.Sprint([]string{"serving session B: marker-of-B", "session B's call done"}) {
+		t.Fatalf("old launch's lines: %q", lines)
 	}
 }

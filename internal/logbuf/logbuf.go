@@ -44,6 +44,11 @@ type Entry struct {
 	// Session names the client session of a per-session server's
 	// process, if any.
 	Session string `json:"session,omitempty"`
+	// Origin tells the buffer's owner which of its writers wrote the
+	// line (the fleet: which instance of the server, so that a failed
+	// start quotes its own launch's lines, not those of a process that
+	// drains beside it); not served.
+	Origin uint64 `json:"-"`
 }
 
 // Options bound a Buffer: it keeps at most MaxLines lines and MaxBytes
