@@ -132,7 +132,7 @@ func (g *Gateway) Collisions() []string {
 
 func (a *aggregate) Open(out Sink) *Session {
 	s := NewSession(out)
-	a.g.open(s, "")
+	a.g.open(s, nil)
 	return s
 }
 
@@ -194,7 +194,7 @@ func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, r
 	return a.g.serveStateless(ctx, m, mo, related, a)
 }
 
-func (a *aggregate) endpointServer() string { return "" }
+func (a *aggregate) endpointServer() *fleet.Server { return nil }
 
 func (a *aggregate) discoverModern(_ context.Context, m *rpc.Message) *rpc.Message {
 	return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)

@@ -29,7 +29,7 @@ func samplingRequest(n int) *rpc.Message {
 // own of g, the client having declared sampling, with c its call in
 // flight on conn (registered, as begin would, for Request to find).
 func newHeld(g *Gateway, conn fleet.Conn) (*heldCall, *call) {
-	s := g.openStatelessSession("", &Modern{Version: modernVersion})
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	s.held = h
 	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
@@ -245,7 +245,7 @@ func legacyCall(g *Gateway, asked *atomic.Int32) *call {
 		}
 		return nil
 	}))
-	g.open(s, "")
+	g.open(s, nil)
 	g.mu.Lock()
 	st := g.sessions[s]
 	st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
@@ -322,7 +322,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			conn := &signalConn{replied: make(chan struct{}, 1)}
 			sink := &capSink{}
 			s := NewSession(sink)
-			g.open(s, "")
+			g.open(s, nil)
 			g.mu.Lock()
 			st := g.sessions[s]
 			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn, touch: func() {}}
@@ -357,7 +357,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			g := New(nil)
 			sink := &capSink{}
 			s := NewSession(sink)
-			g.open(s, "")
+			g.open(s, nil)
 			g.mu.Lock()
 			st := g.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
@@ -409,7 +409,7 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
 	mo.ctx, mo.cancel = ctx, cancel // as the HTTP front serves it
-	s := g.openStatelessSession("", mo)
+	s := g.openStatelessSession(nil, mo)
 	defer g.closeStatelessSession(s)
 
 	first := make(chan *rpc.Message, 1)
@@ -447,7 +447,7 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx2, cancel2 := context.WithCancelCause(t.Context())
 	defer cancel2(nil)
 	mo2 := &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`), ctx: ctx2, cancel: cancel2}
-	s2 := g.openStatelessSession("", mo2)
+	s2 := g.openStatelessSession(nil, mo2)
 	defer g.closeStatelessSession(s2)
 	if m := g.forward(ctx2, s2, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"one"}}`), json.RawMessage(`2`), noSink); m.Error != nil {
 		t.Fatalf("forward: %s", m.Encode())

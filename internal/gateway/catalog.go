@@ -38,9 +38,9 @@ func (g *Gateway) tell(s *fleet.Server, kinds []fleet.ListKind) {
 			continue
 		}
 		sent[n] = true
-		for _, sess := range g.sessionsFor(s.Name()) {
+		for _, sess := range g.sessionsFor(s) {
 			_ = sess.Out().Send(&rpc.Message{Method: n})
 		}
-		g.tellListeners(s.Name(), n)
+		g.tellListeners(s, n)
 	}
 }

@@ -376,7 +376,7 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			if src.Session != "" && key != src.Session {
 				continue // a private instance's update is its session's alone
 			}
-			if s := g.sessionByKey(key); s != nil && g.sees(s, src.Server.Name()) {
+			if s := g.sessionByKey(key); s != nil && g.sees(s, src.Server) {
 				_ = s.Out().Send(m)
 			}
 		}
@@ -683,12 +683,12 @@ func (g *Gateway) newestCallOf(conn fleet.Conn, s *Session) *call {
 	return nil
 }
 
-// sees reports whether s is open on an endpoint that serves server.
-func (g *Gateway) sees(s *Session, server string) bool {
+// sees reports whether s is open on an endpoint that serves srv.
+func (g *Gateway) sees(s *Session, srv *fleet.Server) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.sessions[s]
-	return st != nil && (st.server == "" || st.server == server)
+	return st != nil && st.serves(srv)
 }
 
 // Request bridges a server→client request (sampling, elicitation, roots)
@@ -736,7 +736,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
 		if ambiguous {
-			n := max(sessions, len(g.sessionsFor(src.Server.Name())))
+			n := max(sessions, len(g.sessionsFor(src.Server)))
 			g.log.Warn("server request cannot be attributed to one client session; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
 			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		}

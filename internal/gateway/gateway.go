@@ -138,7 +138,11 @@ func (g *Gateway) Single(name string) Endpoint {
 
 // sessState is the gateway's per-session state.
 type sessState struct {
-	server   string // "" for the aggregated endpoint
+	// srv is the server of the session's endpoint; nil for the aggregated
+	// one. The server itself, not its name: a server removed and added
+	// again under its name is another, whose messages the sessions still
+	// open on the removed one's endpoint (which drains) must not get.
+	srv      *fleet.Server
 	calls    map[string]*call
 	caps     map[string]json.RawMessage
 	closed   bool
@@ -209,9 +213,13 @@ func (g *Gateway) deliver(r *outReq, m *rpc.Message) {
 	}
 }
 
-func (g *Gateway) open(s *Session, server string) {
+// serves reports whether the session's endpoint serves srv.
+func (st *sessState) serves(srv *fleet.Server) bool { return st.srv == nil || st.srv == srv }
+
+// open opens s on the endpoint of srv (nil for the aggregated one).
+func (g *Gateway) open(s *Session, srv *fleet.Server) {
 	g.mu.Lock()
-	g.sessions[s] = &sessState{server: server, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
+	g.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
 	g.byKey[s.Key()] = s
 	g.mu.Unlock()
 }
@@ -296,14 +304,14 @@ func secretID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// sessionsFor lists the sessions that see server name: the aggregated ones
-// and that server's own.
-func (g *Gateway) sessionsFor(name string) []*Session {
+// sessionsFor lists the sessions that see srv: the aggregated ones and
+// those of srv's own endpoint.
+func (g *Gateway) sessionsFor(srv *fleet.Server) []*Session {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []*Session
 	for s, st := range g.sessions {
-		if !st.stateless && (st.server == "" || st.server == name) {
+		if !st.stateless && st.serves(srv) {
 			out = append(out, s)
 		}
 	}
@@ -322,7 +330,7 @@ func (g *Gateway) audience(src fleet.Source) []*Session {
 		}
 		return nil
 	}
-	all := g.sessionsFor(src.Server.Name())
+	all := g.sessionsFor(src.Server)
 	if !src.Server.PerSession() {
 		return all
 	}

@@ -39,7 +39,7 @@ func (f *listenFilter) wants(method string) bool {
 
 // listener is one open subscriptions/listen request.
 type listener struct {
-	server string // "" for the aggregated endpoint: every server's changes
+	srv    *fleet.Server // nil for the aggregated endpoint: every server's changes
 	filter listenFilter
 	id     json.RawMessage // the listen request's id: the subscription's
 	out    Sink            // the request's stream
@@ -106,8 +106,8 @@ func (l *listener) ack(params json.RawMessage) error {
 	return nil
 }
 
-// listen serves a subscriptions/listen request on the endpoint of server
-// ("" for the aggregated one): it acknowledges what it will deliver — the
+// listen serves a subscriptions/listen request on the endpoint of srv
+// (nil for the aggregated one): it acknowledges what it will deliver — the
 // list changes asked for, and the resource subscriptions a shared server
 // took (resolve finds the server of a URI; mcpvisor subscribes on the
 // listener's behalf, and the server stays awake while it is subscribed) —
@@ -115,14 +115,14 @@ func (l *listener) ack(params json.RawMessage) error {
 // front shuts down) or one cannot be delivered (the stream is full: the
 // client, listening again, fetches what it missed), and answers with the
 // subscription's end.
-func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
+func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
 	var p struct {
 		Notifications *listenFilter `json:"notifications"`
 	}
 	if err := json.Unmarshal(m.Params, &p); err != nil || p.Notifications == nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: subscriptions/listen needs params.notifications, an object naming the notifications to deliver")
 	}
-	l := &listener{server: server, filter: *p.Notifications, id: m.ID, out: related, lost: make(chan struct{})}
+	l := &listener{srv: srv, filter: *p.Notifications, id: m.ID, out: related, lost: make(chan struct{})}
 	uris := l.filter.ResourceSubscriptions
 	l.filter.ResourceSubscriptions = nil // those a server took are added back
 	if len(uris) > 0 {
@@ -136,7 +136,7 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 			return l.send(n.Method, n.Params)
 		}))
 		ls.listener = true
-		g.open(ls, server)
+		g.open(ls, srv)
 		defer g.closeSession(ls)
 		for _, uri := range uris {
 			srv := resolve(ctx, uri)
@@ -172,19 +172,19 @@ func (g *Gateway) listen(ctx context.Context, server string, m *rpc.Message, rel
 	select {
 	case <-ctx.Done():
 	case <-l.lost:
-		g.log.Warn("a subscriptions/listen stream was ended: its client did not take a notification in time", "server", server)
+		g.log.Warn("a subscriptions/listen stream was ended: its client did not take a notification in time", "server", endpointName(srv))
 	}
 	res := mustJSON(map[string]any{"resultType": "complete", "_meta": map[string]json.RawMessage{metaSubscriptionID: m.ID}})
 	return resultResponse(m.ID, res)
 }
 
-// tellListeners sends the list-change notification method from server to
+// tellListeners sends the list-change notification method from srv to
 // every listener that sees the server and opted into it.
-func (g *Gateway) tellListeners(server, method string) {
+func (g *Gateway) tellListeners(srv *fleet.Server, method string) {
 	g.mu.Lock()
 	var to []*listener
 	for l := range g.listeners {
-		if (l.server == "" || l.server == server) && l.filter.wants(method) {
+		if (l.srv == nil || l.srv == srv) && l.filter.wants(method) {
 			to = append(to, l)
 		}
 	}

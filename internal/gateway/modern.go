@@ -235,7 +235,7 @@ func modernCaps(caps json.RawMessage) json.RawMessage {
 // statelessPlan is what an endpoint brings to serving a modern request
 // (an interface, not a struct of funcs: a request allocates nothing for it).
 type statelessPlan interface {
-	endpointServer() string                                            // "" for the aggregated endpoint
+	endpointServer() *fleet.Server                                     // nil for the aggregated endpoint
 	discoverModern(context.Context, *rpc.Message) *rpc.Message         // its server/discover answer
 	scope(method string) string                                        // the cacheScope of method's results
 	resourceServer(ctx context.Context, uri string) *fleet.Server      // the server of a resource
@@ -314,8 +314,8 @@ func announcesChanges(init json.RawMessage, kind string) bool {
 // is handle: a session of its own for the request's life, which no
 // message outside the request reaches and whose end ends the per-session
 // instances it ran (and nothing else in the fleet). server is the
-// endpoint's server ("" for the aggregated one).
-func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
+// endpoint's server (nil for the aggregated one).
+func (g *Gateway) stateless(ctx context.Context, server *fleet.Server, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	s := g.openStatelessSession(server, mo)
 	s.req = m
 	resp := p.Handle(ctx, s, m, related)
@@ -332,12 +332,12 @@ func (g *Gateway) stateless(ctx context.Context, server string, m *rpc.Message, 
 // requests — a held call's rounds included — from an instance of its own,
 // ended with the request (which is what makes the server's requests
 // certainly that request's).
-func (g *Gateway) openStatelessSession(server string, mo *Modern) *Session {
+func (g *Gateway) openStatelessSession(server *fleet.Server, mo *Modern) *Session {
 	now := time.Now()
 	// One allocation for both; no outReqs: nothing is ever asked of a
 	// modern client (held calls ask by input_required rounds); no table
 	// of calls either (see begin).
-	ss := &statelessSession{st: sessState{server: server, protocol: mo.Version, stateless: true}}
+	ss := &statelessSession{st: sessState{srv: server, protocol: mo.Version, stateless: true}}
 	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: &ss.st, client: mo.client}
 	return &ss.Session
 }

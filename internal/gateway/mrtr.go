@@ -63,6 +63,15 @@ const (
 	gatherMax   = 250 * time.Millisecond
 )
 
+// endpointName is the name of an endpoint's server, "" for the aggregated
+// endpoint (nil).
+func endpointName(srv *fleet.Server) string {
+	if srv == nil {
+		return ""
+	}
+	return srv.Name()
+}
+
 // statePrefix marks a requestState mcpvisor made; any other passes
 // through to the server as the server's own.
 const statePrefix = "mcpv1."
@@ -71,7 +80,7 @@ const statePrefix = "mcpv1."
 // input_required rounds.
 type heldCall struct {
 	g        *Gateway
-	endpoint string          // the server of the endpoint serving it, "" for the aggregated one
+	endpoint *fleet.Server   // the server of the endpoint serving it, nil for the aggregated one
 	req      *rpc.Message    // the request as the client sent it
 	rawCaps  json.RawMessage // the client's declared capabilities
 	id       string
@@ -213,9 +222,9 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	// repeats. Most calls get no server request: what only a held call
 	// needs — its id, digest, deadline, registration — is made when the
 	// first one comes (escalate).
-	endpoint := ""
+	var endpoint *fleet.Server
 	if st := g.state(s); st != nil {
-		endpoint = st.server
+		endpoint = st.srv
 	}
 	h := &heldCall{
 		g: g, endpoint: endpoint, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
@@ -661,17 +670,23 @@ func (g *Gateway) HeldCallsByServer() map[string]int {
 // resumeHeld serves a modern client's retry whose requestState mcpvisor
 // made: it verifies the state, gives the server the inputResponses, and
 // answers with the call's result or the next round.
-func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, state, endpoint string, related Sink) *rpc.Message {
+func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, state string, endpoint *fleet.Server, related Sink) *rpc.Message {
 	st, err := g.verifyState(state)
 	if err != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState "+err.Error())
 	}
-	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpoint {
+	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpointName(endpoint) {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its endpoint, method and parameters must be the original's)")
 	}
 	g.mu.Lock()
 	h := g.held[st.Held]
 	g.mu.Unlock()
+	if h != nil && h.endpoint != endpoint {
+		// Made on the endpoint of a server since removed, whose name
+		// another server now has: the call is that server's, and ends
+		// with its drain.
+		h = nil
+	}
 	if h == nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState names a request that has ended (answered, abandoned or expired); send it again without requestState")
 	}
@@ -714,7 +729,7 @@ type heldState struct {
 
 // signState makes the requestState of h's next round; h.mu is held.
 func (g *Gateway) signState(h *heldCall) string {
-	body := mustJSON(heldState{Held: h.id, Endpoint: h.endpoint, Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
+	body := mustJSON(heldState{Held: h.id, Endpoint: endpointName(h.endpoint), Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
 	mac := hmac.New(sha256.New, g.stateKey)
 	mac.Write(body)
 	return statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))

@@ -115,7 +115,7 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	g := w.gw
 	conn := &recConn{}
 	srv := w.fleet.Get("x")
-	sA := g.openStatelessSession("", &Modern{Version: modernVersion})
+	sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 	hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	sA.held = hA
 	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
@@ -154,7 +154,7 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		g := w.gw
 		conn := &recConn{}
 		srv := w.fleet.Get("x")
-		sA := g.openStatelessSession("", &Modern{Version: modernVersion})
+		sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 		hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
 		sA.held = hA
 		cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
@@ -412,7 +412,7 @@ func postModernAsync(ctx context.Context, url, body, method, name string) <-chan
 func TestMRTRGatherIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.openStatelessSession("", &Modern{Version: modernVersion})
+		s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, touch: func() {}}
@@ -461,13 +461,13 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 	})
 	m := &rpc.Message{ID: json.RawMessage(`"l"`), Method: "subscriptions/listen", Params: json.RawMessage(`{"notifications":{"toolsListChanged":true}}`)}
 	done := make(chan *rpc.Message, 1)
-	go func() { done <- g.listen(t.Context(), "", m, full, nil) }()
+	go func() { done <- g.listen(t.Context(), nil, m, full, nil) }()
 	waitFor(t, "the listener", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		return len(g.listeners) == 1
 	})
-	g.tellListeners("a", fleet.Tools.ListChanged())
+	g.tellListeners(nil, fleet.Tools.ListChanged())
 	select {
 	case r := <-done:
 		if r.Error != nil || !strings.Contains(string(r.Result), `"complete"`) {
@@ -510,7 +510,7 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.openStatelessSession("", &Modern{Version: modernVersion})
+		s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		conn, other := &recConn{}, &recConn{}
@@ -558,7 +558,7 @@ func TestListenSubscriptionIsNoLegacyRequest(t *testing.T) {
 	})
 	done := make(chan *rpc.Message, 1)
 	go func() {
-		done <- g.listen(ctx, "x", &rpc.Message{ID: json.RawMessage(`1`), Method: "subscriptions/listen",
+		done <- g.listen(ctx, srv, &rpc.Message{ID: json.RawMessage(`1`), Method: "subscriptions/listen",
 			Params: json.RawMessage(`{"notifications":{"resourceSubscriptions":["test://a"]}}`)}, sink,
 			func(context.Context, string) *fleet.Server { return srv })
 	}()
@@ -608,7 +608,7 @@ func TestHeldFrontActivityOutsideGatewayLocks(t *testing.T) {
 	g := New(nil)
 	act := &lockProbe{g: g}
 	front := &heldFront{act: act}
-	s := g.openStatelessSession("", &Modern{Version: modernVersion})
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{}`), front: front}
 	act.h = h
 	s.held = h

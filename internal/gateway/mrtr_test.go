@@ -255,7 +255,7 @@ func TestMRTRBridgeDuplicateRetry(t *testing.T) {
 // A held call that ended takes no more input, and leaves nothing behind.
 func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 	g := New(nil)
-	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
 	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	h.end()
@@ -295,7 +295,7 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 	g := New(nil)
 	c := &call{}
 	c.touch = func() {}
-	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
 	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
@@ -318,7 +318,7 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 // and its client going away does not end the call for the latest.
 func TestMRTRLatestRetryIsAnswered(t *testing.T) {
 	g := New(nil)
-	s := g.openStatelessSession("", &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
 	h := &heldCall{g: g, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	first := make(chan *rpc.Message, 1)

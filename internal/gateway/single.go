@@ -40,7 +40,7 @@ type schemaIndex struct {
 
 func (e *single) Open(out Sink) *Session {
 	s := NewSession(out)
-	e.g.open(s, e.srv.Name())
+	e.g.open(s, e.srv)
 	return s
 }
 
@@ -97,7 +97,7 @@ func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, rela
 	return e.g.serveStateless(ctx, m, mo, related, e)
 }
 
-func (e *single) endpointServer() string { return e.srv.Name() }
+func (e *single) endpointServer() *fleet.Server { return e.srv }
 
 func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Message {
 	// The shared instance's (mcpvisor's own, which learns the lists): a
