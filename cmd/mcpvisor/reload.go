@@ -58,7 +58,11 @@ func newReloader(a *app, file string, learn bool, applied func(*config.Config, f
 }
 
 // reload reads the file and applies it; ctx bounds the wait for the
-// drains, never the drains themselves (see fleet.Reload). onlyIfChanged
+// drains, never the drains themselves (see fleet.Reload). Only a caller
+// that asked (POST /api/reload) waits for them: a reload serve triggers
+// itself (a signal, a change of the file) returns once applied, and
+// their outcome is reported by reload-drained events — a second signal
+// or save is read at once, not after the first one's drains. onlyIfChanged
 // skips, reporting nothing, a file whose content is what was last read (a
 // watched directory changes for many reasons) or that cannot be read (a
 // swap under way: the next event reads it whole).
@@ -110,7 +114,17 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		}
 		release()
 	}
-	res, err := r.a.fleet.Reload(ctx, cfg, r.learn, hook)
+	wait := ctx
+	if trigger != "api" {
+		c, applied := context.WithCancel(ctx)
+		defer applied()
+		report := hook
+		wait, hook = c, func(ap fleet.Applied) {
+			report(ap)
+			applied()
+		}
+	}
+	res, err := r.a.fleet.Reload(wait, cfg, r.learn, hook)
 	if errors.Is(err, fleet.ErrNotReloaded) {
 		// Not applied (the turn is still held here): mcpvisor is
 		// closing, or the caller gave up before the fleet's turn. The
@@ -120,7 +134,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return rep
 	}
 	rep.Applied, rep.Result = true, &res
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		rep.Error = "applied; the caller stopped waiting while servers drained (they go on draining, each within its request timeout): " + err.Error()
 	}
 	r.report(rep)

@@ -626,3 +626,38 @@ func TestReloadDoesNotWaitForAnotherReloadsDrains(t *testing.T) {
 		t.Fatalf("the drained call failed: %v", err)
 	}
 }
+
+// Nor does a reload that serve triggers itself — a SIGHUP or a change of
+// the file — wait for an earlier one's drains: the next change is read and
+// applied at once, while a call the first removal drains goes on.
+func TestSignalAndWatchReloadsDoNotWaitForDrains(t *testing.T) {
+	s, write := serveFleet(t, 2)
+	base := s.base
+	B := countingSession(t, base+"/servers/s01/mcp")
+	called := sleepCall(t, B.sess, 8000)
+	time.Sleep(300 * time.Millisecond) // the call is under way
+	write(1)
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitServers := func(what string, want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, ok := servers(t, base)["s01"]; ok == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not applied within 3 s (the removal's drain takes 8 s)", what)
+			}
+		}
+	}
+	waitServers("the removal", false)
+	write(2) // the watcher sees it; a SIGHUP asks too
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitServers("the next change, behind the removal's drain,", true)
+	if err := <-called; err != nil {
+		t.Fatalf("the drained call failed: %v", err)
+	}
+}
