@@ -279,7 +279,21 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.startNow(ctx)
+	if err := s.startNow(ctx); err != nil {
+		return err
+	}
+	s.catchUpRelaunch()
+	return nil
+}
+
+// catchUpRelaunch learns the lists of a server a reload relaunched whose
+// relearn was skipped because the operator had it stopped when the
+// relaunch's drain ended: the lists held are the old launch's, and
+// nothing else looks again (a start does not while a relaunch is pending).
+func (s *Server) catchUpRelaunch() {
+	if s.refused() == nil && s.lists.relaunchPending() {
+		s.requestRefresh(false, allKinds...)
+	}
 }
 
 // unstopLocked serves the server again if the operator stopped it — a
@@ -334,6 +348,7 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	if err := s.startNow(ctx); err != nil {
 		return d, err
 	}
+	s.catchUpRelaunch()
 	s.resumeSubscribed(ctx, old)
 	return d, ctx.Err()
 }
