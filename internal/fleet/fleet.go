@@ -94,6 +94,9 @@ type Fleet struct {
 	// stopped by Close too.
 	drainMu  sync.Mutex
 	draining map[*instance]struct{}
+	// drained holds, per server, channels closed once none of its
+	// instances is draining any more (drainsOver).
+	drained map[*Server][]chan struct{}
 
 	instances atomic.Uint64 // numbers the instances made, from 1 (instance.id)
 }
@@ -113,6 +116,41 @@ func (f *Fleet) drainingDone(in *instance) {
 	f.drainMu.Lock()
 	defer f.drainMu.Unlock()
 	delete(f.draining, in)
+	if len(f.drained[in.srv]) > 0 && !f.drainingLocked(in.srv) {
+		for _, ch := range f.drained[in.srv] {
+			close(ch)
+		}
+		delete(f.drained, in.srv)
+	}
+}
+
+// drainingLocked reports whether an instance of s is draining; drainMu is
+// held.
+func (f *Fleet) drainingLocked(s *Server) bool {
+	for in := range f.draining {
+		if in.srv == s {
+			return true
+		}
+	}
+	return false
+}
+
+// drainsOver is closed once no instance of s is draining — taken out of
+// service by a Stop, a Restart or a reload and not yet stopped — at once
+// if none is now. Each drain is bounded (stopOut), so it closes in time.
+func (f *Fleet) drainsOver(s *Server) <-chan struct{} {
+	ch := make(chan struct{})
+	f.drainMu.Lock()
+	defer f.drainMu.Unlock()
+	if !f.drainingLocked(s) {
+		close(ch)
+		return ch
+	}
+	if f.drained == nil {
+		f.drained = map[*Server][]chan struct{}{}
+	}
+	f.drained[s] = append(f.drained[s], ch)
+	return ch
 }
 
 // serverSet is the fleet's servers at one moment: a reload builds a new

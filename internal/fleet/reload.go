@@ -36,8 +36,9 @@ type ServerResult struct {
 type Applied struct {
 	// Removed maps each server the reload removed to a channel closed
 	// once its instances are stopped (drained, or cut at the drain bound,
-	// or at Close): what still serves its calls in flight — its own
-	// endpoint — may go then.
+	// or at Close) — those an earlier Stop, Restart or relaunch took out
+	// of service and still drain included: what still serves its calls
+	// in flight — its own endpoint — may go then.
 	Removed map[string]<-chan struct{}
 }
 
@@ -230,6 +231,13 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 				f.listsChanged(s, k)
 			}
 			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
+				// Its endpoint closes on gone: not before the drains of
+				// an earlier Stop, Restart or relaunch end too (each is
+				// bounded; Close ends them all).
+				select {
+				case <-f.drainsOver(s):
+				case <-ctx.Done():
+				}
 				close(gone[s.Name()])
 				f.emitDrained(s, "removed from the configuration", d)
 				if f.opts.Logs == nil || f.lockReload(ctx) != nil {
