@@ -346,12 +346,10 @@ func (in *instance) isRetired() bool {
 // should it exit meanwhile, is not started again by the restart policy:
 // nothing would use it.
 func (in *instance) retire() <-chan struct{} {
-	pol := in.policy(in.srv.Config())
-	pol.Restart = lifecycle.RestartNever
-	in.sup.SetPolicy(pol)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.phase = phaseRetired
+	in.setPolicyLocked(in.srv.Config())
 	in.closes++ // a start in progress is stopped, not kept
 	if in.timer != nil {
 		in.timer.Stop()
@@ -363,6 +361,25 @@ func (in *instance) retire() <-chan struct{} {
 		in.drained = ch
 	}
 	return ch
+}
+
+// applySettings makes the instance's supervisor follow cfg's restart
+// policy and connect timeout.
+func (in *instance) applySettings(cfg *config.Server) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.setPolicyLocked(cfg)
+}
+
+// setPolicyLocked sets the supervisor's policy under cfg; mu is held, so
+// that a retired instance — whenever the settings come — is never
+// restarted by its policy: nothing would use it.
+func (in *instance) setPolicyLocked(cfg *config.Server) {
+	pol := in.policy(cfg)
+	if in.phase == phaseRetired {
+		pol.Restart = lifecycle.RestartNever
+	}
+	in.sup.SetPolicy(pol)
 }
 
 // current is the live connection, or nil.

@@ -272,9 +272,11 @@ func (f *Fleet) emitDrained(s *Server, reason string, d Drained) {
 // configuration is already swapped): the restart policy and connect
 // timeout of each supervisor, and the idle timers.
 func (s *Server) updateInPlace() {
+	s.opMu.Lock() // one operator or reload change at a time
+	defer s.opMu.Unlock()
 	cfg := s.Config()
 	for _, in := range s.instances() {
-		in.sup.SetPolicy(in.policy(cfg))
+		in.applySettings(cfg)
 		in.rearm()
 	}
 }

@@ -826,3 +826,38 @@ func TestStopDuringCloseDoesNotDrain(t *testing.T) {
 		}
 	})
 }
+
+// A settings-only reload racing an operator's Restart may hold the old
+// shared instance in its snapshot of the server's instances when the
+// Restart retires it: the restart policy it then applies to that instance
+// does not make its process restartable again.
+func TestSettingsAppliedToARetiredInstanceKeepItRetired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0","restart":{"policy":"always","backoff":{"initial":"1s","max":"1s","jitter":0}}}`)
+		b := lf.f.Get("b")
+		held, err := b.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := held.in
+		old, _ := in.current().(*fakeLive)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = b.Restart(context.Background())
+		}()
+		synctest.Wait() // the old instance drains the call
+		if !in.isRetired() {
+			t.Fatal("the restart did not retire the instance")
+		}
+		in.applySettings(b.Config()) // what the reload does with its snapshot
+		old.crash()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n := lf.connects("b"); n != 1 {
+			t.Fatalf("%d connects of b: its retired process was restarted", n)
+		}
+		held.Release()
+		<-done
+	})
+}
