@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -101,17 +102,8 @@ type Fleet struct {
 	instances atomic.Uint64 // numbers the instances made, from 1 (instance.id)
 }
 
-// drainingAdd and drainingDone track the instances takeOut retired until
-// stopOut has stopped them.
-func (f *Fleet) drainingAdd(in *instance) {
-	f.drainMu.Lock()
-	defer f.drainMu.Unlock()
-	if f.draining == nil {
-		f.draining = map[*instance]struct{}{}
-	}
-	f.draining[in] = struct{}{}
-}
-
+// drainingDone forgets an instance takeOut put in draining, once stopOut
+// has stopped it.
 func (f *Fleet) drainingDone(in *instance) {
 	f.drainMu.Lock()
 	defer f.drainMu.Unlock()
@@ -368,7 +360,12 @@ func (f *Fleet) Close(ctx context.Context) error {
 	}
 	f.drainMu.Lock()
 	for in := range f.draining {
-		all = append(all, in) // a reload's, a restart's or a stop's drain: cut short
+		// A reload's, a restart's or a stop's drain: cut short. One
+		// taken out of service since the servers' were taken is here
+		// too (takeOut), and once only.
+		if !slices.Contains(all, in) {
+			all = append(all, in)
+		}
 	}
 	f.drainMu.Unlock()
 	var wg sync.WaitGroup

@@ -89,9 +89,13 @@ func (s *Server) takeOut(reason string) []retired {
 	if s.refused() != nil {
 		fresh.retire()
 	}
+	// Out of service and draining in one step under the fleet's drain
+	// lock: Close, which takes the servers' instances and then the
+	// draining ones, finds each instance in one or the other.
+	f := s.f
+	f.drainMu.Lock()
 	prev := s.shared.Swap(fresh)
-	fresh.inherit(prev)
-	out := []retired{{in: prev, drained: prev.retire(), reason: reason}}
+	out := []retired{{in: prev, reason: reason}}
 	s.mu.Lock()
 	for _, in := range s.perSession {
 		s.stopping++ // until stopped, as for an ended session
@@ -99,11 +103,16 @@ func (s *Server) takeOut(reason string) []retired {
 	}
 	s.perSession = nil
 	s.mu.Unlock()
-	for i := 1; i < len(out); i++ {
-		out[i].drained = out[i].in.retire()
+	if f.draining == nil {
+		f.draining = map[*instance]struct{}{}
 	}
 	for _, r := range out {
-		s.f.drainingAdd(r.in)
+		f.draining[r.in] = struct{}{}
+	}
+	f.drainMu.Unlock()
+	fresh.inherit(prev)
+	for i := range out {
+		out[i].drained = out[i].in.retire()
 	}
 	return out
 }
