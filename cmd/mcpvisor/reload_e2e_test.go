@@ -652,12 +652,82 @@ func TestSignalAndWatchReloadsDoNotWaitForDrains(t *testing.T) {
 		}
 	}
 	waitServers("the removal", false)
-	write(2) // the watcher sees it; a SIGHUP asks too
+	write(2) // and a SIGHUP asks for it (serve runs with --no-watch)
 	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitServers("the next change, behind the removal's drain,", true)
 	if err := <-called; err != nil {
 		t.Fatalf("the drained call failed: %v", err)
+	}
+}
+
+// A removed server's endpoint turns new sessions away, but the sessions it
+// still relays calls for reach it until its drain ends: a client's answer
+// to the server's sampling request, sent after the removal, completes the
+// call (it got 404, and the call waited out its drain bound).
+func TestRemovedEndpointTakesItsSessionsAnswers(t *testing.T) {
+	s, write := serveFleet(t, 2)
+	base := s.base
+	asked, answer := make(chan struct{}), make(chan struct{})
+	sess := connectHTTP(t, base+"/servers/s01/mcp", &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			close(asked)
+			select {
+			case <-answer:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "after the removal"}}, nil
+		},
+	})
+	called := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"prompt": "p"}})
+		switch {
+		case err != nil:
+			called <- "error: " + err.Error()
+		case res.IsError:
+			called <- fmt.Sprintf("tool error: %v", res.Content)
+		default:
+			called <- res.Content[0].(*mcp.TextContent).Text
+		}
+	}()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not ask for sampling")
+	}
+	write(1)
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, ok := servers(t, base)["s01"]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removal was not applied")
+		}
+	}
+	// A new session on the removed endpoint is turned away.
+	resp, err := http.Post(base+"/servers/s01/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a new session on the removed endpoint: HTTP %d", resp.StatusCode)
+	}
+	close(answer)
+	select {
+	case got := <-called:
+		if got != "sampled: after the removal" {
+			t.Fatalf("the call the removed server drained: %s", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call did not complete with the client's answer")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -226,6 +227,10 @@ type serverRoutes struct {
 
 	mu     sync.Mutex
 	byName map[string]*gateway.StreamableHandler
+	// gone are the handlers of removed servers not yet closed: they
+	// still serve the sessions they have (a client's answer to its
+	// server's request, a cancellation) while the server drains.
+	gone   map[string][]*gateway.StreamableHandler
 	closed bool
 
 	// retiring closes removed servers' handlers once their drains end;
@@ -241,8 +246,18 @@ func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *se
 }
 
 func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	name := req.PathValue("name")
+	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
-	h := r.byName[req.PathValue("name")]
+	h := r.byName[name]
+	if sid != "" && (h == nil || !h.HasSession(sid)) {
+		for _, old := range r.gone[name] {
+			if old.HasSession(sid) {
+				h = old // a session of the removed server's, which drains
+				break
+			}
+		}
+	}
 	r.mu.Unlock()
 	if h == nil {
 		r.unknown.ServeHTTP(w, req)
@@ -252,10 +267,11 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // sync makes the handlers those of the fleet's servers now. A removed
-// server's endpoint answers every new request with the 404 of an unknown
-// server at once; its handler — the calls it still relays, its sessions —
-// is closed once the server's drain has ended (removed, by name; at once
-// for a name not in it).
+// server's endpoint answers a new session (and a request of no session it
+// has) with the 404 of an unknown server at once; its handler — the calls
+// it still relays, and the requests of its sessions, which may answer or
+// cancel them — is served until the server's drain has ended (removed, by
+// name; at once for a name not in it), and then closed.
 func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 	r.mu.Lock()
 	if r.closed {
@@ -283,11 +299,21 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 			now = append(now, h)
 			continue
 		}
+		if r.gone == nil {
+			r.gone = map[string][]*gateway.StreamableHandler{}
+		}
+		r.gone[name] = append(r.gone[name], h)
 		r.retiring.Go(func() { // under mu: close cannot have begun waiting
 			select {
 			case <-drained:
 			case <-r.done:
 			}
+			r.mu.Lock()
+			r.gone[name] = slices.DeleteFunc(r.gone[name], func(x *gateway.StreamableHandler) bool { return x == h })
+			if len(r.gone[name]) == 0 {
+				delete(r.gone, name)
+			}
+			r.mu.Unlock()
 			h.Close()
 		})
 	}

@@ -807,6 +807,14 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// HasSession reports whether id names a session the handler serves.
+func (h *StreamableHandler) HasSession(id string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	_, ok := h.sessions[id]
+	return ok
+}
+
 // acquire finds a live session and counts the caller as activity on it
 // (an active session does not expire); the caller must release it.
 func (h *StreamableHandler) acquire(sid string) *httpSession {
