@@ -127,6 +127,20 @@ func (f *Fleet) drainingLocked(s *Server) bool {
 	return false
 }
 
+// drainingOf lists the instances of s taken out of service and still
+// draining (in no order).
+func (f *Fleet) drainingOf(s *Server) []*instance {
+	f.drainMu.Lock()
+	defer f.drainMu.Unlock()
+	var out []*instance
+	for in := range f.draining {
+		if in.srv == s {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
 // drainsOver is closed once no instance of s is draining — taken out of
 // service by a Stop, a Restart or a reload and not yet stopped — at once
 // if none is now. Each drain is bounded (stopOut), so it closes in time.

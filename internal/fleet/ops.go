@@ -34,8 +34,12 @@ func (s *Server) setRefusal(err error) {
 }
 
 // drainBound is how long the calls a retired instance holds may take to
-// finish before it is stopped under them: the server's request timeout
-// (the longest a call may take anyway), or a minute when it has none.
+// finish before it is stopped under them: the server's request timeout,
+// or a minute when it has none. That is the longest a call may keep its
+// server working alone; one that waits on its client meanwhile (sampling,
+// elicitation: the request timeout restarts when the client answers) or
+// that a modern client's retry holds may take longer, and is cut at the
+// bound — the drain reports it (Drained.Cut).
 func (s *Server) drainBound() time.Duration {
 	if d := s.Config().RequestTimeout; d > 0 {
 		return d

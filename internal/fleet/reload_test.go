@@ -861,3 +861,39 @@ func TestSettingsAppliedToARetiredInstanceKeepItRetired(t *testing.T) {
 		<-done
 	})
 }
+
+// An instance a restart took out of service shows while it finishes its
+// calls: listed as draining with its calls in flight, and counted in the
+// server's status, until its drain ends.
+func TestDrainingInstancesAreShown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0"}`)
+		b := lf.f.Get("b")
+		held, err := b.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = b.Restart(context.Background())
+		}()
+		synctest.Wait() // the old instance drains the call
+		ins := b.Instances()
+		if len(ins) != 2 || ins[0].State == "draining" || ins[1].State != "draining" || ins[1].InFlight != 1 || !ins[1].Shared {
+			t.Fatalf("instances while the restart drains: %+v", ins)
+		}
+		if st := b.Status(); st.Draining != 1 {
+			t.Fatalf("status while the restart drains: %+v", st)
+		}
+		held.Release()
+		<-done
+		synctest.Wait()
+		if ins := b.Instances(); len(ins) != 1 || ins[0].State != "running" {
+			t.Fatalf("instances after the drain: %+v", ins)
+		}
+		if st := b.Status(); st.Draining != 0 {
+			t.Fatalf("status after the drain: %+v", st)
+		}
+	})
+}

@@ -114,6 +114,7 @@ func (s *Server) Status() Status {
 	}
 	st.Learned = s.Cached(Tools)
 	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
+	st.Draining = len(s.f.drainingOf(s))
 	return st
 }
 
@@ -121,10 +122,11 @@ func (s *Server) Status() Status {
 func (s *Server) PID() int { return s.sharedIn().pid() }
 
 // PIDs lists the process of every running instance of the server, shared
-// and per-session (remote servers have none).
+// and per-session, and those still draining after a restart, a reload or
+// a stop (remote servers have none).
 func (s *Server) PIDs() []int {
 	var out []int
-	for _, in := range s.instances() {
+	for _, in := range append(s.instances(), s.f.drainingOf(s)...) {
 		if pid := in.pid(); pid != 0 {
 			out = append(out, pid)
 		}

@@ -31,6 +31,9 @@ type Status struct {
 	// trees, per-session ones included (Linux; filled in by the status
 	// API, not by Status).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
+	// Draining counts the instances taken out of service (a restart, a
+	// reload, a stop) that still finish the calls they hold.
+	Draining int `json:"draining,omitempty"`
 }
 
 func (in *instance) status() Status {
@@ -101,8 +104,10 @@ type InstanceStatus struct {
 	// Session is the per-session instance's client session, by the key
 	// events and logs name it with (the gateway's own, "s12": never the
 	// client's Mcp-Session-Id). "" for the shared instance.
-	Session      string    `json:"session,omitempty"`
-	State        string    `json:"state"` // as in Status, the operator's stop aside
+	Session string `json:"session,omitempty"`
+	// State is as in Status, the operator's stop aside; "draining" for an
+	// instance taken out of service that still finishes its calls.
+	State        string    `json:"state"`
 	PID          int       `json:"pid,omitempty"`
 	StartedAt    time.Time `json:"startedAt,omitzero"`
 	LastActivity time.Time `json:"lastActivity,omitzero"`
@@ -113,14 +118,21 @@ type InstanceStatus struct {
 }
 
 // Instances lists the server's instances: the shared one first, then
-// those it runs for client sessions, by session. A per-session instance whose
-// session ended and that is still stopping is no longer listed.
+// those it runs for client sessions, by session, then those draining (a
+// restart, a reload or a stop took them out of service; they finish their
+// calls), by session. A per-session instance whose session ended and that
+// is still stopping is no longer listed.
 func (s *Server) Instances() []InstanceStatus {
 	ins := s.instances() // s.mu is released before any in.mu is taken
+	serving := len(ins)
+	ins = append(ins, s.f.drainingOf(s)...)
 	cfg := s.Config()
 	out := make([]InstanceStatus, 0, len(ins))
-	for _, in := range ins {
+	for i, in := range ins {
 		st := in.status()
+		if i >= serving {
+			st.State = "draining"
+		}
 		is := InstanceStatus{
 			Shared:       in.key == "",
 			State:        st.State,
@@ -137,8 +149,8 @@ func (s *Server) Instances() []InstanceStatus {
 		}
 		out = append(out, is)
 	}
-	if len(out) > 1 {
-		slices.SortStableFunc(out[1:], func(a, b InstanceStatus) int { return cmp.Compare(a.Session, b.Session) })
-	}
+	bySession := func(a, b InstanceStatus) int { return cmp.Compare(a.Session, b.Session) }
+	slices.SortStableFunc(out[1:serving], bySession)
+	slices.SortStableFunc(out[serving:], bySession)
 	return out
 }
