@@ -42,7 +42,7 @@ func millis(ms float64) time.Duration {
 	return (time.Duration(ms*1000) * time.Microsecond).Round(time.Millisecond)
 }
 
-// newActionCmd is restart, stop or start of one server.
+// newActionCmd is restart, stop, start or sleep of one server.
 func newActionCmd(action, short, long string) *cobra.Command {
 	var api apiClient
 	var asJSON bool
@@ -93,6 +93,8 @@ func printAction(w io.Writer, r admin.ActionResult) {
 		parts = append(parts, "started "+r.Server)
 	case "restart":
 		parts = append(parts, "restarted "+r.Server)
+	case "sleep":
+		parts = append(parts, "put "+r.Server+" to sleep; its next request starts it again")
 	}
 	if r.Status.PID != 0 {
 		parts = append(parts, fmt.Sprintf("pid %d", r.Status.PID))
@@ -121,6 +123,14 @@ func newStartCmd() *cobra.Command {
 	return newActionCmd("start", "Start one server of a running mcpvisor serve",
 		"Serves a stopped server again and starts it now, waiting until it is ready (a per-session "+
 			"server starts with each client session instead).")
+}
+
+func newSleepCmd() *cobra.Command {
+	return newActionCmd("sleep", "Put one server of a running mcpvisor serve to sleep now",
+		"Stops the server's process tree now, as its idle timeout would: its lists stay, and its next "+
+			"request starts it again. Refused (exit 1, saying why) while requests are in flight or a client "+
+			"is subscribed to its resources, and for a server that is not running, was stopped, or runs one "+
+			"process per client session.")
 }
 
 func newReloadCmd() *cobra.Command {

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// restart, stop, start and reload against a real serve of the quick-start
+// restart, stop, start, sleep and reload against a real serve of the quick-start
 // config: stop makes the server refuse (a call says it was stopped) until
-// start; restart gives it a new process; a reload of an unchanged file
+// start; restart gives it a new process; sleep makes it dormant (a
+// second sleep is refused, saying so) until a call wakes it; a reload of an unchanged file
 // changes nothing; an unknown server, nothing answering at --addr and a
 // bad --timeout each get their exit code and a message that says so.
 func TestServerActions(t *testing.T) {
@@ -51,6 +52,18 @@ func TestServerActions(t *testing.T) {
 	if second := servers(t, base)["demo"]; second.State != "running" || second.PID == 0 || second.PID == first.PID {
 		t.Fatalf("restart kept pid %d: %+v", first.PID, second)
 	}
+	if out, _ := bin(0, "sleep", "demo"); !strings.Contains(out, "put demo to sleep") {
+		t.Fatalf("sleep printed %q", out)
+	}
+	if st := servers(t, base)["demo"]; st.State != "dormant" || st.PID != 0 {
+		t.Fatalf("after sleep: %+v", st)
+	}
+	if _, stderr := bin(1, "sleep", "demo"); !strings.Contains(stderr, "server demo is dormant, not running") {
+		t.Fatalf("sleep of a dormant server: %q", stderr)
+	}
+	if out, _ := bin(0, "call", "demo", "echo", "--arg", "text=awake"); !strings.Contains(out, "awake") {
+		t.Fatalf("a call after sleep printed %q", out)
+	}
 	if out, _ := bin(0, "reload"); !strings.Contains(out, "2 server(s) unchanged") {
 		t.Fatalf("reload of an unchanged file printed %q", out)
 	}
@@ -58,7 +71,7 @@ func TestServerActions(t *testing.T) {
 	if _, stderr := bin(1, "restart", "nope"); !strings.Contains(stderr, `no server named "nope"`) {
 		t.Fatalf("restart of an unknown server: %q", stderr)
 	}
-	for _, verb := range []string{"restart", "stop", "start"} {
+	for _, verb := range []string{"restart", "stop", "start", "sleep"} {
 		if code, _, stderr := runBin(t, verb, "demo", "--timeout", "0s", "--addr", addr); code != 2 || !strings.Contains(stderr, "--timeout") {
 			t.Fatalf("%s --timeout 0s: exit %d %q", verb, code, stderr)
 		}

@@ -15,6 +15,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd())
 	return root
 }

@@ -18,7 +18,7 @@ type ReloadFunc func(ctx context.Context) (report any, applied bool)
 // and POST /api/reload when the request gives no ?timeout=.
 const DefaultActionTimeout = 2 * time.Minute
 
-// ActionResult is the body of POST /api/servers/{name}/restart|stop|start.
+// ActionResult is the body of POST /api/servers/{name}/restart|stop|start|sleep.
 type ActionResult struct {
 	Server string `json:"server"`
 	Action string `json:"action"`
@@ -48,10 +48,13 @@ func (h *Handler) actionContext(w http.ResponseWriter, r *http.Request) (context
 	return ctx, cancel, true
 }
 
-// action serves POST /api/servers/{name}/{restart,stop,start}: each
-// returns once done (stopped; started and ready), within ?timeout=.
-// 200 when done; 504 when the timeout ended it first; 502 when the server
-// could not be started; 409 for a server a reload is removing.
+// action serves POST /api/servers/{name}/{restart,stop,start,sleep}: each
+// returns once done (stopped; started and ready; dormant), within
+// ?timeout=. 200 when done; 504 when the timeout ended it first; 502 when
+// the server could not be started; 409 for a server a reload is removing,
+// and for a sleep the server's state does not allow (fleet.Server.Sleep:
+// not running, requests in flight, a subscriber, stopped by the operator),
+// with the reason.
 func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	s := h.server(w, r)
 	if s == nil {
@@ -76,8 +79,10 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 		var d fleet.Drained
 		d, err = s.Restart(ctx)
 		res.Drained = &d
+	case "sleep":
+		err = s.Sleep(ctx)
 	default:
-		h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": "no action " + res.Action + ": restart, stop or start"})
+		h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": "no action " + res.Action + ": restart, stop, start or sleep"})
 		return
 	}
 	res.TookMs = float64(time.Since(t0).Microseconds()) / 1000
@@ -86,7 +91,8 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		res.OK = true
-	case errors.Is(err, fleet.ErrRemoved):
+	case errors.Is(err, fleet.ErrRemoved), errors.Is(err, fleet.ErrNotRunning), errors.Is(err, fleet.ErrBusy),
+		res.Action == "sleep" && errors.Is(err, fleet.ErrStopped):
 		status = http.StatusConflict
 	case ctx.Err() != nil:
 		status = http.StatusGatewayTimeout

@@ -15,7 +15,8 @@ import (
 
 // The action routes answer bad requests with the status that says what is
 // wrong, without acting: a bad ?timeout= names the parameter (400), an
-// unknown action or server is a 404, a reload without a reloader a 404,
+// unknown action or server is a 404, a sleep of a server not running or
+// stopped a 409 that says so, a reload without a reloader a 404,
 // a GET is not an action (405); a rejected reload is a 422 with the
 // reloader's report, an applied one a 200, and the reloader's context
 // carries the ?timeout= bound.
@@ -47,7 +48,8 @@ func TestActionRoutes(t *testing.T) {
 	}{
 		{"/api/servers/a/restart?timeout=soon", 400, "timeout"},
 		{"/api/servers/a/restart?timeout=-1s", 400, "timeout"},
-		{"/api/servers/a/explode", 404, "restart, stop or start"},
+		{"/api/servers/a/explode", 404, "restart, stop, start or sleep"},
+		{"/api/servers/a/sleep", 409, "server a is new, not running: there is no process to put to sleep"},
 		{"/api/servers/nope/stop", 404, `no server named \"nope\"`},
 		{"/api/reload", 404, "does not reload"},
 	} {
@@ -57,6 +59,12 @@ func TestActionRoutes(t *testing.T) {
 	}
 	if st := f.Get("a").Status(); st.State != "new" || st.Refusing != "" {
 		t.Fatalf("a bad request acted: %+v", st)
+	}
+	if status, body := post(plain, "/api/servers/a/stop"); status != 200 {
+		t.Fatalf("stop: %d %s", status, body)
+	}
+	if status, body := post(plain, "/api/servers/a/sleep"); status != 409 || !strings.Contains(body, "stopped by the operator") || !strings.Contains(body, `"action": "sleep"`) {
+		t.Errorf("sleep of a stopped server: %d %s, want 409 saying it was stopped", status, body)
 	}
 	srv := httptest.NewServer(plain)
 	resp, err := http.Get(srv.URL + "/api/servers/a/restart")

@@ -5,7 +5,8 @@
 // Server-Sent Events stream of them), GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
 // GET /metrics (Prometheus text format); and the operator's actions:
-// POST /api/servers/{name}/restart|stop|start and POST /api/reload.
+// POST /api/servers/{name}/restart|stop|start|sleep and POST /api/reload;
+// and the dashboard, GET / (package dashboard), on the same listener.
 package admin
 
 import (
@@ -54,6 +55,7 @@ func Snapshot(f *fleet.Fleet) Servers {
 	var all []int
 	for _, s := range f.Servers() {
 		st := s.Status()
+		st.Era, st.Requests = s.Era(), s.Requests()
 		out.Servers = append(out.Servers, st)
 		out.Totals.Total++
 		out.Totals.ByState[st.State]++

@@ -29,10 +29,9 @@ type Detail struct {
 	Kind        string   `json:"kind"`     // stdio or http
 	Sharing     string   `json:"sharing"`  // shared or per-session
 	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
-	// Era is the protocol version the server speaks (its live
+	// Status.Era is the protocol version the server speaks (its live
 	// connection's, else the one it spoke when its lists were learned),
 	// "" if unknown.
-	Era        string          `json:"era,omitempty"`
 	ServerInfo json.RawMessage `json:"serverInfo,omitempty"`
 	// Lists counts the server's tools, prompts, resources and resource
 	// templates as cached (tools after the config's tool filter); a kind
@@ -119,7 +118,6 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Kind:        cfg.Kind,
 		Sharing:     cfg.Sharing,
 		Protocol:    cfg.Protocol,
-		Era:         s.Era(),
 		ServerInfo:  s.ServerInfo(),
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},
@@ -132,6 +130,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	d.MemoryBytes = treeMemory(s)
+	d.Status.Era, d.Status.Requests = s.Era(), s.Requests()
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {
 			if k == fleet.Tools {

@@ -444,11 +444,13 @@ func (in *instance) idleCheck() {
 		in.mu.Unlock()
 		return
 	}
-	in.sleepLocked(now)
+	in.sleepLocked(now, "")
 }
 
-// sleepLocked starts a dormant stop; mu is held and released.
-func (in *instance) sleepLocked(now time.Time) {
+// sleepLocked starts a dormant stop and returns a channel closed when it
+// is done; mu is held and released. by, if set, names who asked for the
+// sleep in the dormant event ("operator"); idleness asks for none.
+func (in *instance) sleepLocked(now time.Time, by string) <-chan struct{} {
 	cfg := in.srv.Config()
 	in.phase = phaseSleeping
 	done := make(chan struct{})
@@ -472,11 +474,15 @@ func (in *instance) sleepLocked(now time.Time) {
 		in.mu.Unlock()
 		close(done)
 		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
+		if by != "" {
+			d["by"] = by
+		}
 		if err != nil {
 			d["error"] = err.Error()
 		}
 		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: d})
 	}()
+	return done
 }
 
 // rest puts the instance to sleep now if it runs, nothing is in flight, no
@@ -491,7 +497,7 @@ func (in *instance) rest(requests int64) bool {
 		in.mu.Unlock()
 		return false
 	}
-	in.sleepLocked(time.Now())
+	in.sleepLocked(time.Now(), "")
 	return true
 }
 

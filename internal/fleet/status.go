@@ -34,6 +34,14 @@ type Status struct {
 	// Draining counts the instances taken out of service (a restart, a
 	// reload, a stop) that still finish the calls they hold.
 	Draining int `json:"draining,omitempty"`
+	// Era is the protocol version the server speaks (Server.Era), "" if
+	// unknown; filled in by the status API, not by Status.
+	Era string `json:"era,omitempty"`
+	// Requests counts the requests ever begun on the shared instance
+	// (Server.Requests: what /metrics counts as
+	// mcpvisor_server_requests_total), for a rate; filled in by the
+	// status API, not by Status.
+	Requests int64 `json:"requests"`
 }
 
 func (in *instance) status() Status {

@@ -1,0 +1,80 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// ErrNotRunning is wrapped by Sleep's error for a server that has no
+// running process to put to sleep: not started yet, starting, restarting,
+// failed, already dormant, or served per client session.
+var ErrNotRunning = errors.New("not running")
+
+// ErrBusy is wrapped by Sleep's error for a server that must stay up for
+// now: requests are in flight, or a client subscribed to its resources
+// (whose updates only a running server can send).
+var ErrBusy = errors.New("busy")
+
+// Sleep is the operator's "sleep now": the server's running shared
+// instance goes dormant at once, as it would after its idle timeout — its
+// process tree stopped, its lists kept, the next request starting it again
+// — whatever its idle timeout and spawn grace period (idleTimeout 0
+// included). It returns once the process is stopped, or when ctx ends
+// first (the stop goes on, within the server's stop bound).
+//
+// Sleep refuses, changing nothing, a server that is not running and ready
+// (ErrNotRunning, its state named; a per-session server, whose instances
+// each sleep on their own when idle, is refused so too), one with requests
+// in flight or a resource subscription (ErrBusy: a call is never cut), and
+// one the operator stopped or a reload removed (the error wraps ErrStopped
+// or ErrRemoved). A server already going dormant is waited for.
+func (s *Server) Sleep(ctx context.Context) error {
+	done, err := s.sleepNow()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sleepNow starts Sleep's dormant stop, under the operator lock (a Stop,
+// Restart or reload is either before it or after it), and returns the
+// channel closed when the stop is done.
+func (s *Server) sleepNow() (<-chan struct{}, error) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	name := s.Name()
+	if s.PerSession() {
+		return nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
+	}
+	in := s.sharedIn()
+	if s.pinned(in.key) {
+		return nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
+	}
+	in.mu.Lock()
+	if in.phase == phaseSleeping {
+		done := in.sleepDone
+		in.mu.Unlock()
+		return done, nil
+	}
+	if in.phase != phaseRunning || in.conn == nil || !in.conn.Alive() || in.sup.State().State != lifecycle.StateReady {
+		in.mu.Unlock()
+		return nil, fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
+	}
+	if n := in.inflight; n > 0 {
+		in.mu.Unlock()
+		return nil, fmt.Errorf("server %s is %w: %d request(s) in flight (it sleeps on its own once idle; a stop lets them finish first)", name, ErrBusy, n)
+	}
+	return in.sleepLocked(time.Now(), "operator"), nil
+}
