@@ -47,7 +47,7 @@ const usageHeader = `Usage: mcp-fixture [flags]
 
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
 newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
-echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge.
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
 

@@ -287,7 +287,7 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr" {
 		t.Errorf("tools = %s", got)
 	}
 }
@@ -316,6 +316,20 @@ func TestMetaTool(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"meta"}}`)
 	if got := callText(t, p.next(), "2"); got != "null" {
 		t.Errorf("meta without _meta = %q", got)
+	}
+}
+
+// The stderr tool writes its text to stderr as one line, unprefixed, and
+// answers "written".
+func TestStderrTool(t *testing.T) {
+	t.Parallel()
+	p := startMain(t)
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stderr","arguments":{"text":"a line for the log"}}}`)
+	if got := callText(t, p.next(), "1"); got != "written" {
+		t.Errorf("stderr tool answered %q", got)
+	}
+	if got := p.stderr.String(); got != "a line for the log\n" {
+		t.Errorf("stderr = %q, want the line", got)
 	}
 }
 
@@ -351,6 +365,8 @@ func TestToolErrors(t *testing.T) {
 		{"sleep", `{}`},
 		{"progress", `{"steps":-1}`},
 		{"crash", `{"code":256}`},
+		{"stderr", `{}`},
+		{"stderr", `{"text":1}`},
 	} {
 		id := strconv.Itoa(20 + i)
 		p.send(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, id, c.tool, c.args)

@@ -103,6 +103,12 @@ func init() {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
 			run:         runWedge,
 		},
+		{
+			Name:        "stderr",
+			Description: "Writes text and a newline to stderr, as they are, in one write; returns \"written\".",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"The line to write."}},"required":["text"]}`),
+			run:         runStderr,
+		},
 	}
 }
 
@@ -144,6 +150,22 @@ func runSample(ctx context.Context, s *server, args, _ json.RawMessage) (toolRes
 		return textResult("sampled: " + many[0].Text), true
 	}
 	return errorResult("sample: no text in the client's answer: %s", m.Result), true
+}
+
+func runStderr(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Text *string `json:"text"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("stderr: invalid arguments: %v", err), true
+	}
+	if a.Text == nil {
+		return errorResult("stderr: missing required argument \"text\""), true
+	}
+	if _, err := s.log.Writer().Write([]byte(*a.Text + "\n")); err != nil {
+		return errorResult("stderr: %v", err), true
+	}
+	return textResult("written"), true
 }
 
 func runWedge(_ context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {
