@@ -88,6 +88,26 @@ func (g *Guard) Allow(w http.ResponseWriter, r *http.Request) bool {
 	if status == 0 {
 		return true
 	}
+	refuse(w, status, reason)
+	return false
+}
+
+// AllowPublic is Allow without the token: Host and Origin are checked
+// (403), the bearer token is not. It is for what holds no secret and must
+// load in a browser, which sends no Authorization header when it
+// navigates to a page or loads its scripts: the dashboard's static files.
+// What they show comes from routes behind Allow.
+func (g *Guard) AllowPublic(w http.ResponseWriter, r *http.Request) bool {
+	if reason := g.checkHostOrigin(r); reason != "" {
+		refuse(w, http.StatusForbidden, reason)
+		return false
+	}
+	return true
+}
+
+// refuse writes a refusal: a plain text 403, or a 401 with
+// WWW-Authenticate.
+func refuse(w http.ResponseWriter, status int, reason string) {
 	hdr := w.Header()
 	if status == http.StatusUnauthorized {
 		hdr["Www-Authenticate"] = []string{`Bearer realm="mcpvisor"`}
@@ -99,7 +119,6 @@ func (g *Guard) Allow(w http.ResponseWriter, r *http.Request) bool {
 	hdr["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, reason+"\n")
-	return false
 }
 
 // Wrap returns a handler that serves next only the requests g allows.

@@ -141,3 +141,32 @@ func TestWrap(t *testing.T) {
 		t.Errorf("served %d requests, want 1", served)
 	}
 }
+
+// AllowPublic checks Host and Origin as Allow does, and never the token:
+// a browser's navigation to the dashboard loads without one, a
+// rebinding Host or a foreign Origin is refused as on any route.
+func TestAllowPublic(t *testing.T) {
+	g := New(Options{Token: "s3cret"})
+	for _, c := range []struct {
+		host, origin string
+		status       int
+	}{
+		{"127.0.0.1:7331", "", 200},
+		{"localhost:7331", "http://localhost:7331", 200},
+		{"evil.example", "", 403},
+		{"127.0.0.1:7331", "https://evil.example", 403},
+	} {
+		w := httptest.NewRecorder()
+		ok := g.AllowPublic(w, request("127.0.0.1:7331", "Host", c.host, "Origin", c.origin))
+		if ok != (c.status == 200) || (!ok && w.Code != c.status) {
+			t.Errorf("Host %q Origin %q: allowed %v, status %d, want %d", c.host, c.origin, ok, w.Code, c.status)
+		}
+		if !ok && !strings.HasPrefix(w.Body.String(), "Forbidden: ") {
+			t.Errorf("Host %q Origin %q: body %q", c.host, c.origin, w.Body.String())
+		}
+		w = httptest.NewRecorder()
+		if g.Allow(w, request("127.0.0.1:7331", "Host", c.host, "Origin", c.origin)) || (c.status == 200 && w.Code != 401) {
+			t.Errorf("Host %q Origin %q: Allow without the token passed or answered %d", c.host, c.origin, w.Code)
+		}
+	}
+}
