@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/dashboard"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
@@ -40,7 +41,8 @@ func newServeCmd() *cobra.Command {
 named {server}__{name}), and each server alone at /servers/{name}/mcp, over
 Streamable HTTP. Servers start on first use and sleep when idle. The bearer
 token, if any, comes from --token-file or the MCPVISOR_TOKEN environment
-variable. GET /api/servers reports every server's state (mcpvisor ps).
+variable. GET /api/servers reports every server's state (mcpvisor ps); GET /
+is a dashboard of them, live.
 
 SIGHUP, a change of the config file (unless --no-watch) and mcpvisor reload
 reload the configuration: a file with errors changes nothing; a valid one is
@@ -127,7 +129,11 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			mux.Handle("/api/", api)
 			mux.Handle("/metrics", api)
 			mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
-			mux.Handle("/", g.Wrap(http.NotFoundHandler()))
+			// The dashboard: GET / and its files under /ui/, behind the
+			// Host and Origin checks (the page holds no data; what it
+			// shows comes from /api/*, behind the token too). Any other
+			// path is a 404 behind the whole guard.
+			mux.Handle("/", dashboard.New(g, token != "", g.Wrap(http.NotFoundHandler())))
 			// Headers must arrive within 10 s and an idle keep-alive
 			// connection is closed after 2 min; a POST body has
 			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No

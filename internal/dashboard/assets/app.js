@@ -1,0 +1,530 @@
+// mcpvisor dashboard: every server live from the admin API. No framework,
+// no build step; all data is written with textContent, never as HTML.
+"use strict";
+(() => {
+  const TOKEN_KEY = "mcpvisor.token", THEME_KEY = "mcpvisor.theme";
+  const POLL_MS = 3000, MAX_EVENTS = 100, MAX_LINES = 300, MAX_OPEN = 3;
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, props, ...kids) => {
+    const e = document.createElement(tag);
+    if (props) for (const [k, v] of Object.entries(props)) {
+      if (k === "class") e.className = v;
+      else if (k === "text") e.textContent = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k);
+    return e;
+  };
+
+  // ---- theme: automatic (the system's), light or dark; kept per browser.
+  const themes = ["auto", "light", "dark"];
+  function applyTheme(t) {
+    if (t === "auto") document.documentElement.removeAttribute("data-theme");
+    else document.documentElement.setAttribute("data-theme", t);
+    const b = $("theme");
+    if (b) { b.textContent = "Theme: " + t; b.setAttribute("aria-label", "Color theme: " + (t === "auto" ? "automatic" : t) + " (change)"); }
+  }
+  let theme = localStorage.getItem(THEME_KEY) || "auto";
+  if (!themes.includes(theme)) theme = "auto";
+  applyTheme(theme);
+
+  // ---- API access: the token lives in this tab's sessionStorage only.
+  let token = sessionStorage.getItem(TOKEN_KEY) || "";
+  class AuthError extends Error {}
+  function headers(extra) {
+    const h = Object.assign({}, extra);
+    if (token) h.Authorization = "Bearer " + token;
+    return h;
+  }
+  async function api(path, opts = {}) {
+    const res = await fetch(path, { cache: "no-store", ...opts, headers: headers(opts.headers) });
+    if (res.status === 401) { needToken("The token was refused."); throw new AuthError("unauthorized"); }
+    let body = null;
+    const text = await res.text();
+    try { body = text ? JSON.parse(text) : null; } catch { body = { error: text.trim() }; }
+    return { status: res.status, ok: res.ok, body };
+  }
+  const enc = encodeURIComponent;
+
+  // ---- Server-Sent Events read with fetch (an EventSource cannot send
+  // the Authorization header). onEvent gets {event, id, data}.
+  async function readSSE(url, lastId, signal, onOpen, onEvent) {
+    const h = { Accept: "text/event-stream" };
+    if (lastId) h["Last-Event-ID"] = lastId;
+    const res = await fetch(url, { cache: "no-store", headers: headers(h), signal });
+    if (res.status === 401) { needToken("The token was refused."); throw new AuthError("unauthorized"); }
+    if (!res.ok) { const t = await res.text(); const e = new Error(t.trim() || "HTTP " + res.status); e.status = res.status; throw e; }
+    onOpen();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "", ev = { event: "message", id: "", data: [] };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += value;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        let line = buf.slice(0, i); buf = buf.slice(i + 1);
+        if (line.endsWith("\r")) line = line.slice(0, -1);
+        if (line === "") {
+          if (ev.data.length) onEvent({ event: ev.event, id: ev.id, data: ev.data.join("\n") });
+          ev = { event: "message", id: "", data: [] };
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const c = line.indexOf(":");
+        const field = c < 0 ? line : line.slice(0, c);
+        let v = c < 0 ? "" : line.slice(c + 1);
+        if (v.startsWith(" ")) v = v.slice(1);
+        if (field === "data") ev.data.push(v);
+        else if (field === "event") ev.event = v;
+        else if (field === "id") ev.id = v;
+      }
+    }
+  }
+
+  // stream keeps one SSE stream open: it reconnects after an end or an
+  // error with capped exponential backoff and jitter, resuming after the
+  // last id seen; stop() ends it for good.
+  function stream(url, { onEvent, onState, stopOn }) {
+    const ctl = { lastId: "", stopped: false, abort: null, timer: 0 };
+    let failures = 0;
+    const run = async () => {
+      if (ctl.stopped) return;
+      const ac = new AbortController(); ctl.abort = ac;
+      let opened = 0;
+      try {
+        await readSSE(url, ctl.lastId, ac.signal, () => { opened = Date.now(); onState && onState("live"); }, (m) => {
+          failures = 0;
+          if (m.id) ctl.lastId = m.id;
+          onEvent(m);
+        });
+      } catch (e) {
+        if (ctl.stopped || e instanceof AuthError) return;
+        if (stopOn && stopOn(e)) { ctl.stopped = true; return; }
+      }
+      if (ctl.stopped) return;
+      if (opened && Date.now() - opened > 10000) failures = 0;
+      const delay = Math.min(30000, 500 * 2 ** failures) * (0.5 + Math.random() / 2);
+      failures++;
+      onState && onState("down", delay);
+      ctl.timer = setTimeout(run, delay);
+    };
+    ctl.stop = () => { ctl.stopped = true; clearTimeout(ctl.timer); ctl.abort && ctl.abort.abort(); };
+    ctl.reconnect = () => { clearTimeout(ctl.timer); ctl.abort && ctl.abort.abort(); };
+    run();
+    return ctl;
+  }
+
+  // ---- formatting
+  function bytes(n) {
+    if (!n) return "–";
+    const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0; while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+    return (n >= 100 || i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + u[i];
+  }
+  function since(t) {
+    if (!t) return "";
+    let s = Math.max(0, (Date.now() - Date.parse(t)) / 1000);
+    if (s < 60) return Math.floor(s) + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + Math.floor(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+  }
+  const clock = (t) => { const d = new Date(t); return isNaN(d) ? "" : d.toLocaleTimeString([], { hour12: false }); };
+  const stamp = (t) => { const d = new Date(t); return isNaN(d) ? "" : d.toLocaleString([], { hour12: false }); };
+
+  // ---- state
+  const rows = new Map();      // name -> {status, tbody, cells, open, detail, logs, ...}
+  const open = [];             // names of expanded rows, oldest first
+  let lastRate = null;         // {requests, at}
+  let refreshTimer = 0, pollTimer = 0, events = null, started = false;
+
+  function setConn(state, delay) {
+    const c = $("conn");
+    c.className = "conn " + (state === "live" ? "live" : "down");
+    c.textContent = state === "live" ? "live" : "reconnecting in " + Math.ceil(delay / 1000) + "s";
+  }
+  function notice(msg, bad) {
+    const n = $("notice");
+    n.textContent = msg;
+    n.className = "notice" + (bad ? " bad" : "");
+  }
+
+  // ---- servers table
+  const COLS = [["state", "State"], ["era", "Era"], ["pid", "PID"], ["mem", "Memory"], ["up", "Up / dormant"],
+    ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["err", "Last error"]];
+
+  function makeRow(name) {
+    const r = { name, cells: {}, open: false };
+    const detailId = "detail-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
+    r.toggle = el("button", { type: "button", "aria-expanded": "false", "aria-controls": detailId,
+      "aria-label": "Details of " + name, onclick: () => setOpen(r, !r.open) }, name);
+    r.pending = el("span", { class: "pending", hidden: true });
+    r.warning = el("span", { class: "warning", hidden: true });
+    const tr = el("tr", { class: "row", "data-server": name },
+      el("td", { class: "name", "data-label": "Server" }, r.toggle, r.pending, r.warning));
+    for (const [k, label] of COLS) {
+      r.cells[k] = el("td", { class: k === "err" ? "err" : k, "data-label": label });
+      tr.append(r.cells[k]);
+    }
+    r.badge = el("span", { class: "badge" });
+    r.cells.state.append(r.badge);
+    r.btn = {
+      restart: el("button", { type: "button", "data-action": "restart", "aria-label": "Restart " + name, onclick: () => act(r, "restart") }, "Restart"),
+      stop: el("button", { type: "button", "data-action": "stop", "aria-label": "Stop " + name, onclick: () => act(r, "stop") }, "Stop"),
+      start: el("button", { type: "button", "data-action": "start", "aria-label": "Start " + name, onclick: () => act(r, "start") }, "Start"),
+      sleep: el("button", { type: "button", "data-action": "sleep", "aria-label": "Put " + name + " to sleep", onclick: () => act(r, "sleep") }, "Sleep"),
+    };
+    tr.append(el("td", { class: "act", "data-label": "Actions" }, el("div", { class: "actions", role: "group", "aria-label": "Actions on " + name },
+      r.btn.restart, r.btn.stop, r.btn.start, r.btn.sleep)));
+    r.detailCell = el("td", { colspan: String(COLS.length + 2) });
+    r.detailRow = el("tr", { class: "detail", id: detailId, hidden: true }, r.detailCell);
+    r.tbody = el("tbody", { "data-server": name }, tr, r.detailRow);
+    return r;
+  }
+
+  function renderRow(r) {
+    const s = r.status;
+    r.badge.textContent = s.state;
+    r.badge.className = "badge s-" + s.state;
+    r.tbody.dataset.state = s.state;
+    r.cells.era.textContent = s.era || "–";
+    r.cells.pid.textContent = s.pid ? String(s.pid) : "–";
+    r.cells.mem.textContent = bytes(s.memoryBytes);
+    renderTimes(r);
+    r.cells.inflight.textContent = String(s.inFlight || 0);
+    r.cells.restarts.textContent = String(s.restarts || 0);
+    const err = s.lastError || s.refusing || "";
+    if (r.errText !== err) {
+      r.errText = err;
+      r.cells.err.replaceChildren(err ? el("span", { class: "clamp", title: err, text: err }) : "");
+    }
+    const n = s.pendingDefinitions || 0;
+    r.pending.hidden = !n;
+    r.pending.textContent = n ? n + " pending" : "";
+    r.pending.title = n ? "tool definitions held back until approved" : "";
+    r.warning.hidden = !s.warning;
+    r.warning.textContent = s.warning || "";
+    if (!r.busy) setButtons(r);
+  }
+  function renderTimes(r) {
+    const s = r.status;
+    const running = ["running", "degraded", "starting", "restarting"].includes(s.state);
+    r.cells.up.textContent = s.state === "dormant" && s.dormantSince ? "dormant " + since(s.dormantSince)
+      : running && s.startedAt ? "up " + since(s.startedAt) : "–";
+    r.cells.idle.textContent = running && s.lastActivity ? since(s.lastActivity) : "–";
+  }
+  function setButtons(r) {
+    const st = r.status.state;
+    r.btn.stop.hidden = st === "stopped";
+    r.btn.start.hidden = st !== "stopped";
+    r.btn.sleep.disabled = st !== "running" || (r.status.inFlight || 0) > 0;
+    r.btn.restart.disabled = r.btn.stop.disabled = r.btn.start.disabled = false;
+  }
+
+  function applyServers(body) {
+    const table = $("servers");
+    const seen = new Set();
+    for (const s of body.servers || []) {
+      seen.add(s.name);
+      let r = rows.get(s.name);
+      if (!r) { r = makeRow(s.name); rows.set(s.name, r); }
+      r.status = s;
+      renderRow(r);
+    }
+    for (const [name, r] of rows) if (!seen.has(name)) { setOpen(r, false); r.tbody.remove(); rows.delete(name); }
+    // Keep the API's order (by name) without moving focused nodes needlessly.
+    let prev = table.tHead;
+    for (const s of body.servers || []) {
+      const r = rows.get(s.name);
+      if (prev.nextSibling !== r.tbody) prev.after(r.tbody);
+      prev = r.tbody;
+    }
+    $("empty").hidden = rows.size > 0;
+    const t = body.totals || {}, by = t.byState || {};
+    $("t-running").textContent = String((by.running || 0) + (by.degraded || 0));
+    $("t-dormant").textContent = String(by.dormant || 0);
+    $("t-failed").textContent = String(by.failed || 0);
+    $("t-memory").textContent = bytes(t.memoryBytes);
+    const requests = (body.servers || []).reduce((a, s) => a + (s.requests || 0), 0);
+    const now = performance.now();
+    if (lastRate && now > lastRate.at) {
+      const rate = Math.max(0, requests - lastRate.requests) / ((now - lastRate.at) / 1000);
+      $("t-rate").textContent = rate < 10 ? rate.toFixed(1) : rate.toFixed(0);
+    }
+    lastRate = { requests, at: now };
+  }
+
+  async function refresh() {
+    clearTimeout(refreshTimer); refreshTimer = 0;
+    try {
+      const r = await api("/api/servers");
+      if (r.ok) applyServers(r.body);
+      else notice("Could not read the servers: " + ((r.body && r.body.error) || r.status), true);
+    } catch (e) {
+      if (!(e instanceof AuthError)) setConn("down", POLL_MS);
+    }
+  }
+  // soon refreshes after a short pause, so that a burst of events is one read.
+  function soon() { if (!refreshTimer) refreshTimer = setTimeout(refresh, 120); }
+  function poll() {
+    clearTimeout(pollTimer);
+    pollTimer = setTimeout(async () => {
+      if (!document.hidden) {
+        await refresh();
+        for (const name of open) loadDetail(rows.get(name));
+      }
+      poll();
+    }, POLL_MS);
+  }
+
+  // ---- actions, through the API of mcpvisor restart|stop|start|sleep
+  async function act(r, action) {
+    r.busy = true;
+    for (const b of Object.values(r.btn)) b.disabled = true;
+    r.tbody.setAttribute("aria-busy", "true");
+    notice(action + " " + r.name + "…");
+    try {
+      const res = await api("/api/servers/" + enc(r.name) + "/" + action + "?timeout=60s", { method: "POST" });
+      const b = res.body || {};
+      if (res.ok && b.ok) {
+        const pid = b.status && b.status.pid ? ", pid " + b.status.pid : "";
+        notice({ restart: "Restarted ", stop: "Stopped ", start: "Started ", sleep: "Put to sleep: " }[action] + r.name + pid + ".");
+      } else {
+        notice("Could not " + action + " " + r.name + ": " + (b.error || "HTTP " + res.status), true);
+      }
+      if (b.status) { r.status = Object.assign({}, r.status, b.status); }
+    } catch (e) {
+      if (!(e instanceof AuthError)) notice("Could not " + action + " " + r.name + ": " + e.message, true);
+    } finally {
+      r.busy = false;
+      r.tbody.removeAttribute("aria-busy");
+      renderRow(r);
+      refresh();
+      if (r.open) loadDetail(r);
+    }
+  }
+
+  // ---- expanded rows: detail, tools, history, instances, definitions,
+  // and the stderr tail, live.
+  function setOpen(r, want) {
+    if (r.open === want) return;
+    r.open = want;
+    r.toggle.setAttribute("aria-expanded", String(want));
+    r.detailRow.hidden = !want;
+    r.tbody.classList.toggle("open", want);
+    if (want) {
+      open.push(r.name);
+      if (open.length > MAX_OPEN) { const first = rows.get(open[0]); if (first) setOpen(first, false); }
+      buildDetail(r);
+      loadDetail(r);
+      startLogs(r);
+    } else {
+      const i = open.indexOf(r.name); if (i >= 0) open.splice(i, 1);
+      if (r.logs) { r.logs.stop(); r.logs = null; }
+    }
+  }
+
+  function buildDetail(r) {
+    r.d = {
+      about: el("div", { class: "sub" }),
+      lastErr: el("p", { class: "lasterr", hidden: true }),
+      defs: el("div"),
+      tools: el("ul", { class: "plain" }),
+      history: el("ul", { class: "plain" }),
+      instances: el("div"),
+      stderr: el("pre", { class: "stderr", role: "log", "aria-label": "stderr of " + r.name, tabindex: "0" }),
+      stderrNote: el("p", { class: "sub" }),
+    };
+    r.lines = [];
+    r.detailCell.replaceChildren(
+      r.d.about,
+      r.d.lastErr,
+      r.d.defs,
+      el("div", { class: "detail-grid" },
+        el("div", null, el("h3", { text: "stderr (live)" }), r.d.stderr, r.d.stderrNote),
+        el("div", null, el("h3", { text: "Tools" }), r.d.tools)),
+      el("div", { class: "detail-grid" },
+        el("div", null, el("h3", { text: "Restart history" }), r.d.history),
+        el("div", null, el("h3", { text: "Instances" }), r.d.instances)));
+  }
+
+  async function loadDetail(r) {
+    if (!r || !r.open) return;
+    try {
+      const [d, t] = await Promise.all([api("/api/servers/" + enc(r.name)), api("/api/servers/" + enc(r.name) + "/tools")]);
+      if (!r.open || !r.d) return;
+      if (d.ok) renderDetail(r, d.body);
+      if (t.ok) renderTools(r, t.body);
+    } catch (e) {
+      if (!(e instanceof AuthError) && r.d) r.d.about.textContent = "Could not read the details (trying again): " + e.message;
+    }
+  }
+
+  function renderDetail(r, d) {
+    const info = d.serverInfo ? (d.serverInfo.name || "") + (d.serverInfo.version ? " " + d.serverInfo.version : "") : "";
+    r.d.lastErr.textContent = d.lastError || d.refusing || "";
+    r.d.lastErr.hidden = !r.d.lastErr.textContent;
+    r.d.about.replaceChildren(
+      el("code", { text: d.launch || "" }),
+      " · " + [d.kind, d.sharing, "protocol " + d.protocol, d.era && "era " + d.era, info, d.spawns !== undefined && d.spawns + " spawns",
+        d.heldCalls ? d.heldCalls + " held calls" : ""].filter(Boolean).join(" · "));
+    // Definitions held back by pinning, to approve.
+    const defs = d.definitions;
+    r.d.defs.replaceChildren();
+    if (defs && defs.pending && defs.pending.length) {
+      const list = el("ul", { class: "plain" });
+      for (const p of defs.pending) {
+        list.append(el("li", null, el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") +
+          (p.fields && p.fields.length ? " (" + p.fields.join(", ") + ")" : "") + " ",
+          el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p.name]) }, "Approve")));
+      }
+      r.d.defs.append(el("h3", { text: "Pending definitions" + (defs.changedAt ? " · changed " + stamp(defs.changedAt) : "") }), list,
+        el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, []) }, "Approve all"));
+    }
+    const h = d.history || [];
+    r.d.history.replaceChildren(...(h.length ? h.slice().reverse().map((x) => el("li", null,
+      el("time", { datetime: x.time, text: stamp(x.time) }), " " + x.stage +
+      (x.code !== undefined ? " · exit " + x.code : "") + (x.signal ? " · " + x.signal : "") + (x.pid ? " · pid " + x.pid : "") + " — " + x.error))
+      : [el("li", { class: "muted", text: "no crash or failed start" })]));
+    const ins = d.instances || [];
+    const t = el("table", { class: "inner" }, el("thead", null, el("tr", null, ...["Instance", "State", "PID", "Up", "In flight", "Restarts"].map((c) => el("th", { scope: "col", text: c })))));
+    const tb = el("tbody");
+    for (const i of ins) tb.append(el("tr", null, el("td", { text: i.shared ? "shared" : "session " + i.session }), el("td", { text: i.state }),
+      el("td", { text: i.pid ? String(i.pid) : "–" }), el("td", { text: i.startedAt ? since(i.startedAt) : "–" }),
+      el("td", { text: String(i.inFlight || 0) }), el("td", { text: String(i.restarts || 0) })));
+    t.append(tb);
+    r.d.instances.replaceChildren(ins.length ? t : el("p", { class: "muted", text: "none" }));
+  }
+
+  function renderTools(r, t) {
+    if (!t.learned) { r.d.tools.replaceChildren(el("li", { class: "muted", text: "not known yet: learned when a client first lists them" })); return; }
+    if (!t.tools.length) { r.d.tools.replaceChildren(el("li", { class: "muted", text: "no tools" })); return; }
+    r.d.tools.replaceChildren(...t.tools.map((x) => el("li", null, el("code", { text: x.name }), x.description ? el("span", { class: "sub", text: " — " + x.description }) : null)));
+  }
+
+  async function approve(r, names) {
+    try {
+      const res = await api("/api/servers/" + enc(r.name) + "/approve", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ names }) });
+      if (res.ok) notice("Approved " + ((res.body && res.body.approved) || names).join(", ") + " of " + r.name + ".");
+      else notice("Could not approve: " + ((res.body && res.body.error) || "HTTP " + res.status), true);
+    } catch (e) { if (!(e instanceof AuthError)) notice("Could not approve: " + e.message, true); }
+    refresh(); loadDetail(r);
+  }
+
+  function startLogs(r) {
+    r.d.stderrNote.textContent = "";
+    r.logs = stream("/api/servers/" + enc(r.name) + "/logs?follow&tail=50", {
+      stopOn: (e) => { if (e.status === 404 || e.status === 400) { r.d.stderrNote.textContent = e.message; return true; } return false; },
+      onEvent: (m) => {
+        if (m.event === "end") { r.d.stderrNote.textContent = "The server was removed from the configuration."; r.logs && r.logs.stop(); return; }
+        if (m.event === "dropped") { addLine(r, null, "… " + JSON.parse(m.data).dropped + " lines no longer kept"); return; }
+        const e = JSON.parse(m.data);
+        addLine(r, e.time, (e.pid ? "[pid " + e.pid + "] " : "") + e.line);
+      },
+    });
+  }
+  function addLine(r, t, text) {
+    const box = r.d.stderr;
+    const atEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+    const line = el("div", { class: "line" }, t ? el("span", { class: "t", text: clock(t) + " " }) : null, text);
+    box.append(line);
+    while (box.childNodes.length > MAX_LINES) box.firstChild.remove();
+    if (atEnd) box.scrollTop = box.scrollHeight;
+  }
+
+  // ---- events timeline
+  const STATE_EVENTS = /^(started|dormant|respawned|exited|restarting|restarted|failed|stopped|operator-|reload|definitions_changed)/;
+  function summary(e) {
+    const d = e.details || {};
+    if (e.type === "definitions_changed") {
+      const names = (xs) => (xs || []).map((x) => x.name || x).join(", ");
+      return [d.added && d.added.length && "added " + names(d.added), d.removed && d.removed.length && "removed " + names(d.removed),
+        d.changed && d.changed.length && "changed " + (d.changed || []).map((c) => c.name + (c.fields && c.fields.length ? " (" + c.fields.join(", ") + ")" : "")).join(", "),
+        d.held && d.held.length && "held " + names(d.held)].filter(Boolean).join("; ");
+    }
+    const parts = [];
+    if (d.pid) parts.push("pid " + d.pid);
+    if (d.code !== undefined) parts.push("exit " + d.code);
+    if (d.signal) parts.push(d.signal);
+    if (d.by) parts.push("by " + d.by);
+    if (d.attempt) parts.push("attempt " + d.attempt);
+    if (d.error) parts.push(String(d.error));
+    return parts.join(" · ");
+  }
+  function addEvent(e) {
+    const list = $("events");
+    const item = el("li", { "data-type": e.type, "data-server": e.server || "" },
+      el("time", { datetime: e.time, text: clock(e.time) }),
+      e.server ? el("span", { class: "srv", text: e.server }) : null,
+      el("span", { class: "ev ev-" + e.type, text: e.type }),
+      el("span", { class: "sub", text: summary(e) }));
+    list.prepend(item);
+    while (list.childNodes.length > MAX_EVENTS) list.lastChild.remove();
+  }
+  function startEvents() {
+    events = stream("/api/events", {
+      onState: setConn,
+      onEvent: (m) => {
+        if (m.event === "lagged") { events.reconnect(); return; }
+        let e; try { e = JSON.parse(m.data); } catch { return; }
+        addEvent(e);
+        if (STATE_EVENTS.test(e.type)) {
+          soon();
+          const r = rows.get(e.server);
+          if (r && r.open) loadDetail(r);
+        }
+      },
+    });
+  }
+
+  // ---- token and start-up
+  function needToken(msg) {
+    stopAll();
+    $("app").hidden = true;
+    $("login").hidden = false;
+    $("login-error").textContent = msg || "";
+    $("token").focus();
+  }
+  function stopAll() {
+    started = false;
+    if (events) { events.stop(); events = null; }
+    for (const name of open.slice()) setOpen(rows.get(name), false);
+    clearTimeout(pollTimer); clearTimeout(refreshTimer); refreshTimer = 0;
+  }
+  async function begin() {
+    $("login").hidden = true;
+    $("app").hidden = false;
+    $("forget").hidden = !token;
+    if (started) return;
+    started = true;
+    await refresh();
+    if (!started) return;
+    startEvents();
+    poll();
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    applyTheme(theme);
+    $("theme").addEventListener("click", () => {
+      theme = themes[(themes.indexOf(theme) + 1) % themes.length];
+      localStorage.setItem(THEME_KEY, theme);
+      applyTheme(theme);
+    });
+    $("forget").addEventListener("click", () => { token = ""; sessionStorage.removeItem(TOKEN_KEY); needToken(""); });
+    $("login").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      token = $("token").value.trim();
+      $("token").value = "";
+      if (token) sessionStorage.setItem(TOKEN_KEY, token);
+      begin();
+    });
+    document.addEventListener("visibilitychange", () => { if (!document.hidden && started) refresh(); });
+    setInterval(() => { for (const r of rows.values()) if (r.status) renderTimes(r); }, 1000);
+    let wants = false;
+    try { wants = (await (await fetch("/ui/auth.json", { cache: "no-store" })).json()).token; } catch { /* ask the API */ }
+    if (wants && !token) needToken("");
+    else begin();
+  });
+})();
