@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
 # the MCP conformance suite) and the real npm MCP servers the integration
-# tests run. Idempotent: a stamp file records what is installed.
+# tests run; and Debian's chromium for the dashboard's browser tests.
+# Idempotent: a stamp file records what is installed in .deps/.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,31 @@ NPM_NEXT_PACKAGES=(
   "@modelcontextprotocol/client@2.4.0"
 )
 stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]}"
+
+# The dashboard's browser tests drive Debian's chromium (headless). It is
+# a system package: installed with apt-get when /usr/bin/chromium is missing
+# (CI runs this script as root), or named by MCPVISOR_CHROMIUM.
+install_chromium() {
+  if [ -n "${MCPVISOR_CHROMIUM:-}" ] || [ -x /usr/bin/chromium ]; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "test-deps: the dashboard tests need Chromium: install it, or set MCPVISOR_CHROMIUM to its path (no apt-get here)" >&2
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: the dashboard tests need Chromium: run 'sudo apt-get install -y chromium', or set MCPVISOR_CHROMIUM" >&2
+    return 1
+  fi
+  echo "test-deps: installing chromium (apt-get)" >&2
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+     [ ! -x /usr/bin/chromium ]; then
+    echo "test-deps: could not install chromium with apt-get; the dashboard tests need it (or MCPVISOR_CHROMIUM)" >&2
+    return 1
+  fi
+}
+install_chromium
 
 if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
   exit 0
