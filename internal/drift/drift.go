@@ -1,0 +1,422 @@
+// Package drift fingerprints the definitions an MCP server gives of its
+// tools, prompts and resource templates, and says what changed between
+// two lists of them.
+//
+// A definition is the part of an item that decides how a client uses it:
+//
+//	tool              name, title, description, inputSchema, outputSchema, annotations
+//	prompt            name, title, description, arguments
+//	resourceTemplate  uriTemplate, name, title, description, mimeType
+//
+// Anything else an item carries (_meta, icons, fields of later protocol
+// revisions) is not part of its definition: a change there is no drift.
+//
+// Canonical form: those fields only, as JSON with object keys sorted,
+// no insignificant whitespace, strings re-encoded the one way Go's
+// encoder writes them, numbers in their shortest form (1, 1.0 and 1e0
+// are the same number), and a member whose value is null the same as an
+// absent one. Two items that mean the same thing have the same canonical
+// form and so the same Fingerprint, whatever their key order, spacing or
+// escapes.
+package drift
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Kind is a kind of definition, as events and the API name it.
+type Kind string
+
+const (
+	Tool             Kind = "tool"
+	Prompt           Kind = "prompt"
+	ResourceTemplate Kind = "resourceTemplate"
+)
+
+// Kinds are every kind, in the order diffs list them.
+var Kinds = []Kind{Tool, Prompt, ResourceTemplate}
+
+// fields are the members that define an item of each kind.
+var fields = map[Kind][]string{
+	Tool:             {"name", "title", "description", "inputSchema", "outputSchema", "annotations"},
+	Prompt:           {"name", "title", "description", "arguments"},
+	ResourceTemplate: {"uriTemplate", "name", "title", "description", "mimeType"},
+}
+
+// keyField is the member that names an item of kind k in its list.
+func keyField(k Kind) string {
+	if k == ResourceTemplate {
+		return "uriTemplate"
+	}
+	return "name"
+}
+
+// ErrNotObject is wrapped by the error for an item that is not a JSON
+// object with a string key (name, or uriTemplate for a template).
+var ErrNotObject = errors.New("not a JSON object with a name")
+
+// Def is one item's definition in canonical form.
+type Def struct {
+	Kind Kind
+	// Key is the item's name (a template's uriTemplate).
+	Key string
+	// Canonical is the canonical JSON of the defining fields.
+	Canonical json.RawMessage
+	// Fingerprint is the hex SHA-256 of Canonical.
+	Fingerprint string
+}
+
+// Define reads the definition of one item of kind k.
+func Define(k Kind, item json.RawMessage) (Def, error) {
+	want, ok := fields[k]
+	if !ok {
+		return Def{}, fmt.Errorf("drift: unknown kind %q", k)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(item, &obj); err != nil || obj == nil {
+		return Def{}, fmt.Errorf("drift: %s: %w", k, ErrNotObject)
+	}
+	var key string
+	if json.Unmarshal(obj[keyField(k)], &key) != nil || key == "" {
+		return Def{}, fmt.Errorf("drift: %s: %w", k, ErrNotObject)
+	}
+	def := map[string]any{}
+	for _, f := range want {
+		raw, ok := obj[f]
+		if !ok {
+			continue
+		}
+		v, err := decode(raw)
+		if err != nil {
+			return Def{}, fmt.Errorf("drift: %s %q: %s: %w", k, key, f, err)
+		}
+		if v != nil {
+			def[f] = v
+		}
+	}
+	canon := encode(def)
+	sum := sha256.Sum256(canon)
+	return Def{Kind: k, Key: key, Canonical: canon, Fingerprint: hex.EncodeToString(sum[:])}, nil
+}
+
+// Canonical is the canonical form of any JSON value (not only a
+// definition): the same rules, applied to the whole value.
+func Canonical(raw json.RawMessage) (json.RawMessage, error) {
+	v, err := decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	return encode(v), nil
+}
+
+// number is a JSON number in canonical text.
+type number string
+
+// decode reads one JSON value into maps, slices, strings, bools, numbers
+// (canonical text) and nil, dropping null members of objects.
+func decode(raw json.RawMessage) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err == nil {
+		return nil, errors.New("trailing data after a JSON value")
+	}
+	return normalize(v), nil
+}
+
+func normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if e == nil {
+				delete(x, k)
+				continue
+			}
+			x[k] = normalize(e)
+		}
+		return x
+	case []any:
+		for i := range x {
+			x[i] = normalize(x[i])
+		}
+		return x
+	case json.Number:
+		return canonicalNumber(string(x))
+	}
+	return v
+}
+
+// canonicalNumber writes a JSON number in one form: an integer of up to
+// about 300 digits as its digits (without a leading zero or minus zero),
+// any other number as the shortest decimal that reads back as the same
+// 1024-bit binary value (so 1, 1.0, 1e0 and 10e-1 are one number, and
+// 0.1 stays 0.1). A huge exponent costs no more than a small one.
+func canonicalNumber(s string) number {
+	f, _, err := big.ParseFloat(s, 10, 1024, big.ToNearestEven)
+	if err != nil {
+		return number(s)
+	}
+	if f.Sign() == 0 {
+		return "0"
+	}
+	if f.IsInt() && f.MantExp(nil) <= 1024 {
+		i, _ := f.Int(nil)
+		return number(i.String())
+	}
+	return number(f.Text('g', -1))
+}
+
+// encode writes v canonically: keys sorted (by their UTF-8 bytes), no
+// whitespace.
+func encode(v any) []byte {
+	var b bytes.Buffer
+	write(&b, v)
+	return b.Bytes()
+}
+
+func write(b *bytes.Buffer, v any) {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case number:
+		b.WriteString(string(x))
+	case string:
+		writeString(b, x)
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			write(b, e)
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeString(b, k)
+			b.WriteByte(':')
+			write(b, x[k])
+		}
+		b.WriteByte('}')
+	default:
+		panic(fmt.Sprintf("drift: cannot encode %T", v))
+	}
+}
+
+func writeString(b *bytes.Buffer, s string) {
+	var sb bytes.Buffer
+	e := json.NewEncoder(&sb)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s)
+	b.Write(bytes.TrimSuffix(sb.Bytes(), []byte("\n")))
+}
+
+// Set is a list's definitions by key. An item that is not an object with
+// a key is left out (it defines nothing a client could call); of two
+// items with one key the last counts, as a client indexing by name would.
+type Set map[string]Def
+
+// Index reads the definitions of a list of items of kind k.
+func Index(k Kind, items []json.RawMessage) Set {
+	s := make(Set, len(items))
+	for _, it := range items {
+		if d, err := Define(k, it); err == nil {
+			s[d.Key] = d
+		}
+	}
+	return s
+}
+
+// Change is what happened to one definition.
+type Change struct {
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+	// Change is "added", "removed" or "changed".
+	Change string `json:"change"`
+	// Fields are the changed fields of a changed definition, by path.
+	Fields []Field `json:"fields,omitempty"`
+	// More counts the changed fields left out past MaxFields.
+	More int `json:"more,omitempty"`
+}
+
+// Paths are the paths of c's changed fields.
+func (c Change) Paths() []string {
+	out := make([]string, len(c.Fields))
+	for i, f := range c.Fields {
+		out[i] = f.Path
+	}
+	return out
+}
+
+// Field is one changed value of a definition: its path (members joined
+// by ".", a member that is not a plain identifier quoted in brackets:
+// inputSchema.properties["a.b"]) and its value before and after, absent
+// on the side where it did not exist. A value whose JSON is longer than
+// MaxValue is replaced by a string that shows its start and says how
+// long it was.
+type Field struct {
+	Path string          `json:"path"`
+	Old  json.RawMessage `json:"old,omitempty"`
+	New  json.RawMessage `json:"new,omitempty"`
+}
+
+// Bounds of a diff.
+const (
+	// MaxValue is the longest value (its canonical JSON, in bytes) a
+	// Field quotes whole.
+	MaxValue = 240
+	// MaxFields is how many changed fields one Change lists.
+	MaxFields = 32
+)
+
+// Added and so on are the values of Change.Change.
+const (
+	Added   = "added"
+	Removed = "removed"
+	Changed = "changed"
+)
+
+// Diff lists what changed from old to new, sorted by key: definitions
+// added, removed, and changed with their changed fields. Equal sets give
+// nothing.
+func Diff(old, new Set) []Change {
+	var out []Change
+	for key, n := range new {
+		o, ok := old[key]
+		switch {
+		case !ok:
+			out = append(out, Change{Kind: n.Kind, Name: key, Change: Added})
+		case o.Fingerprint != n.Fingerprint:
+			out = append(out, Compare(o, n))
+		}
+	}
+	for key, o := range old {
+		if _, ok := new[key]; !ok {
+			out = append(out, Change{Kind: o.Kind, Name: key, Change: Removed})
+		}
+	}
+	slices.SortFunc(out, func(a, b Change) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Compare is the change from o to n, two definitions of one key.
+func Compare(o, n Def) Change {
+	c := Change{Kind: n.Kind, Name: n.Key, Change: Changed}
+	ov, _ := decode(o.Canonical)
+	nv, _ := decode(n.Canonical)
+	var all []Field
+	diffValue("", ov, nv, &all)
+	if len(all) > MaxFields {
+		c.More = len(all) - MaxFields
+		all = all[:MaxFields]
+	}
+	c.Fields = all
+	return c
+}
+
+// diffValue appends the differences between a and b (nil: absent) under
+// path. Objects are compared member by member; anything else, arrays
+// included, as a whole.
+func diffValue(path string, a, b any, out *[]Field) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		keys := map[string]bool{}
+		for k := range am {
+			keys[k] = true
+		}
+		for k := range bm {
+			keys[k] = true
+		}
+		sorted := make([]string, 0, len(keys))
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		slices.Sort(sorted)
+		for _, k := range sorted {
+			diffValue(join(path, k), am[k], bm[k], out)
+		}
+		return
+	}
+	var ea, eb []byte
+	if a != nil {
+		ea = encode(a)
+	}
+	if b != nil {
+		eb = encode(b)
+	}
+	if bytes.Equal(ea, eb) {
+		return
+	}
+	*out = append(*out, Field{Path: path, Old: bounded(ea), New: bounded(eb)})
+}
+
+func join(path, key string) string {
+	if !plain(key) {
+		var b bytes.Buffer
+		writeString(&b, key)
+		return path + "[" + b.String() + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func plain(key string) bool {
+	if key == "" {
+		return false
+	}
+	for i, r := range key {
+		switch {
+		case r == '_' || r == '$' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'):
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// bounded is v, or, past MaxValue, a JSON string of its start and its
+// length.
+func bounded(v []byte) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	if len(v) <= MaxValue {
+		return v
+	}
+	cut := MaxValue - 40
+	for cut > 0 && !utf8Start(v[cut]) {
+		cut--
+	}
+	var b bytes.Buffer
+	writeString(&b, string(v[:cut])+"… ("+strconv.Itoa(len(v))+" bytes)")
+	return b.Bytes()
+}
+
+func utf8Start(c byte) bool { return c&0xC0 != 0x80 }

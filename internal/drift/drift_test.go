@@ -1,0 +1,267 @@
+package drift
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func def(t *testing.T, k Kind, item string) Def {
+	t.Helper()
+	d, err := Define(k, json.RawMessage(item))
+	if err != nil {
+		t.Fatalf("Define(%s): %v", item, err)
+	}
+	return d
+}
+
+// Key order, whitespace, escapes, number spelling and null members do
+// not change a fingerprint; any change to a defining field does, and a
+// change elsewhere does not.
+func TestFingerprint(t *testing.T) {
+	base := def(t, Tool, `{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}}`)
+	same := []string{
+		`{ "inputSchema" : { "properties":{"n":{"maximum":10,"type":"integer"}}, "type":"object"}, "description":"Echo it.", "name":"echo" }`,
+		`{"name":"\u0065cho","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":1e1}}}}`,
+		`{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10.0}}},"title":null}`,
+		`{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}},"_meta":{"x":1},"icons":[]}`,
+	}
+	for _, s := range same {
+		if d := def(t, Tool, s); d.Fingerprint != base.Fingerprint {
+			t.Errorf("fingerprint of %s differs from the same definition's:\n%s\n%s", s, d.Canonical, base.Canonical)
+		}
+	}
+	differ := []string{
+		`{"name":"echo","description":"Echo it!","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}}`,
+		`{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":11}}}}`,
+		`{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}},"annotations":{"destructiveHint":true}}`,
+		`{"name":"echo","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}},"outputSchema":{}}`,
+		`{"name":"echo","title":"E","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}}`,
+		`{"name":"echo2","description":"Echo it.","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10}}}}`,
+	}
+	for _, s := range differ {
+		if d := def(t, Tool, s); d.Fingerprint == base.Fingerprint {
+			t.Errorf("fingerprint of %s is the base's", s)
+		}
+	}
+	// Prompts and templates: their own fields.
+	p1 := def(t, Prompt, `{"name":"p","arguments":[{"name":"a","required":true}]}`)
+	p2 := def(t, Prompt, `{"name":"p","arguments":[{"name":"a","required":false}]}`)
+	if p1.Fingerprint == p2.Fingerprint {
+		t.Error("a prompt's changed argument left its fingerprint as it was")
+	}
+	r1 := def(t, ResourceTemplate, `{"uriTemplate":"file:///{p}","name":"f","mimeType":"text/plain"}`)
+	r2 := def(t, ResourceTemplate, `{"uriTemplate":"file:///{p}","name":"f","mimeType":"text/html"}`)
+	if r1.Fingerprint == r2.Fingerprint || r1.Key != "file:///{p}" {
+		t.Errorf("template: key %q, fingerprints equal %v", r1.Key, r1.Fingerprint == r2.Fingerprint)
+	}
+}
+
+func TestDefineRejects(t *testing.T) {
+	for _, s := range []string{`[]`, `"x"`, `{}`, `{"name":""}`, `{"name":3}`, `null`, `{"name":"x","inputSchema":{"a":}}`} {
+		if _, err := Define(Tool, json.RawMessage(s)); err == nil {
+			t.Errorf("Define(%s) accepted it", s)
+		}
+	}
+	if _, err := Define("widget", json.RawMessage(`{"name":"x"}`)); err == nil {
+		t.Error("Define accepted an unknown kind")
+	}
+}
+
+func TestNumbers(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"1", "1"}, {"1.0", "1"}, {"1e0", "1"}, {"10e-1", "1"}, {"-0", "0"}, {"0.0", "0"},
+		{"0.1", "0.1"}, {"1.5e1", "15"}, {"123456789012345678901234567890", "123456789012345678901234567890"},
+		{"-2.50", "-2.5"},
+	} {
+		got, err := Canonical(json.RawMessage(c.in))
+		if err != nil || string(got) != c.want {
+			t.Errorf("Canonical(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+	}
+	// A huge exponent is not spelled out.
+	got, err := Canonical(json.RawMessage("1e999999999"))
+	if err != nil || len(got) > 64 {
+		t.Errorf("Canonical(1e999999999) = %d bytes, %v", len(got), err)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	old := Index(Tool, []json.RawMessage{
+		json.RawMessage(`{"name":"echo","description":"Returns text.","inputSchema":{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}}`),
+		json.RawMessage(`{"name":"gone","inputSchema":{}}`),
+		json.RawMessage(`{"name":"same","inputSchema":{}}`),
+		json.RawMessage(`"not an object"`),
+	})
+	new := Index(Tool, []json.RawMessage{
+		json.RawMessage(`{"name":"same","inputSchema":{}}`),
+		json.RawMessage(`{"name":"echo","description":"Returns text, loudly.","inputSchema":{"type":"object","properties":{"text":{"type":"integer"},"a.b":{"type":"string"}},"required":["text"]}}`),
+		json.RawMessage(`{"name":"added","inputSchema":{}}`),
+	})
+	got := Diff(old, new)
+	if len(got) != 3 {
+		t.Fatalf("Diff = %+v, want 3 changes", got)
+	}
+	if got[0].Name != "added" || got[0].Change != Added || got[0].Kind != Tool {
+		t.Errorf("first change %+v, want added 'added'", got[0])
+	}
+	if got[2].Name != "gone" || got[2].Change != Removed {
+		t.Errorf("last change %+v, want removed 'gone'", got[2])
+	}
+	c := got[1]
+	if c.Name != "echo" || c.Change != Changed {
+		t.Fatalf("change %+v, want echo changed", c)
+	}
+	wantPaths := []string{"description", `inputSchema.properties["a.b"]`, "inputSchema.properties.text.type"}
+	if !slices.Equal(c.Paths(), wantPaths) {
+		t.Fatalf("paths %q, want %q", c.Paths(), wantPaths)
+	}
+	if string(c.Fields[2].Old) != `"string"` || string(c.Fields[2].New) != `"integer"` {
+		t.Errorf("type change old %s new %s", c.Fields[2].Old, c.Fields[2].New)
+	}
+	if c.Fields[1].Old != nil || string(c.Fields[1].New) != `{"type":"string"}` {
+		t.Errorf("added property: old %s new %s, want no old", c.Fields[1].Old, c.Fields[1].New)
+	}
+	if d := Diff(new, new); len(d) != 0 {
+		t.Errorf("Diff of a set with itself: %+v", d)
+	}
+}
+
+// Long values are elided, and a definition with very many changes lists
+// MaxFields of them and counts the rest.
+func TestDiffBounded(t *testing.T) {
+	long := strings.Repeat("é", 1000)
+	o := def(t, Tool, `{"name":"t","description":"short"}`)
+	n := def(t, Tool, `{"name":"t","description":"`+long+`"}`)
+	c := Compare(o, n)
+	if len(c.Fields) != 1 || len(c.Fields[0].New) > MaxValue+40 || !json.Valid(c.Fields[0].New) {
+		t.Fatalf("long value: %d bytes, valid %v", len(c.Fields[0].New), json.Valid(c.Fields[0].New))
+	}
+	var s string
+	if err := json.Unmarshal(c.Fields[0].New, &s); err != nil || !strings.HasSuffix(s, "bytes)") || !strings.HasPrefix(s, `"éé`) {
+		t.Fatalf("elided value %q (%v)", s, err)
+	}
+	var a, b strings.Builder
+	a.WriteString(`{"name":"t","inputSchema":{"properties":{`)
+	b.WriteString(`{"name":"t","inputSchema":{"properties":{`)
+	for i := range 100 {
+		if i > 0 {
+			a.WriteString(",")
+			b.WriteString(",")
+		}
+		a.WriteString(`"p` + string(rune('a'+i%26)) + strings.Repeat("x", i) + `":1`)
+		b.WriteString(`"p` + string(rune('a'+i%26)) + strings.Repeat("x", i) + `":2`)
+	}
+	a.WriteString("}}}")
+	b.WriteString("}}}")
+	c = Compare(def(t, Tool, a.String()), def(t, Tool, b.String()))
+	if len(c.Fields) != MaxFields || c.More != 100-MaxFields {
+		t.Fatalf("%d fields and %d more, want %d and %d", len(c.Fields), c.More, MaxFields, 100-MaxFields)
+	}
+}
+
+// shuffle re-encodes a JSON value with its object members in random
+// order, random whitespace, and every string's characters escaped at
+// random: the same value, written differently.
+func shuffle(r *rand.Rand, v any, b *bytes.Buffer) {
+	ws := func() {
+		for range r.IntN(3) {
+			b.WriteByte(" \n\t"[r.IntN(3)])
+		}
+	}
+	ws()
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			escape(r, k, b)
+			ws()
+			b.WriteByte(':')
+			shuffle(r, x[k], b)
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			shuffle(r, e, b)
+		}
+		b.WriteByte(']')
+	case string:
+		escape(r, x, b)
+	case json.Number:
+		b.WriteString(x.String())
+		if !strings.ContainsAny(x.String(), ".eE") && r.IntN(2) == 0 {
+			b.WriteString(".0")
+		}
+	default:
+		e, _ := json.Marshal(x)
+		b.Write(e)
+	}
+	ws()
+}
+
+func escape(r *rand.Rand, s string, b *bytes.Buffer) {
+	b.WriteByte('"')
+	for _, c := range s {
+		if c < 0x10000 && r.IntN(3) == 0 {
+			b.WriteString(`\u`)
+			const hex = "0123456789abcdef"
+			b.Write([]byte{hex[c>>12&15], hex[c>>8&15], hex[c>>4&15], hex[c&15]})
+			continue
+		}
+		e, _ := json.Marshal(string(c))
+		b.Write(e[1 : len(e)-1])
+	}
+	b.WriteByte('"')
+}
+
+// FuzzCanonical: whatever a valid JSON value is, rewriting it with other
+// key order, whitespace, escapes and number spellings keeps its canonical
+// form, which is itself valid JSON and its own canonical form.
+func FuzzCanonical(f *testing.F) {
+	f.Add([]byte(`{"name":"echo","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}`), uint64(1))
+	f.Add([]byte(`{"a":[1,2.5,{"b":null}],"c":"<\u00e9>","d":true}`), uint64(2))
+	f.Add([]byte(`[1e3,-0,0.1,"x"]`), uint64(3))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		c1, err := Canonical(data)
+		if err != nil {
+			return
+		}
+		if !json.Valid(c1) {
+			t.Fatalf("canonical form of %q is not JSON: %q", data, c1)
+		}
+		c2, err := Canonical(c1)
+		if err != nil || !bytes.Equal(c1, c2) {
+			t.Fatalf("canonical form not stable: %q → %q (%v)", c1, c2, err)
+		}
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.UseNumber()
+		var v any
+		if d.Decode(&v) != nil {
+			return
+		}
+		var b bytes.Buffer
+		shuffle(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), v, &b)
+		c3, err := Canonical(b.Bytes())
+		if err != nil {
+			t.Fatalf("rewritten %q does not parse: %v", b.Bytes(), err)
+		}
+		if !bytes.Equal(c1, c3) {
+			t.Fatalf("same value, other canonical form:\n%q → %q\n%q → %q", data, c1, b.Bytes(), c3)
+		}
+	})
+}
