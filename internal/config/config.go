@@ -162,6 +162,11 @@ type Server struct {
 	Disabled bool
 	// Eager starts the server when mcpvisor starts instead of on first use.
 	Eager bool
+	// Pin holds back a tool whose definition is new or changed since the
+	// operator last approved the server's tools (the first set learned is
+	// approved as it is): it is not listed and not callable until
+	// approved. A setting: a reload applies it in place.
+	Pin bool
 	// Prefix goes before this server's tool, prompt and resource names on
 	// the aggregated endpoint (the gateway adds the separator). Defaults to
 	// the server name; "" means no prefix.

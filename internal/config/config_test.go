@@ -172,10 +172,11 @@ func TestLayering(t *testing.T) {
 				eq(t, "max", srv.Restart.Backoff.Max, time.Minute)
 			}},
 		{"other settings", nil,
-			`{"defaults": {"eager": true, "sharing": "per-session", "prefix": "", "tools": {"deny": ["rm*"]}},
+			`{"defaults": {"eager": true, "pin": true, "sharing": "per-session", "prefix": "", "tools": {"deny": ["rm*"]}},
 			  "mcpServers": {"a": {"command": "x", "eager": false, "tools": {"allow": ["read_*"]}}}}`,
 			func(t *testing.T, srv *Server) {
 				eq(t, "eager", srv.Eager, false)
+				eq(t, "pin from defaults", srv.Pin, true)
 				eq(t, "sharing", srv.Sharing, SharingPerSession)
 				eq(t, "prefix", srv.Prefix, "")
 				eq(t, "tools", srv.Tools, Filter{Allow: []string{"read_*"}, Deny: []string{"rm*"}})
@@ -274,6 +275,7 @@ func TestErrors(t *testing.T) {
 		{"disabled not a bool", `{"mcpServers": {"a": {"command": "x", "disabled": "true"}}}`, nil,
 			"mcpServers.a.disabled", "must be a boolean, not a string (write true without quotes)"},
 		{"eager a number", `{"mcpServers": {"a": {"command": "x", "eager": 1}}}`, nil, "mcpServers.a.eager", "must be a boolean, not a number"},
+		{"pin a string", `{"defaults": {"pin": "yes"}, "mcpServers": {"a": {"command": "x"}}}`, nil, "defaults.pin", "must be a boolean, not a string"},
 		{"url scheme", `{"mcpServers": {"a": {"url": "ftp://h/"}}}`, nil, "mcpServers.a.url", "must be an http:// or https:// URL"},
 		{"url without host", `{"mcpServers": {"a": {"url": "https:///mcp"}}}`, nil, "mcpServers.a.url", "has no host"},
 		{"url relative", `{"mcpServers": {"a": {"url": "mcp.example.com/mcp"}}}`, nil, "mcpServers.a.url", "must be an http:// or https:// URL"},

@@ -59,6 +59,7 @@ var serverFields = []struct {
 	{"stop.stdinWait", true, func(s *Server) any { return s.StdinWait }},
 	{"stop.termWait", true, func(s *Server) any { return s.TermWait }},
 	{"eager", false, func(s *Server) any { return s.Eager }},
+	{"pin", false, func(s *Server) any { return s.Pin }},
 	{"prefix", false, func(s *Server) any { return s.Prefix }},
 	{"tools", false, func(s *Server) any { return s.Tools }},
 	{"maxInstances", false, func(s *Server) any { return s.MaxInstances }},

@@ -32,7 +32,7 @@ func TestCompare(t *testing.T) {
 		"same":{"command":"x"},
 		"env":{"command":"x","env":{"A":"1","B":"3","C":"4"}},
 		"hdr":{"url":"https://h.example/mcp","headers":{"Authorization":"Bearer ${TOKEN}"}},
-		"set":{"command":"x","idleTimeout":"2m","tools":{"deny":["b*"]},"prefix":"p"},
+		"set":{"command":"x","idleTimeout":"2m","tools":{"deny":["b*"]},"prefix":"p","pin":true},
 		"off":{"command":"x","disabled":true},
 		"stays-off":{"command":"y","disabled":true},
 		"new":{"command":"x"}}}`)
@@ -44,7 +44,7 @@ func TestCompare(t *testing.T) {
 		{Name: "new", Action: ActionAdded},
 		{Name: "off", Action: ActionRemoved, Fields: []string{"disabled"}},
 		{Name: "same", Action: ActionUnchanged},
-		{Name: "set", Action: ActionUpdated, Fields: []string{"prefix", "tools", "idleTimeout"}},
+		{Name: "set", Action: ActionUpdated, Fields: []string{"pin", "prefix", "tools", "idleTimeout"}},
 	}
 	if len(d.Servers) != len(want) {
 		t.Fatalf("servers = %+v", d.Servers)

@@ -22,7 +22,8 @@
 // "type" or "transport" ("stdio", "http", "streamable-http", "sse") may say
 // which and must agree with the fields. "disabled" keeps a server
 // configured but off. Settings allowed both per server and in "defaults":
-// idleTimeout, startGrace, initTimeout, requestTimeout, eager, prefix,
+// idleTimeout, startGrace, initTimeout, requestTimeout, eager, pin (hold
+// back new or changed tools until approved), prefix,
 // tools {allow, deny}, sharing ("shared" | "per-session"), maxInstances
 // (of a per-session server, default 32), stop {stdinWait,
 // termWait}, restart {policy ("on-failure" | "never" | "always"),

@@ -13,7 +13,7 @@ import (
 // field was not given at that level.
 type settings struct {
 	idleTimeout, startGrace, initTimeout, requestTimeout *time.Duration
-	eager                                                *bool
+	eager, pin                                           *bool
 	prefix                                               *string
 	allow, deny                                          *[]string
 	sharing                                              *string
@@ -28,7 +28,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -41,6 +41,7 @@ func builtinSettings() settings {
 		initTimeout:       ptr(DefaultInitTimeout),
 		requestTimeout:    ptr(DefaultRequestTimeout),
 		eager:             ptr(false),
+		pin:               ptr(false),
 		sharing:           ptr(SharingShared),
 		protocol:          ptr(ProtocolAuto),
 		maxInstances:      ptr(DefaultMaxInstances),
@@ -69,6 +70,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.initTimeout, o.initTimeout)
 	over(&s.requestTimeout, o.requestTimeout)
 	over(&s.eager, o.eager)
+	over(&s.pin, o.pin)
 	over(&s.prefix, o.prefix)
 	over(&s.allow, o.allow)
 	over(&s.deny, o.deny)
@@ -94,6 +96,7 @@ func (s settings) apply(srv *Server) {
 	srv.InitTimeout = *s.initTimeout
 	srv.RequestTimeout = *s.requestTimeout
 	srv.Eager = *s.eager
+	srv.Pin = *s.pin
 	srv.Prefix = srv.Name
 	if s.prefix != nil {
 		srv.Prefix = *s.prefix
@@ -148,6 +151,8 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 		}
 	case "eager":
 		s.eager = p.boolean(v, at)
+	case "pin":
+		s.pin = p.boolean(v, at)
 	case "prefix":
 		if str, ok := p.str(v, at); ok {
 			if str != "" && !validName(str) {
