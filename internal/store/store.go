@@ -32,6 +32,7 @@
 //	lists/<server>/init               initialize result, raw JSON
 //	lists/<server>/<kind>/<index>     one raw JSON item; <index> is 4-byte big-endian
 //	events/<seq>                      JSON {time, server, type, details}; <seq> 8-byte big-endian
+//	definitions/<server>              JSON: the server's known and approved definitions (Definitions)
 //
 // Items are stored one per key rather than as one encoded value per list so
 // that they stay byte-exact and readable and loading them is a copy, not a
@@ -67,6 +68,7 @@ var (
 	bucketMeta   = []byte("meta")
 	bucketLists  = []byte("lists")
 	bucketEvents = []byte("events")
+	bucketDefs   = []byte("definitions")
 	keySchema    = []byte("schema")
 )
 
@@ -302,7 +304,7 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 	}
 	if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
 		s.log.Warn("state file has another schema; dropping its contents", "schema", string(v), "want", schemaVersion)
-		for _, name := range [][]byte{bucketLists, bucketEvents} {
+		for _, name := range [][]byte{bucketLists, bucketEvents, bucketDefs} {
 			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return err
 			}
@@ -316,6 +318,9 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 		return err
 	}
 	if _, err := tx.CreateBucketIfNotExists(bucketEvents); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketDefs); err != nil {
 		return err
 	}
 	var sink byte
