@@ -25,9 +25,11 @@ func newWaitCmd() *cobra.Command {
 		Use:   "wait [NAME...] [--timeout 60s]",
 		Short: "Wait until servers of a running mcpvisor serve are ready (all of them by default)",
 		Long: "Waits until a running mcpvisor serve answers and each named server (every server by default) is ready: " +
-			"it has started and runs or sleeps, or its tools are known from an earlier run and no start of it failed " +
-			"(it starts on demand). A server that was never started and never learned (serve --no-learn) is not ready " +
-			"until a request starts it. For scripts and container readiness checks. Exit 0 when all are ready; 1 when " +
+			"its tools are known (learned at its start, or from an earlier run) and it has started and runs or sleeps, " +
+			"or it never started in this serve and no start of it failed (it starts on demand). A server that came back " +
+			"listing no tools where it had some is not ready (its warning says so). A server that was never learned " +
+			"(serve --no-learn) is not ready until its tools are listed. For scripts and container readiness checks. " +
+			"Exit 0 when all are ready; 1 when " +
 			"the timeout passes first (naming each server not ready, its state and last error), when a named server " +
 			"does not exist, or when serve refuses the token.",
 		RunE: func(cmd *cobra.Command, names []string) error {
@@ -91,6 +93,9 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 		if !s.Learned {
 			w += ", tools not known yet"
 		}
+		if s.Warning != "" {
+			w += ", " + s.Warning
+		}
 		if s.LastError != "" {
 			w += ", last error: " + s.LastError
 		}
@@ -103,16 +108,20 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 	return false, errors.New("waiting for " + strings.Join(waiting, "; "))
 }
 
-// ready reports whether a server serves requests: it has started and
-// runs or sleeps, or it never started in this serve but its tools are
-// known (from the state store) and no start of it failed. A failed
-// server is waited on: the fleet tries it again on the next request.
+// ready reports whether a server serves what it lists (the rule of
+// fleet.Status.Ready): its tools are known, no warning stands, and it has
+// started and runs or sleeps — its handshake done —, or it never started
+// in this serve and no start of it failed. A failed server is waited on:
+// the fleet tries it again on the next request.
 func ready(s fleet.Status) bool {
+	if !s.Learned || s.Warning != "" {
+		return false
+	}
 	switch s.State {
 	case "running", "degraded", "dormant":
 		return true
 	case "new":
-		return s.Learned && s.LastError == ""
+		return s.LastError == ""
 	}
 	return false
 }

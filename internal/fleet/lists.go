@@ -143,20 +143,20 @@ func (c *lists) generation() uint64 {
 }
 
 // putIf stores a list fetched at generation gen, unless the server said
-// its lists changed since; it reports whether it stored something that
-// differs from what was there.
-func (c *lists) putIf(gen uint64, k ListKind, items []json.RawMessage) (changed bool) {
+// its lists changed since; it reports whether it stored it, and whether
+// that differs from what was there.
+func (c *lists) putIf(gen uint64, k ListKind, items []json.RawMessage) (stored, changed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
-		return false
+		return false, false
 	}
 	if c.items == nil {
 		c.items = map[string][]json.RawMessage{}
 	}
 	old, had := c.items[k.Member]
 	c.items[k.Member] = items
-	return !had || !sameItems(old, items)
+	return true, !had || !sameItems(old, items)
 }
 
 func (c *lists) getInit() json.RawMessage {
@@ -275,6 +275,7 @@ func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error
 	}
 	defer l.Release()
 	items, _, err := s.learnFrom(ctx, l.Conn(), k)
+	s.flushDefinitions()
 	return items, err
 }
 
@@ -290,7 +291,15 @@ func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.R
 	if err != nil {
 		return nil, false, err
 	}
-	changed := s.lists.putIf(gen, k, items)
+	// Cached and observed as one step: what the definitions know follows
+	// the cache's order when two learns race. The caller reports what was
+	// observed (flushDefinitions), once for all the kinds it learns.
+	s.defs().mu.Lock()
+	stored, changed := s.lists.putIf(gen, k, items)
+	if stored {
+		s.defs().observeLocked(k, items, s.Config().Pin)
+	}
+	s.defs().mu.Unlock()
 	if s.lists.saved(k) || changed {
 		s.persist(k, items)
 	}
@@ -476,6 +485,7 @@ func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 			changed = append(changed, k)
 		}
 	}
+	s.flushDefinitions()
 	if len(changed) > 0 {
 		s.f.listsChanged(s, changed)
 	}
@@ -497,6 +507,9 @@ func (f *Fleet) SetStore(st *store.Store) {
 	for _, s := range f.Servers() {
 		want[s.Name()] = s.Config().LaunchHash()
 	}
+	for _, s := range f.Servers() {
+		s.loadDefinitions()
+	}
 	for name, l := range st.Load(want) {
 		s := f.Get(name)
 		if s == nil {
@@ -513,6 +526,37 @@ func (f *Fleet) SetStore(st *store.Store) {
 	}
 	if n, err := st.Prune(want); err == nil && n > 0 {
 		f.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
+	}
+	f.pruneDefinitions()
+}
+
+// loadDefinitions reads the server's persisted definitions record, if the
+// fleet has a store.
+func (s *Server) loadDefinitions() {
+	if s.f.store == nil {
+		return
+	}
+	raw := s.f.store.Definitions(s.Name())
+	if raw == nil {
+		return
+	}
+	if err := s.defs().load(raw); err != nil {
+		s.f.log.Warn("ignoring a server's unreadable definitions record", "server", s.Name(), "err", err)
+	}
+}
+
+// pruneDefinitions drops the definitions records of servers no longer
+// configured.
+func (f *Fleet) pruneDefinitions() {
+	if f.store == nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, s := range f.Servers() {
+		keep[s.Name()] = true
+	}
+	if _, err := f.store.PruneDefinitions(keep); err != nil {
+		f.log.Warn("could not prune the persisted definitions", "err", err)
 	}
 }
 
@@ -571,6 +615,7 @@ func (s *Server) learn(ctx context.Context) bool {
 		}
 	}
 	l.Release()
+	s.flushDefinitions()
 	if len(learned) > 0 {
 		s.f.listsChanged(s, learned)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -159,6 +160,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		switch c.Action {
 		case config.ActionAdded:
 			w.s = f.newServer(sc)
+			w.s.loadDefinitions()
 		case config.ActionRemoved:
 			w.s.opMu.Lock()
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
@@ -203,7 +205,11 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		switch w.action {
 		case config.ActionUpdated:
 			s.updateInPlace()
-			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
+			k := listEffect(s, w.was, s.Config())
+			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, Tools) {
+				k = append(k, Tools) // held tools shown, or hidden
+			}
+			if len(k) > 0 {
 				f.listsChanged(s, k)
 			}
 			if !w.was.Eager && s.Config().Eager {
@@ -358,4 +364,5 @@ func (f *Fleet) pruneStore() {
 	if _, err := f.store.Prune(want); err != nil {
 		f.log.Warn("could not prune the persisted lists", "err", err)
 	}
+	f.pruneDefinitions()
 }

@@ -171,7 +171,7 @@ func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
 		gen := s.lists.generation() // a fetch begins
 		s.listChanged("notifications/tools/list_changed")
 		synctest.Wait()
-		if s.lists.putIf(gen, Tools, old) {
+		if stored, _ := s.lists.putIf(gen, Tools, old); stored {
 			t.Fatal("a list fetched before the change was stored")
 		}
 		if s.Cached(Tools) {

@@ -17,7 +17,10 @@ type Server struct {
 	// server's own use too); a new launch replaces it (replaceInstances).
 	shared atomic.Pointer[instance]
 	lists  *lists
-	subMu  sync.Mutex // serializes telling modern servers their subscriptions (SyncSubscriptions)
+	// dp is its definitions, for drift and pinning (made on first use:
+	// a never-learned server costs no more); lists are put under its mu.
+	dp    atomic.Pointer[defs]
+	subMu sync.Mutex // serializes telling modern servers their subscriptions (SyncSubscriptions)
 
 	mu         sync.Mutex
 	perSession map[string]*instance
@@ -35,6 +38,15 @@ type Server struct {
 	// opMu serializes the operator's actions and reloads on this server:
 	// one Stop, Start, Restart or reload change at a time.
 	opMu sync.Mutex
+}
+
+// defs is the server's definitions, made on first use.
+func (s *Server) defs() *defs {
+	if d := s.dp.Load(); d != nil {
+		return d
+	}
+	s.dp.CompareAndSwap(nil, &defs{})
+	return s.dp.Load()
 }
 
 // Name is the configured name.
@@ -113,6 +125,9 @@ func (s *Server) Status() Status {
 		st.Refusing = err.Error()
 	}
 	st.Learned = s.Cached(Tools)
+	st.Warning = s.warning()
+	st.PendingDefinitions = s.pendingCount()
+	st.Ready = ready(st)
 	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
 	st.Draining = len(s.f.drainingOf(s))
 	return st

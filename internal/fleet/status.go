@@ -27,6 +27,17 @@ type Status struct {
 	// Learned: the server's tool list is known (learned at a start, or
 	// from the state store), so it can be served on demand.
 	Learned bool `json:"learned"`
+	// Ready: the server serves what it lists — its handshake was done
+	// (it runs, or sleeps after running) or it starts on demand from a
+	// known list, its tools are known, and no warning stands.
+	Ready bool `json:"ready"`
+	// Warning says what is wrong with a server that otherwise looks
+	// healthy: it came back listing no tools where it had some. Cleared
+	// when its tools come back.
+	Warning string `json:"warning,omitempty"`
+	// PendingDefinitions counts the tools a pinned server holds back
+	// until approved (mcpvisor tools diff / approve).
+	PendingDefinitions int `json:"pendingDefinitions,omitempty"`
 	// MemoryBytes is the resident memory of the server's running process
 	// trees, per-session ones included (Linux; filled in by the status
 	// API, not by Status).
@@ -42,6 +53,24 @@ type Status struct {
 	// mcpvisor_server_requests_total), for a rate; filled in by the
 	// status API, not by Status.
 	Requests int64 `json:"requests"`
+}
+
+// ready reports whether st is ready (Status.Ready): running, degraded or
+// dormant — its handshake was done —, or new with no failed start (it
+// starts on demand); in both cases with its tools known and no warning.
+// A failed server is not ready: the fleet tries it again on the next
+// request.
+func ready(st Status) bool {
+	if !st.Learned || st.Warning != "" {
+		return false
+	}
+	switch st.State {
+	case "running", "degraded", "dormant":
+		return true
+	case "new":
+		return st.LastError == ""
+	}
+	return false
 }
 
 func (in *instance) status() Status {

@@ -1,0 +1,472 @@
+package fleet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/drift"
+)
+
+// defs is what the fleet knows of one server's definitions — its tools,
+// prompts and resource templates as last learned, the tools the operator
+// approved, and the last change — for drift reports and pinning. It is
+// persisted by server name alone (store.Definitions): it outlives a
+// change of the server's launch and a restart of mcpvisor, so a change
+// across either is a change too. The Server owns it; every change goes
+// through its methods under mu.
+type defs struct {
+	mu sync.Mutex
+	// known are the definitions last learned of each kind; a kind never
+	// learned is absent. items are the same, as the server sent them (for
+	// the record).
+	known map[drift.Kind]drift.Set
+	items map[drift.Kind][]json.RawMessage
+	// approved are the tool definitions the operator approved (by
+	// fingerprint): a pinned server lists and serves only those. nil
+	// until the first list of tools is learned, which is approved as it
+	// is (trust on first use). An unpinned server's follow what it lists.
+	approved drift.Set
+	// last is the last change reported, and when.
+	last      []drift.Change
+	changedAt time.Time
+	// unreported are the changes observed and not yet reported (flush).
+	unreported []drift.Change
+	// lost is how many tools the server had when a relearn found none
+	// (0: not lost); lostNews and restored are its event to report.
+	lost     int
+	lostNews bool
+	restored int
+	dirty    bool // to persist at the next flush
+}
+
+// driftKind is the definition kind of a list, or "" for resources (their
+// items are data, not definitions).
+func driftKind(k ListKind) drift.Kind {
+	switch k {
+	case Tools:
+		return drift.Tool
+	case Prompts:
+		return drift.Prompt
+	case Templates:
+		return drift.ResourceTemplate
+	}
+	return ""
+}
+
+// defsRecord is the persisted form of defs.
+type defsRecord struct {
+	V         int                              `json:"v"`
+	Known     map[drift.Kind][]json.RawMessage `json:"known,omitempty"`
+	Approved  []json.RawMessage                `json:"approved,omitempty"`
+	Last      []drift.Change                   `json:"last,omitempty"`
+	ChangedAt time.Time                        `json:"changedAt,omitzero"`
+	Lost      int                              `json:"lost,omitempty"`
+}
+
+func (d *defs) recordLocked() json.RawMessage {
+	r := defsRecord{V: 1, Known: d.items, Last: d.last, ChangedAt: d.changedAt, Lost: d.lost}
+	if d.approved != nil {
+		r.Approved = []json.RawMessage{}
+		for _, key := range sortedKeysOf(d.approved) {
+			r.Approved = append(r.Approved, d.approved[key].Canonical)
+		}
+	}
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// load replaces what d knows by a persisted record; a record that cannot
+// be read is ignored (and the server's next learn is a first one).
+func (d *defs) load(raw json.RawMessage) error {
+	if raw == nil {
+		return nil
+	}
+	var r defsRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return err
+	}
+	if r.V != 1 {
+		return fmt.Errorf("definitions record of version %d", r.V)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.known, d.items = map[drift.Kind]drift.Set{}, map[drift.Kind][]json.RawMessage{}
+	for k, items := range r.Known {
+		if slices.Contains(drift.Kinds, k) {
+			d.known[k] = drift.Index(k, items)
+			d.items[k] = items
+		}
+	}
+	d.approved = nil
+	if r.Approved != nil {
+		d.approved = drift.Index(drift.Tool, r.Approved)
+	}
+	d.last, d.changedAt, d.lost = r.Last, r.ChangedAt, r.Lost
+	return nil
+}
+
+func sortedKeysOf(s drift.Set) []string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// observeLocked records a list of kind k just learned (and cached) from
+// the server, for the next flush to report: the first list of a kind is
+// the baseline (the first of tools also approved), a list that differs
+// from the one known before is a change. A server whose tools relearn
+// finds none where it had some has lost them: that is not recorded as a
+// change of its definitions (they come back as they were, or as a change
+// then) but reported as tools_lost, and as tools_restored when they come
+// back. pin is the server's setting: an unpinned server's approved
+// tools follow what it lists. Called with d.mu held, and the list put in
+// the cache under it, so that what is known follows the cache's order.
+func (d *defs) observeLocked(k ListKind, items []json.RawMessage, pin bool) {
+	dk := driftKind(k)
+	if dk == "" {
+		return
+	}
+	set := drift.Index(dk, items)
+	if d.known == nil {
+		d.known, d.items = map[drift.Kind]drift.Set{}, map[drift.Kind][]json.RawMessage{}
+	}
+	old, had := d.known[dk]
+	if dk == drift.Tool {
+		switch {
+		case had && len(old) > 0 && len(set) == 0:
+			if d.lost == 0 {
+				d.lost, d.lostNews, d.dirty = len(old), true, true
+			}
+			return
+		case d.lost > 0 && len(set) > 0:
+			d.restored, d.lost, d.lostNews, d.dirty = len(set), 0, false, true
+		}
+	}
+	if !had {
+		d.known[dk], d.items[dk] = set, items
+		d.dirty = true
+		if dk == drift.Tool && (d.approved == nil || !pin) {
+			d.approved = set
+		}
+		return
+	}
+	changes := drift.Diff(old, set)
+	if len(changes) == 0 {
+		return
+	}
+	d.known[dk], d.items[dk] = set, items
+	d.unreported = append(d.unreported, changes...)
+	d.dirty = true
+	if dk == drift.Tool && !pin {
+		d.approved = set
+	}
+}
+
+// heldLocked lists the tools a pinned server holds back: known, and new
+// or changed since approved.
+func (d *defs) heldLocked() []drift.Change {
+	var out []drift.Change
+	tools := d.known[drift.Tool]
+	for _, key := range sortedKeysOf(tools) {
+		cur := tools[key]
+		a, ok := d.approved[key]
+		switch {
+		case !ok:
+			out = append(out, drift.Change{Kind: drift.Tool, Name: key, Change: drift.Added})
+		case a.Fingerprint != cur.Fingerprint:
+			out = append(out, drift.Compare(a, cur))
+		}
+	}
+	return out
+}
+
+// flushDefinitions reports what observeLocked recorded since the last
+// flush — one definitions_changed event for all the kinds one learn
+// changed, tools_lost, tools_restored — and persists the record if it
+// changed. Safe to call at any time; it does nothing when nothing is new.
+func (s *Server) flushDefinitions() {
+	d := s.defs()
+	pin := s.Config().Pin
+	d.mu.Lock()
+	changes := d.unreported
+	d.unreported = nil
+	lost, restored := 0, d.restored
+	if d.lostNews {
+		lost = d.lost
+	}
+	d.lostNews, d.restored = false, 0
+	var held []string
+	if len(changes) > 0 {
+		d.last, d.changedAt = changes, time.Now()
+		if pin {
+			for _, c := range d.heldLocked() {
+				held = append(held, c.Name)
+			}
+		}
+	}
+	if d.dirty {
+		d.dirty = false
+		if st := s.f.store; st != nil {
+			if err := st.PutDefinitions(s.Name(), d.recordLocked()); err != nil {
+				s.f.log.Warn("could not persist a server's definitions", "server", s.Name(), "err", err)
+			}
+		}
+	}
+	d.mu.Unlock()
+	if len(changes) > 0 {
+		s.f.emit(Event{Server: s.Name(), Type: "definitions_changed", Details: changeDetails(changes, held)})
+	}
+	if lost > 0 {
+		s.f.emit(Event{Server: s.Name(), Type: "tools_lost", Details: map[string]any{"previous": lost}})
+	}
+	if restored > 0 {
+		s.f.emit(Event{Server: s.Name(), Type: "tools_restored", Details: map[string]any{"tools": restored}})
+	}
+}
+
+// changeDetails are the details of a definitions_changed event.
+func changeDetails(changes []drift.Change, held []string) map[string]any {
+	type ref struct {
+		Kind drift.Kind `json:"kind"`
+		Name string     `json:"name"`
+	}
+	type changed struct {
+		Kind   drift.Kind `json:"kind"`
+		Name   string     `json:"name"`
+		Fields []string   `json:"fields"`
+	}
+	added, removed, ch := []ref{}, []ref{}, []changed{}
+	for _, c := range changes {
+		switch c.Change {
+		case drift.Added:
+			added = append(added, ref{c.Kind, c.Name})
+		case drift.Removed:
+			removed = append(removed, ref{c.Kind, c.Name})
+		default:
+			ch = append(ch, changed{c.Kind, c.Name, c.Paths()})
+		}
+	}
+	if held == nil {
+		held = []string{}
+	}
+	return map[string]any{"added": added, "removed": removed, "changed": ch, "held": held}
+}
+
+// Definitions is what is known of a server's definitions, for the admin
+// API.
+type Definitions struct {
+	// Pin is the server's pin setting.
+	Pin bool `json:"pin"`
+	// ChangedAt is when the last change was seen (zero: none seen).
+	ChangedAt time.Time `json:"changedAt,omitzero"`
+	// Last is the last change: what was added, removed and changed, each
+	// changed definition's fields with their values before and after.
+	Last []drift.Change `json:"-"`
+	// Pending are the tools a pinned server holds back until approved:
+	// each new ("added") or changed since approved (with its fields).
+	Pending []Pending `json:"pending"`
+}
+
+// Pending is a tool held back by pinning.
+type Pending struct {
+	drift.Change
+	// Fingerprint is the held definition's: an approval that names it
+	// approves that definition only.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// Definitions reports what is known of the server's definitions.
+func (s *Server) Definitions() Definitions {
+	pin := s.Config().Pin
+	d := s.defs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := Definitions{Pin: pin, ChangedAt: d.changedAt, Last: slices.Clone(d.last), Pending: []Pending{}}
+	if pin {
+		for _, c := range d.heldLocked() {
+			out.Pending = append(out.Pending, Pending{Change: c, Fingerprint: d.known[drift.Tool][c.Name].Fingerprint})
+		}
+	}
+	return out
+}
+
+// pendingCount counts the tools held back (0 for an unpinned server).
+func (s *Server) pendingCount() int {
+	d := s.dp.Load()
+	if d == nil || !s.Config().Pin {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.heldLocked())
+}
+
+// warning is the server's status warning: its tools are lost.
+func (s *Server) warning() string {
+	d := s.dp.Load()
+	if d == nil {
+		return ""
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again", d.lost)
+}
+
+// ToolHeld reports whether a pinned server holds back its tool name: the
+// tool's definition as last learned is new or changed since the operator
+// approved the server's tools. A name the server was never seen to list
+// is not held (the server answers for it).
+func (s *Server) ToolHeld(name string) bool {
+	if !s.Config().Pin {
+		return false
+	}
+	d := s.defs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, ok := d.known[drift.Tool][name]
+	if !ok {
+		return false
+	}
+	a, ok := d.approved[name]
+	return !ok || a.Fingerprint != cur.Fingerprint
+}
+
+// ToolVisible reports whether the server lets clients see item, a tool
+// of its list (as it sent it): always, unless the server is pinned and
+// item's definition is not the one approved under its name. An item that
+// is not a tool object is left as it is.
+func (s *Server) ToolVisible(item json.RawMessage) bool {
+	if !s.Config().Pin {
+		return true
+	}
+	def, err := drift.Define(drift.Tool, item)
+	if err != nil {
+		return true
+	}
+	d := s.defs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a, ok := d.approved[def.Key]
+	return ok && a.Fingerprint == def.Fingerprint
+}
+
+// HeldToolError is the message a call of a held tool gets.
+func HeldToolError(server, tool string) string {
+	return fmt.Sprintf("tool %s of server %s is held back: its definition is new or changed since it was approved (pinned); review it with `mcpvisor tools diff %s` and approve it with `mcpvisor tools approve %s %s`", tool, server, server, server, tool)
+}
+
+// Errors of Approve.
+var (
+	// ErrNotPending: a named tool is not held back (the error lists those
+	// that are).
+	ErrNotPending = errors.New("not pending approval")
+	// ErrStaleApproval: a named tool's definition changed since the
+	// fingerprint the approval gave.
+	ErrStaleApproval = errors.New("definition changed since it was reviewed")
+)
+
+// Approve approves tools of the server held back by pinning: those named
+// (all that are pending when names is empty), each at the definition
+// known now — or, when fingerprints gives one for its name, only if that
+// is still the definition known (else ErrStaleApproval and nothing is
+// approved). A name that is not pending fails with ErrNotPending, listing
+// those that are, and nothing is approved. It returns the tools approved
+// and those still pending, persists the approvals, and reports the tools
+// list changed so that clients list it again. An approval is of a
+// definition, by fingerprint: one a relearn brings after it is held
+// again. Safe to call concurrently with learns and other approvals.
+func (s *Server) Approve(names []string, fingerprints map[string]string) (approved, pending []string, err error) {
+	d := s.defs()
+	d.mu.Lock()
+	var held []drift.Change
+	if s.Config().Pin {
+		held = d.heldLocked()
+	}
+	isHeld := map[string]bool{}
+	var heldNames []string
+	for _, c := range held {
+		isHeld[c.Name] = true
+		heldNames = append(heldNames, c.Name)
+	}
+	if len(names) == 0 {
+		names = heldNames
+	}
+	var bad []string
+	for _, n := range names {
+		if !isHeld[n] {
+			bad = append(bad, n)
+		}
+	}
+	if len(bad) > 0 {
+		d.mu.Unlock()
+		what := "none is"
+		if len(heldNames) > 0 {
+			what = "pending: " + strings.Join(heldNames, ", ")
+		}
+		return nil, heldNames, fmt.Errorf("server %s: %s %w (%s)", s.Name(), strings.Join(bad, ", "), ErrNotPending, what)
+	}
+	for _, n := range names {
+		if fp, ok := fingerprints[n]; ok && fp != d.known[drift.Tool][n].Fingerprint {
+			d.mu.Unlock()
+			return nil, heldNames, fmt.Errorf("server %s: tool %s: %w; review it again (mcpvisor tools diff %s)", s.Name(), n, ErrStaleApproval, s.Name())
+		}
+	}
+	if d.approved == nil {
+		d.approved = drift.Set{}
+	}
+	for _, n := range names {
+		d.approved[n] = d.known[drift.Tool][n]
+		approved = append(approved, n)
+	}
+	slices.Sort(approved)
+	pending = []string{}
+	for _, n := range heldNames {
+		if !slices.Contains(approved, n) {
+			pending = append(pending, n)
+		}
+	}
+	if len(approved) > 0 {
+		d.dirty = true
+	}
+	d.mu.Unlock()
+	if len(approved) == 0 {
+		return []string{}, pending, nil
+	}
+	s.flushDefinitions()
+	s.f.emit(Event{Server: s.Name(), Type: "definitions_approved", Details: map[string]any{"approved": approved}})
+	s.f.listsChanged(s, []ListKind{Tools})
+	return approved, pending, nil
+}
+
+// pinChanged follows a reload's change of the pin setting: unpinning
+// approves every tool as it is now (an unpinned server's approved tools
+// follow its list), so that pinning again later starts from what clients
+// saw. It reports whether clients see other tools now.
+func (s *Server) pinChanged(was, now bool) bool {
+	if was == now {
+		return false
+	}
+	d := s.defs()
+	d.mu.Lock()
+	n := len(d.heldLocked())
+	if !now && n > 0 {
+		d.approved = d.known[drift.Tool]
+		d.dirty = true
+	}
+	d.mu.Unlock()
+	if !now && n > 0 {
+		s.flushDefinitions()
+	}
+	return n > 0
+}
