@@ -5,6 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,6 +27,10 @@ type config struct {
 	stderrLines  int
 	strictInit   bool
 	strictLog    string
+	// toolsVariant picks the tool list (toolsFor); toolsVariantFile, when
+	// set, is read at start for it instead.
+	toolsVariant     int
+	toolsVariantFile string
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -41,6 +49,8 @@ var envBindings = []struct{ flag, env string }{
 	{"stderr-lines", "FIXTURE_STDERR_LINES"},
 	{"strict-init", "FIXTURE_STRICT_INIT"},
 	{"strict-init-log", "FIXTURE_STRICT_INIT_LOG"},
+	{"tools-variant", "FIXTURE_TOOLS_VARIANT"},
+	{"tools-variant-file", "FIXTURE_TOOLS_VARIANT_FILE"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
@@ -77,6 +87,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.stderrLines, "stderr-lines", 0, "at start, write `N` lines \"stderr line 1\"... to stderr [FIXTURE_STDERR_LINES]")
 	fs.BoolVar(&c.strictInit, "strict-init", false, "exit 4 on any request but initialize before it, as a strict 2025 server may [FIXTURE_STRICT_INIT]")
 	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting [FIXTURE_STRICT_INIT_LOG]")
+	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all [FIXTURE_TOOLS_VARIANT]")
+	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()
@@ -115,6 +127,24 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return fail("huge-line must not be negative")
 	case c.stderrLines < 0:
 		return fail("stderr-lines must not be negative")
+	}
+	if c.toolsVariantFile != "" {
+		b, err := os.ReadFile(c.toolsVariantFile)
+		switch {
+		case errors.Is(err, iofs.ErrNotExist):
+			c.toolsVariant = 0
+		case err != nil:
+			return fail("tools-variant-file: %v", err)
+		default:
+			n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				return fail("tools-variant-file %s: %q is not a variant number", c.toolsVariantFile, strings.TrimSpace(string(b)))
+			}
+			c.toolsVariant = n
+		}
+	}
+	if c.toolsVariant < 0 || c.toolsVariant >= toolVariants {
+		return fail("tools-variant must be 0 to %d, not %d", toolVariants-1, c.toolsVariant)
 	}
 	return c, nil
 }

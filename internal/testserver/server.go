@@ -149,6 +149,8 @@ type server struct {
 	asked    map[string]chan incoming // the fixture's own requests to its client, by id
 	askSeq   int
 
+	tools []tool // served (-tools-variant)
+
 	wedged atomic.Bool // set by the wedge tool: stop reading stdin
 	inited atomic.Bool // initialize was answered (-strict-init)
 }
@@ -163,6 +165,7 @@ func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &server{
 		cfg:      cfg,
+		tools:    toolsFor(cfg.toolsVariant),
 		log:      logger,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -420,7 +423,7 @@ func (s *server) handleRequest(m incoming) {
 	case "ping", "logging/setLevel":
 		s.reply(m.ID, struct{}{})
 	case "tools/list":
-		s.reply(m.ID, map[string]any{"tools": toolList})
+		s.reply(m.ID, map[string]any{"tools": s.tools})
 	case "tools/call":
 		s.startCall(m)
 	default:
@@ -479,7 +482,7 @@ func (s *server) startCall(m incoming) {
 		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, "Invalid params: " + err.Error()}})
 		return
 	}
-	t := findTool(p.Name)
+	t := s.findTool(p.Name)
 	if t == nil {
 		s.sendCallResponse(m.ID, response{Error: &rpcError{codeInvalidParams, fmt.Sprintf("Unknown tool: %q", p.Name)}})
 		return

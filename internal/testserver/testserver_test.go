@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -639,6 +641,12 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_STDERR_LINES":    "7",
 		"FIXTURE_STRICT_INIT":     "1",
 		"FIXTURE_STRICT_INIT_LOG": "/tmp/x",
+		"FIXTURE_TOOLS_VARIANT":   "2",
+		// The file, read at start, wins over the variant.
+		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
+	}
+	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if len(env) != len(envBindings) {
 		t.Fatalf("test covers %d variables, there are %d", len(env), len(envBindings))
@@ -651,6 +659,7 @@ func TestConfigFromEnv(t *testing.T) {
 		slowStart: 2 * time.Second, crashAtStart: true, crashAfter: 5, ignoreTerm: true,
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x",
+		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
@@ -722,5 +731,85 @@ func TestSample(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","arguments":{"text":"end"}}}`)
 	if got := callText(t, p.next(), "12"); got != "end" {
 		t.Errorf("after the cancel, %q (the cancelled call answers nothing)", got)
+	}
+}
+
+// -tools-variant changes what tools/list says and what tools/call runs;
+// -tools-variant-file reads the variant at start (missing: 0), so that a
+// test changes the tools between two starts with one command line; a bad
+// variant fails at start, naming the flag.
+func TestToolsVariant(t *testing.T) {
+	t.Parallel()
+	list := func(p *inproc) (names []string, echo string) {
+		p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+		var r struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		result(t, p.next(), "1", &r)
+		for _, raw := range r.Tools {
+			var tool struct{ Name string }
+			_ = json.Unmarshal(raw, &tool)
+			names = append(names, tool.Name)
+			if tool.Name == "echo" {
+				echo = string(raw)
+			}
+		}
+		return names, echo
+	}
+	base, echo0 := list(startMain(t))
+
+	p := startMain(t, "-tools-variant", "1")
+	names, echo1 := list(p)
+	if echo1 == echo0 || !strings.Contains(echo1, `"upper"`) {
+		t.Errorf("variant 1 echo %s, want it changed with an upper argument", echo1)
+	}
+	if slices.Contains(names, "meta") || !slices.Contains(names, "reverse") || len(names) != len(base) {
+		t.Errorf("variant 1 tools %v (base %v): want meta gone and reverse added", names, base)
+	}
+	p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"abc","upper":true}}}`)
+	if got := callText(t, p.next(), "2"); got != "ABC" {
+		t.Errorf("variant 1 echo upper = %q", got)
+	}
+	p.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"reverse","arguments":{"text":"abc"}}}`)
+	if got := callText(t, p.next(), "3"); got != "cba" {
+		t.Errorf("reverse = %q", got)
+	}
+	p.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"meta"}}`)
+	if code := errorCode(t, p.next(), "4"); code != -32602 {
+		t.Errorf("meta in variant 1: code %d, want unknown tool", code)
+	}
+
+	if names, _ := list(startMain(t, "-tools-variant", "2")); len(names) != 0 {
+		t.Errorf("variant 2 lists %v, want none", names)
+	}
+
+	file := filepath.Join(t.TempDir(), "variant")
+	if names, _ := list(startMain(t, "-tools-variant-file", file)); !slices.Equal(names, base) {
+		t.Errorf("missing variant file: %v, want the usual tools", names)
+	}
+	if err := os.WriteFile(file, []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, echo := list(startMain(t, "-tools-variant-file", file)); echo != echo1 {
+		t.Errorf("variant file with 1: echo %s, want %s", echo, echo1)
+	}
+
+	for _, args := range [][]string{{"-tools-variant", "3"}, {"-tools-variant", "-1"}} {
+		var out bytes.Buffer
+		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 2") {
+			t.Errorf("parseConfig(%v): %v, %q", args, err, out.String())
+		}
+	}
+	if err := os.WriteFile(file, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := parseConfig(nil, func(k string) string {
+		if k == "FIXTURE_TOOLS_VARIANT_FILE" {
+			return file
+		}
+		return ""
+	}, &out); err == nil || !strings.Contains(out.String(), `"two" is not a variant number`) {
+		t.Errorf("a variant file with garbage: %v, %q", err, out.String())
 	}
 }

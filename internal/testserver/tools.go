@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -201,13 +203,76 @@ func runLog(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, 
 	return textResult("logged"), true
 }
 
-func findTool(name string) *tool {
-	for i := range toolList {
-		if toolList[i].Name == name {
-			return &toolList[i]
+// toolVariants is how many tool lists the fixture can serve
+// (-tools-variant).
+const toolVariants = 3
+
+// toolsFor is the tool list of variant v: 0 toolList; 1 toolList with
+// echo's description and inputSchema changed (an optional "upper"),
+// reverse added and meta removed; 2 none.
+func toolsFor(v int) []tool {
+	switch v {
+	case 1:
+		var out []tool
+		for _, t := range toolList {
+			switch t.Name {
+			case "meta":
+				continue
+			case "echo":
+				t.Description = "Returns the given text, upper-cased when upper is set."
+				t.InputSchema = json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"Text to return."},"upper":{"type":"boolean"}},"required":["text"]}`)
+				t.run = runEchoUpper
+			}
+			out = append(out, t)
+		}
+		return append(out, tool{
+			Name:        "reverse",
+			Description: "Returns the given text reversed.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
+			run:         runReverse,
+		})
+	case 2:
+		return []tool{}
+	}
+	return toolList
+}
+
+func (s *server) findTool(name string) *tool {
+	for i := range s.tools {
+		if s.tools[i].Name == name {
+			return &s.tools[i]
 		}
 	}
 	return nil
+}
+
+func runEchoUpper(_ context.Context, _ *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Text  *string `json:"text"`
+		Upper bool    `json:"upper"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("echo: invalid arguments: %v", err), true
+	}
+	if a.Text == nil {
+		return errorResult("echo: missing required argument \"text\""), true
+	}
+	if a.Upper {
+		return textResult(strings.ToUpper(*a.Text)), true
+	}
+	return textResult(*a.Text), true
+}
+
+func runReverse(_ context.Context, _ *server, args, _ json.RawMessage) (toolResult, bool) {
+	var a struct {
+		Text string `json:"text"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return errorResult("reverse: invalid arguments: %v", err), true
+	}
+	r := []rune(a.Text)
+	slices.Reverse(r)
+	return textResult(string(r)), true
 }
 
 // decodeArgs unmarshals tool arguments, which must be a JSON object or
