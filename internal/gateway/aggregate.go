@@ -73,6 +73,10 @@ type routeTable struct {
 	items  []json.RawMessage
 	keys   []string // the public name (or URI, URI template) of each item
 	byName map[string]route
+	// held are the tools pinned servers hold back (fleet.Server.ToolHeld),
+	// by public name: not listed, and a call gets an error naming the
+	// approval.
+	held map[string]route
 }
 
 // missRebuildEvery bounds how often names missing from a table rebuild it:
@@ -404,6 +408,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			if k == kindTools && !cfg.Tools.Allowed(own) {
 				continue
 			}
+			held := k == kindTools && !srv.ToolVisible(item) // as the server sent it
 			public := own
 			if k == kindTools || k == kindPrompts {
 				if cfg.Prefix != "" {
@@ -411,6 +416,13 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 				}
 				obj[key], _ = json.Marshal(public)
 				item, _ = json.Marshal(obj)
+			}
+			if held {
+				if t.held == nil {
+					t.held = map[string]route{}
+				}
+				t.held[public] = route{srv: srv, name: own}
+				continue
 			}
 			if prev, dup := t.byName[public]; dup {
 				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
@@ -498,6 +510,9 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the aggregated list was built: %v", context.Cause(ctx)))
 	}
 	r, ok := t.byName[name]
+	if h, held := t.held[name]; !ok && held {
+		return heldTool(m.ID, h.srv.Name(), h.name)
+	}
 	if !ok {
 		// A server may have gained it since the table was built: build
 		// it again, once for all the callers that missed in that table.
@@ -510,6 +525,10 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 			what = "prompt"
 		}
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
+	}
+	if k == kindTools && r.srv.ToolHeld(r.name) {
+		// Its definition changed since the table was built.
+		return heldTool(m.ID, r.srv.Name(), r.name)
 	}
 	params := m.Params
 	switch {

@@ -72,17 +72,25 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/call":
-		f := e.srv.Config().Tools
-		if len(f.Allow) == 0 && len(f.Deny) == 0 {
+		cfg := e.srv.Config()
+		f := cfg.Tools
+		if len(f.Allow) == 0 && len(f.Deny) == 0 && !cfg.Pin {
 			break
 		}
-		if name := stringField(m.Params, "name"); !f.Allowed(name) {
+		name := stringField(m.Params, "name")
+		if !f.Allowed(name) {
 			return errorResponse(m.ID, rpc.InvalidParams, "tool "+name+" is not allowed by mcpvisor's configuration")
+		}
+		if e.srv.ToolHeld(name) {
+			return heldTool(m.ID, e.srv.Name(), name)
 		}
 	case "tools/list":
 		resp := e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
-		if f := e.srv.Config().Tools; (len(f.Allow) > 0 || len(f.Deny) > 0) && resp.Result != nil {
-			resp.Result = filterTools(resp.Result, f.Allowed)
+		cfg := e.srv.Config()
+		if f := cfg.Tools; (len(f.Allow) > 0 || len(f.Deny) > 0 || cfg.Pin) && resp.Result != nil {
+			resp.Result = filterTools(resp.Result, func(t json.RawMessage) bool {
+				return f.Allowed(stringField(t, "name")) && e.srv.ToolVisible(t)
+			})
 		}
 		return resp
 	case "resources/subscribe", "resources/unsubscribe":
@@ -187,9 +195,20 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 	return conn.Init(), nil
 }
 
-// filterTools drops the tools that allowed rejects from a tools/list
-// result, keeping every other member as it was.
-func filterTools(result json.RawMessage, allowed func(string) bool) json.RawMessage {
+// heldTool is the error of a call of a tool a pinned server holds back:
+// it names the command that approves it.
+func heldTool(id json.RawMessage, server, tool string) *rpc.Message {
+	return &rpc.Message{ID: id, Error: &rpc.Error{
+		Code:    rpc.InvalidParams,
+		Message: fleet.HeldToolError(server, tool),
+		Data:    mustJSON(map[string]string{"server": server, "tool": tool, "reason": "held", "approve": "mcpvisor tools approve " + server + " " + tool}),
+	}}
+}
+
+// filterTools drops the tools that allowed rejects (given each as the
+// server sent it) from a tools/list result, keeping every other member
+// as it was.
+func filterTools(result json.RawMessage, allowed func(json.RawMessage) bool) json.RawMessage {
 	var body map[string]json.RawMessage
 	var tools []json.RawMessage
 	if json.Unmarshal(result, &body) != nil || json.Unmarshal(body["tools"], &tools) != nil {
@@ -197,7 +216,7 @@ func filterTools(result json.RawMessage, allowed func(string) bool) json.RawMess
 	}
 	kept := tools[:0]
 	for _, t := range tools {
-		if allowed(stringField(t, "name")) {
+		if allowed(t) {
 			kept = append(kept, t)
 		}
 	}

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// A pinned server whose tools change between two starts holds the changed
+// and the new tool back on every endpoint and in both eras — not listed,
+// and a call gets an error naming the approval command — while its
+// unchanged tools serve on; once approved they are listed and callable,
+// and the sessions that see the server are told the list changed.
+func TestPinnedToolHeldUntilApproved(t *testing.T) {
+	variant := filepath.Join(t.TempDir(), "variant")
+	w := newWorld(t, fmt.Sprintf(`{"x":{"command":"$FIXTURE","pin":true,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}}}`, variant))
+	srv := w.fleet.Get("x")
+	w.fleet.Learn(t.Context(), 1)
+	if !srv.Cached(kindTools) || srv.ToolHeld("echo") {
+		t.Fatal("the first list was not learned and trusted")
+	}
+	if err := os.WriteFile(variant, []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.waitEvent("x", "definitions_changed", 1, 10*time.Second)
+	if d := w.last("x", "definitions_changed").Details; !strings.Contains(mustJSONString(d), `"held":["echo","reverse"]`) {
+		t.Fatalf("event details %s, want echo and reverse held", mustJSONString(d))
+	}
+
+	agg, single := w.gw.Aggregate(), w.gw.Single("x")
+	aggOut, singleOut := newRecorder(), newRecorder()
+	as, ss := agg.Open(aggOut), single.Open(singleOut)
+	defer agg.Close(as)
+	defer single.Close(ss)
+	legacyList := func(ep Endpoint, s *Session) string {
+		t.Helper()
+		resp := ep.Handle(t.Context(), s, request(1, "tools/list", nil), newRecorder())
+		if resp.Error != nil {
+			t.Fatal(resp.Error)
+		}
+		return string(resp.Result)
+	}
+	legacyCall := func(ep Endpoint, s *Session, name string) *rpc.Message {
+		t.Helper()
+		return ep.Handle(t.Context(), s, request(2, "tools/call", map[string]any{"name": name, "arguments": map[string]any{"text": "abc", "upper": true}}), newRecorder())
+	}
+	h := NewStreamableHandler(single, HTTPOptions{})
+	hs := httptest.NewServer(h)
+	ha := NewStreamableHandler(agg, HTTPOptions{})
+	hsa := httptest.NewServer(ha)
+	t.Cleanup(func() { h.Close(); hs.Close(); ha.Close(); hsa.Close() })
+	modern := func(url, method, name string) *rpc.Message {
+		t.Helper()
+		params := `{` + modernMeta(`{}`) + `}`
+		if name != "" {
+			params = `{"name":"` + name + `","arguments":{"text":"abc","upper":true},` + modernMeta(`{}`) + `}`
+		}
+		_, b := postModern(t, url, `{"jsonrpc":"2.0","id":3,"method":"`+method+`","params":`+params+`}`, method, name)
+		m, err := rpc.Decode(bytes.TrimSpace(b))
+		if err != nil {
+			t.Fatalf("%s %s: %v: %s", method, name, err, b)
+		}
+		return m
+	}
+	held := func(where string, m *rpc.Message, tool string) {
+		t.Helper()
+		if m.Error == nil || m.Error.Code != rpc.InvalidParams || !strings.Contains(m.Error.Message, "mcpvisor tools approve x "+tool) {
+			t.Fatalf("%s: call of held %s answered %s, want an error naming the approval", where, tool, m.Encode())
+		}
+	}
+	served := func(where string, m *rpc.Message, want string) {
+		t.Helper()
+		if m.Error != nil || !strings.Contains(string(m.Result), want) {
+			t.Fatalf("%s: %s, want a result with %s", where, m.Encode(), want)
+		}
+	}
+
+	for _, c := range []struct{ where, list, echo, reverse, pid string }{
+		{"aggregate legacy", legacyList(agg, as), "x__echo", "x__reverse", "x__pid"},
+		{"single legacy", legacyList(single, ss), `"echo"`, `"reverse"`, `"pid"`},
+		{"single modern", string(modern(hs.URL, "tools/list", "").Result), `"echo"`, `"reverse"`, `"pid"`},
+		{"aggregate modern", string(modern(hsa.URL, "tools/list", "").Result), "x__echo", "x__reverse", "x__pid"},
+	} {
+		if strings.Contains(c.list, c.echo) || strings.Contains(c.list, c.reverse) || !strings.Contains(c.list, c.pid) {
+			t.Fatalf("%s lists %s: want pid, and neither the changed echo nor the new reverse", c.where, c.list)
+		}
+	}
+	held("aggregate legacy", legacyCall(agg, as, "x__echo"), "echo")
+	held("aggregate legacy", legacyCall(agg, as, "x__reverse"), "reverse")
+	held("single legacy", legacyCall(single, ss, "echo"), "echo")
+	held("single modern", modern(hs.URL, "tools/call", "echo"), "echo")
+	held("aggregate modern", modern(hsa.URL, "tools/call", "x__reverse"), "reverse")
+	served("single legacy pid", legacyCall(single, ss, "pid"), "text")
+
+	told := aggOut.count("notifications/tools/list_changed") + singleOut.count("notifications/tools/list_changed")
+	approved, _, err := srv.Approve([]string{"echo", "reverse"}, nil)
+	if err != nil || len(approved) != 2 {
+		t.Fatalf("Approve: %v %v", approved, err)
+	}
+	if got := aggOut.count("notifications/tools/list_changed") + singleOut.count("notifications/tools/list_changed"); got != told+2 {
+		t.Fatalf("%d list_changed sent on approval, want one to each session", got-told)
+	}
+	if l := legacyList(agg, as); !strings.Contains(l, "x__echo") || !strings.Contains(l, "x__reverse") {
+		t.Fatalf("aggregate after approval lists %s", l)
+	}
+	if l := legacyList(single, ss); !strings.Contains(l, `"upper"`) {
+		t.Fatalf("single after approval lists %s", l)
+	}
+	served("aggregate legacy", legacyCall(agg, as, "x__echo"), "ABC")
+	served("single legacy", legacyCall(single, ss, "echo"), "ABC")
+	served("single modern", modern(hs.URL, "tools/call", "echo"), "ABC")
+	served("aggregate modern", modern(hsa.URL, "tools/call", "x__reverse"), "cba")
+}
