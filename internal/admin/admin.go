@@ -5,8 +5,9 @@
 // Server-Sent Events stream of them), GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
 // GET /metrics (Prometheus text format); and the operator's actions:
-// POST /api/servers/{name}/restart|stop|start|sleep and POST /api/reload;
-// and the dashboard, GET / (package dashboard), on the same listener.
+// POST /api/servers/{name}/restart|stop|start|sleep, POST
+// /api/servers/{name}/approve (held tools) and POST /api/reload; and the
+// dashboard, GET / (package dashboard), on the same listener.
 package admin
 
 import (
@@ -143,6 +144,8 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h.mux.HandleFunc("GET /api/servers/{name}", h.detail)
 	h.mux.HandleFunc("GET /api/servers/{name}/tools", h.tools)
 	h.mux.HandleFunc("GET /api/servers/{name}/logs", h.logs)
+	h.mux.HandleFunc("GET /api/servers/{name}/definitions/diff", h.definitionsDiff)
+	h.mux.HandleFunc("POST /api/servers/{name}/approve", h.approve)
 	h.mux.HandleFunc("POST /api/servers/{name}/{action}", h.action)
 	h.mux.HandleFunc("POST /api/reload", h.reload)
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {

@@ -59,6 +59,9 @@ type Detail struct {
 	// for a per-session server, one per client session (by the session
 	// key events and logs use).
 	Instances []fleet.InstanceStatus `json:"instances"`
+	// Definitions: the pin setting, when the server's definitions last
+	// changed, and the tools it holds back until approved.
+	Definitions *DefinitionsInfo `json:"definitions"`
 }
 
 // noLocalProcess is Detail.NoLocalProcess of an http server.
@@ -77,6 +80,9 @@ type Tools struct {
 	// server.
 	Learned bool              `json:"learned"`
 	Tools   []json.RawMessage `json:"tools"`
+	// Held names the tools a pinned server holds back until approved
+	// (not in Tools: clients do not see them).
+	Held []string `json:"held,omitempty"`
 }
 
 // server is the fleet's server named by the request's {name}, or nil
@@ -122,6 +128,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},
 		Instances:   s.Instances(),
+		Definitions: definitionsInfo(s.Definitions()),
 	}
 	switch {
 	case cfg.Kind != config.KindStdio:
@@ -160,7 +167,14 @@ func (h *Handler) tools(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, ok := s.CachedList(fleet.Tools)
-	t := Tools{Server: s.Name(), Learned: ok, Tools: allowedTools(s.Config(), items)}
+	t := Tools{Server: s.Name(), Learned: ok}
+	for _, it := range allowedTools(s.Config(), items) {
+		if s.ToolVisible(it) {
+			t.Tools = append(t.Tools, it)
+		} else if name, _ := rpc.StringMember(it, "name"); name != "" {
+			t.Held = append(t.Held, name)
+		}
+	}
 	if t.Tools == nil {
 		t.Tools = []json.RawMessage{}
 	}
