@@ -12,12 +12,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -244,6 +246,10 @@ func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessa
 		if cursor = page.NextCursor; cursor == "" {
 			break
 		}
+	}
+	var t admin.Tools
+	if s.api.getJSON(ctx, "/api/servers/"+url.PathEscape(s.server)+"/tools", &t) == nil && slices.Contains(t.Held, tool) {
+		return nil, fmt.Errorf("tool %s of server %s is held back: its definition is new or changed since it was approved (pinned); review it with `mcpvisor tools diff %s` and approve it with `mcpvisor tools approve %s %s`", tool, s.server, s.server, s.server, tool)
 	}
 	return nil, fmt.Errorf("server %s has no tool %q (mcpvisor tools %s lists them)", s.server, tool, s.server)
 }

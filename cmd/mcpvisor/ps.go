@@ -66,6 +66,18 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	if _, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)%s\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", "), memory); err != nil {
 		return err
 	}
+	var notes []string
+	for _, s := range st.Servers {
+		if s.Warning != "" {
+			notes = append(notes, fmt.Sprintf("  %s: %s", s.Name, s.Warning))
+		}
+		if s.PendingDefinitions > 0 {
+			notes = append(notes, fmt.Sprintf("  %s: %d tool(s) held back until approved (mcpvisor tools diff %s)", s.Name, s.PendingDefinitions, s.Name))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\nwarnings:\n%s\n", strings.Join(notes, "\n"))
+	}
 	if len(st.Collisions) > 0 {
 		fmt.Fprintf(w, "\nname collisions on /mcp (the first server in name order serves the name):\n")
 		for _, c := range st.Collisions {

@@ -86,3 +86,22 @@ func TestPsTable(t *testing.T) {
 		t.Fatalf("summary:\n%s", b.String())
 	}
 }
+
+// ps names a server's warning and its held tools under the table.
+func TestPsWarnings(t *testing.T) {
+	st := admin.Servers{Servers: []fleet.Status{
+		{Name: "files", State: "running", Learned: true, Warning: "it lists no tools where it had 4: serving none until it lists them again"},
+		{Name: "memory", State: "dormant", Learned: true, PendingDefinitions: 2},
+		{Name: "quiet", State: "dormant", Learned: true},
+	}}
+	var b strings.Builder
+	if err := printPs(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "warnings:\n  files: it lists no tools where it had 4") ||
+		!strings.Contains(out, "  memory: 2 tool(s) held back until approved (mcpvisor tools diff memory)") ||
+		strings.Contains(out, "  quiet:") {
+		t.Fatalf("ps printed:\n%s", out)
+	}
+}

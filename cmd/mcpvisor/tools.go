@@ -23,7 +23,9 @@ func newToolsCmd() *cobra.Command {
 		Short: "List the tools of a running mcpvisor serve's servers, from its cache",
 		Long: "Lists the tools of one server of a running mcpvisor serve, or of all of them, as their clients see them " +
 			"(tool filters applied) and as mcpvisor has them cached: a sleeping server is not woken, and one that never " +
-			"started says so. With --json, one JSON array of {server, learned, tools} objects.",
+			"started says so; tools a pinned server holds back are named apart. With --json, one JSON array of " +
+			"{server, learned, tools, held} objects. Subcommands: diff NAME (what changed), approve NAME [TOOL...] " +
+			"(release held tools). A server named diff or approve is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names := args
@@ -53,6 +55,7 @@ func newToolsCmd() *cobra.Command {
 	}
 	api.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(newToolsDiffCmd(), newToolsApproveCmd())
 	return cmd
 }
 
@@ -76,13 +79,16 @@ func printTools(w io.Writer, all []admin.Tools) error {
 			fmt.Fprintf(tw, "%s\t-\t(not learned yet)\n", t.Server)
 			continue
 		}
-		if len(t.Tools) == 0 {
+		if len(t.Tools) == 0 && len(t.Held) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t(no tools)\n", t.Server)
 		}
 		for _, tool := range t.Tools {
 			name, _ := rpc.StringMember(tool, "name")
 			desc, _ := rpc.StringMember(tool, "description")
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Server, name, oneLine(desc, 70))
+		}
+		for _, name := range t.Held {
+			fmt.Fprintf(tw, "%s\t%s\t(held: new or changed; mcpvisor tools diff %s)\n", t.Server, name, t.Server)
 		}
 	}
 	return tw.Flush()

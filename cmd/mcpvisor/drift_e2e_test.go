@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The fixture's echo changes its schema (and reverse appears, meta goes)
+// between two runs of mcpvisor on one state directory: the second run
+// reports definitions_changed with the diff, `tools diff` shows it, the
+// pinned server refuses the changed tool with an error naming the
+// approval, `tools approve` releases it (by fingerprint; a name that is
+// not pending fails), the call works, and a third run keeps the approval.
+// Then the server comes back with no tools: tools_lost, a warning in ps,
+// and wait refuses to call it ready.
+func TestDefinitionDriftAndPinning(t *testing.T) {
+	fixture := testserver.Build(t)
+	dir := t.TempDir()
+	variant := filepath.Join(dir, "variant")
+	state := filepath.Join(dir, "state")
+	cfg := fmt.Sprintf(`{"mcpServers":{"fx":{"command":%q,"pin":true,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}}}}`, fixture, variant)
+	run := func() (*started, string) {
+		s := startServe(t, cfg, "--state-dir", state)
+		return s, strings.TrimPrefix(s.base, "http://")
+	}
+	stop := func(s *started) {
+		t.Helper()
+		sent := time.Now()
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		if code, _ := s.exit(t, sent, 10*time.Second); code != 0 {
+			t.Fatalf("serve exited with %d", code)
+		}
+		testserver.WaitGone(t, s.marker, 2*time.Second)
+	}
+	bin := func(addr string, want int, args ...string) (string, string) {
+		t.Helper()
+		code, out, stderr := runBin(t, append(args, "--addr", addr)...)
+		if code != want {
+			t.Fatalf("%v: exit %d, want %d\n%s%s", args, code, want, out, stderr)
+		}
+		return out, stderr
+	}
+
+	// First run: the baseline, trusted.
+	s1, addr := run()
+	bin(addr, 0, "wait", "fx", "--timeout", "30s")
+	if out, _ := bin(addr, 0, "tools", "diff", "fx"); !strings.Contains(out, "no change of its definitions seen") {
+		t.Fatalf("diff after the first learn:\n%s", out)
+	}
+	stop(s1)
+
+	// The server changes while mcpvisor is down.
+	if err := os.WriteFile(variant, []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s2, addr := run()
+	bin(addr, 0, "call", "fx", "pid") // starts it: its start relearns
+	ev := waitEvent(t, s2.base, "definitions_changed", 1)
+	det, _ := json.Marshal(ev.Details)
+	for _, want := range []string{
+		`"added":[{"kind":"tool","name":"reverse"}]`,
+		`"removed":[{"kind":"tool","name":"meta"}]`,
+		`{"fields":["description","inputSchema.properties.upper"],"kind":"tool","name":"echo"}`,
+		`"held":["echo","reverse"]`,
+	} {
+		if !strings.Contains(string(det), want) {
+			t.Fatalf("definitions_changed details %s, want %s", det, want)
+		}
+	}
+	out, _ := bin(addr, 0, "tools", "diff", "fx")
+	for _, want := range []string{
+		"~ tool echo (changed)",
+		`inputSchema.properties.upper: (absent) → {"type":"boolean"}`,
+		"+ tool reverse (added)",
+		"- tool meta (removed)",
+		"approve with: mcpvisor tools approve fx echo reverse",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("tools diff lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = bin(addr, 0, "tools", "diff", "fx", "--json")
+	var diff admin.DefinitionsDiff
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 2 || diff.Pending[0].Fingerprint == "" {
+		t.Fatalf("tools diff --json: %v\n%s", err, out)
+	}
+	if _, stderr := bin(addr, 1, "call", "fx", "echo", "--json", `{"text":"abc","upper":true}`); !strings.Contains(stderr, "mcpvisor tools approve fx echo") {
+		t.Fatalf("a call of the held echo: %q", stderr)
+	}
+	sess := connectHTTP(t, s2.base+"/mcp", nil)
+	names := func() []string {
+		t.Helper()
+		res, err := sess.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toolNamesOf(res)
+	}
+	if n := names(); slices.Contains(n, "fx__echo") || slices.Contains(n, "fx__reverse") || !slices.Contains(n, "fx__pid") {
+		t.Fatalf("aggregated tools while held: %v", n)
+	}
+	if res, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": "x"}}); err == nil || !strings.Contains(err.Error(), "mcpvisor tools approve fx echo") {
+		t.Fatalf("an MCP client's call of the held echo: %v, %v", res, err)
+	}
+	if out, _ := bin(addr, 0, "ps"); !strings.Contains(out, "fx: 2 tool(s) held back until approved") {
+		t.Fatalf("ps:\n%s", out)
+	}
+	if _, stderr := bin(addr, 1, "tools", "approve", "fx", "bogus"); !strings.Contains(stderr, "pending: echo, reverse") {
+		t.Fatalf("approving a name that is not pending: %q", stderr)
+	}
+	if out, _ := bin(addr, 0, "tools", "approve", "fx", "echo"); !strings.Contains(out, "approved echo of server fx") || !strings.Contains(out, "still held: reverse") {
+		t.Fatalf("approve printed %q", out)
+	}
+	if out, _ := bin(addr, 0, "call", "fx", "echo", "--json", `{"text":"abc","upper":true}`); !strings.Contains(out, "ABC") {
+		t.Fatalf("the approved echo: %q", out)
+	}
+	res, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": "x", "upper": true}})
+	if err != nil || text(res) != "X" {
+		t.Fatalf("aggregated call after approval: %v %v", res, err)
+	}
+	if n := names(); !slices.Contains(n, "fx__echo") || slices.Contains(n, "fx__reverse") {
+		t.Fatalf("aggregated tools after approving echo: %v", n)
+	}
+	sess.Close()
+	stop(s2)
+
+	// A third run keeps the approval, and still holds reverse.
+	s3, addr := run()
+	stopAtCleanup(t, s3)
+	out, _ = bin(addr, 0, "tools", "diff", "fx", "--json")
+	diff = admin.DefinitionsDiff{}
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 1 || diff.Pending[0].Name != "reverse" {
+		t.Fatalf("after a restart of mcpvisor: %v\n%s", err, out)
+	}
+	bin(addr, 0, "tools", "approve", "fx")
+
+	// The server comes back listing nothing.
+	if err := os.WriteFile(variant, []byte("2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin(addr, 0, "restart", "fx")
+	lost := waitEvent(t, s3.base, "tools_lost", 1)
+	if fmt.Sprint(lost.Details["previous"]) != "9" {
+		t.Fatalf("tools_lost details %v, want previous 9", lost.Details)
+	}
+	if out, _ := bin(addr, 0, "ps"); !strings.Contains(out, "fx: it lists no tools where it had 9") {
+		t.Fatalf("ps:\n%s", out)
+	}
+	if _, stderr := bin(addr, 1, "wait", "fx", "--timeout", "300ms"); !strings.Contains(stderr, "it lists no tools where it had 9") {
+		t.Fatalf("wait on a server that lost its tools: %q", stderr)
+	}
+}
