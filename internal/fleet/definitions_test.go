@@ -385,9 +385,10 @@ func TestApprovalDuringRelearn(t *testing.T) {
 	})
 }
 
-// Approvals and relearns from many goroutines at once: every change is
-// reported, nothing races (under -race), and what ends approved is a
-// definition the server listed.
+// Approvals and relearns from many goroutines at once — the refresher's
+// and those of List after the cached list was dropped, racing each other
+// — : nothing races (under -race), and what the definitions know ends as
+// the list cached (approving all makes the cached echo the visible one).
 func TestApproveConcurrentWithRelearns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"0","pin":true`, nil, nil)
@@ -405,6 +406,12 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 						df.srv.setItems(echoV3)
 					}
 					s.listChanged("notifications/tools/list_changed")
+					if j%3 == 0 {
+						s.lists.drop(Tools)
+						if _, err := s.List(t.Context(), Tools); err != nil {
+							t.Error(err)
+						}
+					}
 					_, _, err := s.Approve(nil, nil)
 					if err != nil {
 						t.Error(err)
