@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,6 +146,12 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 		t.Fatalf("after a restart of mcpvisor: %v\n%s", err, out)
 	}
 	bin(addr, 0, "tools", "approve", "fx")
+	out, _ = bin(addr, 0, "tools", "fx", "--json")
+	var listed []admin.Tools
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 1 || len(listed[0].Tools) < 2 || len(listed[0].Held) != 0 {
+		t.Fatalf("tools fx --json after approving all: %v\n%s", err, out)
+	}
+	had := strconv.Itoa(len(listed[0].Tools))
 
 	// The server comes back listing nothing.
 	if err := os.WriteFile(variant, []byte("2"), 0o600); err != nil {
@@ -152,13 +159,13 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 	}
 	bin(addr, 0, "restart", "fx")
 	lost := waitEvent(t, s3.base, "tools_lost", 1)
-	if fmt.Sprint(lost.Details["previous"]) != "9" {
-		t.Fatalf("tools_lost details %v, want previous 9", lost.Details)
+	if fmt.Sprint(lost.Details["previous"]) != had {
+		t.Fatalf("tools_lost details %v, want previous %s", lost.Details, had)
 	}
-	if out, _ := bin(addr, 0, "ps"); !strings.Contains(out, "fx: it lists no tools where it had 9") {
+	if out, _ := bin(addr, 0, "ps"); !strings.Contains(out, "fx: it lists no tools where it had "+had) {
 		t.Fatalf("ps:\n%s", out)
 	}
-	if _, stderr := bin(addr, 1, "wait", "fx", "--timeout", "300ms"); !strings.Contains(stderr, "it lists no tools where it had 9") {
+	if _, stderr := bin(addr, 1, "wait", "fx", "--timeout", "300ms"); !strings.Contains(stderr, "it lists no tools where it had "+had) {
 		t.Fatalf("wait on a server that lost its tools: %q", stderr)
 	}
 }
