@@ -192,10 +192,15 @@ func serverPIDs(t *testing.T, base, token string) map[string][2]string {
 
 // dashboardFleet serves a small fleet with a token: alpha and beta run
 // (eager, never asleep on their own; alpha wrote three stderr lines at
-// start), gamma is learned and sleeps, crashy fails at every start, and
-// delta is there to be stopped.
-func dashboardFleet(t *testing.T) (base, token, tokenFile string) {
+// start), gamma is learned and sleeps, crashy fails at every start,
+// delta is there to be stopped, and pinned (its tools pinned as first
+// learned) changes its tools when variant says 1 at a start.
+func dashboardFleet(t *testing.T) (base, token, tokenFile, variant string) {
 	fixture := testserver.Build(t)
+	variant = filepath.Join(t.TempDir(), "variant")
+	if err := os.WriteFile(variant, []byte("0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	token = "dashboard-" + fmt.Sprint(time.Now().UnixNano())
 	tokenFile = filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
@@ -206,10 +211,11 @@ func dashboardFleet(t *testing.T) (base, token, tokenFile string) {
 		"beta":{"command":%[1]q,"eager":true,"idleTimeout":"0"},
 		"crashy":{"command":%[1]q,"args":["-crash-at-start"],"eager":true,"restart":{"maxAttempts":1}},
 		"delta":{"command":%[1]q,"eager":true,"idleTimeout":"0"},
-		"gamma":{"command":%[1]q}}}`, fixture)
+		"gamma":{"command":%[1]q},
+		"pinned":{"command":%[1]q,"args":["-tools-variant-file",%[2]q],"pin":true}}}`, fixture, variant)
 	s := startServe(t, cfg, "--token-file", tokenFile)
 	stopAtCleanup(t, s)
-	return s.base, token, tokenFile
+	return s.base, token, tokenFile, variant
 }
 
 // TestDashboard loads the dashboard in a headless browser against a real
@@ -225,7 +231,7 @@ func dashboardFleet(t *testing.T) (base, token, tokenFile string) {
 // it docs/dashboard.png).
 func TestDashboard(t *testing.T) {
 	browser := newBrowser(t)
-	base, token, tokenFile := dashboardFleet(t)
+	base, token, tokenFile, variant := dashboardFleet(t)
 	waitRunningAuthed(t, base, token, "alpha", "beta", "delta")
 	// The baseline for the paint timing: a minimal page (a heading and a
 	// paragraph) in its own tab of the same browser, loaded first.
@@ -247,7 +253,7 @@ func TestDashboard(t *testing.T) {
 			t.Fatal("the dashboard showed servers before it was given the token")
 		}
 		bt.do(t, "give the token", chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Click(chromedp.CSS(`#login button[type=submit]`)))
-		bt.waitFor(t, "every server listed", `document.querySelectorAll('tbody[data-server]').length === 5`)
+		bt.waitFor(t, "every server listed", `document.querySelectorAll('tbody[data-server]').length === 6`)
 		bt.waitFor(t, "the event stream", `document.getElementById('conn').classList.contains('live')`)
 		if stored := eval[string](t, bt, `sessionStorage.getItem('mcpvisor.token') + '|' + location.href`); stored != token+"|"+base+"/" {
 			t.Fatalf("token kept as %q (it belongs in sessionStorage, never in the URL)", stored)
@@ -259,7 +265,7 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("reload keeps the token in the tab", func(t *testing.T) {
 		bt.do(t, "reload", chromedp.Reload())
-		bt.waitFor(t, "every server listed again, without the login form", `document.getElementById('login').hidden && document.querySelectorAll('tbody[data-server]').length === 5`)
+		bt.waitFor(t, "every server listed again, without the login form", `document.getElementById('login').hidden && document.querySelectorAll('tbody[data-server]').length === 6`)
 		paintTiming(t, bt, "reload")
 	})
 
@@ -318,6 +324,29 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("call alpha stderr: exit %d %s %s", code, out, stderr)
 		}
 		bt.waitFor(t, "the new line on the page", fmt.Sprintf(`%s.querySelector('pre.stderr').textContent.includes(%q)`, row("alpha"), line))
+	})
+
+	t.Run("changed definitions are shown and approved", func(t *testing.T) {
+		if err := os.WriteFile(variant, []byte("1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if status, body := authed(t, "POST", base, token, "/api/servers/pinned/restart"); status != 200 {
+			t.Fatalf("restart pinned: %d %s", status, body)
+		}
+		bt.waitFor(t, "the definitions_changed event in the timeline", `[...document.querySelectorAll('#events li[data-type=definitions_changed][data-server=pinned]')].some(li => li.textContent.includes('echo'))`)
+		bt.do(t, "expand pinned", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] td.name button`)))
+		bt.waitFor(t, "the pending definitions, with the fields that changed", fmt.Sprintf(`%s.querySelector('tr.detail').textContent.includes('Pending definitions') && %[1]s.querySelector('tr.detail').textContent.includes('echo') && !%[1]s.querySelector('tr.detail').textContent.includes('[object Object]')`, row("pinned")))
+		bt.do(t, "approve all", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] button[aria-label="Approve every pending definition of pinned"]`)))
+		bt.waitFor(t, "the approval said", `document.getElementById('notice').textContent.startsWith('Approved ')`)
+		status, body := authed(t, "GET", base, token, "/api/servers/pinned")
+		var d struct {
+			Definitions struct{ Pending []json.RawMessage }
+		}
+		if err := json.Unmarshal([]byte(body), &d); status != 200 || err != nil || len(d.Definitions.Pending) != 0 {
+			t.Fatalf("pinned after the approval: %d %s", status, body)
+		}
+		bt.waitFor(t, "no pending definitions left on the page", fmt.Sprintf(`!%s.querySelector('tr.detail').textContent.includes('Pending definitions')`, row("pinned")))
+		bt.do(t, "collapse pinned", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] td.name button`)))
 	})
 
 	t.Run("phone width", func(t *testing.T) {
@@ -405,7 +434,7 @@ func waitRunningAuthed(t *testing.T, base, token string, names ...string) {
 // refused (403) on the page as on the API; any other path is behind the
 // token too.
 func TestDashboardGuard(t *testing.T) {
-	base, token, _ := dashboardFleet(t)
+	base, token, _, _ := dashboardFleet(t)
 	for _, c := range []struct {
 		path         string
 		host, origin string

@@ -377,11 +377,11 @@
       const list = el("ul", { class: "plain" });
       for (const p of defs.pending) {
         list.append(el("li", null, el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") +
-          (p.fields && p.fields.length ? " (" + p.fields.join(", ") + ")" : "") + " ",
-          el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p.name]) }, "Approve")));
+          (p.fields && p.fields.length ? " (" + p.fields.map(fieldPath).join(", ") + ")" : "") + " ",
+          el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p]) }, "Approve")));
       }
       r.d.defs.append(el("h3", { text: "Pending definitions" + (defs.changedAt ? " · changed " + stamp(defs.changedAt) : "") }), list,
-        el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, []) }, "Approve all"));
+        el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, defs.pending) }, "Approve all"));
     }
     const h = d.history || [];
     r.d.history.replaceChildren(...(h.length ? h.slice().reverse().map((x) => el("li", null,
@@ -404,9 +404,17 @@
     r.d.tools.replaceChildren(...t.tools.map((x) => el("li", null, el("code", { text: x.name }), x.description ? el("span", { class: "sub", text: " — " + x.description }) : null)));
   }
 
-  async function approve(r, names) {
+  // A changed field is a path string (events) or {path, old, new} (details).
+  function fieldPath(f) { return typeof f === "string" ? f : f.path; }
+
+  // approve approves the pending definitions shown (each with the
+  // fingerprint the operator saw: one that changed since is refused).
+  async function approve(r, pending) {
+    const names = pending.map((p) => p.name);
+    const fingerprints = {};
+    for (const p of pending) if (p.fingerprint) fingerprints[p.name] = p.fingerprint;
     try {
-      const res = await api("/api/servers/" + enc(r.name) + "/approve", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ names }) });
+      const res = await api("/api/servers/" + enc(r.name) + "/approve", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ names, fingerprints }) });
       if (res.ok) notice("Approved " + ((res.body && res.body.approved) || names).join(", ") + " of " + r.name + ".");
       else notice("Could not approve: " + ((res.body && res.body.error) || "HTTP " + res.status), true);
     } catch (e) { if (!(e instanceof AuthError)) notice("Could not approve: " + e.message, true); }
@@ -441,7 +449,7 @@
     if (e.type === "definitions_changed") {
       const names = (xs) => (xs || []).map((x) => x.name || x).join(", ");
       return [d.added && d.added.length && "added " + names(d.added), d.removed && d.removed.length && "removed " + names(d.removed),
-        d.changed && d.changed.length && "changed " + (d.changed || []).map((c) => c.name + (c.fields && c.fields.length ? " (" + c.fields.join(", ") + ")" : "")).join(", "),
+        d.changed && d.changed.length && "changed " + (d.changed || []).map((c) => c.name + (c.fields && c.fields.length ? " (" + c.fields.map(fieldPath).join(", ") + ")" : "")).join(", "),
         d.held && d.held.length && "held " + names(d.held)].filter(Boolean).join("; ");
     }
     const parts = [];
