@@ -67,3 +67,32 @@ func TestHistoryKeepsFailedRestartAttempts(t *testing.T) {
 		}
 	})
 }
+
+// A server whose start failed is shown failed — not "new", as if it had
+// never been tried — until a start succeeds; the next request tries again.
+func TestAFailedStartShowsFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"restart":{"maxAttempts":1}`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if st := s.Status().State; st != "new" {
+			t.Fatalf("state before any start: %s", st)
+		}
+		ff.fail.Store(true)
+		if _, err := s.Acquire(t.Context(), ""); err == nil {
+			t.Fatal("the start did not fail")
+		}
+		if st := s.Status(); st.State != "failed" || st.LastError == "" {
+			t.Fatalf("after a failed start: %+v", st)
+		}
+		ff.fail.Store(false)
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		if st := s.Status().State; st != "running" {
+			t.Fatalf("after a start that succeeded: %s", st)
+		}
+	})
+}

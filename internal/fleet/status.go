@@ -87,6 +87,8 @@ func (in *instance) status() Status {
 		st.State = "new"
 		if in.starting != nil {
 			st.State = "starting"
+		} else if in.startErr != nil {
+			st.State = "failed" // its last start failed; the next request tries again
 		}
 	case phaseSleeping, phaseDormant:
 		st.State = "dormant"
