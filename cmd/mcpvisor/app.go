@@ -136,25 +136,15 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs}, nil
 }
 
-// startEager starts the servers marked eager, in the background, and,
-// when learn is set, starts each server whose lists are not cached, two at
-// a time, to learn them, then lets it sleep again.
+// startEager starts the servers marked eager, in the background, learning
+// their lists from the processes it starts, and, when learn is set, starts
+// each other server whose lists are not cached, two at a time, to learn
+// them, then lets it sleep again.
 func (a *app) startEager(ctx context.Context, learn bool) {
 	if learn {
 		go a.fleet.Learn(ctx, 2)
 	}
-	for _, s := range a.fleet.Servers() {
-		if s.Config().Eager {
-			go func() {
-				l, err := s.Acquire(ctx, "")
-				if err != nil {
-					a.log.Warn("eager start failed", "server", s.Name(), "err", err)
-					return
-				}
-				l.Release()
-			}()
-		}
-	}
+	a.fleet.StartEager()
 }
 
 // close stops every server in parallel under ctx and then the runtime

@@ -287,6 +287,18 @@ func (s *Server) updateInPlace() {
 	}
 }
 
+// StartEager starts every eager server in the background, on the fleet's
+// own goroutines (Close ends them), and learns each one's lists from the
+// process it started — nothing more is started for that, so also when
+// servers are not learned at start-up.
+func (f *Fleet) StartEager() {
+	for _, s := range f.Servers() {
+		if s.Config().Eager {
+			f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
+		}
+	}
+}
+
 // startEager starts an eager server and learns its lists from it.
 func (f *Fleet) startEager(ctx context.Context, s *Server) {
 	if err := s.startNow(ctx); err != nil {
