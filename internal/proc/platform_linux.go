@@ -310,6 +310,7 @@ func (rt *Runtime) start(p *Process) error {
 		if err := os.Mkdir(leaf, 0o755); err == nil {
 			if fd, err := unix.Open(leaf, unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
 				p.plat.cgroup, p.plat.cgroupFD = leaf, fd
+				p.leaf = leaf
 				attr.UseCgroupFD, attr.CgroupFD = true, fd
 			} else {
 				_ = os.Remove(leaf)

@@ -34,6 +34,12 @@ func (rt *Runtime) closePlatform() error { return nil }
 // TreeMemory is not measured outside Linux: it returns an empty map.
 func TreeMemory(roots []int) map[int]uint64 { return map[int]uint64{} }
 
+// TreeUsage is not measured outside Linux: every Usage is zero and ok
+// false.
+func TreeUsage(roots []Root) (out []Usage, ok []bool) {
+	return make([]Usage, len(roots)), make([]bool, len(roots))
+}
+
 // RunShimIfRequested is a no-op outside Linux.
 func RunShimIfRequested() {}
 

@@ -29,6 +29,7 @@ type Process struct {
 	stderr *Ring
 	start  time.Time
 	plat   platformProcess
+	leaf   string // the cgroup leaf it was spawned into ("" if none): set before Spawn returns, never changed
 	// act takes one stop step (takeStep); tests replace it to run the
 	// stop logic without a process.
 	act func(stage string)

@@ -14,6 +14,8 @@ type procStat struct {
 	state                    byte
 	startTime                uint64 // clock ticks after boot; with pid, identifies a process
 	rss                      uint64 // resident pages
+	cpuTicks                 uint64 // utime+stime+cutime+cstime: its CPU and that of the children it reaped
+	threads                  int
 }
 
 func readStat(pid int) (procStat, bool) {
@@ -47,6 +49,11 @@ func parseStat(b []byte) (procStat, bool) {
 	s.pgrp, _ = strconv.Atoi(f[2])
 	s.session, _ = strconv.Atoi(f[3])
 	s.startTime, _ = strconv.ParseUint(f[19], 10, 64)
+	for _, i := range []int{11, 12, 13, 14} {
+		n, _ := strconv.ParseInt(f[i], 10, 64) // cutime and cstime are signed in the kernel's format
+		s.cpuTicks += uint64(max(n, 0))
+	}
+	s.threads, _ = strconv.Atoi(f[17])
 	if len(f) > 21 {
 		s.rss, _ = strconv.ParseUint(f[21], 10, 64)
 	}

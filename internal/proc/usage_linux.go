@@ -1,0 +1,147 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/PID/stat: 100
+// on every architecture Linux supports today (the kernel's ABI fixes it,
+// whatever CONFIG_HZ is).
+const clockTicks = 100
+
+// TreeUsage returns the usage of each root's tree, in the order of roots,
+// reading /proc once for all of them; ok[i] is false when roots[i]'s
+// leader is gone (its usage is then zero).
+func TreeUsage(roots []Root) (out []Usage, ok []bool) {
+	out, ok = make([]Usage, len(roots)), make([]bool, len(roots))
+	if len(roots) == 0 {
+		return out, ok
+	}
+	stats := map[int]procStat{}
+	children := map[int][]int{}
+	for _, pid := range allPids() {
+		st, good := readStat(pid)
+		if !good {
+			continue
+		}
+		stats[pid] = st
+		children[st.ppid] = append(children[st.ppid], pid)
+	}
+	page := uint64(os.Getpagesize())
+	for i, r := range roots {
+		if _, alive := stats[r.PID]; !alive {
+			continue
+		}
+		ok[i] = true
+		var u Usage
+		var ticks uint64
+		seen := map[int]bool{}
+		stack := []int{r.PID}
+		for len(stack) > 0 {
+			pid := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if seen[pid] {
+				continue
+			}
+			seen[pid] = true
+			st := stats[pid]
+			u.MemoryBytes += st.rss * page
+			u.MemoryPeakBytes += peakResident(pid)
+			ticks += st.cpuTicks
+			u.Tasks += st.threads
+			stack = append(stack, children[pid]...)
+		}
+		u.CPUSeconds = float64(ticks) / clockTicks
+		u.MemoryPeakBytes = max(u.MemoryPeakBytes, u.MemoryBytes)
+		cgroupUsage(&u, r.Cgroups)
+		out[i] = u
+	}
+	return out, ok
+}
+
+// cgroupUsage replaces the fields of u that the cgroup directories dirs
+// (a v2 leaf, or v1 leaves) count, each from the first directory that has
+// it: a controller that is not enabled there has no file.
+func cgroupUsage(u *Usage, dirs []string) {
+	// read is the content of the first of names found in dirs, and which
+	// name it was.
+	read := func(names ...string) (name, val string, found bool) {
+		for _, d := range dirs {
+			for _, n := range names {
+				if b, err := os.ReadFile(filepath.Join(d, n)); err == nil {
+					return n, strings.TrimSpace(string(b)), true
+				}
+			}
+		}
+		return "", "", false
+	}
+	number := func(names ...string) (uint64, bool) {
+		_, v, found := read(names...)
+		if !found {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		return n, err == nil
+	}
+	if n, found := number("memory.current", "memory.usage_in_bytes"); found {
+		u.MemoryBytes = n
+	}
+	if n, found := number("memory.peak", "memory.max_usage_in_bytes"); found {
+		u.MemoryPeakBytes = max(n, u.MemoryBytes)
+	}
+	switch name, v, found := read("cpu.stat", "cpuacct.usage"); {
+	case !found:
+	case name == "cpuacct.usage":
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			u.CPUSeconds = float64(n) / 1e9 // nanoseconds
+		}
+	default:
+		if n, found := statField(v, "usage_usec"); found {
+			u.CPUSeconds = float64(n) / 1e6
+		}
+	}
+	if n, found := number("pids.current"); found {
+		u.Tasks = int(n)
+	}
+	u.MemoryPeakBytes = max(u.MemoryPeakBytes, u.MemoryBytes)
+}
+
+// statField is the value of key in a flat-keyed cgroup file ("key value"
+// lines, as cpu.stat).
+func statField(text, key string) (uint64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		k, v, found := strings.Cut(sc.Text(), " ")
+		if found && k == key {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// peakResident is the peak resident memory of pid (VmHWM), in bytes; 0 if
+// it cannot be read.
+func peakResident(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if rest, found := bytes.CutPrefix(line, []byte("VmHWM:")); found {
+			f := bytes.Fields(rest) // "1234 kB"
+			if len(f) >= 1 {
+				n, err := strconv.ParseUint(string(f[0]), 10, 64)
+				if err == nil {
+					return n * 1024
+				}
+			}
+		}
+	}
+	return 0
+}
