@@ -195,7 +195,7 @@ func TestIdleRespectsGraceAndTimeout(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"60s"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		if _, err := s.sharedIn().acquire(t.Context()); err != nil {
+		if _, _, err := s.sharedIn().acquire(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		started := time.Now()

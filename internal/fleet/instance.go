@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -56,6 +57,7 @@ type instance struct {
 	dormantAt    time.Time
 	timer        *time.Timer
 	starting     chan struct{} // closed when the start in progress ends
+	restartAt    int64         // Unix ns when the supervisor's restart under way spawns (after its delay); 0: none
 	startErr     error
 	failures     []time.Time // recent failed starts
 	lastErr      error
@@ -71,6 +73,7 @@ type instance struct {
 	firstUser string
 	manyUsers bool
 	phase     phase  // beside manyUsers: the two share one word
+	waking    bool   // the start in progress began from dormant (the same word)
 	replayed  uint64 // the server's interest generation last replayed
 }
 
@@ -167,6 +170,7 @@ func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 	in.attemptFailed(cause)
 	in.mu.Lock()
 	in.attempt = 1 + s.stderrMark()
+	in.restartAt = time.Now().Add(delay).UnixNano()
 	in.mu.Unlock()
 	d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
 	if cause != nil {
@@ -180,7 +184,12 @@ func (in *instance) restarted() {
 	s := in.srv
 	in.mu.Lock()
 	in.attempt = 0
+	at := in.restartAt
+	in.restartAt = 0
 	in.mu.Unlock()
+	if at != 0 {
+		s.Telemetry().ObserveSpawn(time.Since(time.Unix(0, at)))
+	}
 	s.f.spawn(in.catchUp)
 	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
 	if in.key == "" {
@@ -265,6 +274,17 @@ func (in *instance) pid() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return pidOf(in.conn)
+}
+
+// root is the process tree of the instance's live connection, if it has
+// a local one.
+func (in *instance) root() (proc.Root, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c, ok := in.conn.(*backend.Conn); ok && c != nil && c.Process() != nil {
+		return c.Process().Root(), true
+	}
+	return proc.Root{}, false
 }
 
 func pidOf(l Live) int {
@@ -507,23 +527,30 @@ func stopBound(stdin, term time.Duration) time.Duration {
 	return stdin + term + 10*time.Second
 }
 
-// acquire returns a live connection, starting the instance if needed.
-func (in *instance) acquire(ctx context.Context) (Live, error) {
+// acquire returns a live connection, starting the instance if needed;
+// woke reports that the caller waited for a start from dormant.
+func (in *instance) acquire(ctx context.Context) (l Live, woke bool, err error) {
+	l, woke, err = in.acquire1(ctx)
+	return l, woke && err == nil, err
+}
+
+func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 	name := in.srv.Name()
+	woke := false
 	for {
 		in.mu.Lock()
 		switch in.phase {
 		case phaseClosed:
 			in.mu.Unlock()
-			return nil, fmt.Errorf("server %s: the client session has ended", name)
+			return nil, woke, fmt.Errorf("server %s: the client session has ended", name)
 		case phaseRetired:
 			in.mu.Unlock()
-			return nil, errRetired
+			return nil, woke, errRetired
 		case phaseSleeping:
 			ch := in.sleepDone
 			in.mu.Unlock()
 			if err := waitFor(ctx, ch, name, "going dormant"); err != nil {
-				return nil, err
+				return nil, woke, err
 			}
 			continue
 		}
@@ -531,17 +558,17 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 		if in.phase == phaseRunning && c != nil && c.Alive() && in.sup.IsReady() {
 			in.holding++ // released by release
 			in.mu.Unlock()
-			return c, nil
+			return c, woke, nil
 		}
 		if in.phase == phaseRunning && c != nil && !c.Alive() {
 			// The process just went away: wait for the supervisor to see
 			// it (the tree is being reaped) and to restart it.
 			in.mu.Unlock()
 			if err := waitFor(ctx, c.Done(), name, "restarting"); err != nil {
-				return nil, err
+				return nil, woke, err
 			}
 			if err := in.waitGone(ctx, c); err != nil {
-				return nil, err
+				return nil, woke, err
 			}
 			continue
 		}
@@ -560,43 +587,46 @@ func (in *instance) acquire(ctx context.Context) (Live, error) {
 				select {
 				case <-changed:
 				case <-ctx.Done():
-					return nil, restartingError(name, info, ctx.Err())
+					return nil, woke, restartingError(name, info, ctx.Err())
 				}
 				continue
 			}
 		}
 		if ch := in.starting; ch != nil {
+			woke = woke || in.waking
 			in.mu.Unlock()
 			if err := waitFor(ctx, ch, name, "starting"); err != nil {
-				return nil, err
+				return nil, woke, err
 			}
 			in.mu.Lock()
 			err, retired := in.startErr, in.phase == phaseRetired
 			in.mu.Unlock()
 			if retired {
-				return nil, errRetired
+				return nil, woke, errRetired
 			}
 			if err != nil {
-				return nil, err
+				return nil, woke, err
 			}
 			continue
 		}
 		if err := in.respawnLimitLocked(); err != nil {
 			in.mu.Unlock()
-			return nil, err
+			return nil, woke, err
 		}
 		if err := ctx.Err(); err != nil {
 			in.mu.Unlock()
-			return nil, fmt.Errorf("server %s: %w", name, err) // nobody left to start it for
+			return nil, woke, fmt.Errorf("server %s: %w", name, err) // nobody left to start it for
 		}
 		if in.srv.f.closed.Load() {
 			in.mu.Unlock()
-			return nil, fmt.Errorf("server %s: %w", name, ErrFleetClosed)
+			return nil, woke, fmt.Errorf("server %s: %w", name, ErrFleetClosed)
 		}
 		// The start runs on its own; this caller waits for it like every
 		// other, within its own context.
 		ch := make(chan struct{})
 		in.starting = ch
+		in.waking = in.phase == phaseDormant
+		woke = woke || in.waking
 		go in.start(ch, in.phase, in.closes, time.Since(in.dormantAt))
 		in.mu.Unlock()
 	}
@@ -617,7 +647,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	took := time.Since(t0)
 
 	in.mu.Lock()
-	in.starting = nil
+	in.starting, in.waking = nil, false
 	if in.closes != gen {
 		// A close (a Stop, the end of the session, the fleet's Close)
 		// raced the start, and wins whatever the start's outcome: what
@@ -663,6 +693,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	if was == phaseDormant {
 		typ = "respawned"
 		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+	}
+	in.srv.Telemetry().ObserveSpawn(took)
+	if was == phaseDormant {
+		in.srv.Telemetry().ObserveWake(took)
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
 	in.srv.f.spawn(in.catchUp)

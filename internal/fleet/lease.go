@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -73,7 +74,12 @@ type Lease struct {
 	in   *instance
 	conn Conn
 	once sync.Once
+	woke time.Duration
 }
+
+// Woke is how long Acquire waited for the instance to start from dormant
+// (a wake this request caused or joined); 0 when it did not.
+func (l *Lease) Woke() time.Duration { return l.woke }
 
 // Conn is the leased connection.
 func (l *Lease) Conn() Conn { return l.conn }
@@ -112,7 +118,8 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 			return nil, err
 		}
 		in.begin()
-		l, err := in.acquire(ctx)
+		t0 := time.Now()
+		l, woke, err := in.acquire(ctx)
 		if errors.Is(err, errRetired) {
 			in.end()
 			continue
@@ -123,7 +130,11 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		}
 		in.used(l, session)
 		c, _ := l.(Conn)
-		return &Lease{in: in, conn: c}, nil
+		lease := &Lease{in: in, conn: c}
+		if woke {
+			lease.woke = time.Since(t0)
+		}
+		return lease, nil
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // Server is one configured server and its instances.
@@ -20,7 +22,8 @@ type Server struct {
 	// dp is its definitions, for drift and pinning (made on first use:
 	// a never-learned server costs no more); lists are put under its mu.
 	dp    atomic.Pointer[defs]
-	subMu sync.Mutex // serializes telling modern servers their subscriptions (SyncSubscriptions)
+	tel   atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
+	subMu sync.Mutex                       // serializes telling modern servers their subscriptions (SyncSubscriptions)
 
 	mu         sync.Mutex
 	perSession map[string]*instance
@@ -55,6 +58,18 @@ func (s *Server) Name() string { return s.Config().Name }
 // Config is the server's resolved configuration, as the last reload left
 // it. Read it once per decision: a reload may replace it meanwhile.
 func (s *Server) Config() *config.Server { return s.cfg.Load() }
+
+// Telemetry is the server's call metrics (calls by outcome, durations,
+// bytes relayed, spawn and wake durations): made on first use (a server
+// that never served costs nothing more), kept across reloads that change
+// the server, gone when a reload removes it.
+func (s *Server) Telemetry() *telemetry.Server {
+	if t := s.tel.Load(); t != nil {
+		return t
+	}
+	s.tel.CompareAndSwap(nil, telemetry.NewServer())
+	return s.tel.Load()
+}
 
 // PerSession reports whether each client session gets its own process.
 func (s *Server) PerSession() bool { return s.Config().Sharing == config.SharingPerSession }
@@ -128,6 +143,9 @@ func (s *Server) Status() Status {
 	st.Warning = s.warning()
 	st.PendingDefinitions = s.pendingCount()
 	st.Ready = ready(st)
+	if t := s.tel.Load(); t != nil {
+		st.Calls = t.CallCounts()
+	}
 	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
 	st.Draining = len(s.f.drainingOf(s))
 	return st
@@ -144,6 +162,18 @@ func (s *Server) PIDs() []int {
 	for _, in := range append(s.instances(), s.f.drainingOf(s)...) {
 		if pid := in.pid(); pid != 0 {
 			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Roots lists the process tree of every running instance of the server,
+// shared and per-session, for proc.TreeUsage (remote servers have none).
+func (s *Server) Roots() []proc.Root {
+	var out []proc.Root
+	for _, in := range s.instances() {
+		if r, ok := in.root(); ok {
+			out = append(out, r)
 		}
 	}
 	return out

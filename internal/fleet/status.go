@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -53,6 +54,16 @@ type Status struct {
 	// mcpvisor_server_requests_total), for a rate; filled in by the
 	// status API, not by Status.
 	Requests int64 `json:"requests"`
+	// MemoryPeakBytes, CPUSeconds and PIDs are the rest of what those
+	// trees use (proc.Usage: from each tree's cgroup leaf where it has
+	// the counter, else from /proc; filled in by the status API); omitted
+	// when not known.
+	MemoryPeakBytes uint64  `json:"memoryPeakBytes,omitempty"`
+	CPUSeconds      float64 `json:"cpuSeconds,omitempty"`
+	PIDs            int     `json:"pids,omitempty"`
+	// Calls counts the client requests that reached the server, by how
+	// they ended, since it was configured (telemetry.Server).
+	Calls telemetry.CallCounts `json:"calls"`
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or
