@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // Causes of a forwarded request's cancellation.
@@ -71,6 +73,19 @@ type flight struct {
 	legacyToModern bool
 	ended          *atomic.Bool // the request timer's: set when it is done for
 	timer          *time.Timer
+
+	// What its end records (end): when it began, the server's metrics,
+	// the tool or prompt it names, its span, and how it ended.
+	start    time.Time
+	srv      *fleet.Server
+	tel      *telemetry.Server
+	protocol string // the client's MCP revision, for its span
+	target   string
+	span     telemetry.Span
+	outcome  telemetry.Outcome
+	code     int    // the JSON-RPC error code of a protocol error
+	msg      string // the error message of a failure, for its span
+	received int    // bytes of the server's result or error
 }
 
 // begin does what forward does before the request reaches its server: the
@@ -81,11 +96,27 @@ type flight struct {
 // itself, ended by cancel (a held call brings its own).
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
+	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
+		start: time.Now(), srv: srv, tel: srv.Telemetry()}
+	if s.modern != nil {
+		f.protocol = modernVersion
+	}
+	switch method {
+	case "tools/call", "prompts/get":
+		if s.modern != nil && s.rename != nil {
+			f.target, _ = rpc.String(s.rename) // the server's own name, put in below
+		} else {
+			f.target, _ = rpc.StringMember(params, "name")
+		}
+	}
+	if g.tracing != nil {
+		f.span = g.tracing.Start(ctx, method, f.target, params)
+	}
 	st := g.state(s)
 	if st == nil {
+		f.record(telemetry.Cancelled, 0, "session closed")
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
-	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout}
 	if cancel != nil {
 		f.ctx, f.cancel = ctx, cancel
 	} else {
@@ -98,9 +129,13 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: f.cancel}
 	f.c, f.key = c, string(clientID)
 	g.mu.Lock()
+	if f.protocol == "" {
+		f.protocol = st.protocol
+	}
 	if st.closed {
 		g.mu.Unlock()
 		f.cancel(nil)
+		f.record(telemetry.Cancelled, 0, "session closed")
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
 	}
 	if st.stateless {
@@ -126,12 +161,14 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		if lease, err = g.acquireSlow(f.ctx, srv, s, f.timeout); err != nil {
 			defer f.end()
 			if f.ctx.Err() != nil {
+				f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
 				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
 			}
 			code := rpc.BackendUnavailable
 			if errors.Is(err, fleet.ErrInstanceLimit) {
 				code = rpc.LimitReached
 			}
+			f.set(telemetry.Unavailable, 0, err.Error())
 			return nil, unavailable(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err), err)
 		}
 	}
@@ -175,8 +212,10 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			// updates come back as notifications/resources/updated.
 			rs, ok := conn.(fleet.ResourceSubscriber)
 			if !ok || !rs.Modern() {
+				msg := fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method)
+				f.set(telemetry.ProtocolError, rpc.MethodNotFound, msg)
 				f.end()
-				return nil, errorResponse(clientID, rpc.MethodNotFound, fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method))
+				return nil, errorResponse(clientID, rpc.MethodNotFound, msg)
 			}
 			srv.SyncSubscriptions(rs, s.Key())
 			f.end()
@@ -233,6 +272,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
 		}
 	}
+	if g.tracing != nil {
+		params = f.span.Inject(params) // the server's spans join the client's trace
+	}
 	f.params = params
 	g.mu.Lock()
 	c.conn = conn
@@ -244,6 +286,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	if f.ctx.Err() != nil {
 		// Cancelled as the lease was granted: nothing was sent.
 		defer f.end()
+		f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
 		return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
 	}
 	return f, nil
@@ -260,17 +303,67 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	if err != nil && ctx.Err() != nil {
 		g.abandon(f.conn, f.s, f.timeout)
 	}
+	var out *rpc.Message
 	switch {
 	case err == nil:
-		return &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
+		out = &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
+		switch {
+		case resp.Error != nil:
+			f.set(telemetry.ProtocolError, resp.Error.Code, resp.Error.Message)
+			f.received = len(resp.Error.Message) + len(resp.Error.Data)
+		case method == "tools/call" && isError(resp.Result):
+			f.set(telemetry.ToolError, 0, "the tool's result has isError true")
+		}
+		f.received += len(resp.Result)
+		return out
 	case errors.Is(context.Cause(ctx), errTimeout):
-		return errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout))
+		out = errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout))
+		f.set(telemetry.Timeout, 0, out.Error.Message)
 	case ctx.Err() != nil:
-		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		out = errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+		f.set(telemetry.Cancelled, 0, out.Error.Message)
 	case errors.Is(err, rpc.ErrLineTooLong):
-		return errorResponse(clientID, rpc.MessageTooLarge, fmt.Sprintf("server %s: %v", name, err))
+		out = errorResponse(clientID, rpc.MessageTooLarge, fmt.Sprintf("server %s: %v", name, err))
+		f.set(telemetry.ProtocolError, rpc.MessageTooLarge, out.Error.Message)
 	default:
-		return errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s failed while answering %s: %v", name, method, err))
+		out = errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("server %s failed while answering %s: %v", name, method, err))
+		f.set(telemetry.Unavailable, 0, out.Error.Message)
+	}
+	return out
+}
+
+// isErrorKey is how a tools/call result that reports a failure says so.
+var isErrorKey = []byte(`"isError"`)
+
+// isError reports whether a tools/call result has isError true. Most
+// results do not name it at all: they are searched for the key, quickly,
+// and scanned only when it is there.
+func isError(result json.RawMessage) bool {
+	if !bytes.Contains(result, isErrorKey) {
+		return false
+	}
+	return string(rpc.Member(result, "isError")) == "true"
+}
+
+// set records how f ended, for end to count.
+func (f *flight) set(o telemetry.Outcome, code int, msg string) {
+	f.outcome, f.code, f.msg = o, code, msg
+}
+
+// record counts f — its outcome, duration, bytes — in its server's
+// metrics and ends its span. It runs once per request that reached
+// forward: from end, or for a request that ended before it had a context
+// of its own.
+func (f *flight) record(o telemetry.Outcome, code int, msg string) {
+	f.set(o, code, msg)
+	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: time.Since(f.start), Sent: len(f.params), Received: f.received}
+	if f.method == "tools/call" {
+		c.Tool = f.target
+		c.Tools, _ = f.srv.CachedList(fleet.Tools)
+	}
+	f.tel.Record(c)
+	if f.g.tracing != nil {
+		f.endSpan()
 	}
 }
 
@@ -281,11 +374,25 @@ func (f *flight) end() {
 		f.ended.Store(true)
 		f.timer.Stop()
 	}
+	f.record(f.outcome, f.code, f.msg)
 	if f.lease != nil {
 		f.lease.Release()
 	}
 	f.g.endCall(f.c, f.key)
 	f.cancel(nil)
+}
+
+// endSpan ends f's span with what is known of f's end.
+func (f *flight) endSpan() {
+	e := telemetry.End{Server: f.name, Outcome: f.outcome, Code: f.code, Message: f.msg,
+		Protocol: f.protocol, SessionID: f.s.ID, RequestID: f.clientID}
+	if f.method == "tools/call" {
+		e.Tool = f.target
+	}
+	if f.lease != nil {
+		e.Wake = f.lease.Woke()
+	}
+	f.span.End(e)
 }
 
 // acquireSlow leases srv for s when it must be started or waited for,

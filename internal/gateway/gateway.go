@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // Version is reported as mcpvisor's serverInfo.version.
@@ -65,7 +66,15 @@ type Gateway struct {
 	held        map[string]*heldCall
 	holdTimeout atomic.Int64 // a time.Duration; 0 means DefaultHoldTimeout (SetHoldTimeout)
 	stateKey    []byte
+	// tracing makes a span of each request forwarded to a server; nil:
+	// off (SetTracing).
+	tracing *telemetry.Tracing
 }
+
+// SetTracing turns tracing on (t nil: off, the default): each client
+// request forwarded to a server gets a span, whose trace context goes in
+// the _meta of the request the server gets. Call before serving.
+func (g *Gateway) SetTracing(t *telemetry.Tracing) { g.tracing = t }
 
 // SetHoldTimeout sets how long a call held for a modern client's retry
 // waits for it (0 or less: DefaultHoldTimeout): the calls held after it
