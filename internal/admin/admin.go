@@ -43,17 +43,19 @@ type Totals struct {
 	Active  int            `json:"active"`
 	Dormant int            `json:"dormant"`
 	ByState map[string]int `json:"byState"`
-	// MemoryBytes sums the servers' resident memory (Linux).
+	// MemoryBytes sums the servers' memory (Linux).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
 }
 
-// Snapshot builds the status of every server of f, with the resident
-// memory of each server's running process trees, per-session ones and
-// pid-namespace inits included (one pass over /proc for all of them).
+// Snapshot builds the status of every server of f, with what each
+// server's running process trees use (per-session ones and pid-namespace
+// inits included): memory, peak memory, CPU time and tasks, from each
+// tree's cgroup leaf where it has the counter, else from /proc (one pass
+// over /proc for all of them; Linux).
 func Snapshot(f *fleet.Fleet) Servers {
 	out := Servers{Totals: Totals{ByState: map[string]int{}}}
-	var pids [][]int
-	var all []int
+	var roots []proc.Root
+	var ends []int // roots[ends[i-1]:ends[i]] are server i's
 	for _, s := range f.Servers() {
 		st := s.Status()
 		st.Era, st.Requests = s.Era(), s.Requests()
@@ -66,18 +68,27 @@ func Snapshot(f *fleet.Fleet) Servers {
 		case "dormant":
 			out.Totals.Dormant++
 		}
-		pids = append(pids, s.PIDs())
-		all = append(all, pids[len(pids)-1]...)
+		roots = append(roots, s.Roots()...)
+		ends = append(ends, len(roots))
 	}
-	mem := proc.TreeMemory(all)
+	usage, _ := proc.TreeUsage(roots)
+	from := 0
 	for i := range out.Servers {
 		st := &out.Servers[i]
-		for _, pid := range pids[i] {
-			st.MemoryBytes += mem[pid]
+		var u proc.Usage
+		for _, x := range usage[from:ends[i]] {
+			u.Add(x)
 		}
+		from = ends[i]
+		setUsage(st, u)
 		out.Totals.MemoryBytes += st.MemoryBytes
 	}
 	return out
+}
+
+// setUsage puts u in st.
+func setUsage(st *fleet.Status, u proc.Usage) {
+	st.MemoryBytes, st.MemoryPeakBytes, st.CPUSeconds, st.PIDs = u.MemoryBytes, u.MemoryPeakBytes, u.CPUSeconds, u.Tasks
 }
 
 // DefaultWriteTimeout is the default of Options.WriteTimeout.

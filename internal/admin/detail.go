@@ -136,7 +136,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 	case h.opts.Containment != nil:
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
-	d.MemoryBytes = treeMemory(s)
+	setUsage(&d.Status, treeUsage(s))
 	d.Status.Era, d.Status.Requests = s.Era(), s.Requests()
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {
@@ -192,14 +192,13 @@ func allowedTools(cfg *config.Server, items []json.RawMessage) []json.RawMessage
 	return out
 }
 
-// treeMemory is the resident memory of s's running process trees
-// (Linux; 0 elsewhere).
-func treeMemory(s *fleet.Server) uint64 {
-	pids := s.PIDs()
-	mem := proc.TreeMemory(pids)
-	var sum uint64
-	for _, pid := range pids {
-		sum += mem[pid]
+// treeUsage is what s's running process trees use (Linux; zero
+// elsewhere).
+func treeUsage(s *fleet.Server) proc.Usage {
+	usage, _ := proc.TreeUsage(s.Roots())
+	var u proc.Usage
+	for _, x := range usage {
+		u.Add(x)
 	}
-	return sum
+	return u
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // states are the server states, each reported (0 or 1) for every server so
@@ -37,8 +38,14 @@ var serverGauges = []struct {
 		func(s fleet.Status) float64 { return float64(s.Restarts) }},
 	{"mcpvisor_server_sessions", "gauge", "Per-session instances running for each server.",
 		func(s fleet.Status) float64 { return float64(s.Sessions) }},
-	{"mcpvisor_server_memory_bytes", "gauge", "Resident memory of each server's running process trees, per-session ones and pid-namespace inits included (Linux; 0 when none runs).",
+	{"mcpvisor_server_memory_bytes", "gauge", "Memory of each server's running process trees, per-session ones and pid-namespace inits included: the cgroup leaf's memory.current (v2) or memory.usage_in_bytes (v1) where the leaf has it, else resident memory from /proc (Linux; 0 when none runs).",
 		func(s fleet.Status) float64 { return float64(s.MemoryBytes) }},
+	{"mcpvisor_server_memory_peak_bytes", "gauge", "Peak memory of each server's running process trees: the cgroup leaf's memory.peak (v2) or memory.max_usage_in_bytes (v1) where the leaf has it, else the sum of each live process's peak resident memory (VmHWM) (Linux; 0 when none runs).",
+		func(s fleet.Status) float64 { return float64(s.MemoryPeakBytes) }},
+	{"mcpvisor_server_cpu_seconds_total", "counter", "CPU time of each server's running process trees: the cgroup leaf's cpu.stat usage_usec (v2) or cpuacct.usage (v1) where the leaf has it, else user and system time of the live processes and the children they reaped, from /proc (Linux; starts again from 0 with each new process).",
+		func(s fleet.Status) float64 { return s.CPUSeconds }},
+	{"mcpvisor_server_pids", "gauge", "Tasks (processes and threads) of each server's running process trees: the cgroup leaf's pids.current where the leaf has it, else threads counted in /proc (Linux; 0 when none runs).",
+		func(s fleet.Status) float64 { return float64(s.PIDs) }},
 	{"mcpvisor_server_start_time_seconds", "gauge", "Unix time the running process of each server started; 0 when none runs.",
 		func(s fleet.Status) float64 { return unixSeconds(s.StartedAt) }},
 	{"mcpvisor_server_dormant_since_seconds", "gauge", "Unix time each server went dormant; 0 when it is not dormant.",
@@ -79,9 +86,11 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	m.family("mcpvisor_server_requests_total", "counter", "Requests begun on each server's shared instance.")
-	for _, srv := range h.f.Servers() {
+	servers := h.f.Servers()
+	for _, srv := range servers {
 		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
 	}
+	callMetrics(m, servers)
 
 	counts := h.log.counted()
 	m.family("mcpvisor_events_total", "counter", "Lifecycle events by server and type, since mcpvisor started.")
@@ -135,6 +144,61 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	m.family("process_start_time_seconds", "gauge", "Unix time mcpvisor started.")
 	m.sample("process_start_time_seconds", "", unixSeconds(processStart))
+}
+
+// callMetrics writes the servers' call metrics (package telemetry).
+func callMetrics(m *expo, servers []*fleet.Server) {
+	m.family("mcpvisor_server_calls_total", "counter", "Client requests that reached each server, by how they ended: ok; tool_error (a tools/call result with isError true); protocol_error (a JSON-RPC error response); timeout (mcpvisor's request timeout fired); cancelled (the client cancelled or went away, or its session ended); unavailable (the server could not be started, was stopped or removed, or went away while it served the request).")
+	for _, srv := range servers {
+		calls := srv.Telemetry().Calls()
+		for o := range telemetry.NumOutcomes {
+			m.sample("mcpvisor_server_calls_total", labels("server", srv.Name(), "outcome", o.String()), float64(calls[o]))
+		}
+	}
+	m.family("mcpvisor_server_relayed_bytes_total", "counter", "Bytes of JSON relayed for the client requests to each server: params sent to it (direction to_server), results and errors it sent back (to_client).")
+	for _, srv := range servers {
+		sent, received := srv.Telemetry().Bytes()
+		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name(), "direction", "to_server"), float64(sent))
+		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name(), "direction", "to_client"), float64(received))
+	}
+	const op = "mcp_server_operation_duration_seconds"
+	m.family(op, "histogram", "Duration of the client requests to each server, from their arrival to their response (a start or wake of the server included; OpenTelemetry's mcp.server.operation.duration), by mcp_method_name, gen_ai_tool_name (tools/call: a tool the server lists, else _OTHER) and error_type (a failure: tool_error, timeout, cancelled, unavailable, or a protocol error's JSON-RPC code, -32700 to -32603, else _OTHER).")
+	for _, srv := range servers {
+		for _, o := range srv.Telemetry().Ops() {
+			kv := []string{"server", srv.Name(), "mcp_method_name", o.Method}
+			if o.Tool != "" {
+				kv = append(kv, "gen_ai_tool_name", o.Tool)
+			}
+			if o.ErrorType != "" {
+				kv = append(kv, "error_type", o.ErrorType)
+			}
+			m.histogram(op, kv, o.Hist)
+		}
+	}
+	m.family("mcpvisor_server_spawn_duration_seconds", "histogram", "Time each server's processes took to start and answer initialize: starts on demand (first start, wake, the operator's start) and restarts after a crash (from the end of the restart's delay).")
+	for _, srv := range servers {
+		m.histogram("mcpvisor_server_spawn_duration_seconds", []string{"server", srv.Name()}, srv.Telemetry().Spawns())
+	}
+	m.family("mcpvisor_server_wake_duration_seconds", "histogram", "Time each server took to wake: from a request to a dormant server to the server ready.")
+	for _, srv := range servers {
+		m.histogram("mcpvisor_server_wake_duration_seconds", []string{"server", srv.Name()}, srv.Telemetry().Wakes())
+	}
+}
+
+// histogram writes the series of one histogram with the labels kv.
+func (m *expo) histogram(name string, kv []string, h telemetry.HistogramSnapshot) {
+	le := append(slices.Clip(kv), "le", "")
+	for i, c := range h.Cumulative {
+		if i < len(h.Bounds) {
+			le[len(le)-1] = strconv.FormatFloat(h.Bounds[i], 'g', -1, 64)
+		} else {
+			le[len(le)-1] = "+Inf"
+		}
+		m.sample(name+"_bucket", labels(le...), float64(c))
+	}
+	l := labels(kv...)
+	m.sample(name+"_sum", l, h.Sum)
+	m.sample(name+"_count", l, float64(h.Count))
 }
 
 // expo writes the text exposition format.
