@@ -22,6 +22,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/store"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // app is what serve and stdio share: config, process runtime, fleet and
@@ -37,6 +38,9 @@ type app struct {
 	hist   *store.EventWriter // persists events; nil without a store
 	store  *store.Store       // nil when the state file could not be opened
 	logs   *logbuf.Registry   // each server's stderr lines
+	// tracing exports a span of each client request (nil: off); its
+	// exporter is shut down, bounded, by close.
+	tracing *telemetry.Tracing
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -156,12 +160,43 @@ func (a *app) close(ctx context.Context) error {
 	rerr := a.rt.Close(ctx)
 	herr := a.hist.Close(ctx) // the events of the stop included
 	serr := a.store.Close()
+	// The spans of the requests the stop ended included; an endpoint that
+	// does not answer costs at most tracingShutdownBound.
+	tctx, cancel := context.WithTimeout(ctx, tracingShutdownBound)
+	defer cancel()
+	if err := a.tracing.Shutdown(tctx); err != nil {
+		a.log.Warn("tracing: spans not exported", "endpoint", a.tracing.Endpoint(), "err", err)
+	}
 	return errors.Join(ferr, rerr, herr, serr)
+}
+
+// tracingShutdownBound bounds the export of the last spans at exit.
+const tracingShutdownBound = 5 * time.Second
+
+// newTracing is the tracing of --otlp-endpoint and the OTEL_* environment
+// (nil: off). A bad --otlp-endpoint or OTEL_* value is a usage error.
+func newTracing(endpoint string) (*telemetry.Tracing, error) {
+	t, err := telemetry.NewTracing(context.Background(), telemetry.TracingOptions{Endpoint: endpoint, Version: versionString()})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return t, nil
+}
+
+// setTracing makes t the app's tracing: the gateway's spans, exported
+// until close.
+func (a *app) setTracing(t *telemetry.Tracing) {
+	a.tracing = t
+	a.gw.SetTracing(t)
+	if t != nil {
+		a.log.Info("tracing: exporting a span of each client request over OTLP/HTTP", "endpoint", t.Endpoint())
+	}
 }
 
 // runFlags are the flags serve and stdio share.
 type runFlags struct {
 	configFile, stateDir string
+	otlpEndpoint         string
 	shutdownTimeout      time.Duration
 	noLearn              bool
 	log                  logFlags
@@ -174,6 +209,7 @@ func (f *runFlags) add(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
 	cmd.Flags().StringVar(&f.log.level, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&f.log.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
+	cmd.Flags().StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export a trace span of each client request to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318; default from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	_ = cmd.MarkFlagRequired("config")
 }
 

@@ -68,11 +68,17 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 					return usageError{fmt.Errorf("--token-file %s is empty", tokenFile)}
 				}
 			}
-			sd := shutdown.New()
-			a, err := openApp(rf.configFile, rf.stateDir, log)
+			tr, err := newTracing(rf.otlpEndpoint)
 			if err != nil {
 				return err
 			}
+			sd := shutdown.New()
+			a, err := openApp(rf.configFile, rf.stateDir, log)
+			if err != nil {
+				_ = tr.Shutdown(context.Background()) // nothing exported yet
+				return err
+			}
+			a.setTracing(tr)
 			if listen == "" {
 				listen = a.cfg.Listen
 			}
@@ -97,12 +103,14 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
-			mux.Handle("/mcp", aggregate)
+			// With tracing, a request's traceparent header is the parent
+			// of its spans (its _meta's, if it has one, comes first).
+			mux.Handle("/mcp", tr.Handler(aggregate))
 			// Each server's own endpoint, as the last reload left the
 			// servers; any other name gets a 404 that says so, as a
 			// JSON-RPC error an MCP client shows.
 			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet)))
-			mux.Handle("/servers/{name}/mcp", routes)
+			mux.Handle("/servers/{name}/mcp", tr.Handler(routes))
 			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
 				a.gw.SetPageSize(cfg.PageSize)
 				a.gw.SetHoldTimeout(cfg.HoldTimeout)

@@ -45,11 +45,17 @@ server at once (exit 3).`,
 			// session instead. (Notify, not Ignore: an ignored signal
 			// would be inherited by the servers.)
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-			sd := shutdown.New()
-			a, err := openApp(rf.configFile, rf.stateDir, log)
+			tr, err := newTracing(rf.otlpEndpoint)
 			if err != nil {
 				return err
 			}
+			sd := shutdown.New()
+			a, err := openApp(rf.configFile, rf.stateDir, log)
+			if err != nil {
+				_ = tr.Shutdown(context.Background()) // nothing exported yet
+				return err
+			}
+			a.setTracing(tr)
 			ep := a.gw.Aggregate()
 			if server != "" {
 				if ep = a.gw.Single(server); ep == nil {
