@@ -96,13 +96,28 @@ func NewTracing(ctx context.Context, opts TracingOptions) (*Tracing, error) {
 	if version == "" {
 		version = "unknown"
 	}
-	// The service name is mcpvisor's unless the environment names one:
-	// the detectors that come later win.
-	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "mcpvisor"), attribute.String("service.version", version)),
-		resource.WithFromEnv(), resource.WithTelemetrySDK())
-	if err != nil && res == nil {
-		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	// The service name is mcpvisor's unless the environment names one.
+	attrs := []attribute.KeyValue{attribute.String("service.name", "mcpvisor"), attribute.String("service.version", version)}
+	if v := strings.TrimSpace(getenv("OTEL_RESOURCE_ATTRIBUTES")); v != "" {
+		for kv := range strings.SplitSeq(v, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			k = strings.TrimSpace(k)
+			if !ok || k == "" {
+				return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %q is not key=value", kv)
+			}
+			if dec, err := url.PathUnescape(strings.TrimSpace(val)); err == nil {
+				val = dec
+			}
+			attrs = append(attrs, attribute.String(k, val))
+		}
+	}
+	if v := strings.TrimSpace(getenv("OTEL_SERVICE_NAME")); v != "" {
+		attrs = append(attrs, attribute.String("service.name", v))
+	}
+	// (Of attributes with the same key, the last wins.)
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
+	if err != nil {
+		return nil, fmt.Errorf("resource: %w", err)
 	}
 	var bo []sdktrace.BatchSpanProcessorOption
 	if opts.BatchTimeout > 0 {
