@@ -31,6 +31,8 @@ type config struct {
 	// set, is read at start for it instead.
 	toolsVariant     int
 	toolsVariantFile string
+	holdMB           int
+	spin             time.Duration
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -51,6 +53,8 @@ var envBindings = []struct{ flag, env string }{
 	{"strict-init-log", "FIXTURE_STRICT_INIT_LOG"},
 	{"tools-variant", "FIXTURE_TOOLS_VARIANT"},
 	{"tools-variant-file", "FIXTURE_TOOLS_VARIANT_FILE"},
+	{"hold-mb", "FIXTURE_HOLD_MB"},
+	{"spin", "FIXTURE_SPIN"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
@@ -89,6 +93,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting [FIXTURE_STRICT_INIT_LOG]")
 	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all [FIXTURE_TOOLS_VARIANT]")
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
+	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")
+	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy this long, e.g. 300ms [FIXTURE_SPIN]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()
@@ -127,6 +133,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return fail("huge-line must not be negative")
 	case c.stderrLines < 0:
 		return fail("stderr-lines must not be negative")
+	case c.holdMB < 0:
+		return fail("hold-mb must not be negative")
+	case c.spin < 0:
+		return fail("spin must not be negative")
 	}
 	if c.toolsVariantFile != "" {
 		b, err := os.ReadFile(c.toolsVariantFile)

@@ -42,6 +42,9 @@ const (
 	codeInvalidParams  = -32602
 )
 
+// held is what -hold-mb allocates, kept until the process exits.
+var held []byte
+
 // Main runs the fixture with the given command-line arguments (without the
 // program name) on the given streams and returns the process exit code.
 //
@@ -53,7 +56,8 @@ const (
 //
 // Start-up runs in this order: -crash-at-start, -ignore-term, -stderr-lines,
 // -setsid-child and -stdout-child (their grandchildren already ignore SIGTERM
-// when Main goes on), -slow-start, -huge-line; then Main serves.
+// when Main goes on), -hold-mb, -spin, -slow-start, -huge-line; then Main
+// serves.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) >= 1 && len(args) <= 2 && (args[0] == "-linger" || args[0] == "--linger") {
 		// Hidden mode of the grandchildren spawned by -setsid-child and
@@ -100,6 +104,20 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		logger.Printf("started lingering grandchild %d holding stdout", pid)
+	}
+	if cfg.holdMB > 0 {
+		held = make([]byte, cfg.holdMB<<20)
+		for i := 0; i < len(held); i += 4096 {
+			held[i] = 1 // resident: every page touched
+		}
+		logger.Printf("holding %d MiB", cfg.holdMB)
+	}
+	if cfg.spin > 0 {
+		n := 0
+		for end := time.Now().Add(cfg.spin); time.Now().Before(end); {
+			n++
+		}
+		logger.Printf("spun %v (%d rounds)", cfg.spin, n)
 	}
 	if cfg.slowStart > 0 {
 		logger.Printf("slow start: sleeping %v", cfg.slowStart)

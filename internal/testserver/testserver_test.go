@@ -644,6 +644,8 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_TOOLS_VARIANT":   "2",
 		// The file, read at start, wins over the variant.
 		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
+		"FIXTURE_HOLD_MB":            "64",
+		"FIXTURE_SPIN":               "300ms",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -660,6 +662,7 @@ func TestConfigFromEnv(t *testing.T) {
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x",
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
+		holdMB: 64, spin: 300 * time.Millisecond,
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
