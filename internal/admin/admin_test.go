@@ -164,6 +164,7 @@ func parseExposition(t *testing.T, text string) map[string]float64 {
 	out := map[string]float64{}
 	families := map[string]bool{}
 	family := ""
+	histogram := false
 	sample := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? (\S+)$`)
 	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
 		switch {
@@ -175,12 +176,17 @@ func parseExposition(t *testing.T, text string) map[string]float64 {
 			families[name], family = true, name
 		case strings.HasPrefix(line, "# TYPE "):
 			f := strings.Fields(line)
-			if len(f) != 4 || f[2] != family || (f[3] != "gauge" && f[3] != "counter") {
+			if len(f) != 4 || f[2] != family || (f[3] != "gauge" && f[3] != "counter" && f[3] != "histogram") {
 				t.Fatalf("line %d: %q", i+1, line)
 			}
+			histogram = f[3] == "histogram"
 		default:
 			m := sample.FindStringSubmatch(line)
-			if m == nil || m[1] != family {
+			ok := m != nil && m[1] == family
+			if m != nil && histogram {
+				ok = m[1] == family+"_bucket" || m[1] == family+"_sum" || m[1] == family+"_count"
+			}
+			if !ok {
 				t.Fatalf("line %d: %q is no sample of %s", i+1, line, family)
 			}
 			v, err := strconv.ParseFloat(m[len(m)-1], 64)
