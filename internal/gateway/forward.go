@@ -74,18 +74,23 @@ type flight struct {
 	ended          *atomic.Bool // the request timer's: set when it is done for
 	timer          *time.Timer
 
-	// What its end records (end): when it began, the server's metrics,
-	// the tool or prompt it names, its span, and how it ended.
+	// What its end records (end): when it began, its server, the tool or
+	// prompt it names, how it ended; its span, with tracing on.
 	start    time.Time
 	srv      *fleet.Server
-	tel      *telemetry.Server
-	protocol string // the client's MCP revision, for its span
-	target   string
-	span     telemetry.Span
+	target   []byte // the tool or prompt it names, as the server knows it (aliases the request; nil if escaped)
 	outcome  telemetry.Outcome
-	code     int    // the JSON-RPC error code of a protocol error
-	msg      string // the error message of a failure, for its span
-	received int    // bytes of the server's result or error
+	code     int // the JSON-RPC error code of a protocol error
+	received int // bytes of the server's result or error
+	tr       *flightSpan
+}
+
+// flightSpan is what a flight's span needs: made only with tracing on.
+type flightSpan struct {
+	span     telemetry.Span
+	target   string // the tool or prompt it names
+	protocol string // the client's MCP revision
+	msg      string // the error message of a failure
 }
 
 // begin does what forward does before the request reaches its server: the
@@ -97,20 +102,24 @@ type flight struct {
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
 	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
-		start: time.Now(), srv: srv, tel: srv.Telemetry()}
-	if s.modern != nil {
-		f.protocol = modernVersion
-	}
+		start: time.Now(), srv: srv}
 	switch method {
 	case "tools/call", "prompts/get":
-		if s.modern != nil && s.rename != nil {
-			f.target, _ = rpc.String(s.rename) // the server's own name, put in below
-		} else {
-			f.target, _ = rpc.StringMember(params, "name")
+		name := s.rename // a modern request's: the server's own name, put in below
+		if s.modern == nil || name == nil {
+			name = rpc.Member(params, "name")
 		}
+		f.target = plainString(name)
 	}
 	if g.tracing != nil {
-		f.span = g.tracing.Start(ctx, method, f.target, params)
+		target, _ := rpc.String(rpc.Member(params, "name"))
+		if s.modern != nil && s.rename != nil {
+			target, _ = rpc.String(s.rename)
+		}
+		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, target, params), target: target}
+		if s.modern != nil {
+			f.tr.protocol = modernVersion
+		}
 	}
 	st := g.state(s)
 	if st == nil {
@@ -129,8 +138,8 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: f.cancel}
 	f.c, f.key = c, string(clientID)
 	g.mu.Lock()
-	if f.protocol == "" {
-		f.protocol = st.protocol
+	if f.tr != nil && f.tr.protocol == "" {
+		f.tr.protocol = st.protocol
 	}
 	if st.closed {
 		g.mu.Unlock()
@@ -273,7 +282,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		}
 	}
 	if g.tracing != nil {
-		params = f.span.Inject(params) // the server's spans join the client's trace
+		params = f.tr.span.Inject(params) // the server's spans join the client's trace
 	}
 	f.params = params
 	g.mu.Lock()
@@ -332,6 +341,15 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	return out
 }
 
+// plainString is the content of the JSON string v when it has no escape
+// (aliasing v), else nil: a name worth counting has none.
+func plainString(v json.RawMessage) []byte {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v, '\\') >= 0 {
+		return nil
+	}
+	return v[1 : len(v)-1]
+}
+
 // isErrorKey is how a tools/call result that reports a failure says so.
 var isErrorKey = []byte(`"isError"`)
 
@@ -345,9 +363,20 @@ func isError(result json.RawMessage) bool {
 	return string(rpc.Member(result, "isError")) == "true"
 }
 
+// errMsg is the message set gave f, kept only for its span.
+func (f *flight) errMsg() string {
+	if f.tr == nil {
+		return ""
+	}
+	return f.tr.msg
+}
+
 // set records how f ended, for end to count.
 func (f *flight) set(o telemetry.Outcome, code int, msg string) {
-	f.outcome, f.code, f.msg = o, code, msg
+	f.outcome, f.code = o, code
+	if f.tr != nil {
+		f.tr.msg = msg
+	}
 }
 
 // record counts f — its outcome, duration, bytes — in its server's
@@ -358,11 +387,11 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 	f.set(o, code, msg)
 	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: time.Since(f.start), Sent: len(f.params), Received: f.received}
 	if f.method == "tools/call" {
-		c.Tool = f.target
+		c.ToolBytes = f.target
 		c.Tools, _ = f.srv.CachedList(fleet.Tools)
 	}
-	f.tel.Record(c)
-	if f.g.tracing != nil {
+	f.srv.Telemetry().Record(c)
+	if f.tr != nil {
 		f.endSpan()
 	}
 }
@@ -374,7 +403,7 @@ func (f *flight) end() {
 		f.ended.Store(true)
 		f.timer.Stop()
 	}
-	f.record(f.outcome, f.code, f.msg)
+	f.record(f.outcome, f.code, f.errMsg())
 	if f.lease != nil {
 		f.lease.Release()
 	}
@@ -384,15 +413,15 @@ func (f *flight) end() {
 
 // endSpan ends f's span with what is known of f's end.
 func (f *flight) endSpan() {
-	e := telemetry.End{Server: f.name, Outcome: f.outcome, Code: f.code, Message: f.msg,
-		Protocol: f.protocol, SessionID: f.s.ID, RequestID: f.clientID}
+	e := telemetry.End{Server: f.name, Outcome: f.outcome, Code: f.code, Message: f.tr.msg,
+		Protocol: f.tr.protocol, SessionID: f.s.ID, RequestID: f.clientID}
 	if f.method == "tools/call" {
-		e.Tool = f.target
+		e.Tool = f.tr.target
 	}
 	if f.lease != nil {
 		e.Wake = f.lease.Woke()
 	}
-	f.span.End(e)
+	f.tr.span.End(e)
 }
 
 // acquireSlow leases srv for s when it must be started or waited for,
