@@ -105,6 +105,11 @@ func TestServeMetricsAndTracing(t *testing.T) {
 	names := map[string]int{}
 	for _, sp := range spans {
 		names[sp.Name+" "+sp.Attrs["mcpvisor.outcome"].(string)]++
+		// The session is named as mcpvisor's events name it, never by
+		// the Mcp-Session-Id that grants its use.
+		if id, _ := sp.Attrs["mcp.session.id"].(string); id == "" || id == sess.ID() {
+			t.Errorf("span %s: mcp.session.id %q (the client's session id is %q)", sp.Name, id, sess.ID())
+		}
 	}
 	want := map[string]int{"tools/call echo ok": 2, "tools/call echo tool_error": 1, "tools/call sleep timeout": 1}
 	if fmt.Sprint(names) != fmt.Sprint(want) {

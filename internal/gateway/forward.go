@@ -414,7 +414,13 @@ func (f *flight) end() {
 // endSpan ends f's span with what is known of f's end.
 func (f *flight) endSpan() {
 	e := telemetry.End{Server: f.name, Outcome: f.outcome, Code: f.code, Message: f.tr.msg,
-		Protocol: f.tr.protocol, SessionID: f.s.ID, RequestID: f.clientID}
+		Protocol: f.tr.protocol, RequestID: f.clientID}
+	if f.s.ID != "" {
+		// The gateway's own key of the session, as events and logs name
+		// it: the client's Mcp-Session-Id lets whoever has it use the
+		// session, and has no place in a trace backend.
+		e.SessionID = f.s.Key()
+	}
 	if f.method == "tools/call" {
 		e.Tool = f.tr.target
 	}

@@ -275,7 +275,7 @@ type End struct {
 	// dormant (0: it did not).
 	Wake      time.Duration
 	Protocol  string // the client's MCP revision
-	SessionID string // the client's Mcp-Session-Id, if any
+	SessionID string // the client's session, if any (never a credential: see the gateway)
 	RequestID json.RawMessage
 }
 
