@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/drift"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // defs is what the fleet knows of one server's definitions — its tools,
@@ -42,6 +43,18 @@ type defs struct {
 	lostNews bool
 	restored int
 	dirty    bool // to persist at the next flush
+	// gen numbers the records made to persist (under mu); they are
+	// written outside mu, one at a time under writeMu, and a record
+	// older than the one written last (written) is dropped: the disk
+	// write never holds up the readers of mu (every pinned call).
+	gen     uint64
+	writeMu sync.Mutex
+	written uint64
+}
+
+// putDefinitions writes a server's definitions record (a seam for tests).
+var putDefinitions = func(st *store.Store, server string, rec json.RawMessage) error {
+	return st.PutDefinitions(server, rec)
 }
 
 // driftKind is the definition kind of a list, or "" for resources (their
@@ -212,15 +225,25 @@ func (s *Server) flushDefinitions() {
 			}
 		}
 	}
-	if d.dirty {
+	var rec json.RawMessage
+	var gen uint64
+	st := s.f.store
+	if d.dirty && st != nil {
 		d.dirty = false
-		if st := s.f.store; st != nil {
-			if err := st.PutDefinitions(s.Name(), d.recordLocked()); err != nil {
+		d.gen++
+		rec, gen = d.recordLocked(), d.gen
+	}
+	d.mu.Unlock()
+	if rec != nil {
+		d.writeMu.Lock()
+		if gen > d.written {
+			d.written = gen
+			if err := putDefinitions(st, s.Name(), rec); err != nil {
 				s.f.log.Warn("could not persist a server's definitions", "server", s.Name(), "err", err)
 			}
 		}
+		d.writeMu.Unlock()
 	}
-	d.mu.Unlock()
 	if len(changes) > 0 {
 		s.f.emit(Event{Server: s.Name(), Type: "definitions_changed", Details: changeDetails(changes, held)})
 	}
