@@ -573,3 +573,36 @@ func TestDefinitionsWriteDoesNotHoldUpReaders(t *testing.T) {
 	}
 	close(release)
 }
+
+// Unpinning approves the tools as clients then see them, also when the
+// same reload changes the server's launch: pinning it again later holds
+// only what changes after.
+func TestUnpinningWithARelaunchApprovesWhatIsListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"pin":true,"idleTimeout":"0"`, nil, nil)
+		defer df.close(t)
+		s := df.f.Get("s")
+		df.srv.setItems(echoV1, pidTool)
+		learnTools(t, s)
+		df.srv.setItems(echoV2, pidTool)
+		relearn(s)
+		if !s.ToolHeld("echo") {
+			t.Fatal("the changed echo of the pinned server is not held")
+		}
+		reload := func(settings string) {
+			t.Helper()
+			if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2"`+settings+`}`), true, nil); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		reload(`,"pin":false,"idleTimeout":"0"`) // unpinned, relaunched
+		if s.ToolHeld("echo") {
+			t.Fatal("echo held on an unpinned server")
+		}
+		reload(`,"pin":true,"idleTimeout":"0"`) // pinned again, same launch
+		if s.ToolHeld("echo") {
+			t.Fatal("pinned again, the echo clients used while unpinned is held")
+		}
+	})
+}

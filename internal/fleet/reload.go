@@ -216,8 +216,12 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
 			}
 		case config.ActionRestarted:
-			if k := listEffect(s, w.was, s.Config()); len(k) > 0 {
-				f.listsChanged(s, k) // the prefix or filter changed with the launch
+			k := listEffect(s, w.was, s.Config()) // the prefix or filter changed with the launch
+			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, Tools) {
+				k = append(k, Tools) // held tools shown, or hidden
+			}
+			if len(k) > 0 {
+				f.listsChanged(s, k)
 			}
 			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
 				f.emitDrained(s, "reloaded with a new launch", d)
