@@ -726,11 +726,13 @@ func TestSubscriptionsStayWithTheirSession(t *testing.T) {
 	})
 }
 
-// A process taken out of service (a removed server draining a call, or an
-// operator stop) that exits during its drain is not started again by its
-// restart policy: the server it served refuses every request.
+// A process taken out of service (a removed server draining a call, an
+// operator stop, or a restart) that exits during its drain is not started
+// again by its restart policy: nothing would use it. That holds too when
+// a settings-only reload racing the restart applies the server's restart
+// policy to the old instance it had in its snapshot of the instances.
 func TestRetiredInstanceIsNotRespawned(t *testing.T) {
-	for _, how := range []string{"removed", "stopped"} {
+	for _, how := range []string{"removed", "stopped", "restarted, then settings applied"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0","restart":{"policy":"always","backoff":{"initial":"1s","max":"1s","jitter":0}}}`)
@@ -743,13 +745,22 @@ func TestRetiredInstanceIsNotRespawned(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					if how == "removed" {
+					switch how {
+					case "removed":
 						_, _ = lf.f.Reload(context.Background(), parseCfg(t, ``), false, nil)
-					} else {
+					case "stopped":
 						_, _ = b.Stop(context.Background())
+					default:
+						_, _ = b.Restart(context.Background())
 					}
 				}()
 				synctest.Wait() // draining: the call holds the old process
+				if !held.in.isRetired() {
+					t.Fatal("the instance was not taken out of service")
+				}
+				if how == "restarted, then settings applied" {
+					held.in.applySettings(b.Config()) // what the racing reload does with its snapshot
+				}
 				old.crash()
 				time.Sleep(10 * time.Second)
 				synctest.Wait()
@@ -824,41 +835,6 @@ func TestStopDuringCloseDoesNotDrain(t *testing.T) {
 		if old.Alive() {
 			t.Fatal("the process outlived a stop on a closing fleet")
 		}
-	})
-}
-
-// A settings-only reload racing an operator's Restart may hold the old
-// shared instance in its snapshot of the server's instances when the
-// Restart retires it: the restart policy it then applies to that instance
-// does not make its process restartable again.
-func TestSettingsAppliedToARetiredInstanceKeepItRetired(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newLaunchFleet(t, `"b":{"command":"b","idleTimeout":"0","restart":{"policy":"always","backoff":{"initial":"1s","max":"1s","jitter":0}}}`)
-		b := lf.f.Get("b")
-		held, err := b.Acquire(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := held.in
-		old, _ := in.current().(*fakeLive)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = b.Restart(context.Background())
-		}()
-		synctest.Wait() // the old instance drains the call
-		if !in.isRetired() {
-			t.Fatal("the restart did not retire the instance")
-		}
-		in.applySettings(b.Config()) // what the reload does with its snapshot
-		old.crash()
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		if n := lf.connects("b"); n != 1 {
-			t.Fatalf("%d connects of b: its retired process was restarted", n)
-		}
-		held.Release()
-		<-done
 	})
 }
 
