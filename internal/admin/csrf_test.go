@@ -6,9 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/mcpvisor/mcpvisor/internal/config"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
 // A page of another origin on this machine (any loopback port passes the
@@ -18,15 +15,7 @@ import (
 // that carries an Origin must come from the listener's own origin. The
 // dashboard (same origin) and the CLI (no Origin) are served as before.
 func TestAPIPostsRefuseOtherOrigins(t *testing.T) {
-	cfg, err := config.Parse([]byte(`{"mcpServers":{"a":{"command":"x"}}}`), "t.json", config.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fleet.New(cfg, fleet.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(New(f, nil, Options{}))
+	srv := httptest.NewServer(New(testFleet(t), nil, Options{}))
 	defer srv.Close()
 	post := func(path, origin string) (int, string) {
 		req, err := http.NewRequest("POST", srv.URL+path, strings.NewReader(""))
