@@ -300,7 +300,10 @@ func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.R
 		s.defs().observeLocked(k, items, s.Config().Pin)
 	}
 	s.defs().mu.Unlock()
-	if s.lists.saved(k) || changed {
+	// A list refused for an older generation (the launch it came from
+	// was relaunched meanwhile) is not this launch's: neither marked
+	// saved nor persisted under its hash.
+	if stored && (s.lists.saved(k) || changed) {
 		s.persist(k, items)
 	}
 	return items, changed, nil
