@@ -86,7 +86,7 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 		switch {
 		case !ok:
 			return true, fmt.Errorf("no server named %q; configured: %s", n, strings.Join(all, ", "))
-		case ready(s):
+		case s.Ready: // fleet's rule: handshake done, tools known, no warning
 			continue
 		}
 		w := n + " (" + s.State
@@ -106,22 +106,4 @@ func waitDone(servers []fleet.Status, names []string) (bool, error) {
 	}
 	slices.Sort(waiting)
 	return false, errors.New("waiting for " + strings.Join(waiting, "; "))
-}
-
-// ready reports whether a server serves what it lists (the rule of
-// fleet.Status.Ready): its tools are known, no warning stands, and it has
-// started and runs or sleeps — its handshake done —, or it never started
-// in this serve and no start of it failed. A failed server is waited on:
-// the fleet tries it again on the next request.
-func ready(s fleet.Status) bool {
-	if !s.Learned || s.Warning != "" {
-		return false
-	}
-	switch s.State {
-	case "running", "degraded", "dormant":
-		return true
-	case "new":
-		return s.LastError == ""
-	}
-	return false
 }
