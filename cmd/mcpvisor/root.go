@@ -16,5 +16,22 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd())
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes every positional-argument error of cmd and the commands
+// under it a usage error, whatever check cobra or the command runs.
+func usageArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }

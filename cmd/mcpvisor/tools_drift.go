@@ -29,7 +29,7 @@ func newToolsDiffCmd() *cobra.Command {
 			"resource templates: added, removed, and each changed field with its value before and after), and, for " +
 			"a pinned server, the tools it holds back until approved (mcpvisor tools approve). With --json, the body " +
 			"of GET /api/servers/NAME/definitions/diff.",
-		Args: exactArgs(1, "NAME: the server whose definitions to show"),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers/"+url.PathEscape(args[0])+"/definitions/diff", asJSON, printDiff)
 		},
@@ -56,16 +56,6 @@ func newToolsApproveCmd() *cobra.Command {
 	}
 	api.flags(cmd)
 	return cmd
-}
-
-// exactArgs is cobra.ExactArgs with an error that says what is missing.
-func exactArgs(n int, what string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return fmt.Errorf("%s takes %d argument(s), got %d: %s", cmd.CommandPath(), n, len(args), what)
-		}
-		return nil
-	}
 }
 
 // approveTools approves tools of server name at the definitions pending
