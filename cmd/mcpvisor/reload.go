@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"time"
@@ -187,18 +188,32 @@ func (r *reloader) watch(ctx context.Context) error {
 		return err
 	}
 	watched := map[string]bool{}
-	follow := func() {
+	// follow watches the directories not watched yet; it returns why one
+	// could not be (the next change tries it again).
+	follow := func() error {
 		dirs := []string{filepath.Dir(r.file)}
 		if target, err := filepath.EvalSymlinks(r.file); err == nil {
 			dirs = append(dirs, filepath.Dir(target))
 		}
+		var errs []error
 		for _, d := range dirs {
-			if !watched[d] && w.Add(d) == nil {
-				watched[d] = true
+			if watched[d] {
+				continue
 			}
+			if err := w.Add(d); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", d, err))
+				continue
+			}
+			watched[d] = true
 		}
+		return errors.Join(errs...)
 	}
-	follow()
+	if err := follow(); !watched[filepath.Dir(r.file)] {
+		_ = w.Close()
+		return err // the file's own directory: no change would ever be seen
+	} else if err != nil {
+		r.a.log.Warn("not watching the config file's symlink target", "err", err)
+	}
 	go func() {
 		defer w.Close()
 		var timer *time.Timer
@@ -227,7 +242,9 @@ func (r *reloader) watch(ctx context.Context) error {
 				r.a.log.Warn("watching the config file", "err", err)
 			case <-fire:
 				fire = nil
-				follow()
+				if err := follow(); err != nil {
+					r.a.log.Warn("not watching the config file's symlink target", "err", err)
+				}
 				r.reload(ctx, "watch", true)
 			}
 		}
