@@ -506,14 +506,10 @@ func (f *Fleet) listsChanged(s *Server, kinds []ListKind) {
 // Call it before serving.
 func (f *Fleet) SetStore(st *store.Store) {
 	f.store = st
-	want := map[string]string{}
-	for _, s := range f.Servers() {
-		want[s.Name()] = s.Config().LaunchHash()
-	}
 	for _, s := range f.Servers() {
 		s.loadDefinitions()
 	}
-	for name, l := range st.Load(want) {
+	for name, l := range st.Load(f.launchHashes()) {
 		s := f.Get(name)
 		if s == nil {
 			continue
@@ -527,10 +523,7 @@ func (f *Fleet) SetStore(st *store.Store) {
 			}
 		}
 	}
-	if n, err := st.Prune(want); err == nil && n > 0 {
-		f.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
-	}
-	f.pruneDefinitions()
+	f.pruneStore()
 }
 
 // loadDefinitions reads the server's persisted definitions record, if the

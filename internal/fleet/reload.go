@@ -202,27 +202,25 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 	drains := make([]<-chan Drained, len(todo))
 	for i, w := range todo {
 		s := w.s
-		switch w.action {
-		case config.ActionUpdated:
-			s.updateInPlace()
+		if w.action == config.ActionUpdated || w.action == config.ActionRestarted {
+			// What clients see of the server's lists may change with its
+			// settings, a new launch's included: its prefix, its filters,
+			// and tools pinning held back or unpinning shows.
 			k := listEffect(s, w.was, s.Config())
 			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, Tools) {
-				k = append(k, Tools) // held tools shown, or hidden
+				k = append(k, Tools)
 			}
 			if len(k) > 0 {
 				f.listsChanged(s, k)
 			}
+		}
+		switch w.action {
+		case config.ActionUpdated:
+			s.updateInPlace()
 			if !w.was.Eager && s.Config().Eager {
 				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
 			}
 		case config.ActionRestarted:
-			k := listEffect(s, w.was, s.Config()) // the prefix or filter changed with the launch
-			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, Tools) {
-				k = append(k, Tools) // held tools shown, or hidden
-			}
-			if len(k) > 0 {
-				f.listsChanged(s, k)
-			}
 			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
 				f.emitDrained(s, "reloaded with a new launch", d)
 				if s.refused() != nil || ctx.Err() != nil {
@@ -266,7 +264,12 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			}
 		}
 	}
-	f.pruneStore()
+	for _, w := range todo {
+		if w.action == config.ActionRemoved || w.action == config.ActionRestarted {
+			f.pruneStore() // what no configured launch will read again
+			break
+		}
+	}
 	return res, drains
 }
 
@@ -373,12 +376,20 @@ func (f *Fleet) pruneStore() {
 	if f.store == nil {
 		return
 	}
+	if n, err := f.store.Prune(f.launchHashes()); err != nil {
+		f.log.Warn("could not prune the persisted lists", "err", err)
+	} else if n > 0 {
+		f.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
+	}
+	f.pruneDefinitions()
+}
+
+// launchHashes maps each configured server to its launch hash, under
+// which its lists are persisted.
+func (f *Fleet) launchHashes() map[string]string {
 	want := map[string]string{}
 	for _, s := range f.Servers() {
 		want[s.Name()] = s.Config().LaunchHash()
 	}
-	if _, err := f.store.Prune(want); err != nil {
-		f.log.Warn("could not prune the persisted lists", "err", err)
-	}
-	f.pruneDefinitions()
+	return want
 }
