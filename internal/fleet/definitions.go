@@ -183,19 +183,39 @@ func (d *defs) observeLocked(k ListKind, items []json.RawMessage, pin bool) {
 	}
 }
 
-// heldLocked lists the tools a pinned server holds back: known, and new
-// or changed since approved.
-func (d *defs) heldLocked() []drift.Change {
+// heldNamesLocked lists, sorted, the tools a pinned server holds back:
+// known, and new or changed since approved (fingerprints alone compared).
+// mu is held.
+func (d *defs) heldNamesLocked() []string {
+	var out []string
+	for _, name := range sortedKeysOf(d.known[drift.Tool]) {
+		if d.heldLocked(name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// heldLocked reports whether the known tool name is held back: new, or
+// changed since approved. mu is held.
+func (d *defs) heldLocked(name string) bool {
+	cur, ok := d.known[drift.Tool][name]
+	if !ok {
+		return false
+	}
+	a, ok := d.approved[name]
+	return !ok || a.Fingerprint != cur.Fingerprint
+}
+
+// heldChangesLocked is what each held tool changed since approved (the
+// field-level diff is made here only, for those who show it). mu is held.
+func (d *defs) heldChangesLocked() []drift.Change {
 	var out []drift.Change
-	tools := d.known[drift.Tool]
-	for _, key := range sortedKeysOf(tools) {
-		cur := tools[key]
-		a, ok := d.approved[key]
-		switch {
-		case !ok:
-			out = append(out, drift.Change{Kind: drift.Tool, Name: key, Change: drift.Added})
-		case a.Fingerprint != cur.Fingerprint:
-			out = append(out, drift.Compare(a, cur))
+	for _, name := range d.heldNamesLocked() {
+		if a, ok := d.approved[name]; ok {
+			out = append(out, drift.Compare(a, d.known[drift.Tool][name]))
+		} else {
+			out = append(out, drift.Change{Kind: drift.Tool, Name: name, Change: drift.Added})
 		}
 	}
 	return out
@@ -220,9 +240,7 @@ func (s *Server) flushDefinitions() {
 	if len(changes) > 0 {
 		d.last, d.changedAt = changes, time.Now()
 		if pin {
-			for _, c := range d.heldLocked() {
-				held = append(held, c.Name)
-			}
+			held = d.heldNamesLocked()
 		}
 	}
 	var rec json.RawMessage
@@ -314,7 +332,7 @@ func (s *Server) Definitions() Definitions {
 	defer d.mu.Unlock()
 	out := Definitions{Pin: pin, ChangedAt: d.changedAt, Last: slices.Clone(d.last), Pending: []Pending{}}
 	if pin {
-		for _, c := range d.heldLocked() {
+		for _, c := range d.heldChangesLocked() {
 			out.Pending = append(out.Pending, Pending{Change: c, Fingerprint: d.known[drift.Tool][c.Name].Fingerprint})
 		}
 	}
@@ -329,7 +347,7 @@ func (s *Server) pendingCount() int {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.heldLocked())
+	return len(d.heldNamesLocked())
 }
 
 // warning is the server's status warning: its tools are lost.
@@ -357,12 +375,7 @@ func (s *Server) ToolHeld(name string) bool {
 	d := s.defs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	cur, ok := d.known[drift.Tool][name]
-	if !ok {
-		return false
-	}
-	a, ok := d.approved[name]
-	return !ok || a.Fingerprint != cur.Fingerprint
+	return d.heldLocked(name)
 }
 
 // ToolVisible reports whether the server lets clients see item, a tool
@@ -412,15 +425,13 @@ var (
 func (s *Server) Approve(names []string, fingerprints map[string]string) (approved, pending []string, err error) {
 	d := s.defs()
 	d.mu.Lock()
-	var held []drift.Change
+	var heldNames []string
 	if s.Config().Pin {
-		held = d.heldLocked()
+		heldNames = d.heldNamesLocked()
 	}
 	isHeld := map[string]bool{}
-	var heldNames []string
-	for _, c := range held {
-		isHeld[c.Name] = true
-		heldNames = append(heldNames, c.Name)
+	for _, n := range heldNames {
+		isHeld[n] = true
 	}
 	if len(names) == 0 {
 		names = heldNames
@@ -482,7 +493,7 @@ func (s *Server) pinChanged(was, now bool) bool {
 	}
 	d := s.defs()
 	d.mu.Lock()
-	n := len(d.heldLocked())
+	n := len(d.heldNamesLocked())
 	if !now && n > 0 {
 		d.approved = d.known[drift.Tool]
 		d.dirty = true
