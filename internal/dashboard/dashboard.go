@@ -83,17 +83,6 @@ func New(g *guard.Guard, tokenRequired bool, other http.Handler) *Handler {
 	return h
 }
 
-// Size is the total size in bytes of the embedded files.
-func Size() int {
-	n := 0
-	entries, _ := fs.ReadDir(assets, "assets")
-	for _, e := range entries {
-		info, _ := e.Info()
-		n += int(info.Size())
-	}
-	return n
-}
-
 // ServeHTTP serves GET and HEAD of / and the page's files, each with its
 // ETag (a conditional request gets a 304) and Cache-Control: no-cache, so
 // that a browser revalidates and an upgraded mcpvisor is never shown with
@@ -134,16 +123,4 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("ETag", f.etag)
 	hdr.Set("Content-Type", f.ctype)
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
-}
-
-// Paths lists the request paths the dashboard serves, "/" first.
-func (h *Handler) Paths() []string {
-	out := []string{"/"}
-	for p := range h.files {
-		if p != "/" {
-			out = append(out, p)
-		}
-	}
-	out = append(out, Prefix+"auth.json")
-	return out
 }

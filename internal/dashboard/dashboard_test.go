@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -150,4 +151,15 @@ func TestSizeBudget(t *testing.T) {
 		t.Fatalf("the dashboard's files take %d bytes, budget 64 KiB", n)
 	}
 	t.Logf("dashboard files: %d bytes", Size())
+}
+
+// Size is the total size in bytes of the embedded files.
+func Size() int {
+	n := 0
+	entries, _ := fs.ReadDir(assets, "assets")
+	for _, e := range entries {
+		info, _ := e.Info()
+		n += int(info.Size())
+	}
+	return n
 }

@@ -66,8 +66,8 @@ func TestSessionEndDuringStartWins(t *testing.T) {
 		if n := s.Status().Sessions; n != 0 {
 			t.Fatalf("%d instances after the session ended", n)
 		}
-		if got := len(s.PIDs()); got != 0 {
-			t.Fatalf("%d processes running", got)
+		if ins := s.Instances(); len(ins) != 1 || !ins[0].Shared {
+			t.Fatalf("instances after the session ended: %+v", ins)
 		}
 		if n := ff.count("failed"); n != 0 {
 			t.Fatalf("%d failed events for a start its session's end interrupted", n)

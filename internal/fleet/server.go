@@ -154,24 +154,13 @@ func (s *Server) Status() Status {
 // PID is the process of the shared instance when it runs, else 0.
 func (s *Server) PID() int { return s.sharedIn().pid() }
 
-// PIDs lists the process of every running instance of the server, shared
-// and per-session, and those still draining after a restart, a reload or
-// a stop (remote servers have none).
-func (s *Server) PIDs() []int {
-	var out []int
-	for _, in := range append(s.instances(), s.f.drainingOf(s)...) {
-		if pid := in.pid(); pid != 0 {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // Roots lists the process tree of every running instance of the server,
-// shared and per-session, for proc.TreeUsage (remote servers have none).
+// shared and per-session, and of those still draining after a restart, a
+// reload or a stop — they hold memory too —, for proc.TreeUsage (remote
+// servers have none).
 func (s *Server) Roots() []proc.Root {
 	var out []proc.Root
-	for _, in := range s.instances() {
+	for _, in := range append(s.instances(), s.f.drainingOf(s)...) {
 		if r, ok := in.root(); ok {
 			out = append(out, r)
 		}

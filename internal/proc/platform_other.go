@@ -31,9 +31,6 @@ func (rt *Runtime) openPlatform() error {
 
 func (rt *Runtime) closePlatform() error { return nil }
 
-// TreeMemory is not measured outside Linux: it returns an empty map.
-func TreeMemory(roots []int) map[int]uint64 { return map[int]uint64{} }
-
 // TreeUsage is not measured outside Linux: every Usage is zero and ok
 // false.
 func TreeUsage(roots []Root) (out []Usage, ok []bool) {

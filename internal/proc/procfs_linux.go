@@ -60,48 +60,6 @@ func parseStat(b []byte) (procStat, bool) {
 	return s, true
 }
 
-// TreeMemory returns the resident memory, in bytes, of each root's process
-// tree (the root and all its descendants), read in one pass over /proc. A
-// root that is gone is absent from the result. Pages that processes share
-// are counted in each, as ps does.
-func TreeMemory(roots []int) map[int]uint64 {
-	out := make(map[int]uint64, len(roots))
-	if len(roots) == 0 {
-		return out
-	}
-	rss := map[int]uint64{}
-	children := map[int][]int{}
-	for _, pid := range allPids() {
-		st, ok := readStat(pid)
-		if !ok {
-			continue
-		}
-		rss[pid] = st.rss
-		children[st.ppid] = append(children[st.ppid], pid)
-	}
-	page := uint64(os.Getpagesize())
-	for _, root := range roots {
-		if _, ok := rss[root]; !ok {
-			continue
-		}
-		var sum uint64
-		seen := map[int]bool{}
-		stack := []int{root}
-		for len(stack) > 0 {
-			pid := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			if seen[pid] {
-				continue
-			}
-			seen[pid] = true
-			sum += rss[pid]
-			stack = append(stack, children[pid]...)
-		}
-		out[root] = sum * page
-	}
-	return out
-}
-
 // allPids lists the numeric entries of /proc.
 func allPids() []int {
 	ents, err := os.ReadDir("/proc")

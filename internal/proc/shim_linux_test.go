@@ -85,9 +85,9 @@ func TestShimChoice(t *testing.T) {
 	}
 }
 
-// TreeMemory sums the resident memory of a server's whole tree: the init,
+// TreeUsage sums the resident memory of a server's whole tree: the init,
 // the server and what the server started.
-func TestTreeMemory(t *testing.T) {
+func TestTreeUsageMemory(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			rt := openRuntime(t, m.opts)
@@ -110,15 +110,16 @@ func TestTreeMemory(t *testing.T) {
 				}
 				sum += st.rss * uint64(os.Getpagesize())
 			}
-			got, ok := TreeMemory([]int{p.Pid(), 1 << 30})[p.Pid()]
-			if !ok || float64(got) < 0.8*float64(sum) || float64(got) > 1.25*float64(sum) {
+			usage, alive := TreeUsage([]Root{p.Root(), {PID: 1 << 30}})
+			got, ok := usage[0].MemoryBytes, alive[0]
+			if !ok || alive[1] || float64(got) < 0.8*float64(sum) || float64(got) > 1.25*float64(sum) {
 				t.Errorf("tree memory %d (found %v), want about %d, the sum over the %d processes", got, ok, sum, want)
 			}
 			if err := p.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if m, ok := TreeMemory([]int{p.Pid()})[p.Pid()]; ok {
-				t.Errorf("a stopped tree has %d bytes", m)
+			if usage, alive := TreeUsage([]Root{p.Root()}); alive[0] {
+				t.Errorf("a stopped tree has %d bytes", usage[0].MemoryBytes)
 			}
 			t.Logf("%d processes, %.1f MB", want, float64(got)/(1<<20))
 		})
