@@ -13,8 +13,6 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,29 +177,11 @@ func (h *Handler) Close() { h.closeOnce.Do(func() { close(h.closed) }) }
 
 // ServeHTTP serves the routes above, to the requests the guard allows.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.guard.Allow(w, r) {
-		return
+	// A POST acts on the fleet: for the dashboard, on this listener's own
+	// origin, and for clients that send no Origin (the CLI).
+	if h.guard.AllowChange(w, r) {
+		h.mux.ServeHTTP(w, r)
 	}
-	if r.Method == http.MethodPost && !sameOrigin(r) {
-		// The guard lets any loopback origin through (browser MCP
-		// clients of /mcp); acting on the fleet is for the dashboard,
-		// on this listener's own origin, and for clients that send no
-		// Origin (the CLI) — not for any page a browser has open.
-		h.writeStatusJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden: a POST to the API from another origin (" + r.Header.Get("Origin") + ") than this listener's"})
-		return
-	}
-	h.mux.ServeHTTP(w, r)
-}
-
-// sameOrigin reports whether r carries no Origin, or the origin of the
-// host it was sent to.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
-	}
-	u, err := url.Parse(o)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
 }
 
 // writeJSON replies with v, indented.

@@ -105,6 +105,38 @@ func (g *Guard) AllowPublic(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// AllowChange is Allow for a request that changes state (anything but
+// GET and HEAD) on routes meant for this listener's own pages and for
+// clients that send no Origin (a CLI): such a request that carries an
+// Origin must be of the listener's own origin (403 otherwise). Allow lets
+// every loopback origin through — browser MCP clients need that — so
+// without this any page a browser has open on a local port could act
+// with a simple cross-origin POST when no token is set.
+func (g *Guard) AllowChange(w http.ResponseWriter, r *http.Request) bool {
+	if !g.Allow(w, r) {
+		return false
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	if v := r.Header["Origin"]; len(v) != 0 && !sameOrigin(v[0], r.Host) {
+		refuse(w, http.StatusForbidden, "a change from another origin ("+v[0]+") than this listener's")
+		return false
+	}
+	return true
+}
+
+// sameOrigin reports whether origin is http(s) at host.
+func sameOrigin(origin, host string) bool {
+	o := strings.TrimSuffix(origin, "/")
+	for _, scheme := range []string{"http://", "https://"} {
+		if hp, ok := strings.CutPrefix(o, scheme); ok {
+			return host != "" && strings.EqualFold(hp, host)
+		}
+	}
+	return false
+}
+
 // refuse writes a refusal: a plain text 403, or a 401 with
 // WWW-Authenticate.
 func refuse(w http.ResponseWriter, status int, reason string) {

@@ -170,3 +170,31 @@ func TestAllowPublic(t *testing.T) {
 		}
 	}
 }
+
+// AllowChange lets a change (POST) through only from the listener's own
+// origin or with no Origin; another loopback origin, which Allow passes,
+// is refused for it, and reads (GET) are as Allow says.
+func TestAllowChange(t *testing.T) {
+	g := New(Options{})
+	for _, c := range []struct {
+		method, host, origin string
+		status               int
+	}{
+		{"POST", "127.0.0.1:7331", "", 200},
+		{"POST", "127.0.0.1:7331", "http://127.0.0.1:7331", 200},
+		{"POST", "localhost:7331", "http://localhost:7331/", 200},
+		{"POST", "127.0.0.1:7331", "http://localhost:5173", 403},
+		{"POST", "127.0.0.1:7331", "http://127.0.0.1:7332", 403},
+		{"POST", "127.0.0.1:7331", "null", 403},
+		{"GET", "127.0.0.1:7331", "http://localhost:5173", 200},
+		{"POST", "evil.example", "", 403},
+	} {
+		r := request("127.0.0.1:7331", "Host", c.host, "Origin", c.origin)
+		r.Method = c.method
+		w := httptest.NewRecorder()
+		ok := g.AllowChange(w, r)
+		if ok != (c.status == 200) || (!ok && w.Code != c.status) {
+			t.Errorf("%s Host %q Origin %q: allowed %v, status %d, want %d", c.method, c.host, c.origin, ok, w.Code, c.status)
+		}
+	}
+}
