@@ -264,8 +264,8 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
 	h := r.byName[name]
-	if sid != "" && (h == nil || !h.HasSession(sid)) {
-		for _, old := range r.gone[name] {
+	if olds := r.gone[name]; len(olds) > 0 && sid != "" && (h == nil || !h.HasSession(sid)) {
+		for _, old := range olds {
 			if old.HasSession(sid) {
 				h = old // a session of the removed server's, which drains
 				break
