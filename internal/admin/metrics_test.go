@@ -32,11 +32,11 @@ func TestCallMetricsExposition(t *testing.T) {
 	tel := f.Get("a").Telemetry()
 	list := tools("echo", "sleep")
 	for _, c := range []telemetry.Call{
-		{Method: "tools/call", Tool: "echo", Tools: list, Duration: 5 * time.Millisecond, Sent: 20, Received: 50},
-		{Method: "tools/call", Tool: "echo", Tools: list, Duration: 30 * time.Millisecond, Sent: 20, Received: 50},
-		{Method: "tools/call", Tool: "echo", Tools: list, Outcome: telemetry.ToolError, Duration: time.Millisecond},
-		{Method: "tools/call", Tool: "sleep", Tools: list, Outcome: telemetry.Timeout, Duration: 300 * time.Millisecond},
-		{Method: "tools/call", Tool: "made-up", Tools: list, Outcome: telemetry.ProtocolError, Code: -32602, Duration: time.Millisecond},
+		{Method: "tools/call", Tool: []byte("echo"), Tools: list, Duration: 5 * time.Millisecond, Sent: 20, Received: 50},
+		{Method: "tools/call", Tool: []byte("echo"), Tools: list, Duration: 30 * time.Millisecond, Sent: 20, Received: 50},
+		{Method: "tools/call", Tool: []byte("echo"), Tools: list, Outcome: telemetry.ToolError, Duration: time.Millisecond},
+		{Method: "tools/call", Tool: []byte("sleep"), Tools: list, Outcome: telemetry.Timeout, Duration: 300 * time.Millisecond},
+		{Method: "tools/call", Tool: []byte("made-up"), Tools: list, Outcome: telemetry.ProtocolError, Code: -32602, Duration: time.Millisecond},
 		{Method: "resources/read", Outcome: telemetry.Cancelled, Duration: time.Millisecond},
 	} {
 		tel.Record(c)
@@ -141,7 +141,7 @@ func TestMetricsSeriesBound(t *testing.T) {
 	list := tools(names...)
 	for _, s := range f.Servers() {
 		for _, n := range names {
-			s.Telemetry().Record(telemetry.Call{Method: "tools/call", Tool: n, Tools: list, Duration: time.Millisecond})
+			s.Telemetry().Record(telemetry.Call{Method: "tools/call", Tool: []byte(n), Tools: list, Duration: time.Millisecond})
 		}
 	}
 	srv := httptest.NewServer(New(f, nil, Options{}))
@@ -168,7 +168,7 @@ func TestMetricsSeriesBound(t *testing.T) {
 
 	for _, s := range f.Servers() {
 		for i := range 50 {
-			s.Telemetry().Record(telemetry.Call{Method: "tools/call", Tool: fmt.Sprintf("unlisted_%d", i), Tools: list})
+			s.Telemetry().Record(telemetry.Call{Method: "tools/call", Tool: fmt.Appendf(nil, "unlisted_%d", i), Tools: list})
 		}
 	}
 	if got, want := count(), want+servers*histogram; got != want {

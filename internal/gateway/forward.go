@@ -103,19 +103,17 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	name := srv.Name()
 	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
 		start: time.Now(), srv: srv}
+	var raw json.RawMessage // the tool or prompt it names, as the server knows it
 	switch method {
 	case "tools/call", "prompts/get":
-		name := s.rename // a modern request's: the server's own name, put in below
-		if s.modern == nil || name == nil {
-			name = rpc.Member(params, "name")
+		raw = s.rename // a modern request's: the server's own name, put in below
+		if s.modern == nil || raw == nil {
+			raw = rpc.Member(params, "name")
 		}
-		f.target = plainString(name)
+		f.target = plainString(raw)
 	}
 	if g.tracing != nil {
-		target, _ := rpc.String(rpc.Member(params, "name"))
-		if s.modern != nil && s.rename != nil {
-			target, _ = rpc.String(s.rename)
-		}
+		target, _ := rpc.String(raw) // escapes decoded, for the span alone
 		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, target, params), target: target}
 		if s.modern != nil {
 			f.tr.protocol = modernVersion
@@ -387,7 +385,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 	f.set(o, code, msg)
 	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: time.Since(f.start), Sent: len(f.params), Received: f.received}
 	if f.method == "tools/call" {
-		c.ToolBytes = f.target
+		c.Tool = f.target
 		c.Tools, _ = f.srv.CachedList(fleet.Tools)
 	}
 	f.srv.Telemetry().Record(c)

@@ -161,13 +161,12 @@ func errorTypeOf(o Outcome, code int) errorType {
 type Call struct {
 	Method string
 	// Tool is, for tools/call, the tool's name as the server knows it
-	// (or ToolBytes, the same as bytes, when Tool is ""; a relay has it
-	// as bytes of the request, and a string of them would be allocated);
-	// Tools is the server's cached tool list (nil when not known): the
-	// tool is a label value only if the list has it.
-	Tool      string
-	ToolBytes []byte
-	Tools     []json.RawMessage
+	// (bytes: a relay has it as bytes of the request, and a string of
+	// them would be allocated); Tools is the server's cached tool list
+	// (nil when not known): the tool is a label value only if the list
+	// has it.
+	Tool  []byte
+	Tools []json.RawMessage
 	// Outcome is how it ended; Code, for a ProtocolError, the JSON-RPC
 	// error code.
 	Outcome Outcome
@@ -258,7 +257,7 @@ func (s *Server) Record(c Call) {
 	}
 	et := errorTypeOf(c.Outcome, c.Code)
 	if c.Method == "tools/call" {
-		s.toolSlot(c.Tool, c.ToolBytes, c.Tools).observe(et, c.Duration)
+		s.toolSlot(c.Tool, c.Tools).observe(et, c.Duration)
 		return
 	}
 	i, ok := methodIndex[c.Method]
@@ -268,23 +267,17 @@ func (s *Server) Record(c Call) {
 	lazy(&lazy(&s.methods, newMethodSlots)[i], newSlot).observe(et, c.Duration)
 }
 
-// toolSlot is the slot of the tool named tool (or, if tool is "",
-// toolBytes) when tools lists it, else the Other slot.
-func (s *Server) toolSlot(tool string, toolBytes []byte, tools []json.RawMessage) *opSlot {
-	if len(tools) == 0 || (tool == "" && len(toolBytes) == 0) {
+// toolSlot is the slot of the tool named tool when tools lists it, else
+// the Other slot.
+func (s *Server) toolSlot(tool []byte, tools []json.RawMessage) *opSlot {
+	if len(tools) == 0 || len(tool) == 0 {
 		return lazy(&s.otherT, newSlot)
 	}
 	idx := s.tools.Load()
 	if idx == nil || idx.first != &tools[0] || idx.n != len(tools) {
 		idx = s.reindex(tools)
 	}
-	var slot *opSlot
-	if tool != "" {
-		slot = idx.byName[tool]
-	} else {
-		slot = idx.byName[string(toolBytes)] // looked up without a copy
-	}
-	if slot != nil {
+	if slot := idx.byName[string(tool)]; slot != nil { // looked up without a copy
 		return slot
 	}
 	return lazy(&s.otherT, newSlot)

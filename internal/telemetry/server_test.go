@@ -58,7 +58,7 @@ func TestRecordLabels(t *testing.T) {
 	s := NewServer()
 	tools := toolList("echo", "sleep", Other)
 	rec := func(method, tool string, o Outcome, code int, ms int) {
-		s.Record(Call{Method: method, Tool: tool, Tools: tools, Outcome: o, Code: code, Duration: time.Duration(ms) * time.Millisecond, Sent: 10, Received: 100})
+		s.Record(Call{Method: method, Tool: []byte(tool), Tools: tools, Outcome: o, Code: code, Duration: time.Duration(ms) * time.Millisecond, Sent: 10, Received: 100})
 	}
 	rec("tools/call", "echo", OK, 0, 5)
 	rec("tools/call", "echo", OK, 0, 50)
@@ -69,7 +69,7 @@ func TestRecordLabels(t *testing.T) {
 	rec("tools/call", Other, OK, 0, 1) // a listed tool named like the fold is folded
 	rec("resources/read", "", Cancelled, 0, 1)
 	rec("vendor/thing", "", Unavailable, 0, 1)
-	s.Record(Call{Method: "tools/call", Tool: "echo", Outcome: OK}) // no list known
+	s.Record(Call{Method: "tools/call", Tool: []byte("echo"), Outcome: OK}) // no list known
 	want := map[string]uint64{
 		"tools/call|echo|":           2,
 		"tools/call|echo|tool_error": 1,
@@ -114,12 +114,12 @@ func keys(m map[string]HistogramSnapshot) []string {
 // into _OTHER.
 func TestRecordToolListChanges(t *testing.T) {
 	s := NewServer()
-	s.Record(Call{Method: "tools/call", Tool: "a", Tools: toolList("a", "b")})
-	s.Record(Call{Method: "tools/call", Tool: "b", Tools: toolList("a", "b")})
+	s.Record(Call{Method: "tools/call", Tool: []byte("a"), Tools: toolList("a", "b")})
+	s.Record(Call{Method: "tools/call", Tool: []byte("b"), Tools: toolList("a", "b")})
 	next := toolList("a", "c")
-	s.Record(Call{Method: "tools/call", Tool: "a", Tools: next})
-	s.Record(Call{Method: "tools/call", Tool: "b", Tools: next})
-	s.Record(Call{Method: "tools/call", Tool: "c", Tools: next})
+	s.Record(Call{Method: "tools/call", Tool: []byte("a"), Tools: next})
+	s.Record(Call{Method: "tools/call", Tool: []byte("b"), Tools: next})
+	s.Record(Call{Method: "tools/call", Tool: []byte("c"), Tools: next})
 	got := ops(s)
 	if got["tools/call|a|"].Count != 2 || got["tools/call|c|"].Count != 1 || got["tools/call|_OTHER|"].Count != 1 {
 		t.Fatalf("series %v", got)
@@ -143,7 +143,7 @@ func TestRecordConcurrent(t *testing.T) {
 				if i%2 == 0 {
 					tools = toolList("x")
 				}
-				s.Record(Call{Method: "tools/call", Tool: "x", Tools: tools, Outcome: Outcome(w % int(NumOutcomes)), Duration: time.Millisecond})
+				s.Record(Call{Method: "tools/call", Tool: []byte("x"), Tools: tools, Outcome: Outcome(w % int(NumOutcomes)), Duration: time.Millisecond})
 				s.Record(Call{Method: "tools/list", Duration: time.Millisecond})
 			}
 		})
@@ -179,7 +179,7 @@ func TestRecordConcurrent(t *testing.T) {
 func TestRecordAllocs(t *testing.T) {
 	s := NewServer()
 	tools := toolList("echo")
-	c := Call{Method: "tools/call", Tool: "echo", Tools: tools, Duration: time.Millisecond}
+	c := Call{Method: "tools/call", Tool: []byte("echo"), Tools: tools, Duration: time.Millisecond}
 	l := Call{Method: "tools/list", Duration: time.Millisecond}
 	s.Record(c)
 	s.Record(l)
@@ -190,7 +190,7 @@ func TestRecordAllocs(t *testing.T) {
 
 func BenchmarkRecord(b *testing.B) {
 	s := NewServer()
-	c := Call{Method: "tools/call", Tool: "echo", Tools: toolList("echo", "sleep"), Duration: time.Millisecond}
+	c := Call{Method: "tools/call", Tool: []byte("echo"), Tools: toolList("echo", "sleep"), Duration: time.Millisecond}
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Record(c)
