@@ -223,8 +223,18 @@ func TestShutdownBounded(t *testing.T) {
 	tr.Start(t.Context(), "tools/call", "x", nil).End(End{})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
+	t0 := time.Now()
 	if err := tr.Shutdown(ctx); err == nil {
 		t.Fatal("Shutdown against a receiver that never answers reported nothing lost")
+	}
+	// Within ctx, not the exporter's own 10 s client timeout (a generous
+	// margin over the 200 ms deadline: no wall-clock tuning here).
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Fatalf("Shutdown took %v under a 200 ms deadline", took)
+	}
+	// Idempotent: a second Shutdown returns at once and exports nothing.
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatalf("a second Shutdown: %v", err)
 	}
 }
 
