@@ -168,21 +168,8 @@ func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) erro
 		if in.Shared {
 			name = "shared"
 		}
-		pid, up, idle := "-", "-", "-"
-		if in.PID != 0 {
-			pid = fmt.Sprint(in.PID)
-		}
-		if !in.StartedAt.IsZero() {
-			up = age(now.Sub(in.StartedAt))
-		}
-		if !in.LastActivity.IsZero() {
-			idle = age(now.Sub(in.LastActivity))
-		}
-		errText := in.LastError
-		if len(errText) > 60 {
-			errText = errText[:57] + "..."
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, errText)
+		pid, up, idle := processCells(in.PID, in.StartedAt, in.LastActivity, now)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, oneLine(in.LastError, 60))
 	}
 	return tw.Flush()
 }

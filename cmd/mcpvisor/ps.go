@@ -29,28 +29,32 @@ func newPsCmd() *cobra.Command {
 	return cmd
 }
 
+// processCells are the PID, UPTIME and IDLE cells of a process's row in
+// ps and inspect: "-" for what is not known.
+func processCells(pid int, started, last time.Time, now time.Time) (p, up, idle string) {
+	p, up, idle = "-", "-", "-"
+	if pid != 0 {
+		p = fmt.Sprint(pid)
+	}
+	if !started.IsZero() {
+		up = age(now.Sub(started))
+	}
+	if !last.IsZero() {
+		idle = age(now.Sub(last))
+	}
+	return p, up, idle
+}
+
 func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tMEMORY\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
 	for _, s := range st.Servers {
-		pid, mem, up, idle := "-", "-", "-", "-"
-		if s.PID != 0 {
-			pid = fmt.Sprint(s.PID)
-		}
+		mem := "-"
 		if s.MemoryBytes != 0 {
 			mem = megabytes(s.MemoryBytes)
 		}
-		if !s.StartedAt.IsZero() {
-			up = age(now.Sub(s.StartedAt))
-		}
-		if !s.LastActivity.IsZero() {
-			idle = age(now.Sub(s.LastActivity))
-		}
-		errText := s.LastError
-		if len(errText) > 60 {
-			errText = errText[:57] + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, errText)
+		pid, up, idle := processCells(s.PID, s.StartedAt, s.LastActivity, now)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

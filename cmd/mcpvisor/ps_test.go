@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -103,5 +104,25 @@ func TestPsWarnings(t *testing.T) {
 		!strings.Contains(out, "  memory: 2 tool(s) held back until approved (mcpvisor tools diff memory)") ||
 		strings.Contains(out, "  quiet:") {
 		t.Fatalf("ps printed:\n%s", out)
+	}
+}
+
+// A long last error, with multi-byte text where it is cut and a second
+// line, keeps ps and inspect one valid line per row: cut by characters,
+// its first line only.
+func TestLongLastErrorKeepsRowsWhole(t *testing.T) {
+	msg := strings.Repeat("x", 57) + "ééé and more\nsecond line of stderr"
+	now := time.Now()
+	var b strings.Builder
+	st := admin.Servers{Servers: []fleet.Status{{Name: "a", State: "failed", LastError: msg}}}
+	if err := printPs(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := printInstances(&b, []fleet.InstanceStatus{{Shared: true, State: "failed", LastError: msg}}, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "second line") || !utf8.ValidString(out) || strings.Count(out, strings.Repeat("x", 57)+"éé") != 2 {
+		t.Fatalf("rows:\n%s", out)
 	}
 }
