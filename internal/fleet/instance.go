@@ -50,9 +50,10 @@ type instance struct {
 	conn         Live
 	startedAt    time.Time
 	lastActivity time.Time
-	inflight     int
+	inflight     int32
+	own          int32         // of inflight, mcpvisor's own leases (Peek): a list refresh, a relayed notification
 	holding      int           // leases given on a connection and not released: the calls a drain waits for
-	drained      chan struct{} // set by retire while leases are held; closed when the last is released
+	drained      chan struct{} // set by a waiter (retire, Sleep) while leases are held; closed when the last is released
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    time.Time
 	timer        *time.Timer
@@ -332,6 +333,8 @@ func (in *instance) leaseRunning(session string, request bool) Live {
 	in.holding++
 	if request {
 		in.requests++
+	} else {
+		in.own++
 	}
 	in.lastActivity = time.Now()
 	in.usedLocked(c, session)
@@ -341,8 +344,11 @@ func (in *instance) leaseRunning(session string, request bool) Live {
 // release ends a lease leaseRunning or acquire gave: the call it held is
 // over (a drain waiting for the last one is told), and the request no
 // longer counts as in flight.
-func (in *instance) release() {
+func (in *instance) release(own bool) {
 	in.mu.Lock()
+	if own {
+		in.own--
+	}
 	in.holding--
 	if in.holding == 0 && in.drained != nil {
 		close(in.drained)
@@ -374,13 +380,22 @@ func (in *instance) retire() <-chan struct{} {
 	if in.timer != nil {
 		in.timer.Stop()
 	}
-	ch := make(chan struct{})
+	return in.drainedLocked()
+}
+
+// drainedLocked returns a channel closed once every lease given on the
+// instance is released: at once when none is held, else the one channel
+// all such waiters share.
+func (in *instance) drainedLocked() <-chan struct{} {
 	if in.holding == 0 {
+		ch := make(chan struct{})
 		close(ch)
-	} else {
-		in.drained = ch
+		return ch
 	}
-	return ch
+	if in.drained == nil {
+		in.drained = make(chan struct{})
+	}
+	return in.drained
 }
 
 // applySettings makes the instance's supervisor follow cfg's restart
@@ -449,7 +464,7 @@ func (in *instance) idleCheck() {
 		return
 	}
 	now := time.Now()
-	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: in.inflight,
+	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: int(in.inflight),
 		ready: in.conn != nil && in.conn.Alive() && in.sup.State().State == lifecycle.StateReady}
 	sleep, next := idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
 	if !sleep {

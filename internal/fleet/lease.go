@@ -75,6 +75,7 @@ type Lease struct {
 	conn Conn
 	once sync.Once
 	woke time.Duration
+	own  bool // mcpvisor's own (Peek), not a client's request
 }
 
 // Woke is how long Acquire waited for the instance to start from dormant
@@ -86,7 +87,9 @@ func (l *Lease) Conn() Conn { return l.conn }
 
 // Release ends the lease. Safe to call more than once and concurrently;
 // only the first call counts.
-func (l *Lease) Release() { l.once.Do(l.in.release) }
+func (l *Lease) Release() { l.once.Do(l.release) }
+
+func (l *Lease) release() { l.in.release(l.own) }
 
 // Acquire leases a live connection of the named server for session (the
 // instance of that session when the server is per-session, else the shared
@@ -169,7 +172,7 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 		return nil, false
 	}
 	c, _ := cur.(Conn)
-	return &Lease{in: in, conn: c}, true
+	return &Lease{in: in, conn: c, own: !request}, true
 }
 
 // instanceFor is the instance that serves session: the shared one unless

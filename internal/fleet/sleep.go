@@ -31,50 +31,70 @@ var ErrBusy = errors.New("busy")
 // each sleep on their own when idle, is refused so too), one with requests
 // in flight or a resource subscription (ErrBusy: a call is never cut), and
 // one the operator stopped or a reload removed (the error wraps ErrStopped
-// or ErrRemoved). A server already going dormant is waited for.
+// or ErrRemoved). A server already going dormant is waited for, and so is
+// mcpvisor's own work on it (a list refresh, a relayed notification),
+// which a sleep would cut: ctx bounds that wait too, and a Sleep that
+// gives up in it changes nothing.
 func (s *Server) Sleep(ctx context.Context) error {
-	done, err := s.sleepNow()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		done, quiet, err := s.sleepNow()
+		if err != nil {
+			return err
+		}
+		if quiet != nil {
+			select {
+			case <-quiet:
+				continue // look again: a request may have come meanwhile
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
 // sleepNow starts Sleep's dormant stop, under the operator lock (a Stop,
 // Restart or reload is either before it or after it), and returns the
-// channel closed when the stop is done.
-func (s *Server) sleepNow() (<-chan struct{}, error) {
+// channel closed when the stop is done; or, when only mcpvisor's own
+// leases are in flight, starts nothing and returns the channel closed
+// when they are all released.
+func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	if err := s.refused(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	name := s.Name()
 	if s.PerSession() {
-		return nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
+		return nil, nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
 	}
 	in := s.sharedIn()
 	if s.pinned(in.key) {
-		return nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
+		return nil, nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
 	}
 	in.mu.Lock()
 	if in.phase == phaseSleeping {
 		done := in.sleepDone
 		in.mu.Unlock()
-		return done, nil
+		return done, nil, nil
 	}
 	if in.phase != phaseRunning || in.conn == nil || !in.conn.Alive() || in.sup.State().State != lifecycle.StateReady {
 		in.mu.Unlock()
-		return nil, fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
+		return nil, nil, fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
 	}
-	if n := in.inflight; n > 0 {
+	if n := in.inflight - in.own; n > 0 {
 		in.mu.Unlock()
-		return nil, fmt.Errorf("server %s is %w: %d request(s) in flight (it sleeps on its own once idle; a stop lets them finish first)", name, ErrBusy, n)
+		return nil, nil, fmt.Errorf("server %s is %w: %d request(s) in flight (it sleeps on its own once idle; a stop lets them finish first)", name, ErrBusy, n)
 	}
-	return in.sleepLocked(time.Now(), "operator"), nil
+	if in.own > 0 {
+		q := in.drainedLocked()
+		in.mu.Unlock()
+		return nil, q, nil
+	}
+	return in.sleepLocked(time.Now(), "operator"), nil, nil
 }

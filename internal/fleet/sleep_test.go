@@ -114,3 +114,96 @@ func TestSleepPerSession(t *testing.T) {
 		}
 	})
 }
+
+// mcpvisor's own work on a server — a list refresh after a start, a
+// client notification relayed — is not a request in flight: Sleep does
+// not refuse it as busy but waits for it (a sleep would cut it), within
+// its context, and then puts the server to sleep.
+func TestSleepWaitsForMcpvisorsOwnWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		own, ok := s.Peek("")
+		if !ok {
+			t.Fatal("no running instance to peek")
+		}
+
+		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if err := s.Sleep(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Sleep bounded by 1s while mcpvisor's own lease is held = %v", err)
+		}
+		if st := state(s); st != "running" {
+			t.Fatalf("a Sleep that gave up changed the state to %s", st)
+		}
+
+		done := make(chan error, 1)
+		go func() { done <- s.Sleep(t.Context()) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Sleep returned %v while mcpvisor's own lease is held", err)
+		default:
+		}
+		if st := state(s); st != "running" {
+			t.Fatalf("the server went %s under mcpvisor's own lease", st)
+		}
+		own.Release()
+		if err := <-done; err != nil {
+			t.Fatalf("Sleep once mcpvisor's own work ended: %v", err)
+		}
+		if st := state(s); st != "dormant" {
+			t.Fatalf("after Sleep: %s", st)
+		}
+	})
+}
+
+// A Sleep waiting for mcpvisor's own lease and a Restart's drain waiting
+// for the same lease are both told when it is released: neither waiter
+// takes the other's place.
+func TestSleepAndRestartWaitForTheSameLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		own, ok := s.Peek("")
+		if !ok {
+			t.Fatal("no running instance to peek")
+		}
+		slept := make(chan error, 1)
+		go func() { slept <- s.Sleep(t.Context()) }()
+		synctest.Wait()
+		restarted := make(chan error, 1)
+		go func() { _, err := s.Restart(t.Context()); restarted <- err }()
+		synctest.Wait()
+		own.Release()
+		synctest.Wait()
+		select {
+		case err := <-restarted:
+			if err != nil {
+				t.Fatalf("Restart: %v", err)
+			}
+		case <-time.After(time.Hour):
+			t.Fatal("the Restart's drain was not told the lease was released")
+		}
+		select {
+		case err := <-slept:
+			// The instance it waited on was retired: the server now runs a
+			// new one, or is refused as not running; either way it returned.
+			if err != nil && !errors.Is(err, ErrNotRunning) {
+				t.Fatalf("Sleep after a Restart took its instance: %v", err)
+			}
+		default:
+			t.Fatal("the Sleep was not told the lease was released")
+		}
+	})
+}

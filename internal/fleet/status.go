@@ -89,7 +89,7 @@ func (in *instance) status() Status {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	st := Status{
-		InFlight: in.inflight,
+		InFlight: int(in.inflight),
 		Restarts: sup.Restarts,
 		Spawns:   in.spawns,
 	}
