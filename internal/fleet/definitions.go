@@ -364,10 +364,10 @@ func (s *Server) warning() string {
 	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again", d.lost)
 }
 
-// ToolHeld reports whether a pinned server holds back its tool name: the
-// tool's definition as last learned is new or changed since the operator
-// approved the server's tools. A name the server was never seen to list
-// is not held (the server answers for it).
+// ToolHeld reports whether a pinned server's tool name, as last learned
+// (the cache's view), is held back: new or changed since the operator
+// approved the server's tools. A name never learned is not reported held.
+// A call is decided by CheckTool, on the process that would serve it.
 func (s *Server) ToolHeld(name string) bool {
 	if !s.Config().Pin {
 		return false

@@ -53,6 +53,7 @@ type instance struct {
 	inflight     int32
 	own          int32         // of inflight, mcpvisor's own leases (Peek): a list refresh, a relayed notification
 	holding      int           // leases given on a connection and not released: the calls a drain waits for
+	live         *liveTools    // a pinned server's: what its process lists, for CheckTool
 	drained      chan struct{} // set by a waiter (retire, Sleep) while leases are held; closed when the last is released
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    time.Time
@@ -119,6 +120,9 @@ type instHooks struct{ in *instance }
 
 func (h instHooks) Notification(c *backend.Conn, m *rpc.Message) {
 	h.in.touch()
+	if m.Method == "notifications/tools/list_changed" {
+		h.in.toolsChanged()
+	}
 	if h.in.key == "" {
 		h.in.srv.listChanged(m.Method) // the cache follows the shared instance
 	}

@@ -470,9 +470,13 @@ func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 	defer l.Release()
 	rctx, cancel := WithTimeout(ctx, PlusTimeouts(s.Config().RequestTimeout, s.Config().InitTimeout))
 	defer cancel()
+	gen, pinned := l.in.liveGen()
 	var changed []ListKind
 	for _, k := range kinds.kinds() {
-		_, diff, err := s.learnFrom(rctx, l.Conn(), k)
+		items, diff, err := s.learnFrom(rctx, l.Conn(), k)
+		if err == nil && pinned && k == Tools {
+			l.in.sawTools(l.Conn(), gen, items)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -417,15 +417,25 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 				obj[key], _ = json.Marshal(public)
 				item, _ = json.Marshal(obj)
 			}
+			if prev, dup := t.byName[public]; dup {
+				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
+				continue
+			}
+			if prev, dup := t.held[public]; dup {
+				// The name stays the held tool's: holding it back does
+				// not hand its calls to another server.
+				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s (held back until approved), also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
+				continue
+			}
 			if held {
 				if t.held == nil {
 					t.held = map[string]route{}
 				}
-				t.held[public] = route{srv: srv, name: own}
-				continue
-			}
-			if prev, dup := t.byName[public]; dup {
-				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
+				r := route{srv: srv, name: own}
+				if own != public {
+					r.nameJSON, _ = json.Marshal(own)
+				}
+				t.held[public] = r
 				continue
 			}
 			r := route{srv: srv, name: own, item: len(t.items)}
@@ -511,7 +521,9 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 	}
 	r, ok := t.byName[name]
 	if h, held := t.held[name]; !ok && held {
-		return heldTool(m.ID, h.srv.Name(), h.name)
+		// Held as its server was last learned: the call goes to it, and
+		// is checked on the process that would serve it (begin).
+		r, ok = h, true
 	}
 	if !ok {
 		// A server may have gained it since the table was built: build
@@ -525,10 +537,6 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 			what = "prompt"
 		}
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
-	}
-	if k == kindTools && r.srv.ToolHeld(r.name) {
-		// Its definition changed since the table was built.
-		return heldTool(m.ID, r.srv.Name(), r.name)
 	}
 	params := m.Params
 	switch {

@@ -182,6 +182,24 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	f.lease = lease
 	conn := lease.Conn()
 	f.conn = conn
+	if method == "tools/call" && srv.Config().Pin {
+		// Checked on the process that would serve it, with its list as
+		// that process lists it (fleet.Server.CheckTool).
+		tool, _ := rpc.String(raw)
+		if err := srv.CheckTool(f.ctx, lease, tool); err != nil {
+			defer f.end()
+			if he := (*fleet.HeldError)(nil); errors.As(err, &he) {
+				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
+				return nil, heldTool(clientID, he)
+			}
+			if f.ctx.Err() != nil {
+				f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
+				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
+			}
+			f.set(telemetry.Unavailable, 0, err.Error())
+			return nil, errorResponse(clientID, rpc.BackendUnavailable, err.Error())
+		}
+	}
 	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
 	f.legacyToModern = s.modern == nil && modernConn
 	if s.modern != nil {

@@ -121,3 +121,74 @@ func TestPinnedToolHeldUntilApproved(t *testing.T) {
 	served("single modern", modern(hs.URL, "tools/call", "echo"), "ABC")
 	served("aggregate modern", modern(hsa.URL, "tools/call", "x__reverse"), "cba")
 }
+
+// A pinned server whose package changes while it sleeps: the first calls
+// after the wake — of the changed echo, and of reverse, which the new
+// process serves and no list learned before had — are checked against
+// what the woken process lists, on both endpoints, not against the list
+// cached before it slept. The same holds for a per-session server, each
+// session's process checked against its own list.
+func TestPinnedToolCheckedOnTheWokenProcess(t *testing.T) {
+	for _, sharing := range []string{"shared", "per-session"} {
+		t.Run(sharing, func(t *testing.T) {
+			variant := filepath.Join(t.TempDir(), "variant")
+			w := newWorld(t, fmt.Sprintf(`{"x":{"command":"$FIXTURE","pin":true,"sharing":%q,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}}}`, sharing, variant))
+			srv := w.fleet.Get("x")
+			w.fleet.Learn(t.Context(), 1)
+			if !srv.Cached(kindTools) {
+				t.Fatal("the first list was not learned")
+			}
+			if sharing == "shared" {
+				if err := srv.Sleep(t.Context()); err != nil && !strings.Contains(err.Error(), "dormant") {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(variant, []byte("1"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			call := func(ep Endpoint, name string) *rpc.Message {
+				t.Helper()
+				s := ep.Open(newRecorder())
+				defer ep.Close(s)
+				return ep.Handle(t.Context(), s, request(2, "tools/call", map[string]any{"name": name, "arguments": map[string]any{"text": "abc", "upper": true}}), newRecorder())
+			}
+			for _, c := range []struct {
+				ep         Endpoint
+				name, tool string
+			}{
+				{w.gw.Single("x"), "echo", "echo"},
+				{w.gw.Single("x"), "reverse", "reverse"},
+				{w.gw.Aggregate(), "x__echo", "echo"},
+			} {
+				m := call(c.ep, c.name)
+				if m.Error == nil || m.Error.Code != rpc.InvalidParams || !strings.Contains(m.Error.Message, "tools approve x "+c.tool) {
+					t.Fatalf("call of %s after the change: %s, want it held", c.name, m.Encode())
+				}
+			}
+			w.waitEvent("x", "definitions_changed", 1, 10*time.Second)
+		})
+	}
+}
+
+// With no prefix, a pinned server's held tool keeps its name on the
+// aggregate: a call of it is refused as held, not handed to another
+// server that lists a tool of the same name.
+func TestHeldToolKeepsItsNameOnTheAggregate(t *testing.T) {
+	variant := filepath.Join(t.TempDir(), "variant")
+	w := newWorld(t, fmt.Sprintf(`{"a":{"command":"$FIXTURE","prefix":"","pin":true,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}},"b":{"command":"$FIXTURE","prefix":""}}`, variant))
+	w.fleet.Learn(t.Context(), 2)
+	if err := os.WriteFile(variant, []byte("1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.fleet.Get("a").Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.waitEvent("a", "definitions_changed", 1, 10*time.Second)
+	agg := w.gw.Aggregate()
+	s := agg.Open(newRecorder())
+	defer agg.Close(s)
+	m := agg.Handle(t.Context(), s, request(2, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "abc"}}), newRecorder())
+	if m.Error == nil || !strings.Contains(m.Error.Message, "tools approve a echo") {
+		t.Fatalf("call of a's held echo with b also listing echo: %s, want it held (a's)", m.Encode())
+	}
+}

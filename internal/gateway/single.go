@@ -72,17 +72,15 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/call":
-		cfg := e.srv.Config()
-		f := cfg.Tools
-		if len(f.Allow) == 0 && len(f.Deny) == 0 && !cfg.Pin {
+		// A pinned server's tool is checked once leased, on the process
+		// that serves it (begin).
+		f := e.srv.Config().Tools
+		if len(f.Allow) == 0 && len(f.Deny) == 0 {
 			break
 		}
 		name := stringField(m.Params, "name")
 		if !f.Allowed(name) {
 			return errorResponse(m.ID, rpc.InvalidParams, "tool "+name+" is not allowed by mcpvisor's configuration")
-		}
-		if e.srv.ToolHeld(name) {
-			return heldTool(m.ID, e.srv.Name(), name)
 		}
 	case "tools/list":
 		resp := e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
@@ -197,12 +195,12 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 
 // heldTool is the error of a call of a tool a pinned server holds back:
 // it names the command that approves it.
-func heldTool(id json.RawMessage, server, tool string) *rpc.Message {
-	return &rpc.Message{ID: id, Error: &rpc.Error{
-		Code:    rpc.InvalidParams,
-		Message: fleet.HeldToolError(server, tool),
-		Data:    mustJSON(map[string]string{"server": server, "tool": tool, "reason": "held", "approve": "mcpvisor tools approve " + server + " " + tool}),
-	}}
+func heldTool(id json.RawMessage, he *fleet.HeldError) *rpc.Message {
+	data := map[string]string{"server": he.Server, "tool": he.Tool, "reason": "held", "approve": "mcpvisor tools approve " + he.Server + " " + he.Tool}
+	if he.Unlisted {
+		data = map[string]string{"server": he.Server, "tool": he.Tool, "reason": "unlisted"}
+	}
+	return &rpc.Message{ID: id, Error: &rpc.Error{Code: rpc.InvalidParams, Message: he.Error(), Data: mustJSON(data)}}
 }
 
 // filterTools drops the tools that allowed rejects (given each as the
