@@ -50,6 +50,21 @@ type defs struct {
 	gen     uint64
 	writeMu sync.Mutex
 	written uint64
+	// retired is set, under writeMu, when a reload removes the server:
+	// nothing of it is written after, so that a server added again under
+	// its name owns the record (its writes are not undone by a late one
+	// of the removed server's refresher).
+	retired bool
+}
+
+// retireRecord ends the server's writes of its definitions record; a
+// write under way finishes first. A reload that removes the server calls
+// it.
+func (s *Server) retireRecord() {
+	d := s.defs()
+	d.writeMu.Lock()
+	d.retired = true
+	d.writeMu.Unlock()
 }
 
 // putDefinitions writes a server's definitions record (a seam for tests).
@@ -254,7 +269,7 @@ func (s *Server) flushDefinitions() {
 	d.mu.Unlock()
 	if rec != nil {
 		d.writeMu.Lock()
-		if gen > d.written {
+		if gen > d.written && !d.retired {
 			d.written = gen
 			if err := putDefinitions(st, s.Name(), rec); err != nil {
 				s.f.log.Warn("could not persist a server's definitions", "server", s.Name(), "err", err)
@@ -503,4 +518,34 @@ func (s *Server) pinChanged(was, now bool) bool {
 		s.flushDefinitions()
 	}
 	return n > 0
+}
+
+// ErrNotLost is AcceptLost's error for a server whose tools are not lost.
+var ErrNotLost = errors.New("has not lost its tools")
+
+// AcceptLost is the operator's "it lists no tools now, and that is right":
+// for a server whose tools relearn found none where it had some (its
+// tools_lost warning, which keeps it from being ready), the empty list
+// becomes its known definitions — reported as a definitions_changed that
+// removed them, the warning cleared. Tools it lists later are compared
+// with none (added); a pinned server's approvals are kept, so a tool that
+// comes back as it was approved is served, a changed one held. It returns
+// how many tools were given up, or an error wrapping ErrNotLost.
+func (s *Server) AcceptLost() (int, error) {
+	d := s.defs()
+	d.mu.Lock()
+	n := d.lost
+	if n == 0 {
+		d.mu.Unlock()
+		return 0, fmt.Errorf("server %s %w (no tools_lost warning to clear)", s.Name(), ErrNotLost)
+	}
+	changes := drift.Diff(d.known[drift.Tool], drift.Set{})
+	d.known[drift.Tool], d.items[drift.Tool] = drift.Set{}, []json.RawMessage{}
+	d.lost, d.lostNews = 0, false
+	d.unreported = append(d.unreported, changes...)
+	d.dirty = true
+	d.mu.Unlock()
+	s.flushDefinitions()
+	s.f.emit(Event{Server: s.Name(), Type: "tools_lost_accepted", Details: map[string]any{"previous": n}})
+	return n, nil
 }

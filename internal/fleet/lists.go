@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -545,8 +546,13 @@ func (s *Server) loadDefinitions() {
 	}
 }
 
+// definitionsGrace is how long the definitions record of a server no
+// longer configured is kept: added again within it, the server has its
+// approvals and its last known definitions back.
+const definitionsGrace = 30 * 24 * time.Hour
+
 // pruneDefinitions drops the definitions records of servers no longer
-// configured.
+// configured for definitionsGrace.
 func (f *Fleet) pruneDefinitions() {
 	if f.store == nil {
 		return
@@ -555,7 +561,7 @@ func (f *Fleet) pruneDefinitions() {
 	for _, s := range f.Servers() {
 		keep[s.Name()] = true
 	}
-	if _, err := f.store.PruneDefinitions(keep); err != nil {
+	if _, err := f.store.PruneDefinitions(keep, time.Now(), definitionsGrace); err != nil {
 		f.log.Warn("could not prune the persisted definitions", "err", err)
 	}
 }

@@ -3,11 +3,13 @@ package fleet
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // newPinned is a pinned drift fleet whose server s learned echoV1 and
@@ -213,6 +215,114 @@ func TestCheckToolSharesOneLearn(t *testing.T) {
 		}
 		if n, _ := df.listStats(); n != after {
 			t.Fatal("a later check listed again although nothing changed")
+		}
+	})
+}
+
+// A pinned server removed by a reload and added again keeps its
+// approvals: what it serves then is compared with what it served before
+// (a change is reported and held), not trusted as a first list.
+func TestAReAddedPinnedServerKeepsItsApprovals(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.Open(path, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		settings := `,"idleTimeout":"0","pin":true`
+		df := newDriftFleet(t, settings, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1, pidTool)
+		learnTools(t, df.f.Get("s"))
+
+		for _, servers := range []string{`"other":{"command":"o"}`, `"other":{"command":"o"},"s":{"command":"fake"` + settings + `}`} {
+			if _, err := df.f.Reload(t.Context(), parseCfg(t, servers), false, nil); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		df.srv.setItems(echoV2, pidTool)
+		s := df.f.Get("s")
+		if err := checkOn(t, s, "", "echo", time.Second); !isHeld(err, false) {
+			t.Fatalf("the re-added server's changed echo: %v, want held", err)
+		}
+		if n := len(df.of("definitions_changed")); n != 1 {
+			t.Fatalf("%d definitions_changed events, want 1", n)
+		}
+	})
+}
+
+// Once a reload removed a server, nothing of it writes its definitions
+// record: a late flush of the removed server (its refresher finishing)
+// does not undo what the server added again under its name wrote.
+func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.Open(path, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		df := newDriftFleet(t, `,"idleTimeout":"0","pin":true`, nil, st)
+		defer df.close(t)
+		old := df.f.Get("s")
+		df.srv.setItems(echoV1, pidTool)
+		learnTools(t, old)
+		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"other":{"command":"o"}`), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		before := string(st.Definitions("s"))
+		d := old.defs()
+		d.mu.Lock()
+		d.approved = nil // a change the removed server would persist
+		d.dirty = true
+		d.mu.Unlock()
+		old.flushDefinitions()
+		if got := string(st.Definitions("s")); got != before {
+			t.Fatalf("a removed server wrote its record:\n%s\nwas\n%s", got, before)
+		}
+	})
+}
+
+// The operator can clear a tools_lost warning by accepting the empty list:
+// the server is ready again, the loss reported as a change, and a pinned
+// server's tools that come back as approved are served while a changed
+// one is held. A server whose tools are not lost refuses it.
+func TestAcceptLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, "")
+		defer df.close(t)
+		if _, err := s.AcceptLost(); !errors.Is(err, ErrNotLost) {
+			t.Fatalf("AcceptLost of a server with its tools: %v", err)
+		}
+		df.srv.setItems()
+		relearn(s)
+		if s.Status().Warning == "" {
+			t.Fatal("no tools_lost warning")
+		}
+		if n, err := s.AcceptLost(); err != nil || n != 2 {
+			t.Fatalf("AcceptLost = %d, %v; want 2", n, err)
+		}
+		if st := s.Status(); st.Warning != "" || !st.Ready {
+			t.Fatalf("after AcceptLost: %+v", st)
+		}
+		ev := df.of("definitions_changed")
+		if len(ev) != 1 || len(details(t, ev[0]).Removed) != 2 || len(df.of("tools_lost_accepted")) != 1 {
+			t.Fatalf("events: %+v", df.events)
+		}
+		relearn(s) // still none: no new warning
+		if s.Status().Warning != "" {
+			t.Fatal("the accepted empty list warned again")
+		}
+		df.srv.setItems(echoV1, shout)
+		relearn(s)
+		if err := checkOn(t, s, "", "echo", time.Second); err != nil {
+			t.Fatalf("echo back as approved: %v", err)
+		}
+		if err := checkOn(t, s, "", "shout", time.Second); !isHeld(err, false) {
+			t.Fatalf("the new shout: %v, want held", err)
 		}
 	})
 }

@@ -164,6 +164,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		case config.ActionRemoved:
 			w.s.opMu.Lock()
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
+			w.s.retireRecord()
 			w.old = w.s.takeOut("removed from the configuration")
 			w.s.opMu.Unlock()
 		case config.ActionRestarted:

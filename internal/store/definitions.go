@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -54,19 +55,31 @@ func (s *Store) PutDefinitions(server string, rec json.RawMessage) error {
 	})
 }
 
-// PruneDefinitions removes the definitions records of servers not in
-// keep, and reports how many it removed.
-func (s *Store) PruneDefinitions(keep map[string]bool) (int, error) {
+// PruneDefinitions forgets the definitions records of servers no longer
+// configured — those not in keep — once they have been gone for grace:
+// a server removed and added again within it finds its approvals and its
+// last known definitions (what it serves then is compared with them),
+// instead of trusting whatever it serves as if new. A record's server is
+// first seen gone at now, and no longer gone when it is kept again. It
+// reports how many records it removed.
+func (s *Store) PruneDefinitions(keep map[string]bool, now time.Time, grace time.Duration) (int, error) {
 	if s == nil {
 		return 0, nil
 	}
 	removed := 0
 	err := s.update(func(tx *bolt.Tx) error {
 		removed = 0
-		b := tx.Bucket(bucketDefs)
-		var drop [][]byte
-		err := b.ForEach(func(k, _ []byte) error {
-			if !keep[string(k)] {
+		defs, gone := tx.Bucket(bucketDefs), tx.Bucket(bucketGone)
+		var drop, mark, back [][]byte
+		err := defs.ForEach(func(k, _ []byte) error {
+			if keep[string(k)] {
+				return nil
+			}
+			since, err := time.Parse(time.RFC3339Nano, string(gone.Get(k)))
+			switch {
+			case gone.Get(k) == nil || err != nil:
+				mark = append(mark, bytes.Clone(k))
+			case now.Sub(since) >= grace:
 				drop = append(drop, bytes.Clone(k))
 			}
 			return nil
@@ -74,8 +87,30 @@ func (s *Store) PruneDefinitions(keep map[string]bool) (int, error) {
 		if err != nil {
 			return err
 		}
+		err = gone.ForEach(func(k, _ []byte) error {
+			if keep[string(k)] || defs.Get(k) == nil {
+				back = append(back, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range back {
+			if err := gone.Delete(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range mark {
+			if err := gone.Put(k, []byte(now.UTC().Format(time.RFC3339Nano))); err != nil {
+				return err
+			}
+		}
 		for _, k := range drop {
-			if err := b.Delete(k); err != nil {
+			if err := defs.Delete(k); err != nil {
+				return err
+			}
+			if err := gone.Delete(k); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // A definitions record survives a reopen and a change of the server's
@@ -42,12 +43,38 @@ func TestDefinitionsPersist(t *testing.T) {
 	if got := s.Definitions("a"); string(got) != string(rec) {
 		t.Fatalf("after reopen and a launch change: %s, want %s", got, rec)
 	}
-	n, err := s.PruneDefinitions(map[string]bool{"a": true})
-	if err != nil || n != 1 {
-		t.Fatalf("PruneDefinitions = %d, %v; want 1 removed", n, err)
+	// b is no longer configured: kept for the grace period from when it
+	// was first seen gone, which a return of b resets.
+	const day, grace = 24 * time.Hour, 30 * 24 * time.Hour
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	prune := func(at time.Duration, keep ...string) int {
+		t.Helper()
+		k := map[string]bool{}
+		for _, name := range keep {
+			k[name] = true
+		}
+		n, err := s.PruneDefinitions(k, t0.Add(at), grace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
-	if s.Definitions("b") != nil || s.Definitions("a") == nil {
-		t.Fatal("PruneDefinitions removed the wrong record")
+	if prune(0, "a") != 0 || prune(29*day, "a") != 0 || s.Definitions("b") == nil {
+		t.Fatal("a record of a server gone for less than the grace period was removed")
+	}
+	prune(29*day, "a", "b") // b is back
+	if prune(40*day, "a") != 0 || s.Definitions("b") == nil {
+		t.Fatal("the grace period did not start again after b came back")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path, Options{})
+	if prune(69*day, "a") != 0 || s.Definitions("b") == nil {
+		t.Fatal("removed before its grace period ended (counted from when it left again, across a reopen)")
+	}
+	if n := prune(70*day, "a"); n != 1 || s.Definitions("b") != nil || s.Definitions("a") == nil {
+		t.Fatalf("PruneDefinitions after the grace period removed %d; b %s, a %s", n, s.Definitions("b"), s.Definitions("a"))
 	}
 	if err := s.PutDefinitions("a", nil); err != nil || s.Definitions("a") != nil {
 		t.Fatalf("deleting a record: %v", err)

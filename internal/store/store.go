@@ -69,6 +69,9 @@ var (
 	bucketLists  = []byte("lists")
 	bucketEvents = []byte("events")
 	bucketDefs   = []byte("definitions")
+	// bucketGone holds, per server no longer configured, when its
+	// definitions record was first found so (PruneDefinitions).
+	bucketGone = []byte("definitions-gone")
 	keySchema    = []byte("schema")
 )
 
@@ -304,7 +307,7 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 	}
 	if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
 		s.log.Warn("state file has another schema; dropping its contents", "schema", string(v), "want", schemaVersion)
-		for _, name := range [][]byte{bucketLists, bucketEvents, bucketDefs} {
+		for _, name := range [][]byte{bucketLists, bucketEvents, bucketDefs, bucketGone} {
 			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return err
 			}
@@ -318,6 +321,9 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 		return err
 	}
 	if _, err := tx.CreateBucketIfNotExists(bucketEvents); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketGone); err != nil {
 		return err
 	}
 	if _, err := tx.CreateBucketIfNotExists(bucketDefs); err != nil {
