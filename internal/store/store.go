@@ -72,7 +72,7 @@ var (
 	// bucketGone holds, per server no longer configured, when its
 	// definitions record was first found so (PruneDefinitions).
 	bucketGone = []byte("definitions-gone")
-	keySchema    = []byte("schema")
+	keySchema  = []byte("schema")
 )
 
 var (
