@@ -114,7 +114,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	}
 	if g.tracing != nil {
 		target, _ := rpc.String(raw) // escapes decoded, for the span alone
-		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, target, params), target: target}
+		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, spanTarget(srv, method, f.target), params), target: target}
 		if s.modern != nil {
 			f.tr.protocol = modernVersion
 		}
@@ -337,6 +337,30 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		f.set(telemetry.Unavailable, 0, out.Error.Message)
 	}
 	return out
+}
+
+// spanTarget is what a span's name says the request of method targets:
+// the tool or prompt named (target, as the server knows it) if the
+// server lists it, else "" — a client's own names stay out of span names.
+func spanTarget(srv *fleet.Server, method string, target []byte) string {
+	if len(target) == 0 {
+		return ""
+	}
+	switch method {
+	case "tools/call":
+		tools, _ := srv.CachedList(fleet.Tools)
+		if l := srv.Telemetry().ToolLabel(target, tools); l != telemetry.Other {
+			return l
+		}
+	case "prompts/get":
+		prompts, _ := srv.CachedList(fleet.Prompts)
+		for _, p := range prompts {
+			if n, _ := rpc.StringMember(p, "name"); n == string(target) {
+				return n
+			}
+		}
+	}
+	return ""
 }
 
 // plainString is the content of the JSON string v when it has no escape

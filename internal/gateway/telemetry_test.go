@@ -274,3 +274,56 @@ func TestCallCutByDrainCountedOnce(t *testing.T) {
 		t.Fatalf("answer %s, counted %+v: want one unavailable", m.Encode(), c)
 	}
 }
+
+// A client cannot make span names of its own: the name of a tool the
+// server does not list, and a method outside MCP's, stay out of them
+// (names are what trace backends index and derive metrics from), and no
+// attribute or status of a span carries more than a bounded part of what
+// the client sent.
+func TestSpanNamesBounded(t *testing.T) {
+	tr, rcv := newTestTracing(t)
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetTracing(tr)
+	if _, err := w.fleet.Get("a").List(t.Context(), fleet.Tools); err != nil {
+		t.Fatal(err)
+	}
+	ep := w.gw.Single("a")
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	long := strings.Repeat("z", 10000)
+	for i, m := range []*rpc.Message{
+		{Method: "initialize", Params: json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)},
+		{Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"hi"}}`)},
+		{Method: "tools/call", Params: json.RawMessage(`{"name":"` + long + `"}`)},
+		{Method: "x/" + long, Params: json.RawMessage(`{}`)},
+	} {
+		m.ID = json.RawMessage(strconv.Itoa(i + 1))
+		ep.Handle(t.Context(), s, m, out)
+	}
+	if err := tr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sp := range rcv.Wait(3, 5*time.Second) {
+		names[sp.Name] = true
+		for k, v := range sp.Attrs {
+			if s, ok := v.(string); ok && len(s) > 1024 {
+				t.Errorf("span %.40q: attribute %s of %d bytes", sp.Name, k, len(s))
+			}
+		}
+		if len(sp.StatusMessage) > 1024 {
+			t.Errorf("span %.40q: status message of %d bytes", sp.Name, len(sp.StatusMessage))
+		}
+	}
+	for n := range names {
+		if len(n) > 64 {
+			t.Errorf("span name of %d bytes: %.60q…", len(n), n)
+		}
+	}
+	for _, want := range []string{"tools/call echo", "tools/call", telemetry.Other} {
+		if !names[want] {
+			t.Errorf("no span named %q among %d", want, len(names))
+		}
+	}
+}

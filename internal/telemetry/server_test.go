@@ -3,6 +3,7 @@ package telemetry
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,29 @@ func BenchmarkRecord(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Record(c)
+	}
+}
+
+// A label a client's request could make is one of a bounded set: a method
+// of MCP's or Other; a tool the server lists or Other (a name with bytes
+// to escape is not one a client's raw request can match).
+func TestLabelsBounded(t *testing.T) {
+	for method, want := range map[string]string{"tools/call": "tools/call", "ping": "ping", "x/" + strings.Repeat("y", 100): Other, "": Other} {
+		if got := MethodLabel(method); got != want {
+			t.Errorf("MethodLabel(%.20q) = %q, want %q", method, got, want)
+		}
+	}
+	s := NewServer()
+	tools := toolList("echo", Other)
+	for tool, want := range map[string]string{"echo": "echo", "nope": Other, Other: Other, "": Other} {
+		if got := s.ToolLabel([]byte(tool), tools); got != want {
+			t.Errorf("ToolLabel(%q) = %q, want %q", tool, got, want)
+		}
+	}
+	if got := s.ToolLabel([]byte("echo"), nil); got != Other {
+		t.Errorf("ToolLabel without a list = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.ToolLabel([]byte("echo"), tools) }); n != 0 {
+		t.Errorf("ToolLabel allocates %v", n)
 	}
 }

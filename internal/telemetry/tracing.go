@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -123,9 +124,22 @@ func NewTracing(ctx context.Context, opts TracingOptions) (*Tracing, error) {
 	if opts.BatchTimeout > 0 {
 		bo = append(bo, sdktrace.WithBatchTimeout(opts.BatchTimeout))
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bo...), sdktrace.WithResource(res))
+	limits := sdktrace.NewSpanLimits()
+	if getenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" && getenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" {
+		// Attributes carry what clients send (a tool's name, a request
+		// id): bounded, so that no client makes spans that a receiver
+		// refuses with the batch they are in.
+		limits.AttributeValueLengthLimit = MaxAttributeLength
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bo...), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits))
 	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/mcpvisor/mcpvisor", trace.WithInstrumentationVersion(version)), endpoint: exp.url}, nil
 }
+
+// MaxAttributeLength bounds the length of a span's string attributes
+// (longer ones are cut) and of its status message, unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT sets another bound for attributes.
+const MaxAttributeLength = 1024
 
 // endpointURL is the traces URL of the --otlp-endpoint value s.
 func endpointURL(s string) (string, error) {
@@ -203,7 +217,10 @@ type Span struct {
 }
 
 // Start begins the span of a client request for method (tool: the tool or
-// prompt it names, "" if none) whose params the client sent. Its parent is
+// prompt it names, "" if none) whose params the client sent. Its name and
+// mcp.method.name are the method as MethodLabel folds it (a client cannot
+// name spans: names are what trace backends index), followed by tool —
+// which the caller must bound likewise (Server.ToolLabel). Its parent is
 // the trace context in params._meta (traceparent, tracestate: the key
 // names the MCP 2026-07-28 revision reserves for it), else the one of ctx
 // (an HTTP request's headers, see Handler); with both, the span is a child
@@ -212,6 +229,7 @@ func (t *Tracing) Start(ctx context.Context, method, tool string, params json.Ra
 	if t == nil {
 		return Span{}
 	}
+	method = MethodLabel(method)
 	name := method
 	if tool != "" {
 		name += " " + tool
@@ -316,8 +334,20 @@ func (s Span) End(e End) {
 		}
 		s.span.SetAttributes(attrs...)
 		if e.Outcome != OK {
-			s.span.SetStatus(codes.Error, e.Message)
+			s.span.SetStatus(codes.Error, cut(e.Message, MaxAttributeLength))
 		}
 	}
 	s.span.End()
+}
+
+// cut is s cut to at most n bytes, at a character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
