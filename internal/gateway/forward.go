@@ -26,6 +26,9 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+	if fm, ok := related.(forwardMarker); ok {
+		fm.markForwarded() // counted and traced as its server's call, not as mcpvisor's answer
+	}
 	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) && s.modern.givesInput() {
 		// A modern client's call that may need its input: held across
 		// rounds.

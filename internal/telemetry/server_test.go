@@ -221,3 +221,36 @@ func TestLabelsBounded(t *testing.T) {
 		t.Errorf("ToolLabel allocates %v", n)
 	}
 }
+
+// Local counts by folded method and outcome, concurrently, without
+// allocating; every series is listed, from zero.
+func TestLocal(t *testing.T) {
+	var l Local
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				l.Record("ping", OK)
+				l.Record("x/"+strings.Repeat("y", 10), ProtocolError)
+			}
+		})
+	}
+	wg.Wait()
+	if l.Count("ping", OK) != 400 || l.Count(Other, ProtocolError) != 400 || l.Count("x/other", ProtocolError) != 400 {
+		t.Fatalf("ping %d, other %d", l.Count("ping", OK), l.Count(Other, ProtocolError))
+	}
+	series, last := 0, ""
+	l.Each(func(method string, o Outcome, n uint64) {
+		if method < last {
+			t.Errorf("%q after %q", method, last)
+		}
+		last = method
+		series++
+	})
+	if series != (len(Methods)+1)*int(NumOutcomes) {
+		t.Errorf("%d series", series)
+	}
+	if n := testing.AllocsPerRun(100, func() { l.Record("tools/list", OK) }); n != 0 {
+		t.Errorf("Record allocates %v", n)
+	}
+}

@@ -40,7 +40,8 @@ type TracingOptions struct {
 	BatchTimeout time.Duration
 }
 
-// Tracing makes a span of each client request that reaches a server and
+// Tracing makes a span of each client request — one that reaches a
+// server (Start), or one mcpvisor answers itself (Answered) — and
 // exports the spans over OTLP/HTTP (protobuf), in batches (the SDK's batch
 // span processor: a bounded queue, spans beyond it dropped). A nil *Tracing is tracing
 // turned off: the gateway then makes no span and changes no request. Safe
@@ -229,6 +230,22 @@ func (t *Tracing) Start(ctx context.Context, method, tool string, params json.Ra
 	if t == nil {
 		return Span{}
 	}
+	return t.start(ctx, method, tool, params)
+}
+
+// Answered makes the span of a client request for method that mcpvisor
+// answered itself, from start to now, as Start and End would: its parent
+// is found as Start finds it, its name is the method (folded), and e (whose
+// Local is set) describes its end.
+func (t *Tracing) Answered(ctx context.Context, start time.Time, method string, params json.RawMessage, e End) {
+	if t == nil {
+		return
+	}
+	e.Local = true
+	t.start(ctx, method, "", params, trace.WithTimestamp(start)).End(e)
+}
+
+func (t *Tracing) start(ctx context.Context, method, tool string, params json.RawMessage, extra ...trace.SpanStartOption) Span {
 	method = MethodLabel(method)
 	name := method
 	if tool != "" {
@@ -251,7 +268,7 @@ func (t *Tracing) Start(ctx context.Context, method, tool string, params json.Ra
 			}
 		}
 	}
-	_, sp := t.tracer.Start(ctx, name, so...)
+	_, sp := t.tracer.Start(ctx, name, append(so, extra...)...)
 	return Span{t: t, span: sp}
 }
 
@@ -284,7 +301,8 @@ func (s Span) Inject(params json.RawMessage) json.RawMessage {
 
 // End describes how the request ended.
 type End struct {
-	Server  string // the configured server it went to
+	Server  string // the configured server it went to ("": none)
+	Local   bool   // mcpvisor answered it itself (Answered sets it)
 	Tool    string // gen_ai.tool.name (tools/call)
 	Outcome Outcome
 	Code    int    // JSON-RPC error code, for a protocol error
@@ -306,7 +324,13 @@ func (s Span) End(e End) {
 	}
 	if s.span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 10)
-		attrs = append(attrs, attribute.String("mcpvisor.server", e.Server), attribute.String("mcpvisor.outcome", e.Outcome.String()))
+		attrs = append(attrs, attribute.String("mcpvisor.outcome", e.Outcome.String()))
+		if e.Server != "" {
+			attrs = append(attrs, attribute.String("mcpvisor.server", e.Server))
+		}
+		if e.Local {
+			attrs = append(attrs, attribute.Bool("mcpvisor.local", true))
+		}
 		if e.Tool != "" {
 			attrs = append(attrs, attribute.String("gen_ai.tool.name", e.Tool), attribute.String("gen_ai.operation.name", "execute_tool"))
 		}
