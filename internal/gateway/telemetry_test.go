@@ -452,3 +452,20 @@ func mustModern(t *testing.T, params string) *Modern {
 	}
 	return mo
 }
+
+// A held call whose client never comes back is cancelled at its server
+// when the hold runs out, and counted once, as cancelled; the request that
+// began it was forwarded (not one of mcpvisor's own answers).
+func TestExpiredHeldCallCountedOnce(t *testing.T) {
+	w := newMRTRWorld(t)
+	w.gw.SetHoldTimeout(200 * time.Millisecond)
+	inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	tel := w.fleet.Get("c").Telemetry()
+	waitFor(t, "the held call's end", func() bool { return w.gw.HeldCalls() == 0 && tel.Calls() != [telemetry.NumOutcomes]uint64{} })
+	if c := tel.CallCounts(); c != (telemetry.CallCounts{Cancelled: 1}) {
+		t.Fatalf("an expired held call counted %+v, want one cancelled", c)
+	}
+	if n := w.gw.LocalRequests().Count("tools/call", telemetry.OK); n != 0 {
+		t.Fatalf("the call's first request counted as mcpvisor's answer (%d)", n)
+	}
+}
