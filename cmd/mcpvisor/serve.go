@@ -119,6 +119,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				routes.sync(ap.Removed)
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
+				Local:       a.gw.LocalRequests(),
 				Containment: a.rt.Report().Layers,
 				Logs: func(name string) *logbuf.Buffer {
 					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {

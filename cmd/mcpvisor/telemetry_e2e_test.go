@@ -21,9 +21,10 @@ import (
 // mcpvisor serve --otlp-endpoint: a known sequence of calls (two
 // successes, an isError result, a timeout) shows in /metrics by outcome
 // and tool, and in /api/servers with what the server's process uses (a
-// fixture holding 32 MiB and spinning 200 ms at start); every call's span
-// reaches the OTLP receiver by the time mcpvisor has exited on SIGTERM,
-// cleanly.
+// fixture holding 32 MiB and spinning 200 ms at start), and initialize,
+// which mcpvisor answers itself, in mcpvisor_gateway_requests_total; every
+// request's span reaches the OTLP receiver by the time mcpvisor has exited
+// on SIGTERM, cleanly.
 func TestServeMetricsAndTracing(t *testing.T) {
 	rcv := otlptest.New(t)
 	fixture := testserver.Build(t)
@@ -52,6 +53,8 @@ func TestServeMetricsAndTracing(t *testing.T) {
 	m := scrape(t, s.base)
 	for series, want := range map[string]float64{
 		`mcpvisor_server_calls_total{server="a",outcome="ok"}`:                                                                                 2,
+		`mcpvisor_gateway_requests_total{method="initialize",outcome="ok"}`:                                                                    1,
+		`mcpvisor_gateway_requests_total{method="tools/call",outcome="ok"}`:                                                                    0,
 		`mcpvisor_server_calls_total{server="a",outcome="tool_error"}`:                                                                         1,
 		`mcpvisor_server_calls_total{server="a",outcome="timeout"}`:                                                                            1,
 		`mcp_server_operation_duration_seconds_count{server="a",mcp_method_name="tools/call",gen_ai_tool_name="echo"}`:                         2,
@@ -111,7 +114,7 @@ func TestServeMetricsAndTracing(t *testing.T) {
 			t.Errorf("span %s: mcp.session.id %q (the client's session id is %q)", sp.Name, id, sess.ID())
 		}
 	}
-	want := map[string]int{"tools/call echo ok": 2, "tools/call echo tool_error": 1, "tools/call sleep timeout": 1}
+	want := map[string]int{"initialize ok": 1, "tools/call echo ok": 2, "tools/call echo tool_error": 1, "tools/call sleep timeout": 1}
 	if fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Fatalf("spans at exit %v, want %v", names, want)
 	}

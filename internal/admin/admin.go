@@ -21,6 +21,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // Servers is the body of GET /api/servers.
@@ -111,6 +112,9 @@ type Options struct {
 	// HeldCalls, if set, counts the calls held for a modern client's
 	// retry, per server, for /api/servers and /metrics.
 	HeldCalls func() map[string]int
+	// Local, if set, counts the client requests the gateway answered
+	// itself, for /metrics (mcpvisor_gateway_requests_total).
+	Local *telemetry.Local
 	// Logs, if set, returns the stderr buffer of the configured server
 	// name (it is asked only for names the fleet has), for
 	// /api/servers/{name}/logs; nil, or a nil buffer, means its logs are

@@ -91,6 +91,12 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
 	}
 	callMetrics(m, servers)
+	if h.opts.Local != nil {
+		m.family("mcpvisor_gateway_requests_total", "counter", "Client requests mcpvisor answered itself, without forwarding them to a server — initialize, ping, the lists of /mcp, server/discover, a call of an unknown or denied tool, logging/setLevel on /mcp, a retry of a held call, a method it does not serve — by method (MCP's; any other is _OTHER) and outcome (as mcpvisor_server_calls_total's). Requests forwarded to a server are counted in mcpvisor_server_calls_total instead.")
+		h.opts.Local.Each(func(method string, o telemetry.Outcome, n uint64) {
+			m.sample("mcpvisor_gateway_requests_total", labels("method", method, "outcome", o.String()), float64(n))
+		})
+	}
 
 	counts := h.log.counted()
 	m.family("mcpvisor_events_total", "counter", "Lifecycle events by server and type, since mcpvisor started.")

@@ -175,3 +175,41 @@ func TestMetricsSeriesBound(t *testing.T) {
 		t.Errorf("after calls to 50 unlisted names per server: %d series, want %d", got, want)
 	}
 }
+
+// The requests mcpvisor answers itself show as
+// mcpvisor_gateway_requests_total by method and outcome: every MCP method
+// and _OTHER, every outcome, from zero — a bounded set, whatever methods
+// clients make up.
+func TestGatewayRequestsExposition(t *testing.T) {
+	f := testFleet(t)
+	var local telemetry.Local
+	local.Record("ping", telemetry.OK)
+	local.Record("ping", telemetry.OK)
+	local.Record("tools/call", telemetry.ProtocolError)
+	for i := range 100 {
+		local.Record(fmt.Sprintf("made/up/%d", i), telemetry.ProtocolError)
+	}
+	srv := httptest.NewServer(New(f, nil, Options{Local: &local}))
+	defer srv.Close()
+	body, _ := io.ReadAll(get(t, srv.URL+"/metrics").Body)
+	samples := parseExposition(t, string(body))
+	for series, want := range map[string]float64{
+		`mcpvisor_gateway_requests_total{method="ping",outcome="ok"}`:                   2,
+		`mcpvisor_gateway_requests_total{method="tools/call",outcome="protocol_error"}`: 1,
+		`mcpvisor_gateway_requests_total{method="_OTHER",outcome="protocol_error"}`:     100,
+		`mcpvisor_gateway_requests_total{method="initialize",outcome="ok"}`:             0,
+	} {
+		if got, ok := samples[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	n := 0
+	for s := range samples {
+		if strings.HasPrefix(s, "mcpvisor_gateway_requests_total{") {
+			n++
+		}
+	}
+	if want := (len(telemetry.Methods) + 1) * int(telemetry.NumOutcomes); n != want {
+		t.Errorf("%d series, want %d", n, want)
+	}
+}

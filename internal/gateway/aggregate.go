@@ -143,6 +143,10 @@ func (a *aggregate) Open(out Sink) *Session {
 func (a *aggregate) Close(s *Session) { a.g.closeSession(s) }
 
 func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	return a.g.answer(ctx, s, m, nil, related, a)
+}
+
+func (a *aggregate) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
 	s.Touch()
 	if a.g.clientMessage(s, m) {
 		return nil
@@ -195,7 +199,7 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 }
 
 func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	return a.g.serveStateless(ctx, m, mo, related, a)
+	return a.g.answer(ctx, nil, m, mo, related, a)
 }
 
 func (a *aggregate) endpointServer() *fleet.Server { return nil }

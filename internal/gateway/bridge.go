@@ -50,7 +50,9 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, param
 // fulfil answers a modern server's input_required results for the legacy
 // client of call c: each input request goes to the client as a request of
 // its own, and the request is sent again with the answers, until the
-// server's result is complete (or maxInputRounds).
+// server's result is complete (or maxInputRounds). The request's own end
+// while the client is asked (ctx done) is returned as the error: ctx's
+// cause.
 func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method string, params json.RawMessage, resp *rpc.Message) (*rpc.Message, error) {
 	for round := 0; ; round++ {
 		var r struct {
@@ -70,6 +72,12 @@ func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method s
 		answers := map[string]json.RawMessage{}
 		for key, in := range r.InputRequests {
 			a, err := g.askClient(ctx, c, in.Method, in.Params)
+			if err != nil && ctx.Err() != nil {
+				// The request itself ended (the client cancelled it, its
+				// session closed, its timeout ran out): it ends as that,
+				// not as the server's failure.
+				return nil, context.Cause(ctx)
+			}
 			if err != nil {
 				return &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: fmt.Sprintf("server %s asked for %s, which the client could not give: %v", conn.Name(), in.Method, err)}}, nil
 			}

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // A legacy client of a modern server: the server's input_required rounds
@@ -111,5 +113,49 @@ func TestLegacyClientSubscribesOnModernServer(t *testing.T) {
 	}
 	if got := w.fleet.Get("c").InstanceSubscriptions(sess.ID()); len(got) != 0 {
 		t.Fatalf("still subscribed to %v", got)
+	}
+}
+
+// A legacy client of a modern server that cancels its call while mcpvisor
+// asks it for the input the server's input_required result names: the
+// call ends cancelled — in its server's count and for the client — not as
+// a protocol error of mcpvisor's making.
+func TestInputRoundCancelledCountedAsCancelled(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"auto"}}`)
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	defer close(release)
+	sess := w.stdioClient(w.gw.Aggregate(), &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			select {
+			case asked <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return nil, context.Canceled
+		},
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "test_input_required_result_elicitation"})
+		done <- err
+	}()
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client was not asked for the server's input")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled call succeeded")
+	}
+	tel := w.fleet.Get("c").Telemetry()
+	waitFor(t, "the call counted", func() bool { c := tel.Calls(); return c[telemetry.Cancelled]+c[telemetry.ProtocolError] > 0 })
+	if got := tel.CallCounts(); got != (telemetry.CallCounts{Cancelled: 1}) {
+		t.Fatalf("counted %+v, want one cancelled", got)
 	}
 }

@@ -26,6 +26,9 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+	if fm, ok := related.(forwardMarker); ok {
+		fm.markForwarded() // counted and traced as its server's call, not as mcpvisor's answer
+	}
 	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) && s.modern.givesInput() {
 		// A modern client's call that may need its input: held across
 		// rounds.
@@ -114,7 +117,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	}
 	if g.tracing != nil {
 		target, _ := rpc.String(raw) // escapes decoded, for the span alone
-		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, target, params), target: target}
+		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, spanTarget(srv, method, f.target), params), target: target}
 		if s.modern != nil {
 			f.tr.protocol = modernVersion
 		}
@@ -355,6 +358,30 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		f.set(telemetry.Unavailable, 0, out.Error.Message)
 	}
 	return out
+}
+
+// spanTarget is what a span's name says the request of method targets:
+// the tool or prompt named (target, as the server knows it) if the
+// server lists it, else "" — a client's own names stay out of span names.
+func spanTarget(srv *fleet.Server, method string, target []byte) string {
+	if len(target) == 0 {
+		return ""
+	}
+	switch method {
+	case "tools/call":
+		tools, _ := srv.CachedList(fleet.Tools)
+		if l := srv.Telemetry().ToolLabel(target, tools); l != telemetry.Other {
+			return l
+		}
+	case "prompts/get":
+		prompts, _ := srv.CachedList(fleet.Prompts)
+		for _, p := range prompts {
+			if n, _ := rpc.StringMember(p, "name"); n == string(target) {
+				return n
+			}
+		}
+	}
+	return ""
 }
 
 // plainString is the content of the JSON string v when it has no escape

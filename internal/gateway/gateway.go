@@ -69,6 +69,8 @@ type Gateway struct {
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing
+	// local counts the requests mcpvisor answers itself (answer.go).
+	local telemetry.Local
 }
 
 // SetTracing turns tracing on (t nil: off, the default): each client

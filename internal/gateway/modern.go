@@ -239,7 +239,7 @@ type statelessPlan interface {
 	discoverModern(context.Context, *rpc.Message) *rpc.Message         // its server/discover answer
 	scope(method string) string                                        // the cacheScope of method's results
 	resourceServer(ctx context.Context, uri string) *fleet.Server      // the server of a resource
-	Handle(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler
+	handle(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler (uncounted: see answer)
 	// watched reports whether every server of the endpoint announces the
 	// changes of its lists of capability kind.
 	watched(kind string) bool
@@ -318,7 +318,7 @@ func announcesChanges(init json.RawMessage, kind string) bool {
 func (g *Gateway) stateless(ctx context.Context, server *fleet.Server, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	s := g.openStatelessSession(server, mo)
 	s.req = m
-	resp := p.Handle(ctx, s, m, related)
+	resp := p.handle(ctx, s, m, related)
 	if s.held == nil {
 		g.closeStatelessSession(s) // else the held call closes it at its end
 	}

@@ -47,6 +47,10 @@ func (e *single) Open(out Sink) *Session {
 func (e *single) Close(s *Session) { e.g.closeSession(s) }
 
 func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	return e.g.answer(ctx, s, m, nil, related, e)
+}
+
+func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
 	s.Touch()
 	if e.g.clientMessage(s, m) {
 		return nil
@@ -100,7 +104,7 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 }
 
 func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
-	return e.g.serveStateless(ctx, m, mo, related, e)
+	return e.g.answer(ctx, nil, m, mo, related, e)
 }
 
 func (e *single) endpointServer() *fleet.Server { return e.srv }

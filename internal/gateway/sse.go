@@ -41,7 +41,14 @@ type postStream struct {
 	complete bool          // batch, streaming: every response is queued
 	wake     chan struct{} // cap 1, while streaming
 	exited   chan struct{} // closed when the writer returns
+
+	// forwarded: the request reached a server (forwardMarker; only its
+	// own goroutine reads and writes it).
+	forwarded bool
 }
+
+func (p *postStream) markForwarded()     { p.forwarded = true }
+func (p *postStream) wasForwarded() bool { return p.forwarded }
 
 const (
 	psPending   = iota // nothing written yet
@@ -152,9 +159,13 @@ func (p *postStream) finishBatch(jsonOK bool) {
 // batchSink is the related Sink of one request of a batch: it refuses
 // messages once that request's response is known.
 type batchSink struct {
-	p    *postStream
-	done atomic.Bool
+	p         *postStream
+	done      atomic.Bool
+	forwarded bool // see postStream.forwarded
 }
+
+func (s *batchSink) markForwarded()     { s.forwarded = true }
+func (s *batchSink) wasForwarded() bool { return s.forwarded }
 
 func (s *batchSink) Send(m *rpc.Message) error {
 	if s.done.Load() {

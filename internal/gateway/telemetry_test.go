@@ -143,13 +143,24 @@ func TestCallMetricsAndSpans(t *testing.T) {
 		t.Errorf("bytes relayed %d/%d", sent, received)
 	}
 
-	// One span per call, no more.
+	// One span per call, no more; and one of initialize, which mcpvisor
+	// answered itself.
 	if err := tr.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	spans := rcv.Wait(int(n.Load()), 5*time.Second)
-	if len(spans) != int(n.Load()) {
-		t.Fatalf("%d spans for %d calls", len(spans), n.Load())
+	all := rcv.Wait(int(n.Load())+1, 5*time.Second)
+	var spans []otlptest.Span
+	for _, sp := range all {
+		if sp.Attrs["mcpvisor.local"] == true {
+			if sp.Name != "initialize" {
+				t.Errorf("a span of mcpvisor's own answer: %+v", sp)
+			}
+			continue
+		}
+		spans = append(spans, sp)
+	}
+	if len(spans) != int(n.Load()) || len(all) != len(spans)+1 {
+		t.Fatalf("%d spans (%d of calls) for %d calls and initialize", len(all), len(spans), n.Load())
 	}
 	outcomes := map[string]int{}
 	for _, sp := range spans {
@@ -183,9 +194,9 @@ func equalCounts(a, b map[string]int) bool {
 	return true
 }
 
-// A modern client's call held across input_required rounds is one call:
-// counted once, when its final answer comes, however many rounds it
-// took; so is a modern request that a dormant server must wake for,
+// A modern client's call held across input_required rounds is one call
+// of its server's: counted once, when its final answer comes, however many
+// rounds it took (each retry is a request mcpvisor answers); so is a modern request that a dormant server must wake for,
 // whose span says how long the wake took.
 func TestHeldCallCountedOnce(t *testing.T) {
 	tr, rcv := newTestTracing(t)
@@ -207,9 +218,24 @@ func TestHeldCallCountedOnce(t *testing.T) {
 	if ops := opsOf(tel); ops["tools/call|test_elicitation|"].Count != 1 {
 		t.Fatalf("series %v", ops)
 	}
+	// Its two retries are answered by mcpvisor from the call it holds:
+	// counted and traced as mcpvisor's own answers.
+	if n := w.gw.LocalRequests().Count("tools/call", telemetry.OK); n != 2 {
+		t.Fatalf("%d retries counted as mcpvisor's answers, want 2", n)
+	}
 	_ = tr.Flush(t.Context())
-	if spans := rcv.Wait(1, 5*time.Second); len(spans) != 1 || spans[0].Name != "tools/call test_elicitation" {
-		t.Fatalf("spans %+v, want one for the held call", spans)
+	spans := rcv.Wait(3, 5*time.Second)
+	calls := 0
+	for _, sp := range spans {
+		if sp.Attrs["mcpvisor.local"] != true {
+			calls++
+			if sp.Name != "tools/call test_elicitation" {
+				t.Errorf("call span %q", sp.Name)
+			}
+		}
+	}
+	if len(spans) != 3 || calls != 1 {
+		t.Fatalf("spans %+v, want one for the held call and one per retry", spans)
 	}
 }
 
@@ -272,5 +298,174 @@ func TestCallCutByDrainCountedOnce(t *testing.T) {
 	c := srv.Telemetry().CallCounts()
 	if c != (telemetry.CallCounts{Unavailable: 1}) || m.Error == nil {
 		t.Fatalf("answer %s, counted %+v: want one unavailable", m.Encode(), c)
+	}
+}
+
+// A client cannot make span names of its own: the name of a tool the
+// server does not list, and a method outside MCP's, stay out of them
+// (names are what trace backends index and derive metrics from), and no
+// attribute or status of a span carries more than a bounded part of what
+// the client sent.
+func TestSpanNamesBounded(t *testing.T) {
+	tr, rcv := newTestTracing(t)
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetTracing(tr)
+	if _, err := w.fleet.Get("a").List(t.Context(), fleet.Tools); err != nil {
+		t.Fatal(err)
+	}
+	ep := w.gw.Single("a")
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	long := strings.Repeat("z", 10000)
+	for i, m := range []*rpc.Message{
+		{Method: "initialize", Params: json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)},
+		{Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"hi"}}`)},
+		{Method: "tools/call", Params: json.RawMessage(`{"name":"` + long + `"}`)},
+		{Method: "x/" + long, Params: json.RawMessage(`{}`)},
+	} {
+		m.ID = json.RawMessage(strconv.Itoa(i + 1))
+		ep.Handle(t.Context(), s, m, out)
+	}
+	if err := tr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sp := range rcv.Wait(3, 5*time.Second) {
+		names[sp.Name] = true
+		for k, v := range sp.Attrs {
+			if s, ok := v.(string); ok && len(s) > 1024 {
+				t.Errorf("span %.40q: attribute %s of %d bytes", sp.Name, k, len(s))
+			}
+		}
+		if len(sp.StatusMessage) > 1024 {
+			t.Errorf("span %.40q: status message of %d bytes", sp.Name, len(sp.StatusMessage))
+		}
+	}
+	for n := range names {
+		if len(n) > 64 {
+			t.Errorf("span name of %d bytes: %.60q…", len(n), n)
+		}
+	}
+	for _, want := range []string{"tools/call echo", "tools/call", telemetry.Other} {
+		if !names[want] {
+			t.Errorf("no span named %q among %d", want, len(names))
+		}
+	}
+}
+
+// The requests mcpvisor answers itself — the handshake, ping, the
+// aggregated endpoint's lists, server/discover, a call of an unknown or
+// denied tool, logging/setLevel on /mcp, a method it does not serve — are
+// counted by method (folded to MCP's) and outcome, each once, and each
+// gets a span; the requests forwarded to a server are not counted there
+// (their server counts them) and get the one span they had.
+func TestLocalAnswersCounted(t *testing.T) {
+	tr, rcv := newTestTracing(t)
+	w := newWorld(t, `{"a":{"command":"$FIXTURE","tools":{"deny":["crash"]}}}`)
+	w.gw.SetTracing(tr)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	n := 0
+	call := func(method, params string) *rpc.Message {
+		n++
+		return ep.Handle(t.Context(), s, &rpc.Message{ID: json.RawMessage(strconv.Itoa(n)), Method: method, Params: json.RawMessage(params)}, out)
+	}
+	call("initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)
+	call("ping", `{}`)
+	call("tools/list", `{}`)
+	call("prompts/list", `{}`)
+	if m := call("tools/call", `{"name":"a__crash"}`); m.Error == nil {
+		t.Fatalf("a denied tool: %s", m.Encode())
+	}
+	call("tools/call", `{"name":"nope"}`)
+	call("logging/setLevel", `{"level":"info"}`)
+	call("x/"+strings.Repeat("y", 200), `{}`)
+	if m := call("tools/call", `{"name":"a__echo","arguments":{"text":"hi"}}`); m.Error != nil {
+		t.Fatalf("echo: %s", m.Encode())
+	}
+	meta := `{` + modernMeta(`{}`) + `}`
+	ep.Stateless(t.Context(), &rpc.Message{ID: json.RawMessage(`"d"`), Method: "server/discover", Params: json.RawMessage(meta)}, mustModern(t, meta), out)
+	ep.Stateless(t.Context(), &rpc.Message{ID: json.RawMessage(`"p"`), Method: "ping", Params: json.RawMessage(meta)}, mustModern(t, meta), out)
+
+	// Over HTTP: a session's ping, and a call that reaches its server.
+	h := NewStreamableHandler(ep, HTTPOptions{})
+	hs := httptest.NewServer(h)
+	defer func() { h.Close(); hs.Close() }()
+	hc := &httpTestServer{t: t, h: h, srv: hs, url: hs.URL}
+	sid := hc.initialize()
+	hdr := map[string]string{"Mcp-Protocol-Version": "2025-11-25"}
+	for _, body := range []string{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"hi"}}}`} {
+		if st := hc.status("POST", sid, body, hdr); st != 200 {
+			t.Fatalf("%s: %d", body, st)
+		}
+	}
+
+	local := w.gw.LocalRequests()
+	want := map[string]map[telemetry.Outcome]uint64{
+		"initialize":       {telemetry.OK: 2},
+		"ping":             {telemetry.OK: 2, telemetry.ProtocolError: 1},
+		"tools/list":       {telemetry.OK: 1},
+		"prompts/list":     {telemetry.OK: 1},
+		"tools/call":       {telemetry.ProtocolError: 2},
+		"logging/setLevel": {telemetry.OK: 1},
+		"server/discover":  {telemetry.OK: 1},
+		telemetry.Other:    {telemetry.ProtocolError: 1},
+	}
+	total := uint64(0)
+	local.Each(func(method string, o telemetry.Outcome, got uint64) {
+		total += got
+		if got != want[method][o] {
+			t.Errorf("%s %s: %d, want %d", method, o, got, want[method][o])
+		}
+	})
+	if total != 12 {
+		t.Errorf("%d requests answered locally, want 12", total)
+	}
+	if c := w.fleet.Get("a").Telemetry().CallCounts(); c != (telemetry.CallCounts{OK: 2}) {
+		t.Errorf("server a's calls %+v, want the two echoes", c)
+	}
+
+	if err := tr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.Wait(14, 5*time.Second)
+	names := map[string]int{}
+	for _, sp := range spans {
+		names[sp.Name]++
+		if local, _ := sp.Attrs["mcpvisor.local"].(bool); local != (sp.Name != "tools/call echo") {
+			t.Errorf("span %q: mcpvisor.local %v", sp.Name, sp.Attrs["mcpvisor.local"])
+		}
+	}
+	if len(spans) != 14 || names["tools/call echo"] != 2 || names["initialize"] != 2 || names["ping"] != 3 || names[telemetry.Other] != 1 || names["server/discover"] != 1 {
+		t.Errorf("%d spans: %v", len(spans), names)
+	}
+}
+
+func mustModern(t *testing.T, params string) *Modern {
+	t.Helper()
+	mo, bad := readModern(&rpc.Message{ID: json.RawMessage(`1`), Method: "ping", Params: json.RawMessage(params)})
+	if bad != nil {
+		t.Fatal(bad.Encode())
+	}
+	return mo
+}
+
+// A held call whose client never comes back is cancelled at its server
+// when the hold runs out, and counted once, as cancelled; the request that
+// began it was forwarded (not one of mcpvisor's own answers).
+func TestExpiredHeldCallCountedOnce(t *testing.T) {
+	w := newMRTRWorld(t)
+	w.gw.SetHoldTimeout(200 * time.Millisecond)
+	inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
+	tel := w.fleet.Get("c").Telemetry()
+	waitFor(t, "the held call's end", func() bool { return w.gw.HeldCalls() == 0 && tel.Calls() != [telemetry.NumOutcomes]uint64{} })
+	if c := tel.CallCounts(); c != (telemetry.CallCounts{Cancelled: 1}) {
+		t.Fatalf("an expired held call counted %+v, want one cancelled", c)
+	}
+	if n := w.gw.LocalRequests().Count("tools/call", telemetry.OK); n != 0 {
+		t.Fatalf("the call's first request counted as mcpvisor's answer (%d)", n)
 	}
 }

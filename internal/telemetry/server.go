@@ -77,6 +77,15 @@ var Methods = []string{
 	"server/discover", "subscriptions/listen", "tools/call", "tools/list",
 }
 
+// MethodLabel is method as a label value or span name: method itself if
+// it is one of Methods, else Other.
+func MethodLabel(method string) string {
+	if i, ok := methodIndex[method]; ok {
+		return Methods[i]
+	}
+	return Other
+}
+
 // methodName is the label of method slot i: Methods[i], or Other.
 func methodName(i int) string {
 	if i < len(Methods) {
@@ -210,9 +219,10 @@ func init() {
 }
 
 // opSlot holds the duration histograms of one method or tool, by error
-// type, each made on its first observation.
+// type, each made on its first observation; a tool's slot has its name.
 type opSlot struct {
-	h [numErrorTypes]atomic.Pointer[Histogram]
+	h    [numErrorTypes]atomic.Pointer[Histogram]
+	name string
 }
 
 func (s *opSlot) observe(et errorType, d time.Duration) {
@@ -283,6 +293,16 @@ func (s *Server) toolSlot(tool []byte, tools []json.RawMessage) *opSlot {
 	return lazy(&s.otherT, newSlot)
 }
 
+// ToolLabel is tool as a label value or in a span name: the server's name
+// for it if tools (its cached list) has it, else Other — as Record labels
+// it. It allocates nothing once the list is indexed.
+func (s *Server) ToolLabel(tool []byte, tools []json.RawMessage) string {
+	if slot := s.toolSlot(tool, tools); slot.name != "" {
+		return slot.name
+	}
+	return Other
+}
+
 // reindex makes the index of tools, keeping the slots (and so the counts)
 // of the tools the previous index had. A tool named Other is folded into
 // Other.
@@ -304,7 +324,7 @@ func (s *Server) reindex(tools []json.RawMessage) *toolIndex {
 			slot = old.byName[name]
 		}
 		if slot == nil {
-			slot = &opSlot{}
+			slot = &opSlot{name: name}
 		}
 		idx.byName[name] = slot
 		idx.names = append(idx.names, name)

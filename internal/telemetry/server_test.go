@@ -3,6 +3,7 @@ package telemetry
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,62 @@ func BenchmarkRecord(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Record(c)
+	}
+}
+
+// A label a client's request could make is one of a bounded set: a method
+// of MCP's or Other; a tool the server lists or Other (a name with bytes
+// to escape is not one a client's raw request can match).
+func TestLabelsBounded(t *testing.T) {
+	for method, want := range map[string]string{"tools/call": "tools/call", "ping": "ping", "x/" + strings.Repeat("y", 100): Other, "": Other} {
+		if got := MethodLabel(method); got != want {
+			t.Errorf("MethodLabel(%.20q) = %q, want %q", method, got, want)
+		}
+	}
+	s := NewServer()
+	tools := toolList("echo", Other)
+	for tool, want := range map[string]string{"echo": "echo", "nope": Other, Other: Other, "": Other} {
+		if got := s.ToolLabel([]byte(tool), tools); got != want {
+			t.Errorf("ToolLabel(%q) = %q, want %q", tool, got, want)
+		}
+	}
+	if got := s.ToolLabel([]byte("echo"), nil); got != Other {
+		t.Errorf("ToolLabel without a list = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.ToolLabel([]byte("echo"), tools) }); n != 0 {
+		t.Errorf("ToolLabel allocates %v", n)
+	}
+}
+
+// Local counts by folded method and outcome, concurrently, without
+// allocating; every series is listed, from zero.
+func TestLocal(t *testing.T) {
+	var l Local
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				l.Record("ping", OK)
+				l.Record("x/"+strings.Repeat("y", 10), ProtocolError)
+			}
+		})
+	}
+	wg.Wait()
+	if l.Count("ping", OK) != 400 || l.Count(Other, ProtocolError) != 400 || l.Count("x/other", ProtocolError) != 400 {
+		t.Fatalf("ping %d, other %d", l.Count("ping", OK), l.Count(Other, ProtocolError))
+	}
+	series, last := 0, ""
+	l.Each(func(method string, o Outcome, n uint64) {
+		if method < last {
+			t.Errorf("%q after %q", method, last)
+		}
+		last = method
+		series++
+	})
+	if series != (len(Methods)+1)*int(NumOutcomes) {
+		t.Errorf("%d series", series)
+	}
+	if n := testing.AllocsPerRun(100, func() { l.Record("tools/list", OK) }); n != 0 {
+		t.Errorf("Record allocates %v", n)
 	}
 }

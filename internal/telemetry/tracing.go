@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,7 +40,8 @@ type TracingOptions struct {
 	BatchTimeout time.Duration
 }
 
-// Tracing makes a span of each client request that reaches a server and
+// Tracing makes a span of each client request — one that reaches a
+// server (Start), or one mcpvisor answers itself (Answered) — and
 // exports the spans over OTLP/HTTP (protobuf), in batches (the SDK's batch
 // span processor: a bounded queue, spans beyond it dropped). A nil *Tracing is tracing
 // turned off: the gateway then makes no span and changes no request. Safe
@@ -123,9 +125,22 @@ func NewTracing(ctx context.Context, opts TracingOptions) (*Tracing, error) {
 	if opts.BatchTimeout > 0 {
 		bo = append(bo, sdktrace.WithBatchTimeout(opts.BatchTimeout))
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bo...), sdktrace.WithResource(res))
+	limits := sdktrace.NewSpanLimits()
+	if getenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" && getenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") == "" {
+		// Attributes carry what clients send (a tool's name, a request
+		// id): bounded, so that no client makes spans that a receiver
+		// refuses with the batch they are in.
+		limits.AttributeValueLengthLimit = MaxAttributeLength
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bo...), sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(limits))
 	return &Tracing{tp: tp, tracer: tp.Tracer("github.com/mcpvisor/mcpvisor", trace.WithInstrumentationVersion(version)), endpoint: exp.url}, nil
 }
+
+// MaxAttributeLength bounds the length of a span's string attributes
+// (longer ones are cut) and of its status message, unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT sets another bound for attributes.
+const MaxAttributeLength = 1024
 
 // endpointURL is the traces URL of the --otlp-endpoint value s.
 func endpointURL(s string) (string, error) {
@@ -203,7 +218,10 @@ type Span struct {
 }
 
 // Start begins the span of a client request for method (tool: the tool or
-// prompt it names, "" if none) whose params the client sent. Its parent is
+// prompt it names, "" if none) whose params the client sent. Its name and
+// mcp.method.name are the method as MethodLabel folds it (a client cannot
+// name spans: names are what trace backends index), followed by tool —
+// which the caller must bound likewise (Server.ToolLabel). Its parent is
 // the trace context in params._meta (traceparent, tracestate: the key
 // names the MCP 2026-07-28 revision reserves for it), else the one of ctx
 // (an HTTP request's headers, see Handler); with both, the span is a child
@@ -212,6 +230,23 @@ func (t *Tracing) Start(ctx context.Context, method, tool string, params json.Ra
 	if t == nil {
 		return Span{}
 	}
+	return t.start(ctx, method, tool, params)
+}
+
+// Answered makes the span of a client request for method that mcpvisor
+// answered itself, from start to now, as Start and End would: its parent
+// is found as Start finds it, its name is the method (folded), and e (whose
+// Local is set) describes its end.
+func (t *Tracing) Answered(ctx context.Context, start time.Time, method string, params json.RawMessage, e End) {
+	if t == nil {
+		return
+	}
+	e.Local = true
+	t.start(ctx, method, "", params, trace.WithTimestamp(start)).End(e)
+}
+
+func (t *Tracing) start(ctx context.Context, method, tool string, params json.RawMessage, extra ...trace.SpanStartOption) Span {
+	method = MethodLabel(method)
 	name := method
 	if tool != "" {
 		name += " " + tool
@@ -233,7 +268,7 @@ func (t *Tracing) Start(ctx context.Context, method, tool string, params json.Ra
 			}
 		}
 	}
-	_, sp := t.tracer.Start(ctx, name, so...)
+	_, sp := t.tracer.Start(ctx, name, append(so, extra...)...)
 	return Span{t: t, span: sp}
 }
 
@@ -266,7 +301,8 @@ func (s Span) Inject(params json.RawMessage) json.RawMessage {
 
 // End describes how the request ended.
 type End struct {
-	Server  string // the configured server it went to
+	Server  string // the configured server it went to ("": none)
+	Local   bool   // mcpvisor answered it itself (Answered sets it)
 	Tool    string // gen_ai.tool.name (tools/call)
 	Outcome Outcome
 	Code    int    // JSON-RPC error code, for a protocol error
@@ -288,7 +324,13 @@ func (s Span) End(e End) {
 	}
 	if s.span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 10)
-		attrs = append(attrs, attribute.String("mcpvisor.server", e.Server), attribute.String("mcpvisor.outcome", e.Outcome.String()))
+		attrs = append(attrs, attribute.String("mcpvisor.outcome", e.Outcome.String()))
+		if e.Server != "" {
+			attrs = append(attrs, attribute.String("mcpvisor.server", e.Server))
+		}
+		if e.Local {
+			attrs = append(attrs, attribute.Bool("mcpvisor.local", true))
+		}
 		if e.Tool != "" {
 			attrs = append(attrs, attribute.String("gen_ai.tool.name", e.Tool), attribute.String("gen_ai.operation.name", "execute_tool"))
 		}
@@ -316,8 +358,20 @@ func (s Span) End(e End) {
 		}
 		s.span.SetAttributes(attrs...)
 		if e.Outcome != OK {
-			s.span.SetStatus(codes.Error, e.Message)
+			s.span.SetStatus(codes.Error, cut(e.Message, MaxAttributeLength))
 		}
 	}
 	s.span.End()
+}
+
+// cut is s cut to at most n bytes, at a character boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }

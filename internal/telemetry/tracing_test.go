@@ -271,3 +271,41 @@ func TestTracingConcurrent(t *testing.T) {
 		t.Fatalf("%d spans, %d distinct, want %d", len(spans), len(ids), workers*each)
 	}
 }
+
+// Ending spans never waits on the export: with a receiver that takes
+// nothing, far more spans than the export queue holds all end at once
+// (those beyond the queue are dropped), within a bound no blocked export
+// could meet.
+func TestEndNeverWaitsForExport(t *testing.T) {
+	release := make(chan struct{})
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer stuck.Close()
+	defer close(release)
+	tr, err := NewTracing(t.Context(), TracingOptions{Endpoint: stuck.URL, Getenv: envOf(nil), BatchTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = tr.Shutdown(ctx)
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20000 { // ten times the SDK's default queue
+			tr.Start(context.Background(), "tools/call", "x", nil).End(End{Server: "a"})
+			tr.Answered(context.Background(), time.Now(), "ping", nil, End{})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("ending spans waited for an export that does not finish")
+	}
+}
