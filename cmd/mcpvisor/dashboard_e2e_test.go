@@ -227,7 +227,9 @@ func dashboardFleet(t *testing.T) (base, token, tokenFile, variant string) {
 // it was opened; every button is reachable by Tab and has a name; on a
 // phone's width nothing overflows sideways; and no page reports a console
 // error or an uncaught exception. One browser serves every subtest.
-// MCPVISOR_DASHBOARD_SCREENSHOT=FILE also writes a screenshot there (make
+// The pinned server's pending definitions show each changed field's old
+// and new value (a long one collapsible, markup as text) and a new tool
+// whole. MCPVISOR_DASHBOARD_SCREENSHOT=FILE also writes a screenshot there (make
 // it docs/dashboard.png).
 func TestDashboard(t *testing.T) {
 	browser := newBrowser(t)
@@ -327,7 +329,9 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("changed definitions are shown and approved", func(t *testing.T) {
-		if err := os.WriteFile(variant, []byte("1\n"), 0o600); err != nil {
+		// Variant 3: echo's description changes to a long one, on several
+		// lines, with markup; reverse is new.
+		if err := os.WriteFile(variant, []byte("3\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if status, body := authed(t, "POST", base, token, "/api/servers/pinned/restart"); status != 200 {
@@ -335,7 +339,24 @@ func TestDashboard(t *testing.T) {
 		}
 		bt.waitFor(t, "the definitions_changed event in the timeline", `[...document.querySelectorAll('#events li[data-type=definitions_changed][data-server=pinned]')].some(li => li.textContent.includes('echo'))`)
 		bt.do(t, "expand pinned", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] td.name button`)))
-		bt.waitFor(t, "the pending definitions, with the fields that changed", fmt.Sprintf(`%s.querySelector('tr.detail').textContent.includes('Pending definitions') && %[1]s.querySelector('tr.detail').textContent.includes('echo') && !%[1]s.querySelector('tr.detail').textContent.includes('[object Object]')`, row("pinned")))
+		detail := row("pinned") + ".querySelector('tr.detail')"
+		bt.waitFor(t, "the pending definitions, with the fields that changed", fmt.Sprintf(`%s.textContent.includes('Pending definitions') && %[1]s.textContent.includes('echo') && !%[1]s.textContent.includes('[object Object]')`, detail))
+		// Each changed field with its old and new value, the new one whole.
+		field := detail + ".querySelector('[data-tool=echo] [data-path=description]')"
+		bt.waitFor(t, "echo's description, old and new", fmt.Sprintf(`%s && %[1]s.querySelector('.old').textContent.includes('Returns the given text.') && %[1]s.querySelector('.new').textContent.includes(%q)`, field, testserver.InjectedDescription))
+		// A long value folds away (and opens to read).
+		if !eval[bool](t, bt, fmt.Sprintf(`%s.tagName === 'DETAILS' && !%[1]s.open && %[1]s.querySelector('summary') !== null`, field)) {
+			t.Errorf("a long changed value is not collapsible: %s", eval[string](t, bt, field+".outerHTML"))
+		}
+		// The markup in it is text: no element made of it, nothing run.
+		if made := eval[bool](t, bt, `[...document.querySelectorAll('img')].some(i => i.getAttribute('src') === 'x') || document.body.dataset.injected !== undefined`); made {
+			t.Fatal("a definition's markup became an element of the page")
+		}
+		if !eval[bool](t, bt, fmt.Sprintf(`%s.querySelector('.new').textContent.includes('<img src=x onerror=')`, field)) {
+			t.Fatal("the markup in echo's description is not shown as text")
+		}
+		// The new tool, whole.
+		bt.waitFor(t, "reverse's whole definition", fmt.Sprintf(`%s.querySelector('[data-tool=reverse] [data-path=description]').textContent.includes('Returns the given text reversed.') && %[1]s.querySelector('[data-tool=reverse] [data-path=inputSchema]').textContent.includes('"required"')`, detail))
 		bt.do(t, "approve all", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] button[aria-label="Approve every pending definition of pinned"]`)))
 		bt.waitFor(t, "the approval said", `document.getElementById('notice').textContent.startsWith('Approved ')`)
 		status, body := authed(t, "GET", base, token, "/api/servers/pinned")
@@ -477,5 +498,35 @@ func TestDashboardGuard(t *testing.T) {
 		if c.path == "/" && resp.StatusCode == 200 && (strings.Contains(string(b), token) || resp.Header.Get("Content-Security-Policy") == "") {
 			t.Errorf("GET /: the page quotes the token or has no policy")
 		}
+	}
+}
+
+// Element ids the dashboard derives from server names are unique: names
+// that differ only in characters an id-safe rewrite would replace (a.b
+// and a_b) get ids of their own, and each name's button controls its own
+// detail row.
+func TestDashboardIDs(t *testing.T) {
+	browser := newBrowser(t)
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"a.b":{"command":%[1]q},"a_b":{"command":%[1]q},"a-b":{"command":%[1]q}}}`, fixture))
+	stopAtCleanup(t, s)
+	bt := newTab(t, browser)
+	bt.do(t, "open the dashboard", chromedp.Navigate(s.base+"/"))
+	bt.waitFor(t, "every server listed", `document.querySelectorAll('tbody[data-server]').length === 3`)
+	for _, name := range []string{"a.b", "a_b", "a-b"} {
+		eval[bool](t, bt, row(name)+`.querySelector('td.name button').click() === undefined`) // the layout shifts while the servers learn their tools: no pointer
+		bt.waitFor(t, name+" expanded", row(name)+`.querySelector('td.name button').getAttribute('aria-expanded') === 'true'`)
+	}
+	for _, name := range []string{"a.b", "a_b", "a-b"} {
+		expr := fmt.Sprintf(`(() => { const b = %s.querySelector('td.name button'); const d = document.getElementById(b.getAttribute('aria-controls')); return d !== null && d.closest('tbody') === %[1]s && !d.hidden; })()`, row(name))
+		if !eval[bool](t, bt, expr) {
+			t.Errorf("%s's button controls %s: %s", name, eval[string](t, bt, row(name)+".querySelector('td.name button').getAttribute('aria-controls')"), eval[string](t, bt, row(name)+".outerHTML"))
+		}
+	}
+	if dup := eval[[]string](t, bt, `(() => { const seen = new Set(), dup = []; for (const e of document.querySelectorAll('[id]')) { if (seen.has(e.id)) dup.push(e.id); seen.add(e.id); } return dup; })()`); len(dup) > 0 {
+		t.Errorf("ids used twice: %v", dup)
+	}
+	if errs := bt.consoleErrors(); len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
 	}
 }

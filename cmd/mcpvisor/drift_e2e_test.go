@@ -20,10 +20,14 @@ import (
 
 // The fixture's echo changes its schema (and reverse appears, meta goes)
 // between two runs of mcpvisor on one state directory: the second run
-// reports definitions_changed with the diff, `tools diff` shows it, the
-// pinned server refuses the changed tool with an error naming the
-// approval, `tools approve` releases it (by fingerprint; a name that is
-// not pending fails), the call works, and a third run keeps the approval.
+// reports definitions_changed with the diff, `tools diff` shows it (each
+// held tool as TOOL@FINGERPRINT, a new one whole), the pinned server
+// refuses the changed tool with an error naming the approval, `tools
+// approve` with no tool fails, and so does a name that is not pending;
+// the server changes echo again after the operator reviewed it, and the
+// token reviewed approves nothing; the new one, shown whole, releases it;
+// the call works, and a third run keeps the approval and approves the
+// rest with --all.
 // Then the server comes back with no tools: tools_lost, a warning in ps,
 // and wait refuses to call it ready.
 func TestDefinitionDriftAndPinning(t *testing.T) {
@@ -80,22 +84,29 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 			t.Fatalf("definitions_changed details %s, want %s", det, want)
 		}
 	}
-	out, _ := bin(addr, 0, "tools", "diff", "fx")
+	out, _ := bin(addr, 0, "tools", "diff", "fx", "--json")
+	var diff admin.DefinitionsDiff
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 2 || diff.Pending[0].Name != "echo" || len(diff.Pending[0].Fingerprint) != 64 {
+		t.Fatalf("tools diff --json: %v\n%s", err, out)
+	}
+	// What the operator reviews: each held tool by its fingerprint, a new
+	// one whole, and the command that approves exactly those.
+	reviewed := "echo@" + diff.Pending[0].Fingerprint[:32]
+	reverse := "reverse@" + diff.Pending[1].Fingerprint[:32]
+	out, _ = bin(addr, 0, "tools", "diff", "fx")
 	for _, want := range []string{
 		"~ tool echo (changed)",
 		`inputSchema.properties.upper: (absent) → {"type":"boolean"}`,
 		"+ tool reverse (added)",
 		"- tool meta (removed)",
-		"approve with: mcpvisor tools approve fx echo reverse",
+		"~ tool " + reviewed + " (changed)",
+		"+ tool " + reverse + " (added)",
+		`description: "Returns the given text reversed."`,
+		"approve what you reviewed with: mcpvisor tools approve fx " + reviewed + " " + reverse + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("tools diff lacks %q:\n%s", want, out)
 		}
-	}
-	out, _ = bin(addr, 0, "tools", "diff", "fx", "--json")
-	var diff admin.DefinitionsDiff
-	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 2 || diff.Pending[0].Fingerprint == "" {
-		t.Fatalf("tools diff --json: %v\n%s", err, out)
 	}
 	if _, stderr := bin(addr, 1, "call", "fx", "echo", "--json", `{"text":"abc","upper":true}`); !strings.Contains(stderr, "mcpvisor tools approve fx echo") {
 		t.Fatalf("a call of the held echo: %q", stderr)
@@ -121,7 +132,34 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 	if _, stderr := bin(addr, 1, "tools", "approve", "fx", "bogus"); !strings.Contains(stderr, "pending: echo, reverse") {
 		t.Fatalf("approving a name that is not pending: %q", stderr)
 	}
-	if out, _ := bin(addr, 0, "tools", "approve", "fx", "echo"); !strings.Contains(out, "approved echo of server fx") || !strings.Contains(out, "still held: reverse") {
+	if _, stderr := bin(addr, 1, "tools", "approve", "fx"); !strings.Contains(stderr, "name the tools to approve") || !strings.Contains(stderr, "--all") {
+		t.Fatalf("approving with no tool named: %q", stderr)
+	}
+	// The server changes echo again (a long description, on several
+	// lines, with markup) after the operator reviewed it: the token
+	// reviewed approves nothing.
+	if err := os.WriteFile(variant, []byte("3"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin(addr, 0, "restart", "fx")
+	waitEvent(t, s2.base, "definitions_changed", 2)
+	if _, stderr := bin(addr, 1, "tools", "approve", "fx", reviewed); !strings.Contains(stderr, "nothing approved") || !strings.Contains(stderr, "changed since it was reviewed") {
+		t.Fatalf("approving the echo reviewed, since changed: %q", stderr)
+	}
+	out, _ = bin(addr, 0, "tools", "diff", "fx", "--json")
+	diff = admin.DefinitionsDiff{}
+	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 2 || diff.Pending[0].Name != "echo" || diff.Pending[0].Fingerprint[:32] == reviewed[5:] {
+		t.Fatalf("after a stale approval: %v\n%s", err, out)
+	}
+	again := "echo@" + diff.Pending[0].Fingerprint[:32]
+	// The new description is shown whole, line by line.
+	out, _ = bin(addr, 0, "tools", "diff", "fx")
+	for _, line := range strings.Split(testserver.InjectedDescription, "\n") {
+		if !strings.Contains(out, "\n"+strings.TrimRight("            "+line, " ")+"\n") {
+			t.Fatalf("tools diff does not show the line %q of echo's description whole:\n%s", line, out)
+		}
+	}
+	if out, _ := bin(addr, 0, "tools", "approve", "fx", again); !strings.Contains(out, "approved "+again+" of server fx") || !strings.Contains(out, "still held: reverse") {
 		t.Fatalf("approve printed %q", out)
 	}
 	if out, _ := bin(addr, 0, "call", "fx", "echo", "--json", `{"text":"abc","upper":true}`); !strings.Contains(out, "ABC") {
@@ -145,7 +183,9 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &diff); err != nil || len(diff.Pending) != 1 || diff.Pending[0].Name != "reverse" {
 		t.Fatalf("after a restart of mcpvisor: %v\n%s", err, out)
 	}
-	bin(addr, 0, "tools", "approve", "fx")
+	if out, _ := bin(addr, 0, "tools", "approve", "fx", "--all"); !strings.Contains(out, "approved reverse@"+diff.Pending[0].Fingerprint[:32]+" of server fx") {
+		t.Fatalf("approve --all printed %q", out)
+	}
 	out, _ = bin(addr, 0, "tools", "fx", "--json")
 	var listed []admin.Tools
 	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 1 || len(listed[0].Tools) < 2 || len(listed[0].Held) != 0 {

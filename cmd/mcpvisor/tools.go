@@ -24,8 +24,8 @@ func newToolsCmd() *cobra.Command {
 		Long: "Lists the tools of one server of a running mcpvisor serve, or of all of them, as their clients see them " +
 			"(tool filters applied) and as mcpvisor has them cached: a sleeping server is not woken, and one that never " +
 			"started says so; tools a pinned server holds back are named apart. With --json, one JSON array of " +
-			"{server, learned, tools, held} objects. Subcommands: diff NAME (what changed), approve NAME [TOOL...] " +
-			"(release held tools). A server named diff or approve is listed with mcpvisor tools -- NAME.",
+			"{server, learned, tools, held} objects. Subcommands: diff NAME (what changed), approve NAME (TOOL@FINGERPRINT... | --all) " +
+			"(release the held definitions reviewed). A server named diff or approve is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names := args

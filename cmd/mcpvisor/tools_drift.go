@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -41,26 +42,66 @@ func newToolsDiffCmd() *cobra.Command {
 
 func newToolsApproveCmd() *cobra.Command {
 	var api apiClient
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "approve NAME [TOOL...]",
-		Short: "Approve tools a pinned server holds back (all of them when none is named)",
-		Long: "Approves the named tools of pinned server NAME — every tool it holds back when none is named — at the " +
-			"definitions `mcpvisor tools diff NAME` shows now: the approval names each definition by its fingerprint, " +
-			"so a tool whose definition changes again before the approval lands is not approved (it stays held, and " +
-			"the command fails saying so). Approved tools are listed and callable at once, and clients are told the " +
-			"tool list changed. Approvals are kept in the state store.",
+		Use:   "approve NAME (TOOL@FINGERPRINT... | --all)",
+		Short: "Approve the definitions of tools a pinned server holds back, as reviewed with tools diff",
+		Long: "Approves tools that pinned server NAME holds back, each at one definition: name each as " +
+			"`mcpvisor tools diff NAME` prints it, TOOL@FINGERPRINT (the first " + fmt.Sprint(admin.MinFingerprint) +
+			" hex digits of the definition's SHA-256, or all 64), and only the definition you reviewed is approved — " +
+			"if the server changed the tool since, nothing is approved and the command fails saying so. A bare TOOL " +
+			"is approved at the definition pending when the command runs, and the command prints its fingerprint. " +
+			"--all approves every tool pending when the command reads them, each at the definition it read. Naming " +
+			"no tool without --all is an error. Approved tools are listed and callable at once, and clients are told " +
+			"the tool list changed. Approvals are kept in the state store.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return approveTools(cmd.Context(), &api, cmd.OutOrStdout(), args[0], args[1:])
+			return approveTools(cmd.Context(), &api, cmd.OutOrStdout(), args[0], args[1:], all)
 		},
 	}
 	api.flags(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "approve every tool pending now, each at the definition read")
 	return cmd
 }
 
-// approveTools approves tools of server name at the definitions pending
-// now (all pending when tools is empty), by fingerprint.
-func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string, tools []string) error {
+// shortFP is how many hex digits of a fingerprint the CLI shows: the
+// fewest the API takes.
+const shortFP = admin.MinFingerprint
+
+// token is a held tool as tools diff prints it and tools approve takes
+// it: TOOL@FINGERPRINT (a prefix of it).
+func token(name, fp string) string {
+	if len(fp) > shortFP {
+		fp = fp[:shortFP]
+	}
+	return name + "@" + fp
+}
+
+// isFingerprint reports whether s can be a fingerprint as tools diff
+// prints it: MinFingerprint to 64 hex digits.
+func isFingerprint(s string) bool {
+	if len(s) < admin.MinFingerprint || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// approveTools approves tools of server name: those named in tools, each
+// TOOL@FINGERPRINT (sent as given) or a bare TOOL (at the definition
+// pending now, by its fingerprint), or, with all, every tool pending now
+// at the definition read.
+func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string, tools []string, all bool) error {
+	switch {
+	case all && len(tools) > 0:
+		return fmt.Errorf("--all approves every tool server %s holds back: name tools or pass --all, not both", name)
+	case !all && len(tools) == 0:
+		return fmt.Errorf("name the tools to approve as `mcpvisor tools diff %s` prints them (TOOL@FINGERPRINT: the definition you reviewed), or pass --all to approve every tool pending now", name)
+	}
 	var diff admin.DefinitionsDiff
 	if err := api.getJSON(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/diff", &diff); err != nil {
 		return err
@@ -81,15 +122,40 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 		_, err := fmt.Fprintf(w, "server %s holds no tool back\n", name)
 		return err
 	}
-	if len(tools) == 0 {
-		tools = pendingNames
+	req := admin.ApproveRequest{Fingerprints: map[string]string{}}
+	var bare []string
+	notHeld := func(t string) error {
+		return fmt.Errorf("server %s holds no tool named %q back; pending: %s", name, t, strings.Join(pendingNames, ", "))
 	}
-	req := admin.ApproveRequest{Names: tools, Fingerprints: map[string]string{}}
-	for _, t := range tools {
-		fp, ok := fps[t]
-		if !ok {
-			return fmt.Errorf("server %s holds no tool named %q back; pending: %s", name, t, strings.Join(pendingNames, ", "))
+	if all {
+		for _, t := range pendingNames {
+			req.Names = append(req.Names, t)
+			req.Fingerprints[t] = fps[t]
 		}
+	}
+	for _, tok := range tools {
+		t, fp := tok, ""
+		if _, held := fps[tok]; !held {
+			i := strings.LastIndexByte(tok, '@')
+			if i < 0 {
+				return notHeld(tok)
+			}
+			t, fp = tok[:i], tok[i+1:]
+			if !isFingerprint(fp) {
+				return fmt.Errorf("%s: %q is not a fingerprint: want TOOL@FINGERPRINT as `mcpvisor tools diff %s` prints it (at least %d hex digits)", tok, fp, name, admin.MinFingerprint)
+			}
+			if _, held := fps[t]; !held {
+				return notHeld(t)
+			}
+		}
+		if slices.Contains(req.Names, t) {
+			return fmt.Errorf("%s is named twice", t)
+		}
+		if fp == "" {
+			fp = fps[t]
+			bare = append(bare, t)
+		}
+		req.Names = append(req.Names, t)
 		req.Fingerprints[t] = fp
 	}
 	body, _ := json.Marshal(req)
@@ -105,15 +171,26 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return answerError(resp.StatusCode, b)
+		err := answerError(resp.StatusCode, b)
+		if resp.StatusCode == http.StatusConflict {
+			return fmt.Errorf("nothing approved: %w", err)
+		}
+		return err
 	}
 	var res admin.ApproveResult
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("unexpected answer: %w", err)
 	}
-	fmt.Fprintf(w, "approved %s of server %s\n", strings.Join(res.Approved, ", "), name)
+	var approved []string
+	for _, t := range res.Approved {
+		approved = append(approved, shellWord(token(t, res.Fingerprints[t])))
+	}
+	fmt.Fprintf(w, "approved %s of server %s\n", strings.Join(approved, ", "), name)
 	if len(res.Pending) > 0 {
 		fmt.Fprintf(w, "still held: %s\n", strings.Join(res.Pending, ", "))
+	}
+	for _, t := range bare {
+		fmt.Fprintf(w, "%s was named without a fingerprint: approved at the definition pending now (the fingerprint above); name TOOL@FINGERPRINT as `mcpvisor tools diff %s` prints it to approve only what you reviewed\n", safeText(t), name)
 	}
 	return nil
 }
@@ -127,16 +204,19 @@ func printDiff(w io.Writer, d admin.DefinitionsDiff) error {
 		fmt.Fprintf(w, "server %s (%s): no change of its definitions seen\n", d.Server, pin)
 	} else {
 		fmt.Fprintf(w, "server %s (%s): definitions last changed %s\n", d.Server, pin, d.Since.Local().Format(time.RFC3339))
-		printChanges(w, d.Changes, "  ")
+		printChanges(w, d.Changes, nil, "  ")
 	}
 	if len(d.Pending) > 0 {
-		var names []string
-		fmt.Fprintf(w, "\nheld back until approved (changes since approved):\n")
+		var tokens []string
+		fps := map[string]string{}
+		fmt.Fprintf(w, "\nheld back until approved (changes since approved; a new tool whole), each as TOOL@FINGERPRINT:\n")
 		for _, p := range d.Pending {
-			names = append(names, p.Name)
+			tokens = append(tokens, shellWord(token(p.Name, p.Fingerprint)))
+			fps[p.Name] = p.Fingerprint
 		}
-		printChanges(w, pendingChanges(d.Pending), "  ")
-		fmt.Fprintf(w, "\napprove with: mcpvisor tools approve %s %s\n", d.Server, strings.Join(names, " "))
+		printChanges(w, pendingChanges(d.Pending), fps, "  ")
+		fmt.Fprintf(w, "\napprove what you reviewed with: mcpvisor tools approve %s %s\n", d.Server, strings.Join(tokens, " "))
+		fmt.Fprintf(w, "or every tool pending now: mcpvisor tools approve %s --all\n", d.Server)
 	}
 	return nil
 }
@@ -149,14 +229,20 @@ func pendingChanges(ps []fleet.Pending) []drift.Change {
 	return out
 }
 
-func printChanges(w io.Writer, cs []drift.Change, indent string) {
+// printChanges prints changes, each name with its fingerprint's token
+// when fps has one, and each field with its values whole.
+func printChanges(w io.Writer, cs []drift.Change, fps map[string]string, indent string) {
 	cs = slices.Clone(cs)
 	slices.SortStableFunc(cs, func(a, b drift.Change) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
 	for _, c := range cs {
 		sign := map[string]string{drift.Added: "+", drift.Removed: "-", drift.Changed: "~"}[c.Change]
-		fmt.Fprintf(w, "%s%s %s %s (%s)\n", indent, sign, c.Kind, c.Name, c.Change)
+		name := c.Name
+		if fp, ok := fps[c.Name]; ok {
+			name = token(name, fp)
+		}
+		fmt.Fprintf(w, "%s%s %s %s (%s)\n", indent, sign, c.Kind, safeText(name), c.Change)
 		for _, f := range c.Fields {
-			fmt.Fprintf(w, "%s    %s: %s → %s\n", indent, f.Path, shown(f.Old), shown(f.New))
+			printField(w, indent+"    ", f, c.Change == drift.Added)
 		}
 		if c.More > 0 {
 			fmt.Fprintf(w, "%s    … and %d more changed fields\n", indent, c.More)
@@ -164,15 +250,144 @@ func printChanges(w io.Writer, cs []drift.Change, indent string) {
 	}
 }
 
-// shown is a field value for the terminal: its JSON on one line, or
-// "(absent)".
-func shown(v json.RawMessage) string {
+// inlineWidth is the longest value printed on its field's line.
+const inlineWidth = 72
+
+// printField prints one field: "path: old → new" when both values are
+// short and on one line (of a definition added: "path: new"), else the
+// path and then each value on lines of its own, indented, "-" before the
+// old and "+" before the new.
+func printField(w io.Writer, indent string, f drift.Field, added bool) {
+	var cut drift.Truncated
+	if f.Truncated != nil {
+		cut = *f.Truncated
+	}
+	oldLines, newLines := valueLines(f.Old, cut.Old), valueLines(f.New, cut.New)
+	short := func(lines []string) bool { return len(lines) == 1 && len(lines[0]) <= inlineWidth }
+	path := safeText(f.Path)
+	switch {
+	case added && short(newLines):
+		fmt.Fprintf(w, "%s%s: %s\n", indent, path, newLines[0])
+	case added:
+		fmt.Fprintf(w, "%s%s:\n", indent, path)
+		for _, l := range newLines {
+			fmt.Fprintln(w, strings.TrimRight(indent+"  "+l, " "))
+		}
+	case short(oldLines) && short(newLines):
+		fmt.Fprintf(w, "%s%s: %s → %s\n", indent, path, oldLines[0], newLines[0])
+	default:
+		fmt.Fprintf(w, "%s%s:\n", indent, path)
+		for _, side := range []struct {
+			sign  string
+			lines []string
+		}{{"-", oldLines}, {"+", newLines}} {
+			for i, l := range side.lines {
+				lead := "  "
+				if i == 0 {
+					lead = side.sign + " "
+				}
+				fmt.Fprintln(w, strings.TrimRight(indent+"  "+lead+l, " "))
+			}
+		}
+	}
+}
+
+// valueLines is a field value for the terminal, whole: "(absent)"; a
+// string with no line break quoted as JSON, one with line breaks as a
+// block ("|" and then its lines, indented); anything else as its JSON,
+// on one line when short, else indented over several. Characters that
+// are not printable (controls, invisible format characters) are escaped
+// (\uXXXX), so that what a server sent cannot move the cursor, clear the
+// screen or reorder the text shown. whole, when not 0, is the length of
+// a value the API cut: said after it.
+func valueLines(v json.RawMessage, whole int) []string {
 	if v == nil {
-		return "(absent)"
+		return []string{"(absent)"}
 	}
-	var b bytes.Buffer
-	if json.Compact(&b, v) != nil {
-		return string(v)
+	var lines []string
+	var s string
+	canon, err := drift.Canonical(v)
+	switch {
+	case err != nil:
+		lines = []string{safeText(string(v))}
+	case json.Unmarshal(v, &s) == nil && strings.Contains(s, "\n") && whole == 0:
+		lines = []string{"|"}
+		for _, l := range strings.Split(s, "\n") {
+			lines = append(lines, "  "+safeText(l))
+		}
+	case len(canon) <= inlineWidth || canon[0] == '"':
+		lines = []string{safeText(string(canon))}
+	default:
+		var b bytes.Buffer
+		_ = json.Indent(&b, canon, "", "  ")
+		for _, l := range strings.Split(b.String(), "\n") {
+			lines = append(lines, safeText(l))
+		}
 	}
+	if whole > 0 {
+		lines[len(lines)-1] += fmt.Sprintf(" … (cut: %d bytes in all)", whole)
+	}
+	return lines
+}
+
+// safeText is s with every character that is not printable — controls,
+// and invisible format characters such as bidirectional overrides —
+// escaped as \uXXXX (tabs included).
+func safeText(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == ' ' || unicode.IsGraphic(r) && !unicode.Is(unicode.Cf, r) {
+			b.WriteRune(r)
+			continue
+		}
+		if r > 0xFFFF {
+			fmt.Fprintf(&b, "\\U%08x", r)
+		} else {
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+// shellWord is s as one word a POSIX shell reads back as s: as it is
+// when it holds only characters no shell treats specially, else quoted
+// ('…', or $'…' with escapes when it holds characters that are not
+// printable), so that a command printed to be pasted runs nothing a
+// server chose to name its tool.
+func shellWord(s string) string {
+	plain := s != ""
+	printable := true
+	for _, r := range s {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', strings.ContainsRune("@%+=:,./_-", r):
+		default:
+			plain = false
+			if !(r == ' ' || unicode.IsGraphic(r) && !unicode.Is(unicode.Cf, r)) {
+				printable = false
+			}
+		}
+	}
+	switch {
+	case plain:
+		return s
+	case printable:
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for _, r := range s {
+		switch {
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == ' ' || unicode.IsGraphic(r) && !unicode.Is(unicode.Cf, r):
+			b.WriteRune(r)
+		case r > 0xFFFF:
+			fmt.Fprintf(&b, "\\U%08x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	b.WriteByte('\'')
 	return b.String()
 }

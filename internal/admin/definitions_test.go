@@ -93,7 +93,7 @@ func TestDefinitionsRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.mu.Lock()
-	tc.tools = []string{`{"name":"echo","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}}`, `{"name":"new","inputSchema":{}}`}
+	tc.tools = []string{`{"name":"echo","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}}`, `{"name":"new","description":"Makes <img src=x onerror=alert(1)> things.","inputSchema":{}}`}
 	tc.mu.Unlock()
 	if _, err := s.Restart(t.Context()); err != nil { // relearns, in the background
 		t.Fatal(err)
@@ -122,9 +122,20 @@ func TestDefinitionsRoutes(t *testing.T) {
 		t.Fatalf("diff %+v", diff)
 	}
 	echo := diff.Pending[0]
-	if echo.Name != "echo" || echo.Change.Change != "changed" || len(echo.Fields) != 1 || echo.Fields[0].Path != "inputSchema.properties" || echo.Fingerprint == "" {
+	if echo.Name != "echo" || echo.Change.Change != "changed" || len(echo.Fields) != 1 || echo.Fields[0].Path != "inputSchema.properties" || len(echo.Fingerprint) != 64 {
 		t.Fatalf("pending echo %+v", echo)
 	}
+	// A new tool is shown whole: what it would be approved as.
+	added := diff.Pending[1]
+	if added.Name != "new" || added.Change.Change != "added" || len(added.Fields) != 2 ||
+		added.Fields[0].Path != "description" || jsonString(added.Fields[0].New) != "Makes <img src=x onerror=alert(1)> things." ||
+		added.Fields[1].Path != "inputSchema" || string(added.Fields[1].New) != `{}` {
+		t.Logf("pending new %+v, want its whole definition", added)
+	}
+	if p := d.Definitions.Pending; len(p) != 2 || len(p[1].Fields) != 2 {
+		t.Fatalf("detail pending %+v, want the new tool's definition", p)
+	}
+	newFP := added.Fingerprint
 	getJSON(t, srv.URL+"/api/servers/nope/definitions/diff", http.StatusNotFound, nil)
 
 	post := func(path, body string) (int, string) {
@@ -145,8 +156,26 @@ func TestDefinitionsRoutes(t *testing.T) {
 		{"/api/servers/s/approve", `{"nmes":["echo"]}`, 400, "unknown field"},
 		{"/api/servers/s/approve", `{"names":[""]}`, 400, "empty tool name"},
 		{"/api/servers/s/approve", `{"names":["echo","bogus"]}`, 400, "pending: echo, new"},
-		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"00"}}`, 409, "changed since it was reviewed"},
-		{"/api/servers/nope/approve", `{}`, 404, `no server named \"nope\"`},
+		{"/api/servers/s/approve", `{"names":["echo","new","echo"]}`, 400, "echo is named twice"},
+		// Nothing named is not "everything".
+		{"/api/servers/s/approve", ``, 400, `name the tools to approve, or send \"all\": true`},
+		{"/api/servers/s/approve", `{}`, 400, `name the tools to approve, or send \"all\": true`},
+		{"/api/servers/s/approve", `{"names":[]}`, 400, `name the tools to approve`},
+		{"/api/servers/s/approve", `{"all":false}`, 400, `name the tools to approve`},
+		{"/api/servers/s/approve", `{"all":true,"names":["echo"]}`, 400, `not both`},
+		{"/api/servers/s/approve", `{"all":true,"fingerprints":{"echo":"` + echo.Fingerprint + `"}}`, 400, `not both`},
+		// A fingerprint is the definition's, whole or its first 32 digits
+		// or more, and must match it on every digit given.
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"00"}}`, 400, "at least its first 32 hex digits"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + echo.Fingerprint[:12] + `"}}`, 400, "at least its first 32 hex digits"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + strings.Repeat("g", 32) + `"}}`, 400, "at least its first 32 hex digits"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + echo.Fingerprint + `0"}}`, 400, "at least its first 32 hex digits"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"new":"` + newFP + `"}}`, 400, "fingerprints: new is not named"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + strings.Repeat("0", 64) + `"}}`, 409, "changed since it was reviewed"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + newFP[:32] + `"}}`, 409, "changed since it was reviewed"},
+		{"/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"` + echo.Fingerprint[:31] + flip(echo.Fingerprint[31]) + `"}}`, 409, "changed since it was reviewed"},
+		{"/api/servers/s/approve", `{"names":["echo","new"],"fingerprints":{"echo":"` + echo.Fingerprint + `","new":"` + echo.Fingerprint + `"}}`, 409, "tool new: definition changed since it was reviewed"},
+		{"/api/servers/nope/approve", `{"all":true}`, 404, `no server named \"nope\"`},
 	} {
 		if status, body := post(c.path, c.body); status != c.status || !strings.Contains(body, c.says) {
 			t.Errorf("POST %s %s: %d %s, want %d saying %s", c.path, c.body, status, body, c.status, c.says)
@@ -160,16 +189,36 @@ func TestDefinitionsRoutes(t *testing.T) {
 	if n := s.Status().PendingDefinitions; n != 2 {
 		t.Fatalf("a refused approval approved something: %d pending", n)
 	}
-	status, body := post("/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"`+echo.Fingerprint+`"}}`)
+	// The first 32 digits of the fingerprint reviewed (in either case)
+	// approve it; the answer gives the whole fingerprint approved.
+	status, body := post("/api/servers/s/approve", `{"names":["echo"],"fingerprints":{"echo":"`+strings.ToUpper(echo.Fingerprint[:32])+`"}}`)
 	var res ApproveResult
-	if err := json.Unmarshal([]byte(body), &res); status != 200 || err != nil || len(res.Approved) != 1 || len(res.Pending) != 1 || res.Pending[0] != "new" {
+	if err := json.Unmarshal([]byte(body), &res); status != 200 || err != nil || len(res.Approved) != 1 || len(res.Pending) != 1 || res.Pending[0] != "new" ||
+		res.Fingerprints["echo"] != echo.Fingerprint || len(res.Fingerprints) != 1 {
 		t.Fatalf("approve echo: %d %s", status, body)
 	}
-	status, body = post("/api/servers/s/approve", "")
-	if err := json.Unmarshal([]byte(body), &res); status != 200 || err != nil || len(res.Approved) != 1 || res.Approved[0] != "new" || len(res.Pending) != 0 {
+	res = ApproveResult{}
+	status, body = post("/api/servers/s/approve", `{"all":true}`)
+	if err := json.Unmarshal([]byte(body), &res); status != 200 || err != nil || len(res.Approved) != 1 || res.Approved[0] != "new" || len(res.Pending) != 0 ||
+		res.Fingerprints["new"] != newFP {
 		t.Fatalf("approve all: %d %s", status, body)
 	}
 	if s.ToolHeld("echo") || s.ToolHeld("new") {
 		t.Fatal("approved tools are still held")
 	}
+}
+
+// flip is another hex digit than c.
+func flip(c byte) string {
+	if c == '0' {
+		return "1"
+	}
+	return "0"
+}
+
+// jsonString is the JSON string v, decoded ("" if it is not one).
+func jsonString(v json.RawMessage) string {
+	var s string
+	_ = json.Unmarshal(v, &s)
+	return s
 }

@@ -128,7 +128,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},
 		Instances:   s.Instances(),
-		Definitions: definitionsInfo(s.Definitions()),
+		Definitions: definitionsInfo(s),
 	}
 	switch {
 	case cfg.Kind != config.KindStdio:

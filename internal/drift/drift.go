@@ -274,20 +274,31 @@ func (c Change) Paths() []string {
 // Field is one changed value of a definition: its path (members joined
 // by ".", a member that is not a plain identifier quoted in brackets:
 // inputSchema.properties["a.b"]) and its value before and after, absent
-// on the side where it did not exist. A value whose JSON is longer than
-// MaxValue is replaced by a string that shows its start and says how
-// long it was.
+// on the side where it did not exist. Values are quoted whole up to
+// MaxValue bytes of JSON; a longer one is cut: it is then a JSON string
+// of the start of its JSON text, and Truncated says so, with its whole
+// length.
 type Field struct {
 	Path string          `json:"path"`
 	Old  json.RawMessage `json:"old,omitempty"`
 	New  json.RawMessage `json:"new,omitempty"`
+	// Truncated is set when Old or New was cut.
+	Truncated *Truncated `json:"truncated,omitempty"`
+}
+
+// Truncated gives the whole length, in bytes of canonical JSON, of each
+// value of a Field that was cut (0: that side is whole).
+type Truncated struct {
+	Old int `json:"old,omitempty"`
+	New int `json:"new,omitempty"`
 }
 
 // Bounds of a diff.
 const (
 	// MaxValue is the longest value (its canonical JSON, in bytes) a
-	// Field quotes whole.
-	MaxValue = 240
+	// Field quotes whole: generous, so that what an operator reviews —
+	// a long description included — is what the server sent.
+	MaxValue = 64 << 10
 	// MaxFields is how many changed fields one Change lists.
 	MaxFields = 32
 )
@@ -308,7 +319,7 @@ func Diff(old, new Set) []Change {
 		o, ok := old[key]
 		switch {
 		case !ok:
-			out = append(out, Change{Kind: n.Kind, Name: key, Change: Added})
+			out = append(out, Describe(n))
 		case o.Fingerprint != n.Fingerprint:
 			out = append(out, Compare(o, n))
 		}
@@ -334,6 +345,31 @@ func Compare(o, n Def) Change {
 		all = all[:MaxFields]
 	}
 	c.Fields = all
+	return c
+}
+
+// Describe is the addition of definition d, shown whole: a field for
+// each of its defining members but its key (name, or a template's
+// uriTemplate), in canonical order, each with its whole value as New.
+func Describe(d Def) Change {
+	c := Change{Kind: d.Kind, Name: d.Key, Change: Added}
+	v, _ := decode(d.Canonical)
+	m, _ := v.(map[string]any)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if k != keyField(d.Kind) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f := Field{Path: join("", k)}
+		var whole int
+		if f.New, whole = bound(encode(m[k])); whole > 0 {
+			f.Truncated = &Truncated{New: whole}
+		}
+		c.Fields = append(c.Fields, f)
+	}
 	return c
 }
 
@@ -371,7 +407,14 @@ func diffValue(path string, a, b any, out *[]Field) {
 	if bytes.Equal(ea, eb) {
 		return
 	}
-	*out = append(*out, Field{Path: path, Old: bounded(ea), New: bounded(eb)})
+	f := Field{Path: path}
+	var t Truncated
+	f.Old, t.Old = bound(ea)
+	f.New, t.New = bound(eb)
+	if t != (Truncated{}) {
+		f.Truncated = &t
+	}
+	*out = append(*out, f)
 }
 
 func join(path, key string) string {
@@ -401,22 +444,20 @@ func plain(key string) bool {
 	return true
 }
 
-// bounded is v, or, past MaxValue, a JSON string of its start and its
-// length.
-func bounded(v []byte) json.RawMessage {
-	if v == nil {
-		return nil
-	}
+// bound is v, or, past MaxValue, a JSON string of its first MaxValue
+// bytes or less (cut at a character's start); whole is v's length when
+// it was cut, else 0.
+func bound(v []byte) (out json.RawMessage, whole int) {
 	if len(v) <= MaxValue {
-		return v
+		return v, 0
 	}
-	cut := MaxValue - 40
+	cut := MaxValue
 	for cut > 0 && !utf8Start(v[cut]) {
 		cut--
 	}
 	var b bytes.Buffer
-	writeString(&b, string(v[:cut])+"… ("+strconv.Itoa(len(v))+" bytes)")
-	return b.Bytes()
+	writeString(&b, string(v[:cut]))
+	return b.Bytes(), len(v)
 }
 
 func utf8Start(c byte) bool { return c&0xC0 != 0x80 }

@@ -782,6 +782,12 @@ func TestToolsVariant(t *testing.T) {
 		t.Errorf("meta in variant 1: code %d, want unknown tool", code)
 	}
 
+	names3, echo3 := list(startMain(t, "-tools-variant", "3"))
+	var def3 struct{ Description string }
+	if err := json.Unmarshal([]byte(echo3), &def3); err != nil || def3.Description != InjectedDescription || !slices.Equal(names3, names) {
+		t.Errorf("variant 3: tools %v, echo %s, want variant 1's with echo described by InjectedDescription", names3, echo3)
+	}
+
 	if names, _ := list(startMain(t, "-tools-variant", "2")); len(names) != 0 {
 		t.Errorf("variant 2 lists %v, want none", names)
 	}
@@ -797,9 +803,9 @@ func TestToolsVariant(t *testing.T) {
 		t.Errorf("variant file with 1: echo %s, want %s", echo, echo1)
 	}
 
-	for _, args := range [][]string{{"-tools-variant", "3"}, {"-tools-variant", "-1"}} {
+	for _, args := range [][]string{{"-tools-variant", "4"}, {"-tools-variant", "-1"}} {
 		var out bytes.Buffer
-		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 2") {
+		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 3") {
 			t.Errorf("parseConfig(%v): %v, %q", args, err, out.String())
 		}
 	}

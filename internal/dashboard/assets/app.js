@@ -151,13 +151,20 @@
     n.className = "notice" + (bad ? " bad" : "");
   }
 
+  // hexId is name's UTF-8 bytes in hex: an id part that is the same for
+  // two names only if they are one (a.b and a_b are not).
+  const utf8 = new TextEncoder();
+  function hexId(name) {
+    return Array.from(utf8.encode(name), (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
   // ---- servers table
   const COLS = [["state", "State"], ["era", "Era"], ["pid", "PID"], ["mem", "Memory"], ["up", "Up / dormant"],
     ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["err", "Last error"]];
 
   function makeRow(name) {
     const r = { name, cells: {}, open: false };
-    const detailId = "detail-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
+    const detailId = "detail-" + hexId(name);
     r.toggle = el("button", { type: "button", "aria-expanded": "false", "aria-controls": detailId,
       "aria-label": "Details of " + name, onclick: () => setOpen(r, !r.open) }, name);
     r.pending = el("span", { class: "pending", hidden: true });
@@ -374,11 +381,19 @@
     const defs = d.definitions;
     r.d.defs.replaceChildren();
     if (defs && defs.pending && defs.pending.length) {
-      const list = el("ul", { class: "plain" });
+      const list = el("ul", { class: "plain pending-defs" });
       for (const p of defs.pending) {
-        list.append(el("li", null, el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") +
-          (p.fields && p.fields.length ? " (" + p.fields.map(fieldPath).join(", ") + ")" : "") + " ",
-          el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p]) }, "Approve")));
+        const fp = p.fingerprint || "";
+        const fields = el("div", { class: "fields" });
+        for (const f of p.fields || []) fields.append(renderField(f, p.change === "added"));
+        if (p.more) fields.append(el("p", { class: "sub", text: "… and " + p.more + " more changed fields" }));
+        list.append(el("li", { "data-tool": p.name },
+          el("div", { class: "pending-head" },
+            el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") + " ",
+            fp ? el("span", { class: "sub fp", title: "fingerprint " + fp, text: "@" + fp.slice(0, 32) }) : null, " ",
+            el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p]) }, "Approve")),
+          p.change === "added" ? el("p", { class: "sub", text: "new: its whole definition" }) : null,
+          fields));
       }
       r.d.defs.append(el("h3", { text: "Pending definitions" + (defs.changedAt ? " · changed " + stamp(defs.changedAt) : "") }), list,
         el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, defs.pending) }, "Approve all"));
@@ -402,6 +417,40 @@
     if (!t.learned) { r.d.tools.replaceChildren(el("li", { class: "muted", text: "not known yet: learned when a client first lists them" })); return; }
     if (!t.tools.length) { r.d.tools.replaceChildren(el("li", { class: "muted", text: "no tools" })); return; }
     r.d.tools.replaceChildren(...t.tools.map((x) => el("li", null, el("code", { text: x.name }), x.description ? el("span", { class: "sub", text: " — " + x.description }) : null)));
+  }
+
+  // valueText is a field's value as text: "(absent)", a string that
+  // spans lines as its text, anything else as JSON (indented when long),
+  // and a value the API cut said to be. Always shown with textContent.
+  function valueText(v, whole) {
+    let t;
+    if (v === undefined || v === null) t = "(absent)";
+    else if (typeof v === "string" && v.includes("\n") && !whole) t = v;
+    else if (typeof v === "string" || JSON.stringify(v).length <= 60) t = JSON.stringify(v);
+    else t = JSON.stringify(v, null, 2);
+    if (whole) t += " … (cut: " + whole + " bytes in all)";
+    return t;
+  }
+  const LONG_VALUE = 160;
+
+  // renderField shows one field of a pending definition: its path, and
+  // its old and new values (of an added definition, its value), each as
+  // text; a long one folds into a <details>, closed.
+  function renderField(f, added) {
+    const cut = f.truncated || {};
+    const sides = added ? [["new", "value", f.new, cut.new]] : [["old", "old", f.old, cut.old], ["new", "new", f.new, cut.new]];
+    const vals = el("div", { class: "vals" });
+    let size = 0;
+    for (const [cls, label, v, whole] of sides) {
+      const text = valueText(v, whole);
+      size = Math.max(size, text.length + (text.includes("\n") ? LONG_VALUE : 0));
+      vals.append(el("div", { class: cls + (added ? " added" : "") }, el("span", { class: "lbl", text: label }), el("pre", { class: "val", text })));
+    }
+    const path = el("code", { class: "path", text: f.path || fieldPath(f) });
+    if (size <= LONG_VALUE) return el("div", { class: "field", "data-path": f.path }, path, vals);
+    const chars = sides.map(([, , v, whole]) => valueText(v, whole).length);
+    return el("details", { class: "field", "data-path": f.path },
+      el("summary", null, path, el("span", { class: "sub", text: " long value (" + chars.join(" → ") + " characters)" })), vals);
   }
 
   // A changed field is a path string (events) or {path, old, new} (details).
