@@ -29,7 +29,8 @@ import (
 // the call works, and a third run keeps the approval and approves the
 // rest with --all.
 // Then the server comes back with no tools: tools_lost, a warning in ps,
-// and wait refuses to call it ready.
+// and wait refuses to call it ready, until the operator accepts the empty
+// list (tools accept-lost), which a server with its tools refuses.
 func TestDefinitionDriftAndPinning(t *testing.T) {
 	fixture := testserver.Build(t)
 	dir := t.TempDir()
@@ -205,7 +206,20 @@ func TestDefinitionDriftAndPinning(t *testing.T) {
 	if out, _ := bin(addr, 0, "ps"); !strings.Contains(out, "fx: it lists no tools where it had "+had) {
 		t.Fatalf("ps:\n%s", out)
 	}
-	if _, stderr := bin(addr, 1, "wait", "fx", "--timeout", "300ms"); !strings.Contains(stderr, "it lists no tools where it had "+had) {
+	if _, stderr := bin(addr, 1, "wait", "fx", "--timeout", "300ms"); !strings.Contains(stderr, "it lists no tools where it had "+had) || !strings.Contains(stderr, "mcpvisor tools accept-lost fx") {
 		t.Fatalf("wait on a server that lost its tools: %q", stderr)
+	}
+
+	// The operator accepts that it has none now: ready again.
+	if out, _ := bin(addr, 0, "tools", "accept-lost", "fx"); !strings.Contains(out, "server fx now lists no tools (it had "+had+")") {
+		t.Fatalf("tools accept-lost printed %q", out)
+	}
+	waitEvent(t, s3.base, "tools_lost_accepted", 1)
+	bin(addr, 0, "wait", "fx", "--timeout", "10s")
+	if out, _ := bin(addr, 0, "ps"); strings.Contains(out, "lists no tools") {
+		t.Fatalf("ps after accept-lost still warns:\n%s", out)
+	}
+	if _, stderr := bin(addr, 1, "tools", "accept-lost", "fx"); !strings.Contains(stderr, "has not lost its tools") {
+		t.Fatalf("accept-lost of a server whose tools are not lost: %q", stderr)
 	}
 }

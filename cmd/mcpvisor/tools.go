@@ -25,7 +25,7 @@ func newToolsCmd() *cobra.Command {
 			"(tool filters applied) and as mcpvisor has them cached: a sleeping server is not woken, and one that never " +
 			"started says so; tools a pinned server holds back are named apart. With --json, one JSON array of " +
 			"{server, learned, tools, held} objects. Subcommands: diff NAME (what changed), approve NAME (TOOL@FINGERPRINT... | --all) " +
-			"(release the held definitions reviewed). A server named diff or approve is listed with mcpvisor tools -- NAME.",
+			"(release the held definitions reviewed), accept-lost NAME (clear a tools_lost warning). A server named diff, approve or accept-lost is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names := args
@@ -55,7 +55,7 @@ func newToolsCmd() *cobra.Command {
 	}
 	api.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(newToolsDiffCmd(), newToolsApproveCmd())
+	cmd.AddCommand(newToolsDiffCmd(), newToolsApproveCmd(), newToolsAcceptLostCmd())
 	return cmd
 }
 

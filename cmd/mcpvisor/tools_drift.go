@@ -391,3 +391,42 @@ func shellWord(s string) string {
 	b.WriteByte('\'')
 	return b.String()
 }
+
+func newToolsAcceptLostCmd() *cobra.Command {
+	var api apiClient
+	cmd := &cobra.Command{
+		Use:   "accept-lost NAME",
+		Short: "Accept that a server whose tools were lost rightly lists none, clearing its warning",
+		Long: "When a server's relearn finds no tools where it had some, mcpvisor warns (tools_lost), serves it as " +
+			"listing none and does not report it ready. If the server rightly has no tools now, accept-lost makes " +
+			"the empty list its known definitions: the warning clears, the server is ready, and the loss is reported " +
+			"as a definitions change that removed its tools. A pinned server keeps its approvals, so a tool that comes " +
+			"back as approved is served and a changed one is held. It fails when the server's tools are not lost.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			ctx, cancel := context.WithTimeout(cmd.Context(), apiTimeout)
+			defer cancel()
+			resp, err := api.do(ctx, http.MethodPost, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil, nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return answerError(resp.StatusCode, b)
+			}
+			var res admin.AcceptLostResult
+			if err := json.Unmarshal(b, &res); err != nil {
+				return fmt.Errorf("unexpected answer: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "server %s now lists no tools (it had %d); its warning is cleared\n", name, res.Previous)
+			return nil
+		},
+	}
+	api.flags(cmd)
+	return cmd
+}

@@ -161,6 +161,7 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h.mux.HandleFunc("GET /api/servers/{name}/logs", h.logs)
 	h.mux.HandleFunc("GET /api/servers/{name}/definitions/diff", h.definitionsDiff)
 	h.mux.HandleFunc("POST /api/servers/{name}/approve", h.approve)
+	h.mux.HandleFunc("POST /api/servers/{name}/definitions/accept-lost", h.acceptLost)
 	h.mux.HandleFunc("POST /api/servers/{name}/{action}", h.action)
 	h.mux.HandleFunc("POST /api/reload", h.reload)
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {

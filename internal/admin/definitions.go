@@ -222,6 +222,32 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// AcceptLostResult is the body of a successful POST
+// /api/servers/{name}/definitions/accept-lost: the server, and how many
+// tools it had before it listed none.
+type AcceptLostResult struct {
+	Server   string `json:"server"`
+	Previous int    `json:"previous"`
+}
+
+// acceptLost serves POST /api/servers/{name}/definitions/accept-lost: the
+// operator accepts that the server, whose relearn found no tools where it
+// had some, rightly lists none (fleet.Server.AcceptLost). 200 with what
+// was given up; 409 when its tools are not lost; 404 for an unknown
+// server.
+func (h *Handler) acceptLost(w http.ResponseWriter, r *http.Request) {
+	s := h.server(w, r)
+	if s == nil {
+		return
+	}
+	n, err := s.AcceptLost()
+	if err != nil {
+		h.writeStatusJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	}
+	h.writeJSON(w, AcceptLostResult{Server: s.Name(), Previous: n})
+}
+
 // isHexPrefix reports whether fp can be a fingerprint or a prefix of one
 // an approval may give: MinFingerprint to 64 hex digits.
 func isHexPrefix(fp string) bool {

@@ -376,7 +376,7 @@ func (s *Server) warning() string {
 	if d.lost == 0 {
 		return ""
 	}
-	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again", d.lost)
+	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again (if it rightly has none now, clear this with mcpvisor tools accept-lost %s)", d.lost, s.Name())
 }
 
 // ToolHeld reports whether a pinned server's tool name, as last learned
