@@ -90,7 +90,7 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	for _, srv := range servers {
 		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
 	}
-	callMetrics(m, servers)
+	callMetrics(m, h.f.CallTelemetry())
 	if h.opts.Local != nil {
 		m.family("mcpvisor_gateway_requests_total", "counter", "Client requests mcpvisor answered itself, without forwarding them to a server — initialize, ping, the lists of /mcp, server/discover, a call of an unknown or denied tool, logging/setLevel on /mcp, a retry of a held call, a method it does not serve — by method (MCP's; any other is _OTHER) and outcome (as mcpvisor_server_calls_total's). Requests forwarded to a server are counted in mcpvisor_server_calls_total instead.")
 		h.opts.Local.Each(func(method string, o telemetry.Outcome, n uint64) {
@@ -153,25 +153,29 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 // callMetrics writes the servers' call metrics (package telemetry).
-func callMetrics(m *expo, servers []*fleet.Server) {
+// callMetrics exports the call metrics of servers: each configured
+// server's, and a removed server's while it still drains (its last calls
+// count there, or in the series of a server added again under its name,
+// which continues it).
+func callMetrics(m *expo, servers []fleet.ServerTelemetry) {
 	m.family("mcpvisor_server_calls_total", "counter", "Client requests that reached each server, by how they ended: ok; tool_error (a tools/call result with isError true); protocol_error (a JSON-RPC error response); timeout (mcpvisor's request timeout fired); cancelled (the client cancelled or went away, or its session ended); unavailable (the server could not be started, was stopped or removed, or went away while it served the request).")
 	for _, srv := range servers {
-		calls := srv.Telemetry().Calls()
+		calls := srv.Tel.Calls()
 		for o := range telemetry.NumOutcomes {
-			m.sample("mcpvisor_server_calls_total", labels("server", srv.Name(), "outcome", o.String()), float64(calls[o]))
+			m.sample("mcpvisor_server_calls_total", labels("server", srv.Name, "outcome", o.String()), float64(calls[o]))
 		}
 	}
 	m.family("mcpvisor_server_relayed_bytes_total", "counter", "Bytes of JSON relayed for the client requests to each server: params sent to it (direction to_server), results and errors it sent back (to_client).")
 	for _, srv := range servers {
-		sent, received := srv.Telemetry().Bytes()
-		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name(), "direction", "to_server"), float64(sent))
-		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name(), "direction", "to_client"), float64(received))
+		sent, received := srv.Tel.Bytes()
+		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name, "direction", "to_server"), float64(sent))
+		m.sample("mcpvisor_server_relayed_bytes_total", labels("server", srv.Name, "direction", "to_client"), float64(received))
 	}
 	const op = "mcp_server_operation_duration_seconds"
 	m.family(op, "histogram", "Duration of the client requests to each server, from their arrival to their response (a start or wake of the server included; OpenTelemetry's mcp.server.operation.duration), by mcp_method_name, gen_ai_tool_name (tools/call: a tool the server lists, else _OTHER) and error_type (a failure: tool_error, timeout, cancelled, unavailable, or a protocol error's JSON-RPC code, -32700 to -32603, else _OTHER).")
 	for _, srv := range servers {
-		for _, o := range srv.Telemetry().Ops() {
-			kv := []string{"server", srv.Name(), "mcp_method_name", o.Method}
+		for _, o := range srv.Tel.Ops() {
+			kv := []string{"server", srv.Name, "mcp_method_name", o.Method}
 			if o.Tool != "" {
 				kv = append(kv, "gen_ai_tool_name", o.Tool)
 			}
@@ -183,11 +187,11 @@ func callMetrics(m *expo, servers []*fleet.Server) {
 	}
 	m.family("mcpvisor_server_spawn_duration_seconds", "histogram", "Time each server's processes took to start and answer initialize: starts on demand (first start, wake, the operator's start) and restarts after a crash (from the end of the restart's delay).")
 	for _, srv := range servers {
-		m.histogram("mcpvisor_server_spawn_duration_seconds", []string{"server", srv.Name()}, srv.Telemetry().Spawns())
+		m.histogram("mcpvisor_server_spawn_duration_seconds", []string{"server", srv.Name}, srv.Tel.Spawns())
 	}
 	m.family("mcpvisor_server_wake_duration_seconds", "histogram", "Time each server took to wake: from a request to a dormant server to the server ready.")
 	for _, srv := range servers {
-		m.histogram("mcpvisor_server_wake_duration_seconds", []string{"server", srv.Name()}, srv.Telemetry().Wakes())
+		m.histogram("mcpvisor_server_wake_duration_seconds", []string{"server", srv.Name}, srv.Tel.Wakes())
 	}
 }
 

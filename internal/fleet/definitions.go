@@ -32,6 +32,12 @@ type defs struct {
 	// until the first list of tools is learned, which is approved as it
 	// is (trust on first use). An unpinned server's follow what it lists.
 	approved drift.Set
+	// private are tool definitions seen only on per-session processes —
+	// a client session's own, never the cache's — that are not approved
+	// and not the ones known: held, and pending approval like the known
+	// ones (the known one is shown first when both are held). The latest
+	// seen under each name is kept.
+	private map[string]drift.Def
 	// last is the last change reported, and when.
 	last      []drift.Change
 	changedAt time.Time
@@ -208,7 +214,63 @@ func (d *defs) heldNamesLocked() []string {
 			out = append(out, name)
 		}
 	}
+	for name := range d.private {
+		if !slices.Contains(out, name) && d.pendingLocked(name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
 	return out
+}
+
+// pendingLocked reports whether name is held back, as known or as seen on
+// a per-session process; pendingDefLocked is the definition held (the
+// known one first). mu is held.
+func (d *defs) pendingLocked(name string) bool {
+	_, ok := d.pendingDefLocked(name)
+	return ok
+}
+
+func (d *defs) pendingDefLocked(name string) (drift.Def, bool) {
+	if d.heldLocked(name) {
+		return d.known[drift.Tool][name], true
+	}
+	if p, ok := d.private[name]; ok {
+		if a, ok := d.approved[name]; !ok || a.Fingerprint != p.Fingerprint {
+			return p, true
+		}
+	}
+	return drift.Def{}, false
+}
+
+// observePrivateLocked records the tools a per-session process lists (set)
+// for a pinned server: a definition neither approved nor the one known is
+// kept as pending (private), and returned when it was not seen before, to
+// report. Nothing known, cached or persisted changes. mu is held.
+func (d *defs) observePrivateLocked(set drift.Set) []drift.Change {
+	var news []drift.Change
+	for _, name := range sortedKeysOf(set) {
+		def := set[name]
+		if a, ok := d.approved[name]; ok && a.Fingerprint == def.Fingerprint {
+			continue
+		}
+		if k, ok := d.known[drift.Tool][name]; ok && k.Fingerprint == def.Fingerprint {
+			continue // held as known already
+		}
+		if p, ok := d.private[name]; ok && p.Fingerprint == def.Fingerprint {
+			continue
+		}
+		if d.private == nil {
+			d.private = map[string]drift.Def{}
+		}
+		d.private[name] = def
+		if a, ok := d.approved[name]; ok {
+			news = append(news, drift.Compare(a, def))
+		} else {
+			news = append(news, drift.Change{Kind: drift.Tool, Name: name, Change: drift.Added})
+		}
+	}
+	return news
 }
 
 // heldLocked reports whether the known tool name is held back: new, or
@@ -227,8 +289,9 @@ func (d *defs) heldLocked(name string) bool {
 func (d *defs) heldChangesLocked() []drift.Change {
 	var out []drift.Change
 	for _, name := range d.heldNamesLocked() {
+		def, _ := d.pendingDefLocked(name)
 		if a, ok := d.approved[name]; ok {
-			out = append(out, drift.Compare(a, d.known[drift.Tool][name]))
+			out = append(out, drift.Compare(a, def))
 		} else {
 			out = append(out, drift.Change{Kind: drift.Tool, Name: name, Change: drift.Added})
 		}
@@ -348,7 +411,8 @@ func (s *Server) Definitions() Definitions {
 	out := Definitions{Pin: pin, ChangedAt: d.changedAt, Last: slices.Clone(d.last), Pending: []Pending{}}
 	if pin {
 		for _, c := range d.heldChangesLocked() {
-			out.Pending = append(out.Pending, Pending{Change: c, Fingerprint: d.known[drift.Tool][c.Name].Fingerprint})
+			def, _ := d.pendingDefLocked(c.Name)
+			out.Pending = append(out.Pending, Pending{Change: c, Fingerprint: def.Fingerprint})
 		}
 	}
 	return out
@@ -466,7 +530,7 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 		return nil, heldNames, fmt.Errorf("server %s: %s %w (%s)", s.Name(), strings.Join(bad, ", "), ErrNotPending, what)
 	}
 	for _, n := range names {
-		if fp, ok := fingerprints[n]; ok && fp != d.known[drift.Tool][n].Fingerprint {
+		if fp, ok := fingerprints[n]; ok && fp != d.approvableLocked(n, fingerprints).Fingerprint {
 			d.mu.Unlock()
 			return nil, heldNames, fmt.Errorf("server %s: tool %s: %w; review it again (mcpvisor tools diff %s)", s.Name(), n, ErrStaleApproval, s.Name())
 		}
@@ -475,7 +539,10 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 		d.approved = drift.Set{}
 	}
 	for _, n := range names {
-		d.approved[n] = d.known[drift.Tool][n]
+		d.approved[n] = d.approvableLocked(n, fingerprints)
+		if p, ok := d.private[n]; ok && p.Fingerprint == d.approved[n].Fingerprint {
+			delete(d.private, n)
+		}
 		approved = append(approved, n)
 	}
 	slices.Sort(approved)
@@ -498,6 +565,22 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 	return approved, pending, nil
 }
 
+// approvableLocked is the held definition of name an approval approves:
+// the one whose fingerprint it gives, known or seen on a per-session
+// process, else the one pending first. mu is held.
+func (d *defs) approvableLocked(name string, fingerprints map[string]string) drift.Def {
+	if fp, ok := fingerprints[name]; ok {
+		if p, ok := d.private[name]; ok && p.Fingerprint == fp {
+			return p
+		}
+		if k, ok := d.known[drift.Tool][name]; ok && k.Fingerprint == fp {
+			return k
+		}
+	}
+	def, _ := d.pendingDefLocked(name)
+	return def
+}
+
 // pinChanged follows a reload's change of the pin setting: unpinning
 // approves every tool as it is now (an unpinned server's approved tools
 // follow its list), so that pinning again later starts from what clients
@@ -506,11 +589,13 @@ func (s *Server) pinChanged(was, now bool) bool {
 	if was == now {
 		return false
 	}
+	s.forgetLiveTools()
 	d := s.defs()
 	d.mu.Lock()
 	n := len(d.heldNamesLocked())
 	if !now && n > 0 {
 		d.approved = d.known[drift.Tool]
+		d.private = nil
 		d.dirty = true
 	}
 	d.mu.Unlock()

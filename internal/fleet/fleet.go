@@ -28,6 +28,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -100,6 +101,11 @@ type Fleet struct {
 	drained map[*Server][]chan struct{}
 
 	instances atomic.Uint64 // numbers the instances made, from 1 (instance.id)
+
+	// removedTel are the call metrics of removed servers still draining,
+	// by name (CallTelemetry).
+	telMu      sync.Mutex
+	removedTel map[string]*telemetry.Server
 }
 
 // drainingDone forgets an instance takeOut put in draining, once stopOut

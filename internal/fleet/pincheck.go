@@ -45,15 +45,16 @@ type liveTools struct {
 
 // toolsChanged records that the instance's process said its tools list
 // changed: what was learned of it before is not trusted for a call.
+// Counted whatever the pin setting once anything was learned for a pin
+// (a server unpinned and pinned again does not trust a list from before).
 func (in *instance) toolsChanged() {
-	if !in.srv.Config().Pin {
-		return
-	}
 	in.mu.Lock()
-	if in.live == nil {
+	if in.live == nil && in.srv.Config().Pin {
 		in.live = &liveTools{}
 	}
-	in.live.gen++
+	if in.live != nil {
+		in.live.gen++
+	}
 	in.mu.Unlock()
 }
 
@@ -119,20 +120,69 @@ func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
 		gen := v.gen
 		in.mu.Unlock()
 
-		items, _, err := in.srv.learnFrom(ctx, conn, Tools)
-		in.srv.flushDefinitions()
+		set, err := in.learnTools(ctx, conn)
 
 		in.mu.Lock()
 		v.learning = nil
 		close(ch)
-		var set drift.Set
 		if err == nil {
-			set = drift.Index(drift.Tool, items)
 			v.conn, v.set, v.setGen = conn, set, gen
 		}
 		in.mu.Unlock()
 		return set, err
 	}
+}
+
+// learnTools lists the tools conn's process lists, for toolsOf. The
+// shared instance's list is a learn like any other: cached, compared with
+// the definitions known (a change reported as definitions_changed, and to
+// the sessions that see the server). A per-session instance's list is its
+// session's alone: it changes nothing of the server's cache, known
+// definitions or readiness, and what it holds back that was not seen
+// before is kept pending (private) and reported once, with the session
+// that saw it. A pinned server that never learned a list of its own yet
+// learns its baseline first, from its shared instance (mcpvisor's own),
+// never from a client session's process.
+func (in *instance) learnTools(ctx context.Context, conn Conn) (drift.Set, error) {
+	s := in.srv
+	if in.key == "" {
+		items, changed, err := s.learnFrom(ctx, conn, Tools)
+		s.flushDefinitions()
+		if err != nil {
+			return nil, err
+		}
+		if changed {
+			s.f.listsChanged(s, []ListKind{Tools})
+		}
+		return drift.Index(drift.Tool, items), nil
+	}
+	d := s.defs()
+	d.mu.Lock()
+	baseline := d.approved != nil
+	d.mu.Unlock()
+	if !baseline {
+		if _, err := s.List(ctx, Tools); err != nil {
+			return nil, fmt.Errorf("learning the server's own list first: %w", err)
+		}
+	}
+	items, err := fetchList(ctx, s.Name(), conn, Tools)
+	if err != nil {
+		return nil, err
+	}
+	set := drift.Index(drift.Tool, items)
+	d.mu.Lock()
+	news := d.observePrivateLocked(set)
+	var held []string
+	if len(news) > 0 {
+		held = d.heldNamesLocked()
+	}
+	d.mu.Unlock()
+	if len(news) > 0 {
+		det := changeDetails(news, held)
+		det["session"] = in.key
+		s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "definitions_changed", Details: det})
+	}
+	return set, nil
 }
 
 // CheckTool decides whether a call of the tool name (as the server knows
@@ -174,4 +224,25 @@ func (s *Server) CheckTool(ctx context.Context, l *Lease, name string) error {
 		return &HeldError{Server: s.Name(), Tool: name}
 	}
 	return nil
+}
+
+// forgetLiveTools drops what CheckTool learned of each instance's
+// process: after an unpin and a pin again, nothing learned before counts
+// (the lists the process sent meanwhile were not watched for it).
+func (s *Server) forgetLiveTools() {
+	ins := []*instance{s.sharedIn()}
+	s.mu.Lock()
+	for _, in := range s.perSession {
+		ins = append(ins, in)
+	}
+	s.mu.Unlock()
+	for _, in := range ins {
+		in.mu.Lock()
+		if in.live != nil && in.live.learning == nil {
+			in.live = nil
+		} else if in.live != nil {
+			in.live.gen++ // a learn under way: its list is not kept
+		}
+		in.mu.Unlock()
+	}
 }

@@ -326,3 +326,210 @@ func TestAcceptLost(t *testing.T) {
 		}
 	})
 }
+
+// Was a defect: a pinned per-session server's CheckTool on one session's
+// private instance writes that instance's tool list into the server's
+// shared cache and definitions: what every other session lists (the
+// aggregate reads CachedList/List), the definitions_changed event, and
+// the tools_lost warning all follow one session's private process.
+func TestAPerSessionProcessesListStaysItsSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, `,"sharing":"per-session"`)
+		defer df.close(t)
+		before, _ := s.CachedList(Tools)
+		// Session A's private process lists only echo (e.g. its tools
+		// depend on that client's roots or credentials).
+		df.srv.setItems(echoV1)
+		if err := checkOn(t, s, "A", "echo", time.Second); err != nil {
+			t.Fatalf("A's echo: %v", err)
+		}
+		after, _ := s.CachedList(Tools)
+		if len(after) != len(before) {
+			t.Errorf("session A's private instance changed the server's shared cached tools list: %d tools → %d (every other session's aggregated tools/list follows it)", len(before), len(after))
+		}
+		if n := len(df.of("definitions_changed")); n != 0 {
+			t.Errorf("%d definitions_changed events caused by one session's private instance: %+v", n, df.of("definitions_changed"))
+		}
+		// A private process that lists no tools at all.
+		df.srv.setItems()
+		_ = checkOn(t, s, "B", "echo", time.Second)
+		if w := s.Status().Warning; w != "" {
+			t.Errorf("session B's private instance listing no tools put the whole server in tools_lost: %q (ready=%v)", w, s.Status().Ready)
+		}
+		if got, _ := s.CachedList(Tools); len(got) == 0 {
+			t.Errorf("session B's private instance emptied the shared cached tools list")
+		}
+	})
+}
+
+// Was a defect: a pinned server woken after its package changed. The first
+// call's CheckTool learns the new list into the cache; when it stores
+// before the refresh that follows the wake, the refresh finds the cache
+// "unchanged" and no OnListsChanged is reported: the aggregated table is
+// not invalidated and no session is told tools/list_changed.
+func TestCheckToolsLearnReportsTheListChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, "")
+		defer df.close(t)
+		if err := s.Sleep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		reported := df.toolsReported()
+		df.srv.setItems(echoV2, pidTool)
+		release := df.holdLists()
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+		errc := make(chan error, 1)
+		go func() { errc <- s.CheckTool(t.Context(), l, "echo") }()
+		synctest.Wait() // the refresh and CheckTool's learn both wait in tools/list
+		release()
+		synctest.Wait()
+		if err := <-errc; !isHeld(err, false) {
+			t.Fatalf("CheckTool: %v", err)
+		}
+		if got, _ := s.CachedList(Tools); len(got) != 2 || string(got[0]) != echoV2 {
+			t.Fatalf("cache: %s", got)
+		}
+		if n := df.toolsReported(); n != reported+1 {
+			t.Fatalf("the tools list changed across the wake, reported %d times (want 1): the aggregate keeps its stale table and no session is told", n-reported)
+		}
+	})
+}
+
+// Was a defect: the "gone since" mark of a removed server's definitions
+// record is cleared only by a prune, and a reload that only adds servers
+// does not prune. A pinned server removed (marked gone), added back, kept
+// configured for 31 days, then removed again has its record dropped at
+// once — its grace counted from the first removal — and, added back,
+// trusts whatever it serves as a first list.
+func TestARemovalsGraceStartsAgainAfterAReAdd(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	synctest.Test(t, func(t *testing.T) {
+		st, err := store.Open(path, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		settings := `,"idleTimeout":"0","pin":true`
+		df := newDriftFleet(t, settings, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1, pidTool)
+		learnTools(t, df.f.Get("s"))
+		without := `"other":{"command":"o"}`
+		with := `"other":{"command":"o"},"s":{"command":"fake"` + settings + `}`
+		reload := func(servers string) {
+			if _, err := df.f.Reload(t.Context(), parseCfg(t, servers), false, nil); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		reload(without) // day 0: s removed, its record marked gone
+		reload(with)    // s back (an add: no prune, the mark stays)
+		time.Sleep(31 * 24 * time.Hour)
+		reload(without) // day 31: removed again
+		if st.Definitions("s") == nil {
+			t.Errorf("the record of a server removed a moment ago was dropped: its grace was counted from its first removal, 31 days before")
+		}
+		reload(with)
+		df.srv.setItems(echoV2, pidTool)
+		if err := checkOn(t, df.f.Get("s"), "", "echo", time.Second); !isHeld(err, false) {
+			t.Fatalf("the re-added pinned server's changed echo: %v, want held", err)
+		}
+	})
+}
+
+// Was a defect: list_changed notifications are not counted (toolsChanged)
+// while the server is unpinned, so a live list learned before an unpin is
+// trusted again after a re-pin by reload (a settings change: the process
+// keeps running): the tool the process now lists — and which is approved,
+// as an unpinned server's approvals follow its list — is refused as held.
+func TestRepinningDoesNotTrustAListFromBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, "")
+		defer df.close(t)
+		if err := checkOn(t, s, "", "echo", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		reload := func(pin string) {
+			if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake","idleTimeout":"0","pin":`+pin+`}`), false, nil); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		reload("false")
+		df.srv.setItems(echoV2, pidTool)
+		relearn(s) // the process says its tools changed; unpinned, v2 is approved
+		reload("true")
+		if p := s.Definitions().Pending; len(p) != 0 {
+			t.Fatalf("pending after re-pin: %+v", p)
+		}
+		if err := checkOn(t, s, "", "echo", time.Second); err != nil {
+			t.Fatalf("re-pinned, the approved echo the process lists is refused: %v", err)
+		}
+	})
+}
+
+// the caller whose learn is under way gives
+// up (its ctx ends); a caller waiting on it then learns for itself.
+func TestCheckToolWaiterLearnsWhenTheLearnerGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, "")
+		defer df.close(t)
+		if err := s.Sleep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		release := df.holdLists()
+		defer release()
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+		synctest.Wait()
+		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		first := make(chan error, 1)
+		go func() { first <- s.CheckTool(short, l, "echo") }()
+		synctest.Wait()
+		second := make(chan error, 1)
+		go func() { second <- s.CheckTool(t.Context(), l, "echo") }()
+		if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the learner: %v", err)
+		}
+		synctest.Wait()
+		release()
+		if err := <-second; err != nil {
+			t.Fatalf("the waiter after the learner left: %v", err)
+		}
+	})
+}
+
+// CheckTool's learn is bounded by the
+// server's requestTimeout when the caller's ctx has no deadline.
+func TestCheckToolBoundedByRequestTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, `,"requestTimeout":"2s"`)
+		defer df.close(t)
+		if err := s.Sleep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		release := df.holdLists()
+		defer release()
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release()
+		t0 := time.Now()
+		if err := s.CheckTool(context.Background(), l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("CheckTool = %v", err)
+		}
+		if d := time.Since(t0); d != 2*time.Second {
+			t.Fatalf("took %v", d)
+		}
+	})
+}

@@ -161,10 +161,12 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		case config.ActionAdded:
 			w.s = f.newServer(sc)
 			w.s.loadDefinitions()
+			f.continueTelemetry(w.s)
 		case config.ActionRemoved:
 			w.s.opMu.Lock()
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
 			w.s.retireRecord()
+			f.removedTelemetry(w.s)
 			w.old = w.s.takeOut("removed from the configuration")
 			w.s.opMu.Unlock()
 		case config.ActionRestarted:
@@ -248,6 +250,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 				case <-ctx.Done():
 				}
 				close(gone[s.Name()])
+				f.drainedTelemetry(s)
 				f.emitDrained(s, "removed from the configuration", d)
 				if f.opts.Logs == nil || f.lockReload(ctx) != nil {
 					return
@@ -266,8 +269,10 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		}
 	}
 	for _, w := range todo {
-		if w.action == config.ActionRemoved || w.action == config.ActionRestarted {
-			f.pruneStore() // what no configured launch will read again
+		if w.action == config.ActionRemoved || w.action == config.ActionRestarted || w.action == config.ActionAdded {
+			// What no configured launch will read again; and an added
+			// server's definitions record is no longer counted as gone.
+			f.pruneStore()
 			break
 		}
 	}

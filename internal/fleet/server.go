@@ -62,7 +62,9 @@ func (s *Server) Config() *config.Server { return s.cfg.Load() }
 // Telemetry is the server's call metrics (calls by outcome, durations,
 // bytes relayed, spawn and wake durations): made on first use (a server
 // that never served costs nothing more), kept across reloads that change
-// the server, gone when a reload removes it.
+// the server. When a reload removes it they are still exported while it
+// drains (Fleet.CallTelemetry), and a server added again under its name
+// meanwhile continues them.
 func (s *Server) Telemetry() *telemetry.Server {
 	if t := s.tel.Load(); t != nil {
 		return t
