@@ -92,9 +92,13 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	callMetrics(m, h.f.CallTelemetry())
 	if h.opts.Local != nil {
-		m.family("mcpvisor_gateway_requests_total", "counter", "Client requests mcpvisor answered itself, without forwarding them to a server — initialize, ping, the lists of /mcp, server/discover, a call of an unknown or denied tool, logging/setLevel on /mcp, a retry of a held call, a method it does not serve — by method (MCP's; any other is _OTHER) and outcome (as mcpvisor_server_calls_total's). Requests forwarded to a server are counted in mcpvisor_server_calls_total instead.")
+		m.family("mcpvisor_gateway_requests_total", "counter", "Client requests mcpvisor answered itself, without forwarding them to a server — initialize, ping, the lists of /mcp, server/discover, a call of an unknown or denied tool, logging/setLevel on /mcp, a retry of a held call, a method it does not serve — and client messages the HTTP and stdio fronts refused before any endpoint saw them (a body or line that is not JSON-RPC or is too large, an unknown session, a refused batch, an unsupported protocol version, MCP headers that do not match the body, malformed _meta, the session limit, ...), by method (MCP's; any other, or one that could not be read, is _OTHER) and outcome (as mcpvisor_server_calls_total's: a refusal is protocol_error, or unavailable for a limit or a shutdown). Requests forwarded to a server are counted in mcpvisor_server_calls_total instead.")
 		h.opts.Local.Each(func(method string, o telemetry.Outcome, n uint64) {
 			m.sample("mcpvisor_gateway_requests_total", labels("method", method, "outcome", o.String()), float64(n))
+		})
+		m.family("mcpvisor_http_refusals_total", "counter", "HTTP requests to an MCP endpoint refused without a JSON-RPC message to count by method — refused by the access guard (unauthorized, forbidden), or a GET, DELETE or other HTTP method refused (method_not_allowed, not_acceptable, unsupported_version, session_required, bad_last_event_id, session_not_found) — by reason. A refused POST counts in mcpvisor_gateway_requests_total instead.")
+		h.opts.Local.EachRefusal(func(reason string, n uint64) {
+			m.sample("mcpvisor_http_refusals_total", labels("reason", reason), float64(n))
 		})
 	}
 

@@ -213,3 +213,44 @@ func TestGatewayRequestsExposition(t *testing.T) {
 		t.Errorf("%d series, want %d", n, want)
 	}
 }
+
+// The HTTP requests the fronts refuse without a JSON-RPC message show as
+// mcpvisor_http_refusals_total by reason: every reason of the fixed set,
+// from zero, and nothing else.
+func TestHTTPRefusalsExposition(t *testing.T) {
+	f := testFleet(t)
+	var local telemetry.Local
+	local.RecordRefusal(telemetry.RefusedUnauthorized)
+	local.RecordRefusal(telemetry.RefusedUnknownSession)
+	local.RecordRefusal(telemetry.RefusedUnknownSession)
+	srv := httptest.NewServer(New(f, nil, Options{Local: &local}))
+	defer srv.Close()
+	body, _ := io.ReadAll(get(t, srv.URL+"/metrics").Body)
+	if !strings.Contains(string(body), "# TYPE mcpvisor_http_refusals_total counter\n") {
+		t.Error("no TYPE line for mcpvisor_http_refusals_total")
+	}
+	samples := parseExposition(t, string(body))
+	want := map[string]float64{
+		`mcpvisor_http_refusals_total{reason="unauthorized"}`:        1,
+		`mcpvisor_http_refusals_total{reason="forbidden"}`:           0,
+		`mcpvisor_http_refusals_total{reason="method_not_allowed"}`:  0,
+		`mcpvisor_http_refusals_total{reason="not_acceptable"}`:      0,
+		`mcpvisor_http_refusals_total{reason="unsupported_version"}`: 0,
+		`mcpvisor_http_refusals_total{reason="session_required"}`:    0,
+		`mcpvisor_http_refusals_total{reason="bad_last_event_id"}`:   0,
+		`mcpvisor_http_refusals_total{reason="session_not_found"}`:   2,
+	}
+	n := 0
+	for s, got := range samples {
+		if !strings.HasPrefix(s, "mcpvisor_http_refusals_total{") {
+			continue
+		}
+		n++
+		if w, ok := want[s]; !ok || got != w {
+			t.Errorf("%s = %v, want %v (listed %v)", s, got, w, ok)
+		}
+	}
+	if n != len(want) || n != int(telemetry.NumRefusals) {
+		t.Errorf("%d series, want %d", n, len(want))
+	}
+}

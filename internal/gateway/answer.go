@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -116,7 +117,83 @@ func (g *Gateway) traceAnswered(ctx context.Context, start time.Time, s *Session
 	g.tracing.Answered(ctx, start, m.Method, m.Params, e)
 }
 
-// LocalRequests counts the client requests mcpvisor answered itself, by
-// method and outcome (those forwarded to a server are counted in the
-// server's telemetry).
+// What a front refuses before its endpoint sees it — a body that is not
+// JSON-RPC, an unknown session, a header that does not match the body, a
+// limit, ... — the endpoint never counts: the front does, through the
+// endpoint's gateway (refuse), in the same Local, so that every client
+// message is counted once, whoever answers it. An HTTP request that
+// carries no JSON-RPC message (a GET, a DELETE, another HTTP method, one
+// the access guard stops) is counted by reason instead (refusedHTTP).
+
+// gatewayEndpoint is an endpoint of a Gateway (the aggregated one, a
+// server's own): its fronts count what they refuse in the gateway's Local.
+// Other endpoints (tests') count nothing.
+type gatewayEndpoint interface {
+	gateway() *Gateway
+}
+
+func (a *aggregate) gateway() *Gateway { return a.g }
+func (e *single) gateway() *Gateway    { return e.g }
+
+// gatewayOf is ep's gateway, or nil.
+func gatewayOf(ep Endpoint) *Gateway {
+	if ge, ok := ep.(gatewayEndpoint); ok {
+		return ge.gateway()
+	}
+	return nil
+}
+
+// refuse counts a client message a front refused before an endpoint saw
+// it and, with tracing on, makes its span (mcpvisor.local and
+// mcpvisor.refused; it marks the moment of the refusal). m is the message
+// as far as it was read (nil: not at all): its method (none: Other) and
+// params (for a trace context in _meta); id is the id the error reply
+// carries (nil or null: none); code the reply's JSON-RPC error code, 0 if
+// the reply is no JSON-RPC error; msg what it says. The outcome is
+// unavailable for a limit or a shutdown, else a protocol error. Safe on a
+// nil g (an endpoint of no gateway): nothing is counted.
+func (g *Gateway) refuse(ctx context.Context, m *rpc.Message, id json.RawMessage, o telemetry.Outcome, code int, msg string) {
+	if g == nil {
+		return
+	}
+	var method string
+	var params json.RawMessage
+	if m != nil {
+		method, params = m.Method, m.Params
+	}
+	g.local.Record(method, o)
+	if g.tracing == nil {
+		return
+	}
+	if string(id) == "null" {
+		id = nil
+	}
+	if o != telemetry.ProtocolError {
+		code = 0
+	}
+	g.tracing.Answered(ctx, time.Now(), method, params, telemetry.End{Outcome: o, Code: code, Message: msg, RequestID: id, Refused: true})
+}
+
+// refusalOutcome is the outcome of a refusal whose JSON-RPC error code is
+// code: unavailable for mcpvisor's limits, else a protocol error.
+func refusalOutcome(code int) telemetry.Outcome {
+	switch code {
+	case rpc.LimitReached, rpc.BackendUnavailable:
+		return telemetry.Unavailable
+	}
+	return telemetry.ProtocolError
+}
+
+// refusedHTTP counts an HTTP request refused for r that carries no
+// JSON-RPC message. Safe on a nil g.
+func (g *Gateway) refusedHTTP(r telemetry.Refusal) {
+	if g != nil {
+		g.local.RecordRefusal(r)
+	}
+}
+
+// LocalRequests counts the client requests mcpvisor answered itself and
+// the client messages its fronts refused, by method and outcome (those
+// forwarded to a server are counted in the server's telemetry), and the
+// HTTP requests without a JSON-RPC message its fronts refused, by reason.
 func (g *Gateway) LocalRequests() *telemetry.Local { return &g.local }

@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
 	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // batchVersion is the only protocol revision with JSON-RPC batches
@@ -34,9 +36,11 @@ func batchRefused(version string) string {
 // messages (notifications and responses, in order), with an error
 // response for each element that is not a valid message — with the
 // element's id when it is a request's — or is an initialize (JSON-RPC
-// 2.0, 6; MCP 2025-03-26). A body that is not a JSON array of at least
-// one element gets fail instead, and nothing in it is to be handled.
-func splitBatch(body []byte) (reqs, others, errs []*rpc.Message, fail *rpc.Error) {
+// 2.0, 6; MCP 2025-03-26); g counts each such element as a message its
+// front refused (g.refuse, within ctx). A body that is not a JSON array of
+// at least one element gets fail instead, and nothing in it is to be
+// handled (nor counted: the caller counts the refusal of the whole).
+func splitBatch(ctx context.Context, g *Gateway, body []byte) (reqs, others, errs []*rpc.Message, fail *rpc.Error) {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(body, &elems); err != nil {
 		return nil, nil, nil, &rpc.Error{Code: rpc.ParseError, Message: "Parse error: " + err.Error()}
@@ -57,9 +61,12 @@ func splitBatch(body []byte) (reqs, others, errs []*rpc.Message, fail *rpc.Error
 					id = de.ID
 				}
 			}
+			g.refuse(ctx, nil, id, telemetry.ProtocolError, code, msg)
 			errs = append(errs, errorReply(id, code, msg))
 		case m.IsRequest() && m.Method == "initialize":
-			errs = append(errs, errorReply(m.ID, rpc.InvalidRequest, "initialize cannot be part of a batch"))
+			const msg = "initialize cannot be part of a batch"
+			g.refuse(ctx, m, m.ID, telemetry.ProtocolError, rpc.InvalidRequest, msg)
+			errs = append(errs, errorReply(m.ID, rpc.InvalidRequest, msg))
 		case m.IsRequest():
 			reqs = append(reqs, m)
 		default:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // The Streamable HTTP server side of MCP 2025-11-25 (basic/transports),
@@ -168,6 +169,9 @@ var (
 // http.Handler for the MCP endpoint path.
 type StreamableHandler struct {
 	ep Endpoint
+	// gw is ep's gateway, which counts what the handler refuses before ep
+	// sees it (nil: an endpoint of no gateway, nothing is counted).
+	gw *Gateway
 	// modern0 is the session every modern request's stream is written
 	// for: none of its own (no id, no events kept, no stream numbers).
 	modern0 *httpSession
@@ -206,6 +210,7 @@ type StreamableHandler struct {
 func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	h := &StreamableHandler{
 		ep:        ep,
+		gw:        gatewayOf(ep),
 		log:       opts.Logger,
 		timeout:   opts.SessionTimeout,
 		maxBody:   opts.MaxBodyBytes,
@@ -379,6 +384,13 @@ func (sh *modernShard) untrack(ctx context.Context) {
 func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.guard.Allow(w, r) {
 		h.log.Debug("http: refused", "host", r.Host, "remote", r.RemoteAddr)
+		if h.gw != nil {
+			reason := telemetry.RefusedForbidden
+			if status, _ := h.guard.Check(r); status == http.StatusUnauthorized {
+				reason = telemetry.RefusedUnauthorized
+			}
+			h.gw.refusedHTTP(reason)
+		}
 		return
 	}
 	switch r.Method {
@@ -389,6 +401,7 @@ func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		h.serveDELETE(w, r)
 	default:
+		h.gw.refusedHTTP(telemetry.RefusedMethod)
 		w.Header()["Allow"] = []string{"GET, POST, DELETE"}
 		plainError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
 	}
@@ -398,7 +411,7 @@ func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	jsonOK, sseOK := accepts(r.Header[hdrAccept])
 	if !jsonOK && !sseOK {
-		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow application/json and text/event-stream")
+		h.refusePlain(w, r, nil, http.StatusNotAcceptable, "Not Acceptable: Accept must allow application/json and text/event-stream")
 		return
 	}
 	hera, hv := era(r)
@@ -421,12 +434,12 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 				id = de.ID
 			}
 		}
-		rpcError(w, http.StatusBadRequest, id, code, msg)
+		h.refuseRPC(w, r, nil, http.StatusBadRequest, id, code, msg)
 		return
 	}
 	switch hera {
 	case eraUnknown:
-		h.reply(w, http.StatusBadRequest, unsupportedVersion(&rpc.Message{ID: requestID(m)}, hv))
+		h.refuseReply(w, r, m, http.StatusBadRequest, unsupportedVersion(&rpc.Message{ID: requestID(m)}, hv))
 		return
 	case eraModern:
 		h.serveModern(w, r, m, hv, jsonOK, sseOK)
@@ -444,11 +457,12 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 			h.initialize(w, r, m, jsonOK, sseOK)
 			return
 		}
-		rpcError(w, http.StatusBadRequest, requestID(m), rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required")
+		h.refuseRPC(w, r, m, http.StatusBadRequest, requestID(m), rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required")
 		return
 	}
 	hs := h.acquire(sid)
 	if hs == nil {
+		h.gw.refuse(r.Context(), m, requestID(m), telemetry.ProtocolError, 0, noSessionMsg)
 		sessionNotFound(w)
 		return
 	}
@@ -496,25 +510,26 @@ func isBatch(body []byte) bool {
 func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, body []byte, jsonOK, sseOK bool) {
 	sid := sessionIDOf(r)
 	if sid == "" {
-		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required (initialize cannot be part of a batch)")
+		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required (initialize cannot be part of a batch)")
 		return
 	}
 	hs := h.acquire(sid)
 	if hs == nil {
+		h.gw.refuse(r.Context(), nil, nil, telemetry.ProtocolError, 0, noSessionMsg)
 		sessionNotFound(w)
 		return
 	}
 	defer hs.release()
 	if hs.version != batchVersion {
-		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: "+batchRefused(hs.version))
-		return
-	}
-	reqs, others, errs, fail := splitBatch(body)
-	if fail != nil {
-		rpcError(w, http.StatusBadRequest, nil, fail.Code, fail.Message)
+		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: "+batchRefused(hs.version))
 		return
 	}
 	ctx := r.Context()
+	reqs, others, errs, fail := splitBatch(ctx, h.gw, body)
+	if fail != nil {
+		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, fail.Code, fail.Message)
+		return
+	}
 	for _, m := range others {
 		h.ep.Handle(ctx, hs.sess, m, noRelated)
 	}
@@ -542,7 +557,7 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, m *rpc.Message, hv string, jsonOK, sseOK bool) {
 	if !m.IsRequest() {
 		if m.IsResponse() {
-			rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: an MCP "+modernVersion+" client sends no responses")
+			h.refuseRPC(w, r, m, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: an MCP "+modernVersion+" client sends no responses")
 			return
 		}
 		// The revision defines no client notification over HTTP
@@ -559,7 +574,7 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 		bad = unsupportedVersion(m, mo.Version)
 	}
 	if bad != nil {
-		h.reply(w, http.StatusBadRequest, bad)
+		h.refuseReply(w, r, m, http.StatusBadRequest, bad)
 		return
 	}
 	if m.Method == "subscriptions/listen" {
@@ -567,7 +582,7 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 		// is a legacy one's: it takes a place under the same bound.
 		if !h.limit.take() {
 			h.log.Warn("http: session limit reached, subscriptions/listen refused", "limit", h.limit.Max())
-			rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
+			h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
 				"too many sessions and listens: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open at once; try again when one has ended")
 			return
 		}
@@ -587,9 +602,14 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 		schema, err := ts.toolSchema(ctx, mo.Name)
 		if err != nil {
 			resp = errorResponse(m.ID, rpc.BackendUnavailable, "mcpvisor cannot check the request's Mcp-Param headers: "+err.Error())
+			o := telemetry.Unavailable
+			if ctx.Err() != nil {
+				o = telemetry.Cancelled // the client went away meanwhile
+			}
+			h.gw.refuse(ctx, m, m.ID, o, rpc.BackendUnavailable, resp.Error.Message)
 		} else if schema != nil {
 			if bad := paramHeaderMismatch(r, m, schema); bad != nil {
-				h.reply(w, http.StatusBadRequest, bad)
+				h.refuseReply(w, r, m, http.StatusBadRequest, bad)
 				return
 			}
 		}
@@ -695,14 +715,16 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	closed := h.closed
 	h.mu.RUnlock()
 	if closed {
-		plainError(w, http.StatusServiceUnavailable, "Service Unavailable: shutting down")
+		const msg = "Service Unavailable: shutting down"
+		h.gw.refuse(r.Context(), m, m.ID, telemetry.Unavailable, 0, msg)
+		plainError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	// The slot is held until closeSession, whatever ends the session
 	// (a failed initialize included).
 	if !h.limit.take() {
 		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.Max())
-		rpcError(w, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
+		h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
 			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open sessions; try again when one has ended")
 		return
 	}
@@ -748,6 +770,7 @@ func (h *StreamableHandler) response(m, resp *rpc.Message) *rpc.Message {
 // serveGET opens the session's stream for messages related to no request.
 func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if _, sseOK := accepts(r.Header[hdrAccept]); !sseOK {
+		h.gw.refusedHTTP(telemetry.RefusedNotAcceptable)
 		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow text/event-stream")
 		return
 	}
@@ -756,6 +779,7 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	sid := r.Header.Get(hdrSessionID)
 	if sid == "" {
+		h.gw.refusedHTTP(telemetry.RefusedNoSession)
 		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
 		return
 	}
@@ -764,6 +788,7 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 		var ok bool
 		stream, after, ok = parseEventID(v[0])
 		if !ok {
+			h.gw.refusedHTTP(telemetry.RefusedLastEventID)
 			plainError(w, http.StatusBadRequest, "Bad Request: malformed Last-Event-ID")
 			return
 		}
@@ -771,6 +796,7 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 	}
 	hs := h.acquire(sid)
 	if hs == nil {
+		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
 	}
@@ -791,6 +817,7 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	}
 	sid := r.Header.Get(hdrSessionID)
 	if sid == "" {
+		h.gw.refusedHTTP(telemetry.RefusedNoSession)
 		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
 		return
 	}
@@ -799,6 +826,7 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	delete(h.sessions, sid)
 	h.mu.Unlock()
 	if hs == nil {
+		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
 	}
@@ -924,7 +952,7 @@ const bodyPrealloc = 64 << 10
 // 400 for a body cut short.
 func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.ContentLength > h.maxBody {
-		h.bodyTooLarge(w)
+		h.bodyTooLarge(w, r)
 		return nil, false
 	}
 	// The deadline covers this read only: net/http lifts it when the body
@@ -952,7 +980,7 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 		n, err := r.Body.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if int64(len(b)) > h.maxBody {
-			h.bodyTooLarge(w)
+			h.bodyTooLarge(w, r)
 			return nil, false
 		}
 		if err == io.EOF {
@@ -961,12 +989,12 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", len(b))
 			w.Header()["Connection"] = hvClose
-			rpcError(w, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
+			h.refuseRPC(w, r, nil, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
 				"request body not received within "+h.bodyWait.String())
 			return nil, false
 		}
 		if err != nil {
-			rpcError(w, http.StatusBadRequest, nil, rpc.ParseError, "could not read the request body")
+			h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, rpc.ParseError, "could not read the request body")
 			return nil, false
 		}
 	}
@@ -978,9 +1006,9 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 }
 
 // bodyTooLarge is the 413 reply.
-func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter) {
+func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
 	w.Header()["Connection"] = hvClose
-	rpcError(w, http.StatusRequestEntityTooLarge, nil, rpc.InvalidRequest,
+	h.refuseRPC(w, r, nil, http.StatusRequestEntityTooLarge, nil, rpc.InvalidRequest,
 		"request body exceeds the limit of "+strconv.FormatInt(h.maxBody, 10)+" bytes")
 }
 
@@ -1013,10 +1041,12 @@ func era(r *http.Request) (int, string) {
 func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
 	switch e, v := era(r); e {
 	case eraModern:
+		h.gw.refusedHTTP(telemetry.RefusedMethod)
 		w.Header()["Allow"] = []string{"POST"}
 		plainError(w, http.StatusMethodNotAllowed, "Method Not Allowed: MCP "+modernVersion+" has no "+r.Method+" on the MCP endpoint")
 		return false
 	case eraUnknown:
+		h.gw.refusedHTTP(telemetry.RefusedVersion)
 		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
 			"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v)+" (supported: "+strings.Join(supportedVersions, ", ")+")")
 		return false
@@ -1086,6 +1116,33 @@ func rpcError(w http.ResponseWriter, status int, id json.RawMessage, code int, m
 	_, _ = w.Write(m.Encode())
 }
 
+// refuseRPC refuses a POST before the endpoint sees its message m (as far
+// as it was read; nil: not at all) with an HTTP error status and a
+// JSON-RPC error body (id nil: null), and counts it (Gateway.refuse) first:
+// whoever reads the reply can count on the count.
+func (h *StreamableHandler) refuseRPC(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, id json.RawMessage, code int, msg string) {
+	h.gw.refuse(r.Context(), m, id, refusalOutcome(code), code, msg)
+	rpcError(w, status, id, code, msg)
+}
+
+// refuseReply refuses a POST whose message m was read with an HTTP error
+// status and bad, an error response, and counts it first.
+func (h *StreamableHandler) refuseReply(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, bad *rpc.Message) {
+	h.gw.refuse(r.Context(), m, bad.ID, refusalOutcome(bad.Error.Code), bad.Error.Code, bad.Error.Message)
+	h.reply(w, status, bad)
+}
+
+// refusePlain refuses a POST with an HTTP error status and a text body,
+// and counts it first (a protocol error with no JSON-RPC code).
+func (h *StreamableHandler) refusePlain(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, msg string) {
+	var id json.RawMessage
+	if m != nil {
+		id = requestID(m)
+	}
+	h.gw.refuse(r.Context(), m, id, telemetry.ProtocolError, 0, msg)
+	plainError(w, status, msg)
+}
+
 // plainError replies with an HTTP error status and a text body.
 func plainError(w http.ResponseWriter, status int, msg string) {
 	hdr := w.Header()
@@ -1099,8 +1156,11 @@ func plainError(w http.ResponseWriter, status int, msg string) {
 // The body is deliberately not a JSON-RPC error: clients (the go-sdk among
 // them) read a bare 404 as "this session is gone, initialize again".
 func sessionNotFound(w http.ResponseWriter) {
-	plainError(w, http.StatusNotFound, "Not Found: no such session (it may have expired or been deleted)")
+	plainError(w, http.StatusNotFound, noSessionMsg)
 }
+
+// noSessionMsg is the body of sessionNotFound.
+const noSessionMsg = "Not Found: no such session (it may have expired or been deleted)"
 
 // noRelated is the related Sink for messages that are not requests.
 var noRelated = SinkFunc(func(*rpc.Message) error { return ErrNoStream })

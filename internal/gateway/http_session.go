@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // httpSession is one Mcp-Session-Id. It is the Sink the endpoint got from
@@ -116,6 +117,7 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 	hs.mu.Lock()
 	if hs.closed {
 		hs.mu.Unlock()
+		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
 	}

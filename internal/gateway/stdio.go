@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
 // Activity receives the client's requests as they begin and end (the
@@ -75,6 +77,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	defer front.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// gw counts the lines refused before ep sees them (nil: ep is no
+	// gateway's, nothing is counted).
+	gw := gatewayOf(ep)
 	pool := &workers{wg: &wg, work: make(chan func()), quit: ctx.Done()}
 	// Responses from the client arrive on the connection's own pending
 	// table, so a request the gateway sends the client (sampling,
@@ -130,6 +135,14 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		PeerName:     "client",
 		Logger:       log,
 		StallTimeout: timeout,
+		// A line that is not a JSON-RPC message, or is over the line
+		// limit, is refused by the connection (with an error reply if
+		// it is a request whose id could be read): counted here, before
+		// that reply is written.
+		OnError: func(err error) {
+			refuseLine(ctx, gw, err)
+			log.Warn("json-rpc protocol error", "peer", "client", "err", err)
+		},
 		Handler: func(hctx context.Context, m *rpc.Message) {
 			if !m.IsRequest() {
 				if m.Method == "notifications/cancelled" {
@@ -154,6 +167,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					mo.front = front
 				}
 				if bad != nil {
+					gw.refuse(hctx, m, bad.ID, refusalOutcome(bad.Error.Code), bad.Error.Code, bad.Error.Message)
 					pool.run(func() { _ = conn.Write(bad) })
 					return
 				}
@@ -173,9 +187,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					if act != nil {
 						act.End()
 					}
-					pool.run(func() {
-						_ = conn.Write(errorReply(m.ID, rpc.InvalidRequest, "Invalid Request: id "+key+" is already the id of a request in flight"))
-					})
+					msg := "Invalid Request: id " + key + " is already the id of a request in flight"
+					gw.refuse(hctx, m, m.ID, telemetry.ProtocolError, rpc.InvalidRequest, msg)
+					pool.run(func() { _ = conn.Write(errorReply(m.ID, rpc.InvalidRequest, msg)) })
 					return
 				}
 				pool.run(func() {
@@ -213,11 +227,14 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 			}
 			if v != batchVersion {
 				log.Debug("stdio: batch refused", "version", v)
-				pool.run(func() { _ = conn.Write(errorReply(nil, rpc.InvalidRequest, batchRefused(v))) })
+				msg := batchRefused(v)
+				gw.refuse(hctx, nil, nil, telemetry.ProtocolError, rpc.InvalidRequest, msg)
+				pool.run(func() { _ = conn.Write(errorReply(nil, rpc.InvalidRequest, msg)) })
 				return
 			}
-			reqs, others, errs, fail := splitBatch(line)
+			reqs, others, errs, fail := splitBatch(hctx, gw, line)
 			if fail != nil {
+				gw.refuse(hctx, nil, nil, telemetry.ProtocolError, fail.Code, fail.Message)
 				pool.run(func() { _ = conn.Write(errorReply(nil, fail.Code, fail.Message)) })
 				return
 			}
@@ -251,6 +268,33 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	ep.Close(sess)
 	wg.Wait()
 	return err
+}
+
+// refuseLine counts, in gw, a line of the stdio client that its
+// connection refused (rpc.Options.OnError's err): one that is not a
+// JSON-RPC message or is over the line limit. A response to no pending
+// call (rpc.ErrUnknownID) is no refusal: it comes too late, or for
+// nothing, and is dropped as the HTTP front's endpoint drops it.
+func refuseLine(ctx context.Context, gw *Gateway, err error) {
+	if gw == nil {
+		return
+	}
+	var de *rpc.DecodeError
+	var tl *rpc.LineTooLongError
+	switch {
+	case errors.As(err, &de):
+		var id json.RawMessage
+		if de.Request {
+			id = de.ID
+		}
+		gw.refuse(ctx, nil, id, telemetry.ProtocolError, de.Code, de.Error())
+	case errors.As(err, &tl):
+		var id json.RawMessage
+		if tl.Kind == "request" {
+			id = tl.ID
+		}
+		gw.refuse(ctx, nil, id, telemetry.ProtocolError, rpc.InvalidRequest, tl.Error())
+	}
 }
 
 // answered is resp, the endpoint's response to m, or an error for m if the

@@ -254,3 +254,38 @@ func TestLocal(t *testing.T) {
 		t.Errorf("Record allocates %v", n)
 	}
 }
+
+// Local counts HTTP refusals by reason, every reason listed from zero in
+// the order of its label, without allocating.
+func TestLocalRefusals(t *testing.T) {
+	var l Local
+	l.RecordRefusal(RefusedUnauthorized)
+	l.RecordRefusal(RefusedUnknownSession)
+	l.RecordRefusal(RefusedUnknownSession)
+	if l.Refusals(RefusedUnauthorized) != 1 || l.Refusals(RefusedUnknownSession) != 2 || l.Refusals(RefusedForbidden) != 0 {
+		t.Fatalf("unauthorized %d, session_not_found %d", l.Refusals(RefusedUnauthorized), l.Refusals(RefusedUnknownSession))
+	}
+	got := map[string]uint64{}
+	last := ""
+	l.EachRefusal(func(reason string, n uint64) {
+		if reason < last {
+			t.Errorf("%q after %q", reason, last)
+		}
+		last = reason
+		got[reason] = n
+	})
+	if len(got) != int(NumRefusals) || got["unauthorized"] != 1 || got["session_not_found"] != 2 {
+		t.Errorf("refusals %v", got)
+	}
+	for r := range NumRefusals {
+		if r.String() != refusalNames[r] || r.String() == "" {
+			t.Errorf("reason %d: %q", r, r.String())
+		}
+	}
+	if l.Count(Other, ProtocolError) != 0 {
+		t.Error("a refusal by reason moved a method series")
+	}
+	if n := testing.AllocsPerRun(100, func() { l.RecordRefusal(RefusedMethod) }); n != 0 {
+		t.Errorf("RecordRefusal allocates %v", n)
+	}
+}

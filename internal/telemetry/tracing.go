@@ -301,11 +301,15 @@ func (s Span) Inject(params json.RawMessage) json.RawMessage {
 
 // End describes how the request ended.
 type End struct {
-	Server  string // the configured server it went to ("": none)
-	Local   bool   // mcpvisor answered it itself (Answered sets it)
+	Server string // the configured server it went to ("": none)
+	Local  bool   // mcpvisor answered it itself (Answered sets it)
+	// Refused: a front refused it before an endpoint saw it (a body that
+	// is not JSON-RPC, an unknown session, headers that do not match
+	// the body, ...); Local as well.
+	Refused bool
 	Tool    string // gen_ai.tool.name (tools/call)
 	Outcome Outcome
-	Code    int    // JSON-RPC error code, for a protocol error
+	Code    int    // JSON-RPC error code, for a protocol error (0: the reply was no JSON-RPC error, as a front's plain HTTP refusal)
 	Message string // the error's message, for a failure
 	// Wake is how long the request waited for its server to start from
 	// dormant (0: it did not).
@@ -323,7 +327,7 @@ func (s Span) End(e End) {
 		return
 	}
 	if s.span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 10)
+		attrs := make([]attribute.KeyValue, 0, 12)
 		attrs = append(attrs, attribute.String("mcpvisor.outcome", e.Outcome.String()))
 		if e.Server != "" {
 			attrs = append(attrs, attribute.String("mcpvisor.server", e.Server))
@@ -331,13 +335,16 @@ func (s Span) End(e End) {
 		if e.Local {
 			attrs = append(attrs, attribute.Bool("mcpvisor.local", true))
 		}
+		if e.Refused {
+			attrs = append(attrs, attribute.Bool("mcpvisor.refused", true))
+		}
 		if e.Tool != "" {
 			attrs = append(attrs, attribute.String("gen_ai.tool.name", e.Tool), attribute.String("gen_ai.operation.name", "execute_tool"))
 		}
 		if et := ErrorType(e.Outcome, e.Code); et != "" {
 			attrs = append(attrs, attribute.String("error.type", et))
 		}
-		if e.Outcome == ProtocolError {
+		if e.Outcome == ProtocolError && e.Code != 0 {
 			attrs = append(attrs, attribute.String("rpc.response.status_code", strconv.Itoa(e.Code)))
 		}
 		if e.Wake > 0 {
