@@ -248,3 +248,29 @@ func TestPerSessionMemory(t *testing.T) {
 		t.Errorf("two sessions' trees hold %d bytes (total %d), want about %d, the sum over their %d processes", got, st.Totals.MemoryBytes, sum, len(procs))
 	}
 }
+
+// A request to the endpoint of a server that is not configured gets its
+// 404 and is counted as refused for unknown_server, nothing else moving.
+func TestUnknownServerEndpointCounted(t *testing.T) {
+	fixture := testserver.Build(t)
+	s := startServe(t, fmt.Sprintf(`{"mcpServers":{"a":{"command":%q}}}`, fixture), "--no-learn")
+	const series = `mcpvisor_http_refusals_total{reason="unknown_server"}`
+	before := scrape(t, s.base)
+	resp, err := http.Post(s.base+"/servers/nope/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("POST /servers/nope/mcp: %d, want 404", resp.StatusCode)
+	}
+	after := scrape(t, s.base)
+	if after[series] != before[series]+1 {
+		t.Fatalf("%s went %v → %v, want +1", series, before[series], after[series])
+	}
+	for k, v := range after {
+		if k != series && (strings.HasPrefix(k, "mcpvisor_http_refusals_total") || strings.HasPrefix(k, "mcpvisor_gateway_requests_total")) && v != before[k] {
+			t.Fatalf("%s moved too: %v → %v", k, before[k], v)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
@@ -109,7 +110,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// Each server's own endpoint, as the last reload left the
 			// servers; any other name gets a 404 that says so, as a
 			// JSON-RPC error an MCP client shows.
-			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet)))
+			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
 			mux.Handle("/servers/{name}/mcp", tr.Handler(routes))
 			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
 				a.gw.SetPageSize(cfg.PageSize)
@@ -222,8 +223,9 @@ func isLoopback(a net.Addr) bool {
 
 // unknownServer answers a request to /servers/{name}/mcp for a name no
 // server has: 404, with a JSON-RPC error that names the servers there are.
-func unknownServer(f *fleet.Fleet) http.Handler {
+func unknownServer(f *fleet.Fleet, local *telemetry.Local) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local.RecordRefusal(telemetry.RefusedUnknownServer)
 		m := &rpc.Message{ID: json.RawMessage("null"), Error: &rpc.Error{Code: rpc.InvalidRequest, Message: admin.NoSuchServer(f, r.PathValue("name"))}}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)

@@ -239,6 +239,7 @@ func TestHTTPRefusalsExposition(t *testing.T) {
 		`mcpvisor_http_refusals_total{reason="session_required"}`:    0,
 		`mcpvisor_http_refusals_total{reason="bad_last_event_id"}`:   0,
 		`mcpvisor_http_refusals_total{reason="session_not_found"}`:   2,
+		`mcpvisor_http_refusals_total{reason="unknown_server"}`:      0,
 	}
 	n := 0
 	for s, got := range samples {

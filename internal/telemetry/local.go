@@ -82,13 +82,16 @@ const (
 	// RefusedUnknownSession: 404, a GET or DELETE of a session that does
 	// not exist (never did, expired, or deleted).
 	RefusedUnknownSession
+	// RefusedUnknownServer: 404, a request to /servers/{name}/mcp of a
+	// server not configured (or removed).
+	RefusedUnknownServer
 
 	// NumRefusals is the number of refusal reasons.
 	NumRefusals
 )
 
 var refusalNames = [NumRefusals]string{"unauthorized", "forbidden", "method_not_allowed", "not_acceptable",
-	"unsupported_version", "session_required", "bad_last_event_id", "session_not_found"}
+	"unsupported_version", "session_required", "bad_last_event_id", "session_not_found", "unknown_server"}
 
 // String is the reason's label value.
 func (r Refusal) String() string {
