@@ -116,7 +116,7 @@ func otlpConfig(flagURL string, getenv func(string) string) (*otlpExporter, erro
 
 // ExportSpans sends spans in one request, within ctx. A receiver that
 // answers 429, 502, 503 or 504 is asked again twice, after 100 and 400
-// ms (or its Retry-After, if sooner), within ctx.
+// ms, within ctx (a Retry-After is not read: the waits are short).
 func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	if len(spans) == 0 {
 		return nil
