@@ -29,6 +29,8 @@
   if (!themes.includes(theme)) theme = "auto";
   applyTheme(theme);
 
+  const API_TIMEOUT_MS = 75000, STREAM_IDLE_MS = 45000;
+
   // ---- API access: the token lives in this tab's sessionStorage only.
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
   class AuthError extends Error {}
@@ -38,7 +40,9 @@
     return h;
   }
   async function api(path, opts = {}) {
-    const res = await fetch(path, { cache: "no-store", ...opts, headers: headers(opts.headers) });
+    // Bounded: a request the network lost ends (the longest the API
+    // takes is an action's 60 s bound).
+    const res = await fetch(path, { cache: "no-store", signal: AbortSignal.timeout(API_TIMEOUT_MS), ...opts, headers: headers(opts.headers) });
     if (res.status === 401) { needToken("The token was refused."); throw new AuthError("unauthorized"); }
     let body = null;
     const text = await res.text();
@@ -49,10 +53,24 @@
 
   // ---- Server-Sent Events read with fetch (an EventSource cannot send
   // the Authorization header). onEvent gets {event, id, data}.
-  async function readSSE(url, lastId, signal, onOpen, onEvent) {
+  // The server sends a comment every 15 s: a stream silent for
+  // STREAM_IDLE_MS is a connection lost without a reset, ended (ac) so
+  // that the caller reconnects.
+  async function readSSE(url, lastId, ac, onOpen, onEvent) {
     const h = { Accept: "text/event-stream" };
     if (lastId) h["Last-Event-ID"] = lastId;
-    const res = await fetch(url, { cache: "no-store", headers: headers(h), signal });
+    let idle = setTimeout(() => ac.abort(), STREAM_IDLE_MS);
+    try {
+      return await readSSEBody(url, h, ac, onOpen, onEvent, () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => ac.abort(), STREAM_IDLE_MS);
+      });
+    } finally {
+      clearTimeout(idle);
+    }
+  }
+  async function readSSEBody(url, h, ac, onOpen, onEvent, alive) {
+    const res = await fetch(url, { cache: "no-store", headers: headers(h), signal: ac.signal });
     if (res.status === 401) { needToken("The token was refused."); throw new AuthError("unauthorized"); }
     if (!res.ok) { const t = await res.text(); const e = new Error(t.trim() || "HTTP " + res.status); e.status = res.status; throw e; }
     onOpen();
@@ -61,6 +79,7 @@
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
+      alive();
       buf += value;
       let i;
       while ((i = buf.indexOf("\n")) >= 0) {
@@ -94,7 +113,7 @@
       const ac = new AbortController(); ctl.abort = ac;
       let opened = 0;
       try {
-        await readSSE(url, ctl.lastId, ac.signal, () => { opened = Date.now(); onState && onState("live"); }, (m) => {
+        await readSSE(url, ctl.lastId, ac, () => { opened = Date.now(); onState && onState("live"); }, (m) => {
           failures = 0;
           if (m.id) ctl.lastId = m.id;
           onEvent(m);
