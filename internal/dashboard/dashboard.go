@@ -18,12 +18,14 @@ package dashboard
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"io/fs"
 	"net/http"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/guard"
@@ -46,6 +48,10 @@ type file struct {
 	body  []byte
 	ctype string
 	etag  string
+	// gz is body gzipped, served to a client that accepts it (nil when
+	// that is not smaller); gzETag is its ETag.
+	gz     []byte
+	gzETag string
 }
 
 // Handler serves the dashboard. It is safe for concurrent use and never
@@ -74,6 +80,13 @@ func New(g *guard.Guard, tokenRequired bool, other http.Handler) *Handler {
 		body, _ := fs.ReadFile(assets, "assets/"+e.Name())
 		sum := sha256.Sum256(body)
 		f := file{body: body, ctype: types[path.Ext(e.Name())], etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		var b bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		if b.Len() < len(body) {
+			f.gz, f.gzETag = b.Bytes(), `"`+hex.EncodeToString(sum[:8])+`-gz"`
+		}
 		if e.Name() == "index.html" {
 			h.files["/"] = f
 			continue
@@ -120,7 +133,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("ETag", f.etag)
 	hdr.Set("Content-Type", f.ctype)
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
+	body, etag := f.body, f.etag
+	if f.gz != nil {
+		hdr.Set("Vary", "Accept-Encoding")
+		if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+			body, etag = f.gz, f.gzETag
+			hdr.Set("Content-Encoding", "gzip")
+		}
+	}
+	hdr.Set("ETag", etag)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+}
+
+// acceptsGzip reports whether Accept-Encoding values list gzip without
+// refusing it (q=0).
+func acceptsGzip(values []string) bool {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+				continue
+			}
+			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"compress/gzip"
 	"io"
 	"io/fs"
 	"net/http"
@@ -162,4 +163,41 @@ func Size() int {
 		n += int(info.Size())
 	}
 	return n
+}
+
+// A client that accepts gzip gets each file gzipped (its own ETag, a
+// conditional request of it a 304), the same bytes once decompressed;
+// one that does not, or refuses it with q=0, gets it as it is. Both are
+// told the answer varies by Accept-Encoding.
+func TestGzip(t *testing.T) {
+	srv, _ := newServer(t, "")
+	for _, p := range []string{"/", Prefix + "app.js", Prefix + "app.css"} {
+		plainResp, plain := get(t, srv, "GET", p, "Accept-Encoding", "identity")
+		if plainResp.Header.Get("Content-Encoding") != "" || plainResp.Header.Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("%s without gzip: Content-Encoding %q, Vary %q", p, plainResp.Header.Get("Content-Encoding"), plainResp.Header.Get("Vary"))
+		}
+		for _, ae := range []string{"gzip", "br, gzip;q=0.8", "GZIP"} {
+			resp, body := get(t, srv, "GET", p, "Accept-Encoding", ae)
+			if resp.Header.Get("Content-Encoding") != "gzip" || len(body) >= len(plain) {
+				t.Fatalf("%s with %q: Content-Encoding %q, %d bytes (plain %d)", p, ae, resp.Header.Get("Content-Encoding"), len(body), len(plain))
+			}
+			zr, err := gzip.NewReader(strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			un, err := io.ReadAll(zr)
+			if err != nil || string(un) != plain {
+				t.Fatalf("%s gzipped does not decompress to the file: %v", p, err)
+			}
+			if resp.Header.Get("ETag") == plainResp.Header.Get("ETag") {
+				t.Fatalf("%s: the gzipped and plain answers share the ETag %s", p, resp.Header.Get("ETag"))
+			}
+			if r304, _ := get(t, srv, "GET", p, "Accept-Encoding", ae, "If-None-Match", resp.Header.Get("ETag")); r304.StatusCode != http.StatusNotModified {
+				t.Fatalf("%s: a conditional request of the gzipped file: %d", p, r304.StatusCode)
+			}
+		}
+		if resp, _ := get(t, srv, "GET", p, "Accept-Encoding", "gzip;q=0, identity"); resp.Header.Get("Content-Encoding") != "" {
+			t.Fatalf("%s: gzip refused with q=0 was sent", p)
+		}
+	}
 }
