@@ -39,6 +39,15 @@ func newWaitCmd() *cobra.Command {
 			for {
 				var st admin.Servers
 				err := api.getJSON(ctx, "/api/servers", &st)
+				if err != nil && ctx.Err() != nil {
+					// Cut by the timeout: the attempt before says why it
+					// is not ready, if there was one.
+					if last != nil {
+						err = last
+					} else {
+						err = fmt.Errorf("is mcpvisor serve running at %s? it did not answer: %w", api.addr, err)
+					}
+				}
 				if se := (*apiStatusError)(nil); errors.As(err, &se) && (se.code == http.StatusUnauthorized || se.code == http.StatusForbidden) {
 					return err // waiting will not mend a refusal
 				}

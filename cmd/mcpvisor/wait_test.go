@@ -61,6 +61,25 @@ func TestWaitRefusedToken(t *testing.T) {
 	}
 }
 
+// A serve that never answers within the timeout (here a listener that
+// takes the request and says nothing) is reported as such, not by the
+// bare deadline of the attempt the timeout cut.
+func TestWaitNoAnswer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	_, err := run(t, "wait", "--addr", srv.URL, "--timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "not ready after 300ms: is mcpvisor serve running at "+srv.URL+"? it did not answer") {
+		t.Fatalf("wait on a serve that never answers: %v", err)
+	}
+}
+
 // An eager server's lists are learned from the process its eager start
 // runs, with or without --no-learn (nothing more is started for it): it
 // becomes ready — `mcpvisor wait` succeeds, `tools` lists its tools —
