@@ -36,6 +36,25 @@ func checkOn(t *testing.T, s *Server, session, tool string, d time.Duration) err
 	return s.CheckTool(ctx, l, tool)
 }
 
+// wakeHeld puts the pinned s to sleep, then starts it again with every
+// tools/list held (the refresh after the start waits in it) and leases
+// it. The caller releases the lease, and the lists with release (safe to
+// call more than once), before it closes the fleet.
+func wakeHeld(t *testing.T, df *driftFleet, s *Server) (l *Lease, release func()) {
+	t.Helper()
+	if err := s.Sleep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	release = df.holdLists()
+	l, err := s.Acquire(t.Context(), "")
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	return l, release
+}
+
 func isHeld(err error, unlisted bool) bool {
 	var he *HeldError
 	return errors.As(err, &he) && errors.Is(err, ErrToolHeld) && he.Unlisted == unlisted
@@ -178,15 +197,8 @@ func TestCheckToolSharesOneLearn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, "")
 		defer df.close(t)
-		if err := s.Sleep(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		release := df.holdLists()
+		l, release := wakeHeld(t, df, s)
 		defer release()
-		l, err := s.Acquire(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer l.Release()
 		synctest.Wait() // the refresh after the start waits in tools/list
 		before, _ := df.listStats()
@@ -371,17 +383,10 @@ func TestCheckToolsLearnReportsTheListChanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, "")
 		defer df.close(t)
-		if err := s.Sleep(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
 		reported := df.toolsReported()
 		df.srv.setItems(echoV2, pidTool)
-		release := df.holdLists()
-		l, err := s.Acquire(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, release := wakeHeld(t, df, s)
+		defer release()
 		defer l.Release()
 		errc := make(chan error, 1)
 		go func() { errc <- s.CheckTool(t.Context(), l, "echo") }()
@@ -479,15 +484,8 @@ func TestCheckToolWaiterLearnsWhenTheLearnerGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, "")
 		defer df.close(t)
-		if err := s.Sleep(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		release := df.holdLists()
+		l, release := wakeHeld(t, df, s)
 		defer release()
-		l, err := s.Acquire(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer l.Release()
 		synctest.Wait()
 		short, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -514,15 +512,8 @@ func TestCheckToolBoundedByRequestTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, `,"requestTimeout":"2s"`)
 		defer df.close(t)
-		if err := s.Sleep(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		release := df.holdLists()
+		l, release := wakeHeld(t, df, s)
 		defer release()
-		l, err := s.Acquire(t.Context(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer l.Release()
 		t0 := time.Now()
 		if err := s.CheckTool(context.Background(), l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
