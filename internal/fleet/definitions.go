@@ -215,7 +215,7 @@ func (d *defs) heldNamesLocked() []string {
 		}
 	}
 	for name := range d.private {
-		if !slices.Contains(out, name) && d.pendingLocked(name) {
+		if _, ok := d.privateHeldLocked(name); ok && !d.heldLocked(name) { // else listed above
 			out = append(out, name)
 		}
 	}
@@ -223,24 +223,26 @@ func (d *defs) heldNamesLocked() []string {
 	return out
 }
 
-// pendingLocked reports whether name is held back, as known or as seen on
-// a per-session process; pendingDefLocked is the definition held (the
-// known one first). mu is held.
-func (d *defs) pendingLocked(name string) bool {
-	_, ok := d.pendingDefLocked(name)
-	return ok
-}
-
+// pendingDefLocked is the definition of name held back: the known one,
+// else one seen on a per-session process. mu is held.
 func (d *defs) pendingDefLocked(name string) (drift.Def, bool) {
 	if d.heldLocked(name) {
 		return d.known[drift.Tool][name], true
 	}
-	if p, ok := d.private[name]; ok {
-		if a, ok := d.approved[name]; !ok || a.Fingerprint != p.Fingerprint {
-			return p, true
-		}
+	return d.privateHeldLocked(name)
+}
+
+// privateHeldLocked is the definition of name seen on a per-session
+// process, if it is not the one approved. mu is held.
+func (d *defs) privateHeldLocked(name string) (drift.Def, bool) {
+	p, ok := d.private[name]
+	if !ok {
+		return drift.Def{}, false
 	}
-	return drift.Def{}, false
+	if a, ok := d.approved[name]; ok && a.Fingerprint == p.Fingerprint {
+		return drift.Def{}, false
+	}
+	return p, true
 }
 
 // observePrivateLocked records the tools a per-session process lists (set)

@@ -230,13 +230,7 @@ func (s *Server) CheckTool(ctx context.Context, l *Lease, name string) error {
 // process: after an unpin and a pin again, nothing learned before counts
 // (the lists the process sent meanwhile were not watched for it).
 func (s *Server) forgetLiveTools() {
-	ins := []*instance{s.sharedIn()}
-	s.mu.Lock()
-	for _, in := range s.perSession {
-		ins = append(ins, in)
-	}
-	s.mu.Unlock()
-	for _, in := range ins {
+	for _, in := range s.instances() {
 		in.mu.Lock()
 		if in.live != nil && in.live.learning == nil {
 			in.live = nil
