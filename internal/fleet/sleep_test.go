@@ -115,6 +115,21 @@ func TestSleepPerSession(t *testing.T) {
 	})
 }
 
+// ownLease starts s and takes a lease of mcpvisor's own on it (Peek), as
+// a list refresh does.
+func ownLease(t *testing.T, s *Server) *Lease {
+	t.Helper()
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	own, ok := s.Peek("")
+	if !ok {
+		t.Fatal("no running instance to peek")
+	}
+	return own
+}
+
 // mcpvisor's own work on a server — a list refresh after a start, a
 // client notification relayed — is not a request in flight: Sleep does
 // not refuse it as busy but waits for it (a sleep would cut it), within
@@ -124,14 +139,7 @@ func TestSleepWaitsForMcpvisorsOwnWork(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		own, ok := s.Peek("")
-		if !ok {
-			t.Fatal("no running instance to peek")
-		}
+		own := ownLease(t, s)
 
 		short, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
@@ -171,14 +179,7 @@ func TestSleepAndRestartWaitForTheSameLease(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		own, ok := s.Peek("")
-		if !ok {
-			t.Fatal("no running instance to peek")
-		}
+		own := ownLease(t, s)
 		slept := make(chan error, 1)
 		go func() { slept <- s.Sleep(t.Context()) }()
 		synctest.Wait()
