@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strings"
 	"text/tabwriter"
@@ -25,16 +24,7 @@ import (
 func (c *apiClient) act(ctx context.Context, path string, timeout time.Duration) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout+apiTimeout)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, path+"?timeout="+url.QueryEscape(timeout.String()), nil, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return 0, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
-	}
-	return resp.StatusCode, body, nil
+	return c.postAPI(ctx, path+"?timeout="+url.QueryEscape(timeout.String()), nil)
 }
 
 // millis is a duration the API gives in milliseconds, to print.

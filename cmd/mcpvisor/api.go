@@ -106,6 +106,26 @@ func (c *apiClient) do(ctx context.Context, method, path string, hdr http.Header
 	return resp, nil
 }
 
+// postAPI sends a POST of body (JSON; nil for none) to path, within ctx, and
+// returns the answer's status and body, whatever the status: a refusal
+// has a body that says why.
+func (c *apiClient) postAPI(ctx context.Context, path string, body []byte) (int, []byte, error) {
+	var hdr http.Header
+	if body != nil {
+		hdr = http.Header{"Content-Type": {"application/json"}}
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, hdr, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
 // getJSON is get, the body decoded into v.
 func (c *apiClient) getJSON(ctx context.Context, path string, v any) error {
 	body, err := c.get(ctx, path)

@@ -161,18 +161,13 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 	body, _ := json.Marshal(req)
 	actx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	resp, err := api.do(actx, http.MethodPost, "/api/servers/"+url.PathEscape(name)+"/approve", http.Header{"Content-Type": {"application/json"}}, body)
+	code, b, err := api.postAPI(actx, "/api/servers/"+url.PathEscape(name)+"/approve", body)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		err := answerError(resp.StatusCode, b)
-		if resp.StatusCode == http.StatusConflict {
+	if code != http.StatusOK {
+		err := answerError(code, b)
+		if code == http.StatusConflict {
 			return fmt.Errorf("nothing approved: %w", err)
 		}
 		return err
@@ -407,17 +402,12 @@ func newToolsAcceptLostCmd() *cobra.Command {
 			name := args[0]
 			ctx, cancel := context.WithTimeout(cmd.Context(), apiTimeout)
 			defer cancel()
-			resp, err := api.do(ctx, http.MethodPost, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil, nil)
+			code, b, err := api.postAPI(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil)
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return answerError(resp.StatusCode, b)
+			if code != http.StatusOK {
+				return answerError(code, b)
 			}
 			var res admin.AcceptLostResult
 			if err := json.Unmarshal(b, &res); err != nil {
