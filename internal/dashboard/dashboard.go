@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,8 +156,9 @@ func acceptsGzip(values []string) bool {
 			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
 				continue
 			}
-			q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
-			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+			k, v, _ := strings.Cut(strings.ReplaceAll(params, " ", ""), "=")
+			q, err := strconv.ParseFloat(v, 64)
+			return !strings.EqualFold(k, "q") || err != nil || q > 0
 		}
 	}
 	return false

@@ -196,8 +196,10 @@ func TestGzip(t *testing.T) {
 				t.Fatalf("%s: a conditional request of the gzipped file: %d", p, r304.StatusCode)
 			}
 		}
-		if resp, _ := get(t, srv, "GET", p, "Accept-Encoding", "gzip;q=0, identity"); resp.Header.Get("Content-Encoding") != "" {
-			t.Fatalf("%s: gzip refused with q=0 was sent", p)
+		for _, refused := range []string{"gzip;q=0, identity", "gzip; Q=0.000", "gzip;q=0.0000"} {
+			if resp, _ := get(t, srv, "GET", p, "Accept-Encoding", refused); resp.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("%s: gzip refused (%q) was sent", p, refused)
+			}
 		}
 	}
 }
