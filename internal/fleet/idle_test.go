@@ -455,7 +455,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Subscribe("A", "file:///x")
-		if s.Rest(s.Requests()) {
+		if s.Rest(t.Context(), s.Requests()) {
 			t.Fatal("Rest put a server with a subscriber to sleep")
 		}
 		synctest.Wait()
@@ -463,7 +463,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 			t.Fatalf("a server with a subscriber went %s", st)
 		}
 		s.Unsubscribe("A", "file:///x")
-		if !s.Rest(s.Requests()) {
+		if !s.Rest(t.Context(), s.Requests()) {
 			t.Fatal("Rest refused a server nothing pins")
 		}
 		synctest.Wait()

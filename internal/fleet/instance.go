@@ -524,20 +524,34 @@ func (in *instance) sleepLocked(now time.Time, by string) <-chan struct{} {
 	return done
 }
 
-// rest puts the instance to sleep now if it runs, nothing is in flight, no
-// request began since the count requests was read and no subscription pins
-// it awake (as for the idle timer, the unsubscribe re-arms that).
-func (in *instance) rest(requests int64) bool {
-	if in.srv.pinned(in.key) {
-		return false
+// rest puts the instance to sleep now if it runs, no client request is in
+// flight, no request began since the count requests was read and no
+// subscription pins it awake (as for the idle timer, the unsubscribe
+// re-arms that); it waits, within ctx, for mcpvisor's own leases to be
+// released first, and looks again.
+func (in *instance) rest(ctx context.Context, requests int64) bool {
+	for {
+		if in.srv.pinned(in.key) {
+			return false
+		}
+		in.mu.Lock()
+		if in.phase != phaseRunning || in.inflight > in.own || in.requests != requests || in.conn == nil {
+			in.mu.Unlock()
+			return false
+		}
+		if in.own > 0 {
+			quiet := in.drainedLocked()
+			in.mu.Unlock()
+			select {
+			case <-quiet:
+				continue
+			case <-ctx.Done():
+				return false
+			}
+		}
+		in.sleepLocked(time.Now(), "")
+		return true
 	}
-	in.mu.Lock()
-	if in.phase != phaseRunning || in.inflight > 0 || in.requests != requests || in.conn == nil {
-		in.mu.Unlock()
-		return false
-	}
-	in.sleepLocked(time.Now(), "")
-	return true
 }
 
 // stopBound is how long a dormant stop may take before it gives up waiting

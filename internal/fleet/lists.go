@@ -625,6 +625,10 @@ func (s *Server) learn(ctx context.Context) bool {
 	if len(learned) > 0 {
 		s.f.listsChanged(s, learned)
 	}
-	s.Rest(before)
+	// The refresh that follows a first start may still hold the server:
+	// it is waited for, as long as a refresh may take.
+	rctx, cancel := WithTimeout(ctx, PlusTimeouts(cfg.RequestTimeout, cfg.InitTimeout))
+	defer cancel()
+	s.Rest(rctx, before)
 	return ok
 }

@@ -187,8 +187,13 @@ func (s *Server) Requests() int64 {
 	return in.requests
 }
 
-// Rest puts the shared instance to sleep at once if it is running, has
-// nothing in flight, no request began since Requests returned requests and
-// no resource subscription holds it awake: a server started only to learn
-// its lists goes back to sleep. It reports whether it did.
-func (s *Server) Rest(requests int64) bool { return s.sharedIn().rest(requests) }
+// Rest puts the shared instance to sleep at once if it is running, has no
+// client request in flight, no request began since Requests returned
+// requests and no resource subscription holds it awake: a server started
+// only to learn its lists goes back to sleep. mcpvisor's own work on it (a
+// list refresh, a relayed notification), which a sleep would cut, is
+// waited for, within ctx. It reports whether it put the server to sleep;
+// when ctx ends first, nothing changes.
+func (s *Server) Rest(ctx context.Context, requests int64) bool {
+	return s.sharedIn().rest(ctx, requests)
+}

@@ -208,3 +208,66 @@ func TestSleepAndRestartWaitForTheSameLease(t *testing.T) {
 		}
 	})
 }
+
+// A server started only to learn its lists goes back to sleep even when
+// mcpvisor's own work on it (the list refresh that follows a first start)
+// is still in flight when the learn ends: Rest waits for that work, within
+// its context, instead of leaving the server running until its idle
+// timeout. A client's request, or a context that ends first, keeps it
+// running.
+func TestRestWaitsForMcpvisorsOwnWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10m"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		own := ownLease(t, s)
+		rested := make(chan bool, 1)
+		go func() { rested <- s.Rest(t.Context(), s.Requests()) }()
+		synctest.Wait()
+		select {
+		case <-rested:
+			t.Fatal("Rest returned while mcpvisor's own lease was held")
+		default:
+		}
+		own.Release()
+		if !<-rested {
+			t.Fatal("Rest refused a server only mcpvisor's own work held")
+		}
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("state %s after Rest", st)
+		}
+
+		// A context that ends while the work goes on: nothing changes.
+		own = ownLease(t, s)
+		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if s.Rest(short, s.Requests()) {
+			t.Fatal("Rest put the server to sleep after its context ended")
+		}
+		own.Release()
+		synctest.Wait()
+		if st := state(s); st != "running" {
+			t.Fatalf("state %s after a Rest that gave up", st)
+		}
+
+		// A client's request while Rest waits: the server stays up.
+		own = ownLease(t, s)
+		before := s.Requests()
+		go func() { rested <- s.Rest(t.Context(), before) }()
+		synctest.Wait()
+		l, err := s.Acquire(t.Context(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		own.Release()
+		l.Release()
+		if <-rested {
+			t.Fatal("Rest put to sleep a server a client used meanwhile")
+		}
+		synctest.Wait()
+		if st := state(s); st != "running" {
+			t.Fatalf("state %s: a client's server was put to sleep", st)
+		}
+	})
+}
