@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -126,7 +127,8 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events := admin.RestoreEventLog(keptEvents, st.Events(time.Time{}, keptEvents))
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs})
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs,
+		Trim: func() { trimMemory(st, log) }})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()
@@ -246,4 +248,17 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 		return exitCode(code)
 	}
 	return nil
+}
+
+// trimMemory gives back to the OS what servers gone dormant held: the
+// state file's pages that reading and writing their lists mapped in, and
+// the heap their lists and definitions freed (which the Go runtime would
+// otherwise keep for a while, up to its next collection's goal). The
+// fleet calls it when servers went dormant and things are quiet, at most
+// every few seconds; it costs one collection.
+func trimMemory(st *store.Store, log *slog.Logger) {
+	if err := st.ReleaseMemory(); err != nil && !errors.Is(err, store.ErrClosed) {
+		log.Debug("could not release the state file's pages", "err", err)
+	}
+	debug.FreeOSMemory()
 }

@@ -56,6 +56,15 @@ type defs struct {
 	gen     uint64
 	writeMu sync.Mutex
 	written uint64
+	// stored is the gen of the last record written without error (under
+	// writeMu).
+	stored uint64
+	// cold is set while the definitions are not in memory but only in the
+	// persisted record — a server gone dormant, everything it knows
+	// written (Server.spillDefs) — with lost and pending still here:
+	// Server.lockDefs reads the rest back before anything looks at it.
+	cold    bool
+	pending int // while cold: how many tools are held back (heldNamesLocked)
 	// retired is set, under writeMu, when a reload removes the server:
 	// nothing of it is written after, so that a server added again under
 	// its name owns the record (its writes are not undone by a late one
@@ -71,6 +80,46 @@ func (s *Server) retireRecord() {
 	d.writeMu.Lock()
 	d.retired = true
 	d.writeMu.Unlock()
+}
+
+// lockDefs locks the server's definitions, read back from the persisted
+// record first if they were put out of memory (spillDefs), and returns
+// them; the caller unlocks d.mu. A record that cannot be read back is
+// logged, and the server's next list is a first one.
+func (s *Server) lockDefs() *defs {
+	d := s.defs()
+	d.mu.Lock()
+	if d.cold {
+		d.cold, d.pending = false, 0
+		if err := d.loadLocked(s.f.store.Definitions(s.Name())); err != nil {
+			s.f.log.Warn("could not read a server's definitions back from the state file", "server", s.Name(), "err", err)
+		}
+	}
+	return d
+}
+
+// spillDefs puts the server's definitions out of memory, for lockDefs to
+// read back from the persisted record when they are needed: only when
+// that record holds all of them — written without error, nothing changed
+// since, nothing to report — and none is a per-session process's own
+// (never persisted). A dormant server needs none of them until it lists
+// or is asked about them; its lost count and held count stay here.
+func (s *Server) spillDefs() {
+	d := s.dp.Load()
+	if d == nil || s.f.store == nil {
+		return
+	}
+	d.writeMu.Lock()
+	defer d.writeMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cold || d.retired || d.known == nil || d.dirty || d.stored != d.gen ||
+		len(d.unreported) > 0 || d.lostNews || d.restored > 0 || len(d.private) > 0 {
+		return
+	}
+	d.pending = len(d.heldNamesLocked())
+	d.known, d.items, d.approved, d.last, d.changedAt = nil, nil, nil, nil, time.Time{}
+	d.cold = true
 }
 
 // putDefinitions writes a server's definitions record (a seam for tests).
@@ -120,6 +169,13 @@ func (d *defs) load(raw json.RawMessage) error {
 	if raw == nil {
 		return nil
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loadLocked(raw)
+}
+
+// loadLocked is load with mu held.
+func (d *defs) loadLocked(raw json.RawMessage) error {
 	var r defsRecord
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return err
@@ -127,8 +183,6 @@ func (d *defs) load(raw json.RawMessage) error {
 	if r.V != 1 {
 		return fmt.Errorf("definitions record of version %d", r.V)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.known, d.items = map[drift.Kind]drift.Set{}, map[drift.Kind][]json.RawMessage{}
 	for k, items := range r.Known {
 		if slices.Contains(drift.Kinds, k) {
@@ -338,6 +392,8 @@ func (s *Server) flushDefinitions() {
 			d.written = gen
 			if err := putDefinitions(st, s.Name(), rec); err != nil {
 				s.f.log.Warn("could not persist a server's definitions", "server", s.Name(), "err", err)
+			} else {
+				d.stored = gen
 			}
 		}
 		d.writeMu.Unlock()
@@ -407,8 +463,7 @@ type Pending struct {
 // Definitions reports what is known of the server's definitions.
 func (s *Server) Definitions() Definitions {
 	pin := s.Config().Pin
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	defer d.mu.Unlock()
 	out := Definitions{Pin: pin, ChangedAt: d.changedAt, Last: slices.Clone(d.last), Pending: []Pending{}}
 	if pin {
@@ -428,6 +483,9 @@ func (s *Server) pendingCount() int {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.cold {
+		return d.pending
+	}
 	return len(d.heldNamesLocked())
 }
 
@@ -453,8 +511,7 @@ func (s *Server) ToolHeld(name string) bool {
 	if !s.Config().Pin {
 		return false
 	}
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	defer d.mu.Unlock()
 	return d.heldLocked(name)
 }
@@ -471,8 +528,7 @@ func (s *Server) ToolVisible(item json.RawMessage) bool {
 	if err != nil {
 		return true
 	}
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	defer d.mu.Unlock()
 	a, ok := d.approved[def.Key]
 	return ok && a.Fingerprint == def.Fingerprint
@@ -504,8 +560,7 @@ var (
 // definition, by fingerprint: one a relearn brings after it is held
 // again. Safe to call concurrently with learns and other approvals.
 func (s *Server) Approve(names []string, fingerprints map[string]string) (approved, pending []string, err error) {
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	var heldNames []string
 	if s.Config().Pin {
 		heldNames = d.heldNamesLocked()
@@ -592,8 +647,7 @@ func (s *Server) pinChanged(was, now bool) bool {
 		return false
 	}
 	s.forgetLiveTools()
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	n := len(d.heldNamesLocked())
 	if !now && n > 0 {
 		d.approved = d.known[drift.Tool]
@@ -619,8 +673,7 @@ var ErrNotLost = errors.New("has not lost its tools")
 // comes back as it was approved is served, a changed one held. It returns
 // how many tools were given up, or an error wrapping ErrNotLost.
 func (s *Server) AcceptLost() (int, error) {
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	n := d.lost
 	if n == 0 {
 		d.mu.Unlock()

@@ -70,6 +70,13 @@ type Options struct {
 	// that cannot start is not retried in a hot loop.
 	RespawnFailures int
 	RespawnWindow   time.Duration
+	// Trim, if set, is called once servers went dormant and none did for
+	// a moment (trimQuiet), at most once per trimEvery, on a goroutine of
+	// the fleet's: the dormant servers' lists and definitions are out of
+	// memory by then (in the store), and Trim gives what they held back
+	// to the OS. Close does not wait for a Trim under way to be called
+	// again, only for it to return.
+	Trim func()
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -87,6 +94,7 @@ type Fleet struct {
 
 	bgMu sync.Mutex // guards setting closed against spawning, and bg's count
 	bg   background
+	trim trimState
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when

@@ -504,13 +504,17 @@ func (in *instance) sleepLocked(now time.Time, by string) <-chan struct{} {
 		err := in.sup.Stop(ctx)
 		cancel()
 		in.mu.Lock()
-		if in.phase == phaseSleeping {
+		dormant := in.phase == phaseSleeping
+		if dormant {
 			in.phase = phaseDormant
 		}
 		in.dormantAt = time.Now()
 		in.conn = nil
 		in.sleepDone = nil
 		in.mu.Unlock()
+		if dormant && in.key == "" {
+			in.srv.spill()
+		}
 		close(done)
 		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
 		if by != "" {

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -25,7 +27,8 @@ var (
 	Resources = ListKind{"resources/list", "resources", "resources"}
 	Templates = ListKind{"resources/templates/list", "resourceTemplates", "resources"}
 
-	allKinds = []ListKind{Tools, Prompts, Resources, Templates}
+	allKindsArray = [...]ListKind{Tools, Prompts, Resources, Templates}
+	allKinds      = allKindsArray[:]
 )
 
 // ListChanged is the notification that tells clients a list of kind k
@@ -63,6 +66,19 @@ type lists struct {
 	// (relaunched): not yet stored under the current launch's hash,
 	// whether or not the next fetch finds them the same.
 	unsaved kindSet
+
+	// cold are the kinds whose lists are not in items but only in the
+	// store, under the launch hash coldHash (Server.spillLists puts them
+	// there when the server goes dormant; Server.cachedList reads them);
+	// full are those of them that have items.
+	cold, full kindSet
+	// stale are the kinds whose lists in items may not be on disk as they
+	// are: changed since they were last persisted without error. seq
+	// counts each kind's changes (wrapping), so that a persist that
+	// finishes after a newer change does not mark the newer one written.
+	stale    kindSet
+	seq      [len(allKindsArray)]uint16
+	coldHash *[sha256.Size]byte // nil until a list goes cold
 }
 
 // relaunched marks every cached list as of an earlier launch: a fetch
@@ -100,10 +116,11 @@ func (c *lists) dropUnsaved() []ListKind {
 	defer c.mu.Unlock()
 	var out []ListKind
 	for _, k := range c.unsaved.kinds() {
-		if len(c.items[k.Member]) > 0 {
+		if len(c.items[k.Member]) > 0 || c.cold.has(k) && c.full.has(k) {
 			out = append(out, k)
 		}
 		delete(c.items, k.Member)
+		c.cold &^= setOf(k)
 	}
 	c.unsaved = 0
 	return out
@@ -144,20 +161,59 @@ func (c *lists) generation() uint64 {
 }
 
 // putIf stores a list fetched at generation gen, unless the server said
-// its lists changed since; it reports whether it stored it, and whether
-// that differs from what was there.
-func (c *lists) putIf(gen uint64, k ListKind, items []json.RawMessage) (stored, changed bool) {
+// its lists changed since; it reports whether it stored it, whether that
+// differs from what was there (a list only on disk is read back to
+// compare: a learn's path, rare), and the change's number for persisted.
+func (s *Server) putIf(gen uint64, k ListKind, items []json.RawMessage) (stored, changed bool, seq uint16) {
+	c := s.lists
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen {
-		return false, false
+		return false, false, 0
 	}
+	old, had := c.items[k.Member]
+	if !had && c.cold.has(k) {
+		old, had = s.readCold(k, *c.coldHash)
+	}
+	changed = !had || !sameItems(old, items)
+	return true, changed, c.setLocked(k, items, changed)
+}
+
+// setLocked puts items in memory as the list of kind k; changed says they
+// differ from the list known before (which, unless it was stale, is on
+// disk as it is). It returns the change's number. mu is held.
+func (c *lists) setLocked(k ListKind, items []json.RawMessage, changed bool) uint16 {
 	if c.items == nil {
 		c.items = map[string][]json.RawMessage{}
 	}
-	old, had := c.items[k.Member]
 	c.items[k.Member] = items
-	return true, !had || !sameItems(old, items)
+	c.cold &^= setOf(k)
+	i := kindIndex(k)
+	c.seq[i]++
+	if changed {
+		c.stale |= setOf(k)
+	}
+	return c.seq[i]
+}
+
+// persisted records that the list of kind k, as its change seq left it,
+// was written to disk: unless it changed again since, it is no longer
+// stale.
+func (c *lists) persisted(k ListKind, seq uint16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seq[kindIndex(k)] == seq {
+		c.stale &^= setOf(k)
+	}
+}
+
+func kindIndex(k ListKind) int {
+	for i, a := range allKinds {
+		if a == k {
+			return i
+		}
+	}
+	panic("fleet: unknown list kind " + k.Member)
 }
 
 func (c *lists) getInit() json.RawMessage {
@@ -174,23 +230,105 @@ func (c *lists) putInit(raw json.RawMessage) (changed bool) {
 	return changed
 }
 
-func (c *lists) get(k ListKind) ([]json.RawMessage, bool) {
+// put stores a list in memory, as one not known to be on disk.
+func (c *lists) put(k ListKind, items []json.RawMessage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setLocked(k, items, true)
+}
+
+// cachedList is the server's list of kind k: from memory, else from the
+// store when it was put there (spillLists). A list the store no longer
+// has (its entry replaced, a read error) is known no more.
+func (s *Server) cachedList(k ListKind) ([]json.RawMessage, bool) {
+	c := s.lists
+	c.mu.Lock()
 	items, ok := c.items[k.Member]
+	cold, hash := c.cold.has(k), c.coldHash
+	c.mu.Unlock()
+	if ok || !cold {
+		return items, ok
+	}
+	if items, ok = s.readCold(k, *hash); !ok {
+		c.mu.Lock()
+		if c.cold.has(k) && c.coldHash == hash {
+			c.cold &^= setOf(k)
+		}
+		c.mu.Unlock()
+	}
 	return items, ok
 }
 
-// put stores a list and reports whether it differs from what was there.
-func (c *lists) put(k ListKind, items []json.RawMessage) (changed bool) {
+// readCold reads the list of kind k from the store's entry of the server
+// under launch hash.
+func (s *Server) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage, bool) {
+	l, ok := s.f.store.Lists(s.Name(), hex.EncodeToString(hash[:]))
+	if !ok {
+		return nil, false
+	}
+	items, ok := l.Get(store.Kind(k.Member))
+	if ok && items == nil {
+		items = []json.RawMessage{}
+	}
+	return items, ok
+}
+
+// spillLists puts the lists of a server gone dormant out of memory: each
+// that is on disk as it is in memory, under the current launch's hash —
+// not one held from an earlier launch, not one whose change failed to be
+// written — is read from the store when asked for (cachedList). The
+// initialize result stays (small, and read for every session).
+func (s *Server) spillLists() {
+	if s.f.store == nil {
+		return
+	}
+	var hash [sha256.Size]byte
+	if _, err := hex.Decode(hash[:], []byte(s.Config().LaunchHash())); err != nil {
+		return
+	}
+	c := s.lists
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.items == nil {
-		c.items = map[string][]json.RawMessage{}
+	if c.cold != 0 && *c.coldHash != hash {
+		return // some are on disk under an earlier launch: one hash is kept
 	}
-	old, had := c.items[k.Member]
-	c.items[k.Member] = items
-	return !had || !sameItems(old, items)
+	if c.coldHash == nil || *c.coldHash != hash {
+		c.coldHash = &hash
+	}
+	for _, k := range allKinds {
+		items, ok := c.items[k.Member]
+		if !ok || c.unsaved.has(k) || c.stale.has(k) {
+			continue
+		}
+		delete(c.items, k.Member)
+		c.cold |= setOf(k)
+		if len(items) > 0 {
+			c.full |= setOf(k)
+		} else {
+			c.full &^= setOf(k)
+		}
+	}
+	if len(c.items) == 0 {
+		c.items = nil
+	}
+}
+
+// coldFrom records lists found on disk under the launch hash hash, with
+// their item counts, without reading them (Fleet.SetStore).
+func (c *lists) coldFrom(counts map[store.Kind]int, hash [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range allKinds {
+		n, ok := counts[store.Kind(k.Member)]
+		if !ok {
+			continue
+		}
+		c.cold |= setOf(k)
+		if n > 0 {
+			c.full |= setOf(k)
+		}
+	}
+	c.coldHash = &hash
 }
 
 // drop forgets a list (the next List fetches it) and returns what was
@@ -200,6 +338,7 @@ func (c *lists) drop(k ListKind) (old []json.RawMessage, had bool) {
 	defer c.mu.Unlock()
 	old, had = c.items[k.Member]
 	delete(c.items, k.Member)
+	c.cold &^= setOf(k)
 	return old, had
 }
 
@@ -232,7 +371,7 @@ func (s *Server) cachedVersion() string {
 
 // CachedList is the server's list of kind k as cached, without starting
 // or waking it; ok is false when it was never learned.
-func (s *Server) CachedList(k ListKind) (items []json.RawMessage, ok bool) { return s.lists.get(k) }
+func (s *Server) CachedList(k ListKind) (items []json.RawMessage, ok bool) { return s.cachedList(k) }
 
 // Era is the protocol version the server speaks: its live shared
 // connection's, else the one it spoke when its lists were last learned
@@ -257,8 +396,11 @@ func (s *Server) ServerInfo() json.RawMessage {
 // Cached reports whether the server's list of kind k is known without
 // starting it.
 func (s *Server) Cached(k ListKind) bool {
-	_, ok := s.lists.get(k)
-	return ok
+	c := s.lists
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.items[k.Member]
+	return ok || c.cold.has(k)
 }
 
 // List returns the server's whole list of kind k (every page), from the
@@ -267,7 +409,7 @@ func (s *Server) Cached(k ListKind) bool {
 // A server without the capability has an empty list. ctx bounds the start
 // and the fetch.
 func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error) {
-	if items, ok := s.lists.get(k); ok {
+	if items, ok := s.cachedList(k); ok {
 		return items, nil
 	}
 	l, err := s.Acquire(ctx, "")
@@ -295,17 +437,17 @@ func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.R
 	// Cached and observed as one step: what the definitions know follows
 	// the cache's order when two learns race. The caller reports what was
 	// observed (flushDefinitions), once for all the kinds it learns.
-	s.defs().mu.Lock()
-	stored, changed := s.lists.putIf(gen, k, items)
+	d := s.lockDefs()
+	stored, changed, seq := s.putIf(gen, k, items)
 	if stored {
-		s.defs().observeLocked(k, items, s.Config().Pin)
+		d.observeLocked(k, items, s.Config().Pin)
 	}
-	s.defs().mu.Unlock()
+	d.mu.Unlock()
 	// A list refused for an older generation (the launch it came from
 	// was relaunched meanwhile) is not this launch's: neither marked
 	// saved nor persisted under its hash.
 	if stored && (s.lists.saved(k) || changed) {
-		s.persist(k, items)
+		s.persist(k, items, seq)
 	}
 	return items, changed, nil
 }
@@ -369,13 +511,17 @@ func (s *Server) rememberInit(c Conn) {
 	}
 }
 
-func (s *Server) persist(k ListKind, items []json.RawMessage) {
+// persist writes the list of kind k, as its change seq left it, to the
+// store under the server's launch hash.
+func (s *Server) persist(k ListKind, items []json.RawMessage, seq uint16) {
 	if s.f.store == nil {
 		return
 	}
 	if err := s.f.store.PutList(s.Name(), s.Config().LaunchHash(), store.Kind(k.Member), items); err != nil {
 		s.f.log.Warn("could not persist a server's list", "server", s.Name(), "list", k.Member, "err", err)
+		return
 	}
+	s.lists.persisted(k, seq)
 }
 
 // listChanged handles a server's notifications/…/list_changed: the cached
@@ -514,21 +660,27 @@ func (f *Fleet) SetStore(st *store.Store) {
 	for _, s := range f.Servers() {
 		s.loadDefinitions()
 	}
-	for name, l := range st.Load(f.launchHashes()) {
+	// The lists stay on disk, read when asked for: only their
+	// initialize results and which lists are known come into memory.
+	for name, sum := range st.Index(f.launchHashes()) {
 		s := f.Get(name)
 		if s == nil {
 			continue
 		}
-		if len(l.Init) > 0 {
-			s.lists.putInit(l.Init)
+		var hash [sha256.Size]byte
+		if _, err := hex.Decode(hash[:], []byte(s.Config().LaunchHash())); err != nil {
+			continue
 		}
-		for _, k := range allKinds {
-			if items, ok := l.Get(store.Kind(k.Member)); ok {
-				s.lists.put(k, items)
-			}
+		if len(sum.Init) > 0 {
+			s.lists.putInit(sum.Init)
 		}
+		s.lists.coldFrom(sum.Count, hash)
+	}
+	for _, s := range f.Servers() {
+		s.spillDefs()
 	}
 	f.pruneStore()
+	f.trimSoon() // what reading the store brought into memory
 }
 
 // loadDefinitions reads the server's persisted definitions record, if the

@@ -210,7 +210,7 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 
 		lf.f.Learn(t.Context(), 1)
 		synctest.Wait()
-		items, ok := s.lists.get(Tools)
+		items, ok := s.cachedList(Tools)
 		if !ok {
 			t.Fatal("learning with no deadline cached no tools")
 		}
@@ -226,7 +226,7 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		items, _ = s.lists.get(Tools)
+		items, _ = s.cachedList(Tools)
 		if got := toolNames(t, items); len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("tools after the wake's refresh %v, want [v2]", got)
 		}
@@ -314,7 +314,7 @@ func TestListChangedStormCoalesces(t *testing.T) {
 		if lists != 2 || most != 1 {
 			t.Fatalf("%d notifications: %d tools/list calls, at most %d at once; want 2 calls, one at a time", storm, lists, most)
 		}
-		items, ok := s.lists.get(Tools)
+		items, ok := s.cachedList(Tools)
 		if got := toolNames(t, items); !ok || len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("cached tools %v, want the last change [v2]", got)
 		}

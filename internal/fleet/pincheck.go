@@ -156,8 +156,7 @@ func (in *instance) learnTools(ctx context.Context, conn Conn) (drift.Set, error
 		}
 		return drift.Index(drift.Tool, items), nil
 	}
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	baseline := d.approved != nil
 	d.mu.Unlock()
 	if !baseline {
@@ -170,7 +169,7 @@ func (in *instance) learnTools(ctx context.Context, conn Conn) (drift.Set, error
 		return nil, err
 	}
 	set := drift.Index(drift.Tool, items)
-	d.mu.Lock()
+	d = s.lockDefs()
 	news := d.observePrivateLocked(set)
 	var held []string
 	if len(news) > 0 {
@@ -213,8 +212,7 @@ func (s *Server) CheckTool(ctx context.Context, l *Lease, name string) error {
 		return fmt.Errorf("server %s is pinned and its tools could not be listed to check %s against the approved definitions: %w", s.Name(), name, err)
 	}
 	cur, listed := set[name]
-	d := s.defs()
-	d.mu.Lock()
+	d := s.lockDefs()
 	a, approved := d.approved[name]
 	d.mu.Unlock()
 	switch {

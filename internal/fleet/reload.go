@@ -347,7 +347,7 @@ func (f *Fleet) relearn(ctx context.Context, s *Server, learn bool) {
 // prefix renames one; the prompts when the prefix renames one.
 func listEffect(s *Server, was, now *config.Server) []ListKind {
 	var out []ListKind
-	tools, _ := s.lists.get(Tools)
+	tools, _ := s.cachedList(Tools)
 	if was.Prefix != now.Prefix && len(tools) > 0 {
 		out = append(out, Tools)
 	} else {
@@ -359,7 +359,7 @@ func listEffect(s *Server, was, now *config.Server) []ListKind {
 			}
 		}
 	}
-	if prompts, _ := s.lists.get(Prompts); was.Prefix != now.Prefix && len(prompts) > 0 {
+	if prompts, _ := s.cachedList(Prompts); was.Prefix != now.Prefix && len(prompts) > 0 {
 		out = append(out, Prompts)
 	}
 	return out
@@ -369,7 +369,7 @@ func listEffect(s *Server, was, now *config.Server) []ListKind {
 func nonEmptyKinds(s *Server) []ListKind {
 	var out []ListKind
 	for _, k := range allKinds {
-		if items, _ := s.lists.get(k); len(items) > 0 {
+		if items, _ := s.cachedList(k); len(items) > 0 {
 			out = append(out, k)
 		}
 	}

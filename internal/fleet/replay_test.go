@@ -171,7 +171,7 @@ func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
 		gen := s.lists.generation() // a fetch begins
 		s.listChanged("notifications/tools/list_changed")
 		synctest.Wait()
-		if stored, _ := s.lists.putIf(gen, Tools, old); stored {
+		if stored, _, _ := s.putIf(gen, Tools, old); stored {
 			t.Fatal("a list fetched before the change was stored")
 		}
 		if s.Cached(Tools) {

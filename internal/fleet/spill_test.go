@@ -1,0 +1,181 @@
+package fleet
+
+import (
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/store"
+)
+
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// inMemory reports whether the server holds its tools list and its
+// definitions in memory.
+func inMemory(s *Server) (list, defs bool) {
+	s.lists.mu.Lock()
+	_, list = s.lists.items[Tools.Member]
+	s.lists.mu.Unlock()
+	d := s.defs()
+	d.mu.Lock()
+	defs = !d.cold
+	d.mu.Unlock()
+	return list, defs
+}
+
+func sleepNow(t *testing.T, s *Server) {
+	t.Helper()
+	if err := s.Sleep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+}
+
+// A server gone dormant keeps its tools list and its definitions on disk
+// only; they read back as they were — listed, compared with what the next
+// process lists (a change is reported against them), and, pinned, its
+// approvals still decide what is held.
+func TestADormantServersListsLeaveMemory(t *testing.T) {
+	for _, pin := range []bool{false, true} {
+		name := "unpinned"
+		settings := `,"idleTimeout":"10m"`
+		if pin {
+			name, settings = "pinned", settings+`,"pin":true`
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				df := newDriftFleet(t, settings, nil, openStore(t))
+				defer df.close(t)
+				df.srv.setItems(echoV1, pidTool)
+				s := df.f.Get("s")
+				learnTools(t, s)
+				if list, defs := inMemory(s); !list || !defs {
+					t.Fatalf("a running server's list in memory: %v, definitions: %v", list, defs)
+				}
+				sleepNow(t, s)
+				if list, defs := inMemory(s); list || defs {
+					t.Fatalf("a dormant server's list still in memory: %v, definitions: %v", list, defs)
+				}
+				items, ok := s.CachedList(Tools)
+				if !ok || len(items) != 2 || string(items[0]) != echoV1 || string(items[1]) != pidTool {
+					t.Fatalf("the dormant server's tools read back as %q (%v)", items, ok)
+				}
+				if !s.Cached(Tools) || !s.Status().Learned {
+					t.Fatal("a dormant server with its list on disk is not learned")
+				}
+
+				// The next process lists echo changed: reported against
+				// the definitions read back, and held when pinned.
+				df.srv.setItems(echoV2, pidTool)
+				learnTools(t, s) // cached: no start
+				if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait() // the wake's relearn
+				ev := df.of("definitions_changed")
+				if len(ev) != 1 || !strings.Contains(jsonOf(t, ev[0].Details), `"changed":[{"kind":"tool","name":"echo"`) {
+					t.Fatalf("after a wake with echo changed: %d definitions_changed events: %+v", len(ev), ev)
+				}
+				if got := s.ToolHeld("echo"); got != pin {
+					t.Fatalf("echo held: %v, want %v", got, pin)
+				}
+				if d := s.Definitions(); len(d.Last) != 1 || d.Last[0].Name != "echo" {
+					t.Fatalf("last change: %+v", d.Last)
+				}
+			})
+		})
+	}
+}
+
+// A list whose change could not be written stays in memory when the
+// server goes dormant: nothing is lost for want of the disk.
+func TestAListNotWrittenStaysInMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1, pidTool)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		df.srv.setItems(echoV2)
+		s.listChanged("notifications/tools/list_changed")
+		synctest.Wait()
+		sleepNow(t, s)
+		if list, _ := inMemory(s); !list {
+			t.Fatal("a list the store refused left memory")
+		}
+		items, ok := s.CachedList(Tools)
+		if !ok || len(items) != 1 || string(items[0]) != echoV2 {
+			t.Fatalf("tools after the failed write: %q (%v)", items, ok)
+		}
+	})
+}
+
+// Options.Trim is called once servers went dormant and none did for
+// trimQuiet, at most once per trimEvery, and not after Close.
+func TestTrimAfterDormancy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		var trims atomic.Int32
+		df.f.opts.Trim = func() { trims.Add(1) }
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		time.Sleep(trimQuiet - time.Millisecond)
+		synctest.Wait()
+		if n := trims.Load(); n != 0 {
+			t.Fatalf("%d trims before the fleet was quiet for %v", n, trimQuiet)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims once quiet, want 1", n)
+		}
+
+		// Dormant again soon after: the next trim waits for trimEvery.
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		sleepNow(t, s)
+		time.Sleep(trimQuiet)
+		synctest.Wait()
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims within %v of the last", n, trimEvery)
+		}
+		time.Sleep(trimEvery)
+		synctest.Wait()
+		if n := trims.Load(); n != 2 {
+			t.Fatalf("%d trims after %v, want 2", n, trimEvery)
+		}
+
+		// A dormancy just before Close: the trimmer it started ends with
+		// the fleet (synctest fails on a goroutine left blocked).
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		sleepNow(t, s)
+		df.close(t)
+		time.Sleep(trimEvery)
+		synctest.Wait()
+		if n := trims.Load(); n != 2 {
+			t.Fatalf("%d trims, one after Close", n)
+		}
+	})
+}
