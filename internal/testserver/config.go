@@ -91,7 +91,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.stderrLines, "stderr-lines", 0, "at start, write `N` lines \"stderr line 1\"... to stderr [FIXTURE_STDERR_LINES]")
 	fs.BoolVar(&c.strictInit, "strict-init", false, "exit 4 on any request but initialize before it, as a strict 2025 server may [FIXTURE_STRICT_INIT]")
 	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting [FIXTURE_STRICT_INIT_LOG]")
-	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all; 3 as 1 with a long description of echo, on several lines, with markup [FIXTURE_TOOLS_VARIANT]")
+	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all; 3 as 1 with a long description of echo, on several lines, with markup; 4 the usual and ten more of a typical size (20) [FIXTURE_TOOLS_VARIANT]")
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")
 	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy this long, e.g. 300ms [FIXTURE_SPIN]")

@@ -805,7 +805,7 @@ func TestToolsVariant(t *testing.T) {
 
 	for _, args := range [][]string{{"-tools-variant", "4"}, {"-tools-variant", "-1"}} {
 		var out bytes.Buffer
-		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 3") {
+		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 4") {
 			t.Errorf("parseConfig(%v): %v, %q", args, err, out.String())
 		}
 	}

@@ -205,7 +205,30 @@ func runLog(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, 
 
 // toolVariants is how many tool lists the fixture can serve
 // (-tools-variant).
-const toolVariants = 4
+const toolVariants = 5
+
+// catalogTools are ten tools of the size a typical server's have (a
+// sentence or two of description, a schema of a few described
+// properties), which variant 4 adds to the usual ten: a list of 20, as a
+// measurement of what a learned server costs wants. Called, each answers
+// as echo does.
+var catalogTools = func() []tool {
+	verbs := []string{"search", "fetch", "create", "update", "delete", "list", "describe", "archive", "restore", "export"}
+	out := make([]tool, len(verbs))
+	for i, v := range verbs {
+		out[i] = tool{
+			Name: v + "_record",
+			Description: fmt.Sprintf("%s a record of the catalog by its identifier or a query. Returns the matching record as JSON text, "+
+				"or an error when none matches. Use list_record first when the identifier is not known.", strings.ToUpper(v[:1])+v[1:]),
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"The record's identifier."},` +
+				`"query":{"type":"string","description":"Free text matched against the record's title and body."},` +
+				`"limit":{"type":"integer","minimum":1,"maximum":100,"description":"How many records to return at most."},` +
+				`"text":{"type":"string","description":"Returned as it is."}}}`),
+			run: runEcho,
+		}
+	}
+	return out
+}()
 
 // InjectedDescription is echo's description in tools variant 3: long
 // (past the 240 bytes a diff once quoted), on several lines, with markup
@@ -218,9 +241,11 @@ const InjectedDescription = "Returns the given text, upper-cased when upper is s
 // toolsFor is the tool list of variant v: 0 toolList; 1 toolList with
 // echo's description and inputSchema changed (an optional "upper"),
 // reverse added and meta removed; 2 none; 3 as 1 with echo's description
-// InjectedDescription.
+// InjectedDescription; 4 toolList and catalogTools (20 tools).
 func toolsFor(v int) []tool {
 	switch v {
+	case 4:
+		return append(slices.Clip(toolList), catalogTools...)
 	case 1, 3:
 		var out []tool
 		for _, t := range toolList {
