@@ -234,9 +234,9 @@ func unknownServer(f *fleet.Fleet, local *telemetry.Local) http.Handler {
 }
 
 // serverRoutes serves /servers/{name}/mcp: one Streamable HTTP handler per
-// server the fleet has now. A reload adds the handlers of servers it added
-// and closes those of servers it removed (their sessions end; a client's
-// next request gets the 404 of an unknown server).
+// server the fleet has now, made on the server's first request. A reload
+// closes the handlers of servers it removed (their sessions end; a
+// client's next request gets the 404 of an unknown server).
 type serverRoutes struct {
 	a       *app
 	opts    gateway.HTTPOptions
@@ -267,6 +267,12 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
 	h := r.byName[name]
+	if h == nil && !r.closed && r.a.fleet.Get(name) != nil {
+		// Made on a server's first request: a server no client addresses
+		// by name (most, behind /mcp) costs no handler.
+		h = gateway.NewStreamableHandler(r.a.gw.Single(name), r.opts)
+		r.byName[name] = h
+	}
 	if olds := r.gone[name]; len(olds) > 0 && sid != "" && (h == nil || !h.HasSession(sid)) {
 		for _, old := range olds {
 			if old.HasSession(sid) {
@@ -298,9 +304,6 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 	want := map[string]bool{}
 	for _, s := range r.a.fleet.Servers() {
 		want[s.Name()] = true
-		if r.byName[s.Name()] == nil {
-			r.byName[s.Name()] = gateway.NewStreamableHandler(r.a.gw.Single(s.Name()), r.opts)
-		}
 	}
 	gone := map[string]*gateway.StreamableHandler{}
 	for name, h := range r.byName {
