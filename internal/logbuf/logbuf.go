@@ -150,7 +150,7 @@ func (b *Buffer) Add(e Entry) {
 		b.n--
 	}
 	if b.n == len(b.ring) { // full below maxLines: grow
-		ring := make([]Entry, min(max(2*len(b.ring), 16), b.maxLines))
+		ring := make([]Entry, min(max(2*len(b.ring), 2), b.maxLines)) // most servers write a line or two: a dormant one keeps no more room
 		b.copyTo(ring, 0, b.n)
 		b.ring, b.start = ring, 0
 	}
