@@ -155,7 +155,7 @@ func TestMetricsSeriesBound(t *testing.T) {
 	// Per server: 8 states, 10 gauges, requests, 7 event types, 6
 	// outcomes, 2 byte directions, the spawn and wake histograms.
 	fixed := len(states) + len(serverGauges) + 1 + len(eventTypes) + int(telemetry.NumOutcomes) + 2 + 2*startHist
-	global := len(states) + 6 // servers by state; streams, goroutines, Go memory ×2, resident memory, start time
+	global := len(states) + 7 // servers by state; streams, goroutines, Go memory ×3, resident memory, start time
 	if _, ok := residentBytes(); !ok {
 		global-- // not measured outside Linux
 	}
