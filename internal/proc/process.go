@@ -29,7 +29,10 @@ type Process struct {
 	stderr *Ring
 	start  time.Time
 	plat   platformProcess
-	leaf   string // the cgroup leaf it was spawned into ("" if none): set before Spawn returns, never changed
+	// cgroups are the cgroup leaves it was spawned into that count its
+	// usage (its v2 leaf first, then its v1 memory, cpuacct and pids
+	// leaves), for Root: set before Spawn returns, never changed.
+	cgroups []string
 	// act takes one stop step (takeStep); tests replace it to run the
 	// stop logic without a process.
 	act func(stage string)
@@ -68,6 +71,7 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 		log = rt.log
 	}
 	p := newProcess(spec, log)
+	rt.warnNotEnforced(spec, p.log)
 	p.rt, p.seq = rt, rt.seq.Add(1)
 	p.tree = fmt.Sprintf("%s.%d", rt.id, p.seq)
 	if err := rt.track(p); err != nil {
@@ -367,19 +371,26 @@ func (p *Process) waitTreeGone() {
 	}
 }
 
+// exitStatus classifies the tree's end, with the counters of its cgroup
+// leaves (which must still exist: OOM kills make a crash ExitOOM).
 func (p *Process) exitStatus(err error) ExitStatus {
 	stage := p.currentStage()
+	ev := p.limitEvents()
 	if code, sig, ok := p.shimStatus(); ok {
-		return classify(code, sig, stage)
+		return classifyLimited(code, sig, stage, ev)
 	}
 	ps := p.cmd.ProcessState
 	if ps == nil {
-		return ExitStatus{Kind: ExitCrashed, Code: -1, Stage: stage}
+		s := ExitStatus{Kind: ExitCrashed, Code: -1, Stage: stage, OOMKills: ev.oomKills, PIDsLimitHits: ev.pidsMax}
+		if ev.oomKills > 0 {
+			s.Kind = ExitOOM
+		}
+		return s
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		return classify(-1, ws.Signal(), stage)
+		return classifyLimited(-1, ws.Signal(), stage, ev)
 	}
 	_ = err // ErrWaitDelay or an exit error: the status above says it all
-	return classify(ps.ExitCode(), 0, stage)
+	return classifyLimited(ps.ExitCode(), 0, stage, ev)
 }
