@@ -70,6 +70,9 @@ type Options struct {
 	// that cannot start is not retried in a hot loop.
 	RespawnFailures int
 	RespawnWindow   time.Duration
+	// TreeUsage measures process trees, for maxIdleMemory; nil means
+	// proc.TreeUsage (tests replace it).
+	TreeUsage func([]proc.Root) ([]proc.Usage, []bool)
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -261,6 +264,9 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector
 	}
+	if f.opts.TreeUsage == nil {
+		f.opts.TreeUsage = proc.TreeUsage
+	}
 	var list []*Server
 	for _, sc := range cfg.Servers {
 		if !sc.Disabled {
@@ -331,6 +337,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 			Dir:       sc.Cwd,
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),
+			Limits:    procLimits(sc.Limits),
 			OnStderr:  onStderr,
 			// Redacted once, as the process writes them, with sc — the
 			// config of this launch: the config in force when a line is
@@ -345,6 +352,15 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 	}
+}
+
+// procLimits are the kernel limits of l for the process layer; nil when
+// it sets none (a server without limits costs no more).
+func procLimits(l *config.Limits) *proc.Limits {
+	if !l.Kernel() {
+		return nil
+	}
+	return &proc.Limits{MemoryBytes: l.Memory, PIDs: l.PIDs, CPU: l.CPU}
 }
 
 // stopWait maps config's "0 means no wait" onto proc's negative value.
