@@ -114,12 +114,14 @@ func signalName(sig syscall.Signal) string {
 	return fmt.Sprintf("%d (%s)", int(sig), sig.String())
 }
 
-// classifyLimited is classify with the tree's cgroup counters: a crash of
-// a tree that counted an OOM kill is ExitOOM.
+// classifyLimited is classify with the tree's cgroup counters: a tree
+// that counted an OOM kill is ExitOOM when it crashed, or when its leader
+// died by a SIGKILL mcpvisor had not sent yet (a stop under way had only
+// closed stdin or sent SIGTERM: the kill was the OOM killer's).
 func classifyLimited(code int, sig syscall.Signal, stage string, ev limitEvents) ExitStatus {
 	s := classify(code, sig, stage)
 	s.OOMKills, s.PIDsLimitHits = ev.oomKills, ev.pidsMax
-	if s.Kind == ExitCrashed && ev.oomKills > 0 {
+	if ev.oomKills > 0 && (s.Kind == ExitCrashed || s.Kind == ExitStopped && sig == syscall.SIGKILL && stage != stageKill) {
 		s.Kind = ExitOOM
 	}
 	return s

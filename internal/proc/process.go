@@ -45,8 +45,9 @@ type Process struct {
 	stderrDone  chan struct{}
 	stdoutEOF   sync.Once
 
-	mu     sync.Mutex
-	stage  string // last stop step taken
+	mu        sync.Mutex
+	stage     string // last stop step taken
+	exitStage string // stage when the leader's exit was seen: the one its status is classified with
 	status ExitStatus
 	killAt time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
 
@@ -313,6 +314,11 @@ var startCmd = (*exec.Cmd).Start
 // sweep, reap.
 func (p *Process) watch() {
 	p.awaitLeaderExit()
+	// The status is classified with the stop step taken when the leader
+	// ended, not with one a stop begun after (to sweep what it left) took.
+	p.mu.Lock()
+	p.exitStage = p.stage
+	p.mu.Unlock()
 	close(p.exited)
 
 	// Descendants get the quiesce window to finish on their own, unless a
@@ -374,7 +380,9 @@ func (p *Process) waitTreeGone() {
 // exitStatus classifies the tree's end, with the counters of its cgroup
 // leaves (which must still exist: OOM kills make a crash ExitOOM).
 func (p *Process) exitStatus(err error) ExitStatus {
-	stage := p.currentStage()
+	p.mu.Lock()
+	stage := p.exitStage
+	p.mu.Unlock()
 	ev := p.limitEvents()
 	if code, sig, ok := p.shimStatus(); ok {
 		return classifyLimited(code, sig, stage, ev)

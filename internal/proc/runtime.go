@@ -164,6 +164,15 @@ func (rt *Runtime) track(p *Process) error {
 	return nil
 }
 
+// WarnNotEnforced logs a warning for each kind of limit in l that this
+// runtime cannot enforce (Report.NotEnforced), once per server name and
+// kind for the life of the runtime, Spawn's own warnings included: a
+// server that has limits can be warned about at start-up, before it ever
+// runs, and not again when it does.
+func (rt *Runtime) WarnNotEnforced(name string, l *Limits) {
+	rt.warnNotEnforced(Spec{Name: name, Limits: l}, rt.log.With("server", name))
+}
+
 // warnNotEnforced logs, once per server name and kind, each limit of
 // spec this runtime cannot enforce: the tree runs without it.
 func (rt *Runtime) warnNotEnforced(spec Spec, log *slog.Logger) {

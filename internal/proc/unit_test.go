@@ -92,7 +92,11 @@ func TestClassifyLimited(t *testing.T) {
 		{1, 0, "", limitEvents{oomKills: 2}, ExitOOM}, // the leader failed after its child was killed
 		{-1, syscall.SIGKILL, "", limitEvents{}, ExitCrashed},
 		{-1, syscall.SIGKILL, "", limitEvents{pidsMax: 9}, ExitCrashed},
-		{-1, syscall.SIGKILL, "kill", limitEvents{oomKills: 1}, ExitStopped},
+		{-1, syscall.SIGKILL, "kill", limitEvents{oomKills: 1}, ExitStopped}, // mcpvisor's SIGKILL
+		{-1, syscall.SIGKILL, "stdin", limitEvents{oomKills: 1}, ExitOOM},    // not mcpvisor's
+		{-1, syscall.SIGKILL, "term", limitEvents{oomKills: 1}, ExitOOM},     // not mcpvisor's either
+		{-1, syscall.SIGTERM, "term", limitEvents{oomKills: 1}, ExitStopped}, // a child's OOM kill, the stop's SIGTERM
+		{0, 0, "stdin", limitEvents{oomKills: 1, pidsMax: 1}, ExitStopped},
 		{0, 0, "", limitEvents{oomKills: 1}, ExitClean},
 	}
 	for _, c := range cases {
