@@ -48,8 +48,8 @@ type Process struct {
 	mu        sync.Mutex
 	stage     string // last stop step taken
 	exitStage string // stage when the leader's exit was seen: the one its status is classified with
-	status ExitStatus
-	killAt time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
+	status    ExitStatus
+	killAt    time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
 
 	killMoved chan struct{} // capacity 1: wakes the escalation when killAt moved earlier
 
