@@ -45,7 +45,17 @@ func (s *Server) countEnd(l Live) {
 	if !ok || c == nil || c.Process() == nil {
 		return
 	}
-	p := c.Process()
+	s.countTree(c.Process())
+}
+
+// endedTree is what countTree reads of a process tree (*proc.Process).
+type endedTree interface {
+	Done() <-chan struct{}
+	Status() proc.ExitStatus
+}
+
+// countTree is countEnd for the tree p.
+func (s *Server) countTree(p endedTree) {
 	add := func() {
 		st := p.Status()
 		if st.Kind != proc.ExitOOM && st.PIDsLimitHits == 0 {

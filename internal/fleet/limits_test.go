@@ -162,3 +162,55 @@ func TestStatusLimits(t *testing.T) {
 		t.Fatalf("no limits configured, yet %+v", l)
 	}
 }
+
+// fakeTree is a process tree that ends when its done is closed.
+type fakeTree struct {
+	done chan struct{}
+	st   proc.ExitStatus
+}
+
+func (f *fakeTree) Done() <-chan struct{}   { return f.done }
+func (f *fakeTree) Status() proc.ExitStatus { return f.st }
+
+// A tree's OOM kill and refused forks are counted once it is gone: at
+// once when it is, else when it goes (a stop whose context ended first),
+// within endCountWait; one that never goes is never counted, and nothing
+// waits for it past that bound.
+func TestEndsCountedOnceTheTreeIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, ``)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		gone := &fakeTree{done: make(chan struct{}), st: proc.ExitStatus{Kind: proc.ExitOOM, OOMKills: 1, PIDsLimitHits: 2}}
+		close(gone.done)
+		s.countTree(gone)
+		if oom, hits := s.limitCounts(); oom != 1 || hits != 2 {
+			t.Fatalf("a gone tree: %d, %d", oom, hits)
+		}
+
+		going := &fakeTree{done: make(chan struct{}), st: proc.ExitStatus{Kind: proc.ExitStopped, PIDsLimitHits: 3}}
+		s.countTree(going)
+		if _, hits := s.limitCounts(); hits != 2 {
+			t.Fatalf("counted before the tree was gone: %d", hits)
+		}
+		time.Sleep(time.Second)
+		close(going.done)
+		synctest.Wait()
+		if oom, hits := s.limitCounts(); oom != 1 || hits != 5 {
+			t.Fatalf("after it went: %d, %d", oom, hits)
+		}
+
+		stuck := &fakeTree{done: make(chan struct{}), st: proc.ExitStatus{Kind: proc.ExitOOM}}
+		s.countTree(stuck)
+		time.Sleep(endCountWait)
+		synctest.Wait() // the waiter has given up: no goroutine left
+		close(stuck.done)
+		synctest.Wait()
+		if oom, _ := s.limitCounts(); oom != 1 {
+			t.Fatalf("a tree gone past the bound was counted: %d", oom)
+		}
+		if st := s.Status(); st.OOMKills != 1 || st.PIDsLimitHits != 5 {
+			t.Fatalf("status: %d, %d", st.OOMKills, st.PIDsLimitHits)
+		}
+	})
+}
