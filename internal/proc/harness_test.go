@@ -111,10 +111,7 @@ func runHarness() int {
 	}
 	// The per-instance cgroup directories, which the next start's sweep
 	// removes.
-	cgroups := rt.v1Instances()
-	if rt.plat.cgroup != "" {
-		cgroups = append(cgroups, rt.plat.cgroup)
-	}
+	cgroups := rt.instanceCgroups()
 	fmt.Printf("ready %s layers=%s cgroups=%s\n", strings.Join(pids, ","), strings.Join(active, ","), strings.Join(cgroups, ","))
 	select {} // until SIGKILL
 }

@@ -79,3 +79,5 @@ func (rt *Runtime) killEscaped() {}
 func (p *Process) stopping() {}
 
 func (p *Process) limitEvents() limitEvents { return limitEvents{} }
+
+func (rt *Runtime) instanceCgroups() []string { return nil }
