@@ -22,9 +22,11 @@ const (
 	ExitCrashed
 	// ExitStartFailed means the process could not be started at all.
 	ExitStartFailed
-	// ExitOOM is a crash (an exit or death mcpvisor did not cause) of a
-	// tree whose cgroup counted an OOM kill: its memory limit ended it.
-	// It is read from the cgroup's own counter (v2 memory.events, v1
+	// ExitOOM means the tree's memory limit ended it: its cgroup counted
+	// an OOM kill, and it crashed (an exit or death mcpvisor did not
+	// cause) or its leader died by a SIGKILL mcpvisor had not sent (a stop
+	// under way had only closed stdin or sent SIGTERM). The kill is read
+	// from the cgroup's own counter (v2 memory.events, v1
 	// memory.oom_control: oom_kill), never guessed from the signal. It
 	// counts as a crash: the restart policy applies.
 	ExitOOM
