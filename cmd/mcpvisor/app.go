@@ -135,6 +135,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		_ = rt.Close(context.Background())
 		return nil, err
 	}
+	warnLimits(rt, cfg)
 	gw.SetFleet(f)
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
@@ -261,4 +262,16 @@ func trimMemory(st *store.Store, log *slog.Logger) {
 		log.Debug("could not release the state file's pages", "err", err)
 	}
 	debug.FreeOSMemory()
+}
+
+// warnLimits warns, at start-up, of every limit of an enabled stdio server
+// this machine cannot enforce: the server runs without it (mcpvisor doctor
+// says why). The runtime warns of each once only, this start-up warning
+// included.
+func warnLimits(rt *proc.Runtime, cfg *config.Config) {
+	for _, s := range cfg.Servers {
+		if !s.Disabled && s.Kind == config.KindStdio && s.Limits.Kernel() {
+			rt.WarnNotEnforced(s.Name, &proc.Limits{MemoryBytes: s.Limits.Memory, PIDs: s.Limits.PIDs, CPU: s.Limits.CPU})
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -52,7 +54,14 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		line("PID", fmt.Sprint(d.PID))
 	}
 	if d.MemoryBytes != 0 {
-		line("Memory", megabytes(d.MemoryBytes))
+		mem := megabytes(d.MemoryBytes)
+		if d.MemoryPeakBytes > d.MemoryBytes {
+			mem += ", peak " + megabytes(d.MemoryPeakBytes)
+		}
+		line("Memory", mem)
+	}
+	if d.CPUSeconds != 0 {
+		line("CPU", fmt.Sprintf("%.2f s", d.CPUSeconds))
 	}
 	if !d.StartedAt.IsZero() {
 		line("Uptime", age(now.Sub(d.StartedAt)))
@@ -97,6 +106,18 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	}
 	line("Lists", strings.Join(lists, ", "))
 	line("Containment", containment(d))
+	if l := d.Limits; l != nil {
+		line("Limits", limitsText(l))
+		for _, n := range l.NotEnforced {
+			line("Not enforced", n+" — it runs without this limit")
+		}
+	}
+	if d.OOMKills > 0 {
+		line("OOM kills", fmt.Sprintf("%d (trees its memory limit killed: exit kind oom)", d.OOMKills))
+	}
+	if d.PIDsLimitHits > 0 {
+		line("Pids limit hits", fmt.Sprintf("%d fork(s) refused", d.PIDsLimitHits))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -109,8 +130,11 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		fmt.Fprintln(w, "\nLast ends (newest last):")
 		for _, e := range d.History[max(0, n-5):] {
 			how := ""
+			if e.Kind == "oom" {
+				how = " oom"
+			}
 			if e.Code != nil {
-				how = fmt.Sprintf(" exit %d", *e.Code)
+				how += fmt.Sprintf(" exit %d", *e.Code)
 			}
 			if e.Signal != "" {
 				how += " " + e.Signal
@@ -128,6 +152,29 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// limitsText is the Limits line of a detail: "memory 64 MiB, pids 32,
+// cpu 0.5; asleep early when idle above 32 MiB".
+func limitsText(l *fleet.LimitsStatus) string {
+	var parts []string
+	if l.MemoryBytes > 0 {
+		parts = append(parts, "memory "+proc.FormatBytes(l.MemoryBytes))
+	}
+	if l.PIDs > 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", l.PIDs))
+	}
+	if l.CPU > 0 {
+		parts = append(parts, "cpu "+strconv.FormatFloat(l.CPU, 'g', -1, 64))
+	}
+	text := strings.Join(parts, ", ")
+	if l.MaxIdleMemoryBytes > 0 {
+		if text != "" {
+			text += "; "
+		}
+		text += "asleep early when idle above " + proc.FormatBytes(l.MaxIdleMemoryBytes)
+	}
+	return text
 }
 
 // containment is the Containment line of a detail: the layers on, then

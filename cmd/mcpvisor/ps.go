@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
 func newPsCmd() *cobra.Command {
@@ -78,6 +80,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 		if s.PendingDefinitions > 0 {
 			notes = append(notes, fmt.Sprintf("  %s: %d tool(s) held back until approved (mcpvisor tools diff %s)", s.Name, s.PendingDefinitions, s.Name))
 		}
+		notes = append(notes, limitNotes(s)...)
 	}
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n%s\n", strings.Join(notes, "\n"))
@@ -116,3 +119,34 @@ func age(d time.Duration) string {
 }
 
 func megabytes(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
+
+// limitNotes are ps's warnings about s's resource limits: the trees its
+// memory limit killed (exit kind oom), the forks its pids limit refused,
+// and the limits this machine cannot enforce.
+func limitNotes(s fleet.Status) []string {
+	var notes []string
+	l := s.Limits
+	if s.OOMKills > 0 {
+		limit := ""
+		if l != nil && l.MemoryBytes > 0 {
+			limit = " (" + proc.FormatBytes(l.MemoryBytes) + ")"
+		}
+		notes = append(notes, fmt.Sprintf("  %s: oom: killed %d time(s) by its memory limit%s", s.Name, s.OOMKills, limit))
+	}
+	if s.PIDsLimitHits > 0 {
+		limit := ""
+		if l != nil && l.PIDs > 0 {
+			limit = fmt.Sprintf(" (%d)", l.PIDs)
+		}
+		notes = append(notes, fmt.Sprintf("  %s: its pids limit%s refused %d fork(s)", s.Name, limit, s.PIDsLimitHits))
+	}
+	if l != nil && len(l.NotEnforced) > 0 {
+		var kinds []string
+		for _, n := range l.NotEnforced {
+			kind, _, _ := strings.Cut(n, ":")
+			kinds = append(kinds, kind)
+		}
+		notes = append(notes, fmt.Sprintf("  %s: limits not enforced on this machine, it runs without them: %s (mcpvisor inspect %s, or mcpvisor doctor, says why)", s.Name, strings.Join(kinds, ", "), s.Name))
+	}
+	return notes
+}

@@ -46,6 +46,26 @@ var serverGauges = []struct {
 		func(s fleet.Status) float64 { return s.CPUSeconds }},
 	{"mcpvisor_server_pids", "gauge", "Tasks (processes and threads) of each server's running process trees: the cgroup leaf's pids.current where the leaf has it, else threads counted in /proc (Linux; 0 when none runs).",
 		func(s fleet.Status) float64 { return float64(s.PIDs) }},
+	{"mcpvisor_server_memory_limit_bytes", "gauge", "Memory limit of every process tree of each server (config limits.memory, swap included where the kernel accounts it); 0 when none. A limit this machine cannot enforce is still shown: see mcpvisor_server_limits_not_enforced.",
+		func(s fleet.Status) float64 {
+			return limitValue(s, func(l *fleet.LimitsStatus) float64 { return float64(l.MemoryBytes) })
+		}},
+	{"mcpvisor_server_pids_limit", "gauge", "Tasks (processes and threads) limit of every process tree of each server (config limits.pids); 0 when none.",
+		func(s fleet.Status) float64 {
+			return limitValue(s, func(l *fleet.LimitsStatus) float64 { return float64(l.PIDs) })
+		}},
+	{"mcpvisor_server_cpu_limit_cores", "gauge", "CPU limit of every process tree of each server, in cores (config limits.cpu); 0 when none.",
+		func(s fleet.Status) float64 {
+			return limitValue(s, func(l *fleet.LimitsStatus) float64 { return l.CPU })
+		}},
+	{"mcpvisor_server_limits_not_enforced", "gauge", "Kinds of resource limit each server has configured that this machine cannot enforce (no cgroup controller for them: mcpvisor doctor says why); its processes run without them.",
+		func(s fleet.Status) float64 {
+			return limitValue(s, func(l *fleet.LimitsStatus) float64 { return float64(len(l.NotEnforced)) })
+		}},
+	{"mcpvisor_server_oom_kills_total", "counter", "Process trees of each server that its memory limit killed: ended with exit kind oom, read from the cgroup's OOM-kill counter (counted once each tree is gone).",
+		func(s fleet.Status) float64 { return float64(s.OOMKills) }},
+	{"mcpvisor_server_pids_limit_hits_total", "counter", "Forks (and thread creations) each server's pids limit refused, in its process trees that ended (the cgroup's pids.events max).",
+		func(s fleet.Status) float64 { return float64(s.PIDsLimitHits) }},
 	{"mcpvisor_server_start_time_seconds", "gauge", "Unix time the running process of each server started; 0 when none runs.",
 		func(s fleet.Status) float64 { return unixSeconds(s.StartedAt) }},
 	{"mcpvisor_server_dormant_since_seconds", "gauge", "Unix time each server went dormant; 0 when it is not dormant.",
@@ -250,6 +270,14 @@ func labels(kv ...string) string {
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// limitValue is what v reads of s's limits, 0 when it has none.
+func limitValue(s fleet.Status, v func(*fleet.LimitsStatus) float64) float64 {
+	if s.Limits == nil {
+		return 0
+	}
+	return v(s.Limits)
+}
 
 func bool01(b bool) float64 {
 	if b {

@@ -103,7 +103,10 @@ type ExitError struct {
 
 func (e *ExitError) Error() string {
 	how := fmt.Sprintf("server %s exited unexpectedly (%s)", e.Server, exitHow(e.Status))
-	if e.Status.Stage != "" {
+	switch {
+	case e.Status.Kind == proc.ExitOOM:
+		how = fmt.Sprintf("server %s was killed by its memory limit (oom: %s)", e.Server, exitHow(e.Status))
+	case e.Status.Stage != "":
 		how = fmt.Sprintf("server %s closed its output and was stopped (%s)", e.Server, exitHow(e.Status))
 	}
 	if e.Stderr != "" {
@@ -122,6 +125,9 @@ func exitHow(st proc.ExitStatus) string {
 	}
 	if st.Stage != "" {
 		s += ", after " + st.Stage
+	}
+	if st.PIDsLimitHits > 0 {
+		s += fmt.Sprintf(", %d fork(s) refused by its pids limit", st.PIDsLimitHits)
 	}
 	return s
 }

@@ -190,6 +190,11 @@ type Server struct {
 
 	Restart RestartConfig
 
+	// Limits are the resource limits of each of its process trees and
+	// its maxIdleMemory; nil when none is set (a remote server never has
+	// any).
+	Limits *Limits
+
 	// The text before ${VAR} expansion, for display: values that came
 	// from the environment are never shown.
 	rawCommand string

@@ -42,8 +42,9 @@ type Diff struct {
 // named as the file names them. Those marked launch decide how it is
 // reached and run: a change to any of them needs a new process (or
 // connection). How
-// it is stopped (stop.stdinWait, stop.termWait) is part of its process's
-// launch. The rest are settings, applied in place.
+// it is stopped (stop.stdinWait, stop.termWait) and its resource limits
+// are part of its process's launch. The rest are settings, applied in
+// place.
 var serverFields = []struct {
 	name   string
 	launch bool
@@ -58,6 +59,10 @@ var serverFields = []struct {
 	{"sharing", true, func(s *Server) any { return s.Sharing }},
 	{"stop.stdinWait", true, func(s *Server) any { return s.StdinWait }},
 	{"stop.termWait", true, func(s *Server) any { return s.TermWait }},
+	// A process's limits are given to its cgroup leaves at spawn: new
+	// ones need a new process (see Limits).
+	{"limits", true, func(s *Server) any { return kernelLimits(s.Limits) }},
+	{"maxIdleMemory", false, func(s *Server) any { return maxIdleMemory(s.Limits) }},
 	{"eager", false, func(s *Server) any { return s.Eager }},
 	{"pin", false, func(s *Server) any { return s.Pin }},
 	{"prefix", false, func(s *Server) any { return s.Prefix }},

@@ -27,7 +27,19 @@
 // tools {allow, deny}, sharing ("shared" | "per-session"), maxInstances
 // (of a per-session server, default 32), stop {stdinWait,
 // termWait}, restart {policy ("on-failure" | "never" | "always"),
-// maxAttempts, backoff {initial, max, multiplier, jitter}, healthyPeriod}.
+// maxAttempts, backoff {initial, max, multiplier, jitter}, healthyPeriod},
+// limits {memory, pids, cpu} and maxIdleMemory (see Limits):
+//
+//	"defaults": { "limits": { "memory": "512MiB", "pids": 256 }, "maxIdleMemory": "300MiB" },
+//	"browser":  { "command": "npx", "args": ["@playwright/mcp"], "limits": { "memory": "1GiB", "cpu": 1.5 } }
+//
+// Sizes are a whole number of bytes or a string with a unit: B, KB, MB,
+// GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024), in any
+// case; pids is a whole number of tasks, 1 or more; cpu a number of cores
+// (0.01 or more). "unlimited" undoes a default for one server. Limits are
+// each process tree's (every instance of a per-session server has its
+// own) and a launch setting: a change restarts the server on reload;
+// maxIdleMemory applies in place. A remote server has none (a warning).
 //
 // Durations are Go duration strings ("90s", "10m") or numbers of seconds;
 // negative durations are errors and 0 disables (see Server). Layering, per

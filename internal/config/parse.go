@@ -437,6 +437,7 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 		typAt, transportAt, argsAt     string
 		envAt, headersAt, cwdAt, urlAt string
 		commandAt                      string
+		limitsAt                       []string
 	)
 	optStr := func(v *node, at string) *string {
 		if s, ok := p.str(v, at); ok {
@@ -482,6 +483,9 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 				disabled = *b
 			}
 		default:
+			if key == "limits" || key == "maxIdleMemory" {
+				limitsAt = append(limitsAt, at)
+			}
 			return p.settingsField(&own, key, v, at)
 		}
 		return true
@@ -547,11 +551,12 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 			srv.Cwd, _ = p.expand(*cwd, cwdAt, soft)
 		}
 	case KindHTTP:
-		for _, f := range []string{argsAt, envAt, cwdAt} {
+		for _, f := range append([]string{argsAt, envAt, cwdAt}, limitsAt...) {
 			if f != "" {
 				p.warnf(f, "ignored for a remote server (url)")
 			}
 		}
+		srv.Limits = nil // mcpvisor runs no process of it
 		srv.rawURL = *rawURL
 		u, ok := p.expand(*rawURL, urlAt, soft)
 		srv.URL = u

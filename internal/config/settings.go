@@ -25,10 +25,14 @@ type settings struct {
 	backoffInitial, backoffMax                           *time.Duration
 	backoffMultiplier, backoffJitter                     *float64
 	healthyPeriod                                        *time.Duration
+	// limits: 0 is "unlimited", given to override a default.
+	memoryLimit, maxIdleMemory *uint64
+	pidsLimit                  *int
+	cpuLimit                   *float64
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -86,6 +90,10 @@ func (s settings) overlay(o settings) settings {
 	over(&s.backoffMultiplier, o.backoffMultiplier)
 	over(&s.backoffJitter, o.backoffJitter)
 	over(&s.healthyPeriod, o.healthyPeriod)
+	over(&s.memoryLimit, o.memoryLimit)
+	over(&s.pidsLimit, o.pidsLimit)
+	over(&s.cpuLimit, o.cpuLimit)
+	over(&s.maxIdleMemory, o.maxIdleMemory)
 	return s
 }
 
@@ -127,6 +135,20 @@ func (s settings) apply(srv *Server) {
 		r.MaxAttempts = lifecycle.DefaultMaxAttempts
 	}
 	srv.Restart = r
+	var l Limits
+	deref(&l.Memory, s.memoryLimit)
+	deref(&l.PIDs, s.pidsLimit)
+	deref(&l.CPU, s.cpuLimit)
+	deref(&l.MaxIdleMemory, s.maxIdleMemory)
+	if l != (Limits{}) {
+		srv.Limits = &l
+	}
+}
+
+func deref[T any](dst *T, src *T) {
+	if src != nil {
+		*dst = *src
+	}
 }
 
 // settingsField parses key of a defaults or server object into s. It
@@ -206,6 +228,28 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 			}
 			return true
 		})
+	case "limits":
+		p.object(v, at, []string{"memory", "pids", "cpu"}, func(key string, v *node, at string) bool {
+			switch key {
+			case "memory":
+				if n := p.size(v, at, true); n != nil {
+					if *n != 0 && *n < minMemoryLimit {
+						p.errorf(at, "%s is below 1 MiB: no server runs in that", sizeText(v))
+					} else {
+						s.memoryLimit = n
+					}
+				}
+			case "pids":
+				s.pidsLimit = p.pidsLimit(v, at)
+			case "cpu":
+				s.cpuLimit = p.cpuLimit(v, at)
+			default:
+				return false
+			}
+			return true
+		})
+	case "maxIdleMemory":
+		s.maxIdleMemory = p.size(v, at, true)
 	case "restart":
 		p.object(v, at, []string{"policy", "maxAttempts", "backoff", "healthyPeriod"}, func(key string, v *node, at string) bool {
 			switch key {

@@ -77,6 +77,9 @@ type Options struct {
 	// to the OS. Close does not wait for a Trim under way to be called
 	// again, only for it to return.
 	Trim func()
+	// TreeUsage measures process trees, for maxIdleMemory; nil means
+	// proc.TreeUsage (tests replace it).
+	TreeUsage func([]proc.Root) ([]proc.Usage, []bool)
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -269,6 +272,9 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector
 	}
+	if f.opts.TreeUsage == nil {
+		f.opts.TreeUsage = proc.TreeUsage
+	}
 	var list []*Server
 	for _, sc := range cfg.Servers {
 		if !sc.Disabled {
@@ -339,6 +345,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 			Dir:       sc.Cwd,
 			StdinWait: stopWait(sc.StdinWait),
 			TermWait:  stopWait(sc.TermWait),
+			Limits:    procLimits(sc.Limits),
 			OnStderr:  onStderr,
 			// Redacted once, as the process writes them, with sc — the
 			// config of this launch: the config in force when a line is
@@ -353,6 +360,15 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 	}
+}
+
+// procLimits are the kernel limits of l for the process layer; nil when
+// it sets none (a server without limits costs no more).
+func procLimits(l *config.Limits) *proc.Limits {
+	if !l.Kernel() {
+		return nil
+	}
+	return &proc.Limits{MemoryBytes: l.Memory, PIDs: l.PIDs, CPU: l.CPU}
 }
 
 // stopWait maps config's "0 means no wait" onto proc's negative value.

@@ -31,11 +31,19 @@ type Exit struct {
 	Session string    `json:"session,omitempty"`
 	PID     int       `json:"pid,omitempty"`
 	Stage   string    `json:"stage"`
-	// Code and Signal are the exit status, when the process exited.
-	Code   *int     `json:"code,omitempty"`
-	Signal string   `json:"signal,omitempty"`
-	Error  string   `json:"error"`
-	Stderr []string `json:"stderr,omitempty"`
+	// Code and Signal are the exit status, when the process exited, and
+	// Kind how it ended (proc.ExitKind: "crashed", "oom" for a tree its
+	// memory limit killed, ...).
+	Code   *int   `json:"code,omitempty"`
+	Signal string `json:"signal,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+	// OOMKills and PIDsLimitHits are the tree's cgroup counters: the
+	// processes the OOM killer killed within its memory limit, the forks
+	// its pids limit refused.
+	OOMKills      int      `json:"oomKills,omitempty"`
+	PIDsLimitHits int      `json:"pidsLimitHits,omitempty"`
+	Error         string   `json:"error"`
+	Stderr        []string `json:"stderr,omitempty"`
 }
 
 // StartError is the error of a start that failed: at which stage, why,
@@ -59,15 +67,33 @@ func (e *StartError) Error() string {
 
 func (e *StartError) Unwrap() error { return e.Err }
 
+// ends is what the ends of a server's processes and starts left: its
+// history, and the counts of its resource limits' work.
+type ends struct {
+	history []Exit
+	// oomKills counts the process trees its memory limit killed (exit
+	// kind oom), pidsLimitHits the forks its pids limit refused in the
+	// trees that ended.
+	oomKills, pidsLimitHits int
+}
+
+// endsLocked is s.ends, made if need be; mu is held.
+func (s *Server) endsLocked() *ends {
+	if s.ends == nil {
+		s.ends = &ends{}
+	}
+	return s.ends
+}
+
 // History lists the server's last ends (of every instance), oldest
 // first.
 func (s *Server) History() []Exit {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.history == nil {
+	if s.ends == nil {
 		return nil
 	}
-	return append([]Exit(nil), *s.history...)
+	return append([]Exit(nil), s.ends.history...)
 }
 
 // recordExit keeps e in the history (a dormant server that never failed
@@ -75,14 +101,12 @@ func (s *Server) History() []Exit {
 func (s *Server) recordExit(e Exit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.history == nil {
-		s.history = new([]Exit)
-	}
-	h := *s.history
+	en := s.endsLocked()
+	h := en.history
 	if len(h) == historyLen {
 		h = append(h[:0], h[1:]...)
 	}
-	*s.history = append(h, e)
+	en.history = append(h, e)
 }
 
 // stderrMark is where the server's kept stderr stands now, for
@@ -154,6 +178,8 @@ func (e *Exit) status(err error) *backend.ExitError {
 	if ee.Status.Signal != 0 {
 		e.Signal = ee.Status.Signal.String()
 	}
+	e.Kind = ee.Status.Kind.String()
+	e.OOMKills, e.PIDsLimitHits = ee.Status.OOMKills, ee.Status.PIDsLimitHits
 	return ee
 }
 

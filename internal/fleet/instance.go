@@ -245,6 +245,7 @@ func (in *instance) connected(ctx context.Context, l Live) {
 func (in *instance) disconnected(err error) {
 	in.mu.Lock()
 	pid := pidOf(in.conn)
+	ended := in.conn
 	in.conn = nil
 	in.attempt = 0 // the restart that follows is caused by this end
 	if err != nil {
@@ -252,6 +253,7 @@ func (in *instance) disconnected(err error) {
 	}
 	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed || in.phase == phaseRetired
 	in.mu.Unlock()
+	in.srv.countEnd(ended)
 	if err != nil && !sleeping {
 		e := in.servingExit(err, pid)
 		d := map[string]any{"error": e.Error, "stage": e.Stage}
@@ -263,6 +265,18 @@ func (in *instance) disconnected(err error) {
 		}
 		if e.Signal != "" {
 			d["signal"] = e.Signal
+		}
+		if e.Kind != "" {
+			d["kind"] = e.Kind // "oom": its memory limit killed it
+		}
+		if e.OOMKills > 0 {
+			d["oomKills"] = e.OOMKills
+			if l := in.srv.Config().Limits; l != nil && l.Memory > 0 {
+				d["memoryLimitBytes"] = l.Memory
+			}
+		}
+		if e.PIDsLimitHits > 0 {
+			d["pidsLimitHits"] = e.PIDsLimitHits
 		}
 		var ee *backend.ExitError
 		if errors.As(err, &ee) && ee.Status.Stage != "" {
@@ -286,10 +300,7 @@ func (in *instance) pid() int {
 func (in *instance) root() (proc.Root, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if c, ok := in.conn.(*backend.Conn); ok && c != nil && c.Process() != nil {
-		return c.Process().Root(), true
-	}
-	return proc.Root{}, false
+	return rootOf(in.conn)
 }
 
 func pidOf(l Live) int {
@@ -432,15 +443,23 @@ func (in *instance) current() Live {
 }
 
 // armLocked (re)arms the idle timer for the next moment the instance could
-// be due to sleep. Callers hold mu.
+// be due to sleep: idle for its idle timeout, or, with maxIdleMemory, its
+// next memory check (memoryCheckEvery). Callers hold mu.
 func (in *instance) armLocked(now time.Time) {
 	cfg := in.srv.Config()
-	if cfg.IdleTimeout <= 0 {
+	maxIdle := maxIdleMemory(cfg)
+	if cfg.IdleTimeout <= 0 && maxIdle == 0 {
 		return
 	}
-	_, next := idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
-	if next.IsZero() {
-		next = now // due now: the check decides
+	var next time.Time
+	if cfg.IdleTimeout > 0 {
+		_, next = idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
+		if next.IsZero() {
+			next = now // due now: the check decides
+		}
+	}
+	if check := now.Add(memoryCheckEvery); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
+		next = check
 	}
 	d := next.Sub(now)
 	if in.timer == nil {
@@ -451,10 +470,13 @@ func (in *instance) armLocked(now time.Time) {
 }
 
 // idleCheck runs when the idle timer fires: it puts the instance to sleep
-// if it is due, and re-arms the timer otherwise.
+// if it is due — idle for its idle timeout, or, with maxIdleMemory, idle
+// (nothing in flight, past its spawn grace period) with its tree above
+// that memory — and re-arms the timer otherwise.
 func (in *instance) idleCheck() {
 	cfg := in.srv.Config()
-	if cfg.IdleTimeout <= 0 {
+	maxIdle := maxIdleMemory(cfg)
+	if cfg.IdleTimeout <= 0 && maxIdle == 0 {
 		return // a reload turned sleeping off: nothing to look at again
 	}
 	if in.srv.pinned(in.key) {
@@ -470,26 +492,53 @@ func (in *instance) idleCheck() {
 	now := time.Now()
 	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: int(in.inflight),
 		ready: in.conn != nil && in.conn.Alive() && in.sup.State().State == lifecycle.StateReady}
-	sleep, next := idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
-	if !sleep {
-		switch {
-		case in.inflight > 0:
-			// end() re-arms the timer when the last request finishes.
-		case next.IsZero():
-			in.timer.Reset(cfg.IdleTimeout) // starting or restarting: look again later
-		default:
-			in.timer.Reset(next.Sub(now))
+	var sleep bool
+	var next time.Time
+	if cfg.IdleTimeout > 0 {
+		sleep, next = idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
+	}
+	if sleep {
+		in.sleepLocked(now, "", nil)
+		return
+	}
+	if maxIdle > 0 && a.ready && a.inflight == 0 && !now.Before(a.startedAt.Add(cfg.StartGrace)) {
+		// Measured without the lock (it reads /proc or cgroup files);
+		// slept only if nothing began meanwhile.
+		conn, requests := in.conn, in.requests
+		in.mu.Unlock()
+		mem, measured := in.treeMemory(conn)
+		pinned := in.srv.pinned(in.key) // takes the server's lock: not under in.mu
+		in.mu.Lock()
+		if measured && mem > maxIdle && !pinned && in.phase == phaseRunning && in.conn == conn && in.inflight == 0 && in.requests == requests {
+			in.sleepLocked(now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
+			return
 		}
+		if in.phase != phaseRunning {
+			in.mu.Unlock()
+			return
+		}
+	}
+	if in.inflight > 0 {
+		// end() re-arms the timer when the last request finishes.
 		in.mu.Unlock()
 		return
 	}
-	in.sleepLocked(now, "")
+	wait := cfg.IdleTimeout // starting or restarting, or idle timeout off: look again later
+	if !next.IsZero() {
+		wait = next.Sub(now)
+	}
+	if maxIdle > 0 && (wait <= 0 || memoryCheckEvery < wait) {
+		wait = memoryCheckEvery
+	}
+	in.timer.Reset(wait)
+	in.mu.Unlock()
 }
 
 // sleepLocked starts a dormant stop and returns a channel closed when it
 // is done; mu is held and released. by, if set, names who asked for the
-// sleep in the dormant event ("operator"); idleness asks for none.
-func (in *instance) sleepLocked(now time.Time, by string) <-chan struct{} {
+// sleep in the dormant event ("operator"); idleness asks for none. why, if
+// set, adds to the event's details why it sleeps early (maxIdleMemory).
+func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-chan struct{} {
 	cfg := in.srv.Config()
 	in.phase = phaseSleeping
 	done := make(chan struct{})
@@ -519,6 +568,9 @@ func (in *instance) sleepLocked(now time.Time, by string) <-chan struct{} {
 		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
 		if by != "" {
 			d["by"] = by
+		}
+		for k, v := range why {
+			d[k] = v
 		}
 		if err != nil {
 			d["error"] = err.Error()
@@ -553,7 +605,7 @@ func (in *instance) rest(ctx context.Context, requests int64) bool {
 				return false
 			}
 		}
-		in.sleepLocked(time.Now(), "")
+		in.sleepLocked(time.Now(), "", nil)
 		return true
 	}
 }

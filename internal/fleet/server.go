@@ -32,7 +32,7 @@ type Server struct {
 	interests  map[string]*interest // by client session
 	igen       uint64               // changes of interests, for the replay
 
-	history *[]Exit // the last ends of its processes and starts (History); guarded by mu, made on the first
+	ends *ends // what the ends of its processes and starts left (History, counters); guarded by mu, made on the first
 
 	// refusal, when set, is the error every request gets instead of an
 	// instance: the operator stopped the server (until Start), or a
@@ -150,6 +150,8 @@ func (s *Server) Status() Status {
 	}
 	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
 	st.Draining = len(s.f.drainingOf(s))
+	st.Limits = s.f.limitsStatus(s.Config())
+	st.OOMKills, st.PIDsLimitHits = s.limitCounts()
 	return st
 }
 

@@ -96,5 +96,5 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		in.mu.Unlock()
 		return nil, q, nil
 	}
-	return in.sleepLocked(time.Now(), "operator"), nil, nil
+	return in.sleepLocked(time.Now(), "operator", nil), nil, nil
 }

@@ -64,6 +64,15 @@ type Status struct {
 	// Calls counts the client requests that reached the server, by how
 	// they ended, since it was configured (telemetry.Server).
 	Calls telemetry.CallCounts `json:"calls"`
+	// Limits are the server's resource limits, and those not enforced
+	// here; nil when it has none.
+	Limits *LimitsStatus `json:"limits,omitempty"`
+	// OOMKills counts the server's process trees that its memory limit
+	// killed (they ended with exit kind "oom"), and PIDsLimitHits the
+	// forks its pids limit refused in the trees that ended, since it was
+	// configured; each counted once its tree is gone.
+	OOMKills      int `json:"oomKills,omitempty"`
+	PIDsLimitHits int `json:"pidsLimitHits,omitempty"`
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or

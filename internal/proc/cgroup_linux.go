@@ -88,6 +88,21 @@ func cgroupProcs(dir string) []int {
 	return pids
 }
 
+// killPids SIGKILLs each of pids through a pidfd, mcpvisor itself aside
+// (a v1 cgroup lists a process any of whose threads it holds).
+func killPids(pids []int) {
+	self := os.Getpid()
+	for _, pid := range pids {
+		if pid == self {
+			continue
+		}
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
+	}
+}
+
 func cgroupKill(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 }
@@ -106,8 +121,10 @@ func removeCgroup(dir string, wait time.Duration) error {
 	var errs []error
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
-		if len(cgroupProcs(d)) > 0 {
-			_ = cgroupKill(d)
+		if pids := cgroupProcs(d); len(pids) > 0 {
+			if err := cgroupKill(d); err != nil {
+				killPids(pids) // a v1 cgroup has no cgroup.kill
+			}
 		}
 		for {
 			err := unix.Rmdir(d)

@@ -23,6 +23,11 @@
 // unreaped (observed through its pidfd with WNOWAIT) until the group is
 // swept, so a group signal can never reach a recycled process group.
 //
+// A Spec may carry resource Limits (memory, tasks, CPU), enforced per tree
+// by cgroup controllers, v2 or v1 (limits_linux.go); a tree killed by its
+// memory limit ends ExitOOM. Report.Limits says which kinds the machine
+// can enforce and how, or why not.
+//
 // On other systems only the process group and kill escalation are available;
 // Report says so plainly.
 package proc

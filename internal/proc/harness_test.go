@@ -73,12 +73,17 @@ func runHarness() int {
 		{"FIXTURE_IGNORE_TERM=1", "FIXTURE_IGNORE_EOF=1"},
 	}
 	var pids []string
-	for _, env := range trees {
-		p, err := rt.Spawn(context.Background(), Spec{
+	for i, env := range trees {
+		spec := Spec{
 			Name:    "harnessed",
 			Command: bin,
 			Env:     append(os.Environ(), env...),
-		})
+		}
+		if i == 0 {
+			// Limits: leaves in the v1 hierarchies too.
+			spec.Limits = &Limits{MemoryBytes: 256 << 20, PIDs: 256, CPU: 1}
+		}
+		p, err := rt.Spawn(context.Background(), spec)
 		if err != nil {
 			fmt.Println("error", err)
 			return 1
@@ -104,6 +109,9 @@ func runHarness() int {
 			active = append(active, l.Name)
 		}
 	}
-	fmt.Printf("ready %s layers=%s\n", strings.Join(pids, ","), strings.Join(active, ","))
+	// The per-instance cgroup directories, which the next start's sweep
+	// removes.
+	cgroups := rt.instanceCgroups()
+	fmt.Printf("ready %s layers=%s cgroups=%s\n", strings.Join(pids, ","), strings.Join(active, ","), strings.Join(cgroups, ","))
 	select {} // until SIGKILL
 }

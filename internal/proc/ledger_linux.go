@@ -17,6 +17,9 @@ type ledgerEntry struct {
 	PID    int    `json:"pid"`
 	Start  uint64 `json:"start"` // /proc starttime of PID: guards against pid reuse
 	Cgroup string `json:"cgroup,omitempty"`
+	// CgroupsV1 are its per-instance directories in the cgroup v1
+	// hierarchies (limits_linux.go).
+	CgroupsV1 []string `json:"cgroupsV1,omitempty"`
 }
 
 type sweepCount struct{ procs, cgroups int }
@@ -35,7 +38,7 @@ func (rt *Runtime) openLedger() (sweepCount, error) {
 	if !ok {
 		return n, errors.New("cannot read /proc/self/stat")
 	}
-	e := ledgerEntry{ID: rt.id, PID: os.Getpid(), Start: self.startTime, Cgroup: rt.plat.cgroup}
+	e := ledgerEntry{ID: rt.id, PID: os.Getpid(), Start: self.startTime, Cgroup: rt.plat.cgroup, CgroupsV1: rt.v1Instances()}
 	b, _ := json.Marshal(e)
 	path := filepath.Join(dir, rt.id+".json")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
@@ -76,11 +79,16 @@ func sweepStale(dir string, log interface{ Warn(string, ...any) }) (sweepCount, 
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if e.Cgroup != "" && strings.Contains(filepath.Base(e.Cgroup), "mcpvisor-") {
-			if _, err := os.Stat(e.Cgroup); err == nil {
+		for _, cg := range append([]string{e.Cgroup}, e.CgroupsV1...) {
+			// Only the instance's own directory, by its name: a ledger
+			// entry never names another cgroup to remove.
+			if cg == "" || filepath.Base(cg) != "mcpvisor-"+e.ID {
+				continue
+			}
+			if _, err := os.Stat(cg); err == nil {
 				n.cgroups++
-				if err := removeCgroup(e.Cgroup, 2*time.Second); err != nil {
-					log.Warn("stale cgroup not removed", "cgroup", e.Cgroup, "err", err)
+				if err := removeCgroup(cg, 2*time.Second); err != nil {
+					log.Warn("stale cgroup not removed", "cgroup", cg, "err", err)
 				}
 			}
 		}

@@ -26,12 +26,14 @@ type platformRuntime struct {
 	shimExec  string // what to exec as the pid namespace's init (see openInit)
 	cgroup    string // per-instance cgroup directory, "" when unused
 	ledger    string // this instance's ledger file, "" when unused
+	limits    limitsRuntime
 }
 
 type platformProcess struct {
 	pidfd    int
 	cgroup   string // leaf directory, "" when unused
 	cgroupFD int
+	v1       []v1Leaf // leaves in the cgroup v1 hierarchies in use (limits_linux.go)
 	shim     bool
 	statusR  *os.File // shim's exit-status pipe (our end)
 	statusW  *os.File // the shim's end, closed after start
@@ -71,6 +73,7 @@ func (rt *Runtime) openPlatform() error {
 	switch {
 	case rt.opts.NoCgroup:
 		rep.add(LayerCgroup, false, "turned off by configuration")
+		rt.openLimits(&rep, "", "cgroups are turned off by configuration")
 	default:
 		if dir, err := openCgroupParent(rt.id); err != nil {
 			rep.add(LayerCgroup, false, err.Error())
@@ -78,6 +81,7 @@ func (rt *Runtime) openPlatform() error {
 			rt.plat.cgroup = dir
 			rep.add(LayerCgroup, true, "each server gets a cgroup v2 leaf under "+filepath.Dir(dir)+"; stop ends with cgroup.kill")
 		}
+		rt.openLimits(&rep, rt.plat.cgroup, "")
 	}
 
 	if rt.opts.StateDir == "" {
@@ -99,6 +103,7 @@ func (rt *Runtime) closePlatform() error {
 	if rt.plat.cgroup != "" {
 		errs = append(errs, removeCgroup(rt.plat.cgroup, time.Second))
 	}
+	errs = append(errs, rt.closeLimits())
 	if rt.plat.ledger != "" {
 		if err := os.Remove(rt.plat.ledger); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
@@ -305,17 +310,21 @@ func (rt *Runtime) start(p *Process) error {
 		Pdeathsig: syscall.SIGKILL,
 		PidFD:     &p.plat.pidfd,
 	}
+	name := strconv.FormatInt(p.seq, 10) + "-" + sanitize(p.spec.Name)
 	if rt.plat.cgroup != "" {
-		leaf := filepath.Join(rt.plat.cgroup, strconv.FormatInt(p.seq, 10)+"-"+sanitize(p.spec.Name))
+		leaf := filepath.Join(rt.plat.cgroup, name)
 		if err := os.Mkdir(leaf, 0o755); err == nil {
 			if fd, err := unix.Open(leaf, unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
 				p.plat.cgroup, p.plat.cgroupFD = leaf, fd
-				p.leaf = leaf
 				attr.UseCgroupFD, attr.CgroupFD = true, fd
 			} else {
 				_ = os.Remove(leaf)
 			}
 		}
+	}
+	if err := rt.limitLeaves(p, name); err != nil {
+		p.releaseCgroup()
+		return err
 	}
 	if rt.plat.pidns {
 		if err := p.wrapInShim(attr, rt.plat.shimExec, rt.plat.userns); err != nil {
@@ -329,7 +338,17 @@ func (rt *Runtime) start(p *Process) error {
 	theSpawner.do(func() {
 		reaper.mu.Lock()
 		defer reaper.mu.Unlock()
+		// The tree's v1 leaves are entered by inheritance from this
+		// thread (limits_linux.go); its v2 leaf at clone.
+		leave, verr := p.enterV1()
+		if verr != nil {
+			err = verr
+			return
+		}
 		err = startCmd(cmd)
+		if lerr := leave(); lerr != nil {
+			p.log.Error("the spawner thread could not leave the tree's cgroups", "err", lerr)
+		}
 		if err == nil {
 			reaper.own(cmd.Process.Pid)
 		}
@@ -518,6 +537,7 @@ func (p *Process) release() {
 	reaper.reapSoon()
 }
 
+// releaseCgroup removes the tree's leaves, v2 and v1.
 func (p *Process) releaseCgroup() {
 	if p.plat.cgroupFD >= 0 {
 		unix.Close(p.plat.cgroupFD)
@@ -529,6 +549,7 @@ func (p *Process) releaseCgroup() {
 		}
 		p.plat.cgroup = ""
 	}
+	p.releaseV1()
 }
 
 // shimStatus reads the server's exit status that the shim reported.

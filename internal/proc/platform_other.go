@@ -25,6 +25,10 @@ func (rt *Runtime) openPlatform() error {
 	rep.add(LayerPIDNamespace, false, "Linux only")
 	rep.add(LayerCgroup, false, "Linux only")
 	rep.add(LayerStaleSweep, false, "Linux only")
+	for _, k := range []string{LimitMemory, LimitPIDs, LimitCPU} {
+		rep.addLimit(k, false, "resource limits need cgroups: Linux only")
+	}
+	rep.Accounting = "not measured outside Linux"
 	rt.report = rep
 	return nil
 }
@@ -73,3 +77,7 @@ func (p *Process) shimStatus() (int, syscall.Signal, bool) { return 0, 0, false 
 func (rt *Runtime) killEscaped() {}
 
 func (p *Process) stopping() {}
+
+func (p *Process) limitEvents() limitEvents { return limitEvents{} }
+
+func (rt *Runtime) instanceCgroups() []string { return nil }

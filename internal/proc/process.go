@@ -29,7 +29,10 @@ type Process struct {
 	stderr *Ring
 	start  time.Time
 	plat   platformProcess
-	leaf   string // the cgroup leaf it was spawned into ("" if none): set before Spawn returns, never changed
+	// cgroups are the cgroup leaves it was spawned into that count its
+	// usage (its v2 leaf first, then its v1 memory, cpuacct and pids
+	// leaves), for Root: set before Spawn returns, never changed.
+	cgroups []string
 	// act takes one stop step (takeStep); tests replace it to run the
 	// stop logic without a process.
 	act func(stage string)
@@ -42,10 +45,11 @@ type Process struct {
 	stderrDone  chan struct{}
 	stdoutEOF   sync.Once
 
-	mu     sync.Mutex
-	stage  string // last stop step taken
-	status ExitStatus
-	killAt time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
+	mu        sync.Mutex
+	stage     string // last stop step taken
+	exitStage string // stage when the leader's exit was seen: the one its status is classified with
+	status    ExitStatus
+	killAt    time.Time // the escalation's latest SIGKILL; zero: none yet (see boundKill)
 
 	killMoved chan struct{} // capacity 1: wakes the escalation when killAt moved earlier
 
@@ -68,6 +72,7 @@ func (rt *Runtime) Spawn(ctx context.Context, spec Spec) (*Process, error) {
 		log = rt.log
 	}
 	p := newProcess(spec, log)
+	rt.warnNotEnforced(spec, p.log)
 	p.rt, p.seq = rt, rt.seq.Add(1)
 	p.tree = fmt.Sprintf("%s.%d", rt.id, p.seq)
 	if err := rt.track(p); err != nil {
@@ -309,6 +314,11 @@ var startCmd = (*exec.Cmd).Start
 // sweep, reap.
 func (p *Process) watch() {
 	p.awaitLeaderExit()
+	// The status is classified with the stop step taken when the leader
+	// ended, not with one a stop begun after (to sweep what it left) took.
+	p.mu.Lock()
+	p.exitStage = p.stage
+	p.mu.Unlock()
 	close(p.exited)
 
 	// Descendants get the quiesce window to finish on their own, unless a
@@ -367,19 +377,28 @@ func (p *Process) waitTreeGone() {
 	}
 }
 
+// exitStatus classifies the tree's end, with the counters of its cgroup
+// leaves (which must still exist: OOM kills make a crash ExitOOM).
 func (p *Process) exitStatus(err error) ExitStatus {
-	stage := p.currentStage()
+	p.mu.Lock()
+	stage := p.exitStage
+	p.mu.Unlock()
+	ev := p.limitEvents()
 	if code, sig, ok := p.shimStatus(); ok {
-		return classify(code, sig, stage)
+		return classifyLimited(code, sig, stage, ev)
 	}
 	ps := p.cmd.ProcessState
 	if ps == nil {
-		return ExitStatus{Kind: ExitCrashed, Code: -1, Stage: stage}
+		s := ExitStatus{Kind: ExitCrashed, Code: -1, Stage: stage, OOMKills: ev.oomKills, PIDsLimitHits: ev.pidsMax}
+		if ev.oomKills > 0 {
+			s.Kind = ExitOOM
+		}
+		return s
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		return classify(-1, ws.Signal(), stage)
+		return classifyLimited(-1, ws.Signal(), stage, ev)
 	}
 	_ = err // ErrWaitDelay or an exit error: the status above says it all
-	return classify(ps.ExitCode(), 0, stage)
+	return classifyLimited(ps.ExitCode(), 0, stage, ev)
 }

@@ -23,14 +23,26 @@ type Layer struct {
 	Detail string `json:"detail"` // what it does, or why it is off
 }
 
-// Report lists the containment layers of a Runtime.
+// Report lists the containment layers of a Runtime, and the kinds of
+// resource limit it can enforce.
 type Report struct {
 	OS     string  `json:"os"`
 	Layers []Layer `json:"layers"`
+	// Limits has one entry per kind of limit (LimitMemory, LimitPIDs,
+	// LimitCPU): Active when the runtime enforces it, with the
+	// controller and directory it uses, else why it cannot.
+	Limits []Layer `json:"limits"`
+	// Accounting says where the usage of each tree (TreeUsage) comes
+	// from.
+	Accounting string `json:"accounting,omitempty"`
 }
 
 func (r *Report) add(name string, active bool, detail string) {
 	r.Layers = append(r.Layers, Layer{Name: name, Active: active, Detail: detail})
+}
+
+func (r *Report) addLimit(name string, active bool, detail string) {
+	r.Limits = append(r.Limits, Layer{Name: name, Active: active, Detail: detail})
 }
 
 // Active reports whether the named layer is in use.
@@ -62,6 +74,19 @@ func (r Report) String() string {
 			mark = "on "
 		}
 		fmt.Fprintf(&b, "  [%s] %-14s %s\n", mark, l.Name, l.Detail)
+	}
+	if len(r.Limits) > 0 {
+		fmt.Fprintf(&b, "resource limits:\n")
+		for _, l := range r.Limits {
+			mark := "not enforced"
+			if l.Active {
+				mark = "enforced"
+			}
+			fmt.Fprintf(&b, "  %-7s %-12s %s\n", l.Name, mark, l.Detail)
+		}
+	}
+	if r.Accounting != "" {
+		fmt.Fprintf(&b, "usage: %s\n", r.Accounting)
 	}
 	return b.String()
 }

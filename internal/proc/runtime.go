@@ -48,7 +48,8 @@ type Runtime struct {
 	mu     sync.Mutex
 	live   map[*Process]struct{}
 	closed bool
-	killBy time.Time // BoundStops' kill time; zero: none
+	killBy time.Time           // BoundStops' kill time; zero: none
+	warned map[string]struct{} // server name and limit kind warned about as not enforced
 }
 
 // ErrClosed is returned by Spawn after Close.
@@ -161,6 +162,35 @@ func (rt *Runtime) track(p *Process) error {
 		p.boundKill(rt.killBy)
 	}
 	return nil
+}
+
+// WarnNotEnforced logs a warning for each kind of limit in l that this
+// runtime cannot enforce (Report.NotEnforced), once per server name and
+// kind for the life of the runtime, Spawn's own warnings included: a
+// server that has limits can be warned about at start-up, before it ever
+// runs, and not again when it does.
+func (rt *Runtime) WarnNotEnforced(name string, l *Limits) {
+	rt.warnNotEnforced(Spec{Name: name, Limits: l}, rt.log.With("server", name))
+}
+
+// warnNotEnforced logs, once per server name and kind, each limit of
+// spec this runtime cannot enforce: the tree runs without it.
+func (rt *Runtime) warnNotEnforced(spec Spec, log *slog.Logger) {
+	for _, l := range rt.report.NotEnforced(spec.Limits) {
+		key := spec.Name + "\x00" + l.Name
+		rt.mu.Lock()
+		_, seen := rt.warned[key]
+		if !seen {
+			if rt.warned == nil {
+				rt.warned = map[string]struct{}{}
+			}
+			rt.warned[key] = struct{}{}
+		}
+		rt.mu.Unlock()
+		if !seen {
+			log.Warn("resource limit not enforced on this machine: the server runs without it", "limit", l.Name, "reason", l.Detail)
+		}
+	}
 }
 
 func (rt *Runtime) untrack(p *Process) {

@@ -45,6 +45,13 @@ func TestSupervisorSIGKILL(t *testing.T) {
 				t.Fatalf("harness: %q %v", line, err)
 			}
 			layers := strings.TrimPrefix(strings.Fields(line)[2], "layers=")
+			var cgroups []string
+			if list := strings.TrimPrefix(strings.Fields(line)[3], "cgroups="); list != "" {
+				cgroups = strings.Split(list, ",")
+			}
+			if strings.Contains(layers, LayerCgroup) && len(cgroups) < 2 {
+				t.Fatalf("the harness's cgroups: %q (its v2 and v1 instance directories expected)", cgroups)
+			}
 			pidns := strings.Contains(layers, LayerPIDNamespace)
 			// Tree 1: fixture + setsid grandchild + stdout grandchild;
 			// tree 2: fixture; tree 3: npm exec + sh + node; plus one shim
@@ -89,6 +96,7 @@ func TestSupervisorSIGKILL(t *testing.T) {
 					t.Fatalf("layers %s: %d processes survived the SIGKILL of their supervisor: %v", layers, len(left), left)
 				}
 				t.Logf("layers %s: the pid namespace removed all %d processes %v after the supervisor's SIGKILL", layers, len(before), gone.Round(time.Millisecond))
+				sweptCgroups(t, state, cgroups)
 				return
 			}
 			for _, pid := range left {
@@ -109,6 +117,23 @@ func TestSupervisorSIGKILL(t *testing.T) {
 				t.Fatalf("layers %s: the start-up sweep left %v", layers, left)
 			}
 			t.Logf("layers %s: the start-up sweep removed the survivors", layers)
+			sweptCgroups(t, state, cgroups)
 		})
+	}
+}
+
+// sweptCgroups checks that the per-instance cgroup directories of a killed
+// instance, v2 and v1, are gone once a runtime opened on its state
+// directory has swept them.
+func sweptCgroups(t *testing.T, state string, dirs []string) {
+	t.Helper()
+	openRuntime(t, Options{StateDir: state, NoPIDNamespace: true, NoCgroup: true})
+	for _, d := range dirs {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the killed instance's cgroup %s was not swept: %v", d, err)
+		}
+	}
+	if len(dirs) > 0 {
+		t.Logf("the start-up sweep removed %d cgroup directories", len(dirs))
 	}
 }

@@ -3,6 +3,8 @@ package proc
 import (
 	"runtime"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // spawner starts children from one goroutine locked to its OS thread for as
@@ -27,7 +29,7 @@ func (s *spawner) do(f func()) {
 	s.live++
 	if s.reqs == nil {
 		s.reqs = make(chan func())
-		go s.loop(s.reqs)
+		go s.loop(s.reqs, nil)
 	}
 	reqs := s.reqs
 	s.mu.Unlock()
@@ -46,11 +48,34 @@ func (s *spawner) release() {
 	}
 }
 
-func (s *spawner) loop(reqs chan func()) {
-	// Never unlocked: when this goroutine returns, its thread is destroyed,
-	// which is safe only because no child it forked is left alive.
+// loop serves reqs on a locked thread that is never mcpvisor's main
+// thread, and closes locked (if set) once it is on it. The main thread is
+// the thread-group leader: a v1 memory cgroup charges the whole process's
+// pages to the cgroup of the leader, so the spawner, which enters each
+// tree's v1 cgroups around the fork (limits_linux.go), must be another
+// thread. Should the goroutine find itself on the main thread, it holds it
+// while another goroutine locks a thread of its own (necessarily another
+// one) to serve, then lets the main thread go.
+func (s *spawner) loop(reqs chan func(), locked chan<- struct{}) {
+	// Never unlocked once serving: when this goroutine returns, its
+	// thread is destroyed, which is safe only because no child it forked
+	// is left alive.
 	runtime.LockOSThread()
+	if onLeaderThread() {
+		ready := make(chan struct{})
+		go s.loop(reqs, ready)
+		<-ready
+		runtime.UnlockOSThread()
+		return
+	}
+	if locked != nil {
+		close(locked)
+	}
 	for f := range reqs {
 		f()
 	}
 }
+
+// onLeaderThread reports whether the calling thread is the thread-group
+// leader (tests replace it).
+var onLeaderThread = func() bool { return unix.Gettid() == unix.Getpid() }

@@ -58,6 +58,11 @@ type Spec struct {
 	// log gets the line as written.
 	Redact func(line string) string
 
+	// Limits, if set, bound what the tree may use (see Limits): a nil or
+	// zero Limits sets none. A kind this machine cannot enforce is left
+	// out, with a warning logged once per Name and kind.
+	Limits *Limits
+
 	// Logger receives stderr lines (at debug level) and lifecycle records,
 	// tagged with server=Name. Nil means slog.Default().
 	Logger *slog.Logger

@@ -77,6 +77,43 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A crash of a tree whose cgroup counted an OOM kill is oom, whatever
+// ended the leader; the counters never turn a stop or a clean exit into
+// one, and a SIGKILL without a counted OOM kill stays a plain crash.
+func TestClassifyLimited(t *testing.T) {
+	cases := []struct {
+		code  int
+		sig   syscall.Signal
+		stage string
+		ev    limitEvents
+		want  ExitKind
+	}{
+		{-1, syscall.SIGKILL, "", limitEvents{oomKills: 1}, ExitOOM},
+		{1, 0, "", limitEvents{oomKills: 2}, ExitOOM}, // the leader failed after its child was killed
+		{-1, syscall.SIGKILL, "", limitEvents{}, ExitCrashed},
+		{-1, syscall.SIGKILL, "", limitEvents{pidsMax: 9}, ExitCrashed},
+		{-1, syscall.SIGKILL, "kill", limitEvents{oomKills: 1}, ExitStopped}, // mcpvisor's SIGKILL
+		{-1, syscall.SIGKILL, "stdin", limitEvents{oomKills: 1}, ExitOOM},    // not mcpvisor's
+		{-1, syscall.SIGKILL, "term", limitEvents{oomKills: 1}, ExitOOM},     // not mcpvisor's either
+		{-1, syscall.SIGTERM, "term", limitEvents{oomKills: 1}, ExitStopped}, // a child's OOM kill, the stop's SIGTERM
+		{0, 0, "stdin", limitEvents{oomKills: 1, pidsMax: 1}, ExitStopped},
+		{0, 0, "", limitEvents{oomKills: 1}, ExitClean},
+	}
+	for _, c := range cases {
+		got := classifyLimited(c.code, c.sig, c.stage, c.ev)
+		if got.Kind != c.want || got.OOMKills != c.ev.oomKills || got.PIDsLimitHits != c.ev.pidsMax {
+			t.Errorf("classifyLimited(%d,%v,%q,%+v) = %+v, want %v", c.code, c.sig, c.stage, c.ev, got, c.want)
+		}
+		if got.Crashed() != (c.want == ExitOOM || c.want == ExitCrashed) {
+			t.Errorf("Crashed() = %v for %v", got.Crashed(), got)
+		}
+	}
+	s := classifyLimited(-1, syscall.SIGKILL, "", limitEvents{oomKills: 1, pidsMax: 3}).String()
+	if s != "oom (signal SIGKILL, 1 OOM kill(s), 3 fork(s) refused by the pids limit)" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
 func TestPostExitWaitExit(t *testing.T) {
 	w := PostExit{ExitHangWait: 2 * time.Second}
 	t.Run("already exited costs no time", func(t *testing.T) {

@@ -4,6 +4,13 @@ package proc
 // descendants (a pid-namespace init included), read from the tree's cgroup
 // leaf where it has one and the leaf has the counter, else summed over the
 // tree's live processes from /proc. Zero fields are not known.
+//
+// A tree has a v2 leaf wherever the cgroup-v2 layer is on, and v1 leaves
+// (memory, cpuacct, pids) only when it has limits (Spec.Limits) that v1
+// controllers enforce. Memory read from a cgroup is what the cgroup is
+// charged — what its memory limit counts: the tree's own pages and the
+// page cache it brought in, not the pages of files (its binaries) another
+// cgroup brought in first, which resident memory counts in every process.
 type Usage struct {
 	// MemoryBytes: the leaf's memory.current (v2) or memory.usage_in_bytes
 	// (v1), else the resident memory of the tree's processes.
@@ -30,8 +37,8 @@ func (x *Usage) Add(u Usage) {
 }
 
 // Root names one process tree for TreeUsage: its leader and the cgroup
-// directories that hold only it (its v2 leaf, or v1 leaves of the memory,
-// cpuacct and pids hierarchies), if any.
+// directories that hold only it (its v2 leaf first, then its v1 leaves of
+// the memory, cpuacct and pids hierarchies), if any.
 type Root struct {
 	PID     int
 	Cgroups []string
@@ -39,9 +46,5 @@ type Root struct {
 
 // Root is the tree of p for TreeUsage.
 func (p *Process) Root() Root {
-	r := Root{PID: p.pid}
-	if p.leaf != "" {
-		r.Cgroups = []string{p.leaf}
-	}
-	return r
+	return Root{PID: p.pid, Cgroups: p.cgroups}
 }

@@ -94,15 +94,21 @@ func cgroupUsage(u *Usage, dirs []string) {
 	if n, found := number("memory.peak", "memory.max_usage_in_bytes"); found {
 		u.MemoryPeakBytes = max(n, u.MemoryBytes)
 	}
-	switch name, v, found := read("cpu.stat", "cpuacct.usage"); {
-	case !found:
-	case name == "cpuacct.usage":
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			u.CPUSeconds = float64(n) / 1e9 // nanoseconds
+	// CPU: v2's cpu.stat usage_usec, or v1's cpuacct.usage; a v1 cpu
+	// hierarchy's cpu.stat (throttling counts, no usage) is passed over.
+cpu:
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.stat")); err == nil {
+			if n, found := statField(string(b), "usage_usec"); found {
+				u.CPUSeconds = float64(n) / 1e6
+				break cpu
+			}
 		}
-	default:
-		if n, found := statField(v, "usage_usec"); found {
-			u.CPUSeconds = float64(n) / 1e6
+		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				u.CPUSeconds = float64(n) / 1e9 // nanoseconds
+				break cpu
+			}
 		}
 	}
 	if n, found := number("pids.current"); found {

@@ -33,6 +33,8 @@ type config struct {
 	toolsVariantFile string
 	holdMB           int
 	spin             time.Duration
+	growMB           int
+	forkBomb         int
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -55,13 +57,15 @@ var envBindings = []struct{ flag, env string }{
 	{"tools-variant-file", "FIXTURE_TOOLS_VARIANT_FILE"},
 	{"hold-mb", "FIXTURE_HOLD_MB"},
 	{"spin", "FIXTURE_SPIN"},
+	{"grow-mb", "FIXTURE_GROW_MB"},
+	{"fork-bomb", "FIXTURE_FORK_BOMB"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
 
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
 newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
-echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}.
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
 
@@ -95,6 +99,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")
 	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy this long, e.g. 300ms [FIXTURE_SPIN]")
+	fs.IntVar(&c.growMB, "grow-mb", 0, "at start, allocate `N` MiB step by step, "+strconv.Itoa(growStepMB)+" MiB every "+growInterval.String()+", touching every page, and hold it: past a memory limit the server is killed on the way [FIXTURE_GROW_MB]")
+	fs.IntVar(&c.forkBomb, "fork-bomb", 0, "at start, start sleeping children (sleep 3600, in the server's process group, stdio on /dev/null) until a fork fails or `N` run (at most "+strconv.Itoa(maxForkBomb)+"), then serve [FIXTURE_FORK_BOMB]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()
@@ -137,6 +143,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return fail("hold-mb must not be negative")
 	case c.spin < 0:
 		return fail("spin must not be negative")
+	case c.growMB < 0:
+		return fail("grow-mb must not be negative")
+	case c.forkBomb < 0 || c.forkBomb > maxForkBomb:
+		return fail("fork-bomb must be 0 to %d, not %d", maxForkBomb, c.forkBomb)
 	}
 	if c.toolsVariantFile != "" {
 		b, err := os.ReadFile(c.toolsVariantFile)

@@ -56,8 +56,8 @@ var held []byte
 //
 // Start-up runs in this order: -crash-at-start, -ignore-term, -stderr-lines,
 // -setsid-child and -stdout-child (their grandchildren already ignore SIGTERM
-// when Main goes on), -hold-mb, -spin, -slow-start, -huge-line; then Main
-// serves.
+// when Main goes on), -hold-mb, -grow-mb, -fork-bomb, -spin, -slow-start,
+// -huge-line; then Main serves.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) >= 1 && len(args) <= 2 && (args[0] == "-linger" || args[0] == "--linger") {
 		// Hidden mode of the grandchildren spawned by -setsid-child and
@@ -111,6 +111,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			held[i] = 1 // resident: every page touched
 		}
 		logger.Printf("holding %d MiB", cfg.holdMB)
+	}
+	if cfg.growMB > 0 {
+		grow(cfg.growMB, growStepMB, growInterval)
+		logger.Printf("grew %d MiB", cfg.growMB)
+	}
+	if cfg.forkBomb > 0 {
+		n, err := forkBomb(cfg.forkBomb)
+		logger.Printf("fork bomb: %d children sleeping; stopped by: %v", n, err)
 	}
 	if cfg.spin > 0 {
 		n := 0

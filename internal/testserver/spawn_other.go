@@ -14,3 +14,8 @@ func spawnLinger(setsid bool, stdout, stderr *os.File) (int, error) {
 }
 
 func signalReady(string) {}
+
+// forkBomb is not supported off Unix.
+func forkBomb(int) (int, error) {
+	return 0, fmt.Errorf("-fork-bomb is not supported on %s", runtime.GOOS)
+}

@@ -289,7 +289,7 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr,grow" {
 		t.Errorf("tools = %s", got)
 	}
 }
@@ -369,6 +369,9 @@ func TestToolErrors(t *testing.T) {
 		{"crash", `{"code":256}`},
 		{"stderr", `{}`},
 		{"stderr", `{"text":1}`},
+		{"grow", `{"mb":"lots"}`},
+		{"grow", `{"stepMb":0}`},
+		{"grow", `{"mb":-1}`},
 	} {
 		id := strconv.Itoa(20 + i)
 		p.send(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":%q,"arguments":%s}}`, id, c.tool, c.args)
@@ -377,6 +380,27 @@ func TestToolErrors(t *testing.T) {
 		if !r.IsError {
 			t.Errorf("%s %s: result %+v, want isError", c.tool, c.args, r)
 		}
+	}
+}
+
+// The grow tool allocates what it is asked, step by step, and keeps it.
+func TestGrow(t *testing.T) {
+	t.Parallel()
+	p := startMain(t)
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"grow","arguments":{"mb":8,"stepMb":3,"intervalMs":1}}}`)
+	var r callResult
+	result(t, p.next(), "1", &r)
+	if r.IsError || len(r.Content) != 1 || r.Content[0].Text != "grew 8 MiB" {
+		t.Fatalf("grow: %+v", r)
+	}
+	grown.Lock()
+	defer grown.Unlock()
+	n := 0
+	for _, c := range grown.chunks {
+		n += len(c)
+	}
+	if n < 8<<20 {
+		t.Errorf("holding %d bytes", n)
 	}
 }
 
@@ -646,6 +670,8 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
 		"FIXTURE_HOLD_MB":            "64",
 		"FIXTURE_SPIN":               "300ms",
+		"FIXTURE_GROW_MB":            "32",
+		"FIXTURE_FORK_BOMB":          "10",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -662,7 +688,7 @@ func TestConfigFromEnv(t *testing.T) {
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x",
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
-		holdMB: 64, spin: 300 * time.Millisecond,
+		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10,
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
@@ -682,6 +708,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{"FIXTURE_CRASH_AFTER": "many"},
 		{"FIXTURE_GARBAGE": "yes please"},
 		{"FIXTURE_SLOW_START": "-1s"},
+		{"FIXTURE_GROW_MB": "-1"},
+		{"FIXTURE_FORK_BOMB": "2001"}, // bounded whatever limit applies
 	} {
 		var out bytes.Buffer
 		_, err := parseConfig(nil, func(k string) string { return bad[k] }, &out)
@@ -803,7 +831,7 @@ func TestToolsVariant(t *testing.T) {
 		t.Errorf("variant file with 1: echo %s, want %s", echo, echo1)
 	}
 
-	for _, args := range [][]string{{"-tools-variant", "4"}, {"-tools-variant", "-1"}} {
+	for _, args := range [][]string{{"-tools-variant", "5"}, {"-tools-variant", "-1"}} {
 		var out bytes.Buffer
 		if _, err := parseConfig(args, func(string) string { return "" }, &out); err == nil || !strings.Contains(out.String(), "tools-variant must be 0 to 4") {
 			t.Errorf("parseConfig(%v): %v, %q", args, err, out.String())

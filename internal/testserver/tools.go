@@ -111,6 +111,12 @@ func init() {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","description":"The line to write."}},"required":["text"]}`),
 			run:         runStderr,
 		},
+		{
+			Name:        "grow",
+			Description: "Allocates mb MiB more (default 1024), stepMb at a time (default 4), intervalMs apart (default 5), touching every page, and holds it until the server exits; returns \"grew N MiB\". Past a memory limit the server is killed on the way.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"mb":{"type":"integer","minimum":0,"default":1024},"stepMb":{"type":"integer","minimum":1,"default":4},"intervalMs":{"type":"integer","minimum":0,"default":5}}}`),
+			run:         runGrow,
+		},
 	}
 }
 

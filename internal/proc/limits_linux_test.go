@@ -1,0 +1,464 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The limit tests need the cgroup controllers this machine has (v1 memory,
+// pids, cpu and cpuacct, or their v2 ones): a runtime with cgroups on that
+// cannot enforce a kind fails the test, never skips it. Runtimes with
+// cgroups off test the unsupported path: the tree starts without its
+// limits, and says so.
+
+// mustEnforce fails t unless rt enforces every kind of limit.
+func mustEnforce(t *testing.T, rt *Runtime) {
+	t.Helper()
+	for _, l := range rt.Report().Limits {
+		if !l.Active {
+			t.Fatalf("this machine cannot enforce the %s limit, which the test needs: %s\n%s", l.Name, l.Detail, rt.Report())
+		}
+	}
+	if len(rt.Report().Limits) != 3 {
+		t.Fatalf("limits reported: %+v", rt.Report().Limits)
+	}
+}
+
+// limitSpec is fixtureSpec with limits.
+func limitSpec(t *testing.T, marker string, l Limits, env ...string) Spec {
+	spec := fixtureSpec(t, marker, env...)
+	spec.Limits = &l
+	return spec
+}
+
+func TestLimitsReport(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rt := openRuntime(t, m.opts)
+			rep := rt.Report()
+			t.Logf("\n%s", rep)
+			if m.opts.NoCgroup {
+				for _, l := range rep.Limits {
+					if l.Active || !strings.Contains(l.Detail, "turned off by configuration") {
+						t.Errorf("cgroups off, yet %s: %+v", l.Name, l)
+					}
+				}
+				if got := rep.NotEnforced(&Limits{MemoryBytes: 1 << 30, CPU: 1}); len(got) != 2 || got[0].Name != LimitMemory || got[1].Name != LimitCPU {
+					t.Errorf("NotEnforced: %+v", got)
+				}
+				return
+			}
+			mustEnforce(t, rt)
+			for _, l := range rep.Limits {
+				if !strings.Contains(l.Detail, "mcpvisor-"+rt.ID()) {
+					t.Errorf("%s: the detail does not name the instance's cgroup: %s", l.Name, l.Detail)
+				}
+			}
+			if rep.NotEnforced(&Limits{MemoryBytes: 1, PIDs: 1, CPU: 1}) != nil {
+				t.Error("NotEnforced lists kinds that are enforced")
+			}
+			if !strings.Contains(rep.String(), "resource limits:") || rep.Accounting == "" {
+				t.Errorf("report:\n%s", rep)
+			}
+		})
+	}
+}
+
+// cgroupModes are the modes whose runtime uses cgroups.
+func cgroupModes() []string {
+	var out []string
+	for _, m := range modes {
+		if !m.opts.NoCgroup {
+			out = append(out, m.name)
+		}
+	}
+	return out
+}
+
+// A tree that grows past its memory limit is killed by the kernel and
+// classified oom from its cgroup's OOM-kill counter; one that stays under
+// it ends as it would without a limit.
+func TestMemoryLimitKillsAndIsClassifiedOOM(t *testing.T) {
+	for _, mode := range cgroupModes() {
+		t.Run(mode, func(t *testing.T) {
+			rt := openRuntime(t, harnessOptions(mode))
+			mustEnforce(t, rt)
+			marker := testserver.NewMarker(t)
+			start := time.Now()
+			p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 64 << 20}, "FIXTURE_GROW_MB=512"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-p.Exited()
+			exited := time.Since(start)
+			// A stop begun as soon as the exit is seen (as the backend's,
+			// to sweep what the tree left) changes nothing of how it ended.
+			if err := p.Stop(ctxTimeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.Wait(ctxTimeout(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Kind != ExitOOM || st.OOMKills < 1 || !st.Crashed() || st.Kind.String() != "oom" {
+				t.Fatalf("status %v (OOM kills %d), want oom", st, st.OOMKills)
+			}
+			t.Logf("%v: killed %v after spawn, classified %v after", st, exited.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+			testserver.WaitGone(t, marker, time.Second)
+
+			// Under its limit: no OOM, a plain stop.
+			marker = testserver.NewMarker(t)
+			p, err = rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 64 << 20}, "FIXTURE_GROW_MB=16"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			newClient(p).initialize(t)
+			if err := p.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Status(); st.Kind != ExitStopped || st.OOMKills != 0 {
+				t.Errorf("under its limit: %v", st)
+			}
+		})
+	}
+}
+
+// Where cgroups are off, a tree with limits starts anyway, without them,
+// and the runtime warns once per server and kind.
+func TestLimitsNotEnforcedStillStart(t *testing.T) {
+	var buf syncBuffer
+	opts := Options{NoPIDNamespace: true, NoCgroup: true, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	rt := openRuntime(t, opts)
+	// Warned of at start-up, before it runs: not again when it does.
+	rt.WarnNotEnforced("fixture", &Limits{MemoryBytes: 1 << 30})
+	for range 2 {
+		marker := testserver.NewMarker(t)
+		p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 32 << 20, PIDs: 4}, "FIXTURE_GROW_MB=64"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		newClient(p).initialize(t) // it grew past the limit it does not have
+		if err := p.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.Status(); st.Kind != ExitStopped {
+			t.Errorf("status %v", st)
+		}
+	}
+	log := buf.String()
+	for _, kind := range []string{LimitMemory, LimitPIDs} {
+		if n := strings.Count(log, "limit="+kind); n != 1 {
+			t.Errorf("warned %d times of the %s limit, want once:\n%s", n, kind, log)
+		}
+	}
+	if strings.Contains(log, "limit="+LimitCPU) || !strings.Contains(log, "turned off by configuration") {
+		t.Errorf("log:\n%s", log)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// treeTasks counts the tasks (threads) of every live process with the
+// marker, from /proc: what the pids controller counts, measured without
+// it.
+func treeTasks(marker string) (procs, tasks int) {
+	for _, pid := range testserver.LiveProcesses(marker) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			continue
+		}
+		procs++
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				tasks += n
+			}
+		}
+	}
+	return procs, tasks
+}
+
+// A fork bomb is held at its pids limit: the tree's tasks never exceed it,
+// the refusals are counted, the server still answers and stops, and
+// nothing of it is left.
+func TestPIDsLimitStopsAForkBomb(t *testing.T) {
+	const limit = 40
+	for _, mode := range cgroupModes() {
+		t.Run(mode, func(t *testing.T) {
+			rt := openRuntime(t, harnessOptions(mode))
+			mustEnforce(t, rt)
+			marker := testserver.NewMarker(t)
+			p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{PIDs: limit}, "FIXTURE_FORK_BOMB=2000"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Watch the tree from /proc while it forks, until it serves.
+			most, mostProcs := 0, 0
+			stop := make(chan struct{})
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				for {
+					procs, tasks := treeTasks(marker)
+					most, mostProcs = max(most, tasks), max(mostProcs, procs)
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}()
+			cl := newClient(p)
+			cl.initialize(t)
+			answer := cl.call(t, 2, "tools/call", `{"name":"echo","arguments":{"text":"still here"}}`)
+			close(stop)
+			<-watched
+			if !strings.Contains(answer, "still here") {
+				t.Fatalf("the server does not answer at its limit: %s", answer)
+			}
+			u, _ := TreeUsage([]Root{p.Root()})
+			if most > limit || u[0].Tasks > limit {
+				t.Errorf("the tree ran %d tasks (pids.current %d), limit %d", most, u[0].Tasks, limit)
+			}
+			if mostProcs < limit/3 {
+				t.Errorf("only %d processes: did the bomb run?", mostProcs)
+			}
+			if !strings.Contains(p.Stderr().Tail(0), "fork bomb:") {
+				t.Errorf("stderr: %s", p.Stderr().Tail(0))
+			}
+			if err := p.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			st := p.Status()
+			if st.Kind != ExitStopped || st.PIDsLimitHits < 1 {
+				t.Errorf("status %v, want stopped with the refused forks counted", st)
+			}
+			if left := testserver.LiveProcesses(marker); len(left) > 0 {
+				testserver.KillProcesses(marker)
+				t.Fatalf("left after Stop: %v", left)
+			}
+			t.Logf("at most %d tasks in %d processes (limit %d); %v; %s", most, mostProcs, limit, st, lastLine(p.Stderr().Tail(0), "fork bomb:"))
+		})
+	}
+}
+
+func lastLine(text, prefix string) string {
+	var found string
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, prefix) {
+			found = line
+		}
+	}
+	return found
+}
+
+// A CPU limit of a quarter core holds a spinning tree to about a quarter
+// of what an unlimited one spinning beside it gets.
+func TestCPULimit(t *testing.T) {
+	rt := openRuntime(t, harnessOptions("cgroup"))
+	mustEnforce(t, rt)
+	var ps []*Process
+	for _, l := range []Limits{{CPU: 0.25}, {}} {
+		marker := testserver.NewMarker(t)
+		p, err := rt.Spawn(t.Context(), limitSpec(t, marker, l, "FIXTURE_SPIN=6s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop(context.Background()) })
+		ps = append(ps, p)
+	}
+	roots := []Root{ps[0].Root(), ps[1].Root()}
+	sample := func() (limited, free float64) {
+		u, ok := TreeUsage(roots)
+		if !ok[0] || !ok[1] {
+			t.Fatalf("a spinner is gone: %v", ok)
+		}
+		return u[0].CPUSeconds, u[1].CPUSeconds
+	}
+	time.Sleep(300 * time.Millisecond) // both spinning
+	l0, f0 := sample()
+	t0 := time.Now()
+	time.Sleep(2 * time.Second)
+	l1, f1 := sample()
+	wall := time.Since(t0).Seconds()
+	limited, free := (l1-l0)/wall, (f1-f0)/wall
+	ratio := limited / free
+	t.Logf("over %.2f s: limited %.3f cores, unlimited %.3f cores, ratio %.3f", wall, limited, free, ratio)
+	if free < 0.3 {
+		t.Fatalf("the unlimited spinner got %.3f cores: the machine is too busy to compare", free)
+	}
+	// The quota is a hard ceiling (a busy machine gives less, never
+	// more); the ratio is what a limit means beside an unlimited tree.
+	if limited > 0.35 || ratio > 0.5 || limited <= 0 {
+		t.Errorf("limited to 0.25 cores, it got %.3f cores, %.2f of the unlimited one's", limited, ratio)
+	}
+}
+
+// A child the server forks at once is in the tree's cgroup leaves — v1
+// ones included, which cannot be entered at clone — and the spawner
+// thread is back out of them by the time Spawn returns.
+func TestChildForkedAtOnceIsInTheLeaves(t *testing.T) {
+	for _, mode := range cgroupModes() {
+		t.Run(mode, func(t *testing.T) {
+			rt := openRuntime(t, harnessOptions(mode))
+			mustEnforce(t, rt)
+			marker := testserver.NewMarker(t)
+			p, err := rt.Spawn(t.Context(), Spec{
+				Name:    "forks-at-once",
+				Command: "/bin/sh",
+				Args:    []string{"-c", "sleep 300 & echo $!; exec sleep 300"},
+				Env:     append(os.Environ(), testserver.MarkerEnv+"="+marker),
+				Limits:  &Limits{MemoryBytes: 256 << 20, PIDs: 64, CPU: 1},
+				// sleep waits out the stdin step: go on to SIGTERM soon.
+				StdinWait: 50 * time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Stop(context.Background())
+			leaves := slices.Clone(p.plat.v1)
+			if len(leaves) == 0 || p.plat.cgroup == "" {
+				t.Fatalf("v1 leaves %+v, v2 leaf %q", leaves, p.plat.cgroup)
+			}
+			// No thread of this process is in a leaf.
+			for _, l := range leaves {
+				b, _ := os.ReadFile(filepath.Join(l.dir, "tasks"))
+				for _, f := range strings.Fields(string(b)) {
+					if _, err := os.Stat("/proc/self/task/" + f); err == nil {
+						t.Errorf("thread %s of mcpvisor is still in %s", f, l.dir)
+					}
+				}
+			}
+			line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			child, err := strconv.Atoi(strings.TrimSpace(line))
+			if err != nil {
+				t.Fatalf("child pid %q", line)
+			}
+			pid := child
+			if rt.Report().Active(LayerPIDNamespace) {
+				// $! is the child's pid in the namespace; find it outside.
+				pid = 0
+				for _, q := range testserver.LiveProcesses(marker) {
+					if b, _ := os.ReadFile("/proc/" + strconv.Itoa(q) + "/status"); strings.Contains(string(b), "NSpid:\t"+strconv.Itoa(q)+"\t"+strconv.Itoa(child)+"\n") {
+						pid = q
+					}
+				}
+				if pid == 0 {
+					t.Fatalf("no process is %d in the namespace", child)
+				}
+			}
+			dirs := append([]string{p.plat.cgroup}, nil...)
+			for _, l := range leaves {
+				dirs = append(dirs, l.dir)
+			}
+			for _, d := range dirs {
+				if !slices.Contains(cgroupProcs(d), pid) {
+					t.Errorf("the child %d is not in %s (%v)", pid, d, cgroupProcs(d))
+				}
+			}
+			t.Logf("child %d in %d leaves: %v", pid, len(dirs), dirs)
+		})
+	}
+}
+
+// The spawner goroutine never serves on the thread-group leader: found
+// there, it hands the work to another locked thread.
+func TestSpawnerIsNeverTheLeaderThread(t *testing.T) {
+	old := onLeaderThread
+	calls := 0 // on the spawner goroutines, one after the other
+	// The first check says "leader" whatever the thread: the hand-off
+	// runs (and, the fake holding another thread, its goroutine may land
+	// on the real leader, which it must hand off in turn).
+	onLeaderThread = func() bool { calls++; return calls == 1 || old() }
+	defer func() { onLeaderThread = old }()
+	var tid int
+	theSpawner.do(func() { tid = unix.Gettid() })
+	theSpawner.release()
+	if calls < 2 || tid == 0 || tid == os.Getpid() {
+		t.Fatalf("checks %d, spawner thread %d (pid %d)", calls, tid, os.Getpid())
+	}
+}
+
+// Leaves are removed when their tree is released, the per-instance
+// directories at Close.
+func TestLeavesRemoved(t *testing.T) {
+	rt, err := Open(Options{NoPIDNamespace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnforce(t, rt)
+	insts := append(rt.v1Instances(), rt.plat.cgroup)
+	marker := testserver.NewMarker(t)
+	p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 128 << 20, PIDs: 64, CPU: 0.5}))
+	if err != nil {
+		rt.Close(t.Context())
+		t.Fatal(err)
+	}
+	leaves := slices.Clone(p.Root().Cgroups)
+	if len(leaves) != 4 { // v2, v1 memory, cpuacct, pids
+		t.Errorf("leaves %v", leaves)
+	}
+	newClient(p).initialize(t)
+	if err := p.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range leaves {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("leaf %s left after the tree ended: %v", d, err)
+		}
+	}
+	if err := rt.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range insts {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("instance directory %s left after Close: %v", d, err)
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0 B", 300: "300 B", 1024: "1 KiB", 64 << 20: "64 MiB", 1536 << 20: "1.5 GiB", 1<<30 + 1<<28: "1.25 GiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if s := (&Limits{MemoryBytes: 64 << 20, PIDs: 32, CPU: 0.25}).String(); s != "memory 64 MiB, pids 32, cpu 0.25" {
+		t.Errorf("Limits.String = %q", s)
+	}
+	if s := (*Limits)(nil).String(); s != "none" {
+		t.Errorf("nil Limits = %q", s)
+	}
+}
