@@ -271,6 +271,14 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		// The run is over: nothing of it (its contexts, this Stop's) is
+		// kept while the Supervisor stays stopped, as a dormant server's
+		// does for hours.
+		s.mu.Lock()
+		if s.run == r {
+			s.run = nil
+		}
+		s.mu.Unlock()
 	}
 	// Acknowledge a failure. Refused (harmlessly) if a concurrent Start
 	// has already moved on.

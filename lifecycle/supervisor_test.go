@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 )
 
 // All Supervisor tests run inside synctest bubbles: the clock is fake and
@@ -1329,4 +1331,27 @@ func TestSetPolicyConcurrentWithRestarts(t *testing.T) {
 			t.Fatalf("connects = %d, want %d (the start and one per crash)", n, crashes+1)
 		}
 	})
+}
+
+// markCtx is a context a test can watch being collected.
+type markCtx struct{ context.Context }
+
+// A stopped Supervisor keeps nothing of the run it ended — neither the
+// run's contexts nor the Stop's — however long it stays stopped.
+func TestStoppedSupervisorKeepsNoRun(t *testing.T) {
+	s := newSup(t, &fakeConnector{}, Policy{})
+	must(t, s.Start(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	stopCtx := &markCtx{ctx}
+	kept := weak.Make(stopCtx)
+	must(t, s.Stop(stopCtx))
+	cancel()
+	stopCtx = nil
+	runtime.GC()
+	runtime.GC()
+	if kept.Value() != nil {
+		t.Fatal("a stopped Supervisor still holds the context of the Stop that ended its run")
+	}
+	must(t, s.Start(context.Background())) // and starts again
+	wantState(t, s, StateReady)
 }
