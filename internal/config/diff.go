@@ -60,6 +60,7 @@ var serverFields = []struct {
 	{"stop.termWait", true, func(s *Server) any { return s.TermWait }},
 	{"eager", false, func(s *Server) any { return s.Eager }},
 	{"pin", false, func(s *Server) any { return s.Pin }},
+	{"launch", false, func(s *Server) any { return s.AsWritten }},
 	{"prefix", false, func(s *Server) any { return s.Prefix }},
 	{"tools", false, func(s *Server) any { return s.Tools }},
 	{"maxInstances", false, func(s *Server) any { return s.MaxInstances }},
