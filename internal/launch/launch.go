@@ -151,15 +151,14 @@ var ErrNoPackage = errors.New("no package to run")
 type option uint8
 
 const (
-	optUnknown   option = iota
-	optSwitch           // takes no value
-	optValue            // takes a value: --name=v or --name v
-	optPackage          // --package: a package spec
-	optYes              // the confirm-install switches: replaced by the probe's
-	optShell            // the script shell: replaced by the probe's
-	optRefused          // understood, but flattening does not follow it
-	optRemoved          // an npx option npm removed: npx refuses it
-	optShorthand        // npm shorthand to expand
+	optUnknown option = iota
+	optSwitch         // takes no value
+	optValue          // takes a value: --name=v or --name v
+	optPackage        // --package: a package spec
+	optYes            // the confirm-install switches: replaced by the probe's
+	optShell          // the script shell: replaced by the probe's
+	optRefused        // understood, but flattening does not follow it
+	optRemoved        // an npx option npm removed: npx refuses it
 )
 
 // parseOther parses pnpm dlx, bunx and yarn dlx: options, then the
