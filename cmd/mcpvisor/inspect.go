@@ -73,7 +73,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Last error", d.LastError)
 	line("Kind", d.Kind)
 	line("Launch", d.Launch)
-	if ls := d.Status.Launch; ls != nil {
+	if ls := d.Status.Launcher; ls != nil {
 		launchLines(line, d.Status, ls, now)
 	}
 	line("Env", strings.Join(d.EnvNames, ", "))
@@ -192,7 +192,7 @@ func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus
 		}
 		line("Resolved", resolved)
 	} else {
-		line("Runs as", ls.Launcher+" as written: "+ls.Reason)
+		line("Runs as", ls.Name+" as written: "+ls.Reason)
 	}
 	if st.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
 		line("Running", "started "+ls.Last+"; the above applies from its next start")

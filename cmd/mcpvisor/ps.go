@@ -128,7 +128,7 @@ func printLaunches(w io.Writer, servers []fleet.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	n := 0
 	for _, s := range servers {
-		ls := s.Launch
+		ls := s.Launcher
 		if ls == nil {
 			continue
 		}
@@ -138,7 +138,7 @@ func printLaunches(w io.Writer, servers []fleet.Status) error {
 		n++
 		how := ls.Runs
 		if !ls.Flattened {
-			how = ls.Launcher + " as written: " + oneLine(ls.Reason, 100)
+			how = ls.Name + " as written: " + oneLine(ls.Reason, 100)
 		}
 		if s.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
 			how += " (the running process was started " + ls.Last + ": this applies from its next start)"

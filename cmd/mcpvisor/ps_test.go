@@ -132,9 +132,9 @@ func TestLongLastErrorKeepsRowsWhole(t *testing.T) {
 // running process was started otherwise.
 func TestPsLaunches(t *testing.T) {
 	st := admin.Servers{Servers: []fleet.Status{
-		{Name: "everything", State: "dormant", Launch: &fleet.LaunchStatus{Launcher: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31"}},
-		{Name: "files", State: "running", PID: 7, Launch: &fleet.LaunchStatus{Launcher: "npx", Flattened: true, Runs: "npx → node …/server-filesystem@2026.8.31", Last: "as written"}},
-		{Name: "memory", State: "new", Launch: &fleet.LaunchStatus{Launcher: "npm exec", Reason: "not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31"}},
+		{Name: "everything", State: "dormant", Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31"}},
+		{Name: "files", State: "running", PID: 7, Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-filesystem@2026.8.31", Last: "as written"}},
+		{Name: "memory", State: "new", Launcher: &fleet.LaunchStatus{Name: "npm exec", Reason: "not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31"}},
 		{Name: "plain", State: "new"},
 	}}
 	var b strings.Builder

@@ -44,7 +44,7 @@ func newRefreshCmd() *cobra.Command {
 					return err
 				}
 				for _, s := range st.Servers {
-					if s.Launch != nil && s.Launch.Reason != asWrittenSetting {
+					if s.Launcher != nil && s.Launcher.Reason != asWrittenSetting {
 						names = append(names, s.Name)
 					}
 				}
@@ -105,14 +105,14 @@ func refresh(ctx context.Context, api *apiClient, name string, timeout time.Dura
 // printRefresh says what a refresh found, and that it applies from the
 // next start.
 func printRefresh(w io.Writer, r admin.ActionResult) {
-	ls := r.Status.Launch
+	ls := r.Status.Launcher
 	if ls == nil {
 		fmt.Fprintf(w, "%s: refreshed\n", r.Server)
 		return
 	}
 	took := fmt.Sprintf("in %s", millis(r.TookMs))
 	if !ls.Flattened {
-		fmt.Fprintf(w, "%s: %s as written: %s (%s)\n", r.Server, ls.Launcher, ls.Reason, took)
+		fmt.Fprintf(w, "%s: %s as written: %s (%s)\n", r.Server, ls.Name, ls.Reason, took)
 	} else {
 		fmt.Fprintf(w, "%s: %s (resolved %s)\n", r.Server, ls.Runs, took)
 	}
@@ -124,8 +124,8 @@ func printRefresh(w io.Writer, r admin.ActionResult) {
 // runningAs says how a running server's process was started, when it
 // runs.
 func runningAs(st fleet.Status) string {
-	if st.PID == 0 || st.Launch == nil || st.Launch.Last == "" {
+	if st.PID == 0 || st.Launcher == nil || st.Launcher.Last == "" {
 		return ""
 	}
-	return fmt.Sprintf("running now (pid %d), started %s", st.PID, st.Launch.Last)
+	return fmt.Sprintf("running now (pid %d), started %s", st.PID, st.Launcher.Last)
 }

@@ -57,7 +57,7 @@ func (h *Handler) actionContext(w http.ResponseWriter, r *http.Request) (context
 // stopped by the operator), and for a refresh of a server with no package
 // launcher to resolve (fleet.Server.Refresh), with the reason. A refresh
 // that resolves nothing (the package is not installed, say) is done: its
-// Status.Launch says why the next start runs as written.
+// Status.Launcher says why the next start runs as written.
 func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	s := h.server(w, r)
 	if s == nil {

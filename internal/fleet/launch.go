@@ -32,7 +32,8 @@ import (
 // on Refresh (mcpvisor refresh), and when a start finds the files it
 // names gone (one stat each: then it starts as written and resolves
 // again). A failed resolution that may succeed later is tried again after
-// a start as written, at most every resolveRetry.
+// the next start as written, and, when it failed after one already, at
+// most every resolveRetry.
 //
 // A flattened start that fails is followed by a start as written: if that
 // one succeeds, flattening is what failed, and the server runs as written
@@ -73,6 +74,11 @@ type launchRecord struct {
 	Reason     string             `json:"reason,omitempty"`
 	Retry      bool               `json:"retry,omitempty"`
 	At         time.Time          `json:"at,omitzero"`
+	// AfterStart: the failure was found after a start as written (which
+	// installs what the launcher runs): the next is tried resolveRetry
+	// later. One found otherwise (a refresh, the check before a start)
+	// is tried again after the next start as written.
+	AfterStart bool `json:"afterStart,omitempty"`
 }
 
 // launchState is what the fleet knows of one server's launcher, made on
@@ -248,7 +254,7 @@ func (f *Fleet) afterSuspect(st *launchState, key string, err error) {
 	}
 	name := st.cfg.Name
 	rec := &launchRecord{Reason: fmt.Sprintf("the flattened start failed (%v) where the command as written started: started as written until resolved again", suspect),
-		Retry: true, At: time.Now()}
+		Retry: true, At: time.Now(), AfterStart: true}
 	st.rec = rec
 	f.logLaunch(st, name, "", rec.Reason)
 	f.spawn(func(context.Context) { f.putLaunch(name, key, rec) })
@@ -259,7 +265,7 @@ func (f *Fleet) afterSuspect(st *launchState, key string, err error) {
 func (f *Fleet) resolveAfterStart(st *launchState, name, key, command string, form *launch.Form, env []string, dir string) {
 	st.mu.Lock()
 	rec := st.rec
-	if st.key != key || st.resolving || rec != nil && (rec.Resolution != nil || !rec.Retry || time.Since(rec.At) < resolveRetry) {
+	if st.key != key || st.resolving || rec != nil && (rec.Resolution != nil || !rec.Retry || rec.AfterStart && time.Since(rec.At) < resolveRetry) {
 		st.mu.Unlock()
 		return
 	}
@@ -268,6 +274,9 @@ func (f *Fleet) resolveAfterStart(st *launchState, name, key, command string, fo
 	st.mu.Unlock()
 	ran := f.spawn(func(ctx context.Context) {
 		rec, ok := f.resolveLaunch(ctx, form, command, env, dir)
+		if ok {
+			rec.AfterStart = true
+		}
 		st.mu.Lock()
 		if st.key != key || st.gen != gen {
 			st.mu.Unlock()
@@ -351,8 +360,8 @@ func (f *Fleet) logLaunch(st *launchState, name, runs, reason string) {
 
 // LaunchStatus is how a server run through a package launcher starts.
 type LaunchStatus struct {
-	// Launcher is the launcher: npx, npm exec, pnpm dlx, bunx, yarn dlx.
-	Launcher string `json:"launcher"`
+	// Name is the launcher's: npx, npm exec, pnpm dlx, bunx, yarn dlx.
+	Name string `json:"name"`
 	// Flattened: its next start runs Command directly, without the
 	// launcher.
 	Flattened bool `json:"flattened"`
@@ -378,9 +387,9 @@ type LaunchStatus struct {
 	Last string `json:"last,omitempty"`
 }
 
-// Launch is how the server starts when its command is a package launcher
+// Launcher is how the server starts when its command is a package launcher
 // (npx, npm exec, …), else nil.
-func (s *Server) Launch() *LaunchStatus {
+func (s *Server) Launcher() *LaunchStatus {
 	cfg := s.Config()
 	if cfg.Kind != config.KindStdio || !launch.IsLauncher(cfg.Command) {
 		return nil
@@ -391,11 +400,11 @@ func (s *Server) Launch() *LaunchStatus {
 	}
 	ls := &LaunchStatus{}
 	if form != nil {
-		ls.Launcher, ls.Spec = form.Launcher, form.Spec()
+		ls.Name, ls.Spec = form.Launcher, form.Spec()
 	} else {
 		var nu *launch.NotUnderstood
 		if errors.As(perr, &nu) {
-			ls.Launcher = nu.Launcher
+			ls.Name = nu.Launcher
 		}
 	}
 	st := s.f.launchStateOf(cfg.Name)
@@ -458,7 +467,7 @@ func (s *Server) Refresh(ctx context.Context) (*LaunchStatus, error) {
 	st.mu.Unlock()
 	s.f.putLaunch(cfg.Name, key, nil)
 	if perr != nil {
-		return s.Launch(), nil
+		return s.Launcher(), nil
 	}
 	env := proc.Environ()
 	for k, v := range cfg.Env {
@@ -475,10 +484,10 @@ func (s *Server) Refresh(ctx context.Context) (*LaunchStatus, error) {
 	}
 	st.mu.Unlock()
 	if !ok {
-		return s.Launch(), fmt.Errorf("refresh of %s: %w", cfg.Name, context.Cause(ctx))
+		return s.Launcher(), fmt.Errorf("refresh of %s: %w", cfg.Name, context.Cause(ctx))
 	}
 	s.f.putLaunch(cfg.Name, key, rec)
-	return s.Launch(), nil
+	return s.Launcher(), nil
 }
 
 // launchKeys maps each configured server run through a package launcher

@@ -222,7 +222,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		lf := newFlatFleet(t, npxServer, st)
 		res := fakeInstall(t, t.TempDir(), "1.0.0")
 		lf.res.answer(res, nil)
-		if ls := lf.f.Get("s").Launch(); ls == nil || ls.Flattened || ls.Launcher != launch.NPX || ls.Spec != "@fx/server" || !strings.Contains(ls.Reason, "not resolved yet") {
+		if ls := lf.f.Get("s").Launcher(); ls == nil || ls.Flattened || ls.Name != launch.NPX || ls.Spec != "@fx/server" || !strings.Contains(ls.Reason, "not resolved yet") {
 			t.Fatalf("before any start: %+v", ls)
 		}
 		if got := lf.start(t, "s"); !slices.Equal(got, []string{"npx", "-y", "@fx/server", "--port", "3"}) {
@@ -235,7 +235,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		if c.command != "npx" || c.dir != "/srv" || c.form.Target != "@fx/server" || !slices.Contains(c.env, "TOKEN=s3cret") {
 			t.Errorf("resolved %s in %q (env has TOKEN: %v), form %+v", c.command, c.dir, slices.Contains(c.env, "TOKEN=s3cret"), c.form)
 		}
-		ls := lf.f.Get("s").Launch()
+		ls := lf.f.Get("s").Launcher()
 		if !ls.Flattened || ls.Runs != "npx → node …/server@1.0.0" || ls.Version != "1.0.0" || ls.Last != startedAsWritten || ls.Reason != "" {
 			t.Fatalf("after the resolution: %+v", ls)
 		}
@@ -244,8 +244,8 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		if got := lf.start(t, "s"); !slices.Equal(got, want) {
 			t.Fatalf("second start ran %q, want %q", got, want)
 		}
-		if lf.res.count() != 1 || lf.f.Get("s").Launch().Last != startedFlattened {
-			t.Fatalf("%d resolutions; launch %+v", lf.res.count(), lf.f.Get("s").Launch())
+		if lf.res.count() != 1 || lf.f.Get("s").Launcher().Last != startedFlattened {
+			t.Fatalf("%d resolutions; launch %+v", lf.res.count(), lf.f.Get("s").Launcher())
 		}
 		lf.close(t)
 
@@ -269,7 +269,7 @@ func TestLaunchNeverWaitsForAResolution(t *testing.T) {
 		lf.res.block = make(chan struct{})
 		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
 		lf.start(t, "s")
-		if ls := lf.f.Get("s").Launch(); !ls.Resolving || ls.Flattened || ls.Reason != "resolving" {
+		if ls := lf.f.Get("s").Launcher(); !ls.Resolving || ls.Flattened || ls.Reason != "resolving" {
 			t.Fatalf("while resolving: %+v", ls)
 		}
 		lf.sleep(t, "s")
@@ -298,7 +298,7 @@ func TestLaunchResolutionFailures(t *testing.T) {
 		defer lf.close(t)
 		lf.res.answer(nil, &launch.Error{Reason: "not installed: npm would install @fx/server@1.0.0", Retry: true})
 		lf.start(t, "s")
-		if ls := lf.f.Get("s").Launch(); ls.Flattened || ls.Reason != "not installed: npm would install @fx/server@1.0.0" {
+		if ls := lf.f.Get("s").Launcher(); ls.Flattened || ls.Reason != "not installed: npm would install @fx/server@1.0.0" {
 			t.Fatalf("after a failed resolution: %+v", ls)
 		}
 		lf.sleep(t, "s")
@@ -310,8 +310,8 @@ func TestLaunchResolutionFailures(t *testing.T) {
 		time.Sleep(resolveRetry)
 		lf.res.answer(nil, &launch.Error{Reason: "bin x runs sh, not Node"})
 		lf.start(t, "s")
-		if lf.res.count() != 2 || lf.f.Get("s").Launch().Reason != "bin x runs sh, not Node" {
-			t.Fatalf("after %v: %d resolutions, %+v", resolveRetry, lf.res.count(), lf.f.Get("s").Launch())
+		if lf.res.count() != 2 || lf.f.Get("s").Launcher().Reason != "bin x runs sh, not Node" {
+			t.Fatalf("after %v: %d resolutions, %+v", resolveRetry, lf.res.count(), lf.f.Get("s").Launcher())
 		}
 		for range 2 {
 			lf.sleep(t, "s")
@@ -390,7 +390,7 @@ func TestLaunchFollowsTheConfig(t *testing.T) {
 		}
 		asWritten := strings.Replace(strings.Replace(npxServer, `"3"`, `"4"`, 1), `"idleTimeout":"0"`, `"idleTimeout":"0","launch":"as-written"`, 1)
 		reload(asWritten)
-		if ls := lf.f.Get("s").Launch(); ls.Flattened || ls.Reason != `"launch": "as-written"` {
+		if ls := lf.f.Get("s").Launcher(); ls.Flattened || ls.Reason != `"launch": "as-written"` {
 			t.Fatalf("as-written: %+v", ls)
 		}
 		lf.sleep(t, "s")
@@ -429,7 +429,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 			t.Fatal("a failing start succeeded")
 		}
 		synctest.Wait()
-		if ls := s.Launch(); !strings.Contains(ls.Reason, "the flattened start failed") {
+		if ls := s.Launcher(); !strings.Contains(ls.Reason, "the flattened start failed") {
 			t.Fatalf("after a flattened start failed: %+v", ls)
 		}
 		l, err := s.Acquire(t.Context(), "")
@@ -440,7 +440,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		if got := lf.lastSpawn(); got[0] != "npx" {
 			t.Fatalf("after the flattened start failed, ran %q", got)
 		}
-		if ls := s.Launch(); !ls.Flattened {
+		if ls := s.Launcher(); !ls.Flattened {
 			t.Fatalf("both failed, yet flattening was dropped: %+v", ls)
 		}
 
@@ -453,7 +453,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		if got := lf.start(t, "s"); got[0] != "npx" {
 			t.Fatalf("ran %q", got)
 		}
-		if ls := s.Launch(); ls.Flattened || !strings.Contains(ls.Reason, "where the command as written started") {
+		if ls := s.Launcher(); ls.Flattened || !strings.Contains(ls.Reason, "where the command as written started") {
 			t.Fatalf("flattening failed where as written works: %+v", ls)
 		}
 		lf.fail(res.Command, false)
@@ -472,7 +472,8 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 }
 
 // Refresh resolves again at once and says what the next start runs; a
-// running process is left as it is. It refuses a server with nothing to
+// running process is left as it is. A package it finds not installed is
+// resolved after the next start as written (which installs it). It refuses a server with nothing to
 // resolve, and reports a command line it does not flatten.
 func TestLaunchRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -510,18 +511,27 @@ func TestLaunchRefresh(t *testing.T) {
 		if raw := st.Launch("s", launchKey(lf.f.Get("s").Config())); !strings.Contains(string(raw), "npm would install") {
 			t.Errorf("the store holds %s", raw)
 		}
+		// The next start runs as written (installing it), and resolves.
+		lf.sleep(t, "s")
+		lf.res.answer(fakeInstall(t, dir, "1.2.0"), nil)
+		if got := lf.start(t, "s"); got[0] != "npx" {
+			t.Fatalf("after a refresh found it not installed, ran %q", got)
+		}
+		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.Version != "1.2.0" {
+			t.Fatalf("after the start as written: %+v", ls)
+		}
 		if ls, err := lf.f.Get("call").Refresh(t.Context()); err != nil || ls.Flattened || !strings.Contains(ls.Reason, "-c is not followed") {
 			t.Errorf("Refresh of npx -c = %+v, %v", ls, err)
 		}
 		for _, name := range []string{"plain", "npmrun", "written", "remote"} {
 			if ls, err := lf.f.Get(name).Refresh(t.Context()); !errors.Is(err, ErrNoLauncher) || ls != nil {
 				t.Errorf("Refresh of %s = %+v, %v; want ErrNoLauncher", name, ls, err)
-			} else if lf.f.Get(name).Launch() != nil && name != "written" {
+			} else if lf.f.Get(name).Launcher() != nil && name != "written" {
 				t.Errorf("%s has a launch status", name)
 			}
 		}
-		if lf.res.count() != 3 {
-			t.Errorf("%d resolutions; want 3", lf.res.count())
+		if lf.res.count() != 4 {
+			t.Errorf("%d resolutions; want 4", lf.res.count())
 		}
 	})
 }

@@ -150,7 +150,7 @@ func (s *Server) Status() Status {
 	}
 	st.LastError = s.Config().RedactText(st.LastError) // it may quote the server's stderr
 	st.Draining = len(s.f.drainingOf(s))
-	st.Launch = s.Launch()
+	st.Launcher = s.Launcher()
 	return st
 }
 

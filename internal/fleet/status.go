@@ -67,7 +67,7 @@ type Status struct {
 	// Launch says, for a server whose command is a package launcher (npx,
 	// npm exec, …), whether it starts flattened — the launcher's program
 	// run directly — or as written, and why.
-	Launch *LaunchStatus `json:"launch,omitempty"`
+	Launcher *LaunchStatus `json:"launcher,omitempty"`
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or
