@@ -14,8 +14,8 @@
 // that fails, is an error that says why: the caller then runs the command
 // as written.
 //
-// Only npm's launchers are resolved: pnpm dlx, bunx and yarn dlx have no
-// way to look a package up without installing it (see Resolve).
+// Only npm's launchers are resolved: pnpm dlx, bunx and yarn dlx are
+// parsed, and run as written, saying why (see Resolve).
 package launch
 
 import (

@@ -122,8 +122,11 @@ type Resolver struct {
 // is asked once more with --yes (still a dry run), and what it has is
 // taken only if it is the very version npm named.
 //
-// pnpm dlx, bunx and yarn dlx are not resolved: each installs what it
-// runs, and none can be asked where a package is without installing it.
+// pnpm dlx, bunx and yarn dlx are not resolved: pnpm dlx and yarn dlx
+// install what they run (yarn into a project it removes afterwards) with
+// no way to look a package up without installing it; bunx can skip the
+// install (--no-install) but runs the bin itself, with no hook that would
+// tell which bin and where.
 func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []string, dir string) (*Resolution, error) {
 	lookPath := r.LookPath
 	if lookPath == nil {
@@ -138,7 +141,7 @@ func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []s
 	case PNPMDlx:
 		return nil, permanent("pnpm dlx is not flattened: it installs what it runs into a cache of its own and cannot be asked where a package is without installing it")
 	case Bunx:
-		return nil, permanent("bunx is not flattened: it cannot be asked where a package is without installing it")
+		return nil, permanent("bunx is not flattened: it runs the bin itself (with --no-install, only if installed) and cannot be asked which bin that is and where")
 	case YarnDlx:
 		return nil, permanent("yarn dlx is not flattened: it installs what it runs into a temporary project that it removes when the command ends")
 	default:
