@@ -355,6 +355,9 @@ func (f *Fleet) logLaunch(st *launchState, name, runs, reason string) {
 		f.log.Info("launch flattened: the launcher's program runs directly", "server", name, "runs", runs)
 		return
 	}
+	if st.cfg != nil {
+		reason = st.cfg.RedactText(reason)
+	}
 	f.log.Info("launch as written", "server", name, "reason", reason)
 }
 
@@ -433,6 +436,7 @@ func (s *Server) Launcher() *LaunchStatus {
 	if st.rec != nil && st.rec.Resolution == nil {
 		ls.ResolvedAt = st.rec.At
 	}
+	ls.Reason = cfg.RedactText(ls.Reason) // npm's errors may quote the config's secrets (a registry URL's token)
 	return ls
 }
 
@@ -488,6 +492,18 @@ func (s *Server) Refresh(ctx context.Context) (*LaunchStatus, error) {
 	}
 	s.f.putLaunch(cfg.Name, key, rec)
 	return s.Launcher(), nil
+}
+
+// forgetLaunches drops the launch states of servers no longer configured
+// (a server added again under the name finds its record in the store).
+func (f *Fleet) forgetLaunches() {
+	f.launchMu.Lock()
+	defer f.launchMu.Unlock()
+	for name := range f.launches {
+		if f.Get(name) == nil {
+			delete(f.launches, name)
+		}
+	}
 }
 
 // launchKeys maps each configured server run through a package launcher

@@ -288,10 +288,11 @@ func TestLaunchNeverWaitsForAResolution(t *testing.T) {
 	})
 }
 
-// A resolution that fails leaves the server as written, saying why. One
-// that may succeed later (not installed) is tried again after a start as
-// written, once resolveRetry has passed; one that cannot (no Node bin)
-// never, until the launch changes or a refresh.
+// A resolution that fails leaves the server as written, saying why (the
+// config's secrets redacted). One that may succeed later (not installed)
+// is tried again after a start as written, once resolveRetry has passed;
+// one that cannot (no Node bin) never, until the launch changes or a
+// refresh.
 func TestLaunchResolutionFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf := newFlatFleet(t, npxServer, nil)
@@ -302,15 +303,22 @@ func TestLaunchResolutionFailures(t *testing.T) {
 			t.Fatalf("after a failed resolution: %+v", ls)
 		}
 		lf.sleep(t, "s")
+		lf.res.answer(nil, &launch.Error{Reason: "npm failed: 401 from https://u:s3cret@registry.example/", Retry: true})
+		time.Sleep(resolveRetry)
 		lf.start(t, "s")
-		if lf.res.count() != 1 {
+		if ls := lf.f.Get("s").Launcher(); strings.Contains(ls.Reason, "s3cret") || !strings.Contains(ls.Reason, "401 from") {
+			t.Fatalf("a reason quoting a secret of the config's env: %q", ls.Reason)
+		}
+		lf.sleep(t, "s")
+		lf.start(t, "s")
+		if lf.res.count() != 2 {
 			t.Fatalf("resolved again at once: %d", lf.res.count())
 		}
 		lf.sleep(t, "s")
 		time.Sleep(resolveRetry)
 		lf.res.answer(nil, &launch.Error{Reason: "bin x runs sh, not Node"})
 		lf.start(t, "s")
-		if lf.res.count() != 2 || lf.f.Get("s").Launcher().Reason != "bin x runs sh, not Node" {
+		if lf.res.count() != 3 || lf.f.Get("s").Launcher().Reason != "bin x runs sh, not Node" {
 			t.Fatalf("after %v: %d resolutions, %+v", resolveRetry, lf.res.count(), lf.f.Get("s").Launcher())
 		}
 		for range 2 {
@@ -320,7 +328,7 @@ func TestLaunchResolutionFailures(t *testing.T) {
 				t.Fatalf("ran %q", got)
 			}
 		}
-		if lf.res.count() != 2 {
+		if lf.res.count() != 3 {
 			t.Fatalf("a failure not to retry was retried: %d", lf.res.count())
 		}
 	})

@@ -377,8 +377,9 @@ func nonEmptyKinds(s *Server) []ListKind {
 }
 
 // pruneStore drops the persisted lists of servers no longer configured as
-// they are now.
+// they are now, and what is known of launchers no longer configured.
 func (f *Fleet) pruneStore() {
+	f.forgetLaunches()
 	if f.store == nil {
 		return
 	}
