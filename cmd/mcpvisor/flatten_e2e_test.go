@@ -202,4 +202,13 @@ func TestFlattenedNPMServer(t *testing.T) {
 	if out, _ := bin(0, "refresh"); !strings.Contains(out, "fx: npx → node …/server@1.1.0") || strings.Contains(out, "plain") {
 		t.Errorf("refresh of every launcher printed %q", out)
 	}
+	var answers []struct {
+		Server string       `json:"server"`
+		OK     bool         `json:"ok"`
+		Status fleet.Status `json:"status"`
+	}
+	if out, _ := bin(0, "refresh", "--json"); json.Unmarshal([]byte(out), &answers) != nil || len(answers) != 1 ||
+		answers[0].Server != "fx" || !answers[0].OK || answers[0].Status.Launcher == nil || !answers[0].Status.Launcher.Flattened {
+		t.Errorf("refresh --json printed %q", out)
+	}
 }

@@ -30,7 +30,7 @@ func newRefreshCmd() *cobra.Command {
 			"if npm has it installed; if it is not, the next start runs the command as written (npm installs it) " +
 			"and the resolution follows. What refresh finds applies from the server's next start: a running " +
 			"process is left as it is (mcpvisor restart NAME starts it again now). Without NAME, every server " +
-			"run through a package launcher is refreshed. The exit code is 1 when a refresh failed.",
+			"run through a package launcher is refreshed (--json: an array of the answers). The exit code is 1 when a refresh failed.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
@@ -54,6 +54,7 @@ func newRefreshCmd() *cobra.Command {
 				}
 			}
 			var failed []string
+			var bodies []json.RawMessage
 			for _, name := range names {
 				res, body, err := refresh(ctx, &api, name, timeout)
 				if err != nil {
@@ -64,11 +65,21 @@ func newRefreshCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
 					continue
 				}
-				if asJSON {
+				switch {
+				case asJSON && len(args) > 0:
 					_, _ = w.Write(body)
-					continue
+				case asJSON:
+					bodies = append(bodies, json.RawMessage(body))
+				default:
+					printRefresh(w, res)
 				}
-				printRefresh(w, res)
+			}
+			if asJSON && len(args) == 0 {
+				b, err := json.MarshalIndent(bodies, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s\n", b)
 			}
 			if len(failed) > 0 {
 				return fmt.Errorf("refresh failed for %s", strings.Join(failed, ", "))
