@@ -336,9 +336,6 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		ExtraEnv: extra,
 		Name:     sc.Name,
 		Runtime:  f.opts.Runtime,
-		// A package launcher's program runs directly once resolved
-		// (launch.go): each spawn's Command and Args are decided then.
-		Launch: f.launcher(sc),
 		Spec: proc.Spec{
 			Command:   sc.Command,
 			Args:      sc.Args,
@@ -358,6 +355,9 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		Logger:    f.log,
 		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
+		// A package launcher's program runs directly once resolved
+		// (launch.go): each spawn's Command and Args are decided then.
+		Launch: f.launcher(sc),
 	}
 }
 

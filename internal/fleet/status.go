@@ -64,7 +64,7 @@ type Status struct {
 	// Calls counts the client requests that reached the server, by how
 	// they ended, since it was configured (telemetry.Server).
 	Calls telemetry.CallCounts `json:"calls"`
-	// Launch says, for a server whose command is a package launcher (npx,
+	// Launcher says, for a server whose command is a package launcher (npx,
 	// npm exec, …), whether it starts flattened — the launcher's program
 	// run directly — or as written, and why.
 	Launcher *LaunchStatus `json:"launcher,omitempty"`
