@@ -179,7 +179,7 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 	st := f.launchStateOf(sc.Name)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if cur != sc && cur.Kind == sc.Kind && launchKey(cur) != launchKey(sc) {
+	if cur != sc && (cur.Kind != sc.Kind || launchKey(cur) != launchKey(sc)) {
 		return nil // an instance of an earlier launch, still draining: as written
 	}
 	key := st.use(f, sc.Name, cur)
