@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build bench bench-gateway bench-dormant
+.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -41,3 +41,13 @@ bench-gateway:
 N ?= 1000
 bench-dormant:
 	MCPVISOR_BENCH=1 MCPVISOR_DORMANT_N=$(N) $(GO) test -count=1 -timeout 10m -run '^TestDormantServerRSS$$' -v ./cmd/mcpvisor/
+
+# The fleet benchmark of issue 14 (about 3 minutes): npm's server-everything
+# and server-memory configured as `npx -y @modelcontextprotocol/server-NAME`,
+# from npm's npx cache (.deps/npm-cache) and from a local project
+# (.deps/npm), each run flattened and "launch": "as-written" by one
+# mcpvisor serve; wake time (dormant → first answer to a tools/call) and
+# the RSS of the running tree, in interleaved rounds, as ratios. The report
+# goes to bin/bench/fleet-report.txt.
+bench-fleet: test-deps
+	MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/

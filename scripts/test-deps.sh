@@ -24,7 +24,15 @@ NPM_NEXT_PACKAGES=(
   "@modelcontextprotocol/conformance@0.2.0-alpha.12"
   "@modelcontextprotocol/client@2.4.0"
 )
-stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]}"
+# npm's npx cache for the fleet benchmark's "npx cache" case (make
+# bench-fleet): .deps/npm-cache, filled as `npx -y NAME` fills ~/.npm/_npx
+# — the package named alone, as users configure it — with no user
+# .npmrc, as the benchmark runs npx.
+NPX_CACHE_PACKAGES=(
+  "@modelcontextprotocol/server-everything"
+  "@modelcontextprotocol/server-memory"
+)
+stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]}"
 
 # The dashboard's browser tests drive Debian's chromium (headless). It is
 # a system package: installed with apt-get when /usr/bin/chromium is missing
@@ -75,5 +83,13 @@ echo "test-deps: installing ${NPM_NEXT_PACKAGES[*]} into .deps/npm-next" >&2
 mkdir -p "$deps/npm-next"
 [ -f "$deps/npm-next/package.json" ] || echo '{"name":"mcpvisor-test-deps-next","private":true}' > "$deps/npm-next/package.json"
 npm install --silent --prefix "$deps/npm-next" "${NPM_NEXT_PACKAGES[@]}" >&2
+
+echo "test-deps: filling the npx cache .deps/npm-cache with ${NPX_CACHE_PACKAGES[*]}" >&2
+mkdir -p "$deps/npm-cache"
+for p in "${NPX_CACHE_PACKAGES[@]}"; do
+  # From / (no npm project there), so that npx installs into its cache.
+  (cd / && npm_config_cache="$deps/npm-cache" npm_config_userconfig=/dev/null \
+    npm exec --yes --package="$p" -- node -e 0) >&2
+done
 
 echo "$stamp_want" > "$deps/stamp"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -328,6 +330,37 @@ func TestNPMServers(t *testing.T) {
 	r := runTSClientEnv(t, []string{"TS_SERVER=everything"}, "pin", base+"/mcp")
 	if r.Version != "2026-07-28" || !strings.Contains(r.Text, "from typescript") || !strings.Contains(r.Sampled, "ts answer to") {
 		t.Errorf("TypeScript client over server-everything: %+v", r)
+	}
+
+	// Flattened: each was resolved after its first start (npx found it in
+	// the project of its cwd); once put to sleep, its next start runs node
+	// and the package's bin directly, no npm exec in its tree, its
+	// arguments kept. The stop at the test's end leaves nothing.
+	for _, name := range []string{"everything", "memory", "files"} {
+		ls := waitLaunch(t, base, name, func(ls *fleet.LaunchStatus) bool { return ls.Flattened })
+		if ls.Version != "2026.8.31" || !strings.HasPrefix(ls.Runs, "npx → node …/server-") {
+			t.Errorf("%s: %+v", name, ls)
+		}
+		resp, err := http.Post(base+"/api/servers/"+name+"/sleep", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "everything__echo", Arguments: map[string]any{"message": "flat"}})
+	if err != nil || !strings.Contains(text(out), "flat") {
+		t.Errorf("flattened everything__echo: %v %v", out, err)
+	}
+	out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "memory__read_graph", Arguments: map[string]any{}})
+	if err != nil || out.IsError {
+		t.Errorf("flattened memory__read_graph: %v %v", out, err)
+	}
+	out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "files__read_text_file", Arguments: map[string]any{"path": filepath.Join(docs, "hello.txt")}})
+	if err != nil || !strings.Contains(text(out), "hello from a file") {
+		t.Errorf("flattened files__read_text_file (its directory an argument): %v %v", out, err)
+	}
+	for _, name := range []string{"everything", "memory", "files"} {
+		checkFlatTree(t, base, name)
 	}
 }
 

@@ -82,6 +82,9 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Last error", d.LastError)
 	line("Kind", d.Kind)
 	line("Launch", d.Launch)
+	if ls := d.Status.Launcher; ls != nil {
+		launchLines(line, d.Status, ls, now)
+	}
 	line("Env", strings.Join(d.EnvNames, ", "))
 	line("Headers", strings.Join(d.HeaderNames, ", "))
 	line("Sharing", d.Sharing)
@@ -219,4 +222,26 @@ func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) erro
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, oneLine(in.LastError, 60))
 	}
 	return tw.Flush()
+}
+
+// launchLines are the lines of inspect about a server run through a
+// package launcher: what its next start runs, and why not flattened.
+func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus, now time.Time) {
+	if ls.Flattened {
+		line("Runs as", ls.Runs+" (flattened: the launcher's program runs directly)")
+		line("Runs", strings.Join(ls.Command, " ")+" (then the server's arguments)")
+		resolved := ls.Package + "@" + ls.Version
+		if ls.Spec != "" && ls.Spec != resolved {
+			resolved += " (from " + ls.Spec + ")"
+		}
+		if !ls.ResolvedAt.IsZero() {
+			resolved += ", " + age(now.Sub(ls.ResolvedAt)) + " ago (mcpvisor refresh " + st.Name + " resolves it again)"
+		}
+		line("Resolved", resolved)
+	} else {
+		line("Runs as", ls.Name+" as written: "+ls.Reason)
+	}
+	if st.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
+		line("Running", "started "+ls.Last+"; the above applies from its next start")
+	}
 }

@@ -329,3 +329,53 @@ func TestPrintDetailContainmentAndInstances(t *testing.T) {
 		t.Errorf("http server's detail:\n%s", out)
 	}
 }
+
+// inspect says what a launcher server's next start runs — flattened, in
+// full and in short, what its spec resolved to and when — or why it runs
+// as written; and when the running process was started otherwise.
+func TestPrintDetailLaunch(t *testing.T) {
+	now := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	d := admin.Detail{
+		Status: fleet.Status{Name: "everything", State: "running", PID: 77, Launcher: &fleet.LaunchStatus{
+			Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31",
+			Command: []string{"/usr/bin/node", "/root/.npm/_npx/5b2d/node_modules/@modelcontextprotocol/server-everything/dist/index.js"},
+			Spec:    "@modelcontextprotocol/server-everything", Package: "@modelcontextprotocol/server-everything", Version: "2026.8.31",
+			ResolvedAt: now.Add(-2 * time.Hour), Last: "as written"}},
+		Kind:   config.KindStdio,
+		Launch: "npx -y @modelcontextprotocol/server-everything",
+	}
+	var b strings.Builder
+	if err := printDetail(&b, d, now); err != nil {
+		t.Fatal(err)
+	}
+	out := squeeze(b.String())
+	for _, want := range []string{
+		"Runs as: npx → node …/server-everything@2026.8.31 (flattened: the launcher's program runs directly)",
+		"Runs: /usr/bin/node /root/.npm/_npx/5b2d/node_modules/@modelcontextprotocol/server-everything/dist/index.js (then the server's arguments)",
+		"Resolved: @modelcontextprotocol/server-everything@2026.8.31 (from @modelcontextprotocol/server-everything), 2h0m0s ago (mcpvisor refresh everything resolves it again)",
+		"Running: started as written; the above applies from its next start",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect lacks %q:\n%s", want, out)
+		}
+	}
+	d.Status.Launcher = &fleet.LaunchStatus{Name: "npx", Reason: "npx command line not understood: option -c is not followed when flattening (it runs a shell command line)"}
+	b.Reset()
+	if err := printDetail(&b, d, now); err != nil {
+		t.Fatal(err)
+	}
+	if out := squeeze(b.String()); !strings.Contains(out, "Runs as: npx as written: npx command line not understood: option -c") || strings.Contains(out, "Running:") {
+		t.Errorf("inspect of a server as written:\n%s", out)
+	}
+}
+
+// squeeze makes each "Key:   value" line of inspect "Key: value".
+func squeeze(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if k, v, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(l, " ") {
+			lines[i] = k + ": " + strings.TrimLeft(v, " ")
+		}
+	}
+	return strings.Join(lines, "\n")
+}

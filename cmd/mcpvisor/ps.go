@@ -85,6 +85,9 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "\nwarnings:\n%s\n", strings.Join(notes, "\n"))
 	}
+	if err := printLaunches(w, st.Servers); err != nil {
+		return err
+	}
 	if len(st.Collisions) > 0 {
 		fmt.Fprintf(w, "\nname collisions on /mcp (the first server in name order serves the name):\n")
 		for _, c := range st.Collisions {
@@ -149,4 +152,31 @@ func limitNotes(s fleet.Status) []string {
 		notes = append(notes, fmt.Sprintf("  %s: limits not enforced on this machine, it runs without them: %s (mcpvisor inspect %s, or mcpvisor doctor, says why)", s.Name, strings.Join(kinds, ", "), s.Name))
 	}
 	return notes
+}
+
+// printLaunches lists how each server run through a package launcher
+// starts: flattened (npx → node …/server-everything@2026.8.31) or as
+// written, and why.
+func printLaunches(w io.Writer, servers []fleet.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	n := 0
+	for _, s := range servers {
+		ls := s.Launcher
+		if ls == nil {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(w, "\npackage launchers (flattened: the launcher's program runs directly):")
+		}
+		n++
+		how := ls.Runs
+		if !ls.Flattened {
+			how = ls.Name + " as written: " + oneLine(ls.Reason, 100)
+		}
+		if s.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
+			how += " (the running process was started " + ls.Last + ": this applies from its next start)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", s.Name, how)
+	}
+	return tw.Flush()
 }

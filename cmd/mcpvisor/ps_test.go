@@ -126,3 +126,37 @@ func TestLongLastErrorKeepsRowsWhole(t *testing.T) {
 		t.Fatalf("rows:\n%s", out)
 	}
 }
+
+// ps lists how each server run through a package launcher starts: the
+// flattened command in short, or as written and why, and says when the
+// running process was started otherwise.
+func TestPsLaunches(t *testing.T) {
+	st := admin.Servers{Servers: []fleet.Status{
+		{Name: "everything", State: "dormant", Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31"}},
+		{Name: "files", State: "running", PID: 7, Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-filesystem@2026.8.31", Last: "as written"}},
+		{Name: "memory", State: "new", Launcher: &fleet.LaunchStatus{Name: "npm exec", Reason: "not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31"}},
+		{Name: "plain", State: "new"},
+	}}
+	var b strings.Builder
+	if err := printPs(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"package launchers (flattened: the launcher's program runs directly):\n",
+		"  everything  npx → node …/server-everything@2026.8.31\n",
+		"  files       npx → node …/server-filesystem@2026.8.31 (the running process was started as written: this applies from its next start)\n",
+		"  memory      npm exec as written: not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ps lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "  plain ") {
+		t.Errorf("ps lists a server that is no launcher:\n%s", out)
+	}
+	b.Reset()
+	if err := printPs(&b, admin.Servers{Servers: st.Servers[3:]}, time.Now()); err != nil || strings.Contains(b.String(), "package launchers") {
+		t.Errorf("ps with no launcher:\n%s", b.String())
+	}
+}

@@ -18,6 +18,7 @@ func TestPositionalArgumentErrorsAreUsageErrors(t *testing.T) {
 		{"logs"},
 		{"call", "onlyserver"},
 		{"version", "extra"},
+		{"refresh", "a", "b"},
 	} {
 		code, _, stderr := runBin(t, append(args, "--addr", "127.0.0.1:1")...)
 		if code != 2 || strings.Contains(stderr, "is mcpvisor serve running") {

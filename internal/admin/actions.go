@@ -18,7 +18,7 @@ type ReloadFunc func(ctx context.Context) (report any, applied bool)
 // and POST /api/reload when the request gives no ?timeout=.
 const DefaultActionTimeout = 2 * time.Minute
 
-// ActionResult is the body of POST /api/servers/{name}/restart|stop|start|sleep.
+// ActionResult is the body of POST /api/servers/{name}/restart|stop|start|sleep|refresh.
 type ActionResult struct {
 	Server string `json:"server"`
 	Action string `json:"action"`
@@ -48,13 +48,16 @@ func (h *Handler) actionContext(w http.ResponseWriter, r *http.Request) (context
 	return ctx, cancel, true
 }
 
-// action serves POST /api/servers/{name}/{restart,stop,start,sleep}: each
-// returns once done (stopped; started and ready; dormant), within
-// ?timeout=. 200 when done; 504 when the timeout ended it first; 502 when
-// the server could not be started; 409 for a server a reload is removing,
-// and for a sleep the server's state does not allow (fleet.Server.Sleep:
-// not running, requests in flight, a subscriber, stopped by the operator),
-// with the reason.
+// action serves POST /api/servers/{name}/{restart,stop,start,sleep,refresh}:
+// each returns once done (stopped; started and ready; dormant; resolved),
+// within ?timeout=. 200 when done; 504 when the timeout ended it first;
+// 502 when the server could not be started; 409 for a server a reload is
+// removing, for a sleep the server's state does not allow
+// (fleet.Server.Sleep: not running, requests in flight, a subscriber,
+// stopped by the operator), and for a refresh of a server with no package
+// launcher to resolve (fleet.Server.Refresh), with the reason. A refresh
+// that resolves nothing (the package is not installed, say) is done: its
+// Status.Launcher says why the next start runs as written.
 func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	s := h.server(w, r)
 	if s == nil {
@@ -81,8 +84,10 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 		res.Drained = &d
 	case "sleep":
 		err = s.Sleep(ctx)
+	case "refresh":
+		_, err = s.Refresh(ctx)
 	default:
-		h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": "no action " + res.Action + ": restart, stop, start or sleep"})
+		h.writeStatusJSON(w, http.StatusNotFound, map[string]string{"error": "no action " + res.Action + ": restart, stop, start, sleep or refresh"})
 		return
 	}
 	res.TookMs = float64(time.Since(t0).Microseconds()) / 1000
@@ -91,7 +96,7 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		res.OK = true
-	case errors.Is(err, fleet.ErrRemoved), errors.Is(err, fleet.ErrNotRunning), errors.Is(err, fleet.ErrBusy),
+	case errors.Is(err, fleet.ErrRemoved), errors.Is(err, fleet.ErrNotRunning), errors.Is(err, fleet.ErrBusy), errors.Is(err, fleet.ErrNoLauncher),
 		res.Action == "sleep" && errors.Is(err, fleet.ErrStopped):
 		status = http.StatusConflict
 	case ctx.Err() != nil:

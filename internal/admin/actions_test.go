@@ -11,12 +11,21 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 )
+
+// resolverFunc is a fleet.LaunchResolver answering with a function.
+type resolverFunc func(*launch.Form) (*launch.Resolution, error)
+
+func (r resolverFunc) Resolve(_ context.Context, f *launch.Form, _ string, _ []string, _ string) (*launch.Resolution, error) {
+	return r(f)
+}
 
 // The action routes answer bad requests with the status that says what is
 // wrong, without acting: a bad ?timeout= names the parameter (400), an
 // unknown action or server is a 404, a sleep of a server not running or
-// stopped a 409 that says so, a reload without a reloader a 404,
+// stopped a 409 that says so, so is a refresh of a server with no package
+// launcher, a reload without a reloader a 404,
 // a GET is not an action (405); a rejected reload is a 422 with the
 // reloader's report, an applied one a 200, and the reloader's context
 // carries the ?timeout= bound.
@@ -48,7 +57,8 @@ func TestActionRoutes(t *testing.T) {
 	}{
 		{"/api/servers/a/restart?timeout=soon", 400, "timeout"},
 		{"/api/servers/a/restart?timeout=-1s", 400, "timeout"},
-		{"/api/servers/a/explode", 404, "restart, stop, start or sleep"},
+		{"/api/servers/a/explode", 404, "restart, stop, start, sleep or refresh"},
+		{"/api/servers/a/refresh", 409, "server a runs x, not a package launcher (npx, npm exec, pnpm dlx, bunx, yarn dlx): no package launcher to resolve"},
 		{"/api/servers/a/sleep", 409, "server a is new, not running: there is no process to put to sleep"},
 		{"/api/servers/nope/stop", 404, `no server named \"nope\"`},
 		{"/api/reload", 404, "does not reload"},
@@ -59,6 +69,23 @@ func TestActionRoutes(t *testing.T) {
 	}
 	if st := f.Get("a").Status(); st.State != "new" || st.Refusing != "" {
 		t.Fatalf("a bad request acted: %+v", st)
+	}
+	// A refresh resolves the launcher again and answers how the server
+	// starts from now on.
+	ncfg, err := config.Parse([]byte(`{"mcpServers":{"n":{"command":"npx","args":["-y","@fx/server"]}}}`), "t.json", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := resolverFunc(func(f *launch.Form) (*launch.Resolution, error) {
+		return &launch.Resolution{Launcher: f.Launcher, Command: "/usr/bin/node", Args: []string{"/x/index.js"}, Package: "@fx/server", Version: "1.2.3", Files: []string{"/usr/bin/node"}}, nil
+	})
+	nf, err := fleet.New(ncfg, fleet.Options{Resolver: resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := post(New(nf, nil, Options{}), "/api/servers/n/refresh")
+	if status != 200 || !strings.Contains(body, `"runs": "npx → node …/server@1.2.3"`) || !strings.Contains(body, `"flattened": true`) {
+		t.Errorf("refresh: %d %s", status, body)
 	}
 	if status, body := post(plain, "/api/servers/a/stop"); status != 200 {
 		t.Fatalf("stop: %d %s", status, body)

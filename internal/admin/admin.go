@@ -5,7 +5,7 @@
 // Server-Sent Events stream of them), GET /api/events (recent
 // lifecycle events, or a live Server-Sent Events stream of them) and
 // GET /metrics (Prometheus text format); and the operator's actions:
-// POST /api/servers/{name}/restart|stop|start|sleep, POST
+// POST /api/servers/{name}/restart|stop|start|sleep|refresh, POST
 // /api/servers/{name}/approve (held tools) and POST /api/reload; and the
 // dashboard, GET / (package dashboard), on the same listener.
 package admin

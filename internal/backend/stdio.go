@@ -52,6 +52,14 @@ type StdioConnector struct {
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
+	// Launch, if set, is given each spawn's Spec before the spawn, its
+	// environment built: it may change its Command and Args (the fleet
+	// runs a package launcher's program directly: package launch). It
+	// returns nil, or a function told how that start ended: nil once the
+	// process answered (its handshake done, or it ended on the era
+	// probe, a server of the 2025 revisions), else the start's error. It
+	// must not block.
+	Launch func(spec *proc.Spec) (started func(error))
 }
 
 // Connect spawns the server, sends initialize and notifications/initialized,
@@ -61,14 +69,36 @@ type StdioConnector struct {
 // at once and Connect returns without waiting for it to vanish (the
 // connection's goroutine reaps it).
 func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
-	log := sc.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	spec := sc.Spec
 	spec.Name = sc.Name
 	if spec.Env == nil && len(sc.ExtraEnv) > 0 {
 		spec.Env = append(proc.Environ(), sc.ExtraEnv...)
+	}
+	var started func(error)
+	if sc.Launch != nil {
+		started = sc.Launch(&spec)
+	}
+	s, err := sc.connect(ctx, spec)
+	if started != nil {
+		if errors.Is(err, errEndedOnProbe) {
+			started(nil) // it ran and spoke: a 2025 server
+		} else {
+			started(err)
+		}
+	}
+	if errors.Is(err, errEndedOnProbe) {
+		// A strict 2025 server: started again, and initialized at
+		// once (sc.era says so now), within the same connect.
+		return sc.Connect(ctx)
+	}
+	return s, err
+}
+
+// connect is Connect's spawn of spec and handshake.
+func (sc *StdioConnector) connect(ctx context.Context, spec proc.Spec) (lifecycle.Session, error) {
+	log := sc.Logger
+	if log == nil {
+		log = slog.Default()
 	}
 	spec.Logger = log // proc tags its records with the server's name itself
 	log = log.With("server", sc.Name)
@@ -112,9 +142,7 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 	if err := c.handshake(ctx, protocol, &sc.era); err != nil {
 		_ = c.CloseContext(ctx)
 		if errors.Is(err, errEndedOnProbe) {
-			// A strict 2025 server: started again, and initialized at
-			// once (sc.era says so now), within the same connect.
-			return sc.Connect(ctx)
+			return nil, err // Connect starts it again
 		}
 		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
 			return nil, c.endCause(err)

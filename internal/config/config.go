@@ -55,6 +55,16 @@ const (
 	SharingPerSession = "per-session"
 )
 
+// Launch modes of a stdio server ("launch").
+const (
+	// LaunchFlatten runs a package launcher's command line (npx, npm
+	// exec, …) as the program the launcher would run, resolved once
+	// with the user's package manager: the default.
+	LaunchFlatten = "flatten"
+	// LaunchAsWritten runs the command line as written.
+	LaunchAsWritten = "as-written"
+)
+
 // Built-in defaults (DESIGN.md, "Defaults"). Restart defaults follow the
 // lifecycle package except the backoff jitter, which is on here.
 const (
@@ -167,6 +177,12 @@ type Server struct {
 	// approved as it is): it is not listed and not callable until
 	// approved. A setting: a reload applies it in place.
 	Pin bool
+	// AsWritten runs a package launcher's command line (npx, npm exec, …)
+	// as written instead of flattening it to the program the launcher
+	// would run ("launch": "as-written"; the default, "flatten",
+	// flattens: package launch). A setting: a reload applies it at the
+	// server's next start.
+	AsWritten bool
 	// Prefix goes before this server's tool, prompt and resource names on
 	// the aggregated endpoint (the gateway adds the separator). Defaults to
 	// the server name; "" means no prefix.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,6 +98,38 @@ func TestProtocolSetting(t *testing.T) {
 	_, err := Parse([]byte(`{"mcpServers":{"a":{"command":"srv","protocol":"modrn"}}}`), "c.json", LoadOptions{})
 	if err == nil || !strings.Contains(err.Error(), "mcpServers.a.protocol") || !strings.Contains(err.Error(), `"modern"`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// "launch" takes flatten (the default) or as-written, in defaults and per
+// server; anything else is refused naming the field and the valid values.
+// A change of it is a setting (the process is kept; its next start
+// follows it).
+func TestLaunchSetting(t *testing.T) {
+	cfg := mustParse(t, `{"mcpServers":{"a":{"command":"npx"},"b":{"command":"npx","launch":"as-written"},"c":{"command":"npx","launch":"flatten"}}}`, LoadOptions{})
+	if cfg.Server("a").AsWritten || !cfg.Server("b").AsWritten || cfg.Server("c").AsWritten {
+		t.Fatalf("as written: a %v b %v c %v", cfg.Server("a").AsWritten, cfg.Server("b").AsWritten, cfg.Server("c").AsWritten)
+	}
+	cfg = mustParse(t, `{"defaults":{"launch":"as-written"},"mcpServers":{"a":{"command":"npx"},"b":{"command":"npx","launch":"flatten"}}}`, LoadOptions{})
+	if !cfg.Server("a").AsWritten || cfg.Server("b").AsWritten {
+		t.Fatalf("with defaults as-written: a %v b %v", cfg.Server("a").AsWritten, cfg.Server("b").AsWritten)
+	}
+	for doc, want := range map[string]string{
+		`{"mcpServers":{"a":{"command":"npx","launch":"asis"}}}`:                  `c.json: mcpServers.a.launch: "asis" is not a launch mode (valid: "flatten", "as-written")`,
+		`{"defaults":{"launch":"As-Written"},"mcpServers":{"a":{"command":"x"}}}`: `c.json: defaults.launch: "As-Written" is not a launch mode (valid: "flatten", "as-written")`,
+		`{"mcpServers":{"a":{"command":"npx","launch":false}}}`:                   `c.json: mcpServers.a.launch: must be a string, not a boolean (write "false")`,
+	} {
+		if _, err := Parse([]byte(doc), "c.json", LoadOptions{}); err == nil || err.Error() != want {
+			t.Errorf("%s: error %v, want %s", doc, err, want)
+		}
+	}
+	old := mustParse(t, `{"mcpServers":{"a":{"command":"npx","args":["-y","pkg"]}}}`, LoadOptions{})
+	now := mustParse(t, `{"mcpServers":{"a":{"command":"npx","args":["-y","pkg"],"launch":"as-written"}}}`, LoadOptions{})
+	if c := CompareServer(old.Server("a"), now.Server("a")); c.Action != ActionUpdated || !slices.Equal(c.Fields, []string{"launch"}) {
+		t.Errorf("a change of launch: %+v", c)
+	}
+	if old.Server("a").LaunchHash() != now.Server("a").LaunchHash() {
+		t.Error("the launch mode changed the launch hash (the cached lists)")
 	}
 }
 

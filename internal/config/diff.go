@@ -65,6 +65,7 @@ var serverFields = []struct {
 	{"maxIdleMemory", false, func(s *Server) any { return maxIdleMemory(s.Limits) }},
 	{"eager", false, func(s *Server) any { return s.Eager }},
 	{"pin", false, func(s *Server) any { return s.Pin }},
+	{"launch", false, func(s *Server) any { return s.AsWritten }},
 	{"prefix", false, func(s *Server) any { return s.Prefix }},
 	{"tools", false, func(s *Server) any { return s.Tools }},
 	{"maxInstances", false, func(s *Server) any { return s.MaxInstances }},

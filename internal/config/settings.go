@@ -18,6 +18,7 @@ type settings struct {
 	allow, deny                                          *[]string
 	sharing                                              *string
 	protocol                                             *string
+	launch                                               *string
 	maxInstances                                         *int
 	stdinWait, termWait                                  *time.Duration
 	policy                                               *lifecycle.Restart
@@ -32,7 +33,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -48,6 +49,7 @@ func builtinSettings() settings {
 		pin:               ptr(false),
 		sharing:           ptr(SharingShared),
 		protocol:          ptr(ProtocolAuto),
+		launch:            ptr(LaunchFlatten),
 		maxInstances:      ptr(DefaultMaxInstances),
 		stdinWait:         ptr(DefaultStdinWait),
 		termWait:          ptr(DefaultTermWait),
@@ -80,6 +82,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.deny, o.deny)
 	over(&s.sharing, o.sharing)
 	over(&s.protocol, o.protocol)
+	over(&s.launch, o.launch)
 	over(&s.maxInstances, o.maxInstances)
 	over(&s.stdinWait, o.stdinWait)
 	over(&s.termWait, o.termWait)
@@ -117,6 +120,7 @@ func (s settings) apply(srv *Server) {
 	}
 	srv.Sharing = *s.sharing
 	srv.Protocol = *s.protocol
+	srv.AsWritten = *s.launch == LaunchAsWritten
 	srv.MaxInstances = *s.maxInstances
 	srv.StdinWait = *s.stdinWait
 	srv.TermWait = *s.termWait
@@ -199,6 +203,15 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 				s.protocol = &str
 			default:
 				p.errorf(at, "%q is not a protocol era (valid: %q, %q, %q)", str, ProtocolAuto, ProtocolLegacy, ProtocolModern)
+			}
+		}
+	case "launch":
+		if str, ok := p.str(v, at); ok {
+			switch str {
+			case LaunchFlatten, LaunchAsWritten:
+				s.launch = &str
+			default:
+				p.errorf(at, "%q is not a launch mode (valid: %q, %q)", str, LaunchFlatten, LaunchAsWritten)
 			}
 		}
 	case "tools":

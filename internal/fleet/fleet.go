@@ -80,6 +80,10 @@ type Options struct {
 	// TreeUsage measures process trees, for maxIdleMemory; nil means
 	// proc.TreeUsage (tests replace it).
 	TreeUsage func([]proc.Root) ([]proc.Usage, []bool)
+	// Resolver resolves the package launchers of servers to flatten
+	// (launch.go); nil means the user's own package manager
+	// (launch.Resolver).
+	Resolver LaunchResolver
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -117,6 +121,13 @@ type Fleet struct {
 	// by name (CallTelemetry).
 	telMu      sync.Mutex
 	removedTel map[string]*telemetry.Server
+
+	// launches is what is known of each package launcher, by server
+	// name, made on first use (launch.go); resolveSem bounds the
+	// resolutions running at once.
+	launchMu   sync.Mutex
+	launches   map[string]*launchState
+	resolveSem chan struct{}
 }
 
 // drainingDone forgets an instance takeOut put in draining, once stopOut
@@ -258,7 +269,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 
 // New builds the fleet for cfg. Nothing is started.
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
-	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1)}
+	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1), resolveSem: make(chan struct{}, resolveConcurrency)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.Default()
@@ -359,6 +370,9 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		Logger:    f.log,
 		Protocol:  sc.Protocol,
 		OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
+		// A package launcher's program runs directly once resolved
+		// (launch.go): each spawn's Command and Args are decided then.
+		Launch: f.launcher(sc),
 	}
 }
 

@@ -377,8 +377,9 @@ func nonEmptyKinds(s *Server) []ListKind {
 }
 
 // pruneStore drops the persisted lists of servers no longer configured as
-// they are now.
+// they are now, and what is known of launchers no longer configured.
 func (f *Fleet) pruneStore() {
+	f.forgetLaunches()
 	if f.store == nil {
 		return
 	}
@@ -388,6 +389,11 @@ func (f *Fleet) pruneStore() {
 		f.log.Info("dropped cached lists of servers no longer configured as they were", "count", n)
 	}
 	f.pruneDefinitions()
+	if n, err := f.store.PruneLaunches(f.launchKeys()); err != nil {
+		f.log.Warn("could not prune the persisted launch resolutions", "err", err)
+	} else if n > 0 {
+		f.log.Info("dropped launch resolutions of servers no longer configured as they were", "count", n)
+	}
 }
 
 // launchHashes maps each configured server to its launch hash, under

@@ -152,6 +152,7 @@ func (s *Server) Status() Status {
 	st.Draining = len(s.f.drainingOf(s))
 	st.Limits = s.f.limitsStatus(s.Config())
 	st.OOMKills, st.PIDsLimitHits = s.limitCounts()
+	st.Launcher = s.Launcher()
 	return st
 }
 

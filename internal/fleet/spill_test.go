@@ -1,25 +1,12 @@
 package fleet
 
 import (
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/mcpvisor/mcpvisor/internal/store"
 )
-
-func openStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // inMemory reports whether the server holds its tools list and its
 // definitions in memory.

@@ -73,6 +73,10 @@ type Status struct {
 	// configured; each counted once its tree is gone.
 	OOMKills      int `json:"oomKills,omitempty"`
 	PIDsLimitHits int `json:"pidsLimitHits,omitempty"`
+	// Launcher says, for a server whose command is a package launcher (npx,
+	// npm exec, …), whether it starts flattened — the launcher's program
+	// run directly — or as written, and why.
+	Launcher *LaunchStatus `json:"launcher,omitempty"`
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or

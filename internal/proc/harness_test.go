@@ -2,6 +2,7 @@ package proc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -19,6 +20,7 @@ const (
 	harnessBinEnv   = "PROC_TEST_HARNESS_BIN"   // fixture binary
 	harnessNPMEnv   = "PROC_TEST_HARNESS_NPM"   // .deps/npm: also run an npx tree
 	harnessShimEnv  = "PROC_TEST_HARNESS_SHIM"  // the mcpvisor-shim binary
+	harnessFlatEnv  = "PROC_TEST_HARNESS_FLAT"  // JSON command line: also run the flattened npx server, in .deps/npm
 )
 
 // shimBinary, as a mode's ShimPath, stands for the mcpvisor-shim binary,
@@ -96,6 +98,24 @@ func runHarness() int {
 			Command: "npx",
 			Args:    []string{"-y", "@modelcontextprotocol/server-everything"},
 			Dir:     dir,
+		})
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		pids = append(pids, fmt.Sprint(p.Pid()))
+	}
+	if flat := os.Getenv(harnessFlatEnv); flat != "" {
+		var argv []string
+		if err := json.Unmarshal([]byte(flat), &argv); err != nil || len(argv) == 0 {
+			fmt.Println("error", harnessFlatEnv, err)
+			return 1
+		}
+		p, err := rt.Spawn(context.Background(), Spec{
+			Name:    "everything-flat",
+			Command: argv[0],
+			Args:    argv[1:],
+			Dir:     os.Getenv(harnessNPMEnv),
 		})
 		if err != nil {
 			fmt.Println("error", err)

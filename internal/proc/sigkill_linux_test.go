@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,8 +12,8 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
-// TestSupervisorSIGKILL kills a supervising process (running fixture trees
-// and a real npx chain) with SIGKILL and checks
+// TestSupervisorSIGKILL kills a supervising process (running fixture trees,
+// a real npx chain and the same npm server flattened) with SIGKILL and checks
 // what each containment layer leaves behind, saying which layer did the
 // work. With a pid namespace nothing may survive one second; with
 // pdeathsig alone the direct children die and the escaped grandchildren are
@@ -21,13 +22,18 @@ import (
 func TestSupervisorSIGKILL(t *testing.T) {
 	bin := testserver.Build(t)
 	npm := testserver.Deps(t, "npm")
+	command, args := flatNpx(t, npm)
+	flat, err := json.Marshal(append([]string{command}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			marker := testserver.NewMarker(t)
 			state := t.TempDir()
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(),
-				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin, harnessNPMEnv+"="+npm,
+				harnessEnv+"="+m.name, harnessStateEnv+"="+state, harnessBinEnv+"="+bin, harnessNPMEnv+"="+npm, harnessFlatEnv+"="+string(flat),
 				harnessShimEnv+"="+withShim(t, Options{ShimPath: shimBinary}).ShimPath,
 				testserver.MarkerEnv+"="+marker)
 			out, err := cmd.StdoutPipe()
@@ -54,11 +60,11 @@ func TestSupervisorSIGKILL(t *testing.T) {
 			}
 			pidns := strings.Contains(layers, LayerPIDNamespace)
 			// Tree 1: fixture + setsid grandchild + stdout grandchild;
-			// tree 2: fixture; tree 3: npm exec + sh + node; plus one shim
-			// per tree in a pid namespace.
-			want := 7
+			// tree 2: fixture; tree 3: npm exec + sh + node; tree 4: node
+			// (flattened); plus one shim per tree in a pid namespace.
+			want := 8
 			if pidns {
-				want = 10
+				want = 12
 			}
 			before := waitCount(t, marker, want)
 			direct := map[int]bool{}

@@ -33,6 +33,8 @@
 //	lists/<server>/<kind>/<index>     one raw JSON item; <index> is 4-byte big-endian
 //	events/<seq>                      JSON {time, server, type, details}; <seq> 8-byte big-endian
 //	definitions/<server>              JSON: the server's known and approved definitions (Definitions)
+//	launches/<server>/hash            launch key (launch.Key) the record is for
+//	launches/<server>/record          JSON: how the server's package launcher resolved (Launch)
 //
 // Items are stored one per key rather than as one encoded value per list so
 // that they stay byte-exact and readable and loading them is a copy, not a
@@ -69,6 +71,9 @@ var (
 	bucketLists  = []byte("lists")
 	bucketEvents = []byte("events")
 	bucketDefs   = []byte("definitions")
+	// bucketLaunches holds, per server run through a package launcher,
+	// how it resolved (Launch).
+	bucketLaunches = []byte("launches")
 	// bucketGone holds, per server no longer configured, when its
 	// definitions record was first found so (PruneDefinitions).
 	bucketGone = []byte("definitions-gone")
@@ -298,8 +303,8 @@ func (s *Store) openDB() (*bolt.DB, error) {
 }
 
 // prepare makes the buckets, resets them if they hold another schema, and
-// reads every list entry once so that structural damage shows up now, as
-// an error, rather than later.
+// reads every list entry and launch record once so that structural damage
+// shows up now, as an error, rather than later.
 func (s *Store) prepare(tx *bolt.Tx) error {
 	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 	if err != nil {
@@ -307,7 +312,7 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 	}
 	if v := meta.Get(keySchema); v != nil && string(v) != schemaVersion {
 		s.log.Warn("state file has another schema; dropping its contents", "schema", string(v), "want", schemaVersion)
-		for _, name := range [][]byte{bucketLists, bucketEvents, bucketDefs, bucketGone} {
+		for _, name := range [][]byte{bucketLists, bucketEvents, bucketDefs, bucketGone, bucketLaunches} {
 			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 				return err
 			}
@@ -329,6 +334,10 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketDefs); err != nil {
 		return err
 	}
+	launches, err := tx.CreateBucketIfNotExists(bucketLaunches)
+	if err != nil {
+		return err
+	}
 	var sink byte
 	var walk func(b *bolt.Bucket) error
 	walk = func(b *bolt.Bucket) error {
@@ -346,7 +355,10 @@ func (s *Store) prepare(tx *bolt.Tx) error {
 		})
 	}
 	_ = sink
-	return walk(lists)
+	if err := walk(lists); err != nil {
+		return err
+	}
+	return walk(launches)
 }
 
 // moveAside renames the state file to <path>.corrupt-<UTC time>.
