@@ -85,14 +85,25 @@ func (s *Server) retireRecord() {
 // lockDefs locks the server's definitions, read back from the persisted
 // record first if they were put out of memory (spillDefs), and returns
 // them; the caller unlocks d.mu. A record that cannot be read back is
-// logged, and the server's next list is a first one.
+// logged, and nothing is approved any more: the server's next list is the
+// baseline of what is known, and a pinned server holds its tools until
+// the operator approves them again.
 func (s *Server) lockDefs() *defs {
 	d := s.defs()
 	d.mu.Lock()
 	if d.cold {
 		d.cold, d.pending = false, 0
-		if err := d.loadLocked(s.f.store.Definitions(s.Name())); err != nil {
-			s.f.log.Warn("could not read a server's definitions back from the state file", "server", s.Name(), "err", err)
+		raw := s.f.store.Definitions(s.Name())
+		err := d.loadLocked(raw)
+		if raw == nil && err == nil {
+			err = errors.New("the record is gone")
+		}
+		if err != nil {
+			// Fail closed: with the approvals unknown, nothing is approved
+			// (a pinned server's tools are held until approved again); the
+			// next list is the baseline of what is known.
+			d.known, d.items, d.approved = nil, nil, drift.Set{}
+			s.f.log.Warn("could not read a server's definitions back from the state file: its tools are held until approved again if it is pinned", "server", s.Name(), "err", err)
 		}
 	}
 	return d

@@ -561,8 +561,8 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 		in.conn = nil
 		in.sleepDone = nil
 		in.mu.Unlock()
-		if dormant && in.key == "" {
-			in.srv.spill()
+		if dormant && in.key == "" && in.isDormant() {
+			in.srv.spill() // (a wake right after only makes its lists read from disk until the wake's relearn)
 		}
 		close(done)
 		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
@@ -578,6 +578,13 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: d})
 	}()
 	return done
+}
+
+// isDormant reports whether the instance is dormant now.
+func (in *instance) isDormant() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.phase == phaseDormant
 }
 
 // rest puts the instance to sleep now if it runs, no client request is in

@@ -176,7 +176,9 @@ func (s *Server) putIf(gen uint64, k ListKind, items []json.RawMessage) (stored,
 		old, had = s.readCold(k, *c.coldHash)
 	}
 	changed = !had || !sameItems(old, items)
-	return true, changed, c.setLocked(k, items, changed)
+	// A list of an earlier launch is not on disk under this one's hash,
+	// changed or not, until persisted.
+	return true, changed, c.setLocked(k, items, changed || c.unsaved.has(k))
 }
 
 // setLocked puts items in memory as the list of kind k; changed says they
@@ -310,6 +312,43 @@ func (s *Server) spillLists() {
 	}
 	if len(c.items) == 0 {
 		c.items = nil
+	}
+}
+
+// warmLists reads the lists that are on disk only back into memory. A
+// relaunch does so first: the lists of the earlier launch are served until
+// the new one's are learned, and the store entry they are under is
+// pruned.
+func (s *Server) warmLists() {
+	c := s.lists
+	c.mu.Lock()
+	cold, hash := c.cold, c.coldHash
+	c.mu.Unlock()
+	if cold == 0 {
+		return
+	}
+	l, ok := s.f.store.Lists(s.Name(), hex.EncodeToString(hash[:]))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.coldHash != hash {
+		return
+	}
+	for _, k := range cold.kinds() {
+		if !c.cold.has(k) {
+			continue
+		}
+		c.cold &^= setOf(k)
+		items, found := l.Get(store.Kind(k.Member))
+		if !ok || !found {
+			continue
+		}
+		if items == nil {
+			items = []json.RawMessage{}
+		}
+		if c.items == nil {
+			c.items = map[string][]json.RawMessage{}
+		}
+		c.items[k.Member] = items
 	}
 }
 

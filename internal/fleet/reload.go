@@ -176,6 +176,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			// (relaunched) and takeOut's fresh instances have the new
 			// launch.
 			w.s.opMu.Lock()
+			w.s.warmLists() // the prune below drops the entry they are under
 			w.s.lists.relaunched()
 			w.was = w.s.cfg.Swap(sc)
 			w.old = w.s.takeOut("reloaded with a new launch")
