@@ -224,11 +224,24 @@ func (c *Conn) endCause(err error) error {
 		return err
 	}
 	st, _ := c.proc.Wait(context.Background())
-	if tail := c.proc.Stderr().Tail(3); tail != "" {
-		return fmt.Errorf("%w: process %s; stderr: %s", lifecycle.ErrServerCrashed, st, tail)
+	tail := c.proc.Stderr().Tail(3)
+	msg := fmt.Sprintf("%v: process %s", lifecycle.ErrServerCrashed, st)
+	if tail != "" {
+		msg += "; stderr: " + tail
 	}
-	return fmt.Errorf("%w: process %s", lifecycle.ErrServerCrashed, st)
+	return &crashCause{msg: msg, exit: &ExitError{Server: c.name, Status: st, Stderr: tail}}
 }
+
+// crashCause is endCause's error for a process that ended: it is
+// lifecycle.ErrServerCrashed, and carries the process's *ExitError (how it
+// ended: an OOM kill during a start is counted from it).
+type crashCause struct {
+	msg  string
+	exit *ExitError
+}
+
+func (e *crashCause) Error() string   { return e.msg }
+func (e *crashCause) Unwrap() []error { return []error{lifecycle.ErrServerCrashed, e.exit} }
 
 // Wait blocks until the connection ends. It returns nil when mcpvisor
 // ended it (Close) and the process did not crash on the way, and a

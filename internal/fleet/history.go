@@ -161,7 +161,12 @@ func (in *instance) startFailure(err error, mark uint64) *StartError {
 		se.Stage = StageSpawn
 	}
 	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: reason, Stderr: se.Stderr}
-	e.status(err)
+	if ee := e.status(err); ee != nil {
+		// A tree that ended during its start (killed by its memory limit
+		// before it answered, say) never connected: disconnected does
+		// not count it, this does.
+		s.countStatus(ee.Status)
+	}
 	s.recordExit(e)
 	return se
 }

@@ -56,19 +56,7 @@ type endedTree interface {
 
 // countTree is countEnd for the tree p.
 func (s *Server) countTree(p endedTree) {
-	add := func() {
-		st := p.Status()
-		if st.Kind != proc.ExitOOM && st.PIDsLimitHits == 0 {
-			return
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		en := s.endsLocked()
-		if st.Kind == proc.ExitOOM {
-			en.oomKills++
-		}
-		en.pidsLimitHits += st.PIDsLimitHits
-	}
+	add := func() { s.countStatus(p.Status()) }
 	select {
 	case <-p.Done():
 		add()
@@ -86,6 +74,21 @@ func (s *Server) countTree(p endedTree) {
 		case <-t.C:
 		}
 	}()
+}
+
+// countStatus counts a tree that ended with st: an OOM kill, the forks
+// its pids limit refused.
+func (s *Server) countStatus(st proc.ExitStatus) {
+	if st.Kind != proc.ExitOOM && st.PIDsLimitHits == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en := s.endsLocked()
+	if st.Kind == proc.ExitOOM {
+		en.oomKills++
+	}
+	en.pidsLimitHits += st.PIDsLimitHits
 }
 
 // endCountWait bounds countEnd's wait for a tree being killed.
