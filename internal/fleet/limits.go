@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
@@ -65,15 +66,16 @@ func (s *Server) countTree(p endedTree) {
 	}
 	// A stop whose context ended before the tree was gone: the tree is
 	// being killed, and is gone within proc's kill bound.
-	go func() {
+	s.f.spawn(func(ctx context.Context) { // ends with the fleet
 		t := time.NewTimer(endCountWait)
 		defer t.Stop()
 		select {
 		case <-p.Done():
 			add()
 		case <-t.C:
+		case <-ctx.Done():
 		}
-	}()
+	})
 }
 
 // countStatus counts a tree that ended with st: an OOM kill, the forks

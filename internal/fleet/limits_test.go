@@ -214,3 +214,18 @@ func TestEndsCountedOnceTheTreeIsGone(t *testing.T) {
 		}
 	})
 }
+
+// The wait for a tree still being killed ends with the fleet: Close does
+// not wait out its bound, and no goroutine of it is left.
+func TestEndCountWaitEndsWithTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, ``)
+		s := ff.f.Get("s")
+		s.countTree(&fakeTree{done: make(chan struct{}), st: proc.ExitStatus{Kind: proc.ExitOOM}})
+		start := time.Now()
+		ff.close(t)
+		if took := time.Since(start); took >= endCountWait {
+			t.Fatalf("Close waited %v for a tree's count", took)
+		}
+	})
+}

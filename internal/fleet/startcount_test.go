@@ -31,7 +31,9 @@ func TestAStartKilledByItsLimitsIsCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 		f, err := New(cfg, Options{Logger: discardLogger(),
-			Connector: func(*config.Server, backend.Hooks, func(context.Context, Live)) lifecycle.Connector { return oomAtStart{} }})
+			Connector: func(*config.Server, backend.Hooks, func(context.Context, Live)) lifecycle.Connector {
+				return oomAtStart{}
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
