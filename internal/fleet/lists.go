@@ -264,15 +264,14 @@ func (s *Server) cachedList(k ListKind) ([]json.RawMessage, bool) {
 // readCold reads the list of kind k from the store's entry of the server
 // under launch hash.
 func (s *Server) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage, bool) {
-	l, ok := s.f.store.Lists(s.Name(), hex.EncodeToString(hash[:]))
-	if !ok {
-		return nil, false
-	}
-	items, ok := l.Get(store.Kind(k.Member))
-	if ok && items == nil {
-		items = []json.RawMessage{}
-	}
-	return items, ok
+	return s.f.store.List(s.Name(), hex.EncodeToString(hash[:]), store.Kind(k.Member))
+}
+
+// launchKey is the server's launch hash (config.Server.LaunchHash) as
+// bytes, the form the lists keep of the hash their disk copy is under.
+func (s *Server) launchKey() (key [sha256.Size]byte, ok bool) {
+	_, err := hex.Decode(key[:], []byte(s.Config().LaunchHash()))
+	return key, err == nil
 }
 
 // spillLists puts the lists of a server gone dormant out of memory: each
@@ -284,8 +283,8 @@ func (s *Server) spillLists() {
 	if s.f.store == nil {
 		return
 	}
-	var hash [sha256.Size]byte
-	if _, err := hex.Decode(hash[:], []byte(s.Config().LaunchHash())); err != nil {
+	hash, ok := s.launchKey()
+	if !ok {
 		return
 	}
 	c := s.lists
@@ -352,18 +351,19 @@ func (s *Server) warmLists() {
 	}
 }
 
-// coldFrom records lists found on disk under the launch hash hash, with
-// their item counts, without reading them (Fleet.SetStore).
-func (c *lists) coldFrom(counts map[store.Kind]int, hash [sha256.Size]byte) {
+// coldFrom records the lists found on disk under the launch hash hash
+// (fetched: whether each has items), without reading them
+// (Fleet.SetStore).
+func (c *lists) coldFrom(fetched map[store.Kind]bool, hash [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range allKinds {
-		n, ok := counts[store.Kind(k.Member)]
+		full, ok := fetched[store.Kind(k.Member)]
 		if !ok {
 			continue
 		}
 		c.cold |= setOf(k)
-		if n > 0 {
+		if full {
 			c.full |= setOf(k)
 		}
 	}
@@ -706,14 +706,14 @@ func (f *Fleet) SetStore(st *store.Store) {
 		if s == nil {
 			continue
 		}
-		var hash [sha256.Size]byte
-		if _, err := hex.Decode(hash[:], []byte(s.Config().LaunchHash())); err != nil {
+		hash, ok := s.launchKey()
+		if !ok {
 			continue
 		}
 		if len(sum.Init) > 0 {
 			s.lists.putInit(sum.Init)
 		}
-		s.lists.coldFrom(sum.Count, hash)
+		s.lists.coldFrom(sum.Lists, hash)
 	}
 	for _, s := range f.Servers() {
 		s.spillDefs()

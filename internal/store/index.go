@@ -1,65 +1,78 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
+
 	bolt "go.etcd.io/bbolt"
 )
 
 // Summary is what mcpvisor keeps in memory of one server's cached lists
-// while the lists themselves stay on disk (read with Lists when asked
-// for): its initialize result, and how many items each list that was
-// fetched has.
+// while the lists themselves stay on disk (read with List when asked
+// for): its initialize result, and which lists were fetched — true for
+// those that have items.
 type Summary struct {
 	Init  []byte
-	Count map[Kind]int
+	Lists map[Kind]bool
 }
 
 // Index returns, in one transaction, the Summary of every server in want
 // (name → launch hash) whose entry has that hash; servers without a
-// matching entry are absent. It reads no item but each list's keys.
+// matching entry are absent. It reads no item, only whether each list
+// has a first one.
 func (s *Store) Index(want map[string]string) map[string]Summary {
 	out := make(map[string]Summary, len(want))
-	if s == nil || len(want) == 0 {
-		return out
-	}
-	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketLists).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v != nil {
-				continue
-			}
-			hash, ok := want[string(k)]
-			if !ok {
-				continue
-			}
-			b := c.Bucket().Bucket(k)
-			if b == nil || string(b.Get(keyHash)) != hash {
-				continue
-			}
-			sum := Summary{Count: map[Kind]int{}}
-			if init := b.Get(keyInit); init != nil {
-				sum.Init = append([]byte(nil), init...)
-			}
-			for _, kind := range kinds {
-				kb := b.Bucket([]byte(kind))
-				if kb == nil {
-					continue
-				}
-				n := 0
-				kc := kb.Cursor()
-				for key, _ := kc.First(); key != nil; key, _ = kc.Next() {
-					n++
-				}
-				sum.Count[kind] = n
-			}
-			out[string(k)] = sum
+	err := s.eachEntry(want, func(name string, b *bolt.Bucket) {
+		sum := Summary{Lists: map[Kind]bool{}}
+		if init := b.Get(keyInit); init != nil {
+			sum.Init = append([]byte(nil), init...)
 		}
-		return nil
+		for _, kind := range kinds {
+			if kb := b.Bucket([]byte(kind)); kb != nil {
+				first, _ := kb.Cursor().First()
+				sum.Lists[kind] = first != nil
+			}
+		}
+		out[name] = sum
 	})
 	if err != nil {
 		s.readFailed("index", err)
 		return map[string]Summary{}
 	}
 	return out
+}
+
+// List returns the items of one list of server's entry under launch hash,
+// and whether that list was fetched (an empty one included); false, as for
+// Lists, when the entry has another hash, on a nil or closed store and on
+// a read error (logged).
+func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool) {
+	if s == nil {
+		return nil, false
+	}
+	var items []json.RawMessage
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLists).Bucket([]byte(server))
+		if b == nil || !bytes.Equal(b.Get(keyHash), []byte(hash)) {
+			return nil
+		}
+		kb := b.Bucket([]byte(kind))
+		if kb == nil {
+			return nil
+		}
+		items, ok = []json.RawMessage{}, true
+		c := kb.Cursor()
+		for key, v := c.First(); key != nil; key, v = c.Next() {
+			items = append(items, bytes.Clone(v))
+		}
+		return nil
+	})
+	if err != nil {
+		s.readFailed("list", err)
+		return nil, false
+	}
+	return items, ok
 }
 
 // ReleaseMemory drops the pages of the state file that reads and writes

@@ -26,11 +26,26 @@ func TestIndex(t *testing.T) {
 		t.Fatalf("Index = %v, want a only", got)
 	}
 	a := got["a"]
-	if string(a.Init) != `{"protocolVersion":"2025-11-25"}` || len(a.Count) != 2 || a.Count[Tools] != 2 || a.Count[Prompts] != 0 {
-		t.Fatalf("a's summary: init %s, counts %v", a.Init, a.Count)
+	if string(a.Init) != `{"protocolVersion":"2025-11-25"}` || len(a.Lists) != 2 || !a.Lists[Tools] || a.Lists[Prompts] {
+		t.Fatalf("a's summary: init %s, lists %v", a.Init, a.Lists)
 	}
-	if _, ok := a.Count[Prompts]; !ok {
+	if _, ok := a.Lists[Prompts]; !ok {
 		t.Fatal("a fetched, empty list of prompts is absent from its summary")
+	}
+
+	// List reads one list: the items, an empty fetched one, none unfetched
+	// or under another hash.
+	if items, ok := s.List("a", "h1", Tools); !ok || len(items) != 2 || string(items[1]) != `{"name":"y"}` {
+		t.Fatalf("a's tools: %q (%v)", items, ok)
+	}
+	if items, ok := s.List("a", "h1", Prompts); !ok || items == nil || len(items) != 0 {
+		t.Fatalf("a's fetched, empty prompts: %q (%v)", items, ok)
+	}
+	if _, ok := s.List("a", "h1", Resources); ok {
+		t.Fatal("a's resources, never fetched, read as a list")
+	}
+	if _, ok := s.List("b", "other", Tools); ok {
+		t.Fatal("b's tools read under another launch hash")
 	}
 	var nilStore *Store
 	if n := len(nilStore.Index(map[string]string{"a": "h1"})); n != 0 {

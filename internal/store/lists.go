@@ -100,10 +100,22 @@ func (s *Store) Lists(server, hash string) (Lists, bool) {
 // catalog at start.
 func (s *Store) Load(want map[string]string) map[string]Lists {
 	out := make(map[string]Lists, len(want))
-	if s == nil || len(want) == 0 {
-		return out
+	err := s.eachEntry(want, func(name string, b *bolt.Bucket) { out[name] = readLists(b) })
+	if err != nil {
+		s.readFailed("load", err)
+		return map[string]Lists{}
 	}
-	err := s.view(func(tx *bolt.Tx) error {
+	return out
+}
+
+// eachEntry calls fn, in one read transaction, with the bucket of every
+// server in want (name → launch hash) whose entry has that hash. The
+// bucket is valid during the call only.
+func (s *Store) eachEntry(want map[string]string, fn func(name string, b *bolt.Bucket)) error {
+	if s == nil || len(want) == 0 {
+		return nil
+	}
+	return s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketLists).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if v != nil {
@@ -113,19 +125,12 @@ func (s *Store) Load(want map[string]string) map[string]Lists {
 			if !ok {
 				continue
 			}
-			b := c.Bucket().Bucket(k)
-			if b == nil || string(b.Get(keyHash)) != hash {
-				continue
+			if b := c.Bucket().Bucket(k); b != nil && string(b.Get(keyHash)) == hash {
+				fn(string(k), b)
 			}
-			out[string(k)] = readLists(b)
 		}
 		return nil
 	})
-	if err != nil {
-		s.readFailed("load", err)
-		return map[string]Lists{}
-	}
-	return out
 }
 
 // readLists copies one server's entry out of the mapped file. All its
