@@ -74,8 +74,8 @@ type Options struct {
 	// a moment (trimQuiet), at most once per trimEvery, on a goroutine of
 	// the fleet's: the dormant servers' lists and definitions are out of
 	// memory by then (in the store), and Trim gives what they held back
-	// to the OS. Close does not wait for a Trim under way to be called
-	// again, only for it to return.
+	// to the OS. Close waits for a Trim under way to return, and none is
+	// called after it.
 	Trim func()
 	// TreeUsage measures process trees, for maxIdleMemory; nil means
 	// proc.TreeUsage (tests replace it).

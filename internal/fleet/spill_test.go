@@ -166,3 +166,38 @@ func TestTrimAfterDormancy(t *testing.T) {
 		}
 	})
 }
+
+// Close waits for a Trim under way to return, and calls none after.
+func TestCloseWaitsForATrimUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		in, out := make(chan struct{}), make(chan struct{})
+		var trims atomic.Int32
+		df.f.opts.Trim = func() {
+			trims.Add(1)
+			close(in)
+			<-out
+		}
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		<-in // the trim is under way
+		closed := make(chan struct{})
+		go func() {
+			df.close(t)
+			close(closed)
+		}()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned while a Trim was under way")
+		default:
+		}
+		close(out)
+		<-closed
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims", n)
+		}
+	})
+}
