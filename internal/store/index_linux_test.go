@@ -78,3 +78,41 @@ func TestReleaseMemory(t *testing.T) {
 		t.Fatalf("after ReleaseMemory, s123's tools read back as %d items", len(items))
 	}
 }
+
+// ReleaseMemory runs while writes grow the file (and so remap it) and
+// reads go on: every read finds what was written, none faults.
+func TestReleaseMemoryWhileTheFileGrows(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	item := json.RawMessage(`{"name":"t","description":"` + strings.Repeat("d", 2000) + `"}`)
+	done := make(chan struct{})
+	released := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				released <- n
+				return
+			default:
+			}
+			if err := s.ReleaseMemory(); err != nil {
+				t.Error(err)
+			}
+			n++
+		}
+	}()
+	for i := range 300 {
+		name := fmt.Sprintf("s%03d", i)
+		items := []json.RawMessage{item, item, item, item, item}
+		if err := s.PutLists(name, "h", Lists{Items: map[Kind][]json.RawMessage{Tools: items}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := s.List(name, "h", Tools); !ok || len(got) != 5 || string(got[4]) != string(item) {
+			t.Fatalf("%s read back as %d items (%v)", name, len(got), ok)
+		}
+	}
+	close(done)
+	if n := <-released; n == 0 {
+		t.Fatal("no ReleaseMemory ran meanwhile")
+	}
+}
