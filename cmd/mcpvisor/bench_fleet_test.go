@@ -17,7 +17,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -114,7 +113,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 
 	var cases []fleetCase
-	servers := map[string]any{}
+	cfgServers := map[string]any{}
 	for _, pkg := range []string{"everything", "memory"} {
 		for _, where := range []string{"npx cache", "local project"} {
 			for _, flat := range []bool{true, false} {
@@ -138,12 +137,12 @@ func TestBenchFleet(t *testing.T) {
 				if !flat {
 					srv["launch"] = "as-written"
 				}
-				servers[c.name] = srv
+				cfgServers[c.name] = srv
 				cases = append(cases, c)
 			}
 		}
 	}
-	cfgJSON, err := json.Marshal(map[string]any{"mcpServers": servers})
+	cfgJSON, err := json.Marshal(map[string]any{"mcpServers": cfgServers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +157,7 @@ func TestBenchFleet(t *testing.T) {
 	// resolved yet), then resolves the flattened ones in the background.
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		st := fleetStatus(t, serve.base)
+		st := servers(t, serve.base)
 		done := true
 		for _, c := range cases {
 			s := st[c.name]
@@ -174,7 +173,7 @@ func TestBenchFleet(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	st := fleetStatus(t, serve.base)
+	st := servers(t, serve.base)
 	say("mcpvisor fleet benchmark: launcher flattening, %d interleaved rounds (even ones in reverse order), %d CPUs, %s, npm %s; load average at the start %s\n",
 		rounds, runtime.NumCPU(), nodeVersion(t), npmVersion(t), loadAverage())
 	for _, c := range cases {
@@ -207,7 +206,7 @@ func TestBenchFleet(t *testing.T) {
 				t.Fatalf("%s: %s: %v %v", c.name, c.tool, res, err)
 			}
 			time.Sleep(settleAfterWake)
-			s := fleetStatus(t, serve.base)[c.name]
+			s := servers(t, serve.base)[c.name]
 			if s.PID == 0 {
 				t.Fatalf("%s is not running after its call: %+v", c.name, s)
 			}
@@ -269,24 +268,6 @@ func TestBenchFleet(t *testing.T) {
 	fmt.Printf("\nreport written to %s\n", filepath.Join(out, "fleet-report.txt"))
 }
 
-func fleetStatus(t *testing.T, base string) map[string]fleet.Status {
-	t.Helper()
-	resp, err := http.Get(base + "/api/servers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body admin.Servers
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]fleet.Status{}
-	for _, s := range body.Servers {
-		out[s.Name] = s
-	}
-	return out
-}
-
 // respawnMs is the respawnMs of the last respawned event of the server:
 // how long its spawn and handshake took, as mcpvisor counts it.
 func respawnMs(t *testing.T, base, name string) float64 {
@@ -322,9 +303,9 @@ func sleepServer(t *testing.T, base, name string) {
 	}
 	resp.Body.Close()
 	deadline := time.Now().Add(30 * time.Second)
-	for fleetStatus(t, base)[name].State != "dormant" {
+	for servers(t, base)[name].State != "dormant" {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not go dormant: %+v", name, fleetStatus(t, base)[name])
+			t.Fatalf("%s did not go dormant: %+v", name, servers(t, base)[name])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
