@@ -3,7 +3,6 @@ package proc
 import (
 	"os"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
@@ -26,24 +25,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(closeRaceEnv) != "" {
 		os.Exit(runCloseRace())
 	}
-	goleak.VerifyTestMain(reapedAfter{m})
-}
-
-// reapedAfter runs the tests, then waits, bounded, until every tree they
-// spawned is reaped: a Stop bounded by its context returns while the kill
-// goes on (by design), and a test may end then. A tree still not reaped
-// after the bound is a leak, which goleak then reports (the spawner
-// goroutine that outlives it).
-type reapedAfter struct{ m *testing.M }
-
-func (r reapedAfter) Run() int {
-	code := r.m.Run()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if liveSpawns() == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return code
+	goleak.VerifyTestMain(m)
 }
