@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"go.uber.org/goleak"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -460,5 +461,22 @@ func TestFormatBytes(t *testing.T) {
 	}
 	if s := (*Limits)(nil).String(); s != "none" {
 		t.Errorf("nil Limits = %q", s)
+	}
+}
+
+// A spawner goroutine that hands the main thread off, to one that lands
+// on the main thread again and hands off in turn, is let go once the
+// serving goroutine is up: none is left waiting when the spawner ends.
+func TestSpawnerHandOffOfAHandOffLeavesNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	old := onLeaderThread
+	calls := 0
+	onLeaderThread = func() bool { calls++; return calls <= 2 || old() }
+	defer func() { onLeaderThread = old }()
+	var tid int
+	theSpawner.do(func() { tid = unix.Gettid() })
+	theSpawner.release()
+	if calls < 3 || tid == 0 || tid == os.Getpid() {
+		t.Fatalf("checks %d, spawner thread %d (pid %d)", calls, tid, os.Getpid())
 	}
 }

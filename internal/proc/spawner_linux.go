@@ -65,6 +65,9 @@ func (s *spawner) loop(reqs chan func(), locked chan<- struct{}) {
 		ready := make(chan struct{})
 		go s.loop(reqs, ready)
 		<-ready
+		if locked != nil {
+			close(locked) // a hand-off of a hand-off: the one waiting may go too
+		}
 		runtime.UnlockOSThread()
 		return
 	}
