@@ -40,7 +40,19 @@ type liveTools struct {
 	set      drift.Set // nil until a learn succeeds
 	setGen   uint64    // gen when the learn of set began
 	gen      uint64    // list_changed notifications of the instance, ever
-	learning chan struct{}
+	learning *toolsLearn
+}
+
+// toolsLearn is one learn of a process's tools, shared by every toolsOf
+// caller that asks while it runs. It runs on a context of its own, not
+// any one caller's: a caller whose context ends leaves without ending it
+// for the others; the last caller to leave ends it.
+type toolsLearn struct {
+	done    chan struct{} // closed once set and err are final
+	set     drift.Set
+	err     error
+	waiters int // callers waiting on done; under the instance's mu
+	cancel  context.CancelFunc
 }
 
 // toolsChanged records that the instance's process said its tools list
@@ -90,47 +102,76 @@ func (in *instance) liveGen() (gen uint64, ok bool) {
 
 // toolsOf returns the tools conn's process lists: those learned from it
 // before, unless it said since that they changed, else learned now, once
-// for all the callers that ask meanwhile (a caller whose ctx ends first
-// leaves; one whose learn fails leaves the next caller to try again).
+// for all the callers that ask meanwhile. The learn runs on its own
+// context (the caller's values, bounded by the server's request timeout):
+// a caller whose ctx ends leaves, bounded by that ctx, and the learn goes
+// on for the others; once every caller has left it is ended, and the next
+// caller starts a new one. A learn that fails is reported to the callers
+// that waited for it; the next caller tries again.
 // What is learned goes in the server's cache and definitions like any
 // learn: a change is reported as definitions_changed.
 func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
-	for {
+	in.mu.Lock()
+	if in.live == nil {
+		in.live = &liveTools{}
+	}
+	v := in.live
+	if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
+		set := v.set
+		in.mu.Unlock()
+		return set, nil
+	}
+	c := v.learning
+	if c == nil {
+		c = in.startToolsLearn(ctx, v, conn)
+	}
+	c.waiters++
+	in.mu.Unlock()
+
+	select {
+	case <-c.done:
 		in.mu.Lock()
-		if in.live == nil {
-			in.live = &liveTools{}
+		c.waiters--
+		in.mu.Unlock()
+		return c.set, c.err
+	case <-ctx.Done():
+		in.mu.Lock()
+		c.waiters--
+		if c.waiters == 0 && v.learning == c {
+			// Nobody waits for it any more: end it, and let the next
+			// caller start afresh rather than inherit its cancellation.
+			v.learning = nil
+			c.cancel()
 		}
-		v := in.live
-		if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
-			set := v.set
-			in.mu.Unlock()
-			return set, nil
-		}
-		if ch := v.learning; ch != nil {
-			in.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
+		in.mu.Unlock()
+		return nil, context.Cause(ctx)
+	}
+}
+
+// startToolsLearn starts the learn of conn's tools that toolsOf callers
+// share; called with the instance's mu held. The goroutine ends when the
+// learn does: on its answer, its request timeout, its last caller leaving
+// (cancel) or the connection's end.
+func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn) *toolsLearn {
+	lctx, cancel := WithTimeout(context.WithoutCancel(ctx), in.srv.Config().RequestTimeout)
+	c := &toolsLearn{done: make(chan struct{}), cancel: cancel}
+	v.learning = c
+	gen := v.gen
+	go func() {
+		defer cancel()
+		set, err := in.learnTools(lctx, conn)
+		in.mu.Lock()
+		c.set, c.err = set, err
+		if v.learning == c {
+			v.learning = nil
+			if err == nil {
+				v.conn, v.set, v.setGen = conn, set, gen
 			}
 		}
-		ch := make(chan struct{})
-		v.learning = ch
-		gen := v.gen
 		in.mu.Unlock()
-
-		set, err := in.learnTools(ctx, conn)
-
-		in.mu.Lock()
-		v.learning = nil
-		close(ch)
-		if err == nil {
-			v.conn, v.set, v.setGen = conn, set, gen
-		}
-		in.mu.Unlock()
-		return set, err
-	}
+		close(c.done)
+	}()
+	return c
 }
 
 // learnTools lists the tools conn's process lists, for toolsOf. The

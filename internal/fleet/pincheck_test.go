@@ -190,6 +190,45 @@ func TestCheckToolPerSession(t *testing.T) {
 	})
 }
 
+// A learn every caller left is ended (its tools/list is cancelled, no
+// goroutine of it stays), and the next caller starts a new one rather
+// than inherit the cancellation.
+func TestCheckToolLearnEndsWithItsLastCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, `,"requestTimeout":"0"`)
+		defer df.close(t)
+		l, release := wakeHeld(t, df, s)
+		defer release()
+		defer l.Release()
+		synctest.Wait() // the refresh after the start waits in tools/list
+		listing := func() int {
+			df.srv.mu.Lock()
+			defer df.srv.mu.Unlock()
+			return df.srv.listing
+		}
+		before := listing()
+		for range 2 {
+			short, cancel := context.WithTimeout(t.Context(), time.Second)
+			if err := s.CheckTool(short, l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a caller with a short context: %v", err)
+			}
+			cancel()
+			synctest.Wait()
+			if n := listing(); n != before {
+				t.Fatalf("%d tools/list calls waiting after every checker left, want %d (the refresh's)", n, before)
+			}
+		}
+		n, _ := df.listStats()
+		release()
+		if err := s.CheckTool(t.Context(), l, "echo"); err != nil {
+			t.Fatalf("a check after the left learns: %v", err)
+		}
+		if after, _ := df.listStats(); after != n+1 {
+			t.Fatalf("%d tools/list calls for the check after, want 1", after-n)
+		}
+	})
+}
+
 // Calls that check one process at once share one learn of its list; one
 // whose context ends first leaves without holding up the others, and a
 // later call uses what was learned.
