@@ -160,10 +160,28 @@ type defsRecord struct {
 	Last      []drift.Change                   `json:"last,omitempty"`
 	ChangedAt time.Time                        `json:"changedAt,omitzero"`
 	Lost      int                              `json:"lost,omitempty"`
+	// Held is how many known tools are held back (heldLocked): what a
+	// server whose definitions stay on disk reports without reading
+	// them (coldSummary). Records written before it was kept lack it.
+	Held *int `json:"held,omitempty"`
+}
+
+// defsSummary is the part of a record that a server whose definitions
+// stay on disk keeps in memory.
+type defsSummary struct {
+	V    int  `json:"v"`
+	Held *int `json:"held"`
+	Lost int  `json:"lost"`
 }
 
 func (d *defs) recordLocked() json.RawMessage {
-	r := defsRecord{V: 1, Known: d.items, Last: d.last, ChangedAt: d.changedAt, Lost: d.lost}
+	held := 0
+	for name := range d.known[drift.Tool] {
+		if d.heldLocked(name) {
+			held++
+		}
+	}
+	r := defsRecord{V: 1, Known: d.items, Last: d.last, ChangedAt: d.changedAt, Lost: d.lost, Held: &held}
 	if d.approved != nil {
 		r.Approved = []json.RawMessage{}
 		for _, key := range sortedKeysOf(d.approved) {

@@ -722,14 +722,26 @@ func (f *Fleet) SetStore(st *store.Store) {
 	f.trimSoon() // what reading the store brought into memory
 }
 
-// loadDefinitions reads the server's persisted definitions record, if the
-// fleet has a store.
+// loadDefinitions takes in the server's persisted definitions record, if
+// the fleet has a store: left on disk, as for a dormant server (lockDefs
+// reads it when something looks at the definitions), with only its held
+// and lost counts read into memory. A record written before it kept the
+// held count is read whole (and put out of memory by spillDefs).
 func (s *Server) loadDefinitions() {
 	if s.f.store == nil {
 		return
 	}
 	raw := s.f.store.Definitions(s.Name())
 	if raw == nil {
+		return
+	}
+	var sum defsSummary
+	if json.Unmarshal(raw, &sum) == nil && sum.V == 1 && sum.Held != nil {
+		d := s.defs()
+		d.mu.Lock()
+		d.known, d.items, d.approved, d.last, d.changedAt = nil, nil, nil, nil, time.Time{}
+		d.cold, d.pending, d.lost = true, *sum.Held, sum.Lost
+		d.mu.Unlock()
 		return
 	}
 	if err := s.defs().load(raw); err != nil {

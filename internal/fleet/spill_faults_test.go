@@ -113,3 +113,70 @@ func TestARelaunchOfADormantServerReportsNoChange(t *testing.T) {
 		}
 	})
 }
+
+// After a restart a server's definitions stay on disk — only the counts
+// a status shows come into memory — and read back whole when looked at:
+// a pinned server's held tool is counted, reported and still held, from a
+// record of this version and from one written before records kept the
+// held count (read whole, then put out of memory).
+func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
+	for _, format := range []string{"current", "without a held count"} {
+		t.Run(format, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := openStore(t)
+				df := newDriftFleet(t, `,"idleTimeout":"10m","pin":true`, nil, st)
+				s := df.f.Get("s")
+				df.srv.setItems(echoV1, pidTool)
+				learnTools(t, s)
+				if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+					t.Fatal(err)
+				}
+				df.srv.setItems(echoV2, pidTool)
+				relearn(s)
+				if n := s.pendingCount(); n != 1 {
+					t.Fatalf("%d tools held before the restart, want 1 (echo)", n)
+				}
+				sleepNow(t, s)
+				df.close(t)
+				if format != "current" {
+					var rec map[string]json.RawMessage
+					if err := json.Unmarshal(st.Definitions("s"), &rec); err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := rec["held"]; !ok {
+						t.Fatal("the record keeps no held count")
+					}
+					delete(rec, "held")
+					raw, _ := json.Marshal(rec)
+					if err := st.PutDefinitions("s", raw); err != nil {
+						t.Fatal(err)
+					}
+				}
+
+				df = newDriftFleet(t, `,"idleTimeout":"10m","pin":true`, df.srv, st)
+				defer df.close(t)
+				s = df.f.Get("s")
+				d := s.defs()
+				d.mu.Lock()
+				cold, known := d.cold, d.known != nil
+				d.mu.Unlock()
+				if !cold || known {
+					t.Fatalf("after the restart the definitions are in memory (cold %v, known %v)", cold, known)
+				}
+				if n := s.pendingCount(); n != 1 {
+					t.Fatalf("%d tools held after the restart, want 1", n)
+				}
+				if _, defs := inMemory(s); defs {
+					t.Fatal("counting the held tools read the definitions back")
+				}
+				p := s.Definitions().Pending
+				if len(p) != 1 || p[0].Name != "echo" {
+					t.Fatalf("pending after the restart: %+v, want echo", p)
+				}
+				if !s.ToolHeld("echo") || s.ToolHeld("pid") {
+					t.Fatal("after the restart echo is not held, or pid is")
+				}
+			})
+		})
+	}
+}
