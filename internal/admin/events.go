@@ -33,7 +33,7 @@ type EventLog struct {
 	mu      sync.Mutex
 	max     int
 	epoch   string
-	entries []Entry
+	entries []kept
 	pos     uint64 // the last entry's seq
 	base    uint64 // the seq before this run's first event
 	last    uint64 // this run's events so far
@@ -45,6 +45,31 @@ type EventLog struct {
 }
 
 type eventKey struct{ server, typ string }
+
+// kept is an event as the log keeps it: its details as the JSON they are
+// persisted and sent as, decoded only when the event is read (entry) —
+// a thousand kept events cost a thousand small byte slices, not a
+// thousand maps of boxed values. id is "" for this run's events, whose
+// id is the epoch and their number in the run.
+type kept struct {
+	seq                  uint64
+	id                   string
+	time                 time.Time
+	server, session, typ string
+	details              json.RawMessage
+}
+
+// entry is k as the log's readers get it.
+func (l *EventLog) entry(k kept) Entry {
+	e := Entry{ID: k.id, seq: k.seq, Event: fleet.Event{Time: k.time, Server: k.server, Session: k.session, Type: k.typ}}
+	if e.ID == "" {
+		e.ID = l.epoch + "-" + strconv.FormatUint(k.seq-l.base, 10)
+	}
+	if len(k.details) != 0 {
+		_ = json.Unmarshal(k.details, &e.Details) // an object, else none
+	}
+	return e
+}
 
 type subscription struct {
 	ch     chan Entry
@@ -80,12 +105,8 @@ func RestoreEventLog(max int, history []store.Event) *EventLog {
 		}
 		epoch, _, _ := strings.Cut(id, "-")
 		epochs[epoch] = true
-		e := fleet.Event{Time: h.Time, Server: h.Server, Session: h.Session, Type: h.Type}
-		if len(h.Details) != 0 {
-			_ = json.Unmarshal(h.Details, &e.Details) // an object, else none
-		}
 		l.pos++
-		l.entries = append(l.entries, Entry{ID: id, seq: l.pos, Event: e})
+		l.entries = append(l.entries, kept{seq: l.pos, id: id, time: h.Time, server: h.Server, session: h.Session, typ: h.Type, details: h.Details})
 	}
 	l.base = l.pos
 	now := epochClock().UnixNano()
@@ -120,16 +141,19 @@ func (l *EventLog) Add(e fleet.Event) {
 	l.last++
 	l.pos++
 	entry := Entry{ID: l.epoch + "-" + strconv.FormatUint(l.last, 10), seq: l.pos, Event: e}
-	l.entries = append(l.entries, entry)
-	if len(l.entries) > l.max {
-		l.entries = append(l.entries[:0], l.entries[len(l.entries)-l.max:]...)
+	var details json.RawMessage
+	if len(e.Details) != 0 {
+		details, _ = json.Marshal(e.Details)
 	}
+	if len(l.entries) == l.max {
+		// Full: the oldest makes room, in place (the slice never grows
+		// past max, nor is it copied).
+		copy(l.entries, l.entries[1:])
+		l.entries = l.entries[:l.max-1]
+	}
+	l.entries = append(l.entries, kept{seq: l.pos, time: e.Time, server: e.Server, session: e.Session, typ: e.Type, details: details})
 	l.counts[eventKey{e.Server, e.Type}]++
 	if l.persist != nil {
-		var details json.RawMessage
-		if len(e.Details) != 0 {
-			details, _ = json.Marshal(e.Details)
-		}
 		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: e.Type, Details: details})
 	}
 	for s := range l.subs {
@@ -150,15 +174,24 @@ func (l *EventLog) Events() []Entry {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Entry{}, l.entries...)
+	out := make([]Entry, 0, len(l.entries))
+	for _, k := range l.entries {
+		out = append(out, l.entry(k))
+	}
+	return out
 }
 
 // Count returns how many kept events have type typ, for server (any server
 // when "").
 func (l *EventLog) Count(server, typ string) int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	n := 0
-	for _, e := range l.Events() {
-		if e.Type == typ && (server == "" || e.Server == server) {
+	for _, k := range l.entries {
+		if k.typ == typ && (server == "" || k.server == server) {
 			n++
 		}
 	}
@@ -189,16 +222,16 @@ func (l *EventLog) Subscribe(after string, buf int) (replay []Entry, events <-ch
 	case id.epoch == l.epoch:
 		from = l.base + id.seq
 	default: // an earlier run's, restored and still kept, or not
-		for _, e := range l.entries {
-			if e.ID == after {
-				from = e.seq
+		for _, k := range l.entries {
+			if k.id == after {
+				from = k.seq
 				break
 			}
 		}
 	}
-	for _, e := range l.entries {
-		if e.seq > from {
-			replay = append(replay, e)
+	for _, k := range l.entries {
+		if k.seq > from {
+			replay = append(replay, l.entry(k))
 		}
 	}
 	if l.closed {
