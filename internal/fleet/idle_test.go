@@ -472,3 +472,36 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 		}
 	})
 }
+
+// A dormant instance keeps no idle timer, and a wake arms a new one: the
+// woken server goes back to sleep after its idle timeout again.
+func TestADormantInstanceKeepsNoTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"10s","startGrace":"1s"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		in := s.sharedIn()
+		timer := func() bool {
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			return in.timer != nil
+		}
+		for round := 1; round <= 2; round++ {
+			if _, _, err := in.acquire(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			if !timer() {
+				t.Fatalf("round %d: a running instance has no idle timer", round)
+			}
+			time.Sleep(10*time.Second + time.Millisecond)
+			synctest.Wait()
+			if state(s) != "dormant" {
+				t.Fatalf("round %d: %s after the idle timeout, want dormant", round, state(s))
+			}
+			if timer() {
+				t.Fatalf("round %d: a dormant instance keeps its idle timer", round)
+			}
+		}
+	})
+}

@@ -556,6 +556,12 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 		dormant := in.phase == phaseSleeping
 		if dormant {
 			in.phase = phaseDormant
+			// A dormant instance keeps no timer: the next start arms a
+			// new one (a check that fires meanwhile finds it dormant).
+			if in.timer != nil {
+				in.timer.Stop()
+				in.timer = nil
+			}
 		}
 		in.dormantAt = time.Now()
 		in.conn = nil
