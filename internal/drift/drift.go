@@ -103,7 +103,9 @@ func Define(k Kind, item json.RawMessage) (Def, error) {
 			def[f] = v
 		}
 	}
-	canon := encode(def)
+	// Kept as long as the definition is known: its own exact-size copy,
+	// not the encoder's buffer with the room it grew.
+	canon := bytes.Clone(encode(def))
 	sum := sha256.Sum256(canon)
 	return Def{Kind: k, Key: key, Canonical: canon, Fingerprint: hex.EncodeToString(sum[:])}, nil
 }
