@@ -149,7 +149,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No
 			// server-wide ReadTimeout or WriteTimeout: they would cut
 			// long-lived event streams; each stream has its own deadlines.
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+			srv := &http.Server{Handler: trimAfter(a.fleet, mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
@@ -355,4 +355,16 @@ func (r *serverRoutes) close() {
 	for _, h := range all {
 		h.Close()
 	}
+}
+
+// trimAfter serves h and then asks f for a trim once things are quiet
+// (fleet.TrimSoon): what a request left behind — the garbage of a large
+// answer, the state file's pages a list read mapped in — is given back
+// to the OS when the requests stop, not kept at the runtime's next
+// collection goal for as long as mcpvisor stays idle.
+func trimAfter(f *fleet.Fleet, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer f.TrimSoon()
+		h.ServeHTTP(w, r)
+	})
 }

@@ -201,3 +201,35 @@ func TestCloseWaitsForATrimUnderWay(t *testing.T) {
 		}
 	})
 }
+
+// TrimSoon, asked for after each request, trims once the requests stop
+// for trimQuiet — never while they go on, however long — and may be
+// asked for from many goroutines at once.
+func TestTrimSoonWaitsUntilRequestsStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		defer df.close(t)
+		var trims atomic.Int32
+		df.f.opts.Trim = func() { trims.Add(1) }
+		for range 60 { // a request every half second for 30 s, four at once
+			for range 4 {
+				go df.f.TrimSoon()
+			}
+			time.Sleep(trimQuiet / 4)
+			synctest.Wait()
+			if n := trims.Load(); n != 0 {
+				t.Fatalf("%d trims while requests went on", n)
+			}
+		}
+		time.Sleep(trimQuiet)
+		synctest.Wait()
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims once the requests stopped, want 1", n)
+		}
+		time.Sleep(10 * trimEvery)
+		synctest.Wait()
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims with nothing asked since, want 1", n)
+		}
+	})
+}

@@ -6,20 +6,21 @@ import (
 	"time"
 )
 
-// The pace of Options.Trim: called once no server went dormant for
-// trimQuiet, and never within trimEvery of the last call.
+// The pace of Options.Trim: called once nothing asked for it (a server
+// gone dormant, a request served: TrimSoon) for trimQuiet, and never
+// within trimEvery of the last call — so never while work goes on.
 const (
 	trimQuiet = 2 * time.Second
 	trimEvery = 10 * time.Second
 )
 
 // trimState schedules Options.Trim: at most one trimmer runs, and a
-// dormancy while it waits moves its call later.
+// request for a trim while it waits moves its call later.
 type trimState struct {
 	mu      sync.Mutex
 	running bool
-	due     bool      // something went dormant since the last call
-	at      time.Time // when the last dormancy was
+	due     bool      // a trim was asked for since the last call
+	at      time.Time // when the last was asked for
 	last    time.Time // when Trim was last called
 }
 
@@ -31,6 +32,13 @@ func (s *Server) spill() {
 	s.spillDefs()
 	s.f.trimSoon()
 }
+
+// TrimSoon schedules a call of Options.Trim once things are quiet: after
+// work that leaves memory to give back — a request served, whose garbage
+// the Go runtime would otherwise keep up to its next collection's goal,
+// or that read lists from the state file into mapped pages. Cheap, and
+// safe to call concurrently; a no-op without Options.Trim.
+func (f *Fleet) TrimSoon() { f.trimSoon() }
 
 // trimSoon schedules a call of Options.Trim.
 func (f *Fleet) trimSoon() {
