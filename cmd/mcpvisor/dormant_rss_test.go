@@ -55,6 +55,7 @@ func measureDormant(t *testing.T, n int) dormantFleet {
 	time.Sleep(trimSettle)
 	out.rssKB, out.heapKB = settledMemory(t, s)
 	listAggregate(t, s.base)
+	time.Sleep(trimSettle) // the trim once the requests stop
 	out.listedKB, _ = settledMemory(t, s)
 	stopServe(t, s)
 
@@ -63,6 +64,7 @@ func measureDormant(t *testing.T, n int) dormantFleet {
 	time.Sleep(trimSettle)
 	out.rssKB2, out.heapKB2 = settledMemory(t, s)
 	listAggregate(t, s.base)
+	time.Sleep(trimSettle)
 	out.listed2, _ = settledMemory(t, s)
 	stopServe(t, s)
 	return out
