@@ -173,7 +173,7 @@ func (s *Server) putIf(gen uint64, k ListKind, items []json.RawMessage) (stored,
 	}
 	old, had := c.items[k.Member]
 	if !had && c.cold.has(k) {
-		old, had = s.readCold(k, *c.coldHash)
+		old, had, _ = s.readCold(k, *c.coldHash) // unreadable: compared as new
 	}
 	changed = !had || !sameItems(old, items)
 	// A list of an earlier launch is not on disk under this one's hash,
@@ -241,29 +241,42 @@ func (c *lists) put(k ListKind, items []json.RawMessage) {
 
 // cachedList is the server's list of kind k: from memory, else from the
 // store when it was put there (spillLists). A list the store no longer
-// has (its entry replaced, a read error) is known no more.
+// has (its entry replaced) is known no more.
 func (s *Server) cachedList(k ListKind) ([]json.RawMessage, bool) {
+	items, ok, _ := s.cachedListErr(k)
+	return items, ok
+}
+
+// cachedListErr is cachedList, with the error of a list on disk that
+// could not be read: such a list stays known (cold) — the next read tries
+// again — and the caller, unlike for one the store does not have, must
+// not take it for unknown (List does not start the server for it).
+func (s *Server) cachedListErr(k ListKind) ([]json.RawMessage, bool, error) {
 	c := s.lists
 	c.mu.Lock()
 	items, ok := c.items[k.Member]
 	cold, hash := c.cold.has(k), c.coldHash
 	c.mu.Unlock()
 	if ok || !cold {
-		return items, ok
+		return items, ok, nil
 	}
-	if items, ok = s.readCold(k, *hash); !ok {
+	items, ok, err := s.readCold(k, *hash)
+	if err != nil {
+		return nil, false, fmt.Errorf("server %s: its %s list is kept in the state file, which could not be read: %w", s.Name(), k.Member, err)
+	}
+	if !ok {
 		c.mu.Lock()
 		if c.cold.has(k) && c.coldHash == hash {
 			c.cold &^= setOf(k)
 		}
 		c.mu.Unlock()
 	}
-	return items, ok
+	return items, ok, nil
 }
 
 // readCold reads the list of kind k from the store's entry of the server
 // under launch hash.
-func (s *Server) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage, bool) {
+func (s *Server) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage, bool, error) {
 	return s.f.store.List(s.Name(), hex.EncodeToString(hash[:]), store.Kind(k.Member))
 }
 
@@ -445,11 +458,15 @@ func (s *Server) Cached(k ListKind) bool {
 // List returns the server's whole list of kind k (every page), from the
 // cache when it is there — a dormant server is not woken for it — else
 // fetched from the shared instance under a lease (starting it) and cached.
-// A server without the capability has an empty list. ctx bounds the start
-// and the fetch.
+// A list kept on disk that cannot be read back is an error: the server is
+// not started for it. A server without the capability has an empty list.
+// ctx bounds the start and the fetch.
 func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error) {
-	if items, ok := s.cachedList(k); ok {
-		return items, nil
+	if items, ok, err := s.cachedListErr(k); ok || err != nil {
+		// A list on disk that could not be read is an error, not a
+		// reason to start the server: a state file that fails would
+		// otherwise start every dormant server an aggregate list asks.
+		return items, err
 	}
 	l, err := s.Acquire(ctx, "")
 	if err != nil {

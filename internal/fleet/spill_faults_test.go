@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"testing/synctest"
 )
@@ -179,4 +180,47 @@ func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A dormant server's list kept on disk that cannot be read back (the state
+// file closed, failing) is an error for whoever asks, not a reason to
+// start the server: an aggregate list on a failing state file would
+// otherwise start every dormant server at once. It stays known, read again
+// next time; a list the store no longer has is unknown, and asked for, the
+// server starts to learn it.
+func TestAnUnreadableColdListDoesNotStartTheServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1, pidTool)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		if list, _ := inMemory(s); list {
+			t.Fatal("the dormant server's list was not spilled")
+		}
+		count := func() int {
+			df.srv.mu.Lock()
+			defer df.srv.mu.Unlock()
+			return df.connects
+		}
+		connects := count()
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			items, err := s.List(t.Context(), Tools)
+			if err == nil || !strings.Contains(err.Error(), "state file") {
+				t.Fatalf("List of a list the closed state file keeps: %q, %v (want an error naming the state file)", items, err)
+			}
+			synctest.Wait()
+			if n := count(); n != connects || state(s) != "dormant" {
+				t.Fatalf("the server was started (%d connects, state %s) for a list it could not read", n-connects, state(s))
+			}
+			if !s.Cached(Tools) {
+				t.Fatal("a list that could not be read is no longer known")
+			}
+		}
+	})
 }

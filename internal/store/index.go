@@ -44,11 +44,12 @@ func (s *Store) Index(want map[string]string) map[string]Summary {
 
 // List returns the items of one list of server's entry under launch hash,
 // and whether that list was fetched (an empty one included); false, as for
-// Lists, when the entry has another hash, on a nil or closed store and on
-// a read error (logged).
-func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool) {
+// Lists, when the entry has another hash or on a nil store. A read error
+// (a closed store included) is returned, and logged: the list may well be
+// there, the caller cannot know.
+func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool, error) {
 	if s == nil {
-		return nil, false
+		return nil, false, nil
 	}
 	var items []json.RawMessage
 	var ok bool
@@ -70,9 +71,9 @@ func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool) {
 	})
 	if err != nil {
 		s.readFailed("list", err)
-		return nil, false
+		return nil, false, err
 	}
-	return items, ok
+	return items, ok, nil
 }
 
 // ReleaseMemory drops the pages of the state file that reads and writes

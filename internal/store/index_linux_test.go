@@ -107,8 +107,8 @@ func TestReleaseMemoryWhileTheFileGrows(t *testing.T) {
 		if err := s.PutLists(name, "h", Lists{Items: map[Kind][]json.RawMessage{Tools: items}}); err != nil {
 			t.Fatal(err)
 		}
-		if got, ok := s.List(name, "h", Tools); !ok || len(got) != 5 || string(got[4]) != string(item) {
-			t.Fatalf("%s read back as %d items (%v)", name, len(got), ok)
+		if got, ok, err := s.List(name, "h", Tools); err != nil || !ok || len(got) != 5 || string(got[4]) != string(item) {
+			t.Fatalf("%s read back as %d items (%v, %v)", name, len(got), ok, err)
 		}
 	}
 	close(done)

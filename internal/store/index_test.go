@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"testing"
 )
@@ -35,20 +36,34 @@ func TestIndex(t *testing.T) {
 
 	// List reads one list: the items, an empty fetched one, none unfetched
 	// or under another hash.
-	if items, ok := s.List("a", "h1", Tools); !ok || len(items) != 2 || string(items[1]) != `{"name":"y"}` {
+	if items, ok, _ := s.List("a", "h1", Tools); !ok || len(items) != 2 || string(items[1]) != `{"name":"y"}` {
 		t.Fatalf("a's tools: %q (%v)", items, ok)
 	}
-	if items, ok := s.List("a", "h1", Prompts); !ok || items == nil || len(items) != 0 {
+	if items, ok, _ := s.List("a", "h1", Prompts); !ok || items == nil || len(items) != 0 {
 		t.Fatalf("a's fetched, empty prompts: %q (%v)", items, ok)
 	}
-	if _, ok := s.List("a", "h1", Resources); ok {
+	if _, ok, _ := s.List("a", "h1", Resources); ok {
 		t.Fatal("a's resources, never fetched, read as a list")
 	}
-	if _, ok := s.List("b", "other", Tools); ok {
+	if _, ok, _ := s.List("b", "other", Tools); ok {
 		t.Fatal("b's tools read under another launch hash")
 	}
 	var nilStore *Store
 	if n := len(nilStore.Index(map[string]string{"a": "h1"})); n != 0 {
 		t.Fatalf("a nil store indexed %d servers", n)
+	}
+}
+
+// A read that fails — the store closed — is an error, not an absent list.
+func TestListOfAClosedStoreIsAnError(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	if err := s.PutLists("a", "h1", Lists{Items: map[Kind][]json.RawMessage{Tools: {json.RawMessage(`{"name":"x"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if items, ok, err := s.List("a", "h1", Tools); !errors.Is(err, ErrClosed) || ok || items != nil {
+		t.Fatalf("List on a closed store: %q, %v, %v; want ErrClosed", items, ok, err)
 	}
 }
