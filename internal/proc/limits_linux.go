@@ -445,7 +445,7 @@ func (lr *limitsRuntime) v1LimitFiles(c ctl, l *Limits) []limitFile {
 
 func writeLimitFiles(dir string, files []limitFile) error {
 	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.value), 0); err != nil {
+		if err := writeCgroupFile(filepath.Join(dir, f.name), []byte(f.value), 0); err != nil {
 			return fmt.Errorf("cgroup %s: %s = %s: %w", dir, f.name, f.value, err)
 		}
 	}
@@ -507,11 +507,22 @@ func (rt *Runtime) makeV1Leaves(p *Process, name string) error {
 	return nil
 }
 
+// writeCgroupFile writes one cgroup control file (a seam for tests).
+var writeCgroupFile = os.WriteFile
+
 // enterV1 moves the calling thread — the spawner's, locked to it — into
 // p's v1 leaves, and returns the function that moves it back and lowers
 // what entering raised (see v1LimitFiles). It must run on the spawner
 // thread, right before the fork; leave right after. On error the thread is
-// back where it was.
+// back where it was, as far as it could be moved.
+//
+// leave works in the order that never lets the tree exceed its limits nor
+// exposes mcpvisor to the tree's OOM killer: pids.max goes back to the
+// limit while the thread is still inside (a fork the tree makes in between
+// finds the limit, not the limit plus one); the thread moves out; then the
+// OOM killer of each memory leaf the thread did leave is enabled again —
+// never of one it is still in, whose OOM kill could pick mcpvisor itself.
+// Its error says what it could not do: the spawn fails then.
 func (p *Process) enterV1() (leave func() error, err error) {
 	leaves := p.plat.v1
 	if len(leaves) == 0 {
@@ -521,21 +532,37 @@ func (p *Process) enterV1() (leave func() error, err error) {
 	moved := 0
 	leave = func() error {
 		var errs []error
-		for _, l := range leaves[:moved] {
-			if err := os.WriteFile(filepath.Join(l.base, "tasks"), tid, 0); err != nil {
-				errs = append(errs, fmt.Errorf("moving the spawner thread back to %s: %w", l.base, err))
+		lim := p.spec.Limits
+		if lim != nil && lim.PIDs > 0 {
+			for _, l := range leaves {
+				if l.ctls&ctlPIDs != 0 {
+					if err := writeLimitFiles(l.dir, []limitFile{{"pids.max", strconv.Itoa(lim.PIDs)}}); err != nil {
+						errs = append(errs, err)
+					}
+				}
 			}
 		}
-		if lim := p.spec.Limits; lim != nil {
-			for _, l := range leaves {
-				var files []limitFile
-				if lim.PIDs > 0 && l.ctls&ctlPIDs != 0 {
-					files = append(files, limitFile{"pids.max", strconv.Itoa(lim.PIDs)})
+		out := make([]bool, len(leaves))
+		for i, l := range leaves[:moved] {
+			if err := writeCgroupFile(filepath.Join(l.base, "tasks"), tid, 0); err != nil {
+				errs = append(errs, fmt.Errorf("moving the spawner thread back to %s: %w", l.base, err))
+				continue
+			}
+			out[i] = true
+		}
+		for i := moved; i < len(leaves); i++ {
+			out[i] = true // never entered
+		}
+		if lim != nil && lim.MemoryBytes > 0 {
+			for i, l := range leaves {
+				if l.ctls&ctlMemory == 0 {
+					continue
 				}
-				if lim.MemoryBytes > 0 && l.ctls&ctlMemory != 0 {
-					files = append(files, limitFile{"memory.oom_control", "0"})
+				if !out[i] {
+					errs = append(errs, fmt.Errorf("cgroup %s: its OOM killer stays off while the spawner thread is in it", l.dir))
+					continue
 				}
-				if err := writeLimitFiles(l.dir, files); err != nil {
+				if err := writeLimitFiles(l.dir, []limitFile{{"memory.oom_control", "0"}}); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -543,7 +570,7 @@ func (p *Process) enterV1() (leave func() error, err error) {
 		return errors.Join(errs...)
 	}
 	for _, l := range leaves {
-		if err := os.WriteFile(filepath.Join(l.dir, "tasks"), tid, 0); err != nil {
+		if err := writeCgroupFile(filepath.Join(l.dir, "tasks"), tid, 0); err != nil {
 			_ = leave()
 			return nil, fmt.Errorf("proc: entering cgroup %s: %w", l.dir, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"go.uber.org/goleak"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,5 +480,132 @@ func TestSpawnerHandOffOfAHandOffLeavesNoGoroutine(t *testing.T) {
 	theSpawner.release()
 	if calls < 3 || tid == 0 || tid == os.Getpid() {
 		t.Fatalf("checks %d, spawner thread %d (pid %d)", calls, tid, os.Getpid())
+	}
+}
+
+// cgroupWrites records every write to a cgroup control file while it is
+// in force (writeCgroupFile), failing those fail says to fail.
+type cgroupWrites struct {
+	mu   sync.Mutex
+	log  []string // "dir/file=value"
+	fail func(path string, data []byte) bool
+}
+
+func recordCgroupWrites(t *testing.T, fail func(path string, data []byte) bool) *cgroupWrites {
+	w := &cgroupWrites{fail: fail}
+	old := writeCgroupFile
+	writeCgroupFile = func(path string, data []byte, perm os.FileMode) error {
+		w.mu.Lock()
+		failing := w.fail != nil && w.fail(path, data)
+		w.log = append(w.log, path+"="+string(data))
+		w.mu.Unlock()
+		if failing {
+			return errors.New("injected write failure")
+		}
+		return old(path, data, perm)
+	}
+	t.Cleanup(func() { writeCgroupFile = old })
+	return w
+}
+
+// index is the place in the log of the first write matching file (a base
+// name) and, if want is not "", that value, or -1.
+func (w *cgroupWrites) index(file, want string, from int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := from; i < len(w.log); i++ {
+		path, value, _ := strings.Cut(w.log[i], "=")
+		if filepath.Base(path) == file && (want == "" || value == want) {
+			return i
+		}
+	}
+	return -1
+}
+
+// The spawner thread leaves a tree's v1 leaves in the order that never
+// lets the tree exceed its limits nor puts mcpvisor in reach of the tree's
+// OOM killer: pids.max back to the limit while the thread is still in,
+// then the thread out, then the OOM killer on again.
+func TestSpawnerLeavesTheLeavesInOrder(t *testing.T) {
+	rt, err := Open(Options{NoPIDNamespace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(t.Context())
+	mustEnforce(t, rt)
+	w := recordCgroupWrites(t, nil)
+	marker := testserver.NewMarker(t)
+	p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 128 << 20, PIDs: 40}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(t.Context())
+	raised := w.index("pids.max", "41", 0)
+	entered := w.index("tasks", "", raised)
+	lowered := w.index("pids.max", "40", entered)
+	out := -1
+	for i := lowered; i >= 0; {
+		i = w.index("tasks", "", i+1)
+		if i < 0 {
+			break
+		}
+		w.mu.Lock()
+		base := !strings.Contains(w.log[i], rt.ID()+"/")
+		w.mu.Unlock()
+		if base {
+			out = i
+			break
+		}
+	}
+	on := w.index("memory.oom_control", "0", max(out, 0))
+	if raised < 0 || entered < 0 || lowered < 0 || out < 0 || on < 0 || !(lowered < out && out < on) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Fatalf("raised %d, entered %d, pids limit back %d, thread out %d, OOM killer on %d; writes:\n%s", raised, entered, lowered, out, on, strings.Join(w.log, "\n"))
+	}
+}
+
+// A spawner thread that cannot leave a tree's leaves undoes the spawn:
+// the tree is killed and reaped, the spawn fails saying why, the thread
+// is moved out once more, and nothing is left — no process, no leaf.
+func TestAFailedLeaveUndoesTheSpawn(t *testing.T) {
+	rt, err := Open(Options{NoPIDNamespace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEnforce(t, rt)
+	defer rt.Close(t.Context())
+	var failed atomic.Bool
+	w := recordCgroupWrites(t, func(path string, _ []byte) bool {
+		// The first move back to a base directory fails.
+		return filepath.Base(path) == "tasks" && !strings.Contains(path, rt.ID()+"/") && failed.CompareAndSwap(false, true)
+	})
+	marker := testserver.NewMarker(t)
+	p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 128 << 20, PIDs: 40}))
+	if err == nil {
+		p.Stop(t.Context())
+		rt.Close(t.Context())
+		t.Fatal("a spawn whose spawner thread could not leave the tree's cgroups succeeded")
+	}
+	if !strings.Contains(err.Error(), "could not leave the tree's cgroups") || !strings.Contains(err.Error(), "injected write failure") {
+		t.Errorf("spawn error: %v", err)
+	}
+	if pids := testserver.Processes(marker); len(pids) != 0 {
+		t.Errorf("processes of the undone spawn left: %v", pids)
+	}
+	w.mu.Lock()
+	n := len(w.log)
+	w.mu.Unlock()
+	insts := append(rt.v1Instances(), rt.plat.cgroup)
+	if err := rt.Close(t.Context()); err != nil {
+		t.Fatalf("Close after the undone spawn: %v", err)
+	}
+	for _, d := range insts {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("instance directory %s left after Close: %v", d, err)
+		}
+	}
+	if n == 0 || !failed.Load() {
+		t.Fatal("no move back was failed")
 	}
 }

@@ -347,7 +347,24 @@ func (rt *Runtime) start(p *Process) error {
 		}
 		err = startCmd(cmd)
 		if lerr := leave(); lerr != nil {
-			p.log.Error("the spawner thread could not leave the tree's cgroups", "err", lerr)
+			// The tree might run with its pids limit raised, its OOM
+			// killer off or mcpvisor's thread among its tasks: it does
+			// not run. Killed and reaped here, before anything owns it.
+			lerr = fmt.Errorf("proc: the spawner thread could not leave the tree's cgroups: %w", lerr)
+			p.log.Error("a spawn is undone", "err", lerr)
+			if err == nil {
+				pid := cmd.Process.Pid
+				_ = unix.Kill(-pid, unix.SIGKILL)
+				_ = unix.Kill(pid, unix.SIGKILL)
+				_, _ = cmd.Process.Wait()
+				err = lerr
+			}
+			// Once more, the tree gone: the thread must not stay in its
+			// leaves (they could not be removed, and the next tree's
+			// limits would count it).
+			if again := leave(); again != nil {
+				p.log.Error("the spawner thread is still in a tree's cgroups", "err", again)
+			}
 		}
 		if err == nil {
 			reaper.own(cmd.Process.Pid)
