@@ -43,11 +43,15 @@ type liveTools struct {
 	learning *toolsLearn
 }
 
-// toolsLearn is one learn of a process's tools, shared by every toolsOf
-// caller that asks while it runs. It runs on a context of its own, not
-// any one caller's: a caller whose context ends leaves without ending it
-// for the others; the last caller to leave ends it.
+// toolsLearn is one learn of a process's tools (conn's, begun at the
+// instance's list_changed count gen), shared by every toolsOf caller for
+// that connection that asks while it runs. It runs on a context of its
+// own, not any one caller's: a caller whose context ends leaves without
+// ending it for the others; the last caller to leave ends it, and so does
+// the fleet's Close.
 type toolsLearn struct {
+	conn    Conn
+	gen     uint64
 	done    chan struct{} // closed once set and err are final
 	set     drift.Set
 	err     error
@@ -103,74 +107,107 @@ func (in *instance) liveGen() (gen uint64, ok bool) {
 // toolsOf returns the tools conn's process lists: those learned from it
 // before, unless it said since that they changed, else learned now, once
 // for all the callers that ask meanwhile. The learn runs on its own
-// context (the caller's values, bounded by the server's request timeout):
-// a caller whose ctx ends leaves, bounded by that ctx, and the learn goes
-// on for the others; once every caller has left it is ended, and the next
-// caller starts a new one. A learn that fails is reported to the callers
-// that waited for it; the next caller tries again.
+// context (the caller's values, bounded by the server's request timeout
+// and by the fleet's Close): a caller whose ctx ends leaves, bounded by
+// that ctx, and the learn goes on for the others; once every caller has
+// left it is ended, and the next caller starts a new one. A learn that
+// fails is reported to the callers that waited for it; the next caller
+// tries again. A learn of another connection of the instance (its process
+// before a restart) is waited for, never used; a list_changed during a
+// learn makes its callers learn again.
 // What is learned goes in the server's cache and definitions like any
 // learn: a change is reported as definitions_changed.
 func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
-	in.mu.Lock()
-	if in.live == nil {
-		in.live = &liveTools{}
-	}
-	v := in.live
-	if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
-		set := v.set
-		in.mu.Unlock()
-		return set, nil
-	}
-	c := v.learning
-	if c == nil {
-		c = in.startToolsLearn(ctx, v, conn)
-	}
-	c.waiters++
-	in.mu.Unlock()
-
-	select {
-	case <-c.done:
+	for {
 		in.mu.Lock()
-		c.waiters--
-		in.mu.Unlock()
-		return c.set, c.err
-	case <-ctx.Done():
-		in.mu.Lock()
-		c.waiters--
-		if c.waiters == 0 && v.learning == c {
-			// Nobody waits for it any more: end it, and let the next
-			// caller start afresh rather than inherit its cancellation.
-			v.learning = nil
-			c.cancel()
+		if in.live == nil {
+			in.live = &liveTools{}
 		}
+		v := in.live
+		if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
+			set := v.set
+			in.mu.Unlock()
+			return set, nil
+		}
+		c := v.learning
+		if c != nil && c.conn != conn {
+			// Another process's: one learn at a time; then look again.
+			in.mu.Unlock()
+			select {
+			case <-c.done:
+				continue
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		if c == nil {
+			c = in.startToolsLearn(ctx, v, conn)
+		}
+		c.waiters++
 		in.mu.Unlock()
-		return nil, context.Cause(ctx)
+
+		select {
+		case <-c.done:
+			in.mu.Lock()
+			c.waiters--
+			stale := v.gen != c.gen
+			in.mu.Unlock()
+			if c.err != nil {
+				return nil, c.err
+			}
+			if !stale {
+				return c.set, nil
+			}
+			continue // a list_changed came meanwhile: learn again
+		case <-ctx.Done():
+			in.mu.Lock()
+			c.waiters--
+			if c.waiters == 0 && v.learning == c {
+				// Nobody waits for it any more: end it, and let the next
+				// caller start afresh rather than inherit its cancellation.
+				v.learning = nil
+				c.cancel()
+			}
+			in.mu.Unlock()
+			return nil, context.Cause(ctx)
+		}
 	}
 }
 
 // startToolsLearn starts the learn of conn's tools that toolsOf callers
-// share; called with the instance's mu held. The goroutine ends when the
-// learn does: on its answer, its request timeout, its last caller leaving
-// (cancel) or the connection's end.
+// share; called with the instance's mu held. It runs as the fleet's
+// background work: it ends on its answer, its request timeout, its last
+// caller leaving (cancel), the connection's end or the fleet's Close; a
+// fleet already closed fails it at once.
 func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn) *toolsLearn {
 	lctx, cancel := WithTimeout(context.WithoutCancel(ctx), in.srv.Config().RequestTimeout)
-	c := &toolsLearn{done: make(chan struct{}), cancel: cancel}
+	c := &toolsLearn{conn: conn, gen: v.gen, done: make(chan struct{}), cancel: cancel}
 	v.learning = c
-	gen := v.gen
-	go func() {
-		defer cancel()
-		set, err := in.learnTools(lctx, conn)
+	finish := func(set drift.Set, err error) {
 		in.mu.Lock()
 		c.set, c.err = set, err
 		if v.learning == c {
 			v.learning = nil
 			if err == nil {
-				v.conn, v.set, v.setGen = conn, set, gen
+				v.conn, v.set, v.setGen = conn, set, c.gen
 			}
 		}
 		in.mu.Unlock()
 		close(c.done)
-	}()
+	}
+	started := in.srv.f.spawn(func(fleetCtx context.Context) {
+		defer cancel()
+		stop := context.AfterFunc(fleetCtx, cancel)
+		defer stop()
+		set, err := in.learnTools(lctx, conn)
+		finish(set, err)
+	})
+	if !started {
+		cancel()
+		// finish takes mu, which the caller holds: done is closed by a
+		// goroutine of its own.
+		go finish(nil, fmt.Errorf("server %s: %w", in.srv.Name(), ErrFleetClosed))
+	}
 	return c
 }
 

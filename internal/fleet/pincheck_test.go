@@ -229,6 +229,66 @@ func TestCheckToolLearnEndsWithItsLastCaller(t *testing.T) {
 	})
 }
 
+// A learn of the tools is shared only by callers of the same process
+// and the same list: a caller for another connection (the process after a
+// restart) waits for it and learns its own, and a list_changed during a
+// learn makes its callers learn again — neither is answered from a list
+// that is not its process's latest.
+func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, "")
+		defer df.close(t)
+		l, release := wakeHeld(t, df, s)
+		defer release()
+		defer l.Release()
+		synctest.Wait() // the refresh after the start waits in tools/list
+		in := s.sharedIn()
+		x := l.Conn()
+		y := listConn{&fakeLive{done: make(chan struct{})}, df.srv}
+		before, _ := df.listStats()
+
+		type result struct {
+			set map[string]bool
+			err error
+		}
+		learn := func(c Conn) <-chan result {
+			ch := make(chan result, 1)
+			go func() {
+				set, err := in.toolsOf(t.Context(), c)
+				names := map[string]bool{}
+				for name := range set {
+					names[name] = true
+				}
+				ch <- result{names, err}
+			}()
+			return ch
+		}
+		onX := learn(x)
+		synctest.Wait()
+		in.toolsChanged() // a list_changed while X's learn waits
+		onY := learn(y)
+		synctest.Wait()
+		if n, _ := df.listStats(); n != before+1 {
+			t.Fatalf("%d tools/list calls while X's learn waits, want 1 (Y waits for it)", n-before)
+		}
+		release()
+		for _, r := range []result{<-onX, <-onY} {
+			if r.err != nil || !r.set["echo"] {
+				t.Fatalf("a learn: %v, %v", r.set, r.err)
+			}
+		}
+		if n, _ := df.listStats(); n != before+3 {
+			t.Fatalf("%d tools/list calls, want 3: X's, X's again after the list_changed, Y's own", n-before)
+		}
+		in.mu.Lock()
+		owner := in.live.conn
+		in.mu.Unlock()
+		if owner != x && owner != Conn(y) {
+			t.Fatalf("the list kept is of neither connection")
+		}
+	})
+}
+
 // Calls that check one process at once share one learn of its list; one
 // whose context ends first leaves without holding up the others, and a
 // later call uses what was learned.
