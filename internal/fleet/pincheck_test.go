@@ -623,3 +623,24 @@ func TestCheckToolBoundedByRequestTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A learn of the tools ends with the fleet: Close cancels it (a server
+// with no request timeout, a caller with no deadline), its caller gets an
+// error, and nothing of it is left running (synctest fails on a goroutine
+// left blocked in the bubble).
+func TestCheckToolLearnEndsWithTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, `,"requestTimeout":"0"`)
+		l, release := wakeHeld(t, df, s)
+		defer release()
+		synctest.Wait()
+		errc := make(chan error, 1)
+		go func() { errc <- s.CheckTool(context.Background(), l, "echo") }()
+		synctest.Wait()
+		l.Release()
+		df.close(t)
+		if err := <-errc; err == nil {
+			t.Fatal("a check whose learn the fleet's Close ended succeeded")
+		}
+	})
+}
