@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,7 +67,11 @@ func (l *EventLog) entry(k kept) Entry {
 		e.ID = l.epoch + "-" + strconv.FormatUint(k.seq-l.base, 10)
 	}
 	if len(k.details) != 0 {
-		_ = json.Unmarshal(k.details, &e.Details) // an object, else none
+		// Numbers stay as written (json.Number): an integer is not
+		// rounded through a float64.
+		d := json.NewDecoder(bytes.NewReader(k.details))
+		d.UseNumber()
+		_ = d.Decode(&e.Details) // an object, else none
 	}
 	return e
 }

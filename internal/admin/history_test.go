@@ -73,7 +73,7 @@ func TestEventHistoryAcrossRestarts(t *testing.T) {
 	defer second.stop(t)
 	kept := second.log.Events()
 	if strings.Join(ids(kept), " ") != strings.Join(ids(before), " ") || kept[1].Type != "dormant" || kept[1].Session != "s1" ||
-		kept[1].Details["idle"] != float64(3) || !kept[1].Time.Equal(before[1].Time) {
+		kept[1].Details["idle"] != json.Number("3") || !kept[1].Time.Equal(before[1].Time) {
 		t.Fatalf("restored %+v, want %+v", kept, before)
 	}
 	if second.log.counted()[eventKey{"a", "dormant"}] != 0 {

@@ -530,7 +530,14 @@ func (in *instance) idleCheck() {
 	if maxIdle > 0 && (wait <= 0 || memoryCheckEvery < wait) {
 		wait = memoryCheckEvery
 	}
-	in.timer.Reset(wait)
+	if in.timer != nil {
+		in.timer.Reset(wait)
+	} else {
+		// Dropped at a dormancy, or never armed (sleeping was off when
+		// the process connected): this check, from an older timer, arms
+		// the instance's.
+		in.timer = time.AfterFunc(wait, in.idleCheck)
+	}
 	in.mu.Unlock()
 }
 
