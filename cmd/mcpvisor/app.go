@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -128,7 +130,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
 	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs,
-		Trim: func() { trimMemory(st, log) }})
+		Trim: func(dormancy bool) { trimMemory(st, log, dormancy) }})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()
@@ -251,17 +253,42 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 	return nil
 }
 
-// trimMemory gives back to the OS what servers gone dormant held: the
-// state file's pages that reading and writing their lists mapped in, and
-// the heap their lists and definitions freed (which the Go runtime would
-// otherwise keep for a while, up to its next collection's goal). The
-// fleet calls it when servers went dormant and things are quiet, at most
-// every few seconds; it costs one collection.
-func trimMemory(st *store.Store, log *slog.Logger) {
+// trimMemory gives back to the OS what servers gone dormant held, and
+// what requests left behind: the state file's pages that reading and
+// writing lists mapped in, and the heap they freed (which the Go runtime
+// would otherwise keep for a while, up to its next collection's goal). The
+// fleet calls it when things are quiet, at most every few seconds; it
+// costs one collection. After requests only (no dormancy) it is skipped
+// unless they allocated trimWorth since the last trim: a dashboard
+// polling a small fleet does not cost a collection every few seconds.
+func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
+	if !trimWorthIt() && !dormancy {
+		return
+	}
 	if err := st.ReleaseMemory(); err != nil && !errors.Is(err, store.ErrClosed) {
 		log.Debug("could not release the state file's pages", "err", err)
 	}
 	debug.FreeOSMemory()
+}
+
+// trimWorth is how much the requests served since the last trim must
+// have allocated for a trim after them.
+const trimWorth = 1 << 20
+
+// lastTrimAllocs is the heap's allocation count at the last trim.
+var lastTrimAllocs atomic.Uint64
+
+// trimWorthIt reports whether the heap allocated trimWorth since the last
+// call that said yes (whose count it records).
+func trimWorthIt() bool {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	now := s[0].Value.Uint64()
+	last := lastTrimAllocs.Load()
+	if now-last < trimWorth {
+		return false
+	}
+	return lastTrimAllocs.CompareAndSwap(last, now)
 }
 
 // warnLimits warns, at start-up, of every limit of an enabled stdio server

@@ -362,9 +362,12 @@ func (r *serverRoutes) close() {
 // answer, the state file's pages a list read mapped in — is given back
 // to the OS when the requests stop, not kept at the runtime's next
 // collection goal for as long as mcpvisor stays idle.
+// A probe (/healthz) leaves nothing behind and asks for none.
 func trimAfter(f *fleet.Fleet, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer f.TrimSoon()
+		if r.URL.Path != "/healthz" {
+			defer f.TrimSoon()
+		}
 		h.ServeHTTP(w, r)
 	})
 }

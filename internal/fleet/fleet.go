@@ -70,13 +70,16 @@ type Options struct {
 	// that cannot start is not retried in a hot loop.
 	RespawnFailures int
 	RespawnWindow   time.Duration
-	// Trim, if set, is called once servers went dormant and none did for
-	// a moment (trimQuiet), at most once per trimEvery, on a goroutine of
-	// the fleet's: the dormant servers' lists and definitions are out of
+	// Trim, if set, is called once servers went dormant, or requests
+	// were served (TrimSoon), and nothing more happened for a moment
+	// (trimQuiet), at most once per trimEvery, on a goroutine of the
+	// fleet's: the dormant servers' lists and definitions are out of
 	// memory by then (in the store), and Trim gives what they held back
-	// to the OS. Close waits for a Trim under way to return, and none is
-	// called after it.
-	Trim func()
+	// to the OS. dormancy tells that servers went dormant since the last
+	// call (else only requests were served: Trim may find nothing worth
+	// giving back). Close waits for a Trim under way to return, and none
+	// is called after it.
+	Trim func(dormancy bool)
 	// TreeUsage measures process trees, for maxIdleMemory; nil means
 	// proc.TreeUsage (tests replace it).
 	TreeUsage func([]proc.Root) ([]proc.Usage, []bool)

@@ -736,7 +736,7 @@ func (f *Fleet) SetStore(st *store.Store) {
 		s.spillDefs()
 	}
 	f.pruneStore()
-	f.trimSoon() // what reading the store brought into memory
+	f.trimSoon(true) // what reading the store brought into memory: given back as a dormancy's
 }
 
 // loadDefinitions takes in the server's persisted definitions record, if

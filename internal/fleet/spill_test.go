@@ -118,7 +118,12 @@ func TestTrimAfterDormancy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
 		var trims atomic.Int32
-		df.f.opts.Trim = func() { trims.Add(1) }
+		df.f.opts.Trim = func(dormancy bool) {
+			if !dormancy {
+				t.Error("a trim after a dormancy is told it follows none")
+			}
+			trims.Add(1)
+		}
 		df.srv.setItems(echoV1)
 		s := df.f.Get("s")
 		learnTools(t, s)
@@ -173,7 +178,7 @@ func TestCloseWaitsForATrimUnderWay(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
 		in, out := make(chan struct{}), make(chan struct{})
 		var trims atomic.Int32
-		df.f.opts.Trim = func() {
+		df.f.opts.Trim = func(bool) {
 			trims.Add(1)
 			close(in)
 			<-out
@@ -210,7 +215,12 @@ func TestTrimSoonWaitsUntilRequestsStop(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
 		defer df.close(t)
 		var trims atomic.Int32
-		df.f.opts.Trim = func() { trims.Add(1) }
+		df.f.opts.Trim = func(dormancy bool) {
+			if dormancy {
+				t.Error("a trim after requests only is told it follows a dormancy")
+			}
+			trims.Add(1)
+		}
 		for range 60 { // a request every half second for 30 s, four at once
 			for range 4 {
 				go df.f.TrimSoon()

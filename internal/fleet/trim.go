@@ -20,6 +20,7 @@ type trimState struct {
 	mu      sync.Mutex
 	running bool
 	due     bool      // a trim was asked for since the last call
+	dormant bool      // a server went dormant since the last call
 	at      time.Time // when the last was asked for
 	last    time.Time // when Trim was last called
 }
@@ -30,7 +31,7 @@ type trimState struct {
 func (s *Server) spill() {
 	s.spillLists()
 	s.spillDefs()
-	s.f.trimSoon()
+	s.f.trimSoon(true)
 }
 
 // TrimSoon schedules a call of Options.Trim once things are quiet: after
@@ -38,16 +39,18 @@ func (s *Server) spill() {
 // the Go runtime would otherwise keep up to its next collection's goal,
 // or that read lists from the state file into mapped pages. Cheap, and
 // safe to call concurrently; a no-op without Options.Trim.
-func (f *Fleet) TrimSoon() { f.trimSoon() }
+func (f *Fleet) TrimSoon() { f.trimSoon(false) }
 
-// trimSoon schedules a call of Options.Trim.
-func (f *Fleet) trimSoon() {
+// trimSoon schedules a call of Options.Trim; dormancy says a server went
+// dormant.
+func (f *Fleet) trimSoon(dormancy bool) {
 	if f.opts.Trim == nil {
 		return
 	}
 	t := &f.trim
 	t.mu.Lock()
 	t.due, t.at = true, time.Now()
+	t.dormant = t.dormant || dormancy
 	if t.running {
 		t.mu.Unlock()
 		return
@@ -91,8 +94,9 @@ func (f *Fleet) trimmer(ctx context.Context) {
 				return
 			}
 		}
-		t.due, t.last = false, now
+		dormancy := t.dormant
+		t.due, t.dormant, t.last = false, false, now
 		t.mu.Unlock()
-		f.opts.Trim()
+		f.opts.Trim(dormancy)
 	}
 }
