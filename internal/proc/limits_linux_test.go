@@ -576,9 +576,12 @@ func TestAFailedLeaveUndoesTheSpawn(t *testing.T) {
 	mustEnforce(t, rt)
 	defer rt.Close(t.Context())
 	var failed atomic.Bool
+	memoryBase := func(path string) bool {
+		return filepath.Base(path) == "tasks" && !strings.Contains(path, rt.ID()+"/") && strings.Contains(path, "/memory")
+	}
 	w := recordCgroupWrites(t, func(path string, _ []byte) bool {
-		// The first move back to a base directory fails.
-		return filepath.Base(path) == "tasks" && !strings.Contains(path, rt.ID()+"/") && failed.CompareAndSwap(false, true)
+		// The first move back to the memory hierarchy's base fails.
+		return memoryBase(path) && failed.CompareAndSwap(false, true)
 	})
 	marker := testserver.NewMarker(t)
 	p, err := rt.Spawn(t.Context(), limitSpec(t, marker, Limits{MemoryBytes: 128 << 20, PIDs: 40}))
@@ -607,5 +610,28 @@ func TestAFailedLeaveUndoesTheSpawn(t *testing.T) {
 	}
 	if n == 0 || !failed.Load() {
 		t.Fatal("no move back was failed")
+	}
+	// The memory leaf's OOM killer stays off from the failed move out
+	// until the thread is out: an OOM kill there could pick mcpvisor.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fail, out := -1, -1
+	for i, e := range w.log {
+		path, _, _ := strings.Cut(e, "=")
+		if memoryBase(path) {
+			if fail < 0 {
+				fail = i
+			} else if out < 0 {
+				out = i
+			}
+		}
+	}
+	for i, e := range w.log {
+		if strings.HasSuffix(e, "/memory.oom_control=0") && i > fail && (out < 0 || i < out) {
+			t.Fatalf("the OOM killer was turned on (write %d) while the thread was still in the memory leaf (failed move %d, out at %d):\n%s", i, fail, out, strings.Join(w.log, "\n"))
+		}
+	}
+	if fail < 0 || out < 0 {
+		t.Fatalf("failed move %d, move out %d:\n%s", fail, out, strings.Join(w.log, "\n"))
 	}
 }
