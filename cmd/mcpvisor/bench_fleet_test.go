@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,27 +75,9 @@ func TestBenchFleet(t *testing.T) {
 	if os.Getenv(benchFleetEnv) == "" {
 		t.Skip("set " + benchFleetEnv + "=1 to run the fleet benchmark (make bench-fleet)")
 	}
-	rounds := 7
-	if v := os.Getenv("MCPVISOR_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("MCPVISOR_BENCH_ROUNDS=%q", v)
-		}
-		rounds = n
-	}
-	out := os.Getenv("MCPVISOR_BENCH_OUT")
-	if out == "" {
-		out = filepath.Join(os.TempDir(), "mcpvisor-bench")
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var report strings.Builder
-	say := func(format string, a ...any) {
-		s := fmt.Sprintf(format, a...)
-		report.WriteString(s)
-		fmt.Print(s)
-	}
+	rounds := benchRounds(t, 7)
+	report := newBenchReport(t, "fleet-report.txt")
+	say := report.say
 
 	project := testserver.Deps(t, "npm")
 	cache := testserver.Deps(t, "npm-cache")
@@ -262,10 +243,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 	say("load average at the end %s (this machine is shared: other processes' load slows node's start, flattened or not, and narrows the wake ratio)\n", loadAverage())
 	serve.stop(t)
-	if err := os.WriteFile(filepath.Join(out, "fleet-report.txt"), []byte(report.String()), 0o644); err != nil {
-		t.Error(err)
-	}
-	fmt.Printf("\nreport written to %s\n", filepath.Join(out, "fleet-report.txt"))
+	report.save(t)
 }
 
 // respawnMs is the respawnMs of the last respawned event of the server:

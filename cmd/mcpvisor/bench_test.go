@@ -92,27 +92,9 @@ func TestBenchReport(t *testing.T) {
 	}
 	warmup := benchDuration(t, "MCPVISOR_BENCH_WARMUP", 300*time.Millisecond)
 	measure := benchDuration(t, "MCPVISOR_BENCH_DURATION", 1500*time.Millisecond)
-	rounds := 6
-	if v := os.Getenv("MCPVISOR_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("MCPVISOR_BENCH_ROUNDS=%q", v)
-		}
-		rounds = n
-	}
-	out := os.Getenv("MCPVISOR_BENCH_OUT")
-	if out == "" {
-		out = filepath.Join(os.TempDir(), "mcpvisor-bench")
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var report strings.Builder
-	say := func(format string, a ...any) {
-		s := fmt.Sprintf(format, a...)
-		report.WriteString(s)
-		fmt.Print(s)
-	}
+	rounds := benchRounds(t, 6)
+	report := newBenchReport(t, "report.txt")
+	say := report.say
 
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
@@ -430,7 +412,7 @@ func TestBenchReport(t *testing.T) {
 		{"serve-modern", "/mcp stateless", "x__echo"},
 		{"stdio", "mcpvisor stdio", "x__echo"},
 	} {
-		profile := filepath.Join(out, pr.name+".cpu.pprof")
+		profile := filepath.Join(report.dir(), pr.name+".cpu.pprof")
 		_ = os.Remove(profile)
 		state := filepath.Join(dir, "profile-state-"+pr.name)
 		args := []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", state, "--log-level", "warn"}
@@ -493,10 +475,7 @@ func TestBenchReport(t *testing.T) {
 		_ = base.agg.Close(ctx)
 		base.proc.stop(t)
 	}
-	if err := os.WriteFile(filepath.Join(out, "report.txt"), []byte(report.String()), 0o644); err != nil {
-		t.Error(err)
-	}
-	fmt.Printf("\nreport written to %s\n", filepath.Join(out, "report.txt"))
+	report.save(t)
 }
 
 // poolRows merges one path's rounds: calls, windows and latencies added
@@ -972,3 +951,52 @@ func processTree(pid int) string {
 	walk(pid, 0)
 	return b.String()
 }
+
+// benchRounds is the number of rounds a benchmark runs:
+// MCPVISOR_BENCH_ROUNDS, else def.
+func benchRounds(t *testing.T, def int) int {
+	v := os.Getenv("MCPVISOR_BENCH_ROUNDS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("MCPVISOR_BENCH_ROUNDS=%q", v)
+	}
+	return n
+}
+
+// benchReport is a benchmark's report: printed as it is written, and
+// saved as name in MCPVISOR_BENCH_OUT (default: mcpvisor-bench in the
+// temporary directory).
+type benchReport struct {
+	strings.Builder
+	path string
+}
+
+func newBenchReport(t *testing.T, name string) *benchReport {
+	out := os.Getenv("MCPVISOR_BENCH_OUT")
+	if out == "" {
+		out = filepath.Join(os.TempDir(), "mcpvisor-bench")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &benchReport{path: filepath.Join(out, name)}
+}
+
+func (r *benchReport) say(format string, a ...any) {
+	s := fmt.Sprintf(format, a...)
+	r.WriteString(s)
+	fmt.Print(s)
+}
+
+func (r *benchReport) save(t *testing.T) {
+	if err := os.WriteFile(r.path, []byte(r.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+	fmt.Printf("\nreport written to %s\n", r.path)
+}
+
+// dir is where the report, and what else the benchmark saves, goes.
+func (r *benchReport) dir() string { return filepath.Dir(r.path) }
