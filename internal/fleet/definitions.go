@@ -128,9 +128,15 @@ func (s *Server) spillDefs() {
 		len(d.unreported) > 0 || d.lostNews || d.restored > 0 || len(d.private) > 0 {
 		return
 	}
-	d.pending = len(d.heldNamesLocked())
+	d.coldLocked(len(d.heldNamesLocked()))
+}
+
+// coldLocked puts the definitions out of memory, keeping what a status
+// shows of them: pending, the count of held tools (lost stays as it is).
+// The persisted record holds the rest; lockDefs reads it back. mu is held.
+func (d *defs) coldLocked(pending int) {
 	d.known, d.items, d.approved, d.last, d.changedAt = nil, nil, nil, nil, time.Time{}
-	d.cold = true
+	d.cold, d.pending = true, pending
 }
 
 // putDefinitions writes a server's definitions record (a seam for tests).

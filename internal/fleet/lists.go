@@ -756,8 +756,8 @@ func (s *Server) loadDefinitions() {
 	if json.Unmarshal(raw, &sum) == nil && sum.V == 1 && sum.Held != nil {
 		d := s.defs()
 		d.mu.Lock()
-		d.known, d.items, d.approved, d.last, d.changedAt = nil, nil, nil, nil, time.Time{}
-		d.cold, d.pending, d.lost = true, *sum.Held, sum.Lost
+		d.coldLocked(*sum.Held)
+		d.lost = sum.Lost
 		d.mu.Unlock()
 		return
 	}

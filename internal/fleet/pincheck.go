@@ -183,8 +183,8 @@ func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn
 	lctx, cancel := WithTimeout(context.WithoutCancel(ctx), in.srv.Config().RequestTimeout)
 	c := &toolsLearn{conn: conn, gen: v.gen, done: make(chan struct{}), cancel: cancel}
 	v.learning = c
-	finish := func(set drift.Set, err error) {
-		in.mu.Lock()
+	// finishLocked makes the learn's outcome final; mu is held.
+	finishLocked := func(set drift.Set, err error) {
 		c.set, c.err = set, err
 		if v.learning == c {
 			v.learning = nil
@@ -192,7 +192,6 @@ func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn
 				v.conn, v.set, v.setGen = conn, set, c.gen
 			}
 		}
-		in.mu.Unlock()
 		close(c.done)
 	}
 	started := in.srv.f.spawn(func(fleetCtx context.Context) {
@@ -200,13 +199,13 @@ func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn
 		stop := context.AfterFunc(fleetCtx, cancel)
 		defer stop()
 		set, err := in.learnTools(lctx, conn)
-		finish(set, err)
+		in.mu.Lock()
+		finishLocked(set, err)
+		in.mu.Unlock()
 	})
 	if !started {
 		cancel()
-		// finish takes mu, which the caller holds: done is closed by a
-		// goroutine of its own.
-		go finish(nil, fmt.Errorf("server %s: %w", in.srv.Name(), ErrFleetClosed))
+		finishLocked(nil, fmt.Errorf("server %s: %w", in.srv.Name(), ErrFleetClosed))
 	}
 	return c
 }
