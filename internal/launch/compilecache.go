@@ -1,0 +1,41 @@
+package launch
+
+import (
+	"slices"
+	"strings"
+)
+
+// Node's module compile cache (Node 22.1 and later): with
+// NODE_COMPILE_CACHE set to a directory, node keeps the V8 code of every
+// CommonJS and ES module it compiles there, written when the process
+// exits by itself, and the next start of the same files skips their
+// compilation. npm turns it on for its own start (lib/cli.js), so the
+// launcher as written gets it for npm but not for the server npm starts;
+// a flattened start gets it for the server.
+//
+// The cache is keyed by node's version and each file's content: a node or
+// a package updated in place compiles afresh. A node before 22.1 ignores
+// the variable.
+const (
+	CompileCacheEnv        = "NODE_COMPILE_CACHE"
+	DisableCompileCacheEnv = "NODE_DISABLE_COMPILE_CACHE"
+)
+
+// WithCompileCache returns env (complete, "KEY=value") with
+// NODE_COMPILE_CACHE set to dir, and true; or env as it is, and false,
+// when env already says what to do with the cache — it names
+// NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE, with any value: the
+// server's own environment decides. env itself is never written to: the
+// result is a copy when it differs.
+func WithCompileCache(env []string, dir string) ([]string, bool) {
+	if dir == "" {
+		return env, false
+	}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == CompileCacheEnv || k == DisableCompileCacheEnv {
+			return env, false
+		}
+	}
+	return append(slices.Clip(env), CompileCacheEnv+"="+dir), true
+}
