@@ -130,7 +130,8 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
 	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs,
-		Trim: func(dormancy bool) { trimMemory(st, log, dormancy) }})
+		Trim:         func(dormancy bool) { trimMemory(st, log, dormancy) },
+		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()

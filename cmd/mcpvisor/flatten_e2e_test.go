@@ -67,13 +67,34 @@ func flattenedAt(version string) func(*fleet.LaunchStatus) bool {
 // pid (pid and its descendants).
 func treeOf(pid int) [][]string {
 	var out [][]string
+	for _, p := range treePIDs(pid) {
+		if argv := cmdlineOf(p); argv != nil {
+			out = append(out, argv)
+		}
+	}
+	return out
+}
+
+// cmdlineOf is the command line of the live process pid, nil if it is
+// gone.
+func cmdlineOf(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// treePIDs lists the live processes of the tree of pid: pid and its
+// descendants.
+func treePIDs(pid int) []int {
+	var out []int
 	var walk func(int)
 	walk = func(p int) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-		if err != nil {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(p)); err != nil {
 			return
 		}
-		out = append(out, strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+		out = append(out, p)
 		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
 		for _, task := range tasks {
 			kids, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/task/" + task.Name() + "/children")
@@ -210,5 +231,108 @@ func TestFlattenedNPMServer(t *testing.T) {
 	if out, _ := bin(0, "refresh", "--json"); json.Unmarshal([]byte(out), &answers) != nil || len(answers) != 1 ||
 		answers[0].Server != "fx" || !answers[0].OK || answers[0].Status.Launcher == nil || !answers[0].Status.Launcher.Flattened {
 		t.Errorf("refresh --json printed %q", out)
+	}
+}
+
+// A flattened Node server is given node's module compile cache in
+// mcpvisor's state directory (node 22 here, from .deps): its process has
+// NODE_COMPILE_CACHE set to the directory the status names, the cache is
+// written when it goes to sleep (it exits by itself when its stdin ends),
+// and the next start compiles nothing the cache holds — node says so
+// (NODE_DEBUG_NATIVE=COMPILE_CACHE) for the server's own modules. A
+// server whose environment turns the cache off keeps it off.
+func TestFlattenedNodeServerKeepsACompileCache(t *testing.T) {
+	node, _ := node22(t)
+	project := testserver.Deps(t, "npm")
+	server := func(extra string) string {
+		return fmt.Sprintf(`{"command":"npx","args":["-y","@modelcontextprotocol/server-everything"],"cwd":%q,"idleTimeout":"0",
+			"env":{"PATH":%q,"npm_config_userconfig":%q,"npm_config_update_notifier":"false","NODE_DEBUG_NATIVE":"COMPILE_CACHE"%s}}`,
+			project, filepath.Dir(node)+string(os.PathListSeparator)+os.Getenv("PATH"), os.DevNull, extra)
+	}
+	s := startServe(t, `{"mcpServers":{"ev":`+server("")+`,"off":`+server(`,"NODE_DISABLE_COMPILE_CACHE":"1"`)+`}}`)
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+
+	ls := waitLaunch(t, base, "ev", func(ls *fleet.LaunchStatus) bool { return ls.Flattened })
+	cache := ls.CompileCache
+	if !filepath.IsAbs(cache) || ls.Command[0] != node {
+		t.Fatalf("flattened ev: %+v; want node %s and an absolute compile cache directory", ls, node)
+	}
+	if off := waitLaunch(t, base, "off", func(ls *fleet.LaunchStatus) bool { return ls.Flattened }); !strings.Contains(off.CompileCache, "environment sets it") {
+		t.Errorf("off's status: compile cache %q", off.CompileCache)
+	}
+	// nodeEnv is the environment of the server's node process.
+	nodeEnv := func(name string) []string {
+		t.Helper()
+		st := servers(t, base)[name]
+		for _, pid := range treePIDs(st.PID) {
+			if argv := cmdlineOf(pid); len(argv) > 0 && argv[0] == node {
+				b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strings.Split(string(b), "\x00")
+			}
+		}
+		t.Fatalf("%s: no node in the tree of %d: %q", name, st.PID, treeOf(st.PID))
+		return nil
+	}
+	echo := func(name string) {
+		t.Helper()
+		sess := connectHTTP(t, base+"/servers/"+name+"/mcp", nil)
+		defer sess.Close()
+		out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hi"}})
+		if err != nil || out.IsError || !strings.Contains(text(out), "hi") {
+			t.Fatalf("echo on %s: %v %v", name, out, err)
+		}
+	}
+	sleep := func(name string) {
+		t.Helper()
+		if code, out, stderr := runBin(t, "sleep", name, "--addr", addr); code != 0 {
+			t.Fatalf("sleep %s: exit %d\n%s%s", name, code, out, stderr)
+		}
+	}
+	cached := func() int {
+		n := 0
+		filepath.WalkDir(cache, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+
+	echo("ev")
+	if env := nodeEnv("ev"); !slices.Contains(env, "NODE_COMPILE_CACHE="+cache) {
+		t.Fatalf("ev's node has no NODE_COMPILE_CACHE=%s", cache)
+	}
+	echo("off")
+	if env := nodeEnv("off"); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE=") }) {
+		t.Errorf("off's node was given a compile cache")
+	}
+	sleep("off")
+	before := cached()
+	sleep("ev")
+	if n := cached(); n == 0 || n <= before {
+		t.Fatalf("%d files in %s after ev went to sleep (%d before): node wrote no cache", n, cache, before)
+	}
+
+	echo("ev")
+	pid := servers(t, base)["ev"].PID
+	_, out, _ := runBin(t, "logs", "ev", "--json", "--tail", "1000", "--addr", addr)
+	accepted := 0
+	for line := range strings.Lines(out) {
+		var e struct {
+			PID  int    `json:"pid"`
+			Line string `json:"line"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.PID == pid &&
+			strings.Contains(e.Line, "server-everything/dist/") && strings.Contains(e.Line, "was accepted") {
+			accepted++
+		}
+	}
+	if accepted < 10 {
+		t.Errorf("the start after a sleep took %d of server-everything's modules from the compile cache, want them all", accepted)
 	}
 }

@@ -87,6 +87,11 @@ type Options struct {
 	// (launch.go); nil means the user's own package manager
 	// (launch.Resolver).
 	Resolver LaunchResolver
+	// CompileCache is the directory of node's module compile cache that a
+	// flattened start gives the server (NODE_COMPILE_CACHE, node 22.1 and
+	// later; launch.WithCompileCache), unless the server's environment
+	// sets the cache or turns it off; "" gives none.
+	CompileCache string
 }
 
 // Fleet holds one Server per enabled configured server.

@@ -202,6 +202,7 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 		err := rec.Resolution.Check()
 		if err == nil {
 			spec.Command, spec.Args = rec.Resolution.Argv(form)
+			spec.Env, _ = f.compileCache(spec.Env)
 			st.last, st.note = startedFlattened, ""
 			return func(err error) { f.flattenedStarted(st, key, err) }
 		}
@@ -221,6 +222,25 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 			f.resolveAfterStart(st, sc.Name, key, sc.Command, form, env, dir)
 		}
 	}
+}
+
+// compileCache is env (nil: mcpvisor's own, proc.Environ) as a flattened
+// start gives it to the server: with node's compile cache in
+// Options.CompileCache unless env sets the cache or turns it off (then env
+// as it is). The string is what LaunchStatus.CompileCache says of it.
+func (f *Fleet) compileCache(env []string) ([]string, string) {
+	dir := f.opts.CompileCache
+	if dir == "" {
+		return env, ""
+	}
+	base := env
+	if base == nil {
+		base = proc.Environ()
+	}
+	if out, ok := launch.WithCompileCache(base, dir); ok {
+		return out, dir
+	}
+	return env, "as the server's environment sets it (" + launch.CompileCacheEnv + " or " + launch.DisableCompileCacheEnv + ")"
 }
 
 // flattenedStarted is told how a flattened start ended: a failure makes
@@ -384,6 +404,10 @@ type LaunchStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// Resolving: a resolution runs in the background.
 	Resolving bool `json:"resolving,omitempty"`
+	// CompileCache is the directory of node's compile cache a flattened
+	// start gives the server, or why it gives none when the server's
+	// environment decides ("" when mcpvisor has no cache directory).
+	CompileCache string `json:"compileCache,omitempty"`
 	// Last is how the server's last process was started since mcpvisor
 	// started, "flattened" or "as written" ("" if none): a resolution or
 	// a refresh applies from the next start.
@@ -432,6 +456,11 @@ func (s *Server) Launcher() *LaunchStatus {
 		r := st.rec.Resolution
 		ls.Flattened, ls.Runs, ls.Package, ls.Version, ls.ResolvedAt = true, r.String(), r.Package, r.Version, st.rec.At
 		ls.Command = append([]string{r.Command}, r.Args...)
+		env := proc.Environ()
+		for k, v := range cfg.Env {
+			env = append(env, k+"="+v)
+		}
+		_, ls.CompileCache = s.f.compileCache(env)
 	}
 	if st.rec != nil && st.rec.Resolution == nil {
 		ls.ResolvedAt = st.rec.At

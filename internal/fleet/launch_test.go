@@ -31,6 +31,7 @@ type flatFleet struct {
 
 	mu      sync.Mutex
 	spawns  [][]string // command and args of each spawn
+	envs    [][]string // the environment of each spawn (nil: mcpvisor's)
 	failing map[string]bool
 }
 
@@ -95,6 +96,7 @@ func (c *launchConn) Connect(ctx context.Context) (lifecycle.Session, error) {
 	}
 	c.lf.mu.Lock()
 	c.lf.spawns = append(c.lf.spawns, append([]string{spec.Command}, spec.Args...))
+	c.lf.envs = append(c.lf.envs, spec.Env)
 	fail := c.lf.failing[spec.Command]
 	c.lf.mu.Unlock()
 	var err error
@@ -115,16 +117,20 @@ func (c *launchConn) Connect(ctx context.Context) (lifecycle.Session, error) {
 // newFlatFleet makes a fleet of doc's servers with st as its store (nil:
 // none).
 func newFlatFleet(t *testing.T, doc string, st *store.Store) *flatFleet {
+	return newFlatFleetWith(t, doc, st, Options{})
+}
+
+// newFlatFleetWith is newFlatFleet with opts (its logger, resolver and
+// connector replaced).
+func newFlatFleetWith(t *testing.T, doc string, st *store.Store, opts Options) *flatFleet {
 	t.Helper()
 	lf := &flatFleet{res: &fakeResolver{}, failing: map[string]bool{}}
 	cfg := parseDoc(t, doc)
-	f, err := New(cfg, Options{
-		Logger:   discardLogger(),
-		Resolver: lf.res,
-		Connector: func(sc *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
-			return &launchConn{lf: lf, sc: sc, onConnect: onConnect}
-		},
-	})
+	opts.Logger, opts.Resolver = discardLogger(), lf.res
+	opts.Connector = func(sc *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+		return &launchConn{lf: lf, sc: sc, onConnect: onConnect}
+	}
+	f, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +192,12 @@ func (lf *flatFleet) lastSpawn() []string {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	return lf.spawns[len(lf.spawns)-1]
+}
+
+func (lf *flatFleet) lastEnv() []string {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	return lf.envs[len(lf.envs)-1]
 }
 
 func (lf *flatFleet) fail(command string, on bool) {
@@ -552,4 +564,67 @@ func openStore(t *testing.T) *store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// A flattened start gives node the fleet's compile cache
+// (NODE_COMPILE_CACHE), on top of the server's own environment, or of
+// mcpvisor's when the config sets none; a start as written gives none,
+// and a server whose environment sets the cache or turns it off keeps its
+// own setting. The status says which.
+func TestLaunchGivesNodeTheCompileCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const cache = "/state/node-compile-cache"
+		doc := `{"mcpServers":{
+			"s":{"command":"npx","args":["-y","@fx/server"],"env":{"TOKEN":"s3cret"},"idleTimeout":"0"},
+			"bare":{"command":"npx","args":["-y","@fx/server"],"idleTimeout":"0"},
+			"own":{"command":"npx","args":["-y","@fx/server"],"env":{"NODE_DISABLE_COMPILE_CACHE":"1"},"idleTimeout":"0"}}}`
+		lf := newFlatFleetWith(t, doc, nil, Options{CompileCache: cache})
+		defer lf.close(t)
+		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
+		has := func(env []string) bool { return slices.Contains(env, "NODE_COMPILE_CACHE="+cache) }
+		for _, name := range []string{"s", "bare", "own"} {
+			lf.start(t, name) // as written, then resolved
+			if env := lf.lastEnv(); has(env) || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE=") }) {
+				t.Errorf("%s: a start as written was given the compile cache", name)
+			}
+			lf.sleep(t, name)
+			lf.start(t, name)
+		}
+		lf.mu.Lock()
+		envS, envBare, envOwn := lf.envs[1], lf.envs[3], lf.envs[5]
+		lf.mu.Unlock()
+		if !has(envS) || !slices.Contains(envS, "TOKEN=s3cret") {
+			t.Errorf("s's flattened start: compile cache %v, its own env kept %v", has(envS), slices.Contains(envS, "TOKEN=s3cret"))
+		}
+		if !has(envBare) || !slices.ContainsFunc(envBare, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+			t.Errorf("bare's flattened start: compile cache %v, mcpvisor's environment (PATH) given %v", has(envBare), len(envBare) > 1)
+		}
+		if has(envOwn) || !slices.Contains(envOwn, "NODE_DISABLE_COMPILE_CACHE=1") {
+			t.Errorf("own's flattened start overrode the server's setting: %q", envOwn)
+		}
+		for name, want := range map[string]string{"s": cache, "bare": cache, "own": "as the server's environment sets it"} {
+			if ls := lf.f.Get(name).Launcher(); !ls.Flattened || !strings.HasPrefix(ls.CompileCache, want) {
+				t.Errorf("%s: status compile cache %q, want %q", name, ls.CompileCache, want)
+			}
+		}
+	})
+}
+
+// A fleet without a compile cache directory changes no flattened start's
+// environment.
+func TestLaunchWithoutACompileCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newFlatFleet(t, npxServer, nil)
+		defer lf.close(t)
+		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
+		lf.start(t, "s")
+		lf.sleep(t, "s")
+		lf.start(t, "s")
+		if env := lf.lastEnv(); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE") }) {
+			t.Errorf("flattened start's env: %q", env)
+		}
+		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.CompileCache != "" {
+			t.Errorf("status: %+v", ls)
+		}
+	})
 }
