@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strings"
@@ -269,6 +270,12 @@ func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
 	if err := st.ReleaseMemory(); err != nil && !errors.Is(err, store.ErrClosed) {
 		log.Debug("could not release the state file's pages", "err", err)
 	}
+	// Two collections: the first moves what sync.Pools cache to their
+	// victim caches — encoding/json's encoder buffers among them, grown
+	// to the largest reply (/api/servers of a thousand servers: half a
+	// megabyte) —, the second (FreeOSMemory's) frees it, and its pages go
+	// back with the rest.
+	runtime.GC()
 	debug.FreeOSMemory()
 }
 

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"encoding/json"
+	"log/slog"
+	"runtime/metrics"
+	"testing"
+)
 
 var trimSink []byte
 
@@ -19,5 +24,31 @@ func TestTrimWorthIt(t *testing.T) {
 	trimSink = nil
 	if !trimWorthIt() {
 		t.Fatal("a trim after as much again is not worth it")
+	}
+}
+
+// A trim frees what sync.Pools cache: here the buffer encoding/json's
+// encoder grew to for a large reply, which a single collection would only
+// move to its pool's victim cache, keeping its pages.
+func TestTrimFreesWhatPoolsCache(t *testing.T) {
+	live := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	log := slog.New(slog.DiscardHandler)
+	trimMemory(nil, log, true)
+	before := live()
+	b, err := json.Marshal(make([]int, 4<<20)) // "0,0,…": the encoder's buffer grows past 8 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 8<<20 {
+		t.Fatalf("%d bytes of JSON", len(b))
+	}
+	b = nil
+	trimMemory(nil, log, true)
+	if after := live(); after > before+(4<<20) {
+		t.Fatalf("after a trim %d bytes live, %d before the encoder's buffer grew: it was kept", after, before)
 	}
 }

@@ -40,9 +40,11 @@ type Live interface {
 	Done() <-chan struct{}
 }
 
-// ConnectorFunc builds the connector of one instance; onConnect must be
-// called with every connection it makes, before Connect returns, with
-// Connect's context. hooks receive what the server sends on its own.
+// ConnectorFunc builds the connector of one run of an instance (made by
+// the start that begins the run, dropped when the instance goes
+// dormant): s is the configuration the instance was made under; onConnect
+// must be called with every connection it makes, before Connect returns,
+// with Connect's context. hooks receive what the server sends on its own.
 type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector
 
 // Options configure a Fleet.
@@ -334,14 +336,25 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 	return f.stdioConnector(sc, hooks, onConnect)
 }
 
+// logsOf is the buffer that keeps the stderr lines of sc's server, if
+// mcpvisor keeps them (Options.Logs) and it has one.
+func (f *Fleet) logsOf(sc *config.Server) *logbuf.Buffer {
+	if f.opts.Logs == nil {
+		return nil
+	}
+	return f.opts.Logs.Lookup(sc.Name)
+}
+
 func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 	var extra []string
 	for k, v := range sc.Env {
 		extra = append(extra, k+"="+v)
 	}
 	var onStderr func(int, string)
-	if f.opts.Logs != nil {
-		buf := f.opts.Logs.Get(sc.Name)
+	// Lookup: newInstance made the buffer; a reload that removed the
+	// server since closed it, and the lines of a start that raced it
+	// have nowhere to go.
+	if buf := f.logsOf(sc); buf != nil {
 		var session string
 		var origin uint64
 		if h, ok := hooks.(instHooks); ok {

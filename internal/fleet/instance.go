@@ -43,10 +43,16 @@ type instance struct {
 	// id tells this instance's stderr lines from those of the server's
 	// other instances (logbuf.Entry.Origin): a restart's new shared
 	// instance has the key of the old one that drains beside it.
-	id  uint64
-	sup *lifecycle.Supervisor
+	id uint64
+	// cfg is the configuration the instance was made under: each run's
+	// connector is built from it.
+	cfg *config.Server
 
-	mu           sync.Mutex
+	mu sync.Mutex
+	// sup drives the instance's run, its connector with it: made by a
+	// start (runLocked), dropped once the instance is dormant — a
+	// dormant server keeps neither —; nil before the first start too.
+	sup          *lifecycle.Supervisor
 	conn         Live
 	startedAt    time.Time
 	lastActivity time.Time
@@ -74,9 +80,14 @@ type instance struct {
 	// has since. Reset with each new connection.
 	firstUser string
 	manyUsers bool
-	phase     phase  // beside manyUsers: the two share one word
-	waking    bool   // the start in progress began from dormant (the same word)
-	replayed  uint64 // the server's interest generation last replayed
+	phase     phase // beside manyUsers: the two share one word
+	waking    bool  // the start in progress began from dormant (the same word)
+	// legacy: a connection of the instance answered as a legacy server
+	// (initialize): a later run's connector is told so (eraHint), as the
+	// connector of one run remembers it from connect to connect.
+	legacy   bool
+	restarts int32  // the restarts of the run a dormancy ended (status)
+	replayed uint64 // the server's interest generation last replayed
 }
 
 // used records that session took a lease on connection l.
@@ -143,16 +154,74 @@ func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 }
 
 func (s *Server) newInstance(key string) *instance {
-	in := &instance{srv: s, key: key, id: s.f.instances.Add(1)}
-	conn := s.f.opts.Connector(s.Config(), instHooks{in}, in.connected)
-	// The era the server had when it last ran, kept with its lists under
-	// its launch hash: a known legacy server is not probed.
-	if c, ok := conn.(interface{ SetEraHint(func() string) }); ok {
-		c.SetEraHint(s.cachedVersion)
+	cfg := s.Config()
+	if s.f.opts.Logs != nil && cfg.Kind == config.KindStdio {
+		// Its stderr lines are kept from the start (the connector of
+		// each run writes to the buffer): one can follow them before it
+		// ever runs.
+		s.f.opts.Logs.Get(cfg.Name)
 	}
-	in.sup = lifecycle.New(s.Name(), conn, in.policy(s.Config()))
-	return in
+	return &instance{srv: s, key: key, id: s.f.instances.Add(1), cfg: cfg}
 }
+
+// runLocked returns the supervisor of the instance's run, made with its
+// connector if there is none (the first start, or a start from dormant);
+// mu is held.
+func (in *instance) runLocked() *lifecycle.Supervisor {
+	if in.sup != nil {
+		return in.sup
+	}
+	s := in.srv
+	conn := s.f.opts.Connector(in.cfg, instHooks{in}, in.connected)
+	// The era the server had when it last ran: a known legacy server is
+	// not probed.
+	if c, ok := conn.(interface{ SetEraHint(func() string) }); ok {
+		c.SetEraHint(in.eraHint)
+	}
+	in.sup = lifecycle.New(s.Name(), conn, in.policyLocked(s.Config()))
+	return in.sup
+}
+
+// eraHint is the protocol version the server spoke when it last ran: a
+// legacy one if a connection of this instance answered so, else the one
+// kept with its lists under its launch hash ("" if none).
+func (in *instance) eraHint() string {
+	in.mu.Lock()
+	legacy := in.legacy
+	in.mu.Unlock()
+	if legacy {
+		return backend.ProtocolVersion
+	}
+	return in.srv.cachedVersion()
+}
+
+// supervisor is the supervisor of the instance's run, or nil when it has
+// none (never started, or dormant).
+func (in *instance) supervisor() *lifecycle.Supervisor {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.sup
+}
+
+// runStateLocked is the state of the instance's run (Stopped, with the
+// restarts of the run a dormancy ended, when it has none); mu is held.
+func (in *instance) runStateLocked() lifecycle.StateInfo {
+	if in.sup == nil {
+		return lifecycle.StateInfo{Restarts: int(in.restarts)}
+	}
+	return in.sup.State()
+}
+
+// runState is runStateLocked, for callers without mu.
+func (in *instance) runState() lifecycle.StateInfo {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.runStateLocked()
+}
+
+// readyLocked reports whether the instance's run is serving (Ready or
+// Degraded); mu is held.
+func (in *instance) readyLocked() bool { return in.sup != nil && in.sup.IsReady() }
 
 // policy is the lifecycle policy of the instance under cfg, its callbacks
 // included (Supervisor.SetPolicy takes it whole when a reload changes the
@@ -229,10 +298,15 @@ func (in *instance) attemptFailed(err error) {
 // alike, before the connection serves: it replays what the instance's
 // sessions asked of the server (subscriptions, log level).
 func (in *instance) connected(ctx context.Context, l Live) {
+	legacy := false
 	if c, ok := l.(Conn); ok {
 		in.replayTo(ctx, c)
+		if init := c.Init(); init != nil && init.ProtocolVersion != backend.ModernVersion {
+			legacy = true
+		}
 	}
 	in.mu.Lock()
+	in.legacy = in.legacy || legacy
 	in.conn = l
 	in.firstUser, in.manyUsers = "", false
 	now := time.Now()
@@ -341,7 +415,7 @@ func (in *instance) leaseRunning(session string, request bool) Live {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	c := in.conn
-	if in.phase != phaseRunning || c == nil || !c.Alive() || !in.sup.IsReady() {
+	if in.phase != phaseRunning || c == nil || !c.Alive() || !in.readyLocked() {
 		return nil
 	}
 	in.inflight++
@@ -425,18 +499,26 @@ func (in *instance) applySettings(cfg *config.Server) {
 // that a retired instance — whenever the settings come — is never
 // restarted by its policy: nothing would use it.
 func (in *instance) setPolicyLocked(cfg *config.Server) {
+	if in.sup != nil {
+		in.sup.SetPolicy(in.policyLocked(cfg))
+	}
+}
+
+// policyLocked is policy, with no restart for a retired instance; mu is
+// held.
+func (in *instance) policyLocked(cfg *config.Server) lifecycle.Policy {
 	pol := in.policy(cfg)
 	if in.phase == phaseRetired {
 		pol.Restart = lifecycle.RestartNever
 	}
-	in.sup.SetPolicy(pol)
+	return pol
 }
 
 // current is the live connection, or nil.
 func (in *instance) current() Live {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.phase == phaseRunning && in.conn != nil && in.conn.Alive() && in.sup.IsReady() {
+	if in.phase == phaseRunning && in.conn != nil && in.conn.Alive() && in.readyLocked() {
 		return in.conn
 	}
 	return nil
@@ -491,7 +573,7 @@ func (in *instance) idleCheck() {
 	}
 	now := time.Now()
 	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: int(in.inflight),
-		ready: in.conn != nil && in.conn.Alive() && in.sup.State().State == lifecycle.StateReady}
+		ready: in.conn != nil && in.conn.Alive() && in.runStateLocked().State == lifecycle.StateReady}
 	var sleep bool
 	var next time.Time
 	if cfg.IdleTimeout > 0 {
@@ -553,11 +635,12 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 	pid := pidOf(in.conn)
 	idleFor := now.Sub(in.lastActivity)
 	last := in.lastActivity
+	sup := in.sup
 	in.mu.Unlock()
 
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
-		err := in.sup.Stop(ctx)
+		err := sup.Stop(ctx)
 		cancel()
 		in.mu.Lock()
 		dormant := in.phase == phaseSleeping
@@ -568,6 +651,13 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 			if in.timer != nil {
 				in.timer.Stop()
 				in.timer = nil
+			}
+			// Nor its run: the next start makes one, with a connector.
+			// (A stop cut short by ctx keeps it: Stop finishes in the
+			// background, and a start waits for it.)
+			if err == nil && in.sup == sup {
+				in.restarts = int32(sup.State().Restarts)
+				in.sup = nil
 			}
 		}
 		in.dormantAt = time.Now()
@@ -664,7 +754,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			continue
 		}
 		c := in.conn
-		if in.phase == phaseRunning && c != nil && c.Alive() && in.sup.IsReady() {
+		if in.phase == phaseRunning && c != nil && c.Alive() && in.readyLocked() {
 			in.holding++ // released by release
 			in.mu.Unlock()
 			return c, woke, nil
@@ -681,7 +771,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			}
 			continue
 		}
-		if in.phase == phaseRunning && in.starting == nil {
+		if in.phase == phaseRunning && in.starting == nil && in.sup != nil {
 			// Restarting by its policy: wait for the next change of the
 			// supervisor's state. (Given up — Failed or Stopped — a
 			// request starts it again below, within the respawn limit.)
@@ -750,9 +840,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	mark := in.srv.stderrMark()
 	in.mu.Lock()
 	in.attempt = 0 // this start's failure is kept below, not as an attempt
+	sup := in.runLocked()
 	in.mu.Unlock()
 	t0 := time.Now()
-	err := in.sup.Start(context.Background())
+	err := sup.Start(context.Background())
 	took := time.Since(t0)
 
 	in.mu.Lock()
@@ -824,9 +915,10 @@ func (in *instance) stopStarted(ch chan struct{}) {
 	name := in.srv.Name()
 	in.mu.Lock()
 	pid := pidOf(in.conn)
+	sup := in.sup
 	in.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.Config().StdinWait, in.srv.Config().TermWait))
-	serr := in.sup.Stop(sctx)
+	serr := sup.Stop(sctx)
 	cancel()
 	in.mu.Lock()
 	in.conn = nil
@@ -862,9 +954,13 @@ func (in *instance) respawnLimitLocked() error {
 // waitGone waits until the supervisor has let go of a dead connection.
 func (in *instance) waitGone(ctx context.Context, c Live) error {
 	for {
-		changed := in.sup.Changed()
+		sup := in.supervisor()
+		if sup == nil {
+			return nil // the run is over
+		}
+		changed := sup.Changed()
 		in.mu.Lock()
-		same := in.conn == c && in.sup.IsReady()
+		same := in.conn == c && in.sup == sup && sup.IsReady()
 		in.mu.Unlock()
 		if !same {
 			return nil
@@ -925,9 +1021,13 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 	if in.timer != nil {
 		in.timer.Stop()
 	}
+	sup := in.sup
 	in.mu.Unlock()
 	t0 := time.Now()
-	err := in.sup.Stop(ctx)
+	var err error
+	if sup != nil {
+		err = sup.Stop(ctx)
+	}
 	in.mu.Lock()
 	in.conn = nil
 	in.mu.Unlock()

@@ -250,7 +250,7 @@ func TestReloadSettingsInPlace(t *testing.T) {
 		if st := state(lf.f.Get("a")); st != "dormant" {
 			t.Fatalf("state %s after the new idle timeout, want dormant", st)
 		}
-		if got := lf.f.Get("a").sharedIn().sup.State().State; got == lifecycle.StateReady {
+		if got := lf.f.Get("a").sharedIn().runState().State; got == lifecycle.StateReady {
 			t.Fatal("supervisor still ready after the dormant stop")
 		}
 	})

@@ -83,7 +83,7 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		in.mu.Unlock()
 		return done, nil, nil
 	}
-	if in.phase != phaseRunning || in.conn == nil || !in.conn.Alive() || in.sup.State().State != lifecycle.StateReady {
+	if in.phase != phaseRunning || in.conn == nil || !in.conn.Alive() || in.runStateLocked().State != lifecycle.StateReady {
 		in.mu.Unlock()
 		return nil, nil, fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
 	}

@@ -98,9 +98,9 @@ func ready(st Status) bool {
 }
 
 func (in *instance) status() Status {
-	sup := in.sup.State()
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	sup := in.runStateLocked()
 	st := Status{
 		InFlight: int(in.inflight),
 		Restarts: sup.Restarts,

@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// A run — the supervisor and the connector it drives — is made by the
+// start that begins it and dropped when the instance goes dormant: a
+// server never started and a dormant one keep neither. A restart within
+// the run keeps its connector; the restarts of the run a dormancy ended
+// are still reported while dormant; the wake makes a new run.
+func TestADormantInstanceKeepsNoRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var built, connects atomic.Int32
+		var fail atomic.Bool
+		var lives []*fakeLive
+		f, err := New(cfg, Options{Logger: discardLogger(),
+			Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+				built.Add(1)
+				return &fakeConnector{connects: &connects, fail: &fail, onConnect: func(ctx context.Context, l Live) {
+					lives = append(lives, l.(*fakeLive))
+					onConnect(ctx, l)
+				}}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(context.Background())
+		s := f.Get("s")
+		in := s.sharedIn()
+		if in.supervisor() != nil || built.Load() != 0 {
+			t.Fatalf("never started: supervisor %v, %d connectors built", in.supervisor(), built.Load())
+		}
+
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		first := in.supervisor()
+		if first == nil || built.Load() != 1 {
+			t.Fatalf("started: supervisor %v, %d connectors built", first, built.Load())
+		}
+		lives[0].crash() // the supervisor restarts it, with the run's connector
+		synctest.Wait()
+		time.Sleep(time.Minute) // past the backoff
+		synctest.Wait()
+		if st := s.Status(); st.State != "running" || st.Restarts != 1 || connects.Load() != 2 || built.Load() != 1 {
+			t.Fatalf("after a crash: %+v, %d connects, %d connectors built", st, connects.Load(), built.Load())
+		}
+
+		if err := s.Sleep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := s.Status(); st.State != "dormant" || st.Restarts != 1 {
+			t.Fatalf("dormant: %+v, want its run's restart still reported", st)
+		}
+		if in.supervisor() != nil {
+			t.Fatal("a dormant instance kept its supervisor")
+		}
+
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		if sup := in.supervisor(); sup == nil || sup == first || built.Load() != 2 {
+			t.Fatalf("woken: supervisor %p (first %p), %d connectors built", sup, first, built.Load())
+		}
+		if st := s.Status(); st.State != "running" || st.Restarts != 0 {
+			t.Fatalf("woken: %+v", st)
+		}
+	})
+}
+
+// A connector made for a later run is told what the runs before learned
+// of the server's era: a connection that answered as a legacy server makes
+// the era hint legacy even when no list (nor initialize result) of the
+// server is cached, as one connector remembered it across its connects.
+func TestTheEraHintOutlivesTheRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newListFleet(t, `,"idleTimeout":"0"`, nil)
+		defer lf.close(t)
+		in := lf.f.Get("s").sharedIn()
+		if v := in.eraHint(); v != "" {
+			t.Fatalf("before any run: hint %q", v)
+		}
+		modern, err := ParseInit(json.RawMessage(`{"protocolVersion":"` + backend.ModernVersion + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.connected(t.Context(), listConn{&fakeLive{done: make(chan struct{})}, &listServer{init: modern}})
+		if v := in.eraHint(); v != "" {
+			t.Fatalf("after a modern connection: hint %q", v)
+		}
+		in.connected(t.Context(), listConn{&fakeLive{done: make(chan struct{})}, lf.srv}) // 2025-11-25
+		if v := in.eraHint(); v != backend.ProtocolVersion {
+			t.Fatalf("after a legacy connection: hint %q, want %q", v, backend.ProtocolVersion)
+		}
+	})
+}
