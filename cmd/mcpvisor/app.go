@@ -101,6 +101,11 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	if stateDir == "" {
 		stateDir = defaultStateDir()
 	}
+	// Absolute: the state directory is also where servers are pointed
+	// (node's compile cache), and they resolve a path from their own cwd.
+	if stateDir, err = filepath.Abs(stateDir); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
 	rt, err := proc.Open(proc.Options{StateDir: stateDir, Logger: log})
 	if err != nil {
 		return nil, err
@@ -260,7 +265,7 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 // writing lists mapped in, and the heap they freed (which the Go runtime
 // would otherwise keep for a while, up to its next collection's goal). The
 // fleet calls it when things are quiet, at most every few seconds; it
-// costs one collection. After requests only (no dormancy) it is skipped
+// costs two collections. After requests only (no dormancy) it is skipped
 // unless they allocated trimWorth since the last trim: a dashboard
 // polling a small fleet does not cost a collection every few seconds.
 func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {

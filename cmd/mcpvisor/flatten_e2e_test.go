@@ -258,8 +258,14 @@ func TestFlattenedNodeServerKeepsACompileCache(t *testing.T) {
 	if !filepath.IsAbs(cache) || ls.Command[0] != node {
 		t.Fatalf("flattened ev: %+v; want node %s and an absolute compile cache directory", ls, node)
 	}
-	if off := waitLaunch(t, base, "off", func(ls *fleet.LaunchStatus) bool { return ls.Flattened }); !strings.Contains(off.CompileCache, "environment sets it") {
-		t.Errorf("off's status: compile cache %q", off.CompileCache)
+	if off := waitLaunch(t, base, "off", func(ls *fleet.LaunchStatus) bool { return ls.Flattened }); off.CompileCache != "" || off.CompileCacheSetBy != "NODE_DISABLE_COMPILE_CACHE" {
+		t.Errorf("off's status: compile cache %q set by %q", off.CompileCache, off.CompileCacheSetBy)
+	}
+	if code, out, _ := runBin(t, "inspect", "off", "--addr", addr); code != 0 || !strings.Contains(out, "NODE_DISABLE_COMPILE_CACHE is set") {
+		t.Errorf("inspect off (exit %d):\n%s", code, out)
+	}
+	if code, out, _ := runBin(t, "inspect", "ev", "--addr", addr); code != 0 || !strings.Contains(out, cache) {
+		t.Errorf("inspect ev (exit %d) does not name the compile cache %s:\n%s", code, cache, out)
 	}
 	// nodeEnv is the environment of the server's node process.
 	nodeEnv := func(name string) []string {

@@ -238,8 +238,11 @@ func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus
 			resolved += ", " + age(now.Sub(ls.ResolvedAt)) + " ago (mcpvisor refresh " + st.Name + " resolves it again)"
 		}
 		line("Resolved", resolved)
-		if ls.CompileCache != "" {
+		switch {
+		case ls.CompileCache != "":
 			line("Compile cache", ls.CompileCache+" (node 22.1 and later keep the server's compiled modules there)")
+		case ls.CompileCacheSetBy != "":
+			line("Compile cache", "as the server's environment says ("+ls.CompileCacheSetBy+" is set)")
 		}
 	} else {
 		line("Runs as", ls.Name+" as written: "+ls.Reason)

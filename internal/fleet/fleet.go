@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -92,7 +93,9 @@ type Options struct {
 	// CompileCache is the directory of node's module compile cache that a
 	// flattened start gives the server (NODE_COMPILE_CACHE, node 22.1 and
 	// later; launch.WithCompileCache), unless the server's environment
-	// sets the cache or turns it off; "" gives none.
+	// sets the cache or turns it off; "" gives none. A relative one is
+	// taken from mcpvisor's working directory (node would take it from
+	// each server's).
 	CompileCache string
 }
 
@@ -295,6 +298,13 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	}
 	if f.opts.TreeUsage == nil {
 		f.opts.TreeUsage = proc.TreeUsage
+	}
+	if dir := f.opts.CompileCache; dir != "" && !filepath.IsAbs(dir) {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("node's compile cache directory %q: %w", dir, err)
+		}
+		f.opts.CompileCache = abs
 	}
 	var list []*Server
 	for _, sc := range cfg.Servers {

@@ -202,7 +202,7 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 		err := rec.Resolution.Check()
 		if err == nil {
 			spec.Command, spec.Args = rec.Resolution.Argv(form)
-			spec.Env, _ = f.compileCache(spec.Env)
+			spec.Env = f.compileCache(spec.Env)
 			st.last, st.note = startedFlattened, ""
 			return func(err error) { f.flattenedStarted(st, key, err) }
 		}
@@ -226,21 +226,38 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 
 // compileCache is env (nil: mcpvisor's own, proc.Environ) as a flattened
 // start gives it to the server: with node's compile cache in
-// Options.CompileCache unless env sets the cache or turns it off (then env
-// as it is). The string is what LaunchStatus.CompileCache says of it.
-func (f *Fleet) compileCache(env []string) ([]string, string) {
-	dir := f.opts.CompileCache
-	if dir == "" {
-		return env, ""
+// Options.CompileCache unless env decides (launch.WithCompileCache).
+func (f *Fleet) compileCache(env []string) []string {
+	if f.opts.CompileCache == "" {
+		return env
 	}
-	base := env
-	if base == nil {
-		base = proc.Environ()
+	if env == nil {
+		env = proc.Environ()
 	}
-	if out, ok := launch.WithCompileCache(base, dir); ok {
-		return out, dir
+	env, _ = launch.WithCompileCache(env, f.opts.CompileCache)
+	return env
+}
+
+// compileCacheOf is what a flattened start of cfg does with node's
+// compile cache: the directory it gives, or the variable of the server's
+// environment (its config's env, else mcpvisor's own) that decides
+// instead. The same decision as compileCache's, from lookups: a status
+// read builds no environment.
+func (f *Fleet) compileCacheOf(cfg *config.Server) (dir, setBy string) {
+	if f.opts.CompileCache == "" {
+		return "", ""
 	}
-	return env, "as the server's environment sets it (" + launch.CompileCacheEnv + " or " + launch.DisableCompileCacheEnv + ")"
+	setBy = launch.CompileCacheSetBy(func(k string) bool {
+		if _, ok := cfg.Env[k]; ok {
+			return true
+		}
+		_, ok := os.LookupEnv(k)
+		return ok
+	})
+	if setBy != "" {
+		return "", setBy
+	}
+	return f.opts.CompileCache, ""
 }
 
 // flattenedStarted is told how a flattened start ended: a failure makes
@@ -405,9 +422,12 @@ type LaunchStatus struct {
 	// Resolving: a resolution runs in the background.
 	Resolving bool `json:"resolving,omitempty"`
 	// CompileCache is the directory of node's compile cache a flattened
-	// start gives the server, or why it gives none when the server's
-	// environment decides ("" when mcpvisor has no cache directory).
-	CompileCache string `json:"compileCache,omitempty"`
+	// start gives the server; CompileCacheSetBy, when it gives none, the
+	// variable of the server's environment that decides instead
+	// (NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE). Both are empty
+	// when mcpvisor keeps no compile cache.
+	CompileCache      string `json:"compileCache,omitempty"`
+	CompileCacheSetBy string `json:"compileCacheSetBy,omitempty"`
 	// Last is how the server's last process was started since mcpvisor
 	// started, "flattened" or "as written" ("" if none): a resolution or
 	// a refresh applies from the next start.
@@ -456,11 +476,7 @@ func (s *Server) Launcher() *LaunchStatus {
 		r := st.rec.Resolution
 		ls.Flattened, ls.Runs, ls.Package, ls.Version, ls.ResolvedAt = true, r.String(), r.Package, r.Version, st.rec.At
 		ls.Command = append([]string{r.Command}, r.Args...)
-		env := proc.Environ()
-		for k, v := range cfg.Env {
-			env = append(env, k+"="+v)
-		}
-		_, ls.CompileCache = s.f.compileCache(env)
+		ls.CompileCache, ls.CompileCacheSetBy = s.f.compileCacheOf(cfg)
 	}
 	if st.rec != nil && st.rec.Resolution == nil {
 		ls.ResolvedAt = st.rec.At

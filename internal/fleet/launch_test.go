@@ -602,9 +602,9 @@ func TestLaunchGivesNodeTheCompileCache(t *testing.T) {
 		if has(envOwn) || !slices.Contains(envOwn, "NODE_DISABLE_COMPILE_CACHE=1") {
 			t.Errorf("own's flattened start overrode the server's setting: %q", envOwn)
 		}
-		for name, want := range map[string]string{"s": cache, "bare": cache, "own": "as the server's environment sets it"} {
-			if ls := lf.f.Get(name).Launcher(); !ls.Flattened || !strings.HasPrefix(ls.CompileCache, want) {
-				t.Errorf("%s: status compile cache %q, want %q", name, ls.CompileCache, want)
+		for name, want := range map[string][2]string{"s": {cache, ""}, "bare": {cache, ""}, "own": {"", "NODE_DISABLE_COMPILE_CACHE"}} {
+			if ls := lf.f.Get(name).Launcher(); !ls.Flattened || ls.CompileCache != want[0] || ls.CompileCacheSetBy != want[1] {
+				t.Errorf("%s: status compile cache %q set by %q, want %q", name, ls.CompileCache, ls.CompileCacheSetBy, want)
 			}
 		}
 	})
@@ -623,8 +623,48 @@ func TestLaunchWithoutACompileCache(t *testing.T) {
 		if env := lf.lastEnv(); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE") }) {
 			t.Errorf("flattened start's env: %q", env)
 		}
-		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.CompileCache != "" {
+		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.CompileCache != "" || ls.CompileCacheSetBy != "" {
 			t.Errorf("status: %+v", ls)
+		}
+	})
+}
+
+// mcpvisor's own environment decides for a server whose config says
+// nothing of the cache: it is what the server inherits.
+func TestLaunchCompileCacheSetInMcpvisorsEnvironment(t *testing.T) {
+	t.Setenv("NODE_COMPILE_CACHE", "/home/u/.cache/node")
+	synctest.Test(t, func(t *testing.T) {
+		lf := newFlatFleetWith(t, `{"mcpServers":{"bare":{"command":"npx","args":["-y","@fx/server"],"idleTimeout":"0"}}}`, nil,
+			Options{CompileCache: "/state/node-compile-cache"})
+		defer lf.close(t)
+		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
+		lf.start(t, "bare")
+		lf.sleep(t, "bare")
+		lf.start(t, "bare")
+		if env := lf.lastEnv(); env != nil && !slices.Contains(env, "NODE_COMPILE_CACHE=/home/u/.cache/node") ||
+			slices.Contains(env, "NODE_COMPILE_CACHE=/state/node-compile-cache") {
+			t.Errorf("flattened start's env overrides mcpvisor's NODE_COMPILE_CACHE: %q", env)
+		}
+		if ls := lf.f.Get("bare").Launcher(); ls.CompileCache != "" || ls.CompileCacheSetBy != "NODE_COMPILE_CACHE" {
+			t.Errorf("status: compile cache %q set by %q", ls.CompileCache, ls.CompileCacheSetBy)
+		}
+	})
+}
+
+// A relative compile cache directory is made absolute from mcpvisor's
+// working directory: node would resolve it from each server's.
+func TestLaunchCompileCacheIsAbsolute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf := newFlatFleetWith(t, npxServer, nil, Options{CompileCache: "state/node-compile-cache"})
+		defer lf.close(t)
+		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
+		lf.start(t, "s")
+		lf.sleep(t, "s")
+		lf.start(t, "s")
+		wd, _ := os.Getwd()
+		want := "NODE_COMPILE_CACHE=" + filepath.Join(wd, "state", "node-compile-cache")
+		if env := lf.lastEnv(); !slices.Contains(env, want) {
+			t.Errorf("flattened start's env has no %s: %q", want, env)
 		}
 	})
 }

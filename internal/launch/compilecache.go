@@ -15,27 +15,42 @@ import (
 //
 // The cache is keyed by node's version and each file's content: a node or
 // a package updated in place compiles afresh. A node before 22.1 ignores
-// the variable.
+// the variable. Node never removes what it wrote: entries of a node
+// version no longer run stay until removed by hand.
 const (
 	CompileCacheEnv        = "NODE_COMPILE_CACHE"
 	DisableCompileCacheEnv = "NODE_DISABLE_COMPILE_CACHE"
 )
 
+// CompileCacheSetBy is the variable of a server's environment that
+// decides what node does with its compile cache — NODE_COMPILE_CACHE or
+// NODE_DISABLE_COMPILE_CACHE, set to any value —, or "" when neither is
+// set; has says whether the environment sets a variable.
+func CompileCacheSetBy(has func(key string) bool) string {
+	for _, k := range []string{DisableCompileCacheEnv, CompileCacheEnv} {
+		if has(k) {
+			return k
+		}
+	}
+	return ""
+}
+
 // WithCompileCache returns env (complete, "KEY=value") with
 // NODE_COMPILE_CACHE set to dir, and true; or env as it is, and false,
-// when env already says what to do with the cache — it names
-// NODE_COMPILE_CACHE or NODE_DISABLE_COMPILE_CACHE, with any value: the
-// server's own environment decides. env itself is never written to: the
-// result is a copy when it differs.
+// when env already decides (CompileCacheSetBy) or dir is "". env itself
+// is never written to: the result is a copy when it differs.
 func WithCompileCache(env []string, dir string) ([]string, bool) {
 	if dir == "" {
 		return env, false
 	}
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == CompileCacheEnv || k == DisableCompileCacheEnv {
-			return env, false
-		}
+	has := func(key string) bool {
+		return slices.ContainsFunc(env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return k == key
+		})
+	}
+	if CompileCacheSetBy(has) != "" {
+		return env, false
 	}
 	return append(slices.Clip(env), CompileCacheEnv+"="+dir), true
 }
