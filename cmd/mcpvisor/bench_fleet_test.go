@@ -70,6 +70,7 @@ type fleetRow struct {
 	start  float64 // ms: mcpvisor's spawn and handshake (its respawned event's respawnMs)
 	rssKB  int     // sum of the tree's VmRSS
 	memAPI uint64  // /api/servers memoryBytes
+	cpuMs  float64 // the tree's CPU time when the wake's call was answered (/api/servers cpuSeconds, from its cgroup)
 	tree   string  // the tree's processes, by name
 }
 
@@ -165,7 +166,7 @@ func TestBenchFleet(t *testing.T) {
 		rounds, runtime.NumCPU(), nodeVersion(t), npmVersion(t), loadAverage())
 	for _, c := range cases {
 		if ls := st[c.name].Launcher; c.flat {
-			say("  %-24s %s: %s (node's compile cache: %s)\n", c.name, c.where, ls.Runs, cmp.Or(ls.CompileCache, "none"))
+			say("  %-24s %s: %s (node's compile cache: %s)\n", c.name, c.where, ls.Runs, cmp.Or(ls.CompileCache, "none: "+ls.CompileCacheSetBy+" set"))
 		} else {
 			say("  %-24s %s: npx -y @modelcontextprotocol/server-%s as written\n", c.name, c.where, c.pkg)
 		}
@@ -201,6 +202,7 @@ func TestBenchFleet(t *testing.T) {
 			if err != nil || res.IsError {
 				t.Fatalf("%s: %s: %v %v", c.name, c.tool, res, err)
 			}
+			cpuMs := servers(t, serve.base)[c.name].CPUSeconds * 1000
 			time.Sleep(settleAfterWake)
 			s := servers(t, serve.base)[c.name]
 			if s.PID == 0 {
@@ -211,15 +213,15 @@ func TestBenchFleet(t *testing.T) {
 			}
 			rss, names := treeRSS(s.PID)
 			start := respawnMs(t, serve.base, c.name)
-			rows[c.name] = append(rows[c.name], fleetRow{round: round, wake: wake, start: start, rssKB: rss, memAPI: s.MemoryBytes, tree: names})
-			fmt.Printf("  round %d %-24s wake %6.0f ms (start %4.0f ms), tree %s (%s)\n", round, c.name, msf(wake), start, kb(rss), names)
+			rows[c.name] = append(rows[c.name], fleetRow{round: round, wake: wake, start: start, rssKB: rss, memAPI: s.MemoryBytes, cpuMs: cpuMs, tree: names})
+			fmt.Printf("  round %d %-24s wake %6.0f ms (start %4.0f ms, tree CPU %4.0f ms), tree %s (%s)\n", round, c.name, msf(wake), start, cpuMs, kb(rss), names)
 		}
 	}
 	for _, sess := range sessions {
 		_ = sess.Close()
 	}
 
-	say("\n| server | case | launch | wake ms, median (min–max) | of which start (spawn + handshake) ms, median | tree RSS, median | mcpvisor's memory figure, median | tree |\n|---|---|---|---|---|---|---|---|\n")
+	say("\n| server | case | launch | wake ms, median (min–max) | of which start (spawn + handshake) ms, median | tree CPU ms at the answer, median | tree RSS, median | mcpvisor's memory figure, median | tree |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cases {
 		r := rows[c.name]
 		wakes := durations(r, func(x fleetRow) float64 { return msf(x.wake) })
@@ -233,8 +235,9 @@ func TestBenchFleet(t *testing.T) {
 			launch = "flattened"
 		}
 		starts := durations(r, func(x fleetRow) float64 { return x.start })
-		say("| server-%s | %s | %s | %.0f (%.0f–%.0f) | %.0f | %s | %s | %s |\n", c.pkg, c.where, launch,
-			median(wakes), slices.Min(wakes), slices.Max(wakes), median(starts), kb(int(median(rss))), kb(int(median(api))), r[len(r)-1].tree)
+		cpus := durations(r, func(x fleetRow) float64 { return x.cpuMs })
+		say("| server-%s | %s | %s | %.0f (%.0f–%.0f) | %.0f | %.0f | %s | %s | %s |\n", c.pkg, c.where, launch,
+			median(wakes), slices.Min(wakes), slices.Max(wakes), median(starts), median(cpus), kb(int(median(rss))), kb(int(median(api))), r[len(r)-1].tree)
 	}
 	say("\nratios, as written / flattened (target: wake ≥ 3×, memory ≥ 50 %% less):\n")
 	for _, pkg := range []string{"everything", "memory"} {
@@ -257,10 +260,15 @@ func TestBenchFleet(t *testing.T) {
 				pkg, where, w, wlo, whi, median(durations(written, wake)), median(durations(flat, wake)), verdict(w >= 3),
 				100*(1-m), 100*(1-mhi), 100*(1-mlo), kb(int(median(durations(written, mem)))), kb(int(median(durations(flat, mem)))), verdict(m <= 0.5),
 				sx, slo, shi)
+			cpu := func(x fleetRow) float64 { return x.cpuMs }
+			cx, clo, chi := ratioMedians(written, flat, cpu)
+			say("    tree CPU time to the answer (less sensitive to the machine's other load): %.2f× less flattened (rounds %.2f–%.2f; %.0f → %.0f ms)\n",
+				cx, clo, chi, median(durations(written, cpu)), median(durations(flat, cpu)))
 			nw, nwlo, nwhi := ratioMedians(written, nocache, wake)
 			cw, cwlo, cwhi := ratioMedians(nocache, flat, wake)
-			say("    flattened without node's compile cache: wake %.2f× faster than as written (rounds %.2f–%.2f; %.0f ms); the cache makes it %.2f× faster (rounds %.2f–%.2f)\n",
-				nw, nwlo, nwhi, median(durations(nocache, wake)), cw, cwlo, cwhi)
+			ncx, _, _ := ratioMedians(nocache, flat, cpu)
+			say("    flattened without node's compile cache: wake %.2f× faster than as written (rounds %.2f–%.2f; %.0f ms); the cache makes it %.2f× faster (rounds %.2f–%.2f) and spends %.2f× less CPU (%.0f → %.0f ms)\n",
+				nw, nwlo, nwhi, median(durations(nocache, wake)), cw, cwlo, cwhi, ncx, median(durations(nocache, cpu)), median(durations(flat, cpu)))
 		}
 	}
 	say("load average at the end %s (this machine is shared: other processes' load slows node's start, flattened or not, and narrows the wake ratio)\n", loadAverage())
