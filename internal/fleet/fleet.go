@@ -46,6 +46,8 @@ type Live interface {
 // dormant): s is the configuration the instance was made under; onConnect
 // must be called with every connection it makes, before Connect returns,
 // with Connect's context. hooks receive what the server sends on its own.
+// It is called with the instance's lock held: it must not call back into
+// the fleet.
 type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector
 
 // Options configure a Fleet.

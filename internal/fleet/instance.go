@@ -50,8 +50,10 @@ type instance struct {
 
 	mu sync.Mutex
 	// sup drives the instance's run, its connector with it: made by a
-	// start (runLocked), dropped once the instance is dormant — a
-	// dormant server keeps neither —; nil before the first start too.
+	// start (runLocked), dropped once a sleep stopped it — a server put
+	// to sleep keeps neither —; nil before the first start too. A start
+	// that failed keeps its run, which the next start uses; so does a
+	// sleep whose stop was cut short, or that a start under way raced.
 	sup          *lifecycle.Supervisor
 	conn         Live
 	startedAt    time.Time
@@ -639,9 +641,12 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 	in.mu.Unlock()
 
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
-		err := sup.Stop(ctx)
-		cancel()
+		var err error
+		if sup != nil { // (a running instance has its run; nothing to stop otherwise)
+			ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
+			err = sup.Stop(ctx)
+			cancel()
+		}
 		in.mu.Lock()
 		dormant := in.phase == phaseSleeping
 		if dormant {
@@ -654,8 +659,9 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 			}
 			// Nor its run: the next start makes one, with a connector.
 			// (A stop cut short by ctx keeps it: Stop finishes in the
-			// background, and a start waits for it.)
-			if err == nil && in.sup == sup {
+			// background, and a start waits for it. So does a start under
+			// way, which holds it: it ends as stopped.)
+			if err == nil && in.sup == sup && sup != nil && in.starting == nil {
 				in.restarts = int32(sup.State().Restarts)
 				in.sup = nil
 			}
@@ -701,7 +707,7 @@ func (in *instance) rest(ctx context.Context, requests int64) bool {
 			return false
 		}
 		in.mu.Lock()
-		if in.phase != phaseRunning || in.inflight > in.own || in.requests != requests || in.conn == nil {
+		if in.phase != phaseRunning || in.inflight > in.own || in.requests != requests || in.conn == nil || in.starting != nil {
 			in.mu.Unlock()
 			return false
 		}
@@ -863,7 +869,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			return
 		}
 		in.mu.Unlock()
-		in.stopStarted(ch)
+		in.stopStarted(ch, sup)
 		return
 	}
 	var se *StartError
@@ -908,14 +914,13 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 }
 
-// stopStarted stops what a start that a close raced made, tells the
-// requests waiting on ch that it was stopped while it started, and reports
-// it as stopped.
-func (in *instance) stopStarted(ch chan struct{}) {
+// stopStarted stops what a start that a close raced made with sup, tells
+// the requests waiting on ch that it was stopped while it started, and
+// reports it as stopped.
+func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor) {
 	name := in.srv.Name()
 	in.mu.Lock()
 	pid := pidOf(in.conn)
-	sup := in.sup
 	in.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.Config().StdinWait, in.srv.Config().TermWait))
 	serr := sup.Stop(sctx)

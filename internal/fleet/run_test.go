@@ -109,3 +109,88 @@ func TestTheEraHintOutlivesTheRun(t *testing.T) {
 		}
 	})
 }
+
+// gatedConnector connects as fakeConnector does, but its connects after
+// the first wait at gate once the connection is made (onConnect called),
+// before Connect returns: a start caught between the two.
+type gatedConnector struct {
+	onConnect func(context.Context, Live)
+	connects  atomic.Int32
+	gate      chan struct{}
+	lives     chan *fakeLive
+}
+
+func (c *gatedConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	n := c.connects.Add(1)
+	l := &fakeLive{done: make(chan struct{})}
+	c.onConnect(ctx, l)
+	c.lives <- l
+	if n > 1 {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return l, nil
+}
+
+// A start under way is not put to sleep by Rest, even when the request
+// that began it left: the connection it made is there before the start
+// ends, but the run is the start's — a sleep then would stop it under the
+// start and drop the supervisor the start still uses. Once the start
+// ends, the server runs on its run, and Rest may put it to sleep.
+func TestRestLeavesAStartUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0","restart":{"policy":"never"}}}}`), "test.json",
+			config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gc := &gatedConnector{gate: make(chan struct{}), lives: make(chan *fakeLive, 4)}
+		f, err := New(cfg, Options{Logger: discardLogger(),
+			Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+				gc.onConnect = onConnect
+				return gc
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(context.Background())
+		s := f.Get("s")
+		in := s.sharedIn()
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		(<-gc.lives).crash() // not restarted: the next request starts it again, on the same run
+		synctest.Wait()
+		sup := in.supervisor()
+
+		// A caller whose context ends leaves the start it began, which
+		// goes on with no request in flight.
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { _, err := use(s.Acquire(ctx, "")); done <- err }()
+		<-gc.lives // connected; the start waits at the gate
+		synctest.Wait()
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the caller that left got a lease")
+		}
+		if s.Rest(t.Context(), s.Requests()) {
+			t.Fatal("Rest put a server to sleep while it started")
+		}
+		close(gc.gate)
+		synctest.Wait()
+		if st := s.Status(); st.State != "running" || in.supervisor() != sup || sup == nil {
+			t.Fatalf("after the start: %+v, supervisor %p (was %p)", st, in.supervisor(), sup)
+		}
+		if !s.Rest(t.Context(), s.Requests()) {
+			t.Fatal("Rest did not put the started server to sleep")
+		}
+		synctest.Wait()
+		if st := s.Status(); st.State != "dormant" || in.supervisor() != nil {
+			t.Fatalf("after Rest: %+v, supervisor %p", st, in.supervisor())
+		}
+	})
+}
