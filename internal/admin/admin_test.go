@@ -107,6 +107,8 @@ func TestMetrics(t *testing.T) {
 		log.Add(fleet.Event{Server: "a", Type: typ})
 	}
 	log.Add(fleet.Event{Server: "gone", Type: "stopped"})
+	// A type /metrics does not list for every server is counted too.
+	log.Add(fleet.Event{Server: "a", Type: "definitions_changed"})
 	collisions := []string{`x: "a" (also b)`}
 	held := map[string]int{"a": 2}
 	srv := httptest.NewServer(New(testFleet(t), log, Options{Collisions: func() []string { return collisions }, HeldCalls: func() map[string]int { return held }}))
@@ -122,21 +124,22 @@ func TestMetrics(t *testing.T) {
 	}
 	samples := parseExposition(t, string(body))
 	for series, want := range map[string]float64{
-		`mcpvisor_servers{state="new"}`:                       2,
-		`mcpvisor_servers{state="running"}`:                   0,
-		`mcpvisor_server_state{server="a",state="new"}`:       1,
-		`mcpvisor_server_state{server="b",state="dormant"}`:   0,
-		`mcpvisor_server_in_flight{server="a"}`:               0,
-		`mcpvisor_server_requests_total{server="b"}`:          0,
-		`mcpvisor_events_total{server="a",type="dormant"}`:    2,
-		`mcpvisor_events_total{server="a",type="respawned"}`:  1,
-		`mcpvisor_events_total{server="b",type="exited"}`:     0,
-		`mcpvisor_events_total{server="gone",type="stopped"}`: 1,
-		`mcpvisor_name_collisions`:                            1,
-		`mcpvisor_held_calls{server="a"}`:                     2,
-		`mcpvisor_held_calls{server="b"}`:                     0,
-		`mcpvisor_server_start_time_seconds{server="a"}`:      0,
-		`mcpvisor_server_dormant_since_seconds{server="a"}`:   0,
+		`mcpvisor_servers{state="new"}`:                                2,
+		`mcpvisor_servers{state="running"}`:                            0,
+		`mcpvisor_server_state{server="a",state="new"}`:                1,
+		`mcpvisor_server_state{server="b",state="dormant"}`:            0,
+		`mcpvisor_server_in_flight{server="a"}`:                        0,
+		`mcpvisor_server_requests_total{server="b"}`:                   0,
+		`mcpvisor_events_total{server="a",type="dormant"}`:             2,
+		`mcpvisor_events_total{server="a",type="respawned"}`:           1,
+		`mcpvisor_events_total{server="b",type="exited"}`:              0,
+		`mcpvisor_events_total{server="gone",type="stopped"}`:          1,
+		`mcpvisor_events_total{server="a",type="definitions_changed"}`: 1,
+		`mcpvisor_name_collisions`:                                     1,
+		`mcpvisor_held_calls{server="a"}`:                              2,
+		`mcpvisor_held_calls{server="b"}`:                              0,
+		`mcpvisor_server_start_time_seconds{server="a"}`:               0,
+		`mcpvisor_server_dormant_since_seconds{server="a"}`:            0,
 	} {
 		got, ok := samples[series]
 		if !ok {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,10 +36,10 @@ type EventLog struct {
 	max     int
 	epoch   string
 	entries []kept
-	pos     uint64 // the last entry's seq
-	base    uint64 // the seq before this run's first event
-	last    uint64 // this run's events so far
-	counts  map[eventKey]uint64
+	pos     uint64                  // the last entry's seq
+	base    uint64                  // the seq before this run's first event
+	last    uint64                  // this run's events so far
+	counts  map[string]*eventCounts // by server
 	subs    map[*subscription]struct{}
 	persist func(store.Event)
 	closed  bool
@@ -46,6 +47,27 @@ type EventLog struct {
 }
 
 type eventKey struct{ server, typ string }
+
+// eventCounts are one server's counts of this run's events: those of the
+// types /metrics lists for every server (eventTypes) in place, by index,
+// any other type in more — one small object per server, not a map entry
+// per (server, type).
+type eventCounts struct {
+	n    [len(eventTypes)]uint64
+	more map[string]uint64
+}
+
+// add counts one event of type typ.
+func (c *eventCounts) add(typ string) {
+	if i := slices.Index(eventTypes[:], typ); i >= 0 {
+		c.n[i]++
+		return
+	}
+	if c.more == nil {
+		c.more = map[string]uint64{}
+	}
+	c.more[typ]++
+}
 
 // kept is an event as the log keeps it: its details as the JSON they are
 // persisted and sent as, decoded only when the event is read (entry) —
@@ -98,7 +120,7 @@ func RestoreEventLog(max int, history []store.Event) *EventLog {
 	if max <= 0 {
 		max = 1000
 	}
-	l := &EventLog{max: max, counts: map[eventKey]uint64{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
+	l := &EventLog{max: max, counts: map[string]*eventCounts{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
 	if len(history) > max {
 		history = history[len(history)-max:]
 	}
@@ -157,7 +179,12 @@ func (l *EventLog) Add(e fleet.Event) {
 		l.entries = l.entries[:l.max-1]
 	}
 	l.entries = append(l.entries, kept{seq: l.pos, time: e.Time, server: e.Server, session: e.Session, typ: e.Type, details: details})
-	l.counts[eventKey{e.Server, e.Type}]++
+	c := l.counts[e.Server]
+	if c == nil {
+		c = &eventCounts{}
+		l.counts[e.Server] = c
+	}
+	c.add(e.Type)
 	if l.persist != nil {
 		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: e.Type, Details: details})
 	}
@@ -304,8 +331,15 @@ func (l *EventLog) counted() map[eventKey]uint64 {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k, n := range l.counts {
-		out[k] = n
+	for server, c := range l.counts {
+		for i, n := range c.n {
+			if n != 0 {
+				out[eventKey{server, eventTypes[i]}] = n
+			}
+		}
+		for typ, n := range c.more {
+			out[eventKey{server, typ}] = n
+		}
 	}
 	return out
 }

@@ -21,7 +21,7 @@ import (
 var states = []string{"new", "starting", "running", "degraded", "restarting", "dormant", "failed", "stopped"}
 
 // eventTypes are the lifecycle events counted for every server, from zero.
-var eventTypes = []string{"started", "dormant", "respawned", "exited", "restarted", "failed", "stopped"}
+var eventTypes = [...]string{"started", "dormant", "respawned", "exited", "restarted", "failed", "stopped"}
 
 var processStart = time.Now()
 
