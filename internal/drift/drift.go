@@ -81,26 +81,24 @@ func Define(k Kind, item json.RawMessage) (Def, error) {
 	if !ok {
 		return Def{}, fmt.Errorf("drift: unknown kind %q", k)
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(item, &obj); err != nil || obj == nil {
+	// The item is read once, whole (its members as maps, slices and
+	// canonical numbers), and its defining members taken from it.
+	if !json.Valid(item) {
 		return Def{}, fmt.Errorf("drift: %s: %w", k, ErrNotObject)
 	}
-	var key string
-	if json.Unmarshal(obj[keyField(k)], &key) != nil || key == "" {
+	v, err := decodeRaw(item)
+	obj, _ := v.(map[string]any)
+	if err != nil || obj == nil {
 		return Def{}, fmt.Errorf("drift: %s: %w", k, ErrNotObject)
 	}
-	def := map[string]any{}
+	key, _ := obj[keyField(k)].(string)
+	if key == "" {
+		return Def{}, fmt.Errorf("drift: %s: %w", k, ErrNotObject)
+	}
+	def := make(map[string]any, len(want))
 	for _, f := range want {
-		raw, ok := obj[f]
-		if !ok {
-			continue
-		}
-		v, err := decode(raw)
-		if err != nil {
-			return Def{}, fmt.Errorf("drift: %s %q: %s: %w", k, key, f, err)
-		}
-		if v != nil {
-			def[f] = v
+		if v := obj[f]; v != nil {
+			def[f] = normalize(v)
 		}
 	}
 	// Kept as long as the definition is known: its own exact-size copy,
@@ -126,6 +124,16 @@ type number string
 // decode reads one JSON value into maps, slices, strings, bools, numbers
 // (canonical text) and nil, dropping null members of objects.
 func decode(raw json.RawMessage) (any, error) {
+	v, err := decodeRaw(raw)
+	if err != nil {
+		return nil, err
+	}
+	return normalize(v), nil
+}
+
+// decodeRaw reads one JSON value into maps, slices, strings, bools,
+// json.Numbers and nil, as it is written.
+func decodeRaw(raw json.RawMessage) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
@@ -135,7 +143,7 @@ func decode(raw json.RawMessage) (any, error) {
 	if _, err := d.Token(); err == nil {
 		return nil, errors.New("trailing data after a JSON value")
 	}
-	return normalize(v), nil
+	return v, nil
 }
 
 func normalize(v any) any {
@@ -166,6 +174,14 @@ func normalize(v any) any {
 // 1024-bit binary value (so 1, 1.0, 1e0 and 10e-1 are one number, and
 // 0.1 stays 0.1). A huge exponent costs no more than a small one.
 func canonicalNumber(s string) number {
+	if plainInteger(s) {
+		return number(s) // its own canonical form
+	}
+	return bigNumber(s)
+}
+
+// bigNumber is canonicalNumber of any number.
+func bigNumber(s string) number {
 	f, _, err := big.ParseFloat(s, 10, 1024, big.ToNearestEven)
 	if err != nil {
 		return number(s)
@@ -178,6 +194,22 @@ func canonicalNumber(s string) number {
 		return number(i.String())
 	}
 	return number(f.Text('g', -1))
+}
+
+// plainInteger reports whether s is an integer of at most 15 digits
+// written canonically already: no leading zero, no minus zero, no
+// fraction or exponent. Most numbers of a definition are.
+func plainInteger(s string) bool {
+	digits := strings.TrimPrefix(s, "-")
+	if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := range len(digits) {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // encode writes v canonically: keys sorted (by their UTF-8 bytes), no
@@ -229,6 +261,12 @@ func write(b *bytes.Buffer, v any) {
 }
 
 func writeString(b *bytes.Buffer, s string) {
+	if plainString(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	var sb bytes.Buffer
 	e := json.NewEncoder(&sb)
 	e.SetEscapeHTML(false)
@@ -463,3 +501,14 @@ func bound(v []byte) (out json.RawMessage, whole int) {
 }
 
 func utf8Start(c byte) bool { return c&0xC0 != 0x80 }
+
+// plainString reports whether s is printable ASCII with no quote or
+// backslash: what encoding/json writes as it is, between quotes.
+func plainString(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}

@@ -322,3 +322,49 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("template described as %+v", tpl)
 	}
 }
+
+// Fingerprints are persisted (a pinned server's approvals) and compared
+// across versions of mcpvisor: these were made by the implementation
+// that read each member with a decoder of its own and quoted every string
+// and number the slow way; the same items must keep them.
+func TestFingerprintsStable(t *testing.T) {
+	for _, c := range []struct {
+		k          Kind
+		item, want string
+	}{
+		{Tool, `{"name":"echo","title":"Echo","description":"Echo it <b>back</b> & \"quote\" \\ \n\t\u2028 é 😀 \u0001","inputSchema":{"type":"object","properties":{"n":{"type":"integer","maximum":10,"minimum":-5,"default":0,"multipleOf":0.5,"big":12345678901234567890,"neg0":-0,"e":1e3}},"required":["n"]},"outputSchema":{"type":"object","x":null},"annotations":{"readOnlyHint":true},"_meta":{"x":1}}`,
+			"6fe654a9cba935ea79dc80d1100196262da2811405d1e63ebbc061483a154b3b"},
+		{Prompt, `{"name":"p","arguments":[{"name":"a","required":true,"description":"Ünïcode"}],"extra":[1,2]}`,
+			"c435c08888d74ba72c662e43c39b948cf3d979fff4551c7a2fd4b33985907260"},
+		{ResourceTemplate, `{"uriTemplate":"file:///{p}","name":"f","mimeType":"text/plain","title":null}`,
+			"b9a8a0a37c38ed838e97e8728db357002f23e7816e43694ac48aa9ffb21b3e4f"},
+	} {
+		if d := def(t, c.k, c.item); d.Fingerprint != c.want {
+			t.Errorf("fingerprint of %s is %s, was %s (canonical %s)", c.item, d.Fingerprint, c.want, d.Canonical)
+		}
+	}
+}
+
+// The shortcuts for plain strings and integers write what the general
+// path writes: encoding/json's quoting, and the number read back.
+func TestShortcutsAgree(t *testing.T) {
+	strs := []string{"", "a", "plain text", "<b>&amp;</b>", `q"uote`, `back\slash`, "tab\t", "nl\n", "\x7f", "\x1f", "é", "\u2028", "\xff", "~ !#$%&'()*+,-./0123456789:;<=>?@[]^_`{|}"}
+	for i := range 128 {
+		strs = append(strs, "x"+string(rune(i))+"y")
+	}
+	for _, s := range strs {
+		var got, want bytes.Buffer
+		writeString(&got, s)
+		e := json.NewEncoder(&want)
+		e.SetEscapeHTML(false)
+		_ = e.Encode(s)
+		if w := strings.TrimSuffix(want.String(), "\n"); got.String() != w {
+			t.Errorf("writeString(%q) = %s, encoding/json writes %s", s, got.String(), w)
+		}
+	}
+	for _, n := range []string{"0", "-0", "1", "-1", "10", "007", "-05", "123456789012345", "-123456789012345", "1234567890123456", "99999999999999999999", "1.0", "1e3", "-0.0"} {
+		if got, want := canonicalNumber(n), bigNumber(n); got != want {
+			t.Errorf("canonicalNumber(%s) = %s, the general path gives %s", n, got, want)
+		}
+	}
+}
