@@ -53,12 +53,17 @@ func newHistogram(l *layout) *Histogram {
 // Observe counts d (a negative d counts as 0).
 func (h *Histogram) Observe(d time.Duration) {
 	d = max(d, 0)
+	h.counts[h.l.bucket(d)].Add(1)
+	h.sum.Add(int64(d))
+}
+
+// bucket is the index of the bucket that counts d (len(l.durs): +Inf).
+func (l *layout) bucket(d time.Duration) int {
 	i := 0
-	for i < len(h.l.durs) && d > h.l.durs[i] {
+	for i < len(l.durs) && d > l.durs[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sum.Add(int64(d))
+	return i
 }
 
 // HistogramSnapshot is a histogram's state, as the Prometheus text format

@@ -196,8 +196,8 @@ type Server struct {
 	calls    [NumOutcomes]atomic.Uint64
 	sent     atomic.Uint64
 	received atomic.Uint64
-	spawn    atomic.Pointer[Histogram]
-	wake     atomic.Pointer[Histogram]
+	spawn    startHistogram
+	wake     startHistogram
 
 	methods atomic.Pointer[methodSlots]
 	tools   atomic.Pointer[toolIndex]
@@ -336,17 +336,66 @@ func (s *Server) reindex(tools []json.RawMessage) *toolIndex {
 
 // ObserveSpawn counts a start of one of the server's processes that took d
 // (from the start's beginning to the server's answer to initialize).
-func (s *Server) ObserveSpawn(d time.Duration) { lazy(&s.spawn, newStartHistogram).Observe(d) }
+func (s *Server) ObserveSpawn(d time.Duration) { s.spawn.observe(d) }
 
 // ObserveWake counts a start of a dormant server (dormant → ready) that
 // took d.
-func (s *Server) ObserveWake(d time.Duration) { lazy(&s.wake, newStartHistogram).Observe(d) }
+func (s *Server) ObserveWake(d time.Duration) { s.wake.observe(d) }
 
 // Spawns is the spawn duration histogram.
-func (s *Server) Spawns() HistogramSnapshot { return snapshotOf(&s.spawn, startLayout) }
+func (s *Server) Spawns() HistogramSnapshot { return s.spawn.snapshot() }
 
 // Wakes is the wake duration histogram.
-func (s *Server) Wakes() HistogramSnapshot { return snapshotOf(&s.wake, startLayout) }
+func (s *Server) Wakes() HistogramSnapshot { return s.wake.snapshot() }
+
+// startHistogram is a start duration histogram (startLayout) that keeps
+// its first observation in a word of its own, and makes the buckets only
+// for a second: most servers of a fleet start once (learned, then
+// dormant) or never, and a histogram costs 160 bytes.
+type startHistogram struct {
+	first atomic.Int64 // the first observation in nanoseconds, plus 1; 0 before it
+	rest  atomic.Pointer[Histogram]
+}
+
+// betweenReads, when set (by tests), runs between the two reads of a
+// startHistogram's snapshot.
+var betweenReads func()
+
+func (h *startHistogram) observe(d time.Duration) {
+	d = max(d, 0)
+	if h.first.Load() == 0 && h.first.CompareAndSwap(0, int64(d)+1) {
+		return
+	}
+	lazy(&h.rest, newStartHistogram).Observe(d)
+}
+
+// snapshot reads the histogram. It reads the rest before the first: an
+// observation among the rest was made after the first was stored, so a
+// snapshot never counts a later observation without the first.
+func (h *startHistogram) snapshot() HistogramSnapshot {
+	counts := make([]uint64, len(startLayout.durs)+1)
+	var sum int64
+	if r := h.rest.Load(); r != nil {
+		for i := range r.counts {
+			counts[i] = r.counts[i].Load()
+		}
+		sum = r.sum.Load()
+	}
+	if betweenReads != nil {
+		betweenReads()
+	}
+	if f := h.first.Load(); f != 0 {
+		counts[startLayout.bucket(time.Duration(f-1))]++
+		sum += f - 1
+	}
+	s := HistogramSnapshot{Bounds: startLayout.secs, Cumulative: counts}
+	for i := range counts {
+		s.Count += counts[i]
+		counts[i] = s.Count
+	}
+	s.Sum = time.Duration(sum).Seconds()
+	return s
+}
 
 // snapshotOf is the snapshot of what p points to, or that of an empty
 // histogram of layout l.
