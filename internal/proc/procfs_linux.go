@@ -3,7 +3,6 @@ package proc
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -94,17 +93,33 @@ func hasEnv(pid int, key, value string, prefix bool) bool {
 	return false
 }
 
-// childrenOf lists the children of pid across all its threads.
+// childrenOf lists the children of pid across all its threads. The
+// reaper calls it at every SIGCHLD: it lists the task directory once and
+// reads each thread's children file into one buffer (a glob of
+// task/*/children would list every task's directory too).
 func childrenOf(pid int) []int {
-	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil
+	}
+	tids, _ := d.Readdirnames(-1)
+	_ = d.Close()
 	var out []int
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
+	var buf bytes.Buffer
+	for _, tid := range tids {
+		f, err := os.Open(dir + tid + "/children")
 		if err != nil {
 			continue
 		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
+		buf.Reset()
+		_, err = buf.ReadFrom(f)
+		_ = f.Close()
+		if err != nil {
+			continue
+		}
+		for f := range bytes.FieldsSeq(buf.Bytes()) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
 				out = append(out, c)
 			}
 		}
