@@ -150,7 +150,9 @@ func (b *Buffer) Add(e Entry) {
 		b.n--
 	}
 	if b.n == len(b.ring) { // full below maxLines: grow
-		ring := make([]Entry, min(max(2*len(b.ring), 2), b.maxLines)) // most servers write a line or two: a dormant one keeps no more room
+		// Room for one line first: many servers write one (a banner, or
+		// a line as they exit), and a dormant one keeps no more room.
+		ring := make([]Entry, min(max(2*len(b.ring), 1), b.maxLines))
 		b.copyTo(ring, 0, b.n)
 		b.ring, b.start = ring, 0
 	}
