@@ -2,7 +2,6 @@ package admin
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -80,12 +79,11 @@ var serverGauges = []struct {
 // metrics serves GET /metrics in the Prometheus text format (0.0.4).
 func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	var out bytes.Buffer
-	b := bufio.NewWriter(&out)
-	defer func() {
-		_ = b.Flush()
-		h.reply(w, out.Bytes())
-	}()
+	// The exposition is written as it is made, not gathered first: a
+	// thousand servers' series are megabytes.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+	b := bufio.NewWriterSize(w, 32<<10)
+	defer b.Flush()
 	m := &expo{w: b}
 	// mcpvisor's own memory is read first, as the scrape found it: what
 	// the scrape allocates for a thousand servers' series (megabytes) is
