@@ -40,10 +40,7 @@ func (c *hintConnector) Connect(ctx context.Context) (lifecycle.Session, error) 
 // (through runLocked's SetEraHint), with no list cached.
 func TestTheEraHintReachesTheNextRunsConnector(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := parseDoc(t, `{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`)
 		legacy, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`))
 		srv := &listServer{init: legacy}
 		var mu sync.Mutex

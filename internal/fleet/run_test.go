@@ -20,10 +20,7 @@ import (
 // are still reported while dormant; the wake makes a new run.
 func TestADormantInstanceKeepsNoRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := parseDoc(t, `{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`)
 		var built, connects atomic.Int32
 		var fail atomic.Bool
 		var lives []*fakeLive
@@ -142,11 +139,7 @@ func (c *gatedConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 // ends, the server runs on its run, and Rest may put it to sleep.
 func TestRestLeavesAStartUnderWay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","idleTimeout":"0","restart":{"policy":"never"}}}}`), "test.json",
-			config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := parseDoc(t, `{"mcpServers":{"s":{"command":"fake","idleTimeout":"0","restart":{"policy":"never"}}}}`)
 		gc := &gatedConnector{gate: make(chan struct{}), lives: make(chan *fakeLive, 4)}
 		f, err := New(cfg, Options{Logger: discardLogger(),
 			Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
