@@ -172,7 +172,10 @@ func normalize(v any) any {
 // about 300 digits as its digits (without a leading zero or minus zero),
 // any other number as the shortest decimal that reads back as the same
 // 1024-bit binary value (so 1, 1.0, 1e0 and 10e-1 are one number, and
-// 0.1 stays 0.1). A huge exponent costs no more than a small one.
+// 0.1 stays 0.1). A number whose decimal exponent is beyond ±maxExp, or
+// written with more than maxNumberLen characters, is kept as written:
+// reading it as a 1024-bit value costs time that grows with its exponent
+// (seconds for 9e2547409), and no definition needs one.
 func canonicalNumber(s string) number {
 	if plainInteger(s) {
 		return number(s) // its own canonical form
@@ -180,8 +183,17 @@ func canonicalNumber(s string) number {
 	return bigNumber(s)
 }
 
+// Bounds of the numbers canonicalNumber reads as values.
+const (
+	maxExp       = 10000
+	maxNumberLen = 1100
+)
+
 // bigNumber is canonicalNumber of any number.
 func bigNumber(s string) number {
+	if len(s) > maxNumberLen || hugeExponent(s) {
+		return number(s)
+	}
 	f, _, err := big.ParseFloat(s, 10, 1024, big.ToNearestEven)
 	if err != nil {
 		return number(s)
@@ -194,6 +206,17 @@ func bigNumber(s string) number {
 		return number(i.String())
 	}
 	return number(f.Text('g', -1))
+}
+
+// hugeExponent reports whether the JSON number s has an exponent beyond
+// ±maxExp.
+func hugeExponent(s string) bool {
+	i := strings.IndexAny(s, "eE")
+	if i < 0 {
+		return false
+	}
+	e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+	return err != nil || e > maxExp || e < -maxExp
 }
 
 // plainInteger reports whether s is an integer of at most 15 digits

@@ -89,6 +89,19 @@ func TestNumbers(t *testing.T) {
 	if err != nil || len(got) > 64 {
 		t.Errorf("Canonical(1e999999999) = %d bytes, %v", len(got), err)
 	}
+	// Beyond the bounds a number is kept as written, not read as a value
+	// (which costs time growing with the exponent: 9e2547409 took
+	// seconds); within them it is read.
+	long := "1." + strings.Repeat("0", maxNumberLen)
+	for _, c := range []struct{ in, want string }{
+		{"9e254740", "9e254740"}, {"-9E+10001", "-9E+10001"}, {"1e-10001", "1e-10001"}, {long, long},
+		{"1e10000", "1e+10000"}, {"1.0e-10000", "1e-10000"},
+	} {
+		got, err := Canonical(json.RawMessage(c.in))
+		if err != nil || string(got) != c.want {
+			t.Errorf("Canonical(%.20s…) = %.20s…, %v; want %.20s…", c.in, got, err, c.want)
+		}
+	}
 }
 
 func TestDiff(t *testing.T) {
