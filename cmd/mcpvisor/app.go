@@ -177,13 +177,19 @@ const learnGCPercent = 25
 // the setting it found when f returns — unless that one collects as often
 // already (a GOGC at or below percent) or never (GOGC=off): it is kept
 // throughout.
+// It is read first (runtime/metrics), so a setting kept is never changed
+// even for a moment. Not for concurrent use: serve and stdio call it once.
 func withGCPercent(percent int, f func()) {
-	prev := debug.SetGCPercent(percent)
-	if prev < 0 || prev <= percent {
-		debug.SetGCPercent(prev)
-		f()
-		return
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() == metrics.KindUint64 {
+		// GOGC=off reads as -1 here, as a uint64.
+		if cur := int64(sample[0].Value.Uint64()); cur < 0 || cur <= int64(percent) {
+			f()
+			return
+		}
 	}
+	prev := debug.SetGCPercent(percent)
 	defer debug.SetGCPercent(prev)
 	f()
 }
