@@ -94,8 +94,8 @@ type Options struct {
 	Resolver LaunchResolver
 	// CompileCache is the directory of node's module compile cache that a
 	// flattened start gives the server (NODE_COMPILE_CACHE, node 22.1 and
-	// later; launch.WithCompileCache), unless the server's environment
-	// sets the cache or turns it off; "" gives none. A relative one is
+	// later), unless the server's environment sets the cache or turns it
+	// off (launch.CompileCacheSetBy); "" gives none. A relative one is
 	// taken from mcpvisor's working directory (node would take it from
 	// each server's).
 	CompileCache string

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -202,7 +203,7 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 		err := rec.Resolution.Check()
 		if err == nil {
 			spec.Command, spec.Args = rec.Resolution.Argv(form)
-			spec.Env = f.compileCache(spec.Env)
+			spec.Env = f.compileCache(sc, spec.Env)
 			st.last, st.note = startedFlattened, ""
 			return func(err error) { f.flattenedStarted(st, key, err) }
 		}
@@ -224,25 +225,27 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 	}
 }
 
-// compileCache is env (nil: mcpvisor's own, proc.Environ) as a flattened
-// start gives it to the server: with node's compile cache in
-// Options.CompileCache unless env decides (launch.WithCompileCache).
-func (f *Fleet) compileCache(env []string) []string {
-	if f.opts.CompileCache == "" {
+// compileCache is env (sc's, as its spawn has it; nil: mcpvisor's own,
+// proc.Environ) as a flattened start gives it to the server: with
+// NODE_COMPILE_CACHE set to the directory compileCacheOf decides, in a
+// copy, never in env's array.
+func (f *Fleet) compileCache(sc *config.Server, env []string) []string {
+	dir, _ := f.compileCacheOf(sc)
+	if dir == "" {
 		return env
 	}
 	if env == nil {
 		env = proc.Environ()
 	}
-	env, _ = launch.WithCompileCache(env, f.opts.CompileCache)
-	return env
+	return append(slices.Clip(env), launch.CompileCacheEnv+"="+dir)
 }
 
 // compileCacheOf is what a flattened start of cfg does with node's
 // compile cache: the directory it gives, or the variable of the server's
-// environment (its config's env, else mcpvisor's own) that decides
-// instead. The same decision as compileCache's, from lookups: a status
-// read builds no environment.
+// environment (its config's env, else mcpvisor's own, which is what the
+// spawn's environment is made of) that decides instead. Read from
+// lookups, it is the one decision of the spawn and of the status: a
+// status read builds no environment.
 func (f *Fleet) compileCacheOf(cfg *config.Server) (dir, setBy string) {
 	if f.opts.CompileCache == "" {
 		return "", ""

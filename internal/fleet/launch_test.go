@@ -668,3 +668,41 @@ func TestLaunchCompileCacheIsAbsolute(t *testing.T) {
 		}
 	})
 }
+
+// compileCache gives the directory unless the config's env names either
+// variable (with any value, empty included), builds on mcpvisor's
+// environment when the spawn has none, and never writes into the env it
+// is given.
+func TestCompileCacheEnv(t *testing.T) {
+	const dir = "/state/node-compile-cache"
+	f := &Fleet{opts: Options{CompileCache: dir}}
+	set := "NODE_COMPILE_CACHE=" + dir
+	base := make([]string, 2, 8) // room to append: the result must not write into it
+	base[0], base[1] = "PATH=/usr/bin", "TOKEN=s3cret"
+	got := f.compileCache(&config.Server{}, base)
+	if !slices.Equal(got, []string{"PATH=/usr/bin", "TOKEN=s3cret", set}) {
+		t.Fatalf("compileCache = %q", got)
+	}
+	if other := append(base, "X=1"); got[2] != set || other[2] != "X=1" {
+		t.Fatalf("the result shares env's array: %q / %q", got, other)
+	}
+	if got := f.compileCache(&config.Server{}, nil); !slices.Contains(got, set) || !slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		t.Errorf("no env: %q, want mcpvisor's with the cache", got)
+	}
+	for _, env := range []map[string]string{
+		{"NODE_COMPILE_CACHE": "/home/u/.cache/node"},
+		{"NODE_COMPILE_CACHE": ""}, // set empty: node's own reading of it stands
+		{"NODE_DISABLE_COMPILE_CACHE": "1"},
+	} {
+		sc := &config.Server{Env: env}
+		if got := f.compileCache(sc, base); !slices.Equal(got, base) {
+			t.Errorf("config env %v: %q; the server's own setting must stand", env, got)
+		}
+		if d, by := f.compileCacheOf(sc); d != "" || by == "" {
+			t.Errorf("config env %v: status %q set by %q", env, d, by)
+		}
+	}
+	if got := (&Fleet{}).compileCache(&config.Server{}, base); !slices.Equal(got, base) {
+		t.Errorf("no cache directory: %q", got)
+	}
+}

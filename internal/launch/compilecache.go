@@ -1,10 +1,5 @@
 package launch
 
-import (
-	"slices"
-	"strings"
-)
-
 // Node's module compile cache (Node 22.1 and later): with
 // NODE_COMPILE_CACHE set to a directory, node keeps the V8 code of every
 // CommonJS and ES module it compiles there, written when the process
@@ -33,24 +28,4 @@ func CompileCacheSetBy(has func(key string) bool) string {
 		}
 	}
 	return ""
-}
-
-// WithCompileCache returns env (complete, "KEY=value") with
-// NODE_COMPILE_CACHE set to dir, and true; or env as it is, and false,
-// when env already decides (CompileCacheSetBy) or dir is "". env itself
-// is never written to: the result is a copy when it differs.
-func WithCompileCache(env []string, dir string) ([]string, bool) {
-	if dir == "" {
-		return env, false
-	}
-	has := func(key string) bool {
-		return slices.ContainsFunc(env, func(kv string) bool {
-			k, _, _ := strings.Cut(kv, "=")
-			return k == key
-		})
-	}
-	if CompileCacheSetBy(has) != "" {
-		return env, false
-	}
-	return append(slices.Clip(env), CompileCacheEnv+"="+dir), true
 }
