@@ -79,13 +79,21 @@ type HistogramSnapshot struct {
 // some buckets and not yet in others; Count is the +Inf bucket, so the
 // snapshot is always consistent with itself.
 func (h *Histogram) Snapshot() HistogramSnapshot {
-	s := HistogramSnapshot{Bounds: h.l.secs, Cumulative: make([]uint64, len(h.counts))}
-	var n uint64
+	counts := make([]uint64, len(h.counts))
 	for i := range h.counts {
-		n += h.counts[i].Load()
-		s.Cumulative[i] = n
+		counts[i] = h.counts[i].Load()
 	}
-	s.Count = n
-	s.Sum = time.Duration(h.sum.Load()).Seconds()
+	return snapshotOfCounts(h.l, counts, h.sum.Load())
+}
+
+// snapshotOfCounts is the snapshot of a histogram of layout l with counts per
+// bucket (made cumulative in place) and sum in nanoseconds.
+func snapshotOfCounts(l *layout, counts []uint64, sum int64) HistogramSnapshot {
+	s := HistogramSnapshot{Bounds: l.secs, Cumulative: counts}
+	for i := range counts {
+		s.Count += counts[i]
+		counts[i] = s.Count
+	}
+	s.Sum = time.Duration(sum).Seconds()
 	return s
 }

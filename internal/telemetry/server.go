@@ -388,13 +388,7 @@ func (h *startHistogram) snapshot() HistogramSnapshot {
 		counts[startLayout.bucket(time.Duration(f-1))]++
 		sum += f - 1
 	}
-	s := HistogramSnapshot{Bounds: startLayout.secs, Cumulative: counts}
-	for i := range counts {
-		s.Count += counts[i]
-		counts[i] = s.Count
-	}
-	s.Sum = time.Duration(sum).Seconds()
-	return s
+	return snapshotOfCounts(startLayout, counts, sum)
 }
 
 // snapshotOf is the snapshot of what p points to, or that of an empty
