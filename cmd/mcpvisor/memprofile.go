@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 )
 
@@ -12,9 +13,20 @@ import (
 // pages become resident as stacks are recorded — about a megabyte more
 // RSS after a run that learned a thousand servers (hundreds of megabytes
 // allocated) than after one that read them from the state file.
-// GODEBUG=memprofilerate=N still turns it on.
+// GODEBUG=memprofilerate=N still sets the rate (the runtime reads it).
 func init() {
-	if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+	if _, ok := godebugMemProfileRate(); !ok {
 		runtime.MemProfileRate = 0
 	}
+}
+
+// godebugMemProfileRate is the memprofilerate GODEBUG sets, if it does.
+func godebugMemProfileRate() (int, bool) {
+	for kv := range strings.SplitSeq(os.Getenv("GODEBUG"), ",") {
+		if v, ok := strings.CutPrefix(kv, "memprofilerate="); ok {
+			n, err := strconv.Atoi(v)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
