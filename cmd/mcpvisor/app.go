@@ -175,10 +175,9 @@ const learnGCPercent = 25
 
 // withGCPercent runs f with the collector's GOGC at percent, and puts back
 // the setting it found when f returns — unless that one collects as often
-// already (a GOGC at or below percent) or never (GOGC=off): it is kept
-// throughout.
-// It is read first (runtime/metrics), so a setting kept is never changed
-// even for a moment. Not for concurrent use: serve and stdio call it once.
+// already (a GOGC at or below percent) or never (GOGC=off): it is read
+// first (runtime/metrics) and then left untouched. Not for concurrent
+// use: serve and stdio call it once.
 func withGCPercent(percent int, f func()) {
 	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(sample)
