@@ -101,11 +101,6 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	if stateDir == "" {
 		stateDir = defaultStateDir()
 	}
-	// Absolute: the state directory is also where servers are pointed
-	// (node's compile cache), and they resolve a path from their own cwd.
-	if stateDir, err = filepath.Abs(stateDir); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
 	rt, err := proc.Open(proc.Options{StateDir: stateDir, Logger: log})
 	if err != nil {
 		return nil, err
