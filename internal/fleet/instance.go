@@ -53,7 +53,7 @@ type instance struct {
 	// start (runLocked), dropped once a sleep stopped it — a server put
 	// to sleep keeps neither —; nil before the first start too. A start
 	// that failed keeps its run, which the next start uses; so does a
-	// sleep whose stop was cut short, or that a start under way raced.
+	// sleep whose stop was cut short.
 	sup          *lifecycle.Supervisor
 	conn         Live
 	startedAt    time.Time
