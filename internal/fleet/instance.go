@@ -88,8 +88,14 @@ type instance struct {
 	// (initialize): a later run's connector is told so (eraHint), as the
 	// connector of one run remembers it from connect to connect.
 	legacy   bool
-	restarts int32  // the restarts of the run a dormancy ended (status)
-	replayed uint64 // the server's interest generation last replayed
+	restarts int32 // the restarts of the run a dormancy ended (status)
+	// refreshAfter counts the ends of requests (end) still to come before
+	// the list refresh a start owes is asked for (0: none owed): as many
+	// as were in flight when the start succeeded, so it comes once the
+	// requests that waited for the start are answered, or left, at the
+	// latest — each ends, bounded by its own context.
+	refreshAfter int32
+	replayed     uint64 // the server's interest generation last replayed
 }
 
 // used records that session took a lease on connection l.
@@ -401,7 +407,15 @@ func (in *instance) end() {
 	if in.inflight == 0 && in.phase == phaseRunning {
 		in.armLocked(in.lastActivity)
 	}
+	due := false
+	if in.refreshAfter > 0 {
+		in.refreshAfter--
+		due = in.refreshAfter == 0
+	}
 	in.mu.Unlock()
+	if due {
+		in.srv.requestRefresh(false, allKinds...)
+	}
 }
 
 func (in *instance) touch() {
@@ -851,6 +865,11 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	t0 := time.Now()
 	err := sup.Start(context.Background())
 	took := time.Since(t0)
+	// What is cached may be older than this process: a shared instance
+	// that woke, or started with lists cached, looks again (a relaunched
+	// server's lists are learned again by relearn, whose lease alone lets
+	// it sleep after). Decided here, outside in.mu.
+	look := err == nil && in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending()
 
 	in.mu.Lock()
 	in.starting, in.waking = nil, false
@@ -873,6 +892,8 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		return
 	}
 	var se *StartError
+	refreshNow := false
+	in.refreshAfter = 0
 	if err != nil {
 		se = in.startFailure(err, mark)
 		err = se
@@ -881,6 +902,16 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	} else {
 		in.failures = nil
 		in.phase = phaseRunning
+		if look {
+			// The requests that waited for this start go first: the
+			// refresh would compete with them for the new process,
+			// which reads one message at a time and runs on cold code.
+			if n := in.inflight - in.own; n > 0 {
+				in.refreshAfter = n
+			} else {
+				refreshNow = true
+			}
+		}
 	}
 	in.startErr = err
 	pid := pidOf(in.conn)
@@ -906,10 +937,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
 	in.srv.f.spawn(in.catchUp)
-	if in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending() {
-		// What is cached may be older than this process: look again (a
-		// relaunched server's lists are learned again by relearn, whose
-		// lease alone lets it sleep after).
+	if refreshNow {
 		in.srv.requestRefresh(false, allKinds...)
 	}
 }

@@ -366,3 +366,81 @@ func TestCloseEndsTheRefresh(t *testing.T) {
 		}
 	})
 }
+
+// The refresh of the lists after a wake waits until the requests that
+// waited for the wake have ended: the new process answers them first. It is
+// asked for once the last of them ends — answered, or left because its
+// context ended — and exactly once.
+func TestTheWakesRefreshComesAfterTheWakingRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		started := make(chan struct{})
+		lf := newListFleet(t, `,"idleTimeout":"0"`, func(n int) {
+			if n == 2 { // the wake's start: held until the requests wait
+				<-started
+			}
+		})
+		defer lf.close(t)
+		s := lf.f.Get("s")
+		lf.srv.setTools("v1")
+		lf.f.Learn(t.Context(), 1)
+		synctest.Wait()
+		if st := state(s); st != "dormant" {
+			t.Fatalf("state %s after learning, want dormant", st)
+		}
+		lists := func() int { n, _ := lf.listStats(); return n }
+		learned := lists()
+
+		// Three requests wake it: one is answered, one leaves while it
+		// starts, one is still being answered.
+		lf.srv.setTools("v2")
+		leases := make(chan *Lease, 2)
+		short, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		for _, ctx := range []context.Context{t.Context(), t.Context()} {
+			wg.Go(func() {
+				l, err := s.Acquire(ctx, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				leases <- l
+			})
+		}
+		wg.Go(func() {
+			if _, err := s.Acquire(short, ""); err == nil {
+				t.Error("a request whose context ended got a lease")
+			}
+		})
+		synctest.Wait() // all three wait for the start, which has begun
+		cancel()
+		synctest.Wait()
+		close(started)
+		wg.Wait()
+		synctest.Wait()
+		if n := lists(); n != learned {
+			t.Fatalf("%d tools/list calls while the waking requests are answered, want none", n-learned)
+		}
+		(<-leases).Release()
+		synctest.Wait()
+		if n := lists(); n != learned {
+			t.Fatalf("%d tools/list calls while a waking request is still answered, want none", n-learned)
+		}
+		(<-leases).Release()
+		synctest.Wait()
+		if n := lists(); n != learned+1 {
+			t.Fatalf("%d tools/list calls once the waking requests ended, want 1", n-learned)
+		}
+		items, _ := s.cachedList(Tools)
+		if got := toolNames(t, items); len(got) != 1 || got[0] != "v2" {
+			t.Fatalf("tools after the wake's refresh %v, want [v2]", got)
+		}
+		// Later requests owe nothing more.
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := lists(); n != learned+1 {
+			t.Fatalf("%d tools/list calls after a later request, want still 1", n-learned)
+		}
+	})
+}
