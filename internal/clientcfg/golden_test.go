@@ -1,0 +1,280 @@
+package clientcfg
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// golden compares got with testdata/name, or writes it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs:\n%s", name, Diff(want, got, "want", "got"))
+	}
+}
+
+// dump writes what was read, one server a paragraph.
+func dump(f *File) []byte {
+	var b bytes.Buffer
+	for _, p := range f.Problems {
+		fmt.Fprintf(&b, "problem %s\n", p)
+	}
+	for _, s := range f.Servers {
+		fmt.Fprintf(&b, "%s at %s: %s", s.Name, s.At, s.Transport)
+		if s.Disabled {
+			b.WriteString(" disabled")
+		}
+		b.WriteString("\n")
+		if s.Command != "" {
+			fmt.Fprintf(&b, "  command %q (%s)\n  args %q (%s)\n", s.Command, s.FieldPath("command"), s.Args, s.FieldPath("args"))
+		}
+		for _, kv := range s.Env {
+			fmt.Fprintf(&b, "  env %s=%q\n", kv.Key, kv.Value)
+		}
+		if s.Cwd != "" {
+			fmt.Fprintf(&b, "  cwd %q\n", s.Cwd)
+		}
+		if s.URL != "" {
+			fmt.Fprintf(&b, "  url %q (%s)\n", s.URL, s.FieldPath("url"))
+		}
+		for _, kv := range s.Headers {
+			fmt.Fprintf(&b, "  header %s=%q (%s)\n", kv.Key, kv.Value, s.FieldPath("headers"))
+		}
+		for _, n := range s.Unsupported {
+			fmt.Fprintf(&b, "  unsupported %s\n", n)
+		}
+		if s.Blocked != "" {
+			fmt.Fprintf(&b, "  blocked: %s\n", s.Blocked)
+		}
+	}
+	return b.Bytes()
+}
+
+var goldenFiles = []struct {
+	client, file string
+	format       Format
+}{
+	{"claude-desktop", "claude-desktop.json", FormatMCPServers},
+	{"claude-code", "claude-code.json", FormatClaudeUser},
+	{"cursor", "cursor.json", FormatMCPServers},
+	{"windsurf", "windsurf.json", FormatMCPServers},
+	{"vscode", "vscode.json", FormatVSCode},
+	{"zed", "zed.json", FormatZed},
+	{"codex", "codex.toml", FormatCodex},
+}
+
+// TestGolden reads each client's file into the common form and writes it
+// back as install-client does, one entry for all and one per server: the
+// results are compared with testdata/*.golden, which show that unrelated
+// keys, comments and trailing commas stay, and that the server entries
+// change as they should.
+func TestGolden(t *testing.T) {
+	for _, g := range goldenFiles {
+		t.Run(g.client, func(t *testing.T) {
+			c := Lookup(g.client)
+			data, err := os.ReadFile(filepath.Join("testdata", g.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := c.Read(data, g.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, g.file+".read.golden", dump(f))
+			var known []*Server
+			for _, s := range f.Servers {
+				if s.Blocked == "" {
+					known = append(known, s)
+				}
+			}
+			for _, perServer := range []bool{false, true} {
+				opts := InstallOptions{Exe: `/opt/mcp visor/mcpvisor`, Config: "/home/me/.config/mcpvisor/config.json", PerServer: perServer, Known: known}
+				plan, err := c.PlanInstall(data, g.format, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(plan.Missing) > 0 {
+					t.Fatalf("missing %v", plan.Missing)
+				}
+				name := g.file + ".installed.golden"
+				if perServer {
+					name = g.file + ".per-server.golden"
+				}
+				golden(t, name, plan.Data)
+				// What was written reads back: the taken entries launch connect.
+				back, err := c.Read(plan.Data, g.format)
+				if err != nil {
+					t.Fatalf("the written file does not read back: %v", err)
+				}
+				for _, s := range back.Servers {
+					if strings.HasPrefix(s.At, "projects") {
+						continue
+					}
+					taken := s.IsConnect()
+					if (s.Blocked != "" || s.Remote()) && taken {
+						t.Errorf("%s was taken over", s.At)
+					}
+				}
+				if !perServer && back.Server(EntryName) == nil {
+					t.Errorf("no %q entry written", EntryName)
+				}
+				// A second plan on the written file changes nothing.
+				again, err := c.PlanInstall(plan.Data, g.format, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(again.Data, plan.Data) {
+					t.Errorf("installing twice changed the file again:\n%s", Diff(plan.Data, again.Data, "once", "twice"))
+				}
+			}
+		})
+	}
+}
+
+// TestRefuseUnparseable refuses a file that does not parse, with its
+// line and column.
+func TestRefuseUnparseable(t *testing.T) {
+	for _, tc := range []struct {
+		client, data, want string
+		format             Format
+	}{
+		{"cursor", "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"}\n  \n", "5:1:", FormatMCPServers},
+		{"vscode", "{\n  \"servers\": { /* open", "2:16: unterminated /* comment", FormatVSCode},
+		{"codex", "[mcp_servers.a]\ncommand = \n", "2:", FormatCodex},
+	} {
+		_, err := Lookup(tc.client).PlanInstall([]byte(tc.data), tc.format, InstallOptions{Exe: "/bin/mcpvisor", Config: "/c.json"})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one with %q", tc.client, err, tc.want)
+		}
+	}
+}
+
+// TestMissingServersRefused: a client server mcpvisor's config lacks is
+// listed, and nothing is planned.
+func TestMissingServersRefused(t *testing.T) {
+	data := []byte(`{"mcpServers": {"a": {"command": "x"}, "b": {"command": "y"}}}`)
+	known := []*Server{{Name: "other-name", Command: "x", Transport: TransportStdio}}
+	plan, err := Lookup("cursor").PlanInstall(data, FormatMCPServers, InstallOptions{Exe: "/bin/mcpvisor", Config: "/c.json", Known: known})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Missing) != 1 || plan.Missing[0].Name != "b" || plan.Data != nil {
+		t.Fatalf("missing %v, data %q; want b only and no data", plan.Missing, plan.Data)
+	}
+}
+
+func TestSameLaunch(t *testing.T) {
+	a := &Server{Command: "npx", Args: []string{"-y", "p"}, Env: []KV{{"A", "1"}, {"B", "2"}}}
+	for _, tc := range []struct {
+		b    *Server
+		same bool
+	}{
+		{&Server{Name: "other", Command: "npx", Args: []string{"-y", "p"}, Env: []KV{{"B", "2"}, {"A", "1"}}, Disabled: true}, true},
+		{&Server{Command: "npx", Args: []string{"-y", "p"}, Env: []KV{{"A", "1"}}}, false},
+		{&Server{Command: "npx", Args: []string{"p", "-y"}, Env: []KV{{"A", "1"}, {"B", "2"}}}, false},
+		{&Server{Command: "npx", Args: []string{"-y", "p"}, Env: []KV{{"A", "1"}, {"B", "2"}}, Cwd: "/x"}, false},
+		{&Server{URL: "https://x"}, false},
+	} {
+		if got := SameLaunch(a, tc.b); got != tc.same {
+			t.Errorf("SameLaunch(%+v) = %v, want %v", tc.b, got, tc.same)
+		}
+	}
+	r := &Server{URL: "https://x", Transport: TransportHTTP, Headers: []KV{{"A", "1"}}}
+	if !SameLaunch(r, &Server{URL: "https://x", Transport: TransportHTTP, Headers: []KV{{"A", "1"}}}) ||
+		SameLaunch(r, &Server{URL: "https://x", Transport: TransportSSE, Headers: []KV{{"A", "1"}}}) ||
+		SameLaunch(r, &Server{URL: "https://x", Transport: TransportHTTP}) {
+		t.Error("remote launches compared wrongly")
+	}
+}
+
+// FuzzSplice edits the golden files and random documents: whatever
+// parses stays parseable after SetMember and RemoveMember, the member set
+// is there with its value, the removed one is gone, and the other
+// members keep their values.
+func FuzzSplice(f *testing.F) {
+	for _, g := range goldenFiles {
+		if g.format == FormatCodex {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("testdata", g.file))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, g.format.serversKey(), "new")
+	}
+	f.Add([]byte(`{"a":1,}`), "a", "b")
+	f.Add([]byte("{\n  \"a\": 1 // c\n}"), "a", "a")
+	f.Fuzz(func(t *testing.T, data []byte, key, member string) {
+		root, err := jsonc.Parse(data)
+		if err != nil || root.Kind != jsonc.Object {
+			return
+		}
+		others := func(doc []byte, skip string) map[string]string {
+			r, err := jsonc.Parse(doc)
+			if err != nil {
+				t.Fatalf("%v in\n%s", err, doc)
+			}
+			m := map[string]string{}
+			for _, mem := range r.Members {
+				if mem.Key != skip {
+					m[mem.Key] = string(jsonc.Standardize(doc[mem.Value.Start:mem.Value.End]))
+				}
+			}
+			return m
+		}
+		before := others(data, key)
+		out, err := jsonc.SetMember(data, nil, key, jsonc.Ordered{{member, []string{"x", "y"}}})
+		if err != nil {
+			t.Fatalf("SetMember: %v", err)
+		}
+		r, _ := jsonc.Parse(out)
+		v := r.Get(key)
+		if v == nil || v.Get(member) == nil || len(v.Get(member).Elems) != 2 {
+			t.Fatalf("SetMember did not set %q.%q:\n%s", key, member, out)
+		}
+		after := others(out, key)
+		for k, want := range before {
+			if !equalJSON(after[k], want) {
+				t.Fatalf("member %q changed from %s to %s", k, want, after[k])
+			}
+		}
+		out2, err := jsonc.RemoveMember(out, nil, key)
+		if err != nil {
+			t.Fatalf("RemoveMember: %v\n%s", err, out)
+		}
+		if r, _ := jsonc.Parse(out2); r.Get(key) != nil {
+			t.Fatalf("RemoveMember left %q", key)
+		}
+		for k, want := range before {
+			if got := others(out2, key)[k]; !equalJSON(got, want) {
+				t.Fatalf("member %q changed from %s to %s by the removal", k, want, got)
+			}
+		}
+	})
+}
+
+// equalJSON compares two JSON texts as values' bytes without blanks.
+func equalJSON(a, b string) bool {
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	return squeeze(a) == squeeze(b)
+}

@@ -1,0 +1,231 @@
+package clientcfg
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+)
+
+// SameLaunch reports whether a and b start the same server, whatever
+// their names: the same command, args, env (in any order) and cwd, or the
+// same url, headers and transport.
+func SameLaunch(a, b *Server) bool {
+	if a.Remote() != b.Remote() {
+		return false
+	}
+	if a.Remote() {
+		return a.URL == b.URL && a.Transport == b.Transport && sameKVs(a.Headers, b.Headers)
+	}
+	return a.Command == b.Command && slices.Equal(a.Args, b.Args) && a.Cwd == b.Cwd && sameKVs(a.Env, b.Env)
+}
+
+func sameKVs(a, b []KV) bool {
+	sorted := func(l []KV) []KV {
+		l = slices.Clone(l)
+		slices.SortFunc(l, func(x, y KV) int { return strings.Compare(x.Key, y.Key) })
+		return l
+	}
+	return slices.Equal(sorted(a), sorted(b))
+}
+
+// IsConnect reports whether the entry launches mcpvisor connect, as
+// install-client writes it: such an entry is never imported or taken
+// over.
+func (s *Server) IsConnect() bool {
+	base := strings.ToLower(filepath.Base(strings.ReplaceAll(s.Command, `\`, "/")))
+	base = strings.TrimSuffix(base, ".exe")
+	return base == "mcpvisor" && len(s.Args) > 0 && s.Args[0] == "connect"
+}
+
+// Entry returns the server as an entry of mcpvisor's config.
+func (s *Server) Entry() jsonc.Ordered {
+	var e jsonc.Ordered
+	kvs := func(l []KV) jsonc.Ordered {
+		var o jsonc.Ordered
+		for _, kv := range l {
+			o = append(o, jsonc.Field{Key: kv.Key, Value: kv.Value})
+		}
+		return o
+	}
+	if s.Remote() {
+		e = append(e, jsonc.Field{Key: "url", Value: s.URL})
+		if s.Transport == TransportSSE {
+			e = append(e, jsonc.Field{Key: "type", Value: "sse"})
+		}
+		if len(s.Headers) > 0 {
+			e = append(e, jsonc.Field{Key: "headers", Value: kvs(s.Headers)})
+		}
+	} else {
+		e = append(e, jsonc.Field{Key: "command", Value: s.Command})
+		if len(s.Args) > 0 {
+			e = append(e, jsonc.Field{Key: "args", Value: s.Args})
+		}
+		if len(s.Env) > 0 {
+			e = append(e, jsonc.Field{Key: "env", Value: kvs(s.Env)})
+		}
+		if s.Cwd != "" {
+			e = append(e, jsonc.Field{Key: "cwd", Value: s.Cwd})
+		}
+	}
+	if s.Disabled {
+		e = append(e, jsonc.Field{Key: "disabled", Value: true})
+	}
+	return e
+}
+
+// InstallOptions say how install-client rewrites a client's file.
+type InstallOptions struct {
+	// Exe is the absolute path of the mcpvisor executable to launch.
+	Exe string
+	// Config is the absolute path of mcpvisor's config, passed to connect.
+	Config string
+	// PerServer writes one connect entry per server, named as the
+	// client's entry, instead of one "mcpvisor" entry for all.
+	PerServer bool
+	// Remote takes over the client's remote entries too (they must then
+	// be in mcpvisor's config); by default they are left as they are.
+	Remote bool
+	// Known are the servers of mcpvisor's config.
+	Known []*Server
+}
+
+// EntryName is the name of the one entry install-client writes.
+const EntryName = "mcpvisor"
+
+// Plan is what install-client would do to a client's file.
+type Plan struct {
+	// Data is the file's new content.
+	Data []byte
+	// Taken are the client's entries now launched through mcpvisor.
+	Taken []string
+	// Kept are the entries left as they were, with why.
+	Kept []Note
+	// Missing are the client's servers that mcpvisor's config lacks:
+	// the plan is not to be carried out while there are any.
+	Missing []*Server
+}
+
+// PlanInstall works out the new content of a client's file of format f
+// (its user configuration when f is FormatClaudeUser: the top-level
+// "mcpServers"), which holds data (nil for a file that does not exist).
+func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan, error) {
+	if f == FormatVSCodeSettings {
+		return nil, fmt.Errorf("VS Code's settings.json is read only (VS Code moves its servers to mcp.json): install into mcp.json")
+	}
+	exists := data != nil
+	if !exists {
+		if f == FormatCodex {
+			data = []byte{}
+		} else {
+			data = []byte("{}\n")
+		}
+	}
+	file, err := c.Read(data, f)
+	if err != nil {
+		return nil, err
+	}
+	if len(file.Problems) > 0 {
+		return nil, fmt.Errorf("%s (fix the file first)", file.Problems[0])
+	}
+	key := f.serversKey()
+	plan := &Plan{}
+	type take struct {
+		entry string
+		as    string // mcpvisor's server
+		off   bool
+	}
+	var takes []take
+	for _, s := range file.Servers {
+		if f == FormatClaudeUser && s.At != join(key, s.Name) {
+			continue // a project's local server: edited by hand, or from its own .mcp.json
+		}
+		switch {
+		case s.IsConnect():
+			plan.Kept = append(plan.Kept, Note{s.At, "launches mcpvisor connect already"})
+			continue
+		case s.Blocked != "":
+			plan.Kept = append(plan.Kept, Note{s.At, "left to the client: " + s.Blocked})
+			continue
+		case s.Remote() && !opts.Remote:
+			plan.Kept = append(plan.Kept, Note{s.At, "remote: left to the client"})
+			continue
+		}
+		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) })
+		if i < 0 {
+			plan.Missing = append(plan.Missing, s)
+			continue
+		}
+		takes = append(takes, take{s.Name, opts.Known[i].Name, s.Disabled})
+		plan.Taken = append(plan.Taken, s.Name)
+	}
+	if len(plan.Missing) > 0 {
+		return plan, nil
+	}
+	connect := func(server string) []string {
+		a := []string{"connect"}
+		if server != "" {
+			a = append(a, "--server", server)
+		}
+		return append(a, "--config", opts.Config)
+	}
+	entry := func(server string, off bool) jsonc.Ordered {
+		var e jsonc.Ordered
+		if f == FormatVSCode {
+			e = append(e, jsonc.Field{Key: "type", Value: "stdio"})
+		}
+		e = append(e, jsonc.Field{Key: "command", Value: opts.Exe}, jsonc.Field{Key: "args", Value: connect(server)})
+		if off {
+			if f == FormatZed {
+				e = append(e, jsonc.Field{Key: "enabled", Value: false})
+			} else {
+				e = append(e, jsonc.Field{Key: "disabled", Value: true})
+			}
+		}
+		return e
+	}
+	if !opts.PerServer {
+		if s := file.Server(EntryName); s != nil && !slices.ContainsFunc(takes, func(t take) bool { return t.entry == EntryName }) && !s.IsConnect() {
+			return nil, fmt.Errorf("%s: the client has an entry named %q that is not mcpvisor's; rename it first", s.At, EntryName)
+		}
+	}
+	out := data
+	if f == FormatCodex {
+		for _, t := range takes {
+			text := ""
+			if opts.PerServer {
+				text = codexTable(t.entry, opts.Exe, connect(t.as), !t.off)
+			}
+			if out, err = codexReplace(out, t.entry, text); err != nil {
+				return nil, err
+			}
+		}
+		if !opts.PerServer {
+			if out, err = codexReplace(out, EntryName, codexTable(EntryName, opts.Exe, connect(""), true)); err != nil {
+				return nil, err
+			}
+		}
+		plan.Data = out
+		return plan, nil
+	}
+	path := []string{key}
+	for _, t := range takes {
+		if opts.PerServer {
+			out, err = jsonc.SetMember(out, path, t.entry, entry(t.as, t.off))
+		} else {
+			out, err = jsonc.RemoveMember(out, path, t.entry)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !opts.PerServer {
+		if out, err = jsonc.SetMember(out, path, EntryName, entry("", false)); err != nil {
+			return nil, err
+		}
+	}
+	plan.Data = out
+	return plan, nil
+}

@@ -1,0 +1,618 @@
+package clientcfg
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+)
+
+// KV is one environment variable or header, as written.
+type KV struct{ Key, Value string }
+
+// Note is something about one field of a file: At is its path (servers.x.envFile).
+type Note struct {
+	At  string
+	Msg string
+}
+
+func (n Note) String() string {
+	if n.At == "" {
+		return n.Msg
+	}
+	return n.At + ": " + n.Msg
+}
+
+// Transports of a Server.
+const (
+	TransportStdio = "stdio"
+	TransportHTTP  = "http" // Streamable HTTP
+	TransportSSE   = "sse"
+)
+
+// Server is one server entry of a client's file in the common form.
+// Strings are in mcpvisor's syntax: ${NAME} and ${NAME:-default} expand,
+// $$ is a literal $ (a client that expands nothing has its $ doubled;
+// VS Code's ${env:NAME} becomes ${NAME} and ${userHome} ${HOME}).
+type Server struct {
+	Name string
+	// At is the entry's path in its file: servers.x, mcp_servers.x,
+	// projects["/p"].mcpServers.x.
+	At string
+	// Transport is TransportStdio (Command set) or TransportHTTP or
+	// TransportSSE (URL set).
+	Transport string
+	Command   string
+	Args      []string
+	Env       []KV
+	Cwd       string
+	URL       string
+	Headers   []KV
+	Disabled  bool
+	// Unsupported lists the fields of the entry mcpvisor does not take,
+	// each with its path: they are neither imported nor served.
+	Unsupported []Note
+	// Blocked says why mcpvisor cannot run the server at all (a value
+	// only the client can fill in, an extension's server): "" when it
+	// can.
+	Blocked string
+	// fields maps a common field (command, args, env, cwd, url, headers)
+	// to its path in the file when that is not At.field.
+	fields map[string]string
+}
+
+// FieldPath returns the path in the file of one of the common fields.
+func (s *Server) FieldPath(field string) string {
+	if p, ok := s.fields[field]; ok {
+		return p
+	}
+	return join(s.At, field)
+}
+
+// Remote reports whether the server is reached by URL.
+func (s *Server) Remote() bool { return s.URL != "" }
+
+// File is a client configuration file read.
+type File struct {
+	Format  Format
+	Servers []*Server
+	// Problems are values of the wrong type, each naming its field; the
+	// server they belong to is Blocked.
+	Problems []Note
+}
+
+// Server returns the server named name, or nil.
+func (f *File) Server(name string) *Server {
+	for _, s := range f.Servers {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// varSyntax is how a client's strings reference variables.
+type varSyntax uint8
+
+const (
+	varsNone   varSyntax = iota // no expansion: every $ is literal
+	varsClaude                  // ${NAME}, ${NAME:-default}: mcpvisor's own
+	varsVSCode                  // ${env:NAME}, ${userHome}, ${input:id}, ${workspaceFolder}, …
+)
+
+// varsOf is the syntax of a format's files when the client is not known.
+func varsOf(f Format) varSyntax {
+	switch f {
+	case FormatVSCode, FormatVSCodeSettings:
+		return varsVSCode
+	case FormatZed, FormatCodex:
+		return varsNone
+	}
+	return varsClaude
+}
+
+// Read reads a file of format f whose client is unknown (a file named on
+// the command line, mcpvisor's own config).
+func Read(data []byte, f Format) (*File, error) { return read(data, f, varsOf(f)) }
+
+// Read reads one of the client's files in format f.
+func (c *Client) Read(data []byte, f Format) (*File, error) {
+	v := c.vars
+	if f == FormatMCPServers && c.Format == FormatClaudeUser {
+		v = varsClaude
+	}
+	return read(data, f, v)
+}
+
+// Error is a file that cannot be read: a syntax error (Line and Column
+// set) or a top level that is not what the format wants.
+type Error struct {
+	Line, Column int
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%d:%d: %s", e.Line, e.Column, e.Msg)
+	}
+	return e.Msg
+}
+
+func read(data []byte, f Format, vars varSyntax) (*File, error) {
+	if f == FormatCodex {
+		return readCodex(data)
+	}
+	root, err := jsonc.Parse(data)
+	if err != nil {
+		var se *jsonc.SyntaxError
+		if errors.As(err, &se) {
+			return nil, &Error{Line: se.Line, Column: se.Column, Msg: se.Msg}
+		}
+		return nil, err
+	}
+	if root.Kind != jsonc.Object {
+		return nil, &Error{Msg: fmt.Sprintf("the file holds %s, not a JSON object", root.Kind)}
+	}
+	r := &reader{file: &File{Format: f}, vars: vars, format: f}
+	switch f {
+	case FormatVSCodeSettings:
+		if mcp := root.Get("mcp"); mcp != nil && r.isObject(mcp, "mcp") {
+			r.servers(mcp.Get("servers"), "mcp.servers")
+		}
+	case FormatClaudeUser:
+		r.servers(root.Get("mcpServers"), "mcpServers")
+		if projects := root.Get("projects"); projects != nil && r.isObject(projects, "projects") {
+			for _, m := range projects.Members {
+				if r.isObject(m.Value, join("projects", m.Key)) {
+					r.servers(m.Value.Get("mcpServers"), join(join("projects", m.Key), "mcpServers"))
+				}
+			}
+		}
+	default:
+		r.servers(root.Get(f.serversKey()), f.serversKey())
+	}
+	return r.file, nil
+}
+
+type reader struct {
+	file   *File
+	format Format
+	vars   varSyntax
+}
+
+func (r *reader) problem(at, format string, args ...any) {
+	r.file.Problems = append(r.file.Problems, Note{At: at, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (r *reader) isObject(v *jsonc.Value, at string) bool {
+	if v.Kind == jsonc.Null {
+		return false
+	}
+	if v.Kind != jsonc.Object {
+		r.problem(at, "must be an object, not %s", v.Kind)
+		return false
+	}
+	return true
+}
+
+func (r *reader) servers(v *jsonc.Value, at string) {
+	if v == nil || !r.isObject(v, at) {
+		return
+	}
+	for _, m := range v.Members {
+		if i := slices.IndexFunc(r.file.Servers, func(s *Server) bool { return s.At == join(at, m.Key) }); i >= 0 {
+			r.file.Servers = slices.Delete(r.file.Servers, i, i+1) // the last one counts, as in every client
+		}
+		r.file.Servers = append(r.file.Servers, r.server(m.Key, m.Value, join(at, m.Key)))
+	}
+}
+
+func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
+	s := &Server{Name: name, At: at}
+	if v.Kind != jsonc.Object {
+		r.problem(at, "must be an object, not %s", v.Kind)
+		s.Blocked = "not an object"
+		return s
+	}
+	before := len(r.file.Problems)
+	launch := false // a command or url is given, if empty
+	for _, m := range v.Members {
+		fat := join(at, m.Key)
+		switch m.Key {
+		case "command", "url", "serverUrl":
+			launch = true
+		}
+		switch m.Key {
+		case "command":
+			if r.format == FormatZed && m.Value.Kind == jsonc.Object { // Zed before 2025-06-27: command {path, args, env}
+				r.zedCommand(s, m.Value, fat)
+				continue
+			}
+			s.Command = r.str(m.Value, fat, s)
+		case "args":
+			s.Args = r.strs(m.Value, fat, s)
+		case "env":
+			s.Env = r.kvs(m.Value, fat, s, r.format == FormatVSCode || r.format == FormatVSCodeSettings)
+		case "cwd":
+			s.Cwd = r.str(m.Value, fat, s)
+		case "url", "serverUrl":
+			s.URL = r.str(m.Value, fat, s)
+			if m.Key != "url" {
+				s.setField("url", fat)
+			}
+		case "headers":
+			s.Headers = r.kvs(m.Value, fat, s, false)
+		case "type", "transport":
+			t := r.str(m.Value, fat, nil)
+			switch strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(t)) {
+			case "stdio":
+				s.Transport = TransportStdio
+			case "http", "streamablehttp":
+				s.Transport = TransportHTTP
+			case "sse":
+				s.Transport = TransportSSE
+			default:
+				r.problem(fat, "%q is not a transport mcpvisor knows (stdio, http, sse)", t)
+			}
+		case "disabled":
+			if m.Value.Kind != jsonc.Bool {
+				r.problem(fat, "must be a boolean, not %s", m.Value.Kind)
+			} else {
+				s.Disabled = m.Value.Bool
+			}
+		case "enabled":
+			if r.format != FormatZed {
+				s.unsupported(fat, "not a field of this client's entries; not imported")
+			} else if m.Value.Kind != jsonc.Bool {
+				r.problem(fat, "must be a boolean, not %s", m.Value.Kind)
+			} else {
+				s.Disabled = !m.Value.Bool
+			}
+		case "source":
+			if r.format == FormatZed && m.Value.Kind == jsonc.String && m.Value.Str == "extension" {
+				s.Blocked = "a Zed extension's server: Zed runs it, mcpvisor cannot"
+			} else if r.format != FormatZed {
+				s.unsupported(fat, "unknown field; not imported")
+			}
+		case "remote":
+			if m.Value.Kind == jsonc.Bool && !m.Value.Bool {
+				continue
+			}
+			s.unsupported(fat, "runs the server on Zed's remote host; not imported")
+		case "settings":
+			if m.Value.Kind == jsonc.Object && len(m.Value.Members) == 0 {
+				continue // Zed's migrations leave an empty one
+			}
+			s.unsupported(fat, unsupportedWhy(r.format, m.Key))
+		default:
+			s.unsupported(fat, unsupportedWhy(r.format, m.Key))
+		}
+	}
+	if s.Command == "" && s.URL == "" && s.Blocked == "" {
+		switch {
+		case launch:
+			s.Transport = TransportStdio // an empty command, for mcpvisor to report
+		case r.format == FormatZed:
+			s.Blocked = "a Zed extension's server (no command or url): Zed runs it, mcpvisor cannot"
+		case len(r.file.Problems) == before:
+			r.problem(at, "has neither command nor url")
+		}
+	}
+	if s.Transport == "" {
+		s.Transport = TransportStdio
+		if s.Command == "" && s.URL != "" {
+			s.Transport = TransportHTTP
+		}
+	}
+	if len(r.file.Problems) > before && s.Blocked == "" {
+		s.Blocked = "invalid: " + r.file.Problems[before].String()
+	}
+	return s
+}
+
+// unsupportedWhy explains why a field is not taken.
+func unsupportedWhy(f Format, key string) string {
+	switch key {
+	case "envFile":
+		return "mcpvisor does not read env files; put the variables in env"
+	case "inputs":
+		return "mcpvisor cannot prompt for inputs"
+	case "dev":
+		return "VS Code's development mode (watch, debug) is not supported"
+	case "sandbox", "sandboxEnabled":
+		return "VS Code's sandbox is not supported; mcpvisor's limits (memory, pids, cpu) are its own"
+	case "oauth":
+		return "OAuth sign-in is not supported; use headers"
+	case "headersHelper":
+		return "a command that makes headers is not supported; use headers"
+	case "timeout":
+		return "the client's tool timeout is not imported; use requestTimeout"
+	case "settings":
+		return "a Zed extension's settings are not supported"
+	}
+	return "not supported by mcpvisor; not imported"
+}
+
+func (s *Server) unsupported(at, msg string) {
+	s.Unsupported = append(s.Unsupported, Note{At: at, Msg: msg})
+}
+
+func (s *Server) setField(field, at string) {
+	if s.fields == nil {
+		s.fields = map[string]string{}
+	}
+	s.fields[field] = at
+}
+
+func (r *reader) zedCommand(s *Server, v *jsonc.Value, at string) {
+	for _, m := range v.Members {
+		fat := join(at, m.Key)
+		switch m.Key {
+		case "path":
+			s.Command = r.str(m.Value, fat, s)
+			s.setField("command", fat)
+		case "args":
+			s.Args = r.strs(m.Value, fat, s)
+			s.setField("args", fat)
+		case "env":
+			s.Env = r.kvs(m.Value, fat, s, false)
+			s.setField("env", fat)
+		default:
+			s.unsupported(fat, "unknown field; not imported")
+		}
+	}
+}
+
+func (r *reader) str(v *jsonc.Value, at string, s *Server) string {
+	if v.Kind != jsonc.String {
+		if v.Kind != jsonc.Null {
+			r.problem(at, "must be a string, not %s", v.Kind)
+		}
+		return ""
+	}
+	if s == nil {
+		return v.Str
+	}
+	return r.value(v.Str, at, s)
+}
+
+func (r *reader) strs(v *jsonc.Value, at string, s *Server) []string {
+	if v.Kind == jsonc.Null {
+		return nil
+	}
+	if v.Kind != jsonc.Array {
+		r.problem(at, "must be an array of strings, not %s", v.Kind)
+		return nil
+	}
+	out := []string{}
+	for i, e := range v.Elems {
+		out = append(out, r.str(e, at+"["+strconv.Itoa(i)+"]", s))
+	}
+	return out
+}
+
+// kvs reads an object of strings; numbers are taken as written when
+// numbers is set (VS Code's env allows them), and null (VS Code: unset
+// the variable) is unsupported.
+func (r *reader) kvs(v *jsonc.Value, at string, s *Server, numbers bool) []KV {
+	if v.Kind == jsonc.Null {
+		return nil
+	}
+	if v.Kind != jsonc.Object {
+		r.problem(at, "must be an object of strings, not %s", v.Kind)
+		return nil
+	}
+	var out []KV
+	for _, m := range v.Members {
+		fat := join(at, m.Key)
+		switch {
+		case m.Value.Kind == jsonc.Number && numbers:
+			out = append(out, KV{m.Key, m.Value.Str})
+		case m.Value.Kind == jsonc.Null && numbers:
+			s.unsupported(fat, "null (unset an inherited variable) is not supported; not imported")
+		default:
+			out = append(out, KV{m.Key, r.str(m.Value, fat, s)})
+		}
+	}
+	return out
+}
+
+// vscodeVar matches a VS Code variable reference.
+var vscodeVar = regexp.MustCompile(`\$\{([^}]*)\}`)
+
+// value turns a string of the client's syntax into mcpvisor's, blocking
+// the server on references only the client can resolve.
+func (r *reader) value(s, at string, srv *Server) string {
+	switch r.vars {
+	case varsNone:
+		return strings.ReplaceAll(s, "$", "$$")
+	case varsClaude:
+		return s
+	}
+	return vscodeVar.ReplaceAllStringFunc(s, func(ref string) string {
+		body := ref[2 : len(ref)-1]
+		switch {
+		case strings.HasPrefix(body, "env:"):
+			return "${" + strings.TrimPrefix(body, "env:") + "}"
+		case body == "userHome":
+			return "${HOME}"
+		case strings.HasPrefix(body, "input:"):
+			srv.block(at, fmt.Sprintf("uses %s, which the client prompts for and mcpvisor cannot; put the value (or a ${NAME} of mcpvisor's environment) in mcpvisor's config by hand", ref))
+		default:
+			srv.block(at, fmt.Sprintf("uses %s, which only the client knows", ref))
+		}
+		return ref
+	})
+}
+
+func (s *Server) block(at, msg string) {
+	if s.Blocked == "" {
+		s.Blocked = at + ": " + msg
+	}
+}
+
+// join appends a key to a path: a.b, or a["b c"] for keys that are not
+// plain names.
+func join(base, key string) string {
+	plain := key != ""
+	for _, c := range key {
+		if !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			plain = false
+			break
+		}
+	}
+	switch {
+	case !plain:
+		return base + "[" + strconv.Quote(key) + "]"
+	case base == "":
+		return key
+	}
+	return base + "." + key
+}
+
+// readCodex reads Codex's config.toml.
+func readCodex(data []byte) (*File, error) {
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			line, col := de.Position()
+			return nil, &Error{Line: line, Column: col, Msg: de.Error()}
+		}
+		return nil, &Error{Msg: err.Error()}
+	}
+	f := &File{Format: FormatCodex}
+	servers, ok := doc["mcp_servers"]
+	if !ok {
+		return f, nil
+	}
+	table, ok := servers.(map[string]any)
+	if !ok {
+		f.Problems = append(f.Problems, Note{At: "mcp_servers", Msg: "must be a table"})
+		return f, nil
+	}
+	names := make([]string, 0, len(table))
+	for n := range table {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		at := join("mcp_servers", name)
+		s := &Server{Name: name, At: at}
+		f.Servers = append(f.Servers, s)
+		entry, ok := table[name].(map[string]any)
+		if !ok {
+			f.Problems = append(f.Problems, Note{At: at, Msg: "must be a table"})
+			s.Blocked = "not a table"
+			continue
+		}
+		keys := make([]string, 0, len(entry))
+		for k := range entry {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		bad := func(at, want string) {
+			f.Problems = append(f.Problems, Note{At: at, Msg: "must be " + want})
+			if s.Blocked == "" {
+				s.Blocked = "invalid: " + at + ": must be " + want
+			}
+		}
+		esc := func(v string) string { return strings.ReplaceAll(v, "$", "$$") }
+		for _, k := range keys {
+			fat := join(at, k)
+			switch v := entry[k]; k {
+			case "command", "cwd", "url":
+				str, ok := v.(string)
+				if !ok {
+					bad(fat, "a string")
+					continue
+				}
+				switch k {
+				case "command":
+					s.Command = esc(str)
+				case "cwd":
+					s.Cwd = esc(str)
+				case "url":
+					s.URL = esc(str)
+				}
+			case "args":
+				list, ok := v.([]any)
+				if !ok {
+					bad(fat, "an array of strings")
+					continue
+				}
+				s.Args = []string{}
+				for i, e := range list {
+					str, ok := e.(string)
+					if !ok {
+						bad(fat+"["+strconv.Itoa(i)+"]", "a string")
+					}
+					s.Args = append(s.Args, esc(str))
+				}
+			case "env", "http_headers":
+				t, ok := v.(map[string]any)
+				if !ok {
+					bad(fat, "a table of strings")
+					continue
+				}
+				var kvs []KV
+				for _, ek := range sortedKeys(t) {
+					str, ok := t[ek].(string)
+					if !ok {
+						bad(join(fat, ek), "a string")
+					}
+					kvs = append(kvs, KV{ek, esc(str)})
+				}
+				if k == "env" {
+					s.Env = kvs
+				} else {
+					s.Headers = kvs
+					s.setField("headers", fat)
+				}
+			case "enabled":
+				b, ok := v.(bool)
+				if !ok {
+					bad(fat, "a boolean")
+					continue
+				}
+				s.Disabled = !b
+			case "env_vars":
+				s.unsupported(fat, "variables passed through from Codex's environment: mcpvisor passes its whole environment; not imported")
+			case "bearer_token_env_var", "env_http_headers", "bearer_token":
+				s.unsupported(fat, "not imported: give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"})")
+			case "startup_timeout_sec", "startup_timeout_ms":
+				s.unsupported(fat, "Codex's startup timeout is not imported; use initTimeout")
+			case "tool_timeout_sec":
+				s.unsupported(fat, "Codex's tool timeout is not imported; use requestTimeout")
+			case "enabled_tools", "disabled_tools":
+				s.unsupported(fat, "not imported; use tools {allow, deny}")
+			default:
+				s.unsupported(fat, "not supported by mcpvisor; not imported")
+			}
+		}
+		s.Transport = TransportStdio
+		switch {
+		case s.Command == "" && s.URL == "" && s.Blocked == "":
+			f.Problems = append(f.Problems, Note{At: at, Msg: "has neither command nor url"})
+			s.Blocked = "invalid: has neither command nor url"
+		case s.Command == "" && s.URL != "":
+			s.Transport = TransportHTTP
+		}
+	}
+	return f, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
