@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -411,12 +413,38 @@ func Parse(data []byte, name string, opts LoadOptions) (*Config, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	p := &parser{file: name, strict: opts.Strict, lookup: lookup}
+	p := &parser{file: name, strict: opts.Strict, lookup: lookup, serversKey: "mcpServers"}
 	data = trimBOM(data)
-	root, serr := decodeTree(data)
-	if serr != nil {
-		line, col := lineCol(data, serr.offset)
-		return nil, &Error{File: name, Problems: []Problem{{File: name, Line: line, Column: col, Message: serr.msg}}}
+	var root *node
+	if isTOML(name) {
+		var perr *Problem
+		if root, perr = p.foreign(data, clientcfg.FormatCodex); perr != nil {
+			return nil, &Error{File: name, Problems: []Problem{*perr}}
+		}
+	} else {
+		var serr *syntaxError
+		if root, serr = decodeTree(data); serr != nil {
+			// Comments and trailing commas (JSONC) are allowed in the
+			// files of the clients that allow them (VS Code, Zed), not in
+			// mcpvisor's own: blanked with spaces, they leave every offset
+			// where it was.
+			r, jerr := decodeTree(jsonc.Standardize(data))
+			if _, ok := foreignFormat(r); jerr == nil && ok {
+				root, serr = r, nil
+			} else if jerr != nil && looksForeign(data) {
+				serr = jerr // a JSONC file's own mistake, past its comments
+			}
+		}
+		if serr != nil {
+			line, col := lineCol(data, serr.offset)
+			return nil, &Error{File: name, Problems: []Problem{{File: name, Line: line, Column: col, Message: serr.msg}}}
+		}
+		if f, ok := foreignFormat(root); ok {
+			var perr *Problem
+			if root, perr = p.foreign(data, f); perr != nil {
+				return nil, &Error{File: name, Problems: []Problem{*perr}}
+			}
+		}
 	}
 	cfg := p.config(root)
 	if len(p.problems) > 0 {

@@ -19,9 +19,16 @@ type parser struct {
 	lookup   func(string) (string, bool)
 	problems []Problem
 	warnings []string
+	// serversKey is the key of the server object: "mcpServers", or a
+	// client's own (see foreign).
+	serversKey string
+	// paths maps paths of a client's file read by foreign to the fields
+	// they come from, where those differ.
+	paths map[string]string
 }
 
 func (p *parser) errorf(at, format string, args ...any) {
+	at = p.mapPath(at)
 	p.problems = append(p.problems, Problem{File: p.file, Path: at, Message: fmt.Sprintf(format, args...)})
 }
 
@@ -31,7 +38,7 @@ func (p *parser) warnf(at, format string, args ...any) {
 		p.errorf(at, format, args...)
 		return
 	}
-	p.warnings = append(p.warnings, Problem{File: p.file, Path: at, Message: fmt.Sprintf(format, args...)}.String())
+	p.warnings = append(p.warnings, Problem{File: p.file, Path: p.mapPath(at), Message: fmt.Sprintf(format, args...)}.String())
 }
 
 // join appends an object key to a JSON path: a.b for plain keys, a["b c"]
@@ -307,7 +314,7 @@ func (p *parser) config(root *node) *Config {
 					cfg.HoldTimeout = *d
 				}
 			}
-		case "mcpServers":
+		case p.serversKey:
 			sawServers = true
 			p.object(v, at, nil, func(name string, v *node, at string) bool {
 				if srv := p.server(name, v, at, base); srv != nil {
@@ -321,7 +328,7 @@ func (p *parser) config(root *node) *Config {
 	})
 	if len(cfg.Servers) == 0 && len(p.problems) == 0 {
 		if sawServers {
-			p.warnf("mcpServers", "no servers configured")
+			p.warnf(p.serversKey, "no servers configured")
 		} else {
 			p.warnf("", "no \"mcpServers\" object: no servers configured")
 		}
