@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+)
+
+func newImportCmd() *cobra.Command {
+	var (
+		file   string
+		dryRun bool
+	)
+	cmd := &cobra.Command{
+		Use:   "import [CLIENT|FILE...] [--dry-run] [--config FILE]",
+		Short: "Add the MCP servers of desktop clients to mcpvisor's config",
+		Long: `Add the MCP servers of desktop clients to mcpvisor's config.
+
+CLIENT is one of: ` + strings.Join(clientcfg.Names(), ", ") + `; each of its
+configuration files found (user, profiles, and the current directory's
+project files) is read. FILE is any such file, its format told from its
+content (.toml: Codex). With no argument, every client found on this
+machine is imported.
+
+A server whose launch (command, args, env, cwd; or url, headers) is
+already in the config is skipped, whatever its name; a new server whose
+name is taken is added as NAME-CLIENT, and said so. Nothing in the config
+is changed or reordered: entries are only added to "mcpServers", every
+other byte stays. Fields mcpvisor cannot take (VS Code's envFile or
+${input:…}, Codex's env_vars, …) are listed with their path and not
+imported; a server that needs the client to run (it prompts for an input,
+a Zed extension) is not imported at all.
+
+The config is --config, else ` + "`$XDG_CONFIG_HOME/mcpvisor/config.json`" + `
+(~/.config/mcpvisor/config.json), created when missing. It is replaced
+atomically, keeping its mode. --dry-run prints the change as a unified
+diff and writes nothing.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				file = defaultConfigFile()
+			}
+			sources, err := importSources(args, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			old, err := os.ReadFile(file)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			exists := err == nil
+			out, err := importInto(old, file, sources, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if bytes.Equal(out, old) && exists {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: nothing to add\n", file)
+				return nil
+			}
+			if dryRun {
+				fmt.Fprint(cmd.OutOrStdout(), clientcfg.Diff(old, out, file, file+" (imported)"))
+				return nil
+			}
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+				return err
+			}
+			if err := clientcfg.WriteFileAtomic(file, out, 0o600); err != nil {
+				return fmt.Errorf("writing %s: %w", file, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: written\n", file)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the change as a unified diff; write nothing")
+	return cmd
+}
+
+// importSource is one client file to import.
+type importSource struct {
+	client *clientcfg.Client // nil for a file named on the command line
+	label  string            // what a renamed server gets after '-'
+	path   string
+	format clientcfg.Format
+}
+
+// clientEnv is this machine's, for client locations.
+func clientEnv() clientcfg.Env {
+	home, _ := os.UserHomeDir()
+	wd, _ := os.Getwd()
+	return clientcfg.Env{GOOS: runtime.GOOS, Home: home, Getenv: os.Getenv, Project: wd}
+}
+
+// clientFiles lists a client's files that exist.
+func clientFiles(c *clientcfg.Client) []importSource {
+	var out []importSource
+	for _, l := range c.Locations(clientEnv()) {
+		paths := []string{l.Path}
+		if l.Glob {
+			paths, _ = filepath.Glob(l.Path)
+		}
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+				out = append(out, importSource{client: c, label: c.Name, path: p, format: l.Format})
+			}
+		}
+	}
+	return out
+}
+
+// importSources turns import's arguments into files.
+func importSources(args []string, warn io.Writer) ([]importSource, error) {
+	var out []importSource
+	if len(args) == 0 {
+		for _, c := range clientcfg.Clients() {
+			out = append(out, clientFiles(c)...)
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("no client configuration found on this machine; name a file")
+		}
+		return out, nil
+	}
+	for _, a := range args {
+		if c := clientcfg.Lookup(a); c != nil {
+			files := clientFiles(c)
+			if len(files) == 0 {
+				fmt.Fprintf(warn, "%s: no configuration file found (looked at %s)\n", a, c.Target(clientEnv()).Path)
+			}
+			out = append(out, files...)
+			continue
+		}
+		data, err := os.ReadFile(a)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(a, `/\.`) {
+				return nil, usageError{fmt.Errorf("%q is neither a client (%s) nor a file", a, strings.Join(clientcfg.Names(), ", "))}
+			}
+			return nil, err
+		}
+		f, err := detectFormat(a, data)
+		if err != nil {
+			return nil, err
+		}
+		label := strings.TrimSuffix(filepath.Base(a), filepath.Ext(a))
+		out = append(out, importSource{label: label, path: a, format: f})
+	}
+	return out, nil
+}
+
+// detectFormat tells a client file's format from its name and content.
+func detectFormat(name string, data []byte) (clientcfg.Format, error) {
+	if strings.HasSuffix(strings.ToLower(name), ".toml") {
+		return clientcfg.FormatCodex, nil
+	}
+	root, err := jsonc.Parse(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s:%w", name, err)
+	}
+	switch {
+	case root.Get("mcpServers") != nil && root.Get("projects") != nil:
+		return clientcfg.FormatClaudeUser, nil
+	case root.Get("mcpServers") != nil:
+		return clientcfg.FormatMCPServers, nil
+	case root.Get("servers") != nil:
+		return clientcfg.FormatVSCode, nil
+	case root.Get("context_servers") != nil:
+		return clientcfg.FormatZed, nil
+	case root.Get("mcp") != nil && root.Get("mcp").Get("servers") != nil:
+		return clientcfg.FormatVSCodeSettings, nil
+	case root.Get("projects") != nil:
+		return clientcfg.FormatClaudeUser, nil
+	}
+	return 0, fmt.Errorf("%s: no MCP servers found (want mcpServers, servers, context_servers or a .toml file with mcp_servers)", name)
+}
+
+// readSource reads one source's servers.
+func readSource(src importSource) (*clientcfg.File, error) {
+	data, err := os.ReadFile(src.path)
+	if err != nil {
+		return nil, err
+	}
+	var f *clientcfg.File
+	if src.client != nil {
+		f, err = src.client.Read(data, src.format)
+	} else {
+		f, err = clientcfg.Read(data, src.format)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s:%w", src.path, err)
+	}
+	return f, nil
+}
+
+// importInto adds the servers of sources to mcpvisor's config held in
+// old (nil: none yet) and returns the new content, reporting to w.
+func importInto(old []byte, name string, sources []importSource, w io.Writer) ([]byte, error) {
+	data := old
+	if data == nil {
+		data = []byte("{}\n")
+	}
+	mine, err := clientcfg.Read(data, clientcfg.FormatMCPServers)
+	if err != nil {
+		return nil, fmt.Errorf("%s:%w (mcpvisor's config is left as it is)", name, err)
+	}
+	known := slices.Clone(mine.Servers)
+	for _, src := range sources {
+		f, err := readSource(src)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range f.Problems {
+			fmt.Fprintf(w, "%s: %s: not imported\n", src.path, p)
+		}
+		for _, s := range f.Servers {
+			for _, n := range s.Unsupported {
+				fmt.Fprintf(w, "%s: %s: %s\n", src.path, n.At, n.Msg)
+			}
+			switch {
+			case s.IsConnect():
+				continue
+			case s.Blocked != "":
+				if !strings.HasPrefix(s.Blocked, "invalid: ") {
+					fmt.Fprintf(w, "%s: %s: not imported: %s\n", src.path, s.At, s.Blocked)
+				}
+				continue
+			}
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameLaunch(k, s) }); i >= 0 {
+				if known[i].Name != s.Name {
+					fmt.Fprintf(w, "%s: %s: the same server as %q, skipped\n", src.path, s.At, known[i].Name)
+				}
+				continue
+			}
+			n := importName(s.Name, src.label, known)
+			if n != s.Name {
+				fmt.Fprintf(w, "%s: %s: added as %q (the name is taken by another server)\n", src.path, s.At, n)
+			} else {
+				fmt.Fprintf(w, "%s: %s: added\n", src.path, s.At)
+			}
+			if data, err = jsonc.SetMember(data, []string{"mcpServers"}, n, s.Entry()); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			c := *s
+			c.Name = n
+			known = append(known, &c)
+		}
+	}
+	if old == nil && len(known) == 0 {
+		return nil, fmt.Errorf("no server to import")
+	}
+	return data, nil
+}
+
+// importName returns name made valid for mcpvisor and, when taken, with
+// -label (then -label-2, …) added.
+func importName(name, label string, known []*clientcfg.Server) string {
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r == '_' || r == '-' || r == '.' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
+				return r
+			}
+			return '-'
+		}, s)
+	}
+	name = clean(name)
+	if name == "" || name == "." || name == ".." {
+		name = "server"
+	}
+	taken := func(n string) bool {
+		return slices.ContainsFunc(known, func(k *clientcfg.Server) bool { return k.Name == n })
+	}
+	if !taken(name) {
+		return name
+	}
+	base := name + "-" + clean(label)
+	n := base
+	for i := 2; taken(n); i++ {
+		n = fmt.Sprintf("%s-%d", base, i)
+	}
+	return n
+}

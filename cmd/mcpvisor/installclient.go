@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
+)
+
+// installRecord is what install-client remembers of one change, in the
+// state dir: enough for uninstall-client to restore the file and to tell
+// whether it changed since.
+type installRecord struct {
+	Client    string    `json:"client"`
+	Path      string    `json:"path"`
+	Backup    string    `json:"backup,omitempty"` // "" when the file did not exist
+	PerServer bool      `json:"perServer"`
+	SHA256    string    `json:"sha256"`    // of the bytes install wrote
+	Installed string    `json:"installed"` // those bytes, for the diff of a later change
+	At        time.Time `json:"at"`
+}
+
+func recordFile(stateDir, path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return filepath.Join(stateDir, "clients", hex.EncodeToString(sum[:8])+".json")
+}
+
+func readRecord(stateDir, path string) (*installRecord, error) {
+	data, err := os.ReadFile(recordFile(stateDir, path))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var r installRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", recordFile(stateDir, path), err)
+	}
+	return &r, nil
+}
+
+func hashOf(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// mcpvisorExecutable is the path a client is to launch: the running
+// executable as the user named it (a symlink kept), absolute. A `go run`
+// build, which is deleted when it exits, is refused.
+func mcpvisorExecutable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if arg := os.Args[0]; arg != "" {
+		p := arg
+		if !strings.ContainsRune(arg, filepath.Separator) {
+			p, _ = exec.LookPath(arg)
+		}
+		if p != "" {
+			if abs, err := filepath.Abs(p); err == nil {
+				a, errA := os.Stat(abs)
+				b, errB := os.Stat(exe)
+				if errA == nil && errB == nil && os.SameFile(a, b) {
+					exe = abs
+				}
+			}
+		}
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil && strings.HasPrefix(resolved, filepath.Join(os.TempDir(), "go-build")) {
+		return "", fmt.Errorf("this mcpvisor is a temporary `go run` build (%s), deleted when it exits: install mcpvisor (go install, or a release) and run install-client with it", resolved)
+	}
+	return exe, nil
+}
+
+// clientTarget is the file install-client and uninstall-client work on.
+func clientTarget(c *clientcfg.Client, override string) (string, clientcfg.Format, error) {
+	t := c.Target(clientEnv())
+	path, f := t.Path, t.Format
+	if override != "" {
+		path = override
+		switch {
+		case c.Format == clientcfg.FormatClaudeUser && filepath.Base(override) != ".claude.json":
+			f = clientcfg.FormatMCPServers // a project's .mcp.json
+		case c.Format == clientcfg.FormatVSCode && filepath.Base(override) == "settings.json":
+			f = clientcfg.FormatVSCodeSettings
+		}
+	}
+	abs, err := filepath.Abs(path)
+	return abs, f, err
+}
+
+func lookupClient(name string) (*clientcfg.Client, error) {
+	c := clientcfg.Lookup(name)
+	if c == nil {
+		return nil, usageError{fmt.Errorf("unknown client %q (known: %s)", name, strings.Join(clientcfg.Names(), ", "))}
+	}
+	return c, nil
+}
+
+func newInstallClientCmd() *cobra.Command {
+	var (
+		dryRun, perServer, doImport, remote  bool
+		configPath, mcpvisorConfig, stateDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "install-client CLIENT [--dry-run] [--per-server] [--config-path FILE] [--mcpvisor-config FILE]",
+		Short: "Make a desktop client launch its MCP servers through mcpvisor",
+		Long: `Make a desktop client launch its MCP servers through mcpvisor.
+
+Rewrites the client's configuration (CLIENT is one of: ` + strings.Join(clientcfg.Names(), ", ") + `)
+so that it launches ` + "`mcpvisor connect`" + ` instead of each server: one
+entry named "mcpvisor" for all of mcpvisor's servers, or with --per-server
+one entry per server (named as the client's, running
+` + "`mcpvisor connect --server NAME`" + `) so that the client keeps its own
+toggle for each. The command written is this mcpvisor executable's
+absolute path.
+
+The client's servers must be in mcpvisor's config first (--mcpvisor-config,
+default $XDG_CONFIG_HOME/mcpvisor/config.json): install-client refuses when
+some are missing; run ` + "`mcpvisor import CLIENT`" + ` first, or pass --import
+to do both. Remote entries (url) are left to the client by default: the
+client keeps reaching them itself; if mcpvisor's config has them too, the
+default "mcpvisor" entry serves them as well, so the client sees their
+tools twice: remove one, or pass --remote to take them over (mcpvisor then
+proxies them). Entries mcpvisor cannot run (VS Code inputs, Zed
+extensions) stay as they are. For Claude Code the user's servers
+(~/.claude.json "mcpServers") are rewritten; a project's .mcp.json with
+--config-path.
+
+A file that does not parse is not touched (the error gives line:column).
+Every unrelated key, comment and blank of the file stays as it was: only
+the server entries change. A timestamped copy of the file is written next
+to it first (its mode kept), and the change is recorded in the state dir,
+so that ` + "`mcpvisor uninstall-client CLIENT`" + ` restores the file byte for
+byte. Installing again when nothing changed does nothing. --dry-run prints
+the change as a unified diff and writes nothing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			c, err := lookupClient(args[0])
+			if err != nil {
+				return err
+			}
+			path, format, err := clientTarget(c, configPath)
+			if err != nil {
+				return err
+			}
+			if mcpvisorConfig == "" {
+				mcpvisorConfig = defaultConfigFile()
+			}
+			if mcpvisorConfig, err = filepath.Abs(mcpvisorConfig); err != nil {
+				return err
+			}
+			exe, err := mcpvisorExecutable()
+			if err != nil {
+				return err
+			}
+			if stateDir == "" {
+				stateDir = defaultStateDir()
+			}
+			data, err := os.ReadFile(path)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			existed := err == nil
+			if !existed {
+				data = nil
+			}
+			rec, err := readRecord(stateDir, path)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				if existed && hashOf(data) == rec.SHA256 && rec.PerServer == perServer {
+					fmt.Fprintf(out, "%s: already launches mcpvisor (installed %s); nothing to do\n", path, rec.At.Format(time.RFC3339))
+					return nil
+				}
+				return fmt.Errorf("%s: install-client changed it on %s and it is not as it left it: run `mcpvisor uninstall-client %s` first", path, rec.At.Format(time.RFC3339), c.Name)
+			}
+			cfgData, err := os.ReadFile(mcpvisorConfig)
+			if err != nil && !(errors.Is(err, fs.ErrNotExist) && doImport) {
+				return fmt.Errorf("reading mcpvisor's config: %w (run `mcpvisor import %s` first)", err, c.Name)
+			}
+			cfgExisted := err == nil
+			if !cfgExisted {
+				cfgData = nil
+			}
+			if doImport {
+				var report bytes.Buffer
+				merged, err := importInto(cfgData, mcpvisorConfig, clientFiles(c), &report)
+				if err != nil && cfgData == nil {
+					return err
+				}
+				if err == nil && !bytes.Equal(merged, cfgData) {
+					io.Copy(out, &report)
+					if dryRun {
+						fmt.Fprint(out, clientcfg.Diff(cfgData, merged, mcpvisorConfig, mcpvisorConfig+" (imported)"))
+					} else {
+						if err := os.MkdirAll(filepath.Dir(mcpvisorConfig), 0o700); err != nil {
+							return err
+						}
+						if err := clientcfg.WriteFileAtomic(mcpvisorConfig, merged, 0o600); err != nil {
+							return err
+						}
+						fmt.Fprintf(out, "%s: written\n", mcpvisorConfig)
+					}
+					cfgData = merged
+				}
+			}
+			mine, err := clientcfg.Read(cfgData, clientcfg.FormatMCPServers)
+			if err != nil {
+				return fmt.Errorf("%s:%w", mcpvisorConfig, err)
+			}
+			plan, err := c.PlanInstall(data, format, clientcfg.InstallOptions{
+				Exe: exe, Config: mcpvisorConfig, PerServer: perServer, Remote: remote, Known: mine.Servers})
+			if err != nil {
+				var ce *clientcfg.Error
+				if errors.As(err, &ce) {
+					return fmt.Errorf("%s:%w (the file is left as it is)", path, err)
+				}
+				return fmt.Errorf("%s: %w (the file is left as it is)", path, err)
+			}
+			if len(plan.Missing) > 0 {
+				var names []string
+				for _, s := range plan.Missing {
+					names = append(names, s.At)
+				}
+				return fmt.Errorf("%s: mcpvisor's config (%s) lacks %s: run `mcpvisor import %s` first, or pass --import", path, mcpvisorConfig, strings.Join(names, ", "), c.Name)
+			}
+			for _, k := range plan.Kept {
+				fmt.Fprintf(out, "%s: %s: %s\n", path, k.At, k.Msg)
+			}
+			if dryRun {
+				fmt.Fprint(out, clientcfg.Diff(data, plan.Data, path, path+" (installed)"))
+				return nil
+			}
+			rec = &installRecord{Client: c.Name, Path: path, PerServer: perServer, SHA256: hashOf(plan.Data), Installed: string(plan.Data), At: time.Now().UTC()}
+			mode := fs.FileMode(0o600)
+			if existed {
+				fi, err := os.Stat(path)
+				if err != nil {
+					return err
+				}
+				mode = fi.Mode().Perm()
+				rec.Backup = path + ".mcpvisor-backup-" + rec.At.Format("20060102T150405Z")
+				if err := writeNew(rec.Backup, data, mode); err != nil {
+					return fmt.Errorf("backing up %s: %w", path, err)
+				}
+			} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return err
+			}
+			if err := writeRecord(stateDir, rec); err != nil {
+				return err
+			}
+			if err := clientcfg.WriteFileAtomic(path, plan.Data, mode); err != nil {
+				os.Remove(recordFile(stateDir, path))
+				return fmt.Errorf("writing %s: %w", path, err)
+			}
+			fmt.Fprintf(out, "%s: %s now launches %s through mcpvisor", path, c.Title, strings.Join(plan.Taken, ", "))
+			if rec.Backup != "" {
+				fmt.Fprintf(out, " (the file as it was: %s)", rec.Backup)
+			}
+			fmt.Fprintln(out)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the change as a unified diff; write nothing")
+	cmd.Flags().BoolVar(&perServer, "per-server", false, "one entry per server instead of one for all")
+	cmd.Flags().BoolVar(&doImport, "import", false, "import the client's servers into mcpvisor's config first")
+	cmd.Flags().BoolVar(&remote, "remote", false, "take over remote (url) entries too")
+	cmd.Flags().StringVar(&configPath, "config-path", "", "the client's configuration file (default: where the client keeps it)")
+	cmd.Flags().StringVar(&mcpvisorConfig, "mcpvisor-config", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "where installs are recorded (default $XDG_STATE_HOME/mcpvisor)")
+	return cmd
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(path string, data []byte, mode fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := f.Chmod(mode); err != nil { // the umask may have taken bits
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func writeRecord(stateDir string, rec *installRecord) error {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	file := recordFile(stateDir, rec.Path)
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	return clientcfg.WriteFileAtomic(file, data, 0o600)
+}
+
+func newUninstallClientCmd() *cobra.Command {
+	var (
+		dryRun, force        bool
+		configPath, stateDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "uninstall-client CLIENT [--dry-run] [--force] [--config-path FILE]",
+		Short: "Put back a client's configuration as it was before install-client",
+		Long: `Put back a client's configuration as it was before install-client.
+
+Restores the copy install-client made, byte for byte (and its mode), or
+removes the file when install-client created it, then deletes the copy.
+When the file changed since install-client wrote it (you, or the client,
+edited it), uninstall-client refuses and prints what changed, so that
+nothing is lost silently; --force restores the copy anyway. --dry-run
+prints the change as a unified diff and writes nothing.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			c, err := lookupClient(args[0])
+			if err != nil {
+				return err
+			}
+			path, _, err := clientTarget(c, configPath)
+			if err != nil {
+				return err
+			}
+			if stateDir == "" {
+				stateDir = defaultStateDir()
+			}
+			rec, err := readRecord(stateDir, path)
+			if err != nil {
+				return err
+			}
+			if rec == nil {
+				return fmt.Errorf("%s: install-client has not changed it (no record in %s)", path, filepath.Join(stateDir, "clients"))
+			}
+			cur, err := os.ReadFile(path)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if hashOf(cur) != rec.SHA256 && !force {
+				return fmt.Errorf("%s changed since install-client wrote it on %s; restoring would lose this (pass --force to restore anyway):\n%s",
+					path, rec.At.Format(time.RFC3339), clientcfg.Diff([]byte(rec.Installed), cur, path+" (as installed)", path+" (now)"))
+			}
+			var orig []byte
+			mode := fs.FileMode(0o600)
+			if rec.Backup != "" {
+				if orig, err = os.ReadFile(rec.Backup); err != nil {
+					return fmt.Errorf("reading the copy: %w", err)
+				}
+				fi, err := os.Stat(rec.Backup)
+				if err != nil {
+					return err
+				}
+				mode = fi.Mode().Perm()
+			}
+			if dryRun {
+				fmt.Fprint(out, clientcfg.Diff(cur, orig, path, path+" (restored)"))
+				return nil
+			}
+			if rec.Backup == "" {
+				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			} else {
+				if err := clientcfg.WriteFileAtomic(path, orig, mode); err != nil {
+					return err
+				}
+				if err := os.Chmod(path, mode); err != nil {
+					return err
+				}
+				os.Remove(rec.Backup)
+			}
+			if err := os.Remove(recordFile(stateDir, path)); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: restored as it was before install-client\n", path)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the change as a unified diff; write nothing")
+	cmd.Flags().BoolVar(&force, "force", false, "restore even when the file changed since install-client")
+	cmd.Flags().StringVar(&configPath, "config-path", "", "the client's configuration file (default: where the client keeps it)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "where installs are recorded (default $XDG_STATE_HOME/mcpvisor)")
+	return cmd
+}
