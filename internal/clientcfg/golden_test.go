@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 )
@@ -226,7 +227,8 @@ func FuzzSplice(f *testing.F) {
 	f.Add([]byte("{\n  \"a\": 1 // c\n}"), "a", "a")
 	f.Fuzz(func(t *testing.T, data []byte, key, member string) {
 		root, err := jsonc.Parse(data)
-		if err != nil || root.Kind != jsonc.Object {
+		if err != nil || root.Kind != jsonc.Object || !utf8.ValidString(key) || !utf8.ValidString(member) {
+			// keys are what a parsed file or a user names: valid UTF-8
 			return
 		}
 		others := func(doc []byte, skip string) map[string]string {
@@ -243,7 +245,7 @@ func FuzzSplice(f *testing.F) {
 			return m
 		}
 		before := others(data, key)
-		out, err := jsonc.SetMember(data, nil, key, jsonc.Ordered{{member, []string{"x", "y"}}})
+		out, err := jsonc.SetMember(data, nil, key, jsonc.Ordered{{Key: member, Value: []string{"x", "y"}}})
 		if err != nil {
 			t.Fatalf("SetMember: %v", err)
 		}

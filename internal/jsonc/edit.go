@@ -341,8 +341,9 @@ func removal(data []byte, obj *Value, i int) []edit {
 	} else {
 		own = -1
 	}
+	anyComma := commaAfter(data, after) // maybe on a later line
 	start, ownLine := lineStart(data, m.KeyStart)
-	if lineEnd, clean := restOfLine(data, end); ownLine && clean {
+	if lineEnd, clean := restOfLine(data, end); ownLine && clean && (anyComma < 0 || own >= 0) {
 		edits := []edit{{start, lineEnd, ""}}
 		if i == len(ms)-1 && own < 0 && i > 0 {
 			if c := commaAfter(data, ms[i-1].Value.End); c >= 0 && c < start {
@@ -356,6 +357,9 @@ func removal(data []byte, obj *Value, i int) []edit {
 		return []edit{{ms[i-1].Value.End, after, ""}}
 	case len(ms) > 1:
 		return []edit{{m.KeyStart, ms[1].KeyStart, ""}}
+	}
+	if anyComma >= 0 {
+		end = anyComma + 1
 	}
 	return []edit{{m.KeyStart, end, ""}}
 }

@@ -382,7 +382,7 @@ func Standardize(data []byte) []byte {
 			case c == '/' && i+1 < len(data) && data[i+1] == '*':
 				end := bytes.Index(data[i+2:], []byte("*/"))
 				if end < 0 {
-					return i
+					return len(data) // unterminated: the decoder reports it; no comment can follow
 				}
 				blank(i, i+2+end+2)
 				i += 2 + end + 2

@@ -86,6 +86,8 @@ func TestEdits(t *testing.T) {
 		{"remove duplicates", `{"a": 1, "b": 2, "a": 3}`, []op{{remove: true, key: "a"}}, `{"b": 2}`},
 		{"remove two, then add", "{\n  \"a\": 1,\n  \"b\": 2,\n  \"c\": 3\n}", []op{{remove: true, key: "b"}, {remove: true, key: "c"}, {key: "d", value: 4}},
 			"{\n  \"a\": 1,\n  \"d\": 4\n}"},
+		{"only, comma on the next line", "{\"a\":0\n,}", []op{{remove: true, key: "a"}}, "{}"},
+		{"first, comma on the next line", "{\n  \"a\": 1\n  , \"b\": 2\n}", []op{{remove: true, key: "a"}}, "{\n  \"b\": 2\n}"},
 		{"CRLF", "{\r\n  \"a\": 1,\r\n  \"b\": 2\r\n}", []op{{remove: true, key: "a"}}, "{\r\n  \"b\": 2\r\n}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
