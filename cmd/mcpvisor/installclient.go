@@ -81,10 +81,28 @@ func mcpvisorExecutable() (string, error) {
 			}
 		}
 	}
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil && strings.HasPrefix(resolved, filepath.Join(os.TempDir(), "go-build")) {
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil && isGoRunBuild(resolved) {
 		return "", fmt.Errorf("this mcpvisor is a temporary `go run` build (%s), deleted when it exits: install mcpvisor (go install, or a release) and run install-client with it", resolved)
 	}
 	return exe, nil
+}
+
+// isGoRunBuild reports whether an executable is one `go run` (or `go
+// test`) built in its work directory, go-build… under GOTMPDIR or the
+// system temp dir, which is deleted when the command ends.
+func isGoRunBuild(path string) bool {
+	for _, tmp := range []string{os.Getenv("GOTMPDIR"), os.TempDir()} {
+		if tmp == "" {
+			continue
+		}
+		if t, err := filepath.EvalSymlinks(tmp); err == nil {
+			tmp = t
+		}
+		if rel, err := filepath.Rel(tmp, path); err == nil && strings.HasPrefix(rel, "go-build") {
+			return true
+		}
+	}
+	return false
 }
 
 // clientTarget is the file install-client and uninstall-client work on.

@@ -44,7 +44,7 @@ and a non-zero exit. --strict treats warnings as errors.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (JSON)")
+	cmd.Flags().StringVarP(&file, "config", "c", "", "configuration file (JSON; or a client's own: VS Code mcp.json, Zed settings.json, Codex config.toml)")
 	cmd.Flags().BoolVar(&strict, "strict", false, "treat warnings (such as unknown fields) as errors")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd

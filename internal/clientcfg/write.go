@@ -10,7 +10,7 @@ import (
 // WriteFileAtomic replaces the file at path with data: it writes a
 // temporary file in the same directory, syncs it and renames it over
 // path, so a reader sees the old content or the new, never a part. The
-// file keeps its mode; a new file gets mode (less the umask).
+// file keeps its mode; a new file gets mode.
 func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()

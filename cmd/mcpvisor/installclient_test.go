@@ -1,0 +1,35 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGoRunBuildRefused: a client is never pointed at a build that `go
+// run` (here `go test`) deletes when it ends.
+func TestGoRunBuildRefused(t *testing.T) {
+	tmp := os.TempDir()
+	for path, want := range map[string]bool{
+		filepath.Join(tmp, "go-build123", "b001", "exe", "mcpvisor"): true,
+		filepath.Join(tmp, "mcpvisor-test", "mcpvisor"):              false,
+		"/usr/local/bin/mcpvisor":                                    false,
+	} {
+		if got := isGoRunBuild(path); got != want {
+			t.Errorf("isGoRunBuild(%s) = %v, want %v", path, got, want)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved, _ := filepath.EvalSymlinks(self)
+	_, err = mcpvisorExecutable()
+	if isGoRunBuild(resolved) != (err != nil) {
+		t.Fatalf("this test binary at %s: mcpvisorExecutable error %v", resolved, err)
+	}
+	if err != nil && !strings.Contains(err.Error(), "`go run` build") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+}
