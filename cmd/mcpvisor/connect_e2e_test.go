@@ -327,12 +327,27 @@ func (p *rawConnect) exit(t *testing.T, limit time.Duration) int {
 	return -1
 }
 
+// response reads p's stdout up to the response with id (notifications
+// may come first).
+func (p *rawConnect) response(t *testing.T, id int) string {
+	t.Helper()
+	want := `"id":` + strconv.Itoa(id) + `,`
+	for {
+		line, err := p.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading response %d: %v; stderr:\n%s", id, err, p.stderr)
+		}
+		if strings.Contains(line, want) {
+			return line
+		}
+	}
+}
+
 func (p *rawConnect) initialize(t *testing.T) {
 	t.Helper()
 	fmt.Fprintf(p.in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":%s}`+"\n", initLine)
-	line, err := p.out.ReadString('\n')
-	if err != nil || !strings.Contains(line, `"protocolVersion":"2025-11-25"`) {
-		t.Fatalf("initialize through connect: %q %v; stderr:\n%s", line, err, p.stderr)
+	if line := p.response(t, 1); !strings.Contains(line, `"protocolVersion":"2025-11-25"`) {
+		t.Fatalf("initialize through connect: %q; stderr:\n%s", line, p.stderr)
 	}
 }
 
@@ -470,8 +485,8 @@ func TestServeSocketStaleAndInUse(t *testing.T) {
 		t.Fatalf("a second serve on a live socket: %v\n%s", err, out)
 	}
 	fmt.Fprintf(p.in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"still"}}}`+"\n")
-	if line, err := p.out.ReadString('\n'); err != nil || !strings.Contains(line, `"text":"still"`) {
-		t.Fatalf("the first daemon after a second serve was refused: %q %v", line, err)
+	if line := p.response(t, 2); !strings.Contains(line, `"text":"still"`) {
+		t.Fatalf("the first daemon after a second serve was refused: %q", line)
 	}
 	if !alive(s.cmd.Process.Pid) {
 		t.Fatal("the first daemon is gone")
