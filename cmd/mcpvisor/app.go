@@ -45,6 +45,8 @@ type app struct {
 	// tracing exports a span of each client request (nil: off); its
 	// exporter is shut down, bounded, by close.
 	tracing *telemetry.Tracing
+	// stateDir is the state directory in use (serve's socket is there).
+	stateDir string
 }
 
 // logFlags are the logging flags of serve and stdio.
@@ -144,7 +146,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
 	gw.SetHoldTimeout(cfg.HoldTimeout)
-	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs}, nil
+	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs, stateDir: stateDir}, nil
 }
 
 // startEager starts the servers marked eager, in the background, learning

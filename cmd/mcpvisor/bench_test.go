@@ -826,8 +826,11 @@ func kb(n int) string {
 }
 
 // procStatusKB reads a "Name: N kB" field of /proc/PID/status, or -1.
-func procStatusKB(pid int, field string) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func procStatusKB(pid int, field string) int { return procFileKB(pid, "status", field) }
+
+// procFileKB reads a "Name: N kB" field of /proc/PID/file, or -1.
+func procFileKB(pid int, file, field string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return -1
 	}

@@ -34,6 +34,8 @@ func newServeCmd() *cobra.Command {
 		listen, tokenFile string
 		exitWithParent    bool
 		noWatch           bool
+		socket            string
+		exitWhenUnused    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE [--listen 127.0.0.1:7331]",
@@ -51,7 +53,15 @@ applied server by server, leaving unchanged servers untouched.
 
 The first SIGINT or SIGTERM stops accepting requests, ends client sessions
 and stops every server in parallel within --shutdown-timeout (exit 0); a
-second signal, or the timeout, kills every server at once (exit 3).`,
+second signal, or the timeout, kills every server at once (exit 3).
+
+serve also listens on a unix socket (--socket; by default mcpvisor.sock in
+the state directory, mode 0600) for mcpvisor connect: each connection is
+one client session, served as mcpvisor stdio serves its stdin and stdout.
+A socket a live serve holds is never taken; a dead one's is replaced.
+--exit-when-unused (which mcpvisor connect sets on a daemon it starts)
+shuts serve down once it has had no client for that long: no socket
+connection, no HTTP request or session.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := rf.log.newLogger(cmd.ErrOrStderr())
@@ -85,6 +95,12 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
+				_ = a.close(context.Background())
+				return err
+			}
+			daemon, err := openDaemonFront(a, socket, exitWhenUnused, log)
+			if err != nil {
+				_ = ln.Close()
 				_ = a.close(context.Background())
 				return err
 			}
@@ -149,16 +165,23 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No
 			// server-wide ReadTimeout or WriteTimeout: they would cut
 			// long-lived event streams; each stream has its own deadlines.
-			srv := &http.Server{Handler: trimAfter(a.fleet, mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+			srv := &http.Server{Handler: daemon.wrap(trimAfter(a.fleet, mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
 				if err != nil {
+					daemon.close(context.Background())
 					_ = ln.Close()
 					_ = a.close(context.Background())
 					return err
 				}
 				defer wd.Stop()
+			}
+			if err := daemon.start(sd, sessions, gateway.StdioOptions{Logger: log}); err != nil {
+				daemon.close(context.Background())
+				_ = ln.Close()
+				_ = a.close(context.Background())
+				return err
 			}
 			a.startEager(sd.Context(), !rf.noLearn)
 			// Reloads: SIGHUP, a change of the config file, POST
@@ -187,6 +210,9 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				}
 			}()
 			fmt.Fprintf(cmd.ErrOrStderr(), "mcpvisor: serving %d servers at http://%s/mcp\n", len(a.fleet.Servers()), ln.Addr())
+			if p := daemon.socket(); p != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "mcpvisor: mcpvisor connect socket at %s\n", p)
+			}
 
 			return a.shutdown(sd, rf.shutdownTimeout, func(ctx context.Context) error {
 				// Stop accepting, then end client sessions: requests in
@@ -199,6 +225,7 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 				}()
 				aggregate.Close()
 				routes.close()
+				daemon.close(ctx)
 				err := a.close(ctx)
 				// Live event streams have seen the servers stop; end
 				// them, so that the HTTP server's shutdown can finish.
@@ -213,6 +240,8 @@ second signal, or the timeout, kills every server at once (exit 3).`,
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients must send")
 	cmd.Flags().BoolVar(&exitWithParent, "exit-with-parent", false, "shut down when the process that started mcpvisor exits")
 	cmd.Flags().BoolVar(&noWatch, "no-watch", false, "do not reload when the config file changes (SIGHUP and mcpvisor reload still do)")
+	cmd.Flags().StringVar(&socket, "socket", socketAuto, `unix socket for mcpvisor connect ("auto": mcpvisor.sock in the state directory; "" or "none": no socket)`)
+	cmd.Flags().DurationVar(&exitWhenUnused, "exit-when-unused", 0, "shut down after this long without a client (0: never; set by mcpvisor connect on a daemon it starts)")
 	return cmd
 }
 

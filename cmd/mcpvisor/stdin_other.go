@@ -5,3 +5,5 @@ package main
 import "os"
 
 func interruptibleStdin() (*os.File, func()) { return os.Stdin, func() {} }
+
+func interruptibleStdout() (*os.File, func()) { return os.Stdout, func() {} }

@@ -11,12 +11,18 @@ import (
 // is closed: a pipe in non-blocking mode goes through the runtime's poller.
 // A terminal is left as it is (its mode is shared with the shell). restore
 // puts the blocking mode back.
-func interruptibleStdin() (*os.File, func()) {
-	if isTerminal(os.Stdin) {
-		return os.Stdin, func() {}
+func interruptibleStdin() (*os.File, func()) { return interruptible(os.Stdin, 0, "/dev/stdin") }
+
+// interruptibleStdout is interruptibleStdin for stdout: a blocked Write
+// ends when the file is closed.
+func interruptibleStdout() (*os.File, func()) { return interruptible(os.Stdout, 1, "/dev/stdout") }
+
+func interruptible(f *os.File, fd int, name string) (*os.File, func()) {
+	if isTerminal(f) {
+		return f, func() {}
 	}
-	if err := syscall.SetNonblock(0, true); err != nil {
-		return os.Stdin, func() {}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return f, func() {}
 	}
-	return os.NewFile(0, "/dev/stdin"), func() { _ = syscall.SetNonblock(0, false) }
+	return os.NewFile(uintptr(fd), name), func() { _ = syscall.SetNonblock(fd, false) }
 }

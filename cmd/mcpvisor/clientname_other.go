@@ -1,0 +1,5 @@
+//go:build !linux && !darwin
+
+package main
+
+func clientName() string { return "" }

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package main
+
+import "syscall"
+
+func detachedProcess() *syscall.SysProcAttr { return nil }
+
+func reapIfExited(int) (string, bool) { return "", false }

@@ -1,0 +1,186 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// counter is an Activity that counts connections open.
+type counter struct {
+	mu         sync.Mutex
+	open, seen int
+}
+
+func (c *counter) Begin() { c.mu.Lock(); c.open++; c.seen++; c.mu.Unlock() }
+func (c *counter) End()   { c.mu.Lock(); c.open--; c.mu.Unlock() }
+func (c *counter) get() (open, seen int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open, c.seen
+}
+
+// serveEcho runs a Server on a socket in a temp dir whose sessions echo
+// every line back prefixed with the server's name, until the client's
+// EOF or ctx's end; stop cancels it and returns Serve's error once Serve
+// has returned.
+func serveEcho(t *testing.T, s *Server) (path string, stop func() error) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Open == nil {
+		s.Open = func(h Hello) (Session, error) {
+			if h.Server == "nope" {
+				return nil, errors.New(`no server named "nope"`)
+			}
+			return func(ctx context.Context, r io.Reader, w io.Writer) error {
+				// The reader ends when the connection is closed,
+				// after the session returns.
+				lines, quit := make(chan string), make(chan struct{})
+				defer close(quit)
+				go func() {
+					defer close(lines)
+					sc := bufio.NewScanner(r)
+					for sc.Scan() {
+						select {
+						case lines <- sc.Text():
+						case <-quit:
+							return
+						}
+					}
+				}()
+				for {
+					select {
+					case <-ctx.Done():
+						w.Write([]byte("bye\n"))
+						return ctx.Err()
+					case l, ok := <-lines:
+						if !ok {
+							return nil
+						}
+						io.WriteString(w, h.Server+":"+l+"\n")
+					}
+				}
+			}, nil
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	var once sync.Once
+	var err2 error
+	stop = func() error {
+		once.Do(func() { cancel(); err2 = <-done })
+		return err2
+	}
+	t.Cleanup(func() { stop() })
+	return path, stop
+}
+
+func dialHello(t *testing.T, path string, h Hello) (*net.UnixConn, io.Reader, error) {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	down, err := Handshake(c.(*net.UnixConn), h, 5*time.Second)
+	return c.(*net.UnixConn), down, err
+}
+
+func TestServerServesAndRefuses(t *testing.T) {
+	var act counter
+	path, stop := serveEcho(t, &Server{Activity: &act})
+	c, down, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "hello\n")
+	br := bufio.NewReader(down)
+	if l, err := br.ReadString('\n'); l != "a:hello\n" || err != nil {
+		t.Fatalf("echo: %q %v", l, err)
+	}
+	if open, _ := act.get(); open != 1 {
+		t.Fatalf("%d connections open, want 1", open)
+	}
+	c.CloseWrite()
+	if _, err := br.ReadString('\n'); err != io.EOF {
+		t.Fatalf("after the client's EOF the daemon's side did not close: %v", err)
+	}
+
+	_, _, err = dialHello(t, path, Hello{Version: Version, Server: "nope"})
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Reason != `no server named "nope"` {
+		t.Fatalf("unknown server: %v", err)
+	}
+	_, _, err = dialHello(t, path, Hello{Version: "connect/0"})
+	if !errors.As(err, &re) || !strings.Contains(re.Reason, `unsupported preface version "connect/0"`) {
+		t.Fatalf("another version: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if open, seen := act.get(); open == 0 && seen == 3 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("activity: %d open, %d seen; want 0 and 3", open, seen)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Serve's end ends every session (each sees ctx end) and returns once
+// they have returned.
+func TestServerStopEndsSessions(t *testing.T) {
+	path, stop := serveEcho(t, &Server{})
+	var downs []*bufio.Reader
+	for range 3 {
+		_, down, err := dialHello(t, path, Hello{Version: Version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		downs = append(downs, bufio.NewReader(down))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i, br := range downs {
+		if l, _ := br.ReadString('\n'); l != "bye\n" {
+			t.Errorf("session %d: %q, want its goodbye", i, l)
+		}
+		if _, err := br.ReadString('\n'); err != io.EOF {
+			t.Errorf("session %d not closed: %v", i, err)
+		}
+	}
+	if _, err := net.Dial("unix", path); err == nil {
+		t.Error("still accepting after Serve returned")
+	}
+}
+
+// A connection that sends no preface is dropped after PrefaceTimeout.
+func TestServerPrefaceTimeout(t *testing.T) {
+	path, _ := serveEcho(t, &Server{PrefaceTimeout: 50 * time.Millisecond})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("the daemon kept a silent connection: %v", err)
+	}
+	if strings.Contains(string(b), `"ok"`) {
+		t.Fatalf("answered %q", b)
+	}
+}
