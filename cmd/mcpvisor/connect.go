@@ -153,7 +153,7 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 // (the flag, else the config's stateDir, else the default) and the socket.
 func (o *connectOptions) resolve(stderr io.Writer) error {
 	if o.configFile == "" {
-		o.configFile = connectDefaultConfig()
+		o.configFile = defaultConfigFile()
 	}
 	if o.stateDir == "" {
 		if data, err := config.ReadFile(o.configFile); err == nil {
@@ -284,17 +284,4 @@ func logTail(path string, from int64) string {
 		return "(nothing)"
 	}
 	return string(bytes.TrimRight(b, "\n"))
-}
-
-// connectDefaultConfig is $XDG_CONFIG_HOME/mcpvisor/config.json, else
-// ~/.config/mcpvisor/config.json.
-func connectDefaultConfig() string {
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
-		return filepath.Join(d, "mcpvisor", "config.json")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join("mcpvisor", "config.json")
-	}
-	return filepath.Join(home, ".config", "mcpvisor", "config.json")
 }
