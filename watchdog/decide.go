@@ -44,8 +44,10 @@ func (r Reason) String() string {
 //     any change means the parent is gone. A zero or negative originalPPID
 //     means "unknown" (or a parent outside this PID namespace, for which
 //     getppid returns 0); then only re-parenting to PID 1 counts.
-//     An originalPPID of 1 never reports Orphaned in practice: a process
-//     started by the container's or the system's init cannot outlive it.
+//     An originalPPID of 1 turns the rule off, whatever ppid reads: a
+//     process started by the container's or the system's init cannot
+//     outlive it, and a program that must not follow its parent (a daemon
+//     started detached) says so with 1.
 //   - inflight is the number of requests being handled.
 //
 // The rules, in order:
@@ -70,7 +72,10 @@ func ShouldTerminate(idle, idleTimeout time.Duration, ppid, originalPPID int, in
 
 // orphaned is rule 1 of ShouldTerminate.
 func orphaned(ppid, originalPPID int) bool {
-	if originalPPID <= 0 {
+	switch {
+	case originalPPID == 1:
+		return false // off: see ShouldTerminate
+	case originalPPID <= 0:
 		return ppid == 1
 	}
 	return ppid != originalPPID

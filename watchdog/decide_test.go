@@ -30,6 +30,7 @@ func TestShouldTerminate(t *testing.T) {
 		// Started by init (a container's PID 1): never orphaned.
 		{"original parent is init", time.Hour, 0, 1, 1, 0, None},
 		{"original init, idle", time.Hour, time.Minute, 1, 1, 0, Idle},
+		{"original init, another parent now", time.Hour, 0, parent, 1, 0, None},
 		// In flight: never idle, however small the timeout.
 		{"in flight, long idle", 24 * time.Hour, time.Nanosecond, parent, parent, 1, None},
 		{"many in flight", time.Hour, time.Second, parent, parent, 100, None},

@@ -226,10 +226,12 @@ func TestOrphanUnknownOriginalParent(t *testing.T) {
 }
 
 // TestStartedByInit: with PID 1 as the original parent there is nothing to
-// follow, so the watchdog does not poll at all.
+// follow, so the watchdog does not poll at all, and orphan detection is off
+// whatever the parent pid reads (a process told to ignore its parent).
 func TestStartedByInit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		wd, p := start(t, Config{OriginalPPID: 1})
+		p.ppid.Store(parentPID) // a parent other than init: still off
 		advance(24 * time.Hour)
 		wantNotFired(t, p)
 		if wd.detector != "off" {

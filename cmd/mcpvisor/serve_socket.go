@@ -103,10 +103,8 @@ func (d *daemonFront) start(sd *shutdown.Shutdown, sessions *gateway.SessionLimi
 				return last, n + d.sessions.Open()
 			},
 			// Started detached by connect, whose exit is no reason to go:
-			// the parent is made to look constant (OriginalPPID 1 alone
-			// would still call a parent other than init an orphan).
+			// orphan detection off.
 			OriginalPPID: 1,
-			PPID:         func() int { return 1 },
 			PollInterval: d.unused,
 			OnTerminate:  func(watchdog.Reason) { sd.Trigger("no client for " + d.unused.String()) },
 			Logger:       d.log,
