@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Only the executable's mappings that hold the file's bytes unchanged are
+// dropped: not a writable one, not a read-only one with a written page
+// (relocated data of a position-independent build), not another file's.
+func TestCleanMappings(t *testing.T) {
+	const smaps = `00400000-00800000 r-xp 00000000 fe:00 1   /bin/mcpvisor
+Size:               4096 kB
+Rss:                2048 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
+00800000-00900000 r--p 00400000 fe:00 1   /bin/mcpvisor
+Size:               1024 kB
+Anonymous:             8 kB
+VmFlags: rd mr mw me
+00900000-00a00000 r--p 00500000 fe:00 1   /bin/mcpvisor
+Anonymous:             0 kB
+00a00000-00b00000 rw-p 00600000 fe:00 1   /bin/mcpvisor
+Anonymous:             0 kB
+00b00000-00c00000 r-xp 00000000 fe:00 2   /lib/other.so
+Anonymous:             0 kB
+00c00000-00d00000 rw-p 00000000 00:00 0
+Anonymous:           512 kB
+7f0000000000-7f0000001000 r--p 00000000 fe:00 1   /bin/mcpvisor
+`
+	got := cleanMappings(strings.NewReader(smaps), "/bin/mcpvisor")
+	want := []span{{0x400000, 0x800000}, {0x900000, 0xa00000}, {0x7f0000000000, 0x7f0000001000}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("cleanMappings = %x, want %x", got, want)
+	}
+}
+
+// The process goes on working after its pages were dropped, and the
+// executable's RSS it counts goes down.
+func TestDropExecutablePages(t *testing.T) {
+	before := procStatusKB(os.Getpid(), "RssFile")
+	dropExecutablePages()
+	after := procStatusKB(os.Getpid(), "RssFile")
+	if after >= before {
+		t.Fatalf("RssFile %d kB before, %d kB after dropping the executable's pages", before, after)
+	}
+	if s := strings.Repeat("x", 3); s != "xxx" { // code runs again, paged back in
+		t.Fatal(s)
+	}
+}
