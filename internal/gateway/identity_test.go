@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -358,5 +359,31 @@ func TestModernClientIdentityAllocatesNothing(t *testing.T) {
 		if n != 0 || got != "" {
 			t.Errorf("%q: %v allocations (%s)", info, n, got)
 		}
+	}
+}
+
+// A session's identity may be set and read concurrently: the hint by the
+// front, clientInfo at initialize, the identity at every request's end
+// (run with -race).
+func TestSessionIdentityConcurrent(t *testing.T) {
+	s := NewSession(noSink)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 100 {
+				switch (i + j) % 3 {
+				case 0:
+					s.SetClientHint(fmt.Sprint("hint", j))
+				case 1:
+					s.setClientInfo(json.RawMessage(fmt.Sprintf(`{"name":"c%d","version":"%d"}`, i, j)))
+				default:
+					_, _ = s.clientIdentity(nil, nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if name, _ := s.clientIdentity(nil, nil); !strings.HasPrefix(string(name), "c") {
+		t.Errorf("name %q: a client's own name wins over the hint", name)
 	}
 }

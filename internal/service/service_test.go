@@ -555,3 +555,19 @@ func TestLineDiff(t *testing.T) {
 		t.Errorf("diff:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// ExecRunner's commands are bounded by their context: one that would run
+// for a minute ends with it, as an error.
+func TestExecRunnerIsBoundedByCtx(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := ExecRunner{}.Run(ctx, "sleep", "60")
+	if err == nil || time.Since(start) > 30*time.Second {
+		t.Fatalf("sleep 60 under a 100 ms context: %v after %v", err, time.Since(start))
+	}
+	out, err := ExecRunner{}.Run(context.Background(), "sh", "-c", "echo out; echo err >&2; exit 3")
+	if err == nil || string(out) != "out\nerr\n" {
+		t.Errorf("a failing command: %v, printed %q (stdout and stderr, both)", err, out)
+	}
+}
