@@ -11,8 +11,8 @@ import (
 	"testing"
 )
 
-// runService runs the real binary bin with args in the environment env
-// (added to this one's) and returns its exit code, stdout and stderr.
+// runService runs the binary bin with args in this environment, env
+// added, and returns its exit code, stdout and stderr.
 func runService(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer

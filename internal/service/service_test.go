@@ -207,7 +207,7 @@ func parsePlist(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	d := xml.NewDecoder(bytes.NewReader(b))
 	d.Strict = true
-	root, ok := nextStartSkippingProlog(t, d)
+	root, ok := nextStart(t, d) // past the prolog: declaration, doctype, comment
 	if !ok || root.Name.Local != "plist" || attr(root, "version") != "1.0" {
 		t.Fatalf("root %+v", root)
 	}
@@ -229,19 +229,6 @@ func parsePlist(t *testing.T, b []byte) map[string]any {
 		}
 		if cd, ok := tok.(xml.CharData); !ok || len(bytes.TrimSpace(cd)) > 0 {
 			t.Fatalf("after the plist: %#v", tok)
-		}
-	}
-}
-
-func nextStartSkippingProlog(t *testing.T, d *xml.Decoder) (xml.StartElement, bool) {
-	t.Helper()
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			t.Fatalf("not well-formed XML: %v", err)
-		}
-		if s, ok := tok.(xml.StartElement); ok {
-			return s, true
 		}
 	}
 }
