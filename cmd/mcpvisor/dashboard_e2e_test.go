@@ -224,7 +224,8 @@ func dashboardFleet(t *testing.T) (base, token, tokenFile, variant string) {
 // through the API turns dormant on the page without a reload; restart,
 // pressed from the keyboard, restarts it and the new pid shows; the
 // stderr tail of an expanded server shows a line the server writes after
-// it was opened; every button is reachable by Tab and has a name; on a
+// it was opened; the clients of a server show in its row and its detail
+// once one used it; every button is reachable by Tab and has a name; on a
 // phone's width nothing overflows sideways; and no page reports a console
 // error or an uncaught exception. One browser serves every subtest.
 // The pinned server's pending definitions show each changed field's old
@@ -326,6 +327,35 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("call alpha stderr: exit %d %s %s", code, out, stderr)
 		}
 		bt.waitFor(t, "the new line on the page", fmt.Sprintf(`%s.querySelector('pre.stderr').textContent.includes(%q)`, row("alpha"), line))
+	})
+
+	t.Run("clients", func(t *testing.T) {
+		// beta: no client yet; then mcpvisor call (clientInfo
+		// mcpvisor-cli) twice, and the row and the detail name it.
+		bt.waitFor(t, "no client of beta yet", fmt.Sprintf(`%s.querySelector('td.clients').textContent === '–'`, row("beta")))
+		for range 2 {
+			if code, out, stderr := runBin(t, "call", "beta", "echo", "--arg", "text=hi", "--addr", strings.TrimPrefix(base, "http://"), "--token-file", tokenFile); code != 0 {
+				t.Fatalf("call beta echo: exit %d %s %s", code, out, stderr)
+			}
+		}
+		// What the API counts (each call is its requests: the tool's
+		// list, then the call), the page shows.
+		status, body := authed(t, "GET", base, token, "/api/servers/beta")
+		var d struct {
+			Clients []struct {
+				Name, Version string
+				Requests      int
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &d); status != 200 || err != nil || len(d.Clients) != 1 || d.Clients[0].Name != "mcpvisor-cli" || d.Clients[0].Requests < 2 {
+			t.Fatalf("beta's clients in the API: %d %s", status, body)
+		}
+		n := d.Clients[0].Requests
+		bt.waitFor(t, "beta's client in its row", fmt.Sprintf(`%s.querySelector('td.clients').textContent === 'mcpvisor-cli' && %[1]s.querySelector('td.clients').title === 'mcpvisor-cli (%d)'`, row("beta"), n))
+		bt.do(t, "expand beta", chromedp.Click(chromedp.CSS(`tbody[data-server="beta"] td.name button`)))
+		client := row("beta") + `.querySelector('tr.detail [data-client="mcpvisor-cli"]')`
+		bt.waitFor(t, "beta's clients in its detail", fmt.Sprintf(`%s !== null && %[1]s.children[1].textContent === %[2]q && %[1]s.children[2].textContent === '%[3]d' && %[1]s.children[3].textContent.endsWith(' ago')`, client, d.Clients[0].Version, n))
+		bt.do(t, "collapse beta", chromedp.Click(chromedp.CSS(`tbody[data-server="beta"] td.name button`)))
 	})
 
 	t.Run("changed definitions are shown and approved", func(t *testing.T) {

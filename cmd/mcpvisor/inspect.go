@@ -124,6 +124,9 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printClients(w, d.Clients, now); err != nil {
+		return err
+	}
 	if len(d.Instances) > 1 || d.Sharing == config.SharingPerSession {
 		if err := printInstances(w, d.Instances, now); err != nil {
 			return err
@@ -209,6 +212,26 @@ func containment(d admin.Detail) string {
 
 // printInstances prints a server's instances as a table, the shared one
 // first.
+// printClients lists the clients whose requests reached the server: name,
+// version, requests, and how long ago the last ended.
+func printClients(w io.Writer, cs []fleet.ClientUse, now time.Time) error {
+	if len(cs) == 0 {
+		_, err := fmt.Fprintln(w, "\nClients: none yet")
+		return err
+	}
+	fmt.Fprintln(w, "\nClients:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CLIENT\tVERSION\tREQUESTS\tLAST USED")
+	for _, c := range cs {
+		version := c.Version
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s ago\n", c.Name, version, c.Requests, age(now.Sub(c.LastUsed)))
+	}
+	return tw.Flush()
+}
+
 func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) error {
 	fmt.Fprintln(w, "\nInstances:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -23,17 +22,7 @@ import (
 func runBin(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	bin, _ := binaries(t)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%v: %v", args, err)
-	}
-	return code, stdout.String(), stderr.String()
+	return runService(t, bin, nil, args...)
 }
 
 // mcpvisor inspect and mcpvisor tools against a real serve: the tools come

@@ -49,14 +49,14 @@ func processCells(pid int, started, last time.Time, now time.Time) (p, up, idle 
 
 func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tMEMORY\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
+	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tMEMORY\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tCLIENTS\tLAST ERROR")
 	for _, s := range st.Servers {
 		mem := "-"
 		if s.MemoryBytes != 0 {
 			mem = megabytes(s.MemoryBytes)
 		}
 		pid, up, idle := processCells(s.PID, s.StartedAt, s.LastActivity, now)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, oneLine(s.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), oneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -97,6 +97,28 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// clientsCellWidth bounds ps's CLIENTS cell: the clients' names, comma
+// separated, when they fit, else how many there are.
+const clientsCellWidth = 24
+
+// clientsCell is ps's CLIENTS cell: "-" when no client used the server,
+// the names of those that did when they fit in clientsCellWidth
+// ("claude-ai,cursor"), else their number ("3 clients"). The names are
+// normalized (fleet.ClientUse): no space or comma in them.
+func clientsCell(cs []fleet.ClientUse) string {
+	if len(cs) == 0 {
+		return "-"
+	}
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	if text := strings.Join(names, ","); len(text) <= clientsCellWidth {
+		return text
+	}
+	return fmt.Sprintf("%d clients", len(cs))
 }
 
 func sortedStates(m map[string]int) []string {

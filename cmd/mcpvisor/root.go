@@ -15,7 +15,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), newImportCmd(), newInstallClientCmd(), newUninstallClientCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), newImportCmd(), newInstallClientCmd(), newUninstallClientCmd(), newServiceCmd())
 	usageArgs(root)
 	return root
 }

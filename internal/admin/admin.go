@@ -59,7 +59,7 @@ func Snapshot(f *fleet.Fleet) Servers {
 	var ends []int // roots[ends[i-1]:ends[i]] are server i's
 	for _, s := range f.Servers() {
 		st := s.Status()
-		st.Era, st.Requests = s.Era(), s.Requests()
+		st.Era, st.Requests, st.Clients = s.Era(), s.Requests(), s.Clients()
 		out.Servers = append(out.Servers, st)
 		out.Totals.Total++
 		out.Totals.ByState[st.State]++

@@ -137,7 +137,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	setUsage(&d.Status, treeUsage(s))
-	d.Status.Era, d.Status.Requests = s.Era(), s.Requests()
+	d.Status.Era, d.Status.Requests, d.Status.Clients = s.Era(), s.Requests(), s.Clients()
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {
 			if k == fleet.Tools {

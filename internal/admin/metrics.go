@@ -116,6 +116,12 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
 	}
 	callMetrics(m, h.f.CallTelemetry())
+	m.family("mcpvisor_server_client_requests_total", "counter", clientRequestsHelp)
+	for _, st := range snap.Servers {
+		for _, c := range st.Clients {
+			m.sample("mcpvisor_server_client_requests_total", labels("server", st.Name, "client", c.Name), float64(c.Requests))
+		}
+	}
 	if h.opts.Local != nil {
 		m.family("mcpvisor_gateway_requests_total", "counter", "Client requests mcpvisor answered itself, without forwarding them to a server — initialize, ping, the lists of /mcp, server/discover, a call of an unknown or denied tool, logging/setLevel on /mcp, a retry of a held call, a method it does not serve — and client messages the HTTP and stdio fronts refused before any endpoint saw them (a body or line that is not JSON-RPC or is too large, an unknown session, a refused batch, an unsupported protocol version, MCP headers that do not match the body, malformed _meta, the session limit, ...), by method (MCP's; any other, or one that could not be read, is _OTHER) and outcome (as mcpvisor_server_calls_total's: a refusal is protocol_error, or unavailable for a limit or a shutdown). Requests forwarded to a server are counted in mcpvisor_server_calls_total instead.")
 		h.opts.Local.Each(func(method string, o telemetry.Outcome, n uint64) {
@@ -180,6 +186,12 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	m.family("process_start_time_seconds", "gauge", "Unix time mcpvisor started.")
 	m.sample("process_start_time_seconds", "", unixSeconds(processStart))
 }
+
+// clientRequestsHelp is the help of mcpvisor_server_client_requests_total.
+var clientRequestsHelp = fmt.Sprintf("Client requests that reached each server (as mcpvisor_server_calls_total counts them), by the client's name: "+
+	"the clientInfo.name it gave at initialize or in a request's _meta, normalized (lower case; letters, digits, '.', '_', '-'; at most %d bytes), "+
+	"else the hint of the bridge it came through, else %s. A server counts at most %d names; the requests of any further name count under %s. "+
+	"Only servers some client used have series.", fleet.MaxClientNameLen, fleet.UnknownClient, fleet.MaxClientNames, fleet.OtherClients)
 
 // callMetrics writes the servers' call metrics (package telemetry).
 // callMetrics exports the call metrics of servers: each configured

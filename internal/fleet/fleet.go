@@ -137,6 +137,8 @@ type Fleet struct {
 	telMu      sync.Mutex
 	removedTel map[string]*telemetry.Server
 
+	clients clientBook // which clients used which server (clients.go)
+
 	// launches is what is known of each package launcher, by server
 	// name, made on first use (launch.go); resolveSem bounds the
 	// resolutions running at once.

@@ -54,6 +54,9 @@ type Status struct {
 	// mcpvisor_server_requests_total), for a rate; filled in by the
 	// status API, not by Status.
 	Requests int64 `json:"requests"`
+	// Clients are the clients whose requests reached the server, by
+	// name (Server.Clients); filled in by the status API, not by Status.
+	Clients []ClientUse `json:"clients,omitempty"`
 	// MemoryPeakBytes, CPUSeconds and PIDs are the rest of what those
 	// trees use (proc.Usage: from each tree's cgroup leaf where it has
 	// the counter, else from /proc; filled in by the status API); omitted

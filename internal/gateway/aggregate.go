@@ -700,10 +700,12 @@ func (g *Gateway) initialize(s *Session, m *rpc.Message, caps, serverInfo json.R
 	var p struct {
 		ProtocolVersion string                     `json:"protocolVersion"`
 		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+		ClientInfo      json.RawMessage            `json:"clientInfo"`
 	}
 	if err := json.Unmarshal(m.Params, &p); err != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "initialize: "+err.Error())
 	}
+	s.setClientInfo(p.ClientInfo)
 	version := p.ProtocolVersion
 	if !supported(version) {
 		version = latestVersion

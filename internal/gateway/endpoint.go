@@ -89,6 +89,9 @@ type Session struct {
 	// the requested tool or prompt by, put in the params by its forward
 	// with the rest of their edit (one copy: begin).
 	rename json.RawMessage
+	// ident is who the session's client says it is (identity.go); nil
+	// until it says so or is given a hint. Written under mu.
+	ident atomic.Pointer[clientIdent]
 }
 
 // legacyClient reports whether s is a legacy client's session (not a

@@ -423,17 +423,23 @@ func (f *flight) set(o telemetry.Outcome, code int, msg string) {
 }
 
 // record counts f — its outcome, duration, bytes — in its server's
-// metrics and ends its span. It runs once per request that reached
+// metrics, and as a request of its client (Session.clientIdentity), and
+// ends its span. It runs once per request that reached
 // forward: from end, or for a request that ended before it had a context
 // of its own.
 func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 	f.set(o, code, msg)
-	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: time.Since(f.start), Sent: len(f.params), Received: f.received}
+	now := time.Now()
+	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: now.Sub(f.start), Sent: len(f.params), Received: f.received}
 	if f.method == "tools/call" {
 		c.Tool = f.target
 		c.Tools, _ = f.srv.CachedList(fleet.Tools)
 	}
 	f.srv.Telemetry().Record(c)
+	var nb [fleet.MaxClientNameLen]byte
+	var vb [fleet.MaxClientVersionLen]byte
+	name, version := f.s.clientIdentity(nb[:0], vb[:0])
+	f.srv.NoteClient(name, version, now)
 	if f.tr != nil {
 		f.endSpan()
 	}

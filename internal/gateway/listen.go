@@ -115,7 +115,7 @@ func (l *listener) ack(params json.RawMessage) error {
 // front shuts down) or one cannot be delivered (the stream is full: the
 // client, listening again, fetches what it missed), and answers with the
 // subscription's end.
-func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
+func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message, mo *Modern, related Sink, resolve func(context.Context, string) *fleet.Server) *rpc.Message {
 	var p struct {
 		Notifications *listenFilter `json:"notifications"`
 	}
@@ -136,6 +136,9 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 			return l.send(n.Method, n.Params)
 		}))
 		ls.listener = true
+		if mo != nil {
+			ls.adoptIdentity(mo) // its subscriptions are the client's requests
+		}
 		g.open(ls, srv)
 		defer g.closeSession(ls)
 		for _, uri := range uris {

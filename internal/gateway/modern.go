@@ -258,7 +258,7 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 	case removedMethod(m.Method):
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
 	case m.Method == "subscriptions/listen":
-		return g.listen(ctx, server, m, related, p.resourceServer)
+		return g.listen(ctx, server, m, mo, related, p.resourceServer)
 	case mrtrMethod(m.Method) && strings.HasPrefix(mo.State, statePrefix):
 		// A retry of a call mcpvisor holds (its requestState is
 		// mcpvisor's; any other is the server's own, and passes).

@@ -461,7 +461,7 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 	})
 	m := &rpc.Message{ID: json.RawMessage(`"l"`), Method: "subscriptions/listen", Params: json.RawMessage(`{"notifications":{"toolsListChanged":true}}`)}
 	done := make(chan *rpc.Message, 1)
-	go func() { done <- g.listen(t.Context(), nil, m, full, nil) }()
+	go func() { done <- g.listen(t.Context(), nil, m, nil, full, nil) }()
 	waitFor(t, "the listener", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -559,7 +559,7 @@ func TestListenSubscriptionIsNoLegacyRequest(t *testing.T) {
 	done := make(chan *rpc.Message, 1)
 	go func() {
 		done <- g.listen(ctx, srv, &rpc.Message{ID: json.RawMessage(`1`), Method: "subscriptions/listen",
-			Params: json.RawMessage(`{"notifications":{"resourceSubscriptions":["test://a"]}}`)}, sink,
+			Params: json.RawMessage(`{"notifications":{"resourceSubscriptions":["test://a"]}}`)}, nil, sink,
 			func(context.Context, string) *fleet.Server { return srv })
 	}()
 	select {

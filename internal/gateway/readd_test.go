@@ -99,7 +99,7 @@ func (w *world) listenOn(t *testing.T, server string, out *recorder) func() {
 	m := request(90, "subscriptions/listen", map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
 	go func() {
 		defer close(done)
-		w.gw.listen(ctx, ep.endpointServer(), m, out, ep.resourceServer)
+		w.gw.listen(ctx, ep.endpointServer(), m, nil, out, ep.resourceServer)
 	}()
 	out.next(t, "notifications/subscriptions/acknowledged", 5*time.Second)
 	return func() { cancel(); <-done }

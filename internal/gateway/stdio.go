@@ -50,6 +50,13 @@ type StdioOptions struct {
 	// forever. A write of more than 256 KiB gets the time for each
 	// 256 KiB. 0 or negative means DefaultWriteTimeout.
 	WriteTimeout time.Duration
+
+	// ClientHint, if set, names the client when it names itself nowhere
+	// — no clientInfo at initialize, none in a modern request's _meta —
+	// in ps, the dashboard and metrics (Session.SetClientHint): say, the
+	// name of the process that launched the bridge the client speaks
+	// through. A name the client gives wins over it.
+	ClientHint string
 }
 
 // Serve serves ep to one client over newline-delimited JSON-RPC on r and
@@ -256,6 +263,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		},
 	})
 	sess = ep.Open(out)
+	if o.ClientHint != "" {
+		sess.SetClientHint(o.ClientHint)
+	}
 	err := conn.Run(ctx)
 	if errors.Is(err, rpc.ErrWriteStalled) {
 		log.Warn("stdio: the client has not read its output for "+timeout.String()+"; dropping it", "err", err)

@@ -179,7 +179,7 @@
 
   // ---- servers table
   const COLS = [["state", "State"], ["era", "Era"], ["pid", "PID"], ["mem", "Memory"], ["up", "Up / dormant"],
-    ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["err", "Last error"]];
+    ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["clients", "Clients"], ["err", "Last error"]];
 
   function makeRow(name) {
     const r = { name, cells: {}, open: false };
@@ -221,6 +221,7 @@
     renderTimes(r);
     r.cells.inflight.textContent = String(s.inFlight || 0);
     r.cells.restarts.textContent = String(s.restarts || 0);
+    renderClients(r.cells.clients, s.clients || []);
     const err = s.lastError || s.refusing || "";
     if (r.errText !== err) {
       r.errText = err;
@@ -233,6 +234,14 @@
     r.warning.hidden = !s.warning;
     r.warning.textContent = s.warning || "";
     if (!r.busy) setButtons(r);
+  }
+  // The clients whose requests reached a server, as ps shows them: their
+  // names when they fit, else how many; every name in the title.
+  const CLIENTS_WIDTH = 24;
+  function renderClients(cell, cs) {
+    const names = cs.map((c) => c.name), text = names.join(",");
+    cell.textContent = !cs.length ? "–" : text.length <= CLIENTS_WIDTH ? text : cs.length + " clients";
+    cell.title = cs.length ? cs.map((c) => c.name + " (" + c.requests + ")").join(", ") : "";
   }
   function renderTimes(r) {
     const s = r.status;
@@ -360,6 +369,7 @@
       tools: el("ul", { class: "plain" }),
       history: el("ul", { class: "plain" }),
       instances: el("div"),
+      clients: el("div"),
       stderr: el("pre", { class: "stderr", role: "log", "aria-label": "stderr of " + r.name, tabindex: "0" }),
       stderrNote: el("p", { class: "sub" }),
     };
@@ -373,7 +383,9 @@
         el("div", null, el("h3", { text: "Tools" }), r.d.tools)),
       el("div", { class: "detail-grid" },
         el("div", null, el("h3", { text: "Restart history" }), r.d.history),
-        el("div", null, el("h3", { text: "Instances" }), r.d.instances)));
+        el("div", null, el("h3", { text: "Instances" }), r.d.instances)),
+      el("div", { class: "detail-grid" },
+        el("div", null, el("h3", { text: "Clients" }), r.d.clients)));
   }
 
   async function loadDetail(r) {
@@ -430,6 +442,13 @@
       el("td", { text: String(i.inFlight || 0) }), el("td", { text: String(i.restarts || 0) })));
     t.append(tb);
     r.d.instances.replaceChildren(ins.length ? t : el("p", { class: "muted", text: "none" }));
+    const cs = d.clients || [];
+    const ct = el("table", { class: "inner clients" }, el("thead", null, el("tr", null, ...["Client", "Version", "Requests", "Last used"].map((c) => el("th", { scope: "col", text: c })))));
+    const cb = el("tbody");
+    for (const c of cs) cb.append(el("tr", { "data-client": c.name }, el("td", { text: c.name }), el("td", { text: c.version || "–" }),
+      el("td", { text: String(c.requests || 0) }), el("td", null, el("time", { datetime: c.lastUsed, title: stamp(c.lastUsed), text: since(c.lastUsed) + " ago" }))));
+    ct.append(cb);
+    r.d.clients.replaceChildren(cs.length ? ct : el("p", { class: "muted", text: "no client has used it yet" }));
   }
 
   function renderTools(r, t) {

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/service"
+)
+
+func newServiceCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "service install|uninstall",
+		Short: "Run mcpvisor serve at login, as a user service (systemd on Linux, launchd on macOS)",
+		Long: `mcpvisor service install writes a user service that runs this mcpvisor binary's
+serve at every login, and starts it now: a systemd user unit,
+$XDG_CONFIG_HOME/systemd/user/mcpvisor.service (systemctl --user), on Linux;
+a launchd agent, ~/Library/LaunchAgents/` + service.Label + `.plist
+(launchctl bootstrap gui/UID), on macOS. The config file must validate. A
+definition already there is left alone when it is the same, and replaced only
+with --force, after its difference is shown. --dry-run prints what would be
+written and run, and does neither.
+
+mcpvisor service uninstall stops the service and removes its definition.`,
+		Args: cobra.NoArgs,
+	}
+	var (
+		configFile, stateDir string
+		opts                 service.Options
+	)
+	install := &cobra.Command{
+		Use:   "install [--config FILE] [--state-dir DIR] [--dry-run] [--force]",
+		Short: "Install and start the user service that runs mcpvisor serve at login",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := serviceSpec(configFile, stateDir)
+			if err != nil {
+				return err
+			}
+			h, err := serviceHost(cmd)
+			if err != nil {
+				return err
+			}
+			return service.Install(cmd.Context(), h, spec, opts)
+		},
+	}
+	install.Flags().StringVarP(&configFile, "config", "c", "", "configuration file the service serves (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
+	install.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	install.Flags().BoolVar(&opts.DryRun, "dry-run", false, "print what would be written and run; do neither")
+	install.Flags().BoolVar(&opts.Force, "force", false, "replace a different service definition")
+	uninstall := &cobra.Command{
+		Use:   "uninstall [--dry-run] [--force]",
+		Short: "Stop the user service and remove its definition",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			h, err := serviceHost(cmd)
+			if err != nil {
+				return err
+			}
+			return service.Uninstall(cmd.Context(), h, opts)
+		},
+	}
+	uninstall.Flags().BoolVar(&opts.DryRun, "dry-run", false, "print what would be run and removed; do neither")
+	uninstall.Flags().BoolVar(&opts.Force, "force", false, "remove a definition mcpvisor service install did not write")
+	cmd.AddCommand(install, uninstall)
+	return cmd
+}
+
+// serviceSpec is the service of this binary serving configFile ("" for
+// the user's default config), the config validated first.
+func serviceSpec(configFile, stateDir string) (service.Spec, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return service.Spec{}, fmt.Errorf("finding this mcpvisor binary: %w", err)
+	}
+	if goRunBinary(exe) {
+		return service.Spec{}, usageError{fmt.Errorf("this mcpvisor is a temporary binary of go run (%s), gone once it exits: build or install it (go install, or make build) and run service install from there", exe)}
+	}
+	if configFile == "" {
+		configFile = userConfigFile()
+	}
+	if configFile, err = filepath.Abs(configFile); err != nil {
+		return service.Spec{}, err
+	}
+	if _, err := os.Stat(configFile); errors.Is(err, fs.ErrNotExist) {
+		return service.Spec{}, fmt.Errorf("no config file at %s for the service to serve (--config names another)", configFile)
+	}
+	cfg, err := config.Load(configFile, config.LoadOptions{})
+	if err != nil {
+		return service.Spec{}, fmt.Errorf("the service would serve %s, which does not validate (mcpvisor validate --config %s): %w", configFile, configFile, err)
+	}
+	spec := service.Spec{Executable: exe, Config: configFile, Path: os.Getenv("PATH")}
+	switch {
+	case stateDir != "":
+		// Given: passed on.
+		if spec.StateDir, err = filepath.Abs(stateDir); err != nil {
+			return service.Spec{}, err
+		}
+		spec.LogDir = spec.StateDir
+	case cfg.StateDir != "":
+		// The config's: serve reads it there, as a reload may change it.
+		if !filepath.IsAbs(cfg.StateDir) {
+			return service.Spec{}, fmt.Errorf("%s: stateDir %q is relative, and a service runs in a directory of its manager's choosing (systemd: the home directory; launchd: /): make it absolute, or give --state-dir", configFile, cfg.StateDir)
+		}
+		spec.LogDir = cfg.StateDir
+	default:
+		// serve's default, as it is here: the service manager's
+		// environment may have no XDG_STATE_HOME, or another.
+		spec.StateDir = defaultStateDir()
+		spec.LogDir = spec.StateDir
+	}
+	return spec, nil
+}
+
+// goRunBinary reports whether exe is a binary go run built in a temporary
+// directory (go-build… under the temp dir, or under GOTMPDIR).
+func goRunBinary(exe string) bool {
+	var roots []string
+	for _, d := range []string{os.Getenv("GOTMPDIR"), os.TempDir()} {
+		if d == "" {
+			continue
+		}
+		roots = append(roots, d)
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			roots = append(roots, r) // macOS: /var is /private/var
+		}
+	}
+	for _, root := range roots {
+		rel, err := filepath.Rel(root, exe)
+		if err == nil && strings.HasPrefix(rel, "go-build") {
+			return true
+		}
+	}
+	return false
+}
+
+// userConfigFile is the user's mcpvisor config:
+// $XDG_CONFIG_HOME/mcpvisor/config.json, else ~/.config/mcpvisor/config.json.
+func userConfigFile() string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "mcpvisor", "config.json")
+}
+
+// serviceHost is this user on this machine, its service manager run for
+// real.
+func serviceHost(cmd *cobra.Command) (service.Host, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return service.Host{}, fmt.Errorf("the service goes in the home directory: %w", err)
+	}
+	if _, err := service.Location(runtime.GOOS, home, ""); err != nil {
+		return service.Host{}, err
+	}
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	} else if name == "" {
+		return service.Host{}, errors.New("who is this user? (no USER, and the user database does not say)")
+	}
+	return service.Host{
+		GOOS: runtime.GOOS, Home: home, XDGConfigHome: os.Getenv("XDG_CONFIG_HOME"),
+		UID: os.Getuid(), User: name, LingerDir: "/var/lib/systemd/linger",
+		Runner: service.ExecRunner{}, Out: cmd.OutOrStdout(),
+	}, nil
+}
