@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/bridge"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -490,5 +491,43 @@ func TestServeSocketStaleAndInUse(t *testing.T) {
 	}
 	if !alive(s.cmd.Process.Pid) {
 		t.Fatal("the first daemon is gone")
+	}
+}
+
+// A client that names itself nowhere is known by the program that
+// launched connect (its parent process, from connect's preface); one that
+// names itself is known by its own name.
+func TestConnectNamesTheClientByItsParent(t *testing.T) {
+	w := newConnectWorld(t)
+	s := startServeFile(t, w.cfg, "", "--state-dir", w.state)
+	call := func(p *rawConnect, clientInfo string) {
+		t.Helper()
+		fmt.Fprintf(p.in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":%s}}`+"\n", clientInfo)
+		p.response(t, 1)
+		fmt.Fprintf(p.in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+		fmt.Fprintf(p.in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hi"}}}`+"\n")
+		if line := p.response(t, 2); !strings.Contains(line, `"hi"`) {
+			t.Fatalf("tools/call through connect: %s", line)
+		}
+	}
+	call(w.raw(t, "--start=never"), `{"version":"1"}`)
+	call(w.raw(t, "--start=never"), `{"name":"Zed","version":"0.190.0"}`)
+	comm, err := os.ReadFile("/proc/self/comm") // connect's parent: this test
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, c := range servers(t, s.base)["x"].Clients {
+		got[c.Name] = c.Requests
+	}
+	parent := strings.ToLower(strings.TrimSpace(string(comm)))
+	found := false
+	for name, n := range got {
+		if name != "zed" && name != fleet.UnknownClient && strings.HasPrefix(name, parent[:min(len(parent), 8)]) && n == 1 {
+			found = true
+		}
+	}
+	if !found || got["zed"] != 1 || len(got) != 2 {
+		t.Fatalf("clients of x: %v; want zed and this test's program (%q), one request each", got, parent)
 	}
 }

@@ -137,9 +137,10 @@ func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridg
 				return nil, errors.New(admin.NoSuchServer(d.a.fleet, h.Server))
 			}
 		}
-		ep = gateway.WithClientHint(ep, h.Client)
+		opts := stdio
+		opts.ClientHint = h.Client // the program that launched connect
 		return func(ctx context.Context, r io.Reader, w io.Writer) error {
-			return stdio.Serve(ctx, ep, r, w)
+			return opts.Serve(ctx, ep, r, w)
 		}, nil
 	}
 }

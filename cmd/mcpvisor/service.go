@@ -85,7 +85,7 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 		return service.Spec{}, usageError{fmt.Errorf("this mcpvisor is a temporary binary of go run (%s), gone once it exits: build or install it (go install, or make build) and run service install from there", exe)}
 	}
 	if configFile == "" {
-		configFile = userConfigFile()
+		configFile = defaultConfigFile()
 	}
 	if configFile, err = filepath.Abs(configFile); err != nil {
 		return service.Spec{}, err
@@ -140,17 +140,6 @@ func goRunBinary(exe string) bool {
 		}
 	}
 	return false
-}
-
-// userConfigFile is the user's mcpvisor config:
-// $XDG_CONFIG_HOME/mcpvisor/config.json, else ~/.config/mcpvisor/config.json.
-func userConfigFile() string {
-	dir := os.Getenv("XDG_CONFIG_HOME")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "mcpvisor", "config.json")
 }
 
 // serviceHost is this user on this machine, its service manager run for

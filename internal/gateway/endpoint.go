@@ -72,8 +72,7 @@ type Session struct {
 	mu       sync.Mutex
 	lastUsed time.Time
 	closed   bool
-	state    any    // the endpoint's own per-session state
-	hint     string // ClientHint
+	state    any // the endpoint's own per-session state
 
 	modern *Modern      // the request's own _meta, for the session of a modern request
 	req    *rpc.Message // that request, as the client sent it
