@@ -82,7 +82,7 @@ func mcpvisorExecutable() (string, error) {
 		}
 	}
 	if resolved, err := filepath.EvalSymlinks(exe); err == nil && isGoRunBuild(resolved) {
-		return "", fmt.Errorf("this mcpvisor is a temporary `go run` build (%s), deleted when it exits: install mcpvisor (go install, or a release) and run install-client with it", resolved)
+		return "", fmt.Errorf("this mcpvisor is a temporary `go run` build (%s), deleted when it exits: install mcpvisor (go install, make build, or a release) and run %s with it", resolved, strings.Join(os.Args[1:min(len(os.Args), 3)], " "))
 	}
 	return exe, nil
 }
@@ -244,8 +244,13 @@ the change as a unified diff and writes nothing.`,
 			if err != nil {
 				return fmt.Errorf("%s:%w", mcpvisorConfig, err)
 			}
+			var configured struct {
+				StateDir string `json:"stateDir"`
+			}
+			_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 			plan, err := c.PlanInstall(data, format, clientcfg.InstallOptions{
-				Exe: exe, Config: mcpvisorConfig, PerServer: perServer, Remote: remote, Known: mine.Servers})
+				Exe: exe, Config: mcpvisorConfig, StateDir: daemonStateDir(configured.StateDir),
+				PerServer: perServer, Remote: remote, Known: mine.Servers})
 			if err != nil {
 				var ce *clientcfg.Error
 				if errors.As(err, &ce) {

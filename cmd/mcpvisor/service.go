@@ -8,7 +8,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -77,12 +76,9 @@ mcpvisor service uninstall stops the service and removes its definition.`,
 // serviceSpec is the service of this binary serving configFile ("" for
 // the user's default config), the config validated first.
 func serviceSpec(configFile, stateDir string) (service.Spec, error) {
-	exe, err := os.Executable()
+	exe, err := mcpvisorExecutable()
 	if err != nil {
-		return service.Spec{}, fmt.Errorf("finding this mcpvisor binary: %w", err)
-	}
-	if goRunBinary(exe) {
-		return service.Spec{}, usageError{fmt.Errorf("this mcpvisor is a temporary binary of go run (%s), gone once it exits: build or install it (go install, or make build) and run service install from there", exe)}
+		return service.Spec{}, usageError{err}
 	}
 	if configFile == "" {
 		configFile = defaultConfigFile()
@@ -112,34 +108,10 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 		}
 		spec.LogDir = cfg.StateDir
 	default:
-		// serve's default, as it is here: the service manager's
-		// environment may have no XDG_STATE_HOME, or another.
-		spec.StateDir = defaultStateDir()
+		spec.StateDir = daemonStateDir(cfg.StateDir)
 		spec.LogDir = spec.StateDir
 	}
 	return spec, nil
-}
-
-// goRunBinary reports whether exe is a binary go run built in a temporary
-// directory (go-build… under the temp dir, or under GOTMPDIR).
-func goRunBinary(exe string) bool {
-	var roots []string
-	for _, d := range []string{os.Getenv("GOTMPDIR"), os.TempDir()} {
-		if d == "" {
-			continue
-		}
-		roots = append(roots, d)
-		if r, err := filepath.EvalSymlinks(d); err == nil {
-			roots = append(roots, r) // macOS: /var is /private/var
-		}
-	}
-	for _, root := range roots {
-		rel, err := filepath.Rel(root, exe)
-		if err == nil && strings.HasPrefix(rel, "go-build") {
-			return true
-		}
-	}
-	return false
 }
 
 // serviceHost is this user on this machine, its service manager run for

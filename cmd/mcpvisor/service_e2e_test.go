@@ -185,7 +185,7 @@ func TestServiceInstallRefuses(t *testing.T) {
 	copyFile(t, bin, goRun)
 	cfg := filepath.Join(home, "my config.json")
 	code, _, stderr := runService(t, goRun, append(env, "TMPDIR="+tmp), "service", "install", "--config", cfg)
-	if code != 2 || !strings.Contains(stderr, "temporary binary of go run") || !strings.Contains(stderr, goRun) {
+	if code != 2 || !strings.Contains(stderr, "temporary `go run` build") || !strings.Contains(stderr, goRun) {
 		t.Errorf("go run's binary: exit %d\n%s", code, stderr)
 	}
 	// The same binary elsewhere is taken (the check can pass).

@@ -18,3 +18,21 @@ func defaultConfigFile() string {
 	}
 	return filepath.Join(os.TempDir(), "mcpvisor", "config.json")
 }
+
+// daemonStateDir is the state directory a daemon serving cfg is told
+// (--state-dir) by what launches it later — a service manager, a client
+// launching connect — or "" when its config sets its own stateDir
+// (configured), which serve reads there. It is serve's default as it is here and now: the
+// environment of a service manager or of a client may have no
+// XDG_STATE_HOME, or another (Codex clears it), and connect and the
+// daemon must agree on the one directory, where the socket is.
+func daemonStateDir(configured string) string {
+	if configured != "" {
+		return ""
+	}
+	d := defaultStateDir()
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	return d
+}

@@ -280,3 +280,29 @@ func equalJSON(a, b string) bool {
 	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
 	return squeeze(a) == squeeze(b)
 }
+
+// The connect entry names the daemon's state directory when it is given
+// one (a client's environment may not say where it is), and only then.
+func TestInstallPassesTheStateDir(t *testing.T) {
+	data := []byte(`{"mcpServers": {"a": {"command": "x"}}}`)
+	known := []*Server{{Name: "a", Command: "x", Transport: TransportStdio}}
+	for _, stateDir := range []string{"/home/me/.local/state/mcpvisor", ""} {
+		plan, err := Lookup("cursor").PlanInstall(data, FormatMCPServers, InstallOptions{Exe: "/bin/mcpvisor", Config: "/c.json", StateDir: stateDir, Known: known})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Read(plan.Data, FormatMCPServers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := s.Server(EntryName)
+		got := fmt.Sprintf("%q", e.Args)
+		want := `["connect" "--config" "/c.json"]`
+		if stateDir != "" {
+			want = `["connect" "--config" "/c.json" "--state-dir" "` + stateDir + `"]`
+		}
+		if got != want {
+			t.Errorf("state dir %q: connect args %s, want %s", stateDir, got, want)
+		}
+	}
+}

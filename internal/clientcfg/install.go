@@ -82,6 +82,10 @@ type InstallOptions struct {
 	Exe string
 	// Config is the absolute path of mcpvisor's config, passed to connect.
 	Config string
+	// StateDir, when set, is passed to connect as --state-dir: the
+	// daemon's, as a client's environment may not say it (a config that
+	// sets its own stateDir needs none).
+	StateDir string
 	// PerServer writes one connect entry per server, named as the
 	// client's entry, instead of one "mcpvisor" entry for all.
 	PerServer bool
@@ -169,7 +173,11 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		if server != "" {
 			a = append(a, "--server", server)
 		}
-		return append(a, "--config", opts.Config)
+		a = append(a, "--config", opts.Config)
+		if opts.StateDir != "" {
+			a = append(a, "--state-dir", opts.StateDir)
+		}
+		return a
 	}
 	entry := func(server string, off bool) jsonc.Ordered {
 		var e jsonc.Ordered
