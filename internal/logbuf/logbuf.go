@@ -87,30 +87,36 @@ var ErrClosed = errors.New("logbuf: buffer closed")
 // small allocation instead of a ring of 80-byte Entries beside a string
 // each. A read decodes the lines it returns.
 type Buffer struct {
-	epoch    string
-	maxLines int32
-	maxBytes int32
+	id uint64 // numbers the buffer among this process's (Epoch)
 
 	mu sync.Mutex
 	// data holds the kept lines, oldest first, from off on; data[:off]
 	// is the room of discarded lines, reused once it is at least half
 	// of data.
-	data  []byte
-	off   int
-	n     int    // lines kept
-	bytes int    // bytes kept (lines and session keys, as bounded)
-	last  uint64 // seq of the newest line; 0 before the first
-	// droppedAt is the time of the newest discarded line.
-	droppedAt time.Time
+	data []byte
+	off  int
+	last uint64 // seq of the newest line; 0 before the first
 	// wake is closed by the next Add, or by Close; nil while nobody
 	// waits.
 	wake chan struct{}
+	// droppedSec and droppedNsec are the time of the newest discarded
+	// line.
+	droppedSec  int64
+	droppedNsec int32
+	n           int32 // lines kept
+	bytes       int32 // bytes kept (lines and session keys, as bounded)
+	maxLines    int32
+	maxBytes    int32
 	// closed is set by Close, once; Add then drops its line.
 	closed bool
 }
 
 // buffers numbers the buffers of this process, for their epochs.
 var buffers atomic.Uint64
+
+// runEpoch names this run of mcpvisor in the epochs of its buffers: when
+// it started, in nanoseconds, base 36.
+var runEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // New returns an empty Buffer bounded by opts.
 func New(opts Options) *Buffer {
@@ -121,7 +127,7 @@ func New(opts Options) *Buffer {
 		opts.MaxBytes = DefaultBytes
 	}
 	return &Buffer{
-		epoch:    strconv.FormatInt(time.Now().UnixNano(), 36) + "." + strconv.FormatUint(buffers.Add(1), 36),
+		id:       buffers.Add(1),
 		maxLines: int32(min(opts.MaxLines, math.MaxInt32)),
 		maxBytes: int32(min(opts.MaxBytes, math.MaxInt32)),
 	}
@@ -132,7 +138,7 @@ func New(opts Options) *Buffer {
 // of the buffer that gave it, since another buffer of the same server (a
 // later run, or one made after Registry.Remove) numbers its lines from 1
 // again.
-func (b *Buffer) Epoch() string { return b.epoch }
+func (b *Buffer) Epoch() string { return runEpoch + "." + strconv.FormatUint(b.id, 36) }
 
 // Add keeps e as the newest line, numbered by the next sequence number,
 // and discards the oldest lines beyond the bounds. A line longer than the
@@ -155,10 +161,10 @@ func (b *Buffer) Add(e Entry) {
 	if b.closed {
 		return
 	}
-	for b.n > 0 && (b.n == int(b.maxLines) || b.bytes+size > maxBytes) {
+	for b.n > 0 && (b.n == b.maxLines || int(b.bytes)+size > maxBytes) {
 		old, next := decode(b.data, b.off, false)
-		b.bytes -= old.size
-		b.droppedAt = old.Time
+		b.bytes -= int32(old.size)
+		b.droppedSec, b.droppedNsec = old.Time.Unix(), int32(old.Time.Nanosecond())
 		b.off = next
 		b.n--
 	}
@@ -173,7 +179,7 @@ func (b *Buffer) Add(e Entry) {
 	b.data = appendRecord(b.data, e)
 	b.last++
 	b.n++
-	b.bytes += size
+	b.bytes += int32(size)
 	b.wakeAll()
 }
 
@@ -276,7 +282,7 @@ func (b *Buffer) skip(i int) int {
 
 // page returns the kept lines from the i-th (0 is the oldest) on.
 func (b *Buffer) page(i int, dropped uint64) Page {
-	p := Page{Entries: make([]Entry, b.n-i), Dropped: dropped, Last: b.last}
+	p := Page{Entries: make([]Entry, int(b.n)-i), Dropped: dropped, Last: b.last}
 	seq := b.discarded() + uint64(i)
 	for k, at := 0, b.skip(i); k < len(p.Entries); k++ {
 		var r record
@@ -298,11 +304,12 @@ func (b *Buffer) Tail(n int) Page {
 	n = max(n, 0)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	kept := int(b.n)
 	var dropped uint64
-	if n > b.n {
-		dropped = min(uint64(n-b.n), b.discarded())
+	if n > kept {
+		dropped = min(uint64(n-kept), b.discarded())
 	}
-	return b.page(b.n-min(n, b.n), dropped)
+	return b.page(kept-min(n, kept), dropped)
 }
 
 // Since returns the kept lines whose Time is not before t. Dropped is
@@ -313,7 +320,7 @@ func (b *Buffer) Since(t time.Time) Page {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var dropped uint64
-	if b.discarded() > 0 && !b.droppedAt.Before(t) {
+	if b.discarded() > 0 && !time.Unix(b.droppedSec, int64(b.droppedNsec)).Before(t) {
 		dropped = b.discarded()
 	}
 	p := Page{Dropped: dropped, Last: b.last}
