@@ -228,7 +228,10 @@ func (c *lists) putInit(raw json.RawMessage) (changed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	changed = string(c.init) != string(raw)
-	c.init = raw
+	if changed {
+		// Its own bytes, not the message's (or read buffer's) it is in.
+		c.init = append(json.RawMessage(nil), raw...)
+	}
 	return changed
 }
 

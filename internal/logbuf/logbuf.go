@@ -16,7 +16,9 @@ package logbuf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,28 +81,42 @@ var ErrClosed = errors.New("logbuf: buffer closed")
 
 // Buffer keeps one server's recent lines. It is safe for concurrent use;
 // Add never waits for a reader.
+//
+// The lines are kept encoded, back to back in one byte slice (see
+// appendRecord), not as Entries: a dormant server's line or two cost one
+// small allocation instead of a ring of 80-byte Entries beside a string
+// each. A read decodes the lines it returns.
 type Buffer struct {
-	epoch    string
-	maxLines int
-	maxBytes int
+	id uint64 // numbers the buffer among this process's (Epoch)
 
-	mu    sync.Mutex
-	ring  []Entry // circular; grows up to maxLines
-	start int     // index of the oldest kept line
-	n     int     // lines kept
-	bytes int     // bytes kept
-	last  uint64  // seq of the newest line; 0 before the first
-	// droppedAt is the time of the newest discarded line.
-	droppedAt time.Time
+	mu sync.Mutex
+	// data holds the kept lines, oldest first, from off on; data[:off]
+	// is the room of discarded lines, reused once it is at least half
+	// of data.
+	data []byte
+	off  int
+	last uint64 // seq of the newest line; 0 before the first
 	// wake is closed by the next Add, or by Close; nil while nobody
 	// waits.
 	wake chan struct{}
+	// droppedSec and droppedNsec are the time of the newest discarded
+	// line.
+	droppedSec  int64
+	droppedNsec int32
+	n           int32 // lines kept
+	bytes       int32 // bytes kept (lines and session keys, as bounded)
+	maxLines    int32
+	maxBytes    int32
 	// closed is set by Close, once; Add then drops its line.
 	closed bool
 }
 
 // buffers numbers the buffers of this process, for their epochs.
 var buffers atomic.Uint64
+
+// runEpoch names this run of mcpvisor in the epochs of its buffers: when
+// it started, in nanoseconds, base 36.
+var runEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // New returns an empty Buffer bounded by opts.
 func New(opts Options) *Buffer {
@@ -111,9 +127,9 @@ func New(opts Options) *Buffer {
 		opts.MaxBytes = DefaultBytes
 	}
 	return &Buffer{
-		epoch:    strconv.FormatInt(time.Now().UnixNano(), 36) + "." + strconv.FormatUint(buffers.Add(1), 36),
-		maxLines: opts.MaxLines,
-		maxBytes: opts.MaxBytes,
+		id:       buffers.Add(1),
+		maxLines: int32(min(opts.MaxLines, math.MaxInt32)),
+		maxBytes: int32(min(opts.MaxBytes, math.MaxInt32)),
 	}
 }
 
@@ -122,7 +138,7 @@ func New(opts Options) *Buffer {
 // of the buffer that gave it, since another buffer of the same server (a
 // later run, or one made after Registry.Remove) numbers its lines from 1
 // again.
-func (b *Buffer) Epoch() string { return b.epoch }
+func (b *Buffer) Epoch() string { return runEpoch + "." + strconv.FormatUint(b.id, 36) }
 
 // Add keeps e as the newest line, numbered by the next sequence number,
 // and discards the oldest lines beyond the bounds. A line longer than the
@@ -130,38 +146,98 @@ func (b *Buffer) Epoch() string { return b.epoch }
 // call from the goroutine that reads a process's stderr. A closed buffer
 // drops e: a line of a process still exiting when its server was removed
 // wakes nobody and is not numbered.
+//
+// The buffer keeps e.Time to the nanosecond, in the local time zone (as
+// time.Now gives it) and without its monotonic clock reading.
 func (b *Buffer) Add(e Entry) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
-	e.Line = cut(e.Line, b.maxBytes-min(len(e.Session), b.maxBytes))
+	maxBytes := int(b.maxBytes)
+	e.Line = cut(e.Line, maxBytes-min(len(e.Session), maxBytes))
 	size := len(e.Line) + len(e.Session)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
-	for b.n > 0 && (b.n == b.maxLines || b.bytes+size > b.maxBytes) {
-		old := &b.ring[b.start]
-		b.bytes -= len(old.Line) + len(old.Session)
-		b.droppedAt = old.Time
-		*old = Entry{}
-		b.start = (b.start + 1) % len(b.ring)
+	for b.n > 0 && (b.n == b.maxLines || int(b.bytes)+size > maxBytes) {
+		old, next := decode(b.data, b.off, false)
+		b.bytes -= int32(old.size)
+		b.droppedSec, b.droppedNsec = old.Time.Unix(), int32(old.Time.Nanosecond())
+		b.off = next
 		b.n--
 	}
-	if b.n == len(b.ring) { // full below maxLines: grow
-		// Room for one line first: many servers write one (a banner, or
-		// a line as they exit), and a dormant one keeps no more room.
-		ring := make([]Entry, min(max(2*len(b.ring), 1), b.maxLines))
-		b.copyTo(ring, 0, b.n)
-		b.ring, b.start = ring, 0
+	if b.n == 0 {
+		b.data, b.off = b.data[:0], 0
+	} else if b.off > 0 && b.off >= len(b.data)-b.off && len(b.data)+recordMax(e) > cap(b.data) {
+		// The discarded room is at least as large as what is kept:
+		// move the kept lines to the front rather than grow.
+		b.data = b.data[:copy(b.data, b.data[b.off:])]
+		b.off = 0
 	}
+	b.data = appendRecord(b.data, e)
 	b.last++
-	e.Seq = b.last
-	b.ring[(b.start+b.n)%len(b.ring)] = e
 	b.n++
-	b.bytes += size
+	b.bytes += int32(size)
 	b.wakeAll()
+}
+
+// A line is kept as a record: the length of the rest (uvarint), then its
+// time (Unix seconds, varint, and nanoseconds, uvarint), PID (varint),
+// Origin (uvarint), the length of its session key (uvarint), the session
+// key and the line. Its sequence number is not kept: the kept lines are
+// numbered consecutively up to last.
+
+// recordMax bounds the length of e's record.
+func recordMax(e Entry) int {
+	return 6*binary.MaxVarintLen64 + len(e.Session) + len(e.Line)
+}
+
+// appendRecord appends e's record to data.
+func appendRecord(data []byte, e Entry) []byte {
+	var h [5 * binary.MaxVarintLen64]byte
+	head := binary.AppendVarint(h[:0], e.Time.Unix())
+	head = binary.AppendUvarint(head, uint64(e.Time.Nanosecond()))
+	head = binary.AppendVarint(head, int64(e.PID))
+	head = binary.AppendUvarint(head, e.Origin)
+	head = binary.AppendUvarint(head, uint64(len(e.Session)))
+	data = binary.AppendUvarint(data, uint64(len(head)+len(e.Session)+len(e.Line)))
+	data = append(data, head...)
+	data = append(data, e.Session...)
+	return append(data, e.Line...)
+}
+
+// record is a decoded record: the entry (Seq unset; Line and Session
+// only if asked for) and the bytes it counts against the bound.
+type record struct {
+	Entry
+	size int
+}
+
+// decode decodes the record at data[i:], with its line and session key
+// if strs, and returns it and where the next one starts. The buffer wrote
+// data, so it is well formed.
+func decode(data []byte, i int, strs bool) (record, int) {
+	n, k := binary.Uvarint(data[i:])
+	i += k
+	next := i + int(n)
+	sec, k := binary.Varint(data[i:])
+	i += k
+	nsec, k := binary.Uvarint(data[i:])
+	i += k
+	pid, k := binary.Varint(data[i:])
+	i += k
+	origin, k := binary.Uvarint(data[i:])
+	i += k
+	sl, k := binary.Uvarint(data[i:])
+	i += k
+	r := record{Entry: Entry{Time: time.Unix(sec, int64(nsec)), PID: int(pid), Origin: origin}, size: next - i}
+	if strs {
+		r.Session = string(data[i : i+int(sl)])
+		r.Line = string(data[i+int(sl) : next])
+	}
+	return r, next
 }
 
 // wakeAll wakes every Wait waiting; b.mu is held.
@@ -194,17 +270,27 @@ func cut(s string, n int) string {
 	return s[:n]
 }
 
-// copyTo copies the kept lines i..j-1 (0 is the oldest) to dst.
-func (b *Buffer) copyTo(dst []Entry, i, j int) {
-	for k := i; k < j; k++ {
-		dst[k-i] = b.ring[(b.start+k)%len(b.ring)]
+// skip is where the i-th kept line's record (0 is the oldest) starts.
+func (b *Buffer) skip(i int) int {
+	at := b.off
+	for range i {
+		n, k := binary.Uvarint(b.data[at:])
+		at += k + int(n)
 	}
+	return at
 }
 
 // page returns the kept lines from the i-th (0 is the oldest) on.
 func (b *Buffer) page(i int, dropped uint64) Page {
-	p := Page{Entries: make([]Entry, b.n-i), Dropped: dropped, Last: b.last}
-	b.copyTo(p.Entries, i, b.n)
+	p := Page{Entries: make([]Entry, int(b.n)-i), Dropped: dropped, Last: b.last}
+	seq := b.discarded() + uint64(i)
+	for k, at := 0, b.skip(i); k < len(p.Entries); k++ {
+		var r record
+		r, at = decode(b.data, at, true)
+		seq++
+		r.Seq = seq
+		p.Entries[k] = r.Entry
+	}
 	return p
 }
 
@@ -218,11 +304,12 @@ func (b *Buffer) Tail(n int) Page {
 	n = max(n, 0)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	kept := int(b.n)
 	var dropped uint64
-	if n > b.n {
-		dropped = min(uint64(n-b.n), b.discarded())
+	if n > kept {
+		dropped = min(uint64(n-kept), b.discarded())
 	}
-	return b.page(b.n-min(n, b.n), dropped)
+	return b.page(kept-min(n, kept), dropped)
 }
 
 // Since returns the kept lines whose Time is not before t. Dropped is
@@ -233,13 +320,20 @@ func (b *Buffer) Since(t time.Time) Page {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var dropped uint64
-	if b.discarded() > 0 && !b.droppedAt.Before(t) {
+	if b.discarded() > 0 && !time.Unix(b.droppedSec, int64(b.droppedNsec)).Before(t) {
 		dropped = b.discarded()
 	}
 	p := Page{Dropped: dropped, Last: b.last}
-	for i := range b.n {
-		if e := b.ring[(b.start+i)%len(b.ring)]; !e.Time.Before(t) {
-			p.Entries = append(p.Entries, e)
+	seq := b.discarded()
+	for at := b.off; at < len(b.data); {
+		start := at
+		var r record
+		r, at = decode(b.data, at, false)
+		seq++
+		if !r.Time.Before(t) {
+			r, _ = decode(b.data, start, true)
+			r.Seq = seq
+			p.Entries = append(p.Entries, r.Entry)
 		}
 	}
 	return p

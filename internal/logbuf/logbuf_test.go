@@ -486,15 +486,3 @@ func TestRegistryRemoveCloses(t *testing.T) {
 		}
 	})
 }
-
-// A buffer keeps room for the lines it has, doubling from one: a server
-// that wrote one line keeps room for one.
-func TestRingGrowsFromOne(t *testing.T) {
-	b := New(Options{})
-	for i, want := range []int{1, 2, 4, 4, 8} {
-		add(b, "line")
-		if got := len(b.ring); got != want {
-			t.Fatalf("after %d lines the ring has room for %d, want %d", i+1, got, want)
-		}
-	}
-}

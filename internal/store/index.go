@@ -81,10 +81,15 @@ func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool, e
 // in the kernel's page cache, and the next read maps them again. It runs
 // inside a read transaction, during which the map cannot move. A no-op
 // where the platform has no way to do it.
+//
+// First, once the writes since the file was opened allocated reopenPages
+// pages or more, it reopens the file (see reopen). Other operations wait
+// meanwhile, as they wait for Close.
 func (s *Store) ReleaseMemory() error {
 	if s == nil {
 		return nil
 	}
+	s.reopen()
 	return s.view(func(tx *bolt.Tx) error {
 		return releaseMapped(tx.DB().Info().Data)
 	})

@@ -423,6 +423,41 @@ func (s *Store) run(write bool, fn func(tx *bolt.Tx) error) error {
 	return err
 }
 
+// reopenPages is how many pages the writes since the file was opened
+// must have allocated for reopen to reopen it.
+const reopenPages = 1024
+
+// reopen closes the file and opens it again, with the checks of Open,
+// once the writes since it was opened allocated reopenPages pages or
+// more: bbolt keeps in memory, for as long as the file is open, which
+// transaction allocated each page still in use that this process
+// allocated (its freelist's allocs) — some 60 to 150 bytes a server after
+// learning a fleet, kept for good — and a fresh open starts without. A
+// file that cannot be opened again is handled as at Open (a damaged one
+// moved aside and replaced); if none can be, the store runs without one,
+// as after a fault.
+func (s *Store) reopen() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return
+	}
+	if st := s.db.Stats(); st.TxStats.GetPageCount() < reopenPages {
+		return
+	}
+	old := s.db
+	s.db = nil
+	if err := protect(old.Close); err != nil {
+		s.log.Warn("state file: closing it to reopen it", "error", err)
+	}
+	db, err := s.openOrRecover()
+	if err != nil {
+		s.log.Error("state file could not be reopened; running without it", "error", err)
+		return
+	}
+	s.db = db
+}
+
 // replaceFaulted moves aside a file that faulted while in use and opens a
 // fresh one, unless another goroutine already did.
 func (s *Store) replaceFaulted(bad *bolt.DB, cause error) {

@@ -191,19 +191,30 @@ type Call struct {
 // Server is one configured server's metrics. All its methods are safe for
 // concurrent use; Record allocates nothing once a series exists. A server
 // that never served costs a few words: every series is made on its first
-// observation.
+// observation, and the call metrics on the first call (most servers of a
+// fleet start once, to be learned, and serve no client before they sleep).
 type Server struct {
+	spawn startHistogram
+	wake  startHistogram
+	c     atomic.Pointer[callMetrics] // nil before the first call
+}
+
+// callMetrics are a server's call metrics.
+type callMetrics struct {
 	calls    [NumOutcomes]atomic.Uint64
 	sent     atomic.Uint64
 	received atomic.Uint64
-	spawn    startHistogram
-	wake     startHistogram
 
 	methods atomic.Pointer[methodSlots]
 	tools   atomic.Pointer[toolIndex]
 	otherT  atomic.Pointer[opSlot] // tools/call of a tool the server does not list
 	toolsMu sync.Mutex
 }
+
+func newCallMetrics() *callMetrics { return &callMetrics{} }
+
+// callMetrics are the server's call metrics, made if need be.
+func (s *Server) callMetrics() *callMetrics { return lazy(&s.c, newCallMetrics) }
 
 // methodSlots are the slots of the methods, by index in Methods, then
 // Other; tools/call's is unused (its calls are counted by tool).
@@ -257,7 +268,9 @@ type toolIndex struct {
 func NewServer() *Server { return &Server{} }
 
 // Record counts one call.
-func (s *Server) Record(c Call) {
+func (s *Server) Record(c Call) { s.callMetrics().record(c) }
+
+func (s *callMetrics) record(c Call) {
 	s.calls[min(c.Outcome, NumOutcomes-1)].Add(1)
 	if c.Sent > 0 {
 		s.sent.Add(uint64(c.Sent))
@@ -279,7 +292,7 @@ func (s *Server) Record(c Call) {
 
 // toolSlot is the slot of the tool named tool when tools lists it, else
 // the Other slot.
-func (s *Server) toolSlot(tool []byte, tools []json.RawMessage) *opSlot {
+func (s *callMetrics) toolSlot(tool []byte, tools []json.RawMessage) *opSlot {
 	if len(tools) == 0 || len(tool) == 0 {
 		return lazy(&s.otherT, newSlot)
 	}
@@ -297,7 +310,7 @@ func (s *Server) toolSlot(tool []byte, tools []json.RawMessage) *opSlot {
 // for it if tools (its cached list) has it, else Other — as Record labels
 // it. It allocates nothing once the list is indexed.
 func (s *Server) ToolLabel(tool []byte, tools []json.RawMessage) string {
-	if slot := s.toolSlot(tool, tools); slot.name != "" {
+	if slot := s.callMetrics().toolSlot(tool, tools); slot.name != "" {
 		return slot.name
 	}
 	return Other
@@ -306,7 +319,7 @@ func (s *Server) ToolLabel(tool []byte, tools []json.RawMessage) string {
 // reindex makes the index of tools, keeping the slots (and so the counts)
 // of the tools the previous index had. A tool named Other is folded into
 // Other.
-func (s *Server) reindex(tools []json.RawMessage) *toolIndex {
+func (s *callMetrics) reindex(tools []json.RawMessage) *toolIndex {
 	s.toolsMu.Lock()
 	defer s.toolsMu.Unlock()
 	old := s.tools.Load()
@@ -403,8 +416,12 @@ func snapshotOf(p *atomic.Pointer[Histogram], l *layout) HistogramSnapshot {
 // Calls counts the server's calls by outcome.
 func (s *Server) Calls() [NumOutcomes]uint64 {
 	var out [NumOutcomes]uint64
+	c := s.c.Load()
+	if c == nil {
+		return out
+	}
 	for i := range out {
-		out[i] = s.calls[i].Load()
+		out[i] = c.calls[i].Load()
 	}
 	return out
 }
@@ -428,7 +445,12 @@ func (s *Server) CallCounts() CallCounts {
 
 // Bytes is what was relayed: params sent to the server, results and
 // errors received from it.
-func (s *Server) Bytes() (sent, received uint64) { return s.sent.Load(), s.received.Load() }
+func (s *Server) Bytes() (sent, received uint64) {
+	if c := s.c.Load(); c != nil {
+		return c.sent.Load(), c.received.Load()
+	}
+	return 0, 0
+}
 
 // Op is one series of the call duration histogram.
 type Op struct {
@@ -443,6 +465,10 @@ type Op struct {
 // is left out (its calls are counted from then on under Other).
 func (s *Server) Ops() []Op {
 	var out []Op
+	c := s.c.Load()
+	if c == nil {
+		return out
+	}
 	add := func(method, tool string, slot *opSlot) {
 		if slot == nil {
 			return
@@ -453,17 +479,17 @@ func (s *Server) Ops() []Op {
 			}
 		}
 	}
-	slots := s.methods.Load()
+	slots := c.methods.Load()
 	for _, i := range methodOrder {
 		name := methodName(i)
 		switch {
 		case name == "tools/call":
-			if t := s.tools.Load(); t != nil {
+			if t := c.tools.Load(); t != nil {
 				for _, tool := range t.names {
 					add(name, tool, t.byName[tool])
 				}
 			}
-			add(name, Other, s.otherT.Load())
+			add(name, Other, c.otherT.Load())
 		case slots != nil:
 			add(name, "", slots[i].Load())
 		}

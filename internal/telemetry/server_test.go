@@ -3,6 +3,8 @@ package telemetry
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -288,4 +290,63 @@ func TestLocalRefusals(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { l.RecordRefusal(RefusedMethod) }); n != 0 {
 		t.Errorf("RecordRefusal allocates %v", n)
 	}
+}
+
+// What a server that started but served no client costs (most of a
+// fleet: learned, then dormant): its spawn in a word, its call metrics
+// not yet made. A call makes them; readers see zeros before.
+func TestStartedServerMemory(t *testing.T) {
+	const n = 1000
+	servers := make([]*Server, n)
+	measure := func() float64 {
+		clear(servers)
+		before := liveHeap()
+		for i := range servers {
+			s := NewServer()
+			s.ObserveSpawn(time.Duration(i) * time.Millisecond)
+			servers[i] = s
+		}
+		after := liveHeap()
+		runtime.KeepAlive(servers)
+		return float64(after-before) / n
+	}
+	per := measure()
+	for range 2 {
+		per = min(per, measure())
+	}
+	t.Logf("a server that started once: %.0f bytes", per)
+	if per > 64 {
+		t.Errorf("a server that started once costs %.0f bytes of heap, want ≤ 64", per)
+	}
+
+	s := servers[0]
+	if c, ops := s.Calls(), s.Ops(); c != ([NumOutcomes]uint64{}) || len(ops) != 0 || s.CallCounts() != (CallCounts{}) {
+		t.Fatalf("before any call: calls %v, ops %v", c, ops)
+	}
+	if sent, received := s.Bytes(); sent != 0 || received != 0 {
+		t.Fatalf("before any call: bytes %d, %d", sent, received)
+	}
+	if s.Spawns().Count != 1 {
+		t.Fatal("the spawn was not counted")
+	}
+	if l := s.ToolLabel([]byte("echo"), toolList("echo")); l != "echo" {
+		t.Fatalf("ToolLabel before any call: %q", l)
+	}
+	s.Record(Call{Method: "ping", Outcome: Timeout, Sent: 3, Received: 4, Duration: time.Second})
+	if c := s.Calls(); c[Timeout] != 1 || len(s.Ops()) != 1 {
+		t.Fatalf("after a call: calls %v, ops %v", c, s.Ops())
+	}
+	if sent, received := s.Bytes(); sent != 3 || received != 4 {
+		t.Fatalf("after a call: bytes %d, %d", sent, received)
+	}
+}
+
+// liveHeap is the heap a collection, run now, finds live: the second of
+// two, so that what sync.Pools held until the first is gone too.
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }

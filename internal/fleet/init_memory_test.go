@@ -1,0 +1,45 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+)
+
+// A server's cached initialize result keeps only its own bytes, not the
+// message it came in (the whole JSON-RPC response, or a larger read
+// buffer): what a dormant server keeps of it is the result's size.
+func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
+	const n = 1000
+	caches := make([]*lists, n)
+	live := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(s)
+		return int64(s[0].Value.Uint64())
+	}
+	before := live()
+	for i := range caches {
+		msg := make([]byte, 4096) // the message, or the buffer it was read into
+		res := fmt.Appendf(msg[:100], `{"protocolVersion":"2025-06-18","serverInfo":{"name":"s%04d"}}`, i)
+		caches[i] = &lists{}
+		if !caches[i].putInit(json.RawMessage(res[100:])) {
+			t.Fatal("a first initialize result did not change the cache")
+		}
+	}
+	per := float64(live()-before) / n
+	runtime.KeepAlive(caches)
+	t.Logf("a cached initialize result of 62 bytes: %.0f bytes", per)
+	if per > 256 {
+		t.Fatalf("a cached initialize result of 62 bytes keeps %.0f bytes of heap, want ≤ 256", per)
+	}
+	if got := string(caches[7].getInit()); got != `{"protocolVersion":"2025-06-18","serverInfo":{"name":"s0007"}}` {
+		t.Fatalf("cached %s", got)
+	}
+	if caches[7].putInit(json.RawMessage(`{"protocolVersion":"2025-06-18","serverInfo":{"name":"s0007"}}`)) {
+		t.Fatal("the same result again changed the cache")
+	}
+}
