@@ -91,8 +91,8 @@ type Buffer struct {
 
 	mu sync.Mutex
 	// data holds the kept lines, oldest first, from off on; data[:off]
-	// is the room of discarded lines, reused once it is at least half
-	// of data.
+	// is the room of discarded lines, reused (the kept lines moved to
+	// the front) when a line would not fit otherwise.
 	data []byte
 	off  int
 	last uint64 // seq of the newest line; 0 before the first
@@ -170,10 +170,19 @@ func (b *Buffer) Add(e Entry) {
 	}
 	if b.n == 0 {
 		b.data, b.off = b.data[:0], 0
-	} else if b.off > 0 && b.off >= len(b.data)-b.off && len(b.data)+recordMax(e) > cap(b.data) {
-		// The discarded room is at least as large as what is kept:
-		// move the kept lines to the front rather than grow.
-		b.data = b.data[:copy(b.data, b.data[b.off:])]
+	} else if b.off > 0 && len(b.data)+recordMax(e) > cap(b.data) {
+		kept := b.data[b.off:]
+		if len(kept)+recordMax(e) <= cap(b.data) {
+			// The discarded room makes room enough: move the kept
+			// lines to the front rather than grow.
+			b.data = b.data[:copy(b.data, kept)]
+		} else {
+			// Grow for what is kept, not for the discarded room too:
+			// the append below moves the kept lines to an array sized
+			// from them (append's growth), so a busy buffer holds about
+			// its bound, not twice it.
+			b.data = kept[:len(kept):len(kept)]
+		}
 		b.off = 0
 	}
 	b.data = appendRecord(b.data, e)
