@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Review 14: followers under concurrent Add, with lines of many sizes so
+// Followers under concurrent Add, with lines of many sizes so
 // that the discarded room is reused: every line read is the one its Seq
 // names, whole, and Dropped plus the lines read account for every
 // sequence number, with no gap.
