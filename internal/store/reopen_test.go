@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // liveHeap is the heap a collection, run now, finds live: the second of
@@ -135,4 +138,34 @@ func TestReleaseMemoryReopensUnderUse(t *testing.T) {
 	if reopened < 3 {
 		t.Fatalf("the file was reopened %d times in 6 rounds of 150 servers written, want ≥ 3", reopened)
 	}
+}
+
+// A reopen that cannot open the file again (anything but damage: the file
+// system, a lock taken meanwhile) leaves the file as it is — not moved
+// aside — and the store opens it again once it can, at most once a second,
+// as it is used: nothing cached is lost for good.
+func TestReopenThatFailsComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "state.db")
+		s := open(t, path, Options{})
+		learn(t, s, 400) // ≥ reopenPages pages allocated
+		fault := errors.New("injected: the file system said no")
+		s.openFault = func() error { return fault }
+		_ = s.ReleaseMemory()
+		if _, _, err := s.List("s0001", "h", Tools); err == nil {
+			t.Fatal("a store whose file could not be opened again still reads")
+		}
+		if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+			t.Fatalf("a healthy file was moved aside: %v", aside)
+		}
+		s.openFault = nil
+		if _, _, err := s.List("s0001", "h", Tools); err == nil {
+			t.Fatal("the file was opened again within a second of the failure (want at most once a second)")
+		}
+		time.Sleep(reviveEvery)
+		items, ok, err := s.List("s0001", "h", Tools)
+		if err != nil || !ok || len(items) != 20 {
+			t.Fatalf("a second later, a cached list reads as %d items, %v, %v; want its 20 items", len(items), ok, err)
+		}
+	})
 }

@@ -117,7 +117,19 @@ type Store struct {
 	mu     sync.RWMutex
 	db     *bolt.DB
 	closed bool
+	// lost is set when a reopen closed the file and could not open it
+	// again for a reason other than damage (the file system, a lock taken
+	// meanwhile): the file is left as it is, and run tries to open it
+	// again, at most once every reviveEvery (from lostAt).
+	lost   bool
+	lostAt time.Time
+	// openFault, when set (tests), fails every openDB with its error.
+	openFault func() error
 }
+
+// reviveEvery is how often an operation tries again to open a file a
+// reopen lost.
+const reviveEvery = time.Second
 
 // Open opens or creates the state file at path, creating its directory
 // (0700) and the file (0600) as needed, and takes an advisory lock on
@@ -269,6 +281,11 @@ func (s *Store) openOrRecover() (*bolt.DB, error) {
 // (preflight), a clean bbolt Open, our schema, and a walk of every page
 // the data uses. Any panic or memory fault on the way is an error.
 func (s *Store) openDB() (*bolt.DB, error) {
+	if s.openFault != nil {
+		if err := s.openFault(); err != nil {
+			return nil, err
+		}
+	}
 	if err := preflight(s.path); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
@@ -403,12 +420,15 @@ func (s *Store) run(write bool, fn func(tx *bolt.Tx) error) error {
 	s.mu.RLock()
 	db := s.db
 	if db == nil {
-		closed := s.closed
+		closed, lost := s.closed, s.lost
 		s.mu.RUnlock()
 		if closed {
 			return ErrClosed
 		}
-		return fmt.Errorf("%w: no usable state file", ErrCorrupt)
+		if !lost || !s.revive() {
+			return fmt.Errorf("%w: no usable state file", ErrCorrupt)
+		}
+		return s.run(write, fn)
 	}
 	var err error
 	if write {
@@ -433,29 +453,65 @@ const reopenPages = 1024
 // transaction allocated each page still in use that this process
 // allocated (its freelist's allocs) — some 60 to 150 bytes a server after
 // learning a fleet, kept for good — and a fresh open starts without. A
-// file that cannot be opened again is handled as at Open (a damaged one
-// moved aside and replaced); if none can be, the store runs without one,
-// as after a fault.
+// file that cannot be opened for writing now (a file system gone
+// read-only) is left open as it is: closing it could not be undone. See
+// openAgainLocked for a reopen that fails all the same.
 func (s *Store) reopen() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {
+		s.reviveLocked()
 		return
 	}
 	if st := s.db.Stats(); st.TxStats.GetPageCount() < reopenPages {
 		return
 	}
+	f, err := os.OpenFile(s.path, os.O_RDWR, 0)
+	if err != nil {
+		s.log.Debug("state file: not reopened, it cannot be opened for writing now", "error", err)
+		return
+	}
+	_ = f.Close()
 	old := s.db
 	s.db = nil
 	if err := protect(old.Close); err != nil {
 		s.log.Warn("state file: closing it to reopen it", "error", err)
 	}
-	db, err := s.openOrRecover()
+	s.openAgainLocked()
+}
+
+// openAgainLocked opens the file again after this process closed it
+// (s.mu held). A damaged file is moved aside and replaced, as at Open;
+// any other failure leaves the file as it is and the store without it
+// (lost) until an operation, or ReleaseMemory, tries again (revive).
+func (s *Store) openAgainLocked() {
+	db, err := s.openDB()
+	if errors.Is(err, ErrCorrupt) {
+		db, err = s.openOrRecover()
+	}
 	if err != nil {
-		s.log.Error("state file could not be reopened; running without it", "error", err)
+		if !s.lost {
+			s.log.Error("state file could not be opened again; trying again as it is used", "error", err)
+		}
+		s.lost, s.lostAt = true, time.Now()
 		return
 	}
-	s.db = db
+	s.db, s.lost = db, false
+}
+
+// revive tries to open again a file a reopen lost, at most once every
+// reviveEvery; it reports whether the store has a file.
+func (s *Store) revive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reviveLocked()
+	return s.db != nil
+}
+
+func (s *Store) reviveLocked() {
+	if s.db == nil && s.lost && !s.closed && time.Since(s.lostAt) >= reviveEvery {
+		s.openAgainLocked()
+	}
 }
 
 // replaceFaulted moves aside a file that faulted while in use and opens a

@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// Review 14: Close racing ReleaseMemory's reopen: the store ends closed
+// Close racing ReleaseMemory's reopen: the store ends closed
 // (writes say ErrClosed), the file's lock is released, nothing panics.
-func TestReviewCloseRacesReopen(t *testing.T) {
+func TestCloseRacesReopen(t *testing.T) {
 	for round := range 5 {
 		path := filepath.Join(t.TempDir(), "state.db")
 		s, err := Open(path, Options{})

@@ -20,13 +20,12 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
-// Review 14: a file system that went read-only under a running mcpvisor
-// (ext4's errors=remount-ro) leaves the open state file readable — its
-// pages are mapped. ReleaseMemory's reopen closes it first, then cannot
-// open it again (EROFS), and the store runs without any file from then
-// on: every cached list of a dormant server is lost until a restart,
-// though nothing about the file was wrong.
-func TestReviewReopenOnReadOnlyFSLosesTheStore(t *testing.T) {
+// A file system that went read-only under a running mcpvisor (ext4's
+// errors=remount-ro) leaves the open state file readable — its pages are
+// mapped. ReleaseMemory's reopen must not close it then (it could not open
+// it again): every cached list of a dormant server stays readable, and
+// stays so once the file system is writable again.
+func TestReopenOnAReadOnlyFileSystemKeepsTheStore(t *testing.T) {
 	dir := mountTmpfs(t, "64m")
 	s := open(t, filepath.Join(dir, "state.db"), Options{})
 	learn(t, s, 400) // ≥ reopenPages pages allocated
