@@ -89,12 +89,13 @@ type instance struct {
 	// connector of one run remembers it from connect to connect.
 	legacy   bool
 	restarts int32 // the restarts of the run a dormancy ended (status)
-	// refreshAfter counts the ends of requests (end) still to come before
-	// the list refresh a start owes is asked for (0: none owed): as many
-	// as were in flight when the start succeeded, so it comes once the
-	// requests that waited for the start are answered, or left, at the
-	// latest — each ends, bounded by its own context.
+	// refreshAfter counts the requests still in flight that were begun
+	// before the start that owes a list refresh succeeded — those numbered
+	// up to refreshUpTo (begin), the requests that waited for it — and
+	// the refresh is asked for when the last of them ends (end), answered
+	// or left: each ends, bounded by its own context. 0: none owed.
 	refreshAfter int32
+	refreshUpTo  int64
 	replayed     uint64 // the server's interest generation last replayed
 }
 
@@ -392,15 +393,22 @@ func pidOf(l Live) int {
 	return 0
 }
 
-func (in *instance) begin() {
+// begin counts a request Acquire serves as in flight, and returns its
+// number among the instance's requests (for end).
+func (in *instance) begin() int64 {
 	in.mu.Lock()
 	in.requests++
+	seq := in.requests
 	in.inflight++
 	in.lastActivity = time.Now()
 	in.mu.Unlock()
+	return seq
 }
 
-func (in *instance) end() {
+// end ends a lease or a request begin counted: seq is the request's
+// number (begin), 0 for one that cannot have waited for a start (a lease
+// on the running connection, mcpvisor's own).
+func (in *instance) end(seq int64) {
 	in.mu.Lock()
 	in.inflight--
 	in.lastActivity = time.Now()
@@ -408,7 +416,7 @@ func (in *instance) end() {
 		in.armLocked(in.lastActivity)
 	}
 	due := false
-	if in.refreshAfter > 0 {
+	if in.refreshAfter > 0 && seq > 0 && seq <= in.refreshUpTo {
 		in.refreshAfter--
 		due = in.refreshAfter == 0
 	}
@@ -449,7 +457,7 @@ func (in *instance) leaseRunning(session string, request bool) Live {
 // release ends a lease leaseRunning or acquire gave: the call it held is
 // over (a drain waiting for the last one is told), and the request no
 // longer counts as in flight.
-func (in *instance) release(own bool) {
+func (in *instance) release(own bool, seq int64) {
 	in.mu.Lock()
 	if own {
 		in.own--
@@ -460,7 +468,7 @@ func (in *instance) release(own bool) {
 		in.drained = nil
 	}
 	in.mu.Unlock()
-	in.end()
+	in.end(seq)
 }
 
 func (in *instance) isRetired() bool {
@@ -907,7 +915,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			// refresh would compete with them for the new process,
 			// which reads one message at a time and runs on cold code.
 			if n := in.inflight - in.own; n > 0 {
-				in.refreshAfter = n
+				// Those are the requests begun so far (numbered up to
+				// in.requests): no lease on the running connection
+				// could be taken before now.
+				in.refreshAfter, in.refreshUpTo = n, in.requests
 			} else {
 				refreshNow = true
 			}

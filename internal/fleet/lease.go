@@ -75,7 +75,8 @@ type Lease struct {
 	conn Conn
 	once sync.Once
 	woke time.Duration
-	own  bool // mcpvisor's own (Peek), not a client's request
+	own  bool  // mcpvisor's own (Peek), not a client's request
+	seq  int64 // the request's number (instance.begin); 0: a lease on the running connection
 }
 
 // Woke is how long Acquire waited for the instance to start from dormant
@@ -89,7 +90,7 @@ func (l *Lease) Conn() Conn { return l.conn }
 // only the first call counts.
 func (l *Lease) Release() { l.once.Do(l.release) }
 
-func (l *Lease) release() { l.in.release(l.own) }
+func (l *Lease) release() { l.in.release(l.own, l.seq) }
 
 // Acquire leases a live connection of the named server for session (the
 // instance of that session when the server is per-session, else the shared
@@ -120,20 +121,20 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		in.begin()
+		seq := in.begin()
 		t0 := time.Now()
 		l, woke, err := in.acquire(ctx)
 		if errors.Is(err, errRetired) {
-			in.end()
+			in.end(seq)
 			continue
 		}
 		if err != nil {
-			in.end()
+			in.end(seq)
 			return nil, err
 		}
 		in.used(l, session)
 		c, _ := l.(Conn)
-		lease := &Lease{in: in, conn: c}
+		lease := &Lease{in: in, conn: c, seq: seq}
 		if woke {
 			lease.woke = time.Since(t0)
 		}

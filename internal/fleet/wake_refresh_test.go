@@ -6,13 +6,12 @@ import (
 	"testing/synctest"
 )
 
-// Review 14: the wake's refresh is said to wait until the requests that
-// waited for the wake have ended (66b56dc). refreshAfter counts the ends of
-// any lease, though: a request that came after the wake (TryAcquire, the
-// hot path) and ended first — or one of mcpvisor's own leases (Peek: a
-// relayed client notification) — stands in for a waking request still
-// being answered, and the refresh competes with it.
-func TestReviewTheWakesRefreshWaitsForTheWakingRequestsNotOthers(t *testing.T) {
+// The wake's refresh waits for the requests that waited for the wake, not
+// for any: a request that came after the wake (TryAcquire, the hot path)
+// and ended first — or one of mcpvisor's own leases (Peek: a relayed
+// client notification) — does not stand in for a waking request still
+// being answered.
+func TestTheWakesRefreshWaitsForTheWakingRequestsNotOthers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		started := make(chan struct{})
 		lf := newListFleet(t, `,"idleTimeout":"0"`, func(n int) {
@@ -53,9 +52,17 @@ func TestReviewTheWakesRefreshWaitsForTheWakingRequestsNotOthers(t *testing.T) {
 			t.Fatal("TryAcquire on the woken server failed")
 		}
 		l.Release()
+		if p, ok := s.Peek(""); ok {
+			p.Release()
+		}
 		synctest.Wait()
 		if n := lists(); n != learned {
 			t.Fatalf("%d tools/list calls while the waking request is still answered (a later request ended), want none", n-learned)
+		}
+		waking.Release()
+		synctest.Wait()
+		if n := lists(); n != learned+1 {
+			t.Fatalf("%d tools/list calls once the waking request ended, want 1", n-learned)
 		}
 	})
 }
