@@ -104,3 +104,24 @@ func TestReview15CRLFInsertMixesLineEndings(t *testing.T) {
 		t.Errorf("%d bare LF line ends in a CRLF file:\n%q", lf, plan.Data)
 	}
 }
+
+// TestReview15ProjectRelativeLaunchLosesItsDirectory: Claude Code runs a
+// project's server in the project's directory; two projects with the same
+// relative launch are different programs, yet they read as one launch
+// with no directory: import keeps one (deduplicated), and install-client
+// takes the other project's over with it, run from the daemon's cwd.
+func TestReview15ProjectRelativeLaunchLosesItsDirectory(t *testing.T) {
+	data := []byte(`{"projects":{"/src/a":{"mcpServers":{"dev":{"command":"node","args":["./mcp.js"]}}},"/src/b":{"mcpServers":{"dev":{"command":"node","args":["./mcp.js"]}}}}}`)
+	f, err := Lookup("claude-code").Read(data, FormatClaudeUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Servers) != 2 {
+		t.Fatalf("servers %d", len(f.Servers))
+	}
+	a, b := f.Servers[0], f.Servers[1]
+	if a.Cwd == "" || SameLaunch(a, b) {
+		t.Errorf("%s (cwd %q) and %s (cwd %q): same launch %v; a relative ./mcp.js imported without its project directory",
+			a.At, a.Cwd, b.At, b.Cwd, SameLaunch(a, b))
+	}
+}
