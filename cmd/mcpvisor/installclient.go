@@ -250,7 +250,8 @@ the change as a unified diff and writes nothing.`,
 			_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 			plan, err := c.PlanInstall(data, format, clientcfg.InstallOptions{
 				Exe: exe, Config: mcpvisorConfig, StateDir: daemonStateDir(configured.StateDir),
-				PerServer: perServer, Remote: remote, Known: mine.Servers})
+				PerServer: perServer, Remote: remote, Known: mine.Servers,
+				Project: clientcfg.ProjectDir(path, clientEnv().Home)})
 			if err != nil {
 				var ce *clientcfg.Error
 				if errors.As(err, &ce) {
@@ -261,12 +262,19 @@ the change as a unified diff and writes nothing.`,
 			if len(plan.Missing) > 0 {
 				var names []string
 				for _, s := range plan.Missing {
-					names = append(names, s.At)
+					n := s.At
+					if s.Tools != nil {
+						n += " (with tools " + s.Tools.String() + ")"
+					}
+					names = append(names, n)
 				}
 				return fmt.Errorf("%s: mcpvisor's config (%s) lacks %s: run `mcpvisor import %s` first, or pass --import", path, mcpvisorConfig, strings.Join(names, ", "), c.Name)
 			}
 			for _, k := range plan.Kept {
 				fmt.Fprintf(out, "%s: %s: %s\n", path, k.At, k.Msg)
+			}
+			for _, d := range plan.Dropped {
+				fmt.Fprintf(out, "%s: %s: %s\n", path, d.At, d.Msg)
 			}
 			if dryRun {
 				fmt.Fprint(out, clientcfg.Diff(data, plan.Data, path, path+" (installed)"))

@@ -3,6 +3,7 @@ package clientcfg
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -130,8 +131,9 @@ func tomlString(s string) string {
 	return b.String()
 }
 
-// codexTable writes a [mcp_servers.NAME] table.
-func codexTable(name, command string, args []string, enabled bool) string {
+// codexTable writes a [mcp_servers.NAME] table, with the client's own
+// fields keep.
+func codexTable(name, command string, args []string, enabled bool, keep []rawField) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[mcp_servers.%s]\ncommand = %s\nargs = [", codexKey(name), tomlString(command))
 	for i, a := range args {
@@ -144,7 +146,35 @@ func codexTable(name, command string, args []string, enabled bool) string {
 	if !enabled {
 		b.WriteString("enabled = false\n")
 	}
+	for _, r := range keep {
+		fmt.Fprintf(&b, "%s = %s\n", codexKey(r.Key), tomlValue(r.TOML))
+	}
 	return b.String()
+}
+
+// tomlValue writes a value go-toml decoded (inline, for tables).
+func tomlValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return tomlString(v)
+	case bool, int64:
+		return fmt.Sprint(v)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case []any:
+		var l []string
+		for _, e := range v {
+			l = append(l, tomlValue(e))
+		}
+		return "[" + strings.Join(l, ", ") + "]"
+	case map[string]any:
+		var l []string
+		for _, k := range sortedKeys(v) {
+			l = append(l, codexKey(k)+" = "+tomlValue(v[k]))
+		}
+		return "{ " + strings.Join(l, ", ") + " }"
+	}
+	return tomlString(fmt.Sprint(v))
 }
 
 // codexReplace replaces the tables of server name with text (appended at
