@@ -127,3 +127,29 @@ func TestProjectServersRunInTheirProject(t *testing.T) {
 		}
 	}
 }
+
+// TestCRLFFileKeepsCRLF: installing into a CRLF file (Windows) writes
+// CRLF lines only, in JSON and in TOML.
+func TestCRLFFileKeepsCRLF(t *testing.T) {
+	json := []byte("{\r\n  \"mcpServers\": {\r\n    \"fs\": {\r\n      \"command\": \"npx\",\r\n      \"args\": [\"fs-server\"]\r\n    }\r\n  }\r\n}\r\n")
+	toml := []byte("# c\r\nmodel = \"x\"\r\n\r\n[mcp_servers.fs]\r\ncommand = \"npx\"\r\nargs = [\"fs-server\"]\r\n")
+	known := knownOf(t, `{"mcpServers":{"fs":{"command":"npx","args":["fs-server"]}}}`)
+	for _, tc := range []struct {
+		client string
+		data   []byte
+		format Format
+	}{
+		{"claude-desktop", json, FormatMCPServers},
+		{"codex", toml, FormatCodex},
+	} {
+		for _, per := range []bool{false, true} {
+			plan, err := Lookup(tc.client).PlanInstall(tc.data, tc.format, InstallOptions{Exe: `C:\mcpvisor.exe`, Config: `C:\c.json`, Known: known, PerServer: per})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lf := bytes.Count(plan.Data, []byte("\n")) - bytes.Count(plan.Data, []byte("\r\n")); lf > 0 || len(plan.Taken) != 1 {
+				t.Errorf("%s per-server=%v: %d bare LF line ends in a CRLF file:\n%q", tc.client, per, lf, plan.Data)
+			}
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 )
 
 // Codex's config.toml is edited by splicing whole [mcp_servers.NAME]
@@ -189,6 +191,9 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 		return nil, fmt.Errorf("mcp_servers.%s is written as dotted keys or an inline table; mcpvisor edits only [mcp_servers.NAME] tables: rewrite it as one, or edit the file by hand", codexKey(name))
 	}
 	var out []byte
+	eol := jsonc.LineEnding(data)
+	text = jsonc.WithLineEnding(text, eol)
+	blankBefore := func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n")) }
 	spans := l.tables[name]
 	if len(spans) == 0 {
 		if text == "" {
@@ -196,10 +201,10 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 		}
 		out = bytes.Clone(data)
 		if len(out) > 0 && out[len(out)-1] != '\n' {
-			out = append(out, '\n')
+			out = append(out, eol...)
 		}
 		if len(out) > 0 {
-			out = append(out, '\n')
+			out = append(out, eol...)
 		}
 		out = append(out, text...)
 	} else {
@@ -208,10 +213,10 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 			start, end := s.start, s.end
 			if i > 0 || text == "" {
 				// a removed table takes a blank line before it along
-				if bytes.HasSuffix(data[:start], []byte("\n\n")) {
-					start--
-				} else if start == 0 && bytes.HasPrefix(data[end:], []byte("\n")) {
-					end++
+				if blankBefore(data[:start]) {
+					start -= len(eol)
+				} else if start == 0 && bytes.HasPrefix(data[end:], []byte(eol)) {
+					end += len(eol)
 				}
 			}
 			out = append(out, data[last:start]...)
