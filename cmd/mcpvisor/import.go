@@ -76,7 +76,7 @@ diff and writes nothing.`,
 			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 				return err
 			}
-			if err := clientcfg.WriteFileAtomic(file, out, 0o600); err != nil {
+			if err := clientcfg.ReplaceFile(file, out, 0o600, old, exists); err != nil {
 				return fmt.Errorf("writing %s: %w", file, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: written\n", file)

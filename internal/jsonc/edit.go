@@ -47,10 +47,17 @@ func encodeTo(b *bytes.Buffer, v any) error {
 	return nil
 }
 
+// Raw is a value's text, written by Encode as it is (a member put back
+// as a file had it, comments and layout included).
+type Raw string
+
 // Encode writes v as JSON for a document: indented with unit, each line
 // after the first prefixed with prefix, or on one line when unit is "".
-// HTML characters are not escaped.
+// HTML characters are not escaped. A Raw value is written as it is.
 func Encode(v any, prefix, unit string) (string, error) {
+	if r, ok := v.(Raw); ok {
+		return string(r), nil
+	}
 	var b bytes.Buffer
 	if err := encodeTo(&b, v); err != nil {
 		return "", err
