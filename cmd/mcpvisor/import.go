@@ -38,10 +38,17 @@ A server whose launch (command, args, env, cwd; or url, headers) is
 already in the config is skipped, whatever its name; a new server whose
 name is taken is added as NAME-CLIENT, and said so. Nothing in the config
 is changed or reordered: entries are only added to "mcpServers", every
-other byte stays. Fields mcpvisor cannot take (VS Code's envFile or
-${input:…}, Codex's env_vars, …) are listed with their path and not
-imported; a server that needs the client to run (it prompts for an input,
-a Zed extension) is not imported at all.
+other byte stays. Codex's enabled_tools and disabled_tools become the
+server's tools {allow, deny} (the same launch with another filter is
+another server), and the clients' timeouts its initTimeout and
+requestTimeout. A project's servers (Claude Code's projects, a
+project's .mcp.json, .vscode/mcp.json, .zed/settings.json) get the
+project's directory as cwd, where the client runs them. Fields mcpvisor
+does not need are listed with their path; a server that needs the client
+to run (it prompts for an input, a Zed extension) or that the client
+restricts in ways mcpvisor cannot carry (VS Code's sandbox or envFile,
+Codex's env_vars, a sign-in, a field mcpvisor does not know) is not
+imported at all, its fields named.
 
 The config is --config, else ` + "`$XDG_CONFIG_HOME/mcpvisor/config.json`" + `
 (~/.config/mcpvisor/config.json), created when missing. It is replaced

@@ -182,7 +182,13 @@ client keeps reaching them itself; if mcpvisor's config has them too, the
 default "mcpvisor" entry serves them as well, so the client sees their
 tools twice: remove one, or pass --remote to take them over (mcpvisor then
 proxies them). Entries mcpvisor cannot run (VS Code inputs, Zed
-extensions) stay as they are. For Claude Code the user's servers
+extensions), or that the client restricts in ways mcpvisor cannot carry
+(VS Code's sandbox or envFile, Codex's env_vars or approval modes, a
+sign-in, a field mcpvisor does not know), stay as they are: the output
+names them and their fields, and mcpvisor's config need not have them.
+Codex's enabled_tools/disabled_tools stay in an entry written per
+server; one entry for all needs mcpvisor's server to filter its tools
+alike (import writes them as its tools {allow, deny}). For Claude Code the user's servers
 (~/.claude.json "mcpServers") are rewritten; a project's .mcp.json with
 --config-path.
 
@@ -191,8 +197,11 @@ Every unrelated key, comment and blank of the file stays as it was: only
 the server entries change. A timestamped copy of the file is written next
 to it first (its mode kept), and the change is recorded in the state dir,
 so that ` + "`mcpvisor uninstall-client CLIENT`" + ` restores the file byte for
-byte. Installing again when nothing changed does nothing. --dry-run prints
-the change as a unified diff and writes nothing.`,
+byte. A symlinked file stays a link (its target is rewritten), and keeps
+its owner. A file another program writes while install-client works on
+it is left as that program wrote it (run again). Installing again when
+nothing changed does nothing. --dry-run prints the change as a unified
+diff and writes nothing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
