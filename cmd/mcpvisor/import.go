@@ -38,10 +38,17 @@ A server whose launch (command, args, env, cwd; or url, headers) is
 already in the config is skipped, whatever its name; a new server whose
 name is taken is added as NAME-CLIENT, and said so. Nothing in the config
 is changed or reordered: entries are only added to "mcpServers", every
-other byte stays. Fields mcpvisor cannot take (VS Code's envFile or
-${input:…}, Codex's env_vars, …) are listed with their path and not
-imported; a server that needs the client to run (it prompts for an input,
-a Zed extension) is not imported at all.
+other byte stays. Codex's enabled_tools and disabled_tools become the
+server's tools {allow, deny} (the same launch with another filter is
+another server), and the clients' timeouts its initTimeout and
+requestTimeout. A project's servers (Claude Code's projects, a
+project's .mcp.json, .vscode/mcp.json, .zed/settings.json) get the
+project's directory as cwd, where the client runs them. Fields mcpvisor
+does not need are listed with their path; a server that needs the client
+to run (it prompts for an input, a Zed extension) or that the client
+restricts in ways mcpvisor cannot carry (VS Code's sandbox or envFile,
+Codex's env_vars, a sign-in, a field mcpvisor does not know) is not
+imported at all, its fields named.
 
 The config is --config, else ` + "`$XDG_CONFIG_HOME/mcpvisor/config.json`" + `
 (~/.config/mcpvisor/config.json), created when missing. It is replaced
@@ -76,7 +83,7 @@ diff and writes nothing.`,
 			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 				return err
 			}
-			if err := clientcfg.WriteFileAtomic(file, out, 0o600); err != nil {
+			if err := clientcfg.ReplaceFile(file, out, 0o600, old, exists); err != nil {
 				return fmt.Errorf("writing %s: %w", file, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: written\n", file)
@@ -94,6 +101,9 @@ type importSource struct {
 	label  string            // what a renamed server gets after '-'
 	path   string
 	format clientcfg.Format
+	// project is the project directory the file belongs to, if any:
+	// its servers run there.
+	project string
 }
 
 // clientEnv is this machine's, for client locations.
@@ -106,14 +116,22 @@ func clientEnv() clientcfg.Env {
 // clientFiles lists a client's files that exist.
 func clientFiles(c *clientcfg.Client) []importSource {
 	var out []importSource
-	for _, l := range c.Locations(clientEnv()) {
+	env := clientEnv()
+	for _, l := range c.Locations(env) {
 		paths := []string{l.Path}
 		if l.Glob {
 			paths, _ = filepath.Glob(l.Path)
 		}
+		project := ""
+		if l.Scope == clientcfg.ScopeProject {
+			project = clientcfg.ProjectDir(l.Path, env.Home) // "" in the home directory: the user's file
+		}
 		for _, p := range paths {
+			if slices.ContainsFunc(out, func(s importSource) bool { return s.path == p }) {
+				continue // the project is the home directory
+			}
 			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-				out = append(out, importSource{client: c, label: c.Name, path: p, format: l.Format})
+				out = append(out, importSource{client: c, label: c.Name, path: p, format: l.Format, project: project})
 			}
 		}
 	}
@@ -153,7 +171,11 @@ func importSources(args []string, warn io.Writer) ([]importSource, error) {
 			return nil, err
 		}
 		label := strings.TrimSuffix(filepath.Base(a), filepath.Ext(a))
-		out = append(out, importSource{label: label, path: a, format: f})
+		abs, err := filepath.Abs(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, importSource{label: label, path: a, format: f, project: clientcfg.ProjectDir(abs, clientEnv().Home)})
 	}
 	return out, nil
 }
@@ -192,9 +214,9 @@ func readSource(src importSource) (*clientcfg.File, error) {
 	}
 	var f *clientcfg.File
 	if src.client != nil {
-		f, err = src.client.Read(data, src.format)
+		f, err = src.client.ReadIn(data, src.format, src.project)
 	} else {
-		f, err = clientcfg.Read(data, src.format)
+		f, err = clientcfg.ReadIn(data, src.format, src.project)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s:%w", src.path, err)
@@ -234,15 +256,24 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer) ([
 					fmt.Fprintf(w, "%s: %s: not imported: %s\n", src.path, s.At, s.Blocked)
 				}
 				continue
+			case len(s.ClientOnly) > 0:
+				fmt.Fprintf(w, "%s: %s: not imported, left to the client: %s\n", src.path, s.At, s.LeftToClient())
+				continue
 			}
-			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameLaunch(k, s) }); i >= 0 {
+			// The same launch filtering the tools otherwise is another
+			// server: what the client hid stays hidden.
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool {
+				return clientcfg.SameLaunch(k, s) && clientcfg.SameTools(k.Tools, s.Tools)
+			}); i >= 0 {
 				if known[i].Name != s.Name {
 					fmt.Fprintf(w, "%s: %s: the same server as %q, skipped\n", src.path, s.At, known[i].Name)
 				}
 				continue
 			}
 			n := importName(s.Name, src.label, known)
-			if n != s.Name {
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameLaunch(k, s) }); i >= 0 {
+				fmt.Fprintf(w, "%s: %s: added as %q (the launch of %q, with tools %s instead of %s)\n", src.path, s.At, n, known[i].Name, s.Tools, known[i].Tools)
+			} else if n != s.Name {
 				fmt.Fprintf(w, "%s: %s: added as %q (the name is taken by another server)\n", src.path, s.At, n)
 			} else {
 				fmt.Fprintf(w, "%s: %s: added\n", src.path, s.At)

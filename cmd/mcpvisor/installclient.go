@@ -33,6 +33,32 @@ type installRecord struct {
 	At        time.Time `json:"at"`
 }
 
+// never reports whether the install recorded never reached the file:
+// it is still what install-client copied (or still absent).
+func (r *installRecord) never(data []byte, existed bool) bool {
+	if existed && hashOf(data) == r.SHA256 {
+		return false
+	}
+	if r.Backup == "" {
+		return !existed
+	}
+	orig, err := os.ReadFile(r.Backup)
+	return err == nil && existed && bytes.Equal(orig, data)
+}
+
+// discard removes the record and its copy of the file.
+func (r *installRecord) discard(stateDir string) error {
+	if r.Backup != "" {
+		if err := os.Remove(r.Backup); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(recordFile(stateDir, r.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 func recordFile(stateDir, path string) string {
 	sum := sha256.Sum256([]byte(path))
 	return filepath.Join(stateDir, "clients", hex.EncodeToString(sum[:8])+".json")
@@ -156,7 +182,13 @@ client keeps reaching them itself; if mcpvisor's config has them too, the
 default "mcpvisor" entry serves them as well, so the client sees their
 tools twice: remove one, or pass --remote to take them over (mcpvisor then
 proxies them). Entries mcpvisor cannot run (VS Code inputs, Zed
-extensions) stay as they are. For Claude Code the user's servers
+extensions), or that the client restricts in ways mcpvisor cannot carry
+(VS Code's sandbox or envFile, Codex's env_vars or approval modes, a
+sign-in, a field mcpvisor does not know), stay as they are: the output
+names them and their fields, and mcpvisor's config need not have them.
+Codex's enabled_tools/disabled_tools stay in an entry written per
+server; one entry for all needs mcpvisor's server to filter its tools
+alike (import writes them as its tools {allow, deny}). For Claude Code the user's servers
 (~/.claude.json "mcpServers") are rewritten; a project's .mcp.json with
 --config-path.
 
@@ -165,8 +197,11 @@ Every unrelated key, comment and blank of the file stays as it was: only
 the server entries change. A timestamped copy of the file is written next
 to it first (its mode kept), and the change is recorded in the state dir,
 so that ` + "`mcpvisor uninstall-client CLIENT`" + ` restores the file byte for
-byte. Installing again when nothing changed does nothing. --dry-run prints
-the change as a unified diff and writes nothing.`,
+byte. A symlinked file stays a link (its target is rewritten), and keeps
+its owner. A file another program writes while install-client works on
+it is left as that program wrote it (run again). Installing again when
+nothing changed does nothing. --dry-run prints the change as a unified
+diff and writes nothing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
@@ -203,6 +238,15 @@ the change as a unified diff and writes nothing.`,
 			if err != nil {
 				return err
 			}
+			if rec != nil && rec.never(data, existed) {
+				// install-client stopped (a crash, a kill) after recording
+				// and before writing: the file is still the one it copied
+				fmt.Fprintf(out, "%s: an install of %s never reached the file; its record is discarded\n", path, rec.At.Format(time.RFC3339))
+				if err := rec.discard(stateDir); err != nil {
+					return err
+				}
+				rec = nil
+			}
 			if rec != nil {
 				if existed && hashOf(data) == rec.SHA256 && rec.PerServer == perServer {
 					fmt.Fprintf(out, "%s: already launches mcpvisor (installed %s); nothing to do\n", path, rec.At.Format(time.RFC3339))
@@ -232,7 +276,7 @@ the change as a unified diff and writes nothing.`,
 						if err := os.MkdirAll(filepath.Dir(mcpvisorConfig), 0o700); err != nil {
 							return err
 						}
-						if err := clientcfg.WriteFileAtomic(mcpvisorConfig, merged, 0o600); err != nil {
+						if err := clientcfg.ReplaceFile(mcpvisorConfig, merged, 0o600, cfgData, cfgExisted); err != nil {
 							return err
 						}
 						fmt.Fprintf(out, "%s: written\n", mcpvisorConfig)
@@ -250,7 +294,8 @@ the change as a unified diff and writes nothing.`,
 			_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 			plan, err := c.PlanInstall(data, format, clientcfg.InstallOptions{
 				Exe: exe, Config: mcpvisorConfig, StateDir: daemonStateDir(configured.StateDir),
-				PerServer: perServer, Remote: remote, Known: mine.Servers})
+				PerServer: perServer, Remote: remote, Known: mine.Servers,
+				Project: clientcfg.ProjectDir(path, clientEnv().Home)})
 			if err != nil {
 				var ce *clientcfg.Error
 				if errors.As(err, &ce) {
@@ -261,12 +306,19 @@ the change as a unified diff and writes nothing.`,
 			if len(plan.Missing) > 0 {
 				var names []string
 				for _, s := range plan.Missing {
-					names = append(names, s.At)
+					n := s.At
+					if s.Tools != nil {
+						n += " (with tools " + s.Tools.String() + ")"
+					}
+					names = append(names, n)
 				}
 				return fmt.Errorf("%s: mcpvisor's config (%s) lacks %s: run `mcpvisor import %s` first, or pass --import", path, mcpvisorConfig, strings.Join(names, ", "), c.Name)
 			}
 			for _, k := range plan.Kept {
 				fmt.Fprintf(out, "%s: %s: %s\n", path, k.At, k.Msg)
+			}
+			for _, d := range plan.Dropped {
+				fmt.Fprintf(out, "%s: %s: %s\n", path, d.At, d.Msg)
 			}
 			if dryRun {
 				fmt.Fprint(out, clientcfg.Diff(data, plan.Data, path, path+" (installed)"))
@@ -287,11 +339,17 @@ the change as a unified diff and writes nothing.`,
 			} else if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 				return err
 			}
+			// The record first: a crash after the file is written leaves
+			// one for uninstall-client; one whose file was never written
+			// is told (never) and discarded by the next install-client.
 			if err := writeRecord(stateDir, rec); err != nil {
+				if rec.Backup != "" {
+					os.Remove(rec.Backup)
+				}
 				return err
 			}
-			if err := clientcfg.WriteFileAtomic(path, plan.Data, mode); err != nil {
-				os.Remove(recordFile(stateDir, path))
+			if err := clientcfg.ReplaceFile(path, plan.Data, mode, data, existed); err != nil {
+				rec.discard(stateDir)
 				return fmt.Errorf("writing %s: %w", path, err)
 			}
 			fmt.Fprintf(out, "%s: %s now launches %s through mcpvisor", path, c.Title, strings.Join(plan.Taken, ", "))
@@ -354,10 +412,15 @@ func newUninstallClientCmd() *cobra.Command {
 
 Restores the copy install-client made, byte for byte (and its mode), or
 removes the file when install-client created it, then deletes the copy.
-When the file changed since install-client wrote it (you, or the client,
-edited it), uninstall-client refuses and prints what changed, so that
-nothing is lost silently; --force restores the copy anyway. --dry-run
-prints the change as a unified diff and writes nothing.`,
+When the file changed since install-client wrote it (the client keeps
+its state there, or you edited it), only the server entries
+install-client changed are put back as they were; everything else stays
+as it is now. When those entries themselves changed since,
+uninstall-client refuses and prints what changed, so that nothing is
+lost silently; --force puts them back anyway (the rest of the file is
+still kept). --dry-run prints the change as a unified diff and writes
+nothing. A file another program writes while uninstall-client works on
+it is left as that program wrote it (run again).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
@@ -383,9 +446,9 @@ prints the change as a unified diff and writes nothing.`,
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-			if hashOf(cur) != rec.SHA256 && !force {
-				return fmt.Errorf("%s changed since install-client wrote it on %s; restoring would lose this (pass --force to restore anyway):\n%s",
-					path, rec.At.Format(time.RFC3339), clientcfg.Diff([]byte(rec.Installed), cur, path+" (as installed)", path+" (now)"))
+			curExisted := err == nil
+			if !curExisted {
+				cur = nil
 			}
 			var orig []byte
 			mode := fs.FileMode(0o600)
@@ -399,32 +462,82 @@ prints the change as a unified diff and writes nothing.`,
 				}
 				mode = fi.Mode().Perm()
 			}
+			// Unchanged since install: the copy goes back byte for byte.
+			// Changed: only the server entries install-client changed go
+			// back, in what the file holds now (a client that keeps its
+			// state in the file, as Claude Code does, loses none of it).
+			whole := curExisted && hashOf(cur) == rec.SHA256
+			next := orig
+			switch {
+			case whole:
+			case !curExisted && !force:
+				return fmt.Errorf("%s was removed since install-client wrote it on %s; pass --force to put the copy back", path, rec.At.Format(time.RFC3339))
+			case !curExisted:
+				whole = true
+			default:
+				_, format, err := clientTarget(c, configPath)
+				if err != nil {
+					return err
+				}
+				spliced, conflicts, err := c.PlanUninstall(orig, []byte(rec.Installed), cur, format, force)
+				if err != nil {
+					return fmt.Errorf("%s: %w (the file is left as it is)", path, err)
+				}
+				if len(conflicts) > 0 && !force {
+					return fmt.Errorf("%s changed since install-client wrote it on %s, in the entries it wrote (%s); putting them back would lose this (pass --force to put them back anyway; the rest of the file is kept):\n%s",
+						path, rec.At.Format(time.RFC3339), strings.Join(conflicts, ", "), clientcfg.Diff([]byte(rec.Installed), cur, path+" (as installed)", path+" (now)"))
+				}
+				next = spliced
+				if len(conflicts) > 0 {
+					fmt.Fprintf(out, "%s: %s changed since install-client; put back as they were (--force)\n", path, strings.Join(conflicts, ", "))
+				}
+				fmt.Fprintf(out, "%s: changed since install-client wrote it on %s: only the server entries it changed are put back; the rest stays as it is now\n", path, rec.At.Format(time.RFC3339))
+			}
+			remove := whole && rec.Backup == ""
 			if dryRun {
-				fmt.Fprint(out, clientcfg.Diff(cur, orig, path, path+" (restored)"))
+				fmt.Fprint(out, clientcfg.Diff(cur, next, path, path+" (restored)"))
 				return nil
 			}
-			if rec.Backup == "" {
-				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if remove {
+				target, err := clientcfg.Resolve(path)
+				if err != nil {
+					return err
+				}
+				if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return err
 				}
 			} else {
-				if err := clientcfg.WriteFileAtomic(path, orig, mode); err != nil {
+				if !whole {
+					if fi, err := os.Stat(path); err == nil {
+						mode = fi.Mode().Perm() // the file's now
+					}
+				}
+				if err := clientcfg.ReplaceFile(path, next, mode, cur, curExisted); err != nil {
 					return err
 				}
-				if err := os.Chmod(path, mode); err != nil {
-					return err
+				if whole {
+					target, err := clientcfg.Resolve(path)
+					if err != nil {
+						return err
+					}
+					if err := os.Chmod(target, mode); err != nil {
+						return err
+					}
 				}
-				os.Remove(rec.Backup)
 			}
-			if err := os.Remove(recordFile(stateDir, path)); err != nil {
+			if err := rec.discard(stateDir); err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "%s: restored as it was before install-client\n", path)
+			if whole {
+				fmt.Fprintf(out, "%s: restored as it was before install-client\n", path)
+			} else {
+				fmt.Fprintf(out, "%s: the server entries are back as they were before install-client\n", path)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the change as a unified diff; write nothing")
-	cmd.Flags().BoolVar(&force, "force", false, "restore even when the file changed since install-client")
+	cmd.Flags().BoolVar(&force, "force", false, "put the entries back even when they changed since install-client")
 	cmd.Flags().StringVar(&configPath, "config-path", "", "the client's configuration file (default: where the client keeps it)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "where installs are recorded (default $XDG_STATE_HOME/mcpvisor)")
 	return cmd

@@ -172,10 +172,71 @@ func TestInstallClientRoundTrip(t *testing.T) {
 	}
 }
 
-// TestUninstallClientRefusesAChangedFile: a file edited after
-// install-client is not restored (the edit would be lost) unless --force,
-// and the refusal shows the edit.
-func TestUninstallClientRefusesAChangedFile(t *testing.T) {
+// TestUninstallClientKeepsWhatChangedSince: a file changed after
+// install-client outside the entries it wrote (the client's own state, a
+// server added by hand) is spliced: the entries go back, the changes
+// stay. An edit of an entry install-client wrote is refused, shown,
+// unless --force, which puts the entry back and still keeps the rest.
+func TestUninstallClientKeepsWhatChangedSince(t *testing.T) {
+	h := newClientHome(t)
+	path := h.target("claude-code")
+	orig := []byte("{\n  \"numStartups\": 1,\n  \"mcpServers\": {\"a\": {\"command\": \"srv-a\"}}\n}\n")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := h.run("install-client", "claude-code", "--import", "--per-server"); !ok {
+		t.Fatal(out)
+	}
+	// Claude Code counts its startups, the user adds a server.
+	edited := strings.Replace(string(mustRead(t, path)), `"numStartups": 1`, `"numStartups": 2`, 1)
+	edited = strings.Replace(edited, `"a": {`, `"b": {"command": "added-by-hand"}, "a": {`, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := h.run("install-client", "claude-code", "--per-server"); ok || !strings.Contains(out, "uninstall-client claude-code") {
+		t.Fatalf("install-client over a changed install: ok=%v %s", ok, out)
+	}
+	out, ok := h.run("uninstall-client", "claude-code")
+	want := "{\n  \"numStartups\": 2,\n  \"mcpServers\": {\"b\": {\"command\": \"added-by-hand\"}, \"a\": {\"command\": \"srv-a\"}}\n}\n"
+	if !ok || !strings.Contains(out, "only the server entries it changed are put back") || string(mustRead(t, path)) != want {
+		t.Fatalf("uninstall of a file changed outside its entries: ok=%v\n%s\n%s", ok, out, mustRead(t, path))
+	}
+	if len(h.backups(path)) != 0 {
+		t.Errorf("backups left: %v", h.backups(path))
+	}
+
+	// The entry install-client wrote is edited: refused, then forced.
+	if out, ok := h.run("install-client", "claude-code", "--import", "--per-server"); !ok {
+		t.Fatal(out)
+	}
+	before := string(mustRead(t, path))
+	edited = strings.Replace(before, `"numStartups": 2`, `"numStartups": 3`, 1)
+	edited = strings.Replace(edited, `"--server"`, `"--verbose", "--server"`, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, ok = h.run("uninstall-client", "claude-code")
+	if ok || !strings.Contains(out, "in the entries it wrote (mcpServers.b)") || !strings.Contains(out, `+  "mcpServers": {"b": {"command": `) || !strings.Contains(out, `["connect", "--verbose", "--server", "b"`) {
+		t.Fatalf("uninstall of an edited entry: ok=%v\n%s", ok, out)
+	}
+	if string(mustRead(t, path)) != edited {
+		t.Fatal("the refused uninstall changed the file")
+	}
+	if out, ok := h.run("uninstall-client", "claude-code", "--force"); !ok {
+		t.Fatal(out)
+	}
+	if got := string(mustRead(t, path)); got != strings.Replace(want, `"numStartups": 2`, `"numStartups": 3`, 1) {
+		t.Fatalf("--force: \n%s", got)
+	}
+}
+
+// TestInstallClientDiscardsARecordThatNeverReachedTheFile: install-client
+// stopped between its record and the file (a crash) does not block the
+// next one, which installs.
+func TestInstallClientDiscardsARecordThatNeverReachedTheFile(t *testing.T) {
 	h := newClientHome(t)
 	path := h.target("cursor")
 	orig := []byte(`{"mcpServers": {"a": {"command": "srv-a"}}}` + "\n")
@@ -185,28 +246,22 @@ func TestUninstallClientRefusesAChangedFile(t *testing.T) {
 	if err := os.WriteFile(path, orig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, ok := h.run("install-client", "cursor", "--import", "--per-server"); !ok {
+	if out, ok := h.run("install-client", "cursor", "--import"); !ok {
 		t.Fatal(out)
 	}
-	edited := strings.Replace(string(mustRead(t, path)), `"a": {`, `"b": {"command": "added-by-hand"}, "a": {`, 1)
-	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+	// As if the file had never been written: the original back.
+	if err := os.WriteFile(path, orig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, ok := h.run("uninstall-client", "cursor")
-	if ok || !strings.Contains(out, "changed since install-client") || !strings.Contains(out, `+{"mcpServers": {"b": {"command": "added-by-hand"}`) {
-		t.Fatalf("uninstall of a changed file: ok=%v\n%s", ok, out)
+	out, ok := h.run("install-client", "cursor")
+	if !ok || !strings.Contains(out, "never reached the file; its record is discarded") || !strings.Contains(string(mustRead(t, path)), "connect") {
+		t.Fatalf("ok=%v\n%s", ok, out)
 	}
-	if string(mustRead(t, path)) != edited {
-		t.Fatal("the refused uninstall changed the file")
+	if b := h.backups(path); len(b) != 1 {
+		t.Errorf("backups %v, want the new one only", b)
 	}
-	if out, ok := h.run("install-client", "cursor", "--per-server"); ok || !strings.Contains(out, "uninstall-client cursor") {
-		t.Fatalf("install-client over a changed install: ok=%v %s", ok, out)
-	}
-	if out, ok := h.run("uninstall-client", "cursor", "--force"); !ok {
-		t.Fatal(out)
-	}
-	if string(mustRead(t, path)) != string(orig) {
-		t.Fatal("--force did not restore the original")
+	if out, ok := h.run("uninstall-client", "cursor"); !ok || string(mustRead(t, path)) != string(orig) {
+		t.Fatalf("uninstall: %s", out)
 	}
 }
 

@@ -61,8 +61,17 @@ func dump(f *File) []byte {
 		for _, kv := range s.Headers {
 			fmt.Fprintf(&b, "  header %s=%q (%s)\n", kv.Key, kv.Value, s.FieldPath("headers"))
 		}
+		if s.Tools != nil {
+			fmt.Fprintf(&b, "  tools %s\n", s.Tools)
+		}
+		if s.InitTimeout != "" || s.RequestTimeout != "" {
+			fmt.Fprintf(&b, "  initTimeout %q requestTimeout %q\n", s.InitTimeout, s.RequestTimeout)
+		}
 		for _, n := range s.Unsupported {
 			fmt.Fprintf(&b, "  unsupported %s\n", n)
+		}
+		for _, n := range s.ClientOnly {
+			fmt.Fprintf(&b, "  left to the client: %s\n", n)
 		}
 		if s.Blocked != "" {
 			fmt.Fprintf(&b, "  blocked: %s\n", s.Blocked)

@@ -73,6 +73,15 @@ func (s *Server) Entry() jsonc.Ordered {
 	if s.Disabled {
 		e = append(e, jsonc.Field{Key: "disabled", Value: true})
 	}
+	if s.Tools != nil && (s.Tools.Allow != nil || len(s.Tools.Deny) > 0) {
+		e = append(e, jsonc.Field{Key: "tools", Value: s.Tools.entry()})
+	}
+	if s.InitTimeout != "" {
+		e = append(e, jsonc.Field{Key: "initTimeout", Value: s.InitTimeout})
+	}
+	if s.RequestTimeout != "" {
+		e = append(e, jsonc.Field{Key: "requestTimeout", Value: s.RequestTimeout})
+	}
 	return e
 }
 
@@ -94,6 +103,9 @@ type InstallOptions struct {
 	Remote bool
 	// Known are the servers of mcpvisor's config.
 	Known []*Server
+	// Project is the project directory the file belongs to ("" for a
+	// user's file, see ProjectDir): its servers run there.
+	Project string
 }
 
 // EntryName is the name of the one entry install-client writes.
@@ -107,6 +119,10 @@ type Plan struct {
 	Taken []string
 	// Kept are the entries left as they were, with why.
 	Kept []Note
+	// Dropped are fields of taken entries the client applied to the
+	// server and no longer does (one entry for all servers has no place
+	// for them), with what applies instead.
+	Dropped []Note
 	// Missing are the client's servers that mcpvisor's config lacks:
 	// the plan is not to be carried out while there are any.
 	Missing []*Server
@@ -127,7 +143,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 			data = []byte("{}\n")
 		}
 	}
-	file, err := c.Read(data, f)
+	file, err := c.ReadIn(data, f, opts.Project)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +156,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		entry string
 		as    string // mcpvisor's server
 		off   bool
+		keep  []rawField // the client's own fields, kept per server
 	}
 	var takes []take
 	for _, s := range file.Servers {
@@ -150,19 +167,37 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		case s.IsConnect():
 			plan.Kept = append(plan.Kept, Note{s.At, "launches mcpvisor connect already"})
 			continue
-		case s.Blocked != "":
-			plan.Kept = append(plan.Kept, Note{s.At, "left to the client: " + s.Blocked})
+		case s.LeftToClient() != "":
+			plan.Kept = append(plan.Kept, Note{s.At, "left to the client: " + s.LeftToClient()})
 			continue
 		case s.Remote() && !opts.Remote:
 			plan.Kept = append(plan.Kept, Note{s.At, "remote: left to the client"})
 			continue
 		}
-		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) })
+		// mcpvisor's server must filter the tools as the client did; an
+		// entry per server keeps the client's own filter, which then
+		// applies on top of mcpvisor's.
+		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) && SameTools(k.Tools, s.Tools) })
+		if i < 0 && opts.PerServer {
+			i = slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) })
+		}
 		if i < 0 {
 			plan.Missing = append(plan.Missing, s)
 			continue
 		}
-		takes = append(takes, take{s.Name, opts.Known[i].Name, s.Disabled})
+		t := take{entry: s.Name, as: opts.Known[i].Name, off: s.Disabled}
+		for _, r := range s.clientSide {
+			if opts.PerServer {
+				t.keep = append(t.keep, r)
+				continue
+			}
+			switch r.Key {
+			case "enabled_tools", "disabled_tools": // mcpvisor's server has them
+				continue
+			}
+			plan.Dropped = append(plan.Dropped, Note{join(s.At, r.Key), fmt.Sprintf("the one %q entry has no place for it: mcpvisor's settings of %q apply instead (import maps the client's timeouts to them; --per-server keeps it)", EntryName, t.as)})
+		}
+		takes = append(takes, t)
 		plan.Taken = append(plan.Taken, s.Name)
 	}
 	if len(plan.Missing) > 0 {
@@ -179,7 +214,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		}
 		return a
 	}
-	entry := func(server string, off bool) jsonc.Ordered {
+	entry := func(server string, off bool, keep []rawField) jsonc.Ordered {
 		var e jsonc.Ordered
 		if f == FormatVSCode {
 			e = append(e, jsonc.Field{Key: "type", Value: "stdio"})
@@ -191,6 +226,9 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 			} else {
 				e = append(e, jsonc.Field{Key: "disabled", Value: true})
 			}
+		}
+		for _, r := range keep {
+			e = append(e, jsonc.Field{Key: r.Key, Value: r.JSON})
 		}
 		return e
 	}
@@ -204,14 +242,14 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		for _, t := range takes {
 			text := ""
 			if opts.PerServer {
-				text = codexTable(t.entry, opts.Exe, connect(t.as), !t.off)
+				text = codexTable(t.entry, opts.Exe, connect(t.as), !t.off, t.keep)
 			}
 			if out, err = codexReplace(out, t.entry, text); err != nil {
 				return nil, err
 			}
 		}
 		if !opts.PerServer {
-			if out, err = codexReplace(out, EntryName, codexTable(EntryName, opts.Exe, connect(""), true)); err != nil {
+			if out, err = codexReplace(out, EntryName, codexTable(EntryName, opts.Exe, connect(""), true, nil)); err != nil {
 				return nil, err
 			}
 		}
@@ -221,7 +259,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 	path := []string{key}
 	for _, t := range takes {
 		if opts.PerServer {
-			out, err = jsonc.SetMember(out, path, t.entry, entry(t.as, t.off))
+			out, err = jsonc.SetMember(out, path, t.entry, entry(t.as, t.off, t.keep))
 		} else {
 			out, err = jsonc.RemoveMember(out, path, t.entry)
 		}
@@ -230,7 +268,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		}
 	}
 	if !opts.PerServer {
-		if out, err = jsonc.SetMember(out, path, EntryName, entry("", false)); err != nil {
+		if out, err = jsonc.SetMember(out, path, EntryName, entry("", false, nil)); err != nil {
 			return nil, err
 		}
 	}

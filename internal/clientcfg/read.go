@@ -1,12 +1,15 @@
 package clientcfg
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	pathpkg "path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -55,6 +58,19 @@ type Server struct {
 	URL       string
 	Headers   []KV
 	Disabled  bool
+	// Tools is the client's filter of the server's tools (Codex's
+	// enabled_tools and disabled_tools, the "tools" of mcpvisor's own
+	// config), as mcpvisor's tools {allow, deny}: nil for none.
+	Tools *Tools
+	// RequestTimeout and InitTimeout are the client's timeouts for this
+	// server as mcpvisor durations ("90s"): "" for none.
+	RequestTimeout, InitTimeout string
+	// ClientOnly lists the fields that keep the entry with the client:
+	// they change what the server may do or see (a sandbox, an env file,
+	// variables passed on from the client's environment, a sign-in, a
+	// field mcpvisor does not know) and mcpvisor cannot carry them. Such
+	// an entry is neither imported nor taken over.
+	ClientOnly []Note
 	// Unsupported lists the fields of the entry mcpvisor does not take,
 	// each with its path: they are neither imported nor served.
 	Unsupported []Note
@@ -62,6 +78,10 @@ type Server struct {
 	// only the client can fill in, an extension's server): "" when it
 	// can.
 	Blocked string
+	// clientSide are the fields the client applies on its own side of
+	// the launch (tool filters, timeouts): an entry install-client
+	// writes per server keeps them.
+	clientSide []rawField
 	// fields maps a common field (command, args, env, cwd, url, headers)
 	// to its path in the file when that is not At.field.
 	fields map[string]string
@@ -73,6 +93,89 @@ func (s *Server) FieldPath(field string) string {
 		return p
 	}
 	return join(s.At, field)
+}
+
+// Tools is a filter of a server's tools, in mcpvisor's terms: patterns
+// (path.Match) of the server's own tool names.
+type Tools struct {
+	// Allow, when not nil, exposes only the tools it matches.
+	Allow []string
+	// Deny hides the tools it matches, after Allow.
+	Deny []string
+}
+
+// String writes the filter as mcpvisor's config does.
+func (t *Tools) String() string {
+	if t == nil {
+		return "none"
+	}
+	b, _ := jsonc.Encode(t.entry(), "", "")
+	return b
+}
+
+func (t *Tools) entry() jsonc.Ordered {
+	var o jsonc.Ordered
+	if t.Allow != nil {
+		o = append(o, jsonc.Field{Key: "allow", Value: t.Allow})
+	}
+	if len(t.Deny) > 0 {
+		o = append(o, jsonc.Field{Key: "deny", Value: t.Deny})
+	}
+	return o
+}
+
+// SameTools reports whether two filters let the same tools through (as
+// written: the same patterns in any order).
+func SameTools(a, b *Tools) bool {
+	norm := func(t *Tools) (allow, deny []string, all bool) {
+		if t == nil {
+			return nil, nil, true
+		}
+		allow, deny = slices.Clone(t.Allow), slices.Clone(t.Deny)
+		slices.Sort(allow)
+		slices.Sort(deny)
+		return slices.Compact(allow), slices.Compact(deny), t.Allow == nil
+	}
+	aa, ad, aall := norm(a)
+	ba, bd, ball := norm(b)
+	return aall == ball && slices.Equal(aa, ba) && slices.Equal(ad, bd)
+}
+
+// toolPattern is a pattern that matches the tool name exactly.
+func toolPattern(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// rawField is a field of a client's entry kept as it was written: JSON
+// for a JSON file, the decoded value for a TOML one.
+type rawField struct {
+	Key  string
+	JSON json.RawMessage
+	TOML any
+}
+
+// LeftToClient says why the entry stays with the client ("" when it
+// need not): its ClientOnly fields, with their paths, or Blocked.
+func (s *Server) LeftToClient() string {
+	if s.Blocked != "" {
+		return s.Blocked
+	}
+	var l []string
+	for _, n := range s.ClientOnly {
+		l = append(l, n.String())
+	}
+	return strings.Join(l, "; ")
+}
+
+func (s *Server) clientOnly(at, msg string) {
+	s.ClientOnly = append(s.ClientOnly, Note{At: at, Msg: msg})
 }
 
 // Remote reports whether the server is reached by URL.
@@ -118,16 +221,60 @@ func varsOf(f Format) varSyntax {
 }
 
 // Read reads a file of format f whose client is unknown (a file named on
-// the command line, mcpvisor's own config).
-func Read(data []byte, f Format) (*File, error) { return read(data, f, varsOf(f)) }
+// the command line, mcpvisor's own config): in a file of mcpServers,
+// mcpvisor's own settings are known, and its tools filters read.
+func Read(data []byte, f Format) (*File, error) { return ReadIn(data, f, "") }
+
+// ReadIn is Read for a file of the project directory project ("" for
+// none): see Client.ReadIn.
+func ReadIn(data []byte, f Format, project string) (*File, error) {
+	return read(data, f, varsOf(f), "", project)
+}
 
 // Read reads one of the client's files in format f.
-func (c *Client) Read(data []byte, f Format) (*File, error) {
+func (c *Client) Read(data []byte, f Format) (*File, error) { return c.ReadIn(data, f, "") }
+
+// ReadIn reads one of the client's files in format f that belongs to the
+// project directory project ("" for a user's file): clients run a
+// project's servers in the project's directory, so an entry without a cwd
+// gets project as its cwd (Claude Code's ~/.claude.json gives each
+// project's servers the project's directory, whatever project is).
+func (c *Client) ReadIn(data []byte, f Format, project string) (*File, error) {
 	v := c.vars
 	if f == FormatMCPServers && c.Format == FormatClaudeUser {
 		v = varsClaude
 	}
-	return read(data, f, v)
+	return read(data, f, v, c.Name, project)
+}
+
+// ProjectDir returns the project directory a client file at path belongs
+// to, told from its place in the project (.mcp.json, .cursor/mcp.json,
+// .vscode/mcp.json, .zed/settings.json, .codex/config.toml), or "": also
+// when that is home, the user's own (~/.cursor/mcp.json, ~/.codex).
+func ProjectDir(path, home string) string {
+	dir := projectDir(path)
+	if dir != "" && home != "" && strings.TrimRight(strings.ReplaceAll(dir, `\`, "/"), "/") == strings.TrimRight(strings.ReplaceAll(home, `\`, "/"), "/") {
+		return ""
+	}
+	return dir
+}
+
+func projectDir(path string) string {
+	slash := strings.ReplaceAll(path, `\`, "/")
+	dir, base := pathpkg.Split(slash)
+	parent := pathpkg.Base(pathpkg.Clean(dir))
+	cut := func(n int) string {
+		return strings.TrimRight(path[:len(path)-n], `/\`)
+	}
+	switch {
+	case base == ".mcp.json":
+		return cut(len(base))
+	case base == "mcp.json" && (parent == ".cursor" || parent == ".vscode"),
+		base == "settings.json" && parent == ".zed",
+		base == "config.toml" && parent == ".codex":
+		return cut(len(base) + len(parent) + 1)
+	}
+	return ""
 }
 
 // Error is a file that cannot be read: a syntax error (Line and Column
@@ -144,9 +291,15 @@ func (e *Error) Error() string {
 	return e.Msg
 }
 
-func read(data []byte, f Format, vars varSyntax) (*File, error) {
+func read(data []byte, f Format, vars varSyntax, client, project string) (*File, error) {
 	if f == FormatCodex {
-		return readCodex(data)
+		file, err := readCodex(data)
+		if err == nil {
+			for _, s := range file.Servers {
+				inProject(s, project)
+			}
+		}
+		return file, err
 	}
 	root, err := jsonc.Parse(data)
 	if err != nil {
@@ -159,7 +312,8 @@ func read(data []byte, f Format, vars varSyntax) (*File, error) {
 	if root.Kind != jsonc.Object {
 		return nil, &Error{Msg: fmt.Sprintf("the file holds %s, not a JSON object", root.Kind)}
 	}
-	r := &reader{file: &File{Format: f}, vars: vars, format: f}
+	r := &reader{file: &File{Format: f}, vars: vars, format: f, client: client, project: project,
+		mine: client == "" && f == FormatMCPServers, data: data}
 	switch f {
 	case FormatVSCodeSettings:
 		if mcp := root.Get("mcp"); mcp != nil && r.isObject(mcp, "mcp") {
@@ -170,20 +324,90 @@ func read(data []byte, f Format, vars varSyntax) (*File, error) {
 		if projects := root.Get("projects"); projects != nil && r.isObject(projects, "projects") {
 			for _, m := range projects.Members {
 				if r.isObject(m.Value, join("projects", m.Key)) {
+					r.project = m.Key // Claude Code runs them there
 					r.servers(m.Value.Get("mcpServers"), join(join("projects", m.Key), "mcpServers"))
+					r.project = project
 				}
 			}
 		}
 	default:
 		r.servers(root.Get(f.serversKey()), f.serversKey())
+		if r.mine {
+			r.defaultTools(root)
+		}
 	}
 	return r.file, nil
+}
+
+// inProject gives a local server of a project's file the project's
+// directory as its cwd when it names none.
+func inProject(s *Server, project string) {
+	if project != "" && s.Cwd == "" && !s.Remote() && s.Command != "" && s.Blocked == "" {
+		s.Cwd = strings.ReplaceAll(project, "$", "$$")
+	}
 }
 
 type reader struct {
 	file   *File
 	format Format
 	vars   varSyntax
+	// client is the client's name, "" when unknown.
+	client string
+	// project is the project directory of the servers read, if any.
+	project string
+	// mine: the file may be mcpvisor's own config, whose settings are
+	// known.
+	mine bool
+	data []byte
+}
+
+// mcpvisorSettings are the per-server settings of mcpvisor's config
+// (internal/config's settingNames) but tools, which is read.
+var mcpvisorSettings = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "sharing", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
+
+// defaultTools gives the servers without tools of their own the tools of
+// mcpvisor's "defaults", field by field as mcpvisor does.
+func (r *reader) defaultTools(root *jsonc.Value) {
+	d := root.Get("defaults")
+	if d == nil || d.Kind != jsonc.Object || d.Get("tools") == nil {
+		return
+	}
+	s := &Server{}
+	r.tools(s, d.Get("tools"), "defaults.tools")
+	if s.Tools == nil {
+		return
+	}
+	for _, srv := range r.file.Servers {
+		if srv.Tools == nil {
+			srv.Tools = &Tools{}
+		}
+		if srv.Tools.Allow == nil {
+			srv.Tools.Allow = s.Tools.Allow
+		}
+		if srv.Tools.Deny == nil {
+			srv.Tools.Deny = s.Tools.Deny
+		}
+	}
+}
+
+// tools reads mcpvisor's tools {allow, deny}.
+func (r *reader) tools(s *Server, v *jsonc.Value, at string) {
+	if !r.isObject(v, at) {
+		return
+	}
+	t := &Tools{}
+	for _, m := range v.Members {
+		fat := join(at, m.Key)
+		switch m.Key {
+		case "allow":
+			t.Allow = r.strs(m.Value, fat, nil)
+		case "deny":
+			t.Deny = r.strs(m.Value, fat, nil)
+		default:
+			r.problem(fat, "unknown field (allow, deny)")
+		}
+	}
+	s.Tools = t
 }
 
 func (r *reader) problem(at, format string, args ...any) {
@@ -221,6 +445,7 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 		return s
 	}
 	before := len(r.file.Problems)
+	defer inProject(s, r.project)
 	launch := false // a command or url is given, if empty
 	for _, m := range v.Members {
 		fat := join(at, m.Key)
@@ -278,20 +503,54 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 			if r.format == FormatZed && m.Value.Kind == jsonc.String && m.Value.Str == "extension" {
 				s.Blocked = "a Zed extension's server: Zed runs it, mcpvisor cannot"
 			} else if r.format != FormatZed {
-				s.unsupported(fat, "unknown field; not imported")
+				s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
 			}
 		case "remote":
 			if m.Value.Kind == jsonc.Bool && !m.Value.Bool {
 				continue
 			}
-			s.unsupported(fat, "runs the server on Zed's remote host; not imported")
+			s.clientOnly(fat, "runs the server on Zed's remote host, which mcpvisor cannot")
 		case "settings":
 			if m.Value.Kind == jsonc.Object && len(m.Value.Members) == 0 {
 				continue // Zed's migrations leave an empty one
 			}
 			s.unsupported(fat, unsupportedWhy(r.format, m.Key))
-		default:
+		case "timeout":
+			// Zed: seconds; Claude Code: milliseconds; a tool call's.
+			unit := time.Duration(0)
+			switch {
+			case r.format == FormatZed:
+				unit = time.Second
+			case r.format == FormatClaudeUser || r.client == "claude-code" || r.client == "" && r.format == FormatMCPServers:
+				unit = time.Millisecond
+			}
+			if unit == 0 || m.Value.Kind != jsonc.Number {
+				s.clientOnly(fat, unsupportedWhy(r.format, "?"))
+				continue
+			}
+			n, err := strconv.ParseFloat(m.Value.Str, 64)
+			if err != nil || n < 0 {
+				r.problem(fat, "must be a number of %s, not %s", map[bool]string{true: "seconds", false: "milliseconds"}[unit == time.Second], m.Value.Str)
+				continue
+			}
+			s.RequestTimeout = duration(n, unit)
+			s.keepClientSide(m.Key, jsonc.Standardize(r.data[m.Value.Start:m.Value.End]), nil)
+		case "dev":
 			s.unsupported(fat, unsupportedWhy(r.format, m.Key))
+		case "envFile", "sandbox", "sandboxEnabled", "oauth", "headersHelper":
+			s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
+		case "tools":
+			if r.mine {
+				r.tools(s, m.Value, fat)
+				continue
+			}
+			s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
+		default:
+			if r.mine && slices.Contains(mcpvisorSettings, m.Key) {
+				s.unsupported(fat, "an mcpvisor setting; not imported")
+				continue
+			}
+			s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
 		}
 	}
 	if s.Command == "" && s.URL == "" && s.Blocked == "" {
@@ -320,23 +579,38 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 func unsupportedWhy(f Format, key string) string {
 	switch key {
 	case "envFile":
-		return "mcpvisor does not read env files; put the variables in env"
+		return "the server gets the variables of an env file, which mcpvisor does not read (put them in env to take the server over)"
 	case "inputs":
 		return "mcpvisor cannot prompt for inputs"
 	case "dev":
 		return "VS Code's development mode (watch, debug) is not supported"
 	case "sandbox", "sandboxEnabled":
-		return "VS Code's sandbox is not supported; mcpvisor's limits (memory, pids, cpu) are its own"
+		return "VS Code runs the server in its sandbox (files, network), which mcpvisor cannot; its limits (memory, pids, cpu) are another thing"
 	case "oauth":
-		return "OAuth sign-in is not supported; use headers"
+		return "the client signs in with OAuth, which mcpvisor cannot"
 	case "headersHelper":
-		return "a command that makes headers is not supported; use headers"
-	case "timeout":
-		return "the client's tool timeout is not imported; use requestTimeout"
+		return "the client runs a command that makes the headers, which mcpvisor cannot"
 	case "settings":
 		return "a Zed extension's settings are not supported"
+	case "tools":
+		return "the client's own tool settings, which mcpvisor cannot carry"
 	}
-	return "not supported by mcpvisor; not imported"
+	return "a field mcpvisor does not know: it cannot tell what it changes"
+}
+
+// keepClientSide remembers a field the client applies on its side of
+// the launch.
+func (s *Server) keepClientSide(key string, js []byte, toml any) {
+	s.clientSide = append(s.clientSide, rawField{Key: key, JSON: json.RawMessage(js), TOML: toml})
+}
+
+// duration writes n units as an mcpvisor duration.
+func duration(n float64, unit time.Duration) string {
+	d := time.Duration(n * float64(unit))
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return d.String()
 }
 
 func (s *Server) unsupported(at, msg string) {
@@ -364,7 +638,7 @@ func (r *reader) zedCommand(s *Server, v *jsonc.Value, at string) {
 			s.Env = r.kvs(m.Value, fat, s, false)
 			s.setField("env", fat)
 		default:
-			s.unsupported(fat, "unknown field; not imported")
+			s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
 		}
 	}
 }
@@ -415,7 +689,7 @@ func (r *reader) kvs(v *jsonc.Value, at string, s *Server, numbers bool) []KV {
 		case m.Value.Kind == jsonc.Number && numbers:
 			out = append(out, KV{m.Key, m.Value.Str})
 		case m.Value.Kind == jsonc.Null && numbers:
-			s.unsupported(fat, "null (unset an inherited variable) is not supported; not imported")
+			s.clientOnly(fat, "null unsets a variable the server would inherit; mcpvisor cannot")
 		default:
 			out = append(out, KV{m.Key, r.str(m.Value, fat, s)})
 		}
@@ -583,17 +857,54 @@ func readCodex(data []byte) (*File, error) {
 				}
 				s.Disabled = !b
 			case "env_vars":
-				s.unsupported(fat, "variables passed through from Codex's environment: mcpvisor passes its whole environment; not imported")
-			case "bearer_token_env_var", "env_http_headers", "bearer_token":
-				s.unsupported(fat, "not imported: give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"})")
-			case "startup_timeout_sec", "startup_timeout_ms":
-				s.unsupported(fat, "Codex's startup timeout is not imported; use initTimeout")
-			case "tool_timeout_sec":
-				s.unsupported(fat, "Codex's tool timeout is not imported; use requestTimeout")
+				s.clientOnly(fat, "variables passed on from Codex's environment, which the server would not get from mcpvisor's (put them in env to take the server over)")
+			case "bearer_token_env_var", "env_http_headers", "bearer_token", "oauth", "oauth_resource", "scopes":
+				s.clientOnly(fat, "Codex signs in to the server (a token or OAuth), which mcpvisor cannot; give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"}) to take it over")
+			case "default_tools_approval_mode", "tools":
+				s.clientOnly(fat, "Codex's approval of tool calls, which mcpvisor cannot carry")
+			case "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec":
+				n, ok := tomlNumber(v)
+				if !ok || n < 0 {
+					bad(fat, "a number, 0 or more")
+					continue
+				}
+				switch k {
+				case "startup_timeout_sec":
+					s.InitTimeout = duration(n, time.Second)
+				case "startup_timeout_ms":
+					s.InitTimeout = duration(n, time.Millisecond)
+				default:
+					s.RequestTimeout = duration(n, time.Second)
+				}
+				s.keepClientSide(k, nil, v)
 			case "enabled_tools", "disabled_tools":
-				s.unsupported(fat, "not imported; use tools {allow, deny}")
+				list, ok := v.([]any)
+				if !ok {
+					bad(fat, "an array of strings")
+					continue
+				}
+				if s.Tools == nil {
+					s.Tools = &Tools{}
+				}
+				pats := []string{}
+				for i, e := range list {
+					str, ok := e.(string)
+					if !ok {
+						bad(fat+"["+strconv.Itoa(i)+"]", "a string")
+					}
+					pats = append(pats, toolPattern(str))
+				}
+				if k == "enabled_tools" {
+					s.Tools.Allow = pats
+				} else {
+					s.Tools.Deny = pats
+				}
+				s.keepClientSide(k, nil, v)
+			case "required", "supports_parallel_tool_calls":
+				s.keepClientSide(k, nil, v)
+			case "name": // legacy, Codex ignores it
 			default:
-				s.unsupported(fat, "not supported by mcpvisor; not imported")
+				s.clientOnly(fat, unsupportedWhy(FormatCodex, k))
 			}
 		}
 		s.Transport = TransportStdio
@@ -606,6 +917,16 @@ func readCodex(data []byte) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+func tomlNumber(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -3,9 +3,12 @@ package clientcfg
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 )
 
 // Codex's config.toml is edited by splicing whole [mcp_servers.NAME]
@@ -130,8 +133,9 @@ func tomlString(s string) string {
 	return b.String()
 }
 
-// codexTable writes a [mcp_servers.NAME] table.
-func codexTable(name, command string, args []string, enabled bool) string {
+// codexTable writes a [mcp_servers.NAME] table, with the client's own
+// fields keep.
+func codexTable(name, command string, args []string, enabled bool, keep []rawField) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[mcp_servers.%s]\ncommand = %s\nargs = [", codexKey(name), tomlString(command))
 	for i, a := range args {
@@ -144,7 +148,35 @@ func codexTable(name, command string, args []string, enabled bool) string {
 	if !enabled {
 		b.WriteString("enabled = false\n")
 	}
+	for _, r := range keep {
+		fmt.Fprintf(&b, "%s = %s\n", codexKey(r.Key), tomlValue(r.TOML))
+	}
 	return b.String()
+}
+
+// tomlValue writes a value go-toml decoded (inline, for tables).
+func tomlValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return tomlString(v)
+	case bool, int64:
+		return fmt.Sprint(v)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case []any:
+		var l []string
+		for _, e := range v {
+			l = append(l, tomlValue(e))
+		}
+		return "[" + strings.Join(l, ", ") + "]"
+	case map[string]any:
+		var l []string
+		for _, k := range sortedKeys(v) {
+			l = append(l, codexKey(k)+" = "+tomlValue(v[k]))
+		}
+		return "{ " + strings.Join(l, ", ") + " }"
+	}
+	return tomlString(fmt.Sprint(v))
 }
 
 // codexReplace replaces the tables of server name with text (appended at
@@ -159,6 +191,9 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 		return nil, fmt.Errorf("mcp_servers.%s is written as dotted keys or an inline table; mcpvisor edits only [mcp_servers.NAME] tables: rewrite it as one, or edit the file by hand", codexKey(name))
 	}
 	var out []byte
+	eol := jsonc.LineEnding(data)
+	text = jsonc.WithLineEnding(text, eol)
+	blankBefore := func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n")) }
 	spans := l.tables[name]
 	if len(spans) == 0 {
 		if text == "" {
@@ -166,10 +201,10 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 		}
 		out = bytes.Clone(data)
 		if len(out) > 0 && out[len(out)-1] != '\n' {
-			out = append(out, '\n')
+			out = append(out, eol...)
 		}
 		if len(out) > 0 {
-			out = append(out, '\n')
+			out = append(out, eol...)
 		}
 		out = append(out, text...)
 	} else {
@@ -178,10 +213,10 @@ func codexReplace(data []byte, name, text string) ([]byte, error) {
 			start, end := s.start, s.end
 			if i > 0 || text == "" {
 				// a removed table takes a blank line before it along
-				if bytes.HasSuffix(data[:start], []byte("\n\n")) {
-					start--
-				} else if start == 0 && bytes.HasPrefix(data[end:], []byte("\n")) {
-					end++
+				if blankBefore(data[:start]) {
+					start -= len(eol)
+				} else if start == 0 && bytes.HasPrefix(data[end:], []byte(eol)) {
+					end += len(eol)
 				}
 			}
 			out = append(out, data[last:start]...)

@@ -1,23 +1,95 @@
 package clientcfg
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 )
 
+// ErrChanged is what ReplaceFile returns when the file is not as it was
+// read: another program wrote it meanwhile, and nothing was written.
+var ErrChanged = errors.New("the file changed since it was read (another program wrote it); nothing written: run again")
+
+// Resolve returns the file path names, its symbolic links followed (a
+// dangling one too): the file an edit replaces, so that a link (a
+// config kept in a dotfiles repository) stays a link.
+func Resolve(path string) (string, error) {
+	for range 40 {
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return path, nil
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
+}
+
 // WriteFileAtomic replaces the file at path with data: it writes a
 // temporary file in the same directory, syncs it and renames it over
-// path, so a reader sees the old content or the new, never a part. The
-// file keeps its mode; a new file gets mode.
+// path, so a reader sees the old content or the new, never a part. A
+// symbolic link is followed: its target is replaced, the link stays. The
+// file keeps its mode and, when this process may give it, its owner (a
+// root run through sudo leaves the user's file the user's); a new file
+// gets mode. The directory is synced after the rename.
 func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
-	if fi, err := os.Stat(path); err == nil {
+	return writeAtomic(path, data, mode, nil)
+}
+
+// ReplaceFile is WriteFileAtomic for a file read earlier as was (existed
+// false: it did not exist): just before the rename the file is read
+// again, and when it is not as it was ErrChanged is returned and nothing
+// is written, so that what another program wrote meanwhile is not lost.
+// (A write between that check and the rename, microseconds, is still
+// possible: the clients do not lock their files.)
+func ReplaceFile(path string, data []byte, mode fs.FileMode, was []byte, existed bool) error {
+	return writeAtomic(path, data, mode, func(target string) error {
+		cur, err := os.ReadFile(target)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if existed {
+				return fmt.Errorf("%s: %w", path, ErrChanged)
+			}
+			return nil
+		case err != nil:
+			return err
+		case !existed || !bytes.Equal(cur, was):
+			return fmt.Errorf("%s: %w", path, ErrChanged)
+		}
+		return nil
+	})
+}
+
+func writeAtomic(path string, data []byte, mode fs.FileMode, check func(target string) error) error {
+	target, err := Resolve(path)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(target)
+	if err == nil {
 		mode = fi.Mode().Perm()
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
+	} else {
+		fi = nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	dir := filepath.Dir(target)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(target)+".tmp-*")
 	if err != nil {
 		return err
 	}
@@ -27,7 +99,10 @@ func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := f.Chmod(mode); err != nil {
+	if fi != nil {
+		keepOwner(f, fi)
+	}
+	if err := f.Chmod(mode); err != nil { // after chown, which may clear bits
 		f.Close()
 		return err
 	}
@@ -38,5 +113,13 @@ func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if check != nil {
+		if err := check(target); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		return err
+	}
+	return syncDir(dir)
 }

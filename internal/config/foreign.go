@@ -11,11 +11,13 @@ import (
 // A configuration may also be a client's own file: VS Code's mcp.json
 // (top-level "servers"), Zed's settings.json ("context_servers") or
 // Codex's config.toml (a .toml file, tables [mcp_servers.NAME]). Their
-// servers are served as mcpServers entries would be; what of an entry
-// mcpvisor cannot take (VS Code's envFile, sandbox or ${input:…}, Codex's
-// env_vars, …) is a warning naming the field, and a server that cannot
-// run without the client (a value the client prompts for, a Zed
-// extension) is left out with a warning. The files' other settings are the
+// servers are served as mcpServers entries would be, Codex's tool
+// filters and timeouts as tools, requestTimeout and initTimeout; what of
+// an entry mcpvisor does not need is a warning naming the field, and a
+// server that cannot run without the client (a value the client prompts
+// for, a Zed extension) or that the client restricts in ways mcpvisor
+// cannot (VS Code's envFile or sandbox, Codex's env_vars) is left out
+// with a warning. The files' other settings are the
 // client's and are not read.
 
 // foreignFormat returns the client format of a decoded document that is
@@ -85,6 +87,12 @@ func (p *parser) foreign(data []byte, f clientcfg.Format) (*node, *Problem) {
 			}
 			continue
 		}
+		if len(s.ClientOnly) > 0 {
+			// fields that change what the server may do or see: served
+			// without them, it would do or see more than the client let it
+			p.warnf(s.At, "not served (the client's to run): %s", s.LeftToClient())
+			continue
+		}
 		e := &node{kind: kindObject}
 		add := func(k string, v *node) {
 			e.keys = append(e.keys, k)
@@ -128,6 +136,29 @@ func (p *parser) foreign(data []byte, f clientcfg.Format) (*node, *Problem) {
 		}
 		if s.Disabled {
 			add("disabled", &node{kind: kindBool, b: true})
+		}
+		if s.Tools != nil {
+			strs := func(l []string) *node {
+				a := &node{kind: kindArray}
+				for _, x := range l {
+					a.vals = append(a.vals, str(x))
+				}
+				return a
+			}
+			t := &node{kind: kindObject}
+			if s.Tools.Allow != nil {
+				t.keys, t.vals = append(t.keys, "allow"), append(t.vals, strs(s.Tools.Allow))
+			}
+			if s.Tools.Deny != nil {
+				t.keys, t.vals = append(t.keys, "deny"), append(t.vals, strs(s.Tools.Deny))
+			}
+			add("tools", t)
+		}
+		if s.InitTimeout != "" {
+			add("initTimeout", str(s.InitTimeout))
+		}
+		if s.RequestTimeout != "" {
+			add("requestTimeout", str(s.RequestTimeout))
 		}
 		servers.keys = append(servers.keys, s.Name)
 		servers.vals = append(servers.vals, e)

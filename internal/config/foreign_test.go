@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClientFormats loads the files of clients as configs: their servers
@@ -19,13 +20,14 @@ func TestClientFormats(t *testing.T) {
 {
   "inputs": [{"type": "promptString", "id": "k"}],
   "servers": {
-    "a": {"type": "stdio", "command": "npx", "args": ["-y", "@scope/pkg@^1.2"], "env": {"N": 1, "T": "${env:TOKEN}"}, "envFile": "x",},
+    "a": {"type": "stdio", "command": "npx", "args": ["-y", "@scope/pkg@^1.2"], "env": {"N": 1, "T": "${env:TOKEN}"},},
+    "s": {"command": "npx", "envFile": "x", "sandboxEnabled": true},
     "b": {"command": "npx", "env": {"K": "${input:k}"}},
     "c": {"type": "sse", "url": "https://x.example/sse"},
   },
 }`,
 			[]string{"a stdio enabled npx -y @scope/pkg@^1.2", "c http (sse) enabled https://x.example/sse"},
-			[]string{"servers.a.envFile: mcpvisor does not read env files", "servers.b: not served: servers.b.env.K: uses ${input:k}"}},
+			[]string{"servers.s: not served (the client's to run): servers.s.envFile: the server gets the variables of an env file", "servers.b: not served: servers.b.env.K: uses ${input:k}"}},
 		{"zed settings.json", "settings.json", `{
   "theme": "x", // the rest is Zed's
   "context_servers": {
@@ -41,12 +43,17 @@ func TestClientFormats(t *testing.T) {
 command = "npx"
 args = ["-y", "pkg"]
 env_vars = ["HOME"]
+[mcp_servers.git]
+command = "uvx"
+args = ["git"]
+disabled_tools = ["reset"]
+tool_timeout_sec = 90
 [mcp_servers.web]
 url = "https://x.example/mcp"
 http_headers = { "X-Token" = "$1" }
 `,
-			[]string{"docs stdio enabled npx -y pkg", "web http enabled https://x.example/mcp"},
-			[]string{"mcp_servers.docs.env_vars: variables passed through"}},
+			[]string{"git stdio enabled uvx git", "web http enabled https://x.example/mcp"},
+			[]string{"mcp_servers.docs: not served (the client's to run): mcp_servers.docs.env_vars: variables passed on from Codex's environment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Parse([]byte(tc.data), tc.file, LoadOptions{LookupEnv: lookup})
@@ -75,6 +82,9 @@ http_headers = { "X-Token" = "$1" }
 			}
 			if s := cfg.Server("a"); s != nil && (s.Env["T"] != "t" || s.Env["N"] != "1") {
 				t.Errorf("a's env = %v", s.Env)
+			}
+			if s := cfg.Server("git"); s != nil && (s.Tools.Allowed("reset") || !s.Tools.Allowed("status") || s.RequestTimeout != 90*time.Second) {
+				t.Errorf("git's tools %+v, requestTimeout %v: want reset denied, 90s", s.Tools, s.RequestTimeout)
 			}
 			if s := cfg.Server("web"); s != nil && s.Headers["X-Token"] != "$1" {
 				t.Errorf("web's headers = %v ($ is literal in Codex)", s.Headers)

@@ -47,10 +47,17 @@ func encodeTo(b *bytes.Buffer, v any) error {
 	return nil
 }
 
+// Raw is a value's text, written by Encode as it is (a member put back
+// as a file had it, comments and layout included).
+type Raw string
+
 // Encode writes v as JSON for a document: indented with unit, each line
 // after the first prefixed with prefix, or on one line when unit is "".
-// HTML characters are not escaped.
+// HTML characters are not escaped. A Raw value is written as it is.
 func Encode(v any, prefix, unit string) (string, error) {
+	if r, ok := v.(Raw); ok {
+		return string(r), nil
+	}
 	var b bytes.Buffer
 	if err := encodeTo(&b, v); err != nil {
 		return "", err
@@ -92,11 +99,35 @@ type edit struct {
 	text       string
 }
 
+// LineEnding returns the line ending of a document: "\r\n" when its
+// first line ends so, else "\n".
+func LineEnding(data []byte) string {
+	if i := bytes.IndexByte(data, '\n'); i > 0 && data[i-1] == '\r' {
+		return "\r\n"
+	}
+	return "\n"
+}
+
+// WithLineEnding returns text with its line ends made eol.
+func WithLineEnding(text, eol string) string {
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	if eol == "\n" {
+		return text
+	}
+	return strings.ReplaceAll(text, "\n", eol)
+}
+
 // apply makes non-overlapping edits and checks that the result still
 // parses: an edit that broke the document is a bug, reported as an error
-// rather than written.
+// rather than written. Inserted lines end as the document's do (JSON's
+// strings hold no raw line ends, so only line ends change).
 func apply(data []byte, edits []edit) ([]byte, error) {
 	slices.SortFunc(edits, func(a, b edit) int { return a.start - b.start })
+	if eol := LineEnding(data); eol != "\n" {
+		for i := range edits {
+			edits[i].text = WithLineEnding(edits[i].text, eol)
+		}
+	}
 	var out bytes.Buffer
 	last := 0
 	for _, e := range edits {
