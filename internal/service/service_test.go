@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -556,5 +557,30 @@ func TestExecRunnerIsBoundedByCtx(t *testing.T) {
 	out, err := ExecRunner{}.Run(context.Background(), "sh", "-c", "echo out; echo err >&2; exit 3")
 	if err == nil || string(out) != "out\nerr\n" {
 		t.Errorf("a failing command: %v, printed %q (stdout and stderr, both)", err, out)
+	}
+}
+
+// ExecRunner bounds each command by its Timeout, and a command that
+// exited leaving a grandchild with its output pipe open returns (with
+// its output, no error) instead of waiting for the grandchild.
+func TestExecRunnerIsBounded(t *testing.T) {
+	start := time.Now()
+	_, err := ExecRunner{Timeout: 100 * time.Millisecond}.Run(context.Background(), "sleep", "60")
+	if err == nil || !strings.Contains(err.Error(), "did not finish within 100ms") || time.Since(start) > 30*time.Second {
+		t.Fatalf("sleep 60 under a 100 ms Timeout: %v after %v", err, time.Since(start))
+	}
+
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	start = time.Now()
+	out, err := ExecRunner{}.Run(context.Background(), "sh", "-c", "echo started; sleep 60 & echo $! > "+pidFile)
+	if err != nil || string(out) != "started\n" || time.Since(start) > 30*time.Second {
+		t.Fatalf("a command that left a grandchild holding its output: %v, printed %q, after %v", err, out, time.Since(start))
 	}
 }
