@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -47,6 +49,43 @@ func TestSocketSessionsTakeMaxSessions(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A daemon that accepts the connection but goes away before answering
+// the preface (an auto-started daemon reaching its --exit-when-unused
+// deadline as the client dials) is no failure with --start=auto: connect
+// says so and starts a daemon of its own, which serves the client.
+func TestConnectStartsADaemonWhenOneGoesAway(t *testing.T) {
+	w := newConnectWorld(t)
+	path := w.socket(t)
+	if err := os.MkdirAll(w.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		defer ln.Close() // and gone
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = bufio.NewReader(c).ReadString('\n') // the preface
+		_ = c.Close()                              // shutting down
+	}()
+	p := w.raw(t)
+	p.initialize(t)
+	<-gone
+	if d := w.daemons(); len(d) != 1 {
+		t.Errorf("daemons after connect met one going away: %v, want the one it started", d)
+	}
+	p.in.Close()
+	if code := p.exit(t, 10*time.Second); code != 0 || !strings.Contains(p.stderr.String(), "starting one") {
+		t.Errorf("connect with --start=auto, against a daemon that went away mid-preface: exit %d, want 0 and a word on stderr; stderr:\n%s", code, p.stderr)
+	}
 }
 
 // A client that sends a call and closes its input gets the answer: the

@@ -1,9 +1,23 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/user"
 	"path/filepath"
 )
+
+// userHome is the user's home directory: $HOME, else the user database's
+// (a client or a service manager may start mcpvisor without HOME).
+func userHome() (string, error) {
+	if home, err := os.UserHomeDir(); err == nil {
+		return home, nil
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		return u.HomeDir, nil
+	}
+	return "", errors.New("no home directory: HOME is not set, and the user database has none for this user")
+}
 
 // defaultConfigFile is the user's mcpvisor configuration, which import
 // fills and connect serves: $XDG_CONFIG_HOME/mcpvisor/config.json, else
