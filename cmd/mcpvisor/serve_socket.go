@@ -73,14 +73,16 @@ func openDaemonFront(a *app, socket string, unused time.Duration, log *slog.Logg
 	return d, nil
 }
 
-// wrap counts every request to h but /healthz (a probe is no client) as
-// activity.
+// wrap counts every request to h as activity but /healthz and /metrics:
+// a probe or a scrape is no client, and a monitor scraping every 15 s
+// would keep an auto-started daemon up forever. (A dashboard's or the
+// CLI's request counts.)
 func (d *daemonFront) wrap(h http.Handler) http.Handler {
 	if d.unused <= 0 {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
 			h.ServeHTTP(w, r)
 			return
 		}
