@@ -151,7 +151,11 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 // (the flag, else the config's stateDir, else the default) and the socket.
 func (o *connectOptions) resolve(stderr io.Writer) error {
 	if o.configFile == "" {
-		o.configFile = defaultConfigFile()
+		f, err := userConfigFile()
+		if err != nil {
+			return err
+		}
+		o.configFile = f
 	}
 	if o.stateDir == "" {
 		if data, err := config.ReadFile(o.configFile); err == nil {
@@ -161,7 +165,11 @@ func (o *connectOptions) resolve(stderr io.Writer) error {
 		}
 	}
 	if o.stateDir == "" {
-		o.stateDir = defaultStateDir()
+		d, err := userStateDir()
+		if err != nil {
+			return err
+		}
+		o.stateDir = d
 	}
 	// The daemon may be started from here: absolute paths, so that its
 	// log and ps say which files it serves.
@@ -218,6 +226,9 @@ func reachDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.
 // dial failed), or the handshake's error (the connection closed).
 func answer(o connectOptions) (*net.UnixConn, io.Reader, error) {
 	c, err := dialDaemon(o.socket)
+	if errors.As(err, new(foreignSocketError)) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, nil, errNoAnswer{err}
 	}
@@ -238,13 +249,39 @@ func handshakeErr(o connectOptions, err error) error {
 	return fmt.Errorf("the mcpvisor daemon on %s: %w", o.socket, err)
 }
 
-// dialDaemon connects to the daemon's socket.
+// dialDaemon connects to the daemon's socket, and checks that this user
+// serves it before anything is sent (peerIsMe).
 func dialDaemon(path string) (*net.UnixConn, error) {
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return c.(*net.UnixConn), nil
+	uc := c.(*net.UnixConn)
+	if err := peerIsMe(uc, os.Getuid()); err != nil {
+		_ = c.Close()
+		return nil, foreignSocketError{fmt.Errorf("not connecting to %s: %w", path, err)}
+	}
+	return uc, nil
+}
+
+// foreignSocketError: the socket answers, but another user serves it.
+type foreignSocketError struct{ err error }
+
+func (e foreignSocketError) Error() string { return e.err.Error() }
+func (e foreignSocketError) Unwrap() error { return e.err }
+
+// peerIsMe refuses a socket served by another user than uid's (a socket
+// put in a shared directory, or a path another user may write): a
+// client's requests go to its own user's daemon, or nowhere.
+func peerIsMe(c *net.UnixConn, uid int) error {
+	got, err := peerUID(c)
+	if err != nil {
+		return fmt.Errorf("cannot tell which user serves it: %w", err)
+	}
+	if got != uid {
+		return fmt.Errorf("it is served by uid %d, not by this user (uid %d): nothing is sent to another user's process", got, uid)
+	}
+	return nil
 }
 
 // daemonLogName is the daemon's log in the state directory, when connect
