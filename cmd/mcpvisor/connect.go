@@ -317,26 +317,16 @@ func startDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.
 	defer lock.Close()
 	// Another connect may have started one meanwhile; one going away is
 	// waited for.
-	t := time.NewTicker(startPoll)
-	defer t.Stop()
-	for {
-		c, down, err := answer(o)
-		var none errNoAnswer
-		switch {
-		case err == nil:
-			return c, down, nil
-		case errors.As(err, &none):
-		case errors.Is(err, bridge.ErrDaemonClosed):
-			select {
-			case <-ctx.Done():
-				return nil, nil, fmt.Errorf("the mcpvisor daemon on %s is going away and did not within --start-timeout: %w", o.socket, context.Cause(ctx))
-			case <-t.C:
-			}
-			continue
-		default:
-			return nil, nil, handshakeErr(o, err)
+	c, down, err := awaitAnswer(ctx, o, func(err error) error {
+		if errors.As(err, new(errNoAnswer)) {
+			return errNothingListens
 		}
-		break
+		return nil
+	}, func() error {
+		return fmt.Errorf("the mcpvisor daemon on %s is going away and was not gone within --start-timeout: %w", o.socket, context.Cause(ctx))
+	})
+	if !errors.Is(err, errNothingListens) {
+		return c, down, err
 	}
 	if h, ok := installedService(); ok {
 		c, down, err := startService(ctx, o, h)
@@ -383,6 +373,19 @@ func startService(ctx context.Context, o connectOptions, h service.Host) (*net.U
 	if err := service.Start(sctx, h); err != nil {
 		return nil, nil, fmt.Errorf("could not start %s: %w", what, err)
 	}
+	return awaitAnswer(sctx, o, nil, func() error {
+		return fmt.Errorf("%s started but did not answer on %s within %v (does it serve another state directory? mcpvisor service install --state-dir)", what, o.socket, bound.Round(time.Millisecond))
+	})
+}
+
+// errNothingListens: no daemon listens on the socket.
+var errNothingListens = errors.New("no daemon listens")
+
+// awaitAnswer tries o's socket every startPoll until a daemon answers the
+// preface (nothing listening yet, or one closing the connection as it
+// goes, is tried again), refuses it, check (if not nil) fails on what the
+// try met, or ctx ends: then the error is expired's.
+func awaitAnswer(ctx context.Context, o connectOptions, check func(error) error, expired func() error) (*net.UnixConn, io.Reader, error) {
 	t := time.NewTicker(startPoll)
 	defer t.Stop()
 	for {
@@ -395,9 +398,14 @@ func startService(ctx context.Context, o connectOptions, h service.Host) (*net.U
 		default:
 			return nil, nil, handshakeErr(o, err)
 		}
+		if check != nil {
+			if err := check(err); err != nil {
+				return nil, nil, err
+			}
+		}
 		select {
-		case <-sctx.Done():
-			return nil, nil, fmt.Errorf("%s started but did not answer on %s within %v (does it serve another state directory? mcpvisor service install --state-dir)", what, o.socket, bound.Round(time.Millisecond))
+		case <-ctx.Done():
+			return nil, nil, expired()
 		case <-t.C:
 		}
 	}
@@ -440,27 +448,15 @@ func startOwnDaemon(ctx context.Context, o connectOptions) (*net.UnixConn, io.Re
 	fail := func(why string) error {
 		return fmt.Errorf("the mcpvisor daemon (%s) %s; the end of %s:\n%s", exe+" serve", why, logPath, logTail(logPath, from))
 	}
-	t := time.NewTicker(startPoll)
-	defer t.Stop()
-	for {
-		c, down, err := answer(o)
-		var none errNoAnswer
-		switch {
-		case err == nil:
-			return c, down, nil
-		case errors.As(err, &none), errors.Is(err, bridge.ErrDaemonClosed):
-		default:
-			return nil, nil, handshakeErr(o, err)
-		}
+	exited := func(error) error {
 		if code, exited := reapIfExited(pid); exited {
-			return nil, nil, fail(fmt.Sprintf("exited (%s) before it answered on %s", code, o.socket))
+			return fail(fmt.Sprintf("exited (%s) before it answered on %s", code, o.socket))
 		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, fail(fmt.Sprintf("did not answer on %s: %v (pid %d may still come up; it exits by itself after %v without a client)", o.socket, context.Cause(ctx), pid, o.idleExit))
-		case <-t.C:
-		}
+		return nil
 	}
+	return awaitAnswer(ctx, o, exited, func() error {
+		return fail(fmt.Sprintf("did not answer on %s: %v (pid %d may still come up; it exits by itself after %v without a client)", o.socket, context.Cause(ctx), pid, o.idleExit))
+	})
 }
 
 // logTail is the last lines (at most 4 KiB) of what was written to path

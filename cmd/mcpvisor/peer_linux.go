@@ -1,28 +1,12 @@
 package main
 
-import (
-	"net"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// peerUID is the uid of the process that listens on c's other end
-// (SO_PEERCRED: its credentials as it listened).
-func peerUID(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
+// peerCredUID is SO_PEERCRED's uid: the peer's as it listened.
+func peerCredUID(fd int) (int, error) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return 0, err
 	}
-	var uid int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		var cred *unix.Ucred
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if gerr == nil {
-			uid = int(cred.Uid)
-		}
-	}); err != nil {
-		return 0, err
-	}
-	return uid, gerr
+	return int(cred.Uid), nil
 }

@@ -260,6 +260,15 @@ func Uninstall(ctx context.Context, h Host, opts Options) error {
 // run runs argv through h's runner and says so; its failure names the
 // command and quotes what it printed.
 func run(ctx context.Context, h Host, argv []string) error {
+	if err := runQuiet(ctx, h, argv); err != nil {
+		return err
+	}
+	fmt.Fprintf(h.Out, "ran: %s\n", shellLine(argv))
+	return nil
+}
+
+// runQuiet is run without a word when it succeeds.
+func runQuiet(ctx context.Context, h Host, argv []string) error {
 	out, err := h.Runner.Run(ctx, argv...)
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
@@ -268,7 +277,6 @@ func run(ctx context.Context, h Host, argv []string) error {
 		}
 		return fmt.Errorf("%s failed (%v)%s", shellLine(argv), err, msg)
 	}
-	fmt.Fprintf(h.Out, "ran: %s\n", shellLine(argv))
 	return nil
 }
 

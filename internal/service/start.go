@@ -3,9 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"strings"
 )
 
 // Installed is the definition mcpvisor service install wrote for this
@@ -39,14 +37,5 @@ func StartCommand(h Host) []string {
 // h.Runner; it prints nothing (h.Out is not used). Its failure names the
 // command and quotes what it printed.
 func Start(ctx context.Context, h Host) error {
-	argv := StartCommand(h)
-	out, err := h.Runner.Run(ctx, argv...)
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg != "" {
-			msg = ": " + msg
-		}
-		return fmt.Errorf("%s failed (%v)%s", shellLine(argv), err, msg)
-	}
-	return nil
+	return runQuiet(ctx, h, StartCommand(h))
 }
