@@ -101,7 +101,9 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		stateDir = cfg.StateDir
 	}
 	if stateDir == "" {
-		stateDir = defaultStateDir()
+		if stateDir, err = userStateDir(); err != nil {
+			return nil, err
+		}
 	}
 	rt, err := proc.Open(proc.Options{StateDir: stateDir, Logger: log})
 	if err != nil {

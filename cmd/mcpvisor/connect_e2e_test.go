@@ -31,6 +31,10 @@ import (
 // marker every process started from them carries.
 type connectWorld struct {
 	cfg, state, marker string
+	// home is HOME for connect and what it starts, with XDG_CONFIG_HOME
+	// home/xdg: no service the user installed is found there.
+	home string
+	env  []string // more environment for connect
 }
 
 // newConnectWorld writes a config with server x (the fixture); its daemon
@@ -38,7 +42,10 @@ type connectWorld struct {
 func newConnectWorld(t *testing.T) *connectWorld {
 	t.Helper()
 	dir := t.TempDir()
-	w := &connectWorld{cfg: filepath.Join(dir, "config.json"), state: filepath.Join(dir, "state"), marker: testserver.NewMarker(t)}
+	w := &connectWorld{cfg: filepath.Join(dir, "config.json"), state: filepath.Join(dir, "state"), marker: testserver.NewMarker(t), home: filepath.Join(dir, "home")}
+	if err := os.Mkdir(w.home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(w.cfg, []byte(fmt.Sprintf(`{"listen":"127.0.0.1:0","mcpServers":{"x":{"command":%q}}}`, testserver.Build(t))), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +64,8 @@ func newConnectWorld(t *testing.T) *connectWorld {
 func (w *connectWorld) command(t *testing.T, args ...string) *exec.Cmd {
 	bin, _ := binaries(t)
 	cmd := exec.Command(bin, append([]string{"connect", "--config", w.cfg, "--state-dir", w.state}, args...)...)
-	cmd.Env = append(os.Environ(), testserver.MarkerEnv+"="+w.marker)
+	cmd.Env = append(os.Environ(), testserver.MarkerEnv+"="+w.marker, "HOME="+w.home, "XDG_CONFIG_HOME="+filepath.Join(w.home, "xdg"))
+	cmd.Env = append(cmd.Env, w.env...)
 	return cmd
 }
 
@@ -295,7 +303,14 @@ type rawConnect struct {
 
 func (w *connectWorld) raw(t *testing.T, args ...string) *rawConnect {
 	t.Helper()
+	return w.rawIn(t, "", args...)
+}
+
+// rawIn is raw with connect's working directory dir ("": this one).
+func (w *connectWorld) rawIn(t *testing.T, dir string, args ...string) *rawConnect {
+	t.Helper()
 	p := &rawConnect{cmd: w.command(t, args...), stderr: &lockedBuffer{}, waited: make(chan error, 1)}
+	p.cmd.Dir = dir
 	p.cmd.Stderr = p.stderr
 	in, err := p.cmd.StdinPipe()
 	if err != nil {

@@ -73,14 +73,16 @@ func openDaemonFront(a *app, socket string, unused time.Duration, log *slog.Logg
 	return d, nil
 }
 
-// wrap counts every request to h but /healthz (a probe is no client) as
-// activity.
+// wrap counts every request to h as activity but /healthz and /metrics:
+// a probe or a scrape is no client, and a monitor scraping every 15 s
+// would keep an auto-started daemon up forever. (A dashboard's or the
+// CLI's request counts.)
 func (d *daemonFront) wrap(h http.Handler) http.Handler {
 	if d.unused <= 0 {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
 			h.ServeHTTP(w, r)
 			return
 		}
@@ -119,7 +121,7 @@ func (d *daemonFront) start(sd *shutdown.Shutdown, sessions *gateway.SessionLimi
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.served = cancel, make(chan struct{})
-	srv := &bridge.Server{Open: d.open(stdio), Activity: &d.activity, Logger: d.log}
+	srv := &bridge.Server{Admit: d.admit, Open: d.open(stdio), Activity: &d.activity, Logger: d.log}
 	go func() {
 		defer close(d.served)
 		_ = srv.Serve(ctx, d.ln)
@@ -127,8 +129,25 @@ func (d *daemonFront) start(sd *shutdown.Shutdown, sessions *gateway.SessionLimi
 	return nil
 }
 
+// admit gives a socket session a place under the config's maxSessions,
+// the bound the HTTP sessions are under: a connect is a client session as
+// an HTTP one is.
+func (d *daemonFront) admit(bridge.Hello) (func(), error) {
+	if d.sessions == nil {
+		return nil, nil
+	}
+	if !d.sessions.TryAcquire() {
+		return nil, fmt.Errorf("too many sessions: maxSessions is %d open at once (HTTP sessions and mcpvisor connect sessions together); try again when one has ended, or raise maxSessions in the config", d.sessions.Max())
+	}
+	return d.sessions.Release, nil
+}
+
 // open resolves a connection's preface to its session: the aggregated
-// endpoint, or the one server it names.
+// endpoint, or the one server it names. Each session counts its requests
+// in flight (passed on to the daemon's activity): the client's EOF, which
+// connect passes on as it closes its write side, ends the session only
+// once their answers are written (bounded by bridge.DefaultFlushTimeout,
+// connect's own wait for them).
 func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridge.Session, error) {
 	return func(h bridge.Hello) (bridge.Session, error) {
 		ep := d.a.gw.Aggregate()
@@ -140,7 +159,9 @@ func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridg
 		opts := stdio
 		opts.ClientHint = h.Client // the program that launched connect
 		return func(ctx context.Context, r io.Reader, w io.Writer) error {
-			return opts.Serve(ctx, ep, r, w)
+			inflight := &bridge.InFlight{Next: &d.activity}
+			opts.Activity = inflight
+			return opts.Serve(ctx, ep, inflight.HoldEOF(ctx, r, bridge.DefaultFlushTimeout), w)
 		}, nil
 	}
 }

@@ -81,7 +81,9 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 		return service.Spec{}, usageError{err}
 	}
 	if configFile == "" {
-		configFile = defaultConfigFile()
+		if configFile, err = userConfigFile(); err != nil {
+			return service.Spec{}, err
+		}
 	}
 	if configFile, err = filepath.Abs(configFile); err != nil {
 		return service.Spec{}, err

@@ -1,22 +1,83 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+
+	"github.com/mcpvisor/mcpvisor/internal/bridge"
 )
+
+// userHome is the user's home directory: $HOME, else the user database's
+// (a client or a service manager may start mcpvisor without HOME).
+func userHome() (string, error) {
+	if home, err := os.UserHomeDir(); err == nil {
+		return home, nil
+	}
+	if home := databaseHome(); filepath.IsAbs(home) {
+		return home, nil
+	}
+	return "", errors.New("no home directory: HOME is not set, and the user database has none for this user")
+}
+
+// databaseHome is the user database's home directory for this user, or
+// "" (a variable: tests stand in for a user the database does not know).
+var databaseHome = func() string {
+	if u, err := user.Current(); err == nil {
+		return u.HomeDir
+	}
+	return ""
+}
 
 // defaultConfigFile is the user's mcpvisor configuration, which import
 // fills and connect serves: $XDG_CONFIG_HOME/mcpvisor/config.json, else
-// ~/.config/mcpvisor/config.json (else config.json under the system temp
-// dir, when there is no home).
+// ~/.config/mcpvisor/config.json (userConfigFile; with no home at all, a
+// path that cannot be made, so that nothing is read from or written to a
+// directory another user may have put there).
 func defaultConfigFile() string {
+	f, err := userConfigFile()
+	if err != nil {
+		return filepath.Join(noHome, ".config", "mcpvisor", "config.json")
+	}
+	return f
+}
+
+// userConfigFile is defaultConfigFile, or an error that says why there is
+// none: no XDG_CONFIG_HOME and no home directory. With no home, a
+// directory of this user's under the system temp dir (mcpvisor-UID, made
+// 0700 and checked to be this user's alone) stands in for it; never a
+// shared path.
+func userConfigFile() (string, error) {
 	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
-		return filepath.Join(d, "mcpvisor", "config.json")
+		return filepath.Join(d, "mcpvisor", "config.json"), nil
 	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".config", "mcpvisor", "config.json")
+	home, err := userBase()
+	if err != nil {
+		return "", fmt.Errorf("where is mcpvisor's config? %w; set XDG_CONFIG_HOME or HOME, or pass --config", err)
 	}
-	return filepath.Join(os.TempDir(), "mcpvisor", "config.json")
+	return filepath.Join(home, ".config", "mcpvisor", "config.json"), nil
+}
+
+// noHome is the base of the defaults when there is no home directory and
+// no private directory of the user's: a path that does not exist and that
+// only root could make.
+const noHome = "/nonexistent/mcpvisor-has-no-home"
+
+// userBase is the user's home directory, else a directory of this user's
+// alone under the system temp dir (mcpvisor-UID, 0700, the one the socket
+// falls back to), else an error.
+func userBase() (string, error) {
+	if home, err := userHome(); err == nil {
+		return home, nil
+	}
+	dir := filepath.Join(os.TempDir(), "mcpvisor-"+strconv.Itoa(os.Getuid()))
+	if err := bridge.PrivateDir(dir); err != nil {
+		return "", fmt.Errorf("no home directory (HOME is not set, and the user database has none), and %w", err)
+	}
+	return dir, nil
 }
 
 // daemonStateDir is the state directory a daemon serving cfg is told

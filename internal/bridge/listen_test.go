@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -174,5 +175,59 @@ func TestLock(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lock did not get a released lock")
+	}
+}
+
+// The socket is never reachable with looser permissions than 0600, even
+// under a umask of 0: as bind makes it (with the umask's permissions),
+// what is in its directory is a socket of 0600 or a directory of 0700,
+// and afterwards the temporary directory is gone.
+func TestListenNeverLoose(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, SocketName)
+	checked := false
+	afterBind = func(tmp string) {
+		checked = true
+		if filepath.Dir(filepath.Dir(tmp)) != dir {
+			t.Errorf("the socket is made at %s, not in a directory of its own next to %s", tmp, path)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			fi, err := os.Lstat(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case fi.IsDir() && fi.Mode().Perm() != 0o700:
+				t.Errorf("%s: a directory of mode %v next to the socket being made", e.Name(), fi.Mode().Perm())
+			case fi.Mode()&os.ModeSocket != 0 && fi.Mode().Perm() != 0o600:
+				t.Errorf("%s: a socket of mode %v reachable as it is made", e.Name(), fi.Mode().Perm())
+			}
+		}
+	}
+	defer func() { afterBind = nil }()
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !checked {
+		t.Fatal("the socket was not made under a temporary name")
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 { // the socket and its lock
+		t.Errorf("left in the socket's directory: %v", names)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket: %v %v", fi, err)
 	}
 }

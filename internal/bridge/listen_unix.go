@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -34,10 +33,10 @@ type Listener struct {
 // file), it returns an error wrapping ErrInUse and touches nothing — a
 // live daemon's socket is never stolen. Otherwise a file left at path is a
 // dead daemon's: it is replaced if it is a socket, and refused (an error,
-// nothing removed) if it is anything else. The socket is made under a
-// temporary name, given mode 0600 and then renamed to path, so it is
-// never reachable with looser permissions. path's directory is made 0700
-// if missing.
+// nothing removed) if it is anything else. The socket is made in a fresh
+// temporary directory of mode 0700 next to path, given mode 0600 and then
+// renamed to path, so it is never reachable with looser permissions.
+// path's directory is made 0700 if missing.
 func Listen(path string) (*Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
@@ -70,19 +69,33 @@ func listen(path string) (*Listener, error) {
 	case !os.IsNotExist(err):
 		return nil, err
 	}
-	// A short temporary name next to path (rename does not cross
-	// directories), if it fits; else path itself, chmod right after.
-	tmp := filepath.Join(filepath.Dir(path), ".s"+strconv.Itoa(os.Getpid()))
-	if !fits(tmp) {
-		tmp = path
+	// Made in a fresh directory of mode 0700 next to path (rename does
+	// not cross file systems), given mode 0600 there and then renamed to
+	// path: bind makes the socket with the umask's permissions, and no
+	// one else may reach it through the private directory before the
+	// chmod. If that name does not fit a socket path, path itself (the
+	// state directory is the user's, 0700, as Listen makes it).
+	tmp, dir := path, ""
+	if d, err := os.MkdirTemp(filepath.Dir(path), ".s"); err == nil {
+		if t := filepath.Join(d, "s"); fits(t) {
+			tmp, dir = t, d
+		} else {
+			_ = os.Remove(d)
+		}
 	}
-	_ = os.Remove(tmp)
+	if dir != "" {
+		defer os.RemoveAll(dir)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
 	ln.SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, 0o600); err == nil && tmp != path {
+	if afterBind != nil {
+		afterBind(tmp)
+	}
+	err = os.Chmod(tmp, 0o600)
+	if err == nil && tmp != path {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
@@ -95,6 +108,10 @@ func listen(path string) (*Listener, error) {
 	}
 	return &Listener{UnixListener: ln, path: path, fi: fi}, nil
 }
+
+// afterBind, if set (by tests), sees the socket just made, under its
+// temporary name, with the umask's permissions.
+var afterBind func(tmp string)
 
 // errInUse is an error wrapping ErrInUse if a socket at path answers.
 func errInUse(path string) error {

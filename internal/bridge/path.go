@@ -50,3 +50,9 @@ func SocketPath(stateDir string) (path string, fallback bool, err error) {
 
 // fits reports whether path can name a unix socket here.
 func fits(path string) bool { return len(path) <= maxSocketPath }
+
+// PrivateDir makes dir (mode 0700) if it is missing and checks that no one
+// but this user may enter it (on unix: a directory of this user's, mode
+// 0700): what goes in a shared temporary directory must be out of other
+// users' reach.
+func PrivateDir(dir string) error { return privateDir(dir) }

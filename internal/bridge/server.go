@@ -37,6 +37,13 @@ type Server struct {
 	// goroutine and may be called concurrently.
 	Open func(h Hello) (Session, error)
 
+	// Admit, if not nil, is asked for every preface, before Open, for a
+	// place for the session (a bound on the sessions open at once): an
+	// error refuses the connection, told in the reply; release, if not
+	// nil, is called once the connection is closed, whether its session
+	// ran or not.
+	Admit func(h Hello) (release func(), err error)
+
 	// Activity, if not nil, sees every connection begin when it is
 	// accepted and end when it is closed: an open connection is a client.
 	Activity Activity
@@ -110,6 +117,13 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 	br := bufio.NewReaderSize(c, MaxPrefaceLine)
 	h, err := ReadHello(br)
 	var sess Session
+	if err == nil && s.Admit != nil {
+		var release func()
+		release, err = s.Admit(h)
+		if release != nil {
+			defer release()
+		}
+	}
 	if err == nil {
 		sess, err = s.Open(h)
 	}

@@ -184,3 +184,57 @@ func TestServerPrefaceTimeout(t *testing.T) {
 		t.Fatalf("answered %q", b)
 	}
 }
+
+// Admit bounds the sessions: one refused is told why in the reply and
+// never opened; a place is released once its connection is closed, run
+// or refused by Open.
+func TestServerAdmit(t *testing.T) {
+	var mu sync.Mutex
+	taken := 0
+	released := make(chan struct{}, 8)
+	path, stop := serveEcho(t, &Server{Admit: func(Hello) (func(), error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if taken == 1 {
+			return nil, errors.New("too many sessions (maxSessions 1)")
+		}
+		taken++
+		return func() {
+			mu.Lock()
+			taken--
+			mu.Unlock()
+			released <- struct{}{}
+		}, nil
+	}})
+	first, _, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = dialHello(t, path, Hello{Version: Version, Server: "a"})
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Reason != "too many sessions (maxSessions 1)" {
+		t.Fatalf("a second session under a bound of 1: %v", err)
+	}
+	first.Close()
+	<-released
+	third, down, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
+	if err != nil {
+		t.Fatalf("a session after the first closed: %v", err)
+	}
+	io.WriteString(third, "hi\n")
+	if l, err := bufio.NewReader(down).ReadString('\n'); l != "a:hi\n" || err != nil {
+		t.Fatalf("the third session: %q %v", l, err)
+	}
+	// Refused by Open after it was admitted: released all the same.
+	if _, _, err := func() (*net.UnixConn, io.Reader, error) {
+		third.Close()
+		<-released
+		return dialHello(t, path, Hello{Version: Version, Server: "nope"})
+	}(); !errors.As(err, &re) {
+		t.Fatalf("unknown server: %v", err)
+	}
+	<-released
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Runner runs one command of the service manager and returns what it
@@ -21,13 +22,45 @@ type Runner interface {
 	Run(ctx context.Context, argv ...string) ([]byte, error)
 }
 
-// ExecRunner runs commands as processes, found in PATH; each is bounded
-// by ctx.
-type ExecRunner struct{}
+// DefaultRunTimeout bounds each command ExecRunner runs (systemctl and
+// launchctl answer in well under a second; one that hangs — a manager
+// that does not answer on its bus — must not hold install, or connect,
+// forever).
+const DefaultRunTimeout = 30 * time.Second
 
-// Run runs argv and returns its combined output.
-func (ExecRunner) Run(ctx context.Context, argv ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+// runWaitDelay is how long Run still waits for the command's output once
+// it exited (or was killed): a grandchild it left holding the output
+// pipe does not hold Run.
+const runWaitDelay = time.Second
+
+// ExecRunner runs commands as processes, found in PATH; each is bounded
+// by ctx and by Timeout.
+type ExecRunner struct {
+	// Timeout bounds each command (0: DefaultRunTimeout); one still
+	// running then is killed, and Run returns an error.
+	Timeout time.Duration
+}
+
+// Run runs argv and returns its combined output. Once the command has
+// exited, what it left running with the output pipe open (a forked
+// grandchild) holds Run for at most a second, and is no error.
+func (r ExecRunner) Run(ctx context.Context, argv ...string) ([]byte, error) {
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultRunTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%s did not finish within %v", argv[0], timeout))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = runWaitDelay
+	out, err := cmd.CombinedOutput()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // exited successfully; a grandchild kept the pipe open
+	}
+	if err != nil && context.Cause(ctx) != nil && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+	}
+	return out, err
 }
 
 // Host is where the service is installed: the user, the service
@@ -227,6 +260,15 @@ func Uninstall(ctx context.Context, h Host, opts Options) error {
 // run runs argv through h's runner and says so; its failure names the
 // command and quotes what it printed.
 func run(ctx context.Context, h Host, argv []string) error {
+	if err := runQuiet(ctx, h, argv); err != nil {
+		return err
+	}
+	fmt.Fprintf(h.Out, "ran: %s\n", shellLine(argv))
+	return nil
+}
+
+// runQuiet is run without a word when it succeeds.
+func runQuiet(ctx context.Context, h Host, argv []string) error {
 	out, err := h.Runner.Run(ctx, argv...)
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
@@ -235,7 +277,6 @@ func run(ctx context.Context, h Host, argv []string) error {
 		}
 		return fmt.Errorf("%s failed (%v)%s", shellLine(argv), err, msg)
 	}
-	fmt.Fprintf(h.Out, "ran: %s\n", shellLine(argv))
 	return nil
 }
 

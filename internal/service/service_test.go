@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -556,5 +557,69 @@ func TestExecRunnerIsBoundedByCtx(t *testing.T) {
 	out, err := ExecRunner{}.Run(context.Background(), "sh", "-c", "echo out; echo err >&2; exit 3")
 	if err == nil || string(out) != "out\nerr\n" {
 		t.Errorf("a failing command: %v, printed %q (stdout and stderr, both)", err, out)
+	}
+}
+
+// ExecRunner bounds each command by its Timeout, and a command that
+// exited leaving a grandchild with its output pipe open returns (with
+// its output, no error) instead of waiting for the grandchild.
+func TestExecRunnerIsBounded(t *testing.T) {
+	start := time.Now()
+	_, err := ExecRunner{Timeout: 100 * time.Millisecond}.Run(context.Background(), "sleep", "60")
+	if err == nil || !strings.Contains(err.Error(), "did not finish within 100ms") || time.Since(start) > 30*time.Second {
+		t.Fatalf("sleep 60 under a 100 ms Timeout: %v after %v", err, time.Since(start))
+	}
+
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	start = time.Now()
+	out, err := ExecRunner{}.Run(context.Background(), "sh", "-c", "echo started; sleep 60 & echo $! > "+pidFile)
+	if err != nil || string(out) != "started\n" || time.Since(start) > 30*time.Second {
+		t.Fatalf("a command that left a grandchild holding its output: %v, printed %q, after %v", err, out, time.Since(start))
+	}
+}
+
+// Installed finds only a definition install wrote (its Marker); Start
+// runs the manager's start command and nothing else.
+func TestInstalledAndStart(t *testing.T) {
+	for _, c := range []struct{ goos, start string }{
+		{"linux", "systemctl --user start mcpvisor.service"},
+		{"darwin", "launchctl kickstart gui/501/" + Label},
+	} {
+		h, r, out := host(t, c.goos)
+		path, _ := Location(c.goos, h.Home, h.XDGConfigHome)
+		if _, ok := Installed(h); ok {
+			t.Errorf("%s: Installed with no file", c.goos)
+		}
+		if err := writeFile(path, []byte("not ours\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := Installed(h); ok {
+			t.Errorf("%s: Installed on a file without the marker", c.goos)
+		}
+		if err := Install(context.Background(), h, Spec{Executable: "/bin/mcpvisor", Config: "/c.json"}, Options{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := Installed(h); !ok || got != path {
+			t.Errorf("%s: Installed = %q %v after install, want %s", c.goos, got, ok, path)
+		}
+		r.ran = nil
+		_ = out
+		if err := Start(context.Background(), h); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(r.ran, argvs(c.start), slices.Equal) {
+			t.Errorf("%s: Start ran %q, want %q", c.goos, r.ran, c.start)
+		}
+		r.fail[c.start] = "no such unit"
+		if err := Start(context.Background(), h); err == nil || !strings.Contains(err.Error(), c.start+" failed") || !strings.Contains(err.Error(), "no such unit") {
+			t.Errorf("%s: a failing start: %v", c.goos, err)
+		}
 	}
 }
