@@ -1,42 +1,14 @@
 package admin
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/mcpvisor/mcpvisor/internal/backend"
-	"github.com/mcpvisor/mcpvisor/internal/config"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
-	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
-
-// liveFleet is a fleet of the servers of cfg (an mcpServers object's
-// members) whose sessions connect at once and hold no process.
-func liveFleet(t *testing.T, servers string) *fleet.Fleet {
-	t.Helper()
-	cfg, err := config.Parse([]byte(`{"mcpServers":{`+servers+`}}`), "t.json", config.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fleet.New(cfg, fleet.Options{
-		Logger: slog.New(slog.DiscardHandler),
-		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, fleet.Live)) lifecycle.Connector {
-			return liveConnector{onConnect}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close(context.Background()) })
-	return f
-}
 
 // GET /api/servers, encoded one server at a time, is byte for byte what
 // the whole Servers indented at once is (what it was before it was
