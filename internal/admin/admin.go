@@ -54,37 +54,60 @@ type Totals struct {
 // tree's cgroup leaf where it has the counter, else from /proc (one pass
 // over /proc for all of them; Linux).
 func Snapshot(f *fleet.Fleet) Servers {
-	out := Servers{Totals: Totals{ByState: map[string]int{}}}
+	out := Servers{}
+	out.Totals = eachStatus(f, func(st *fleet.Status) error {
+		out.Servers = append(out.Servers, *st)
+		return nil
+	})
+	return out
+}
+
+// eachStatus calls fn with the status of every server of f in turn, as
+// Snapshot has it, and returns their totals, without holding every
+// status at once (GET /api/servers streams them). Each server's usage is
+// read first, for all servers in one pass, then its status. It stops at
+// fn's first error.
+func eachStatus(f *fleet.Fleet, fn func(*fleet.Status) error) Totals {
+	tot := Totals{ByState: map[string]int{}}
+	servers := f.Servers()
+	// Only running servers have roots: servers[at[k]]'s are
+	// roots[ends[k-1]:ends[k]] (from 0 for k = 0).
 	var roots []proc.Root
-	var ends []int // roots[ends[i-1]:ends[i]] are server i's
-	for _, s := range f.Servers() {
-		st := s.Status()
-		st.Era, st.Requests, st.Clients = s.Era(), s.Requests(), s.Clients()
-		out.Servers = append(out.Servers, st)
-		out.Totals.Total++
-		out.Totals.ByState[st.State]++
-		switch st.State {
-		case "running", "degraded", "starting", "restarting":
-			out.Totals.Active++
-		case "dormant":
-			out.Totals.Dormant++
+	var at, ends []int
+	for i, s := range servers {
+		if r := s.Roots(); len(r) > 0 {
+			roots = append(roots, r...)
+			at, ends = append(at, i), append(ends, len(roots))
 		}
-		roots = append(roots, s.Roots()...)
-		ends = append(ends, len(roots))
 	}
 	usage, _ := proc.TreeUsage(roots)
-	from := 0
-	for i := range out.Servers {
-		st := &out.Servers[i]
+	k, from := 0, 0
+	for i, s := range servers {
+		st := s.Status()
+		st.Era, st.Requests, st.Clients = s.Era(), s.Requests(), s.Clients()
 		var u proc.Usage
-		for _, x := range usage[from:ends[i]] {
-			u.Add(x)
+		if k < len(at) && at[k] == i {
+			for _, x := range usage[from:ends[k]] {
+				u.Add(x)
+			}
+			from = ends[k]
+			k++
 		}
-		from = ends[i]
-		setUsage(st, u)
-		out.Totals.MemoryBytes += st.MemoryBytes
+		setUsage(&st, u)
+		tot.Total++
+		tot.ByState[st.State]++
+		switch st.State {
+		case "running", "degraded", "starting", "restarting":
+			tot.Active++
+		case "dormant":
+			tot.Dormant++
+		}
+		tot.MemoryBytes += st.MemoryBytes
+		if err := fn(&st); err != nil {
+			break
+		}
 	}
-	return out
+	return tot
 }
 
 // setUsage puts u in st.
@@ -146,16 +169,7 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	h := &Handler{f: f, opts: opts, guard: guard.New(opts.Access), mux: http.NewServeMux(), log: log, closed: make(chan struct{})}
-	h.mux.HandleFunc("GET /api/servers", func(w http.ResponseWriter, _ *http.Request) {
-		st := Snapshot(h.f)
-		if h.opts.Collisions != nil {
-			st.Collisions = h.opts.Collisions()
-		}
-		if h.opts.HeldCalls != nil {
-			st.HeldCalls = h.opts.HeldCalls()
-		}
-		h.writeJSON(w, st)
-	})
+	h.mux.HandleFunc("GET /api/servers", h.servers)
 	h.mux.HandleFunc("GET /api/servers/{name}", h.detail)
 	h.mux.HandleFunc("GET /api/servers/{name}/tools", h.tools)
 	h.mux.HandleFunc("GET /api/servers/{name}/logs", h.logs)

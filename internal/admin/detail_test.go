@@ -123,15 +123,11 @@ func (c liveConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
 	return l, nil
 }
 
-// A stdio server's detail lists the containment layers its processes run
-// under, as the API was given them, and its instances: a per-session
-// server's shared one and one per client session, labelled by a
-// fingerprint that never shows the session id. An http server's detail
-// has no layers and says it has no local process.
-func TestServerDetailContainmentAndInstances(t *testing.T) {
-	cfg, err := config.Parse([]byte(`{"mcpServers":{
-		"p":{"command":"p","sharing":"per-session","idleTimeout":"0"},
-		"r":{"url":"https://example.com/mcp"}}}`), "t.json", config.LoadOptions{})
+// liveFleet is a fleet of the servers of cfg (an mcpServers object's
+// members) whose sessions connect at once and hold no process.
+func liveFleet(t *testing.T, servers string) *fleet.Fleet {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`{"mcpServers":{`+servers+`}}`), "t.json", config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +140,18 @@ func TestServerDetailContainmentAndInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close(context.Background())
+	t.Cleanup(func() { f.Close(context.Background()) })
+	return f
+}
+
+// A stdio server's detail lists the containment layers its processes run
+// under, as the API was given them, and its instances: a per-session
+// server's shared one and one per client session, labelled by a
+// fingerprint that never shows the session id. An http server's detail
+// has no layers and says it has no local process.
+func TestServerDetailContainmentAndInstances(t *testing.T) {
+	f := liveFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"},
+		"r":{"url":"https://example.com/mcp"}`)
 	sessions := []string{"", "0d9e6c1f-first-session-credential", "7a41b2e8-second-session-credential"}
 	for _, id := range sessions {
 		l, err := f.Get("p").Acquire(t.Context(), id)

@@ -419,6 +419,9 @@ func sanitize(s string) string {
 
 // awaitLeaderExit blocks until the leader has exited, without reaping it.
 func (p *Process) awaitLeaderExit() {
+	if p.plat.pidfd >= 0 && pollLeaderExit(p.pid) {
+		return
+	}
 	if p.plat.pidfd >= 0 {
 		var info unix.Siginfo
 		for {
@@ -436,6 +439,39 @@ func (p *Process) awaitLeaderExit() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// pollLeaderExit waits for the leader, pid — an unreaped child, so pid
+// names it until it is reaped — to exit through the runtime's poller: a
+// pidfd of its own, non-blocking (PIDFD_NONBLOCK, Linux 5.10), turns
+// readable when the process exits. The wait holds no OS thread, where a
+// blocking waitid holds one for as long as the server runs; threads the
+// runtime made for such waits are never given back, and each keeps its
+// stacks (64 KiB). It reports false, having waited for nothing, where the
+// pidfd cannot be opened so or polled: the caller waits blocking.
+func pollLeaderExit(pid int) bool {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: in the poller
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	polled := false
+	err = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		switch err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT, nil); err {
+		case unix.EAGAIN, unix.EINTR:
+			return false // not yet: wait until the pidfd is readable
+		default:
+			polled = true // exited (or gone: nothing more to wait for)
+			return true
+		}
+	})
+	return err == nil && polled
 }
 
 // reap collects the leader's exit status.
