@@ -385,6 +385,10 @@ func writeNew(path string, data []byte, mode fs.FileMode) error {
 		f.Close()
 		return err
 	}
+	if err := f.Sync(); err != nil { // on disk before the file it backs up is replaced
+		f.Close()
+		return err
+	}
 	return f.Close()
 }
 

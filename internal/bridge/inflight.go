@@ -80,7 +80,8 @@ func (f *InFlight) Wait(ctx context.Context, timeout time.Duration) bool {
 // timeout (0: DefaultFlushTimeout), or until ctx ends: the stdio front
 // ends a session, and cancels its requests, at the EOF it reads, and a
 // client that sent its last request and closed its input still wants
-// the answer.
+// the answer. A last line the client did not end with a newline is ended
+// with one, so that its request is read, and counted, before the hold.
 func (f *InFlight) HoldEOF(ctx context.Context, r io.Reader, timeout time.Duration) io.Reader {
 	if timeout <= 0 {
 		timeout = DefaultFlushTimeout
@@ -94,17 +95,33 @@ type eofHolder struct {
 	r       io.Reader
 	timeout time.Duration
 	held    bool // the EOF was held once: later reads return it at once
+	// open: the bytes read so far end inside a line (no newline yet).
+	open bool
 }
 
 func (h *eofHolder) Read(p []byte) (int, error) {
+	if h.held {
+		return h.r.Read(p)
+	}
 	n, err := h.r.Read(p)
-	if err != io.EOF || h.held {
+	if n > 0 {
+		h.open = p[n-1] != '\n'
+	}
+	if err != io.EOF {
 		return n, err
 	}
 	if n > 0 {
 		// The last bytes first: the requests they carry are counted
 		// before the EOF is read again.
 		return n, nil
+	}
+	if h.open && len(p) > 0 {
+		// A last line without its newline: the line reader would take
+		// it only with the EOF, after the hold. End it, so that its
+		// request is counted (and answered) first.
+		h.open = false
+		p[0] = '\n'
+		return 1, nil
 	}
 	h.held = true
 	h.f.Wait(h.ctx, h.timeout)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -81,13 +82,16 @@ func Handshake(c net.Conn, h Hello, timeout time.Duration) (io.Reader, error) {
 		defer c.SetDeadline(time.Time{})
 	}
 	if err := WriteHello(c, h); err != nil {
+		if goingAway(err) {
+			return nil, fmt.Errorf("%w before taking the preface: %w", ErrDaemonClosed, err)
+		}
 		return nil, err
 	}
 	br := bufio.NewReaderSize(c, MaxPrefaceLine)
 	line, err := readLine(br)
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w before answering the preface", ErrDaemonClosed)
+		if errors.Is(err, io.EOF) || goingAway(err) {
+			return nil, fmt.Errorf("%w before answering the preface: %w", ErrDaemonClosed, err)
 		}
 		return nil, err
 	}
@@ -143,4 +147,12 @@ func truncate(b []byte) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// goingAway reports whether err is how a daemon that is shutting down ends
+// a connection it will not serve: closed before it read the preface, or
+// still in its listen queue when it stopped listening — a reset or a
+// broken pipe, on a unix socket, rather than EOF.
+func goingAway(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

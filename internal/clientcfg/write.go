@@ -33,7 +33,14 @@ func Resolve(path string) (string, error) {
 			return "", err
 		}
 		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
+			// Relative to the link's directory as it really is: that
+			// directory may itself be reached through a link, and ".."
+			// in target goes up from where it is, not from its name.
+			dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+			if err != nil {
+				return "", err
+			}
+			target = filepath.Join(dir, target)
 		}
 		path = target
 	}
@@ -46,7 +53,8 @@ func Resolve(path string) (string, error) {
 // symbolic link is followed: its target is replaced, the link stays. The
 // file keeps its mode and, when this process may give it, its owner (a
 // root run through sudo leaves the user's file the user's); a new file
-// gets mode. The directory is synced after the rename.
+// gets mode. The directory is synced after the rename (best effort: once
+// the rename is done the file is written, and no error says otherwise).
 func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	return writeAtomic(path, data, mode, nil)
 }
@@ -121,5 +129,8 @@ func writeAtomic(path string, data []byte, mode fs.FileMode, check func(target s
 	if err := os.Rename(tmp, target); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	// Written: a directory that cannot be synced now is no reason to
+	// report otherwise (a caller would take the file as not written).
+	_ = syncDir(dir)
+	return nil
 }
