@@ -52,13 +52,6 @@ func (f Format) String() string {
 	return "format?"
 }
 
-// JSONC reports whether the format's files allow comments and trailing
-// commas. Every JSON file is read as JSONC; an edit writes only strict
-// JSON into the others.
-func (f Format) JSONC() bool {
-	return f == FormatVSCode || f == FormatVSCodeSettings || f == FormatZed
-}
-
 // serversKey is the key of a JSON format's server object.
 func (f Format) serversKey() string {
 	switch f {
