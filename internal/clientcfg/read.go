@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	pathpkg "path"
 	"regexp"
 	"slices"
@@ -771,12 +772,7 @@ func readCodex(data []byte) (*File, error) {
 		f.Problems = append(f.Problems, Note{At: "mcp_servers", Msg: "must be a table"})
 		return f, nil
 	}
-	names := make([]string, 0, len(table))
-	for n := range table {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range sortedKeys(table) {
 		at := join("mcp_servers", name)
 		s := &Server{Name: name, At: at}
 		f.Servers = append(f.Servers, s)
@@ -786,11 +782,6 @@ func readCodex(data []byte) (*File, error) {
 			s.Blocked = "not a table"
 			continue
 		}
-		keys := make([]string, 0, len(entry))
-		for k := range entry {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
 		bad := func(at, want string) {
 			f.Problems = append(f.Problems, Note{At: at, Msg: "must be " + want})
 			if s.Blocked == "" {
@@ -798,7 +789,7 @@ func readCodex(data []byte) (*File, error) {
 			}
 		}
 		esc := func(v string) string { return strings.ReplaceAll(v, "$", "$$") }
-		for _, k := range keys {
+		for _, k := range sortedKeys(entry) {
 			fat := join(at, k)
 			switch v := entry[k]; k {
 			case "command", "cwd", "url":
@@ -929,11 +920,4 @@ func tomlNumber(v any) (float64, bool) {
 	return 0, false
 }
 
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
