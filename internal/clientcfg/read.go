@@ -789,6 +789,23 @@ func readCodex(data []byte) (*File, error) {
 			}
 		}
 		esc := func(v string) string { return strings.ReplaceAll(v, "$", "$$") }
+		// strs reads an array of strings, each through conv.
+		strs := func(v any, at string, conv func(string) string) ([]string, bool) {
+			list, ok := v.([]any)
+			if !ok {
+				bad(at, "an array of strings")
+				return nil, false
+			}
+			out := []string{}
+			for i, e := range list {
+				str, ok := e.(string)
+				if !ok {
+					bad(at+"["+strconv.Itoa(i)+"]", "a string")
+				}
+				out = append(out, conv(str))
+			}
+			return out, true
+		}
 		for _, k := range sortedKeys(entry) {
 			fat := join(at, k)
 			switch v := entry[k]; k {
@@ -807,19 +824,7 @@ func readCodex(data []byte) (*File, error) {
 					s.URL = esc(str)
 				}
 			case "args":
-				list, ok := v.([]any)
-				if !ok {
-					bad(fat, "an array of strings")
-					continue
-				}
-				s.Args = []string{}
-				for i, e := range list {
-					str, ok := e.(string)
-					if !ok {
-						bad(fat+"["+strconv.Itoa(i)+"]", "a string")
-					}
-					s.Args = append(s.Args, esc(str))
-				}
+				s.Args, _ = strs(v, fat, esc)
 			case "env", "http_headers":
 				t, ok := v.(map[string]any)
 				if !ok {
@@ -869,21 +874,12 @@ func readCodex(data []byte) (*File, error) {
 				}
 				s.keepClientSide(k, nil, v)
 			case "enabled_tools", "disabled_tools":
-				list, ok := v.([]any)
+				pats, ok := strs(v, fat, toolPattern)
 				if !ok {
-					bad(fat, "an array of strings")
 					continue
 				}
 				if s.Tools == nil {
 					s.Tools = &Tools{}
-				}
-				pats := []string{}
-				for i, e := range list {
-					str, ok := e.(string)
-					if !ok {
-						bad(fat+"["+strconv.Itoa(i)+"]", "a string")
-					}
-					pats = append(pats, toolPattern(str))
 				}
 				if k == "enabled_tools" {
 					s.Tools.Allow = pats
