@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
@@ -26,7 +27,7 @@ func foreignFormat(root *node) (clientcfg.Format, bool) {
 	if root == nil || root.kind != kindObject {
 		return 0, false
 	}
-	has := func(k string) bool { return slicesContains(root.keys, k) }
+	has := func(k string) bool { return slices.Contains(root.keys, k) }
 	switch {
 	case has("mcpServers"):
 		return 0, false
@@ -44,15 +45,6 @@ func foreignFormat(root *node) (clientcfg.Format, bool) {
 func looksForeign(data []byte) bool {
 	has := func(k string) bool { return bytes.Contains(data, []byte(`"`+k+`"`)) }
 	return !has("mcpServers") && (has("servers") || has("context_servers"))
-}
-
-func slicesContains(l []string, s string) bool {
-	for _, e := range l {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // isTOML reports whether a file named name is read as TOML.
@@ -102,6 +94,13 @@ func (p *parser) foreign(data []byte, f clientcfg.Format) (*node, *Problem) {
 			}
 		}
 		str := func(s string) *node { return &node{kind: kindString, str: s} }
+		strs := func(l []string) *node {
+			a := &node{kind: kindArray}
+			for _, x := range l {
+				a.vals = append(a.vals, str(x))
+			}
+			return a
+		}
 		kvs := func(l []clientcfg.KV) *node {
 			o := &node{kind: kindObject}
 			for _, kv := range l {
@@ -121,11 +120,7 @@ func (p *parser) foreign(data []byte, f clientcfg.Format) (*node, *Problem) {
 		} else {
 			add("command", str(s.Command))
 			if s.Args != nil {
-				a := &node{kind: kindArray}
-				for _, x := range s.Args {
-					a.vals = append(a.vals, str(x))
-				}
-				add("args", a)
+				add("args", strs(s.Args))
 			}
 			if len(s.Env) > 0 {
 				add("env", kvs(s.Env))
@@ -138,13 +133,6 @@ func (p *parser) foreign(data []byte, f clientcfg.Format) (*node, *Problem) {
 			add("disabled", &node{kind: kindBool, b: true})
 		}
 		if s.Tools != nil {
-			strs := func(l []string) *node {
-				a := &node{kind: kindArray}
-				for _, x := range l {
-					a.vals = append(a.vals, str(x))
-				}
-				return a
-			}
 			t := &node{kind: kindObject}
 			if s.Tools.Allow != nil {
 				t.keys, t.vals = append(t.keys, "allow"), append(t.vals, strs(s.Tools.Allow))
