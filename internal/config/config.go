@@ -436,7 +436,7 @@ func Parse(data []byte, name string, opts LoadOptions) (*Config, error) {
 			}
 		}
 		if serr != nil {
-			line, col := lineCol(data, serr.offset)
+			line, col := jsonc.LineCol(data, int(serr.offset))
 			return nil, &Error{File: name, Problems: []Problem{{File: name, Line: line, Column: col, Message: serr.msg}}}
 		}
 		if f, ok := foreignFormat(root); ok {

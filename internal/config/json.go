@@ -169,14 +169,3 @@ func toSyntaxError(err error, dec *json.Decoder, data []byte) *syntaxError {
 	}
 	return &syntaxError{dec.InputOffset(), strings.TrimPrefix(err.Error(), "json: ")}
 }
-
-// lineCol turns a byte offset into a 1-based line and column (in bytes).
-func lineCol(data []byte, off int64) (line, col int) {
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	before := data[:off]
-	line = 1 + bytes.Count(before, []byte{'\n'})
-	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
-	return line, col
-}
