@@ -147,7 +147,7 @@ type Client struct {
 	// Format of the client's own files.
 	Format    Format
 	locations func(Env) []Location
-	// varsOf is how the client's values reference variables.
+	// vars is how the client's values reference variables.
 	vars varSyntax
 }
 
