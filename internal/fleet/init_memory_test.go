@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"runtime/metrics"
 	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // A server's cached initialize result keeps only its own bytes, not the
@@ -14,14 +15,7 @@ import (
 func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	const n = 1000
 	caches := make([]*lists, n)
-	live := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-		metrics.Read(s)
-		return int64(s[0].Value.Uint64())
-	}
-	before := live()
+	before := testserver.LiveHeap()
 	for i := range caches {
 		msg := make([]byte, 4096) // the message, or the buffer it was read into
 		res := fmt.Appendf(msg[:100], `{"protocolVersion":"2025-06-18","serverInfo":{"name":"s%04d"}}`, i)
@@ -30,7 +24,7 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 			t.Fatal("a first initialize result did not change the cache")
 		}
 	}
-	per := float64(live()-before) / n
+	per := float64(testserver.LiveHeap()-before) / n
 	runtime.KeepAlive(caches)
 	t.Logf("a cached initialize result of 62 bytes: %.0f bytes", per)
 	if per > 256 {

@@ -67,6 +67,7 @@ type flight struct {
 	c              *call
 	key            string
 	s              *Session
+	mo             *Modern // s.modern as it began: a held call's later rounds replace s.modern (under g.mu)
 	name, method   string
 	params         json.RawMessage // as the server gets them
 	clientID       json.RawMessage
@@ -104,7 +105,7 @@ type flightSpan struct {
 // itself, ended by cancel (a held call brings its own).
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
-	f := &flight{g: g, s: s, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
+	f := &flight{g: g, s: s, mo: s.modern, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
 		start: time.Now(), srv: srv}
 	var raw json.RawMessage // the tool or prompt it names, as the server knows it
 	switch method {
@@ -438,7 +439,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 	f.srv.Telemetry().Record(c)
 	var nb [fleet.MaxClientNameLen]byte
 	var vb [fleet.MaxClientVersionLen]byte
-	name, version := f.s.clientIdentity(nb[:0], vb[:0])
+	name, version := f.s.clientIdentity(f.mo, nb[:0], vb[:0])
 	f.srv.NoteClient(name, version, now)
 	if f.tr != nil {
 		f.endSpan()

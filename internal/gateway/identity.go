@@ -86,15 +86,17 @@ func (s *Session) updateIdent(edit func(*clientIdent)) {
 	s.ident.Store(&id)
 }
 
-// clientIdentity is the name and version s's requests are counted under:
-// for a modern request's session, its request's (Modern.clientIdentity);
-// for a session, the clientInfo of its initialize, else its hint; else
-// none (an empty name, which NoteClient counts as fleet.UnknownClient).
-// A modern request's name is written in nb, its version in vb (no
+// clientIdentity is the name and version a request of s is counted
+// under: for a modern request, mo's (Modern.clientIdentity) — mo is
+// s.modern as the request's call began, read by the caller then, for a
+// held call's later rounds replace s.modern while it runs; for a
+// session, the clientInfo of its initialize, else its hint; else none
+// (an empty name, which NoteClient counts as fleet.UnknownClient). A
+// modern request's name is written in nb, its version in vb (no
 // allocation: NoteClient copies what it keeps).
-func (s *Session) clientIdentity(nb, vb []byte) (name, version []byte) {
-	if s.modern != nil {
-		return s.modern.clientIdentity(nb, vb)
+func (s *Session) clientIdentity(mo *Modern, nb, vb []byte) (name, version []byte) {
+	if mo != nil {
+		return mo.clientIdentity(nb, vb)
 	}
 	return s.ownIdentity()
 }

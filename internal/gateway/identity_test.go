@@ -74,7 +74,7 @@ func TestNormalizedIdent(t *testing.T) {
 // it came on (its hint), else none.
 func TestClientIdentityPrecedence(t *testing.T) {
 	ident := func(s *Session) string {
-		name, version := s.clientIdentity(make([]byte, 0, 64), make([]byte, 0, 32))
+		name, version := s.clientIdentity(s.modern, make([]byte, 0, 64), make([]byte, 0, 32))
 		return string(name) + "/" + string(version)
 	}
 	s := NewSession(noSink)
@@ -351,7 +351,7 @@ func TestModernClientIdentityAllocatesNothing(t *testing.T) {
 		n := testing.AllocsPerRun(100, func() {
 			var nb [fleet.MaxClientNameLen]byte
 			var vb [fleet.MaxClientVersionLen]byte
-			name, _ := ms.clientIdentity(nb[:0], vb[:0])
+			name, _ := ms.clientIdentity(ms.modern, nb[:0], vb[:0])
 			if len(name) == 0 {
 				got = "none"
 			}
@@ -377,13 +377,13 @@ func TestSessionIdentityConcurrent(t *testing.T) {
 				case 1:
 					s.setClientInfo(json.RawMessage(fmt.Sprintf(`{"name":"c%d","version":"%d"}`, i, j)))
 				default:
-					_, _ = s.clientIdentity(nil, nil)
+					_, _ = s.clientIdentity(nil, nil, nil)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if name, _ := s.clientIdentity(nil, nil); !strings.HasPrefix(string(name), "c") {
+	if name, _ := s.clientIdentity(nil, nil, nil); !strings.HasPrefix(string(name), "c") {
 		t.Errorf("name %q: a client's own name wins over the hint", name)
 	}
 }

@@ -5,15 +5,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-)
 
-func liveHeapR() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
 
 // A busy buffer — many lines, at its bounds for long — holds about its
 // byte bound of heap, not twice it: its one slice grows for the lines it
@@ -33,7 +27,7 @@ func TestBusyBufferHoldsAboutItsBound(t *testing.T) {
 			for i := range lines {
 				lines[i] = strings.Repeat("x", mix.size(r))
 			}
-			before := liveHeapR()
+			before := testserver.LiveHeap()
 			bufs := make([]*Buffer, 4)
 			for i := range bufs {
 				bufs[i] = New(Options{})
@@ -41,8 +35,8 @@ func TestBusyBufferHoldsAboutItsBound(t *testing.T) {
 					bufs[i].Add(Entry{Line: strings.Clone(lines[(i+j)%len(lines)])})
 				}
 			}
-			after := liveHeapR()
-			per := (after - before) / uint64(len(bufs))
+			after := testserver.LiveHeap()
+			per := (after - before) / int64(len(bufs))
 			t.Logf("%s: %d KiB live per busy buffer (bound %d KiB)", mix.name, per>>10, DefaultBytes>>10)
 			// Before 206c35d: 352 KiB (300-B lines) and 312 KiB (0-2 KiB).
 			if per > DefaultBytes*3/2 {

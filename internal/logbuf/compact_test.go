@@ -3,11 +3,11 @@ package logbuf
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // Every field a reader is served comes back as it was added: seq, time
@@ -113,25 +113,12 @@ func TestBusyBufferReusesRoom(t *testing.T) {
 // server writes as it starts and stops holds them in one small
 // allocation, not in a ring of entries beside a string each.
 func TestQuietBufferMemory(t *testing.T) {
-	const n = 1000
-	bufs := make([]*Buffer, n)
-	measure := func() float64 {
-		clear(bufs)
-		before := liveHeap()
-		for i := range bufs {
-			b := New(Options{})
-			b.Add(Entry{Line: fmt.Sprintf("mcp-fixture[%d]: client initialized", 100000+i), PID: 100000 + i, Origin: 1})
-			b.Add(Entry{Line: fmt.Sprintf("mcp-fixture[%d]: stdin closed; exiting with code 0", 100000+i), PID: 100000 + i, Origin: 1})
-			bufs[i] = b
-		}
-		after := liveHeap()
-		runtime.KeepAlive(bufs)
-		return float64(after-before) / n
-	}
-	per := measure()
-	for range 2 {
-		per = min(per, measure())
-	}
+	per := testserver.HeapPer(make([]*Buffer, 1000), func(i int) *Buffer {
+		b := New(Options{})
+		b.Add(Entry{Line: fmt.Sprintf("mcp-fixture[%d]: client initialized", 100000+i), PID: 100000 + i, Origin: 1})
+		b.Add(Entry{Line: fmt.Sprintf("mcp-fixture[%d]: stdin closed; exiting with code 0", 100000+i), PID: 100000 + i, Origin: 1})
+		return b
+	})
 	t.Logf("a buffer of two lines: %.0f bytes", per)
 	// The Buffer (96 B; its epoch is made when asked for) and its lines
 	// (one 128-B allocation): 224 B. A ring of two 80-B entries and the
@@ -140,14 +127,4 @@ func TestQuietBufferMemory(t *testing.T) {
 	if per > 240 {
 		t.Errorf("a buffer of two lines costs %.0f bytes of heap, want ≤ 240", per)
 	}
-}
-
-// liveHeap is the heap a collection, run now, finds live: the second of
-// two, so that what sync.Pools held until the first is gone too.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return int64(s[0].Value.Uint64())
 }

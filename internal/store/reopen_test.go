@@ -5,24 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
-)
 
-// liveHeap is the heap a collection, run now, finds live: the second of
-// two, so that what sync.Pools held until the first is gone too.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return int64(s[0].Value.Uint64())
-}
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
 
 // learn writes the lists and definitions of n servers one at a time, as
 // learning a fleet does.
@@ -50,11 +40,11 @@ func learn(t *testing.T, s *Store, n int) {
 func TestReleaseMemoryForgetsAllocations(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
 	learn(t, s, 1000)
-	before := liveHeap()
+	before := testserver.LiveHeap()
 	if err := s.ReleaseMemory(); err != nil {
 		t.Fatal(err)
 	}
-	after := liveHeap()
+	after := testserver.LiveHeap()
 	t.Logf("live heap %d kB before ReleaseMemory, %d kB after", before>>10, after>>10)
 	if before-after < 32<<10 {
 		t.Fatalf("ReleaseMemory after a thousand servers were written freed %d bytes of heap, want ≥ 32 KiB", before-after)

@@ -3,12 +3,12 @@ package telemetry
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 func toolList(names ...string) []json.RawMessage {
@@ -296,24 +296,12 @@ func TestLocalRefusals(t *testing.T) {
 // fleet: learned, then dormant): its spawn in a word, its call metrics
 // not yet made. A call makes them; readers see zeros before.
 func TestStartedServerMemory(t *testing.T) {
-	const n = 1000
-	servers := make([]*Server, n)
-	measure := func() float64 {
-		clear(servers)
-		before := liveHeap()
-		for i := range servers {
-			s := NewServer()
-			s.ObserveSpawn(time.Duration(i) * time.Millisecond)
-			servers[i] = s
-		}
-		after := liveHeap()
-		runtime.KeepAlive(servers)
-		return float64(after-before) / n
-	}
-	per := measure()
-	for range 2 {
-		per = min(per, measure())
-	}
+	servers := make([]*Server, 1000)
+	per := testserver.HeapPer(servers, func(i int) *Server {
+		s := NewServer()
+		s.ObserveSpawn(time.Duration(i) * time.Millisecond)
+		return s
+	})
 	t.Logf("a server that started once: %.0f bytes", per)
 	if per > 64 {
 		t.Errorf("a server that started once costs %.0f bytes of heap, want ≤ 64", per)
@@ -339,14 +327,4 @@ func TestStartedServerMemory(t *testing.T) {
 	if sent, received := s.Bytes(); sent != 3 || received != 4 {
 		t.Fatalf("after a call: bytes %d, %d", sent, received)
 	}
-}
-
-// liveHeap is the heap a collection, run now, finds live: the second of
-// two, so that what sync.Pools held until the first is gone too.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return int64(s[0].Value.Uint64())
 }
