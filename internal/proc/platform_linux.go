@@ -463,8 +463,12 @@ func pollLeaderExit(pid int) bool {
 	polled := false
 	err = rc.Read(func(fd uintptr) bool {
 		var info unix.Siginfo
-		switch err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT, nil); err {
-		case unix.EAGAIN, unix.EINTR:
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT, nil)
+		for err == unix.EINTR { // interrupted: ask again now (the poller signals only a change)
+			err = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOWAIT, nil)
+		}
+		switch err {
+		case unix.EAGAIN:
 			return false // not yet: wait until the pidfd is readable
 		default:
 			polled = true // exited (or gone: nothing more to wait for)
