@@ -303,7 +303,9 @@ const startPoll = 20 * time.Millisecond
 // daemon of connect's takes the socket from it; if that fails, or there
 // is no service, connect starts mcpvisor serve itself, detached, with
 // --exit-when-unused. The whole start, the wait for the lock included,
-// is bounded by o.startTimeout.
+// is bounded by o.startTimeout, but for a try of the socket under way
+// when it passes, which ends within its own bounds (a second's dial,
+// connectHandshakeTimeout).
 func startDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
 	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
 		return nil, nil, err

@@ -210,8 +210,6 @@ func containment(d admin.Detail) string {
 	return text
 }
 
-// printInstances prints a server's instances as a table, the shared one
-// first.
 // printClients lists the clients whose requests reached the server: name,
 // version, requests, and how long ago the last ended.
 func printClients(w io.Writer, cs []fleet.ClientUse, now time.Time) error {
@@ -232,6 +230,8 @@ func printClients(w io.Writer, cs []fleet.ClientUse, now time.Time) error {
 	return tw.Flush()
 }
 
+// printInstances prints a server's instances as a table, the shared one
+// first.
 func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) error {
 	fmt.Fprintln(w, "\nInstances:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

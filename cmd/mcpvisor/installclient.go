@@ -131,8 +131,14 @@ func isGoRunBuild(path string) bool {
 	return false
 }
 
-// clientTarget is the file install-client and uninstall-client work on.
-func clientTarget(c *clientcfg.Client, override string) (string, clientcfg.Format, error) {
+// clientTarget is the client named and the file install-client and
+// uninstall-client work on (override, else where the client keeps it),
+// with the format it is in.
+func clientTarget(name, override string) (*clientcfg.Client, string, clientcfg.Format, error) {
+	c := clientcfg.Lookup(name)
+	if c == nil {
+		return nil, "", 0, usageError{fmt.Errorf("unknown client %q (known: %s)", name, strings.Join(clientcfg.Names(), ", "))}
+	}
 	t := c.Target(clientEnv())
 	path, f := t.Path, t.Format
 	if override != "" {
@@ -145,15 +151,7 @@ func clientTarget(c *clientcfg.Client, override string) (string, clientcfg.Forma
 		}
 	}
 	abs, err := filepath.Abs(path)
-	return abs, f, err
-}
-
-func lookupClient(name string) (*clientcfg.Client, error) {
-	c := clientcfg.Lookup(name)
-	if c == nil {
-		return nil, usageError{fmt.Errorf("unknown client %q (known: %s)", name, strings.Join(clientcfg.Names(), ", "))}
-	}
-	return c, nil
+	return c, abs, f, err
 }
 
 func newInstallClientCmd() *cobra.Command {
@@ -205,11 +203,7 @@ diff and writes nothing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
-			c, err := lookupClient(args[0])
-			if err != nil {
-				return err
-			}
-			path, format, err := clientTarget(c, configPath)
+			c, path, format, err := clientTarget(args[0], configPath)
 			if err != nil {
 				return err
 			}
@@ -428,11 +422,7 @@ it is left as that program wrote it (run again).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
-			c, err := lookupClient(args[0])
-			if err != nil {
-				return err
-			}
-			path, _, err := clientTarget(c, configPath)
+			c, path, format, err := clientTarget(args[0], configPath)
 			if err != nil {
 				return err
 			}
@@ -479,10 +469,6 @@ it is left as that program wrote it (run again).`,
 			case !curExisted:
 				whole = true
 			default:
-				_, format, err := clientTarget(c, configPath)
-				if err != nil {
-					return err
-				}
 				spliced, conflicts, err := c.PlanUninstall(orig, []byte(rec.Installed), cur, format, force)
 				if err != nil {
 					return fmt.Errorf("%s: %w (the file is left as it is)", path, err)

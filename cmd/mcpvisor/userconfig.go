@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"strconv"
 
 	"github.com/mcpvisor/mcpvisor/internal/bridge"
 )
@@ -67,14 +66,14 @@ func userConfigFile() (string, error) {
 const noHome = "/nonexistent/mcpvisor-has-no-home"
 
 // userBase is the user's home directory, else a directory of this user's
-// alone under the system temp dir (mcpvisor-UID, 0700, the one the socket
+// alone under the system temp dir (bridge.UserTempDir, the one the socket
 // falls back to), else an error.
 func userBase() (string, error) {
 	if home, err := userHome(); err == nil {
 		return home, nil
 	}
-	dir := filepath.Join(os.TempDir(), "mcpvisor-"+strconv.Itoa(os.Getuid()))
-	if err := bridge.PrivateDir(dir); err != nil {
+	dir, err := bridge.UserTempDir()
+	if err != nil {
 		return "", fmt.Errorf("no home directory (HOME is not set, and the user database has none), and %w", err)
 	}
 	return dir, nil

@@ -37,8 +37,8 @@ func SocketPath(stateDir string) (path string, fallback bool, err error) {
 			return p, true, nil
 		}
 	}
-	dir := filepath.Join(os.TempDir(), "mcpvisor-"+strconv.Itoa(os.Getuid()))
-	if err := privateDir(dir); err != nil {
+	dir, err := UserTempDir()
+	if err != nil {
 		return "", false, err
 	}
 	p := filepath.Join(dir, name)
@@ -51,8 +51,16 @@ func SocketPath(stateDir string) (path string, fallback bool, err error) {
 // fits reports whether path can name a unix socket here.
 func fits(path string) bool { return len(path) <= maxSocketPath }
 
-// PrivateDir makes dir (mode 0700) if it is missing and checks that no one
-// but this user may enter it (on unix: a directory of this user's, mode
-// 0700): what goes in a shared temporary directory must be out of other
-// users' reach.
-func PrivateDir(dir string) error { return privateDir(dir) }
+// UserTempDir is this user's directory under the system temp dir,
+// os.TempDir()/mcpvisor-UID, made (mode 0700) if it is missing and checked
+// to be out of other users' reach (on unix: a directory of this user's,
+// mode 0700): what goes in a shared temporary directory — the socket when
+// the state directory's path is too long, the user's files when there is
+// no home — must be.
+func UserTempDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "mcpvisor-"+strconv.Itoa(os.Getuid()))
+	if err := privateDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}

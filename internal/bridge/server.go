@@ -111,9 +111,10 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 	if timeout <= 0 {
 		timeout = DefaultPrefaceTimeout
 	}
-	// Until the session runs, the end of ctx cuts the preface's wait.
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	// Until the session runs, the end of ctx cuts the preface's wait: set
+	// after the bound, which would otherwise undo a ctx already ended.
 	_ = c.SetDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	br := bufio.NewReaderSize(c, MaxPrefaceLine)
 	h, err := ReadHello(br)
 	var sess Session
