@@ -130,6 +130,9 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 	}
 	c, down, err := reachDaemon(ctx, o, stderr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // its client, its parent or a signal ended it while it reached the daemon
+		}
 		return err
 	}
 	in, restoreIn := interruptibleStdin()
@@ -205,7 +208,7 @@ func (e errNoAnswer) Unwrap() error { return e.err }
 // the client dialed): with --start=auto connect says so and goes the
 // start path, which waits for it to be gone.
 func reachDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
-	c, down, err := answer(o)
+	c, down, err := answer(ctx, o)
 	if err == nil {
 		return c, down, nil
 	}
@@ -223,18 +226,28 @@ func reachDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.
 
 // answer dials the daemon's socket and exchanges the preface: the
 // connection and the reader of the daemon's bytes, or an errNoAnswer (the
-// dial failed), or the handshake's error (the connection closed).
-func answer(o connectOptions) (*net.UnixConn, io.Reader, error) {
-	c, err := dialDaemon(o.socket)
+// dial failed), or the handshake's error (the connection closed). Each
+// step has its bound (a second to dial, connectHandshakeTimeout for the
+// preface), and the end of ctx cuts both.
+func answer(ctx context.Context, o connectOptions) (*net.UnixConn, io.Reader, error) {
+	c, err := dialDaemon(ctx, o.socket)
 	if errors.As(err, new(foreignSocketError)) {
 		return nil, nil, err
 	}
 	if err != nil {
 		return nil, nil, errNoAnswer{err}
 	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	down, err := bridge.Handshake(c, bridge.Hello{Version: bridge.Version, Server: o.server, Client: clientName()}, connectHandshakeTimeout)
+	cut := !stop()
+	if err == nil && cut {
+		err = context.Cause(ctx) // ended just as the daemon answered
+	}
 	if err != nil {
 		_ = c.Close()
+		if cut {
+			return nil, nil, context.Cause(ctx)
+		}
 		return nil, nil, err
 	}
 	return c, down, nil
@@ -251,8 +264,9 @@ func handshakeErr(o connectOptions, err error) error {
 
 // dialDaemon connects to the daemon's socket, and checks that this user
 // serves it before anything is sent (peerIsMe).
-func dialDaemon(path string) (*net.UnixConn, error) {
-	c, err := net.DialTimeout("unix", path, time.Second)
+func dialDaemon(ctx context.Context, path string) (*net.UnixConn, error) {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		return nil, err
 	}
@@ -391,11 +405,13 @@ func awaitAnswer(ctx context.Context, o connectOptions, check func(error) error,
 	t := time.NewTicker(startPoll)
 	defer t.Stop()
 	for {
-		c, down, err := answer(o)
+		c, down, err := answer(ctx, o)
 		var none errNoAnswer
 		switch {
 		case err == nil:
 			return c, down, nil
+		case ctx.Err() != nil:
+			return nil, nil, expired()
 		case errors.As(err, &none), errors.Is(err, bridge.ErrDaemonClosed):
 		default:
 			return nil, nil, handshakeErr(o, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -46,7 +47,7 @@ func TestConnectTakesAResetAsTheDaemonGoingAway(t *testing.T) {
 				}
 				ln.Close()
 			}()
-			_, _, err = answer(connectOptions{socket: path})
+			_, _, err = answer(context.Background(), connectOptions{socket: path})
 			if !errors.Is(err, bridge.ErrDaemonClosed) {
 				t.Fatalf("answer() against a daemon going away: %v; want an error wrapping bridge.ErrDaemonClosed (retried), got one connect gives up on: %v", err, handshakeErr(connectOptions{socket: path}, err))
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,7 +20,7 @@ func TestPeerIsMe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := dialDaemon(path)
+	c, err := dialDaemon(context.Background(), path)
 	if err != nil {
 		t.Fatalf("this user's socket: %v", err)
 	}
