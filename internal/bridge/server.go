@@ -134,9 +134,16 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 		stop()
 		return
 	}
-	err = WriteReply(c, Reply{OK: true})
-	if !stop() || err != nil {
-		return // ctx ended meanwhile, or the client is gone
+	// Decide before answering: a client told OK must see its session
+	// run (and, if ctx ends, see it end), so ctx's end may only cut
+	// what comes before the answer. If it has ended, the connection
+	// closes unanswered, which connect takes as the daemon going away.
+	if !stop() {
+		return
+	}
+	// The answer is bounded by the preface deadline still set.
+	if err := WriteReply(c, Reply{OK: true}); err != nil {
+		return // the client is gone
 	}
 	_ = c.SetDeadline(time.Time{})
 	_ = sess(ctx, rest(br, c), c)
