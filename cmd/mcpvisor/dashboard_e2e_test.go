@@ -378,6 +378,18 @@ func TestDashboard(t *testing.T) {
 		if !eval[bool](t, bt, fmt.Sprintf(`%s.tagName === 'DETAILS' && !%[1]s.open && %[1]s.querySelector('summary') !== null`, field)) {
 			t.Errorf("a long changed value is not collapsible: %s", eval[string](t, bt, field+".outerHTML"))
 		}
+		// Opened, it stays open (the same element) while the page reads
+		// the details again, as it does every poll: the instances table
+		// is rebuilt by each read.
+		bt.do(t, "open echo's description", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] tr.detail [data-tool=echo] [data-path=description] summary`)))
+		instances := detail + ".querySelector('table.inner')"
+		if !eval[bool](t, bt, fmt.Sprintf(`%s.open && (%[1]s.dataset.seen = 'y') === 'y' && %s !== null && (%[2]s.dataset.seen = 'y') === 'y'`, field, instances)) {
+			t.Fatal("echo's description did not open")
+		}
+		bt.waitFor(t, "the details read again", fmt.Sprintf(`%s !== null && %[1]s.dataset.seen === undefined`, instances))
+		if !eval[bool](t, bt, fmt.Sprintf(`%s !== null && %[1]s.dataset.seen === 'y' && %[1]s.open`, field)) {
+			t.Error("reading the details again rebuilt the pending definitions: the value opened is closed")
+		}
 		// The markup in it is text: no element made of it, nothing run.
 		if made := eval[bool](t, bt, `[...document.querySelectorAll('img')].some(i => i.getAttribute('src') === 'x') || document.body.dataset.injected !== undefined`); made {
 			t.Fatal("a definition's markup became an element of the page")

@@ -408,27 +408,12 @@
       el("code", { text: d.launch || "" }),
       " · " + [d.kind, d.sharing, "protocol " + d.protocol, d.era && "era " + d.era, info, d.spawns !== undefined && d.spawns + " spawns",
         d.heldCalls ? d.heldCalls + " held calls" : ""].filter(Boolean).join(" · "));
-    // Definitions held back by pinning, to approve.
+    // Definitions held back by pinning, to approve: rebuilt only when what it shows changed: the details are read
+    // again every poll, and a rebuild would close the values the
+    // operator opened and lose a click that lands while it happens.
     const defs = d.definitions;
-    r.d.defs.replaceChildren();
-    if (defs && defs.pending && defs.pending.length) {
-      const list = el("ul", { class: "plain pending-defs" });
-      for (const p of defs.pending) {
-        const fp = p.fingerprint || "";
-        const fields = el("div", { class: "fields" });
-        for (const f of p.fields || []) fields.append(renderField(f, p.change === "added"));
-        if (p.more) fields.append(el("p", { class: "sub", text: "… and " + p.more + " more changed fields" }));
-        list.append(el("li", { "data-tool": p.name },
-          el("div", { class: "pending-head" },
-            el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") + " ",
-            fp ? el("span", { class: "sub fp", title: "fingerprint " + fp, text: "@" + fp.slice(0, 32) }) : null, " ",
-            el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p]) }, "Approve")),
-          p.change === "added" ? el("p", { class: "sub", text: "new: its whole definition" }) : null,
-          fields));
-      }
-      r.d.defs.append(el("h3", { text: "Pending definitions" + (defs.changedAt ? " · changed " + stamp(defs.changedAt) : "") }), list,
-        el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, defs.pending) }, "Approve all"));
-    }
+    const defsKey = JSON.stringify(defs && defs.pending && defs.pending.length ? [defs.changedAt, defs.pending] : null);
+    if (r.d.defsKey !== defsKey) renderPending(r, defs, defsKey);
     const h = d.history || [];
     r.d.history.replaceChildren(...(h.length ? h.slice().reverse().map((x) => el("li", null,
       el("time", { datetime: x.time, text: stamp(x.time) }), " " + x.stage +
@@ -449,6 +434,29 @@
       el("td", { text: String(c.requests || 0) }), el("td", null, el("time", { datetime: c.lastUsed, title: stamp(c.lastUsed), text: since(c.lastUsed) + " ago" }))));
     ct.append(cb);
     r.d.clients.replaceChildren(cs.length ? ct : el("p", { class: "muted", text: "no client has used it yet" }));
+  }
+
+  // renderPending shows the definitions pinning holds back, to approve.
+  function renderPending(r, defs, key) {
+    r.d.defsKey = key;
+    r.d.defs.replaceChildren();
+    if (!defs || !defs.pending || !defs.pending.length) return;
+    const list = el("ul", { class: "plain pending-defs" });
+    for (const p of defs.pending) {
+      const fp = p.fingerprint || "";
+      const fields = el("div", { class: "fields" });
+      for (const f of p.fields || []) fields.append(renderField(f, p.change === "added"));
+      if (p.more) fields.append(el("p", { class: "sub", text: "… and " + p.more + " more changed fields" }));
+      list.append(el("li", { "data-tool": p.name },
+        el("div", { class: "pending-head" },
+          el("code", { text: p.name }), " " + (p.kind || "tool") + " " + (p.change || "changed") + " ",
+          fp ? el("span", { class: "sub fp", title: "fingerprint " + fp, text: "@" + fp.slice(0, 32) }) : null, " ",
+          el("button", { type: "button", "aria-label": "Approve " + p.name + " of " + r.name, onclick: () => approve(r, [p]) }, "Approve")),
+        p.change === "added" ? el("p", { class: "sub", text: "new: its whole definition" }) : null,
+        fields));
+    }
+    r.d.defs.append(el("h3", { text: "Pending definitions" + (defs.changedAt ? " · changed " + stamp(defs.changedAt) : "") }), list,
+      el("button", { type: "button", class: "primary", "aria-label": "Approve every pending definition of " + r.name, onclick: () => approve(r, defs.pending) }, "Approve all"));
   }
 
   function renderTools(r, t) {
