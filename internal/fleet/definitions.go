@@ -22,6 +22,44 @@ import (
 // through its methods under mu.
 type defs struct {
 	mu sync.Mutex
+	// defsMem is the definitions in memory; nil while cold.
+	*defsMem
+	// lost is how many tools the server had when a relearn found none
+	// (0: not lost); lostNews and restored are its event to report.
+	lost     int
+	restored int
+	// gen numbers the records made to persist (under mu); they are
+	// written outside mu, one at a time under writeMu, and a record
+	// older than the one written last (written) is dropped: the disk
+	// write never holds up the readers of mu (every pinned call).
+	gen     uint64
+	writeMu sync.Mutex
+	written uint64
+	// stored is the gen of the last record written without error (under
+	// writeMu).
+	stored uint64
+	// pending, while cold: how many tools are held back
+	// (heldNamesLocked).
+	pending  int
+	lostNews bool
+	dirty    bool // to persist at the next flush
+	// cold is set while the definitions are not in memory (defsMem is
+	// nil) but only in the persisted record — a server gone dormant,
+	// everything it knows written (Server.spillDefs) — with lost and
+	// pending still here: Server.lockDefs reads the rest back before
+	// anything looks at it. A dormant server keeps only this much of its
+	// definitions in memory.
+	cold bool
+	// retired is set, under writeMu, when a reload removes the server:
+	// nothing of it is written after, so that a server added again under
+	// its name owns the record (its writes are not undone by a late one
+	// of the removed server's refresher).
+	retired bool
+}
+
+// defsMem is what defs holds of the definitions while they are in
+// memory.
+type defsMem struct {
 	// known are the definitions last learned of each kind; a kind never
 	// learned is absent. items are the same, as the server sent them (for
 	// the record).
@@ -43,33 +81,6 @@ type defs struct {
 	changedAt time.Time
 	// unreported are the changes observed and not yet reported (flush).
 	unreported []drift.Change
-	// lost is how many tools the server had when a relearn found none
-	// (0: not lost); lostNews and restored are its event to report.
-	lost     int
-	lostNews bool
-	restored int
-	dirty    bool // to persist at the next flush
-	// gen numbers the records made to persist (under mu); they are
-	// written outside mu, one at a time under writeMu, and a record
-	// older than the one written last (written) is dropped: the disk
-	// write never holds up the readers of mu (every pinned call).
-	gen     uint64
-	writeMu sync.Mutex
-	written uint64
-	// stored is the gen of the last record written without error (under
-	// writeMu).
-	stored uint64
-	// cold is set while the definitions are not in memory but only in the
-	// persisted record — a server gone dormant, everything it knows
-	// written (Server.spillDefs) — with lost and pending still here:
-	// Server.lockDefs reads the rest back before anything looks at it.
-	cold    bool
-	pending int // while cold: how many tools are held back (heldNamesLocked)
-	// retired is set, under writeMu, when a reload removes the server:
-	// nothing of it is written after, so that a server added again under
-	// its name owns the record (its writes are not undone by a late one
-	// of the removed server's refresher).
-	retired bool
 }
 
 // retireRecord ends the server's writes of its definitions record; a
@@ -92,7 +103,7 @@ func (s *Server) lockDefs() *defs {
 	d := s.defs()
 	d.mu.Lock()
 	if d.cold {
-		d.cold, d.pending = false, 0
+		d.cold, d.pending, d.defsMem = false, 0, &defsMem{}
 		raw := s.f.store.Definitions(s.Name())
 		err := d.loadLocked(raw)
 		if raw == nil && err == nil {
@@ -135,7 +146,7 @@ func (s *Server) spillDefs() {
 // shows of them: pending, the count of held tools (lost stays as it is).
 // The persisted record holds the rest; lockDefs reads it back. mu is held.
 func (d *defs) coldLocked(pending int) {
-	d.known, d.items, d.approved, d.last, d.changedAt = nil, nil, nil, nil, time.Time{}
+	d.defsMem = nil
 	d.cold, d.pending = true, pending
 }
 
@@ -398,6 +409,12 @@ func (s *Server) flushDefinitions() {
 	d := s.defs()
 	pin := s.Config().Pin
 	d.mu.Lock()
+	if d.cold {
+		// Nothing to report or persist: spillDefs made it cold with
+		// nothing unreported or unwritten, and only lockDefs changes it.
+		d.mu.Unlock()
+		return
+	}
 	changes := d.unreported
 	d.unreported = nil
 	lost, restored := 0, d.restored

@@ -48,7 +48,7 @@ func (s *Server) defs() *defs {
 	if d := s.dp.Load(); d != nil {
 		return d
 	}
-	s.dp.CompareAndSwap(nil, &defs{})
+	s.dp.CompareAndSwap(nil, &defs{defsMem: &defsMem{}})
 	return s.dp.Load()
 }
 

@@ -159,7 +159,7 @@ func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
 				s = df.f.Get("s")
 				d := s.defs()
 				d.mu.Lock()
-				cold, known := d.cold, d.known != nil
+				cold, known := d.cold, d.defsMem != nil
 				d.mu.Unlock()
 				if !cold || known {
 					t.Fatalf("after the restart the definitions are in memory (cold %v, known %v)", cold, known)

@@ -16,7 +16,7 @@ func inMemory(s *Server) (list, defs bool) {
 	s.lists.mu.Unlock()
 	d := s.defs()
 	d.mu.Lock()
-	defs = !d.cold
+	defs = !d.cold || d.defsMem != nil // cold keeps none of them
 	d.mu.Unlock()
 	return list, defs
 }
