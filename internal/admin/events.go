@@ -36,10 +36,13 @@ type EventLog struct {
 	max     int
 	epoch   string
 	entries []kept
-	pos     uint64                  // the last entry's seq
-	base    uint64                  // the seq before this run's first event
-	last    uint64                  // this run's events so far
-	counts  map[string]*eventCounts // by server
+	pos     uint64 // the last entry's seq
+	base    uint64 // the seq before this run's first event
+	last    uint64 // this run's events so far
+	// counts places each server's counts of this run's events in tally:
+	// one slice for every server, not an object each.
+	counts  map[string]int32
+	tally   []eventCounts
 	subs    map[*subscription]struct{}
 	persist func(store.Event)
 	closed  bool
@@ -53,7 +56,7 @@ type eventKey struct{ server, typ string }
 // any other type in more — one small object per server, not a map entry
 // per (server, type).
 type eventCounts struct {
-	n    [len(eventTypes)]uint64
+	n    [len(eventTypes)]uint32
 	more map[string]uint64
 }
 
@@ -77,14 +80,14 @@ func (c *eventCounts) add(typ string) {
 type kept struct {
 	seq                  uint64
 	id                   string
-	time                 time.Time
+	time                 int64 // Unix ns (keptTime); 0: none
 	server, session, typ string
 	details              json.RawMessage
 }
 
 // entry is k as the log's readers get it.
 func (l *EventLog) entry(k kept) Entry {
-	e := Entry{ID: k.id, seq: k.seq, Event: fleet.Event{Time: k.time, Server: k.server, Session: k.session, Type: k.typ}}
+	e := Entry{ID: k.id, seq: k.seq, Event: fleet.Event{Time: eventTime(k.time), Server: k.server, Session: k.session, Type: k.typ}}
 	if e.ID == "" {
 		e.ID = l.epoch + "-" + strconv.FormatUint(k.seq-l.base, 10)
 	}
@@ -96,6 +99,22 @@ func (l *EventLog) entry(k kept) Entry {
 		_ = d.Decode(&e.Details) // an object, else none
 	}
 	return e
+}
+
+// keptTime is t as a kept event holds it: Unix ns, 0 for the zero time.
+func keptTime(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// eventTime is a kept event's time.
+func eventTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 type subscription struct {
@@ -120,7 +139,7 @@ func RestoreEventLog(max int, history []store.Event) *EventLog {
 	if max <= 0 {
 		max = 1000
 	}
-	l := &EventLog{max: max, counts: map[string]*eventCounts{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
+	l := &EventLog{max: max, counts: map[string]int32{}, subs: map[*subscription]struct{}{}, done: make(chan struct{})}
 	if len(history) > max {
 		history = history[len(history)-max:]
 	}
@@ -133,7 +152,7 @@ func RestoreEventLog(max int, history []store.Event) *EventLog {
 		epoch, _, _ := strings.Cut(id, "-")
 		epochs[epoch] = true
 		l.pos++
-		l.entries = append(l.entries, kept{seq: l.pos, id: id, time: h.Time, server: h.Server, session: h.Session, typ: h.Type, details: h.Details})
+		l.entries = append(l.entries, kept{seq: l.pos, id: id, time: keptTime(h.Time), server: h.Server, session: h.Session, typ: h.Type, details: h.Details})
 	}
 	l.base = l.pos
 	now := epochClock().UnixNano()
@@ -178,13 +197,14 @@ func (l *EventLog) Add(e fleet.Event) {
 		copy(l.entries, l.entries[1:])
 		l.entries = l.entries[:l.max-1]
 	}
-	l.entries = append(l.entries, kept{seq: l.pos, time: e.Time, server: e.Server, session: e.Session, typ: e.Type, details: details})
-	c := l.counts[e.Server]
-	if c == nil {
-		c = &eventCounts{}
-		l.counts[e.Server] = c
+	l.entries = append(l.entries, kept{seq: l.pos, time: keptTime(e.Time), server: e.Server, session: e.Session, typ: e.Type, details: details})
+	i, ok := l.counts[e.Server]
+	if !ok {
+		i = int32(len(l.tally))
+		l.tally = append(l.tally, eventCounts{})
+		l.counts[e.Server] = i
 	}
-	c.add(e.Type)
+	l.tally[i].add(e.Type)
 	if l.persist != nil {
 		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: e.Type, Details: details})
 	}
@@ -331,10 +351,11 @@ func (l *EventLog) counted() map[eventKey]uint64 {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for server, c := range l.counts {
+	for server, i := range l.counts {
+		c := &l.tally[i]
 		for i, n := range c.n {
 			if n != 0 {
-				out[eventKey{server, eventTypes[i]}] = n
+				out[eventKey{server, eventTypes[i]}] = uint64(n)
 			}
 		}
 		for typ, n := range c.more {
