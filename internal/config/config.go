@@ -213,11 +213,17 @@ type Server struct {
 	// any).
 	Limits *Limits
 
-	// The text before ${VAR} expansion, for display: values that came
-	// from the environment are never shown.
-	rawCommand string
-	rawArgs    []string
-	rawURL     string
+	// raw is the text before ${VAR} expansion, for display (values that
+	// came from the environment are never shown); nil when expanding
+	// changed nothing, as in most configs.
+	raw *rawLaunch
+}
+
+// rawLaunch is a server's command and args, or URL, as written.
+type rawLaunch struct {
+	command string
+	args    []string
+	url     string
 }
 
 // RestartConfig is the restart part of a server's settings, resolved.

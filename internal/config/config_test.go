@@ -81,7 +81,6 @@ func TestDefaults(t *testing.T) {
 			Policy: lifecycle.RestartOnFailure, MaxAttempts: 5, HealthyPeriod: 5 * time.Minute,
 			Backoff: lifecycle.Backoff{Initial: time.Second, Max: 32 * time.Second, Multiplier: 2, Jitter: 0.2},
 		},
-		rawCommand: "srv",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("server:\n got %+v\nwant %+v", got, want)

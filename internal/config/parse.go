@@ -535,7 +535,6 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 		if headersAt != "" {
 			p.warnf(headersAt, "ignored for a local server (command)")
 		}
-		srv.rawCommand = *command
 		cmd, ok := p.expand(*command, commandAt, soft)
 		srv.Command = cmd
 		if strings.TrimSpace(*command) == "" {
@@ -543,10 +542,18 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 		} else if ok && strings.TrimSpace(cmd) == "" {
 			p.errorf(commandAt, "is empty after expansion")
 		}
-		srv.rawArgs = args
+		expanded := cmd != *command
+		if len(args) > 0 {
+			srv.Args = make([]string, len(args))
+		}
 		for i, a := range args {
-			e, _ := p.expand(a, index(argsAt, i), soft)
-			srv.Args = append(srv.Args, e)
+			srv.Args[i], _ = p.expand(a, index(argsAt, i), soft)
+			expanded = expanded || srv.Args[i] != a
+		}
+		if expanded {
+			srv.raw = &rawLaunch{command: *command, args: args}
+		} else {
+			srv.Args = args // the same text: one copy
 		}
 		if len(env) > 0 {
 			srv.Env = make(map[string]string, len(env))
@@ -564,9 +571,11 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 			}
 		}
 		srv.Limits = nil // mcpvisor runs no process of it
-		srv.rawURL = *rawURL
 		u, ok := p.expand(*rawURL, urlAt, soft)
 		srv.URL = u
+		if u != *rawURL {
+			srv.raw = &rawLaunch{url: *rawURL}
+		}
 		if ok {
 			if err := checkURL(u); err != nil {
 				p.errorf(urlAt, "%v", err)

@@ -26,15 +26,15 @@ const Redaction = "[REDACTED]"
 // Env and header values are never part of it.
 func (s *Server) Redacted() string {
 	if s.Kind == KindHTTP {
-		u := s.rawURL
-		if u == "" {
-			u = s.URL
+		u := s.URL
+		if s.raw != nil {
+			u = s.raw.url
 		}
 		return redactURL(u)
 	}
-	cmd, args := s.rawCommand, s.rawArgs
-	if cmd == "" {
-		cmd, args = s.Command, s.Args
+	cmd, args := s.Command, s.Args
+	if s.raw != nil {
+		cmd, args = s.raw.command, s.raw.args
 	}
 	parts := []string{quoteArg(cmd)}
 	for _, a := range RedactArgs(args) {
