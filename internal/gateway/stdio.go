@@ -138,8 +138,27 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		}
 		return conn.Write(m)
 	})
+	// refusal writes a reply of the front's own — a line refused before
+	// the endpoint sees it — on a worker, counted as activity until it is
+	// written, as an answer is: a client that closes its input after its
+	// last line still reads its refusal.
+	refusal := func(m *rpc.Message) {
+		if act != nil {
+			act.Begin()
+		}
+		pool.run(func() {
+			_ = conn.Write(m)
+			if act != nil {
+				act.End()
+			}
+		})
+	}
 	conn = rpc.NewConn(r, w, rpc.Options{
-		PeerName:     "client",
+		PeerName: "client",
+		// The connection's own error replies (a line that is not
+		// JSON-RPC) are queued as the line is read: at the client's EOF
+		// they are written before the connection ends.
+		FlushAtEOF:   true,
 		Logger:       log,
 		StallTimeout: timeout,
 		// A line that is not a JSON-RPC message, or is over the line
@@ -175,7 +194,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				}
 				if bad != nil {
 					gw.refuse(hctx, m, bad.ID, refusalOutcome(bad.Error.Code), bad.Error.Code, bad.Error.Message)
-					pool.run(func() { _ = conn.Write(bad) })
+					refusal(bad)
 					return
 				}
 				if act != nil {
@@ -196,7 +215,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					}
 					msg := "Invalid Request: id " + key + " is already the id of a request in flight"
 					gw.refuse(hctx, m, m.ID, telemetry.ProtocolError, rpc.InvalidRequest, msg)
-					pool.run(func() { _ = conn.Write(errorReply(m.ID, rpc.InvalidRequest, msg)) })
+					refusal(errorReply(m.ID, rpc.InvalidRequest, msg))
 					return
 				}
 				pool.run(func() {
@@ -236,13 +255,13 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				log.Debug("stdio: batch refused", "version", v)
 				msg := batchRefused(v)
 				gw.refuse(hctx, nil, nil, telemetry.ProtocolError, rpc.InvalidRequest, msg)
-				pool.run(func() { _ = conn.Write(errorReply(nil, rpc.InvalidRequest, msg)) })
+				refusal(errorReply(nil, rpc.InvalidRequest, msg))
 				return
 			}
 			reqs, others, errs, fail := splitBatch(hctx, gw, line)
 			if fail != nil {
 				gw.refuse(hctx, nil, nil, telemetry.ProtocolError, fail.Code, fail.Message)
-				pool.run(func() { _ = conn.Write(errorReply(nil, fail.Code, fail.Message)) })
+				refusal(errorReply(nil, fail.Code, fail.Message))
 				return
 			}
 			for _, m := range others {

@@ -88,6 +88,15 @@ type Options struct {
 	// which ends when that Write returns. 0 (the default) means no bound:
 	// Run waits for the writer (see Run).
 	StallTimeout time.Duration
+
+	// FlushAtEOF makes the peer's EOF end the connection only once the
+	// lines queued for the peer by then are written — the connection's
+	// own error replies to its last lines among them — or a write fails,
+	// or WriteTimeout passes: a peer that closes its output after its
+	// last request still reads the answers already on their way. Without
+	// it the EOF ends the connection at once and what is queued is
+	// dropped.
+	FlushAtEOF bool
 }
 
 // Conn is one newline-delimited JSON-RPC 2.0 connection over a byte
@@ -122,6 +131,7 @@ type Conn struct {
 	peer    string
 
 	writeTimeout time.Duration // > 0, or < 0 for none
+	flushAtEOF   bool
 	raw          *rawWriter    // non-blocking writes to w, if it takes them (inline.go)
 	stall        time.Duration // Options.StallTimeout
 	stallTimer   *time.Timer   // armed while the writer is in a Write, if stall > 0
@@ -171,6 +181,7 @@ func NewConn(r io.Reader, w io.Writer, opts Options) *Conn {
 		pending: make(map[int64]chan<- result),
 
 		writeTimeout: opts.WriteTimeout,
+		flushAtEOF:   opts.FlushAtEOF,
 	}
 	if c.writeTimeout == 0 {
 		c.writeTimeout = DefaultWriteTimeout
@@ -701,6 +712,9 @@ func (c *Conn) read(ctx context.Context) {
 		}
 		switch {
 		case err == io.EOF:
+			if c.flushAtEOF {
+				c.awaitQueued()
+			}
 			c.closeWith(fmt.Errorf("%s closed its output: %w", c.peer, err))
 			return
 		case err != nil:

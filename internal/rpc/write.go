@@ -400,6 +400,31 @@ func (c *Conn) writeFailed(err error) {
 	c.wmu.Unlock()
 }
 
+// awaitQueued waits until the lines queued now are written (or nothing
+// is queued or being written), the connection ends, or the write timeout
+// passes (Options.FlushAtEOF).
+func (c *Conn) awaitQueued() {
+	w := &c.wr
+	c.wmu.Lock()
+	if !w.writing && len(w.queue) == 0 {
+		c.wmu.Unlock()
+		return
+	}
+	flushed := w.flushedLocked()
+	c.wmu.Unlock()
+	var stop <-chan time.Time
+	if c.writeTimeout > 0 {
+		t := c.timer()
+		defer c.putTimer(t)
+		stop = t.C
+	}
+	select {
+	case <-flushed:
+	case <-c.done:
+	case <-stop:
+	}
+}
+
 // flushedLocked is the channel closed once the lines queued now are
 // written. Callers hold Conn.wmu.
 func (w *writer) flushedLocked() chan struct{} {

@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/bridge"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// slowEndpoint is an endpoint whose every request takes 200 ms (or ends with
+// its ctx: then it answers "cancelled").
+type slowEndpoint struct{}
+
+func (slowEndpoint) Open(out Sink) *Session { return &Session{out: out} }
+func (slowEndpoint) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	if !m.IsRequest() {
+		return nil
+	}
+	select {
+	case <-time.After(200 * time.Millisecond):
+		return &rpc.Message{ID: m.ID, Result: json.RawMessage(`{"ok":true}`)}
+	case <-ctx.Done():
+		return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.InternalError, Message: "cancelled"}}
+	}
+}
+func (e slowEndpoint) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
+	return e.Handle(ctx, nil, m, related)
+}
+func (slowEndpoint) Close(*Session) {}
+
+// serveUntilEOF serves input as the daemon's socket session does
+// (serve_socket.go: a per-session bridge.InFlight as the front's Activity,
+// the reader wrapped in its HoldEOF) and returns everything written back.
+func serveUntilEOF(t *testing.T, input string) string {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inflight := &bridge.InFlight{}
+		opts := StdioOptions{Activity: inflight}
+		_ = opts.Serve(context.Background(), slowEndpoint{}, inflight.HoldEOF(context.Background(), inR, bridge.DefaultFlushTimeout), outW)
+		outW.Close()
+	}()
+	go func() {
+		io.WriteString(inW, input)
+		inW.Close() // the client's EOF, as connect's CloseWrite passes it on
+	}()
+	var got strings.Builder
+	sc := bufio.NewScanner(outR)
+	for sc.Scan() {
+		got.WriteString(sc.Text() + "\n")
+	}
+	<-done
+	return got.String()
+}
+
+// Control: a request whose line ends with a newline, then EOF: HoldEOF
+// keeps the session until its answer is written.
+func TestStdioEOFAnswersTerminatedLine(t *testing.T) {
+	got := serveUntilEOF(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n")
+	if !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("answer to the last request before EOF: %q", got)
+	}
+}
+
+// The same request as the stream's final line without a newline (the
+// line reader hands it over only after it has read the EOF — which
+// HoldEOF released at once, nothing being in flight yet): the session
+// ends at the cached EOF and the request is cancelled.
+func TestStdioEOFAnswersUnterminatedLastLine(t *testing.T) {
+	got := serveUntilEOF(t, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	if !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("answer to a final request line without a newline: %q (want the result, as with a newline)", got)
+	}
+}
+
+// A line the front refuses itself (a batch before initialize) is answered
+// on a worker, counted by Activity until written: the client that closes
+// its input after it still reads the refusal.
+func TestStdioEOFAnswersRefusal(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		got := serveUntilEOF(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`+"\n")
+		if !strings.Contains(got, `"error"`) {
+			t.Fatalf("run %d: the refusal of the last line before EOF: %q", i, got)
+		}
+	}
+}
+
+// A request line the connection itself refuses (not JSON-RPC: method is a
+// number): its error reply is the connection's own, queued, and written
+// before the client's EOF ends the connection (rpc.Options.FlushAtEOF).
+func TestStdioEOFAnswersInvalidRequest(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		got := serveUntilEOF(t, `{"jsonrpc":"2.0","id":1,"method":5}`+"\n")
+		if !strings.Contains(got, `"error"`) {
+			t.Fatalf("run %d: the error reply to the last (invalid) request before EOF: %q", i, got)
+		}
+	}
+}
