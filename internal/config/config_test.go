@@ -698,3 +698,16 @@ func TestLoadUsesProcessEnvByDefault(t *testing.T) {
 		t.Errorf("command %q idle %v", s.Command, s.IdleTimeout)
 	}
 }
+
+// "args": [] is no args, as leaving them out is: adding or removing it
+// changes nothing a reload would restart the server for.
+func TestEmptyArgsAreNoArgs(t *testing.T) {
+	without := mustParse(t, `{"mcpServers":{"a":{"command":"srv"}}}`, LoadOptions{}).Server("a")
+	empty := mustParse(t, `{"mcpServers":{"a":{"command":"srv","args":[]}}}`, LoadOptions{}).Server("a")
+	if c := CompareServer(without, empty); c.Action != ActionUnchanged || len(c.Fields) != 0 {
+		t.Fatalf(`adding "args": [] is a change: %+v`, c)
+	}
+	if empty.Args != nil {
+		t.Fatalf(`"args": [] parsed as %#v, want nil`, empty.Args)
+	}
+}

@@ -543,7 +543,9 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 			p.errorf(commandAt, "is empty after expansion")
 		}
 		expanded := cmd != *command
-		if len(args) > 0 {
+		if len(args) == 0 {
+			args = nil // "args": [] is no args, as none is (a reload compares them)
+		} else {
 			srv.Args = make([]string, len(args))
 		}
 		for i, a := range args {
