@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -644,8 +645,13 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 			return nil, heldNames, fmt.Errorf("server %s: tool %s: %w; review it again (mcpvisor tools diff %s)", s.Name(), n, ErrStaleApproval, s.Name())
 		}
 	}
+	// Written into, the approved set is a copy of its own: until now it
+	// may be the very set known holds (the first list, approved as it is;
+	// an unpinned server's), which an approval must not change.
 	if d.approved == nil {
 		d.approved = drift.Set{}
+	} else {
+		d.approved = maps.Clone(d.approved)
 	}
 	for _, n := range names {
 		d.approved[n] = d.approvableLocked(n, fingerprints)

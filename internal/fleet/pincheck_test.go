@@ -2,12 +2,14 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/drift"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
@@ -385,8 +387,7 @@ func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 		}
 		synctest.Wait()
 		before := string(st.Definitions("s"))
-		d := old.defs()
-		d.mu.Lock()
+		d := old.lockDefs()
 		d.approved = nil // a change the removed server would persist
 		d.dirty = true
 		d.mu.Unlock()
@@ -641,6 +642,34 @@ func TestCheckToolLearnEndsWithTheFleet(t *testing.T) {
 		df.close(t)
 		if err := <-errc; err == nil {
 			t.Fatal("a check whose learn the fleet's Close ended succeeded")
+		}
+	})
+}
+
+// Was a defect: the first list's definitions are approved as they are
+// (trust on first use) by making the approved set the known one; approving
+// a per-session process's own definition then wrote it into the known
+// set too, so the shared instance's definition was replaced without being
+// held, and the held count was wrong.
+func TestApprovingAPrivateDefinitionLeavesTheKnownOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := newPinned(t, `,"sharing":"per-session"`)
+		defer df.close(t)
+		fp := func(raw string) string {
+			return drift.Index(drift.Tool, []json.RawMessage{json.RawMessage(raw)})["echo"].Fingerprint
+		}
+		df.srv.setItems(echoV2, pidTool)
+		if err := checkOn(t, s, "A", "echo", time.Second); err == nil {
+			t.Fatal("session A's changed echo was not held")
+		}
+		if _, _, err := s.Approve([]string{"echo"}, map[string]string{"echo": fp(echoV2)}); err != nil {
+			t.Fatal(err)
+		}
+		d := s.lockDefs()
+		known := d.known[drift.Tool]["echo"].Fingerprint
+		d.mu.Unlock()
+		if known != fp(echoV1) {
+			t.Fatalf("approving session A's echo replaced the known (shared) echo: %s, want %s", known, fp(echoV1))
 		}
 	})
 }
