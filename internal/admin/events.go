@@ -55,6 +55,8 @@ type eventKey struct{ server, typ string }
 // types /metrics lists for every server (eventTypes) in place, by index,
 // any other type in more — one small object per server, not a map entry
 // per (server, type).
+// (uint32: lifecycle events of one server; four billion of them in a run
+// is out of reach.)
 type eventCounts struct {
 	n    [len(eventTypes)]uint32
 	more map[string]uint64
@@ -109,7 +111,9 @@ func keptTime(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// eventTime is a kept event's time.
+// eventTime is a kept event's time, in the local zone (an event restored
+// from the store shows the same instant in it, whatever offset it was
+// written with).
 func eventTime(ns int64) time.Time {
 	if ns == 0 {
 		return time.Time{}
