@@ -98,7 +98,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all; 3 as 1 with a long description of echo, on several lines, with markup; 4 the usual and ten more of a typical size (20) [FIXTURE_TOOLS_VARIANT]")
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")
-	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy this long, e.g. 300ms [FIXTURE_SPIN]")
+	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy until the process has used this much CPU time, e.g. 300ms [FIXTURE_SPIN]")
 	fs.IntVar(&c.growMB, "grow-mb", 0, "at start, allocate `N` MiB step by step, "+strconv.Itoa(growStepMB)+" MiB every "+growInterval.String()+", touching every page, and hold it: past a memory limit the server is killed on the way [FIXTURE_GROW_MB]")
 	fs.IntVar(&c.forkBomb, "fork-bomb", 0, "at start, start sleeping children (sleep 3600, in the server's process group, stdio on /dev/null) until a fork fails or `N` run (at most "+strconv.Itoa(maxForkBomb)+"), then serve [FIXTURE_FORK_BOMB]")
 	fs.Usage = func() {

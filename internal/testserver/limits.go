@@ -57,6 +57,23 @@ func grow(mb, stepMB int, interval time.Duration) int {
 	return growCtx(context.Background(), mb, stepMB, interval)
 }
 
+// spin keeps one CPU busy until this process has used d more CPU time
+// (wall-clock time where that cannot be read), so that what it burned
+// does not depend on how busy the machine is; it returns its rounds.
+func spin(d time.Duration) int {
+	n := 0
+	if start, ok := cpuTime(); ok {
+		for used := time.Duration(0); used < d; n++ {
+			now, _ := cpuTime()
+			used = now - start
+		}
+		return n
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+	}
+	return n
+}
+
 func runGrow(ctx context.Context, _ *server, args, _ json.RawMessage) (toolResult, bool) {
 	a := struct {
 		MB         int `json:"mb"`

@@ -3,12 +3,15 @@ package testserver
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // procStat is what the tests need from /proc/PID/stat.
@@ -218,4 +221,42 @@ func TestProcessReapsItsChildren(t *testing.T) {
 	p.stdin.Close()
 	p.mustExit(0)
 	WaitGone(t, marker, waitLong)
+}
+
+// -spin burns the CPU time it is given however busy the machine is: a
+// fixture sharing one CPU with another spinning fixture still has used
+// 300 ms of CPU by the time it serves (the tests that read what a server
+// burned hold it to that), where counting wall-clock time it had used
+// about half.
+func TestProcessSpinUsesTheCPUTimeGiven(t *testing.T) {
+	const spin = 300 * time.Millisecond
+	Build(t) // not on one CPU
+	// Both fixtures are started from this thread pinned to one CPU, and
+	// inherit that.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var was, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		t.Fatal(err)
+	}
+	for cpu := 0; cpu < 1024; cpu++ {
+		if was.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	startFixture(t, NewMarker(t), []string{"FIXTURE_SPIN=1m"})
+	p := startFixture(t, NewMarker(t), []string{"FIXTURE_SPIN=" + spin.String()})
+	if err := unix.SchedSetaffinity(0, &was); err != nil {
+		t.Fatal(err)
+	}
+	p.initialize()
+	p.stdin.Close()
+	p.mustExit(0)
+	if used := p.state.UserTime() + p.state.SystemTime(); used < spin {
+		t.Errorf("spinning %v used %v of CPU", spin, used)
+	}
 }

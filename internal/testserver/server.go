@@ -121,10 +121,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		logger.Printf("fork bomb: %d children sleeping; stopped by: %v", n, err)
 	}
 	if cfg.spin > 0 {
-		n := 0
-		for end := time.Now().Add(cfg.spin); time.Now().Before(end); {
-			n++
-		}
+		n := spin(cfg.spin)
 		logger.Printf("spun %v (%d rounds)", cfg.spin, n)
 	}
 	if cfg.slowStart > 0 {
