@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -99,13 +100,14 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	return nil
 }
 
-// clientsCellWidth bounds ps's CLIENTS cell: the clients' names, comma
-// separated, when they fit, else how many there are.
+// clientsCellWidth bounds ps's CLIENTS cell, in characters (as the
+// table's columns are aligned): the clients' names, comma separated, when
+// they fit, else how many there are.
 const clientsCellWidth = 24
 
 // clientsCell is ps's CLIENTS cell: "-" when no client used the server,
 // the names of those that did when they fit in clientsCellWidth
-// ("claude-ai,cursor"), else their number ("3 clients"). The names are
+// ("claude-ai,cursor"), else their number ("3 clients", "1 client"). The names are
 // normalized (fleet.ClientUse): no space or comma in them.
 func clientsCell(cs []fleet.ClientUse) string {
 	if len(cs) == 0 {
@@ -115,8 +117,11 @@ func clientsCell(cs []fleet.ClientUse) string {
 	for i, c := range cs {
 		names[i] = c.Name
 	}
-	if text := strings.Join(names, ","); len(text) <= clientsCellWidth {
+	if text := strings.Join(names, ","); utf8.RuneCountInString(text) <= clientsCellWidth {
 		return text
+	}
+	if len(cs) == 1 {
+		return "1 client"
 	}
 	return fmt.Sprintf("%d clients", len(cs))
 }
