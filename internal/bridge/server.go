@@ -122,7 +122,12 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 		var release func()
 		release, err = s.Admit(h)
 		if release != nil {
-			defer release()
+			// After the close (Serve's close again is a no-op): the
+			// place is free only once the connection is gone.
+			defer func() {
+				_ = c.Close()
+				release()
+			}()
 		}
 	}
 	if err == nil {

@@ -238,3 +238,33 @@ func TestServerAdmit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Admit's release comes once the connection is closed: the client reads
+// its end by then.
+func TestAdmitReleasedAfterClose(t *testing.T) {
+	released := make(chan error, 1)
+	var client *net.UnixConn
+	ready := make(chan struct{})
+	s := &Server{Admit: func(Hello) (func(), error) {
+		return func() {
+			<-ready
+			// Closed before this call, the client's read ends at
+			// once; open, it waits for its deadline.
+			_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err := io.ReadAll(client)
+			released <- err
+		}, nil
+	}}
+	path, _ := serveEcho(t, s)
+	c, down, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client = c
+	_ = down
+	close(ready)
+	c.CloseWrite() // the session ends at the client's EOF
+	if err := <-released; err != nil {
+		t.Fatalf("when Admit's release ran the connection was still open: %v", err)
+	}
+}
