@@ -80,3 +80,27 @@ func TestHeldEOFAnswersALastLineWithoutNewline(t *testing.T) {
 		t.Fatalf("answer to a final request line without a newline: %q (want the result, as with a newline)", got)
 	}
 }
+
+// A line the front refuses itself (a batch before initialize) is answered
+// on a worker, counted by Activity until written: the client that closes
+// its input after it still reads the refusal.
+func TestHeldEOFAnswersRefusal(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		got := serveHeldEOF(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`+"\n")
+		if !strings.Contains(got, `"error"`) {
+			t.Fatalf("run %d: the refusal of the last line before EOF: %q", i, got)
+		}
+	}
+}
+
+// A request line the connection itself refuses (not JSON-RPC: method is a
+// number): its error reply is the connection's own, queued, and written
+// before the client's EOF ends the connection (rpc.Options.FlushAtEOF).
+func TestHeldEOFAnswersInvalidRequest(t *testing.T) {
+	for i := 0; i < 50; i++ {
+		got := serveHeldEOF(t, `{"jsonrpc":"2.0","id":1,"method":5}`+"\n")
+		if !strings.Contains(got, `"error"`) {
+			t.Fatalf("run %d: the error reply to the last (invalid) request before EOF: %q", i, got)
+		}
+	}
+}
