@@ -368,6 +368,18 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("restart pinned: %d %s", status, body)
 		}
 		bt.waitFor(t, "the definitions_changed event in the timeline", `[...document.querySelectorAll('#events li[data-type=definitions_changed][data-server=pinned]')].some(li => li.textContent.includes('echo'))`)
+		// The page reads the servers again shortly after the event, and
+		// pinned's row then takes its pending count, which changes the
+		// row's height: a click aimed before that lands beside what it
+		// aimed at. The clicks below wait for the row to show the count.
+		status, body := authed(t, "GET", base, token, "/api/servers/pinned")
+		var held struct {
+			Definitions struct{ Pending []json.RawMessage }
+		}
+		if err := json.Unmarshal([]byte(body), &held); status != 200 || err != nil || len(held.Definitions.Pending) == 0 {
+			t.Fatalf("pinned's pending definitions: %d %s", status, body)
+		}
+		bt.waitFor(t, "pinned's row counts its pending definitions", fmt.Sprintf(`%s.querySelector('span.pending').textContent === '%d pending'`, row("pinned"), len(held.Definitions.Pending)))
 		bt.do(t, "expand pinned", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] td.name button`)))
 		detail := row("pinned") + ".querySelector('tr.detail')"
 		bt.waitFor(t, "the pending definitions, with the fields that changed", fmt.Sprintf(`%s.textContent.includes('Pending definitions') && %[1]s.textContent.includes('echo') && !%[1]s.textContent.includes('[object Object]')`, detail))
@@ -401,7 +413,7 @@ func TestDashboard(t *testing.T) {
 		bt.waitFor(t, "reverse's whole definition", fmt.Sprintf(`%s.querySelector('[data-tool=reverse] [data-path=description]').textContent.includes('Returns the given text reversed.') && %[1]s.querySelector('[data-tool=reverse] [data-path=inputSchema]').textContent.includes('"required"')`, detail))
 		bt.do(t, "approve all", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] button[aria-label="Approve every pending definition of pinned"]`)))
 		bt.waitFor(t, "the approval said", `document.getElementById('notice').textContent.startsWith('Approved ')`)
-		status, body := authed(t, "GET", base, token, "/api/servers/pinned")
+		status, body = authed(t, "GET", base, token, "/api/servers/pinned")
 		var d struct {
 			Definitions struct{ Pending []json.RawMessage }
 		}
