@@ -39,6 +39,14 @@ func (eofSlow) Close(*Session) {}
 // the reader wrapped in its HoldEOF) and returns everything written back.
 func serveHeldEOF(t *testing.T, input string) string {
 	t.Helper()
+	return serveToEOF(t, input, true)
+}
+
+// serveToEOF serves input to the end of the stream, through the daemon's
+// HoldEOF if held, else as mcpvisor stdio does (nothing holds its EOF),
+// and returns everything written back.
+func serveToEOF(t *testing.T, input string, held bool) string {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan struct{})
@@ -46,7 +54,11 @@ func serveHeldEOF(t *testing.T, input string) string {
 		defer close(done)
 		inflight := &bridge.InFlight{}
 		opts := StdioOptions{Activity: inflight}
-		_ = opts.Serve(context.Background(), eofSlow{}, inflight.HoldEOF(context.Background(), inR, bridge.DefaultFlushTimeout), outW)
+		var r io.Reader = inR
+		if held {
+			r = inflight.HoldEOF(context.Background(), inR, bridge.DefaultFlushTimeout)
+		}
+		_ = opts.Serve(context.Background(), eofSlow{}, r, outW)
 		outW.Close()
 	}()
 	go func() {
@@ -81,26 +93,23 @@ func TestHeldEOFAnswersALastLineWithoutNewline(t *testing.T) {
 	}
 }
 
-// A line the front refuses itself (a batch before initialize) is answered
-// on a worker, counted by Activity until written: the client that closes
-// its input after it still reads the refusal.
-func TestHeldEOFAnswersRefusal(t *testing.T) {
-	for i := 0; i < 50; i++ {
-		got := serveHeldEOF(t, `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`+"\n")
-		if !strings.Contains(got, `"error"`) {
-			t.Fatalf("run %d: the refusal of the last line before EOF: %q", i, got)
-		}
-	}
-}
-
-// A request line the connection itself refuses (not JSON-RPC: method is a
-// number): its error reply is the connection's own, queued, and written
-// before the client's EOF ends the connection (rpc.Options.FlushAtEOF).
-func TestHeldEOFAnswersInvalidRequest(t *testing.T) {
-	for i := 0; i < 50; i++ {
-		got := serveHeldEOF(t, `{"jsonrpc":"2.0","id":1,"method":5}`+"\n")
-		if !strings.Contains(got, `"error"`) {
-			t.Fatalf("run %d: the error reply to the last (invalid) request before EOF: %q", i, got)
+// A line the front refuses itself (a batch before initialize), and a
+// request line the connection refuses (not JSON-RPC: method is a number),
+// as the last line before the client's EOF: the refusal is queued as the
+// line is read and written before the connection ends
+// (rpc.Options.FlushAtEOF), through the daemon's HoldEOF and in plain
+// mcpvisor stdio alike.
+func TestEOFAnswersRefusals(t *testing.T) {
+	for _, c := range []struct{ name, line string }{
+		{"batch before initialize", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`},
+		{"invalid request", `{"jsonrpc":"2.0","id":1,"method":5}`},
+	} {
+		for _, held := range []bool{true, false} {
+			for i := range 50 {
+				if got := serveToEOF(t, c.line+"\n", held); !strings.Contains(got, `"error"`) {
+					t.Fatalf("%s (held EOF %v), run %d: the refusal of the last line before EOF is lost: %q", c.name, held, i, got)
+				}
+			}
 		}
 	}
 }

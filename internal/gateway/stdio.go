@@ -138,26 +138,18 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		}
 		return conn.Write(m)
 	})
-	// refusal writes a reply of the front's own — a line refused before
-	// the endpoint sees it — on a worker, counted as activity until it is
-	// written, as an answer is: a client that closes its input after its
-	// last line still reads its refusal.
-	refusal := func(m *rpc.Message) {
-		if act != nil {
-			act.Begin()
-		}
-		pool.run(func() {
-			_ = conn.Write(m)
-			if act != nil {
-				act.End()
-			}
-		})
-	}
+	// refusal queues a reply of the front's own — a line refused before
+	// the endpoint sees it — as the line is read, without waiting for
+	// the client (Post): the client's EOF that follows waits for it
+	// (FlushAtEOF), so a client that closes its input after its last
+	// line still reads its refusal.
+	refusal := func(m *rpc.Message) { _ = conn.Post(m) }
 	conn = rpc.NewConn(r, w, rpc.Options{
 		PeerName: "client",
 		// The connection's own error replies (a line that is not
-		// JSON-RPC) are queued as the line is read: at the client's EOF
-		// they are written before the connection ends.
+		// JSON-RPC) and the front's refusals are queued as the line is
+		// read: at the client's EOF they are written before the
+		// connection ends.
 		FlushAtEOF:   true,
 		Logger:       log,
 		StallTimeout: timeout,

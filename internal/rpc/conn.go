@@ -90,12 +90,13 @@ type Options struct {
 	StallTimeout time.Duration
 
 	// FlushAtEOF makes the peer's EOF end the connection only once the
-	// lines queued for the peer by then are written — the connection's
-	// own error replies to its last lines among them — or a write fails,
-	// or WriteTimeout passes: a peer that closes its output after its
-	// last request still reads the answers already on their way. Without
-	// it the EOF ends the connection at once and what is queued is
-	// dropped.
+	// lines queued or posted for the peer by then are written — the
+	// connection's own error replies to its last lines and what Post
+	// queued among them — or a write fails, or WriteTimeout passes (with
+	// a negative WriteTimeout, until Close or the end of Run's context):
+	// a peer that closes its output after its last request still reads
+	// the answers already on their way. Without it the EOF ends the
+	// connection at once and what is queued is dropped.
 	FlushAtEOF bool
 }
 
@@ -622,6 +623,22 @@ func (c *Conn) Write(m *Message) error {
 		return errNoMethodNorID
 	}
 	return c.write(nil, m, c.timeoutErr)
+}
+
+// Post queues m for the peer and returns at once, as the connection
+// queues its own automatic error replies: the line is written in order
+// with the rest, unless the connection ends first; if the queue is full,
+// a goroutine of the connection waits for room, at most WriteTimeout, and
+// a line that finds none is dropped and reported to OnError. Unlike
+// Write, it can be called on the read goroutine (a Handler) without
+// waiting for the peer, and with Options.FlushAtEOF the peer's EOF waits
+// for what was posted before it.
+func (c *Conn) Post(m *Message) error {
+	if m.Method == "" && len(m.ID) == 0 {
+		return errNoMethodNorID
+	}
+	c.post("reply", m.ID, append(m.AppendTo(nil), '\n'))
+	return nil
 }
 
 // WriteContext is Write bounded by ctx instead of Options.WriteTimeout,

@@ -400,10 +400,24 @@ func (c *Conn) writeFailed(err error) {
 	c.wmu.Unlock()
 }
 
-// awaitQueued waits until the lines queued now are written (or nothing
-// is queued or being written), the connection ends, or the write timeout
-// passes (Options.FlushAtEOF).
+// awaitQueued waits until the lines posted now have found room in the
+// queue and the lines queued then are written (or nothing is queued or
+// being written), the connection ends, or the write timeout passes
+// (Options.FlushAtEOF).
 func (c *Conn) awaitQueued() {
+	var stop <-chan time.Time
+	if c.writeTimeout > 0 {
+		t := c.timer()
+		defer c.putTimer(t)
+		stop = t.C
+	}
+	select {
+	case <-c.asyncDone(): // posts waiting for room (post)
+	case <-c.done:
+		return
+	case <-stop:
+		return
+	}
 	w := &c.wr
 	c.wmu.Lock()
 	if !w.writing && len(w.queue) == 0 {
@@ -412,12 +426,6 @@ func (c *Conn) awaitQueued() {
 	}
 	flushed := w.flushedLocked()
 	c.wmu.Unlock()
-	var stop <-chan time.Time
-	if c.writeTimeout > 0 {
-		t := c.timer()
-		defer c.putTimer(t)
-		stop = t.C
-	}
 	select {
 	case <-flushed:
 	case <-c.done:
