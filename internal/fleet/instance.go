@@ -822,16 +822,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 		if ch := in.starting; ch != nil {
 			woke = woke || in.waking
 			in.mu.Unlock()
-			if err := waitFor(ctx, ch, name, "starting"); err != nil {
-				return nil, woke, err
-			}
-			in.mu.Lock()
-			err, retired := in.startErr, in.phase == phaseRetired
-			in.mu.Unlock()
-			if retired {
-				return nil, woke, errRetired
-			}
-			if err != nil {
+			if err := in.awaitStart(ctx, ch); err != nil {
 				return nil, woke, err
 			}
 			continue
@@ -856,8 +847,32 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 		woke = woke || in.waking
 		go in.start(ch, in.phase, in.closes, time.Since(in.dormantAt))
 		in.mu.Unlock()
+		afterStartBegun(ch)
+		// Its own start's outcome, even if it has ended already (and
+		// in.starting with it): never a second start for one request.
+		if err := in.awaitStart(ctx, ch); err != nil {
+			return nil, woke, err
+		}
 	}
 }
+
+// awaitStart waits for the start that closes ch to end, within ctx, and
+// returns its error (errRetired if the instance was retired meanwhile).
+func (in *instance) awaitStart(ctx context.Context, ch chan struct{}) error {
+	if err := waitFor(ctx, ch, in.srv.Name(), "starting"); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.phase == phaseRetired {
+		return errRetired
+	}
+	return in.startErr
+}
+
+// afterStartBegun is called by acquire once it began a start, with the
+// channel the start closes when it ends (a seam for tests).
+var afterStartBegun = func(chan struct{}) {}
 
 // start starts the instance's supervisor for the requests waiting on ch,
 // and closes ch when the outcome is recorded. was is the phase it starts

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -49,6 +51,46 @@ func TestAStartKilledByItsLimitsIsCounted(t *testing.T) {
 		}
 		if oom, hits := s.limitCounts(); oom != 1 || hits != 2 {
 			t.Errorf("history says oom (%d kill, %d forks refused), counters say oomKills %d, pidsLimitHits %d", h[0].OOMKills, h[0].PIDsLimitHits, oom, hits)
+		}
+	})
+}
+
+// failAtStart fails every connect at once, counting them.
+type failAtStart struct{ n *atomic.Int32 }
+
+func (c failAtStart) Connect(context.Context) (lifecycle.Session, error) {
+	c.n.Add(1)
+	return nil, fmt.Errorf("%w: cannot start", lifecycle.ErrServerUnavailable)
+}
+
+// Was a defect: a request that began a start which ended before the
+// request came back to wait for it (a start that fails at once) missed its
+// outcome and began another: one request, two spawns, and the respawn
+// limit reached twice as fast.
+func TestARequestStartsOnceEvenWhenTheStartEndsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake","restart":{"policy":"never"}}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spawns atomic.Int32
+		f, err := New(cfg, Options{Logger: discardLogger(),
+			Connector: func(*config.Server, backend.Hooks, func(context.Context, Live)) lifecycle.Connector {
+				return failAtStart{&spawns}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(context.Background())
+		// The start ends before the request looks again.
+		prev := afterStartBegun
+		afterStartBegun = func(ch chan struct{}) { <-ch }
+		defer func() { afterStartBegun = prev }()
+		if _, err := f.Get("s").Acquire(t.Context(), ""); err == nil {
+			t.Fatal("started")
+		}
+		if n := spawns.Load(); n != 1 {
+			t.Fatalf("one request spawned %d times", n)
 		}
 	})
 }
