@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -47,4 +48,27 @@ func TestPostAndFlushAtEOF(t *testing.T) {
 	if err := c.Post(&Message{}); err == nil {
 		t.Fatal("Post of a message with neither method nor id")
 	}
+}
+
+// FlushAtEOF's wait for what is queued is bounded by WriteTimeout: a peer
+// that closes its output and never reads again does not hold the
+// connection open.
+func TestFlushAtEOFIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inR, inW := io.Pipe()
+		_, outW := io.Pipe() // nobody reads it
+		var c *Conn
+		c = NewConn(inR, outW, Options{FlushAtEOF: true, WriteTimeout: time.Second, Handler: func(ctx context.Context, m *Message) {
+			_ = c.Post(&Message{ID: m.ID, Error: &Error{Code: InvalidRequest, Message: "refused"}})
+		}})
+		done := make(chan error, 1)
+		go func() { done <- c.Run(context.Background()) }()
+		io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"x"}`+"\n")
+		inW.Close()
+		start := time.Now()
+		<-done // without the bound: every goroutine blocked, and synctest says so
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("the EOF waited %v for a peer that reads nothing, bound 1s", d)
+		}
+	})
 }
