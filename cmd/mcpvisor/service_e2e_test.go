@@ -113,7 +113,7 @@ func TestServiceInstallUninstall(t *testing.T) {
 
 	// Another state directory: a different unit, refused without --force.
 	code, out, stderr = runService(t, bin, env, "service", "install", "--config", cfg, "--state-dir", filepath.Join(home, "elsewhere"))
-	if code == 0 || !strings.Contains(stderr, "--force replaces it") || !strings.Contains(out, "+ ExecStart=") {
+	if code == 0 || !strings.Contains(stderr, "--force replaces it") || !strings.Contains(out, "+ExecStart=") {
 		t.Errorf("a different unit without --force: exit %d\n%s\n%s", code, out, stderr)
 	}
 	if again, _ := os.ReadFile(unit); !bytes.Equal(again, written) {

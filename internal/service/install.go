@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 )
 
 // Runner runs one command of the service manager and returns what it
@@ -124,7 +126,7 @@ func Install(ctx context.Context, h Host, spec Spec, opts Options) error {
 		return nil
 	}
 	if exists {
-		fmt.Fprintf(h.Out, "%s differs from what install would write:\n%s", path, lineDiff(old, def))
+		fmt.Fprintf(h.Out, "%s differs from what install would write:\n%s", path, clientcfg.Diff(old, def, path+" (installed)", path+" (install)"))
 		if !opts.Force {
 			return fmt.Errorf("%w at %s (its difference is above): --force replaces it", ErrExists, path)
 		}
@@ -142,7 +144,10 @@ func Install(ctx context.Context, h Host, spec Spec, opts Options) error {
 			return fmt.Errorf("the log directory: %w", err)
 		}
 	}
-	if err := writeFile(path, def); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := clientcfg.WriteFileAtomic(path, def, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(h.Out, "wrote %s\n", path)
@@ -290,75 +295,4 @@ func shellLine(argv []string) string {
 		words[i] = a
 	}
 	return strings.Join(words, " ")
-}
-
-// writeFile writes b to path through a temporary file in its directory,
-// renamed over it: a reader never sees half a definition.
-func writeFile(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".mcpvisor-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // after the rename, nothing
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
-// lineDiff is the difference from a to b, line by line: kept lines
-// indented, removed ones after "-", added ones after "+" (a longest
-// common subsequence; definitions are a few dozen lines).
-func lineDiff(a, b []byte) string {
-	x := strings.SplitAfter(string(a), "\n")
-	y := strings.SplitAfter(string(b), "\n")
-	// lcs[i][j]: the longest common subsequence of x[i:] and y[j:].
-	lcs := make([][]int, len(x)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(y)+1)
-	}
-	for i := len(x) - 1; i >= 0; i-- {
-		for j := len(y) - 1; j >= 0; j-- {
-			if x[i] == y[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var out strings.Builder
-	emit := func(prefix, l string) {
-		if l == "" {
-			return
-		}
-		out.WriteString(prefix + strings.TrimSuffix(l, "\n") + "\n")
-	}
-	i, j := 0, 0
-	for i < len(x) || j < len(y) {
-		switch {
-		case i < len(x) && j < len(y) && x[i] == y[j]:
-			emit("  ", x[i])
-			i++
-			j++
-		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
-			emit("- ", x[i])
-			i++
-		default:
-			emit("+ ", y[j])
-			j++
-		}
-	}
-	return out.String()
 }

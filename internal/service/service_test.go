@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -52,7 +54,7 @@ func TestDefinitionsGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s differs from %s:\n%s", c.goos, path, lineDiff(want, got))
+			t.Errorf("%s differs from %s:\n%s", c.goos, path, clientcfg.Diff(want, got, "want", "got"))
 		}
 	}
 }
@@ -387,7 +389,7 @@ func TestInstallUninstallSystemd(t *testing.T) {
 	if !errors.Is(err, ErrExists) || r.ran != nil {
 		t.Fatalf("a different unit without --force: %v, ran %q", err, r.ran)
 	}
-	if !strings.Contains(out.String(), "- TimeoutStopSec=30\n") || !strings.Contains(out.String(), "+ TimeoutStopSec=40\n") {
+	if !strings.Contains(out.String(), "-TimeoutStopSec=30\n") || !strings.Contains(out.String(), "+TimeoutStopSec=40\n") {
 		t.Errorf("the difference shown:\n%s", out)
 	}
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
@@ -439,7 +441,10 @@ func TestDryRun(t *testing.T) {
 		if !strings.Contains(out.String(), "would write "+path+":\n"+string(def)) || !strings.Contains(out.String(), "would run: ") {
 			t.Errorf("%s: the dry run said\n%s", goos, out)
 		}
-		if err := writeFile(path, def); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := clientcfg.WriteFileAtomic(path, def, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out.Reset()
@@ -536,14 +541,6 @@ func TestFailuresAndForeignUnits(t *testing.T) {
 	}
 }
 
-func TestLineDiff(t *testing.T) {
-	got := lineDiff([]byte("a\nb\nc\n"), []byte("a\nx\nc\nd\n"))
-	want := "  a\n- b\n+ x\n  c\n+ d\n"
-	if got != want {
-		t.Errorf("diff:\n%s\nwant:\n%s", got, want)
-	}
-}
-
 // ExecRunner's commands are bounded by their context: one that would run
 // for a minute ends with it, as an error.
 func TestExecRunnerIsBoundedByCtx(t *testing.T) {
@@ -597,7 +594,10 @@ func TestInstalledAndStart(t *testing.T) {
 		if _, ok := Installed(h); ok {
 			t.Errorf("%s: Installed with no file", c.goos)
 		}
-		if err := writeFile(path, []byte("not ours\n")); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := clientcfg.WriteFileAtomic(path, []byte("not ours\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := Installed(h); ok {
