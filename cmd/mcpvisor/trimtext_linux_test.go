@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"reflect"
 	"strings"
@@ -48,5 +49,16 @@ func TestDropExecutablePages(t *testing.T) {
 	}
 	if s := strings.Repeat("x", 3); s != "xxx" { // code runs again, paged back in
 		t.Fatal(s)
+	}
+}
+
+// The trim after servers went dormant drops the executable's pages too:
+// a dormant fleet keeps in its RSS only what it runs since.
+func TestADormancyTrimDropsExecutablePages(t *testing.T) {
+	before := procStatusKB(os.Getpid(), "RssFile")
+	trimMemory(nil, slog.New(slog.DiscardHandler), true)
+	after := procStatusKB(os.Getpid(), "RssFile")
+	if after >= before {
+		t.Fatalf("RssFile %d kB before, %d kB after a dormancy's trim", before, after)
 	}
 }
