@@ -52,7 +52,12 @@ func (k ListKind) ListChanged() string {
 type lists struct {
 	mu    sync.Mutex
 	items map[string][]json.RawMessage
-	init  json.RawMessage
+	// init is the server's initialize result, while it is in memory; nil
+	// when none is known, or when it is cold (initCold): on disk only,
+	// under coldHash, like a cold list, and read from the store when
+	// asked for (Server.CachedInit). What every session reads of it stays
+	// in memory: initVer and announce.
+	init json.RawMessage
 	// gen counts the server's list_changed notifications: a fetch begun
 	// before one does not store what it fetched (a newer fetch will).
 	gen uint64
@@ -76,9 +81,21 @@ type lists struct {
 	// are: changed since they were last persisted without error. seq
 	// counts each kind's changes (wrapping), so that a persist that
 	// finishes after a newer change does not mark the newer one written.
-	stale    kindSet
+	stale kindSet
+
+	// initVer is the initialize result's protocol version, as an index
+	// into knownVersions plus one (0: none, or one not in that table);
+	// announce the capabilities whose list changes it announces (see
+	// AnnouncesChanges). Both are derived from the result in one place,
+	// setInit. initSaved says it is in the store, as it is, under the
+	// current launch's hash (only such a result goes cold); initCold
+	// that it is there only.
+	initVer             uint8
+	announce            capSet
+	initSaved, initCold bool
+
 	seq      [len(allKindsArray)]uint16
-	coldHash *[sha256.Size]byte // nil until a list goes cold
+	coldHash *[sha256.Size]byte // nil until a list or the init goes cold
 }
 
 // relaunched marks every cached list as of an earlier launch: a fetch
@@ -89,6 +106,7 @@ func (c *lists) relaunched() {
 	defer c.mu.Unlock()
 	c.gen++
 	c.unsaved = setOf(allKinds...)
+	c.initSaved = false // it is under the earlier launch's hash
 }
 
 // relaunchPending reports whether lists of an earlier launch are held,
@@ -218,21 +236,115 @@ func kindIndex(k ListKind) int {
 	panic("fleet: unknown list kind " + k.Member)
 }
 
-func (c *lists) getInit() json.RawMessage {
+// putInit keeps raw as the initialize result, in memory, and reports
+// whether it must be persisted: it changed, or the one held is not known
+// to be on disk under the current launch's hash. A cold result is taken
+// for changed (the caller compares it with the store's first: see
+// rememberInit).
+func (c *lists) putInit(raw json.RawMessage) (persist bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.init
+	if !c.initCold && string(c.init) == string(raw) {
+		return !c.initSaved
+	}
+	// Its own bytes, not the message's (or read buffer's) it is in.
+	c.setInit(append(json.RawMessage(nil), raw...))
+	c.initSaved, c.initCold = false, false
+	return true
 }
 
-func (c *lists) putInit(raw json.RawMessage) (changed bool) {
+// initWritten records that raw was persisted under the current launch's
+// hash: the result held is on disk if it is still raw.
+func (c *lists) initWritten(raw json.RawMessage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	changed = string(c.init) != string(raw)
-	if changed {
-		// Its own bytes, not the message's (or read buffer's) it is in.
-		c.init = append(json.RawMessage(nil), raw...)
+	if !c.initCold && c.init != nil && string(c.init) == string(raw) {
+		c.initSaved = true
 	}
-	return changed
+}
+
+// setInit makes raw the initialize result held, with what is derived
+// from it. c.mu is held.
+func (c *lists) setInit(raw json.RawMessage) {
+	c.init = raw
+	c.initVer, c.announce = 0, 0
+	if raw == nil {
+		return
+	}
+	if v, ok := rpc.StringMember(raw, "protocolVersion"); ok {
+		for i, k := range knownVersions {
+			if v == k {
+				c.initVer = uint8(i + 1)
+			}
+		}
+	}
+	for i, cp := range capabilityNames {
+		if AnnouncesChanges(raw, cp) {
+			c.announce |= 1 << i
+		}
+	}
+}
+
+// initFrom takes raw, read from the store under the launch hash hash,
+// as the initialize result, cold: only what is derived from it is kept
+// (Fleet.SetStore). One whose version is not in knownVersions is kept in
+// memory.
+func (c *lists) initFrom(raw json.RawMessage, hash [sha256.Size]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cold != 0 && c.coldHash != nil && *c.coldHash != hash {
+		return // the lists are under another hash: one hash is kept
+	}
+	c.setInit(append(json.RawMessage(nil), raw...))
+	c.initSaved = true
+	if c.initVer != 0 {
+		c.init, c.initCold = nil, true
+		if c.coldHash == nil || *c.coldHash != hash {
+			c.coldHash = &hash
+		}
+	}
+}
+
+// knownVersions are the protocol versions an initialize result's
+// protocolVersion is kept as, in a byte, once the result goes cold; a
+// result with another stays in memory.
+var knownVersions = [...]string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"}
+
+// capSet is a set of capabilities: bit i stands for capabilityNames[i].
+type capSet uint8
+
+// capabilityNames are the capabilities that announce list changes.
+var capabilityNames = [...]string{"tools", "prompts", "resources"}
+
+// AnnouncesChanges reports whether a server whose initialize result is
+// init tells of every change of its list of capability kind: it declares
+// listChanged for it, or has no such list at all. Unknown (a nil init)
+// is no.
+func AnnouncesChanges(init json.RawMessage, capability string) bool {
+	var caps map[string]struct {
+		ListChanged bool `json:"listChanged"`
+	}
+	if init == nil || json.Unmarshal(rpc.Member(init, "capabilities"), &caps) != nil {
+		return false
+	}
+	c, ok := caps[capability]
+	return !ok || c.ListChanged
+}
+
+// AnnouncesChanges reports whether the server, by its cached initialize
+// result, tells of every change of its list of capability kind (see the
+// function of that name): without reading a cold result. False for a
+// capability not in capabilityNames.
+func (s *Server) AnnouncesChanges(capability string) bool {
+	c := s.lists
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, cp := range capabilityNames {
+		if cp == capability {
+			return c.announce&(1<<i) != 0
+		}
+	}
+	return false
 }
 
 // put stores a list in memory, as one not known to be on disk.
@@ -293,8 +405,9 @@ func (s *Server) launchKey() (key [sha256.Size]byte, ok bool) {
 // spillLists puts the lists of a server gone dormant out of memory: each
 // that is on disk as it is in memory, under the current launch's hash —
 // not one held from an earlier launch, not one whose change failed to be
-// written — is read from the store when asked for (cachedList). The
-// initialize result stays (small, and read for every session).
+// written — is read from the store when asked for (cachedList), and so
+// is the initialize result, once it is on disk as it is; what every
+// session reads of it (its version, the changes it announces) stays.
 func (s *Server) spillLists() {
 	if s.f.store == nil {
 		return
@@ -306,11 +419,14 @@ func (s *Server) spillLists() {
 	c := s.lists
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cold != 0 && *c.coldHash != hash {
+	if (c.cold != 0 || c.initCold) && *c.coldHash != hash {
 		return // some are on disk under an earlier launch: one hash is kept
 	}
 	if c.coldHash == nil || *c.coldHash != hash {
 		c.coldHash = &hash
+	}
+	if c.init != nil && c.initSaved && c.initVer != 0 {
+		c.init, c.initCold = nil, true
 	}
 	for _, k := range allKinds {
 		items, ok := c.items[k.Member]
@@ -337,9 +453,9 @@ func (s *Server) spillLists() {
 func (s *Server) warmLists() {
 	c := s.lists
 	c.mu.Lock()
-	cold, hash := c.cold, c.coldHash
+	cold, initCold, hash := c.cold, c.initCold, c.coldHash
 	c.mu.Unlock()
-	if cold == 0 {
+	if cold == 0 && !initCold {
 		return
 	}
 	l, ok := s.f.store.Lists(s.Name(), hex.EncodeToString(hash[:]))
@@ -347,6 +463,14 @@ func (s *Server) warmLists() {
 	defer c.mu.Unlock()
 	if c.coldHash != hash {
 		return
+	}
+	if c.initCold {
+		c.initCold = false
+		if ok && l.Init != nil {
+			c.init = l.Init
+		} else {
+			c.setInit(nil)
+		}
 	}
 	for _, k := range cold.kinds() {
 		if !c.cold.has(k) {
@@ -411,17 +535,43 @@ func sameItems(a, b []json.RawMessage) bool {
 
 // CachedInit is the server's initialize result as last seen (persisted
 // across restarts of mcpvisor), or nil.
-func (s *Server) CachedInit() json.RawMessage { return s.lists.getInit() }
+// A cold one is read from the store (nil if that fails).
+func (s *Server) CachedInit() json.RawMessage {
+	c := s.lists
+	c.mu.Lock()
+	raw, cold, hash := c.init, c.initCold, c.coldHash
+	c.mu.Unlock()
+	if !cold {
+		return raw
+	}
+	raw, ok, err := s.f.store.Init(s.Name(), hex.EncodeToString(hash[:]))
+	if err == nil && !ok {
+		// Gone from the store (pruned): unknown, as for a cold list.
+		c.mu.Lock()
+		if c.initCold && c.coldHash == hash {
+			c.initCold = false
+			c.setInit(nil)
+		}
+		c.mu.Unlock()
+	}
+	return raw
+}
 
 // cachedVersion is the protocol version of the cached initialize result,
 // or "".
 func (s *Server) cachedVersion() string {
-	raw := s.lists.getInit()
+	c := s.lists
+	c.mu.Lock()
+	v, raw := c.initVer, c.init
+	c.mu.Unlock()
+	if v != 0 {
+		return knownVersions[v-1]
+	}
 	if raw == nil {
 		return ""
 	}
-	v, _ := rpc.StringMember(raw, "protocolVersion")
-	return v
+	str, _ := rpc.StringMember(raw, "protocolVersion")
+	return str
 }
 
 // CachedList is the server's list of kind k as cached, without starting
@@ -445,7 +595,7 @@ func (s *Server) ServerInfo() json.RawMessage {
 	if in := s.Init(); in != nil {
 		return in.ServerInfo
 	}
-	return rpc.Member(s.lists.getInit(), "serverInfo")
+	return rpc.Member(s.CachedInit(), "serverInfo")
 }
 
 // Cached reports whether the server's list of kind k is known without
@@ -563,11 +713,38 @@ func (s *Server) rememberInit(c Conn) {
 	if c.Init() == nil {
 		return
 	}
-	if s.lists.putInit(c.Init().Raw) && s.f.store != nil {
-		if err := s.f.store.PutInit(s.Name(), s.Config().LaunchHash(), c.Init().Raw); err != nil {
-			s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
-		}
+	raw := c.Init().Raw
+	if s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw) || s.f.store == nil {
+		return
 	}
+	if err := s.f.store.PutInit(s.Name(), s.Config().LaunchHash(), raw); err != nil {
+		s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
+		return
+	}
+	s.lists.initWritten(raw)
+}
+
+// warmInit takes raw, the result of a server that woke, as the cold
+// initialize result, in memory again, if the store holds the same (so
+// that a wake does not write it again), and reports whether it did.
+func (c *lists) warmInit(raw json.RawMessage, st *store.Store, server string) bool {
+	c.mu.Lock()
+	cold, hash := c.initCold, c.coldHash
+	c.mu.Unlock()
+	if !cold {
+		return false
+	}
+	old, ok, err := st.Init(server, hex.EncodeToString(hash[:]))
+	if err != nil || !ok || string(old) != string(raw) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.initCold || c.coldHash != hash {
+		return false
+	}
+	c.init, c.initCold = old, false
+	return true
 }
 
 // persist writes the list of kind k, as its change seq left it, to the
@@ -730,10 +907,10 @@ func (f *Fleet) SetStore(st *store.Store) {
 		if !ok {
 			continue
 		}
-		if len(sum.Init) > 0 {
-			s.lists.putInit(sum.Init)
-		}
 		s.lists.coldFrom(sum.Lists, hash)
+		if len(sum.Init) > 0 {
+			s.lists.initFrom(sum.Init, hash)
+		}
 	}
 	for _, s := range f.Servers() {
 		s.spillDefs()

@@ -107,6 +107,9 @@ func TestARelaunchOfADormantServerReportsNoChange(t *testing.T) {
 		if _, ok := s.CachedList(Tools); !ok && cached {
 			t.Error("during the relearn: Cached(Tools) is true but CachedList cannot read it (entry pruned)")
 		}
+		if s.CachedInit() == nil || s.Era() == "" {
+			t.Error("during the relearn: the initialize result of the earlier launch is lost (entry pruned)")
+		}
 		close(gate)
 		synctest.Wait()
 		if n := df.toolsReported(); n != before {

@@ -212,7 +212,7 @@ func (a *aggregate) discoverModern(_ context.Context, m *rpc.Message) *rpc.Messa
 // of capability kind.
 func (a *aggregate) watched(kind string) bool {
 	for _, srv := range a.g.fleet.Servers() {
-		if !announcesChanges(srv.CachedInit(), kind) {
+		if !srv.AnnouncesChanges(kind) {
 			return false
 		}
 	}

@@ -295,21 +295,6 @@ func listKind(method string) string {
 	return ""
 }
 
-// announcesChanges reports whether a server whose initialize result is
-// init tells of every change of its list of capability kind: it declares
-// listChanged for it, or has no such list at all. Unknown (never started)
-// is no.
-func announcesChanges(init json.RawMessage, kind string) bool {
-	var caps map[string]struct {
-		ListChanged bool `json:"listChanged"`
-	}
-	if init == nil || json.Unmarshal(rpc.Member(init, "capabilities"), &caps) != nil {
-		return false
-	}
-	c, ok := caps[kind]
-	return !ok || c.ListChanged
-}
-
 // stateless serves one modern request on an endpoint whose legacy handler
 // is handle: a session of its own for the request's life, which no
 // message outside the request reaches and whose end ends the per-session

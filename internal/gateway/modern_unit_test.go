@@ -99,7 +99,7 @@ func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
 		if tc.init != "" {
 			init = json.RawMessage(tc.init)
 		}
-		if got := announcesChanges(init, tc.kind); got != tc.want {
+		if got := fleet.AnnouncesChanges(init, tc.kind); got != tc.want {
 			t.Errorf("%s %s: %v, want %v", tc.init, tc.kind, got, tc.want)
 		}
 	}

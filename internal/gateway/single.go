@@ -123,7 +123,7 @@ func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Messag
 // resourceServer is the server of every resource the endpoint serves.
 func (e *single) resourceServer(context.Context, string) *fleet.Server { return e.srv }
 
-func (e *single) watched(kind string) bool { return announcesChanges(e.srv.CachedInit(), kind) }
+func (e *single) watched(kind string) bool { return e.srv.AnnouncesChanges(kind) }
 
 // toolSchema is the inputSchema of the server's tool name, from its
 // cached list (learned first if need be, within the server's start and

@@ -76,6 +76,32 @@ func (s *Store) List(server, hash string, kind Kind) ([]json.RawMessage, bool, e
 	return items, ok, nil
 }
 
+// Init returns server's initialize result under launch hash, and whether
+// one is stored; false, as for List, when the entry has another hash or
+// on a nil store. A read error (a closed store included) is returned, and
+// logged.
+func (s *Store) Init(server, hash string) (json.RawMessage, bool, error) {
+	if s == nil {
+		return nil, false, nil
+	}
+	var init json.RawMessage
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLists).Bucket([]byte(server))
+		if b == nil || !bytes.Equal(b.Get(keyHash), []byte(hash)) {
+			return nil
+		}
+		if v := b.Get(keyInit); v != nil {
+			init = bytes.Clone(v)
+		}
+		return nil
+	})
+	if err != nil {
+		s.readFailed("init", err)
+		return nil, false, err
+	}
+	return init, init != nil, nil
+}
+
 // ReleaseMemory drops the pages of the state file that reads and writes
 // brought into mcpvisor's resident memory (the file is mapped): they stay
 // in the kernel's page cache, and the next read maps them again. It runs

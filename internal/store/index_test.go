@@ -48,13 +48,25 @@ func TestIndex(t *testing.T) {
 	if _, ok, _ := s.List("b", "other", Tools); ok {
 		t.Fatal("b's tools read under another launch hash")
 	}
+	// Init reads the initialize result alone: none stored, or under
+	// another hash, is none.
+	if init, ok, err := s.Init("a", "h1"); err != nil || !ok || string(init) != `{"protocolVersion":"2025-11-25"}` {
+		t.Fatalf("a's init: %s (%v, %v)", init, ok, err)
+	}
+	if init, ok, err := s.Init("b", "h2"); err != nil || ok || init != nil {
+		t.Fatalf("b's init, never stored: %s (%v, %v)", init, ok, err)
+	}
+	if _, ok, _ := s.Init("a", "other"); ok {
+		t.Fatal("a's init read under another launch hash")
+	}
 	var nilStore *Store
 	if n := len(nilStore.Index(map[string]string{"a": "h1"})); n != 0 {
 		t.Fatalf("a nil store indexed %d servers", n)
 	}
 }
 
-// A read that fails — the store closed — is an error, not an absent list.
+// A read that fails — the store closed — is an error, not an absent list
+// or initialize result.
 func TestListOfAClosedStoreIsAnError(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
 	if err := s.PutLists("a", "h1", Lists{Items: map[Kind][]json.RawMessage{Tools: {json.RawMessage(`{"name":"x"}`)}}}); err != nil {
@@ -65,5 +77,8 @@ func TestListOfAClosedStoreIsAnError(t *testing.T) {
 	}
 	if items, ok, err := s.List("a", "h1", Tools); !errors.Is(err, ErrClosed) || ok || items != nil {
 		t.Fatalf("List on a closed store: %q, %v, %v; want ErrClosed", items, ok, err)
+	}
+	if init, ok, err := s.Init("a", "h1"); !errors.Is(err, ErrClosed) || ok || init != nil {
+		t.Fatalf("Init on a closed store: %s, %v, %v; want ErrClosed", init, ok, err)
 	}
 }
