@@ -41,7 +41,8 @@ func dropExecutablePages() {
 type span struct{ start, end uint64 }
 
 // cleanMappings reads /proc/PID/smaps and returns the mappings of file
-// that are not writable and hold no anonymous (written, copied) page.
+// that are not writable and hold no anonymous (written, copied) page, in
+// memory or swapped out.
 func cleanMappings(smaps io.Reader, file string) []span {
 	var out []span
 	var cur span
@@ -60,8 +61,11 @@ func cleanMappings(smaps io.Reader, file string) []span {
 			continue
 		}
 		if rng, ok := strings.CutSuffix(fields[0], ":"); ok {
-			// "Anonymous:   4 kB" and the like, about the current mapping.
-			if rng == "Anonymous" && len(fields) > 1 && fields[1] != "0" {
+			// "Anonymous:   4 kB" and the like, about the current mapping:
+			// a written page, in memory or swapped out (Swap: a page of a
+			// file mapping is swapped only once written), is not the
+			// file's.
+			if (rng == "Anonymous" || rng == "Swap") && len(fields) > 1 && fields[1] != "0" {
 				candidate = false
 			}
 			continue

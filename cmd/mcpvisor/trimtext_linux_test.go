@@ -10,7 +10,8 @@ import (
 
 // Only the executable's mappings that hold the file's bytes unchanged are
 // dropped: not a writable one, not a read-only one with a written page
-// (relocated data of a position-independent build), not another file's.
+// (relocated data of a position-independent build), in memory or swapped
+// out, not another file's.
 func TestCleanMappings(t *testing.T) {
 	const smaps = `00400000-00800000 r-xp 00000000 fe:00 1   /bin/mcpvisor
 Size:               4096 kB
@@ -23,6 +24,10 @@ Anonymous:             8 kB
 VmFlags: rd mr mw me
 00900000-00a00000 r--p 00500000 fe:00 1   /bin/mcpvisor
 Anonymous:             0 kB
+7e000000-7e080000 r--p 00600000 fe:00 1   /bin/mcpvisor
+Rss:                   0 kB
+Anonymous:             0 kB
+Swap:                  8 kB
 00a00000-00b00000 rw-p 00600000 fe:00 1   /bin/mcpvisor
 Anonymous:             0 kB
 00b00000-00c00000 r-xp 00000000 fe:00 2   /lib/other.so

@@ -2,9 +2,14 @@ package fleet
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // initState is what the server's lists hold of its initialize result:
@@ -170,6 +175,205 @@ func TestARelaunchKeepsAColdInit(t *testing.T) {
 		}
 		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
 			t.Fatalf("after the relaunch: init %s, era %q", s.CachedInit(), s.Era())
+		}
+	})
+}
+
+// A write of the initialize result that finishes after a reload
+// relaunched the server does not mark it saved: it is under the earlier
+// launch's hash, whose entry the reload pruned. The new launch writes it
+// under its own, and it reads back once cold.
+func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
+		// persistInit of an instance of the old launch, step by step:
+		if !s.lists.putInit(raw) {
+			t.Fatal("a first result is not to be written")
+		}
+		held, seq, ok := s.lists.initToWrite()
+		if !ok {
+			t.Fatal("nothing to write")
+		}
+		if err := st.PutInit("s", s.Config().LaunchHash(), held); err != nil {
+			t.Fatal(err)
+		}
+		// ... and a reload relaunches the server before it is marked.
+		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		s.lists.initWritten(seq)
+		if _, _, saved := initState(s); saved {
+			t.Fatal("a result written under the earlier launch's hash is marked saved")
+		}
+		learnTools(t, s) // the new launch, same result
+		sleepNow(t, s)
+		if _, ok, _ := st.Init("s", s.Config().LaunchHash()); !ok {
+			t.Error("the new launch's result was never written under its hash")
+		}
+		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
+			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
+		}
+	})
+}
+
+// Instances that remember different results at once leave the store with
+// the one held last: here the write of the first is held after it took
+// its result while the second remembers another and writes; the result
+// marked saved is then the one on disk, and a cold read gives what the
+// summary was derived from.
+func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
+	st := openStore(t)
+	df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+	defer df.close(t)
+	s := df.f.Get("s")
+	a := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"A"}}`)
+	b := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`)
+	held, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	prev := beforeInitWrite
+	beforeInitWrite = func() {
+		if calls.Add(1) == 1 { // the first write only
+			close(held)
+			<-release
+		}
+	}
+	defer func() { beforeInitWrite = prev }()
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		if s.lists.putInit(a) {
+			s.persistInit() // holds in beforeInitWrite, with a taken
+		}
+	}()
+	<-held
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		if s.lists.putInit(b) {
+			s.persistInit()
+		}
+	}()
+	// The second either waits for the first's write (serialized) or
+	// writes b now; let it get that far, then let the first write.
+	select {
+	case <-second:
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-first
+	<-second
+	s.spillLists()
+	if got := s.CachedInit(); string(got) != string(b) {
+		t.Fatalf("after the writes, the result held is b and it reads back as %s", got)
+	}
+	if s.Era() != "2025-06-18" || s.AnnouncesChanges("tools") {
+		t.Fatalf("era %q, announces tools %v: not b's", s.Era(), s.AnnouncesChanges("tools"))
+	}
+}
+
+// The result goes cold only once it is on disk: one whose write failed
+// stays in memory when its server goes dormant. A cold one that cannot be
+// read (the store closed) reads as nil, but its version and the changes
+// it announces stay known, and it is still cold: it is there to read
+// once the store can be. A capability that announces no list is no.
+func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		if _, cold, _ := initState(s); !cold {
+			t.Fatal("a written result did not go cold")
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if raw := s.CachedInit(); raw != nil {
+			t.Fatalf("a cold result read from a closed store: %s", raw)
+		}
+		if _, cold, _ := initState(s); !cold || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
+			t.Fatalf("after a failed read: cold %v, era %q, announces tools %v", cold, s.Era(), s.AnnouncesChanges("tools"))
+		}
+		if s.AnnouncesChanges("logging") {
+			t.Fatal("announces changes of a capability with no list")
+		}
+
+		// A fresh fleet whose store refuses the write: the result stays.
+		st2 := openStore(t)
+		df2 := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st2)
+		defer df2.close(t)
+		df2.srv.setItems(echoV1)
+		if err := st2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s2 := df2.f.Get("s")
+		learnTools(t, s2)
+		sleepNow(t, s2)
+		if raw, cold, saved := initState(s2); raw == nil || cold || saved {
+			t.Fatalf("a result the store refused: %s, cold %v, saved %v", raw, cold, saved)
+		}
+		if s2.CachedInit() == nil {
+			t.Fatal("a result the store refused is lost")
+		}
+	})
+}
+
+// A relaunch whose read of the store fails loses the earlier launch's
+// result itself, not its version nor the changes it announces; one whose
+// read succeeds keeps the result in bytes of its own, not in the buffer
+// of every list read with it.
+func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
+			t.Fatalf("after a relaunch whose read failed: era %q, announces tools %v", s.Era(), s.AnnouncesChanges("tools"))
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		defer df.close(t)
+		var tools []string
+		for i := range 4000 {
+			tools = append(tools, fmt.Sprintf(`{"name":"t%04d","description":%q}`, i, strings.Repeat("x", 240)))
+		}
+		df.srv.setItems(tools...)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		sleepNow(t, s)
+		before := testserver.LiveHeap()
+		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		c := s.lists
+		c.mu.Lock()
+		n, init := len(c.items), c.init
+		c.mu.Unlock()
+		grown := testserver.LiveHeap() - before
+		if n == 0 && grown > 256<<10 {
+			t.Fatalf("no list held after the relaunch, yet the live heap grew by %d bytes: the %d-byte result keeps the buffer of the lists read with it", grown, len(init))
 		}
 	})
 }

@@ -107,6 +107,10 @@ type Fleet struct {
 	log   *slog.Logger
 	set   atomic.Pointer[serverSet] // replaced whole by a reload
 	store *store.Store              // nil: nothing persisted
+	// initWrites serializes the writes of initialize results to the
+	// store (Server.persistInit): each writes the result held when it
+	// writes, so the last write is of the one held last.
+	initWrites sync.Mutex
 	// cfg is the configuration in force. reloadSem (one slot) is the
 	// right to apply a reload, taken within the reloader's context.
 	reloadSem chan struct{}

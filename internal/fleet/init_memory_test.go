@@ -37,7 +37,11 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	if !caches[7].putInit(json.RawMessage(seven)) {
 		t.Fatal("the same result again, never written, was not to be persisted")
 	}
-	caches[7].initWritten(json.RawMessage(seven))
+	_, seq, ok := caches[7].initToWrite()
+	if !ok {
+		t.Fatal("a result never written is not to be written")
+	}
+	caches[7].initWritten(seq)
 	if caches[7].putInit(json.RawMessage(seven)) {
 		t.Fatal("the same result again, written, was to be persisted again")
 	}

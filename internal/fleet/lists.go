@@ -93,6 +93,9 @@ type lists struct {
 	initVer             uint8
 	announce            capSet
 	initSaved, initCold bool
+	// initSeq counts the changes of the result held and the relaunches
+	// (wrapping): a write begun before either does not mark it saved.
+	initSeq uint16
 
 	seq      [len(allKindsArray)]uint16
 	coldHash *[sha256.Size]byte // nil until a list or the init goes cold
@@ -106,7 +109,19 @@ func (c *lists) relaunched() {
 	defer c.mu.Unlock()
 	c.gen++
 	c.unsaved = setOf(allKinds...)
-	c.initSaved = false // it is under the earlier launch's hash
+}
+
+// initRelaunched marks the initialize result held as of an earlier
+// launch: not on disk under the new launch's hash, and a write of it
+// begun before does not make it so. Called once the new configuration is
+// in force (after the swap): a write that read the launch hash before
+// the swap has begun before it, and one that reads it after writes under
+// the new hash.
+func (c *lists) initRelaunched() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.initSeq++
+	c.initSaved = false
 }
 
 // relaunchPending reports whether lists of an earlier launch are held,
@@ -250,15 +265,29 @@ func (c *lists) putInit(raw json.RawMessage) (persist bool) {
 	// Its own bytes, not the message's (or read buffer's) it is in.
 	c.setInit(append(json.RawMessage(nil), raw...))
 	c.initSaved, c.initCold = false, false
+	c.initSeq++
 	return true
 }
 
-// initWritten records that raw was persisted under the current launch's
-// hash: the result held is on disk if it is still raw.
-func (c *lists) initWritten(raw json.RawMessage) {
+// initToWrite is the initialize result held, if it is to be written (in
+// memory, not known to be on disk), and its change count, for
+// initWritten.
+func (c *lists) initToWrite() (raw json.RawMessage, seq uint16, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.initCold && c.init != nil && string(c.init) == string(raw) {
+	if c.init == nil || c.initCold || c.initSaved {
+		return nil, 0, false
+	}
+	return c.init, c.initSeq, true
+}
+
+// initWritten records that the result initToWrite gave with seq is on
+// disk under the current launch's hash, unless it changed or the server
+// was relaunched since.
+func (c *lists) initWritten(seq uint16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.initSeq == seq && c.init != nil && !c.initCold {
 		c.initSaved = true
 	}
 }
@@ -292,9 +321,6 @@ func (c *lists) setInit(raw json.RawMessage) {
 func (c *lists) initFrom(raw json.RawMessage, hash [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cold != 0 && c.coldHash != nil && *c.coldHash != hash {
-		return // the lists are under another hash: one hash is kept
-	}
 	c.setInit(append(json.RawMessage(nil), raw...))
 	c.initSaved = true
 	if c.initVer != 0 {
@@ -465,11 +491,12 @@ func (s *Server) warmLists() {
 		return
 	}
 	if c.initCold {
+		// Its own bytes: l.Init is part of one buffer with every list
+		// read. Not read, the result is lost, but what is derived from
+		// it stays known.
 		c.initCold = false
 		if ok && l.Init != nil {
-			c.init = l.Init
-		} else {
-			c.setInit(nil)
+			c.setInit(append(json.RawMessage(nil), l.Init...))
 		}
 	}
 	for _, k := range cold.kinds() {
@@ -717,12 +744,34 @@ func (s *Server) rememberInit(c Conn) {
 	if s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw) || s.f.store == nil {
 		return
 	}
+	s.persistInit()
+}
+
+// persistInit writes the initialize result held to the store, under the
+// current launch's hash, unless it is known to be there. Writes are one
+// at a time (Fleet.initWrites), each of the result held when it begins:
+// two instances remembering different results leave the store with the
+// one held last, and the result is marked saved only if it is what was
+// written (initSeq).
+func (s *Server) persistInit() {
+	s.f.initWrites.Lock()
+	defer s.f.initWrites.Unlock()
+	raw, seq, ok := s.lists.initToWrite()
+	if !ok {
+		return
+	}
+	beforeInitWrite()
 	if err := s.f.store.PutInit(s.Name(), s.Config().LaunchHash(), raw); err != nil {
 		s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
 		return
 	}
-	s.lists.initWritten(raw)
+	s.lists.initWritten(seq)
 }
+
+// beforeInitWrite is called by persistInit between taking the result to
+// write and writing it; a test seam (a write held there while another
+// instance remembers another result).
+var beforeInitWrite = func() {}
 
 // warmInit takes raw, the result of a server that woke, as the cold
 // initialize result, in memory again, if the store holds the same (so

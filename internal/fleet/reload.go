@@ -180,6 +180,7 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			w.s.warmLists() // the prune below drops the entry they are under
 			w.s.lists.relaunched()
 			w.was = w.s.cfg.Swap(sc)
+			w.s.lists.initRelaunched()
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
 		default:

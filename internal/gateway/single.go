@@ -177,9 +177,11 @@ func (e *single) scope(method string) string {
 // init is the server's initialize result: the cached one of a dormant or
 // never-started server, else its live connection's (starting it).
 func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, error) {
-	if raw := e.srv.CachedInit(); raw != nil && e.srv.Init() == nil {
-		if in, err := fleet.ParseInit(raw); err == nil {
-			return in, nil
+	if e.srv.Init() == nil { // else running: its live result, not a read of a cold one
+		if raw := e.srv.CachedInit(); raw != nil {
+			if in, err := fleet.ParseInit(raw); err == nil {
+				return in, nil
+			}
 		}
 	}
 	cfg := e.srv.Config()
