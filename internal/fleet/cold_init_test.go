@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -19,6 +20,19 @@ func initState(s *Server) (raw json.RawMessage, cold, saved bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.init, c.initCold, c.initSaved
+}
+
+// dormantFleet is a fleet of one server "s", idle timeout 10m, on st,
+// whose server srv (nil: newDriftFleet's) serves echoV1: learned and put
+// to sleep. The caller closes it.
+func dormantFleet(t *testing.T, srv *listServer, st *store.Store) (*driftFleet, *Server) {
+	t.Helper()
+	df := newDriftFleet(t, `,"idleTimeout":"10m"`, srv, st)
+	df.srv.setItems(echoV1)
+	s := df.f.Get("s")
+	learnTools(t, s)
+	sleepNow(t, s)
+	return df, s
 }
 
 // A dormant server's initialize result leaves memory once it is on disk,
@@ -137,12 +151,8 @@ func TestAnInitOfAnUnknownVersionStaysInMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, &listServer{init: in}, openStore(t))
+		df, s := dormantFleet(t, &listServer{init: in}, openStore(t))
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
-		learnTools(t, s)
-		sleepNow(t, s)
 		if raw, cold, _ := initState(s); string(raw) != odd || cold {
 			t.Fatalf("the init of an unknown version: %s, cold %v", raw, cold)
 		}
@@ -157,12 +167,8 @@ func TestAnInitOfAnUnknownVersionStaysInMemory(t *testing.T) {
 // entry it was under is pruned.
 func TestARelaunchKeepsAColdInit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		df, s := dormantFleet(t, nil, openStore(t))
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
-		learnTools(t, s)
-		sleepNow(t, s)
 		if _, cold, _ := initState(s); !cold {
 			t.Fatal("the dormant server's init is not cold")
 		}
@@ -285,12 +291,8 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		df, s := dormantFleet(t, nil, st)
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
-		learnTools(t, s)
-		sleepNow(t, s)
 		if _, cold, _ := initState(s); !cold {
 			t.Fatal("a written result did not go cold")
 		}
@@ -334,12 +336,8 @@ func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
 func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		df, s := dormantFleet(t, nil, st)
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
-		learnTools(t, s)
-		sleepNow(t, s)
 		if err := st.Close(); err != nil {
 			t.Fatal(err)
 		}
