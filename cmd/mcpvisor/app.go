@@ -154,12 +154,13 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 // startEager starts the servers marked eager, in the background, learning
 // their lists from the processes it starts, and, when learn is set, starts
 // each other server whose lists are not cached, two at a time, to learn
-// them, then lets it sleep again.
+// them, then lets it sleep again; and keeps node's compile cache bounded.
 func (a *app) startEager(ctx context.Context, learn bool) {
 	if learn {
 		go withGCPercent(learnGCPercent, func() { a.fleet.Learn(ctx, 2) })
 	}
 	a.fleet.StartEager()
+	a.fleet.KeepCompileCache()
 }
 
 // learnGCPercent is the Go collector's GOGC while mcpvisor learns its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -705,4 +706,56 @@ func TestCompileCacheEnv(t *testing.T) {
 	if got := (&Fleet{}).compileCache(&config.Server{}, base); !slices.Equal(got, base) {
 		t.Errorf("no cache directory: %q", got)
 	}
+}
+
+// KeepCompileCache bounds the fleet's compile cache at once and every
+// compileCachePruneEvery after, until Close: a node version idle past
+// the policy's MaxIdle goes, the one in use stays.
+func TestKeepCompileCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cache := t.TempDir()
+		write := func(rel string, age time.Duration) string {
+			t.Helper()
+			path := filepath.Join(cache, rel)
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("code"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			when := time.Now().Add(-age) // the bubble's clock
+			if err := os.Chtimes(path, when, when); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
+		idle := launch.DefaultPrunePolicy.MaxIdle
+		old := write("v20.0.0-x64-a-0/f", idle+time.Hour)
+		used := write("v22.0.0-x64-b-0/f", time.Hour)
+		lf := newFlatFleetWith(t, npxServer, nil, Options{CompileCache: cache})
+		lf.f.KeepCompileCache()
+		synctest.Wait()
+		if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("an idle node version's entry stays at start (%v)", err)
+		}
+		if _, err := os.Stat(used); err != nil {
+			t.Errorf("the node version in use lost its entry: %v", err)
+		}
+		// Its entry made idle too, the next prune, a day on, removes it.
+		stale := time.Now().Add(-idle - time.Hour)
+		if err := os.Chtimes(used, stale, stale); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(compileCachePruneEvery - time.Second)
+		synctest.Wait()
+		if _, err := os.Stat(used); err != nil {
+			t.Fatalf("pruned before compileCachePruneEvery: %v", err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if _, err := os.Stat(used); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("not pruned again after compileCachePruneEvery (%v)", err)
+		}
+		lf.close(t) // the pruner ends with the fleet: the bubble would not end otherwise
+	})
 }
