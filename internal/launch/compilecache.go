@@ -55,7 +55,7 @@ type PrunePolicy struct {
 
 // DefaultPrunePolicy is what mcpvisor keeps of the compile cache it gives
 // flattened starts: a node version unused for 30 days goes, and the cache
-// stays under 512 MiB (server-everything's modules take about 2 MB).
+// stays under 512 MiB (server-everything's modules take about 4.4 MB).
 var DefaultPrunePolicy = PrunePolicy{MaxIdle: 30 * 24 * time.Hour, MaxBytes: 512 << 20}
 
 // PruneResult is what PruneCompileCache removed.
