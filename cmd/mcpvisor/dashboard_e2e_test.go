@@ -364,14 +364,16 @@ func TestDashboard(t *testing.T) {
 		if err := os.WriteFile(variant, []byte("3\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		height := row("pinned") + ".querySelector('tr').getBoundingClientRect().height"
+		before := eval[float64](t, bt, height)
 		if status, body := authed(t, "POST", base, token, "/api/servers/pinned/restart"); status != 200 {
 			t.Fatalf("restart pinned: %d %s", status, body)
 		}
 		bt.waitFor(t, "the definitions_changed event in the timeline", `[...document.querySelectorAll('#events li[data-type=definitions_changed][data-server=pinned]')].some(li => li.textContent.includes('echo'))`)
 		// The page reads the servers again shortly after the event, and
-		// pinned's row then takes its pending count, which changes the
-		// row's height: a click aimed before that lands beside what it
-		// aimed at. The clicks below wait for the row to show the count.
+		// pinned's row then takes its pending count (at the same height,
+		// at every width: checked below). The clicks below wait for that
+		// read, so that they aim at a page that no longer moves.
 		status, body := authed(t, "GET", base, token, "/api/servers/pinned")
 		var held struct {
 			Definitions struct{ Pending []json.RawMessage }
@@ -380,6 +382,19 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("pinned's pending definitions: %d %s", status, body)
 		}
 		bt.waitFor(t, "pinned's row counts its pending definitions", fmt.Sprintf(`%s.querySelector('span.pending').textContent === '%d pending'`, row("pinned"), len(held.Definitions.Pending)))
+		if after := eval[float64](t, bt, height); after != before {
+			t.Errorf("pinned's row went from %.1f px high to %.1f px when it took its pending count", before, after)
+		}
+		// Nor at other widths, down to a phone's: the row measured with
+		// the count hidden and shown.
+		for _, w := range []int64{1024, 800, 600, 390} {
+			bt.do(t, fmt.Sprintf("a %d px viewport", w), chromedp.EmulateViewport(w, 900))
+			grew := eval[string](t, bt, fmt.Sprintf(`(() => { const b = %s.querySelector('span.pending'); b.hidden = true; const h0 = %s; b.hidden = false; const h1 = %[2]s; return h0 === h1 ? '' : h0 + ' px → ' + h1 + ' px'; })()`, row("pinned"), height))
+			if grew != "" {
+				t.Errorf("at %d px wide, pinned's row grows when it shows its pending count: %s", w, grew)
+			}
+		}
+		bt.do(t, "back to a desktop viewport", chromedp.EmulateViewport(1280, 900))
 		bt.do(t, "expand pinned", chromedp.Click(chromedp.CSS(`tbody[data-server="pinned"] td.name button`)))
 		detail := row("pinned") + ".querySelector('tr.detail')"
 		bt.waitFor(t, "the pending definitions, with the fields that changed", fmt.Sprintf(`%s.textContent.includes('Pending definitions') && %[1]s.textContent.includes('echo') && !%[1]s.textContent.includes('[object Object]')`, detail))
