@@ -111,7 +111,6 @@ type Fleet struct {
 	// store (Server.persistInit): each writes the result held when it
 	// writes, so the last write is of the one held last.
 	initWrites sync.Mutex
-	pruneOnce  sync.Once // KeepCompileCache's
 	// cfg is the configuration in force. reloadSem (one slot) is the
 	// right to apply a reload, taken within the reloader's context.
 	reloadSem chan struct{}

@@ -574,30 +574,28 @@ const compileCachePruneEvery = 24 * time.Hour
 // KeepCompileCache bounds the compile cache the fleet gives flattened
 // starts (Options.CompileCache; none: nothing to do) by
 // launch.DefaultPrunePolicy, now and every compileCachePruneEvery, in the
-// background until Close. Calls after the first do nothing.
+// background until Close. Called once, by serve and stdio as they start.
 func (f *Fleet) KeepCompileCache() {
 	dir := f.opts.CompileCache
 	if dir == "" {
 		return
 	}
-	f.pruneOnce.Do(func() {
-		f.spawn(func(ctx context.Context) {
-			for {
-				res, err := launch.PruneCompileCache(ctx, dir, time.Now(), launch.DefaultPrunePolicy)
-				if res.Files > 0 {
-					f.log.Info("node's compile cache: removed the entries of idle node versions and the oldest past the bound", "dir", dir, "files", res.Files, "bytes", res.Bytes)
-				}
-				if err != nil && ctx.Err() == nil {
-					f.log.Warn("node's compile cache could not be pruned", "dir", dir, "err", err)
-				}
-				t := time.NewTimer(compileCachePruneEvery)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return
-				}
+	f.spawn(func(ctx context.Context) {
+		for {
+			res, err := launch.PruneCompileCache(ctx, dir, time.Now(), launch.DefaultPrunePolicy)
+			if res.Files > 0 {
+				f.log.Info("node's compile cache: removed the entries of idle node versions and the oldest past the bound", "dir", dir, "files", res.Files, "bytes", res.Bytes)
 			}
-		})
+			if err != nil && ctx.Err() == nil {
+				f.log.Warn("node's compile cache could not be pruned", "dir", dir, "err", err)
+			}
+			t := time.NewTimer(compileCachePruneEvery)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
 	})
 }

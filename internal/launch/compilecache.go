@@ -44,10 +44,10 @@ func CompileCacheSetBy(has func(key string) bool) string {
 // PrunePolicy bounds a compile cache directory (PruneCompileCache).
 type PrunePolicy struct {
 	// MaxIdle: a node version's entries (the directory node keeps them
-	// in, one per version and build) none of which was written for this
-	// long are removed whole — that node is no longer run.
+	// in, one per version and build) none of which was used for this long
+	// are removed whole — that node is no longer run.
 	MaxIdle time.Duration
-	// MaxBytes: past this many bytes in all, the entries written longest
+	// MaxBytes: past this many bytes in all, the entries used longest
 	// ago are removed until the rest fit. An entry still in use is
 	// written again by the next process that compiles it.
 	MaxBytes int64
@@ -65,12 +65,20 @@ type PruneResult struct {
 }
 
 // PruneCompileCache bounds the compile cache in dir by p, as of now: it
-// removes the directories of node versions idle for p.MaxIdle, then the
-// oldest entries while the rest exceed p.MaxBytes, then directories left
-// empty. Only regular files and directories in dir are looked at or
-// removed; a symbolic link is neither followed nor removed. A directory
-// that does not exist is an empty cache. It stops when ctx ends,
-// returning ctx's error with what it removed by then.
+// removes the directory of each node version none of whose entries was
+// used within p.MaxIdle, then the entries used longest ago while the rest
+// exceed p.MaxBytes. An entry's last use is the later of its access and
+// modification times: node reads an entry it can use and leaves it as it
+// is (it writes only entries it compiled afresh), and the access time is
+// what a read moves (on a file system mounted noatime an entry in use is
+// taken for idle, removed, and written again at the next exit of a server
+// that uses it). A version's directory without entries — a node running
+// for the first time makes it at start and writes its entries at exit —
+// is removed only once it is itself that old. Within dir, only regular
+// files and directories are looked at or removed: a symbolic link in it
+// is neither followed nor removed. A dir that does not exist is an empty
+// cache. It stops when ctx ends, returning ctx's error with what it
+// removed by then.
 func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePolicy) (PruneResult, error) {
 	var res PruneResult
 	tops, err := os.ReadDir(dir)
@@ -81,36 +89,43 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 		return res, err
 	}
 	type entry struct {
-		path  string
-		size  int64
-		mtime time.Time
+		path string
+		size int64
+		used time.Time
 	}
 	var kept []entry
 	var total int64
-	remove := func(e entry) error {
-		if err := os.Remove(e.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		res.Files++
-		res.Bytes += e.size
-		return nil
-	}
 	var errs []error
+	remove := func(e entry) {
+		switch err := os.Remove(e.path); {
+		case err == nil:
+			res.Files++
+			res.Bytes += e.size
+		case !errors.Is(err, fs.ErrNotExist): // gone meanwhile: not ours to count
+			errs = append(errs, err)
+		}
+	}
 	for _, top := range tops {
 		if !top.IsDir() { // a file or a link at the top: not node's
 			continue
 		}
+		root := filepath.Join(dir, top.Name())
 		var files []entry
+		var dirs []string
 		var newest time.Time
-		werr := filepath.WalkDir(filepath.Join(dir, top.Name()), func(path string, d fs.DirEntry, err error) error {
+		werr := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
 			}
+			if d.IsDir() {
+				dirs = append(dirs, path)
+				return nil
+			}
 			if !d.Type().IsRegular() {
-				return nil // directories are walked, links and the rest left
+				return nil // a link, or anything else: left
 			}
 			info, err := d.Info()
 			if err != nil {
@@ -119,9 +134,10 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 				}
 				return err
 			}
-			files = append(files, entry{path, info.Size(), info.ModTime()})
-			if info.ModTime().After(newest) {
-				newest = info.ModTime()
+			e := entry{path, info.Size(), lastUse(info)}
+			files = append(files, e)
+			if e.used.After(newest) {
+				newest = e.used
 			}
 			return nil
 		})
@@ -132,21 +148,32 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 			errs = append(errs, werr)
 			continue
 		}
-		if len(files) > 0 && now.Sub(newest) > p.MaxIdle {
+		idle := len(files) > 0 && now.Sub(newest) > p.MaxIdle
+		if len(files) == 0 {
+			// Its modification time: made, or an entry added or removed
+			// (listing it, as the walk just did, moves its access time).
+			info, err := os.Lstat(root)
+			idle = err == nil && now.Sub(info.ModTime()) > p.MaxIdle
+		}
+		if !idle {
+			kept = append(kept, files...)
 			for _, e := range files {
-				if err := remove(e); err != nil {
-					errs = append(errs, err)
-				}
+				total += e.size
 			}
 			continue
 		}
 		for _, e := range files {
-			kept = append(kept, e)
-			total += e.size
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			remove(e)
+		}
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i]) // deepest first; fails, as wanted, unless empty
 		}
 	}
 	if total > p.MaxBytes {
-		slices.SortFunc(kept, func(a, b entry) int { return a.mtime.Compare(b.mtime) })
+		slices.SortFunc(kept, func(a, b entry) int { return a.used.Compare(b.used) })
 		for _, e := range kept {
 			if total <= p.MaxBytes {
 				break
@@ -154,35 +181,22 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
-			if err := remove(e); err != nil {
-				errs = append(errs, err)
-				continue
+			before := res.Files
+			remove(e)
+			if res.Files > before {
+				total -= e.size
 			}
-			total -= e.size
 		}
 	}
-	removeEmptyDirs(dir, tops)
 	return res, errors.Join(errs...)
 }
 
-// removeEmptyDirs removes the directories under dir's top-level ones
-// (tops, as read) that are empty, deepest first, and then those top-level
-// ones left empty. Best effort: a directory node writes into meanwhile is
-// not empty, and stays.
-func removeEmptyDirs(dir string, tops []fs.DirEntry) {
-	for _, top := range tops {
-		if !top.IsDir() {
-			continue
-		}
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(dir, top.Name()), func(path string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i]) // fails, as wanted, unless empty
-		}
+// lastUse is when a cache entry was last used: the later of its access
+// and modification times (accessTime: the modification time where the
+// platform's is not read).
+func lastUse(info fs.FileInfo) time.Time {
+	if at := accessTime(info); at.After(info.ModTime()) {
+		return at
 	}
+	return info.ModTime()
 }

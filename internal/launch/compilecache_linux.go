@@ -1,0 +1,15 @@
+package launch
+
+import (
+	"io/fs"
+	"syscall"
+	"time"
+)
+
+// accessTime is info's access time.
+func accessTime(info fs.FileInfo) time.Time {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Atim.Sec, st.Atim.Nsec)
+	}
+	return info.ModTime()
+}
