@@ -14,12 +14,14 @@ import (
 )
 
 // initState is what the server's lists hold of its initialize result:
-// the bytes in memory, and whether it is cold and known to be on disk.
-func initState(s *Server) (raw json.RawMessage, cold, saved bool) {
+// the bytes in memory, whether it is cold, and whether it is known to be
+// on disk under the server's current launch hash.
+func initState(s *Server) (raw string, cold, saved bool) {
+	cur, _ := s.launchKey()
 	c := s.lists
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.init, c.initCold, c.initSaved
+	return c.init, c.initCold, c.initHash != nil && *c.initHash == cur
 }
 
 // dormantFleet is a fleet of one server "s", idle timeout 10m, on st,
@@ -55,11 +57,11 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 		df.srv.setItems(echoV1)
 		s := df.f.Get("s")
 		learnTools(t, s)
-		if raw, cold, saved := initState(s); string(raw) != first || cold || !saved {
+		if raw, cold, saved := initState(s); raw != first || cold || !saved {
 			t.Fatalf("a running server's init: %s, cold %v, saved %v", raw, cold, saved)
 		}
 		sleepNow(t, s)
-		if raw, cold, _ := initState(s); raw != nil || !cold {
+		if raw, cold, _ := initState(s); raw != "" || !cold {
 			t.Fatalf("a dormant server's init still in memory: %s (cold %v)", raw, cold)
 		}
 		check := func(when, raw, era string, tools, prompts bool) {
@@ -97,7 +99,7 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 		before, _ := st.Lists("s", hash)
 		time.Sleep(time.Second)
 		wake()
-		if raw, cold, saved := initState(s); string(raw) != first || cold || !saved {
+		if raw, cold, saved := initState(s); raw != first || cold || !saved {
 			t.Fatalf("after a wake: init %s, cold %v, saved %v", raw, cold, saved)
 		}
 		if after, _ := st.Lists("s", hash); !after.Fetched.Equal(before.Fetched) {
@@ -128,7 +130,7 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 		df2 := newDriftFleet(t, `,"idleTimeout":"10m"`, &listServer{init: in2}, st)
 		defer df2.close(t)
 		s = df2.f.Get("s")
-		if raw, cold, _ := initState(s); raw != nil || !cold {
+		if raw, cold, _ := initState(s); raw != "" || !cold {
 			t.Fatalf("after a restart, the init is in memory: %s (cold %v)", raw, cold)
 		}
 		check("after a restart", second, "2025-06-18", false, true)
@@ -153,7 +155,7 @@ func TestAnInitOfAnUnknownVersionStaysInMemory(t *testing.T) {
 		}
 		df, s := dormantFleet(t, &listServer{init: in}, openStore(t))
 		defer df.close(t)
-		if raw, cold, _ := initState(s); string(raw) != odd || cold {
+		if raw, cold, _ := initState(s); raw != odd || cold {
 			t.Fatalf("the init of an unknown version: %s, cold %v", raw, cold)
 		}
 		if got := s.Era(); got != "2099-01-01" {
@@ -198,10 +200,11 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		s := df.f.Get("s")
 		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
 		// persistInit of an instance of the old launch, step by step:
-		if !s.lists.putInit(raw) {
+		old, _ := s.launchKey()
+		if !s.lists.putInit(raw, old) {
 			t.Fatal("a first result is not to be written")
 		}
-		held, seq, ok := s.lists.initToWrite()
+		held, seq, ok := s.lists.initToWrite(old)
 		if !ok {
 			t.Fatal("nothing to write")
 		}
@@ -213,9 +216,9 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		s.lists.initWritten(seq)
+		s.lists.initWritten(seq, old)
 		if _, _, saved := initState(s); saved {
-			t.Fatal("a result written under the earlier launch's hash is marked saved")
+			t.Fatal("a result written under the earlier launch's hash is taken to be on disk under the new one's")
 		}
 		learnTools(t, s) // the new launch, same result
 		sleepNow(t, s)
@@ -240,6 +243,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	s := df.f.Get("s")
 	a := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"A"}}`)
 	b := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`)
+	key, _ := s.launchKey()
 	held, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	prev := beforeInitWrite
@@ -253,7 +257,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
-		if s.lists.putInit(a) {
+		if s.lists.putInit(a, key) {
 			s.persistInit() // holds in beforeInitWrite, with a taken
 		}
 	}()
@@ -261,7 +265,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
-		if s.lists.putInit(b) {
+		if s.lists.putInit(b, key) {
 			s.persistInit()
 		}
 	}()
@@ -320,7 +324,7 @@ func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
 		s2 := df2.f.Get("s")
 		learnTools(t, s2)
 		sleepNow(t, s2)
-		if raw, cold, saved := initState(s2); raw == nil || cold || saved {
+		if raw, cold, saved := initState(s2); raw == "" || cold || saved {
 			t.Fatalf("a result the store refused: %s, cold %v, saved %v", raw, cold, saved)
 		}
 		if s2.CachedInit() == nil {
@@ -372,6 +376,80 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 		grown := testserver.LiveHeap() - before
 		if n == 0 && grown > 256<<10 {
 			t.Fatalf("no list held after the relaunch, yet the live heap grew by %d bytes: the %d-byte result keeps the buffer of the lists read with it", grown, len(init))
+		}
+	})
+}
+
+// A server going dormant while a reload relaunches it spills nothing of
+// the earlier launch: its initialize result stays in memory, not cold
+// under a hash it is not stored under or under the entry the reload
+// prunes. (The reload's locked section, step by step, with a spill — the
+// dormant stop's, which runs without opMu — at each point in it.)
+func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s) // running: the result in memory, on disk
+		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
+		s.opMu.Lock()
+		s.lists.relaunched()
+		s.spillLists()
+		s.warmLists()
+		s.spillLists()
+		s.cfg.Swap(sc2)
+		s.spillLists()
+		s.opMu.Unlock()
+		df.f.pruneStore() // as the reload does next
+		if raw, cold, _ := initState(s); raw == "" || cold {
+			t.Fatalf("the result went cold during the relaunch (cold %v)", cold)
+		}
+		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
+			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
+		}
+	})
+}
+
+// What an instance of an earlier launch lists after a relaunch (a learn
+// still holding a lease on it) is served, but neither its initialize
+// result nor its list replaces the new launch's, in memory or on disk.
+func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s)
+		oldCfg, oldInit := s.Config(), df.srv.init
+		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		b, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		df.srv.mu.Lock()
+		df.srv.init = b
+		df.srv.mu.Unlock()
+		df.srv.setItems(echoV2)
+		learnTools(t, s) // the new launch's result and list
+		old := &listServer{init: oldInit}
+		old.setItems(echoV1, pidTool)
+		items, changed, err := s.learnFrom(t.Context(), oldCfg, listConn{srv: old}, Tools)
+		if err != nil || len(items) != 2 || changed {
+			t.Fatalf("the old launch's list: %d items, changed %v, %v", len(items), changed, err)
+		}
+		if got := s.CachedInit(); string(got) != string(b.Raw) {
+			t.Errorf("the new launch's result replaced by the old one's: %s", got)
+		}
+		if raw, _, _ := st.Init("s", s.Config().LaunchHash()); string(raw) != string(b.Raw) {
+			t.Errorf("on disk under the new launch's hash: %s", raw)
+		}
+		if cached, _ := s.CachedList(Tools); len(cached) != 1 || string(cached[0]) != echoV2 {
+			t.Errorf("the new launch's tools replaced by the old one's: %q", cached)
 		}
 	})
 }

@@ -14,13 +14,14 @@ import (
 // buffer): what a dormant server keeps of it is the result's size.
 func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	const n = 1000
+	var key [32]byte // a launch hash
 	caches := make([]*lists, n)
 	before := testserver.LiveHeap()
 	for i := range caches {
 		msg := make([]byte, 4096) // the message, or the buffer it was read into
 		res := fmt.Appendf(msg[:100], `{"protocolVersion":"2025-06-18","serverInfo":{"name":"s%04d"}}`, i)
 		caches[i] = &lists{}
-		if !caches[i].putInit(json.RawMessage(res[100:])) {
+		if !caches[i].putInit(json.RawMessage(res[100:]), key) {
 			t.Fatal("a first initialize result was not to be persisted")
 		}
 	}
@@ -34,15 +35,15 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	if got := string(caches[7].init); got != seven {
 		t.Fatalf("cached %s", got)
 	}
-	if !caches[7].putInit(json.RawMessage(seven)) {
+	if !caches[7].putInit(json.RawMessage(seven), key) {
 		t.Fatal("the same result again, never written, was not to be persisted")
 	}
-	_, seq, ok := caches[7].initToWrite()
+	_, seq, ok := caches[7].initToWrite(key)
 	if !ok {
 		t.Fatal("a result never written is not to be written")
 	}
-	caches[7].initWritten(seq)
-	if caches[7].putInit(json.RawMessage(seven)) {
+	caches[7].initWritten(seq, key)
+	if caches[7].putInit(json.RawMessage(seven), key) {
 		t.Fatal("the same result again, written, was to be persisted again")
 	}
 }

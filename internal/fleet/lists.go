@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
@@ -52,12 +53,13 @@ func (k ListKind) ListChanged() string {
 type lists struct {
 	mu    sync.Mutex
 	items map[string][]json.RawMessage
-	// init is the server's initialize result, while it is in memory; nil
+	// init is the server's initialize result, while it is in memory (its
+	// own bytes, as a string: not the message's or a read buffer's); ""
 	// when none is known, or when it is cold (initCold): on disk only,
 	// under coldHash, like a cold list, and read from the store when
 	// asked for (Server.CachedInit). What every session reads of it stays
 	// in memory: initVer and announce.
-	init json.RawMessage
+	init string
 	// gen counts the server's list_changed notifications: a fetch begun
 	// before one does not store what it fetched (a newer fetch will).
 	gen uint64
@@ -87,18 +89,21 @@ type lists struct {
 	// into knownVersions plus one (0: none, or one not in that table);
 	// announce the capabilities whose list changes it announces (see
 	// AnnouncesChanges). Both are derived from the result in one place,
-	// setInit. initSaved says it is in the store, as it is, under the
-	// current launch's hash (only such a result goes cold); initCold
-	// that it is there only.
-	initVer             uint8
-	announce            capSet
-	initSaved, initCold bool
-	// initSeq counts the changes of the result held and the relaunches
-	// (wrapping): a write begun before either does not mark it saved.
+	// setInit. initCold: the result is on disk only (init is "").
+	initVer  uint8
+	announce capSet
+	initCold bool
+	// initSeq counts the changes of the result held (wrapping): a write
+	// begun before one does not mark the newer result written.
 	initSeq uint16
 
 	seq      [len(allKindsArray)]uint16
 	coldHash *[sha256.Size]byte // nil until a list or the init goes cold
+	// initHash is the launch hash the result held is on disk under, as it
+	// is (nil: not known to be). Only a result on disk under the current
+	// launch's hash goes cold, and none while a relaunch is pending
+	// (unsaved). The same pointer as coldHash when the two are equal.
+	initHash *[sha256.Size]byte
 }
 
 // relaunched marks every cached list as of an earlier launch: a fetch
@@ -109,19 +114,6 @@ func (c *lists) relaunched() {
 	defer c.mu.Unlock()
 	c.gen++
 	c.unsaved = setOf(allKinds...)
-}
-
-// initRelaunched marks the initialize result held as of an earlier
-// launch: not on disk under the new launch's hash, and a write of it
-// begun before does not make it so. Called once the new configuration is
-// in force (after the swap): a write that read the launch hash before
-// the swap has begun before it, and one that reads it after writes under
-// the new hash.
-func (c *lists) initRelaunched() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.initSeq++
-	c.initSaved = false
 }
 
 // relaunchPending reports whether lists of an earlier launch are held,
@@ -253,49 +245,52 @@ func kindIndex(k ListKind) int {
 
 // putInit keeps raw as the initialize result, in memory, and reports
 // whether it must be persisted: it changed, or the one held is not known
-// to be on disk under the current launch's hash. A cold result is taken
-// for changed (the caller compares it with the store's first: see
+// to be on disk under cur, the current launch's hash. A cold result is
+// taken for changed (the caller compares it with the store's first: see
 // rememberInit).
-func (c *lists) putInit(raw json.RawMessage) (persist bool) {
+func (c *lists) putInit(raw json.RawMessage, cur [sha256.Size]byte) (persist bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.initCold && string(c.init) == string(raw) {
-		return !c.initSaved
+	if !c.initCold && c.init != "" && c.init == string(raw) {
+		return c.initHash == nil || *c.initHash != cur
 	}
-	// Its own bytes, not the message's (or read buffer's) it is in.
-	c.setInit(append(json.RawMessage(nil), raw...))
-	c.initSaved, c.initCold = false, false
+	c.setInit(raw)
+	c.initHash, c.initCold = nil, false
 	c.initSeq++
 	return true
 }
 
-// initToWrite is the initialize result held, if it is to be written (in
-// memory, not known to be on disk), and its change count, for
-// initWritten.
-func (c *lists) initToWrite() (raw json.RawMessage, seq uint16, ok bool) {
+// initToWrite is the initialize result held, if it is to be written
+// under hash (in memory, not known to be on disk under it), and its
+// change count, for initWritten.
+func (c *lists) initToWrite(hash [sha256.Size]byte) (raw json.RawMessage, seq uint16, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.init == nil || c.initCold || c.initSaved {
+	if c.init == "" || c.initCold || c.initHash != nil && *c.initHash == hash {
 		return nil, 0, false
 	}
-	return c.init, c.initSeq, true
+	return json.RawMessage(c.init), c.initSeq, true
 }
 
 // initWritten records that the result initToWrite gave with seq is on
-// disk under the current launch's hash, unless it changed or the server
-// was relaunched since.
-func (c *lists) initWritten(seq uint16) {
+// disk under hash, unless it changed since.
+func (c *lists) initWritten(seq uint16, hash [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.initSeq == seq && c.init != nil && !c.initCold {
-		c.initSaved = true
+	if c.initSeq != seq || c.init == "" || c.initCold {
+		return
+	}
+	if c.coldHash != nil && *c.coldHash == hash {
+		c.initHash = c.coldHash
+	} else {
+		c.initHash = &hash
 	}
 }
 
-// setInit makes raw the initialize result held, with what is derived
-// from it. c.mu is held.
+// setInit makes raw (copied) the initialize result held, with what is
+// derived from it; nil: none. c.mu is held.
 func (c *lists) setInit(raw json.RawMessage) {
-	c.init = raw
+	c.init = string(raw)
 	c.initVer, c.announce = 0, 0
 	if raw == nil {
 		return
@@ -321,13 +316,13 @@ func (c *lists) setInit(raw json.RawMessage) {
 func (c *lists) initFrom(raw json.RawMessage, hash [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.setInit(append(json.RawMessage(nil), raw...))
-	c.initSaved = true
+	c.setInit(raw)
+	if c.coldHash == nil || *c.coldHash != hash {
+		c.coldHash = &hash // coldFrom's, but for a server with no list
+	}
+	c.initHash = c.coldHash
 	if c.initVer != 0 {
-		c.init, c.initCold = nil, true
-		if c.coldHash == nil || *c.coldHash != hash {
-			c.coldHash = &hash
-		}
+		c.init, c.initCold = "", true
 	}
 }
 
@@ -449,10 +444,15 @@ func (s *Server) spillLists() {
 		return // some are on disk under an earlier launch: one hash is kept
 	}
 	if c.coldHash == nil || *c.coldHash != hash {
-		c.coldHash = &hash
+		if c.initHash != nil && *c.initHash == hash {
+			c.coldHash = c.initHash
+		} else {
+			c.coldHash = &hash
+		}
 	}
-	if c.init != nil && c.initSaved && c.initVer != 0 {
-		c.init, c.initCold = nil, true
+	if c.init != "" && c.initVer != 0 && c.unsaved == 0 && c.initHash != nil && *c.initHash == hash {
+		c.init, c.initCold = "", true
+		c.initHash = c.coldHash
 	}
 	for _, k := range allKinds {
 		items, ok := c.items[k.Member]
@@ -490,13 +490,16 @@ func (s *Server) warmLists() {
 	if c.coldHash != hash {
 		return
 	}
+	// The entry read is pruned by the relaunch that reads it back: what
+	// is held is no longer known to be on disk.
+	c.initHash = nil
 	if c.initCold {
-		// Its own bytes: l.Init is part of one buffer with every list
+		// Copied (setInit): l.Init is part of one buffer with every list
 		// read. Not read, the result is lost, but what is derived from
 		// it stays known.
 		c.initCold = false
 		if ok && l.Init != nil {
-			c.setInit(append(json.RawMessage(nil), l.Init...))
+			c.setInit(l.Init)
 		}
 	}
 	for _, k := range cold.kinds() {
@@ -566,10 +569,13 @@ func sameItems(a, b []json.RawMessage) bool {
 func (s *Server) CachedInit() json.RawMessage {
 	c := s.lists
 	c.mu.Lock()
-	raw, cold, hash := c.init, c.initCold, c.coldHash
+	held, cold, hash := c.init, c.initCold, c.coldHash
 	c.mu.Unlock()
 	if !cold {
-		return raw
+		if held == "" {
+			return nil
+		}
+		return json.RawMessage(held)
 	}
 	raw, ok, err := s.f.store.Init(s.Name(), hex.EncodeToString(hash[:]))
 	if err == nil && !ok {
@@ -594,10 +600,10 @@ func (s *Server) cachedVersion() string {
 	if v != 0 {
 		return knownVersions[v-1]
 	}
-	if raw == nil {
+	if raw == "" {
 		return ""
 	}
-	str, _ := rpc.StringMember(raw, "protocolVersion")
+	str, _ := rpc.StringMember(json.RawMessage(raw), "protocolVersion")
 	return str
 }
 
@@ -653,19 +659,28 @@ func (s *Server) List(ctx context.Context, k ListKind) ([]json.RawMessage, error
 		return nil, err
 	}
 	defer l.Release()
-	items, _, err := s.learnFrom(ctx, l.Conn(), k)
+	items, _, err := s.learnFrom(ctx, l.in.cfg, l.Conn(), k)
 	s.flushDefinitions()
 	return items, err
 }
 
-// learnFrom fetches kind k from conn, caches and persists it, and reports
-// whether it differs from the cached one.
-func (s *Server) learnFrom(ctx context.Context, conn Conn, k ListKind) ([]json.RawMessage, bool, error) {
+// learnFrom fetches kind k from conn, a connection of the launch
+// launched (the configuration its instance was made with), caches and
+// persists it, and reports whether it differs from the cached one. The
+// connection of an earlier launch (an instance the server was relaunched
+// from, still draining) is listed from, but neither its list nor its
+// initialize result is kept as the server's: they are not the current
+// launch's.
+func (s *Server) learnFrom(ctx context.Context, launched *config.Server, conn Conn, k ListKind) ([]json.RawMessage, bool, error) {
 	if conn == nil {
 		return nil, false, fmt.Errorf("server %s: no MCP connection to list from", s.Name())
 	}
+	gen := s.lists.generation() // before the check: a relaunch after it is refused by putIf
+	if cur := s.Config(); launched != cur && launched.LaunchHash() != cur.LaunchHash() {
+		items, err := fetchList(ctx, s.Name(), conn, k)
+		return items, false, err
+	}
 	s.rememberInit(conn)
-	gen := s.lists.generation()
 	items, err := fetchList(ctx, s.Name(), conn, k)
 	if err != nil {
 		return nil, false, err
@@ -741,7 +756,8 @@ func (s *Server) rememberInit(c Conn) {
 		return
 	}
 	raw := c.Init().Raw
-	if s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw) || s.f.store == nil {
+	cur, ok := s.launchKey()
+	if !ok || s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw, cur) || s.f.store == nil {
 		return
 	}
 	s.persistInit()
@@ -756,16 +772,21 @@ func (s *Server) rememberInit(c Conn) {
 func (s *Server) persistInit() {
 	s.f.initWrites.Lock()
 	defer s.f.initWrites.Unlock()
-	raw, seq, ok := s.lists.initToWrite()
+	hash := s.Config().LaunchHash()
+	var key [sha256.Size]byte
+	if _, err := hex.Decode(key[:], []byte(hash)); err != nil {
+		return
+	}
+	raw, seq, ok := s.lists.initToWrite(key)
 	if !ok {
 		return
 	}
 	beforeInitWrite()
-	if err := s.f.store.PutInit(s.Name(), s.Config().LaunchHash(), raw); err != nil {
+	if err := s.f.store.PutInit(s.Name(), hash, raw); err != nil {
 		s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
 		return
 	}
-	s.lists.initWritten(seq)
+	s.lists.initWritten(seq, key)
 }
 
 // beforeInitWrite is called by persistInit between taking the result to
@@ -792,7 +813,7 @@ func (c *lists) warmInit(raw json.RawMessage, st *store.Store, server string) bo
 	if !c.initCold || c.coldHash != hash {
 		return false
 	}
-	c.init, c.initCold = old, false
+	c.init, c.initCold = string(old), false
 	return true
 }
 
@@ -905,7 +926,7 @@ func (s *Server) refresh(ctx context.Context, kinds, told kindSet) {
 	gen, pinned := l.in.liveGen()
 	var changed []ListKind
 	for _, k := range kinds.kinds() {
-		items, diff, err := s.learnFrom(rctx, l.Conn(), k)
+		items, diff, err := s.learnFrom(rctx, l.in.cfg, l.Conn(), k)
 		if err == nil && pinned && k == Tools {
 			l.in.sawTools(l.Conn(), gen, items)
 		}
@@ -1059,7 +1080,7 @@ func (s *Server) learn(ctx context.Context) bool {
 	before := s.Requests() // counted after ours: a later one is a client's
 	var learned []ListKind
 	for _, k := range allKinds {
-		_, changed, err := s.learnFrom(lctx, l.Conn(), k)
+		_, changed, err := s.learnFrom(lctx, l.in.cfg, l.Conn(), k)
 		if err != nil {
 			s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "list", k.Member, "err", err)
 			ok = false

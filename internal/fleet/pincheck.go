@@ -223,7 +223,7 @@ func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn
 func (in *instance) learnTools(ctx context.Context, conn Conn) (drift.Set, error) {
 	s := in.srv
 	if in.key == "" {
-		items, changed, err := s.learnFrom(ctx, conn, Tools)
+		items, changed, err := s.learnFrom(ctx, in.cfg, conn, Tools)
 		s.flushDefinitions()
 		if err != nil {
 			return nil, err

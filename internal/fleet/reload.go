@@ -177,10 +177,13 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			// (relaunched) and takeOut's fresh instances have the new
 			// launch.
 			w.s.opMu.Lock()
-			w.s.warmLists() // the prune below drops the entry they are under
+			// Marked relaunched first: from then on nothing held goes
+			// cold (a server going dormant meanwhile spills nothing of
+			// an earlier launch) before the lists on disk are read back
+			// — the prune below drops the entry they are under.
 			w.s.lists.relaunched()
+			w.s.warmLists()
 			w.was = w.s.cfg.Swap(sc)
-			w.s.lists.initRelaunched()
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
 		default:
