@@ -387,14 +387,19 @@ func TestChildForkedAtOnceIsInTheLeaves(t *testing.T) {
 			pid := child
 			if rt.Report().Active(LayerPIDNamespace) {
 				// $! is the child's pid in the namespace; find it outside.
+				// The child may be in the middle of its exec of sleep, when
+				// its environment (the marker) reads empty: looked for
+				// again, for a bounded time.
 				pid = 0
-				for _, q := range testserver.LiveProcesses(marker) {
-					if b, _ := os.ReadFile("/proc/" + strconv.Itoa(q) + "/status"); strings.Contains(string(b), "NSpid:\t"+strconv.Itoa(q)+"\t"+strconv.Itoa(child)+"\n") {
-						pid = q
+				for deadline := time.Now().Add(2 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+					for _, q := range testserver.LiveProcesses(marker) {
+						if b, _ := os.ReadFile("/proc/" + strconv.Itoa(q) + "/status"); strings.Contains(string(b), "NSpid:\t"+strconv.Itoa(q)+"\t"+strconv.Itoa(child)+"\n") {
+							pid = q
+						}
 					}
-				}
-				if pid == 0 {
-					t.Fatalf("no process is %d in the namespace", child)
+					if pid == 0 && time.Now().After(deadline) {
+						t.Fatalf("no process is %d in the namespace", child)
+					}
 				}
 			}
 			dirs := append([]string{p.plat.cgroup}, nil...)
