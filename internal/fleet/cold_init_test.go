@@ -201,7 +201,7 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
 		// persistInit of an instance of the old launch, step by step:
 		old, _ := s.launchKey()
-		if !s.lists.putInit(raw, old) {
+		if !s.lists.putInit(raw, old, s.lists.generation()) {
 			t.Fatal("a first result is not to be written")
 		}
 		held, seq, ok := s.lists.initToWrite(old)
@@ -257,7 +257,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
-		if s.lists.putInit(a, key) {
+		if s.lists.putInit(a, key, 0) {
 			s.persistInit() // holds in beforeInitWrite, with a taken
 		}
 	}()
@@ -265,7 +265,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
-		if s.lists.putInit(b, key) {
+		if s.lists.putInit(b, key, 0) {
 			s.persistInit()
 		}
 	}()
@@ -384,7 +384,8 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 // the earlier launch: its initialize result stays in memory, not cold
 // under a hash it is not stored under or under the entry the reload
 // prunes. (The reload's locked section, step by step, with a spill — the
-// dormant stop's, which runs without opMu — at each point in it.)
+// dormant stop's, which runs without opMu — before, between and after
+// its steps.)
 func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
@@ -394,11 +395,10 @@ func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 		learnTools(t, s) // running: the result in memory, on disk
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
 		s.opMu.Lock()
-		s.lists.relaunched()
+		s.spillLists() // just before: the result stays on disk as it is
+		s.lists.relaunched(func() { s.cfg.Swap(sc2) })
 		s.spillLists()
 		s.warmLists()
-		s.spillLists()
-		s.cfg.Swap(sc2)
 		s.spillLists()
 		s.opMu.Unlock()
 		df.f.pruneStore() // as the reload does next
@@ -438,7 +438,7 @@ func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 		learnTools(t, s) // the new launch's result and list
 		old := &listServer{init: oldInit}
 		old.setItems(echoV1, pidTool)
-		items, changed, err := s.learnFrom(t.Context(), oldCfg, listConn{srv: old}, Tools)
+		items, changed, err := s.learnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, Tools)
 		if err != nil || len(items) != 2 || changed {
 			t.Fatalf("the old launch's list: %d items, changed %v, %v", len(items), changed, err)
 		}
@@ -452,4 +452,87 @@ func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 			t.Errorf("the new launch's tools replaced by the old one's: %q", cached)
 		}
 	})
+}
+
+// A relaunch and back, before the new launch remembered its result: the
+// reload's prune dropped the entry the result was under, so back at the
+// first launch it is written again, and once dormant it reads back.
+func TestARelaunchAndBackWritesTheInitAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		defer df.close(t)
+		df.srv.setItems(echoV1)
+		s := df.f.Get("s")
+		learnTools(t, s) // running: the result on disk under launch a
+		a := s.Config().LaunchHash()
+		for _, command := range []string{"fake2", "fake"} {
+			if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"`+command+`","idleTimeout":"10m"}`), false, nil); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		if s.Config().LaunchHash() != a {
+			t.Fatal("not back at the first launch")
+		}
+		learnTools(t, s) // a again, the same result
+		sleepNow(t, s)
+		if _, ok, _ := st.Init("s", a); !ok {
+			t.Error("the result was not written again under the launch's hash")
+		}
+		if s.CachedInit() == nil || s.Era() != "2025-11-25" {
+			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
+		}
+	})
+}
+
+// A learn of the earlier launch's instance that began before a relaunch
+// and lists after it keeps nothing: its list is served, not cached, and
+// the kind is still to be learned from the new launch.
+func TestALearnAcrossARelaunchKeepsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df, s := dormantFleet(t, nil, openStore(t))
+		defer df.close(t)
+		oldCfg := s.Config()
+		old := &listServer{init: df.srv.init, gate: make(chan struct{})}
+		old.setItems(echoV1, pidTool)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := s.learnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, Tools)
+			done <- err
+		}()
+		synctest.Wait() // held in its tools/list, the launch looked at
+		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
+		s.opMu.Lock()
+		s.lists.relaunched(func() { s.cfg.Swap(sc2) })
+		s.warmLists()
+		s.opMu.Unlock()
+		close(old.gate)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		s.lists.mu.Lock()
+		pending := s.lists.unsaved.has(Tools)
+		s.lists.mu.Unlock()
+		if cached, _ := s.CachedList(Tools); !pending || len(cached) != 1 {
+			t.Fatalf("the earlier launch's tools (%d) kept as the new launch's; still to learn: %v", len(cached), pending)
+		}
+	})
+}
+
+// A result learned at a generation the lists have left (the server was
+// relaunched since) is not kept.
+func TestPutInitOfAnEarlierGenerationKeepsNothing(t *testing.T) {
+	c := &lists{}
+	var key [32]byte
+	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`), key, 0) {
+		t.Fatal("a first result is not to be written")
+	}
+	c.relaunched(func() {})
+	if c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 0) || c.init != `{"protocolVersion":"2025-11-25"}` {
+		t.Fatalf("a result of the generation before the relaunch was kept: %s", c.init)
+	}
+	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 1) || c.init != `{"protocolVersion":"2025-06-18"}` {
+		t.Fatalf("a result of the current generation was not kept: %s", c.init)
+	}
 }

@@ -21,7 +21,7 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 		msg := make([]byte, 4096) // the message, or the buffer it was read into
 		res := fmt.Appendf(msg[:100], `{"protocolVersion":"2025-06-18","serverInfo":{"name":"s%04d"}}`, i)
 		caches[i] = &lists{}
-		if !caches[i].putInit(json.RawMessage(res[100:]), key) {
+		if !caches[i].putInit(json.RawMessage(res[100:]), key, 0) {
 			t.Fatal("a first initialize result was not to be persisted")
 		}
 	}
@@ -35,7 +35,7 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	if got := string(caches[7].init); got != seven {
 		t.Fatalf("cached %s", got)
 	}
-	if !caches[7].putInit(json.RawMessage(seven), key) {
+	if !caches[7].putInit(json.RawMessage(seven), key, 0) {
 		t.Fatal("the same result again, never written, was not to be persisted")
 	}
 	_, seq, ok := caches[7].initToWrite(key)
@@ -43,7 +43,7 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 		t.Fatal("a result never written is not to be written")
 	}
 	caches[7].initWritten(seq, key)
-	if caches[7].putInit(json.RawMessage(seven), key) {
+	if caches[7].putInit(json.RawMessage(seven), key, 0) {
 		t.Fatal("the same result again, written, was to be persisted again")
 	}
 }

@@ -106,14 +106,32 @@ type lists struct {
 	initHash *[sha256.Size]byte
 }
 
-// relaunched marks every cached list as of an earlier launch: a fetch
-// begun before does not store what it fetched, and the next fetch of each
-// kind is persisted even when it finds the same items.
-func (c *lists) relaunched() {
+// relaunched marks every cached list and the initialize result as of an
+// earlier launch — a fetch begun before does not store what it fetched,
+// the next fetch of each kind is persisted even when it finds the same
+// items, and the result held is not known to be on disk (the entry it is
+// under is pruned) — and runs swap, which puts the new launch's
+// configuration in force, in the same step: a learn looks at the
+// generation and the configuration together (launchNow), so it sees
+// either the earlier launch or the new one, never the new generation
+// with the earlier configuration; and a server going dormant meanwhile
+// spills nothing of the earlier launch.
+func (c *lists) relaunched(swap func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
 	c.unsaved = setOf(allKinds...)
+	c.initHash = nil
+	swap()
+}
+
+// launchNow is the lists' generation and the server's configuration, as
+// one (see relaunched).
+func (s *Server) launchNow() (gen uint64, cfg *config.Server) {
+	c := s.lists
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen, s.Config()
 }
 
 // relaunchPending reports whether lists of an earlier launch are held,
@@ -243,14 +261,18 @@ func kindIndex(k ListKind) int {
 	panic("fleet: unknown list kind " + k.Member)
 }
 
-// putInit keeps raw as the initialize result, in memory, and reports
+// putInit keeps raw, learned at generation gen (nothing if the server was
+// relaunched since), as the initialize result, in memory, and reports
 // whether it must be persisted: it changed, or the one held is not known
 // to be on disk under cur, the current launch's hash. A cold result is
 // taken for changed (the caller compares it with the store's first: see
 // rememberInit).
-func (c *lists) putInit(raw json.RawMessage, cur [sha256.Size]byte) (persist bool) {
+func (c *lists) putInit(raw json.RawMessage, cur [sha256.Size]byte, gen uint64) (persist bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen {
+		return false // of a launch relaunched since: not kept
+	}
 	if !c.initCold && c.init != "" && c.init == string(raw) {
 		return c.initHash == nil || *c.initHash != cur
 	}
@@ -490,9 +512,6 @@ func (s *Server) warmLists() {
 	if c.coldHash != hash {
 		return
 	}
-	// The entry read is pruned by the relaunch that reads it back: what
-	// is held is no longer known to be on disk.
-	c.initHash = nil
 	if c.initCold {
 		// Copied (setInit): l.Init is part of one buffer with every list
 		// read. Not read, the result is lost, but what is derived from
@@ -675,12 +694,12 @@ func (s *Server) learnFrom(ctx context.Context, launched *config.Server, conn Co
 	if conn == nil {
 		return nil, false, fmt.Errorf("server %s: no MCP connection to list from", s.Name())
 	}
-	gen := s.lists.generation() // before the check: a relaunch after it is refused by putIf
-	if cur := s.Config(); launched != cur && launched.LaunchHash() != cur.LaunchHash() {
+	gen, cur := s.launchNow() // a relaunch after this is refused by putIf and putInit
+	if launched != cur && launched.LaunchHash() != cur.LaunchHash() {
 		items, err := fetchList(ctx, s.Name(), conn, k)
 		return items, false, err
 	}
-	s.rememberInit(conn)
+	s.rememberInit(conn, cur, gen)
 	items, err := fetchList(ctx, s.Name(), conn, k)
 	if err != nil {
 		return nil, false, err
@@ -750,14 +769,19 @@ func fetchList(ctx context.Context, name string, conn Conn, k ListKind) ([]json.
 	return items, nil
 }
 
-// rememberInit caches (and persists) the server's initialize result.
-func (s *Server) rememberInit(c Conn) {
+// rememberInit caches (and persists) the server's initialize result, as
+// c, a connection of the launch cfg, gave it at the lists' generation gen
+// (launchNow).
+func (s *Server) rememberInit(c Conn, cfg *config.Server, gen uint64) {
 	if c.Init() == nil {
 		return
 	}
 	raw := c.Init().Raw
-	cur, ok := s.launchKey()
-	if !ok || s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw, cur) || s.f.store == nil {
+	var cur [sha256.Size]byte
+	if _, err := hex.Decode(cur[:], []byte(cfg.LaunchHash())); err != nil {
+		return
+	}
+	if s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw, cur, gen) || s.f.store == nil {
 		return
 	}
 	s.persistInit()

@@ -177,13 +177,12 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			// (relaunched) and takeOut's fresh instances have the new
 			// launch.
 			w.s.opMu.Lock()
-			// Marked relaunched first: from then on nothing held goes
-			// cold (a server going dormant meanwhile spills nothing of
-			// an earlier launch) before the lists on disk are read back
-			// — the prune below drops the entry they are under.
-			w.s.lists.relaunched()
+			// The new launch in force, and everything held marked as of
+			// the earlier one, in one step (see lists.relaunched); then
+			// what is on disk only is read back, as the prune below drops
+			// the entry it is under.
+			w.s.lists.relaunched(func() { w.was = w.s.cfg.Swap(sc) })
 			w.s.warmLists()
-			w.was = w.s.cfg.Swap(sc)
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
 		default:

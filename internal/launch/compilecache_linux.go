@@ -9,7 +9,7 @@ import (
 // accessTime is info's access time.
 func accessTime(info fs.FileInfo) time.Time {
 	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		return time.Unix(st.Atim.Sec, st.Atim.Nsec)
+		return time.Unix(st.Atim.Unix())
 	}
 	return info.ModTime()
 }

