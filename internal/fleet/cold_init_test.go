@@ -536,3 +536,43 @@ func TestPutInitOfAnEarlierGenerationKeepsNothing(t *testing.T) {
 		t.Fatalf("a result of the current generation was not kept: %s", c.init)
 	}
 }
+
+// launchNow sees a relaunch whole: the generation and the configuration
+// it gives are of the same launch, however the two interleave with
+// relaunches (here: launches a and b in turn, odd generations b's).
+func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
+	df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, nil)
+	defer df.close(t)
+	s := df.f.Get("s")
+	a := s.Config()
+	b := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
+	stop := make(chan struct{})
+	var bad atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			gen, cfg := s.launchNow()
+			if (gen%2 == 1) != (cfg == b) {
+				bad.Add(1)
+			}
+		}
+	}()
+	for i := range 20000 {
+		next := a
+		if i%2 == 0 {
+			next = b
+		}
+		s.lists.relaunched(func() { s.cfg.Swap(next) })
+	}
+	close(stop)
+	<-done
+	if n := bad.Load(); n > 0 {
+		t.Fatalf("%d reads saw the generation of one launch with the configuration of another", n)
+	}
+}
