@@ -298,11 +298,13 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 // costs two collections. After requests only (no dormancy) it is skipped
 // unless they allocated trimWorth since the last trim: a dashboard
 // polling a small fleet does not cost a collection every few seconds.
-// After a dormancy it also drops the executable's pages
-// (dropExecutablePages): a fleet gone to sleep keeps in its RSS only the
-// code and read-only data it runs from then on, not what starting,
-// learning and running servers touched (about 6 of serve's 13 MB of
-// code and data at rest; the pages stay in the page cache).
+// It also drops the executable's pages (dropExecutablePages): once quiet,
+// mcpvisor keeps in its RSS only the code and read-only data it runs from
+// then on, not what starting, learning, running servers and serving
+// requests touched (about 6 of serve's 13 MB of code and data at rest;
+// the pages stay in the page cache, and come back as they are used: a
+// few hundred minor faults after each trim, at most one every
+// trimEvery).
 func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
 	if !trimWorthIt() && !dormancy {
 		return
@@ -317,9 +319,7 @@ func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
 	// back with the rest.
 	runtime.GC()
 	debug.FreeOSMemory()
-	if dormancy {
-		dropExecutablePages()
-	}
+	dropExecutablePages()
 }
 
 // trimWorth is how much the requests served since the last trim must
