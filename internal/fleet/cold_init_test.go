@@ -37,6 +37,36 @@ func dormantFleet(t *testing.T, srv *listServer, st *store.Store) (*driftFleet, 
 	return df, s
 }
 
+// serverS is a fleet of one server "s" (newDriftFleet's, idle timeout
+// 10m) on st, serving echoV1, not started. The caller closes it.
+func serverS(t *testing.T, st *store.Store) (*driftFleet, *Server) {
+	t.Helper()
+	df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+	df.srv.setItems(echoV1)
+	return df, df.f.Get("s")
+}
+
+// wantInitKnown fails the test unless s's initialize result (the one
+// newDriftFleet's server gives) is known: readable, with its version and
+// the changes it announces.
+func wantInitKnown(t *testing.T, s *Server, what string) {
+	t.Helper()
+	if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
+		t.Fatalf("%s: the initialize result is lost: %s, era %q, announces tools %v", what, s.CachedInit(), s.Era(), s.AnnouncesChanges("tools"))
+	}
+}
+
+// relaunchS reloads df's fleet with server "s" launched as command
+// (idle timeout 10m), without learning, and waits for the reload to
+// settle (in a synctest bubble).
+func relaunchS(t *testing.T, df *driftFleet, command string) {
+	t.Helper()
+	if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"`+command+`","idleTimeout":"10m"}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+}
+
 // A dormant server's initialize result leaves memory once it is on disk,
 // and reads back as it was; its version and the list changes it
 // announces are still known without reading it. A wake that finds the
@@ -174,16 +204,11 @@ func TestARelaunchKeepsAColdInit(t *testing.T) {
 		if _, cold, _ := initState(s); !cold {
 			t.Fatal("the dormant server's init is not cold")
 		}
-		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
+		relaunchS(t, df, "fake2")
 		if n := df.connects; n != 1 {
 			t.Fatalf("%d connects: the reload started the server", n)
 		}
-		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-			t.Fatalf("after the relaunch: init %s, era %q", s.CachedInit(), s.Era())
-		}
+		wantInitKnown(t, s, "after the relaunch")
 	})
 }
 
@@ -194,10 +219,8 @@ func TestARelaunchKeepsAColdInit(t *testing.T) {
 func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		df, s := serverS(t, st)
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
 		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
 		// persistInit of an instance of the old launch, step by step:
 		old, _ := s.launchKey()
@@ -212,10 +235,7 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		// ... and a reload relaunches the server before it is marked.
-		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
+		relaunchS(t, df, "fake2")
 		s.lists.initWritten(seq, old)
 		if _, _, saved := initState(s); saved {
 			t.Fatal("a result written under the earlier launch's hash is taken to be on disk under the new one's")
@@ -225,9 +245,7 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		if _, ok, _ := st.Init("s", s.Config().LaunchHash()); !ok {
 			t.Error("the new launch's result was never written under its hash")
 		}
-		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
-		}
+		wantInitKnown(t, s, "the new launch's, dormant")
 	})
 }
 
@@ -345,10 +363,7 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 		if err := st.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
+		relaunchS(t, df, "fake2")
 		if s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
 			t.Fatalf("after a relaunch whose read failed: era %q, announces tools %v", s.Era(), s.AnnouncesChanges("tools"))
 		}
@@ -365,10 +380,7 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 		learnTools(t, s)
 		sleepNow(t, s)
 		before := testserver.LiveHeap()
-		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
+		relaunchS(t, df, "fake2")
 		c := s.lists
 		c.mu.Lock()
 		n, init := len(c.items), c.init
@@ -388,10 +400,8 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 // its steps.)
 func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		df, s := serverS(t, openStore(t))
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
 		learnTools(t, s) // running: the result in memory, on disk
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
 		s.opMu.Lock()
@@ -405,9 +415,7 @@ func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 		if raw, cold, _ := initState(s); raw == "" || cold {
 			t.Fatalf("the result went cold during the relaunch (cold %v)", cold)
 		}
-		if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
-		}
+		wantInitKnown(t, s, "after the relaunch and its prune")
 	})
 }
 
@@ -417,16 +425,11 @@ func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		df, s := serverS(t, st)
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
 		learnTools(t, s)
 		oldCfg, oldInit := s.Config(), df.srv.init
-		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`), false, nil); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
+		relaunchS(t, df, "fake2")
 		b, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`))
 		if err != nil {
 			t.Fatal(err)
@@ -460,18 +463,12 @@ func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 func TestARelaunchAndBackWritesTheInitAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
+		df, s := serverS(t, st)
 		defer df.close(t)
-		df.srv.setItems(echoV1)
-		s := df.f.Get("s")
 		learnTools(t, s) // running: the result on disk under launch a
 		a := s.Config().LaunchHash()
-		for _, command := range []string{"fake2", "fake"} {
-			if _, err := df.f.Reload(t.Context(), parseCfg(t, `"s":{"command":"`+command+`","idleTimeout":"10m"}`), false, nil); err != nil {
-				t.Fatal(err)
-			}
-			synctest.Wait()
-		}
+		relaunchS(t, df, "fake2")
+		relaunchS(t, df, "fake")
 		if s.Config().LaunchHash() != a {
 			t.Fatal("not back at the first launch")
 		}
