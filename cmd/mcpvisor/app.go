@@ -295,22 +295,25 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 // writing lists mapped in, and the heap they freed (which the Go runtime
 // would otherwise keep for a while, up to its next collection's goal). The
 // fleet calls it when things are quiet, at most every few seconds; it
-// costs two collections. After requests only (no dormancy) it is skipped
-// unless they allocated trimWorth since the last trim: a dashboard
-// polling a small fleet does not cost a collection every few seconds.
-// It also drops the executable's pages (dropExecutablePages): once quiet,
-// mcpvisor keeps in its RSS only the code and read-only data it runs from
-// then on, not what starting, learning, running servers and serving
-// requests touched (about 6 of serve's 13 MB of code and data at rest;
-// the pages stay in the page cache, and come back as they are used: a
-// few hundred minor faults after each trim, at most one every
-// trimEvery).
+// costs two collections. After requests only (no dormancy) the
+// collections are skipped unless they allocated trimWorth since the last
+// trim: a dashboard polling a small fleet does not cost a collection
+// every few seconds. The mapped pages go back at every trim: the state
+// file's (Store.ReleaseMemory) and the executable's (dropExecutablePages,
+// about 1 ms). Once quiet, mcpvisor keeps in its RSS only the code and
+// read-only data it runs from then on, not what starting, learning,
+// running servers and serving requests touched (about 6 of serve's 13 MB
+// of code and data at rest; the pages stay in the page cache, and come
+// back as they are used: a few hundred minor faults after each trim, at
+// most one trim every trimEvery).
 func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
-	if !trimWorthIt() && !dormancy {
-		return
-	}
+	// The mapped pages go back at every trim: cheap, no collection.
+	defer dropExecutablePages()
 	if err := st.ReleaseMemory(); err != nil && !errors.Is(err, store.ErrClosed) {
 		log.Debug("could not release the state file's pages", "err", err)
+	}
+	if !trimWorthIt() && !dormancy {
+		return
 	}
 	// Two collections: the first moves what sync.Pools cache to their
 	// victim caches — encoding/json's encoder buffers among them, grown
@@ -319,7 +322,6 @@ func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
 	// back with the rest.
 	runtime.GC()
 	debug.FreeOSMemory()
-	dropExecutablePages()
 }
 
 // trimWorth is how much the requests served since the last trim must

@@ -57,21 +57,24 @@ func TestDropExecutablePages(t *testing.T) {
 	}
 }
 
-// A trim drops the executable's pages too, after servers went dormant and
-// after requests that allocated enough for one: a quiet mcpvisor keeps in
-// its RSS only what it runs since.
+// A trim drops the executable's pages too: after servers went dormant,
+// after requests that allocated enough for its collections, and after
+// requests that did not (it skips the collections only). A quiet mcpvisor
+// keeps in its RSS only what it runs since.
 func TestATrimDropsExecutablePages(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	for _, dormancy := range []bool{true, false} {
-		if !dormancy {
-			trimSink = make([]byte, 2*trimWorth) // requests' garbage: a trim is worth it
-			trimSink = nil
-		}
+	for _, c := range []struct {
+		name     string
+		dormancy bool
+		garbage  int
+	}{{"dormancy", true, 0}, {"requests worth collections", false, 2 * trimWorth}, {"requests", false, 0}} {
+		trimSink = make([]byte, c.garbage) // requests' garbage
+		trimSink = nil
 		before := procStatusKB(os.Getpid(), "RssFile")
-		trimMemory(nil, log, dormancy)
+		trimMemory(nil, log, c.dormancy)
 		after := procStatusKB(os.Getpid(), "RssFile")
 		if after >= before {
-			t.Errorf("dormancy %v: RssFile %d kB before, %d kB after a trim", dormancy, before, after)
+			t.Errorf("%s: RssFile %d kB before, %d kB after a trim", c.name, before, after)
 		}
 		if s := strings.Repeat("x", 3); s != "xxx" { // code runs again, paged back in
 			t.Fatal(s)
