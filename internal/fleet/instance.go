@@ -64,7 +64,7 @@ type instance struct {
 	live         *liveTools    // a pinned server's: what its process lists, for CheckTool
 	drained      chan struct{} // set by a waiter (retire, Sleep) while leases are held; closed when the last is released
 	sleepDone    chan struct{} // closed when a dormant stop completes
-	dormantAt    time.Time
+	dormantAt    int64         // Unix ns when it last went dormant; 0: never
 	timer        *time.Timer
 	starting     chan struct{} // closed when the start in progress ends
 	restartAt    int64         // Unix ns when the supervisor's restart under way spawns (after its delay); 0: none
@@ -75,7 +75,6 @@ type instance struct {
 	// supervisor's restart attempt under way began (0: none), so that a
 	// failed attempt is kept in the history with its own lines.
 	attempt  uint64
-	spawns   int
 	requests int64 // leases taken, ever
 	closes   int   // close calls, ever: a start that a close raced is not kept
 	// The client sessions that used conn: the first, and whether another
@@ -95,6 +94,7 @@ type instance struct {
 	// the refresh is asked for when the last of them ends (end), answered
 	// or left: each ends, bounded by its own context. 0: none owed.
 	refreshAfter int32
+	spawns       int32 // processes started, ever (beside refreshAfter: one word)
 	refreshUpTo  int64
 	replayed     uint64 // the server's interest generation last replayed
 }
@@ -688,7 +688,7 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 				in.sup = nil
 			}
 		}
-		in.dormantAt = time.Now()
+		in.dormantAt = time.Now().UnixNano()
 		in.conn = nil
 		in.sleepDone = nil
 		in.mu.Unlock()
@@ -845,7 +845,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 		in.starting = ch
 		in.waking = in.phase == phaseDormant
 		woke = woke || in.waking
-		go in.start(ch, in.phase, in.closes, time.Since(in.dormantAt))
+		go in.start(ch, in.phase, in.closes, time.Duration(time.Now().UnixNano()-in.dormantAt))
 		in.mu.Unlock()
 		afterStartBegun(ch)
 		// Its own start's outcome, even if it has ended already (and

@@ -107,7 +107,7 @@ func (in *instance) status() Status {
 	st := Status{
 		InFlight: int(in.inflight),
 		Restarts: sup.Restarts,
-		Spawns:   in.spawns,
+		Spawns:   int(in.spawns),
 	}
 	switch in.phase {
 	case phaseNew:
@@ -119,7 +119,9 @@ func (in *instance) status() Status {
 		}
 	case phaseSleeping, phaseDormant:
 		st.State = "dormant"
-		st.DormantSince = in.dormantAt
+		if in.dormantAt != 0 {
+			st.DormantSince = time.Unix(0, in.dormantAt)
+		}
 	case phaseStopped, phaseClosed:
 		st.State = "stopped"
 		if in.starting != nil {
