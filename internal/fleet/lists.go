@@ -441,7 +441,12 @@ func (s *Server) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage
 // launchKey is the server's launch hash (config.Server.LaunchHash) as
 // bytes, the form the lists keep of the hash their disk copy is under.
 func (s *Server) launchKey() (key [sha256.Size]byte, ok bool) {
-	_, err := hex.Decode(key[:], []byte(s.Config().LaunchHash()))
+	return launchKeyOf(s.Config())
+}
+
+// launchKeyOf is cfg's launch hash as bytes (see launchKey).
+func launchKeyOf(cfg *config.Server) (key [sha256.Size]byte, ok bool) {
+	_, err := hex.Decode(key[:], []byte(cfg.LaunchHash()))
 	return key, err == nil
 }
 
@@ -777,11 +782,8 @@ func (s *Server) rememberInit(c Conn, cfg *config.Server, gen uint64) {
 		return
 	}
 	raw := c.Init().Raw
-	var cur [sha256.Size]byte
-	if _, err := hex.Decode(cur[:], []byte(cfg.LaunchHash())); err != nil {
-		return
-	}
-	if s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw, cur, gen) || s.f.store == nil {
+	cur, ok := launchKeyOf(cfg)
+	if !ok || s.lists.warmInit(raw, s.f.store, s.Name()) || !s.lists.putInit(raw, cur, gen) || s.f.store == nil {
 		return
 	}
 	s.persistInit()
@@ -796,9 +798,8 @@ func (s *Server) rememberInit(c Conn, cfg *config.Server, gen uint64) {
 func (s *Server) persistInit() {
 	s.f.initWrites.Lock()
 	defer s.f.initWrites.Unlock()
-	hash := s.Config().LaunchHash()
-	var key [sha256.Size]byte
-	if _, err := hex.Decode(key[:], []byte(hash)); err != nil {
+	key, ok := s.launchKey()
+	if !ok {
 		return
 	}
 	raw, seq, ok := s.lists.initToWrite(key)
@@ -806,7 +807,7 @@ func (s *Server) persistInit() {
 		return
 	}
 	beforeInitWrite()
-	if err := s.f.store.PutInit(s.Name(), hash, raw); err != nil {
+	if err := s.f.store.PutInit(s.Name(), hex.EncodeToString(key[:]), raw); err != nil {
 		s.f.log.Warn("could not persist a server's initialize result", "server", s.Name(), "err", err)
 		return
 	}
