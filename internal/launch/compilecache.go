@@ -96,14 +96,18 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 	var kept []entry
 	var total int64
 	var errs []error
-	remove := func(e entry) {
-		switch err := os.Remove(e.path); {
+	// remove removes e and reports whether it did (gone meanwhile: not
+	// ours to count).
+	remove := func(e entry) bool {
+		err := os.Remove(e.path)
+		switch {
 		case err == nil:
 			res.Files++
 			res.Bytes += e.size
-		case !errors.Is(err, fs.ErrNotExist): // gone meanwhile: not ours to count
+		case !errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err)
 		}
+		return err == nil
 	}
 	for _, top := range tops {
 		if !top.IsDir() { // a file or a link at the top: not node's
@@ -148,16 +152,18 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 			errs = append(errs, werr)
 			continue
 		}
-		idle := len(files) > 0 && now.Sub(newest) > p.MaxIdle
-		if len(files) == 0 {
+		var idle bool
+		if len(files) > 0 {
+			idle = now.Sub(newest) > p.MaxIdle
+		} else {
 			// Its modification time: made, or an entry added or removed
 			// (listing it, as the walk just did, moves its access time).
 			info, err := os.Lstat(root)
 			idle = err == nil && now.Sub(info.ModTime()) > p.MaxIdle
 		}
 		if !idle {
-			kept = append(kept, files...)
 			for _, e := range files {
+				kept = append(kept, e)
 				total += e.size
 			}
 			continue
@@ -181,9 +187,7 @@ func PruneCompileCache(ctx context.Context, dir string, now time.Time, p PrunePo
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
-			before := res.Files
-			remove(e)
-			if res.Files > before {
+			if remove(e) {
 				total -= e.size
 			}
 		}
