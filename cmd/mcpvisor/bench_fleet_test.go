@@ -47,7 +47,8 @@ import (
 // `make bench-fleet` runs it; plain `go test` skips it. Environment:
 // MCPVISOR_BENCH_FLEET=1 enables it; MCPVISOR_BENCH_ROUNDS (default 7);
 // MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where
-// fleet-report.txt goes.
+// fleet-report-nodeMAJOR.txt goes (MAJOR: the release line of the node on
+// PATH).
 
 const (
 	benchFleetEnv   = "MCPVISOR_BENCH_FLEET"
@@ -79,7 +80,9 @@ func TestBenchFleet(t *testing.T) {
 		t.Skip("set " + benchFleetEnv + "=1 to run the fleet benchmark (make bench-fleet)")
 	}
 	rounds := benchRounds(t, 7)
-	report := newBenchReport(t, "fleet-report.txt")
+	// One report per Node release line, so that runs on several keep each.
+	node := nodeVersion(t)
+	report := newBenchReport(t, "fleet-report-node"+nodeMajor(node)+".txt")
 	say := report.say
 
 	project := testserver.Deps(t, "npm")
@@ -163,7 +166,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 	st := servers(t, serve.base)
 	say("mcpvisor fleet benchmark: launcher flattening, %d interleaved rounds (even ones in reverse order), %d CPUs, %s, npm %s; load average at the start %s\n",
-		rounds, runtime.NumCPU(), nodeVersion(t), npmVersion(t), loadAverage())
+		rounds, runtime.NumCPU(), node, npmVersion(t), loadAverage())
 	for _, c := range cases {
 		if ls := st[c.name].Launcher; c.flat {
 			say("  %-24s %s: %s (node's compile cache: %s)\n", c.name, c.where, ls.Runs, cmp.Or(ls.CompileCache, "none: "+ls.CompileCacheSetBy+" set"))
@@ -376,6 +379,13 @@ func nodeVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return "Node " + strings.TrimSpace(string(b))
+}
+
+// nodeMajor is the release line of a nodeVersion: "22" of "Node v22.23.3".
+func nodeMajor(version string) string {
+	v := strings.TrimPrefix(version, "Node v")
+	major, _, _ := strings.Cut(v, ".")
+	return major
 }
 
 func npmVersion(t *testing.T) string {
