@@ -171,10 +171,13 @@ type EventWriterOptions struct {
 // writes them in batches, one transaction (one fsync) per batch, in the
 // order they were recorded. A nil *EventWriter does nothing.
 type EventWriter struct {
-	s     *Store
-	opts  EventWriterOptions
-	log   *slog.Logger
-	queue chan Event
+	s    *Store
+	opts EventWriterOptions
+	log  *slog.Logger
+	// queue holds the events waiting, by reference: room for QueueSize
+	// pointers, not QueueSize events, so that a burst leaves little
+	// resident once it is written.
+	queue chan *Event
 	done  chan struct{} // closed when the goroutine has written its last batch
 
 	mu     sync.Mutex // guards sending on queue against Close
@@ -204,7 +207,7 @@ func (s *Store) EventWriter(opts EventWriterOptions) *EventWriter {
 	if log == nil {
 		log = s.log
 	}
-	w := &EventWriter{s: s, opts: opts, log: log, queue: make(chan Event, opts.QueueSize), done: make(chan struct{})}
+	w := &EventWriter{s: s, opts: opts, log: log, queue: make(chan *Event, opts.QueueSize), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -225,7 +228,7 @@ func (w *EventWriter) Record(e Event) {
 		return
 	}
 	select {
-	case w.queue <- e:
+	case w.queue <- &e:
 	default:
 		w.dropped.Add(1)
 		if !w.dropping.Swap(true) {
@@ -285,7 +288,7 @@ func (w *EventWriter) run() {
 				w.write(batch)
 				return
 			}
-			batch = append(batch, e)
+			batch = append(batch, *e)
 			if len(batch) == 1 {
 				timer.Reset(w.opts.FlushInterval)
 			}

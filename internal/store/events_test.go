@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +177,52 @@ func TestEventWriterNil(t *testing.T) {
 	w.Record(Event{Type: "x"})
 	if err := w.Close(context.Background()); err != nil || w.Dropped() != 0 {
 		t.Fatalf("nil writer: %v %d", err, w.Dropped())
+	}
+}
+
+// A writer holds little memory: its queue holds references to the events
+// waiting, not room for DefaultEventQueue of them (120 KB), which a burst
+// (a fleet's thousand servers starting and going to sleep) would make
+// resident for good; and a burst through it is written whole.
+func TestEventWriterHoldsLittle(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{MaxEvents: 10})
+	heap := func() int64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	before := heap()
+	w := s.EventWriter(EventWriterOptions{FlushInterval: time.Millisecond})
+	defer w.Close(context.Background())
+	held := heap() - before
+	// Room for the queue's pointers and one batch (16 KB), and slack for
+	// the race detector's bookkeeping.
+	if limit := int64(32 << 10); held > limit {
+		t.Fatalf("a writer holds %d bytes of heap, want at most %d (queue %d)", held, limit, DefaultEventQueue)
+	}
+	const n = 4 * DefaultEventQueue
+	for i := range n {
+		w.Record(Event{Type: "respawned", Server: "s", Details: json.RawMessage(`{"pid":1}`)})
+		if i%64 == 63 {
+			waitQueued(t, w, 0) // not faster than it writes: nothing is dropped
+		}
+	}
+	waitQueued(t, w, 0)
+	if w.Dropped() != 0 {
+		t.Fatalf("%d events dropped", w.Dropped())
+	}
+}
+
+// waitQueued waits until at most n events wait in w's queue.
+func waitQueued(t *testing.T, w *EventWriter, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(w.queue) > n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events queued, want at most %d", len(w.queue), n)
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
