@@ -57,3 +57,9 @@ func (f *Fleet) stopBackground() <-chan struct{} {
 	f.bg.cancel()
 	return f.bg.done
 }
+
+// Go runs fn on a goroutine of its own with the fleet's context, which
+// Close cancels before it waits for fn to return, unless the fleet is
+// closing already; it reports whether fn runs. For work that belongs to
+// the fleet's life but not to the fleet (the gateway's upkeep).
+func (f *Fleet) Go(fn func(ctx context.Context)) bool { return f.spawn(fn) }
