@@ -53,6 +53,10 @@ type aggregate struct {
 	// sweeping says a sweeper (sweepIdle) runs: at most one does, while
 	// any table is kept.
 	sweeping bool
+	// idleGen is, per list, the generation of its table the sweeper last
+	// dropped: a build of that generation again tries no server that
+	// table left out (see build).
+	idleGen map[string]uint64
 }
 
 // tableIdle is how long a kept table may go unused before it is dropped:
@@ -387,10 +391,31 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	a.builds.Add(1)
 
 	servers := a.g.fleet.Servers()
+	// A table dropped idle is built again as it was: the servers it left
+	// out stay out, untried — nothing changed since, or the tables would
+	// have been invalidated — as they would in the table had it been kept.
+	// Trying them again would start them (nothing of theirs is cached),
+	// holding up the first request after every lull for their timeouts.
+	var stillOut map[string]bool
+	a.mu.Lock()
+	if dropped, ok := a.idleGen[k.Member]; ok && dropped == gen {
+		for key := range a.omitted {
+			if name, ok := strings.CutPrefix(key, k.Member+"\x00"); ok {
+				if stillOut == nil {
+					stillOut = map[string]bool{}
+				}
+				stillOut[name] = true
+			}
+		}
+	}
+	a.mu.Unlock()
 	per := make([][]json.RawMessage, len(servers))
 	back := make([]bool, len(servers)) // left out of an earlier table, in this one
 	var wg sync.WaitGroup
 	for i, srv := range servers {
+		if stillOut[srv.Name()] {
+			continue
+		}
 		wg.Go(func() {
 			cfg := srv.Config()
 			lctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
@@ -535,6 +560,10 @@ func (a *aggregate) sweepIdle(ctx context.Context) {
 			idleAt := t.used.Load() + int64(tableIdle)
 			if idleAt <= now {
 				delete(a.routes, member)
+				if a.idleGen == nil {
+					a.idleGen = map[string]uint64{}
+				}
+				a.idleGen[member] = t.gen
 				dropped = true
 				continue
 			}
