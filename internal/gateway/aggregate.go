@@ -59,6 +59,13 @@ type aggregate struct {
 	idleGen map[string]uint64
 }
 
+// monoBase is what monoNow counts from.
+var monoBase = time.Now()
+
+// monoNow is the time in ns on the monotonic clock (since monoBase): a
+// table's last use, unmoved by the wall clock being set back or forth.
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
 // tableIdle is how long a kept table may go unused before it is dropped:
 // a fleet's aggregated lists hold every item of every server (a thousand
 // servers of twenty tools: 15 MB), which their lists on disk describe as
@@ -85,7 +92,7 @@ type route struct {
 
 type routeTable struct {
 	gen    uint64       // the generation it was built for
-	used   atomic.Int64 // when it was last used (Unix ns): see tableIdle
+	used   atomic.Int64 // when it was last used (monoNow): see tableIdle
 	items  []json.RawMessage
 	keys   []string // the public name (or URI, URI template) of each item
 	byName map[string]route
@@ -352,7 +359,7 @@ func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 		a.mu.Unlock()
 		// Marked used at most once a second: under load, every request
 		// of every core would otherwise write the same cache line.
-		if now := time.Now().UnixNano(); now-t.used.Load() >= int64(time.Second) {
+		if now := monoNow(); now-t.used.Load() >= int64(time.Second) {
 			t.used.Store(now)
 		}
 		return t
@@ -433,7 +440,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	wg.Wait()
 
 	t := &routeTable{gen: gen, byName: map[string]route{}}
-	t.used.Store(time.Now().UnixNano())
+	t.used.Store(monoNow())
 	var collisions []string
 	for i, srv := range servers {
 		cfg := srv.Config()
@@ -552,7 +559,7 @@ func (a *aggregate) sweepLocked() {
 // (the fleet's: Close ends it).
 func (a *aggregate) sweepIdle(ctx context.Context) {
 	for {
-		now := time.Now().UnixNano()
+		now := monoNow()
 		dropped := false
 		next := int64(0) // when the next kept table turns idle
 		a.mu.Lock()

@@ -63,12 +63,12 @@ func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, star
 		t.Fatal(err)
 	}
 	g.SetFleet(f)
-	t.Cleanup(func() { _ = f.Close(context.Background()) })
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
 	for _, name := range []string{"a", "b"} {
 		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`), json.RawMessage(`{"name":"` + name + `only","inputSchema":{"type":"object"}}`)}
 		if err := st.PutLists(name, f.Get(name).Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {

@@ -227,14 +227,19 @@ func (w *EventWriter) Record(e Event) {
 		w.dropped.Add(1)
 		return
 	}
-	select {
-	case w.queue <- &e:
-	default:
+	// Record is the only sender, under w.mu: with room now, the send
+	// below cannot block. An event is copied to the heap only once it
+	// has room — a wedged disk's dropped events cost nothing.
+	if len(w.queue) == cap(w.queue) {
 		w.dropped.Add(1)
 		if !w.dropping.Swap(true) {
 			w.log.Warn("event history: the state file is not keeping up; dropping events", "queued", w.opts.QueueSize)
 		}
+		return
 	}
+	queued := new(Event)
+	*queued = e
+	w.queue <- queued
 }
 
 // Dropped counts the events recorded but never written: dropped from a

@@ -183,7 +183,8 @@ func TestEventWriterNil(t *testing.T) {
 // A writer holds little memory: its queue holds references to the events
 // waiting, not room for DefaultEventQueue of them (120 KB), which a burst
 // (a fleet's thousand servers starting and going to sleep) would make
-// resident for good; and a burst through it is written whole.
+// resident for good; and events recorded no faster than it writes are
+// none of them dropped.
 func TestEventWriterHoldsLittle(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{MaxEvents: 10})
 	heap := func() int64 {
@@ -224,5 +225,33 @@ func waitQueued(t *testing.T, w *EventWriter, n int) {
 			t.Fatalf("%d events queued, want at most %d", len(w.queue), n)
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// A dropped event costs no allocation: after Close, and while a wedged
+// disk keeps the queue full.
+func TestEventWriterDropsWithoutAllocating(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	w := s.EventWriter(EventWriterOptions{QueueSize: 2, BatchSize: 1})
+	release := holdWrites(t, s)
+	defer release()
+	w.Record(Event{Type: "taken"}) // by the writer, which then waits for the disk
+	waitQueued(t, w, 0)
+	for range cap(w.queue) {
+		w.Record(Event{Type: "queued"})
+	}
+	if w.Dropped() != 0 || len(w.queue) != cap(w.queue) {
+		t.Fatalf("%d dropped, %d queued, want none and %d", w.Dropped(), len(w.queue), cap(w.queue))
+	}
+	e := Event{Type: "dropped", Server: "s", Details: json.RawMessage(`{"pid":1}`)}
+	if n := testing.AllocsPerRun(100, func() { w.Record(e) }); n != 0 {
+		t.Fatalf("Record into a full queue: %.1f allocations", n)
+	}
+	release()
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { w.Record(e) }); n != 0 {
+		t.Fatalf("Record after Close: %.1f allocations", n)
 	}
 }
