@@ -55,7 +55,7 @@ type aggregate struct {
 	sweeping bool
 	// idleGen is, per list, the generation of its table the sweeper last
 	// dropped: a build of that generation again tries no server that
-	// table left out (see build).
+	// table left out whose list is still not cached (see build).
 	idleGen map[string]uint64
 }
 
@@ -399,10 +399,13 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 
 	servers := a.g.fleet.Servers()
 	// A table dropped idle is built again as it was: the servers it left
-	// out stay out, untried — nothing changed since, or the tables would
-	// have been invalidated — as they would in the table had it been kept.
+	// out stay out, untried, as they would in the table had it been kept.
 	// Trying them again would start them (nothing of theirs is cached),
 	// holding up the first request after every lull for their timeouts.
+	// One whose list is cached since is listed (and its clients told it
+	// is back): that starts nothing, and not every path that learns a
+	// list invalidates the tables (Server.List, as the per-server
+	// endpoint's check of a call's Mcp-Param headers uses it, does not).
 	var stillOut map[string]bool
 	a.mu.Lock()
 	if dropped, ok := a.idleGen[k.Member]; ok && dropped == gen {
@@ -420,7 +423,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	back := make([]bool, len(servers)) // left out of an earlier table, in this one
 	var wg sync.WaitGroup
 	for i, srv := range servers {
-		if stillOut[srv.Name()] {
+		if stillOut[srv.Name()] && !srv.Cached(k) {
 			continue
 		}
 		wg.Go(func() {

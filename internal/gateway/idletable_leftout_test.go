@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -64,12 +67,12 @@ func TestAnIdleTableRebuildStartsNothingLeftOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.SetFleet(f)
-		defer f.Close(context.Background())
 		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer st.Close()
+		t.Cleanup(func() { st.Close() })
+		t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
 		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}
 		if err := st.PutLists("a", f.Get("a").Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {
 			t.Fatal(err)
@@ -111,6 +114,146 @@ func TestAnIdleTableRebuildStartsNothingLeftOut(t *testing.T) {
 		list(4)
 		if starts.Load() == before {
 			t.Fatal("c was not tried again after an invalidation")
+		}
+	})
+}
+
+// learnedConn is a live connection of a server that answers tools/list
+// with one tool, "conly" (and anything else with an empty result).
+type learnedConn struct {
+	fleet.Conn // not called: the methods a list needs are below
+	init       *fleet.InitResult
+	done       chan struct{}
+	once       sync.Once
+}
+
+func (c *learnedConn) Name() string            { return "c" }
+func (c *learnedConn) Init() *fleet.InitResult { return c.init }
+func (c *learnedConn) Call(_ context.Context, method string, _ json.RawMessage) (*rpc.Message, error) {
+	if method == "tools/list" {
+		return &rpc.Message{Result: json.RawMessage(`{"tools":[{"name":"conly","inputSchema":{"type":"object"}}]}`)}, nil
+	}
+	return &rpc.Message{Result: json.RawMessage(`{}`)}, nil
+}
+func (c *learnedConn) Notify(string, json.RawMessage) error { return nil }
+func (c *learnedConn) Wait() error                          { <-c.done; return nil }
+func (c *learnedConn) Close() error                         { c.once.Do(func() { close(c.done) }); return nil }
+func (c *learnedConn) Alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+func (c *learnedConn) Done() <-chan struct{} { return c.done }
+
+// learningConnector refuses c's starts until up is set, then serves it
+// with a learnedConn; the other servers are refused. starts counts c's.
+type learningConnector struct {
+	onConnect func(context.Context, fleet.Live)
+	init      *fleet.InitResult
+	up        *atomic.Bool
+	starts    *atomic.Int32
+}
+
+func (c learningConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
+	c.starts.Add(1)
+	if !c.up.Load() {
+		return nil, lifecycle.ErrServerUnavailable
+	}
+	l := &learnedConn{init: c.init, done: make(chan struct{})}
+	c.onConnect(ctx, l)
+	return l, nil
+}
+
+func learningFor(name string, init *fleet.InitResult, up *atomic.Bool, starts *atomic.Int32) fleet.ConnectorFunc {
+	ft := reflect.TypeOf(fleet.ConnectorFunc(nil))
+	return reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
+		c := reflect.New(ft.Out(0)).Elem()
+		if args[0].Interface().(*config.Server).Name == name {
+			onConnect := args[2].Interface().(func(context.Context, fleet.Live))
+			c.Set(reflect.ValueOf(learningConnector{onConnect, init, up, starts}))
+		} else {
+			c.Set(reflect.ValueOf(refusingConnector{&atomic.Int32{}}))
+		}
+		return []reflect.Value{c}
+	}).Interface().(fleet.ConnectorFunc)
+}
+
+// A server the dropped table left out whose lists were learned since by a
+// path that reports no change (its own endpoint's check of a tools/call's
+// Mcp-Param headers learns its tools list, as a pinned server's first
+// per-session process learns its baseline) has its lists to be had without
+// starting it: the rebuild lists it, and tells the client it is back,
+// rather than keep it out as if nothing could be had of it.
+func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":{"a":{"command":"fake-a"},"c":{"command":"fake-c","idleTimeout":"1h"}}}`), "test.json", config.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, starts := &atomic.Bool{}, &atomic.Int32{}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		g := New(log)
+		f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Connector: learningFor("c", init, up, starts)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetFleet(f)
+		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
+		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}
+		if err := st.PutLists("a", f.Get("a").Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {
+			t.Fatal(err)
+		}
+		f.SetStore(st)
+
+		ep := g.Aggregate()
+		out := newRecorder()
+		s := ep.Open(out)
+		defer ep.Close(s)
+		list := func(id int) string {
+			t.Helper()
+			resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
+			if resp.Error != nil {
+				t.Fatalf("tools/list: %v", resp.Error)
+			}
+			return string(resp.Result)
+		}
+		if got := list(1); strings.Contains(got, "conly") || starts.Load() != 1 {
+			t.Fatalf("c refused its start (%d starts), yet is listed: %s", starts.Load(), got)
+		}
+		up.Store(true)
+		if _, err := g.Single("c").(*single).toolSchema(t.Context(), "conly"); err != nil {
+			t.Fatal(err)
+		}
+		if !f.Get("c").Cached(kindTools) {
+			t.Fatal("c's tools were not learned: the test does not test anything")
+		}
+		told := out.count("notifications/tools/list_changed")
+		time.Sleep(tableIdle + time.Second)
+		synctest.Wait()
+		if keptTable(g) != nil {
+			t.Fatal("the idle table is still kept")
+		}
+		before := starts.Load()
+		if got := list(2); !strings.Contains(got, "conly") {
+			t.Fatalf("the rebuild left out c, whose tools are known: %s", got)
+		}
+		if n := starts.Load() - before; n != 0 {
+			t.Fatalf("the rebuild started c %d times", n)
+		}
+		if out.count("notifications/tools/list_changed") == told {
+			t.Fatal("the client was not told c is back")
 		}
 	})
 }
