@@ -40,10 +40,13 @@ bench-gateway:
 # them and after a restart that reads them from the state file; three
 # interleaved rounds, judged on the median. The first round also reports,
 # unjudged, what each server from 500 to 1,000 adds. N=... changes the
-# number of servers.
+# number of servers; IDLE=1 also waits, in the first round, until the
+# aggregated lists a client listed went unused for the gateway's TableIdle
+# (5 minutes more), and reports the memory then.
 N ?= 1000
+IDLE ?=
 bench-dormant:
-	MCPVISOR_BENCH=1 MCPVISOR_DORMANT_N=$(N) $(GO) test -count=1 -timeout 15m -run '^TestDormantServerRSS$$' -v ./cmd/mcpvisor/
+	MCPVISOR_BENCH=1 MCPVISOR_DORMANT_N=$(N) MCPVISOR_DORMANT_IDLE=$(IDLE) $(GO) test -count=1 -timeout 25m -run '^TestDormantServerRSS$$' -v ./cmd/mcpvisor/
 
 # The fleet benchmark of issue 14 (about 3 minutes): npm's server-everything
 # and server-memory configured as `npx -y @modelcontextprotocol/server-NAME`,

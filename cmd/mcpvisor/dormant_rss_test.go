@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -19,6 +20,7 @@ type dormantFleet struct {
 	n                 int
 	learned, restart  memRead // learned in this run; after a restart, every list read from the store
 	listedKB, listed2 float64 // after a client listed /mcp's tools (this run, restart); 0 if not listed
+	listedIdle        float64 // this run, once the listed lists went unused for gateway.TableIdle; 0 if not waited for
 	learnTook         time.Duration
 }
 
@@ -31,8 +33,10 @@ type memRead struct{ rss, anon, heap float64 }
 // sleep, and reads its memory; then restarts it on the same state
 // directory, where every list is read back from the store and no server
 // starts, and reads it again. With list, it also reads the memory after a
-// client listed /mcp's tools, in each run.
-func measureDormant(t *testing.T, n int, list bool) dormantFleet {
+// client listed /mcp's tools, in each run; with idle too, in the run that
+// learned them, once more after the aggregated lists went unused for
+// gateway.TableIdle.
+func measureDormant(t *testing.T, n int, list, idle bool) dormantFleet {
 	t.Helper()
 	fixture := testserver.Build(t)
 	dir := t.TempDir()
@@ -62,6 +66,10 @@ func measureDormant(t *testing.T, n int, list bool) dormantFleet {
 		listAggregate(t, s.base)
 		time.Sleep(trimSettle) // the trim once the requests stop
 		out.listedKB = settledMemory(t, s).rss
+		if idle {
+			time.Sleep(gateway.TableIdle + trimSettle) // the lists dropped, and the trim after
+			out.listedIdle = settledMemory(t, s).rss
+		}
 	}
 	stopServe(t, s)
 
@@ -175,7 +183,10 @@ const dormantRounds = 3
 // serve keeps). It measures both fleets in dormantRounds interleaved
 // rounds and judges the median of the rounds' figures. Target ≤ 4 KiB per
 // server. About 5 minutes: MCPVISOR_BENCH=1 runs it (make bench-dormant);
-// MCPVISOR_DORMANT_N changes the number of servers.
+// MCPVISOR_DORMANT_N changes the number of servers; MCPVISOR_DORMANT_IDLE=1
+// (make bench-dormant IDLE=1) also waits, in the first round, until the
+// n-server fleet's aggregated lists listed once went unused for
+// gateway.TableIdle, and reports its memory then (5 more minutes).
 func TestDormantServerRSS(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skip("set " + benchEnv + "=1 to run the dormant-memory benchmark (make bench-dormant)")
@@ -184,14 +195,15 @@ func TestDormantServerRSS(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("MCPVISOR_DORMANT_N")); err == nil && v > 1 {
 		n = v
 	}
+	idle := os.Getenv("MCPVISOR_DORMANT_IDLE") != ""
 	per := func(a, b float64) float64 { return (b - a) / float64(n-1) * 1024 }
 	// Per round and per figure: RSS, RssAnon and heap, learned and after
 	// a restart.
 	var rss, anon, heap, rss2, anon2, heap2 []float64
 	for r := range dormantRounds {
 		list := r == 0 // what a listing costs: once is enough
-		one := measureDormant(t, 1, list)
-		many := measureDormant(t, n, list)
+		one := measureDormant(t, 1, list, false)
+		many := measureDormant(t, n, list, list && idle)
 		t.Logf("round %d: 1 server: learned %.0f kB RSS (anon %.0f kB, heap %.0f kB), after restart %.0f kB (anon %.0f kB, heap %.0f kB)", r+1,
 			one.learned.rss, one.learned.anon, one.learned.heap, one.restart.rss, one.restart.anon, one.restart.heap)
 		t.Logf("round %d: %d servers (learned in %v): learned %.0f kB RSS (anon %.0f kB, heap %.0f kB), after restart %.0f kB (anon %.0f kB, heap %.0f kB)", r+1, n, many.learnTook.Round(time.Second),
@@ -203,6 +215,10 @@ func TestDormantServerRSS(t *testing.T) {
 		if list {
 			t.Logf("round %d: after a client listed /mcp's tools: %.0f B RSS per server in this run, %.0f B after a restart", r+1, per(one.listedKB, many.listedKB), per(one.listed2, many.listed2))
 		}
+		if many.listedIdle > 0 {
+			t.Logf("round %d: %d servers, once the lists listed went unused for %v: %.0f kB RSS (%.0f kB when listed, %.0f kB before), %.0f B per server against 1 server unlisted",
+				r+1, n, gateway.TableIdle, many.listedIdle, many.listedKB, many.learned.rss, per(one.learned.rss, many.listedIdle))
+		}
 		if r == 0 && n >= 4 {
 			// Reported, not judged: what each server beyond n/2 adds.
 			// The figure judged (n minus one) also holds what a serve
@@ -210,7 +226,7 @@ func TestDormantServerRSS(t *testing.T) {
 			// the runtime's caches and metadata grown on the way, the
 			// event log filling to its cap — which a one-server serve
 			// never grew.
-			half := measureDormant(t, n/2, false)
+			half := measureDormant(t, n/2, false, false)
 			m := func(a, b float64) float64 { return (b - a) / float64(n-n/2) * 1024 }
 			t.Logf("round %d: each server from %d to %d adds %.0f B RSS (%.0f B anon, %.0f B heap) learned in this run; %.0f B RSS (%.0f B anon, %.0f B heap) after a restart", r+1, n/2, n,
 				m(half.learned.rss, many.learned.rss), m(half.learned.anon, many.learned.anon), m(half.learned.heap, many.learned.heap),

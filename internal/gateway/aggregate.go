@@ -66,13 +66,13 @@ var monoBase = time.Now()
 // table's last use, unmoved by the wall clock being set back or forth.
 func monoNow() int64 { return int64(time.Since(monoBase)) }
 
-// tableIdle is how long a kept table may go unused before it is dropped:
-// a fleet's aggregated lists hold every item of every server (a thousand
-// servers of twenty tools: 15 MB), which their lists on disk describe as
-// well; unused, they go, and the next request that needs one builds it
-// again (from the lists cached on disk, starting nothing that was cached:
-// about 0.3 ms a server).
-const tableIdle = 5 * time.Minute
+// TableIdle is how long a kept aggregated table may go unused before it
+// is dropped: a fleet's aggregated lists hold every item of every server
+// (a thousand servers of twenty tools: 15 MB), which their lists on disk
+// describe as well; unused, they go, and the next request that needs one
+// builds it again (from the lists cached on disk, starting nothing that
+// was cached: 0.3–0.5 ms a server).
+const TableIdle = 5 * time.Minute
 
 // tableBuild is one build of a list's table; done is closed when t is set.
 type tableBuild struct {
@@ -92,7 +92,7 @@ type route struct {
 
 type routeTable struct {
 	gen    uint64       // the generation it was built for
-	used   atomic.Int64 // when it was last used (monoNow): see tableIdle
+	used   atomic.Int64 // when it was last used (monoNow): see TableIdle
 	items  []json.RawMessage
 	keys   []string // the public name (or URI, URI template) of each item
 	byName map[string]route
@@ -556,7 +556,7 @@ func (a *aggregate) sweepLocked() {
 	a.sweeping = a.g.fleet.Go(a.sweepIdle)
 }
 
-// sweepIdle drops each kept table once it has gone unused for tableIdle,
+// sweepIdle drops each kept table once it has gone unused for TableIdle,
 // and asks the fleet for a trim after it dropped any, so that the memory
 // goes back to the system. It returns when no table is kept, or with ctx
 // (the fleet's: Close ends it).
@@ -567,7 +567,7 @@ func (a *aggregate) sweepIdle(ctx context.Context) {
 		next := int64(0) // when the next kept table turns idle
 		a.mu.Lock()
 		for member, t := range a.routes {
-			idleAt := t.used.Load() + int64(tableIdle)
+			idleAt := t.used.Load() + int64(TableIdle)
 			if idleAt <= now {
 				delete(a.routes, member)
 				if a.idleGen == nil {

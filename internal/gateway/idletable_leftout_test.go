@@ -99,7 +99,7 @@ func TestAnIdleTableRebuildStartsNothingLeftOut(t *testing.T) {
 		if d := list(2); d > time.Second {
 			t.Fatalf("a list from the kept table took %v", d)
 		}
-		time.Sleep(tableIdle + time.Second)
+		time.Sleep(TableIdle + time.Second)
 		synctest.Wait()
 		if keptTable(g) != nil {
 			t.Fatal("the idle table is still kept")
@@ -240,7 +240,7 @@ func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
 			t.Fatal("c's tools were not learned: the test does not test anything")
 		}
 		told := out.count("notifications/tools/list_changed")
-		time.Sleep(tableIdle + time.Second)
+		time.Sleep(TableIdle + time.Second)
 		synctest.Wait()
 		if keptTable(g) != nil {
 			t.Fatal("the idle table is still kept")

@@ -104,7 +104,7 @@ func keptTable(g *Gateway) *routeTable {
 	return g.agg.routes[kindTools.Member]
 }
 
-// A kept table goes once it has gone unused for tableIdle — a use within
+// A kept table goes once it has gone unused for TableIdle — a use within
 // it keeps it that much longer —, the fleet is asked for a trim after it
 // went, and the next list builds it again, the same, from the lists on
 // disk, logging its collision no second time; the sweeper starts again
@@ -131,20 +131,26 @@ func TestAnIdleTableIsDropped(t *testing.T) {
 		if builds() != 1 || keptTable(g) == nil || collisions() != 1 {
 			t.Fatalf("after the first list: %d builds, table kept: %v, %d collisions logged", builds(), keptTable(g) != nil, collisions())
 		}
-		time.Sleep(tableIdle - time.Second)
-		if list(2) != first || builds() != 1 {
-			t.Fatalf("a list within tableIdle built the table again (%d builds)", builds())
+		used := keptTable(g).used.Load()
+		time.Sleep(500 * time.Millisecond)
+		list(2)
+		if keptTable(g).used.Load() != used {
+			t.Fatal("a use within a second of the last one wrote the table's last use again")
 		}
-		time.Sleep(tableIdle - time.Second) // tableIdle after the first list, not after the second
+		time.Sleep(TableIdle - time.Second - 500*time.Millisecond)
+		if list(2) != first || builds() != 1 {
+			t.Fatalf("a list within TableIdle built the table again (%d builds)", builds())
+		}
+		time.Sleep(TableIdle - time.Second) // TableIdle after the first list, not after the second
 		synctest.Wait()
 		if keptTable(g) == nil {
-			t.Fatal("a table used within tableIdle was dropped")
+			t.Fatal("a table used within TableIdle was dropped")
 		}
 		trimsBefore := trims.Load()
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if keptTable(g) != nil {
-			t.Fatal("a table unused for tableIdle is still kept")
+			t.Fatal("a table unused for TableIdle is still kept")
 		}
 		time.Sleep(5 * time.Second) // the fleet's trim, once quiet
 		synctest.Wait()
@@ -157,7 +163,7 @@ func TestAnIdleTableIsDropped(t *testing.T) {
 		if n := collisions(); n != 1 {
 			t.Fatalf("the collision was logged %d times, want once: %s", n, logs.String())
 		}
-		time.Sleep(tableIdle + time.Second)
+		time.Sleep(TableIdle + time.Second)
 		synctest.Wait()
 		if keptTable(g) != nil {
 			t.Fatal("the table built again was never dropped: no sweeper after the first one ended")
