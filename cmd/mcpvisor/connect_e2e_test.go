@@ -74,7 +74,7 @@ func (w *connectWorld) command(t *testing.T, args ...string) *exec.Cmd {
 func (w *connectWorld) client(t *testing.T, opts *mcp.ClientSessionOptions, args ...string) (*mcp.ClientSession, *exec.Cmd) {
 	t.Helper()
 	cmd := w.command(t, args...)
-	cmd.Stderr = &lockedBuffer{}
+	cmd.Stderr = &testserver.Buffer{}
 	client := mcp.NewClient(&mcp.Implementation{Name: "connect-e2e", Version: "0"}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 	defer cancel()
@@ -121,25 +121,6 @@ func (w *connectWorld) socket(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// lockedBuffer is an io.Writer whose contents can be read while a process
-// writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // fixturePID calls x's pid tool through sess (tool name: x__pid through
@@ -297,7 +278,7 @@ type rawConnect struct {
 	cmd    *exec.Cmd
 	in     *os.File
 	out    *bufio.Reader
-	stderr *lockedBuffer
+	stderr *testserver.Buffer
 	waited chan error
 }
 
@@ -309,7 +290,7 @@ func (w *connectWorld) raw(t *testing.T, args ...string) *rawConnect {
 // rawIn is raw with connect's working directory dir ("": this one).
 func (w *connectWorld) rawIn(t *testing.T, dir string, args ...string) *rawConnect {
 	t.Helper()
-	p := &rawConnect{cmd: w.command(t, args...), stderr: &lockedBuffer{}, waited: make(chan error, 1)}
+	p := &rawConnect{cmd: w.command(t, args...), stderr: &testserver.Buffer{}, waited: make(chan error, 1)}
 	p.cmd.Dir = dir
 	p.cmd.Stderr = p.stderr
 	in, err := p.cmd.StdinPipe()

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +14,6 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
-	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -34,16 +30,12 @@ func (c hangingConnector) Connect(ctx context.Context) (lifecycle.Session, error
 // hangingFor is a fleet connector whose server name hangs and whose
 // others refuse.
 func hangingFor(name string, starts *atomic.Int32) fleet.ConnectorFunc {
-	ft := reflect.TypeOf(fleet.ConnectorFunc(nil))
-	return reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
-		c := reflect.New(ft.Out(0)).Elem()
-		if args[0].Interface().(*config.Server).Name == name {
-			c.Set(reflect.ValueOf(hangingConnector{starts}))
-		} else {
-			c.Set(reflect.ValueOf(refusingConnector{&atomic.Int32{}}))
+	return connectorFunc(func(s *config.Server, _ func(context.Context, fleet.Live)) lifecycle.Connector {
+		if s.Name == name {
+			return hangingConnector{starts}
 		}
-		return []reflect.Value{c}
-	}).Interface().(fleet.ConnectorFunc)
+		return refusingConnector{&atomic.Int32{}}
+	})
 }
 
 // A table dropped idle is built again without starting anything: a
@@ -55,29 +47,9 @@ func hangingFor(name string, starts *atomic.Int32) fleet.ConnectorFunc {
 // and it still is.
 func TestAnIdleTableRebuildStartsNothingLeftOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":{"a":{"command":"fake-a"},"c":{"command":"fake-c","initTimeout":"20s"}}}`), "test.json", config.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		starts := &atomic.Int32{}
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		g := New(log)
-		f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Connector: hangingFor("c", starts)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.SetFleet(f)
-		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
-		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}
-		if err := st.PutLists("a", f.Get("a").Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {
-			t.Fatal(err)
-		}
-		f.SetStore(st)
+		g, _ := cachedWorld(t, `{"a":{"command":"fake-a"},"c":{"command":"fake-c","initTimeout":"20s"}}`, hangingFor("c", starts),
+			map[string][]json.RawMessage{"a": {json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}}, io.Discard, nil)
 
 		ep := g.Aggregate()
 		s := ep.Open(newRecorder())
@@ -168,17 +140,12 @@ func (c learningConnector) Connect(ctx context.Context) (lifecycle.Session, erro
 }
 
 func learningFor(name string, init *fleet.InitResult, up *atomic.Bool, starts *atomic.Int32) fleet.ConnectorFunc {
-	ft := reflect.TypeOf(fleet.ConnectorFunc(nil))
-	return reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
-		c := reflect.New(ft.Out(0)).Elem()
-		if args[0].Interface().(*config.Server).Name == name {
-			onConnect := args[2].Interface().(func(context.Context, fleet.Live))
-			c.Set(reflect.ValueOf(learningConnector{onConnect, init, up, starts}))
-		} else {
-			c.Set(reflect.ValueOf(refusingConnector{&atomic.Int32{}}))
+	return connectorFunc(func(s *config.Server, onConnect func(context.Context, fleet.Live)) lifecycle.Connector {
+		if s.Name == name {
+			return learningConnector{onConnect, init, up, starts}
 		}
-		return []reflect.Value{c}
-	}).Interface().(fleet.ConnectorFunc)
+		return refusingConnector{&atomic.Int32{}}
+	})
 }
 
 // A server the dropped table left out whose lists were learned since by a
@@ -189,33 +156,13 @@ func learningFor(name string, init *fleet.InitResult, up *atomic.Bool, starts *a
 // rather than keep it out as if nothing could be had of it.
 func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":{"a":{"command":"fake-a"},"c":{"command":"fake-c","idleTimeout":"1h"}}}`), "test.json", config.LoadOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		up, starts := &atomic.Bool{}, &atomic.Int32{}
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		g := New(log)
-		f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Connector: learningFor("c", init, up, starts)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.SetFleet(f)
-		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
-		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}
-		if err := st.PutLists("a", f.Get("a").Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {
-			t.Fatal(err)
-		}
-		f.SetStore(st)
+		g, f := cachedWorld(t, `{"a":{"command":"fake-a"},"c":{"command":"fake-c","idleTimeout":"1h"}}`, learningFor("c", init, up, starts),
+			map[string][]json.RawMessage{"a": {json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`)}}, io.Discard, nil)
 
 		ep := g.Aggregate()
 		out := newRecorder()

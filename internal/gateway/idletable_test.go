@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -19,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/store"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -31,34 +30,39 @@ func (c refusingConnector) Connect(context.Context) (lifecycle.Session, error) {
 	return nil, lifecycle.ErrServerUnavailable
 }
 
-// refusing is a fleet connector of refusingConnectors. (Made with
-// reflect: its signature names backend's hooks, a package the gateway's
-// files, tests included, do not import.)
-func refusing(starts *atomic.Int32) fleet.ConnectorFunc {
+// connectorFunc is a fleet connector that asks pick for each instance's
+// connector. (Made with reflect: its signature names backend's hooks, a
+// package the gateway's files, tests included, do not import.)
+func connectorFunc(pick func(s *config.Server, onConnect func(context.Context, fleet.Live)) lifecycle.Connector) fleet.ConnectorFunc {
 	ft := reflect.TypeOf(fleet.ConnectorFunc(nil))
-	return reflect.MakeFunc(ft, func([]reflect.Value) []reflect.Value {
+	return reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
 		c := reflect.New(ft.Out(0)).Elem() // a lifecycle.Connector
-		c.Set(reflect.ValueOf(refusingConnector{starts}))
+		c.Set(reflect.ValueOf(pick(args[0].Interface().(*config.Server), args[2].Interface().(func(context.Context, fleet.Live)))))
 		return []reflect.Value{c}
 	}).Interface().(fleet.ConnectorFunc)
 }
 
-// cachedFleet is a gateway over a fleet of two dormant servers, a and b,
-// whose tools lists are cached in a store, and which cannot start; both
-// export "echo", unprefixed (a collision: a's is served). trims counts the fleet's
-// calls of Options.Trim; the log goes to logs.
-func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, starts, trims *atomic.Int32) {
+// refusing is a fleet connector of refusingConnectors.
+func refusing(starts *atomic.Int32) fleet.ConnectorFunc {
+	return connectorFunc(func(*config.Server, func(context.Context, fleet.Live)) lifecycle.Connector {
+		return refusingConnector{starts}
+	})
+}
+
+// cachedWorld is a gateway over a fleet of the servers of the mcpServers
+// object servers (with no prefix by default), started by connector, whose
+// tools lists are the ones tools gives, cached in a store; the log goes to
+// logs, the fleet's Options.Trim calls to trim (if set). The fleet closes
+// before its store, when the test ends.
+func cachedWorld(t *testing.T, servers string, connector fleet.ConnectorFunc, tools map[string][]json.RawMessage, logs io.Writer, trim func(bool)) (*Gateway, *fleet.Fleet) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":{"a":{"command":"fake-a"},"b":{"command":"fake-b"}}}`), "test.json", config.LoadOptions{})
+	cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":`+servers+`}`), "test.json", config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	starts, trims = &atomic.Int32{}, &atomic.Int32{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	g = New(log)
-	f, err = fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged,
-		Connector: refusing(starts),
-		Trim:      func(bool) { trims.Add(1) }})
+	g := New(log)
+	f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Connector: connector, Trim: trim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,32 +73,28 @@ func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, star
 	}
 	t.Cleanup(func() { st.Close() })
 	t.Cleanup(func() { _ = f.Close(context.Background()) }) // first: the fleet before its store
-	for _, name := range []string{"a", "b"} {
-		items := []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`), json.RawMessage(`{"name":"` + name + `only","inputSchema":{"type":"object"}}`)}
+	for name, items := range tools {
 		if err := st.PutLists(name, f.Get(name).Config().LaunchHash(), store.Lists{Items: map[store.Kind][]json.RawMessage{store.Tools: items}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.SetStore(st)
+	return g, f
+}
+
+// cachedFleet is a gateway over a fleet of two dormant servers, a and b,
+// whose tools lists are cached in a store, and which cannot start; both
+// export "echo", unprefixed (a collision: a's is served). trims counts the
+// fleet's calls of Options.Trim; the log goes to logs.
+func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, starts, trims *atomic.Int32) {
+	t.Helper()
+	starts, trims = &atomic.Int32{}, &atomic.Int32{}
+	tools := map[string][]json.RawMessage{}
+	for _, name := range []string{"a", "b"} {
+		tools[name] = []json.RawMessage{json.RawMessage(`{"name":"echo","inputSchema":{"type":"object"}}`), json.RawMessage(`{"name":"` + name + `only","inputSchema":{"type":"object"}}`)}
+	}
+	g, f = cachedWorld(t, `{"a":{"command":"fake-a"},"b":{"command":"fake-b"}}`, refusing(starts), tools, logs, func(bool) { trims.Add(1) })
 	return g, f, starts, trims
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // keptTable is the aggregate's kept tools table, if any.
@@ -111,7 +111,7 @@ func keptTable(g *Gateway) *routeTable {
 // with the new table, and ends with the fleet.
 func TestAnIdleTableIsDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var logs lockedBuffer
+		var logs testserver.Buffer
 		g, f, starts, trims := cachedFleet(t, &logs)
 		collisions := func() int { return strings.Count(logs.String(), "name collision") }
 		ep := g.Aggregate()

@@ -2,10 +2,8 @@ package proc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"go.uber.org/goleak"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"golang.org/x/sys/unix"
 
@@ -143,7 +143,7 @@ func TestMemoryLimitKillsAndIsClassifiedOOM(t *testing.T) {
 // Where cgroups are off, a tree with limits starts anyway, without them,
 // and the runtime warns once per server and kind.
 func TestLimitsNotEnforcedStillStart(t *testing.T) {
-	var buf syncBuffer
+	var buf testserver.Buffer
 	opts := Options{NoPIDNamespace: true, NoCgroup: true, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	rt := openRuntime(t, opts)
 	// Warned of at start-up, before it runs: not again when it does.
@@ -171,23 +171,6 @@ func TestLimitsNotEnforcedStillStart(t *testing.T) {
 	if strings.Contains(log, "limit="+LimitCPU) || !strings.Contains(log, "turned off by configuration") {
 		t.Errorf("log:\n%s", log)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // treeTasks counts the tasks (threads) of every live process with the

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // A launch record is found under the key it was written with only; it
@@ -111,7 +113,7 @@ func TestLaunchesDroppedWithAnotherSchema(t *testing.T) {
 // the store carries on with a fresh file and keeps new records.
 func TestLaunchesAfterFault(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	var logs syncBuffer
+	var logs testserver.Buffer
 	s := open(t, path, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	fill(t, s, 50)
 	if err := s.PutLaunch("z-last", "k", json.RawMessage(`{"resolution":{}}`)); err != nil {

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // startHolder runs this test binary as another process holding path.
@@ -87,7 +89,7 @@ func recovers(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testserver.Buffer
 	s, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatalf("Open of a damaged file failed: %v", err)
@@ -181,7 +183,7 @@ func TestUnreadableStatePath(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(path, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testserver.Buffer
 	s, err := Open(path, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatalf("Open with a directory at the state path: %v", err)
@@ -211,7 +213,7 @@ func TestOpenFailsWhenDirCannotBeMade(t *testing.T) {
 // a fresh file.
 func TestFaultWhileOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	var logs syncBuffer
+	var logs testserver.Buffer
 	s := open(t, path, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	want := fill(t, s, 50)
 	if err := os.Truncate(path, 3*4096); err != nil {

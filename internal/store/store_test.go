@@ -15,24 +15,6 @@ import (
 	"time"
 )
 
-// syncBuffer collects log output from concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func open(t testing.TB, path string, opts Options) *Store {
 	t.Helper()
 	s, err := Open(path, opts)

@@ -21,7 +21,7 @@ type fixtureProc struct {
 	stdin  *os.File
 	lines  <-chan []byte
 	errOut <-chan []byte
-	stderr *syncBuffer
+	stderr *Buffer
 	done   chan struct{} // closed when Wait returns
 	state  *os.ProcessState
 }
@@ -67,7 +67,7 @@ func startFixture(t *testing.T, marker string, env []string, args ...string) *fi
 	}
 	p := &fixtureProc{
 		t: t, marker: marker, cmd: cmd, stdin: inW,
-		lines: readLines(outR), stderr: &syncBuffer{}, done: make(chan struct{}),
+		lines: readLines(outR), stderr: &Buffer{}, done: make(chan struct{}),
 	}
 	errOut := make(chan []byte)
 	p.errOut = errOut

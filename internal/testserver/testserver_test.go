@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +24,6 @@ func TestMain(m *testing.M) {
 }
 
 const waitLong = 5 * time.Second
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // rpcMsg is any message the fixture writes.
 type rpcMsg struct {
@@ -118,7 +99,7 @@ type inproc struct {
 	t      *testing.T
 	stdin  *io.PipeWriter
 	lines  <-chan []byte
-	stderr *syncBuffer
+	stderr *Buffer
 	done   chan struct{}
 	code   int
 }
@@ -127,7 +108,7 @@ func startMain(t *testing.T, args ...string) *inproc {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	p := &inproc{t: t, stdin: inW, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &inproc{t: t, stdin: inW, stderr: &Buffer{}, done: make(chan struct{})}
 	p.lines = readLines(outR)
 	go func() {
 		defer close(p.done)
@@ -617,7 +598,7 @@ func TestStartupFlags(t *testing.T) {
 	})
 	t.Run("crash-at-start", func(t *testing.T) {
 		t.Parallel()
-		var stdout, stderr syncBuffer
+		var stdout, stderr Buffer
 		if code := Main([]string{"-crash-at-start"}, strings.NewReader(""), &stdout, &stderr); code != 3 {
 			t.Errorf("exit code %d, want 3", code)
 		}
@@ -627,7 +608,7 @@ func TestStartupFlags(t *testing.T) {
 	})
 	t.Run("help", func(t *testing.T) {
 		t.Parallel()
-		var stdout, stderr syncBuffer
+		var stdout, stderr Buffer
 		if code := Main([]string{"-h"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
 			t.Errorf("-h: exit code %d, want 0", code)
 		}
@@ -642,7 +623,7 @@ func TestStartupFlags(t *testing.T) {
 	})
 	t.Run("bad-flag", func(t *testing.T) {
 		t.Parallel()
-		var stdout, stderr syncBuffer
+		var stdout, stderr Buffer
 		if code := Main([]string{"-no-such-flag"}, strings.NewReader(""), &stdout, &stderr); code != 2 {
 			t.Errorf("exit code %d, want 2", code)
 		}
