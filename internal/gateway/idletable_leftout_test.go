@@ -57,10 +57,7 @@ func TestAnIdleTableRebuildStartsNothingLeftOut(t *testing.T) {
 		list := func(id int) time.Duration {
 			t.Helper()
 			t0 := time.Now()
-			resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
-			if resp.Error != nil {
-				t.Fatalf("tools/list: %v", resp.Error)
-			}
+			listTools(t, ep, s, id)
 			return time.Since(t0)
 		}
 		list(1) // c is left out, after its InitTimeout
@@ -168,14 +165,7 @@ func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
 		out := newRecorder()
 		s := ep.Open(out)
 		defer ep.Close(s)
-		list := func(id int) string {
-			t.Helper()
-			resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
-			if resp.Error != nil {
-				t.Fatalf("tools/list: %v", resp.Error)
-			}
-			return string(resp.Result)
-		}
+		list := func(id int) string { return listTools(t, ep, s, id) }
 		if got := list(1); strings.Contains(got, "conly") || starts.Load() != 1 {
 			t.Fatalf("c refused its start (%d starts), yet is listed: %s", starts.Load(), got)
 		}

@@ -97,6 +97,17 @@ func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, star
 	return g, f, starts, trims
 }
 
+// listTools lists ep's tools in session s (request id id), failing t on
+// an error, and returns the result.
+func listTools(t *testing.T, ep Endpoint, s *Session, id int) string {
+	t.Helper()
+	resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
+	if resp.Error != nil {
+		t.Fatalf("tools/list: %v", resp.Error)
+	}
+	return string(resp.Result)
+}
+
 // keptTable is the aggregate's kept tools table, if any.
 func keptTable(g *Gateway) *routeTable {
 	g.agg.mu.Lock()
@@ -117,14 +128,7 @@ func TestAnIdleTableIsDropped(t *testing.T) {
 		ep := g.Aggregate()
 		s := ep.Open(newRecorder())
 		defer ep.Close(s)
-		list := func(id int) string {
-			t.Helper()
-			resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
-			if resp.Error != nil {
-				t.Fatalf("tools/list: %v", resp.Error)
-			}
-			return string(resp.Result)
-		}
+		list := func(id int) string { return listTools(t, ep, s, id) }
 		builds := func() int64 { return g.agg.builds.Load() }
 
 		first := list(1)
