@@ -280,6 +280,12 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 		}
 	}()
 	<-held
+	// Deterministic, where the window below is not: the first write
+	// holds the lock that serializes them.
+	if s.f.initWrites.TryLock() {
+		s.f.initWrites.Unlock()
+		t.Fatal("a write of an initialize result does not hold Fleet.initWrites")
+	}
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
