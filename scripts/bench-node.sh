@@ -11,7 +11,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 major=${1:?usage: bench-node.sh MAJOR (22, 24 or 26)}
 case "$major" in
-  22) version=$(sed -n 's/^NODE22_VERSION=//p' "$root/scripts/test-deps.sh") ;; # the one the tests install
+  22) version=$(sed -n 's/^NODE22_VERSION=//p' "$root/scripts/test-deps.sh") # the one the tests install
+      [ -n "$version" ] || { echo "bench-node: no NODE22_VERSION= line in scripts/test-deps.sh" >&2; exit 1; } ;;
   24) version=24.22.3 ;;
   26) version=26.12.1 ;;
   *) echo "bench-node: no pinned Node $major: one of 22, 24, 26 (or none, for the machine's node)" >&2; exit 1 ;;

@@ -284,6 +284,8 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	// holds the lock that serializes them.
 	if s.f.initWrites.TryLock() {
 		s.f.initWrites.Unlock()
+		close(release)
+		<-first
 		t.Fatal("a write of an initialize result does not hold Fleet.initWrites")
 	}
 	second := make(chan struct{})

@@ -54,7 +54,7 @@ func refusing(starts *atomic.Int32) fleet.ConnectorFunc {
 // tools lists are the ones tools gives, cached in a store; the log goes to
 // logs, the fleet's Options.Trim calls to trim (if set). The fleet closes
 // before its store, when the test ends.
-func cachedWorld(t *testing.T, servers string, connector fleet.ConnectorFunc, tools map[string][]json.RawMessage, logs io.Writer, trim func(bool)) (*Gateway, *fleet.Fleet) {
+func cachedWorld(t testing.TB, servers string, connector fleet.ConnectorFunc, tools map[string][]json.RawMessage, logs io.Writer, trim func(bool)) (*Gateway, *fleet.Fleet) {
 	t.Helper()
 	cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":`+servers+`}`), "test.json", config.LoadOptions{})
 	if err != nil {
@@ -99,7 +99,7 @@ func cachedFleet(t *testing.T, logs io.Writer) (g *Gateway, f *fleet.Fleet, star
 
 // listTools lists ep's tools in session s (request id id), failing t on
 // an error, and returns the result.
-func listTools(t *testing.T, ep Endpoint, s *Session, id int) string {
+func listTools(t testing.TB, ep Endpoint, s *Session, id int) string {
 	t.Helper()
 	resp := ep.Handle(t.Context(), s, request(id, "tools/list", nil), newRecorder())
 	if resp.Error != nil {
