@@ -561,8 +561,8 @@ func (a *aggregate) sweepLocked() {
 func (a *aggregate) sweepIdle(ctx context.Context) {
 	for {
 		now := monoNow()
-		dropped := false
-		next := int64(0) // when the next kept table turns idle
+		dropped, kept := false, false
+		var next int64 // when the next kept table turns idle
 		a.mu.Lock()
 		for member, t := range a.routes {
 			idleAt := t.used.Load() + int64(TableIdle)
@@ -575,18 +575,19 @@ func (a *aggregate) sweepIdle(ctx context.Context) {
 				dropped = true
 				continue
 			}
-			if next == 0 || idleAt < next {
+			if !kept || idleAt < next {
 				next = idleAt
 			}
+			kept = true
 		}
-		if next == 0 {
-			a.sweeping = false
-		}
+		// Decided under a.mu with what it saw: a table kept after this
+		// starts a sweeper of its own.
+		a.sweeping = kept
 		a.mu.Unlock()
 		if dropped {
 			a.g.fleet.TrimSoon()
 		}
-		if next == 0 {
+		if !kept {
 			return
 		}
 		timer := time.NewTimer(time.Duration(next - now))
