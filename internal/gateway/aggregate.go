@@ -48,8 +48,12 @@ type aggregate struct {
 	// missAt is when a missing name last caused a rebuild.
 	missAt time.Time
 	// omitted are the servers left out of a list's last table (failed):
-	// when one is back, clients are told the list changed.
+	// when one is back, clients are told the list changed. omitGen is,
+	// per list, the generation of the newest build that recorded there:
+	// a build begun before an invalidation that finishes late does not
+	// overwrite what a newer one found.
 	omitted map[string]bool
+	omitGen map[string]uint64
 	// sweeping says a sweeper (sweepIdle) runs: at most one does, while
 	// any table is kept.
 	sweeping bool
@@ -109,11 +113,21 @@ type routeTable struct {
 // rebuilds at once.
 const missRebuildEvery = time.Second
 
-// leftOut records whether server was left out of the table of kind k and
-// reports whether it was left out of an earlier one.
-func (a *aggregate) leftOut(k fleet.ListKind, server string, out bool) (was bool) {
+// leftOut records whether server was left out of the table of kind k the
+// build of generation gen makes, and reports whether it was left out of
+// an earlier one. A build older than one that recorded before it records
+// nothing and reports false: its table is not kept, and what the newer
+// build found stands.
+func (a *aggregate) leftOut(k fleet.ListKind, server string, out bool, gen uint64) (was bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if last, ok := a.omitGen[k.Member]; ok && gen < last {
+		return false
+	}
+	if a.omitGen == nil {
+		a.omitGen = map[string]uint64{}
+	}
+	a.omitGen[k.Member] = gen
 	key := k.Member + "\x00" + server
 	was = a.omitted[key]
 	if out {
@@ -433,11 +447,11 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			items, err := srv.List(lctx, k)
 			if err != nil {
 				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
-				a.leftOut(k, srv.Name(), true)
+				a.leftOut(k, srv.Name(), true, gen)
 				return
 			}
 			per[i] = items
-			back[i] = a.leftOut(k, srv.Name(), false)
+			back[i] = a.leftOut(k, srv.Name(), false, gen)
 		})
 	}
 	wg.Wait()
@@ -505,16 +519,6 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			t.keys = append(t.keys, public)
 		}
 	}
-	a.mu.Lock()
-	known := a.collisions
-	a.mu.Unlock()
-	for _, c := range collisions {
-		// Once per collision, not once per build of a table that has it
-		// (an invalidation, a table rebuilt after it was dropped idle).
-		if _, found := slices.BinarySearch(known, c); !found {
-			a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
-		}
-	}
 	for i, srv := range servers {
 		if back[i] {
 			// Clients listed while it was left out: tell them it is back
@@ -533,15 +537,28 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 		a.sweepLocked()
 	}
 	// The collisions stay those of the newest build, kept or not, so that
-	// status reports them even while no table is current.
+	// status reports them even while no table is current. Each is logged
+	// once, by the build that found it first — not once per build of a
+	// table that has it (an invalidation, a table rebuilt after it was
+	// dropped idle), nor by a build older than the newest (whose table is
+	// not kept) —, decided under the lock that replaces the collisions.
+	var found []string
 	if a.collGen == nil {
 		a.collGen = map[string]uint64{}
 	}
 	if last, ok := a.collGen[k.Member]; !ok || gen >= last {
 		a.collGen[k.Member] = gen
+		for _, c := range collisions {
+			if _, known := slices.BinarySearch(a.collisions, c); !known && !slices.Contains(found, c) {
+				found = append(found, c)
+			}
+		}
 		a.collisions = mergeCollisions(a.collisions, k.Member, collisions)
 	}
 	a.mu.Unlock()
+	for _, c := range found {
+		a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
+	}
 	return t
 }
 
