@@ -32,7 +32,10 @@ NPX_CACHE_PACKAGES=(
   "@modelcontextprotocol/server-everything"
   "@modelcontextprotocol/server-memory"
 )
-stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]}"
+# pnpm for the flattening tests of pnpm dlx, one of each of its lines:
+# .deps/pnpm10 (pnpm in JavaScript, run by node) and .deps/pnpm12 (native).
+PNPM_VERSIONS=(10.34.9 12.4.2)
+stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]} pnpm: ${PNPM_VERSIONS[*]}"
 
 # The dashboard's browser tests drive Debian's chromium (headless). It is
 # a system package: installed with apt-get when /usr/bin/chromium is missing
@@ -83,6 +86,11 @@ echo "test-deps: installing ${NPM_NEXT_PACKAGES[*]} into .deps/npm-next" >&2
 mkdir -p "$deps/npm-next"
 [ -f "$deps/npm-next/package.json" ] || echo '{"name":"mcpvisor-test-deps-next","private":true}' > "$deps/npm-next/package.json"
 npm install --silent --prefix "$deps/npm-next" "${NPM_NEXT_PACKAGES[@]}" >&2
+
+for v in "${PNPM_VERSIONS[@]}"; do
+  echo "test-deps: installing pnpm $v into .deps/pnpm${v%%.*}" >&2
+  npm install --silent --no-save --prefix "$deps/pnpm${v%%.*}" "pnpm@$v" >&2
+done
 
 echo "test-deps: filling the npx cache .deps/npm-cache with ${NPX_CACHE_PACKAGES[*]}" >&2
 mkdir -p "$deps/npm-cache"

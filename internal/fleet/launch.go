@@ -204,6 +204,12 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 		if err == nil {
 			spec.Command, spec.Args = rec.Resolution.Argv(form)
 			spec.Env = f.compileCache(sc, spec.Env)
+			if rec.Resolution.NodePath != "" {
+				if spec.Env == nil {
+					spec.Env = proc.Environ()
+				}
+				spec.Env = rec.Resolution.Environ(spec.Env)
+			}
 			st.last, st.note = startedFlattened, ""
 			return func(err error) { f.flattenedStarted(st, key, err) }
 		}
@@ -414,6 +420,9 @@ type LaunchStatus struct {
 	// Command is what a flattened start runs before the server's own
 	// arguments: the interpreter, its options and the bin's script.
 	Command []string `json:"command,omitempty"`
+	// NodePath is what a flattened start sets NODE_PATH to, as the
+	// launcher's bin shim would (pnpm's does), before the server's own.
+	NodePath string `json:"nodePath,omitempty"`
 	// Spec is the package as configured; Package and Version what it
 	// resolved to.
 	Spec       string    `json:"spec,omitempty"`
@@ -478,7 +487,7 @@ func (s *Server) Launcher() *LaunchStatus {
 	default:
 		r := st.rec.Resolution
 		ls.Flattened, ls.Runs, ls.Package, ls.Version, ls.ResolvedAt = true, r.String(), r.Package, r.Version, st.rec.At
-		ls.Command = append([]string{r.Command}, r.Args...)
+		ls.Command, ls.NodePath = append([]string{r.Command}, r.Args...), r.NodePath
 		ls.CompileCache, ls.CompileCacheSetBy = s.f.compileCacheOf(cfg)
 	}
 	if st.rec != nil && st.rec.Resolution == nil {

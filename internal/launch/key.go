@@ -14,8 +14,10 @@ import (
 // (hex) over the command and its arguments, the env the server's config
 // sets, the working directory it runs in (dir: its cwd, else mcpvisor's),
 // and, of the environment it inherits from mcpvisor (inherited,
-// "KEY=value"), what decides what npm finds: PATH, HOME, and npm's own
-// npm_config_* variables (in any case). Any change of those is another
+// "KEY=value"), what decides what npm or pnpm finds: PATH, HOME, their
+// npm_config_* and pnpm_config_* variables (in any case), and the XDG
+// base directories pnpm keeps its cache, store and settings in. Any
+// change of those is another
 // key, so the resolution is redone. Values (secrets in env among them)
 // are only hashed.
 func Key(command string, args []string, env map[string]string, dir string, inherited []string) string {
@@ -40,7 +42,9 @@ func Key(command string, args []string, env map[string]string, dir string, inher
 	var from []string
 	for _, kv := range inherited {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "PATH" || k == "HOME" || strings.HasPrefix(strings.ToLower(k), "npm_config_") {
+		lk := strings.ToLower(k)
+		if k == "PATH" || k == "HOME" || strings.HasPrefix(lk, "npm_config_") || strings.HasPrefix(lk, "pnpm_config_") ||
+			k == "XDG_CACHE_HOME" || k == "XDG_DATA_HOME" || k == "XDG_CONFIG_HOME" {
 			from = append(from, kv)
 		}
 	}

@@ -14,7 +14,7 @@
 // that fails, is an error that says why: the caller then runs the command
 // as written.
 //
-// Only npm's launchers are resolved: pnpm dlx, bunx and yarn dlx are
+// npm's launchers and pnpm dlx are resolved: bunx and yarn dlx are
 // parsed, and run as written, saying why (see Resolve).
 package launch
 

@@ -150,7 +150,7 @@ func TestUnquoteSh(t *testing.T) {
 }
 
 // Key: every launch field, and what mcpvisor's environment says about
-// where npm looks, changes it; the rest of that environment does not.
+// where npm and pnpm look, changes it; the rest of that environment does not.
 func TestKey(t *testing.T) {
 	base := func() (string, []string, map[string]string, string, []string) {
 		return "npx", []string{"-y", "pkg"}, map[string]string{"TOKEN": "s3cret"}, "/srv", []string{"PATH=/usr/bin", "HOME=/root", "TERM=xterm"}
@@ -165,15 +165,19 @@ func TestKey(t *testing.T) {
 		t.Error("the key changed with variables npm does not read, or with their order")
 	}
 	for name, other := range map[string]string{
-		"command":      Key("/usr/local/bin/npx", a, e, d, in),
-		"args":         Key(c, []string{"-y", "pkg@2"}, e, d, in),
-		"split args":   Key(c, []string{"-y pkg"}, e, d, in),
-		"env value":    Key(c, a, map[string]string{"TOKEN": "other"}, d, in),
-		"env name":     Key(c, a, map[string]string{"TOKEN2": "s3cret"}, d, in),
-		"dir":          Key(c, a, e, "/", in),
-		"PATH":         Key(c, a, e, d, []string{"PATH=/opt/bin:/usr/bin", "HOME=/root"}),
-		"npm_config_*": Key(c, a, e, d, append(in, "npm_config_cache=/c")),
-		"NPM_CONFIG_*": Key(c, a, e, d, append(in, "NPM_CONFIG_REGISTRY=https://r/")),
+		"command":         Key("/usr/local/bin/npx", a, e, d, in),
+		"args":            Key(c, []string{"-y", "pkg@2"}, e, d, in),
+		"split args":      Key(c, []string{"-y pkg"}, e, d, in),
+		"env value":       Key(c, a, map[string]string{"TOKEN": "other"}, d, in),
+		"env name":        Key(c, a, map[string]string{"TOKEN2": "s3cret"}, d, in),
+		"dir":             Key(c, a, e, "/", in),
+		"PATH":            Key(c, a, e, d, []string{"PATH=/opt/bin:/usr/bin", "HOME=/root"}),
+		"npm_config_*":    Key(c, a, e, d, append(in, "npm_config_cache=/c")),
+		"NPM_CONFIG_*":    Key(c, a, e, d, append(in, "NPM_CONFIG_REGISTRY=https://r/")),
+		"pnpm_config_*":   Key(c, a, e, d, append(in, "pnpm_config_registry=https://r/")),
+		"XDG_CACHE_HOME":  Key(c, a, e, d, append(in, "XDG_CACHE_HOME=/c")),
+		"XDG_DATA_HOME":   Key(c, a, e, d, append(in, "XDG_DATA_HOME=/d")),
+		"XDG_CONFIG_HOME": Key(c, a, e, d, append(in, "XDG_CONFIG_HOME=/e")),
 	} {
 		if other == k {
 			t.Errorf("a change of %s left the key as it was", name)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,9 +37,35 @@ type Resolution struct {
 	Version string `json:"version"`
 	// Spec is the package spec as configured.
 	Spec string `json:"spec"`
+	// NodePath is what the launcher's bin shim sets NODE_PATH to (pnpm's
+	// does), before the server's own NODE_PATH if it has one; "" for none.
+	NodePath string `json:"nodePath,omitempty"`
 	// Files must all exist for the resolution to hold (Check): the
 	// interpreter, the script and the package's package.json.
 	Files []string `json:"files"`
+}
+
+// Environ is env (complete, "KEY=value") as the launcher's bin would get
+// it: with NODE_PATH set as its shim sets it — NodePath when env has no
+// NODE_PATH or an empty one, else NodePath, ":" and env's. env itself is
+// never written: a changed environment is a copy.
+func (r *Resolution) Environ(env []string) []string {
+	if r.NodePath == "" {
+		return env
+	}
+	const key = "NODE_PATH="
+	at := -1
+	for i, kv := range env {
+		if strings.HasPrefix(kv, key) {
+			at = i // the last one is what a process reads
+		}
+	}
+	out := slices.Clone(env)
+	if at < 0 || len(env[at]) == len(key) {
+		return append(out, key+r.NodePath)
+	}
+	out[at] = key + r.NodePath + string(filepath.ListSeparator) + env[at][len(key):]
+	return out
 }
 
 // Argv is the command and arguments that run the server of f (its Args
@@ -122,11 +149,13 @@ type Resolver struct {
 // is asked once more with --yes (still a dry run), and what it has is
 // taken only if it is the very version npm named.
 //
-// pnpm dlx, bunx and yarn dlx are not resolved: pnpm dlx and yarn dlx
-// install what they run (yarn into a project it removes afterwards) with
-// no way to look a package up without installing it; bunx can skip the
-// install (--no-install) but runs the bin itself, with no hook that would
-// tell which bin and where.
+// pnpm dlx is asked the same way, offline and with no store to install
+// from (see resolvePNPM). bunx and yarn dlx are not resolved: yarn dlx
+// installs what it runs into a project it removes afterwards, with no way
+// to look a package up without installing it; bunx can skip the install
+// (--no-install) but runs the bin itself, with no hook that would tell
+// which bin and where (and adds next to nothing to a start: see
+// docs/launcher-flattening.md).
 func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []string, dir string) (*Resolution, error) {
 	lookPath := r.LookPath
 	if lookPath == nil {
@@ -139,7 +168,7 @@ func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []s
 	switch f.Launcher {
 	case NPX, NPMExec:
 	case PNPMDlx:
-		return nil, permanent("pnpm dlx is not flattened: it installs what it runs into a cache of its own and cannot be asked where a package is without installing it")
+		return r.resolvePNPM(ctx, f, program, env, dir)
 	case Bunx:
 		return nil, permanent("bunx is not flattened: it runs the bin itself (with --no-install, only if installed) and cannot be asked which bin that is and where")
 	case YarnDlx:

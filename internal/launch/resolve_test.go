@@ -336,7 +336,8 @@ func TestResolveDamagedInstall(t *testing.T) {
 }
 
 // npm missing, or unable to start: an error that says so, to retry.
-// pnpm dlx, bunx and yarn dlx: never resolved, saying why.
+// bunx and yarn dlx: never resolved, saying why (pnpm dlx missing: as
+// npx missing).
 func TestResolveWithoutNPM(t *testing.T) {
 	f, _ := Parse("npx", []string{"-y", "pkg"})
 	missing := &Resolver{LookPath: func(string) (string, error) { return "", exec.ErrNotFound }}
@@ -351,10 +352,18 @@ func TestResolveWithoutNPM(t *testing.T) {
 	_, err = (&Resolver{}).Resolve(t.Context(), f, npx, []string{"PATH=" + t.TempDir(), "HOME=" + t.TempDir()}, t.TempDir())
 	wantRetry(t, err, "npx failed: ")
 
+	for _, line := range []string{"pnpm dlx pkg", "pnpx pkg"} {
+		w := strings.Fields(line)
+		f, err := Parse(w[0], w[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = missing.Resolve(t.Context(), f, w[0], nil, "")
+		wantRetry(t, err, w[0]+" is not installed")
+	}
+
 	found := &Resolver{LookPath: func(p string) (string, error) { return "/bin/" + p, nil }}
 	for _, c := range []struct{ line, says string }{
-		{"pnpm dlx pkg", "pnpm dlx is not flattened"},
-		{"pnpx pkg", "pnpm dlx is not flattened"},
 		{"bunx pkg", "bunx is not flattened"},
 		{"yarn dlx pkg", "yarn dlx is not flattened"},
 	} {

@@ -1,0 +1,306 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// pnpm dlx (pnpm 9 and later, in JavaScript up to 11, native from 12)
+// installs the packages it runs into a directory of its cache, one per
+// package set and resolved version (<cache>/dlx/<key>/<dir>, behind a pkg
+// link), and runs the bin from there through the shell shim it wrote in
+// node_modules/.bin, which sets NODE_PATH and execs node on the script.
+//
+// resolvePNPM asks the user's own pnpm, with the command line as
+// configured, to run a probe of ours in place of the bin (--package names
+// the package, the probe is the command) — offline, from an empty store
+// of ours, with no expiry of its cache: where the package is installed,
+// pnpm finds it by its own key (registries, architectures, allowed builds
+// and the version its metadata cache resolves the spec to) and runs the
+// probe with the PATH it would run the bin with, whose first entry is the
+// install's node_modules/.bin; where it is not, pnpm cannot install it
+// (nothing to fetch offline, no store to take it from) and fails. The bin
+// is the one pnpm's rule picks (the package's only bin, or the one named
+// like it), found through its shim: the script it execs, the node it
+// finds on that PATH, and the NODE_PATH it sets.
+func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env []string, dir string) (*Resolution, error) {
+	if len(f.Packages) > 1 {
+		return nil, permanent("pnpm dlx with more than one --package is not flattened")
+	}
+	tmp, err := os.MkdirTemp(r.TempDir, "mcpvisor-launch-")
+	if err != nil {
+		return nil, retryable("cannot write the probe: %v", err)
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "out")
+	probe := filepath.Join(tmp, "probe")
+	store := filepath.Join(tmp, "store")
+	if strings.ContainsAny(out, "'\n") {
+		return nil, permanent("temporary directory %q cannot be quoted for sh", tmp)
+	}
+	script := "#!/bin/sh\nprintf '%s' \"$PATH\" > '" + out + "'\n"
+	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
+		return nil, retryable("cannot write the probe: %v", err)
+	}
+	at := f.target
+	if f.sep {
+		at--
+	}
+	args := slices.Clone(f.argv[:at])
+	if len(f.Packages) == 0 {
+		args = append(args, "--package="+f.Target)
+	}
+	args = append(args, probe)
+	// pnpm up to 10 reads its settings from npm_config_*, later ones from
+	// pnpm_config_* too; its dlx command refuses --offline and
+	// --store-dir as options, not as settings.
+	probeEnv := slices.Clip(env)
+	for _, kv := range [][2]string{{"offline", "true"}, {"store_dir", store}, {"dlx_cache_max_age", "52560000"}} {
+		probeEnv = append(probeEnv, "npm_config_"+kv[0]+"="+kv[1], "pnpm_config_"+kv[0]+"="+kv[1])
+	}
+	stderr, err := runProbe(ctx, program, args, probeEnv, dir)
+	data, rerr := os.ReadFile(out)
+	if rerr != nil {
+		if ctx.Err() != nil {
+			return nil, retryable("pnpm dlx did not answer in time: %v", context.Cause(ctx))
+		}
+		removeProbeLeftover(stderr)
+		if notInstalled(stderr) {
+			return nil, retryable("not installed: pnpm dlx would install %s", f.Spec())
+		}
+		return nil, retryable("pnpm dlx failed: %s", pnpmError(stderr, err))
+	}
+	path := filepath.SplitList(string(data))
+	if len(path) == 0 || filepath.Base(path[0]) != ".bin" || filepath.Base(filepath.Dir(path[0])) != "node_modules" || !filepath.IsAbs(path[0]) {
+		return nil, permanent("pnpm dlx ran its command with PATH %q, whose first entry is no install's node_modules/.bin", string(data))
+	}
+	binsDir := path[0]
+	install := filepath.Dir(filepath.Dir(binsDir))
+	bin := f.Target
+	if len(f.Packages) == 0 {
+		if bin, err = pnpmBinName(install); err != nil {
+			return nil, err
+		}
+	} else if strings.Contains(bin, "/") {
+		return nil, permanent("pnpm dlx runs %s, a path, not a bin", bin)
+	}
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	found, err := lookIn(path, bin, dir)
+	if err != nil {
+		return nil, retryable("not installed: pnpm dlx would run %s, which is on none of its PATH", bin)
+	}
+	if filepath.Dir(found) != binsDir {
+		return nil, permanent("pnpm dlx would run %s, which is not the installed package's bin", found)
+	}
+	target, nodePath, err := readShim(found)
+	if err != nil {
+		return nil, err
+	}
+	scriptPath, err := filepath.EvalSymlinks(filepath.Join(binsDir, target))
+	if err != nil {
+		return nil, retryable("bin %s: %v", found, err)
+	}
+	pkgJSON, name, version, err := owningPackage(scriptPath)
+	if err != nil {
+		return nil, err
+	}
+	// The shim runs the node its PATH finds (its own directory first),
+	// whatever the script's #! line says.
+	node, err := lookIn(path, "node", dir)
+	if err != nil {
+		return nil, retryable("bin %s needs node, which is on none of pnpm's PATH", found)
+	}
+	return &Resolution{
+		Launcher: f.Launcher,
+		Command:  node,
+		Args:     []string{scriptPath},
+		Bin:      bin,
+		Package:  name,
+		Version:  version,
+		Spec:     f.Spec(),
+		NodePath: nodePath,
+		Files:    []string{node, scriptPath, pkgJSON},
+	}, nil
+}
+
+// pnpmBinName is the bin pnpm dlx runs of the package installed in
+// install (its package.json's one dependency): the package's only bin,
+// or the one named like the package without its scope.
+func pnpmBinName(install string) (string, error) {
+	var deps struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	p := filepath.Join(install, "package.json")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return "", retryable("pnpm's install %s: %v", install, err)
+	}
+	if err := json.Unmarshal(data, &deps); err != nil {
+		return "", retryable("%s is not valid JSON: %v", p, err)
+	}
+	if len(deps.Dependencies) != 1 {
+		return "", permanent("%s names %d dependencies, not the one package pnpm dlx runs", p, len(deps.Dependencies))
+	}
+	var pkg string
+	for pkg = range deps.Dependencies {
+	}
+	p = filepath.Join(install, "node_modules", pkg, "package.json")
+	data, err = os.ReadFile(p)
+	if err != nil {
+		return "", retryable("package %s: %v", pkg, err)
+	}
+	var manifest struct {
+		Name string          `json:"name"`
+		Bin  json.RawMessage `json:"bin"`
+	}
+	if err := json.Unmarshal(data, &manifest); err != nil {
+		return "", retryable("%s is not valid JSON: %v", p, err)
+	}
+	scopeless := manifest.Name
+	if strings.HasPrefix(scopeless, "@") {
+		_, scopeless, _ = strings.Cut(scopeless, "/")
+	}
+	var one string
+	if json.Unmarshal(manifest.Bin, &one) == nil && one != "" {
+		return scopeless, nil
+	}
+	var bins map[string]string
+	if json.Unmarshal(manifest.Bin, &bins) != nil || len(bins) == 0 {
+		return "", permanent("package %s has no bin", pkg)
+	}
+	if len(bins) == 1 {
+		for name := range bins {
+			return filepath.Base(name), nil
+		}
+	}
+	if _, ok := bins[scopeless]; ok {
+		return scopeless, nil
+	}
+	return "", permanent("package %s has %d bins, none named %s: pnpm dlx cannot tell which to run", pkg, len(bins), scopeless)
+}
+
+// The lines of pnpm's bin shim (@pnpm/cmd-shim) that flattening reads:
+// NODE_PATH as it sets it when unset, and the script the branch that
+// finds node on PATH execs (relative to the shim's directory).
+var (
+	shimNodePath = regexp.MustCompile(`(?m)^\s*export NODE_PATH="([^"$` + "`" + `\\]*)"\s*$`)
+	shimExec     = regexp.MustCompile(`(?m)^\s*exec node +"\$basedir/([^"$` + "`" + `\\]+)" +"\$@"\s*$`)
+)
+
+// shimMax bounds the shim read.
+const shimMax = 64 << 10
+
+// readShim reads pnpm's shim at path: the script it runs (relative to its
+// directory) and the NODE_PATH it sets ("" if none).
+func readShim(path string) (target, nodePath string, err error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", "", retryable("bin %s: %v", path, err)
+	}
+	defer fh.Close()
+	buf := make([]byte, shimMax)
+	n, _ := fh.Read(buf)
+	for n < len(buf) {
+		m, rerr := fh.Read(buf[n:])
+		n += m
+		if rerr != nil || m == 0 {
+			break
+		}
+	}
+	data := buf[:n]
+	if !bytes.HasPrefix(data, []byte("#!/bin/sh")) {
+		return "", "", permanent("bin %s is no pnpm shim", path)
+	}
+	m := shimExec.FindSubmatch(data)
+	if m == nil {
+		return "", "", permanent("bin %s runs no Node script (or not in a form its shim can be read in): only Node scripts are run directly", path)
+	}
+	target = string(m[1])
+	if np := shimNodePath.FindSubmatch(data); np != nil {
+		nodePath = string(np[1])
+	} else if bytes.Contains(data, []byte("NODE_PATH=")) {
+		return "", "", permanent("bin %s sets NODE_PATH in a form that cannot be read", path)
+	}
+	return target, nodePath, nil
+}
+
+// notInstalled reads pnpm's refusals to fetch offline: the package (or its
+// metadata) is not there.
+func notInstalled(stderr []byte) bool {
+	for _, s := range []string{"ERR_PNPM_NO_OFFLINE_META", "ERR_PNPM_NO_OFFLINE_TARBALL", "in offline mode", "not present in local store", "in package mirror"} {
+		if bytes.Contains(stderr, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// leftoverOf finds, in pnpm's stderr, the directory a failed dlx install
+// was made in.
+var leftoverOf = regexp.MustCompile(`installing a direct dependency of (/\S+)`)
+
+// removeProbeLeftover removes the directory pnpm made for the install a
+// failed probe could not make (pnpm 10 names it, and leaves the empty
+// directories of its virtual store there), if it is one of its dlx cache
+// that holds nothing but directories, and then the key directory above
+// it if that is left empty: what was made empty, and nothing else.
+func removeProbeLeftover(stderr []byte) {
+	m := leftoverOf.FindSubmatch(stderr)
+	if m == nil {
+		return
+	}
+	d := filepath.Clean(string(m[1]))
+	key := filepath.Dir(d)
+	if filepath.Base(filepath.Dir(key)) != "dlx" {
+		return
+	}
+	if target, err := os.Readlink(filepath.Join(key, "pkg")); err == nil && filepath.Base(target) == filepath.Base(d) {
+		return // an install after all
+	}
+	onlyDirs := true
+	err := filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			onlyDirs = false
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if err != nil || !onlyDirs {
+		return
+	}
+	if os.RemoveAll(d) == nil {
+		_ = os.Remove(key) // only if empty
+	}
+}
+
+// pnpmError is the gist of a failed pnpm run: its ERR_PNPM line, else its
+// last line, else how it ended.
+func pnpmError(stderr []byte, err error) string {
+	var last string
+	for l := range strings.SplitSeq(string(stderr), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		if strings.Contains(l, "ERR_PNPM_") {
+			return l
+		}
+		last = l
+	}
+	switch {
+	case last != "":
+		return last
+	case err != nil:
+		return err.Error()
+	}
+	return "it ran no command"
+}

@@ -1,0 +1,296 @@
+package launch
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// These tests run the real pnpm, one of each line scripts/test-deps.sh
+// installs: .deps/pnpm10 (in JavaScript, run by node) and .deps/pnpm12
+// (native), against the fake registry, with a cache, store and config of
+// their own.
+
+// pnpmFixture is an npmFixture whose pnpm (of line major) is first on
+// PATH, with pnpm's directories in the test's own.
+type pnpmFixture struct {
+	*npmFixture
+	home string
+}
+
+func newPNPMFixture(t *testing.T, major string) *pnpmFixture {
+	t.Helper()
+	bin := filepath.Join(testserver.Deps(t, "pnpm"+major), "node_modules", ".bin")
+	if _, err := os.Stat(filepath.Join(bin, "pnpm")); err != nil {
+		t.Fatalf("pnpm %s is not installed: run scripts/test-deps.sh (%v)", major, err)
+	}
+	fx := &pnpmFixture{npmFixture: newNPMFixture(t), home: t.TempDir()}
+	var env []string
+	for _, kv := range fx.env {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(strings.ToLower(kv), "pnpm_") && !strings.HasPrefix(kv, "XDG_") && !strings.HasPrefix(kv, "NODE_PATH=") {
+			env = append(env, kv)
+		}
+	}
+	fx.env = append(env, "PATH="+bin+string(filepath.ListSeparator)+os.Getenv("PATH"),
+		"XDG_CACHE_HOME="+filepath.Join(fx.home, "cache"), "XDG_DATA_HOME="+filepath.Join(fx.home, "data"),
+		"XDG_STATE_HOME="+filepath.Join(fx.home, "state"), "XDG_CONFIG_HOME="+filepath.Join(fx.home, "config"),
+		"pnpm_config_registry="+fx.reg.URL)
+	return fx
+}
+
+// program is pnpm's (or pnpx's) path in the fixture.
+func (fx *pnpmFixture) program(t *testing.T, name string) string {
+	for _, kv := range fx.env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return filepath.Join(filepath.SplitList(p)[0], name)
+		}
+	}
+	t.Fatal("no PATH")
+	return ""
+}
+
+func (fx *pnpmFixture) resolve(t *testing.T, command string, args ...string) (*Form, *Resolution, error) {
+	t.Helper()
+	return resolveIn(t, fx.env, fx.dir, fx.program(t, command), args...)
+}
+
+func (fx *pnpmFixture) asWritten(t *testing.T, command string, args ...string) {
+	t.Helper()
+	fx.npmFixture.asWritten(t, fx.program(t, command), args...)
+}
+
+// dlxLeftovers lists what is in pnpm's dlx cache besides its installs:
+// each key directory may hold its pkg link and the install it points to.
+func (fx *pnpmFixture) dlxLeftovers(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	keys, _ := os.ReadDir(filepath.Join(fx.home, "cache", "pnpm", "dlx"))
+	for _, k := range keys {
+		kd := filepath.Join(fx.home, "cache", "pnpm", "dlx", k.Name())
+		target, _ := os.Readlink(filepath.Join(kd, "pkg"))
+		entries, _ := os.ReadDir(kd)
+		for _, e := range entries {
+			if e.Name() != "pkg" && e.Name() != filepath.Base(target) {
+				out = append(out, filepath.Join(kd, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// checkPNPM checks a resolution of @fx/server installed by pnpm dlx: the
+// node pnpm's shim runs, the script in pnpm's cache, the NODE_PATH the
+// shim sets, and that it runs, with the server's arguments and
+// environment, without pnpm.
+func (fx *pnpmFixture) checkPNPM(t *testing.T, f *Form, r *Resolution, bin, version string) {
+	t.Helper()
+	if r.Package != "@fx/server" || r.Version != version || r.Bin != bin || r.Launcher != PNPMDlx || r.Spec != f.Spec() {
+		t.Fatalf("resolution %+v", r)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(fx.home, "cache", "pnpm", "dlx") + "/"
+	if r.Command != node || len(r.Args) != 1 || !strings.HasPrefix(r.Args[0], cache) || !strings.HasSuffix(r.Args[0], "/node_modules/@fx/server/bin/index.js") {
+		t.Fatalf("resolution runs %s %q; want %s and the script in pnpm's dlx cache", r.Command, r.Args, node)
+	}
+	if !strings.HasPrefix(r.NodePath, cache) {
+		t.Fatalf("NODE_PATH %q; want the shim's, in pnpm's dlx cache", r.NodePath)
+	}
+	if err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	command, args := r.Argv(f)
+	w := run(t, r.Environ(append(fx.env, "FIXTURE_ECHO=from env")), fx.dir, command, args)
+	if w.Version != version || !slices.Equal(w.Args, f.Args) || w.Echo != "from env" {
+		t.Fatalf("the flattened server says %+v; want version %s, its args %q", w, version, f.Args)
+	}
+	if got, want := r.String(), "pnpm dlx → node …/server@"+version; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func forEachPNPM(t *testing.T, test func(t *testing.T, fx *pnpmFixture)) {
+	for _, major := range []string{"10", "12"} {
+		t.Run("pnpm"+major, func(t *testing.T) {
+			t.Parallel()
+			test(t, newPNPMFixture(t, major))
+		})
+	}
+}
+
+// pnpm dlx, by every kind of spec and form: not installed, it does not
+// resolve, and trying installs nothing (nor leaves anything in pnpm's
+// cache, when pnpm knows the version but has not installed it); once a
+// start as written installed it, it resolves to the node and script
+// pnpm's shim runs, with the shim's NODE_PATH, the version reported.
+func TestResolvePNPMDlx(t *testing.T) {
+	forEachPNPM(t, func(t *testing.T, fx *pnpmFixture) {
+		publishServer(t, fx.reg, "@fx/server", "1.0.0")
+		fx.reg.Publish(t, testserver.NPMPackage{Name: "@fx/server", Version: "1.1.0", NotLatest: true,
+			Bin:   map[string]string{"fx-server": "bin/index.js"},
+			Files: map[string]string{"bin/index.js": testserver.NodeMCPServer("1.1.0"), "bin/package.json": `{"type":"commonjs"}`}})
+		_, _, err := fx.resolve(t, "pnpm", "dlx", "@fx/server")
+		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server")
+
+		// Each spec as pnpm keys it: pnpm 10 by the version it resolves
+		// to, pnpm 12 by the spec as written.
+		for _, line := range [][]string{
+			{"pnpm", "dlx", "@fx/server", "--port", "7", "two words"},
+			{"pnpm", "dlx", "--silent", "@fx/server@~1.0.0", "a"},
+			{"pnpm", "dlx", "@fx/server@latest"},
+			{"pnpm", "dlx", "--", "@fx/server", "--a"},
+			{"pnpx", "@fx/server", "b"},
+		} {
+			fx.asWritten(t, line[0], line[1:]...)
+			f, r, err := fx.resolve(t, line[0], line[1:]...)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			fx.checkPNPM(t, f, r, "fx-server", "1.0.0")
+		}
+		fx.asWritten(t, "pnpm", "dlx", "--package=@fx/server", "fx-server")
+		f, r, err := fx.resolve(t, "pnpm", "dlx", "--package=@fx/server", "fx-server", "c")
+		if err != nil {
+			t.Fatalf("--package: %v", err)
+		}
+		fx.checkPNPM(t, f, r, "fx-server", "1.0.0")
+
+		// A version pnpm knows of (its metadata is cached) but has not
+		// installed: pnpm would install it, and trying leaves nothing.
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "@fx/server@1.1.0")
+		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server@1.1.0")
+		if l := fx.dlxLeftovers(t); len(l) != 0 {
+			t.Errorf("resolving left %q in pnpm's dlx cache", l)
+		}
+		fx.asWritten(t, "pnpm", "dlx", "@fx/server@1.1.0")
+		f, r, err = fx.resolve(t, "pnpm", "dlx", "@fx/server@1.1.0")
+		if err != nil {
+			t.Fatalf("1.1.0 once installed: %v", err)
+		}
+		fx.checkPNPM(t, f, r, "fx-server", "1.1.0")
+	})
+}
+
+// Which bin runs is pnpm's choice: a package with two bins runs the one
+// named like it; with none so named, pnpm refuses, and so does
+// resolution, saying why; --package names one. A bin that is no Node
+// script is not run directly.
+func TestResolvePNPMBins(t *testing.T) {
+	forEachPNPM(t, func(t *testing.T, fx *pnpmFixture) {
+		script := testserver.NodeMCPServer("2.0.0")
+		fx.reg.Publish(t, testserver.NPMPackage{Name: "@fx/two", Version: "2.0.0",
+			Bin: map[string]string{"two": "two.js", "other": "other.js"}, Files: map[string]string{"two.js": script, "other.js": script}})
+		fx.reg.Publish(t, testserver.NPMPackage{Name: "@fx/many", Version: "2.0.0",
+			Bin: map[string]string{"a": "a.js", "b": "b.js"}, Files: map[string]string{"a.js": script, "b.js": script}})
+		fx.reg.Publish(t, testserver.NPMPackage{Name: "@fx/shell", Version: "1.0.0",
+			Bin: map[string]string{"shell": "run.sh"}, Files: map[string]string{"run.sh": "#!/bin/sh\nexec cat\n"}})
+		for _, spec := range []string{"@fx/two", "@fx/shell"} {
+			fx.asWritten(t, "pnpm", "dlx", spec)
+		}
+		fx.asWritten(t, "pnpm", "dlx", "--package=@fx/many", "a")
+
+		_, r, err := fx.resolve(t, "pnpm", "dlx", "@fx/two")
+		if err != nil || r.Bin != "two" || !strings.HasSuffix(r.Args[0], "/two.js") {
+			t.Errorf("@fx/two: %+v, %v; want its bin two", r, err)
+		}
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "@fx/many")
+		wantPermanent(t, err, "has 2 bins, none named many")
+		f, r, err := fx.resolve(t, "pnpm", "dlx", "--package=@fx/many", "b", "x")
+		if err != nil || r.Bin != "b" || r.Package != "@fx/many" || !strings.HasSuffix(r.Args[0], "/b.js") {
+			t.Errorf("--package=@fx/many b: %+v, %v", r, err)
+		} else if w := run(t, r.Environ(fx.env), fx.dir, r.Command, append(r.Args, f.Args...)); w.Version != "2.0.0" || !slices.Equal(w.Args, []string{"x"}) {
+			t.Errorf("--package=@fx/many b runs %+v", w)
+		}
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "@fx/shell")
+		wantPermanent(t, err, "runs no Node script")
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "--package=@fx/two", "--package=@fx/many", "a")
+		wantPermanent(t, err, "more than one --package")
+	})
+}
+
+// A pnpm that does not answer is given up on when ctx ends, its whole
+// process group killed; one that fails says how.
+func TestResolvePNPMBoundedAndFailing(t *testing.T) {
+	marker := testserver.NewMarker(t)
+	dir := t.TempDir()
+	slow := filepath.Join(dir, "pnpm")
+	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 60 &\nsleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := Parse("pnpm", []string{"dlx", "pkg"})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := (&Resolver{}).Resolve(ctx, f, slow, append(os.Environ(), testserver.MarkerEnv+"="+marker), dir)
+	wantRetry(t, err, "did not answer in time")
+	if took := time.Since(start); took > 300*time.Millisecond+probeWaitDelay+2*time.Second {
+		t.Errorf("Resolve returned %v after its context ended", took)
+	}
+	testserver.WaitGone(t, marker, 5*time.Second)
+
+	failing := filepath.Join(dir, "failing", "pnpm")
+	if err := os.MkdirAll(filepath.Dir(failing), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho ' ERR_PNPM_CONFIG  the config is broken' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&Resolver{}).Resolve(t.Context(), f, failing, os.Environ(), dir)
+	wantRetry(t, err, "pnpm dlx failed: ERR_PNPM_CONFIG  the config is broken")
+}
+
+// NODE_PATH as pnpm's shim sets it: the shim's alone when the server has
+// none (or an empty one), the shim's before the server's otherwise; the
+// environment given is never written.
+func TestResolutionEnviron(t *testing.T) {
+	r := &Resolution{NodePath: "/a:/b"}
+	for _, c := range []struct{ env, want []string }{
+		{[]string{"X=1"}, []string{"X=1", "NODE_PATH=/a:/b"}},
+		{[]string{"NODE_PATH=", "X=1"}, []string{"NODE_PATH=", "X=1", "NODE_PATH=/a:/b"}},
+		{[]string{"NODE_PATH=/c", "X=1"}, []string{"NODE_PATH=/a:/b:/c", "X=1"}},
+		{[]string{"NODE_PATH=/c", "NODE_PATH=/d"}, []string{"NODE_PATH=/c", "NODE_PATH=/a:/b:/d"}},
+	} {
+		env := slices.Clone(c.env)
+		if got := r.Environ(env); !slices.Equal(got, c.want) {
+			t.Errorf("Environ(%q) = %q, want %q", c.env, got, c.want)
+		}
+		if !slices.Equal(env, c.env) {
+			t.Errorf("Environ wrote its argument: %q", env)
+		}
+	}
+	if got := (&Resolution{}).Environ([]string{"X=1"}); !slices.Equal(got, []string{"X=1"}) {
+		t.Errorf("no NodePath: %q", got)
+	}
+}
+
+// Shims that cannot be read are not flattened, saying why.
+func TestReadShim(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ shim, says string }{
+		{"#!/usr/bin/env node\nconsole.log(1)\n", "is no pnpm shim"},
+		{"#!/bin/sh\nexec sh \"$basedir/../x/run.sh\" \"$@\"\n", "runs no Node script"},
+		{"#!/bin/sh\nexport NODE_PATH=\"$HOME/x\"\nexec node  \"$basedir/../x/i.js\" \"$@\"\n", "sets NODE_PATH in a form that cannot be read"},
+	} {
+		p := filepath.Join(dir, "shim")
+		if err := os.WriteFile(p, []byte(c.shim), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := readShim(p)
+		wantPermanent(t, err, c.says)
+	}
+	p := filepath.Join(dir, "shim")
+	os.WriteFile(p, []byte("#!/bin/sh\nif [ -z \"$NODE_PATH\" ]; then\n  export NODE_PATH=\"/n/a:/n/b\"\nelse\n  export NODE_PATH=\"/n/a:/n/b:$NODE_PATH\"\nfi\n  exec node  \"$basedir/../p/i.js\" \"$@\"\n"), 0o755)
+	target, np, err := readShim(p)
+	if err != nil || target != "../p/i.js" || np != "/n/a:/n/b" {
+		t.Fatalf("readShim = %q, %q, %v", target, np, err)
+	}
+}
