@@ -57,11 +57,12 @@ bench-dormant:
 # goes to bin/bench/fleet-report-nodeMAJOR.txt. NODE=22, NODE=24 or NODE=26 runs it
 # with that Node release line first on PATH (npm, npx and the servers run on
 # it) instead of the machine's node: scripts/bench-node.sh installs it into
-# .deps/nodeMAJOR on first use. NODE22=1 is NODE=22.
+# .deps/nodeMAJOR on first use. NODE22=1 is NODE=22. PNPM=1 adds the same
+# servers as `pnpm dlx`, with pnpm 10 and pnpm 12.
 NODE ?= $(if $(NODE22),22)
 bench-fleet: test-deps
 	@nodebin=""; if [ -n "$(NODE)" ]; then nodebin=$$(scripts/bench-node.sh $(NODE)) || exit 1; nodebin="$$nodebin:"; fi; \
-	PATH="$$nodebin$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
+	PATH="$$nodebin$$PATH" MCPVISOR_BENCH_FLEET=1 MCPVISOR_BENCH_PNPM=$(PNPM) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 20m -run '^TestBenchFleet$$' -v ./cmd/mcpvisor/
 
 # What mcpvisor connect adds (about 40 s): per-call latency of one client
 # through connect → serve, mcpvisor stdio and direct stdio to the fixture,

@@ -35,7 +35,7 @@ NPX_CACHE_PACKAGES=(
 # pnpm for the flattening tests of pnpm dlx, one of each of its lines:
 # .deps/pnpm10 (pnpm in JavaScript, run by node) and .deps/pnpm12 (native).
 PNPM_VERSIONS=(10.34.9 12.4.2)
-stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]} pnpm: ${PNPM_VERSIONS[*]}"
+stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]} pnpm: ${PNPM_VERSIONS[*]} pnpm-home"
 
 # The dashboard's browser tests drive Debian's chromium (headless). It is
 # a system package: installed with apt-get when /usr/bin/chromium is missing
@@ -90,6 +90,13 @@ npm install --silent --prefix "$deps/npm-next" "${NPM_NEXT_PACKAGES[@]}" >&2
 for v in "${PNPM_VERSIONS[@]}"; do
   echo "test-deps: installing pnpm $v into .deps/pnpm${v%%.*}" >&2
   npm install --silent --no-save --prefix "$deps/pnpm${v%%.*}" "pnpm@$v" >&2
+  # pnpm's dlx cache for the fleet benchmark's pnpm cases (make
+  # bench-fleet PNPM=1): .deps/pnpm-home, as `pnpm dlx NAME` fills it.
+  for p in "${NPX_CACHE_PACKAGES[@]}"; do
+    (cd / && XDG_CACHE_HOME="$deps/pnpm-home/cache" XDG_DATA_HOME="$deps/pnpm-home/data" \
+      XDG_CONFIG_HOME="$deps/pnpm-home/config" XDG_STATE_HOME="$deps/pnpm-home/state" \
+      "$deps/pnpm${v%%.*}/node_modules/.bin/pnpm" dlx --package="$p" node -e 0) >&2
+  done
 done
 
 echo "test-deps: filling the npx cache .deps/npm-cache with ${NPX_CACHE_PACKAGES[*]}" >&2

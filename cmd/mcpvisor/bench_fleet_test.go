@@ -46,12 +46,16 @@ import (
 //
 // `make bench-fleet` runs it; plain `go test` skips it. Environment:
 // MCPVISOR_BENCH_FLEET=1 enables it; MCPVISOR_BENCH_ROUNDS (default 7);
+// MCPVISOR_BENCH_PNPM=1 adds the same servers configured as `pnpm dlx
+// @modelcontextprotocol/server-NAME`, with pnpm 10 (in JavaScript) and
+// pnpm 12 (native), from pnpm's dlx cache (.deps/pnpm-home);
 // MCPVISOR_BENCH_OUT (default $TMPDIR/mcpvisor-bench) where
 // fleet-report-nodeMAJOR.txt goes (MAJOR: the release line of the node on
 // PATH).
 
 const (
 	benchFleetEnv   = "MCPVISOR_BENCH_FLEET"
+	benchPNPMEnv    = "MCPVISOR_BENCH_PNPM"
 	settleAfterWake = 1500 * time.Millisecond
 )
 
@@ -99,11 +103,20 @@ func TestBenchFleet(t *testing.T) {
 		}
 	}
 
+	wheres := []string{"npx cache", "local project"}
+	pnpmHome := ""
+	if os.Getenv(benchPNPMEnv) != "" {
+		wheres = append(wheres, "pnpm10 dlx", "pnpm12 dlx")
+		pnpmHome = testserver.Deps(t, "pnpm-home")
+	}
 	var cases []fleetCase
 	cfgServers := map[string]any{}
 	for _, pkg := range []string{"everything", "memory"} {
-		for _, where := range []string{"npx cache", "local project"} {
+		for _, where := range wheres {
 			for _, mode := range []string{"flat", "nocache", "written"} {
+				if mode == "nocache" && strings.HasPrefix(where, "pnpm") {
+					continue
+				}
 				flat := mode != "written"
 				c := fleetCase{pkg: pkg, where: where, flat: flat, noCache: mode == "nocache", tool: "echo", args: map[string]any{"message": "wake"}}
 				if pkg == "memory" {
@@ -121,6 +134,16 @@ func TestBenchFleet(t *testing.T) {
 						"npm_config_fund": "false", "npm_config_audit": "false",
 						"MEMORY_FILE_PATH": filepath.Join(dir, c.name+".jsonl"), testserver.MarkerEnv: marker,
 					},
+				}
+				if pnpm, ok := strings.CutSuffix(where, " dlx"); ok {
+					// pnpm dlx from its cache (.deps/pnpm-home, filled by
+					// scripts/test-deps.sh as `pnpm dlx NAME` fills it).
+					srv["command"] = filepath.Join(testserver.Deps(t, pnpm), "node_modules", ".bin", "pnpm")
+					srv["args"] = []string{"dlx", "@modelcontextprotocol/server-" + pkg}
+					env := srv["env"].(map[string]string)
+					for _, x := range []string{"cache", "data", "config", "state"} {
+						env["XDG_"+strings.ToUpper(x)+"_HOME"] = filepath.Join(pnpmHome, x)
+					}
 				}
 				if !flat {
 					srv["launch"] = "as-written"
@@ -171,7 +194,11 @@ func TestBenchFleet(t *testing.T) {
 		if ls := st[c.name].Launcher; c.flat {
 			say("  %-24s %s: %s (node's compile cache: %s)\n", c.name, c.where, ls.Runs, cmp.Or(ls.CompileCache, "none: "+ls.CompileCacheSetBy+" set"))
 		} else {
-			say("  %-24s %s: npx -y @modelcontextprotocol/server-%s as written\n", c.name, c.where, c.pkg)
+			launcher := "npx -y"
+			if strings.HasPrefix(c.where, "pnpm") {
+				launcher = "pnpm dlx"
+			}
+			say("  %-24s %s: %s @modelcontextprotocol/server-%s as written\n", c.name, c.where, launcher, c.pkg)
 		}
 	}
 
@@ -244,7 +271,7 @@ func TestBenchFleet(t *testing.T) {
 	}
 	say("\nratios, as written / flattened (target: wake ≥ 3×, memory ≥ 50 %% less):\n")
 	for _, pkg := range []string{"everything", "memory"} {
-		for _, where := range []string{"npx cache", "local project"} {
+		for _, where := range wheres {
 			prefix := pkg + "-" + strings.Fields(where)[0]
 			flat, written, nocache := rows[prefix+"-flat"], rows[prefix+"-written"], rows[prefix+"-nocache"]
 			wake := func(x fleetRow) float64 { return msf(x.wake) }
@@ -267,6 +294,9 @@ func TestBenchFleet(t *testing.T) {
 			cx, clo, chi := ratioMedians(written, flat, cpu)
 			say("    tree CPU time to the answer (less sensitive to the machine's other load): %.2f× less flattened (rounds %.2f–%.2f; %.0f → %.0f ms)\n",
 				cx, clo, chi, median(durations(written, cpu)), median(durations(flat, cpu)))
+			if len(nocache) == 0 {
+				continue
+			}
 			nw, nwlo, nwhi := ratioMedians(written, nocache, wake)
 			cw, cwlo, cwhi := ratioMedians(nocache, flat, wake)
 			ncx, _, _ := ratioMedians(nocache, flat, cpu)
