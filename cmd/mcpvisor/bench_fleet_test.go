@@ -144,6 +144,11 @@ func TestBenchFleet(t *testing.T) {
 					for _, x := range []string{"cache", "data", "config", "state"} {
 						env["XDG_"+strings.ToUpper(x)+"_HOME"] = filepath.Join(pnpmHome, x)
 					}
+					// Its installs never expire: pnpm would otherwise
+					// install again, over the network, a day after
+					// test-deps.sh filled the cache.
+					env["npm_config_dlx_cache_max_age"] = "52560000"
+					env["pnpm_config_dlx_cache_max_age"] = "52560000"
 				}
 				if !flat {
 					srv["launch"] = "as-written"

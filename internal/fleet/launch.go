@@ -208,7 +208,7 @@ func (f *Fleet) prepareLaunch(sc *config.Server, spec *proc.Spec) func(error) {
 				if spec.Env == nil {
 					spec.Env = proc.Environ()
 				}
-				spec.Env = rec.Resolution.Environ(spec.Env)
+				spec.Env = rec.Resolution.Environ(spec.Env) // a copy
 			}
 			st.last, st.note = startedFlattened, ""
 			return func(err error) { f.flattenedStarted(st, key, err) }
@@ -501,7 +501,9 @@ func (s *Server) Launcher() *LaunchStatus {
 // it again now, bounded by ctx: a newer version of a package named by a
 // range, a tag or its name alone is taken if it is installed; if it is
 // not, the next start runs as written (which installs it) and the
-// resolution follows. The result applies from the server's next start: a
+// resolution follows. pnpm dlx, which is resolved offline, is not
+// resolved now: its next start runs as written, and the resolution
+// follows (launch.Form.RefreshAsWritten). The result applies from the server's next start: a
 // running process is left as it is (LaunchStatus.Last says how it
 // started). An error wrapping ErrNoLauncher means the server has nothing
 // to resolve.
@@ -524,10 +526,19 @@ func (s *Server) Refresh(ctx context.Context) (*LaunchStatus, error) {
 	key := st.use(s.f, cfg.Name, cfg)
 	st.gen++
 	gen := st.gen
-	st.rec, st.suspect, st.resolving = nil, nil, perr == nil
+	var later *launchRecord
+	if perr == nil {
+		if why := form.RefreshAsWritten(); why != "" {
+			later = &launchRecord{Reason: why, Retry: true, At: time.Now()}
+		}
+	}
+	st.rec, st.suspect, st.resolving = later, nil, perr == nil && later == nil
+	if later != nil {
+		s.f.logLaunch(st, cfg.Name, "", later.Reason)
+	}
 	st.mu.Unlock()
-	s.f.putLaunch(cfg.Name, key, nil)
-	if perr != nil {
+	s.f.putLaunch(cfg.Name, key, later)
+	if perr != nil || later != nil {
 		return s.Launcher(), nil
 	}
 	env := proc.Environ()

@@ -557,6 +557,50 @@ func TestLaunchRefresh(t *testing.T) {
 	})
 }
 
+// A refresh of pnpm dlx resolves nothing at once (pnpm would answer from
+// what it last fetched, which a flattened server never makes it fetch
+// again): it says why, its next start runs pnpm as written, and the
+// resolution follows that start; the record, persisted, survives a new
+// fleet on the same store.
+func TestLaunchRefreshPNPM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := openStore(t)
+		const doc = `{"mcpServers":{"p":{"command":"pnpm","args":["dlx","@fx/server"],"idleTimeout":"0"}}}`
+		lf := newFlatFleet(t, doc, st)
+		dir := t.TempDir()
+		res := fakeInstall(t, dir, "1.0.0")
+		res.Launcher, res.NodePath = launch.PNPMDlx, "/cache/dlx/k/d/node_modules/.pnpm/node_modules"
+		lf.res.answer(res, nil)
+		lf.start(t, "p")
+		lf.sleep(t, "p")
+		if got := lf.start(t, "p"); got[0] != res.Command || !slices.Contains(lf.lastEnv(), "NODE_PATH="+res.NodePath) {
+			t.Fatalf("the flattened start ran %q with NODE_PATH %v", got, slices.Contains(lf.lastEnv(), "NODE_PATH="+res.NodePath))
+		}
+		n := lf.res.count()
+		newer := fakeInstall(t, dir, "1.1.0")
+		newer.Launcher = launch.PNPMDlx
+		lf.res.answer(newer, nil)
+		ls, err := lf.f.Get("p").Refresh(t.Context())
+		if err != nil || ls.Flattened || !strings.Contains(ls.Reason, "the next start runs pnpm dlx as written") || ls.Resolving {
+			t.Fatalf("Refresh = %+v, %v", ls, err)
+		}
+		if lf.res.count() != n {
+			t.Fatal("Refresh of pnpm dlx resolved at once")
+		}
+		lf.close(t)
+
+		again := newFlatFleet(t, doc, st)
+		defer again.close(t)
+		again.res.answer(newer, nil)
+		if got := again.start(t, "p"); got[0] != "pnpm" {
+			t.Fatalf("the start after the refresh ran %q; want pnpm as written", got)
+		}
+		if ls := again.f.Get("p").Launcher(); !ls.Flattened || ls.Version != "1.1.0" || again.res.count() != 1 {
+			t.Fatalf("after the start as written: %+v, %d resolutions", ls, again.res.count())
+		}
+	})
+}
+
 func openStore(t *testing.T) *store.Store {
 	t.Helper()
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{Logger: discardLogger()})

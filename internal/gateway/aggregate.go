@@ -536,12 +536,12 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 		a.routes[k.Member] = t
 		a.sweepLocked()
 	}
-	// The collisions stay those of the newest build, kept or not, so that
-	// status reports them even while no table is current. Each is logged
-	// once, by the build that found it first — not once per build of a
+	// The collisions stay those of the newest build to finish, kept or
+	// not, so that status reports them even while no table is current. A
+	// collision is logged when it enters them — not at every build of a
 	// table that has it (an invalidation, a table rebuilt after it was
-	// dropped idle), nor by a build older than the newest (whose table is
-	// not kept) —, decided under the lock that replaces the collisions.
+	// dropped idle) —, decided under the lock that replaces them; a build
+	// that finishes after a newer one neither replaces nor logs them.
 	var found []string
 	if a.collGen == nil {
 		a.collGen = map[string]uint64{}

@@ -15,8 +15,9 @@ import (
 // sets, the working directory it runs in (dir: its cwd, else mcpvisor's),
 // and, of the environment it inherits from mcpvisor (inherited,
 // "KEY=value"), what decides what npm or pnpm finds: PATH, HOME, their
-// npm_config_* and pnpm_config_* variables (in any case), and the XDG
-// base directories pnpm keeps its cache, store and settings in. Any
+// npm_config_* and pnpm_config_* variables (in any case), the XDG base
+// directories pnpm keeps its cache, store and settings in, and NODE_PATH
+// (pnpm's shim passes it on after its own). Any
 // change of those is another
 // key, so the resolution is redone. Values (secrets in env among them)
 // are only hashed.
@@ -44,7 +45,7 @@ func Key(command string, args []string, env map[string]string, dir string, inher
 		k, _, _ := strings.Cut(kv, "=")
 		lk := strings.ToLower(k)
 		if k == "PATH" || k == "HOME" || strings.HasPrefix(lk, "npm_config_") || strings.HasPrefix(lk, "pnpm_config_") ||
-			k == "XDG_CACHE_HOME" || k == "XDG_DATA_HOME" || k == "XDG_CONFIG_HOME" {
+			k == "XDG_CACHE_HOME" || k == "XDG_DATA_HOME" || k == "XDG_CONFIG_HOME" || k == "NODE_PATH" {
 			from = append(from, kv)
 		}
 	}

@@ -133,6 +133,19 @@ func Parse(command string, args []string) (*Form, error) {
 	return nil, nil
 }
 
+// RefreshAsWritten says why a refresh of f does not resolve it at once,
+// "" when it does. pnpm dlx is resolved offline, from the metadata pnpm
+// fetched when it last ran online — which a flattened server never makes
+// it do —, so it would find again what it found: a refresh has the next
+// start run it as written (pnpm resolves the spec online, installing a
+// newer version if there is one), and it is resolved after that start.
+func (f *Form) RefreshAsWritten() string {
+	if f.Launcher == PNPMDlx {
+		return "refreshed: the next start runs pnpm dlx as written (which resolves " + f.Spec() + " online, installing a newer version if there is one), then it is resolved again"
+	}
+	return ""
+}
+
 // firstWord is the index of the first argument that is no option, or -1.
 func firstWord(args []string) int {
 	for i, a := range args {

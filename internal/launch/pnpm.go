@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // pnpm dlx (pnpm 9 and later, in JavaScript up to 11, native from 12)
@@ -20,19 +21,32 @@ import (
 //
 // resolvePNPM asks the user's own pnpm, with the command line as
 // configured, to run a probe of ours in place of the bin (--package names
-// the package, the probe is the command) — offline, from an empty store
-// of ours, with no expiry of its cache: where the package is installed,
-// pnpm finds it by its own key (registries, architectures, allowed builds
-// and the version its metadata cache resolves the spec to) and runs the
-// probe with the PATH it would run the bin with, whose first entry is the
-// install's node_modules/.bin; where it is not, pnpm cannot install it
-// (nothing to fetch offline, no store to take it from) and fails. The bin
-// is the one pnpm's rule picks (the package's only bin, or the one named
-// like it), found through its shim: the script it execs, the node it
-// finds on that PATH, and the NODE_PATH it sets.
+// the package, the probe is the command) — offline and with an empty
+// store of ours, which no setting of the server's environment overrides:
+// where the package is installed (and its install not expired by pnpm's
+// dlx-cache-max-age), pnpm finds it by its own key (registries,
+// architectures, allowed builds and the version its metadata cache
+// resolves the spec to) and runs the probe with the PATH and NODE_PATH it
+// would run the bin with, the PATH's first entry the install's
+// node_modules/.bin; where it is not, pnpm cannot install it (nothing to
+// fetch offline, no store to take it from) and fails. The bin is the one
+// pnpm's rule picks (the package's only bin, or the one named like it),
+// found through its shim: the script it execs, the node it finds on that
+// PATH, and the NODE_PATH it sets. Only registry specs are resolved (a
+// local directory, tarball or URL needs no fetch, so pnpm would install it
+// even offline). An install the probe's pnpm made after all (its pkg link
+// newer than the probe) is refused.
+//
+// Resolved offline, the spec resolves to what pnpm's metadata cache says,
+// which is as fresh as pnpm's last run online: right after a start as
+// written, when a resolution runs, it is that start's. A refresh therefore
+// does not resolve pnpm dlx at once (see Form.RefreshAsWritten).
 func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env []string, dir string) (*Resolution, error) {
 	if len(f.Packages) > 1 {
 		return nil, permanent("pnpm dlx with more than one --package is not flattened")
+	}
+	if !registrySpec(f.Spec()) {
+		return nil, permanent("pnpm dlx %s is not flattened: only a package of a registry is (a directory, a tarball or a URL is installed again by every run)", f.Spec())
 	}
 	tmp, err := os.MkdirTemp(r.TempDir, "mcpvisor-launch-")
 	if err != nil {
@@ -45,27 +59,13 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 	if strings.ContainsAny(out, "'\n") {
 		return nil, permanent("temporary directory %q cannot be quoted for sh", tmp)
 	}
-	script := "#!/bin/sh\nprintf '%s' \"$PATH\" > '" + out + "'\n"
+	script := "#!/bin/sh\nprintf '%s\\0%s\\0' \"$PATH\" \"$NODE_PATH\" > '" + out + "'\n"
 	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
 		return nil, retryable("cannot write the probe: %v", err)
 	}
-	at := f.target
-	if f.sep {
-		at--
-	}
-	args := slices.Clone(f.argv[:at])
-	if len(f.Packages) == 0 {
-		args = append(args, "--package="+f.Target)
-	}
-	args = append(args, probe)
-	// pnpm up to 10 reads its settings from npm_config_*, later ones from
-	// pnpm_config_* too; its dlx command refuses --offline and
-	// --store-dir as options, not as settings.
-	probeEnv := slices.Clip(env)
-	for _, kv := range [][2]string{{"offline", "true"}, {"store_dir", store}, {"dlx_cache_max_age", "52560000"}} {
-		probeEnv = append(probeEnv, "npm_config_"+kv[0]+"="+kv[1], "pnpm_config_"+kv[0]+"="+kv[1])
-	}
-	stderr, err := runProbe(ctx, program, args, probeEnv, dir)
+	args := append(f.pnpmProbeArgs(), probe)
+	started := time.Now()
+	stderr, err := runProbe(ctx, program, args, offlineEnv(env, store), dir)
 	data, rerr := os.ReadFile(out)
 	if rerr != nil {
 		if ctx.Err() != nil {
@@ -77,12 +77,19 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 		}
 		return nil, retryable("pnpm dlx failed: %s", pnpmError(stderr, err))
 	}
-	path := filepath.SplitList(string(data))
+	fields := strings.Split(string(data), "\x00")
+	if len(fields) < 3 {
+		return nil, retryable("pnpm dlx: the probe's answer is cut short")
+	}
+	path := filepath.SplitList(fields[0])
 	if len(path) == 0 || filepath.Base(path[0]) != ".bin" || filepath.Base(filepath.Dir(path[0])) != "node_modules" || !filepath.IsAbs(path[0]) {
-		return nil, permanent("pnpm dlx ran its command with PATH %q, whose first entry is no install's node_modules/.bin", string(data))
+		return nil, permanent("pnpm dlx ran its command with PATH %q, whose first entry is no install's node_modules/.bin", fields[0])
 	}
 	binsDir := path[0]
 	install := filepath.Dir(filepath.Dir(binsDir))
+	if link, err := os.Lstat(filepath.Join(filepath.Dir(install), "pkg")); err == nil && !link.ModTime().Before(started) {
+		return nil, retryable("pnpm dlx installed %s while it was asked where it is: not flattened until a start as written installs it", f.Spec())
+	}
 	bin := f.Target
 	if len(f.Packages) == 0 {
 		if bin, err = pnpmBinName(install); err != nil {
@@ -104,6 +111,11 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 	target, nodePath, err := readShim(found)
 	if err != nil {
 		return nil, err
+	}
+	if nodePath != "" && fields[1] != "" {
+		// As the shim sets it: its own, then what it was given (the
+		// server's, and what a pnpm that is itself a shim added).
+		nodePath += string(filepath.ListSeparator) + fields[1]
 	}
 	scriptPath, err := filepath.EvalSymlinks(filepath.Join(binsDir, target))
 	if err != nil {
@@ -130,6 +142,112 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 		NodePath: nodePath,
 		Files:    []string{node, scriptPath, pkgJSON},
 	}, nil
+}
+
+// pnpmProbeArgs is the launcher's command line up to the package, with
+// --package=<the package> added when it names none, and without the
+// options that only quiet pnpm (a silent pnpm does not say why it
+// failed): what precedes the probe, which takes the place of the bin.
+func (f *Form) pnpmProbeArgs() []string {
+	at := f.target
+	if f.sep {
+		at--
+	}
+	var out []string
+	for i := 0; i < at; i++ {
+		a := f.argv[i]
+		key, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") {
+			switch key {
+			case "silent", "s":
+				continue
+			case "reporter":
+				if !hasVal {
+					i++
+				}
+				continue
+			}
+		}
+		out = append(out, a)
+	}
+	if len(f.Packages) == 0 {
+		out = append(out, "--package="+f.Target)
+	}
+	return out
+}
+
+// probeSettings are the pnpm settings the probe sets, and the ones it
+// takes out of the environment it is given (in any case, with - or _):
+// any of them set by the server's environment could make pnpm install.
+var probeSettings = []string{"offline", "prefer_offline", "store_dir"}
+
+// offlineEnv is env for the probe: pnpm offline with the empty store
+// store, whatever env says of those settings. pnpm up to 10 reads its
+// settings from npm_config_*, later ones from pnpm_config_* too; its dlx
+// command refuses --offline and --store-dir as options, not as
+// settings.
+func offlineEnv(env []string, store string) []string {
+	out := make([]string, 0, len(env)+4)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		k = strings.ReplaceAll(strings.ToLower(k), "-", "_")
+		name, ok := strings.CutPrefix(k, "npm_config_")
+		if !ok {
+			name, ok = strings.CutPrefix(k, "pnpm_config_")
+		}
+		if ok && slices.Contains(probeSettings, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for _, kv := range [][2]string{{"offline", "true"}, {"store_dir", store}} {
+		out = append(out, "npm_config_"+kv[0]+"="+kv[1], "pnpm_config_"+kv[0]+"="+kv[1])
+	}
+	return out
+}
+
+// registrySpec reports whether spec names a package of a registry
+// (name, name@range, name@tag, @scope/name…), not a directory, a tarball,
+// a URL, a git host or an alias.
+func registrySpec(spec string) bool {
+	name := spec
+	if strings.HasPrefix(name, "@") {
+		scope, rest, ok := strings.Cut(name[1:], "/")
+		if !ok || scope == "" {
+			return false
+		}
+		name = rest
+	}
+	name, version, _ := strings.Cut(name, "@")
+	if name == "" || strings.ContainsAny(name, `/\:~`) || strings.HasPrefix(name, ".") {
+		return false
+	}
+	for _, ext := range []string{".tgz", ".tar.gz", ".tar"} {
+		if strings.HasSuffix(name, ext) || strings.HasSuffix(version, ext) {
+			return false
+		}
+	}
+	return !strings.ContainsAny(version, `/\:`)
+}
+
+// binNameOK reports whether pnpm links a bin of this name (its scope
+// taken off): one that encodeURIComponent leaves as it is, and not . or ..
+func binNameOK(name string) bool {
+	if name == "" || name == "." || name == ".." {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.!~*'()", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// binPathOK reports whether a bin's path stays inside its package.
+func binPathOK(path string) bool {
+	p := filepath.Clean(filepath.Join("pkg", path))
+	return p != "pkg" && strings.HasPrefix(p, "pkg"+string(filepath.Separator))
 }
 
 // pnpmBinName is the bin pnpm dlx runs of the package installed in
@@ -169,23 +287,35 @@ func pnpmBinName(install string) (string, error) {
 	if strings.HasPrefix(scopeless, "@") {
 		_, scopeless, _ = strings.Cut(scopeless, "/")
 	}
+	// The bins pnpm links: scopes taken off the names, unsafe names and
+	// paths outside the package left out.
+	var names []string
 	var one string
 	if json.Unmarshal(manifest.Bin, &one) == nil && one != "" {
-		return scopeless, nil
-	}
-	var bins map[string]string
-	if json.Unmarshal(manifest.Bin, &bins) != nil || len(bins) == 0 {
-		return "", permanent("package %s has no bin", pkg)
-	}
-	if len(bins) == 1 {
-		for name := range bins {
-			return filepath.Base(name), nil
+		if binNameOK(scopeless) && binPathOK(one) {
+			names = append(names, scopeless)
+		}
+	} else {
+		var bins map[string]string
+		_ = json.Unmarshal(manifest.Bin, &bins)
+		for name, path := range bins {
+			if i := strings.LastIndexByte(name, '/'); strings.HasPrefix(name, "@") && i >= 0 {
+				name = name[i+1:]
+			}
+			if binNameOK(name) && binPathOK(path) && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
 		}
 	}
-	if _, ok := bins[scopeless]; ok {
+	switch {
+	case len(names) == 0:
+		return "", permanent("package %s has no bin", pkg)
+	case len(names) == 1:
+		return names[0], nil
+	case slices.Contains(names, scopeless):
 		return scopeless, nil
 	}
-	return "", permanent("package %s has %d bins, none named %s: pnpm dlx cannot tell which to run", pkg, len(bins), scopeless)
+	return "", permanent("package %s has %d bins, none named %s: pnpm dlx cannot tell which to run", pkg, len(names), scopeless)
 }
 
 // The lines of pnpm's bin shim (@pnpm/cmd-shim) that flattening reads:
@@ -246,7 +376,7 @@ func notInstalled(stderr []byte) bool {
 
 // leftoverOf finds, in pnpm's stderr, the directory a failed dlx install
 // was made in.
-var leftoverOf = regexp.MustCompile(`installing a direct dependency of (/\S+)`)
+var leftoverOf = regexp.MustCompile(`(?m)installing a direct dependency of (/.*?)\s*$`)
 
 // removeProbeLeftover removes the directory pnpm made for the install a
 // failed probe could not make (pnpm 10 names it, and leaves the empty

@@ -67,7 +67,8 @@ func (fx *pnpmFixture) asWritten(t *testing.T, command string, args ...string) {
 }
 
 // dlxLeftovers lists what is in pnpm's dlx cache besides its installs:
-// each key directory may hold its pkg link and the install it points to.
+// each key directory may hold its pkg link and the install it points to,
+// or nothing.
 func (fx *pnpmFixture) dlxLeftovers(t *testing.T) []string {
 	t.Helper()
 	var out []string
@@ -76,6 +77,13 @@ func (fx *pnpmFixture) dlxLeftovers(t *testing.T) []string {
 		kd := filepath.Join(fx.home, "cache", "pnpm", "dlx", k.Name())
 		target, _ := os.Readlink(filepath.Join(kd, "pkg"))
 		entries, _ := os.ReadDir(kd)
+		if target == "" && len(entries) > 0 {
+			// pnpm 12 leaves an empty key directory where an install
+			// failed (and uses it for the next): one with no pkg link
+			// holds nothing.
+			out = append(out, kd)
+			continue
+		}
 		for _, e := range entries {
 			if e.Name() != "pkg" && e.Name() != filepath.Base(target) {
 				out = append(out, filepath.Join(kd, e.Name()))
@@ -165,8 +173,9 @@ func TestResolvePNPMDlx(t *testing.T) {
 		fx.checkPNPM(t, f, r, "fx-server", "1.0.0")
 
 		// A version pnpm knows of (its metadata is cached) but has not
-		// installed: pnpm would install it, and trying leaves nothing.
-		_, _, err = fx.resolve(t, "pnpm", "dlx", "@fx/server@1.1.0")
+		// installed: pnpm would install it, and trying leaves nothing
+		// (--silent, which would hide why pnpm failed, is not passed on).
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "--silent", "@fx/server@1.1.0")
 		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server@1.1.0")
 		if l := fx.dlxLeftovers(t); len(l) != 0 {
 			t.Errorf("resolving left %q in pnpm's dlx cache", l)
@@ -248,16 +257,15 @@ func TestResolvePNPMBoundedAndFailing(t *testing.T) {
 	wantRetry(t, err, "pnpm dlx failed: ERR_PNPM_CONFIG  the config is broken")
 }
 
-// NODE_PATH as pnpm's shim sets it: the shim's alone when the server has
-// none (or an empty one), the shim's before the server's otherwise; the
+// NODE_PATH as pnpm's shim sets it: NodePath (which holds what the
+// launcher gave the shim) in place of any the environment has; the
 // environment given is never written.
 func TestResolutionEnviron(t *testing.T) {
 	r := &Resolution{NodePath: "/a:/b"}
 	for _, c := range []struct{ env, want []string }{
 		{[]string{"X=1"}, []string{"X=1", "NODE_PATH=/a:/b"}},
-		{[]string{"NODE_PATH=", "X=1"}, []string{"NODE_PATH=", "X=1", "NODE_PATH=/a:/b"}},
-		{[]string{"NODE_PATH=/c", "X=1"}, []string{"NODE_PATH=/a:/b:/c", "X=1"}},
-		{[]string{"NODE_PATH=/c", "NODE_PATH=/d"}, []string{"NODE_PATH=/c", "NODE_PATH=/a:/b:/d"}},
+		{[]string{"NODE_PATH=", "X=1"}, []string{"X=1", "NODE_PATH=/a:/b"}},
+		{[]string{"NODE_PATH=/c", "X=1", "NODE_PATH=/d"}, []string{"X=1", "NODE_PATH=/a:/b"}},
 	} {
 		env := slices.Clone(c.env)
 		if got := r.Environ(env); !slices.Equal(got, c.want) {
@@ -267,7 +275,7 @@ func TestResolutionEnviron(t *testing.T) {
 			t.Errorf("Environ wrote its argument: %q", env)
 		}
 	}
-	if got := (&Resolution{}).Environ([]string{"X=1"}); !slices.Equal(got, []string{"X=1"}) {
+	if got := (&Resolution{}).Environ([]string{"X=1", "NODE_PATH=/c"}); !slices.Equal(got, []string{"X=1", "NODE_PATH=/c"}) {
 		t.Errorf("no NodePath: %q", got)
 	}
 }
@@ -292,5 +300,126 @@ func TestReadShim(t *testing.T) {
 	target, np, err := readShim(p)
 	if err != nil || target != "../p/i.js" || np != "/n/a:/n/b" {
 		t.Fatalf("readShim = %q, %q, %v", target, np, err)
+	}
+}
+
+// A server's environment cannot make the probe install: settings that
+// would put pnpm online, or give it a store to install from, in any case
+// and spelling, are replaced by the probe's. Nothing is installed, and
+// a package once installed still resolves with them set. The --silent
+// that quiets pnpm is not passed on (pnpm would not say why it failed),
+// and a NODE_PATH of the server's comes after the shim's.
+func TestResolvePNPMEnvironmentCannotInstall(t *testing.T) {
+	forEachPNPM(t, func(t *testing.T, fx *pnpmFixture) {
+		publishServer(t, fx.reg, "@fx/server", "1.0.0")
+		userStore := filepath.Join(fx.home, "data", "pnpm", "store")
+		base := fx.env
+		fx.env = append(slices.Clone(base), "PNPM_CONFIG_OFFLINE=false", "NPM_CONFIG_OFFLINE=false", "pnpm_config_prefer-offline=false",
+			"PNPM_CONFIG_STORE_DIR="+userStore, "npm_config_store-dir="+userStore, "PNPM_CONFIG_DLX_CACHE_MAX_AGE=0")
+		_, _, err := fx.resolve(t, "pnpm", "dlx", "--silent", "@fx/server")
+		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server")
+		if links, _ := filepath.Glob(filepath.Join(fx.home, "cache", "pnpm", "dlx", "*", "pkg")); len(links) != 0 {
+			t.Fatalf("resolving installed %q", links)
+		}
+		fx.env = base
+		fx.asWritten(t, "pnpm", "dlx", "@fx/server")
+		fx.env = append(slices.Clone(base), "PNPM_CONFIG_OFFLINE=false", "PNPM_CONFIG_STORE_DIR="+userStore, "NODE_PATH=/srv/np")
+		f, r, err := fx.resolve(t, "pnpm", "dlx", "--silent", "@fx/server", "x")
+		if err != nil {
+			t.Fatalf("installed, with the settings set: %v", err)
+		}
+		if !strings.HasSuffix(r.NodePath, ":/srv/np") {
+			t.Errorf("NODE_PATH %q; want the shim's, then the server's", r.NodePath)
+		}
+		fx.checkPNPM(t, f, r, "fx-server", "1.0.0")
+		if l := fx.dlxLeftovers(t); len(l) != 0 {
+			t.Errorf("resolving left %q in pnpm's dlx cache", l)
+		}
+	})
+}
+
+// Only a registry's packages are resolved: a directory, a tarball, a URL
+// or a git host would be installed by the probe itself, offline or not.
+func TestRegistrySpec(t *testing.T) {
+	for spec, want := range map[string]bool{
+		"pkg": true, "pkg@1.2.3": true, "pkg@^1": true, "pkg@latest": true, "@s/pkg": true, "@s/pkg@~1.0.0": true, "pkg@>=1 <2": true,
+		"./dir": false, "/abs/dir": false, "../x": false, "~/x": false, "x.tgz": false, "/x/y.tar.gz": false, "pkg@file:../x": false,
+		"https://h/x.tgz": false, "github:u/r": false, "u/r": false, "npm:pkg@1": false, "@s": false, "@/x": false, "": false,
+		"pkg@link:../x": false,
+	} {
+		if got := registrySpec(spec); got != want {
+			t.Errorf("registrySpec(%q) = %v, want %v", spec, got, want)
+		}
+	}
+	f, _ := Parse("pnpm", []string{"dlx", "/srv/my-server"})
+	_, err := (&Resolver{LookPath: func(p string) (string, error) { return "/bin/" + p, nil }}).Resolve(t.Context(), f, "pnpm", nil, "")
+	wantPermanent(t, err, "only a package of a registry is")
+}
+
+// The bin pnpm links and runs: scopes taken off, unsafe names and paths
+// outside the package left out before the rule picks one.
+func TestPNPMBinName(t *testing.T) {
+	for _, c := range []struct{ name, bin, want, says string }{
+		{"@s/p", `"i.js"`, "p", ""},
+		{"@s/p", `{"../x":"a.js","tool":"t.js"}`, "tool", ""},
+		{"@s/p", `{"pkg":"../x.js","tool":"t.js"}`, "tool", ""},
+		{"@s/p", `{"@s/tool":"t.js"}`, "tool", ""},
+		{"@s/p", `{"a b":"a.js","p":"p.js","q":"q.js"}`, "p", ""},
+		{"@s/p", `{"a":"a.js","b":"b.js"}`, "", "has 2 bins, none named p"},
+		{"@s/p", `{"x":"../../x.js"}`, "", "has no bin"},
+		{"@s/p", `{"x":"/bin/x.js"}`, "x", ""}, // joined to the package, as pnpm joins it
+		{"@s/p", `null`, "", "has no bin"},
+	} {
+		dir := t.TempDir()
+		pkgDir := filepath.Join(dir, "node_modules", filepath.FromSlash(c.name))
+		if err := os.MkdirAll(pkgDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"dependencies":{"`+c.name+`":"1.0.0"}}`), 0o644)
+		os.WriteFile(filepath.Join(pkgDir, "package.json"), []byte(`{"name":"`+c.name+`","version":"1.0.0","bin":`+c.bin+`}`), 0o644)
+		got, err := pnpmBinName(dir)
+		if c.says != "" {
+			wantPermanent(t, err, c.says)
+		} else if err != nil || got != c.want {
+			t.Errorf("bin %s: %q, %v; want %q", c.bin, got, err, c.want)
+		}
+	}
+}
+
+// What a failed probe leaves in pnpm 10's dlx cache (named in its error)
+// goes if it is nothing but directories, with its key directory if that
+// is left empty; nothing else does: a directory with a file, the install
+// a pkg link points to, a directory outside a dlx cache.
+func TestRemoveProbeLeftover(t *testing.T) {
+	root := t.TempDir()
+	mk := func(parts ...string) string {
+		p := filepath.Join(append([]string{root}, parts...)...)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	say := func(d string) []byte {
+		return []byte(d + ":\n ERR_PNPM_NO_OFFLINE_TARBALL  missing\n\nThis error happened while installing a direct dependency of " + d + "\n")
+	}
+	empty := mk("cache with space", "dlx", "k1", "1a-2b")
+	mk("cache with space", "dlx", "k1", "1a-2b", "node_modules", ".pnpm", "x@1", "node_modules")
+	removeProbeLeftover(say(empty))
+	if _, err := os.Stat(filepath.Dir(empty)); !os.IsNotExist(err) {
+		t.Errorf("an empty leftover (and its key directory) stayed: %v", err)
+	}
+
+	withFile := mk("dlx", "k2", "1a-2c", "node_modules")
+	os.WriteFile(filepath.Join(withFile, "lock.yaml"), nil, 0o644)
+	removeProbeLeftover(say(filepath.Dir(withFile)))
+	linked := mk("dlx", "k3", "1a-2d", "node_modules")
+	os.Symlink("1a-2d", filepath.Join(root, "dlx", "k3", "pkg"))
+	removeProbeLeftover(say(filepath.Dir(linked)))
+	outside := mk("elsewhere", "k4", "1a-2e")
+	removeProbeLeftover(say(outside))
+	for _, d := range []string{withFile, linked, outside} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -38,7 +37,9 @@ type Resolution struct {
 	// Spec is the package spec as configured.
 	Spec string `json:"spec"`
 	// NodePath is what the launcher's bin shim sets NODE_PATH to (pnpm's
-	// does), before the server's own NODE_PATH if it has one; "" for none.
+	// does): its own directories, then the NODE_PATH the launcher gave it
+	// (the server's, and what a launcher that is itself a shim added);
+	// "" for none.
 	NodePath string `json:"nodePath,omitempty"`
 	// Files must all exist for the resolution to hold (Check): the
 	// interpreter, the script and the package's package.json.
@@ -46,26 +47,21 @@ type Resolution struct {
 }
 
 // Environ is env (complete, "KEY=value") as the launcher's bin would get
-// it: with NODE_PATH set as its shim sets it — NodePath when env has no
-// NODE_PATH or an empty one, else NodePath, ":" and env's. env itself is
-// never written: a changed environment is a copy.
+// it: with NODE_PATH set to NodePath, in place of any it has, when
+// NodePath is set. env itself is never written: a changed environment is
+// a copy.
 func (r *Resolution) Environ(env []string) []string {
 	if r.NodePath == "" {
 		return env
 	}
 	const key = "NODE_PATH="
-	at := -1
-	for i, kv := range env {
-		if strings.HasPrefix(kv, key) {
-			at = i // the last one is what a process reads
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key) {
+			out = append(out, kv)
 		}
 	}
-	out := slices.Clone(env)
-	if at < 0 || len(env[at]) == len(key) {
-		return append(out, key+r.NodePath)
-	}
-	out[at] = key + r.NodePath + string(filepath.ListSeparator) + env[at][len(key):]
-	return out
+	return append(out, key+r.NodePath)
 }
 
 // Argv is the command and arguments that run the server of f (its Args
