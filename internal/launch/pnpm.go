@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 )
 
 // pnpm dlx (pnpm 9 and later, in JavaScript up to 11, native from 12)
@@ -34,8 +33,8 @@ import (
 // found through its shim: the script it execs, the node it finds on that
 // PATH, and the NODE_PATH it sets. Only registry specs are resolved (a
 // local directory, tarball or URL needs no fetch, so pnpm would install it
-// even offline). An install the probe's pnpm made after all (its pkg link
-// newer than the probe) is refused.
+// even offline). An answer after which the probe's store holds files
+// (pnpm installed through it after all) is refused.
 //
 // Resolved offline, the spec resolves to what pnpm's metadata cache says,
 // which is as fresh as pnpm's last run online: right after a start as
@@ -64,7 +63,6 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 		return nil, retryable("cannot write the probe: %v", err)
 	}
 	args := append(f.pnpmProbeArgs(), probe)
-	started := time.Now()
 	stderr, err := runProbe(ctx, program, args, offlineEnv(env, store), dir)
 	data, rerr := os.ReadFile(out)
 	if rerr != nil {
@@ -87,7 +85,8 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 	}
 	binsDir := path[0]
 	install := filepath.Dir(filepath.Dir(binsDir))
-	if link, err := os.Lstat(filepath.Join(filepath.Dir(install), "pkg")); err == nil && !link.ModTime().Before(started) {
+	if holdsFiles(store) {
+		// pnpm installs through its store: it put files in ours.
 		return nil, retryable("pnpm dlx installed %s while it was asked where it is: not flattened until a start as written installs it", f.Spec())
 	}
 	bin := f.Target
@@ -248,6 +247,19 @@ func binNameOK(name string) bool {
 func binPathOK(path string) bool {
 	p := filepath.Clean(filepath.Join("pkg", path))
 	return p != "pkg" && strings.HasPrefix(p, "pkg"+string(filepath.Separator))
+}
+
+// holdsFiles reports whether anything but directories is under dir.
+func holdsFiles(dir string) bool {
+	found := false
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			found = true
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found
 }
 
 // pnpmBinName is the bin pnpm dlx runs of the package installed in

@@ -423,3 +423,26 @@ func TestRemoveProbeLeftover(t *testing.T) {
 		}
 	}
 }
+
+// The last guard: a pnpm that installed while it was asked where a
+// package is (it put files in the probe's store) is not trusted, whatever
+// its answer. This pnpm is a script that does so.
+func TestResolvePNPMRefusesAnInstallOfTheProbe(t *testing.T) {
+	dir := t.TempDir()
+	pnpm := filepath.Join(dir, "pnpm")
+	script := `#!/bin/sh
+key="` + dir + `/cache/dlx/k"
+mkdir -p "$key/d/node_modules/.bin"
+ln -sfn d "$key/pkg"
+echo '{"dependencies":{"@fx/server":"1.0.0"}}' > "$key/d/package.json"
+mkdir -p "$npm_config_store_dir/v10/files/00" && : > "$npm_config_store_dir/v10/files/00/x"
+for a; do last="$a"; done
+PATH="$key/d/node_modules/.bin:$PATH" exec "$last"
+`
+	if err := os.WriteFile(pnpm, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := Parse("pnpm", []string{"dlx", "@fx/server"})
+	_, err := (&Resolver{}).Resolve(t.Context(), f, pnpm, os.Environ(), dir)
+	wantRetry(t, err, "pnpm dlx installed @fx/server while it was asked where it is")
+}
