@@ -137,11 +137,13 @@ func Parse(command string, args []string) (*Form, error) {
 // "" when it does. pnpm dlx is resolved offline, from the metadata pnpm
 // fetched when it last ran online — which a flattened server never makes
 // it do —, so it would find again what it found: a refresh has the next
-// start run it as written (pnpm resolves the spec online, installing a
-// newer version if there is one), and it is resolved after that start.
+// start run it as written, which takes a newer version as pnpm does
+// (pnpm 10 and earlier resolve the spec online at every run; pnpm 12
+// keeps its install of the spec until it is older than its
+// dlx-cache-max-age), and it is resolved after that start.
 func (f *Form) RefreshAsWritten() string {
 	if f.Launcher == PNPMDlx {
-		return "refreshed: the next start runs pnpm dlx as written (which resolves " + f.Spec() + " online, installing a newer version if there is one), then it is resolved again"
+		return "refreshed: the next start runs pnpm dlx as written, which takes a newer version of " + f.Spec() + " as pnpm does (pnpm 12 only once its install is older than its dlx-cache-max-age), then it is resolved again"
 	}
 	return ""
 }

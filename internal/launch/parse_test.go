@@ -178,6 +178,7 @@ func TestKey(t *testing.T) {
 		"XDG_CACHE_HOME":  Key(c, a, e, d, append(in, "XDG_CACHE_HOME=/c")),
 		"XDG_DATA_HOME":   Key(c, a, e, d, append(in, "XDG_DATA_HOME=/d")),
 		"XDG_CONFIG_HOME": Key(c, a, e, d, append(in, "XDG_CONFIG_HOME=/e")),
+		"NODE_PATH":       Key(c, a, e, d, append(in, "NODE_PATH=/n")),
 	} {
 		if other == k {
 			t.Errorf("a change of %s left the key as it was", name)

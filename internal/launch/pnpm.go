@@ -230,13 +230,14 @@ func registrySpec(spec string) bool {
 }
 
 // binNameOK reports whether pnpm links a bin of this name (its scope
-// taken off): one that encodeURIComponent leaves as it is, and not . or ..
+// taken off): one that encodeURIComponent leaves as it is (or $), and not
+// . or ..
 func binNameOK(name string) bool {
 	if name == "" || name == "." || name == ".." {
 		return false
 	}
 	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.!~*'()", c)) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.!~*'()$", c)) {
 			return false
 		}
 	}
@@ -247,6 +248,16 @@ func binNameOK(name string) bool {
 func binPathOK(path string) bool {
 	p := filepath.Clean(filepath.Join("pkg", path))
 	return p != "pkg" && strings.HasPrefix(p, "pkg"+string(filepath.Separator))
+}
+
+func count(l []string, s string) int {
+	n := 0
+	for _, x := range l {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 // holdsFiles reports whether anything but directories is under dir.
@@ -311,11 +322,11 @@ func pnpmBinName(install string) (string, error) {
 		var bins map[string]string
 		_ = json.Unmarshal(manifest.Bin, &bins)
 		for name, path := range bins {
-			if i := strings.LastIndexByte(name, '/'); strings.HasPrefix(name, "@") && i >= 0 {
-				name = name[i+1:]
+			if _, after, ok := strings.Cut(name, "/"); strings.HasPrefix(name, "@") && ok {
+				name = after
 			}
-			if binNameOK(name) && binPathOK(path) && !slices.Contains(names, name) {
-				names = append(names, name)
+			if binNameOK(name) && binPathOK(path) {
+				names = append(names, name) // two of one name are two bins, as pnpm counts them
 			}
 		}
 	}
@@ -324,7 +335,7 @@ func pnpmBinName(install string) (string, error) {
 		return "", permanent("package %s has no bin", pkg)
 	case len(names) == 1:
 		return names[0], nil
-	case slices.Contains(names, scopeless):
+	case count(names, scopeless) == 1:
 		return scopeless, nil
 	}
 	return "", permanent("package %s has %d bins, none named %s: pnpm dlx cannot tell which to run", pkg, len(names), scopeless)

@@ -177,6 +177,14 @@ func TestResolvePNPMDlx(t *testing.T) {
 		// (--silent, which would hide why pnpm failed, is not passed on).
 		_, _, err = fx.resolve(t, "pnpm", "dlx", "--silent", "@fx/server@1.1.0")
 		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server@1.1.0")
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "--reporter", "silent", "@fx/server@1.1.0")
+		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server@1.1.0")
+		// An install pnpm counts as expired is one it would install
+		// again: not taken.
+		fx.env = append(fx.env, "npm_config_dlx_cache_max_age=0", "pnpm_config_dlx_cache_max_age=0")
+		_, _, err = fx.resolve(t, "pnpm", "dlx", "@fx/server")
+		wantRetry(t, err, "not installed: pnpm dlx would install @fx/server")
+		fx.env = fx.env[:len(fx.env)-2]
 		if l := fx.dlxLeftovers(t); len(l) != 0 {
 			t.Errorf("resolving left %q in pnpm's dlx cache", l)
 		}
@@ -366,6 +374,9 @@ func TestPNPMBinName(t *testing.T) {
 		{"@s/p", `{"@s/tool":"t.js"}`, "tool", ""},
 		{"@s/p", `{"a b":"a.js","p":"p.js","q":"q.js"}`, "p", ""},
 		{"@s/p", `{"a":"a.js","b":"b.js"}`, "", "has 2 bins, none named p"},
+		{"@s/p", `{"$":"d.js","tool":"t.js"}`, "", "has 2 bins, none named p"},
+		{"@s/q", `{"@s/tool":"a.js","tool":"t.js"}`, "", "has 2 bins, none named q"},
+		{"@s/p", `{"@s/p":"a.js","p":"t.js"}`, "", "has 2 bins, none named p"},
 		{"@s/p", `{"x":"../../x.js"}`, "", "has no bin"},
 		{"@s/p", `{"x":"/bin/x.js"}`, "x", ""}, // joined to the package, as pnpm joins it
 		{"@s/p", `null`, "", "has no bin"},
