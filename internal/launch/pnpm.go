@@ -47,21 +47,12 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 	if !registrySpec(f.Spec()) {
 		return nil, permanent("pnpm dlx %s is not flattened: only a package of a registry is (a directory, a tarball or a URL is installed again by every run)", f.Spec())
 	}
-	tmp, err := os.MkdirTemp(r.TempDir, "mcpvisor-launch-")
+	tmp, probe, out, err := r.writeProbe("probe", "PATH", "NODE_PATH")
 	if err != nil {
-		return nil, retryable("cannot write the probe: %v", err)
+		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, "out")
-	probe := filepath.Join(tmp, "probe")
 	store := filepath.Join(tmp, "store")
-	if strings.ContainsAny(out, "'\n") {
-		return nil, permanent("temporary directory %q cannot be quoted for sh", tmp)
-	}
-	script := "#!/bin/sh\nprintf '%s\\0%s\\0' \"$PATH\" \"$NODE_PATH\" > '" + out + "'\n"
-	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
-		return nil, retryable("cannot write the probe: %v", err)
-	}
 	args := append(f.pnpmProbeArgs(), probe)
 	stderr, err := runProbe(ctx, program, args, offlineEnv(env, store), dir)
 	data, rerr := os.ReadFile(out)

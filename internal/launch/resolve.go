@@ -172,22 +172,13 @@ func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []s
 	default:
 		return nil, permanent("unknown launcher %q", f.Launcher)
 	}
-	tmp, err := os.MkdirTemp(r.TempDir, "mcpvisor-launch-")
+	// npm runs the probe as `probe -c "'bin' args…"` with
+	// npm_lifecycle_script set to 'bin', quoted for sh.
+	tmp, probe, out, err := r.writeProbe("sh", "npm_lifecycle_script", "PATH")
 	if err != nil {
-		return nil, retryable("cannot write the probe: %v", err)
+		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, "out")
-	probe := filepath.Join(tmp, "sh")
-	if strings.ContainsAny(out, "'\n") {
-		return nil, permanent("temporary directory %q cannot be quoted for sh", tmp)
-	}
-	// npm runs it as `probe -c "'bin' args…"` with npm_lifecycle_script
-	// set to 'bin', quoted for sh.
-	script := "#!/bin/sh\nprintf '%s\\0%s\\0' \"$npm_lifecycle_script\" \"$PATH\" > '" + out + "'\n"
-	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
-		return nil, retryable("cannot write the probe: %v", err)
-	}
 	common := []string{"--dry-run", "--script-shell=" + probe, "--update-notifier=false"}
 	stderr, err := runProbe(ctx, program, f.probeArgs(append([]string{"--yes=false"}, common...)...), env, dir)
 	res, rerr := readProbe(out, f, env, dir, nil)
@@ -214,6 +205,31 @@ func (r *Resolver) Resolve(ctx context.Context, f *Form, command string, env []s
 	// Not there (npm's dry run fails without its npx directory), or not
 	// the version npm wants.
 	return nil, retryable("not installed: npm would install %s", strings.Join(wanted, ", "))
+}
+
+// writeProbe writes, in a new temporary directory tmp, a sh script named
+// name that writes the values of the variables vars, each followed by a
+// NUL, to the file out of the same directory. The caller removes tmp.
+func (r *Resolver) writeProbe(name string, vars ...string) (tmp, probe, out string, err error) {
+	tmp, err = os.MkdirTemp(r.TempDir, "mcpvisor-launch-")
+	if err != nil {
+		return "", "", "", retryable("cannot write the probe: %v", err)
+	}
+	out, probe = filepath.Join(tmp, "out"), filepath.Join(tmp, name)
+	if strings.ContainsAny(out, "'\n") {
+		os.RemoveAll(tmp)
+		return "", "", "", permanent("temporary directory %q cannot be quoted for sh", tmp)
+	}
+	script := "#!/bin/sh\nprintf '" + strings.Repeat("%s\\0", len(vars)) + "'"
+	for _, v := range vars {
+		script += ` "$` + v + `"`
+	}
+	script += " > '" + out + "'\n"
+	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
+		os.RemoveAll(tmp)
+		return "", "", "", retryable("cannot write the probe: %v", err)
+	}
+	return tmp, probe, out, nil
 }
 
 // missingPackages reads npm's refusal to install (libnpmexec): the

@@ -382,13 +382,22 @@ func TestResolveWithoutNPM(t *testing.T) {
 // A package manager that does not answer is given up on when ctx ends,
 // its whole process group killed.
 func TestResolveBounded(t *testing.T) {
+	checkBounded(t, "npx", "-y", "pkg")
+}
+
+// checkBounded resolves the command line program args with a program that
+// never answers (and leaves a child behind): Resolve returns once its ctx
+// ends, and every process of the program is gone. It returns the
+// program's directory.
+func checkBounded(t *testing.T, program string, args ...string) string {
+	t.Helper()
 	marker := testserver.NewMarker(t)
 	dir := t.TempDir()
-	slow := filepath.Join(dir, "npx")
+	slow := filepath.Join(dir, program)
 	if err := os.WriteFile(slow, []byte("#!/bin/sh\nsleep 60 &\nsleep 60\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := Parse("npx", []string{"-y", "pkg"})
+	f, _ := Parse(program, args)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -398,4 +407,5 @@ func TestResolveBounded(t *testing.T) {
 		t.Errorf("Resolve returned %v after its context ended", took)
 	}
 	testserver.WaitGone(t, marker, 5*time.Second)
+	return dir
 }
