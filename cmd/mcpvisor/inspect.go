@@ -254,7 +254,7 @@ func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus
 		line("Runs as", ls.Runs+" (flattened: the launcher's program runs directly)")
 		line("Runs", strings.Join(ls.Command, " ")+" (then the server's arguments)")
 		if ls.NodePath != "" {
-			line("NODE_PATH", ls.NodePath+" (as "+ls.Name+"'s bin sets it, before the server's own)")
+			line("NODE_PATH", ls.NodePath+" (as "+ls.Name+"'s bin sets it: its own, then the server's)")
 		}
 		resolved := ls.Package + "@" + ls.Version
 		if ls.Spec != "" && ls.Spec != resolved {

@@ -421,7 +421,8 @@ type LaunchStatus struct {
 	// arguments: the interpreter, its options and the bin's script.
 	Command []string `json:"command,omitempty"`
 	// NodePath is what a flattened start sets NODE_PATH to, as the
-	// launcher's bin shim would (pnpm's does), before the server's own.
+	// launcher's bin shim would (pnpm's does): the shim's directories,
+	// then what the launcher gave it (the server's own among it).
 	NodePath string `json:"nodePath,omitempty"`
 	// Spec is the package as configured; Package and Version what it
 	// resolved to.
@@ -503,9 +504,9 @@ func (s *Server) Launcher() *LaunchStatus {
 // not, the next start runs as written (which installs it) and the
 // resolution follows. pnpm dlx, which is resolved offline, is not
 // resolved now: its next start runs as written, and the resolution
-// follows (launch.Form.RefreshAsWritten). The result applies from the server's next start: a
-// running process is left as it is (LaunchStatus.Last says how it
-// started). An error wrapping ErrNoLauncher means the server has nothing
+// follows (launch.Form.RefreshAsWritten). The result applies from the
+// server's next start: a running process is left as it is
+// (LaunchStatus.Last says how it started). An error wrapping ErrNoLauncher means the server has nothing
 // to resolve.
 func (s *Server) Refresh(ctx context.Context) (*LaunchStatus, error) {
 	cfg := s.Config()

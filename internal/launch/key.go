@@ -17,10 +17,9 @@ import (
 // "KEY=value"), what decides what npm or pnpm finds: PATH, HOME, their
 // npm_config_* and pnpm_config_* variables (in any case), the XDG base
 // directories pnpm keeps its cache, store and settings in, and NODE_PATH
-// (pnpm's shim passes it on after its own). Any
-// change of those is another
-// key, so the resolution is redone. Values (secrets in env among them)
-// are only hashed.
+// (pnpm's shim passes it on after its own). Any change of those is
+// another key, so the resolution is redone. Values (secrets in env among
+// them) are only hashed.
 func Key(command string, args []string, env map[string]string, dir string, inherited []string) string {
 	h := sha256.New()
 	field(h, "mcpvisor launch resolution v1")

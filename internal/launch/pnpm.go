@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,6 +68,10 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 		}
 		return nil, retryable("pnpm dlx failed: %s", pnpmError(stderr, err))
 	}
+	if holdsFiles(store) {
+		// pnpm installs through its store: it put files in ours.
+		return nil, retryable("pnpm dlx installed %s while it was asked where it is: not flattened until a start as written installs it", f.Spec())
+	}
 	fields := strings.Split(string(data), "\x00")
 	if len(fields) < 3 {
 		return nil, retryable("pnpm dlx: the probe's answer is cut short")
@@ -76,10 +82,6 @@ func (r *Resolver) resolvePNPM(ctx context.Context, f *Form, program string, env
 	}
 	binsDir := path[0]
 	install := filepath.Dir(filepath.Dir(binsDir))
-	if holdsFiles(store) {
-		// pnpm installs through its store: it put files in ours.
-		return nil, retryable("pnpm dlx installed %s while it was asked where it is: not flattened until a start as written installs it", f.Spec())
-	}
 	bin := f.Target
 	if len(f.Packages) == 0 {
 		if bin, err = pnpmBinName(install); err != nil {
@@ -251,11 +253,13 @@ func count(l []string, s string) int {
 	return n
 }
 
-// holdsFiles reports whether anything but directories is under dir.
+// holdsFiles reports whether anything but directories is under dir, or
+// may be: a directory that cannot be read counts as holding files. One
+// that does not exist holds none.
 func holdsFiles(dir string) bool {
 	found := false
-	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
+	_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil && !(path == dir && errors.Is(err, fs.ErrNotExist)) || err == nil && !e.IsDir() {
 			found = true
 			return fs.SkipAll
 		}
@@ -352,14 +356,7 @@ func readShim(path string) (target, nodePath string, err error) {
 	}
 	defer fh.Close()
 	buf := make([]byte, shimMax)
-	n, _ := fh.Read(buf)
-	for n < len(buf) {
-		m, rerr := fh.Read(buf[n:])
-		n += m
-		if rerr != nil || m == 0 {
-			break
-		}
-	}
+	n, _ := io.ReadFull(fh, buf) // a shim is shorter: the whole of it
 	data := buf[:n]
 	if !bytes.HasPrefix(data, []byte("#!/bin/sh")) {
 		return "", "", permanent("bin %s is no pnpm shim", path)
@@ -410,15 +407,7 @@ func removeProbeLeftover(stderr []byte) {
 	if target, err := os.Readlink(filepath.Join(key, "pkg")); err == nil && filepath.Base(target) == filepath.Base(d) {
 		return // an install after all
 	}
-	onlyDirs := true
-	err := filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil || !e.IsDir() {
-			onlyDirs = false
-			return fs.SkipAll
-		}
-		return nil
-	})
-	if err != nil || !onlyDirs {
+	if holdsFiles(d) {
 		return
 	}
 	if os.RemoveAll(d) == nil {
