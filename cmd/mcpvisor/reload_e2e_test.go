@@ -755,6 +755,25 @@ func TestRemovedEndpointTakesItsSessionsAnswers(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the call did not complete with the client's answer")
 	}
+	// Its drain over, the endpoint closes its sessions (retiredGrace
+	// later, so that their clients read the last answers).
+	for deadline := time.Now().Add(retiredGrace + 10*time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequest("POST", base+"/servers/s01/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sess.ID())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed endpoint still serves its session after its drain: HTTP %d", resp.StatusCode)
+		}
+	}
 }
 
 // A config file whose directory cannot be watched is reported at start

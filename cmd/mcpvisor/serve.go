@@ -323,7 +323,8 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // has) with the 404 of an unknown server at once; its handler — the calls
 // it still relays, and the requests of its sessions, which may answer or
 // cancel them — is served until the server's drain has ended (removed, by
-// name; at once for a name not in it), and then closed.
+// name; at once for a name not in it) and retiredGrace more, and then
+// closed.
 func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 	r.mu.Lock()
 	if r.closed {
@@ -355,6 +356,17 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 		r.retiring.Go(func() { // under mu: close cannot have begun waiting
 			select {
 			case <-drained:
+				// Its calls are answered; its sessions are closed
+				// retiredGrace later, not at once: a client whose
+				// session ends before it read an answer (the go-sdk's,
+				// whose standalone stream is then refused) fails
+				// that call.
+				grace := time.NewTimer(retiredGrace)
+				select {
+				case <-grace.C:
+				case <-r.done:
+					grace.Stop()
+				}
 			case <-r.done:
 			}
 			r.mu.Lock()
@@ -371,6 +383,10 @@ func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
 		h.Close() // outside mu: closing ends sessions, lookups go on
 	}
 }
+
+// retiredGrace is how long a removed server's endpoint keeps its sessions
+// after its drain ended, so that its clients read the last answers.
+const retiredGrace = 2 * time.Second
 
 // close ends every server endpoint's sessions, those of removed servers
 // still draining included (shutdown).
