@@ -1,7 +1,8 @@
 // Package lifecycle keeps one long-lived connection alive: it connects,
-// watches the session, reconnects with capped exponential backoff, gives up
-// when restarts come too fast or an error cannot be fixed by retrying, and
-// shuts everything down on request.
+// watches the session, reconnects — at once after a session that did
+// useful work, with capped exponential backoff in a crash loop —, gives up
+// when a crash loop goes on too long or an error cannot be fixed by
+// retrying, and shuts everything down on request.
 //
 // The package knows nothing about what it connects to. A transport — a
 // child process speaking over stdio, a remote HTTP server — implements
@@ -42,6 +43,8 @@
 //     error under RestartNever.
 //   - Restarting → Ready when a reconnect succeeds; → Failed when the
 //     restart limit is reached or a reconnect fails permanently.
+//   - Stopped or Failed in a crash loop: Start refuses at once (see
+//     Restarts) until the loop's next attempt is due.
 //   - Every non-terminal state → Stopped on Stop. Failed → Stopped on Stop,
 //     Failed → Starting on Start.
 //
@@ -50,17 +53,48 @@
 //
 // # Restarts
 //
+// Backoff is for crash loops, not for demand. What counts is whether a
+// run did useful work: a session that answered at least one request
+// (Answerer), however short its life, was a success; a run that failed
+// before answering anything — a Connect that failed, a session that ended
+// unanswered — is a failure. StateInfo.Failures counts the failures in a
+// row; a success resets it, and so does a session that stays up for
+// Policy.HealthyPeriod or a Stop. Nothing else does: the count spans
+// Starts.
+//
 // A session that ends is reported to Policy.OnDisconnect. If the Policy
-// restarts it, the Supervisor counts an attempt, waits the Backoff delay for
-// that attempt number, and calls Connect again; every failed Connect is
-// another attempt. Once the count would pass Policy.MaxAttempts the
-// Supervisor enters Failed with an error wrapping ErrRestartLimit and calls
-// Policy.OnFailed. The count is not reset by a successful reconnect, only
-// after a session has stayed up for Policy.HealthyPeriod (or by Start): a
-// server that crashes a minute after every restart is still given up on
-// after MaxAttempts restarts, and one that crashes once a day never is.
-// Permanent errors (ErrAuthRequired, ErrCapabilityMissing) are never
-// retried.
+// restarts it, the Supervisor connects again after Policy.RetryDelay of
+// the count: at once after a success and after a single failure (one
+// failure is as likely a kill or a busy machine as a loop), then along the
+// Backoff — 1 s, 2 s, 4 s … 32 s by default. Two failures in a row make a
+// crash loop: while its next attempt is not due, Supervisor.CrashLoop
+// reports a *CrashLoopError (how many runs failed, the last failure, when
+// the next attempt is due), and Start returns it at once rather than
+// connect, so that an owner with a request to serve answers it at once
+// instead of making it wait out the backoff. Once the count passes
+// Policy.MaxAttempts the Supervisor stops restarting on its own and enters
+// Failed with an error wrapping ErrRestartLimit, calling Policy.OnFailed;
+// a Start may still try again when the backoff allows. Permanent errors
+// (ErrAuthRequired, ErrCapabilityMissing) are never retried by the
+// Supervisor.
+//
+// How this compares. supervisord counts a start as successful once the
+// process stayed up for startsecs (1 s by default) and retries a failed
+// start startretries times (3) with a delay that grows by a second each
+// time, then gives up (FATAL); a process that ran longer is restarted at
+// once. systemd restarts after RestartSec (100 ms) and refuses any start,
+// manual ones included, beyond StartLimitBurst (5) within
+// StartLimitIntervalSec (10 s). Kubernetes restarts a container at once
+// after its first exit, then after 10 s, 20 s, 40 s … capped at 5
+// minutes, and resets the delay once the container ran for 10 minutes.
+// All three judge a run by how long it lasted, which is all a process
+// supervisor can see. An MCP server's supervisor sees more — whether the
+// server answered — and serves requests that must not wait: a server that
+// answered and was then killed a second later is no crash loop and comes
+// back at once, where startsecs or a start limit would let it pile up
+// delays under repeated kills; and a server that keeps dying before it
+// answers is held off by the backoff like CrashLoopBackOff, but requests
+// get an error that says so at once instead of queueing behind it.
 //
 // # Implementing a Connector
 //

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Failure classes. A Connector wraps the errors it returns (from Connect and
@@ -77,10 +79,41 @@ var (
 	ErrStopped = errors.New("supervisor stopped")
 
 	// ErrRestartLimit is the error a Supervisor records (wrapping the last
-	// failure, if any) when it gives up because Policy.MaxAttempts restart
-	// attempts were used without an intervening healthy period.
+	// failure, if any) when it gives up because more than
+	// Policy.MaxAttempts runs in a row failed before answering anything.
 	ErrRestartLimit = errors.New("restart limit reached")
+
+	// ErrCrashLoop is wrapped by the *CrashLoopError that Start and
+	// Supervisor.CrashLoop return while a crash loop's next attempt is not
+	// due.
+	ErrCrashLoop = errors.New("crash loop")
 )
+
+// CrashLoopError says that a connection is in a crash loop: Failures runs
+// in a row failed before answering anything, the last with Last, and the
+// next attempt is due at Next. It wraps ErrCrashLoop and Last.
+type CrashLoopError struct {
+	Name     string // the Supervisor's name
+	Failures int
+	Next     time.Time
+	Last     error // nil if none was recorded
+}
+
+func (e *CrashLoopError) Error() string {
+	msg := fmt.Sprintf("%s is in a crash loop: %d starts in a row failed, next attempt at %s (in %v)",
+		e.Name, e.Failures, e.Next.Format("15:04:05.000"), time.Until(e.Next).Round(time.Millisecond))
+	if e.Last != nil {
+		msg += "; the last: " + e.Last.Error()
+	}
+	return msg
+}
+
+func (e *CrashLoopError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{ErrCrashLoop}
+	}
+	return []error{ErrCrashLoop, e.Last}
+}
 
 // classes lists the failure classes in the order IsTransient/classOf check
 // them. Permanent classes come first so that an error carrying both a

@@ -133,19 +133,24 @@ type Policy struct {
 	// RestartOnFailure; values outside the enum behave as RestartOnFailure.
 	Restart Restart
 
-	// MaxAttempts bounds restart attempts between healthy periods: the
-	// attempt that would exceed it moves the Supervisor to StateFailed
-	// with an error wrapping ErrRestartLimit. 0 means DefaultMaxAttempts
-	// (5); negative means unlimited.
+	// MaxAttempts bounds the runs in a row that may fail before answering
+	// anything (StateInfo.Failures) while the Supervisor restarts on its
+	// own: the attempt that would follow more failures than MaxAttempts is
+	// not made, and the Supervisor moves to StateFailed with an error
+	// wrapping ErrRestartLimit (a Start may still try again, as the crash
+	// loop's delay allows). 0 means DefaultMaxAttempts (5); negative means
+	// unlimited.
 	MaxAttempts int
 
-	// Backoff spaces restart attempts; zero fields take Backoff defaults.
+	// Backoff spaces the attempts of a crash loop (RetryDelay); zero
+	// fields take Backoff defaults.
 	Backoff Backoff
 
-	// HealthyPeriod is how long a session must stay up before the restart
-	// counter (attempt number and backoff position) is reset. 0 means
-	// DefaultHealthyPeriod (5 minutes); negative means never reset, so
-	// MaxAttempts bounds restarts over the Supervisor's whole run.
+	// HealthyPeriod is how long a session must stay up to count as a
+	// success — the count of failures in a row reset — even if it answered
+	// nothing (a session that answered counts at once: Answerer). 0 means
+	// DefaultHealthyPeriod (5 minutes); negative means only an answer
+	// resets the count.
 	HealthyPeriod time.Duration
 
 	// InitTimeout bounds each Connect call: its context carries this
@@ -165,10 +170,13 @@ type Policy struct {
 	// Start.
 	OnRestart func()
 
-	// OnRestarting is called before each backoff wait of a restart, with
-	// the attempt number (1-based), the delay before it and the error that
-	// caused it (the session's end, or the previous attempt's failure). It
-	// runs on the Supervisor's goroutine and must not block.
+	// OnRestarting is called before each attempt of a restart the
+	// Supervisor makes on its own (not one RestartAndWait asked for), with
+	// the attempt number since the session ended (1-based), the delay
+	// before it (0 after a run that answered, or after a single failure)
+	// and the error that caused it (the session's end, or the previous
+	// attempt's failure). It runs on the Supervisor's goroutine and must
+	// not block.
 	OnRestarting func(attempt int, delay time.Duration, cause error)
 
 	// OnFailed is called once each time the Supervisor enters StateFailed,
@@ -178,6 +186,24 @@ type Policy struct {
 	// Logger receives lifecycle logs, with a "server" attribute holding
 	// the Supervisor's name. Nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// crashLoopRuns is how many runs in a row must fail before answering
+// anything for a Supervisor to be in a crash loop: one failure is as
+// likely a chance (a kill, a busy machine) as a loop, and is retried at
+// once.
+const crashLoopRuns = 2
+
+// RetryDelay is the wait before the attempt that follows failures runs in
+// a row that failed before answering anything (DESIGN: backoff is for
+// crash loops, not for demand): none after a run that answered (0) or
+// after a single failure (1), then the Backoff schedule from its first
+// step — Backoff.Delay(failures−1): 1s, 2s, 4s … 32s by default.
+func (p Policy) RetryDelay(failures int) time.Duration {
+	if failures < crashLoopRuns {
+		return 0
+	}
+	return p.Backoff.Delay(failures - 1)
 }
 
 func (p Policy) withDefaults() Policy {

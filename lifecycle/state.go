@@ -94,12 +94,20 @@ type StateInfo struct {
 	// LastError is the error recorded by the last Fail, or nil if a Set
 	// has entered a new state since.
 	LastError error
-	// Restarts counts restart attempts since the last reset (Start, or a
-	// healthy period in a Supervisor).
+	// Restarts counts, in a Supervisor, the reconnect attempts it made
+	// since the last Start.
 	Restarts int
-	// NextAttempt is when a Restarting Supervisor makes its next connect
-	// attempt (zero when none is scheduled: any state but Restarting, or
-	// an attempt in progress).
+	// Failures counts, in a Supervisor, the runs in a row that failed
+	// before answering anything (a Connect that failed, a session that
+	// ended unanswered: see Answerer) since the last reset (a session that
+	// answered, a healthy period, or Stop). It spans Starts. Two or more
+	// make a crash loop.
+	Failures int
+	// NextAttempt is when the next connect attempt is due after failed
+	// runs: a Restarting Supervisor's, or, in Stopped or Failed, the
+	// earliest a Start connects (see Supervisor.CrashLoop). Zero when none
+	// is due later: an attempt is in progress or may be made at once.
+	// Entering Starting, Ready or Degraded clears it.
 	NextAttempt time.Time
 }
 
@@ -114,6 +122,7 @@ type Tracker struct {
 	since    time.Time
 	lastErr  error
 	restarts int
+	failures int
 	next     time.Time
 	changed  chan struct{} // closed and replaced at each change; nil until asked for
 }
@@ -139,7 +148,8 @@ func (t *Tracker) notifyLocked() {
 }
 
 // SetNextAttempt records when the next connect attempt is due (zero: none
-// scheduled).
+// scheduled). It is kept across state changes but those to Starting, Ready
+// and Degraded, which clear it.
 func (t *Tracker) SetNextAttempt(at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -192,7 +202,9 @@ func (t *Tracker) transition(from []State, to State, err error) error {
 	t.state = to
 	t.since = time.Now()
 	t.lastErr = err
-	t.next = time.Time{}
+	if to == StateStarting || to == StateReady || to == StateDegraded {
+		t.next = time.Time{} // an attempt is made: none is due
+	}
 	t.notifyLocked()
 	return nil
 }
@@ -229,8 +241,8 @@ func (t *Tracker) IncRestarts() int {
 	return t.restarts
 }
 
-// ResetRestarts sets the restart counter to zero, forgetting past incidents.
-// A Supervisor calls it on Start and after a healthy period.
+// ResetRestarts sets the restart counter to zero. A Supervisor calls it on
+// Start.
 func (t *Tracker) ResetRestarts() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -249,5 +261,30 @@ func (t *Tracker) Restarts() int {
 func (t *Tracker) Snapshot() StateInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, NextAttempt: t.next}
+	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, Failures: t.failures, NextAttempt: t.next}
+}
+
+// IncFailures adds one to the count of failures in a row and returns the
+// new value.
+func (t *Tracker) IncFailures() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures++
+	return t.failures
+}
+
+// ResetFailures sets the count of failures in a row to zero, forgetting a
+// crash loop. A Supervisor calls it when a session answered or stayed up
+// for its healthy period, and on Stop.
+func (t *Tracker) ResetFailures() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures = 0
+}
+
+// Failures returns the count of failures in a row.
+func (t *Tracker) Failures() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failures
 }

@@ -41,6 +41,32 @@ type Session interface {
 	Close() error
 }
 
+// Answerer is implemented by a Session that can tell whether it did useful
+// work: answered at least one request after its handshake. A Supervisor
+// asks when the session ends (DESIGN: backoff is for crash loops, not for
+// demand):
+//
+//   - a session that answered was a success, however short: the count of
+//     failures in a row is reset, and a restart the Policy makes is made
+//     at once;
+//   - a session that ended before it answered anything is a failed run,
+//     like a Connect that failed: it adds one to the count, which spaces
+//     the attempts that follow (Policy.RetryDelay) and which
+//     Policy.MaxAttempts bounds.
+//
+// A Session that does not implement Answerer counts as having answered
+// only once it stayed up for Policy.HealthyPeriod. Answered must be safe
+// to call concurrently with Wait and after it returned.
+type Answerer interface {
+	Answered() bool
+}
+
+// answered reports whether sess answered a request (Answerer).
+func answered(sess Session) bool {
+	a, ok := sess.(Answerer)
+	return ok && a.Answered()
+}
+
 // ContextCloser is implemented by a Session whose Close can be bounded.
 // The Supervisor calls CloseContext instead of Close with the context given
 // to Stop, so that a shutdown deadline reaches the session's teardown (a
@@ -171,11 +197,17 @@ func (s *Supervisor) Restarted() <-chan struct{} {
 //
 //   - Already running (Ready, Degraded or Restarting): Start does nothing
 //     and returns nil.
-//   - From Stopped or Failed: the restart counter is reset, the state
-//     becomes Starting and Connect is called once — Start does not retry.
-//     A transient failure leaves the Supervisor Stopped with the error
-//     recorded; a permanent one (IsPermanent) leaves it Failed and calls
-//     OnFailed. Either way Start returns the classified error.
+//   - From Stopped or Failed in a crash loop (CrashLoop): Start returns
+//     the *CrashLoopError at once, connecting nothing, until the loop's
+//     next attempt is due.
+//   - Otherwise, from Stopped or Failed: the state becomes Starting and
+//     Connect is called once — Start does not retry. A transient failure
+//     leaves the Supervisor Stopped with the error recorded; a permanent
+//     one (IsPermanent) leaves it Failed and calls OnFailed. Either way
+//     Start returns the classified error, and the failure counts towards
+//     a crash loop: the count of failures in a row is kept across Starts,
+//     and reset only by a session that answered (Answerer), a healthy
+//     period, or Stop.
 //   - Concurrent calls serialize: a second Start waits for the first and
 //     then sees its outcome (nil if it succeeded, another attempt if not).
 //
@@ -214,6 +246,9 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := s.CrashLoop(); err != nil {
+		return err
+	}
 
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	r := &run{
@@ -248,8 +283,9 @@ func (s *Supervisor) Start(ctx context.Context) error {
 // wait, closes the session, and waits until the Supervisor's goroutine has
 // returned (after the final OnDisconnect), leaving the Supervisor Stopped
 // with no error recorded. Stop on a Failed Supervisor moves it to Stopped;
-// on a Stopped one it does nothing. Stop returns nil once everything is
-// down.
+// on a Stopped one it does nothing. Either way it forgets past failures: a
+// crash loop ends with a Stop, and the next Start connects at once. Stop
+// returns nil once everything is down.
 //
 // If ctx ends first, Stop returns ctx.Err() and the shutdown continues in
 // the background; that happens only when a Connector or Session does not
@@ -283,6 +319,10 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	// Acknowledge a failure. Refused (harmlessly) if a concurrent Start
 	// has already moved on.
 	_ = s.tr.transition([]State{StateFailed}, StateStopped, nil)
+	if st := s.tr.State(); st.IsTerminal() {
+		s.tr.ResetFailures()
+		s.tr.SetNextAttempt(time.Time{})
+	}
 	return nil
 }
 
@@ -366,6 +406,7 @@ func (s *Supervisor) loop(r *run) {
 		return
 	}
 	if err != nil {
+		s.failedRun()
 		if IsPermanent(err) {
 			s.fail(err)
 		} else {
@@ -386,8 +427,48 @@ func (s *Supervisor) loop(r *run) {
 			s.logger().Info("stopped")
 			return
 		}
+		if !forced {
+			if answered(sess) {
+				s.tr.ResetFailures()
+			} else {
+				s.failedRun()
+			}
+		}
 		sess = s.reconnect(r, end, forced)
 	}
+}
+
+// failedRun counts a run that failed before answering anything — a
+// Connect that failed, a session that ended unanswered — and records when
+// the next attempt is due (Policy.RetryDelay).
+func (s *Supervisor) failedRun() {
+	n := s.tr.IncFailures()
+	var next time.Time
+	if d := s.policy().RetryDelay(n); d > 0 {
+		next = time.Now().Add(d)
+	}
+	s.tr.SetNextAttempt(next)
+}
+
+// CrashLoop reports whether the Supervisor is in a crash loop: two or more
+// runs in a row failed before answering anything (Answerer), and the next
+// attempt is not due yet — a Restarting Supervisor waits out its backoff,
+// or a Stopped or Failed one would refuse Start. It returns a
+// *CrashLoopError saying how many runs failed, the last failure and when
+// the next attempt is due, or nil. A caller with a request for the
+// connection answers it with that error at once rather than wait: a
+// request never waits out a backoff.
+func (s *Supervisor) CrashLoop() error {
+	info := s.tr.Snapshot()
+	switch info.State {
+	case StateStopped, StateFailed, StateRestarting:
+	default:
+		return nil
+	}
+	if info.Failures < crashLoopRuns || info.NextAttempt.IsZero() || !time.Now().Before(info.NextAttempt) {
+		return nil
+	}
+	return &CrashLoopError{Name: s.name, Failures: info.Failures, Next: info.NextAttempt, Last: info.LastError}
 }
 
 // watch waits for sess to end, closing it on Stop or on a restart request,
@@ -411,10 +492,10 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 			waiting = false
 		case <-healthy:
 			healthy = nil
-			if n := s.tr.Restarts(); n > 0 {
-				s.logger().Info("healthy; restart counter reset", "restarts", n)
+			if n := s.tr.Failures(); n > 0 {
+				s.logger().Info("healthy; failure count reset", "failures", n)
 			}
-			s.tr.ResetRestarts()
+			s.tr.ResetFailures()
 		case <-r.restart:
 			forced = true
 			s.closeSession(r, sess)
@@ -437,8 +518,10 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 }
 
 // reconnect decides, after a session ended with end, whether to reconnect,
-// and does so with backoff. It returns the new session, or nil after
-// moving to a terminal state.
+// and does so, each attempt after the delay the count of failures in a
+// row asks for (Policy.RetryDelay: none after a run that answered, or
+// after one failure). It returns the new session, or nil after moving to a
+// terminal state.
 func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 	switch {
 	case IsPermanent(end):
@@ -457,25 +540,28 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 	s.setState(StateRestarting, end)
 	last := end
 	immediate := forced
-	for {
+	for attempt := 1; ; attempt++ {
 		if !immediate {
-			n := s.tr.IncRestarts()
+			s.tr.IncRestarts()
+			n := s.tr.Failures()
 			pol := s.policy()
 			if pol.MaxAttempts >= 0 && n > pol.MaxAttempts {
-				err := fmt.Errorf("lifecycle: %s: %w after %d attempts", s.name, ErrRestartLimit, pol.MaxAttempts)
+				err := fmt.Errorf("lifecycle: %s: %w after %d failed attempts in a row", s.name, ErrRestartLimit, pol.MaxAttempts)
 				if last != nil {
 					err = fmt.Errorf("%w: %w", err, last)
 				}
 				s.fail(err)
 				return nil
 			}
-			d := pol.Backoff.Delay(n)
-			s.logger().Info("restarting", "attempt", n, "delay", d)
-			s.tr.SetNextAttempt(time.Now().Add(d))
-			if f := pol.OnRestarting; f != nil {
-				f(n, d, last)
+			d := time.Duration(0)
+			if next := s.tr.Snapshot().NextAttempt; !next.IsZero() {
+				d = max(time.Until(next), 0)
 			}
-			if !s.pause(r, d) {
+			s.logger().Info("restarting", "attempt", attempt, "failures", n, "delay", d)
+			if f := pol.OnRestarting; f != nil {
+				f(attempt, d, last)
+			}
+			if d > 0 && !s.pause(r, d) {
 				s.setState(StateStopped, nil)
 				return nil
 			}
@@ -506,6 +592,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 			return sess
 		}
 		last = err
+		s.failedRun()
 		if IsPermanent(err) {
 			s.fail(err)
 			return nil

@@ -31,12 +31,15 @@ func advance(d time.Duration) {
 // fakeSession is an in-memory Session. end finishes it with a result;
 // Close finishes it with nil unless stuck is set (a misbehaving session).
 type fakeSession struct {
-	done   chan struct{}
-	once   sync.Once
-	err    error
-	closes atomic.Int32
-	stuck  bool
+	done     chan struct{}
+	once     sync.Once
+	err      error
+	closes   atomic.Int32
+	stuck    bool
+	answered atomic.Bool // it answered a request (Answerer)
 }
+
+func (f *fakeSession) Answered() bool { return f.answered.Load() }
 
 func newFakeSession() *fakeSession { return &fakeSession{done: make(chan struct{})} }
 
@@ -296,9 +299,11 @@ func TestStartPermanentFailureParksInFailed(t *testing.T) {
 		if err := s.RestartAndWait(context.Background(), 0); !errors.Is(err, ErrNotStarted) {
 			t.Fatalf("RestartAndWait in Failed = %v, want ErrNotStarted", err)
 		}
-		// After the user authenticates, Start leaves Failed.
+		// After the user authenticates, Start leaves Failed. The failed
+		// start is still counted: only a session that answers, a healthy
+		// period or Stop resets the count.
 		must(t, s.Start(context.Background()))
-		if info := wantState(t, s, StateReady); info.LastError != nil || info.Restarts != 0 {
+		if info := wantState(t, s, StateReady); info.LastError != nil || info.Failures != 1 || info.Restarts != 0 {
 			t.Fatalf("after restart from Failed: %+v", info)
 		}
 		stop(t, s)
@@ -441,13 +446,21 @@ func TestBackoffSequence(t *testing.T) {
 		crash := time.Now()
 		conn.last().end(errors.New("segfault"))
 		synctest.Wait()
+		// The first attempt is made at once, and fails: two failures in a
+		// row, a crash loop, whose next attempt waits.
 		info := wantState(t, s, StateRestarting)
-		if info.LastError == nil || info.LastError.Error() != "segfault" {
-			t.Fatalf("LastError while restarting = %v", info.LastError)
+		if !errors.Is(info.LastError, ErrServerUnavailable) || info.Failures != 2 || info.Restarts != 2 {
+			t.Fatalf("while restarting: %+v", info)
+		}
+		if !errors.Is(s.CrashLoop(), ErrCrashLoop) {
+			t.Fatalf("CrashLoop while restarting = %v", s.CrashLoop())
+		}
+		if d, _, _ := rec.counts(); d != 1 || rec.disconnect(0).Error() != "segfault" {
+			t.Fatalf("OnDisconnect: %d, %v", d, rec.disconnect(0))
 		}
 		<-ch
 
-		want := []time.Duration{1, 2, 4, 8, 16, 32, 32, 32}
+		want := []time.Duration{0, 1, 2, 4, 8, 16, 32, 32}
 		calls := conn.callTimes()
 		if len(calls) != 1+len(want) {
 			t.Fatalf("Connect calls = %d, want %d", len(calls), 1+len(want))
@@ -459,8 +472,9 @@ func TestBackoffSequence(t *testing.T) {
 			}
 			prev = calls[i+1]
 		}
+		// The count stands until the new session answers.
 		info = wantState(t, s, StateReady)
-		if info.Restarts != len(want) || info.LastError != nil {
+		if info.Failures != len(want) || info.Restarts != len(want) || info.LastError != nil {
 			t.Fatalf("after reconnect: %+v", info)
 		}
 		if d, r, f := rec.counts(); d != 1 || r != 1 || f != 0 {
@@ -483,7 +497,7 @@ func TestBackoffSequenceJitter(t *testing.T) {
 
 		calls := conn.callTimes()
 		prev, shortened := crash, 0
-		for i, w := range []time.Duration{1, 2, 4, 8, 16, 32, 32, 32} {
+		for i, w := range []time.Duration{0, 1, 2, 4, 8, 16, 32, 32} {
 			full := w * time.Second
 			gap := calls[i+1].Sub(prev)
 			if gap < time.Duration(float64(full)*(1-jitter)) || gap > full {
@@ -513,8 +527,8 @@ func TestMaxAttemptsThenFailed(t *testing.T) {
 		advance(time.Minute)
 
 		info := wantState(t, s, StateFailed)
-		if el := info.Since.Sub(crash); el != 7*time.Second { // 1s + 2s + 4s
-			t.Fatalf("failed %v after the crash, want 7s", el)
+		if el := info.Since.Sub(crash); el != 3*time.Second { // 0 + 1s + 2s
+			t.Fatalf("failed %v after the crash, want 3s", el)
 		}
 		if !errors.Is(info.LastError, ErrRestartLimit) || !errors.Is(info.LastError, crashErr) {
 			t.Fatalf("LastError = %v, want ErrRestartLimit wrapping the last attempt's error", info.LastError)
@@ -553,8 +567,8 @@ func TestRestartLimitCountsCrashLoops(t *testing.T) {
 			advance(time.Minute)
 			conn.last().end(errors.New("crash"))
 			<-ch
-			if got := s.State().Restarts; got != i {
-				t.Fatalf("Restarts = %d, want %d", got, i)
+			if got := s.State().Failures; got != i {
+				t.Fatalf("Failures = %d, want %d", got, i)
 			}
 		}
 		advance(time.Minute)
@@ -580,28 +594,29 @@ func TestHealthyPeriodResetsCounter(t *testing.T) {
 			conn.last().end(errors.New("crash"))
 			<-ch
 		}
-		if got := s.State().Restarts; got != 2 {
-			t.Fatalf("Restarts = %d, want 2", got)
+		if got := s.State().Failures; got != 2 {
+			t.Fatalf("Failures = %d, want 2", got)
 		}
 		advance(time.Minute - time.Nanosecond)
-		if got := s.State().Restarts; got != 2 {
-			t.Fatalf("reset early: Restarts = %d", got)
+		if got := s.State().Failures; got != 2 {
+			t.Fatalf("reset early: Failures = %d", got)
 		}
 		advance(time.Nanosecond)
-		if got := s.State().Restarts; got != 0 {
-			t.Fatalf("after the healthy period Restarts = %d, want 0", got)
+		if got := s.State().Failures; got != 0 {
+			t.Fatalf("after the healthy period Failures = %d, want 0", got)
 		}
-		// The next crash starts the schedule over: attempt 1, 1s delay.
+		// The next crash starts the schedule over: a first failure, retried
+		// at once.
 		ch := s.Restarted()
 		crash := time.Now()
 		conn.last().end(errors.New("crash"))
 		<-ch
 		calls := conn.callTimes()
-		if gap := calls[len(calls)-1].Sub(crash); gap != time.Second {
-			t.Fatalf("first attempt after reset waited %v, want 1s", gap)
+		if gap := calls[len(calls)-1].Sub(crash); gap != 0 {
+			t.Fatalf("first attempt after reset waited %v, want none", gap)
 		}
-		if info := wantState(t, s, StateReady); info.Restarts != 1 {
-			t.Fatalf("Restarts = %d, want 1", info.Restarts)
+		if info := wantState(t, s, StateReady); info.Failures != 1 {
+			t.Fatalf("Failures = %d, want 1", info.Restarts)
 		}
 		stop(t, s)
 	})
@@ -616,8 +631,8 @@ func TestNegativeHealthyPeriodNeverResets(t *testing.T) {
 		conn.last().end(errors.New("crash"))
 		<-ch
 		advance(24 * time.Hour)
-		if got := s.State().Restarts; got != 1 {
-			t.Fatalf("Restarts = %d, want 1", got)
+		if got := s.State().Failures; got != 1 {
+			t.Fatalf("Failures = %d, want 1", got)
 		}
 		conn.last().end(errors.New("crash"))
 		synctest.Wait()
@@ -826,13 +841,13 @@ func TestRestartAndWaitStopped(t *testing.T) {
 
 func TestRestartAndWaitCutsBackoffShort(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		conn := &fakeConnector{script: failAfter(1, ErrTransport)}
+		conn := &fakeConnector{script: failAfter(2, ErrTransport)}
 		s := newSup(t, conn, Policy{Logger: quiet})
 		must(t, s.Start(context.Background()))
 		conn.last().end(errors.New("crash"))
-		advance(time.Second) // attempt 1 fails at +1s; attempt 2 due at +3s
-		if n := conn.nCalls(); n != 2 {
-			t.Fatalf("Connect calls = %d, want 2", n)
+		advance(time.Second) // attempt 1 fails at once, attempt 2 at +1s; attempt 3 due at +3s
+		if n := conn.nCalls(); n != 3 {
+			t.Fatalf("Connect calls = %d, want 3", n)
 		}
 		t0 := time.Now()
 		must(t, s.RestartAndWait(context.Background(), 0))
@@ -1235,8 +1250,8 @@ func TestRestartingReportsTheNextAttempt(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if fmt.Sprint(attempts) != "[1 2 3]" || fmt.Sprint(delays) != "[1s 2s 4s]" {
-			t.Fatalf("OnRestarting attempts %v delays %v, want [1 2 3] [1s 2s 4s]", attempts, delays)
+		if fmt.Sprint(attempts) != "[1 2 3]" || fmt.Sprint(delays) != "[0s 1s 2s]" {
+			t.Fatalf("OnRestarting attempts %v delays %v, want [1 2 3] [0s 1s 2s]", attempts, delays)
 		}
 	})
 }
@@ -1260,17 +1275,23 @@ func TestSetPolicyAppliesToLaterDecisions(t *testing.T) {
 			s.SetPolicy(cur.policy(Policy{Restart: RestartAlways, Backoff: Backoff{Initial: 3 * time.Second, Max: 3 * time.Second}}))
 		}()
 		<-done
+		// A first failure is retried at once; the new policy's backoff
+		// spaces the attempts of a crash loop (the second failure on).
+		conn.setScript(failAfter(1, ErrTransport))
 		t0 := time.Now()
 		conn.last().end(errors.New("crash"))
 		synctest.Wait()
 		wantState(t, s, StateRestarting)
 		advance(3 * time.Second)
 		wantState(t, s, StateReady)
-		if n := conn.nCalls(); n != 2 {
-			t.Fatalf("connects = %d, want 2 (restarted under the new policy)", n)
+		if n := conn.nCalls(); n != 3 {
+			t.Fatalf("connects = %d, want 3 (restarted under the new policy)", n)
 		}
-		if d := conn.callTimes()[1].Sub(t0); d != 3*time.Second {
-			t.Fatalf("restarted after %v, want the new policy's backoff of 3s", d)
+		if d := conn.callTimes()[1].Sub(t0); d != 0 {
+			t.Fatalf("first attempt after %v, want at once", d)
+		}
+		if d := conn.callTimes()[2].Sub(t0); d != 3*time.Second {
+			t.Fatalf("second attempt after %v, want the new policy's backoff of 3s", d)
 		}
 		if _, restarts, _ := cur.counts(); restarts != 1 {
 			t.Fatalf("new policy's OnRestart ran %d times, want 1", restarts)
@@ -1282,8 +1303,8 @@ func TestSetPolicyAppliesToLaterDecisions(t *testing.T) {
 		conn.last().end(errors.New("crash again"))
 		synctest.Wait()
 		wantState(t, s, StateFailed)
-		if n := conn.nCalls(); n != 2 {
-			t.Fatalf("connects = %d after a crash under RestartNever, want still 2", n)
+		if n := conn.nCalls(); n != 3 {
+			t.Fatalf("connects = %d after a crash under RestartNever, want still 3", n)
 		}
 	})
 }
@@ -1354,4 +1375,162 @@ func TestStoppedSupervisorKeepsNoRun(t *testing.T) {
 	}
 	must(t, s.Start(context.Background())) // and starts again
 	wantState(t, s, StateReady)
+}
+
+// A session that answered was a success, however short: killed over and
+// over, it is restarted at once each time, the count of failures never
+// grows, and the restart limit is never reached.
+func TestAnsweredSessionRestartsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := &fakeConnector{}
+		var rec recorder
+		s := newSup(t, conn, rec.policy(Policy{MaxAttempts: 2}))
+		must(t, s.Start(context.Background()))
+		for i := range 50 {
+			sess := conn.last()
+			sess.answered.Store(true)
+			ch := s.Restarted()
+			killed := time.Now()
+			sess.end(errors.New("killed"))
+			<-ch
+			if el := time.Since(killed); el != 0 {
+				t.Fatalf("kill %d: restarted after %v, want at once", i, el)
+			}
+			if info := wantState(t, s, StateReady); info.Failures != 0 {
+				t.Fatalf("kill %d: Failures = %d, want 0", i, info.Failures)
+			}
+		}
+		if _, r, f := rec.counts(); r != 50 || f != 0 {
+			t.Fatalf("restarts %d, failures %d", r, f)
+		}
+		stop(t, s)
+	})
+}
+
+// Runs that end before answering are a crash loop: the first is retried at
+// once, the next ones after the backoff, and the limit ends it. A session
+// that answers then resets the count: the next end is retried at once.
+func TestUnansweredRunsBackOffAndAnAnswerResets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conn := &fakeConnector{}
+		s := newSup(t, conn, Policy{MaxAttempts: -1, Logger: quiet})
+		must(t, s.Start(context.Background()))
+		prev := time.Now()
+		for i, want := range []time.Duration{0, 1, 2, 4} {
+			ch := s.Restarted()
+			conn.last().end(errors.New("exited before answering"))
+			<-ch
+			if gap := time.Since(prev); gap != want*time.Second {
+				t.Fatalf("run %d: restarted after %v, want %v", i+1, gap, want*time.Second)
+			}
+			if info := s.State(); info.Failures != i+1 {
+				t.Fatalf("run %d: Failures = %d", i+1, info.Failures)
+			}
+			prev = time.Now()
+		}
+		conn.last().answered.Store(true)
+		ch := s.Restarted()
+		t0 := time.Now()
+		conn.last().end(errors.New("killed after answering"))
+		<-ch
+		if el := time.Since(t0); el != 0 {
+			t.Fatalf("after a run that answered: restarted after %v, want at once", el)
+		}
+		if info := s.State(); info.Failures != 0 {
+			t.Fatalf("after a run that answered: Failures = %d, want 0", info.Failures)
+		}
+		stop(t, s)
+	})
+}
+
+// The count of failures spans Starts: a connection that fails at every
+// start is tried at once twice, then Start refuses at once with a
+// *CrashLoopError until the backoff's next attempt is due — no Connect in
+// between — and Stop ends the loop.
+func TestStartRefusesInACrashLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		boom := fmt.Errorf("exec: %w", ErrServerCrashed)
+		conn := &fakeConnector{script: func(context.Context, int) error { return boom }}
+		s := newSup(t, conn, Policy{Logger: quiet})
+		for i := range 2 {
+			if err := s.Start(context.Background()); !errors.Is(err, boom) || errors.Is(err, ErrCrashLoop) {
+				t.Fatalf("start %d = %v, want the connect's failure", i+1, err)
+			}
+		}
+		if n := conn.nCalls(); n != 2 {
+			t.Fatalf("Connect calls = %d, want 2", n)
+		}
+		t0 := time.Now()
+		for _, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+			before := conn.nCalls()
+			err := s.Start(context.Background())
+			var cl *CrashLoopError
+			if !errors.As(err, &cl) || !errors.Is(err, ErrCrashLoop) || !errors.Is(err, boom) {
+				t.Fatalf("start in a crash loop = %v, want a *CrashLoopError wrapping the last failure", err)
+			}
+			if !cl.Next.Equal(t0.Add(wait)) || cl.Failures != before {
+				t.Fatalf("crash loop: %+v, want next at +%v after %d failures", cl, wait, before)
+			}
+			if !errors.Is(s.CrashLoop(), ErrCrashLoop) || conn.nCalls() != before {
+				t.Fatalf("CrashLoop = %v, Connect calls %d → %d", s.CrashLoop(), before, conn.nCalls())
+			}
+			advance(wait - time.Nanosecond)
+			if err := s.Start(context.Background()); !errors.Is(err, ErrCrashLoop) {
+				t.Fatalf("a nanosecond early: %v", err)
+			}
+			advance(time.Nanosecond)
+			if err := s.Start(context.Background()); errors.Is(err, ErrCrashLoop) || conn.nCalls() != before+1 {
+				t.Fatalf("when due: %v (Connect calls %d → %d)", err, before, conn.nCalls())
+			}
+			t0 = time.Now()
+		}
+		stop(t, s)
+		conn.setScript(nil)
+		must(t, s.Start(context.Background()))
+		if info := wantState(t, s, StateReady); info.Failures != 0 {
+			t.Fatalf("after Stop and Start: %+v", info)
+		}
+		stop(t, s)
+	})
+}
+
+// CrashLoop is nil while an attempt is being made or may be made at once,
+// and set only while a backoff wait runs.
+func TestCrashLoopOnlyDuringTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		conn := &fakeConnector{}
+		s := newSup(t, conn, Policy{MaxAttempts: -1, Logger: quiet})
+		must(t, s.Start(context.Background()))
+		conn.setScript(func(ctx context.Context, n int) error {
+			if n == 3 {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			}
+			return ErrTransport
+		})
+		if s.CrashLoop() != nil {
+			t.Fatal("CrashLoop while Ready")
+		}
+		conn.last().end(errors.New("crash"))
+		synctest.Wait() // attempt 1 at once, failed; attempt 2 due at +1s
+		if err := s.CrashLoop(); !errors.Is(err, ErrCrashLoop) {
+			t.Fatalf("during the backoff: %v", err)
+		}
+		advance(time.Second) // attempt 2 (call 3) hangs at the gate
+		if err := s.CrashLoop(); err != nil {
+			t.Fatalf("during an attempt: %v", err)
+		}
+		close(gate)
+		synctest.Wait()
+		if err := s.CrashLoop(); !errors.Is(err, ErrCrashLoop) {
+			t.Fatalf("after the attempt failed: %v", err)
+		}
+		stop(t, s)
+		if err := s.CrashLoop(); err != nil {
+			t.Fatalf("after Stop: %v", err)
+		}
+	})
 }
