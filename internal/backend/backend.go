@@ -81,6 +81,7 @@ type Conn struct {
 	runDone  chan struct{}
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing
+	answered atomic.Bool   // the server answered a request after its handshake (Answered)
 }
 
 // exitGrace is how long a server whose output ended unasked has to exit on
@@ -148,7 +149,25 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		params = withOwnMeta(params)
 	}
 	m, err := c.rpc.Call(ctx, method, params)
+	if err == nil {
+		c.markAnswered()
+	}
 	return m, c.callErr(err)
+}
+
+// Answered reports whether the server answered a request on the
+// connection after its handshake (with a result or a JSON-RPC error):
+// lifecycle.Answerer. A connection that answered was a success however
+// short its life; one that ended before is a failed run, which counts
+// towards a crash loop.
+func (c *Conn) Answered() bool { return c.answered.Load() }
+
+// markAnswered records an answer (a load first: the flag is written once,
+// not by every call).
+func (c *Conn) markAnswered() {
+	if !c.answered.Load() {
+		c.answered.Store(true)
+	}
 }
 
 // Start sends a request and returns it pending (see rpc.Conn.Start): Call,
@@ -172,6 +191,9 @@ type pending struct {
 
 func (p pending) Wait(ctx context.Context, interrupt <-chan struct{}) (*rpc.Message, bool, error) {
 	m, interrupted, err := p.p.Wait(ctx, interrupt)
+	if m != nil && err == nil {
+		p.c.markAnswered()
+	}
 	return m, interrupted, p.c.callErr(err)
 }
 
