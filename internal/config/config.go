@@ -154,7 +154,8 @@ func (c *Config) Server(name string) *Server {
 // server to sleep, StartGrace 0 gives no grace, InitTimeout and
 // RequestTimeout 0 mean no deadline, StdinWait and TermWait 0 mean no wait
 // before the next stop step (proc.Spec spells that as a negative value),
-// and Restart.HealthyPeriod 0 never resets the restart count. Policy maps
+// and Restart.HealthyPeriod 0 resets the count of failures in a row only
+// when the server answers. Policy maps
 // these onto lifecycle's conventions.
 type Server struct {
 	Name      string
@@ -229,13 +230,16 @@ type rawLaunch struct {
 // RestartConfig is the restart part of a server's settings, resolved.
 type RestartConfig struct {
 	Policy lifecycle.Restart
-	// MaxAttempts is the number of restarts allowed between healthy
-	// periods (0 in the file means 5); negative means unlimited.
+	// MaxAttempts is the number of runs in a row that may fail before
+	// answering anything while the server is restarted on its own (0 in
+	// the file means 5); negative means unlimited (lifecycle.Policy).
 	MaxAttempts int
-	// Backoff has every field resolved (Max is never below Initial).
+	// Backoff has every field resolved (Max is never below Initial). It
+	// spaces the attempts of a crash loop only (lifecycle.Policy.RetryDelay).
 	Backoff lifecycle.Backoff
-	// HealthyPeriod is how long a connection must stay up for the restart
-	// count to reset; 0 means never.
+	// HealthyPeriod is how long a connection must stay up for the count of
+	// failures in a row to reset even if it answered nothing (one that
+	// answered resets it at once); 0 means never.
 	HealthyPeriod time.Duration
 }
 

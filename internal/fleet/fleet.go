@@ -70,11 +70,6 @@ type Options struct {
 	// Logs, if set, keeps each server's stderr lines (stdio servers),
 	// across its processes, by server name.
 	Logs *logbuf.Registry
-	// RespawnFailures within RespawnWindow make further requests fail at
-	// once until the window has passed (defaults 3 and 1 minute): a server
-	// that cannot start is not retried in a hot loop.
-	RespawnFailures int
-	RespawnWindow   time.Duration
 	// Trim, if set, is called once servers went dormant, or requests
 	// were served (TrimSoon), and nothing more happened for a moment
 	// (trimQuiet), at most once per trimEvery, on a goroutine of the
@@ -294,12 +289,6 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.Default()
-	}
-	if f.opts.RespawnFailures <= 0 {
-		f.opts.RespawnFailures = 3
-	}
-	if f.opts.RespawnWindow <= 0 {
-		f.opts.RespawnWindow = time.Minute
 	}
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector

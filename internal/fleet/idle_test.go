@@ -44,9 +44,10 @@ func TestIdleDecision(t *testing.T) {
 
 // fakeLive is an in-memory session: alive until closed.
 type fakeLive struct {
-	done chan struct{}
-	once sync.Once
-	err  error // what Wait reports: set by crash
+	done     chan struct{}
+	once     sync.Once
+	err      error       // what Wait reports: set by crash
+	answered atomic.Bool // it answered a request (lifecycle.Answerer)
 
 	// A modern one takes its resource subscriptions as one set.
 	modern bool
@@ -54,7 +55,8 @@ type fakeLive struct {
 	subs   []string
 }
 
-func (f *fakeLive) Modern() bool { return f.modern }
+func (f *fakeLive) Modern() bool   { return f.modern }
+func (f *fakeLive) Answered() bool { return f.answered.Load() }
 func (f *fakeLive) SetResourceSubscriptions(uris []string) {
 	f.subMu.Lock()
 	f.subs = uris
@@ -341,26 +343,113 @@ func TestConcurrentCallsShareOneRespawn(t *testing.T) {
 	})
 }
 
+// A server that cannot start is tried at once twice (one failure may be
+// chance), then — a crash loop — refused at once, with no connect, until
+// the backoff's next attempt is due (1 s, then 2 s, …).
 func TestFailedRespawnIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"5s","startGrace":"0s"`)
 		defer ff.close(t)
 		ff.fail.Store(true)
 		s := ff.f.Get("s")
-		for i := range 3 {
-			if _, err := use(s.Acquire(t.Context(), "")); err == nil || !errors.Is(err, lifecycle.ErrServerUnavailable) {
+		for i := range 2 {
+			if _, err := use(s.Acquire(t.Context(), "")); !errors.Is(err, lifecycle.ErrServerUnavailable) || errors.Is(err, lifecycle.ErrCrashLoop) {
 				t.Fatalf("attempt %d: %v", i, err)
 			}
 		}
-		before := ff.connects.Load()
-		_, err := use(s.Acquire(t.Context(), ""))
-		if !errors.Is(err, ErrRespawnLimit) || ff.connects.Load() != before {
-			t.Fatalf("4th attempt within the window: %v (connects %d → %d)", err, before, ff.connects.Load())
+		failed := time.Now()
+		for _, wait := range []time.Duration{time.Second, 2 * time.Second} {
+			before := ff.connects.Load()
+			t0 := time.Now()
+			_, err := use(s.Acquire(t.Context(), ""))
+			var cl *lifecycle.CrashLoopError
+			if !errors.As(err, &cl) || ff.connects.Load() != before || time.Since(t0) != 0 {
+				t.Fatalf("in the crash loop: %v after %v (connects %d → %d)", err, time.Since(t0), before, ff.connects.Load())
+			}
+			if !within(cl.Next.Sub(failed), wait) || !errors.Is(err, lifecycle.ErrServerUnavailable) {
+				t.Fatalf("crash loop error %+v, want the next attempt at +%v (jitter 20%%) and the last failure", cl, wait)
+			}
+			time.Sleep(time.Until(cl.Next) - time.Nanosecond)
+			if _, err := use(s.Acquire(t.Context(), "")); !errors.Is(err, lifecycle.ErrCrashLoop) || ff.connects.Load() != before {
+				t.Fatalf("a nanosecond early: %v", err)
+			}
+			time.Sleep(time.Nanosecond)
+			if _, err := use(s.Acquire(t.Context(), "")); errors.Is(err, lifecycle.ErrCrashLoop) || ff.connects.Load() != before+1 {
+				t.Fatalf("when due: %v (connects %d → %d)", err, before, ff.connects.Load())
+			}
+			failed = time.Now()
 		}
 		ff.fail.Store(false)
-		time.Sleep(time.Minute)
+		time.Sleep(4 * time.Second)
 		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
-			t.Fatalf("after the window: %v", err)
+			t.Fatalf("after the backoff: %v", err)
+		}
+	})
+}
+
+// within reports whether d is the backoff delay full less the default
+// jitter (config.DefaultBackoffJitter, 20 %) at most.
+func within(d, full time.Duration) bool {
+	return d <= full && d >= time.Duration(float64(full)*(1-config.DefaultBackoffJitter))
+}
+
+// A server that answered and then died is started again at once: a
+// request that arrives while it restarts waits only for the start (500 ms
+// here), however often it dies.
+func TestAnsweredServerRestartsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l := live(s.Acquire(t.Context(), ""))
+		for i := range 20 {
+			fl := l.(*fakeLive)
+			fl.answered.Store(true)
+			fl.crash()
+			t0 := time.Now()
+			l = live(s.Acquire(t.Context(), ""))
+			if l == nil || l == Live(fl) {
+				t.Fatalf("kill %d: no new connection", i)
+			}
+			if el := time.Since(t0); el != 500*time.Millisecond {
+				t.Fatalf("kill %d: the request waited %v, want the start's 500ms", i, el)
+			}
+		}
+		if n := ff.connects.Load(); n != 21 {
+			t.Fatalf("connects = %d, want 21", n)
+		}
+	})
+}
+
+// A server that dies before answering twice in a row is in a crash loop: a
+// request during the backoff gets the crash-loop error at once, naming the
+// next attempt; the first such death is restarted at once.
+func TestUnansweredDeathsAnswerACrashLoopAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l := live(s.Acquire(t.Context(), ""))
+		l.(*fakeLive).crash()
+		t0 := time.Now()
+		l = live(s.Acquire(t.Context(), ""))
+		if el := time.Since(t0); l == nil || el != 500*time.Millisecond {
+			t.Fatalf("after one death: %v after %v, want a new connection after the start's 500ms", l, el)
+		}
+		l.(*fakeLive).crash()
+		synctest.Wait()
+		t0 = time.Now()
+		_, err := use(s.Acquire(t.Context(), ""))
+		var cl *lifecycle.CrashLoopError
+		if !errors.As(err, &cl) || time.Since(t0) != 0 || !within(cl.Next.Sub(t0), time.Second) {
+			t.Fatalf("after two deaths in a row: %v after %v, want the crash loop at once, next attempt in 1s", err, time.Since(t0))
+		}
+		if st := s.Status(); st.State != "restarting" || st.Failures != 2 || !st.NextAttempt.Equal(cl.Next) {
+			t.Fatalf("status %+v", st)
+		}
+		time.Sleep(time.Second + 500*time.Millisecond)
+		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+			t.Fatalf("after the backoff: %v", err)
 		}
 	})
 }

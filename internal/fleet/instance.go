@@ -31,10 +31,6 @@ const (
 // asks its server for the instance now in service.
 var errRetired = errors.New("instance retired")
 
-// ErrRespawnLimit is wrapped by the error requests get while a server that
-// keeps failing to start waits out its respawn window.
-var ErrRespawnLimit = errors.New("server keeps failing to start")
-
 // instance is one process slot of a server: the shared one, or one per
 // client session.
 type instance struct {
@@ -69,7 +65,6 @@ type instance struct {
 	starting     chan struct{} // closed when the start in progress ends
 	restartAt    int64         // Unix ns when the supervisor's restart under way spawns (after its delay); 0: none
 	startErr     error
-	failures     []time.Time // recent failed starts
 	lastErr      error
 	// attempt is 1 + where the server's kept stderr stood when the
 	// supervisor's restart attempt under way began (0: none), so that a
@@ -664,7 +659,9 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 
 	go func() {
 		var err error
+		restarts := 0
 		if sup != nil { // (a running instance has its run; nothing to stop otherwise)
+			restarts = sup.State().Restarts // (Stop forgets them)
 			ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
 			err = sup.Stop(ctx)
 			cancel()
@@ -684,7 +681,7 @@ func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-
 			// background, and a start waits for it. So does a start under
 			// way, which holds it: it ends as stopped.)
 			if err == nil && in.sup == sup && sup != nil && in.starting == nil {
-				in.restarts = int32(sup.State().Restarts)
+				in.restarts = int32(restarts)
 				in.sup = nil
 			}
 		}
@@ -799,10 +796,20 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			}
 			continue
 		}
+		if in.sup != nil && in.starting == nil {
+			// A crash loop answers at once: a request never waits out
+			// a backoff (the supervisor's unattended restart, or the
+			// earliest a start may try again).
+			if err := in.sup.CrashLoop(); err != nil {
+				in.mu.Unlock()
+				return nil, woke, err
+			}
+		}
 		if in.phase == phaseRunning && in.starting == nil && in.sup != nil {
-			// Restarting by its policy: wait for the next change of the
-			// supervisor's state. (Given up — Failed or Stopped — a
-			// request starts it again below, within the respawn limit.)
+			// Restarting by its policy — at once after a run that
+			// answered, or after a single failure: wait for the next
+			// change of the supervisor's state. (Given up — Failed or
+			// Stopped — a request starts it again below.)
 			changed := in.sup.Changed()
 			info := in.sup.State()
 			// Between the end of a session and the supervisor's move to
@@ -826,10 +833,6 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 				return nil, woke, err
 			}
 			continue
-		}
-		if err := in.respawnLimitLocked(); err != nil {
-			in.mu.Unlock()
-			return nil, woke, err
 		}
 		if err := ctx.Err(); err != nil {
 			in.mu.Unlock()
@@ -917,13 +920,14 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	var se *StartError
 	refreshNow := false
 	in.refreshAfter = 0
-	if err != nil {
+	switch {
+	case errors.Is(err, lifecycle.ErrCrashLoop):
+		// Refused at once, nothing started: no failure of its own.
+	case err != nil:
 		se = in.startFailure(err, mark)
 		err = se
-		in.failures = append(in.failures, time.Now())
 		in.lastErr = err
-	} else {
-		in.failures = nil
+	default:
 		in.phase = phaseRunning
 		if look {
 			// The requests that waited for this start go first: the
@@ -991,25 +995,6 @@ func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor) {
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: "stopped", Details: d})
 }
 
-// respawnLimitLocked refuses a start while too many recent starts failed.
-func (in *instance) respawnLimitLocked() error {
-	f := in.srv.f
-	cut := time.Now().Add(-f.opts.RespawnWindow)
-	kept := in.failures[:0]
-	for _, t := range in.failures {
-		if t.After(cut) {
-			kept = append(kept, t)
-		}
-	}
-	in.failures = kept
-	if len(kept) < f.opts.RespawnFailures {
-		return nil
-	}
-	retry := kept[0].Add(f.opts.RespawnWindow)
-	return fmt.Errorf("%w: server %s failed to start %d times in the last %v (next attempt after %s): %v",
-		ErrRespawnLimit, in.srv.Name(), len(kept), f.opts.RespawnWindow, retry.Format(time.TimeOnly), in.lastErr)
-}
-
 // waitGone waits until the supervisor has let go of a dead connection.
 func (in *instance) waitGone(ctx context.Context, c Live) error {
 	for {
@@ -1033,15 +1018,12 @@ func (in *instance) waitGone(ctx context.Context, c Live) error {
 }
 
 // restartingError is what a request gets when its context ends while its
-// server restarts: it names the restart and when the next attempt is due.
+// server restarts: it names the restart, the failed starts in a row that
+// preceded it, if any, and its cause.
 func restartingError(name string, info lifecycle.StateInfo, cause error) error {
 	msg := fmt.Sprintf("server %s is restarting", name)
-	if info.Restarts > 0 {
-		msg += fmt.Sprintf(" (attempt %d", info.Restarts)
-		if !info.NextAttempt.IsZero() {
-			msg += ", next attempt at " + info.NextAttempt.Format("15:04:05.000")
-		}
-		msg += ")"
+	if info.Restarts > 1 {
+		msg += fmt.Sprintf(" (%d failed starts in a row)", info.Restarts)
 	}
 	if info.LastError != nil {
 		msg += " after: " + info.LastError.Error()

@@ -466,11 +466,12 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		}
 
 		lf.fail("npx", false)
-		time.Sleep(time.Minute) // the respawn window
+		time.Sleep(time.Minute) // past the crash loop's backoff
 		if _, err := s.Acquire(t.Context(), ""); err == nil {
 			t.Fatal("a failing flattened start succeeded")
 		}
 		synctest.Wait()
+		time.Sleep(4 * time.Second) // the next attempt of the crash loop is due
 		if got := lf.start(t, "s"); got[0] != "npx" {
 			t.Fatalf("ran %q", got)
 		}

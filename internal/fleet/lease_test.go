@@ -83,7 +83,7 @@ func TestStopDuringStartWins(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 		defer ff.close(t)
 		s := ff.f.Get("s")
-		for i := range ff.f.opts.RespawnFailures + 1 {
+		for i := range 4 {
 			errc := make(chan error, 1)
 			go func() {
 				_, err := use(s.Acquire(context.Background(), ""))
@@ -140,9 +140,10 @@ func TestPerSessionInstanceLimit(t *testing.T) {
 	})
 }
 
-// A server that crashes is restarted by its policy with no request coming;
-// a request that arrives meanwhile waits for it within its own context, and
-// otherwise gets an error naming the restart and the next attempt.
+// A server that crashes is restarted by its policy with no request coming,
+// at once (one death is no crash loop); a request that arrives meanwhile
+// waits for it within its own context, and otherwise gets an error naming
+// the restart and its cause.
 func TestRequestsDuringARestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ff := newFakeFleet(t, `,"idleTimeout":"0","restart":{"backoff":{"initial":"2s"}}`)
@@ -162,10 +163,11 @@ func TestRequestsDuringARestart(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err = s.Acquire(ctx, "")
-		if err == nil || !strings.Contains(err.Error(), "restarting") || !strings.Contains(err.Error(), "next attempt at") {
+		if err == nil || !strings.Contains(err.Error(), "restarting") || !strings.Contains(err.Error(), "exit code 3") || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a request with a short timeout during the restart: %v", err)
 		}
 		var wg sync.WaitGroup
+		t0 := time.Now()
 		for range 5 {
 			wg.Go(func() {
 				if _, err := use(s.Acquire(context.Background(), "")); err != nil {
@@ -175,8 +177,11 @@ func TestRequestsDuringARestart(t *testing.T) {
 		}
 		wg.Wait()
 		synctest.Wait() // the waiters are released before OnRestart reports
-		// Backoff 2s plus the 500ms start: the restart came by itself,
-		// once, and served every waiting request.
+		// No backoff, the 500ms start: the restart came by itself, once,
+		// and served every waiting request.
+		if el := time.Since(t0); el != 400*time.Millisecond {
+			t.Fatalf("the waiting requests were served %v after they came, want the rest of the 500ms start", el)
+		}
 		if ff.connects.Load() != 2 || ff.count("exited") != 1 || ff.count("restarted") != 1 || ff.count("restarting") != 1 {
 			t.Fatalf("connects %d, exited %d, restarting %d, restarted %d", ff.connects.Load(), ff.count("exited"), ff.count("restarting"), ff.count("restarted"))
 		}

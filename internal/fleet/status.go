@@ -22,6 +22,12 @@ type Status struct {
 	Spawns       int       `json:"spawns"`
 	LastError    string    `json:"lastError,omitempty"`
 	Sessions     int       `json:"sessions,omitempty"` // per-session instances
+	// Failures counts the starts in a row that failed before the server
+	// answered anything (lifecycle.StateInfo.Failures); from 2 the server
+	// is in a crash loop, and NextAttempt says when it is tried again
+	// (requests get an error saying so until then).
+	Failures    int       `json:"failures,omitempty"`
+	NextAttempt time.Time `json:"nextAttempt,omitzero"`
 	// Refusing is the error every request gets while the operator has
 	// stopped the server (state "stopped" until it is started again).
 	Refusing string `json:"refusing,omitempty"`
@@ -105,9 +111,11 @@ func (in *instance) status() Status {
 	defer in.mu.Unlock()
 	sup := in.runStateLocked()
 	st := Status{
-		InFlight: int(in.inflight),
-		Restarts: sup.Restarts,
-		Spawns:   int(in.spawns),
+		InFlight:    int(in.inflight),
+		Restarts:    sup.Restarts,
+		Failures:    sup.Failures,
+		NextAttempt: sup.NextAttempt,
+		Spawns:      int(in.spawns),
 	}
 	switch in.phase {
 	case phaseNew:

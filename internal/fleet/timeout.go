@@ -34,3 +34,15 @@ const startMargin = 2 * time.Second
 func StartWait(initTimeout time.Duration) time.Duration {
 	return PlusTimeouts(initTimeout, startMargin)
 }
+
+// MinTimeout is the tighter of two configured bounds, 0 (no deadline) when
+// neither has one.
+func MinTimeout(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}
