@@ -441,8 +441,10 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			continue
 		}
 		wg.Go(func() {
-			cfg := srv.Config()
-			lctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
+			// A client waits for it: within the server's request timeout,
+			// a start included (a start that takes longer goes on; the
+			// server is listed once its lists are learned).
+			lctx, cancel := fleet.WithTimeout(ctx, srv.Config().RequestTimeout)
 			defer cancel()
 			items, err := srv.List(lctx, k)
 			if err != nil {

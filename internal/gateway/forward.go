@@ -169,11 +169,17 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	lease, ok := srv.TryAcquire(s.Key())
 	if !ok {
 		var err error
-		if lease, err = g.acquireSlow(f.ctx, srv, s, f.timeout); err != nil {
+		var timedOut bool
+		if lease, timedOut, err = g.acquireSlow(f.ctx, srv, s, f.start, f.timeout); err != nil {
 			defer f.end()
 			if f.ctx.Err() != nil {
 				f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
 				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
+			}
+			if timedOut {
+				out := unavailable(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v: %v", name, method, f.timeout, err), err)
+				f.set(telemetry.Timeout, 0, out.Error.Message)
+				return nil, out
 			}
 			code := rpc.BackendUnavailable
 			if errors.Is(err, fleet.ErrInstanceLimit) {
@@ -260,9 +266,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
 		var touched atomic.Int64          // when the timeout last restarted, Unix ns
 		ended := new(atomic.Bool)         // the call has returned: its timer is done for
-		touched.Store(time.Now().UnixNano())
+		touched.Store(f.start.UnixNano()) // the request's wait for its server counts
 		cancel := f.cancel
-		timer := time.AfterFunc(timeout, func() {
+		timer := time.AfterFunc(timeout-time.Since(f.start), func() {
 			if ended.Load() {
 				return
 			}
@@ -481,11 +487,18 @@ func (f *flight) endSpan() {
 }
 
 // acquireSlow leases srv for s when it must be started or waited for,
-// within the request's timeout plus the server's init timeout.
-func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, timeout time.Duration) (*fleet.Lease, error) {
-	ctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(timeout, srv.Config().InitTimeout))
-	defer cancel()
-	return srv.Acquire(ctx, s.Key())
+// within what is left of the request's timeout, counted from start (0:
+// none): a request is answered within its timeout whatever state its
+// server is in — a start that takes longer goes on, for the next request.
+// timedOut reports that the timeout ended the wait.
+func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, start time.Time, timeout time.Duration) (l *fleet.Lease, timedOut bool, err error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, start.Add(timeout), errTimeout)
+		defer cancel()
+	}
+	l, err = srv.Acquire(ctx, s.Key())
+	return l, err != nil && errors.Is(context.Cause(ctx), errTimeout), err
 }
 
 func (g *Gateway) endCall(c *call, key string) {

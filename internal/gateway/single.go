@@ -126,11 +126,10 @@ func (e *single) resourceServer(context.Context, string) *fleet.Server { return 
 func (e *single) watched(kind string) bool { return e.srv.AnnouncesChanges(kind) }
 
 // toolSchema is the inputSchema of the server's tool name, from its
-// cached list (learned first if need be, within the server's start and
-// request timeouts), or nil.
+// cached list (learned first if need be, within the server's request
+// timeout, a start included), or nil.
 func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, error) {
-	cfg := e.srv.Config()
-	lctx, cancel := fleet.WithTimeout(ctx, fleet.PlusTimeouts(cfg.InitTimeout, cfg.RequestTimeout))
+	lctx, cancel := fleet.WithTimeout(ctx, e.srv.Config().RequestTimeout)
 	defer cancel()
 	items, err := e.srv.List(lctx, fleet.Tools)
 	if err != nil {
@@ -185,7 +184,7 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 		}
 	}
 	cfg := e.srv.Config()
-	sctx, cancel := fleet.WithTimeout(ctx, fleet.StartWait(cfg.InitTimeout))
+	sctx, cancel := fleet.WithTimeout(ctx, fleet.MinTimeout(fleet.StartWait(cfg.InitTimeout), cfg.RequestTimeout))
 	defer cancel()
 	l, err := e.srv.Acquire(sctx, session)
 	if err != nil {
