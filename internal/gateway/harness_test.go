@@ -83,7 +83,7 @@ func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 	if strings.Contains(servers, "$CONFORMANCE") {
 		servers = strings.ReplaceAll(servers, "$CONFORMANCE", conformanceServer(t))
 	}
-	doc := fmt.Sprintf(`{"defaults":{"restart":{"backoff":{"initial":"20ms","max":"100ms"}},"stop":{"stdinWait":"300ms","termWait":"300ms"}},"mcpServers":%s}`, servers)
+	doc := fmt.Sprintf(`{"defaults":{"stop":{"stdinWait":"300ms","termWait":"300ms"}},"mcpServers":%s}`, servers)
 	cfg, err := config.Parse([]byte(doc), "test.json", config.LoadOptions{})
 	if err != nil {
 		t.Fatalf("config: %v", err)

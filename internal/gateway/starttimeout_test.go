@@ -67,6 +67,12 @@ func TestRequestTimeoutCoversTheStart(t *testing.T) {
 			if n := w.count("slow", "respawned"); n != spawns+1 {
 				t.Fatalf("%d wakes, want %d: the start the timed-out call began went on", n, spawns+1)
 			}
+			for srv.Status().InFlight > 0 { // the call's lease is released after its answer
+				if ctx.Err() != nil {
+					t.Fatal("the call's lease was never released")
+				}
+				time.Sleep(time.Millisecond)
+			}
 			if err := srv.Sleep(ctx); err != nil {
 				t.Fatal(err)
 			}
