@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -188,7 +189,7 @@ func openSession(ctx context.Context, api *apiClient, server string) (*cliSessio
 		return nil, err
 	}
 	if resp.Error != nil {
-		return nil, fmt.Errorf("server %s: initialize: %s", server, resp.Error.Message)
+		return nil, errors.New(nameOnce(server, resp.Error.Message))
 	}
 	s.hdr.Set("Mcp-Session-Id", h.Get("Mcp-Session-Id"))
 	s.hdr.Set("Mcp-Protocol-Version", "2025-11-25")
@@ -213,7 +214,7 @@ func (s *cliSession) call(ctx context.Context, method string, params any) (json.
 		return nil, err
 	}
 	if resp.Error != nil {
-		return nil, fmt.Errorf("server %s: %s (JSON-RPC error %d)", s.server, resp.Error.Message, resp.Error.Code)
+		return nil, fmt.Errorf("%s (JSON-RPC error %d)", nameOnce(s.server, resp.Error.Message), resp.Error.Code)
 	}
 	return resp.Result, nil
 }
@@ -363,4 +364,14 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 		return nil, nil, fmt.Errorf("%s%s: %s: %.300s", c.addr, path, resp.Status, bytes.TrimSpace(b))
 	}
 	return m, resp.Header, nil
+}
+
+// nameOnce is msg naming server once: mcpvisor's own errors (a server
+// that cannot start, is in a crash loop, timed out) name it already; a
+// server's own error messages do not.
+func nameOnce(server, msg string) string {
+	if strings.HasPrefix(msg, "server "+server+" ") {
+		return msg
+	}
+	return "server " + server + ": " + msg
 }

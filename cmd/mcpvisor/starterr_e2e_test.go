@@ -53,8 +53,11 @@ func TestStartFailureSaysWhy(t *testing.T) {
 	if strings.Contains(all, "stderr line 2") || !strings.Contains(all, "[redacted]") {
 		t.Fatalf("the secret was not redacted: %q", all)
 	}
-	if !strings.Contains(msg.Error.Message, "its stderr ended with") {
-		t.Fatalf("the message does not say what the server wrote: %q", msg.Error.Message)
+	// One sentence that names the server once, says why and quotes
+	// what it wrote.
+	if !strings.HasPrefix(msg.Error.Message, "server hang did not finish its handshake within 1s; stderr: ") ||
+		strings.Count(msg.Error.Message, "hang") != 1 || !strings.Contains(msg.Error.Message, "stderr line 3") {
+		t.Fatalf("the message: %q", msg.Error.Message)
 	}
 
 	code, out, stderr := runBin(t, "inspect", "hang", "--addr", addr, "--json")
@@ -68,8 +71,10 @@ func TestStartFailureSaysWhy(t *testing.T) {
 	// The last error quotes the last lines; the server may have written
 	// more after "stderr line 3" by then (what it did not answer, its
 	// exit), so the history entry is where every line is checked.
-	if !strings.Contains(det.LastError, "its stderr ended with") || strings.Contains(det.LastError, "stderr line 2") {
-		t.Fatalf("last error: %q", det.LastError)
+	// The same sentence everywhere: ps and inspect, the history and the
+	// failed event say what the client was told.
+	if det.LastError != msg.Error.Message {
+		t.Fatalf("last error %q, the client was told %q", det.LastError, msg.Error.Message)
 	}
 	if n := len(det.History); n != 1 || det.History[0].Stage != "handshake" || !strings.Contains(strings.Join(det.History[0].Stderr, "\n"), "stderr line 3") {
 		t.Fatalf("history: %+v", det.History)
@@ -79,12 +84,57 @@ func TestStartFailureSaysWhy(t *testing.T) {
 			t.Fatalf("inspect's stderr shows the secret: %+v", det.Stderr)
 		}
 	}
+	if det.History[0].Error != msg.Error.Message {
+		t.Fatalf("history: %q, the client was told %q", det.History[0].Error, msg.Error.Message)
+	}
 	code, out, _ = runBin(t, "inspect", "hang", "--addr", addr)
-	if code != 0 || !strings.Contains(out, "handshake: ") || !strings.Contains(out, "| stderr line 3") {
+	if code != 0 || !strings.Contains(out, "handshake: ") || !strings.Contains(out, "| stderr line 3") || !strings.Contains(out, "Last error:   "+msg.Error.Message+"\n") {
 		t.Fatalf("inspect: %d\n%s", code, out)
+	}
+	code, out, _ = runBin(t, "ps", "--addr", addr, "--json")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%q", msg.Error.Message)[1:]) {
+		t.Fatalf("ps: %d\n%s", code, out)
 	}
 	ev := waitEvent(t, base, "failed", 1)
 	if ev.Details["stage"] != "handshake" || !strings.Contains(fmt.Sprint(ev.Details["stderr"]), "stderr line 3") || strings.Contains(fmt.Sprint(ev.Details), "stderr line 2") {
 		t.Fatalf("failed event: %v", ev.Details)
+	}
+	if ev.Details["error"] != msg.Error.Message {
+		t.Fatalf("failed event's error %q, the client was told %q", ev.Details["error"], msg.Error.Message)
+	}
+}
+
+// A server whose command does not exist says so in one sentence naming
+// it once — to the client, in ps and in the failed event — and, its
+// second failure in a row a crash loop, the next request is told that at
+// once, with the same cause; so is mcpvisor call.
+func TestSpawnFailureSaidOnce(t *testing.T) {
+	s := startServe(t, `{"mcpServers":{"broken":{"command":"/nonexistent/server"}}}`, "--no-learn")
+	stopAtCleanup(t, s)
+	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
+	const want = "server broken could not be started: /nonexistent/server: no such file or directory"
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	for i := range 2 {
+		got, err := rawRPC(base+"/servers/broken/mcp", init)
+		if err != nil || !strings.Contains(got, `"message":"`+want+`"`) {
+			t.Fatalf("request %d: %v %s", i+1, err, got)
+		}
+	}
+	got, err := rawRPC(base+"/servers/broken/mcp", init)
+	if err != nil || !strings.Contains(got, `"message":"server broken is in a crash loop: 2 starts in a row failed; next attempt at `) ||
+		!strings.Contains(got, "; the last could not be started: /nonexistent/server: no such file or directory") ||
+		!strings.Contains(got, `"crashLoop":{"failures":2,"nextAttempt":`) || strings.Count(got, "broken") != 2 { // the message and data.server
+		t.Fatalf("in the crash loop: %v %s", err, got)
+	}
+	code, out, _ := runBin(t, "ps", "--addr", addr)
+	if code != 0 || !strings.Contains(out, "server broken could not be started") || strings.Count(out, "broken") != 2 { // NAME and LAST ERROR
+		t.Fatalf("ps: %d\n%s", code, out)
+	}
+	if ev := waitEvent(t, base, "failed", 2); ev.Details["error"] != want {
+		t.Fatalf("failed event: %v", ev.Details)
+	}
+	code, _, stderr := runBin(t, "call", "broken", "echo", "--addr", addr)
+	if code == 0 || !strings.Contains(stderr, "server broken is in a crash loop") || strings.Count(stderr, "broken") != 1 {
+		t.Fatalf("mcpvisor call: %d %q", code, stderr)
 	}
 }

@@ -3,11 +3,15 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 // Stages a server's process can end in (Exit.Stage).
@@ -48,24 +52,95 @@ type Exit struct {
 
 // StartError is the error of a start that failed: at which stage, why,
 // and in the server's own words — the last lines it wrote to stderr
-// (secrets redacted).
+// (secrets redacted). Its message is one sentence that names the server
+// once: "server NAME exited during its handshake (exit code 3); stderr:
+// …". Requests, ps, inspect, events and the dashboard all show it so.
 type StartError struct {
 	Server string
 	Stage  string
 	Err    error
 	Stderr []string
-	reason string // Err's text, redacted as Stderr is (it may quote the server's stderr)
+	reason string // why, without the server's name, redacted as Stderr is (startReason)
 }
 
-func (e *StartError) Error() string {
-	msg := fmt.Sprintf("server %s failed to start: %s", e.Server, e.reason)
+func (e *StartError) Error() string { return "server " + e.Server + " " + e.cause() }
+
+// cause is the message without the server's name: why, and the stderr
+// tail.
+func (e *StartError) cause() string {
+	msg := e.reason
 	if n := len(e.Stderr); n > 0 {
-		msg += "; its stderr ended with: " + strings.Join(e.Stderr[max(0, n-3):], " | ")
+		msg += "; stderr: " + strings.Join(e.Stderr[max(0, n-3):], " | ")
 	}
 	return msg
 }
 
 func (e *StartError) Unwrap() error { return e.Err }
+
+// startReason says in a few words why a start failed with err, without
+// the server's name or the failure classes the layers below wrap err in:
+// "could not be started: /x: no such file or directory", "exited during
+// its handshake (exit code 3)", "did not finish its handshake within 30s",
+// "failed its handshake: …".
+func startReason(name string, err error, initTimeout time.Duration) string {
+	var ee *backend.ExitError
+	var xe *exec.Error
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, backend.ErrSpawn) && errors.As(err, &pe):
+		return "could not be started: " + pe.Path + ": " + pe.Err.Error()
+	case errors.Is(err, backend.ErrSpawn) && errors.As(err, &xe):
+		return "could not be started: " + xe.Name + ": " + xe.Err.Error()
+	case errors.Is(err, backend.ErrSpawn):
+		return "could not be started: " + bareText(name, err)
+	case errors.As(err, &ee):
+		return exitReason(ee.Status, "during its handshake")
+	case errors.Is(err, lifecycle.ErrInitTimeout) && initTimeout > 0:
+		return fmt.Sprintf("did not finish its handshake within %v", initTimeout)
+	case errors.Is(err, lifecycle.ErrInitTimeout):
+		return "did not finish its handshake in time"
+	}
+	return "failed its handshake: " + bareText(name, err)
+}
+
+// exitReason says how a process ended, and when: "exited during its
+// handshake (exit code 3)", "was killed by SIGKILL during its handshake",
+// "was killed by its memory limit during its handshake".
+func exitReason(st proc.ExitStatus, when string) string {
+	switch {
+	case st.Kind == proc.ExitOOM:
+		return "was killed by its memory limit " + when
+	case st.Signal != 0:
+		return "was killed by " + proc.SignalName(st.Signal) + " " + when
+	}
+	return fmt.Sprintf("exited %s (exit code %d)", when, st.Code)
+}
+
+// failureClasses are lifecycle's failure classes, whose names Classify
+// puts before a message.
+var failureClasses = []error{lifecycle.ErrTransport, lifecycle.ErrServerUnavailable, lifecycle.ErrServerCrashed,
+	lifecycle.ErrInitTimeout, lifecycle.ErrInitNotification, lifecycle.ErrCapabilityMissing,
+	lifecycle.ErrAuthRequired, lifecycle.ErrSessionMissing, lifecycle.ErrNotStarted}
+
+// bareText is err's message without the prefixes the layers below put
+// before the cause: the server's name ("server NAME: "), the failure
+// classes ("server unavailable: ", …) and the process layer's "proc: ".
+func bareText(name string, err error) string {
+	msg := err.Error()
+	prefixes := []string{"server " + name + ": ", "proc: ", backend.ErrSpawn.Error() + ": "}
+	for _, c := range failureClasses {
+		prefixes = append(prefixes, c.Error()+": ")
+	}
+	for trimmed := true; trimmed; {
+		trimmed = false
+		for _, p := range prefixes {
+			if rest, ok := strings.CutPrefix(msg, p); ok {
+				msg, trimmed = rest, true
+			}
+		}
+	}
+	return msg
+}
 
 // ends is what the ends of a server's processes and starts left: its
 // history, and the counts of its resource limits' work.
@@ -130,23 +205,29 @@ func (s *Server) stderrBuf() *logbuf.Buffer {
 	return s.f.opts.Logs.Lookup(s.Name())
 }
 
-// stderrSince is the last lines in's processes wrote to stderr after
+// stderrSince is the last lines in's last process wrote to stderr after
 // mark, as kept: redacted when they were captured, each with the config
 // of the launch that wrote it (Fleet.stdioConnector), not with the config
 // in force now, which a reload may have changed since. Lines of the
 // server's other instances are not its: not another session's, nor those
 // of the instance a restart or reload replaced, which drains beside it
-// under the same key.
+// under the same key; nor those of an earlier process of the same start
+// (a server that ended when probed is started again to be initialized).
 func (s *Server) stderrSince(mark uint64, in *instance) []string {
 	b := s.stderrBuf()
 	if b == nil {
 		return nil
 	}
 	var out []string
+	pid := 0
 	for _, e := range b.After(mark).Entries {
-		if e.Origin == in.id {
-			out = append(out, e.Line)
+		if e.Origin != in.id {
+			continue
 		}
+		if e.PID != pid {
+			out, pid = out[:0], e.PID
+		}
+		out = append(out, e.Line)
 	}
 	return out[max(0, len(out)-stderrLines):]
 }
@@ -155,12 +236,20 @@ func (s *Server) stderrSince(mark uint64, in *instance) []string {
 // stage and the stderr its process wrote since mark, and records it.
 func (in *instance) startFailure(err error, mark uint64) *StartError {
 	s := in.srv
-	reason := s.Config().RedactText(err.Error())
+	cfg := s.Config()
+	reason := cfg.RedactText(startReason(s.Name(), err, cfg.InitTimeout))
 	se := &StartError{Server: s.Name(), Stage: StageHandshake, Err: err, Stderr: s.stderrSince(mark, in), reason: reason}
 	if errors.Is(err, backend.ErrSpawn) {
 		se.Stage = StageSpawn
 	}
-	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: reason, Stderr: se.Stderr}
+	var ee *backend.ExitError
+	if len(se.Stderr) == 0 && errors.As(err, &ee) && ee.Stderr != "" {
+		// No lines kept (no log buffer): the process layer's own tail.
+		for _, l := range strings.Split(ee.Stderr, "\n") {
+			se.Stderr = append(se.Stderr, cfg.RedactText(l))
+		}
+	}
+	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: se.Error(), Stderr: se.Stderr}
 	if ee := e.status(err); ee != nil {
 		// A tree that ended during its start (killed by its memory limit
 		// before it answered, say) never connected: disconnected does

@@ -294,9 +294,49 @@ func (in *instance) attemptFailed(err error) {
 	in.attempt = 0
 	in.mu.Unlock()
 	if at != 0 && err != nil {
-		in.startFailure(err, at-1)
+		se := in.startFailure(err, at-1)
+		in.mu.Lock()
+		in.lastErr = se
+		in.mu.Unlock()
 	}
 }
+
+// loopErrorLocked tells the supervisor's crash loop error err (a
+// *lifecycle.CrashLoopError) with the last failure as the fleet recorded
+// it; mu is held.
+func (in *instance) loopErrorLocked(err error) error {
+	var cl *lifecycle.CrashLoopError
+	if !errors.As(err, &cl) {
+		return err
+	}
+	var se *StartError
+	if !errors.As(in.lastErr, &se) {
+		// Not recorded yet (the supervisor records a failed attempt as
+		// the cause of the next): told from the supervisor's error.
+		cfg := in.srv.Config()
+		se = &StartError{Server: cfg.Name, Stage: StageHandshake, Err: cl.Last, reason: cfg.RedactText(startReason(cfg.Name, cl.Last, cfg.InitTimeout))}
+	}
+	return &LoopError{CrashLoopError: cl, Last: se, in: time.Until(cl.Next)}
+}
+
+// LoopError is the error a request gets while its server is in a crash
+// loop: lifecycle's *CrashLoopError (failed starts in a row, when the next
+// attempt is due), told with the last failure as a *StartError, in one
+// sentence that names the server once: "server NAME is in a crash loop: 3
+// starts in a row failed; next attempt at 15:04:05 (in 1.5s); the last
+// exited during its handshake (exit code 3); stderr: …".
+type LoopError struct {
+	*lifecycle.CrashLoopError
+	Last *StartError
+	in   time.Duration // until the next attempt, when the error was made
+}
+
+func (e *LoopError) Error() string {
+	return fmt.Sprintf("server %s is in a crash loop: %d starts in a row failed; next attempt at %s (in %v); the last %s",
+		e.Last.Server, e.Failures, e.Next.Format("15:04:05.000"), e.in.Round(time.Millisecond), e.Last.cause())
+}
+
+func (e *LoopError) Unwrap() []error { return []error{e.CrashLoopError, e.Last} }
 
 // connected runs for every new connection, first start and restarts
 // alike, before the connection serves: it replays what the instance's
@@ -801,6 +841,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			// a backoff (the supervisor's unattended restart, or the
 			// earliest a start may try again).
 			if err := in.sup.CrashLoop(); err != nil {
+				err = in.loopErrorLocked(err)
 				in.mu.Unlock()
 				return nil, woke, err
 			}
@@ -1011,24 +1052,47 @@ func (in *instance) waitGone(ctx context.Context, c Live) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("server %s is restarting: %w", in.srv.Name(), ctx.Err())
+			return &WaitError{Server: in.srv.Name(), For: "restarting", Err: ctx.Err()}
 		case <-changed:
 		}
 	}
 }
 
+// WaitError is the error of a request whose context ended while it
+// waited for its server: to start, to restart, or to go dormant (before it
+// starts again).
+type WaitError struct {
+	Server string
+	For    string // "starting", "restarting" or "going dormant"
+	Why    string // for a restart, what ended the last run (no server name); "" if unknown
+	Err    error  // the context's error
+}
+
+func (e *WaitError) Error() string {
+	msg := "server " + e.Server + " is " + e.For
+	if e.Why != "" {
+		msg += " (" + e.Why + ")"
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
 // restartingError is what a request gets when its context ends while its
-// server restarts: it names the restart, the failed starts in a row that
-// preceded it, if any, and its cause.
+// server restarts: it names the restart and what caused it.
 func restartingError(name string, info lifecycle.StateInfo, cause error) error {
-	msg := fmt.Sprintf("server %s is restarting", name)
-	if info.Restarts > 1 {
-		msg += fmt.Sprintf(" (%d failed starts in a row)", info.Restarts)
+	we := &WaitError{Server: name, For: "restarting", Err: cause}
+	var ee *backend.ExitError
+	switch {
+	case errors.As(info.LastError, &ee):
+		we.Why = "it " + exitReason(ee.Status, "while it served")
+	case info.LastError != nil:
+		we.Why = "after: " + bareText(name, info.LastError)
 	}
-	if info.LastError != nil {
-		msg += " after: " + info.LastError.Error()
+	if info.Failures > 1 {
+		we.Why += fmt.Sprintf("; %d failed starts in a row", info.Failures)
 	}
-	return fmt.Errorf("%s: %w", msg, cause)
+	return we
 }
 
 func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
@@ -1036,7 +1100,7 @@ func waitFor(ctx context.Context, ch <-chan struct{}, name, what string) error {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("server %s is %s: %w", name, what, ctx.Err())
+		return &WaitError{Server: name, For: what, Err: ctx.Err()}
 	}
 }
 

@@ -177,7 +177,16 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
 			}
 			if timedOut {
-				out := unavailable(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v: %v", name, method, f.timeout, err), err)
+				msg := fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout)
+				if we := (*fleet.WaitError)(nil); errors.As(err, &we) {
+					msg += ": it was still " + we.For
+					if we.Why != "" {
+						msg += " (" + we.Why + ")"
+					}
+				} else {
+					msg += ": " + err.Error()
+				}
+				out := unavailable(clientID, rpc.RequestTimeout, msg, err)
 				f.set(telemetry.Timeout, 0, out.Error.Message)
 				return nil, out
 			}
@@ -186,7 +195,8 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 				code = rpc.LimitReached
 			}
 			f.set(telemetry.Unavailable, 0, err.Error())
-			return nil, unavailable(clientID, code, fmt.Sprintf("server %s is unavailable: %v", name, err), err)
+			// The fleet's errors name the server: said once.
+			return nil, unavailable(clientID, code, err.Error(), err)
 		}
 	}
 	f.lease = lease

@@ -365,12 +365,17 @@ func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 // unavailable is the error response of a request whose server could not
 // be had: msg says why; when the server failed to start, the error's data
 // says at which stage and carries the last lines the server wrote to
-// stderr (secrets redacted), the reason in its own words.
+// stderr (secrets redacted), the reason in its own words — and, in a crash
+// loop, how many starts in a row failed and when it is tried again.
 func unavailable(id json.RawMessage, code int, msg string, err error) *rpc.Message {
 	m := errorResponse(id, code, msg)
 	var se *fleet.StartError
 	if errors.As(err, &se) {
-		m.Error.Data, _ = json.Marshal(map[string]any{"server": se.Server, "stage": se.Stage, "stderr": se.Stderr})
+		data := map[string]any{"server": se.Server, "stage": se.Stage, "stderr": se.Stderr}
+		if le := (*fleet.LoopError)(nil); errors.As(err, &le) {
+			data["crashLoop"] = map[string]any{"failures": le.Failures, "nextAttempt": le.Next}
+		}
+		m.Error.Data, _ = json.Marshal(data)
 	}
 	return m
 }

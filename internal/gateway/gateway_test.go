@@ -166,7 +166,7 @@ func TestDeadAndGarbageBackends(t *testing.T) {
 	// naming it, not a hang.
 	start := time.Now()
 	dead := w.stdioClientErr(w.gw.Single("dead"))
-	if dead == nil || !strings.Contains(dead.Error(), "server dead is unavailable") {
+	if dead == nil || !strings.Contains(dead.Error(), "server dead could not be started") || strings.Count(dead.Error(), "dead") != 1 {
 		t.Fatalf("initialize on a dead server: %v", dead)
 	}
 	if time.Since(start) > 5*time.Second {

@@ -188,7 +188,7 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 	defer cancel()
 	l, err := e.srv.Acquire(sctx, session)
 	if err != nil {
-		return nil, fmt.Errorf("server %s is unavailable: %w", e.srv.Name(), err)
+		return nil, err // it names the server
 	}
 	conn := l.Conn()
 	l.Release()

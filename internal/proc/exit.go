@@ -80,7 +80,7 @@ func (s ExitStatus) String() string {
 	case s.Kind == ExitRunning:
 		return "running"
 	case s.Signal != 0:
-		how = "signal " + signalName(s.Signal)
+		how = "signal " + SignalName(s.Signal)
 	default:
 		how = fmt.Sprintf("exit code %d", s.Code)
 	}
@@ -96,7 +96,9 @@ func (s ExitStatus) String() string {
 	return fmt.Sprintf("%s (%s)", s.Kind, how)
 }
 
-func signalName(sig syscall.Signal) string {
+// SignalName is sig's name as kill(1) spells it ("SIGKILL"), or its
+// description for the rarer ones.
+func SignalName(sig syscall.Signal) string {
 	switch sig {
 	case syscall.SIGKILL:
 		return "SIGKILL"
