@@ -87,56 +87,54 @@ var sharedLegacyFailures = []string{
 }
 
 // TestConformanceModern runs the official suite's 2026-07-28 requirement
-// set through mcpvisor in front of the go-sdk conformance server over
-// stdio, and against that server directly over its own HTTP, in the same
-// run: every scored scenario it passes directly passes through mcpvisor on
-// /servers/everything/mcp and on /mcp (prefix "") when mcpvisor finds the
-// server modern ("protocol": "auto"), and on /servers/everything/mcp when
-// it is a remote server found modern; served as a legacy server, through
-// the MRTR bridge, all but the one that names the server's own input key
-// when each modern request has an instance of its own (per-session), and
-// none after an unanswered round when all share one.
+// set through mcpvisor in front of the go-sdk conformance server (dual-era)
+// over stdio, and against that server directly over its own HTTP, in the
+// same run. With the default config (no "protocol", no "sharing") every
+// scored scenario it passes directly passes through mcpvisor on
+// /servers/everything/mcp and on /mcp (prefix ""): its modern clients are
+// served by a process of their own, probed modern, with the server's own
+// input_required rounds. Then the pinned variants: as a remote server
+// found modern ("protocol": "auto"), the same; served as a legacy server,
+// through the MRTR bridge, all but the one that names the server's own
+// input key when each modern request has an instance of its own
+// (per-session), and none after an unanswered round when all share one.
 func TestConformanceModern(t *testing.T) {
 	_, everything := binaries(t)
 	direct := scoredResults(t, startEverythingHTTP(t, everything))
 	if f := failed(direct); len(f) != 0 {
 		t.Fatalf("the server itself fails %v", f)
 	}
-	// The same server as a remote one (its own HTTP), found modern: its
-	// input-required scenarios pass, which only the server's own input
-	// keys satisfy (through the MRTR bridge they would not).
-	t.Run("remote_auto", func(t *testing.T) {
-		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"url":%q,"prefix":"","protocol":"auto"}}}`, startEverythingHTTP(t, everything)))
-		got := scoredResults(t, base+"/servers/everything/mcp")
-		if f := failed(got); len(f) != 0 {
-			t.Fatalf("failed scored scenarios %v", f)
-		}
-		t.Logf("remote, protocol auto, /servers/everything/mcp: %d of %d scored scenarios pass", len(got), len(got))
-	})
 	for _, tc := range []struct {
-		protocol, sharing string
-		want              []string
+		name, settings string
+		remote         bool // the server over its own HTTP, not over stdio
+		want           []string
 	}{
-		{"auto", "shared", nil},
-		{"legacy", "per-session", legacyBridgeFailures},
-		{"legacy", "shared", sharedLegacyFailures},
+		{name: "default"},
+		// Found modern, its input-required scenarios pass, which only
+		// the server's own input keys satisfy (the MRTR bridge's would
+		// not).
+		{name: "remote_auto", settings: `,"protocol":"auto"`, remote: true},
+		{name: "legacy_per-session", settings: `,"protocol":"legacy","sharing":"per-session"`, want: legacyBridgeFailures},
+		{name: "legacy_shared", settings: `,"protocol":"legacy","sharing":"shared"`, want: sharedLegacyFailures},
 	} {
-		protocol := tc.protocol
-		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":%q,"sharing":%q}}}`, everything, protocol, tc.sharing))
-		for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
-			t.Run(protocol+"_"+tc.sharing+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
+		server, paths := fmt.Sprintf(`"command":%q`, everything), []string{"/servers/everything/mcp", "/mcp"}
+		if tc.remote {
+			server, paths = fmt.Sprintf(`"url":%q`, startEverythingHTTP(t, everything)), paths[:1]
+		}
+		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{%s,"prefix":""%s}}}`, server, tc.settings))
+		for _, path := range paths {
+			t.Run(tc.name+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
 				got := scoredResults(t, base+path)
-				want := tc.want
-				if f := failed(got); !slices.Equal(f, want) {
-					t.Fatalf("failed scored scenarios %v, want %v", f, want)
+				if f := failed(got); !slices.Equal(f, tc.want) {
+					t.Fatalf("failed scored scenarios %v, want %v", f, tc.want)
 				}
 				for k := range direct {
 					if _, ok := got[k]; !ok {
 						t.Errorf("scenario %s did not run through mcpvisor", k)
 					}
 				}
-				t.Logf("protocol %s, sharing %s, %s: %d of %d scored scenarios pass (the server directly: %d of %d)",
-					protocol, tc.sharing, path, len(got)-len(failed(got)), len(got), len(direct), len(direct))
+				t.Logf("%s, %s: %d of %d scored scenarios pass (the server directly: %d of %d)",
+					tc.name, path, len(got)-len(failed(got)), len(got), len(direct), len(direct))
 			})
 		}
 	}

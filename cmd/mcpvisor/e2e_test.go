@@ -139,7 +139,8 @@ func TestServeWithGoSDKClient(t *testing.T) {
 }
 
 // TestSamplingBridgedToItsOwnSession runs the conformance server's sampling
-// tool (which asks with a request: the server served as a 2025 one) from
+// tool (which asks a legacy client with a request: the server is dual-era,
+// and its legacy clients reach its initialized process) from
 // two client sessions at once. With sharing per-session, every
 // server→client sampling request reaches the session whose call caused it.
 // With a shared server, a request that could belong to either session is
@@ -148,7 +149,7 @@ func TestSamplingBridgedToItsOwnSession(t *testing.T) {
 	_, everything := binaries(t)
 	for _, sharing := range []string{"per-session", "shared"} {
 		t.Run(sharing, func(t *testing.T) {
-			base := serve(t, fmt.Sprintf(`{"mcpServers":{"ev":{"command":%q,"sharing":%q,"protocol":"legacy"}}}`, everything, sharing))
+			base := serve(t, fmt.Sprintf(`{"mcpServers":{"ev":{"command":%q,"sharing":%q}}}`, everything, sharing))
 			var wg sync.WaitGroup
 			var ok, refused atomic.Int32
 			for _, who := range []string{"alice", "bob"} {
@@ -220,29 +221,43 @@ func node22(t *testing.T) (node, conformance string) {
 	return node, conformance
 }
 
-// TestConformance runs the official MCP conformance suite through mcpvisor
-// in front of the go-sdk conformance server, served as a 2025 server: on
-// the per-server endpoint and on the aggregated one with prefix "".
-func TestConformance(t *testing.T) {
+// legacySuite runs the official MCP conformance suite (0.1.16, legacy
+// clients) against url, fails t unless every check passes, and returns its
+// total.
+func legacySuite(t *testing.T, url string) string {
+	t.Helper()
 	node, suite := node22(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, suite, "server", "--url", url)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	summary := string(out)
+	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+		summary = summary[i:]
+	}
+	if err != nil || !regexp.MustCompile(`Total: \d+ passed, 0 failed`).MatchString(summary) {
+		t.Fatalf("conformance on %s: %v\n%s", url, err, summary)
+	}
+	return regexp.MustCompile(`Total: .*`).FindString(summary)
+}
+
+// TestConformance runs the official MCP conformance suite (0.1.16, legacy
+// clients) through mcpvisor in front of the go-sdk conformance server, a
+// dual-era one, on the per-server endpoint and on the aggregated one with
+// prefix "": first with the default config (no "protocol": the server is
+// found dual-era, and a legacy client's call reaches it as a legacy
+// request, its sampling and elicitation as the server's own requests),
+// then pinned to "legacy".
+func TestConformance(t *testing.T) {
 	_, everything := binaries(t)
-	base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":"","protocol":"legacy"}}}`, everything))
-	for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
-		t.Run(strings.Trim(strings.ReplaceAll(path, "/", "_"), "_"), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, suite, "server", "--url", base+path)
-			cmd.Dir = t.TempDir()
-			out, err := cmd.CombinedOutput()
-			summary := string(out)
-			if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
-				summary = summary[i:]
-			}
-			if err != nil || !regexp.MustCompile(`Total: \d+ passed, 0 failed`).MatchString(summary) {
-				t.Fatalf("conformance on %s: %v\n%s", path, err, summary)
-			}
-			t.Logf("conformance on %s: %s", path, regexp.MustCompile(`Total: .*`).FindString(summary))
-		})
+	for _, tc := range []struct{ name, protocol string }{{"default", ""}, {"legacy", `,"protocol":"legacy"`}} {
+		base := serve(t, fmt.Sprintf(`{"mcpServers":{"everything":{"command":%q,"prefix":""%s}}}`, everything, tc.protocol))
+		for _, path := range []string{"/servers/everything/mcp", "/mcp"} {
+			t.Run(tc.name+strings.ReplaceAll(path, "/", "_"), func(t *testing.T) {
+				t.Logf("conformance on %s (%s config): %s", path, tc.name, legacySuite(t, base+path))
+			})
+		}
 	}
 }
 
@@ -365,14 +380,14 @@ func TestNPMServers(t *testing.T) {
 }
 
 // TestRemoteBackend puts mcpvisor in front of a remote MCP server: the
-// go-sdk conformance server over Streamable HTTP. The official suite runs
-// through mcpvisor's per-server endpoint to it.
+// go-sdk conformance server over Streamable HTTP (stateful: a 2025 server,
+// which the default "auto" finds so). The official suite runs through
+// mcpvisor's per-server endpoint to it.
 func TestRemoteBackend(t *testing.T) {
-	node, suite := node22(t)
 	_, everything := binaries(t)
 	remoteURL := startEverythingHTTP(t, everything, "-stateless=false")
 	addr := strings.TrimSuffix(strings.TrimPrefix(remoteURL, "http://"), "/")
-	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":"","protocol":"legacy"}}}`, addr))
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"remote":{"url":"http://%s","prefix":""}}}`, addr))
 
 	sess := connectHTTP(t, base+"/mcp", nil)
 	out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"})
@@ -380,17 +395,5 @@ func TestRemoteBackend(t *testing.T) {
 		t.Fatalf("call through mcpvisor to the remote server: %v %v", out, err)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, suite, "server", "--url", base+"/servers/remote/mcp")
-	cmd.Dir = t.TempDir()
-	b, err := cmd.CombinedOutput()
-	summary := string(b)
-	if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
-		summary = summary[i:]
-	}
-	if err != nil || !regexp.MustCompile(`Total: \d+ passed, 0 failed`).MatchString(summary) {
-		t.Fatalf("conformance through mcpvisor to a remote server: %v\n%s", err, summary)
-	}
-	t.Logf("remote backend: %s", regexp.MustCompile(`Total: .*`).FindString(summary))
+	t.Logf("remote backend: %s", legacySuite(t, base+"/servers/remote/mcp"))
 }

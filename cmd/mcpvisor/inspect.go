@@ -88,11 +88,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Env", strings.Join(d.EnvNames, ", "))
 	line("Headers", strings.Join(d.HeaderNames, ", "))
 	line("Sharing", d.Sharing)
-	era := d.Era
-	if era == "" {
-		era = "unknown"
-	}
-	line("Protocol", d.Protocol+", speaks "+era)
+	line("Protocol", d.Protocol+", speaks "+eraText(d.Era))
 	if d.ServerInfo != nil {
 		name, _ := rpc.StringMember(d.ServerInfo, "name")
 		version, _ := rpc.StringMember(d.ServerInfo, "version")
@@ -276,4 +272,18 @@ func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus
 	if st.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
 		line("Running", "started "+ls.Last+"; the above applies from its next start")
 	}
+}
+
+// eraText says which protocol versions a server speaks, from its status's
+// era: one version, or a dual-era server's legacy one and the modern one
+// joined by "+" (fleet.Server.Era).
+func eraText(era string) string {
+	legacy, modern, dual := strings.Cut(era, "+")
+	switch {
+	case era == "":
+		return "unknown"
+	case dual:
+		return legacy + " and " + modern + " (dual-era: legacy clients are served by its initialized process, " + modern + " clients by a second one)"
+	}
+	return era
 }

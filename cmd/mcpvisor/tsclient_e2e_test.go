@@ -17,7 +17,7 @@ import (
 // tsResult is what testdata/tsclient.mjs reports.
 type tsResult struct {
 	Version, Era, Text, ProgressResult, Error string
-	Sampled                                   string
+	Sampled, Elicited                         string
 	Tools, Logs                               []string
 	Progress                                  int
 }

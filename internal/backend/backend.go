@@ -55,6 +55,11 @@ type InitResult struct {
 	Capabilities    json.RawMessage `json:"capabilities"`
 	ServerInfo      json.RawMessage `json:"serverInfo"`
 	Instructions    string          `json:"instructions,omitempty"`
+	// SupportedVersions are the protocol versions the server was found to
+	// speak, when that is known: its server/discover result's; for a
+	// server initialized with the legacy revision, mcpvisor's own record
+	// of what a probe found (see Era). Absent when nothing was probed.
+	SupportedVersions []string `json:"supportedVersions,omitempty"`
 	// Raw is the whole result as the server sent it.
 	Raw json.RawMessage `json:"-"`
 	// caps is Capabilities decoded as far as routing needs.
@@ -73,10 +78,13 @@ type Conn struct {
 	name string
 	rpc  *rpc.Conn
 	proc *proc.Process // nil for a remote server
-	init *InitResult
+	// init is the server's initialize (or server/discover) result; a
+	// dual-era server's is replaced once its era is learned (dual.go).
+	init atomic.Pointer[InitResult]
 	log  *slog.Logger
 
-	modern   bool // the server speaks ModernVersion (modern.go); set before Connect returns
+	modern   bool  // the server speaks ModernVersion (modern.go); set before Connect returns
+	tw       *twin // the process for modern clients of a dual-era server (dual.go); nil for a remote server and for that process itself
 	lst      listening
 	runDone  chan struct{}
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
@@ -137,7 +145,7 @@ func exitHow(st proc.ExitStatus) string {
 func (c *Conn) Name() string { return c.name }
 
 // Init is the server's initialize result.
-func (c *Conn) Init() *InitResult { return c.init }
+func (c *Conn) Init() *InitResult { return c.init.Load() }
 
 // Process is the server's process tree, or nil for a remote server.
 func (c *Conn) Process() *proc.Process { return c.proc }
@@ -304,6 +312,13 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 	// whole stop, past its own ctx.
 	if c.closing.CompareAndSwap(false, true) {
 		close(c.closeReq)
+		// A dual-era server's process for modern clients stops beside it.
+		twinDone := make(chan struct{})
+		go func() {
+			defer close(twinDone)
+			c.endTwin(ctx)
+		}()
+		defer func() { <-twinDone }()
 		// Cancellations of requests that ended just before are delivered
 		// first: a server that sees them stops that work and can exit at
 		// once on stdin EOF.

@@ -161,7 +161,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		case modern == nil && protocol == ProtocolModern:
 			return nil, abandon(fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion))
 		case modern == nil:
-			hc.era.legacy.Store(true)
+			hc.era.set(EraLegacy, nil)
 		}
 	}
 
@@ -202,9 +202,10 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		close(c.runDone)
 	}()
 	if modern != nil {
-		c.init, c.modern = modern, true
+		c.modern = true
+		c.init.Store(modern)
 		log.Info("server speaks MCP " + ModernVersion + ": no initialize, no session, requests carry _meta and the request headers")
-	} else if err := c.handshake(ctx, ProtocolLegacy, &eraMemo{}); err != nil {
+	} else if err := c.initialize(ctx, nil); err != nil {
 		// Under ctx: the session's end may outlast it (see shutdown).
 		_ = c.CloseContext(ctx)
 		if f := b.failure(); f != nil && errors.Is(err, rpc.ErrClosed) {

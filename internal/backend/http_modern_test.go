@@ -347,7 +347,7 @@ func TestHTTPModernProbeTimeout(t *testing.T) {
 		t.Fatal("the probe was not given up")
 	}
 	call(t, c, "ping", `{}`)
-	if !hc.era.legacy.Load() {
+	if !hc.era.knownLegacy(nil) {
 		t.Error("the fallback is not remembered")
 	}
 
@@ -392,7 +392,7 @@ func TestHTTPModernProbeRefused(t *testing.T) {
 				t.Errorf("HTTP %d %s: initialize sent", tc.status, tc.body)
 			}
 		}
-		if hc.era.legacy.Load() {
+		if hc.era.knownLegacy(nil) {
 			t.Errorf("HTTP %d: remembered as legacy", tc.status)
 		}
 	}

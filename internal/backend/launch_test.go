@@ -16,7 +16,8 @@ import (
 // Launch sees each spawn's Spec, its environment built, and may run
 // another program; it is told how each start ended: nil for a start that
 // connected, and for a strict 2025 server that ended on the era probe
-// (which is started again, Launch asked again), else the error.
+// (which is started again, Launch asked again), else the error. (The
+// probe comes first for an instance only modern clients use.)
 func TestLaunchHook(t *testing.T) {
 	rt, err := proc.Open(proc.Options{})
 	if err != nil {
@@ -27,11 +28,12 @@ func TestLaunchHook(t *testing.T) {
 	var seen []proc.Spec
 	var ended []error
 	sc := &StdioConnector{
-		Name:     "launched",
-		Runtime:  rt,
-		Spec:     proc.Spec{Command: "/nonexistent/npx", Args: []string{"-y", "pkg"}},
-		ExtraEnv: []string{"FIXTURE_STRICT_INIT=1", testserver.MarkerEnv + "=" + testserver.NewMarker(t)},
-		Logger:   quiet(),
+		Name:        "launched",
+		Runtime:     rt,
+		Spec:        proc.Spec{Command: "/nonexistent/npx", Args: []string{"-y", "pkg"}},
+		ExtraEnv:    []string{"FIXTURE_STRICT_INIT=1", testserver.MarkerEnv + "=" + testserver.NewMarker(t)},
+		Logger:      quiet(),
+		ModernFirst: true,
 		Launch: func(spec *proc.Spec) func(error) {
 			seen = append(seen, *spec)
 			if len(seen) > 2 {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -48,21 +47,59 @@ const (
 // fetches, pings of its own): it asks for nothing from a client.
 var ownMeta = json.RawMessage(`{"` + metaProtocolVersion + `":"` + ModernVersion + `","` + metaClientCaps + `":{},"` + metaClientInfo + `":` + string(ClientInfo) + `}`)
 
-// eraMemo remembers, for one connector, that its server turned out legacy,
-// so that later starts initialize at once instead of probing again (a
-// legacy server that exits on an unknown request would otherwise be probed
-// into a restart loop).
-type eraMemo struct{ legacy atomic.Bool }
+// eraMemo is what one connector learned of its server's era, so that
+// later starts need not find it again: a legacy server is initialized at
+// once instead of probed (a legacy server that exits on an unknown
+// request would otherwise be probed into a restart loop), and a dual-era
+// server's versions are known at its next start (dual.go).
+type eraMemo struct {
+	mu       sync.Mutex
+	era      Era
+	versions []string // the versions the server was found to speak (InitResult.SupportedVersions)
+}
 
-// knownLegacy reports whether the server turned out legacy before: in this
-// connector's life, or (hint, if set) when it last ran.
-func (e *eraMemo) knownLegacy(hint func() string) bool {
-	if !e.legacy.Load() && hint != nil {
-		if v := hint(); v != ModernVersion && Supported(v) {
-			e.legacy.Store(true)
+// get is what the memo knows: the era, and the versions of a server that
+// answered a probe.
+func (e *eraMemo) get() (Era, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.era, e.versions
+}
+
+// set records era, with the versions a probe found (nil: none found).
+func (e *eraMemo) set(era Era, versions []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.era, e.versions = era, versions
+}
+
+// learn takes what the last run's initialize result (as the fleet cached
+// it: Era) says, if the memo knows nothing yet, and returns what it knows.
+func (e *eraMemo) learn(last func() json.RawMessage) (Era, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.era == EraUnknown && last != nil {
+		if raw := last(); raw != nil {
+			if init, err := ParseInit(raw); err == nil {
+				e.era, e.versions = init.Era(), init.SupportedVersions
+			}
 		}
 	}
-	return e.legacy.Load()
+	return e.era, e.versions
+}
+
+// knownLegacy reports whether the server turned out legacy before: in this
+// connector's life, or (hint, if set: the protocol version it last spoke)
+// when it last ran. A remote server's connector reads it.
+func (e *eraMemo) knownLegacy(hint func() string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.era != EraLegacy && hint != nil {
+		if v := hint(); v != ModernVersion && Supported(v) {
+			e.era = EraLegacy
+		}
+	}
+	return e.era == EraLegacy
 }
 
 // discover probes the server with server/discover. modern reports whether
@@ -88,7 +125,7 @@ func (c *Conn) discover(ctx context.Context, protocol string) (modern bool, err 
 	if init == nil || err != nil {
 		return false, err
 	}
-	c.init = init
+	c.init.Store(init)
 	c.modern = true
 	return true, nil
 }
@@ -115,10 +152,11 @@ func discoverResult(resp *rpc.Message) (*InitResult, error) {
 		return nil, nil
 	}
 	raw, _ := json.Marshal(map[string]any{
-		"protocolVersion": ModernVersion,
-		"capabilities":    nonNull(res.Capabilities),
-		"serverInfo":      nonNull(res.Meta[metaServerInfo]),
-		"instructions":    res.Instructions,
+		"protocolVersion":   ModernVersion,
+		"capabilities":      nonNull(res.Capabilities),
+		"serverInfo":        nonNull(res.Meta[metaServerInfo]),
+		"instructions":      res.Instructions,
+		"supportedVersions": res.SupportedVersions,
 	})
 	return ParseInit(raw)
 }
@@ -166,7 +204,7 @@ func (c *Conn) listenParams(subs []string) json.RawMessage {
 	var caps map[string]struct {
 		ListChanged bool `json:"listChanged"`
 	}
-	_ = json.Unmarshal(c.init.Capabilities, &caps)
+	_ = json.Unmarshal(c.Init().Capabilities, &caps)
 	filter := map[string]any{}
 	for k, name := range map[string]string{"tools": "toolsListChanged", "prompts": "promptsListChanged", "resources": "resourcesListChanged"} {
 		if caps[k].ListChanged {

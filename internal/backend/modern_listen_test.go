@@ -146,14 +146,6 @@ var fakeModernScripts = map[string]func(f *fakeModern, n int, id, params json.Ra
 	},
 }
 
-func mustMarshal(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 // runFakeModern serves as the fake modern server on stdin and stdout if
 // the environment asks for it, and exits when stdin ends.
 func runFakeModern() {

@@ -42,13 +42,26 @@ type StdioConnector struct {
 	// MaxLine bounds one message from the server (default 16 MiB).
 	MaxLine int
 	// Protocol is ProtocolAuto (""), ProtocolLegacy or ProtocolModern: how
-	// the server's era is found (modern.go).
+	// the server's era is found (modern.go, dual.go).
 	Protocol string
-	// EraHint, if set, tells the protocol version the server spoke when
-	// it last ran (the persisted initialize result, "" if none): an "auto"
-	// server known legacy is initialized without the probe.
-	EraHint func() string
-	era     eraMemo
+	// LastInit, if set, is the server's initialize result as the fleet
+	// last saw it (nil if none): what it records of the server's era
+	// (InitResult.Era) decides an "auto" server's handshake until this
+	// connector has learned the era itself.
+	LastInit func() json.RawMessage
+	// ModernFirst makes an "auto" server's handshake probe with
+	// server/discover first, and start no second process for modern
+	// clients: for an instance that only modern clients use.
+	ModernFirst bool
+	// OnEra, if set, is told when a probe found the era of a connection's
+	// server — during its handshake, or after Connect returned (the first
+	// modern client's request probes a server initialized first: dual.go)
+	// — and its Init records it (InitResult.Era). It must not block long.
+	OnEra func(c *Conn)
+	// TwinTimeout bounds the start of a dual-era server's process for
+	// modern clients (default DefaultTwinTimeout).
+	TwinTimeout time.Duration
+	era         eraMemo
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
@@ -96,6 +109,45 @@ func (sc *StdioConnector) Connect(ctx context.Context) (lifecycle.Session, error
 
 // connect is Connect's spawn of spec and handshake.
 func (sc *StdioConnector) connect(ctx context.Context, spec proc.Spec) (lifecycle.Session, error) {
+	tw := &twin{sc: sc, spec: spec}
+	c, err := sc.spawn(ctx, spec, sc.Hooks, tw)
+	if err != nil {
+		return nil, err
+	}
+	protocol := sc.Protocol
+	if protocol == "" {
+		protocol = ProtocolAuto
+	}
+	if err := sc.handshake(ctx, c, protocol); err != nil {
+		_ = c.CloseContext(ctx)
+		if errors.Is(err, errEndedOnProbe) {
+			return nil, err // Connect starts it again
+		}
+		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
+			return nil, c.endCause(err)
+		}
+		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
+	}
+	if protocol == ProtocolAuto && !c.modern && !sc.ModernFirst {
+		// Initialized: if it speaks the modern revision too, its modern
+		// clients get a process of their own (dual.go).
+		tw.enable()
+	}
+	if sc.OnConnect != nil {
+		sc.OnConnect(ctx, c)
+	}
+	if c.modern {
+		// After OnConnect, whose replay names the resources subscribed
+		// to: the listen opens once, with them.
+		c.startListen()
+	}
+	return c, nil
+}
+
+// spawn starts spec and returns its connection, before any handshake,
+// with what the server sends on its own going to hooks, and tw (nil:
+// none) as the process it may start for modern clients, ended with it.
+func (sc *StdioConnector) spawn(ctx context.Context, spec proc.Spec, hooks Hooks, tw *twin) (*Conn, error) {
 	log := sc.Logger
 	if log == nil {
 		log = slog.Default()
@@ -106,12 +158,12 @@ func (sc *StdioConnector) connect(ctx context.Context, spec proc.Spec) (lifecycl
 	if err != nil {
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w: %w", sc.Name, ErrSpawn, err))
 	}
-	c := &Conn{name: sc.Name, proc: p, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
+	c := &Conn{name: sc.Name, proc: p, log: log, tw: tw, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{
 		MaxLine:  sc.MaxLine,
 		PeerName: "server " + sc.Name,
 		Logger:   log,
-		Handler:  hookHandler(c, sc.Hooks),
+		Handler:  hookHandler(c, hooks),
 	})
 	go func() {
 		_ = c.rpc.Run(context.Background())
@@ -128,71 +180,109 @@ func (sc *StdioConnector) connect(ctx context.Context, spec proc.Spec) (lifecycl
 			}
 			t.Stop()
 		}
-		// Make sure the tree is gone before the session counts as ended.
+		// Make sure the tree is gone before the session counts as ended:
+		// its own, and its process for modern clients (dual.go).
+		c.endTwin(context.Background())
 		_ = p.Stop(context.Background())
 		close(c.runDone)
 	}()
-	protocol := sc.Protocol
-	if protocol == "" {
-		protocol = ProtocolAuto
-	}
-	if protocol == ProtocolAuto {
-		sc.era.knownLegacy(sc.EraHint)
-	}
-	if err := c.handshake(ctx, protocol, &sc.era); err != nil {
-		_ = c.CloseContext(ctx)
-		if errors.Is(err, errEndedOnProbe) {
-			return nil, err // Connect starts it again
-		}
-		if errors.Is(err, rpc.ErrClosed) || errors.Is(err, lifecycle.ErrServerCrashed) {
-			return nil, c.endCause(err)
-		}
-		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w", sc.Name, err))
-	}
-	if sc.OnConnect != nil {
-		sc.OnConnect(ctx, c)
-	}
-	if c.modern {
-		// After OnConnect, whose replay names the resources subscribed
-		// to: the listen opens once, with them.
-		c.startListen()
-	}
 	return c, nil
-}
-
-// SetEraHint sets EraHint if it is not set (for the fleet, which keeps the
-// era of every server's last run).
-func (sc *StdioConnector) SetEraHint(hint func() string) {
-	if sc.EraHint == nil {
-		sc.EraHint = hint
-	}
 }
 
 // errEndedOnProbe: the server ended when probed with server/discover (a
 // 2025 server that takes nothing before initialize).
 var errEndedOnProbe = errors.New("server ended when probed")
 
-func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) error {
-	if protocol != ProtocolLegacy && !era.legacy.Load() {
+// handshake finds the era of c's server and makes the connection ready
+// for it. "legacy" initializes; "modern" probes with server/discover and
+// fails unless the server answers as modern. "auto" initializes first —
+// a legacy server gets what its clients send first, and a dual-era one
+// then serves the process in the legacy era, as its legacy clients need
+// (dual.go) — and probes with server/discover only when initialize is
+// refused (a modern-only server). An "auto" server known modern-only, or
+// one for modern clients alone (ModernFirst), is probed first, and
+// initialized only if the probe finds it legacy (probeFirst).
+func (sc *StdioConnector) handshake(ctx context.Context, c *Conn, protocol string) error {
+	era, versions := sc.era.learn(sc.LastInit)
+	switch {
+	case protocol == ProtocolLegacy:
+		return c.initialize(ctx, nil)
+	case protocol == ProtocolModern:
 		modern, err := c.discover(ctx, protocol)
-		switch {
-		case err != nil && protocol == ProtocolAuto && errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil:
-			// The server ended when asked server/discover: a 2025 server
-			// that takes nothing before initialize. Its next start
-			// initializes at once.
-			era.legacy.Store(true)
-			c.log.Info("server ended when probed with server/discover: it is initialized from now on")
-			return fmt.Errorf("%w: %w", errEndedOnProbe, err)
-		case err != nil:
-			return err
-		case modern:
-			c.log.Info("server speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
-			return nil
-		case protocol == ProtocolModern:
-			return fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion)
+		if err == nil && !modern {
+			err = fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion)
 		}
-		era.legacy.Store(true)
+		return err
+	case era == EraModern || (sc.ModernFirst && era != EraLegacy):
+		return sc.probeFirst(ctx, c)
 	}
+	// Initialized first, recording what is known of its versions (while
+	// unknown, none: a modern client's first request probes, dual.go).
+	err := c.initialize(ctx, versions)
+	var refused *initRefused
+	switch {
+	case err == nil && era == EraLegacy && versions == nil:
+		sc.learnedLegacy(c) // it ended on the probe (Connect)
+		return nil
+	case !errors.As(err, &refused):
+		return err
+	}
+	modern, perr := c.discover(ctx, ProtocolAuto)
+	switch {
+	case perr != nil:
+		return perr
+	case !modern:
+		return err // a legacy server that refused initialize
+	}
+	sc.era.set(EraModern, c.Init().SupportedVersions)
+	c.log.Info("server refused initialize and speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
+	return nil
+}
+
+// probeFirst is the handshake that probes with server/discover before
+// anything: a modern server answers it; any other answer (or none within
+// ProbeTimeout) is a legacy server's, which is then initialized, and
+// initialized at once from then on. A server that ends on the probe is
+// started again (errEndedOnProbe).
+func (sc *StdioConnector) probeFirst(ctx context.Context, c *Conn) error {
+	modern, err := c.discover(ctx, ProtocolAuto)
+	switch {
+	case err != nil && errors.Is(err, rpc.ErrClosed) && ctx.Err() == nil:
+		// The server ended when asked server/discover: a 2025 server
+		// that takes nothing before initialize. Its next start
+		// initializes at once.
+		sc.era.set(EraLegacy, nil)
+		c.log.Info("server ended when probed with server/discover: it is initialized from now on")
+		return fmt.Errorf("%w: %w", errEndedOnProbe, err)
+	case err != nil:
+		return err
+	case modern:
+		if !sc.ModernFirst {
+			// One instance's probe says nothing of whether the others
+			// are initialized.
+			sc.era.set(EraModern, c.Init().SupportedVersions)
+		}
+		c.log.Info("server speaks MCP " + ModernVersion + ": no initialize, requests carry _meta")
+		return nil
+	}
+	if err := c.initialize(ctx, nil); err != nil {
+		return err
+	}
+	sc.learnedLegacy(c)
+	return nil
+}
+
+// initRefused is initialize's error when the server answered it with a
+// JSON-RPC error.
+type initRefused struct{ msg string }
+
+func (e *initRefused) Error() string { return "initialize refused: " + e.msg }
+func (e *initRefused) Unwrap() error { return lifecycle.ErrServerUnavailable }
+
+// initialize performs the legacy handshake: initialize, then
+// notifications/initialized. versions, if set, is recorded in the result
+// as the versions the server was found to speak (InitResult.Era).
+func (c *Conn) initialize(ctx context.Context, versions []string) error {
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": ProtocolVersion,
 		"capabilities":    clientCapabilities,
@@ -203,7 +293,7 @@ func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) err
 		return err
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("%w: initialize refused: %s", lifecycle.ErrServerUnavailable, resp.Error.Message)
+		return &initRefused{msg: resp.Error.Message}
 	}
 	init, err := ParseInit(resp.Result)
 	if err != nil {
@@ -212,7 +302,10 @@ func (c *Conn) handshake(ctx context.Context, protocol string, era *eraMemo) err
 	if !Supported(init.ProtocolVersion) {
 		return fmt.Errorf("%w: server speaks MCP %q, mcpvisor speaks %v", lifecycle.ErrCapabilityMissing, init.ProtocolVersion, SupportedVersions)
 	}
-	c.init = init
+	if versions != nil {
+		init = init.withVersions(versions)
+	}
+	c.init.Store(init)
 	return c.rpc.Notify("notifications/initialized", nil)
 }
 

@@ -31,13 +31,7 @@ func connectStubborn(t *testing.T) *Conn {
 		},
 		Logger: quiet(),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := sc.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*Conn)
+	return connectWith(t, sc)
 }
 
 // A later CloseContext does not wait on the first one: it returns when

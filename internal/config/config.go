@@ -34,10 +34,14 @@ const (
 
 // Protocol eras of a server: how mcpvisor finds which MCP it speaks.
 const (
-	// ProtocolAuto probes with server/discover (MCP 2026-07-28) and falls
-	// back to initialize (earlier revisions) on any other answer or none.
-	// The default: the era found is kept with the server's lists, so a
-	// known legacy server is not probed again.
+	// ProtocolAuto, the default, finds the era: a stdio server is
+	// initialized (earlier revisions), probed with server/discover (MCP
+	// 2026-07-28) on a second process when a modern client first needs
+	// it — a dual-era server then serves each client in its own era — and
+	// on the same process if it refuses initialize; a remote one is probed
+	// with server/discover first and falls back to initialize on any other
+	// answer or none. The era found is kept with the server's lists, so a
+	// known server is not probed again.
 	ProtocolAuto = "auto"
 	// ProtocolLegacy initializes at once, never probing: for a server that
 	// misbehaves when asked anything before initialize, or whose tools ask

@@ -14,6 +14,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -361,10 +362,11 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	// Lookup: newInstance made the buffer; a reload that removed the
 	// server since closed it, and the lines of a start that raced it
 	// have nowhere to go.
+	h, isInst := hooks.(instHooks)
 	if buf := f.logsOf(sc); buf != nil {
 		var session string
 		var origin uint64
-		if h, ok := hooks.(instHooks); ok {
+		if isInst {
 			session, origin = h.in.key, h.in.id
 		}
 		// The lines come redacted (Spec.Redact below) and are kept so:
@@ -374,10 +376,28 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 			buf.Add(logbuf.Entry{Line: line, PID: pid, Session: session, Origin: origin})
 		}
 	}
+	var lastInit func() json.RawMessage
+	var onEra func(*backend.Conn)
+	modernFirst := false
+	if isInst {
+		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" {
+			modernFirst = ms.ModernSession(h.in.key)
+		}
+		// The era is the server's (its launch's): what any instance
+		// learned is kept with its lists, and read by the next start of
+		// each (dual.go in package backend).
+		srv := h.in.srv
+		lastInit = srv.CachedInit
+		onEra = func(c *backend.Conn) { srv.eraLearned(sc, c) }
+	}
 	return &backend.StdioConnector{
-		ExtraEnv: extra,
-		Name:     sc.Name,
-		Runtime:  f.opts.Runtime,
+		LastInit:    lastInit,
+		OnEra:       onEra,
+		ModernFirst: modernFirst,
+		TwinTimeout: sc.InitTimeout,
+		ExtraEnv:    extra,
+		Name:        sc.Name,
+		Runtime:     f.opts.Runtime,
 		Spec: proc.Spec{
 			Command:   sc.Command,
 			Args:      sc.Args,

@@ -61,6 +61,14 @@ type Hooks interface {
 	Request(src Source, m *rpc.Message)
 }
 
+// ModernSessions is a Hooks that tells which client sessions are modern
+// requests': a per-session server's instance for one of those is started
+// as a modern server (probed first), with no second process for modern
+// clients — only its request uses it (backend.StdioConnector.ModernFirst).
+type ModernSessions interface {
+	ModernSession(key string) bool
+}
+
 // ErrInstanceLimit is wrapped by the error Acquire returns when a
 // per-session server already runs its maximum of instances.
 var ErrInstanceLimit = errors.New("per-session instance limit reached")

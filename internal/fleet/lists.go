@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -93,6 +94,8 @@ type lists struct {
 	initVer  uint8
 	announce capSet
 	initCold bool
+	// initDual: the result records a dual-era server (backend.EraDual).
+	initDual bool
 	// initSeq counts the changes of the result held (wrapping): a write
 	// begun before one does not mark the newer result written.
 	initSeq uint16
@@ -313,10 +316,11 @@ func (c *lists) initWritten(seq uint16, hash [sha256.Size]byte) {
 // derived from it; nil: none. c.mu is held.
 func (c *lists) setInit(raw json.RawMessage) {
 	c.init = string(raw)
-	c.initVer, c.announce = 0, 0
+	c.initVer, c.announce, c.initDual = 0, 0, false
 	if raw == nil {
 		return
 	}
+	c.initDual = backend.EraOf(raw) == backend.EraDual
 	if v, ok := rpc.StringMember(raw, "protocolVersion"); ok {
 		for i, k := range knownVersions {
 			if v == k {
@@ -638,12 +642,23 @@ func (s *Server) CachedList(k ListKind) (items []json.RawMessage, ok bool) { ret
 // Era is the protocol version the server speaks: its live shared
 // connection's, else the one it spoke when its lists were last learned
 // (the cached initialize or server/discover result); "" if neither is
-// known.
+// known. A dual-era server speaks two, joined by "+": the legacy one its
+// legacy clients are served in, then ModernVersion (e.g.
+// "2025-11-25+2026-07-28").
 func (s *Server) Era() string {
+	v, dual := "", false
 	if in := s.Init(); in != nil {
-		return in.ProtocolVersion
+		v, dual = in.ProtocolVersion, in.Era() == backend.EraDual
+	} else {
+		v = s.cachedVersion()
+		s.lists.mu.Lock()
+		dual = s.lists.initDual
+		s.lists.mu.Unlock()
 	}
-	return s.cachedVersion()
+	if dual && v != "" {
+		return v + "+" + backend.ModernVersion
+	}
+	return v
 }
 
 // ServerInfo is the server's serverInfo, from the same source as Era (nil
@@ -787,6 +802,19 @@ func (s *Server) rememberInit(c Conn, cfg *config.Server, gen uint64) {
 		return
 	}
 	s.persistInit()
+}
+
+// eraLearned keeps the initialize result of c, a connection of the launch
+// launched, once it records what c learned of the server's era after it
+// connected (the first modern client's request to a server initialized
+// probes it: dual.go in package backend), as a list fetch keeps it: the
+// next start of any of its instances knows.
+func (s *Server) eraLearned(launched *config.Server, c Conn) {
+	gen, cur := s.launchNow()
+	if launched != cur && launched.LaunchHash() != cur.LaunchHash() {
+		return // of a launch relaunched since
+	}
+	s.rememberInit(c, cur, gen)
 }
 
 // persistInit writes the initialize result held to the store, under the

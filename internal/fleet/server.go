@@ -161,12 +161,16 @@ func (s *Server) PID() int { return s.sharedIn().pid() }
 
 // Roots lists the process tree of every running instance of the server,
 // shared and per-session, and of those still draining after a restart, a
-// reload or a stop — they hold memory too —, for proc.TreeUsage (remote
-// servers have none).
+// reload or a stop — they hold memory too —, and of the process each runs
+// for modern clients when the server is dual-era, for proc.TreeUsage
+// (remote servers have none).
 func (s *Server) Roots() []proc.Root {
 	var out []proc.Root
 	for _, in := range append(s.instances(), s.f.drainingOf(s)...) {
 		if r, ok := in.root(); ok {
+			out = append(out, r)
+		}
+		if r, ok := in.modernRoot(); ok {
 			out = append(out, r)
 		}
 	}

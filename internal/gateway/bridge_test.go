@@ -12,13 +12,14 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
-// A legacy client of a modern server: the server's input_required rounds
+// A legacy client of a modern server (the conformance server, served as
+// modern-only: "protocol" "modern"): the server's input_required rounds
 // become ordinary requests to the client, its log lines come at the level
 // the client set, and the client sees only final results. (The server's
 // tools that send requests the legacy way fail in the modern era: the
 // modern tools are the ones that ask for input.)
 func TestLegacyClientOfModernServer(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"auto"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"modern"}}`)
 	logs := make(chan string, 16)
 	sess := w.stdioClient(w.gw.Aggregate(), &mcp.ClientOptions{
 		CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
@@ -70,7 +71,7 @@ func TestLegacyClientOfModernServer(t *testing.T) {
 // notifications/resources/updated. Unsubscribed, they stop being asked
 // for.
 func TestLegacyClientSubscribesOnModernServer(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"auto"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"modern"}}`)
 	updated := make(chan string, 16)
 	sess := w.stdioClient(w.gw.Aggregate(), &mcp.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
@@ -121,7 +122,7 @@ func TestLegacyClientSubscribesOnModernServer(t *testing.T) {
 // call ends cancelled — in its server's count and for the client — not as
 // a protocol error of mcpvisor's making.
 func TestInputRoundCancelledCountedAsCancelled(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"auto"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","prefix":"","protocol":"modern"}}`)
 	asked := make(chan struct{}, 1)
 	release := make(chan struct{})
 	defer close(release)

@@ -127,12 +127,13 @@ func TestStartReplacesAStaleCachedList(t *testing.T) {
 }
 
 // A server the probe found legacy keeps that era across a restart of
-// mcpvisor: it is initialized from its persisted era, not probed again.
-// The server here is a strict 2025 one: it exits when asked anything
-// before initialize (and notes each such request in a file). Its first
-// start is probed, ends, and is started again and initialized within the
-// same start — no failure, no restart; after mcpvisor restarts, it is not
-// probed.
+// mcpvisor: its modern clients' requests are bridged on it, not probed
+// again. The server here is a strict 2025 one: it exits when asked anything
+// before initialize (and notes each such request in a file). It is
+// initialized to start, never probed; the first modern client's request
+// probes it on a process of its own, which ends on the probe, and is
+// bridged — no failure, no restart; after mcpvisor restarts, a modern
+// client's request is bridged at once.
 func TestPersistedEraSkipsTheProbe(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.db")
@@ -147,16 +148,26 @@ func TestPersistedEraSkipsTheProbe(t *testing.T) {
 	if out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "x"}}); err != nil || textOf(t, out) != "x" {
 		t.Fatalf("call: %v %v", out, err)
 	}
+	if n := probed(); n != 0 {
+		t.Fatalf("probed %d times to start", n)
+	}
+	modern := first.modernClient(first.gw.Aggregate(), false, nil)
+	if out, err := modern.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "m"}}); err != nil || textOf(t, out) != "m" {
+		t.Fatalf("modern call: %v %v", out, err)
+	}
 	st := first.fleet.Get("c").Status()
 	if n := probed(); n != 1 || st.Restarts != 0 || st.LastError != "" {
-		t.Fatalf("probed %d times, %d restarts, last error %q: want one probe, within the start", n, st.Restarts, st.LastError)
+		t.Fatalf("probed %d times, %d restarts, last error %q: want one probe, nothing else", n, st.Restarts, st.LastError)
+	}
+	if in, err := fleet.ParseInit(first.fleet.Get("c").CachedInit()); err != nil || in.Era().String() != "legacy" {
+		t.Fatalf("the era kept: %v %s", err, first.fleet.Get("c").CachedInit())
 	}
 	first.close()
 
 	second := newWorldStore(t, cfg, state, first.marker)
-	sess = second.stdioClient(second.gw.Aggregate(), nil)
-	if out, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "y"}}); err != nil || textOf(t, out) != "y" {
-		t.Fatalf("call after the restart: %v %v", out, err)
+	modern = second.modernClient(second.gw.Aggregate(), false, nil)
+	if out, err := modern.CallTool(t.Context(), &mcp.CallToolParams{Name: "c__echo", Arguments: map[string]any{"text": "y"}}); err != nil || textOf(t, out) != "y" {
+		t.Fatalf("modern call after the restart: %v %v", out, err)
 	}
 	if n := probed(); n != 1 {
 		t.Fatalf("probed %d times in all: probed again despite its persisted legacy era", n)

@@ -13,7 +13,7 @@ import (
 // longer than the request timeout to answer — the call's timeout does not
 // run: the call completes with the server's answer.
 func TestRequestTimeoutPausedWhileTheClientAnswers(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","requestTimeout":"300ms"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","requestTimeout":"300ms"}}`)
 	sess := w.stdioClient(w.gw.Single("c"), &mcp.ClientOptions{
 		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			select {

@@ -173,8 +173,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		if lease, timedOut, err = g.acquireSlow(f.ctx, srv, s, f.start, f.timeout); err != nil {
 			defer f.end()
 			if f.ctx.Err() != nil {
-				f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
-				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
+				return nil, f.cancelled()
 			}
 			if timedOut {
 				msg := fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout)
@@ -201,6 +200,23 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	}
 	f.lease = lease
 	conn := lease.Conn()
+	if s.modern != nil && conn != nil {
+		// A modern client's request goes to the server in its own era:
+		// a dual-era server's process for modern clients (started the
+		// first time), a modern server; or, bridged, a legacy one.
+		m, err := fleet.ModernConn(f.ctx, conn)
+		if err != nil {
+			defer f.end()
+			if f.ctx.Err() != nil {
+				return nil, f.cancelled()
+			}
+			f.set(telemetry.Unavailable, 0, err.Error())
+			return nil, errorResponse(clientID, rpc.BackendUnavailable, err.Error())
+		}
+		if m != nil {
+			conn = m
+		}
+	}
 	f.conn = conn
 	if method == "tools/call" && srv.Config().Pin {
 		// Checked on the process that would serve it, with its list as
@@ -213,8 +229,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 				return nil, heldTool(clientID, he)
 			}
 			if f.ctx.Err() != nil {
-				f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
-				return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
+				return nil, f.cancelled()
 			}
 			f.set(telemetry.Unavailable, 0, err.Error())
 			return nil, errorResponse(clientID, rpc.BackendUnavailable, err.Error())
@@ -331,10 +346,16 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	if f.ctx.Err() != nil {
 		// Cancelled as the lease was granted: nothing was sent.
 		defer f.end()
-		f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
-		return nil, errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(f.ctx)))
+		return nil, f.cancelled()
 	}
 	return f, nil
+}
+
+// cancelled records that f's context ended before the request reached its
+// server, and is the client's answer.
+func (f *flight) cancelled() *rpc.Message {
+	f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
+	return errorResponse(f.clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", f.name, context.Cause(f.ctx)))
 }
 
 // finish ends f with the server's response (or the error that stood for

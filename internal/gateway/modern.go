@@ -18,6 +18,15 @@ import (
 // with modern _meta statelessly, an initialize as the opening of a legacy
 // session.
 
+// modernKeyPrefix begins the key of every modern request's session, and
+// no other session's (legacy sessions' begin with "s": NewSession).
+const modernKeyPrefix = "m"
+
+// ModernSession reports whether key is a modern request's session
+// (fleet.ModernSessions): a per-session server's instance for it serves
+// that request alone, in the modern era.
+func (g *Gateway) ModernSession(key string) bool { return strings.HasPrefix(key, modernKeyPrefix) }
+
 // modernVersion is the modern revision mcpvisor serves.
 const modernVersion = "2026-07-28"
 
@@ -323,7 +332,7 @@ func (g *Gateway) openStatelessSession(server *fleet.Server, mo *Modern) *Sessio
 	// modern client (held calls ask by input_required rounds); no table
 	// of calls either (see begin).
 	ss := &statelessSession{st: sessState{srv: server, protocol: mo.Version, stateless: true}}
-	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID("m"), modern: mo, st: &ss.st, client: mo.client}
+	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID(modernKeyPrefix), modern: mo, st: &ss.st, client: mo.client}
 	return &ss.Session
 }
 

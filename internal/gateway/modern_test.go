@@ -422,7 +422,7 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 // on its behalf, acknowledges the ones taken, and tags each update with
 // the subscription's id; a URI no server has is left out.
 func TestModernListenResourceSubscriptions(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()

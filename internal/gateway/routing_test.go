@@ -79,7 +79,7 @@ func request(id int, method string, params any) *rpc.Message {
 // refused and leaves that request pending; the right session's answer is
 // then accepted. The ids of bridged requests are not guessable sequences.
 func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","sharing":"per-session"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","sharing":"per-session"}}`)
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
 	a, b := ep.Open(outA), ep.Open(outB)
@@ -234,7 +234,7 @@ func TestLogLinesOfASoleSession(t *testing.T) {
 // it to the restarted process, and updates reach the subscriber again —
 // and only the subscriber.
 func TestSubscriptionSurvivesARestart(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
 	a, b := ep.Open(outA), ep.Open(outB)
@@ -289,7 +289,7 @@ func TestConcurrentListsShareOneTableBuild(t *testing.T) {
 // session with a request in flight there; while two sessions have requests
 // in flight it cannot be attributed and is refused, reaching neither.
 func TestSamplingOnASharedServer(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	ep := w.gw.Aggregate()
 	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
 	defer ep.Close(a)
@@ -384,7 +384,7 @@ func TestLateLineOfAClosedSessionReachesNoOther(t *testing.T) {
 // attributed by what is in flight, so another session's call does not
 // receive them.
 func TestSamplingAfterAnAbandonedCallIsNotGuessed(t *testing.T) {
-	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy"}}`)
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	ep := w.gw.Aggregate()
 	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
 	defer ep.Close(a)

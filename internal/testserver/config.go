@@ -27,6 +27,7 @@ type config struct {
 	stderrLines  int
 	strictInit   bool
 	strictLog    string
+	modernOnly   bool
 	// toolsVariant picks the tool list (toolsFor); toolsVariantFile, when
 	// set, is read at start for it instead.
 	toolsVariant     int
@@ -53,6 +54,7 @@ var envBindings = []struct{ flag, env string }{
 	{"stderr-lines", "FIXTURE_STDERR_LINES"},
 	{"strict-init", "FIXTURE_STRICT_INIT"},
 	{"strict-init-log", "FIXTURE_STRICT_INIT_LOG"},
+	{"modern-only", "FIXTURE_MODERN_ONLY"},
 	{"tools-variant", "FIXTURE_TOOLS_VARIANT"},
 	{"tools-variant-file", "FIXTURE_TOOLS_VARIANT_FILE"},
 	{"hold-mb", "FIXTURE_HOLD_MB"},
@@ -94,7 +96,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.BoolVar(&c.neverAnswer, "never-answer", false, "read and parse every message but answer none [FIXTURE_NEVER_ANSWER]")
 	fs.IntVar(&c.stderrLines, "stderr-lines", 0, "at start, write `N` lines \"stderr line 1\"... to stderr [FIXTURE_STDERR_LINES]")
 	fs.BoolVar(&c.strictInit, "strict-init", false, "exit 4 on any request but initialize before it, as a strict 2025 server may [FIXTURE_STRICT_INIT]")
-	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting [FIXTURE_STRICT_INIT_LOG]")
+	fs.StringVar(&c.strictLog, "strict-init-log", "", "with -strict-init, append the method to `FILE` before exiting; with -modern-only, each initialize and server/discover [FIXTURE_STRICT_INIT_LOG]")
+	fs.BoolVar(&c.modernOnly, "modern-only", false, "speak MCP 2026-07-28 only: answer server/discover, refuse initialize with an error naming the version [FIXTURE_MODERN_ONLY]")
 	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all; 3 as 1 with a long description of echo, on several lines, with markup; 4 the usual and ten more of a typical size (20) [FIXTURE_TOOLS_VARIANT]")
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")

@@ -440,6 +440,10 @@ func (s *server) handleRequest(m incoming) {
 		s.writeMu.Lock() // no half-written line on the way out
 		os.Exit(4)
 	}
+	if s.cfg.modernOnly && (m.Method == "initialize" || m.Method == "server/discover") {
+		s.modernOnly(m)
+		return
+	}
 	switch m.Method {
 	case "initialize":
 		s.initialize(m)
@@ -477,6 +481,34 @@ func (s *server) initialize(m incoming) {
 		"serverInfo": map[string]any{"name": ServerName, "version": Version},
 	})
 	s.inited.Store(true)
+}
+
+// ModernVersion is the revision a -modern-only fixture speaks.
+const ModernVersion = "2026-07-28"
+
+// modernOnly answers initialize and server/discover as a server that
+// speaks ModernVersion only: initialize is refused with an error naming
+// it (as such a server should), server/discover listed with it alone.
+// Each is logged to -strict-init-log, if set.
+func (s *server) modernOnly(m incoming) {
+	if s.cfg.strictLog != "" {
+		if f, err := os.OpenFile(s.cfg.strictLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			fmt.Fprintln(f, m.Method)
+			f.Close()
+		}
+	}
+	if m.Method == "initialize" {
+		s.sendError(m.ID, codeInvalidRequest, "this server speaks MCP "+ModernVersion+" only: send requests with _meta, no initialize")
+		return
+	}
+	s.reply(m.ID, map[string]any{
+		"resultType":        "complete",
+		"supportedVersions": []string{ModernVersion},
+		"capabilities": map[string]any{
+			"tools": map[string]any{"listChanged": true},
+		},
+		"_meta": map[string]any{"io.modelcontextprotocol/serverInfo": map[string]any{"name": ServerName, "version": Version}},
+	})
 }
 
 // orEmpty turns absent or null params into an empty object.

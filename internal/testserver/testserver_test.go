@@ -646,6 +646,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_STDERR_LINES":    "7",
 		"FIXTURE_STRICT_INIT":     "1",
 		"FIXTURE_STRICT_INIT_LOG": "/tmp/x",
+		"FIXTURE_MODERN_ONLY":     "1",
 		"FIXTURE_TOOLS_VARIANT":   "2",
 		// The file, read at start, wins over the variant.
 		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
@@ -667,7 +668,7 @@ func TestConfigFromEnv(t *testing.T) {
 	want := config{
 		slowStart: 2 * time.Second, crashAtStart: true, crashAfter: 5, ignoreTerm: true,
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
-		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x",
+		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10,
 	}

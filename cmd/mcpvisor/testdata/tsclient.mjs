@@ -4,7 +4,12 @@
 // connects, lists tools, calls the fixture's log tool at log level info,
 // echo (named with the prefix in $TS_TOOL_PREFIX) and progress with progress, and
 // sample (sampling, answered by its handler), and prints one JSON line
-// with what it saw.
+// with what it saw. With $TS_SERVER "conformance" (the go-sdk conformance
+// server, dual-era) it calls the tools that ask for sampling and
+// elicitation in the client's era instead: test_sampling and
+// test_elicitation (legacy: the server's own requests), or
+// test_input_required_result_sampling and
+// test_input_required_result_elicitation (2026-07-28: input_required).
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
@@ -13,7 +18,12 @@ const negotiation = mode === 'pin' ? { pin: '2026-07-28' } : mode;
 const transport = target === 'stdio'
   ? new StdioClientTransport({ command: rest[0], args: rest.slice(1), stderr: 'ignore' })
   : new StreamableHTTPClientTransport(new URL(target));
-const client = new Client({ name: 'ts-e2e', version: '1.0.0' }, { versionNegotiation: { mode: negotiation }, capabilities: { sampling: {} } });
+const client = new Client({ name: 'ts-e2e', version: '1.0.0' }, { versionNegotiation: { mode: negotiation }, capabilities: { sampling: {}, elicitation: {} } });
+// Elicitation is accepted with the one field the schema asks for.
+client.setRequestHandler('elicitation/create', async (request) => {
+  const field = Object.keys(request.params.requestedSchema?.properties ?? {})[0] ?? 'name';
+  return { action: 'accept', content: { [field]: 'ts' } };
+});
 // The fixture's sample tool asks with a request, as a legacy server does:
 // at 2026-07-28 it comes as an input_required round, which the client
 // answers with this handler.
@@ -28,6 +38,15 @@ try {
   await client.connect(transport);
   out.version = client.getNegotiatedProtocolVersion();
   out.era = client.getProtocolEra();
+  if (process.env.TS_SERVER === 'conformance') {
+    const p = process.env.TS_TOOL_PREFIX ?? '';
+    const modern = out.version === '2026-07-28';
+    const call = async (name, args) => (await client.callTool({ name: p + name, arguments: args })).content.map((c) => c.text).join('');
+    out.sampled = await call(modern ? 'test_input_required_result_sampling' : 'test_sampling', { prompt: 'capital?' });
+    out.elicited = await call(modern ? 'test_input_required_result_elicitation' : 'test_elicitation', { message: 'who?' });
+    console.log(JSON.stringify(out));
+    process.exit(0);
+  }
   if (process.env.TS_SERVER === 'everything') {
     // npm server-everything behind mcpvisor's /mcp (prefix everything__):
     // its echo, and its sampling tool, which asks the 2025 way.

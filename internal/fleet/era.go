@@ -1,0 +1,41 @@
+package fleet
+
+import (
+	"context"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+)
+
+// ModernConn is the connection a modern client's request to c's server
+// goes to (backend.Conn.ModernConn): c itself for a modern-only server; nil
+// for one that speaks only the legacy revisions, on which the request is
+// bridged; for a dual-era server, its process for modern clients, started
+// when the first such request needs it, the wait bounded by ctx. A
+// connection that is no backend's (a test's) is its own.
+func ModernConn(ctx context.Context, c Conn) (Conn, error) {
+	bc, ok := c.(*backend.Conn)
+	if !ok {
+		return c, nil
+	}
+	m, err := bc.ModernConn(ctx)
+	if m == nil || err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// modernRoot is the process tree of the process a dual-era server's
+// instance runs for modern clients, if one runs (for proc.TreeUsage).
+func (in *instance) modernRoot() (proc.Root, bool) {
+	in.mu.Lock()
+	c, _ := in.conn.(*backend.Conn)
+	in.mu.Unlock()
+	if c == nil {
+		return proc.Root{}, false
+	}
+	if p := c.ModernProcess(); p != nil {
+		return p.Root(), true
+	}
+	return proc.Root{}, false
+}
