@@ -90,6 +90,7 @@ type Conn struct {
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing
 	answered atomic.Bool   // the server answered a request after its handshake (Answered)
+	primary  *Conn         // for a dual-era server's process for modern clients, the primary it serves beside; else nil
 }
 
 // exitGrace is how long a server whose output ended unasked has to exit on
@@ -171,10 +172,14 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 func (c *Conn) Answered() bool { return c.answered.Load() }
 
 // markAnswered records an answer (a load first: the flag is written once,
-// not by every call).
+// not by every call). An answer of a dual-era server's process for modern
+// clients is the server's too: its primary answered.
 func (c *Conn) markAnswered() {
 	if !c.answered.Load() {
 		c.answered.Store(true)
+	}
+	if p := c.primary; p != nil && !p.answered.Load() {
+		p.answered.Store(true)
 	}
 }
 
