@@ -280,6 +280,13 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 			// own, for the rounds to take.
 			go func() {
 				r, _, err := w.Wait(f.ctx, nil)
+				if err == nil && f.ctx.Err() != nil {
+					// Answered as the call ended (its hold ran out, its
+					// client went away): no round takes the answer, and
+					// the call counts as ended, whichever of the server's
+					// answer and the cancellation came first.
+					r, err = nil, f.ctx.Err()
+				}
 				resp := f.finish(r, err)
 				h.mu.Lock()
 				h.final = resp
