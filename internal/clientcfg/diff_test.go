@@ -3,8 +3,6 @@ package clientcfg
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -33,21 +31,9 @@ func TestDiffRedactedInstall(t *testing.T) {
 	shownPlain := 0
 	for _, g := range goldenFiles {
 		t.Run(g.client, func(t *testing.T) {
-			c := Lookup(g.client)
-			data, err := os.ReadFile(filepath.Join("testdata", g.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := c.Read(data, g.format)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var known []*Server
+			c, data, f, known := readGolden(t, g.client, g.file, g.format)
 			var secrets []string
 			for _, s := range f.Servers {
-				if s.Blocked == "" {
-					known = append(known, s)
-				}
 				for _, kv := range append(append([]KV(nil), s.Env...), s.Headers...) {
 					v := kv.Value
 					if c.vars == varsNone {
