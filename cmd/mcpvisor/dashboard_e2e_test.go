@@ -120,6 +120,23 @@ func (bt *browserTab) do(t *testing.T, what string, actions ...chromedp.Action[c
 	}
 }
 
+// screenshot writes a PNG of what the tab's window shows at the top of
+// the page, with no element focused, to path.
+func (bt *browserTab) screenshot(t *testing.T, path string) {
+	t.Helper()
+	eval[bool](t, bt, `(document.activeElement.blur(), window.scrollTo(0, 0), true)`)
+	ctx, cancel := context.WithTimeout(bt.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot written to %s", path)
+}
+
 // eval evaluates expr in the page.
 func eval[T any](t *testing.T, bt *browserTab, expr string) T {
 	t.Helper()
@@ -457,18 +474,9 @@ func TestDashboard(t *testing.T) {
 			bt.waitFor(t, "varied states", fmt.Sprintf(`%s.dataset.state === 'stopped'`, row("delta")))
 			bt.do(t, "a wide desktop viewport", chromedp.EmulateViewport(1440, 900))
 			bt.do(t, "collapse gamma", chromedp.Click(chromedp.CSS(`tbody[data-server="gamma"] td.name button`)))
+			bt.do(t, "collapse alpha", chromedp.Click(chromedp.CSS(`tbody[data-server="alpha"] td.name button`)))
 			time.Sleep(3 * time.Second) // let the poll show a rate, and relative times tick
-			eval[bool](t, bt, `(document.activeElement.blur(), window.scrollTo(0, 0), true)`)
-			ctx, cancel := context.WithTimeout(bt.ctx, 30*time.Second)
-			defer cancel()
-			png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(out, png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("screenshot written to %s", out)
+			bt.screenshot(t, out)
 		})
 	}
 

@@ -53,7 +53,9 @@ imported at all, its fields named.
 The config is --config, else ` + "`$XDG_CONFIG_HOME/mcpvisor/config.json`" + `
 (~/.config/mcpvisor/config.json), created when missing. It is replaced
 atomically, keeping its mode. --dry-run prints the change as a unified
-diff and writes nothing.`,
+diff and writes nothing.
+
+` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
@@ -77,7 +79,7 @@ diff and writes nothing.`,
 				return nil
 			}
 			if dryRun {
-				fmt.Fprint(cmd.OutOrStdout(), clientcfg.Diff(old, out, file, file+" (imported)"))
+				fmt.Fprint(cmd.OutOrStdout(), clientcfg.DiffRedacted(old, out, clientcfg.FormatMCPServers, file, file+" (imported)"))
 				return nil
 			}
 			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {

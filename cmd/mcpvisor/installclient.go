@@ -154,6 +154,16 @@ func clientTarget(name, override string) (*clientcfg.Client, string, clientcfg.F
 	return c, abs, f, err
 }
 
+// diffSecretsHelp is what import's, install-client's and
+// uninstall-client's help say of the diffs they print
+// (clientcfg.DiffRedacted).
+const diffSecretsHelp = `The diffs printed show no secret: env and header values, and the
+secrets in args and URLs (--api-key …, --token=…, a URL's password or
+token parameter), show as [REDACTED], as in inspect; one that changed
+as [REDACTED, changed]. ${VAR} references show as written: they are not
+secrets, and tell where a value comes from. The files are written with
+the real values.`
+
 func newInstallClientCmd() *cobra.Command {
 	var (
 		dryRun, perServer, doImport, remote  bool
@@ -199,7 +209,9 @@ byte. A symlinked file stays a link (its target is rewritten), and keeps
 its owner. A file another program writes while install-client works on
 it is left as that program wrote it (run again). Installing again when
 nothing changed does nothing. --dry-run prints the change as a unified
-diff and writes nothing.`,
+diff and writes nothing.
+
+` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
@@ -265,7 +277,7 @@ diff and writes nothing.`,
 				if err == nil && !bytes.Equal(merged, cfgData) {
 					io.Copy(out, &report)
 					if dryRun {
-						fmt.Fprint(out, clientcfg.Diff(cfgData, merged, mcpvisorConfig, mcpvisorConfig+" (imported)"))
+						fmt.Fprint(out, clientcfg.DiffRedacted(cfgData, merged, clientcfg.FormatMCPServers, mcpvisorConfig, mcpvisorConfig+" (imported)"))
 					} else {
 						if err := os.MkdirAll(filepath.Dir(mcpvisorConfig), 0o700); err != nil {
 							return err
@@ -315,7 +327,7 @@ diff and writes nothing.`,
 				fmt.Fprintf(out, "%s: %s: %s\n", path, d.At, d.Msg)
 			}
 			if dryRun {
-				fmt.Fprint(out, clientcfg.Diff(data, plan.Data, path, path+" (installed)"))
+				fmt.Fprint(out, clientcfg.DiffRedacted(data, plan.Data, format, path, path+" (installed)"))
 				return nil
 			}
 			rec = &installRecord{Client: c.Name, Path: path, PerServer: perServer, SHA256: hashOf(plan.Data), Installed: string(plan.Data), At: time.Now().UTC()}
@@ -418,7 +430,9 @@ uninstall-client refuses and prints what changed, so that nothing is
 lost silently; --force puts them back anyway (the rest of the file is
 still kept). --dry-run prints the change as a unified diff and writes
 nothing. A file another program writes while uninstall-client works on
-it is left as that program wrote it (run again).`,
+it is left as that program wrote it (run again).
+
+` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
@@ -475,7 +489,7 @@ it is left as that program wrote it (run again).`,
 				}
 				if len(conflicts) > 0 && !force {
 					return fmt.Errorf("%s changed since install-client wrote it on %s, in the entries it wrote (%s); putting them back would lose this (pass --force to put them back anyway; the rest of the file is kept):\n%s",
-						path, rec.At.Format(time.RFC3339), strings.Join(conflicts, ", "), clientcfg.Diff([]byte(rec.Installed), cur, path+" (as installed)", path+" (now)"))
+						path, rec.At.Format(time.RFC3339), strings.Join(conflicts, ", "), clientcfg.DiffRedacted([]byte(rec.Installed), cur, format, path+" (as installed)", path+" (now)"))
 				}
 				next = spliced
 				if len(conflicts) > 0 {
@@ -485,7 +499,7 @@ it is left as that program wrote it (run again).`,
 			}
 			remove := whole && rec.Backup == ""
 			if dryRun {
-				fmt.Fprint(out, clientcfg.Diff(cur, next, path, path+" (restored)"))
+				fmt.Fprint(out, clientcfg.DiffRedacted(cur, next, format, path, path+" (restored)"))
 				return nil
 			}
 			if remove {

@@ -45,7 +45,7 @@ func TestValidateSummary(t *testing.T) {
 	}
 	want := `mcp.json: valid, 4 servers (1 disabled), listen 127.0.0.1:9000
   files   stdio       enabled   npx -y @modelcontextprotocol/server-filesystem /srv/docs
-  github  stdio       disabled  gh-mcp --token [REDACTED]
+  github  stdio       disabled  gh-mcp --token ${VALIDATE_TEST_TOKEN}
   legacy  http (sse)  enabled   https://old.example.com/sse
   remote  http        enabled   https://mcp.example.com/mcp?api_key=[REDACTED]
 `

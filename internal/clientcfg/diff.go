@@ -3,15 +3,50 @@ package clientcfg
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mcpvisor/mcpvisor/internal/redact"
 )
 
 // Diff returns a unified diff (3 lines of context) from a to b, labelled
-// with the two names; "" when they are equal.
+// with the two names; "" when they are equal. It shows every byte: for a
+// file that may hold secrets, DiffRedacted.
 func Diff(a, b []byte, nameA, nameB string) string {
 	if string(a) == string(b) {
 		return ""
 	}
 	x, y := splitLines(string(a)), splitLines(string(b))
+	return unified(x, y, x, y, nameA, nameB)
+}
+
+// DiffRedacted is Diff of two versions of a file of format f (a client's
+// file, or mcpvisor's config: FormatMCPServers), for the user to read:
+// the lines that differ are found in the versions themselves, and printed
+// redacted (redact.Files): env and header values, secrets in args and
+// URLs, are not shown; a secret that changed shows as
+// redact.RedactionChanged. A version that does not parse cannot be
+// redacted: the diff then says so and shows no line.
+func DiffRedacted(a, b []byte, f Format, nameA, nameB string) string {
+	if string(a) == string(b) {
+		return ""
+	}
+	syntax := redact.JSON
+	if f == FormatCodex {
+		syntax = redact.TOML
+	}
+	ra, rb, err := redact.Files(a, b, syntax)
+	if err != nil {
+		return fmt.Sprintf("--- %s\n+++ %s\n(the change is not shown: it does not parse as %s (%v), so its secrets cannot be told)\n", nameA, nameB, f, err)
+	}
+	x, y, showX, showY := splitLines(string(a)), splitLines(string(b)), splitLines(string(ra)), splitLines(string(rb))
+	if len(showX) != len(x) || len(showY) != len(y) { // redact.Files keeps the lines: never
+		return fmt.Sprintf("--- %s\n+++ %s\n(the change is not shown: its redaction lost lines)\n", nameA, nameB)
+	}
+	return unified(x, y, showX, showY, nameA, nameB)
+}
+
+// unified writes the unified diff from lines x to lines y, each shown as
+// the line of the same index in showX or showY (as many).
+func unified(x, y, showX, showY []string, nameA, nameB string) string {
 	// Edits are local: strip the common head and tail, then LCS the rest.
 	pre := 0
 	for pre < len(x) && pre < len(y) && x[pre] == y[pre] {
@@ -27,15 +62,15 @@ func Diff(a, b []byte, nameA, nameB string) string {
 		line string
 	}
 	var ops []op
-	for _, l := range x[:pre] {
-		ops = append(ops, op{' ', l})
+	for i := range pre {
+		ops = append(ops, op{' ', showX[i]})
 	}
 	if len(mx)*len(my) > 4_000_000 { // too big for the table: all out, all in
-		for _, l := range mx {
-			ops = append(ops, op{'-', l})
+		for i := range mx {
+			ops = append(ops, op{'-', showX[pre+i]})
 		}
-		for _, l := range my {
-			ops = append(ops, op{'+', l})
+		for j := range my {
+			ops = append(ops, op{'+', showY[pre+j]})
 		}
 	} else {
 		n, m := len(mx), len(my)
@@ -56,19 +91,19 @@ func Diff(a, b []byte, nameA, nameB string) string {
 		for i < n || j < m {
 			switch {
 			case i < n && j < m && mx[i] == my[j]:
-				ops = append(ops, op{' ', mx[i]})
+				ops = append(ops, op{' ', showX[pre+i]})
 				i, j = i+1, j+1
-			case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
-				ops = append(ops, op{'+', my[j]})
-				j++
-			default:
-				ops = append(ops, op{'-', mx[i]})
+			case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]): // what goes before what comes
+				ops = append(ops, op{'-', showX[pre+i]})
 				i++
+			default:
+				ops = append(ops, op{'+', showY[pre+j]})
+				j++
 			}
 		}
 	}
-	for _, l := range x[len(x)-suf:] {
-		ops = append(ops, op{' ', l})
+	for i := len(x) - suf; i < len(x); i++ {
+		ops = append(ops, op{' ', showX[i]})
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)

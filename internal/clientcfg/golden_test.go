@@ -93,6 +93,29 @@ var goldenFiles = []struct {
 	{"codex", "codex.toml", FormatCodex},
 }
 
+// readGolden reads a client's golden file: the client, the file's bytes,
+// what was read of it, and the servers mcpvisor can run (the ones
+// install-client takes when mcpvisor's config has them all).
+func readGolden(t *testing.T, client, file string, format Format) (*Client, []byte, *File, []*Server) {
+	t.Helper()
+	c := Lookup(client)
+	data, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Read(data, format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var known []*Server
+	for _, s := range f.Servers {
+		if s.Blocked == "" {
+			known = append(known, s)
+		}
+	}
+	return c, data, f, known
+}
+
 // TestGolden reads each client's file into the common form and writes it
 // back as install-client does, one entry for all and one per server: the
 // results are compared with testdata/*.golden, which show that unrelated
@@ -101,22 +124,8 @@ var goldenFiles = []struct {
 func TestGolden(t *testing.T) {
 	for _, g := range goldenFiles {
 		t.Run(g.client, func(t *testing.T) {
-			c := Lookup(g.client)
-			data, err := os.ReadFile(filepath.Join("testdata", g.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := c.Read(data, g.format)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, data, f, known := readGolden(t, g.client, g.file, g.format)
 			golden(t, g.file+".read.golden", dump(f))
-			var known []*Server
-			for _, s := range f.Servers {
-				if s.Blocked == "" {
-					known = append(known, s)
-				}
-			}
 			for _, perServer := range []bool{false, true} {
 				opts := InstallOptions{Exe: `/opt/mcp visor/mcpvisor`, Config: "/home/me/.config/mcpvisor/config.json", PerServer: perServer, Known: known}
 				plan, err := c.PlanInstall(data, g.format, opts)

@@ -116,7 +116,20 @@ func LineCol(data []byte, off int) (line, col int) {
 // after the last member or element are accepted; anything else that is not
 // JSON is a *SyntaxError.
 func Parse(data []byte) (*Value, error) {
-	p := &parser{data: data}
+	return (&parser{data: data}).parse()
+}
+
+// ParseComments is Parse that also returns where the document's comments
+// are, in order: each is data[c[0]:c[1]], "//" to the end of its line
+// (the newline excluded) or "/*" to "*/".
+func ParseComments(data []byte) (*Value, [][2]int, error) {
+	p := &parser{data: data, comments: [][2]int{}}
+	v, err := p.parse()
+	return v, p.comments, err
+}
+
+func (p *parser) parse() (*Value, error) {
+	data := p.data
 	if bytes.HasPrefix(data, []byte("\xEF\xBB\xBF")) {
 		p.pos = 3
 	}
@@ -145,6 +158,8 @@ const maxDepth = 1000
 type parser struct {
 	data []byte
 	pos  int
+	// comments, when not nil, collects the comments' spans.
+	comments [][2]int
 }
 
 func (p *parser) errorf(off int, format string, args ...any) *SyntaxError {
@@ -166,22 +181,31 @@ func (p *parser) space() error {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			p.pos++
 		case c == '/' && p.pos+1 < len(p.data) && p.data[p.pos+1] == '/':
+			end := len(p.data)
 			if i := bytes.IndexByte(p.data[p.pos:], '\n'); i >= 0 {
-				p.pos += i + 1
-			} else {
-				p.pos = len(p.data)
+				end = p.pos + i
 			}
+			p.comment(end)
+			p.pos = min(end+1, len(p.data))
 		case c == '/' && p.pos+1 < len(p.data) && p.data[p.pos+1] == '*':
 			i := bytes.Index(p.data[p.pos+2:], []byte("*/"))
 			if i < 0 {
 				return p.errorf(p.pos, "unterminated /* comment")
 			}
+			p.comment(p.pos + 2 + i + 2)
 			p.pos += 2 + i + 2
 		default:
 			return nil
 		}
 	}
 	return nil
+}
+
+// comment records a comment from p.pos to end, when comments are kept.
+func (p *parser) comment(end int) {
+	if p.comments != nil {
+		p.comments = append(p.comments, [2]int{p.pos, end})
+	}
 }
 
 func (p *parser) value(depth int) (*Value, error) {

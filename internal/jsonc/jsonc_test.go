@@ -37,6 +37,14 @@ func TestParseJSONC(t *testing.T) {
 	if a := v.Get("a"); len(a.Elems) != 2 || doc[a.Start:a.End] != "[1, 2,]" {
 		t.Errorf("a spans %q", doc[a.Start:a.End])
 	}
+	_, comments, err := ParseComments([]byte(doc + "/* a\nb */ // end"))
+	var got []string
+	for _, c := range comments {
+		got = append(got, (doc + "/* a\nb */ // end")[c[0]:c[1]])
+	}
+	if err != nil || strings.Join(got, "|") != "// top|/* b */|/* a\nb */|// end" {
+		t.Errorf("ParseComments: %q, %v", got, err)
+	}
 	std := Standardize([]byte(doc))
 	if len(std) != len(doc) {
 		t.Fatalf("Standardize changed the length")

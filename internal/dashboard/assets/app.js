@@ -179,19 +179,18 @@
 
   // ---- servers table
   const COLS = [["state", "State"], ["era", "Era"], ["pid", "PID"], ["mem", "Memory"], ["up", "Up / dormant"],
-    ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["clients", "Clients"], ["err", "Last error"]];
+    ["idle", "Idle"], ["inflight", "In flight"], ["restarts", "Restarts"], ["clients", "Clients"]];
 
   function makeRow(name) {
     const r = { name, cells: {}, open: false };
     const detailId = "detail-" + hexId(name);
     r.toggle = el("button", { type: "button", "aria-expanded": "false", "aria-controls": detailId,
-      "aria-label": "Details of " + name, onclick: () => setOpen(r, !r.open) }, name);
+      "aria-label": "Details of " + name, onclick: () => setOpen(r, !r.open) }, ...breakable(name));
     r.pending = el("span", { class: "pending", hidden: true });
-    r.warning = el("span", { class: "warning", hidden: true });
     const tr = el("tr", { class: "row", "data-server": name },
-      el("td", { class: "name", "data-label": "Server" }, r.toggle, r.pending, r.warning));
+      el("td", { class: "name", "data-label": "Server" }, r.toggle, r.pending));
     for (const [k, label] of COLS) {
-      r.cells[k] = el("td", { class: k === "err" ? "err" : k, "data-label": label });
+      r.cells[k] = el("td", { class: k, "data-label": label });
       tr.append(r.cells[k]);
     }
     r.badge = el("span", { class: "badge" });
@@ -204,10 +203,28 @@
     };
     tr.append(el("td", { class: "act", "data-label": "Actions" }, el("div", { class: "actions", role: "group", "aria-label": "Actions on " + name },
       r.btn.restart, r.btn.stop, r.btn.start, r.btn.sleep)));
+    // What is wrong with the server — its last error, a warning — has a
+    // line of its own under the row, the whole width of the table: two
+    // lines of the error (all of it in its title, and once the row is
+    // open), the whole warning.
+    r.noteCell = el("td", { colspan: String(COLS.length + 2) });
+    r.note = el("tr", { class: "note", hidden: true }, r.noteCell);
     r.detailCell = el("td", { colspan: String(COLS.length + 2) });
     r.detailRow = el("tr", { class: "detail", id: detailId, hidden: true }, r.detailCell);
-    r.tbody = el("tbody", { "data-server": name }, tr, r.detailRow);
+    r.tbody = el("tbody", { "data-server": name }, tr, r.note, r.detailRow);
     return r;
+  }
+
+  // breakable is name as text that may wrap after each . and _ (as it
+  // does after -), for a long name to fit its column.
+  function breakable(name) {
+    const out = [];
+    for (const part of name.match(/[^._]*[._]?/g)) {
+      if (!part) continue;
+      if (out.length) out.push(el("wbr"));
+      out.push(part);
+    }
+    return out;
   }
 
   function renderRow(r) {
@@ -222,25 +239,30 @@
     r.cells.inflight.textContent = String(s.inFlight || 0);
     r.cells.restarts.textContent = String(s.restarts || 0);
     renderClients(r.cells.clients, s.clients || []);
-    const err = s.lastError || s.refusing || "";
-    if (r.errText !== err) {
+    const err = s.lastError || s.refusing || "", warning = s.warning || "";
+    if (r.errText !== err || r.warnText !== warning) {
       r.errText = err;
-      r.cells.err.replaceChildren(err ? el("span", { class: "clamp", title: err, text: err }) : "");
+      r.warnText = warning;
+      r.noteCell.replaceChildren(
+        err ? el("div", { class: "err" }, el("span", { class: "vh", text: "Last error of " + r.name + ": " }), el("span", { class: "clamp", title: err, text: err })) : "",
+        warning ? el("div", { class: "warning" }, el("span", { class: "vh", text: "Warning about " + r.name + ": " }), warning) : "");
+      r.note.hidden = !err && !warning;
+      r.tbody.classList.toggle("noted", !r.note.hidden);
     }
     const n = s.pendingDefinitions || 0;
     r.pending.hidden = !n;
     r.pending.textContent = n ? n + " pending" : "";
     r.pending.title = n ? "tool definitions held back until approved" : "";
-    r.warning.hidden = !s.warning;
-    r.warning.textContent = s.warning || "";
     if (!r.busy) setButtons(r);
   }
   // The clients whose requests reached a server, as ps shows them: their
-  // names when they fit, else how many; every name in the title.
+  // names when they fit, else how many (what fits of it: the cell
+  // truncates); every name in the title.
   const CLIENTS_WIDTH = 24;
   function renderClients(cell, cs) {
     const names = cs.map((c) => c.name), text = names.join(",");
-    cell.textContent = !cs.length ? "–" : text.length <= CLIENTS_WIDTH ? text : cs.length + " clients";
+    const fit = cell.firstChild || cell.appendChild(el("span", { class: "fit" }));
+    fit.textContent = !cs.length ? "–" : text.length <= CLIENTS_WIDTH ? text : cs.length === 1 ? "1 client" : cs.length + " clients";
     cell.title = cs.length ? cs.map((c) => c.name + " (" + c.requests + ")").join(", ") : "";
   }
   function renderTimes(r) {
@@ -364,7 +386,6 @@
   function buildDetail(r) {
     r.d = {
       about: el("div", { class: "sub" }),
-      lastErr: el("p", { class: "lasterr", hidden: true }),
       defs: el("div"),
       tools: el("ul", { class: "plain" }),
       history: el("ul", { class: "plain" }),
@@ -376,7 +397,6 @@
     r.lines = [];
     r.detailCell.replaceChildren(
       r.d.about,
-      r.d.lastErr,
       r.d.defs,
       el("div", { class: "detail-grid" },
         el("div", null, el("h3", { text: "stderr (live)" }), r.d.stderr, r.d.stderrNote),
@@ -402,8 +422,6 @@
 
   function renderDetail(r, d) {
     const info = d.serverInfo ? (d.serverInfo.name || "") + (d.serverInfo.version ? " " + d.serverInfo.version : "") : "";
-    r.d.lastErr.textContent = d.lastError || d.refusing || "";
-    r.d.lastErr.hidden = !r.d.lastErr.textContent;
     r.d.about.replaceChildren(
       el("code", { text: d.launch || "" }),
       " · " + [d.kind, d.sharing, "protocol " + d.protocol, d.era && "era " + d.era, info, d.spawns !== undefined && d.spawns + " spawns",
