@@ -56,7 +56,7 @@ func wideFleet(t *testing.T) string {
 		wideRunning: map[string]any{"command": fixture, "args": []string{"-stderr-lines", "3"}, "eager": true, "idleTimeout": "0"},
 		wideClients: map[string]any{"command": fixture, "eager": true, "idleTimeout": "0"},
 		// A command that is not there: the error names its long path.
-		wideFailed: map[string]any{"command": "/opt/mcp-servers/vendor/acme-corporation/enterprise-knowledge-base-connector/releases/2026.11.30-rc4/bin/knowledge-base-mcp-server-linux-amd64",
+		wideFailed: map[string]any{"command": "/nix/store/0a8f3kq2v9c7d1m5x6z4b8n2p0r7s3t9-acme-enterprise-knowledge-base-connector-2026.11.30-rc4/opt/mcp-servers/vendor/acme-corporation/enterprise-knowledge-base-connector/releases/2026.11.30-rc4/libexec/linux-amd64/knowledge-base-mcp-server-with-vector-index-and-hybrid-search",
 			"args": []string{"--workspace", "/srv/shared/knowledge-base/acme-corporation/engineering", "--index-batch-size", "512"}, "eager": true, "restart": map[string]any{"maxAttempts": 1}},
 		// Crashes at start, writing to stderr: failed, its error
 		// quoting its stderr.
@@ -166,7 +166,7 @@ func TestDashboardFitsALaptop(t *testing.T) {
 	bt.waitFor(t, "the states shown", fmt.Sprintf(`%s.dataset.state === 'failed' && %s.dataset.state === 'failed' && %s.dataset.state === 'stopped' && %s.querySelector('span.pending').textContent !== '' && %s.querySelector('td.clients').title.includes('zed-preview-channel-edition') && (%[6]s.querySelector('.warning') || {}).textContent.includes('accept-lost')`,
 		row(wideCrashing), row(wideFailed), row(wideStopped), row(widePinned), row(wideClients), row(wideWarned)))
 	failedErr := servers(t, base)[wideFailed].LastError
-	if len(failedErr) < 150 {
+	if len(failedErr) < 300 { // more than two lines of the table's width
 		t.Fatalf("the failed server's error is not a long one: %q", failedErr)
 	}
 	shot := func(name string) {
@@ -195,7 +195,7 @@ func TestDashboardFitsALaptop(t *testing.T) {
 		t.Errorf("the warned server's line says %q", w)
 	}
 	bt.do(t, "open the failed server", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tbody[data-server=%q] td.name button`, wideFailed))))
-	bt.waitFor(t, "its whole error and its launch", fmt.Sprintf(`%s.textContent === %q && %[1]s.scrollHeight <= %[1]s.clientHeight && %[3]s.querySelector('tr.detail code') !== null && %[3]s.querySelector('tr.detail code').textContent.includes('knowledge-base-mcp-server-linux-amd64')`, errLine, failedErr, row(wideFailed)))
+	bt.waitFor(t, "its whole error and its launch", fmt.Sprintf(`%s.textContent === %q && %[1]s.scrollHeight <= %[1]s.clientHeight && %[3]s.querySelector('tr.detail code') !== null && %[3]s.querySelector('tr.detail code').textContent.includes('knowledge-base-mcp-server-with-vector-index')`, errLine, failedErr, row(wideFailed)))
 	bt.do(t, "open the crashing server", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tbody[data-server=%q] td.name button`, wideCrashing))))
 	bt.waitFor(t, "its stderr", fmt.Sprintf(`%s.querySelector('pre.stderr').textContent.includes('crashing at start')`, row(wideCrashing)))
 	check("at 1280×800, details open")
