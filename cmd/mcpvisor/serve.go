@@ -117,6 +117,7 @@ connection, no HTTP request or session.`,
 			// One bound on client sessions across /mcp and every
 			// /servers/{name}/mcp: the config's maxSessions.
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
+			sessions.SetLogger(log)
 			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
