@@ -67,6 +67,13 @@ func TestSocketSessionsTakeMaxSessions(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 	evicted(second, "the second connect")
+	m := scrape(t, s.base)
+	if n, open := m[`mcpvisor_session_evictions_total{reason="limit"}`], m["mcpvisor_sessions"]; n != 2 || open != 1 {
+		t.Errorf("metrics after two evictions: %v evictions, %v sessions; want 2 and the HTTP session", n, open)
+	}
+	if n := m[`mcpvisor_gateway_requests_total{method="initialize",outcome="unavailable"}`]; n < 1 {
+		t.Errorf("the refused HTTP initialize not counted: %v", n)
+	}
 }
 
 // A daemon that accepts the connection but goes away before answering

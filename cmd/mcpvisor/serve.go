@@ -138,6 +138,7 @@ connection, no HTTP request or session.`,
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
 				Local:       a.gw.LocalRequests(),
+				Sessions:    sessions,
 				Containment: a.rt.Report().Layers,
 				Logs: func(name string) *logbuf.Buffer {
 					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {
