@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet bench-connect
+.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet bench-connect bench-sessions
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -70,3 +70,10 @@ bench-fleet: test-deps
 # each. The report goes to bin/bench/connect-report.txt.
 bench-connect:
 	MCPVISOR_BENCH_CONNECT=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchConnect$$' -v ./cmd/mcpvisor/
+
+# What an open client session costs mcpvisor serve in resident memory
+# (about 3 minutes): 999 sessions opened after a warm one, in fresh
+# processes of this tree and of BASE=REV (a git revision, required),
+# interleaved rounds; the report goes to bin/bench/sessions-report.txt.
+bench-sessions:
+	MCPVISOR_BENCH_SESSIONS=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchSessionRSS$$' -v ./cmd/mcpvisor/

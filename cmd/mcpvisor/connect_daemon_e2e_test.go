@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -13,42 +15,65 @@ import (
 )
 
 // The daemon's socket sessions are client sessions under the config's
-// maxSessions, as HTTP ones are: under maxSessions 1 a second connect is
-// refused, saying so; once the first has gone, another is admitted.
+// maxSessions, with the HTTP ones, by the same rule: under maxSessions 1
+// a second connect evicts the first, idle, which is told why (a
+// notifications/message naming maxSessions) and exits 1; while the
+// second has a call in flight, a third connect is refused, saying so,
+// and so is an HTTP initialize (503); once the call has ended, an HTTP
+// initialize evicts the second in turn.
 func TestSocketSessionsTakeMaxSessions(t *testing.T) {
 	w := newConnectWorld(t)
 	if err := os.WriteFile(w.cfg, []byte(fmt.Sprintf(`{"listen":"127.0.0.1:0","maxSessions":1,"mcpServers":{"x":{"command":%q}}}`, testserver.Build(t))), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startServeFile(t, w.cfg, "", "--state-dir", w.state)
+	s := startServeFile(t, w.cfg, "", "--state-dir", w.state)
 	first := w.raw(t, "--start=never")
 	first.initialize(t)
 
 	second := w.raw(t, "--start=never")
-	defer second.in.Close()
-	if code := second.exit(t, 10*time.Second); code != 1 || !strings.Contains(second.stderr.String(), "maxSessions is 1") {
-		t.Errorf("a second connect under maxSessions 1: exit %d, want 1 and a refusal naming maxSessions; stderr:\n%s", code, second.stderr)
+	second.initialize(t)
+	evicted := func(p *rawConnect, who string) {
+		t.Helper()
+		line, err := p.out.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"method":"notifications/message"`) || !strings.Contains(line, "maxSessions (1)") {
+			t.Fatalf("%s, evicted: %q %v, want a notifications/message naming maxSessions (1); stderr:\n%s", who, line, err, p.stderr)
+		}
+		if code := p.exit(t, 10*time.Second); code != 1 {
+			t.Fatalf("%s, evicted: exit %d, want 1; stderr:\n%s", who, code, p.stderr)
+		}
 	}
+	evicted(first, "the first connect")
 
-	first.in.Close()
-	if code := first.exit(t, 5*time.Second); code != 0 {
-		t.Fatalf("the first connect at stdin EOF: exit %d; stderr:\n%s", code, first.stderr)
+	fmt.Fprintf(second.in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__sleep","arguments":{"ms":2000}}}`+"\n")
+	scrapeUntil(t, s.base, `mcpvisor_server_in_flight{server="x"}`, 1)
+	third := w.raw(t, "--start=never")
+	defer third.in.Close()
+	if code := third.exit(t, 10*time.Second); code != 1 || !strings.Contains(third.stderr.String(), "maxSessions is 1") {
+		t.Errorf("a third connect while the second has a call in flight: exit %d, want 1 and a refusal naming maxSessions; stderr:\n%s", code, third.stderr)
 	}
-	// The first session's place is given back as its connection closes,
-	// which follows connect's exit: a third may have to try again.
-	waitUntil(t, 10*time.Second, "a third connect admitted", func() bool {
-		third := w.raw(t, "--start=never")
-		defer third.in.Close()
-		fmt.Fprintf(third.in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":%s}`+"\n", initLine)
-		line, _ := third.out.ReadString('\n')
-		if strings.Contains(line, `"protocolVersion":"2025-11-25"`) {
-			return true
+	if resp, body := postMCP(t, http.DefaultClient, s.base+"/mcp", "", mcpInitialize); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "maxSessions is 1") {
+		t.Errorf("an HTTP initialize while the socket session has a call in flight: %d %s, want 503 naming maxSessions", resp.StatusCode, body)
+	}
+	if line := second.response(t, 2); !strings.Contains(line, "slept 2000 ms") {
+		t.Fatalf("the second session's call: %q", line)
+	}
+	// The answer is written before the daemon counts the call out: an
+	// initialize may come a moment too soon.
+	waitUntil(t, 5*time.Second, "an HTTP initialize once the socket session is idle", func() bool {
+		resp, body := postMCP(t, http.DefaultClient, s.base+"/mcp", "", mcpInitialize)
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("an HTTP initialize: %d %s", resp.StatusCode, body)
 		}
-		if third.exit(t, 5*time.Second) != 1 || !strings.Contains(third.stderr.String(), "maxSessions") {
-			t.Fatalf("a third connect: %q; stderr:\n%s", line, third.stderr)
-		}
-		return false
+		return resp.StatusCode == http.StatusOK
 	})
+	evicted(second, "the second connect")
+	m := scrape(t, s.base)
+	if n, open := m[`mcpvisor_session_evictions_total{reason="limit"}`], m["mcpvisor_sessions"]; n != 2 || open != 1 {
+		t.Errorf("metrics after two evictions: %v evictions, %v sessions; want 2 and the HTTP session", n, open)
+	}
+	if n := m[`mcpvisor_gateway_requests_total{method="initialize",outcome="unavailable"}`]; n < 1 {
+		t.Errorf("the refused HTTP initialize not counted: %v", n)
+	}
 }
 
 // A daemon that accepts the connection but goes away before answering
@@ -116,4 +141,27 @@ func TestConnectAnswersUnderWayAtEOF(t *testing.T) {
 		}
 	}
 	t.Errorf("a 300 ms call sent before stdin EOF: no result within connect's 2 s flush; stdout after initialize: %q", got)
+}
+
+// mcpInitialize is an initialize request at 2025-11-25.
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`
+
+// postMCP POSTs body to an MCP endpoint (in session sid, if not "") and
+// returns the reply, read, and its body.
+func postMCP(t *testing.T, client *http.Client, url, sid, body string) (*http.Response, string) {
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Errorf("POST %s: %v", url, err) // not Fatal: called from the bench's workers too
+		return &http.Response{Header: http.Header{}}, ""
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
 }

@@ -298,9 +298,18 @@ func (w *connectWorld) rawIn(t *testing.T, dir string, args ...string) *rawConne
 		t.Fatal(err)
 	}
 	p.in = in.(*os.File)
-	out, _ := p.cmd.StdoutPipe()
+	// A pipe of our own, not StdoutPipe, which Wait closes: what connect
+	// wrote before it exited stays readable after.
+	out, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	p.cmd.Stdout = outW
 	p.out = bufio.NewReader(out)
-	if err := p.cmd.Start(); err != nil {
+	err = p.cmd.Start()
+	outW.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { p.waited <- p.cmd.Wait() }()

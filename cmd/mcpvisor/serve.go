@@ -117,6 +117,7 @@ connection, no HTTP request or session.`,
 			// One bound on client sessions across /mcp and every
 			// /servers/{name}/mcp: the config's maxSessions.
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
+			sessions.SetLogger(log)
 			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
@@ -137,6 +138,7 @@ connection, no HTTP request or session.`,
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
 				Local:       a.gw.LocalRequests(),
+				Sessions:    sessions,
 				Containment: a.rt.Report().Layers,
 				Logs: func(name string) *logbuf.Buffer {
 					if s := a.fleet.Get(name); s != nil && s.Config().Kind == config.KindStdio {

@@ -121,7 +121,7 @@ func (d *daemonFront) start(sd *shutdown.Shutdown, sessions *gateway.SessionLimi
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.served = cancel, make(chan struct{})
-	srv := &bridge.Server{Admit: d.admit, Open: d.open(stdio), Activity: &d.activity, Logger: d.log}
+	srv := &bridge.Server{Open: d.open(stdio), Activity: &d.activity, Logger: d.log}
 	go func() {
 		defer close(d.served)
 		_ = srv.Serve(ctx, d.ln)
@@ -129,40 +129,46 @@ func (d *daemonFront) start(sd *shutdown.Shutdown, sessions *gateway.SessionLimi
 	return nil
 }
 
-// admit gives a socket session a place under the config's maxSessions,
-// the bound the HTTP sessions are under: a connect is a client session as
-// an HTTP one is.
-func (d *daemonFront) admit(bridge.Hello) (func(), error) {
-	if d.sessions == nil {
-		return nil, nil
-	}
-	if !d.sessions.TryAcquire() {
-		return nil, fmt.Errorf("too many sessions: maxSessions is %d open at once (HTTP sessions and mcpvisor connect sessions together); try again when one has ended, or raise maxSessions in the config", d.sessions.Max())
-	}
-	return d.sessions.Release, nil
-}
-
 // open resolves a connection's preface to its session: the aggregated
-// endpoint, or the one server it names. Each session counts its requests
-// in flight (passed on to the daemon's activity): the client's EOF, which
-// connect passes on as it closes its write side, ends the session only
-// once their answers are written (bounded by bridge.DefaultFlushTimeout,
-// connect's own wait for them).
-func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridge.Session, error) {
-	return func(h bridge.Hello) (bridge.Session, error) {
+// endpoint, or the one server it names, in a place under the config's
+// maxSessions, the bound the HTTP sessions are under (a connect is a
+// client session as an HTTP one is), by the same rule: at the bound the
+// least recently active session with no request in flight — HTTP or
+// socket — is evicted to make room, and the connection is refused,
+// saying so, only when none can be (gateway.SessionLimit). An evicted
+// socket session is told why and its connection closes
+// (gateway.StdioOptions.Place): mcpvisor connect then exits 1. Each
+// session counts its requests in flight (passed on to the daemon's
+// activity): the client's EOF, which connect passes on as it closes its
+// write side, ends the session only once their answers are written
+// (bounded by bridge.DefaultFlushTimeout, connect's own wait for them).
+func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridge.Session, func(), error) {
+	return func(h bridge.Hello) (bridge.Session, func(), error) {
 		ep := d.a.gw.Aggregate()
 		if h.Server != "" {
 			if ep = d.a.gw.Single(h.Server); ep == nil {
-				return nil, errors.New(admin.NoSuchServer(d.a.fleet, h.Server))
+				return nil, nil, errors.New(admin.NoSuchServer(d.a.fleet, h.Server))
+			}
+		}
+		var place *gateway.Place
+		if d.sessions != nil {
+			var err error
+			if place, err = d.sessions.AdmitConn(); err != nil {
+				return nil, nil, err
 			}
 		}
 		opts := stdio
 		opts.ClientHint = h.Client // the program that launched connect
+		opts.Place = place
+		release := func() {}
+		if place != nil {
+			release = place.Release
+		}
 		return func(ctx context.Context, r io.Reader, w io.Writer) error {
 			inflight := &bridge.InFlight{Next: &d.activity}
 			opts.Activity = inflight
 			return opts.Serve(ctx, ep, inflight.HoldEOF(ctx, r, bridge.DefaultFlushTimeout), w)
-		}, nil
+		}, release, nil
 	}
 }
 

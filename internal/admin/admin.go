@@ -138,6 +138,10 @@ type Options struct {
 	// Local, if set, counts the client requests the gateway answered
 	// itself, for /metrics (mcpvisor_gateway_requests_total).
 	Local *telemetry.Local
+	// Sessions, if set, is the bound on client sessions (maxSessions),
+	// for /metrics: the places held, the bound, and the sessions evicted
+	// by reason.
+	Sessions SessionStats
 	// Logs, if set, returns the stderr buffer of the configured server
 	// name (it is asked only for names the fleet has), for
 	// /api/servers/{name}/logs; nil, or a nil buffer, means its logs are
@@ -149,6 +153,17 @@ type Options struct {
 	// runs the stdio servers' processes (proc.Runtime.Report), on and
 	// off, for GET /api/servers/{name}; nil: not known, not shown.
 	Containment []proc.Layer
+}
+
+// SessionStats is what /metrics reports of the bound on client sessions
+// (a *gateway.SessionLimit).
+type SessionStats interface {
+	// Open is the places held: client sessions and listen streams.
+	Open() int
+	// Max is the bound.
+	Max() int
+	// EachEviction calls fn with each reason's label and count.
+	EachEviction(fn func(reason string, n uint64))
 }
 
 // Handler serves /api/servers, /api/events and /metrics.

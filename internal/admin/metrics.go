@@ -133,6 +133,17 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		})
 	}
 
+	if st := h.opts.Sessions; st != nil {
+		m.family("mcpvisor_sessions", "gauge", "Client sessions open — legacy HTTP sessions of /mcp and every /servers/{name}/mcp, mcpvisor connect sessions — and 2026-07-28 subscriptions/listen streams, which count under maxSessions together.")
+		m.sample("mcpvisor_sessions", "", float64(st.Open()))
+		m.family("mcpvisor_sessions_limit", "gauge", "maxSessions: the bound on mcpvisor_sessions.")
+		m.sample("mcpvisor_sessions_limit", "", float64(st.Max()))
+		m.family("mcpvisor_session_evictions_total", "counter", "Client sessions mcpvisor closed without their client asking, by reason: limit (evicted at maxSessions to make room for a new session or listen: the least recently active with no request in flight), unused (an HTTP session that sent no request or response within a minute of initialize), idle (an HTTP session idle for its session timeout, 30 minutes by default).")
+		st.EachEviction(func(reason string, n uint64) {
+			m.sample("mcpvisor_session_evictions_total", labels("reason", reason), float64(n))
+		})
+	}
+
 	counts := h.log.counted()
 	m.family("mcpvisor_events_total", "counter", "Lifecycle events by server and type, since mcpvisor started.")
 	// Every server has every type, from zero; counts may add servers

@@ -255,3 +255,43 @@ func TestHTTPRefusalsExposition(t *testing.T) {
 		t.Errorf("%d series, want %d", n, len(want))
 	}
 }
+
+// fakeSessions is a SessionStats.
+type fakeSessions struct{}
+
+func (fakeSessions) Open() int { return 998 }
+func (fakeSessions) Max() int  { return 1000 }
+func (fakeSessions) EachEviction(fn func(string, uint64)) {
+	fn("idle", 3)
+	fn("limit", 4001)
+	fn("unused", 0)
+}
+
+// The bound on client sessions shows as gauges of the places held and of
+// maxSessions, and its evictions by reason, zero counts included.
+func TestSessionsExposition(t *testing.T) {
+	srv := httptest.NewServer(New(testFleet(t), nil, Options{Sessions: fakeSessions{}}))
+	defer srv.Close()
+	body, _ := io.ReadAll(get(t, srv.URL+"/metrics").Body)
+	if !strings.Contains(string(body), "# TYPE mcpvisor_session_evictions_total counter\n") {
+		t.Error("no TYPE line for mcpvisor_session_evictions_total")
+	}
+	samples := parseExposition(t, string(body))
+	for series, want := range map[string]float64{
+		`mcpvisor_sessions`:                                 998,
+		`mcpvisor_sessions_limit`:                           1000,
+		`mcpvisor_session_evictions_total{reason="idle"}`:   3,
+		`mcpvisor_session_evictions_total{reason="limit"}`:  4001,
+		`mcpvisor_session_evictions_total{reason="unused"}`: 0,
+	} {
+		if got, ok := samples[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+	srv2 := httptest.NewServer(New(testFleet(t), nil, Options{}))
+	defer srv2.Close()
+	body, _ = io.ReadAll(get(t, srv2.URL+"/metrics").Body)
+	if strings.Contains(string(body), "mcpvisor_session") {
+		t.Error("session series without a session bound to report")
+	}
+}

@@ -33,16 +33,13 @@ type Activity interface {
 type Server struct {
 	// Open resolves a preface (its version already accepted) to the
 	// session that serves it, or an error the client is told as the
-	// reply (an unknown server). It is called on the connection's
+	// reply (an unknown server; no place for a session under a bound on
+	// the sessions open at once). release, if not nil, is called once
+	// the connection is closed, whether its session ran or not: what
+	// Open took for the session (that place) is given back there. On an
+	// error Open keeps nothing. It is called on the connection's
 	// goroutine and may be called concurrently.
-	Open func(h Hello) (Session, error)
-
-	// Admit, if not nil, is asked for every preface, before Open, for a
-	// place for the session (a bound on the sessions open at once): an
-	// error refuses the connection, told in the reply; release, if not
-	// nil, is called once the connection is closed, whether its session
-	// ran or not.
-	Admit func(h Hello) (release func(), err error)
+	Open func(h Hello) (s Session, release func(), err error)
 
 	// Activity, if not nil, sees every connection begin when it is
 	// accepted and end when it is closed: an open connection is a client.
@@ -118,10 +115,10 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 	br := bufio.NewReaderSize(c, MaxPrefaceLine)
 	h, err := ReadHello(br)
 	var sess Session
-	if err == nil && s.Admit != nil {
+	if err == nil {
 		var release func()
-		release, err = s.Admit(h)
-		if release != nil {
+		sess, release, err = s.Open(h)
+		if err == nil && release != nil {
 			// After the close (Serve's close again is a no-op): the
 			// place is free only once the connection is gone.
 			defer func() {
@@ -129,9 +126,6 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 				release()
 			}()
 		}
-	}
-	if err == nil {
-		sess, err = s.Open(h)
 	}
 	if err != nil {
 		log.Warn("mcpvisor socket: connection refused", "client", h.Client, "server", h.Server, "err", err)

@@ -39,40 +39,7 @@ func serveEcho(t *testing.T, s *Server) (path string, stop func() error) {
 		t.Fatal(err)
 	}
 	if s.Open == nil {
-		s.Open = func(h Hello) (Session, error) {
-			if h.Server == "nope" {
-				return nil, errors.New(`no server named "nope"`)
-			}
-			return func(ctx context.Context, r io.Reader, w io.Writer) error {
-				// The reader ends when the connection is closed,
-				// after the session returns.
-				lines, quit := make(chan string), make(chan struct{})
-				defer close(quit)
-				go func() {
-					defer close(lines)
-					sc := bufio.NewScanner(r)
-					for sc.Scan() {
-						select {
-						case lines <- sc.Text():
-						case <-quit:
-							return
-						}
-					}
-				}()
-				for {
-					select {
-					case <-ctx.Done():
-						w.Write([]byte("bye\n"))
-						return ctx.Err()
-					case l, ok := <-lines:
-						if !ok {
-							return nil
-						}
-						io.WriteString(w, h.Server+":"+l+"\n")
-					}
-				}
-			}, nil
-		}
+		s.Open = echoOpen(nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -85,6 +52,54 @@ func serveEcho(t *testing.T, s *Server) (path string, stop func() error) {
 	}
 	t.Cleanup(func() { stop() })
 	return path, stop
+}
+
+// echoOpen is the Open of serveEcho's sessions: "nope" is no server,
+// and any other's session echoes its lines prefixed with its name. admit,
+// if not nil, is asked first for a place (its release given back once
+// the connection is closed).
+func echoOpen(admit func(Hello) (func(), error)) func(h Hello) (Session, func(), error) {
+	return func(h Hello) (Session, func(), error) {
+		if h.Server == "nope" {
+			return nil, nil, errors.New(`no server named "nope"`)
+		}
+		var release func()
+		if admit != nil {
+			var err error
+			if release, err = admit(h); err != nil {
+				return nil, nil, err
+			}
+		}
+		return func(ctx context.Context, r io.Reader, w io.Writer) error {
+			// The reader ends when the connection is closed, after the
+			// session returns.
+			lines, quit := make(chan string), make(chan struct{})
+			defer close(quit)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(r)
+				for sc.Scan() {
+					select {
+					case lines <- sc.Text():
+					case <-quit:
+						return
+					}
+				}
+			}()
+			for {
+				select {
+				case <-ctx.Done():
+					w.Write([]byte("bye\n"))
+					return ctx.Err()
+				case l, ok := <-lines:
+					if !ok {
+						return nil
+					}
+					io.WriteString(w, h.Server+":"+l+"\n")
+				}
+			}
+		}, release, nil
+	}
 }
 
 func dialHello(t *testing.T, path string, h Hello) (*net.UnixConn, io.Reader, error) {
@@ -185,14 +200,14 @@ func TestServerPrefaceTimeout(t *testing.T) {
 	}
 }
 
-// Admit bounds the sessions: one refused is told why in the reply and
-// never opened; a place is released once its connection is closed, run
-// or refused by Open.
-func TestServerAdmit(t *testing.T) {
+// Open bounds the sessions: one refused is told why in the reply and
+// never runs; a place Open took is released once its connection is
+// closed, and a refused Open keeps none.
+func TestServerOpenBounds(t *testing.T) {
 	var mu sync.Mutex
 	taken := 0
 	released := make(chan struct{}, 8)
-	path, stop := serveEcho(t, &Server{Admit: func(Hello) (func(), error) {
+	path, stop := serveEcho(t, &Server{Open: echoOpen(func(Hello) (func(), error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if taken == 1 {
@@ -205,7 +220,7 @@ func TestServerAdmit(t *testing.T) {
 			mu.Unlock()
 			released <- struct{}{}
 		}, nil
-	}})
+	})})
 	first, _, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -225,27 +240,29 @@ func TestServerAdmit(t *testing.T) {
 	if l, err := bufio.NewReader(down).ReadString('\n'); l != "a:hi\n" || err != nil {
 		t.Fatalf("the third session: %q %v", l, err)
 	}
-	// Refused by Open after it was admitted: released all the same.
-	if _, _, err := func() (*net.UnixConn, io.Reader, error) {
-		third.Close()
-		<-released
-		return dialHello(t, path, Hello{Version: Version, Server: "nope"})
-	}(); !errors.As(err, &re) {
+	third.Close()
+	<-released
+	// Refused by Open for another reason: it took no place.
+	if _, _, err := dialHello(t, path, Hello{Version: Version, Server: "nope"}); !errors.As(err, &re) {
 		t.Fatalf("unknown server: %v", err)
 	}
-	<-released
+	mu.Lock()
+	if taken != 0 {
+		t.Errorf("%d places taken after every connection closed", taken)
+	}
+	mu.Unlock()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// Admit's release comes once the connection is closed: the client reads
+// Open's release comes once the connection is closed: the client reads
 // its end by then.
-func TestAdmitReleasedAfterClose(t *testing.T) {
+func TestOpenReleasedAfterClose(t *testing.T) {
 	released := make(chan error, 1)
 	var client *net.UnixConn
 	ready := make(chan struct{})
-	s := &Server{Admit: func(Hello) (func(), error) {
+	s := &Server{Open: echoOpen(func(Hello) (func(), error) {
 		return func() {
 			<-ready
 			// Closed before this call, the client's read ends at
@@ -254,7 +271,7 @@ func TestAdmitReleasedAfterClose(t *testing.T) {
 			_, err := io.ReadAll(client)
 			released <- err
 		}, nil
-	}}
+	})}
 	path, _ := serveEcho(t, s)
 	c, down, err := dialHello(t, path, Hello{Version: Version, Server: "a"})
 	if err != nil {
@@ -265,6 +282,6 @@ func TestAdmitReleasedAfterClose(t *testing.T) {
 	close(ready)
 	c.CloseWrite() // the session ends at the client's EOF
 	if err := <-released; err != nil {
-		t.Fatalf("when Admit's release ran the connection was still open: %v", err)
+		t.Fatalf("when Open's release ran the connection was still open: %v", err)
 	}
 }

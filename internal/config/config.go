@@ -122,9 +122,12 @@ type Config struct {
 	// page of the aggregated endpoint's lists holds; 0 (the default)
 	// returns each list whole, in one page.
 	PageSize int
-	// MaxSessions bounds the client sessions the HTTP front holds at once
-	// (default DefaultMaxSessions); beyond it a new session is refused
-	// with HTTP 503 and a JSON-RPC error naming the limit.
+	// MaxSessions bounds the client sessions held at once — HTTP and
+	// mcpvisor connect ones — and 2026-07-28 subscriptions/listen
+	// streams with them (default DefaultMaxSessions). At the bound a new
+	// one evicts the least recently active session with no request in
+	// flight; it is refused, with HTTP 503 and a JSON-RPC error naming
+	// the limit, only when there is none (gateway.SessionLimit).
 	MaxSessions int
 	// HoldTimeout bounds how long a server's call stays held for a
 	// 2026-07-28 client's retry with the input the server asked for

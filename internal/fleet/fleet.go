@@ -120,6 +120,10 @@ type Fleet struct {
 
 	endMu sync.Mutex
 	ended map[string]time.Time // client sessions ended lately, and when
+	// endedGC is when ended was last swept: at most every endedMemory/4,
+	// not at each end (a flood of sessions ending at once would sweep
+	// thousands each time).
+	endedGC time.Time
 
 	// draining holds the instances taken out of service (takeOut) and
 	// not yet stopped (stopOut): in no server's set any more, they are
@@ -248,9 +252,12 @@ func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 	if f.ended == nil {
 		f.ended = map[string]time.Time{}
 	}
-	for k, t := range f.ended {
-		if now.Sub(t) > endedMemory {
-			delete(f.ended, k)
+	if now.Sub(f.endedGC) > endedMemory/4 {
+		f.endedGC = now
+		for k, t := range f.ended {
+			if now.Sub(t) > endedMemory {
+				delete(f.ended, k)
+			}
 		}
 	}
 	f.ended[session] = now

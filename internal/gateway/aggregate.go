@@ -184,7 +184,6 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 }
 
 func (a *aggregate) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
-	s.Touch()
 	if a.g.clientMessage(s, m) {
 		return nil
 	}

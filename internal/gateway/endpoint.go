@@ -69,10 +69,9 @@ type Session struct {
 	out     Sink
 	key     string // unique in this process: names per-session instances
 
-	mu       sync.Mutex
-	lastUsed time.Time
-	closed   bool
-	state    any // the endpoint's own per-session state
+	mu     sync.Mutex
+	closed bool
+	state  any // the endpoint's own per-session state
 
 	modern *Modern      // the request's own _meta, for the session of a modern request
 	req    *rpc.Message // that request, as the client sent it
@@ -112,8 +111,7 @@ func (s *Session) requester() *Session {
 // NewSession returns a session whose unsolicited messages go to out.
 // Endpoints call it from Open.
 func NewSession(out Sink) *Session {
-	now := time.Now()
-	return &Session{Created: now, lastUsed: now, out: out, key: "s" + strconv.FormatInt(sessionSeq.Add(1), 10)}
+	return &Session{Created: time.Now(), out: out, key: "s" + strconv.FormatInt(sessionSeq.Add(1), 10)}
 }
 
 var sessionSeq atomic.Int64
@@ -123,18 +121,3 @@ func (s *Session) Key() string { return s.key }
 
 // Out is where messages related to no request go.
 func (s *Session) Out() Sink { return s.out }
-
-// Touch records client activity; LastUsed reports it (transports expire
-// idle sessions by it).
-func (s *Session) Touch() {
-	s.mu.Lock()
-	s.lastUsed = time.Now()
-	s.mu.Unlock()
-}
-
-// LastUsed is the time of the last Touch.
-func (s *Session) LastUsed() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lastUsed
-}

@@ -96,11 +96,14 @@ type HTTPOptions struct {
 	Access guard.Options
 
 	// MaxSessions bounds the sessions open at once, and 2026-07-28
-	// subscriptions/listen streams with them: an initialize or a listen
-	// beyond it gets 503 with a JSON-RPC error naming the limit, until a
-	// session ends (DELETE, expiry) or a listen does. 0 or negative means
-	// DefaultMaxSessions: the number is never unbounded. Ignored when
-	// SessionLimit is set.
+	// subscriptions/listen streams with them. At the bound an initialize
+	// or a listen makes room: the least recently active session with no
+	// request in flight is evicted (its next request gets 404, which
+	// tells its client to initialize again); only when every session has
+	// a request in flight (a listen is one) is it refused, with 503 and a
+	// JSON-RPC error naming the limit. See SessionLimit for what counts
+	// as activity. 0 or negative means DefaultMaxSessions: the number is
+	// never unbounded. Ignored when SessionLimit is set.
 	MaxSessions int
 
 	// SessionLimit, if set, is a bound shared with other handlers
@@ -110,7 +113,12 @@ type HTTPOptions struct {
 
 	// SessionTimeout is how long a session may stay idle (no request in
 	// flight, no GET stream open) before it is closed; its id then gets
-	// 404. 0 means DefaultSessionTimeout; negative, never.
+	// 404. A session that has sent nothing since initialize — no request
+	// and no response: notifications (notifications/initialized among
+	// them) and GET streams do not count — is closed
+	// UnusedSessionTimeout (one minute) after it, or after SessionTimeout
+	// if that is shorter, GET stream open or not. 0 means
+	// DefaultSessionTimeout; negative, never (neither).
 	SessionTimeout time.Duration
 
 	// MaxBodyBytes limits a POST body: a longer one gets 413 with a
@@ -186,6 +194,7 @@ type StreamableHandler struct {
 	keepAlive time.Duration
 	guard     *guard.Guard
 	limit     *SessionLimit
+	ownLimit  bool // limit is the handler's own (not HTTPOptions.SessionLimit)
 	writeWait time.Duration
 	grace     time.Duration // left to streams to end once the handler closes
 
@@ -196,12 +205,16 @@ type StreamableHandler struct {
 	modern [modernShards]modernShard
 	seq    atomic.Uint32
 
-	mu         sync.RWMutex
-	sessions   map[string]*httpSession
-	closed     bool
-	timer      *time.Timer
-	timerArmed bool
-	sweeps     sync.WaitGroup
+	// unused is how long a session that has sent nothing since
+	// initialize lives (0: as long as any other).
+	unused time.Duration
+
+	mu       sync.RWMutex
+	sessions map[string]*httpSession
+	closed   bool
+	timer    *time.Timer
+	timerDue time.Time // when timer fires; zero while it is not armed
+	sweeps   sync.WaitGroup
 
 	dropped atomic.Uint64
 }
@@ -234,7 +247,11 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		h.maxBody = DefaultMaxBodyBytes
 	}
 	if h.limit == nil {
-		h.limit = NewSessionLimit(opts.MaxSessions)
+		h.limit, h.ownLimit = NewSessionLimit(opts.MaxSessions), true
+		h.limit.SetLogger(h.log)
+	}
+	if h.timeout > 0 {
+		h.unused = min(UnusedSessionTimeout, h.timeout)
 	}
 	if h.bodyWait <= 0 {
 		h.bodyWait = DefaultBodyTimeout
@@ -251,46 +268,6 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	h.grace = min(closeGrace, h.writeWait)
 	return h
 }
-
-// SessionLimit bounds the sessions of the handlers that share it. It is
-// safe for concurrent use.
-type SessionLimit struct {
-	max  atomic.Int64
-	open atomic.Int64 // sessions opened or being opened, not yet closed
-}
-
-// NewSessionLimit returns a bound of max sessions; 0 or negative means
-// DefaultMaxSessions.
-func NewSessionLimit(max int) *SessionLimit {
-	l := &SessionLimit{}
-	l.SetMax(max)
-	return l
-}
-
-// SetMax changes the bound (0 or negative: DefaultMaxSessions) for the
-// sessions opened after it; sessions already open beyond a lower bound
-// stay open. Safe to call while sessions open and close.
-func (l *SessionLimit) SetMax(max int) {
-	if max <= 0 {
-		max = DefaultMaxSessions
-	}
-	l.max.Store(int64(max))
-}
-
-// Max is the bound.
-func (l *SessionLimit) Max() int { return int(l.max.Load()) }
-
-// take reserves a session slot; false if all are taken.
-func (l *SessionLimit) take() bool {
-	if l.open.Add(1) > l.max.Load() {
-		l.open.Add(-1)
-		return false
-	}
-	return true
-}
-
-// give returns a slot taken by take.
-func (l *SessionLimit) give() { l.open.Add(-1) }
 
 // Sessions reports the number of open sessions.
 func (h *StreamableHandler) Sessions() int {
@@ -338,7 +315,11 @@ func (h *StreamableHandler) Close() {
 	h.sweeps.Wait() // a sweep that had started closes what it took
 	h.held.close()
 	for _, hs := range all {
+		hs.place.close()
 		h.closeSession(hs)
+	}
+	if h.ownLimit {
+		h.limit.Flush()
 	}
 }
 
@@ -466,7 +447,10 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 		sessionNotFound(w)
 		return
 	}
-	defer hs.release()
+	defer hs.place.exit()
+	if !m.IsNotification() {
+		hs.place.markSent()
+	}
 
 	if !m.IsRequest() {
 		h.ep.Handle(r.Context(), hs.sess, m, noRelated)
@@ -519,7 +503,7 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 		sessionNotFound(w)
 		return
 	}
-	defer hs.release()
+	defer hs.place.exit()
 	if hs.version != batchVersion {
 		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: "+batchRefused(hs.version))
 		return
@@ -529,6 +513,9 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 	if fail != nil {
 		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, fail.Code, fail.Message)
 		return
+	}
+	if len(reqs) > 0 || len(errs) > 0 || sendsResponse(others) {
+		hs.place.markSent()
 	}
 	for _, m := range others {
 		h.ep.Handle(ctx, hs.sess, m, noRelated)
@@ -548,6 +535,17 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 		ps.respond(resp)
 	})
 	ps.finishBatch(jsonOK)
+}
+
+// sendsResponse reports whether ms hold a response: a client's answer to
+// a server's request.
+func sendsResponse(ms []*rpc.Message) bool {
+	for _, m := range ms {
+		if m.IsResponse() {
+			return true
+		}
+	}
+	return false
 }
 
 // serveModern serves a request of the modern revision: on its own,
@@ -579,14 +577,16 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	}
 	if m.Method == "subscriptions/listen" {
 		// A listen is the modern client's standing stream, as a session
-		// is a legacy one's: it takes a place under the same bound.
-		if !h.limit.take() {
-			h.log.Warn("http: session limit reached, subscriptions/listen refused", "limit", h.limit.Max())
-			h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
-				"too many sessions and listens: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open at once; try again when one has ended")
+		// is a legacy one's: it takes a place under the same bound,
+		// making room as an initialize does, and is never evicted (see
+		// SessionLimit).
+		p, ok := h.limit.admitListen()
+		if !ok {
+			h.log.Warn("http: session limit reached, every session busy: subscriptions/listen refused", "limit", h.limit.Max())
+			h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached, h.limit.limitMessage())
 			return
 		}
-		defer h.limit.give()
+		defer p.leave()
 	}
 	// The request ends with its stream, or when the front closes (a
 	// subscriptions/listen stream ends then with its result).
@@ -720,16 +720,17 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 		plainError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
-	// The slot is held until closeSession, whatever ends the session
-	// (a failed initialize included).
-	if !h.limit.take() {
-		h.log.Warn("http: session limit reached, initialize refused", "limit", h.limit.Max())
-		h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached,
-			"too many sessions: the limit is "+strconv.FormatInt(h.limit.max.Load(), 10)+" open sessions; try again when one has ended")
+	// The place is held until closeSession, whatever ends the session
+	// (a failed initialize included), or until an admission takes it
+	// over (an eviction). The initialize is the session's request in
+	// flight: it cannot be evicted before it is answered.
+	hs := &httpSession{h: h, id: rand.Text()}
+	hs.place.init(h.limit, hs, true)
+	if !h.limit.admit(&hs.place) {
+		h.log.Warn("http: session limit reached, every session busy: initialize refused", "limit", h.limit.Max())
+		h.refuseRPC(w, r, m, http.StatusServiceUnavailable, m.ID, rpc.LimitReached, h.limit.limitMessage())
 		return
 	}
-	hs := &httpSession{h: h, id: rand.Text()}
-	hs.active.Store(1)
 	hs.sess = h.ep.Open(hs)
 	hs.sess.ID = hs.id
 
@@ -737,7 +738,8 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	resp := h.response(m, h.ep.Handle(r.Context(), hs.sess, m, ps))
 	hs.version = negotiated(resp) // before register: read-only once visible
 	if resp.Error != nil || !h.register(hs) {
-		hs.release()
+		hs.place.exit()
+		hs.place.close()
 		h.closeSession(hs)
 		if resp.Error == nil {
 			resp = &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.InternalError, Message: "server is shutting down"}}
@@ -748,7 +750,7 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	}
 	h.log.Debug("http: session opened", "session", hs.id, "version", hs.version)
 	ps.finish(resp, jsonOK)
-	hs.release()
+	hs.place.exit()
 }
 
 // negotiated is the protocol revision of an initialize response.
@@ -794,13 +796,13 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 		}
 		resume = true
 	}
-	hs := h.acquire(sid)
+	hs := h.acquireStream(sid)
 	if hs == nil {
 		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
 	}
-	defer hs.release()
+	defer hs.place.exitStream()
 	if resume && stream != 0 {
 		// A POST stream: its request ended with its connection.
 		sseHeader(w)
@@ -825,7 +827,8 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	hs := h.sessions[sid]
 	delete(h.sessions, sid)
 	h.mu.Unlock()
-	if hs == nil {
+	if hs == nil || !hs.place.close() {
+		// Unknown, or being closed already (evicted, expired).
 		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
@@ -843,13 +846,27 @@ func (h *StreamableHandler) HasSession(id string) bool {
 	return ok
 }
 
-// acquire finds a live session and counts the caller as activity on it
-// (an active session does not expire); the caller must release it.
+// acquire finds a live session and counts the caller as a request in
+// flight on it (which keeps it from expiring or being evicted); the
+// caller must end it with hs.place.exit. nil if there is none, or it is
+// being closed.
 func (h *StreamableHandler) acquire(sid string) *httpSession {
+	return h.lookup(sid, (*Place).enter)
+}
+
+// acquireStream is acquire for a GET stream, which keeps the session
+// from expiring but not from eviction: the caller ends it with
+// hs.place.exitStream.
+func (h *StreamableHandler) acquireStream(sid string) *httpSession {
+	return h.lookup(sid, (*Place).enterStream)
+}
+
+// lookup finds session sid and enters it as enter does, or nil.
+func (h *StreamableHandler) lookup(sid string, enter func(*Place) bool) *httpSession {
 	h.mu.RLock()
 	hs := h.sessions[sid]
-	if hs != nil {
-		hs.active.Add(1)
+	if hs != nil && !enter(&hs.place) {
+		hs = nil
 	}
 	h.mu.RUnlock()
 	return hs
@@ -863,19 +880,38 @@ func (h *StreamableHandler) register(hs *httpSession) bool {
 		return false
 	}
 	h.sessions[hs.id] = hs
-	if h.timeout > 0 && !h.timerArmed {
-		if h.timer == nil {
-			h.timer = time.AfterFunc(h.timeout, h.sweep)
-		} else {
-			h.timer.Reset(h.timeout)
-		}
-		h.timerArmed = true
+	if h.timeout > 0 {
+		// A new session is due UnusedSessionTimeout from now at the
+		// latest: the sweep looks then, if not before.
+		h.armLocked(time.Now(), h.unused)
 	}
 	return true
 }
 
-// sweep closes the sessions idle for SessionTimeout and sets the timer for
-// the next one due. One timer serves all sessions of the handler.
+// minSweep is the least time between two sweeps: expiries due within it
+// of each other are made by one sweep (a flood's sessions fall due
+// together, and each sweep looks at every session).
+const minSweep = 250 * time.Millisecond
+
+// armLocked sets the sweep's timer to fire in d from now, unless it is
+// set to fire sooner. h.mu is held.
+func (h *StreamableHandler) armLocked(now time.Time, d time.Duration) {
+	d = max(d, minSweep)
+	due := now.Add(d)
+	if !h.timerDue.IsZero() && !due.Before(h.timerDue) {
+		return
+	}
+	h.timerDue = due
+	if h.timer == nil {
+		h.timer = time.AfterFunc(d, h.sweep)
+	} else {
+		h.timer.Reset(d)
+	}
+}
+
+// sweep closes the sessions due (see HTTPOptions.SessionTimeout) and sets
+// the timer for the next one due. One timer serves all sessions of the
+// handler.
 func (h *StreamableHandler) sweep() {
 	h.mu.Lock()
 	if h.closed {
@@ -886,33 +922,40 @@ func (h *StreamableHandler) sweep() {
 	defer h.sweeps.Done()
 	now := time.Now()
 	var expired []*httpSession
-	var next time.Time
+	var why []EvictReason
+	next := time.Duration(-1)
 	for id, hs := range h.sessions {
-		var due time.Time
-		if hs.active.Load() > 0 {
-			due = now.Add(h.timeout)
-		} else if due = hs.sess.LastUsed().Add(h.timeout); !due.After(now) {
+		reason, wait := hs.due(now)
+		if wait < 0 {
 			delete(h.sessions, id)
 			expired = append(expired, hs)
+			why = append(why, reason)
 			continue
 		}
-		if next.IsZero() || due.Before(next) {
-			next = due
+		if next < 0 || wait < next {
+			next = wait
 		}
 	}
-	h.timerArmed = !next.IsZero()
-	if h.timerArmed {
-		h.timer.Reset(next.Sub(now))
+	h.timerDue = time.Time{}
+	if next >= 0 {
+		h.armLocked(now, next)
 	}
 	h.mu.Unlock()
-	for _, hs := range expired {
-		h.log.Debug("http: session expired", "session", hs.id)
+	var n [numEvictReasons]int
+	for i, hs := range expired {
+		h.log.Debug("http: session expired", "session", hs.id, "reason", why[i].String())
 		h.closeSession(hs)
+		n[why[i]]++
+	}
+	for r, k := range n {
+		h.limit.counted(EvictReason(r), k)
 	}
 }
 
 // closeSession ends hs (already out of the map, or never in it): its GET
-// stream ends, its Sink refuses messages, and the endpoint closes it.
+// stream ends, its Sink refuses messages, the endpoint closes it, and
+// its place is given back (unless an admission took it over). The first
+// call does it; later ones do nothing.
 func (h *StreamableHandler) closeSession(hs *httpSession) {
 	hs.mu.Lock()
 	if hs.closed {
@@ -927,17 +970,23 @@ func (h *StreamableHandler) closeSession(hs *httpSession) {
 	hs.ring, hs.start, hs.n = nil, 0, 0
 	hs.mu.Unlock()
 	h.ep.Close(hs.sess)
-	h.limit.give()
+	hs.place.leave()
 }
 
 // dropSession closes hs and forgets it, unless it is already gone.
 func (h *StreamableHandler) dropSession(hs *httpSession) {
+	hs.place.close()
+	h.forget(hs)
+	h.closeSession(hs)
+}
+
+// forget takes hs out of the map, if it is there.
+func (h *StreamableHandler) forget(hs *httpSession) {
 	h.mu.Lock()
 	if h.sessions[hs.id] == hs {
 		delete(h.sessions, hs.id)
 	}
 	h.mu.Unlock()
-	h.closeSession(hs)
 }
 
 // bodyPrealloc is the most readBody allocates up front on the word of

@@ -19,7 +19,9 @@ type httpSession struct {
 	sess    *Session
 	version string // the protocol revision negotiated at initialize
 
-	active  atomic.Int32  // requests and GET streams in progress
+	// place is the session's under the handler's SessionLimit: its
+	// requests in flight, its GET stream, its activity.
+	place   Place
 	streams atomic.Uint64 // POST streams numbered so far
 
 	mu        sync.Mutex
@@ -52,10 +54,45 @@ func (g *getStream) end() {
 	g.sw.end()
 }
 
-// release ends one unit of activity begun by acquire.
-func (hs *httpSession) release() {
-	hs.sess.Touch()
-	hs.active.Add(-1)
+// evict ends the session to make room for another (SessionLimit): as a
+// DELETE would, its next request gets 404.
+func (hs *httpSession) evict() {
+	hs.h.log.Debug("http: session evicted to make room", "session", hs.id)
+	hs.h.forget(hs)
+	hs.h.closeSession(hs)
+}
+
+// due tells whether the session is due to close now (wait < 0: it is
+// claimed for closing, for reason), else in how long the sweep should
+// look at it again (see HTTPOptions.SessionTimeout).
+func (hs *httpSession) due(now time.Time) (reason EvictReason, wait time.Duration) {
+	h, p := hs.h, &hs.place
+	s := p.state.Load()
+	if s&(placeClosed|placeReqMask) != 0 {
+		// Busy, or being closed by another path (which forgets it).
+		return 0, h.timeout
+	}
+	wait = h.timeout
+	if s&placeSent == 0 && h.unused > 0 {
+		if wait = hs.sess.Created.Add(h.unused).Sub(now); wait <= 0 {
+			if p.claim(true) {
+				return EvictUnused, -1
+			}
+			return 0, minSweep // it just became busy
+		}
+	}
+	if s&placeStreamMask == 0 {
+		idle := time.Duration(p.lim.now() - p.last.Load())
+		d := h.timeout - idle
+		if d <= 0 {
+			if p.claim(false) {
+				return EvictIdle, -1
+			}
+			return 0, minSweep
+		}
+		wait = min(wait, d)
+	}
+	return 0, wait
 }
 
 // Send queues m for the session's GET stream. It never blocks on the

@@ -536,12 +536,13 @@ func hasGET(h *StreamableHandler, sid string) bool {
 	return hs.get != nil
 }
 
-// activeOf reports the activity count of a session.
+// activeOf reports a session's requests in flight and GET streams open.
 func activeOf(h *StreamableHandler, sid string) int32 {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if hs := h.sessions[sid]; hs != nil {
-		return hs.active.Load()
+		s := hs.place.state.Load()
+		return int32(s&placeReqMask + s&placeStreamMask/placeStream)
 	}
 	return -1
 }
@@ -645,23 +646,14 @@ func TestStreamableSessionExpiry(t *testing.T) {
 			t.Fatalf("endpoint closed %q, want %q", got.ID, other)
 		}
 
-		// An open GET stream is activity too.
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			req := httptest.NewRequestWithContext(ctx, "GET", "/mcp", nil)
-			req.Header.Set("Accept", "text/event-stream")
-			req.Header.Set("Mcp-Session-Id", sid)
-			h.ServeHTTP(httptest.NewRecorder(), req)
-		}()
+		// An open GET stream keeps it from expiring too.
+		stop, _ := recordedStream(t, h, sid)
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
 		if h.Sessions() != 1 {
 			t.Fatalf("Sessions() = %d with a GET stream open", h.Sessions())
 		}
-		cancel()
-		<-done
+		stop()
 		time.Sleep(time.Minute + time.Second)
 		synctest.Wait()
 		if h.Sessions() != 0 {

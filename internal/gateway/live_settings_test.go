@@ -33,19 +33,24 @@ func TestLiveSettingsWhileServing(t *testing.T) {
 
 func TestSessionLimitSetMax(t *testing.T) {
 	l := NewSessionLimit(1)
-	if !l.take() || l.take() {
+	// Listens: places never evicted, so the bound alone decides.
+	take := func() bool {
+		_, ok := l.admitListen()
+		return ok
+	}
+	if !take() || take() {
 		t.Fatal("a bound of 1 did not hold")
 	}
 	l.SetMax(2)
-	if !l.take() || l.take() {
+	if !take() || take() {
 		t.Fatal("a raised bound of 2 did not hold")
 	}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			l.SetMax(3 + i%2)
-			if l.take() {
-				l.give()
+			if p, ok := l.admitListen(); ok {
+				p.leave()
 			}
 		})
 	}

@@ -332,7 +332,7 @@ func (g *Gateway) openStatelessSession(server *fleet.Server, mo *Modern) *Sessio
 	// modern client (held calls ask by input_required rounds); no table
 	// of calls either (see begin).
 	ss := &statelessSession{st: sessState{srv: server, protocol: mo.Version, stateless: true}}
-	ss.Session = Session{Created: now, lastUsed: now, out: noSink, key: g.nextID(modernKeyPrefix), modern: mo, st: &ss.st, client: mo.client}
+	ss.Session = Session{Created: now, out: noSink, key: g.nextID(modernKeyPrefix), modern: mo, st: &ss.st, client: mo.client}
 	return &ss.Session
 }
 

@@ -725,7 +725,7 @@ func TestModernListensBoundedWithSessions(t *testing.T) {
 	resp2.Body.Close()
 	refused("an initialize", resp2, b)
 	end1() // the first listener goes away: its place comes back
-	waitFor(t, "the first listen's place to come back", func() bool { return h.limit.open.Load() == 1 })
+	waitFor(t, "the first listen's place to come back", func() bool { return h.limit.Open() == 1 })
 	third := sseEvents(t, t.Context(), hs.URL, body, modernHeaders("subscriptions/listen", ""))
 	if e := nextEvent(t, third); !strings.Contains(e, "notifications/subscriptions/acknowledged") {
 		t.Fatalf("a listen in the place given back: %s", e)

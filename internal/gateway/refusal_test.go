@@ -191,12 +191,26 @@ func TestHTTPGuardRefusalsCounted(t *testing.T) {
 	})
 }
 
-// The session limit and the endpoint's shutdown refuse an initialize, and
-// the limit a subscriptions/listen: each counts once, as unavailable.
+// The session limit — every session with a request in flight, nothing
+// to evict — and the endpoint's shutdown refuse an initialize, and the
+// limit a subscriptions/listen: each counts once, as unavailable.
 func TestHTTPLimitRefusalsCounted(t *testing.T) {
-	w := newWorld(t, `{}`)
+	w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
 	s := gatewayHTTP(t, w.gw.Aggregate(), HTTPOptions{MaxSessions: 1})
-	s.initialize()
+	sid := s.initialize()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x__sleep","arguments":{"ms":60000}}}`))
+		req.Header.Set("Accept", httpAccept)
+		req.Header.Set("Mcp-Session-Id", sid)
+		if resp, err := s.srv.Client().Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the session's call to be in flight", func() bool { return activeOf(s.h, sid) == 1 })
 	expectMoved(t, w, one("initialize unavailable"), func() {
 		if st := s.status("POST", "", httpInit, nil); st != 503 {
 			t.Errorf("initialize beyond the limit: %d", st)

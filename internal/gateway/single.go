@@ -51,7 +51,6 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 }
 
 func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
-	s.Touch()
 	if e.g.clientMessage(s, m) {
 		return nil
 	}

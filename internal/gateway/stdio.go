@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,19 +58,53 @@ type StdioOptions struct {
 	// name of the process that launched the bridge the client speaks
 	// through. A name the client gives wins over it.
 	ClientHint string
+
+	// Place, if not nil, is the session's place under a SessionLimit
+	// (SessionLimit.AdmitConn: the daemon's socket). Its requests in
+	// flight and its held calls are counted there, so that it is
+	// evicted, by the limit's rule, only with none in flight. When the
+	// place is evicted, a client that initialized a legacy session is
+	// told so by a notifications/message (level "error", logger
+	// "mcpvisor") naming maxSessions, a request that arrives meanwhile
+	// gets a LimitReached error, and Serve ends, returning an error
+	// wrapping ErrSessionEvicted.
+	Place *Place
 }
 
+// ErrSessionEvicted: the session's place under its SessionLimit was taken
+// to make room for another session.
+var ErrSessionEvicted = errors.New("gateway: session evicted to make room for another (maxSessions)")
+
 // Serve serves ep to one client over newline-delimited JSON-RPC on r and
-// w until r reaches EOF, ctx ends, or the client stops reading (see
-// WriteTimeout). Requests run concurrently; everything the client should
+// w until r reaches EOF, ctx ends, the client stops reading (see
+// WriteTimeout), or its Place is evicted. Requests run concurrently; everything the client should
 // see — responses, related messages, notifications — is written to w, one
 // line each. When it ends, w is closed if it is an io.Closer. A Write to w
 // that never returns (a blocking pipe nobody reads) does not hold Serve:
 // it is left to a goroutine of its own, which ends when that Write does.
 func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer) error {
-	log, act := o.Logger, o.Activity
+	log, act, place := o.Logger, o.Activity, o.Place
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	// begin and end bracket each request (a batch is one): begin is false
+	// once the session's place was taken (the session is ending).
+	begin := func() bool {
+		if place != nil && !place.enter() {
+			return false
+		}
+		if act != nil {
+			act.Begin()
+		}
+		return true
+	}
+	end := func() {
+		if act != nil {
+			act.End()
+		}
+		if place != nil {
+			place.exit()
+		}
 	}
 	timeout := o.WriteTimeout
 	if timeout <= 0 {
@@ -81,9 +116,12 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	// The calls held for the client's retries count as its activity, and
 	// end with the connection.
 	front := &heldFront{act: act}
+	if place != nil {
+		front.act = placeActivity{place, act}
+	}
 	defer front.close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	// gw counts the lines refused before ep sees them (nil: ep is no
 	// gateway's, nothing is counted).
 	gw := gatewayOf(ep)
@@ -163,6 +201,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 		},
 		Handler: func(hctx context.Context, m *rpc.Message) {
 			if !m.IsRequest() {
+				if place != nil {
+					place.touch()
+				}
 				if m.Method == "notifications/cancelled" {
 					modernMu.Lock()
 					cancel := modernCalls[string(rpc.CancelledRequestID(m.Params))]
@@ -189,8 +230,9 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					refusal(bad)
 					return
 				}
-				if act != nil {
-					act.Begin()
+				if !begin() {
+					refusal(evictedReply(m.ID, place))
+					return
 				}
 				rctx, cancel := context.WithCancel(hctx)
 				key := string(m.ID)
@@ -202,9 +244,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				modernMu.Unlock()
 				if dup {
 					cancel()
-					if act != nil {
-						act.End()
-					}
+					end()
 					msg := "Invalid Request: id " + key + " is already the id of a request in flight"
 					gw.refuse(hctx, m, m.ID, telemetry.ProtocolError, rpc.InvalidRequest, msg)
 					refusal(errorReply(m.ID, rpc.InvalidRequest, msg))
@@ -217,14 +257,13 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					modernMu.Unlock()
 					cancel()
 					_ = conn.Write(resp)
-					if act != nil {
-						act.End()
-					}
+					end()
 				})
 				return
 			}
-			if act != nil {
-				act.Begin()
+			if !begin() {
+				refusal(evictedReply(m.ID, place))
+				return
 			}
 			pool.run(func() {
 				resp := answered(log, m, ep.Handle(hctx, sess, m, out))
@@ -233,9 +272,7 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 					version.Store(&v)
 				}
 				_ = conn.Write(resp)
-				if act != nil {
-					act.End()
-				}
+				end()
 			})
 		},
 		Batch: func(hctx context.Context, line []byte) {
@@ -260,16 +297,18 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 				ep.Handle(hctx, sess, m, out)
 			}
 			if len(reqs) == 0 && len(errs) == 0 {
+				if place != nil {
+					place.touch()
+				}
 				return // only notifications and responses: nothing is answered
 			}
-			if act != nil {
-				act.Begin()
+			if !begin() {
+				refusal(evictedReply(nil, place))
+				return
 			}
 			pool.run(func() {
 				serveStdioBatch(hctx, ep, sess, conn, out, log, reqs, errs)
-				if act != nil {
-					act.End()
-				}
+				end()
 			})
 		},
 	})
@@ -277,18 +316,74 @@ func (o StdioOptions) Serve(ctx context.Context, ep Endpoint, r io.Reader, w io.
 	if o.ClientHint != "" {
 		sess.SetClientHint(o.ClientHint)
 	}
+	if place != nil {
+		wg.Go(func() {
+			select {
+			case <-place.Evicted():
+			case <-ctx.Done():
+				return
+			}
+			log.Info("stdio: session evicted to make room for another", "maxSessions", place.lim.Max())
+			if version.Load() != nil {
+				_ = conn.Write(evictedNotice(place))
+			}
+			cancel(ErrSessionEvicted)
+		})
+	}
 	err := conn.Run(ctx)
 	if errors.Is(err, rpc.ErrWriteStalled) {
 		log.Warn("stdio: the client has not read its output for "+timeout.String()+"; dropping it", "err", err)
 		err = fmt.Errorf("%w: %w", ErrClientStalled, err)
 	}
-	cancel()
+	if errors.Is(context.Cause(ctx), ErrSessionEvicted) {
+		err = ErrSessionEvicted
+	}
+	cancel(nil)
 	spawnMu.Lock()
 	ended = true
 	spawnMu.Unlock()
 	ep.Close(sess)
 	wg.Wait()
 	return err
+}
+
+// evictedText says why an evicted session ends, naming the bound.
+func evictedText(p *Place) string {
+	return "mcpvisor closed this session to make room for another: maxSessions (" + strconv.Itoa(p.lim.Max()) +
+		") sessions were open, and this one was the least recently active with no request in flight; connect again to start a new session"
+}
+
+// evictedNotice tells an evicted session's client why it ends: a log
+// message, which every legacy client can take at any time.
+func evictedNotice(p *Place) *rpc.Message {
+	params, _ := json.Marshal(map[string]string{"level": "error", "logger": "mcpvisor", "data": evictedText(p)})
+	return &rpc.Message{Method: "notifications/message", Params: params}
+}
+
+// evictedReply refuses request id of an evicted session.
+func evictedReply(id json.RawMessage, p *Place) *rpc.Message {
+	return errorReply(id, rpc.LimitReached, evictedText(p))
+}
+
+// placeActivity counts a held call as a request in flight on a socket
+// session's place (it cannot be evicted meanwhile), and passes it on.
+type placeActivity struct {
+	p    *Place
+	next Activity
+}
+
+func (a placeActivity) Begin() {
+	a.p.state.Add(placeReq)
+	if a.next != nil {
+		a.next.Begin()
+	}
+}
+
+func (a placeActivity) End() {
+	if a.next != nil {
+		a.next.End()
+	}
+	a.p.exit()
 }
 
 // refuseLine counts, in gw, a line of the stdio client that its
