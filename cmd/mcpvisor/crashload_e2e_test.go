@@ -615,6 +615,50 @@ func TestCrashLoopAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// A server that answers mcpvisor's own requests — the lists learned at
+// each start — and then dies on its own, 0.5 s into every run, answered
+// no client: each run is a failure, and its restarts back off by the
+// policy, with no client calling (a server that had answered a client
+// would come back at once).
+func TestOwnRequestsAreNoAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about 5 s")
+	}
+	fixture := testserver.Build(t)
+	spawns := filepath.Join(t.TempDir(), "spawns")
+	// ($$$$ is the shell's $$: the config expands $$ to $.)
+	cfg := fmt.Sprintf(`{"mcpServers": {"flaky": {"command": "/bin/sh", "eager": true,
+		"args": ["-c", "echo x >> \"$1\"; (sleep 0.5; kill -9 $$$$) </dev/null >/dev/null 2>&1 & exec \"$2\"", "sh", %q, %q]}}}`, spawns, fixture)
+	s := startServe(t, cfg)
+	stopAtCleanup(t, s)
+	// Watched for 4 s from its first start.
+	const watch = 4 * time.Second
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(spawns); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never started")
+		}
+	}
+	time.Sleep(watch) // nothing to wait for: the count is what it is by then
+	b, _ := os.ReadFile(spawns)
+	n := strings.Count(string(b), "x")
+	// Runs of 0.5 s: a start, then attempts after 0, 1, 2 s … less 20 %.
+	allowed, at := 1, 500*time.Millisecond
+	for k := 1; ; k++ {
+		at += time.Duration(float64(lifecyclePolicyDelay(k))*0.8) + 500*time.Millisecond
+		if at > watch {
+			break
+		}
+		allowed++
+	}
+	t.Logf("%d spawns in %v; the policy allows %d", n, watch, allowed)
+	if n > allowed || n < 2 {
+		t.Errorf("%d spawns in %v; the policy allows %d", n, watch, allowed)
+	}
+}
+
 // lifecyclePolicyDelay is the default restart policy's wait after k
 // failures in a row (lifecycle.Policy.RetryDelay, no jitter).
 func lifecyclePolicyDelay(k int) time.Duration {

@@ -89,8 +89,7 @@ type Conn struct {
 	runDone  chan struct{}
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing
-	answered atomic.Bool   // the server answered a request after its handshake (Answered)
-	primary  *Conn         // for a dual-era server's process for modern clients, the primary it serves beside; else nil
+	answered atomic.Bool   // the server answered a client's request (MarkAnswered, Answered)
 }
 
 // exitGrace is how long a server whose output ended unasked has to exit on
@@ -158,28 +157,24 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 		params = withOwnMeta(params)
 	}
 	m, err := c.rpc.Call(ctx, method, params)
-	if err == nil {
-		c.markAnswered()
-	}
 	return m, c.callErr(err)
 }
 
-// Answered reports whether the server answered a request on the
-// connection after its handshake (with a result or a JSON-RPC error):
-// lifecycle.Answerer. A connection that answered was a success however
-// short its life; one that ended before is a failed run, which counts
-// towards a crash loop.
+// Answered reports whether the server answered a client's request on the
+// connection (MarkAnswered): lifecycle.Answerer. A connection that did
+// was a success however short its life; one that ended before is a
+// failed run, which counts towards a crash loop. mcpvisor's own requests
+// (a list refresh after a start, a replay of subscriptions) do not count:
+// a server that answers those and dies unprompted is a crash loop.
 func (c *Conn) Answered() bool { return c.answered.Load() }
 
-// markAnswered records an answer (a load first: the flag is written once,
-// not by every call). An answer of a dual-era server's process for modern
-// clients is the server's too: its primary answered.
-func (c *Conn) markAnswered() {
+// MarkAnswered records that the server answered a client's request, with
+// a result or a JSON-RPC error (the gateway says so through its lease). A
+// load first: the flag is written once, not by every call. Safe to call
+// concurrently.
+func (c *Conn) MarkAnswered() {
 	if !c.answered.Load() {
 		c.answered.Store(true)
-	}
-	if p := c.primary; p != nil && !p.answered.Load() {
-		p.answered.Store(true)
 	}
 }
 
@@ -204,9 +199,6 @@ type pending struct {
 
 func (p pending) Wait(ctx context.Context, interrupt <-chan struct{}) (*rpc.Message, bool, error) {
 	m, interrupted, err := p.p.Wait(ctx, interrupt)
-	if m != nil && err == nil {
-		p.c.markAnswered()
-	}
 	return m, interrupted, p.c.callErr(err)
 }
 

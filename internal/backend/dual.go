@@ -222,7 +222,6 @@ func (c *Conn) startTwin(ctx context.Context, done chan struct{}) {
 		t.sc.recordEra(c, EraLegacy, []string{c.Init().ProtocolVersion})
 		c.log.Info("server does not speak MCP " + ModernVersion + ": its modern clients are bridged")
 	default:
-		tc.primary = c          // its answers are the server's (Answered)
 		t.conn, t.err = tc, nil // if the primary is ending, endTwin closes it
 		if era, _ := t.sc.era.get(); era != EraDual {
 			learned = EraDual

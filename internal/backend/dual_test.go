@@ -323,25 +323,3 @@ func TestReferenceServerBindsTheEraToTheConnection(t *testing.T) {
 		t.Fatalf("%d sampling requests, result %s", n, resp.Encode())
 	}
 }
-
-// A dual-era server that answered only its modern clients answered: an
-// answer of its process for them counts for the primary the supervisor
-// watches (lifecycle.Answerer), so the primary's death is no crash loop.
-func TestTwinAnswerCountsForThePrimary(t *testing.T) {
-	sc, _ := dualConnector(t, &samplingHooks{})
-	c := connectWith(t, sc)
-	defer c.Close()
-	m, err := c.ModernConn(t.Context())
-	if err != nil || m == nil {
-		t.Fatalf("modern connection: %v %v", m, err)
-	}
-	if c.Answered() || m.Answered() {
-		t.Fatal("answered before any request")
-	}
-	if _, err := m.Call(t.Context(), "tools/call", modernParams("test_simple_text")); err != nil {
-		t.Fatal(err)
-	}
-	if !m.Answered() || !c.Answered() {
-		t.Fatalf("after the modern process answered: it %v, the primary %v", m.Answered(), c.Answered())
-	}
-}

@@ -57,6 +57,7 @@ type fakeLive struct {
 
 func (f *fakeLive) Modern() bool   { return f.modern }
 func (f *fakeLive) Answered() bool { return f.answered.Load() }
+func (f *fakeLive) MarkAnswered()  { f.answered.Store(true) }
 func (f *fakeLive) SetResourceSubscriptions(uris []string) {
 	f.subMu.Lock()
 	f.subs = uris
@@ -404,7 +405,12 @@ func TestAnsweredServerRestartsAtOnce(t *testing.T) {
 		l := live(s.Acquire(t.Context(), ""))
 		for i := range 20 {
 			fl := l.(*fakeLive)
-			fl.answered.Store(true)
+			lease, err := s.Acquire(t.Context(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease.Answered() // a client's request was answered
+			lease.Release()
 			fl.crash()
 			t0 := time.Now()
 			l = live(s.Acquire(t.Context(), ""))

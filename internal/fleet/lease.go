@@ -80,7 +80,8 @@ var ErrInstanceLimit = errors.New("per-session instance limit reached")
 // never creates or resurrects an instance.
 type Lease struct {
 	in   *instance
-	conn Conn
+	live Live // the connection leased
+	conn Conn // live, when it is an MCP connection (else nil)
 	once sync.Once
 	woke time.Duration
 	own  bool  // mcpvisor's own (Peek), not a client's request
@@ -93,6 +94,17 @@ func (l *Lease) Woke() time.Duration { return l.woke }
 
 // Conn is the leased connection.
 func (l *Lease) Conn() Conn { return l.conn }
+
+// Answered tells that the server answered the client's request this
+// lease is for (with a result or a JSON-RPC error): the run did useful
+// work, and its end counts as no failure (lifecycle.Answerer). mcpvisor's
+// own requests are not told: a server that answers only those and dies
+// is in a crash loop. Safe to call concurrently, and more than once.
+func (l *Lease) Answered() {
+	if a, ok := l.live.(interface{ MarkAnswered() }); ok {
+		a.MarkAnswered()
+	}
+}
 
 // Release ends the lease. Safe to call more than once and concurrently;
 // only the first call counts.
@@ -142,7 +154,7 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		}
 		in.used(l, session)
 		c, _ := l.(Conn)
-		lease := &Lease{in: in, conn: c, seq: seq}
+		lease := &Lease{in: in, live: l, conn: c, seq: seq}
 		if woke {
 			lease.woke = time.Since(t0)
 		}
@@ -181,7 +193,7 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 		return nil, false
 	}
 	c, _ := cur.(Conn)
-	return &Lease{in: in, conn: c, own: !request}, true
+	return &Lease{in: in, live: cur, conn: c, own: !request}, true
 }
 
 // instanceFor is the instance that serves session: the shared one unless

@@ -372,6 +372,7 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	var out *rpc.Message
 	switch {
 	case err == nil:
+		f.lease.Answered() // its server did useful work: no crash loop
 		out = &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
 		switch {
 		case resp.Error != nil:
