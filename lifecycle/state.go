@@ -264,12 +264,20 @@ func (t *Tracker) Snapshot() StateInfo {
 	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, Failures: t.failures, NextAttempt: t.next}
 }
 
-// IncFailures adds one to the count of failures in a row and returns the
-// new value.
-func (t *Tracker) IncFailures() int {
+// IncFailures adds one to the count of failures in a row and sets the
+// next attempt after delay of the new count (none when it is 0, or delay
+// is nil): one change, which Changed reports. It returns the new count.
+func (t *Tracker) IncFailures(delay func(failures int) time.Duration) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failures++
+	t.next = time.Time{}
+	if delay != nil {
+		if d := delay(t.failures); d > 0 {
+			t.next = time.Now().Add(d)
+		}
+	}
+	t.notifyLocked()
 	return t.failures
 }
 

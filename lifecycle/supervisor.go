@@ -442,12 +442,7 @@ func (s *Supervisor) loop(r *run) {
 // Connect that failed, a session that ended unanswered — and records when
 // the next attempt is due (Policy.RetryDelay).
 func (s *Supervisor) failedRun() {
-	n := s.tr.IncFailures()
-	var next time.Time
-	if d := s.policy().RetryDelay(n); d > 0 {
-		next = time.Now().Add(d)
-	}
-	s.tr.SetNextAttempt(next)
+	s.tr.IncFailures(s.policy().RetryDelay)
 }
 
 // CrashLoop reports whether the Supervisor is in a crash loop: two or more

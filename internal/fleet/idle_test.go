@@ -600,3 +600,23 @@ func TestADormantInstanceKeepsNoTimer(t *testing.T) {
 		}
 	})
 }
+
+// A request that waits for a restart attempt that then fails into a crash
+// loop is answered at once when the attempt fails, with the crash loop —
+// not after the backoff that follows.
+func TestARequestWaitingOnAFailingRestartIsToldAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l := live(s.Acquire(t.Context(), ""))
+		ff.fail.Store(true)
+		l.(*fakeLive).crash() // unanswered: restarted at once; the attempt takes 500 ms, and fails
+		synctest.Wait()
+		t0 := time.Now()
+		_, err := use(s.Acquire(t.Context(), ""))
+		if !errors.Is(err, lifecycle.ErrCrashLoop) || time.Since(t0) != 500*time.Millisecond {
+			t.Fatalf("%v after %v, want the crash loop when the attempt failed (500ms)", err, time.Since(t0))
+		}
+	})
+}

@@ -836,7 +836,11 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			}
 			continue
 		}
+		var changed <-chan struct{}
 		if in.sup != nil && in.starting == nil {
+			// Taken before what it says is read: a failure recorded
+			// after wakes the wait below, which then finds the loop.
+			changed = in.sup.Changed()
 			// A crash loop answers at once: a request never waits out
 			// a backoff (the supervisor's unattended restart, or the
 			// earliest a start may try again).
@@ -851,7 +855,6 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			// answered, or after a single failure: wait for the next
 			// change of the supervisor's state. (Given up — Failed or
 			// Stopped — a request starts it again below.)
-			changed := in.sup.Changed()
 			info := in.sup.State()
 			// Between the end of a session and the supervisor's move to
 			// Restarting the connection is gone while the state still says
