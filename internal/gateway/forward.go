@@ -58,6 +58,25 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	return resp
 }
 
+// arrivalKey is the context key of a request's arrival time (withArrival).
+type arrivalKey struct{}
+
+// withArrival records in ctx when its request arrived, for a request that
+// waited before it was forwarded (an aggregated list built, a tool's
+// schema learned): its timeout counts from then.
+func withArrival(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, arrivalKey{}, t)
+}
+
+// arrival is when ctx's request arrived: as withArrival recorded it, else
+// now.
+func arrival(ctx context.Context) time.Time {
+	if t, ok := ctx.Value(arrivalKey{}).(time.Time); ok {
+		return t
+	}
+	return time.Now()
+}
+
 // flight is a request forward has begun at its server: what its end
 // (finish) needs.
 type flight struct {
@@ -106,7 +125,7 @@ type flightSpan struct {
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
 	f := &flight{g: g, s: s, mo: s.modern, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
-		start: time.Now(), srv: srv}
+		start: arrival(ctx), srv: srv}
 	var raw json.RawMessage // the tool or prompt it names, as the server knows it
 	switch method {
 	case "tools/call", "prompts/get":
@@ -162,6 +181,10 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		st.calls[f.key] = c
 	}
 	g.mu.Unlock()
+	// The request's timeout runs from its arrival, over everything before
+	// it reaches its server too: a start or restart, a dual-era server's
+	// process for modern clients, the pin check.
+	f.armTimer(c)
 
 	// The lease counts the request in flight from before the start to
 	// the end, so the server cannot go dormant under it. A running server
@@ -169,33 +192,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	lease, ok := srv.TryAcquire(s.Key())
 	if !ok {
 		var err error
-		var timedOut bool
-		if lease, timedOut, err = g.acquireSlow(f.ctx, srv, s, f.start, f.timeout); err != nil {
+		if lease, err = srv.Acquire(f.ctx, s.Key()); err != nil {
 			defer f.end()
-			if f.ctx.Err() != nil {
-				return nil, f.cancelled()
-			}
-			if timedOut {
-				msg := fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout)
-				if we := (*fleet.WaitError)(nil); errors.As(err, &we) {
-					msg += ": it was still " + we.For
-					if we.Why != "" {
-						msg += " (" + we.Why + ")"
-					}
-				} else {
-					msg += ": " + err.Error()
-				}
-				out := unavailable(clientID, rpc.RequestTimeout, msg, err)
-				f.set(telemetry.Timeout, 0, out.Error.Message)
-				return nil, out
-			}
-			code := rpc.BackendUnavailable
-			if errors.Is(err, fleet.ErrInstanceLimit) {
-				code = rpc.LimitReached
-			}
-			f.set(telemetry.Unavailable, 0, err.Error())
-			// The fleet's errors name the server: said once.
-			return nil, unavailable(clientID, code, err.Error(), err)
+			return nil, f.notReached(err)
 		}
 	}
 	f.lease = lease
@@ -207,11 +206,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		m, err := fleet.ModernConn(f.ctx, conn)
 		if err != nil {
 			defer f.end()
-			if f.ctx.Err() != nil {
-				return nil, f.cancelled()
-			}
-			f.set(telemetry.Unavailable, 0, err.Error())
-			return nil, errorResponse(clientID, rpc.BackendUnavailable, err.Error())
+			return nil, f.notReached(err)
 		}
 		if m != nil {
 			conn = m
@@ -228,11 +223,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
 				return nil, heldTool(clientID, he)
 			}
-			if f.ctx.Err() != nil {
-				return nil, f.cancelled()
-			}
-			f.set(telemetry.Unavailable, 0, err.Error())
-			return nil, errorResponse(clientID, rpc.BackendUnavailable, err.Error())
+			return nil, f.notReached(err)
 		}
 	}
 	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
@@ -284,45 +275,6 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		params = g.legacyMeta(s, st, srv, params)
 	}
 
-	// The timeout restarts whenever the server reports progress or gets
-	// the client's answer to a request of its, and does not run out while
-	// such a request waits for the client.
-	if timeout := f.timeout; timeout > 0 {
-		var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
-		var touched atomic.Int64          // when the timeout last restarted, Unix ns
-		ended := new(atomic.Bool)         // the call has returned: its timer is done for
-		touched.Store(f.start.UnixNano()) // the request's wait for its server counts
-		cancel := f.cancel
-		timer := time.AfterFunc(timeout-time.Since(f.start), func() {
-			if ended.Load() {
-				return
-			}
-			// A wait on the client, or a restart the firing raced with,
-			// runs the timer again (for what is left of it).
-			if t := tp.Load(); t != nil {
-				if c.waiting.Load() > 0 {
-					t.Reset(timeout)
-					return
-				}
-				if left := timeout - time.Duration(time.Now().UnixNano()-touched.Load()); left > 0 {
-					t.Reset(left)
-					return
-				}
-			}
-			cancel(errTimeout)
-		})
-		tp.Store(timer)
-		f.timer, f.ended = timer, ended
-		c.touch = func() {
-			if ended.Load() {
-				return
-			}
-			touched.Store(time.Now().UnixNano())
-			timer.Reset(timeout)
-		}
-	} else {
-		c.touch = func() {}
-	}
 	// (A modern request's _meta was read whole: whether it has a token is
 	// known.)
 	if s.modern == nil || s.modern.hasToken {
@@ -343,19 +295,93 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		g.tokens[c.ourTok] = c
 	}
 	g.mu.Unlock()
-	if f.ctx.Err() != nil {
-		// Cancelled as the lease was granted: nothing was sent.
+	if f.ctx.Err() != nil || f.timeout > 0 && time.Since(f.start) >= f.timeout {
+		// Cancelled, or out of time (its timer may not have fired yet),
+		// as the lease was granted: nothing was sent.
 		defer f.end()
-		return nil, f.cancelled()
+		if f.ctx.Err() == nil {
+			f.cancel(errTimeout)
+		}
+		return nil, f.notReached(nil)
 	}
 	return f, nil
 }
 
-// cancelled records that f's context ended before the request reached its
-// server, and is the client's answer.
-func (f *flight) cancelled() *rpc.Message {
-	f.set(telemetry.Cancelled, 0, context.Cause(f.ctx).Error())
-	return errorResponse(f.clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", f.name, context.Cause(f.ctx)))
+// armTimer arms f's request timer, counted from f.start, with c's touch:
+// the timeout restarts whenever the server reports progress or gets the
+// client's answer to a request of its, and does not run out while such a
+// request waits for the client. When it runs out, f's context ends with
+// errTimeout.
+func (f *flight) armTimer(c *call) {
+	timeout := f.timeout
+	if timeout <= 0 {
+		c.touch = func() {}
+		return
+	}
+	var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
+	var touched atomic.Int64          // when the timeout last restarted, Unix ns
+	ended := new(atomic.Bool)         // the call has returned: its timer is done for
+	touched.Store(f.start.UnixNano())
+	cancel := f.cancel
+	timer := time.AfterFunc(timeout-time.Since(f.start), func() {
+		if ended.Load() {
+			return
+		}
+		// A wait on the client, or a restart the firing raced with,
+		// runs the timer again (for what is left of it).
+		if t := tp.Load(); t != nil {
+			if c.waiting.Load() > 0 {
+				t.Reset(timeout)
+				return
+			}
+			if left := timeout - time.Duration(time.Now().UnixNano()-touched.Load()); left > 0 {
+				t.Reset(left)
+				return
+			}
+		}
+		cancel(errTimeout)
+	})
+	tp.Store(timer)
+	f.timer, f.ended = timer, ended
+	c.touch = func() {
+		if ended.Load() {
+			return
+		}
+		touched.Store(time.Now().UnixNano())
+		timer.Reset(timeout)
+	}
+}
+
+// notReached records why f ended before it reached its server — err, the
+// fleet's (it names the server), or f's context: cancelled, or its
+// timeout run out while it waited (for a start, a restart, …) — and is
+// the client's answer.
+func (f *flight) notReached(err error) *rpc.Message {
+	switch cause := context.Cause(f.ctx); {
+	case errors.Is(cause, errTimeout):
+		msg := fmt.Sprintf("server %s did not answer %s within %v", f.name, f.method, f.timeout)
+		if we := (*fleet.WaitError)(nil); errors.As(err, &we) {
+			msg += ": it was still " + we.For
+			if we.Why != "" {
+				msg += " (" + we.Why + ")"
+			}
+		} else if err != nil {
+			msg += ": " + err.Error()
+		}
+		out := unavailable(f.clientID, rpc.RequestTimeout, msg, err)
+		f.set(telemetry.Timeout, 0, out.Error.Message)
+		return out
+	case f.ctx.Err() != nil:
+		f.set(telemetry.Cancelled, 0, cause.Error())
+		return errorResponse(f.clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", f.name, cause))
+	}
+	code := rpc.BackendUnavailable
+	if errors.Is(err, fleet.ErrInstanceLimit) {
+		code = rpc.LimitReached
+	}
+	f.set(telemetry.Unavailable, 0, err.Error())
+	// The fleet's errors name the server: said once.
+	return unavailable(f.clientID, code, err.Error(), err)
 }
 
 // finish ends f with the server's response (or the error that stood for
@@ -516,21 +542,6 @@ func (f *flight) endSpan() {
 		e.Wake = f.lease.Woke()
 	}
 	f.tr.span.End(e)
-}
-
-// acquireSlow leases srv for s when it must be started or waited for,
-// within what is left of the request's timeout, counted from start (0:
-// none): a request is answered within its timeout whatever state its
-// server is in — a start that takes longer goes on, for the next request.
-// timedOut reports that the timeout ended the wait.
-func (g *Gateway) acquireSlow(ctx context.Context, srv *fleet.Server, s *Session, start time.Time, timeout time.Duration) (l *fleet.Lease, timedOut bool, err error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, start.Add(timeout), errTimeout)
-		defer cancel()
-	}
-	l, err = srv.Acquire(ctx, s.Key())
-	return l, err != nil && errors.Is(context.Cause(ctx), errTimeout), err
 }
 
 func (g *Gateway) endCall(c *call, key string) {

@@ -598,8 +598,13 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	var resp *rpc.Message
 	if ts, ok := h.ep.(toolSchemas); ok && m.Method == "tools/call" {
 		// Its Mcp-Param-* headers are checked against the tool's schema:
-		// learned first, if need be, within the request's life.
+		// learned first, if need be, within the request's life — its
+		// timeout counting from its arrival, not from after that wait.
+		t0 := time.Now()
 		schema, err := ts.toolSchema(ctx, mo.Name)
+		if time.Since(t0) > time.Millisecond {
+			ctx = withArrival(ctx, t0)
+		}
 		if err != nil {
 			resp = errorResponse(m.ID, rpc.BackendUnavailable, "mcpvisor cannot check the request's Mcp-Param headers: "+err.Error())
 			o := telemetry.Unavailable

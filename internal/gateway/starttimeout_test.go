@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +79,38 @@ func TestRequestTimeoutCoversTheStart(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A modern client's request to a dual-era server waits for the server's
+// process for modern clients within its own request timeout too: when
+// that process takes longer to start, the request is answered at its
+// timeout, and never sent to the server after it.
+func TestRequestTimeoutCoversTheModernProcess(t *testing.T) {
+	dir := t.TempDir()
+	starts := filepath.Join(dir, "starts")
+	command := filepath.Join(dir, "server.sh")
+	// The second start (the process for modern clients) takes 2 s.
+	script := "#!/bin/sh\necho s >> " + mustJSONString(starts) + "\n" +
+		"if [ $(wc -l < " + mustJSONString(starts) + ") -ge 2 ]; then sleep 2; fi\n" +
+		"exec " + mustJSONString(conformanceServer(t)) + "\n"
+	if err := os.WriteFile(command, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, `{"c":{"command":`+mustJSONString(command)+`,"prefix":"","requestTimeout":"500ms"}}`)
+	legacy := w.stdioClient(w.gw.Aggregate(), nil)
+	if _, err := legacy.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"}); err != nil {
+		t.Fatal(err) // the primary is up: the server is dual-era
+	}
+	modern := w.modernClient(w.gw.Aggregate(), false, nil)
+	t0 := time.Now()
+	_, err := modern.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"})
+	took := time.Since(t0)
+	var werr *jsonrpc.Error
+	if !errors.As(err, &werr) || werr.Code != rpc.RequestTimeout || !strings.Contains(werr.Message, "within 500ms") {
+		t.Fatalf("a modern call while its process starts: %v", err)
+	}
+	if took > 1500*time.Millisecond {
+		t.Fatalf("answered after %v, want at its timeout (500ms)", took)
 	}
 }
