@@ -159,6 +159,14 @@ type Policy struct {
 	// means DefaultInitTimeout (30s); negative means no deadline.
 	InitTimeout time.Duration
 
+	// Streak, if set, is the crash-loop record the Supervisor keeps its
+	// failures in a row in, shared with the other Supervisors given the
+	// same Streak: a new Supervisor of something in a crash loop starts
+	// in it (its Start refuses at once until the next attempt is due).
+	// Stop does not reset a shared Streak: its owner does (Streak.Reset).
+	// Nil: the Supervisor's own, which Stop resets.
+	Streak *Streak
+
 	// OnDisconnect is called after every session that reached Ready has
 	// ended — on its own, through RestartAndWait, or through Stop — with
 	// Wait's result passed through Classify (nil for a clean end).

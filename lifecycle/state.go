@@ -97,17 +97,17 @@ type StateInfo struct {
 	// Restarts counts, in a Supervisor, the reconnect attempts it made
 	// since the last Start.
 	Restarts int
-	// Failures counts, in a Supervisor, the runs in a row that failed
-	// before answering anything (a Connect that failed, a session that
-	// ended unanswered: see Answerer) since the last reset (a session that
-	// answered, a healthy period, or Stop). It spans Starts. Two or more
-	// make a crash loop.
+	// Failures is, in a Supervisor's state, its Streak's count: the runs
+	// in a row that failed before answering anything (a Connect that
+	// failed, a session that ended unanswered: see Answerer) since the
+	// last reset. It spans Starts. Two or more make a crash loop. A
+	// Tracker alone leaves it 0.
 	Failures int
-	// NextAttempt is when the next connect attempt is due after failed
-	// runs: a Restarting Supervisor's, or, in Stopped or Failed, the
-	// earliest a Start connects (see Supervisor.CrashLoop). Zero when none
+	// NextAttempt is when the next connect attempt is due: a Restarting
+	// Supervisor's, or, in Stopped or Failed, the earliest a Start
+	// connects in a crash loop (see Supervisor.CrashLoop). Zero when none
 	// is due later: an attempt is in progress or may be made at once.
-	// Entering Starting, Ready or Degraded clears it.
+	// A Tracker's is cleared by entering Starting, Ready or Degraded.
 	NextAttempt time.Time
 }
 
@@ -122,7 +122,6 @@ type Tracker struct {
 	since    time.Time
 	lastErr  error
 	restarts int
-	failures int
 	next     time.Time
 	changed  chan struct{} // closed and replaced at each change; nil until asked for
 }
@@ -261,38 +260,5 @@ func (t *Tracker) Restarts() int {
 func (t *Tracker) Snapshot() StateInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, Failures: t.failures, NextAttempt: t.next}
-}
-
-// IncFailures adds one to the count of failures in a row and sets the
-// next attempt after delay of the new count (none when it is 0, or delay
-// is nil): one change, which Changed reports. It returns the new count.
-func (t *Tracker) IncFailures(delay func(failures int) time.Duration) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.failures++
-	t.next = time.Time{}
-	if delay != nil {
-		if d := delay(t.failures); d > 0 {
-			t.next = time.Now().Add(d)
-		}
-	}
-	t.notifyLocked()
-	return t.failures
-}
-
-// ResetFailures sets the count of failures in a row to zero, forgetting a
-// crash loop. A Supervisor calls it when a session answered or stayed up
-// for its healthy period, and on Stop.
-func (t *Tracker) ResetFailures() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.failures = 0
-}
-
-// Failures returns the count of failures in a row.
-func (t *Tracker) Failures() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failures
+	return StateInfo{State: t.state, Since: t.since, LastError: t.lastErr, Restarts: t.restarts, NextAttempt: t.next}
 }

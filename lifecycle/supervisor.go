@@ -89,6 +89,7 @@ type Supervisor struct {
 	pol  Policy                 // New's, defaults applied
 	set  atomic.Pointer[Policy] // SetPolicy's, when it was called: it wins
 	tr   Tracker
+	own  Streak // the crash-loop record, unless the policy shares one
 
 	// startSem serializes Start while letting a waiting Start honour its
 	// context (a mutex could not).
@@ -166,8 +167,27 @@ func (s *Supervisor) logger() *slog.Logger { return s.policy().Logger.With("serv
 func (s *Supervisor) Name() string { return s.name }
 
 // State returns a snapshot of the state, when it was entered, the last
-// error and the restart counter.
-func (s *Supervisor) State() StateInfo { return s.tr.Snapshot() }
+// error, the restart counter and the crash-loop record (its Streak's
+// failures, and its next attempt when that is later than the one the
+// Supervisor scheduled).
+func (s *Supervisor) State() StateInfo {
+	info := s.tr.Snapshot()
+	failures, next, _ := s.streak().snapshot()
+	info.Failures = failures
+	if next.After(info.NextAttempt) && next.After(time.Now()) && info.State != StateStarting && info.State != StateReady && info.State != StateDegraded {
+		info.NextAttempt = next
+	}
+	return info
+}
+
+// streak is the crash-loop record in force: the policy's shared one, or
+// the Supervisor's own.
+func (s *Supervisor) streak() *Streak {
+	if k := s.policy().Streak; k != nil {
+		return k
+	}
+	return &s.own
+}
 
 // IsReady reports whether the Supervisor is serving: StateReady or
 // StateDegraded.
@@ -320,7 +340,9 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	// has already moved on.
 	_ = s.tr.transition([]State{StateFailed}, StateStopped, nil)
 	if st := s.tr.State(); st.IsTerminal() {
-		s.tr.ResetFailures()
+		if s.policy().Streak == nil {
+			s.own.Reset() // a shared record is its owner's
+		}
 		s.tr.SetNextAttempt(time.Time{})
 	}
 	return nil
@@ -406,7 +428,7 @@ func (s *Supervisor) loop(r *run) {
 		return
 	}
 	if err != nil {
-		s.failedRun()
+		s.failedRun(err)
 		if IsPermanent(err) {
 			s.fail(err)
 		} else {
@@ -429,9 +451,9 @@ func (s *Supervisor) loop(r *run) {
 		}
 		if !forced {
 			if answered(sess) {
-				s.tr.ResetFailures()
+				s.streak().Reset()
 			} else {
-				s.failedRun()
+				s.failedRun(end)
 			}
 		}
 		sess = s.reconnect(r, end, forced)
@@ -441,8 +463,9 @@ func (s *Supervisor) loop(r *run) {
 // failedRun counts a run that failed before answering anything — a
 // Connect that failed, a session that ended unanswered — and records when
 // the next attempt is due (Policy.RetryDelay).
-func (s *Supervisor) failedRun() {
-	s.tr.IncFailures(s.policy().RetryDelay)
+func (s *Supervisor) failedRun(err error) {
+	_, next := s.streak().fail(err, s.policy().RetryDelay)
+	s.tr.SetNextAttempt(next) // (a change Changed reports)
 }
 
 // CrashLoop reports whether the Supervisor is in a crash loop: two or more
@@ -454,16 +477,12 @@ func (s *Supervisor) failedRun() {
 // connection answers it with that error at once rather than wait: a
 // request never waits out a backoff.
 func (s *Supervisor) CrashLoop() error {
-	info := s.tr.Snapshot()
-	switch info.State {
+	switch s.tr.State() {
 	case StateStopped, StateFailed, StateRestarting:
 	default:
 		return nil
 	}
-	if info.Failures < crashLoopRuns || info.NextAttempt.IsZero() || !time.Now().Before(info.NextAttempt) {
-		return nil
-	}
-	return &CrashLoopError{Name: s.name, Failures: info.Failures, Next: info.NextAttempt, Last: info.LastError}
+	return s.streak().CrashLoop(s.name)
 }
 
 // watch waits for sess to end, closing it on Stop or on a restart request,
@@ -487,10 +506,10 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 			waiting = false
 		case <-healthy:
 			healthy = nil
-			if n := s.tr.Failures(); n > 0 {
+			if n := s.streak().Failures(); n > 0 {
 				s.logger().Info("healthy; failure count reset", "failures", n)
 			}
-			s.tr.ResetFailures()
+			s.streak().Reset()
 		case <-r.restart:
 			forced = true
 			s.closeSession(r, sess)
@@ -538,7 +557,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 	for attempt := 1; ; attempt++ {
 		if !immediate {
 			s.tr.IncRestarts()
-			n := s.tr.Failures()
+			n, next, _ := s.streak().snapshot()
 			pol := s.policy()
 			if pol.MaxAttempts >= 0 && n > pol.MaxAttempts {
 				err := fmt.Errorf("lifecycle: %s: %w after %d failed attempts in a row", s.name, ErrRestartLimit, pol.MaxAttempts)
@@ -549,7 +568,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 				return nil
 			}
 			d := time.Duration(0)
-			if next := s.tr.Snapshot().NextAttempt; !next.IsZero() {
+			if !next.IsZero() {
 				d = max(time.Until(next), 0)
 			}
 			s.logger().Info("restarting", "attempt", attempt, "failures", n, "delay", d)
@@ -587,7 +606,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 			return sess
 		}
 		last = err
-		s.failedRun()
+		s.failedRun(err)
 		if IsPermanent(err) {
 			s.fail(err)
 			return nil

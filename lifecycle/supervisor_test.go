@@ -1534,3 +1534,40 @@ func TestCrashLoopOnlyDuringTheWait(t *testing.T) {
 		}
 	})
 }
+
+// Supervisors that share a Streak share the crash loop: a new one of
+// something that keeps failing starts in it, and its Start refuses at
+// once; Stop does not forget a shared record, an answer does.
+func TestSharedStreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		boom := fmt.Errorf("exec: %w", ErrServerCrashed)
+		failing := func(context.Context, int) error { return boom }
+		var k Streak
+		a := newSup(t, &fakeConnector{script: failing}, Policy{Streak: &k, Logger: quiet})
+		for range 2 {
+			if err := a.Start(context.Background()); !errors.Is(err, boom) {
+				t.Fatalf("a's start: %v", err)
+			}
+		}
+		stop(t, a)
+		connB := &fakeConnector{}
+		b := newSup(t, connB, Policy{Streak: &k, Logger: quiet})
+		var cl *CrashLoopError
+		if err := b.Start(context.Background()); !errors.As(err, &cl) || cl.Failures != 2 || !errors.Is(err, boom) || connB.nCalls() != 0 {
+			t.Fatalf("a new supervisor of the same crash loop: %v (%d connects)", err, connB.nCalls())
+		}
+		if info := b.State(); info.Failures != 2 || !info.NextAttempt.Equal(cl.Next) {
+			t.Fatalf("its state: %+v", info)
+		}
+		advance(time.Second)
+		must(t, b.Start(context.Background()))
+		connB.last().answered.Store(true)
+		ch := b.Restarted()
+		connB.last().end(errors.New("killed"))
+		<-ch
+		if k.Failures() != 0 {
+			t.Fatalf("after a run that answered: %d failures", k.Failures())
+		}
+		stop(t, b)
+	})
+}

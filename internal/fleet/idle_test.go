@@ -620,3 +620,34 @@ func TestARequestWaitingOnAFailingRestartIsToldAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// A per-session server's instances share its crash loop: a new client
+// session's instance of a server that keeps failing to start is refused
+// at once, with no connect, until the backoff's next attempt is due.
+func TestPerSessionInstancesShareTheCrashLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"sharing":"per-session","idleTimeout":"0"`)
+		defer ff.close(t)
+		ff.fail.Store(true)
+		s := ff.f.Get("s")
+		for _, session := range []string{"A", "B"} {
+			if _, err := use(s.Acquire(t.Context(), session)); !errors.Is(err, lifecycle.ErrServerUnavailable) || errors.Is(err, lifecycle.ErrCrashLoop) {
+				t.Fatalf("session %s: %v", session, err)
+			}
+		}
+		before := ff.connects.Load()
+		for _, session := range []string{"C", "D", "E", "A"} {
+			if _, err := use(s.Acquire(t.Context(), session)); !errors.Is(err, lifecycle.ErrCrashLoop) {
+				t.Fatalf("session %s in the crash loop: %v", session, err)
+			}
+		}
+		if n := ff.connects.Load(); n != before {
+			t.Fatalf("%d connects in the crash loop", n-before)
+		}
+		ff.fail.Store(false)
+		time.Sleep(time.Second)
+		if _, err := use(s.Acquire(t.Context(), "F")); err != nil {
+			t.Fatalf("when due: %v", err)
+		}
+	})
+}

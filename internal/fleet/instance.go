@@ -211,7 +211,7 @@ func (in *instance) supervisor() *lifecycle.Supervisor {
 // restarts of the run a dormancy ended, when it has none); mu is held.
 func (in *instance) runStateLocked() lifecycle.StateInfo {
 	if in.sup == nil {
-		return lifecycle.StateInfo{Restarts: int(in.restarts)}
+		return lifecycle.StateInfo{Restarts: int(in.restarts), Failures: in.srv.failures()}
 	}
 	return in.sup.State()
 }
@@ -233,6 +233,9 @@ func (in *instance) readyLocked() bool { return in.sup != nil && in.sup.IsReady(
 func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
 	pol := cfg.Policy()
 	pol.Logger = in.srv.f.log // lifecycle tags its records with the server name itself
+	// The server's crash loop, whichever of its instances fails: a
+	// per-session server's new instances start in it.
+	pol.Streak = in.srv.streakOf()
 	// Method values: one small closure each, per dormant server too.
 	pol.OnDisconnect = in.disconnected
 	pol.OnRestarting = in.restarting
@@ -837,14 +840,23 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 			continue
 		}
 		var changed <-chan struct{}
-		if in.sup != nil && in.starting == nil {
-			// Taken before what it says is read: a failure recorded
-			// after wakes the wait below, which then finds the loop.
-			changed = in.sup.Changed()
+		if in.starting == nil {
 			// A crash loop answers at once: a request never waits out
 			// a backoff (the supervisor's unattended restart, or the
-			// earliest a start may try again).
-			if err := in.sup.CrashLoop(); err != nil {
+			// earliest a start may try again) — nor does one that would
+			// begin an instance of a server in a crash loop (a
+			// per-session server's, say: its instances share the
+			// server's record).
+			var err error
+			if in.sup != nil {
+				// Taken before what it says is read: a failure recorded
+				// after wakes the wait below, which then finds the loop.
+				changed = in.sup.Changed()
+				err = in.sup.CrashLoop()
+			} else {
+				err = in.srv.crashLoop()
+			}
+			if err != nil {
 				err = in.loopErrorLocked(err)
 				in.mu.Unlock()
 				return nil, woke, err
@@ -967,6 +979,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	switch {
 	case errors.Is(err, lifecycle.ErrCrashLoop):
 		// Refused at once, nothing started: no failure of its own.
+		err = in.loopErrorLocked(err)
 	case err != nil:
 		se = in.startFailure(err, mark)
 		err = se

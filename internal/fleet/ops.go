@@ -89,6 +89,11 @@ type retired struct {
 // refused: its fresh shared instance is then retired from the start, so
 // nothing can start it until revive.
 func (s *Server) takeOut(reason string) []retired {
+	// The operator stepped in, or the launch changed: a crash loop starts
+	// over.
+	if k := s.streak.Load(); k != nil {
+		k.Reset()
+	}
 	fresh := s.newInstance("")
 	if s.refused() != nil {
 		fresh.retire()

@@ -8,6 +8,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 // Server is one configured server and its instances.
@@ -18,6 +19,10 @@ type Server struct {
 	// shared is the instance every session shares (a per-session
 	// server's own use too); a new launch replaces it (replaceInstances).
 	shared atomic.Pointer[instance]
+	// streak is the server's crash-loop record, shared by the
+	// supervisors of all its instances (made by their first start: a
+	// server never started costs no more; streakOf).
+	streak atomic.Pointer[lifecycle.Streak]
 	lists  *lists
 	// dp is its definitions, for drift and pinning (made on first use:
 	// a never-learned server costs no more); lists are put under its mu.
@@ -203,4 +208,30 @@ func (s *Server) Requests() int64 {
 // when ctx ends first, nothing changes.
 func (s *Server) Rest(ctx context.Context, requests int64) bool {
 	return s.sharedIn().rest(ctx, requests)
+}
+
+// streakOf is the server's crash-loop record, made if need be.
+func (s *Server) streakOf() *lifecycle.Streak {
+	if k := s.streak.Load(); k != nil {
+		return k
+	}
+	s.streak.CompareAndSwap(nil, new(lifecycle.Streak))
+	return s.streak.Load()
+}
+
+// crashLoop is the server's crash loop error, or nil (lifecycle.Streak.CrashLoop).
+func (s *Server) crashLoop() error {
+	if k := s.streak.Load(); k != nil {
+		return k.CrashLoop(s.Name())
+	}
+	return nil
+}
+
+// failures is the count of its starts in a row that failed before
+// answering a client.
+func (s *Server) failures() int {
+	if k := s.streak.Load(); k != nil {
+		return k.Failures()
+	}
+	return 0
 }
