@@ -7,16 +7,26 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
-// ModernConn is the connection a modern client's request to c's server
-// goes to (backend.Conn.ModernConn): c itself for a modern-only server; nil
-// for one that speaks only the legacy revisions, on which the request is
-// bridged; for a dual-era server, its process for modern clients, started
-// when the first such request needs it, the wait bounded by ctx. A
-// connection that is no backend's (a test's) is its own.
-func ModernConn(ctx context.Context, c Conn) (Conn, error) {
+// ModernConn is the connection a modern client's request to the server
+// on its connection c goes to (backend.Conn.ModernConn): c itself for a
+// modern-only server; nil for one that speaks only the legacy revisions,
+// on which the request is bridged; for a dual-era server, its process for
+// modern clients, started when the first such request needs it, the wait
+// bounded by ctx — unless the server is pinned: a pinned server's tools
+// are checked on the process that serves the call, with that process's
+// list watched for changes, and only the primary's is, so its modern
+// clients are bridged on it. A connection that is no backend's (a
+// test's) is its own.
+func (s *Server) ModernConn(ctx context.Context, c Conn) (Conn, error) {
 	bc, ok := c.(*backend.Conn)
 	if !ok {
 		return c, nil
+	}
+	if bc.Modern() {
+		return c, nil
+	}
+	if s.Config().Pin {
+		return nil, nil
 	}
 	m, err := bc.ModernConn(ctx)
 	if m == nil || err != nil {

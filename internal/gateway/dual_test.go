@@ -96,3 +96,28 @@ func TestModernOnlyServerDefault(t *testing.T) {
 		t.Errorf("%d processes, want 1", n)
 	}
 }
+
+// A pinned dual-era server serves its modern clients on the process its
+// tools are checked and watched on: no second process starts for them
+// (its list would be neither), and their calls are checked and bridged.
+func TestPinnedDualServerHasNoModernProcess(t *testing.T) {
+	command, starts := countingServer(t)
+	w := newWorld(t, `{"c":{"command":`+mustJSONString(command)+`,"prefix":"","pin":true}}`)
+	w.fleet.Learn(t.Context(), 1)
+	if !w.fleet.Get("c").Cached(kindTools) {
+		t.Fatal("the first list was not learned and trusted")
+	}
+	legacy := w.stdioClient(w.gw.Aggregate(), nil)
+	if res, err := legacy.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"}); err != nil || res.IsError {
+		t.Fatalf("a legacy call: %v %v", err, res) // the primary runs
+	}
+	base := starts()
+	modern := w.modernClient(w.gw.Aggregate(), false, nil)
+	res, err := modern.CallTool(t.Context(), &mcp.CallToolParams{Name: "test_simple_text"})
+	if err != nil || res.IsError {
+		t.Fatalf("a modern call: %v %v", err, res)
+	}
+	if n := starts() - base; n != 0 {
+		t.Fatalf("%d processes started for a modern client of a pinned server", n)
+	}
+}

@@ -203,7 +203,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// A modern client's request goes to the server in its own era:
 		// a dual-era server's process for modern clients (started the
 		// first time), a modern server; or, bridged, a legacy one.
-		m, err := fleet.ModernConn(f.ctx, conn)
+		m, err := srv.ModernConn(f.ctx, conn)
 		if err != nil {
 			defer f.end()
 			return nil, f.notReached(err)
