@@ -20,9 +20,13 @@ type Streak struct {
 	last     error
 }
 
-// fail counts a failed run ending with err and sets the next attempt after
-// delay of the new count (none when it is 0); it returns both.
-func (k *Streak) fail(err error, delay func(failures int) time.Duration) (int, time.Time) {
+// Fail counts a failed run, ending with err, and sets the next attempt
+// after delay of the new count (none when it is 0: Policy.RetryDelay is
+// the one a Supervisor uses); it returns both. A Supervisor calls it for
+// each run that failed before answering anything; the owner of a Streak
+// for something no Supervisor runs (a second process of a server, say)
+// calls it the same way.
+func (k *Streak) Fail(err error, delay func(failures int) time.Duration) (int, time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.failures++

@@ -464,7 +464,7 @@ func (s *Supervisor) loop(r *run) {
 // Connect that failed, a session that ended unanswered — and records when
 // the next attempt is due (Policy.RetryDelay).
 func (s *Supervisor) failedRun(err error) {
-	_, next := s.streak().fail(err, s.policy().RetryDelay)
+	_, next := s.streak().Fail(err, s.policy().RetryDelay)
 	s.tr.SetNextAttempt(next) // (a change Changed reports)
 }
 

@@ -119,24 +119,29 @@ func mustMarshal(v any) json.RawMessage {
 // modern clients, as the default init timeout bounds a start.
 const DefaultTwinTimeout = 30 * time.Second
 
-// twinRetry is how long a twin whose start failed is not started again:
-// modern requests meanwhile get that failure at once.
-var twinRetry = time.Second
-
 // twin is the process a dual-era server's primary connection starts for
 // its modern clients.
 type twin struct {
 	sc   *StdioConnector
 	spec proc.Spec // the primary's, as it was spawned
 
+	// streak is the twin's crash loop: starts that failed and twins that
+	// ended before they answered a client, in a row, spaced by the
+	// server's restart policy (StdioConnector.RetryDelay).
+	streak lifecycle.Streak
+
 	mu       sync.Mutex
-	enabled  bool          // the handshake initialized an "auto" server: a twin may start
-	conn     *Conn         // the twin, once started (it may have ended since)
-	starting chan struct{} // closed when the start under way ends; nil: none
-	err      error         // why the last start failed
-	failedAt time.Time
-	cancel   context.CancelFunc // ends the start under way
-	closed   bool               // the primary is ending: none starts any more
+	enabled  bool       // the handshake initialized an "auto" server: a twin may start
+	conn     *Conn      // the twin, once started (it may have ended since)
+	starting *twinStart // the start under way; nil: none
+	closed   bool       // the primary is ending: none starts any more
+}
+
+// twinStart is one start of a twin: its waiters get its outcome.
+type twinStart struct {
+	done   chan struct{} // closed when it ended
+	err    error         // why it failed; set before done closes
+	cancel context.CancelFunc
 }
 
 // ModernConn is the connection a modern client's request to the server
@@ -144,9 +149,11 @@ type twin struct {
 // only the legacy revisions (the request is bridged on c); for a dual-era
 // one, its process for modern clients, started (and, the first time,
 // probed) when the first such request needs it. Concurrent callers share
-// one start; ctx bounds the wait, not the start (TwinTimeout does). A
-// start that failed is not tried again for twinRetry: its error is
-// returned at once.
+// one start and its outcome; ctx bounds the wait, not the start
+// (TwinTimeout does). Starts that failed and twins that ended before they
+// answered a client are a crash loop, as the primary's are: from the
+// second in a row, ModernConn returns a *lifecycle.CrashLoopError at once
+// until the policy's next attempt is due.
 func (c *Conn) ModernConn(ctx context.Context) (*Conn, error) {
 	if c.modern {
 		return c, nil
@@ -160,9 +167,18 @@ func (c *Conn) ModernConn(ctx context.Context) (*Conn, error) {
 			return nil, nil
 		}
 		t.mu.Lock()
-		if tc := t.conn; tc != nil && tc.Alive() {
-			t.mu.Unlock()
-			return tc, nil
+		if tc := t.conn; tc != nil {
+			if tc.Alive() {
+				t.mu.Unlock()
+				return tc, nil
+			}
+			// It ended: a run that answered no client is a failure.
+			t.conn = nil
+			if tc.Answered() {
+				t.streak.Reset()
+			} else {
+				t.streak.Fail(fmt.Errorf("its process for MCP %s clients ended before it answered", ModernVersion), t.sc.retryDelay)
+			}
 		}
 		switch {
 		case !t.enabled:
@@ -171,20 +187,24 @@ func (c *Conn) ModernConn(ctx context.Context) (*Conn, error) {
 		case t.closed:
 			t.mu.Unlock()
 			return nil, fmt.Errorf("server %s: %w", c.name, rpc.ErrClosed)
-		case t.starting == nil && t.err != nil && time.Since(t.failedAt) < twinRetry:
-			err := t.err
-			t.mu.Unlock()
-			return nil, err
 		case t.starting == nil:
+			if err := t.streak.CrashLoop(c.name); err != nil {
+				t.mu.Unlock()
+				return nil, err
+			}
+			st := &twinStart{done: make(chan struct{})}
 			var sctx context.Context
-			sctx, t.cancel = context.WithTimeout(context.Background(), orDefault(t.sc.TwinTimeout, DefaultTwinTimeout))
-			t.starting = make(chan struct{})
-			go c.startTwin(sctx, t.starting)
+			sctx, st.cancel = context.WithTimeout(context.Background(), orDefault(t.sc.TwinTimeout, DefaultTwinTimeout))
+			t.starting = st
+			go c.startTwin(sctx, st)
 		}
-		wait := t.starting
+		st := t.starting
 		t.mu.Unlock()
 		select {
-		case <-wait:
+		case <-st.done:
+			if st.err != nil {
+				return nil, st.err // the outcome of the start it waited for
+			}
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
@@ -204,17 +224,18 @@ func orDefault(d, def time.Duration) time.Duration {
 // its probe: what it finds goes in c's result and the connector's memo
 // (before a waiter sees it), and OnEra is told (before done closes: no
 // work of a start outlives endTwin).
-func (c *Conn) startTwin(ctx context.Context, done chan struct{}) {
+func (c *Conn) startTwin(ctx context.Context, st *twinStart) {
 	t := c.tw
-	defer close(done)
+	defer close(st.done)
 	tc, err := t.sc.startModern(ctx, t.spec)
 	learned := EraUnknown
 	t.mu.Lock()
-	t.cancel()
+	st.cancel()
 	t.starting = nil
 	switch {
 	case err != nil:
-		t.err, t.failedAt = fmt.Errorf("server %s: its process for MCP %s clients did not start: %w", c.name, ModernVersion, err), time.Now()
+		st.err = fmt.Errorf("server %s: its process for MCP %s clients did not start: %w", c.name, ModernVersion, err)
+		t.streak.Fail(err, t.sc.retryDelay)
 		c.log.Warn("a dual-era server's process for modern clients did not start", "err", err)
 	case tc == nil:
 		// Not modern: the legacy revisions only.
@@ -222,7 +243,7 @@ func (c *Conn) startTwin(ctx context.Context, done chan struct{}) {
 		t.sc.recordEra(c, EraLegacy, []string{c.Init().ProtocolVersion})
 		c.log.Info("server does not speak MCP " + ModernVersion + ": its modern clients are bridged")
 	default:
-		t.conn, t.err = tc, nil // if the primary is ending, endTwin closes it
+		t.conn = tc // if the primary is ending, endTwin closes it
 		if era, _ := t.sc.era.get(); era != EraDual {
 			learned = EraDual
 			t.sc.recordEra(c, EraDual, tc.Init().SupportedVersions)
@@ -330,12 +351,12 @@ func (c *Conn) endTwin(ctx context.Context) {
 	t.mu.Lock()
 	t.closed = true
 	starting := t.starting
-	if t.cancel != nil && starting != nil {
-		t.cancel()
+	if starting != nil {
+		starting.cancel()
 	}
 	t.mu.Unlock()
 	if starting != nil {
-		<-starting
+		<-starting.done
 	}
 	t.mu.Lock()
 	tc := t.conn

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 // samplingHooks answer every sampling request with a text naming the
@@ -202,36 +204,73 @@ func TestDualServerTwinStartsAgain(t *testing.T) {
 	testserver.WaitGone(t, marker, 2*time.Second)
 }
 
-// A twin that cannot start fails the modern requests that wait for it,
-// and the ones in the next twinRetry at once, without another spawn; a
-// request's own context bounds its wait.
+// A twin that cannot start fails the modern requests that wait for it;
+// the first failure is tried again at once, the second makes a crash loop
+// that answers at once, without another spawn, until the restart
+// policy's next attempt is due; a request's own context bounds its wait.
 func TestDualServerTwinStartFailure(t *testing.T) {
 	sc, _ := dualConnector(t, nil)
+	sc.RetryDelay = func(n int) time.Duration { return time.Duration(n-1) * time.Hour } // 0, then an hour
 	c := connectWith(t, sc)
 	defer c.Close()
 	c.tw.spec.Command = filepath.Join(t.TempDir(), "gone") // the next spawn fails
 	ctx := t.Context()
-	_, err := c.ModernConn(ctx)
-	if err == nil || !strings.Contains(err.Error(), "process for MCP "+ModernVersion+" clients did not start") {
-		t.Fatalf("first: %v", err)
+	for i := range 2 {
+		_, err := c.ModernConn(ctx)
+		if err == nil || errors.Is(err, lifecycle.ErrCrashLoop) || !strings.Contains(err.Error(), "process for MCP "+ModernVersion+" clients did not start") {
+			t.Fatalf("start %d: %v", i+1, err)
+		}
 	}
 	start := time.Now()
-	_, err2 := c.ModernConn(ctx)
-	if err2 == nil || err2.Error() != err.Error() || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("within twinRetry: %v after %v", err2, time.Since(start))
+	_, err := c.ModernConn(ctx)
+	var cl *lifecycle.CrashLoopError
+	if !errors.As(err, &cl) || cl.Failures != 2 || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("in the crash loop: %v after %v", err, time.Since(start))
 	}
 	if c.Init().Era() != EraUnknown {
 		t.Errorf("a failed start recorded %v", c.Init().Era())
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
+	c.tw.streak.Reset() // the next attempt is due
 	c.tw.mu.Lock()
-	c.tw.failedAt = time.Time{} // retry due
 	c.tw.spec.Command = testserver.Build(t)
 	c.tw.spec.Env = append(proc.Environ(), "FIXTURE_NEVER_ANSWER=1") // never answers the probe
 	c.tw.mu.Unlock()
 	if _, err := c.ModernConn(cctx); err == nil {
 		t.Fatal("a cancelled request waited for the twin")
+	}
+}
+
+// A twin that ends before it answered a client is a failure too: two in
+// a row make a crash loop; one that answered a client ends none.
+func TestDualServerTwinThatDiesUnanswered(t *testing.T) {
+	sc, _ := dualConnector(t, nil)
+	sc.RetryDelay = func(n int) time.Duration { return time.Duration(n-1) * time.Hour }
+	c := connectWith(t, sc)
+	defer c.Close()
+	ctx := t.Context()
+	kill := func() {
+		t.Helper()
+		m, err := c.ModernConn(ctx)
+		if err != nil || m == nil {
+			t.Fatalf("modern connection: %v %v", m, err)
+		}
+		_ = syscall.Kill(m.Process().Pid(), syscall.SIGKILL)
+		<-m.Done()
+	}
+	kill()
+	m, err := c.ModernConn(ctx) // one failure: started again at once
+	if err != nil || m == nil {
+		t.Fatalf("after one: %v %v", m, err)
+	}
+	m.MarkAnswered() // it answers a client, then dies: no failure
+	_ = syscall.Kill(m.Process().Pid(), syscall.SIGKILL)
+	<-m.Done()
+	kill() // failures: 0, then 1 for this one
+	kill() // 2: a crash loop
+	if _, err := c.ModernConn(ctx); !errors.Is(err, lifecycle.ErrCrashLoop) {
+		t.Fatalf("after two unanswered deaths in a row: %v", err)
 	}
 }
 

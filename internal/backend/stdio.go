@@ -61,7 +61,11 @@ type StdioConnector struct {
 	// TwinTimeout bounds the start of a dual-era server's process for
 	// modern clients (default DefaultTwinTimeout).
 	TwinTimeout time.Duration
-	era         eraMemo
+	// RetryDelay spaces the starts of that process in a crash loop (the
+	// server's restart policy's lifecycle.Policy.RetryDelay; nil: the
+	// default policy's).
+	RetryDelay func(failures int) time.Duration
+	era        eraMemo
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
@@ -323,4 +327,12 @@ func ParseInit(raw json.RawMessage) (*InitResult, error) {
 		}
 	}
 	return &r, nil
+}
+
+// retryDelay is RetryDelay, or the default policy's.
+func (sc *StdioConnector) retryDelay(failures int) time.Duration {
+	if sc.RetryDelay != nil {
+		return sc.RetryDelay(failures)
+	}
+	return lifecycle.Policy{}.RetryDelay(failures)
 }

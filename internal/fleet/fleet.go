@@ -402,6 +402,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		OnEra:       onEra,
 		ModernFirst: modernFirst,
 		TwinTimeout: sc.InitTimeout,
+		RetryDelay:  sc.Policy().RetryDelay,
 		ExtraEnv:    extra,
 		Name:        sc.Name,
 		Runtime:     f.opts.Runtime,

@@ -398,7 +398,13 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	var out *rpc.Message
 	switch {
 	case err == nil:
-		f.lease.Answered() // its server did useful work: no crash loop
+		// Its server did useful work: no crash loop — the run its lease
+		// is on, and the process that answered when it is another (a
+		// dual-era server's for modern clients).
+		f.lease.Answered()
+		if a, ok := f.conn.(interface{ MarkAnswered() }); ok && f.conn != f.lease.Conn() {
+			a.MarkAnswered()
+		}
 		out = &rpc.Message{ID: clientID, Result: resp.Result, Error: resp.Error}
 		switch {
 		case resp.Error != nil:
