@@ -616,7 +616,7 @@ func TestHealthyPeriodResetsCounter(t *testing.T) {
 			t.Fatalf("first attempt after reset waited %v, want none", gap)
 		}
 		if info := wantState(t, s, StateReady); info.Failures != 1 {
-			t.Fatalf("Failures = %d, want 1", info.Restarts)
+			t.Fatalf("Failures = %d, want 1", info.Failures)
 		}
 		stop(t, s)
 	})

@@ -84,8 +84,9 @@ func TestStartFailureSaysWhy(t *testing.T) {
 			t.Fatalf("inspect's stderr shows the secret: %+v", det.Stderr)
 		}
 	}
-	if det.History[0].Error != msg.Error.Message {
-		t.Fatalf("history: %q, the client was told %q", det.History[0].Error, msg.Error.Message)
+	// The history's entry: the sentence, its stderr lines beside it.
+	if h := det.History[0]; !strings.HasPrefix(msg.Error.Message, h.Error+"; stderr: ") || strings.Contains(h.Error, "stderr") {
+		t.Fatalf("history: %q, the client was told %q", h.Error, msg.Error.Message)
 	}
 	code, out, _ = runBin(t, "inspect", "hang", "--addr", addr)
 	if code != 0 || !strings.Contains(out, "handshake: ") || !strings.Contains(out, "| stderr line 3") || !strings.Contains(out, "Last error:   "+msg.Error.Message+"\n") {

@@ -249,7 +249,9 @@ func (in *instance) startFailure(err error, mark uint64) *StartError {
 			se.Stderr = append(se.Stderr, cfg.RedactText(l))
 		}
 	}
-	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: se.Error(), Stderr: se.Stderr}
+	// The history keeps the sentence without its stderr tail: its own
+	// Stderr holds the lines.
+	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: "server " + se.Server + " " + se.reason, Stderr: se.Stderr}
 	if ee := e.status(err); ee != nil {
 		// A tree that ended during its start (killed by its memory limit
 		// before it answered, say) never connected: disconnected does

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -46,8 +48,9 @@ func TestIdleDecision(t *testing.T) {
 type fakeLive struct {
 	done     chan struct{}
 	once     sync.Once
-	err      error       // what Wait reports: set by crash
-	answered atomic.Bool // it answered a request (lifecycle.Answerer)
+	err      error              // what Wait reports: set by crash
+	exit     *backend.ExitError // if set, what crash ends it with
+	answered atomic.Bool        // it answered a request (lifecycle.Answerer)
 
 	// A modern one takes its resource subscriptions as one set.
 	modern bool
@@ -73,6 +76,9 @@ func (f *fakeLive) subscriptions() []string {
 func (f *fakeLive) crash() {
 	f.once.Do(func() {
 		f.err = fmt.Errorf("%w: exit code 3", lifecycle.ErrServerCrashed)
+		if f.exit != nil {
+			f.err = f.exit
+		}
 		close(f.done)
 	})
 }
@@ -648,6 +654,28 @@ func TestPerSessionInstancesShareTheCrashLoop(t *testing.T) {
 		time.Sleep(time.Second)
 		if _, err := use(s.Acquire(t.Context(), "F")); err != nil {
 			t.Fatalf("when due: %v", err)
+		}
+	})
+}
+
+// A crash loop of processes that served and died before a client's
+// answer says so: not "during its handshake".
+func TestLoopOfServingDeathsSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
+		defer ff.close(t)
+		s := ff.f.Get("s")
+		l := live(s.Acquire(t.Context(), ""))
+		l.(*fakeLive).exit = &backend.ExitError{Server: "s", Status: proc.ExitStatus{Code: 7}, Stderr: "bye"}
+		l.(*fakeLive).crash()
+		synctest.Wait()
+		l = live(s.Acquire(t.Context(), ""))
+		l.(*fakeLive).exit = &backend.ExitError{Server: "s", Status: proc.ExitStatus{Code: 7}, Stderr: "bye"}
+		l.(*fakeLive).crash()
+		synctest.Wait()
+		_, err := use(s.Acquire(t.Context(), ""))
+		if !errors.Is(err, lifecycle.ErrCrashLoop) || !strings.Contains(err.Error(), "; the last exited while it served (exit code 7); stderr: bye") || strings.Contains(err.Error(), "handshake") {
+			t.Fatalf("%v", err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -313,10 +314,22 @@ func (in *instance) loopErrorLocked(err error) error {
 		return err
 	}
 	var se *StartError
-	if !errors.As(in.lastErr, &se) {
+	var ee *backend.ExitError
+	cfg := in.srv.Config()
+	switch {
+	case errors.As(in.lastErr, &se):
+	case errors.As(in.lastErr, &ee):
+		// A process that served, and ended before it answered a client
+		// (disconnected recorded how).
+		se = &StartError{Server: cfg.Name, Stage: StageServing, Err: in.lastErr, reason: exitReason(ee.Status, "while it served")}
+		if ee.Stderr != "" {
+			for _, l := range strings.Split(ee.Stderr, "\n") {
+				se.Stderr = append(se.Stderr, cfg.RedactText(l))
+			}
+		}
+	default:
 		// Not recorded yet (the supervisor records a failed attempt as
 		// the cause of the next): told from the supervisor's error.
-		cfg := in.srv.Config()
 		se = &StartError{Server: cfg.Name, Stage: StageHandshake, Err: cl.Last, reason: cfg.RedactText(startReason(cfg.Name, cl.Last, cfg.InitTimeout))}
 	}
 	return &LoopError{CrashLoopError: cl, Last: se, in: time.Until(cl.Next)}

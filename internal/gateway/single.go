@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -134,6 +135,9 @@ func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, 
 	if err != nil {
 		if lctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", err, context.Cause(lctx))
+		}
+		if strings.HasPrefix(err.Error(), "server "+e.srv.Name()+" ") {
+			return nil, err // it names the server: said once
 		}
 		return nil, fmt.Errorf("server %s's tools could not be learned: %w", e.srv.Name(), err)
 	}
