@@ -28,8 +28,9 @@ import (
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
-// The crash-recovery load test (DESIGN decision 15): 16 clients, each with
-// a session on /mcp and one on each /servers/{name}/mcp, call echo and a
+// The crash-recovery load test (DESIGN decision 15): 16 clients — one in
+// four of them a 2026-07-28 client — each with a session on /mcp and one
+// on each /servers/{name}/mcp, call echo and a
 // 50 ms sleep on three servers — one of which takes 400 ms to start — with
 // the default configuration but for a 10 s request timeout; first without
 // kills, then while a killer SIGKILLs one server process (now and then its
@@ -96,9 +97,15 @@ func TestCrashRecoveryUnderLoad(t *testing.T) {
 	clients := make([]*crashClient, crashLoadClients)
 	for i := range clients {
 		c := &crashClient{rng: rand.New(rand.NewPCG(seed, uint64(i))), sess: map[string]*mcp.ClientSession{}}
-		c.sess["/mcp"] = connectHTTP(t, s.base+"/mcp", nil)
+		// One client in four speaks 2026-07-28 (the go-sdk's default: no
+		// session; the legacy fixture's calls are bridged for it).
+		connect := func(url string) *mcp.ClientSession { return connectHTTP(t, url, nil) }
+		if i%4 == 3 {
+			connect = func(url string) *mcp.ClientSession { return connectModernHTTP(t, url) }
+		}
+		c.sess["/mcp"] = connect(s.base + "/mcp")
 		for _, name := range crashLoadServers {
-			c.sess[name] = connectHTTP(t, s.base+"/servers/"+name+"/mcp", nil)
+			c.sess[name] = connect(s.base + "/servers/" + name + "/mcp")
 		}
 		clients[i] = c
 	}
