@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build bench bench-gateway bench-dormant bench-fleet bench-connect bench-sessions
+.PHONY: test test-deps vet build bench bench-gateway bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -33,6 +33,18 @@ bench: test-deps
 BASE ?= $(MCPVISOR_BENCH_BASE)
 bench-gateway:
 	MCPVISOR_BENCH=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReport$$' -v ./cmd/mcpvisor/
+
+# Instructions per call (issue 30; about 3 minutes, 5 with BASE): what
+# bench-gateway's rounds cannot resolve, counted by valgrind's cachegrind
+# in the serving process alone — the raw relay (session-era and 2026-07-28
+# requests), serve's /servers/x/mcp, /mcp and /mcp stateless — as
+# (Ir(3N) − Ir(N)) / 2N over two runs with N=1000 and 3N calls of the same
+# load client, the median of 3 interleaved repeats with their spread, and
+# ratios to the raw relay. BASE=REV adds serve built from REV and now /
+# @base ratios. Needs valgrind; the report goes to
+# bin/bench/instructions-report.txt.
+bench-instructions:
+	MCPVISOR_BENCH_INSTR=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 30m -run '^TestBenchInstructions$$' -v ./cmd/mcpvisor/
 
 # What a learned, dormant server costs (about 6 minutes): mcpvisor serve's
 # RSS (and its anonymous part, and the live heap) with 1,000 servers of 20

@@ -671,6 +671,13 @@ type benchProcess struct {
 // (loadtest.OwnSession), and waits for that line.
 func startBenchProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess {
 	t.Helper()
+	return startBenchProcessWithin(t, cmd, env, 20*time.Second)
+}
+
+// startBenchProcessWithin is startBenchProcess waiting up to wait for the
+// address: longer for a process under valgrind.
+func startBenchProcessWithin(t *testing.T, cmd *exec.Cmd, env []string, wait time.Duration) *benchProcess {
+	t.Helper()
 	cmd.Env = env
 	cmd.SysProcAttr = loadtest.OwnSession()
 	stderr, err := cmd.StderrPipe()
@@ -697,8 +704,8 @@ func startBenchProcess(t *testing.T, cmd *exec.Cmd, env []string) *benchProcess 
 	}()
 	select {
 	case p.base = <-addr:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not report its address", cmd.Path)
+	case <-time.After(wait):
+		t.Fatalf("%s did not report its address within %v", cmd.Path, wait)
 	}
 	return p
 }

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/loadtest"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The instructions benchmark (issue 30): what `make bench-gateway`'s
+// rounds cannot resolve — a few percent of CPU per call — counted instead
+// of timed. Each serving process runs under valgrind's cachegrind
+// (--cache-sim=no: instructions only, no cache model) while the gateway
+// benchmark's load client (internal/loadtest, 16 callers) makes a fixed
+// number of echo calls through it to the same fixture; twice, with N and
+// with 3N calls after the same warm-up, so that (Ir(3N) − Ir(N)) / 2N is
+// the instructions of a call with start-up, warm-up and shut-down
+// cancelled out. The paths: the raw relay (loadtest.RawRelayHandler, with
+// session-era and with 2026-07-28 requests), mcpvisor serve's
+// /servers/x/mcp, /mcp in a session and /mcp stateless 2026-07-28, and,
+// with MCPVISOR_BENCH_BASE, the same three of a serve built from that
+// revision. Only the process under valgrind is counted (the fixture, a
+// child, runs natively), and the repeats interleave the paths.
+// `make bench-instructions` runs it; plain `go test` skips it.
+//
+// Environment: MCPVISOR_BENCH_INSTR=1 enables it;
+// MCPVISOR_BENCH_INSTR_CALLS (default 1000) is N,
+// MCPVISOR_BENCH_INSTR_REPEATS (default 3) how often each path is
+// counted, MCPVISOR_BENCH_BASE and MCPVISOR_BENCH_OUT as for
+// TestBenchReport; the report is instructions-report.txt.
+
+const (
+	benchInstrEnv    = "MCPVISOR_BENCH_INSTR"
+	benchInstrWarmup = 200 // calls before the counted ones, in both runs
+)
+
+// instrPath is one path counted under valgrind.
+type instrPath struct {
+	name, short string
+	against     string                                 // the raw relay path it is judged against
+	command     func(run string) (*exec.Cmd, []string) // the process to count, and its environment; run names its state
+	url, tool   string
+	modern      bool
+}
+
+func TestBenchInstructions(t *testing.T) {
+	if os.Getenv(benchInstrEnv) == "" {
+		t.Skip("set " + benchInstrEnv + "=1 to count instructions per call under valgrind (make bench-instructions)")
+	}
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		t.Fatalf("valgrind: %v", err)
+	}
+	n := benchIntEnv(t, "MCPVISOR_BENCH_INSTR_CALLS", 1000)
+	repeats := benchIntEnv(t, "MCPVISOR_BENCH_INSTR_REPEATS", 3)
+	report := newBenchReport(t, "instructions-report.txt")
+	say := report.say
+
+	dir := t.TempDir()
+	bin, fixture := benchBinaries(t, dir)
+	marker := testserver.NewMarker(t)
+	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "cachegrind")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// under runs args under valgrind, its count written to the file run
+	// names.
+	//
+	// Valgrind has no clone3 (ENOSYS), which Go needs to start a process
+	// straight into a cgroup, as mcpvisor starts its servers: as root, each
+	// counted process runs in a mount namespace of its own with the cgroup2
+	// mounts read-only, so that mcpvisor, unable to create its cgroups,
+	// starts servers without (what a call costs is the same: the fixture
+	// starts once, in the warm-up). The raw relay runs the same way.
+	roMounts := cgroup2Mounts()
+	under := func(run string, args ...string) *exec.Cmd {
+		vg := append([]string{valgrind, "-q", "--tool=cachegrind", "--cache-sim=no", "--log-file=" + filepath.Join(out, run+".%p.log"),
+			"--cachegrind-out-file=" + filepath.Join(out, run+".out"), "--"}, args...)
+		if os.Geteuid() != 0 || len(roMounts) == 0 {
+			return exec.Command(vg[0], vg[1:]...)
+		}
+		script := `for m in ` + strings.Join(roMounts, " ") + `; do mount -o remount,bind,ro "$m" || exit 1; done; exec "$@"`
+		return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"}, vg...)...)
+	}
+	// GOMAXPROCS=1: valgrind runs one thread at a time anyway, and a
+	// second P only adds a spinning scheduler's instructions, which vary
+	// from run to run.
+	env = append(env, "GOMAXPROCS=1")
+	raw := func(run string) (*exec.Cmd, []string) {
+		return under(run, exe, "-test.run=^TestBenchRawRelayChild$", "-test.count=1"), append(env, benchRawEnv+"="+fixture)
+	}
+	serve := func(bin string) func(run string) (*exec.Cmd, []string) {
+		return func(run string) (*exec.Cmd, []string) {
+			return under(run, bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state-"+run), "--log-level", "warn"), env
+		}
+	}
+	paths := []instrPath{
+		{"raw relay (bare handler → fixture)", "raw", "", raw, "/mcp", "echo", false},
+		{"raw relay, 2026-07-28 requests", "raw-modern", "", raw, "/mcp", "echo", true},
+		{"serve /servers/x/mcp", "single", "raw", serve(bin), "/servers/x/mcp", "echo", false},
+		{"serve /mcp (x__echo)", "agg", "raw", serve(bin), "/mcp", "x__echo", false},
+		{"serve /mcp stateless 2026-07-28", "modern", "raw-modern", serve(bin), "/mcp", "x__echo", true},
+	}
+	rev := os.Getenv(benchBaseEnv)
+	var commit string
+	if rev != "" {
+		var baseBin string
+		baseBin, commit, _ = benchBaseBinaries(t, dir, rev)
+		paths = append(paths,
+			instrPath{"serve /servers/x/mcp @base", "single@base", "raw", serve(baseBin), "/servers/x/mcp", "echo", false},
+			instrPath{"serve /mcp (x__echo) @base", "agg@base", "raw", serve(baseBin), "/mcp", "x__echo", false},
+			instrPath{"serve /mcp stateless @base", "modern@base", "raw-modern", serve(baseBin), "/mcp", "x__echo", true})
+	}
+	vgVersion, _ := exec.Command(valgrind, "--version").Output()
+	say("mcpvisor instructions per call: %s cachegrind (--cache-sim=no), %d callers, %d warm-up calls, then N=%d and 3N calls in two runs of each path;\n"+
+		"instructions per call = (Ir(3N) − Ir(N)) / 2N of the serving process alone; %d repeats, paths interleaved (even repeats in reverse order); %d CPUs, GOMAXPROCS=1 in the counted process\n",
+		strings.TrimSpace(string(vgVersion)), benchCallers, benchInstrWarmup, n, repeats, runtime.NumCPU())
+	if rev != "" {
+		say("@base: mcpvisor serve built from %s (%s)\n", rev, commit)
+	}
+
+	ctx := t.Context()
+	per := map[string][]float64{} // path → instructions per call, by repeat
+	start := time.Now()
+	for rep := 1; rep <= repeats; rep++ {
+		order := slices.Clone(paths)
+		if rep%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, p := range order {
+			var ir [2]int64
+			for i, calls := range []int{n, 3 * n} {
+				ir[i] = countInstructions(t, ctx, p, fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(p.short, "@", "_"), rep, calls), out, calls)
+			}
+			x := float64(ir[1]-ir[0]) / float64(2*n)
+			per[p.short] = append(per[p.short], x)
+			fmt.Printf("  counted %-34s repeat %d: Ir %d (N) and %d (3N): %.0f instructions/call (%v so far)\n", p.name, rep, ir[0], ir[1], x, time.Since(start).Round(time.Second))
+		}
+	}
+
+	median := func(xs []float64) float64 {
+		s := slices.Sorted(slices.Values(xs))
+		if len(s)%2 == 1 {
+			return s[len(s)/2]
+		}
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	// ratio is a over b, of the medians, with the range of the repeats'
+	// ratios (a repeat counts both paths in the same spell).
+	ratio := func(a, b string) string {
+		xs := make([]float64, len(per[a]))
+		for i := range xs {
+			xs[i] = per[a][i] / per[b][i]
+		}
+		return fmt.Sprintf("%.3f× (repeats %.3f–%.3f)", median(per[a])/median(per[b]), slices.Min(xs), slices.Max(xs))
+	}
+	say("\n| path | instructions/call, median | repeats, min–max | spread | against the raw relay, same requests |\n|---|---|---|---|---|\n")
+	for _, p := range paths {
+		xs := per[p.short]
+		m, lo, hi := median(xs), slices.Min(xs), slices.Max(xs)
+		against := "–"
+		if p.against != "" {
+			against = ratio(p.short, p.against)
+		}
+		say("| %s | %.0f | %.0f–%.0f | ±%.1f %% | %s |\n", p.name, m, lo, hi, 100*(hi-lo)/2/m, against)
+	}
+	if rev != "" {
+		say("\nnow / @base, instructions per call:\n")
+		for _, s := range []string{"single", "agg", "modern"} {
+			say("  %-7s %s\n", s, ratio(s, s+"@base"))
+		}
+	}
+	say("\n(the whole count took %v)\n", time.Since(start).Round(time.Second))
+	report.save(t)
+}
+
+// countInstructions runs p under valgrind (the file run names holds the
+// count), makes the warm-up calls and then calls calls with
+// benchCallers callers, stops the process and returns its instructions.
+func countInstructions(t *testing.T, ctx context.Context, p instrPath, run, out string, calls int) int64 {
+	t.Helper()
+	cmd, env := p.command(run)
+	proc := startBenchProcessWithin(t, cmd, env, 2*time.Minute)
+	client := loadtest.NewHTTPClient(benchCallers)
+	defer client.CloseIdleConnections()
+	var sess *loadtest.HTTPSession
+	if p.modern {
+		sess = loadtest.OpenModernHTTP(proc.base+p.url, client)
+	} else {
+		var err error
+		if sess, err = loadtest.OpenHTTP(ctx, client, proc.base+p.url); err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+	}
+	for _, k := range []int{benchInstrWarmup, calls} {
+		if err := callFixed(ctx, k, benchCallers, func() func() error { return sess.Echo(ctx, p.tool, benchText) }); err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+	}
+	if !p.modern {
+		_ = sess.Close(ctx)
+	}
+	client.CloseIdleConnections()
+	proc.stop(t)
+	b, err := os.ReadFile(filepath.Join(out, run+".out"))
+	if err != nil {
+		t.Fatalf("%s: no cachegrind count: %v", p.name, err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "summary:"); ok {
+			ir, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: cachegrind summary %q", p.name, line)
+			}
+			return ir
+		}
+	}
+	t.Fatalf("%s: no summary in the cachegrind count", p.name)
+	return 0
+}
+
+// callFixed makes calls calls of newCall's, callers at a time, and
+// returns the first error.
+func callFixed(ctx context.Context, calls, callers int, newCall func() func() error) error {
+	var left atomic.Int64
+	left.Store(int64(calls))
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range callers {
+		call := newCall()
+		wg.Go(func() {
+			for left.Add(-1) >= 0 && ctx.Err() == nil {
+				if err := call(); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// benchIntEnv is the positive integer in the environment variable name,
+// else def.
+func benchIntEnv(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: not a positive integer", name, v)
+	}
+	return n
+}
+
+// cgroup2Mounts lists where cgroup2 is mounted (from
+// /proc/self/mountinfo), each a path without blanks.
+func cgroup2Mounts() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		i := slices.Index(f, "-")
+		if i > 4 && i+1 < len(f) && f[i+1] == "cgroup2" && !strings.ContainsAny(f[4], "\\'\"$`") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
