@@ -14,6 +14,11 @@ import (
 // run: the call completes with the server's answer.
 func TestRequestTimeoutPausedWhileTheClientAnswers(t *testing.T) {
 	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","requestTimeout":"300ms"}}`)
+	// Started first: the timeout covers a start too, and a loaded
+	// machine may take longer than 300 ms to start a Node server.
+	if err := w.fleet.Get("c").Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	sess := w.stdioClient(w.gw.Single("c"), &mcp.ClientOptions{
 		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			select {
