@@ -32,7 +32,7 @@ func newHeld(g *Gateway, conn fleet.Conn) (*heldCall, *call) {
 	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	s.held = h
-	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	return h, c
 }
 
@@ -250,7 +250,7 @@ func legacyCall(g *Gateway, asked *atomic.Int32) *call {
 	st := g.sessions[s]
 	st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
 	g.mu.Unlock()
-	return &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: s.Out(), touch: func() {}}
+	return &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: s.Out()}
 }
 
 // A legacy client's call to a modern server goes through at most
@@ -325,7 +325,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			g.open(s, nil)
 			g.mu.Lock()
 			st := g.sessions[s]
-			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn, touch: func() {}}
+			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 			g.calls[conn] = []*call{c}
 			g.mu.Unlock()
 			start := time.Now()
@@ -362,7 +362,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			st := g.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
 			g.mu.Unlock()
-			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, touch: func() {}}
+			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink}
 			conn := &inputConn{rounds: 2}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()

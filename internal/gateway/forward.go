@@ -94,8 +94,11 @@ type flight struct {
 	lease          *fleet.Lease
 	conn           fleet.Conn
 	legacyToModern bool
-	ended          *atomic.Bool // the request timer's: set when it is done for
-	timer          *time.Timer
+	timer          *reqTimer // &rt when the request has a timeout
+
+	// The call and the timer, allocated with the flight.
+	call call
+	rt   reqTimer
 
 	// What its end records (end): when it began, its server, the tool or
 	// prompt it names, how it ended; its span, with tracing on.
@@ -142,11 +145,6 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			f.tr.protocol = modernVersion
 		}
 	}
-	st := g.state(s)
-	if st == nil {
-		f.record(telemetry.Cancelled, 0, "session closed")
-		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
-	}
 	if cancel != nil {
 		f.ctx, f.cancel = ctx, cancel
 	} else {
@@ -156,17 +154,23 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	// The call is the session's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
 	// server starts or restarts cancels it there, and it never runs.
-	c := &call{sess: s, st: st, clientID: clientID, related: related, cancel: f.cancel}
+	f.call = call{sess: s, clientID: clientID, related: related, cancel: f.cancel}
+	c := &f.call
 	f.c, f.key = c, string(clientID)
 	g.mu.Lock()
-	if f.tr != nil && f.tr.protocol == "" {
-		f.tr.protocol = st.protocol
+	st := s.st // a modern request's own: in no table
+	if st == nil {
+		st = g.sessions[s]
 	}
-	if st.closed {
+	if st == nil || st.closed {
 		g.mu.Unlock()
 		f.cancel(nil)
 		f.record(telemetry.Cancelled, 0, "session closed")
 		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
+	}
+	c.st = st
+	if f.tr != nil && f.tr.protocol == "" {
+		f.tr.protocol = st.protocol
 	}
 	if st.stateless {
 		// A modern request's session is in no table, and its calls need
@@ -307,49 +311,72 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	return f, nil
 }
 
-// armTimer arms f's request timer, counted from f.start, with c's touch:
+// armTimer arms f's request timer, counted from f.start, as c's timer:
 // the timeout restarts whenever the server reports progress or gets the
-// client's answer to a request of its, and does not run out while such a
-// request waits for the client. When it runs out, f's context ends with
-// errTimeout.
+// client's answer to a request of its (call.touch), and does not run out
+// while such a request waits for the client. When it runs out, f's
+// context ends with errTimeout.
 func (f *flight) armTimer(c *call) {
-	timeout := f.timeout
-	if timeout <= 0 {
-		c.touch = func() {}
+	if f.timeout <= 0 {
 		return
 	}
-	var tp atomic.Pointer[time.Timer] // for the callback: set as AfterFunc returns
-	var touched atomic.Int64          // when the timeout last restarted, Unix ns
-	ended := new(atomic.Bool)         // the call has returned: its timer is done for
-	touched.Store(f.start.UnixNano())
-	cancel := f.cancel
-	timer := time.AfterFunc(timeout-time.Since(f.start), func() {
-		if ended.Load() {
-			return
-		}
-		// A wait on the client, or a restart the firing raced with,
-		// runs the timer again (for what is left of it).
-		if t := tp.Load(); t != nil {
-			if c.waiting.Load() > 0 {
-				t.Reset(timeout)
-				return
-			}
-			if left := timeout - time.Duration(time.Now().UnixNano()-touched.Load()); left > 0 {
-				t.Reset(left)
-				return
-			}
-		}
-		cancel(errTimeout)
-	})
-	tp.Store(timer)
-	f.timer, f.ended = timer, ended
-	c.touch = func() {
-		if ended.Load() {
-			return
-		}
-		touched.Store(time.Now().UnixNano())
-		timer.Reset(timeout)
+	rt := &f.rt
+	rt.timeout, rt.cancel, rt.waiting = f.timeout, f.cancel, &c.waiting
+	rt.touched.Store(f.start.UnixNano())
+	t := time.AfterFunc(f.timeout-time.Since(f.start), rt.fire)
+	rt.timer.Store(t)
+	f.timer, c.timer = rt, rt
+}
+
+// reqTimer is a forwarded request's timeout (flight.armTimer). Its
+// methods are safe to call concurrently: touch from the goroutines that
+// relay the server's progress and the client's answers, fire from the
+// timer's, stop from the request's.
+type reqTimer struct {
+	timer   atomic.Pointer[time.Timer] // set as AfterFunc returns: fire may run first
+	timeout time.Duration
+	cancel  context.CancelCauseFunc
+	waiting *atomic.Int32 // the call's requests waiting on the client
+	touched atomic.Int64  // when the timeout last restarted, Unix ns
+	ended   atomic.Bool   // the call has returned: its timer is done for
+}
+
+// fire is the timer's callback: the request's context ends with
+// errTimeout, unless the call has ended, waits on its client, or was
+// touched since the timer was set (then it runs again, for what is left).
+func (rt *reqTimer) fire() {
+	if rt.ended.Load() {
+		return
 	}
+	// A wait on the client, or a restart the firing raced with, runs the
+	// timer again (for what is left of it). A timer that fires before
+	// AfterFunc returned was set out of time already.
+	if t := rt.timer.Load(); t != nil {
+		if rt.waiting.Load() > 0 {
+			t.Reset(rt.timeout)
+			return
+		}
+		if left := rt.timeout - time.Duration(time.Now().UnixNano()-rt.touched.Load()); left > 0 {
+			t.Reset(left)
+			return
+		}
+	}
+	rt.cancel(errTimeout)
+}
+
+// touch restarts the timeout. A nil reqTimer (no timeout) does nothing.
+func (rt *reqTimer) touch() {
+	if rt == nil || rt.ended.Load() {
+		return
+	}
+	rt.touched.Store(time.Now().UnixNano())
+	rt.timer.Load().Reset(rt.timeout)
+}
+
+// stop ends the timer for good.
+func (rt *reqTimer) stop() {
+	rt.ended.Store(true)
+	rt.timer.Load().Stop()
 }
 
 // notReached records why f ended before it reached its server — err, the
@@ -520,8 +547,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 // lease, the call's registration, its context.
 func (f *flight) end() {
 	if f.timer != nil {
-		f.ended.Store(true)
-		f.timer.Stop()
+		f.timer.stop()
 	}
 	f.record(f.outcome, f.code, f.errMsg())
 	if f.lease != nil {
@@ -564,10 +590,13 @@ func (g *Gateway) endCall(c *call, key string) {
 		return // ended before it reached its server
 	}
 	g.noteRecentLocked(c.conn, c.sess)
+	// Taken out in place (every reader holds g.mu), the order kept.
 	list := g.calls[c.conn]
 	for i, x := range list {
 		if x == c {
-			list = append(list[:i:i], list[i+1:]...)
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
 			break
 		}
 	}

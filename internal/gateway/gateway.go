@@ -181,12 +181,15 @@ type call struct {
 	related  Sink
 	conn     fleet.Conn
 	cancel   func(cause error)
-	touch    func() // resets the request timeout
+	timer    *reqTimer // the request timeout (nil: none)
 	// waiting counts the server's requests bridged to the client and not
 	// yet answered: while one is, the server waits on the client, and the
 	// request timeout does not run out.
 	waiting atomic.Int32
 }
+
+// touch restarts c's request timeout, if it has one.
+func (c *call) touch() { c.timer.touch() }
 
 // outReq is a server→client request forwarded to a client session.
 type outReq struct {

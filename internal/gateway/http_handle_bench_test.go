@@ -51,7 +51,7 @@ type handleRig struct {
 }
 
 // newHandleRig connects a loopback pair for h; both ends close with b.
-func newHandleRig(b *testing.B, h http.Handler) *handleRig {
+func newHandleRig(b testing.TB, h http.Handler) *handleRig {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

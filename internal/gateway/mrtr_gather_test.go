@@ -118,14 +118,14 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 	hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	sA.held = hA
-	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	sinkB := &capSink{}
 	sB := NewSession(sinkB)
 	stB := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}}
 	g.mu.Lock()
 	g.sessions[sB] = stB
 	g.byKey[sB.key] = sB
-	cB := &call{sess: sB, st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn, touch: func() {}}
+	cB := &call{sess: sB, st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn}
 	g.calls[conn] = []*call{cA, cB}
 	g.mu.Unlock()
 	g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"a-2"`), Method: "sampling/createMessage",
@@ -157,7 +157,7 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 		hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
 		sA.held = hA
-		cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+		cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 		g.mu.Lock()
 		g.calls[conn] = []*call{cA}
 		g.mu.Unlock()
@@ -415,7 +415,7 @@ func TestMRTRGatherIsBounded(t *testing.T) {
 		s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
 		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
-		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, touch: func() {}}
+		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink}
 		conn := &nopConn{}
 		offer := func(i int) {
 			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(strconv.Itoa(i)), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)}, c); !ok {
@@ -487,7 +487,7 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	sink := &capSink{}
 	s := NewSession(sink)
 	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true}
-	c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn, touch: func() {}}
+	c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 	g.mu.Lock()
 	g.sessions[s] = st
 	g.byKey[s.key] = s
@@ -514,7 +514,7 @@ func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
 		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		conn, other := &recConn{}, &recConn{}
-		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn, touch: func() {}}
+		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 		for _, id := range []string{`7`, `8`} {
 			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(id), Method: "sampling/createMessage", Params: json.RawMessage(`{"n":` + id + `}`)}, c); !ok {
 				t.Fatal(why)

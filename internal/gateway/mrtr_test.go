@@ -214,6 +214,11 @@ func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
 // run: an answer that comes after more than the timeout completes it.
 func TestMRTRBridgeSlowAnswer(t *testing.T) {
 	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","requestTimeout":"500ms"}}`)
+	// Started first: the timeout covers a start too, and a loaded
+	// machine may take longer than 500 ms to start a Node server.
+	if err := w.fleet.Get("c").Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	time.Sleep(time.Second) // two request timeouts
 	m := w.call("2", `,"requestState":`+mustJSONString(state)+`,"inputResponses":{`+mustJSONString(key)+`:`+acceptUser+`}`, `{"elicitation":{}}`)
@@ -294,7 +299,6 @@ func TestMRTRBridgeHoldExpires(t *testing.T) {
 func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 	g := New(nil)
 	c := &call{}
-	c.touch = func() {}
 	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
 	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
 	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}

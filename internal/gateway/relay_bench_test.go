@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"net/http"
+	"os/exec"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/loadtest"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// The same tools/call of the fixture's echo on each path of
+// BenchmarkRelayCall and TestRelayCallAllocs.
+var (
+	relayCall       = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}`)
+	relayAggCall    = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"}}}`)
+	relayModernCall = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
+)
+
+// relayPath is one way to the fixture's echo: post serves one call
+// through ServeHTTP and fails tb unless it was answered as the first was.
+type relayPath struct {
+	name string
+	post func()
+}
+
+// relayPaths are mcpvisor's paths with the default config —
+// /servers/x/mcp, /mcp in a 2025-11-25 session and /mcp as stateless
+// 2026-07-28 requests — each called once (the server started, its list
+// learned), with raw, the raw relay (loadtest.RawRelayHandler, the
+// baseline of make bench-gateway), first when asked for.
+func relayPaths(tb testing.TB, raw bool) []relayPath {
+	base := http.Header{"Accept": {httpAccept}, "Content-Type": {"application/json"}}
+	path := func(name string, h http.Handler, hdr http.Header, init, msg []byte) relayPath {
+		rig := newHandleRig(tb, h)
+		rig.r.Header = base.Clone()
+		if init != nil {
+			rig.post(init)
+			sid := rig.w.hdr.Get("Mcp-Session-Id")
+			if sid == "" {
+				tb.Fatalf("%s: initialize: %d, no session", name, rig.w.status)
+			}
+			rig.r.Header.Set("Mcp-Session-Id", sid)
+		}
+		for k, v := range hdr {
+			rig.r.Header[k] = v
+		}
+		rig.post(msg)
+		want := rig.w.n
+		if rig.w.status != 0 && rig.w.status != http.StatusOK || want == 0 {
+			tb.Fatalf("%s: status %d, %d bytes", name, rig.w.status, want)
+		}
+		return relayPath{name, func() {
+			rig.post(msg)
+			if rig.w.n != want {
+				tb.Fatalf("%s: status %d, %d bytes, want %d", name, rig.w.status, rig.w.n, want)
+			}
+		}}
+	}
+	var paths []relayPath
+	if raw {
+		cmd := exec.Command(testserver.Build(tb))
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+		conn := loadtest.NewStdio(stdout, stdin)
+		if err := conn.Initialize(tb.Context()); err != nil {
+			tb.Fatal(err)
+		}
+		paths = append(paths, path("raw", loadtest.RawRelayHandler(conn), nil, nil, relayCall))
+	}
+	w := newWorld(tb, `{"x":{"command":"$FIXTURE"}}`)
+	single := NewStreamableHandler(w.gw.Single("x"), HTTPOptions{})
+	agg := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	tb.Cleanup(func() { single.Close(); agg.Close() })
+	session := http.Header{"Mcp-Protocol-Version": {"2025-11-25"}}
+	modern := http.Header{}
+	for k, v := range modernHeaders("tools/call", "x__echo") {
+		modern.Set(k, v)
+	}
+	return append(paths,
+		path("single", single, session, []byte(httpInit), relayCall),
+		path("agg", agg, session, []byte(httpInit), relayAggCall),
+		path("modern", agg, modern, nil, relayModernCall))
+}
+
+// BenchmarkRelayCall is what one tools/call costs this process, called
+// through ServeHTTP directly (no HTTP client, no network) by one caller:
+// the raw relay, then mcpvisor's paths (relayPaths). The fixture is a
+// process of its own in each, so cpu-µs/call is the relay's alone. Run it
+// with -cpuprofile to see where mcpvisor's difference goes.
+func BenchmarkRelayCall(b *testing.B) {
+	for _, p := range relayPaths(b, true) {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				p.post()
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(b.N), "cpu-µs/call")
+		})
+	}
+}
+
+// relayAllocs bounds the allocations of one call on each path, of the
+// whole process (the handler, the gateway and fleet, the reading of the
+// server's answer): what they were when the per-call work was last cut
+// (issue 30), plus one for the runtime's noise. A change that allocates
+// more per call fails here, not in a benchmark nobody runs.
+var relayAllocs = map[string]float64{"single": 17 + 1, "agg": 19 + 1, "modern": 23 + 1}
+
+// TestRelayCallAllocs holds the per-call allocations of the default
+// config (tracing off) to relayAllocs.
+func TestRelayCallAllocs(t *testing.T) {
+	for _, p := range relayPaths(t, false) {
+		n := testing.AllocsPerRun(200, p.post)
+		t.Logf("%s: %.1f allocations per call (bound %v)", p.name, n, relayAllocs[p.name]+raceAllocs)
+		if n > relayAllocs[p.name]+raceAllocs {
+			t.Errorf("%s: %.1f allocations per call, bound %v", p.name, n, relayAllocs[p.name]+raceAllocs)
+		}
+	}
+}
