@@ -139,7 +139,7 @@ func benchCPUVerdict(t *testing.T, report *benchReport, rows []benchRow, rounds 
 		return m, half, ok
 	}
 	head := "| endpoint | against | CPU µs/call, mean of rounds | ratio, mean ± 95 % CI | resolution | rounds min–max | verdict |\n|---|---|---|---|---|---|---|\n"
-	say("\nCPU per call against the raw relay, tracing off: the serving process's CPU per call (all its threads, from /proc) over the raw relay's\n"+
+	say("\nCPU per call against the raw relay, tracing off: the serving process's CPU per call (its CPU-time clock, kernel time included) over the raw relay's\n"+
 		"with the same requests; the mean of %d per-round ratios ± the half-width of its 95 %% confidence interval (Student t), the resolution;\n"+
 		"pass: the mean ≤ 1 + the resolution, i.e. CPU per call ≤ the raw relay's + the resolution\n%s", rounds, head)
 	gated := []cmp{{"single", "raw", "/servers/x/mcp"}, {"agg", "raw", "/mcp session"}, {"modern", "raw-modern", "/mcp stateless 2026-07-28"}}
