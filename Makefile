@@ -29,8 +29,8 @@ bench: test-deps
 # on) and mcpvisor stdio under 16 callers in 3 interleaved rounds, RSS and
 # CPU profiles; then issue 30's verdict: 20 rounds of short windows of the
 # raw relay and serve's endpoints only, and each endpoint's CPU per call
-# over the raw relay's, the mean of the rounds' ratios with its 95 %
-# confidence interval (the resolution). Tracing off, an endpoint above the
+# over the raw relay's, the geometric mean of the rounds' ratios with its
+# 95 % confidence interval (the resolution). Tracing off, an endpoint above the
 # raw relay's + the resolution fails the run (NOGATE=1: reported only);
 # tracing on is reported, not judged. The report and the profiles go to
 # bin/bench/. BASE=REV (a git revision) adds a baseline: mcpvisor serve
