@@ -353,11 +353,11 @@ func (rt *reqTimer) fire() {
 	// AfterFunc returned was set out of time already.
 	if t := rt.timer.Load(); t != nil {
 		if rt.waiting.Load() > 0 {
-			t.Reset(rt.timeout)
+			rt.reset(t, rt.timeout)
 			return
 		}
 		if left := rt.timeout - time.Duration(time.Now().UnixNano()-rt.touched.Load()); left > 0 {
-			t.Reset(left)
+			rt.reset(t, left)
 			return
 		}
 	}
@@ -370,7 +370,17 @@ func (rt *reqTimer) touch() {
 		return
 	}
 	rt.touched.Store(time.Now().UnixNano())
-	rt.timer.Load().Reset(rt.timeout)
+	rt.reset(rt.timer.Load(), rt.timeout)
+}
+
+// reset runs t again after d — unless the call ended meanwhile (a stop
+// between the caller's check of ended and this Reset): then it is
+// stopped again, and holds nothing of the flight for d.
+func (rt *reqTimer) reset(t *time.Timer, d time.Duration) {
+	t.Reset(d)
+	if rt.ended.Load() {
+		t.Stop()
+	}
 }
 
 // stop ends the timer for good.

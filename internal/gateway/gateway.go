@@ -181,7 +181,11 @@ type call struct {
 	related  Sink
 	conn     fleet.Conn
 	cancel   func(cause error)
-	timer    *reqTimer // the request timeout (nil: none)
+	// timer is the request timeout (nil: none). It is set before the
+	// call reaches its server — before anything can touch it: progress
+	// and server requests find the call only once begin put it in
+	// g.calls or g.tokens — and never changes after.
+	timer *reqTimer
 	// waiting counts the server's requests bridged to the client and not
 	// yet answered: while one is, the server waits on the client, and the
 	// request timeout does not run out.
