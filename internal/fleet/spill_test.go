@@ -243,3 +243,40 @@ func TestTrimSoonWaitsUntilRequestsStop(t *testing.T) {
 		}
 	})
 }
+
+// A trim asked for while one is under way is not lost: another follows
+// it, once things are quiet again; and no two trims ever overlap, however
+// many goroutines ask.
+func TestTrimAskedDuringATrim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, openStore(t))
+		defer df.close(t)
+		var trims, in atomic.Int32
+		release := make(chan struct{})
+		df.f.opts.Trim = func(bool) {
+			if in.Add(1) > 1 {
+				t.Error("two trims at once")
+			}
+			if trims.Add(1) == 1 {
+				<-release
+			}
+			in.Add(-1)
+		}
+		df.f.TrimSoon()
+		time.Sleep(trimQuiet)
+		synctest.Wait()
+		if n := trims.Load(); n != 1 {
+			t.Fatalf("%d trims under way, want 1", n)
+		}
+		for range 8 {
+			go df.f.TrimSoon()
+		}
+		synctest.Wait()
+		close(release)
+		time.Sleep(trimEvery + trimQuiet)
+		synctest.Wait()
+		if n := trims.Load(); n != 2 {
+			t.Fatalf("%d trims, want 2: the one asked for during the first was lost", n)
+		}
+	})
+}

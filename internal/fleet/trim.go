@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,14 +16,17 @@ const (
 )
 
 // trimState schedules Options.Trim: at most one trimmer runs, and a
-// request for a trim while it waits moves its call later.
+// request for a trim while it waits moves its call later. Asking is a
+// few atomic operations — every request served asks — and the lock is
+// the trimmer's alone.
 type trimState struct {
-	mu      sync.Mutex
-	running bool
-	due     bool      // a trim was asked for since the last call
-	dormant bool      // a server went dormant since the last call
-	at      time.Time // when the last was asked for
-	last    time.Time // when Trim was last called
+	running atomic.Bool  // a trimmer runs (or is being started)
+	due     atomic.Bool  // a trim was asked for since the last call
+	dormant atomic.Bool  // a server went dormant since the last call
+	at      atomic.Int64 // when the last was asked for, Unix ns
+
+	mu   sync.Mutex
+	last time.Time // when Trim was last called
 }
 
 // spill puts what a server gone dormant keeps in memory into the store
@@ -48,19 +52,19 @@ func (f *Fleet) trimSoon(dormancy bool) {
 		return
 	}
 	t := &f.trim
-	t.mu.Lock()
-	t.due, t.at = true, time.Now()
-	t.dormant = t.dormant || dormancy
-	if t.running {
-		t.mu.Unlock()
+	t.at.Store(time.Now().UnixNano())
+	if dormancy {
+		t.dormant.Store(true)
+	}
+	if !t.due.Load() {
+		t.due.Store(true)
+	}
+	// Set after due: a trimmer that ends sees it, or this starts one.
+	if t.running.Load() || !t.running.CompareAndSwap(false, true) {
 		return
 	}
-	t.running = true
-	t.mu.Unlock()
 	if !f.spawn(f.trimmer) {
-		t.mu.Lock()
-		t.running = false
-		t.mu.Unlock()
+		t.running.Store(false)
 	}
 }
 
@@ -68,35 +72,41 @@ func (f *Fleet) trimSoon(dormancy bool) {
 // ctx (the fleet's) ends.
 func (f *Fleet) trimmer(ctx context.Context) {
 	t := &f.trim
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for {
-		t.mu.Lock()
-		if !t.due {
-			t.running = false
-			t.mu.Unlock()
-			return
+		if !t.due.Load() {
+			t.running.Store(false)
+			// A trim asked for between the load and the store found
+			// running set and started none: this trimmer goes on.
+			if !t.due.Load() || !t.running.CompareAndSwap(false, true) {
+				return
+			}
+			continue
 		}
 		now := time.Now()
-		when := t.at.Add(trimQuiet)
+		at := t.at.Load()
+		when := time.Unix(0, at).Add(trimQuiet)
 		if next := t.last.Add(trimEvery); !t.last.IsZero() && next.After(when) {
 			when = next
 		}
 		if wait := when.Sub(now); wait > 0 {
-			t.mu.Unlock()
 			timer := time.NewTimer(wait)
 			select {
 			case <-timer.C:
 				continue
 			case <-ctx.Done():
 				timer.Stop()
-				t.mu.Lock()
-				t.running = false
-				t.mu.Unlock()
+				t.running.Store(false)
 				return
 			}
 		}
-		dormancy := t.dormant
-		t.due, t.dormant, t.last = false, false, now
-		t.mu.Unlock()
+		t.due.Store(false)
+		if t.at.Load() != at {
+			t.due.Store(true) // asked for again meanwhile: a trim after that too
+		}
+		dormancy := t.dormant.Swap(false)
+		t.last = now
 		f.opts.Trim(dormancy)
 	}
 }
