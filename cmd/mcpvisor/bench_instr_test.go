@@ -201,6 +201,11 @@ func TestBenchInstructions(t *testing.T) {
 // benchCallers callers, stops the process and returns its instructions.
 func countInstructions(t *testing.T, ctx context.Context, p instrPath, run, out string, calls int) int64 {
 	t.Helper()
+	// Bounded: a process that hangs under valgrind fails this count, not
+	// the whole run at go test's timeout. Valgrind runs a call in well
+	// under 10 ms; each gets 100 ms, on top of a minute to start.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute+time.Duration(calls+benchInstrWarmup)*100*time.Millisecond)
+	defer cancel()
 	cmd, env := p.command(run)
 	proc := startBenchProcessWithin(t, cmd, env, 2*time.Minute)
 	client := loadtest.NewHTTPClient(benchCallers)

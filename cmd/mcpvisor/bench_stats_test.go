@@ -86,6 +86,10 @@ func TestRatioCI(t *testing.T) {
 	}
 }
 
+// minVerdictRounds is the fewest rounds a CPU verdict is given on: with
+// fewer, the interval is too wide for a pass to say anything.
+const minVerdictRounds = 5
+
 // benchCPUVerdict writes the report's section on CPU per call against the
 // raw relay (issue 30): for each endpoint, the serving process's CPU per
 // call over the raw relay's with the same requests, as the geometric mean
@@ -126,13 +130,16 @@ func benchCPUVerdict(t *testing.T, report *benchReport, rows []benchRow, rounds 
 		return float64(sum) / 1e3 / float64(max(n, 1))
 	}
 	type cmp struct{ a, b, name string }
-	line := func(c cmp, judge bool) (m, half float64, ok bool) {
+	line := func(c cmp, judge bool) (m, half float64, verdict string, ok bool) {
 		xs := perRound(c.a, c.b)
 		m, half = ratioCI(xs)
 		lo, hi := slices.Min(append(xs, math.Inf(1))), slices.Max(append(xs, math.Inf(-1)))
-		ok = m <= 1+half
-		verdict := "pass"
-		if !ok {
+		ok = m <= 1+half && len(xs) >= minVerdictRounds
+		verdict = "pass"
+		switch {
+		case len(xs) < minVerdictRounds:
+			verdict = fmt.Sprintf("inconclusive: %d rounds, fewer than %d", len(xs), minVerdictRounds)
+		case !ok:
 			verdict = "FAIL"
 		}
 		if !judge {
@@ -142,7 +149,7 @@ func benchCPUVerdict(t *testing.T, report *benchReport, rows []benchRow, rounds 
 			}
 		}
 		say("| %s | %s | %.1f / %.1f | %.3f× (%.3f–%.3f) | ±%.1f %% | %.3f–%.3f | %s |\n", c.name, c.b, mean(c.a), mean(c.b), m, m/(1+half), m*(1+half), 100*half, lo, hi, verdict)
-		return m, half, ok
+		return m, half, verdict, ok
 	}
 	head := "| endpoint | against | CPU µs/call, mean of rounds | ratio, geometric mean of rounds (95 % CI) | resolution | rounds min–max | verdict |\n|---|---|---|---|---|---|---|\n"
 	say("\nCPU per call against the raw relay, tracing off: the serving process's CPU per call (its CPU-time clock, kernel time included) over the raw relay's\n"+
@@ -153,11 +160,9 @@ func benchCPUVerdict(t *testing.T, report *benchReport, rows []benchRow, rounds 
 	var failed []string
 	worst := 0.0
 	for _, c := range gated {
-		m, half, ok := line(c, true)
+		m, half, v, ok := line(c, true)
 		worst = max(worst, half)
-		v := "pass"
 		if !ok {
-			v = "FAIL"
 			failed = append(failed, c.name)
 		}
 		summary = append(summary, fmt.Sprintf("%s %.3f× (±%.1f %%) %s", c.name, m, 100*half, v))

@@ -190,6 +190,9 @@ func TestBenchReport(t *testing.T) {
 		if base.agg, err = loadtest.OpenHTTP(ctx, client, base.proc.base+"/mcp"); err != nil {
 			t.Fatal(err)
 		}
+		if err := base.agg.Echo(ctx, "x__echo", benchText)(); err != nil {
+			t.Fatal(err)
+		}
 		if m := loadtest.OpenModernHTTP(base.proc.base+"/mcp", client); m.Echo(ctx, "x__echo", benchText)() == nil {
 			base.modern = m
 		}
@@ -213,6 +216,18 @@ func TestBenchReport(t *testing.T) {
 	tracedAgg, err := loadtest.OpenHTTP(ctx, client, traced.base+"/mcp")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each /mcp session calls once when opened: a session that has sent
+	// nothing since its initialize expires after a minute (maxSessions'
+	// rule against floods), and its first round may come later than that.
+	for _, s := range []*loadtest.HTTPSession{agg, tracedAgg, tracedSingle} {
+		tool := "x__echo"
+		if s == tracedSingle {
+			tool = "echo"
+		}
+		if err := s.Echo(ctx, tool, benchText)(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The HTTP floor: the bare handler in a process of its own, as
@@ -514,11 +529,12 @@ func TestBenchReport(t *testing.T) {
 			kb(base.rssIdle), kb(base.rssRunning), kb(base.rssLoaded), kb(base.hwm), base.tree)
 	}
 
-	// CPU profiles of the same mcpvisor code under the per-server, the
-	// aggregated and the stdio load: this test binary runs mcpvisor
+	// CPU profiles of the raw relay and of the same mcpvisor code under
+	// the per-server, the aggregated and the stdio load: this test binary runs mcpvisor
 	// (TestBenchMcpvisorChild) and profiles exactly the measured window,
 	// started and stopped by SIGUSR1 and SIGUSR2.
 	for _, pr := range []struct{ name, path, tool string }{
+		{"raw-relay", "raw relay", "echo"}, // the baseline's profile, to compare with
 		{"serve-single", "/servers/x/mcp", "echo"},
 		{"serve-agg", "/mcp", "x__echo"},
 		{"serve-modern", "/mcp stateless", "x__echo"},
@@ -537,6 +553,14 @@ func TestBenchReport(t *testing.T) {
 		var call func() func() error
 		closeSession := func() {}
 		switch pr.name {
+		case "raw-relay":
+			child = startBenchProcess(t, exec.Command(exe, "-test.run=^TestBenchRawRelayChild$", "-test.count=1"),
+				append(env, benchRawEnv+"="+fixture, benchProfileEnv+"="+profile))
+			sess, err := loadtest.OpenHTTP(ctx, client, child.base+"/mcp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			call = func() func() error { return sess.Echo(ctx, pr.tool, benchText) }
 		case "stdio":
 			child = startStdioProcess(t, cmd, childEnv)
 			call = func() func() error { return child.conn.Echo(ctx, pr.tool, benchText) }
@@ -672,6 +696,7 @@ func TestBenchRawRelayChild(t *testing.T) {
 	}
 	p := startStdioProcess(t, exec.Command(fixture), os.Environ())
 	defer p.stop(t)
+	defer profileOnSignals(os.Getenv(benchProfileEnv))()
 	serveBenchChild(t, "raw relay", 1, loadtest.RawRelayHandler(p.conn))
 }
 
@@ -684,7 +709,22 @@ func TestBenchMcpvisorChild(t *testing.T) {
 	if v == "" {
 		t.Skip("helper process of TestBenchReport")
 	}
-	path := os.Getenv(benchProfileEnv)
+	stop := profileOnSignals(os.Getenv(benchProfileEnv))
+	cmd := newRootCmd()
+	cmd.SetOut(os.Stderr)
+	cmd.SetErr(os.Stderr)
+	cmd.SetArgs(strings.Split(v, "\n"))
+	err := cmd.Execute()
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// profileOnSignals writes a CPU profile of this process to path ("":
+// none) from SIGUSR1 to SIGUSR2 — exactly a measured window — and stops
+// listening when stop is called (a profile under way ends then too).
+func profileOnSignals(path string) (stop func()) {
 	var mu sync.Mutex
 	var f *os.File
 	stopProfile := func() {
@@ -696,8 +736,9 @@ func TestBenchMcpvisorChild(t *testing.T) {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sig)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for s := range sig {
 			mu.Lock()
 			if s == syscall.SIGUSR1 && f == nil && path != "" {
@@ -717,16 +758,13 @@ func TestBenchMcpvisorChild(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	cmd := newRootCmd()
-	cmd.SetOut(os.Stderr)
-	cmd.SetErr(os.Stderr)
-	cmd.SetArgs(strings.Split(v, "\n"))
-	err := cmd.Execute()
-	mu.Lock()
-	stopProfile()
-	mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
+	return func() {
+		signal.Stop(sig)
+		close(sig)
+		<-done
+		mu.Lock()
+		stopProfile()
+		mu.Unlock()
 	}
 }
 

@@ -16,13 +16,16 @@ const ProtocolVersion = "2025-11-25"
 
 const initializeRequest = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"` + ProtocolVersion + `","capabilities":{},"clientInfo":{"name":"mcpvisor-loadtest","version":"0"}}}`
 
-// NewHTTPClient returns a client for callers concurrent callers to one
+// NewHTTPClient returns a client for callers concurrent callers to each
 // host: keep-alive with enough idle connections that none is ever closed
-// for want of room, no proxy.
+// for want of room, however many hosts it takes turns with; no proxy.
 func NewHTTPClient(callers int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        2 * callers,
+		// No bound across hosts: a benchmark that takes turns between
+		// servers must find each one's connections where it left them,
+		// not dial them again (and charge the server their accepts).
+		MaxIdleConns:        0,
 		MaxIdleConnsPerHost: 2 * callers,
 		IdleConnTimeout:     90 * time.Second,
 	}}
