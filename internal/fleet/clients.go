@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,15 +65,29 @@ type clientBook struct {
 }
 
 // clientTable is one server's clients.
+// clientTable is one server's clients. A request of a client it knows, at
+// the version it knows, is counted under the read lock (atomics): every
+// request served counts, and they must not queue on one mutex.
 type clientTable struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	byName map[string]*clientUse // at most MaxClientNames names, and OtherClients
 }
 
 type clientUse struct {
-	version  string
-	requests uint64
-	last     int64 // Unix ns
+	version  string // written under the table's write lock
+	requests atomic.Uint64
+	last     atomic.Int64 // Unix ns
+}
+
+// count counts one request of u ended at (Unix ns).
+func (u *clientUse) count(at int64) {
+	u.requests.Add(1)
+	for {
+		old := u.last.Load()
+		if at <= old || u.last.CompareAndSwap(old, at) {
+			return
+		}
+	}
 }
 
 // NoteClient counts one request of the client named name (version
@@ -92,9 +107,17 @@ func (s *Server) NoteClient(name, version []byte, at time.Time) {
 	}
 	name = name[:min(len(name), MaxClientNameLen)]
 	version = version[:min(len(version), MaxClientVersionLen)]
+	t.mu.RLock()
+	u := t.byName[string(name)] // looked up without a copy
+	if u != nil && u.version == string(version) {
+		u.count(at.UnixNano())
+		t.mu.RUnlock()
+		return
+	}
+	t.mu.RUnlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	u := t.byName[string(name)] // looked up without a copy
+	u = t.byName[string(name)]
 	if u == nil {
 		if len(t.byName) >= MaxClientNames {
 			if u = t.byName[OtherClients]; u == nil {
@@ -107,8 +130,7 @@ func (s *Server) NoteClient(name, version []byte, at time.Time) {
 			t.byName[string(name)] = u
 		}
 	}
-	u.requests++
-	u.last = max(u.last, at.UnixNano())
+	u.count(at.UnixNano())
 	if string(version) != u.version {
 		u.version = string(version)
 	}
@@ -126,7 +148,7 @@ func (s *Server) Clients() []ClientUse {
 	t.mu.Lock()
 	out := make([]ClientUse, 0, len(t.byName))
 	for name, u := range t.byName {
-		out = append(out, ClientUse{Name: name, Version: u.version, Requests: u.requests, LastUsed: time.Unix(0, u.last)})
+		out = append(out, ClientUse{Name: name, Version: u.version, Requests: u.requests.Load(), LastUsed: time.Unix(0, u.last.Load())})
 	}
 	t.mu.Unlock()
 	slices.SortFunc(out, func(a, b ClientUse) int {

@@ -145,11 +145,14 @@ func TestNoteClientConcurrent(t *testing.T) {
 	a := f.Get("a")
 	const callers, each = 16, 200
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	for i := range callers {
 		wg.Go(func() {
 			name := fmt.Appendf(nil, "c%d", i%4)
-			for range each {
-				a.NoteClient(name, nil, time.Now())
+			for j := range each {
+				// Each caller's times interleave with the others': the
+				// latest is kept, whichever caller counts it last.
+				a.NoteClient(name, nil, t0.Add(time.Duration(j*callers+i)))
 				_ = a.Clients()
 			}
 		})
@@ -158,6 +161,12 @@ func TestNoteClientConcurrent(t *testing.T) {
 	var total uint64
 	for _, c := range a.Clients() {
 		total += c.Requests
+		// c%d's last request: caller 12+k's (k = 0…3) last one.
+		var k int
+		fmt.Sscanf(c.Name, "c%d", &k)
+		if want := t0.Add(time.Duration((each-1)*callers + 12 + k)); !c.LastUsed.Equal(want) {
+			t.Errorf("%s: last used %v, want %v", c.Name, c.LastUsed.Sub(t0), want.Sub(t0))
+		}
 	}
 	if total != callers*each {
 		t.Errorf("%d requests counted, want %d", total, callers*each)

@@ -52,7 +52,7 @@ func (k ListKind) ListChanged() string {
 // the server says a list changed, restarts or wakes. The Server owns it;
 // the front asks for lists through Server.List.
 type lists struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex // read-locked by the per-request reads (cachedListErr)
 	items map[string][]json.RawMessage
 	// init is the server's initialize result, while it is in memory (its
 	// own bytes, as a string: not the message's or a read buffer's); ""
@@ -415,10 +415,10 @@ func (s *Server) cachedList(k ListKind) ([]json.RawMessage, bool) {
 // not take it for unknown (List does not start the server for it).
 func (s *Server) cachedListErr(k ListKind) ([]json.RawMessage, bool, error) {
 	c := s.lists
-	c.mu.Lock()
+	c.mu.RLock()
 	items, ok := c.items[k.Member]
 	cold, hash := c.cold.has(k), c.coldHash
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	if ok || !cold {
 		return items, ok, nil
 	}
