@@ -182,17 +182,19 @@ func benchCPUVerdict(t *testing.T, report *benchReport, rows []benchRow, rounds 
 	}
 	// The kernel's part, which instruction counts miss: what each path's
 	// process asked of it per call, the mean of the rounds.
-	say("\nThe serving process's context switches and read/write system calls per call (mean of the rounds)\n| path | context switches/call | read+write syscalls/call |\n|---|---|---|\n")
+	say("\nThe serving process's context switches, read/write system calls and page faults per call (mean of the rounds), and its share of user time\n| path | context switches/call | read+write syscalls/call | page faults/call | user / (user + system) time |\n|---|---|---|---|---|\n")
 	for _, path := range []string{"raw", "single", "agg", "raw-modern", "modern", "single+trace", "agg+trace", "single@base", "agg@base", "modern@base"} {
-		var sw, rw float64
+		var sw, rw, pf float64
+		var ut, stt int64
 		var n int
 		for _, r := range rows {
 			if r.path == path {
-				sw, rw, n = sw+r.switches, rw+r.rwCalls, n+1
+				sw, rw, pf, n = sw+r.switches, rw+r.rwCalls, pf+r.faults, n+1
+				ut, stt = ut+r.utime, stt+r.stime
 			}
 		}
 		if n > 0 {
-			say("| %s | %.2f | %.2f |\n", path, sw/float64(n), rw/float64(n))
+			say("| %s | %.2f | %.2f | %.3f | %.1f %% |\n", path, sw/float64(n), rw/float64(n), pf/float64(n), 100*float64(ut)/float64(max(ut+stt, 1)))
 		}
 	}
 	say("\nCPU per call with tracing on (spans exported over OTLP/HTTP), reported, not judged\n%s", head)

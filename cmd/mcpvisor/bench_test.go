@@ -109,6 +109,10 @@ type benchRow struct {
 	// voluntary and not) and read and write system calls (/proc/PID/io's
 	// syscr + syscw) — the kernel's work that instruction counts miss.
 	switches, rwCalls float64
+	// Page faults per call of the server process, and its user and
+	// system time over the window (/proc/PID/stat's ticks).
+	faults       float64
+	utime, stime int64
 }
 
 func TestBenchReport(t *testing.T) {
@@ -321,12 +325,14 @@ func TestBenchReport(t *testing.T) {
 		var cpu0, cpu1 [3]time.Duration
 		var sys0, sys1 []int64
 		var sw0, sw1, rw0, rw1 int64
+		var st0, st1 []string
 		row.load = loadtest.Run(ctx, loadtest.Options{Callers: benchCallers, Warmup: warmup, Measure: measure,
 			OnStart: func() {
 				for i, pid := range pids {
 					cpu0[i] = cpuTimeFine(pid)
 				}
 				sw0, rw0 = contextSwitches(p.server), rwSyscalls(p.server)
+				st0 = procStat(p.server)
 				sys0 = systemCPU()
 			},
 			OnStop: func() {
@@ -334,12 +340,19 @@ func TestBenchReport(t *testing.T) {
 					cpu1[i] = cpuTimeFine(pid)
 				}
 				sw1, rw1 = contextSwitches(p.server), rwSyscalls(p.server)
+				st1 = procStat(p.server)
 				sys1 = systemCPU()
 			}},
 			func(int) func() error { return p.caller(ctx) })
 		n := time.Duration(max(row.load.Calls, 1))
 		row.cpuClient, row.cpuServer, row.cpuFixture = (cpu1[0]-cpu0[0])/n, (cpu1[1]-cpu0[1])/n, (cpu1[2]-cpu0[2])/n
 		row.switches, row.rwCalls = float64(sw1-sw0)/float64(n), float64(rw1-rw0)/float64(n)
+		if len(st0) > 12 && len(st1) > 12 {
+			field := func(st []string, i int) int64 { v, _ := strconv.ParseInt(st[i], 10, 64); return v }
+			// minflt, majflt, utime, stime: fields 10, 12, 14, 15.
+			row.faults = float64(field(st1, 7)-field(st0, 7)+field(st1, 9)-field(st0, 9)) / float64(n)
+			row.utime, row.stime = field(st1, 11)-field(st0, 11), field(st1, 12)-field(st0, 12)
+		}
 		row.busy, row.steal = systemShares(sys0, sys1)
 		return row
 	}
