@@ -21,7 +21,7 @@ const initializeRequest = `{"jsonrpc":"2.0","id":0,"method":"initialize","params
 // for want of room, however many hosts it takes turns with; no proxy.
 func NewHTTPClient(callers int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		// No bound across hosts: a benchmark that takes turns between
 		// servers must find each one's connections where it left them,
 		// not dial them again (and charge the server their accepts).
