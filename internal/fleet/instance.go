@@ -461,20 +461,26 @@ func (in *instance) begin() int64 {
 // on the running connection, mcpvisor's own).
 func (in *instance) end(seq int64) {
 	in.mu.Lock()
+	due := in.endLocked(seq)
+	in.mu.Unlock()
+	if due {
+		in.srv.requestRefresh(false, allKinds...)
+	}
+}
+
+// endLocked is end under in.mu, which it leaves held; due says the
+// caller, once it has released in.mu, must ask for the lists' refresh.
+func (in *instance) endLocked(seq int64) (due bool) {
 	in.inflight--
 	in.lastActivity = time.Now()
 	if in.inflight == 0 && in.phase == phaseRunning {
 		in.armLocked(in.lastActivity)
 	}
-	due := false
 	if in.refreshAfter > 0 && seq > 0 && seq <= in.refreshUpTo {
 		in.refreshAfter--
 		due = in.refreshAfter == 0
 	}
-	in.mu.Unlock()
-	if due {
-		in.srv.requestRefresh(false, allKinds...)
-	}
+	return due
 }
 
 func (in *instance) touch() {
@@ -518,8 +524,11 @@ func (in *instance) release(own bool, seq int64) {
 		close(in.drained)
 		in.drained = nil
 	}
+	due := in.endLocked(seq) // under the same lock: one per release
 	in.mu.Unlock()
-	in.end(seq)
+	if due {
+		in.srv.requestRefresh(false, allKinds...)
+	}
 }
 
 func (in *instance) isRetired() bool {
