@@ -587,6 +587,7 @@ func (f *flight) endSpan() {
 }
 
 func (g *Gateway) endCall(c *call, key string) {
+	now := time.Now() // read before the lock every call contends for
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c.st.calls[key] == c {
@@ -599,7 +600,7 @@ func (g *Gateway) endCall(c *call, key string) {
 	if c.conn == nil {
 		return // ended before it reached its server
 	}
-	g.noteRecentLocked(c.conn, c.sess)
+	g.noteRecentAtLocked(c.conn, c.sess, now)
 	// Taken out in place (every reader holds g.mu), the order kept.
 	list := g.calls[c.conn]
 	for i, x := range list {
@@ -877,12 +878,11 @@ func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
 	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{sess: s, until: now.Add(timeout)})
 }
 
-// noteRecentLocked records that a request of s on conn just ended (see
+// noteRecentAtLocked records that a request of s on conn ended at now (see
 // recent): at most two records per connection, of the two sessions whose
 // requests there ended last; expired ones swept at most once per linger.
 // g.mu is held.
-func (g *Gateway) noteRecentLocked(conn fleet.Conn, s *Session) {
-	now := time.Now()
+func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, s *Session, now time.Time) {
 	if now.Sub(g.recentGC) > g.linger {
 		g.recentGC = now
 		sweep(g.recent, now)

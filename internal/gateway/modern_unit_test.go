@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -60,15 +61,15 @@ func TestRecentRequestersBounded(t *testing.T) {
 	conn := &nopConn{}
 	first := NewSession(noSink)
 	g.mu.Lock()
-	g.noteRecentLocked(conn, first)
-	g.noteRecentLocked(conn, first)
+	g.noteRecentAtLocked(conn, first, time.Now())
+	g.noteRecentAtLocked(conn, first, time.Now())
 	g.mu.Unlock()
 	if n := g.activeSessions(conn); n != 1 {
 		t.Fatalf("one session's requests: %d active", n)
 	}
 	for range 1000 {
 		g.mu.Lock()
-		g.noteRecentLocked(conn, NewSession(noSink))
+		g.noteRecentAtLocked(conn, NewSession(noSink), time.Now())
 		g.mu.Unlock()
 	}
 	g.mu.Lock()

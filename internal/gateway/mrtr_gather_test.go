@@ -166,7 +166,7 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 			g.rootsAsked(conn)
 		case "a legacy request ended":
 			g.mu.Lock()
-			g.noteRecentLocked(conn, NewSession(noSink))
+			g.noteRecentAtLocked(conn, NewSession(noSink), time.Now())
 			g.mu.Unlock()
 		}
 		g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"r-1"`), Method: "roots/list"})
