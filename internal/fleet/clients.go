@@ -64,7 +64,6 @@ type clientBook struct {
 	tables sync.Map   // *Server → *clientTable
 }
 
-// clientTable is one server's clients.
 // clientTable is one server's clients. A request of a client it knows, at
 // the version it knows, is counted under the read lock (atomics): every
 // request served counts, and they must not queue on one mutex.

@@ -295,6 +295,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1), resolveSem: make(chan struct{}, resolveConcurrency)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
+	f.trim.epoch = time.Now()
 	if f.log == nil {
 		f.log = slog.Default()
 	}

@@ -23,7 +23,11 @@ type trimState struct {
 	running atomic.Bool  // a trimmer runs (or is being started)
 	due     atomic.Bool  // a trim was asked for since the last call
 	dormant atomic.Bool  // a server went dormant since the last call
-	at      atomic.Int64 // when the last was asked for, Unix ns
+	at      atomic.Int64 // when the last was asked for: ns since epoch
+	// epoch is the origin of at, read when the fleet was made: with the
+	// monotonic clock's reading, so that a step of the wall clock moves
+	// no trim.
+	epoch time.Time
 
 	mu   sync.Mutex
 	last time.Time // when Trim was last called
@@ -52,7 +56,13 @@ func (f *Fleet) trimSoon(dormancy bool) {
 		return
 	}
 	t := &f.trim
-	t.at.Store(time.Now().UnixNano())
+	// The latest ask wins, whichever caller stores last.
+	for now := int64(time.Since(t.epoch)); ; {
+		old := t.at.Load()
+		if now <= old || t.at.CompareAndSwap(old, now) {
+			break
+		}
+	}
 	if dormancy {
 		t.dormant.Store(true)
 	}
@@ -86,7 +96,7 @@ func (f *Fleet) trimmer(ctx context.Context) {
 		}
 		now := time.Now()
 		at := t.at.Load()
-		when := time.Unix(0, at).Add(trimQuiet)
+		when := t.epoch.Add(time.Duration(at) + trimQuiet)
 		if next := t.last.Add(trimEvery); !t.last.IsZero() && next.After(when) {
 			when = next
 		}

@@ -850,7 +850,9 @@ func (g *Gateway) noteLegacyLocked(conn fleet.Conn, now time.Time) {
 			}
 		}
 	}
-	g.legacyActed[conn] = now
+	if now.After(g.legacyActed[conn]) { // now may have been read before g.mu
+		g.legacyActed[conn] = now
+	}
 }
 
 // legacyLately reports whether a legacy client acted on conn within the
@@ -896,7 +898,10 @@ func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, s *Session, now time.Time)
 	list := g.recent[conn]
 	for i := range list {
 		if list[i].sess == s {
-			list[i].until = now.Add(g.linger)
+			// now was read before g.mu: a later end may have been here first.
+			if until := now.Add(g.linger); until.After(list[i].until) {
+				list[i].until = until
+			}
 			return
 		}
 	}
