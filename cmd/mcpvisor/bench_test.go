@@ -322,38 +322,35 @@ func TestBenchReport(t *testing.T) {
 		if p.fixture != nil && p.fixture() != p.server {
 			pids[2] = p.fixture()
 		}
-		var cpu0, cpu1 [3]time.Duration
-		var sys0, sys1 []int64
-		var sw0, sw1, rw0, rw1 int64
-		var st0, st1 []string
+		// What a window is measured by, read at its start and at its end.
+		type sample struct {
+			cpu    [3]time.Duration
+			sys    []int64
+			sw, rw int64
+			stat   []string
+		}
+		take := func(x *sample) {
+			for i, pid := range pids {
+				x.cpu[i] = cpuTimeFine(pid)
+			}
+			x.sw, x.rw = contextSwitches(p.server), rwSyscalls(p.server)
+			x.stat = procStat(p.server)
+			x.sys = systemCPU()
+		}
+		var s0, s1 sample
 		row.load = loadtest.Run(ctx, loadtest.Options{Callers: benchCallers, Warmup: warmup, Measure: measure,
-			OnStart: func() {
-				for i, pid := range pids {
-					cpu0[i] = cpuTimeFine(pid)
-				}
-				sw0, rw0 = contextSwitches(p.server), rwSyscalls(p.server)
-				st0 = procStat(p.server)
-				sys0 = systemCPU()
-			},
-			OnStop: func() {
-				for i, pid := range pids {
-					cpu1[i] = cpuTimeFine(pid)
-				}
-				sw1, rw1 = contextSwitches(p.server), rwSyscalls(p.server)
-				st1 = procStat(p.server)
-				sys1 = systemCPU()
-			}},
+			OnStart: func() { take(&s0) }, OnStop: func() { take(&s1) }},
 			func(int) func() error { return p.caller(ctx) })
 		n := time.Duration(max(row.load.Calls, 1))
-		row.cpuClient, row.cpuServer, row.cpuFixture = (cpu1[0]-cpu0[0])/n, (cpu1[1]-cpu0[1])/n, (cpu1[2]-cpu0[2])/n
-		row.switches, row.rwCalls = float64(sw1-sw0)/float64(n), float64(rw1-rw0)/float64(n)
-		if len(st0) > 12 && len(st1) > 12 {
+		row.cpuClient, row.cpuServer, row.cpuFixture = (s1.cpu[0]-s0.cpu[0])/n, (s1.cpu[1]-s0.cpu[1])/n, (s1.cpu[2]-s0.cpu[2])/n
+		row.switches, row.rwCalls = float64(s1.sw-s0.sw)/float64(n), float64(s1.rw-s0.rw)/float64(n)
+		if len(s0.stat) > 12 && len(s1.stat) > 12 {
 			field := func(st []string, i int) int64 { v, _ := strconv.ParseInt(st[i], 10, 64); return v }
 			// minflt, majflt, utime, stime: fields 10, 12, 14, 15.
-			row.faults = float64(field(st1, 7)-field(st0, 7)+field(st1, 9)-field(st0, 9)) / float64(n)
-			row.utime, row.stime = field(st1, 11)-field(st0, 11), field(st1, 12)-field(st0, 12)
+			row.faults = float64(field(s1.stat, 7)-field(s0.stat, 7)+field(s1.stat, 9)-field(s0.stat, 9)) / float64(n)
+			row.utime, row.stime = field(s1.stat, 11)-field(s0.stat, 11), field(s1.stat, 12)-field(s0.stat, 12)
 		}
-		row.busy, row.steal = systemShares(sys0, sys1)
+		row.busy, row.steal = systemShares(s0.sys, s1.sys)
 		return row
 	}
 	var rows []benchRow
