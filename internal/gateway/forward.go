@@ -233,48 +233,11 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
 	f.legacyToModern = s.modern == nil && modernConn
 	if s.modern != nil {
-		// A legacy server serves the request in the 2025 session
-		// mcpvisor opened: the revision's version key is not that
-		// session's. What the request says of its client stays — a
-		// server that reads capabilities per request (as the go-sdk's
-		// does in either era) then honours this client's, not the union
-		// mcpvisor declared at initialize. The tool's name as the server
-		// knows it goes in with the same copy.
-		var drop []string
-		if !modernConn {
-			drop = []string{metaProtocolVersion}
-		}
-		name := ""
-		if s.rename != nil {
-			name = "name"
-		}
-		if name != "" || drop != nil {
-			params, _ = rpc.EditParams(params, name, s.rename, drop...)
-		}
-		s.rename = nil
+		params = modernParams(s, params, modernConn)
 	}
 	if f.legacyToModern {
-		switch method {
-		case "logging/setLevel":
-			// Recorded by the caller; a modern server gets the level in
-			// each of the session's requests.
-			f.end()
-			return nil, resultResponse(clientID, json.RawMessage(`{}`))
-		case "resources/subscribe", "resources/unsubscribe":
-			// The revision has no such method: the subscriptions of the
-			// instance's sessions (recorded by forwardSubscription) go in
-			// mcpvisor's subscriptions/listen on the server, whose
-			// updates come back as notifications/resources/updated.
-			rs, ok := conn.(fleet.ResourceSubscriber)
-			if !ok || !rs.Modern() {
-				msg := fmt.Sprintf("server %s speaks MCP %s, which has no %s", name, modernVersion, method)
-				f.set(telemetry.ProtocolError, rpc.MethodNotFound, msg)
-				f.end()
-				return nil, errorResponse(clientID, rpc.MethodNotFound, msg)
-			}
-			srv.SyncSubscriptions(rs, s.Key())
-			f.end()
-			return nil, resultResponse(clientID, json.RawMessage(`{}`))
+		if resp := f.answerLegacyOnly(conn); resp != nil {
+			return nil, resp
 		}
 		params = g.legacyMeta(s, st, srv, params)
 	}
@@ -309,6 +272,59 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		return nil, f.notReached(nil)
 	}
 	return f, nil
+}
+
+// modernParams are the params of s's modern request as its server gets
+// them. A legacy server serves the request in the 2025 session mcpvisor
+// opened: the revision's version key is not that session's. What the
+// request says of its client stays — a server that reads capabilities
+// per request (as the go-sdk's does in either era) then honours this
+// client's, not the union mcpvisor declared at initialize. The tool's
+// name as the server knows it (s.rename, taken) goes in with the same
+// copy.
+func modernParams(s *Session, params json.RawMessage, modernConn bool) json.RawMessage {
+	var drop []string
+	if !modernConn {
+		drop = []string{metaProtocolVersion}
+	}
+	name := ""
+	if s.rename != nil {
+		name = "name"
+	}
+	if name != "" || drop != nil {
+		params, _ = rpc.EditParams(params, name, s.rename, drop...)
+	}
+	s.rename = nil
+	return params
+}
+
+// answerLegacyOnly answers, and ends, a legacy client's request of a
+// method the 2026-07-28 revision does not have, sent to a modern
+// server: nil for any other method, which is forwarded.
+func (f *flight) answerLegacyOnly(conn fleet.Conn) *rpc.Message {
+	switch f.method {
+	case "logging/setLevel":
+		// Recorded by the caller; a modern server gets the level in
+		// each of the session's requests.
+		f.end()
+		return resultResponse(f.clientID, json.RawMessage(`{}`))
+	case "resources/subscribe", "resources/unsubscribe":
+		// The revision has no such method: the subscriptions of the
+		// instance's sessions (recorded by forwardSubscription) go in
+		// mcpvisor's subscriptions/listen on the server, whose
+		// updates come back as notifications/resources/updated.
+		rs, ok := conn.(fleet.ResourceSubscriber)
+		if !ok || !rs.Modern() {
+			msg := fmt.Sprintf("server %s speaks MCP %s, which has no %s", f.name, modernVersion, f.method)
+			f.set(telemetry.ProtocolError, rpc.MethodNotFound, msg)
+			f.end()
+			return errorResponse(f.clientID, rpc.MethodNotFound, msg)
+		}
+		f.srv.SyncSubscriptions(rs, f.s.Key())
+		f.end()
+		return resultResponse(f.clientID, json.RawMessage(`{}`))
+	}
+	return nil
 }
 
 // armTimer arms f's request timer, counted from f.start, as c's timer:
