@@ -172,6 +172,10 @@ func TestFlattenedNPMServer(t *testing.T) {
 	if ls.Last != "as written" || ls.Runs != "npx → node …/server@1.0.0" || !strings.HasPrefix(ls.Command[1], filepath.Join(cache, "_npx")) {
 		t.Fatalf("after the first start: %+v", ls)
 	}
+	// The learn at start puts it to sleep; the resolution may end
+	// first, and a call before the sleep would reach the process
+	// started as written.
+	waitDormant(t, base, "fx")
 	w := callWhoami(t, base, "fx")
 	if w.ViaNpm || w.Version != "1.0.0" || !slices.Equal(w.Args, []string{"--flag", "v"}) || w.Echo != "from the config" {
 		t.Fatalf("a flattened start: %+v", w)

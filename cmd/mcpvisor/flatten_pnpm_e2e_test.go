@@ -58,6 +58,10 @@ func TestFlattenedPNPMServer(t *testing.T) {
 			if ls.Last != "as written" || ls.Runs != "pnpm dlx → node …/server@1.0.0" || !strings.HasPrefix(ls.Command[1], dlx) || !strings.HasPrefix(ls.NodePath, dlx) {
 				t.Fatalf("after the first start: %+v", ls)
 			}
+			// The learn at start puts it to sleep; the resolution may end
+			// first, and a call before the sleep would reach the process
+			// started as written.
+			waitDormant(t, base, "fx")
 			w := callWhoami(t, base, "fx")
 			if w.Version != "1.0.0" || !slices.Equal(w.Args, []string{"--flag", "v"}) || w.Echo != "from the config" {
 				t.Fatalf("a flattened start: %+v", w)
