@@ -160,6 +160,15 @@ func (c *Conn) Call(ctx context.Context, method string, params json.RawMessage) 
 	return m, c.callErr(err)
 }
 
+// CallAbort is Call bounded by abort as well (rpc.Conn.CallAbort).
+func (c *Conn) CallAbort(ctx context.Context, abort <-chan struct{}, cause func() error, method string, params json.RawMessage) (*rpc.Message, error) {
+	if c.modern {
+		params = withOwnMeta(params)
+	}
+	m, err := c.rpc.CallAbort(ctx, abort, cause, method, params)
+	return m, c.callErr(err)
+}
+
 // Answered reports whether the server answered a client's request on the
 // connection (MarkAnswered): lifecycle.Answerer. A connection that did
 // was a success however short its life; one that ended before is a

@@ -367,8 +367,18 @@ type Pending struct {
 // later, from another goroutine. ctx bounds the send; each Wait takes the
 // ctx that bounds the request.
 func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage) (*Pending, error) {
+	return c.StartAbort(ctx, nil, method, params)
+}
+
+// StartAbort is Start bounded by abort (nil: never) as well as by ctx:
+// when abort is closed before the request could be queued, it returns
+// context.Canceled.
+func (c *Conn) StartAbort(ctx context.Context, abort <-chan struct{}, method string, params json.RawMessage) (*Pending, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if isClosed(abort) {
+		return nil, context.Canceled
 	}
 	id := c.nextID.Add(1)
 	ch := make(chan result, 1)
@@ -392,7 +402,7 @@ func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage)
 	b = append(b, "}\n"...)
 	t, ok, err := c.inline(bp, b, false)
 	if !ok {
-		t, err = c.enqueue(nil, ctx.Done(), bp, b, false)
+		t, err = c.enqueue(nil, ctx.Done(), abort, bp, b, false)
 	}
 	p := &Pending{c: c, id: id, ch: ch, t: t, method: method}
 	if err != nil {
@@ -404,9 +414,22 @@ func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if isClosed(abort) {
+			return nil, context.Canceled
+		}
 		return nil, err
 	}
 	return p, nil
+}
+
+// isClosed reports whether ch (nil: never) is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // Wait waits for the response of p, bounded by ctx: when ctx ends first
@@ -416,23 +439,51 @@ func (c *Conn) Start(ctx context.Context, method string, params json.RawMessage)
 // still pending: its response goes to a later Wait. Waits of one Pending
 // must not overlap, and none follows one that was not interrupted.
 func (p *Pending) Wait(ctx context.Context, interrupt <-chan struct{}) (m *Message, interrupted bool, err error) {
-	c := p.c
 	select {
 	case r := <-p.ch:
 		return r.msg, false, r.err
 	case <-interrupt:
 		return nil, true, nil
 	case <-ctx.Done():
-		if !c.forget(p.id) {
-			r := <-p.ch
-			return r.msg, false, r.err
-		}
-		// Still queued: withdrawn, never sent. Else it is being written
-		// or was: the peer is told.
-		if !c.withdraw(p.t.seq) && p.method != "initialize" {
-			c.sendCancelled(p.id, context.Cause(ctx))
-		}
-		return nil, false, ctx.Err()
+		m, err = p.end(context.Cause(ctx), ctx.Err())
+		return m, false, err
+	}
+}
+
+// end ends p's wait for a reason of the caller's (cause): withdrawn if
+// still queued, else the peer is told, and the wait's error is err — or,
+// if the response came meanwhile, it is returned instead.
+func (p *Pending) end(cause, err error) (*Message, error) {
+	c := p.c
+	if !c.forget(p.id) {
+		r := <-p.ch
+		return r.msg, r.err
+	}
+	// Still queued: withdrawn, never sent. Else it is being written
+	// or was: the peer is told.
+	if !c.withdraw(p.t.seq) && p.method != "initialize" {
+		c.sendCancelled(p.id, cause)
+	}
+	return nil, err
+}
+
+// CallAbort is Call bounded by abort as well as by ctx: when abort (nil:
+// never) is closed first, the request is withdrawn or the peer told,
+// with cause's error, and CallAbort returns context.Canceled. A caller
+// whose requests end for reasons of their own (a timeout, a cancel) needs
+// no context derived from ctx per request with it.
+func (c *Conn) CallAbort(ctx context.Context, abort <-chan struct{}, cause func() error, method string, params json.RawMessage) (*Message, error) {
+	p, err := c.StartAbort(ctx, abort, method, params)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-p.ch:
+		return r.msg, r.err
+	case <-ctx.Done():
+		return p.end(context.Cause(ctx), ctx.Err())
+	case <-abort:
+		return p.end(cause(), context.Canceled)
 	}
 }
 
@@ -691,7 +742,7 @@ func (c *Conn) writeBuf(done <-chan struct{}, bp *[]byte, b []byte, cause func()
 		stop = tm.C
 	}
 	if !ok {
-		if t, err = c.enqueue(stop, done, bp, b, true); err != nil {
+		if t, err = c.enqueue(stop, done, nil, bp, b, true); err != nil {
 			return c.writeErr(err, cause)
 		}
 	}

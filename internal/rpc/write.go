@@ -80,7 +80,7 @@ type ticket struct {
 // it waits for room, until stop or done is ready (errStopped: nothing
 // queued) or the connection ends (its Err). wait asks for the ticket's
 // flushed channel.
-func (c *Conn) enqueue(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, b []byte, wait bool) (ticket, error) {
+func (c *Conn) enqueue(stop <-chan time.Time, done, abort <-chan struct{}, bp *[]byte, b []byte, wait bool) (ticket, error) {
 	w := &c.wr
 	c.wmu.Lock()
 	for {
@@ -102,6 +102,9 @@ func (c *Conn) enqueue(stop <-chan time.Time, done <-chan struct{}, bp *[]byte, 
 			putBuf(bp, b)
 			return ticket{}, errStopped
 		case <-done:
+			putBuf(bp, b)
+			return ticket{}, errStopped
+		case <-abort:
 			putBuf(bp, b)
 			return ticket{}, errStopped
 		case <-c.done:
@@ -496,7 +499,7 @@ func (c *Conn) post(what string, id []byte, line []byte) {
 	if _, ok, _ := c.inline(bp, b, false); ok {
 		return // written or handed to the writer, or the connection has ended
 	}
-	if _, err := c.enqueue(nil, closedChan, bp, b, false); err != errStopped {
+	if _, err := c.enqueue(nil, closedChan, nil, bp, b, false); err != errStopped {
 		return // queued, or the connection has ended
 	}
 	name := what + " " + string(id) // id may alias the read buffer
@@ -509,7 +512,7 @@ func (c *Conn) post(what string, id []byte, line []byte) {
 			defer c.putTimer(t)
 			stop = t.C
 		}
-		if _, err := c.enqueue(stop, nil, bp, b, false); err == errStopped {
+		if _, err := c.enqueue(stop, nil, nil, bp, b, false); err == errStopped {
 			c.onError(fmt.Errorf("rpc: %s to %s dropped: %w", name, c.peer, c.timeoutErr()))
 		}
 	})
