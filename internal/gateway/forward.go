@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -46,7 +46,7 @@ func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, me
 	if resp != nil {
 		return resp
 	}
-	r, err := f.conn.Call(f.ctx, method, f.params)
+	r, err := f.send()
 	resp = f.finish(r, err)
 	if s.modern != nil {
 		if need := f.c.st.needCap.Load(); need != nil {
@@ -80,9 +80,24 @@ func arrival(ctx context.Context) time.Time {
 // flight is a request forward has begun at its server: what its end
 // (finish) needs.
 type flight struct {
-	g              *Gateway
-	ctx            context.Context
-	cancel         context.CancelCauseFunc
+	g *Gateway
+	// ctx is f's context: as begin was given it, or, when f's cancel is
+	// its own, made on first use (context). cancel ends f: the one begin
+	// was given, or stop.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// With a cancel of its own, a flight derives no context per request
+	// (context.WithCancelCause costs a request several allocations and
+	// registers with the request's context): its request to the server
+	// waits on parent and on abort, closed by stop; only a wait that
+	// needs a context (a start, the pin check, …) makes one, ended by
+	// stop too. cause is why stop ended f.
+	own            bool
+	parent         context.Context
+	abort          chan struct{}
+	ownMu          sync.Mutex
+	cause          error
+	stopCtx        context.CancelCauseFunc
 	c              *call
 	key            string
 	s              *Session
@@ -148,7 +163,8 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	if cancel != nil {
 		f.ctx, f.cancel = ctx, cancel
 	} else {
-		f.ctx, f.cancel = context.WithCancelCause(ctx)
+		f.own, f.parent, f.abort = true, ctx, make(chan struct{})
+		f.cancel = f.stop
 	}
 
 	// The call is the session's from the start, before its server is
@@ -196,7 +212,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	lease, ok := srv.TryAcquire(s.Key())
 	if !ok {
 		var err error
-		if lease, err = srv.Acquire(f.ctx, s.Key()); err != nil {
+		if lease, err = srv.Acquire(f.context(), s.Key()); err != nil {
 			defer f.end()
 			return nil, f.notReached(err)
 		}
@@ -207,7 +223,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// A modern client's request goes to the server in its own era:
 		// a dual-era server's process for modern clients (started the
 		// first time), a modern server; or, bridged, a legacy one.
-		m, err := srv.ModernConn(f.ctx, conn)
+		m, err := srv.ModernConn(f.context(), conn)
 		if err != nil {
 			defer f.end()
 			return nil, f.notReached(err)
@@ -221,7 +237,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// Checked on the process that would serve it, with its list as
 		// that process lists it (fleet.Server.CheckTool).
 		tool, _ := rpc.String(raw)
-		if err := srv.CheckTool(f.ctx, lease, tool); err != nil {
+		if err := srv.CheckTool(f.context(), lease, tool); err != nil {
 			defer f.end()
 			if he := (*fleet.HeldError)(nil); errors.As(err, &he) {
 				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
@@ -262,16 +278,102 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		g.tokens[c.ourTok] = c
 	}
 	g.mu.Unlock()
-	if f.ctx.Err() != nil || f.timeout > 0 && time.Since(f.start) >= f.timeout {
+	if f.err() != nil || f.timeout > 0 && time.Since(f.start) >= f.timeout {
 		// Cancelled, or out of time (its timer may not have fired yet),
 		// as the lease was granted: nothing was sent.
 		defer f.end()
-		if f.ctx.Err() == nil {
+		if f.err() == nil {
 			f.cancel(errTimeout)
 		}
 		return nil, f.notReached(nil)
 	}
 	return f, nil
+}
+
+// aborter is a connection whose requests can be bounded by a channel as
+// well as by a context (backend.Conn).
+type aborter interface {
+	CallAbort(ctx context.Context, abort <-chan struct{}, cause func() error, method string, params json.RawMessage) (*rpc.Message, error)
+}
+
+// send sends f's request to its server and waits for the response, until
+// f ends.
+func (f *flight) send() (*rpc.Message, error) {
+	if f.own {
+		if a, ok := f.conn.(aborter); ok {
+			return a.CallAbort(f.parent, f.abort, f.causeErr, f.method, f.params)
+		}
+	}
+	return f.conn.Call(f.context(), f.method, f.params)
+}
+
+// context is f's context: ended when f is (stop) or its parent is.
+func (f *flight) context() context.Context {
+	if !f.own {
+		return f.ctx
+	}
+	f.ownMu.Lock()
+	defer f.ownMu.Unlock()
+	if f.ctx == nil {
+		f.ctx, f.stopCtx = context.WithCancelCause(f.parent)
+		if f.cause != nil {
+			f.stopCtx(f.cause)
+		}
+	}
+	return f.ctx
+}
+
+// stop ends f (its own cancel): the first call's cause is kept (nil:
+// context.Canceled), unless f's parent ended before — then the parent's
+// cause is f's, as for a context derived from it.
+func (f *flight) stop(cause error) {
+	f.ownMu.Lock()
+	if f.cause != nil {
+		f.ownMu.Unlock()
+		return
+	}
+	switch {
+	case f.parent.Err() != nil:
+		cause = context.Cause(f.parent)
+	case cause == nil:
+		cause = context.Canceled
+	}
+	f.cause = cause
+	close(f.abort)
+	stopCtx := f.stopCtx
+	f.ownMu.Unlock()
+	if stopCtx != nil {
+		stopCtx(cause)
+	}
+}
+
+// err is the error of f's context: nil until f or its parent ended.
+func (f *flight) err() error {
+	if !f.own {
+		return f.ctx.Err()
+	}
+	f.ownMu.Lock()
+	ended := f.cause != nil
+	f.ownMu.Unlock()
+	if ended {
+		return context.Canceled
+	}
+	return f.parent.Err()
+}
+
+// causeErr is the cause of f's context's end (context.Cause), nil until
+// it ended.
+func (f *flight) causeErr() error {
+	if !f.own {
+		return context.Cause(f.ctx)
+	}
+	f.ownMu.Lock()
+	cause := f.cause
+	f.ownMu.Unlock()
+	if cause != nil {
+		return cause
+	}
+	return context.Cause(f.parent)
 }
 
 // modernParams are the params of s's modern request as its server gets
@@ -330,79 +432,16 @@ func (f *flight) answerLegacyOnly(conn fleet.Conn) *rpc.Message {
 // armTimer arms f's request timer, counted from f.start, as c's timer:
 // the timeout restarts whenever the server reports progress or gets the
 // client's answer to a request of its (call.touch), and does not run out
-// while such a request waits for the client. When it runs out, f's
-// context ends with errTimeout.
+// while such a request waits for the client. When it runs out, f ends
+// (its cancel) with errTimeout.
 func (f *flight) armTimer(c *call) {
 	if f.timeout <= 0 {
 		return
 	}
 	rt := &f.rt
-	rt.timeout, rt.cancel, rt.waiting = f.timeout, f.cancel, &c.waiting
-	rt.touched.Store(f.start.UnixNano())
-	t := time.AfterFunc(f.timeout-time.Since(f.start), rt.fire)
-	rt.timer.Store(t)
+	rt.cancel, rt.waiting = f.cancel, &c.waiting
+	f.g.deadlinesOf(f.timeout).add(rt, f.start)
 	f.timer, c.timer = rt, rt
-}
-
-// reqTimer is a forwarded request's timeout (flight.armTimer). Its
-// methods are safe to call concurrently: touch from the goroutines that
-// relay the server's progress and the client's answers, fire from the
-// timer's, stop from the request's.
-type reqTimer struct {
-	timer   atomic.Pointer[time.Timer] // set as AfterFunc returns: fire may run first
-	timeout time.Duration
-	cancel  context.CancelCauseFunc
-	waiting *atomic.Int32 // the call's requests waiting on the client
-	touched atomic.Int64  // when the timeout last restarted, Unix ns
-	ended   atomic.Bool   // the call has returned: its timer is done for
-}
-
-// fire is the timer's callback: the request's context ends with
-// errTimeout, unless the call has ended, waits on its client, or was
-// touched since the timer was set (then it runs again, for what is left).
-func (rt *reqTimer) fire() {
-	if rt.ended.Load() {
-		return
-	}
-	// A wait on the client, or a restart the firing raced with, runs the
-	// timer again (for what is left of it). A timer that fires before
-	// AfterFunc returned was set out of time already.
-	if t := rt.timer.Load(); t != nil {
-		if rt.waiting.Load() > 0 {
-			rt.reset(t, rt.timeout)
-			return
-		}
-		if left := rt.timeout - time.Duration(time.Now().UnixNano()-rt.touched.Load()); left > 0 {
-			rt.reset(t, left)
-			return
-		}
-	}
-	rt.cancel(errTimeout)
-}
-
-// touch restarts the timeout. A nil reqTimer (no timeout) does nothing.
-func (rt *reqTimer) touch() {
-	if rt == nil || rt.ended.Load() {
-		return
-	}
-	rt.touched.Store(time.Now().UnixNano())
-	rt.reset(rt.timer.Load(), rt.timeout)
-}
-
-// reset runs t again after d — unless the call ended meanwhile (a stop
-// between the caller's check of ended and this Reset): then it is
-// stopped again, and holds nothing of the flight for d.
-func (rt *reqTimer) reset(t *time.Timer, d time.Duration) {
-	t.Reset(d)
-	if rt.ended.Load() {
-		t.Stop()
-	}
-}
-
-// stop ends the timer for good.
-func (rt *reqTimer) stop() {
-	rt.ended.Store(true)
-	rt.timer.Load().Stop()
 }
 
 // notReached records why f ended before it reached its server — err, the
@@ -410,7 +449,7 @@ func (rt *reqTimer) stop() {
 // timeout run out while it waited (for a start, a restart, …) — and is
 // the client's answer.
 func (f *flight) notReached(err error) *rpc.Message {
-	switch cause := context.Cause(f.ctx); {
+	switch cause := f.causeErr(); {
 	case errors.Is(cause, errTimeout):
 		msg := fmt.Sprintf("server %s did not answer %s within %v", f.name, f.method, f.timeout)
 		if we := (*fleet.WaitError)(nil); errors.As(err, &we) {
@@ -424,7 +463,7 @@ func (f *flight) notReached(err error) *rpc.Message {
 		out := unavailable(f.clientID, rpc.RequestTimeout, msg, err)
 		f.set(telemetry.Timeout, 0, out.Error.Message)
 		return out
-	case f.ctx.Err() != nil:
+	case f.err() != nil:
 		f.set(telemetry.Cancelled, 0, cause.Error())
 		return errorResponse(f.clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", f.name, cause))
 	}
@@ -441,11 +480,11 @@ func (f *flight) notReached(err error) *rpc.Message {
 // it) and returns the response for the client.
 func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	defer f.end()
-	g, ctx, name, method, clientID := f.g, f.ctx, f.name, f.method, f.clientID
+	g, name, method, clientID := f.g, f.name, f.method, f.clientID
 	if err == nil && f.legacyToModern && resp.Error == nil {
-		resp, err = g.fulfil(ctx, f.c, f.conn, method, f.params, resp)
+		resp, err = g.fulfil(f.context(), f.c, f.conn, method, f.params, resp)
 	}
-	if err != nil && ctx.Err() != nil {
+	if err != nil && f.err() != nil {
 		g.abandon(f.conn, f.s, f.timeout)
 	}
 	var out *rpc.Message
@@ -468,11 +507,11 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		}
 		f.received += len(resp.Result)
 		return out
-	case errors.Is(context.Cause(ctx), errTimeout):
+	case errors.Is(f.causeErr(), errTimeout):
 		out = errorResponse(clientID, rpc.RequestTimeout, fmt.Sprintf("server %s did not answer %s within %v", name, method, f.timeout))
 		f.set(telemetry.Timeout, 0, out.Error.Message)
-	case ctx.Err() != nil:
-		out = errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, context.Cause(ctx)))
+	case f.err() != nil:
+		out = errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, f.causeErr()))
 		f.set(telemetry.Cancelled, 0, out.Error.Message)
 	case errors.Is(err, rpc.ErrLineTooLong):
 		out = errorResponse(clientID, rpc.MessageTooLarge, fmt.Sprintf("server %s: %v", name, err))
@@ -550,8 +589,8 @@ func (f *flight) set(o telemetry.Outcome, code int, msg string) {
 // metrics, and as a request of its client (Session.clientIdentity), and
 // ends its span. It runs once per request that reached
 // forward: from end, or for a request that ended before it had a context
-// of its own.
-func (f *flight) record(o telemetry.Outcome, code int, msg string) {
+// of its own. It returns when it counted f's end.
+func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 	f.set(o, code, msg)
 	now := time.Now()
 	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: now.Sub(f.start), Sent: len(f.params), Received: f.received}
@@ -567,6 +606,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) {
 	if f.tr != nil {
 		f.endSpan()
 	}
+	return now
 }
 
 // end releases what begin took, in the reverse order: the timer, the
@@ -575,11 +615,11 @@ func (f *flight) end() {
 	if f.timer != nil {
 		f.timer.stop()
 	}
-	f.record(f.outcome, f.code, f.errMsg())
+	now := f.record(f.outcome, f.code, f.errMsg())
 	if f.lease != nil {
 		f.lease.Release()
 	}
-	f.g.endCall(f.c, f.key)
+	f.g.endCall(f.c, f.key, now)
 	f.cancel(nil)
 }
 
@@ -602,8 +642,9 @@ func (f *flight) endSpan() {
 	f.tr.span.End(e)
 }
 
-func (g *Gateway) endCall(c *call, key string) {
-	now := time.Now() // read before the lock every call contends for
+// endCall takes c, keyed by its client's id, out of the gateway's tables
+// as it ended at now (read before the lock every call contends for).
+func (g *Gateway) endCall(c *call, key string, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c.st.calls[key] == c {

@@ -39,6 +39,8 @@ type Gateway struct {
 	fleet *fleet.Fleet
 	log   *slog.Logger
 	seq   atomic.Int64
+	// The request timers, a queue for each timeout (deadlinesOf).
+	deadlines sync.Map // time.Duration → *deadlines
 
 	mu       sync.Mutex
 	sessions map[*Session]*sessState

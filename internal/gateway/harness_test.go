@@ -75,6 +75,16 @@ func newWorld(t testing.TB, servers string) *world {
 // with the world.
 func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return newWorldLog(t, servers, statePath, marker, log)
+}
+
+// newWorldLog is newWorldStore logging to log.
+func newWorldLog(t testing.TB, servers, statePath, marker string, log *slog.Logger) *world {
+	t.Helper()
 	if marker == "" {
 		marker = testserver.NewMarker(t)
 	}
@@ -93,10 +103,6 @@ func newWorldStore(t testing.TB, servers, statePath, marker string) *world {
 			s.Env = map[string]string{}
 		}
 		s.Env[testserver.MarkerEnv] = w.marker
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	opts := worldRuntime
 	opts.Logger = log

@@ -259,7 +259,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	h.mu.Lock()
 	changed := h.changed
 	h.mu.Unlock()
-	w, err := f.conn.Start(f.ctx, m.Method, f.params)
+	w, err := f.conn.Start(f.context(), m.Method, f.params)
 	if err != nil {
 		unbind()
 		resp := f.finish(nil, err)
@@ -269,7 +269,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	if testHookStarted != nil {
 		testHookStarted(h)
 	}
-	r, interrupted, err := w.Wait(f.ctx, changed)
+	r, interrupted, err := w.Wait(f.context(), changed)
 	unbind()
 	if interrupted {
 		h.mu.Lock()
@@ -279,13 +279,13 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 			// The server's answer is waited for on a goroutine of its
 			// own, for the rounds to take.
 			go func() {
-				r, _, err := w.Wait(f.ctx, nil)
-				if err == nil && f.ctx.Err() != nil {
+				r, _, err := w.Wait(f.context(), nil)
+				if err == nil && f.context().Err() != nil {
 					// Answered as the call ended (its hold ran out, its
 					// client went away): no round takes the answer, and
 					// the call counts as ended, whichever of the server's
 					// answer and the cancellation came first.
-					r, err = nil, f.ctx.Err()
+					r, err = nil, f.context().Err()
 				}
 				resp := f.finish(r, err)
 				h.mu.Lock()
@@ -297,7 +297,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 		}
 		// Ended (the client went away): the server's call is cancelled,
 		// and its answer comes at once.
-		r, _, err = w.Wait(f.ctx, nil)
+		r, _, err = w.Wait(f.context(), nil)
 	}
 	resp = f.finish(r, err)
 	if e := h.capabilityError(m.ID); e != nil {

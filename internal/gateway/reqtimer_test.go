@@ -13,9 +13,14 @@ import (
 // timedCall arms a request timer of timeout, as begin does, whose cancel
 // counts its calls and records its cause.
 func timedCall(timeout time.Duration) (*flight, *call, *atomic.Int32, *atomic.Value) {
+	return timedCallOf(&Gateway{}, timeout, time.Now())
+}
+
+// timedCallOf is timedCall in g's lists, started at start.
+func timedCallOf(g *Gateway, timeout time.Duration, start time.Time) (*flight, *call, *atomic.Int32, *atomic.Value) {
 	var n atomic.Int32
 	var cause atomic.Value
-	f := &flight{timeout: timeout, start: time.Now(), cancel: func(err error) {
+	f := &flight{g: g, timeout: timeout, start: start, cancel: func(err error) {
 		n.Add(1)
 		cause.Store(err)
 	}}
@@ -85,7 +90,7 @@ func TestReqTimer(t *testing.T) {
 }
 
 // Once stopped, the timer never ends its call, whatever touches race
-// with the stop, and is left unarmed: it holds nothing of the flight.
+// with the stop, and is out of its list: it holds nothing of the flight.
 func TestReqTimerStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, c, n, _ := timedCall(time.Second)
@@ -109,19 +114,20 @@ func TestReqTimerStopped(t *testing.T) {
 		if n.Load() != 0 {
 			t.Fatalf("%d cancels after stop", n.Load())
 		}
-		if f.rt.timer.Load().Stop() {
-			t.Fatal("the timer was armed after stop")
+		q := f.rt.q
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if f.rt.queued || q.head != nil || q.tail != nil {
+			t.Fatalf("after stop: queued %v, list %p…%p", f.rt.queued, q.head, q.tail)
 		}
 	})
-	// The interleaving a race may or may not produce: a touch that saw
-	// the call running resets the timer after stop.
+	// A touch after the stop puts nothing back.
 	synctest.Test(t, func(t *testing.T) {
-		f, _, n, _ := timedCall(time.Second)
+		f, c, n, _ := timedCall(time.Second)
 		f.timer.stop()
-		tm := f.rt.timer.Load()
-		f.rt.reset(tm, time.Second)
-		if tm.Stop() {
-			t.Fatal("a reset after stop left the timer armed")
+		c.touch()
+		if f.rt.queued {
+			t.Fatal("a touch after stop put the timer back in its list")
 		}
 		time.Sleep(5 * time.Second)
 		if n.Load() != 0 {
@@ -131,4 +137,67 @@ func TestReqTimerStopped(t *testing.T) {
 	// No timeout, no timer: touching such a call does nothing.
 	var c call
 	c.touch()
+}
+
+// Many requests of one timeout share a list: each ends exactly at its own
+// deadline — whatever order they were armed in (a request that waited
+// before it was forwarded is armed from its arrival), stopped or touched
+// in — a stopped one never, one waiting on its client not while it waits;
+// and the list's timer, armed for the first deadline, is re-armed as the
+// head changes.
+func TestReqTimerList(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &Gateway{}
+		t0 := time.Now()
+		type timed struct {
+			f *flight
+			c *call
+			n *atomic.Int32
+		}
+		var all []timed
+		// Started 0, 300, 100, 200 … ms before now, armed in that order.
+		for _, ago := range []time.Duration{0, 300, 100, 200, 50, 250} {
+			f, c, n, _ := timedCallOf(g, time.Second, t0.Add(-ago*time.Millisecond))
+			all = append(all, timed{f, c, n})
+		}
+		all[4].f.timer.stop()              // ended: due at 950 ms, never
+		all[5].c.waiting.Add(1)            // waits on its client: due at 750 ms, held
+		time.Sleep(400 * time.Millisecond) // now t0+400
+		all[0].c.touch()                   // due at 1400 ms now
+		check := func(at string, want ...int32) {
+			t.Helper()
+			synctest.Wait()
+			for i, x := range all {
+				if x.n.Load() != want[i] {
+					t.Fatalf("at %s: request %d ended %d times, want %d", at, i, x.n.Load(), want[i])
+				}
+			}
+		}
+		time.Sleep(299 * time.Millisecond) // t0+699: none due yet
+		check("699 ms", 0, 0, 0, 0, 0, 0)
+		time.Sleep(2 * time.Millisecond) // t0+701: the one started 300 ms before
+		check("701 ms", 0, 1, 0, 0, 0, 0)
+		time.Sleep(100 * time.Millisecond) // t0+801: 200 ms before (800)
+		check("801 ms", 0, 1, 0, 1, 0, 0)
+		time.Sleep(100 * time.Millisecond) // t0+901: 100 ms before (900)
+		check("901 ms", 0, 1, 1, 1, 0, 0)
+		time.Sleep(100 * time.Millisecond) // t0+1001: the first was touched
+		check("1001 ms", 0, 1, 1, 1, 0, 0)
+		time.Sleep(400 * time.Millisecond) // t0+1401
+		check("1401 ms", 1, 1, 1, 1, 0, 0)
+		all[5].c.touch() // its client answered
+		all[5].c.waiting.Add(-1)
+		time.Sleep(999 * time.Millisecond)
+		check("999 ms after the answer", 1, 1, 1, 1, 0, 0)
+		time.Sleep(2 * time.Millisecond)
+		check("a timeout after the answer", 1, 1, 1, 1, 0, 1)
+		time.Sleep(time.Minute)
+		check("a minute later", 1, 1, 1, 1, 0, 1)
+		q := g.deadlinesOf(time.Second)
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.head != nil || q.armedFor != 0 {
+			t.Fatalf("every request ended: list head %p, armed for %d", q.head, q.armedFor)
+		}
+	})
 }
