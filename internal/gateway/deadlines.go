@@ -32,8 +32,11 @@ type deadlines struct {
 // timeout's list. Its methods are safe to call concurrently: touch from
 // the goroutines that relay the server's progress and the client's
 // answers, stop from the request's, and the list's timer ends the
-// request (cancel) under the list's lock, so a stop that returned is
-// never followed by a cancel.
+// request (cancel) after it took it out of the list, outside the list's
+// lock (a cancel may take any lock; touch runs under the gateway's). A
+// stop that races the fire may therefore be followed by that one cancel:
+// cancels are idempotent (flight.stop, a context's cancel), and the
+// first cause is the one kept.
 type reqTimer struct {
 	q       *deadlines
 	cancel  context.CancelCauseFunc
@@ -43,6 +46,7 @@ type reqTimer struct {
 	deadline   int64
 	prev, next *reqTimer
 	queued     bool
+	fired      *reqTimer // the next of a fire's ended timers
 }
 
 // deadlinesOf is the list of the request timers of timeout.
@@ -123,8 +127,8 @@ func (q *deadlines) armLocked(due int64) {
 // request that waits on its client starts its timeout again — and arms
 // the timer for the next deadline, if any.
 func (q *deadlines) fire() {
+	var ended *reqTimer
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	now := q.now()
 	q.armedFor = 0
 	for rt := q.head; rt != nil && rt.deadline <= now; rt = q.head {
@@ -134,10 +138,17 @@ func (q *deadlines) fire() {
 			q.insertLocked(rt)
 			continue
 		}
-		rt.cancel(errTimeout)
+		rt.fired, ended = ended, rt
 	}
 	if q.head != nil {
 		q.armLocked(q.head.deadline)
+	}
+	q.mu.Unlock()
+	for rt := ended; rt != nil; {
+		next := rt.fired
+		rt.fired = nil
+		rt.cancel(errTimeout)
+		rt = next
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -123,4 +124,52 @@ func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 		t.Fatal("the cancelled request's POST did not end")
 	}
 	cancelledFor(errClientCancel.Error(), 1)
+}
+
+// A flight with a cancel of its own answers as a context derived from its
+// parent would: its context, made after its end, is ended already with
+// its cause; made before, it ends with it; the first cause is kept; and
+// when the parent ended first, the parent's cause is the flight's.
+func TestFlightOwnCancel(t *testing.T) {
+	errA, errB := errors.New("a"), errors.New("b")
+	own := func(parent context.Context) *flight {
+		f := &flight{own: true, parent: parent, abort: make(chan struct{})}
+		f.cancel = f.stop
+		return f
+	}
+	f := own(t.Context())
+	if f.err() != nil || f.causeErr() != nil {
+		t.Fatalf("before its end: %v, %v", f.err(), f.causeErr())
+	}
+	f.cancel(errA)
+	f.cancel(errB)
+	if ctx := f.context(); ctx.Err() == nil || context.Cause(ctx) != errA {
+		t.Fatalf("context made after the end: %v, cause %v", ctx.Err(), context.Cause(ctx))
+	}
+	if !errors.Is(f.err(), context.Canceled) || f.causeErr() != errA {
+		t.Fatalf("after the end: %v, %v", f.err(), f.causeErr())
+	}
+	select {
+	case <-f.abort:
+	default:
+		t.Fatal("abort not closed at the end")
+	}
+
+	f = own(t.Context())
+	ctx := f.context()
+	f.cancel(nil)
+	if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(f.causeErr(), context.Canceled) {
+		t.Fatalf("context made before the end: %v, cause %v", ctx.Err(), f.causeErr())
+	}
+
+	parent, cancelParent := context.WithCancelCause(t.Context())
+	f = own(parent)
+	cancelParent(errB)
+	if !errors.Is(f.err(), context.Canceled) || f.causeErr() != errB {
+		t.Fatalf("the parent ended: %v, %v", f.err(), f.causeErr())
+	}
+	f.cancel(errTimeout)
+	if f.causeErr() != errB {
+		t.Fatalf("a timeout after the parent's end: cause %v, want the parent's", f.causeErr())
+	}
 }

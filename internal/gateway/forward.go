@@ -449,6 +449,9 @@ func (f *flight) armTimer(c *call) {
 // timeout run out while it waited (for a start, a restart, …) — and is
 // the client's answer.
 func (f *flight) notReached(err error) *rpc.Message {
+	// err first: a cause read first could be nil with err set by an end
+	// in between.
+	ended := f.err() != nil
 	switch cause := f.causeErr(); {
 	case errors.Is(cause, errTimeout):
 		msg := fmt.Sprintf("server %s did not answer %s within %v", f.name, f.method, f.timeout)
@@ -463,7 +466,7 @@ func (f *flight) notReached(err error) *rpc.Message {
 		out := unavailable(f.clientID, rpc.RequestTimeout, msg, err)
 		f.set(telemetry.Timeout, 0, out.Error.Message)
 		return out
-	case f.err() != nil:
+	case ended:
 		f.set(telemetry.Cancelled, 0, cause.Error())
 		return errorResponse(f.clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", f.name, cause))
 	}
@@ -588,8 +591,8 @@ func (f *flight) set(o telemetry.Outcome, code int, msg string) {
 // record counts f — its outcome, duration, bytes — in its server's
 // metrics, and as a request of its client (Session.clientIdentity), and
 // ends its span. It runs once per request that reached
-// forward: from end, or for a request that ended before it had a context
-// of its own. It returns when it counted f's end.
+// forward: from end, or for a request that ended before begin registered
+// its call. It returns when it counted f's end.
 func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 	f.set(o, code, msg)
 	now := time.Now()

@@ -469,7 +469,8 @@ func (p *Pending) end(cause, err error) (*Message, error) {
 
 // CallAbort is Call bounded by abort as well as by ctx: when abort (nil:
 // never) is closed first, the request is withdrawn or the peer told,
-// with cause's error, and CallAbort returns context.Canceled. A caller
+// with cause's error (nil cause: context.Canceled), and CallAbort returns
+// context.Canceled. A caller
 // whose requests end for reasons of their own (a timeout, a cancel) needs
 // no context derived from ctx per request with it.
 func (c *Conn) CallAbort(ctx context.Context, abort <-chan struct{}, cause func() error, method string, params json.RawMessage) (*Message, error) {
@@ -483,7 +484,11 @@ func (c *Conn) CallAbort(ctx context.Context, abort <-chan struct{}, cause func(
 	case <-ctx.Done():
 		return p.end(context.Cause(ctx), ctx.Err())
 	case <-abort:
-		return p.end(cause(), context.Canceled)
+		why := error(context.Canceled)
+		if cause != nil {
+			why = cause()
+		}
+		return p.end(why, context.Canceled)
 	}
 }
 
