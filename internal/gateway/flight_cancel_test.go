@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,28 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use: a log sink.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A request forwarded over a session that ends before its answer is
 // cancelled at its server, with the reason it ended: its timeout (the
@@ -39,7 +21,7 @@ func (l *lockedBuffer) String() string {
 // path a legacy session's request takes by default, which derives no
 // context of its own — and the gateway forgets it.
 func TestEndedRequestCancelledAtItsServer(t *testing.T) {
-	var logs lockedBuffer
+	var logs testserver.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w := newWorldLog(t, `{"a":{"command":"$FIXTURE","requestTimeout":"400ms"}}`, "", "", log)
 	h := NewStreamableHandler(w.gw.Single("a"), HTTPOptions{})

@@ -3,8 +3,6 @@ package rpc
 import (
 	"context"
 	"errors"
-	"io"
-	"strings"
 	"testing"
 	"time"
 )
@@ -80,41 +78,6 @@ func TestCallAbort(t *testing.T) {
 			t.Fatalf("%d calls pending", n)
 		}
 	})
-}
-
-// A request waiting for its turn to be written (another holds the
-// writer, stuck in the peer's pipe) is withdrawn at the abort: it returns
-// context.Canceled and nothing of it is written.
-func TestCallAbortWhileWaitingForWriteTurn(t *testing.T) {
-	w := &blockingWriter{started: make(chan struct{}), release: make(chan struct{})}
-	r, peerW := io.Pipe()
-	c := NewConn(r, w, Options{})
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(context.Background()) }()
-
-	first := callAsync(context.Background(), c, "first", "")
-	<-w.started
-	abort := make(chan struct{})
-	second := make(chan error, 1)
-	go func() {
-		_, err := c.CallAbort(context.Background(), abort, func() error { return errOwnCause }, "second", nil)
-		second <- err
-	}()
-	close(abort)
-	if err := <-second; !errors.Is(err, context.Canceled) {
-		t.Fatalf("second = %v, want context.Canceled while the turn is held", err)
-	}
-	close(w.release)
-	peerW.Close()
-	if r := <-first; !errors.Is(r.err, ErrClosed) {
-		t.Fatalf("first = %v", r.err)
-	}
-	<-ran
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s := w.buf.String(); strings.Contains(s, "second") || strings.Contains(s, "cancelled") {
-		t.Fatalf("wrote %q: nothing of a call aborted before its write may go out", s)
-	}
 }
 
 // A request that waits for room in a full write queue (the peer reads

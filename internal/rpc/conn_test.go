@@ -211,31 +211,49 @@ func (w *blockingWriter) Write(b []byte) (int, error) {
 	return w.buf.Write(b)
 }
 
+// A call waiting for its turn to be written (another holds the writer,
+// stuck in the peer's pipe) that ends — its context cancelled, or its
+// abort closed (CallAbort) — returns context.Canceled, and nothing of it
+// is written.
 func TestCancelWhileWaitingForWriteTurn(t *testing.T) {
-	w := &blockingWriter{started: make(chan struct{}), release: make(chan struct{})}
-	r, peerW := io.Pipe()
-	c := NewConn(r, w, Options{})
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(context.Background()) }()
+	for _, how := range []string{"context", "abort"} {
+		t.Run(how, func(t *testing.T) {
+			w := &blockingWriter{started: make(chan struct{}), release: make(chan struct{})}
+			r, peerW := io.Pipe()
+			c := NewConn(r, w, Options{})
+			ran := make(chan error, 1)
+			go func() { ran <- c.Run(context.Background()) }()
 
-	first := callAsync(context.Background(), c, "first", "")
-	<-w.started // first holds the write turn, stuck in the peer's pipe
-	ctx, cancel := context.WithCancel(context.Background())
-	second := callAsync(ctx, c, "second", "")
-	cancel()
-	if r := <-second; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("second = %v, want context.Canceled while the turn is held", r.err)
-	}
-	close(w.release)
-	peerW.Close()
-	if r := <-first; !errors.Is(r.err, ErrClosed) {
-		t.Fatalf("first = %v", r.err)
-	}
-	<-ran
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s := w.buf.String(); strings.Contains(s, "second") || strings.Contains(s, "cancelled") {
-		t.Fatalf("wrote %q: nothing of a call cancelled before its write may go out", s)
+			first := callAsync(context.Background(), c, "first", "")
+			<-w.started // first holds the write turn, stuck in the peer's pipe
+			ctx, cancel := context.WithCancel(context.Background())
+			abort := make(chan struct{})
+			second := make(chan error, 1)
+			go func() {
+				_, err := c.CallAbort(ctx, abort, nil, "second", nil)
+				second <- err
+			}()
+			if how == "context" {
+				cancel()
+			} else {
+				close(abort)
+			}
+			if err := <-second; !errors.Is(err, context.Canceled) {
+				t.Fatalf("second = %v, want context.Canceled while the turn is held", err)
+			}
+			cancel()
+			close(w.release)
+			peerW.Close()
+			if r := <-first; !errors.Is(r.err, ErrClosed) {
+				t.Fatalf("first = %v", r.err)
+			}
+			<-ran
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if s := w.buf.String(); strings.Contains(s, "second") || strings.Contains(s, "cancelled") {
+				t.Fatalf("wrote %q: nothing of a call ended before its write may go out", s)
+			}
+		})
 	}
 }
 
