@@ -19,12 +19,14 @@ import (
 // flight's own end), its client going away (the HTTP request's context),
 // the client's notifications/cancelled (the call's cancel) — each on the
 // path a legacy session's request takes by default, which derives no
-// context of its own — and the gateway forgets it.
+// context of its own — and the gateway forgets it. The last two go to a
+// server whose timeout is a minute away, so that no timeout stands in
+// for them.
 func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 	var logs testserver.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	w := newWorldLog(t, `{"a":{"command":"$FIXTURE","requestTimeout":"400ms"}}`, "", "", log)
-	h := NewStreamableHandler(w.gw.Single("a"), HTTPOptions{})
+	w := newWorldLog(t, `{"a":{"command":"$FIXTURE","requestTimeout":"400ms"},"b":{"command":"$FIXTURE","requestTimeout":"1m"}}`, "", "", log)
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.Close)
@@ -48,8 +50,8 @@ func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	sleep := func(id string) string {
-		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":30000}}}`
+	sleep := func(id, server string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + server + `__sleep","arguments":{"ms":30000}}}`
 	}
 	// The fixture logs each cancellation it gets, with its reason; the
 	// fleet logs the server's stderr lines (quoted).
@@ -61,7 +63,7 @@ func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 	}
 
 	// Its timeout.
-	resp, err = post(t.Context(), sid, sleep("1"))
+	resp, err = post(t.Context(), sid, sleep("1", "a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if resp, err := post(ctx, sid, sleep("2")); err == nil {
+		if resp, err := post(ctx, sid, sleep("2", "b")); err == nil {
 			resp.Body.Close()
 		}
 	}()
@@ -86,11 +88,11 @@ func TestEndedRequestCancelledAtItsServer(t *testing.T) {
 	<-done
 	cancelledFor("context canceled", 1)
 
-	// Its client cancels it. (Within its timeout: the cancel comes first.)
+	// Its client cancels it.
 	done = make(chan struct{})
 	go func() {
 		defer close(done)
-		if resp, err := post(t.Context(), sid, sleep("3")); err == nil {
+		if resp, err := post(t.Context(), sid, sleep("3", "b")); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
