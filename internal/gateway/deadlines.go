@@ -25,7 +25,7 @@ type deadlines struct {
 	mu         sync.Mutex
 	head, tail *reqTimer
 	timer      *time.Timer // made at the first arm
-	armedFor   int64       // the deadline the timer fires at; 0: not armed
+	armedFor   int64       // the deadline the timer fires at; 0: not armed, only while the list is empty
 }
 
 // reqTimer is a forwarded request's timeout (flight.armTimer), in its
@@ -164,9 +164,8 @@ func (rt *reqTimer) touch() {
 		q.removeLocked(rt)
 		rt.deadline = q.now() + int64(q.timeout)
 		q.insertLocked(rt)
-		if q.armedFor == 0 {
-			q.armLocked(q.head.deadline)
-		}
+		// The timer stays as it is: armed (the list is not empty), no
+		// later than the old deadline, which this one follows.
 	}
 	q.mu.Unlock()
 }
