@@ -77,7 +77,7 @@ type ticket struct {
 
 // enqueue queues the line b and starts the writer if it is idle. b is in
 // the pooled buffer bp, which enqueue takes over. While the queue is full
-// it waits for room, until stop or done is ready (errStopped: nothing
+// it waits for room, until stop, done or abort is ready (errStopped: nothing
 // queued) or the connection ends (its Err). wait asks for the ticket's
 // flushed channel.
 func (c *Conn) enqueue(stop <-chan time.Time, done, abort <-chan struct{}, bp *[]byte, b []byte, wait bool) (ticket, error) {
