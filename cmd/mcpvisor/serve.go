@@ -123,12 +123,14 @@ connection, no HTTP request or session.`,
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
 			// With tracing, a request's traceparent header is the parent
 			// of its spans (its _meta's, if it has one, comes first).
-			mux.Handle("/mcp", tr.Handler(aggregate))
+			mcp := tr.Handler(aggregate)
+			mux.Handle("/mcp", mcp)
 			// Each server's own endpoint, as the last reload left the
 			// servers; any other name gets a 404 that says so, as a
 			// JSON-RPC error an MCP client shows.
 			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
-			mux.Handle("/servers/{name}/mcp", tr.Handler(routes))
+			servers := tr.Handler(routes)
+			mux.Handle(serverPattern, servers)
 			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
 				a.gw.SetPageSize(cfg.PageSize)
 				a.gw.SetHoldTimeout(cfg.HoldTimeout)
@@ -163,11 +165,23 @@ connection, no HTTP request or session.`,
 			// path is a 404 behind the whole guard.
 			mux.Handle("/", dashboard.New(g, token != "", g.Wrap(http.NotFoundHandler())))
 			// Headers must arrive within 10 s and an idle keep-alive
-			// connection is closed after 2 min; a POST body has
-			// HTTPOptions.BodyTimeout (gateway.DefaultBodyTimeout). No
-			// server-wide ReadTimeout or WriteTimeout: they would cut
-			// long-lived event streams; each stream has its own deadlines.
-			srv := &http.Server{Handler: daemon.wrap(trimAfter(a.fleet, mux)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+			// connection is closed after 2 min. A request's headers and
+			// body must arrive within gateway.DefaultBodyTimeout: the
+			// ReadTimeout is the gateway's body bound, which its handlers
+			// then leave to the server (one timer change per request
+			// fewer); net/http lifts it once the body has been read, so it
+			// cuts no long request or event stream. No server-wide
+			// WriteTimeout: it would cut long-lived event streams; each
+			// write has its own deadline.
+			front := &mcpFront{mux: mux, mcp: mcp, server: routes.serve}
+			if servers != http.Handler(routes) { // tracing wraps it
+				front.server = func(w http.ResponseWriter, r *http.Request, name string) {
+					r.SetPathValue("name", name)
+					servers.ServeHTTP(w, r)
+				}
+			}
+			srv := &http.Server{Handler: daemon.wrap(trimAfter(a.fleet, front)),
+				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: gateway.DefaultBodyTimeout, IdleTimeout: 2 * time.Minute}
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
@@ -293,8 +307,57 @@ func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *se
 	return r
 }
 
+// mcpFront serves /mcp and /servers/{name}/mcp itself, and every other
+// request through mux. A path in the plain form clients use (unescaped,
+// clean) is matched by a few comparisons: ServeMux's general matching
+// cost a relayed call about 1 µs under load (issue 30). Any other form of
+// those paths — escaped, not clean — is mux's to match or redirect, as
+// before.
+type mcpFront struct {
+	mux *http.ServeMux
+	mcp http.Handler // as mux has it
+	// server serves a request to /servers/{name}/mcp as mux would.
+	server func(w http.ResponseWriter, r *http.Request, name string)
+}
+
+func (f *mcpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawPath == "" {
+		if r.URL.Path == "/mcp" {
+			f.mcp.ServeHTTP(w, r)
+			return
+		}
+		if name, ok := serverPath(r.URL.Path); ok {
+			f.server(w, r, name)
+			return
+		}
+	}
+	f.mux.ServeHTTP(w, r)
+}
+
+// serverPattern is the mux's pattern of a server's endpoint.
+const serverPattern = "/servers/{name}/mcp"
+
+// serverPath is the name in path when path is /servers/{name}/mcp with a
+// name ServeMux would take as it is: not empty, no slash, neither "." nor
+// "..".
+func serverPath(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/servers/")
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, "/mcp")
+	if !ok || name == "" || name == "." || name == ".." || strings.IndexByte(name, '/') >= 0 {
+		return "", false
+	}
+	return name, true
+}
+
 func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	name := req.PathValue("name")
+	r.serve(w, req, req.PathValue("name"))
+}
+
+// serve serves req to the server named name.
+func (r *serverRoutes) serve(w http.ResponseWriter, req *http.Request, name string) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
 	h := r.byName[name]
@@ -314,6 +377,9 @@ func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 	if h == nil {
+		if req.PathValue("name") != name {
+			req.SetPathValue("name", name) // the 404 names it
+		}
 		r.unknown.ServeHTTP(w, req)
 		return
 	}

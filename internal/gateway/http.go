@@ -131,7 +131,11 @@ type HTTPOptions struct {
 	// moment the handler starts reading it: a body not complete by then
 	// (a client that trickles it, or stops) gets 408 with a JSON-RPC
 	// error and the connection is closed. 0 or negative means
-	// DefaultBodyTimeout.
+	// DefaultBodyTimeout. An http.Server whose ReadTimeout is positive
+	// and no longer than BodyTimeout bounds the body itself (from the
+	// request's first byte, headers included); the handler then sets no
+	// deadline of its own, which saves each request a change of the
+	// runtime poller's timer. mcpvisor serve's server does so.
 	BodyTimeout time.Duration
 
 	// EventBuffer is how many events a stream keeps: per session, the
@@ -1014,7 +1018,13 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 	// away), so that it cannot cancel a long request. After a failure it
 	// stays, bounding net/http's discarding of the body's rest. (A server
 	// without deadlines, such as a test's recorder, reads without one.)
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
+	// A server whose ReadTimeout is no longer than bodyWait has set one
+	// already, for the headers and the body together, lifted the same
+	// way: another would cost each request a change of the poller's timer
+	// and bound nothing more.
+	if !serverBoundsBody(r, h.bodyWait) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
+	}
 	var b []byte
 	var bp *[]byte
 	switch n := r.ContentLength; {
@@ -1057,6 +1067,15 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 		return append([]byte(nil), b...), true
 	}
 	return b, true
+}
+
+// serverBoundsBody reports whether r's server bounds a request's body
+// within wait by itself: its ReadTimeout, which net/http sets as the
+// connection's read deadline for each request from its first byte, is
+// positive and no longer than wait.
+func serverBoundsBody(r *http.Request, wait time.Duration) bool {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	return srv != nil && srv.ReadTimeout > 0 && srv.ReadTimeout <= wait
 }
 
 // bodyTooLarge is the 413 reply.

@@ -6,9 +6,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,9 +68,30 @@ func readRawResponse(t *testing.T, conn net.Conn, bound time.Duration) (*http.Re
 
 // A body that trickles in, or stops, is given BodyTimeout to arrive: then
 // the client gets 408, the handler returns and the connection closes.
+// Either the handler bounds the body, or, with a ReadTimeout no longer
+// than BodyTimeout, its server does (bodyBounds).
 func TestHTTPBodyTrickleTimesOut(t *testing.T) {
+	for _, b := range bodyBounds {
+		t.Run(b.name, func(t *testing.T) { testBodyTrickleTimesOut(t, b.server) })
+	}
+}
+
+// bodyBounds are the two ways a body's time is bounded: by the handler's
+// own read deadline (an http.Server without ReadTimeout, as a test's),
+// or by a server whose ReadTimeout is BodyTimeout (as mcpvisor serve's).
+var bodyBounds = []struct {
+	name   string
+	server func(timeout time.Duration) func(*http.Server)
+}{
+	{"handler's deadline", func(time.Duration) func(*http.Server) { return nil }},
+	{"server's ReadTimeout", func(timeout time.Duration) func(*http.Server) {
+		return func(srv *http.Server) { srv.ReadTimeout = timeout }
+	}},
+}
+
+func testBodyTrickleTimesOut(t *testing.T, server func(time.Duration) func(*http.Server)) {
 	const timeout = 200 * time.Millisecond
-	s := newHTTPTestServer(t, HTTPOptions{BodyTimeout: timeout})
+	s := newHTTPTestServerWith(t, HTTPOptions{BodyTimeout: timeout}, server(timeout))
 	sid := s.initialize()
 	for _, c := range []struct {
 		name string
@@ -111,12 +134,69 @@ func TestHTTPBodyTrickleTimesOut(t *testing.T) {
 // that runs longer than BodyTimeout is not cancelled by it.
 func TestHTTPBodyDeadlineIsCleared(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	s := newHTTPTestServer(t, HTTPOptions{BodyTimeout: timeout})
-	sid := s.initialize()
-	resp := s.do("POST", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"wait","arguments":{"ms":`+
-		strconv.Itoa(int(3*timeout/time.Millisecond))+`}}}`, nil)
-	if m := decodeBody(t, resp); m.Error != nil || !strings.Contains(string(m.Result), "waited") {
-		t.Fatalf("a call longer than BodyTimeout: %s", m.Encode())
+	for _, b := range bodyBounds {
+		t.Run(b.name, func(t *testing.T) {
+			s := newHTTPTestServerWith(t, HTTPOptions{BodyTimeout: timeout}, b.server(timeout))
+			sid := s.initialize()
+			resp := s.do("POST", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"wait","arguments":{"ms":`+
+				strconv.Itoa(int(3*timeout/time.Millisecond))+`}}}`, nil)
+			if m := decodeBody(t, resp); m.Error != nil || !strings.Contains(string(m.Result), "waited") {
+				t.Fatalf("a call longer than BodyTimeout: %s", m.Encode())
+			}
+		})
+	}
+}
+
+// readDeadlineCounter counts the read deadlines a handler sets through
+// http.ResponseController, and passes them on.
+type readDeadlineCounter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w readDeadlineCounter) SetReadDeadline(d time.Time) error {
+	w.n.Add(1)
+	return http.NewResponseController(w.ResponseWriter).SetReadDeadline(d)
+}
+
+func (w readDeadlineCounter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// A server that bounds bodies itself — its ReadTimeout positive and no
+// longer than BodyTimeout — spares each POST the handler's own read
+// deadline; any other server gets one per POST.
+func TestHTTPBodyDeadlineSetOnce(t *testing.T) {
+	const timeout = 5 * time.Second
+	for _, c := range []struct {
+		name        string
+		readTimeout time.Duration
+		want        int64 // per POST
+	}{
+		{"no ReadTimeout", 0, 1},
+		{"ReadTimeout = BodyTimeout", timeout, 0},
+		{"ReadTimeout < BodyTimeout", timeout / 2, 0},
+		{"ReadTimeout > BodyTimeout", 2 * timeout, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var n atomic.Int64
+			h := NewStreamableHandler(newHTTPFake(), HTTPOptions{BodyTimeout: timeout})
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(readDeadlineCounter{w, &n}, r)
+			}))
+			srv.Config.ReadTimeout = c.readTimeout
+			srv.Start()
+			t.Cleanup(func() { h.Close(); srv.Close() })
+			s := &httpTestServer{t: t, h: h, srv: srv, url: srv.URL}
+			sid := s.initialize() // two POSTs: initialize, notifications/initialized
+			const pings = 3
+			for i := range pings {
+				if st := s.status("POST", sid, `{"jsonrpc":"2.0","id":`+strconv.Itoa(i+2)+`,"method":"ping"}`, nil); st != http.StatusOK {
+					t.Fatalf("ping: %d", st)
+				}
+			}
+			if got, want := n.Load(), c.want*(pings+2); got != want {
+				t.Fatalf("%d read deadlines set by the handler for %d POSTs, want %d", got, pings+2, want)
+			}
+		})
 	}
 }
 

@@ -288,9 +288,20 @@ type httpTestServer struct {
 
 func newHTTPTestServer(t *testing.T, opts HTTPOptions) *httpTestServer {
 	t.Helper()
+	return newHTTPTestServerWith(t, opts, nil)
+}
+
+// newHTTPTestServerWith is newHTTPTestServer with the http.Server
+// configured by config (if not nil) before it starts.
+func newHTTPTestServerWith(t *testing.T, opts HTTPOptions, config func(*http.Server)) *httpTestServer {
+	t.Helper()
 	f := newHTTPFake()
 	h := NewStreamableHandler(f, opts)
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	if config != nil {
+		config(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		h.Close()
 		srv.Close()

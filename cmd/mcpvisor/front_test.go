@@ -1,0 +1,75 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// mcpFront takes /mcp and /servers/{name}/mcp past the mux only where the
+// mux would serve the same handler with the same name: every other path,
+// or form of those paths, is the mux's, redirects included.
+func TestMCPFrontRoutesAsTheMux(t *testing.T) {
+	type hit struct{ route, name string }
+	var got hit
+	handler := func(route string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = hit{route, r.PathValue("name")}
+		})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", handler("mcp"))
+	mux.Handle(serverPattern, handler("server"))
+	mux.Handle("/api/", handler("api"))
+	mux.Handle("/", handler("other"))
+	var fast int
+	front := &mcpFront{mux: mux, mcp: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fast++
+		handler("mcp").ServeHTTP(w, r)
+	}), server: func(w http.ResponseWriter, r *http.Request, name string) {
+		fast++
+		got = hit{"server", name}
+	}}
+	for _, c := range []struct {
+		target string
+		fast   bool // served past the mux
+	}{
+		{"/mcp", true},
+		{"/mcp?x=1", true},
+		{"/servers/x/mcp", true},
+		{"/servers/my-server_2.v1/mcp", true},
+		{"/servers/...../mcp", true},
+		{"/servers/x%20y/mcp", true}, // Go's URL keeps no RawPath for it
+		{"/servers/a%2Fb/mcp", false},
+		{"/servers/x/mcp/", false},
+		{"/servers//mcp", false},
+		{"/servers/./mcp", false},
+		{"/servers/../mcp", false},
+		{"/servers/a/b/mcp", false},
+		{"/servers/x/../y/mcp", false},
+		{"/servers/mcp", false},
+		{"/mcp/", false},
+		{"/mcp/x", false},
+		{"//mcp", false},
+		{"/api/servers", false},
+		{"/", false},
+	} {
+		t.Run(c.target, func(t *testing.T) {
+			got = hit{}
+			want := httptest.NewRecorder()
+			mux.ServeHTTP(want, httptest.NewRequest("POST", c.target, nil))
+			wantHit := got
+
+			got, fast = hit{}, 0
+			rec := httptest.NewRecorder()
+			front.ServeHTTP(rec, httptest.NewRequest("POST", c.target, nil))
+			if got != wantHit || rec.Code != want.Code || rec.Header().Get("Location") != want.Header().Get("Location") {
+				t.Errorf("front: %+v %d %q; mux: %+v %d %q", got, rec.Code, rec.Header().Get("Location"),
+					wantHit, want.Code, want.Header().Get("Location"))
+			}
+			if (fast == 1) != c.fast {
+				t.Errorf("served past the mux: %v, want %v", fast == 1, c.fast)
+			}
+		})
+	}
+}
