@@ -41,6 +41,9 @@ func TestMCPFrontRoutesAsTheMux(t *testing.T) {
 		{"/servers/...../mcp", true},
 		{"/servers/x%20y/mcp", true}, // Go's URL keeps no RawPath for it
 		{"/servers/a%2Fb/mcp", false},
+		{"/servers%2Fx/mcp", false}, // one segment to the mux: "/"
+		{"/%6Dcp", false},
+		{"/servers/%41/mcp", false},
 		{"/servers/x/mcp/", false},
 		{"/servers//mcp", false},
 		{"/servers/./mcp", false},
@@ -71,5 +74,49 @@ func TestMCPFrontRoutesAsTheMux(t *testing.T) {
 				t.Errorf("served past the mux: %v, want %v", fast == 1, c.fast)
 			}
 		})
+	}
+}
+
+// fakeRoutes records how a request to /servers/{name}/mcp reached it.
+type fakeRoutes struct{ via, name string }
+
+func (f *fakeRoutes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.via, f.name = "ServeHTTP", r.PathValue("name")
+}
+
+func (f *fakeRoutes) serve(w http.ResponseWriter, r *http.Request, name string) {
+	f.via, f.name = "serve", name
+}
+
+// newMCPFront hands a server's request to the routes with its name: to
+// routes directly when the mux has them as they are, else to what the mux
+// has (routes wrapped, as by tracing), the name a path value as the mux
+// would set it — on the fast path and through the mux alike.
+func TestNewMCPFrontGivesTheName(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		routes := &fakeRoutes{}
+		var servers http.Handler = routes
+		var wrapperSaw string
+		if wrapped {
+			servers = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				wrapperSaw = r.PathValue("name")
+				routes.ServeHTTP(w, r)
+			})
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", http.NotFoundHandler())
+		mux.Handle(serverPattern, servers)
+		front := newMCPFront(mux, http.NotFoundHandler(), servers, routes)
+		for _, target := range []string{"/servers/my-server/mcp", "/servers/my%2Dserver/mcp"} { // fast path, then the mux's
+			*routes, wrapperSaw = fakeRoutes{}, ""
+			front.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", target, nil))
+			want := fakeRoutes{"serve", "my-server"}
+			if wrapped || target != "/servers/my-server/mcp" {
+				want.via = "ServeHTTP" // through servers, a path value
+			}
+			if *routes != want || wrapped && wrapperSaw != "my-server" {
+				t.Errorf("wrapped %v, %s: routes got %+v (the wrapper saw %q), want %+v", wrapped, target, *routes, wrapperSaw, want)
+			}
+		}
 	}
 }

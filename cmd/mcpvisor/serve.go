@@ -118,7 +118,7 @@ connection, no HTTP request or session.`,
 			// /servers/{name}/mcp: the config's maxSessions.
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
 			sessions.SetLogger(log)
-			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
+			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log, BodyTimeout: gateway.DefaultBodyTimeout}
 			mux := http.NewServeMux()
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
 			// With tracing, a request's traceparent header is the parent
@@ -166,22 +166,21 @@ connection, no HTTP request or session.`,
 			mux.Handle("/", dashboard.New(g, token != "", g.Wrap(http.NotFoundHandler())))
 			// Headers must arrive within 10 s and an idle keep-alive
 			// connection is closed after 2 min. A request's headers and
-			// body must arrive within gateway.DefaultBodyTimeout: the
-			// ReadTimeout is the gateway's body bound, which its handlers
-			// then leave to the server (one timer change per request
-			// fewer); net/http lifts it once the body has been read, so it
-			// cuts no long request or event stream. No server-wide
-			// WriteTimeout: it would cut long-lived event streams; each
-			// write has its own deadline.
-			front := &mcpFront{mux: mux, mcp: mcp, server: routes.serve}
-			if servers != http.Handler(routes) { // tracing wraps it
-				front.server = func(w http.ResponseWriter, r *http.Request, name string) {
-					r.SetPathValue("name", name)
-					servers.ServeHTTP(w, r)
-				}
-			}
+			// body must arrive within the gateway's body bound
+			// (opts.BodyTimeout): as the server's ReadTimeout, which the
+			// gateway's handlers then leave to the server (one change of
+			// the poller's timer per request fewer). net/http lifts it
+			// once a body has been read to its end, or at once for a
+			// request without one, so it cuts no long request or event
+			// stream. (A handler that leaves a body unread and answers
+			// after the bound has its context ended and its connection
+			// closed after the answer: no route of serve's is such
+			// with the clients mcpvisor ships, which send actions
+			// without a body.) No server-wide WriteTimeout: it would cut
+			// long-lived event streams; each write has its own deadline.
+			front := newMCPFront(mux, mcp, servers, routes)
 			srv := &http.Server{Handler: daemon.wrap(trimAfter(a.fleet, front)),
-				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: gateway.DefaultBodyTimeout, IdleTimeout: 2 * time.Minute}
+				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: opts.BodyTimeout, IdleTimeout: 2 * time.Minute}
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
@@ -318,6 +317,26 @@ type mcpFront struct {
 	mcp http.Handler // as mux has it
 	// server serves a request to /servers/{name}/mcp as mux would.
 	server func(w http.ResponseWriter, r *http.Request, name string)
+}
+
+// namedHandler serves /servers/{name}/mcp, the name given (serverRoutes).
+type namedHandler interface {
+	http.Handler
+	serve(w http.ResponseWriter, r *http.Request, name string)
+}
+
+// newMCPFront is the front of mux, which serves /mcp with mcp and
+// /servers/{name}/mcp with servers: routes itself, or routes wrapped (by
+// tracing), which then gets the name as the mux gives it, a path value.
+func newMCPFront(mux *http.ServeMux, mcp, servers http.Handler, routes namedHandler) *mcpFront {
+	f := &mcpFront{mux: mux, mcp: mcp, server: routes.serve}
+	if servers != http.Handler(routes) {
+		f.server = func(w http.ResponseWriter, r *http.Request, name string) {
+			r.SetPathValue("name", name)
+			servers.ServeHTTP(w, r)
+		}
+	}
+	return f
 }
 
 func (f *mcpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -1022,7 +1022,10 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 	// already, for the headers and the body together, lifted the same
 	// way: another would cost each request a change of the poller's timer
 	// and bound nothing more.
-	if !serverBoundsBody(r, h.bodyWait) {
+	bound := "request body not received within " + h.bodyWait.String()
+	if d, ok := serverBoundsBody(r, h.bodyWait); ok {
+		bound = "request not received within " + d.String() + " (headers and body)"
+	} else {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
 	}
 	var b []byte
@@ -1054,7 +1057,7 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 			h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", len(b))
 			w.Header()["Connection"] = hvClose
 			h.refuseRPC(w, r, nil, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
-				"request body not received within "+h.bodyWait.String())
+				bound)
 			return nil, false
 		}
 		if err != nil {
@@ -1070,12 +1073,15 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 }
 
 // serverBoundsBody reports whether r's server bounds a request's body
-// within wait by itself: its ReadTimeout, which net/http sets as the
-// connection's read deadline for each request from its first byte, is
-// positive and no longer than wait.
-func serverBoundsBody(r *http.Request, wait time.Duration) bool {
+// within wait by itself, and by how much: its ReadTimeout, which net/http
+// sets as the connection's read deadline for each request from its first
+// byte, is positive and no longer than wait.
+func serverBoundsBody(r *http.Request, wait time.Duration) (time.Duration, bool) {
 	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
-	return srv != nil && srv.ReadTimeout > 0 && srv.ReadTimeout <= wait
+	if srv == nil || srv.ReadTimeout <= 0 || srv.ReadTimeout > wait {
+		return 0, false
+	}
+	return srv.ReadTimeout, true
 }
 
 // bodyTooLarge is the 413 reply.

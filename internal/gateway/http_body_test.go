@@ -143,6 +143,23 @@ func TestHTTPBodyDeadlineIsCleared(t *testing.T) {
 			if m := decodeBody(t, resp); m.Error != nil || !strings.Contains(string(m.Result), "waited") {
 				t.Fatalf("a call longer than BodyTimeout: %s", m.Encode())
 			}
+			// The same with a chunked body: lifted at its last chunk.
+			body := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"ms":` +
+				strconv.Itoa(int(3*timeout/time.Millisecond)) + `}}}`
+			req, err := http.NewRequest("POST", s.url, struct{ io.Reader }{strings.NewReader(body)}) // a length net/http cannot know: chunked
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", httpAccept)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Mcp-Session-Id", sid)
+			resp, err = http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := decodeBody(t, resp); m.Error != nil || !strings.Contains(string(m.Result), "waited") {
+				t.Fatalf("a chunked call longer than BodyTimeout: %s", m.Encode())
+			}
 		})
 	}
 }
