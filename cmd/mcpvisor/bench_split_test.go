@@ -194,6 +194,7 @@ func TestBenchSplitChild(t *testing.T) {
 	}
 	p := startStdioProcess(t, exec.Command(os.Getenv(benchSplitFixtureEnv)), os.Environ())
 	defer p.stop(t)
+	defer profileOnSignals(os.Getenv(benchProfileEnv))()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1022,10 +1022,8 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 	// already, for the headers and the body together, lifted the same
 	// way: another would cost each request a change of the poller's timer
 	// and bound nothing more.
-	bound := "request body not received within " + h.bodyWait.String()
-	if d, ok := serverBoundsBody(r, h.bodyWait); ok {
-		bound = "request not received within " + d.String() + " (headers and body)"
-	} else {
+	serverBound, byServer := serverBoundsBody(r, h.bodyWait)
+	if !byServer {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.bodyWait))
 	}
 	var b []byte
@@ -1057,7 +1055,7 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 			h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", len(b))
 			w.Header()["Connection"] = hvClose
 			h.refuseRPC(w, r, nil, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
-				bound)
+				bodyBound(h.bodyWait, serverBound, byServer))
 			return nil, false
 		}
 		if err != nil {
@@ -1070,6 +1068,15 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 		return append([]byte(nil), b...), true
 	}
 	return b, true
+}
+
+// bodyBound says which bound a body missed: the handler's (wait), or,
+// byServer, its server's, counted from the request's first byte.
+func bodyBound(wait, server time.Duration, byServer bool) string {
+	if byServer {
+		return "request not received within " + server.String() + " (headers and body)"
+	}
+	return "request body not received within " + wait.String()
 }
 
 // serverBoundsBody reports whether r's server bounds a request's body

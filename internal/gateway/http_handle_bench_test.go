@@ -44,6 +44,7 @@ func BenchmarkStreamableHandle(b *testing.B) {
 // both after each request, as post does).
 type handleRig struct {
 	h    http.Handler
+	ctx  context.Context // the connection's: each request's derives from it
 	conn net.Conn
 	w    *deadlineWriter
 	r    *http.Request
@@ -76,7 +77,7 @@ func newHandleRig(b testing.TB, h http.Handler) *handleRig {
 	}
 	b.Cleanup(func() { conn.Close() })
 	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, conn.LocalAddr())
-	rig := &handleRig{h: h, conn: conn, w: &deadlineWriter{hdr: http.Header{}, conn: conn}, body: &rewindBody{}}
+	rig := &handleRig{h: h, ctx: ctx, conn: conn, w: &deadlineWriter{hdr: http.Header{}, conn: conn}, body: &rewindBody{}}
 	if rig.r, err = http.NewRequestWithContext(ctx, "POST", "http://"+conn.LocalAddr().String()+"/mcp", rig.body); err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +92,10 @@ func (rig *handleRig) post(msg []byte) {
 	rig.r.ContentLength = int64(len(msg))
 	clear(rig.w.hdr)
 	rig.w.status, rig.w.n = 0, 0
-	rig.h.ServeHTTP(rig.w, rig.r)
+	// As net/http serves each request: its own context, ended after it.
+	ctx, cancel := context.WithCancel(rig.ctx)
+	rig.h.ServeHTTP(rig.w, rig.r.WithContext(ctx))
+	cancel()
 	_ = rig.conn.SetWriteDeadline(time.Time{})
 	_ = rig.conn.SetReadDeadline(time.Time{})
 }
