@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/loadtest"
-	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // The connect benchmark (issue 15): what mcpvisor connect adds per call
@@ -41,13 +39,7 @@ func TestBenchConnect(t *testing.T) {
 
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
-	marker := testserver.NewMarker(t)
-	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"listen":"127.0.0.1:0","mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	cfg, env := benchFixtureConfig(t, dir, fixture, `"listen":"127.0.0.1:0",`)
 	sock := filepath.Join(dir, "daemon.sock")
 	daemon := startBenchProcess(t, exec.Command(bin, "serve", "--config", cfg, "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "serve-state"), "--socket", sock, "--log-level", "warn"), env)
 	direct := startStdioProcess(t, exec.Command(fixture), env)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/loadtest"
-	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // The instructions benchmark (issue 30): what `make bench-gateway`'s
@@ -70,13 +69,7 @@ func TestBenchInstructions(t *testing.T) {
 
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
-	marker := testserver.NewMarker(t)
-	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	cfg, env := benchFixtureConfig(t, dir, fixture, ``)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // The session-memory benchmark: what one open client session costs
@@ -48,13 +46,7 @@ func TestBenchSessionRSS(t *testing.T) {
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
 	baseBin, commit, _ := benchBaseBinaries(t, dir, rev)
-	marker := testserver.NewMarker(t)
-	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	cfg, env := benchFixtureConfig(t, dir, fixture, ``)
 	const sessions = 999 // with the warm one, the default maxSessions
 	say("session memory: mcpvisor serve, default config, 1 fixture server; %d sessions opened (initialize, notifications/initialized) after a warm one; %d rounds, %d CPUs\n",
 		sessions, rounds, runtime.NumCPU())

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/loadtest"
-	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // benchSplitEnv runs TestBenchRelaySplit (make bench-relay-split);
@@ -53,13 +52,7 @@ func TestBenchRelaySplit(t *testing.T) {
 
 	dir := t.TempDir()
 	_, fixture := benchBinaries(t, dir)
-	marker := testserver.NewMarker(t)
-	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
-	cfg := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	cfg, env := benchFixtureConfig(t, dir, fixture, ``)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

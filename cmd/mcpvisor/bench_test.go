@@ -136,17 +136,7 @@ func TestBenchReport(t *testing.T) {
 
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
-	marker := testserver.NewMarker(t)
-	// Registered first, so it runs after every cleanup that stops a process.
-	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
-	cfg := filepath.Join(dir, "config.json")
-	// The marker in the server's own env: mcpvisor passes none of its own
-	// MCPVISOR_ variables to a server, and a fixture mcpvisor left behind
-	// must still show up in WaitGone.
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := append(os.Environ(), testserver.MarkerEnv+"="+marker)
+	cfg, env := benchFixtureConfig(t, dir, fixture, ``)
 	ctx := t.Context()
 	client := loadtest.NewHTTPClient(benchCallers)
 	defer client.CloseIdleConnections()
@@ -1241,3 +1231,22 @@ func (r *benchReport) save(t *testing.T) {
 
 // dir is where the report, and what else the benchmark saves, goes.
 func (r *benchReport) dir() string { return filepath.Dir(r.path) }
+
+// benchFixtureConfig writes in dir the config of the benchmarks: one
+// server, x, the fixture, with extra members (such as `"listen":…,`)
+// before mcpServers. The fixture's env carries a marker — mcpvisor passes
+// none of its own MCPVISOR_ variables to a server, and a fixture it left
+// behind must still be found — and the test ends by waiting for every
+// process of the marker to be gone: registered here, before any process
+// starts, that wait runs after every cleanup that stops one. env is the
+// environment with the marker, for processes the benchmark starts.
+func benchFixtureConfig(t *testing.T, dir, fixture, extra string) (cfg string, env []string) {
+	t.Helper()
+	marker := testserver.NewMarker(t)
+	t.Cleanup(func() { testserver.WaitGone(t, marker, 5*time.Second) })
+	cfg = filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{%s"mcpServers":{"x":{"command":%q,"env":{%q:%q}}}}`, extra, fixture, testserver.MarkerEnv, marker)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, append(os.Environ(), testserver.MarkerEnv+"="+marker)
+}
