@@ -139,3 +139,41 @@ func FuzzEditParams(f *testing.F) {
 		}
 	})
 }
+
+// FuzzProgressToken holds ProgressToken to encoding/json's reading of
+// the same params: the top-level "progressToken", else
+// "_meta"."progressToken", the last of duplicates; nothing for anything
+// but a JSON object. The search that settles most params without a scan
+// (no key's bytes, no escape) must never miss a token a decoder sees.
+func FuzzProgressToken(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"t","_meta":{"progressToken":"abc"}}`,
+		`{"progressToken":42,"_meta":{"progressToken":"meta"}}`,
+		`{"_meta":{"progress\u0054oken":"esc"}}`,
+		`{"\u0070rogressToken":5}`,
+		`{"arguments":{"text":"\"progressToken\""}}`,
+		`{"_meta":{"progressToken":1},"_meta":{"x":2}}`,
+		`{"arguments":{"path":"C:\\x"}}`,
+		`[1]`, ``, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		got := ProgressToken(params)
+		var want json.RawMessage
+		var top map[string]json.RawMessage
+		if json.Unmarshal(params, &top) == nil && top != nil {
+			if v, ok := top["progressToken"]; ok {
+				want = v
+			} else if m, ok := top["_meta"]; ok {
+				var meta map[string]json.RawMessage
+				if json.Unmarshal(m, &meta) == nil {
+					want = meta["progressToken"]
+				}
+			}
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("ProgressToken(%q) = %q, encoding/json reads %q", params, got, want)
+		}
+	})
+}

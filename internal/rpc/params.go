@@ -1,6 +1,9 @@
 package rpc
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // The few params a relay routes on, read without decoding the rest.
 
@@ -41,9 +44,18 @@ func CancelledRequestID(params json.RawMessage) json.RawMessage {
 	return field(params, "requestId")
 }
 
+// progressTokenKey is the key of a progress token as it is written
+// without escapes.
+var progressTokenKey = []byte(`"progressToken"`)
+
 // progressTokenSpan finds the progress token's position in params; end is
-// 0 when there is none.
+// 0 when there is none. Most params carry none: when they hold neither
+// the key's bytes nor an escape that could spell it, that is settled
+// without a scan.
 func progressTokenSpan(d []byte) (start, end int) {
+	if bytes.IndexByte(d, '\\') < 0 && !bytes.Contains(d, progressTokenKey) {
+		return 0, 0
+	}
 	var tok, meta span
 	o := objectAt(d, skipSpace(d, 0), 1)
 	for o.next() {

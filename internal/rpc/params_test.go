@@ -16,6 +16,14 @@ func TestProgressToken(t *testing.T) {
 		{`[1]`, ``},
 		{`{"progressToken":1`, ``},
 		{``, ``},
+		// The key escaped: found by the scan, not by its bytes.
+		{`{"_meta":{"progress\u0054oken":"esc"}}`, `"esc"`},
+		{`{"\u0070rogressToken":5}`, `5`},
+		// An escape elsewhere, no token: the scan finds none.
+		{`{"arguments":{"path":"C:\\x"}}`, ``},
+		// The key's bytes inside a string value only.
+		{`{"arguments":{"text":"\"progressToken\""}}`, ``},
+		{`{"arguments":{"text":"no token, no escape"}}`, ``},
 	}
 	for _, tt := range tests {
 		if got := ProgressToken(json.RawMessage(tt.params)); string(got) != tt.want {
