@@ -8,6 +8,7 @@ GO ?= go
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run '^TestRelayCallAllocs$$' ./internal/gateway/
 
 test-deps:
 	./scripts/test-deps.sh

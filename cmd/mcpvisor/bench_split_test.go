@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,13 +143,14 @@ func mean(xs []float64) float64 {
 func startSplitChild(t *testing.T, exe string, env []string) (*benchProcess, string) {
 	t.Helper()
 	rawRe := regexp.MustCompile(`raw relay in serve's process at (http://[^ ]+/mcp)`)
-	// The raw relay's line comes first, before serve's: read it off the
-	// child's stderr through a pipe of ours in front of startBenchProcess's.
+	// The raw relay's address comes on a pipe of its own, the child's fd
+	// 3, before serve reports its own on stderr (startBenchProcess).
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pr.Close()
+	defer pw.Close() // (closed early below, once the child has its copy)
 	cmd := exec.Command(exe, "-test.run=^TestBenchSplitChild$", "-test.count=1")
 	cmd.ExtraFiles = []*os.File{pw} // fd 3 in the child
 	got := make(chan string, 1)
@@ -185,9 +187,11 @@ func TestBenchSplitChild(t *testing.T) {
 	if v == "" {
 		t.Skip("helper process of TestBenchRelaySplit")
 	}
+	// fd 3 is the report pipe: not for the fixture, which would hold
+	// its write end open for its life.
+	syscall.CloseOnExec(3)
 	p := startStdioProcess(t, exec.Command(os.Getenv(benchSplitFixtureEnv)), os.Environ())
 	defer p.stop(t)
-	defer profileOnSignals(os.Getenv(benchProfileEnv))()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

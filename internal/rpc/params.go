@@ -45,15 +45,19 @@ func CancelledRequestID(params json.RawMessage) json.RawMessage {
 }
 
 // progressTokenKey is the key of a progress token as it is written
-// without escapes.
-var progressTokenKey = []byte(`"progressToken"`)
+// without escapes; unicodeEscape is the only escape that can spell one
+// of its letters.
+var (
+	progressTokenKey = []byte(`"progressToken"`)
+	unicodeEscape    = []byte(`\u`)
+)
 
 // progressTokenSpan finds the progress token's position in params; end is
 // 0 when there is none. Most params carry none: when they hold neither
-// the key's bytes nor an escape that could spell it, that is settled
+// the key's bytes nor a \u escape that could spell it, that is settled
 // without a scan.
 func progressTokenSpan(d []byte) (start, end int) {
-	if bytes.IndexByte(d, '\\') < 0 && !bytes.Contains(d, progressTokenKey) {
+	if !bytes.Contains(d, progressTokenKey) && !bytes.Contains(d, unicodeEscape) {
 		return 0, 0
 	}
 	var tok, meta span

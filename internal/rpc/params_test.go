@@ -19,8 +19,9 @@ func TestProgressToken(t *testing.T) {
 		// The key escaped: found by the scan, not by its bytes.
 		{`{"_meta":{"progress\u0054oken":"esc"}}`, `"esc"`},
 		{`{"\u0070rogressToken":5}`, `5`},
-		// An escape elsewhere, no token: the scan finds none.
-		{`{"arguments":{"path":"C:\\x"}}`, ``},
+		// Escapes elsewhere, no token: only \u could spell the key.
+		{`{"arguments":{"path":"C:\\x","text":"a\nb\"c"}}`, ``},
+		{`{"arguments":{"text":"\u00e9"}}`, ``},
 		// The key's bytes inside a string value only.
 		{`{"arguments":{"text":"\"progressToken\""}}`, ``},
 		{`{"arguments":{"text":"no token, no escape"}}`, ``},
