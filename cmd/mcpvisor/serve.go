@@ -118,7 +118,7 @@ connection, no HTTP request or session.`,
 			// /servers/{name}/mcp: the config's maxSessions.
 			sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
 			sessions.SetLogger(log)
-			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log, BodyTimeout: gateway.DefaultBodyTimeout}
+			opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
 			mux := http.NewServeMux()
 			aggregate := gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
 			// With tracing, a request's traceparent header is the parent
@@ -130,7 +130,7 @@ connection, no HTTP request or session.`,
 			// JSON-RPC error an MCP client shows.
 			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
 			servers := tr.Handler(routes)
-			mux.Handle(serverPattern, servers)
+			mux.Handle(gateway.ServerPattern, servers)
 			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
 				a.gw.SetPageSize(cfg.PageSize)
 				a.gw.SetHoldTimeout(cfg.HoldTimeout)
@@ -164,23 +164,7 @@ connection, no HTTP request or session.`,
 			// shows comes from /api/*, behind the token too). Any other
 			// path is a 404 behind the whole guard.
 			mux.Handle("/", dashboard.New(g, token != "", g.Wrap(http.NotFoundHandler())))
-			// Headers must arrive within 10 s and an idle keep-alive
-			// connection is closed after 2 min. A request's headers and
-			// body must arrive within the gateway's body bound
-			// (opts.BodyTimeout): as the server's ReadTimeout, which the
-			// gateway's handlers then leave to the server (one change of
-			// the poller's timer per request fewer). net/http lifts it
-			// once a body has been read to its end, or at once for a
-			// request without one, so it cuts no long request or event
-			// stream. (A handler that leaves a body unread and answers
-			// after the bound has its context ended and its connection
-			// closed after the answer: no route of serve's is such
-			// with the clients mcpvisor ships, which send actions
-			// without a body.) No server-wide WriteTimeout: it would cut
-			// long-lived event streams; each write has its own deadline.
-			front := newMCPFront(mux, mcp, servers, routes)
-			srv := &http.Server{Handler: daemon.wrap(trimAfter(a.fleet, front)),
-				ReadHeaderTimeout: 10 * time.Second, ReadTimeout: opts.BodyTimeout, IdleTimeout: 2 * time.Minute}
+			srv := newHTTPServer(daemon.wrap(trimAfter(a.fleet, gateway.NewFront(mux, mcp, servers))), opts)
 
 			if exitWithParent {
 				wd, err := watchdog.Start(sd.Context(), watchdog.Config{OnTerminate: func(r watchdog.Reason) { sd.Trigger("parent exited") }, Logger: log})
@@ -306,77 +290,15 @@ func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *se
 	return r
 }
 
-// mcpFront serves /mcp and /servers/{name}/mcp itself, and every other
-// request through mux. A path in the plain form clients use (unescaped,
-// clean) is matched by a few comparisons: ServeMux's general matching
-// cost a relayed call about 1 µs under load (issue 30). Any other form of
-// those paths — escaped, not clean — is mux's to match or redirect, as
-// before.
-type mcpFront struct {
-	mux *http.ServeMux
-	mcp http.Handler // as mux has it
-	// server serves a request to /servers/{name}/mcp as mux would.
-	server func(w http.ResponseWriter, r *http.Request, name string)
-}
-
-// namedHandler serves /servers/{name}/mcp, the name given (serverRoutes).
-type namedHandler interface {
-	http.Handler
-	serve(w http.ResponseWriter, r *http.Request, name string)
-}
-
-// newMCPFront is the front of mux, which serves /mcp with mcp and
-// /servers/{name}/mcp with servers: routes itself, or routes wrapped (by
-// tracing), which then gets the name as the mux gives it, a path value.
-func newMCPFront(mux *http.ServeMux, mcp, servers http.Handler, routes namedHandler) *mcpFront {
-	f := &mcpFront{mux: mux, mcp: mcp, server: routes.serve}
-	if servers != http.Handler(routes) {
-		f.server = func(w http.ResponseWriter, r *http.Request, name string) {
-			r.SetPathValue("name", name)
-			servers.ServeHTTP(w, r)
-		}
-	}
-	return f
-}
-
-func (f *mcpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.RawPath == "" {
-		if r.URL.Path == "/mcp" {
-			f.mcp.ServeHTTP(w, r)
-			return
-		}
-		if name, ok := serverPath(r.URL.Path); ok {
-			f.server(w, r, name)
-			return
-		}
-	}
-	f.mux.ServeHTTP(w, r)
-}
-
-// serverPattern is the mux's pattern of a server's endpoint.
-const serverPattern = "/servers/{name}/mcp"
-
-// serverPath is the name in path when path is /servers/{name}/mcp with a
-// name ServeMux would take as it is: not empty, no slash, neither "." nor
-// "..".
-func serverPath(path string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, "/servers/")
-	if !ok {
-		return "", false
-	}
-	name, ok := strings.CutSuffix(rest, "/mcp")
-	if !ok || name == "" || name == "." || name == ".." || strings.IndexByte(name, '/') >= 0 {
-		return "", false
-	}
-	return name, true
-}
-
 func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.serve(w, req, req.PathValue("name"))
+	r.ServeNamed(w, req, req.PathValue("name"))
 }
 
-// serve serves req to the server named name.
-func (r *serverRoutes) serve(w http.ResponseWriter, req *http.Request, name string) {
+// serverRoutes takes the name from gateway.Front directly.
+var _ gateway.NamedHandler = (*serverRoutes)(nil)
+
+// ServeNamed serves req to the server named name (gateway.NamedHandler).
+func (r *serverRoutes) ServeNamed(w http.ResponseWriter, req *http.Request, name string) {
 	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
 	h := r.byName[name]
@@ -487,6 +409,22 @@ func (r *serverRoutes) close() {
 	for _, h := range all {
 		h.Close()
 	}
+}
+
+// newHTTPServer is serve's HTTP server for h, whose gateway handlers
+// have opts. Headers must arrive within 10 s and an idle keep-alive
+// connection is closed after 2 min. A request's headers and body must
+// arrive within the handlers' body bound: the server's ReadTimeout
+// (HTTPOptions.ServerReadTimeout), which the handlers then leave to it.
+// net/http lifts it once a body has been read to its end, or at once for
+// a request without one, so it cuts no long request or event stream. (A
+// handler that leaves a body unread and answers after the bound has its
+// context ended and its connection closed after the answer: no route of
+// serve's is such with the clients mcpvisor ships, which send actions
+// without a body.) No server-wide WriteTimeout: it would cut long-lived
+// event streams; each write has its own deadline.
+func newHTTPServer(h http.Handler, opts gateway.HTTPOptions) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: opts.ServerReadTimeout(), IdleTimeout: 2 * time.Minute}
 }
 
 // trimAfter serves h and then asks f for a trim once things are quiet

@@ -135,7 +135,8 @@ type HTTPOptions struct {
 	// and no longer than BodyTimeout bounds the body itself (from the
 	// request's first byte, headers included); the handler then sets no
 	// deadline of its own, which saves each request a change of the
-	// runtime poller's timer. mcpvisor serve's server does so.
+	// runtime poller's timer. ServerReadTimeout is that ReadTimeout;
+	// mcpvisor serve's server has it.
 	BodyTimeout time.Duration
 
 	// EventBuffer is how many events a stream keeps: per session, the
@@ -231,7 +232,7 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 		log:       opts.Logger,
 		timeout:   opts.SessionTimeout,
 		maxBody:   opts.MaxBodyBytes,
-		bodyWait:  opts.BodyTimeout,
+		bodyWait:  opts.bodyTimeout(),
 		evBuf:     opts.EventBuffer,
 		keepAlive: opts.KeepAlive,
 		guard:     guard.New(opts.Access),
@@ -256,9 +257,6 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 	}
 	if h.timeout > 0 {
 		h.unused = min(UnusedSessionTimeout, h.timeout)
-	}
-	if h.bodyWait <= 0 {
-		h.bodyWait = DefaultBodyTimeout
 	}
 	if h.evBuf <= 0 {
 		h.evBuf = DefaultEventBuffer
@@ -1077,6 +1075,19 @@ func bodyBound(wait, server time.Duration, byServer bool) string {
 		return "request not received within " + server.String() + " (headers and body)"
 	}
 	return "request body not received within " + wait.String()
+}
+
+// ServerReadTimeout is the ReadTimeout for the http.Server that serves
+// handlers with these options: their body bound (BodyTimeout, or its
+// default). The handlers then leave each body's deadline to the server.
+func (o HTTPOptions) ServerReadTimeout() time.Duration { return o.bodyTimeout() }
+
+// bodyTimeout is BodyTimeout with its default.
+func (o HTTPOptions) bodyTimeout() time.Duration {
+	if o.BodyTimeout <= 0 {
+		return DefaultBodyTimeout
+	}
+	return o.BodyTimeout
 }
 
 // serverBoundsBody reports whether r's server bounds a request's body

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"net/http"
@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// mcpFront takes /mcp and /servers/{name}/mcp past the mux only where the
+// Front takes /mcp and /servers/{name}/mcp past the mux only where the
 // mux would serve the same handler with the same name: every other path,
 // or form of those paths, is the mux's, redirects included.
-func TestMCPFrontRoutesAsTheMux(t *testing.T) {
+func TestFrontRoutesAsTheMux(t *testing.T) {
 	type hit struct{ route, name string }
 	var got hit
 	handler := func(route string) http.Handler {
@@ -19,17 +19,17 @@ func TestMCPFrontRoutesAsTheMux(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", handler("mcp"))
-	mux.Handle(serverPattern, handler("server"))
+	mux.Handle(ServerPattern, handler("server"))
 	mux.Handle("/api/", handler("api"))
 	mux.Handle("/", handler("other"))
 	var fast int
-	front := &mcpFront{mux: mux, mcp: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front := NewFront(mux, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fast++
 		handler("mcp").ServeHTTP(w, r)
-	}), server: func(w http.ResponseWriter, r *http.Request, name string) {
+	}), namedFunc(func(w http.ResponseWriter, r *http.Request, name string) {
 		fast++
 		got = hit{"server", name}
-	}}
+	}))
 	for _, c := range []struct {
 		target string
 		fast   bool // served past the mux
@@ -77,6 +77,13 @@ func TestMCPFrontRoutesAsTheMux(t *testing.T) {
 	}
 }
 
+// namedFunc is a NamedHandler (and, for the mux, an http.Handler that
+// reads the name as a path value).
+type namedFunc func(w http.ResponseWriter, r *http.Request, name string)
+
+func (f namedFunc) ServeNamed(w http.ResponseWriter, r *http.Request, name string) { f(w, r, name) }
+func (f namedFunc) ServeHTTP(w http.ResponseWriter, r *http.Request)               { f(w, r, r.PathValue("name")) }
+
 // fakeRoutes records how a request to /servers/{name}/mcp reached it.
 type fakeRoutes struct{ via, name string }
 
@@ -84,15 +91,15 @@ func (f *fakeRoutes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.via, f.name = "ServeHTTP", r.PathValue("name")
 }
 
-func (f *fakeRoutes) serve(w http.ResponseWriter, r *http.Request, name string) {
-	f.via, f.name = "serve", name
+func (f *fakeRoutes) ServeNamed(w http.ResponseWriter, r *http.Request, name string) {
+	f.via, f.name = "ServeNamed", name
 }
 
-// newMCPFront hands a server's request to the routes with its name: to
-// routes directly when the mux has them as they are, else to what the mux
-// has (routes wrapped, as by tracing), the name a path value as the mux
-// would set it — on the fast path and through the mux alike.
-func TestNewMCPFrontGivesTheName(t *testing.T) {
+// NewFront hands a server's request to a NamedHandler with its name
+// directly, and to any other handler (a wrapper, as tracing's) with the
+// name as a path value, as the mux would — on the fast path and through
+// the mux alike.
+func TestNewFrontGivesTheName(t *testing.T) {
 	for _, wrapped := range []bool{false, true} {
 		routes := &fakeRoutes{}
 		var servers http.Handler = routes
@@ -105,12 +112,12 @@ func TestNewMCPFrontGivesTheName(t *testing.T) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", http.NotFoundHandler())
-		mux.Handle(serverPattern, servers)
-		front := newMCPFront(mux, http.NotFoundHandler(), servers, routes)
+		mux.Handle(ServerPattern, servers)
+		front := NewFront(mux, http.NotFoundHandler(), servers)
 		for _, target := range []string{"/servers/my-server/mcp", "/servers/my%2Dserver/mcp"} { // fast path, then the mux's
 			*routes, wrapperSaw = fakeRoutes{}, ""
 			front.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", target, nil))
-			want := fakeRoutes{"serve", "my-server"}
+			want := fakeRoutes{"ServeNamed", "my-server"}
 			if wrapped || target != "/servers/my-server/mcp" {
 				want.via = "ServeHTTP" // through servers, a path value
 			}
