@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/conndeadline"
 	"github.com/mcpvisor/mcpvisor/internal/dashboard"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
@@ -203,7 +204,7 @@ connection, no HTTP request or session.`,
 				}
 			}
 			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				if err := serveHTTP(srv, ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 					log.Error("http server failed", "err", err)
 					sd.Trigger("http server failed")
 				}
@@ -425,6 +426,15 @@ func (r *serverRoutes) close() {
 // event streams; each write has its own deadline.
 func newHTTPServer(h http.Handler, opts gateway.HTTPOptions) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: opts.ServerReadTimeout(), IdleTimeout: 2 * time.Minute}
+}
+
+// serveHTTP serves srv on ln until srv shuts down. The deadlines of the
+// connections — net/http's and the handlers', several a request — are
+// kept by one goroutine for all of them (conndeadline), not a runtime
+// timer each: under load that saves serve several percent of its CPU per
+// call. The wrapper ends with the listener, which Serve closes.
+func serveHTTP(srv *http.Server, ln net.Listener) error {
+	return srv.Serve(conndeadline.NewListener(ln))
 }
 
 // trimAfter serves h and then asks f for a trim once things are quiet

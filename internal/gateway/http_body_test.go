@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/conndeadline"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -76,20 +77,31 @@ func TestHTTPBodyTrickleTimesOut(t *testing.T) {
 	}
 }
 
-// bodyBounds are the two ways a body's time is bounded: by the handler's
-// own read deadline (an http.Server without ReadTimeout, as a test's),
-// or by a server whose ReadTimeout is BodyTimeout (as mcpvisor serve's).
+// bodyBounds are the ways a body's time is bounded: by the handler's own
+// read deadline (an http.Server without ReadTimeout, as a test's), or by
+// a server whose ReadTimeout is BodyTimeout (as mcpvisor serve's); each
+// on a connection of its own and on one whose deadlines a
+// conndeadline.Listener keeps (as mcpvisor serve's).
 var bodyBounds = []struct {
 	name   string
-	server func(timeout time.Duration) func(*http.Server)
+	server func(timeout time.Duration) func(*httptest.Server)
 }{
-	{"handler's deadline", func(time.Duration) func(*http.Server) { return nil }},
-	{"server's ReadTimeout", func(timeout time.Duration) func(*http.Server) {
-		return func(srv *http.Server) { srv.ReadTimeout = timeout }
+	{"handler's deadline", func(time.Duration) func(*httptest.Server) { return nil }},
+	{"server's ReadTimeout", func(timeout time.Duration) func(*httptest.Server) {
+		return func(srv *httptest.Server) { srv.Config.ReadTimeout = timeout }
+	}},
+	{"handler's deadline, kept by conndeadline", func(time.Duration) func(*httptest.Server) {
+		return func(srv *httptest.Server) { srv.Listener = conndeadline.NewListener(srv.Listener) }
+	}},
+	{"server's ReadTimeout, kept by conndeadline", func(timeout time.Duration) func(*httptest.Server) {
+		return func(srv *httptest.Server) {
+			srv.Config.ReadTimeout = timeout
+			srv.Listener = conndeadline.NewListener(srv.Listener)
+		}
 	}},
 }
 
-func testBodyTrickleTimesOut(t *testing.T, server func(time.Duration) func(*http.Server)) {
+func testBodyTrickleTimesOut(t *testing.T, server func(time.Duration) func(*httptest.Server)) {
 	const timeout = 200 * time.Millisecond
 	s := newHTTPTestServerWith(t, HTTPOptions{BodyTimeout: timeout}, server(timeout))
 	sid := s.initialize()
@@ -215,6 +227,78 @@ func TestHTTPBodyDeadlineSetOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// On a connection whose deadlines a conndeadline.Listener keeps (as
+// mcpvisor serve's are), a POST arms no runtime timer: the handler's
+// body and reply deadlines, and net/http's, are only recorded. Counted
+// on the connection beneath: deadlines still ahead when set (a deadline
+// in the past, as net/http sets to end its background read, changes no
+// timer). Without the listener the same POSTs set them (the count fails
+// if it cannot see them).
+func TestHTTPNoTimerPerPOST(t *testing.T) {
+	for _, kept := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kept %v", kept), func(t *testing.T) {
+			var reads, writes atomic.Int64
+			s := newHTTPTestServerWith(t, HTTPOptions{}, func(srv *httptest.Server) {
+				srv.Config.ReadHeaderTimeout, srv.Config.IdleTimeout = 10*time.Second, 2*time.Minute
+				srv.Listener = deadlineCounter{srv.Listener, &reads, &writes}
+				if kept {
+					srv.Listener = conndeadline.NewListener(srv.Listener)
+				}
+			})
+			sid := s.initialize()
+			reads.Store(0)
+			writes.Store(0)
+			const pings = 5
+			for i := range pings {
+				if st := s.status("POST", sid, `{"jsonrpc":"2.0","id":`+strconv.Itoa(i+2)+`,"method":"ping"}`, nil); st != http.StatusOK {
+					t.Fatalf("ping: %d", st)
+				}
+			}
+			r, w := reads.Load(), writes.Load()
+			if kept && (r != 0 || w != 0) {
+				t.Fatalf("%d read and %d write deadlines reached the connection for %d POSTs, want none", r, w, pings)
+			}
+			if !kept && (r < pings || w < pings) {
+				t.Fatalf("%d read and %d write deadlines for %d POSTs without the listener: the count sees nothing", r, w, pings)
+			}
+		})
+	}
+}
+
+// deadlineCounter counts the deadlines still ahead when set on its
+// connections: those that arm or move a runtime timer.
+type deadlineCounter struct {
+	net.Listener
+	reads, writes *atomic.Int64
+}
+
+func (l deadlineCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.reads, l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	reads, writes *atomic.Int64
+}
+
+func (c countingConn) SetReadDeadline(d time.Time) error {
+	if d.After(time.Now()) {
+		c.reads.Add(1)
+	}
+	return c.Conn.SetReadDeadline(d)
+}
+
+func (c countingConn) SetWriteDeadline(d time.Time) error {
+	if d.After(time.Now()) {
+		c.writes.Add(1)
+	}
+	return c.Conn.SetWriteDeadline(d)
 }
 
 // Content-Length is a claim, not an allocation: a client announcing a

@@ -293,13 +293,13 @@ func newHTTPTestServer(t *testing.T, opts HTTPOptions) *httpTestServer {
 
 // newHTTPTestServerWith is newHTTPTestServer with the http.Server
 // configured by config (if not nil) before it starts.
-func newHTTPTestServerWith(t *testing.T, opts HTTPOptions, config func(*http.Server)) *httpTestServer {
+func newHTTPTestServerWith(t *testing.T, opts HTTPOptions, config func(*httptest.Server)) *httpTestServer {
 	t.Helper()
 	f := newHTTPFake()
 	h := NewStreamableHandler(f, opts)
 	srv := httptest.NewUnstartedServer(h)
 	if config != nil {
-		config(srv.Config)
+		config(srv)
 	}
 	srv.Start()
 	t.Cleanup(func() {
