@@ -6,12 +6,25 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/conndeadline"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
+
+// deadlineKeepers are the two kinds of connection the stall tests run
+// on: the runtime's deadlines, and deadlines kept by a
+// conndeadline.Listener, as mcpvisor serve's are.
+var deadlineKeepers = []struct {
+	name   string
+	config func(*httptest.Server)
+}{
+	{"runtime", nil},
+	{"conndeadline", func(srv *httptest.Server) { srv.Listener = conndeadline.NewListener(srv.Listener) }},
+}
 
 // stalledConn opens a connection to s that reads as little as the kernel
 // lets it and never reads itself, sends req (a request head, maybe with a
@@ -61,7 +74,13 @@ func (s *httpTestServer) pushMB(sid string, n int) {
 // A GET stream whose client stops reading is dropped after WriteTimeout,
 // and its session with it: nothing can reach that client any more.
 func TestStreamableStalledGETIsDropped(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond, EventBuffer: 64})
+	for _, k := range deadlineKeepers {
+		t.Run(k.name, func(t *testing.T) { testStreamableStalledGETIsDropped(t, k.config) })
+	}
+}
+
+func testStreamableStalledGETIsDropped(t *testing.T, config func(*httptest.Server)) {
+	s := newHTTPTestServerWith(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond, EventBuffer: 64}, config)
 	sid := s.initialize()
 	s.pushMB(sid, 64)
 	s.stalledGET(sid)
@@ -78,7 +97,13 @@ func TestStreamableStalledGETIsDropped(t *testing.T) {
 // graceful shutdown: Close ends it within the close grace, however long
 // WriteTimeout is.
 func TestStreamableShutdownWithStalledGET(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: time.Hour, EventBuffer: 64})
+	for _, k := range deadlineKeepers {
+		t.Run(k.name, func(t *testing.T) { testStreamableShutdownWithStalledGET(t, k.config) })
+	}
+}
+
+func testStreamableShutdownWithStalledGET(t *testing.T, config func(*httptest.Server)) {
+	s := newHTTPTestServerWith(t, HTTPOptions{WriteTimeout: time.Hour, EventBuffer: 64}, config)
 	sid := s.initialize()
 	s.pushMB(sid, 64)
 	s.stalledGET(sid)
@@ -126,7 +151,13 @@ func TestStreamableStalledGETReplaced(t *testing.T) {
 // WriteTimeout: the request's further messages are refused and its
 // handler returns. The session stays.
 func TestStreamableStalledPOSTStream(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond, EventBuffer: 4})
+	for _, k := range deadlineKeepers {
+		t.Run(k.name, func(t *testing.T) { testStreamableStalledPOSTStream(t, k.config) })
+	}
+}
+
+func testStreamableStalledPOSTStream(t *testing.T, config func(*httptest.Server)) {
+	s := newHTTPTestServerWith(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond, EventBuffer: 4}, config)
 	sid := s.initialize()
 	s.stalledPOST(sid, httpAccept, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"flood"}}`)
 	waitFor(t, "the request to be in flight", func() bool { return activeOf(s.h, sid) == 1 })
@@ -138,7 +169,13 @@ func TestStreamableStalledPOSTStream(t *testing.T) {
 
 // A JSON reply whose client does not read it is given WriteTimeout.
 func TestStreamableStalledJSONReply(t *testing.T) {
-	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond})
+	for _, k := range deadlineKeepers {
+		t.Run(k.name, func(t *testing.T) { testStreamableStalledJSONReply(t, k.config) })
+	}
+}
+
+func testStreamableStalledJSONReply(t *testing.T, config func(*httptest.Server)) {
+	s := newHTTPTestServerWith(t, HTTPOptions{WriteTimeout: 200 * time.Millisecond}, config)
 	sid := s.initialize()
 	s.stalledPOST(sid, "application/json", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"big","arguments":{"mb":32}}}`)
 	waitFor(t, "the request to be in flight", func() bool { return activeOf(s.h, sid) == 1 })

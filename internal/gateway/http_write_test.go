@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +54,14 @@ func slowRead(conn net.Conn) (int, error) {
 // takes a slow client longer than WriteTimeout to read, read steadily,
 // arrives whole.
 func TestHTTPWriteTimeoutPerPiece(t *testing.T) {
+	for _, k := range deadlineKeepers {
+		t.Run(k.name, func(t *testing.T) { testHTTPWriteTimeoutPerPiece(t, k.config) })
+	}
+}
+
+func testHTTPWriteTimeoutPerPiece(t *testing.T, config func(*httptest.Server)) {
 	const timeout = 500 * time.Millisecond
-	s := newHTTPTestServer(t, HTTPOptions{WriteTimeout: timeout})
+	s := newHTTPTestServerWith(t, HTTPOptions{WriteTimeout: timeout}, config)
 	sid := s.initialize()
 
 	// A JSON reply of 8 MB.
