@@ -17,6 +17,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
 
 # mcpvisor and, next to it, the pid-namespace init it finds there.
 build:

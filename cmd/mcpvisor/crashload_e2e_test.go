@@ -4,10 +4,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -402,27 +400,6 @@ func parentPID(pid int) int {
 	return pp
 }
 
-// waitDormant waits until the admin API says name is dormant.
-func waitDormant(t *testing.T, base, name string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(base + "/api/servers/" + name)
-		if err == nil {
-			var st struct {
-				State string `json:"state"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			if err == nil && st.State == "dormant" {
-				return
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s did not go dormant", name)
-}
-
 // crashLoadReport judges the run and says what it measured.
 func crashLoadReport(calm, rec *crashRecorder, kills *killLog, startTime time.Duration, starts []time.Duration,
 	recovered map[string]time.Duration, code int, took time.Duration, left []int) (string, []string) {
@@ -694,36 +671,4 @@ func TestOwnRequestsAreNoAnswer(t *testing.T) {
 // failures in a row (lifecycle.Policy.RetryDelay, no jitter).
 func lifecyclePolicyDelay(k int) time.Duration {
 	return lifecycle.Policy{}.RetryDelay(k)
-}
-
-// rawRPC posts one JSON-RPC message to url and returns the response body
-// (JSON, or the data of an SSE reply), or an error for an HTTP failure.
-func rawRPC(url, body string) (string, error) {
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	version := "2025-11-25"
-	if strings.Contains(body, `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`) {
-		version = "2026-07-28"
-	}
-	req.Header.Set("MCP-Protocol-Version", version)
-	if version == "2026-07-28" {
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", "echo")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	return string(b), nil
 }

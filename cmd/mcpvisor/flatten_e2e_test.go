@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -345,4 +346,25 @@ func TestFlattenedNodeServerKeepsACompileCache(t *testing.T) {
 	if accepted < 10 {
 		t.Errorf("the start after a sleep took %d of server-everything's modules from the compile cache, want them all", accepted)
 	}
+}
+
+// waitDormant waits until the admin API says name is dormant.
+func waitDormant(t *testing.T, base, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/api/servers/" + name)
+		if err == nil {
+			var st struct {
+				State string `json:"state"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err == nil && st.State == "dormant" {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not go dormant", name)
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
@@ -138,4 +141,36 @@ func TestSpawnFailureSaidOnce(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "server broken is in a crash loop") || strings.Count(stderr, "broken") != 1 {
 		t.Fatalf("mcpvisor call: %d %q", code, stderr)
 	}
+}
+
+// rawRPC posts one JSON-RPC message to url and returns the response body
+// (JSON, or the data of an SSE reply), or an error for an HTTP failure.
+func rawRPC(url, body string) (string, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	version := "2025-11-25"
+	if strings.Contains(body, `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`) {
+		version = "2026-07-28"
+	}
+	req.Header.Set("MCP-Protocol-Version", version)
+	if version == "2026-07-28" {
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "echo")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
 }
