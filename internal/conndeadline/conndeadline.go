@@ -15,7 +15,10 @@
 // effect: it sets that direction's real deadline in the past, so that the
 // read or write in progress, or the next one, fails with
 // os.ErrDeadlineExceeded, exactly as the runtime's timer would have made
-// it fail. A deadline already in the past when set takes effect at once.
+// it fail. A deadline already in the past when set, or earlier than the
+// sweeper's next look and passed, takes effect before its set returns;
+// one that passes while the sweeper is late (its timer fired, the sweep
+// not yet run) takes effect at that sweep.
 //
 // What a connection's user sees is a net.Conn's deadline contract, with
 // the sweeper's latency added to when a deadline takes effect: a
@@ -70,10 +73,16 @@ type Listener struct {
 // NewListener returns ln with its connections' deadlines kept by one
 // sweeper goroutine, which runs until Close or Stop.
 func NewListener(ln net.Listener) *Listener {
-	l := &Listener{Listener: ln, base: time.Now(), conns: map[*Conn]struct{}{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l := newListener(ln)
 	go l.sweep()
 	return l
+}
+
+// newListener is a Listener whose sweeper is not started (tests set
+// their seams first).
+func newListener(ln net.Listener) *Listener {
+	return &Listener{Listener: ln, base: time.Now(), conns: map[*Conn]struct{}{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Accept accepts a connection of the wrapped listener.
@@ -178,10 +187,10 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
-// set records t as d's deadline. A deadline before the Listener's base
-// (such as net/http's "long ago", which interrupts a read in progress)
-// takes effect at once; any other in the past, when the sweeper looks,
-// which this wakes.
+// set records t as d's deadline. A deadline in the past (such as
+// net/http's "long ago", which interrupts a read in progress) takes
+// effect at once. A set reads the clock only when the deadline is
+// earlier than the sweeper's next look, which it then wakes.
 func (c *Conn) set(d *deadline, t time.Time, real func(time.Time) error) error {
 	l := c.l
 	if c.closed.Load() {
@@ -203,8 +212,15 @@ func (c *Conn) set(d *deadline, t time.Time, real func(time.Time) error) error {
 	if l.stopped.Load() {
 		return c.settle(d, t, real)
 	}
-	if v != 0 && ns(v) < l.nextWake.Load() {
-		l.wakeUp()
+	if v != 0 {
+		if nw := l.nextWake.Load(); nw == 0 || ns(v) < nw {
+			// Earlier than the sweeper planned for (or it is looking): it
+			// may have passed already.
+			if ns(v) <= int64(time.Since(l.base)) {
+				return c.settle(d, t, real)
+			}
+			l.wakeUp()
+		}
 	}
 	return nil
 }
@@ -222,7 +238,14 @@ func (l *Listener) word(t time.Time) (v int64, past bool) {
 		// No monotonic reading (time.Unix, a parsed time): measured on
 		// the wall clock now, as the runtime measures it, not against
 		// base's, which may have stepped since.
-		n = int64(time.Since(l.base) + time.Until(t))
+		since, until := time.Since(l.base), time.Until(t)
+		if until <= 0 {
+			return 0, true
+		}
+		if until > time.Duration(ns(never))-since {
+			return 0, false // as good as none (below)
+		}
+		n = int64(since + until)
 	} else {
 		n = int64(t.Sub(l.base))
 	}
@@ -249,7 +272,7 @@ func (c *Conn) settle(d *deadline, t time.Time, real func(time.Time) error) erro
 		return real(t)
 	}
 	v, past := l.word(t)
-	if past {
+	if past || v != 0 && ns(v) <= int64(time.Since(l.base)) {
 		d.w.Store(inEffect)
 		return real(t)
 	}

@@ -342,6 +342,23 @@ func TestPastAtOnceAndClose(t *testing.T) {
 				t.Fatalf("after setting %v the connection's deadline is %v", past, wd)
 			}
 		}
+		// Past, but after the listener's base: a time of the clock's,
+		// and one without a monotonic reading.
+		time.Sleep(time.Second)
+		for _, past := range []time.Time{time.Now().Add(-time.Nanosecond), time.Now().Add(-time.Millisecond).Round(0)} {
+			_ = c.SetWriteDeadline(time.Time{})
+			_ = c.SetWriteDeadline(past)
+			if _, wd, _ := f.state(); !wd.Equal(past) {
+				t.Fatalf("after setting %v (after base) the connection's deadline is %v", past, wd)
+			}
+		}
+		// Far ahead without a monotonic reading: as good as none.
+		_ = c.SetWriteDeadline(time.Time{})
+		_, _, sets := f.state()
+		_ = c.SetWriteDeadline(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
+		if _, wd, n := f.state(); n != sets || !wd.IsZero() {
+			t.Fatalf("a deadline in 9999 reached the connection: %v", wd)
+		}
 		_ = c.SetWriteDeadline(time.Time{})
 		if _, wd, _ := f.state(); !wd.IsZero() {
 			t.Fatalf("a deadline in the past outlived its replacement: %v", wd)
@@ -358,6 +375,33 @@ func TestPastAtOnceAndClose(t *testing.T) {
 			t.Fatalf("a set on a closed connection: %v", err)
 		}
 	})
+}
+
+// A deadline that passed after the listener's base, with the clock's
+// monotonic reading (which synctest's times lack), is on the connection
+// when its set returns, whether the sweeper sleeps with nothing planned
+// or with a later deadline planned.
+func TestPastAfterBaseAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewListener(ln)
+	defer l.Close()
+	f := &fakeConn{}
+	c := l.track(f)
+	time.Sleep(10 * time.Millisecond)
+	for _, planned := range []bool{false, true} {
+		if planned {
+			_ = l.track(&fakeConn{}).SetReadDeadline(time.Now().Add(time.Hour))
+		}
+		_ = c.SetWriteDeadline(time.Time{})
+		past := time.Now().Add(-time.Nanosecond)
+		_ = c.SetWriteDeadline(past)
+		if _, wd, _ := f.state(); !wd.Equal(past) {
+			t.Fatalf("planned %v: a deadline passed after base is not on the connection when its set returns (%v)", planned, wd)
+		}
+	}
 }
 
 // The sweeper's making a deadline take effect and the owner's replacing
@@ -400,15 +444,17 @@ func TestReplacementWaitsForTheExpiry(t *testing.T) {
 // connection's own.
 func TestNoDeadlineMissed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := NewListener(nopListener{})
-		defer l.Stop()
+		l := newListener(nopListener{})
 		f := &fakeConn{}
 		c := l.track(f)
+		start := time.Now()
 		var once sync.Once
 		l.scanned = func() {
-			once.Do(func() { _ = c.SetReadDeadline(time.Now().Add(time.Second)) })
+			once.Do(func() { _ = c.SetReadDeadline(start.Add(time.Second)) })
 		}
-		_ = c.SetWriteDeadline(time.Now().Add(time.Hour)) // a sweep, then a sleep of an hour
+		go l.sweep()
+		defer l.Stop()
+		_ = c.SetWriteDeadline(start.Add(time.Hour)) // a sweep, then a sleep of an hour
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if rd, _, _ := f.state(); rd.IsZero() {
@@ -424,14 +470,51 @@ func TestNoDeadlineMissed(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		l := NewListener(nopListener{})
+		l := newListener(nopListener{})
 		f := &fakeConn{}
 		c := l.track(f)
 		l.beforeRecord = func() { l.beforeRecord = nil; l.Stop() }
+		go l.sweep()
 		want := time.Now().Add(time.Minute)
 		_ = c.SetReadDeadline(want)
 		if rd, _, _ := f.state(); !rd.Equal(want) {
 			t.Fatalf("a deadline set while Stop handed over is lost: the connection has %v", rd)
+		}
+	})
+}
+
+// Deadlines that pass one after another, one per connection, are made to
+// take effect by a few sweeps, not one each: a sweep looks at every
+// connection, so their number is paced by the connections'.
+func TestSweepsArePaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewListener(nopListener{})
+		defer l.Stop()
+		const n = 200
+		fs := make([]*fakeConn, n)
+		start := time.Now()
+		for i := range fs {
+			fs[i] = &fakeConn{}
+			_ = l.track(fs[i]).SetReadDeadline(start.Add(time.Second + time.Duration(i)*time.Microsecond))
+		}
+		synctest.Wait()
+		l.mu.Lock()
+		before := l.sweeps
+		l.mu.Unlock()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		l.mu.Lock()
+		sweeps := l.sweeps - before
+		l.mu.Unlock()
+		for i, f := range fs {
+			if rd, _, _ := f.state(); rd.IsZero() {
+				t.Fatalf("deadline %d took no effect", i)
+			}
+		}
+		// n deadlines 1 µs apart over n connections: the gap after a
+		// sweep (n × sweepGap = 2 ms) covers them all.
+		if sweeps > 4 {
+			t.Fatalf("%d sweeps for %d deadlines 1 µs apart", sweeps, n)
 		}
 	})
 }
