@@ -955,6 +955,10 @@ func (in *instance) awaitStart(ctx context.Context, ch chan struct{}) error {
 // channel the start closes when it ends (a seam for tests).
 var afterStartBegun = func(chan struct{}) {}
 
+// afterStartSignalled is called by a start once it let its waiters go (a
+// seam for tests).
+var afterStartSignalled = func() {}
+
 // start starts the instance's supervisor for the requests waiting on ch,
 // and closes ch when the outcome is recorded. was is the phase it starts
 // from; gen the count of closes when it was decided: a close since wins.
@@ -1025,7 +1029,16 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	in.startErr = err
 	pid := pidOf(in.conn)
 	in.mu.Unlock()
+	if se == nil {
+		// Counted before the waiters go on: a request this start served,
+		// or that woke the server, finds them counted.
+		in.srv.Telemetry().ObserveSpawn(took)
+		if was == phaseDormant {
+			in.srv.Telemetry().ObserveWake(took)
+		}
+	}
 	close(ch)
+	afterStartSignalled()
 	if se != nil {
 		d := map[string]any{"error": se.Error(), "stage": se.Stage}
 		if len(se.Stderr) > 0 {
@@ -1039,10 +1052,6 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	if was == phaseDormant {
 		typ = "respawned"
 		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
-	}
-	in.srv.Telemetry().ObserveSpawn(took)
-	if was == phaseDormant {
-		in.srv.Telemetry().ObserveWake(took)
 	}
 	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
 	in.srv.f.spawn(in.catchUp)
