@@ -25,9 +25,13 @@
 // goroutine's wake-up, and, since a sweep looks at every connection, at
 // least sweepGap per connection between two sweeps (10 µs: 10 ms with a
 // thousand connections), which bounds the sweeper's CPU to about 1 %
-// however many deadlines pass one after another. Setting a deadline ahead
-// costs no clock read, no lock and no timer; moving it later costs the
-// sweeper nothing until the earlier one it planned for comes.
+// however many deadlines pass one after another. Setting a deadline no
+// earlier than the sweeper's next look only records it: no timer, no
+// clock read (TestSetChangesNothingUntilItPasses). One earlier reads the
+// clock once, to see whether it has passed, and wakes the sweeper; a
+// time without a monotonic reading is measured on the clock as well.
+// Moving a deadline later costs the sweeper nothing until the earlier
+// one it planned for comes.
 //
 // Wrap the listener beneath any TLS layer, as a net.Conn of the network:
 // net/http recognises a *tls.Conn by its type.
