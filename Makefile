@@ -53,15 +53,19 @@ bench-gateway:
 bench-relay-split:
 	MCPVISOR_BENCH_SPLIT=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchRelaySplit$$' -v ./cmd/mcpvisor/
 
-# Instructions per call (issue 30; about 3 minutes, 5 with BASE): what
+# Instructions per call (issue 30; about 7 minutes, 10 with BASE): what
 # bench-gateway's rounds cannot resolve, counted by valgrind's cachegrind
 # in the serving process alone — the raw relay (session-era and 2026-07-28
 # requests), serve's /servers/x/mcp, /mcp and /mcp stateless — as
 # (Ir(3N) − Ir(N)) / 2N over two runs with N=1000 and 3N calls of the same
 # load client, the median of 3 interleaved repeats with their spread, and
-# ratios to the raw relay. BASE=REV adds serve built from REV and now /
-# @base ratios. Needs valgrind; the report goes to
-# bin/bench/instructions-report.txt.
+# ratios to the raw relay. With them, the first-level cache misses of a
+# call in cachegrind's model of this machine's caches (code: I1; data:
+# D1), and where a call's instructions and misses go by package, each
+# serve path next to the raw relay: a call can run fewer instructions and
+# still cost more time if its code and data span more cache lines.
+# BASE=REV adds serve built from REV and now / @base ratios.
+# Needs valgrind; the report goes to bin/bench/instructions-report.txt.
 bench-instructions:
 	MCPVISOR_BENCH_INSTR=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 30m -run '^TestBenchInstructions$$' -v ./cmd/mcpvisor/
 

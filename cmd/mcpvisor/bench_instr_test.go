@@ -20,8 +20,8 @@ import (
 
 // The instructions benchmark (issue 30): what `make bench-gateway`'s
 // rounds cannot resolve — a few percent of CPU per call — counted instead
-// of timed. Each serving process runs under valgrind's cachegrind
-// (--cache-sim=no: instructions only, no cache model) while the gateway
+// of timed. Each serving process runs under valgrind's cachegrind, with
+// its model of this machine's caches, while the gateway
 // benchmark's load client (internal/loadtest, 16 callers) makes a fixed
 // number of echo calls through it to the same fixture; twice, with N and
 // with 3N calls after the same warm-up, so that (Ir(3N) − Ir(N)) / 2N is
@@ -33,6 +33,17 @@ import (
 // revision. Only the process under valgrind is counted (the fixture, a
 // child, runs natively), and the repeats interleave the paths.
 // `make bench-instructions` runs it; plain `go test` skips it.
+//
+// The same counts give the first-level cache misses of a call, as
+// cachegrind's model of one core has them: instructions fetched from
+// outside the instruction cache (I1) and data reads and writes that missed
+// the data cache (D1). They say what instructions alone do not: a call
+// that runs fewer instructions can still cost more time if its code and
+// data are spread over more cache lines. The last repeat's counts, by
+// function, are summed by package: where a call's instructions and misses
+// go, each path next to the raw relay. (The model has no second core:
+// cache lines moving between CPUs — shared locks and counters — are not
+// in these counts.)
 //
 // Environment: MCPVISOR_BENCH_INSTR=1 enables it;
 // MCPVISOR_BENCH_INSTR_CALLS (default 1000) is N,
@@ -70,9 +81,12 @@ func TestBenchInstructions(t *testing.T) {
 	dir := t.TempDir()
 	bin, fixture := benchBinaries(t, dir)
 	cfg, env := benchFixtureConfig(t, dir, fixture, ``)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	// The raw relay runs from this package's test binary, built again
+	// with a symbol table: go test links the one running this without
+	// (-s -w), and cachegrind names a function by its symbol.
+	exe := filepath.Join(dir, "relay.test")
+	if b, err := exec.Command("go", "test", "-c", "-o", exe, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go test -c: %v\n%s", err, b)
 	}
 	out := filepath.Join(dir, "cachegrind")
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -89,7 +103,7 @@ func TestBenchInstructions(t *testing.T) {
 	// starts once, in the warm-up). The raw relay runs the same way.
 	roMounts := cgroup2Mounts()
 	under := func(run string, args ...string) *exec.Cmd {
-		vg := append([]string{valgrind, "-q", "--tool=cachegrind", "--cache-sim=no", "--log-file=" + filepath.Join(out, run+".%p.log"),
+		vg := append([]string{valgrind, "-q", "--tool=cachegrind", "--cache-sim=yes", "--log-file=" + filepath.Join(out, run+".%p.log"),
 			"--cachegrind-out-file=" + filepath.Join(out, run+".out"), "--"}, args...)
 		if os.Geteuid() != 0 || len(roMounts) == 0 {
 			return exec.Command(vg[0], vg[1:]...)
@@ -127,7 +141,7 @@ func TestBenchInstructions(t *testing.T) {
 			instrPath{"serve /mcp stateless @base", "modern@base", "raw-modern", serve(baseBin), "/mcp", "x__echo", true})
 	}
 	vgVersion, _ := exec.Command(valgrind, "--version").Output()
-	say("mcpvisor instructions per call: %s cachegrind (--cache-sim=no), %d callers, %d warm-up calls, then N=%d and 3N calls in two runs of each path;\n"+
+	say("mcpvisor instructions per call: %s cachegrind (--cache-sim=yes), %d callers, %d warm-up calls, then N=%d and 3N calls in two runs of each path;\n"+
 		"instructions per call = (Ir(3N) − Ir(N)) / 2N of the serving process alone; %d repeats, paths interleaved (even repeats in reverse order); %d CPUs, GOMAXPROCS=1 in the counted process\n",
 		strings.TrimSpace(string(vgVersion)), benchCallers, benchInstrWarmup, n, repeats, runtime.NumCPU())
 	if rev != "" {
@@ -135,7 +149,9 @@ func TestBenchInstructions(t *testing.T) {
 	}
 
 	ctx := t.Context()
-	per := map[string][]float64{} // path → instructions per call, by repeat
+	per := map[string][]float64{}                 // path → instructions per call, by repeat
+	misses := map[string][]cgEvents{}             // path → cache misses per call, by repeat
+	byPackage := map[string]map[string]cgEvents{} // path → package → events per call, last repeat
 	start := time.Now()
 	for rep := 1; rep <= repeats; rep++ {
 		order := slices.Clone(paths)
@@ -143,13 +159,18 @@ func TestBenchInstructions(t *testing.T) {
 			slices.Reverse(order)
 		}
 		for _, p := range order {
-			var ir [2]int64
+			var counts [2]*cgCount
 			for i, calls := range []int{n, 3 * n} {
-				ir[i] = countInstructions(t, ctx, p, fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(p.short, "@", "_"), rep, calls), out, calls)
+				counts[i] = countInstructions(t, ctx, p, fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(p.short, "@", "_"), rep, calls), out, calls)
 			}
-			x := float64(ir[1]-ir[0]) / float64(2*n)
-			per[p.short] = append(per[p.short], x)
-			fmt.Printf("  counted %-34s repeat %d: Ir %d (N) and %d (3N): %.0f instructions/call (%v so far)\n", p.name, rep, ir[0], ir[1], x, time.Since(start).Round(time.Second))
+			call := counts[1].total.perCall(counts[0].total, 2*n)
+			per[p.short] = append(per[p.short], call.Ir)
+			misses[p.short] = append(misses[p.short], call)
+			if rep == repeats {
+				byPackage[p.short] = perPackage(counts[0], counts[1], 2*n)
+			}
+			fmt.Printf("  counted %-34s repeat %d: Ir %d (N) and %d (3N): %.0f instructions/call (%v so far)\n",
+				p.name, rep, int64(counts[0].total.Ir), int64(counts[1].total.Ir), call.Ir, time.Since(start).Round(time.Second))
 		}
 	}
 
@@ -185,14 +206,41 @@ func TestBenchInstructions(t *testing.T) {
 			say("  %-7s %s\n", s, ratio(s, s+"@base"))
 		}
 	}
+	say("\nfirst-level cache misses per call, cachegrind's model (%s), median of the repeats; in brackets, beyond the raw relay's with the same requests\n", cacheModel(out))
+	say("| path | I1 misses (code) | D1 read misses | D1 write misses |\n|---|---|---|---|\n")
+	medianOf := func(short string, f func(cgEvents) float64) float64 {
+		var xs []float64
+		for _, e := range misses[short] {
+			xs = append(xs, f(e))
+		}
+		return median(xs)
+	}
+	for _, p := range paths {
+		cell := func(f func(cgEvents) float64) string {
+			m := medianOf(p.short, f)
+			if p.against == "" {
+				return fmt.Sprintf("%.0f", m)
+			}
+			return fmt.Sprintf("%.0f (%+.0f)", m, m-medianOf(p.against, f))
+		}
+		say("| %s | %s | %s | %s |\n", p.name, cell(func(e cgEvents) float64 { return e.I1mr }),
+			cell(func(e cgEvents) float64 { return e.D1mr }), cell(func(e cgEvents) float64 { return e.D1mw }))
+	}
+	for _, p := range paths {
+		if p.against == "" || strings.Contains(p.short, "@") {
+			continue
+		}
+		say("\n%s against %s, by package (repeat %d): instructions, I1 misses and D1 misses (reads + writes) per call\n", p.name, p.against, repeats)
+		say("%s", packageTable(byPackage[p.against], byPackage[p.short]))
+	}
 	say("\n(the whole count took %v)\n", time.Since(start).Round(time.Second))
 	report.save(t)
 }
 
 // countInstructions runs p under valgrind (the file run names holds the
 // count), makes the warm-up calls and then calls calls with
-// benchCallers callers, stops the process and returns its instructions.
-func countInstructions(t *testing.T, ctx context.Context, p instrPath, run, out string, calls int) int64 {
+// benchCallers callers, stops the process and returns its counts.
+func countInstructions(t *testing.T, ctx context.Context, p instrPath, run, out string, calls int) *cgCount {
 	t.Helper()
 	// Bounded: a process that hangs under valgrind fails this count, not
 	// the whole run at go test's timeout. Valgrind runs a call in well
@@ -226,17 +274,14 @@ func countInstructions(t *testing.T, ctx context.Context, p instrPath, run, out 
 	if err != nil {
 		t.Fatalf("%s: no cachegrind count: %v", p.name, err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "summary:"); ok {
-			ir, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatalf("%s: cachegrind summary %q", p.name, line)
-			}
-			return ir
-		}
+	c, err := parseCachegrind(b)
+	if err != nil {
+		t.Fatalf("%s: %v", p.name, err)
 	}
-	t.Fatalf("%s: no summary in the cachegrind count", p.name)
-	return 0
+	if c.byFn["???"].Ir > c.total.Ir/2 {
+		t.Fatalf("%s: cachegrind named no function for most instructions: the binary has no symbol table", p.name)
+	}
+	return c
 }
 
 // callFixed makes calls calls of newCall's, callers at a time, and

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A cachegrind output file as valgrind 3.19 writes it with
+// --cache-sim=yes: two functions, one under two files, a line with its
+// trailing zeros left out.
+const cachegrindSample = `desc: I1 cache:         32768 B, 64 B, 8-way associative
+desc: D1 cache:         49152 B, 64 B, 12-way associative
+desc: LL cache:         109051904 B, 64 B, 26-way associative
+cmd: ./serve
+events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw 
+fl=a.go
+fn=github.com/mcpvisor/mcpvisor/internal/gateway.(*Gateway).begin
+10 100 5 0 40 3 0 20 2 0
+11 50
+fl=b.go
+fn=net/http.(*conn).serve
+1 30 1 0 10 1 0 5 1 0
+fl=c.go
+fn=github.com/mcpvisor/mcpvisor/internal/gateway.(*Gateway).begin
+12 20 1 0 4 1 0 2 1 0
+summary: 200 7 0 54 5 0 27 4 0
+`
+
+func TestParseCachegrind(t *testing.T) {
+	c, err := parseCachegrind([]byte(cachegrindSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (cgEvents{Ir: 200, I1mr: 7, D1mr: 5, D1mw: 4}); c.total != want {
+		t.Errorf("total %+v, want %+v", c.total, want)
+	}
+	begin := c.byFn["github.com/mcpvisor/mcpvisor/internal/gateway.(*Gateway).begin"]
+	if want := (cgEvents{Ir: 170, I1mr: 6, D1mr: 4, D1mw: 3}); begin != want {
+		t.Errorf("begin %+v, want %+v (summed over its two files)", begin, want)
+	}
+
+	for _, bad := range []struct{ name, text, want string }{
+		{"no cache model", strings.Replace(cachegrindSample, "events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw", "events: Ir", 1), "no I1mr event"},
+		{"no summary", strings.Replace(cachegrindSample, "summary:", "#", 1), "no summary"},
+		{"a bad count", strings.Replace(cachegrindSample, "11 50", "11 5x", 1), `count "5x"`},
+		{"a summary that is not the sum", strings.Replace(cachegrindSample, "summary: 200", "summary: 201", 1), "the lines sum to"},
+		{"counts before a function", "events: Ir I1mr D1mr D1mw\n1 2 3 4 5\nsummary: 2 3 4 5\n", "counts before"},
+	} {
+		if _, err := parseCachegrind([]byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: error %v, want one saying %q", bad.name, err, bad.want)
+		}
+	}
+}
+
+func TestPackageOf(t *testing.T) {
+	for fn, want := range map[string]string{
+		"net/http.(*conn).serve": "net/http",
+		"github.com/mcpvisor/mcpvisor/internal/gateway.(*Gateway).begin":                   "internal/gateway",
+		"github.com/mcpvisor/mcpvisor/cmd/mcpvisor.trimAfter.func1":                        "cmd/mcpvisor",
+		"main.(*serverRoutes).ServeNamed":                                                  "cmd/mcpvisor",
+		"runtime.mallocgc":                                                                 "runtime",
+		"internal/runtime/maps.(*Map).getWithKeySmall":                                     "runtime",
+		"internal/sync.(*HashTrieMap[go.shape.interface {},go.shape.*net/http.conn]).Load": "internal/sync",
+		"encoding/json.(*decodeState).object":                                              "encoding/json",
+		"type:.eq.net/http.Header":                                                         "(generated)",
+		"memeqbody":                                                                        "runtime (assembly)",
+		"???":                                                                              "runtime (assembly)",
+		"sync/atomic.(*Int64).Add":                                                         "sync/atomic",
+	} {
+		if got := packageOf(fn); got != want {
+			t.Errorf("packageOf(%q) = %q, want %q", fn, got, want)
+		}
+	}
+}
+
+func TestPackageTable(t *testing.T) {
+	base := map[string]cgEvents{"encoding/json": {Ir: 900, I1mr: 90, D1mr: 9, D1mw: 1}, "runtime": {Ir: 100, I1mr: 10, D1mr: 5, D1mw: 5}, "tiny": {Ir: 1}}
+	path := map[string]cgEvents{"internal/gateway": {Ir: 300, I1mr: 60, D1mr: 10}, "runtime": {Ir: 100, I1mr: 10, D1mr: 5, D1mw: 5}, "tiny": {Ir: 2}}
+	got := packageTable(base, path)
+	for _, want := range []string{
+		"| encoding/json | 900 → 0 (-900) | 90 → 0 (-90) | 10 → 0 (-10) |",
+		"| internal/gateway | 0 → 300 (+300) | 0 → 60 (+60) | 0 → 10 (+10) |",
+		"| the other 2 packages | 101 → 102 (+1) | 10 → 10 (+0) | 10 → 10 (+0) |",
+		"| **all** | 1001 → 402 (-599) | 100 → 70 (-30) | 20 → 20 (+0) |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Index(got, "encoding/json") > strings.Index(got, "internal/gateway") {
+		t.Errorf("the largest difference is not first:\n%s", got)
+	}
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// cgEvents are the counts of cachegrind's events that the instructions
+// benchmark reports (TestBenchInstructions): instructions, and the
+// first-level misses of its cache model — instruction fetches (I1mr), data
+// reads (D1mr) and data writes (D1mw).
+type cgEvents struct {
+	Ir, I1mr, D1mr, D1mw float64
+}
+
+func (e cgEvents) add(o cgEvents) cgEvents {
+	return cgEvents{e.Ir + o.Ir, e.I1mr + o.I1mr, e.D1mr + o.D1mr, e.D1mw + o.D1mw}
+}
+
+// perCall is what each of calls cost, e being the count of a run that
+// made calls more calls than the run that counted base.
+func (e cgEvents) perCall(base cgEvents, calls int) cgEvents {
+	n := float64(calls)
+	return cgEvents{(e.Ir - base.Ir) / n, (e.I1mr - base.I1mr) / n, (e.D1mr - base.D1mr) / n, (e.D1mw - base.D1mw) / n}
+}
+
+// cgCount is one cachegrind output file: the whole run's counts and each
+// function's (summed over the files it appears under).
+type cgCount struct {
+	total cgEvents
+	byFn  map[string]cgEvents
+}
+
+// parseCachegrind reads cachegrind's output format: an "events:" line
+// naming the columns, then "fl=" and "fn=" lines, each followed by lines
+// of a line number and that line's counts (trailing zeros may be left
+// out), and a "summary:" line of the totals. It needs the events Ir, I1mr,
+// D1mr and D1mw (--cache-sim=yes), and fails on a count it cannot read or
+// a summary that is not the sum of the lines.
+func parseCachegrind(b []byte) (*cgCount, error) {
+	c := &cgCount{byFn: map[string]cgEvents{}}
+	col := map[string]int{}
+	var fn string
+	var sum cgEvents
+	var haveSummary bool
+	pick := func(counts []int64) (cgEvents, error) {
+		get := func(name string) (float64, error) {
+			i, ok := col[name]
+			if !ok {
+				return 0, fmt.Errorf("cachegrind: no %s event (run with --cache-sim=yes)", name)
+			}
+			if i >= len(counts) {
+				return 0, nil // a trailing zero left out
+			}
+			return float64(counts[i]), nil
+		}
+		var e cgEvents
+		var err error
+		for _, f := range []struct {
+			name string
+			to   *float64
+		}{{"Ir", &e.Ir}, {"I1mr", &e.I1mr}, {"D1mr", &e.D1mr}, {"D1mw", &e.D1mw}} {
+			if *f.to, err = get(f.name); err != nil {
+				return cgEvents{}, err
+			}
+		}
+		return e, nil
+	}
+	numbers := func(fields []string) ([]int64, error) {
+		out := make([]int64, len(fields))
+		for i, f := range fields {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("cachegrind: count %q: %w", f, err)
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "events:"):
+			for i, name := range strings.Fields(strings.TrimPrefix(line, "events:")) {
+				col[name] = i
+			}
+		case strings.HasPrefix(line, "fn="):
+			fn = strings.TrimPrefix(line, "fn=")
+		case strings.HasPrefix(line, "summary:"):
+			counts, err := numbers(strings.Fields(strings.TrimPrefix(line, "summary:")))
+			if err != nil {
+				return nil, err
+			}
+			if c.total, err = pick(counts); err != nil {
+				return nil, err
+			}
+			haveSummary = true
+		case line[0] >= '0' && line[0] <= '9':
+			if len(col) == 0 || fn == "" {
+				return nil, fmt.Errorf("cachegrind: counts before the events or a function: %q", line)
+			}
+			fields := strings.Fields(line)
+			counts, err := numbers(fields[1:]) // fields[0] is the line number
+			if err != nil {
+				return nil, err
+			}
+			e, err := pick(counts)
+			if err != nil {
+				return nil, err
+			}
+			c.byFn[fn] = c.byFn[fn].add(e)
+			sum = sum.add(e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if !haveSummary {
+		return nil, errors.New("cachegrind: no summary line")
+	}
+	if sum != c.total {
+		return nil, fmt.Errorf("cachegrind: the lines sum to %+v, the summary says %+v", sum, c.total)
+	}
+	return c, nil
+}
+
+// packageOf is the Go package of a function's symbol as cachegrind names
+// it: "net/http" for "net/http.(*conn).serve", "internal/gateway" for
+// mcpvisor's own, "cmd/mcpvisor" for package main's (as a test binary
+// names it, or "main."). The runtime's internal packages (its maps among
+// them) count as "runtime"; the compiler's generated functions (type:.eq…)
+// as "(generated)"; functions without a package (the runtime's assembly,
+// such as memeqbody; ??? for code without symbols) as "runtime (assembly)".
+func packageOf(fn string) string {
+	fn = strings.TrimPrefix(fn, "github.com/mcpvisor/mcpvisor/")
+	switch {
+	case strings.HasPrefix(fn, "main."):
+		return "cmd/mcpvisor"
+	case strings.HasPrefix(fn, "type:"):
+		return "(generated)"
+	}
+	// A type's parameters and a method's receiver may hold more paths.
+	head := fn
+	if i := strings.IndexAny(fn, "[("); i >= 0 {
+		head = fn[:i]
+	}
+	slash := strings.LastIndexByte(head, '/')
+	dot := strings.IndexByte(head[slash+1:], '.')
+	if dot < 0 {
+		return "runtime (assembly)"
+	}
+	pkg := head[:slash+1+dot]
+	if strings.HasPrefix(pkg, "internal/runtime/") {
+		return "runtime"
+	}
+	return pkg
+}
+
+// perPackage is what a call costs in each package: the functions' counts
+// of the run with calls more calls (more) less those of the other (less),
+// per call, summed by packageOf.
+func perPackage(less, more *cgCount, calls int) map[string]cgEvents {
+	out := map[string]cgEvents{}
+	for fn, e := range more.byFn {
+		out[packageOf(fn)] = out[packageOf(fn)].add(e.perCall(less.byFn[fn], calls))
+	}
+	for fn, e := range less.byFn {
+		if _, ok := more.byFn[fn]; !ok { // counted in the shorter run alone
+			out[packageOf(fn)] = out[packageOf(fn)].add(cgEvents{}.perCall(e, calls))
+		}
+	}
+	return out
+}
+
+// packageTable is a Markdown table of what a call costs by package on a
+// path and on the path it is compared with (base): each package with a
+// difference of at least 1 % of base's total in one of the three counts,
+// largest first by the sum of those shares, the rest in one row, and the
+// totals.
+func packageTable(base, path map[string]cgEvents) string {
+	var bt, pt cgEvents
+	pkgs := map[string]bool{}
+	for p, e := range base {
+		bt, pkgs[p] = bt.add(e), true
+	}
+	for p, e := range path {
+		pt, pkgs[p] = pt.add(e), true
+	}
+	share := func(p string) (float64, bool) {
+		d := path[p].add(cgEvents{}.perCall(base[p], 1))
+		s := math.Abs(d.Ir)/bt.Ir + math.Abs(d.I1mr)/bt.I1mr + math.Abs(d.D1mr+d.D1mw)/(bt.D1mr+bt.D1mw)
+		big := math.Abs(d.Ir) >= bt.Ir/100 || math.Abs(d.I1mr) >= bt.I1mr/100 || math.Abs(d.D1mr+d.D1mw) >= (bt.D1mr+bt.D1mw)/100
+		return s, big
+	}
+	var shown, rest []string
+	for p := range pkgs {
+		if _, big := share(p); big {
+			shown = append(shown, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	slices.SortFunc(shown, func(a, b string) int {
+		sa, _ := share(a)
+		sb, _ := share(b)
+		if sa != sb {
+			if sa > sb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var w strings.Builder
+	w.WriteString("| package | instructions | I1 misses | D1 misses |\n|---|---|---|---|\n")
+	row := func(name string, b, p cgEvents) {
+		fmt.Fprintf(&w, "| %s | %.0f → %.0f (%+.0f) | %.0f → %.0f (%+.0f) | %.0f → %.0f (%+.0f) |\n", name,
+			b.Ir, p.Ir, p.Ir-b.Ir, b.I1mr, p.I1mr, p.I1mr-b.I1mr, b.D1mr+b.D1mw, p.D1mr+p.D1mw, p.D1mr+p.D1mw-b.D1mr-b.D1mw)
+	}
+	for _, p := range shown {
+		row(p, base[p], path[p])
+	}
+	var rb, rp cgEvents
+	for _, p := range rest {
+		rb, rp = rb.add(base[p]), rp.add(path[p])
+	}
+	row(fmt.Sprintf("the other %d packages", len(rest)), rb, rp)
+	row("**all**", bt, pt)
+	return w.String()
+}
+
+// cacheModel is the cache model of cachegrind's output files in dir, as
+// their "desc:" lines give it (the same in every file of a run).
+func cacheModel(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.out"))
+	if len(files) == 0 {
+		return "unknown"
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		return "unknown"
+	}
+	var parts []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "desc: "); ok {
+			name, spec, _ := strings.Cut(v, ":")
+			if name == "I1 cache" || name == "D1 cache" {
+				parts = append(parts, strings.TrimSuffix(name, " cache")+" "+strings.Join(strings.Fields(spec), " "))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "unknown"
+	}
+	return strings.Join(parts, "; ")
+}
