@@ -959,6 +959,11 @@ var afterStartBegun = func(chan struct{}) {}
 // seam for tests).
 var afterStartSignalled = func() {}
 
+// beforeSupervisorStart is called by a start of one of s's instances
+// right before it asks the supervisor, after acquire's check of the crash
+// loop (a seam for tests).
+var beforeSupervisorStart = func(s *Server) {}
+
 // start starts the instance's supervisor for the requests waiting on ch,
 // and closes ch when the outcome is recorded. was is the phase it starts
 // from; gen the count of closes when it was decided: a close since wins.
@@ -970,6 +975,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	in.attempt = 0 // this start's failure is kept below, not as an attempt
 	sup := in.runLocked()
 	in.mu.Unlock()
+	beforeSupervisorStart(in.srv)
 	t0 := time.Now()
 	err := sup.Start(context.Background())
 	took := time.Since(t0)
@@ -1000,11 +1006,14 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		return
 	}
 	var se *StartError
-	refreshNow := false
+	refreshNow, refused := false, false
 	in.refreshAfter = 0
 	switch {
 	case errors.Is(err, lifecycle.ErrCrashLoop):
-		// Refused at once, nothing started: no failure of its own.
+		// Refused at once, nothing started: no failure of its own, and
+		// no spawn, wake or start either (the loop began after acquire
+		// looked: another instance's failures, on the server's record).
+		refused = true
 		err = in.loopErrorLocked(err)
 	case err != nil:
 		se = in.startFailure(err, mark)
@@ -1029,7 +1038,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	in.startErr = err
 	pid := pidOf(in.conn)
 	in.mu.Unlock()
-	if se == nil {
+	if se == nil && !refused {
 		// Counted before the waiters go on: a request this start served,
 		// or that woke the server, finds them counted.
 		in.srv.Telemetry().ObserveSpawn(took)
@@ -1039,6 +1048,9 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 	close(ch)
 	afterStartSignalled()
+	if refused {
+		return // the waiters have the crash loop's error; the failures that made it were reported
+	}
 	if se != nil {
 		d := map[string]any{"error": se.Error(), "stage": se.Stage}
 		if len(se.Stderr) > 0 {
