@@ -85,7 +85,7 @@ func TestBenchInstructions(t *testing.T) {
 	// with a symbol table: go test links the one running this without
 	// (-s -w), and cachegrind names a function by its symbol.
 	exe := filepath.Join(dir, "relay.test")
-	if b, err := exec.Command("go", "test", "-c", "-o", exe, ".").CombinedOutput(); err != nil {
+	if b, err := exec.Command("go", "test", "-c", "-o", exe, "github.com/mcpvisor/mcpvisor/cmd/mcpvisor").CombinedOutput(); err != nil {
 		t.Fatalf("go test -c: %v\n%s", err, b)
 	}
 	out := filepath.Join(dir, "cachegrind")

@@ -45,6 +45,8 @@ func TestParseCachegrind(t *testing.T) {
 		{"a bad count", strings.Replace(cachegrindSample, "11 50", "11 5x", 1), `count "5x"`},
 		{"a summary that is not the sum", strings.Replace(cachegrindSample, "summary: 200", "summary: 201", 1), "the lines sum to"},
 		{"counts before a function", "events: Ir I1mr D1mr D1mw\n1 2 3 4 5\nsummary: 2 3 4 5\n", "counts before"},
+		{"callgrind's compressed names", strings.Replace(cachegrindSample, "fn=net/http.(*conn).serve", "fn=(2) net/http.(*conn).serve", 1), "callgrind's format"},
+		{"callgrind's calls", strings.Replace(cachegrindSample, "11 50", "calls=1 0\n11 50", 1), "callgrind's format"},
 	} {
 		if _, err := parseCachegrind([]byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want one saying %q", bad.name, err, bad.want)
@@ -66,6 +68,9 @@ func TestPackageOf(t *testing.T) {
 		"memeqbody":                                                                        "runtime (assembly)",
 		"???":                                                                              "runtime (assembly)",
 		"sync/atomic.(*Int64).Add":                                                         "sync/atomic",
+		"go:struct { io.Reader; io.WriterTo }.Read":                                        "(generated)",
+		"memcpy@@GLIBC_2.14":                                                               "(C)",
+		"dfs_traversal.part.0":                                                             "(C)",
 	} {
 		if got := packageOf(fn); got != want {
 			t.Errorf("packageOf(%q) = %q, want %q", fn, got, want)
@@ -89,5 +94,50 @@ func TestPackageTable(t *testing.T) {
 	}
 	if strings.Index(got, "encoding/json") > strings.Index(got, "internal/gateway") {
 		t.Errorf("the largest difference is not first:\n%s", got)
+	}
+}
+
+// perPackage is per call, by package, of the longer run less the shorter,
+// with a function counted in one of the runs alone added or taken away.
+func TestPerPackage(t *testing.T) {
+	less := &cgCount{byFn: map[string]cgEvents{
+		"net/http.(*conn).serve": {Ir: 100, I1mr: 10},
+		"net/http.startup":       {Ir: 40}, // the shorter run's alone
+	}}
+	more := &cgCount{byFn: map[string]cgEvents{
+		"net/http.(*conn).serve": {Ir: 300, I1mr: 30, D1mr: 4},
+		"github.com/mcpvisor/mcpvisor/internal/gateway.(*Gateway).begin": {Ir: 50, D1mw: 2}, // the longer run's alone
+	}}
+	got := perPackage(less, more, 2)
+	want := map[string]cgEvents{
+		"net/http":         {Ir: (300 - 100 - 40) / 2, I1mr: 10, D1mr: 2},
+		"internal/gateway": {Ir: 25, D1mw: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("packages %v, want %v", got, want)
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s: %+v, want %+v", p, got[p], w)
+		}
+	}
+}
+
+// A path whose base has no misses at all, and differences under one half
+// either way, make a table without NaNs or a "-0".
+func TestPackageTableEdges(t *testing.T) {
+	base := map[string]cgEvents{"a": {Ir: 100}}
+	path := map[string]cgEvents{"a": {Ir: 99.7, I1mr: 0.4}, "b": {Ir: 10, I1mr: 3}}
+	got := packageTable(base, path)
+	for _, bad := range []string{"NaN", "-0)", "Inf"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("the table holds %q:\n%s", bad, got)
+		}
+	}
+	if !strings.Contains(got, "| b | 0 → 10 (+10) | 0 → 3 (+3) | 0 → 0 (+0) |") {
+		t.Errorf("the table lacks b's row:\n%s", got)
+	}
+	if !strings.Contains(got, "| a | 100 → 100 (+0) | 0 → 0 (+0) | 0 → 0 (+0) |") {
+		t.Errorf("the table lacks a's row (its I1 misses, from none, count as a large difference):\n%s", got)
 	}
 }

@@ -42,7 +42,8 @@ type cgCount struct {
 // parseCachegrind reads cachegrind's output format: an "events:" line
 // naming the columns, then "fl=" and "fn=" lines, each followed by lines
 // of a line number and that line's counts (trailing zeros may be left
-// out), and a "summary:" line of the totals. It needs the events Ir, I1mr,
+// out), and a "summary:" line of the totals. Lines of callgrind's format
+// (compressed names, calls) are refused. It needs the events Ir, I1mr,
 // D1mr and D1mw (--cache-sim=yes), and fails on a count it cannot read or
 // a summary that is not the sum of the lines.
 func parseCachegrind(b []byte) (*cgCount, error) {
@@ -95,6 +96,11 @@ func parseCachegrind(b []byte) (*cgCount, error) {
 			for i, name := range strings.Fields(strings.TrimPrefix(line, "events:")) {
 				col[name] = i
 			}
+		case strings.HasPrefix(line, "fn=("), strings.HasPrefix(line, "cfn="), strings.HasPrefix(line, "calls="),
+			strings.HasPrefix(line, "fi="), strings.HasPrefix(line, "fe="):
+			// Callgrind's format (compressed names, calls, inlined
+			// files), which this reader would misattribute.
+			return nil, fmt.Errorf("cachegrind: a line of callgrind's format: %q", line)
 		case strings.HasPrefix(line, "fn="):
 			fn = strings.TrimPrefix(line, "fn=")
 		case strings.HasPrefix(line, "summary:"):
@@ -139,16 +145,22 @@ func parseCachegrind(b []byte) (*cgCount, error) {
 // it: "net/http" for "net/http.(*conn).serve", "internal/gateway" for
 // mcpvisor's own, "cmd/mcpvisor" for package main's (as a test binary
 // names it, or "main."). The runtime's internal packages (its maps among
-// them) count as "runtime"; the compiler's generated functions (type:.eq…)
-// as "(generated)"; functions without a package (the runtime's assembly,
-// such as memeqbody; ??? for code without symbols) as "runtime (assembly)".
+// them) count as "runtime"; the compiler's generated functions (type:.eq…,
+// go:struct {…} methods) as "(generated)"; the C library's (versioned or
+// split by the C compiler: memcpy@@GLIBC_2.14, f.part.0) as "(C)";
+// functions without a package (the runtime's assembly, such as memeqbody;
+// ??? for code without symbols) as "runtime (assembly)". Cachegrind names
+// the function that holds the code, so what the compiler inlined counts
+// in its caller's package.
 func packageOf(fn string) string {
 	fn = strings.TrimPrefix(fn, "github.com/mcpvisor/mcpvisor/")
 	switch {
 	case strings.HasPrefix(fn, "main."):
 		return "cmd/mcpvisor"
-	case strings.HasPrefix(fn, "type:"):
+	case strings.HasPrefix(fn, "type:"), strings.HasPrefix(fn, "go:"):
 		return "(generated)"
+	case strings.Contains(fn, "@@"), strings.Contains(fn, ".part."), strings.Contains(fn, ".constprop."), strings.Contains(fn, ".isra."):
+		return "(C)"
 	}
 	// A type's parameters and a method's receiver may hold more paths.
 	head := fn
@@ -197,11 +209,21 @@ func packageTable(base, path map[string]cgEvents) string {
 	for p, e := range path {
 		pt, pkgs[p] = pt.add(e), true
 	}
+	// of is x's share of a base total (a total of 0: none; a
+	// difference is then as large as it gets).
+	of := func(x, total float64) float64 {
+		if total <= 0 {
+			if x == 0 {
+				return 0
+			}
+			return 1
+		}
+		return math.Abs(x) / total
+	}
 	share := func(p string) (float64, bool) {
 		d := path[p].add(cgEvents{}.perCall(base[p], 1))
-		s := math.Abs(d.Ir)/bt.Ir + math.Abs(d.I1mr)/bt.I1mr + math.Abs(d.D1mr+d.D1mw)/(bt.D1mr+bt.D1mw)
-		big := math.Abs(d.Ir) >= bt.Ir/100 || math.Abs(d.I1mr) >= bt.I1mr/100 || math.Abs(d.D1mr+d.D1mw) >= (bt.D1mr+bt.D1mw)/100
-		return s, big
+		ir, i1, d1 := of(d.Ir, bt.Ir), of(d.I1mr, bt.I1mr), of(d.D1mr+d.D1mw, bt.D1mr+bt.D1mw)
+		return ir + i1 + d1, ir >= 0.01 || i1 >= 0.01 || d1 >= 0.01
 	}
 	var shown, rest []string
 	for p := range pkgs {
@@ -224,9 +246,12 @@ func packageTable(base, path map[string]cgEvents) string {
 	})
 	var w strings.Builder
 	w.WriteString("| package | instructions | I1 misses | D1 misses |\n|---|---|---|---|\n")
+	// Rounded first: a count per call of -0.3 is 0, not "-0".
+	n := func(x float64) float64 { return math.Round(x) + 0 }
 	row := func(name string, b, p cgEvents) {
 		fmt.Fprintf(&w, "| %s | %.0f → %.0f (%+.0f) | %.0f → %.0f (%+.0f) | %.0f → %.0f (%+.0f) |\n", name,
-			b.Ir, p.Ir, p.Ir-b.Ir, b.I1mr, p.I1mr, p.I1mr-b.I1mr, b.D1mr+b.D1mw, p.D1mr+p.D1mw, p.D1mr+p.D1mw-b.D1mr-b.D1mw)
+			n(b.Ir), n(p.Ir), n(p.Ir-b.Ir), n(b.I1mr), n(p.I1mr), n(p.I1mr-b.I1mr),
+			n(b.D1mr+b.D1mw), n(p.D1mr+p.D1mw), n(p.D1mr+p.D1mw-b.D1mr-b.D1mw))
 	}
 	for _, p := range shown {
 		row(p, base[p], path[p])

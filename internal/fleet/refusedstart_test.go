@@ -64,8 +64,10 @@ func TestRefusedStartIsNoStart(t *testing.T) {
 						t.Errorf("a refused start reported %q: %+v", e.Type, e)
 					}
 				}
-				if st := s.Status().State; st == "running" {
-					t.Errorf("state %q after a refused start", st)
+				// Nothing changed: a server never started is failed (its
+				// requests get the loop's error), a dormant one stays so.
+				if st, want := s.Status().State, map[bool]string{false: "failed", true: "dormant"}[dormant]; st != want {
+					t.Errorf("state %q after a refused %s, want %q", st, name, want)
 				}
 			})
 		})
