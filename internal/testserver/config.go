@@ -36,6 +36,7 @@ type config struct {
 	spin             time.Duration
 	growMB           int
 	forkBomb         int
+	askRoots         bool
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -61,13 +62,14 @@ var envBindings = []struct{ flag, env string }{
 	{"spin", "FIXTURE_SPIN"},
 	{"grow-mb", "FIXTURE_GROW_MB"},
 	{"fork-bomb", "FIXTURE_FORK_BOMB"},
+	{"ask-roots", "FIXTURE_ASK_ROOTS"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
 
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
 newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
-echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}.
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}, and with -ask-roots roots.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
 
@@ -104,6 +106,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy until the process has used this much CPU time, e.g. 300ms [FIXTURE_SPIN]")
 	fs.IntVar(&c.growMB, "grow-mb", 0, "at start, allocate `N` MiB step by step, "+strconv.Itoa(growStepMB)+" MiB every "+growInterval.String()+", touching every page, and hold it: past a memory limit the server is killed on the way [FIXTURE_GROW_MB]")
 	fs.IntVar(&c.forkBomb, "fork-bomb", 0, "at start, start sleeping children (sleep 3600, in the server's process group, stdio on /dev/null) until a fork fails or `N` run (at most "+strconv.Itoa(maxForkBomb)+"), then serve [FIXTURE_FORK_BOMB]")
+	fs.BoolVar(&c.askRoots, "ask-roots", false, "before the first tools/call a process serves, ask the client for roots/list whatever it declared, and answer no call until the client does (as some servers do after each start); adds the tool roots, which returns what the client answered [FIXTURE_ASK_ROOTS]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

@@ -176,6 +176,13 @@ type server struct {
 
 	wedged atomic.Bool // set by the wedge tool: stop reading stdin
 	inited atomic.Bool // initialize was answered (-strict-init)
+
+	// -ask-roots: the first tools/call asks the client for roots/list
+	// (rootsOnce) and every call waits for the answer (rootsDone), which
+	// the roots tool returns (rootsGot, set before rootsDone closes).
+	rootsOnce sync.Once
+	rootsDone chan struct{}
+	rootsGot  string
 }
 
 // call is one in-flight tools/call.
@@ -187,14 +194,37 @@ type call struct {
 func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &server{
-		cfg:      cfg,
-		tools:    toolsFor(cfg.toolsVariant),
-		log:      logger,
-		ctx:      ctx,
-		cancel:   cancel,
-		out:      out,
-		inflight: map[string]*call{},
+		cfg:       cfg,
+		tools:     toolsWith(cfg),
+		log:       logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		out:       out,
+		inflight:  map[string]*call{},
+		rootsDone: make(chan struct{}),
 	}
+}
+
+// askRoots asks the client for roots/list once per process, and records
+// its answer ("roots: RESULT" or "roots refused: CODE MESSAGE").
+func (s *server) askRoots() {
+	s.rootsOnce.Do(func() {
+		go func() {
+			m, err := s.ask(s.ctx, "roots/list", map[string]any{})
+			switch {
+			case err != nil:
+				s.rootsGot = "roots not answered: " + err.Error()
+			case m.Error != nil:
+				var e rpcError
+				_ = json.Unmarshal(m.Error, &e)
+				s.rootsGot = fmt.Sprintf("roots refused: %d %s", e.Code, e.Message)
+			default:
+				s.rootsGot = "roots: " + string(m.Result)
+			}
+			s.log.Printf("roots/list: %s", s.rootsGot)
+			close(s.rootsDone)
+		}()
+	})
 }
 
 // ask sends the client a request and waits for its response, or for ctx.
@@ -547,6 +577,9 @@ func (s *server) startCall(m incoming) {
 		token = nil
 	}
 	ctx, cancel := context.WithCancel(context.WithValue(s.ctx, metaKey{}, p.Meta))
+	if s.cfg.askRoots {
+		s.askRoots()
+	}
 	c := &call{cancel: cancel}
 	key := idKey(m.ID)
 	s.mu.Lock()
@@ -555,6 +588,12 @@ func (s *server) startCall(m incoming) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		if s.cfg.askRoots {
+			select { // no call is answered before the client's roots
+			case <-s.rootsDone:
+			case <-ctx.Done():
+			}
+		}
 		res, ok := t.run(ctx, s, p.Arguments, token)
 		s.mu.Lock()
 		if s.inflight[key] == c {

@@ -654,6 +654,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_SPIN":               "300ms",
 		"FIXTURE_GROW_MB":            "32",
 		"FIXTURE_FORK_BOMB":          "10",
+		"FIXTURE_ASK_ROOTS":          "1",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -670,7 +671,7 @@ func TestConfigFromEnv(t *testing.T) {
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
-		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10,
+		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true,
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
@@ -830,5 +831,31 @@ func TestToolsVariant(t *testing.T) {
 		return ""
 	}, &out); err == nil || !strings.Contains(out.String(), `"two" is not a variant number`) {
 		t.Errorf("a variant file with garbage: %v, %q", err, out.String())
+	}
+}
+
+// -ask-roots: the first call makes the fixture ask roots/list, and no call
+// is answered before the client answers it; the roots tool returns the
+// answer, or the refusal, and the fixture asks once per process.
+func TestAskRoots(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ answer, want string }{
+		{`"result":{"roots":[{"uri":"file:///w"}]}`, `roots: {"roots":[{"uri":"file:///w"}]}`},
+		{`"error":{"code":-32601,"message":"Method not found"}`, "roots refused: -32601 Method not found"},
+	} {
+		p := startMain(t, "-ask-roots")
+		p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a"}}}`)
+		req := p.next()
+		if req.Method != "roots/list" || len(req.ID) == 0 {
+			t.Fatalf("before answering, the fixture sent %s %s", req.Method, req.ID)
+		}
+		p.send(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,` + tc.answer + `}`)
+		if got := callText(t, p.next(), "1"); got != "a" {
+			t.Fatalf("echo after roots: %q", got)
+		}
+		p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"roots","arguments":{}}}`)
+		if got := callText(t, p.next(), "2"); got != tc.want {
+			t.Errorf("roots = %q, want %q", got, tc.want)
+		}
 	}
 }

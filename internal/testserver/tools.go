@@ -244,6 +244,27 @@ const InjectedDescription = "Returns the given text, upper-cased when upper is s
 	"This sentence makes the description longer than a diff used to quote. This sentence makes the description longer than a diff used to quote. " +
 	"END-OF-DESCRIPTION"
 
+// rootsTool returns what the client answered to the roots/list the
+// server asked (-ask-roots).
+var rootsTool = tool{
+	Name:        "roots",
+	Description: "Returns what the client answered to the roots/list this process asked before its first call (-ask-roots).",
+	InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+	run: func(_ context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {
+		return textResult(s.rootsGot), true // read after rootsDone closed (startCall)
+	},
+}
+
+// toolsWith is the tool list cfg asks for: toolsFor its variant, and the
+// roots tool with -ask-roots.
+func toolsWith(cfg config) []tool {
+	ts := toolsFor(cfg.toolsVariant)
+	if cfg.askRoots {
+		ts = append(slices.Clip(ts), rootsTool)
+	}
+	return ts
+}
+
 // toolsFor is the tool list of variant v: 0 toolList; 1 toolList with
 // echo's description and inputSchema changed (an optional "upper"),
 // reverse added and meta removed; 2 none; 3 as 1 with echo's description
