@@ -154,7 +154,8 @@ func TestCall(t *testing.T) {
 		{[]string{"x", "nope"}, 1, "", `server x has no tool "nope"`},
 		{[]string{"zz", "echo"}, 1, "", `no server named "zz"; configured: p, x`},
 		{[]string{"zz", "echo", "--arg", "text"}, 2, "", `--arg "text": want key=value`}, // checked before anything is asked of serve
-		{[]string{"x", "sample", "--arg", "prompt=hi"}, exitToolError, "mcpvisor call cannot answer sampling/createMessage", ""},
+		// call declares no sampling: the server is told Method not found at once, for it.
+		{[]string{"x", "sample", "--arg", "prompt=hi"}, exitToolError, "did not declare the sampling capability", ""},
 		{[]string{"p", "echo", "--arg", "text=mine"}, 0, "mine\n", ""},
 	}
 	for _, c := range cases {

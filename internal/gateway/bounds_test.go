@@ -325,6 +325,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			g.open(s, nil)
 			g.mu.Lock()
 			st := g.sessions[s]
+			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)} // declared at initialize
 			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 			g.calls[conn] = []*call{c}
 			g.mu.Unlock()

@@ -1064,6 +1064,13 @@ func (g *Gateway) sees(s *Session, srv *fleet.Server) bool {
 // another, so the server gets an error that names the fix (sharing
 // "per-session").
 //
+// A request for a client capability (roots, sampling, elicitation) goes
+// only to a client that declared it. When the client it is for declared
+// none — or, with no request in flight and no session certain, no legacy
+// client that sees the server did — the server gets Method not found at
+// once, as the client's SDK would answer, instead of waiting for an answer
+// that never comes.
+//
 // It runs on the connection's read loop, which must not wait for the
 // server to read: answers given here are written from another goroutine.
 func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
@@ -1075,7 +1082,9 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	var c *call
 	ambiguous := false
 	sessions := 0
-	if owner := g.owner(src); owner != nil {
+	capName := capabilityOf(m.Method)
+	owner := g.owner(src)
+	if owner != nil {
 		c = g.newestCallOf(conn, owner)
 	} else {
 		var only *call
@@ -1090,6 +1099,15 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			c = only
 		}
 		ambiguous = sessions > 1 || !scoped
+	}
+	if c == nil && capName != "" && (owner != nil && !g.declares(owner, capName) ||
+		owner == nil && sessions == 0 && !g.anyDeclares(src.Server, capName)) {
+		// No client it could be for declared the capability — its
+		// session's, or, with no request in flight, any legacy client's
+		// that sees the server: none would answer, so the server gets at
+		// once what a client's SDK says to a request it does not serve.
+		g.refuseUndeclared(conn, m, capName)
+		return
 	}
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
@@ -1111,14 +1129,22 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 				return
 			}
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why
-		} else if capName := capabilityOf(m.Method); capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
+		} else if capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
 			// Not held: the client declared no capability to give
 			// input with (forward), so not this one.
 			c.st.needCap.CompareAndSwap(nil, &capName)
-			msg = fmt.Sprintf("mcpvisor cannot forward %s: the client did not declare the %s capability", m.Method, capName)
+			g.refuseUndeclared(conn, m, capName)
+			return
 		}
 		g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+		return
+	}
+	if capName != "" && !g.declares(c.sess, capName) {
+		// A client is asked only what it declared it answers: one that
+		// did not would leave the server waiting (for roots, say, which
+		// some servers ask for after every start before they answer).
+		g.refuseUndeclared(conn, m, capName)
 		return
 	}
 	ours := secretID("mcpv-r-")
@@ -1133,6 +1159,41 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 	}
+}
+
+// declares reports whether legacy session s declared capability capName
+// at initialize (a session that never initialized declared none).
+func (g *Gateway) declares(s *Session, capName string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.sessions[s]
+	if st == nil {
+		return false
+	}
+	_, ok := st.caps[capName]
+	return ok
+}
+
+// anyDeclares reports whether a legacy session open on an endpoint that
+// serves srv declared capName.
+func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.sessions {
+		if _, ok := st.caps[capName]; ok && !st.stateless && st.serves(srv) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseUndeclared answers a server's request for capability capName
+// that no client it could be for declared, as a client's SDK answers a
+// request it does not serve: Method not found, at once.
+func (g *Gateway) refuseUndeclared(conn fleet.Conn, m *rpc.Message, capName string) {
+	g.log.Debug("server request for a capability the client did not declare: answered Method not found", "server", conn.Name(), "method", m.Method, "capability", capName)
+	msg := fmt.Sprintf("Method not found: %s (the client did not declare the %s capability)", m.Method, capName)
+	go func() { _ = conn.ReplyError(m.ID, rpc.MethodNotFound, msg) }()
 }
 
 // sendOutReq registers r, under ours, as a request to the client of c —

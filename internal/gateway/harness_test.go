@@ -17,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -264,4 +265,18 @@ func killPID(pid int) error {
 		return err
 	}
 	return p.Kill()
+}
+
+// openDeclaring opens a session on ep, as ep.Open(out) does, and
+// initializes it declaring caps (a JSON object): a server's sampling,
+// elicitation and roots requests reach only a client that declared them.
+func openDeclaring(t testing.TB, ep Endpoint, out Sink, caps string) *Session {
+	t.Helper()
+	s := ep.Open(out)
+	init := &rpc.Message{ID: json.RawMessage(`"init"`), Method: "initialize",
+		Params: json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":` + caps + `,"clientInfo":{"name":"test","version":"1"}}`)}
+	if resp := ep.Handle(context.Background(), s, init, newRecorder()); resp == nil || resp.Error != nil {
+		t.Fatalf("initialize: %v", resp)
+	}
+	return s
 }

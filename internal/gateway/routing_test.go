@@ -82,7 +82,7 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","sharing":"per-session"}}`)
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
-	a, b := ep.Open(outA), ep.Open(outB)
+	a, b := openDeclaring(t, ep, outA, `{"sampling":{}}`), openDeclaring(t, ep, outB, `{"sampling":{}}`)
 	defer ep.Close(a)
 	defer ep.Close(b)
 	relA := newRecorder()
@@ -291,7 +291,7 @@ func TestConcurrentListsShareOneTableBuild(t *testing.T) {
 func TestSamplingOnASharedServer(t *testing.T) {
 	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	ep := w.gw.Aggregate()
-	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
+	a, b := openDeclaring(t, ep, newRecorder(), `{"sampling":{}}`), openDeclaring(t, ep, newRecorder(), `{"sampling":{}}`)
 	defer ep.Close(a)
 	defer ep.Close(b)
 	sample := func(s *Session, id int, rel Sink) *rpc.Message {
@@ -386,7 +386,7 @@ func TestLateLineOfAClosedSessionReachesNoOther(t *testing.T) {
 func TestSamplingAfterAnAbandonedCallIsNotGuessed(t *testing.T) {
 	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
 	ep := w.gw.Aggregate()
-	a, b := ep.Open(newRecorder()), ep.Open(newRecorder())
+	a, b := openDeclaring(t, ep, newRecorder(), `{"sampling":{}}`), openDeclaring(t, ep, newRecorder(), `{"sampling":{}}`)
 	defer ep.Close(a)
 	defer ep.Close(b)
 	sample := func(s *Session, id int, rel Sink) *rpc.Message {

@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// A server's request reaches only a client that declared the capability
+// it asks for. The fixture with -ask-roots asks roots/list before the
+// first call of each process and answers no call until it is answered,
+// as some popular servers do after every start; its sample tool asks for
+// sampling during a call. A 2025-11-25 client that declared neither is
+// asked nothing, and the server gets Method not found at once, as the
+// client's SDK would answer: no call waits on a request its client cannot
+// answer — on both endpoints, for a shared server before and after a
+// wake, and for a per-session one. A client that declared roots is asked,
+// and its answer reaches the server.
+func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
+	const (
+		shared     = `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"}}}`
+		perSession = `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"},"sharing":"per-session"}}`
+		// The bound of a call here; a request its client never answers
+		// would hold it for inputWait (5 minutes).
+		callBound = 30 * time.Second
+	)
+	for _, tc := range []struct {
+		name    string
+		servers string
+		single  bool
+		wake    bool
+	}{
+		{"/mcp shared", shared, false, true},
+		{"/servers/x/mcp shared", shared, true, true},
+		{"/mcp per-session", perSession, false, false},
+		{"/servers/x/mcp per-session", perSession, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			endpoint := func(w *world) (Endpoint, string) {
+				if tc.single {
+					return w.gw.Single("x"), ""
+				}
+				return w.gw.Aggregate(), "x__"
+			}
+			call := func(ep Endpoint, prefix string, s *Session, id int, tool string, args map[string]any, rel Sink) string {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(t.Context(), callBound)
+				defer cancel()
+				resp := ep.Handle(ctx, s, request(id, "tools/call", map[string]any{"name": prefix + tool, "arguments": args}), rel)
+				if ctx.Err() != nil {
+					t.Fatalf("%s waited %v: a request the client cannot answer held it", tool, callBound)
+				}
+				if resp == nil || resp.Error != nil {
+					t.Fatalf("%s: %v", tool, resp)
+				}
+				return string(resp.Result)
+			}
+
+			t.Run("declared nothing", func(t *testing.T) {
+				w := newWorld(t, tc.servers)
+				ep, prefix := endpoint(w)
+				out, rel := newRecorder(), newRecorder()
+				s := openDeclaring(t, ep, out, `{}`)
+				defer ep.Close(s)
+				rounds := 1
+				if tc.wake {
+					rounds = 2
+				}
+				for round := range rounds {
+					if round == 1 {
+						// Asleep, then woken by the next call: the new
+						// process asks again.
+						ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+						err := w.fleet.Get("x").Sleep(ctx)
+						cancel()
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					if got := call(ep, prefix, s, 10*round+1, "echo", map[string]any{"text": "a"}, rel); !strings.Contains(got, `"text":"a"`) {
+						t.Fatalf("round %d: echo: %s", round, got)
+					}
+					got := call(ep, prefix, s, 10*round+2, "roots", map[string]any{}, rel)
+					if !strings.Contains(got, "roots refused: -32601") || !strings.Contains(got, "did not declare the roots capability") {
+						t.Errorf("round %d: the server got %s, want Method not found naming the capability", round, got)
+					}
+					got = call(ep, prefix, s, 10*round+3, "sample", map[string]any{"prompt": "p"}, rel)
+					if !strings.Contains(got, "refused") || !strings.Contains(got, "-32601") {
+						t.Errorf("round %d: sample: %s, want the client's refusal (Method not found)", round, got)
+					}
+				}
+				for _, r := range []*recorder{out, rel} {
+					if n := r.count("roots/list") + r.count("sampling/createMessage"); n != 0 {
+						t.Errorf("the client that declared nothing was sent %d server requests: %v", n, r.methods())
+					}
+				}
+			})
+
+			t.Run("declared roots", func(t *testing.T) {
+				w := newWorld(t, tc.servers)
+				ep, prefix := endpoint(w)
+				out, rel := newRecorder(), newRecorder()
+				s := openDeclaring(t, ep, out, `{"roots":{}}`)
+				defer ep.Close(s)
+				done := make(chan string, 1)
+				go func() { done <- call(ep, prefix, s, 1, "echo", map[string]any{"text": "a"}, rel) }()
+				req := rel.next(t, "roots/list", 20*time.Second)
+				answer := &rpc.Message{ID: req.ID, Result: json.RawMessage(`{"roots":[{"uri":"file:///work"}]}`)}
+				ep.Handle(t.Context(), s, answer, newRecorder())
+				if got := <-done; !strings.Contains(got, `"text":"a"`) {
+					t.Fatalf("echo: %s", got)
+				}
+				if got := call(ep, prefix, s, 2, "roots", map[string]any{}, rel); !strings.Contains(got, `file:///work`) {
+					t.Errorf("the server got %s, want the client's roots", got)
+				}
+				// Roots, not sampling: the server's sampling request is
+				// answered for it.
+				if got := call(ep, prefix, s, 3, "sample", map[string]any{"prompt": "p"}, rel); !strings.Contains(got, "-32601") {
+					t.Errorf("sample: %s, want Method not found", got)
+				}
+				if n := rel.count("sampling/createMessage") + out.count("sampling/createMessage"); n != 0 {
+					t.Errorf("sampling reached a client that declared roots only (%d)", n)
+				}
+			})
+		})
+	}
+}
