@@ -83,6 +83,9 @@ type Conn struct {
 	init atomic.Pointer[InitResult]
 	log  *slog.Logger
 
+	// caps is what initialize declares (nil: clientCapabilities, all
+	// mcpvisor bridges); StdioConnector.Capabilities.
+	caps     json.RawMessage
 	modern   bool  // the server speaks ModernVersion (modern.go); set before Connect returns
 	tw       *twin // the process for modern clients of a dual-era server (dual.go); nil for a remote server and for that process itself
 	lst      listening

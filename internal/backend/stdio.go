@@ -37,8 +37,13 @@ type StdioConnector struct {
 	// spawn when Spec.Env is nil. Building the environment only then keeps
 	// a dormant server's footprint small.
 	ExtraEnv []string
-	Hooks    Hooks
-	Logger   *slog.Logger
+	// Capabilities, if set, is what initialize declares to the server
+	// instead of clientCapabilities (everything mcpvisor bridges): a
+	// per-session instance declares what its client declared, so that
+	// it asks only what that client answers, as it would directly.
+	Capabilities json.RawMessage
+	Hooks        Hooks
+	Logger       *slog.Logger
 	// MaxLine bounds one message from the server (default 16 MiB).
 	MaxLine int
 	// Protocol is ProtocolAuto (""), ProtocolLegacy or ProtocolModern: how
@@ -162,7 +167,7 @@ func (sc *StdioConnector) spawn(ctx context.Context, spec proc.Spec, hooks Hooks
 	if err != nil {
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w: %w", sc.Name, ErrSpawn, err))
 	}
-	c := &Conn{name: sc.Name, proc: p, log: log, tw: tw, runDone: make(chan struct{}), closeReq: make(chan struct{})}
+	c := &Conn{name: sc.Name, proc: p, log: log, tw: tw, caps: sc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{
 		MaxLine:  sc.MaxLine,
 		PeerName: "server " + sc.Name,
@@ -287,9 +292,13 @@ func (e *initRefused) Unwrap() error { return lifecycle.ErrServerUnavailable }
 // notifications/initialized. versions, if set, is recorded in the result
 // as the versions the server was found to speak (InitResult.Era).
 func (c *Conn) initialize(ctx context.Context, versions []string) error {
+	caps := c.caps
+	if caps == nil {
+		caps = clientCapabilities
+	}
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": ProtocolVersion,
-		"capabilities":    clientCapabilities,
+		"capabilities":    caps,
 		"clientInfo":      ClientInfo,
 	})
 	resp, err := c.rpc.Call(ctx, "initialize", params)

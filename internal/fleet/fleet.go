@@ -386,10 +386,14 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	}
 	var lastInit func() json.RawMessage
 	var onEra func(*backend.Conn)
+	var caps json.RawMessage
 	modernFirst := false
 	if isInst {
 		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" {
 			modernFirst = ms.ModernSession(h.in.key)
+		}
+		if sc, ok := f.opts.Hooks.(SessionCapabilities); ok && h.in.key != "" {
+			caps = sc.SessionCapabilities(h.in.key) // a session's own instance
 		}
 		// The era is the server's (its launch's): what any instance
 		// learned is kept with its lists, and read by the next start of
@@ -399,14 +403,15 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		onEra = func(c *backend.Conn) { srv.eraLearned(sc, c) }
 	}
 	return &backend.StdioConnector{
-		LastInit:    lastInit,
-		OnEra:       onEra,
-		ModernFirst: modernFirst,
-		TwinTimeout: sc.InitTimeout,
-		RetryDelay:  sc.Policy().RetryDelay,
-		ExtraEnv:    extra,
-		Name:        sc.Name,
-		Runtime:     f.opts.Runtime,
+		Capabilities: caps,
+		LastInit:     lastInit,
+		OnEra:        onEra,
+		ModernFirst:  modernFirst,
+		TwinTimeout:  sc.InitTimeout,
+		RetryDelay:   sc.Policy().RetryDelay,
+		ExtraEnv:     extra,
+		Name:         sc.Name,
+		Runtime:      f.opts.Runtime,
 		Spec: proc.Spec{
 			Command:   sc.Command,
 			Args:      sc.Args,

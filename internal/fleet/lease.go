@@ -69,6 +69,15 @@ type ModernSessions interface {
 	ModernSession(key string) bool
 }
 
+// SessionCapabilities is implemented by an Options.Hooks that knows what
+// each client session declared: a per-session instance is started
+// declaring exactly its session's capabilities (an object), so that the
+// server asks only what its client answers, as it would directly. nil
+// keeps what mcpvisor declares to a shared instance: all it bridges.
+type SessionCapabilities interface {
+	SessionCapabilities(key string) json.RawMessage
+}
+
 // ErrInstanceLimit is wrapped by the error Acquire returns when a
 // per-session server already runs its maximum of instances.
 var ErrInstanceLimit = errors.New("per-session instance limit reached")

@@ -829,6 +829,24 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 	return resultResponse(m.ID, json.RawMessage(`{}`))
 }
 
+// declareCaps records the capabilities s's initialize m declares, before
+// anything the initialize starts: a per-session instance it starts (the
+// single endpoint's, for a server with no cached initialize result) is
+// declared them (SessionCapabilities). initialize records them again.
+func (g *Gateway) declareCaps(s *Session, m *rpc.Message) {
+	var p struct {
+		Capabilities map[string]json.RawMessage `json:"capabilities"`
+	}
+	if json.Unmarshal(m.Params, &p) != nil {
+		return // initialize answers the error
+	}
+	g.mu.Lock()
+	if st := g.sessions[s]; st != nil {
+		st.caps = p.Capabilities
+	}
+	g.mu.Unlock()
+}
+
 // initialize answers the client's initialize: the protocol version it asked
 // for when mcpvisor speaks it, else the newest mcpvisor speaks.
 func (g *Gateway) initialize(s *Session, m *rpc.Message, caps, serverInfo json.RawMessage, instructions string) *rpc.Message {

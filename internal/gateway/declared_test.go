@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -19,7 +21,8 @@ import (
 // client's SDK would answer: no call waits on a request its client cannot
 // answer — on both endpoints, for a shared server before and after a
 // wake, and for a per-session one. A client that declared roots is asked,
-// and its answer reaches the server.
+// and its answer reaches the server. A per-session instance is declared
+// exactly its client's capabilities; a shared one, all mcpvisor bridges.
 func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 	const (
 		shared     = `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"}}}`
@@ -28,16 +31,22 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 		// would hold it for inputWait (5 minutes).
 		callBound = 30 * time.Second
 	)
+	// What the server was declared: a shared server all mcpvisor
+	// bridges; a per-session one exactly its client's capabilities.
+	const own = `declared: {\"roots\":{\"listChanged\":true},\"sampling\":{},\"elicitation\":{}}`
 	for _, tc := range []struct {
 		name    string
 		servers string
 		single  bool
 		wake    bool
+		// declaredNone and declaredRoots are what the server reports it
+		// was declared, with the client declaring nothing or roots.
+		declaredNone, declaredRoots string
 	}{
-		{"/mcp shared", shared, false, true},
-		{"/servers/x/mcp shared", shared, true, true},
-		{"/mcp per-session", perSession, false, false},
-		{"/servers/x/mcp per-session", perSession, true, false},
+		{"/mcp shared", shared, false, true, own, own},
+		{"/servers/x/mcp shared", shared, true, true, own, own},
+		{"/mcp per-session", perSession, false, false, `declared: {}`, `declared: {\"roots\":{}}`},
+		{"/servers/x/mcp per-session", perSession, true, false, `declared: {}`, `declared: {\"roots\":{}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			endpoint := func(w *world) (Endpoint, string) {
@@ -46,18 +55,26 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 				}
 				return w.gw.Aggregate(), "x__"
 			}
-			call := func(ep Endpoint, prefix string, s *Session, id int, tool string, args map[string]any, rel Sink) string {
-				t.Helper()
-				ctx, cancel := context.WithTimeout(t.Context(), callBound)
+			// try calls tool; safe in any goroutine (it reports, not fails).
+			try := func(ep Endpoint, prefix string, s *Session, id int, tool string, args map[string]any, rel Sink) (string, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), callBound)
 				defer cancel()
 				resp := ep.Handle(ctx, s, request(id, "tools/call", map[string]any{"name": prefix + tool, "arguments": args}), rel)
 				if ctx.Err() != nil {
-					t.Fatalf("%s waited %v: a request the client cannot answer held it", tool, callBound)
+					return "", fmt.Errorf("%s waited %v: a request the client cannot answer held it", tool, callBound)
 				}
 				if resp == nil || resp.Error != nil {
-					t.Fatalf("%s: %v", tool, resp)
+					return "", fmt.Errorf("%s: %v", tool, resp)
 				}
-				return string(resp.Result)
+				return string(resp.Result), nil
+			}
+			call := func(t *testing.T, ep Endpoint, prefix string, s *Session, id int, tool string, args map[string]any, rel Sink) string {
+				t.Helper()
+				got, err := try(ep, prefix, s, id, tool, args, rel)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
 			}
 
 			t.Run("declared nothing", func(t *testing.T) {
@@ -81,14 +98,17 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					if got := call(ep, prefix, s, 10*round+1, "echo", map[string]any{"text": "a"}, rel); !strings.Contains(got, `"text":"a"`) {
+					if got := call(t, ep, prefix, s, 10*round+1, "echo", map[string]any{"text": "a"}, rel); !strings.Contains(got, `"text":"a"`) {
 						t.Fatalf("round %d: echo: %s", round, got)
 					}
-					got := call(ep, prefix, s, 10*round+2, "roots", map[string]any{}, rel)
+					got := call(t, ep, prefix, s, 10*round+2, "roots", map[string]any{}, rel)
 					if !strings.Contains(got, "roots refused: -32601") || !strings.Contains(got, "did not declare the roots capability") {
 						t.Errorf("round %d: the server got %s, want Method not found naming the capability", round, got)
 					}
-					got = call(ep, prefix, s, 10*round+3, "sample", map[string]any{"prompt": "p"}, rel)
+					if !strings.Contains(got, tc.declaredNone) {
+						t.Errorf("round %d: the server reports %s, want %s", round, got, tc.declaredNone)
+					}
+					got = call(t, ep, prefix, s, 10*round+3, "sample", map[string]any{"prompt": "p"}, rel)
 					if !strings.Contains(got, "refused") || !strings.Contains(got, "-32601") {
 						t.Errorf("round %d: sample: %s, want the client's refusal (Method not found)", round, got)
 					}
@@ -106,20 +126,27 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 				out, rel := newRecorder(), newRecorder()
 				s := openDeclaring(t, ep, out, `{"roots":{}}`)
 				defer ep.Close(s)
-				done := make(chan string, 1)
-				go func() { done <- call(ep, prefix, s, 1, "echo", map[string]any{"text": "a"}, rel) }()
+				type result struct {
+					got string
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					got, err := try(ep, prefix, s, 1, "echo", map[string]any{"text": "a"}, rel)
+					done <- result{got, err}
+				}()
 				req := rel.next(t, "roots/list", 20*time.Second)
 				answer := &rpc.Message{ID: req.ID, Result: json.RawMessage(`{"roots":[{"uri":"file:///work"}]}`)}
 				ep.Handle(t.Context(), s, answer, newRecorder())
-				if got := <-done; !strings.Contains(got, `"text":"a"`) {
-					t.Fatalf("echo: %s", got)
+				if r := <-done; r.err != nil || !strings.Contains(r.got, `"text":"a"`) {
+					t.Fatalf("echo: %s %v", r.got, r.err)
 				}
-				if got := call(ep, prefix, s, 2, "roots", map[string]any{}, rel); !strings.Contains(got, `file:///work`) {
-					t.Errorf("the server got %s, want the client's roots", got)
+				if got := call(t, ep, prefix, s, 2, "roots", map[string]any{}, rel); !strings.Contains(got, `file:///work`) || !strings.Contains(got, tc.declaredRoots) {
+					t.Errorf("the server got %s, want the client's roots and %s", got, tc.declaredRoots)
 				}
 				// Roots, not sampling: the server's sampling request is
 				// answered for it.
-				if got := call(ep, prefix, s, 3, "sample", map[string]any{"prompt": "p"}, rel); !strings.Contains(got, "-32601") {
+				if got := call(t, ep, prefix, s, 3, "sample", map[string]any{"prompt": "p"}, rel); !strings.Contains(got, "-32601") {
 					t.Errorf("sample: %s, want Method not found", got)
 				}
 				if n := rel.count("sampling/createMessage") + out.count("sampling/createMessage"); n != 0 {
@@ -127,5 +154,35 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A 2026-07-28 client's held call whose client declared elicitation only:
+// the server's sampling request is answered Method not found for it, and
+// the call records the missing capability for its client.
+func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
+	g := New(nil)
+	conn := &recConn{}
+	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
+	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"elicitation":{}}`)}
+	s.held = h
+	t.Cleanup(func() { h.stop(false) })
+	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+	g.mu.Lock()
+	g.calls[conn] = []*call{c}
+	g.mu.Unlock()
+	g.Request(fleet.Source{Conn: conn}, samplingRequest(1))
+	waitFor(t, "the server's answer", func() bool { return conn.errCount() == 1 })
+	conn.mu.Lock()
+	msg := conn.errs[0]
+	conn.mu.Unlock()
+	if !strings.HasPrefix(msg, "Method not found: sampling/createMessage") {
+		t.Errorf("the server was told %q, want Method not found", msg)
+	}
+	h.mu.Lock()
+	need := h.needCap
+	h.mu.Unlock()
+	if need != "sampling" {
+		t.Errorf("the call records %q as missing, want sampling", need)
 	}
 }

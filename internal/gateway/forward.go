@@ -1128,6 +1128,10 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			if ok {
 				return
 			}
+			if capName != "" && !h.declared(capName) {
+				g.refuseUndeclared(conn, m, capName) // offer recorded the client's missing capability
+				return
+			}
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why
 		} else if capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
 			// Not held: the client declared no capability to give
@@ -1179,8 +1183,8 @@ func (g *Gateway) declares(s *Session, capName string) bool {
 func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, st := range g.sessions {
-		if _, ok := st.caps[capName]; ok && !st.stateless && st.serves(srv) {
+	for _, st := range g.sessions { // legacy sessions: stateless ones are in no table
+		if _, ok := st.caps[capName]; ok && st.serves(srv) {
 			return true
 		}
 	}

@@ -366,6 +366,31 @@ func (g *Gateway) sessionByKey(key string) *Session {
 	return g.byKey[key]
 }
 
+// SessionCapabilities is what the legacy client session key declared at
+// initialize, as an object ({} if nothing, or if it never initialized),
+// for its per-session instance to declare to its server
+// (fleet.SessionCapabilities). A 2026-07-28 client's instance, or a
+// session no longer open, keeps mcpvisor's own (nil).
+func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
+	if g.ModernSession(key) {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.sessions[g.byKey[key]]
+	if st == nil || st.stateless {
+		return nil
+	}
+	if len(st.caps) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	b, err := json.Marshal(st.caps)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // errorResponse builds a JSON-RPC error response for the client.
 func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 	return &rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}

@@ -499,6 +499,12 @@ func nonEmpty(p json.RawMessage) json.RawMessage {
 	return p
 }
 
+// declared reports whether h's client declared capability capName (read
+// from rawCaps, set when h was made: h.caps is parsed only once h holds).
+func (h *heldCall) declared(capName string) bool {
+	return rpc.Member(h.rawCaps, capName) != nil
+}
+
 // offer takes a server request that came during the held call: false if
 // the client cannot be asked it (it did not declare the capability, or too
 // many are pending), in which case the server is refused.

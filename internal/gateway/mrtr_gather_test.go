@@ -121,7 +121,9 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	sinkB := &capSink{}
 	sB := NewSession(sinkB)
-	stB := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}}
+	// B declared sampling: what keeps the request from it is that it may
+	// be A's.
+	stB := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, caps: map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}}
 	g.mu.Lock()
 	g.sessions[sB] = stB
 	g.byKey[sB.key] = sB
@@ -486,7 +488,8 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	conn := &recConn{}
 	sink := &capSink{}
 	s := NewSession(sink)
-	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true}
+	// It declared sampling: the request gets as far as the session.
+	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true, caps: map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}}
 	c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 	g.mu.Lock()
 	g.sessions[s] = st
@@ -500,6 +503,12 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	g.mu.Unlock()
 	if pending != 0 || c.waiting.Load() != 0 || sink.n() != 0 {
 		t.Fatalf("%d pending, waiting %d, %d sent to the closed session", pending, c.waiting.Load(), sink.n())
+	}
+	conn.mu.Lock()
+	msg := conn.errs[0]
+	conn.mu.Unlock()
+	if !strings.Contains(msg, errSessionClosed.Error()) {
+		t.Fatalf("the server was told %q, want the closed session's refusal", msg)
 	}
 }
 

@@ -68,6 +68,9 @@ func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related
 	case "initialize":
 		// A dormant or never-started server answers from its cached
 		// initialize result; it starts on the first real request.
+		// Otherwise it starts now: a per-session instance is declared
+		// what the client declared, recorded first.
+		e.g.declareCaps(s, m)
 		in, err := e.init(ctx, s.Key())
 		if err != nil {
 			return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)

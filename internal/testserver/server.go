@@ -183,6 +183,8 @@ type server struct {
 	rootsOnce sync.Once
 	rootsDone chan struct{}
 	rootsGot  string
+
+	clientCaps string // the capabilities initialize declared, under mu
 }
 
 // call is one in-flight tools/call.
@@ -209,7 +211,9 @@ func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
 // its answer ("roots: RESULT" or "roots refused: CODE MESSAGE").
 func (s *server) askRoots() {
 	s.rootsOnce.Do(func() {
+		s.wg.Add(1)
 		go func() {
+			defer s.wg.Done()
 			m, err := s.ask(s.ctx, "roots/list", map[string]any{})
 			switch {
 			case err != nil:
@@ -490,12 +494,16 @@ func (s *server) handleRequest(m incoming) {
 
 func (s *server) initialize(m incoming) {
 	var p struct {
-		ProtocolVersion string `json:"protocolVersion"`
+		ProtocolVersion string          `json:"protocolVersion"`
+		Capabilities    json.RawMessage `json:"capabilities"`
 	}
 	if err := json.Unmarshal(orEmpty(m.Params), &p); err != nil {
 		s.sendError(m.ID, codeInvalidParams, "Invalid params: "+err.Error())
 		return
 	}
+	s.mu.Lock()
+	s.clientCaps = string(p.Capabilities)
+	s.mu.Unlock()
 	version := LatestProtocolVersion
 	for _, v := range SupportedProtocolVersions {
 		if p.ProtocolVersion == v {
@@ -588,13 +596,18 @@ func (s *server) startCall(m incoming) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		res, ok := toolResult{}, false // interrupted while it waited for roots: it answers nothing
+		waited := true
 		if s.cfg.askRoots {
 			select { // no call is answered before the client's roots
 			case <-s.rootsDone:
 			case <-ctx.Done():
+				waited = false
 			}
 		}
-		res, ok := t.run(ctx, s, p.Arguments, token)
+		if waited {
+			res, ok = t.run(ctx, s, p.Arguments, token)
+		}
 		s.mu.Lock()
 		if s.inflight[key] == c {
 			delete(s.inflight, key)

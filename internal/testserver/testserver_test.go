@@ -854,8 +854,20 @@ func TestAskRoots(t *testing.T) {
 			t.Fatalf("echo after roots: %q", got)
 		}
 		p.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"roots","arguments":{}}}`)
-		if got := callText(t, p.next(), "2"); got != tc.want {
-			t.Errorf("roots = %q, want %q", got, tc.want)
+		if got := callText(t, p.next(), "2"); got != tc.want+"\ndeclared: " {
+			t.Errorf("roots = %q, want %q and nothing declared (no initialize)", got, tc.want)
 		}
+	}
+	// What initialize declared is reported as it came.
+	p := startMain(t, "-ask-roots")
+	p.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true}},"clientInfo":{"name":"t","version":"1"}}}`)
+	if m := p.next(); m.Error != nil {
+		t.Fatalf("initialize: %+v", m.Error)
+	}
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"roots","arguments":{}}}`)
+	req := p.next()
+	p.send(`{"jsonrpc":"2.0","id":` + string(req.ID) + `,"result":{"roots":[]}}`)
+	if got, want := callText(t, p.next(), "1"), "roots: {\"roots\":[]}\ndeclared: {\"roots\":{\"listChanged\":true}}"; got != want {
+		t.Errorf("roots = %q, want %q", got, want)
 	}
 }

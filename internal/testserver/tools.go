@@ -245,13 +245,16 @@ const InjectedDescription = "Returns the given text, upper-cased when upper is s
 	"END-OF-DESCRIPTION"
 
 // rootsTool returns what the client answered to the roots/list the
-// server asked (-ask-roots).
+// server asked (-ask-roots), and what the client declared at initialize.
 var rootsTool = tool{
 	Name:        "roots",
-	Description: "Returns what the client answered to the roots/list this process asked before its first call (-ask-roots).",
+	Description: "Returns what the client answered to the roots/list this process asked before its first call (-ask-roots), and on a second line \"declared: \" and the capabilities its initialize declared.",
 	InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
 	run: func(_ context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {
-		return textResult(s.rootsGot), true // read after rootsDone closed (startCall)
+		s.mu.Lock()
+		caps := s.clientCaps
+		s.mu.Unlock()
+		return textResult(s.rootsGot + "\ndeclared: " + caps), true // rootsGot: read after rootsDone closed (startCall)
 	},
 }
 
