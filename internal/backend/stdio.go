@@ -293,7 +293,7 @@ func (e *initRefused) Unwrap() error { return lifecycle.ErrServerUnavailable }
 // as the versions the server was found to speak (InitResult.Era).
 func (c *Conn) initialize(ctx context.Context, versions []string) error {
 	caps := c.caps
-	if caps == nil {
+	if len(caps) == 0 {
 		caps = clientCapabilities
 	}
 	params, _ := json.Marshal(map[string]any{

@@ -392,8 +392,8 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" {
 			modernFirst = ms.ModernSession(h.in.key)
 		}
-		if sc, ok := f.opts.Hooks.(SessionCapabilities); ok && h.in.key != "" {
-			caps = sc.SessionCapabilities(h.in.key) // a session's own instance
+		if scp, ok := f.opts.Hooks.(SessionCapabilities); ok && h.in.key != "" {
+			caps = scp.SessionCapabilities(h.in.key) // a session's own instance
 		}
 		// The era is the server's (its launch's): what any instance
 		// learned is kept with its lists, and read by the next start of

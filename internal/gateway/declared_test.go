@@ -186,3 +186,24 @@ func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 		t.Errorf("the call records %q as missing, want sampling", need)
 	}
 }
+
+// What a legacy session's own instance is declared: of its client's
+// capabilities, those mcpvisor bridges (not tasks, which it does not
+// carry, nor anything else); {} for a key no longer open; a 2026-07-28
+// client's instance keeps mcpvisor's own (nil).
+func TestSessionCapabilities(t *testing.T) {
+	g := newWorld(t, `{"x":{"command":"$FIXTURE"}}`).gw
+	ep := g.Aggregate()
+	s := openDeclaring(t, ep, newRecorder(), `{"roots":{"listChanged":true},"tasks":{},"experimental":{"x":{}},"elicitation":{"form":{}}}`)
+	if got, want := string(g.SessionCapabilities(s.Key())), `{"elicitation":{"form":{}},"roots":{"listChanged":true}}`; got != want {
+		t.Errorf("declared %s, want %s", got, want)
+	}
+	key := s.Key()
+	ep.Close(s)
+	if got := string(g.SessionCapabilities(key)); got != `{}` {
+		t.Errorf("a closed session's: %s, want {}", got)
+	}
+	if got := g.SessionCapabilities(modernKeyPrefix + "x"); got != nil {
+		t.Errorf("a 2026-07-28 client's: %s, want nil (mcpvisor's own)", got)
+	}
+}

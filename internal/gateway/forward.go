@@ -1129,7 +1129,9 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 				return
 			}
 			if capName != "" && !h.declared(capName) {
-				g.refuseUndeclared(conn, m, capName) // offer recorded the client's missing capability
+				// Not declared (offer recorded it for the client's
+				// answer, unless the call could not be held at all).
+				g.refuseUndeclared(conn, m, capName)
 				return
 			}
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why

@@ -367,29 +367,40 @@ func (g *Gateway) sessionByKey(key string) *Session {
 }
 
 // SessionCapabilities is what the legacy client session key declared at
-// initialize, as an object ({} if nothing, or if it never initialized),
-// for its per-session instance to declare to its server
-// (fleet.SessionCapabilities). A 2026-07-28 client's instance, or a
-// session no longer open, keeps mcpvisor's own (nil).
+// initialize of the capabilities mcpvisor bridges (roots, sampling,
+// elicitation: no other, such as tasks, which it does not carry), as an
+// object — {} if none, or for a session no longer open — for its
+// per-session instance to declare to its server
+// (fleet.SessionCapabilities). A 2026-07-28 client's instance keeps
+// mcpvisor's own (nil).
 func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
 	if g.ModernSession(key) {
 		return nil
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := g.sessions[g.byKey[key]]
-	if st == nil || st.stateless {
-		return nil
+	var st *sessState
+	if s := g.byKey[key]; s != nil {
+		st = g.sessions[s]
 	}
-	if len(st.caps) == 0 {
+	caps := map[string]json.RawMessage{}
+	if st != nil {
+		for _, name := range bridgedCapabilities {
+			if v, ok := st.caps[name]; ok {
+				caps[name] = v
+			}
+		}
+	}
+	g.mu.Unlock()
+	b, err := json.Marshal(caps)
+	if err != nil { // a declared value that is not JSON: none of it
 		return json.RawMessage(`{}`)
-	}
-	b, err := json.Marshal(st.caps)
-	if err != nil {
-		return nil
 	}
 	return b
 }
+
+// bridgedCapabilities are the client capabilities whose requests mcpvisor
+// carries from a server to a client (capabilityOf).
+var bridgedCapabilities = []string{"roots", "sampling", "elicitation"}
 
 // errorResponse builds a JSON-RPC error response for the client.
 func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
