@@ -177,3 +177,69 @@ func FuzzProgressToken(f *testing.F) {
 		}
 	})
 }
+
+// DropMembers keeps a valid object valid, leaves none of the members or
+// _meta keys it drops, keeps every other member as it was, and is
+// idempotent.
+func FuzzDropMembers(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1,"b":[2],"_meta":{"p/a":1,"k":{"a":2}},"c":{"a":3}}`,
+		`{"_meta":{"p/a":1}}`, `{ "a" : 1 , "_meta" : { "p/a" : 1 } }`, `{"_meta":{}}`, `{"\u0061":1}`, `{`, ``,
+		`{"_meta":{"p/a":1,"x":1},"_meta":{"p/a":2,"y":2}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	names, keys := []string{"a", "b"}, []string{"p/a"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out := DropMembers(data, names, keys)
+		if !json.Valid(data) {
+			if !bytes.Equal(out, data) {
+				t.Fatalf("DropMembers(%s) = %s: changed what is not JSON", data, out)
+			}
+			return
+		}
+		var in, got map[string]json.RawMessage
+		if json.Unmarshal(data, &in) != nil {
+			if !bytes.Equal(out, data) {
+				t.Fatalf("DropMembers(%s) = %s: changed what is no object", data, out)
+			}
+			return
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("DropMembers(%s) = %s: %v", data, out, err)
+		}
+		for k, v := range in {
+			switch {
+			case k == "a" || k == "b":
+				if _, ok := got[k]; ok {
+					t.Fatalf("DropMembers(%s) = %s keeps %q", data, out, k)
+				}
+			case k == "_meta":
+				var metaIn, metaGot map[string]json.RawMessage
+				if json.Unmarshal(v, &metaIn) != nil {
+					if compact(got[k]) != compact(v) {
+						t.Fatalf("DropMembers(%s) = %s changed a _meta that is no object", data, out)
+					}
+					continue
+				}
+				_ = json.Unmarshal(got[k], &metaGot)
+				for mk, mv := range metaIn {
+					if mk == "p/a" {
+						if _, ok := metaGot[mk]; ok {
+							t.Fatalf("DropMembers(%s) = %s keeps _meta %q", data, out, mk)
+						}
+					} else if compact(metaGot[mk]) != compact(mv) {
+						t.Fatalf("DropMembers(%s) = %s lost or changed _meta %q", data, out, mk)
+					}
+				}
+			default:
+				if compact(got[k]) != compact(v) {
+					t.Fatalf("DropMembers(%s) = %s lost or changed %q", data, out, k)
+				}
+			}
+		}
+		if again := DropMembers(out, names, keys); !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %s, then %s", out, again)
+		}
+	})
+}

@@ -310,3 +310,76 @@ func metaKeyIn(o *object, keys []string) bool {
 	}
 	return false
 }
+
+// DropMembers returns the JSON object obj without its top-level members
+// named one of names, and without the members of its _meta named one of
+// metaKeys (_meta itself too when nothing else is left in it). The members
+// kept are copied byte for byte, in their order; only the white space
+// between members may change. It returns obj itself (no copy) when there
+// is nothing to drop, or obj is not a valid object. obj is not modified.
+func DropMembers(obj json.RawMessage, names, metaKeys []string) json.RawMessage {
+	d := obj
+	// A member kept: its span, and for a _meta with keys dropped, where
+	// its value begins and the members of it kept.
+	type member struct {
+		span
+		val  int
+		meta []span
+	}
+	o := objectAt(d, skipSpace(d, 0), 1)
+	var kept0 [16]member
+	kept := kept0[:0]
+	dropped := false
+	for o.next() {
+		k := member{span: span{o.kstart, o.end}}
+		switch {
+		case len(names) > 0 && metaKeyIn(&o, names):
+			dropped = true
+			continue
+		case len(metaKeys) > 0 && o.is("_meta") && d[o.start] == '{':
+			m := objectAt(d, o.start, 2)
+			var inner []span
+			drop := 0
+			for m.next() {
+				if metaKeyIn(&m, metaKeys) {
+					drop++
+				} else {
+					inner = append(inner, span{m.kstart, m.end})
+				}
+			}
+			if m.err == nil && drop > 0 {
+				dropped = true
+				if len(inner) == 0 {
+					continue // _meta left out whole
+				}
+				k.val, k.meta = o.start, inner
+			}
+		}
+		kept = append(kept, k)
+	}
+	if o.err != nil || skipSpace(d, o.end) != len(d) || !dropped {
+		return obj
+	}
+	out := make(json.RawMessage, 0, len(d))
+	out = append(out, '{')
+	for i, k := range kept {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		if k.meta == nil {
+			out = append(out, d[k.start:k.end]...)
+			continue
+		}
+		// A _meta: its name as it was, its object rewritten.
+		out = append(out, d[k.start:k.val]...)
+		out = append(out, '{')
+		for j, m := range k.meta {
+			if j > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, d[m.start:m.end]...)
+		}
+		out = append(out, '}')
+	}
+	return append(out, '}')
+}

@@ -164,3 +164,39 @@ func TestDropMetaKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestDropMembers(t *testing.T) {
+	names := []string{"resultType", "ttlMs"}
+	keys := []string{"io.modelcontextprotocol/serverInfo"}
+	for _, tc := range []struct{ in, want string }{
+		// Members and _meta keys go; the rest stay, in their order.
+		{`{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s"},"k":1}}`,
+			`{"content":[],"_meta":{"k":1}}`},
+		// A _meta left empty goes whole, wherever it is.
+		{`{"_meta":{"io.modelcontextprotocol/serverInfo":{}},"resultType":"complete","tools":[1]}`, `{"tools":[1]}`},
+		{`{ "ttlMs" : 0 , "a" : 1 }`, `{"a" : 1}`},
+		{`{"resultType":"complete"}`, `{}`},
+		// An escaped name is still the name it spells; an escaped _meta too.
+		{`{"result\u0054ype":"complete","\u005fmeta":{"io.modelcontextprotocol\/serverInfo":1,"x":2}}`, `{"\u005fmeta":{"x":2}}`},
+		// Nested members of the same name are not top-level ones.
+		{`{"structuredContent":{"resultType":"x","_meta":{"io.modelcontextprotocol/serverInfo":1}}}`,
+			`{"structuredContent":{"resultType":"x","_meta":{"io.modelcontextprotocol/serverInfo":1}}}`},
+		// Nothing to drop, or nothing valid: obj as it was.
+		{`{"content":[]}`, `{"content":[]}`},
+		{`{"_meta":"io.modelcontextprotocol/serverInfo"}`, `{"_meta":"io.modelcontextprotocol/serverInfo"}`},
+		{`{"resultType":1`, `{"resultType":1`},
+		{`{"resultType":1} x`, `{"resultType":1} x`},
+		{`[1]`, `[1]`},
+		{``, ``},
+	} {
+		in := json.RawMessage(tc.in)
+		keep := append(json.RawMessage(nil), in...)
+		got := DropMembers(in, names, keys)
+		if string(got) != tc.want {
+			t.Errorf("DropMembers(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+		if string(in) != string(keep) {
+			t.Errorf("DropMembers modified its input %s", tc.in)
+		}
+	}
+}
