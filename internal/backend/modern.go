@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -22,7 +23,7 @@ import (
 // error or no answer within ProbeTimeout legacy.
 
 // ModernVersion is the modern revision mcpvisor speaks to servers.
-const ModernVersion = "2026-07-28"
+const ModernVersion = revision.ModernVersion
 
 // Protocol settings of a server (config "protocol").
 const (
@@ -37,10 +38,10 @@ const ProbeTimeout = 3 * time.Second
 
 // The _meta keys of the modern revision.
 const (
-	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
-	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
-	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+	metaProtocolVersion = revision.MetaProtocolVersion
+	metaClientCaps      = revision.MetaClientCaps
+	metaClientInfo      = revision.MetaClientInfo
+	metaServerInfo      = revision.MetaServerInfo
 )
 
 // ownMeta is the _meta of mcpvisor's own requests to a modern server (list

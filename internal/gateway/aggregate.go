@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -778,6 +779,13 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 	// The lease is held until the notification is written, keeping the
 	// server awake; the write happens on the server's outbox, so a server
 	// that stops reading holds up nothing else.
+	if modernConn(l.Conn()) && !revision.Has(revision.Modern, m.Method) {
+		// A notification the modern era has not (roots/list_changed: a
+		// modern server asks for roots in each request's input).
+		l.Release()
+		g.log.Debug("client notification not passed to a modern server: the revision has no such method", "server", srv.Name(), "method", m.Method)
+		return
+	}
 	if m.Method == "notifications/roots/list_changed" {
 		g.rootsAsked(l.Conn())
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -24,11 +25,16 @@ const maxInputRounds = 16
 // (a server's, bridged; or mcpvisor's own, for a modern server's input).
 const inputWait = 5 * time.Minute
 
-// legacyMeta gives params the _meta of a modern request on behalf of the
-// legacy session s: the modern version, the capabilities its initialize
-// declared, and the log level it set on srv; what params' own _meta has
-// (a progress token) stays.
-func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, params json.RawMessage) json.RawMessage {
+// legacyMeta gives params, those of s's request of method, the _meta of a
+// modern request on behalf of the legacy session s: the modern version,
+// the capabilities its initialize declared, and the log level it set on
+// srv; what params' own _meta has (a progress token) stays. The members
+// only the legacy era gives a request (a task augmentation, which no
+// modern server declared) are left out.
+func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, method string, params json.RawMessage) json.RawMessage {
+	if drop := revision.Names(revision.Legacy, revision.InRequest, method); drop != nil {
+		params = rpc.DropMembers(params, drop, nil)
+	}
 	g.mu.Lock()
 	caps := mustJSON(st.caps)
 	g.mu.Unlock()
@@ -81,7 +87,7 @@ func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method s
 			if err != nil {
 				return &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: fmt.Sprintf("server %s asked for %s, which the client could not give: %v", conn.Name(), in.Method, err)}}, nil
 			}
-			answers[key] = a
+			answers[key] = revision.ToModernClientResult(in.Method, a)
 		}
 		retry := rpc.SetMember(params, "inputResponses", mustJSON(answers))
 		if r.RequestState != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -246,16 +247,16 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 			return nil, f.notReached(err)
 		}
 	}
-	modernConn := conn != nil && conn.Init() != nil && conn.Init().ProtocolVersion == modernVersion
-	f.legacyToModern = s.modern == nil && modernConn
+	toModern := modernConn(conn)
+	f.legacyToModern = s.modern == nil && toModern
 	if s.modern != nil {
-		params = modernParams(s, params, modernConn)
+		params = modernParams(s, params, toModern)
 	}
 	if f.legacyToModern {
 		if resp := f.answerLegacyOnly(conn); resp != nil {
 			return nil, resp
 		}
-		params = g.legacyMeta(s, st, srv, params)
+		params = g.legacyMeta(s, st, srv, method, params)
 	}
 
 	// (A modern request's _meta was read whole: whether it has a token is
@@ -400,6 +401,16 @@ func modernParams(s *Session, params json.RawMessage, modernConn bool) json.RawM
 	return params
 }
 
+// modernConn reports whether conn's server is spoken to in the modern era
+// (a modern server, or a dual-era server's process for modern clients).
+func modernConn(conn fleet.Conn) bool {
+	if conn == nil {
+		return false
+	}
+	in := conn.Init()
+	return in != nil && in.ProtocolVersion == modernVersion
+}
+
 // answerLegacyOnly answers, and ends, a legacy client's request of a
 // method the 2026-07-28 revision does not have, sent to a modern
 // server: nil for any other method, which is forwarded.
@@ -485,7 +496,14 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	defer f.end()
 	g, name, method, clientID := f.g, f.name, f.method, f.clientID
 	if err == nil && f.legacyToModern && resp.Error == nil {
+		// A modern server's result, for a legacy client: its input
+		// requests asked of the client, then what only the modern era
+		// has left out (the one translation of results into the legacy
+		// era: revision.ToLegacyResult).
 		resp, err = g.fulfil(f.context(), f.c, f.conn, method, f.params, resp)
+		if err == nil && resp.Result != nil {
+			resp.Result = revision.ToLegacyResult(method, resp.Result)
+		}
 	}
 	if err != nil && f.err() != nil {
 		g.abandon(f.conn, f.s, f.timeout)
@@ -685,6 +703,14 @@ func (g *Gateway) endCall(c *call, key string, now time.Time) {
 // clients it belongs to, and to no other.
 func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 	conn := src.Conn
+	if modernConn(conn) {
+		// What names the server's side of the exchange stays there
+		// (revision.Notification): the one translation of a server's
+		// notifications, for clients of either era.
+		if p := revision.Notification(m.Params); len(p) != len(m.Params) {
+			m = &rpc.Message{Method: m.Method, Params: p}
+		}
+	}
 	switch m.Method {
 	case "notifications/progress":
 		tok := rpc.ProgressToken(m.Params)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -14,7 +15,7 @@ import (
 // client's one long-lived request whose stream carries the change
 // notifications it opted into, each tagged with the listen request's id.
 
-const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+const metaSubscriptionID = revision.MetaSubscriptionID
 
 // listenFilter is the notifications a listener opted into.
 type listenFilter struct {

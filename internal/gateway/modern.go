@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -28,7 +29,7 @@ const modernKeyPrefix = "m"
 func (g *Gateway) ModernSession(key string) bool { return strings.HasPrefix(key, modernKeyPrefix) }
 
 // modernVersion is the modern revision mcpvisor serves.
-const modernVersion = "2026-07-28"
+const modernVersion = revision.ModernVersion
 
 // supportedVersions are every revision mcpvisor serves, newest first: the
 // modern one per request, the legacy ones in sessions opened by initialize.
@@ -36,11 +37,11 @@ var supportedVersions = append([]string{modernVersion}, frontVersions...)
 
 // The _meta keys of the modern revision.
 const (
-	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
-	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
-	metaLogLevel        = "io.modelcontextprotocol/logLevel"
-	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+	metaProtocolVersion = revision.MetaProtocolVersion
+	metaClientCaps      = revision.MetaClientCaps
+	metaClientInfo      = revision.MetaClientInfo
+	metaLogLevel        = revision.MetaLogLevel
+	metaServerInfo      = revision.MetaServerInfo
 )
 
 // Modern is what a modern request says about its client in params._meta.
@@ -142,23 +143,11 @@ func unsupportedVersion(m *rpc.Message, version string) *rpc.Message {
 // removedMethod reports whether method is a legacy one the modern revision
 // removed (changelog: the handshake, ping, logging/setLevel, and resource
 // subscriptions, which subscriptions/listen replaces).
-func removedMethod(method string) bool {
-	switch method {
-	case "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
-		return true
-	}
-	return false
-}
+func removedMethod(method string) bool { return !revision.Has(revision.Modern, method) }
 
 // cacheable reports whether method's complete results carry ttlMs and
 // cacheScope (server/utilities/caching).
-func cacheable(method string) bool {
-	switch method {
-	case "server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read":
-		return true
-	}
-	return false
-}
+func cacheable(method string) bool { return revision.Cacheable(method) }
 
 // Cache scopes.
 const (
@@ -166,53 +155,17 @@ const (
 	scopePrivate = `"private"`
 )
 
-// completeResult makes a result modern: resultType "complete" when it
-// has none (a legacy server's), and for a cacheable method ttlMs 0 and
-// cacheScope scope when it has none. The members are spliced in at the
-// front of the object; nothing else is re-encoded. A result that is not
-// an object, an error, or an input_required result is left as it is.
+// completeResult makes a result modern (revision.ToModernResult), with
+// ttlMs 0 for a cacheable method. An error is left as it is.
 func completeResult(method string, resp *rpc.Message, scope string) {
 	completeResultTTL(method, resp, scope, 0)
 }
 
 // completeResultTTL is completeResult with ttl (ms) as the ttlMs it adds.
 func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) {
-	r := resp.Result
-	if len(r) < 2 || r[0] != '{' {
-		return
+	if resp.Result != nil {
+		resp.Result = revision.ToModernResult(method, resp.Result, ttl, scope)
 	}
-	var buf [96]byte // the members added: at most resultType, ttlMs and a cacheScope
-	add := buf[:0]
-	// One scan: resultType, inputRequests, requestState, ttlMs, cacheScope.
-	var v [5]json.RawMessage
-	rpc.MembersInto(v[:], r, "resultType", "inputRequests", "requestState", "ttlMs", "cacheScope")
-	if v[0] == nil {
-		if v[1] != nil || v[2] != nil {
-			// A server that speaks multi round-trip requests but not the
-			// revision's resultType: its interim result, to pass on.
-			resp.Result = rpc.PrependMembers(r, []byte(`"resultType":"input_required"`))
-			return
-		}
-		add = append(add, `"resultType":"complete",`...)
-	} else if t, _ := rpc.String(v[0]); t != "complete" {
-		return // input_required, or a type of a later revision: not ours to touch
-	}
-	if cacheable(method) {
-		if v[3] == nil {
-			add = append(add, `"ttlMs":`...)
-			add = strconv.AppendInt(add, int64(ttl), 10)
-			add = append(add, ',')
-		}
-		if v[4] == nil {
-			add = append(add, `"cacheScope":`...)
-			add = append(add, scope...)
-			add = append(add, ',')
-		}
-	}
-	if len(add) == 0 {
-		return
-	}
-	resp.Result = rpc.PrependMembers(r, add[:len(add)-1]) // without the last comma
 }
 
 // discover answers server/discover: the versions mcpvisor serves, the

@@ -52,6 +52,7 @@ type nopConn struct{ fleet.Conn }
 func (*nopConn) Name() string                                  { return "nop" }
 func (*nopConn) Reply(json.RawMessage, json.RawMessage) error  { return nil }
 func (*nopConn) ReplyError(json.RawMessage, int, string) error { return nil }
+func (*nopConn) Init() *fleet.InitResult                       { return nil }
 
 // However many sessions' requests end on a connection, it keeps two
 // records of recent requesters — enough to tell one from several — and

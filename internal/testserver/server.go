@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 )
 
 // ServerName and Version are what initialize reports in serverInfo.
@@ -484,7 +486,7 @@ func (s *server) handleRequest(m incoming) {
 	case "ping", "logging/setLevel":
 		s.reply(m.ID, struct{}{})
 	case "tools/list":
-		s.reply(m.ID, map[string]any{"tools": s.tools})
+		s.reply(m.ID, s.modernResult(m.Method, map[string]any{"tools": s.tools}))
 	case "tools/call":
 		s.startCall(m)
 	default:
@@ -539,14 +541,12 @@ func (s *server) modernOnly(m incoming) {
 		s.sendError(m.ID, codeInvalidRequest, "this server speaks MCP "+ModernVersion+" only: send requests with _meta, no initialize")
 		return
 	}
-	s.reply(m.ID, map[string]any{
-		"resultType":        "complete",
+	s.reply(m.ID, s.modernResult(m.Method, map[string]any{
 		"supportedVersions": []string{ModernVersion},
 		"capabilities": map[string]any{
 			"tools": map[string]any{"listChanged": true},
 		},
-		"_meta": map[string]any{"io.modelcontextprotocol/serverInfo": map[string]any{"name": ServerName, "version": Version}},
-	})
+	}))
 }
 
 // orEmpty turns absent or null params into an empty object.
@@ -621,7 +621,7 @@ func (s *server) startCall(m incoming) {
 		case !ok:
 			s.log.Printf("request %s interrupted: not answering", m.ID)
 		default:
-			s.sendCallResponse(m.ID, response{Result: res})
+			s.sendCallResponse(m.ID, response{Result: s.modernResult("tools/call", res)})
 		}
 	}()
 }
@@ -640,7 +640,53 @@ func (s *server) sendCallResponse(id json.RawMessage, r response) {
 }
 
 func (s *server) notify(method string, params any) {
+	if s.cfg.modernOnly {
+		if p, ok := params.(map[string]any); ok {
+			meta := map[string]any{}
+			for _, name := range revision.Names(revision.Modern, revision.InNotificationMeta, method) {
+				meta[name] = "fixture-listen"
+			}
+			p["_meta"] = meta
+		}
+	}
 	s.write(notification{JSONRPC: "2.0", Method: method, Params: params}, false, false)
+}
+
+// modernResult is result, of a request of method, as a -modern-only
+// fixture sends it: with every member the modern era's schema requires of
+// such a result and the legacy era's has not (revision.Members), and every
+// reserved key of a result's _meta — so that tests see that none of them
+// reaches a legacy client. Other fixtures send result as it is.
+func (s *server) modernResult(method string, result any) any {
+	if !s.cfg.modernOnly {
+		return result
+	}
+	b, err := json.Marshal(result)
+	var out map[string]any
+	if err != nil || json.Unmarshal(b, &out) != nil {
+		return result
+	}
+	for _, m := range revision.Members {
+		if m.Era != revision.Modern || m.Place != revision.InResult || !m.Required || !m.For(method) {
+			continue
+		}
+		switch m.Name {
+		case "resultType":
+			out[m.Name] = "complete"
+		case "ttlMs":
+			out[m.Name] = 0
+		case "cacheScope":
+			out[m.Name] = "public"
+		default:
+			out[m.Name] = "fixture"
+		}
+	}
+	meta := map[string]any{}
+	for _, name := range revision.Names(revision.Modern, revision.InResultMeta, method) {
+		meta[name] = map[string]any{"name": ServerName, "version": Version}
+	}
+	out["_meta"] = meta
+	return out
 }
 
 // write sends one message as one line. Responses get the -garbage line

@@ -1,0 +1,119 @@
+package revision
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+// Every member of the table is where its definition puts it, of one era,
+// and named once per place and method.
+func TestTableIsWellFormed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, m := range Members {
+		if m.Name == "" || m.Def == "" {
+			t.Errorf("%+v: a member has a name and the definition it comes from", m)
+		}
+		methods := m.Methods
+		if methods == nil {
+			methods = []string{"*"}
+		}
+		for _, method := range methods {
+			k := string(rune('0'+m.Place)) + method + " " + m.Name
+			if seen[k] {
+				t.Errorf("%s is in the table twice", k)
+			}
+			seen[k] = true
+		}
+	}
+	for _, m := range Methods {
+		if Has(m.Era, m.Method) == Has(1-m.Era, m.Method) {
+			t.Errorf("%s: both eras or neither", m.Method)
+		}
+	}
+	if !Has(Modern, "tools/call") || !Has(Legacy, "tools/call") {
+		t.Error("a method the table does not name is in both eras")
+	}
+}
+
+// ToLegacyResult leaves out exactly the modern members of the method's
+// results, and a _meta with nothing else; the rest stays byte for byte.
+func TestToLegacyResult(t *testing.T) {
+	for _, tc := range []struct{ method, in, want string }{
+		{"tools/call", `{"content":[],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s"}}}`, `{"content":[]}`},
+		{"tools/call", `{"content":[],"_meta":{"io.modelcontextprotocol/serverInfo":{},"com.example/k":1}}`, `{"content":[],"_meta":{"com.example/k":1}}`},
+		// ttlMs and cacheScope are members of a cacheable method's results
+		// alone: in another's they are the server's own, and stay.
+		{"tools/list", `{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"public"}`, `{"tools":[]}`},
+		{"tools/call", `{"content":[],"ttlMs":5}`, `{"content":[],"ttlMs":5}`},
+		{"resources/read", `{"contents":[],"ttlMs":5,"cacheScope":"private","resultType":"complete"}`, `{"contents":[]}`},
+		{"completion/complete", `{"completion":{"values":[]},"resultType":"complete"}`, `{"completion":{"values":[]}}`},
+		// Nested members of those names are the result's own.
+		{"tools/call", `{"structuredContent":{"resultType":"x"}}`, `{"structuredContent":{"resultType":"x"}}`},
+		// An input_required result is fulfilled, not translated.
+		{"tools/call", `{"resultType":"input_required","inputRequests":{}}`, `{"resultType":"input_required","inputRequests":{}}`},
+		{"tools/call", `[1]`, `[1]`},
+	} {
+		if got := ToLegacyResult(tc.method, json.RawMessage(tc.in)); string(got) != tc.want {
+			t.Errorf("ToLegacyResult(%s, %s) = %s, want %s", tc.method, tc.in, got, tc.want)
+		}
+	}
+}
+
+// ToModernResult adds what the modern era requires and the result lacks,
+// and leaves what it has.
+func TestToModernResult(t *testing.T) {
+	for _, tc := range []struct{ method, in, want string }{
+		{"tools/call", `{"content":[]}`, `{"resultType":"complete","content":[]}`},
+		{"tools/list", `{"tools":[]}`, `{"resultType":"complete","ttlMs":60,"cacheScope":"public","tools":[]}`},
+		{"tools/list", `{"tools":[],"ttlMs":5}`, `{"resultType":"complete","cacheScope":"public","tools":[],"ttlMs":5}`},
+		{"tools/call", `{"resultType":"complete","content":[]}`, `{"resultType":"complete","content":[]}`},
+		{"tools/call", `{"inputRequests":{}}`, `{"resultType":"input_required","inputRequests":{}}`},
+		{"tools/call", `{"resultType":"task"}`, `{"resultType":"task"}`},
+		{"tools/call", `{}`, `{"resultType":"complete"}`},
+		{"tools/call", `"x"`, `"x"`},
+	} {
+		if got := ToModernResult(tc.method, json.RawMessage(tc.in), 60, `"public"`); string(got) != tc.want {
+			t.Errorf("ToModernResult(%s, %s) = %s, want %s", tc.method, tc.in, got, tc.want)
+		}
+	}
+}
+
+// A round trip: a legacy result made modern and back is what it was.
+func TestRoundTrip(t *testing.T) {
+	for _, method := range append(slices.Clone(CacheableMethods), "tools/call", "prompts/get", "completion/complete") {
+		in := `{"a":[1,{"b":2}],"_meta":{"k":"v"}}`
+		if got := ToLegacyResult(method, ToModernResult(method, json.RawMessage(in), 0, `"private"`)); string(got) != in {
+			t.Errorf("%s: %s became %s", method, in, got)
+		}
+	}
+}
+
+// A server's notification loses the subscription id of mcpvisor's own
+// listen, and nothing else.
+func TestNotification(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"uri":"u","_meta":{"io.modelcontextprotocol/subscriptionId":7}}`, `{"uri":"u"}`},
+		{`{"progress":1,"_meta":{"io.modelcontextprotocol/subscriptionId":"s","k":1}}`, `{"progress":1,"_meta":{"k":1}}`},
+		{`{"progress":1}`, `{"progress":1}`},
+		{``, ``},
+	} {
+		if got := Notification(json.RawMessage(tc.in)); string(got) != tc.want {
+			t.Errorf("Notification(%s) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A legacy client's answer loses the _meta the modern era does not give
+// the answers of roots and elicitation; sampling's keeps it.
+func TestToModernClientResult(t *testing.T) {
+	for _, tc := range []struct{ method, in, want string }{
+		{"roots/list", `{"roots":[],"_meta":{"k":1}}`, `{"roots":[]}`},
+		{"elicitation/create", `{"action":"accept","_meta":{}}`, `{"action":"accept"}`},
+		{"sampling/createMessage", `{"role":"assistant","_meta":{"k":1}}`, `{"role":"assistant","_meta":{"k":1}}`},
+	} {
+		if got := ToModernClientResult(tc.method, json.RawMessage(tc.in)); string(got) != tc.want {
+			t.Errorf("ToModernClientResult(%s, %s) = %s, want %s", tc.method, tc.in, got, tc.want)
+		}
+	}
+}
