@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -89,6 +91,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Headers", strings.Join(d.HeaderNames, ", "))
 	line("Sharing", d.Sharing)
 	line("Protocol", d.Protocol+", speaks "+eraText(d.Era))
+	line("Declares", declaresText(d))
 	if d.ServerInfo != nil {
 		name, _ := rpc.StringMember(d.ServerInfo, "name")
 		version, _ := rpc.StringMember(d.ServerInfo, "version")
@@ -286,4 +289,28 @@ func eraText(era string) string {
 		return legacy + " and " + modern + " (dual-era: legacy clients are served by its initialized process, " + modern + " clients by a second one)"
 	}
 	return era
+}
+
+// declaresText says what mcpvisor declares to the server as its client:
+// to whom, and which of the capabilities it bridges.
+func declaresText(d admin.Detail) string {
+	var caps map[string]json.RawMessage
+	_ = json.Unmarshal(d.Declares, &caps)
+	var names []string
+	for _, name := range config.BridgedCapabilities {
+		if _, ok := caps[name]; ok {
+			names = append(names, name)
+		}
+	}
+	list := strings.Join(names, ", ")
+	if len(names) == 0 {
+		return "nothing (clientCapabilities: []): a request of the server for roots, sampling or elicitation gets Method not found"
+	}
+	switch {
+	case d.Era == revision.ModernVersion:
+		return "in each request, what its client declared, of " + list
+	case d.Sharing == config.SharingPerSession:
+		return "to each session's process, what its client declared, of " + list
+	}
+	return list + ", to the process every client shares: a request for one its client did not declare gets Method not found"
 }

@@ -369,3 +369,43 @@ func squeeze(out string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// inspect says what mcpvisor declares to the server as its client, and to
+// whom: the shared process, each session's, each request; nothing.
+func TestPrintDetailDeclares(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	all := json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
+	for _, tc := range []struct {
+		name     string
+		d        admin.Detail
+		want     string
+		notWant  string
+		wantList string
+	}{
+		{"shared", admin.Detail{Sharing: config.SharingShared, Declares: all},
+			"the process every client shares", "", "roots, sampling, elicitation"},
+		{"per-session", admin.Detail{Sharing: config.SharingPerSession, Declares: json.RawMessage(`{"elicitation":{},"roots":{}}`)},
+			"to each session's process, what its client declared", "sampling", "roots, elicitation"},
+		{"modern", admin.Detail{Status: fleet.Status{Era: "2026-07-28"}, Sharing: config.SharingShared, Declares: all},
+			"in each request, what its client declared", "", "roots, sampling, elicitation"},
+		{"none", admin.Detail{Sharing: config.SharingShared, Declares: json.RawMessage(`{}`)},
+			"nothing (clientCapabilities: [])", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.Name, tc.d.State, tc.d.Kind = "x", "running", config.KindStdio
+			var b strings.Builder
+			if err := printDetail(&b, tc.d, now); err != nil {
+				t.Fatal(err)
+			}
+			var line string
+			for _, l := range strings.Split(b.String(), "\n") {
+				if strings.HasPrefix(l, "Declares:") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, tc.want) || !strings.Contains(line, tc.wantList) || tc.notWant != "" && strings.Contains(line, tc.notWant) {
+				t.Errorf("declares line %q, want %q and %q", line, tc.want, tc.wantList)
+			}
+		})
+	}
+}

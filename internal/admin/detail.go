@@ -29,6 +29,12 @@ type Detail struct {
 	Kind        string   `json:"kind"`     // stdio or http
 	Sharing     string   `json:"sharing"`  // shared or per-session
 	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
+	// Declares is what mcpvisor declares to the server as its client, of
+	// the capabilities it bridges (fleet.Server.DeclaredCapabilities): to
+	// a shared instance of a legacy-era server, this; to a session's own
+	// instance, or in a modern-era server's requests, those of this the
+	// client declared.
+	Declares json.RawMessage `json:"declares"`
 	// Status.Era is the protocol version the server speaks (its live
 	// connection's, else the one it spoke when its lists were learned),
 	// "" if unknown.
@@ -124,6 +130,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Kind:        cfg.Kind,
 		Sharing:     cfg.Sharing,
 		Protocol:    cfg.Protocol,
+		Declares:    s.DeclaredCapabilities(),
 		ServerInfo:  s.ServerInfo(),
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},

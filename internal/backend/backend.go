@@ -83,7 +83,7 @@ type Conn struct {
 	init atomic.Pointer[InitResult]
 	log  *slog.Logger
 
-	// caps is what initialize declares (nil: clientCapabilities, all
+	// caps is what initialize declares (nil: ClientCapabilities, all
 	// mcpvisor bridges); StdioConnector.Capabilities.
 	caps     json.RawMessage
 	modern   bool  // the server speaks ModernVersion (modern.go); set before Connect returns

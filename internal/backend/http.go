@@ -73,6 +73,9 @@ type HTTPConnector struct {
 	// the long-lived streams). By default each connection has a transport
 	// of its own, closed with it.
 	HTTPClient *http.Client
+	// Capabilities, if set, is what initialize declares to a legacy
+	// server instead of ClientCapabilities (as StdioConnector's).
+	Capabilities json.RawMessage
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
@@ -185,7 +188,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		b.conn = conn
 	}
 
-	c := &Conn{name: hc.Name, log: log, runDone: make(chan struct{}), closeReq: make(chan struct{})}
+	c := &Conn{name: hc.Name, log: log, caps: hc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{})}
 	c.rpc = rpc.NewConn(b, bridgeWriter{b}, rpc.Options{
 		PeerName: "server " + hc.Name,
 		Logger:   log,

@@ -16,10 +16,10 @@ import (
 // ClientInfo is how mcpvisor introduces itself to servers.
 var ClientInfo = json.RawMessage(`{"name":"mcpvisor","version":"0.1.0"}`)
 
-// clientCapabilities are declared to every server: mcpvisor bridges
-// sampling, elicitation and roots to the client session whose request is in
-// flight on that server.
-var clientCapabilities = json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
+// ClientCapabilities are declared to a server unless its connector says
+// otherwise (Capabilities): mcpvisor bridges sampling, elicitation and
+// roots to the client session whose request is in flight on that server.
+var ClientCapabilities = json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
 
 // ErrSpawn is wrapped by the error of a Connect whose process could not
 // be started at all (no such command, no permission, no such directory),
@@ -38,9 +38,10 @@ type StdioConnector struct {
 	// a dormant server's footprint small.
 	ExtraEnv []string
 	// Capabilities, if set, is what initialize declares to the server
-	// instead of clientCapabilities (everything mcpvisor bridges): a
+	// instead of ClientCapabilities (everything mcpvisor bridges): a
 	// per-session instance declares what its client declared, so that
-	// it asks only what that client answers, as it would directly.
+	// it asks only what that client answers, as it would directly; a
+	// server's config may narrow either.
 	Capabilities json.RawMessage
 	Hooks        Hooks
 	Logger       *slog.Logger
@@ -294,7 +295,7 @@ func (e *initRefused) Unwrap() error { return lifecycle.ErrServerUnavailable }
 func (c *Conn) initialize(ctx context.Context, versions []string) error {
 	caps := c.caps
 	if len(caps) == 0 {
-		caps = clientCapabilities
+		caps = ClientCapabilities
 	}
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": ProtocolVersion,

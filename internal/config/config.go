@@ -52,6 +52,16 @@ const (
 	ProtocolModern = "modern"
 )
 
+// BridgedCapabilities are the client capabilities whose requests mcpvisor
+// carries from a server to a client: the server asks, the client answers.
+var BridgedCapabilities = []string{"roots", "sampling", "elicitation"}
+
+// Declares reports whether mcpvisor may declare the client capability
+// name to s's server ("clientCapabilities").
+func (s *Server) Declares(name string) bool {
+	return s.ClientCapabilities == nil || slices.Contains(s.ClientCapabilities, name)
+}
+
 // Sharing modes.
 const (
 	// SharingShared serves every client session from one connection.
@@ -196,10 +206,17 @@ type Server struct {
 	// Prefix goes before this server's tool, prompt and resource names on
 	// the aggregated endpoint (the gateway adds the separator). Defaults to
 	// the server name; "" means no prefix.
-	Prefix   string
-	Tools    Filter
-	Sharing  string // SharingShared or SharingPerSession
-	Protocol string // ProtocolAuto, ProtocolLegacy or ProtocolModern
+	Prefix  string
+	Tools   Filter
+	Sharing string // SharingShared or SharingPerSession
+	// ClientCapabilities are the client capabilities mcpvisor may declare
+	// to the server, of BridgedCapabilities ("clientCapabilities"; nil:
+	// all of them). A shared instance is declared them all; a session's
+	// own instance, those of them its client declared; a modern server's
+	// request, those of them its client declared. A server's request for
+	// another is answered Method not found, whoever its client is.
+	ClientCapabilities []string
+	Protocol           string // ProtocolAuto, ProtocolLegacy or ProtocolModern
 	// MaxInstances bounds the instances of a per-session server, one per
 	// client session (default DefaultMaxInstances), those of ended
 	// sessions still stopping included; beyond it a session's request

@@ -213,6 +213,20 @@ func TestLayering(t *testing.T) {
 				eq(t, "prefix", srv.Prefix, "")
 				eq(t, "tools", srv.Tools, Filter{Allow: []string{"read_*"}, Deny: []string{"rm*"}})
 			}},
+		{"client capabilities: all by default, none, or a few", nil,
+			`{"defaults": {"clientCapabilities": []}, "mcpServers": {"a": {"command": "x", "clientCapabilities": ["elicitation", "roots"]}}}`,
+			func(t *testing.T, srv *Server) {
+				eq(t, "clientCapabilities", srv.ClientCapabilities, []string{"elicitation", "roots"})
+				if srv.Declares("sampling") || !srv.Declares("roots") {
+					t.Errorf("declares sampling %v, roots %v", srv.Declares("sampling"), srv.Declares("roots"))
+				}
+				if all := (&Server{}); !all.Declares("sampling") {
+					t.Error("a server configured with none declares nothing by default")
+				}
+				if none := (&Server{ClientCapabilities: []string{}}); none.Declares("roots") {
+					t.Error("an empty list declares roots")
+				}
+			}},
 		{"prefix set per server; fractional seconds", nil,
 			`{"mcpServers": {"a": {"command": "x", "prefix": "fs", "initTimeout": 0.25, "startGrace": "1m30s"}}}`,
 			func(t *testing.T, srv *Server) {
@@ -330,6 +344,12 @@ func TestErrors(t *testing.T) {
 			"mcpServers.a.prefix", `"a b" is not a valid prefix`},
 		{"unknown sharing", `{"mcpServers": {"a": {"command": "x", "sharing": "global"}}}`, nil,
 			"mcpServers.a.sharing", `"global" is not a sharing mode (valid: "shared", "per-session")`},
+		{"unknown client capability", `{"mcpServers": {"a": {"command": "x", "clientCapabilities": ["roots", "tasks"]}}}`, nil,
+			"mcpServers.a.clientCapabilities[1]", `"tasks" is not a client capability mcpvisor carries (valid: "roots", "sampling", "elicitation")`},
+		{"client capability twice", `{"defaults": {"clientCapabilities": ["roots", "roots"]}, "mcpServers": {"a": {"command": "x"}}}`, nil,
+			"defaults.clientCapabilities[1]", `"roots" is listed twice`},
+		{"client capabilities not a list", `{"mcpServers": {"a": {"command": "x", "clientCapabilities": "roots"}}}`, nil,
+			"mcpServers.a.clientCapabilities", "must be an array"},
 		{"unknown restart policy", `{"defaults": {"restart": {"policy": "sometimes"}}, "mcpServers": {"a": {"command": "x"}}}`, nil,
 			"defaults.restart.policy", `"sometimes" is not a restart policy (valid: "on-failure", "never", "always")`},
 		{"restart policy type", `{"mcpServers": {"a": {"command": "x", "restart": {"policy": false}}}}`, nil,

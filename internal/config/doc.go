@@ -24,7 +24,9 @@
 // configured but off. Settings allowed both per server and in "defaults":
 // idleTimeout, startGrace, initTimeout, requestTimeout, eager, pin (hold
 // back new or changed tools until approved), prefix,
-// tools {allow, deny}, sharing ("shared" | "per-session"), maxInstances
+// tools {allow, deny}, sharing ("shared" | "per-session"),
+// clientCapabilities (of "roots", "sampling", "elicitation": what mcpvisor
+// may declare to the server; default all three), maxInstances
 // (of a per-session server, default 32), stop {stdinWait,
 // termWait}, restart {policy ("on-failure" | "never" | "always"),
 // maxAttempts, backoff {initial, max, multiplier, jitter}, healthyPeriod},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ type settings struct {
 	prefix                                               *string
 	allow, deny                                          *[]string
 	sharing                                              *string
+	clientCaps                                           *[]string
 	protocol                                             *string
 	launch                                               *string
 	maxInstances                                         *int
@@ -33,7 +35,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "clientCapabilities", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -81,6 +83,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.allow, o.allow)
 	over(&s.deny, o.deny)
 	over(&s.sharing, o.sharing)
+	over(&s.clientCaps, o.clientCaps)
 	over(&s.protocol, o.protocol)
 	over(&s.launch, o.launch)
 	over(&s.maxInstances, o.maxInstances)
@@ -119,6 +122,9 @@ func (s settings) apply(srv *Server) {
 		srv.Tools.Deny = append([]string{}, (*s.deny)...)
 	}
 	srv.Sharing = *s.sharing
+	if s.clientCaps != nil {
+		srv.ClientCapabilities = append([]string{}, (*s.clientCaps)...)
+	}
 	srv.Protocol = *s.protocol
 	srv.AsWritten = *s.launch == LaunchAsWritten
 	srv.MaxInstances = *s.maxInstances
@@ -196,6 +202,8 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 				p.errorf(at, "%q is not a sharing mode (valid: %q, %q)", str, SharingShared, SharingPerSession)
 			}
 		}
+	case "clientCapabilities":
+		s.clientCaps = p.clientCapabilities(v, at)
 	case "protocol":
 		if str, ok := p.str(v, at); ok {
 			switch str {
@@ -425,6 +433,38 @@ func (p *parser) boolean(v *node, at string) *bool {
 }
 
 // patterns parses an array of path.Match patterns.
+// clientCapabilities reads a list of the client capabilities mcpvisor
+// carries (BridgedCapabilities), each at most once.
+func (p *parser) clientCapabilities(v *node, at string) *[]string {
+	l, ok := p.strings(v, at)
+	if !ok {
+		return nil
+	}
+	bad := false
+	for i, c := range l {
+		switch {
+		case !slices.Contains(BridgedCapabilities, c):
+			p.errorf(index(at, i), "%q is not a client capability mcpvisor carries (valid: %s)", c, strings.Join(quoted(BridgedCapabilities), ", "))
+			bad = true
+		case slices.Index(l, c) < i:
+			p.errorf(index(at, i), "%q is listed twice", c)
+			bad = true
+		}
+	}
+	if bad {
+		return nil
+	}
+	return &l
+}
+
+func quoted(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = strconv.Quote(s)
+	}
+	return out
+}
+
 func (p *parser) patterns(v *node, at string) *[]string {
 	l, ok := p.strings(v, at)
 	if !ok {

@@ -339,17 +339,73 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			transport = "sse"
 		}
 		return &backend.HTTPConnector{
-			Name:      sc.Name,
-			URL:       sc.URL,
-			Headers:   sc.Headers,
-			Transport: transport,
-			Hooks:     hooks,
-			Logger:    f.log,
-			Protocol:  sc.Protocol,
-			OnConnect: func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
+			Name:         sc.Name,
+			URL:          sc.URL,
+			Headers:      sc.Headers,
+			Transport:    transport,
+			Capabilities: declaredCapabilities(sc, f.sessionCapabilities(hooks)),
+			Hooks:        hooks,
+			Logger:       f.log,
+			Protocol:     sc.Protocol,
+			OnConnect:    func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
 	}
 	return f.stdioConnector(sc, hooks, onConnect)
+}
+
+// sessionCapabilities is what the client of the session an instance's
+// hooks are for declared, of the capabilities mcpvisor bridges
+// (SessionCapabilities): nil for a shared instance, or one whose client
+// takes mcpvisor's own.
+func (f *Fleet) sessionCapabilities(hooks backend.Hooks) json.RawMessage {
+	h, ok := hooks.(instHooks)
+	if !ok || h.in.key == "" {
+		return nil
+	}
+	if scp, ok := f.opts.Hooks.(SessionCapabilities); ok {
+		return scp.SessionCapabilities(h.in.key) // a session's own instance
+	}
+	return nil
+}
+
+// declaredCapabilities is what an instance of sc declares to its server
+// at initialize: of client's capabilities (a session's own instance's
+// client's; nil: mcpvisor's own, all it bridges), those sc's config lets
+// mcpvisor declare ("clientCapabilities"). nil stands for all mcpvisor
+// bridges (the backend's default).
+func declaredCapabilities(sc *config.Server, client json.RawMessage) json.RawMessage {
+	if sc.ClientCapabilities == nil {
+		return client
+	}
+	if client == nil {
+		client = backend.ClientCapabilities
+	}
+	var caps map[string]json.RawMessage
+	if json.Unmarshal(client, &caps) != nil {
+		return json.RawMessage(`{}`)
+	}
+	for name := range caps {
+		if !sc.Declares(name) {
+			delete(caps, name)
+		}
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}
+
+// DeclaredCapabilities is what mcpvisor declares to s's server as its
+// client, of the capabilities it bridges: to the shared instance, all of
+// them its config lets it declare. A session's own instance is declared
+// those of them its client declared; a modern server's request, those of
+// them its client's request declares.
+func (s *Server) DeclaredCapabilities() json.RawMessage {
+	if caps := declaredCapabilities(s.Config(), nil); caps != nil {
+		return caps
+	}
+	return backend.ClientCapabilities
 }
 
 // logsOf is the buffer that keeps the stderr lines of sc's server, if
@@ -386,14 +442,10 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	}
 	var lastInit func() json.RawMessage
 	var onEra func(*backend.Conn)
-	var caps json.RawMessage
 	modernFirst := false
 	if isInst {
 		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" {
 			modernFirst = ms.ModernSession(h.in.key)
-		}
-		if scp, ok := f.opts.Hooks.(SessionCapabilities); ok && h.in.key != "" {
-			caps = scp.SessionCapabilities(h.in.key) // a session's own instance
 		}
 		// The era is the server's (its launch's): what any instance
 		// learned is kept with its lists, and read by the next start of
@@ -403,7 +455,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		onEra = func(c *backend.Conn) { srv.eraLearned(sc, c) }
 	}
 	return &backend.StdioConnector{
-		Capabilities: caps,
+		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(hooks)),
 		LastInit:     lastInit,
 		OnEra:        onEra,
 		ModernFirst:  modernFirst,

@@ -272,7 +272,7 @@ func TestBridgeInputRoundsBounded(t *testing.T) {
 			var asked atomic.Int32
 			c := legacyCall(g, &asked)
 			conn := &inputConn{rounds: tc.rounds}
-			resp, err := g.fulfil(t.Context(), c, conn, "tools/call", json.RawMessage(`{"name":"t"}`), inputRound(0))
+			resp, err := g.fulfil(t.Context(), c, nil, conn, "tools/call", json.RawMessage(`{"name":"t"}`), inputRound(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,7 +370,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			start := time.Now()
 			done := make(chan *rpc.Message, 1)
 			go func() {
-				resp, _ := g.fulfil(ctx, c, conn, "tools/call", json.RawMessage(`{"name":"t"}`), inputRound(0))
+				resp, _ := g.fulfil(ctx, c, nil, conn, "tools/call", json.RawMessage(`{"name":"t"}`), inputRound(0))
 				done <- resp
 			}()
 			var resp *rpc.Message

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -35,8 +37,22 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, metho
 	if drop := revision.Names(revision.Legacy, revision.InRequest, method); drop != nil {
 		params = rpc.DropMembers(params, drop, nil)
 	}
+	narrow := srv.Config().ClientCapabilities != nil
 	g.mu.Lock()
-	caps := mustJSON(st.caps)
+	var caps json.RawMessage
+	if narrow {
+		// Of the capabilities mcpvisor bridges, only those the server's
+		// config lets it declare.
+		kept := make(map[string]json.RawMessage, len(st.caps))
+		for name, v := range st.caps {
+			if srv.Config().Declares(name) || !slices.Contains(config.BridgedCapabilities, name) {
+				kept[name] = v
+			}
+		}
+		caps = mustJSON(kept)
+	} else {
+		caps = mustJSON(st.caps)
+	}
 	g.mu.Unlock()
 	if string(caps) == "null" {
 		caps = json.RawMessage(`{}`)
@@ -54,12 +70,13 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, metho
 }
 
 // fulfil answers a modern server's input_required results for the legacy
-// client of call c: each input request goes to the client as a request of
+// client of call c (on srv, whose config may declare less; nil: no
+// config): each input request goes to the client as a request of
 // its own, and the request is sent again with the answers, until the
 // server's result is complete (or maxInputRounds). The request's own end
 // while the client is asked (ctx done) is returned as the error: ctx's
 // cause.
-func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method string, params json.RawMessage, resp *rpc.Message) (*rpc.Message, error) {
+func (g *Gateway) fulfil(ctx context.Context, c *call, srv *fleet.Server, conn fleet.Conn, method string, params json.RawMessage, resp *rpc.Message) (*rpc.Message, error) {
 	for round := 0; ; round++ {
 		var r struct {
 			ResultType    string `json:"resultType"`
@@ -77,6 +94,9 @@ func (g *Gateway) fulfil(ctx context.Context, c *call, conn fleet.Conn, method s
 		}
 		answers := map[string]json.RawMessage{}
 		for key, in := range r.InputRequests {
+			if capName := capabilityOf(in.Method); capName != "" && srv != nil && !srv.Config().Declares(capName) {
+				return &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: fmt.Sprintf("server %s asked for %s, but mcpvisor's configuration declares no %s capability to it", conn.Name(), in.Method, capName)}}, nil
+			}
 			a, err := g.askClient(ctx, c, in.Method, in.Params)
 			if err != nil && ctx.Err() != nil {
 				// The request itself ended (the client cancelled it, its

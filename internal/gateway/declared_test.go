@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -205,5 +206,68 @@ func TestSessionCapabilities(t *testing.T) {
 	}
 	if got := g.SessionCapabilities(modernKeyPrefix + "x"); got != nil {
 		t.Errorf("a 2026-07-28 client's: %s, want nil (mcpvisor's own)", got)
+	}
+}
+
+// A server's config narrows what mcpvisor declares to it
+// ("clientCapabilities"): its shared process is declared only those, a
+// session's own process those of them its client declared, and the
+// server's request for another is answered Method not found at once,
+// naming the config — even to a client that declared it, which is asked
+// nothing.
+func TestConfigNarrowsDeclaredCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name, servers, declared string
+	}{
+		{"shared", `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"},"clientCapabilities":["elicitation"]}}`,
+			`declared: {\"elicitation\":{}}`},
+		{"per-session", `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"},"sharing":"per-session","clientCapabilities":["elicitation","sampling"]}}`,
+			`declared: {\"elicitation\":{}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, tc.servers)
+			if got := string(w.fleet.Get("x").DeclaredCapabilities()); got != map[string]string{"shared": `{"elicitation":{}}`, "per-session": `{"elicitation":{},"sampling":{}}`}[tc.name] {
+				t.Errorf("DeclaredCapabilities = %s", got)
+			}
+			ep := w.gw.Single("x")
+			out, rel := newRecorder(), newRecorder()
+			s := openDeclaring(t, ep, out, `{"roots":{},"elicitation":{}}`)
+			defer ep.Close(s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			resp := ep.Handle(ctx, s, request(1, "tools/call", map[string]any{"name": "roots", "arguments": map[string]any{}}), rel)
+			if ctx.Err() != nil || resp == nil || resp.Error != nil {
+				t.Fatalf("roots: %v (%v)", resp, ctx.Err())
+			}
+			got := string(resp.Result)
+			if !strings.Contains(got, "roots refused: -32601") || !strings.Contains(got, "configuration declares no roots capability to server x") {
+				t.Errorf("the server got %s, want Method not found naming the config", got)
+			}
+			if !strings.Contains(got, tc.declared) {
+				t.Errorf("the server reports %s, want %s", got, tc.declared)
+			}
+			resp = ep.Handle(ctx, s, request(2, "tools/call", map[string]any{"name": "sample", "arguments": map[string]any{"prompt": "p"}}), rel)
+			if resp == nil || resp.Error != nil || !strings.Contains(string(resp.Result), "-32601") {
+				t.Errorf("sample: %v, want Method not found", resp)
+			}
+			if n := rel.count("roots/list") + out.count("roots/list") + rel.count("sampling/createMessage"); n != 0 {
+				t.Errorf("the client was asked %d times for what the config does not declare", n)
+			}
+		})
+	}
+}
+
+// A modern request's client capabilities reach the server without those
+// the server's config does not declare; the rest of params as it was.
+func TestNarrowCapabilities(t *testing.T) {
+	cfg := &config.Server{ClientCapabilities: []string{"roots"}}
+	in := `{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":{},"sampling":{},"experimental":{"x":{}}},"progressToken":1}}`
+	got := narrowCapabilities(json.RawMessage(in), cfg)
+	want := `{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"experimental":{"x":{}},"roots":{}},"progressToken":1}}`
+	if string(got) != want {
+		t.Errorf("narrowed to %s, want %s", got, want)
+	}
+	if same := narrowCapabilities(json.RawMessage(want), cfg); string(same) != want {
+		t.Errorf("nothing to narrow, yet %s", same)
 	}
 }

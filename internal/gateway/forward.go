@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -251,6 +253,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	f.legacyToModern = s.modern == nil && toModern
 	if s.modern != nil {
 		params = modernParams(s, params, toModern)
+		if cfg := srv.Config(); cfg.ClientCapabilities != nil {
+			params = narrowCapabilities(params, cfg)
+		}
 	}
 	if f.legacyToModern {
 		if resp := f.answerLegacyOnly(conn); resp != nil {
@@ -401,6 +406,30 @@ func modernParams(s *Session, params json.RawMessage, modernConn bool) json.RawM
 	return params
 }
 
+// narrowCapabilities is params, a modern request's, with its client's
+// capabilities in _meta left without those the server's config does not
+// let mcpvisor declare to it ("clientCapabilities"); params itself when
+// there are none to leave out.
+func narrowCapabilities(params json.RawMessage, cfg *config.Server) json.RawMessage {
+	meta := rpc.Member(params, "_meta")
+	var caps map[string]json.RawMessage
+	if json.Unmarshal(rpc.Member(meta, metaClientCaps), &caps) != nil {
+		return params
+	}
+	n := len(caps)
+	for name := range caps {
+		if !cfg.Declares(name) && slices.Contains(config.BridgedCapabilities, name) {
+			delete(caps, name)
+		}
+	}
+	if len(caps) == n {
+		return params
+	}
+	meta, _ = rpc.ReplaceMember(meta, metaClientCaps, mustJSON(caps))
+	out, _ := rpc.ReplaceMember(params, "_meta", meta)
+	return out
+}
+
 // modernConn reports whether conn's server is spoken to in the modern era
 // (a modern server, or a dual-era server's process for modern clients).
 func modernConn(conn fleet.Conn) bool {
@@ -500,7 +529,7 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		// requests asked of the client, then what only the modern era
 		// has left out (the one translation of results into the legacy
 		// era: revision.ToLegacyResult).
-		resp, err = g.fulfil(f.context(), f.c, f.conn, method, f.params, resp)
+		resp, err = g.fulfil(f.context(), f.c, f.srv, f.conn, method, f.params, resp)
 		if err == nil && resp.Result != nil {
 			resp.Result = revision.ToLegacyResult(method, resp.Result)
 		}
@@ -1109,6 +1138,10 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	ambiguous := false
 	sessions := 0
 	capName := capabilityOf(m.Method)
+	if capName != "" && src.Server != nil && !src.Server.Config().Declares(capName) {
+		g.refuseByConfig(conn, m, capName)
+		return
+	}
 	owner := g.owner(src)
 	if owner != nil {
 		c = g.newestCallOf(conn, owner)
@@ -1225,6 +1258,15 @@ func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
 func (g *Gateway) refuseUndeclared(conn fleet.Conn, m *rpc.Message, capName string) {
 	g.log.Debug("server request for a capability the client did not declare: answered Method not found", "server", conn.Name(), "method", m.Method, "capability", capName)
 	msg := fmt.Sprintf("Method not found: %s (the client did not declare the %s capability)", m.Method, capName)
+	go func() { _ = conn.ReplyError(m.ID, rpc.MethodNotFound, msg) }()
+}
+
+// refuseByConfig answers a server's request for capability capName that
+// its config does not let mcpvisor declare to it ("clientCapabilities"):
+// Method not found, at once, whatever its client declared.
+func (g *Gateway) refuseByConfig(conn fleet.Conn, m *rpc.Message, capName string) {
+	g.log.Debug("server request for a capability its configuration does not declare: answered Method not found", "server", conn.Name(), "method", m.Method, "capability", capName)
+	msg := fmt.Sprintf("Method not found: %s (mcpvisor's configuration declares no %s capability to server %s)", m.Method, capName, conn.Name())
 	go func() { _ = conn.ReplyError(m.ID, rpc.MethodNotFound, msg) }()
 }
 

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -400,7 +401,7 @@ func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
 
 // bridgedCapabilities are the client capabilities whose requests mcpvisor
 // carries from a server to a client (capabilityOf).
-var bridgedCapabilities = []string{"roots", "sampling", "elicitation"}
+var bridgedCapabilities = config.BridgedCapabilities
 
 // errorResponse builds a JSON-RPC error response for the client.
 func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
