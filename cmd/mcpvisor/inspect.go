@@ -56,9 +56,9 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		line("PID", fmt.Sprint(d.PID))
 	}
 	if d.MemoryBytes != 0 {
-		mem := megabytes(d.MemoryBytes)
+		mem := proc.FormatMemory(d.MemoryBytes) + " resident"
 		if d.MemoryPeakBytes > d.MemoryBytes {
-			mem += ", peak " + megabytes(d.MemoryPeakBytes)
+			mem += ", peak " + proc.FormatMemory(d.MemoryPeakBytes)
 		}
 		line("Memory", mem)
 	}
@@ -164,7 +164,12 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 func limitsText(l *fleet.LimitsStatus) string {
 	var parts []string
 	if l.MemoryBytes > 0 {
-		parts = append(parts, "memory "+proc.FormatBytes(l.MemoryBytes))
+		m := "memory " + proc.FormatBytes(l.MemoryBytes)
+		if l.ChargedBytes > 0 {
+			// What the limit counts: not the resident memory shown above.
+			m += " (" + proc.FormatMemory(l.ChargedBytes) + " counted against it now)"
+		}
+		parts = append(parts, m)
 	}
 	if l.PIDs > 0 {
 		parts = append(parts, fmt.Sprintf("pids %d", l.PIDs))

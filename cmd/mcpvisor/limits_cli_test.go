@@ -45,7 +45,7 @@ func TestPrintDetailLimits(t *testing.T) {
 	code := -1
 	d := admin.Detail{
 		Status: fleet.Status{Name: "b", State: "running", PID: 9, MemoryBytes: 40 << 20, MemoryPeakBytes: 63 << 20, CPUSeconds: 1.25, OOMKills: 1,
-			Limits: &fleet.LimitsStatus{MemoryBytes: 64 << 20, PIDs: 32, CPU: 0.5, MaxIdleMemoryBytes: 32 << 20, NotEnforced: []string{"cpu: no cpu controller here"}}},
+			Limits: &fleet.LimitsStatus{MemoryBytes: 64 << 20, ChargedBytes: 43<<20 + 1<<19, PIDs: 32, CPU: 0.5, MaxIdleMemoryBytes: 32 << 20, NotEnforced: []string{"cpu: no cpu controller here"}}},
 		Kind:    config.KindStdio,
 		Sharing: config.SharingShared,
 		History: []fleet.Exit{{Time: now, Stage: fleet.StageServing, Code: &code, Signal: "killed", Kind: "oom", OOMKills: 1, Error: "server b was killed by its memory limit (oom: signal killed)"}},
@@ -57,9 +57,9 @@ func TestPrintDetailLimits(t *testing.T) {
 	out := b.String()
 	flat := strings.Join(strings.Fields(out), " ") // the table's padding aside
 	for _, want := range []string{
-		"Memory: 40.0 MB, peak 63.0 MB",
+		"Memory: 40.0 MiB resident, peak 63.0 MiB",
 		"CPU: 1.25 s",
-		"Limits: memory 64 MiB, pids 32, cpu 0.5; asleep early when idle above 32 MiB",
+		"Limits: memory 64 MiB (43.5 MiB counted against it now), pids 32, cpu 0.5; asleep early when idle above 32 MiB",
 		"Not enforced: cpu: no cpu controller here — it runs without this limit",
 		"OOM kills: 1 (trees its memory limit killed: exit kind oom)",
 		"serving oom exit -1 killed: server b was killed by its memory limit",

@@ -54,7 +54,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	for _, s := range st.Servers {
 		mem := "-"
 		if s.MemoryBytes != 0 {
-			mem = megabytes(s.MemoryBytes)
+			mem = proc.FormatMemory(s.MemoryBytes)
 		}
 		pid, up, idle := processCells(s.PID, s.StartedAt, s.LastActivity, now)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), oneLine(s.LastError, 60))
@@ -68,7 +68,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	}
 	memory := ""
 	if st.Totals.MemoryBytes != 0 {
-		memory = ", " + megabytes(st.Totals.MemoryBytes) + " resident"
+		memory = ", " + proc.FormatMemory(st.Totals.MemoryBytes) + " resident"
 	}
 	if _, err := fmt.Fprintf(w, "\n%d servers: %d active, %d dormant (%s)%s\n", st.Totals.Total, st.Totals.Active, st.Totals.Dormant, strings.Join(states, ", "), memory); err != nil {
 		return err
@@ -147,8 +147,6 @@ func age(d time.Duration) string {
 		return d.Round(time.Hour).String()
 	}
 }
-
-func megabytes(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
 
 // limitNotes are ps's warnings about s's resource limits: the trees its
 // memory limit killed (exit kind oom), the forks its pids limit refused,

@@ -77,13 +77,13 @@ func TestPsTable(t *testing.T) {
 	if f := strings.Fields(lines[0]); f[3] != "MEMORY" {
 		t.Fatalf("header %q", lines[0])
 	}
-	if f := strings.Fields(lines[1]); f[0] != "files" || f[2] != "42" || f[3]+" "+f[4] != "52.0 MB" {
+	if f := strings.Fields(lines[1]); f[0] != "files" || f[2] != "42" || f[3]+" "+f[4] != "52.0 MiB" {
 		t.Fatalf("running row %q", lines[1])
 	}
 	if f := strings.Fields(lines[2]); f[0] != "memory" || f[2] != "-" || f[3] != "-" {
 		t.Fatalf("dormant row %q", lines[2])
 	}
-	if !strings.Contains(b.String(), "2 servers: 1 active, 1 dormant (running 1, dormant 1), 52.0 MB resident") {
+	if !strings.Contains(b.String(), "2 servers: 1 active, 1 dormant (running 1, dormant 1), 52.0 MiB resident") {
 		t.Fatalf("summary:\n%s", b.String())
 	}
 }

@@ -113,6 +113,11 @@ func eachStatus(f *fleet.Fleet, fn func(*fleet.Status) error) Totals {
 // setUsage puts u in st.
 func setUsage(st *fleet.Status, u proc.Usage) {
 	st.MemoryBytes, st.MemoryPeakBytes, st.CPUSeconds, st.PIDs = u.MemoryBytes, u.MemoryPeakBytes, u.CPUSeconds, u.Tasks
+	if st.Limits != nil && u.ChargedBytes != 0 {
+		l := *st.Limits // the status's own copy
+		l.ChargedBytes = u.ChargedBytes
+		st.Limits = &l
+	}
 }
 
 // DefaultWriteTimeout is the default of Options.WriteTimeout.

@@ -51,14 +51,16 @@ func TestLimitsExposition(t *testing.T) {
 	text, _ := io.ReadAll(get(t, srv.URL+"/metrics").Body)
 	samples := parseExposition(t, string(text))
 	for series, want := range map[string]float64{
-		`mcpvisor_server_memory_limit_bytes{server="a"}`:    64 << 20,
-		`mcpvisor_server_pids_limit{server="a"}`:            32,
-		`mcpvisor_server_cpu_limit_cores{server="a"}`:       0.5,
-		`mcpvisor_server_limits_not_enforced{server="a"}`:   3,
-		`mcpvisor_server_oom_kills_total{server="a"}`:       0,
-		`mcpvisor_server_pids_limit_hits_total{server="a"}`: 0,
-		`mcpvisor_server_memory_limit_bytes{server="b"}`:    0,
-		`mcpvisor_server_limits_not_enforced{server="b"}`:   0,
+		`mcpvisor_server_memory_limit_bytes{server="a"}`:         64 << 20,
+		`mcpvisor_server_pids_limit{server="a"}`:                 32,
+		`mcpvisor_server_cpu_limit_cores{server="a"}`:            0.5,
+		`mcpvisor_server_limits_not_enforced{server="a"}`:        3,
+		`mcpvisor_server_oom_kills_total{server="a"}`:            0,
+		`mcpvisor_server_pids_limit_hits_total{server="a"}`:      0,
+		`mcpvisor_server_memory_limit_bytes{server="b"}`:         0,
+		`mcpvisor_server_memory_limit_charged_bytes{server="a"}`: 0, // a runs no tree
+		`mcpvisor_server_memory_limit_charged_bytes{server="b"}`: 0,
+		`mcpvisor_server_limits_not_enforced{server="b"}`:        0,
 	} {
 		if got, ok := samples[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
@@ -66,5 +68,24 @@ func TestLimitsExposition(t *testing.T) {
 	}
 	if !strings.Contains(string(text), "# TYPE mcpvisor_server_oom_kills_total counter") {
 		t.Error("no oom kills counter family")
+	}
+}
+
+// What a tree's cgroup is charged goes with the server's limits, in the
+// status's own copy of them; the memory shown stays the resident one.
+func TestSetUsageChargedGoesWithTheLimits(t *testing.T) {
+	shared := &fleet.LimitsStatus{MemoryBytes: 64 << 20}
+	st := fleet.Status{Limits: shared}
+	setUsage(&st, proc.Usage{MemoryBytes: 10 << 20, ChargedBytes: 13 << 20})
+	if st.MemoryBytes != 10<<20 || st.Limits.ChargedBytes != 13<<20 || st.Limits.MemoryBytes != 64<<20 {
+		t.Errorf("status %+v, limits %+v", st, st.Limits)
+	}
+	if shared.ChargedBytes != 0 {
+		t.Error("the limits the status was given were written to")
+	}
+	none := fleet.Status{}
+	setUsage(&none, proc.Usage{ChargedBytes: 1})
+	if none.Limits != nil {
+		t.Errorf("a server without limits got %+v", none.Limits)
 	}
 }

@@ -37,9 +37,9 @@ var serverGauges = []struct {
 		func(s fleet.Status) float64 { return float64(s.Failures) }},
 	{"mcpvisor_server_sessions", "gauge", "Per-session instances running for each server.",
 		func(s fleet.Status) float64 { return float64(s.Sessions) }},
-	{"mcpvisor_server_memory_bytes", "gauge", "Memory of each server's running process trees, per-session ones and pid-namespace inits included: the cgroup leaf's memory.current (v2) or memory.usage_in_bytes (v1) where the leaf has it, else resident memory from /proc (Linux; 0 when none runs).",
+	{"mcpvisor_server_memory_bytes", "gauge", "Resident memory of each server's running process trees, per-session ones and pid-namespace inits included, summed over their live processes from /proc: the figure ps, inspect and the dashboard show (Linux; 0 when none runs).",
 		func(s fleet.Status) float64 { return float64(s.MemoryBytes) }},
-	{"mcpvisor_server_memory_peak_bytes", "gauge", "Peak memory of each server's running process trees: the cgroup leaf's memory.peak (v2) or memory.max_usage_in_bytes (v1) where the leaf has it, else the sum of each live process's peak resident memory (VmHWM) (Linux; 0 when none runs).",
+	{"mcpvisor_server_memory_peak_bytes", "gauge", "Peak resident memory of each server's running process trees: the sum of each live process's peak resident memory (VmHWM), at least mcpvisor_server_memory_bytes (Linux; 0 when none runs).",
 		func(s fleet.Status) float64 { return float64(s.MemoryPeakBytes) }},
 	{"mcpvisor_server_cpu_seconds_total", "counter", "CPU time of each server's running process trees: the cgroup leaf's cpu.stat usage_usec (v2) or cpuacct.usage (v1) where the leaf has it, else user and system time of the live processes and the children they reaped, from /proc (Linux; starts again from 0 with each new process).",
 		func(s fleet.Status) float64 { return s.CPUSeconds }},
@@ -48,6 +48,15 @@ var serverGauges = []struct {
 	{"mcpvisor_server_memory_limit_bytes", "gauge", "Memory limit of every process tree of each server (config limits.memory, swap included where the kernel accounts it); 0 when none. A limit this machine cannot enforce is still shown: see mcpvisor_server_limits_not_enforced.",
 		func(s fleet.Status) float64 {
 			return limitValue(s, func(l *fleet.LimitsStatus) float64 { return float64(l.MemoryBytes) })
+		}},
+	{"mcpvisor_server_memory_limit_charged_bytes", "gauge", "What the memory limit of each server counts now, over its running trees: their cgroup leaves' memory.current (v2) or memory.usage_in_bytes (v1) — their own pages, the page cache they brought in, kernel memory — which is not the resident memory of mcpvisor_server_memory_bytes; 0 without a memory limit, or a leaf that counts memory.",
+		func(s fleet.Status) float64 {
+			return limitValue(s, func(l *fleet.LimitsStatus) float64 {
+				if l.MemoryBytes == 0 {
+					return 0
+				}
+				return float64(l.ChargedBytes)
+			})
 		}},
 	{"mcpvisor_server_pids_limit", "gauge", "Tasks (processes and threads) limit of every process tree of each server (config limits.pids); 0 when none.",
 		func(s fleet.Status) float64 {

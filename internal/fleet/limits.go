@@ -16,6 +16,10 @@ type LimitsStatus struct {
 	PIDs               int     `json:"pids,omitempty"`
 	CPU                float64 `json:"cpu,omitempty"`
 	MaxIdleMemoryBytes uint64  `json:"maxIdleMemoryBytes,omitempty"`
+	// ChargedBytes is what the cgroups of the server's running trees are
+	// charged now (proc.Usage.ChargedBytes): what its memory limit counts,
+	// which is not the memory shown (resident). 0 when unknown.
+	ChargedBytes uint64 `json:"chargedBytes,omitempty"`
 	// NotEnforced names each limit set that the process runtime cannot
 	// enforce here, with why ("memory: ..."): the server runs without it.
 	NotEnforced []string `json:"notEnforced,omitempty"`
@@ -121,7 +125,7 @@ func maxIdleMemory(cfg *config.Server) uint64 {
 }
 
 // treeMemory is the memory the tree of l uses (proc.Usage.MemoryBytes:
-// from its cgroup leaf where it has one, else resident memory), and
+// the resident memory of its processes, the figure every view shows), and
 // whether it was measured.
 func (in *instance) treeMemory(l Live) (uint64, bool) {
 	r, ok := rootOf(l)

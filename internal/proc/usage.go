@@ -1,24 +1,33 @@
 package proc
 
 // Usage is what one process tree uses: a server's process and its
-// descendants (a pid-namespace init included), read from the tree's cgroup
-// leaf where it has one and the leaf has the counter, else summed over the
-// tree's live processes from /proc. Zero fields are not known.
+// descendants (a pid-namespace init included).
+//
+// Its memory is one figure on every Linux host: the resident memory of the
+// tree's live processes, summed from /proc — what ps and top show of each
+// process, whether a cgroup counts the tree or not. The tree's cgroup
+// leaf, where it has one and the leaf has the counter, gives the rest: the
+// CPU time (which counts the tree's exited processes too), the tasks, and
+// what the leaf is charged (ChargedBytes) — what a memory limit counts:
+// the tree's own pages, the page cache it brought in and the kernel
+// memory it uses, not the pages of files another cgroup brought in first,
+// which resident memory counts in every process. The two differ by a few
+// MiB for a small server. Zero fields are not known.
 //
 // A tree has a v2 leaf wherever the cgroup-v2 layer is on, and v1 leaves
 // (memory, cpuacct, pids) only when it has limits (Spec.Limits) that v1
-// controllers enforce. Memory read from a cgroup is what the cgroup is
-// charged — what its memory limit counts: the tree's own pages and the
-// page cache it brought in, not the pages of files (its binaries) another
-// cgroup brought in first, which resident memory counts in every process.
+// controllers enforce.
 type Usage struct {
-	// MemoryBytes: the leaf's memory.current (v2) or memory.usage_in_bytes
-	// (v1), else the resident memory of the tree's processes.
+	// MemoryBytes: the resident memory of the tree's live processes
+	// (VmRSS, as statm and top count it).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
-	// MemoryPeakBytes: the leaf's memory.peak (v2) or
-	// memory.max_usage_in_bytes (v1), else the sum of each live process's
-	// peak resident memory (VmHWM).
+	// MemoryPeakBytes: the sum of each live process's peak resident
+	// memory (VmHWM), at least MemoryBytes.
 	MemoryPeakBytes uint64 `json:"memoryPeakBytes,omitempty"`
+	// ChargedBytes: the leaf's memory.current (v2) or
+	// memory.usage_in_bytes (v1), what a memory limit counts; 0 without
+	// a leaf that counts memory.
+	ChargedBytes uint64 `json:"chargedBytes,omitempty"`
 	// CPUSeconds: the leaf's cpu.stat usage_usec (v2) or cpuacct.usage
 	// (v1), which count the tree's exited processes too; else the user and
 	// system time of the live processes and of the children they reaped.
@@ -32,6 +41,7 @@ type Usage struct {
 func (x *Usage) Add(u Usage) {
 	x.MemoryBytes += u.MemoryBytes
 	x.MemoryPeakBytes += u.MemoryPeakBytes
+	x.ChargedBytes += u.ChargedBytes
 	x.CPUSeconds += u.CPUSeconds
 	x.Tasks += u.Tasks
 }

@@ -50,8 +50,12 @@ func TreeUsage(roots []Root) (out []Usage, ok []bool) {
 			}
 			seen[pid] = true
 			st := stats[pid]
-			u.MemoryBytes += st.rss * page
-			u.MemoryPeakBytes += peakResident(pid)
+			rss, peak := residentMemory(pid)
+			if rss == 0 {
+				rss = st.rss * page // the process is gone, or has no status
+			}
+			u.MemoryBytes += rss
+			u.MemoryPeakBytes += peak
 			ticks += st.cpuTicks
 			u.Tasks += st.threads
 			stack = append(stack, children[pid]...)
@@ -64,9 +68,11 @@ func TreeUsage(roots []Root) (out []Usage, ok []bool) {
 	return out, ok
 }
 
-// cgroupUsage replaces the fields of u that the cgroup directories dirs
-// (a v2 leaf, or v1 leaves) count, each from the first directory that has
-// it: a controller that is not enabled there has no file.
+// cgroupUsage sets, from the cgroup directories dirs (a v2 leaf, or v1
+// leaves), what they count of u, each from the first directory that has
+// it (a controller that is not enabled there has no file): the memory
+// they are charged, and the CPU time and tasks, which replace the /proc
+// sums. The memory shown stays the resident memory (Usage).
 func cgroupUsage(u *Usage, dirs []string) {
 	// read is the content of the first of names found in dirs, and which
 	// name it was.
@@ -89,10 +95,7 @@ func cgroupUsage(u *Usage, dirs []string) {
 		return n, err == nil
 	}
 	if n, found := number("memory.current", "memory.usage_in_bytes"); found {
-		u.MemoryBytes = n
-	}
-	if n, found := number("memory.peak", "memory.max_usage_in_bytes"); found {
-		u.MemoryPeakBytes = max(n, u.MemoryBytes)
+		u.ChargedBytes = n
 	}
 	// CPU: v2's cpu.stat usage_usec, or v1's cpuacct.usage; a v1 cpu
 	// hierarchy's cpu.stat (throttling counts, no usage) is passed over.
@@ -114,7 +117,6 @@ cpu:
 	if n, found := number("pids.current"); found {
 		u.Tasks = int(n)
 	}
-	u.MemoryPeakBytes = max(u.MemoryPeakBytes, u.MemoryBytes)
 }
 
 // statField is the value of key in a flat-keyed cgroup file ("key value"
@@ -131,23 +133,31 @@ func statField(text, key string) (uint64, bool) {
 	return 0, false
 }
 
-// peakResident is the peak resident memory of pid (VmHWM), in bytes; 0 if
-// it cannot be read.
-func peakResident(pid int) uint64 {
+// residentMemory is the resident memory of process pid and its peak
+// (VmRSS and VmHWM of /proc/PID/status), 0 each when unknown. VmRSS is the
+// exact count that statm and top read; the rss field of /proc/PID/stat
+// is the kernel's approximate per-CPU one, off by hundreds of KiB.
+func residentMemory(pid int) (rss, peak uint64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
+		return 0, 0
+	}
+	kb := func(rest []byte) uint64 {
+		f := bytes.Fields(rest) // "1234 kB"
+		if len(f) >= 1 {
+			if n, err := strconv.ParseUint(string(f[0]), 10, 64); err == nil {
+				return n * 1024
+			}
+		}
 		return 0
 	}
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		if rest, found := bytes.CutPrefix(line, []byte("VmHWM:")); found {
-			f := bytes.Fields(rest) // "1234 kB"
-			if len(f) >= 1 {
-				n, err := strconv.ParseUint(string(f[0]), 10, 64)
-				if err == nil {
-					return n * 1024
-				}
-			}
+			peak = kb(rest)
+		} else if rest, found := bytes.CutPrefix(line, []byte("VmRSS:")); found {
+			rss = kb(rest)
+			break // after VmHWM in the file
 		}
 	}
-	return 0
+	return rss, peak
 }

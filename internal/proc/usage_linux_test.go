@@ -9,11 +9,12 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
-// A cgroup leaf's counters replace the /proc sums, field by field, from the
-// first directory that has each (v2 names or v1 ones); a leaf without a
-// controller (a v2 tree with none enabled has only cpu.stat) leaves the
-// other fields as /proc had them; a peak below the current value is
-// raised to it.
+// A cgroup leaf's counters replace the /proc sums of CPU time and tasks,
+// field by field, from the first directory that has each (v2 names or v1
+// ones), and give what the leaf is charged; the memory shown stays the
+// resident memory /proc gave. A leaf without a controller (a v2 tree with
+// none enabled has only cpu.stat) leaves the other fields as /proc had
+// them.
 func TestCgroupUsageFiles(t *testing.T) {
 	write := func(dir string, files map[string]string) string {
 		for name, v := range files {
@@ -32,16 +33,16 @@ func TestCgroupUsageFiles(t *testing.T) {
 		{"v2", []string{write(t.TempDir(), map[string]string{
 			"memory.current": "4096\n", "memory.peak": "8192\n", "pids.current": "7\n",
 			"cpu.stat": "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
-		})}, Usage{MemoryBytes: 4096, MemoryPeakBytes: 8192, CPUSeconds: 2.5, Tasks: 7}},
+		})}, Usage{MemoryBytes: 1000, MemoryPeakBytes: 2000, ChargedBytes: 4096, CPUSeconds: 2.5, Tasks: 7}},
 		{"v1", []string{
 			write(t.TempDir(), map[string]string{"memory.usage_in_bytes": "5000", "memory.max_usage_in_bytes": "9000"}),
 			write(t.TempDir(), map[string]string{"cpuacct.usage": "3000000000"}),
 			write(t.TempDir(), map[string]string{"pids.current": "4"}),
-		}, Usage{MemoryBytes: 5000, MemoryPeakBytes: 9000, CPUSeconds: 3, Tasks: 4}},
+		}, Usage{MemoryBytes: 1000, MemoryPeakBytes: 2000, ChargedBytes: 5000, CPUSeconds: 3, Tasks: 4}},
 		{"v2 without controllers", []string{write(t.TempDir(), map[string]string{"cpu.stat": "usage_usec 4000000\n"})},
 			Usage{MemoryBytes: 1000, MemoryPeakBytes: 2000, CPUSeconds: 4, Tasks: 3}},
-		{"peak below current", []string{write(t.TempDir(), map[string]string{"memory.current": "5000"})},
-			Usage{MemoryBytes: 5000, MemoryPeakBytes: 5000, CPUSeconds: 1.5, Tasks: 3}},
+		{"memory alone", []string{write(t.TempDir(), map[string]string{"memory.current": "5000"})},
+			Usage{MemoryBytes: 1000, MemoryPeakBytes: 2000, ChargedBytes: 5000, CPUSeconds: 1.5, Tasks: 3}},
 		{"garbage", []string{write(t.TempDir(), map[string]string{"memory.current": "lots", "cpu.stat": "nothing here"})}, fromProc},
 		{"gone", []string{filepath.Join(t.TempDir(), "removed")}, fromProc},
 	} {
@@ -80,6 +81,11 @@ func TestTreeUsage(t *testing.T) {
 			u := got[0]
 			if u.MemoryBytes < holdMB<<20 || u.MemoryPeakBytes < u.MemoryBytes {
 				t.Errorf("memory %d, peak %d: want at least the %d MiB held, and a peak no lower", u.MemoryBytes, u.MemoryPeakBytes, holdMB)
+			}
+			if len(root.Cgroups) > 0 {
+				if _, err := os.Stat(filepath.Join(root.Cgroups[0], "memory.current")); err == nil && u.ChargedBytes < holdMB<<20 {
+					t.Errorf("the leaf is charged %d bytes, want at least the %d MiB held", u.ChargedBytes, holdMB)
+				}
 			}
 			if u.CPUSeconds < 0.25 {
 				t.Errorf("%.3f CPU seconds, want the 300 ms spun", u.CPUSeconds)

@@ -136,12 +136,7 @@
   }
 
   // ---- formatting
-  function bytes(n) {
-    if (!n) return "–";
-    const u = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let i = 0; while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
-    return (n >= 100 || i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + u[i];
-  }
+  function bytes(n) { return n ? formatBytes(n) : "–"; } // format.js
   function since(t) {
     if (!t) return "";
     let s = Math.max(0, (Date.now() - Date.parse(t)) / 1000);
