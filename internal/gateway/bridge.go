@@ -133,6 +133,20 @@ func capabilityOf(method string) string {
 	return ""
 }
 
+// capMethod is the server request that needs client capability name
+// (capabilityOf's inverse).
+func capMethod(name string) string {
+	switch name {
+	case "sampling":
+		return "sampling/createMessage"
+	case "elicitation":
+		return "elicitation/create"
+	case "roots":
+		return "roots/list"
+	}
+	return ""
+}
+
 var errNotDeclared = errors.New("the client did not declare the capability")
 
 // askClient sends the legacy client of c a request on c's stream and waits

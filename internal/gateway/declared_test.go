@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -269,5 +272,79 @@ func TestNarrowCapabilities(t *testing.T) {
 	}
 	if same := narrowCapabilities(json.RawMessage(want), cfg); string(same) != want {
 		t.Errorf("nothing to narrow, yet %s", same)
+	}
+}
+
+// With requests of several sessions in flight on a shared server, a
+// server's request that none of their clients declared the capability
+// for is answered Method not found at once — not refused as one mcpvisor
+// cannot attribute — while a request one of them did declare it for is
+// still refused as ambiguous (it cannot tell whose it is).
+func TestUndeclaredWithSeveralSessionsInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name, capsA, want string
+	}{
+		{"none declared", `{}`, "-32601"},
+		{"one declared", `{"sampling":{}}`, "cannot tell which of 2 client sessions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)
+			ep := w.gw.Single("x")
+			a := openDeclaring(t, ep, newRecorder(), tc.capsA)
+			defer ep.Close(a)
+			b := openDeclaring(t, ep, newRecorder(), `{}`)
+			defer ep.Close(b)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			relA := newRecorder()
+			held := make(chan *rpc.Message, 1)
+			go func() {
+				held <- ep.Handle(ctx, a, request(1, "tools/call", map[string]any{"name": "sleep", "arguments": map[string]any{"ms": 20000}}), relA)
+			}()
+			waitFor(t, "a's call in flight", func() bool { return w.fleet.Get("x").Status().InFlight == 1 })
+			resp := ep.Handle(ctx, b, request(2, "tools/call", map[string]any{"name": "sample", "arguments": map[string]any{"prompt": "p"}}), newRecorder())
+			if ctx.Err() != nil || resp == nil || resp.Error != nil || !strings.Contains(string(resp.Result), tc.want) {
+				t.Errorf("sample: %s (%v), want the server told %q", resp.Encode(), ctx.Err(), tc.want)
+			}
+			if n := relA.count("sampling/createMessage"); n != 0 {
+				t.Errorf("a was asked for sampling %d times", n)
+			}
+			ep.Handle(ctx, a, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":1}`)}, newRecorder())
+			<-held
+		})
+	}
+}
+
+// A 2026-07-28 client that declared no roots, calling a legacy server
+// that asks for roots on its own before it answers (as playwright,
+// chrome-devtools and server-filesystem do after each start): the server
+// is told Method not found and carries on, and the client gets its
+// answer — roots fail no call, unlike sampling, which a server asks for
+// because the call needs it (MissingRequiredClientCapability).
+func TestModernClientWithoutRootsGetsTheAnswer(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"}}}`)
+	for _, ep := range []struct {
+		name string
+		h    http.Handler
+		tool string
+	}{
+		{"/mcp", NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{}), "x__roots"},
+		{"/servers/x/mcp", NewStreamableHandler(w.gw.Single("x"), HTTPOptions{}), "roots"},
+	} {
+		t.Run(ep.name, func(t *testing.T) {
+			hs := httptest.NewServer(ep.h)
+			t.Cleanup(hs.Close)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			err := w.fleet.Get("x").Sleep(ctx) // a new process, which asks again
+			if err != nil && !strings.Contains(err.Error(), "not running") {
+				t.Fatal(err)
+			}
+			_, b := postModern(t, hs.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+ep.tool+`","arguments":{},`+modernMeta(`{}`)+`}}`, "tools/call", ep.tool)
+			m, err := rpc.Decode(bytes.TrimSpace(b))
+			if err != nil || m.Error != nil || !strings.Contains(string(m.Result), "roots refused: -32601") {
+				t.Errorf("%s (%v), want the server's answer, its roots request refused", b, err)
+			}
+		})
 	}
 }

@@ -1160,11 +1160,14 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		ambiguous = sessions > 1 || !scoped
 	}
 	if c == nil && capName != "" && (owner != nil && !g.declares(owner, capName) ||
-		owner == nil && sessions == 0 && !g.anyDeclares(src.Server, capName)) {
+		owner == nil && !g.mayDeclare(src, capName, callScoped(m.Method), sessions)) {
 		// No client it could be for declared the capability — its
-		// session's, or, with no request in flight, any legacy client's
-		// that sees the server: none would answer, so the server gets at
-		// once what a client's SDK says to a request it does not serve.
+		// session's; the clients of the requests in flight there, for a
+		// request a server sends while it serves a call; any legacy
+		// client's that sees the server, for roots or with no request in
+		// flight: none would answer, so the server gets at once what a
+		// client's SDK says to a request it does not serve (and not the
+		// error that it cannot tell which client it is for).
 		g.refuseUndeclared(conn, m, capName)
 		return
 	}
@@ -1196,8 +1199,11 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why
 		} else if capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
 			// Not held: the client declared no capability to give
-			// input with (forward), so not this one.
-			c.st.needCap.CompareAndSwap(nil, &capName)
+			// input with (forward), so not this one. (Roots, which a
+			// server asks for on its own, fail no call: see offer.)
+			if callScoped(m.Method) {
+				c.st.needCap.CompareAndSwap(nil, &capName)
+			}
 			g.refuseUndeclared(conn, m, capName)
 			return
 		}
@@ -1237,6 +1243,52 @@ func (g *Gateway) declares(s *Session, capName string) bool {
 	}
 	_, ok := st.caps[capName]
 	return ok
+}
+
+// mayDeclare reports whether a client that src's request for capName
+// could be for declared it, when no session owns src: the client of a
+// request in flight on the connection (or lately abandoned there: the
+// server may still serve it); unless the request is one a server sends
+// only while it serves a call (callScoped) and such requests are in
+// flight (sessions of them), any legacy client that sees the server.
+func (g *Gateway) mayDeclare(src fleet.Source, capName string, callScoped bool, sessions int) bool {
+	if g.inFlightDeclares(src.Conn, capName) {
+		return true
+	}
+	if callScoped && sessions > 0 {
+		return false
+	}
+	return g.anyDeclares(src.Server, capName)
+}
+
+// inFlightDeclares reports whether the client of a request in flight on
+// conn, or of one lately abandoned there, declared capName.
+func (g *Gateway) inFlightDeclares(conn fleet.Conn, capName string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.calls[conn] {
+		if g.declaresLocked(c.sess, c.st, capName) {
+			return true
+		}
+	}
+	now := time.Now()
+	for _, a := range g.abandoned[conn] {
+		if now.Before(a.until) && g.declaresLocked(a.sess, g.sessions[a.sess], capName) {
+			return true
+		}
+	}
+	return false
+}
+
+// declaresLocked reports whether the client of s (its state st, if
+// known) declared capName: a legacy session at initialize, a modern
+// request in its _meta. g.mu is held.
+func (g *Gateway) declaresLocked(s *Session, st *sessState, capName string) bool {
+	if st != nil && !st.stateless {
+		_, ok := st.caps[capName]
+		return ok
+	}
+	return s.modern != nil && rpc.Member(s.modern.Caps, capName) != nil
 }
 
 // anyDeclares reports whether a legacy session open on an endpoint that

@@ -523,9 +523,14 @@ func (h *heldCall) offer(conn fleet.Conn, m *rpc.Message, c *call) (bool, string
 		return false, "the client's request has ended"
 	}
 	if _, declared := h.caps[capName]; !declared {
-		// The client gets MissingRequiredClientCapabilityError for its
-		// request; the server, a refusal.
-		h.needCap = capName
+		// The server gets a refusal; the client, for what the call
+		// needed (sampling, elicitation: asked while the server serves
+		// it), MissingRequiredClientCapabilityError for its request.
+		// Roots a server asks for on its own, whatever the call: refused,
+		// it goes on, as with a client that did not declare them.
+		if callScoped(capMethod(capName)) {
+			h.needCap = capName
+		}
 		return false, fmt.Sprintf("the client did not declare the %s capability", capName)
 	}
 	if len(h.pending) >= maxPendingInputs {
