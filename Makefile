@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
+.PHONY: test test-deps vet build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -22,6 +22,14 @@ vet:
 # mcpvisor and, next to it, the pid-namespace init it finds there.
 build:
 	$(GO) build -o bin/ ./cmd/mcpvisor ./cmd/mcpvisor-shim
+
+# The compatibility run of issue 39 (a few minutes; needs the npm registry
+# the first time): eleven popular npm stdio servers, pinned, installed once
+# into .deps/compat, each run directly and through mcpvisor serve — both
+# endpoints, both eras, after a wake — and compared as JSON. The report
+# goes to bin/compat/report.txt. Not part of make test.
+compat:
+	MCPVISOR_COMPAT=1 MCPVISOR_COMPAT_DIR=$(CURDIR)/.deps/compat MCPVISOR_COMPAT_OUT=$(CURDIR)/bin/compat/report.txt $(GO) test -count=1 -timeout 30m -run '^TestCompat$$' -v ./cmd/mcpvisor/
 
 bench: test-deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/proc/
