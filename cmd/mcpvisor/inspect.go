@@ -91,7 +91,9 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	line("Headers", strings.Join(d.HeaderNames, ", "))
 	line("Sharing", d.Sharing)
 	line("Protocol", d.Protocol+", speaks "+eraText(d.Era))
-	line("Declares", declaresText(d))
+	if d.Declares != nil { // an older serve does not say
+		line("Declares", declaresText(d))
+	}
 	if d.ServerInfo != nil {
 		name, _ := rpc.StringMember(d.ServerInfo, "name")
 		version, _ := rpc.StringMember(d.ServerInfo, "version")

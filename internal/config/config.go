@@ -291,8 +291,8 @@ func (s *Server) Policy() lifecycle.Policy {
 
 // LaunchHash identifies how the server is reached: a SHA-256 (hex) over its
 // kind, transport, command, args, env, cwd, url and headers after
-// expansion, and the protocol era setting (which decides whether its era
-// is probed). Any change to those changes the hash, so it keys caches of
+// expansion, the protocol era setting (which decides whether its era
+// is probed), and the client capabilities it may be declared, when set. Any change to those changes the hash, so it keys caches of
 // what the server offers (its tools, its era); settings such as timeouts
 // do not affect it.
 func (s *Server) LaunchHash() string {
@@ -313,6 +313,14 @@ func (s *Server) LaunchHash() string {
 	field(s.URL)
 	sortedMap(h, field, s.Headers)
 	field(s.Protocol)
+	if s.ClientCapabilities != nil {
+		// What a server lists may depend on what it was declared: its
+		// cached lists are those of its declaration. (Absent, nothing is
+		// added, and the hash is what it was before the setting.)
+		caps := slices.Sorted(slices.Values(s.ClientCapabilities))
+		field("clientCapabilities")
+		list(h, field, caps)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

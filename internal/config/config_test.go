@@ -731,3 +731,27 @@ func TestEmptyArgsAreNoArgs(t *testing.T) {
 		t.Fatalf(`"args": [] parsed as %#v, want nil`, empty.Args)
 	}
 }
+
+// The client capabilities a server may be declared are part of its
+// launch hash when set (its cached lists are those of its declaration),
+// in any order; absent, the hash is what it was without the setting.
+func TestLaunchHashClientCapabilities(t *testing.T) {
+	base := Server{Kind: KindStdio, Command: "x"}
+	some := base
+	some.ClientCapabilities = []string{"roots", "sampling"}
+	other := base
+	other.ClientCapabilities = []string{"sampling", "roots"}
+	none := base
+	none.ClientCapabilities = []string{}
+	if base.LaunchHash() == some.LaunchHash() || some.LaunchHash() != other.LaunchHash() || none.LaunchHash() == base.LaunchHash() || none.LaunchHash() == some.LaunchHash() {
+		t.Errorf("hashes: absent %s, roots+sampling %s, sampling+roots %s, none %s", base.LaunchHash(), some.LaunchHash(), other.LaunchHash(), none.LaunchHash())
+	}
+	// A change of the setting drains the server (its process keeps what
+	// it was declared); absent and [] are different settings.
+	if c := CompareServer(&base, &none); c.Action != ActionRestarted || !slices.Contains(c.Fields, "clientCapabilities") {
+		t.Errorf("absent to []: %+v", c)
+	}
+	if c := CompareServer(&some, &other); c.Action == ActionRestarted {
+		t.Errorf("the same capabilities in another order: %+v", c)
+	}
+}

@@ -58,7 +58,12 @@ var serverFields = []struct {
 	{"protocol", true, func(s *Server) any { return s.Protocol }},
 	{"sharing", true, func(s *Server) any { return s.Sharing }},
 	// What a process was declared at initialize is its own until it ends.
-	{"clientCapabilities", true, func(s *Server) any { return s.ClientCapabilities }},
+	{"clientCapabilities", true, func(s *Server) any {
+		if s.ClientCapabilities == nil {
+			return nil // all: another setting than [] (none)
+		}
+		return slices.Sorted(slices.Values(s.ClientCapabilities))
+	}},
 	{"stop.stdinWait", true, func(s *Server) any { return s.StdinWait }},
 	{"stop.termWait", true, func(s *Server) any { return s.TermWait }},
 	// A process's limits are given to its cgroup leaves at spawn: new

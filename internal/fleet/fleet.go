@@ -343,7 +343,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			URL:          sc.URL,
 			Headers:      sc.Headers,
 			Transport:    transport,
-			Capabilities: declaredCapabilities(sc, f.sessionCapabilities(hooks)),
+			Capabilities: declaredCapabilities(sc, f.sessionCapabilities(sc, hooks)),
 			Hooks:        hooks,
 			Logger:       f.log,
 			Protocol:     sc.Protocol,
@@ -356,10 +356,20 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 // sessionCapabilities is what the client of the session an instance's
 // hooks are for declared, of the capabilities mcpvisor bridges
 // (SessionCapabilities): nil for a shared instance, or one whose client
-// takes mcpvisor's own.
-func (f *Fleet) sessionCapabilities(hooks backend.Hooks) json.RawMessage {
+// takes mcpvisor's own. A per-session server's shared instance serves no
+// client — it only learns the lists /mcp shows — and is declared none:
+// a server that shapes its tools on its client's capabilities then lists
+// only tools every session's own process has (one whose client declared
+// more may have more; none listed is missing from any).
+func (f *Fleet) sessionCapabilities(sc *config.Server, hooks backend.Hooks) json.RawMessage {
 	h, ok := hooks.(instHooks)
-	if !ok || h.in.key == "" {
+	if !ok {
+		return nil
+	}
+	if h.in.key == "" {
+		if sc.Sharing == config.SharingPerSession {
+			return json.RawMessage(`{}`)
+		}
 		return nil
 	}
 	if scp, ok := f.opts.Hooks.(SessionCapabilities); ok {
@@ -455,7 +465,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		onEra = func(c *backend.Conn) { srv.eraLearned(sc, c) }
 	}
 	return &backend.StdioConnector{
-		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(hooks)),
+		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(sc, hooks)),
 		LastInit:     lastInit,
 		OnEra:        onEra,
 		ModernFirst:  modernFirst,

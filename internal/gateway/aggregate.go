@@ -787,6 +787,11 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 		return
 	}
 	if m.Method == "notifications/roots/list_changed" {
+		if !srv.Config().Declares("roots") {
+			// It was declared no roots: it has none to ask for again.
+			l.Release()
+			return
+		}
 		g.rootsAsked(l.Conn())
 	}
 	posted := g.post(l.Conn(), func() {

@@ -34,7 +34,7 @@ const inputWait = 5 * time.Minute
 // only the legacy era gives a request (a task augmentation, which no
 // modern server declared) are left out.
 func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, method string, params json.RawMessage) json.RawMessage {
-	if drop := revision.Names(revision.Legacy, revision.InRequest, method); drop != nil {
+	if drop := revision.LegacyRequestMembers(method); drop != nil {
 		params = rpc.DropMembers(params, drop, nil)
 	}
 	narrow := srv.Config().ClientCapabilities != nil

@@ -348,3 +348,47 @@ func TestModernClientWithoutRootsGetsTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A server that asks for roots as soon as it is initialized — before the
+// request that started it is in flight there, as playwright,
+// chrome-devtools and server-filesystem do — asks its one client, which
+// declared roots, on its session stream, and gets the client's answer;
+// a client that declared none is asked nothing. (A session's own
+// process: its client is certain from the start. A shared process's
+// sole client is known once its lease is.)
+func TestRootsAskedAtStartReachTheOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name, caps string
+		asked      bool
+	}{
+		{"declared roots", `{"roots":{}}`, true},
+		{"declared nothing", `{}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// initialize starts the session's own process (never started:
+			// nothing cached to answer from), which asks at once: no
+			// request of the client is in flight, before or after.
+			w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","env":{"FIXTURE_ASK_ROOTS":"1","FIXTURE_ASK_ROOTS_AT_INIT":"1"}}}`)
+			ep := w.gw.Single("x")
+			out := newRecorder()
+			s := openDeclaring(t, ep, out, tc.caps)
+			defer ep.Close(s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			want := "roots refused: -32601"
+			if tc.asked {
+				req := out.next(t, "roots/list", 20*time.Second)
+				ep.Handle(ctx, s, &rpc.Message{ID: req.ID, Result: json.RawMessage(`{"roots":[{"uri":"file:///start"}]}`)}, newRecorder())
+				want = "file:///start"
+			}
+			rel := newRecorder()
+			resp := ep.Handle(ctx, s, request(1, "tools/call", map[string]any{"name": "roots", "arguments": map[string]any{}}), rel)
+			if resp == nil || resp.Error != nil || !strings.Contains(string(resp.Result), want) {
+				t.Errorf("roots: %v, want the server to report %q", resp, want)
+			}
+			if n := out.count("roots/list") + rel.count("roots/list"); n != map[bool]int{true: 1, false: 0}[tc.asked] {
+				t.Errorf("the client was asked for roots %d times", n)
+			}
+		})
+	}
+}

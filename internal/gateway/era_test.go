@@ -198,3 +198,54 @@ func TestLegacyResultsReachModernClientsInTheirEra(t *testing.T) {
 		})
 	}
 }
+
+// A legacy client's request reaches a server mcpvisor speaks 2026-07-28
+// with as that era has it: the client's capabilities in _meta, narrowed
+// by the server's config; no member only the legacy era has (a task
+// augmentation); and no legacy-only notification (roots/list_changed)
+// reaches the server.
+func TestLegacyRequestsReachModernServersInTheirEra(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","env":{"FIXTURE_MODERN_ONLY":"1"},"clientCapabilities":["roots"]}}`)
+	for _, tc := range []struct {
+		name   string
+		ep     Endpoint
+		prefix string
+	}{{"/mcp", w.gw.Aggregate(), "x__"}, {"/servers/x/mcp", w.gw.Single("x"), ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openDeclaring(t, tc.ep, newRecorder(), `{"roots":{"listChanged":true},"sampling":{},"experimental":{"e":{}}}`)
+			defer tc.ep.Close(s)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			resp := tc.ep.Handle(ctx, s, request(1, "tools/call", map[string]any{"name": tc.prefix + "params", "arguments": map[string]any{}, "task": map[string]any{"ttl": 1000}}), newRecorder())
+			if resp == nil || resp.Error != nil {
+				t.Fatalf("params: %v", resp)
+			}
+			var res struct {
+				Content []struct{ Text string } `json:"content"`
+			}
+			_ = json.Unmarshal(resp.Result, &res)
+			if len(res.Content) != 1 {
+				t.Fatalf("params: %s", resp.Result)
+			}
+			first, _, _ := strings.Cut(res.Content[0].Text, "\n")
+			var got struct {
+				Task json.RawMessage            `json:"task"`
+				Meta map[string]json.RawMessage `json:"_meta"`
+			}
+			if err := json.Unmarshal([]byte(first), &got); err != nil {
+				t.Fatalf("params: %s: %v", first, err)
+			}
+			if got.Task != nil {
+				t.Errorf("the server got the legacy-only task member: %s", first)
+			}
+			if caps := string(got.Meta[revision.MetaClientCaps]); !jsonEqual(json.RawMessage(caps), `{"roots":{"listChanged":true},"experimental":{"e":{}}}`) {
+				t.Errorf("the server was declared %s, want the client's narrowed to roots by the config", caps)
+			}
+			tc.ep.Handle(ctx, s, &rpc.Message{Method: "notifications/roots/list_changed"}, newRecorder())
+			resp = tc.ep.Handle(ctx, s, request(2, "tools/call", map[string]any{"name": tc.prefix + "params", "arguments": map[string]any{}}), newRecorder())
+			if resp == nil || resp.Error != nil || strings.Contains(string(resp.Result), "roots/list_changed") {
+				t.Errorf("after roots/list_changed: %v, want the server told nothing", resp)
+			}
+		})
+	}
+}

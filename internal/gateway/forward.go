@@ -531,7 +531,15 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		// era: revision.ToLegacyResult).
 		resp, err = g.fulfil(f.context(), f.c, f.srv, f.conn, method, f.params, resp)
 		if err == nil && resp.Result != nil {
-			resp.Result = revision.ToLegacyResult(method, resp.Result)
+			if t, ok := rpc.StringMember(resp.Result, "resultType"); ok && t != "complete" {
+				// Not fulfilled (fulfil takes input_required it can
+				// read), or a type of a later revision: nothing a
+				// legacy client can read.
+				resp = &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError,
+					Message: fmt.Sprintf("server %s answered %s with a result of type %q, which a client of the 2025 revisions cannot read", name, method, t)}}
+			} else {
+				resp.Result = revision.ToLegacyResult(method, resp.Result)
+			}
 		}
 	}
 	if err != nil && f.err() != nil {
@@ -1171,6 +1179,12 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseUndeclared(conn, m, capName)
 		return
 	}
+	if c == nil && owner != nil && m.Method == "roots/list" {
+		// Roots a server asks for on its own — right after it started,
+		// say, before the request that started it is in flight there —
+		// are its one client's to give: asked on that session's stream.
+		c = g.sessionCall(owner)
+	}
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
 		if ambiguous {
@@ -1230,6 +1244,19 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
 		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
 	}
+}
+
+// sessionCall stands for legacy session s when a server asks it
+// something outside any of its requests: its session stream, no timeout
+// of a request; nil if s is not open.
+func (g *Gateway) sessionCall(s *Session) *call {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.sessions[s]
+	if st == nil || st.closed {
+		return nil
+	}
+	return &call{sess: s, st: st, related: s.Out()}
 }
 
 // declares reports whether legacy session s declared capability capName
@@ -1310,7 +1337,17 @@ func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
 func (g *Gateway) refuseUndeclared(conn fleet.Conn, m *rpc.Message, capName string) {
 	g.log.Debug("server request for a capability the client did not declare: answered Method not found", "server", conn.Name(), "method", m.Method, "capability", capName)
 	msg := fmt.Sprintf("Method not found: %s (the client did not declare the %s capability)", m.Method, capName)
-	go func() { _ = conn.ReplyError(m.ID, rpc.MethodNotFound, msg) }()
+	g.replyError(conn, m, rpc.MethodNotFound, msg)
+}
+
+// replyError answers a server's request m with an error, on the
+// server's outbox: a server that stops reading holds up nothing, and a
+// flood of its requests piles up no goroutines (beyond the outbox's
+// bound, the answer is dropped and logged).
+func (g *Gateway) replyError(conn fleet.Conn, m *rpc.Message, code int, msg string) {
+	if !g.post(conn, func() { _ = conn.ReplyError(m.ID, code, msg) }) {
+		g.log.Warn("answer to a server's request dropped: the server is not reading its input", "server", conn.Name(), "method", m.Method)
+	}
 }
 
 // refuseByConfig answers a server's request for capability capName that
@@ -1319,7 +1356,7 @@ func (g *Gateway) refuseUndeclared(conn fleet.Conn, m *rpc.Message, capName stri
 func (g *Gateway) refuseByConfig(conn fleet.Conn, m *rpc.Message, capName string) {
 	g.log.Debug("server request for a capability its configuration does not declare: answered Method not found", "server", conn.Name(), "method", m.Method, "capability", capName)
 	msg := fmt.Sprintf("Method not found: %s (mcpvisor's configuration declares no %s capability to server %s)", m.Method, capName, conn.Name())
-	go func() { _ = conn.ReplyError(m.ID, rpc.MethodNotFound, msg) }()
+	g.replyError(conn, m, rpc.MethodNotFound, msg)
 }
 
 // sendOutReq registers r, under ours, as a request to the client of c —

@@ -55,7 +55,7 @@ func TreeUsage(roots []Root) (out []Usage, ok []bool) {
 				rss = st.rss * page // the process is gone, or has no status
 			}
 			u.MemoryBytes += rss
-			u.MemoryPeakBytes += peak
+			u.MemoryPeakBytes += max(peak, rss)
 			ticks += st.cpuTicks
 			u.Tasks += st.threads
 			stack = append(stack, children[pid]...)

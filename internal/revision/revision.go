@@ -186,11 +186,22 @@ var (
 	noteMetaDrops   = Names(Modern, InNotificationMeta, "")
 )
 
+// What ToModernClientResult and LegacyRequestMembers name, per method.
+var (
+	clientResultDrops = map[string][]string{}
+	requestDrops      = map[string][]string{}
+)
+
 func init() {
 	for _, m := range Members {
-		if m.Place == InResult && m.Era == Modern {
-			for _, method := range m.Methods {
+		for _, method := range m.Methods {
+			switch {
+			case m.Place == InResult && m.Era == Modern:
 				resultDrops[method] = Names(Modern, InResult, method)
+			case m.Place == InClientResult && m.Era == Legacy:
+				clientResultDrops[method] = Names(Legacy, InClientResult, method)
+			case m.Place == InRequest && m.Era == Legacy:
+				requestDrops[method] = Names(Legacy, InRequest, method)
 			}
 		}
 	}
@@ -281,9 +292,14 @@ func Notification(params json.RawMessage) json.RawMessage {
 // request of method, as a modern server reads it among a retry's
 // inputResponses: without the members only the legacy era gives it.
 func ToModernClientResult(method string, result json.RawMessage) json.RawMessage {
-	names := Names(Legacy, InClientResult, method)
+	names := clientResultDrops[method]
 	if len(names) == 0 {
 		return result
 	}
 	return rpc.DropMembers(result, names, nil)
 }
+
+// LegacyRequestMembers are the top-level members of params of method
+// that only the legacy era gives a client's request (made once from
+// Members; nil for most methods).
+func LegacyRequestMembers(method string) []string { return requestDrops[method] }

@@ -117,3 +117,49 @@ func TestToModernClientResult(t *testing.T) {
 		}
 	}
 }
+
+// The table as read off the two schemas, written out: a member dropped
+// from Members by mistake (which every test that reads the table would
+// then stop looking for) fails here.
+func TestTableIsTheSchemasDifference(t *testing.T) {
+	want := []string{
+		"modern result resultType", "modern result ttlMs", "modern result cacheScope",
+		"modern result inputRequests", "modern result requestState",
+		"modern result._meta io.modelcontextprotocol/serverInfo",
+		"modern notification._meta io.modelcontextprotocol/subscriptionId",
+		"modern request inputResponses", "modern request requestState", "legacy request task",
+		"modern request._meta io.modelcontextprotocol/protocolVersion", "modern request._meta io.modelcontextprotocol/clientCapabilities",
+		"modern request._meta io.modelcontextprotocol/clientInfo", "modern request._meta io.modelcontextprotocol/logLevel",
+		"legacy client result _meta",
+	}
+	places := map[Place]string{InResult: "result", InResultMeta: "result._meta", InNotificationMeta: "notification._meta",
+		InRequest: "request", InRequestMeta: "request._meta", InClientResult: "client result"}
+	var got []string
+	for _, m := range Members {
+		era := "legacy"
+		if m.Era == Modern {
+			era = "modern"
+		}
+		got = append(got, era+" "+places[m.Place]+" "+m.Name)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the table has\n%q\nwant\n%q", got, want)
+	}
+	if !Cacheable("tools/list") || !Cacheable("resources/read") || Cacheable("tools/call") || len(CacheableMethods) != 6 {
+		t.Errorf("cacheable methods %v", CacheableMethods)
+	}
+	var methods []string
+	for _, m := range Methods {
+		methods = append(methods, m.Era.String()+" "+m.Method)
+	}
+	wantMethods := []string{"legacy initialize", "legacy ping", "legacy logging/setLevel", "legacy resources/subscribe", "legacy resources/unsubscribe",
+		"legacy notifications/initialized", "legacy notifications/roots/list_changed", "legacy notifications/elicitation/complete",
+		"2026-07-28 server/discover", "2026-07-28 subscriptions/listen", "2026-07-28 notifications/subscriptions/acknowledged"}
+	slices.Sort(methods)
+	slices.Sort(wantMethods)
+	if !slices.Equal(methods, wantMethods) {
+		t.Errorf("the methods of one era: %q, want %q", methods, wantMethods)
+	}
+}

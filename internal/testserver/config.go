@@ -37,6 +37,7 @@ type config struct {
 	growMB           int
 	forkBomb         int
 	askRoots         bool
+	askRootsAtInit   bool
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -63,6 +64,7 @@ var envBindings = []struct{ flag, env string }{
 	{"grow-mb", "FIXTURE_GROW_MB"},
 	{"fork-bomb", "FIXTURE_FORK_BOMB"},
 	{"ask-roots", "FIXTURE_ASK_ROOTS"},
+	{"ask-roots-at-init", "FIXTURE_ASK_ROOTS_AT_INIT"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
@@ -107,6 +109,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.growMB, "grow-mb", 0, "at start, allocate `N` MiB step by step, "+strconv.Itoa(growStepMB)+" MiB every "+growInterval.String()+", touching every page, and hold it: past a memory limit the server is killed on the way [FIXTURE_GROW_MB]")
 	fs.IntVar(&c.forkBomb, "fork-bomb", 0, "at start, start sleeping children (sleep 3600, in the server's process group, stdio on /dev/null) until a fork fails or `N` run (at most "+strconv.Itoa(maxForkBomb)+"), then serve [FIXTURE_FORK_BOMB]")
 	fs.BoolVar(&c.askRoots, "ask-roots", false, "before the first tools/call a process serves, ask the client for roots/list whatever it declared, and answer no call until the client does (as some servers do after each start); adds the tool roots, which returns what the client answered [FIXTURE_ASK_ROOTS]")
+	fs.BoolVar(&c.askRootsAtInit, "ask-roots-at-init", false, "with -ask-roots, ask for roots/list as soon as the client sends notifications/initialized, before any call (as playwright, chrome-devtools and server-filesystem do) [FIXTURE_ASK_ROOTS_AT_INIT]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

@@ -655,6 +655,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_GROW_MB":            "32",
 		"FIXTURE_FORK_BOMB":          "10",
 		"FIXTURE_ASK_ROOTS":          "1",
+		"FIXTURE_ASK_ROOTS_AT_INIT":  "1",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -671,7 +672,7 @@ func TestConfigFromEnv(t *testing.T) {
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
-		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true,
+		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)

@@ -258,12 +258,38 @@ var rootsTool = tool{
 	},
 }
 
-// toolsWith is the tool list cfg asks for: toolsFor its variant, and the
-// roots tool with -ask-roots.
+// paramsTool reports what a -modern-only fixture's client sent it: the
+// call's params (arguments aside) and the notifications the process has
+// received, by method.
+var paramsTool = tool{
+	Name:        "params",
+	Description: "Returns the params of this call (-modern-only), arguments left out, as JSON, and on a second line \"notifications: \" and the methods of the notifications the process has received.",
+	InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+	run: func(ctx context.Context, s *server, _, _ json.RawMessage) (toolResult, bool) {
+		var p map[string]json.RawMessage
+		raw, _ := ctx.Value(paramsKey{}).(json.RawMessage)
+		_ = json.Unmarshal(raw, &p)
+		delete(p, "arguments")
+		b, _ := json.Marshal(p)
+		s.mu.Lock()
+		notes := strings.Join(s.notes, ", ")
+		s.mu.Unlock()
+		return textResult(string(b) + "\nnotifications: " + notes), true
+	},
+}
+
+// paramsKey is the context key of a call's raw params.
+type paramsKey struct{}
+
+// toolsWith is the tool list cfg asks for: toolsFor its variant, the
+// roots tool with -ask-roots, the params tool with -modern-only.
 func toolsWith(cfg config) []tool {
 	ts := toolsFor(cfg.toolsVariant)
 	if cfg.askRoots {
 		ts = append(slices.Clip(ts), rootsTool)
+	}
+	if cfg.modernOnly {
+		ts = append(slices.Clip(ts), paramsTool)
 	}
 	return ts
 }
