@@ -193,8 +193,8 @@ func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 
 // What a legacy session's own instance is declared: of its client's
 // capabilities, those mcpvisor bridges (not tasks, which it does not
-// carry, nor anything else); {} for a key no longer open; a 2026-07-28
-// client's instance keeps mcpvisor's own (nil).
+// carry, nor anything else); {} for a key no longer open, or a 2026-07-28
+// request's that runs no instance of its own.
 func TestSessionCapabilities(t *testing.T) {
 	g := newWorld(t, `{"x":{"command":"$FIXTURE"}}`).gw
 	ep := g.Aggregate()
@@ -207,8 +207,39 @@ func TestSessionCapabilities(t *testing.T) {
 	if got := string(g.SessionCapabilities(key)); got != `{}` {
 		t.Errorf("a closed session's: %s, want {}", got)
 	}
-	if got := g.SessionCapabilities(modernKeyPrefix + "x"); got != nil {
-		t.Errorf("a 2026-07-28 client's: %s, want nil (mcpvisor's own)", got)
+	if got := string(g.SessionCapabilities(modernKeyPrefix + "x")); got != `{}` {
+		t.Errorf("a 2026-07-28 request's that runs no instance: %s, want {}", got)
+	}
+}
+
+// A 2026-07-28 request's own instance of a per-session legacy server is
+// declared what the request declared, of what mcpvisor bridges — on both
+// endpoints — and the request's end forgets it.
+func TestModernRequestsOwnInstanceIsDeclaredItsCapabilities(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","env":{"FIXTURE_ASK_ROOTS":"1"}}}`)
+	for _, ep := range []struct {
+		name string
+		h    http.Handler
+		tool string
+	}{
+		{"/mcp", NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{}), "x__roots"},
+		{"/servers/x/mcp", NewStreamableHandler(w.gw.Single("x"), HTTPOptions{}), "roots"},
+	} {
+		t.Run(ep.name, func(t *testing.T) {
+			hs := httptest.NewServer(ep.h)
+			t.Cleanup(hs.Close)
+			_, b := postModern(t, hs.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+ep.tool+`","arguments":{},`+modernMeta(`{"elicitation":{"form":{}},"experimental":{"x":{}}}`)+`}}`, "tools/call", ep.tool)
+			m, err := rpc.Decode(bytes.TrimSpace(b))
+			if err != nil || m.Error != nil || !strings.Contains(string(m.Result), `declared: {\"elicitation\":{\"form\":{}}}`) {
+				t.Errorf("%s (%v), want the instance declared the request's elicitation alone", b, err)
+			}
+			w.gw.mu.Lock()
+			n := len(w.gw.ownCaps)
+			w.gw.mu.Unlock()
+			if n != 0 {
+				t.Errorf("%d requests' capabilities kept after their end", n)
+			}
+		})
 	}
 }
 

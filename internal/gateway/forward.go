@@ -199,6 +199,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// for them to end.
 		if srv.PerSession() {
 			st.private = true // the request's own instance, ended with it
+			if s.modern != nil {
+				g.ownCaps[s.key] = s.modern.Caps // what it is declared (SessionCapabilities)
+			}
 		}
 	} else {
 		st.calls[f.key] = c

@@ -46,6 +46,10 @@ type Gateway struct {
 	mu       sync.Mutex
 	sessions map[*Session]*sessState
 	byKey    map[string]*Session
+	// ownCaps are the capabilities the modern requests that run a
+	// per-session server's instance of their own declared, by session
+	// key, while they run (SessionCapabilities).
+	ownCaps  map[string]json.RawMessage
 	calls    map[fleet.Conn][]*call // in flight, oldest first
 	outboxes map[fleet.Conn]*outbox // what waits to be written to a server
 	// abandoned are requests that ended unanswered, per connection.
@@ -119,6 +123,7 @@ func New(log *slog.Logger) *Gateway {
 		log:       log,
 		sessions:  map[*Session]*sessState{},
 		byKey:     map[string]*Session{},
+		ownCaps:   map[string]json.RawMessage{},
 		calls:     map[fleet.Conn][]*call{},
 		outboxes:  map[fleet.Conn]*outbox{},
 		abandoned: map[fleet.Conn][]abandonedCall{},
@@ -372,22 +377,29 @@ func (g *Gateway) sessionByKey(key string) *Session {
 // elicitation: no other, such as tasks, which it does not carry), as an
 // object — {} if none, or for a session no longer open — for its
 // per-session instance to declare to its server
-// (fleet.SessionCapabilities). A 2026-07-28 client's instance keeps
-// mcpvisor's own (nil).
+// (fleet.SessionCapabilities); for a 2026-07-28 request's own instance,
+// those its _meta declared.
 func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
-	if g.ModernSession(key) {
-		return nil
-	}
-	g.mu.Lock()
-	var st *sessState
-	if s := g.byKey[key]; s != nil {
-		st = g.sessions[s]
-	}
 	caps := map[string]json.RawMessage{}
-	if st != nil {
+	g.mu.Lock()
+	if g.ModernSession(key) {
+		// A modern request's own instance: what the request declared.
+		own := g.ownCaps[key]
 		for _, name := range bridgedCapabilities {
-			if v, ok := st.caps[name]; ok {
+			if v := rpc.Member(own, name); v != nil {
 				caps[name] = v
+			}
+		}
+	} else {
+		var st *sessState
+		if s := g.byKey[key]; s != nil {
+			st = g.sessions[s]
+		}
+		if st != nil {
+			for _, name := range bridgedCapabilities {
+				if v, ok := st.caps[name]; ok {
+					caps[name] = v
+				}
 			}
 		}
 	}

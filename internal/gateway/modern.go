@@ -304,6 +304,9 @@ func (g *Gateway) closeStatelessSession(s *Session) {
 	s.st.closed = true
 	private := s.st.private
 	s.st.private = false
+	if private {
+		delete(g.ownCaps, s.key)
+	}
 	g.mu.Unlock()
 	if private {
 		stop := g.fleet.DetachSession(s.Key())
