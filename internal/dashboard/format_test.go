@@ -83,7 +83,7 @@ process.stdout.write(lines.map((l) => formatBytes(Number(l))).join("\n") + "\n")
 		n    uint64
 		want string
 	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1075, "1.0 KiB"}, {1076, "1.1 KiB"}, {99*1024 + 970, "99.9 KiB"},
-		{99*1024 + 1000, "100 KiB"}, {150 << 20, "150 MiB"}, {41<<20 + 1<<18, "41.3 MiB"}, {3 << 40, "3.0 TiB"}, {5000 << 40, "5000 TiB"}} {
+		{99*1024 + 1000, "100 KiB"}, {1<<20 - 1, "1.0 MiB"}, {1023*1024 + 511, "1023 KiB"}, {1023*1024 + 512, "1.0 MiB"}, {150 << 20, "150 MiB"}, {41<<20 + 1<<18, "41.3 MiB"}, {3 << 40, "3.0 TiB"}, {5000 << 40, "5000 TiB"}} {
 		if got := proc.FormatMemory(c.n); got != c.want {
 			t.Errorf("FormatMemory(%d) = %q, want %q", c.n, got, c.want)
 		}

@@ -6,7 +6,8 @@ import "strconv"
 // — ps, inspect and the dashboard (assets/format.js, formatBytes, tested
 // against this) — so that they agree to the digit: in the largest of B,
 // KiB, MiB, GiB, TiB that is at most n, with one decimal below 100 units
-// and none from 100 (or in bytes), rounded half up on the exact value.
+// and none from 100 (or in bytes), rounded half up on the exact value; a
+// figure that rounds to 1024 of a unit is written as 1.0 of the next.
 func FormatMemory(n uint64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
 	i, d := 0, uint64(1)
@@ -18,7 +19,13 @@ func FormatMemory(n uint64) string {
 	}
 	tenths := (n*20 + d) / (2 * d) // n/d in tenths, rounded half up
 	if tenths >= 1000 {
-		return strconv.FormatUint((n*2+d)/(2*d), 10) + " " + units[i]
+		whole := (n*2 + d) / (2 * d)
+		if whole < 1024 || i == len(units)-1 {
+			return strconv.FormatUint(whole, 10) + " " + units[i]
+		}
+		// Rounded up to 1024 of a unit: one of the next.
+		i, d = i+1, d<<10
+		tenths = (n*20 + d) / (2 * d)
 	}
 	return strconv.FormatUint(tenths/10, 10) + "." + strconv.FormatUint(tenths%10, 10) + " " + units[i]
 }
