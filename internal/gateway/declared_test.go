@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -421,5 +422,71 @@ func TestRootsAskedAtStartReachTheOwner(t *testing.T) {
 				t.Errorf("the client was asked for roots %d times", n)
 			}
 		})
+	}
+}
+
+// A legacy HTTP client that declared roots but has no GET stream open
+// cannot be asked outside a call (the request would wait in its session
+// buffer, and the server with it, until the request timeout): the
+// server's roots request at start is refused at once, or, if it comes
+// while the call is in flight, asked on the call's stream (answered here
+// with an error of the client's own) — either way the call gets the
+// server's answer at once, never after a wait.
+func TestRootsAtStartWithoutAStreamDoNotWait(t *testing.T) {
+	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","requestTimeout":"10s","env":{"FIXTURE_ASK_ROOTS":"1","FIXTURE_ASK_ROOTS_AT_INIT":"1"}}}`)
+	hs := httptest.NewServer(NewStreamableHandler(w.gw.Single("x"), HTTPOptions{}))
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Second)
+	defer cancel()
+	post := func(sid, body string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"t","version":"1"}}}`)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	start := time.Now()
+	resp = post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"roots","arguments":{}}}`)
+	defer resp.Body.Close()
+	var answer string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			var m rpc.Message
+			if json.Unmarshal(sc.Bytes(), &m) == nil && string(m.ID) == "2" {
+				answer = string(m.Result)
+			}
+			break
+		}
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue
+		}
+		var m rpc.Message
+		if json.Unmarshal([]byte(data), &m) != nil {
+			continue
+		}
+		if m.Method == "roots/list" {
+			post(sid, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32000,"message":"asked on the call's stream"}}`).Body.Close()
+			continue
+		}
+		if string(m.ID) == "2" {
+			answer = string(m.Result)
+			break
+		}
+	}
+	if took := time.Since(start); ctx.Err() != nil || !strings.Contains(answer, "roots refused: -32") {
+		t.Errorf("after %v: %q, want the server's answer at once, its roots refused", took.Round(time.Millisecond), answer)
 	}
 }

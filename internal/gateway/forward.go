@@ -1153,6 +1153,12 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseByConfig(conn, m, capName)
 		return
 	}
+	if capName != "" && src.Session == "" && src.Server != nil && src.Server.PerSession() {
+		// A per-session server's listing process serves no client and
+		// was declared nothing (fleet): nobody to ask.
+		g.refuseUndeclared(conn, m, capName)
+		return
+	}
 	owner := g.owner(src)
 	if owner != nil {
 		c = g.newestCallOf(conn, owner)
@@ -1195,7 +1201,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			g.log.Warn("server request cannot be attributed to one client session; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
 			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		}
-		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+		g.replyError(conn, m, rpc.InternalError, msg)
 		return
 	}
 	if c.st.stateless {
@@ -1225,7 +1231,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			return
 		}
 		g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
-		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+		g.replyError(conn, m, rpc.InternalError, msg)
 		return
 	}
 	if capName != "" && !g.declares(c.sess, capName) {
@@ -1245,14 +1251,19 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	if err := g.sendOutReq(c, ours, r, m.Method, m.Params); err != nil {
 		r.timer.Stop()
 		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
-		go func() { _ = conn.ReplyError(m.ID, rpc.InternalError, msg) }()
+		g.replyError(conn, m, rpc.InternalError, msg)
 	}
 }
 
 // sessionCall stands for legacy session s when a server asks it
 // something outside any of its requests: its session stream, no timeout
-// of a request; nil if s is not open.
+// of a request; nil if s is not open, or its stream would not reach its
+// client now (an HTTP session with no GET stream open: the request would
+// wait there, and the server with it, until the client opens one).
 func (g *Gateway) sessionCall(s *Session) *call {
+	if so, ok := s.Out().(interface{ StreamOpen() bool }); ok && !so.StreamOpen() {
+		return nil
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.sessions[s]

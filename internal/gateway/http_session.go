@@ -97,6 +97,14 @@ func (hs *httpSession) due(now time.Time) (reason EvictReason, wait time.Duratio
 
 // Send queues m for the session's GET stream. It never blocks on the
 // network: a full ring drops its oldest event.
+// StreamOpen reports whether the session's GET stream is open: whether
+// a message sent now reaches the client now, not when it next opens one.
+func (hs *httpSession) StreamOpen() bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.get != nil && !hs.closed
+}
+
 func (hs *httpSession) Send(m *rpc.Message) error {
 	data := encodeEvent(m)
 	hs.mu.Lock()
