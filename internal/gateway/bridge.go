@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -45,7 +43,7 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, metho
 		// config lets it declare.
 		kept := make(map[string]json.RawMessage, len(st.caps))
 		for name, v := range st.caps {
-			if srv.Config().Declares(name) || !slices.Contains(config.BridgedCapabilities, name) {
+			if !withheld(srv.Config(), name) {
 				kept[name] = v
 			}
 		}

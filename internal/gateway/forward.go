@@ -421,7 +421,7 @@ func narrowCapabilities(params json.RawMessage, cfg *config.Server) json.RawMess
 	}
 	n := len(caps)
 	for name := range caps {
-		if !cfg.Declares(name) && slices.Contains(config.BridgedCapabilities, name) {
+		if withheld(cfg, name) {
 			delete(caps, name)
 		}
 	}
@@ -431,6 +431,12 @@ func narrowCapabilities(params json.RawMessage, cfg *config.Server) json.RawMess
 	meta, _ = rpc.ReplaceMember(meta, metaClientCaps, mustJSON(caps))
 	out, _ := rpc.ReplaceMember(params, "_meta", meta)
 	return out
+}
+
+// withheld reports whether client capability name is one mcpvisor bridges
+// that cfg does not let it declare to the server ("clientCapabilities").
+func withheld(cfg *config.Server, name string) bool {
+	return !cfg.Declares(name) && slices.Contains(config.BridgedCapabilities, name)
 }
 
 // modernConn reports whether conn's server is spoken to in the modern era
@@ -1279,11 +1285,7 @@ func (g *Gateway) declares(s *Session, capName string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.sessions[s]
-	if st == nil {
-		return false
-	}
-	_, ok := st.caps[capName]
-	return ok
+	return st != nil && g.declaresLocked(s, st, capName)
 }
 
 // mayDeclare reports whether a client that src's request for capName
