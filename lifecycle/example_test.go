@@ -84,3 +84,47 @@ func Example() {
 	// disconnected: <nil>
 	// state: stopped
 }
+
+func ExampleSupervisor_Session() {
+	conn := &memConnector{}
+	sup := lifecycle.New("demo", conn, lifecycle.Policy{Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+
+	// Each request goes to the session the supervisor serves with, or is
+	// refused when there is none.
+	serve := func() string {
+		sess := sup.Session()
+		if sess == nil {
+			return "refused: not connected"
+		}
+		if sess == lifecycle.Session(conn.current()) {
+			return "served by the latest session"
+		}
+		return "served by an old session"
+	}
+	fmt.Println(serve())
+
+	if err := sup.Start(ctx); err != nil {
+		fmt.Println("start:", err)
+		return
+	}
+	fmt.Println(serve())
+
+	// The server crashes; after the reconnect, requests go to the new
+	// session.
+	restarted := sup.Restarted()
+	conn.current().crash(errors.New("killed by OOM"))
+	<-restarted
+	fmt.Println(serve())
+
+	if err := sup.Stop(ctx); err != nil {
+		fmt.Println("stop:", err)
+	}
+	fmt.Println(serve())
+
+	// Output:
+	// refused: not connected
+	// served by the latest session
+	// served by the latest session
+	// refused: not connected
+}

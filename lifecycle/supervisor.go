@@ -16,7 +16,8 @@ import (
 type Connector interface {
 	// Connect establishes a new session, including any handshake, and
 	// returns it once it is ready to serve. The Supervisor owns the
-	// returned Session and closes it.
+	// returned Session, hands it out through Supervisor.Session while it
+	// serves, and closes it.
 	//
 	// ctx bounds the connect phase only: it carries Policy.InitTimeout and
 	// is cancelled when Stop is called and as soon as Connect returns.
@@ -89,7 +90,8 @@ type Supervisor struct {
 	pol  Policy                 // New's, defaults applied
 	set  atomic.Pointer[Policy] // SetPolicy's, when it was called: it wins
 	tr   Tracker
-	own  Streak // the crash-loop record, unless the policy shares one
+	cur  atomic.Pointer[serving] // what Session returns; written only by the run goroutine
+	own  Streak                  // the crash-loop record, unless the policy shares one
 
 	// startSem serializes Start while letting a waiting Start honour its
 	// context (a mutex could not).
@@ -99,6 +101,10 @@ type Supervisor struct {
 	run       *run          // the current or most recent run; nil before the first Start
 	restarted chan struct{} // closed and replaced after each successful reconnect
 }
+
+// serving holds the session Session hands out: Session is an interface,
+// and an atomic pointer to it is one load on the path of every request.
+type serving struct{ sess Session }
 
 // run is one Start-to-rest cycle of the supervisor goroutine. Everything in
 // it is created by Start; only the goroutine of the run touches its
@@ -210,6 +216,49 @@ func (s *Supervisor) Restarted() <-chan struct{} {
 	defer s.mu.Unlock()
 	return s.restarted
 }
+
+// Session returns the session the Supervisor's run is serving with, or nil
+// when there is none: the Session Connect returned, from just before the
+// Supervisor moves to StateReady — so a caller that sees Ready in State,
+// after Changed or after Start returned nil, finds it unless it has ended
+// since — until the run sees it end. It stays the same through MarkDegraded and MarkHealthy; after a
+// reconnect it is the new session, from before OnRestart is called and
+// Restarted's channel is closed. Session is nil:
+//
+//   - before the first Start, and while Start or a reconnect is connecting;
+//   - from the moment the run sees the session end: when Wait returns, or,
+//     for an end that Stop or RestartAndWait asks for, before the session's
+//     Close is called. Either way before OnDisconnect is called, so that
+//     OnDisconnect and everything after it never get the ended session;
+//   - during a Restarting wait, and in Stopped and Failed — so after Stop
+//     has returned nil, which it does only once the run has closed its
+//     session.
+//
+// A session made by a Connect that Stop or Start's context interrupted is
+// closed at once and never handed out.
+//
+// Session is safe for concurrent use and takes no lock (one atomic load), so
+// it suits a per-request path. What it returns is a snapshot: the session may
+// end right after, so a caller still handles its errors, and must not Close
+// it — the Supervisor owns it (RestartAndWait asks for another). For a
+// moment after the run saw the session end, State may still say Ready or
+// Degraded while Session is nil: a nil Session means nothing to serve with,
+// whatever the state.
+func (s *Supervisor) Session() Session {
+	if c := s.cur.Load(); c != nil {
+		return c.sess
+	}
+	return nil
+}
+
+// serve hands sess out through Session. The run calls it just before it
+// moves to StateReady, so that the store happens before the state change
+// any caller can observe.
+func (s *Supervisor) serve(sess Session) { s.cur.Store(&serving{sess: sess}) }
+
+// unserve stops handing out the run's session (Session returns nil), as
+// soon as the run sees it end or decides to end it.
+func (s *Supervisor) unserve() { s.cur.Store(nil) }
 
 // Start makes the first connection of a run and, when it succeeds, leaves
 // the Supervisor Ready with a goroutine watching the session. It returns
@@ -438,6 +487,7 @@ func (s *Supervisor) loop(r *run) {
 		r.started <- err
 		return
 	}
+	s.serve(sess)
 	s.setState(StateReady, nil)
 	s.logger().Info("ready")
 	r.started <- nil
@@ -487,8 +537,9 @@ func (s *Supervisor) CrashLoop() error {
 
 // watch waits for sess to end, closing it on Stop or on a restart request,
 // and resets the restart counter once the session has been up for the
-// healthy period. It reports Wait's classified result and whether the end
-// was requested by RestartAndWait.
+// healthy period. Session stops handing sess out before it is closed and
+// before OnDisconnect. It reports Wait's classified result and whether the
+// end was requested by RestartAndWait.
 func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 	waitc := make(chan error, 1)
 	go func() { waitc <- sess.Wait() }()
@@ -512,12 +563,16 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 			s.streak().Reset()
 		case <-r.restart:
 			forced = true
+			s.unserve() // a session being closed is not handed out
 			s.closeSession(r, sess)
 		case <-stopping:
 			stopping = nil
+			s.unserve()
 			s.closeSession(r, sess)
 		}
 	}
+	// Ended: neither OnDisconnect nor anything after it gets the session.
+	s.unserve()
 	s.closeSession(r, sess) // release resources after an unrequested end too
 	end = Classify(end)
 	if end != nil {
@@ -590,6 +645,7 @@ func (s *Supervisor) reconnect(r *run, end error, forced bool) Session {
 			return nil
 		}
 		if err == nil {
+			s.serve(sess)
 			s.setState(StateReady, nil)
 			s.logger().Info("ready after restart")
 			if f := s.policy().OnRestart; f != nil {

@@ -37,6 +37,7 @@ type fakeSession struct {
 	closes   atomic.Int32
 	stuck    bool
 	answered atomic.Bool // it answered a request (Answerer)
+	seq      int         // the Connect call that made it (1-based)
 }
 
 func (f *fakeSession) Answered() bool { return f.answered.Load() }
@@ -85,6 +86,7 @@ func (c *fakeConnector) Connect(ctx context.Context) (Session, error) {
 		}
 	}
 	s := newFakeSession()
+	s.seq = n
 	c.mu.Lock()
 	s.stuck = c.stuck
 	c.sessions = append(c.sessions, s)
