@@ -592,16 +592,6 @@ func HeldToolError(server, tool string) string {
 	return fmt.Sprintf("tool %s of server %s is held back: its definition is new or changed since it was approved (pinned); review it with `mcpvisor tools diff %s` and approve it with `mcpvisor tools approve %s %s`", tool, server, server, server, tool)
 }
 
-// Errors of Approve.
-var (
-	// ErrNotPending: a named tool is not held back (the error lists those
-	// that are).
-	ErrNotPending = errors.New("not pending approval")
-	// ErrStaleApproval: a named tool's definition changed since the
-	// fingerprint the approval gave.
-	ErrStaleApproval = errors.New("definition changed since it was reviewed")
-)
-
 // Approve approves tools of the server held back by pinning: those named
 // (all that are pending when names is empty), each at the definition
 // known now — or, when fingerprints gives one for its name, only if that
@@ -718,9 +708,6 @@ func (s *Server) pinChanged(was, now bool) bool {
 	}
 	return n > 0
 }
-
-// ErrNotLost is AcceptLost's error for a server whose tools are not lost.
-var ErrNotLost = errors.New("has not lost its tools")
 
 // AcceptLost is the operator's "it lists no tools now, and that is right":
 // for a server whose tools relearn found none where it had some (its

@@ -38,9 +38,7 @@ func (s *Server) ModernConn(ctx context.Context, c Conn) (Conn, error) {
 // modernRoot is the process tree of the process a dual-era server's
 // instance runs for modern clients, if one runs (for proc.TreeUsage).
 func (in *instance) modernRoot() (proc.Root, bool) {
-	in.mu.Lock()
-	c, _ := in.conn.(*backend.Conn)
-	in.mu.Unlock()
+	c, _ := in.live().(*backend.Conn)
 	if c == nil {
 		return proc.Root{}, false
 	}

@@ -524,10 +524,6 @@ func (f *Fleet) Servers() []*Server { return f.set.Load().list }
 // Get returns the named server, or nil.
 func (f *Fleet) Get(name string) *Server { return f.set.Load().byName[name] }
 
-// ErrFleetClosed is wrapped by the error a request gets once the fleet is
-// closing: nothing starts any more.
-var ErrFleetClosed = errors.New("mcpvisor is shutting down")
-
 // Close stops every instance of every server in parallel under ctx —
 // those still draining after a reload, Restart or Stop included. From
 // its start on, no server starts any more: a request that would start one

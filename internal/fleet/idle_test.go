@@ -585,7 +585,7 @@ func TestADormantInstanceKeepsNoTimer(t *testing.T) {
 		timer := func() bool {
 			in.mu.Lock()
 			defer in.mu.Unlock()
-			return in.timer != nil
+			return in.st.timer != nil
 		}
 		for round := 1; round <= 2; round++ {
 			if _, _, err := in.acquire(t.Context()); err != nil {

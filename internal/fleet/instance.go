@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -15,25 +16,17 @@ import (
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
-// phase is the instance's own view, on top of its supervisor's state.
-type phase uint8
-
-const (
-	phaseNew      phase = iota // never started
-	phaseRunning               // started; the supervisor keeps it up
-	phaseSleeping              // going dormant: the stop is in progress
-	phaseDormant               // stopped for idleness; respawns on demand
-	phaseStopped               // stopped by request (admin, shutdown)
-	phaseClosed                // per-session instance whose session ended
-	phaseRetired               // replaced or taken out of service (retire): never runs again
-)
-
-// errRetired is what acquire returns on a retired instance: the caller
-// asks its server for the instance now in service.
-var errRetired = errors.New("instance retired")
-
 // instance is one process slot of a server: the shared one, or one per
 // client session.
+//
+// Its state (st) has one mutator, update: every change is a function of
+// the state, after which update re-derives what follows from it — the
+// transition is checked against the table (state.go), the drain waiters
+// are let go, the idle timer is armed or stopped — and returns the
+// effects (events, a list refresh, a dormant stop, a catch-up replay) that
+// run once the lock is released (apply). No function is handed the lock.
+// The run's supervisor is the one truth about the connection: the
+// instance keeps no copy of it (live).
 type instance struct {
 	srv *Server
 	key string // client session for per-session servers, else ""
@@ -45,25 +38,38 @@ type instance struct {
 	// connector is built from it.
 	cfg *config.Server
 
-	mu sync.Mutex
+	tools toolsCheck // a pinned server's: what its process lists, for CheckTool
+
+	mu sync.Mutex // guards st, which only update changes
+	st instState
+}
+
+// instState is an instance's mutable state: read under instance.mu,
+// changed only by the change functions update runs.
+type instState struct {
+	phase phase
 	// sup drives the instance's run, its connector with it: made by a
-	// start (runLocked), dropped once a sleep stopped it — a server put
-	// to sleep keeps neither —; nil before the first start too. A start
-	// that failed keeps its run, which the next start uses; so does a
-	// sleep whose stop was cut short.
-	sup          *lifecycle.Supervisor
-	conn         Live
+	// start (run), dropped once a sleep stopped it — a server put to sleep
+	// keeps neither —; nil before the first start too. A start that
+	// failed keeps its run, which the next start uses; so does a sleep
+	// whose stop was cut short.
+	sup *lifecycle.Supervisor
+	// pid and tree are the run's latest process as it connected (0 and
+	// nil for a remote server): what its exit event and count say once
+	// the supervisor has let go of the connection.
+	pid          int
+	tree         endedTree
 	startedAt    time.Time
 	lastActivity time.Time
 	inflight     int32
 	own          int32         // of inflight, mcpvisor's own leases (Peek): a list refresh, a relayed notification
 	holding      int           // leases given on a connection and not released: the calls a drain waits for
-	live         *liveTools    // a pinned server's: what its process lists, for CheckTool
 	drained      chan struct{} // set by a waiter (retire, Sleep) while leases are held; closed when the last is released
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    int64         // Unix ns when it last went dormant; 0: never
 	timer        *time.Timer
 	starting     chan struct{} // closed when the start in progress ends
+	waking       bool          // the start in progress began from dormant
 	restartAt    int64         // Unix ns when the supervisor's restart under way spawns (after its delay); 0: none
 	startErr     error
 	lastErr      error
@@ -73,26 +79,128 @@ type instance struct {
 	attempt  uint64
 	requests int64 // leases taken, ever
 	closes   int   // close calls, ever: a start that a close raced is not kept
-	// The client sessions that used conn: the first, and whether another
-	// has since. Reset with each new connection.
+	// The client sessions that used the current connection: the first,
+	// and whether another has since. Reset with each new connection.
 	firstUser string
 	manyUsers bool
-	phase     phase // beside manyUsers: the two share one word
-	waking    bool  // the start in progress began from dormant (the same word)
 	// legacy: a connection of the instance answered as a legacy server
 	// (initialize): a later run's connector is told so (eraHint), as the
 	// connector of one run remembers it from connect to connect.
 	legacy   bool
 	restarts int32 // the restarts of the run a dormancy ended (status)
+	spawns   int32 // processes started, ever
 	// refreshAfter counts the requests still in flight that were begun
 	// before the start that owes a list refresh succeeded — those numbered
 	// up to refreshUpTo (begin), the requests that waited for it — and
 	// the refresh is asked for when the last of them ends (end), answered
 	// or left: each ends, bounded by its own context. 0: none owed.
 	refreshAfter int32
-	spawns       int32 // processes started, ever (beside refreshAfter: one word)
 	refreshUpTo  int64
 	replayed     uint64 // the server's interest generation last replayed
+}
+
+// effects is what a change of an instance's state leaves to do once the
+// lock is released, in this order: a dormant stop is begun, events are
+// emitted, the catch-up replay and the lists' refresh are asked for.
+type effects struct {
+	rearm   bool // (set by a change) re-arm the idle timer if it applies
+	sleep   *dormantStop
+	events  []Event
+	catchUp bool
+	refresh bool
+}
+
+func (fx *effects) emit(e Event) { fx.events = append(fx.events, e) }
+
+// update runs change on the instance's state under its lock, re-derives
+// what follows from the new state, and returns the effects to apply once
+// the lock is released. change must not block, nor call into anything
+// that takes the instance's lock.
+func (in *instance) update(change func(st *instState, fx *effects)) effects {
+	var fx effects
+	in.mu.Lock()
+	st := &in.st
+	was, inflight, spawns := st.phase, st.inflight, st.spawns
+	change(st, &fx)
+	if st.phase != was && !canMove(was, st.phase) {
+		transitionRefused(in, was, st.phase)
+	}
+	if st.holding == 0 && st.drained != nil {
+		close(st.drained) // a drain waits for no lease any more
+		st.drained = nil
+	}
+	switch {
+	case st.phase != phaseRunning:
+		// Only a running instance sleeps when idle: a dormant one keeps no
+		// timer (the next start arms a new one; a check that fires
+		// meanwhile finds it not running).
+		if st.timer != nil && was == phaseRunning {
+			st.timer.Stop()
+		}
+		if st.phase == phaseDormant {
+			st.timer = nil
+		}
+	case st.inflight == 0 && (inflight != 0 || was != phaseRunning || spawns != st.spawns || fx.rearm):
+		// Idle from now: the last request ended, it began running, a new
+		// process connected, or what kept it awake went away.
+		in.armLocked(time.Now())
+	}
+	in.mu.Unlock()
+	return fx
+}
+
+// do is update, then apply.
+func (in *instance) do(change func(st *instState, fx *effects)) { in.apply(in.update(change)) }
+
+// apply runs the effects of a change, without the instance's lock.
+func (in *instance) apply(fx effects) {
+	if fx.sleep != nil {
+		go in.stopDormant(fx.sleep)
+	}
+	for _, e := range fx.events {
+		in.srv.f.emit(e)
+	}
+	if fx.catchUp {
+		in.srv.f.spawn(in.catchUp)
+	}
+	if fx.refresh {
+		in.srv.requestRefresh(false, allKinds...)
+	}
+}
+
+// view reads the instance's state under its lock.
+func (in *instance) view(read func(st *instState)) {
+	in.mu.Lock()
+	read(&in.st)
+	in.mu.Unlock()
+}
+
+// transitionRefused is called when a change moved an instance to a state
+// the table does not allow (a bug): tests make it fail.
+var transitionRefused = func(in *instance, from, to phase) {
+	in.srv.f.log.Error("fleet bug: instance state transition not in the table", slog.String("server", in.srv.Name()), slog.String("from", from.String()), slog.String("to", to.String()))
+}
+
+// liveLocked is the run's connection while it serves — the supervisor's
+// session, ready —, else nil; mu is held.
+func (in *instance) liveLocked() Live {
+	if in.st.sup == nil {
+		return nil
+	}
+	l, _ := in.st.sup.Session().(Live)
+	return l
+}
+
+// servingLocked is the connection a lease may be given on: the instance
+// runs, and its run's connection is alive and ready; else nil. mu is held.
+func (in *instance) servingLocked() Live {
+	if in.st.phase != phaseRunning {
+		return nil
+	}
+	if l := in.liveLocked(); l != nil && l.Alive() && in.st.sup.IsReady() {
+		return l
+	}
+	return nil
 }
 
 // used records that session took a lease on connection l.
@@ -100,33 +208,31 @@ func (in *instance) used(l Live, session string) {
 	if session == "" {
 		return // mcpvisor's own use (learning lists): no client's
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.usedLocked(l, session)
+	in.do(func(st *instState, _ *effects) { in.usedLocked(st, l, session) })
 }
 
-// usedLocked is used with mu held.
-func (in *instance) usedLocked(l Live, session string) {
-	if session == "" || in.conn != l {
+// usedLocked is used, within a change.
+func (in *instance) usedLocked(st *instState, l Live, session string) {
+	if session == "" || in.liveLocked() != l {
 		return
 	}
-	switch in.firstUser {
+	switch st.firstUser {
 	case "":
-		in.firstUser = session
+		st.firstUser = session
 	case session:
 	default:
-		in.manyUsers = true
+		st.manyUsers = true
 	}
 }
 
 // sole is the only client session that used connection l, or "".
-func (in *instance) sole(l Live) string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.conn != l || in.manyUsers {
-		return ""
-	}
-	return in.firstUser
+func (in *instance) sole(l Live) (who string) {
+	in.view(func(st *instState) {
+		if in.liveLocked() == l && !st.manyUsers {
+			who = st.firstUser
+		}
+	})
+	return who
 }
 
 // instHooks hands what the instance's server sends on its own to the
@@ -171,10 +277,10 @@ func (s *Server) newInstance(key string) *instance {
 
 // runLocked returns the supervisor of the instance's run, made with its
 // connector if there is none (the first start, or a start from dormant);
-// mu is held.
-func (in *instance) runLocked() *lifecycle.Supervisor {
-	if in.sup != nil {
-		return in.sup
+// called within a change.
+func (in *instance) runLocked(st *instState) *lifecycle.Supervisor {
+	if st.sup != nil {
+		return st.sup
 	}
 	s := in.srv
 	conn := s.f.opts.Connector(in.cfg, instHooks{in}, in.connected)
@@ -183,50 +289,30 @@ func (in *instance) runLocked() *lifecycle.Supervisor {
 	if c, ok := conn.(interface{ SetEraHint(func() string) }); ok {
 		c.SetEraHint(in.eraHint)
 	}
-	in.sup = lifecycle.New(s.Name(), conn, in.policyLocked(s.Config()))
-	return in.sup
+	st.sup = lifecycle.New(s.Name(), conn, in.policyLocked(st, s.Config()))
+	return st.sup
 }
 
 // eraHint is the protocol version the server spoke when it last ran: a
 // legacy one if a connection of this instance answered so, else the one
 // kept with its lists under its launch hash ("" if none).
 func (in *instance) eraHint() string {
-	in.mu.Lock()
-	legacy := in.legacy
-	in.mu.Unlock()
+	var legacy bool
+	in.view(func(st *instState) { legacy = st.legacy })
 	if legacy {
 		return backend.ProtocolVersion
 	}
 	return in.srv.cachedVersion()
 }
 
-// supervisor is the supervisor of the instance's run, or nil when it has
-// none (never started, or dormant).
-func (in *instance) supervisor() *lifecycle.Supervisor {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.sup
-}
-
 // runStateLocked is the state of the instance's run (Stopped, with the
 // restarts of the run a dormancy ended, when it has none); mu is held.
 func (in *instance) runStateLocked() lifecycle.StateInfo {
-	if in.sup == nil {
-		return lifecycle.StateInfo{Restarts: int(in.restarts), Failures: in.srv.failures()}
+	if in.st.sup == nil {
+		return lifecycle.StateInfo{Restarts: int(in.st.restarts), Failures: in.srv.failures()}
 	}
-	return in.sup.State()
+	return in.st.sup.State()
 }
-
-// runState is runStateLocked, for callers without mu.
-func (in *instance) runState() lifecycle.StateInfo {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.runStateLocked()
-}
-
-// readyLocked reports whether the instance's run is serving (Ready or
-// Degraded); mu is held.
-func (in *instance) readyLocked() bool { return in.sup != nil && in.sup.IsReady() }
 
 // policy is the lifecycle policy of the instance under cfg, its callbacks
 // included (Supervisor.SetPolicy takes it whole when a reload changes the
@@ -245,63 +331,88 @@ func (in *instance) policy(cfg *config.Server) lifecycle.Policy {
 	return pol
 }
 
+// policyLocked is policy, with no restart for a retired instance: nothing
+// would use it. Called within a change.
+func (in *instance) policyLocked(st *instState, cfg *config.Server) lifecycle.Policy {
+	pol := in.policy(cfg)
+	if st.phase == phaseRetired {
+		pol.Restart = lifecycle.RestartNever
+	}
+	return pol
+}
+
+// setPolicyLocked makes the run's supervisor follow cfg's restart policy
+// and connect timeout; called within a change, so that a retired
+// instance — whenever the settings come — is never restarted by its
+// policy.
+func (in *instance) setPolicyLocked(st *instState, cfg *config.Server) {
+	if st.sup != nil {
+		st.sup.SetPolicy(in.policyLocked(st, cfg))
+	}
+}
+
+// applySettings makes the instance follow cfg's settings: the restart
+// policy and connect timeout of its supervisor, and its idle timer.
+func (in *instance) applySettings(cfg *config.Server) {
+	in.do(func(st *instState, fx *effects) {
+		in.setPolicyLocked(st, cfg)
+		fx.rearm = true
+	})
+}
+
 // restarting is the supervisor's OnRestarting: the attempt under way, if
 // any, failed with cause; the next begins.
 func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 	s := in.srv
 	in.attemptFailed(cause)
-	in.mu.Lock()
-	in.attempt = 1 + s.stderrMark()
-	in.restartAt = time.Now().Add(delay).UnixNano()
-	in.mu.Unlock()
+	mark := 1 + s.stderrMark()
 	d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
 	if cause != nil {
 		d["error"] = s.Config().RedactText(cause.Error())
 	}
-	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "restarting", Details: d})
+	in.do(func(st *instState, fx *effects) {
+		st.attempt = mark
+		st.restartAt = time.Now().Add(delay).UnixNano()
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarting", Details: d})
+	})
 }
 
 // restarted is the supervisor's OnRestart.
 func (in *instance) restarted() {
 	s := in.srv
-	in.mu.Lock()
-	in.attempt = 0
-	at := in.restartAt
-	in.restartAt = 0
-	in.mu.Unlock()
+	var at int64
+	fx := in.update(func(st *instState, fx *effects) {
+		st.attempt = 0
+		at, st.restartAt = st.restartAt, 0
+		fx.catchUp = true
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": st.pid}})
+		fx.refresh = in.key == ""
+	})
 	if at != 0 {
-		s.Telemetry().ObserveSpawn(time.Since(time.Unix(0, at)))
+		s.Telemetry().ObserveSpawn(time.Since(time.Unix(0, at))) // counted before the event says so
 	}
-	s.f.spawn(in.catchUp)
-	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": in.pid()}})
-	if in.key == "" {
-		s.requestRefresh(false, allKinds...)
-	}
+	in.apply(fx)
 }
 
 // failed is the supervisor's OnFailed.
 func (in *instance) failed(err error) {
 	s := in.srv
 	in.attemptFailed(err)
-	in.mu.Lock()
-	in.lastErr = err
-	in.mu.Unlock()
-	s.f.emit(Event{Server: s.Name(), Session: in.key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+	in.do(func(st *instState, fx *effects) {
+		st.lastErr = err
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+	})
 }
 
 // attemptFailed keeps in the history the restart attempt under way, if
 // one is, as failed with err: the supervisor reports an attempt's failure
 // only as the cause of the next attempt, or in its final failure.
 func (in *instance) attemptFailed(err error) {
-	in.mu.Lock()
-	at := in.attempt
-	in.attempt = 0
-	in.mu.Unlock()
+	var at uint64
+	in.do(func(st *instState, _ *effects) { at, st.attempt = st.attempt, 0 })
 	if at != 0 && err != nil {
-		se := in.startFailure(err, at-1)
-		in.mu.Lock()
-		in.lastErr = se
-		in.mu.Unlock()
+		se := in.startFailure(err, at-1) // records the exit: outside the lock
+		in.do(func(st *instState, _ *effects) { st.lastErr = se })
 	}
 }
 
@@ -316,12 +427,13 @@ func (in *instance) loopErrorLocked(err error) error {
 	var se *StartError
 	var ee *backend.ExitError
 	cfg := in.srv.Config()
+	last := in.st.lastErr
 	switch {
-	case errors.As(in.lastErr, &se):
-	case errors.As(in.lastErr, &ee):
+	case errors.As(last, &se):
+	case errors.As(last, &ee):
 		// A process that served, and ended before it answered a client
 		// (disconnected recorded how).
-		se = &StartError{Server: cfg.Name, Stage: StageServing, Err: in.lastErr, reason: exitReason(ee.Status, "while it served")}
+		se = &StartError{Server: cfg.Name, Stage: StageServing, Err: last, reason: exitReason(ee.Status, "while it served")}
 		if ee.Stderr != "" {
 			for _, l := range strings.Split(ee.Stderr, "\n") {
 				se.Stderr = append(se.Stderr, cfg.RedactText(l))
@@ -365,76 +477,82 @@ func (in *instance) connected(ctx context.Context, l Live) {
 			legacy = true
 		}
 	}
-	in.mu.Lock()
-	in.legacy = in.legacy || legacy
-	in.conn = l
-	in.firstUser, in.manyUsers = "", false
-	now := time.Now()
-	in.startedAt, in.lastActivity = now, now
-	in.spawns++
-	in.armLocked(now)
-	in.mu.Unlock()
+	pid, tree := pidOf(l), treeOf(l)
+	in.do(func(st *instState, _ *effects) {
+		st.legacy = st.legacy || legacy
+		st.pid, st.tree = pid, tree
+		st.firstUser, st.manyUsers = "", false
+		now := time.Now()
+		st.startedAt, st.lastActivity = now, now
+		st.spawns++ // (update arms the idle timer of a running instance)
+	})
 }
 
+// disconnected is the supervisor's OnDisconnect: the run's connection
+// ended (the supervisor no longer hands it out).
 func (in *instance) disconnected(err error) {
-	in.mu.Lock()
-	pid := pidOf(in.conn)
-	ended := in.conn
-	in.conn = nil
-	in.attempt = 0 // the restart that follows is caused by this end
-	if err != nil {
-		in.lastErr = err
+	var pid int
+	var tree endedTree
+	var stopping bool
+	in.do(func(st *instState, _ *effects) {
+		pid, tree = st.pid, st.tree
+		st.pid, st.tree = 0, nil
+		st.attempt = 0 // the restart that follows is caused by this end
+		if err != nil {
+			st.lastErr = err
+		}
+		stopping = st.phase.stopping()
+	})
+	if tree != nil {
+		in.srv.countTree(tree)
 	}
-	sleeping := in.phase == phaseSleeping || in.phase == phaseStopped || in.phase == phaseClosed || in.phase == phaseRetired
-	in.mu.Unlock()
-	in.srv.countEnd(ended)
-	if err != nil && !sleeping {
-		e := in.servingExit(err, pid)
-		d := map[string]any{"error": e.Error, "stage": e.Stage}
-		if pid != 0 {
-			d["pid"] = pid
-		}
-		if e.Code != nil {
-			d["code"] = *e.Code
-		}
-		if e.Signal != "" {
-			d["signal"] = e.Signal
-		}
-		if e.Kind != "" {
-			d["kind"] = e.Kind // "oom": its memory limit killed it
-		}
-		if e.OOMKills > 0 {
-			d["oomKills"] = e.OOMKills
-			if l := in.srv.Config().Limits; l != nil && l.Memory > 0 {
-				d["memoryLimitBytes"] = l.Memory
-			}
-		}
-		if e.PIDsLimitHits > 0 {
-			d["pidsLimitHits"] = e.PIDsLimitHits
-		}
-		var ee *backend.ExitError
-		if errors.As(err, &ee) && ee.Status.Stage != "" {
-			d["stopStep"] = ee.Status.Stage
-		}
-		if len(e.Stderr) > 0 {
-			d["stderr"] = e.Stderr
-		}
-		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
+	if err == nil || stopping {
+		return
 	}
+	e := in.servingExit(err, pid)
+	d := map[string]any{"error": e.Error, "stage": e.Stage}
+	if pid != 0 {
+		d["pid"] = pid
+	}
+	if e.Code != nil {
+		d["code"] = *e.Code
+	}
+	if e.Signal != "" {
+		d["signal"] = e.Signal
+	}
+	if e.Kind != "" {
+		d["kind"] = e.Kind // "oom": its memory limit killed it
+	}
+	if e.OOMKills > 0 {
+		d["oomKills"] = e.OOMKills
+		if l := in.srv.Config().Limits; l != nil && l.Memory > 0 {
+			d["memoryLimitBytes"] = l.Memory
+		}
+	}
+	if e.PIDsLimitHits > 0 {
+		d["pidsLimitHits"] = e.PIDsLimitHits
+	}
+	var ee *backend.ExitError
+	if errors.As(err, &ee) && ee.Status.Stage != "" {
+		d["stopStep"] = ee.Status.Stage
+	}
+	if len(e.Stderr) > 0 {
+		d["stderr"] = e.Stderr
+	}
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
 }
 
-func (in *instance) pid() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return pidOf(in.conn)
+// pid is the process of the instance's live connection, or 0.
+func (in *instance) pid() (pid int) {
+	in.view(func(*instState) { pid = pidOf(in.liveLocked()) })
+	return pid
 }
 
 // root is the process tree of the instance's live connection, if it has
 // a local one.
-func (in *instance) root() (proc.Root, bool) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return rootOf(in.conn)
+func (in *instance) root() (r proc.Root, ok bool) {
+	in.view(func(*instState) { r, ok = rootOf(in.liveLocked()) })
+	return r, ok
 }
 
 func pidOf(l Live) int {
@@ -444,97 +562,86 @@ func pidOf(l Live) int {
 	return 0
 }
 
+// treeOf is the process tree of a connection, to count its end, or nil.
+func treeOf(l Live) endedTree {
+	if c, ok := l.(*backend.Conn); ok && c != nil && c.Process() != nil {
+		return c.Process()
+	}
+	return nil
+}
+
 // begin counts a request Acquire serves as in flight, and returns its
 // number among the instance's requests (for end).
-func (in *instance) begin() int64 {
-	in.mu.Lock()
-	in.requests++
-	seq := in.requests
-	in.inflight++
-	in.lastActivity = time.Now()
-	in.mu.Unlock()
+func (in *instance) begin() (seq int64) {
+	in.do(func(st *instState, _ *effects) {
+		st.requests++
+		seq = st.requests
+		st.inflight++
+		st.lastActivity = time.Now()
+	})
 	return seq
 }
 
-// end ends a lease or a request begin counted: seq is the request's
-// number (begin), 0 for one that cannot have waited for a start (a lease
-// on the running connection, mcpvisor's own).
+// end ends a request begin counted that got no lease: seq is the
+// request's number (begin).
 func (in *instance) end(seq int64) {
-	in.mu.Lock()
-	due := in.endLocked(seq)
-	in.mu.Unlock()
-	if due {
-		in.srv.requestRefresh(false, allKinds...)
-	}
+	in.do(func(st *instState, fx *effects) { endLocked(st, fx, seq) })
 }
 
-// endLocked is end under in.mu, which it leaves held; due says the
-// caller, once it has released in.mu, must ask for the lists' refresh.
-func (in *instance) endLocked(seq int64) (due bool) {
-	in.inflight--
-	in.lastActivity = time.Now()
-	if in.inflight == 0 && in.phase == phaseRunning {
-		in.armLocked(in.lastActivity)
+// endLocked ends a request or a lease, within a change: seq is the
+// request's number (begin), 0 for one that cannot have waited for a start
+// (a lease on the running connection, mcpvisor's own). The last request
+// that waited for a start owing a list refresh asks for it.
+func endLocked(st *instState, fx *effects, seq int64) {
+	st.inflight--
+	st.lastActivity = time.Now()
+	if st.refreshAfter > 0 && seq > 0 && seq <= st.refreshUpTo {
+		st.refreshAfter--
+		fx.refresh = st.refreshAfter == 0
 	}
-	if in.refreshAfter > 0 && seq > 0 && seq <= in.refreshUpTo {
-		in.refreshAfter--
-		due = in.refreshAfter == 0
-	}
-	return due
 }
 
 func (in *instance) touch() {
-	in.mu.Lock()
-	in.lastActivity = time.Now()
-	in.mu.Unlock()
+	in.do(func(st *instState, _ *effects) { st.lastActivity = time.Now() })
 }
 
 // leaseRunning counts a lease on the running connection — a request when
-// request is set — and returns it, all under one lock; when the instance is
+// request is set — and returns it, all in one change; when the instance is
 // not running it counts nothing and returns nil.
-func (in *instance) leaseRunning(session string, request bool) Live {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	c := in.conn
-	if in.phase != phaseRunning || c == nil || !c.Alive() || !in.readyLocked() {
-		return nil
-	}
-	in.inflight++
-	in.holding++
-	if request {
-		in.requests++
-	} else {
-		in.own++
-	}
-	in.lastActivity = time.Now()
-	in.usedLocked(c, session)
-	return c
+func (in *instance) leaseRunning(session string, request bool) (l Live) {
+	in.do(func(st *instState, _ *effects) {
+		if l = in.servingLocked(); l == nil {
+			return
+		}
+		st.inflight++
+		st.holding++
+		if request {
+			st.requests++
+		} else {
+			st.own++
+		}
+		st.lastActivity = time.Now()
+		in.usedLocked(st, l, session)
+	})
+	return l
 }
 
 // release ends a lease leaseRunning or acquire gave: the call it held is
 // over (a drain waiting for the last one is told), and the request no
 // longer counts as in flight.
 func (in *instance) release(own bool, seq int64) {
-	in.mu.Lock()
-	if own {
-		in.own--
-	}
-	in.holding--
-	if in.holding == 0 && in.drained != nil {
-		close(in.drained)
-		in.drained = nil
-	}
-	due := in.endLocked(seq) // under the same lock: one per release
-	in.mu.Unlock()
-	if due {
-		in.srv.requestRefresh(false, allKinds...)
-	}
+	in.do(func(st *instState, fx *effects) {
+		if own {
+			st.own--
+		}
+		st.holding--
+		endLocked(st, fx, seq)
+	})
 }
 
-func (in *instance) isRetired() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.phase == phaseRetired
+func (in *instance) isRetired() (retired bool) {
+	in.view(func(st *instState) { retired = st.phase == phaseRetired })
+	return retired
 }
 
 // retire takes the instance out of service for good, at once: no lease is
@@ -544,73 +651,47 @@ func (in *instance) isRetired() bool {
 // The channel returned is closed once they are all released. Its process,
 // should it exit meanwhile, is not started again by the restart policy:
 // nothing would use it.
-func (in *instance) retire() <-chan struct{} {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.phase = phaseRetired
-	in.setPolicyLocked(in.srv.Config())
-	in.closes++ // a start in progress is stopped, not kept
-	if in.timer != nil {
-		in.timer.Stop()
-	}
-	return in.drainedLocked()
+func (in *instance) retire() (drained <-chan struct{}) {
+	in.do(func(st *instState, _ *effects) {
+		st.phase = phaseRetired
+		in.setPolicyLocked(st, in.srv.Config())
+		st.closes++ // a start in progress is stopped, not kept
+		drained = drainedLocked(st)
+	})
+	return drained
 }
 
 // drainedLocked returns a channel closed once every lease given on the
 // instance is released: at once when none is held, else the one channel
-// all such waiters share.
-func (in *instance) drainedLocked() <-chan struct{} {
-	if in.holding == 0 {
+// all such waiters share (update closes it). Called within a change.
+func drainedLocked(st *instState) <-chan struct{} {
+	if st.holding == 0 {
 		ch := make(chan struct{})
 		close(ch)
 		return ch
 	}
-	if in.drained == nil {
-		in.drained = make(chan struct{})
+	if st.drained == nil {
+		st.drained = make(chan struct{})
 	}
-	return in.drained
+	return st.drained
 }
 
-// applySettings makes the instance's supervisor follow cfg's restart
-// policy and connect timeout.
-func (in *instance) applySettings(cfg *config.Server) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.setPolicyLocked(cfg)
+// live is the run's connection while the supervisor hands it out
+// (liveLocked), whatever the instance's state: a draining instance's too.
+func (in *instance) live() (l Live) {
+	in.view(func(*instState) { l = in.liveLocked() })
+	return l
 }
 
-// setPolicyLocked sets the supervisor's policy under cfg; mu is held, so
-// that a retired instance — whenever the settings come — is never
-// restarted by its policy: nothing would use it.
-func (in *instance) setPolicyLocked(cfg *config.Server) {
-	if in.sup != nil {
-		in.sup.SetPolicy(in.policyLocked(cfg))
-	}
-}
-
-// policyLocked is policy, with no restart for a retired instance; mu is
-// held.
-func (in *instance) policyLocked(cfg *config.Server) lifecycle.Policy {
-	pol := in.policy(cfg)
-	if in.phase == phaseRetired {
-		pol.Restart = lifecycle.RestartNever
-	}
-	return pol
-}
-
-// current is the live connection, or nil.
-func (in *instance) current() Live {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.phase == phaseRunning && in.conn != nil && in.conn.Alive() && in.readyLocked() {
-		return in.conn
-	}
-	return nil
+// current is the connection a lease may be given on, or nil.
+func (in *instance) current() (l Live) {
+	in.view(func(*instState) { l = in.servingLocked() })
+	return l
 }
 
 // armLocked (re)arms the idle timer for the next moment the instance could
 // be due to sleep: idle for its idle timeout, or, with maxIdleMemory, its
-// next memory check (memoryCheckEvery). Callers hold mu.
+// next memory check (memoryCheckEvery). mu is held (update).
 func (in *instance) armLocked(now time.Time) {
 	cfg := in.srv.Config()
 	maxIdle := maxIdleMemory(cfg)
@@ -619,7 +700,7 @@ func (in *instance) armLocked(now time.Time) {
 	}
 	var next time.Time
 	if cfg.IdleTimeout > 0 {
-		_, next = idleDecision(activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
+		_, next = idleDecision(activity{now: now, lastActivity: in.st.lastActivity, startedAt: in.st.startedAt, ready: true}, cfg.IdleTimeout, cfg.StartGrace)
 		if next.IsZero() {
 			next = now // due now: the check decides
 		}
@@ -627,13 +708,28 @@ func (in *instance) armLocked(now time.Time) {
 	if check := now.Add(memoryCheckEvery); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
 		next = check
 	}
-	d := next.Sub(now)
-	if in.timer == nil {
-		in.timer = time.AfterFunc(d, in.idleCheck)
+	in.armAfterLocked(next.Sub(now))
+}
+
+// armAfterLocked arms the idle timer to fire after d, making it if there
+// is none (dropped at a dormancy, or never armed); mu is held.
+func (in *instance) armAfterLocked(d time.Duration) {
+	if in.st.timer == nil {
+		in.st.timer = time.AfterFunc(d, in.idleCheck)
 	} else {
-		in.timer.Reset(d)
+		in.st.timer.Reset(d)
 	}
 }
+
+// idle is what the idle timer's first look decides.
+type idle uint8
+
+const (
+	idleNothing idle = iota // not running, or busy: the end of a request re-arms
+	idleSleep               // put to sleep (begun)
+	idleMeasure             // idle, maxIdleMemory set: measure the tree, then look again
+	idleLater               // re-armed
+)
 
 // idleCheck runs when the idle timer fires: it puts the instance to sleep
 // if it is due — idle for its idle timeout, or, with maxIdleMemory, idle
@@ -650,134 +746,142 @@ func (in *instance) idleCheck() {
 		// the unsubscribe (a request) re-arms the timer.
 		return
 	}
-	in.mu.Lock()
-	if in.phase != phaseRunning {
-		in.mu.Unlock()
-		return
-	}
 	now := time.Now()
-	a := activity{now: now, lastActivity: in.lastActivity, startedAt: in.startedAt, inflight: int(in.inflight),
-		ready: in.conn != nil && in.conn.Alive() && in.runStateLocked().State == lifecycle.StateReady}
-	var sleep bool
 	var next time.Time
-	if cfg.IdleTimeout > 0 {
-		sleep, next = idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
-	}
-	if sleep {
-		in.sleepLocked(now, "", nil)
-		return
-	}
-	if maxIdle > 0 && a.ready && a.inflight == 0 && !now.Before(a.startedAt.Add(cfg.StartGrace)) {
-		// Measured without the lock (it reads /proc or cgroup files);
-		// slept only if nothing began meanwhile.
-		conn, requests := in.conn, in.requests
-		in.mu.Unlock()
-		mem, measured := in.treeMemory(conn)
-		pinned := in.srv.pinned(in.key) // takes the server's lock: not under in.mu
-		in.mu.Lock()
-		if measured && mem > maxIdle && !pinned && in.phase == phaseRunning && in.conn == conn && in.inflight == 0 && in.requests == requests {
-			in.sleepLocked(now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
+	var conn Live
+	var requests int64
+	decided := idleNothing
+	in.do(func(st *instState, fx *effects) {
+		if st.phase != phaseRunning {
 			return
 		}
-		if in.phase != phaseRunning {
-			in.mu.Unlock()
-			return
+		live := in.liveLocked()
+		a := activity{now: now, lastActivity: st.lastActivity, startedAt: st.startedAt, inflight: int(st.inflight),
+			ready: live != nil && live.Alive() && in.runStateLocked().State == lifecycle.StateReady}
+		var sleep bool
+		if cfg.IdleTimeout > 0 {
+			sleep, next = idleDecision(a, cfg.IdleTimeout, cfg.StartGrace)
 		}
-	}
-	if in.inflight > 0 {
-		// end() re-arms the timer when the last request finishes.
-		in.mu.Unlock()
+		switch {
+		case sleep:
+			in.sleepLocked(st, fx, now, "", nil)
+			decided = idleSleep
+		case maxIdle > 0 && a.ready && a.inflight == 0 && !now.Before(a.startedAt.Add(cfg.StartGrace)):
+			conn, requests, decided = live, st.requests, idleMeasure
+		case st.inflight == 0:
+			in.armAfterLocked(in.idleWait(cfg, maxIdle, now, next))
+			decided = idleLater
+		}
+	})
+	if decided != idleMeasure {
 		return
 	}
-	wait := cfg.IdleTimeout // starting or restarting, or idle timeout off: look again later
+	// Measured without the lock (it reads /proc or cgroup files); slept
+	// only if nothing began meanwhile.
+	mem, measured := in.treeMemory(conn)
+	pinned := in.srv.pinned(in.key) // takes the server's lock: not under in.mu
+	in.do(func(st *instState, fx *effects) {
+		if st.phase != phaseRunning {
+			return
+		}
+		if measured && mem > maxIdle && !pinned && in.liveLocked() == conn && st.inflight == 0 && st.requests == requests {
+			in.sleepLocked(st, fx, now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
+			return
+		}
+		if st.inflight == 0 {
+			in.armAfterLocked(in.idleWait(cfg, maxIdle, now, next))
+		} // else the end of the last request re-arms the timer
+	})
+}
+
+// idleWait is how long the idle timer waits before it looks again, when
+// it found the instance not due: until next, the idle decision's moment
+// (zero: starting or restarting, or idle timeout off — the idle timeout),
+// and at most memoryCheckEvery with maxIdleMemory.
+func (in *instance) idleWait(cfg *config.Server, maxIdle uint64, now, next time.Time) time.Duration {
+	wait := cfg.IdleTimeout
 	if !next.IsZero() {
 		wait = next.Sub(now)
 	}
 	if maxIdle > 0 && (wait <= 0 || memoryCheckEvery < wait) {
 		wait = memoryCheckEvery
 	}
-	if in.timer != nil {
-		in.timer.Reset(wait)
-	} else {
-		// Dropped at a dormancy, or never armed (sleeping was off when
-		// the process connected): this check, from an older timer, arms
-		// the instance's.
-		in.timer = time.AfterFunc(wait, in.idleCheck)
-	}
-	in.mu.Unlock()
+	return wait
 }
 
-// sleepLocked starts a dormant stop and returns a channel closed when it
-// is done; mu is held and released. by, if set, names who asked for the
-// sleep in the dormant event ("operator"); idleness asks for none. why, if
-// set, adds to the event's details why it sleeps early (maxIdleMemory).
-func (in *instance) sleepLocked(now time.Time, by string, why map[string]any) <-chan struct{} {
-	cfg := in.srv.Config()
-	in.phase = phaseSleeping
-	done := make(chan struct{})
-	in.sleepDone = done
-	pid := pidOf(in.conn)
-	idleFor := now.Sub(in.lastActivity)
-	last := in.lastActivity
-	sup := in.sup
-	in.mu.Unlock()
+// dormantStop is a dormant stop sleepLocked began: stopDormant runs it.
+type dormantStop struct {
+	cfg     *config.Server
+	sup     *lifecycle.Supervisor
+	done    chan struct{}
+	details map[string]any // of the dormant event
+}
 
-	go func() {
-		var err error
-		restarts := 0
-		if sup != nil { // (a running instance has its run; nothing to stop otherwise)
-			restarts = sup.State().Restarts // (Stop forgets them)
-			ctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
-			err = sup.Stop(ctx)
-			cancel()
-		}
-		in.mu.Lock()
-		dormant := in.phase == phaseSleeping
-		if dormant {
-			in.phase = phaseDormant
-			// A dormant instance keeps no timer: the next start arms a
-			// new one (a check that fires meanwhile finds it dormant).
-			if in.timer != nil {
-				in.timer.Stop()
-				in.timer = nil
-			}
+// sleepLocked begins a dormant stop, within a change: the instance is
+// Sleeping from now, and the stop runs once the lock is released
+// (fx.sleep). It returns the channel closed when the stop is done. by, if
+// set, names who asked for the sleep in the dormant event ("operator");
+// idleness asks for none. why, if set, adds to the event's details why it
+// sleeps early (maxIdleMemory).
+func (in *instance) sleepLocked(st *instState, fx *effects, now time.Time, by string, why map[string]any) <-chan struct{} {
+	st.phase = phaseSleeping
+	done := make(chan struct{})
+	st.sleepDone = done
+	d := map[string]any{"pid": pidOf(in.liveLocked()), "idleSeconds": now.Sub(st.lastActivity).Seconds(), "lastActivity": st.lastActivity}
+	if by != "" {
+		d["by"] = by
+	}
+	for k, v := range why {
+		d[k] = v
+	}
+	fx.sleep = &dormantStop{cfg: in.srv.Config(), sup: st.sup, done: done, details: d}
+	return done
+}
+
+// stopDormant runs a dormant stop sleepLocked began: it stops the run,
+// then makes the instance Dormant — unless something else (a close, a
+// retire) decided its state meanwhile —, drops the run, and reports it.
+func (in *instance) stopDormant(job *dormantStop) {
+	var err error
+	restarts := 0
+	sup := job.sup
+	if sup != nil { // (a running instance has its run; nothing to stop otherwise)
+		restarts = sup.State().Restarts // (Stop forgets them)
+		ctx, cancel := context.WithTimeout(context.Background(), stopBound(job.cfg.StdinWait, job.cfg.TermWait))
+		err = sup.Stop(ctx)
+		cancel()
+	}
+	dormant := false
+	in.do(func(st *instState, _ *effects) {
+		if st.phase == phaseSleeping {
+			dormant = true
+			st.phase = phaseDormant
 			// Nor its run: the next start makes one, with a connector.
 			// (A stop cut short by ctx keeps it: Stop finishes in the
 			// background, and a start waits for it. So does a start under
 			// way, which holds it: it ends as stopped.)
-			if err == nil && in.sup == sup && sup != nil && in.starting == nil {
-				in.restarts = int32(restarts)
-				in.sup = nil
+			if err == nil && st.sup == sup && sup != nil && st.starting == nil {
+				st.restarts = int32(restarts)
+				st.sup = nil
 			}
 		}
-		in.dormantAt = time.Now().UnixNano()
-		in.conn = nil
-		in.sleepDone = nil
-		in.mu.Unlock()
-		if dormant && in.key == "" && in.isDormant() {
-			in.srv.spill() // (a wake right after only makes its lists read from disk until the wake's relearn)
-		}
-		close(done)
-		d := map[string]any{"pid": pid, "idleSeconds": idleFor.Seconds(), "lastActivity": last}
-		if by != "" {
-			d["by"] = by
-		}
-		for k, v := range why {
-			d[k] = v
-		}
-		if err != nil {
-			d["error"] = err.Error()
-		}
-		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: d})
-	}()
-	return done
+		st.dormantAt = time.Now().UnixNano()
+		st.sleepDone = nil
+	})
+	if dormant && in.key == "" && in.isDormant() {
+		in.srv.spill() // (a wake right after only makes its lists read from disk until the wake's relearn)
+	}
+	close(job.done)
+	if err != nil {
+		job.details["error"] = err.Error()
+	}
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: job.details})
 }
 
 // isDormant reports whether the instance is dormant now.
-func (in *instance) isDormant() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.phase == phaseDormant
+func (in *instance) isDormant() (dormant bool) {
+	in.view(func(st *instState) { dormant = st.phase == phaseDormant })
+	return dormant
 }
 
 // rest puts the instance to sleep now if it runs, no client request is in
@@ -790,23 +894,27 @@ func (in *instance) rest(ctx context.Context, requests int64) bool {
 		if in.srv.pinned(in.key) {
 			return false
 		}
-		in.mu.Lock()
-		if in.phase != phaseRunning || in.inflight > in.own || in.requests != requests || in.conn == nil || in.starting != nil {
-			in.mu.Unlock()
+		var quiet <-chan struct{}
+		slept := false
+		in.do(func(st *instState, fx *effects) {
+			if st.phase != phaseRunning || st.inflight > st.own || st.requests != requests || in.liveLocked() == nil || st.starting != nil {
+				return
+			}
+			if st.own > 0 {
+				quiet = drainedLocked(st)
+				return
+			}
+			in.sleepLocked(st, fx, time.Now(), "", nil)
+			slept = true
+		})
+		if quiet == nil {
+			return slept
+		}
+		select {
+		case <-quiet:
+		case <-ctx.Done():
 			return false
 		}
-		if in.own > 0 {
-			quiet := in.drainedLocked()
-			in.mu.Unlock()
-			select {
-			case <-quiet:
-				continue
-			case <-ctx.Done():
-				return false
-			}
-		}
-		in.sleepLocked(time.Now(), "", nil)
-		return true
 	}
 }
 
@@ -823,132 +931,153 @@ func (in *instance) acquire(ctx context.Context) (l Live, woke bool, err error) 
 	return l, woke && err == nil, err
 }
 
+// wait is what acquire's look at the instance decides.
+type wait struct {
+	lease   Live            // leased: done
+	err     error           // refused: done
+	ch      <-chan struct{} // wait for it, then look again
+	what    string          // what ch is: "starting" or "going dormant"
+	gone    Live            // a dead connection: wait until the supervisor let it go
+	changed <-chan struct{} // the supervisor's next change (restarting)
+	info    lifecycle.StateInfo
+	start   chan struct{} // this caller began a start: wait for its outcome
+}
+
 func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 	name := in.srv.Name()
 	woke := false
 	for {
-		in.mu.Lock()
-		switch in.phase {
-		case phaseClosed:
-			in.mu.Unlock()
-			return nil, woke, fmt.Errorf("server %s: the client session has ended", name)
-		case phaseRetired:
-			in.mu.Unlock()
-			return nil, woke, errRetired
-		case phaseSleeping:
-			ch := in.sleepDone
-			in.mu.Unlock()
-			if err := waitFor(ctx, ch, name, "going dormant"); err != nil {
-				return nil, woke, err
-			}
-			continue
-		}
-		c := in.conn
-		if in.phase == phaseRunning && c != nil && c.Alive() && in.readyLocked() {
-			in.holding++ // released by release
-			in.mu.Unlock()
-			return c, woke, nil
-		}
-		if in.phase == phaseRunning && c != nil && !c.Alive() {
+		var w wait
+		in.do(func(st *instState, _ *effects) { w = in.lookLocked(ctx, st, &woke) })
+		switch {
+		case w.lease != nil:
+			return w.lease, woke, nil
+		case w.err != nil:
+			return nil, woke, w.err
+		case w.gone != nil:
 			// The process just went away: wait for the supervisor to see
 			// it (the tree is being reaped) and to restart it.
-			in.mu.Unlock()
-			if err := waitFor(ctx, c.Done(), name, "restarting"); err != nil {
+			if err := waitFor(ctx, w.gone.Done(), name, "restarting"); err != nil {
 				return nil, woke, err
 			}
-			if err := in.waitGone(ctx, c); err != nil {
+			if err := in.waitGone(ctx, w.gone); err != nil {
 				return nil, woke, err
 			}
-			continue
-		}
-		var changed <-chan struct{}
-		if in.starting == nil {
-			// A crash loop answers at once: a request never waits out
-			// a backoff (the supervisor's unattended restart, or the
-			// earliest a start may try again) — nor does one that would
-			// begin an instance of a server in a crash loop (a
-			// per-session server's, say: its instances share the
-			// server's record).
-			var err error
-			if in.sup != nil {
-				// Taken before what it says is read: a failure recorded
-				// after wakes the wait below, which then finds the loop.
-				changed = in.sup.Changed()
-				err = in.sup.CrashLoop()
-			} else {
-				err = in.srv.crashLoop()
+		case w.changed != nil:
+			select {
+			case <-w.changed:
+			case <-ctx.Done():
+				return nil, woke, restartingError(name, w.info, ctx.Err())
 			}
-			if err != nil {
-				err = in.loopErrorLocked(err)
-				in.mu.Unlock()
+		case w.start != nil:
+			afterStartBegun(w.start)
+			// Its own start's outcome, even if it has ended already (and
+			// st.starting with it): never a second start for one request.
+			if err := in.awaitStart(ctx, w.start); err != nil {
 				return nil, woke, err
 			}
-		}
-		if in.phase == phaseRunning && in.starting == nil && in.sup != nil {
-			// Restarting by its policy — at once after a run that
-			// answered, or after a single failure: wait for the next
-			// change of the supervisor's state. (Given up — Failed or
-			// Stopped — a request starts it again below.)
-			info := in.sup.State()
-			// Between the end of a session and the supervisor's move to
-			// Restarting the connection is gone while the state still says
-			// Ready: that is the start of a restart too.
-			gone := in.conn == nil && (info.State == lifecycle.StateReady || info.State == lifecycle.StateDegraded)
-			if info.State == lifecycle.StateRestarting || gone {
-				in.mu.Unlock()
-				select {
-				case <-changed:
-				case <-ctx.Done():
-					return nil, woke, restartingError(name, info, ctx.Err())
-				}
-				continue
-			}
-		}
-		if ch := in.starting; ch != nil {
-			woke = woke || in.waking
-			in.mu.Unlock()
-			if err := in.awaitStart(ctx, ch); err != nil {
+		case w.what == "starting":
+			if err := in.awaitStart(ctx, w.ch); err != nil {
 				return nil, woke, err
 			}
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			in.mu.Unlock()
-			return nil, woke, fmt.Errorf("server %s: %w", name, err) // nobody left to start it for
-		}
-		if in.srv.f.closed.Load() {
-			in.mu.Unlock()
-			return nil, woke, fmt.Errorf("server %s: %w", name, ErrFleetClosed)
-		}
-		// The start runs on its own; this caller waits for it like every
-		// other, within its own context.
-		ch := make(chan struct{})
-		in.starting = ch
-		in.waking = in.phase == phaseDormant
-		woke = woke || in.waking
-		go in.start(ch, in.phase, in.closes, time.Duration(time.Now().UnixNano()-in.dormantAt))
-		in.mu.Unlock()
-		afterStartBegun(ch)
-		// Its own start's outcome, even if it has ended already (and
-		// in.starting with it): never a second start for one request.
-		if err := in.awaitStart(ctx, ch); err != nil {
-			return nil, woke, err
+		default:
+			if err := waitFor(ctx, w.ch, name, w.what); err != nil {
+				return nil, woke, err
+			}
 		}
 	}
 }
 
+// lookLocked is one look of acquire at the instance, within a change: it
+// leases the serving connection, refuses, says what to wait for, or
+// begins a start.
+func (in *instance) lookLocked(ctx context.Context, st *instState, woke *bool) wait {
+	name := in.srv.Name()
+	switch st.phase {
+	case phaseClosed:
+		return wait{err: fmt.Errorf("server %s: the client session has ended", name)}
+	case phaseRetired:
+		return wait{err: errRetired}
+	case phaseSleeping:
+		return wait{ch: st.sleepDone, what: "going dormant"}
+	}
+	if l := in.servingLocked(); l != nil {
+		st.holding++ // released by release
+		return wait{lease: l}
+	}
+	live := in.liveLocked()
+	if st.phase == phaseRunning && live != nil && !live.Alive() {
+		return wait{gone: live}
+	}
+	var changed <-chan struct{}
+	if st.starting == nil {
+		// A crash loop answers at once: a request never waits out a
+		// backoff (the supervisor's unattended restart, or the earliest a
+		// start may try again) — nor does one that would begin an instance
+		// of a server in a crash loop (a per-session server's, say: its
+		// instances share the server's record).
+		var err error
+		if st.sup != nil {
+			// Taken before what it says is read: a failure recorded after
+			// wakes the wait below, which then finds the loop.
+			changed = st.sup.Changed()
+			err = st.sup.CrashLoop()
+		} else {
+			err = in.srv.crashLoop()
+		}
+		if err != nil {
+			return wait{err: in.loopErrorLocked(err)}
+		}
+	}
+	if st.phase == phaseRunning && st.starting == nil && st.sup != nil {
+		// Restarting by its policy — at once after a run that answered, or
+		// after a single failure: wait for the next change of the
+		// supervisor's state. (Given up — Failed or Stopped — a request
+		// starts it again below.)
+		info := st.sup.State()
+		// Between the end of a session and the supervisor's move to
+		// Restarting the supervisor hands out no session while its state
+		// still says Ready: that is the start of a restart too.
+		gone := live == nil && (info.State == lifecycle.StateReady || info.State == lifecycle.StateDegraded)
+		if info.State == lifecycle.StateRestarting || gone {
+			return wait{changed: changed, info: info}
+		}
+	}
+	if ch := st.starting; ch != nil {
+		*woke = *woke || st.waking
+		return wait{ch: ch, what: "starting"}
+	}
+	if err := ctx.Err(); err != nil {
+		return wait{err: fmt.Errorf("server %s: %w", name, err)} // nobody left to start it for
+	}
+	if in.srv.f.closed.Load() {
+		return wait{err: fmt.Errorf("server %s: %w", name, ErrFleetClosed)}
+	}
+	// The start runs on its own; this caller waits for it like every
+	// other, within its own context.
+	ch := make(chan struct{})
+	st.starting = ch
+	st.waking = st.phase == phaseDormant
+	*woke = *woke || st.waking
+	go in.start(ch, st.phase, st.closes, time.Duration(time.Now().UnixNano()-st.dormantAt))
+	return wait{start: ch}
+}
+
 // awaitStart waits for the start that closes ch to end, within ctx, and
 // returns its error (errRetired if the instance was retired meanwhile).
-func (in *instance) awaitStart(ctx context.Context, ch chan struct{}) error {
+func (in *instance) awaitStart(ctx context.Context, ch <-chan struct{}) error {
 	if err := waitFor(ctx, ch, in.srv.Name(), "starting"); err != nil {
 		return err
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.phase == phaseRetired {
-		return errRetired
-	}
-	return in.startErr
+	var err error
+	in.view(func(st *instState) {
+		if st.phase == phaseRetired {
+			err = errRetired
+		} else {
+			err = st.startErr
+		}
+	})
+	return err
 }
 
 // afterStartBegun is called by acquire once it began a start, with the
@@ -965,16 +1094,16 @@ var afterStartSignalled = func() {}
 var beforeSupervisorStart = func(s *Server) {}
 
 // start starts the instance's supervisor for the requests waiting on ch,
-// and closes ch when the outcome is recorded. was is the phase it starts
+// and closes ch when the outcome is recorded. was is the state it starts
 // from; gen the count of closes when it was decided: a close since wins.
 func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.Duration) {
 	name := in.srv.Name()
-
 	mark := in.srv.stderrMark()
-	in.mu.Lock()
-	in.attempt = 0 // this start's failure is kept below, not as an attempt
-	sup := in.runLocked()
-	in.mu.Unlock()
+	var sup *lifecycle.Supervisor
+	in.do(func(st *instState, _ *effects) {
+		st.attempt = 0 // this start's failure is kept below, not as an attempt
+		sup = in.runLocked(st)
+	})
 	beforeSupervisorStart(in.srv)
 	t0 := time.Now()
 	err := sup.Start(context.Background())
@@ -982,62 +1111,82 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	// What is cached may be older than this process: a shared instance
 	// that woke, or started with lists cached, looks again (a relaunched
 	// server's lists are learned again by relearn, whose lease alone lets
-	// it sleep after). Decided here, outside in.mu.
+	// it sleep after). Decided here, outside the lock.
 	look := err == nil && in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending()
+	var se *StartError
+	if err != nil && !errors.Is(err, lifecycle.ErrCrashLoop) {
+		var raced bool
+		in.view(func(st *instState) { raced = st.closes != gen })
+		if !raced { // (a start a close interrupted is no failure: see below)
+			se = in.startFailure(err, mark) // records the failure: outside the lock
+			err = se
+		}
+	}
 
-	in.mu.Lock()
-	in.starting, in.waking = nil, false
-	if in.closes != gen {
-		// A close (a Stop, the end of the session, the fleet's Close)
-		// raced the start, and wins whatever the start's outcome: what
-		// started is stopped, not kept running for nobody, and a start
-		// the close interrupted is no failure — it counts nothing
-		// towards the respawn limit and reports no failed event.
-		if err != nil {
-			// Nothing runs: only the waiters are told.
-			in.conn = nil
-			in.startErr = fmt.Errorf("server %s was stopped while it started", name)
-			in.mu.Unlock()
-			close(ch)
+	raced, refused := false, false
+	var pid int
+	fx := in.update(func(st *instState, fx *effects) {
+		st.starting, st.waking = nil, false
+		if st.closes != gen {
+			// A close (a Stop, the end of the session, the fleet's Close)
+			// raced the start, and wins whatever the start's outcome: what
+			// started is stopped, not kept running for nobody, and a start
+			// the close interrupted is no failure — it counts nothing
+			// towards the respawn limit and reports no failed event.
+			raced = true
+			st.startErr = fmt.Errorf("server %s was stopped while it started", name)
 			return
 		}
-		in.mu.Unlock()
+		st.refreshAfter = 0
+		switch {
+		case errors.Is(err, lifecycle.ErrCrashLoop):
+			// Refused at once, nothing started: no failure of its own, and
+			// no spawn, wake or start either (the loop began after acquire
+			// looked: another instance's failures, on the server's record).
+			refused = true
+			err = in.loopErrorLocked(err)
+		case se != nil:
+			st.lastErr = err
+			d := map[string]any{"error": se.Error(), "stage": se.Stage}
+			if len(se.Stderr) > 0 {
+				d["stderr"] = se.Stderr
+			}
+			fx.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
+		default:
+			st.phase = phaseRunning
+			if look {
+				// The requests that waited for this start go first: the
+				// refresh would compete with them for the new process,
+				// which reads one message at a time and runs on cold code.
+				if n := st.inflight - st.own; n > 0 {
+					// Those are the requests begun so far (numbered up to
+					// st.requests): no lease on the running connection
+					// could be taken before now.
+					st.refreshAfter, st.refreshUpTo = n, st.requests
+				} else {
+					fx.refresh = true
+				}
+			}
+			pid = pidOf(in.liveLocked())
+			details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
+			typ := "started"
+			if was == phaseDormant {
+				typ = "respawned"
+				details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+			}
+			fx.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
+			fx.catchUp = true
+		}
+		st.startErr = err
+	})
+	if raced {
+		if err != nil {
+			close(ch) // nothing runs: only the waiters are told
+			return
+		}
 		in.stopStarted(ch, sup)
 		return
 	}
-	var se *StartError
-	refreshNow, refused := false, false
-	in.refreshAfter = 0
-	switch {
-	case errors.Is(err, lifecycle.ErrCrashLoop):
-		// Refused at once, nothing started: no failure of its own, and
-		// no spawn, wake or start either (the loop began after acquire
-		// looked: another instance's failures, on the server's record).
-		refused = true
-		err = in.loopErrorLocked(err)
-	case err != nil:
-		se = in.startFailure(err, mark)
-		err = se
-		in.lastErr = err
-	default:
-		in.phase = phaseRunning
-		if look {
-			// The requests that waited for this start go first: the
-			// refresh would compete with them for the new process,
-			// which reads one message at a time and runs on cold code.
-			if n := in.inflight - in.own; n > 0 {
-				// Those are the requests begun so far (numbered up to
-				// in.requests): no lease on the running connection
-				// could be taken before now.
-				in.refreshAfter, in.refreshUpTo = n, in.requests
-			} else {
-				refreshNow = true
-			}
-		}
-	}
-	in.startErr = err
-	pid := pidOf(in.conn)
-	in.mu.Unlock()
 	if se == nil && !refused {
 		// Counted before the waiters go on: a request this start served,
 		// or that woke the server, finds them counted.
@@ -1048,64 +1197,41 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 	close(ch)
 	afterStartSignalled()
-	if refused {
-		return // the waiters have the crash loop's error; the failures that made it were reported
-	}
-	if se != nil {
-		d := map[string]any{"error": se.Error(), "stage": se.Stage}
-		if len(se.Stderr) > 0 {
-			d["stderr"] = se.Stderr
-		}
-		in.srv.f.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
-		return
-	}
-	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
-	typ := "started"
-	if was == phaseDormant {
-		typ = "respawned"
-		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
-	}
-	in.srv.f.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
-	in.srv.f.spawn(in.catchUp)
-	if refreshNow {
-		in.srv.requestRefresh(false, allKinds...)
-	}
+	in.apply(fx)
 }
 
 // stopStarted stops what a start that a close raced made with sup, tells
 // the requests waiting on ch that it was stopped while it started, and
 // reports it as stopped.
 func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor) {
-	name := in.srv.Name()
-	in.mu.Lock()
-	pid := pidOf(in.conn)
-	in.mu.Unlock()
-	sctx, cancel := context.WithTimeout(context.Background(), stopBound(in.srv.Config().StdinWait, in.srv.Config().TermWait))
+	pid := 0
+	if l, ok := sup.Session().(Live); ok {
+		pid = pidOf(l)
+	}
+	cfg := in.srv.Config()
+	sctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
 	serr := sup.Stop(sctx)
 	cancel()
-	in.mu.Lock()
-	in.conn = nil
-	in.startErr = fmt.Errorf("server %s was stopped while it started", name)
-	in.mu.Unlock()
 	close(ch)
 	d := map[string]any{"pid": pid, "reason": "stopped while it started"}
 	if serr != nil {
 		d["error"] = serr.Error()
 	}
-	in.srv.f.emit(Event{Server: name, Session: in.key, Type: "stopped", Details: d})
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "stopped", Details: d})
 }
 
 // waitGone waits until the supervisor has let go of a dead connection.
 func (in *instance) waitGone(ctx context.Context, c Live) error {
 	for {
-		sup := in.supervisor()
-		if sup == nil {
-			return nil // the run is over
-		}
-		changed := sup.Changed()
-		in.mu.Lock()
-		same := in.conn == c && in.sup == sup && sup.IsReady()
-		in.mu.Unlock()
+		var changed <-chan struct{}
+		same := false
+		in.view(func(st *instState) {
+			if st.sup == nil {
+				return // the run is over
+			}
+			changed = st.sup.Changed()
+			same = in.liveLocked() == c && st.sup.IsReady()
+		})
 		if !same {
 			return nil
 		}
@@ -1169,32 +1295,30 @@ func (in *instance) close(ctx context.Context) error { return in.closeFor(ctx, "
 
 // closeFor is close, with the reason its stopped event gives.
 func (in *instance) closeFor(ctx context.Context, reason string) error {
-	in.mu.Lock()
-	// Only the close that ends a running phase reports the stop: a second
-	// close finds the phase stopped, and a close during a dormant stop
-	// leaves the report to it.
-	running, pid := (in.phase == phaseRunning || in.phase == phaseRetired) && in.conn != nil, pidOf(in.conn)
-	in.closes++
-	switch {
-	case in.phase == phaseRetired:
-	case in.key != "":
-		in.phase = phaseClosed
-	case in.phase != phaseNew || in.starting != nil:
-		in.phase = phaseStopped
-	}
-	if in.timer != nil {
-		in.timer.Stop()
-	}
-	sup := in.sup
-	in.mu.Unlock()
+	var running bool
+	var pid int
+	var sup *lifecycle.Supervisor
+	in.do(func(st *instState, _ *effects) {
+		// Only the close that ends a running state reports the stop: a
+		// second close finds the instance stopped, and a close during a
+		// dormant stop leaves the report to it.
+		live := in.liveLocked()
+		running, pid = (st.phase == phaseRunning || st.phase == phaseRetired) && live != nil, pidOf(live)
+		st.closes++
+		switch {
+		case st.phase == phaseRetired:
+		case in.key != "":
+			st.phase = phaseClosed
+		case st.phase != phaseNew || st.starting != nil:
+			st.phase = phaseStopped
+		}
+		sup = st.sup
+	})
 	t0 := time.Now()
 	var err error
 	if sup != nil {
 		err = sup.Stop(ctx)
 	}
-	in.mu.Lock()
-	in.conn = nil
-	in.mu.Unlock()
 	if running {
 		d := map[string]any{"stopMs": float64(time.Since(t0).Microseconds()) / 1000}
 		if reason != "" {
@@ -1213,10 +1337,17 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 
 // rearm re-arms the idle timer of a running instance with nothing in
 // flight (after something that kept it awake went away).
-func (in *instance) rearm() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.phase == phaseRunning && in.inflight == 0 {
-		in.armLocked(time.Now())
-	}
+func (in *instance) rearm() { in.do(func(_ *instState, fx *effects) { fx.rearm = true }) }
+
+// supervisor is the supervisor of the instance's run, or nil when it has
+// none (never started, or dormant).
+func (in *instance) supervisor() (sup *lifecycle.Supervisor) {
+	in.view(func(st *instState) { sup = st.sup })
+	return sup
+}
+
+// runState is the state of the instance's run (runStateLocked).
+func (in *instance) runState() (info lifecycle.StateInfo) {
+	in.view(func(*instState) { info = in.runStateLocked() })
+	return info
 }

@@ -225,9 +225,7 @@ func (in *instance) replayTo(ctx context.Context, c Conn) {
 	for range 3 {
 		gen := in.srv.interestGen()
 		in.replayOnce(ctx, c)
-		in.mu.Lock()
-		in.replayed = gen
-		in.mu.Unlock()
+		in.do(func(st *instState, _ *effects) { st.replayed = gen })
 		if in.srv.interestGen() == gen || ctx.Err() != nil {
 			return
 		}
@@ -239,9 +237,8 @@ func (in *instance) replayTo(ctx context.Context, c Conn) {
 // the instance serves (when a request could not reach it yet) is not lost.
 // It is bounded by the init timeout (none if 0) and by ctx, the fleet's.
 func (in *instance) catchUp(ctx context.Context) {
-	in.mu.Lock()
-	replayed := in.replayed
-	in.mu.Unlock()
+	var replayed uint64
+	in.view(func(st *instState) { replayed = st.replayed })
 	if in.srv.interestGen() == replayed {
 		return
 	}

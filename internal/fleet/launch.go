@@ -63,11 +63,6 @@ const (
 	startedAsWritten = "as written"
 )
 
-// ErrNoLauncher is wrapped by Refresh's error for a server that has no
-// package launcher to resolve: a remote one, one whose command is not a
-// launcher, one configured "launch": "as-written".
-var ErrNoLauncher = errors.New("no package launcher to resolve")
-
 // launchRecord is what is known of a launch, as persisted
 // (store.Launch): its resolution, or why it has none.
 type launchRecord struct {

@@ -78,10 +78,6 @@ type SessionCapabilities interface {
 	SessionCapabilities(key string) json.RawMessage
 }
 
-// ErrInstanceLimit is wrapped by the error Acquire returns when a
-// per-session server already runs its maximum of instances.
-var ErrInstanceLimit = errors.New("per-session instance limit reached")
-
 // Lease is one request's hold on a server instance: while it is held the
 // request counts as in flight, so the instance does not go dormant.
 // Release it exactly once when the request is done (more calls do
@@ -121,21 +117,12 @@ func (l *Lease) Release() { l.once.Do(l.release) }
 
 func (l *Lease) release() { l.in.release(l.own, l.seq) }
 
-// Acquire leases a live connection of the named server for session (the
+// Acquire leases a live connection of the server for session (the
 // instance of that session when the server is per-session, else the shared
 // one), starting or respawning the process if needed: concurrent callers
 // share one spawn and its outcome. The request counts as in flight from
 // before the start, so the instance cannot go dormant under it. ctx bounds
 // the wait, not the spawn.
-func (f *Fleet) Acquire(ctx context.Context, server, session string) (*Lease, error) {
-	s := f.Get(server)
-	if s == nil {
-		return nil, fmt.Errorf("no server named %q", server)
-	}
-	return s.Acquire(ctx, session)
-}
-
-// Acquire is Fleet.Acquire for this server.
 //
 // A server the operator stopped, or a reload removed, refuses: the error
 // says which. An instance taken out of service while the caller waited on

@@ -378,14 +378,14 @@ func TestTryAcquire(t *testing.T) {
 			t.Fatal("TryAcquire of a running instance failed")
 		}
 		l.in.mu.Lock()
-		inflight, requests := l.in.inflight, l.in.requests
+		inflight, requests := l.in.st.inflight, l.in.st.requests
 		l.in.mu.Unlock()
 		if inflight != 1 || requests != 2 {
 			t.Fatalf("A's instance: %d in flight, %d requests; want the lease counted as a request", inflight, requests)
 		}
 		l.Release()
 		l.in.mu.Lock()
-		inflight = l.in.inflight
+		inflight = l.in.st.inflight
 		l.in.mu.Unlock()
 		if inflight != 0 {
 			t.Fatalf("%d in flight after the release", inflight)

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -16,5 +17,10 @@ func init() {
 
 func TestMain(m *testing.M) {
 	proc.RunShimIfRequested()
+	// A move of an instance the table refuses is a bug: every test fails
+	// on it, not only the table's own.
+	transitionRefused = func(in *instance, from, to phase) {
+		panic(fmt.Sprintf("server %s: instance moved from %s to %s, which the table refuses", in.srv.Name(), from, to))
+	}
 	goleak.VerifyTestMain(m)
 }

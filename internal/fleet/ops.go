@@ -8,14 +8,6 @@ import (
 	"time"
 )
 
-// ErrStopped is wrapped by the error a request gets while the operator
-// has stopped its server (Server.Stop), until Server.Start.
-var ErrStopped = errors.New("stopped by the operator")
-
-// ErrRemoved is wrapped by the error a request gets on a server a reload
-// removed from the configuration.
-var ErrRemoved = errors.New("removed from the configuration")
-
 // refused is the error a request gets instead of an instance, or nil.
 func (s *Server) refused() error {
 	if p := s.refusal.Load(); p != nil {
@@ -242,12 +234,9 @@ func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 // inherit carries the server's counts from the shared instance in
 // replaced to in, its successor.
 func (in *instance) inherit(replaced *instance) {
-	replaced.mu.Lock()
-	spawns := replaced.spawns
-	replaced.mu.Unlock()
-	in.mu.Lock()
-	in.spawns += spawns // the server's count, not the instance's
-	in.mu.Unlock()
+	var spawns int32
+	replaced.view(func(st *instState) { spawns = st.spawns })
+	in.do(func(st *instState, _ *effects) { st.spawns += spawns }) // the server's count, not the instance's
 }
 
 // freePlace counts one stopping per-session instance as gone, and lets a

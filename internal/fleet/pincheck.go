@@ -3,15 +3,11 @@ package fleet
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 )
-
-// ErrToolHeld is matched (errors.Is) by CheckTool's error for a tool a
-// pinned server holds back, a *HeldError.
-var ErrToolHeld = errors.New("held back until approved")
 
 // HeldError is CheckTool's error for a tool a pinned server holds back:
 // its message is the one the client gets.
@@ -33,7 +29,7 @@ func (e *HeldError) Is(target error) bool { return target == ErrToolHeld }
 
 // liveTools is what one process of an instance lists as its tools, for
 // CheckTool: learned from conn, valid while no list_changed came from the
-// instance since the learn began (gen). Kept by the instance under its mu,
+// instance since the learn began (gen). Kept by the instance (toolsCheck),
 // made only for a pinned server.
 type liveTools struct {
 	conn     Conn
@@ -41,6 +37,14 @@ type liveTools struct {
 	setGen   uint64    // gen when the learn of set began
 	gen      uint64    // list_changed notifications of the instance, ever
 	learning *toolsLearn
+}
+
+// toolsCheck is what CheckTool learned of an instance's processes: its
+// own piece of state, with its own lock (no lifecycle state is read under
+// it, nor it under the instance's).
+type toolsCheck struct {
+	mu sync.Mutex
+	v  *liveTools // nil until a pinned server's tools are watched
 }
 
 // toolsLearn is one learn of a process's tools (conn's, begun at the
@@ -55,7 +59,7 @@ type toolsLearn struct {
 	done    chan struct{} // closed once set and err are final
 	set     drift.Set
 	err     error
-	waiters int // callers waiting on done; under the instance's mu
+	waiters int // callers waiting on done; under toolsCheck.mu
 	cancel  context.CancelFunc
 }
 
@@ -64,30 +68,30 @@ type toolsLearn struct {
 // Counted whatever the pin setting once anything was learned for a pin
 // (a server unpinned and pinned again does not trust a list from before).
 func (in *instance) toolsChanged() {
-	in.mu.Lock()
-	if in.live == nil && in.srv.Config().Pin {
-		in.live = &liveTools{}
+	in.tools.mu.Lock()
+	if in.tools.v == nil && in.srv.Config().Pin {
+		in.tools.v = &liveTools{}
 	}
-	if in.live != nil {
-		in.live.gen++
+	if in.tools.v != nil {
+		in.tools.v.gen++
 	}
-	in.mu.Unlock()
+	in.tools.mu.Unlock()
 }
 
 // sawTools records a list of tools learned from conn, a connection of the
 // instance, when the learn began at list_changed count gen (liveGen).
 func (in *instance) sawTools(conn Conn, gen uint64, items []json.RawMessage) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.live == nil || in.live.learning != nil {
+	in.tools.mu.Lock()
+	defer in.tools.mu.Unlock()
+	if in.tools.v == nil || in.tools.v.learning != nil {
 		// Not pinned (or pinned since the learn began: CheckTool learns
 		// for itself), or a learn of CheckTool's own is under way.
 		return
 	}
-	if in.live.gen != gen {
+	if in.tools.v.gen != gen {
 		return // a list_changed came meanwhile: older than the process's list
 	}
-	in.live.conn, in.live.set, in.live.setGen = conn, drift.Index(drift.Tool, items), gen
+	in.tools.v.conn, in.tools.v.set, in.tools.v.setGen = conn, drift.Index(drift.Tool, items), gen
 }
 
 // liveGen is the instance's list_changed count, to give sawTools; ok is
@@ -96,12 +100,12 @@ func (in *instance) liveGen() (gen uint64, ok bool) {
 	if !in.srv.Config().Pin {
 		return 0, false
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.live == nil {
-		in.live = &liveTools{}
+	in.tools.mu.Lock()
+	defer in.tools.mu.Unlock()
+	if in.tools.v == nil {
+		in.tools.v = &liveTools{}
 	}
-	return in.live.gen, true
+	return in.tools.v.gen, true
 }
 
 // toolsOf returns the tools conn's process lists: those learned from it
@@ -119,20 +123,20 @@ func (in *instance) liveGen() (gen uint64, ok bool) {
 // learn: a change is reported as definitions_changed.
 func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
 	for {
-		in.mu.Lock()
-		if in.live == nil {
-			in.live = &liveTools{}
+		in.tools.mu.Lock()
+		if in.tools.v == nil {
+			in.tools.v = &liveTools{}
 		}
-		v := in.live
+		v := in.tools.v
 		if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
 			set := v.set
-			in.mu.Unlock()
+			in.tools.mu.Unlock()
 			return set, nil
 		}
 		c := v.learning
 		if c != nil && c.conn != conn {
 			// Another process's: one learn at a time; then look again.
-			in.mu.Unlock()
+			in.tools.mu.Unlock()
 			select {
 			case <-c.done:
 				continue
@@ -144,14 +148,14 @@ func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
 			c = in.startToolsLearn(ctx, v, conn)
 		}
 		c.waiters++
-		in.mu.Unlock()
+		in.tools.mu.Unlock()
 
 		select {
 		case <-c.done:
-			in.mu.Lock()
+			in.tools.mu.Lock()
 			c.waiters--
 			stale := v.gen != c.gen
-			in.mu.Unlock()
+			in.tools.mu.Unlock()
 			if c.err != nil {
 				return nil, c.err
 			}
@@ -160,7 +164,7 @@ func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
 			}
 			continue // a list_changed came meanwhile: learn again
 		case <-ctx.Done():
-			in.mu.Lock()
+			in.tools.mu.Lock()
 			c.waiters--
 			if c.waiters == 0 && v.learning == c {
 				// Nobody waits for it any more: end it, and let the next
@@ -168,14 +172,14 @@ func (in *instance) toolsOf(ctx context.Context, conn Conn) (drift.Set, error) {
 				v.learning = nil
 				c.cancel()
 			}
-			in.mu.Unlock()
+			in.tools.mu.Unlock()
 			return nil, context.Cause(ctx)
 		}
 	}
 }
 
 // startToolsLearn starts the learn of conn's tools that toolsOf callers
-// share; called with the instance's mu held. It runs as the fleet's
+// share; called with in.tools.mu held. It runs as the fleet's
 // background work: it ends on its answer, its request timeout, its last
 // caller leaving (cancel), the connection's end or the fleet's Close; a
 // fleet already closed fails it at once.
@@ -199,9 +203,9 @@ func (in *instance) startToolsLearn(ctx context.Context, v *liveTools, conn Conn
 		stop := context.AfterFunc(fleetCtx, cancel)
 		defer stop()
 		set, err := in.learnTools(lctx, conn)
-		in.mu.Lock()
+		in.tools.mu.Lock()
 		finishLocked(set, err)
-		in.mu.Unlock()
+		in.tools.mu.Unlock()
 	})
 	if !started {
 		cancel()
@@ -306,12 +310,12 @@ func (s *Server) CheckTool(ctx context.Context, l *Lease, name string) error {
 // (the lists the process sent meanwhile were not watched for it).
 func (s *Server) forgetLiveTools() {
 	for _, in := range s.instances() {
-		in.mu.Lock()
-		if in.live != nil && in.live.learning == nil {
-			in.live = nil
-		} else if in.live != nil {
-			in.live.gen++ // a learn under way: its list is not kept
+		in.tools.mu.Lock()
+		if in.tools.v != nil && in.tools.v.learning == nil {
+			in.tools.v = nil
+		} else if in.tools.v != nil {
+			in.tools.v.gen++ // a learn under way: its list is not kept
 		}
-		in.mu.Unlock()
+		in.tools.mu.Unlock()
 	}
 }

@@ -282,9 +282,9 @@ func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
 		if n, _ := df.listStats(); n != before+3 {
 			t.Fatalf("%d tools/list calls, want 3: X's, X's again after the list_changed, Y's own", n-before)
 		}
-		in.mu.Lock()
-		owner := in.live.conn
-		in.mu.Unlock()
+		in.tools.mu.Lock()
+		owner := in.tools.v.conn
+		in.tools.mu.Unlock()
 		if owner != x && owner != Conn(y) {
 			t.Fatalf("the list kept is of neither connection")
 		}

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -42,14 +41,6 @@ type Applied struct {
 	// in flight — its own endpoint — may go then.
 	Removed map[string]<-chan struct{}
 }
-
-// ErrNotReloaded is wrapped by the error of a reload that applied
-// nothing: the fleet is closing (ErrReloadClosed), or its caller gave up
-// before its turn.
-var ErrNotReloaded = errors.New("nothing reloaded")
-
-// ErrReloadClosed is returned by a reload once the fleet is closing.
-var ErrReloadClosed = fmt.Errorf("mcpvisor is shutting down: %w", ErrNotReloaded)
 
 // Reload replaces the fleet's configuration by cfg, already parsed and
 // validated whole, and applies the difference server by server:

@@ -193,10 +193,9 @@ func (s *Server) Init() *InitResult {
 
 // Requests counts the requests ever begun on the shared instance.
 func (s *Server) Requests() int64 {
-	in := s.sharedIn()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.requests
+	var n int64
+	s.sharedIn().view(func(st *instState) { n = st.requests })
+	return n
 }
 
 // Rest puts the shared instance to sleep at once if it is running, has no

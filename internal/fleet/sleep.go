@@ -2,22 +2,11 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
-
-// ErrNotRunning is wrapped by Sleep's error for a server that has no
-// running process to put to sleep: not started yet, starting, restarting,
-// failed, already dormant, or served per client session.
-var ErrNotRunning = errors.New("not running")
-
-// ErrBusy is wrapped by Sleep's error for a server that must stay up for
-// now: requests are in flight, or a client subscribed to its resources
-// (whose updates only a running server can send).
-var ErrBusy = errors.New("busy")
 
 // Sleep is the operator's "sleep now": the server's running shared
 // instance goes dormant at once, as it would after its idle timeout — its
@@ -77,24 +66,29 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 	if s.pinned(in.key) {
 		return nil, nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
 	}
-	in.mu.Lock()
-	if in.phase == phaseSleeping {
-		done := in.sleepDone
-		in.mu.Unlock()
-		return done, nil, nil
+	notRunning := false
+	fx := in.update(func(st *instState, fx *effects) {
+		if st.phase == phaseSleeping {
+			done = st.sleepDone
+			return
+		}
+		if l := in.liveLocked(); st.phase != phaseRunning || l == nil || !l.Alive() || in.runStateLocked().State != lifecycle.StateReady {
+			notRunning = true
+			return
+		}
+		if n := st.inflight - st.own; n > 0 {
+			err = fmt.Errorf("server %s is %w: %d request(s) in flight (it sleeps on its own once idle; a stop lets them finish first)", name, ErrBusy, n)
+			return
+		}
+		if st.own > 0 {
+			quiet = drainedLocked(st)
+			return
+		}
+		done = in.sleepLocked(st, fx, time.Now(), "operator", nil)
+	})
+	in.apply(fx)
+	if notRunning {
+		err = fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
 	}
-	if in.phase != phaseRunning || in.conn == nil || !in.conn.Alive() || in.runStateLocked().State != lifecycle.StateReady {
-		in.mu.Unlock()
-		return nil, nil, fmt.Errorf("server %s is %s, %w: there is no process to put to sleep", name, s.Status().State, ErrNotRunning)
-	}
-	if n := in.inflight - in.own; n > 0 {
-		in.mu.Unlock()
-		return nil, nil, fmt.Errorf("server %s is %w: %d request(s) in flight (it sleeps on its own once idle; a stop lets them finish first)", name, ErrBusy, n)
-	}
-	if in.own > 0 {
-		q := in.drainedLocked()
-		in.mu.Unlock()
-		return nil, q, nil
-	}
-	return in.sleepLocked(time.Now(), "operator", nil), nil, nil
+	return done, quiet, err
 }

@@ -106,33 +106,38 @@ func ready(st Status) bool {
 	return false
 }
 
-func (in *instance) status() Status {
-	in.mu.Lock()
-	defer in.mu.Unlock()
+func (in *instance) status() (st Status) {
+	in.view(func(is *instState) { st = in.statusLocked(is) })
+	return st
+}
+
+// statusLocked derives the instance's status from its state and its run's
+// (the one place that does); mu is held.
+func (in *instance) statusLocked(is *instState) Status {
 	sup := in.runStateLocked()
 	st := Status{
-		InFlight:    int(in.inflight),
+		InFlight:    int(is.inflight),
 		Restarts:    sup.Restarts,
 		Failures:    sup.Failures,
 		NextAttempt: sup.NextAttempt,
-		Spawns:      int(in.spawns),
+		Spawns:      int(is.spawns),
 	}
-	switch in.phase {
+	switch is.phase {
 	case phaseNew:
 		st.State = "new"
-		if in.starting != nil {
+		if is.starting != nil {
 			st.State = "starting"
-		} else if in.startErr != nil {
+		} else if is.startErr != nil {
 			st.State = "failed" // its last start failed; the next request tries again
 		}
 	case phaseSleeping, phaseDormant:
 		st.State = "dormant"
-		if in.dormantAt != 0 {
-			st.DormantSince = time.Unix(0, in.dormantAt)
+		if is.dormantAt != 0 {
+			st.DormantSince = time.Unix(0, is.dormantAt)
 		}
 	case phaseStopped, phaseClosed:
 		st.State = "stopped"
-		if in.starting != nil {
+		if is.starting != nil {
 			st.State = "starting"
 		}
 	default:
@@ -151,17 +156,17 @@ func (in *instance) status() Status {
 			st.State = "stopped"
 		}
 	}
-	if in.starting != nil && st.State == "dormant" {
+	if is.starting != nil && st.State == "dormant" {
 		st.State = "starting"
 	}
-	if in.conn != nil && (st.State == "running" || st.State == "degraded") {
-		st.PID = pidOf(in.conn)
-		st.StartedAt = in.startedAt
+	if l := in.liveLocked(); l != nil && (st.State == "running" || st.State == "degraded") {
+		st.PID = pidOf(l)
+		st.StartedAt = is.startedAt
 	}
-	if !in.lastActivity.IsZero() {
-		st.LastActivity = in.lastActivity
+	if !is.lastActivity.IsZero() {
+		st.LastActivity = is.lastActivity
 	}
-	err := in.lastErr
+	err := is.lastErr
 	if err == nil {
 		err = sup.LastError
 	}

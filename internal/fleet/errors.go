@@ -1,0 +1,69 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The fleet's error sentinels, all in one place: each is wrapped (or, for
+// ErrToolHeld, matched) by the errors of the operations its comment names.
+
+// errRetired is what acquire returns on a retired instance: the caller
+// asks its server for the instance now in service.
+var errRetired = errors.New("instance retired")
+
+// Errors of Approve.
+var (
+	// ErrNotPending: a named tool is not held back (the error lists those
+	// that are).
+	ErrNotPending = errors.New("not pending approval")
+	// ErrStaleApproval: a named tool's definition changed since the
+	// fingerprint the approval gave.
+	ErrStaleApproval = errors.New("definition changed since it was reviewed")
+)
+
+// ErrNotLost is AcceptLost's error for a server whose tools are not lost.
+var ErrNotLost = errors.New("has not lost its tools")
+
+// ErrNotReloaded is wrapped by the error of a reload that applied
+// nothing: the fleet is closing (ErrReloadClosed), or its caller gave up
+// before its turn.
+var ErrNotReloaded = errors.New("nothing reloaded")
+
+// ErrReloadClosed is returned by a reload once the fleet is closing.
+var ErrReloadClosed = fmt.Errorf("mcpvisor is shutting down: %w", ErrNotReloaded)
+
+// ErrFleetClosed is wrapped by the error a request gets once the fleet is
+// closing: nothing starts any more.
+var ErrFleetClosed = errors.New("mcpvisor is shutting down")
+
+// ErrNoLauncher is wrapped by Refresh's error for a server that has no
+// package launcher to resolve: a remote one, one whose command is not a
+// launcher, one configured "launch": "as-written".
+var ErrNoLauncher = errors.New("no package launcher to resolve")
+
+// ErrInstanceLimit is wrapped by the error Acquire returns when a
+// per-session server already runs its maximum of instances.
+var ErrInstanceLimit = errors.New("per-session instance limit reached")
+
+// ErrStopped is wrapped by the error a request gets while the operator
+// has stopped its server (Server.Stop), until Server.Start.
+var ErrStopped = errors.New("stopped by the operator")
+
+// ErrRemoved is wrapped by the error a request gets on a server a reload
+// removed from the configuration.
+var ErrRemoved = errors.New("removed from the configuration")
+
+// ErrToolHeld is matched (errors.Is) by CheckTool's error for a tool a
+// pinned server holds back, a *HeldError.
+var ErrToolHeld = errors.New("held back until approved")
+
+// ErrNotRunning is wrapped by Sleep's error for a server that has no
+// running process to put to sleep: not started yet, starting, restarting,
+// failed, already dormant, or served per client session.
+var ErrNotRunning = errors.New("not running")
+
+// ErrBusy is wrapped by Sleep's error for a server that must stay up for
+// now: requests are in flight, or a client subscribed to its resources
+// (whose updates only a running server can send).
+var ErrBusy = errors.New("busy")
