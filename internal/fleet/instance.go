@@ -1124,7 +1124,6 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	}
 
 	raced, refused := false, false
-	var pid int
 	fx := in.update(func(st *instState, fx *effects) {
 		st.starting, st.waking = nil, false
 		if st.closes != gen {
@@ -1153,29 +1152,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			}
 			fx.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
 		default:
-			st.phase = phaseRunning
-			if look {
-				// The requests that waited for this start go first: the
-				// refresh would compete with them for the new process,
-				// which reads one message at a time and runs on cold code.
-				if n := st.inflight - st.own; n > 0 {
-					// Those are the requests begun so far (numbered up to
-					// st.requests): no lease on the running connection
-					// could be taken before now.
-					st.refreshAfter, st.refreshUpTo = n, st.requests
-				} else {
-					fx.refresh = true
-				}
-			}
-			pid = pidOf(in.liveLocked())
-			details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
-			typ := "started"
-			if was == phaseDormant {
-				typ = "respawned"
-				details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
-			}
-			fx.emit(Event{Server: name, Session: in.key, Type: typ, Details: details})
-			fx.catchUp = true
+			in.startedLocked(st, fx, was, look, took, dormantFor)
 		}
 		st.startErr = err
 	})
@@ -1198,6 +1175,35 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	close(ch)
 	afterStartSignalled()
 	in.apply(fx)
+}
+
+// startedLocked records a start that succeeded, within its change: the
+// instance runs; look says its lists are to be looked at again, after the
+// requests that waited for the start.
+func (in *instance) startedLocked(st *instState, fx *effects, was phase, look bool, took, dormantFor time.Duration) {
+	st.phase = phaseRunning
+	if look {
+		// The requests that waited for this start go first: the refresh
+		// would compete with them for the new process, which reads one
+		// message at a time and runs on cold code.
+		if n := st.inflight - st.own; n > 0 {
+			// Those are the requests begun so far (numbered up to
+			// st.requests): no lease on the running connection could be
+			// taken before now.
+			st.refreshAfter, st.refreshUpTo = n, st.requests
+		} else {
+			fx.refresh = true
+		}
+	}
+	pid := pidOf(in.liveLocked())
+	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
+	typ := "started"
+	if was == phaseDormant {
+		typ = "respawned"
+		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+	}
+	fx.emit(Event{Server: in.srv.Name(), Session: in.key, Type: typ, Details: details})
+	fx.catchUp = true
 }
 
 // stopStarted stops what a start that a close raced made with sup, tells
