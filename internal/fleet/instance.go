@@ -40,8 +40,12 @@ type instance struct {
 
 	tools toolsCheck // a pinned server's: what its process lists, for CheckTool
 
-	mu sync.Mutex // guards st, which only update changes
+	mu sync.Mutex // guards st, which only update changes, and fx
 	st instState
+	// fx collects the effects of the change update runs: a field, not a
+	// local, so that handing it to the change costs no allocation (the
+	// lease path runs two changes per call).
+	fx effects
 }
 
 // instState is an instance's mutable state: read under instance.mu,
@@ -117,11 +121,10 @@ func (fx *effects) emit(e Event) { fx.events = append(fx.events, e) }
 // the lock is released. change must not block, nor call into anything
 // that takes the instance's lock.
 func (in *instance) update(change func(st *instState, fx *effects)) effects {
-	var fx effects
 	in.mu.Lock()
-	st := &in.st
+	st, fx := &in.st, &in.fx
 	was, inflight, spawns := st.phase, st.inflight, st.spawns
-	change(st, &fx)
+	change(st, fx)
 	if st.phase != was && !canMove(was, st.phase) {
 		transitionRefused(in, was, st.phase)
 	}
@@ -145,8 +148,10 @@ func (in *instance) update(change func(st *instState, fx *effects)) effects {
 		// process connected, or what kept it awake went away.
 		in.armLocked(time.Now())
 	}
+	out := *fx
+	*fx = effects{}
 	in.mu.Unlock()
-	return fx
+	return out
 }
 
 // do is update, then apply.
