@@ -166,8 +166,8 @@ func TestSessionNilAfterStop(t *testing.T) {
 		}
 		wantSession(t, s, nil)
 
-		// A session slow to end after Close: from the moment the run closes
-		// it, Session no longer hands it out.
+		// A session slow to end after Close: handed out while its close is
+		// under way (it has not ended), nil once it has ended.
 		conn.mu.Lock()
 		conn.stuck = true
 		conn.mu.Unlock()
@@ -181,7 +181,7 @@ func TestSessionNilAfterStop(t *testing.T) {
 		if stuck.closes.Load() == 0 {
 			t.Fatal("Stop did not close the session")
 		}
-		wantSession(t, s, nil)
+		wantSession(t, s, stuck)
 		stuck.end(nil)
 		must(t, <-stopc)
 		wantState(t, s, StateStopped)
@@ -189,8 +189,8 @@ func TestSessionNilAfterStop(t *testing.T) {
 	})
 }
 
-// RestartAndWait: the old session is not handed out once it is being
-// closed; after the call, the new one is.
+// RestartAndWait: after the call, the new session is handed out, and the
+// old one never again.
 func TestSessionAcrossRestartAndWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := &fakeConnector{}

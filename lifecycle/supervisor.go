@@ -226,10 +226,13 @@ func (s *Supervisor) Restarted() <-chan struct{} {
 // Restarted's channel is closed. Session is nil:
 //
 //   - before the first Start, and while Start or a reconnect is connecting;
-//   - from the moment the run sees the session end: when Wait returns, or,
-//     for an end that Stop or RestartAndWait asks for, before the session's
-//     Close is called. Either way before OnDisconnect is called, so that
-//     OnDisconnect and everything after it never get the ended session;
+//   - from the moment the run sees the session end, when its Wait returns
+//     — also for an end that Stop or RestartAndWait asks for: while the
+//     session's close is under way it is still handed out (its process
+//     still holds memory, and what it sends still comes from it; a caller
+//     that must not use a closing session knows it asked for the close) —,
+//     and before OnDisconnect is called, so that OnDisconnect and
+//     everything after it never get the ended session;
 //   - during a Restarting wait, and in Stopped and Failed — so after Stop
 //     has returned nil, which it does only once the run has closed its
 //     session.
@@ -257,7 +260,7 @@ func (s *Supervisor) Session() Session {
 func (s *Supervisor) serve(sess Session) { s.cur.Store(&serving{sess: sess}) }
 
 // unserve stops handing out the run's session (Session returns nil), as
-// soon as the run sees it end or decides to end it.
+// soon as the run sees it end.
 func (s *Supervisor) unserve() { s.cur.Store(nil) }
 
 // Start makes the first connection of a run and, when it succeeds, leaves
@@ -563,11 +566,9 @@ func (s *Supervisor) watch(r *run, sess Session) (end error, forced bool) {
 			s.streak().Reset()
 		case <-r.restart:
 			forced = true
-			s.unserve() // a session being closed is not handed out
 			s.closeSession(r, sess)
 		case <-stopping:
 			stopping = nil
-			s.unserve()
 			s.closeSession(r, sess)
 		}
 	}
