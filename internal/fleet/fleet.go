@@ -46,7 +46,10 @@ type Live interface {
 // the start that begins the run, dropped when the instance goes
 // dormant): s is the configuration the instance was made under; onConnect
 // must be called with every connection it makes, before Connect returns,
-// with Connect's context. hooks receive what the server sends on its own.
+// with Connect's context, and Connect must return that same Live as its
+// Session: the instance leases what its supervisor hands out
+// (lifecycle.Supervisor.Session) and tells connections apart by it. hooks
+// receive what the server sends on its own.
 // It is called with the instance's lock held: it must not call back into
 // the fleet.
 type ConnectorFunc func(s *config.Server, hooks backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector

@@ -235,6 +235,15 @@ func (s *Server) stderrSince(mark uint64, in *instance) []string {
 // startFailure makes the error of a failed start a StartError with its
 // stage and the stderr its process wrote since mark, and records it.
 func (in *instance) startFailure(err error, mark uint64) *StartError {
+	se, record := in.startError(err, mark)
+	record()
+	return se
+}
+
+// startError is startFailure without the record, which the returned
+// function makes: a start records its failure only once it knows no close
+// raced it (a start a close interrupted is no failure).
+func (in *instance) startError(err error, mark uint64) (*StartError, func()) {
 	s := in.srv
 	cfg := s.Config()
 	reason := cfg.RedactText(startReason(s.Name(), err, cfg.InitTimeout))
@@ -252,14 +261,15 @@ func (in *instance) startFailure(err error, mark uint64) *StartError {
 	// The history keeps the sentence without its stderr tail: its own
 	// Stderr holds the lines.
 	e := Exit{Time: time.Now(), Session: in.key, Stage: se.Stage, Error: "server " + se.Server + " " + se.reason, Stderr: se.Stderr}
-	if ee := e.status(err); ee != nil {
-		// A tree that ended during its start (killed by its memory limit
-		// before it answered, say) never connected: disconnected does
-		// not count it, this does.
-		s.countStatus(ee.Status)
+	return se, func() {
+		if ee := e.status(err); ee != nil {
+			// A tree that ended during its start (killed by its memory
+			// limit before it answered, say) never connected:
+			// disconnected does not count it, this does.
+			s.countStatus(ee.Status)
+		}
+		s.recordExit(e)
 	}
-	s.recordExit(e)
-	return se
 }
 
 // status fills in the exit code and signal when err is a process's exit,

@@ -21,7 +21,7 @@ import (
 //
 // Its state (st) has one mutator, update: every change is a function of
 // the state, after which update re-derives what follows from it — the
-// transition is checked against the table (state.go), the drain waiters
+// transition is checked against the table (phase.go), the drain waiters
 // are let go, the idle timer is armed or stopped — and returns the
 // effects (events, a list refresh, a dormant stop, a catch-up replay) that
 // run once the lock is released (apply). No function is handed the lock.
@@ -757,7 +757,9 @@ func (in *instance) idleCheck() {
 	var requests int64
 	decided := idleNothing
 	in.do(func(st *instState, fx *effects) {
-		if st.phase != phaseRunning {
+		if st.phase != phaseRunning || st.starting != nil {
+			// Not running, or starting again after its run gave up: the
+			// start's outcome re-arms the timer (startedLocked).
 			return
 		}
 		live := in.liveLocked()
@@ -786,7 +788,7 @@ func (in *instance) idleCheck() {
 	mem, measured := in.treeMemory(conn)
 	pinned := in.srv.pinned(in.key) // takes the server's lock: not under in.mu
 	in.do(func(st *instState, fx *effects) {
-		if st.phase != phaseRunning {
+		if st.phase != phaseRunning || st.starting != nil {
 			return
 		}
 		if measured && mem > maxIdle && !pinned && in.liveLocked() == conn && st.inflight == 0 && st.requests == requests {
@@ -1119,16 +1121,15 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	// it sleep after). Decided here, outside the lock.
 	look := err == nil && in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending()
 	var se *StartError
+	record := func() {}
 	if err != nil && !errors.Is(err, lifecycle.ErrCrashLoop) {
-		var raced bool
-		in.view(func(st *instState) { raced = st.closes != gen })
-		if !raced { // (a start a close interrupted is no failure: see below)
-			se = in.startFailure(err, mark) // records the failure: outside the lock
-			err = se
-		}
+		// Told outside the lock; recorded below unless a close raced the
+		// start (a start a close interrupted is no failure).
+		se, record = in.startError(err, mark)
 	}
 
 	raced, refused := false, false
+	pid := 0
 	fx := in.update(func(st *instState, fx *effects) {
 		st.starting, st.waking = nil, false
 		if st.closes != gen {
@@ -1139,6 +1140,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			// towards the respawn limit and reports no failed event.
 			raced = true
 			st.startErr = fmt.Errorf("server %s was stopped while it started", name)
+			pid = st.pid
 			return
 		}
 		st.refreshAfter = 0
@@ -1150,6 +1152,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			refused = true
 			err = in.loopErrorLocked(err)
 		case se != nil:
+			err = se
 			st.lastErr = err
 			d := map[string]any{"error": se.Error(), "stage": se.Stage}
 			if len(se.Stderr) > 0 {
@@ -1166,8 +1169,11 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			close(ch) // nothing runs: only the waiters are told
 			return
 		}
-		in.stopStarted(ch, sup)
+		in.stopStarted(ch, sup, pid)
 		return
+	}
+	if se != nil {
+		record() // before the waiters go on: a request the start failed finds it in the history
 	}
 	if se == nil && !refused {
 		// Counted before the waiters go on: a request this start served,
@@ -1187,6 +1193,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 // requests that waited for the start.
 func (in *instance) startedLocked(st *instState, fx *effects, was phase, look bool, took, dormantFor time.Duration) {
 	st.phase = phaseRunning
+	fx.rearm = true // (from Running, after its run gave up: no move re-arms it)
 	if look {
 		// The requests that waited for this start go first: the refresh
 		// would compete with them for the new process, which reads one
@@ -1213,12 +1220,8 @@ func (in *instance) startedLocked(st *instState, fx *effects, was phase, look bo
 
 // stopStarted stops what a start that a close raced made with sup, tells
 // the requests waiting on ch that it was stopped while it started, and
-// reports it as stopped.
-func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor) {
-	pid := 0
-	if l, ok := sup.Session().(Live); ok {
-		pid = pidOf(l)
-	}
+// reports it as stopped; pid is its process, as it connected.
+func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor, pid int) {
 	cfg := in.srv.Config()
 	sctx, cancel := context.WithTimeout(context.Background(), stopBound(cfg.StdinWait, cfg.TermWait))
 	serr := sup.Stop(sctx)

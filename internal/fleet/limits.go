@@ -40,19 +40,6 @@ func (f *Fleet) limitsStatus(cfg *config.Server) *LimitsStatus {
 	return ls
 }
 
-// countEnd adds what the tree of c's process counted at its end (the OOM
-// kill that ended it, the forks its pids limit refused) to the server's
-// counters, once the tree is gone: at once when it is (always, for a
-// connection that ended on its own), else when it is, within the bound of
-// its stop.
-func (s *Server) countEnd(l Live) {
-	c, ok := l.(*backend.Conn)
-	if !ok || c == nil || c.Process() == nil {
-		return
-	}
-	s.countTree(c.Process())
-}
-
 // endedTree is what countTree reads of a process tree (*proc.Process).
 type endedTree interface {
 	Done() <-chan struct{}
