@@ -16,10 +16,14 @@
 //
 // npm's launchers and pnpm dlx are resolved: bunx and yarn dlx are
 // parsed, and run as written, saying why (see Resolve).
+//
+// A Flattener is that caller for a set of configured servers: it owns
+// what is known of each server's launcher, resolves in the background,
+// persists the outcome, rewrites each spawn, and says how each server
+// starts (Status).
 package launch
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -157,10 +161,6 @@ func firstWord(args []string) int {
 	}
 	return -1
 }
-
-// ErrNoPackage is wrapped by Parse's error for a launcher given nothing
-// to run.
-var ErrNoPackage = errors.New("no package to run")
 
 // option is how a launcher reads one of its options.
 type option uint8
