@@ -18,7 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -352,7 +352,7 @@ func TestNPMServers(t *testing.T) {
 	// and the package's bin directly, no npm exec in its tree, its
 	// arguments kept. The stop at the test's end leaves nothing.
 	for _, name := range []string{"everything", "memory", "files"} {
-		ls := waitLaunch(t, base, name, func(ls *fleet.LaunchStatus) bool { return ls.Flattened })
+		ls := waitLaunch(t, base, name, func(ls *launch.Status) bool { return ls.Flattened })
 		if ls.Version != "2026.8.31" || !strings.HasPrefix(ls.Runs, "npx → node …/server-") {
 			t.Errorf("%s: %+v", name, ls)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -45,7 +46,7 @@ func callWhoami(t *testing.T, base, name string) fxWhoami {
 }
 
 // waitLaunch waits until the server's launch status satisfies ok.
-func waitLaunch(t *testing.T, base, name string, ok func(*fleet.LaunchStatus) bool) *fleet.LaunchStatus {
+func waitLaunch(t *testing.T, base, name string, ok func(*launch.Status) bool) *launch.Status {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -60,8 +61,8 @@ func waitLaunch(t *testing.T, base, name string, ok func(*fleet.LaunchStatus) bo
 	}
 }
 
-func flattenedAt(version string) func(*fleet.LaunchStatus) bool {
-	return func(ls *fleet.LaunchStatus) bool { return ls.Flattened && ls.Version == version }
+func flattenedAt(version string) func(*launch.Status) bool {
+	return func(ls *launch.Status) bool { return ls.Flattened && ls.Version == version }
 }
 
 // treeOf lists the command lines of the live processes of the tree of
@@ -258,12 +259,12 @@ func TestFlattenedNodeServerKeepsACompileCache(t *testing.T) {
 	stopAtCleanup(t, s)
 	base, addr := s.base, strings.TrimPrefix(s.base, "http://")
 
-	ls := waitLaunch(t, base, "ev", func(ls *fleet.LaunchStatus) bool { return ls.Flattened })
+	ls := waitLaunch(t, base, "ev", func(ls *launch.Status) bool { return ls.Flattened })
 	cache := ls.CompileCache
 	if !filepath.IsAbs(cache) || ls.Command[0] != node {
 		t.Fatalf("flattened ev: %+v; want node %s and an absolute compile cache directory", ls, node)
 	}
-	if off := waitLaunch(t, base, "off", func(ls *fleet.LaunchStatus) bool { return ls.Flattened }); off.CompileCache != "" || off.CompileCacheSetBy != "NODE_DISABLE_COMPILE_CACHE" {
+	if off := waitLaunch(t, base, "off", func(ls *launch.Status) bool { return ls.Flattened }); off.CompileCache != "" || off.CompileCacheSetBy != "NODE_DISABLE_COMPILE_CACHE" {
 		t.Errorf("off's status: compile cache %q set by %q", off.CompileCache, off.CompileCacheSetBy)
 	}
 	if code, out, _ := runBin(t, "inspect", "off", "--addr", addr); code != 0 || !strings.Contains(out, "NODE_DISABLE_COMPILE_CACHE is set") {

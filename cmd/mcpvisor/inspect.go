@@ -15,6 +15,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -255,7 +256,7 @@ func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) erro
 
 // launchLines are the lines of inspect about a server run through a
 // package launcher: what its next start runs, and why not flattened.
-func launchLines(line func(k, v string), st fleet.Status, ls *fleet.LaunchStatus, now time.Time) {
+func launchLines(line func(k, v string), st fleet.Status, ls *launch.Status, now time.Time) {
 	if ls.Flattened {
 		line("Runs as", ls.Runs+" (flattened: the launcher's program runs directly)")
 		line("Runs", strings.Join(ls.Command, " ")+" (then the server's arguments)")

@@ -13,6 +13,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -326,7 +327,7 @@ func TestPrintDetailContainmentAndInstances(t *testing.T) {
 func TestPrintDetailLaunch(t *testing.T) {
 	now := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
 	d := admin.Detail{
-		Status: fleet.Status{Name: "everything", State: "running", PID: 77, Launcher: &fleet.LaunchStatus{
+		Status: fleet.Status{Name: "everything", State: "running", PID: 77, Launcher: &launch.Status{
 			Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31",
 			Command: []string{"/usr/bin/node", "/root/.npm/_npx/5b2d/node_modules/@modelcontextprotocol/server-everything/dist/index.js"},
 			Spec:    "@modelcontextprotocol/server-everything", Package: "@modelcontextprotocol/server-everything", Version: "2026.8.31",
@@ -349,7 +350,7 @@ func TestPrintDetailLaunch(t *testing.T) {
 			t.Errorf("inspect lacks %q:\n%s", want, out)
 		}
 	}
-	d.Status.Launcher = &fleet.LaunchStatus{Name: "npx", Reason: "npx command line not understood: option -c is not followed when flattening (it runs a shell command line)"}
+	d.Status.Launcher = &launch.Status{Name: "npx", Reason: "npx command line not understood: option -c is not followed when flattening (it runs a shell command line)"}
 	b.Reset()
 	if err := printDetail(&b, d, now); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -132,9 +133,9 @@ func TestLongLastErrorKeepsRowsWhole(t *testing.T) {
 // running process was started otherwise.
 func TestPsLaunches(t *testing.T) {
 	st := admin.Servers{Servers: []fleet.Status{
-		{Name: "everything", State: "dormant", Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31"}},
-		{Name: "files", State: "running", PID: 7, Launcher: &fleet.LaunchStatus{Name: "npx", Flattened: true, Runs: "npx → node …/server-filesystem@2026.8.31", Last: "as written"}},
-		{Name: "memory", State: "new", Launcher: &fleet.LaunchStatus{Name: "npm exec", Reason: "not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31"}},
+		{Name: "everything", State: "dormant", Launcher: &launch.Status{Name: "npx", Flattened: true, Runs: "npx → node …/server-everything@2026.8.31"}},
+		{Name: "files", State: "running", PID: 7, Launcher: &launch.Status{Name: "npx", Flattened: true, Runs: "npx → node …/server-filesystem@2026.8.31", Last: "as written"}},
+		{Name: "memory", State: "new", Launcher: &launch.Status{Name: "npm exec", Reason: "not installed: npm would install @modelcontextprotocol/server-memory@2026.8.31"}},
 		{Name: "plain", State: "new"},
 	}}
 	var b strings.Builder

@@ -93,7 +93,7 @@ func newRefreshCmd() *cobra.Command {
 	return cmd
 }
 
-// asWrittenSetting is LaunchStatus.Reason of a server configured to run
+// asWrittenSetting is launch.Status.Reason of a server configured to run
 // its launcher as written.
 const asWrittenSetting = `"launch": "as-written"`
 

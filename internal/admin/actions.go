@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 )
 
 // ReloadFunc runs a reload of the configuration, bounded by ctx; report is
@@ -96,7 +97,7 @@ func (h *Handler) action(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		res.OK = true
-	case errors.Is(err, fleet.ErrRemoved), errors.Is(err, fleet.ErrNotRunning), errors.Is(err, fleet.ErrBusy), errors.Is(err, fleet.ErrNoLauncher),
+	case errors.Is(err, fleet.ErrRemoved), errors.Is(err, fleet.ErrNotRunning), errors.Is(err, fleet.ErrBusy), errors.Is(err, launch.ErrNoLauncher),
 		res.Action == "sleep" && errors.Is(err, fleet.ErrStopped):
 		status = http.StatusConflict
 	case ctx.Err() != nil:

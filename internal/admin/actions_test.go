@@ -14,7 +14,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/launch"
 )
 
-// resolverFunc is a fleet.LaunchResolver answering with a function.
+// resolverFunc is a launch.PackageResolver answering with a function.
 type resolverFunc func(*launch.Form) (*launch.Resolution, error)
 
 func (r resolverFunc) Resolve(_ context.Context, f *launch.Form, _ string, _ []string, _ string) (*launch.Resolution, error) {

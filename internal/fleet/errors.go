@@ -37,11 +37,6 @@ var ErrReloadClosed = fmt.Errorf("mcpvisor is shutting down: %w", ErrNotReloaded
 // closing: nothing starts any more.
 var ErrFleetClosed = errors.New("mcpvisor is shutting down")
 
-// ErrNoLauncher is wrapped by Refresh's error for a server that has no
-// package launcher to resolve: a remote one, one whose command is not a
-// launcher, one configured "launch": "as-written".
-var ErrNoLauncher = errors.New("no package launcher to resolve")
-
 // ErrInstanceLimit is wrapped by the error Acquire returns when a
 // per-session server already runs its maximum of instances.
 var ErrInstanceLimit = errors.New("per-session instance limit reached")

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -88,15 +88,13 @@ type Options struct {
 	// proc.TreeUsage (tests replace it).
 	TreeUsage func([]proc.Root) ([]proc.Usage, []bool)
 	// Resolver resolves the package launchers of servers to flatten
-	// (launch.go); nil means the user's own package manager
+	// (launch.Flattener); nil means the user's own package manager
 	// (launch.Resolver).
-	Resolver LaunchResolver
+	Resolver launch.PackageResolver
 	// CompileCache is the directory of node's module compile cache that a
-	// flattened start gives the server (NODE_COMPILE_CACHE, node 22.1 and
-	// later), unless the server's environment sets the cache or turns it
-	// off (launch.CompileCacheSetBy); "" gives none. A relative one is
-	// taken from mcpvisor's working directory (node would take it from
-	// each server's).
+	// flattened start gives the server (launch.Options.CompileCache); ""
+	// gives none. A relative one is taken from mcpvisor's working
+	// directory.
 	CompileCache string
 }
 
@@ -146,12 +144,9 @@ type Fleet struct {
 
 	clients clientBook // which clients used which server (clients.go)
 
-	// launches is what is known of each package launcher, by server
-	// name, made on first use (launch.go); resolveSem bounds the
-	// resolutions running at once.
-	launchMu   sync.Mutex
-	launches   map[string]*launchState
-	resolveSem chan struct{}
+	// launches is the launcher state: what is known of each package
+	// launcher and its resolutions (launch.go).
+	launches *launch.Flattener
 }
 
 // drainingDone forgets an instance takeOut put in draining, once stopOut
@@ -296,7 +291,7 @@ func (f *Fleet) sessionEnded(session string) bool {
 
 // New builds the fleet for cfg. Nothing is started.
 func New(cfg *config.Config, opts Options) (*Fleet, error) {
-	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1), resolveSem: make(chan struct{}, resolveConcurrency)}
+	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	f.trim.epoch = time.Now()
 	if f.log == nil {
@@ -308,13 +303,12 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	if f.opts.TreeUsage == nil {
 		f.opts.TreeUsage = proc.TreeUsage
 	}
-	if dir := f.opts.CompileCache; dir != "" && !filepath.IsAbs(dir) {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, fmt.Errorf("node's compile cache directory %q: %w", dir, err)
-		}
-		f.opts.CompileCache = abs
+	launches, err := launch.NewFlattener(launch.Options{Resolver: opts.Resolver, Store: launchStore{f}, Logger: f.log, Go: f.spawn,
+		Environ: proc.Environ, CompileCache: opts.CompileCache})
+	if err != nil {
+		return nil, err
 	}
+	f.launches = launches
 	var list []*Server
 	for _, sc := range cfg.Servers {
 		if !sc.Disabled {

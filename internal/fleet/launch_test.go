@@ -22,6 +22,14 @@ import (
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
+// The launcher state is launch.Flattener's, tested there
+// (flattener_test.go). The tests here are of the fleet's wiring: its
+// spawns run what the Flattener decides and tell it how they ended (a
+// crash loop's retries among them), a reload changes the launch and
+// prunes the records in the fleet's store, Server.Refresh and
+// Fleet.KeepCompileCache reach the Flattener, and Options.CompileCache
+// reaches the flattened starts.
+
 // flatFleet is a fleet whose connector spawns nothing: it asks the
 // fleet's Launch hook how each spawn runs, as the stdio connector does,
 // records the command line, and fails the start of a command in failing.
@@ -249,7 +257,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 			t.Errorf("resolved %s in %q (env has TOKEN: %v), form %+v", c.command, c.dir, slices.Contains(c.env, "TOKEN=s3cret"), c.form)
 		}
 		ls := lf.f.Get("s").Launcher()
-		if !ls.Flattened || ls.Runs != "npx → node …/server@1.0.0" || ls.Version != "1.0.0" || ls.Last != startedAsWritten || ls.Reason != "" {
+		if !ls.Flattened || ls.Runs != "npx → node …/server@1.0.0" || ls.Version != "1.0.0" || ls.Last != launch.StartedAsWritten || ls.Reason != "" {
 			t.Fatalf("after the resolution: %+v", ls)
 		}
 		lf.sleep(t, "s")
@@ -257,7 +265,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		if got := lf.start(t, "s"); !slices.Equal(got, want) {
 			t.Fatalf("second start ran %q, want %q", got, want)
 		}
-		if lf.res.count() != 1 || lf.f.Get("s").Launcher().Last != startedFlattened {
+		if lf.res.count() != 1 || lf.f.Get("s").Launcher().Last != launch.StartedFlattened {
 			t.Fatalf("%d resolutions; launch %+v", lf.res.count(), lf.f.Get("s").Launcher())
 		}
 		lf.close(t)
@@ -269,113 +277,6 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		}
 		if again.res.count() != 0 {
 			t.Fatal("a new fleet resolved again what its store holds")
-		}
-	})
-}
-
-// A resolution that waits does not hold up the starts: they run as
-// written meanwhile, and the status says it resolves.
-func TestLaunchNeverWaitsForAResolution(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newFlatFleet(t, npxServer, nil)
-		defer lf.close(t)
-		lf.res.block = make(chan struct{})
-		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
-		lf.start(t, "s")
-		if ls := lf.f.Get("s").Launcher(); !ls.Resolving || ls.Flattened || ls.Reason != "resolving" {
-			t.Fatalf("while resolving: %+v", ls)
-		}
-		lf.sleep(t, "s")
-		if got := lf.start(t, "s"); got[0] != "npx" {
-			t.Fatalf("a start while resolving ran %q", got)
-		}
-		if lf.res.count() != 1 {
-			t.Fatalf("%d resolutions begun; want the one", lf.res.count())
-		}
-		close(lf.res.block)
-		synctest.Wait()
-		lf.sleep(t, "s")
-		if got := lf.start(t, "s"); got[0] == "npx" {
-			t.Fatalf("after the resolution, a start ran %q", got)
-		}
-	})
-}
-
-// A resolution that fails leaves the server as written, saying why (the
-// config's secrets redacted). One that may succeed later (not installed)
-// is tried again after a start as written, once resolveRetry has passed;
-// one that cannot (no Node bin) never, until the launch changes or a
-// refresh.
-func TestLaunchResolutionFailures(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newFlatFleet(t, npxServer, nil)
-		defer lf.close(t)
-		lf.res.answer(nil, &launch.Error{Reason: "not installed: npm would install @fx/server@1.0.0", Retry: true})
-		lf.start(t, "s")
-		if ls := lf.f.Get("s").Launcher(); ls.Flattened || ls.Reason != "not installed: npm would install @fx/server@1.0.0" {
-			t.Fatalf("after a failed resolution: %+v", ls)
-		}
-		lf.sleep(t, "s")
-		lf.res.answer(nil, &launch.Error{Reason: "npm failed: 401 from https://u:s3cret@registry.example/", Retry: true})
-		time.Sleep(resolveRetry)
-		lf.start(t, "s")
-		if ls := lf.f.Get("s").Launcher(); strings.Contains(ls.Reason, "s3cret") || !strings.Contains(ls.Reason, "401 from") {
-			t.Fatalf("a reason quoting a secret of the config's env: %q", ls.Reason)
-		}
-		lf.sleep(t, "s")
-		lf.start(t, "s")
-		if lf.res.count() != 2 {
-			t.Fatalf("resolved again at once: %d", lf.res.count())
-		}
-		lf.sleep(t, "s")
-		time.Sleep(resolveRetry)
-		lf.res.answer(nil, &launch.Error{Reason: "bin x runs sh, not Node"})
-		lf.start(t, "s")
-		if lf.res.count() != 3 || lf.f.Get("s").Launcher().Reason != "bin x runs sh, not Node" {
-			t.Fatalf("after %v: %d resolutions, %+v", resolveRetry, lf.res.count(), lf.f.Get("s").Launcher())
-		}
-		for range 2 {
-			lf.sleep(t, "s")
-			time.Sleep(resolveRetry)
-			if got := lf.start(t, "s"); got[0] != "npx" {
-				t.Fatalf("ran %q", got)
-			}
-		}
-		if lf.res.count() != 3 {
-			t.Fatalf("a failure not to retry was retried: %d", lf.res.count())
-		}
-	})
-}
-
-// A start that finds a file of the resolution gone starts as written,
-// saying why, and resolves again after it.
-func TestLaunchFilesGone(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newFlatFleet(t, npxServer, nil)
-		defer lf.close(t)
-		dir := t.TempDir()
-		old := fakeInstall(t, dir, "1.0.0")
-		lf.res.answer(old, nil)
-		lf.start(t, "s")
-		lf.sleep(t, "s")
-		if got := lf.start(t, "s"); got[0] != old.Command {
-			t.Fatalf("ran %q", got)
-		}
-		lf.sleep(t, "s")
-		if err := os.Remove(old.Args[1]); err != nil {
-			t.Fatal(err)
-		}
-		newer := fakeInstall(t, dir, "1.1.0")
-		lf.res.answer(newer, nil)
-		if got := lf.start(t, "s"); got[0] != "npx" {
-			t.Fatalf("with the bin gone, ran %q", got)
-		}
-		if lf.res.count() != 2 {
-			t.Fatalf("%d resolutions; want one again after the start as written", lf.res.count())
-		}
-		lf.sleep(t, "s")
-		if got := lf.start(t, "s"); got[2] != newer.Args[1] {
-			t.Fatalf("after resolving again, ran %q", got)
 		}
 	})
 }
@@ -424,7 +325,7 @@ func TestLaunchFollowsTheConfig(t *testing.T) {
 			t.Fatalf("back to flatten ran %q (%d resolutions)", got, lf.res.count())
 		}
 		// The record of the old launch is gone from the store.
-		if st.Launch("s", launchKey(parseDoc(t, npxServer).Server("s"))) != nil {
+		if st.Launch("s", launch.KeyOf(parseDoc(t, npxServer).Server("s"))) != nil {
 			t.Error("the store keeps the resolution of a launch no longer configured")
 		}
 	})
@@ -432,8 +333,8 @@ func TestLaunchFollowsTheConfig(t *testing.T) {
 
 // A flattened start that fails is followed by a start as written; when
 // that one starts, flattening is what failed: the server runs as written
-// until resolved again (after resolveRetry). When the start as written
-// fails too, the failure is the server's, and flattening stays.
+// until resolved again (after launch.ResolveRetry). When the start as
+// written fails too, the failure is the server's, and flattening stays.
 func TestLaunchFlattenedStartFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf := newFlatFleet(t, npxServer, nil)
@@ -481,28 +382,28 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		lf.fail(res.Command, false)
 		lf.sleep(t, "s")
 		if got := lf.start(t, "s"); got[0] != "npx" || lf.res.count() != 1 {
-			t.Fatalf("ran %q (%d resolutions) before resolveRetry", got, lf.res.count())
+			t.Fatalf("ran %q (%d resolutions) before launch.ResolveRetry", got, lf.res.count())
 		}
 		lf.sleep(t, "s")
-		time.Sleep(resolveRetry)
+		time.Sleep(launch.ResolveRetry)
 		lf.start(t, "s")
 		lf.sleep(t, "s")
 		if got := lf.start(t, "s"); got[0] != res.Command || lf.res.count() != 2 {
-			t.Fatalf("after resolveRetry, ran %q (%d resolutions)", got, lf.res.count())
+			t.Fatalf("after launch.ResolveRetry, ran %q (%d resolutions)", got, lf.res.count())
 		}
 	})
 }
 
-// Refresh resolves again at once and says what the next start runs; a
-// running process is left as it is. A package it finds not installed is
-// resolved after the next start as written (which installs it). It refuses a server with nothing to
-// resolve, and reports a command line it does not flatten.
+// Server.Refresh is the Flattener's (launch: TestRefresh): it resolves
+// again at once and says what the next start runs; the running process is
+// left as it is, and the next start runs what it found. It refuses a
+// server with nothing to resolve with an error wrapping
+// launch.ErrNoLauncher, which the admin API answers with a 409.
 func TestLaunchRefresh(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
 		lf := newFlatFleet(t, `{"mcpServers":{
 			"s":{"command":"npx","args":["-y","@fx/server@latest"],"idleTimeout":"0"},
-			"call":{"command":"npx","args":["-c","fx-server --x"]},
 			"plain":{"command":"/usr/bin/fx-server"},
 			"npmrun":{"command":"npm","args":["start"]},
 			"written":{"command":"npx","args":["-y","x"],"launch":"as-written"},
@@ -516,88 +417,28 @@ func TestLaunchRefresh(t *testing.T) {
 		pid := lf.spawnCount()
 		lf.res.answer(fakeInstall(t, dir, "1.1.0"), nil)
 		ls, err := lf.f.Get("s").Refresh(t.Context())
-		if err != nil || !ls.Flattened || ls.Version != "1.1.0" || ls.Last != startedFlattened {
+		if err != nil || !ls.Flattened || ls.Version != "1.1.0" || ls.Last != launch.StartedFlattened {
 			t.Fatalf("Refresh = %+v, %v", ls, err)
 		}
 		if lf.spawnCount() != pid || state(lf.f.Get("s")) != "running" {
 			t.Fatal("Refresh touched the running process")
 		}
+		if raw := st.Launch("s", launch.KeyOf(lf.f.Get("s").Config())); !strings.Contains(string(raw), `"version":"1.1.0"`) {
+			t.Errorf("the fleet's store holds %s", raw)
+		}
 		lf.sleep(t, "s")
 		if got := lf.start(t, "s"); !strings.HasSuffix(got[2], "index-1.1.0.js") {
 			t.Fatalf("after the refresh ran %q", got)
 		}
-		lf.res.answer(nil, &launch.Error{Reason: "not installed: npm would install @fx/server@1.2.0", Retry: true})
-		if ls, err := lf.f.Get("s").Refresh(t.Context()); err != nil || ls.Flattened || !strings.Contains(ls.Reason, "npm would install") {
-			t.Fatalf("Refresh of a version not installed = %+v, %v", ls, err)
-		}
-		if raw := st.Launch("s", launchKey(lf.f.Get("s").Config())); !strings.Contains(string(raw), "npm would install") {
-			t.Errorf("the store holds %s", raw)
-		}
-		// The next start runs as written (installing it), and resolves.
-		lf.sleep(t, "s")
-		lf.res.answer(fakeInstall(t, dir, "1.2.0"), nil)
-		if got := lf.start(t, "s"); got[0] != "npx" {
-			t.Fatalf("after a refresh found it not installed, ran %q", got)
-		}
-		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.Version != "1.2.0" {
-			t.Fatalf("after the start as written: %+v", ls)
-		}
-		if ls, err := lf.f.Get("call").Refresh(t.Context()); err != nil || ls.Flattened || !strings.Contains(ls.Reason, "-c is not followed") {
-			t.Errorf("Refresh of npx -c = %+v, %v", ls, err)
-		}
 		for _, name := range []string{"plain", "npmrun", "written", "remote"} {
-			if ls, err := lf.f.Get(name).Refresh(t.Context()); !errors.Is(err, ErrNoLauncher) || ls != nil {
+			if ls, err := lf.f.Get(name).Refresh(t.Context()); !errors.Is(err, launch.ErrNoLauncher) || ls != nil {
 				t.Errorf("Refresh of %s = %+v, %v; want ErrNoLauncher", name, ls, err)
 			} else if lf.f.Get(name).Launcher() != nil && name != "written" {
 				t.Errorf("%s has a launch status", name)
 			}
 		}
-		if lf.res.count() != 4 {
-			t.Errorf("%d resolutions; want 4", lf.res.count())
-		}
-	})
-}
-
-// A refresh of pnpm dlx resolves nothing at once (pnpm would answer from
-// what it last fetched, which a flattened server never makes it fetch
-// again): it says why, its next start runs pnpm as written, and the
-// resolution follows that start; the record, persisted, survives a new
-// fleet on the same store.
-func TestLaunchRefreshPNPM(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st := openStore(t)
-		const doc = `{"mcpServers":{"p":{"command":"pnpm","args":["dlx","@fx/server"],"idleTimeout":"0"}}}`
-		lf := newFlatFleet(t, doc, st)
-		dir := t.TempDir()
-		res := fakeInstall(t, dir, "1.0.0")
-		res.Launcher, res.NodePath = launch.PNPMDlx, "/cache/dlx/k/d/node_modules/.pnpm/node_modules"
-		lf.res.answer(res, nil)
-		lf.start(t, "p")
-		lf.sleep(t, "p")
-		if got := lf.start(t, "p"); got[0] != res.Command || !slices.Contains(lf.lastEnv(), "NODE_PATH="+res.NodePath) {
-			t.Fatalf("the flattened start ran %q with NODE_PATH %v", got, slices.Contains(lf.lastEnv(), "NODE_PATH="+res.NodePath))
-		}
-		n := lf.res.count()
-		newer := fakeInstall(t, dir, "1.1.0")
-		newer.Launcher = launch.PNPMDlx
-		lf.res.answer(newer, nil)
-		ls, err := lf.f.Get("p").Refresh(t.Context())
-		if err != nil || ls.Flattened || !strings.Contains(ls.Reason, "the next start runs pnpm dlx as written") || ls.Resolving {
-			t.Fatalf("Refresh = %+v, %v", ls, err)
-		}
-		if lf.res.count() != n {
-			t.Fatal("Refresh of pnpm dlx resolved at once")
-		}
-		lf.close(t)
-
-		again := newFlatFleet(t, doc, st)
-		defer again.close(t)
-		again.res.answer(newer, nil)
-		if got := again.start(t, "p"); got[0] != "pnpm" {
-			t.Fatalf("the start after the refresh ran %q; want pnpm as written", got)
-		}
-		if ls := again.f.Get("p").Launcher(); !ls.Flattened || ls.Version != "1.1.0" || again.res.count() != 1 {
-			t.Fatalf("after the start as written: %+v, %d resolutions", ls, again.res.count())
+		if lf.res.count() != 2 {
+			t.Errorf("%d resolutions; want 2", lf.res.count())
 		}
 	})
 }
@@ -610,91 +451,6 @@ func openStore(t *testing.T) *store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
-}
-
-// A flattened start gives node the fleet's compile cache
-// (NODE_COMPILE_CACHE), on top of the server's own environment, or of
-// mcpvisor's when the config sets none; a start as written gives none,
-// and a server whose environment sets the cache or turns it off keeps its
-// own setting. The status says which.
-func TestLaunchGivesNodeTheCompileCache(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const cache = "/state/node-compile-cache"
-		doc := `{"mcpServers":{
-			"s":{"command":"npx","args":["-y","@fx/server"],"env":{"TOKEN":"s3cret"},"idleTimeout":"0"},
-			"bare":{"command":"npx","args":["-y","@fx/server"],"idleTimeout":"0"},
-			"own":{"command":"npx","args":["-y","@fx/server"],"env":{"NODE_DISABLE_COMPILE_CACHE":"1"},"idleTimeout":"0"}}}`
-		lf := newFlatFleetWith(t, doc, nil, Options{CompileCache: cache})
-		defer lf.close(t)
-		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
-		has := func(env []string) bool { return slices.Contains(env, "NODE_COMPILE_CACHE="+cache) }
-		for _, name := range []string{"s", "bare", "own"} {
-			lf.start(t, name) // as written, then resolved
-			if env := lf.lastEnv(); has(env) || slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE=") }) {
-				t.Errorf("%s: a start as written was given the compile cache", name)
-			}
-			lf.sleep(t, name)
-			lf.start(t, name)
-		}
-		lf.mu.Lock()
-		envS, envBare, envOwn := lf.envs[1], lf.envs[3], lf.envs[5]
-		lf.mu.Unlock()
-		if !has(envS) || !slices.Contains(envS, "TOKEN=s3cret") {
-			t.Errorf("s's flattened start: compile cache %v, its own env kept %v", has(envS), slices.Contains(envS, "TOKEN=s3cret"))
-		}
-		if !has(envBare) || !slices.ContainsFunc(envBare, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
-			t.Errorf("bare's flattened start: compile cache %v, mcpvisor's environment (PATH) given %v", has(envBare), len(envBare) > 1)
-		}
-		if has(envOwn) || !slices.Contains(envOwn, "NODE_DISABLE_COMPILE_CACHE=1") {
-			t.Errorf("own's flattened start overrode the server's setting: %q", envOwn)
-		}
-		for name, want := range map[string][2]string{"s": {cache, ""}, "bare": {cache, ""}, "own": {"", "NODE_DISABLE_COMPILE_CACHE"}} {
-			if ls := lf.f.Get(name).Launcher(); !ls.Flattened || ls.CompileCache != want[0] || ls.CompileCacheSetBy != want[1] {
-				t.Errorf("%s: status compile cache %q set by %q, want %q", name, ls.CompileCache, ls.CompileCacheSetBy, want)
-			}
-		}
-	})
-}
-
-// A fleet without a compile cache directory changes no flattened start's
-// environment.
-func TestLaunchWithoutACompileCache(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lf := newFlatFleet(t, npxServer, nil)
-		defer lf.close(t)
-		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
-		lf.start(t, "s")
-		lf.sleep(t, "s")
-		lf.start(t, "s")
-		if env := lf.lastEnv(); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_COMPILE_CACHE") }) {
-			t.Errorf("flattened start's env: %q", env)
-		}
-		if ls := lf.f.Get("s").Launcher(); !ls.Flattened || ls.CompileCache != "" || ls.CompileCacheSetBy != "" {
-			t.Errorf("status: %+v", ls)
-		}
-	})
-}
-
-// mcpvisor's own environment decides for a server whose config says
-// nothing of the cache: it is what the server inherits.
-func TestLaunchCompileCacheSetInMcpvisorsEnvironment(t *testing.T) {
-	t.Setenv("NODE_COMPILE_CACHE", "/home/u/.cache/node")
-	synctest.Test(t, func(t *testing.T) {
-		lf := newFlatFleetWith(t, `{"mcpServers":{"bare":{"command":"npx","args":["-y","@fx/server"],"idleTimeout":"0"}}}`, nil,
-			Options{CompileCache: "/state/node-compile-cache"})
-		defer lf.close(t)
-		lf.res.answer(fakeInstall(t, t.TempDir(), "1.0.0"), nil)
-		lf.start(t, "bare")
-		lf.sleep(t, "bare")
-		lf.start(t, "bare")
-		if env := lf.lastEnv(); env != nil && !slices.Contains(env, "NODE_COMPILE_CACHE=/home/u/.cache/node") ||
-			slices.Contains(env, "NODE_COMPILE_CACHE=/state/node-compile-cache") {
-			t.Errorf("flattened start's env overrides mcpvisor's NODE_COMPILE_CACHE: %q", env)
-		}
-		if ls := lf.f.Get("bare").Launcher(); ls.CompileCache != "" || ls.CompileCacheSetBy != "NODE_COMPILE_CACHE" {
-			t.Errorf("status: compile cache %q set by %q", ls.CompileCache, ls.CompileCacheSetBy)
-		}
-	})
 }
 
 // A relative compile cache directory is made absolute from mcpvisor's
@@ -715,47 +471,10 @@ func TestLaunchCompileCacheIsAbsolute(t *testing.T) {
 	})
 }
 
-// compileCache gives the directory unless the config's env names either
-// variable (with any value, empty included), builds on mcpvisor's
-// environment when the spawn has none, and never writes into the env it
-// is given.
-func TestCompileCacheEnv(t *testing.T) {
-	const dir = "/state/node-compile-cache"
-	f := &Fleet{opts: Options{CompileCache: dir}}
-	set := "NODE_COMPILE_CACHE=" + dir
-	base := make([]string, 2, 8) // room to append: the result must not write into it
-	base[0], base[1] = "PATH=/usr/bin", "TOKEN=s3cret"
-	got := f.compileCache(&config.Server{}, base)
-	if !slices.Equal(got, []string{"PATH=/usr/bin", "TOKEN=s3cret", set}) {
-		t.Fatalf("compileCache = %q", got)
-	}
-	if other := append(base, "X=1"); got[2] != set || other[2] != "X=1" {
-		t.Fatalf("the result shares env's array: %q / %q", got, other)
-	}
-	if got := f.compileCache(&config.Server{}, nil); !slices.Contains(got, set) || !slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
-		t.Errorf("no env: %q, want mcpvisor's with the cache", got)
-	}
-	for _, env := range []map[string]string{
-		{"NODE_COMPILE_CACHE": "/home/u/.cache/node"},
-		{"NODE_COMPILE_CACHE": ""}, // set empty: node's own reading of it stands
-		{"NODE_DISABLE_COMPILE_CACHE": "1"},
-	} {
-		sc := &config.Server{Env: env}
-		if got := f.compileCache(sc, base); !slices.Equal(got, base) {
-			t.Errorf("config env %v: %q; the server's own setting must stand", env, got)
-		}
-		if d, by := f.compileCacheOf(sc); d != "" || by == "" {
-			t.Errorf("config env %v: status %q set by %q", env, d, by)
-		}
-	}
-	if got := (&Fleet{}).compileCache(&config.Server{}, base); !slices.Equal(got, base) {
-		t.Errorf("no cache directory: %q", got)
-	}
-}
-
-// KeepCompileCache bounds the fleet's compile cache at once and every
-// compileCachePruneEvery after, until Close: a node version idle past
-// the policy's MaxIdle goes, the one in use stays.
+// Fleet.KeepCompileCache runs the Flattener's pruner (launch:
+// TestKeepCompileCache) on the fleet's background work: it bounds the
+// fleet's compile cache at once — a node version idle past the policy's
+// MaxIdle goes, the one in use stays — and ends with Close.
 func TestKeepCompileCache(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cache := t.TempDir()
@@ -785,21 +504,6 @@ func TestKeepCompileCache(t *testing.T) {
 		}
 		if _, err := os.Stat(used); err != nil {
 			t.Errorf("the node version in use lost its entry: %v", err)
-		}
-		// Its entry made idle too, the next prune, a day on, removes it.
-		stale := time.Now().Add(-idle - time.Hour)
-		if err := os.Chtimes(used, stale, stale); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(compileCachePruneEvery - time.Second)
-		synctest.Wait()
-		if _, err := os.Stat(used); err != nil {
-			t.Fatalf("pruned before compileCachePruneEvery: %v", err)
-		}
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if _, err := os.Stat(used); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("not pruned again after compileCachePruneEvery (%v)", err)
 		}
 		// The pruner ends with the fleet. A bounded Close makes one that
 		// did not fail the test (and the bubble report it blocked)

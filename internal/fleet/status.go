@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -85,7 +86,7 @@ type Status struct {
 	// Launcher says, for a server whose command is a package launcher (npx,
 	// npm exec, …), whether it starts flattened — the launcher's program
 	// run directly — or as written, and why.
-	Launcher *LaunchStatus `json:"launcher,omitempty"`
+	Launcher *launch.Status `json:"launcher,omitempty"`
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or
