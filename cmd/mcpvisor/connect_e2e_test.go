@@ -21,7 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/bridge"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -528,7 +528,7 @@ func TestConnectNamesTheClientByItsParent(t *testing.T) {
 	parent := strings.ToLower(strings.TrimSpace(string(comm)))
 	found := false
 	for name, n := range got {
-		if name != "zed" && name != fleet.UnknownClient && strings.HasPrefix(name, parent[:min(len(parent), 8)]) && n == 1 {
+		if name != "zed" && name != clientbook.Unknown && strings.HasPrefix(name, parent[:min(len(parent), 8)]) && n == 1 {
 			found = true
 		}
 	}

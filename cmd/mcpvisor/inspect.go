@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
@@ -219,7 +220,7 @@ func containment(d admin.Detail) string {
 
 // printClients lists the clients whose requests reached the server: name,
 // version, requests, and how long ago the last ended.
-func printClients(w io.Writer, cs []fleet.ClientUse, now time.Time) error {
+func printClients(w io.Writer, cs []clientbook.Use, now time.Time) error {
 	if len(cs) == 0 {
 		_, err := fmt.Fprintln(w, "\nClients: none yet")
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
@@ -108,8 +109,8 @@ const clientsCellWidth = 24
 // clientsCell is ps's CLIENTS cell: "-" when no client used the server,
 // the names of those that did when they fit in clientsCellWidth
 // ("claude-ai,cursor"), else their number ("3 clients", "1 client"). The names are
-// normalized (fleet.ClientUse): no space or comma in them.
-func clientsCell(cs []fleet.ClientUse) string {
+// normalized (clientbook.Use): no space or comma in them.
+func clientsCell(cs []clientbook.Use) string {
 	if len(cs) == 0 {
 		return "-"
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 )
 
 // The CLIENTS cell's width is counted in characters, as tabwriter aligns
@@ -23,9 +23,9 @@ func TestClientsCellCountsCharacters(t *testing.T) {
 		{[]string{strings.Repeat("a", 25)}, "1 client"},
 	}
 	for _, c := range cases {
-		var cs []fleet.ClientUse
+		var cs []clientbook.Use
 		for _, n := range c.names {
-			cs = append(cs, fleet.ClientUse{Name: n})
+			cs = append(cs, clientbook.Use{Name: n})
 		}
 		if got := clientsCell(cs); got != c.want {
 			t.Errorf("clientsCell(%q) = %q, want %q", c.names, got, c.want)

@@ -140,6 +140,7 @@ connection, no HTTP request or session.`,
 				routes.sync(ap.Removed)
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
+				Clients:     a.gw.Clients,
 				Local:       a.gw.LocalRequests(),
 				Sessions:    sessions,
 				Containment: a.rt.Report().Layers,

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
@@ -52,10 +53,11 @@ type Totals struct {
 // server's running process trees use (per-session ones and pid-namespace
 // inits included): memory, peak memory, CPU time and tasks, from each
 // tree's cgroup leaf where it has the counter, else from /proc (one pass
-// over /proc for all of them; Linux).
-func Snapshot(f *fleet.Fleet) Servers {
+// over /proc for all of them; Linux), and the clients that used each as
+// clients lists them (Options.Clients; nil: none known).
+func Snapshot(f *fleet.Fleet, clients func(*fleet.Server) []clientbook.Use) Servers {
 	out := Servers{}
-	out.Totals = eachStatus(f, func(st *fleet.Status) error {
+	out.Totals = eachStatus(f, clients, func(st *fleet.Status) error {
 		out.Servers = append(out.Servers, *st)
 		return nil
 	})
@@ -67,7 +69,7 @@ func Snapshot(f *fleet.Fleet) Servers {
 // status at once (GET /api/servers streams them). Each server's usage is
 // read first, for all servers in one pass, then its status. It stops at
 // fn's first error.
-func eachStatus(f *fleet.Fleet, fn func(*fleet.Status) error) Totals {
+func eachStatus(f *fleet.Fleet, clients func(*fleet.Server) []clientbook.Use, fn func(*fleet.Status) error) Totals {
 	tot := Totals{ByState: map[string]int{}}
 	servers := f.Servers()
 	// Only running servers have roots: servers[at[k]]'s are
@@ -84,7 +86,10 @@ func eachStatus(f *fleet.Fleet, fn func(*fleet.Status) error) Totals {
 	k, from := 0, 0
 	for i, s := range servers {
 		st := s.Status()
-		st.Era, st.Requests, st.Clients = s.Era(), s.Requests(), s.Clients()
+		st.Era, st.Requests = s.Era(), s.Requests()
+		if clients != nil {
+			st.Clients = clients(s)
+		}
 		var u proc.Usage
 		if k < len(at) && at[k] == i {
 			for _, x := range usage[from:ends[k]] {
@@ -140,6 +145,10 @@ type Options struct {
 	// HeldCalls, if set, counts the calls held for a modern client's
 	// retry, per server, for /api/servers and /metrics.
 	HeldCalls func() map[string]int
+	// Clients, if set, lists the clients whose requests reached a
+	// server (the gateway's client book, Gateway.Clients), for
+	// /api/servers, /api/servers/{name} and /metrics.
+	Clients func(*fleet.Server) []clientbook.Use
 	// Local, if set, counts the client requests the gateway answered
 	// itself, for /metrics (mcpvisor_gateway_requests_total).
 	Local *telemetry.Local

@@ -144,7 +144,10 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	setUsage(&d.Status, treeUsage(s))
-	d.Status.Era, d.Status.Requests, d.Status.Clients = s.Era(), s.Requests(), s.Clients()
+	d.Status.Era, d.Status.Requests = s.Era(), s.Requests()
+	if h.opts.Clients != nil {
+		d.Status.Clients = h.opts.Clients(s)
+	}
 	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
 		if items, ok := s.CachedList(k); ok {
 			if k == fleet.Tools {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -102,7 +103,7 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	rss, rssOK := residentBytes()
 	goroutines := runtime.NumGoroutine()
 
-	snap := Snapshot(h.f)
+	snap := Snapshot(h.f, h.opts.Clients)
 	m.family("mcpvisor_servers", "gauge", "Configured servers (disabled ones aside) by state.")
 	for _, st := range states {
 		m.sample("mcpvisor_servers", labels("state", st), float64(snap.Totals.ByState[st]))
@@ -184,7 +185,7 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 	if h.opts.HeldCalls != nil {
 		m.family("mcpvisor_held_calls", "gauge", "Calls held open for a modern client's retry with its inputResponses (multi round-trip requests), per server.")
 		held := h.opts.HeldCalls()
-		for _, st := range Snapshot(h.f).Servers {
+		for _, st := range Snapshot(h.f, h.opts.Clients).Servers {
 			m.sample("mcpvisor_held_calls", labels("server", st.Name), float64(held[st.Name]))
 		}
 	}
@@ -211,7 +212,7 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 var clientRequestsHelp = fmt.Sprintf("Client requests that reached each server (as mcpvisor_server_calls_total counts them), by the client's name: "+
 	"the clientInfo.name it gave at initialize or in a request's _meta, normalized (lower case; letters, digits, '.', '_', '-'; at most %d bytes), "+
 	"else the hint of the bridge it came through, else %s. A server counts at most %d names; the requests of any further name count under %s. "+
-	"Only servers some client used have series.", fleet.MaxClientNameLen, fleet.UnknownClient, fleet.MaxClientNames, fleet.OtherClients)
+	"Only servers some client used have series.", clientbook.MaxNameLen, clientbook.Unknown, clientbook.MaxNames, clientbook.Other)
 
 // callMetrics writes the servers' call metrics (package telemetry).
 // callMetrics exports the call metrics of servers: each configured

@@ -49,7 +49,7 @@ func (h *Handler) encodeServers(w io.Writer) error {
 	}
 	write([]byte(serversHead))
 	n := 0
-	tot := eachStatus(h.f, func(st *fleet.Status) error {
+	tot := eachStatus(h.f, h.opts.Clients, func(st *fleet.Status) error {
 		if n == 0 {
 			write([]byte("[\n    "))
 		} else {

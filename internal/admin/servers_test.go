@@ -56,7 +56,7 @@ func TestServersStreamedAsIndented(t *testing.T) {
 			defer srv.Close()
 			got := getJSON(t, srv.URL+"/api/servers", http.StatusOK, nil)
 
-			want := Snapshot(f)
+			want := Snapshot(f, nil)
 			want.Collisions, want.HeldCalls = tc.collisions, tc.held
 			b, err := json.MarshalIndent(want, "", "  ")
 			if err != nil {

@@ -142,8 +142,6 @@ type Fleet struct {
 	telMu      sync.Mutex
 	removedTel map[string]*telemetry.Server
 
-	clients clientBook // which clients used which server (clients.go)
-
 	// launches is the launcher state: what is known of each package
 	// launcher and its resolutions (launch.go).
 	launches *launch.Flattener

@@ -16,6 +16,10 @@ func (s *Server) refused() error {
 	return nil
 }
 
+// Removed reports whether a reload removed the server: it serves nothing
+// more, for good (a server added again under its name is another).
+func (s *Server) Removed() bool { return errors.Is(s.refused(), ErrRemoved) }
+
 // setRefusal makes every request refused with err (nil: served again).
 func (s *Server) setRefusal(err error) {
 	if err == nil {

@@ -158,7 +158,6 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
 			w.s.retireRecord()
 			f.removedTelemetry(w.s)
-			f.clients.forget(w.s)
 			w.old = w.s.takeOut("removed from the configuration")
 			w.s.opMu.Unlock()
 		case config.ActionRestarted:

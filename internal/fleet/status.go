@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
@@ -62,8 +63,9 @@ type Status struct {
 	// status API, not by Status.
 	Requests int64 `json:"requests"`
 	// Clients are the clients whose requests reached the server, by
-	// name (Server.Clients); filled in by the status API, not by Status.
-	Clients []ClientUse `json:"clients,omitempty"`
+	// name (clientbook.Book.Of); filled in by the status API, not by
+	// Status.
+	Clients []clientbook.Use `json:"clients,omitempty"`
 	// MemoryPeakBytes, CPUSeconds and PIDs are the rest of what those
 	// trees use (proc.Usage: from each tree's cgroup leaf where it has
 	// the counter, else from /proc; filled in by the status API); omitted

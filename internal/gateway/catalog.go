@@ -25,8 +25,11 @@ func (g *Gateway) ListsChanged(s *fleet.Server, kinds []fleet.ListKind) {
 // Reloaded is the fleet's report that a reload changed its servers or
 // their settings: the aggregated tables are rebuilt on next use (the
 // sessions whose lists changed are told by ListsChanged, server by
-// server).
-func (g *Gateway) Reloaded() { g.agg.invalidate() }
+// server), and the client book drops the servers it removed.
+func (g *Gateway) Reloaded() {
+	g.agg.invalidate()
+	g.clients.Sweep()
+}
 
 // tell sends every session that sees s, and every listener that opted
 // in, the list_changed notifications of kinds, once per notification.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
@@ -666,10 +667,10 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 		c.Tools, _ = f.srv.CachedList(fleet.Tools)
 	}
 	f.srv.Telemetry().Record(c)
-	var nb [fleet.MaxClientNameLen]byte
-	var vb [fleet.MaxClientVersionLen]byte
+	var nb [clientbook.MaxNameLen]byte
+	var vb [clientbook.MaxVersionLen]byte
 	name, version := f.s.clientIdentity(f.mo, nb[:0], vb[:0])
-	f.srv.NoteClient(name, version, now)
+	f.g.clients.Note(f.srv, name, version, now)
 	if f.tr != nil {
 		f.endSpan()
 	}

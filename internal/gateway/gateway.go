@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -76,6 +77,9 @@ type Gateway struct {
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing
+	// clients is which clients used which server, counted as each
+	// request ends (flight.record); read by the status API (Clients).
+	clients clientbook.Book
 	// local counts the requests mcpvisor answers itself (answer.go).
 	local telemetry.Local
 }
@@ -136,6 +140,10 @@ func New(log *slog.Logger) *Gateway {
 	g.agg = &aggregate{g: g}
 	return g
 }
+
+// Clients lists the clients whose requests reached s, by name
+// (clientbook.Other last); nil when none did.
+func (g *Gateway) Clients(s *fleet.Server) []clientbook.Use { return g.clients.Of(s) }
 
 // SetFleet attaches the fleet; call once before serving.
 func (g *Gateway) SetFleet(f *fleet.Fleet) {

@@ -6,7 +6,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -24,15 +24,15 @@ import (
 //
 // A client that says nothing is named by its session's hint — what
 // launched it, as the front knows it (StdioOptions.ClientHint) — and
-// failing that fleet.UnknownClient. The spec calls both self-reported,
+// failing that clientbook.Unknown. The spec calls both self-reported,
 // "intended for display, logging, and debugging": mcpvisor only shows and
-// counts them (fleet.Server.NoteClient), and decides nothing by them.
+// counts them (Gateway.Clients), and decides nothing by them.
 //
 // Every name is client-controlled, so it is normalized and bounded before
 // it is kept: letters and digits (any script, lower-cased), '.', '_' and
 // '-' are kept, any run of other characters — spaces, punctuation,
 // control characters — becomes one '-', and the result is cut at
-// fleet.MaxClientNameLen bytes (a version at fleet.MaxClientVersionLen,
+// clientbook.MaxNameLen bytes (a version at clientbook.MaxVersionLen,
 // '+' kept too); at most maxIdentScan bytes of the JSON string are read.
 // The fleet bounds how many names a server keeps.
 
@@ -91,9 +91,9 @@ func (s *Session) updateIdent(edit func(*clientIdent)) {
 // s.modern as the request's call began, read by the caller then, for a
 // held call's later rounds replace s.modern while it runs; for a
 // session, the clientInfo of its initialize, else its hint; else none
-// (an empty name, which NoteClient counts as fleet.UnknownClient). A
+// (an empty name, which the client book counts as clientbook.Unknown). A
 // modern request's name is written in nb, its version in vb (no
-// allocation: NoteClient copies what it keeps).
+// allocation: the book copies what it keeps).
 func (s *Session) clientIdentity(mo *Modern, nb, vb []byte) (name, version []byte) {
 	if mo != nil {
 		return mo.clientIdentity(nb, vb)
@@ -132,8 +132,8 @@ func (mo *Modern) clientIdentity(nb, vb []byte) (name, version []byte) {
 // adoptIdentity makes s (a session mcpvisor holds on a modern request's
 // behalf) count its requests under the identity of that request, mo.
 func (s *Session) adoptIdentity(mo *Modern) {
-	var nb [fleet.MaxClientNameLen]byte
-	var vb [fleet.MaxClientVersionLen]byte
+	var nb [clientbook.MaxNameLen]byte
+	var vb [clientbook.MaxVersionLen]byte
 	name, version := mo.clientIdentity(nb[:0], vb[:0])
 	s.updateIdent(func(id *clientIdent) {
 		id.name = clone(name)
@@ -156,9 +156,9 @@ func identOf(nb, vb []byte, info json.RawMessage) (name, version []byte) {
 // file) of s — a JSON string if quoted is set (anything else is empty),
 // else plain text — as a version if version is set, else as a name.
 func normalizedIdent(dst, s []byte, quoted, version bool) []byte {
-	limit := fleet.MaxClientNameLen
+	limit := clientbook.MaxNameLen
 	if version {
-		limit = fleet.MaxClientVersionLen
+		limit = clientbook.MaxVersionLen
 	}
 	start := len(dst)
 	if quoted {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -47,9 +48,9 @@ func TestNormalizedIdent(t *testing.T) {
 		{`{"name":"x"}`, false, ""},
 		{`"1.2.3+build.7 (beta)"`, true, "1.2.3+build.7-beta"},
 		{`"1.2.3+build"`, false, "1.2.3-build"},
-		{`"` + long + `"`, false, long[:fleet.MaxClientNameLen]},
-		{`"` + long + `"`, true, long[:fleet.MaxClientVersionLen]},
-		{`"` + strings.Repeat("日", 40) + `"`, false, strings.Repeat("日", fleet.MaxClientNameLen/3)},
+		{`"` + long + `"`, false, long[:clientbook.MaxNameLen]},
+		{`"` + long + `"`, true, long[:clientbook.MaxVersionLen]},
+		{`"` + strings.Repeat("日", 40) + `"`, false, strings.Repeat("日", clientbook.MaxNameLen/3)},
 		// Past maxIdentScan bytes nothing more is read: a name hidden
 		// behind a megabyte of spaces is not found.
 		{`"` + strings.Repeat(" ", maxIdentScan) + `late"`, false, ""},
@@ -205,9 +206,9 @@ func (c *rawStdio) modernEcho(id int, info string) {
 }
 
 // clientCounts is the server's requests by client name.
-func clientCounts(s *fleet.Server) map[string]uint64 {
+func clientCounts(g *Gateway, s *fleet.Server) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, c := range s.Clients() {
+	for _, c := range g.Clients(s) {
 		out[c.Name] = c.Requests
 	}
 	return out
@@ -240,7 +241,7 @@ func TestClientsCountedPerSession(t *testing.T) {
 	cursor.echo(2)
 	claude.echo(1)
 	want := map[string]uint64{"claude-desktop": 4, "cursor-vscode": 2}
-	if got := clientCounts(srv); !sameCounts(got, want) {
+	if got := clientCounts(w.gw, srv); !sameCounts(got, want) {
 		t.Fatalf("clients of a: %v, want %v", got, want)
 	}
 	var total uint64
@@ -250,12 +251,12 @@ func TestClientsCountedPerSession(t *testing.T) {
 	if total != 6 {
 		t.Errorf("the server's calls: %d, its clients' requests: 6", total)
 	}
-	for _, c := range srv.Clients() {
+	for _, c := range w.gw.Clients(srv) {
 		if c.Name == "claude-desktop" && c.Version != "0.14.1" || c.Name == "cursor-vscode" && c.Version != "1.0.0" || c.LastUsed.IsZero() {
 			t.Errorf("client %+v", c)
 		}
 	}
-	if cs := w.fleet.Get("b").Clients(); cs != nil {
+	if cs := w.gw.Clients(w.fleet.Get("b")); cs != nil {
 		t.Errorf("b, which no client used, lists %+v", cs)
 	}
 }
@@ -277,11 +278,11 @@ func TestClientHintAndModernClientInfo(t *testing.T) {
 	modern.modernEcho(1, `{"name":"Zed Editor","version":"0.190.0"}`)
 	modern.modernEcho(2, "")
 	modern.modernEcho(3, `{"name":"Zed Editor","version":"0.191.0"}`)
-	want := map[string]uint64{"claude": 2, fleet.UnknownClient: 1, "zed-editor": 2, "cursor": 1}
-	if got := clientCounts(srv); !sameCounts(got, want) {
+	want := map[string]uint64{"claude": 2, clientbook.Unknown: 1, "zed-editor": 2, "cursor": 1}
+	if got := clientCounts(w.gw, srv); !sameCounts(got, want) {
 		t.Fatalf("clients of a: %v, want %v", got, want)
 	}
-	for _, c := range srv.Clients() {
+	for _, c := range w.gw.Clients(srv) {
 		if c.Name == "zed-editor" && c.Version != "0.191.0" {
 			t.Errorf("zed-editor's last version: %q", c.Version)
 		}
@@ -299,7 +300,7 @@ func TestModernHTTPClientIsCountedByItsMeta(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := clientCounts(w.fleet.Get("a"))
+	got := clientCounts(w.gw, w.fleet.Get("a"))
 	if got["modern-test"] < 2 || len(got) != 1 {
 		t.Fatalf("clients of a: %v, want modern-test with 2 calls (and its lists) alone", got)
 	}
@@ -316,19 +317,19 @@ func TestHostileClientNamesAreBounded(t *testing.T) {
 	c := newRawStdio(t, w.gw.Single("a"), StdioOptions{})
 	c.initialize(`{"name":"` + huge + `","version":"` + huge + `"}`)
 	c.echo(1)
-	cs := srv.Clients()
-	if len(cs) != 1 || len(cs[0].Name) > fleet.MaxClientNameLen || len(cs[0].Version) > fleet.MaxClientVersionLen ||
+	cs := w.gw.Clients(srv)
+	if len(cs) != 1 || len(cs[0].Name) > clientbook.MaxNameLen || len(cs[0].Version) > clientbook.MaxVersionLen ||
 		strings.ContainsAny(cs[0].Name, "<>\x07\n ") || !strings.HasPrefix(cs[0].Name, "b-x-b-b-x-b") {
 		t.Fatalf("clients: %+v", cs)
 	}
 	m := newRawStdio(t, w.gw.Single("a"), StdioOptions{})
-	const n = 3 * fleet.MaxClientNames
+	const n = 3 * clientbook.MaxNames
 	for i := range n {
 		m.modernEcho(i+1, fmt.Sprintf(`{"name":"bot %d","version":"1"}`, i))
 	}
-	cs = srv.Clients()
-	if len(cs) != fleet.MaxClientNames+1 || cs[len(cs)-1].Name != fleet.OtherClients {
-		t.Fatalf("%d names kept (last %q), want %d and %s", len(cs), cs[len(cs)-1].Name, fleet.MaxClientNames, fleet.OtherClients)
+	cs = w.gw.Clients(srv)
+	if len(cs) != clientbook.MaxNames+1 || cs[len(cs)-1].Name != clientbook.Other {
+		t.Fatalf("%d names kept (last %q), want %d and %s", len(cs), cs[len(cs)-1].Name, clientbook.MaxNames, clientbook.Other)
 	}
 	var total uint64
 	for _, c := range cs {
@@ -349,8 +350,8 @@ func TestModernClientIdentityAllocatesNothing(t *testing.T) {
 		ms := &Session{modern: &Modern{ClientInfo: json.RawMessage(info), client: conn}}
 		var got string
 		n := testing.AllocsPerRun(100, func() {
-			var nb [fleet.MaxClientNameLen]byte
-			var vb [fleet.MaxClientVersionLen]byte
+			var nb [clientbook.MaxNameLen]byte
+			var vb [clientbook.MaxVersionLen]byte
 			name, _ := ms.clientIdentity(ms.modern, nb[:0], vb[:0])
 			if len(name) == 0 {
 				got = "none"
