@@ -134,7 +134,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events := admin.RestoreEventLog(keptEvents, st.Events(time.Time{}, keptEvents))
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
-	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, OnEvent: events.Add, Logs: logs,
+	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, Interest: gw.Interest(), OnEvent: events.Add, Logs: logs,
 		Trim:         func(dormancy bool) { trimMemory(st, log, dormancy) },
 		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
 	if err != nil {

@@ -91,6 +91,11 @@ type Options struct {
 	// (launch.Flattener); nil means the user's own package manager
 	// (launch.Resolver).
 	Resolver launch.PackageResolver
+	// Interest is what client sessions asked of the servers (resource
+	// subscriptions, a log level), replayed to every new process of an
+	// instance before it serves, and keeping an instance a session
+	// subscribed on awake; nil: nothing is replayed, nothing pinned.
+	Interest Interest
 	// CompileCache is the directory of node's module compile cache that a
 	// flattened start gives the server (launch.Options.CompileCache); ""
 	// gives none. A relative one is taken from mcpvisor's working
@@ -225,15 +230,16 @@ func newServerSet(list []*Server) *serverSet {
 const endedMemory = time.Minute
 
 // EndSession ends what client session held in every server: per-session
-// instances are closed under ctx, subscriptions and log levels forgotten,
-// and no instance is created for it afterwards.
+// instances are closed under ctx, and no instance is created for it
+// afterwards. What it asked of the servers (subscriptions, log levels) is
+// not the fleet's: its owner forgets it first (interest.Book.End), and a
+// modern server's listen drops its subscriptions here.
 func (f *Fleet) EndSession(ctx context.Context, session string) {
 	f.DetachSession(session)(ctx)
 }
 
 // DetachSession is EndSession in two steps: at once, before it returns,
-// session is forgotten — its subscriptions and log levels go, no request
-// reaches its per-session instances, and no instance is created for it
+// session is forgotten — no request reaches its per-session instances, and no instance is created for it
 // afterwards —; the function it returns stops those instances, bounded by
 // its ctx, and must be called (a second call does nothing). Until they are
 // stopped they count towards

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -156,7 +157,8 @@ func newFakeFleet(t *testing.T, settings string) *fakeFleet {
 	}
 	ff := &fakeFleet{}
 	ff.f, err = New(cfg, Options{
-		Logger: discardLogger(),
+		Logger:   discardLogger(),
+		Interest: interest.New(discardLogger()),
 		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail, modern: &ff.modern}
 		},
@@ -475,7 +477,7 @@ func TestPerSessionInstances(t *testing.T) {
 		if a == b || a != a2 || ff.connects.Load() != 2 {
 			t.Fatalf("sessions A and B must have their own instance: connects %d", ff.connects.Load())
 		}
-		ff.f.EndSession(t.Context(), "A")
+		ff.f.endSession(t.Context(), "A")
 		if a.(*fakeLive).Alive() {
 			t.Fatal("A's instance survived the end of its session")
 		}
@@ -528,7 +530,7 @@ func TestStoppedIsReportedOnce(t *testing.T) {
 		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
 			t.Fatal(err)
 		}
-		ff.f.EndSession(t.Context(), "A")
+		ff.f.endSession(t.Context(), "A")
 		ff.close(t)
 		ff.mu.Lock()
 		defer ff.mu.Unlock()
@@ -555,7 +557,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
-		s.Subscribe("A", "file:///x")
+		s.subscribe("A", "file:///x")
 		if s.Rest(t.Context(), s.Requests()) {
 			t.Fatal("Rest put a server with a subscriber to sleep")
 		}
@@ -563,7 +565,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 		if st := state(s); st != "running" {
 			t.Fatalf("a server with a subscriber went %s", st)
 		}
-		s.Unsubscribe("A", "file:///x")
+		s.unsubscribe("A", "file:///x")
 		if !s.Rest(t.Context(), s.Requests()) {
 			t.Fatal("Rest refused a server nothing pins")
 		}

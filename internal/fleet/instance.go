@@ -786,7 +786,7 @@ func (in *instance) idleCheck() {
 	// Measured without the lock (it reads /proc or cgroup files); slept
 	// only if nothing began meanwhile.
 	mem, measured := in.treeMemory(conn)
-	pinned := in.srv.pinned(in.key) // takes the server's lock: not under in.mu
+	pinned := in.srv.pinned(in.key) // takes the interest's lock: not under in.mu
 	in.do(func(st *instState, fx *effects) {
 		if st.phase != phaseRunning || st.starting != nil {
 			return

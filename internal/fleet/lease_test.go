@@ -21,7 +21,7 @@ func TestReleaseAfterSessionEndCreatesNoInstance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ff.f.EndSession(t.Context(), "A")
+		ff.f.endSession(t.Context(), "A")
 		l.Release()
 		l.Release() // a second release counts nothing
 		if n := s.Status().Sessions; n != 0 {
@@ -58,7 +58,7 @@ func TestSessionEndDuringStartWins(t *testing.T) {
 			errc <- err
 		}()
 		time.Sleep(100 * time.Millisecond) // the start takes 500ms
-		ff.f.EndSession(context.Background(), "A")
+		ff.f.endSession(context.Background(), "A")
 		if err := <-errc; err == nil {
 			t.Fatal("the request whose session ended during the start got a lease")
 		}
@@ -133,7 +133,7 @@ func TestPerSessionInstanceLimit(t *testing.T) {
 		if ff.connects.Load() != 2 {
 			t.Fatalf("%d connects, want 2", ff.connects.Load())
 		}
-		ff.f.EndSession(t.Context(), "A")
+		ff.f.endSession(t.Context(), "A")
 		if _, err := use(s.Acquire(t.Context(), "C")); err != nil {
 			t.Fatalf("after a session ended: %v", err)
 		}
@@ -202,7 +202,7 @@ func TestSubscriptionKeepsTheServerAwake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Subscribe("A", "file:///x")
+		s.subscribe("A", "file:///x")
 		l.Release()
 		time.Sleep(time.Hour)
 		synctest.Wait()
@@ -213,7 +213,7 @@ func TestSubscriptionKeepsTheServerAwake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Unsubscribe("A", "file:///x")
+		s.unsubscribe("A", "file:///x")
 		l.Release()
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
@@ -233,17 +233,17 @@ func TestSessionEndForgetsItsInterests(t *testing.T) {
 		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
-		s.Subscribe("A", "file:///x")
-		s.SetLogLevel("A", "debug")
-		s.SetLogLevel("B", "error")
-		if got := s.Subscribers("file:///x"); len(got) != 1 || got[0] != "A" {
+		s.subscribe("A", "file:///x")
+		s.setLogLevel("A", "debug")
+		s.setLogLevel("B", "error")
+		if got := s.subscribers("file:///x"); len(got) != 1 || got[0] != "A" {
 			t.Fatalf("subscribers %v", got)
 		}
 		if uris, level := s.replay(""); len(uris) != 1 || level != "debug" {
 			t.Fatalf("replay %v %q, want the subscription and the most verbose level", uris, level)
 		}
-		ff.f.EndSession(t.Context(), "A")
-		if got := s.Subscribers("file:///x"); len(got) != 0 {
+		ff.f.endSession(t.Context(), "A")
+		if got := s.subscribers("file:///x"); len(got) != 0 {
 			t.Fatalf("subscribers after the session ended: %v", got)
 		}
 		if _, level := s.replay(""); level != "error" {

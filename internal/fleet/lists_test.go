@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -156,7 +157,8 @@ func newListFleet(t *testing.T, settings string, beforeEnd func(n int)) *listFle
 	}
 	lf := &listFleet{srv: &listServer{init: init}}
 	lf.f, err = New(cfg, Options{
-		Logger: discardLogger(),
+		Logger:   discardLogger(),
+		Interest: interest.New(discardLogger()),
 		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &listConnector{onConnect: onConnect, srv: lf.srv, connects: &lf.connects, beforeEnd: beforeEnd}
 		},
@@ -201,7 +203,7 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 			if n == 2 {
 				// After the replay of the wake's process, before it serves:
 				// the catch-up tells it.
-				lf.f.Get("s").SetLogLevel("A", "debug")
+				lf.f.Get("s").setLogLevel("A", "debug")
 			}
 		})
 		defer lf.close(t)

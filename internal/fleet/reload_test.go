@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -75,7 +76,8 @@ func newLaunchFleet(t *testing.T, servers string) *launchFleet {
 	t.Helper()
 	lf := &launchFleet{by: map[string]int{}}
 	f, err := New(parseCfg(t, servers), Options{
-		Logger: discardLogger(),
+		Logger:   discardLogger(),
+		Interest: interest.New(discardLogger()),
 		Connector: func(sc *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &launchConnector{lf: lf, command: sc.Command, onConnect: onConnect}
 		},
@@ -653,7 +655,7 @@ func restartResumesSubscribedSessions(t *testing.T, init string) {
 			t.Fatal(err)
 		}
 		a.Release()
-		p.Subscribe("A", "file:///x")
+		p.subscribe("A", "file:///x")
 		if _, err := p.Restart(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -681,7 +683,7 @@ func TestRelaunchResumesASubscribedServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf := newLaunchFleet(t, threeServers)
 		lf.running(t, "b")
-		lf.f.Get("b").Subscribe("A", "file:///x")
+		lf.f.Get("b").subscribe("A", "file:///x")
 		if _, err := lf.f.Reload(t.Context(), parseCfg(t, relaunchB), false, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -707,7 +709,7 @@ func TestSubscriptionsStayWithTheirSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Subscribe("A", "file:///x")
+		p.subscribe("A", "file:///x")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if _, err := p.Restart(ctx); !errors.Is(err, context.DeadlineExceeded) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -51,13 +52,13 @@ func TestReplayIncludesWhatChangedMeanwhile(t *testing.T) {
 	ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 	defer ff.close(t)
 	s := ff.f.Get("s")
-	s.SetLogLevel("A", "error")
-	s.Subscribe("A", "file:///x")
+	s.setLogLevel("A", "error")
+	s.subscribe("A", "file:///x")
 	init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{},"resources":{"subscribe":true}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &replayConn{init: init, during: func() { s.SetLogLevel("B", "debug") }}
+	c := &replayConn{init: init, during: func() { s.setLogLevel("B", "debug") }}
 	type key struct{}
 	ctx := context.WithValue(context.Background(), key{}, "connect")
 	s.sharedIn().replayTo(ctx, c)
@@ -87,8 +88,8 @@ func TestReplayStopsWithTheConnect(t *testing.T) {
 	ff := newFakeFleet(t, `,"idleTimeout":"0"`)
 	defer ff.close(t)
 	s := ff.f.Get("s")
-	s.Subscribe("A", "file:///x")
-	s.Subscribe("A", "file:///y")
+	s.subscribe("A", "file:///x")
+	s.subscribe("A", "file:///y")
 	init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"resources":{"subscribe":true}}}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &replayConn{init: init, during: cancel}
@@ -134,8 +135,8 @@ func TestLevelSetDuringTheStartIsNotLost(t *testing.T) {
 		init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{}}}`))
 		rc := &replayConn{init: init}
 		var f *Fleet
-		f, err = New(cfg, Options{Logger: discardLogger(), Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
-			return &connConnector{onConnect: onConnect, c: rc, beforeEnd: func() { f.Get("s").SetLogLevel("A", "debug") }}
+		f, err = New(cfg, Options{Logger: discardLogger(), Interest: interest.New(discardLogger()), Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
+			return &connConnector{onConnect: onConnect, c: rc, beforeEnd: func() { f.Get("s").setLogLevel("A", "debug") }}
 		}})
 		if err != nil {
 			t.Fatal(err)

@@ -26,16 +26,13 @@ type Server struct {
 	lists  *lists
 	// dp is its definitions, for drift and pinning (made on first use:
 	// a never-learned server costs no more); lists are put under its mu.
-	dp    atomic.Pointer[defs]
-	tel   atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
-	subMu sync.Mutex                       // serializes telling modern servers their subscriptions (SyncSubscriptions)
+	dp  atomic.Pointer[defs]
+	tel atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
 
 	mu         sync.Mutex
 	perSession map[string]*instance
-	stopping   int                  // per-session instances detached, still stopping
-	freed      chan struct{}        // closed (and replaced) as one of them is gone
-	interests  map[string]*interest // by client session
-	igen       uint64               // changes of interests, for the replay
+	stopping   int           // per-session instances detached, still stopping
+	freed      chan struct{} // closed (and replaced) as one of them is gone
 
 	ends *ends // what the ends of its processes and starts left (History, counters); guarded by mu, made on the first
 
@@ -94,10 +91,10 @@ func (s *Server) instances() []*instance {
 	return out
 }
 
-// detachSession forgets what session asked of the server and returns the
-// instance a per-session server ran for it — out of perSession, so no
-// request finds it, but counted as stopping until stopDetached — for the
-// caller to stop; nil if there is none.
+// detachSession returns the instance a per-session server ran for
+// session — out of perSession, so no request finds it, but counted as
+// stopping until stopDetached — for the caller to stop; nil if there is
+// none.
 func (s *Server) detachSession(session string) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
@@ -105,18 +102,11 @@ func (s *Server) detachSession(session string) *instance {
 		s.stopping++ // until stopped (stopDetached)
 	}
 	delete(s.perSession, session)
-	_, had := s.interests[session]
-	delete(s.interests, session)
-	if had {
-		s.igen++ // a replay running now tells the server again
-	}
 	s.mu.Unlock()
-	if had && in == nil {
-		// A modern server has the sessions' subscriptions in mcpvisor's
-		// listen, not one by one: the session's go from it now.
-		if rs, ok := s.sharedIn().current().(ResourceSubscriber); ok && rs.Modern() {
-			s.SyncSubscriptions(rs, "")
-		}
+	if in == nil {
+		// What the session asked is forgotten (interest.Book.End,
+		// before): a modern server's listen drops its subscriptions.
+		s.resync()
 	}
 	s.sharedIn().rearm() // a subscription it held may have kept it awake
 	return in

@@ -41,9 +41,9 @@ func TestSleep(t *testing.T) {
 		refused("a request in flight", ErrBusy, "1 request(s) in flight")
 		l.Release()
 
-		s.Subscribe("A", "file:///x")
+		s.subscribe("A", "file:///x")
 		refused("a subscriber", ErrBusy, "subscribed to its resources")
-		s.Unsubscribe("A", "file:///x")
+		s.unsubscribe("A", "file:///x")
 
 		if err := s.Sleep(ctx); err != nil {
 			t.Fatalf("Sleep of a running idle server: %v", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -744,23 +745,23 @@ func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, re
 }
 
 // forwardSubscription forwards resources/subscribe or unsubscribe and
-// records it in the fleet, which replays subscriptions to a restarted or
-// woken server, keeps a subscribed server awake, and says who receives a
-// resource's updates. A subscription is recorded before it is sent (so the
+// records it in the gateway's interest book, which the fleet replays to a
+// restarted or woken server and which keeps a subscribed server awake,
+// and which says who receives a resource's updates. A subscription is recorded before it is sent (so the
 // server cannot sleep between its answer and the record) and forgotten if
 // the server refuses it; an unsubscription is forgotten before it is sent.
 func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, uri string, related Sink) *rpc.Message {
 	if m.Method == "resources/subscribe" {
-		srv.Subscribe(s.Key(), uri)
+		g.interests.Subscribe(srv, s.Key(), uri)
 		resp := g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
 		if resp.Error != nil {
-			srv.Unsubscribe(s.Key(), uri)
+			g.interests.Unsubscribe(srv, s.Key(), uri)
 		}
 		return resp
 	}
 	// Forgotten first: what the server is told next (a modern server's
 	// listen names the subscriptions left) no longer has it.
-	srv.Unsubscribe(s.Key(), uri)
+	g.interests.Unsubscribe(srv, s.Key(), uri)
 	return g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
 }
 
@@ -814,12 +815,12 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 // start.
 func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Server, m *rpc.Message) *rpc.Message {
 	level := stringField(m.Params, "level")
-	if fleet.LogSeverity(level) < 0 {
+	if interest.LogSeverity(level) < 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("invalid log level %q: one of debug, info, notice, warning, error, critical, alert, emergency", level))
 	}
 	var wg sync.WaitGroup
 	for _, srv := range servers {
-		srv.SetLogLevel(s.Key(), level)
+		g.interests.SetLogLevel(srv, s.Key(), level)
 		l, ok := srv.Peek(s.Key())
 		if !ok {
 			continue
@@ -832,7 +833,7 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 			defer l.Release()
 			cctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
 			defer cancel()
-			params := mustJSON(map[string]string{"level": srv.EffectiveLogLevel(s.Key())})
+			params := mustJSON(map[string]string{"level": g.interests.EffectiveLogLevel(srv, s.Key())})
 			if resp, err := l.Conn().Call(cctx, m.Method, params); err != nil || resp.Error != nil {
 				g.log.Debug("logging/setLevel not applied", "server", srv.Name(), "err", err)
 			}

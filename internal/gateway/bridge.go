@@ -61,7 +61,7 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, metho
 	}
 	meta[metaProtocolVersion] = mustJSON(modernVersion)
 	meta[metaClientCaps] = caps
-	if lvl := srv.EffectiveLogLevel(s.Key()); lvl != "" {
+	if lvl := g.interests.EffectiveLogLevel(srv, s.Key()); lvl != "" {
 		meta[metaLogLevel] = mustJSON(lvl)
 	}
 	return rpc.SetMember(params, "_meta", mustJSON(meta))

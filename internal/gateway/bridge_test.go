@@ -112,7 +112,7 @@ func TestLegacyClientSubscribesOnModernServer(t *testing.T) {
 	if err := sess.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
 		t.Fatalf("resources/unsubscribe: %v", err)
 	}
-	if got := w.fleet.Get("c").InstanceSubscriptions(sess.ID()); len(got) != 0 {
+	if got := w.gw.interests.InstanceSubscriptions(w.fleet.Get("c"), sess.ID()); len(got) != 0 {
 		t.Fatalf("still subscribed to %v", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -465,14 +466,14 @@ func (f *flight) answerLegacyOnly(conn fleet.Conn) *rpc.Message {
 		// instance's sessions (recorded by forwardSubscription) go in
 		// mcpvisor's subscriptions/listen on the server, whose
 		// updates come back as notifications/resources/updated.
-		rs, ok := conn.(fleet.ResourceSubscriber)
+		rs, ok := conn.(interest.ResourceSubscriber)
 		if !ok || !rs.Modern() {
 			msg := fmt.Sprintf("server %s speaks MCP %s, which has no %s", f.name, modernVersion, f.method)
 			f.set(telemetry.ProtocolError, rpc.MethodNotFound, msg)
 			f.end()
 			return errorResponse(f.clientID, rpc.MethodNotFound, msg)
 		}
-		f.srv.SyncSubscriptions(rs, f.s.Key())
+		f.g.interests.Sync(rs, f.srv, f.s.Key())
 		f.end()
 		return resultResponse(f.clientID, json.RawMessage(`{}`))
 	}
@@ -799,7 +800,7 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			return
 		}
 		uri := stringField(m.Params, "uri")
-		for _, key := range src.Server.Subscribers(uri) {
+		for _, key := range g.interests.Subscribers(src.Server, uri) {
 			if src.Session != "" && key != src.Session {
 				continue // a private instance's update is its session's alone
 			}
@@ -861,11 +862,11 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 // session that set a level receives only lines at least that severe, and a
 // modern request only the lines its logLevel asked for.
 func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
-	sev := fleet.LogSeverity(stringField(m.Params, "level"))
-	levels := src.Server.LogLevels()
+	sev := interest.LogSeverity(stringField(m.Params, "level"))
+	levels := g.interests.LogLevels(src.Server)
 	wants := func(s *Session) bool {
 		lvl, ok := levels[s.Key()]
-		return ok && sev >= fleet.LogSeverity(lvl)
+		return ok && sev >= interest.LogSeverity(lvl)
 	}
 	// callWants: a line that belongs to c goes to its stream unless its
 	// session set a higher level — or, for a modern request, unless the
@@ -875,10 +876,10 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 		mo := c.sess.modern // a held call's later round may replace it
 		g.mu.Unlock()
 		if mo != nil {
-			return mo.LogLevel != "" && sev >= fleet.LogSeverity(mo.LogLevel)
+			return mo.LogLevel != "" && sev >= interest.LogSeverity(mo.LogLevel)
 		}
 		lvl, ok := levels[c.sess.Key()]
-		return !ok || sev >= fleet.LogSeverity(lvl)
+		return !ok || sev >= interest.LogSeverity(lvl)
 	}
 	if owner := g.owner(src); owner != nil {
 		if c := g.newestCallOf(src.Conn, owner); c != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -77,6 +78,11 @@ type Gateway struct {
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing
+	// interests is what each legacy session asked of each server — its
+	// resource subscriptions and log level — recorded as the requests
+	// pass; the fleet replays it to new processes and keeps a subscribed
+	// instance awake (Interest, fleet.Options.Interest).
+	interests *interest.Book
 	// clients is which clients used which server, counted as each
 	// request ends (flight.record); read by the status API (Clients).
 	clients clientbook.Book
@@ -137,9 +143,15 @@ func New(log *slog.Logger) *Gateway {
 		tokens:    map[string]*call{},
 		outReqs:   map[string]*outReq{},
 	}
+	g.interests = interest.New(log)
 	g.agg = &aggregate{g: g}
 	return g
 }
+
+// Interest is what the sessions asked of the servers, for the fleet
+// (fleet.Options.Interest): it replays it to each new process of an
+// instance, and an instance a session subscribed on stays awake.
+func (g *Gateway) Interest() *interest.Book { return g.interests }
 
 // Clients lists the clients whose requests reached s, by name
 // (clientbook.Other last); nil when none did.
@@ -313,8 +325,10 @@ func (g *Gateway) closeSession(s *Session) {
 		r.timer.Stop()
 		g.deliver(r, &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: "the client session ended before it answered"}})
 	}
-	// What the session held in the fleet — its per-session instances, its
-	// subscriptions and log levels — ends with it, bounded.
+	// What it asked of the servers — its subscriptions and log levels —
+	// is forgotten at once; what it held in the fleet — its per-session
+	// instances — ends with it, bounded.
+	g.interests.End(s.Key())
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
 		defer cancel()

@@ -112,7 +112,7 @@ func newWorldLog(t testing.TB, servers, statePath, marker string, log *slog.Logg
 		t.Fatal(err)
 	}
 	w.gw = New(log)
-	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnListsChanged: w.gw.ListsChanged,
+	w.fleet, err = fleet.New(cfg, fleet.Options{Runtime: w.rt, Hooks: w.gw, Logger: log, OnListsChanged: w.gw.ListsChanged, Interest: w.gw.Interest(),
 		OnEvent: func(e fleet.Event) {
 			w.evMu.Lock()
 			w.events = append(w.events, e)

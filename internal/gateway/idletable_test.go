@@ -62,7 +62,7 @@ func cachedWorld(t testing.TB, servers string, connector fleet.ConnectorFunc, to
 	}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	g := New(log)
-	f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Connector: connector, Trim: trim})
+	f, err := fleet.New(cfg, fleet.Options{Hooks: g, Logger: log, OnListsChanged: g.ListsChanged, Interest: g.Interest(), Connector: connector, Trim: trim})
 	if err != nil {
 		t.Fatal(err)
 	}

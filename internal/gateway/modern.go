@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -121,7 +122,7 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	mo.ClientInfo = raw.ClientInfo
 	if len(raw.LogLevel) > 0 {
 		var ok bool
-		if mo.LogLevel, ok = rpc.String(raw.LogLevel); !ok || fleet.LogSeverity(mo.LogLevel) < 0 {
+		if mo.LogLevel, ok = rpc.String(raw.LogLevel); !ok || interest.LogSeverity(mo.LogLevel) < 0 {
 			return nil, errorResponse(m.ID, rpc.InvalidParams, "Invalid params: "+metaLogLevel+" is not a log level (debug, info, notice, warning, error, critical, alert, emergency)")
 		}
 	}
@@ -309,6 +310,7 @@ func (g *Gateway) closeStatelessSession(s *Session) {
 	}
 	g.mu.Unlock()
 	if private {
+		g.interests.End(s.Key())
 		stop := g.fleet.DetachSession(s.Key())
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)

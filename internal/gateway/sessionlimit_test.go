@@ -470,7 +470,7 @@ func TestEvictedSessionEndsAsDeleteDoes(t *testing.T) {
 			if n := w.fleet.Get("p").Status().Sessions; n != 1 {
 				t.Fatalf("%d per-session instances, want the session's", n)
 			}
-			if subs := w.fleet.Get("c").Subscribers(uri); len(subs) != 1 || subs[0] != key {
+			if subs := w.gw.interests.Subscribers(w.fleet.Get("c"), uri); len(subs) != 1 || subs[0] != key {
 				t.Fatalf("subscribers %v, want the session %s", subs, key)
 			}
 			get, _ := s.openGET(sid, "")
@@ -491,7 +491,7 @@ func TestEvictedSessionEndsAsDeleteDoes(t *testing.T) {
 				t.Fatalf("the GET stream: %v after %q", err, b)
 			}
 			waitFor(t, "the per-session instance to stop", func() bool { return w.fleet.Get("p").Status().Sessions == 0 })
-			if subs := w.fleet.Get("c").Subscribers(uri); len(subs) != 0 {
+			if subs := w.gw.interests.Subscribers(w.fleet.Get("c"), uri); len(subs) != 0 {
 				t.Fatalf("subscribers %v after the session ended", subs)
 			}
 			if w.gw.sessionByKey(key) != nil {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -240,17 +241,17 @@ func filterTools(result json.RawMessage, allowed func(json.RawMessage) bool) jso
 // the level is then not kept.
 func (g *Gateway) setLevelSingle(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, related Sink) *rpc.Message {
 	level := stringField(m.Params, "level")
-	if fleet.LogSeverity(level) < 0 {
+	if interest.LogSeverity(level) < 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("invalid log level %q: one of debug, info, notice, warning, error, critical, alert, emergency", level))
 	}
-	srv.SetLogLevel(s.Key(), level)
-	params, ok := rpc.ReplaceMember(m.Params, "level", mustJSON(srv.EffectiveLogLevel(s.Key())))
+	g.interests.SetLogLevel(srv, s.Key(), level)
+	params, ok := rpc.ReplaceMember(m.Params, "level", mustJSON(g.interests.EffectiveLogLevel(srv, s.Key())))
 	if !ok {
 		params = m.Params
 	}
 	resp := g.forward(ctx, s, srv, m.Method, params, m.ID, related)
 	if resp.Error != nil {
-		srv.SetLogLevel(s.Key(), "")
+		g.interests.SetLogLevel(srv, s.Key(), "")
 	}
 	return resp
 }

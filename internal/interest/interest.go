@@ -1,0 +1,411 @@
+// Package interest keeps what each client session asked of a server that
+// the server must be told again after it restarts or wakes: the resources
+// the session subscribed to and the log level it set — what a legacy
+// session adds on top of its requests (DESIGN decision 11). It is recorded
+// per (server, session) by the gateway, which serves those requests, and
+// read by the fleet through a narrow seam: it replays it to every new
+// process of an instance before the instance serves (Book.Replay, and
+// Book.Gen to tell whether it changed meanwhile), and keeps an instance a
+// session subscribed on awake (Book.Pinned).
+package interest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// Server is a server sessions ask things of. The book keys its records by
+// the server's identity: one a reload removed and one added again under
+// its name are two, and the removed one's records go with its sessions.
+// PerSession tells which sessions an instance of it serves (serves).
+type Server interface {
+	Name() string
+	PerSession() bool
+}
+
+// Conn is a new connection of an instance, to be told what its sessions
+// asked (a fleet.Conn is one).
+type Conn interface {
+	Init() *backend.InitResult
+	Call(ctx context.Context, method string, params json.RawMessage) (*rpc.Message, error)
+}
+
+// ResourceSubscriber is a connection that takes a modern server's resource
+// subscriptions as one set (such a server has no resources/subscribe: they
+// go in mcpvisor's subscriptions/listen). Modern reports whether the
+// server is one.
+type ResourceSubscriber interface {
+	Modern() bool
+	SetResourceSubscriptions(uris []string)
+}
+
+// logLevels are the MCP log levels, most verbose first.
+var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+// LogSeverity ranks an MCP log level (debug 0 … emergency 7); -1 if it is
+// not one.
+func LogSeverity(level string) int {
+	for i, l := range logLevels {
+		if l == level {
+			return i
+		}
+	}
+	return -1
+}
+
+// endedMemory is how long an ended session is remembered, so that a
+// request of it that raced its end records nothing.
+const endedMemory = time.Minute
+
+// Book holds what the sessions asked of every server. Its methods are safe
+// for concurrent use.
+type Book struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	servers map[Server]*record // a server with none asked of it has none
+	seq     uint64             // numbers the changes, of all servers (record.gen)
+	ended   map[string]time.Time
+	// endedGC is when ended was last swept: at most every endedMemory/4,
+	// not at each end.
+	endedGC time.Time
+
+	// tellMu serializes telling modern servers their subscriptions
+	// (Sync): each reads the set under the lock it tells it under, so
+	// what a server is told last is the current set.
+	tellMu sync.Mutex
+}
+
+// record is what the sessions asked of one server.
+type record struct {
+	sessions map[string]*asked
+	// gen is the book's seq at the record's last change: never the same
+	// for two states of one server, even across a record dropped (no
+	// session asks anything) and made again.
+	gen uint64
+}
+
+// asked is what one session asked of one server.
+type asked struct {
+	subs  map[string]bool
+	level string
+}
+
+// New returns an empty book; the warnings of a replay go to log (nil:
+// slog.Default).
+func New(log *slog.Logger) *Book {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Book{log: log, servers: map[Server]*record{}}
+}
+
+// askedLocked is what session asked of s, made if need be; b.mu is held.
+func (b *Book) askedLocked(s Server, session string) *asked {
+	r := b.servers[s]
+	if r == nil {
+		r = &record{sessions: map[string]*asked{}}
+		b.servers[s] = r
+	}
+	a := r.sessions[session]
+	if a == nil {
+		a = &asked{subs: map[string]bool{}}
+		r.sessions[session] = a
+	}
+	return a
+}
+
+// changedLocked records a change of what sessions asked of s; b.mu is
+// held. A record left with no session goes.
+func (b *Book) changedLocked(s Server) {
+	r := b.servers[s]
+	if r == nil {
+		return
+	}
+	b.seq++
+	r.gen = b.seq
+	if len(r.sessions) == 0 {
+		delete(b.servers, s)
+	}
+}
+
+// Subscribe records that session subscribed to uri on s (call it before
+// the subscribe request is sent, and Unsubscribe if the server refuses
+// it): the subscription is replayed to every new process, and while any
+// session of an instance is subscribed the instance does not go dormant —
+// a sleeping server cannot send the updates its subscribers wait for. A
+// session that ended (End) records nothing.
+func (b *Book) Subscribe(s Server, session, uri string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.endedLocked(session) {
+		return // a late request of an ended session records nothing
+	}
+	b.askedLocked(s, session).subs[uri] = true
+	b.changedLocked(s)
+}
+
+// Unsubscribe forgets a subscription Subscribe recorded.
+func (b *Book) Unsubscribe(s Server, session, uri string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.servers[s]
+	if r == nil {
+		return
+	}
+	if a := r.sessions[session]; a != nil {
+		delete(a.subs, uri)
+		if len(a.subs) == 0 && a.level == "" {
+			delete(r.sessions, session)
+		}
+	}
+	b.changedLocked(s)
+}
+
+// SetLogLevel records the log level session set on s ("" forgets it); it
+// is replayed to every new process. A session that ended records nothing.
+func (b *Book) SetLogLevel(s Server, session, level string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.endedLocked(session) {
+		return
+	}
+	a := b.askedLocked(s, session)
+	a.level = level
+	if len(a.subs) == 0 && level == "" {
+		delete(b.servers[s].sessions, session)
+	}
+	b.changedLocked(s)
+}
+
+// End forgets what session asked of every server, and records nothing it
+// asks afterwards: call it when the session ends, before the fleet
+// detaches it (fleet.Fleet.DetachSession), which tells a modern server
+// the set left and lets an instance the session's subscription kept
+// awake sleep. Asked under the lock that writes a record, whether the
+// session ended holds until the write: a record is either written before
+// End and forgotten with the rest, or not written at all.
+func (b *Book) End(session string) {
+	if session == "" {
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended == nil {
+		b.ended = map[string]time.Time{}
+	}
+	if now.Sub(b.endedGC) > endedMemory/4 {
+		b.endedGC = now
+		for k, t := range b.ended {
+			if now.Sub(t) > endedMemory {
+				delete(b.ended, k)
+			}
+		}
+	}
+	b.ended[session] = now
+	for s, r := range b.servers {
+		if _, had := r.sessions[session]; had {
+			delete(r.sessions, session)
+			b.changedLocked(s) // a replay running now tells the server again
+		}
+	}
+}
+
+// endedLocked reports whether session ended (End) lately; b.mu is held.
+func (b *Book) endedLocked(session string) bool {
+	_, ok := b.ended[session]
+	return ok
+}
+
+// Gen counts the changes of what sessions asked of s: a replay that read
+// it before telling is current as long as it has not changed.
+func (b *Book) Gen(s Server) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.servers[s]; r != nil {
+		return r.gen
+	}
+	return 0
+}
+
+// Subscribers lists the sessions subscribed to uri on s, sorted.
+func (b *Book) Subscribers(s Server, uri string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	if r := b.servers[s]; r != nil {
+		for sess, a := range r.sessions {
+			if a.subs[uri] {
+				out = append(out, sess)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// LogLevels maps each session that set a log level on s to that level.
+func (b *Book) LogLevels(s Server) map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]string{}
+	if r := b.servers[s]; r != nil {
+		for sess, a := range r.sessions {
+			if a.level != "" {
+				out[sess] = a.level
+			}
+		}
+	}
+	return out
+}
+
+// Pinned reports whether a session of the instance of s keyed key ("" for
+// the shared one) holds a subscription: the instance must not go dormant.
+func (b *Book) Pinned(s Server, key string) bool {
+	perSession := s.PerSession()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.servers[s]; r != nil {
+		for sess, a := range r.sessions {
+			if len(a.subs) > 0 && serves(perSession, key, sess) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// serves reports whether the instance keyed key ("" for the shared one)
+// of a server — perSession: it runs one per session — is the one that
+// serves session: a per-session server's sessions each have their own —
+// whether it runs now or not: one a restart took out of service is made
+// again for the session — and only a request with no session goes to its
+// shared instance; a shared server's sessions all share it.
+func serves(perSession bool, key, session string) bool {
+	if perSession {
+		return session == key
+	}
+	return key == ""
+}
+
+// instanceKey is the key of the instance of s that serves session.
+func instanceKey(s Server, session string) string {
+	if s.PerSession() {
+		return session
+	}
+	return ""
+}
+
+// replay is what a new process of the instance of s keyed key must be
+// told: the union of its sessions' subscriptions and the most verbose
+// level any of them set.
+func (b *Book) replay(s Server, key string) (uris []string, level string) {
+	perSession := s.PerSession()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.servers[s]
+	if r == nil {
+		return nil, ""
+	}
+	set := map[string]bool{}
+	best := -1
+	for sess, a := range r.sessions {
+		if !serves(perSession, key, sess) {
+			continue
+		}
+		for u := range a.subs {
+			set[u] = true
+		}
+		if r := LogSeverity(a.level); r >= 0 && (best < 0 || r < best) {
+			best = r
+		}
+	}
+	for u := range set {
+		uris = append(uris, u)
+	}
+	sort.Strings(uris)
+	if best >= 0 {
+		level = logLevels[best]
+	}
+	return uris, level
+}
+
+// InstanceSubscriptions lists the resources subscribed to on the instance
+// of s that serves session (its own per-session instance, else the shared
+// one), by any of its sessions, sorted.
+func (b *Book) InstanceSubscriptions(s Server, session string) []string {
+	uris, _ := b.replay(s, instanceKey(s, session))
+	return uris
+}
+
+// EffectiveLogLevel is the level to set on the instance of s that serves
+// session: the most verbose level any session of that instance set (""
+// if none did).
+func (b *Book) EffectiveLogLevel(s Server, session string) string {
+	_, level := b.replay(s, instanceKey(s, session))
+	return level
+}
+
+// Sync tells rs — the connection of the instance of s serving session, to
+// a modern server — the resources that instance's sessions subscribe to
+// now. Calls are serialized, each reading the set under the same lock it
+// is told under, so that what the server is told last is the current set
+// (two changes at once cannot leave the older one).
+func (b *Book) Sync(rs ResourceSubscriber, s Server, session string) {
+	b.tellMu.Lock()
+	defer b.tellMu.Unlock()
+	rs.SetResourceSubscriptions(b.InstanceSubscriptions(s, session))
+}
+
+// Replay tells c, a new connection of the instance of s keyed key ("" for
+// the shared one), what that instance's sessions asked of s, within ctx
+// (the connect's: a replay stops when it ends). It returns the generation
+// (Gen) it read before telling: if Gen is still that, c was told the
+// current state. A modern server gets its subscriptions as one set
+// (Sync), and the log level in each request's _meta; a legacy one a
+// logging/setLevel, if it logs, and a resources/subscribe per resource.
+// What the server refuses is logged, not returned.
+func (b *Book) Replay(ctx context.Context, s Server, key string, c Conn) uint64 {
+	gen := b.Gen(s)
+	if rs, ok := c.(ResourceSubscriber); ok && rs.Modern() {
+		b.Sync(rs, s, key)
+		return gen
+	}
+	uris, level := b.replay(s, key)
+	if len(uris) == 0 && level == "" {
+		return gen
+	}
+	log := b.log.With("server", s.Name())
+	if level != "" && c.Init().Has("logging") {
+		params, _ := json.Marshal(map[string]string{"level": level})
+		if resp, err := c.Call(ctx, "logging/setLevel", params); err != nil || resp.Error != nil {
+			log.Warn("could not restore the log level after a restart", "level", level, "err", callErr(resp, err))
+		}
+	}
+	for _, u := range uris {
+		if ctx.Err() != nil {
+			return gen
+		}
+		params, _ := json.Marshal(map[string]string{"uri": u})
+		if resp, err := c.Call(ctx, "resources/subscribe", params); err != nil || resp.Error != nil {
+			log.Warn("could not restore a resource subscription after a restart", "uri", u, "err", callErr(resp, err))
+		}
+	}
+	return gen
+}
+
+func callErr(resp *rpc.Message, err error) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(resp.Error.Message)
+}

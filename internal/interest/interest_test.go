@@ -1,0 +1,185 @@
+package interest
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// server is a server of the book's.
+type server struct {
+	name       string
+	perSession bool
+}
+
+func (s *server) Name() string     { return s.name }
+func (s *server) PerSession() bool { return s.perSession }
+
+// What a session asks of a server while it ends is either forgotten with
+// it or never recorded: no subscription or log level of an ended session
+// stays to be replayed to every new process. Each round races a session's
+// Subscribe and SetLogLevel, called over and over, with its end (End).
+func TestInterestRacingSessionEndIsNotKept(t *testing.T) {
+	b := New(discard)
+	s := &server{name: "s"}
+	// More threads than cores: the scheduler of the system preempts them
+	// at any instruction, which is what opens the window on a single core.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	const rounds, spins = 500, 1 << 12
+	for i := range rounds {
+		session := fmt.Sprintf("S%d", i)
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 2)
+		wg.Go(func() {
+			started <- struct{}{}
+			for n := 0; n < spins && !stop.Load(); n++ {
+				b.Subscribe(s, session, "file:///x")
+			}
+		})
+		wg.Go(func() {
+			started <- struct{}{}
+			for n := 0; n < spins && !stop.Load(); n++ {
+				b.SetLogLevel(s, session, "debug")
+			}
+		})
+		<-started
+		<-started
+		b.End(session)
+		stop.Store(true)
+		wg.Wait()
+		b.mu.Lock()
+		r := b.servers[s]
+		kept := r != nil && r.sessions[session] != nil
+		b.mu.Unlock()
+		if kept {
+			t.Fatalf("round %d: an interest of session %s outlived its end", i, session)
+		}
+	}
+}
+
+// heldSubscriber is a modern server's connection whose first
+// SetResourceSubscriptions is held until release is closed.
+type heldSubscriber struct {
+	entered, release chan struct{}
+	mu               sync.Mutex
+	calls            int
+	subs             []string
+}
+
+func (r *heldSubscriber) Modern() bool { return true }
+func (r *heldSubscriber) SetResourceSubscriptions(uris []string) {
+	r.mu.Lock()
+	r.calls++
+	first := r.calls == 1
+	r.mu.Unlock()
+	if first {
+		close(r.entered)
+		<-r.release
+	}
+	r.mu.Lock()
+	r.subs = uris
+	r.mu.Unlock()
+}
+
+// Two subscription changes told at once leave the server with the newer
+// set: Sync reads and tells under one lock, so an older set
+// slow to be told cannot land after the newer.
+func TestSyncLastToldIsCurrent(t *testing.T) {
+	b := New(discard)
+	s := &server{name: "s"}
+	rs := &heldSubscriber{entered: make(chan struct{}), release: make(chan struct{})}
+	b.Subscribe(s, "A", "file:///a")
+	first := make(chan struct{})
+	go func() { b.Sync(rs, s, ""); close(first) }()
+	<-rs.entered // the older set is being told
+	b.Subscribe(s, "B", "file:///b")
+	second := make(chan struct{})
+	go func() { b.Sync(rs, s, ""); close(second) }()
+	select {
+	case <-second: // told at once: the older may land after it
+	case <-time.After(100 * time.Millisecond): // (or waiting its turn)
+	}
+	close(rs.release)
+	<-first
+	<-second
+	rs.mu.Lock()
+	got := rs.subs
+	rs.mu.Unlock()
+	if !slices.Equal(got, []string{"file:///a", "file:///b"}) {
+		t.Fatalf("the server was left with %v, want both subscriptions", got)
+	}
+}
+
+// Gen changes at every change of what sessions asked of a server, and
+// never comes back to a value it had: a record dropped (no session asks
+// anything) and made again does not start over, so a replay that read
+// the old value is not taken for current. Another server's changes leave
+// it as it is.
+func TestGenNeverRepeats(t *testing.T) {
+	b := New(discard)
+	s, other := &server{name: "s"}, &server{name: "o"}
+	seen := map[uint64]bool{b.Gen(s): true}
+	step := func(what string, f func()) {
+		t.Helper()
+		before := b.Gen(s)
+		f()
+		g := b.Gen(s)
+		if g == before || seen[g] && g != 0 {
+			t.Fatalf("%s: gen %d after %d (seen %v)", what, g, before, seen)
+		}
+		seen[g] = true
+	}
+	step("subscribe", func() { b.Subscribe(s, "A", "file:///x") })
+	step("level", func() { b.SetLogLevel(s, "A", "debug") })
+	step("unsubscribe", func() { b.Unsubscribe(s, "A", "file:///x") })
+	step("level forgotten", func() { b.SetLogLevel(s, "A", "") })
+	step("subscribe again", func() { b.Subscribe(s, "B", "file:///x") })
+	g := b.Gen(s)
+	b.Subscribe(other, "A", "file:///y")
+	if b.Gen(s) != g {
+		t.Fatal("another server's change moved the gen")
+	}
+	step("end", func() { b.End("B") })
+}
+
+// A shared server's subscription pins its shared instance; a per-session
+// server's pins the subscribed session's own instance alone. What an
+// instance is told is its sessions' subscriptions and the most verbose
+// level among them.
+func TestPinnedAndReplayedByInstance(t *testing.T) {
+	b := New(discard)
+	shared, per := &server{name: "s"}, &server{name: "p", perSession: true}
+	b.Subscribe(shared, "A", "file:///a")
+	b.SetLogLevel(shared, "B", "error")
+	b.SetLogLevel(shared, "A", "info")
+	b.Subscribe(per, "A", "file:///a")
+	if !b.Pinned(shared, "") || b.Pinned(shared, "A") {
+		t.Fatal("a shared server's subscription pins its shared instance alone")
+	}
+	if !b.Pinned(per, "A") || b.Pinned(per, "") || b.Pinned(per, "B") {
+		t.Fatal("a per-session server's subscription pins its session's instance alone")
+	}
+	if uris, level := b.InstanceSubscriptions(shared, "B"), b.EffectiveLogLevel(shared, "B"); !slices.Equal(uris, []string{"file:///a"}) || level != "info" {
+		t.Fatalf("shared instance told %v %q", uris, level)
+	}
+	if uris := b.InstanceSubscriptions(per, "B"); len(uris) != 0 {
+		t.Fatalf("session B's own instance told %v", uris)
+	}
+	b.End("A")
+	if b.Pinned(shared, "") || b.Pinned(per, "A") || b.EffectiveLogLevel(shared, "B") != "error" {
+		t.Fatal("what A asked outlived its end")
+	}
+	b.Subscribe(shared, "A", "file:///a")
+	if b.Pinned(shared, "") {
+		t.Fatal("a request of an ended session was recorded")
+	}
+}
