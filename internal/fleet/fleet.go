@@ -239,10 +239,10 @@ func (f *Fleet) EndSession(ctx context.Context, session string) {
 }
 
 // DetachSession is EndSession in two steps: at once, before it returns,
-// session is forgotten — no request reaches its per-session instances, and no instance is created for it
-// afterwards —; the function it returns stops those instances, bounded by
-// its ctx, and must be called (a second call does nothing). Until they are
-// stopped they count towards
+// session is forgotten — no request reaches its per-session instances,
+// and no instance is created for it afterwards —; the function it returns
+// stops those instances, bounded by its ctx, and must be called (a second
+// call does nothing). Until they are stopped they count towards
 // their servers' maxInstances: a new session's instance beyond it waits
 // (within its Acquire's ctx) for one of them to be gone.
 func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {

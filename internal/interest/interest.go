@@ -325,8 +325,8 @@ func (b *Book) replay(s Server, key string) (uris []string, level string) {
 		for u := range a.subs {
 			set[u] = true
 		}
-		if r := LogSeverity(a.level); r >= 0 && (best < 0 || r < best) {
-			best = r
+		if sev := LogSeverity(a.level); sev >= 0 && (best < 0 || sev < best) {
+			best = sev
 		}
 	}
 	for u := range set {
