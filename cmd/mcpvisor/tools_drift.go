@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
 func newToolsDiffCmd() *cobra.Command {
@@ -216,7 +216,7 @@ func printDiff(w io.Writer, d admin.DefinitionsDiff) error {
 	return nil
 }
 
-func pendingChanges(ps []fleet.Pending) []drift.Change {
+func pendingChanges(ps []catalog.Pending) []drift.Change {
 	out := make([]drift.Change, len(ps))
 	for i, p := range ps {
 		out[i] = p.Change

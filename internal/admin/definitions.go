@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
@@ -18,9 +19,9 @@ import (
 // the server's pin setting, when its definitions last changed, and the
 // tools it holds back until approved.
 type DefinitionsInfo struct {
-	Pin       bool            `json:"pin"`
-	ChangedAt *time.Time      `json:"changedAt,omitempty"`
-	Pending   []fleet.Pending `json:"pending"`
+	Pin       bool              `json:"pin"`
+	ChangedAt *time.Time        `json:"changedAt,omitempty"`
+	Pending   []catalog.Pending `json:"pending"`
 }
 
 // DefinitionsDiff is the body of GET /api/servers/{name}/definitions/diff:
@@ -29,11 +30,11 @@ type DefinitionsInfo struct {
 // before and after), and the tools held back until approved, each with
 // its changes since approved and the fingerprint an approval may name.
 type DefinitionsDiff struct {
-	Server  string          `json:"server"`
-	Since   *time.Time      `json:"since,omitempty"`
-	Changes []drift.Change  `json:"changes"`
-	Pending []fleet.Pending `json:"pending"`
-	Pin     bool            `json:"pin"`
+	Server  string            `json:"server"`
+	Since   *time.Time        `json:"since,omitempty"`
+	Changes []drift.Change    `json:"changes"`
+	Pending []catalog.Pending `json:"pending"`
+	Pin     bool              `json:"pin"`
 }
 
 // ApproveRequest is the body of POST /api/servers/{name}/approve: the
@@ -67,7 +68,7 @@ type ApproveResult struct {
 const maxApproveBody = 1 << 20
 
 func definitionsInfo(s *fleet.Server) *DefinitionsInfo {
-	d := s.Definitions()
+	d := s.Catalog().Definitions()
 	info := &DefinitionsInfo{Pin: d.Pin, Pending: describeAdded(s, d.Pending)}
 	if !d.ChangedAt.IsZero() {
 		t := d.ChangedAt
@@ -81,14 +82,14 @@ func definitionsInfo(s *fleet.Server) *DefinitionsInfo {
 // operator sees what an approval would let through. A tool whose cached
 // definition is no longer the one pending is left as it is (the next
 // read shows the new one, pending in its place).
-func describeAdded(s *fleet.Server, ps []fleet.Pending) []fleet.Pending {
+func describeAdded(s *fleet.Server, ps []catalog.Pending) []catalog.Pending {
 	var byName map[string]drift.Def
 	for i, p := range ps {
 		if p.Change.Change != drift.Added || len(p.Fields) > 0 {
 			continue
 		}
 		if byName == nil {
-			items, _ := s.CachedList(fleet.Tools)
+			items, _ := s.Catalog().CachedList(catalog.Tools)
 			byName = map[string]drift.Def{}
 			for _, it := range items {
 				if d, err := drift.Define(drift.Tool, it); err == nil {
@@ -108,7 +109,7 @@ func (h *Handler) definitionsDiff(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	d := s.Definitions()
+	d := s.Catalog().Definitions()
 	out := DefinitionsDiff{Server: s.Name(), Changes: d.Last, Pending: describeAdded(s, d.Pending), Pin: d.Pin}
 	if out.Changes == nil {
 		out.Changes = []drift.Change{}
@@ -179,7 +180,7 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request) {
 	// and refused as stale), or the one pending now.
 	pendingFP := map[string]string{}
 	var pendingNames []string
-	for _, p := range s.Definitions().Pending {
+	for _, p := range s.Catalog().Definitions().Pending {
 		pendingFP[p.Name] = p.Fingerprint
 		pendingNames = append(pendingNames, p.Name)
 	}
@@ -205,11 +206,11 @@ func (h *Handler) approve(w http.ResponseWriter, r *http.Request) {
 		h.writeJSON(w, ApproveResult{Approved: []string{}, Pending: []string{}, Fingerprints: map[string]string{}})
 		return
 	}
-	approved, pending, err := s.Approve(names, fps)
+	approved, pending, err := s.Catalog().Approve(names, fps)
 	switch {
-	case errors.Is(err, fleet.ErrNotPending):
+	case errors.Is(err, catalog.ErrNotPending):
 		h.writeStatusJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "pending": nonNilStrings(pending)})
-	case errors.Is(err, fleet.ErrStaleApproval):
+	case errors.Is(err, catalog.ErrStaleApproval):
 		h.writeStatusJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "pending": nonNilStrings(pending)})
 	case err != nil:
 		h.writeStatusJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
@@ -240,7 +241,7 @@ func (h *Handler) acceptLost(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	n, err := s.AcceptLost()
+	n, err := s.Catalog().AcceptLost()
 	if err != nil {
 		h.writeStatusJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -89,7 +90,7 @@ func TestDefinitionsRoutes(t *testing.T) {
 	}
 	defer f.Close(context.Background())
 	s := f.Get("s")
-	if _, err := s.List(t.Context(), fleet.Tools); err != nil {
+	if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
 	tc.mu.Lock()
@@ -203,7 +204,7 @@ func TestDefinitionsRoutes(t *testing.T) {
 		res.Fingerprints["new"] != newFP {
 		t.Fatalf("approve all: %d %s", status, body)
 	}
-	if s.ToolHeld("echo") || s.ToolHeld("new") {
+	if s.Catalog().ToolHeld("echo") || s.Catalog().ToolHeld("new") {
 		t.Fatal("approved tools are still held")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
@@ -131,7 +132,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Sharing:     cfg.Sharing,
 		Protocol:    cfg.Protocol,
 		Declares:    s.DeclaredCapabilities(),
-		ServerInfo:  s.ServerInfo(),
+		ServerInfo:  s.Catalog().ServerInfo(),
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},
 		Instances:   s.Instances(),
@@ -144,13 +145,13 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	setUsage(&d.Status, treeUsage(s))
-	d.Status.Era, d.Status.Requests = s.Era(), s.Requests()
+	d.Status.Era, d.Status.Requests = s.Catalog().Era(), s.Requests()
 	if h.opts.Clients != nil {
 		d.Status.Clients = h.opts.Clients(s)
 	}
-	for _, k := range []fleet.ListKind{fleet.Tools, fleet.Prompts, fleet.Resources, fleet.Templates} {
-		if items, ok := s.CachedList(k); ok {
-			if k == fleet.Tools {
+	for _, k := range []catalog.ListKind{catalog.Tools, catalog.Prompts, catalog.Resources, catalog.Templates} {
+		if items, ok := s.Catalog().CachedList(k); ok {
+			if k == catalog.Tools {
 				items = allowedTools(cfg, items)
 			}
 			d.Lists[k.Member] = len(items)
@@ -176,10 +177,10 @@ func (h *Handler) tools(w http.ResponseWriter, r *http.Request) {
 	if s == nil {
 		return
 	}
-	items, ok := s.CachedList(fleet.Tools)
+	items, ok := s.Catalog().CachedList(catalog.Tools)
 	t := Tools{Server: s.Name(), Learned: ok}
 	for _, it := range allowedTools(s.Config(), items) {
-		if s.ToolVisible(it) {
+		if s.Catalog().ToolVisible(it) {
 			t.Tools = append(t.Tools, it)
 		} else if name, _ := rpc.StringMember(it, "name"); name != "" {
 			t.Held = append(t.Held, name)

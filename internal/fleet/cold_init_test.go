@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -17,11 +18,7 @@ import (
 // the bytes in memory, whether it is cold, and whether it is known to be
 // on disk under the server's current launch hash.
 func initState(s *Server) (raw string, cold, saved bool) {
-	cur, _ := s.launchKey()
-	c := s.lists
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.init, c.initCold, c.initHash != nil && *c.initHash == cur
+	return catalog.ProbeOf(s.cat).InitState()
 }
 
 // dormantFleet is a fleet of one server "s", idle timeout 10m, on st,
@@ -51,8 +48,8 @@ func serverS(t *testing.T, st *store.Store) (*driftFleet, *Server) {
 // the changes it announces.
 func wantInitKnown(t *testing.T, s *Server, what string) {
 	t.Helper()
-	if s.CachedInit() == nil || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-		t.Fatalf("%s: the initialize result is lost: %s, era %q, announces tools %v", what, s.CachedInit(), s.Era(), s.AnnouncesChanges("tools"))
+	if s.Catalog().CachedInit() == nil || s.Catalog().Era() != "2025-11-25" || !s.Catalog().AnnouncesChanges("tools") {
+		t.Fatalf("%s: the initialize result is lost: %s, era %q, announces tools %v", what, s.Catalog().CachedInit(), s.Catalog().Era(), s.Catalog().AnnouncesChanges("tools"))
 	}
 }
 
@@ -96,19 +93,19 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 		}
 		check := func(when, raw, era string, tools, prompts bool) {
 			t.Helper()
-			if got := string(s.CachedInit()); got != raw {
+			if got := string(s.Catalog().CachedInit()); got != raw {
 				t.Errorf("%s: CachedInit %s, want %s", when, got, raw)
 			}
-			if got := s.Era(); got != era {
+			if got := s.Catalog().Era(); got != era {
 				t.Errorf("%s: Era %q, want %q", when, got, era)
 			}
-			if got := s.AnnouncesChanges("tools"); got != tools {
+			if got := s.Catalog().AnnouncesChanges("tools"); got != tools {
 				t.Errorf("%s: announces tools changes %v, want %v", when, got, tools)
 			}
-			if got := s.AnnouncesChanges("prompts"); got != prompts {
+			if got := s.Catalog().AnnouncesChanges("prompts"); got != prompts {
 				t.Errorf("%s: announces prompts changes %v, want %v", when, got, prompts)
 			}
-			if got := s.AnnouncesChanges("resources"); got != (raw != "") {
+			if got := s.Catalog().AnnouncesChanges("resources"); got != (raw != "") {
 				t.Errorf("%s: announces resources changes %v (it has none)", when, got)
 			}
 		}
@@ -151,7 +148,7 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 		}
 		sleepNow(t, s)
 		check("dormant with the second init", second, "2025-06-18", false, true)
-		if got := string(s.ServerInfo()); got != `{"name":"b"}` {
+		if got := string(s.Catalog().ServerInfo()); got != `{"name":"b"}` {
 			t.Errorf("serverInfo of the cold init: %s", got)
 		}
 		df.close(t)
@@ -188,7 +185,7 @@ func TestAnInitOfAnUnknownVersionStaysInMemory(t *testing.T) {
 		if raw, cold, _ := initState(s); raw != odd || cold {
 			t.Fatalf("the init of an unknown version: %s, cold %v", raw, cold)
 		}
-		if got := s.Era(); got != "2099-01-01" {
+		if got := s.Catalog().Era(); got != "2099-01-01" {
 			t.Fatalf("Era %q", got)
 		}
 	})
@@ -223,11 +220,12 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		defer df.close(t)
 		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
 		// persistInit of an instance of the old launch, step by step:
-		old, _ := s.launchKey()
-		if !s.lists.putInit(raw, old, s.lists.generation()) {
+		p := catalog.ProbeOf(s.cat)
+		old, _ := p.LaunchKey()
+		if !p.PutInit(raw, old, p.Generation()) {
 			t.Fatal("a first result is not to be written")
 		}
-		held, seq, ok := s.lists.initToWrite(old)
+		held, seq, ok := p.InitToWrite(old)
 		if !ok {
 			t.Fatal("nothing to write")
 		}
@@ -236,7 +234,7 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		}
 		// ... and a reload relaunches the server before it is marked.
 		relaunchS(t, df, "fake2")
-		s.lists.initWritten(seq, old)
+		p.InitWritten(seq, old)
 		if _, _, saved := initState(s); saved {
 			t.Fatal("a result written under the earlier launch's hash is taken to be on disk under the new one's")
 		}
@@ -261,38 +259,37 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	s := df.f.Get("s")
 	a := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"A"}}`)
 	b := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`)
-	key, _ := s.launchKey()
+	p := catalog.ProbeOf(s.cat)
+	key, _ := p.LaunchKey()
 	held, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	prev := beforeInitWrite
-	beforeInitWrite = func() {
+	defer catalog.SetBeforeInitWrite(func() {
 		if calls.Add(1) == 1 { // the first write only
 			close(held)
 			<-release
 		}
-	}
-	defer func() { beforeInitWrite = prev }()
+	})()
 	first := make(chan struct{})
 	go func() {
 		defer close(first)
-		if s.lists.putInit(a, key, 0) {
-			s.persistInit() // holds in beforeInitWrite, with a taken
+		if p.PutInit(a, key, 0) {
+			p.PersistInit() // holds in beforeInitWrite, with a taken
 		}
 	}()
 	<-held
 	// Deterministic, where the window below is not: the first write
 	// holds the lock that serializes them.
-	if s.f.initWrites.TryLock() {
-		s.f.initWrites.Unlock()
+	if p.InitWrites().TryLock() {
+		p.InitWrites().Unlock()
 		close(release)
 		<-first
-		t.Fatal("a write of an initialize result does not hold Fleet.initWrites")
+		t.Fatal("a write of an initialize result does not hold the lock that serializes them")
 	}
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
-		if s.lists.putInit(b, key, 0) {
-			s.persistInit()
+		if p.PutInit(b, key, 0) {
+			p.PersistInit()
 		}
 	}()
 	// The second either waits for the first's write (serialized) or
@@ -304,12 +301,12 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	close(release)
 	<-first
 	<-second
-	s.spillLists()
-	if got := s.CachedInit(); string(got) != string(b) {
+	p.SpillLists()
+	if got := s.Catalog().CachedInit(); string(got) != string(b) {
 		t.Fatalf("after the writes, the result held is b and it reads back as %s", got)
 	}
-	if s.Era() != "2025-06-18" || s.AnnouncesChanges("tools") {
-		t.Fatalf("era %q, announces tools %v: not b's", s.Era(), s.AnnouncesChanges("tools"))
+	if s.Catalog().Era() != "2025-06-18" || s.Catalog().AnnouncesChanges("tools") {
+		t.Fatalf("era %q, announces tools %v: not b's", s.Catalog().Era(), s.Catalog().AnnouncesChanges("tools"))
 	}
 }
 
@@ -329,13 +326,13 @@ func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
 		if err := st.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if raw := s.CachedInit(); raw != nil {
+		if raw := s.Catalog().CachedInit(); raw != nil {
 			t.Fatalf("a cold result read from a closed store: %s", raw)
 		}
-		if _, cold, _ := initState(s); !cold || s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-			t.Fatalf("after a failed read: cold %v, era %q, announces tools %v", cold, s.Era(), s.AnnouncesChanges("tools"))
+		if _, cold, _ := initState(s); !cold || s.Catalog().Era() != "2025-11-25" || !s.Catalog().AnnouncesChanges("tools") {
+			t.Fatalf("after a failed read: cold %v, era %q, announces tools %v", cold, s.Catalog().Era(), s.Catalog().AnnouncesChanges("tools"))
 		}
-		if s.AnnouncesChanges("logging") {
+		if s.Catalog().AnnouncesChanges("logging") {
 			t.Fatal("announces changes of a capability with no list")
 		}
 
@@ -353,7 +350,7 @@ func TestAnUnwrittenInitStaysAndAnUnreadableOneStaysKnown(t *testing.T) {
 		if raw, cold, saved := initState(s2); raw == "" || cold || saved {
 			t.Fatalf("a result the store refused: %s, cold %v, saved %v", raw, cold, saved)
 		}
-		if s2.CachedInit() == nil {
+		if s2.Catalog().CachedInit() == nil {
 			t.Fatal("a result the store refused is lost")
 		}
 	})
@@ -372,8 +369,8 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 			t.Fatal(err)
 		}
 		relaunchS(t, df, "fake2")
-		if s.Era() != "2025-11-25" || !s.AnnouncesChanges("tools") {
-			t.Fatalf("after a relaunch whose read failed: era %q, announces tools %v", s.Era(), s.AnnouncesChanges("tools"))
+		if s.Catalog().Era() != "2025-11-25" || !s.Catalog().AnnouncesChanges("tools") {
+			t.Fatalf("after a relaunch whose read failed: era %q, announces tools %v", s.Catalog().Era(), s.Catalog().AnnouncesChanges("tools"))
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
@@ -389,10 +386,7 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 		sleepNow(t, s)
 		before := testserver.LiveHeap()
 		relaunchS(t, df, "fake2")
-		c := s.lists
-		c.mu.Lock()
-		n, init := len(c.items), c.init
-		c.mu.Unlock()
+		n, init := catalog.ProbeOf(s.cat).Held()
 		grown := testserver.LiveHeap() - before
 		if n == 0 && grown > 256<<10 {
 			t.Fatalf("no list held after the relaunch, yet the live heap grew by %d bytes: the %d-byte result keeps the buffer of the lists read with it", grown, len(init))
@@ -412,12 +406,13 @@ func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 		defer df.close(t)
 		learnTools(t, s) // running: the result in memory, on disk
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
+		p := catalog.ProbeOf(s.cat)
 		s.opMu.Lock()
-		s.spillLists() // just before: the result stays on disk as it is
-		s.lists.relaunched(func() { s.cfg.Swap(sc2) })
-		s.spillLists()
-		s.warmLists()
-		s.spillLists()
+		p.SpillLists() // just before: the result stays on disk as it is
+		p.Relaunched(func() { s.cfg.Swap(sc2) })
+		p.SpillLists()
+		p.WarmLists()
+		p.SpillLists()
 		s.opMu.Unlock()
 		df.f.pruneStore() // as the reload does next
 		if raw, cold, _ := initState(s); raw == "" || cold {
@@ -449,17 +444,17 @@ func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 		learnTools(t, s) // the new launch's result and list
 		old := &listServer{init: oldInit}
 		old.setItems(echoV1, pidTool)
-		items, changed, err := s.learnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, Tools)
+		items, changed, err := catalog.ProbeOf(s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
 		if err != nil || len(items) != 2 || changed {
 			t.Fatalf("the old launch's list: %d items, changed %v, %v", len(items), changed, err)
 		}
-		if got := s.CachedInit(); string(got) != string(b.Raw) {
+		if got := s.Catalog().CachedInit(); string(got) != string(b.Raw) {
 			t.Errorf("the new launch's result replaced by the old one's: %s", got)
 		}
 		if raw, _, _ := st.Init("s", s.Config().LaunchHash()); string(raw) != string(b.Raw) {
 			t.Errorf("on disk under the new launch's hash: %s", raw)
 		}
-		if cached, _ := s.CachedList(Tools); len(cached) != 1 || string(cached[0]) != echoV2 {
+		if cached, _ := s.Catalog().CachedList(catalog.Tools); len(cached) != 1 || string(cached[0]) != echoV2 {
 			t.Errorf("the new launch's tools replaced by the old one's: %q", cached)
 		}
 	})
@@ -485,8 +480,8 @@ func TestARelaunchAndBackWritesTheInitAgain(t *testing.T) {
 		if _, ok, _ := st.Init("s", a); !ok {
 			t.Error("the result was not written again under the launch's hash")
 		}
-		if s.CachedInit() == nil || s.Era() != "2025-11-25" {
-			t.Fatalf("the result is lost: %s, era %q", s.CachedInit(), s.Era())
+		if s.Catalog().CachedInit() == nil || s.Catalog().Era() != "2025-11-25" {
+			t.Fatalf("the result is lost: %s, era %q", s.Catalog().CachedInit(), s.Catalog().Era())
 		}
 	})
 }
@@ -503,43 +498,24 @@ func TestALearnAcrossARelaunchKeepsNothing(t *testing.T) {
 		old.setItems(echoV1, pidTool)
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := s.learnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, Tools)
+			_, _, err := catalog.ProbeOf(s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
 			done <- err
 		}()
 		synctest.Wait() // held in its tools/list, the launch looked at
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
 		s.opMu.Lock()
-		s.lists.relaunched(func() { s.cfg.Swap(sc2) })
-		s.warmLists()
+		catalog.ProbeOf(s.cat).Relaunched(func() { s.cfg.Swap(sc2) })
+		catalog.ProbeOf(s.cat).WarmLists()
 		s.opMu.Unlock()
 		close(old.gate)
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		s.lists.mu.Lock()
-		pending := s.lists.unsaved.has(Tools)
-		s.lists.mu.Unlock()
-		if cached, _ := s.CachedList(Tools); !pending || len(cached) != 1 {
+		pending := catalog.ProbeOf(s.cat).Unsaved(catalog.Tools)
+		if cached, _ := s.Catalog().CachedList(catalog.Tools); !pending || len(cached) != 1 {
 			t.Fatalf("the earlier launch's tools (%d) kept as the new launch's; still to learn: %v", len(cached), pending)
 		}
 	})
-}
-
-// A result learned at a generation the lists have left (the server was
-// relaunched since) is not kept.
-func TestPutInitOfAnEarlierGenerationKeepsNothing(t *testing.T) {
-	c := &lists{}
-	var key [32]byte
-	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`), key, 0) {
-		t.Fatal("a first result is not to be written")
-	}
-	c.relaunched(func() {})
-	if c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 0) || c.init != `{"protocolVersion":"2025-11-25"}` {
-		t.Fatalf("a result of the generation before the relaunch was kept: %s", c.init)
-	}
-	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 1) || c.init != `{"protocolVersion":"2025-06-18"}` {
-		t.Fatalf("a result of the current generation was not kept: %s", c.init)
-	}
 }
 
 // launchNow sees a relaunch whole: the generation and the configuration
@@ -562,7 +538,7 @@ func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
 				return
 			default:
 			}
-			gen, cfg := s.launchNow()
+			gen, cfg := catalog.ProbeOf(s.cat).LaunchNow()
 			if (gen%2 == 1) != (cfg == b) {
 				bad.Add(1)
 			}
@@ -573,7 +549,7 @@ func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
 		if i%2 == 0 {
 			next = b
 		}
-		s.lists.relaunched(func() { s.cfg.Swap(next) })
+		catalog.ProbeOf(s.cat).Relaunched(func() { s.cfg.Swap(next) })
 	}
 	close(stop)
 	<-done

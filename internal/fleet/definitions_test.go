@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -72,7 +73,7 @@ func newDriftFleetCmd(t *testing.T, command, settings string, srv *listServer, s
 		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &listConnector{onConnect: onConnect, srv: df.srv, connects: &df.connects}
 		},
-		OnListsChanged: func(_ *Server, kinds []ListKind) {
+		OnListsChanged: func(_ *Server, kinds []catalog.ListKind) {
 			df.mu.Lock()
 			df.reported = append(df.reported, kinds)
 			df.mu.Unlock()
@@ -111,7 +112,7 @@ func (df *driftFleet) toolsReported() int {
 	defer df.mu.Unlock()
 	n := 0
 	for _, k := range df.reported {
-		if slices.Contains(k, Tools) {
+		if slices.Contains(k, catalog.Tools) {
 			n++
 		}
 	}
@@ -122,7 +123,7 @@ func (df *driftFleet) toolsReported() int {
 // timeout it then stays running).
 func learnTools(t *testing.T, s *Server) {
 	t.Helper()
-	if _, err := s.List(t.Context(), Tools); err != nil {
+	if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
 	synctest.Wait()
@@ -167,7 +168,7 @@ func TestDefinitionsChangedOnce(t *testing.T) {
 		s := df.f.Get("s")
 		df.srv.setItems(echoV1, pidTool)
 		learnTools(t, s)
-		if !s.Cached(Tools) {
+		if !s.Catalog().Cached(catalog.Tools) {
 			t.Fatal("the start did not learn the tools")
 		}
 		df.srv.setItems(pidTool, echoV1Reordered)
@@ -193,7 +194,7 @@ func TestDefinitionsChangedOnce(t *testing.T) {
 		if len(d.Held) != 0 {
 			t.Fatalf("an unpinned server held %v", d.Held)
 		}
-		defs := s.Definitions()
+		defs := s.Catalog().Definitions()
 		if defs.ChangedAt.IsZero() || len(defs.Last) != 2 || len(defs.Pending) != 0 {
 			t.Fatalf("definitions %+v", defs)
 		}
@@ -201,7 +202,7 @@ func TestDefinitionsChangedOnce(t *testing.T) {
 		if defs.Last[0].Name != "echo" || string(f[1].Old) != `"string"` || string(f[1].New) != `"integer"` {
 			t.Fatalf("last diff %+v", defs.Last[0])
 		}
-		if s.ToolHeld("echo") || !s.ToolVisible(json.RawMessage(echoV2)) {
+		if s.Catalog().ToolHeld("echo") || !s.Catalog().ToolVisible(json.RawMessage(echoV2)) {
 			t.Fatal("an unpinned server holds a changed tool back")
 		}
 	})
@@ -277,23 +278,23 @@ func TestPinningHoldsUntilApproved(t *testing.T) {
 		s := df.f.Get("s")
 		df.srv.setItems(echoV1, pidTool)
 		learnTools(t, s)
-		if s.ToolHeld("echo") || !s.ToolVisible(json.RawMessage(echoV1)) || s.Status().PendingDefinitions != 0 {
+		if s.Catalog().ToolHeld("echo") || !s.Catalog().ToolVisible(json.RawMessage(echoV1)) || s.Status().PendingDefinitions != 0 {
 			t.Fatal("the first list of a pinned server is not trusted")
 		}
 
 		df.srv.setItems(echoV2, pidTool, shout)
 		relearn(s)
-		if !s.ToolHeld("echo") || !s.ToolHeld("shout") || s.ToolHeld("pid") {
-			t.Fatalf("held: echo %v shout %v pid %v; want echo and shout", s.ToolHeld("echo"), s.ToolHeld("shout"), s.ToolHeld("pid"))
+		if !s.Catalog().ToolHeld("echo") || !s.Catalog().ToolHeld("shout") || s.Catalog().ToolHeld("pid") {
+			t.Fatalf("held: echo %v shout %v pid %v; want echo and shout", s.Catalog().ToolHeld("echo"), s.Catalog().ToolHeld("shout"), s.Catalog().ToolHeld("pid"))
 		}
-		if s.ToolVisible(json.RawMessage(echoV2)) || !s.ToolVisible(json.RawMessage(pidTool)) || s.ToolVisible(json.RawMessage(shout)) {
+		if s.Catalog().ToolVisible(json.RawMessage(echoV2)) || !s.Catalog().ToolVisible(json.RawMessage(pidTool)) || s.Catalog().ToolVisible(json.RawMessage(shout)) {
 			t.Fatal("a held definition is visible, or an approved one is not")
 		}
 		ev := df.of("definitions_changed")
 		if len(ev) != 1 || !slices.Equal(details(t, ev[0]).Held, []string{"echo", "shout"}) {
 			t.Fatalf("events %+v, want one holding echo and shout", ev)
 		}
-		defs := s.Definitions()
+		defs := s.Catalog().Definitions()
 		if len(defs.Pending) != 2 || defs.Pending[0].Name != "echo" || defs.Pending[0].Change.Change != drift.Changed || len(defs.Pending[0].Fields) != 2 || defs.Pending[1].Change.Change != drift.Added {
 			t.Fatalf("pending %+v", defs.Pending)
 		}
@@ -301,29 +302,29 @@ func TestPinningHoldsUntilApproved(t *testing.T) {
 			t.Fatalf("status counts %d pending", n)
 		}
 
-		_, pending, err := s.Approve([]string{"echo", "nope"}, nil)
-		if !errors.Is(err, ErrNotPending) || !strings.Contains(err.Error(), "pending: echo, shout") || len(pending) != 2 {
+		_, pending, err := s.Catalog().Approve([]string{"echo", "nope"}, nil)
+		if !errors.Is(err, catalog.ErrNotPending) || !strings.Contains(err.Error(), "pending: echo, shout") || len(pending) != 2 {
 			t.Fatalf("approving an unknown name: %v (pending %v)", err, pending)
 		}
-		if !s.ToolHeld("echo") {
+		if !s.Catalog().ToolHeld("echo") {
 			t.Fatal("a refused approval approved echo")
 		}
-		_, _, err = s.Approve([]string{"echo"}, map[string]string{"echo": "0123"})
-		if !errors.Is(err, ErrStaleApproval) || !s.ToolHeld("echo") {
-			t.Fatalf("approving another fingerprint: %v, held %v", err, s.ToolHeld("echo"))
+		_, _, err = s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": "0123"})
+		if !errors.Is(err, catalog.ErrStaleApproval) || !s.Catalog().ToolHeld("echo") {
+			t.Fatalf("approving another fingerprint: %v, held %v", err, s.Catalog().ToolHeld("echo"))
 		}
 		before := df.toolsReported()
-		approved, pending, err := s.Approve([]string{"echo"}, map[string]string{"echo": defs.Pending[0].Fingerprint})
+		approved, pending, err := s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": defs.Pending[0].Fingerprint})
 		if err != nil || !slices.Equal(approved, []string{"echo"}) || !slices.Equal(pending, []string{"shout"}) {
 			t.Fatalf("Approve(echo) = %v, %v, %v", approved, pending, err)
 		}
-		if s.ToolHeld("echo") || !s.ToolVisible(json.RawMessage(echoV2)) || !s.ToolHeld("shout") {
+		if s.Catalog().ToolHeld("echo") || !s.Catalog().ToolVisible(json.RawMessage(echoV2)) || !s.Catalog().ToolHeld("shout") {
 			t.Fatal("echo is still held after its approval, or shout was approved with it")
 		}
 		if df.toolsReported() != before+1 {
 			t.Fatal("the approval did not report the tools list changed")
 		}
-		approved, pending, err = s.Approve(nil, nil)
+		approved, pending, err = s.Catalog().Approve(nil, nil)
 		if err != nil || !slices.Equal(approved, []string{"shout"}) || len(pending) != 0 {
 			t.Fatalf("Approve(all) = %v, %v, %v", approved, pending, err)
 		}
@@ -333,7 +334,7 @@ func TestPinningHoldsUntilApproved(t *testing.T) {
 		df2 := newDriftFleet(t, `,"idleTimeout":"0","pin":true`, df.srv, st)
 		defer df2.close(t)
 		s2 := df2.f.Get("s")
-		if s2.ToolHeld("echo") || s2.ToolHeld("shout") || !s2.ToolVisible(json.RawMessage(echoV2)) {
+		if s2.Catalog().ToolHeld("echo") || s2.Catalog().ToolHeld("shout") || !s2.Catalog().ToolVisible(json.RawMessage(echoV2)) {
 			t.Fatal("approvals did not survive a restart")
 		}
 		df.srv.setItems(echoV3, pidTool, shout)
@@ -341,7 +342,7 @@ func TestPinningHoldsUntilApproved(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if !s2.ToolHeld("echo") || s2.ToolHeld("shout") {
+		if !s2.Catalog().ToolHeld("echo") || s2.Catalog().ToolHeld("shout") {
 			t.Fatal("after a restart, a changed tool is not held (or an unchanged one is)")
 		}
 	})
@@ -359,7 +360,7 @@ func TestApprovalDuringRelearn(t *testing.T) {
 		learnTools(t, s)
 		df.srv.setItems(echoV2)
 		relearn(s)
-		if !s.ToolHeld("echo") {
+		if !s.Catalog().ToolHeld("echo") {
 			t.Fatal("echo v2 not held")
 		}
 		release := df.holdLists()
@@ -367,19 +368,19 @@ func TestApprovalDuringRelearn(t *testing.T) {
 		df.srv.setItems(echoV3)
 		s.listChanged("notifications/tools/list_changed")
 		synctest.Wait() // the relearn waits in tools/list, with v3
-		approved, _, err := s.Approve(nil, nil)
+		approved, _, err := s.Catalog().Approve(nil, nil)
 		if err != nil || !slices.Equal(approved, []string{"echo"}) {
 			t.Fatalf("Approve = %v, %v", approved, err)
 		}
-		if !s.ToolVisible(json.RawMessage(echoV2)) || s.ToolVisible(json.RawMessage(echoV3)) {
+		if !s.Catalog().ToolVisible(json.RawMessage(echoV2)) || s.Catalog().ToolVisible(json.RawMessage(echoV3)) {
 			t.Fatal("the approval did not approve exactly v2")
 		}
 		release()
 		synctest.Wait()
-		if !s.ToolHeld("echo") {
+		if !s.Catalog().ToolHeld("echo") {
 			t.Fatal("v3, learned after the approval of v2, is not held")
 		}
-		p := s.Definitions().Pending
+		p := s.Catalog().Definitions().Pending
 		if len(p) != 1 || !slices.Equal(p[0].Paths(), []string{"description"}) {
 			t.Fatalf("pending %+v, want echo's description changed since v2", p)
 		}
@@ -408,27 +409,27 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 					}
 					s.listChanged("notifications/tools/list_changed")
 					if j%3 == 0 {
-						s.lists.drop(Tools)
-						if _, err := s.List(t.Context(), Tools); err != nil {
+						catalog.ProbeOf(s.cat).Drop(catalog.Tools)
+						if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
 							t.Error(err)
 						}
 					}
-					_, _, err := s.Approve(nil, nil)
+					_, _, err := s.Catalog().Approve(nil, nil)
 					if err != nil {
 						t.Error(err)
 					}
 					_ = s.Status()
-					_ = s.Definitions()
+					_ = s.Catalog().Definitions()
 				}
 			})
 		}
 		wg.Wait()
 		synctest.Wait()
-		if _, _, err := s.Approve(nil, nil); err != nil {
+		if _, _, err := s.Catalog().Approve(nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		items, _ := s.CachedList(Tools)
-		if len(items) != 1 || !s.ToolVisible(items[0]) || s.ToolHeld("echo") {
+		items, _ := s.Catalog().CachedList(catalog.Tools)
+		if len(items) != 1 || !s.Catalog().ToolVisible(items[0]) || s.Catalog().ToolHeld("echo") {
 			t.Fatal("after approving all, the cached echo is not the visible one")
 		}
 	})
@@ -459,7 +460,7 @@ func TestToolsLost(t *testing.T) {
 		if st.Warning == "" || st.Ready || !strings.Contains(st.Warning, "had 2") {
 			t.Fatalf("status while its tools are lost: ready %v, warning %q", st.Ready, st.Warning)
 		}
-		if items, _ := s.CachedList(Tools); len(items) != 0 {
+		if items, _ := s.Catalog().CachedList(catalog.Tools); len(items) != 0 {
 			t.Fatalf("serving %d cached tools of a server that lists none", len(items))
 		}
 		df.srv.setItems(echoV1, pidTool)
@@ -509,7 +510,7 @@ func TestUnpinByReload(t *testing.T) {
 		learnTools(t, s)
 		df.srv.setItems(echoV2)
 		relearn(s)
-		if !s.ToolHeld("echo") {
+		if !s.Catalog().ToolHeld("echo") {
 			t.Fatal("not held")
 		}
 		before := df.toolsReported()
@@ -521,7 +522,7 @@ func TestUnpinByReload(t *testing.T) {
 		if err != nil || res.Servers[0].Action != config.ActionUpdated {
 			t.Fatalf("reload: %+v, %v", res, err)
 		}
-		if s.ToolHeld("echo") || df.toolsReported() != before+1 {
+		if s.Catalog().ToolHeld("echo") || df.toolsReported() != before+1 {
 			t.Fatal("unpinning did not show the held tool and report it")
 		}
 	})
@@ -540,16 +541,15 @@ func TestDefinitionsWriteDoesNotHoldUpReaders(t *testing.T) {
 	defer df.close(t)
 	s := df.f.Get("s")
 	df.srv.setItems(echoV1, pidTool)
-	if _, err := s.List(t.Context(), Tools); err != nil {
+	if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer func(old func(*store.Store, string, json.RawMessage) error) { putDefinitions = old }(putDefinitions)
-	putDefinitions = func(*store.Store, string, json.RawMessage) error {
+	defer catalog.SetPutDefinitions(func(*store.Store, string, json.RawMessage) error {
 		entered <- struct{}{}
 		<-release
 		return nil
-	}
+	})()
 	df.srv.setItems(echoV2, pidTool)
 	s.listChanged("notifications/tools/list_changed") // a relearn: the change is persisted
 	select {
@@ -559,7 +559,7 @@ func TestDefinitionsWriteDoesNotHoldUpReaders(t *testing.T) {
 	}
 	read := make(chan bool, 1)
 	go func() {
-		held := s.ToolHeld("echo")
+		held := s.Catalog().ToolHeld("echo")
 		_ = s.Status()
 		read <- held
 	}()
@@ -586,7 +586,7 @@ func TestUnpinningWithARelaunchApprovesWhatIsListed(t *testing.T) {
 		learnTools(t, s)
 		df.srv.setItems(echoV2, pidTool)
 		relearn(s)
-		if !s.ToolHeld("echo") {
+		if !s.Catalog().ToolHeld("echo") {
 			t.Fatal("the changed echo of the pinned server is not held")
 		}
 		reload := func(settings string) {
@@ -597,11 +597,11 @@ func TestUnpinningWithARelaunchApprovesWhatIsListed(t *testing.T) {
 			synctest.Wait()
 		}
 		reload(`,"pin":false,"idleTimeout":"0"`) // unpinned, relaunched
-		if s.ToolHeld("echo") {
+		if s.Catalog().ToolHeld("echo") {
 			t.Fatal("echo held on an unpinned server")
 		}
 		reload(`,"pin":true,"idleTimeout":"0"`) // pinned again, same launch
-		if s.ToolHeld("echo") {
+		if s.Catalog().ToolHeld("echo") {
 			t.Fatal("pinned again, the echo clients used while unpinned is held")
 		}
 	})

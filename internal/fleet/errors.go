@@ -12,19 +12,6 @@ import (
 // asks its server for the instance now in service.
 var errRetired = errors.New("instance retired")
 
-// Errors of Approve.
-var (
-	// ErrNotPending: a named tool is not held back (the error lists those
-	// that are).
-	ErrNotPending = errors.New("not pending approval")
-	// ErrStaleApproval: a named tool's definition changed since the
-	// fingerprint the approval gave.
-	ErrStaleApproval = errors.New("definition changed since it was reviewed")
-)
-
-// ErrNotLost is AcceptLost's error for a server whose tools are not lost.
-var ErrNotLost = errors.New("has not lost its tools")
-
 // ErrNotReloaded is wrapped by the error of a reload that applied
 // nothing: the fleet is closing (ErrReloadClosed), or its caller gave up
 // before its turn.
@@ -48,10 +35,6 @@ var ErrStopped = errors.New("stopped by the operator")
 // ErrRemoved is wrapped by the error a request gets on a server a reload
 // removed from the configuration.
 var ErrRemoved = errors.New("removed from the configuration")
-
-// ErrToolHeld is matched (errors.Is) by CheckTool's error for a tool a
-// pinned server holds back, a *HeldError.
-var ErrToolHeld = errors.New("held back until approved")
 
 // ErrNotRunning is wrapped by Sleep's error for a server that has no
 // running process to put to sleep: not started yet, starting, restarting,

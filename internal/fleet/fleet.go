@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
@@ -66,7 +67,7 @@ type Options struct {
 	// goroutine of its own — for a refresh, the server's refresher, whose
 	// next refresh waits for it — and may block briefly; Close waits for a
 	// refresh's call to return.
-	OnListsChanged func(s *Server, kinds []ListKind)
+	OnListsChanged func(s *Server, kinds []catalog.ListKind)
 	// OnEvent receives every lifecycle event; it must not block.
 	OnEvent func(Event)
 	// Connector replaces the stdio backend (tests).
@@ -109,10 +110,8 @@ type Fleet struct {
 	log   *slog.Logger
 	set   atomic.Pointer[serverSet] // replaced whole by a reload
 	store *store.Store              // nil: nothing persisted
-	// initWrites serializes the writes of initialize results to the
-	// store (Server.persistInit): each writes the result held when it
-	// writes, so the last write is of the one held last.
-	initWrites sync.Mutex
+	// catEnv is what the servers' catalogs share (catalog.go).
+	catEnv catalog.Env
 	// cfg is the configuration in force. reloadSem (one slot) is the
 	// right to apply a reload, taken within the reloader's context.
 	reloadSem chan struct{}
@@ -298,6 +297,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	f.trim.epoch = time.Now()
+	f.catalogEnv()
 	if f.log == nil {
 		f.log = slog.Default()
 	}
@@ -325,7 +325,8 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 
 // newServer builds the server of sc; nothing is started.
 func (f *Fleet) newServer(sc *config.Server) *Server {
-	s := &Server{f: f, lists: &lists{}}
+	s := &Server{f: f}
+	s.cat = catalog.New(&f.catEnv, (*serverHost)(s))
 	s.cfg.Store(sc)
 	s.shared.Store(s.newInstance(""))
 	return s
@@ -462,8 +463,8 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		// learned is kept with its lists, and read by the next start of
 		// each (dual.go in package backend).
 		srv := h.in.srv
-		lastInit = srv.CachedInit
-		onEra = func(c *backend.Conn) { srv.eraLearned(sc, c) }
+		lastInit = srv.cat.CachedInit
+		onEra = func(c *backend.Conn) { srv.cat.EraLearned(sc, c) }
 	}
 	return &backend.StdioConnector{
 		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(sc, hooks)),

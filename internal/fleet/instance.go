@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -38,7 +39,7 @@ type instance struct {
 	// connector is built from it.
 	cfg *config.Server
 
-	tools toolsCheck // a pinned server's: what its process lists, for CheckTool
+	tools catalog.LiveTools // a pinned server's: what its process lists, for CheckTool
 
 	mu sync.Mutex // guards st, which only update changes, and fx
 	st instState
@@ -169,7 +170,7 @@ func (in *instance) apply(fx effects) {
 		in.srv.f.spawn(in.catchUp)
 	}
 	if fx.refresh {
-		in.srv.requestRefresh(false, allKinds...)
+		in.srv.requestRefresh(allKinds...)
 	}
 }
 
@@ -1119,7 +1120,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	// that woke, or started with lists cached, looks again (a relaunched
 	// server's lists are learned again by relearn, whose lease alone lets
 	// it sleep after). Decided here, outside the lock.
-	look := err == nil && in.key == "" && (was == phaseDormant || in.srv.Cached(Tools)) && !in.srv.lists.relaunchPending()
+	look := err == nil && in.key == "" && (was == phaseDormant || in.srv.cat.Cached(catalog.Tools)) && !in.srv.cat.RelaunchPending()
 	var se *StartError
 	record := func() {}
 	if err != nil && !errors.Is(err, lifecycle.ErrCrashLoop) {

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -141,7 +142,7 @@ type listFleet struct {
 	srv *listServer
 
 	mu       sync.Mutex
-	reported [][]ListKind
+	reported [][]catalog.ListKind
 	connects int
 }
 
@@ -162,7 +163,7 @@ func newListFleet(t *testing.T, settings string, beforeEnd func(n int)) *listFle
 		Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {
 			return &listConnector{onConnect: onConnect, srv: lf.srv, connects: &lf.connects, beforeEnd: beforeEnd}
 		},
-		OnListsChanged: func(_ *Server, kinds []ListKind) {
+		OnListsChanged: func(_ *Server, kinds []catalog.ListKind) {
 			lf.mu.Lock()
 			lf.reported = append(lf.reported, kinds)
 			lf.mu.Unlock()
@@ -212,7 +213,7 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 
 		lf.f.Learn(t.Context(), 1)
 		synctest.Wait()
-		items, ok := s.cachedList(Tools)
+		items, ok := s.cat.CachedList(catalog.Tools)
 		if !ok {
 			t.Fatal("learning with no deadline cached no tools")
 		}
@@ -228,7 +229,7 @@ func TestZeroTimeoutsMeanNoDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		items, _ = s.cachedList(Tools)
+		items, _ = s.cat.CachedList(catalog.Tools)
 		if got := toolNames(t, items); len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("tools after the wake's refresh %v, want [v2]", got)
 		}
@@ -316,7 +317,7 @@ func TestListChangedStormCoalesces(t *testing.T) {
 		if lists != 2 || most != 1 {
 			t.Fatalf("%d notifications: %d tools/list calls, at most %d at once; want 2 calls, one at a time", storm, lists, most)
 		}
-		items, ok := s.cachedList(Tools)
+		items, ok := s.cat.CachedList(catalog.Tools)
 		if got := toolNames(t, items); !ok || len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("cached tools %v, want the last change [v2]", got)
 		}
@@ -432,7 +433,7 @@ func TestTheWakesRefreshComesAfterTheWakingRequests(t *testing.T) {
 		if n := lists(); n != learned+1 {
 			t.Fatalf("%d tools/list calls once the waking requests ended, want 1", n-learned)
 		}
-		items, _ := s.cachedList(Tools)
+		items, _ := s.cat.CachedList(catalog.Tools)
 		if got := toolNames(t, items); len(got) != 1 || got[0] != "v2" {
 			t.Fatalf("tools after the wake's refresh %v, want [v2]", got)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
@@ -43,7 +44,7 @@ func TestDormantMemory(t *testing.T) {
 				tools[i] = json.RawMessage(fmt.Sprintf(`{"name":"tool_%d","description":"does thing %d","inputSchema":{"type":"object"}}`, i, i))
 			}
 			for _, s := range f.Servers() {
-				s.lists.put(Tools, tools)
+				catalog.ProbeOf(s.cat).Put(catalog.Tools, tools)
 			}
 		}
 		runtime.GC()

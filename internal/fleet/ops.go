@@ -302,8 +302,8 @@ func (s *Server) Start(ctx context.Context) error {
 // relaunch's drain ended: the lists held are the old launch's, and
 // nothing else looks again (a start does not while a relaunch is pending).
 func (s *Server) catchUpRelaunch() {
-	if s.refused() == nil && s.lists.relaunchPending() {
-		s.requestRefresh(false, allKinds...)
+	if s.refused() == nil && s.cat.RelaunchPending() {
+		s.requestRefresh(allKinds...)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
@@ -35,7 +36,7 @@ func checkOn(t *testing.T, s *Server, session, tool string, d time.Duration) err
 	defer l.Release()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
-	return s.CheckTool(ctx, l, tool)
+	return s.Catalog().CheckTool(ctx, l.Process(), tool)
 }
 
 // wakeHeld puts the pinned s to sleep, then starts it again with every
@@ -58,8 +59,8 @@ func wakeHeld(t *testing.T, df *driftFleet, s *Server) (l *Lease, release func()
 }
 
 func isHeld(err error, unlisted bool) bool {
-	var he *HeldError
-	return errors.As(err, &he) && errors.Is(err, ErrToolHeld) && he.Unlisted == unlisted
+	var he *catalog.HeldError
+	return errors.As(err, &he) && errors.Is(err, catalog.ErrToolHeld) && he.Unlisted == unlisted
 }
 
 // A pinned server put to sleep whose package changed meanwhile: the first
@@ -179,11 +180,11 @@ func TestCheckToolPerSession(t *testing.T) {
 		if n := len(df.of("definitions_changed")); n != 1 {
 			t.Fatalf("%d definitions_changed events for one change seen by two sessions, want 1", n)
 		}
-		p := s.Definitions().Pending
+		p := s.Catalog().Definitions().Pending
 		if len(p) != 1 || p[0].Name != "echo" {
 			t.Fatalf("pending %+v, want echo", p)
 		}
-		if _, _, err := s.Approve([]string{"echo"}, map[string]string{"echo": p[0].Fingerprint}); err != nil {
+		if _, _, err := s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": p[0].Fingerprint}); err != nil {
 			t.Fatal(err)
 		}
 		if err := checkOn(t, s, "A", "echo", time.Second); err != nil {
@@ -211,7 +212,7 @@ func TestCheckToolLearnEndsWithItsLastCaller(t *testing.T) {
 		before := listing()
 		for range 2 {
 			short, cancel := context.WithTimeout(t.Context(), time.Second)
-			if err := s.CheckTool(short, l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
+			if err := s.Catalog().CheckTool(short, l.Process(), "echo"); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("a caller with a short context: %v", err)
 			}
 			cancel()
@@ -222,7 +223,7 @@ func TestCheckToolLearnEndsWithItsLastCaller(t *testing.T) {
 		}
 		n, _ := df.listStats()
 		release()
-		if err := s.CheckTool(t.Context(), l, "echo"); err != nil {
+		if err := s.Catalog().CheckTool(t.Context(), l.Process(), "echo"); err != nil {
 			t.Fatalf("a check after the left learns: %v", err)
 		}
 		if after, _ := df.listStats(); after != n+1 {
@@ -256,7 +257,7 @@ func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
 		learn := func(c Conn) <-chan result {
 			ch := make(chan result, 1)
 			go func() {
-				set, err := in.toolsOf(t.Context(), c)
+				set, err := catalog.ProbeOf(s.cat).ToolsOf(t.Context(), catalog.Process{Conn: c, Launched: in.cfg, Session: in.key, Tools: &in.tools})
 				names := map[string]bool{}
 				for name := range set {
 					names[name] = true
@@ -282,10 +283,8 @@ func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
 		if n, _ := df.listStats(); n != before+3 {
 			t.Fatalf("%d tools/list calls, want 3: X's, X's again after the list_changed, Y's own", n-before)
 		}
-		in.tools.mu.Lock()
-		owner := in.tools.v.conn
-		in.tools.mu.Unlock()
-		if owner != x && owner != Conn(y) {
+		owner := catalog.LiveConn(&in.tools)
+		if owner != catalog.Conn(x) && owner != catalog.Conn(y) {
 			t.Fatalf("the list kept is of neither connection")
 		}
 	})
@@ -306,11 +305,11 @@ func TestCheckToolSharesOneLearn(t *testing.T) {
 
 		errs := make(chan error, 3)
 		for range 3 {
-			go func() { errs <- s.CheckTool(t.Context(), l, "echo") }()
+			go func() { errs <- s.Catalog().CheckTool(t.Context(), l.Process(), "echo") }()
 		}
 		short, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		if err := s.CheckTool(short, l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
+		if err := s.Catalog().CheckTool(short, l.Process(), "echo"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a caller with a short context: %v", err)
 		}
 		if n, _ := df.listStats(); n != before+1 {
@@ -323,7 +322,7 @@ func TestCheckToolSharesOneLearn(t *testing.T) {
 			}
 		}
 		after, _ := df.listStats()
-		if err := s.CheckTool(t.Context(), l, "pid"); err != nil {
+		if err := s.Catalog().CheckTool(t.Context(), l.Process(), "pid"); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := df.listStats(); n != after {
@@ -387,11 +386,9 @@ func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 		}
 		synctest.Wait()
 		before := string(st.Definitions("s"))
-		d := old.lockDefs()
-		d.approved = nil // a change the removed server would persist
-		d.dirty = true
-		d.mu.Unlock()
-		old.flushDefinitions()
+		p := catalog.ProbeOf(old.cat)
+		p.DirtyUnapproved() // a change the removed server would persist
+		p.FlushDefinitions()
 		if got := string(st.Definitions("s")); got != before {
 			t.Fatalf("a removed server wrote its record:\n%s\nwas\n%s", got, before)
 		}
@@ -406,7 +403,7 @@ func TestAcceptLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, "")
 		defer df.close(t)
-		if _, err := s.AcceptLost(); !errors.Is(err, ErrNotLost) {
+		if _, err := s.Catalog().AcceptLost(); !errors.Is(err, catalog.ErrNotLost) {
 			t.Fatalf("AcceptLost of a server with its tools: %v", err)
 		}
 		df.srv.setItems()
@@ -414,7 +411,7 @@ func TestAcceptLost(t *testing.T) {
 		if s.Status().Warning == "" {
 			t.Fatal("no tools_lost warning")
 		}
-		if n, err := s.AcceptLost(); err != nil || n != 2 {
+		if n, err := s.Catalog().AcceptLost(); err != nil || n != 2 {
 			t.Fatalf("AcceptLost = %d, %v; want 2", n, err)
 		}
 		if st := s.Status(); st.Warning != "" || !st.Ready {
@@ -448,14 +445,14 @@ func TestAPerSessionProcessesListStaysItsSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df, s := newPinned(t, `,"sharing":"per-session"`)
 		defer df.close(t)
-		before, _ := s.CachedList(Tools)
+		before, _ := s.Catalog().CachedList(catalog.Tools)
 		// Session A's private process lists only echo (e.g. its tools
 		// depend on that client's roots or credentials).
 		df.srv.setItems(echoV1)
 		if err := checkOn(t, s, "A", "echo", time.Second); err != nil {
 			t.Fatalf("A's echo: %v", err)
 		}
-		after, _ := s.CachedList(Tools)
+		after, _ := s.Catalog().CachedList(catalog.Tools)
 		if len(after) != len(before) {
 			t.Errorf("session A's private instance changed the server's shared cached tools list: %d tools → %d (every other session's aggregated tools/list follows it)", len(before), len(after))
 		}
@@ -468,7 +465,7 @@ func TestAPerSessionProcessesListStaysItsSessions(t *testing.T) {
 		if w := s.Status().Warning; w != "" {
 			t.Errorf("session B's private instance listing no tools put the whole server in tools_lost: %q (ready=%v)", w, s.Status().Ready)
 		}
-		if got, _ := s.CachedList(Tools); len(got) == 0 {
+		if got, _ := s.Catalog().CachedList(catalog.Tools); len(got) == 0 {
 			t.Errorf("session B's private instance emptied the shared cached tools list")
 		}
 	})
@@ -489,14 +486,14 @@ func TestCheckToolsLearnReportsTheListChanged(t *testing.T) {
 		defer release()
 		defer l.Release()
 		errc := make(chan error, 1)
-		go func() { errc <- s.CheckTool(t.Context(), l, "echo") }()
+		go func() { errc <- s.Catalog().CheckTool(t.Context(), l.Process(), "echo") }()
 		synctest.Wait() // the refresh and CheckTool's learn both wait in tools/list
 		release()
 		synctest.Wait()
 		if err := <-errc; !isHeld(err, false) {
 			t.Fatalf("CheckTool: %v", err)
 		}
-		if got, _ := s.CachedList(Tools); len(got) != 2 || string(got[0]) != echoV2 {
+		if got, _ := s.Catalog().CachedList(catalog.Tools); len(got) != 2 || string(got[0]) != echoV2 {
 			t.Fatalf("cache: %s", got)
 		}
 		if n := df.toolsReported(); n != reported+1 {
@@ -569,7 +566,7 @@ func TestRepinningDoesNotTrustAListFromBefore(t *testing.T) {
 		df.srv.setItems(echoV2, pidTool)
 		relearn(s) // the process says its tools changed; unpinned, v2 is approved
 		reload("true")
-		if p := s.Definitions().Pending; len(p) != 0 {
+		if p := s.Catalog().Definitions().Pending; len(p) != 0 {
 			t.Fatalf("pending after re-pin: %+v", p)
 		}
 		if err := checkOn(t, s, "", "echo", time.Second); err != nil {
@@ -591,10 +588,10 @@ func TestCheckToolWaiterLearnsWhenTheLearnerGivesUp(t *testing.T) {
 		short, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		first := make(chan error, 1)
-		go func() { first <- s.CheckTool(short, l, "echo") }()
+		go func() { first <- s.Catalog().CheckTool(short, l.Process(), "echo") }()
 		synctest.Wait()
 		second := make(chan error, 1)
-		go func() { second <- s.CheckTool(t.Context(), l, "echo") }()
+		go func() { second <- s.Catalog().CheckTool(t.Context(), l.Process(), "echo") }()
 		if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("the learner: %v", err)
 		}
@@ -616,7 +613,7 @@ func TestCheckToolBoundedByRequestTimeout(t *testing.T) {
 		defer release()
 		defer l.Release()
 		t0 := time.Now()
-		if err := s.CheckTool(context.Background(), l, "echo"); !errors.Is(err, context.DeadlineExceeded) {
+		if err := s.Catalog().CheckTool(context.Background(), l.Process(), "echo"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("CheckTool = %v", err)
 		}
 		if d := time.Since(t0); d != 2*time.Second {
@@ -636,7 +633,7 @@ func TestCheckToolLearnEndsWithTheFleet(t *testing.T) {
 		defer release()
 		synctest.Wait()
 		errc := make(chan error, 1)
-		go func() { errc <- s.CheckTool(context.Background(), l, "echo") }()
+		go func() { errc <- s.Catalog().CheckTool(context.Background(), l.Process(), "echo") }()
 		synctest.Wait()
 		l.Release()
 		df.close(t)
@@ -662,12 +659,10 @@ func TestApprovingAPrivateDefinitionLeavesTheKnownOne(t *testing.T) {
 		if err := checkOn(t, s, "A", "echo", time.Second); err == nil {
 			t.Fatal("session A's changed echo was not held")
 		}
-		if _, _, err := s.Approve([]string{"echo"}, map[string]string{"echo": fp(echoV2)}); err != nil {
+		if _, _, err := s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": fp(echoV2)}); err != nil {
 			t.Fatal(err)
 		}
-		d := s.lockDefs()
-		known := d.known[drift.Tool]["echo"].Fingerprint
-		d.mu.Unlock()
+		known := catalog.ProbeOf(s.cat).KnownTool("echo")
 		if known != fp(echoV1) {
 			t.Fatalf("approving session A's echo replaced the known (shared) echo: %s, want %s", known, fp(echoV1))
 		}

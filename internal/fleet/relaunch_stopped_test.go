@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 )
 
 // A relaunch's lists are learned from its new launch even when the
@@ -62,9 +64,9 @@ func TestStartLearnsARelaunchTheStopKeptFromLearning(t *testing.T) {
 					t.Fatal(err)
 				}
 				synctest.Wait() // the start's refresh
-				items, _ := s.CachedList(Tools)
+				items, _ := s.Catalog().CachedList(catalog.Tools)
 				if names := toolNames(t, items); len(names) != 1 || names[0] != "new" {
-					t.Fatalf("tools = %v, want [new] from the new launch (relaunchPending=%v)", names, s.lists.relaunchPending())
+					t.Fatalf("tools = %v, want [new] from the new launch (relaunchPending=%v)", names, s.cat.RelaunchPending())
 				}
 			})
 		})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -151,12 +152,12 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 		switch c.Action {
 		case config.ActionAdded:
 			w.s = f.newServer(sc)
-			w.s.loadDefinitions()
+			w.s.cat.LoadDefinitions()
 			f.continueTelemetry(w.s)
 		case config.ActionRemoved:
 			w.s.opMu.Lock()
 			w.s.setRefusal(fmt.Errorf("server %s was %w (reloaded at %s)", w.s.Name(), ErrRemoved, t0.Format(time.TimeOnly)))
-			w.s.retireRecord()
+			w.s.cat.Retire()
 			f.removedTelemetry(w.s)
 			w.old = w.s.takeOut("removed from the configuration")
 			w.s.opMu.Unlock()
@@ -168,11 +169,10 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			// launch.
 			w.s.opMu.Lock()
 			// The new launch in force, and everything held marked as of
-			// the earlier one, in one step (see lists.relaunched); then
-			// what is on disk only is read back, as the prune below drops
-			// the entry it is under.
-			w.s.lists.relaunched(func() { w.was = w.s.cfg.Swap(sc) })
-			w.s.warmLists()
+			// the earlier one, in one step; then what is on disk only is
+			// read back, as the prune below drops the entry it is under
+			// (catalog.Catalog.Relaunch).
+			w.s.cat.Relaunch(func() { w.was = w.s.cfg.Swap(sc) })
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
 		default:
@@ -205,8 +205,8 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			// settings, a new launch's included: its prefix, its filters,
 			// and tools pinning held back or unpinning shows.
 			k := listEffect(s, w.was, s.Config())
-			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, Tools) {
-				k = append(k, Tools)
+			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, catalog.Tools) {
+				k = append(k, catalog.Tools)
 			}
 			if len(k) > 0 {
 				f.listsChanged(s, k)
@@ -313,7 +313,7 @@ func (f *Fleet) startEager(ctx context.Context, s *Server) {
 		f.log.Warn("eager start failed", "server", s.Name(), "err", err)
 		return
 	}
-	s.requestRefresh(false, allKinds...)
+	s.requestRefresh(allKinds...)
 }
 
 // relearn learns a relaunched server's lists from its new launch (or,
@@ -332,7 +332,7 @@ func (f *Fleet) relearn(ctx context.Context, s *Server, learn bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	if k := s.lists.dropUnsaved(); len(k) > 0 {
+	if k := s.cat.DropRelaunched(); len(k) > 0 {
 		f.listsChanged(s, k)
 	}
 }
@@ -340,31 +340,31 @@ func (f *Fleet) relearn(ctx context.Context, s *Server, learn bool) {
 // listEffect is the lists clients see that a change of settings alone
 // changes: the tools when the filter hides or shows a cached tool, or the
 // prefix renames one; the prompts when the prefix renames one.
-func listEffect(s *Server, was, now *config.Server) []ListKind {
-	var out []ListKind
-	tools, _ := s.cachedList(Tools)
+func listEffect(s *Server, was, now *config.Server) []catalog.ListKind {
+	var out []catalog.ListKind
+	tools, _ := s.cat.CachedList(catalog.Tools)
 	if was.Prefix != now.Prefix && len(tools) > 0 {
-		out = append(out, Tools)
+		out = append(out, catalog.Tools)
 	} else {
 		for _, t := range tools {
 			name, _ := rpc.StringMember(t, "name")
 			if was.Tools.Allowed(name) != now.Tools.Allowed(name) {
-				out = append(out, Tools)
+				out = append(out, catalog.Tools)
 				break
 			}
 		}
 	}
-	if prompts, _ := s.cachedList(Prompts); was.Prefix != now.Prefix && len(prompts) > 0 {
-		out = append(out, Prompts)
+	if prompts, _ := s.cat.CachedList(catalog.Prompts); was.Prefix != now.Prefix && len(prompts) > 0 {
+		out = append(out, catalog.Prompts)
 	}
 	return out
 }
 
 // nonEmptyKinds lists the kinds of which the server has cached items.
-func nonEmptyKinds(s *Server) []ListKind {
-	var out []ListKind
+func nonEmptyKinds(s *Server) []catalog.ListKind {
+	var out []catalog.ListKind
 	for _, k := range allKinds {
-		if items, _ := s.cachedList(k); len(items) > 0 {
+		if items, _ := s.cat.CachedList(k); len(items) > 0 {
 			out = append(out, k)
 		}
 	}

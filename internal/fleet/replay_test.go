@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -159,9 +160,9 @@ func TestLevelSetDuringTheStartIsNotLost(t *testing.T) {
 func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
-		var reported [][]ListKind
+		var reported [][]catalog.ListKind
 		ff := newFakeFleet(t, `,"idleTimeout":"0"`)
-		ff.f.opts.OnListsChanged = func(_ *Server, kinds []ListKind) {
+		ff.f.opts.OnListsChanged = func(_ *Server, kinds []catalog.ListKind) {
 			mu.Lock()
 			reported = append(reported, kinds)
 			mu.Unlock()
@@ -169,18 +170,19 @@ func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
 		defer ff.close(t)
 		s := ff.f.Get("s")
 		old := []json.RawMessage{json.RawMessage(`{"name":"old"}`)}
-		gen := s.lists.generation() // a fetch begins
+		p := catalog.ProbeOf(s.cat)
+		gen := p.Generation() // a fetch begins
 		s.listChanged("notifications/tools/list_changed")
 		synctest.Wait()
-		if stored, _, _ := s.putIf(gen, Tools, old); stored {
+		if stored, _ := p.PutIf(gen, catalog.Tools, old); stored {
 			t.Fatal("a list fetched before the change was stored")
 		}
-		if s.Cached(Tools) {
+		if s.Catalog().Cached(catalog.Tools) {
 			t.Fatal("the stale list is cached")
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if len(reported) != 1 || len(reported[0]) != 1 || reported[0][0] != Tools {
+		if len(reported) != 1 || len(reported[0]) != 1 || reported[0][0] != catalog.Tools {
 			t.Fatalf("reported %v, want one report of tools (the server is not running: its list is dropped)", reported)
 		}
 	})

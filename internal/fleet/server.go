@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -23,10 +24,8 @@ type Server struct {
 	// supervisors of all its instances (made by their first start: a
 	// server never started costs no more; streakOf).
 	streak atomic.Pointer[lifecycle.Streak]
-	lists  *lists
-	// dp is its definitions, for drift and pinning (made on first use:
-	// a never-learned server costs no more); lists are put under its mu.
-	dp  atomic.Pointer[defs]
+	// cat is what is known of its lists and definitions (catalog.go).
+	cat *catalog.Catalog
 	tel atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
 
 	mu         sync.Mutex
@@ -43,15 +42,6 @@ type Server struct {
 	// opMu serializes the operator's actions and reloads on this server:
 	// one Stop, Start, Restart or reload change at a time.
 	opMu sync.Mutex
-}
-
-// defs is the server's definitions, made on first use.
-func (s *Server) defs() *defs {
-	if d := s.dp.Load(); d != nil {
-		return d
-	}
-	s.dp.CompareAndSwap(nil, &defs{defsMem: &defsMem{}})
-	return s.dp.Load()
 }
 
 // Name is the configured name.
@@ -136,9 +126,9 @@ func (s *Server) Status() Status {
 		st.State = "stopped"
 		st.Refusing = err.Error()
 	}
-	st.Learned = s.Cached(Tools)
-	st.Warning = s.warning()
-	st.PendingDefinitions = s.pendingCount()
+	st.Learned = s.cat.Cached(catalog.Tools)
+	st.Warning = s.cat.Warning()
+	st.PendingDefinitions = s.cat.PendingDefinitions()
 	st.Ready = ready(st)
 	if t := s.tel.Load(); t != nil {
 		st.Calls = t.CallCounts()

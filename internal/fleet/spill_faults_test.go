@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 )
 
 // A pinned server whose definitions, put out of memory while it slept,
@@ -40,10 +42,10 @@ func TestAPinnedServersToolsHeldWhenItsRecordCannotBeReadBack(t *testing.T) {
 					t.Fatal(err)
 				}
 				synctest.Wait() // the wake's relearn
-				if !s.ToolHeld("echo") {
+				if !s.Catalog().ToolHeld("echo") {
 					t.Error("a changed tool of a pinned server is not held after its definitions could not be read back")
 				}
-				if s.ToolVisible(json.RawMessage(echoV2)) {
+				if s.Catalog().ToolVisible(json.RawMessage(echoV2)) {
 					t.Error("the changed, never approved echo is visible to clients")
 				}
 			})
@@ -74,7 +76,7 @@ func TestARelaunchedListNotWrittenStaysInMemory(t *testing.T) {
 		if st := s.Status().State; st != "dormant" {
 			t.Logf("state %s", st)
 		}
-		items, ok := s.CachedList(Tools)
+		items, ok := s.Catalog().CachedList(catalog.Tools)
 		if !ok || len(items) != 2 {
 			t.Fatalf("the relaunched server's tools, whose write failed, are lost: %q (%v)", items, ok)
 		}
@@ -103,11 +105,11 @@ func TestARelaunchOfADormantServerReportsNoChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		cached := s.Cached(Tools)
-		if _, ok := s.CachedList(Tools); !ok && cached {
-			t.Error("during the relearn: Cached(Tools) is true but CachedList cannot read it (entry pruned)")
+		cached := s.Catalog().Cached(catalog.Tools)
+		if _, ok := s.Catalog().CachedList(catalog.Tools); !ok && cached {
+			t.Error("during the relearn: Cached(catalog.Tools) is true but CachedList cannot read it (entry pruned)")
 		}
-		if s.CachedInit() == nil || s.Era() == "" {
+		if s.Catalog().CachedInit() == nil || s.Catalog().Era() == "" {
 			t.Error("during the relearn: the initialize result of the earlier launch is lost (entry pruned)")
 		}
 		close(gate)
@@ -137,7 +139,7 @@ func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
 				}
 				df.srv.setItems(echoV2, pidTool)
 				relearn(s)
-				if n := s.pendingCount(); n != 1 {
+				if n := s.cat.PendingDefinitions(); n != 1 {
 					t.Fatalf("%d tools held before the restart, want 1 (echo)", n)
 				}
 				sleepNow(t, s)
@@ -160,24 +162,21 @@ func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
 				df = newDriftFleet(t, `,"idleTimeout":"10m","pin":true`, df.srv, st)
 				defer df.close(t)
 				s = df.f.Get("s")
-				d := s.defs()
-				d.mu.Lock()
-				cold, known := d.cold, d.defsMem != nil
-				d.mu.Unlock()
+				cold, known := catalog.ProbeOf(s.cat).Definitions()
 				if !cold || known {
 					t.Fatalf("after the restart the definitions are in memory (cold %v, known %v)", cold, known)
 				}
-				if n := s.pendingCount(); n != 1 {
+				if n := s.cat.PendingDefinitions(); n != 1 {
 					t.Fatalf("%d tools held after the restart, want 1", n)
 				}
 				if _, defs := inMemory(s); defs {
 					t.Fatal("counting the held tools read the definitions back")
 				}
-				p := s.Definitions().Pending
+				p := s.Catalog().Definitions().Pending
 				if len(p) != 1 || p[0].Name != "echo" {
 					t.Fatalf("pending after the restart: %+v, want echo", p)
 				}
-				if !s.ToolHeld("echo") || s.ToolHeld("pid") {
+				if !s.Catalog().ToolHeld("echo") || s.Catalog().ToolHeld("pid") {
 					t.Fatal("after the restart echo is not held, or pid is")
 				}
 			})
@@ -213,7 +212,7 @@ func TestAnUnreadableColdListDoesNotStartTheServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			items, err := s.List(t.Context(), Tools)
+			items, err := s.Catalog().List(t.Context(), catalog.Tools)
 			if err == nil || !strings.Contains(err.Error(), "state file") {
 				t.Fatalf("List of a list the closed state file keeps: %q, %v (want an error naming the state file)", items, err)
 			}
@@ -221,7 +220,7 @@ func TestAnUnreadableColdListDoesNotStartTheServer(t *testing.T) {
 			if n := count(); n != connects || state(s) != "dormant" {
 				t.Fatalf("the server was started (%d connects, state %s) for a list it could not read", n-connects, state(s))
 			}
-			if !s.Cached(Tools) {
+			if !s.Catalog().Cached(catalog.Tools) {
 				t.Fatal("a list that could not be read is no longer known")
 			}
 		}

@@ -6,18 +6,17 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 )
 
 // inMemory reports whether the server holds its tools list and its
 // definitions in memory.
 func inMemory(s *Server) (list, defs bool) {
-	s.lists.mu.Lock()
-	_, list = s.lists.items[Tools.Member]
-	s.lists.mu.Unlock()
-	d := s.defs()
-	d.mu.Lock()
-	defs = !d.cold || d.defsMem != nil // cold keeps none of them
-	d.mu.Unlock()
+	p := catalog.ProbeOf(s.cat)
+	list = p.ListHeld(catalog.Tools)
+	cold, known := p.Definitions()
+	defs = !cold || known // cold keeps none of them
 	return list, defs
 }
 
@@ -54,11 +53,11 @@ func TestADormantServersListsLeaveMemory(t *testing.T) {
 				if list, defs := inMemory(s); list || defs {
 					t.Fatalf("a dormant server's list still in memory: %v, definitions: %v", list, defs)
 				}
-				items, ok := s.CachedList(Tools)
+				items, ok := s.Catalog().CachedList(catalog.Tools)
 				if !ok || len(items) != 2 || string(items[0]) != echoV1 || string(items[1]) != pidTool {
 					t.Fatalf("the dormant server's tools read back as %q (%v)", items, ok)
 				}
-				if !s.Cached(Tools) || !s.Status().Learned {
+				if !s.Catalog().Cached(catalog.Tools) || !s.Status().Learned {
 					t.Fatal("a dormant server with its list on disk is not learned")
 				}
 
@@ -74,10 +73,10 @@ func TestADormantServersListsLeaveMemory(t *testing.T) {
 				if len(ev) != 1 || !strings.Contains(jsonOf(t, ev[0].Details), `"changed":[{"kind":"tool","name":"echo"`) {
 					t.Fatalf("after a wake with echo changed: %d definitions_changed events: %+v", len(ev), ev)
 				}
-				if got := s.ToolHeld("echo"); got != pin {
+				if got := s.Catalog().ToolHeld("echo"); got != pin {
 					t.Fatalf("echo held: %v, want %v", got, pin)
 				}
-				if d := s.Definitions(); len(d.Last) != 1 || d.Last[0].Name != "echo" {
+				if d := s.Catalog().Definitions(); len(d.Last) != 1 || d.Last[0].Name != "echo" {
 					t.Fatalf("last change: %+v", d.Last)
 				}
 			})
@@ -105,7 +104,7 @@ func TestAListNotWrittenStaysInMemory(t *testing.T) {
 		if list, _ := inMemory(s); !list {
 			t.Fatal("a list the store refused left memory")
 		}
-		items, ok := s.CachedList(Tools)
+		items, ok := s.Catalog().CachedList(catalog.Tools)
 		if !ok || len(items) != 1 || string(items[0]) != echoV2 {
 			t.Fatalf("tools after the failed write: %q (%v)", items, ok)
 		}

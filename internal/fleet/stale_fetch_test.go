@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 )
 
 // A list the old launch was still fetching when a reload relaunched the
@@ -25,7 +27,7 @@ func TestAListFetchedByTheOldLaunchDoesNotPassForTheNewOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 		release := lf.holdLists()
-		s.requestRefresh(false, Tools)
+		s.requestRefresh(catalog.Tools)
 		synctest.Wait() // the refresh waits in tools/list on the old launch
 		done := make(chan struct{})
 		go func() {
@@ -38,7 +40,7 @@ func TestAListFetchedByTheOldLaunchDoesNotPassForTheNewOnes(t *testing.T) {
 		time.Sleep(11 * time.Second)
 		<-done
 		synctest.Wait()
-		if items, ok := s.CachedList(Tools); ok {
+		if items, ok := s.Catalog().CachedList(catalog.Tools); ok {
 			t.Fatalf("the old launch's tools %v are served as the new launch's", toolNames(t, items))
 		}
 	})

@@ -37,8 +37,7 @@ type trimState struct {
 // (its lists and definitions, read back when needed) and schedules a
 // Trim.
 func (s *Server) spill() {
-	s.spillLists()
-	s.spillDefs()
+	s.cat.Spill()
 	s.f.trimSoon(true)
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
@@ -120,7 +121,7 @@ const missRebuildEvery = time.Second
 // an earlier one. A build older than one that recorded before it records
 // nothing and reports false: its table is not kept, and what the newer
 // build found stands.
-func (a *aggregate) leftOut(k fleet.ListKind, server string, out bool, gen uint64) (was bool) {
+func (a *aggregate) leftOut(k catalog.ListKind, server string, out bool, gen uint64) (was bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if last, ok := a.omitGen[k.Member]; ok && gen < last {
@@ -250,7 +251,7 @@ func (a *aggregate) discoverModern(_ context.Context, m *rpc.Message) *rpc.Messa
 // of capability kind.
 func (a *aggregate) watched(kind string) bool {
 	for _, srv := range a.g.fleet.Servers() {
-		if !srv.AnnouncesChanges(kind) {
+		if !srv.Catalog().AnnouncesChanges(kind) {
 			return false
 		}
 	}
@@ -292,7 +293,7 @@ var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"l
 // list answers a list request with every server's items, names prefixed
 // (every page of every server). With a page size set, it answers one page
 // and a nextCursor for the rest; otherwise the whole list in one page.
-func (a *aggregate) list(ctx context.Context, m *rpc.Message, k fleet.ListKind) *rpc.Message {
+func (a *aggregate) list(ctx context.Context, m *rpc.Message, k catalog.ListKind) *rpc.Message {
 	cursor := stringField(m.Params, "cursor")
 	size := int(a.g.pageSize.Load())
 	if cursor != "" && size == 0 {
@@ -368,7 +369,7 @@ func nonNil(items []json.RawMessage) []json.RawMessage {
 // that began it included, waits for it within its own ctx, and one whose
 // ctx ends first gets an empty table (its request then fails as an unknown
 // name or lists nothing) — the build goes on for the others and is kept.
-func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
+func (a *aggregate) table(ctx context.Context, k catalog.ListKind) *routeTable {
 	a.mu.Lock()
 	if t := a.routes[k.Member]; t != nil {
 		a.mu.Unlock()
@@ -409,7 +410,7 @@ func (a *aggregate) table(ctx context.Context, k fleet.ListKind) *routeTable {
 
 // build fetches every server's list of kind k and builds the table of
 // generation gen.
-func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *routeTable {
+func (a *aggregate) build(ctx context.Context, k catalog.ListKind, gen uint64) *routeTable {
 	a.builds.Add(1)
 
 	servers := a.g.fleet.Servers()
@@ -438,7 +439,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 	back := make([]bool, len(servers)) // left out of an earlier table, in this one
 	var wg sync.WaitGroup
 	for i, srv := range servers {
-		if stillOut[srv.Name()] && !srv.Cached(k) {
+		if stillOut[srv.Name()] && !srv.Catalog().Cached(k) {
 			continue
 		}
 		wg.Go(func() {
@@ -447,7 +448,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			// server is listed once its lists are learned).
 			lctx, cancel := fleet.WithTimeout(ctx, srv.Config().RequestTimeout)
 			defer cancel()
-			items, err := srv.List(lctx, k)
+			items, err := srv.Catalog().List(lctx, k)
 			if err != nil {
 				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
 				a.leftOut(k, srv.Name(), true, gen)
@@ -480,7 +481,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 			if k == kindTools && !cfg.Tools.Allowed(own) {
 				continue
 			}
-			held := k == kindTools && !srv.ToolVisible(item) // as the server sent it
+			held := k == kindTools && !srv.Catalog().ToolVisible(item) // as the server sent it
 			public := own
 			if (k == kindTools || k == kindPrompts) && cfg.Prefix != "" {
 				// The name replaced in place: every other byte of the
@@ -526,7 +527,7 @@ func (a *aggregate) build(ctx context.Context, k fleet.ListKind, gen uint64) *ro
 		if back[i] {
 			// Clients listed while it was left out: tell them it is back
 			// (this table has it; nothing to rebuild).
-			a.g.tell(srv, []fleet.ListKind{k})
+			a.g.tell(srv, []catalog.ListKind{k})
 		}
 	}
 	a.mu.Lock()
@@ -645,7 +646,7 @@ func mergeCollisions(old []string, member string, add []string) []string {
 }
 
 // byName routes tools/call and prompts/get by the prefixed name.
-func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k fleet.ListKind) *rpc.Message {
+func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k catalog.ListKind) *rpc.Message {
 	var name string
 	var ok bool
 	if mo := s.modern; mo != nil && s.req == m && mo.Name != "" {

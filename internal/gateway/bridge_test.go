@@ -49,8 +49,8 @@ func TestLegacyClientOfModernServer(t *testing.T) {
 			t.Fatalf("%s: %v %v %q", tool, err, res != nil && res.IsError, textOf(t, res))
 		}
 	}
-	if in, err := fleet.ParseInit(w.fleet.Get("c").CachedInit()); err != nil || in.ProtocolVersion != modernVersion {
-		t.Fatalf("the conformance server was not found modern: %v %s", err, w.fleet.Get("c").CachedInit())
+	if in, err := fleet.ParseInit(w.fleet.Get("c").Catalog().CachedInit()); err != nil || in.ProtocolVersion != modernVersion {
+		t.Fatalf("the conformance server was not found modern: %v %s", err, w.fleet.Get("c").Catalog().CachedInit())
 	}
 	if err := sess.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
@@ -28,7 +29,7 @@ func TestRestartListsFromThePersistedCache(t *testing.T) {
 	first := newWorldStore(t, servers, state, "")
 	first.fleet.Learn(context.Background(), 2)
 	for _, name := range []string{"a", "b"} {
-		if !first.fleet.Get(name).Cached(fleet.Tools) {
+		if !first.fleet.Get(name).Catalog().Cached(catalog.Tools) {
 			t.Fatalf("server %s not learned", name)
 		}
 		first.waitEvent(name, "dormant", 1, 5*time.Second)
@@ -71,12 +72,12 @@ func TestConfigChangeInvalidatesTheCache(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state.db")
 	first := newWorldStore(t, `{"a":{"command":"$FIXTURE"}}`, state, "")
 	first.fleet.Learn(context.Background(), 2)
-	if !first.fleet.Get("a").Cached(fleet.Tools) {
+	if !first.fleet.Get("a").Catalog().Cached(catalog.Tools) {
 		t.Fatal("not learned")
 	}
 	first.close()
 	second := newWorldStore(t, `{"a":{"command":"$FIXTURE","args":["-stderr-lines","1"]}}`, state, first.marker)
-	if second.fleet.Get("a").Cached(fleet.Tools) {
+	if second.fleet.Get("a").Catalog().Cached(catalog.Tools) {
 		t.Fatal("lists cached for another launch config were used")
 	}
 }
@@ -159,8 +160,8 @@ func TestPersistedEraSkipsTheProbe(t *testing.T) {
 	if n := probed(); n != 1 || st.Restarts != 0 || st.LastError != "" {
 		t.Fatalf("probed %d times, %d restarts, last error %q: want one probe, nothing else", n, st.Restarts, st.LastError)
 	}
-	if in, err := fleet.ParseInit(first.fleet.Get("c").CachedInit()); err != nil || in.Era().String() != "legacy" {
-		t.Fatalf("the era kept: %v %s", err, first.fleet.Get("c").CachedInit())
+	if in, err := fleet.ParseInit(first.fleet.Get("c").Catalog().CachedInit()); err != nil || in.Era().String() != "legacy" {
+		t.Fatalf("the era kept: %v %s", err, first.fleet.Get("c").Catalog().CachedInit())
 	}
 	first.close()
 

@@ -1,23 +1,24 @@
 package gateway
 
 import (
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-// The lists the gateway serves; the fleet caches them per server.
+// The lists the gateway serves; each server's catalog keeps them.
 var (
-	kindTools     = fleet.Tools
-	kindPrompts   = fleet.Prompts
-	kindResources = fleet.Resources
-	kindTemplates = fleet.Templates
+	kindTools     = catalog.Tools
+	kindPrompts   = catalog.Prompts
+	kindResources = catalog.Resources
+	kindTemplates = catalog.Templates
 )
 
 // ListsChanged is the fleet's report that a server's cached lists changed
 // (fleet.Options.OnListsChanged): the aggregated tables are rebuilt on
 // next use, and every session that sees the server is told, once per
 // notification.
-func (g *Gateway) ListsChanged(s *fleet.Server, kinds []fleet.ListKind) {
+func (g *Gateway) ListsChanged(s *fleet.Server, kinds []catalog.ListKind) {
 	g.agg.invalidate()
 	g.tell(s, kinds)
 }
@@ -33,7 +34,7 @@ func (g *Gateway) Reloaded() {
 
 // tell sends every session that sees s, and every listener that opted
 // in, the list_changed notifications of kinds, once per notification.
-func (g *Gateway) tell(s *fleet.Server, kinds []fleet.ListKind) {
+func (g *Gateway) tell(s *fleet.Server, kinds []catalog.ListKind) {
 	sent := map[string]bool{}
 	for _, k := range kinds {
 		n := k.ListChanged()

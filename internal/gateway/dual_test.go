@@ -89,7 +89,7 @@ func TestModernOnlyServerDefault(t *testing.T) {
 		}
 	}
 	srv := w.fleet.Get("m")
-	if era := srv.Era(); era != modernVersion {
+	if era := srv.Catalog().Era(); era != modernVersion {
 		t.Errorf("era %q, want %s", era, modernVersion)
 	}
 	if n := len(srv.Roots()); n != 1 {
@@ -104,7 +104,7 @@ func TestPinnedDualServerHasNoModernProcess(t *testing.T) {
 	command, starts := countingServer(t)
 	w := newWorld(t, `{"c":{"command":`+mustJSONString(command)+`,"prefix":"","pin":true}}`)
 	w.fleet.Learn(t.Context(), 1)
-	if !w.fleet.Get("c").Cached(kindTools) {
+	if !w.fleet.Get("c").Catalog().Cached(kindTools) {
 		t.Fatal("the first list was not learned and trusted")
 	}
 	legacy := w.stdioClient(w.gw.Aggregate(), nil)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -243,11 +244,11 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	f.conn = conn
 	if method == "tools/call" && srv.Config().Pin {
 		// Checked on the process that would serve it, with its list as
-		// that process lists it (fleet.Server.CheckTool).
+		// that process lists it (catalog.Catalog.CheckTool).
 		tool, _ := rpc.String(raw)
-		if err := srv.CheckTool(f.context(), lease, tool); err != nil {
+		if err := srv.Catalog().CheckTool(f.context(), lease.Process(), tool); err != nil {
 			defer f.end()
-			if he := (*fleet.HeldError)(nil); errors.As(err, &he) {
+			if he := (*catalog.HeldError)(nil); errors.As(err, &he) {
 				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
 				return nil, heldTool(clientID, he)
 			}
@@ -601,12 +602,12 @@ func spanTarget(srv *fleet.Server, method string, target []byte) string {
 	}
 	switch method {
 	case "tools/call":
-		tools, _ := srv.CachedList(fleet.Tools)
+		tools, _ := srv.Catalog().CachedList(catalog.Tools)
 		if l := srv.Telemetry().ToolLabel(target, tools); l != telemetry.Other {
 			return l
 		}
 	case "prompts/get":
-		prompts, _ := srv.CachedList(fleet.Prompts)
+		prompts, _ := srv.Catalog().CachedList(catalog.Prompts)
 		for _, p := range prompts {
 			if n, _ := rpc.StringMember(p, "name"); n == string(target) {
 				return n
@@ -665,7 +666,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 	c := telemetry.Call{Method: f.method, Outcome: f.outcome, Code: f.code, Duration: now.Sub(f.start), Sent: len(f.params), Received: f.received}
 	if f.method == "tools/call" {
 		c.Tool = f.target
-		c.Tools, _ = f.srv.CachedList(fleet.Tools)
+		c.Tools, _ = f.srv.Catalog().CachedList(catalog.Tools)
 	}
 	f.srv.Telemetry().Record(c)
 	var nb [clientbook.MaxNameLen]byte

@@ -173,7 +173,7 @@ func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
 		if _, err := g.Single("c").(*single).toolSchema(t.Context(), "conly"); err != nil {
 			t.Fatal(err)
 		}
-		if !f.Get("c").Cached(kindTools) {
+		if !f.Get("c").Catalog().Cached(kindTools) {
 			t.Fatal("c's tools were not learned: the test does not test anything")
 		}
 		told := out.count("notifications/tools/list_changed")

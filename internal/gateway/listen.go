@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -28,11 +29,11 @@ type listenFilter struct {
 // wants reports whether the filter opted into notification method.
 func (f *listenFilter) wants(method string) bool {
 	switch method {
-	case fleet.Tools.ListChanged():
+	case catalog.Tools.ListChanged():
 		return f.ToolsListChanged
-	case fleet.Prompts.ListChanged():
+	case catalog.Prompts.ListChanged():
 		return f.PromptsListChanged
-	case fleet.Resources.ListChanged(), fleet.Templates.ListChanged():
+	case catalog.Resources.ListChanged(), catalog.Templates.ListChanged():
 		return f.ResourcesListChanged
 	}
 	return false

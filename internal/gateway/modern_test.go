@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -167,7 +167,7 @@ func TestModernGoSDKClient(t *testing.T) {
 				t.Fatal("the log line the request asked for did not come")
 			}
 			// A list change reaches the client's listen stream.
-			w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Tools})
+			w.gw.ListsChanged(w.fleet.Get("a"), []catalog.ListKind{catalog.Tools})
 			select {
 			case <-changed:
 			case <-time.After(10 * time.Second):
@@ -267,14 +267,14 @@ func TestModernListen(t *testing.T) {
 
 	// Server a's tools change: the aggregated tools listener hears it,
 	// tagged with its id; neither the prompts listener nor b's does.
-	w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Tools})
+	w.gw.ListsChanged(w.fleet.Get("a"), []catalog.ListKind{catalog.Tools})
 	if e := nextEvent(t, tools); !strings.Contains(e, `"notifications/tools/list_changed"`) || !strings.Contains(e, `"io.modelcontextprotocol/subscriptionId":"t"`) {
 		t.Fatalf("tools listener: %s", e)
 	}
 	// Then b's prompts and tools change: each listener hears its own kind
 	// from the servers it sees, and the first thing each hears after the
 	// acknowledgement proves nothing else came before.
-	w.gw.ListsChanged(w.fleet.Get("b"), []fleet.ListKind{fleet.Prompts, fleet.Tools})
+	w.gw.ListsChanged(w.fleet.Get("b"), []catalog.ListKind{catalog.Prompts, catalog.Tools})
 	if e := nextEvent(t, prompts); !strings.Contains(e, `"notifications/prompts/list_changed"`) || !strings.Contains(e, `/subscriptionId":"p"`) {
 		t.Fatalf("prompts listener: %s", e)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -101,7 +102,7 @@ func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
 		if tc.init != "" {
 			init = json.RawMessage(tc.init)
 		}
-		if got := fleet.AnnouncesChanges(init, tc.kind); got != tc.want {
+		if got := catalog.AnnouncesChanges(init, tc.kind); got != tc.want {
 			t.Errorf("%s %s: %v, want %v", tc.init, tc.kind, got, tc.want)
 		}
 	}

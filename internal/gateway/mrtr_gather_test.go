@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -469,7 +470,7 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 		defer g.mu.Unlock()
 		return len(g.listeners) == 1
 	})
-	g.tellListeners(nil, fleet.Tools.ListChanged())
+	g.tellListeners(nil, catalog.Tools.ListChanged())
 	select {
 	case r := <-done:
 		if r.Error != nil || !strings.Contains(string(r.Result), `"complete"`) {

@@ -23,7 +23,7 @@ func TestPinnedToolHeldUntilApproved(t *testing.T) {
 	w := newWorld(t, fmt.Sprintf(`{"x":{"command":"$FIXTURE","pin":true,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}}}`, variant))
 	srv := w.fleet.Get("x")
 	w.fleet.Learn(t.Context(), 1)
-	if !srv.Cached(kindTools) || srv.ToolHeld("echo") {
+	if !srv.Catalog().Cached(kindTools) || srv.Catalog().ToolHeld("echo") {
 		t.Fatal("the first list was not learned and trusted")
 	}
 	if err := os.WriteFile(variant, []byte("1"), 0o600); err != nil {
@@ -103,7 +103,7 @@ func TestPinnedToolHeldUntilApproved(t *testing.T) {
 	served("single legacy pid", legacyCall(single, ss, "pid"), "text")
 
 	told := aggOut.count("notifications/tools/list_changed") + singleOut.count("notifications/tools/list_changed")
-	approved, _, err := srv.Approve([]string{"echo", "reverse"}, nil)
+	approved, _, err := srv.Catalog().Approve([]string{"echo", "reverse"}, nil)
 	if err != nil || len(approved) != 2 {
 		t.Fatalf("Approve: %v %v", approved, err)
 	}
@@ -135,7 +135,7 @@ func TestPinnedToolCheckedOnTheWokenProcess(t *testing.T) {
 			w := newWorld(t, fmt.Sprintf(`{"x":{"command":"$FIXTURE","pin":true,"sharing":%q,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q}}}`, sharing, variant))
 			srv := w.fleet.Get("x")
 			w.fleet.Learn(t.Context(), 1)
-			if !srv.Cached(kindTools) {
+			if !srv.Catalog().Cached(kindTools) {
 				t.Fatal("the first list was not learned")
 			}
 			if sharing == "shared" {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -65,7 +66,7 @@ func TestAReAddedServersSessionsAreNotTheOldOnes(t *testing.T) {
 
 	// The new server's changes and updates reach the new endpoint's
 	// session and listener only.
-	w.gw.ListsChanged(newA, []fleet.ListKind{fleet.Tools})
+	w.gw.ListsChanged(newA, []catalog.ListKind{catalog.Tools})
 	w.gw.interests.Subscribe(newA, sNew.Key(), "test://x")
 	update := &rpc.Message{Method: "notifications/resources/updated", Params: json.RawMessage(`{"uri":"test://x"}`)}
 	w.gw.Notification(fleet.Source{Server: newA}, update)
@@ -73,7 +74,7 @@ func TestAReAddedServersSessionsAreNotTheOldOnes(t *testing.T) {
 	outNew.next(t, "notifications/resources/updated", 5*time.Second)
 	listenNew.next(t, "notifications/tools/list_changed", 5*time.Second)
 	// And the old one's, told after, reach the old endpoint's only.
-	w.gw.ListsChanged(oldA, []fleet.ListKind{fleet.Prompts})
+	w.gw.ListsChanged(oldA, []catalog.ListKind{catalog.Prompts})
 	outOld.next(t, "notifications/prompts/list_changed", 5*time.Second)
 	listenOld.next(t, "notifications/prompts/list_changed", 5*time.Second)
 

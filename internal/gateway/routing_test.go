@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -478,7 +479,7 @@ func TestListsChangedIsToldOncePerNotification(t *testing.T) {
 	out := newRecorder()
 	s := ep.Open(out)
 	defer ep.Close(s)
-	w.gw.ListsChanged(w.fleet.Get("a"), []fleet.ListKind{fleet.Resources, fleet.Templates, fleet.Tools})
+	w.gw.ListsChanged(w.fleet.Get("a"), []catalog.ListKind{catalog.Resources, catalog.Templates, catalog.Tools})
 	if n := out.count("notifications/resources/list_changed"); n != 1 {
 		t.Fatalf("%d resources/list_changed for resources and templates, want 1", n)
 	}

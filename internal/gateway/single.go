@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -95,7 +96,7 @@ func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related
 		cfg := e.srv.Config()
 		if f := cfg.Tools; (len(f.Allow) > 0 || len(f.Deny) > 0 || cfg.Pin) && resp.Result != nil {
 			resp.Result = filterTools(resp.Result, func(t json.RawMessage) bool {
-				return f.Allowed(stringField(t, "name")) && e.srv.ToolVisible(t)
+				return f.Allowed(stringField(t, "name")) && e.srv.Catalog().ToolVisible(t)
 			})
 		}
 		return resp
@@ -127,7 +128,7 @@ func (e *single) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Messag
 // resourceServer is the server of every resource the endpoint serves.
 func (e *single) resourceServer(context.Context, string) *fleet.Server { return e.srv }
 
-func (e *single) watched(kind string) bool { return e.srv.AnnouncesChanges(kind) }
+func (e *single) watched(kind string) bool { return e.srv.Catalog().AnnouncesChanges(kind) }
 
 // toolSchema is the inputSchema of the server's tool name, from its
 // cached list (learned first if need be, within the server's request
@@ -135,7 +136,7 @@ func (e *single) watched(kind string) bool { return e.srv.AnnouncesChanges(kind)
 func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, error) {
 	lctx, cancel := fleet.WithTimeout(ctx, e.srv.Config().RequestTimeout)
 	defer cancel()
-	items, err := e.srv.List(lctx, fleet.Tools)
+	items, err := e.srv.Catalog().List(lctx, catalog.Tools)
 	if err != nil {
 		if lctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", err, context.Cause(lctx))
@@ -184,7 +185,7 @@ func (e *single) scope(method string) string {
 // never-started server, else its live connection's (starting it).
 func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, error) {
 	if e.srv.Init() == nil { // else running: its live result, not a read of a cold one
-		if raw := e.srv.CachedInit(); raw != nil {
+		if raw := e.srv.Catalog().CachedInit(); raw != nil {
 			if in, err := fleet.ParseInit(raw); err == nil {
 				return in, nil
 			}
@@ -207,7 +208,7 @@ func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, e
 
 // heldTool is the error of a call of a tool a pinned server holds back:
 // it names the command that approves it.
-func heldTool(id json.RawMessage, he *fleet.HeldError) *rpc.Message {
+func heldTool(id json.RawMessage, he *catalog.HeldError) *rpc.Message {
 	data := map[string]string{"server": he.Server, "tool": he.Tool, "reason": "held", "approve": "mcpvisor tools approve " + he.Server + " " + he.Tool}
 	if he.Unlisted {
 		data = map[string]string{"server": he.Server, "tool": he.Tool, "reason": "unlisted"}

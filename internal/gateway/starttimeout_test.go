@@ -12,7 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -28,10 +28,10 @@ func TestRequestTimeoutCoversTheStart(t *testing.T) {
 	// cached), then put to sleep.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := srv.List(ctx, fleet.Tools); err != nil {
+	if _, err := srv.Catalog().List(ctx, catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
-	for srv.CachedInit() == nil || !srv.Cached(fleet.Tools) {
+	for srv.Catalog().CachedInit() == nil || !srv.Catalog().Cached(catalog.Tools) {
 		if ctx.Err() != nil {
 			t.Fatal("the server's initialize result and tools were not learned")
 		}

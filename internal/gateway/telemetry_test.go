@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry/otlptest"
@@ -63,7 +63,7 @@ func TestCallMetricsAndSpans(t *testing.T) {
 	n.Store(0) // initialize is answered by mcpvisor: no call of the server's
 	// Its tools are labels once their list is known (serve learns every
 	// server's at start; the aggregated endpoint learns it to list).
-	if _, err := w.fleet.Get("a").List(t.Context(), fleet.Tools); err != nil {
+	if _, err := w.fleet.Get("a").Catalog().List(t.Context(), catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
 
@@ -310,7 +310,7 @@ func TestSpanNamesBounded(t *testing.T) {
 	tr, rcv := newTestTracing(t)
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
 	w.gw.SetTracing(tr)
-	if _, err := w.fleet.Get("a").List(t.Context(), fleet.Tools); err != nil {
+	if _, err := w.fleet.Get("a").Catalog().List(t.Context(), catalog.Tools); err != nil {
 		t.Fatal(err)
 	}
 	ep := w.gw.Single("a")

@@ -1,4 +1,4 @@
-package fleet
+package catalog
 
 import (
 	"encoding/json"
@@ -45,5 +45,22 @@ func TestCachedInitKeepsOnlyTheResult(t *testing.T) {
 	caches[7].initWritten(seq, key)
 	if caches[7].putInit(json.RawMessage(seven), key, 0) {
 		t.Fatal("the same result again, written, was to be persisted again")
+	}
+}
+
+// A result learned at a generation the lists have left (the server was
+// relaunched since) is not kept.
+func TestPutInitOfAnEarlierGenerationKeepsNothing(t *testing.T) {
+	c := &lists{}
+	var key [32]byte
+	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`), key, 0) {
+		t.Fatal("a first result is not to be written")
+	}
+	c.relaunched(func() {})
+	if c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 0) || c.init != `{"protocolVersion":"2025-11-25"}` {
+		t.Fatalf("a result of the generation before the relaunch was kept: %s", c.init)
+	}
+	if !c.putInit(json.RawMessage(`{"protocolVersion":"2025-06-18"}`), key, 1) || c.init != `{"protocolVersion":"2025-06-18"}` {
+		t.Fatalf("a result of the current generation was not kept: %s", c.init)
 	}
 }

@@ -1,4 +1,4 @@
-package fleet
+package catalog
 
 import (
 	"encoding/json"
@@ -14,12 +14,12 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
-// defs is what the fleet knows of one server's definitions — its tools,
+// defs is what the catalog knows of one server's definitions — its tools,
 // prompts and resource templates as last learned, the tools the operator
 // approved, and the last change — for drift reports and pinning. It is
 // persisted by server name alone (store.Definitions): it outlives a
 // change of the server's launch and a restart of mcpvisor, so a change
-// across either is a change too. The Server owns it; every change goes
+// across either is a change too. The Catalog owns it; every change goes
 // through its methods under mu.
 type defs struct {
 	mu sync.Mutex
@@ -46,8 +46,8 @@ type defs struct {
 	dirty    bool // to persist at the next flush
 	// cold is set while the definitions are not in memory (defsMem is
 	// nil) but only in the persisted record — a server gone dormant,
-	// everything it knows written (Server.spillDefs) — with lost and
-	// pending still here: Server.lockDefs reads the rest back before
+	// everything it knows written (Catalog.spillDefs) — with lost and
+	// pending still here: Catalog.lockDefs reads the rest back before
 	// anything looks at it. A dormant server keeps only this much of its
 	// definitions in memory.
 	cold bool
@@ -84,11 +84,11 @@ type defsMem struct {
 	unreported []drift.Change
 }
 
-// retireRecord ends the server's writes of its definitions record; a
-// write under way finishes first. A reload that removes the server calls
-// it.
-func (s *Server) retireRecord() {
-	d := s.defs()
+// Retire ends the server's writes of its definitions record; a write
+// under way finishes first. A reload that removes the server calls it, so
+// that a server added again under its name owns the record.
+func (c *Catalog) Retire() {
+	d := c.defs()
 	d.writeMu.Lock()
 	d.retired = true
 	d.writeMu.Unlock()
@@ -100,12 +100,12 @@ func (s *Server) retireRecord() {
 // logged, and nothing is approved any more: the server's next list is the
 // baseline of what is known, and a pinned server holds its tools until
 // the operator approves them again.
-func (s *Server) lockDefs() *defs {
-	d := s.defs()
+func (c *Catalog) lockDefs() *defs {
+	d := c.defs()
 	d.mu.Lock()
 	if d.cold {
 		d.cold, d.pending, d.defsMem = false, 0, &defsMem{}
-		raw := s.f.store.Definitions(s.Name())
+		raw := c.env.Store.Definitions(c.name())
 		err := d.loadLocked(raw)
 		if raw == nil && err == nil {
 			err = errors.New("the record is gone")
@@ -115,7 +115,7 @@ func (s *Server) lockDefs() *defs {
 			// (a pinned server's tools are held until approved again); the
 			// next list is the baseline of what is known.
 			d.known, d.items, d.approved = nil, nil, drift.Set{}
-			s.f.log.Warn("could not read a server's definitions back from the state file: its tools are held until approved again if it is pinned", "server", s.Name(), "err", err)
+			c.env.Log.Warn("could not read a server's definitions back from the state file: its tools are held until approved again if it is pinned", "server", c.name(), "err", err)
 		}
 	}
 	return d
@@ -127,9 +127,9 @@ func (s *Server) lockDefs() *defs {
 // since, nothing to report — and none is a per-session process's own
 // (never persisted). A dormant server needs none of them until it lists
 // or is asked about them; its lost count and held count stay here.
-func (s *Server) spillDefs() {
-	d := s.dp.Load()
-	if d == nil || s.f.store == nil {
+func (c *Catalog) spillDefs() {
+	d := c.dp.Load()
+	if d == nil || c.env.Store == nil {
 		return
 	}
 	d.writeMu.Lock()
@@ -406,9 +406,9 @@ func (d *defs) heldChangesLocked() []drift.Change {
 // flush — one definitions_changed event for all the kinds one learn
 // changed, tools_lost, tools_restored — and persists the record if it
 // changed. Safe to call at any time; it does nothing when nothing is new.
-func (s *Server) flushDefinitions() {
-	d := s.defs()
-	pin := s.Config().Pin
+func (c *Catalog) flushDefinitions() {
+	d := c.defs()
+	pin := c.host.Config().Pin
 	d.mu.Lock()
 	if d.cold {
 		// Nothing to report or persist: spillDefs made it cold with
@@ -432,7 +432,7 @@ func (s *Server) flushDefinitions() {
 	}
 	var rec json.RawMessage
 	var gen uint64
-	st := s.f.store
+	st := c.env.Store
 	if d.dirty && st != nil {
 		d.dirty = false
 		d.gen++
@@ -443,8 +443,8 @@ func (s *Server) flushDefinitions() {
 		d.writeMu.Lock()
 		if gen > d.written && !d.retired {
 			d.written = gen
-			if err := putDefinitions(st, s.Name(), rec); err != nil {
-				s.f.log.Warn("could not persist a server's definitions", "server", s.Name(), "err", err)
+			if err := putDefinitions(st, c.name(), rec); err != nil {
+				c.env.Log.Warn("could not persist a server's definitions", "server", c.name(), "err", err)
 			} else {
 				d.stored = gen
 			}
@@ -452,13 +452,13 @@ func (s *Server) flushDefinitions() {
 		d.writeMu.Unlock()
 	}
 	if len(changes) > 0 {
-		s.f.emit(Event{Server: s.Name(), Type: "definitions_changed", Details: changeDetails(changes, held)})
+		c.emit(Event{Server: c.name(), Type: "definitions_changed", Details: changeDetails(changes, held)})
 	}
 	if lost > 0 {
-		s.f.emit(Event{Server: s.Name(), Type: "tools_lost", Details: map[string]any{"previous": lost}})
+		c.emit(Event{Server: c.name(), Type: "tools_lost", Details: map[string]any{"previous": lost}})
 	}
 	if restored > 0 {
-		s.f.emit(Event{Server: s.Name(), Type: "tools_restored", Details: map[string]any{"tools": restored}})
+		c.emit(Event{Server: c.name(), Type: "tools_restored", Details: map[string]any{"tools": restored}})
 	}
 }
 
@@ -514,9 +514,9 @@ type Pending struct {
 }
 
 // Definitions reports what is known of the server's definitions.
-func (s *Server) Definitions() Definitions {
-	pin := s.Config().Pin
-	d := s.lockDefs()
+func (c *Catalog) Definitions() Definitions {
+	pin := c.host.Config().Pin
+	d := c.lockDefs()
 	defer d.mu.Unlock()
 	out := Definitions{Pin: pin, ChangedAt: d.changedAt, Last: slices.Clone(d.last), Pending: []Pending{}}
 	if pin {
@@ -528,10 +528,11 @@ func (s *Server) Definitions() Definitions {
 	return out
 }
 
-// pendingCount counts the tools held back (0 for an unpinned server).
-func (s *Server) pendingCount() int {
-	d := s.dp.Load()
-	if d == nil || !s.Config().Pin {
+// PendingDefinitions counts the tools held back (0 for an unpinned
+// server), without reading definitions that are on disk only.
+func (c *Catalog) PendingDefinitions() int {
+	d := c.dp.Load()
+	if d == nil || !c.host.Config().Pin {
 		return 0
 	}
 	d.mu.Lock()
@@ -542,9 +543,10 @@ func (s *Server) pendingCount() int {
 	return len(d.heldNamesLocked())
 }
 
-// warning is the server's status warning: its tools are lost.
-func (s *Server) warning() string {
-	d := s.dp.Load()
+// Warning is the server's status warning: its tools are lost ("" when
+// they are not).
+func (c *Catalog) Warning() string {
+	d := c.dp.Load()
 	if d == nil {
 		return ""
 	}
@@ -553,18 +555,18 @@ func (s *Server) warning() string {
 	if d.lost == 0 {
 		return ""
 	}
-	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again (if it rightly has none now, clear this with mcpvisor tools accept-lost %s)", d.lost, s.Name())
+	return fmt.Sprintf("it lists no tools where it had %d: serving none until it lists them again (if it rightly has none now, clear this with mcpvisor tools accept-lost %s)", d.lost, c.name())
 }
 
 // ToolHeld reports whether a pinned server's tool name, as last learned
 // (the cache's view), is held back: new or changed since the operator
 // approved the server's tools. A name never learned is not reported held.
 // A call is decided by CheckTool, on the process that would serve it.
-func (s *Server) ToolHeld(name string) bool {
-	if !s.Config().Pin {
+func (c *Catalog) ToolHeld(name string) bool {
+	if !c.host.Config().Pin {
 		return false
 	}
-	d := s.lockDefs()
+	d := c.lockDefs()
 	defer d.mu.Unlock()
 	return d.heldLocked(name)
 }
@@ -573,15 +575,15 @@ func (s *Server) ToolHeld(name string) bool {
 // of its list (as it sent it): always, unless the server is pinned and
 // item's definition is not the one approved under its name. An item that
 // is not a tool object is left as it is.
-func (s *Server) ToolVisible(item json.RawMessage) bool {
-	if !s.Config().Pin {
+func (c *Catalog) ToolVisible(item json.RawMessage) bool {
+	if !c.host.Config().Pin {
 		return true
 	}
 	def, err := drift.Define(drift.Tool, item)
 	if err != nil {
 		return true
 	}
-	d := s.lockDefs()
+	d := c.lockDefs()
 	defer d.mu.Unlock()
 	a, ok := d.approved[def.Key]
 	return ok && a.Fingerprint == def.Fingerprint
@@ -602,10 +604,10 @@ func HeldToolError(server, tool string) string {
 // list changed so that clients list it again. An approval is of a
 // definition, by fingerprint: one a relearn brings after it is held
 // again. Safe to call concurrently with learns and other approvals.
-func (s *Server) Approve(names []string, fingerprints map[string]string) (approved, pending []string, err error) {
-	d := s.lockDefs()
+func (c *Catalog) Approve(names []string, fingerprints map[string]string) (approved, pending []string, err error) {
+	d := c.lockDefs()
 	var heldNames []string
-	if s.Config().Pin {
+	if c.host.Config().Pin {
 		heldNames = d.heldNamesLocked()
 	}
 	isHeld := map[string]bool{}
@@ -627,12 +629,12 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 		if len(heldNames) > 0 {
 			what = "pending: " + strings.Join(heldNames, ", ")
 		}
-		return nil, heldNames, fmt.Errorf("server %s: %s %w (%s)", s.Name(), strings.Join(bad, ", "), ErrNotPending, what)
+		return nil, heldNames, fmt.Errorf("server %s: %s %w (%s)", c.name(), strings.Join(bad, ", "), ErrNotPending, what)
 	}
 	for _, n := range names {
 		if fp, ok := fingerprints[n]; ok && fp != d.approvableLocked(n, fingerprints).Fingerprint {
 			d.mu.Unlock()
-			return nil, heldNames, fmt.Errorf("server %s: tool %s: %w; review it again (mcpvisor tools diff %s)", s.Name(), n, ErrStaleApproval, s.Name())
+			return nil, heldNames, fmt.Errorf("server %s: tool %s: %w; review it again (mcpvisor tools diff %s)", c.name(), n, ErrStaleApproval, c.name())
 		}
 	}
 	// Written into, the approved set is a copy of its own: until now it
@@ -664,9 +666,9 @@ func (s *Server) Approve(names []string, fingerprints map[string]string) (approv
 	if len(approved) == 0 {
 		return []string{}, pending, nil
 	}
-	s.flushDefinitions()
-	s.f.emit(Event{Server: s.Name(), Type: "definitions_approved", Details: map[string]any{"approved": approved}})
-	s.f.listsChanged(s, []ListKind{Tools})
+	c.flushDefinitions()
+	c.emit(Event{Server: c.name(), Type: "definitions_approved", Details: map[string]any{"approved": approved}})
+	c.host.ListsChanged([]ListKind{Tools})
 	return approved, pending, nil
 }
 
@@ -686,16 +688,16 @@ func (d *defs) approvableLocked(name string, fingerprints map[string]string) dri
 	return def
 }
 
-// pinChanged follows a reload's change of the pin setting: unpinning
+// PinChanged follows a reload's change of the pin setting: unpinning
 // approves every tool as it is now (an unpinned server's approved tools
 // follow its list), so that pinning again later starts from what clients
-// saw. It reports whether clients see other tools now.
-func (s *Server) pinChanged(was, now bool) bool {
+// saw. It reports whether clients see other tools now. The caller has
+// each instance's LiveTools forget first (nothing learned before counts).
+func (c *Catalog) PinChanged(was, now bool) bool {
 	if was == now {
 		return false
 	}
-	s.forgetLiveTools()
-	d := s.lockDefs()
+	d := c.lockDefs()
 	n := len(d.heldNamesLocked())
 	if !now && n > 0 {
 		d.approved = d.known[drift.Tool]
@@ -704,7 +706,7 @@ func (s *Server) pinChanged(was, now bool) bool {
 	}
 	d.mu.Unlock()
 	if !now && n > 0 {
-		s.flushDefinitions()
+		c.flushDefinitions()
 	}
 	return n > 0
 }
@@ -717,12 +719,12 @@ func (s *Server) pinChanged(was, now bool) bool {
 // with none (added); a pinned server's approvals are kept, so a tool that
 // comes back as it was approved is served, a changed one held. It returns
 // how many tools were given up, or an error wrapping ErrNotLost.
-func (s *Server) AcceptLost() (int, error) {
-	d := s.lockDefs()
+func (c *Catalog) AcceptLost() (int, error) {
+	d := c.lockDefs()
 	n := d.lost
 	if n == 0 {
 		d.mu.Unlock()
-		return 0, fmt.Errorf("server %s %w (no tools_lost warning to clear)", s.Name(), ErrNotLost)
+		return 0, fmt.Errorf("server %s %w (no tools_lost warning to clear)", c.name(), ErrNotLost)
 	}
 	changes := drift.Diff(d.known[drift.Tool], drift.Set{})
 	d.known[drift.Tool], d.items[drift.Tool] = drift.Set{}, []json.RawMessage{}
@@ -730,7 +732,7 @@ func (s *Server) AcceptLost() (int, error) {
 	d.unreported = append(d.unreported, changes...)
 	d.dirty = true
 	d.mu.Unlock()
-	s.flushDefinitions()
-	s.f.emit(Event{Server: s.Name(), Type: "tools_lost_accepted", Details: map[string]any{"previous": n}})
+	c.flushDefinitions()
+	c.emit(Event{Server: c.name(), Type: "tools_lost_accepted", Details: map[string]any{"previous": n}})
 	return n, nil
 }
