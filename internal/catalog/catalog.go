@@ -23,10 +23,11 @@
 // the fleet provides: the seam goes one way, from the fleet to the
 // catalog.
 //
-// Every method of a Catalog is safe to call concurrently. A Catalog costs
-// a never-learned server one allocation; a dormant learned one keeps its
-// sets of kinds, change counts and version in a few bytes (packing.go),
-// its lists and definitions on disk.
+// Every method of a Catalog is safe to call concurrently. A Catalog is
+// kept in its server's own allocation: a never-learned server costs no
+// allocation more; a dormant learned one keeps its sets of kinds, change
+// counts and version in a few bytes (packing.go), its lists and
+// definitions on disk.
 package catalog
 
 import (
@@ -129,6 +130,9 @@ type Host interface {
 	// ListsChanged reports that the kinds of the server's lists changed
 	// (Options.OnListsChanged of the fleet).
 	ListsChanged(kinds []ListKind)
+	// Env is what the catalogs of the server's fleet share. The same
+	// for every call.
+	Env() *Env
 }
 
 // Env is what every catalog of a fleet shares: one per fleet.
@@ -167,9 +171,10 @@ type Event struct {
 }
 
 // Catalog is what is known of one server's lists and definitions (see
-// the package comment). Make it with New.
+// the package comment). It is kept in place (the fleet's Server holds
+// one), never copied, and bound to its server (Bind) before any other
+// call.
 type Catalog struct {
-	env  *Env
 	host Host
 	// lists is its list cache; dp its definitions, for drift and pinning
 	// (made on first use: a never-learned server costs no more). Lists
@@ -178,8 +183,12 @@ type Catalog struct {
 	dp    atomic.Pointer[defs]
 }
 
-// New makes the catalog of the server host is, with nothing known.
-func New(env *Env, host Host) *Catalog { return &Catalog{env: env, host: host} }
+// Bind makes c the catalog of the server host is, with nothing known.
+// Call it once, before anything else.
+func (c *Catalog) Bind(host Host) { c.host = host }
+
+// env is what c shares with the catalogs of its fleet.
+func (c *Catalog) env() *Env { return c.host.Env() }
 
 // defs is the server's definitions, made on first use.
 func (c *Catalog) defs() *defs {
@@ -195,8 +204,8 @@ func (c *Catalog) name() string { return c.host.Config().Name }
 
 // emit reports an event, if anyone listens.
 func (c *Catalog) emit(e Event) {
-	if c.env.Emit != nil {
-		c.env.Emit(e)
+	if emit := c.env().Emit; emit != nil {
+		emit(e)
 	}
 }
 

@@ -105,7 +105,7 @@ func (c *Catalog) lockDefs() *defs {
 	d.mu.Lock()
 	if d.cold {
 		d.cold, d.pending, d.defsMem = false, 0, &defsMem{}
-		raw := c.env.Store.Definitions(c.name())
+		raw := c.env().Store.Definitions(c.name())
 		err := d.loadLocked(raw)
 		if raw == nil && err == nil {
 			err = errors.New("the record is gone")
@@ -115,7 +115,7 @@ func (c *Catalog) lockDefs() *defs {
 			// (a pinned server's tools are held until approved again); the
 			// next list is the baseline of what is known.
 			d.known, d.items, d.approved = nil, nil, drift.Set{}
-			c.env.Log.Warn("could not read a server's definitions back from the state file: its tools are held until approved again if it is pinned", "server", c.name(), "err", err)
+			c.env().Log.Warn("could not read a server's definitions back from the state file: its tools are held until approved again if it is pinned", "server", c.name(), "err", err)
 		}
 	}
 	return d
@@ -129,7 +129,7 @@ func (c *Catalog) lockDefs() *defs {
 // or is asked about them; its lost count and held count stay here.
 func (c *Catalog) spillDefs() {
 	d := c.dp.Load()
-	if d == nil || c.env.Store == nil {
+	if d == nil || c.env().Store == nil {
 		return
 	}
 	d.writeMu.Lock()
@@ -432,7 +432,7 @@ func (c *Catalog) flushDefinitions() {
 	}
 	var rec json.RawMessage
 	var gen uint64
-	st := c.env.Store
+	st := c.env().Store
 	if d.dirty && st != nil {
 		d.dirty = false
 		d.gen++
@@ -444,7 +444,7 @@ func (c *Catalog) flushDefinitions() {
 		if gen > d.written && !d.retired {
 			d.written = gen
 			if err := putDefinitions(st, c.name(), rec); err != nil {
-				c.env.Log.Warn("could not persist a server's definitions", "server", c.name(), "err", err)
+				c.env().Log.Warn("could not persist a server's definitions", "server", c.name(), "err", err)
 			} else {
 				d.stored = gen
 			}

@@ -374,7 +374,7 @@ func (c *Catalog) cachedListErr(k ListKind) ([]json.RawMessage, bool, error) {
 // readCold reads the list of kind k from the store's entry of the server
 // under launch hash.
 func (c *Catalog) readCold(k ListKind, hash [sha256.Size]byte) ([]json.RawMessage, bool, error) {
-	return c.env.Store.List(c.name(), hex.EncodeToString(hash[:]), store.Kind(k.Member))
+	return c.env().Store.List(c.name(), hex.EncodeToString(hash[:]), store.Kind(k.Member))
 }
 
 // launchKey is the server's launch hash (config.Server.LaunchHash) as
@@ -396,7 +396,7 @@ func launchKeyOf(cfg *config.Server) (key [sha256.Size]byte, ok bool) {
 // is the initialize result, once it is on disk as it is; what every
 // session reads of it (its version, the changes it announces) stays.
 func (c *Catalog) spillLists() {
-	if c.env.Store == nil {
+	if c.env().Store == nil {
 		return
 	}
 	hash, ok := c.launchKey()
@@ -450,7 +450,7 @@ func (c *Catalog) warmLists() {
 	if cold == 0 && !initCold {
 		return
 	}
-	got, ok := c.env.Store.Lists(c.name(), hex.EncodeToString(hash[:]))
+	got, ok := c.env().Store.Lists(c.name(), hex.EncodeToString(hash[:]))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.coldHash != hash {
@@ -540,7 +540,7 @@ func (c *Catalog) CachedInit() json.RawMessage {
 		}
 		return json.RawMessage(held)
 	}
-	raw, ok, err := c.env.Store.Init(c.name(), hex.EncodeToString(hash[:]))
+	raw, ok, err := c.env().Store.Init(c.name(), hex.EncodeToString(hash[:]))
 	if err == nil && !ok {
 		// Gone from the store (pruned): unknown, as for a cold list.
 		l.mu.Lock()
@@ -735,7 +735,7 @@ func (c *Catalog) rememberInit(conn Conn, cfg *config.Server, gen uint64) {
 	}
 	raw := conn.Init().Raw
 	cur, ok := launchKeyOf(cfg)
-	if !ok || c.lists.warmInit(raw, c.env.Store, c.name()) || !c.lists.putInit(raw, cur, gen) || c.env.Store == nil {
+	if !ok || c.lists.warmInit(raw, c.env().Store, c.name()) || !c.lists.putInit(raw, cur, gen) || c.env().Store == nil {
 		return
 	}
 	c.persistInit()
@@ -761,8 +761,8 @@ func (c *Catalog) EraLearned(launched *config.Server, conn Conn) {
 // one held last, and the result is marked saved only if it is what was
 // written (initSeq).
 func (c *Catalog) persistInit() {
-	c.env.initWrites.Lock()
-	defer c.env.initWrites.Unlock()
+	c.env().initWrites.Lock()
+	defer c.env().initWrites.Unlock()
 	key, ok := c.launchKey()
 	if !ok {
 		return
@@ -772,8 +772,8 @@ func (c *Catalog) persistInit() {
 		return
 	}
 	beforeInitWrite()
-	if err := c.env.Store.PutInit(c.name(), hex.EncodeToString(key[:]), raw); err != nil {
-		c.env.Log.Warn("could not persist a server's initialize result", "server", c.name(), "err", err)
+	if err := c.env().Store.PutInit(c.name(), hex.EncodeToString(key[:]), raw); err != nil {
+		c.env().Log.Warn("could not persist a server's initialize result", "server", c.name(), "err", err)
 		return
 	}
 	c.lists.initWritten(seq, key)
@@ -810,11 +810,11 @@ func (c *lists) warmInit(raw json.RawMessage, st *store.Store, server string) bo
 // persist writes the list of kind k, as its change seq left it, to the
 // store under the server's launch hash.
 func (c *Catalog) persist(k ListKind, items []json.RawMessage, seq change) {
-	if c.env.Store == nil {
+	if c.env().Store == nil {
 		return
 	}
-	if err := c.env.Store.PutList(c.name(), c.host.Config().LaunchHash(), store.Kind(k.Member), items); err != nil {
-		c.env.Log.Warn("could not persist a server's list", "server", c.name(), "list", k.Member, "err", err)
+	if err := c.env().Store.PutList(c.name(), c.host.Config().LaunchHash(), store.Kind(k.Member), items); err != nil {
+		c.env().Log.Warn("could not persist a server's list", "server", c.name(), "list", k.Member, "err", err)
 		return
 	}
 	c.lists.persisted(k, seq)
@@ -870,7 +870,7 @@ func (c *Catalog) requestRefresh(told bool, kinds ...ListKind) {
 	}
 	l.refreshing = true
 	l.mu.Unlock()
-	if !c.env.Spawn(c.refresher) {
+	if !c.env().Spawn(c.refresher) {
 		l.mu.Lock()
 		l.refreshing = false
 		l.pending, l.told = 0, 0
@@ -933,7 +933,7 @@ func (c *Catalog) refresh(ctx context.Context, kinds, told kindSet) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.env.Log.Debug("list refresh failed", "server", c.name(), "list", k.Member, "err", err)
+			c.env().Log.Debug("list refresh failed", "server", c.name(), "list", k.Member, "err", err)
 			if told.has(k) {
 				c.lists.drop(k)
 				changed = append(changed, k)
@@ -981,10 +981,10 @@ func (c *Catalog) LoadDefinitions() { c.loadDefinitions() }
 // and lost counts read into memory. A record written before it kept the
 // held count is read whole (and put out of memory by spillDefs).
 func (c *Catalog) loadDefinitions() {
-	if c.env.Store == nil {
+	if c.env().Store == nil {
 		return
 	}
-	raw := c.env.Store.Definitions(c.name())
+	raw := c.env().Store.Definitions(c.name())
 	if raw == nil {
 		return
 	}
@@ -998,7 +998,7 @@ func (c *Catalog) loadDefinitions() {
 		return
 	}
 	if err := c.defs().load(raw); err != nil {
-		c.env.Log.Warn("ignoring a server's unreadable definitions record", "server", c.name(), "err", err)
+		c.env().Log.Warn("ignoring a server's unreadable definitions record", "server", c.name(), "err", err)
 	}
 }
 
@@ -1030,7 +1030,7 @@ func (c *Catalog) Learn(ctx context.Context, lease Lease) bool {
 	for _, k := range allKinds {
 		_, changed, err := c.learnFrom(ctx, p.Launched, p.Conn, k)
 		if err != nil {
-			c.env.Log.Warn("could not learn a server's lists", "server", c.name(), "list", k.Member, "err", err)
+			c.env().Log.Warn("could not learn a server's lists", "server", c.name(), "list", k.Member, "err", err)
 			ok = false
 			break
 		}

@@ -217,7 +217,7 @@ func (c *Catalog) startToolsLearn(ctx context.Context, v *liveTools, p Process) 
 		}
 		close(l.done)
 	}
-	started := c.env.Spawn(func(fleetCtx context.Context) {
+	started := c.env().Spawn(func(fleetCtx context.Context) {
 		defer cancel()
 		stop := context.AfterFunc(fleetCtx, cancel)
 		defer stop()
@@ -228,7 +228,7 @@ func (c *Catalog) startToolsLearn(ctx context.Context, v *liveTools, p Process) 
 	})
 	if !started {
 		cancel()
-		finishLocked(nil, fmt.Errorf("server %s: %w", c.name(), c.env.Closed))
+		finishLocked(nil, fmt.Errorf("server %s: %w", c.name(), c.env().Closed))
 	}
 	return l
 }

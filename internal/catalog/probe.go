@@ -128,7 +128,7 @@ func (p Probe) PersistInit() { p.c.persistInit() }
 
 // InitWrites is the lock that serializes the writes of initialize
 // results.
-func (p Probe) InitWrites() *sync.Mutex { return &p.c.env.initWrites }
+func (p Probe) InitWrites() *sync.Mutex { return &p.c.env().initWrites }
 
 // Generation is lists.generation.
 func (p Probe) Generation() uint64 { return p.c.lists.generation() }

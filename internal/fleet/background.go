@@ -3,8 +3,10 @@ package fleet
 import "context"
 
 // background is the work the fleet runs on its own, apart from any
-// request: refreshing a server's lists and telling a new process what its
-// sessions asked meanwhile. Each runs with the fleet's context, which Close
+// request: its servers' catalogs' list refreshes and pin checks' learns
+// (catalog.Env.Spawn), and telling a new process what its sessions asked
+// meanwhile. It stays the fleet's, not the catalog's: its bound is the
+// fleet's lifetime. Each runs with the fleet's context, which Close
 // cancels; Close then waits for all of them, so none outlives the fleet.
 type background struct {
 	ctx    context.Context

@@ -22,7 +22,7 @@ var allKinds = catalog.AllKinds()
 // Catalog is what is known of the server's lists and definitions, whether
 // or not it runs: the gateway lists from it, the admin API reads and
 // approves its definitions there.
-func (s *Server) Catalog() *catalog.Catalog { return s.cat }
+func (s *Server) Catalog() *catalog.Catalog { return &s.cat }
 
 // serverHost is a Server as its catalog sees it (catalog.Host): a
 // conversion, not a copy, whose methods are not the Server's own.
@@ -50,6 +50,8 @@ func (h *serverHost) Peek() (catalog.Lease, bool) {
 	return l, true
 }
 
+func (h *serverHost) Env() *catalog.Env { return &h.f.catEnv }
+
 func (h *serverHost) ListsChanged(kinds []catalog.ListKind) {
 	h.server().f.listsChanged(h.server(), kinds)
 }
@@ -65,16 +67,15 @@ func (l *Lease) Process() catalog.Process {
 	return p
 }
 
-// catalogEnv is what every catalog of f shares; its store is set by
-// SetStore.
-func (f *Fleet) catalogEnv() *catalog.Env {
+// initCatalogEnv makes f.catEnv what every catalog of f shares; its
+// store is set by SetStore.
+func (f *Fleet) initCatalogEnv() {
 	f.catEnv.Log = f.log
 	f.catEnv.Spawn = f.spawn
 	f.catEnv.Closed = ErrFleetClosed
 	f.catEnv.Emit = func(e catalog.Event) {
 		f.emit(Event{Server: e.Server, Session: e.Session, Type: e.Type, Details: e.Details})
 	}
-	return &f.catEnv
 }
 
 func (f *Fleet) listsChanged(s *Server, kinds []catalog.ListKind) {

@@ -18,7 +18,7 @@ import (
 // the bytes in memory, whether it is cold, and whether it is known to be
 // on disk under the server's current launch hash.
 func initState(s *Server) (raw string, cold, saved bool) {
-	return catalog.ProbeOf(s.cat).InitState()
+	return catalog.ProbeOf(&s.cat).InitState()
 }
 
 // dormantFleet is a fleet of one server "s", idle timeout 10m, on st,
@@ -220,7 +220,7 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 		defer df.close(t)
 		raw := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`)
 		// persistInit of an instance of the old launch, step by step:
-		p := catalog.ProbeOf(s.cat)
+		p := catalog.ProbeOf(&s.cat)
 		old, _ := p.LaunchKey()
 		if !p.PutInit(raw, old, p.Generation()) {
 			t.Fatal("a first result is not to be written")
@@ -259,7 +259,7 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	s := df.f.Get("s")
 	a := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"A"}}`)
 	b := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`)
-	p := catalog.ProbeOf(s.cat)
+	p := catalog.ProbeOf(&s.cat)
 	key, _ := p.LaunchKey()
 	held, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
@@ -386,7 +386,7 @@ func TestARelaunchThatCannotReadKeepsWhatIsKnown(t *testing.T) {
 		sleepNow(t, s)
 		before := testserver.LiveHeap()
 		relaunchS(t, df, "fake2")
-		n, init := catalog.ProbeOf(s.cat).Held()
+		n, init := catalog.ProbeOf(&s.cat).Held()
 		grown := testserver.LiveHeap() - before
 		if n == 0 && grown > 256<<10 {
 			t.Fatalf("no list held after the relaunch, yet the live heap grew by %d bytes: the %d-byte result keeps the buffer of the lists read with it", grown, len(init))
@@ -406,7 +406,7 @@ func TestASpillDuringARelaunchKeepsTheInit(t *testing.T) {
 		defer df.close(t)
 		learnTools(t, s) // running: the result in memory, on disk
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
-		p := catalog.ProbeOf(s.cat)
+		p := catalog.ProbeOf(&s.cat)
 		s.opMu.Lock()
 		p.SpillLists() // just before: the result stays on disk as it is
 		p.Relaunched(func() { s.cfg.Swap(sc2) })
@@ -444,7 +444,7 @@ func TestAnOldLaunchsLearnKeepsNothing(t *testing.T) {
 		learnTools(t, s) // the new launch's result and list
 		old := &listServer{init: oldInit}
 		old.setItems(echoV1, pidTool)
-		items, changed, err := catalog.ProbeOf(s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
+		items, changed, err := catalog.ProbeOf(&s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
 		if err != nil || len(items) != 2 || changed {
 			t.Fatalf("the old launch's list: %d items, changed %v, %v", len(items), changed, err)
 		}
@@ -498,20 +498,20 @@ func TestALearnAcrossARelaunchKeepsNothing(t *testing.T) {
 		old.setItems(echoV1, pidTool)
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := catalog.ProbeOf(s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
+			_, _, err := catalog.ProbeOf(&s.cat).LearnFrom(t.Context(), oldCfg, listConn{&fakeLive{done: make(chan struct{})}, old}, catalog.Tools)
 			done <- err
 		}()
 		synctest.Wait() // held in its tools/list, the launch looked at
 		sc2 := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
 		s.opMu.Lock()
-		catalog.ProbeOf(s.cat).Relaunched(func() { s.cfg.Swap(sc2) })
-		catalog.ProbeOf(s.cat).WarmLists()
+		catalog.ProbeOf(&s.cat).Relaunched(func() { s.cfg.Swap(sc2) })
+		catalog.ProbeOf(&s.cat).WarmLists()
 		s.opMu.Unlock()
 		close(old.gate)
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		pending := catalog.ProbeOf(s.cat).Unsaved(catalog.Tools)
+		pending := catalog.ProbeOf(&s.cat).Unsaved(catalog.Tools)
 		if cached, _ := s.Catalog().CachedList(catalog.Tools); !pending || len(cached) != 1 {
 			t.Fatalf("the earlier launch's tools (%d) kept as the new launch's; still to learn: %v", len(cached), pending)
 		}
@@ -538,7 +538,7 @@ func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
 				return
 			default:
 			}
-			gen, cfg := catalog.ProbeOf(s.cat).LaunchNow()
+			gen, cfg := catalog.ProbeOf(&s.cat).LaunchNow()
 			if (gen%2 == 1) != (cfg == b) {
 				bad.Add(1)
 			}
@@ -549,7 +549,7 @@ func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
 		if i%2 == 0 {
 			next = b
 		}
-		catalog.ProbeOf(s.cat).Relaunched(func() { s.cfg.Swap(next) })
+		catalog.ProbeOf(&s.cat).Relaunched(func() { s.cfg.Swap(next) })
 	}
 	close(stop)
 	<-done

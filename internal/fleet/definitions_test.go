@@ -409,7 +409,7 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 					}
 					s.listChanged("notifications/tools/list_changed")
 					if j%3 == 0 {
-						catalog.ProbeOf(s.cat).Drop(catalog.Tools)
+						catalog.ProbeOf(&s.cat).Drop(catalog.Tools)
 						if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
 							t.Error(err)
 						}

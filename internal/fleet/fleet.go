@@ -297,10 +297,10 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 	f := &Fleet{opts: opts, log: opts.Logger, cfg: cfg, reloadSem: make(chan struct{}, 1)}
 	f.bg.ctx, f.bg.cancel = context.WithCancel(context.Background())
 	f.trim.epoch = time.Now()
-	f.catalogEnv()
 	if f.log == nil {
 		f.log = slog.Default()
 	}
+	f.initCatalogEnv()
 	if f.opts.Connector == nil {
 		f.opts.Connector = f.connector
 	}
@@ -326,7 +326,7 @@ func New(cfg *config.Config, opts Options) (*Fleet, error) {
 // newServer builds the server of sc; nothing is started.
 func (f *Fleet) newServer(sc *config.Server) *Server {
 	s := &Server{f: f}
-	s.cat = catalog.New(&f.catEnv, (*serverHost)(s))
+	s.cat.Bind((*serverHost)(s))
 	s.cfg.Store(sc)
 	s.shared.Store(s.newInstance(""))
 	return s

@@ -44,7 +44,7 @@ func TestDormantMemory(t *testing.T) {
 				tools[i] = json.RawMessage(fmt.Sprintf(`{"name":"tool_%d","description":"does thing %d","inputSchema":{"type":"object"}}`, i, i))
 			}
 			for _, s := range f.Servers() {
-				catalog.ProbeOf(s.cat).Put(catalog.Tools, tools)
+				catalog.ProbeOf(&s.cat).Put(catalog.Tools, tools)
 			}
 		}
 		runtime.GC()

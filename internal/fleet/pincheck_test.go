@@ -257,7 +257,7 @@ func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
 		learn := func(c Conn) <-chan result {
 			ch := make(chan result, 1)
 			go func() {
-				set, err := catalog.ProbeOf(s.cat).ToolsOf(t.Context(), catalog.Process{Conn: c, Launched: in.cfg, Session: in.key, Tools: &in.tools})
+				set, err := catalog.ProbeOf(&s.cat).ToolsOf(t.Context(), catalog.Process{Conn: c, Launched: in.cfg, Session: in.key, Tools: &in.tools})
 				names := map[string]bool{}
 				for name := range set {
 					names[name] = true
@@ -386,7 +386,7 @@ func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 		}
 		synctest.Wait()
 		before := string(st.Definitions("s"))
-		p := catalog.ProbeOf(old.cat)
+		p := catalog.ProbeOf(&old.cat)
 		p.DirtyUnapproved() // a change the removed server would persist
 		p.FlushDefinitions()
 		if got := string(st.Definitions("s")); got != before {
@@ -662,7 +662,7 @@ func TestApprovingAPrivateDefinitionLeavesTheKnownOne(t *testing.T) {
 		if _, _, err := s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": fp(echoV2)}); err != nil {
 			t.Fatal(err)
 		}
-		known := catalog.ProbeOf(s.cat).KnownTool("echo")
+		known := catalog.ProbeOf(&s.cat).KnownTool("echo")
 		if known != fp(echoV1) {
 			t.Fatalf("approving session A's echo replaced the known (shared) echo: %s, want %s", known, fp(echoV1))
 		}

@@ -170,7 +170,7 @@ func TestListFetchedBeforeAChangeIsNotStored(t *testing.T) {
 		defer ff.close(t)
 		s := ff.f.Get("s")
 		old := []json.RawMessage{json.RawMessage(`{"name":"old"}`)}
-		p := catalog.ProbeOf(s.cat)
+		p := catalog.ProbeOf(&s.cat)
 		gen := p.Generation() // a fetch begins
 		s.listChanged("notifications/tools/list_changed")
 		synctest.Wait()

@@ -25,7 +25,7 @@ type Server struct {
 	// server never started costs no more; streakOf).
 	streak atomic.Pointer[lifecycle.Streak]
 	// cat is what is known of its lists and definitions (catalog.go).
-	cat *catalog.Catalog
+	cat catalog.Catalog
 	tel atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
 
 	mu         sync.Mutex

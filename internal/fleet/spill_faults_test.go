@@ -162,7 +162,7 @@ func TestDefinitionsStayOnDiskAcrossARestart(t *testing.T) {
 				df = newDriftFleet(t, `,"idleTimeout":"10m","pin":true`, df.srv, st)
 				defer df.close(t)
 				s = df.f.Get("s")
-				cold, known := catalog.ProbeOf(s.cat).Definitions()
+				cold, known := catalog.ProbeOf(&s.cat).Definitions()
 				if !cold || known {
 					t.Fatalf("after the restart the definitions are in memory (cold %v, known %v)", cold, known)
 				}

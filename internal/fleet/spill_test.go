@@ -13,7 +13,7 @@ import (
 // inMemory reports whether the server holds its tools list and its
 // definitions in memory.
 func inMemory(s *Server) (list, defs bool) {
-	p := catalog.ProbeOf(s.cat)
+	p := catalog.ProbeOf(&s.cat)
 	list = p.ListHeld(catalog.Tools)
 	cold, known := p.Definitions()
 	defs = !cold || known // cold keeps none of them
