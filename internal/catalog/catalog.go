@@ -23,6 +23,14 @@
 // the fleet provides: the seam goes one way, from the fleet to the
 // catalog.
 //
+// Its bounds, none of them configurable: a list is fetched in at most
+// 1,000 pages; a refresh is bounded by the server's request timeout plus
+// its init timeout (none if either is 0), a learn for CheckTool by its
+// request timeout (none if 0), each also by the fleet's lifetime; the
+// definitions record of a server no longer configured is kept for 30
+// days (definitionsGrace), so that one configured again within them has
+// its approvals back.
+//
 // Every method of a Catalog is safe to call concurrently. A Catalog is
 // kept in its server's own allocation: a never-learned server costs no
 // allocation more; a dormant learned one keeps its sets of kinds, change

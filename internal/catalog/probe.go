@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
@@ -90,9 +89,6 @@ func (p Probe) FlushDefinitions() { p.c.flushDefinitions() }
 // LaunchKey is launchKey.
 func (p Probe) LaunchKey() ([sha256.Size]byte, bool) { return p.c.launchKey() }
 
-// LaunchNow is launchNow.
-func (p Probe) LaunchNow() (uint64, *config.Server) { return p.c.launchNow() }
-
 // Relaunched is lists.relaunched, without warmLists.
 func (p Probe) Relaunched(swap func()) { p.c.lists.relaunched(swap) }
 
@@ -123,13 +119,6 @@ func (p Probe) InitWritten(seq uint16, hash [sha256.Size]byte) {
 	p.c.lists.initWritten(change(seq), hash)
 }
 
-// PersistInit is persistInit.
-func (p Probe) PersistInit() { p.c.persistInit() }
-
-// InitWrites is the lock that serializes the writes of initialize
-// results.
-func (p Probe) InitWrites() *sync.Mutex { return &p.c.env().initWrites }
-
 // Generation is lists.generation.
 func (p Probe) Generation() uint64 { return p.c.lists.generation() }
 
@@ -158,14 +147,6 @@ func LiveConn(t *LiveTools) Conn {
 		return nil
 	}
 	return t.v.conn
-}
-
-// SetBeforeInitWrite makes fn what persistInit calls between taking the
-// result to write and writing it, and returns what undoes that.
-func SetBeforeInitWrite(fn func()) (undo func()) {
-	prev := beforeInitWrite
-	beforeInitWrite = fn
-	return func() { beforeInitWrite = prev }
 }
 
 // SetPutDefinitions makes fn what writes a definitions record, and

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -247,69 +246,6 @@ func TestAnInitWrittenAcrossARelaunchIsWrittenAgain(t *testing.T) {
 	})
 }
 
-// Instances that remember different results at once leave the store with
-// the one held last: here the write of the first is held after it took
-// its result while the second remembers another and writes; the result
-// marked saved is then the one on disk, and a cold read gives what the
-// summary was derived from.
-func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
-	st := openStore(t)
-	df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, st)
-	defer df.close(t)
-	s := df.f.Get("s")
-	a := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"A"}}`)
-	b := json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"B"}}`)
-	p := catalog.ProbeOf(&s.cat)
-	key, _ := p.LaunchKey()
-	held, release := make(chan struct{}), make(chan struct{})
-	var calls atomic.Int32
-	defer catalog.SetBeforeInitWrite(func() {
-		if calls.Add(1) == 1 { // the first write only
-			close(held)
-			<-release
-		}
-	})()
-	first := make(chan struct{})
-	go func() {
-		defer close(first)
-		if p.PutInit(a, key, 0) {
-			p.PersistInit() // holds in beforeInitWrite, with a taken
-		}
-	}()
-	<-held
-	// Deterministic, where the window below is not: the first write
-	// holds the lock that serializes them.
-	if p.InitWrites().TryLock() {
-		p.InitWrites().Unlock()
-		close(release)
-		<-first
-		t.Fatal("a write of an initialize result does not hold the lock that serializes them")
-	}
-	second := make(chan struct{})
-	go func() {
-		defer close(second)
-		if p.PutInit(b, key, 0) {
-			p.PersistInit()
-		}
-	}()
-	// The second either waits for the first's write (serialized) or
-	// writes b now; let it get that far, then let the first write.
-	select {
-	case <-second:
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	<-first
-	<-second
-	p.SpillLists()
-	if got := s.Catalog().CachedInit(); string(got) != string(b) {
-		t.Fatalf("after the writes, the result held is b and it reads back as %s", got)
-	}
-	if s.Catalog().Era() != "2025-06-18" || s.Catalog().AnnouncesChanges("tools") {
-		t.Fatalf("era %q, announces tools %v: not b's", s.Catalog().Era(), s.Catalog().AnnouncesChanges("tools"))
-	}
-}
-
 // The result goes cold only once it is on disk: one whose write failed
 // stays in memory when its server goes dormant. A cold one that cannot be
 // read (the store closed) reads as nil, but its version and the changes
@@ -516,44 +452,4 @@ func TestALearnAcrossARelaunchKeepsNothing(t *testing.T) {
 			t.Fatalf("the earlier launch's tools (%d) kept as the new launch's; still to learn: %v", len(cached), pending)
 		}
 	})
-}
-
-// launchNow sees a relaunch whole: the generation and the configuration
-// it gives are of the same launch, however the two interleave with
-// relaunches (here: launches a and b in turn, odd generations b's).
-func TestLaunchNowSeesARelaunchWhole(t *testing.T) {
-	df := newDriftFleet(t, `,"idleTimeout":"10m"`, nil, nil)
-	defer df.close(t)
-	s := df.f.Get("s")
-	a := s.Config()
-	b := parseCfg(t, `"s":{"command":"fake2","idleTimeout":"10m"}`).Server("s")
-	stop := make(chan struct{})
-	var bad atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			gen, cfg := catalog.ProbeOf(&s.cat).LaunchNow()
-			if (gen%2 == 1) != (cfg == b) {
-				bad.Add(1)
-			}
-		}
-	}()
-	for i := range 20000 {
-		next := a
-		if i%2 == 0 {
-			next = b
-		}
-		catalog.ProbeOf(&s.cat).Relaunched(func() { s.cfg.Swap(next) })
-	}
-	close(stop)
-	<-done
-	if n := bad.Load(); n > 0 {
-		t.Fatalf("%d reads saw the generation of one launch with the configuration of another", n)
-	}
 }
