@@ -22,7 +22,7 @@ import (
 // across either is a change too. The Catalog owns it; every change goes
 // through its methods under mu.
 type defs struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards every field but writeMu's: the readers of every pinned call take it
 	// defsMem is the definitions in memory; nil while cold.
 	*defsMem
 	// lost is how many tools the server had when a relearn found none
@@ -34,7 +34,7 @@ type defs struct {
 	// older than the one written last (written) is dropped: the disk
 	// write never holds up the readers of mu (every pinned call).
 	gen     uint64
-	writeMu sync.Mutex
+	writeMu sync.Mutex // one disk write at a time; guards written and stored
 	written uint64
 	// stored is the gen of the last record written without error (under
 	// writeMu).

@@ -33,7 +33,7 @@ func (e *HeldError) Is(target error) bool { return target == ErrToolHeld }
 // instance keeps it (Process.Tools); the zero value is ready to use and
 // costs a pointer until a pinned server's tools are watched.
 type LiveTools struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards v and the learns it holds
 	v  *liveTools // nil until a pinned server's tools are watched
 }
 

@@ -73,7 +73,7 @@ type Book struct {
 // version it knows, is counted under the read lock (atomics): every
 // request served counts, and they must not queue on one mutex.
 type table struct {
-	mu     sync.RWMutex
+	mu     sync.RWMutex    // guards byName: written to add a name, read to count one
 	byName map[string]*use // at most MaxNames names, and Other
 }
 

@@ -123,7 +123,7 @@ type Fleet struct {
 	bg   background
 	trim trimState
 
-	endMu sync.Mutex
+	endMu sync.Mutex           // guards ended and endedGC
 	ended map[string]time.Time // client sessions ended lately, and when
 	// endedGC is when ended was last swept: at most every endedMemory/4,
 	// not at each end (a flood of sessions ending at once would sweep

@@ -28,7 +28,7 @@ type Server struct {
 	cat catalog.Catalog
 	tel atomic.Pointer[telemetry.Server] // its call metrics, made on first use (Telemetry); gone with it
 
-	mu         sync.Mutex
+	mu         sync.Mutex // guards perSession, stopping, freed and ends; taken before any instance's mu, never under it
 	perSession map[string]*instance
 	stopping   int           // per-session instances detached, still stopping
 	freed      chan struct{} // closed (and replaced) as one of them is gone

@@ -29,8 +29,8 @@ type trimState struct {
 	// no trim.
 	epoch time.Time
 
-	mu   sync.Mutex
-	last time.Time // when Trim was last called
+	mu   sync.Mutex // guards last
+	last time.Time  // when Trim was last called
 }
 
 // spill puts what a server gone dormant keeps in memory into the store

@@ -56,7 +56,7 @@ type Flattener struct {
 	environ      func() []string
 	compileCache string
 
-	mu      sync.Mutex
+	mu      sync.Mutex         // guards servers (not the records, each under its own mu)
 	servers map[string]*record // by server name, made on first use
 	sem     chan struct{}      // bounds the resolutions running at once
 }
@@ -187,7 +187,7 @@ type persisted struct {
 // record is what the Flattener knows of one server's launcher, made on
 // its first use (a server that is no launcher has none).
 type record struct {
-	mu  sync.Mutex
+	mu  sync.Mutex     // guards the record's fields; never held while the store is written or a resolution runs
 	cfg *config.Server // the config key was computed for
 	key string
 	rec *persisted // nil: nothing known under key
