@@ -70,7 +70,7 @@ const endedMemory = time.Minute
 type Book struct {
 	log *slog.Logger
 
-	mu      sync.Mutex         // guards servers, seq, ended and endedGC; taken under no other lock of mcpvisor's
+	mu      sync.Mutex         // guards servers, seq, ended and endedGC
 	servers map[Server]*record // a server with none asked of it has none
 	seq     uint64             // numbers the changes, of all servers (record.gen)
 	ended   map[string]time.Time
