@@ -128,26 +128,57 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 	}
 	diff := config.Compare(f.cfg, cfg)
 	res := &ReloadResult{Settings: diff.Settings, NeedsRestart: diff.NeedsRestart}
-	old := f.set.Load()
-
-	type work struct {
-		s      *Server
-		action string
-		was    *config.Server
-		old    []retired // instances taken out of service, to stop
+	list, todo := f.change(diff, cfg, res, t0)
+	f.set.Store(newServerSet(list))
+	f.cfg = cfg
+	gone := map[string]chan struct{}{} // closed by each removed server's drain
+	a := Applied{Removed: map[string]<-chan struct{}{}}
+	for _, w := range todo {
+		if w.action == config.ActionRemoved {
+			gone[w.s.Name()] = make(chan struct{})
+			a.Removed[w.s.Name()] = gone[w.s.Name()]
+		}
 	}
-	// Every old instance of a removed or relaunched server is out of
-	// service before the new set is served: from then on no request
-	// reaches one, nor starts one (a removed server refuses, a relaunched
-	// one has fresh instances of its new launch), and a removed server is
-	// no longer found by name, an added one is. A kept server is the same
-	// *Server (sessions on its endpoint hold it), its configuration
-	// replaced.
-	var list []*Server
-	var todo []work
+	if applied != nil {
+		applied(a)
+	}
+	drains := make([]<-chan Drained, len(todo))
+	for i, w := range todo {
+		drains[i] = f.follow(w, learn, gone[w.s.Name()])
+	}
+	for _, w := range todo {
+		if w.action == config.ActionRemoved || w.action == config.ActionRestarted || w.action == config.ActionAdded {
+			// What no configured launch will read again; and an added
+			// server's definitions record is no longer counted as gone.
+			f.pruneStore()
+			break
+		}
+	}
+	return res, drains
+}
+
+// reloadWork is what a reload does to one server it changes.
+type reloadWork struct {
+	s      *Server
+	action string
+	was    *config.Server
+	old    []retired // instances taken out of service, to stop
+}
+
+// change makes the changes of diff that come before the new set of
+// servers is served, and returns that set and the work that follows.
+//
+// Every old instance of a removed or relaunched server is out of service
+// before the new set is served: from then on no request reaches one, nor
+// starts one (a removed server refuses, a relaunched one has fresh
+// instances of its new launch), and a removed server is no longer found
+// by name, an added one is. A kept server is the same *Server (sessions
+// on its endpoint hold it), its configuration replaced.
+func (f *Fleet) change(diff config.Diff, cfg *config.Config, res *ReloadResult, t0 time.Time) (list []*Server, todo []reloadWork) {
+	old := f.set.Load()
 	for _, c := range diff.Servers {
 		res.Servers = append(res.Servers, ServerResult{ServerChange: c})
-		w := work{s: old.byName[c.Name], action: c.Action}
+		w := reloadWork{s: old.byName[c.Name], action: c.Action}
 		sc := cfg.Server(c.Name)
 		switch c.Action {
 		case config.ActionAdded:
@@ -183,95 +214,77 @@ func (f *Fleet) apply(cfg *config.Config, learn bool, applied func(Applied), t0 
 			list = append(list, w.s)
 		}
 	}
-	f.set.Store(newServerSet(list))
-	f.cfg = cfg
-	gone := map[string]chan struct{}{} // closed by each removed server's drain
-	a := Applied{Removed: map[string]<-chan struct{}{}}
-	for _, w := range todo {
-		if w.action == config.ActionRemoved {
-			gone[w.s.Name()] = make(chan struct{})
-			a.Removed[w.s.Name()] = gone[w.s.Name()]
-		}
-	}
-	if applied != nil {
-		applied(a)
-	}
+	return list, todo
+}
 
-	drains := make([]<-chan Drained, len(todo))
-	for i, w := range todo {
-		s := w.s
-		if w.action == config.ActionUpdated || w.action == config.ActionRestarted {
-			// What clients see of the server's lists may change with its
-			// settings, a new launch's included: its prefix, its filters,
-			// and tools pinning held back or unpinning shows.
-			k := listEffect(s, w.was, s.Config())
-			if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, catalog.Tools) {
-				k = append(k, catalog.Tools)
-			}
-			if len(k) > 0 {
-				f.listsChanged(s, k)
-			}
+// follow does what follows a reload's change of one server once the new
+// set is served, and returns the channel its drain reports on (nil:
+// nothing to drain). gone is closed by a removed server's drain.
+func (f *Fleet) follow(w reloadWork, learn bool, gone chan struct{}) <-chan Drained {
+	s := w.s
+	if w.action == config.ActionUpdated || w.action == config.ActionRestarted {
+		// What clients see of the server's lists may change with its
+		// settings, a new launch's included: its prefix, its filters,
+		// and tools pinning held back or unpinning shows.
+		k := listEffect(s, w.was, s.Config())
+		if s.pinChanged(w.was.Pin, s.Config().Pin) && !slices.Contains(k, catalog.Tools) {
+			k = append(k, catalog.Tools)
 		}
-		switch w.action {
-		case config.ActionUpdated:
-			s.updateInPlace()
-			if !w.was.Eager && s.Config().Eager {
-				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
-			}
-		case config.ActionRestarted:
-			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
-				f.emitDrained(s, "reloaded with a new launch", d)
-				if s.refused() != nil || ctx.Err() != nil {
-					return // stopped by the operator meanwhile (it stays stopped), or the fleet is closing
-				}
-				var wg sync.WaitGroup
-				wg.Go(func() { f.relearn(ctx, s, learn) })
-				wg.Go(func() { s.resumeSubscribed(ctx, w.old) })
-				wg.Wait()
-			})
-		case config.ActionRemoved:
-			// Its lists leave the aggregate now; its log buffer once its
-			// processes are gone, unless a later reload configured the
-			// name again meanwhile.
-			if k := nonEmptyKinds(s); len(k) > 0 {
-				f.listsChanged(s, k)
-			}
-			drains[i] = s.drainAsync(w.old, func(ctx context.Context, d Drained) {
-				// Its endpoint closes on gone: not before the drains of
-				// an earlier Stop, Restart or relaunch end too (each is
-				// bounded; Close ends them all).
-				select {
-				case <-f.drainsOver(s):
-				case <-ctx.Done():
-				}
-				close(gone[s.Name()])
-				f.drainedTelemetry(s)
-				f.emitDrained(s, "removed from the configuration", d)
-				if f.opts.Logs == nil || f.lockReload(ctx) != nil {
-					return
-				}
-				defer f.unlockReload()
-				if f.Get(s.Name()) == nil {
-					f.opts.Logs.Remove(s.Name())
-				}
-			})
-		case config.ActionAdded:
-			if s.Config().Eager {
-				f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
-			} else if learn {
-				f.spawn(func(ctx context.Context) { s.learn(ctx) })
-			}
+		if len(k) > 0 {
+			f.listsChanged(s, k)
 		}
 	}
-	for _, w := range todo {
-		if w.action == config.ActionRemoved || w.action == config.ActionRestarted || w.action == config.ActionAdded {
-			// What no configured launch will read again; and an added
-			// server's definitions record is no longer counted as gone.
-			f.pruneStore()
-			break
+	switch w.action {
+	case config.ActionUpdated:
+		s.updateInPlace()
+		if !w.was.Eager && s.Config().Eager {
+			f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
+		}
+	case config.ActionRestarted:
+		return s.drainAsync(w.old, func(ctx context.Context, d Drained) {
+			f.emitDrained(s, "reloaded with a new launch", d)
+			if s.refused() != nil || ctx.Err() != nil {
+				return // stopped by the operator meanwhile (it stays stopped), or the fleet is closing
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() { f.relearn(ctx, s, learn) })
+			wg.Go(func() { s.resumeSubscribed(ctx, w.old) })
+			wg.Wait()
+		})
+	case config.ActionRemoved:
+		// Its lists leave the aggregate now; its log buffer once its
+		// processes are gone, unless a later reload configured the name
+		// again meanwhile.
+		if k := nonEmptyKinds(s); len(k) > 0 {
+			f.listsChanged(s, k)
+		}
+		return s.drainAsync(w.old, func(ctx context.Context, d Drained) {
+			// Its endpoint closes on gone: not before the drains of an
+			// earlier Stop, Restart or relaunch end too (each is bounded;
+			// Close ends them all).
+			select {
+			case <-f.drainsOver(s):
+			case <-ctx.Done():
+			}
+			close(gone)
+			f.drainedTelemetry(s)
+			f.emitDrained(s, "removed from the configuration", d)
+			if f.opts.Logs == nil || f.lockReload(ctx) != nil {
+				return
+			}
+			defer f.unlockReload()
+			if f.Get(s.Name()) == nil {
+				f.opts.Logs.Remove(s.Name())
+			}
+		})
+	case config.ActionAdded:
+		if s.Config().Eager {
+			f.spawn(func(ctx context.Context) { f.startEager(ctx, s) })
+		} else if learn {
+			f.spawn(func(ctx context.Context) { s.learn(ctx) })
 		}
 	}
-	return res, drains
+	return nil
 }
 
 // emitDrained reports how a reload's drain of s went, when it ended —
