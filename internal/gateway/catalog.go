@@ -26,10 +26,11 @@ func (g *Gateway) ListsChanged(s *fleet.Server, kinds []catalog.ListKind) {
 // Reloaded is the fleet's report that a reload changed its servers or
 // their settings: the aggregated tables are rebuilt on next use (the
 // sessions whose lists changed are told by ListsChanged, server by
-// server), and the client book drops the servers it removed.
+// server), and the client and interest books drop the servers it removed.
 func (g *Gateway) Reloaded() {
 	g.agg.invalidate()
 	g.clients.Sweep()
+	g.interests.Sweep()
 }
 
 // tell sends every session that sees s, and every listener that opted

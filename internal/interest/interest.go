@@ -220,6 +220,22 @@ func (b *Book) End(session string) {
 	}
 }
 
+// Sweep drops the records of the servers a reload removed — those whose
+// Removed method (if they have one) reports true —, whatever sessions
+// still live: a removed server is never started again, so nothing is to
+// be replayed to it, and a record would keep the removed server (and all
+// it holds) reachable for as long as one session that asked something of
+// it lives. Call it once a reload is applied.
+func (b *Book) Sweep() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.servers {
+		if r, ok := s.(interface{ Removed() bool }); ok && r.Removed() {
+			delete(b.servers, s)
+		}
+	}
+}
+
 // endedLocked reports whether session ended (End) lately; b.mu is held.
 func (b *Book) endedLocked(session string) bool {
 	_, ok := b.ended[session]

@@ -183,3 +183,38 @@ func TestPinnedAndReplayedByInstance(t *testing.T) {
 		t.Fatal("a request of an ended session was recorded")
 	}
 }
+
+// removable is a server a reload can remove.
+type removable struct {
+	server
+	removed atomic.Bool
+}
+
+func (s *removable) Removed() bool { return s.removed.Load() }
+
+// A removed server's records go at the sweep after its reload, though the
+// session that subscribed lives on: the book does not keep the server
+// reachable. A kept server's records stay.
+func TestSweepDropsRemovedServers(t *testing.T) {
+	b := New(discard)
+	gone, kept := &removable{server: server{name: "gone"}}, &removable{server: server{name: "kept"}}
+	for _, s := range []*removable{gone, kept} {
+		b.Subscribe(s, "s1", "test://x")
+	}
+	b.Sweep()
+	if len(b.Subscribers(gone, "test://x")) != 1 || len(b.Subscribers(kept, "test://x")) != 1 {
+		t.Fatal("a sweep with nothing removed dropped a record")
+	}
+	gone.removed.Store(true)
+	b.Sweep()
+	b.mu.Lock()
+	_, held := b.servers[gone]
+	_, keptHeld := b.servers[kept]
+	b.mu.Unlock()
+	if held {
+		t.Fatal("the removed server is still held by the book after the sweep")
+	}
+	if !keptHeld || !slices.Equal(b.Subscribers(kept, "test://x"), []string{"s1"}) {
+		t.Fatal("the sweep dropped a kept server's record")
+	}
+}
