@@ -41,12 +41,8 @@ type instance struct {
 
 	tools catalog.LiveTools // a pinned server's: what its process lists, for CheckTool
 
-	mu sync.Mutex // guards st, which only update changes, and fx
+	mu sync.Mutex // guards st, which only update changes
 	st instState
-	// fx collects the effects of the change update runs: a field, not a
-	// local, so that handing it to the change costs no allocation (the
-	// lease path runs two changes per call).
-	fx effects
 }
 
 // instState is an instance's mutable state: read under instance.mu,
@@ -118,14 +114,16 @@ type effects struct {
 func (fx *effects) emit(e Event) { fx.events = append(fx.events, e) }
 
 // update runs change on the instance's state under its lock, re-derives
-// what follows from the new state, and returns the effects to apply once
-// the lock is released. change must not block, nor call into anything
-// that takes the instance's lock.
-func (in *instance) update(change func(st *instState, fx *effects)) effects {
+// what follows from the new state, and returns the effects change asked
+// for, to apply once the lock is released. change must not block, nor
+// call into anything that takes the instance's lock. (change returns its
+// effects by value: a pointer handed to a function value would move them
+// to the heap at every call, two per lease.)
+func (in *instance) update(change func(st *instState) effects) effects {
 	in.mu.Lock()
-	st, fx := &in.st, &in.fx
+	st := &in.st
 	was, inflight, spawns := st.phase, st.inflight, st.spawns
-	change(st, fx)
+	fx := change(st)
 	if st.phase != was && !canMove(was, st.phase) {
 		transitionRefused(in, was, st.phase)
 	}
@@ -149,14 +147,12 @@ func (in *instance) update(change func(st *instState, fx *effects)) effects {
 		// process connected, or what kept it awake went away.
 		in.armLocked(time.Now())
 	}
-	out := *fx
-	*fx = effects{}
 	in.mu.Unlock()
-	return out
+	return fx
 }
 
 // do is update, then apply.
-func (in *instance) do(change func(st *instState, fx *effects)) { in.apply(in.update(change)) }
+func (in *instance) do(change func(st *instState) effects) { in.apply(in.update(change)) }
 
 // apply runs the effects of a change, without the instance's lock.
 func (in *instance) apply(fx effects) {
@@ -214,7 +210,7 @@ func (in *instance) used(l Live, session string) {
 	if session == "" {
 		return // mcpvisor's own use (learning lists): no client's
 	}
-	in.do(func(st *instState, _ *effects) { in.usedLocked(st, l, session) })
+	in.do(func(st *instState) (_ effects) { in.usedLocked(st, l, session); return })
 }
 
 // usedLocked is used, within a change.
@@ -360,9 +356,10 @@ func (in *instance) setPolicyLocked(st *instState, cfg *config.Server) {
 // applySettings makes the instance follow cfg's settings: the restart
 // policy and connect timeout of its supervisor, and its idle timer.
 func (in *instance) applySettings(cfg *config.Server) {
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		in.setPolicyLocked(st, cfg)
 		fx.rearm = true
+		return
 	})
 }
 
@@ -376,10 +373,11 @@ func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 	if cause != nil {
 		d["error"] = s.Config().RedactText(cause.Error())
 	}
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		st.attempt = mark
 		st.restartAt = time.Now().Add(delay).UnixNano()
 		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarting", Details: d})
+		return
 	})
 }
 
@@ -387,12 +385,13 @@ func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 func (in *instance) restarted() {
 	s := in.srv
 	var at int64
-	fx := in.update(func(st *instState, fx *effects) {
+	fx := in.update(func(st *instState) (fx effects) {
 		st.attempt = 0
 		at, st.restartAt = st.restartAt, 0
 		fx.catchUp = true
 		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": st.pid}})
 		fx.refresh = in.key == ""
+		return
 	})
 	if at != 0 {
 		s.Telemetry().ObserveSpawn(time.Since(time.Unix(0, at))) // counted before the event says so
@@ -404,9 +403,10 @@ func (in *instance) restarted() {
 func (in *instance) failed(err error) {
 	s := in.srv
 	in.attemptFailed(err)
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		st.lastErr = err
 		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+		return
 	})
 }
 
@@ -415,10 +415,10 @@ func (in *instance) failed(err error) {
 // only as the cause of the next attempt, or in its final failure.
 func (in *instance) attemptFailed(err error) {
 	var at uint64
-	in.do(func(st *instState, _ *effects) { at, st.attempt = st.attempt, 0 })
+	in.do(func(st *instState) (_ effects) { at, st.attempt = st.attempt, 0; return })
 	if at != 0 && err != nil {
 		se := in.startFailure(err, at-1) // records the exit: outside the lock
-		in.do(func(st *instState, _ *effects) { st.lastErr = se })
+		in.do(func(st *instState) (_ effects) { st.lastErr = se; return })
 	}
 }
 
@@ -484,13 +484,14 @@ func (in *instance) connected(ctx context.Context, l Live) {
 		}
 	}
 	pid, tree := pidOf(l), treeOf(l)
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		st.legacy = st.legacy || legacy
 		st.pid, st.tree = pid, tree
 		st.firstUser, st.manyUsers = "", false
 		now := time.Now()
 		st.startedAt, st.lastActivity = now, now
 		st.spawns++ // (update arms the idle timer of a running instance)
+		return
 	})
 }
 
@@ -500,7 +501,7 @@ func (in *instance) disconnected(err error) {
 	var pid int
 	var tree endedTree
 	var stopping bool
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		pid, tree = st.pid, st.tree
 		st.pid, st.tree = 0, nil
 		st.attempt = 0 // the restart that follows is caused by this end
@@ -508,6 +509,7 @@ func (in *instance) disconnected(err error) {
 			st.lastErr = err
 		}
 		stopping = st.phase.stopping()
+		return
 	})
 	if tree != nil {
 		in.srv.countTree(tree)
@@ -579,11 +581,12 @@ func treeOf(l Live) endedTree {
 // begin counts a request Acquire serves as in flight, and returns its
 // number among the instance's requests (for end).
 func (in *instance) begin() (seq int64) {
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		st.requests++
 		seq = st.requests
 		st.inflight++
 		st.lastActivity = time.Now()
+		return
 	})
 	return seq
 }
@@ -591,7 +594,7 @@ func (in *instance) begin() (seq int64) {
 // end ends a request begin counted that got no lease: seq is the
 // request's number (begin).
 func (in *instance) end(seq int64) {
-	in.do(func(st *instState, fx *effects) { endLocked(st, fx, seq) })
+	in.do(func(st *instState) (fx effects) { endLocked(st, &fx, seq); return })
 }
 
 // endLocked ends a request or a lease, within a change: seq is the
@@ -608,14 +611,14 @@ func endLocked(st *instState, fx *effects, seq int64) {
 }
 
 func (in *instance) touch() {
-	in.do(func(st *instState, _ *effects) { st.lastActivity = time.Now() })
+	in.do(func(st *instState) (_ effects) { st.lastActivity = time.Now(); return })
 }
 
 // leaseRunning counts a lease on the running connection — a request when
 // request is set — and returns it, all in one change; when the instance is
 // not running it counts nothing and returns nil.
 func (in *instance) leaseRunning(session string, request bool) (l Live) {
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		if l = in.servingLocked(); l == nil {
 			return
 		}
@@ -628,6 +631,7 @@ func (in *instance) leaseRunning(session string, request bool) (l Live) {
 		}
 		st.lastActivity = time.Now()
 		in.usedLocked(st, l, session)
+		return
 	})
 	return l
 }
@@ -636,12 +640,13 @@ func (in *instance) leaseRunning(session string, request bool) (l Live) {
 // over (a drain waiting for the last one is told), and the request no
 // longer counts as in flight.
 func (in *instance) release(own bool, seq int64) {
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		if own {
 			st.own--
 		}
 		st.holding--
-		endLocked(st, fx, seq)
+		endLocked(st, &fx, seq)
+		return
 	})
 }
 
@@ -658,11 +663,12 @@ func (in *instance) isRetired() (retired bool) {
 // should it exit meanwhile, is not started again by the restart policy:
 // nothing would use it.
 func (in *instance) retire() (drained <-chan struct{}) {
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		st.phase = phaseRetired
 		in.setPolicyLocked(st, in.srv.Config())
 		st.closes++ // a start in progress is stopped, not kept
 		drained = drainedLocked(st)
+		return
 	})
 	return drained
 }
@@ -757,7 +763,7 @@ func (in *instance) idleCheck() {
 	var conn Live
 	var requests int64
 	decided := idleNothing
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		if st.phase != phaseRunning || st.starting != nil {
 			// Not running, or starting again after its run gave up: the
 			// start's outcome re-arms the timer (startedLocked).
@@ -772,7 +778,7 @@ func (in *instance) idleCheck() {
 		}
 		switch {
 		case sleep:
-			in.sleepLocked(st, fx, now, "", nil)
+			in.sleepLocked(st, &fx, now, "", nil)
 			decided = idleSleep
 		case maxIdle > 0 && a.ready && a.inflight == 0 && !now.Before(a.startedAt.Add(cfg.StartGrace)):
 			conn, requests, decided = live, st.requests, idleMeasure
@@ -780,6 +786,7 @@ func (in *instance) idleCheck() {
 			in.armAfterLocked(in.idleWait(cfg, maxIdle, now, next))
 			decided = idleLater
 		}
+		return
 	})
 	if decided != idleMeasure {
 		return
@@ -788,17 +795,18 @@ func (in *instance) idleCheck() {
 	// only if nothing began meanwhile.
 	mem, measured := in.treeMemory(conn)
 	pinned := in.srv.pinned(in.key) // takes the interest's lock: not under in.mu
-	in.do(func(st *instState, fx *effects) {
+	in.do(func(st *instState) (fx effects) {
 		if st.phase != phaseRunning || st.starting != nil {
 			return
 		}
 		if measured && mem > maxIdle && !pinned && in.liveLocked() == conn && st.inflight == 0 && st.requests == requests {
-			in.sleepLocked(st, fx, now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
+			in.sleepLocked(st, &fx, now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
 			return
 		}
 		if st.inflight == 0 {
 			in.armAfterLocked(in.idleWait(cfg, maxIdle, now, next))
 		} // else the end of the last request re-arms the timer
+		return
 	})
 }
 
@@ -860,7 +868,7 @@ func (in *instance) stopDormant(job *dormantStop) {
 		cancel()
 	}
 	dormant := false
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		if st.phase == phaseSleeping {
 			dormant = true
 			st.phase = phaseDormant
@@ -875,6 +883,7 @@ func (in *instance) stopDormant(job *dormantStop) {
 		}
 		st.dormantAt = time.Now().UnixNano()
 		st.sleepDone = nil
+		return
 	})
 	if dormant && in.key == "" && in.isDormant() {
 		in.srv.spill() // (a wake right after only makes its lists read from disk until the wake's relearn)
@@ -904,7 +913,7 @@ func (in *instance) rest(ctx context.Context, requests int64) bool {
 		}
 		var quiet <-chan struct{}
 		slept := false
-		in.do(func(st *instState, fx *effects) {
+		in.do(func(st *instState) (fx effects) {
 			if st.phase != phaseRunning || st.inflight > st.own || st.requests != requests || in.liveLocked() == nil || st.starting != nil {
 				return
 			}
@@ -912,8 +921,9 @@ func (in *instance) rest(ctx context.Context, requests int64) bool {
 				quiet = drainedLocked(st)
 				return
 			}
-			in.sleepLocked(st, fx, time.Now(), "", nil)
+			in.sleepLocked(st, &fx, time.Now(), "", nil)
 			slept = true
+			return
 		})
 		if quiet == nil {
 			return slept
@@ -956,7 +966,7 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 	woke := false
 	for {
 		var w wait
-		in.do(func(st *instState, _ *effects) { w = in.lookLocked(ctx, st, &woke) })
+		in.do(func(st *instState) (_ effects) { w = in.lookLocked(ctx, st, &woke); return })
 		switch {
 		case w.lease != nil:
 			return w.lease, woke, nil
@@ -1108,9 +1118,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 	name := in.srv.Name()
 	mark := in.srv.stderrMark()
 	var sup *lifecycle.Supervisor
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		st.attempt = 0 // this start's failure is kept below, not as an attempt
 		sup = in.runLocked(st)
+		return
 	})
 	beforeSupervisorStart(in.srv)
 	t0 := time.Now()
@@ -1131,7 +1142,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 
 	raced, refused := false, false
 	pid := 0
-	fx := in.update(func(st *instState, fx *effects) {
+	fx := in.update(func(st *instState) (fx effects) {
 		st.starting, st.waking = nil, false
 		if st.closes != gen {
 			// A close (a Stop, the end of the session, the fleet's Close)
@@ -1161,9 +1172,10 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			}
 			fx.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
 		default:
-			in.startedLocked(st, fx, was, look, took, dormantFor)
+			in.startedLocked(st, &fx, was, look, took, dormantFor)
 		}
 		st.startErr = err
+		return
 	})
 	if raced {
 		if err != nil {
@@ -1313,7 +1325,7 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 	var running bool
 	var pid int
 	var sup *lifecycle.Supervisor
-	in.do(func(st *instState, _ *effects) {
+	in.do(func(st *instState) (_ effects) {
 		// Only the close that ends a running state reports the stop: a
 		// second close finds the instance stopped, and a close during a
 		// dormant stop leaves the report to it.
@@ -1328,6 +1340,7 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 			st.phase = phaseStopped
 		}
 		sup = st.sup
+		return
 	})
 	t0 := time.Now()
 	var err error
@@ -1352,7 +1365,7 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 
 // rearm re-arms the idle timer of a running instance with nothing in
 // flight (after something that kept it awake went away).
-func (in *instance) rearm() { in.do(func(_ *instState, fx *effects) { fx.rearm = true }) }
+func (in *instance) rearm() { in.do(func(_ *instState) (fx effects) { fx.rearm = true; return }) }
 
 // supervisor is the supervisor of the instance's run, or nil when it has
 // none (never started, or dormant).

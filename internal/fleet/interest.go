@@ -56,7 +56,7 @@ func (in *instance) replayTo(ctx context.Context, c Conn) {
 	}
 	for range 3 {
 		gen := it.Replay(ctx, in.srv, in.key, c)
-		in.do(func(st *instState, _ *effects) { st.replayed = gen })
+		in.do(func(st *instState) (_ effects) { st.replayed = gen; return })
 		if it.Gen(in.srv) == gen || ctx.Err() != nil {
 			return
 		}

@@ -99,15 +99,15 @@ func TestIdleCheckLeavesAStartAlone(t *testing.T) {
 		}
 		time.Sleep(9 * time.Second)
 		ch := make(chan struct{})
-		in.do(func(st *instState, _ *effects) { st.starting = ch }) // as lookLocked does
-		time.Sleep(2 * time.Second)                                 // idle for its timeout: the timer fires
+		in.do(func(st *instState) (_ effects) { st.starting = ch; return }) // as lookLocked does
+		time.Sleep(2 * time.Second)                                         // idle for its timeout: the timer fires
 		synctest.Wait()
 		var p phase
 		in.view(func(st *instState) { p = st.phase })
 		if p != phaseRunning {
 			t.Fatalf("phase %s while a start was under way, want running", p)
 		}
-		in.do(func(st *instState, _ *effects) { st.starting = nil })
+		in.do(func(st *instState) (_ effects) { st.starting = nil; return })
 		close(ch)
 	})
 }

@@ -240,7 +240,7 @@ func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 func (in *instance) inherit(replaced *instance) {
 	var spawns int32
 	replaced.view(func(st *instState) { spawns = st.spawns })
-	in.do(func(st *instState, _ *effects) { st.spawns += spawns }) // the server's count, not the instance's
+	in.do(func(st *instState) (_ effects) { st.spawns += spawns; return }) // the server's count, not the instance's
 }
 
 // freePlace counts one stopping per-session instance as gone, and lets a

@@ -89,8 +89,8 @@ func TestUpdateReportsARefusedMove(t *testing.T) {
 	was := transitionRefused
 	transitionRefused = func(_ *instance, from, to phase) { got = append(got, from.String()+"→"+to.String()) }
 	defer func() { transitionRefused = was }()
-	in.do(func(st *instState, _ *effects) { st.phase = phaseRetired })
-	in.do(func(st *instState, _ *effects) { st.phase = phaseRunning }) // nothing leaves Retired
+	in.do(func(st *instState) (_ effects) { st.phase = phaseRetired; return })
+	in.do(func(st *instState) (_ effects) { st.phase = phaseRunning; return }) // nothing leaves Retired
 	if len(got) != 1 || got[0] != "retired→running" {
 		t.Fatalf("refused moves reported: %v, want [retired→running]", got)
 	}

@@ -67,7 +67,7 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		return nil, nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
 	}
 	notRunning := false
-	fx := in.update(func(st *instState, fx *effects) {
+	fx := in.update(func(st *instState) (fx effects) {
 		if st.phase == phaseSleeping {
 			done = st.sleepDone
 			return
@@ -84,7 +84,8 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 			quiet = drainedLocked(st)
 			return
 		}
-		done = in.sleepLocked(st, fx, time.Now(), "operator", nil)
+		done = in.sleepLocked(st, &fx, time.Now(), "operator", nil)
+		return
 	})
 	in.apply(fx)
 	if notRunning {
