@@ -47,9 +47,9 @@ func (f *Fleet) launcher(sc *config.Server) func(*proc.Spec) func(error) {
 	}
 }
 
-// Launcher is how the server starts when its command is a package launcher
-// (npx, npm exec, …), else nil.
-func (s *Server) Launcher() *launch.Status { return s.f.launches.Status(s.Config()) }
+// launcher is how the server starts when its command is a package launcher
+// (npx, npm exec, …), else nil (Status.Launcher).
+func (s *Server) launcher() *launch.Status { return s.f.launches.Status(s.Config()) }
 
 // Refresh forgets how the server's package launcher resolved and resolves
 // it again now, bounded by ctx (launch.Flattener.Refresh). The result

@@ -243,7 +243,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		lf := newFlatFleet(t, npxServer, st)
 		res := fakeInstall(t, t.TempDir(), "1.0.0")
 		lf.res.answer(res, nil)
-		if ls := lf.f.Get("s").Launcher(); ls == nil || ls.Flattened || ls.Name != launch.NPX || ls.Spec != "@fx/server" || !strings.Contains(ls.Reason, "not resolved yet") {
+		if ls := lf.f.Get("s").launcher(); ls == nil || ls.Flattened || ls.Name != launch.NPX || ls.Spec != "@fx/server" || !strings.Contains(ls.Reason, "not resolved yet") {
 			t.Fatalf("before any start: %+v", ls)
 		}
 		if got := lf.start(t, "s"); !slices.Equal(got, []string{"npx", "-y", "@fx/server", "--port", "3"}) {
@@ -256,7 +256,7 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		if c.command != "npx" || c.dir != "/srv" || c.form.Target != "@fx/server" || !slices.Contains(c.env, "TOKEN=s3cret") {
 			t.Errorf("resolved %s in %q (env has TOKEN: %v), form %+v", c.command, c.dir, slices.Contains(c.env, "TOKEN=s3cret"), c.form)
 		}
-		ls := lf.f.Get("s").Launcher()
+		ls := lf.f.Get("s").launcher()
 		if !ls.Flattened || ls.Runs != "npx → node …/server@1.0.0" || ls.Version != "1.0.0" || ls.Last != launch.StartedAsWritten || ls.Reason != "" {
 			t.Fatalf("after the resolution: %+v", ls)
 		}
@@ -265,8 +265,8 @@ func TestLaunchFlattensAfterTheFirstStart(t *testing.T) {
 		if got := lf.start(t, "s"); !slices.Equal(got, want) {
 			t.Fatalf("second start ran %q, want %q", got, want)
 		}
-		if lf.res.count() != 1 || lf.f.Get("s").Launcher().Last != launch.StartedFlattened {
-			t.Fatalf("%d resolutions; launch %+v", lf.res.count(), lf.f.Get("s").Launcher())
+		if lf.res.count() != 1 || lf.f.Get("s").launcher().Last != launch.StartedFlattened {
+			t.Fatalf("%d resolutions; launch %+v", lf.res.count(), lf.f.Get("s").launcher())
 		}
 		lf.close(t)
 
@@ -312,7 +312,7 @@ func TestLaunchFollowsTheConfig(t *testing.T) {
 		}
 		asWritten := strings.Replace(strings.Replace(npxServer, `"3"`, `"4"`, 1), `"idleTimeout":"0"`, `"idleTimeout":"0","launch":"as-written"`, 1)
 		reload(asWritten)
-		if ls := lf.f.Get("s").Launcher(); ls.Flattened || ls.Reason != `"launch": "as-written"` {
+		if ls := lf.f.Get("s").launcher(); ls.Flattened || ls.Reason != `"launch": "as-written"` {
 			t.Fatalf("as-written: %+v", ls)
 		}
 		lf.sleep(t, "s")
@@ -351,7 +351,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 			t.Fatal("a failing start succeeded")
 		}
 		synctest.Wait()
-		if ls := s.Launcher(); !strings.Contains(ls.Reason, "the flattened start failed") {
+		if ls := s.launcher(); !strings.Contains(ls.Reason, "the flattened start failed") {
 			t.Fatalf("after a flattened start failed: %+v", ls)
 		}
 		l, err := s.Acquire(t.Context(), "")
@@ -362,7 +362,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		if got := lf.lastSpawn(); got[0] != "npx" {
 			t.Fatalf("after the flattened start failed, ran %q", got)
 		}
-		if ls := s.Launcher(); !ls.Flattened {
+		if ls := s.launcher(); !ls.Flattened {
 			t.Fatalf("both failed, yet flattening was dropped: %+v", ls)
 		}
 
@@ -376,7 +376,7 @@ func TestLaunchFlattenedStartFails(t *testing.T) {
 		if got := lf.start(t, "s"); got[0] != "npx" {
 			t.Fatalf("ran %q", got)
 		}
-		if ls := s.Launcher(); ls.Flattened || !strings.Contains(ls.Reason, "where the command as written started") {
+		if ls := s.launcher(); ls.Flattened || !strings.Contains(ls.Reason, "where the command as written started") {
 			t.Fatalf("flattening failed where as written works: %+v", ls)
 		}
 		lf.fail(res.Command, false)
@@ -433,7 +433,7 @@ func TestLaunchRefresh(t *testing.T) {
 		for _, name := range []string{"plain", "npmrun", "written", "remote"} {
 			if ls, err := lf.f.Get(name).Refresh(t.Context()); !errors.Is(err, launch.ErrNoLauncher) || ls != nil {
 				t.Errorf("Refresh of %s = %+v, %v; want ErrNoLauncher", name, ls, err)
-			} else if lf.f.Get(name).Launcher() != nil && name != "written" {
+			} else if lf.f.Get(name).launcher() != nil && name != "written" {
 				t.Errorf("%s has a launch status", name)
 			}
 		}

@@ -137,12 +137,10 @@ func (s *Server) Status() Status {
 	st.Draining = len(s.f.drainingOf(s))
 	st.Limits = s.f.limitsStatus(s.Config())
 	st.OOMKills, st.PIDsLimitHits = s.limitCounts()
-	st.Launcher = s.Launcher()
+	st.Launcher = s.launcher()
 	return st
 }
 
-// PID is the process of the shared instance when it runs, else 0.
-func (s *Server) PID() int { return s.sharedIn().pid() }
 
 // Roots lists the process tree of every running instance of the server,
 // shared and per-session, and of those still draining after a restart, a

@@ -233,7 +233,7 @@ func (w *world) stdioClientErr(ep Endpoint) error {
 // pid is the host pid of the named server's running process (the shim's
 // under a pid namespace), or 0.
 func (w *world) pid(name string) int {
-	return w.fleet.Get(name).PID()
+	return w.fleet.Get(name).Status().PID
 }
 
 func writeFile(path string) error  { return os.WriteFile(path, nil, 0o600) }
