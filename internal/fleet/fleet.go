@@ -141,6 +141,8 @@ type Fleet struct {
 
 	instances atomic.Uint64 // numbers the instances made, from 1 (instance.id)
 
+	seams seams // tests' (instance.go); set before the fleet serves
+
 	// removedTel are the call metrics of removed servers still draining,
 	// by name (CallTelemetry).
 	telMu      sync.Mutex

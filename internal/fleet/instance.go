@@ -988,7 +988,9 @@ func (in *instance) acquire1(ctx context.Context) (Live, bool, error) {
 				return nil, woke, restartingError(name, w.info, ctx.Err())
 			}
 		case w.start != nil:
-			afterStartBegun(w.start)
+			if h := in.srv.f.seams.afterStartBegun; h != nil {
+				h(w.start)
+			}
 			// Its own start's outcome, even if it has ended already (and
 			// st.starting with it): never a second start for one request.
 			if err := in.awaitStart(ctx, w.start); err != nil {
@@ -1098,18 +1100,20 @@ func (in *instance) awaitStart(ctx context.Context, ch <-chan struct{}) error {
 	return err
 }
 
-// afterStartBegun is called by acquire once it began a start, with the
-// channel the start closes when it ends (a seam for tests).
-var afterStartBegun = func(chan struct{}) {}
-
-// afterStartSignalled is called by a start once it let its waiters go (a
-// seam for tests).
-var afterStartSignalled = func() {}
-
-// beforeSupervisorStart is called by a start of one of s's instances
-// right before it asks the supervisor, after acquire's check of the crash
-// loop (a seam for tests).
-var beforeSupervisorStart = func(s *Server) {}
+// seams are points where a test holds or changes a start, one set per
+// fleet (Fleet.seams): a test's seam reaches no other test's fleet. nil:
+// none.
+type seams struct {
+	// afterStartBegun is called by acquire once it began a start, with
+	// the channel the start closes when it ends.
+	afterStartBegun func(chan struct{})
+	// afterStartSignalled is called by a start once it let its waiters go.
+	afterStartSignalled func()
+	// beforeSupervisorStart is called by a start of one of s's instances
+	// right before it asks the supervisor, after acquire's check of the
+	// crash loop.
+	beforeSupervisorStart func(s *Server)
+}
 
 // start starts the instance's supervisor for the requests waiting on ch,
 // and closes ch when the outcome is recorded. was is the state it starts
@@ -1123,7 +1127,9 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		sup = in.runLocked(st)
 		return
 	})
-	beforeSupervisorStart(in.srv)
+	if h := in.srv.f.seams.beforeSupervisorStart; h != nil {
+		h(in.srv)
+	}
 	t0 := time.Now()
 	err := sup.Start(context.Background())
 	took := time.Since(t0)
@@ -1197,7 +1203,9 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 		}
 	}
 	close(ch)
-	afterStartSignalled()
+	if h := in.srv.f.seams.afterStartSignalled; h != nil {
+		h()
+	}
 	in.apply(fx)
 }
 

@@ -35,15 +35,14 @@ func TestRefusedStartIsNoStart(t *testing.T) {
 				spawns, wakes, connects := s.Telemetry().Spawns().Count, s.Telemetry().Wakes().Count, ff.connects.Load()
 				events := len(ff.eventsOf())
 
-				prev := beforeSupervisorStart
-				beforeSupervisorStart = func(srv *Server) {
+				ff.f.seams.beforeSupervisorStart = func(srv *Server) {
 					// Two failures in a row, the next attempt a minute
 					// away: a crash loop, recorded after acquire looked.
 					for range 2 {
 						srv.streakOf().Fail(errors.New("exit status 1"), func(int) time.Duration { return time.Minute })
 					}
 				}
-				defer func() { beforeSupervisorStart = prev }()
+				defer func() { ff.f.seams.beforeSupervisorStart = nil }()
 
 				_, err := use(s.Acquire(t.Context(), ""))
 				if !errors.Is(err, lifecycle.ErrCrashLoop) {

@@ -141,7 +141,6 @@ func (s *Server) Status() Status {
 	return st
 }
 
-
 // Roots lists the process tree of every running instance of the server,
 // shared and per-session, and of those still draining after a restart, a
 // reload or a stop — they hold memory too —, and of the process each runs

@@ -83,9 +83,7 @@ func TestARequestStartsOnceEvenWhenTheStartEndsAtOnce(t *testing.T) {
 		}
 		defer f.Close(context.Background())
 		// The start ends before the request looks again.
-		prev := afterStartBegun
-		afterStartBegun = func(ch chan struct{}) { <-ch }
-		defer func() { afterStartBegun = prev }()
+		f.seams.afterStartBegun = func(ch chan struct{}) { <-ch }
 		if _, err := f.Get("s").Acquire(t.Context(), ""); err == nil {
 			t.Fatal("started")
 		}

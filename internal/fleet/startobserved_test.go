@@ -16,13 +16,8 @@ func TestStartCountedBeforeItsWaitersGo(t *testing.T) {
 		defer ff.close(t)
 		s := ff.f.Get("s")
 		release := make(chan struct{})
-		prev := afterStartSignalled
-		afterStartSignalled = func() { <-release }
-		defer func() {
-			close(release)
-			synctest.Wait() // the held starts end before the seam is put back
-			afterStartSignalled = prev
-		}()
+		ff.f.seams.afterStartSignalled = func() { <-release }
+		defer close(release)
 		if _, err := use(s.Acquire(t.Context(), "")); err != nil {
 			t.Fatal(err)
 		}
