@@ -44,7 +44,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -215,22 +214,4 @@ func (c *Catalog) emit(e Event) {
 	if emit := c.env().Emit; emit != nil {
 		emit(e)
 	}
-}
-
-// withTimeout is context.WithTimeout for a configured bound, with
-// config's convention that a bound of 0 (or less) is no deadline.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
-}
-
-// plusTimeouts is the bound of something that takes up to a and then up
-// to b: their sum, or no deadline (0) when either has none.
-func plusTimeouts(a, b time.Duration) time.Duration {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	return a + b
 }

@@ -919,7 +919,7 @@ func (c *Catalog) refresh(ctx context.Context, kinds, told kindSet) {
 	}
 	defer lease.Release()
 	cfg := c.host.Config()
-	rctx, cancel := withTimeout(ctx, plusTimeouts(cfg.RequestTimeout, cfg.InitTimeout))
+	rctx, cancel := config.WithTimeout(ctx, config.PlusTimeouts(cfg.RequestTimeout, cfg.InitTimeout))
 	defer cancel()
 	p := lease.Process()
 	gen, pinned := p.Tools.liveGen(cfg.Pin)

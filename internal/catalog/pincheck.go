@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 )
 
@@ -203,7 +204,7 @@ func (c *Catalog) toolsOf(ctx context.Context, p Process) (drift.Set, error) {
 // fleet already closed fails it at once.
 func (c *Catalog) startToolsLearn(ctx context.Context, v *liveTools, p Process) *toolsLearn {
 	t, conn := p.Tools, p.Conn
-	lctx, cancel := withTimeout(context.WithoutCancel(ctx), c.host.Config().RequestTimeout)
+	lctx, cancel := config.WithTimeout(context.WithoutCancel(ctx), c.host.Config().RequestTimeout)
 	l := &toolsLearn{conn: conn, gen: v.gen, done: make(chan struct{}), cancel: cancel}
 	v.learning = l
 	// finishLocked makes the learn's outcome final; mu is held.
@@ -304,7 +305,7 @@ func (c *Catalog) CheckTool(ctx context.Context, p Process, name string) error {
 	if p.Conn == nil || p.Tools == nil {
 		return fmt.Errorf("server %s: no MCP connection to check tool %s on", c.name(), name)
 	}
-	lctx, cancel := withTimeout(ctx, cfg.RequestTimeout)
+	lctx, cancel := config.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	set, err := c.toolsOf(lctx, p)
 	if err != nil {

@@ -3,26 +3,18 @@ package fleet
 import (
 	"context"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
-// WithTimeout is context.WithTimeout for a configured bound, with config's
-// convention that a bound of 0 (or less) is no deadline: the context then
-// ends only with ctx or when cancel is called.
+// WithTimeout is config.WithTimeout: a configured bound of 0 (or less)
+// is no deadline.
 func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
+	return config.WithTimeout(ctx, d)
 }
 
-// PlusTimeouts is the bound of something that takes up to a and then up to
-// b: their sum, or no deadline (0) when either has none.
-func PlusTimeouts(a, b time.Duration) time.Duration {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	return a + b
-}
+// PlusTimeouts is config.PlusTimeouts.
+func PlusTimeouts(a, b time.Duration) time.Duration { return config.PlusTimeouts(a, b) }
 
 // startMargin is what a caller waiting on a start adds to the server's
 // init timeout, so that a start that fails at that timeout reaches it as
