@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
@@ -34,8 +35,23 @@ func (e *HeldError) Is(target error) bool { return target == ErrToolHeld }
 // instance keeps it (Process.Tools); the zero value is ready to use and
 // costs a pointer until a pinned server's tools are watched.
 type LiveTools struct {
+	p atomic.Pointer[liveBox] // nil until a pinned server's tools are watched
+}
+
+// liveBox holds what LiveTools learned, made once a pinned server's
+// tools are first watched: the instance that never is pays one word.
+type liveBox struct {
 	mu sync.Mutex // guards v and the learns it holds
-	v  *liveTools // nil until a pinned server's tools are watched
+	v  *liveTools // nil when nothing is watched (again, after Forget)
+}
+
+// box is t's box, made now if it was not yet.
+func (t *LiveTools) box() *liveBox {
+	if b := t.p.Load(); b != nil {
+		return b
+	}
+	t.p.CompareAndSwap(nil, &liveBox{})
+	return t.p.Load()
 }
 
 // liveTools is what one process of an instance lists as its tools, for
@@ -61,7 +77,7 @@ type toolsLearn struct {
 	done    chan struct{} // closed once set and err are final
 	set     drift.Set
 	err     error
-	waiters int // callers waiting on done; under LiveTools.mu
+	waiters int // callers waiting on done; under liveBox.mu
 	cancel  context.CancelFunc
 }
 
@@ -71,30 +87,39 @@ type toolsLearn struct {
 // (pinned: the server's setting now; a server unpinned and pinned again
 // does not trust a list from before).
 func (t *LiveTools) Changed(pinned bool) {
-	t.mu.Lock()
-	if t.v == nil && pinned {
-		t.v = &liveTools{}
+	b := t.p.Load()
+	if b == nil && !pinned {
+		return // nothing learned, nor to learn
 	}
-	if t.v != nil {
-		t.v.gen++
+	b = t.box()
+	b.mu.Lock()
+	if b.v == nil && pinned {
+		b.v = &liveTools{}
 	}
-	t.mu.Unlock()
+	if b.v != nil {
+		b.v.gen++
+	}
+	b.mu.Unlock()
 }
 
 // sawTools records a list of tools learned from conn, a connection of the
 // instance, when the learn began at list_changed count gen (liveGen).
 func (t *LiveTools) sawTools(conn Conn, gen uint64, items []json.RawMessage) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.v == nil || t.v.learning != nil {
+	b := t.p.Load()
+	if b == nil {
+		return // not pinned
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.v == nil || b.v.learning != nil {
 		// Not pinned (or pinned since the learn began: CheckTool learns
 		// for itself), or a learn of CheckTool's own is under way.
 		return
 	}
-	if t.v.gen != gen {
+	if b.v.gen != gen {
 		return // a list_changed came meanwhile: older than the process's list
 	}
-	t.v.conn, t.v.set, t.v.setGen = conn, drift.Index(drift.Tool, items), gen
+	b.v.conn, b.v.set, b.v.setGen = conn, drift.Index(drift.Tool, items), gen
 }
 
 // liveGen is the instance's list_changed count, to give sawTools; ok is
@@ -104,12 +129,13 @@ func (t *LiveTools) liveGen(pinned bool) (gen uint64, ok bool) {
 	if !pinned {
 		return 0, false
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.v == nil {
-		t.v = &liveTools{}
+	b := t.box()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.v == nil {
+		b.v = &liveTools{}
 	}
-	return t.v.gen, true
+	return b.v.gen, true
 }
 
 // Forget drops what CheckTool learned of the process: after an unpin and
@@ -117,13 +143,17 @@ func (t *LiveTools) liveGen(pinned bool) (gen uint64, ok bool) {
 // meanwhile were not watched for it). A learn under way finishes, but
 // its list is not kept.
 func (t *LiveTools) Forget() {
-	t.mu.Lock()
-	if t.v != nil && t.v.learning == nil {
-		t.v = nil
-	} else if t.v != nil {
-		t.v.gen++ // a learn under way: its list is not kept
+	b := t.p.Load()
+	if b == nil {
+		return // nothing learned
 	}
-	t.mu.Unlock()
+	b.mu.Lock()
+	if b.v != nil && b.v.learning == nil {
+		b.v = nil
+	} else if b.v != nil {
+		b.v.gen++ // a learn under way: its list is not kept
+	}
+	b.mu.Unlock()
 }
 
 // toolsOf returns the tools p's process lists: those learned from it
@@ -140,22 +170,22 @@ func (t *LiveTools) Forget() {
 // What is learned goes in the server's cache and definitions like any
 // learn: a change is reported as definitions_changed.
 func (c *Catalog) toolsOf(ctx context.Context, p Process) (drift.Set, error) {
-	t, conn := p.Tools, p.Conn
+	b, conn := p.Tools.box(), p.Conn
 	for {
-		t.mu.Lock()
-		if t.v == nil {
-			t.v = &liveTools{}
+		b.mu.Lock()
+		if b.v == nil {
+			b.v = &liveTools{}
 		}
-		v := t.v
+		v := b.v
 		if v.learning == nil && v.set != nil && v.conn == conn && v.setGen == v.gen {
 			set := v.set
-			t.mu.Unlock()
+			b.mu.Unlock()
 			return set, nil
 		}
 		l := v.learning
 		if l != nil && l.conn != conn {
 			// Another process's: one learn at a time; then look again.
-			t.mu.Unlock()
+			b.mu.Unlock()
 			select {
 			case <-l.done:
 				continue
@@ -167,14 +197,14 @@ func (c *Catalog) toolsOf(ctx context.Context, p Process) (drift.Set, error) {
 			l = c.startToolsLearn(ctx, v, p)
 		}
 		l.waiters++
-		t.mu.Unlock()
+		b.mu.Unlock()
 
 		select {
 		case <-l.done:
-			t.mu.Lock()
+			b.mu.Lock()
 			l.waiters--
 			stale := v.gen != l.gen
-			t.mu.Unlock()
+			b.mu.Unlock()
 			if l.err != nil {
 				return nil, l.err
 			}
@@ -183,7 +213,7 @@ func (c *Catalog) toolsOf(ctx context.Context, p Process) (drift.Set, error) {
 			}
 			continue // a list_changed came meanwhile: learn again
 		case <-ctx.Done():
-			t.mu.Lock()
+			b.mu.Lock()
 			l.waiters--
 			if l.waiters == 0 && v.learning == l {
 				// Nobody waits for it any more: end it, and let the next
@@ -191,19 +221,19 @@ func (c *Catalog) toolsOf(ctx context.Context, p Process) (drift.Set, error) {
 				v.learning = nil
 				l.cancel()
 			}
-			t.mu.Unlock()
+			b.mu.Unlock()
 			return nil, context.Cause(ctx)
 		}
 	}
 }
 
 // startToolsLearn starts the learn of p's tools that toolsOf callers
-// share; called with p.Tools.mu held. It runs as the fleet's background
+// share; called with its box's mu held. It runs as the fleet's background
 // work (Env.Spawn): it ends on its answer, its request timeout, its last
 // caller leaving (cancel), the connection's end or the fleet's Close; a
 // fleet already closed fails it at once.
 func (c *Catalog) startToolsLearn(ctx context.Context, v *liveTools, p Process) *toolsLearn {
-	t, conn := p.Tools, p.Conn
+	b, conn := p.Tools.box(), p.Conn
 	lctx, cancel := config.WithTimeout(context.WithoutCancel(ctx), c.host.Config().RequestTimeout)
 	l := &toolsLearn{conn: conn, gen: v.gen, done: make(chan struct{}), cancel: cancel}
 	v.learning = l
@@ -223,9 +253,9 @@ func (c *Catalog) startToolsLearn(ctx context.Context, v *liveTools, p Process) 
 		stop := context.AfterFunc(fleetCtx, cancel)
 		defer stop()
 		set, err := c.learnTools(lctx, p)
-		t.mu.Lock()
+		b.mu.Lock()
 		finishLocked(set, err)
-		t.mu.Unlock()
+		b.mu.Unlock()
 	})
 	if !started {
 		cancel()

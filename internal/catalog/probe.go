@@ -141,12 +141,16 @@ func (p Probe) ToolsOf(ctx context.Context, pr Process) (drift.Set, error) {
 
 // LiveConn is the connection whose list t holds (nil: none).
 func LiveConn(t *LiveTools) Conn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.v == nil {
+	b := t.p.Load()
+	if b == nil {
 		return nil
 	}
-	return t.v.conn
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.v == nil {
+		return nil
+	}
+	return b.v.conn
 }
 
 // SetPutDefinitions makes fn what writes a definitions record, and

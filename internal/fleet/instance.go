@@ -49,28 +49,36 @@ type instance struct {
 // changed only by the change functions update runs.
 type instState struct {
 	phase phase
+	// waking: the start in progress began from dormant.
+	waking bool
+	// The client sessions that used the current connection: the first,
+	// and whether another has since. Reset with each new connection.
+	manyUsers bool
+	// legacy: a connection of the instance answered as a legacy server
+	// (initialize): a later run's connector is told so (eraHint), as the
+	// connector of one run remembers it from connect to connect.
+	legacy    bool
+	inflight  int32
+	firstUser string
 	// sup drives the instance's run, its connector with it: made by a
 	// start (run), dropped once a sleep stopped it — a server put to sleep
 	// keeps neither —; nil before the first start too. A start that
 	// failed keeps its run, which the next start uses; so does a sleep
 	// whose stop was cut short.
 	sup *lifecycle.Supervisor
-	// pid and tree are the run's latest process as it connected (0 and
-	// nil for a remote server): what its exit event and count say once
-	// the supervisor has let go of the connection.
-	pid          int
+	// tree is the run's latest process as it connected (nil for a remote
+	// server): what its exit event (pid) and count say once the
+	// supervisor has let go of the connection.
 	tree         endedTree
 	startedAt    time.Time
 	lastActivity time.Time
-	inflight     int32
 	own          int32         // of inflight, mcpvisor's own leases (Peek): a list refresh, a relayed notification
-	holding      int           // leases given on a connection and not released: the calls a drain waits for
+	holding      int32         // leases given on a connection and not released: the calls a drain waits for
 	drained      chan struct{} // set by a waiter (retire, Sleep) while leases are held; closed when the last is released
 	sleepDone    chan struct{} // closed when a dormant stop completes
 	dormantAt    int64         // Unix ns when it last went dormant; 0: never
 	timer        *time.Timer
 	starting     chan struct{} // closed when the start in progress ends
-	waking       bool          // the start in progress began from dormant
 	restartAt    int64         // Unix ns when the supervisor's restart under way spawns (after its delay); 0: none
 	startErr     error
 	lastErr      error
@@ -78,18 +86,10 @@ type instState struct {
 	// supervisor's restart attempt under way began (0: none), so that a
 	// failed attempt is kept in the history with its own lines.
 	attempt  uint64
-	requests int64 // leases taken, ever
-	closes   int   // close calls, ever: a start that a close raced is not kept
-	// The client sessions that used the current connection: the first,
-	// and whether another has since. Reset with each new connection.
-	firstUser string
-	manyUsers bool
-	// legacy: a connection of the instance answered as a legacy server
-	// (initialize): a later run's connector is told so (eraHint), as the
-	// connector of one run remembers it from connect to connect.
-	legacy   bool
-	restarts int32 // the restarts of the run a dormancy ended (status)
-	spawns   int32 // processes started, ever
+	requests int64  // leases taken, ever
+	closes   uint32 // close calls, ever (wrapping): a start that a close raced is not kept
+	restarts int32  // the restarts of the run a dormancy ended (status)
+	spawns   int32  // processes started, ever
 	// refreshAfter counts the requests still in flight that were begun
 	// before the start that owes a list refresh succeeded — those numbered
 	// up to refreshUpTo (begin), the requests that waited for it — and
@@ -98,6 +98,14 @@ type instState struct {
 	refreshAfter int32
 	refreshUpTo  int64
 	replayed     uint64 // the server's interest generation last replayed
+}
+
+// pid is the process id of the run's latest process (tree), or 0.
+func (st *instState) pid() int {
+	if st.tree == nil {
+		return 0
+	}
+	return st.tree.Pid()
 }
 
 // effects is what a change of an instance's state leaves to do once the
@@ -389,7 +397,7 @@ func (in *instance) restarted() {
 		st.attempt = 0
 		at, st.restartAt = st.restartAt, 0
 		fx.catchUp = true
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": st.pid}})
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": st.pid()}})
 		fx.refresh = in.key == ""
 		return
 	})
@@ -483,10 +491,10 @@ func (in *instance) connected(ctx context.Context, l Live) {
 			legacy = true
 		}
 	}
-	pid, tree := pidOf(l), treeOf(l)
+	tree := treeOf(l)
 	in.do(func(st *instState) (_ effects) {
 		st.legacy = st.legacy || legacy
-		st.pid, st.tree = pid, tree
+		st.tree = tree
 		st.firstUser, st.manyUsers = "", false
 		now := time.Now()
 		st.startedAt, st.lastActivity = now, now
@@ -502,8 +510,8 @@ func (in *instance) disconnected(err error) {
 	var tree endedTree
 	var stopping bool
 	in.do(func(st *instState) (_ effects) {
-		pid, tree = st.pid, st.tree
-		st.pid, st.tree = 0, nil
+		pid, tree = st.pid(), st.tree
+		st.tree = nil
 		st.attempt = 0 // the restart that follows is caused by this end
 		if err != nil {
 			st.lastErr = err
@@ -1118,7 +1126,7 @@ type seams struct {
 // start starts the instance's supervisor for the requests waiting on ch,
 // and closes ch when the outcome is recorded. was is the state it starts
 // from; gen the count of closes when it was decided: a close since wins.
-func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.Duration) {
+func (in *instance) start(ch chan struct{}, was phase, gen uint32, dormantFor time.Duration) {
 	name := in.srv.Name()
 	mark := in.srv.stderrMark()
 	var sup *lifecycle.Supervisor
@@ -1158,7 +1166,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen int, dormantFor time.
 			// towards the respawn limit and reports no failed event.
 			raced = true
 			st.startErr = fmt.Errorf("server %s was stopped while it started", name)
-			pid = st.pid
+			pid = st.pid()
 			return
 		}
 		st.refreshAfter = 0

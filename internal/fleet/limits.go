@@ -40,8 +40,10 @@ func (f *Fleet) limitsStatus(cfg *config.Server) *LimitsStatus {
 	return ls
 }
 
-// endedTree is what countTree reads of a process tree (*proc.Process).
+// endedTree is what countTree (and an exit event) reads of a process
+// tree (*proc.Process).
 type endedTree interface {
+	Pid() int
 	Done() <-chan struct{}
 	Status() proc.ExitStatus
 }

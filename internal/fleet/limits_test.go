@@ -169,6 +169,7 @@ type fakeTree struct {
 	st   proc.ExitStatus
 }
 
+func (f *fakeTree) Pid() int                { return 0 }
 func (f *fakeTree) Done() <-chan struct{}   { return f.done }
 func (f *fakeTree) Status() proc.ExitStatus { return f.st }
 
