@@ -288,7 +288,7 @@ func launchLines(line func(k, v string), st fleet.Status, ls *launch.Status, now
 
 // eraText says which protocol versions a server speaks, from its status's
 // era: one version, or a dual-era server's legacy one and the modern one
-// joined by "+" (fleet.Server.Era).
+// joined by "+" (catalog.Catalog.Era).
 func eraText(era string) string {
 	legacy, modern, dual := strings.Cut(era, "+")
 	switch {

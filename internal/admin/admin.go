@@ -86,7 +86,6 @@ func eachStatus(f *fleet.Fleet, clients func(*fleet.Server) []clientbook.Use, fn
 	k, from := 0, 0
 	for i, s := range servers {
 		st := s.Status()
-		st.Era, st.Requests = s.Catalog().Era(), s.Requests()
 		if clients != nil {
 			st.Clients = clients(s)
 		}

@@ -123,6 +123,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.Config()
+	more := s.Detail()
 	d := Detail{
 		Status:      s.Status(),
 		Launch:      cfg.Redacted(),
@@ -131,11 +132,11 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Kind:        cfg.Kind,
 		Sharing:     cfg.Sharing,
 		Protocol:    cfg.Protocol,
-		Declares:    s.DeclaredCapabilities(),
+		Declares:    fleet.DeclaredCapabilities(cfg),
 		ServerInfo:  s.Catalog().ServerInfo(),
 		Lists:       map[string]int{},
 		Containment: []proc.Layer{},
-		Instances:   s.Instances(),
+		Instances:   more.Instances,
 		Definitions: definitionsInfo(s),
 	}
 	switch {
@@ -145,7 +146,6 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		d.Containment = slices.Clone(h.opts.Containment)
 	}
 	setUsage(&d.Status, treeUsage(s))
-	d.Status.Era, d.Status.Requests = s.Catalog().Era(), s.Requests()
 	if h.opts.Clients != nil {
 		d.Status.Clients = h.opts.Clients(s)
 	}
@@ -160,7 +160,7 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 	if h.opts.HeldCalls != nil {
 		d.HeldCalls = h.opts.HeldCalls()[s.Name()]
 	}
-	d.History = s.History()
+	d.History = more.History
 	if h.opts.Logs != nil {
 		if b := h.opts.Logs(s.Name()); b != nil {
 			// As kept: the fleet redacted each line as it was

@@ -121,9 +121,8 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	m.family("mcpvisor_server_requests_total", "counter", "Requests begun on each server's shared instance.")
-	servers := h.f.Servers()
-	for _, srv := range servers {
-		m.sample("mcpvisor_server_requests_total", labels("server", srv.Name()), float64(srv.Requests()))
+	for _, st := range snap.Servers {
+		m.sample("mcpvisor_server_requests_total", labels("server", st.Name), float64(st.Requests))
 	}
 	callMetrics(m, h.f.CallTelemetry())
 	m.family("mcpvisor_server_client_requests_total", "counter", clientRequestsHelp)

@@ -553,6 +553,26 @@ func (c *Catalog) CachedInit() json.RawMessage {
 	return raw
 }
 
+// ColdInit is the server's cached initialize result (CachedInit), parsed,
+// when the shared instance runs no connection — a dormant or
+// never-started server —, so that it is answered without starting it;
+// nil when one runs (its live result is the one to read), when none is
+// cached, or when the cached one does not parse.
+func (c *Catalog) ColdInit() *backend.InitResult {
+	if c.host.Init() != nil {
+		return nil
+	}
+	raw := c.CachedInit()
+	if raw == nil {
+		return nil
+	}
+	in, err := backend.ParseInit(raw)
+	if err != nil {
+		return nil
+	}
+	return in
+}
+
 // CachedVersion is the protocol version of the cached initialize result,
 // or "": what the server spoke when it last ran, read without the result
 // when it is on disk only.

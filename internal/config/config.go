@@ -62,6 +62,10 @@ func (s *Server) Declares(name string) bool {
 	return s.ClientCapabilities == nil || slices.Contains(s.ClientCapabilities, name)
 }
 
+// PerSession reports whether s gives each client session its own
+// connection (Sharing is SharingPerSession).
+func (s *Server) PerSession() bool { return s.Sharing == SharingPerSession }
+
 // Sharing modes.
 const (
 	// SharingShared serves every client session from one connection.

@@ -32,7 +32,7 @@ func (h *serverHost) server() *Server { return (*Server)(h) }
 
 func (h *serverHost) Config() *config.Server { return h.server().Config() }
 
-func (h *serverHost) Init() *InitResult { return h.server().Init() }
+func (h *serverHost) Init() *InitResult { return h.server().liveInit() }
 
 func (h *serverHost) Acquire(ctx context.Context) (catalog.Lease, error) {
 	l, err := h.server().Acquire(ctx, "")
@@ -184,12 +184,12 @@ func (s *Server) learn(ctx context.Context) bool {
 		s.f.log.Warn("could not learn a server's lists", "server", s.Name(), "err", err)
 		return false
 	}
-	before := s.Requests() // counted after ours: a later one is a client's
+	before := s.requests() // counted after ours: a later one is a client's
 	ok := s.cat.Learn(lctx, l)
 	// The refresh that follows a first start may still hold the server:
 	// it is waited for, as long as a refresh may take.
 	rctx, cancel := WithTimeout(ctx, PlusTimeouts(cfg.RequestTimeout, cfg.InitTimeout))
 	defer cancel()
-	s.Rest(rctx, before)
+	s.rest(rctx, before)
 	return ok
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
-// ModernConn is the connection a modern client's request to the server
-// on its connection c goes to (backend.Conn.ModernConn): c itself for a
-// modern-only server; nil for one that speaks only the legacy revisions,
+// ModernConn is the connection a modern client's request on the lease's
+// connection (Conn) goes to (backend.Conn.ModernConn): that one itself
+// for a modern-only server; nil for one that speaks only the legacy revisions,
 // on which the request is bridged; for a dual-era server, its process for
 // modern clients, started when the first such request needs it, the wait
 // bounded by ctx — unless the server is pinned: a pinned server's tools
@@ -17,7 +17,8 @@ import (
 // list watched for changes, and only the primary's is, so its modern
 // clients are bridged on it. A connection that is no backend's (a
 // test's) is its own.
-func (s *Server) ModernConn(ctx context.Context, c Conn) (Conn, error) {
+func (l *Lease) ModernConn(ctx context.Context) (Conn, error) {
+	c := l.conn
 	bc, ok := c.(*backend.Conn)
 	if !ok {
 		return c, nil
@@ -25,7 +26,7 @@ func (s *Server) ModernConn(ctx context.Context, c Conn) (Conn, error) {
 	if bc.Modern() {
 		return c, nil
 	}
-	if s.Config().Pin {
+	if l.in.srv.Config().Pin {
 		return nil, nil
 	}
 	m, err := bc.ModernConn(ctx)

@@ -410,13 +410,13 @@ func declaredCapabilities(sc *config.Server, client json.RawMessage) json.RawMes
 	return b
 }
 
-// DeclaredCapabilities is what mcpvisor declares to s's server as its
-// client, of the capabilities it bridges: to the shared instance, all of
-// them its config lets it declare. A session's own instance is declared
+// DeclaredCapabilities is what mcpvisor declares to the server configured
+// as cfg as its client, of the capabilities it bridges: to the shared
+// instance, all of them cfg lets it declare. A session's own instance is declared
 // those of them its client declared; a modern server's request, those of
 // them its client's request declares.
-func (s *Server) DeclaredCapabilities() json.RawMessage {
-	if caps := declaredCapabilities(s.Config(), nil); caps != nil {
+func DeclaredCapabilities(cfg *config.Server) json.RawMessage {
+	if caps := declaredCapabilities(cfg, nil); caps != nil {
 		return caps
 	}
 	return backend.ClientCapabilities

@@ -160,9 +160,8 @@ func (s *Server) endsLocked() *ends {
 	return s.ends
 }
 
-// History lists the server's last ends (of every instance), oldest
-// first.
-func (s *Server) History() []Exit {
+// history lists the server's last ends (Detail.History).
+func (s *Server) history() []Exit {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ends == nil {

@@ -27,7 +27,7 @@ func TestStartFailureRedactsTheQuotedStderr(t *testing.T) {
 	if se.Stage != StageHandshake || !errors.Is(se, lifecycle.ErrServerCrashed) {
 		t.Fatalf("stage %q, crashed %v", se.Stage, errors.Is(se, lifecycle.ErrServerCrashed))
 	}
-	h := s.History()
+	h := s.Detail().History
 	if len(h) != 1 || h[0].Code == nil || *h[0].Code != 3 || strings.Contains(h[0].Error, "hunter2-secret") {
 		t.Fatalf("history: %+v", h)
 	}
@@ -53,14 +53,14 @@ func TestHistoryKeepsFailedRestartAttempts(t *testing.T) {
 			t.Fatalf("state %s, want failed after the attempts", st)
 		}
 		var stages []string
-		for _, e := range s.History() {
+		for _, e := range s.Detail().History {
 			stages = append(stages, e.Stage)
 		}
 		want := []string{StageServing, StageHandshake, StageHandshake}
 		if fmt.Sprint(stages) != fmt.Sprint(want) {
 			t.Fatalf("history stages %v, want %v (the crash, then both failed attempts)", stages, want)
 		}
-		for _, e := range s.History()[1:] {
+		for _, e := range s.Detail().History[1:] {
 			if !strings.Contains(e.Error, "cannot start") {
 				t.Fatalf("attempt recorded as %q, want the attempt's own error", e.Error)
 			}

@@ -558,7 +558,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.subscribe("A", "file:///x")
-		if s.Rest(t.Context(), s.Requests()) {
+		if s.rest(t.Context(), s.requests()) {
 			t.Fatal("Rest put a server with a subscriber to sleep")
 		}
 		synctest.Wait()
@@ -566,7 +566,7 @@ func TestRestLeavesAPinnedServerAwake(t *testing.T) {
 			t.Fatalf("a server with a subscriber went %s", st)
 		}
 		s.unsubscribe("A", "file:///x")
-		if !s.Rest(t.Context(), s.Requests()) {
+		if !s.rest(t.Context(), s.requests()) {
 			t.Fatal("Rest refused a server nothing pins")
 		}
 		synctest.Wait()

@@ -12,7 +12,7 @@ func TestInstancesOfAPerSessionServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf := newLaunchFleet(t, `"p":{"command":"p","sharing":"per-session","idleTimeout":"0"}`)
 		p := lf.f.Get("p")
-		if got := p.Instances(); len(got) != 1 || !got[0].Shared || got[0].Session != "" || got[0].State != "new" {
+		if got := p.Detail().Instances; len(got) != 1 || !got[0].Shared || got[0].Session != "" || got[0].State != "new" {
 			t.Fatalf("before any session: %+v, want only the shared instance, new", got)
 		}
 		lf.running(t, "p") // the shared instance, as when the lists are learned
@@ -28,7 +28,7 @@ func TestInstancesOfAPerSessionServer(t *testing.T) {
 				l.Release()
 			}
 		}
-		got := p.Instances()
+		got := p.Detail().Instances
 		if len(got) != 3 {
 			t.Fatalf("%d instances, want 3 (shared and two sessions): %+v", len(got), got)
 		}
@@ -67,7 +67,7 @@ func TestInstancesOfASharedServer(t *testing.T) {
 			}
 			l.Release()
 		}
-		if got := lf.f.Get("a").Instances(); len(got) != 1 || !got[0].Shared || got[0].State != "running" || got[0].Spawns != 1 {
+		if got := lf.f.Get("a").Detail().Instances; len(got) != 1 || !got[0].Shared || got[0].State != "running" || got[0].Spawns != 1 {
 			t.Fatalf("shared server: %+v, want its one running instance", got)
 		}
 	})

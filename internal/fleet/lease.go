@@ -168,7 +168,7 @@ func (s *Server) TryAcquire(session string) (*Lease, bool) { return s.leaseRunni
 // Peek leases the running connection of session's instance without
 // starting anything: ok is false when that instance does not exist or is
 // not running. The lease holds the instance awake like any other, but is
-// not counted among the server's requests (Requests). A client
+// not counted among the server's requests (Status.Requests). A client
 // notification goes through Peek: it has nothing to say to a server that is
 // not running.
 func (s *Server) Peek(session string) (l *Lease, ok bool) { return s.leaseRunning(session, false) }
@@ -199,7 +199,7 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 // that run: a process is a process until it is gone. At the limit, while
 // some are stopping, it waits for one to be gone, within ctx.
 func (s *Server) instanceFor(ctx context.Context, session string, create bool) (*instance, error) {
-	if !s.PerSession() || session == "" {
+	if !s.Config().PerSession() || session == "" {
 		return s.sharedIn(), nil
 	}
 	s.mu.Lock()

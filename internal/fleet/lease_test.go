@@ -66,7 +66,7 @@ func TestSessionEndDuringStartWins(t *testing.T) {
 		if n := s.Status().Sessions; n != 0 {
 			t.Fatalf("%d instances after the session ended", n)
 		}
-		if ins := s.Instances(); len(ins) != 1 || !ins[0].Shared {
+		if ins := s.Detail().Instances; len(ins) != 1 || !ins[0].Shared {
 			t.Fatalf("instances after the session ended: %+v", ins)
 		}
 		if n := ff.count("failed"); n != 0 {
@@ -367,8 +367,8 @@ func TestTryAcquire(t *testing.T) {
 		if _, ok := s.TryAcquire("A"); ok || s.Status().Sessions != 0 || ff.connects.Load() != 0 {
 			t.Fatal("TryAcquire of a session without an instance leased, created or started something")
 		}
-		if _, ok := s.TryAcquire(""); ok || s.Requests() != 0 {
-			t.Fatalf("TryAcquire of an instance that is not running leased or counted a request (%d)", s.Requests())
+		if _, ok := s.TryAcquire(""); ok || s.requests() != 0 {
+			t.Fatalf("TryAcquire of an instance that is not running leased or counted a request (%d)", s.requests())
 		}
 		if _, err := use(s.Acquire(t.Context(), "A")); err != nil {
 			t.Fatal(err)

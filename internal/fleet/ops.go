@@ -209,11 +209,11 @@ func awaitDrain(ctx context.Context, ch <-chan Drained) (Drained, error) {
 // started or failed, within ctx.
 func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 	var keys []string
-	if !s.PerSession() && s.pinned("") {
+	if !s.Config().PerSession() && s.pinned("") {
 		keys = append(keys, "")
 	}
 	for _, r := range old {
-		if r.in.key != "" && s.PerSession() && s.pinned(r.in.key) {
+		if r.in.key != "" && s.Config().PerSession() && s.pinned(r.in.key) {
 			keys = append(keys, r.in.key)
 		}
 	}
@@ -323,7 +323,7 @@ func (s *Server) unstopLocked() error {
 // startNow starts the shared instance if it is not running, and waits
 // for it within ctx.
 func (s *Server) startNow(ctx context.Context) error {
-	if s.PerSession() {
+	if s.Config().PerSession() {
 		return nil
 	}
 	l, err := s.Acquire(ctx, "")

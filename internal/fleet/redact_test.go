@@ -92,7 +92,7 @@ func TestStderrIsRedactedWithItsLaunchsConfig(t *testing.T) {
 	if strings.Contains(se.Error(), "token-value") || len(se.Stderr) != 1 {
 		t.Fatalf("start error: %q, stderr %q", se.Error(), se.Stderr)
 	}
-	if h := s.History(); len(h) != 1 || strings.Contains(fmt.Sprint(h[0].Stderr), "token-value") {
+	if h := s.Detail().History; len(h) != 1 || strings.Contains(fmt.Sprint(h[0].Stderr), "token-value") {
 		t.Fatalf("history: %+v", h)
 	}
 }
@@ -120,7 +120,7 @@ func TestStartFailureQuotesOnlyItsOwnLaunchsStderr(t *testing.T) {
 	if fmt.Sprint(se.Stderr) != fmt.Sprint([]string{"unknown flag --bad"}) {
 		t.Fatalf("the new launch's start error quotes %q, want only its own line", se.Stderr)
 	}
-	if h := s.History(); len(h) != 1 || fmt.Sprint(h[0].Stderr) != fmt.Sprint(se.Stderr) {
+	if h := s.Detail().History; len(h) != 1 || fmt.Sprint(h[0].Stderr) != fmt.Sprint(se.Stderr) {
 		t.Fatalf("history: %+v", h)
 	}
 	// And the old process's own failure, were it to have one, quotes its

@@ -857,7 +857,7 @@ func TestDrainingInstancesAreShown(t *testing.T) {
 			_, _ = b.Restart(context.Background())
 		}()
 		synctest.Wait() // the old instance drains the call
-		ins := b.Instances()
+		ins := b.Detail().Instances
 		if len(ins) != 2 || ins[0].State == "draining" || ins[1].State != "draining" || ins[1].InFlight != 1 || !ins[1].Shared {
 			t.Fatalf("instances while the restart drains: %+v", ins)
 		}
@@ -867,7 +867,7 @@ func TestDrainingInstancesAreShown(t *testing.T) {
 		held.Release()
 		<-done
 		synctest.Wait()
-		if ins := b.Instances(); len(ins) != 1 || ins[0].State != "running" {
+		if ins := b.Detail().Instances; len(ins) != 1 || ins[0].State != "running" {
 			t.Fatalf("instances after the drain: %+v", ins)
 		}
 		if st := b.Status(); st.Draining != 0 {

@@ -170,7 +170,7 @@ func TestRestLeavesAStartUnderWay(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("the caller that left got a lease")
 		}
-		if s.Rest(t.Context(), s.Requests()) {
+		if s.rest(t.Context(), s.requests()) {
 			t.Fatal("Rest put a server to sleep while it started")
 		}
 		close(gc.gate)
@@ -178,7 +178,7 @@ func TestRestLeavesAStartUnderWay(t *testing.T) {
 		if st := s.Status(); st.State != "running" || in.supervisor() != sup || sup == nil {
 			t.Fatalf("after the start: %+v, supervisor %p (was %p)", st, in.supervisor(), sup)
 		}
-		if !s.Rest(t.Context(), s.Requests()) {
+		if !s.rest(t.Context(), s.requests()) {
 			t.Fatal("Rest did not put the started server to sleep")
 		}
 		synctest.Wait()

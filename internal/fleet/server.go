@@ -65,9 +65,6 @@ func (s *Server) Telemetry() *telemetry.Server {
 	return s.tel.Load()
 }
 
-// PerSession reports whether each client session gets its own process.
-func (s *Server) PerSession() bool { return s.Config().Sharing == config.SharingPerSession }
-
 // sharedIn is the shared instance.
 func (s *Server) sharedIn() *instance { return s.shared.Load() }
 
@@ -138,6 +135,7 @@ func (s *Server) Status() Status {
 	st.Limits = s.f.limitsStatus(s.Config())
 	st.OOMKills, st.PIDsLimitHits = s.limitCounts()
 	st.Launcher = s.launcher()
+	st.Era, st.Requests = s.cat.Era(), s.requests()
 	return st
 }
 
@@ -159,30 +157,31 @@ func (s *Server) Roots() []proc.Root {
 	return out
 }
 
-// Init is the initialize result of the shared instance's live connection,
-// or nil when it is not running.
-func (s *Server) Init() *InitResult {
+// liveInit is the initialize result of the shared instance's live
+// connection, or nil when it is not running.
+func (s *Server) liveInit() *InitResult {
 	if c, ok := s.sharedIn().current().(Conn); ok && c != nil {
 		return c.Init()
 	}
 	return nil
 }
 
-// Requests counts the requests ever begun on the shared instance.
-func (s *Server) Requests() int64 {
+// requests counts the requests ever begun on the shared instance
+// (Status.Requests).
+func (s *Server) requests() int64 {
 	var n int64
 	s.sharedIn().view(func(st *instState) { n = st.requests })
 	return n
 }
 
-// Rest puts the shared instance to sleep at once if it is running, has no
-// client request in flight, no request began since Requests returned
+// rest puts the shared instance to sleep at once if it is running, has no
+// client request in flight, no request began since requests returned
 // requests and no resource subscription holds it awake: a server started
 // only to learn its lists goes back to sleep. mcpvisor's own work on it (a
 // list refresh, a relayed notification), which a sleep would cut, is
 // waited for, within ctx. It reports whether it put the server to sleep;
 // when ctx ends first, nothing changes.
-func (s *Server) Rest(ctx context.Context, requests int64) bool {
+func (s *Server) rest(ctx context.Context, requests int64) bool {
 	return s.sharedIn().rest(ctx, requests)
 }
 

@@ -59,7 +59,7 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		return nil, nil, err
 	}
 	name := s.Name()
-	if s.PerSession() {
+	if s.Config().PerSession() {
 		return nil, nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
 	}
 	in := s.sharedIn()

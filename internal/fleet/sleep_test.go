@@ -222,7 +222,7 @@ func TestRestWaitsForMcpvisorsOwnWork(t *testing.T) {
 		s := ff.f.Get("s")
 		own := ownLease(t, s)
 		rested := make(chan bool, 1)
-		go func() { rested <- s.Rest(t.Context(), s.Requests()) }()
+		go func() { rested <- s.rest(t.Context(), s.requests()) }()
 		synctest.Wait()
 		select {
 		case <-rested:
@@ -242,7 +242,7 @@ func TestRestWaitsForMcpvisorsOwnWork(t *testing.T) {
 		own = ownLease(t, s)
 		short, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		if s.Rest(short, s.Requests()) {
+		if s.rest(short, s.requests()) {
 			t.Fatal("Rest put the server to sleep after its context ended")
 		}
 		own.Release()
@@ -253,8 +253,8 @@ func TestRestWaitsForMcpvisorsOwnWork(t *testing.T) {
 
 		// A client's request while Rest waits: the server stays up.
 		own = ownLease(t, s)
-		before := s.Requests()
-		go func() { rested <- s.Rest(t.Context(), before) }()
+		before := s.requests()
+		go func() { rested <- s.rest(t.Context(), before) }()
 		synctest.Wait()
 		l, err := s.Acquire(t.Context(), "")
 		if err != nil {

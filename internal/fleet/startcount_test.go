@@ -45,7 +45,7 @@ func TestAStartKilledByItsLimitsIsCounted(t *testing.T) {
 			t.Fatal("started")
 		}
 		synctest.Wait()
-		h := s.History()
+		h := s.Detail().History
 		if len(h) != 1 || h[0].Kind != "oom" {
 			t.Fatalf("history %+v", h)
 		}

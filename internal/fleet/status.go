@@ -48,19 +48,18 @@ type Status struct {
 	// until approved (mcpvisor tools diff / approve).
 	PendingDefinitions int `json:"pendingDefinitions,omitempty"`
 	// MemoryBytes is the resident memory of the server's running process
-	// trees, per-session ones included (Linux; filled in by the status
-	// API, not by Status).
+	// trees (Server.Roots), per-session ones included (Linux; filled in
+	// by the status API, not by Status).
 	MemoryBytes uint64 `json:"memoryBytes,omitempty"`
 	// Draining counts the instances taken out of service (a restart, a
 	// reload, a stop) that still finish the calls they hold.
 	Draining int `json:"draining,omitempty"`
-	// Era is the protocol version the server speaks (Server.Era), "" if
-	// unknown; filled in by the status API, not by Status.
+	// Era is the protocol version the server speaks (catalog.Catalog.Era),
+	// "" if unknown.
 	Era string `json:"era,omitempty"`
 	// Requests counts the requests ever begun on the shared instance
-	// (Server.Requests: what /metrics counts as
-	// mcpvisor_server_requests_total), for a rate; filled in by the
-	// status API, not by Status.
+	// (what /metrics counts as mcpvisor_server_requests_total), for a
+	// rate.
 	Requests int64 `json:"requests"`
 	// Clients are the clients whose requests reached the server, by
 	// name (clientbook.Book.Of); filled in by the status API, not by
@@ -201,12 +200,27 @@ type InstanceStatus struct {
 	LastError    string    `json:"lastError,omitempty"` // secrets redacted
 }
 
-// Instances lists the server's instances: the shared one first, then
-// those it runs for client sessions, by session, then those draining (a
-// restart, a reload or a stop took them out of service; they finish their
-// calls), by session. A per-session instance whose session ended and that
-// is still stopping is no longer listed.
-func (s *Server) Instances() []InstanceStatus {
+// Detail is what the operator reads of a server beyond its Status.
+type Detail struct {
+	// Instances lists the server's instances: the shared one first, then
+	// those it runs for client sessions, by session, then those draining
+	// (a restart, a reload or a stop took them out of service; they finish
+	// their calls), by session. A per-session instance whose session ended
+	// and that is still stopping is no longer listed.
+	Instances []InstanceStatus
+	// History lists the server's last ends (of every instance), oldest
+	// first.
+	History []Exit
+}
+
+// Detail describes the server's instances and its last ends.
+func (s *Server) Detail() Detail {
+	return Detail{Instances: s.instanceStatuses(), History: s.history()}
+}
+
+// instanceStatuses lists the server's instances, as Detail.Instances
+// says.
+func (s *Server) instanceStatuses() []InstanceStatus {
 	ins := s.instances() // s.mu is released before any in.mu is taken
 	serving := len(ins)
 	ins = append(ins, s.f.drainingOf(s)...)

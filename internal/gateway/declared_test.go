@@ -261,7 +261,7 @@ func TestConfigNarrowsDeclaredCapabilities(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, tc.servers)
-			if got := string(w.fleet.Get("x").DeclaredCapabilities()); got != map[string]string{"shared": `{"elicitation":{}}`, "per-session": `{"elicitation":{},"sampling":{}}`}[tc.name] {
+			if got := string(fleet.DeclaredCapabilities(w.fleet.Get("x").Config())); got != map[string]string{"shared": `{"elicitation":{}}`, "per-session": `{"elicitation":{},"sampling":{}}`}[tc.name] {
 				t.Errorf("DeclaredCapabilities = %s", got)
 			}
 			ep := w.gw.Single("x")

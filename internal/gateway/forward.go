@@ -200,7 +200,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// request by ending it — its HTTP request, or over stdio through
 		// the front's own registry of modern requests) and nothing waits
 		// for them to end.
-		if srv.PerSession() {
+		if srv.Config().PerSession() {
 			st.private = true // the request's own instance, ended with it
 			if s.modern != nil {
 				g.ownCaps[s.key] = s.modern.Caps // what it is declared (SessionCapabilities)
@@ -232,7 +232,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		// A modern client's request goes to the server in its own era:
 		// a dual-era server's process for modern clients (started the
 		// first time), a modern server; or, bridged, a legacy one.
-		m, err := srv.ModernConn(f.context(), conn)
+		m, err := lease.ModernConn(f.context())
 		if err != nil {
 			defer f.end()
 			return nil, f.notReached(err)
@@ -795,7 +795,7 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			}
 		}
 	case "notifications/resources/updated":
-		if src.Session == "" && src.Server.PerSession() {
+		if src.Session == "" && src.Server.Config().PerSession() {
 			// A per-session server's shared instance only learns its
 			// lists: it serves no session, and its updates are no one's.
 			return
@@ -1162,7 +1162,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseByConfig(conn, m, capName)
 		return
 	}
-	if capName != "" && src.Session == "" && src.Server != nil && src.Server.PerSession() {
+	if capName != "" && src.Session == "" && src.Server != nil && src.Server.Config().PerSession() {
 		// A per-session server's listing process serves no client and
 		// was declared nothing (fleet): nobody to ask.
 		g.refuseUndeclared(conn, m, capName)

@@ -379,7 +379,7 @@ func (g *Gateway) audience(src fleet.Source) []*Session {
 		return nil
 	}
 	all := g.sessionsFor(src.Server)
-	if !src.Server.PerSession() {
+	if !src.Server.Config().PerSession() {
 		return all
 	}
 	// A per-session server's shared instance serves only what no session

@@ -145,7 +145,7 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 		defer g.closeSession(ls)
 		for _, uri := range uris {
 			srv := resolve(ctx, uri)
-			if srv == nil || srv.PerSession() {
+			if srv == nil || srv.Config().PerSession() {
 				continue // no server has it, or each session has its own
 			}
 			sub := &rpc.Message{ID: json.RawMessage(`0`), Method: "resources/subscribe", Params: mustJSON(map[string]string{"uri": uri})}

@@ -175,7 +175,7 @@ func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, 
 // resources/read; else public.
 func (e *single) scope(method string) string {
 	cfg := e.srv.Config()
-	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || e.srv.PerSession() {
+	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || e.srv.Config().PerSession() {
 		return scopePrivate
 	}
 	return scopePublic
@@ -184,12 +184,8 @@ func (e *single) scope(method string) string {
 // init is the server's initialize result: the cached one of a dormant or
 // never-started server, else its live connection's (starting it).
 func (e *single) init(ctx context.Context, session string) (*fleet.InitResult, error) {
-	if e.srv.Init() == nil { // else running: its live result, not a read of a cold one
-		if raw := e.srv.Catalog().CachedInit(); raw != nil {
-			if in, err := fleet.ParseInit(raw); err == nil {
-				return in, nil
-			}
-		}
+	if in := e.srv.Catalog().ColdInit(); in != nil {
+		return in, nil // else running (its live result), or nothing cached
 	}
 	cfg := e.srv.Config()
 	sctx, cancel := fleet.WithTimeout(ctx, fleet.MinTimeout(fleet.StartWait(cfg.InitTimeout), cfg.RequestTimeout))

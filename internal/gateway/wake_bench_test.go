@@ -77,7 +77,7 @@ func BenchmarkWake(b *testing.B) {
 				// dormant time is set when the stop completes (while it
 				// runs, status shows the previous one).
 				restAt := time.Now()
-				if srv.Init() != nil && srv.Rest(context.Background(), srv.Requests()) {
+				if srv.Status().State == "running" && srv.Sleep(context.Background()) == nil {
 					for !srv.Status().DormantSince.After(restAt) {
 						time.Sleep(time.Millisecond)
 					}

@@ -19,16 +19,18 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
 // Server is a server sessions ask things of. The book keys its records by
 // the server's identity: one a reload removed and one added again under
 // its name are two, and the removed one's records go with its sessions.
-// PerSession tells which sessions an instance of it serves (serves).
+// Its config's sharing tells which sessions an instance of it serves
+// (serves).
 type Server interface {
 	Name() string
-	PerSession() bool
+	Config() *config.Server
 }
 
 // Conn is a new connection of an instance, to be told what its sessions
@@ -287,7 +289,7 @@ func (b *Book) LogLevels(s Server) map[string]string {
 // Pinned reports whether a session of the instance of s keyed key ("" for
 // the shared one) holds a subscription: the instance must not go dormant.
 func (b *Book) Pinned(s Server, key string) bool {
-	perSession := s.PerSession()
+	perSession := s.Config().PerSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.servers[s]; r != nil {
@@ -315,7 +317,7 @@ func serves(perSession bool, key, session string) bool {
 
 // instanceKey is the key of the instance of s that serves session.
 func instanceKey(s Server, session string) string {
-	if s.PerSession() {
+	if s.Config().PerSession() {
 		return session
 	}
 	return ""
@@ -325,7 +327,7 @@ func instanceKey(s Server, session string) string {
 // told: the union of its sessions' subscriptions and the most verbose
 // level any of them set.
 func (b *Book) replay(s Server, key string) (uris []string, level string) {
-	perSession := s.PerSession()
+	perSession := s.Config().PerSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.servers[s]

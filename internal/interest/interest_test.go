@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -20,8 +22,14 @@ type server struct {
 	perSession bool
 }
 
-func (s *server) Name() string     { return s.name }
-func (s *server) PerSession() bool { return s.perSession }
+func (s *server) Name() string { return s.name }
+func (s *server) Config() *config.Server {
+	sc := &config.Server{Name: s.name, Sharing: config.SharingShared}
+	if s.perSession {
+		sc.Sharing = config.SharingPerSession
+	}
+	return sc
+}
 
 // What a session asks of a server while it ends is either forgotten with
 // it or never recorded: no subscription or log level of an ended session
