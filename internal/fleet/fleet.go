@@ -27,6 +27,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
@@ -233,8 +234,9 @@ const endedMemory = time.Minute
 // EndSession ends what client session held in every server: per-session
 // instances are closed under ctx, and no instance is created for it
 // afterwards. What it asked of the servers (subscriptions, log levels) is
-// not the fleet's: its owner forgets it first (interest.Book.End), and a
-// modern server's listen drops its subscriptions here.
+// not the fleet's: its owner (Options.Interest) is told to forget it, and
+// the listen of each modern server it had asked something of drops its
+// subscriptions here.
 func (f *Fleet) EndSession(ctx context.Context, session string) {
 	f.DetachSession(session)(ctx)
 }
@@ -265,13 +267,17 @@ func (f *Fleet) DetachSession(session string) (stop func(context.Context)) {
 	}
 	f.ended[session] = now
 	f.endMu.Unlock()
+	var asked []interest.Server
+	if it := f.opts.Interest; it != nil {
+		asked = it.End(session)
+	}
 	type detached struct {
 		s  *Server
 		in *instance
 	}
 	var all []detached
 	for _, s := range f.Servers() {
-		if in := s.detachSession(session); in != nil {
+		if in := s.detachSession(session, slices.Contains(asked, interest.Server(s))); in != nil {
 			all = append(all, detached{s, in})
 		}
 	}

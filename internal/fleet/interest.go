@@ -24,6 +24,9 @@ type Interest interface {
 	// Sync tells rs, the connection of the instance to a modern server,
 	// the resources its sessions subscribe to now, as one set.
 	Sync(rs interest.ResourceSubscriber, s interest.Server, key string)
+	// End forgets what session asked, records nothing it asks
+	// afterwards, and returns the servers it had asked something of.
+	End(session string) []interest.Server
 }
 
 // pinned reports whether a session of the instance keyed key ("" for the

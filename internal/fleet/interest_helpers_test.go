@@ -10,7 +10,12 @@ import (
 // interest book (Options.Interest), as the gateway records it.
 
 // bookOf is f's interest book.
-func bookOf(f *Fleet) *interest.Book { return f.opts.Interest.(*interest.Book) }
+func bookOf(f *Fleet) *interest.Book {
+	if c, ok := f.opts.Interest.(*countingInterest); ok {
+		return c.Book
+	}
+	return f.opts.Interest.(*interest.Book)
+}
 
 func (s *Server) subscribe(session, uri string)   { bookOf(s.f).Subscribe(s, session, uri) }
 func (s *Server) unsubscribe(session, uri string) { bookOf(s.f).Unsubscribe(s, session, uri) }
@@ -22,10 +27,9 @@ func (s *Server) instanceSubscriptions(session string) []string {
 	return bookOf(s.f).InstanceSubscriptions(s, session)
 }
 
-// endSession ends session as the gateway does: what it asked is forgotten
-// first, then the fleet ends what it held.
+// endSession ends session as the gateway does: the fleet forgets what it
+// asked (the interest book's End) and ends what it held.
 func (f *Fleet) endSession(ctx context.Context, session string) {
-	bookOf(f).End(session)
 	f.EndSession(ctx, session)
 }
 

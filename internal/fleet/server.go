@@ -81,8 +81,10 @@ func (s *Server) instances() []*instance {
 // detachSession returns the instance a per-session server ran for
 // session — out of perSession, so no request finds it, but counted as
 // stopping until stopDetached — for the caller to stop; nil if there is
-// none.
-func (s *Server) detachSession(session string) *instance {
+// none. asked tells that the session had asked something of the server
+// (Interest.End, before): then the shared instance of a modern server is
+// told the subscriptions left.
+func (s *Server) detachSession(session string, asked bool) *instance {
 	s.mu.Lock()
 	in := s.perSession[session]
 	if in != nil {
@@ -90,9 +92,9 @@ func (s *Server) detachSession(session string) *instance {
 	}
 	delete(s.perSession, session)
 	s.mu.Unlock()
-	if in == nil {
-		// What the session asked is forgotten (interest.Book.End,
-		// before): a modern server's listen drops its subscriptions.
+	if in == nil && asked {
+		// What the session asked is forgotten: a modern server's listen
+		// drops its subscriptions.
 		s.resync()
 	}
 	s.sharedIn().rearm() // a subscription it held may have kept it awake

@@ -157,7 +157,10 @@ func (g *Gateway) Interest() *interest.Book { return g.interests }
 // (clientbook.Other last); nil when none did.
 func (g *Gateway) Clients(s *fleet.Server) []clientbook.Use { return g.clients.Of(s) }
 
-// SetFleet attaches the fleet; call once before serving.
+// SetFleet attaches the fleet; call once before serving. f is made with
+// Options.Interest set to g.Interest(): the fleet reads what sessions
+// asked from the gateway's book, and tells it to forget an ended
+// session's (DetachSession).
 func (g *Gateway) SetFleet(f *fleet.Fleet) {
 	g.fleet = f
 }
@@ -326,13 +329,14 @@ func (g *Gateway) closeSession(s *Session) {
 		g.deliver(r, &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: "the client session ended before it answered"}})
 	}
 	// What it asked of the servers — its subscriptions and log levels —
-	// is forgotten at once; what it held in the fleet — its per-session
+	// is forgotten at once (the fleet tells the interest book as it
+	// detaches the session); what it held in the fleet — its per-session
 	// instances — ends with it, bounded.
-	g.interests.End(s.Key())
+	stop := g.fleet.DetachSession(s.Key())
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
 		defer cancel()
-		g.fleet.EndSession(ctx, s.Key())
+		stop(ctx)
 	}()
 }
 

@@ -310,8 +310,7 @@ func (g *Gateway) closeStatelessSession(s *Session) {
 	}
 	g.mu.Unlock()
 	if private {
-		g.interests.End(s.Key())
-		stop := g.fleet.DetachSession(s.Key())
+		stop := g.fleet.DetachSession(s.Key()) // and forgets what it asked (interest.Book.End)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
 			defer cancel()

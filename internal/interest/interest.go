@@ -189,15 +189,15 @@ func (b *Book) SetLogLevel(s Server, session, level string) {
 }
 
 // End forgets what session asked of every server, and records nothing it
-// asks afterwards: call it when the session ends, before the fleet
-// detaches it (fleet.Fleet.DetachSession), which tells a modern server
-// the set left and lets an instance the session's subscription kept
-// awake sleep. Asked under the lock that writes a record, whether the
-// session ended holds until the write: a record is either written before
-// End and forgotten with the rest, or not written at all.
-func (b *Book) End(session string) {
+// asks afterwards; it returns the servers the session had asked something
+// of (nil for none). The fleet calls it as it detaches the session
+// (fleet.Fleet.DetachSession), and tells those of the servers that are
+// modern the set left. Asked under the lock that writes a record, whether
+// the session ended holds until the write: a record is either written
+// before End and forgotten with the rest, or not written at all.
+func (b *Book) End(session string) (asked []Server) {
 	if session == "" {
-		return
+		return nil
 	}
 	now := time.Now()
 	b.mu.Lock()
@@ -218,8 +218,10 @@ func (b *Book) End(session string) {
 		if _, had := r.sessions[session]; had {
 			delete(r.sessions, session)
 			b.changedLocked(s) // a replay running now tells the server again
+			asked = append(asked, s)
 		}
 	}
+	return asked
 }
 
 // Sweep drops the records of the servers a reload removed — those whose
