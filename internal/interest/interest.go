@@ -327,15 +327,19 @@ func instanceKey(s Server, session string) string {
 
 // replay is what a new process of the instance of s keyed key must be
 // told: the union of its sessions' subscriptions and the most verbose
-// level any of them set.
-func (b *Book) replay(s Server, key string) (uris []string, level string) {
+// level any of them set; and gen, the generation (Gen) of that state,
+// read with it under one hold of the lock: a Gen read apart could be
+// that of another state (0 before a record is made, and again once it is
+// dropped, with the state in between read).
+func (b *Book) replay(s Server, key string) (uris []string, level string, gen uint64) {
 	perSession := s.Config().PerSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.servers[s]
 	if r == nil {
-		return nil, ""
+		return nil, "", 0
 	}
+	gen = r.gen
 	set := map[string]bool{}
 	best := -1
 	for sess, a := range r.sessions {
@@ -356,14 +360,14 @@ func (b *Book) replay(s Server, key string) (uris []string, level string) {
 	if best >= 0 {
 		level = logLevels[best]
 	}
-	return uris, level
+	return uris, level, gen
 }
 
 // InstanceSubscriptions lists the resources subscribed to on the instance
 // of s that serves session (its own per-session instance, else the shared
 // one), by any of its sessions, sorted.
 func (b *Book) InstanceSubscriptions(s Server, session string) []string {
-	uris, _ := b.replay(s, instanceKey(s, session))
+	uris, _, _ := b.replay(s, instanceKey(s, session))
 	return uris
 }
 
@@ -371,7 +375,7 @@ func (b *Book) InstanceSubscriptions(s Server, session string) []string {
 // session: the most verbose level any session of that instance set (""
 // if none did).
 func (b *Book) EffectiveLogLevel(s Server, session string) string {
-	_, level := b.replay(s, instanceKey(s, session))
+	_, level, _ := b.replay(s, instanceKey(s, session))
 	return level
 }
 
@@ -381,26 +385,33 @@ func (b *Book) EffectiveLogLevel(s Server, session string) string {
 // is told under, so that what the server is told last is the current set
 // (two changes at once cannot leave the older one).
 func (b *Book) Sync(rs ResourceSubscriber, s Server, session string) {
+	b.sync(rs, s, instanceKey(s, session))
+}
+
+// sync tells rs the resources the sessions of the instance of s keyed key
+// subscribe to now (Sync), and returns the generation of that set.
+func (b *Book) sync(rs ResourceSubscriber, s Server, key string) uint64 {
 	b.tellMu.Lock()
 	defer b.tellMu.Unlock()
-	rs.SetResourceSubscriptions(b.InstanceSubscriptions(s, session))
+	uris, _, gen := b.replay(s, key)
+	rs.SetResourceSubscriptions(uris)
+	return gen
 }
 
 // Replay tells c, a new connection of the instance of s keyed key ("" for
 // the shared one), what that instance's sessions asked of s, within ctx
 // (the connect's: a replay stops when it ends). It returns the generation
-// (Gen) it read before telling: if Gen is still that, c was told the
-// current state. A modern server gets its subscriptions as one set
-// (Sync), and the log level in each request's _meta; a legacy one a
-// logging/setLevel, if it logs, and a resources/subscribe per resource.
-// What the server refuses is logged, not returned.
+// (Gen) of what it told, read with it before telling: if Gen is still
+// that, c was told the current state. A modern server gets its
+// subscriptions as one set (Sync), and the log level in each request's
+// _meta; a legacy one a logging/setLevel, if it logs, and a
+// resources/subscribe per resource. What the server refuses is logged,
+// not returned.
 func (b *Book) Replay(ctx context.Context, s Server, key string, c Conn) uint64 {
-	gen := b.Gen(s)
 	if rs, ok := c.(ResourceSubscriber); ok && rs.Modern() {
-		b.Sync(rs, s, key)
-		return gen
+		return b.sync(rs, s, instanceKey(s, key))
 	}
-	uris, level := b.replay(s, key)
+	uris, level, gen := b.replay(s, key)
 	if len(uris) == 0 && level == "" {
 		return gen
 	}
