@@ -119,9 +119,9 @@ func (b *Book) snapshot(s Server, key string) (gen uint64, uris []string, level 
 	return r.gen, slices.Sorted(maps.Keys(set)), level
 }
 
-// toldCurrent fails t if Gen is still gen, what Replay returned, but c
-// was not told the state the book holds now (the level is not told on a
-// modern server's connection).
+// toldCurrent fails t (Errorf: any goroutine may call it) if Gen is
+// still gen, what Replay returned, but c was not told the state the book
+// holds now (the level is not told on a modern server's connection).
 func toldCurrent(t testing.TB, b *Book, s Server, key string, c *toldConn, gen uint64) {
 	t.Helper()
 	now, uris, level := b.snapshot(s, key)
@@ -130,7 +130,7 @@ func toldCurrent(t testing.TB, b *Book, s Server, key string, c *toldConn, gen u
 	}
 	toldURIs, toldLevel := c.state()
 	if now == gen && (!slices.Equal(toldURIs, uris) || toldLevel != level) {
-		t.Fatalf("Replay returned gen %d, which Gen still is, but told %v %q where the current state is %v %q: the connection is taken as current and is not",
+		t.Errorf("Replay returned gen %d, which Gen still is, but told %v %q where the current state is %v %q: the connection is taken as current and is not",
 			gen, toldURIs, toldLevel, uris, level)
 	}
 }
