@@ -195,6 +195,24 @@ func (h *testHost) relaunch(cfg *config.Server) {
 	}
 }
 
+// remove is a reload that removes the server, as the fleet's does: its
+// catalog retired, its process ended, the store's entry of its lists
+// pruned (its definitions record is kept for definitionsGrace).
+func (h *testHost) remove() {
+	h.c.Retire()
+	h.mu.Lock()
+	conn := h.in.conn
+	h.in.conn = nil
+	h.mu.Unlock()
+	if conn != nil {
+		conn.close()
+	}
+	if _, err := h.env.Store.Prune(map[string]string{}); err != nil {
+		h.env.Log.Warn("could not prune", "err", err)
+	}
+	h.env.PruneDefinitions(map[string]bool{})
+}
+
 // prune drops what the store keeps of the server under another launch
 // than its current one, as the fleet's reload does once it applied.
 func (h *testHost) prune() {

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
-	"github.com/mcpvisor/mcpvisor/internal/drift"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
@@ -232,64 +230,6 @@ func TestCheckToolLearnEndsWithItsLastCaller(t *testing.T) {
 	})
 }
 
-// A learn of the tools is shared only by callers of the same process
-// and the same list: a caller for another connection (the process after a
-// restart) waits for it and learns its own, and a list_changed during a
-// learn makes its callers learn again — neither is answered from a list
-// that is not its process's latest.
-func TestCheckToolLearnIsOfItsOwnProcessAndList(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		df, s := newPinned(t, "")
-		defer df.close(t)
-		l, release := wakeHeld(t, df, s)
-		defer release()
-		defer l.Release()
-		synctest.Wait() // the refresh after the start waits in tools/list
-		in := s.sharedIn()
-		x := l.Conn()
-		y := listConn{&fakeLive{done: make(chan struct{})}, df.srv}
-		before, _ := df.listStats()
-
-		type result struct {
-			set map[string]bool
-			err error
-		}
-		learn := func(c Conn) <-chan result {
-			ch := make(chan result, 1)
-			go func() {
-				set, err := catalog.ProbeOf(&s.cat).ToolsOf(t.Context(), catalog.Process{Conn: c, Launched: in.cfg, Session: in.key, Tools: &in.tools})
-				names := map[string]bool{}
-				for name := range set {
-					names[name] = true
-				}
-				ch <- result{names, err}
-			}()
-			return ch
-		}
-		onX := learn(x)
-		synctest.Wait()
-		in.toolsChanged() // a list_changed while X's learn waits
-		onY := learn(y)
-		synctest.Wait()
-		if n, _ := df.listStats(); n != before+1 {
-			t.Fatalf("%d tools/list calls while X's learn waits, want 1 (Y waits for it)", n-before)
-		}
-		release()
-		for _, r := range []result{<-onX, <-onY} {
-			if r.err != nil || !r.set["echo"] {
-				t.Fatalf("a learn: %v, %v", r.set, r.err)
-			}
-		}
-		if n, _ := df.listStats(); n != before+3 {
-			t.Fatalf("%d tools/list calls, want 3: X's, X's again after the list_changed, Y's own", n-before)
-		}
-		owner := catalog.LiveConn(&in.tools)
-		if owner != catalog.Conn(x) && owner != catalog.Conn(y) {
-			t.Fatalf("the list kept is of neither connection")
-		}
-	})
-}
-
 // Calls that check one process at once share one learn of its list; one
 // whose context ends first leaves without holding up the others, and a
 // later call uses what was learned.
@@ -366,8 +306,10 @@ func TestAReAddedPinnedServerKeepsItsApprovals(t *testing.T) {
 }
 
 // Once a reload removed a server, nothing of it writes its definitions
-// record: a late flush of the removed server (its refresher finishing)
-// does not undo what the server added again under its name wrote.
+// record: a late flush of the removed server (here an approval that
+// reaches it as it is removed) does not undo what the server added again
+// under its name wrote. (The catalog's test of this name flushes a change
+// of its own.)
 func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	synctest.Test(t, func(t *testing.T) {
@@ -381,14 +323,17 @@ func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 		old := df.f.Get("s")
 		df.srv.setItems(echoV1, pidTool)
 		learnTools(t, old)
+		df.srv.setItems(echoV2, pidTool)
+		relearn(old) // echo changed: held, and the record written
 		if _, err := df.f.Reload(t.Context(), parseCfg(t, `"other":{"command":"o"}`), false, nil); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		before := string(st.Definitions("s"))
-		p := catalog.ProbeOf(&old.cat)
-		p.DirtyUnapproved() // a change the removed server would persist
-		p.FlushDefinitions()
+		// An approval the removed server would persist.
+		if approved, _, err := old.Catalog().Approve(nil, nil); err != nil || len(approved) != 1 {
+			t.Fatalf("approving the removed server's held echo: %v, %v", approved, err)
+		}
 		if got := string(st.Definitions("s")); got != before {
 			t.Fatalf("a removed server wrote its record:\n%s\nwas\n%s", got, before)
 		}
@@ -639,32 +584,6 @@ func TestCheckToolLearnEndsWithTheFleet(t *testing.T) {
 		df.close(t)
 		if err := <-errc; err == nil {
 			t.Fatal("a check whose learn the fleet's Close ended succeeded")
-		}
-	})
-}
-
-// Was a defect: the first list's definitions are approved as they are
-// (trust on first use) by making the approved set the known one; approving
-// a per-session process's own definition then wrote it into the known
-// set too, so the shared instance's definition was replaced without being
-// held, and the held count was wrong.
-func TestApprovingAPrivateDefinitionLeavesTheKnownOne(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		df, s := newPinned(t, `,"sharing":"per-session"`)
-		defer df.close(t)
-		fp := func(raw string) string {
-			return drift.Index(drift.Tool, []json.RawMessage{json.RawMessage(raw)})["echo"].Fingerprint
-		}
-		df.srv.setItems(echoV2, pidTool)
-		if err := checkOn(t, s, "A", "echo", time.Second); err == nil {
-			t.Fatal("session A's changed echo was not held")
-		}
-		if _, _, err := s.Catalog().Approve([]string{"echo"}, map[string]string{"echo": fp(echoV2)}); err != nil {
-			t.Fatal(err)
-		}
-		known := catalog.ProbeOf(&s.cat).KnownTool("echo")
-		if known != fp(echoV1) {
-			t.Fatalf("approving session A's echo replaced the known (shared) echo: %s, want %s", known, fp(echoV1))
 		}
 	})
 }
