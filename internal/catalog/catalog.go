@@ -167,6 +167,15 @@ type Env struct {
 	// store (persistInit): each writes the result held when it writes,
 	// so the last write is of the one held last.
 	initWrites sync.Mutex
+
+	// Test seams, set by the package's own tests on the Env they make;
+	// nil in production, where the default runs. putDefs writes a
+	// definitions record in place of Store.PutDefinitions (a write held
+	// while readers go on); beforeInitWrite runs in persistInit between
+	// taking the result to write and writing it (a write held there
+	// while another instance remembers another result).
+	putDefs         func(st *store.Store, server string, rec json.RawMessage) error
+	beforeInitWrite func()
 }
 
 // Event is one event a catalog reports of its server.

@@ -25,14 +25,12 @@ func TestConcurrentInitWritesLeaveTheOneHeld(t *testing.T) {
 	key, _ := s.launchKey()
 	held, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	prev := beforeInitWrite
-	beforeInitWrite = func() {
+	s.env().beforeInitWrite = func() {
 		if calls.Add(1) == 1 { // the first write only
 			close(held)
 			<-release
 		}
 	}
-	defer func() { beforeInitWrite = prev }()
 	first := make(chan struct{})
 	go func() {
 		defer close(first)

@@ -151,9 +151,13 @@ func (d *defs) coldLocked(pending int) {
 	d.cold, d.pending = true, pending
 }
 
-// putDefinitions writes a server's definitions record (a seam for tests).
-var putDefinitions = func(st *store.Store, server string, rec json.RawMessage) error {
-	return st.PutDefinitions(server, rec)
+// putDefinitions writes the server's definitions record rec to st
+// (through Env.putDefs when a test set it).
+func (c *Catalog) putDefinitions(st *store.Store, rec json.RawMessage) error {
+	if put := c.env().putDefs; put != nil {
+		return put(st, c.name(), rec)
+	}
+	return st.PutDefinitions(c.name(), rec)
 }
 
 // driftKind is the definition kind of a list, or "" for resources (their
@@ -443,7 +447,7 @@ func (c *Catalog) flushDefinitions() {
 		d.writeMu.Lock()
 		if gen > d.written && !d.retired {
 			d.written = gen
-			if err := putDefinitions(st, c.name(), rec); err != nil {
+			if err := c.putDefinitions(st, rec); err != nil {
 				c.env().Log.Warn("could not persist a server's definitions", "server", c.name(), "err", err)
 			} else {
 				d.stored = gen

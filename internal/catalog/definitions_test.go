@@ -1,9 +1,13 @@
 package catalog
 
 import (
+	"encoding/json"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // Approvals and relearns from many goroutines at once — the refresher's
@@ -77,4 +81,46 @@ func TestARemovedServerNoLongerWritesItsRecord(t *testing.T) {
 			t.Fatalf("a removed server wrote its record:\n%s\nwas\n%s", got, before)
 		}
 	})
+}
+
+// Persisting a server's definitions (a disk write with fsync) does not
+// hold up what reads them — ToolHeld on every pinned call, the status on
+// every poll — and two flushes racing write the newer record last.
+func TestDefinitionsWriteDoesNotHoldUpReaders(t *testing.T) {
+	s, h := newTestCatalogOf(t, openStore(t), serverConfigWith(t, "fake", `,"pin":true,"idleTimeout":"0"`), newTestServer(t, ""))
+	h.srv.setItems(echoV1, pidTool)
+	if _, err := s.List(t.Context(), Tools); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h.env.putDefs = func(*store.Store, string, json.RawMessage) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}
+	releaseWrite := sync.OnceFunc(func() { close(release) })
+	defer releaseWrite() // (the write held ends before the host's work is waited for)
+	h.srv.setItems(echoV2, pidTool)
+	s.ListChanged("notifications/tools/list_changed") // a relearn: the change is persisted
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the change was not persisted")
+	}
+	read := make(chan bool, 1)
+	go func() {
+		held := s.ToolHeld("echo")
+		// What the fleet's status reads of the catalog.
+		_, _, _, _ = s.Cached(Tools), s.Warning(), s.PendingDefinitions(), s.Era()
+		read <- held
+	}()
+	select {
+	case held := <-read:
+		if !held {
+			t.Error("the changed echo of a pinned server is not held")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("ToolHeld and the status's reads waited for the disk write")
+	}
+	releaseWrite()
 }

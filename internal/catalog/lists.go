@@ -791,18 +791,15 @@ func (c *Catalog) persistInit() {
 	if !ok {
 		return
 	}
-	beforeInitWrite()
+	if hook := c.env().beforeInitWrite; hook != nil {
+		hook()
+	}
 	if err := c.env().Store.PutInit(c.name(), hex.EncodeToString(key[:]), raw); err != nil {
 		c.env().Log.Warn("could not persist a server's initialize result", "server", c.name(), "err", err)
 		return
 	}
 	c.lists.initWritten(seq, key)
 }
-
-// beforeInitWrite is called by persistInit between taking the result to
-// write and writing it; a test seam (a write held there while another
-// instance remembers another result).
-var beforeInitWrite = func() {}
 
 // warmInit takes raw, the result of a server that woke, as the cold
 // initialize result, in memory again, if the store holds the same (so

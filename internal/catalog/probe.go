@@ -7,7 +7,6 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
-	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 
 // Probe reaches into a catalog's state for the fleet's tests: those that
@@ -151,12 +150,4 @@ func LiveConn(t *LiveTools) Conn {
 		return nil
 	}
 	return b.v.conn
-}
-
-// SetPutDefinitions makes fn what writes a definitions record, and
-// returns what undoes that.
-func SetPutDefinitions(fn func(*store.Store, string, json.RawMessage) error) (undo func()) {
-	prev := putDefinitions
-	putDefinitions = fn
-	return func() { putDefinitions = prev }
 }

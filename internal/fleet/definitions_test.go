@@ -10,7 +10,6 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
@@ -526,52 +525,6 @@ func TestUnpinByReload(t *testing.T) {
 			t.Fatal("unpinning did not show the held tool and report it")
 		}
 	})
-}
-
-// Persisting a server's definitions (a disk write with fsync) does not
-// hold up what reads them — ToolHeld on every pinned call, the status on
-// every poll — and two flushes racing write the newer record last.
-func TestDefinitionsWriteDoesNotHoldUpReaders(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	df := newDriftFleet(t, `,"pin":true,"idleTimeout":"0"`, nil, st)
-	defer df.close(t)
-	s := df.f.Get("s")
-	df.srv.setItems(echoV1, pidTool)
-	if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
-		t.Fatal(err)
-	}
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer catalog.SetPutDefinitions(func(*store.Store, string, json.RawMessage) error {
-		entered <- struct{}{}
-		<-release
-		return nil
-	})()
-	df.srv.setItems(echoV2, pidTool)
-	s.listChanged("notifications/tools/list_changed") // a relearn: the change is persisted
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the change was not persisted")
-	}
-	read := make(chan bool, 1)
-	go func() {
-		held := s.Catalog().ToolHeld("echo")
-		_ = s.Status()
-		read <- held
-	}()
-	select {
-	case held := <-read:
-		if !held {
-			t.Error("the changed echo of a pinned server is not held")
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("ToolHeld and Status waited for the disk write")
-	}
-	close(release)
 }
 
 // Unpinning approves the tools as clients then see them, also when the
