@@ -725,10 +725,22 @@ func (in *instance) armLocked(now time.Time) {
 			next = now // due now: the check decides
 		}
 	}
-	if check := now.Add(memoryCheckEvery); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
+	if check := nextMemoryCheck(in.st.startedAt, now); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
 		next = check
 	}
 	in.armAfterLocked(next.Sub(now))
+}
+
+// nextMemoryCheck is when the memory of a run begun at startedAt is next
+// looked at, after now: every memoryCheckEvery from its start, so that a
+// re-arm (a session's end, a reload) never puts the check off; from now
+// for a run with no start recorded.
+func nextMemoryCheck(startedAt, now time.Time) time.Time {
+	if startedAt.IsZero() || now.Before(startedAt) {
+		return now.Add(memoryCheckEvery)
+	}
+	n := now.Sub(startedAt)/memoryCheckEvery + 1
+	return startedAt.Add(n * memoryCheckEvery)
 }
 
 // armAfterLocked arms the idle timer to fire after d, making it if there

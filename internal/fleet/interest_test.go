@@ -1,10 +1,12 @@
 package fleet
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 )
@@ -75,4 +77,42 @@ func TestEndedSessionLeavesAModernServersSubscriptions(t *testing.T) {
 			t.Fatalf("the server's listen holds %v after session A ended, want B's alone", got)
 		}
 	})
+}
+
+// Sessions that end while a server idles over its maxIdleMemory put off
+// nothing: the memory check comes every memoryCheckEvery after the run
+// began, whoever re-arms the idle timer meanwhile. A session that asked
+// nothing of the server does not touch its timer at all; one that did
+// (a log level) re-arms it, which leaves the memory check where it was.
+func TestSessionEndsDoNotPostponeTheMemoryCheck(t *testing.T) {
+	for _, asked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asked=%v", asked), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ff := newFakeFleet(t, `,"idleTimeout":"1h","startGrace":"0s","maxIdleMemory":"300MiB"`)
+				defer ff.close(t)
+				var mem atomic.Uint64
+				mem.Store(400 << 20) // over the bound from the start
+				fakeMemory(ff, &mem)
+				s := ff.f.Get("s")
+				if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+					t.Fatal(err)
+				}
+				// A session ends more often than the memory check comes,
+				// for twice its period.
+				every := memoryCheckEvery * 4 / 5
+				for i := range 3 {
+					time.Sleep(every)
+					other := fmt.Sprintf("other-%d", i)
+					if asked {
+						s.setLogLevel(other, "debug")
+					}
+					ff.f.EndSession(t.Context(), other)
+				}
+				synctest.Wait()
+				if got := state(s); got != "dormant" {
+					t.Fatalf("idle at 400MiB (maxIdleMemory 300MiB) for %v while sessions ended: %s, want dormant", 3*every, got)
+				}
+			})
+		})
+	}
 }

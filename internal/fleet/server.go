@@ -92,12 +92,14 @@ func (s *Server) detachSession(session string, asked bool) *instance {
 	}
 	delete(s.perSession, session)
 	s.mu.Unlock()
-	if in == nil && asked {
-		// What the session asked is forgotten: a modern server's listen
-		// drops its subscriptions.
-		s.resync()
+	if asked {
+		if in == nil {
+			// What the session asked is forgotten: a modern server's
+			// listen drops its subscriptions.
+			s.resync()
+		}
+		s.sharedIn().rearm() // a subscription it held may have kept it awake
 	}
-	s.sharedIn().rearm() // a subscription it held may have kept it awake
 	return in
 }
 
