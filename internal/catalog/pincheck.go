@@ -50,7 +50,13 @@ func (t *LiveTools) box() *liveBox {
 	if b := t.p.Load(); b != nil {
 		return b
 	}
-	t.p.CompareAndSwap(nil, &liveBox{})
+	return t.claim(&liveBox{})
+}
+
+// claim makes b t's box unless another was made first, and returns the
+// one made: callers racing to make it all get the same box.
+func (t *LiveTools) claim(b *liveBox) *liveBox {
+	t.p.CompareAndSwap(nil, b)
 	return t.p.Load()
 }
 

@@ -128,3 +128,36 @@ func TestApprovingAPrivateDefinitionLeavesTheKnownOne(t *testing.T) {
 		}
 	})
 }
+
+// LiveTools makes its box once: a caller that lost the race to make it
+// (another's box stored between its look and its own store) uses the
+// winner's, so what one records (a list_changed) is seen by the other.
+func TestLiveToolsBoxIsMadeOnce(t *testing.T) {
+	var lt LiveTools
+	if lt.p.Load() != nil {
+		t.Fatal("a zero LiveTools holds a box")
+	}
+	won := &liveBox{}
+	if got := lt.claim(won); got != won {
+		t.Fatal("the first claim did not make its box the one")
+	}
+	if got := lt.claim(&liveBox{}); got != won {
+		t.Fatal("a claim that lost the race returned its own box, not the one made")
+	}
+	if lt.box() != won {
+		t.Fatal("box returned another box than the one made")
+	}
+	// What is recorded through one caller's box is seen through another's.
+	lt.Changed(true)
+	gen, ok := lt.liveGen(true)
+	if !ok || gen != 1 {
+		t.Fatalf("after one list_changed the generation is %d (%v), want 1", gen, ok)
+	}
+	// Unpinned and with nothing learned, nothing makes a box.
+	var idle LiveTools
+	idle.Changed(false)
+	idle.Forget()
+	if idle.p.Load() != nil {
+		t.Fatal("a list_changed of an unpinned server, or a Forget, made a box")
+	}
+}
