@@ -386,11 +386,13 @@ func TestApprovalDuringRelearn(t *testing.T) {
 	})
 }
 
-// Approvals, relearns (the refresher's), lists and status reads from
-// many goroutines at once: nothing races (under -race), and what the
-// definitions know ends as the list cached (approving all makes the
-// cached echo the visible one). (The catalog's test of this name races
-// List's own relearns too, the cached list dropped.)
+// Approvals, relearns (the refresher's, and List's own through the
+// fleet's lease), lists, sleeps and status reads from many goroutines at
+// once: nothing races (under -race), and what the definitions know ends
+// as the list cached (approving all makes the cached echo the visible
+// one). A list_changed while the server sleeps drops the cached list
+// (the refresher has nothing to fetch it from), so the next List learns
+// it again, starting the server.
 func TestApproveConcurrentWithRelearns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		df := newDriftFleet(t, `,"idleTimeout":"0","pin":true`, nil, nil)
@@ -398,6 +400,15 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 		s := df.f.Get("s")
 		df.srv.setItems(echoV1)
 		learnTools(t, s)
+		// The first Lists below learn the list again, racing each other.
+		if err := s.Sleep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		s.listChanged("notifications/tools/list_changed")
+		synctest.Wait()
+		if s.Catalog().Cached(catalog.Tools) {
+			t.Fatal("a list_changed while the server slept left its list cached")
+		}
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Go(func() {
@@ -406,6 +417,9 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 						df.srv.setItems(echoV2)
 					} else {
 						df.srv.setItems(echoV3)
+					}
+					if j%5 == 0 {
+						_ = s.Sleep(t.Context()) // the list_changed that follows may drop the list
 					}
 					s.listChanged("notifications/tools/list_changed")
 					if j%3 == 0 {
@@ -424,6 +438,11 @@ func TestApproveConcurrentWithRelearns(t *testing.T) {
 		}
 		wg.Wait()
 		synctest.Wait()
+		// A last sleep and list_changed may have dropped the list: learn
+		// it, then approve what it holds.
+		if _, err := s.Catalog().List(t.Context(), catalog.Tools); err != nil {
+			t.Fatal(err)
+		}
 		if _, _, err := s.Catalog().Approve(nil, nil); err != nil {
 			t.Fatal(err)
 		}
