@@ -531,6 +531,10 @@ func stopWait(d time.Duration) time.Duration {
 // left them. The slice is the caller's to read, never to change.
 func (f *Fleet) Servers() []*Server { return f.set.Load().list }
 
+// Interest is Options.Interest, what the fleet reads sessions' interest
+// from (nil without one).
+func (f *Fleet) Interest() Interest { return f.opts.Interest }
+
 // Get returns the named server, or nil.
 func (f *Fleet) Get(name string) *Server { return f.set.Load().byName[name] }
 

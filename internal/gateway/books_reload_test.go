@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -232,4 +234,44 @@ func TestTheGatewaysInterestIsReplayedByTheFleet(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A fleet that reads sessions' interest from another book than the
+// gateway's (or from none) is refused when attached: the gateway leaves
+// the forgetting of an ended session's interest to the fleet, so with
+// another book it would be kept and replayed for ever.
+func TestSetFleetRefusesAnotherInterestBook(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"mcpServers":{"s":{"command":"fake"}}}`), "test.json", config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	g := New(log)
+	for _, tc := range []struct {
+		name string
+		it   fleet.Interest
+	}{
+		{"none", nil},
+		{"another book", interest.New(log)},
+	} {
+		f, err := fleet.New(cfg, fleet.Options{Interest: tc.it})
+		if err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: SetFleet took a fleet whose interest is not the gateway's book", tc.name)
+				}
+			}()
+			g.SetFleet(f)
+		}()
+		f.Close(context.Background())
+	}
+	f, err := fleet.New(cfg, fleet.Options{Interest: g.Interest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	g.SetFleet(f) // the gateway's own book: taken
 }

@@ -157,11 +157,16 @@ func (g *Gateway) Interest() *interest.Book { return g.interests }
 // (clientbook.Other last); nil when none did.
 func (g *Gateway) Clients(s *fleet.Server) []clientbook.Use { return g.clients.Of(s) }
 
-// SetFleet attaches the fleet; call once before serving. f is made with
-// Options.Interest set to g.Interest(): the fleet reads what sessions
-// asked from the gateway's book, and tells it to forget an ended
-// session's (DetachSession).
+// SetFleet attaches the fleet; call once before serving. f must be made
+// with Options.Interest set to g.Interest(): the fleet reads what
+// sessions asked from the gateway's book, and tells it to forget an
+// ended session's (DetachSession) — with another book, what ended
+// sessions asked would be kept and replayed for ever. SetFleet panics if
+// it is not.
 func (g *Gateway) SetFleet(f *fleet.Fleet) {
+	if b, ok := f.Interest().(*interest.Book); !ok || b != g.interests {
+		panic("gateway: the fleet's Options.Interest is not the gateway's interest book (Gateway.Interest)")
+	}
 	g.fleet = f
 }
 
