@@ -13,8 +13,9 @@ import (
 // An instance is named by its server and its key ("" for the shared one).
 type Interest interface {
 	// Replay tells c, a new connection of the instance, what its
-	// sessions asked, within ctx, and returns the generation (Gen) it
-	// read before telling.
+	// sessions asked, within ctx, and returns the generation (Gen) of
+	// what it told, read with it: while Gen is still that, c was told
+	// the current state (replayTo and catchUp rely on it).
 	Replay(ctx context.Context, s interest.Server, key string, c interest.Conn) uint64
 	// Gen counts the changes of what sessions asked of s.
 	Gen(s interest.Server) uint64

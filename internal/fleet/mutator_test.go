@@ -5,6 +5,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 )
 
 // Between the end of a session and the supervisor's move to Restarting
@@ -110,4 +111,13 @@ func TestIdleCheckLeavesAStartAlone(t *testing.T) {
 		in.do(func(st *instState) (_ effects) { st.starting = nil; return })
 		close(ch)
 	})
+}
+
+// An instance is one allocation of the 288-byte size class: a dormant
+// server keeps one, so a field added to it costs every server (the next
+// class is 320 bytes). Make room elsewhere before raising this.
+func TestInstanceFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(instance{}); n > 288 {
+		t.Fatalf("an instance is %d bytes, over the 288-byte class it fits", n)
+	}
 }
