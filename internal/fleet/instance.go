@@ -725,22 +725,24 @@ func (in *instance) armLocked(now time.Time) {
 			next = now // due now: the check decides
 		}
 	}
-	if check := nextMemoryCheck(in.st.startedAt, now); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
+	if check := nextMemoryCheck(in.st.lastActivity, now); maxIdle > 0 && (next.IsZero() || check.Before(next)) {
 		next = check
 	}
 	in.armAfterLocked(next.Sub(now))
 }
 
-// nextMemoryCheck is when the memory of a run begun at startedAt is next
-// looked at, after now: every memoryCheckEvery from its start, so that a
-// re-arm (a session's end, a reload) never puts the check off; from now
-// for a run with no start recorded.
-func nextMemoryCheck(startedAt, now time.Time) time.Time {
-	if startedAt.IsZero() || now.Before(startedAt) {
+// nextMemoryCheck is when the memory of an instance last active at
+// lastActivity (a request's begin or end, a connect) is next looked at,
+// after now: every memoryCheckEvery from that activity, so that a server
+// in use is not checked between close requests, and a re-arm with no
+// activity (a session's end, a reload) never puts the check off; from now
+// when no activity is recorded.
+func nextMemoryCheck(lastActivity, now time.Time) time.Time {
+	if lastActivity.IsZero() || now.Before(lastActivity) {
 		return now.Add(memoryCheckEvery)
 	}
-	n := now.Sub(startedAt)/memoryCheckEvery + 1
-	return startedAt.Add(n * memoryCheckEvery)
+	n := now.Sub(lastActivity)/memoryCheckEvery + 1
+	return lastActivity.Add(n * memoryCheckEvery)
 }
 
 // armAfterLocked arms the idle timer to fire after d, making it if there

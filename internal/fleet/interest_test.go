@@ -116,3 +116,31 @@ func TestSessionEndsDoNotPostponeTheMemoryCheck(t *testing.T) {
 		})
 	}
 }
+
+// A server in use is not put to sleep for its memory between two close
+// requests: the memory check comes memoryCheckEvery after the last
+// activity, not on a clock of its own that a request's end can fall just
+// before.
+func TestAServerInUseIsNotPutToSleepForMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ff := newFakeFleet(t, `,"idleTimeout":"1h","startGrace":"0s","maxIdleMemory":"300MiB"`)
+		defer ff.close(t)
+		var mem atomic.Uint64
+		mem.Store(400 << 20) // over the bound all along
+		fakeMemory(ff, &mem)
+		s := ff.f.Get("s")
+		for range 30 { // a 100 ms request every second, for 30 s
+			l, err := s.Acquire(t.Context(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			l.Release()
+			time.Sleep(900 * time.Millisecond)
+		}
+		synctest.Wait()
+		if st := s.Status(); st.State != "running" || st.Spawns != 1 {
+			t.Fatalf("a server asked something every second is %s after %d starts, want running after 1", st.State, st.Spawns)
+		}
+	})
+}
