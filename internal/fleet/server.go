@@ -139,7 +139,7 @@ func (s *Server) Status() Status {
 	st.Limits = s.f.limitsStatus(s.Config())
 	st.OOMKills, st.PIDsLimitHits = s.limitCounts()
 	st.Launcher = s.launcher()
-	st.Era, st.Requests = s.cat.Era(), s.requests()
+	st.Era = s.cat.Era()
 	return st
 }
 
@@ -170,8 +170,8 @@ func (s *Server) liveInit() *InitResult {
 	return nil
 }
 
-// requests counts the requests ever begun on the shared instance
-// (Status.Requests).
+// requests counts the requests ever begun on the shared instance (as
+// Status.Requests does).
 func (s *Server) requests() int64 {
 	var n int64
 	s.sharedIn().view(func(st *instState) { n = st.requests })

@@ -119,6 +119,7 @@ func (in *instance) statusLocked(is *instState) Status {
 	sup := in.runStateLocked()
 	st := Status{
 		InFlight:    int(is.inflight),
+		Requests:    is.requests,
 		Restarts:    sup.Restarts,
 		Failures:    sup.Failures,
 		NextAttempt: sup.NextAttempt,

@@ -268,7 +268,7 @@ func (a *aggregate) scope(method string) string {
 	}
 	for _, srv := range a.g.fleet.Servers() {
 		cfg := srv.Config()
-		if cfg.Prefix != "" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || srv.Config().PerSession() {
+		if cfg.Prefix != "" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() {
 			return scopePrivate
 		}
 	}

@@ -175,7 +175,7 @@ func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, 
 // resources/read; else public.
 func (e *single) scope(method string) string {
 	cfg := e.srv.Config()
-	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || e.srv.Config().PerSession() {
+	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() {
 		return scopePrivate
 	}
 	return scopePublic

@@ -409,7 +409,7 @@ func (b *Book) sync(rs ResourceSubscriber, s Server, key string) uint64 {
 // not returned.
 func (b *Book) Replay(ctx context.Context, s Server, key string, c Conn) uint64 {
 	if rs, ok := c.(ResourceSubscriber); ok && rs.Modern() {
-		return b.sync(rs, s, instanceKey(s, key))
+		return b.sync(rs, s, key)
 	}
 	uris, level, gen := b.replay(s, key)
 	if len(uris) == 0 && level == "" {
