@@ -186,7 +186,15 @@ func (a *aggregate) Handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	return a.g.answer(ctx, s, m, nil, related, a)
 }
 
-func (a *aggregate) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+// handle serves m, from w: a legacy session's message, or a modern
+// request (which serveStateless has checked is of its revision: no
+// initialize, notification or response, logging/setLevel or
+// resources/subscribe ever comes from one).
+func (a *aggregate) handle(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	s := w.sess
+	if s == nil {
+		return a.request(ctx, w, m, related)
+	}
 	if a.g.clientMessage(s, m) {
 		return nil
 	}
@@ -208,6 +216,22 @@ func (a *aggregate) handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	switch m.Method {
 	case "initialize":
 		return a.g.initialize(s, m, aggregateCaps, mcpvisorInfo, "")
+	case "resources/subscribe", "resources/unsubscribe":
+		uri := stringField(m.Params, "uri")
+		srv := a.resourceServer(ctx, uri)
+		if srv == nil {
+			return resourceNotFound(m.ID, uri)
+		}
+		return a.g.forwardSubscription(ctx, s, srv, m, uri, related)
+	case "logging/setLevel":
+		return a.g.setLevel(ctx, s, a.g.fleet.Servers(), m)
+	}
+	return a.request(ctx, w, m, related)
+}
+
+// request serves a request of either era.
+func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	switch m.Method {
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/list":
@@ -219,22 +243,26 @@ func (a *aggregate) handle(ctx context.Context, s *Session, m *rpc.Message, rela
 	case "resources/templates/list":
 		return a.list(ctx, m, kindTemplates)
 	case "tools/call":
-		return a.byName(ctx, s, m, related, kindTools)
+		return a.byName(ctx, w, m, related, kindTools)
 	case "prompts/get":
-		return a.byName(ctx, s, m, related, kindPrompts)
-	case "resources/read", "resources/subscribe", "resources/unsubscribe":
+		return a.byName(ctx, w, m, related, kindPrompts)
+	case "resources/read":
 		uri := stringField(m.Params, "uri")
 		srv := a.resourceServer(ctx, uri)
 		if srv == nil {
-			return &rpc.Message{ID: m.ID, Error: &rpc.Error{Code: -32002, Message: "Resource not found", Data: mustJSON(map[string]string{"uri": uri})}}
+			return resourceNotFound(m.ID, uri)
 		}
-		return a.g.forwardSubscription(ctx, s, srv, m, uri, related)
+		return a.g.forward(ctx, w, srv, m.Method, m.Params, m.ID, related)
 	case "completion/complete":
-		return a.complete(ctx, s, m, related)
-	case "logging/setLevel":
-		return a.g.setLevel(ctx, s, a.g.fleet.Servers(), m)
+		return a.complete(ctx, w, m, related)
 	}
 	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
+}
+
+// resourceNotFound is the answer to a request for a resource no server
+// has.
+func resourceNotFound(id json.RawMessage, uri string) *rpc.Message {
+	return &rpc.Message{ID: id, Error: &rpc.Error{Code: -32002, Message: "Resource not found", Data: mustJSON(map[string]string{"uri": uri})}}
 }
 
 func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
@@ -646,11 +674,11 @@ func mergeCollisions(old []string, member string, add []string) []string {
 }
 
 // byName routes tools/call and prompts/get by the prefixed name.
-func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, related Sink, k catalog.ListKind) *rpc.Message {
+func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, related Sink, k catalog.ListKind) *rpc.Message {
 	var name string
 	var ok bool
-	if mo := s.modern; mo != nil && s.req == m && mo.Name != "" {
-		name, ok = mo.Name, true // read with its _meta, from the same params
+	if r := w.req; r != nil && r.msg == m && r.mo.Name != "" {
+		name, ok = r.mo.Name, true // read with its _meta, from the same params
 	} else {
 		name, ok = rpc.StringMember(m.Params, "name")
 	}
@@ -683,12 +711,12 @@ func (a *aggregate) byName(ctx context.Context, s *Session, m *rpc.Message, rela
 	params := m.Params
 	switch {
 	case r.nameJSON == nil:
-	case s.modern != nil && s.req == m:
-		s.rename = r.nameJSON // with the _meta edit, in one copy (begin)
+	case w.req != nil && w.req.msg == m:
+		w.req.rename = r.nameJSON // with the _meta edit, in one copy (begin)
 	default:
 		params, _ = rpc.ReplaceMember(m.Params, "name", r.nameJSON)
 	}
-	return a.g.forward(ctx, s, r.srv, m.Method, params, m.ID, related)
+	return a.g.forward(ctx, w, r.srv, m.Method, params, m.ID, related)
 }
 
 // resourceServer finds the server that serves uri: by the listed
@@ -712,7 +740,7 @@ func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Serve
 }
 
 // complete routes completion/complete by its reference.
-func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+func (a *aggregate) complete(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
 	var params map[string]json.RawMessage
 	if json.Unmarshal(m.Params, &params) != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object")
@@ -734,13 +762,13 @@ func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, re
 		ref["name"], _ = json.Marshal(r.name)
 		params["ref"], _ = json.Marshal(ref)
 		body, _ := json.Marshal(params)
-		return a.g.forward(ctx, s, r.srv, m.Method, body, m.ID, related)
+		return a.g.forward(ctx, w, r.srv, m.Method, body, m.ID, related)
 	case "ref/resource":
 		srv := a.resourceServer(ctx, uri)
 		if srv == nil {
 			return errorResponse(m.ID, rpc.InvalidParams, "unknown resource: "+uri)
 		}
-		return a.g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+		return a.g.forward(ctx, w, srv, m.Method, m.Params, m.ID, related)
 	}
 	return errorResponse(m.ID, rpc.InvalidParams, "unknown ref type: "+typ)
 }
@@ -754,7 +782,7 @@ func (a *aggregate) complete(ctx context.Context, s *Session, m *rpc.Message, re
 func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, uri string, related Sink) *rpc.Message {
 	if m.Method == "resources/subscribe" {
 		g.interests.Subscribe(srv, s.Key(), uri)
-		resp := g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+		resp := g.forward(ctx, legacySender(s), srv, m.Method, m.Params, m.ID, related)
 		if resp.Error != nil {
 			g.interests.Unsubscribe(srv, s.Key(), uri)
 		}
@@ -763,7 +791,7 @@ func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *flee
 	// Forgotten first: what the server is told next (a modern server's
 	// listen names the subscriptions left) no longer has it.
 	g.interests.Unsubscribe(srv, s.Key(), uri)
-	return g.forward(ctx, s, srv, m.Method, m.Params, m.ID, related)
+	return g.forward(ctx, legacySender(s), srv, m.Method, m.Params, m.ID, related)
 }
 
 // notifyServer passes a client notification to the running instance that

@@ -44,7 +44,7 @@ func (m *markSink) wasForwarded() bool { return m.forwarded }
 // span.
 func (g *Gateway) answer(ctx context.Context, s *Session, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
 	if !m.IsRequest() {
-		return p.handle(ctx, s, m, related)
+		return p.handle(ctx, legacySender(s), m, related)
 	}
 	var start time.Time
 	if g.tracing != nil {
@@ -59,7 +59,7 @@ func (g *Gateway) answer(ctx context.Context, s *Session, m *rpc.Message, mo *Mo
 	if mo != nil {
 		resp = g.serveStateless(ctx, m, mo, related, p)
 	} else {
-		resp = p.handle(ctx, s, m, related)
+		resp = p.handle(ctx, legacySender(s), m, related)
 	}
 	if fm.wasForwarded() {
 		return resp

@@ -25,14 +25,14 @@ func samplingRequest(n int) *rpc.Message {
 	return &rpc.Message{ID: json.RawMessage(strconv.Itoa(n)), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)}
 }
 
-// newHeld is a modern client's call, held for input, on a session of its
-// own of g, the client having declared sampling, with c its call in
+// newHeld is a modern client's call, held for input, a request of its own
+// on g, the client having declared sampling, with c its call in
 // flight on conn (registered, as begin would, for Request to find).
 func newHeld(g *Gateway, conn fleet.Conn) (*heldCall, *call) {
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	s.held = h
-	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+	c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	return h, c
 }
 
@@ -250,7 +250,7 @@ func legacyCall(g *Gateway, asked *atomic.Int32) *call {
 	st := g.sessions[s]
 	st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
 	g.mu.Unlock()
-	return &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: s.Out()}
+	return &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: s.Out()}
 }
 
 // A legacy client's call to a modern server goes through at most
@@ -326,7 +326,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			g.mu.Lock()
 			st := g.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)} // declared at initialize
-			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
+			c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 			g.calls[conn] = []*call{c}
 			g.mu.Unlock()
 			start := time.Now()
@@ -363,7 +363,7 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			st := g.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
 			g.mu.Unlock()
-			c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink}
+			c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink}
 			conn := &inputConn{rounds: 2}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -410,12 +410,12 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
 	mo.ctx, mo.cancel = ctx, cancel // as the HTTP front serves it
-	s := g.openStatelessSession(nil, mo)
-	defer g.closeStatelessSession(s)
+	s := g.newModernReq(nil, nil, mo)
+	defer g.endModernReq(s)
 
 	first := make(chan *rpc.Message, 1)
 	go func() {
-		first <- g.forward(ctx, s, srv, "tools/call", json.RawMessage(`{"name":"sleep","arguments":{"ms":60000}}`), json.RawMessage(`1`), noSink)
+		first <- g.forward(ctx, sender{req: s}, srv, "tools/call", json.RawMessage(`{"name":"sleep","arguments":{"ms":60000}}`), json.RawMessage(`1`), noSink)
 	}()
 	// In flight (registered after the cancel was taken).
 	waitFor(t, "the first forward in flight", func() bool {
@@ -428,7 +428,7 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 		}
 		return false
 	})
-	second := g.forward(ctx, s, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"second"}}`), json.RawMessage(`1`), noSink)
+	second := g.forward(ctx, sender{req: s}, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"second"}}`), json.RawMessage(`1`), noSink)
 	if second.Error != nil || !strings.Contains(string(second.Result), "second") {
 		t.Fatalf("the second forward: %s", second.Encode())
 	}
@@ -448,9 +448,9 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx2, cancel2 := context.WithCancelCause(t.Context())
 	defer cancel2(nil)
 	mo2 := &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`), ctx: ctx2, cancel: cancel2}
-	s2 := g.openStatelessSession(nil, mo2)
-	defer g.closeStatelessSession(s2)
-	if m := g.forward(ctx2, s2, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"one"}}`), json.RawMessage(`2`), noSink); m.Error != nil {
+	s2 := g.newModernReq(nil, nil, mo2)
+	defer g.endModernReq(s2)
+	if m := g.forward(ctx2, sender{req: s2}, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"one"}}`), json.RawMessage(`2`), noSink); m.Error != nil {
 		t.Fatalf("forward: %s", m.Encode())
 	}
 	if ctx2.Err() == nil {

@@ -158,7 +158,7 @@ func (g *Gateway) askClient(ctx context.Context, c *call, method string, params 
 		return nil, fmt.Errorf("%w (%s)", errNotDeclared, method)
 	}
 	ours := secretID("mcpv-r-")
-	r := &outReq{call: c, sess: c.sess, answer: make(chan *rpc.Message, 1)}
+	r := &outReq{call: c, sess: c.from.sess, answer: make(chan *rpc.Message, 1)}
 	r.timer = time.NewTimer(inputWait)
 	defer r.timer.Stop()
 	if err := g.sendOutReq(c, ours, r, method, params); err != nil {

@@ -168,11 +168,11 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 	g := New(nil)
 	conn := &recConn{}
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"elicitation":{}}`)}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"elicitation":{}}`)}
 	s.held = h
 	t.Cleanup(func() { h.stop(false) })
-	c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+	c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	g.mu.Lock()
 	g.calls[conn] = []*call{c}
 	g.mu.Unlock()

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,8 +59,11 @@ type Endpoint interface {
 	Close(s *Session)
 }
 
-// Session is one client session: an Mcp-Session-Id on the HTTP front, the
-// single client of the stdio front.
+// Session is one legacy (2025) client session: an Mcp-Session-Id on the
+// HTTP front, the single client of the stdio front — or one mcpvisor
+// holds for a subscriptions/listen request's resource subscriptions
+// (listener). A 2026-07-28 request has none (modernReq). The gateway
+// keeps each open one in its session table (sessionTable).
 type Session struct {
 	// ID is assigned by the transport (empty for stdio).
 	ID      string
@@ -73,39 +75,13 @@ type Session struct {
 	closed bool
 	state  any // the endpoint's own per-session state
 
-	modern *Modern      // the request's own _meta, for the session of a modern request
-	req    *rpc.Message // that request, as the client sent it
-	held   *heldCall    // the held call whose session this is, if any
-	st     *sessState   // a modern request's session state (it is in no table)
-	// client, for a modern request on a stdio connection: the connection's
-	// session. Every request of one connection is its one client's.
-	client *Session
-	// listener: the session a modern client's subscriptions/listen holds
-	// its resource subscriptions in — mcpvisor's own, no legacy client's.
+	// listener: the session holds a subscriptions/listen request's
+	// resource subscriptions — mcpvisor's own, no client's: what it
+	// forwards is no legacy client's activity.
 	listener bool
-	// rename, for a modern request's session: the name its server knows
-	// the requested tool or prompt by, put in the params by its forward
-	// with the rest of their edit (one copy: begin).
-	rename json.RawMessage
 	// ident is who the session's client says it is (identity.go); nil
 	// until it says so or is given a hint. Written under mu.
 	ident atomic.Pointer[clientIdent]
-}
-
-// legacyClient reports whether s is a legacy client's session (not a
-// modern request's, nor one mcpvisor holds for a listener).
-func (s *Session) legacyClient() bool { return s.modern == nil && !s.listener }
-
-// requester is who s's requests come from, as far as attributing a
-// server's log lines goes: s itself, or, for a modern request over stdio,
-// the connection's session — the requests of one stdio client are one
-// requester, while each modern request over HTTP is its own (nothing
-// there says two come from one client).
-func (s *Session) requester() *Session {
-	if s.client != nil {
-		return s.client
-	}
-	return s
 }
 
 // NewSession returns a session whose unsolicited messages go to out.

@@ -31,31 +31,33 @@ var (
 // forward sends one client request to srv and returns the response for the
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
-func (g *Gateway) forward(ctx context.Context, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+func (g *Gateway) forward(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
 	if fm, ok := related.(forwardMarker); ok {
 		fm.markForwarded() // counted and traced as its server's call, not as mcpvisor's answer
 	}
-	if s.modern != nil && s.held == nil && s.req != nil && mrtrMethod(method) && s.modern.givesInput() {
+	r := w.req
+	if r != nil && r.held == nil && mrtrMethod(method) && r.mo.givesInput() {
 		// A modern client's call that may need its input: held across
 		// rounds.
-		return g.forwardHeld(ctx, s, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
+		return g.forwardHeld(ctx, r, srv, &rpc.Message{ID: clientID, Method: method}, params, related)
 	}
 	var cancel context.CancelCauseFunc
-	if mo := s.modern; mo != nil && s.held == nil && mo.cancel != nil && ctx == mo.ctx {
+	if r != nil && r.held == nil && r.mo.cancel != nil && ctx == r.mo.ctx {
+		mo := r.mo
 		// A modern request's context is its own: its forward ends it.
 		// Only the first forward takes it; a second (no path makes one
 		// today) derives its own context, and so must begin before the
 		// first ends — after, the request's context has ended.
 		cancel, mo.cancel = mo.cancel, nil
 	}
-	f, resp := g.begin(ctx, cancel, s, srv, method, params, clientID, related)
+	f, resp := g.begin(ctx, cancel, w, srv, method, params, clientID, related)
 	if resp != nil {
 		return resp
 	}
-	r, err := f.send()
-	resp = f.finish(r, err)
-	if s.modern != nil {
-		if need := f.c.st.needCap.Load(); need != nil {
+	sr, err := f.send()
+	resp = f.finish(sr, err)
+	if r != nil {
+		if need := r.needCap.Load(); need != nil {
 			// The server asked for input the client declared no
 			// capability for, and was refused (Request).
 			return capabilityError(clientID, f.name, *need)
@@ -106,8 +108,8 @@ type flight struct {
 	stopCtx        context.CancelCauseFunc
 	c              *call
 	key            string
-	s              *Session
-	mo             *Modern // s.modern as it began: a held call's later rounds replace s.modern (under g.mu)
+	from           sender
+	mo             *Modern // from.modern() as it began: a held call's later rounds replace it (under g.mu)
 	name, method   string
 	params         json.RawMessage // as the server gets them
 	clientID       json.RawMessage
@@ -146,15 +148,18 @@ type flightSpan struct {
 // client if the request ends before it reaches the server. The flight's
 // context is ctx with a cancel of its own, or, when cancel is given, ctx
 // itself, ended by cancel (a held call brings its own).
-func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *Session, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
+func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	name := srv.Name()
-	f := &flight{g: g, s: s, mo: s.modern, name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
+	r := w.req
+	f := &flight{g: g, from: w, mo: w.modern(), name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
 		start: arrival(ctx), srv: srv}
 	var raw json.RawMessage // the tool or prompt it names, as the server knows it
 	switch method {
 	case "tools/call", "prompts/get":
-		raw = s.rename // a modern request's: the server's own name, put in below
-		if s.modern == nil || raw == nil {
+		if r != nil {
+			raw = r.rename // a modern request's: the server's own name, put in below
+		}
+		if raw == nil {
 			raw = rpc.Member(params, "name")
 		}
 		f.target = plainString(raw)
@@ -162,7 +167,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	if g.tracing != nil {
 		target, _ := rpc.String(raw) // escapes decoded, for the span alone
 		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, spanTarget(srv, method, f.target), params), target: target}
-		if s.modern != nil {
+		if r != nil {
 			f.tr.protocol = modernVersion
 		}
 	}
@@ -176,40 +181,12 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	// The call is the session's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
 	// server starts or restarts cancels it there, and it never runs.
-	f.call = call{sess: s, clientID: clientID, related: related, cancel: f.cancel}
+	f.call = call{from: w, clientID: clientID, related: related, cancel: f.cancel}
 	c := &f.call
 	f.c, f.key = c, string(clientID)
-	g.mu.Lock()
-	st := s.st // a modern request's own: in no table
-	if st == nil {
-		st = g.sessions[s]
+	if resp := g.register(f, srv); resp != nil {
+		return nil, resp
 	}
-	if st == nil || st.closed {
-		g.mu.Unlock()
-		f.cancel(nil)
-		f.record(telemetry.Cancelled, 0, "session closed")
-		return nil, errorResponse(clientID, rpc.InvalidRequest, "session closed")
-	}
-	c.st = st
-	if f.tr != nil && f.tr.protocol == "" {
-		f.tr.protocol = st.protocol
-	}
-	if st.stateless {
-		// A modern request's session is in no table, and its calls need
-		// none: nothing finds them by id (a client cancels a modern
-		// request by ending it — its HTTP request, or over stdio through
-		// the front's own registry of modern requests) and nothing waits
-		// for them to end.
-		if srv.Config().PerSession() {
-			st.private = true // the request's own instance, ended with it
-			if s.modern != nil {
-				g.ownCaps[s.key] = s.modern.Caps // what it is declared (SessionCapabilities)
-			}
-		}
-	} else {
-		st.calls[f.key] = c
-	}
-	g.mu.Unlock()
 	// The request's timeout runs from its arrival, over everything before
 	// it reaches its server too: a start or restart, a dual-era server's
 	// process for modern clients, the pin check.
@@ -218,17 +195,17 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 	// The lease counts the request in flight from before the start to
 	// the end, so the server cannot go dormant under it. A running server
 	// is leased at once; only a start or restart is waited for, bounded.
-	lease, ok := srv.TryAcquire(s.Key())
+	lease, ok := srv.TryAcquire(w.key())
 	if !ok {
 		var err error
-		if lease, err = srv.Acquire(f.context(), s.Key()); err != nil {
+		if lease, err = srv.Acquire(f.context(), w.key()); err != nil {
 			defer f.end()
 			return nil, f.notReached(err)
 		}
 	}
 	f.lease = lease
 	conn := lease.Conn()
-	if s.modern != nil && conn != nil {
+	if r != nil && conn != nil {
 		// A modern client's request goes to the server in its own era:
 		// a dual-era server's process for modern clients (started the
 		// first time), a modern server; or, bridged, a legacy one.
@@ -256,9 +233,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		}
 	}
 	toModern := modernConn(conn)
-	f.legacyToModern = s.modern == nil && toModern
-	if s.modern != nil {
-		params = modernParams(s, params, toModern)
+	f.legacyToModern = r == nil && toModern
+	if r != nil {
+		params = modernParams(r, params, toModern)
 		if cfg := srv.Config(); cfg.ClientCapabilities != nil {
 			params = narrowCapabilities(params, cfg)
 		}
@@ -267,12 +244,12 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		if resp := f.answerLegacyOnly(conn); resp != nil {
 			return nil, resp
 		}
-		params = g.legacyMeta(s, st, srv, method, params)
+		params = g.legacyMeta(w.sess, c.st, srv, method, params)
 	}
 
 	// (A modern request's _meta was read whole: whether it has a token is
 	// known.)
-	if s.modern == nil || s.modern.hasToken {
+	if r == nil || r.mo.hasToken {
 		if tok := rpc.ProgressToken(params); tok != nil {
 			c.token = tok
 			c.ourTok = g.nextID("mcpv-p")
@@ -300,6 +277,53 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, s *
 		return nil, f.notReached(nil)
 	}
 	return f, nil
+}
+
+// register makes f's call its sender's, from the start, before its server
+// is reached: a cancellation or the session's end that comes while the
+// server starts or restarts cancels it there, and it never runs. It
+// returns the client's answer if the sender has ended (f has then ended
+// too).
+func (g *Gateway) register(f *flight, srv *fleet.Server) *rpc.Message {
+	c, w := f.c, f.from
+	g.mu.Lock()
+	if r := w.req; r != nil {
+		// A modern request is in no table, and its calls need none:
+		// nothing finds them by id (a client cancels a modern request
+		// by ending it — its HTTP request, or over stdio through the
+		// front's own registry of modern requests) and nothing waits
+		// for them to end.
+		if r.closed {
+			g.mu.Unlock()
+			return f.senderEnded()
+		}
+		if srv.Config().PerSession() {
+			r.private = true             // the request's own instance, ended with it
+			g.ownCaps[r.key] = r.mo.Caps // what it is declared (SessionCapabilities)
+		}
+		g.mu.Unlock()
+		return nil
+	}
+	st := g.sessions[w.sess]
+	if st == nil || st.closed {
+		g.mu.Unlock()
+		return f.senderEnded()
+	}
+	c.st = st
+	st.calls[f.key] = c
+	if f.tr != nil {
+		f.tr.protocol = st.protocol
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// senderEnded ends f, whose sender ended before its call was registered,
+// and is the client's answer.
+func (f *flight) senderEnded() *rpc.Message {
+	f.cancel(nil)
+	f.record(telemetry.Cancelled, 0, "session closed")
+	return errorResponse(f.clientID, rpc.InvalidRequest, "session closed")
 }
 
 // aborter is a connection whose requests can be bounded by a channel as
@@ -388,27 +412,27 @@ func (f *flight) causeErr() error {
 	return context.Cause(f.parent)
 }
 
-// modernParams are the params of s's modern request as its server gets
+// modernParams are the params of modern request r as its server gets
 // them. A legacy server serves the request in the 2025 session mcpvisor
 // opened: the revision's version key is not that session's. What the
 // request says of its client stays — a server that reads capabilities
 // per request (as the go-sdk's does in either era) then honours this
 // client's, not the union mcpvisor declared at initialize. The tool's
-// name as the server knows it (s.rename, taken) goes in with the same
+// name as the server knows it (r.rename, taken) goes in with the same
 // copy.
-func modernParams(s *Session, params json.RawMessage, modernConn bool) json.RawMessage {
+func modernParams(r *modernReq, params json.RawMessage, modernConn bool) json.RawMessage {
 	var drop []string
 	if !modernConn {
 		drop = []string{metaProtocolVersion}
 	}
 	name := ""
-	if s.rename != nil {
+	if r.rename != nil {
 		name = "name"
 	}
 	if name != "" || drop != nil {
-		params, _ = rpc.EditParams(params, name, s.rename, drop...)
+		params, _ = rpc.EditParams(params, name, r.rename, drop...)
 	}
-	s.rename = nil
+	r.rename = nil
 	return params
 }
 
@@ -474,7 +498,7 @@ func (f *flight) answerLegacyOnly(conn fleet.Conn) *rpc.Message {
 			f.end()
 			return errorResponse(f.clientID, rpc.MethodNotFound, msg)
 		}
-		f.g.interests.Sync(rs, f.srv, f.s.Key())
+		f.g.interests.Sync(rs, f.srv, f.from.key())
 		f.end()
 		return resultResponse(f.clientID, json.RawMessage(`{}`))
 	}
@@ -555,7 +579,7 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		}
 	}
 	if err != nil && f.err() != nil {
-		g.abandon(f.conn, f.s, f.timeout)
+		g.abandon(f.conn, f.from, f.timeout)
 	}
 	var out *rpc.Message
 	switch {
@@ -671,7 +695,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 	f.srv.Telemetry().Record(c)
 	var nb [clientbook.MaxNameLen]byte
 	var vb [clientbook.MaxVersionLen]byte
-	name, version := f.s.clientIdentity(f.mo, nb[:0], vb[:0])
+	name, version := f.from.clientIdentity(f.mo, nb[:0], vb[:0])
 	f.g.clients.Note(f.srv, name, version, now)
 	if f.tr != nil {
 		f.endSpan()
@@ -697,11 +721,11 @@ func (f *flight) end() {
 func (f *flight) endSpan() {
 	e := telemetry.End{Server: f.name, Outcome: f.outcome, Code: f.code, Message: f.tr.msg,
 		Protocol: f.tr.protocol, RequestID: f.clientID}
-	if f.s.ID != "" {
+	if s := f.from.sess; s != nil && s.ID != "" {
 		// The gateway's own key of the session, as events and logs name
 		// it: the client's Mcp-Session-Id lets whoever has it use the
 		// session, and has no place in a trace backend.
-		e.SessionID = f.s.Key()
+		e.SessionID = s.Key()
 	}
 	if f.method == "tools/call" {
 		e.Tool = f.tr.target
@@ -717,17 +741,19 @@ func (f *flight) endSpan() {
 func (g *Gateway) endCall(c *call, key string, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c.st.calls[key] == c {
-		delete(c.st.calls, key)
-	}
-	if c.st.idle != nil && len(c.st.calls) == 0 {
-		close(c.st.idle)
-		c.st.idle = nil
+	if st := c.st; st != nil { // a legacy session's
+		if st.calls[key] == c {
+			delete(st.calls, key)
+		}
+		if st.idle != nil && len(st.calls) == 0 {
+			close(st.idle)
+			st.idle = nil
+		}
 	}
 	if c.conn == nil {
 		return // ended before it reached its server
 	}
-	g.noteRecentAtLocked(c.conn, c.sess, now)
+	g.noteRecentAtLocked(c.conn, c.from, now)
 	// Taken out in place (every reader holds g.mu), the order kept.
 	list := g.calls[c.conn]
 	for i, x := range list {
@@ -874,12 +900,12 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	// request asked for no lines, or for more severe ones.
 	callWants := func(c *call) bool {
 		g.mu.Lock()
-		mo := c.sess.modern // a held call's later round may replace it
+		mo := c.from.modern() // a held call's later round may replace it
 		g.mu.Unlock()
 		if mo != nil {
 			return mo.LogLevel != "" && sev >= interest.LogSeverity(mo.LogLevel)
 		}
-		lvl, ok := levels[c.sess.Key()]
+		lvl, ok := levels[c.from.key()]
 		return !ok || sev >= interest.LogSeverity(lvl)
 	}
 	if owner := g.owner(src); owner != nil {
@@ -943,16 +969,16 @@ func callScoped(method string) bool {
 func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	seen := map[*Session]bool{}
+	seen := map[sender]bool{}
 	now := time.Now()
 	for _, a := range g.abandoned[conn] {
 		if now.Before(a.until) {
-			seen[a.sess] = true
+			seen[a.from] = true
 		}
 	}
 	list := g.calls[conn]
 	for _, c := range list {
-		seen[c.sess] = true
+		seen[c.from] = true
 	}
 	if len(list) == 0 {
 		return nil, len(seen)
@@ -1001,10 +1027,10 @@ func (g *Gateway) legacyLately(conn fleet.Conn) bool {
 	return ok && time.Since(t) < g.linger
 }
 
-// abandon records that s's request on conn ended unanswered, so that for
-// its timeout the server's requests are not attributed to another session
+// abandon records that w's request on conn ended unanswered, so that for
+// its timeout the server's requests are not attributed to another sender
 // by what is in flight. Expired records of every connection are dropped.
-func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
+func (g *Gateway) abandon(conn fleet.Conn, w sender, timeout time.Duration) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
@@ -1012,27 +1038,27 @@ func (g *Gateway) abandon(conn fleet.Conn, s *Session, timeout time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sweep(g.abandoned, now)
-	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{sess: s, until: now.Add(timeout)})
+	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{from: w, until: now.Add(timeout)})
 }
 
-// noteRecentAtLocked records that a request of s on conn ended at now (see
-// recent): at most two records per connection, of the two sessions whose
-// requests there ended last; expired ones swept at most once per linger.
-// g.mu is held.
-func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, s *Session, now time.Time) {
+// noteRecentAtLocked records that a request of w on conn ended at now (see
+// recent): at most two records per connection, of the two requesters
+// whose requests there ended last; expired ones swept at most once per
+// linger. g.mu is held.
+func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, w sender, now time.Time) {
 	if now.Sub(g.recentGC) > g.linger {
 		g.recentGC = now
 		sweep(g.recent, now)
 	}
-	if s.legacyClient() {
+	if w.legacyClient() {
 		g.noteLegacyLocked(conn, now)
 	}
-	// Only whether one session or several were active matters: the two
-	// latest sessions are kept, each with its latest end.
-	s = s.requester()
+	// Only whether one requester or several were active matters: the two
+	// latest are kept, each with its latest end.
+	w = w.requester()
 	list := g.recent[conn]
 	for i := range list {
-		if list[i].sess == s {
+		if list[i].from == w {
 			// now was read before g.mu: a later end may have been here first.
 			if until := now.Add(g.linger); until.After(list[i].until) {
 				list[i].until = until
@@ -1040,7 +1066,7 @@ func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, s *Session, now time.Time)
 			return
 		}
 	}
-	rec := abandonedCall{sess: s, until: now.Add(g.linger)}
+	rec := abandonedCall{from: w, until: now.Add(g.linger)}
 	switch {
 	case len(list) < 2:
 		g.recent[conn] = append(list, rec)
@@ -1051,23 +1077,23 @@ func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, s *Session, now time.Time)
 	}
 }
 
-// activeSessions counts the requesters (see Session.requester) whose
+// activeSessions counts the requesters (see sender.requester) whose
 // requests are in flight on conn, ended unanswered within their timeout,
 // or ended within linger.
 func (g *Gateway) activeSessions(conn fleet.Conn) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	seen := map[*Session]bool{}
+	seen := map[sender]bool{}
 	now := time.Now()
 	for _, l := range [][]abandonedCall{g.abandoned[conn], g.recent[conn]} {
 		for _, a := range l {
 			if now.Before(a.until) {
-				seen[a.sess.requester()] = true
+				seen[a.from.requester()] = true
 			}
 		}
 	}
 	for _, c := range g.calls[conn] {
-		seen[c.sess.requester()] = true
+		seen[c.from.requester()] = true
 	}
 	return len(seen)
 }
@@ -1099,17 +1125,18 @@ func sweep(m map[fleet.Conn][]abandonedCall, now time.Time) {
 
 // abandonedCall is a request that ended without the server's answer.
 type abandonedCall struct {
-	sess  *Session
+	from  sender
 	until time.Time
 }
 
-// newestCallOf is s's newest request in flight on conn, or nil.
+// newestCallOf is legacy session s's newest request in flight on conn, or
+// nil.
 func (g *Gateway) newestCallOf(conn fleet.Conn, s *Session) *call {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	list := g.calls[conn]
 	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].sess == s {
+		if list[i].from.sess == s {
 			return list[i]
 		}
 	}
@@ -1179,7 +1206,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// unless a legacy client lately told the server its roots
 		// changed, or had a request end there (legacyLately), when the
 		// server may be asking on its own, for that client.
-		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.st.stateless && !g.legacyLately(conn))
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.from.req != nil && !g.legacyLately(conn))
 		if scoped && sessions == 1 {
 			c = only
 		}
@@ -1213,11 +1240,11 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.replyError(conn, m, rpc.InternalError, msg)
 		return
 	}
-	if c.st.stateless {
+	if mr := c.from.req; mr != nil {
 		// A modern client takes no requests: its held call asks for the
 		// input in an input_required round (mrtr.go).
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, outside tools/call, prompts/get and resources/read", m.Method, modernVersion)
-		if h := c.sess.held; h != nil {
+		if h := mr.held; h != nil {
 			ok, why := h.offer(conn, m, c)
 			if ok {
 				return
@@ -1229,12 +1256,12 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 				return
 			}
 			msg = "mcpvisor cannot forward " + m.Method + ": " + why
-		} else if capName != "" && c.sess.modern != nil && !c.sess.modern.givesInput() {
+		} else if capName != "" && !mr.mo.givesInput() {
 			// Not held: the client declared no capability to give
 			// input with (forward), so not this one. (Roots, which a
 			// server asks for on its own, fail no call: see offer.)
 			if callScoped(m.Method) {
-				c.st.needCap.CompareAndSwap(nil, &capName)
+				mr.needCap.CompareAndSwap(nil, &capName)
 			}
 			g.refuseUndeclared(conn, m, capName)
 			return
@@ -1243,7 +1270,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.replyError(conn, m, rpc.InternalError, msg)
 		return
 	}
-	if capName != "" && !g.declares(c.sess, capName) {
+	if capName != "" && !g.declares(c.from.sess, capName) {
 		// A client is asked only what it declared it answers: one that
 		// did not would leave the server waiting (for roots, say, which
 		// some servers ask for after every start before they answer).
@@ -1251,7 +1278,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		return
 	}
 	ours := secretID("mcpv-r-")
-	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.sess}
+	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.from.sess}
 	r.timer = time.AfterFunc(inputWait, func() {
 		if g.takeOutReq(ours) != nil {
 			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, inputWait))
@@ -1279,7 +1306,7 @@ func (g *Gateway) sessionCall(s *Session) *call {
 	if st == nil || st.closed {
 		return nil
 	}
-	return &call{sess: s, st: st, related: s.Out()}
+	return &call{from: legacySender(s), st: st, related: s.Out()}
 }
 
 // declares reports whether legacy session s declared capability capName
@@ -1288,7 +1315,7 @@ func (g *Gateway) declares(s *Session, capName string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.sessions[s]
-	return st != nil && g.declaresLocked(s, st, capName)
+	return st != nil && g.declaresLocked(legacySender(s), st, capName)
 }
 
 // mayDeclare reports whether a client that src's request for capName
@@ -1313,28 +1340,31 @@ func (g *Gateway) inFlightDeclares(conn fleet.Conn, capName string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, c := range g.calls[conn] {
-		if g.declaresLocked(c.sess, c.st, capName) {
+		if g.declaresLocked(c.from, c.st, capName) {
 			return true
 		}
 	}
 	now := time.Now()
 	for _, a := range g.abandoned[conn] {
-		if now.Before(a.until) && g.declaresLocked(a.sess, g.sessions[a.sess], capName) {
+		if now.Before(a.until) && g.declaresLocked(a.from, g.sessions[a.from.sess], capName) {
 			return true
 		}
 	}
 	return false
 }
 
-// declaresLocked reports whether the client of s (its state st, if
-// known) declared capName: a legacy session at initialize, a modern
-// request in its _meta. g.mu is held.
-func (g *Gateway) declaresLocked(s *Session, st *sessState, capName string) bool {
-	if st != nil && !st.stateless {
-		_, ok := st.caps[capName]
-		return ok
+// declaresLocked reports whether the client of w (its legacy session's
+// state st, if known) declared capName: a legacy session at initialize, a
+// modern request in its _meta. g.mu is held.
+func (g *Gateway) declaresLocked(w sender, st *sessState, capName string) bool {
+	if r := w.req; r != nil {
+		return rpc.Member(r.mo.Caps, capName) != nil
 	}
-	return s.modern != nil && rpc.Member(s.modern.Caps, capName) != nil
+	if st == nil {
+		return false
+	}
+	_, ok := st.caps[capName]
+	return ok
 }
 
 // anyDeclares reports whether a legacy session open on an endpoint that
@@ -1342,7 +1372,7 @@ func (g *Gateway) declaresLocked(s *Session, st *sessState, capName string) bool
 func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, st := range g.sessions { // legacy sessions: stateless ones are in no table
+	for _, st := range g.sessions { // legacy sessions: modern requests are in no table
 		if _, ok := st.caps[capName]; ok && st.serves(srv) {
 			return true
 		}

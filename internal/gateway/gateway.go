@@ -196,21 +196,12 @@ type sessState struct {
 	outReqs  map[string]*outReq
 	protocol string
 	idle     chan struct{} // closed when the last call of a closed session ends
-	// stateless: the session of one modern request (Gateway.stateless),
-	// which nothing outside that request reaches.
-	stateless bool
-	// private: a stateless session that leased a per-session server's
-	// instance of its own (ended with it).
-	private bool
-	// needCap: a stateless session's server asked for input needing a
-	// capability the client did not declare (see forward).
-	needCap atomic.Pointer[string]
 }
 
 // call is a client request in flight on a backend.
 type call struct {
-	sess     *Session
-	st       *sessState
+	from     sender
+	st       *sessState // its legacy session's state; nil for a modern request
 	clientID json.RawMessage
 	token    json.RawMessage // the client's progress token, if any
 	ourTok   string
@@ -236,7 +227,7 @@ type outReq struct {
 	call      *call // the client request it was bridged to
 	conn      fleet.Conn
 	backendID json.RawMessage
-	sess      *Session
+	sess      *Session // the legacy session it was sent to
 	timer     *time.Timer
 	// answer, if set, takes the client's answer instead of conn: the
 	// request is mcpvisor's own, asking a legacy client for the input a
@@ -279,9 +270,6 @@ func (g *Gateway) open(s *Session, srv *fleet.Server) {
 }
 
 func (g *Gateway) state(s *Session) *sessState {
-	if s.st != nil {
-		return s.st // a modern request's own: in no table
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.sessions[s]
@@ -368,7 +356,7 @@ func (g *Gateway) sessionsFor(srv *fleet.Server) []*Session {
 	defer g.mu.Unlock()
 	var out []*Session
 	for s, st := range g.sessions {
-		if !st.stateless && st.serves(srv) {
+		if st.serves(srv) {
 			out = append(out, s)
 		}
 	}

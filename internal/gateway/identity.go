@@ -86,19 +86,22 @@ func (s *Session) updateIdent(edit func(*clientIdent)) {
 	s.ident.Store(&id)
 }
 
-// clientIdentity is the name and version a request of s is counted
-// under: for a modern request, mo's (Modern.clientIdentity) — mo is
-// s.modern as the request's call began, read by the caller then, for a
-// held call's later rounds replace s.modern while it runs; for a
-// session, the clientInfo of its initialize, else its hint; else none
-// (an empty name, which the client book counts as clientbook.Unknown). A
-// modern request's name is written in nb, its version in vb (no
-// allocation: the book copies what it keeps).
-func (s *Session) clientIdentity(mo *Modern, nb, vb []byte) (name, version []byte) {
+// clientIdentity is the name and version a request of w is counted
+// under: for a modern request, mo's (Modern.clientIdentity) — mo is its
+// _meta as the request's call began, read by the caller then, for a held
+// call's later rounds replace it while it runs; for a session, the
+// clientInfo of its initialize, else its hint; else none (an empty name,
+// which the client book counts as clientbook.Unknown). A modern request's
+// name is written in nb, its version in vb (no allocation: the book
+// copies what it keeps).
+func (w sender) clientIdentity(mo *Modern, nb, vb []byte) (name, version []byte) {
 	if mo != nil {
 		return mo.clientIdentity(nb, vb)
 	}
-	return s.ownIdentity()
+	if w.sess != nil {
+		return w.sess.ownIdentity()
+	}
+	return nil, nil
 }
 
 // ownIdentity is what s itself knows of its client: the clientInfo of its

@@ -74,10 +74,11 @@ func TestNormalizedIdent(t *testing.T) {
 // request's _meta clientInfo, else the identity of the stdio connection
 // it came on (its hint), else none.
 func TestClientIdentityPrecedence(t *testing.T) {
-	ident := func(s *Session) string {
-		name, version := s.clientIdentity(s.modern, make([]byte, 0, 64), make([]byte, 0, 32))
+	identOf := func(w sender) string {
+		name, version := w.clientIdentity(w.modern(), make([]byte, 0, 64), make([]byte, 0, 32))
 		return string(name) + "/" + string(version)
 	}
+	ident := func(s *Session) string { return identOf(legacySender(s)) }
 	s := NewSession(noSink)
 	if got := ident(s); got != "/" {
 		t.Errorf("nothing known: %q", got)
@@ -116,8 +117,8 @@ func TestClientIdentityPrecedence(t *testing.T) {
 		{``, nil, "/"},
 	} {
 		mo := &Modern{ClientInfo: json.RawMessage(c.info), client: c.client}
-		ms := &Session{modern: mo, client: c.client}
-		if got := ident(ms); got != c.want {
+		ms := &modernReq{mo: mo, client: c.client}
+		if got := identOf(sender{req: ms}); got != c.want {
 			t.Errorf("modern %s (connection %v): %q, want %q", c.info, c.client != nil, got, c.want)
 		}
 	}
@@ -347,12 +348,12 @@ func TestModernClientIdentityAllocatesNothing(t *testing.T) {
 	conn := NewSession(noSink)
 	conn.SetClientHint("cursor")
 	for _, info := range []string{`{"name":"Zed Editor","version":"0.190.0"}`, ``} {
-		ms := &Session{modern: &Modern{ClientInfo: json.RawMessage(info), client: conn}}
+		ms := sender{req: &modernReq{mo: &Modern{ClientInfo: json.RawMessage(info), client: conn}}}
 		var got string
 		n := testing.AllocsPerRun(100, func() {
 			var nb [clientbook.MaxNameLen]byte
 			var vb [clientbook.MaxVersionLen]byte
-			name, _ := ms.clientIdentity(ms.modern, nb[:0], vb[:0])
+			name, _ := ms.clientIdentity(ms.modern(), nb[:0], vb[:0])
 			if len(name) == 0 {
 				got = "none"
 			}
@@ -378,13 +379,13 @@ func TestSessionIdentityConcurrent(t *testing.T) {
 				case 1:
 					s.setClientInfo(json.RawMessage(fmt.Sprintf(`{"name":"c%d","version":"%d"}`, i, j)))
 				default:
-					_, _ = s.clientIdentity(nil, nil, nil)
+					_, _ = legacySender(s).clientIdentity(nil, nil, nil)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if name, _ := s.clientIdentity(nil, nil, nil); !strings.HasPrefix(string(name), "c") {
+	if name, _ := legacySender(s).clientIdentity(nil, nil, nil); !strings.HasPrefix(string(name), "c") {
 		t.Errorf("name %q: a client's own name wins over the hint", name)
 	}
 }

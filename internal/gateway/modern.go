@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
@@ -20,11 +19,11 @@ import (
 // with modern _meta statelessly, an initialize as the opening of a legacy
 // session.
 
-// modernKeyPrefix begins the key of every modern request's session, and
-// no other session's (legacy sessions' begin with "s": NewSession).
+// modernKeyPrefix begins the key of every modern request (modernReq), and
+// no session's (legacy sessions' begin with "s": NewSession).
 const modernKeyPrefix = "m"
 
-// ModernSession reports whether key is a modern request's session
+// ModernSession reports whether key is a modern request's
 // (fleet.ModernSessions): a per-session server's instance for it serves
 // that request alone, in the modern era.
 func (g *Gateway) ModernSession(key string) bool { return strings.HasPrefix(key, modernKeyPrefix) }
@@ -58,7 +57,7 @@ type Modern struct {
 	Name, URI, State string
 
 	// client is the session of the stdio connection the request came on
-	// (nil over HTTP): see Session.requester.
+	// (nil over HTTP): see sender.requester.
 	client *Session
 	// front is the front the request came on, which a call held for the
 	// client's retry answers to (nil: none, as in tests).
@@ -198,11 +197,11 @@ func modernCaps(caps json.RawMessage) json.RawMessage {
 // statelessPlan is what an endpoint brings to serving a modern request
 // (an interface, not a struct of funcs: a request allocates nothing for it).
 type statelessPlan interface {
-	endpointServer() *fleet.Server                                     // nil for the aggregated endpoint
-	discoverModern(context.Context, *rpc.Message) *rpc.Message         // its server/discover answer
-	scope(method string) string                                        // the cacheScope of method's results
-	resourceServer(ctx context.Context, uri string) *fleet.Server      // the server of a resource
-	handle(context.Context, *Session, *rpc.Message, Sink) *rpc.Message // its legacy handler (uncounted: see answer)
+	endpointServer() *fleet.Server                                   // nil for the aggregated endpoint
+	discoverModern(context.Context, *rpc.Message) *rpc.Message       // its server/discover answer
+	scope(method string) string                                      // the cacheScope of method's results
+	resourceServer(ctx context.Context, uri string) *fleet.Server    // the server of a resource
+	handle(context.Context, sender, *rpc.Message, Sink) *rpc.Message // its handler (uncounted: see answer)
 	// watched reports whether every server of the endpoint announces the
 	// changes of its lists of capability kind.
 	watched(kind string) bool
@@ -258,66 +257,20 @@ func listKind(method string) string {
 	return ""
 }
 
-// stateless serves one modern request on an endpoint whose legacy handler
-// is handle: a session of its own for the request's life, which no
-// message outside the request reaches and whose end ends the per-session
-// instances it ran (and nothing else in the fleet). server is the
-// endpoint's server (nil for the aggregated one).
+// stateless serves one modern request on an endpoint whose handler is
+// p's: as a request of its own (modernReq), which no message outside it
+// reaches and whose end ends the per-session instances it ran (and
+// nothing else in the fleet). server is the endpoint's server (nil for the
+// aggregated one).
 func (g *Gateway) stateless(ctx context.Context, server *fleet.Server, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
-	s := g.openStatelessSession(server, mo)
-	s.req = m
-	resp := p.handle(ctx, s, m, related)
-	if s.held == nil {
-		g.closeStatelessSession(s) // else the held call closes it at its end
+	r := g.newModernReq(server, m, mo)
+	resp := p.handle(ctx, sender{req: r}, m, related)
+	if r.held == nil {
+		g.endModernReq(r) // else the held call ends it at its end
 	}
 	return resp
 }
 
-// openStatelessSession opens the session of one modern request (or held
-// call) on the endpoint of server. It is in none of the gateway's tables:
-// nothing outside the request finds it. Its key is its own: a modern
-// client has no session, so a per-session server serves each of its
-// requests — a held call's rounds included — from an instance of its own,
-// ended with the request (which is what makes the server's requests
-// certainly that request's).
-func (g *Gateway) openStatelessSession(server *fleet.Server, mo *Modern) *Session {
-	now := time.Now()
-	// One allocation for both; no outReqs: nothing is ever asked of a
-	// modern client (held calls ask by input_required rounds); no table
-	// of calls either (see begin).
-	ss := &statelessSession{st: sessState{srv: server, protocol: mo.Version, stateless: true}}
-	ss.Session = Session{Created: now, out: noSink, key: g.nextID(modernKeyPrefix), modern: mo, st: &ss.st, client: mo.client}
-	return &ss.Session
-}
-
-// statelessSession is a modern request's session and its state, together.
-type statelessSession struct {
-	Session
-	st sessState
-}
-
-// closeStatelessSession closes a session openStatelessSession opened: no
-// call of it begins after, the per-session instances it used leave their
-// servers' count at once (the client's next request may take the place),
-// and stop, bounded, on a goroutine of their own.
-func (g *Gateway) closeStatelessSession(s *Session) {
-	g.mu.Lock()
-	s.st.closed = true
-	private := s.st.private
-	s.st.private = false
-	if private {
-		delete(g.ownCaps, s.key)
-	}
-	g.mu.Unlock()
-	if private {
-		stop := g.fleet.DetachSession(s.Key()) // and forgets what it asked (interest.Book.End)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)
-			defer cancel()
-			stop(ctx)
-		}()
-	}
-}
-
-// noSink refuses every message: a stateless request's session stream.
+// noSink refuses every message: the stream of what a modern request, or
+// a listener's subscriptions, relates to no request.
 var noSink = SinkFunc(func(*rpc.Message) error { return ErrNoStream })

@@ -63,15 +63,15 @@ func TestRecentRequestersBounded(t *testing.T) {
 	conn := &nopConn{}
 	first := NewSession(noSink)
 	g.mu.Lock()
-	g.noteRecentAtLocked(conn, first, time.Now())
-	g.noteRecentAtLocked(conn, first, time.Now())
+	g.noteRecentAtLocked(conn, legacySender(first), time.Now())
+	g.noteRecentAtLocked(conn, legacySender(first), time.Now())
 	g.mu.Unlock()
 	if n := g.activeSessions(conn); n != 1 {
 		t.Fatalf("one session's requests: %d active", n)
 	}
 	for range 1000 {
 		g.mu.Lock()
-		g.noteRecentAtLocked(conn, NewSession(noSink), time.Now())
+		g.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
 		g.mu.Unlock()
 	}
 	g.mu.Lock()
@@ -119,9 +119,9 @@ func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
 func TestClosedStatelessSessionBeginsNoCall(t *testing.T) {
 	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session"}}`)
 	srv := w.fleet.Get("x")
-	s := w.gw.openStatelessSession(nil, &Modern{Version: modernVersion})
-	w.gw.closeStatelessSession(s)
-	resp := w.gw.forward(t.Context(), s, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"late"}}`), json.RawMessage(`1`), noSink)
+	s := w.gw.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	w.gw.endModernReq(s)
+	resp := w.gw.forward(t.Context(), sender{req: s}, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"late"}}`), json.RawMessage(`1`), noSink)
 	if resp.Error == nil || !strings.Contains(resp.Error.Message, "session closed") {
 		t.Fatalf("a call of a closed session: %s", resp.Encode())
 	}

@@ -88,7 +88,7 @@ type heldCall struct {
 	method   string
 	digest   string
 	caps     map[string]json.RawMessage // the client's declared capabilities
-	sess     *Session                   // the call's own session, for its life
+	mreq     *modernReq                 // the request it holds the call of, ended with it
 	cancel   context.CancelCauseFunc    // ends the server's call, once it began
 	sink     swapSink                   // the current round's stream, nil between rounds
 	front    *heldFront                 // the front the request came on (nil: none to answer to)
@@ -216,26 +216,22 @@ func (s *swapSink) set(to Sink) {
 
 // forwardHeld forwards a modern client's call to a legacy server so that
 // the server's requests during it become input_required rounds.
-func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, params json.RawMessage, related Sink) *rpc.Message {
+func (g *Gateway) forwardHeld(ctx context.Context, mr *modernReq, srv *fleet.Server, m *rpc.Message, params json.RawMessage, related Sink) *rpc.Message {
 	// m is the request as the server gets it (a prefixed name replaced by
-	// the server's own); s.req is as the client sent it, which its retry
+	// the server's own); mr.msg is as the client sent it, which its retry
 	// repeats. Most calls get no server request: what only a held call
 	// needs — its id, digest, deadline, registration — is made when the
 	// first one comes (escalate).
-	var endpoint *fleet.Server
-	if st := g.state(s); st != nil {
-		endpoint = st.srv
-	}
 	h := &heldCall{
-		g: g, endpoint: endpoint, server: srv.Name(), method: m.Method, req: s.req, rawCaps: s.modern.Caps,
-		changed: make(chan struct{}), front: s.modern.front,
+		g: g, endpoint: mr.srv, server: srv.Name(), method: m.Method, req: mr.msg, rawCaps: mr.mo.Caps,
+		changed: make(chan struct{}), front: mr.mo.front,
 	}
 	h.sink.set(related)
 	// The call outlives the request that began it if it is held: it is
-	// the held call's, on the request's session (kept open while held),
-	// ended by the client's last round, its going away, or the hold bound.
-	h.sess = s
-	s.held = h
+	// the held call's, on the request (which it ends), ended by the
+	// client's last round, its going away, or the hold bound.
+	h.mreq = mr
+	mr.held = h
 	// Until the server asks for input the call is bound to the client's
 	// request — its going away ends the call, even while the server is
 	// still being started (begin) or the request written (Start) — and
@@ -243,7 +239,7 @@ func (g *Gateway) forwardHeld(ctx context.Context, s *Session, srv *fleet.Server
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	h.cancel = cancel
 	unbind := context.AfterFunc(ctx, h.end)
-	f, resp := g.begin(hctx, cancel, s, srv, m.Method, params, m.ID, &h.sink)
+	f, resp := g.begin(hctx, cancel, sender{req: mr}, srv, m.Method, params, m.ID, &h.sink)
 	if resp != nil {
 		unbind()
 		h.end()
@@ -664,7 +660,7 @@ func (h *heldCall) stop(cancel bool) {
 			h.front.remove(h)
 		}
 	}
-	h.g.closeStatelessSession(h.sess)
+	h.g.endModernReq(h.mreq)
 }
 
 // HeldCalls is the number of calls held for a modern client's retry.
@@ -728,7 +724,7 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, st
 	}
 	// Its log lines at this request's logLevel, or none.
 	g.mu.Lock()
-	h.sess.modern = mo
+	h.mreq.mo = mo
 	g.mu.Unlock()
 	h.sink.set(related)
 	h.answer(p.InputResponses)

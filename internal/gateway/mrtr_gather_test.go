@@ -116,10 +116,10 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	g := w.gw
 	conn := &recConn{}
 	srv := w.fleet.Get("x")
-	sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-	hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+	sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	hA := &heldCall{g: g, mreq: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	sA.held = hA
-	cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+	cA := &call{from: sender{req: sA}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 	sinkB := &capSink{}
 	sB := NewSession(sinkB)
 	// B declared sampling: what keeps the request from it is that it may
@@ -128,7 +128,7 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	g.mu.Lock()
 	g.sessions[sB] = stB
 	g.byKey[sB.key] = sB
-	cB := &call{sess: sB, st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn}
+	cB := &call{from: legacySender(sB), st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn}
 	g.calls[conn] = []*call{cA, cB}
 	g.mu.Unlock()
 	g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"a-2"`), Method: "sampling/createMessage",
@@ -157,10 +157,10 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		g := w.gw
 		conn := &recConn{}
 		srv := w.fleet.Get("x")
-		sA := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-		hA := &heldCall{g: g, sess: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
+		sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		hA := &heldCall{g: g, mreq: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
 		sA.held = hA
-		cA := &call{sess: sA, st: sA.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+		cA := &call{from: sender{req: sA}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 		g.mu.Lock()
 		g.calls[conn] = []*call{cA}
 		g.mu.Unlock()
@@ -169,7 +169,7 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 			g.rootsAsked(conn)
 		case "a legacy request ended":
 			g.mu.Lock()
-			g.noteRecentAtLocked(conn, NewSession(noSink), time.Now())
+			g.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
 			g.mu.Unlock()
 		}
 		g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"r-1"`), Method: "roots/list"})
@@ -415,10 +415,10 @@ func postModernAsync(ctx context.Context, url, body, method, name string) <-chan
 func TestMRTRGatherIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
-		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink}
+		c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink}
 		conn := &nopConn{}
 		offer := func(i int) {
 			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(strconv.Itoa(i)), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)}, c); !ok {
@@ -491,7 +491,7 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	s := NewSession(sink)
 	// It declared sampling: the request gets as far as the session.
 	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true, caps: map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}}
-	c := &call{sess: s, st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
+	c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
 	g.mu.Lock()
 	g.sessions[s] = st
 	g.byKey[s.key] = s
@@ -520,11 +520,11 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-		h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
+		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		conn, other := &recConn{}, &recConn{}
-		c := &call{sess: s, st: s.st, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
+		c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
 		for _, id := range []string{`7`, `8`} {
 			if ok, why := h.offer(conn, &rpc.Message{ID: json.RawMessage(id), Method: "sampling/createMessage", Params: json.RawMessage(`{"n":` + id + `}`)}, c); !ok {
 				t.Fatal(why)
@@ -618,8 +618,8 @@ func TestHeldFrontActivityOutsideGatewayLocks(t *testing.T) {
 	g := New(nil)
 	act := &lockProbe{g: g}
 	front := &heldFront{act: act}
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion})
-	h := &heldCall{g: g, sess: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{}`), front: front}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{}`), front: front}
 	act.h = h
 	s.held = h
 	if !h.escalate() || !h.escalate() {

@@ -260,9 +260,9 @@ func TestMRTRBridgeDuplicateRetry(t *testing.T) {
 // A held call that ended takes no more input, and leaves nothing behind.
 func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 	g := New(nil)
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
-	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
-	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s.msg = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
+	h := &heldCall{g: g, req: s.msg, rawCaps: s.mo.Caps, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	h.end()
 	if ok, _ := h.offer(nil, &rpc.Message{ID: json.RawMessage("1"), Method: "elicitation/create"}, &call{}); ok {
 		t.Fatal("an ended call took input")
@@ -299,9 +299,9 @@ func TestMRTRBridgeHoldExpires(t *testing.T) {
 func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 	g := New(nil)
 	c := &call{}
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
-	s.req = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
-	h := &heldCall{g: g, req: s.req, rawCaps: s.modern.Caps, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s.msg = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
+	h := &heldCall{g: g, req: s.msg, rawCaps: s.mo.Caps, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	for _, m := range []string{"elicitation/create", "elicitation/create"} {
 		if ok, why := h.offer(&nopConn{}, &rpc.Message{ID: json.RawMessage("1"), Method: m}, c); !ok {
@@ -322,8 +322,8 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 // and its client going away does not end the call for the latest.
 func TestMRTRLatestRetryIsAnswered(t *testing.T) {
 	g := New(nil)
-	s := g.openStatelessSession(nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
-	h := &heldCall{g: g, sess: s, cancel: func(error) {}, changed: make(chan struct{})}
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
+	h := &heldCall{g: g, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	first := make(chan *rpc.Message, 1)
 	ctx1, cancel1 := context.WithCancel(context.Background())

@@ -53,7 +53,15 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 	return e.g.answer(ctx, s, m, nil, related, e)
 }
 
-func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+// handle serves m, from w: a legacy session's message, or a modern
+// request (which serveStateless has checked is of its revision: no
+// initialize, notification or response, logging/setLevel or
+// resources/subscribe ever comes from one).
+func (e *single) handle(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	s := w.sess
+	if s == nil {
+		return e.request(ctx, w, m, related)
+	}
 	if e.g.clientMessage(s, m) {
 		return nil
 	}
@@ -78,6 +86,17 @@ func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related
 			return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)
 		}
 		return e.g.initialize(s, m, in.Capabilities, in.ServerInfo, in.Instructions)
+	case "resources/subscribe", "resources/unsubscribe":
+		return e.g.forwardSubscription(ctx, s, e.srv, m, stringField(m.Params, "uri"), related)
+	case "logging/setLevel":
+		return e.g.setLevelSingle(ctx, s, e.srv, m, related)
+	}
+	return e.request(ctx, w, m, related)
+}
+
+// request serves a request of either era.
+func (e *single) request(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	switch m.Method {
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/call":
@@ -92,7 +111,7 @@ func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related
 			return errorResponse(m.ID, rpc.InvalidParams, "tool "+name+" is not allowed by mcpvisor's configuration")
 		}
 	case "tools/list":
-		resp := e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
+		resp := e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related)
 		cfg := e.srv.Config()
 		if f := cfg.Tools; (len(f.Allow) > 0 || len(f.Deny) > 0 || cfg.Pin) && resp.Result != nil {
 			resp.Result = filterTools(resp.Result, func(t json.RawMessage) bool {
@@ -100,12 +119,8 @@ func (e *single) handle(ctx context.Context, s *Session, m *rpc.Message, related
 			})
 		}
 		return resp
-	case "resources/subscribe", "resources/unsubscribe":
-		return e.g.forwardSubscription(ctx, s, e.srv, m, stringField(m.Params, "uri"), related)
-	case "logging/setLevel":
-		return e.g.setLevelSingle(ctx, s, e.srv, m, related)
 	}
-	return e.g.forward(ctx, s, e.srv, m.Method, m.Params, m.ID, related)
+	return e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related)
 }
 
 func (e *single) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, related Sink) *rpc.Message {
@@ -246,7 +261,7 @@ func (g *Gateway) setLevelSingle(ctx context.Context, s *Session, srv *fleet.Ser
 	if !ok {
 		params = m.Params
 	}
-	resp := g.forward(ctx, s, srv, m.Method, params, m.ID, related)
+	resp := g.forward(ctx, legacySender(s), srv, m.Method, params, m.ID, related)
 	if resp.Error != nil {
 		g.interests.SetLogLevel(srv, s.Key(), "")
 	}
