@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,6 +261,34 @@ func TestSubscriptionSurvivesARestart(t *testing.T) {
 	if n := outB.count("notifications/resources/updated"); n != 0 {
 		t.Fatalf("a session that did not subscribe got %d updates", n)
 	}
+}
+
+// Reading a resource a session subscribed to on the aggregated endpoint
+// keeps the subscription: the interest book still names the session (the
+// fleet replays it to a restarted server, keeps the server awake for it,
+// and routes the resource's updates by it), and updates go on reaching
+// the session.
+func TestReadingASubscribedResourceKeepsTheSubscription(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	a := ep.Open(out)
+	defer ep.Close(a)
+	const uri = "test://watched-resource"
+	if resp := ep.Handle(context.Background(), a, request(1, "resources/subscribe", map[string]any{"uri": uri}), newRecorder()); resp.Error != nil {
+		t.Fatalf("subscribe: %v", resp.Error)
+	}
+	out.next(t, "notifications/resources/updated", 10*time.Second)
+	if resp := ep.Handle(context.Background(), a, request(2, "resources/read", map[string]any{"uri": uri}), newRecorder()); resp.Error != nil {
+		t.Fatalf("read: %v", resp.Error)
+	}
+	if subs := w.gw.Interest().Subscribers(w.fleet.Get("c"), uri); !slices.Contains(subs, a.Key()) {
+		t.Fatalf("after a read, the subscribers of %s are %v: the session's subscription was forgotten", uri, subs)
+	}
+	for len(out.got) > 0 {
+		<-out.got
+	}
+	out.next(t, "notifications/resources/updated", 10*time.Second)
 }
 
 // After an invalidation, concurrent callers share one rebuild of the
