@@ -29,11 +29,11 @@ import (
 // handshake, or finds it speaks MCP 2026-07-28 (Protocol; http_modern.go).
 // It implements lifecycle.Connector. The go-sdk's client transport speaks
 // HTTP to a legacy server, a modernConn of mcpvisor's to a modern one; a
-// bridge turns either mcp.Connection into the byte stream of
+// connStream turns either mcp.Connection into the byte stream of
 // newline-delimited JSON that internal/rpc reads and writes, so a remote
 // server is the same *Conn as a stdio one (with no Process).
 //
-// What the bridge adds to the go-sdk transport used without mcp.Client
+// What connStream adds to the go-sdk transport used without mcp.Client
 // (whose unexported sessionUpdated hook it cannot reach):
 //   - the MCP-Protocol-Version header on every request after initialize
 //     (the version the server chose, read from its initialize result);
@@ -130,7 +130,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		return nil, fmt.Errorf("server %s: invalid URL", hc.Name) // the URL may hold a secret
 	}
 
-	b := &bridge{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}, ended: make(chan struct{})}
+	b := &connStream{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}, ended: make(chan struct{})}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.endCtx, b.endCancel = context.WithCancel(context.Background())
 	b.pr, b.pw = io.Pipe()
@@ -189,7 +189,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 	}
 
 	c := &Conn{name: hc.Name, log: log, caps: hc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{})}
-	c.rpc = rpc.NewConn(b, bridgeWriter{b}, rpc.Options{
+	c.rpc = rpc.NewConn(b, connStreamWriter{b}, rpc.Options{
 		PeerName: "server " + hc.Name,
 		Logger:   log,
 		Handler:  hookHandler(c, hc.Hooks),
@@ -245,7 +245,7 @@ func (hc *HTTPConnector) SetEraHint(hint func() string) {
 // client is the http.Client of one connection: the configured one (or a
 // transport of the connection's own) behind a RoundTripper that adds the
 // headers.
-func (hc *HTTPConnector) client(b *bridge, host string) *http.Client {
+func (hc *HTTPConnector) client(b *connStream, host string) *http.Client {
 	var cl http.Client
 	if hc.HTTPClient != nil {
 		cl = *hc.HTTPClient
@@ -296,10 +296,10 @@ func hookHandler(c *Conn, h Hooks) func(context.Context, *rpc.Message) {
 	}
 }
 
-// bridge is an mcp.Connection seen as a byte stream: rpc.Conn reads the
+// connStream is an mcp.Connection seen as a byte stream: rpc.Conn reads the
 // server's messages from it one line each, and writes its own as lines,
-// which the bridge decodes and hands to the connection.
-type bridge struct {
+// which connStream decodes and hands to the connection.
+type connStream struct {
 	name       string
 	url        string
 	log        *slog.Logger
@@ -322,7 +322,7 @@ type bridge struct {
 	closed bool                      // no more goroutines start
 	wg     sync.WaitGroup
 
-	failErr error // why the bridge ended the connection, once it has
+	failErr error // why connStream ended the connection, once it has
 
 	// The end of the server's session, which shutdown begins: ended is
 	// closed when the go-sdk connection's Close has returned; endCancel
@@ -361,7 +361,7 @@ type callKey struct{}
 
 // spawn runs f on a goroutine that the end of the connection waits for,
 // unless the connection has ended.
-func (b *bridge) spawn(f func()) bool {
+func (b *connStream) spawn(f func()) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -376,22 +376,22 @@ func (b *bridge) spawn(f func()) bool {
 }
 
 // Read is rpc.Conn's side of the pipe.
-func (b *bridge) Read(p []byte) (int, error) { return b.pr.Read(p) }
+func (b *connStream) Read(p []byte) (int, error) { return b.pr.Read(p) }
 
 // Close is called by rpc.Conn when the connection ends, for any reason.
-func (b *bridge) Close() error {
+func (b *connStream) Close() error {
 	b.shutdown()
 	return nil
 }
 
-var errBridgeClosed = errors.New("connection closed")
+var errStreamClosed = errors.New("connection closed")
 
 // shutdown ends the connection: the streams and requests in flight at
 // once, and the server's session (the go-sdk connection's Close, a DELETE
 // bounded by closeTimeout) on a goroutine of its own, which
 // awaitSessionEnd waits for. Only the first call does anything, and no
 // call waits: Conn.CloseContext must return at its own ctx.
-func (b *bridge) shutdown() {
+func (b *connStream) shutdown() {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -400,7 +400,7 @@ func (b *bridge) shutdown() {
 	b.closed = true
 	b.mu.Unlock()
 	b.cancel()
-	b.pr.CloseWithError(errBridgeClosed)
+	b.pr.CloseWithError(errStreamClosed)
 	go func() {
 		defer close(b.ended)
 		defer b.endCancel()
@@ -414,7 +414,7 @@ func (b *bridge) shutdown() {
 // at most closeGuard; then it abandons the DELETE, after which the go-sdk
 // connection's Close returns at once (it is waited for closeGuard more, in
 // case a configured transport does not heed its request's context).
-func (b *bridge) awaitSessionEnd() {
+func (b *connStream) awaitSessionEnd() {
 	t := time.NewTimer(closeGuard)
 	defer t.Stop()
 	select {
@@ -433,15 +433,15 @@ func (b *bridge) awaitSessionEnd() {
 }
 
 // release closes the connection's own idle HTTP connections.
-func (b *bridge) release() {
+func (b *connStream) release() {
 	if b.owned != nil {
 		b.owned.CloseIdleConnections()
 	}
 }
 
 // fail ends the connection because of err: rpc.Conn reads the error (once
-// classified) from the pipe, and closes the bridge. The first failure wins.
-func (b *bridge) fail(err error) {
+// classified) from the pipe, and closes b. The first failure wins.
+func (b *connStream) fail(err error) {
 	b.mu.Lock()
 	if b.failErr != nil {
 		b.mu.Unlock()
@@ -454,7 +454,7 @@ func (b *bridge) fail(err error) {
 }
 
 // failure is why fail ended the connection, or nil.
-func (b *bridge) failure() error {
+func (b *connStream) failure() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.failErr
@@ -463,7 +463,7 @@ func (b *bridge) failure() error {
 // classify attaches a lifecycle class to a failure of the connection.
 // Refused credentials win over what they caused (the go-sdk reports a 401
 // as the failure of the request that got it).
-func (b *bridge) classify(err error) error {
+func (b *connStream) classify(err error) error {
 	err = b.redact(err)
 	if code := int(b.denied.Load()); code != 0 && !errors.Is(err, lifecycle.ErrAuthRequired) {
 		return fmt.Errorf("%w: server %s answered HTTP %d %s (%v)", lifecycle.ErrAuthRequired, b.name, code, http.StatusText(code), err)
@@ -475,7 +475,7 @@ func (b *bridge) classify(err error) error {
 }
 
 // pump copies the server's messages from the go-sdk connection to the pipe.
-func (b *bridge) pump() {
+func (b *connStream) pump() {
 	for {
 		msg, err := b.conn.Read(b.ctx)
 		if err != nil {
@@ -502,7 +502,7 @@ func (b *bridge) pump() {
 // protocol version from the initialize result, and an error the go-sdk
 // made up (a stream that ended without the response) turned into a
 // JSON-RPC error of mcpvisor's.
-func (b *bridge) answered(resp *jsonrpc.Response) {
+func (b *connStream) answered(resp *jsonrpc.Response) {
 	b.mu.Lock()
 	st := b.calls[resp.ID]
 	delete(b.calls, resp.ID)
@@ -531,12 +531,12 @@ func (b *bridge) answered(resp *jsonrpc.Response) {
 	}
 }
 
-// bridgeWriter is rpc.Conn's writing side: one line per Write.
-type bridgeWriter struct{ b *bridge }
+// connStreamWriter is rpc.Conn's writing side: one line per Write.
+type connStreamWriter struct{ b *connStream }
 
-func (w bridgeWriter) Close() error { return w.b.Close() }
+func (w connStreamWriter) Close() error { return w.b.Close() }
 
-func (w bridgeWriter) Write(p []byte) (int, error) {
+func (w connStreamWriter) Write(p []byte) (int, error) {
 	b := w.b
 	for line := range bytes.Lines(p) {
 		line = bytes.TrimRight(line, "\r\n")
@@ -553,7 +553,7 @@ func (w bridgeWriter) Write(p []byte) (int, error) {
 // send writes one message. A request is POSTed from a goroutine of its
 // own: a server may hold the POST until it answers. Notifications and
 // responses are POSTed in order (the server answers them at once).
-func (b *bridge) send(line []byte) error {
+func (b *connStream) send(line []byte) error {
 	msg, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
 		if m, derr := rpc.Decode(line); derr == nil && m.IsRequest() {
@@ -575,7 +575,7 @@ func (b *bridge) send(line []byte) error {
 	case err == nil:
 		return nil
 	case b.ctx.Err() != nil:
-		return errBridgeClosed
+		return errStreamClosed
 	case isNetError(err):
 		b.fail(fmt.Errorf("writing to the server: %w", err))
 		return b.failure()
@@ -588,7 +588,7 @@ func (b *bridge) send(line []byte) error {
 }
 
 // call POSTs a request from its own goroutine.
-func (b *bridge) call(req *jsonrpc.Request) error {
+func (b *connStream) call(req *jsonrpc.Request) error {
 	st := &callState{}
 	ctx, cancel := context.WithCancel(b.ctx)
 	st.cancel = cancel
@@ -624,19 +624,19 @@ func (b *bridge) call(req *jsonrpc.Request) error {
 	if !ok {
 		b.forget(req.ID)
 		cancel()
-		return errBridgeClosed
+		return errStreamClosed
 	}
 	return nil
 }
 
-func (b *bridge) forget(id jsonrpc.ID) {
+func (b *connStream) forget(id jsonrpc.ID) {
 	b.mu.Lock()
 	delete(b.calls, id)
 	b.mu.Unlock()
 }
 
 // cancelled ends the POST of a request mcpvisor gave up on.
-func (b *bridge) cancelled(params json.RawMessage) {
+func (b *connStream) cancelled(params json.RawMessage) {
 	var p struct {
 		RequestID any `json:"requestId"`
 	}
@@ -659,7 +659,7 @@ func (b *bridge) cancelled(params json.RawMessage) {
 
 // inject answers one of mcpvisor's requests with an error, as if the
 // server had.
-func (b *bridge) inject(id json.RawMessage, code int, msg string) {
+func (b *connStream) inject(id json.RawMessage, code int, msg string) {
 	m := rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
 	_, _ = b.pw.Write(append(m.AppendTo(nil), '\n'))
 }
@@ -677,7 +677,7 @@ func isNetError(err error) bool {
 // end up in logs and events. The go-sdk formats the URL into its messages
 // (as net/http's *url.Error does), so it is cut from the text; the chain
 // is kept for errors.Is and errors.As.
-func (b *bridge) redact(err error) error {
+func (b *connStream) redact(err error) error {
 	msg := err.Error()
 	safe := msg
 	var ue *url.Error
@@ -716,7 +716,7 @@ func (e *redactedError) Unwrap() error { return e.err }
 // refuses the credentials (401, 403). A server that offers no stream (405,
 // another 4xx, not an event stream) or whose streams keep ending at once
 // is left alone.
-func (b *bridge) listen() {
+func (b *connStream) listen() {
 	var lastID string
 	var retry time.Duration
 	failures, empties := 0, 0
@@ -793,7 +793,7 @@ func (b *bridge) listen() {
 }
 
 // get opens the standalone stream.
-func (b *bridge) get(lastID string) (*http.Response, error) {
+func (b *connStream) get(lastID string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, b.url, nil)
 	if err != nil {
 		return nil, err
@@ -812,7 +812,7 @@ func (b *bridge) get(lastID string) (*http.Response, error) {
 // message (which must not keep it) until the stream ends or message
 // returns false. It reports whether any event arrived, and the
 // reconnection delay the server asked for.
-func (b *bridge) readEvents(body io.Reader, lastID *string, message func(data []byte) bool) (progressed bool, retry time.Duration, err error) {
+func (b *connStream) readEvents(body io.Reader, lastID *string, message func(data []byte) bool) (progressed bool, retry time.Duration, err error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 4096), maxEvent+16)
 	var data []byte
@@ -867,7 +867,7 @@ func (b *bridge) readEvents(body io.Reader, lastID *string, message func(data []
 
 // deliver passes one event's message on as a line, unchanged but for
 // insignificant white space.
-func (b *bridge) deliver(data []byte) {
+func (b *connStream) deliver(data []byte) {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, data); err != nil {
 		b.log.Warn("dropping an event from the standalone stream that is not JSON", "err", err)
@@ -884,7 +884,7 @@ type headerTransport struct {
 	base    http.RoundTripper
 	host    string
 	headers map[string]string
-	b       *bridge
+	b       *connStream
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -118,7 +118,7 @@ type exchange struct {
 // scoped to its request; an HTTP error's JSON-RPC error may have none).
 // err is the failure of the exchange itself (a *url.Error when the server
 // could not be reached) or of reading the answer.
-func (b *bridge) postModern(ctx context.Context, req *jsonrpc.Request, each func(jsonrpc.Message)) (exchange, error) {
+func (b *connStream) postModern(ctx context.Context, req *jsonrpc.Request, each func(jsonrpc.Message)) (exchange, error) {
 	data, err := jsonrpc.EncodeMessage(req)
 	if err != nil {
 		return exchange{}, err
@@ -209,7 +209,7 @@ func (b *bridge) postModern(ctx context.Context, req *jsonrpc.Request, each func
 // probeTimeout), or why the probe failed: the server could not be
 // reached, refused the credentials, failed (5xx, 429), or is a modern
 // server that refused the probe.
-func (b *bridge) probe(ctx context.Context, protocol string) (*InitResult, error) {
+func (b *connStream) probe(ctx context.Context, protocol string) (*InitResult, error) {
 	pctx := ctx
 	if protocol != ProtocolModern {
 		var cancel context.CancelFunc
@@ -260,15 +260,15 @@ func (b *bridge) probe(ctx context.Context, protocol string) (*InitResult, error
 
 // modernConn is the mcp.Connection of a modern server (see above). Write
 // POSTs a request and reads its answer, handing the messages on to Read;
-// the bridge calls it from the request's own goroutine.
+// connStream calls it from the request's own goroutine.
 type modernConn struct {
-	b        *bridge
+	b        *connStream
 	incoming chan jsonrpc.Message
 	done     chan struct{}
 	once     sync.Once
 }
 
-func newModernConn(b *bridge) *modernConn {
+func newModernConn(b *connStream) *modernConn {
 	return &modernConn{b: b, incoming: make(chan jsonrpc.Message), done: make(chan struct{})}
 }
 
@@ -299,11 +299,11 @@ func (m *modernConn) put(msg jsonrpc.Message) {
 
 // Write sends a request and delivers its answer. Anything else is not
 // sent: the transport has no notification from the client (a cancelled
-// request's POST is closed instead: bridge.cancelled) and the server sends
-// no request to answer.
+// request's POST is closed instead: connStream.cancelled) and the server
+// sends no request to answer.
 //
 // An error answer that carries a JSON-RPC error is delivered as the
-// response; one that does not is returned as an error, for the bridge to
+// response; one that does not is returned as an error, for connStream to
 // answer the request with. HTTP 401 also ends the connection, as needing
 // authentication: no request can succeed any more.
 func (m *modernConn) Write(ctx context.Context, msg jsonrpc.Message) error {

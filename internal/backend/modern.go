@@ -289,7 +289,7 @@ func (c *Conn) startListen() {
 // doubling, to listenMaxDelay. What it would have carried in between is
 // told to the hooks when the next one is acknowledged (listenAcknowledged).
 // A remote server that cannot be reached any more ends the connection (the
-// bridge fails it on the POST's network error).
+// connStream fails it on the POST's network error).
 func (c *Conn) keepListening(ctx context.Context) {
 	quick := 0 // listens in a row that ended before listenHealthy
 	for {
