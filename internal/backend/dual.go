@@ -44,7 +44,7 @@ import (
 // initialize result (SupportedVersions), which the fleet keeps with the
 // server's lists: the next start knows. A server that refuses initialize
 // is probed on the same process and, if modern, served as modern-only:
-// legacy clients are bridged (fulfil), no twin.
+// legacy clients are translated (fulfil), no twin.
 
 // Era is what mcpvisor knows of the protocol eras a server speaks.
 type Era uint8

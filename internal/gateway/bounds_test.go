@@ -257,7 +257,7 @@ func legacyCall(g *Gateway, asked *atomic.Int32) *call {
 // maxInputRounds input_required rounds: a server that asks that many times
 // gets its result; one that asks for ever is given up on after
 // maxInputRounds, the client asked no more.
-func TestBridgeInputRoundsBounded(t *testing.T) {
+func TestInputRoundsBounded(t *testing.T) {
 	const ceiling = 1 << 10 // the endless server's: it completes at last
 	for _, tc := range []struct {
 		name     string

@@ -231,7 +231,7 @@ type outReq struct {
 	timer     *time.Timer
 	// answer, if set, takes the client's answer instead of conn: the
 	// request is mcpvisor's own, asking a legacy client for the input a
-	// modern server's input_required result names (bridge.go).
+	// modern server's input_required result names (inputrounds.go).
 	answer chan *rpc.Message
 }
 
