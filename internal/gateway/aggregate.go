@@ -176,7 +176,7 @@ func (g *Gateway) Collisions() []string {
 
 func (a *aggregate) Open(out Sink) *Session {
 	s := NewSession(out)
-	a.g.open(s, nil)
+	a.g.reg.open(s, nil)
 	return s
 }
 
@@ -822,9 +822,9 @@ func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
 			l.Release()
 			return
 		}
-		g.rootsAsked(l.Conn())
+		g.reg.rootsAsked(l.Conn())
 	}
-	posted := g.post(l.Conn(), func() {
+	posted := g.outbox.post(l.Conn(), func() {
 		defer l.Release()
 		if err := l.Conn().Notify(m.Method, m.Params); err != nil {
 			g.log.Debug("client notification not delivered", "server", srv.Name(), "method", m.Method, "err", err)
@@ -883,11 +883,7 @@ func (g *Gateway) declareCaps(s *Session, m *rpc.Message) {
 	if json.Unmarshal(m.Params, &p) != nil {
 		return // initialize answers the error
 	}
-	g.mu.Lock()
-	if st := g.sessions[s]; st != nil {
-		st.caps = p.Capabilities
-	}
-	g.mu.Unlock()
+	g.reg.setCaps(s, p.Capabilities, "")
 }
 
 // initialize answers the client's initialize: the protocol version it asked
@@ -906,12 +902,7 @@ func (g *Gateway) initialize(s *Session, m *rpc.Message, caps, serverInfo json.R
 	if !supported(version) {
 		version = latestVersion
 	}
-	g.mu.Lock()
-	if st := g.sessions[s]; st != nil {
-		st.caps = p.Capabilities
-		st.protocol = version
-	}
-	g.mu.Unlock()
+	g.reg.setCaps(s, p.Capabilities, version)
 	res := map[string]any{"protocolVersion": version, "capabilities": caps, "serverInfo": serverInfo}
 	if instructions != "" {
 		res["instructions"] = instructions

@@ -102,11 +102,7 @@ func (g *Gateway) traceAnswered(ctx context.Context, start time.Time, s *Session
 	case mo != nil:
 		e.Protocol = modernVersion
 	case s != nil:
-		if st := g.state(s); st != nil {
-			g.mu.Lock()
-			e.Protocol = st.protocol
-			g.mu.Unlock()
-		}
+		e.Protocol = g.reg.protocolOf(s)
 		if e.Protocol == "" && m.Method == "initialize" && resp != nil && resp.Error == nil {
 			e.Protocol = negotiated(resp)
 		}

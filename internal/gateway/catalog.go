@@ -43,7 +43,7 @@ func (g *Gateway) tell(s *fleet.Server, kinds []catalog.ListKind) {
 			continue
 		}
 		sent[n] = true
-		for _, sess := range g.sessionsFor(s) {
+		for _, sess := range g.reg.sessionsFor(s) {
 			_ = sess.Out().Send(&rpc.Message{Method: n})
 		}
 		g.tellListeners(s, n)

@@ -173,9 +173,9 @@ func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 	s.held = h
 	t.Cleanup(func() { h.stop(false) })
 	c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
-	g.mu.Lock()
-	g.calls[conn] = []*call{c}
-	g.mu.Unlock()
+	g.reg.mu.Lock()
+	g.reg.calls[conn] = []*call{c}
+	g.reg.mu.Unlock()
 	g.Request(fleet.Source{Conn: conn}, samplingRequest(1))
 	waitFor(t, "the server's answer", func() bool { return conn.errCount() == 1 })
 	conn.mu.Lock()
@@ -234,9 +234,9 @@ func TestModernRequestsOwnInstanceIsDeclaredItsCapabilities(t *testing.T) {
 			if err != nil || m.Error != nil || !strings.Contains(string(m.Result), `declared: {\"elicitation\":{\"form\":{}}}`) {
 				t.Errorf("%s (%v), want the instance declared the request's elicitation alone", b, err)
 			}
-			w.gw.mu.Lock()
-			n := len(w.gw.ownCaps)
-			w.gw.mu.Unlock()
+			w.gw.reg.mu.Lock()
+			n := len(w.gw.reg.ownCaps)
+			w.gw.reg.mu.Unlock()
 			if n != 0 {
 				t.Errorf("%d requests' capabilities kept after their end", n)
 			}

@@ -109,7 +109,7 @@ type flight struct {
 	c              *call
 	key            string
 	from           sender
-	mo             *Modern // from.modern() as it began: a held call's later rounds replace it (under g.mu)
+	mo             *Modern // from.modern() as it began: a held call's later rounds replace it (registry.nextRound)
 	name, method   string
 	params         json.RawMessage // as the server gets them
 	clientID       json.RawMessage
@@ -184,7 +184,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 	f.call = call{from: w, clientID: clientID, related: related, cancel: f.cancel}
 	c := &f.call
 	f.c, f.key = c, string(clientID)
-	if resp := g.register(f, srv); resp != nil {
+	if resp := g.reg.register(f, srv); resp != nil {
 		return nil, resp
 	}
 	// The request's timeout runs from its arrival, over everything before
@@ -244,7 +244,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 		if resp := f.answerLegacyOnly(conn); resp != nil {
 			return nil, resp
 		}
-		params = g.legacyMeta(w.sess, c.st, srv, method, params)
+		params = g.legacyMeta(c, srv, method, params)
 	}
 
 	// (A modern request's _meta was read whole: whether it has a token is
@@ -260,13 +260,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 		params = f.tr.span.Inject(params) // the server's spans join the client's trace
 	}
 	f.params = params
-	g.mu.Lock()
-	c.conn = conn
-	g.calls[conn] = append(g.calls[conn], c)
-	if c.ourTok != "" {
-		g.tokens[c.ourTok] = c
-	}
-	g.mu.Unlock()
+	g.reg.addCall(c, conn)
 	if f.err() != nil || f.timeout > 0 && time.Since(f.start) >= f.timeout {
 		// Cancelled, or out of time (its timer may not have fired yet),
 		// as the lease was granted: nothing was sent.
@@ -277,45 +271,6 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 		return nil, f.notReached(nil)
 	}
 	return f, nil
-}
-
-// register makes f's call its sender's, from the start, before its server
-// is reached: a cancellation or the session's end that comes while the
-// server starts or restarts cancels it there, and it never runs. It
-// returns the client's answer if the sender has ended (f has then ended
-// too).
-func (g *Gateway) register(f *flight, srv *fleet.Server) *rpc.Message {
-	c, w := f.c, f.from
-	g.mu.Lock()
-	if r := w.req; r != nil {
-		// A modern request is in no table, and its calls need none:
-		// nothing finds them by id (a client cancels a modern request
-		// by ending it — its HTTP request, or over stdio through the
-		// front's own registry of modern requests) and nothing waits
-		// for them to end.
-		if r.closed {
-			g.mu.Unlock()
-			return f.senderEnded()
-		}
-		if srv.Config().PerSession() {
-			r.private = true             // the request's own instance, ended with it
-			g.ownCaps[r.key] = r.mo.Caps // what it is declared (SessionCapabilities)
-		}
-		g.mu.Unlock()
-		return nil
-	}
-	st := g.sessions[w.sess]
-	if st == nil || st.closed {
-		g.mu.Unlock()
-		return f.senderEnded()
-	}
-	c.st = st
-	st.calls[f.key] = c
-	if f.tr != nil {
-		f.tr.protocol = st.protocol
-	}
-	g.mu.Unlock()
-	return nil
 }
 
 // senderEnded ends f, whose sender ended before its call was registered,
@@ -579,7 +534,7 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 		}
 	}
 	if err != nil && f.err() != nil {
-		g.abandon(f.conn, f.from, f.timeout)
+		g.reg.abandon(f.conn, f.from, f.timeout)
 	}
 	var out *rpc.Message
 	switch {
@@ -713,7 +668,7 @@ func (f *flight) end() {
 	if f.lease != nil {
 		f.lease.Release()
 	}
-	f.g.endCall(f.c, f.key, now)
+	f.g.reg.endCall(f.c, f.key, now)
 	f.cancel(nil)
 }
 
@@ -736,44 +691,6 @@ func (f *flight) endSpan() {
 	f.tr.span.End(e)
 }
 
-// endCall takes c, keyed by its client's id, out of the gateway's tables
-// as it ended at now (read before the lock every call contends for).
-func (g *Gateway) endCall(c *call, key string, now time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if st := c.st; st != nil { // a legacy session's
-		if st.calls[key] == c {
-			delete(st.calls, key)
-		}
-		if st.idle != nil && len(st.calls) == 0 {
-			close(st.idle)
-			st.idle = nil
-		}
-	}
-	if c.conn == nil {
-		return // ended before it reached its server
-	}
-	g.noteRecentAtLocked(c.conn, c.from, now)
-	// Taken out in place (every reader holds g.mu), the order kept.
-	list := g.calls[c.conn]
-	for i, x := range list {
-		if x == c {
-			copy(list[i:], list[i+1:])
-			list[len(list)-1] = nil
-			list = list[:len(list)-1]
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(g.calls, c.conn)
-	} else {
-		g.calls[c.conn] = list
-	}
-	if c.ourTok != "" {
-		delete(g.tokens, c.ourTok)
-	}
-}
-
 // Notification relays what a server sends on its own (fleet.Hooks) to the
 // clients it belongs to, and to no other.
 func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
@@ -793,14 +710,8 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 		if err := json.Unmarshal(tok, &id); err != nil {
 			return
 		}
-		g.mu.Lock()
-		c := g.tokens[id]
-		var token json.RawMessage
-		if c != nil {
-			token = c.token
-		}
-		g.mu.Unlock()
-		if c == nil || c.conn != conn {
+		c, token := g.reg.progressOf(conn, id)
+		if c == nil {
 			return
 		}
 		c.touch()
@@ -831,42 +742,21 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			if src.Session != "" && key != src.Session {
 				continue // a private instance's update is its session's alone
 			}
-			if s := g.sessionByKey(key); s != nil && g.sees(s, src.Server) {
+			if s := g.reg.sessionByKey(key); s != nil && g.reg.sees(s, src.Server) {
 				_ = s.Out().Send(m)
 			}
 		}
 	case "notifications/cancelled":
 		// The server withdrew a request it had sent to a client.
 		id := rpc.CancelledRequestID(m.Params)
-		g.mu.Lock()
-		var ours string
-		var r *outReq
-		for k, x := range g.outReqs {
-			if x.conn == conn && string(x.backendID) == string(id) {
-				ours, r = k, x
-				break
-			}
-		}
-		var held []*heldCall
-		if r != nil {
-			delete(g.outReqs, ours)
-			if st := g.sessions[r.sess]; st != nil {
-				delete(st.outReqs, ours)
-			}
-			r.answered()
-		} else {
-			// Or one a held call keeps for its client's next round.
-			for _, h := range g.held {
-				held = append(held, h)
-			}
-		}
-		g.mu.Unlock()
-		if r != nil {
+		if ours, r := g.reg.withdraw(conn, id); r != nil {
 			r.timer.Stop()
 			params, _ := json.Marshal(map[string]any{"requestId": ours, "reason": stringField(m.Params, "reason")})
 			_ = r.sess.Out().Send(&rpc.Message{Method: m.Method, Params: params})
+			return
 		}
-		for _, h := range held {
+		// Or one a held call keeps for its client's next round.
+		for _, h := range g.held.all() {
 			if h.withdraw(conn, id) {
 				break
 			}
@@ -899,9 +789,7 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	// session set a higher level — or, for a modern request, unless the
 	// request asked for no lines, or for more severe ones.
 	callWants := func(c *call) bool {
-		g.mu.Lock()
-		mo := c.from.modern() // a held call's later round may replace it
-		g.mu.Unlock()
+		mo := g.reg.modernOf(c) // a held call's later round may replace it
 		if mo != nil {
 			return mo.LogLevel != "" && sev >= interest.LogSeverity(mo.LogLevel)
 		}
@@ -909,7 +797,7 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 		return !ok || sev >= interest.LogSeverity(lvl)
 	}
 	if owner := g.owner(src); owner != nil {
-		if c := g.newestCallOf(src.Conn, owner); c != nil {
+		if c := g.reg.newestCallOf(src.Conn, owner); c != nil {
 			if callWants(c) {
 				_ = c.related.Send(m)
 			}
@@ -923,8 +811,8 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 	// the line is that session's request's (as for sampling). Otherwise
 	// nobody can tell whose it is: it is the server's own log, for the
 	// sessions that asked for it with logging/setLevel, each at its level.
-	c, _ := g.inFlight(src.Conn)
-	if c != nil && g.activeSessions(src.Conn) == 1 {
+	c, _ := g.reg.inFlight(src.Conn)
+	if c != nil && g.reg.activeSessions(src.Conn) == 1 {
 		if callWants(c) {
 			_ = c.related.Send(m)
 		}
@@ -947,9 +835,9 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 func (g *Gateway) owner(src fleet.Source) *Session {
 	switch {
 	case src.Session != "":
-		return g.sessionByKey(src.Session)
+		return g.reg.sessionByKey(src.Session)
 	case src.Sole != "":
-		return g.sessionByKey(src.Sole)
+		return g.reg.sessionByKey(src.Sole)
 	}
 	return nil
 }
@@ -960,195 +848,10 @@ func callScoped(method string) bool {
 	return method == "sampling/createMessage" || method == "elicitation/create"
 }
 
-// inFlight is the newest request in flight on conn and the number of
-// client sessions whose requests the server may still be serving there:
-// those in flight, and those that ended unanswered (cancelled, timed out)
-// within their request timeout — a server may go on with a request it was
-// told to drop. A modern client's held call counts while it is held, its
-// round answered or not: the server may still ask for more in it.
-func (g *Gateway) inFlight(conn fleet.Conn) (*call, int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[sender]bool{}
-	now := time.Now()
-	for _, a := range g.abandoned[conn] {
-		if now.Before(a.until) {
-			seen[a.from] = true
-		}
-	}
-	list := g.calls[conn]
-	for _, c := range list {
-		seen[c.from] = true
-	}
-	if len(list) == 0 {
-		return nil, len(seen)
-	}
-	return list[len(list)-1], len(seen)
-}
-
-// rootsAsked records that a client told conn's server its roots changed:
-// the server may now ask for roots on its own (for that client), and such
-// a request is no modern call's.
-func (g *Gateway) rootsAsked(conn fleet.Conn) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.noteLegacyLocked(conn, time.Now())
-}
-
-// noteLegacyLocked records that a legacy client acted on conn at now —
-// a request of its ended there, or it told the server its roots changed —
-// sweeping the records older than the linger at most once per linger.
-// g.mu is held.
-func (g *Gateway) noteLegacyLocked(conn fleet.Conn, now time.Time) {
-	if g.legacyActed == nil {
-		g.legacyActed = map[fleet.Conn]time.Time{}
-	}
-	if now.Sub(g.legacyGC) > g.linger {
-		g.legacyGC = now
-		for c, t := range g.legacyActed {
-			if now.Sub(t) >= g.linger {
-				delete(g.legacyActed, c) // a connection that ended is not kept
-			}
-		}
-	}
-	if now.After(g.legacyActed[conn]) { // now may have been read before g.mu
-		g.legacyActed[conn] = now
-	}
-}
-
-// legacyLately reports whether a legacy client acted on conn within the
-// linger (noteLegacyLocked): the server may be asking for roots on its own
-// for that client (a legacy client's roots are its session's), so such a
-// request is no modern call's.
-func (g *Gateway) legacyLately(conn fleet.Conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	t, ok := g.legacyActed[conn]
-	return ok && time.Since(t) < g.linger
-}
-
-// abandon records that w's request on conn ended unanswered, so that for
-// its timeout the server's requests are not attributed to another sender
-// by what is in flight. Expired records of every connection are dropped.
-func (g *Gateway) abandon(conn fleet.Conn, w sender, timeout time.Duration) {
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	now := time.Now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	sweep(g.abandoned, now)
-	g.abandoned[conn] = append(g.abandoned[conn], abandonedCall{from: w, until: now.Add(timeout)})
-}
-
-// noteRecentAtLocked records that a request of w on conn ended at now (see
-// recent): at most two records per connection, of the two requesters
-// whose requests there ended last; expired ones swept at most once per
-// linger. g.mu is held.
-func (g *Gateway) noteRecentAtLocked(conn fleet.Conn, w sender, now time.Time) {
-	if now.Sub(g.recentGC) > g.linger {
-		g.recentGC = now
-		sweep(g.recent, now)
-	}
-	if w.legacyClient() {
-		g.noteLegacyLocked(conn, now)
-	}
-	// Only whether one requester or several were active matters: the two
-	// latest are kept, each with its latest end.
-	w = w.requester()
-	list := g.recent[conn]
-	for i := range list {
-		if list[i].from == w {
-			// now was read before g.mu: a later end may have been here first.
-			if until := now.Add(g.linger); until.After(list[i].until) {
-				list[i].until = until
-			}
-			return
-		}
-	}
-	rec := abandonedCall{from: w, until: now.Add(g.linger)}
-	switch {
-	case len(list) < 2:
-		g.recent[conn] = append(list, rec)
-	case list[0].until.Before(list[1].until):
-		list[0] = rec
-	default:
-		list[1] = rec
-	}
-}
-
-// activeSessions counts the requesters (see sender.requester) whose
-// requests are in flight on conn, ended unanswered within their timeout,
-// or ended within linger.
-func (g *Gateway) activeSessions(conn fleet.Conn) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[sender]bool{}
-	now := time.Now()
-	for _, l := range [][]abandonedCall{g.abandoned[conn], g.recent[conn]} {
-		for _, a := range l {
-			if now.Before(a.until) {
-				seen[a.from.requester()] = true
-			}
-		}
-	}
-	for _, c := range g.calls[conn] {
-		seen[c.from.requester()] = true
-	}
-	return len(seen)
-}
-
-// retoken makes tok (nil: none) the client's progress token of c, for a
-// held call's later round.
-func (g *Gateway) retoken(c *call, tok json.RawMessage) {
-	g.mu.Lock()
-	c.token = tok
-	g.mu.Unlock()
-}
-
-// sweep drops the records of m that have expired by now.
-func sweep(m map[fleet.Conn][]abandonedCall, now time.Time) {
-	for k, list := range m {
-		kept := list[:0]
-		for _, a := range list {
-			if now.Before(a.until) {
-				kept = append(kept, a)
-			}
-		}
-		if len(kept) == 0 {
-			delete(m, k)
-		} else {
-			m[k] = kept
-		}
-	}
-}
-
 // abandonedCall is a request that ended without the server's answer.
 type abandonedCall struct {
 	from  sender
 	until time.Time
-}
-
-// newestCallOf is legacy session s's newest request in flight on conn, or
-// nil.
-func (g *Gateway) newestCallOf(conn fleet.Conn, s *Session) *call {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	list := g.calls[conn]
-	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].from.sess == s {
-			return list[i]
-		}
-	}
-	return nil
-}
-
-// sees reports whether s is open on an endpoint that serves srv.
-func (g *Gateway) sees(s *Session, srv *fleet.Server) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := g.sessions[s]
-	return st != nil && st.serves(srv)
 }
 
 // Request bridges a server→client request (sampling, elicitation, roots)
@@ -1197,22 +900,22 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	}
 	owner := g.owner(src)
 	if owner != nil {
-		c = g.newestCallOf(conn, owner)
+		c = g.reg.newestCallOf(conn, owner)
 	} else {
 		var only *call
-		only, sessions = g.inFlight(conn)
+		only, sessions = g.reg.inFlight(conn)
 		// A modern client has roots only as a call's input (mrtr): the
 		// roots a server asks for during its call are that call's —
 		// unless a legacy client lately told the server its roots
 		// changed, or had a request end there (legacyLately), when the
 		// server may be asking on its own, for that client.
-		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.from.req != nil && !g.legacyLately(conn))
+		scoped := callScoped(m.Method) || (m.Method == "roots/list" && only != nil && only.from.req != nil && !g.reg.legacyLately(conn))
 		if scoped && sessions == 1 {
 			c = only
 		}
 		ambiguous = sessions > 1 || !scoped
 	}
-	if c == nil && capName != "" && (owner != nil && !g.declares(owner, capName) ||
+	if c == nil && capName != "" && (owner != nil && !g.reg.declares(owner, capName) ||
 		owner == nil && !g.mayDeclare(src, capName, callScoped(m.Method), sessions)) {
 		// No client it could be for declared the capability — its
 		// session's; the clients of the requests in flight there, for a
@@ -1228,12 +931,12 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// Roots a server asks for on its own — right after it started,
 		// say, before the request that started it is in flight there —
 		// are its one client's to give: asked on that session's stream.
-		c = g.sessionCall(owner)
+		c = g.reg.sessionCall(owner)
 	}
 	if c == nil {
 		msg := fmt.Sprintf("mcpvisor cannot forward %s: no client request is in flight on server %s", m.Method, conn.Name())
 		if ambiguous {
-			n := max(sessions, len(g.sessionsFor(src.Server)))
+			n := max(sessions, len(g.reg.sessionsFor(src.Server)))
 			g.log.Warn("server request cannot be attributed to one client session; refused", "server", conn.Name(), "method", m.Method, "sessions", n)
 			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		}
@@ -1270,7 +973,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.replyError(conn, m, rpc.InternalError, msg)
 		return
 	}
-	if capName != "" && !g.declares(c.from.sess, capName) {
+	if capName != "" && !g.reg.declares(c.from.sess, capName) {
 		// A client is asked only what it declared it answers: one that
 		// did not would leave the server waiting (for roots, say, which
 		// some servers ask for after every start before they answer).
@@ -1280,7 +983,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	ours := secretID("mcpv-r-")
 	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.from.sess}
 	r.timer = time.AfterFunc(inputWait, func() {
-		if g.takeOutReq(ours) != nil {
+		if g.reg.takeOutReq(ours) != nil {
 			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, inputWait))
 		}
 	})
@@ -1291,33 +994,6 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 	}
 }
 
-// sessionCall stands for legacy session s when a server asks it
-// something outside any of its requests: its session stream, no timeout
-// of a request; nil if s is not open, or its stream would not reach its
-// client now (an HTTP session with no GET stream open: the request would
-// wait there, and the server with it, until the client opens one).
-func (g *Gateway) sessionCall(s *Session) *call {
-	if so, ok := s.Out().(interface{ StreamOpen() bool }); ok && !so.StreamOpen() {
-		return nil
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := g.sessions[s]
-	if st == nil || st.closed {
-		return nil
-	}
-	return &call{from: legacySender(s), st: st, related: s.Out()}
-}
-
-// declares reports whether legacy session s declared capability capName
-// at initialize (a session that never initialized declared none).
-func (g *Gateway) declares(s *Session, capName string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := g.sessions[s]
-	return st != nil && g.declaresLocked(legacySender(s), st, capName)
-}
-
 // mayDeclare reports whether a client that src's request for capName
 // could be for declared it, when no session owns src: the client of a
 // request in flight on the connection (or lately abandoned there: the
@@ -1325,59 +1001,13 @@ func (g *Gateway) declares(s *Session, capName string) bool {
 // only while it serves a call (callScoped) and such requests are in
 // flight (sessions of them), any legacy client that sees the server.
 func (g *Gateway) mayDeclare(src fleet.Source, capName string, callScoped bool, sessions int) bool {
-	if g.inFlightDeclares(src.Conn, capName) {
+	if g.reg.inFlightDeclares(src.Conn, capName) {
 		return true
 	}
 	if callScoped && sessions > 0 {
 		return false
 	}
-	return g.anyDeclares(src.Server, capName)
-}
-
-// inFlightDeclares reports whether the client of a request in flight on
-// conn, or of one lately abandoned there, declared capName.
-func (g *Gateway) inFlightDeclares(conn fleet.Conn, capName string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, c := range g.calls[conn] {
-		if g.declaresLocked(c.from, c.st, capName) {
-			return true
-		}
-	}
-	now := time.Now()
-	for _, a := range g.abandoned[conn] {
-		if now.Before(a.until) && g.declaresLocked(a.from, g.sessions[a.from.sess], capName) {
-			return true
-		}
-	}
-	return false
-}
-
-// declaresLocked reports whether the client of w (its legacy session's
-// state st, if known) declared capName: a legacy session at initialize, a
-// modern request in its _meta. g.mu is held.
-func (g *Gateway) declaresLocked(w sender, st *sessState, capName string) bool {
-	if r := w.req; r != nil {
-		return rpc.Member(r.mo.Caps, capName) != nil
-	}
-	if st == nil {
-		return false
-	}
-	_, ok := st.caps[capName]
-	return ok
-}
-
-// anyDeclares reports whether a legacy session open on an endpoint that
-// serves srv declared capName.
-func (g *Gateway) anyDeclares(srv *fleet.Server, capName string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, st := range g.sessions { // legacy sessions: modern requests are in no table
-		if _, ok := st.caps[capName]; ok && st.serves(srv) {
-			return true
-		}
-	}
-	return false
+	return g.reg.anyDeclares(src.Server, capName)
 }
 
 // refuseUndeclared answers a server's request for capability capName
@@ -1394,7 +1024,7 @@ func (g *Gateway) refuseUndeclared(conn fleet.Conn, m *rpc.Message, capName stri
 // flood of its requests piles up no goroutines (beyond the outbox's
 // bound, the answer is dropped and logged).
 func (g *Gateway) replyError(conn fleet.Conn, m *rpc.Message, code int, msg string) {
-	if !g.post(conn, func() { _ = conn.ReplyError(m.ID, code, msg) }) {
+	if !g.outbox.post(conn, func() { _ = conn.ReplyError(m.ID, code, msg) }) {
 		g.log.Warn("answer to a server's request dropped: the server is not reading its input", "server", conn.Name(), "method", m.Method)
 	}
 }
@@ -1415,55 +1045,16 @@ func (g *Gateway) refuseByConfig(conn fleet.Conn, m *rpc.Message, capName string
 // whoever took it ends it, and sendOutReq reports no error.
 func (g *Gateway) sendOutReq(c *call, ours string, r *outReq, method string, params json.RawMessage) error {
 	c.waiting.Add(1)
-	g.mu.Lock()
-	if c.st.closed {
-		g.mu.Unlock()
-		r.answered()
-		return errSessionClosed
+	if err := g.reg.addOutReq(c, ours, r); err != nil {
+		return err
 	}
-	g.outReqs[ours] = r
-	c.st.outReqs[ours] = r
-	g.mu.Unlock()
 	if err := c.related.Send(&rpc.Message{ID: json.RawMessage(strconv.Quote(ours)), Method: method, Params: params}); err != nil {
-		if g.takeOutReq(ours) == nil {
+		if g.reg.takeOutReq(ours) == nil {
 			return nil
 		}
 		return err
 	}
 	return nil
-}
-
-func (g *Gateway) takeOutReq(id string) *outReq { return g.takeOutReqOf(nil, id) }
-
-// takeOutReqOf removes and returns the pending request id if it was sent
-// to session s (any session when s is nil); otherwise it leaves it pending
-// and returns nil.
-func (g *Gateway) takeOutReqOf(s *Session, id string) *outReq {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r := g.outReqs[id]
-	if r != nil && s != nil && r.sess != s {
-		return nil
-	}
-	if r != nil {
-		delete(g.outReqs, id)
-		if st := g.sessions[r.sess]; st != nil {
-			delete(st.outReqs, id)
-		}
-		r.answered()
-	}
-	return r
-}
-
-// answered ends r's wait on the client: its call's timeout runs again,
-// afresh.
-func (r *outReq) answered() {
-	if r.call != nil {
-		// The timeout restarts before the wait ends: a timer that fires
-		// in between sees the wait and runs again.
-		r.call.touch()
-		r.call.waiting.Add(-1)
-	}
 }
 
 // clientMessage handles what every endpoint handles alike: the client's
@@ -1476,7 +1067,7 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 		if json.Unmarshal(m.ID, &id) != nil {
 			return true
 		}
-		r := g.takeOutReqOf(s, id)
+		r := g.reg.takeOutReqOf(s, id)
 		if r == nil {
 			// Not a request of this session's (or no longer pending):
 			// refused, and a request pending for another session is left
@@ -1489,13 +1080,7 @@ func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 		return true
 	case m.Method == "notifications/cancelled":
 		id := rpc.CancelledRequestID(m.Params)
-		g.mu.Lock()
-		var c *call
-		if st := g.sessions[s]; st != nil {
-			c = st.calls[string(id)]
-		}
-		g.mu.Unlock()
-		if c != nil {
+		if c := g.reg.callOf(s, id); c != nil {
 			c.cancel(errClientCancel)
 		}
 		return true

@@ -45,34 +45,17 @@ type Gateway struct {
 	// The request timers, a queue for each timeout (deadlinesOf).
 	deadlines sync.Map // time.Duration → *deadlines
 
-	mu       sync.Mutex
-	sessions map[*Session]*sessState
-	byKey    map[string]*Session
-	// ownCaps are the capabilities the modern requests that run a
-	// per-session server's instance of their own declared, by session
-	// key, while they run (SessionCapabilities).
-	ownCaps  map[string]json.RawMessage
-	calls    map[fleet.Conn][]*call // in flight, oldest first
-	outboxes map[fleet.Conn]*outbox // what waits to be written to a server
-	// abandoned are requests that ended unanswered, per connection.
-	abandoned map[fleet.Conn][]abandonedCall
-	// recent are the sessions whose requests ended on a connection within
-	// linger, per connection: a server may still send lines of theirs.
-	recent   map[fleet.Conn][]abandonedCall
-	recentGC time.Time     // when recent was last swept
-	linger   time.Duration // how long a session's ended request counts as recent
-	// legacyActed: when a legacy client last acted on each connection
-	// (see noteLegacyLocked); legacyGC, when it was last swept.
-	legacyActed map[fleet.Conn]time.Time
-	legacyGC    time.Time
-	tokens      map[string]*call   // our progress token → call
-	outReqs     map[string]*outReq // our id of a server→client request → where it came from
-	agg         *aggregate
-	pageSize    atomic.Int64       // of the aggregated lists; 0: whole lists (SetPageSize)
-	listeners   map[*listener]bool // open subscriptions/listen requests
+	// reg is who asks what: the sessions, and the calls in flight with
+	// what is tied to them (registry).
+	reg *registry
+	// outbox holds what waits to be written to each server (outbox.go).
+	outbox    outboxes
+	agg       *aggregate
+	pageSize  atomic.Int64 // of the aggregated lists; 0: whole lists (SetPageSize)
+	listeners listenerSet  // open subscriptions/listen requests
 	// held are the calls held for a modern client's retry (mrtr.go), by
 	// id; holdTimeout bounds each, stateKey signs their requestState.
-	held        map[string]*heldCall
+	held        heldTable
 	holdTimeout atomic.Int64 // a time.Duration; 0 means DefaultHoldTimeout (SetHoldTimeout)
 	stateKey    []byte
 	// tracing makes a span of each request forwarded to a server; nil:
@@ -130,18 +113,9 @@ func New(log *slog.Logger) *Gateway {
 		log = slog.Default()
 	}
 	g := &Gateway{
-		log:       log,
-		sessions:  map[*Session]*sessState{},
-		byKey:     map[string]*Session{},
-		ownCaps:   map[string]json.RawMessage{},
-		calls:     map[fleet.Conn][]*call{},
-		outboxes:  map[fleet.Conn]*outbox{},
-		abandoned: map[fleet.Conn][]abandonedCall{},
-		recent:    map[fleet.Conn][]abandonedCall{},
-		linger:    defaultLinger,
-		stateKey:  newStateKey(),
-		tokens:    map[string]*call{},
-		outReqs:   map[string]*outReq{},
+		log:      log,
+		reg:      newRegistry(),
+		stateKey: newStateKey(),
 	}
 	g.interests = interest.New(log)
 	g.agg = &aggregate{g: g}
@@ -246,7 +220,7 @@ func (g *Gateway) deliver(r *outReq, m *rpc.Message) {
 	}
 	// Written from the server's outbox: a server that stops reading
 	// does not hold up this client's other messages.
-	ok := g.post(r.conn, func() {
+	ok := g.outbox.post(r.conn, func() {
 		if m.Error != nil {
 			_ = r.conn.ReplyError(r.backendID, m.Error.Code, m.Error.Message)
 		} else {
@@ -261,48 +235,13 @@ func (g *Gateway) deliver(r *outReq, m *rpc.Message) {
 // serves reports whether the session's endpoint serves srv.
 func (st *sessState) serves(srv *fleet.Server) bool { return st.srv == nil || st.srv == srv }
 
-// open opens s on the endpoint of srv (nil for the aggregated one).
-func (g *Gateway) open(s *Session, srv *fleet.Server) {
-	g.mu.Lock()
-	g.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
-	g.byKey[s.Key()] = s
-	g.mu.Unlock()
-}
-
-func (g *Gateway) state(s *Session) *sessState {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.sessions[s]
-}
-
 // closeWait bounds how long a session's close waits for its cancelled
 // requests to end, so that their cancellations reach the servers before
 // the session's per-session instances are stopped.
 const closeWait = 100 * time.Millisecond
 
 func (g *Gateway) closeSession(s *Session) {
-	g.mu.Lock()
-	st := g.sessions[s]
-	delete(g.sessions, s)
-	delete(g.byKey, s.Key())
-	var calls []*call
-	var reqs []*outReq
-	var idle chan struct{}
-	if st != nil && !st.closed {
-		st.closed = true
-		for _, c := range st.calls {
-			calls = append(calls, c)
-		}
-		for id, r := range st.outReqs {
-			reqs = append(reqs, r)
-			delete(g.outReqs, id)
-		}
-		if len(st.calls) > 0 {
-			st.idle = make(chan struct{})
-			idle = st.idle
-		}
-	}
-	g.mu.Unlock()
+	st, calls, reqs, idle := g.reg.closeSession(s)
 	if st == nil {
 		return
 	}
@@ -349,46 +288,23 @@ func secretID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// sessionsFor lists the sessions that see srv: the aggregated ones and
-// those of srv's own endpoint.
-func (g *Gateway) sessionsFor(srv *fleet.Server) []*Session {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []*Session
-	for s, st := range g.sessions {
-		if st.serves(srv) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // audience lists the sessions a message from src that belongs to no
 // request may reach: the session of a private instance alone, else every
 // session that sees the server and has no private instance of it.
 func (g *Gateway) audience(src fleet.Source) []*Session {
 	if src.Session != "" {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		if s := g.byKey[src.Session]; s != nil {
+		if s := g.reg.sessionByKey(src.Session); s != nil {
 			return []*Session{s}
 		}
 		return nil
 	}
-	all := g.sessionsFor(src.Server)
+	all := g.reg.sessionsFor(src.Server)
 	if !src.Server.Config().PerSession() {
 		return all
 	}
 	// A per-session server's shared instance serves only what no session
 	// has its own instance for (learning its lists): nobody's traffic.
 	return nil
-}
-
-// sessionByKey is the open session keyed key, or nil.
-func (g *Gateway) sessionByKey(key string) *Session {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.byKey[key]
 }
 
 // SessionCapabilities is what the legacy client session key declared at
@@ -399,30 +315,7 @@ func (g *Gateway) sessionByKey(key string) *Session {
 // (fleet.SessionCapabilities); for a 2026-07-28 request's own instance,
 // those its _meta declared.
 func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
-	caps := map[string]json.RawMessage{}
-	g.mu.Lock()
-	if g.ModernSession(key) {
-		// A modern request's own instance: what the request declared.
-		own := g.ownCaps[key]
-		for _, name := range bridgedCapabilities {
-			if v := rpc.Member(own, name); v != nil {
-				caps[name] = v
-			}
-		}
-	} else {
-		var st *sessState
-		if s := g.byKey[key]; s != nil {
-			st = g.sessions[s]
-		}
-		if st != nil {
-			for _, name := range bridgedCapabilities {
-				if v, ok := st.caps[name]; ok {
-					caps[name] = v
-				}
-			}
-		}
-	}
-	g.mu.Unlock()
+	caps := g.reg.declared(key, g.ModernSession(key), bridgedCapabilities)
 	b, err := json.Marshal(caps)
 	if err != nil { // a declared value that is not JSON: none of it
 		return json.RawMessage(`{}`)

@@ -125,9 +125,9 @@ func TestCancellationReachesTheServer(t *testing.T) {
 	// The gateway forgot the call, and the server is still serving.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		w.gw.mu.Lock()
-		n := len(w.gw.calls)
-		w.gw.mu.Unlock()
+		w.gw.reg.mu.Lock()
+		n := len(w.gw.reg.calls)
+		w.gw.reg.mu.Unlock()
 		if n == 0 {
 			break
 		}

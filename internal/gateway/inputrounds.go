@@ -31,27 +31,27 @@ const inputWait = 5 * time.Minute
 // srv; what params' own _meta has (a progress token) stays. The members
 // only the legacy era gives a request (a task augmentation, which no
 // modern server declared) are left out.
-func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, method string, params json.RawMessage) json.RawMessage {
+func (g *Gateway) legacyMeta(c *call, srv *fleet.Server, method string, params json.RawMessage) json.RawMessage {
 	if drop := revision.LegacyRequestMembers(method); drop != nil {
 		params = rpc.DropMembers(params, drop, nil)
 	}
 	narrow := srv.Config().ClientCapabilities != nil
-	g.mu.Lock()
 	var caps json.RawMessage
-	if narrow {
+	g.reg.capsOf(c, func(declared map[string]json.RawMessage) {
+		if !narrow {
+			caps = mustJSON(declared)
+			return
+		}
 		// Of the capabilities mcpvisor bridges, only those the server's
 		// config lets it declare.
-		kept := make(map[string]json.RawMessage, len(st.caps))
-		for name, v := range st.caps {
+		kept := make(map[string]json.RawMessage, len(declared))
+		for name, v := range declared {
 			if !withheld(srv.Config(), name) {
 				kept[name] = v
 			}
 		}
 		caps = mustJSON(kept)
-	} else {
-		caps = mustJSON(st.caps)
-	}
-	g.mu.Unlock()
+	})
 	if string(caps) == "null" {
 		caps = json.RawMessage(`{}`)
 	}
@@ -61,7 +61,7 @@ func (g *Gateway) legacyMeta(s *Session, st *sessState, srv *fleet.Server, metho
 	}
 	meta[metaProtocolVersion] = mustJSON(modernVersion)
 	meta[metaClientCaps] = caps
-	if lvl := g.interests.EffectiveLogLevel(srv, s.Key()); lvl != "" {
+	if lvl := g.interests.EffectiveLogLevel(srv, c.from.key()); lvl != "" {
 		meta[metaLogLevel] = mustJSON(lvl)
 	}
 	return rpc.SetMember(params, "_meta", mustJSON(meta))
@@ -151,9 +151,8 @@ var errNotDeclared = errors.New("the client did not declare the capability")
 // for its answer's result, within ctx and inputWait.
 func (g *Gateway) askClient(ctx context.Context, c *call, method string, params json.RawMessage) (json.RawMessage, error) {
 	capName := capabilityOf(method)
-	g.mu.Lock()
-	_, declared := c.st.caps[capName]
-	g.mu.Unlock()
+	var declared bool
+	g.reg.capsOf(c, func(caps map[string]json.RawMessage) { _, declared = caps[capName] })
 	if capName == "" || !declared {
 		return nil, fmt.Errorf("%w (%s)", errNotDeclared, method)
 	}
@@ -171,10 +170,10 @@ func (g *Gateway) askClient(ctx context.Context, c *call, method string, params 
 		}
 		return m.Result, nil
 	case <-r.timer.C:
-		g.takeOutReq(ours)
+		g.reg.takeOutReq(ours)
 		return nil, fmt.Errorf("the client did not answer within %v", inputWait)
 	case <-ctx.Done():
-		g.takeOutReq(ours)
+		g.reg.takeOutReq(ours)
 		return nil, context.Cause(ctx)
 	}
 }

@@ -141,7 +141,7 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 		if mo != nil {
 			ls.adoptIdentity(mo) // its subscriptions are the client's requests
 		}
-		g.open(ls, srv)
+		g.reg.open(ls, srv)
 		defer g.closeSession(ls)
 		for _, uri := range uris {
 			srv := resolve(ctx, uri)
@@ -158,17 +158,8 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 		"notifications": l.filter,
 		"_meta":         map[string]json.RawMessage{metaSubscriptionID: m.ID},
 	})
-	g.mu.Lock()
-	if g.listeners == nil {
-		g.listeners = map[*listener]bool{}
-	}
-	g.listeners[l] = true
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		delete(g.listeners, l)
-		g.mu.Unlock()
-	}()
+	g.listeners.add(l)
+	defer g.listeners.remove(l)
 	// The acknowledgement goes first: registered before it, a change that
 	// comes meanwhile waits for it, and is delivered after it, not lost.
 	if err := l.ack(ack); err != nil {
@@ -186,15 +177,43 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 // tellListeners sends the list-change notification method from srv to
 // every listener that sees the server and opted into it.
 func (g *Gateway) tellListeners(srv *fleet.Server, method string) {
-	g.mu.Lock()
+	for _, l := range g.listeners.of(srv, method) {
+		l.notify(method)
+	}
+}
+
+// listenerSet is the open subscriptions/listen requests. Its methods are
+// the only code that touches it.
+type listenerSet struct {
+	mu sync.Mutex
+	m  map[*listener]bool
+}
+
+func (ls *listenerSet) add(l *listener) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = map[*listener]bool{}
+	}
+	ls.m[l] = true
+}
+
+func (ls *listenerSet) remove(l *listener) {
+	ls.mu.Lock()
+	delete(ls.m, l)
+	ls.mu.Unlock()
+}
+
+// of lists the listeners that see srv and opted into the list-change
+// notification method.
+func (ls *listenerSet) of(srv *fleet.Server, method string) []*listener {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	var to []*listener
-	for l := range g.listeners {
+	for l := range ls.m {
 		if (l.srv == nil || l.srv == srv) && l.filter.wants(method) {
 			to = append(to, l)
 		}
 	}
-	g.mu.Unlock()
-	for _, l := range to {
-		l.notify(method)
-	}
+	return to
 }

@@ -73,7 +73,7 @@ func (w *world) modernClient(ep Endpoint, http bool, opts *mcp.ClientOptions) *m
 // request asked for, and a list change on its subscriptions/listen stream.
 func TestModernGoSDKClient(t *testing.T) {
 	w := newWorld(t, twoFixtures)
-	w.gw.linger = 20 * time.Millisecond
+	w.gw.reg.linger = 20 * time.Millisecond
 	for _, tc := range []struct {
 		name   string
 		ep     Endpoint
@@ -152,7 +152,7 @@ func TestModernGoSDKClient(t *testing.T) {
 			// A log line at the level the request asked for, on its stream
 			// — once the server's other requesters are past the linger
 			// (its lines are certainly this call's; see relayLog).
-			time.Sleep(3 * w.gw.linger)
+			time.Sleep(3 * w.gw.reg.linger)
 			out, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: tc.prefix + "log", Arguments: map[string]any{"text": "per-request", "level": "warning"},
 				Meta: mcp.Meta{"io.modelcontextprotocol/logLevel": "info"}})
 			if err != nil || textOf(t, out) != "logged" {
@@ -296,9 +296,9 @@ func TestModernListen(t *testing.T) {
 			t.Fatalf("an event after the result: %s", e)
 		}
 	}
-	w.gw.mu.Lock()
-	n := len(w.gw.listeners)
-	w.gw.mu.Unlock()
+	w.gw.listeners.mu.Lock()
+	n := len(w.gw.listeners.m)
+	w.gw.listeners.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d listeners registered after the aggregated front closed, want b's alone", n)
 	}
@@ -352,9 +352,9 @@ func TestModernStdio(t *testing.T) {
 	// The refused call ends at the server a moment later; until it has,
 	// a sampling request there could be either call's.
 	waitFor(t, "the refused call to end at the server", func() bool {
-		w.gw.mu.Lock()
-		defer w.gw.mu.Unlock()
-		return len(w.gw.calls) == 0
+		w.gw.reg.mu.Lock()
+		defer w.gw.reg.mu.Unlock()
+		return len(w.gw.reg.calls) == 0
 	})
 	c.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"c__test_sampling","arguments":{"prompt":"hi"},` + modernMeta(`{"sampling":{}}`) + `}}`)
 	key, method, state := inputRequired(t, c.message())
@@ -381,7 +381,7 @@ func TestModernStdio(t *testing.T) {
 // linger, so that each line is certainly its call's.)
 func TestModernPerRequestLogLevel(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
-	w.gw.linger = 20 * time.Millisecond
+	w.gw.reg.linger = 20 * time.Millisecond
 	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -605,10 +605,10 @@ func TestModernRequestTimeoutAndCancel(t *testing.T) {
 
 // inFlight counts the calls g has in flight at servers.
 func inFlight(g *Gateway) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.reg.mu.Lock()
+	defer g.reg.mu.Unlock()
 	n := 0
-	for _, l := range g.calls {
+	for _, l := range g.reg.calls {
 		n += len(l)
 	}
 	return n

@@ -62,25 +62,25 @@ func TestRecentRequestersBounded(t *testing.T) {
 	g := New(nil)
 	conn := &nopConn{}
 	first := NewSession(noSink)
-	g.mu.Lock()
-	g.noteRecentAtLocked(conn, legacySender(first), time.Now())
-	g.noteRecentAtLocked(conn, legacySender(first), time.Now())
-	g.mu.Unlock()
-	if n := g.activeSessions(conn); n != 1 {
+	g.reg.mu.Lock()
+	g.reg.noteRecentAtLocked(conn, legacySender(first), time.Now())
+	g.reg.noteRecentAtLocked(conn, legacySender(first), time.Now())
+	g.reg.mu.Unlock()
+	if n := g.reg.activeSessions(conn); n != 1 {
 		t.Fatalf("one session's requests: %d active", n)
 	}
 	for range 1000 {
-		g.mu.Lock()
-		g.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
-		g.mu.Unlock()
+		g.reg.mu.Lock()
+		g.reg.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
+		g.reg.mu.Unlock()
 	}
-	g.mu.Lock()
-	n := len(g.recent[conn])
-	g.mu.Unlock()
+	g.reg.mu.Lock()
+	n := len(g.reg.recent[conn])
+	g.reg.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d records kept for 1001 sessions, want 2", n)
 	}
-	if n := g.activeSessions(conn); n != 2 {
+	if n := g.reg.activeSessions(conn); n != 2 {
 		t.Fatalf("%d sessions active after many, want 2 (several)", n)
 	}
 }

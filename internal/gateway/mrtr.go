@@ -375,20 +375,15 @@ func (h *heldCall) register() bool {
 		return false
 	}
 	g := h.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.held) >= maxHeld {
+	id := secretID("")
+	if !g.held.add(id, h) {
 		return false
 	}
-	h.id = secretID("")
+	h.id = id
 	h.digest = salientDigest(h.req.Params)
 	hold := g.holdFor()
 	h.expires = time.Now().Add(hold)
 	_ = json.Unmarshal(h.rawCaps, &h.caps)
-	if g.held == nil {
-		g.held = map[string]*heldCall{}
-	}
-	g.held[h.id] = h
 	h.expiry = time.AfterFunc(hold, h.end)
 	return true
 }
@@ -564,7 +559,7 @@ func (h *heldCall) answer(responses map[string]json.RawMessage) {
 	h.mu.Unlock()
 	for i, in := range done {
 		in, result := in, results[i]
-		h.g.post(in.conn, func() { _ = in.conn.Reply(in.backendID, result) })
+		h.g.outbox.post(in.conn, func() { _ = in.conn.Reply(in.backendID, result) })
 		if c != nil {
 			// The timeout restarts before the wait ends: a timer that
 			// fires in between sees the wait and runs again.
@@ -648,14 +643,12 @@ func (h *heldCall) stop(cancel bool) {
 	}
 	for _, in := range pending {
 		in := in
-		h.g.post(in.conn, func() {
+		h.g.outbox.post(in.conn, func() {
 			_ = in.conn.ReplyError(in.backendID, rpc.InternalError, "the client did not answer: its request ended")
 		})
 	}
 	if id != "" {
-		h.g.mu.Lock()
-		delete(h.g.held, id)
-		h.g.mu.Unlock()
+		h.g.held.remove(id)
 		if h.front != nil {
 			h.front.remove(h)
 		}
@@ -665,17 +658,13 @@ func (h *heldCall) stop(cancel bool) {
 
 // HeldCalls is the number of calls held for a modern client's retry.
 func (g *Gateway) HeldCalls() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.held)
+	return g.held.count()
 }
 
 // HeldCallsByServer counts the held calls of each server that has any.
 func (g *Gateway) HeldCallsByServer() map[string]int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	out := map[string]int{}
-	for _, h := range g.held {
+	for _, h := range g.held.all() {
 		out[h.server]++
 	}
 	return out
@@ -692,9 +681,7 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, st
 	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpointName(endpoint) {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its endpoint, method and parameters must be the original's)")
 	}
-	g.mu.Lock()
-	h := g.held[st.Held]
-	g.mu.Unlock()
+	h := g.held.get(st.Held)
 	if h != nil && h.endpoint != endpoint {
 		// Made on the endpoint of a server since removed, whose name
 		// another server now has: the call is that server's, and ends
@@ -720,12 +707,10 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, st
 	if c != nil {
 		// Progress of this round goes under this request's token, or
 		// nowhere if it asked for none.
-		h.g.retoken(c, rpc.ProgressToken(m.Params))
+		h.g.reg.retoken(c, rpc.ProgressToken(m.Params))
 	}
 	// Its log lines at this request's logLevel, or none.
-	g.mu.Lock()
-	h.mreq.mo = mo
-	g.mu.Unlock()
+	g.reg.nextRound(h.mreq, mo)
 	h.sink.set(related)
 	h.answer(p.InputResponses)
 	return h.round(ctx, m.ID)
@@ -801,4 +786,57 @@ func newStateKey() []byte {
 	k := make([]byte, 32)
 	_, _ = rand.Read(k)
 	return k
+}
+
+// heldTable is the calls held for modern clients' retries, by id. Its
+// methods are the only code that touches it.
+type heldTable struct {
+	mu sync.Mutex
+	m  map[string]*heldCall
+}
+
+// add holds h as id, unless maxHeld calls are held already.
+func (t *heldTable) add(id string, h *heldCall) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.m) >= maxHeld {
+		return false
+	}
+	if t.m == nil {
+		t.m = map[string]*heldCall{}
+	}
+	t.m[id] = h
+	return true
+}
+
+// remove lets the call held as id go.
+func (t *heldTable) remove(id string) {
+	t.mu.Lock()
+	delete(t.m, id)
+	t.mu.Unlock()
+}
+
+// get is the call held as id, or nil.
+func (t *heldTable) get(id string) *heldCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[id]
+}
+
+// all lists the calls held now.
+func (t *heldTable) all() []*heldCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*heldCall, 0, len(t.m))
+	for _, h := range t.m {
+		out = append(out, h)
+	}
+	return out
+}
+
+// count is the number of calls held now.
+func (t *heldTable) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
 }

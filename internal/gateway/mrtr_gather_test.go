@@ -125,12 +125,12 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	// B declared sampling: what keeps the request from it is that it may
 	// be A's.
 	stB := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, caps: map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}}
-	g.mu.Lock()
-	g.sessions[sB] = stB
-	g.byKey[sB.key] = sB
+	g.reg.mu.Lock()
+	g.reg.sessions[sB] = stB
+	g.reg.byKey[sB.key] = sB
 	cB := &call{from: legacySender(sB), st: stB, clientID: json.RawMessage(`7`), related: sinkB, conn: conn}
-	g.calls[conn] = []*call{cA, cB}
-	g.mu.Unlock()
+	g.reg.calls[conn] = []*call{cA, cB}
+	g.reg.mu.Unlock()
 	g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"a-2"`), Method: "sampling/createMessage",
 		Params: json.RawMessage(`{"messages":[{"role":"user","content":{"type":"text","text":"A's secret"}}]}`)})
 	// Delivery is synchronous: had it reached B, B's sink has it now.
@@ -161,16 +161,16 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		hA := &heldCall{g: g, mreq: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
 		sA.held = hA
 		cA := &call{from: sender{req: sA}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
-		g.mu.Lock()
-		g.calls[conn] = []*call{cA}
-		g.mu.Unlock()
+		g.reg.mu.Lock()
+		g.reg.calls[conn] = []*call{cA}
+		g.reg.mu.Unlock()
 		switch why {
 		case "roots changed":
-			g.rootsAsked(conn)
+			g.reg.rootsAsked(conn)
 		case "a legacy request ended":
-			g.mu.Lock()
-			g.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
-			g.mu.Unlock()
+			g.reg.mu.Lock()
+			g.reg.noteRecentAtLocked(conn, legacySender(NewSession(noSink)), time.Now())
+			g.reg.mu.Unlock()
 		}
 		g.Request(fleet.Source{Server: srv, Conn: conn}, &rpc.Message{ID: json.RawMessage(`"r-1"`), Method: "roots/list"})
 		hA.mu.Lock()
@@ -293,10 +293,10 @@ func TestModernCallEndsWithItsRequest(t *testing.T) {
 	done := postModernAsync(ctx, w.url, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":60000},`+modernMeta(`{}`)+`}}`, "tools/call", "sleep")
 	srv := w.fleet.Get("x")
 	calls := func() int {
-		w.gw.mu.Lock()
-		defer w.gw.mu.Unlock()
+		w.gw.reg.mu.Lock()
+		defer w.gw.reg.mu.Unlock()
 		n := 0
-		for _, list := range w.gw.calls {
+		for _, list := range w.gw.reg.calls {
 			n += len(list)
 		}
 		return n
@@ -466,9 +466,9 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 	done := make(chan *rpc.Message, 1)
 	go func() { done <- g.listen(t.Context(), nil, m, nil, full, nil) }()
 	waitFor(t, "the listener", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.listeners) == 1
+		g.listeners.mu.Lock()
+		defer g.listeners.mu.Unlock()
+		return len(g.listeners.m) == 1
 	})
 	g.tellListeners(nil, catalog.Tools.ListChanged())
 	select {
@@ -492,16 +492,16 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	// It declared sampling: the request gets as far as the session.
 	st := &sessState{calls: map[string]*call{}, outReqs: map[string]*outReq{}, closed: true, caps: map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}}
 	c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
-	g.mu.Lock()
-	g.sessions[s] = st
-	g.byKey[s.key] = s
-	g.calls[conn] = []*call{c}
-	g.mu.Unlock()
+	g.reg.mu.Lock()
+	g.reg.sessions[s] = st
+	g.reg.byKey[s.key] = s
+	g.reg.calls[conn] = []*call{c}
+	g.reg.mu.Unlock()
 	g.Request(fleet.Source{Server: w.fleet.Get("x"), Conn: conn}, &rpc.Message{ID: json.RawMessage(`"s-1"`), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)})
 	waitFor(t, "the refusal", func() bool { return conn.errCount() == 1 })
-	g.mu.Lock()
-	pending := len(g.outReqs)
-	g.mu.Unlock()
+	g.reg.mu.Lock()
+	pending := len(g.reg.outReqs)
+	g.reg.mu.Unlock()
 	if pending != 0 || c.waiting.Load() != 0 || sink.n() != 0 {
 		t.Fatalf("%d pending, waiting %d, %d sent to the closed session", pending, c.waiting.Load(), sink.n())
 	}
@@ -583,8 +583,8 @@ func TestListenSubscriptionIsNoLegacyRequest(t *testing.T) {
 	}
 	conn := l.Conn()
 	l.Release()
-	if g.legacyLately(conn) {
-		t.Errorf("a modern listen's own subscription marked the server as lately used by a legacy session: a modern call's roots/list is refused for %v", g.linger)
+	if g.reg.legacyLately(conn) {
+		t.Errorf("a modern listen's own subscription marked the server as lately used by a legacy session: a modern call's roots/list is refused for %v", g.reg.linger)
 	}
 	cancel()
 	<-done
@@ -600,7 +600,7 @@ type lockProbe struct {
 }
 
 func (a *lockProbe) probe() {
-	for _, mu := range []*sync.Mutex{&a.g.mu, &a.h.mu} {
+	for _, mu := range []*sync.Mutex{&a.g.reg.mu, &a.g.held.mu, &a.h.mu} {
 		if mu.TryLock() {
 			mu.Unlock()
 		} else {

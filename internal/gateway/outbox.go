@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/mcpvisor/mcpvisor/internal/fleet"
+import (
+	"sync"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
 
 // outboxLimit bounds what may wait for one server connection: a server that
 // stops reading gets no more than this queued towards it.
@@ -17,15 +21,25 @@ type outbox struct {
 	running bool
 }
 
+// outboxes are the outboxes of the server connections something waits
+// for. Their methods are the only code that touches them.
+type outboxes struct {
+	mu sync.Mutex
+	m  map[fleet.Conn]*outbox
+}
+
 // post queues f to run, in order, on conn's outbox; it reports false (and
 // f does not run) when the outbox is full.
-func (g *Gateway) post(conn fleet.Conn, f func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	ob := g.outboxes[conn]
+func (o *outboxes) post(conn fleet.Conn, f func()) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ob := o.m[conn]
 	if ob == nil {
+		if o.m == nil {
+			o.m = map[fleet.Conn]*outbox{}
+		}
 		ob = &outbox{}
-		g.outboxes[conn] = ob
+		o.m[conn] = ob
 	}
 	if len(ob.q) >= outboxLimit {
 		return false
@@ -33,24 +47,25 @@ func (g *Gateway) post(conn fleet.Conn, f func()) bool {
 	ob.q = append(ob.q, f)
 	if !ob.running {
 		ob.running = true
-		go g.drain(conn, ob)
+		go o.drain(conn, ob)
 	}
 	return true
 }
 
-func (g *Gateway) drain(conn fleet.Conn, ob *outbox) {
+// drain runs what conn's outbox holds, in order, until it is empty.
+func (o *outboxes) drain(conn fleet.Conn, ob *outbox) {
 	for {
-		g.mu.Lock()
+		o.mu.Lock()
 		if len(ob.q) == 0 {
 			ob.running = false
-			delete(g.outboxes, conn)
-			g.mu.Unlock()
+			delete(o.m, conn)
+			o.mu.Unlock()
 			return
 		}
 		f := ob.q[0]
 		ob.q[0] = nil
 		ob.q = ob.q[1:]
-		g.mu.Unlock()
+		o.mu.Unlock()
 		f()
 	}
 }

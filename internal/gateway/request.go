@@ -70,8 +70,8 @@ type modernReq struct {
 	client *Session      // the stdio connection's session it came on; nil over HTTP
 
 	// mo is the request's _meta. A held call's later rounds replace it
-	// (each retry's own logLevel, token, …): read and written under g.mu
-	// once the call is held (held set).
+	// (each retry's own logLevel, token, …): read and written under the
+	// registry's lock once the call is held (held set).
 	mo *Modern
 	// held is the call held for the client's retry (forwardHeld), if
 	// any: it ends the request, not its first round's answer.
@@ -84,13 +84,13 @@ type modernReq struct {
 	// client did not declare (Request), for the request's answer.
 	needCap atomic.Pointer[string]
 
-	// Under g.mu: closed, no call of it begins; private, it leased a
+	// The registry's: closed, no call of it begins; private, it leased a
 	// per-session server's instance of its own (ended with it).
 	closed, private bool
 }
 
-// modern is w's _meta, nil for a legacy session. g.mu is held, or w's
-// call is not held (only a held call's rounds replace it).
+// modern is w's _meta, nil for a legacy session. The registry's lock is
+// held, or w's call is not held (only a held call's rounds replace it).
 func (w sender) modern() *Modern {
 	if w.req != nil {
 		return w.req.mo
@@ -109,15 +109,7 @@ func (g *Gateway) newModernReq(server *fleet.Server, m *rpc.Message, mo *Modern)
 // request may take the place), and stop, bounded, on a goroutine of their
 // own.
 func (g *Gateway) endModernReq(r *modernReq) {
-	g.mu.Lock()
-	r.closed = true
-	private := r.private
-	r.private = false
-	if private {
-		delete(g.ownCaps, r.key)
-	}
-	g.mu.Unlock()
-	if private {
+	if g.reg.endModern(r) {
 		stop := g.fleet.DetachSession(r.key) // and forgets what it asked (interest.Book.End)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)

@@ -133,7 +133,7 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 // log level, each at its level.
 func TestLogLinesDoNotCrossSessions(t *testing.T) {
 	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
-	w.gw.linger = 50 * time.Millisecond
+	w.gw.reg.linger = 50 * time.Millisecond
 	ep := w.gw.Aggregate()
 	outA, outB, outC := newRecorder(), newRecorder(), newRecorder()
 	a, b, c := ep.Open(outA), ep.Open(outB), ep.Open(outC)
@@ -366,9 +366,9 @@ func TestCancelWhileWaitingForARestart(t *testing.T) {
 				done <- ep.Handle(context.Background(), s, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "SIDE-EFFECT"}}), newRecorder())
 			}()
 			waitFor(t, "the request to wait for the restart", func() bool {
-				st := w.gw.state(s)
-				w.gw.mu.Lock()
-				defer w.gw.mu.Unlock()
+				st := w.gw.reg.state(s)
+				w.gw.reg.mu.Lock()
+				defer w.gw.reg.mu.Unlock()
 				return st != nil && st.calls["5"] != nil
 			})
 			if how == "cancelled" {

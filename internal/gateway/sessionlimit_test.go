@@ -494,7 +494,7 @@ func TestEvictedSessionEndsAsDeleteDoes(t *testing.T) {
 			if subs := w.gw.interests.Subscribers(w.fleet.Get("c"), uri); len(subs) != 0 {
 				t.Fatalf("subscribers %v after the session ended", subs)
 			}
-			if w.gw.sessionByKey(key) != nil {
+			if w.gw.reg.sessionByKey(key) != nil {
 				t.Fatal("the gateway still has the session")
 			}
 			if st := s.status("POST", sid, recordedPing, nil); st != http.StatusNotFound {

@@ -43,7 +43,7 @@ type schemaIndex struct {
 
 func (e *single) Open(out Sink) *Session {
 	s := NewSession(out)
-	e.g.open(s, e.srv)
+	e.g.reg.open(s, e.srv)
 	return s
 }
 
