@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,9 +42,9 @@ func newHeld(g *Gateway, conn fleet.Conn) (*heldCall, *call) {
 func heldInFlight(t *testing.T, g *Gateway, conn fleet.Conn) (*heldCall, *call) {
 	h, c := newHeld(g, conn)
 	t.Cleanup(func() { h.stop(false) })
-	g.mu.Lock()
-	g.calls[conn] = []*call{c}
-	g.mu.Unlock()
+	g.reg.mu.Lock()
+	g.reg.calls[conn] = []*call{c}
+	g.reg.mu.Unlock()
 	return h, c
 }
 
@@ -245,11 +246,11 @@ func legacyCall(g *Gateway, asked *atomic.Int32) *call {
 		}
 		return nil
 	}))
-	g.open(s, nil)
-	g.mu.Lock()
-	st := g.sessions[s]
+	g.reg.open(s, nil)
+	g.reg.mu.Lock()
+	st := g.reg.sessions[s]
 	st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
-	g.mu.Unlock()
+	g.reg.mu.Unlock()
 	return &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: s.Out()}
 }
 
@@ -322,13 +323,13 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			conn := &signalConn{replied: make(chan struct{}, 1)}
 			sink := &capSink{}
 			s := NewSession(sink)
-			g.open(s, nil)
-			g.mu.Lock()
-			st := g.sessions[s]
+			g.reg.open(s, nil)
+			g.reg.mu.Lock()
+			st := g.reg.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)} // declared at initialize
 			c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink, conn: conn}
-			g.calls[conn] = []*call{c}
-			g.mu.Unlock()
+			g.reg.calls[conn] = []*call{c}
+			g.reg.mu.Unlock()
 			start := time.Now()
 			g.Request(fleet.Source{Conn: conn}, &rpc.Message{ID: json.RawMessage(`"s-1"`), Method: "sampling/createMessage", Params: json.RawMessage(`{}`)})
 			if sink.n() != 1 {
@@ -345,9 +346,9 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			conn.mu.Lock()
 			msg := conn.errs[0]
 			conn.mu.Unlock()
-			g.mu.Lock()
-			pending, waiting := len(g.outReqs), c.waiting.Load()
-			g.mu.Unlock()
+			g.reg.mu.Lock()
+			pending, waiting := len(g.reg.outReqs), c.waiting.Load()
+			g.reg.mu.Unlock()
 			if !strings.Contains(msg, "did not answer") || pending != 0 || waiting != 0 {
 				t.Fatalf("answer %q; %d requests pending, call waiting %d", msg, pending, waiting)
 			}
@@ -358,11 +359,11 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			g := New(nil)
 			sink := &capSink{}
 			s := NewSession(sink)
-			g.open(s, nil)
-			g.mu.Lock()
-			st := g.sessions[s]
+			g.reg.open(s, nil)
+			g.reg.mu.Lock()
+			st := g.reg.sessions[s]
 			st.caps = map[string]json.RawMessage{"sampling": json.RawMessage(`{}`)}
-			g.mu.Unlock()
+			g.reg.mu.Unlock()
 			c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: sink}
 			conn := &inputConn{rounds: 2}
 			ctx, cancel := context.WithCancel(t.Context())
@@ -387,9 +388,9 @@ func TestClientAnswerWaitBounded(t *testing.T) {
 			if sink.n() != 1 || resp.Error == nil || !strings.Contains(resp.Error.Message, "did not answer") || conn.calls.Load() != 0 {
 				t.Fatalf("%d requests to the client, %d retries; %s", sink.n(), conn.calls.Load(), resp.Encode())
 			}
-			g.mu.Lock()
-			pending := len(g.outReqs)
-			g.mu.Unlock()
+			g.reg.mu.Lock()
+			pending := len(g.reg.outReqs)
+			g.reg.mu.Unlock()
 			if pending != 0 {
 				t.Fatalf("%d requests still pending", pending)
 			}
@@ -419,9 +420,9 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	}()
 	// In flight (registered after the cancel was taken).
 	waitFor(t, "the first forward in flight", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		for _, list := range g.calls {
+		g.reg.mu.Lock()
+		defer g.reg.mu.Unlock()
+		for _, list := range g.reg.calls {
 			if len(list) > 0 {
 				return true
 			}
@@ -455,5 +456,39 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	}
 	if ctx2.Err() == nil {
 		t.Fatal("a modern request's forward did not end the request's context")
+	}
+}
+
+// A session's close takes its outgoing requests and ends the wait of
+// each, as every other take does (the client's answer, the server's
+// withdrawal, the request's timeout): the call's count of requests
+// waiting on its client goes back to zero, and neither table keeps them.
+func TestSessionCloseEndsItsOutgoingWaits(t *testing.T) {
+	w := newWorld(t, twoFixtures)
+	ep := w.gw.Aggregate()
+	s := ep.Open(SinkFunc(func(*rpc.Message) error { return nil }))
+	g := w.gw
+	g.reg.mu.Lock()
+	st := g.reg.sessions[s]
+	g.reg.mu.Unlock()
+	c := &call{from: legacySender(s), st: st, clientID: json.RawMessage(`1`), related: s.Out()}
+	for i := range 2 {
+		r := &outReq{call: c, sess: s, answer: make(chan *rpc.Message, 1), timer: time.NewTimer(time.Hour)}
+		if err := g.sendOutReq(c, fmt.Sprint("ours-", i), r, "sampling/createMessage", json.RawMessage(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.waiting.Load(); n != 2 {
+		t.Fatalf("%d requests waiting on the client, want 2", n)
+	}
+	ep.Close(s)
+	if n := c.waiting.Load(); n != 0 {
+		t.Fatalf("after the session closed, its call still counts %d requests waiting on the client", n)
+	}
+	g.reg.mu.Lock()
+	left, leftOwn := len(g.reg.outReqs), len(st.outReqs)
+	g.reg.mu.Unlock()
+	if left != 0 || leftOwn != 0 {
+		t.Fatalf("after the session closed, %d outgoing requests are pending (%d in its own table)", left, leftOwn)
 	}
 }
