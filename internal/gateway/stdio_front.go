@@ -274,10 +274,21 @@ func (f *stdioFront) sendModern(m *rpc.Message) error {
 
 // ask sends the client the endpoint's request m as a call of the
 // connection's — the client's answer arrives on its pending table — and
-// hands the answer back to the endpoint under m's id.
+// hands the answer back to the endpoint under m's id. The client has
+// inputWait to answer, as on every front: then the call is withdrawn
+// (the client is told it is cancelled, and the connection forgets it)
+// and the endpoint is answered RequestTimeout, as the HTTP front answers
+// a server its client did not answer.
 func (f *stdioFront) ask(m *rpc.Message) {
-	resp, err := f.conn.Call(f.ctx, m.Method, m.Params)
-	if err != nil {
+	late := fmt.Errorf("the client did not answer %s within %v", m.Method, inputWait)
+	ctx, cancel := context.WithTimeoutCause(f.ctx, inputWait, late)
+	defer cancel()
+	resp, err := f.conn.Call(ctx, m.Method, m.Params)
+	switch {
+	case err == nil:
+	case context.Cause(ctx) == late:
+		resp = &rpc.Message{Error: &rpc.Error{Code: rpc.RequestTimeout, Message: late.Error()}}
+	default:
 		resp = &rpc.Message{Error: &rpc.Error{Code: rpc.InternalError, Message: "client did not answer: " + err.Error()}}
 	}
 	resp.ID = m.ID
