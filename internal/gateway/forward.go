@@ -144,123 +144,35 @@ type flightSpan struct {
 
 // begin does what forward does before the request reaches its server: the
 // call is registered, the server leased (started, if need be), the
-// request timer armed. It returns the flight, or the response for the
-// client if the request ends before it reaches the server. The flight's
-// context is ctx with a cancel of its own, or, when cancel is given, ctx
-// itself, ended by cancel (a held call brings its own).
+// request timer armed, the params put in the server's era. It returns the
+// flight, or the response for the client if the request ends before it
+// reaches the server. The flight's context is ctx with a cancel of its
+// own, or, when cancel is given, ctx itself, ended by cancel (a held call
+// brings its own).
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
-	name := srv.Name()
-	r := w.req
-	f := &flight{g: g, from: w, mo: w.modern(), name: name, method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
-		start: arrival(ctx), srv: srv}
-	var raw json.RawMessage // the tool or prompt it names, as the server knows it
-	switch method {
-	case "tools/call", "prompts/get":
-		if r != nil {
-			raw = r.rename // a modern request's: the server's own name, put in below
-		}
-		if raw == nil {
-			raw = rpc.Member(params, "name")
-		}
-		f.target = plainString(raw)
-	}
-	if g.tracing != nil {
-		target, _ := rpc.String(raw) // escapes decoded, for the span alone
-		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, spanTarget(srv, method, f.target), params), target: target}
-		if r != nil {
-			f.tr.protocol = modernVersion
-		}
-	}
-	if cancel != nil {
-		f.ctx, f.cancel = ctx, cancel
-	} else {
-		f.own, f.parent, f.abort = true, ctx, make(chan struct{})
-		f.cancel = f.stop
-	}
-
-	// The call is the session's from the start, before its server is
+	f, raw := g.newFlight(ctx, cancel, w, srv, method, params, clientID, related)
+	// The call is the sender's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
 	// server starts or restarts cancels it there, and it never runs.
-	f.call = call{from: w, clientID: clientID, related: related, cancel: f.cancel}
-	c := &f.call
-	f.c, f.key = c, string(clientID)
 	if resp := g.reg.register(f, srv); resp != nil {
 		return nil, resp
 	}
 	// The request's timeout runs from its arrival, over everything before
 	// it reaches its server too: a start or restart, a dual-era server's
 	// process for modern clients, the pin check.
-	f.armTimer(c)
-
-	// The lease counts the request in flight from before the start to
-	// the end, so the server cannot go dormant under it. A running server
-	// is leased at once; only a start or restart is waited for, bounded.
-	lease, ok := srv.TryAcquire(w.key())
-	if !ok {
-		var err error
-		if lease, err = srv.Acquire(f.context(), w.key()); err != nil {
-			defer f.end()
-			return nil, f.notReached(err)
-		}
+	f.armTimer(f.c)
+	if resp := f.reach(raw); resp != nil {
+		return nil, resp
 	}
-	f.lease = lease
-	conn := lease.Conn()
-	if r != nil && conn != nil {
-		// A modern client's request goes to the server in its own era:
-		// a dual-era server's process for modern clients (started the
-		// first time), a modern server; or, bridged, a legacy one.
-		m, err := lease.ModernConn(f.context())
-		if err != nil {
-			defer f.end()
-			return nil, f.notReached(err)
-		}
-		if m != nil {
-			conn = m
-		}
-	}
-	f.conn = conn
-	if method == "tools/call" && srv.Config().Pin {
-		// Checked on the process that would serve it, with its list as
-		// that process lists it (catalog.Catalog.CheckTool).
-		tool, _ := rpc.String(raw)
-		if err := srv.Catalog().CheckTool(f.context(), lease.Process(), tool); err != nil {
-			defer f.end()
-			if he := (*catalog.HeldError)(nil); errors.As(err, &he) {
-				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
-				return nil, heldTool(clientID, he)
-			}
-			return nil, f.notReached(err)
-		}
-	}
-	toModern := modernConn(conn)
-	f.legacyToModern = r == nil && toModern
-	if r != nil {
-		params = modernParams(r, params, toModern)
-		if cfg := srv.Config(); cfg.ClientCapabilities != nil {
-			params = narrowCapabilities(params, cfg)
-		}
-	}
-	if f.legacyToModern {
-		if resp := f.answerLegacyOnly(conn); resp != nil {
-			return nil, resp
-		}
-		params = g.legacyMeta(c, srv, method, params)
-	}
-
-	// (A modern request's _meta was read whole: whether it has a token is
-	// known.)
-	if r == nil || r.mo.hasToken {
-		if tok := rpc.ProgressToken(params); tok != nil {
-			c.token = tok
-			c.ourTok = g.nextID("mcpv-p")
-			params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
-		}
+	params, resp := f.serverParams(params)
+	if resp != nil {
+		return nil, resp
 	}
 	if g.tracing != nil {
 		params = f.tr.span.Inject(params) // the server's spans join the client's trace
 	}
 	f.params = params
-	g.reg.addCall(c, conn)
+	g.reg.addCall(f.c, f.conn)
 	if f.err() != nil || f.timeout > 0 && time.Since(f.start) >= f.timeout {
 		// Cancelled, or out of time (its timer may not have fired yet),
 		// as the lease was granted: nothing was sent.
@@ -271,6 +183,138 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 		return nil, f.notReached(nil)
 	}
 	return f, nil
+}
+
+// newFlight is the flight of w's request to srv, not yet begun: its
+// target, its span (tracing on), its context and its call. raw is the
+// tool or prompt the request names, as the server knows it.
+func (g *Gateway) newFlight(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (f *flight, raw json.RawMessage) {
+	f = &flight{g: g, from: w, mo: w.modern(), name: srv.Name(), method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
+		start: arrival(ctx), srv: srv}
+	switch method {
+	case "tools/call", "prompts/get":
+		if w.req != nil {
+			raw = w.req.rename // a modern request's: the server's own name, put in later
+		}
+		if raw == nil {
+			raw = rpc.Member(params, "name")
+		}
+		f.target = plainString(raw)
+	}
+	if g.tracing != nil {
+		target, _ := rpc.String(raw) // escapes decoded, for the span alone
+		f.tr = &flightSpan{span: g.tracing.Start(ctx, method, spanTarget(srv, method, f.target), params), target: target}
+		if w.req != nil {
+			f.tr.protocol = modernVersion
+		}
+	}
+	if cancel != nil {
+		f.ctx, f.cancel = ctx, cancel
+	} else {
+		f.own, f.parent, f.abort = true, ctx, make(chan struct{})
+		f.cancel = f.stop
+	}
+	f.call = call{from: w, clientID: clientID, related: related, cancel: f.cancel}
+	f.c, f.key = &f.call, string(clientID)
+	return f, raw
+}
+
+// reach leases f's server (starting it, if need be) and picks the
+// connection its request goes on: for a modern request, the server's
+// process of that era. A pinned server's tool (raw) is checked on the
+// process that would serve it. It returns the client's answer if the
+// request ends before (f has then ended).
+func (f *flight) reach(raw json.RawMessage) *rpc.Message {
+	// The lease counts the request in flight from before the start to
+	// the end, so the server cannot go dormant under it. A running server
+	// is leased at once; only a start or restart is waited for, bounded.
+	srv, key := f.srv, f.from.key()
+	lease, ok := srv.TryAcquire(key)
+	if !ok {
+		var err error
+		if lease, err = srv.Acquire(f.context(), key); err != nil {
+			defer f.end()
+			return f.notReached(err)
+		}
+	}
+	f.lease = lease
+	conn := lease.Conn()
+	if f.from.req != nil && conn != nil {
+		// A modern client's request goes to the server in its own era:
+		// a dual-era server's process for modern clients (started the
+		// first time), a modern server; or, bridged, a legacy one.
+		m, err := lease.ModernConn(f.context())
+		if err != nil {
+			defer f.end()
+			return f.notReached(err)
+		}
+		if m != nil {
+			conn = m
+		}
+	}
+	f.conn = conn
+	if f.method == "tools/call" && srv.Config().Pin {
+		// Checked on the process that would serve it, with its list as
+		// that process lists it (catalog.Catalog.CheckTool).
+		tool, _ := rpc.String(raw)
+		if err := srv.Catalog().CheckTool(f.context(), lease.Process(), tool); err != nil {
+			defer f.end()
+			if he := (*catalog.HeldError)(nil); errors.As(err, &he) {
+				f.set(telemetry.ProtocolError, rpc.InvalidParams, err.Error())
+				return heldTool(f.clientID, he)
+			}
+			return f.notReached(err)
+		}
+	}
+	return nil
+}
+
+// serverParams are the params of f's request as its server gets them
+// (serverEra), with the client's progress token replaced by one of
+// mcpvisor's own, by which the server's progress finds the call. A
+// legacy client's request the modern era has no method for is answered
+// here (resp; f has then ended).
+func (f *flight) serverParams(params json.RawMessage) (_ json.RawMessage, resp *rpc.Message) {
+	toModern := modernConn(f.conn)
+	f.legacyToModern = f.from.req == nil && toModern
+	if f.legacyToModern {
+		if resp := f.answerLegacyOnly(f.conn); resp != nil {
+			return nil, resp
+		}
+	}
+	params = f.g.serverEra(f.c, f.srv, f.method, params, toModern)
+	// (A modern request's _meta was read whole: whether it has a token is
+	// known.)
+	if r := f.from.req; r == nil || r.mo.hasToken {
+		if tok := rpc.ProgressToken(params); tok != nil {
+			c := f.c
+			c.token = tok
+			c.ourTok = f.g.nextID("mcpv-p")
+			params, _ = rpc.ReplaceProgressToken(params, json.RawMessage(strconv.Quote(c.ourTok)))
+		}
+	}
+	return params, nil
+}
+
+// serverEra is the params of c's request, of method, in the era of the
+// connection it goes on (toModern: a modern server, or a dual-era
+// server's process for modern clients) — the one place a request's
+// params change era. A modern request's lose what a legacy server's
+// session does not have (modernParams) and the capabilities srv's config
+// withholds; a legacy session's, to a modern server, gain the _meta the
+// modern era carries in each request (legacyMeta).
+func (g *Gateway) serverEra(c *call, srv *fleet.Server, method string, params json.RawMessage, toModern bool) json.RawMessage {
+	if r := c.from.req; r != nil {
+		params = modernParams(r, params, toModern)
+		if cfg := srv.Config(); cfg.ClientCapabilities != nil {
+			params = narrowCapabilities(params, cfg)
+		}
+		return params
+	}
+	if toModern {
+		return g.legacyMeta(c, srv, method, params)
+	}
+	return params
 }
 
 // senderEnded ends f, whose sender ended before its call was registered,
