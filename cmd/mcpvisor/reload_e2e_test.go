@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -755,9 +756,9 @@ func TestRemovedEndpointTakesItsSessionsAnswers(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the call did not complete with the client's answer")
 	}
-	// Its drain over, the endpoint closes its sessions (retiredGrace
+	// Its drain over, the endpoint closes its sessions (gateway.RetiredGrace
 	// later, so that their clients read the last answers).
-	for deadline := time.Now().Add(retiredGrace + 10*time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(gateway.RetiredGrace + 10*time.Second); ; time.Sleep(50 * time.Millisecond) {
 		req, _ := http.NewRequest("POST", base+"/servers/s01/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")

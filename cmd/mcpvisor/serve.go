@@ -8,9 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -129,7 +127,7 @@ connection, no HTTP request or session.`,
 			// Each server's own endpoint, as the last reload left the
 			// servers; any other name gets a 404 that says so, as a
 			// JSON-RPC error an MCP client shows.
-			routes := newServerRoutes(a, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
+			routes := gateway.NewServerRouter(a.gw, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
 			servers := tr.Handler(routes)
 			mux.Handle(gateway.ServerPattern, servers)
 			rl := newReloader(a, rf.configFile, !rf.noLearn, func(cfg *config.Config, ap fleet.Applied) {
@@ -137,7 +135,7 @@ connection, no HTTP request or session.`,
 				a.gw.SetHoldTimeout(cfg.HoldTimeout)
 				sessions.SetMax(cfg.MaxSessions)
 				a.gw.Reloaded()
-				routes.sync(ap.Removed)
+				routes.Sync(ap.Removed)
 			})
 			api := admin.New(a.fleet, a.events, admin.Options{Access: access, Collisions: a.gw.Collisions, HeldCalls: a.gw.HeldCallsByServer,
 				Clients:     a.gw.Clients,
@@ -225,7 +223,7 @@ connection, no HTTP request or session.`,
 					_ = srv.Shutdown(ctx)
 				}()
 				aggregate.Close()
-				routes.close()
+				routes.Close()
 				daemon.close(ctx)
 				err := a.close(ctx)
 				// Live event streams have seen the servers stop; end
@@ -261,156 +259,6 @@ func unknownServer(f *fleet.Fleet, local *telemetry.Local) http.Handler {
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write(append(m.Encode(), '\n'))
 	})
-}
-
-// serverRoutes serves /servers/{name}/mcp: one Streamable HTTP handler per
-// server the fleet has now, made on the server's first request. A reload
-// closes the handlers of servers it removed (their sessions end; a
-// client's next request gets the 404 of an unknown server).
-type serverRoutes struct {
-	a       *app
-	opts    gateway.HTTPOptions
-	unknown http.Handler
-
-	mu     sync.Mutex
-	byName map[string]*gateway.StreamableHandler
-	// gone are the handlers of removed servers not yet closed: they
-	// still serve the sessions they have (a client's answer to its
-	// server's request, a cancellation) while the server drains.
-	gone   map[string][]*gateway.StreamableHandler
-	closed bool
-
-	// retiring closes removed servers' handlers once their drains end;
-	// done (closed by close) cuts those waits short.
-	retiring sync.WaitGroup
-	done     chan struct{}
-}
-
-func newServerRoutes(a *app, opts gateway.HTTPOptions, unknown http.Handler) *serverRoutes {
-	r := &serverRoutes{a: a, opts: opts, unknown: unknown, byName: map[string]*gateway.StreamableHandler{}, done: make(chan struct{})}
-	r.sync(nil)
-	return r
-}
-
-func (r *serverRoutes) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.ServeNamed(w, req, req.PathValue("name"))
-}
-
-// serverRoutes takes the name from gateway.Front directly.
-var _ gateway.NamedHandler = (*serverRoutes)(nil)
-
-// ServeNamed serves req to the server named name (gateway.NamedHandler).
-func (r *serverRoutes) ServeNamed(w http.ResponseWriter, req *http.Request, name string) {
-	sid := req.Header.Get("Mcp-Session-Id")
-	r.mu.Lock()
-	h := r.byName[name]
-	if h == nil && !r.closed && r.a.fleet.Get(name) != nil {
-		// Made on a server's first request: a server no client addresses
-		// by name (most, behind /mcp) costs no handler.
-		h = gateway.NewStreamableHandler(r.a.gw.Single(name), r.opts)
-		r.byName[name] = h
-	}
-	if olds := r.gone[name]; len(olds) > 0 && sid != "" && (h == nil || !h.HasSession(sid)) {
-		for _, old := range olds {
-			if old.HasSession(sid) {
-				h = old // a session of the removed server's, which drains
-				break
-			}
-		}
-	}
-	r.mu.Unlock()
-	if h == nil {
-		if req.PathValue("name") != name {
-			req.SetPathValue("name", name) // the 404 names it
-		}
-		r.unknown.ServeHTTP(w, req)
-		return
-	}
-	h.ServeHTTP(w, req)
-}
-
-// sync makes the handlers those of the fleet's servers now. A removed
-// server's endpoint answers a new session (and a request of no session it
-// has) with the 404 of an unknown server at once; its handler — the calls
-// it still relays, and the requests of its sessions, which may answer or
-// cancel them — is served until the server's drain has ended (removed, by
-// name; at once for a name not in it) and retiredGrace more, and then
-// closed.
-func (r *serverRoutes) sync(removed map[string]<-chan struct{}) {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
-	want := map[string]bool{}
-	for _, s := range r.a.fleet.Servers() {
-		want[s.Name()] = true
-	}
-	gone := map[string]*gateway.StreamableHandler{}
-	for name, h := range r.byName {
-		if !want[name] {
-			delete(r.byName, name)
-			gone[name] = h
-		}
-	}
-	var now []*gateway.StreamableHandler
-	for name, h := range gone {
-		drained := removed[name]
-		if drained == nil {
-			now = append(now, h)
-			continue
-		}
-		if r.gone == nil {
-			r.gone = map[string][]*gateway.StreamableHandler{}
-		}
-		r.gone[name] = append(r.gone[name], h)
-		r.retiring.Go(func() { // under mu: close cannot have begun waiting
-			select {
-			case <-drained:
-				// Its calls are answered; its sessions are closed
-				// retiredGrace later, not at once: a client whose
-				// session ends before it read an answer (the go-sdk's,
-				// whose standalone stream is then refused) fails
-				// that call.
-				grace := time.NewTimer(retiredGrace)
-				select {
-				case <-grace.C:
-				case <-r.done:
-					grace.Stop()
-				}
-			case <-r.done:
-			}
-			r.mu.Lock()
-			r.gone[name] = slices.DeleteFunc(r.gone[name], func(x *gateway.StreamableHandler) bool { return x == h })
-			if len(r.gone[name]) == 0 {
-				delete(r.gone, name)
-			}
-			r.mu.Unlock()
-			h.Close()
-		})
-	}
-	r.mu.Unlock()
-	for _, h := range now {
-		h.Close() // outside mu: closing ends sessions, lookups go on
-	}
-}
-
-// retiredGrace is how long a removed server's endpoint keeps its sessions
-// after its drain ended, so that its clients read the last answers.
-const retiredGrace = 2 * time.Second
-
-// close ends every server endpoint's sessions, those of removed servers
-// still draining included (shutdown).
-func (r *serverRoutes) close() {
-	r.mu.Lock()
-	all := r.byName
-	r.byName, r.closed = nil, true
-	close(r.done)
-	r.mu.Unlock()
-	r.retiring.Wait()
-	for _, h := range all {
-		h.Close()
-	}
 }
 
 // newHTTPServer is serve's HTTP server for h, whose gateway handlers
