@@ -154,8 +154,11 @@ func (g *Gateway) Single(name string) Endpoint {
 	if s == nil {
 		return nil
 	}
-	return &single{g: g, srv: s}
+	return g.singleOf(s)
 }
+
+// singleOf is the endpoint of the server s.
+func (g *Gateway) singleOf(s *fleet.Server) *single { return &single{g: g, srv: s} }
 
 // sessState is the gateway's per-session state.
 type sessState struct {

@@ -29,6 +29,11 @@ type ServerRouter struct {
 	// done (closed by Close) cuts those waits short.
 	retiring sync.WaitGroup
 	done     chan struct{}
+
+	// lookedUp, if set, is called (under mu) once a server was found by
+	// name, before its handler is made: a test's seam, where a reload
+	// can remove it.
+	lookedUp func(name string)
 }
 
 // NewServerRouter returns the router of the servers of g's fleet (set
@@ -50,11 +55,10 @@ func (r *ServerRouter) ServeNamed(w http.ResponseWriter, req *http.Request, name
 	sid := req.Header.Get("Mcp-Session-Id")
 	r.mu.Lock()
 	h := r.byName[name]
-	if h == nil && !r.closed && r.g.fleet.Get(name) != nil {
+	if h == nil && !r.closed {
 		// Made on a server's first request: a server no client addresses
 		// by name (most, behind /mcp) costs no handler.
-		h = NewStreamableHandler(r.g.Single(name), r.opts)
-		r.byName[name] = h
+		h = r.open(name)
 	}
 	if olds := r.gone[name]; len(olds) > 0 && sid != "" && (h == nil || !h.HasSession(sid)) {
 		for _, old := range olds {
@@ -73,6 +77,25 @@ func (r *ServerRouter) ServeNamed(w http.ResponseWriter, req *http.Request, name
 		return
 	}
 	h.ServeHTTP(w, req)
+}
+
+// open makes and keeps the handler of the server named name, nil if the
+// fleet has none (r.mu held). The server is looked up once and is the
+// handler's endpoint: a reload that removes it meanwhile leaves the
+// handler of a removed server (which refuses what it is asked), never
+// one of no server; and that reload's Sync, which waits for r.mu, then
+// retires it.
+func (r *ServerRouter) open(name string) *StreamableHandler {
+	s := r.g.fleet.Get(name)
+	if s == nil {
+		return nil
+	}
+	if r.lookedUp != nil {
+		r.lookedUp(name)
+	}
+	h := NewStreamableHandler(r.g.singleOf(s), r.opts)
+	r.byName[name] = h
+	return h
 }
 
 // Sync makes the handlers those of the fleet's servers now; a reload

@@ -384,3 +384,62 @@ func TestServerRouterReaddedServerGetsAFreshHandler(t *testing.T) {
 		}
 	})
 }
+
+// A reload that removes a server while its handler is being made (after
+// the server was found by name) leaves no handler without a server: the
+// initialize that made it is answered with the removed server's refusal,
+// opens no session and holds no place of the session limit, and the
+// handler, if one was kept, retires with the server.
+func TestServerRouterServerRemovedWhileItsHandlerIsMade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newRouterWorld(t)
+		var removed map[string]<-chan struct{}
+		w.r.lookedUp = func(name string) {
+			w.r.lookedUp = nil // once
+			cfg, err := config.Parse([]byte(`{"defaults":{"prefix":""},"mcpServers":{`+keptA+`}}`), "test.json", config.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The router's lock is held here: the reload's Sync comes
+			// after, as it would once the request let go of it.
+			if _, err := w.f.Reload(context.Background(), cfg, false, func(ap fleet.Applied) { removed = ap.Removed }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rec *httptest.ResponseRecorder
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("the initialize on the server removed meanwhile panicked: %v", p)
+				}
+			}()
+			rec = w.do("POST", "c", "", httpInit)
+		}()
+		if removed == nil {
+			t.Fatal("the seam was not reached: no reload ran")
+		}
+		if rec != nil && (rec.Header().Get("Mcp-Session-Id") != "" || !strings.Contains(rec.Body.String(), "server c was removed")) {
+			t.Errorf("the initialize on the server removed meanwhile: %d %s (session %q), want the removed server's refusal and no session", rec.Code, rec.Body, rec.Header().Get("Mcp-Session-Id"))
+		}
+		if h := w.handlerOf("c"); h != nil && h.ep == nil {
+			t.Error("a handler without a server is kept for c")
+		}
+		if n := w.limit.Open(); n != 0 {
+			t.Errorf("%d places of the session limit held, want none", n)
+		}
+
+		w.r.Sync(removed)
+		<-removed["c"]
+		time.Sleep(RetiredGrace)
+		synctest.Wait()
+		if h, n := w.handlerOf("c"), w.retiring(); h != nil || n != 0 {
+			t.Errorf("after the removal's drain and RetiredGrace: handler %v, %d retiring; want none", h, n)
+		}
+		if rec := w.do("POST", "c", "", httpInit); rec.Code != http.StatusNotFound || rec.Body.String() != "no server c" {
+			t.Errorf("a new session on the removed server: %d %q, want the unknown server's 404", rec.Code, rec.Body)
+		}
+		if n := w.limit.Open(); n != 0 {
+			t.Errorf("%d places of the session limit held after the handler retired, want none", n)
+		}
+	})
+}
