@@ -928,9 +928,6 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		go func() { _ = conn.Reply(m.ID, json.RawMessage(`{}`)) }()
 		return
 	}
-	var c *call
-	ambiguous := false
-	sessions := 0
 	capName := capabilityOf(m.Method)
 	if capName != "" && src.Server != nil && !src.Server.Config().Declares(capName) {
 		g.refuseByConfig(conn, m, capName)
@@ -942,6 +939,30 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseUndeclared(conn, m, capName)
 		return
 	}
+	c := g.attribute(src, m, capName)
+	switch {
+	case c == nil:
+		// Refused by attribute.
+	case c.from.req != nil:
+		g.askModern(conn, m, c, capName)
+	case capName != "" && !g.reg.declares(c.from.sess, capName):
+		// A client is asked only what it declared it answers: one that
+		// did not would leave the server waiting (for roots, say, which
+		// some servers ask for after every start before they answer).
+		g.refuseUndeclared(conn, m, capName)
+	default:
+		g.askLegacy(conn, m, c)
+	}
+}
+
+// attribute is the call a server's request m (for capability capName, if
+// any) from src belongs to (see Request), or nil when none can be said to
+// — the server has then been answered.
+func (g *Gateway) attribute(src fleet.Source, m *rpc.Message, capName string) *call {
+	conn := src.Conn
+	var c *call
+	ambiguous := false
+	sessions := 0
 	owner := g.owner(src)
 	if owner != nil {
 		c = g.reg.newestCallOf(conn, owner)
@@ -969,7 +990,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// client's SDK says to a request it does not serve (and not the
 		// error that it cannot tell which client it is for).
 		g.refuseUndeclared(conn, m, capName)
-		return
+		return nil
 	}
 	if c == nil && owner != nil && m.Method == "roots/list" {
 		// Roots a server asks for on its own — right after it started,
@@ -985,45 +1006,47 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 			msg = fmt.Sprintf("mcpvisor cannot tell which of %d client sessions %s is for: configure server %s with \"sharing\": \"per-session\"", n, m.Method, conn.Name())
 		}
 		g.replyError(conn, m, rpc.InternalError, msg)
-		return
+		return nil
 	}
-	if mr := c.from.req; mr != nil {
-		// A modern client takes no requests: its held call asks for the
-		// input in an input_required round (mrtr.go).
-		msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, outside tools/call, prompts/get and resources/read", m.Method, modernVersion)
-		if h := mr.held; h != nil {
-			ok, why := h.offer(conn, m, c)
-			if ok {
-				return
-			}
-			if capName != "" && !h.declared(capName) {
-				// Not declared (offer recorded it for the client's
-				// answer, unless the call could not be held at all).
-				g.refuseUndeclared(conn, m, capName)
-				return
-			}
-			msg = "mcpvisor cannot forward " + m.Method + ": " + why
-		} else if capName != "" && !mr.mo.givesInput() {
-			// Not held: the client declared no capability to give
-			// input with (forward), so not this one. (Roots, which a
-			// server asks for on its own, fail no call: see offer.)
-			if callScoped(m.Method) {
-				mr.needCap.CompareAndSwap(nil, &capName)
-			}
+	return c
+}
+
+// askModern hands a server's request m during c, a modern request's call,
+// to the call's holder: a modern client takes no requests — its held
+// call, if it has one, asks for the input in an input_required round
+// (mrtr.go); else the server is refused.
+func (g *Gateway) askModern(conn fleet.Conn, m *rpc.Message, c *call, capName string) {
+	mr := c.from.req
+	msg := fmt.Sprintf("mcpvisor cannot forward %s: the client speaks MCP %s, which has no server-to-client requests, outside tools/call, prompts/get and resources/read", m.Method, modernVersion)
+	if h := mr.held; h != nil {
+		ok, why := h.offer(conn, m, c)
+		if ok {
+			return
+		}
+		if capName != "" && !h.declared(capName) {
+			// Not declared (offer recorded it for the client's
+			// answer, unless the call could not be held at all).
 			g.refuseUndeclared(conn, m, capName)
 			return
 		}
-		g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
-		g.replyError(conn, m, rpc.InternalError, msg)
-		return
-	}
-	if capName != "" && !g.reg.declares(c.from.sess, capName) {
-		// A client is asked only what it declared it answers: one that
-		// did not would leave the server waiting (for roots, say, which
-		// some servers ask for after every start before they answer).
+		msg = "mcpvisor cannot forward " + m.Method + ": " + why
+	} else if capName != "" && !mr.mo.givesInput() {
+		// Not held: the client declared no capability to give
+		// input with (forward), so not this one. (Roots, which a
+		// server asks for on its own, fail no call: see offer.)
+		if callScoped(m.Method) {
+			mr.needCap.CompareAndSwap(nil, &capName)
+		}
 		g.refuseUndeclared(conn, m, capName)
 		return
 	}
+	g.log.Debug("server request during a modern client's request refused", "server", conn.Name(), "method", m.Method, "why", msg)
+	g.replyError(conn, m, rpc.InternalError, msg)
+}
+
+// askLegacy sends a server's request m to the legacy client of c, bounded
+// by inputWait: the server gets the client's answer, or an error.
+func (g *Gateway) askLegacy(conn fleet.Conn, m *rpc.Message, c *call) {
 	ours := secretID("mcpv-r-")
 	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.from.sess}
 	r.timer = time.AfterFunc(inputWait, func() {
