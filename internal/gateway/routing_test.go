@@ -366,10 +366,7 @@ func TestCancelWhileWaitingForARestart(t *testing.T) {
 				done <- ep.Handle(context.Background(), s, request(5, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "SIDE-EFFECT"}}), newRecorder())
 			}()
 			waitFor(t, "the request to wait for the restart", func() bool {
-				st := w.gw.reg.state(s)
-				w.gw.reg.mu.Lock()
-				defer w.gw.reg.mu.Unlock()
-				return st != nil && st.calls["5"] != nil
+				return w.gw.reg.callOf(s, json.RawMessage(`5`)) != nil
 			})
 			if how == "cancelled" {
 				ep.Handle(context.Background(), s, &rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":5,"reason":"user"}`)}, newRecorder())
