@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
@@ -437,21 +438,36 @@ func (a *aggregate) table(ctx context.Context, k catalog.ListKind) *routeTable {
 }
 
 // build fetches every server's list of kind k and builds the table of
-// generation gen.
+// generation gen: it lists the servers, assembles their items under
+// their public names, tells the clients of a server that is back in the
+// list, and keeps the table and its collisions.
 func (a *aggregate) build(ctx context.Context, k catalog.ListKind, gen uint64) *routeTable {
 	a.builds.Add(1)
-
 	servers := a.g.fleet.Servers()
-	// A table dropped idle is built again as it was: the servers it left
-	// out stay out, untried, as they would in the table had it been kept.
-	// Trying them again would start them (nothing of theirs is cached),
-	// holding up the first request after every lull for their timeouts.
-	// One whose list is cached since is listed (and its clients told it
-	// is back): that starts nothing, and not every path that learns a
-	// list invalidates the tables (Server.List, as the per-server
-	// endpoint's check of a call's Mcp-Param headers uses it, does not).
+	stillOut := a.stillOut(k, gen)
+	per, back := a.fetch(ctx, k, gen, servers, stillOut)
+	t, collisions := assemble(k, gen, servers, per)
+	a.tellBack(k, servers, back)
+	a.keep(k, gen, t, collisions)
+	return t
+}
+
+// stillOut is, by name, the servers to leave out of the table of kind k
+// that the build of generation gen makes, untried unless their list is
+// cached: when that table was dropped idle, the servers it left out.
+//
+// A table dropped idle is built again as it was: the servers it left
+// out stay out, untried, as they would in the table had it been kept.
+// Trying them again would start them (nothing of theirs is cached),
+// holding up the first request after every lull for their timeouts.
+// One whose list is cached since is listed (and its clients told it
+// is back): that starts nothing, and not every path that learns a
+// list invalidates the tables (Server.List, as the per-server
+// endpoint's check of a call's Mcp-Param headers uses it, does not).
+func (a *aggregate) stillOut(k catalog.ListKind, gen uint64) map[string]bool {
 	var stillOut map[string]bool
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if dropped, ok := a.idleGen[k.Member]; ok && dropped == gen {
 		for key := range a.omitted {
 			if name, ok := strings.CutPrefix(key, k.Member+"\x00"); ok {
@@ -462,95 +478,151 @@ func (a *aggregate) build(ctx context.Context, k catalog.ListKind, gen uint64) *
 			}
 		}
 	}
-	a.mu.Unlock()
-	per := make([][]json.RawMessage, len(servers))
-	back := make([]bool, len(servers)) // left out of an earlier table, in this one
+	return stillOut
+}
+
+// fetch lists kind k of each of servers, in parallel, for the build of
+// generation gen: per[i] is the items of servers[i] (nil when it is left
+// out: in stillOut with its list not cached, or failed), back[i] whether
+// it was left out of an earlier table and is in this one.
+func (a *aggregate) fetch(ctx context.Context, k catalog.ListKind, gen uint64, servers []*fleet.Server, stillOut map[string]bool) (per [][]json.RawMessage, back []bool) {
+	per = make([][]json.RawMessage, len(servers))
+	back = make([]bool, len(servers))
 	var wg sync.WaitGroup
 	for i, srv := range servers {
 		if stillOut[srv.Name()] && !srv.Catalog().Cached(k) {
 			continue
 		}
 		wg.Go(func() {
-			// A client waits for it: within the server's request timeout,
-			// a start included (a start that takes longer goes on; the
-			// server is listed once its lists are learned).
-			lctx, cancel := fleet.WithTimeout(ctx, srv.Config().RequestTimeout)
-			defer cancel()
-			items, err := srv.Catalog().List(lctx, k)
-			if err != nil {
-				a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
-				a.leftOut(k, srv.Name(), true, gen)
-				return
-			}
-			per[i] = items
-			back[i] = a.leftOut(k, srv.Name(), false, gen)
+			per[i], back[i] = a.fetchOne(ctx, k, gen, srv)
 		})
 	}
 	wg.Wait()
+	return per, back
+}
 
+// fetchOne is srv's list of kind k, and whether srv was left out of an
+// earlier table; a server that fails is logged, recorded as left out of
+// the table of generation gen, and lists nothing.
+func (a *aggregate) fetchOne(ctx context.Context, k catalog.ListKind, gen uint64, srv *fleet.Server) (items []json.RawMessage, back bool) {
+	// A client waits for it: within the server's request timeout,
+	// a start included (a start that takes longer goes on; the
+	// server is listed once its lists are learned).
+	lctx, cancel := fleet.WithTimeout(ctx, srv.Config().RequestTimeout)
+	defer cancel()
+	items, err := srv.Catalog().List(lctx, k)
+	if err != nil {
+		a.g.log.Warn("server left out of the aggregated list", "server", srv.Name(), "list", k.Member, "err", err)
+		a.leftOut(k, srv.Name(), true, gen)
+		return nil, false
+	}
+	return items, a.leftOut(k, srv.Name(), false, gen)
+}
+
+// assemble makes the table of kind k of generation gen from per, the
+// items of each of servers in their order, and says the collisions it
+// found: of two servers that export a name, the first one listed has it.
+func assemble(k catalog.ListKind, gen uint64, servers []*fleet.Server, per [][]json.RawMessage) (*routeTable, []string) {
 	t := &routeTable{gen: gen, byName: map[string]route{}}
 	t.used.Store(monoNow())
+	key := itemKey(k)
 	var collisions []string
 	for i, srv := range servers {
 		cfg := srv.Config()
 		for _, item := range per[i] {
-			key := "name"
-			if k == kindResources {
-				key = "uri"
-			} else if k == kindTemplates {
-				key = "uriTemplate"
+			if c := t.add(k, key, srv, cfg, item); c != "" {
+				collisions = append(collisions, c)
 			}
-			// Scanned, not decoded: an item that is no object, or
-			// whose key is no string, is left out.
-			own, ok := rpc.StringMember(item, key)
-			if !ok || own == "" {
-				continue
-			}
-			if k == kindTools && !cfg.Tools.Allowed(own) {
-				continue
-			}
-			held := k == kindTools && !srv.Catalog().ToolVisible(item) // as the server sent it
-			public := own
-			if (k == kindTools || k == kindPrompts) && cfg.Prefix != "" {
-				// The name replaced in place: every other byte of the
-				// item is the server's, in its order.
-				public = cfg.Prefix + Separator + own
-				name, _ := json.Marshal(public)
-				item, _ = rpc.ReplaceMember(item, key, name)
-			}
-			if prev, dup := t.byName[public]; dup {
-				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
-				continue
-			}
-			if prev, dup := t.held[public]; dup {
-				// The name stays the held tool's: holding it back does
-				// not hand its calls to another server.
-				collisions = append(collisions, fmt.Sprintf("%s %q: served by %s (held back until approved), also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name()))
-				continue
-			}
-			if held {
-				if t.held == nil {
-					t.held = map[string]route{}
-				}
-				r := route{srv: srv, name: own}
-				if own != public {
-					r.nameJSON, _ = json.Marshal(own)
-				}
-				t.held[public] = r
-				continue
-			}
-			r := route{srv: srv, name: own, item: len(t.items)}
-			if own != public {
-				r.nameJSON, _ = json.Marshal(own)
-			}
-			if k == kindTools && bytes.Contains(item, mcpHeaderKey) {
-				r.schema = rpc.Member(item, "inputSchema")
-			}
-			t.byName[public] = r
-			t.items = append(t.items, item)
-			t.keys = append(t.keys, public)
 		}
 	}
+	return t, collisions
+}
+
+// itemKey is the member that names an item of a list of kind k.
+func itemKey(k catalog.ListKind) string {
+	switch k {
+	case kindResources:
+		return "uri"
+	case kindTemplates:
+		return "uriTemplate"
+	}
+	return "name"
+}
+
+// add routes item, one of srv's (configured cfg) in its list of kind k,
+// by its public name: listed, or held back if srv's pin holds it. It
+// says the collision when another server has that name already; an item
+// whose key (the member that names it) is no string, or a tool cfg does
+// not allow, is left out.
+func (t *routeTable) add(k catalog.ListKind, key string, srv *fleet.Server, cfg *config.Server, item json.RawMessage) (collision string) {
+	// Scanned, not decoded: an item that is no object, or
+	// whose key is no string, is left out.
+	own, ok := rpc.StringMember(item, key)
+	if !ok || own == "" {
+		return ""
+	}
+	if k == kindTools && !cfg.Tools.Allowed(own) {
+		return ""
+	}
+	held := k == kindTools && !srv.Catalog().ToolVisible(item) // as the server sent it
+	public, item := prefixed(k, key, cfg.Prefix, own, item)
+	if c := t.collision(k, public, srv); c != "" {
+		return c
+	}
+	r := route{srv: srv, name: own}
+	if own != public {
+		r.nameJSON, _ = json.Marshal(own)
+	}
+	if held {
+		if t.held == nil {
+			t.held = map[string]route{}
+		}
+		t.held[public] = r
+		return ""
+	}
+	r.item = len(t.items)
+	if k == kindTools && bytes.Contains(item, mcpHeaderKey) {
+		r.schema = rpc.Member(item, "inputSchema")
+	}
+	t.byName[public] = r
+	t.items = append(t.items, item)
+	t.keys = append(t.keys, public)
+	return ""
+}
+
+// prefixed is the public name of the item named own, and the item as
+// listed: a tool or prompt of a server with a prefix is named
+// prefix__own, in place; any other item is listed as the server sent it.
+func prefixed(k catalog.ListKind, key, prefix, own string, item json.RawMessage) (string, json.RawMessage) {
+	if (k != kindTools && k != kindPrompts) || prefix == "" {
+		return own, item
+	}
+	// The name replaced in place: every other byte of the
+	// item is the server's, in its order.
+	public := prefix + Separator + own
+	name, _ := json.Marshal(public)
+	item, _ = rpc.ReplaceMember(item, key, name)
+	return public, item
+}
+
+// collision describes the collision of public, a name srv exports, with
+// a server that has it in t already, listed or held back; "" when t has
+// no such name.
+func (t *routeTable) collision(k catalog.ListKind, public string, srv *fleet.Server) string {
+	if prev, dup := t.byName[public]; dup {
+		return fmt.Sprintf("%s %q: served by %s, also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name())
+	}
+	if prev, dup := t.held[public]; dup {
+		// The name stays the held tool's: holding it back does
+		// not hand its calls to another server.
+		return fmt.Sprintf("%s %q: served by %s (held back until approved), also exported by %s (hidden)", k.Member, public, prev.srv.Name(), srv.Name())
+	}
+	return ""
+}
+
+// tellBack tells the clients of each of servers that is back in the list
+// of kind k (back[i]) that the list changed.
+func (a *aggregate) tellBack(k catalog.ListKind, servers []*fleet.Server, back []bool) {
 	for i, srv := range servers {
 		if back[i] {
 			// Clients listed while it was left out: tell them it is back
@@ -558,6 +630,12 @@ func (a *aggregate) build(ctx context.Context, k catalog.ListKind, gen uint64) *
 			a.g.tell(srv, []catalog.ListKind{k})
 		}
 	}
+}
+
+// keep keeps t as the table of kind k if gen is still the current
+// generation, and makes collisions the list's reported ones unless a
+// newer build's are; it logs the collisions that were not reported.
+func (a *aggregate) keep(k catalog.ListKind, gen uint64, t *routeTable, collisions []string) {
 	a.mu.Lock()
 	// A table begun before an invalidation answers its own caller but is
 	// not kept: a newer one may already describe the servers as they are.
@@ -568,30 +646,38 @@ func (a *aggregate) build(ctx context.Context, k catalog.ListKind, gen uint64) *
 		a.routes[k.Member] = t
 		a.sweepLocked()
 	}
-	// The collisions stay those of the newest build to finish, kept or
-	// not, so that status reports them even while no table is current. A
-	// collision is logged when it enters them — not at every build of a
-	// table that has it (an invalidation, a table rebuilt after it was
-	// dropped idle) —, decided under the lock that replaces them; a build
-	// that finishes after a newer one neither replaces nor logs them.
-	var found []string
-	if a.collGen == nil {
-		a.collGen = map[string]uint64{}
-	}
-	if last, ok := a.collGen[k.Member]; !ok || gen >= last {
-		a.collGen[k.Member] = gen
-		for _, c := range collisions {
-			if _, known := slices.BinarySearch(a.collisions, c); !known && !slices.Contains(found, c) {
-				found = append(found, c)
-			}
-		}
-		a.collisions = mergeCollisions(a.collisions, k.Member, collisions)
-	}
+	found := a.collisionsLocked(k, gen, collisions)
 	a.mu.Unlock()
 	for _, c := range found {
 		a.g.log.Warn("name collision on the aggregated endpoint", "detail", c)
 	}
-	return t
+}
+
+// collisionsLocked makes collisions, found by the build of generation
+// gen, the reported ones of the list of kind k, unless a newer build's
+// are, and says those of them that were not reported; a.mu is held.
+//
+// The collisions stay those of the newest build to finish, kept or
+// not, so that status reports them even while no table is current. A
+// collision is logged when it enters them — not at every build of a
+// table that has it (an invalidation, a table rebuilt after it was
+// dropped idle) —, decided under the lock that replaces them; a build
+// that finishes after a newer one neither replaces nor logs them.
+func (a *aggregate) collisionsLocked(k catalog.ListKind, gen uint64, collisions []string) (found []string) {
+	if a.collGen == nil {
+		a.collGen = map[string]uint64{}
+	}
+	if last, ok := a.collGen[k.Member]; ok && gen < last {
+		return nil
+	}
+	a.collGen[k.Member] = gen
+	for _, c := range collisions {
+		if _, known := slices.BinarySearch(a.collisions, c); !known && !slices.Contains(found, c) {
+			found = append(found, c)
+		}
+	}
+	a.collisions = mergeCollisions(a.collisions, k.Member, collisions)
+	return found
 }
 
 // sweepLocked starts the sweeper of idle tables unless one runs; a.mu is
