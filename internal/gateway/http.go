@@ -707,15 +707,6 @@ func decodeHeaderValue(v string) (string, bool) {
 	return string(b), true
 }
 
-// reply writes a JSON-RPC message as the whole reply, with status.
-func (h *StreamableHandler) reply(w http.ResponseWriter, status int, m *rpc.Message) {
-	hdr := w.Header()
-	hdr[hdrContentType] = hvJSON
-	hdr["X-Content-Type-Options"] = hvNoSniff
-	w.WriteHeader(status)
-	h.writeReply(w, m.Encode())
-}
-
 // initialize starts a session for an initialize request.
 func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m *rpc.Message, jsonOK, sseOK bool) {
 	h.mu.RLock()
@@ -1068,15 +1059,6 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 	return b, true
 }
 
-// bodyBound says which bound a body missed: the handler's (wait), or,
-// byServer, its server's, counted from the request's first byte.
-func bodyBound(wait, server time.Duration, byServer bool) string {
-	if byServer {
-		return "request not received within " + server.String() + " (headers and body)"
-	}
-	return "request body not received within " + wait.String()
-}
-
 // ServerReadTimeout is the ReadTimeout for the http.Server that serves
 // handlers with these options: their body bound (BodyTimeout, or its
 // default). The handlers then leave each body's deadline to the server.
@@ -1100,13 +1082,6 @@ func serverBoundsBody(r *http.Request, wait time.Duration) (time.Duration, bool)
 		return 0, false
 	}
 	return srv.ReadTimeout, true
-}
-
-// bodyTooLarge is the 413 reply.
-func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter, r *http.Request) {
-	w.Header()["Connection"] = hvClose
-	h.refuseRPC(w, r, nil, http.StatusRequestEntityTooLarge, nil, rpc.InvalidRequest,
-		"request body exceeds the limit of "+strconv.FormatInt(h.maxBody, 10)+" bytes")
 }
 
 // Eras of a request, by its MCP-Protocol-Version header.
@@ -1191,73 +1166,6 @@ func zeroQ(params string) bool {
 	}
 	return false
 }
-
-// requestID is m's id if m is a request, for an error reply.
-func requestID(m *rpc.Message) json.RawMessage {
-	if m.IsRequest() {
-		return m.ID
-	}
-	return nil
-}
-
-// rpcError replies with an HTTP error status and a JSON-RPC error body.
-func rpcError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	m := rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
-	hdr := w.Header()
-	hdr[hdrContentType] = hvJSON
-	hdr["X-Content-Type-Options"] = hvNoSniff
-	w.WriteHeader(status)
-	_, _ = w.Write(m.Encode())
-}
-
-// refuseRPC refuses a POST before the endpoint sees its message m (as far
-// as it was read; nil: not at all) with an HTTP error status and a
-// JSON-RPC error body (id nil: null), and counts it (Gateway.refuse) first:
-// whoever reads the reply can count on the count.
-func (h *StreamableHandler) refuseRPC(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, id json.RawMessage, code int, msg string) {
-	h.gw.refuse(r.Context(), m, id, refusalOutcome(code), code, msg)
-	rpcError(w, status, id, code, msg)
-}
-
-// refuseReply refuses a POST whose message m was read with an HTTP error
-// status and bad, an error response, and counts it first.
-func (h *StreamableHandler) refuseReply(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, bad *rpc.Message) {
-	h.gw.refuse(r.Context(), m, bad.ID, refusalOutcome(bad.Error.Code), bad.Error.Code, bad.Error.Message)
-	h.reply(w, status, bad)
-}
-
-// refusePlain refuses a POST with an HTTP error status and a text body,
-// and counts it first (a protocol error with no JSON-RPC code).
-func (h *StreamableHandler) refusePlain(w http.ResponseWriter, r *http.Request, m *rpc.Message, status int, msg string) {
-	var id json.RawMessage
-	if m != nil {
-		id = requestID(m)
-	}
-	h.gw.refuse(r.Context(), m, id, telemetry.ProtocolError, 0, msg)
-	plainError(w, status, msg)
-}
-
-// plainError replies with an HTTP error status and a text body.
-func plainError(w http.ResponseWriter, status int, msg string) {
-	hdr := w.Header()
-	hdr[hdrContentType] = hvText
-	hdr["X-Content-Type-Options"] = hvNoSniff
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, msg+"\n")
-}
-
-// sessionNotFound is the 404 for an unknown, deleted or expired session.
-// The body is deliberately not a JSON-RPC error: clients (the go-sdk among
-// them) read a bare 404 as "this session is gone, initialize again".
-func sessionNotFound(w http.ResponseWriter) {
-	plainError(w, http.StatusNotFound, noSessionMsg)
-}
-
-// noSessionMsg is the body of sessionNotFound.
-const noSessionMsg = "Not Found: no such session (it may have expired or been deleted)"
 
 // noRelated is the related Sink for messages that are not requests.
 var noRelated = SinkFunc(func(*rpc.Message) error { return ErrNoStream })
