@@ -445,8 +445,7 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 	}
 	hs := h.acquire(sid)
 	if hs == nil {
-		h.gw.refuse(r.Context(), m, requestID(m), telemetry.ProtocolError, 0, noSessionMsg)
-		sessionNotFound(w)
+		h.refuseNoSession(w, r, m)
 		return
 	}
 	defer hs.place.exit()
@@ -501,8 +500,7 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 	}
 	hs := h.acquire(sid)
 	if hs == nil {
-		h.gw.refuse(r.Context(), nil, nil, telemetry.ProtocolError, 0, noSessionMsg)
-		sessionNotFound(w)
+		h.refuseNoSession(w, r, nil)
 		return
 	}
 	defer hs.place.exit()
@@ -1041,10 +1039,7 @@ func (h *StreamableHandler) readBody(w http.ResponseWriter, r *http.Request) ([]
 			break
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", len(b))
-			w.Header()["Connection"] = hvClose
-			h.refuseRPC(w, r, nil, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
-				bodyBound(h.bodyWait, serverBound, byServer))
+			h.bodyTooSlow(w, r, len(b), serverBound, byServer)
 			return nil, false
 		}
 		if err != nil {

@@ -35,6 +35,16 @@ func (h *StreamableHandler) bodyTooLarge(w http.ResponseWriter, r *http.Request)
 		"request body exceeds the limit of "+strconv.FormatInt(h.maxBody, 10)+" bytes")
 }
 
+// bodyTooSlow is the 408 reply to a body not complete within its bound:
+// the handler's, or, byServer, its server's ReadTimeout (serverBound).
+// read is how much of it arrived.
+func (h *StreamableHandler) bodyTooSlow(w http.ResponseWriter, r *http.Request, read int, serverBound time.Duration, byServer bool) {
+	h.log.Debug("http: request body too slow", "remote", r.RemoteAddr, "read", read)
+	w.Header()["Connection"] = hvClose
+	h.refuseRPC(w, r, nil, http.StatusRequestTimeout, nil, rpc.InvalidRequest,
+		bodyBound(h.bodyWait, serverBound, byServer))
+}
+
 // bodyBound says which bound a body missed: the handler's (wait), or,
 // byServer, its server's, counted from the request's first byte.
 func bodyBound(wait, server time.Duration, byServer bool) string {
@@ -66,6 +76,13 @@ func requestID(m *rpc.Message) json.RawMessage {
 		return m.ID
 	}
 	return nil
+}
+
+// refuseNoSession refuses a POST whose Mcp-Session-Id names no live
+// session (m: its message, nil for a batch) with sessionNotFound's 404,
+// and counts it first.
+func (h *StreamableHandler) refuseNoSession(w http.ResponseWriter, r *http.Request, m *rpc.Message) {
+	h.refusePlain(w, r, m, http.StatusNotFound, noSessionMsg)
 }
 
 // sessionNotFound is the 404 for an unknown, deleted or expired session.
