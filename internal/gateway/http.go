@@ -627,19 +627,6 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 	ps.finish(h.response(m, resp), jsonOK)
 }
 
-// modernStatus is the HTTP status of a modern request's error reply
-// (streamable-http: an unknown method is 404; a header mismatch, an
-// unsupported version and a missing client capability are 400).
-func modernStatus(code int) int {
-	switch code {
-	case rpc.MethodNotFound:
-		return http.StatusNotFound
-	case rpc.HeaderMismatch, rpc.MissingClientCapability, rpc.UnsupportedProtocolVersion:
-		return http.StatusBadRequest
-	}
-	return http.StatusOK
-}
-
 // headerMismatch checks that a modern request's MCP headers are there and
 // match its body: MCP-Protocol-Version its _meta version, Mcp-Method its
 // method, and, for tools/call, prompts/get and resources/read, Mcp-Name
@@ -758,11 +745,6 @@ func negotiated(resp *rpc.Message) string {
 		_ = json.Unmarshal(resp.Result, &res)
 	}
 	return res.ProtocolVersion
-}
-
-// response guards against an endpoint that breaks its contract.
-func (h *StreamableHandler) response(m, resp *rpc.Message) *rpc.Message {
-	return answered(h.log, m, resp)
 }
 
 // serveGET opens the session's stream for messages related to no request.
@@ -1164,16 +1146,3 @@ func zeroQ(params string) bool {
 
 // noRelated is the related Sink for messages that are not requests.
 var noRelated = SinkFunc(func(*rpc.Message) error { return ErrNoStream })
-
-// bufPool holds encoding buffers.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
-
-func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
-
-func putBuf(b *[]byte) {
-	if cap(*b) > 1<<16 {
-		return
-	}
-	*b = (*b)[:0]
-	bufPool.Put(b)
-}

@@ -47,131 +47,18 @@ type postStream struct {
 	forwarded bool
 }
 
-func (p *postStream) markForwarded()     { p.forwarded = true }
-func (p *postStream) wasForwarded() bool { return p.forwarded }
-
 const (
 	psPending   = iota // nothing written yet
 	psStreaming        // the writer goroutine owns w
 	psDone             // the response is out (or being written)
 )
 
-// Send queues a message related to the request. It fails once the
-// response is known, when the client is gone or does not take event
-// streams, and when EventBuffer messages are already waiting.
-func (p *postStream) Send(m *rpc.Message) error {
-	if !p.sseOK {
-		return ErrNoStream
-	}
-	data := encodeEvent(m)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.state == psDone || p.gone || p.ctx.Err() != nil:
-		return ErrStreamClosed
-	case len(p.queue) >= p.hs.h.evBuf:
-		return ErrStreamFull
-	}
-	if p.state == psPending {
-		// A batch's responses known so far go first; if they are all
-		// known (a message sent late, by a goroutine its request left
-		// behind), the stream ends after them.
-		for _, r := range p.resps {
-			p.queue = append(p.queue, sseClean(r, 0))
-		}
-		p.resps = nil
-		p.complete = p.batch && p.left == 0
-	}
-	p.queue = append(p.queue, data)
-	if p.state == psPending {
-		p.state = psStreaming
-		p.wake = make(chan struct{}, 1)
-		p.exited = make(chan struct{})
-		go p.writeLoop(p.streamNo())
-		return nil
-	}
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
+func (p *postStream) markForwarded()     { p.forwarded = true }
+func (p *postStream) wasForwarded() bool { return p.forwarded }
 
-// respond gives the response to one request of a batch.
-func (p *postStream) respond(resp *rpc.Message) {
-	b := resp.AppendTo(nil)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.left--
-	switch p.state {
-	case psPending:
-		p.resps = append(p.resps, b)
-	case psStreaming:
-		if !p.gone {
-			p.queue = append(p.queue, sseClean(b, 0))
-		}
-		if p.left == 0 {
-			p.complete = true
-		}
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// finishBatch writes a batch's reply once every response was given to
-// respond: the stream's end, or a JSON array of the responses if nothing
-// was streamed and the client takes JSON, else an event stream of them.
-func (p *postStream) finishBatch(jsonOK bool) {
-	p.mu.Lock()
-	if p.state == psStreaming {
-		p.mu.Unlock()
-		<-p.exited
-		return
-	}
-	p.state = psDone
-	resps := p.resps
-	p.resps = nil
-	p.mu.Unlock()
-
-	var b []byte
-	if jsonOK {
-		b = append(b, '[')
-		for i, r := range resps {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, r...)
-		}
-		b = append(b, ']')
-		p.w.Header()[hdrContentType] = hvJSON
-	} else {
-		stream := p.hs.streams.Add(1)
-		for i, r := range resps {
-			b = appendSSE(b, stream, uint64(i+1), sseClean(r, 0))
-		}
-		sseHeader(p.w)
-	}
-	p.hs.h.writeReply(p.w, b)
-}
-
-// batchSink is the related Sink of one request of a batch: it refuses
-// messages once that request's response is known.
-type batchSink struct {
-	p         *postStream
-	done      atomic.Bool
-	forwarded bool // see postStream.forwarded
-}
-
-func (s *batchSink) markForwarded()     { s.forwarded = true }
-func (s *batchSink) wasForwarded() bool { return s.forwarded }
-
-func (s *batchSink) Send(m *rpc.Message) error {
-	if s.done.Load() {
-		return ErrStreamClosed
-	}
-	return s.p.Send(m)
+// response guards against an endpoint that breaks its contract.
+func (h *StreamableHandler) response(m, resp *rpc.Message) *rpc.Message {
+	return answered(h.log, m, resp)
 }
 
 // forgetSession drops the Mcp-Session-Id header of a failed initialize,
@@ -238,6 +125,73 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	*bp = b
 	sseHeader(p.w)
 	p.hs.h.writeReply(p.w, b[n:])
+}
+
+// modernStatus is the HTTP status of a modern request's error reply
+// (streamable-http: an unknown method is 404; a header mismatch, an
+// unsupported version and a missing client capability are 400).
+func modernStatus(code int) int {
+	switch code {
+	case rpc.MethodNotFound:
+		return http.StatusNotFound
+	case rpc.HeaderMismatch, rpc.MissingClientCapability, rpc.UnsupportedProtocolVersion:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// bufPool holds encoding buffers.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) > 1<<16 {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}
+
+// Send queues a message related to the request. It fails once the
+// response is known, when the client is gone or does not take event
+// streams, and when EventBuffer messages are already waiting.
+func (p *postStream) Send(m *rpc.Message) error {
+	if !p.sseOK {
+		return ErrNoStream
+	}
+	data := encodeEvent(m)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.state == psDone || p.gone || p.ctx.Err() != nil:
+		return ErrStreamClosed
+	case len(p.queue) >= p.hs.h.evBuf:
+		return ErrStreamFull
+	}
+	if p.state == psPending {
+		// A batch's responses known so far go first; if they are all
+		// known (a message sent late, by a goroutine its request left
+		// behind), the stream ends after them.
+		for _, r := range p.resps {
+			p.queue = append(p.queue, sseClean(r, 0))
+		}
+		p.resps = nil
+		p.complete = p.batch && p.left == 0
+	}
+	p.queue = append(p.queue, data)
+	if p.state == psPending {
+		p.state = psStreaming
+		p.wake = make(chan struct{}, 1)
+		p.exited = make(chan struct{})
+		go p.writeLoop(p.streamNo())
+		return nil
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // noEventID as a stream number: events without an id line.
@@ -325,6 +279,83 @@ func (p *postStream) lost(err error) {
 		return
 	}
 	p.hs.h.log.Debug("http: POST stream ended early", "session", p.hs.id, "err", err)
+}
+
+// batchSink is the related Sink of one request of a batch: it refuses
+// messages once that request's response is known.
+type batchSink struct {
+	p         *postStream
+	done      atomic.Bool
+	forwarded bool // see postStream.forwarded
+}
+
+func (s *batchSink) markForwarded()     { s.forwarded = true }
+func (s *batchSink) wasForwarded() bool { return s.forwarded }
+
+func (s *batchSink) Send(m *rpc.Message) error {
+	if s.done.Load() {
+		return ErrStreamClosed
+	}
+	return s.p.Send(m)
+}
+
+// respond gives the response to one request of a batch.
+func (p *postStream) respond(resp *rpc.Message) {
+	b := resp.AppendTo(nil)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.left--
+	switch p.state {
+	case psPending:
+		p.resps = append(p.resps, b)
+	case psStreaming:
+		if !p.gone {
+			p.queue = append(p.queue, sseClean(b, 0))
+		}
+		if p.left == 0 {
+			p.complete = true
+		}
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finishBatch writes a batch's reply once every response was given to
+// respond: the stream's end, or a JSON array of the responses if nothing
+// was streamed and the client takes JSON, else an event stream of them.
+func (p *postStream) finishBatch(jsonOK bool) {
+	p.mu.Lock()
+	if p.state == psStreaming {
+		p.mu.Unlock()
+		<-p.exited
+		return
+	}
+	p.state = psDone
+	resps := p.resps
+	p.resps = nil
+	p.mu.Unlock()
+
+	var b []byte
+	if jsonOK {
+		b = append(b, '[')
+		for i, r := range resps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, r...)
+		}
+		b = append(b, ']')
+		p.w.Header()[hdrContentType] = hvJSON
+	} else {
+		stream := p.hs.streams.Add(1)
+		for i, r := range resps {
+			b = appendSSE(b, stream, uint64(i+1), sseClean(r, 0))
+		}
+		sseHeader(p.w)
+	}
+	p.hs.h.writeReply(p.w, b)
 }
 
 // Writing to clients. Every write has a deadline, so that a client that
@@ -482,6 +513,14 @@ func appendSSE(dst []byte, stream, seq uint64, data []byte) []byte {
 	return append(dst, "\n\n"...)
 }
 
+// sseHeader sets the headers of an event stream.
+func sseHeader(w http.ResponseWriter) {
+	hdr := w.Header()
+	hdr[hdrContentType] = hvSSE
+	hdr["Cache-Control"] = hvNoCache
+	hdr["X-Accel-Buffering"] = hvNoBuf
+}
+
 // parseEventID parses "<stream>_<seq>".
 func parseEventID(id string) (stream, seq uint64, ok bool) {
 	a, b, found := strings.Cut(id, "_")
@@ -491,12 +530,4 @@ func parseEventID(id string) (stream, seq uint64, ok bool) {
 	stream, err1 := strconv.ParseUint(a, 10, 64)
 	seq, err2 := strconv.ParseUint(b, 10, 64)
 	return stream, seq, err1 == nil && err2 == nil
-}
-
-// sseHeader sets the headers of an event stream.
-func sseHeader(w http.ResponseWriter) {
-	hdr := w.Header()
-	hdr[hdrContentType] = hvSSE
-	hdr["Cache-Control"] = hvNoCache
-	hdr["X-Accel-Buffering"] = hvNoBuf
 }
