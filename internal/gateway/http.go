@@ -747,96 +747,12 @@ func negotiated(resp *rpc.Message) string {
 	return res.ProtocolVersion
 }
 
-// serveGET opens the session's stream for messages related to no request.
-func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
-	if _, sseOK := accepts(r.Header[hdrAccept]); !sseOK {
-		h.gw.refusedHTTP(telemetry.RefusedNotAcceptable)
-		plainError(w, http.StatusNotAcceptable, "Not Acceptable: Accept must allow text/event-stream")
-		return
-	}
-	if !h.checkVersion(w, r) {
-		return
-	}
-	sid := r.Header.Get(hdrSessionID)
-	if sid == "" {
-		h.gw.refusedHTTP(telemetry.RefusedNoSession)
-		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
-		return
-	}
-	stream, after, resume := uint64(0), uint64(0), false
-	if v := r.Header[hdrLastEventID]; len(v) != 0 && v[0] != "" {
-		var ok bool
-		stream, after, ok = parseEventID(v[0])
-		if !ok {
-			h.gw.refusedHTTP(telemetry.RefusedLastEventID)
-			plainError(w, http.StatusBadRequest, "Bad Request: malformed Last-Event-ID")
-			return
-		}
-		resume = true
-	}
-	hs := h.acquireStream(sid)
-	if hs == nil {
-		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
-		sessionNotFound(w)
-		return
-	}
-	defer hs.place.exitStream()
-	if resume && stream != 0 {
-		// A POST stream: its request ended with its connection.
-		sseHeader(w)
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	hs.serveStream(w, r, after, resume)
-}
-
-// serveDELETE ends a session.
-func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) {
-	if !h.checkVersion(w, r) {
-		return
-	}
-	sid := r.Header.Get(hdrSessionID)
-	if sid == "" {
-		h.gw.refusedHTTP(telemetry.RefusedNoSession)
-		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
-		return
-	}
-	h.mu.Lock()
-	hs := h.sessions[sid]
-	delete(h.sessions, sid)
-	h.mu.Unlock()
-	if hs == nil || !hs.place.close() {
-		// Unknown, or being closed already (evicted, expired).
-		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
-		sessionNotFound(w)
-		return
-	}
-	h.log.Debug("http: session deleted", "session", sid)
-	h.closeSession(hs)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// HasSession reports whether id names a session the handler serves.
-func (h *StreamableHandler) HasSession(id string) bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	_, ok := h.sessions[id]
-	return ok
-}
-
 // acquire finds a live session and counts the caller as a request in
 // flight on it (which keeps it from expiring or being evicted); the
 // caller must end it with hs.place.exit. nil if there is none, or it is
 // being closed.
 func (h *StreamableHandler) acquire(sid string) *httpSession {
 	return h.lookup(sid, (*Place).enter)
-}
-
-// acquireStream is acquire for a GET stream, which keeps the session
-// from expiring but not from eviction: the caller ends it with
-// hs.place.exitStream.
-func (h *StreamableHandler) acquireStream(sid string) *httpSession {
-	return h.lookup(sid, (*Place).enterStream)
 }
 
 // lookup finds session sid and enters it as enter does, or nil.
@@ -848,123 +764,6 @@ func (h *StreamableHandler) lookup(sid string, enter func(*Place) bool) *httpSes
 	}
 	h.mu.RUnlock()
 	return hs
-}
-
-// register makes a new session visible; false if the handler is closed.
-func (h *StreamableHandler) register(hs *httpSession) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return false
-	}
-	h.sessions[hs.id] = hs
-	if h.timeout > 0 {
-		// A new session is due UnusedSessionTimeout from now at the
-		// latest: the sweep looks then, if not before.
-		h.armLocked(time.Now(), h.unused)
-	}
-	return true
-}
-
-// minSweep is the least time between two sweeps: expiries due within it
-// of each other are made by one sweep (a flood's sessions fall due
-// together, and each sweep looks at every session).
-const minSweep = 250 * time.Millisecond
-
-// armLocked sets the sweep's timer to fire in d from now, unless it is
-// set to fire sooner. h.mu is held.
-func (h *StreamableHandler) armLocked(now time.Time, d time.Duration) {
-	d = max(d, minSweep)
-	due := now.Add(d)
-	if !h.timerDue.IsZero() && !due.Before(h.timerDue) {
-		return
-	}
-	h.timerDue = due
-	if h.timer == nil {
-		h.timer = time.AfterFunc(d, h.sweep)
-	} else {
-		h.timer.Reset(d)
-	}
-}
-
-// sweep closes the sessions due (see HTTPOptions.SessionTimeout) and sets
-// the timer for the next one due. One timer serves all sessions of the
-// handler.
-func (h *StreamableHandler) sweep() {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.sweeps.Add(1)
-	defer h.sweeps.Done()
-	now := time.Now()
-	var expired []*httpSession
-	var why []EvictReason
-	next := time.Duration(-1)
-	for id, hs := range h.sessions {
-		reason, wait := hs.due(now)
-		if wait < 0 {
-			delete(h.sessions, id)
-			expired = append(expired, hs)
-			why = append(why, reason)
-			continue
-		}
-		if next < 0 || wait < next {
-			next = wait
-		}
-	}
-	h.timerDue = time.Time{}
-	if next >= 0 {
-		h.armLocked(now, next)
-	}
-	h.mu.Unlock()
-	var n [numEvictReasons]int
-	for i, hs := range expired {
-		h.log.Debug("http: session expired", "session", hs.id, "reason", why[i].String())
-		h.closeSession(hs)
-		n[why[i]]++
-	}
-	for r, k := range n {
-		h.limit.counted(EvictReason(r), k)
-	}
-}
-
-// closeSession ends hs (already out of the map, or never in it): its GET
-// stream ends, its Sink refuses messages, the endpoint closes it, and
-// its place is given back (unless an admission took it over). The first
-// call does it; later ones do nothing.
-func (h *StreamableHandler) closeSession(hs *httpSession) {
-	hs.mu.Lock()
-	if hs.closed {
-		hs.mu.Unlock()
-		return
-	}
-	hs.closed = true
-	if hs.get != nil {
-		hs.get.end()
-		hs.get = nil
-	}
-	hs.ring, hs.start, hs.n = nil, 0, 0
-	hs.mu.Unlock()
-	h.ep.Close(hs.sess)
-	hs.place.leave()
-}
-
-// dropSession closes hs and forgets it, unless it is already gone.
-func (h *StreamableHandler) dropSession(hs *httpSession) {
-	hs.place.close()
-	h.forget(hs)
-	h.closeSession(hs)
-}
-
-// forget takes hs out of the map, if it is there.
-func (h *StreamableHandler) forget(hs *httpSession) {
-	h.mu.Lock()
-	if h.sessions[hs.id] == hs {
-		delete(h.sessions, hs.id)
-	}
-	h.mu.Unlock()
 }
 
 // bodyPrealloc is the most readBody allocates up front on the word of
@@ -1082,25 +881,6 @@ func era(r *http.Request) (int, string) {
 		return eraModern, v[0]
 	}
 	return eraUnknown, v[0]
-}
-
-// checkVersion rejects a GET or DELETE whose MCP-Protocol-Version is not
-// one of a session's: the modern revision has neither (405), an unknown
-// one is refused (400).
-func (h *StreamableHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
-	switch e, v := era(r); e {
-	case eraModern:
-		h.gw.refusedHTTP(telemetry.RefusedMethod)
-		w.Header()["Allow"] = []string{"POST"}
-		plainError(w, http.StatusMethodNotAllowed, "Method Not Allowed: MCP "+modernVersion+" has no "+r.Method+" on the MCP endpoint")
-		return false
-	case eraUnknown:
-		h.gw.refusedHTTP(telemetry.RefusedVersion)
-		rpcError(w, http.StatusBadRequest, nil, rpc.InvalidRequest,
-			"Bad Request: unsupported MCP-Protocol-Version "+strconv.Quote(v)+" (supported: "+strings.Join(supportedVersions, ", ")+")")
-		return false
-	}
-	return true
 }
 
 // accepts reads Accept headers: whether application/json and whether

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -519,15 +518,4 @@ func sseHeader(w http.ResponseWriter) {
 	hdr[hdrContentType] = hvSSE
 	hdr["Cache-Control"] = hvNoCache
 	hdr["X-Accel-Buffering"] = hvNoBuf
-}
-
-// parseEventID parses "<stream>_<seq>".
-func parseEventID(id string) (stream, seq uint64, ok bool) {
-	a, b, found := strings.Cut(id, "_")
-	if !found {
-		return 0, 0, false
-	}
-	stream, err1 := strconv.ParseUint(a, 10, 64)
-	seq, err2 := strconv.ParseUint(b, 10, 64)
-	return stream, seq, err1 == nil && err2 == nil
 }
