@@ -151,29 +151,13 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 	sw := h.newStreamWriter(w)
 	defer sw.finish()
 	g := &getStream{wake: make(chan struct{}, 1), stop: make(chan struct{}), sw: sw}
-	hs.mu.Lock()
-	if hs.closed {
-		hs.mu.Unlock()
+	after, ok := hs.attach(g, after, resume)
+	if !ok {
 		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
 		return
 	}
-	if old := hs.get; old != nil {
-		old.end()
-		h.log.Debug("http: GET stream replaced by a newer one", "session", hs.id)
-	}
-	hs.get = g
-	if !resume || after > hs.seq {
-		after = hs.delivered
-	}
-	hs.mu.Unlock()
-	defer func() {
-		hs.mu.Lock()
-		if hs.get == g {
-			hs.get = nil
-		}
-		hs.mu.Unlock()
-	}()
+	defer hs.detach(g)
 
 	sseHeader(w)
 	w.WriteHeader(http.StatusOK)
@@ -231,6 +215,37 @@ func (hs *httpSession) serveStream(w http.ResponseWriter, r *http.Request, after
 			return
 		}
 	}
+}
+
+// attach makes g the session's GET stream, ending the one it replaces,
+// and returns the number of the event it starts after: after if resume
+// (and the session has numbered that many), else the last event already
+// written to a stream. false if the session has ended.
+func (hs *httpSession) attach(g *getStream, after uint64, resume bool) (uint64, bool) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.closed {
+		return 0, false
+	}
+	if old := hs.get; old != nil {
+		old.end()
+		hs.h.log.Debug("http: GET stream replaced by a newer one", "session", hs.id)
+	}
+	hs.get = g
+	if !resume || after > hs.seq {
+		after = hs.delivered
+	}
+	return after, true
+}
+
+// detach takes g out of the session, unless a newer GET stream has
+// replaced it.
+func (hs *httpSession) detach(g *getStream) {
+	hs.mu.Lock()
+	if hs.get == g {
+		hs.get = nil
+	}
+	hs.mu.Unlock()
 }
 
 // eventsAfter appends the kept events numbered after seq to dst.
