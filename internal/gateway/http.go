@@ -45,6 +45,17 @@ import (
 // is cancelled when the client goes away — so a GET with the Last-Event-ID
 // of one gets an empty stream that ends at once (a client waiting for that
 // request's response learns that it will not come).
+//
+// The front reads in the order a request meets it: front.go routes /mcp
+// and /servers/{name}/mcp to a handler; http.go is the handler, its
+// options and ServeHTTP (the guard, the method); http_post.go serves a
+// POST (its Accept header, its era, its body, its session);
+// http_modern.go and paramheaders.go check a 2026-07-28 request;
+// http_reply.go writes the reply, JSON or an event stream, and holds the
+// writers every stream uses; http_session.go is a legacy session's GET
+// stream, its DELETE, and the table of sessions with their expiry;
+// http_refuse.go turns requests away. batch.go holds what the HTTP and
+// stdio fronts share of JSON-RPC batches.
 
 // Header names, in canonical form so that header maps can be indexed
 // directly.
