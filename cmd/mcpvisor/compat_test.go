@@ -689,12 +689,12 @@ func (h *httpPeer) close() {
 }
 
 // compatCompare lists how got (through mcpvisor) differs from want
-// (directly). bridged: a modern client of a server that speaks only the
+// (directly). legacyOnly: a modern client of a server that speaks only the
 // legacy revisions, whose results are compared with the direct legacy
 // ones once the members only the modern era has are left out (and must
 // have those the modern era requires). On /mcp the initialize result is
 // mcpvisor's own and not compared.
-func compatCompare(srv compatServer, want, got compatRecord, endpoint string, modern, bridged bool) []string {
+func compatCompare(srv compatServer, want, got compatRecord, endpoint string, modern, legacyOnly bool) []string {
 	var diffs []string
 	keys := slices.Sorted(maps.Keys(want))
 	for _, k := range keys {
@@ -711,7 +711,7 @@ func compatCompare(srv compatServer, want, got compatRecord, endpoint string, mo
 		if k == "call" {
 			method = "tools/call"
 		}
-		if k == "initialize" && modern && bridged {
+		if k == "initialize" && modern && legacyOnly {
 			continue // mcpvisor's server/discover for a legacy server: nothing direct to compare with
 		}
 		if endpoint == "mcp" && (k == "resources/list" || k == "resources/templates/list") {
@@ -743,8 +743,8 @@ func compatCompare(srv compatServer, want, got compatRecord, endpoint string, mo
 			// The caching members are each answerer's own policy (a list
 			// comes from mcpvisor's cache), and a result's serverInfo
 			// names who answered: the content is compared.
-			g = compatWithout(g, method, bridged)
-			w = compatWithout(w, method, bridged)
+			g = compatWithout(g, method, legacyOnly)
+			w = compatWithout(w, method, legacyOnly)
 		}
 		if !jsonSame(w, g) {
 			diffs = append(diffs, k+": "+compatDelta(w, g))
@@ -882,16 +882,16 @@ func compatRequired(resp json.RawMessage, method string) bool {
 }
 
 // compatWithout is a modern response without what differs by who answers
-// it and how it caches: ttlMs, cacheScope, the serverInfo of _meta; for a
-// bridged one, every member only the modern era has (the table's), after
-// checking those it requires are there.
-func compatWithout(resp json.RawMessage, method string, bridged bool) json.RawMessage {
+// it and how it caches: ttlMs, cacheScope, the serverInfo of _meta; for
+// one of a legacy-only server, every member only the modern era has (the
+// table's), after checking those it requires are there.
+func compatWithout(resp json.RawMessage, method string, legacyOnly bool) json.RawMessage {
 	var env map[string]json.RawMessage
 	if json.Unmarshal(resp, &env) != nil || env["result"] == nil {
 		return resp
 	}
 	r := env["result"]
-	if bridged {
+	if legacyOnly {
 		r = revision.ToLegacyResult(method, r)
 	} else {
 		var m map[string]json.RawMessage

@@ -65,14 +65,14 @@ func failed(res map[string]bool) []string {
 	return out
 }
 
-// legacyBridgeFailures are the scored scenarios a modern client fails
+// heldCallFailures are the scored scenarios a modern client fails
 // through mcpvisor when the server is served as a legacy one ("protocol":
 // "legacy", "sharing": "per-session": each modern request has an instance
 // of its own). One: it asks for the server's own name for its input
 // ("user_name"), which a legacy server's request does not carry — the
 // server's go-sdk, talking to a legacy client, sends its inputs as plain
-// requests, and mcpvisor's bridge names each itself.
-var legacyBridgeFailures = []string{"input-required-result-basic-elicitation"}
+// requests, and mcpvisor names each itself for the held call.
+var heldCallFailures = []string{"input-required-result-basic-elicitation"}
 
 // sharedLegacyFailures are those of a legacy server shared by all: after
 // the first scenario leaves its round unanswered (its call stays held at
@@ -95,7 +95,7 @@ var sharedLegacyFailures = []string{
 // served by a process of their own, probed modern, with the server's own
 // input_required rounds. Then the pinned variants: as a remote server
 // found modern ("protocol": "auto"), the same; served as a legacy server,
-// through the MRTR bridge, all but the one that names the server's own
+// through held calls, all but the one that names the server's own
 // input key when each modern request has an instance of its own
 // (per-session), and none after an unanswered round when all share one.
 func TestConformanceModern(t *testing.T) {
@@ -111,10 +111,10 @@ func TestConformanceModern(t *testing.T) {
 	}{
 		{name: "default"},
 		// Found modern, its input-required scenarios pass, which only
-		// the server's own input keys satisfy (the MRTR bridge's would
-		// not).
+		// the server's own input keys satisfy (those mcpvisor names a
+		// held call's inputs by would not).
 		{name: "remote_auto", settings: `,"protocol":"auto"`, remote: true},
-		{name: "legacy_per-session", settings: `,"protocol":"legacy","sharing":"per-session"`, want: legacyBridgeFailures},
+		{name: "legacy_per-session", settings: `,"protocol":"legacy","sharing":"per-session"`, want: heldCallFailures},
 		{name: "legacy_shared", settings: `,"protocol":"legacy","sharing":"shared"`, want: sharedLegacyFailures},
 	} {
 		server, paths := fmt.Sprintf(`"command":%q`, everything), []string{"/servers/everything/mcp", "/mcp"}

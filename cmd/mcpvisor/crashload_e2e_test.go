@@ -96,7 +96,7 @@ func TestCrashRecoveryUnderLoad(t *testing.T) {
 	for i := range clients {
 		c := &crashClient{rng: rand.New(rand.NewPCG(seed, uint64(i))), sess: map[string]*mcp.ClientSession{}}
 		// One client in four speaks 2026-07-28 (the go-sdk's default: no
-		// session; the legacy fixture's calls are bridged for it).
+		// session; mcpvisor holds its calls to the legacy fixture).
 		connect := func(url string) *mcp.ClientSession { return connectHTTP(t, url, nil) }
 		if i%4 == 3 {
 			connect = func(url string) *mcp.ClientSession { return connectModernHTTP(t, url) }

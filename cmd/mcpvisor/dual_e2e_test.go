@@ -115,7 +115,7 @@ func serverEra(t *testing.T, base, name string) string {
 // clients of both eras at once: each gets sampling and elicitation in its
 // own era — a legacy client the server's own requests, a modern client
 // the server's own input_required rounds (its own input keys, which
-// mcpvisor's bridge would not have) — the server's resource updates reach
+// mcpvisor's held calls would not have) — the server's resource updates reach
 // a legacy subscriber and a modern listener once each, and the era learned
 // ("dual") is kept with the server's lists across a restart of mcpvisor.
 func TestDualEraServer(t *testing.T) {

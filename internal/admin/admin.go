@@ -33,8 +33,8 @@ type Servers struct {
 	// one server exports, and which server serves each.
 	Collisions []string `json:"collisions,omitempty"`
 	// HeldCalls counts, per server, the calls held for a modern client's
-	// retry (the MRTR bridge): each holds its server's call open, or, once
-	// the server answered, its answer until the retry takes it.
+	// retry (multi round-trip requests): each holds its server's call open,
+	// or, once the server answered, its answer until the retry takes it.
 	HeldCalls map[string]int `json:"heldCalls,omitempty"`
 }
 

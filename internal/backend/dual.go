@@ -39,7 +39,7 @@ import (
 //
 // The twin's probe is the era probe of an "auto" server: a server that
 // does not answer it as modern speaks the legacy revisions only, its
-// modern clients are bridged on the primary (MRTR), and no twin starts
+// modern clients' calls are held on the primary (MRTR), and no twin starts
 // again; one that does is dual-era. Either is recorded in the primary's
 // initialize result (SupportedVersions), which the fleet keeps with the
 // server's lists: the next start knows. A server that refuses initialize
@@ -146,7 +146,7 @@ type twinStart struct {
 
 // ModernConn is the connection a modern client's request to the server
 // goes to: c itself for a modern-only server; nil for one that speaks
-// only the legacy revisions (the request is bridged on c); for a dual-era
+// only the legacy revisions (the call is held on c); for a dual-era
 // one, its process for modern clients, started (and, the first time,
 // probed) when the first such request needs it. Concurrent callers share
 // one start and its outcome; ctx bounds the wait, not the start

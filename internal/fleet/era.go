@@ -10,12 +10,12 @@ import (
 // ModernConn is the connection a modern client's request on the lease's
 // connection (Conn) goes to (backend.Conn.ModernConn): that one itself
 // for a modern-only server; nil for one that speaks only the legacy revisions,
-// on which the request is bridged; for a dual-era server, its process for
+// on which the call is held; for a dual-era server, its process for
 // modern clients, started when the first such request needs it, the wait
 // bounded by ctx — unless the server is pinned: a pinned server's tools
 // are checked on the process that serves the call, with that process's
 // list watched for changes, and only the primary's is, so its modern
-// clients are bridged on it. A connection that is no backend's (a
+// clients' calls are held on it. A connection that is no backend's (a
 // test's) is its own.
 func (l *Lease) ModernConn(ctx context.Context) (Conn, error) {
 	c := l.conn

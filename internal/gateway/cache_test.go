@@ -128,13 +128,13 @@ func TestStartReplacesAStaleCachedList(t *testing.T) {
 }
 
 // A server the probe found legacy keeps that era across a restart of
-// mcpvisor: its modern clients' requests are bridged on it, not probed
+// mcpvisor: its modern clients' calls are held on it, not probed
 // again. The server here is a strict 2025 one: it exits when asked anything
 // before initialize (and notes each such request in a file). It is
 // initialized to start, never probed; the first modern client's request
 // probes it on a process of its own, which ends on the probe, and is
-// bridged — no failure, no restart; after mcpvisor restarts, a modern
-// client's request is bridged at once.
+// served as a held call — no failure, no restart; after mcpvisor
+// restarts, a modern client's request is served so at once.
 func TestPersistedEraSkipsTheProbe(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.db")

@@ -99,7 +99,7 @@ func TestModernOnlyServerDefault(t *testing.T) {
 
 // A pinned dual-era server serves its modern clients on the process its
 // tools are checked and watched on: no second process starts for them
-// (its list would be neither), and their calls are checked and bridged.
+// (its list would be neither), and their calls are checked and held.
 func TestPinnedDualServerHasNoModernProcess(t *testing.T) {
 	command, starts := countingServer(t)
 	w := newWorld(t, `{"c":{"command":`+mustJSONString(command)+`,"prefix":"","pin":true}}`)

@@ -242,7 +242,7 @@ func (f *flight) reach(raw json.RawMessage) *rpc.Message {
 	if f.from.req != nil && conn != nil {
 		// A modern client's request goes to the server in its own era:
 		// a dual-era server's process for modern clients (started the
-		// first time), a modern server; or, bridged, a legacy one.
+		// first time), a modern server; or, as a held call, a legacy one.
 		m, err := lease.ModernConn(f.context())
 		if err != nil {
 			defer f.end()

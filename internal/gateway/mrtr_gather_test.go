@@ -62,7 +62,7 @@ func answersFor(reqs map[string]string) string {
 // call (the go-sdk asks for every input of a round concurrently) has them
 // all in one input_required round, not one round each — a client that
 // answers a round in full gets the result on its first retry.
-func TestMRTRBridgeGathersConcurrentRequests(t *testing.T) {
+func TestHeldCallGathersConcurrentRequests(t *testing.T) {
 	w := newMRTRWorld(t)
 	const tool = "test_input_required_result_multiple_inputs"
 	reqs, state := inputRequests(t, w.callTool("1", tool, `{}`, "", allInputCaps))

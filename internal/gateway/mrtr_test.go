@@ -130,7 +130,7 @@ const acceptUser = `{"action":"accept","content":{"username":"ada"}}`
 // input_required round; the retry with inputResponses answers the server,
 // and its response is the call's result. Retries without the answer are
 // asked again; nothing stays held.
-func TestMRTRBridgeElicitation(t *testing.T) {
+func TestHeldCallElicitation(t *testing.T) {
 	w := newMRTRWorld(t)
 	key, method, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	if method != "elicitation/create" || !strings.HasPrefix(state, statePrefix) {
@@ -161,7 +161,7 @@ func TestMRTRBridgeElicitation(t *testing.T) {
 
 // Forged, altered and misapplied states are refused and reach no server;
 // the held call is not disturbed by them.
-func TestMRTRBridgeRefusesBadState(t *testing.T) {
+func TestHeldCallRefusesBadState(t *testing.T) {
 	w := newMRTRWorld(t)
 	_, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	body, sig, _ := strings.Cut(strings.TrimPrefix(state, statePrefix), ".")
@@ -199,7 +199,7 @@ func TestMRTRBridgeRefusesBadState(t *testing.T) {
 // a refusal, and nothing stays held — whether it declared no input
 // capability at all (its call is never held) or another one (held until
 // the server asked).
-func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
+func TestHeldCallUndeclaredCapability(t *testing.T) {
 	w := newMRTRWorld(t)
 	for i, caps := range []string{`{}`, `{"sampling":{},"roots":{}}`} {
 		m := w.call(strconv.Itoa(i+1), "", caps)
@@ -212,7 +212,7 @@ func TestMRTRBridgeUndeclaredCapability(t *testing.T) {
 
 // While the client owes its input the call's request timeout does not
 // run: an answer that comes after more than the timeout completes it.
-func TestMRTRBridgeSlowAnswer(t *testing.T) {
+func TestHeldCallSlowAnswer(t *testing.T) {
 	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","requestTimeout":"500ms"}}`)
 	// Started first: the timeout covers a start too, and a loaded
 	// machine may take longer than 500 ms to start a Node server.
@@ -230,7 +230,7 @@ func TestMRTRBridgeSlowAnswer(t *testing.T) {
 
 // Two retries with the same state: one gets the result, the other an
 // error at once — none waits for an answer that went to the other.
-func TestMRTRBridgeDuplicateRetry(t *testing.T) {
+func TestHeldCallDuplicateRetry(t *testing.T) {
 	w := newMRTRWorld(t)
 	key, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
 	retry := `,"requestState":` + mustJSONString(state) + `,"inputResponses":{` + mustJSONString(key) + `:` + acceptUser + `}`
@@ -274,7 +274,7 @@ func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 
 // A client that never retries: its call is released at the hold bound,
 // the server's request gets an error, and the state is refused after.
-func TestMRTRBridgeHoldExpires(t *testing.T) {
+func TestHeldCallExpires(t *testing.T) {
 	w := newMRTRWorldConfig(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","prefix":"","requestTimeout":"1s"}}`)
 	w.gw.SetHoldTimeout(300 * time.Millisecond)
 	_, _, state := inputRequired(t, w.call("1", "", `{"elicitation":{}}`))
