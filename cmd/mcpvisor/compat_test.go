@@ -53,7 +53,7 @@ type compatServer struct {
 	why       string // why it is in the run
 	// sharedTools are tools it lists only to a client that declared a
 	// capability, and so lists to mcpvisor, which declares every one it
-	// bridges to a shared server (README: the trade-off of sharing):
+	// carries to a shared server (README: the trade-off of sharing):
 	// listed through mcpvisor and not directly, and nothing else.
 	sharedTools []string
 }

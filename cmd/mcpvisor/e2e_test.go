@@ -138,14 +138,14 @@ func TestServeWithGoSDKClient(t *testing.T) {
 	}
 }
 
-// TestSamplingBridgedToItsOwnSession runs the conformance server's sampling
+// TestSamplingRelayedToItsOwnSession runs the conformance server's sampling
 // tool (which asks a legacy client with a request: the server is dual-era,
 // and its legacy clients reach its initialized process) from
 // two client sessions at once. With sharing per-session, every
 // server→client sampling request reaches the session whose call caused it.
 // With a shared server, a request that could belong to either session is
 // refused (the call fails) — it never reaches the wrong session.
-func TestSamplingBridgedToItsOwnSession(t *testing.T) {
+func TestSamplingRelayedToItsOwnSession(t *testing.T) {
 	_, everything := binaries(t)
 	for _, sharing := range []string{"per-session", "shared"} {
 		t.Run(sharing, func(t *testing.T) {

@@ -301,12 +301,12 @@ func eraText(era string) string {
 }
 
 // declaresText says what mcpvisor declares to the server as its client:
-// to whom, and which of the capabilities it bridges.
+// to whom, and which of the capabilities it carries.
 func declaresText(d admin.Detail) string {
 	var caps map[string]json.RawMessage
 	_ = json.Unmarshal(d.Declares, &caps)
 	var names []string
-	for _, name := range config.BridgedCapabilities {
+	for _, name := range config.CarriedCapabilities {
 		if _, ok := caps[name]; ok {
 			names = append(names, name)
 		}

@@ -31,7 +31,7 @@ type Detail struct {
 	Sharing     string   `json:"sharing"`  // shared or per-session
 	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
 	// Declares is what mcpvisor declares to the server as its client, of
-	// the capabilities it bridges (fleet.Server.DeclaredCapabilities): to
+	// the capabilities it carries (fleet.Server.DeclaredCapabilities): to
 	// a shared instance of a legacy-era server, this; to a session's own
 	// instance, or in a modern-era server's requests, those of this the
 	// client declared.

@@ -84,7 +84,7 @@ type Conn struct {
 	log  *slog.Logger
 
 	// caps is what initialize declares (nil: ClientCapabilities, all
-	// mcpvisor bridges); StdioConnector.Capabilities.
+	// mcpvisor carries); StdioConnector.Capabilities.
 	caps     json.RawMessage
 	modern   bool  // the server speaks ModernVersion (modern.go); set before Connect returns
 	tw       *twin // the process for modern clients of a dual-era server (dual.go); nil for a remote server and for that process itself

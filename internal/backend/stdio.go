@@ -17,7 +17,7 @@ import (
 var ClientInfo = json.RawMessage(`{"name":"mcpvisor","version":"0.1.0"}`)
 
 // ClientCapabilities are declared to a server unless its connector says
-// otherwise (Capabilities): mcpvisor bridges sampling, elicitation and
+// otherwise (Capabilities): mcpvisor relays sampling, elicitation and
 // roots to the client session whose request is in flight on that server.
 var ClientCapabilities = json.RawMessage(`{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}`)
 
@@ -38,7 +38,7 @@ type StdioConnector struct {
 	// a dormant server's footprint small.
 	ExtraEnv []string
 	// Capabilities, if set, is what initialize declares to the server
-	// instead of ClientCapabilities (everything mcpvisor bridges): a
+	// instead of ClientCapabilities (everything mcpvisor carries): a
 	// per-session instance declares what its client declared, so that
 	// it asks only what that client answers, as it would directly; a
 	// server's config may narrow either.

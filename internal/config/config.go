@@ -52,9 +52,9 @@ const (
 	ProtocolModern = "modern"
 )
 
-// BridgedCapabilities are the client capabilities whose requests mcpvisor
+// CarriedCapabilities are the client capabilities whose requests mcpvisor
 // carries from a server to a client: the server asks, the client answers.
-var BridgedCapabilities = []string{"roots", "sampling", "elicitation"}
+var CarriedCapabilities = []string{"roots", "sampling", "elicitation"}
 
 // Declares reports whether mcpvisor may declare the client capability
 // name to s's server ("clientCapabilities").
@@ -214,7 +214,7 @@ type Server struct {
 	Tools   Filter
 	Sharing string // SharingShared or SharingPerSession
 	// ClientCapabilities are the client capabilities mcpvisor may declare
-	// to the server, of BridgedCapabilities ("clientCapabilities"; nil:
+	// to the server, of CarriedCapabilities ("clientCapabilities"; nil:
 	// all of them). A shared instance is declared them all; a session's
 	// own instance, those of them its client declared; a modern server's
 	// request, those of them its client declared. A server's request for

@@ -434,7 +434,7 @@ func (p *parser) boolean(v *node, at string) *bool {
 
 // patterns parses an array of path.Match patterns.
 // clientCapabilities reads a list of the client capabilities mcpvisor
-// carries (BridgedCapabilities), each at most once.
+// carries (CarriedCapabilities), each at most once.
 func (p *parser) clientCapabilities(v *node, at string) *[]string {
 	l, ok := p.strings(v, at)
 	if !ok {
@@ -443,8 +443,8 @@ func (p *parser) clientCapabilities(v *node, at string) *[]string {
 	bad := false
 	for i, c := range l {
 		switch {
-		case !slices.Contains(BridgedCapabilities, c):
-			p.errorf(index(at, i), "%q is not a client capability mcpvisor carries (valid: %s)", c, strings.Join(quoted(BridgedCapabilities), ", "))
+		case !slices.Contains(CarriedCapabilities, c):
+			p.errorf(index(at, i), "%q is not a client capability mcpvisor carries (valid: %s)", c, strings.Join(quoted(CarriedCapabilities), ", "))
 			bad = true
 		case slices.Index(l, c) < i:
 			p.errorf(index(at, i), "%q is listed twice", c)

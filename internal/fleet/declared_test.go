@@ -8,7 +8,7 @@ import (
 )
 
 // What each instance is declared at initialize: a shared server's shared
-// instance, all mcpvisor bridges (nil: the backend's default) or what its
+// instance, all mcpvisor carries (nil: the backend's default) or what its
 // config narrows that to; a per-session server's shared instance, which
 // only learns the lists, nothing (narrowed: still nothing).
 func TestDeclaredToEachInstance(t *testing.T) {

@@ -364,7 +364,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 }
 
 // sessionCapabilities is what the client of the session an instance's
-// hooks are for declared, of the capabilities mcpvisor bridges
+// hooks are for declared, of the capabilities mcpvisor carries
 // (SessionCapabilities): nil for a shared instance, or one whose client
 // takes mcpvisor's own. A per-session server's shared instance serves no
 // client — it only learns the lists /mcp shows — and is declared none:
@@ -390,9 +390,9 @@ func (f *Fleet) sessionCapabilities(sc *config.Server, hooks backend.Hooks) json
 
 // declaredCapabilities is what an instance of sc declares to its server
 // at initialize: of client's capabilities (a session's own instance's
-// client's; nil: mcpvisor's own, all it bridges), those sc's config lets
+// client's; nil: mcpvisor's own, all it carries), those sc's config lets
 // mcpvisor declare ("clientCapabilities"). nil stands for all mcpvisor
-// bridges (the backend's default).
+// carries (the backend's default).
 func declaredCapabilities(sc *config.Server, client json.RawMessage) json.RawMessage {
 	if sc.ClientCapabilities == nil {
 		return client
@@ -417,7 +417,7 @@ func declaredCapabilities(sc *config.Server, client json.RawMessage) json.RawMes
 }
 
 // DeclaredCapabilities is what mcpvisor declares to the server configured
-// as cfg as its client, of the capabilities it bridges: to the shared
+// as cfg as its client, of the capabilities it carries: to the shared
 // instance, all of them cfg lets it declare. A session's own instance is declared
 // those of them its client declared; a modern server's request, those of
 // them its client's request declares.

@@ -73,7 +73,7 @@ type ModernSessions interface {
 // each client session declared: a per-session instance is started
 // declaring exactly its session's capabilities (an object), so that the
 // server asks only what its client answers, as it would directly. nil
-// keeps what mcpvisor declares to a shared instance: all it bridges.
+// keeps what mcpvisor declares to a shared instance: all it carries.
 type SessionCapabilities interface {
 	SessionCapabilities(key string) json.RawMessage
 }

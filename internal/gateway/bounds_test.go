@@ -311,7 +311,7 @@ func (c *signalConn) ReplyError(id json.RawMessage, code int, msg string) error 
 }
 
 // A client has inputWait to answer a request it was sent: a server's,
-// bridged (the server is then told the client did not answer), and
+// relayed (the server is then told the client did not answer), and
 // mcpvisor's own for a modern server's input (the call then fails). Until
 // then the request waits; a client that never answers is not waited for
 // beyond it. (Fake time: the bound is minutes.)

@@ -27,7 +27,7 @@ import (
 // answer — on both endpoints, for a shared server before and after a
 // wake, and for a per-session one. A client that declared roots is asked,
 // and its answer reaches the server. A per-session instance is declared
-// exactly its client's capabilities; a shared one, all mcpvisor bridges.
+// exactly its client's capabilities; a shared one, all mcpvisor carries.
 func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 	const (
 		shared     = `{"x":{"command":"$FIXTURE","env":{"FIXTURE_ASK_ROOTS":"1"}}}`
@@ -37,7 +37,7 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 		callBound = 30 * time.Second
 	)
 	// What the server was declared: a shared server all mcpvisor
-	// bridges; a per-session one exactly its client's capabilities.
+	// carries; a per-session one exactly its client's capabilities.
 	const own = `declared: {\"roots\":{\"listChanged\":true},\"sampling\":{},\"elicitation\":{}}`
 	for _, tc := range []struct {
 		name    string
@@ -193,7 +193,7 @@ func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 }
 
 // What a legacy session's own instance is declared: of its client's
-// capabilities, those mcpvisor bridges (not tasks, which it does not
+// capabilities, those mcpvisor carries (not tasks, which it does not
 // carry, nor anything else); {} for a key no longer open, or a 2026-07-28
 // request's that runs no instance of its own.
 func TestSessionCapabilities(t *testing.T) {
@@ -214,7 +214,7 @@ func TestSessionCapabilities(t *testing.T) {
 }
 
 // A 2026-07-28 request's own instance of a per-session legacy server is
-// declared what the request declared, of what mcpvisor bridges — on both
+// declared what the request declared, of what mcpvisor carries — on both
 // endpoints — and the request's end forgets it.
 func TestModernRequestsOwnInstanceIsDeclaredItsCapabilities(t *testing.T) {
 	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session","env":{"FIXTURE_ASK_ROOTS":"1"}}}`)

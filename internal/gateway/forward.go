@@ -459,10 +459,10 @@ func narrowCapabilities(params json.RawMessage, cfg *config.Server) json.RawMess
 	return out
 }
 
-// withheld reports whether client capability name is one mcpvisor bridges
+// withheld reports whether client capability name is one mcpvisor carries
 // that cfg does not let it declare to the server ("clientCapabilities").
 func withheld(cfg *config.Server, name string) bool {
-	return !cfg.Declares(name) && slices.Contains(config.BridgedCapabilities, name)
+	return !cfg.Declares(name) && slices.Contains(config.CarriedCapabilities, name)
 }
 
 // modernConn reports whether conn's server is spoken to in the modern era
@@ -898,11 +898,11 @@ type abandonedCall struct {
 	until time.Time
 }
 
-// Request bridges a server→client request (sampling, elicitation, roots)
+// Request relays a server→client request (sampling, elicitation, roots)
 // to the client session it belongs to (fleet.Hooks).
 //
 // Over stdio a server's request carries nothing that ties it to the client
-// request that caused it. It is bridged to a session's request in flight
+// request that caused it. It is relayed for a session's request in flight
 // when the session is certain: the server is the session's private
 // instance (sharing "per-session"), or a shared server that only one open
 // session sees. On a server several sessions share, sampling and
@@ -1125,7 +1125,7 @@ func (g *Gateway) sendOutReq(c *call, ours string, r *outReq, method string, par
 }
 
 // clientMessage handles what every endpoint handles alike: the client's
-// responses to bridged requests and its cancellations. It reports whether
+// responses to relayed requests and its cancellations. It reports whether
 // m was one of those.
 func (g *Gateway) clientMessage(s *Session, m *rpc.Message) bool {
 	switch {

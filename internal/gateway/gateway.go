@@ -190,7 +190,7 @@ type call struct {
 	// and server requests find the call only once begin put it in
 	// g.calls or g.tokens — and never changes after.
 	timer *reqTimer
-	// waiting counts the server's requests bridged to the client and not
+	// waiting counts the server's requests relayed to the client and not
 	// yet answered: while one is, the server waits on the client, and the
 	// request timeout does not run out.
 	waiting atomic.Int32
@@ -201,7 +201,7 @@ func (c *call) touch() { c.timer.touch() }
 
 // outReq is a server→client request forwarded to a client session.
 type outReq struct {
-	call      *call // the client request it was bridged to
+	call      *call // the client request it was relayed for
 	conn      fleet.Conn
 	backendID json.RawMessage
 	sess      *Session // the legacy session it was sent to
@@ -284,7 +284,7 @@ func (g *Gateway) nextID(prefix string) string {
 }
 
 // secretID is an id no client can guess: the id of a server request
-// bridged to a client, which only that client may answer.
+// relayed to a client, which only that client may answer.
 func secretID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -311,14 +311,14 @@ func (g *Gateway) audience(src fleet.Source) []*Session {
 }
 
 // SessionCapabilities is what the legacy client session key declared at
-// initialize of the capabilities mcpvisor bridges (roots, sampling,
+// initialize of the capabilities mcpvisor carries (roots, sampling,
 // elicitation: no other, such as tasks, which it does not carry), as an
 // object — {} if none, or for a session no longer open — for its
 // per-session instance to declare to its server
 // (fleet.SessionCapabilities); for a 2026-07-28 request's own instance,
 // those its _meta declared.
 func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
-	caps := g.reg.declared(key, g.ModernSession(key), bridgedCapabilities)
+	caps := g.reg.declared(key, g.ModernSession(key), carriedCapabilities)
 	b, err := json.Marshal(caps)
 	if err != nil { // a declared value that is not JSON: none of it
 		return json.RawMessage(`{}`)
@@ -326,9 +326,9 @@ func (g *Gateway) SessionCapabilities(key string) json.RawMessage {
 	return b
 }
 
-// bridgedCapabilities are the client capabilities whose requests mcpvisor
+// carriedCapabilities are the client capabilities whose requests mcpvisor
 // carries from a server to a client (capabilityOf).
-var bridgedCapabilities = config.BridgedCapabilities
+var carriedCapabilities = config.CarriedCapabilities
 
 // errorResponse builds a JSON-RPC error response for the client.
 func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {

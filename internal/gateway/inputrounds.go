@@ -22,7 +22,7 @@ import (
 const maxInputRounds = 16
 
 // inputWait bounds how long a client has to answer a request it was sent
-// (a server's, bridged; or mcpvisor's own, for a modern server's input).
+// (a server's, relayed; or mcpvisor's own, for a modern server's input).
 const inputWait = 5 * time.Minute
 
 // legacyMeta gives params, those of s's request of method, the _meta of a
@@ -42,7 +42,7 @@ func (g *Gateway) legacyMeta(c *call, srv *fleet.Server, method string, params j
 			caps = mustJSON(declared)
 			return
 		}
-		// Of the capabilities mcpvisor bridges, only those the server's
+		// Of the capabilities mcpvisor carries, only those the server's
 		// config lets it declare.
 		kept := make(map[string]json.RawMessage, len(declared))
 		for name, v := range declared {

@@ -481,7 +481,7 @@ func TestListenEndsWhenANotificationIsLost(t *testing.T) {
 	}
 }
 
-// A server's request bridged to a session that is closing is refused at
+// A server's request relayed to a session that is closing is refused at
 // once — not kept, unanswered, for the client's answer bound.
 func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 	w := newWorld(t, `{"x":{"command":"$FIXTURE"}}`)

@@ -13,7 +13,7 @@ import (
 // open on its endpoints, what the modern requests running a per-session
 // server's instance of their own declared, and the client requests in
 // flight on each server connection with everything tied to them — their
-// progress tokens, the requests bridged to their clients, the requests
+// progress tokens, the requests relayed to their clients, the requests
 // abandoned and ended lately. Its methods are the only code that reads or
 // writes these tables (and the fields of sessState, call, outReq and
 // modernReq their comments say it guards), each under mu, so the

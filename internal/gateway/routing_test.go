@@ -77,9 +77,9 @@ func request(id int, method string, params any) *rpc.Message {
 	return &rpc.Message{ID: json.RawMessage(mustJSONString(id)), Method: method, Params: json.RawMessage(mustJSONString(params))}
 }
 
-// A client answer to a server request bridged to another session is
+// A client answer to a server request relayed to another session is
 // refused and leaves that request pending; the right session's answer is
-// then accepted. The ids of bridged requests are not guessable sequences.
+// then accepted. The ids of relayed requests are not guessable sequences.
 func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","sharing":"per-session"}}`)
 	ep := w.gw.Aggregate()
@@ -95,10 +95,10 @@ func TestStrayAnswerFromAnotherSessionIsRefused(t *testing.T) {
 	req := relA.next(t, "sampling/createMessage", 20*time.Second)
 	var id string
 	if err := json.Unmarshal(req.ID, &id); err != nil {
-		t.Fatalf("bridged request id %s: %v", req.ID, err)
+		t.Fatalf("relayed request id %s: %v", req.ID, err)
 	}
 	if len(id) < 32 {
-		t.Fatalf("bridged request id %q is short enough to guess", id)
+		t.Fatalf("relayed request id %q is short enough to guess", id)
 	}
 	answer := func(text string) *rpc.Message {
 		return &rpc.Message{ID: req.ID, Result: json.RawMessage(mustJSONString(map[string]any{
