@@ -241,7 +241,7 @@ func (c *Conn) startTwin(ctx context.Context, st *twinStart) {
 		// Not modern: the legacy revisions only.
 		learned = EraLegacy
 		t.sc.recordEra(c, EraLegacy, []string{c.Init().ProtocolVersion})
-		c.log.Info("server does not speak MCP " + ModernVersion + ": its modern clients are bridged")
+		c.log.Info("server does not speak MCP " + ModernVersion + ": its modern clients' calls are held")
 	default:
 		t.conn = tc // if the primary is ending, endTwin closes it
 		if era, _ := t.sc.era.get(); era != EraDual {
