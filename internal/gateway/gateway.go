@@ -166,8 +166,11 @@ type sessState struct {
 	// one. The server itself, not its name: a server removed and added
 	// again under its name is another, whose messages the sessions still
 	// open on the removed one's endpoint (which drains) must not get.
-	srv      *fleet.Server
-	calls    map[string]*call
+	srv   *fleet.Server
+	calls map[string]*call // in flight, by the client's id (for its cancellation)
+	// inFlight are the calls in flight, whatever their id: a client may
+	// send a request under the id of one still in flight.
+	inFlight map[*call]struct{}
 	caps     map[string]json.RawMessage
 	closed   bool
 	outReqs  map[string]*outReq

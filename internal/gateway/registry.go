@@ -18,9 +18,10 @@ import (
 // writes these tables (and the fields of sessState, call, outReq and
 // modernReq their comments say it guards), each under mu, so the
 // invariants between them are kept here alone:
-//   - a call is in its session's calls (by client id) from register to
-//     endCall, and in calls (by connection) and tokens (by our progress
-//     token) from addCall to endCall;
+//   - a call is in its session's inFlight from register to endCall, and
+//     in its calls (by client id) until then or until a later call of the
+//     same id takes its place there; it is in calls (by connection) and
+//     tokens (by our progress token) from addCall to endCall;
 //   - an outgoing request is in outReqs and in its session's outReqs
 //     together, from addOutReq to the one take that removes it from both
 //     and ends its wait (answered);
@@ -73,7 +74,7 @@ func newRegistry() *registry {
 // open opens s on the endpoint of srv (nil for the aggregated one).
 func (t *registry) open(s *Session, srv *fleet.Server) {
 	t.mu.Lock()
-	t.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
+	t.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, inFlight: map[*call]struct{}{}, outReqs: map[string]*outReq{}}
 	t.byKey[s.Key()] = s
 	t.mu.Unlock()
 }
@@ -93,7 +94,7 @@ func (t *registry) closeSession(s *Session) (st *sessState, calls []*call, reqs 
 		return nil, nil, nil, nil
 	}
 	st.closed = true
-	for _, c := range st.calls {
+	for c := range st.inFlight { // by id, a repeated id's earlier call is not in calls
 		calls = append(calls, c)
 	}
 	for id, r := range st.outReqs {
@@ -102,7 +103,7 @@ func (t *registry) closeSession(s *Session) (st *sessState, calls []*call, reqs 
 		r.answered()
 	}
 	clear(st.outReqs)
-	if len(st.calls) > 0 {
+	if len(st.inFlight) > 0 {
 		st.idle = make(chan struct{})
 		idle = st.idle
 	}
@@ -267,7 +268,8 @@ func (t *registry) register(f *flight, srv *fleet.Server) *rpc.Message {
 		return f.senderEnded()
 	}
 	c.st = st
-	st.calls[f.key] = c
+	st.calls[f.key] = c // a client's later request under the same id takes it
+	st.inFlight[c] = struct{}{}
 	if f.tr != nil {
 		f.tr.protocol = st.protocol
 	}
@@ -309,7 +311,8 @@ func (t *registry) endCall(c *call, key string, now time.Time) {
 		if st.calls[key] == c {
 			delete(st.calls, key)
 		}
-		if st.idle != nil && len(st.calls) == 0 {
+		delete(st.inFlight, c)
+		if st.idle != nil && len(st.inFlight) == 0 {
 			close(st.idle)
 			st.idle = nil
 		}
