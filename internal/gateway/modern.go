@@ -219,6 +219,11 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 		return p.discoverModern(ctx, m)
 	case removedMethod(m.Method):
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is not part of MCP "+modernVersion)
+	case strings.HasPrefix(m.Method, "notifications/"):
+		// A client's notification sent as a request: no endpoint serves
+		// it as one (a server would not answer it), so it is refused here
+		// on both, at once.
+		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is a notification: send it without an id")
 	case m.Method == "subscriptions/listen":
 		return g.listen(ctx, server, m, mo, related, p.resourceServer)
 	case mrtrMethod(m.Method) && strings.HasPrefix(mo.State, statePrefix):
