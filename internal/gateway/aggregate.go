@@ -230,7 +230,8 @@ func (a *aggregate) handle(ctx context.Context, w sender, m *rpc.Message, relate
 	return a.request(ctx, w, m, related)
 }
 
-// request serves a request of either era.
+// request serves a request of either era (and ping, which only a
+// legacy session sends: the 2026-07-28 revision has none).
 func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
 	switch m.Method {
 	case "ping":

@@ -33,7 +33,7 @@ type deadlines struct {
 // the goroutines that relay the server's progress and the client's
 // answers, stop from the request's, and the list's timer ends the
 // request (cancel) after it took it out of the list, outside the list's
-// lock (a cancel may take any lock; touch runs under the gateway's). A
+// lock (a cancel may take any lock; touch runs under the registry's). A
 // stop that races the fire may therefore be followed by that one cancel:
 // cancels are idempotent (flight.stop, a context's cancel), and the
 // first cause is the one kept.

@@ -190,8 +190,8 @@ type call struct {
 	cancel   func(cause error)
 	// timer is the request timeout (nil: none). It is set before the
 	// call reaches its server — before anything can touch it: progress
-	// and server requests find the call only once begin put it in
-	// g.calls or g.tokens — and never changes after.
+	// and server requests find the call only once begin put it in the
+	// registry (addCall) — and never changes after.
 	timer *reqTimer
 	// waiting counts the server's requests relayed to the client and not
 	// yet answered: while one is, the server waits on the client, and the

@@ -28,7 +28,8 @@ import (
 //   - a session's calls end, and its outgoing requests are taken, when
 //     it closes (closeSession), after which no call of it registers.
 //
-// Nothing here blocks or calls out while mu is held.
+// Nothing here blocks while mu is held, nor calls out of the package;
+// capsOf runs its caller's read under it, which must not block either.
 type registry struct {
 	mu sync.Mutex
 	// sessions are the legacy sessions open, byKey the same by key.

@@ -70,8 +70,10 @@ type modernReq struct {
 	client *Session      // the stdio connection's session it came on; nil over HTTP
 
 	// mo is the request's _meta. A held call's later rounds replace it
-	// (each retry's own logLevel, token, …): read and written under the
-	// registry's lock once the call is held (held set).
+	// (each retry's own logLevel, token, …): written under the
+	// registry's lock (nextRound), and read under it by anyone but the
+	// request's own goroutine, which reads it before its first round is
+	// answered (no retry exists until begin has returned).
 	mo *Modern
 	// held is the call held for the client's retry (forwardHeld), if
 	// any: it ends the request, not its first round's answer.

@@ -94,7 +94,8 @@ func (e *single) handle(ctx context.Context, w sender, m *rpc.Message, related S
 	return e.request(ctx, w, m, related)
 }
 
-// request serves a request of either era.
+// request serves a request of either era (and ping, which only a
+// legacy session sends: the 2026-07-28 revision has none).
 func (e *single) request(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
 	switch m.Method {
 	case "ping":
