@@ -112,3 +112,72 @@ func TestStdioClientAnswerWaitBounded(t *testing.T) {
 		}
 	})
 }
+
+// withdrawEndpoint is askEndpoint whose "withdraw" withdraws the request
+// it asked, as the gateway relays a server's notifications/cancelled: by
+// the id it gave the request, which the stdio client never saw.
+type withdrawEndpoint struct{ askEndpoint }
+
+func (e *withdrawEndpoint) Handle(ctx context.Context, s *Session, m *rpc.Message, related Sink) *rpc.Message {
+	if m.Method == "withdraw" {
+		_ = related.Send(&rpc.Message{Method: "notifications/cancelled", Params: json.RawMessage(`{"requestId":"s-1","reason":"no longer needed"}`)})
+	}
+	return e.askEndpoint.Handle(ctx, s, m, related)
+}
+
+// A request the stdio client is sent that the endpoint withdraws is
+// cancelled under the id the client was sent it by, with the endpoint's
+// reason, and nothing waits for its answer any more: the endpoint, which
+// took it back, is handed none.
+func TestStdioWithdrawnAskCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &withdrawEndpoint{askEndpoint{answers: make(chan *rpc.Message, 1)}}
+		c := newStdioTestClientOn(t, ep)
+		c.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}`)
+		if m := c.message(); m.Error != nil || string(m.ID) != "0" {
+			t.Fatalf("reply to initialize: %s", m.Encode())
+		}
+		c.send(`{"jsonrpc":"2.0","id":1,"method":"ask"}`)
+		var asked *rpc.Message
+		for range 2 { // the request to the client, and the reply to "ask"
+			if m := c.message(); m.IsRequest() {
+				asked = m
+			} else if m.Error != nil || string(m.ID) != "1" {
+				t.Fatalf("reply to ask: %s", m.Encode())
+			}
+		}
+		if asked == nil || asked.Method != "sampling/createMessage" {
+			t.Fatal("the client was not asked")
+		}
+		start := time.Now()
+		c.send(`{"jsonrpc":"2.0","id":2,"method":"withdraw"}`)
+		var cancelled *rpc.Message
+		for range 2 { // the cancellation, and the reply to "withdraw"
+			if m := c.message(); m.Method == "notifications/cancelled" {
+				cancelled = m
+			} else if m.Error != nil || string(m.ID) != "2" {
+				t.Fatalf("reply to withdraw: %s", m.Encode())
+			}
+		}
+		if got := string(rpc.CancelledRequestID(cancelled.Params)); got != string(asked.ID) {
+			t.Errorf("the client was told request %s is cancelled, want %s, the id it was sent: %s", got, asked.ID, cancelled.Encode())
+		}
+		if !strings.Contains(string(cancelled.Params), "no longer needed") {
+			t.Errorf("the cancellation %s does not carry the endpoint's reason", cancelled.Encode())
+		}
+		synctest.Wait()
+		if el := time.Since(start); el != 0 {
+			t.Errorf("the request was withdrawn after %v, want at once", el)
+		}
+		for _, s := range bubbleStacks() {
+			if strings.Contains(s, "rpc.(*Pending).Wait") || strings.Contains(s, "rpc.(*Conn).Call") {
+				t.Errorf("a goroutine still waits for the client's answer:\n%s", s)
+			}
+		}
+		select {
+		case m := <-ep.answers:
+			t.Errorf("the endpoint was handed %s for the request it withdrew", m.Encode())
+		default:
+		}
+	})
+}

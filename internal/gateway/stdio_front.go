@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,7 @@ type stdioFront struct {
 	version atomic.Pointer[string]
 
 	asks   askGate
+	asked  askedCalls
 	modern modernCalls
 }
 
@@ -82,6 +84,56 @@ func (g *askGate) end() {
 	g.ended = true
 	g.mu.Unlock()
 }
+
+// askedCalls are the endpoint's requests the client is being asked, by
+// the endpoint's id, each with its ask's cancel: the endpoint withdraws
+// one with a notifications/cancelled naming it by that id, which the
+// client never saw — the ask is cancelled instead, and the connection
+// tells the client by the id it was sent.
+type askedCalls struct {
+	mu   sync.Mutex // guards byID
+	byID map[string]context.CancelCauseFunc
+}
+
+// add takes cancel as that of the ask of request id; false if an ask of
+// that id is in flight already (then this one cannot be withdrawn).
+func (c *askedCalls) add(id string, cancel context.CancelCauseFunc) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.byID[id]; dup {
+		return false
+	}
+	if c.byID == nil {
+		c.byID = map[string]context.CancelCauseFunc{}
+	}
+	c.byID[id] = cancel
+	return true
+}
+
+// remove forgets request id, its ask ended.
+func (c *askedCalls) remove(id string) {
+	c.mu.Lock()
+	delete(c.byID, id)
+	c.mu.Unlock()
+}
+
+// cancel ends the ask of request id with cause; false if none of that id
+// is in flight.
+func (c *askedCalls) cancel(id string, cause error) bool {
+	c.mu.Lock()
+	cancel := c.byID[id]
+	c.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel(cause)
+	return true
+}
+
+// errAskWithdrawn is the cause of an ask the endpoint withdrew: the
+// client is told so, and the endpoint, which took the request back, is
+// handed no answer.
+var errAskWithdrawn = errors.New("withdrawn by the server")
 
 // modernCalls are the client's modern (2026-07-28) requests in flight,
 // by id, each with its cancel: a notifications/cancelled names the one
@@ -247,9 +299,13 @@ func (f *stdioFront) protocolError(err error) {
 
 // send is the legacy session's sink (out). A request — the endpoint's to
 // the client: sampling, elicitation, roots — is asked on a goroutine of
-// its own (ask).
+// its own (ask); a notifications/cancelled of one of those withdraws its
+// ask, and is not written: the client knows the request by another id.
 func (f *stdioFront) send(m *rpc.Message) error {
 	if !m.IsRequest() {
+		if m.Method == "notifications/cancelled" && f.asked.cancel(string(rpc.CancelledRequestID(m.Params)), withdrawal(m.Params)) {
+			return nil
+		}
 		if f.version.Load() == nil {
 			// Before initialize, nothing relates to no request: a
 			// legacy client is not yet a session, and a modern one
@@ -258,10 +314,31 @@ func (f *stdioFront) send(m *rpc.Message) error {
 		}
 		return f.conn.Write(m)
 	}
-	if !f.asks.start(&f.wg, func() { f.ask(m) }) {
+	// Registered before the ask starts, so that a withdrawal that
+	// follows the request at once finds it.
+	ctx, cancel := context.WithCancelCause(f.ctx)
+	key := string(m.ID)
+	withdrawable := f.asked.add(key, cancel)
+	done := func() {
+		if withdrawable {
+			f.asked.remove(key)
+		}
+		cancel(nil)
+	}
+	if !f.asks.start(&f.wg, func() { defer done(); f.ask(ctx, m) }) {
+		done()
 		return ErrSessionClosed
 	}
 	return nil
+}
+
+// withdrawal is the cause of an ask withdrawn by a notifications/cancelled
+// of params: errAskWithdrawn, with the reason it gives.
+func withdrawal(params json.RawMessage) error {
+	if reason := stringField(params, "reason"); reason != "" {
+		return fmt.Errorf("%w: %s", errAskWithdrawn, reason)
+	}
+	return errAskWithdrawn
 }
 
 // sendModern is a modern request's sink (modernOut).
@@ -278,14 +355,18 @@ func (f *stdioFront) sendModern(m *rpc.Message) error {
 // inputWait to answer, as on every front: then the call is withdrawn
 // (the client is told it is cancelled, and the connection forgets it)
 // and the endpoint is answered RequestTimeout, as the HTTP front answers
-// a server its client did not answer.
-func (f *stdioFront) ask(m *rpc.Message) {
+// a server its client did not answer. ctx ends when the endpoint
+// withdraws m (errAskWithdrawn): the client is told, and the endpoint,
+// which took m back, is answered nothing.
+func (f *stdioFront) ask(ctx context.Context, m *rpc.Message) {
 	late := fmt.Errorf("the client did not answer %s within %v", m.Method, inputWait)
-	ctx, cancel := context.WithTimeoutCause(f.ctx, inputWait, late)
+	ctx, cancel := context.WithTimeoutCause(ctx, inputWait, late)
 	defer cancel()
 	resp, err := f.conn.Call(ctx, m.Method, m.Params)
 	switch {
 	case err == nil:
+	case errors.Is(context.Cause(ctx), errAskWithdrawn):
+		return
 	case context.Cause(ctx) == late:
 		resp = &rpc.Message{Error: &rpc.Error{Code: rpc.RequestTimeout, Message: late.Error()}}
 	default:
