@@ -125,3 +125,15 @@ func plainError(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, msg+"\n")
 }
+
+// requireSessionID is the Mcp-Session-Id of a GET or DELETE, which
+// cannot be served without one: a request that has none is refused (400)
+// and ok is false.
+func (h *StreamableHandler) requireSessionID(w http.ResponseWriter, r *http.Request) (sid string, ok bool) {
+	if sid = r.Header.Get(hdrSessionID); sid == "" {
+		h.gw.refusedHTTP(telemetry.RefusedNoSession)
+		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
+		return "", false
+	}
+	return sid, true
+}

@@ -56,10 +56,8 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 	if !h.checkVersion(w, r) {
 		return
 	}
-	sid := r.Header.Get(hdrSessionID)
-	if sid == "" {
-		h.gw.refusedHTTP(telemetry.RefusedNoSession)
-		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
+	sid, ok := h.requireSessionID(w, r)
+	if !ok {
 		return
 	}
 	stream, after, resume := uint64(0), uint64(0), false
@@ -319,10 +317,8 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	if !h.checkVersion(w, r) {
 		return
 	}
-	sid := r.Header.Get(hdrSessionID)
-	if sid == "" {
-		h.gw.refusedHTTP(telemetry.RefusedNoSession)
-		plainError(w, http.StatusBadRequest, "Bad Request: Mcp-Session-Id header required")
+	sid, ok := h.requireSessionID(w, r)
+	if !ok {
 		return
 	}
 	h.mu.Lock()

@@ -53,8 +53,8 @@ type stdioFront struct {
 	version atomic.Pointer[string]
 
 	asks   askGate
-	asked  askedCalls
-	modern modernCalls
+	asked  callsByID // the endpoint's requests the client is asked
+	modern callsByID // the client's modern requests
 }
 
 // askGate starts the endpoint's requests to the client, each on a
@@ -85,19 +85,22 @@ func (g *askGate) end() {
 	g.mu.Unlock()
 }
 
-// askedCalls are the endpoint's requests the client is being asked, by
-// the endpoint's id, each with its ask's cancel: the endpoint withdraws
-// one with a notifications/cancelled naming it by that id, which the
-// client never saw — the ask is cancelled instead, and the connection
-// tells the client by the id it was sent.
-type askedCalls struct {
+// callsByID are requests in flight by id, each with its cancel. The front
+// keeps two: the endpoint's requests the client is being asked (asked,
+// by the endpoint's id: the endpoint withdraws one with a
+// notifications/cancelled naming it by that id, which the client never
+// saw — the ask is cancelled instead, and the connection tells the client
+// by the id it was sent), and the client's modern (2026-07-28) requests
+// (modern, by the client's id: its notifications/cancelled names the one
+// it ends).
+type callsByID struct {
 	mu   sync.Mutex // guards byID
 	byID map[string]context.CancelCauseFunc
 }
 
-// add takes cancel as that of the ask of request id; false if an ask of
-// that id is in flight already (then this one cannot be withdrawn).
-func (c *askedCalls) add(id string, cancel context.CancelCauseFunc) bool {
+// add takes cancel as that of request id; false if a request of that id
+// is in flight already.
+func (c *callsByID) add(id string, cancel context.CancelCauseFunc) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, dup := c.byID[id]; dup {
@@ -110,16 +113,16 @@ func (c *askedCalls) add(id string, cancel context.CancelCauseFunc) bool {
 	return true
 }
 
-// remove forgets request id, its ask ended.
-func (c *askedCalls) remove(id string) {
+// remove forgets request id, ended.
+func (c *callsByID) remove(id string) {
 	c.mu.Lock()
 	delete(c.byID, id)
 	c.mu.Unlock()
 }
 
-// cancel ends the ask of request id with cause; false if none of that id
-// is in flight.
-func (c *askedCalls) cancel(id string, cause error) bool {
+// cancel ends request id with cause (nil: context.Canceled); false if
+// none of that id is in flight.
+func (c *callsByID) cancel(id string, cause error) bool {
 	c.mu.Lock()
 	cancel := c.byID[id]
 	c.mu.Unlock()
@@ -134,48 +137,6 @@ func (c *askedCalls) cancel(id string, cause error) bool {
 // client is told so, and the endpoint, which took the request back, is
 // handed no answer.
 var errAskWithdrawn = errors.New("withdrawn by the server")
-
-// modernCalls are the client's modern (2026-07-28) requests in flight,
-// by id, each with its cancel: a notifications/cancelled names the one
-// it ends by its id.
-type modernCalls struct {
-	mu   sync.Mutex // guards byID
-	byID map[string]context.CancelFunc
-}
-
-// add takes cancel as that of request id; false if a request of that id
-// is in flight already.
-func (c *modernCalls) add(id string, cancel context.CancelFunc) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, dup := c.byID[id]; dup {
-		return false
-	}
-	if c.byID == nil {
-		c.byID = map[string]context.CancelFunc{}
-	}
-	c.byID[id] = cancel
-	return true
-}
-
-// remove forgets request id, answered.
-func (c *modernCalls) remove(id string) {
-	c.mu.Lock()
-	delete(c.byID, id)
-	c.mu.Unlock()
-}
-
-// cancel cancels request id; false if none of that id is in flight.
-func (c *modernCalls) cancel(id string) bool {
-	c.mu.Lock()
-	cancel := c.byID[id]
-	c.mu.Unlock()
-	if cancel == nil {
-		return false
-	}
-	cancel()
-	return true
-}
 
 // newStdioFront makes the front of o that serves ep to the client on r
 // and w, within ctx.
@@ -403,7 +364,7 @@ func (f *stdioFront) notified(ctx context.Context, m *rpc.Message) {
 	if f.place != nil {
 		f.place.touch()
 	}
-	if m.Method == "notifications/cancelled" && f.modern.cancel(string(rpc.CancelledRequestID(m.Params))) {
+	if m.Method == "notifications/cancelled" && f.modern.cancel(string(rpc.CancelledRequestID(m.Params)), nil) {
 		return
 	}
 	f.ep.Handle(ctx, f.sess, m, f.out)
@@ -427,10 +388,10 @@ func (f *stdioFront) serveModern(ctx context.Context, m *rpc.Message) {
 		f.reply(evictedReply(m.ID, f.place))
 		return
 	}
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancelCause(ctx)
 	key := string(m.ID)
 	if !f.modern.add(key, cancel) {
-		cancel()
+		cancel(nil)
 		f.end()
 		msg := "Invalid Request: id " + key + " is already the id of a request in flight"
 		f.gw.refuse(ctx, m, m.ID, telemetry.ProtocolError, rpc.InvalidRequest, msg)
@@ -440,7 +401,7 @@ func (f *stdioFront) serveModern(ctx context.Context, m *rpc.Message) {
 	f.pool.run(func() {
 		resp := answered(f.log, m, f.ep.Stateless(rctx, m, mo, f.modernOut))
 		f.modern.remove(key)
-		cancel()
+		cancel(nil)
 		_ = f.conn.Write(resp)
 		f.end()
 	})
