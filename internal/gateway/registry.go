@@ -75,7 +75,7 @@ func newRegistry() *registry {
 // open opens s on the endpoint of srv (nil for the aggregated one).
 func (t *registry) open(s *Session, srv *fleet.Server) {
 	t.mu.Lock()
-	t.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, inFlight: map[*call]struct{}{}, outReqs: map[string]*outReq{}}
+	t.sessions[s] = &sessState{srv: srv, calls: map[string]*call{}, outReqs: map[string]*outReq{}}
 	t.byKey[s.Key()] = s
 	t.mu.Unlock()
 }
@@ -269,7 +269,10 @@ func (t *registry) register(f *flight, srv *fleet.Server) *rpc.Message {
 		return f.senderEnded()
 	}
 	c.st = st
-	st.calls[f.key] = c // a client's later request under the same id takes it
+	st.calls[f.key] = c     // a client's later request under the same id takes it
+	if st.inFlight == nil { // made at its first call: a session that only opens costs none
+		st.inFlight = map[*call]struct{}{}
+	}
 	st.inFlight[c] = struct{}{}
 	if f.tr != nil {
 		f.tr.protocol = st.protocol
