@@ -43,12 +43,11 @@ func (g *Gateway) forward(ctx context.Context, w sender, srv *fleet.Server, meth
 	}
 	var cancel context.CancelCauseFunc
 	if r != nil && r.held == nil && r.mo.cancel != nil && ctx == r.mo.ctx {
-		mo := r.mo
 		// A modern request's context is its own: its forward ends it.
 		// Only the first forward takes it; a second (no path makes one
 		// today) derives its own context, and so must begin before the
 		// first ends — after, the request's context has ended.
-		cancel, mo.cancel = mo.cancel, nil
+		cancel, r.mo.cancel = r.mo.cancel, nil
 	}
 	f, resp := g.begin(ctx, cancel, w, srv, method, params, clientID, related)
 	if resp != nil {

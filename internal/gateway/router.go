@@ -52,7 +52,7 @@ var _ NamedHandler = (*ServerRouter)(nil)
 
 // ServeNamed serves req to the server named name (NamedHandler).
 func (r *ServerRouter) ServeNamed(w http.ResponseWriter, req *http.Request, name string) {
-	sid := req.Header.Get("Mcp-Session-Id")
+	sid := req.Header.Get(hdrSessionID)
 	r.mu.Lock()
 	h := r.byName[name]
 	if h == nil && !r.closed {
@@ -170,9 +170,11 @@ func (r *ServerRouter) Sync(removed map[string]<-chan struct{}) {
 const RetiredGrace = 2 * time.Second
 
 // Close ends every server endpoint's sessions, those of removed servers
-// still draining included (shutdown), and returns once every handler is
-// closed; a request after it gets the unknown handler's answer. Once
-// closed, Sync does nothing; Close again neither.
+// still draining included (shutdown), and returns once every handler it
+// holds or is retiring is closed; a handler that a Sync running
+// meanwhile took out to close at once is closed by that Sync, which may
+// finish after Close returns. A request after Close gets the unknown
+// handler's answer. Once closed, Sync does nothing; Close again neither.
 func (r *ServerRouter) Close() {
 	r.mu.Lock()
 	if r.closed {
