@@ -54,6 +54,9 @@ import (
 const (
 	benchInstrEnv    = "MCPVISOR_BENCH_INSTR"
 	benchInstrWarmup = 200 // calls before the counted ones, in both runs
+	// benchInstrTopFuncs is how many functions the report lists for each
+	// path, by I1 misses per call.
+	benchInstrTopFuncs = 30
 )
 
 // instrPath is one path counted under valgrind.
@@ -152,6 +155,7 @@ func TestBenchInstructions(t *testing.T) {
 	per := map[string][]float64{}                 // path → instructions per call, by repeat
 	misses := map[string][]cgEvents{}             // path → cache misses per call, by repeat
 	byPackage := map[string]map[string]cgEvents{} // path → package → events per call, last repeat
+	byFunc := map[string]map[string]cgEvents{}    // path → function → events per call, last repeat
 	start := time.Now()
 	for rep := 1; rep <= repeats; rep++ {
 		order := slices.Clone(paths)
@@ -168,6 +172,7 @@ func TestBenchInstructions(t *testing.T) {
 			misses[p.short] = append(misses[p.short], call)
 			if rep == repeats {
 				byPackage[p.short] = perPackage(counts[0], counts[1], 2*n)
+				byFunc[p.short] = perFunction(counts[0], counts[1], 2*n)
 			}
 			fmt.Printf("  counted %-34s repeat %d: Ir %d (N) and %d (3N): %.0f instructions/call (%v so far)\n",
 				p.name, rep, int64(counts[0].total.Ir), int64(counts[1].total.Ir), call.Ir, time.Since(start).Round(time.Second))
@@ -233,7 +238,29 @@ func TestBenchInstructions(t *testing.T) {
 		say("\n%s against %s, by package (repeat %d): instructions, I1 misses and D1 misses (reads + writes) per call\n", p.name, p.against, repeats)
 		say("%s", packageTable(byPackage[p.against], byPackage[p.short]))
 	}
-	say("\n(the whole count took %v)\n", time.Since(start).Round(time.Second))
+	for _, p := range paths {
+		if strings.Contains(p.short, "@") {
+			continue
+		}
+		say("\n%s, the %d functions with the most I1 misses per call (repeat %d)\n", p.name, benchInstrTopFuncs, repeats)
+		say("%s", functionTable(byFunc[p.short], benchInstrTopFuncs))
+	}
+	// The last repeat's files are kept beside the report, for
+	// cg_annotate (valgrind's reader of them) to show a call's lines.
+	kept := filepath.Join(report.dir(), "cachegrind")
+	_ = os.RemoveAll(kept)
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		for _, calls := range []int{n, 3 * n} {
+			name := fmt.Sprintf("%s-%d-%d.out", strings.ReplaceAll(p.short, "@", "_"), repeats, calls)
+			if b, err := os.ReadFile(filepath.Join(out, name)); err == nil {
+				_ = os.WriteFile(filepath.Join(kept, name), b, 0o644)
+			}
+		}
+	}
+	say("\n(the whole count took %v; the last repeat's cachegrind files are in %s)\n", time.Since(start).Round(time.Second), kept)
 	report.save(t)
 }
 

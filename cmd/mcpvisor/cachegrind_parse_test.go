@@ -142,3 +142,25 @@ func TestPackageTableEdges(t *testing.T) {
 		t.Errorf("the table lacks a's row (its I1 misses, from none, count as a large difference):\n%s", got)
 	}
 }
+
+// functionTable lists the top functions by I1 misses (ties by name), with
+// the module's path left off.
+func TestFunctionTable(t *testing.T) {
+	fns := map[string]cgEvents{
+		"runtime.selectgo": {Ir: 700, I1mr: 55, D1mr: 10, D1mw: 4},
+		"github.com/mcpvisor/mcpvisor/internal/rpc.skipString": {Ir: 8000, I1mr: 22, D1mr: 11},
+		"b.tie":          {I1mr: 22},
+		"net/http.small": {Ir: 5, I1mr: 1},
+	}
+	got := functionTable(fns, 3)
+	want := "| function | instructions | I1 misses | D1 misses |\n|---|---|---|---|\n" +
+		"| runtime.selectgo | 700 | 55 | 14 |\n" +
+		"| b.tie | 0 | 22 | 0 |\n" +
+		"| internal/rpc.skipString | 8000 | 22 | 11 |\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := functionTable(fns, 10); strings.Count(got, "\n") != 2+len(fns) {
+		t.Errorf("top 10 of %d functions:\n%s", len(fns), got)
+	}
+}

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -183,16 +185,46 @@ func packageOf(fn string) string {
 // of the run with calls more calls (more) less those of the other (less),
 // per call, summed by packageOf.
 func perPackage(less, more *cgCount, calls int) map[string]cgEvents {
+	return perGroup(less, more, calls, packageOf)
+}
+
+// perFunction is what a call costs in each function, as perPackage.
+func perFunction(less, more *cgCount, calls int) map[string]cgEvents {
+	return perGroup(less, more, calls, func(fn string) string { return fn })
+}
+
+// perGroup is perPackage with functions grouped by key.
+func perGroup(less, more *cgCount, calls int, key func(fn string) string) map[string]cgEvents {
 	out := map[string]cgEvents{}
 	for fn, e := range more.byFn {
-		out[packageOf(fn)] = out[packageOf(fn)].add(e.perCall(less.byFn[fn], calls))
+		out[key(fn)] = out[key(fn)].add(e.perCall(less.byFn[fn], calls))
 	}
 	for fn, e := range less.byFn {
 		if _, ok := more.byFn[fn]; !ok { // counted in the shorter run alone
-			out[packageOf(fn)] = out[packageOf(fn)].add(cgEvents{}.perCall(e, calls))
+			out[key(fn)] = out[key(fn)].add(cgEvents{}.perCall(e, calls))
 		}
 	}
 	return out
+}
+
+// functionTable is a Markdown table of the top functions of a path by
+// I1 misses per call, with their instructions and D1 misses: where the
+// path's code misses go.
+func functionTable(fns map[string]cgEvents, top int) string {
+	names := slices.Collect(maps.Keys(fns))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(fns[b].I1mr, fns[a].I1mr); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var w strings.Builder
+	w.WriteString("| function | instructions | I1 misses | D1 misses |\n|---|---|---|---|\n")
+	for _, fn := range names[:min(top, len(names))] {
+		e := fns[fn]
+		fmt.Fprintf(&w, "| %s | %.0f | %.0f | %.0f |\n", strings.TrimPrefix(fn, "github.com/mcpvisor/mcpvisor/"), e.Ir, e.I1mr, e.D1mr+e.D1mw)
+	}
+	return w.String()
 }
 
 // packageTable is a Markdown table of what a call costs by package on a
