@@ -12,6 +12,9 @@ import (
 )
 
 var (
+	// modernCall is a 2026-07-28 tools/call as a client sends it: many
+	// short strings, the kind of message a gateway scans most.
+	modernCall    = []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
 	smallResponse = []byte(`{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}`)
 	largeResponse = func() []byte {
 		// ~100 KB: half prose with escapes, half structured content.
@@ -50,13 +53,13 @@ func BenchmarkDecodeEnvelope(b *testing.B) {
 	for _, in := range []struct {
 		name string
 		data []byte
-	}{{"small", smallResponse}, {"100KB", largeResponse}} {
+	}{{"small", smallResponse}, {"modern-call", modernCall}, {"100KB", largeResponse}} {
 		b.Run(in.name, func(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			b.ReportAllocs()
 			for b.Loop() {
 				m, err := Decode(in.data)
-				if err != nil || len(m.Result) == 0 {
+				if err != nil || len(m.Result)+len(m.Params) == 0 {
 					b.Fatal(err)
 				}
 			}
@@ -66,7 +69,7 @@ func BenchmarkDecodeEnvelope(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				var m stdEnvelope
-				if err := json.Unmarshal(in.data, &m); err != nil || len(m.Result) == 0 {
+				if err := json.Unmarshal(in.data, &m); err != nil || len(m.Result)+len(m.Params) == 0 {
 					b.Fatal(err)
 				}
 			}

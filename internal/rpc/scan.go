@@ -3,6 +3,7 @@ package rpc
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -48,16 +49,18 @@ const (
 	msb = 0x8080808080808080
 )
 
-// special8 reports whether any of the 8 bytes in x is a quote, a backslash
-// or below 0x20. It may report true for a plain word after a special byte
-// (borrows), never false for a word that holds one.
-func special8(x uint64) bool {
+// special8 marks, with its top bit, each of the 8 bytes in x (read little
+// endian) that is a quote, a backslash or below 0x20. A byte after a
+// marked one may be marked too (a borrow carries), but the lowest mark is
+// always exact: no borrow reaches it, so it is the first special byte, and
+// a word with no special byte has no mark.
+func special8(x uint64) uint64 {
 	lt := (x - lsb*0x20) &^ x
 	q := x ^ (lsb * '"')
 	q = (q - lsb) &^ q
 	b := x ^ (lsb * '\\')
 	b = (b - lsb) &^ b
-	return (lt|q|b)&msb != 0
+	return (lt | q | b) & msb
 }
 
 // skipString returns the index just past the string that starts at d[i]
@@ -65,12 +68,20 @@ func special8(x uint64) bool {
 func skipString(d []byte, i int) (end int, escaped bool, err *syntaxError) {
 	i++
 	for {
-		for i+8 <= len(d) && !special8(binary.LittleEndian.Uint64(d[i:])) {
+		// A word at a time while 8 bytes are left; the first special
+		// byte of the word that has one is found from its mark. Only the
+		// last few bytes of the input go one at a time.
+		for i+8 <= len(d) {
+			if m := special8(binary.LittleEndian.Uint64(d[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				goto special
+			}
 			i += 8
 		}
 		for i < len(d) && strPlain[d[i]] {
 			i++
 		}
+	special:
 		if i >= len(d) {
 			return 0, false, errAt(i, "unexpected end of JSON input in string")
 		}

@@ -290,7 +290,7 @@ func (s *skim) skipString(d []byte, i int) (int, bool) {
 			i, clean = q+1, 0
 			continue
 		}
-		if i+8 <= len(d) && !special8(binary.LittleEndian.Uint64(d[i:])) {
+		if i+8 <= len(d) && special8(binary.LittleEndian.Uint64(d[i:])) == 0 {
 			i += 8
 			clean++
 			continue

@@ -2,8 +2,10 @@ package rpc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -221,4 +223,31 @@ func topLevelIDs(d []byte) int {
 		}
 	}
 	return n
+}
+
+// special8's lowest mark is the first byte skipString must stop at, in any
+// word: skipString jumps to it without looking at the bytes between.
+// Words are drawn from bytes around each boundary (control characters,
+// the quote, the backslash, their neighbours, bytes with the top bit
+// set), so that every borrow the subtractions can make is tried.
+func TestSpecial8FirstMarkIsExact(t *testing.T) {
+	pool := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', '"' + 1, '\\' - 1, '\\', '\\' + 1, 'a', 0x7f, 0x80, 0x9f, 0xa0, 0xa1, 0xdc, 0xe2, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var w [8]byte
+	for range 1_000_000 {
+		for k := range w {
+			w[k] = pool[rng.IntN(len(pool))]
+		}
+		first := 8
+		for k, c := range w {
+			if !strPlain[c] {
+				first = k
+				break
+			}
+		}
+		m := special8(binary.LittleEndian.Uint64(w[:]))
+		if got := bits.TrailingZeros64(m) / 8; got != first {
+			t.Fatalf("word % x: first special byte %d, lowest mark at %d (mask %#x)", w, first, got, m)
+		}
+	}
 }
