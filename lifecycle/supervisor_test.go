@@ -359,7 +359,7 @@ func (f connectorFunc) Connect(ctx context.Context) (Session, error) { return f(
 func TestInitTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		conn := &fakeConnector{script: func(ctx context.Context, _ int) error {
-			if dl, ok := ctx.Deadline(); !ok || dl.Sub(time.Now()) != 3*time.Second {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) != 3*time.Second {
 				return fmt.Errorf("deadline %v %v, want now+3s", dl, ok)
 			}
 			return blockUntilCancel(ctx)

@@ -147,8 +147,8 @@ func parseCachegrind(b []byte) (*cgCount, error) {
 // it: "net/http" for "net/http.(*conn).serve", "internal/gateway" for
 // mcpvisor's own, "cmd/mcpvisor" for package main's (as a test binary
 // names it, or "main."). The runtime's internal packages (its maps among
-// them) count as "runtime"; the compiler's generated functions (type:.eq…,
-// go:struct {…} methods) as "(generated)"; the C library's (versioned or
+// them) count as "runtime"; the compiler's generated functions
+// (type:.eq…, go:struct {…} methods) as "(generated)"; the C library's (versioned or
 // split by the C compiler: memcpy@@GLIBC_2.14, f.part.0) as "(C)";
 // functions without a package (the runtime's assembly, such as memeqbody;
 // ??? for code without symbols) as "runtime (assembly)". Cachegrind names

@@ -65,7 +65,7 @@ func TestLogsAndInspectRedactEachLaunchsSecret(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	want := map[int][]string{}
+	var want map[int][]string
 	var logs admin.Logs
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		newPID := waitRunning(t, base, "s")["s"]

@@ -22,12 +22,8 @@ type tsResult struct {
 	Progress                                  int
 }
 
-// runTSClient runs the TypeScript SDK v2 client in mode against target.
-func runTSClient(t *testing.T, mode string, target ...string) tsResult {
-	return runTSClientEnv(t, nil, mode, target...)
-}
-
-// runTSClientEnv is runTSClient with env added to the client's.
+// runTSClientEnv runs the TypeScript SDK v2 client in mode against
+// target, with env added to the client's.
 func runTSClientEnv(t *testing.T, env []string, mode string, target ...string) tsResult {
 	t.Helper()
 	node, _ := node22(t)

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -67,7 +68,7 @@ func TestDefinitionsRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}`))
+	init, err := fleettest.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

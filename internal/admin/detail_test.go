@@ -168,7 +168,7 @@ func TestServerDetailContainmentAndInstances(t *testing.T) {
 	defer srv.Close()
 
 	var d Detail
-	body := getJSON(t, srv.URL+"/api/servers/p", http.StatusOK, &d)
+	getJSON(t, srv.URL+"/api/servers/p", http.StatusOK, &d)
 	if !reflect.DeepEqual(d.Containment, layers) || d.NoLocalProcess != "" {
 		t.Errorf("containment of a stdio server: %+v, %q; want %+v", d.Containment, d.NoLocalProcess, layers)
 	}
@@ -186,7 +186,7 @@ func TestServerDetailContainmentAndInstances(t *testing.T) {
 		t.Errorf("instance sessions %v, want %s and %s", labels, sessions[1], sessions[2])
 	}
 
-	body = getJSON(t, srv.URL+"/api/servers/r", http.StatusOK, &d)
+	body := getJSON(t, srv.URL+"/api/servers/r", http.StatusOK, &d)
 	if d.Containment == nil || len(d.Containment) != 0 || !strings.Contains(body, `"containment": []`) ||
 		!strings.Contains(d.NoLocalProcess, "no local process") {
 		t.Errorf("containment of an http server: %s", body)

@@ -126,11 +126,6 @@ type subscription struct {
 	lagged bool // closed because it fell behind
 }
 
-// NewEventLog keeps at most max events (default 1000).
-func NewEventLog(max int) *EventLog {
-	return RestoreEventLog(max, nil)
-}
-
 // RestoreEventLog keeps at most max events (default 1000), starting with
 // history: events persisted by earlier runs of mcpvisor, oldest first (as
 // store.Events returns them), of which it keeps the newest max. They are

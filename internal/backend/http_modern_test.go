@@ -537,6 +537,9 @@ func TestHTTPModernTransport(t *testing.T) {
 	if n := nextNote(t, hooks, "notifications/progress"); !strings.Contains(string(n.Params), `"progressToken":"t"`) {
 		t.Errorf("progress %s", n.Params)
 	}
+	if m.Error != nil || m.Result == nil {
+		t.Errorf("the call that reported progress: %+v", m)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -163,12 +163,6 @@ func (c *lists) dropUnsaved() []ListKind {
 	return out
 }
 
-func (c *lists) generation() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
-}
-
 // putIf stores a list fetched at generation gen, unless the server said
 // its lists changed since; it reports whether it stored it, whether that
 // differs from what was there (a list only on disk is read back to
@@ -327,13 +321,6 @@ func (c *Catalog) AnnouncesChanges(capability string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.announce.has(capability)
-}
-
-// put stores a list in memory, as one not known to be on disk.
-func (c *lists) put(k ListKind, items []json.RawMessage) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.setLocked(k, items, true)
 }
 
 // cachedList is the server's list of kind k: from memory, else from the

@@ -232,9 +232,6 @@ func ReadIn(data []byte, f Format, project string) (*File, error) {
 	return read(data, f, varsOf(f), "", project)
 }
 
-// Read reads one of the client's files in format f.
-func (c *Client) Read(data []byte, f Format) (*File, error) { return c.ReadIn(data, f, "") }
-
 // ReadIn reads one of the client's files in format f that belongs to the
 // project directory project ("" for a user's file): clients run a
 // project's servers in the project's directory, so an entry without a cwd

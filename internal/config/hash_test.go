@@ -66,10 +66,6 @@ func TestLaunchHashFromConfig(t *testing.T) {
 	}
 }
 
-func sprintf(format, arg string) string {
-	return regexp.MustCompile(`%s`).ReplaceAllLiteralString(format, arg)
-}
-
 func TestFilter(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,7 +65,7 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 	const second = `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"b"}}`
 	synctest.Test(t, func(t *testing.T) {
 		st := openStore(t)
-		in, err := ParseInit(json.RawMessage(first))
+		in, err := backend.ParseInit(json.RawMessage(first))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +116,7 @@ func TestADormantServersInitLeavesMemory(t *testing.T) {
 
 		// A wake with another result writes it.
 		sleepNow(t, s)
-		in2, err := ParseInit(json.RawMessage(second))
+		in2, err := backend.ParseInit(json.RawMessage(second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,7 +60,7 @@ func newDriftFleetCmd(t *testing.T, command, settings string, srv *listServer, s
 		t.Fatal(err)
 	}
 	if srv == nil {
-		init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`))
+		init, err := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}}}`))
 		if err != nil {
 			t.Fatal(err)
 		}

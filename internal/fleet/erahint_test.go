@@ -41,7 +41,7 @@ func (c *hintConnector) Connect(ctx context.Context) (lifecycle.Session, error) 
 func TestTheEraHintReachesTheNextRunsConnector(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := parseDoc(t, `{"mcpServers":{"s":{"command":"fake","idleTimeout":"0"}}}`)
-		legacy, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`))
+		legacy, _ := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25"}`))
 		srv := &listServer{init: legacy}
 		var mu sync.Mutex
 		var seen []string

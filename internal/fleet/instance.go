@@ -558,12 +558,6 @@ func (in *instance) disconnected(err error) {
 	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
 }
 
-// pid is the process of the instance's live connection, or 0.
-func (in *instance) pid() (pid int) {
-	in.view(func(*instState) { pid = pidOf(in.liveLocked()) })
-	return pid
-}
-
 // root is the process tree of the instance's live connection, if it has
 // a local one.
 func (in *instance) root() (r proc.Root, ok bool) {
@@ -1396,16 +1390,3 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 // rearm re-arms the idle timer of a running instance with nothing in
 // flight (after something that kept it awake went away).
 func (in *instance) rearm() { in.do(func(_ *instState) (fx effects) { fx.rearm = true; return }) }
-
-// supervisor is the supervisor of the instance's run, or nil when it has
-// none (never started, or dormant).
-func (in *instance) supervisor() (sup *lifecycle.Supervisor) {
-	in.view(func(st *instState) { sup = st.sup })
-	return sup
-}
-
-// runState is the state of the instance's run (runStateLocked).
-func (in *instance) runState() (info lifecycle.StateInfo) {
-	in.view(func(*instState) { info = in.runStateLocked() })
-	return info
-}

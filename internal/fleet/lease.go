@@ -34,10 +34,6 @@ type Conn interface {
 // InitResult is a server's initialize result.
 type InitResult = backend.InitResult
 
-// ParseInit decodes an initialize result, as a server sent it or as it was
-// cached.
-func ParseInit(raw json.RawMessage) (*InitResult, error) { return backend.ParseInit(raw) }
-
 // Source says where a message from a server came from: the server, the
 // client session whose private instance sent it ("" for the shared
 // instance) and the connection.
@@ -133,7 +129,7 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		if err := s.refused(); err != nil {
 			return nil, err
 		}
-		in, err := s.instanceFor(ctx, session, true)
+		in, err := s.instanceFor(ctx, session)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +176,7 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 	if s.refused() != nil {
 		return nil, false
 	}
-	in, _ := s.instanceFor(nil, session, false)
+	in := s.instanceOf(session)
 	if in == nil {
 		return nil, false
 	}
@@ -192,13 +188,25 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 	return &Lease{in: in, live: cur, conn: c, own: !request}, true
 }
 
-// instanceFor is the instance that serves session: the shared one unless
-// the server is per-session and session is set. A per-session instance is
-// created only when create is set, and only below the instance limit,
-// which counts the instances still stopping (DetachSession) with those
-// that run: a process is a process until it is gone. At the limit, while
-// some are stopping, it waits for one to be gone, within ctx.
-func (s *Server) instanceFor(ctx context.Context, session string, create bool) (*instance, error) {
+// instanceOf is the instance that serves session if there is one: the
+// shared one unless the server is per-session and session is set, else
+// session's own instance or nil. It creates nothing.
+func (s *Server) instanceOf(session string) *instance {
+	if !s.Config().PerSession() || session == "" {
+		return s.sharedIn()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perSession[session]
+}
+
+// instanceFor is the instance that serves session, as instanceOf, with
+// session's per-session instance created when it has none: only below the
+// instance limit, which counts the instances still stopping
+// (DetachSession) with those that run: a process is a process until it
+// is gone. At the limit, while some are stopping, it waits for one to be
+// gone, within ctx.
+func (s *Server) instanceFor(ctx context.Context, session string) (*instance, error) {
 	if !s.Config().PerSession() || session == "" {
 		return s.sharedIn(), nil
 	}
@@ -207,9 +215,6 @@ func (s *Server) instanceFor(ctx context.Context, session string, create bool) (
 	for {
 		if in := s.perSession[session]; in != nil {
 			return in, nil
-		}
-		if !create {
-			return nil, nil
 		}
 		if err := s.refused(); err != nil {
 			return nil, err // stopped or removed while this caller waited for a place
@@ -221,7 +226,7 @@ func (s *Server) instanceFor(ctx context.Context, session string, create bool) (
 		if max <= 0 || len(s.perSession)+s.stopping < max {
 			break
 		}
-		if s.stopping == 0 || ctx == nil {
+		if s.stopping == 0 {
 			return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, max)
 		}
 		if s.freed == nil {

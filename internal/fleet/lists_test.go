@@ -152,7 +152,7 @@ func newListFleet(t *testing.T, settings string, beforeEnd func(n int)) *listFle
 	if err != nil {
 		t.Fatal(err)
 	}
-	init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"logging":{}}}`))
+	init, err := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"logging":{}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -666,7 +666,7 @@ func restartResumesSubscribedSessions(t *testing.T, init string) {
 		if uris, _ := p.replay(""); len(uris) != 0 {
 			t.Fatalf("the shared instance would be told %v", uris)
 		}
-		in, _ := p.instanceFor(nil, "A", false)
+		in := p.instanceOf("A")
 		if in == nil || in.current() == nil || !in.current().Alive() {
 			t.Fatal("session A's instance was not started again after the restart")
 		}
@@ -715,7 +715,7 @@ func TestSubscriptionsStayWithTheirSession(t *testing.T) {
 		if _, err := p.Restart(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("restart: %v, want its deadline (the drain waits for A's call)", err)
 		}
-		if in, _ := p.instanceFor(nil, "A", false); in != nil {
+		if in := p.instanceOf("A"); in != nil {
 			t.Fatal("A has an instance again before its drain ended")
 		}
 		if p.pinned("") {

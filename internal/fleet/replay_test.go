@@ -55,7 +55,7 @@ func TestReplayIncludesWhatChangedMeanwhile(t *testing.T) {
 	s := ff.f.Get("s")
 	s.setLogLevel("A", "error")
 	s.subscribe("A", "file:///x")
-	init, err := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{},"resources":{"subscribe":true}}}`))
+	init, err := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{},"resources":{"subscribe":true}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestReplayStopsWithTheConnect(t *testing.T) {
 	s := ff.f.Get("s")
 	s.subscribe("A", "file:///x")
 	s.subscribe("A", "file:///y")
-	init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"resources":{"subscribe":true}}}`))
+	init, _ := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"resources":{"subscribe":true}}}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &replayConn{init: init, during: cancel}
 	s.sharedIn().replayTo(ctx, c)
@@ -133,7 +133,7 @@ func TestLevelSetDuringTheStartIsNotLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		init, _ := ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{}}}`))
+		init, _ := backend.ParseInit(json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"logging":{}}}`))
 		rc := &replayConn{init: init}
 		var f *Fleet
 		f, err = New(cfg, Options{Logger: discardLogger(), Interest: interest.New(discardLogger()), Connector: func(_ *config.Server, _ backend.Hooks, onConnect func(context.Context, Live)) lifecycle.Connector {

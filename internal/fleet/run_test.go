@@ -92,7 +92,7 @@ func TestTheEraHintOutlivesTheRun(t *testing.T) {
 		if v := in.eraHint(); v != "" {
 			t.Fatalf("before any run: hint %q", v)
 		}
-		modern, err := ParseInit(json.RawMessage(`{"protocolVersion":"` + backend.ModernVersion + `"}`))
+		modern, err := backend.ParseInit(json.RawMessage(`{"protocolVersion":"` + backend.ModernVersion + `"}`))
 		if err != nil {
 			t.Fatal(err)
 		}

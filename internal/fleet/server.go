@@ -111,10 +111,6 @@ func (s *Server) stopDetached(ctx context.Context, in *instance) {
 	s.freePlace()
 }
 
-// stopShared stops the shared instance (it starts again on the next
-// request).
-func (s *Server) stopShared(ctx context.Context) error { return s.sharedIn().close(ctx) }
-
 // Status describes the server (its shared instance, and how many
 // per-session instances run).
 func (s *Server) Status() Status {

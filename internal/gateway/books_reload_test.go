@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"io"
 	"log/slog"
 	"slices"
@@ -80,7 +81,7 @@ type keptServers struct {
 
 func newKeptServers(t *testing.T) *keptServers {
 	t.Helper()
-	init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"resources":{"subscribe":true},"logging":{}},"serverInfo":{"name":"kept","version":"1"}}`))
+	init, err := fleettest.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"resources":{"subscribe":true},"logging":{}},"serverInfo":{"name":"kept","version":"1"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -160,7 +160,7 @@ func TestPersistedEraSkipsTheProbe(t *testing.T) {
 	if n := probed(); n != 1 || st.Restarts != 0 || st.LastError != "" {
 		t.Fatalf("probed %d times, %d restarts, last error %q: want one probe, nothing else", n, st.Restarts, st.LastError)
 	}
-	if in, err := fleet.ParseInit(first.fleet.Get("c").Catalog().CachedInit()); err != nil || in.Era().String() != "legacy" {
+	if in, err := fleettest.ParseInit(first.fleet.Get("c").Catalog().CachedInit()); err != nil || in.Era().String() != "legacy" {
 		t.Fatalf("the era kept: %v %s", err, first.fleet.Get("c").Catalog().CachedInit())
 	}
 	first.close()

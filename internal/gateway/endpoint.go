@@ -71,9 +71,7 @@ type Session struct {
 	out     Sink
 	key     string // unique in this process: names per-session instances
 
-	mu     sync.Mutex
-	closed bool
-	state  any // the endpoint's own per-session state
+	mu sync.Mutex // guards writes of ident
 
 	// listener: the session holds a subscriptions/listen request's
 	// resource subscriptions — mcpvisor's own, no client's: what it

@@ -70,7 +70,7 @@ func (f *httpFake) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, re
 		return discover(m, json.RawMessage(`{"tools":{}}`), json.RawMessage(`{"name":"fake","version":"1.0.0"}`), "", scopePublic)
 	}
 	resp := f.Handle(ctx, NewSession(noSink), m, related)
-	completeResult(m.Method, resp, scopePublic)
+	completeResultTTL(m.Method, resp, scopePublic, 0)
 	return resp
 }
 

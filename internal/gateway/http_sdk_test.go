@@ -1,5 +1,7 @@
 package gateway
 
+//lint:file-ignore SA1019 sampling and logging are deprecated from 2026-07-28 on, and what these tests exercise: a 2025 client's sampling, elicitation and logging through mcpvisor.
+
 import (
 	"context"
 	"slices"

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"io"
 	"strings"
 	"sync"
@@ -153,7 +154,7 @@ func learningFor(name string, init *fleet.InitResult, up *atomic.Bool, starts *a
 // rather than keep it out as if nothing could be had of it.
 func TestAnIdleTableRebuildListsALeftOutServerLearnedSince(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
+		init, err := fleettest.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}

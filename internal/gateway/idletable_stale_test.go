@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,7 +48,7 @@ func (c *lateFirstConn) Call(ctx context.Context, method string, params json.Raw
 // gateway, the session's recorder and what the session's second list got.
 func staleBuild(t *testing.T, late *rpc.Message, logs *testserver.Buffer) (*Gateway, Endpoint, *Session, *recorder, string) {
 	t.Helper()
-	init, err := fleet.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
+	init, err := fleettest.ParseInit(json.RawMessage(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"c","version":"1"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

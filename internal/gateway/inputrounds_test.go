@@ -1,14 +1,16 @@
 package gateway
 
+//lint:file-ignore SA1019 sampling and logging are deprecated from 2026-07-28 on, and what these tests exercise: a 2025 client's sampling, elicitation and logging through mcpvisor.
+
 import (
 	"context"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
@@ -49,7 +51,7 @@ func TestLegacyClientOfModernServer(t *testing.T) {
 			t.Fatalf("%s: %v %v %q", tool, err, res != nil && res.IsError, textOf(t, res))
 		}
 	}
-	if in, err := fleet.ParseInit(w.fleet.Get("c").Catalog().CachedInit()); err != nil || in.ProtocolVersion != modernVersion {
+	if in, err := fleettest.ParseInit(w.fleet.Get("c").Catalog().CachedInit()); err != nil || in.ProtocolVersion != modernVersion {
 		t.Fatalf("the conformance server was not found modern: %v %s", err, w.fleet.Get("c").Catalog().CachedInit())
 	}
 	if err := sess.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {

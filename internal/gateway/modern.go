@@ -155,13 +155,9 @@ const (
 	scopePrivate = `"private"`
 )
 
-// completeResult makes a result modern (revision.ToModernResult), with
-// ttlMs 0 for a cacheable method. An error is left as it is.
-func completeResult(method string, resp *rpc.Message, scope string) {
-	completeResultTTL(method, resp, scope, 0)
-}
-
-// completeResultTTL is completeResult with ttl (ms) as the ttlMs it adds.
+// completeResultTTL makes a result modern (revision.ToModernResult), with
+// ttl (ms) as the ttlMs it adds for a cacheable method. An error is left
+// as it is.
 func completeResultTTL(method string, resp *rpc.Message, scope string, ttl int) {
 	if resp.Result != nil {
 		resp.Result = revision.ToModernResult(method, resp.Result, ttl, scope)

@@ -30,7 +30,7 @@ func TestCompleteResult(t *testing.T) {
 		{"tools/call", `"x"`, `"x"`},
 	} {
 		resp := &rpc.Message{ID: json.RawMessage("1"), Result: json.RawMessage(tc.in)}
-		completeResult(tc.method, resp, scopePrivate)
+		completeResultTTL(tc.method, resp, scopePrivate, 0)
 		if string(resp.Result) != tc.want {
 			t.Errorf("%s %s: got %s, want %s", tc.method, tc.in, resp.Result, tc.want)
 		}
@@ -40,7 +40,7 @@ func TestCompleteResult(t *testing.T) {
 	}
 	// An error response is left as it is.
 	resp := &rpc.Message{ID: json.RawMessage("1"), Error: &rpc.Error{Code: 1, Message: "x"}}
-	completeResult("tools/list", resp, scopePublic)
+	completeResultTTL("tools/list", resp, scopePublic, 0)
 	if resp.Result != nil {
 		t.Fatalf("an error got a result: %s", resp.Encode())
 	}

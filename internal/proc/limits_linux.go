@@ -637,16 +637,6 @@ func (rt *Runtime) closeLimits() error {
 	return errors.Join(errs...)
 }
 
-// instanceCgroups lists the runtime's per-instance cgroup directories, v2
-// and v1.
-func (rt *Runtime) instanceCgroups() []string {
-	out := rt.v1Instances()
-	if rt.plat.cgroup != "" {
-		out = append(out, rt.plat.cgroup)
-	}
-	return out
-}
-
 // v1Instances lists the per-instance directories of the v1 hierarchies,
 // for the ledger.
 func (rt *Runtime) v1Instances() []string {

@@ -2,7 +2,10 @@
 
 package proc
 
-import "syscall"
+import (
+	"runtime"
+	"syscall"
+)
 
 // Outside Linux a tree is contained by its process group alone: no pidfd,
 // parent-death signal, subreaper, pid namespace or cgroup. The leader is
@@ -17,7 +20,7 @@ type platformProcess struct {
 }
 
 func (rt *Runtime) openPlatform() error {
-	rep := Report{OS: goos}
+	rep := Report{OS: runtime.GOOS}
 	rep.add(LayerProcessGroup, true, "every server runs in its own process group; stop signals the whole group")
 	rep.add(LayerPidfd, false, "Linux only")
 	rep.add(LayerPdeathsig, false, "Linux only: servers outlive a SIGKILLed mcpvisor")
@@ -79,5 +82,3 @@ func (rt *Runtime) killEscaped() {}
 func (p *Process) stopping() {}
 
 func (p *Process) limitEvents() limitEvents { return limitEvents{} }
-
-func (rt *Runtime) instanceCgroups() []string { return nil }

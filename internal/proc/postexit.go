@@ -45,31 +45,6 @@ func (v Verdict) String() string {
 // Fired reports whether the verdict calls for the tree to be killed.
 func (v Verdict) Fired() bool { return v == VerdictExitHang || v == VerdictDescendantHang }
 
-// Firing picks the verdict to report out of several, by precedence.
-func Firing(vs ...Verdict) Verdict {
-	best := VerdictExited
-	for _, v := range vs {
-		if rank(v) > rank(best) {
-			best = v
-		}
-	}
-	return best
-}
-
-func rank(v Verdict) int {
-	switch v {
-	case VerdictExitHang:
-		return 4
-	case VerdictDescendantHang:
-		return 3
-	case VerdictCancelled:
-		return 2
-	case VerdictQuiesced:
-		return 1
-	}
-	return 0
-}
-
 // Default post-exit windows.
 const (
 	DefaultExitHangWait = 5 * time.Second

@@ -237,25 +237,6 @@ func TestPostExitWaitQuiesce(t *testing.T) {
 	})
 }
 
-func TestFiringPrecedence(t *testing.T) {
-	cases := []struct {
-		in   []Verdict
-		want Verdict
-	}{
-		{[]Verdict{VerdictExited, VerdictQuiesced}, VerdictQuiesced},
-		{[]Verdict{VerdictDescendantHang, VerdictExitHang}, VerdictExitHang},
-		{[]Verdict{VerdictExitHang, VerdictDescendantHang}, VerdictExitHang},
-		{[]Verdict{VerdictQuiesced, VerdictDescendantHang}, VerdictDescendantHang},
-		{[]Verdict{VerdictCancelled, VerdictDescendantHang}, VerdictDescendantHang},
-		{nil, VerdictExited},
-	}
-	for _, c := range cases {
-		if got := Firing(c.in...); got != c.want {
-			t.Errorf("Firing(%v) = %v, want %v", c.in, got, c.want)
-		}
-	}
-}
-
 func TestSpecDefaults(t *testing.T) {
 	var s Spec
 	if s.stdinWait() != 2*time.Second || s.termWait() != 10*time.Second {

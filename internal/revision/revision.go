@@ -44,13 +44,6 @@ const (
 	Modern            // 2026-07-28: every request on its own, with _meta
 )
 
-func (e Era) String() string {
-	if e == Modern {
-		return ModernVersion
-	}
-	return "legacy"
-}
-
 // ModernVersion is the modern revision.
 const ModernVersion = "2026-07-28"
 

@@ -136,3 +136,12 @@ func (c *Conn) pendingLen() int {
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
+
+// valid reports whether d is exactly one JSON value, with optional white
+// space around it: the scanner's verdict on a whole input, which the tests
+// compare with json.Valid's.
+func valid(d []byte) bool {
+	i := skipSpace(d, 0)
+	end, err := skipValue(d, i, 0)
+	return err == nil && skipSpace(d, end) == len(d)
+}

@@ -22,8 +22,6 @@ type syntaxError struct {
 	msg string
 }
 
-func (e *syntaxError) Error() string { return e.msg }
-
 func errAt(off int, msg string) *syntaxError { return &syntaxError{off: off, msg: msg} }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -329,14 +327,6 @@ func (o *object) is(name string) bool {
 
 // value returns the current member's value.
 func (o *object) value() span { return span{o.start, o.end} }
-
-// valid reports whether d is exactly one JSON value, with optional white
-// space around it.
-func valid(d []byte) bool {
-	i := skipSpace(d, 0)
-	end, err := skipValue(d, i, 0)
-	return err == nil && skipSpace(d, end) == len(d)
-}
 
 // field returns the value of the member called name of the object d
 // (white space around it allowed), or nil if d is not a valid object or

@@ -42,10 +42,6 @@ type Histogram struct {
 	sum    atomic.Int64    // nanoseconds
 }
 
-// NewHistogram returns a histogram with the given upper bounds, in
-// seconds, ascending.
-func NewHistogram(bounds []float64) *Histogram { return newHistogram(newLayout(bounds)) }
-
 func newHistogram(l *layout) *Histogram {
 	return &Histogram{l: l, counts: make([]atomic.Uint64, len(l.durs)+1)}
 }

@@ -405,5 +405,5 @@ func anyValue(b pb, v attribute.Value) pb {
 			return arr
 		})
 	}
-	return b.str(1, v.Emit())
+	return b.str(1, v.String())
 }

@@ -404,15 +404,6 @@ func (h *startHistogram) snapshot() HistogramSnapshot {
 	return snapshotOfCounts(startLayout, counts, sum)
 }
 
-// snapshotOf is the snapshot of what p points to, or that of an empty
-// histogram of layout l.
-func snapshotOf(p *atomic.Pointer[Histogram], l *layout) HistogramSnapshot {
-	if h := p.Load(); h != nil {
-		return h.Snapshot()
-	}
-	return HistogramSnapshot{Bounds: l.secs, Cumulative: make([]uint64, len(l.secs)+1)}
-}
-
 // Calls counts the server's calls by outcome.
 func (s *Server) Calls() [NumOutcomes]uint64 {
 	var out [NumOutcomes]uint64

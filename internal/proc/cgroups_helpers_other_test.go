@@ -1,0 +1,6 @@
+//go:build !linux
+
+package proc
+
+// instanceCgroups: no cgroups here.
+func (rt *Runtime) instanceCgroups() []string { return nil }

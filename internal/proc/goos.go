@@ -1,5 +1,0 @@
-package proc
-
-import "runtime"
-
-const goos = runtime.GOOS
