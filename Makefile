@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test test-deps vet build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
+.PHONY: test test-deps vet vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -13,11 +13,23 @@ test: test-deps vet
 test-deps:
 	./scripts/test-deps.sh
 
-vet:
+# vet: gofmt, go vet, staticcheck (its default checks) and deadcode
+# (scripts/deadcode.sh), for Linux and macOS. staticcheck and deadcode are
+# built from the tools module (tools/go.mod, versions pinned there, apart
+# from mcpvisor's own dependencies) into .deps/tools. The macOS pass leaves
+# out staticcheck's unused-code check: what only Linux uses (cgroups, the
+# shim) is unused there by design, and deadcode judges unused code.
+vet: vet-tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
+	.deps/tools/staticcheck ./...
+	GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000 ./...
+	DEADCODE=.deps/tools/deadcode ./scripts/deadcode.sh
+
+vet-tools:
+	$(GO) build -modfile=tools/go.mod -o .deps/tools/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/deadcode
 
 # mcpvisor and, next to it, the pid-namespace init it finds there.
 build:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Reports the functions no command of mcpvisor reaches (deadcode, from the
+# tools module, built by make vet into .deps/tools), and fails if there
+# are any. Two kinds of package are exempt:
+# - the packages that exist for the tests (the load client, the test
+#   servers, the OTLP receiver, fleettest): no command is meant to reach them;
+# - the public API of lifecycle and watchdog, where a test or an example
+#   reaches it (another Go project is its caller): such a function is
+#   reported only when deadcode -test finds it unreached as well.
+# A function reached by no test either is reported wherever it is.
+set -euo pipefail
+deadcode=${DEADCODE:-.deps/tools/deadcode}
+testsupport='^internal/(loadtest|testserver|telemetry/otlptest|fleet/fleettest)/'
+public='^(lifecycle|watchdog)/'
+
+prod=$("$deadcode" ./...)
+all=$("$deadcode" -test ./...)
+findings=$(
+  {
+    grep -Ev "$testsupport|$public" <<<"$prod" || true
+    grep -Ev "$testsupport" <<<"$all" || true
+  } | sed '/^$/d' | sort -u
+)
+if [ -n "$findings" ]; then
+  echo "deadcode: functions nothing reaches (remove them, or move what only tests use into a _test.go file):" >&2
+  echo "$findings" >&2
+  exit 1
+fi
