@@ -1,18 +1,17 @@
 package backend
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -813,56 +812,31 @@ func (b *connStream) get(lastID string) (*http.Response, error) {
 // returns false. It reports whether any event arrived, and the
 // reconnection delay the server asked for.
 func (b *connStream) readEvents(body io.Reader, lastID *string, message func(data []byte) bool) (progressed bool, retry time.Duration, err error) {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 4096), maxEvent+16)
-	var data []byte
-	var name string
-	hasData := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if hasData && (name == "" || name == "message") {
-				progressed = true
-				if !message(data) {
-					return progressed, retry, nil
-				}
-			}
-			data, name, hasData = data[:0], "", false
+	r := sse.NewReader(body, maxEvent)
+	defer func() {
+		if id, sent := r.LastID(); sent {
+			*lastID, progressed = id, true
+		}
+		retry, _ = r.Retry()
+	}()
+	for {
+		ev, err := r.Next()
+		switch {
+		case errors.Is(err, sse.ErrEventTooLarge):
+			b.log.Warn("dropping an oversized event from the standalone stream", "limit", maxEvent)
+			continue
+		case err == io.EOF:
+			return progressed, retry, nil
+		case err != nil:
+			return progressed, retry, err
+		case ev.Type != "message":
 			continue
 		}
-		if line[0] == ':' {
-			continue // a comment: keep-alive
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "data":
-			if hasData {
-				data = append(data, '\n')
-			}
-			if len(data)+len(value) > maxEvent {
-				b.log.Warn("dropping an oversized event from the standalone stream", "limit", maxEvent)
-				data, hasData, name = data[:0], false, "dropped"
-				continue
-			}
-			data = append(data, value...)
-			hasData = true
-		case "event":
-			if name != "dropped" {
-				name = string(value)
-			}
-		case "id":
-			if bytes.IndexByte(value, 0) < 0 {
-				*lastID = string(value)
-				progressed = true
-			}
-		case "retry":
-			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 {
-				retry = time.Duration(n) * time.Millisecond
-			}
+		progressed = true
+		if !message(ev.Data) {
+			return progressed, retry, nil
 		}
 	}
-	return progressed, retry, sc.Err()
 }
 
 // deliver passes one event's message on as a line, unchanged but for

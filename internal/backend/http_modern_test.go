@@ -438,7 +438,7 @@ func newStub(t *testing.T) *stub {
 	return s
 }
 
-func sse(w http.ResponseWriter, msgs ...string) {
+func writeSSE(w http.ResponseWriter, msgs ...string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	for _, m := range msgs {
 		fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
@@ -465,7 +465,7 @@ func (s *stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "server/discover":
 		jsonAnswer(w, 200, `{"jsonrpc":"2.0","id":`+id+`,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{"listChanged":true}},"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"stub","version":"1"}}}}`)
 	case "subscriptions/listen":
-		sse(w, `{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":`+id+`},"notifications":{"toolsListChanged":true}}}`,
+		writeSSE(w, `{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":`+id+`},"notifications":{"toolsListChanged":true}}}`,
 			`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":`+id+`}}}`)
 		select {
 		case s.listens <- struct{}{}:
@@ -483,7 +483,7 @@ func (s *stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			s.left <- struct{}{}
 		case "progress":
-			sse(w, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`,
+			writeSSE(w, `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`,
 				`{"jsonrpc":"2.0","id":`+id+`,"result":{"content":[]}}`)
 		case "mismatch":
 			jsonAnswer(w, 400, `{"jsonrpc":"2.0","id":null,"error":{"code":-32020,"message":"Header mismatch: test"}}`)
