@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"mime"
 	"net/http"
@@ -325,14 +325,22 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 	if ct == "text/event-stream" {
 		// The response is the stream's message that is one; the others
 		// (progress, log lines) are the call's, and not printed.
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 64<<20)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data:")
-			if !ok {
+		r := sse.NewReader(resp.Body, 64<<20)
+		for {
+			ev, err := r.Next()
+			if errors.Is(err, sse.ErrEventTooLarge) {
 				continue
 			}
-			m, err := rpc.Decode([]byte(strings.TrimSpace(data)))
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+			}
+			if ev.Type != "message" {
+				continue
+			}
+			m, err := rpc.Decode(ev.Data)
 			switch {
 			case err != nil:
 			case m.IsResponse():
@@ -343,9 +351,6 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 				// once rather than leave the call waiting on it.
 				c.refuse(ctx, path, hdr, m)
 			}
-		}
-		if err := sc.Err(); err != nil {
-			return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
 		}
 		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.addr, path)
 	}

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"maps"
 	"net/http"
@@ -140,41 +141,58 @@ func followOnce(ctx context.Context, api *apiClient, path string, last *string, 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return false, answerError(resp.StatusCode, b)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var event, id string
-	for sc.Scan() {
-		quiet.Reset(eventsQuiet)
-		line := sc.Text()
-		switch {
-		case line == "":
-			event, id = "", ""
-		case strings.HasPrefix(line, "event:"):
-			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-			if event == "lagged" {
-				// Behind: open again after the last event printed (a
-				// moment later, so that a serve that keeps saying so is
-				// not asked in a tight loop).
-				select {
-				case <-ctx.Done():
-				case <-time.After(lagPause):
-				}
-				return ctx.Err() == nil, nil
-			}
-		case strings.HasPrefix(line, "id:"):
-			id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
-		case strings.HasPrefix(line, "data:"):
-			if id != "" {
-				*last = id
-			}
-			handle(event, strings.TrimSpace(strings.TrimPrefix(line, "data:")))
+	// Any byte from serve is word from it, a keep-alive comment included.
+	r := sse.NewReader(readNotify{resp.Body, func() { quiet.Reset(eventsQuiet) }}, eventsMax)
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, sse.ErrEventTooLarge) {
+			continue // no event of serve's is near the bound
 		}
+		if err != nil {
+			switch cause := context.Cause(ctx); {
+			case cause == errQuiet:
+				return true, nil
+			case ctx.Err() != nil:
+				return false, nil // interrupted
+			case err == io.EOF:
+				return false, nil // serve ended the stream (it stops)
+			}
+			return false, err // the connection broke
+		}
+		if id, _ := r.LastID(); id != "" {
+			*last = id
+		}
+		if ev.Type == "lagged" {
+			// Behind: open again after the last event printed (a moment
+			// later, so that a serve that keeps saying so is not asked
+			// in a tight loop).
+			select {
+			case <-ctx.Done():
+			case <-time.After(lagPause):
+			}
+			return ctx.Err() == nil, nil
+		}
+		name := ev.Type
+		if name == "message" {
+			name = "" // the stream named none
+		}
+		handle(name, string(ev.Data))
 	}
-	switch cause := context.Cause(ctx); {
-	case cause == errQuiet:
-		return true, nil
-	case ctx.Err() != nil:
-		return false, nil // interrupted
+}
+
+// eventsMax bounds one event of a followed stream.
+const eventsMax = 16 << 20
+
+// readNotify calls read after each read of r that returned bytes.
+type readNotify struct {
+	r    io.Reader
+	read func()
+}
+
+func (n readNotify) Read(b []byte) (int, error) {
+	k, err := n.r.Read(b)
+	if k > 0 {
+		n.read()
 	}
-	return false, sc.Err() // serve ended the stream (it stops), or the connection broke
+	return k, err
 }

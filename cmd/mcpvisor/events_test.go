@@ -193,3 +193,44 @@ func TestFollowEventsLagIsPaced(t *testing.T) {
 		t.Fatalf("%d connects in 500 ms; want a reconnect after each lag, paced by %v", connects, lagPause)
 	}
 }
+
+// An event whose data spans lines (JSON written over two data lines) is
+// printed whole, and keep-alive comments are word from serve: the stream
+// that carries only them for longer than the quiet bound is not opened
+// again.
+func TestFollowEventsMultiLineDataAndKeepAlives(t *testing.T) {
+	old := eventsQuiet
+	eventsQuiet = 300 * time.Millisecond
+	t.Cleanup(func() { eventsQuiet = old })
+	var mu sync.Mutex
+	connects := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		connects++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "id: 1-1\nevent: started\ndata: {\"id\":\"1-1\",\"server\":\"a\",\ndata: \"type\":\"started\",\"time\":\"2026-01-01T00:00:00Z\"}\n\n")
+		for range 8 { // 800 ms of keep-alives, the quiet bound 300 ms
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			fmt.Fprint(w, ": keep-alive\n")
+		}
+		fmt.Fprint(w, "id: 1-2\nevent: stopped\ndata: {\"id\":\"1-2\",\"server\":\"a\",\"type\":\"stopped\",\"time\":\"2026-01-01T00:00:01Z\"}\n\n")
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []string
+	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(e admin.Entry) { got = append(got, e.ID+" "+e.Type) }); err != nil && err != io.EOF {
+		t.Fatalf("followEvents: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, ",") != "1-1 started,1-2 stopped" || connects != 1 {
+		t.Fatalf("printed %q in %d connects; want both events in one", got, connects)
+	}
+}
