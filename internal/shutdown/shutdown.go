@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Exit codes of mcpvisor (documented in the README).
+// Exit codes of mcpvisor (documented in docs/exit-codes.md).
 const (
 	// ExitOK: a clean shutdown, whatever triggered it.
 	ExitOK = 0
