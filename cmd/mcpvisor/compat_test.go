@@ -53,8 +53,8 @@ type compatServer struct {
 	why       string // why it is in the run
 	// sharedTools are tools it lists only to a client that declared a
 	// capability, and so lists to mcpvisor, which declares every one it
-	// carries to a shared server (README: the trade-off of sharing):
-	// listed through mcpvisor and not directly, and nothing else.
+	// carries to a shared server (docs/configuration.md: the trade-off of
+	// sharing): listed through mcpvisor and not directly, and nothing else.
 	sharedTools []string
 }
 
