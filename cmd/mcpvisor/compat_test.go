@@ -238,7 +238,7 @@ func TestCompat(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(&b, "\n%d of %d servers behave identically through mcpvisor, counting as identical what mcpvisor says on its own account:\n", same, len(compatServers))
-	b.WriteString("  - a server's tools listed only to a client that declared a capability, which mcpvisor declares to a shared server (sharing's trade-off, README):\n")
+	b.WriteString("  - a server's tools listed only to a client that declared a capability, which mcpvisor declares to a shared server (sharing's trade-off, docs/configuration.md):\n")
 	for _, srv := range compatServers {
 		if len(srv.sharedTools) > 0 {
 			fmt.Fprintf(&b, "    %s lists %s through mcpvisor and not directly (checked: exactly these)\n", srv.name, strings.Join(srv.sharedTools, ", "))
