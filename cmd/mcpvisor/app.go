@@ -5,15 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -135,7 +132,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
 	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, Interest: gw.Interest(), OnEvent: events.Add, Logs: logs,
-		Trim:         func(dormancy bool) { trimMemory(st, log, dormancy) },
+		Trim:         newTrimmer(st, log).Trim,
 		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
 	if err != nil {
 		_ = hist.Close(context.Background())
@@ -157,40 +154,10 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 // them, then lets it sleep again; and keeps node's compile cache bounded.
 func (a *app) startEager(ctx context.Context, learn bool) {
 	if learn {
-		go withGCPercent(learnGCPercent, func() { a.fleet.Learn(ctx, 2) })
+		go mempolicy.WithGCPercent(mempolicy.LearnGCPercent, func() { a.fleet.Learn(ctx, 2) })
 	}
 	a.fleet.StartEager()
 	a.fleet.KeepCompileCache()
-}
-
-// learnGCPercent is the Go collector's GOGC while mcpvisor learns its
-// servers' lists. Learning a thousand servers allocates hundreds of
-// megabytes in a few seconds, nearly all garbage; at the default (100)
-// the heap grows to twice what is live between collections, and what the
-// learned servers keep is strewn over the spans, stack spans and GC
-// metadata of that larger heap, resident long after: collecting more
-// often keeps about a megabyte less resident at a thousand servers, for
-// some CPU while learning runs.
-const learnGCPercent = 25
-
-// withGCPercent runs f with the collector's GOGC at percent, and puts back
-// the setting it found when f returns — unless that one collects as often
-// already (a GOGC at or below percent) or never (GOGC=off): it is read
-// first (runtime/metrics) and then left untouched. Not for concurrent
-// use: serve and stdio call it once.
-func withGCPercent(percent int, f func()) {
-	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() == metrics.KindUint64 {
-		// GOGC=off reads as -1 here, as a uint64.
-		if cur := int64(sample[0].Value.Uint64()); cur < 0 || cur <= int64(percent) {
-			f()
-			return
-		}
-	}
-	prev := debug.SetGCPercent(percent)
-	defer debug.SetGCPercent(prev)
-	f()
 }
 
 // close stops every server in parallel under ctx and then the runtime
@@ -290,60 +257,6 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 	return nil
 }
 
-// trimMemory gives back to the OS what servers gone dormant held, and
-// what requests left behind: the state file's pages that reading and
-// writing lists mapped in, and the heap they freed (which the Go runtime
-// would otherwise keep for a while, up to its next collection's goal). The
-// fleet calls it when things are quiet, at most every few seconds; it
-// costs two collections. After requests only (no dormancy) the
-// collections are skipped unless they allocated trimWorth since the last
-// trim: a dashboard polling a small fleet does not cost a collection
-// every few seconds. The mapped pages go back at every trim: the state
-// file's (Store.ReleaseMemory) and the executable's (dropExecutablePages,
-// about 1 ms). Once quiet, mcpvisor keeps in its RSS only the code and
-// read-only data it runs from then on, not what starting, learning,
-// running servers and serving requests touched (about 6 of serve's 13 MB
-// of code and data at rest; the pages stay in the page cache, and come
-// back as they are used: a few hundred minor faults after each trim, at
-// most one trim every trimEvery).
-func trimMemory(st *store.Store, log *slog.Logger, dormancy bool) {
-	// The mapped pages go back at every trim: cheap, no collection.
-	defer dropExecutablePages()
-	if err := st.ReleaseMemory(); err != nil && !errors.Is(err, store.ErrClosed) {
-		log.Debug("could not release the state file's pages", "err", err)
-	}
-	if !trimWorthIt() && !dormancy {
-		return
-	}
-	// Two collections: the first moves what sync.Pools cache to their
-	// victim caches — encoding/json's encoder buffers among them, grown
-	// to the largest reply (/api/servers of a thousand servers: half a
-	// megabyte) —, the second (FreeOSMemory's) frees it, and its pages go
-	// back with the rest.
-	runtime.GC()
-	debug.FreeOSMemory()
-}
-
-// trimWorth is how much the requests served since the last trim must
-// have allocated for a trim after them.
-const trimWorth = 1 << 20
-
-// lastTrimAllocs is the heap's allocation count at the last trim.
-var lastTrimAllocs atomic.Uint64
-
-// trimWorthIt reports whether the heap allocated trimWorth since the last
-// call that said yes (whose count it records).
-func trimWorthIt() bool {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	now := s[0].Value.Uint64()
-	last := lastTrimAllocs.Load()
-	if now-last < trimWorth {
-		return false
-	}
-	return lastTrimAllocs.CompareAndSwap(last, now)
-}
-
 // warnLimits warns, at start-up, of every limit of an enabled stdio server
 // this machine cannot enforce: the server runs without it (mcpvisor doctor
 // says why). The runtime warns of each once only, this start-up warning
@@ -354,4 +267,15 @@ func warnLimits(rt *proc.Runtime, cfg *config.Config) {
 			rt.WarnNotEnforced(s.Name, &proc.Limits{MemoryBytes: s.Limits.Memory, PIDs: s.Limits.PIDs, CPU: s.Limits.CPU})
 		}
 	}
+}
+
+// newTrimmer is the fleet's trim: the state file's pages go back at each
+// (a closed store has none left to give).
+func newTrimmer(st *store.Store, log *slog.Logger) *mempolicy.Trimmer {
+	return mempolicy.NewTrimmer(func() error {
+		if err := st.ReleaseMemory(); !errors.Is(err, store.ErrClosed) {
+			return err
+		}
+		return nil
+	}, log)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -14,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -34,10 +34,6 @@ const (
 	// connectHandshakeTimeout bounds the preface exchange with a daemon
 	// that answers the socket.
 	connectHandshakeTimeout = 10 * time.Second
-	// connectGCPercent and connectMemoryLimit keep connect's heap, two
-	// 64 KiB buffers and little else, from growing before a collection.
-	connectGCPercent   = 50
-	connectMemoryLimit = 4 << 20
 )
 
 // connectOptions are connect's flags, resolved.
@@ -91,10 +87,7 @@ it (no such server) or cannot be started. It never stops the daemon.`,
 			if o.start != "auto" && o.start != "never" {
 				return usageError{fmt.Errorf("--start: %q is not auto or never", o.start)}
 			}
-			// connect holds two copy buffers and not much else: a small
-			// heap goal keeps its RSS small.
-			debug.SetGCPercent(connectGCPercent)
-			debug.SetMemoryLimit(connectMemoryLimit)
+			mempolicy.Relay()
 			return runConnect(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
@@ -139,7 +132,7 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 	defer restoreIn()
 	out, restoreOut := interruptibleStdout()
 	defer restoreOut()
-	dropExecutablePages()
+	mempolicy.DropExecutablePages()
 	err = bridge.Relay(ctx, c, down, in, out, bridge.RelayOptions{})
 	switch {
 	case err == nil, errors.Is(err, bridge.ErrClientGone), errors.Is(err, errParentGone), errors.Is(err, context.Canceled):

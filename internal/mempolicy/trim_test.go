@@ -1,9 +1,11 @@
-package main
+package mempolicy
 
 import (
 	"encoding/json"
 	"log/slog"
 	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -14,15 +16,16 @@ var trimSink []byte
 func TestTrimWorthIt(t *testing.T) {
 	trimSink = make([]byte, 2*trimWorth)
 	trimSink = nil
-	if !trimWorthIt() {
+	tr := NewTrimmer(nil, slog.New(slog.DiscardHandler))
+	if !tr.worthIt() {
 		t.Fatalf("%d bytes allocated since the last trim are not worth one", 2*trimWorth)
 	}
-	if trimWorthIt() {
+	if tr.worthIt() {
 		t.Fatal("a second trim is worth it right after the first, with nothing allocated between")
 	}
 	trimSink = make([]byte, 2*trimWorth)
 	trimSink = nil
-	if !trimWorthIt() {
+	if !tr.worthIt() {
 		t.Fatal("a trim after as much again is not worth it")
 	}
 }
@@ -36,8 +39,8 @@ func TestTrimFreesWhatPoolsCache(t *testing.T) {
 		metrics.Read(s)
 		return s[0].Value.Uint64()
 	}
-	log := slog.New(slog.DiscardHandler)
-	trimMemory(nil, log, true)
+	tr := NewTrimmer(nil, slog.New(slog.DiscardHandler))
+	tr.Trim(true)
 	before := live()
 	b, err := json.Marshal(make([]int, 4<<20)) // "0,0,…": the encoder's buffer grows past 8 MiB
 	if err != nil {
@@ -47,8 +50,35 @@ func TestTrimFreesWhatPoolsCache(t *testing.T) {
 		t.Fatalf("%d bytes of JSON", len(b))
 	}
 	b = nil
-	trimMemory(nil, log, true)
+	tr.Trim(true)
 	if after := live(); after > before+(4<<20) {
 		t.Fatalf("after a trim %d bytes live, %d before the encoder's buffer grew: it was kept", after, before)
+	}
+}
+
+// Trims called at once (the fleet's quiet timer and a dormancy) decide
+// once per trimWorth allocated: one of them collects, not each.
+func TestTrimWorthItOnceAcrossCallers(t *testing.T) {
+	tr := NewTrimmer(nil, slog.New(slog.DiscardHandler))
+	tr.worthIt() // the allocations before this test are counted
+	for round := range 20 {
+		trimSink = make([]byte, 2*trimWorth)
+		trimSink = nil
+		var yes atomic.Int32
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				if tr.worthIt() {
+					yes.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := yes.Load(); n != 1 {
+			t.Fatalf("round %d: %d of 8 concurrent callers were told a trim is worth it, want 1", round, n)
+		}
 	}
 }

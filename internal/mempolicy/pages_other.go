@@ -1,7 +1,7 @@
 //go:build !linux
 
-package main
+package mempolicy
 
 // dropExecutablePages does nothing off Linux (it reads /proc/self/maps;
-// see trimtext_linux.go).
+// see pages_linux.go).
 func dropExecutablePages() {}

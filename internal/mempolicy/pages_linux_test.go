@@ -1,9 +1,11 @@
-package main
+package mempolicy
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -63,7 +65,7 @@ func TestDropExecutablePages(t *testing.T) {
 // requests that did not (it skips the collections only). A quiet mcpvisor
 // keeps in its RSS only what it runs since.
 func TestATrimDropsExecutablePages(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
+	tr := NewTrimmer(nil, slog.New(slog.DiscardHandler))
 	for _, c := range []struct {
 		name     string
 		dormancy bool
@@ -73,7 +75,7 @@ func TestATrimDropsExecutablePages(t *testing.T) {
 		trimSink = nil
 		pageInExecutable(t)
 		before := procStatusKB(os.Getpid(), "RssFile")
-		trimMemory(nil, log, c.dormancy)
+		tr.Trim(c.dormancy)
 		after := procStatusKB(os.Getpid(), "RssFile")
 		if after >= before {
 			t.Errorf("%s: RssFile %d kB before, %d kB after a trim", c.name, before, after)
@@ -119,4 +121,21 @@ func pageInExecutable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// procStatusKB reads a "Name: N kB" field of /proc/PID/status, or -1.
+func procStatusKB(pid int, field string) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
