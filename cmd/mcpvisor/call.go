@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"mime"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
 // exitToolError is call's exit code for a tool that answered with

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/bridge"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"github.com/mcpvisor/mcpvisor/internal/service"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )

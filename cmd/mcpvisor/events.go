@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"maps"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
 // eventsQuiet is how long a followed stream (events -f, logs -f) may say

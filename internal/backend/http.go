@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"io"
 	"log/slog"
 	"mime"
@@ -21,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 

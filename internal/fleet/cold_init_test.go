@@ -2,11 +2,11 @@ package fleet
 
 import (
 	"encoding/json"
-	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 )
 

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"io"
 	"log/slog"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )

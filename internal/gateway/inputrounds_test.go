@@ -4,13 +4,13 @@ package gateway
 
 import (
 	"context"
-	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet/fleettest"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
