@@ -24,6 +24,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
 // app is what serve and stdio share: config, process runtime, fleet and
@@ -98,7 +99,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 		stateDir = cfg.StateDir
 	}
 	if stateDir == "" {
-		if stateDir, err = userStateDir(); err != nil {
+		if stateDir, err = userdirs.StateDir(); err != nil {
 			return nil, err
 		}
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"github.com/mcpvisor/mcpvisor/internal/service"
+	"github.com/mcpvisor/mcpvisor/internal/stdfile"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
@@ -128,9 +130,9 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 		}
 		return err
 	}
-	in, restoreIn := interruptibleStdin()
+	in, restoreIn := stdfile.Stdin()
 	defer restoreIn()
-	out, restoreOut := interruptibleStdout()
+	out, restoreOut := stdfile.Stdout()
 	defer restoreOut()
 	mempolicy.DropExecutablePages()
 	err = bridge.Relay(ctx, c, down, in, out, bridge.RelayOptions{})
@@ -147,7 +149,7 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 // (the flag, else the config's stateDir, else the default) and the socket.
 func (o *connectOptions) resolve(stderr io.Writer) error {
 	if o.configFile == "" {
-		f, err := userConfigFile()
+		f, err := userdirs.ConfigFile()
 		if err != nil {
 			return err
 		}
@@ -161,7 +163,7 @@ func (o *connectOptions) resolve(stderr io.Writer) error {
 		}
 	}
 	if o.stateDir == "" {
-		d, err := userStateDir()
+		d, err := userdirs.StateDir()
 		if err != nil {
 			return err
 		}
@@ -355,7 +357,7 @@ func startDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.
 // the manager reads it: $XDG_CONFIG_HOME's, else ~/.config's, for a
 // client that launches connect without XDG_CONFIG_HOME).
 func installedService() (service.Host, bool) {
-	home, err := userHome()
+	home, err := userdirs.Home()
 	if err != nil {
 		return service.Host{}, false
 	}
@@ -446,7 +448,7 @@ func startOwnDaemon(ctx context.Context, o connectOptions) (*net.UnixConn, io.Re
 	// Not the client's working directory, which the daemon would hold
 	// (and its servers inherit) long after the client has gone.
 	cmd.Dir = string(filepath.Separator)
-	if home, err := userHome(); err == nil {
+	if home, err := userdirs.Home(); err == nil {
 		if fi, err := os.Stat(home); err == nil && fi.IsDir() {
 			cmd.Dir = home
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -55,7 +56,7 @@ cannot be enforced here (it would run without them).`,
 			return printDoctor(cmd.OutOrStdout(), rep, stateDir, cfg)
 		},
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "state directory (ledger of running instances, caches)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", userdirs.DefaultStateDir(), "state directory (ledger of running instances, caches)")
 	cmd.Flags().StringVarP(&configFile, "config", "c", "", "configuration file: also check its servers' resource limits")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
 func newImportCmd() *cobra.Command {
@@ -59,7 +60,7 @@ diff and writes nothing.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
-				file = defaultConfigFile()
+				file = userdirs.DefaultConfigFile()
 			}
 			sources, err := importSources(args, cmd.ErrOrStderr())
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
 // installRecord is what install-client remembers of one change, in the
@@ -220,7 +221,7 @@ diff and writes nothing.
 				return err
 			}
 			if mcpvisorConfig == "" {
-				mcpvisorConfig = defaultConfigFile()
+				mcpvisorConfig = userdirs.DefaultConfigFile()
 			}
 			if mcpvisorConfig, err = filepath.Abs(mcpvisorConfig); err != nil {
 				return err
@@ -230,7 +231,7 @@ diff and writes nothing.
 				return err
 			}
 			if stateDir == "" {
-				stateDir = defaultStateDir()
+				stateDir = userdirs.DefaultStateDir()
 			}
 			data, err := os.ReadFile(path)
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -299,7 +300,7 @@ diff and writes nothing.
 			}
 			_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 			plan, err := c.PlanInstall(data, format, clientcfg.InstallOptions{
-				Exe: exe, Config: mcpvisorConfig, StateDir: daemonStateDir(configured.StateDir),
+				Exe: exe, Config: mcpvisorConfig, StateDir: userdirs.DaemonStateDir(configured.StateDir),
 				PerServer: perServer, Remote: remote, Known: mine.Servers,
 				Project: clientcfg.ProjectDir(path, clientEnv().Home)})
 			if err != nil {
@@ -441,7 +442,7 @@ it is left as that program wrote it (run again).
 				return err
 			}
 			if stateDir == "" {
-				stateDir = defaultStateDir()
+				stateDir = userdirs.DefaultStateDir()
 			}
 			rec, err := readRecord(stateDir, path)
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/service"
+	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
 func newServiceCmd() *cobra.Command {
@@ -81,7 +82,7 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 		return service.Spec{}, usageError{err}
 	}
 	if configFile == "" {
-		if configFile, err = userConfigFile(); err != nil {
+		if configFile, err = userdirs.ConfigFile(); err != nil {
 			return service.Spec{}, err
 		}
 	}
@@ -110,7 +111,7 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 		}
 		spec.LogDir = cfg.StateDir
 	default:
-		spec.StateDir = daemonStateDir(cfg.StateDir)
+		spec.StateDir = userdirs.DaemonStateDir(cfg.StateDir)
 		spec.LogDir = spec.StateDir
 	}
 	return spec, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+	"github.com/mcpvisor/mcpvisor/internal/stdfile"
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
@@ -77,7 +78,7 @@ server at once (exit 3).`,
 			defer wd.Stop()
 			a.startEager(sd.Context(), !rf.noLearn)
 
-			stdin, restore := interruptibleStdin()
+			stdin, restore := stdfile.Stdin()
 			defer restore()
 			go func() {
 				_ = gateway.ServeStdio(sd.Context(), ep, stdin, os.Stdout, log, &activity)

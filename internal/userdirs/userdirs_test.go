@@ -1,4 +1,4 @@
-package main
+package userdirs
 
 import (
 	"os"
@@ -25,16 +25,16 @@ func TestDefaultsWithoutHome(t *testing.T) {
 	t.Cleanup(func() { databaseHome = old })
 
 	databaseHome = func() string { return db }
-	if f, err := userConfigFile(); err != nil || f != filepath.Join(db, ".config", "mcpvisor", "config.json") {
+	if f, err := ConfigFile(); err != nil || f != filepath.Join(db, ".config", "mcpvisor", "config.json") {
 		t.Errorf("the config with the database's home: %q %v", f, err)
 	}
 
 	databaseHome = func() string { return "" }
 	private := filepath.Join(tmp, "mcpvisor-"+strconv.Itoa(os.Getuid()))
-	if f, err := userConfigFile(); err != nil || f != filepath.Join(private, ".config", "mcpvisor", "config.json") {
+	if f, err := ConfigFile(); err != nil || f != filepath.Join(private, ".config", "mcpvisor", "config.json") {
 		t.Errorf("the config with no home: %q %v", f, err)
 	}
-	if d, err := userStateDir(); err != nil || d != filepath.Join(private, ".local", "state", "mcpvisor") {
+	if d, err := StateDir(); err != nil || d != filepath.Join(private, ".local", "state", "mcpvisor") {
 		t.Errorf("the state directory with no home: %q %v", d, err)
 	}
 	if fi, err := os.Stat(private); err != nil || fi.Mode().Perm() != 0o700 {
@@ -45,13 +45,13 @@ func TestDefaultsWithoutHome(t *testing.T) {
 	if err := os.Chmod(private, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	for name, get := range map[string]func() (string, error){"config": userConfigFile, "state": userStateDir} {
+	for name, get := range map[string]func() (string, error){"config": ConfigFile, "state": StateDir} {
 		if p, err := get(); err == nil || !strings.Contains(err.Error(), "mode 0700") || !strings.Contains(err.Error(), "HOME") {
 			t.Errorf("the %s default in a temp directory others may enter: %q %v", name, p, err)
 		}
 	}
-	for _, p := range []string{defaultConfigFile(), defaultStateDir()} {
-		if !strings.HasPrefix(p, noHome) {
+	for _, p := range []string{DefaultConfigFile(), DefaultStateDir()} {
+		if !strings.HasPrefix(p, NoHome) {
 			t.Errorf("a default with no home and no private directory: %q", p)
 		}
 	}
