@@ -44,7 +44,7 @@ func newActionCmd(action, short, long string) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
-				return usageError{errors.New("--timeout must be positive")}
+				return usageError{Err: errors.New("--timeout must be positive")}
 			}
 			code, body, err := api.act(cmd.Context(), "/api/servers/"+url.PathEscape(args[0])+"/"+action, timeout)
 			if err != nil {
@@ -138,13 +138,13 @@ func newReloadCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
-				return usageError{errors.New("--timeout must be positive")}
+				return usageError{Err: errors.New("--timeout must be positive")}
 			}
 			code, body, err := api.act(cmd.Context(), "/api/reload", timeout)
 			if err != nil {
 				return err
 			}
-			var rep reloadReport
+			var rep admin.ReloadReport
 			if json.Unmarshal(body, &rep) != nil || rep.Trigger == "" {
 				return answerError(code, body)
 			}
@@ -170,21 +170,10 @@ func newReloadCmd() *cobra.Command {
 	return cmd
 }
 
-func (p reloadProblem) String() string {
-	at := p.Path
-	if p.Line > 0 {
-		at = fmt.Sprintf("line %d, column %d", p.Line, p.Column)
-	}
-	if at == "" {
-		return p.Message
-	}
-	return at + ": " + p.Message
-}
-
 // printReload prints what a reload did as a table: one row per server it
 // changed (every server with all), then what was left unchanged and the
 // settings that need a restart.
-func printReload(w io.Writer, rep reloadReport, all bool) {
+func printReload(w io.Writer, rep admin.ReloadReport, all bool) {
 	if !rep.Applied || rep.Result == nil {
 		return // the error says it
 	}

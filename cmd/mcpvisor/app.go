@@ -188,7 +188,7 @@ const tracingShutdownBound = 5 * time.Second
 func newTracing(endpoint string) (*telemetry.Tracing, error) {
 	t, err := telemetry.NewTracing(context.Background(), telemetry.TracingOptions{Endpoint: endpoint, Version: versionString()})
 	if err != nil {
-		return nil, usageError{err}
+		return nil, usageError{Err: err}
 	}
 	return t, nil
 }

@@ -50,7 +50,7 @@ func newCallCmd() *cobra.Command {
 			server, tool := pos[0], pos[1]
 			// The command line first: a bad one starts no server.
 			if _, err := callArguments(argsJSON, args, nil); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			// An interrupt ends the call, and its session is still ended
 			// (the deferred close outlives ctx).
@@ -71,7 +71,7 @@ func newCallCmd() *cobra.Command {
 			}
 			arguments, err := callArguments(argsJSON, args, schema)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			result, err := sess.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": arguments})
 			if err != nil {

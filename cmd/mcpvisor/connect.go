@@ -87,7 +87,7 @@ it (no such server) or cannot be started. It never stops the daemon.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.start != "auto" && o.start != "never" {
-				return usageError{fmt.Errorf("--start: %q is not auto or never", o.start)}
+				return usageError{Err: fmt.Errorf("--start: %q is not auto or never", o.start)}
 			}
 			mempolicy.Relay()
 			return runConnect(cmd.Context(), o, cmd.ErrOrStderr())

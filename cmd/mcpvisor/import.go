@@ -165,7 +165,7 @@ func importSources(args []string, warn io.Writer) ([]importSource, error) {
 		data, err := os.ReadFile(a)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(a, `/\.`) {
-				return nil, usageError{fmt.Errorf("%q is neither a client (%s) nor a file", a, strings.Join(clientcfg.Names(), ", "))}
+				return nil, usageError{Err: fmt.Errorf("%q is neither a client (%s) nor a file", a, strings.Join(clientcfg.Names(), ", "))}
 			}
 			return nil, err
 		}

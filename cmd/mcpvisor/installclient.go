@@ -138,7 +138,7 @@ func isGoRunBuild(path string) bool {
 func clientTarget(name, override string) (*clientcfg.Client, string, clientcfg.Format, error) {
 	c := clientcfg.Lookup(name)
 	if c == nil {
-		return nil, "", 0, usageError{fmt.Errorf("unknown client %q (known: %s)", name, strings.Join(clientcfg.Names(), ", "))}
+		return nil, "", 0, usageError{Err: fmt.Errorf("unknown client %q (known: %s)", name, strings.Join(clientcfg.Names(), ", "))}
 	}
 	t := c.Target(clientEnv())
 	path, f := t.Path, t.Format

@@ -35,13 +35,13 @@ func newLogsCmd() *cobra.Command {
 			q := url.Values{}
 			if since != "" {
 				if _, err := admin.ParseSince(since, time.Now()); err != nil {
-					return usageError{fmt.Errorf("--%w", err)}
+					return usageError{Err: fmt.Errorf("--%w", err)}
 				}
 				q.Set("since", since)
 			}
 			if cmd.Flags().Changed("tail") {
 				if tail < 0 {
-					return usageError{errors.New("--tail must not be negative")}
+					return usageError{Err: errors.New("--tail must not be negative")}
 				}
 				q.Set("tail", strconv.Itoa(tail))
 			}

@@ -20,9 +20,7 @@ func main() {
 }
 
 // exitCode ends the command with a code and no message of its own.
-type exitCode int
-
-func (c exitCode) Error() string { return fmt.Sprintf("exit code %d", int(c)) }
+type exitCode = shutdown.ExitCode
 
 // exitCodeOf prints err (unless it is only an exit code) and maps it to the
 // documented exit codes: 2 for bad usage and invalid configuration, 1 for

@@ -34,7 +34,7 @@ func newRefreshCmd() *cobra.Command {
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout <= 0 {
-				return usageError{errors.New("--timeout must be positive")}
+				return usageError{Err: errors.New("--timeout must be positive")}
 			}
 			ctx, w := cmd.Context(), cmd.OutOrStdout()
 			names := args

@@ -11,30 +11,10 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
-
-// reloadReport is what a reload says, to the caller of POST /api/reload
-// (mcpvisor reload), in the log and as an event.
-type reloadReport struct {
-	Trigger string `json:"trigger"` // api, signal, watch
-	// Applied is false when the new file was rejected: nothing changed.
-	Applied bool `json:"applied"`
-	// Problems are the new file's errors, each with its JSON path.
-	Problems []reloadProblem `json:"problems,omitempty"`
-	Error    string          `json:"error,omitempty"`
-	Warnings []string        `json:"warnings,omitempty"`
-	// Result is what the reload did, server by server.
-	Result *fleet.ReloadResult `json:"result,omitempty"`
-}
-
-type reloadProblem struct {
-	Path    string `json:"path,omitempty"`
-	Line    int    `json:"line,omitempty"`
-	Column  int    `json:"column,omitempty"`
-	Message string `json:"message"`
-}
 
 // reloader is the one path every reload takes — SIGHUP, a change of the
 // config file, POST /api/reload — one at a time: the file is read,
@@ -67,8 +47,8 @@ func newReloader(a *app, file string, learn bool, applied func(*config.Config, f
 // skips, reporting nothing, a file whose content is what was last read (a
 // watched directory changes for many reasons) or that cannot be read (a
 // swap under way: the next event reads it whole).
-func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) reloadReport {
-	rep := reloadReport{Trigger: trigger}
+func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged bool) admin.ReloadReport {
+	rep := admin.ReloadReport{Trigger: trigger}
 	select {
 	case r.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -98,10 +78,10 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		var ce *config.Error
 		if errors.As(err, &ce) {
 			for _, p := range ce.Problems {
-				rep.Problems = append(rep.Problems, reloadProblem{Path: p.Path, Line: p.Line, Column: p.Column, Message: p.Message})
+				rep.Problems = append(rep.Problems, admin.ReloadProblem{Path: p.Path, Line: p.Line, Column: p.Column, Message: p.Message})
 			}
 		} else {
-			rep.Problems = []reloadProblem{{Message: err.Error()}}
+			rep.Problems = []admin.ReloadProblem{{Message: err.Error()}}
 		}
 		r.report(rep)
 		return rep
@@ -143,7 +123,7 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 }
 
 // report logs a reload's outcome and records it as an event.
-func (r *reloader) report(rep reloadReport) {
+func (r *reloader) report(rep admin.ReloadReport) {
 	d := map[string]any{"trigger": rep.Trigger, "applied": rep.Applied}
 	if !rep.Applied {
 		d["error"] = rep.Error

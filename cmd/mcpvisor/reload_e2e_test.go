@@ -124,17 +124,17 @@ func waitCounts(t *testing.T, want map[*listCounter]int32, names map[*listCounte
 	}
 }
 
-func reloadJSON(t *testing.T, addr string) (int, reloadReport) {
+func reloadJSON(t *testing.T, addr string) (int, admin.ReloadReport) {
 	t.Helper()
 	code, out, stderr := runBin(t, "reload", "--addr", addr, "--json")
-	var rep reloadReport
+	var rep admin.ReloadReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("reload --json: exit %d, %q %s: %v", code, out, stderr, err)
 	}
 	return code, rep
 }
 
-func actionsOf(rep reloadReport) map[string]string {
+func actionsOf(rep admin.ReloadReport) map[string]string {
 	m := map[string]string{}
 	if rep.Result != nil {
 		for _, s := range rep.Result.Servers {
@@ -566,7 +566,7 @@ func TestReloadRemovalDrainsItsEndpoint(t *testing.T) {
 	t0 := time.Now()
 	type result struct {
 		code int
-		rep  reloadReport
+		rep  admin.ReloadReport
 	}
 	reloaded := make(chan result, 1)
 	go func() {
@@ -643,7 +643,7 @@ func TestReloadDoesNotWaitForAnotherReloadsDrains(t *testing.T) {
 	t0 := time.Now()
 	code, out, stderr := runBin(t, "reload", "--addr", addr, "--json", "--timeout", "2s")
 	took := time.Since(t0)
-	var rep reloadReport
+	var rep admin.ReloadReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.Applied {
 		t.Fatalf("reload during another's drain: exit %d after %v, %q %s", code, took, out, stderr)
 	}

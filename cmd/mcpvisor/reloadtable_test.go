@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
@@ -12,7 +13,7 @@ import (
 // its drain went — stopped, cut at the bound, or still draining when the
 // caller stopped waiting — and a count of the unchanged ones.
 func TestPrintReloadTable(t *testing.T) {
-	rep := reloadReport{Trigger: "api", Applied: true, Result: &fleet.ReloadResult{Servers: []fleet.ServerResult{
+	rep := admin.ReloadReport{Trigger: "api", Applied: true, Result: &fleet.ReloadResult{Servers: []fleet.ServerResult{
 		{ServerChange: config.ServerChange{Name: "a", Action: config.ActionUnchanged}},
 		{ServerChange: config.ServerChange{Name: "b", Action: config.ActionRestarted, Fields: []string{"env.TOKEN", "cwd"}}, Drained: &fleet.Drained{Stopped: 2, Cut: 1}},
 		{ServerChange: config.ServerChange{Name: "c", Action: config.ActionRemoved}, Drained: &fleet.Drained{Pending: true}},

@@ -1,11 +1,12 @@
 package main
 
 import (
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/spf13/cobra"
 )
 
 // usageError is a mistake in the command line.
-type usageError struct{ error }
+type usageError = shutdown.UsageError
 
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
@@ -14,7 +15,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
 	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), newImportCmd(), newInstallClientCmd(), newUninstallClientCmd(), newServiceCmd())
 	usageArgs(root)
 	return root
@@ -26,7 +27,7 @@ func usageArgs(cmd *cobra.Command) {
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			return nil
 		}

@@ -65,7 +65,7 @@ connection, no HTTP request or session.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := rf.log.newLogger(cmd.ErrOrStderr())
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			token := os.Getenv("MCPVISOR_TOKEN")
 			if tokenFile != "" {
@@ -75,7 +75,7 @@ connection, no HTTP request or session.`,
 				}
 				token = strings.TrimSpace(string(b))
 				if token == "" {
-					return usageError{fmt.Errorf("--token-file %s is empty", tokenFile)}
+					return usageError{Err: fmt.Errorf("--token-file %s is empty", tokenFile)}
 				}
 			}
 			tr, err := newTracing(rf.otlpEndpoint)

@@ -79,7 +79,7 @@ mcpvisor service uninstall stops the service and removes its definition.`,
 func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 	exe, err := mcpvisorExecutable()
 	if err != nil {
-		return service.Spec{}, usageError{err}
+		return service.Spec{}, usageError{Err: err}
 	}
 	if configFile == "" {
 		if configFile, err = userdirs.ConfigFile(); err != nil {

@@ -39,7 +39,7 @@ server at once (exit 3).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := rf.log.newLogger(cmd.ErrOrStderr())
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			// A client that is gone must not kill mcpvisor by SIGPIPE
 			// before it has stopped its servers: a write error ends the
@@ -61,7 +61,7 @@ server at once (exit 3).`,
 			if server != "" {
 				if ep = a.gw.Single(server); ep == nil {
 					_ = a.close(context.Background())
-					return usageError{fmt.Errorf("--server: no enabled server named %q in %s", server, rf.configFile)}
+					return usageError{Err: fmt.Errorf("--server: no enabled server named %q in %s", server, rf.configFile)}
 				}
 			}
 			var activity watchdog.Tracker

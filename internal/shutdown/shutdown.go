@@ -6,6 +6,7 @@ package shutdown
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"sync"
@@ -102,3 +103,15 @@ func (s *Shutdown) Run(timeout time.Duration, graceful func(context.Context) err
 	force()
 	return ExitForced
 }
+
+// ExitCode ends a command with a code and no message of its own.
+type ExitCode int
+
+func (c ExitCode) Error() string { return fmt.Sprintf("exit code %d", int(c)) }
+
+// UsageError is a mistake in the command line or in what it names: it
+// ends the command with ExitUsage.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
