@@ -70,6 +70,10 @@ func (s *Shutdown) Trigger(reason string) {
 	s.cancel()
 }
 
+// Stop stops listening for signals, for a process that ends without Run
+// (an error before it served); Run stops as it returns.
+func (s *Shutdown) Stop() { s.stop() }
+
 // Reason is why the shutdown began ("" before).
 func (s *Shutdown) Reason() string {
 	s.mu.Lock()

@@ -1,18 +1,13 @@
-package main
+package daemon
 
 import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -45,41 +40,6 @@ type app struct {
 	tracing *telemetry.Tracing
 	// stateDir is the state directory in use (serve's socket is there).
 	stateDir string
-}
-
-// logFlags are the logging flags of serve and stdio.
-type logFlags struct {
-	level  string
-	format string
-}
-
-// newLogger logs to w (stderr: stdout may belong to the protocol), as text
-// on a terminal and JSON otherwise unless format says.
-func (f logFlags) newLogger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	format := f.format
-	if format == "" || format == "auto" {
-		format = "json"
-		if fi, ok := w.(*os.File); ok && isTerminal(fi) {
-			format = "text"
-		}
-	}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format: %q is not one of auto, text, json", f.format)
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // openApp loads the config and builds everything; nothing is started.
@@ -184,11 +144,12 @@ func (a *app) close(ctx context.Context) error {
 const tracingShutdownBound = 5 * time.Second
 
 // newTracing is the tracing of --otlp-endpoint and the OTEL_* environment
-// (nil: off). A bad --otlp-endpoint or OTEL_* value is a usage error.
-func newTracing(endpoint string) (*telemetry.Tracing, error) {
-	t, err := telemetry.NewTracing(context.Background(), telemetry.TracingOptions{Endpoint: endpoint, Version: versionString()})
+// (nil: off), its spans naming mcpvisor at version. A bad --otlp-endpoint
+// or OTEL_* value is a usage error.
+func newTracing(endpoint, version string) (*telemetry.Tracing, error) {
+	t, err := telemetry.NewTracing(context.Background(), telemetry.TracingOptions{Endpoint: endpoint, Version: version})
 	if err != nil {
-		return nil, usageError{Err: err}
+		return nil, shutdown.UsageError{Err: err}
 	}
 	return t, nil
 }
@@ -201,26 +162,6 @@ func (a *app) setTracing(t *telemetry.Tracing) {
 	if t != nil {
 		a.log.Info("tracing: exporting a span of each client request over OTLP/HTTP", "endpoint", t.Endpoint())
 	}
-}
-
-// runFlags are the flags serve and stdio share.
-type runFlags struct {
-	configFile, stateDir string
-	otlpEndpoint         string
-	shutdownTimeout      time.Duration
-	noLearn              bool
-	log                  logFlags
-}
-
-func (f *runFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&f.configFile, "config", "c", "", "configuration file (JSON)")
-	cmd.Flags().StringVar(&f.stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
-	cmd.Flags().DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on a graceful shutdown")
-	cmd.Flags().BoolVar(&f.noLearn, "no-learn", false, "do not start servers whose tools are not cached just to learn them")
-	cmd.Flags().StringVar(&f.log.level, "log-level", "info", "debug, info, warn or error")
-	cmd.Flags().StringVar(&f.log.format, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
-	cmd.Flags().StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export a trace span of each client request to this OTLP/HTTP receiver (e.g. http://127.0.0.1:4318; default from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
-	_ = cmd.MarkFlagRequired("config")
 }
 
 // boundStops makes ctx's deadline, if it has one, bound every stop of a
@@ -253,7 +194,7 @@ func (a *app) shutdown(sd *shutdown.Shutdown, timeout time.Duration, graceful fu
 		a.rt.Kill()
 	})
 	if code != shutdown.ExitOK {
-		return exitCode(code)
+		return shutdown.ExitCode(code)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"github.com/mcpvisor/mcpvisor/watchdog"
 )
 
-// socketAuto is --socket's default: <state dir>/mcpvisor.sock, or a short
+// SocketAuto is --socket's default: <state dir>/mcpvisor.sock, or a short
 // path of the user's own where that is too long for a socket.
-const socketAuto = "auto"
+const SocketAuto = "auto"
 
 // daemonFront is what makes serve the shared daemon of mcpvisor connect:
 // a unix socket on which every connection is one client session, served
@@ -44,7 +44,7 @@ type daemonFront struct {
 	once   sync.Once
 }
 
-// openDaemonFront listens on the socket of --socket (socketAuto: the
+// openDaemonFront listens on the socket of --socket (SocketAuto: the
 // state directory's; "" or "none": no socket). A live daemon's socket is
 // never taken: another serve on it is an error that says so.
 func openDaemonFront(a *app, socket string, unused time.Duration, log *slog.Logger) (*daemonFront, error) {
@@ -52,7 +52,7 @@ func openDaemonFront(a *app, socket string, unused time.Duration, log *slog.Logg
 	switch socket {
 	case "", "none":
 		return d, nil
-	case socketAuto:
+	case SocketAuto:
 		path, fallback, err := bridge.SocketPath(a.stateDir)
 		if err != nil {
 			return nil, fmt.Errorf("--socket: %w", err)

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+	"github.com/mcpvisor/mcpvisor/internal/stdfile"
+	"github.com/mcpvisor/mcpvisor/watchdog"
+)
+
+// StdioOptions are mcpvisor stdio's.
+type StdioOptions struct {
+	Options
+	// Server serves that server alone, unprefixed ("": all of them).
+	Server string
+	// IdleExit ends stdio after this long without a client request (0:
+	// never).
+	IdleExit time.Duration
+	// Stdin and Stdout carry the protocol (nil: the process's own, as
+	// files a close interrupts).
+	Stdin  io.ReadCloser
+	Stdout io.Writer
+}
+
+// Stdio runs mcpvisor stdio until its client is gone or it is shut down
+// (a signal, ctx ending, idleness):
+// it opens the config, the state, the fleet and the gateway, serves the
+// client on stdin and stdout, and closes them in order. An error before
+// serving closes what was opened. It returns nil for a clean exit, else
+// the exit code as an error (shutdown.ExitCode) or what went wrong.
+func Stdio(ctx context.Context, o StdioOptions) (err error) {
+	log := o.Log
+	// A client that is gone must not kill mcpvisor by SIGPIPE before it
+	// has stopped its servers: a write error ends the session instead.
+	// (Notify, not Ignore: an ignored signal would be inherited by the
+	// servers.)
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	tr, err := newTracing(o.OTLPEndpoint, o.Version)
+	if err != nil {
+		return err
+	}
+	sd := shutdown.New()
+	defer context.AfterFunc(ctx, func() { sd.Trigger("stopped: " + context.Cause(ctx).Error()) })()
+	var a *app
+	var wd *watchdog.Watchdog
+	served := false
+	defer func() {
+		if err != nil && !served { // the one path of every error exit before serving
+			if wd != nil {
+				wd.Stop()
+			}
+			if a != nil {
+				_ = a.close(context.Background())
+			} else {
+				_ = tr.Shutdown(context.Background()) // nothing exported yet
+			}
+			sd.Stop()
+		}
+	}()
+	if a, err = openApp(o.ConfigFile, o.StateDir, log); err != nil {
+		return err
+	}
+	a.setTracing(tr)
+	ep := a.gw.Aggregate()
+	if o.Server != "" {
+		if ep = a.gw.Single(o.Server); ep == nil {
+			return shutdown.UsageError{Err: fmt.Errorf("--server: no enabled server named %q in %s", o.Server, o.ConfigFile)}
+		}
+	}
+	var activity watchdog.Tracker
+	if wd, err = watchdog.Start(sd.Context(), watchdog.Config{
+		IdleTimeout: o.IdleExit,
+		State:       activity.Snapshot,
+		OnTerminate: func(r watchdog.Reason) { sd.Trigger(r.String()) },
+		Logger:      log,
+	}); err != nil {
+		return err
+	}
+	defer wd.Stop()
+	a.startEager(sd.Context(), !o.NoLearn)
+
+	stdin, stdout := o.Stdin, o.Stdout
+	if stdin == nil {
+		in, restore := stdfile.Stdin()
+		defer restore()
+		stdin = in
+	}
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	served = true // the shutdown closes everything from here on
+	go func() {
+		_ = gateway.ServeStdio(sd.Context(), ep, stdin, stdout, log, &activity)
+		sd.Trigger("stdin closed")
+	}()
+	return a.shutdown(sd, o.ShutdownTimeout, func(ctx context.Context) error {
+		_ = stdin.Close() // a blocked read must not hold the exit
+		return a.close(ctx)
+	})
+}
