@@ -78,6 +78,7 @@ func newDriftFleetCmd(t *testing.T, command, settings string, srv *listServer, s
 			df.mu.Unlock()
 		},
 		OnEvent: func(e Event) {
+			recordEvent(e)
 			df.evMu.Lock()
 			df.events = append(df.events, e)
 			df.evMu.Unlock()

@@ -163,6 +163,7 @@ func newFakeFleet(t *testing.T, settings string) *fakeFleet {
 			return &fakeConnector{onConnect: onConnect, connects: &ff.connects, startDelay: 500 * time.Millisecond, fail: &ff.fail, modern: &ff.modern}
 		},
 		OnEvent: func(e Event) {
+			recordEvent(e)
 			ff.mu.Lock()
 			ff.events = append(ff.events, e)
 			ff.mu.Unlock()

@@ -22,5 +22,20 @@ func TestMain(m *testing.M) {
 	transitionRefused = func(in *instance, from, to phase) {
 		panic(fmt.Sprintf("server %s: instance moved from %s to %s, which the table refuses", in.srv.Name(), from, to))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(goldenM{m})
+}
+
+// goldenM runs the tests, then checks the events they emitted against
+// testdata/events (golden_events_test.go).
+type goldenM struct{ m *testing.M }
+
+func (g goldenM) Run() int {
+	code := g.m.Run()
+	if err := checkGoldenEvents(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }

@@ -82,6 +82,7 @@ func newLaunchFleet(t *testing.T, servers string) *launchFleet {
 			return &launchConnector{lf: lf, command: sc.Command, onConnect: onConnect}
 		},
 		OnEvent: func(e Event) {
+			recordEvent(e)
 			lf.mu.Lock()
 			lf.events = append(lf.events, e)
 			lf.mu.Unlock()
