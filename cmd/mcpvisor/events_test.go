@@ -135,7 +135,7 @@ func TestFollowEventsResumes(t *testing.T) {
 	var got []string
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := followEvents(ctx, api, func(e admin.Entry) { got = append(got, e.ID+" "+e.Type) })
+	err := followEvents(ctx, api, func(e admin.Entry) { got = append(got, e.ID+" "+string(e.Type)) })
 	if err != nil && err != io.EOF {
 		t.Fatalf("followEvents: %v", err)
 	}

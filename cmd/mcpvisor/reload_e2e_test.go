@@ -316,7 +316,7 @@ func waitEvent(t *testing.T, base, typ string, n int) fleet.Event {
 		}
 		var seen []fleet.Event
 		for _, e := range body.Events {
-			if e.Type == typ {
+			if string(e.Type) == typ {
 				seen = append(seen, e.Event)
 			}
 		}

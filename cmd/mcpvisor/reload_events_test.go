@@ -39,7 +39,7 @@ func TestReloadEventsJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got[e.Type] = append(got[e.Type], string(data))
+		got[string(e.Type)] = append(got[string(e.Type)], string(data))
 	}
 	for _, typ := range []string{"reload-rejected", "reloaded"} {
 		path := filepath.Join("testdata", "events", typ+".json")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"io"
 	"net"
 	"net/http"
@@ -34,7 +35,7 @@ func testFleet(t *testing.T) *fleet.Fleet {
 
 func TestServersAndAuth(t *testing.T) {
 	log := NewEventLog(2)
-	for _, typ := range []string{"started", "dormant", "respawned"} {
+	for _, typ := range []event.Kind{"started", "dormant", "respawned"} {
 		log.Add(fleet.Event{Server: "a", Type: typ})
 	}
 	srv := httptest.NewServer(New(testFleet(t), log, Options{Access: guard.Options{Token: "secret"}}))
@@ -103,7 +104,7 @@ func get(t *testing.T, url string, header ...string) *http.Response {
 
 func TestMetrics(t *testing.T) {
 	log := NewEventLog(1) // counting does not depend on what is kept
-	for _, typ := range []string{"started", "dormant", "respawned", "dormant"} {
+	for _, typ := range []event.Kind{"started", "dormant", "respawned", "dormant"} {
 		log.Add(fleet.Event{Server: "a", Type: typ})
 	}
 	log.Add(fleet.Event{Server: "gone", Type: "stopped"})
@@ -271,7 +272,7 @@ func seq(id string) string {
 
 func TestEventStream(t *testing.T) {
 	log := NewEventLog(3)
-	for _, typ := range []string{"started", "dormant", "respawned", "exited"} {
+	for _, typ := range []event.Kind{"started", "dormant", "respawned", "exited"} {
 		log.Add(fleet.Event{Server: "a", Type: typ}) // 1..4; 2..4 kept
 	}
 	kept := log.Events()

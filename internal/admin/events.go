@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"io"
 	"net/http"
 	"slices"
@@ -58,13 +59,16 @@ type eventKey struct{ server, typ string }
 // (uint32: lifecycle events of one server; four billion of them in a run
 // is out of reach.)
 type eventCounts struct {
-	n    [len(eventTypes)]uint32
+	n    []uint32 // by eventTypes' index, once an event is counted
 	more map[string]uint64
 }
 
 // add counts one event of type typ.
 func (c *eventCounts) add(typ string) {
-	if i := slices.Index(eventTypes[:], typ); i >= 0 {
+	if i := slices.Index(eventTypes, typ); i >= 0 {
+		if c.n == nil {
+			c.n = make([]uint32, len(eventTypes))
+		}
 		c.n[i]++
 		return
 	}
@@ -89,7 +93,7 @@ type kept struct {
 
 // entry is k as the log's readers get it.
 func (l *EventLog) entry(k kept) Entry {
-	e := Entry{ID: k.id, seq: k.seq, Event: fleet.Event{Time: eventTime(k.time), Server: k.server, Session: k.session, Type: k.typ}}
+	e := Entry{ID: k.id, seq: k.seq, Event: fleet.Event{Time: eventTime(k.time), Server: k.server, Session: k.session, Type: event.Kind(k.typ)}}
 	if e.ID == "" {
 		e.ID = l.epoch + "-" + strconv.FormatUint(k.seq-l.base, 10)
 	}
@@ -196,16 +200,16 @@ func (l *EventLog) Add(e fleet.Event) {
 		copy(l.entries, l.entries[1:])
 		l.entries = l.entries[:l.max-1]
 	}
-	l.entries = append(l.entries, kept{seq: l.pos, time: keptTime(e.Time), server: e.Server, session: e.Session, typ: e.Type, details: details})
+	l.entries = append(l.entries, kept{seq: l.pos, time: keptTime(e.Time), server: e.Server, session: e.Session, typ: string(e.Type), details: details})
 	i, ok := l.counts[e.Server]
 	if !ok {
 		i = int32(len(l.tally))
 		l.tally = append(l.tally, eventCounts{})
 		l.counts[e.Server] = i
 	}
-	l.tally[i].add(e.Type)
+	l.tally[i].add(string(e.Type))
 	if l.persist != nil {
-		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: e.Type, Details: details})
+		l.persist(store.Event{ID: entry.ID, Time: e.Time, Server: e.Server, Session: e.Session, Type: string(e.Type), Details: details})
 	}
 	for s := range l.subs {
 		select {
@@ -544,7 +548,7 @@ func writeEvent(w io.Writer, e Entry) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, sseField(e.Type), data)
+	_, err = fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, sseField(string(e.Type)), data)
 	return err
 }
 

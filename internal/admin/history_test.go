@@ -110,7 +110,7 @@ func TestEventHistoryAcrossRestarts(t *testing.T) {
 	}
 	s := stream(t, srv.URL+"/api/events?follow")
 	for _, want := range all {
-		if e := s.next(); e.id != want.ID || e.event != want.Type {
+		if e := s.next(); e.id != want.ID || e.event != string(want.Type) {
 			t.Fatalf("stream replayed %+v, want %s %s", e, want.ID, want.Type)
 		}
 	}

@@ -3,6 +3,7 @@ package admin
 import (
 	"bufio"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"net/http"
 	"runtime"
 	"runtime/metrics"
@@ -20,8 +21,19 @@ import (
 // that a state change never makes a series vanish.
 var states = []string{"new", "starting", "running", "degraded", "restarting", "dormant", "failed", "stopped"}
 
-// eventTypes are the lifecycle events counted for every server, from zero.
-var eventTypes = [...]string{"started", "dormant", "respawned", "exited", "restarted", "failed", "stopped"}
+// eventTypes are the events counted for every server, from zero: every
+// kind declared about a server (event.Kinds). The others (reloads, about
+// mcpvisor as a whole) are counted from zero too, with server "".
+var eventTypes, globalEventTypes = func() (server, global []string) {
+	for _, k := range event.Kinds() {
+		if k.OfServer() {
+			server = append(server, string(k))
+		} else {
+			global = append(global, string(k))
+		}
+	}
+	return server, global
+}()
 
 var processStart = time.Now()
 
@@ -161,6 +173,9 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		for _, typ := range eventTypes {
 			counts[eventKey{s.Name, typ}] += 0
 		}
+	}
+	for _, typ := range globalEventTypes {
+		counts[eventKey{"", typ}] += 0
 	}
 	keys := make([]eventKey, 0, len(counts))
 	for k := range counts {

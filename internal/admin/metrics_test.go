@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -152,10 +153,10 @@ func TestMetricsSeriesBound(t *testing.T) {
 	}
 	histogram := len(telemetry.OperationBuckets) + 3 // buckets, +Inf, sum, count
 	startHist := len(telemetry.StartBuckets) + 3
-	// Per server: 8 states, 10 gauges, requests, 7 event types, 6
+	// Per server: 8 states, 10 gauges, requests, the event types, 6
 	// outcomes, 2 byte directions, the spawn and wake histograms.
 	fixed := len(states) + len(serverGauges) + 1 + len(eventTypes) + int(telemetry.NumOutcomes) + 2 + 2*startHist
-	global := len(states) + 7 // servers by state; streams, goroutines, Go memory ×3, resident memory, start time
+	global := len(states) + 7 + len(globalEventTypes) // servers by state; streams, goroutines, Go memory ×3, resident memory, start time; reload events
 	if _, ok := residentBytes(); !ok {
 		global-- // not measured outside Linux
 	}
@@ -293,5 +294,23 @@ func TestSessionsExposition(t *testing.T) {
 	body, _ = io.ReadAll(get(t, srv2.URL+"/metrics").Body)
 	if strings.Contains(string(body), "mcpvisor_session") {
 		t.Error("session series without a session bound to report")
+	}
+}
+
+// TestMetricsCountsEveryKind: every declared event kind is counted in
+// /metrics from zero — about every server, or mcpvisor as a whole.
+func TestMetricsCountsEveryKind(t *testing.T) {
+	srv := httptest.NewServer(New(testFleet(t), NewEventLog(10), Options{}))
+	defer srv.Close()
+	body, _ := io.ReadAll(get(t, srv.URL+"/metrics").Body)
+	samples := parseExposition(t, string(body))
+	for _, k := range event.Kinds() {
+		series := fmt.Sprintf(`mcpvisor_events_total{server="",type=%q}`, k)
+		if k.OfServer() {
+			series = fmt.Sprintf(`mcpvisor_events_total{server="a",type=%q}`, k)
+		}
+		if v, ok := samples[series]; !ok || v != 0 {
+			t.Errorf("%s: %v, %v; want it counted from 0", series, v, ok)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"io"
 	"net"
 	"net/http"
@@ -29,7 +30,7 @@ func TestStalledReplyIsDropped(t *testing.T) {
 		log := NewEventLog(16)
 		name := strings.Repeat("s", 200)
 		for i := range 40000 { // counted per server: a megabyte of series
-			log.Add(fleet.Event{Server: name + strconv.Itoa(i), Type: "x" + strconv.Itoa(i%3)})
+			log.Add(fleet.Event{Server: name + strconv.Itoa(i), Type: event.Kind("x" + strconv.Itoa(i%3))})
 		}
 		stalledReplyIsDropped(t, log, "/metrics")
 	})

@@ -41,6 +41,7 @@ package catalog
 import (
 	"context"
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -182,7 +183,7 @@ type Env struct {
 type Event struct {
 	Server  string
 	Session string
-	Type    string
+	Type    event.Kind
 	Details map[string]any
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"maps"
 	"slices"
 	"strings"
@@ -456,13 +457,13 @@ func (c *Catalog) flushDefinitions() {
 		d.writeMu.Unlock()
 	}
 	if len(changes) > 0 {
-		c.emit(Event{Server: c.name(), Type: "definitions_changed", Details: changeDetails(changes, held)})
+		c.emit(Event{Server: c.name(), Type: event.DefinitionsChanged, Details: changeDetails(changes, held)})
 	}
 	if lost > 0 {
-		c.emit(Event{Server: c.name(), Type: "tools_lost", Details: map[string]any{"previous": lost}})
+		c.emit(Event{Server: c.name(), Type: event.ToolsLost, Details: map[string]any{"previous": lost}})
 	}
 	if restored > 0 {
-		c.emit(Event{Server: c.name(), Type: "tools_restored", Details: map[string]any{"tools": restored}})
+		c.emit(Event{Server: c.name(), Type: event.ToolsRestored, Details: map[string]any{"tools": restored}})
 	}
 }
 
@@ -671,7 +672,7 @@ func (c *Catalog) Approve(names []string, fingerprints map[string]string) (appro
 		return []string{}, pending, nil
 	}
 	c.flushDefinitions()
-	c.emit(Event{Server: c.name(), Type: "definitions_approved", Details: map[string]any{"approved": approved}})
+	c.emit(Event{Server: c.name(), Type: event.DefinitionsApproved, Details: map[string]any{"approved": approved}})
 	c.host.ListsChanged([]ListKind{Tools})
 	return approved, pending, nil
 }
@@ -737,6 +738,6 @@ func (c *Catalog) AcceptLost() (int, error) {
 	d.dirty = true
 	d.mu.Unlock()
 	c.flushDefinitions()
-	c.emit(Event{Server: c.name(), Type: "tools_lost_accepted", Details: map[string]any{"previous": n}})
+	c.emit(Event{Server: c.name(), Type: event.ToolsLostAccepted, Details: map[string]any{"previous": n}})
 	return n, nil
 }

@@ -227,7 +227,7 @@ func (h *testHost) eventsOf(typ string) []Event {
 	defer h.mu.Unlock()
 	var out []Event
 	for _, e := range h.events {
-		if e.Type == typ {
+		if string(e.Type) == typ {
 			out = append(out, e)
 		}
 	}

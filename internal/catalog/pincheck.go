@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"sync"
 	"sync/atomic"
 
@@ -315,7 +316,7 @@ func (c *Catalog) learnTools(ctx context.Context, p Process) (drift.Set, error) 
 	if len(news) > 0 {
 		det := changeDetails(news, held)
 		det["session"] = p.Session
-		c.emit(Event{Server: c.name(), Session: p.Session, Type: "definitions_changed", Details: det})
+		c.emit(Event{Server: c.name(), Session: p.Session, Type: event.DefinitionsChanged, Details: det})
 	}
 	return set, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"path/filepath"
 	"sync"
 	"time"
@@ -131,7 +132,7 @@ func (r *reloader) report(rep admin.ReloadReport) {
 			d["problems"] = rep.Problems
 		}
 		r.a.log.Error("config reload rejected", "trigger", rep.Trigger, "error", rep.Error, "problems", rep.Problems)
-		r.a.events.Add(fleet.Event{Type: "reload-rejected", Details: d})
+		r.a.events.Add(fleet.Event{Type: event.ReloadRejected, Details: d})
 		return
 	}
 	counts := map[string]int{}
@@ -148,7 +149,7 @@ func (r *reloader) report(rep admin.ReloadReport) {
 		r.a.log.Warn("config reload: settings that take effect only when mcpvisor restarts", "settings", rep.Result.NeedsRestart)
 	}
 	r.a.log.Info("config reloaded", "trigger", rep.Trigger, "servers", counts, "tookMs", rep.Result.TookMs)
-	r.a.events.Add(fleet.Event{Type: "reloaded", Details: d})
+	r.a.events.Add(fleet.Event{Type: event.Reloaded, Details: d})
 }
 
 // watchDebounce is how long the config file's directory must be quiet

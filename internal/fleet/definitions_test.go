@@ -99,7 +99,7 @@ func (df *driftFleet) of(typ string) []Event {
 	defer df.evMu.Unlock()
 	var out []Event
 	for _, e := range df.events {
-		if e.Type == typ {
+		if string(e.Type) == typ {
 			out = append(out, e)
 		}
 	}

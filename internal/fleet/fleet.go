@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"log/slog"
 	"slices"
 	"sort"
@@ -585,7 +586,7 @@ func (f *Fleet) emit(e Event) {
 	for _, k := range sortedKeys(e.Details) {
 		attrs = append(attrs, k, e.Details[k])
 	}
-	f.log.Info("server "+e.Type, attrs...)
+	f.log.Info("server "+string(e.Type), attrs...)
 	if f.opts.OnEvent != nil {
 		f.opts.OnEvent(e)
 	}
@@ -609,6 +610,6 @@ type Event struct {
 	Time    time.Time      `json:"time"`
 	Server  string         `json:"server"`
 	Session string         `json:"session,omitempty"`
-	Type    string         `json:"type"`
+	Type    event.Kind     `json:"type"`
 	Details map[string]any `json:"details,omitempty"`
 }

@@ -36,10 +36,10 @@ func recordEvent(e Event) {
 	}
 	goldenEvents.Lock()
 	defer goldenEvents.Unlock()
-	if goldenEvents.seen[e.Type] == nil {
-		goldenEvents.seen[e.Type] = map[string]bool{}
+	if goldenEvents.seen[string(e.Type)] == nil {
+		goldenEvents.seen[string(e.Type)] = map[string]bool{}
 	}
-	goldenEvents.seen[e.Type][data] = true
+	goldenEvents.seen[string(e.Type)][data] = true
 }
 
 var (

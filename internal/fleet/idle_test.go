@@ -142,7 +142,7 @@ func (ff *fakeFleet) count(typ string) int {
 	defer ff.mu.Unlock()
 	n := 0
 	for _, e := range ff.events {
-		if e.Type == typ {
+		if string(e.Type) == typ {
 			n++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"log/slog"
 	"strings"
 	"sync"
@@ -384,7 +385,7 @@ func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 	in.do(func(st *instState) (fx effects) {
 		st.attempt = mark
 		st.restartAt = time.Now().Add(delay).UnixNano()
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarting", Details: d})
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Restarting, Details: d})
 		return
 	})
 }
@@ -397,7 +398,7 @@ func (in *instance) restarted() {
 		st.attempt = 0
 		at, st.restartAt = st.restartAt, 0
 		fx.catchUp = true
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "restarted", Details: map[string]any{"pid": st.pid()}})
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Restarted, Details: map[string]any{"pid": st.pid()}})
 		fx.refresh = in.key == ""
 		return
 	})
@@ -413,7 +414,7 @@ func (in *instance) failed(err error) {
 	in.attemptFailed(err)
 	in.do(func(st *instState) (fx effects) {
 		st.lastErr = err
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: "failed", Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Failed, Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
 		return
 	})
 }
@@ -555,7 +556,7 @@ func (in *instance) disconnected(err error) {
 	if len(e.Stderr) > 0 {
 		d["stderr"] = e.Stderr
 	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "exited", Details: d})
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Exited, Details: d})
 }
 
 // root is the process tree of the instance's live connection, if it has
@@ -908,7 +909,7 @@ func (in *instance) stopDormant(job *dormantStop) {
 	if err != nil {
 		job.details["error"] = err.Error()
 	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "dormant", Details: job.details})
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Dormant, Details: job.details})
 }
 
 // isDormant reports whether the instance is dormant now.
@@ -1192,7 +1193,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen uint32, dormantFor ti
 			if len(se.Stderr) > 0 {
 				d["stderr"] = se.Stderr
 			}
-			fx.emit(Event{Server: name, Session: in.key, Type: "failed", Details: d})
+			fx.emit(Event{Server: name, Session: in.key, Type: event.Failed, Details: d})
 		default:
 			in.startedLocked(st, &fx, was, look, took, dormantFor)
 		}
@@ -1246,9 +1247,9 @@ func (in *instance) startedLocked(st *instState, fx *effects, was phase, look bo
 	}
 	pid := pidOf(in.liveLocked())
 	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
-	typ := "started"
+	typ := event.Started
 	if was == phaseDormant {
-		typ = "respawned"
+		typ = event.Respawned
 		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
 	}
 	fx.emit(Event{Server: in.srv.Name(), Session: in.key, Type: typ, Details: details})
@@ -1268,7 +1269,7 @@ func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor, pid
 	if serr != nil {
 		d["error"] = serr.Error()
 	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "stopped", Details: d})
+	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Stopped, Details: d})
 }
 
 // waitGone waits until the supervisor has let go of a dead connection.
@@ -1382,7 +1383,7 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 		if err != nil {
 			d["error"] = err.Error()
 		}
-		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: "stopped", Details: d})
+		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Stopped, Details: d})
 	}
 	return err
 }

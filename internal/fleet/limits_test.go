@@ -29,7 +29,7 @@ func (ff *fakeFleet) last(typ string) Event {
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	for i := len(ff.events) - 1; i >= 0; i-- {
-		if ff.events[i].Type == typ {
+		if string(ff.events[i].Type) == typ {
 			return ff.events[i]
 		}
 	}

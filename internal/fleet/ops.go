@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"sync"
 	"time"
 )
@@ -275,7 +276,7 @@ func (s *Server) Stop(ctx context.Context) (Drained, error) {
 	old := s.takeOut("stopped by the operator")
 	s.opMu.Unlock()
 	return awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
-		s.f.emit(Event{Server: s.Name(), Type: "operator-stop", Details: d.details()})
+		s.f.emit(Event{Server: s.Name(), Type: event.OperatorStop, Details: d.details()})
 	}))
 }
 
@@ -351,7 +352,7 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	old := s.takeOut("restarted by the operator")
 	s.opMu.Unlock()
 	d, err := awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
-		s.f.emit(Event{Server: s.Name(), Type: "operator-restart", Details: d.details()})
+		s.f.emit(Event{Server: s.Name(), Type: event.OperatorRestart, Details: d.details()})
 	}))
 	if err != nil {
 		return d, err

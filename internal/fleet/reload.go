@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"slices"
 	"sync"
 	"time"
@@ -292,7 +293,7 @@ func (f *Fleet) follow(w reloadWork, learn bool, gone chan struct{}) <-chan Drai
 func (f *Fleet) emitDrained(s *Server, reason string, d Drained) {
 	det := d.details()
 	det["reason"] = reason
-	f.emit(Event{Server: s.Name(), Type: "reload-drained", Details: det})
+	f.emit(Event{Server: s.Name(), Type: event.ReloadDrained, Details: det})
 }
 
 // updateInPlace makes the server's instances follow its new settings (the

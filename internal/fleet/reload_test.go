@@ -30,7 +30,7 @@ func (lf *launchFleet) eventsOf(typ string) []Event {
 	defer lf.mu.Unlock()
 	var out []Event
 	for _, e := range lf.events {
-		if e.Type == typ {
+		if string(e.Type) == typ {
 			out = append(out, e)
 		}
 	}

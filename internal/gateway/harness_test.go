@@ -43,7 +43,7 @@ func (w *world) count(server, typ string) int {
 	defer w.evMu.Unlock()
 	n := 0
 	for _, e := range w.events {
-		if e.Server == server && e.Type == typ {
+		if e.Server == server && string(e.Type) == typ {
 			n++
 		}
 	}
@@ -248,7 +248,7 @@ func (w *world) last(server, typ string) fleet.Event {
 	w.evMu.Lock()
 	defer w.evMu.Unlock()
 	for i := len(w.events) - 1; i >= 0; i-- {
-		if e := w.events[i]; e.Server == server && e.Type == typ {
+		if e := w.events[i]; e.Server == server && string(e.Type) == typ {
 			return e
 		}
 	}
