@@ -219,9 +219,10 @@ func (c *Catalog) defs() *defs {
 // name is the server's configured name.
 func (c *Catalog) name() string { return c.host.Config().Name }
 
-// emit reports an event, if anyone listens.
-func (c *Catalog) emit(e Event) {
+// emit reports an event of the server (in session, if set) with details
+// d, if anyone listens.
+func (c *Catalog) emit(session string, d event.Details) {
 	if emit := c.env().Emit; emit != nil {
-		emit(e)
+		emit(Event{Server: c.name(), Session: session, Type: d.Kind(), Details: event.Fields(d)})
 	}
 }

@@ -457,42 +457,33 @@ func (c *Catalog) flushDefinitions() {
 		d.writeMu.Unlock()
 	}
 	if len(changes) > 0 {
-		c.emit(Event{Server: c.name(), Type: event.DefinitionsChanged, Details: changeDetails(changes, held)})
+		c.emit("", changeDetails(changes, held))
 	}
 	if lost > 0 {
-		c.emit(Event{Server: c.name(), Type: event.ToolsLost, Details: map[string]any{"previous": lost}})
+		c.emit("", event.ToolsLostDetails{Previous: lost})
 	}
 	if restored > 0 {
-		c.emit(Event{Server: c.name(), Type: event.ToolsRestored, Details: map[string]any{"tools": restored}})
+		c.emit("", event.ToolsRestoredDetails{Tools: restored})
 	}
 }
 
 // changeDetails are the details of a definitions_changed event.
-func changeDetails(changes []drift.Change, held []string) map[string]any {
-	type ref struct {
-		Kind drift.Kind `json:"kind"`
-		Name string     `json:"name"`
-	}
-	type changed struct {
-		Kind   drift.Kind `json:"kind"`
-		Name   string     `json:"name"`
-		Fields []string   `json:"fields"`
-	}
-	added, removed, ch := []ref{}, []ref{}, []changed{}
+func changeDetails(changes []drift.Change, held []string) event.DefinitionsChangedDetails {
+	d := event.DefinitionsChangedDetails{Added: []event.DefinitionRef{}, Removed: []event.DefinitionRef{}, Changed: []event.ChangedDefinition{}, Held: held}
 	for _, c := range changes {
 		switch c.Change {
 		case drift.Added:
-			added = append(added, ref{c.Kind, c.Name})
+			d.Added = append(d.Added, event.DefinitionRef{Kind: string(c.Kind), Name: c.Name})
 		case drift.Removed:
-			removed = append(removed, ref{c.Kind, c.Name})
+			d.Removed = append(d.Removed, event.DefinitionRef{Kind: string(c.Kind), Name: c.Name})
 		default:
-			ch = append(ch, changed{c.Kind, c.Name, c.Paths()})
+			d.Changed = append(d.Changed, event.ChangedDefinition{Kind: string(c.Kind), Name: c.Name, Fields: c.Paths()})
 		}
 	}
-	if held == nil {
-		held = []string{}
+	if d.Held == nil {
+		d.Held = []string{}
 	}
-	return map[string]any{"added": added, "removed": removed, "changed": ch, "held": held}
+	return d
 }
 
 // Definitions is what is known of a server's definitions, for the admin
@@ -672,7 +663,7 @@ func (c *Catalog) Approve(names []string, fingerprints map[string]string) (appro
 		return []string{}, pending, nil
 	}
 	c.flushDefinitions()
-	c.emit(Event{Server: c.name(), Type: event.DefinitionsApproved, Details: map[string]any{"approved": approved}})
+	c.emit("", event.DefinitionsApprovedDetails{Approved: approved})
 	c.host.ListsChanged([]ListKind{Tools})
 	return approved, pending, nil
 }
@@ -738,6 +729,6 @@ func (c *Catalog) AcceptLost() (int, error) {
 	d.dirty = true
 	d.mu.Unlock()
 	c.flushDefinitions()
-	c.emit(Event{Server: c.name(), Type: event.ToolsLostAccepted, Details: map[string]any{"previous": n}})
+	c.emit("", event.ToolsLostAcceptedDetails{Previous: n})
 	return n, nil
 }

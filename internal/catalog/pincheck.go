@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/event"
 	"sync"
 	"sync/atomic"
 
@@ -315,8 +314,8 @@ func (c *Catalog) learnTools(ctx context.Context, p Process) (drift.Set, error) 
 	d.mu.Unlock()
 	if len(news) > 0 {
 		det := changeDetails(news, held)
-		det["session"] = p.Session
-		c.emit(Event{Server: c.name(), Session: p.Session, Type: event.DefinitionsChanged, Details: det})
+		det.Session = p.Session
+		c.emit(p.Session, det)
 	}
 	return set, nil
 }

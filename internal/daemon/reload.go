@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/event"
 	"path/filepath"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/event"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
@@ -125,14 +125,13 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 
 // report logs a reload's outcome and records it as an event.
 func (r *reloader) report(rep admin.ReloadReport) {
-	d := map[string]any{"trigger": rep.Trigger, "applied": rep.Applied}
 	if !rep.Applied {
-		d["error"] = rep.Error
-		if len(rep.Problems) > 0 {
-			d["problems"] = rep.Problems
-		}
 		r.a.log.Error("config reload rejected", "trigger", rep.Trigger, "error", rep.Error, "problems", rep.Problems)
-		r.a.events.Add(fleet.Event{Type: event.ReloadRejected, Details: d})
+		var problems []event.ReloadProblem
+		for _, p := range rep.Problems {
+			problems = append(problems, event.ReloadProblem(p))
+		}
+		r.a.events.Add(fleet.NewEvent("", "", event.ReloadRejectedDetails{Trigger: rep.Trigger, Error: rep.Error, Problems: problems}))
 		return
 	}
 	counts := map[string]int{}
@@ -142,14 +141,11 @@ func (r *reloader) report(rep admin.ReloadReport) {
 			r.a.log.Info("config reload: server "+s.Action, "server", s.Name, "fields", s.Fields)
 		}
 	}
-	d["servers"] = counts
-	d["tookMs"] = rep.Result.TookMs
 	if len(rep.Result.NeedsRestart) > 0 {
-		d["needsRestart"] = rep.Result.NeedsRestart
 		r.a.log.Warn("config reload: settings that take effect only when mcpvisor restarts", "settings", rep.Result.NeedsRestart)
 	}
 	r.a.log.Info("config reloaded", "trigger", rep.Trigger, "servers", counts, "tookMs", rep.Result.TookMs)
-	r.a.events.Add(fleet.Event{Type: event.Reloaded, Details: d})
+	r.a.events.Add(fleet.NewEvent("", "", event.ReloadedDetails{Trigger: rep.Trigger, Applied: true, Servers: counts, TookMs: rep.Result.TookMs, NeedsRestart: rep.Result.NeedsRestart}))
 }
 
 // watchDebounce is how long the config file's directory must be quiet

@@ -601,11 +601,16 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-// Event is one lifecycle event: started (a first start, handshake done),
-// dormant (stopped for idleness), respawned (started again from dormant),
-// exited (the connection ended unasked), restarted (by the restart
-// policy), failed (a start failed, or the policy gave up) and stopped (a
-// running instance stopped by mcpvisor: shutdown, or its session ended).
+// NewEvent is an event of d's kind about server (and session, if set),
+// with d as its details; its time is set when it is emitted.
+func NewEvent(server, session string, d event.Details) Event {
+	return Event{Server: server, Session: session, Type: d.Kind(), Details: event.Fields(d)}
+}
+
+// Event is one lifecycle event of a server (or, for a reload, of
+// mcpvisor as a whole): its type is one of event.Kinds, its details the
+// fields of that kind's details type (NewEvent); docs/events.md describes
+// each.
 type Event struct {
 	Time    time.Time      `json:"time"`
 	Server  string         `json:"server"`

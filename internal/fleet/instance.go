@@ -378,14 +378,14 @@ func (in *instance) restarting(attempt int, delay time.Duration, cause error) {
 	s := in.srv
 	in.attemptFailed(cause)
 	mark := 1 + s.stderrMark()
-	d := map[string]any{"attempt": attempt, "delayMs": delay.Milliseconds()}
+	d := event.RestartingDetails{Attempt: attempt, DelayMs: delay.Milliseconds()}
 	if cause != nil {
-		d["error"] = s.Config().RedactText(cause.Error())
+		d.Error = s.Config().RedactText(cause.Error())
 	}
 	in.do(func(st *instState) (fx effects) {
 		st.attempt = mark
 		st.restartAt = time.Now().Add(delay).UnixNano()
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Restarting, Details: d})
+		fx.emit(NewEvent(s.Name(), in.key, d))
 		return
 	})
 }
@@ -398,7 +398,7 @@ func (in *instance) restarted() {
 		st.attempt = 0
 		at, st.restartAt = st.restartAt, 0
 		fx.catchUp = true
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Restarted, Details: map[string]any{"pid": st.pid()}})
+		fx.emit(NewEvent(s.Name(), in.key, event.RestartedDetails{PID: st.pid()}))
 		fx.refresh = in.key == ""
 		return
 	})
@@ -414,7 +414,7 @@ func (in *instance) failed(err error) {
 	in.attemptFailed(err)
 	in.do(func(st *instState) (fx effects) {
 		st.lastErr = err
-		fx.emit(Event{Server: s.Name(), Session: in.key, Type: event.Failed, Details: map[string]any{"error": s.Config().RedactText(err.Error())}})
+		fx.emit(NewEvent(s.Name(), in.key, event.FailedDetails{Error: s.Config().RedactText(err.Error())}))
 		return
 	})
 }
@@ -527,36 +527,16 @@ func (in *instance) disconnected(err error) {
 		return
 	}
 	e := in.servingExit(err, pid)
-	d := map[string]any{"error": e.Error, "stage": e.Stage}
-	if pid != 0 {
-		d["pid"] = pid
-	}
-	if e.Code != nil {
-		d["code"] = *e.Code
-	}
-	if e.Signal != "" {
-		d["signal"] = e.Signal
-	}
-	if e.Kind != "" {
-		d["kind"] = e.Kind // "oom": its memory limit killed it
-	}
-	if e.OOMKills > 0 {
-		d["oomKills"] = e.OOMKills
-		if l := in.srv.Config().Limits; l != nil && l.Memory > 0 {
-			d["memoryLimitBytes"] = l.Memory
-		}
-	}
-	if e.PIDsLimitHits > 0 {
-		d["pidsLimitHits"] = e.PIDsLimitHits
+	d := event.ExitedDetails{Error: e.Error, Stage: e.Stage, PID: pid, Code: e.Code, Signal: e.Signal,
+		ExitKind: e.Kind, OOMKills: e.OOMKills, PIDsLimitHits: e.PIDsLimitHits, Stderr: e.Stderr}
+	if l := in.srv.Config().Limits; e.OOMKills > 0 && l != nil {
+		d.MemoryLimitBytes = l.Memory
 	}
 	var ee *backend.ExitError
-	if errors.As(err, &ee) && ee.Status.Stage != "" {
-		d["stopStep"] = ee.Status.Stage
+	if errors.As(err, &ee) {
+		d.StopStep = ee.Status.Stage
 	}
-	if len(e.Stderr) > 0 {
-		d["stderr"] = e.Stderr
-	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Exited, Details: d})
+	in.srv.f.emit(NewEvent(in.srv.Name(), in.key, d))
 }
 
 // root is the process tree of the instance's live connection, if it has
@@ -817,7 +797,7 @@ func (in *instance) idleCheck() {
 			return
 		}
 		if measured && mem > maxIdle && !pinned && in.liveLocked() == conn && st.inflight == 0 && st.requests == requests {
-			in.sleepLocked(st, &fx, now, "", map[string]any{"reason": "maxIdleMemory", "memoryBytes": mem, "maxIdleMemoryBytes": maxIdle})
+			in.sleepLocked(st, &fx, now, "", &event.DormantDetails{Reason: "maxIdleMemory", MemoryBytes: mem, MaxIdleMemoryBytes: maxIdle})
 			return
 		}
 		if st.inflight == 0 {
@@ -847,7 +827,7 @@ type dormantStop struct {
 	cfg     *config.Server
 	sup     *lifecycle.Supervisor
 	done    chan struct{}
-	details map[string]any // of the dormant event
+	details event.DormantDetails
 }
 
 // sleepLocked begins a dormant stop, within a change: the instance is
@@ -856,17 +836,15 @@ type dormantStop struct {
 // set, names who asked for the sleep in the dormant event ("operator");
 // idleness asks for none. why, if set, adds to the event's details why it
 // sleeps early (maxIdleMemory).
-func (in *instance) sleepLocked(st *instState, fx *effects, now time.Time, by string, why map[string]any) <-chan struct{} {
+func (in *instance) sleepLocked(st *instState, fx *effects, now time.Time, by string, why *event.DormantDetails) <-chan struct{} {
 	st.phase = phaseSleeping
 	done := make(chan struct{})
 	st.sleepDone = done
-	d := map[string]any{"pid": pidOf(in.liveLocked()), "idleSeconds": now.Sub(st.lastActivity).Seconds(), "lastActivity": st.lastActivity}
-	if by != "" {
-		d["by"] = by
+	var d event.DormantDetails
+	if why != nil {
+		d = *why
 	}
-	for k, v := range why {
-		d[k] = v
-	}
+	d.PID, d.IdleSeconds, d.LastActivity, d.By = pidOf(in.liveLocked()), now.Sub(st.lastActivity).Seconds(), st.lastActivity, by
 	fx.sleep = &dormantStop{cfg: in.srv.Config(), sup: st.sup, done: done, details: d}
 	return done
 }
@@ -907,9 +885,9 @@ func (in *instance) stopDormant(job *dormantStop) {
 	}
 	close(job.done)
 	if err != nil {
-		job.details["error"] = err.Error()
+		job.details.Error = err.Error()
 	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Dormant, Details: job.details})
+	in.srv.f.emit(NewEvent(in.srv.Name(), in.key, job.details))
 }
 
 // isDormant reports whether the instance is dormant now.
@@ -1189,11 +1167,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen uint32, dormantFor ti
 		case se != nil:
 			err = se
 			st.lastErr = err
-			d := map[string]any{"error": se.Error(), "stage": se.Stage}
-			if len(se.Stderr) > 0 {
-				d["stderr"] = se.Stderr
-			}
-			fx.emit(Event{Server: name, Session: in.key, Type: event.Failed, Details: d})
+			fx.emit(NewEvent(name, in.key, event.FailedDetails{Error: se.Error(), Stage: se.Stage, Stderr: se.Stderr}))
 		default:
 			in.startedLocked(st, &fx, was, look, took, dormantFor)
 		}
@@ -1246,13 +1220,11 @@ func (in *instance) startedLocked(st *instState, fx *effects, was phase, look bo
 		}
 	}
 	pid := pidOf(in.liveLocked())
-	details := map[string]any{"pid": pid, "startMs": took.Milliseconds()}
-	typ := event.Started
+	var d event.Details = event.StartedDetails{PID: pid, StartMs: took.Milliseconds()}
 	if was == phaseDormant {
-		typ = event.Respawned
-		details = map[string]any{"pid": pid, "dormantSeconds": dormantFor.Seconds(), "respawnMs": float64(took.Microseconds()) / 1000}
+		d = event.RespawnedDetails{PID: pid, DormantSeconds: dormantFor.Seconds(), RespawnMs: float64(took.Microseconds()) / 1000}
 	}
-	fx.emit(Event{Server: in.srv.Name(), Session: in.key, Type: typ, Details: details})
+	fx.emit(NewEvent(in.srv.Name(), in.key, d))
 	fx.catchUp = true
 }
 
@@ -1265,11 +1237,11 @@ func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor, pid
 	serr := sup.Stop(sctx)
 	cancel()
 	close(ch)
-	d := map[string]any{"pid": pid, "reason": "stopped while it started"}
+	d := event.StoppedDetails{PID: pid, Reason: "stopped while it started"}
 	if serr != nil {
-		d["error"] = serr.Error()
+		d.Error = serr.Error()
 	}
-	in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Stopped, Details: d})
+	in.srv.f.emit(NewEvent(in.srv.Name(), in.key, d))
 }
 
 // waitGone waits until the supervisor has let go of a dead connection.
@@ -1373,17 +1345,12 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 		err = sup.Stop(ctx)
 	}
 	if running {
-		d := map[string]any{"stopMs": float64(time.Since(t0).Microseconds()) / 1000}
-		if reason != "" {
-			d["reason"] = reason
-		}
-		if pid != 0 {
-			d["pid"] = pid
-		}
+		stopMs := float64(time.Since(t0).Microseconds()) / 1000
+		d := event.StoppedDetails{StopMs: &stopMs, Reason: reason, PID: pid}
 		if err != nil {
-			d["error"] = err.Error()
+			d.Error = err.Error()
 		}
-		in.srv.f.emit(Event{Server: in.srv.Name(), Session: in.key, Type: event.Stopped, Details: d})
+		in.srv.f.emit(NewEvent(in.srv.Name(), in.key, d))
 	}
 	return err
 }

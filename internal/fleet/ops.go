@@ -276,7 +276,7 @@ func (s *Server) Stop(ctx context.Context) (Drained, error) {
 	old := s.takeOut("stopped by the operator")
 	s.opMu.Unlock()
 	return awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
-		s.f.emit(Event{Server: s.Name(), Type: event.OperatorStop, Details: d.details()})
+		s.f.emit(NewEvent(s.Name(), "", event.OperatorStopDetails{Drain: d.drain()}))
 	}))
 }
 
@@ -352,7 +352,7 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	old := s.takeOut("restarted by the operator")
 	s.opMu.Unlock()
 	d, err := awaitDrain(ctx, s.drainAsync(old, func(_ context.Context, d Drained) {
-		s.f.emit(Event{Server: s.Name(), Type: event.OperatorRestart, Details: d.details()})
+		s.f.emit(NewEvent(s.Name(), "", event.OperatorRestartDetails{Drain: d.drain()}))
 	}))
 	if err != nil {
 		return d, err
@@ -365,13 +365,6 @@ func (s *Server) Restart(ctx context.Context) (Drained, error) {
 	return d, ctx.Err()
 }
 
-func (d Drained) details() map[string]any {
-	m := map[string]any{"instances": d.Stopped}
-	if d.Cut > 0 {
-		m["cut"] = d.Cut
-	}
-	if d.Error != "" {
-		m["error"] = d.Error
-	}
-	return m
+func (d Drained) drain() event.Drain {
+	return event.Drain{Instances: d.Stopped, Cut: d.Cut, Error: d.Error}
 }

@@ -291,9 +291,7 @@ func (f *Fleet) follow(w reloadWork, learn bool, gone chan struct{}) <-chan Drai
 // emitDrained reports how a reload's drain of s went, when it ended —
 // after the reload's caller may have stopped waiting (Drained.Pending).
 func (f *Fleet) emitDrained(s *Server, reason string, d Drained) {
-	det := d.details()
-	det["reason"] = reason
-	f.emit(Event{Server: s.Name(), Type: event.ReloadDrained, Details: det})
+	f.emit(NewEvent(s.Name(), "", event.ReloadDrainedDetails{Drain: d.drain(), Reason: reason}))
 }
 
 // updateInPlace makes the server's instances follow its new settings (the
