@@ -225,7 +225,7 @@ func TestFollowEventsMultiLineDataAndKeepAlives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var got []string
-	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(e admin.Entry) { got = append(got, e.ID+" "+e.Type) }); err != nil && err != io.EOF {
+	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(e admin.Entry) { got = append(got, e.ID+" "+string(e.Type)) }); err != nil && err != io.EOF {
 		t.Fatalf("followEvents: %v", err)
 	}
 	mu.Lock()

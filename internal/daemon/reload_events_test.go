@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -23,14 +23,14 @@ var updateEvents = flag.Bool("update-events", false, "write testdata/events from
 func TestReloadEventsJSON(t *testing.T) {
 	a := &app{log: slog.New(slog.NewTextHandler(io.Discard, nil)), events: admin.RestoreEventLog(10, nil)}
 	r := &reloader{a: a}
-	r.report(reloadReport{Trigger: "api", Error: "the new configuration has errors", Problems: []reloadProblem{{Path: "servers.a.command", Line: 3, Column: 7, Message: "required"}}})
-	r.report(reloadReport{Trigger: "signal", Error: "cannot read the file"})
-	r.report(reloadReport{Trigger: "watch", Applied: true, Result: &fleet.ReloadResult{
+	r.report(admin.ReloadReport{Trigger: "api", Error: "the new configuration has errors", Problems: []admin.ReloadProblem{{Path: "servers.a.command", Line: 3, Column: 7, Message: "required"}}})
+	r.report(admin.ReloadReport{Trigger: "signal", Error: "cannot read the file"})
+	r.report(admin.ReloadReport{Trigger: "watch", Applied: true, Result: &fleet.ReloadResult{
 		Servers:      []fleet.ServerResult{{ServerChange: config.ServerChange{Name: "a", Action: config.ActionUnchanged}}, {ServerChange: config.ServerChange{Name: "b", Action: config.ActionAdded}}},
 		NeedsRestart: []string{"admin.listen"},
 		TookMs:       1.5,
 	}})
-	r.report(reloadReport{Trigger: "api", Applied: true, Result: &fleet.ReloadResult{TookMs: 2}})
+	r.report(admin.ReloadReport{Trigger: "api", Applied: true, Result: &fleet.ReloadResult{TookMs: 2}})
 	got := map[string][]string{}
 	for i, e := range a.events.Events() {
 		e.ID = "EPOCH-" + string(rune('1'+i))
