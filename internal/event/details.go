@@ -66,14 +66,14 @@ type RestartedDetails struct {
 // FailedDetails: a start failed, or the restart policy gave up.
 type FailedDetails struct {
 	Error  string   `json:"error"`
-	Stage  string   `json:"stage,omitempty"` // a start's: where it failed
+	Stage  *string  `json:"stage,omitempty"` // a start's: where it failed (empty too); nil: the policy gave up
 	Stderr []string `json:"stderr,omitempty"`
 }
 
 // StoppedDetails: a running instance stopped by mcpvisor (shutdown, its
 // session ended, a stop that raced its start).
 type StoppedDetails struct {
-	PID    int      `json:"pid,omitempty"`
+	PID    *int     `json:"pid,omitempty"` // nil: no process was running (0 is said: a stop that raced its start)
 	Reason string   `json:"reason,omitempty"`
 	StopMs *float64 `json:"stopMs,omitempty"`
 	Error  string   `json:"error,omitempty"`

@@ -1167,7 +1167,7 @@ func (in *instance) start(ch chan struct{}, was phase, gen uint32, dormantFor ti
 		case se != nil:
 			err = se
 			st.lastErr = err
-			fx.emit(NewEvent(name, in.key, event.FailedDetails{Error: se.Error(), Stage: se.Stage, Stderr: se.Stderr}))
+			fx.emit(NewEvent(name, in.key, event.FailedDetails{Error: se.Error(), Stage: &se.Stage, Stderr: se.Stderr}))
 		default:
 			in.startedLocked(st, &fx, was, look, took, dormantFor)
 		}
@@ -1237,7 +1237,7 @@ func (in *instance) stopStarted(ch chan struct{}, sup *lifecycle.Supervisor, pid
 	serr := sup.Stop(sctx)
 	cancel()
 	close(ch)
-	d := event.StoppedDetails{PID: pid, Reason: "stopped while it started"}
+	d := event.StoppedDetails{PID: &pid, Reason: "stopped while it started"}
 	if serr != nil {
 		d.Error = serr.Error()
 	}
@@ -1346,7 +1346,10 @@ func (in *instance) closeFor(ctx context.Context, reason string) error {
 	}
 	if running {
 		stopMs := float64(time.Since(t0).Microseconds()) / 1000
-		d := event.StoppedDetails{StopMs: &stopMs, Reason: reason, PID: pid}
+		d := event.StoppedDetails{StopMs: &stopMs, Reason: reason}
+		if pid != 0 {
+			d.PID = &pid
+		}
 		if err != nil {
 			d.Error = err.Error()
 		}
