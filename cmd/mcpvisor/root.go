@@ -1,8 +1,11 @@
 package main
 
 import (
-	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/cli/clients"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
 // usageError is a mistake in the command line.
@@ -16,7 +19,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), newImportCmd(), newInstallClientCmd(), newUninstallClientCmd(), newServiceCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
 	usageArgs(root)
 	return root
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/service"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
@@ -77,7 +78,7 @@ mcpvisor service uninstall stops the service and removes its definition.`,
 // serviceSpec is the service of this binary serving configFile ("" for
 // the user's default config), the config validated first.
 func serviceSpec(configFile, stateDir string) (service.Spec, error) {
-	exe, err := mcpvisorExecutable()
+	exe, err := cmdutil.Executable()
 	if err != nil {
 		return service.Spec{}, usageError{Err: err}
 	}

@@ -1,4 +1,4 @@
-package main
+package cmdutil
 
 import (
 	"os"
@@ -16,8 +16,8 @@ func TestGoRunBuildRefused(t *testing.T) {
 		filepath.Join(tmp, "mcpvisor-test", "mcpvisor"):              false,
 		"/usr/local/bin/mcpvisor":                                    false,
 	} {
-		if got := isGoRunBuild(path); got != want {
-			t.Errorf("isGoRunBuild(%s) = %v, want %v", path, got, want)
+		if got := IsGoRunBuild(path); got != want {
+			t.Errorf("IsGoRunBuild(%s) = %v, want %v", path, got, want)
 		}
 	}
 	self, err := os.Executable()
@@ -25,9 +25,9 @@ func TestGoRunBuildRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	resolved, _ := filepath.EvalSymlinks(self)
-	_, err = mcpvisorExecutable()
-	if isGoRunBuild(resolved) != (err != nil) {
-		t.Fatalf("this test binary at %s: mcpvisorExecutable error %v", resolved, err)
+	_, err = Executable()
+	if IsGoRunBuild(resolved) != (err != nil) {
+		t.Fatalf("this test binary at %s: Executable error %v", resolved, err)
 	}
 	if err != nil && !strings.Contains(err.Error(), "`go run` build") {
 		t.Errorf("the refusal does not say why: %v", err)

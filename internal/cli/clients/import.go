@@ -1,4 +1,4 @@
-package main
+package clients
 
 import (
 	"bytes"
@@ -14,16 +14,28 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
-func newImportCmd() *cobra.Command {
-	var (
-		file   string
-		dryRun bool
-	)
+// ImportOptions are import's.
+type ImportOptions struct {
+	IO cmdutil.IOStreams
+	// Sources are the clients and files named (arguments; none: every
+	// client found).
+	Sources []string
+	// Config is mcpvisor's config ("": the user's).
+	Config string
+	DryRun bool
+}
+
+// NewCmdImport is import: its flags fill an ImportOptions, run by runF
+// (nil: RunImport).
+func NewCmdImport(streams cmdutil.IOStreams, runF func(*ImportOptions) error) *cobra.Command {
+	o := &ImportOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "import [CLIENT|FILE...] [--dry-run] [--config FILE]",
 		Short: "Add the MCP servers of desktop clients to mcpvisor's config",
@@ -58,44 +70,55 @@ diff and writes nothing.
 
 ` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if file == "" {
-				file = userdirs.DefaultConfigFile()
+		RunE: func(_ *cobra.Command, args []string) error {
+			o.Sources = args
+			if runF != nil {
+				return runF(o)
 			}
-			sources, err := importSources(args, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			old, err := os.ReadFile(file)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			exists := err == nil
-			out, err := importInto(old, file, sources, cmd.OutOrStdout())
-			if err != nil {
-				return err
-			}
-			if bytes.Equal(out, old) && exists {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: nothing to add\n", file)
-				return nil
-			}
-			if dryRun {
-				fmt.Fprint(cmd.OutOrStdout(), clientcfg.DiffRedacted(old, out, clientcfg.FormatMCPServers, file, file+" (imported)"))
-				return nil
-			}
-			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-				return err
-			}
-			if err := clientcfg.ReplaceFile(file, out, 0o600, old, exists); err != nil {
-				return fmt.Errorf("writing %s: %w", file, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: written\n", file)
-			return nil
+			return RunImport(o)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "config", "c", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the change as a unified diff; write nothing")
+	cmd.Flags().StringVarP(&o.Config, "config", "c", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
 	return cmd
+}
+
+// RunImport adds the named clients' (or files') servers to mcpvisor's
+// config, leaving every other byte of it as it was.
+func RunImport(o *ImportOptions) error {
+	out, file := o.IO.Out, o.Config
+	if file == "" {
+		file = userdirs.DefaultConfigFile()
+	}
+	sources, err := importSources(o.Sources, o.IO.ErrOut)
+	if err != nil {
+		return err
+	}
+	old, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	exists := err == nil
+	merged, err := importInto(old, file, sources, out)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(merged, old) && exists {
+		fmt.Fprintf(out, "%s: nothing to add\n", file)
+		return nil
+	}
+	if o.DryRun {
+		fmt.Fprint(out, clientcfg.DiffRedacted(old, merged, clientcfg.FormatMCPServers, file, file+" (imported)"))
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	if err := clientcfg.ReplaceFile(file, merged, 0o600, old, exists); err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	fmt.Fprintf(out, "%s: written\n", file)
+	return nil
 }
 
 // importSource is one client file to import.
@@ -165,7 +188,7 @@ func importSources(args []string, warn io.Writer) ([]importSource, error) {
 		data, err := os.ReadFile(a)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(a, `/\.`) {
-				return nil, usageError{Err: fmt.Errorf("%q is neither a client (%s) nor a file", a, strings.Join(clientcfg.Names(), ", "))}
+				return nil, shutdown.UsageError{Err: fmt.Errorf("%q is neither a client (%s) nor a file", a, strings.Join(clientcfg.Names(), ", "))}
 			}
 			return nil, err
 		}

@@ -1,0 +1,70 @@
+// Package cmdutil is what mcpvisor's commands share: the streams they
+// read and write, and the executable a client or a service is to launch.
+package cmdutil
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// IOStreams are a command's input and outputs: the process's own, or a
+// test's buffers.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// System are the process's standard streams.
+func System() IOStreams { return IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr} }
+
+// Executable is the path a client is to launch: the running
+// executable as the user named it (a symlink kept), absolute. A `go run`
+// build, which is deleted when it exits, is refused.
+func Executable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if arg := os.Args[0]; arg != "" {
+		p := arg
+		if !strings.ContainsRune(arg, filepath.Separator) {
+			p, _ = exec.LookPath(arg)
+		}
+		if p != "" {
+			if abs, err := filepath.Abs(p); err == nil {
+				a, errA := os.Stat(abs)
+				b, errB := os.Stat(exe)
+				if errA == nil && errB == nil && os.SameFile(a, b) {
+					exe = abs
+				}
+			}
+		}
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil && IsGoRunBuild(resolved) {
+		return "", fmt.Errorf("this mcpvisor is a temporary `go run` build (%s), deleted when it exits: install mcpvisor (go install, make build, or a release) and run %s with it", resolved, strings.Join(os.Args[1:min(len(os.Args), 3)], " "))
+	}
+	return exe, nil
+}
+
+// IsGoRunBuild reports whether an executable is one `go run` (or `go
+// test`) built in its work directory, go-build… under GOTMPDIR or the
+// system temp dir, which is deleted when the command ends.
+func IsGoRunBuild(path string) bool {
+	for _, tmp := range []string{os.Getenv("GOTMPDIR"), os.TempDir()} {
+		if tmp == "" {
+			continue
+		}
+		if t, err := filepath.EvalSymlinks(tmp); err == nil {
+			tmp = t
+		}
+		if rel, err := filepath.Rel(tmp, path); err == nil && strings.HasPrefix(rel, "go-build") {
+			return true
+		}
+	}
+	return false
+}
