@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,16 +15,6 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
-
-// act sends an action to the API, bounded by timeout (passed on as the
-// action's own ?timeout=, with a margin for the answer), and returns the
-// answer's status and body, whatever the status: an action's refusal has
-// a body that says why.
-func (c *apiClient) act(ctx context.Context, path string, timeout time.Duration) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout+apiTimeout)
-	defer cancel()
-	return c.postAPI(ctx, path+"?timeout="+url.QueryEscape(timeout.String()), nil)
-}
 
 // millis is a duration the API gives in milliseconds, to print.
 func millis(ms float64) time.Duration {
@@ -46,7 +35,7 @@ func newActionCmd(action, short, long string) *cobra.Command {
 			if timeout <= 0 {
 				return usageError{Err: errors.New("--timeout must be positive")}
 			}
-			code, body, err := api.act(cmd.Context(), "/api/servers/"+url.PathEscape(args[0])+"/"+action, timeout)
+			code, body, err := api.Act(cmd.Context(), "/api/servers/"+url.PathEscape(args[0])+"/"+action, timeout)
 			if err != nil {
 				return err
 			}
@@ -140,7 +129,7 @@ func newReloadCmd() *cobra.Command {
 			if timeout <= 0 {
 				return usageError{Err: errors.New("--timeout must be positive")}
 			}
-			code, body, err := api.act(cmd.Context(), "/api/reload", timeout)
+			code, body, err := api.Act(cmd.Context(), "/api/reload", timeout)
 			if err != nil {
 				return err
 			}

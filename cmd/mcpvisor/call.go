@@ -249,7 +249,7 @@ func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessa
 		}
 	}
 	var t admin.Tools
-	if s.api.getJSON(ctx, "/api/servers/"+url.PathEscape(s.server)+"/tools", &t) == nil && slices.Contains(t.Held, tool) {
+	if s.api.GetJSON(ctx, "/api/servers/"+url.PathEscape(s.server)+"/tools", &t) == nil && slices.Contains(t.Held, tool) {
 		return nil, fmt.Errorf("tool %s of server %s is held back: its definition is new or changed since it was approved (pinned); review it with `mcpvisor tools diff %s` and approve it with `mcpvisor tools approve %s %s`", tool, s.server, s.server, s.server, tool)
 	}
 	return nil, fmt.Errorf("server %s has no tool %q (mcpvisor tools %s lists them)", s.server, tool, s.server)
@@ -260,7 +260,7 @@ func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessa
 func (s *cliSession) close(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if resp, err := s.api.do(ctx, http.MethodDelete, s.endpoint, s.hdr, nil); err == nil {
+	if resp, err := s.api.Do(ctx, http.MethodDelete, s.endpoint, s.hdr, nil); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -303,7 +303,7 @@ func (c *apiClient) post(ctx context.Context, path string, hdr http.Header, body
 	h := hdr.Clone()
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
-	return c.do(ctx, http.MethodPost, path, h, body)
+	return c.Do(ctx, http.MethodPost, path, h, body)
 }
 
 // rpc posts one JSON-RPC message to path and returns the response to it
@@ -317,7 +317,7 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusAccepted {
 		if m, err := rpc.Decode(body); err == nil && m.IsRequest() {
-			return nil, nil, fmt.Errorf("%s%s: %s was accepted with no response", c.addr, path, m.Method)
+			return nil, nil, fmt.Errorf("%s%s: %s was accepted with no response", c.Addr, path, m.Method)
 		}
 		return nil, resp.Header, nil
 	}
@@ -335,7 +335,7 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 				break
 			}
 			if err != nil {
-				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
 			}
 			if ev.Type != "message" {
 				continue
@@ -352,11 +352,11 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 				c.refuse(ctx, path, hdr, m)
 			}
 		}
-		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.addr, path)
+		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.Addr, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.addr, err)
+		return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
 	}
 	m, err := rpc.Decode(b)
 	if err == nil && m.IsResponse() && m.Error != nil && resp.StatusCode == http.StatusNotFound {
@@ -364,9 +364,9 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 	}
 	if err != nil || !m.IsResponse() {
 		if resp.StatusCode == http.StatusNotFound {
-			return nil, nil, fmt.Errorf("%s%s: %s", c.addr, path, strings.TrimSpace(string(b)))
+			return nil, nil, fmt.Errorf("%s%s: %s", c.Addr, path, strings.TrimSpace(string(b)))
 		}
-		return nil, nil, fmt.Errorf("%s%s: %s: %.300s", c.addr, path, resp.Status, bytes.TrimSpace(b))
+		return nil, nil, fmt.Errorf("%s%s: %s: %.300s", c.Addr, path, resp.Status, bytes.TrimSpace(b))
 	}
 	return m, resp.Header, nil
 }

@@ -54,7 +54,7 @@ func newEventsCmd() *cobra.Command {
 			}
 			if !follow {
 				var body struct{ Events []admin.Entry }
-				if err := api.getJSON(cmd.Context(), "/api/events", &body); err != nil {
+				if err := api.GetJSON(cmd.Context(), "/api/events", &body); err != nil {
 					return err
 				}
 				for _, e := range body.Events {
@@ -119,14 +119,14 @@ func followOnce(ctx context.Context, api *apiClient, path string, last *string, 
 	defer cancel(nil)
 	// The same bound covers the connect and the headers: a serve that
 	// takes the connection and never answers is given up on.
-	errQuiet := fmt.Errorf("no word from %s for %v", api.addr, eventsQuiet)
+	errQuiet := fmt.Errorf("no word from %s for %v", api.Addr, eventsQuiet)
 	quiet := time.AfterFunc(eventsQuiet, func() { cancel(errQuiet) })
 	defer quiet.Stop()
 	hdr := http.Header{"Accept": {"text/event-stream"}}
 	if *last != "" {
 		hdr.Set("Last-Event-ID", *last)
 	}
-	resp, err := api.do(ctx, http.MethodGet, path, hdr, nil)
+	resp, err := api.Do(ctx, http.MethodGet, path, hdr, nil)
 	if err != nil {
 		if context.Cause(ctx) == context.Canceled {
 			return false, nil // interrupted

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -131,7 +132,7 @@ func TestFollowEventsResumes(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	api := &apiClient{addr: srv.URL}
+	api := &apiClient{adminclient.Client{Addr: srv.URL}}
 	var got []string
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -162,7 +163,7 @@ func TestFollowEventsConnectBounded(t *testing.T) {
 	defer close(release)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	err := followEvents(ctx, &apiClient{addr: srv.URL}, func(admin.Entry) { t.Error("an event from nowhere") })
+	err := followEvents(ctx, &apiClient{adminclient.Client{Addr: srv.URL}}, func(admin.Entry) { t.Error("an event from nowhere") })
 	if err == nil || !strings.Contains(err.Error(), "no word from") || ctx.Err() != nil {
 		t.Fatalf("followEvents against a silent serve: %v (test context: %v)", err, ctx.Err())
 	}
@@ -184,7 +185,7 @@ func TestFollowEventsLagIsPaced(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background()) // an interrupt, 500 ms in
 	defer time.AfterFunc(500*time.Millisecond, cancel).Stop()
-	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(admin.Entry) {}); err != nil {
+	if err := followEvents(ctx, &apiClient{adminclient.Client{Addr: srv.URL}}, func(admin.Entry) {}); err != nil {
 		t.Fatalf("followEvents: %v", err)
 	}
 	mu.Lock()
@@ -225,7 +226,7 @@ func TestFollowEventsMultiLineDataAndKeepAlives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var got []string
-	if err := followEvents(ctx, &apiClient{addr: srv.URL}, func(e admin.Entry) { got = append(got, e.ID+" "+string(e.Type)) }); err != nil && err != io.EOF {
+	if err := followEvents(ctx, &apiClient{adminclient.Client{Addr: srv.URL}}, func(e admin.Entry) { got = append(got, e.ID+" "+string(e.Type)) }); err != nil && err != io.EOF {
 		t.Fatalf("followEvents: %v", err)
 	}
 	mu.Lock()

@@ -49,7 +49,7 @@ func newLogsCmd() *cobra.Command {
 			path := "/api/servers/" + url.PathEscape(args[0]) + "/logs"
 			if !follow {
 				var l admin.Logs
-				if err := api.getJSON(cmd.Context(), path+"?"+q.Encode(), &l); err != nil {
+				if err := api.GetJSON(cmd.Context(), path+"?"+q.Encode(), &l); err != nil {
 					return err
 				}
 				p.dropped(l.Dropped)

@@ -40,7 +40,7 @@ func newRefreshCmd() *cobra.Command {
 			names := args
 			if len(names) == 0 {
 				var st admin.Servers
-				if err := api.getJSON(ctx, "/api/servers", &st); err != nil {
+				if err := api.GetJSON(ctx, "/api/servers", &st); err != nil {
 					return err
 				}
 				for _, s := range st.Servers {
@@ -99,7 +99,7 @@ const asWrittenSetting = `"launch": "as-written"`
 
 // refresh asks serve to refresh one server's launcher.
 func refresh(ctx context.Context, api *apiClient, name string, timeout time.Duration) (admin.ActionResult, []byte, error) {
-	code, body, err := api.act(ctx, "/api/servers/"+url.PathEscape(name)+"/refresh", timeout)
+	code, body, err := api.Act(ctx, "/api/servers/"+url.PathEscape(name)+"/refresh", timeout)
 	if err != nil {
 		return admin.ActionResult{}, nil, err
 	}

@@ -31,7 +31,7 @@ func newToolsCmd() *cobra.Command {
 			names := args
 			if len(names) == 0 {
 				var st admin.Servers
-				if err := api.getJSON(cmd.Context(), "/api/servers", &st); err != nil {
+				if err := api.GetJSON(cmd.Context(), "/api/servers", &st); err != nil {
 					return err
 				}
 				for _, s := range st.Servers {
@@ -63,7 +63,7 @@ func fetchTools(ctx context.Context, api *apiClient, names []string) ([]admin.To
 	all := make([]admin.Tools, 0, len(names))
 	for _, name := range names {
 		var t admin.Tools
-		if err := api.getJSON(ctx, "/api/servers/"+url.PathEscape(name)+"/tools", &t); err != nil {
+		if err := api.GetJSON(ctx, "/api/servers/"+url.PathEscape(name)+"/tools", &t); err != nil {
 			return nil, err
 		}
 		all = append(all, t)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 )
@@ -103,7 +104,7 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 		return fmt.Errorf("name the tools to approve as `mcpvisor tools diff %s` prints them (TOOL@FINGERPRINT: the definition you reviewed), or pass --all to approve every tool pending now", name)
 	}
 	var diff admin.DefinitionsDiff
-	if err := api.getJSON(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/diff", &diff); err != nil {
+	if err := api.GetJSON(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/diff", &diff); err != nil {
 		return err
 	}
 	var pendingNames []string
@@ -159,9 +160,9 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 		req.Fingerprints[t] = fp
 	}
 	body, _ := json.Marshal(req)
-	actx, cancel := context.WithTimeout(ctx, apiTimeout)
+	actx, cancel := context.WithTimeout(ctx, adminclient.Timeout)
 	defer cancel()
-	code, b, err := api.postAPI(actx, "/api/servers/"+url.PathEscape(name)+"/approve", body)
+	code, b, err := api.Post(actx, "/api/servers/"+url.PathEscape(name)+"/approve", body)
 	if err != nil {
 		return err
 	}
@@ -400,9 +401,9 @@ func newToolsAcceptLostCmd() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			ctx, cancel := context.WithTimeout(cmd.Context(), apiTimeout)
+			ctx, cancel := context.WithTimeout(cmd.Context(), adminclient.Timeout)
 			defer cancel()
-			code, b, err := api.postAPI(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil)
+			code, b, err := api.Post(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil)
 			if err != nil {
 				return err
 			}

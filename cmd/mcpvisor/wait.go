@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
@@ -38,17 +39,17 @@ func newWaitCmd() *cobra.Command {
 			var last error
 			for {
 				var st admin.Servers
-				err := api.getJSON(ctx, "/api/servers", &st)
+				err := api.GetJSON(ctx, "/api/servers", &st)
 				if err != nil && ctx.Err() != nil {
 					// Cut by the timeout: the attempt before says why it
 					// is not ready, if there was one.
 					if last != nil {
 						err = last
 					} else {
-						err = fmt.Errorf("is mcpvisor serve running at %s? it did not answer: %w", api.addr, err)
+						err = fmt.Errorf("is mcpvisor serve running at %s? it did not answer: %w", api.Addr, err)
 					}
 				}
-				if se := (*apiStatusError)(nil); errors.As(err, &se) && (se.code == http.StatusUnauthorized || se.code == http.StatusForbidden) {
+				if se := (*adminclient.StatusError)(nil); errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
 					return err // waiting will not mend a refusal
 				}
 				if err == nil {

@@ -1,0 +1,147 @@
+// Package adminclient is the client of mcpvisor serve's admin API (/api,
+// /metrics), beside the API's types in package admin: the address and
+// bearer token to reach it, bounded requests, and the API's errors in
+// words.
+package adminclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Client reaches the admin API of a running mcpvisor serve: its address
+// and bearer token (TokenFile's, else $MCPVISOR_TOKEN's). Its methods are
+// safe to call concurrently.
+type Client struct {
+	Addr, TokenFile string
+}
+
+// Timeout bounds one request to the API.
+const Timeout = 10 * time.Second
+
+// Get fetches path and returns the body of a 200 answer. Anything else is
+// an error that says what happened in words: nothing answering at the
+// address, or the API's own error message (a 404's "no server named …").
+func (c *Client) Get(ctx context.Context, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	resp, err := c.Do(ctx, http.MethodGet, path, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, AnswerError(resp.StatusCode, body)
+	}
+	return body, nil
+}
+
+// AnswerError is the error of an answer other than 200 whose body is
+// body: the API's own message if it gave one in JSON ({"error": …}),
+// else the status and the body.
+func AnswerError(code int, body []byte) error {
+	var e struct{ Error string }
+	msg := fmt.Sprintf("%d %s: %s", code, http.StatusText(code), strings.TrimSpace(string(body)))
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	return &StatusError{Code: code, msg: msg}
+}
+
+// StatusError is an answer of the API other than 200.
+type StatusError struct {
+	Code int // the HTTP status
+	msg  string
+}
+
+func (e *StatusError) Error() string { return e.msg }
+
+// Do sends one request to path of the serve at c.Addr, with the bearer
+// token and hdr; ctx bounds it. Nothing answering is an error that asks
+// whether serve runs there.
+func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*http.Response, error) {
+	token := os.Getenv("MCPVISOR_TOKEN")
+	if c.TokenFile != "" {
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	base := c.Addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if hdr != nil {
+		req.Header = hdr.Clone()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s%s: %w", method, c.Addr, path, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("is mcpvisor serve running at %s? %w", c.Addr, err)
+	}
+	return resp, nil
+}
+
+// Post sends a POST of body (JSON; nil for none) to path, within ctx, and
+// returns the answer's status and body, whatever the status: a refusal
+// has a body that says why.
+func (c *Client) Post(ctx context.Context, path string, body []byte) (int, []byte, error) {
+	var hdr http.Header
+	if body != nil {
+		hdr = http.Header{"Content-Type": {"application/json"}}
+	}
+	resp, err := c.Do(ctx, http.MethodPost, path, hdr, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// GetJSON is Get, the body decoded into v.
+func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
+	body, err := c.Get(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("unexpected answer from %s%s: %w", c.Addr, path, err)
+	}
+	return nil
+}
+
+// Act sends an action to the API, bounded by timeout (passed on as the
+// action's own ?timeout=, with a margin for the answer), and returns the
+// answer's status and body, whatever the status: an action's refusal has
+// a body that says why.
+func (c *Client) Act(ctx context.Context, path string, timeout time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout+Timeout)
+	defer cancel()
+	return c.Post(ctx, path+"?timeout="+url.QueryEscape(timeout.String()), nil)
+}
