@@ -71,7 +71,7 @@ func TestFlagsReachTheOptions(t *testing.T) {
 // of the test's) with two servers, and mcpvisor's config holding them.
 type installFixture struct {
 	client, config, state string
-	original             []byte
+	original              []byte
 }
 
 func newInstallFixture(t *testing.T) *installFixture {
