@@ -17,8 +17,8 @@ prod=$("$deadcode" ./...)
 all=$("$deadcode" -test ./...)
 findings=$(
   {
-    grep -Ev "$testsupport|$public" <<<"$prod" || true
-    grep -Ev "$testsupport" <<<"$all" || true
+    grep -Ev "$testsupport|$public" <<<"$prod" || [ $? -eq 1 ] # 1: no line left; 2: grep failed
+    grep -Ev "$testsupport" <<<"$all" || [ $? -eq 1 ]
   } | sed '/^$/d' | sort -u
 )
 if [ -n "$findings" ]; then

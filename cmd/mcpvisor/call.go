@@ -329,7 +329,7 @@ func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body 
 		for {
 			ev, err := r.Next()
 			if errors.Is(err, sse.ErrEventTooLarge) {
-				continue
+				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
 			}
 			if err == io.EOF {
 				break

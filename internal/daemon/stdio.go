@@ -38,12 +38,12 @@ type StdioOptions struct {
 func Stdio(ctx context.Context, o StdioOptions) (err error) {
 	log := o.Log
 	// A client that is gone must not kill mcpvisor by SIGPIPE before it
-	// has stopped its servers: a write error ends the session instead.
-	// (Notify, not Ignore: an ignored signal would be inherited by the
-	// servers.)
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
+	// has stopped its servers, nor after, while it says why it exits: a
+	// write error ends the session instead. (Notify, not Ignore: an
+	// ignored signal would be inherited by the servers.) It is never
+	// stopped: the process ends soon after Stdio returns, writing to
+	// stderr on its way out.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	tr, err := newTracing(o.OTLPEndpoint, o.Version)
 	if err != nil {
 		return err

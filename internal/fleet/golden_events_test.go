@@ -129,9 +129,19 @@ func checkGoldenEvents() error {
 			errs = append(errs, fmt.Sprintf("event %s: %s: %v", typ, path, err))
 			continue
 		}
+		shapes, err := goldenShapes(want)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("event %s: %s: %v", typ, path, err))
+			continue
+		}
 		for _, s := range got {
 			if bad := unknownValues(s, allowed); len(bad) > 0 {
 				errs = append(errs, fmt.Sprintf("event %s: %s not as in %s:\n\t%s", typ, strings.Join(bad, ", "), path, s))
+			}
+			// A field can be lost as well as changed: the event's set of
+			// fields must be one a golden event of its kind has.
+			if f, err := fieldsOf(s); err == nil && !shapes[shapeOf(f)] {
+				errs = append(errs, fmt.Sprintf("event %s: its fields (%s) are those of no event in %s:\n\t%s", typ, shapeOf(f), path, s))
 			}
 		}
 	}
@@ -189,6 +199,29 @@ func goldenValues(lines []string) (fieldValues, error) {
 		}
 	}
 	return fv, nil
+}
+
+// shapeOf is the names of an event's fields, sorted, as one string.
+func shapeOf(f map[string]string) string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
+}
+
+// goldenShapes are the sets of fields the golden events have.
+func goldenShapes(lines []string) (map[string]bool, error) {
+	shapes := map[string]bool{}
+	for _, l := range lines {
+		f, err := fieldsOf(l)
+		if err != nil {
+			return nil, err
+		}
+		shapes[shapeOf(f)] = true
+	}
+	return shapes, nil
 }
 
 // unknownValues names line's fields whose value no golden event had.

@@ -49,14 +49,16 @@ type Reader struct {
 	maxEvent   int
 	maxLine    int
 
-	data     []byte
-	hasData  bool
-	tooLarge bool
-	typ      string
-	lastID   string
-	idSent   bool
-	retry    time.Duration
-	hasRetry bool
+	data      []byte
+	hasData   bool
+	tooLarge  bool
+	typ       string
+	lastID    string // as of the last blank line
+	idSent    bool
+	idBuf     string // the id field of the event being read
+	idPending bool   // idBuf was set since the last blank line
+	retry     time.Duration
+	hasRetry  bool
 }
 
 // NewReader reads events from r, each with at most maxEvent bytes of data
@@ -86,9 +88,11 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
-// LastID is the stream's last event ID: the value of the last id field
-// read, dispatched or not, and whether the stream has sent one (an empty
-// one clears the ID a resumption would send).
+// LastID is the stream's last event ID: the id field's value as of the
+// last blank line (an event dispatched, or one without data), and whether
+// the stream has set one (an empty one clears the ID a resumption would
+// send). An id in an event the stream broke inside is not taken: that
+// event was never received.
 func (r *Reader) LastID() (id string, sent bool) { return r.lastID, r.idSent }
 
 // Retry is the reconnection time the stream asked for, if it did.
@@ -97,6 +101,9 @@ func (r *Reader) Retry() (time.Duration, bool) { return r.retry, r.hasRetry }
 // dispatch ends the event being read at a blank line: ok reports an event
 // to return (one without data is not dispatched).
 func (r *Reader) dispatch() (ev Event, ok bool, err error) {
+	if r.idPending { // the standard sets the last event ID as each event ends
+		r.lastID, r.idSent, r.idPending = r.idBuf, true, false
+	}
 	hasData, tooLarge, typ := r.hasData, r.tooLarge, r.typ
 	r.hasData, r.tooLarge, r.typ = false, false, ""
 	if tooLarge {
@@ -142,7 +149,7 @@ func (r *Reader) field(line []byte) {
 		r.typ = string(value)
 	case "id":
 		if bytes.IndexByte(value, 0) < 0 {
-			r.lastID, r.idSent = string(value), true
+			r.idBuf, r.idPending = string(value), true
 		}
 	case "retry":
 		if ms, ok := digits(value); ok {

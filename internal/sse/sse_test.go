@@ -148,9 +148,10 @@ func TestLastIDWithoutEvent(t *testing.T) {
 	}
 }
 
-// Data is reused between events: an event's data is what was sent, read
-// after the next Next call too only if copied — checked here by reading
-// a long stream of distinct events in small pieces.
+// A long stream of distinct events, read in pieces that cut lines and
+// events anywhere, gives each event whole, with its own id and type: the
+// buffer's refills and moves lose or mix nothing. (Data is reused by the
+// next Next: each is checked before it.)
 func TestManyEventsAcrossRefills(t *testing.T) {
 	var b strings.Builder
 	for i := range 2000 {
@@ -173,7 +174,7 @@ func FuzzReader(f *testing.F) {
 	f.Add("data: a\r\n\r\ndata:b\rid: 3\n\n", 5)
 	f.Add("\xEF\xBB\xBFevent: x\ndata\n\n", 1)
 	f.Fuzz(func(t *testing.T, stream string, n int) {
-		n = n%17 + 1
+		n = int(uint(n)%17) + 1
 		whole, errWhole := readAll(t, stream, 0, 64)
 		cut, errCut := readAll(t, stream, n, 64)
 		// However the stream is cut into reads, the events are the same.
@@ -181,4 +182,19 @@ func FuzzReader(f *testing.F) {
 			t.Fatalf("whole %q (%v), in pieces of %d %q (%v)", whole, errWhole, n, cut, errCut)
 		}
 	})
+}
+
+// An id in an event the stream broke inside is not the last event ID: the
+// event was never received, and a resumption from its id would lose it.
+func TestLastIDOfAnUnfinishedEventIsNotTaken(t *testing.T) {
+	r := NewReader(strings.NewReader("id: 1\ndata: a\n\nid: 2\ndata: part"), 1024)
+	if ev, err := r.Next(); err != nil || ev.ID != "1" {
+		t.Fatalf("%+v %v", ev, err)
+	}
+	if _, err := r.Next(); err != io.EOF {
+		t.Fatalf("%v, want io.EOF", err)
+	}
+	if id, _ := r.LastID(); id != "1" {
+		t.Errorf("LastID after a stream that broke inside event 2: %q, want 1", id)
+	}
 }
