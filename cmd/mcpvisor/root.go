@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/cli/clients"
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	"github.com/mcpvisor/mcpvisor/internal/cli/status"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
@@ -19,7 +20,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), newPsCmd(), newInspectCmd(), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.System(), nil), status.NewCmdInspect(cmdutil.System(), nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
 	usageArgs(root)
 	return root
 }

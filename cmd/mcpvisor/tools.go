@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -85,20 +85,11 @@ func printTools(w io.Writer, all []admin.Tools) error {
 		for _, tool := range t.Tools {
 			name, _ := rpc.StringMember(tool, "name")
 			desc, _ := rpc.StringMember(tool, "description")
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Server, name, oneLine(desc, 70))
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Server, name, cmdutil.OneLine(desc, 70))
 		}
 		for _, name := range t.Held {
 			fmt.Fprintf(tw, "%s\t%s\t(held: new or changed; mcpvisor tools diff %s)\n", t.Server, name, t.Server)
 		}
 	}
 	return tw.Flush()
-}
-
-// oneLine is the first line of s, cut to n runes.
-func oneLine(s string, n int) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }

@@ -3,12 +3,17 @@
 package cmdutil
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 )
 
 // IOStreams are a command's input and outputs: the process's own, or a
@@ -67,4 +72,37 @@ func IsGoRunBuild(path string) bool {
 		}
 	}
 	return false
+}
+
+// AddAPIFlags adds --addr and --token-file, where a running serve's admin
+// API is, to cmd, filling c.
+func AddAPIFlags(cmd *cobra.Command, c *adminclient.Client) {
+	cmd.Flags().StringVar(&c.Addr, "addr", "127.0.0.1:7331", "address of mcpvisor serve")
+	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token (default: $MCPVISOR_TOKEN)")
+}
+
+// Show fetches path and writes it to w: as it came with raw, else decoded
+// into a T and given to print.
+func Show[T any](ctx context.Context, c *adminclient.Client, w io.Writer, path string, raw bool, print func(io.Writer, T) error) error {
+	if raw {
+		body, err := c.Get(ctx, path)
+		if err == nil {
+			_, err = w.Write(body)
+		}
+		return err
+	}
+	var v T
+	if err := c.GetJSON(ctx, path, &v); err != nil {
+		return err
+	}
+	return print(w, v)
+}
+
+// OneLine is the first line of s, cut to n runes.
+func OneLine(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }

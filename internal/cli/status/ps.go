@@ -1,6 +1,7 @@
-package main
+package status
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -11,26 +12,46 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 )
 
-func newPsCmd() *cobra.Command {
-	var api apiClient
-	var asJSON bool
+// PsOptions are ps's.
+type PsOptions struct {
+	IO   cmdutil.IOStreams
+	API  adminclient.Client
+	JSON bool
+	// Now is the time the ages are counted to.
+	Now func() time.Time
+}
+
+// NewCmdPs is ps: its flags fill a PsOptions, run by runF (nil: RunPs).
+func NewCmdPs(streams cmdutil.IOStreams, runF func(context.Context, *PsOptions) error) *cobra.Command {
+	o := &PsOptions{IO: streams, Now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "ps [--addr 127.0.0.1:7331]",
 		Short: "List the servers of a running mcpvisor serve and their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers", asJSON,
-				func(w io.Writer, st admin.Servers) error { return printPs(w, st, time.Now()) })
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return RunPs(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
 	return cmd
+}
+
+// RunPs prints the servers of the serve o.API reaches, as a table (or
+// the API's JSON).
+func RunPs(ctx context.Context, o *PsOptions) error {
+	return cmdutil.Show(ctx, &o.API, o.IO.Out, "/api/servers", o.JSON,
+		func(w io.Writer, st admin.Servers) error { return printPs(w, st, o.Now()) })
 }
 
 // processCells are the PID, UPTIME and IDLE cells of a process's row in
@@ -58,7 +79,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 			mem = proc.FormatMemory(s.MemoryBytes)
 		}
 		pid, up, idle := processCells(s.PID, s.StartedAt, s.LastActivity, now)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), oneLine(s.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), cmdutil.OneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -197,7 +218,7 @@ func printLaunches(w io.Writer, servers []fleet.Status) error {
 		n++
 		how := ls.Runs
 		if !ls.Flattened {
-			how = ls.Name + " as written: " + oneLine(ls.Reason, 100)
+			how = ls.Name + " as written: " + cmdutil.OneLine(ls.Reason, 100)
 		}
 		if s.PID != 0 && ls.Last != "" && (ls.Last == "flattened") != ls.Flattened {
 			how += " (the running process was started " + ls.Last + ": this applies from its next start)"

@@ -1,6 +1,7 @@
-package main
+package status
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -22,9 +25,21 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-func newInspectCmd() *cobra.Command {
-	var api apiClient
-	var asJSON bool
+// InspectOptions are inspect's.
+type InspectOptions struct {
+	IO cmdutil.IOStreams
+	// Server is the server named (an argument).
+	Server string
+	API    adminclient.Client
+	JSON   bool
+	// Now is the time the ages are counted to.
+	Now func() time.Time
+}
+
+// NewCmdInspect is inspect: its flags fill an InspectOptions, run by runF
+// (nil: RunInspect).
+func NewCmdInspect(streams cmdutil.IOStreams, runF func(context.Context, *InspectOptions) error) *cobra.Command {
+	o := &InspectOptions{IO: streams, Now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Show one server of a running mcpvisor serve in detail",
@@ -36,13 +51,23 @@ func newInspectCmd() *cobra.Command {
 			"one per client session, labelled by a fingerprint of the session id (never the id).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers/"+url.PathEscape(args[0]), asJSON,
-				func(w io.Writer, d admin.Detail) error { return printDetail(w, d, time.Now()) })
+			o.Server = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return RunInspect(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
 	return cmd
+}
+
+// RunInspect prints one server of the serve o.API reaches in detail (or
+// the API's JSON).
+func RunInspect(ctx context.Context, o *InspectOptions) error {
+	return cmdutil.Show(ctx, &o.API, o.IO.Out, "/api/servers/"+url.PathEscape(o.Server), o.JSON,
+		func(w io.Writer, d admin.Detail) error { return printDetail(w, d, o.Now()) })
 }
 
 func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
@@ -250,7 +275,7 @@ func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) erro
 			name = "shared"
 		}
 		pid, up, idle := processCells(in.PID, in.StartedAt, in.LastActivity, now)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, oneLine(in.LastError, 60))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, cmdutil.OneLine(in.LastError, 60))
 	}
 	return tw.Flush()
 }

@@ -1,0 +1,85 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+)
+
+// The flags and the argument of ps and inspect reach their options
+// through runF; a command line they refuse never runs them.
+func TestFlagsReachTheOptions(t *testing.T) {
+	var out bytes.Buffer
+	io := cmdutil.IOStreams{Out: &out, ErrOut: &out}
+	var ps *PsOptions
+	cmd := NewCmdPs(io, func(_ context.Context, o *PsOptions) error { ps = o; return nil })
+	cmd.SetArgs([]string{"--addr", "10.0.0.1:9", "--token-file", "/t", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if ps == nil || ps.API != (adminclient.Client{Addr: "10.0.0.1:9", TokenFile: "/t"}) || !ps.JSON || ps.Now == nil {
+		t.Errorf("ps options: %+v", ps)
+	}
+	var in *InspectOptions
+	cmd = NewCmdInspect(io, func(_ context.Context, o *InspectOptions) error { in = o; return nil })
+	cmd.SetArgs([]string{"github"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if in == nil || in.Server != "github" || in.API.Addr != "127.0.0.1:7331" || in.JSON {
+		t.Errorf("inspect options: %+v", in)
+	}
+	for _, args := range [][]string{{}, {"a", "b"}} {
+		ran := false
+		cmd := NewCmdInspect(io, func(context.Context, *InspectOptions) error { ran = true; return nil })
+		cmd.SetArgs(args)
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SetErr(new(bytes.Buffer))
+		if err := cmd.Execute(); err == nil || ran {
+			t.Errorf("inspect %q: ran %v, error %v", args, ran, err)
+		}
+	}
+}
+
+// ps and inspect against a fake admin API: the table from the servers'
+// JSON, the JSON as it came with --json, and the API's 404 in its words.
+func TestAgainstAFakeAPI(t *testing.T) {
+	const servers = `{"servers":[{"name":"github","state":"running","pid":4242,"restarts":1,"spawns":2}],` +
+		`"totals":{"total":1,"active":1,"dormant":0,"byState":{"running":1}}}`
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/servers":
+			_, _ = w.Write([]byte(servers))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"no server named \"nope\" (servers: github)"}`))
+		}
+	}))
+	defer api.Close()
+	now := func() time.Time { return time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC) }
+	var out bytes.Buffer
+	o := &PsOptions{IO: cmdutil.IOStreams{Out: &out}, API: adminclient.Client{Addr: api.URL}, Now: now}
+	if err := RunPs(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if table := out.String(); !strings.Contains(table, "NAME") || !strings.Contains(table, "github") || !strings.Contains(table, "running") ||
+		!strings.Contains(table, "4242") || !strings.Contains(table, "1 servers: 1 active, 0 dormant (running 1)") {
+		t.Errorf("ps:\n%s", table)
+	}
+	out.Reset()
+	o.JSON = true
+	if err := RunPs(context.Background(), o); err != nil || out.String() != servers {
+		t.Errorf("ps --json: %q %v", out.String(), err)
+	}
+	err := RunInspect(context.Background(), &InspectOptions{IO: cmdutil.IOStreams{Out: &out}, Server: "nope", API: adminclient.Client{Addr: api.URL}, Now: now})
+	if err == nil || err.Error() != `no server named "nope" (servers: github)` {
+		t.Errorf("inspect nope: %v", err)
+	}
+}
