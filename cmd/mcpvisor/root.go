@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/actions"
 	"github.com/mcpvisor/mcpvisor/internal/cli/clients"
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/cli/status"
@@ -20,7 +21,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.System(), nil), status.NewCmdInspect(cmdutil.System(), nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), newReloadCmd(), newRestartCmd(), newStopCmd(), newStartCmd(), newSleepCmd(), newRefreshCmd(), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.System(), nil), status.NewCmdInspect(cmdutil.System(), nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), actions.NewCmdReload(cmdutil.System(), nil), actions.NewCmdRestart(cmdutil.System(), nil), actions.NewCmdStop(cmdutil.System(), nil), actions.NewCmdStart(cmdutil.System(), nil), actions.NewCmdSleep(cmdutil.System(), nil), actions.NewCmdRefresh(cmdutil.System(), nil), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
 	usageArgs(root)
 	return root
 }

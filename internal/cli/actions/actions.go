@@ -1,6 +1,7 @@
-package main
+package actions
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
 // millis is a duration the API gives in milliseconds, to print.
@@ -21,43 +25,67 @@ func millis(ms float64) time.Duration {
 	return (time.Duration(ms*1000) * time.Microsecond).Round(time.Millisecond)
 }
 
-// newActionCmd is restart, stop, start or sleep of one server.
-func newActionCmd(action, short, long string) *cobra.Command {
-	var api apiClient
-	var asJSON bool
-	var timeout time.Duration
+// Options are the options of an action on one server (restart, stop,
+// start, sleep) and of reload.
+type Options struct {
+	IO cmdutil.IOStreams
+	// Action is restart, stop, start or sleep (reload: "reload").
+	Action string
+	// Server is the server named (an argument; none for reload).
+	Server  string
+	API     adminclient.Client
+	JSON    bool
+	Timeout time.Duration
+	// All lists unchanged servers too (reload).
+	All bool
+}
+
+// newActionCmd is restart, stop, start or sleep of one server: its flags
+// fill an Options, run by runF (nil: RunAction).
+func newActionCmd(action, short, long string, streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{IO: streams, Action: action}
 	cmd := &cobra.Command{
 		Use:   action + " NAME",
 		Short: short,
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if timeout <= 0 {
-				return usageError{Err: errors.New("--timeout must be positive")}
+			o.Server = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			code, body, err := api.Act(cmd.Context(), "/api/servers/"+url.PathEscape(args[0])+"/"+action, timeout)
-			if err != nil {
-				return err
-			}
-			var res admin.ActionResult
-			if json.Unmarshal(body, &res) != nil || res.Action == "" {
-				return answerError(code, body)
-			}
-			if asJSON {
-				_, _ = cmd.OutOrStdout().Write(body)
-			} else {
-				printAction(cmd.OutOrStdout(), res)
-			}
-			if !res.OK {
-				return fmt.Errorf("%s %s: %s", action, res.Server, res.Error)
-			}
-			return nil
+			return RunAction(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for it to be done")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for it to be done")
 	return cmd
+}
+
+// RunAction has the serve o.API reaches do o.Action to o.Server, and says
+// what was done; a refusal is an error that says why.
+func RunAction(ctx context.Context, o *Options) error {
+	if o.Timeout <= 0 {
+		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
+	}
+	code, body, err := o.API.Act(ctx, "/api/servers/"+url.PathEscape(o.Server)+"/"+o.Action, o.Timeout)
+	if err != nil {
+		return err
+	}
+	var res admin.ActionResult
+	if json.Unmarshal(body, &res) != nil || res.Action == "" {
+		return adminclient.AnswerError(code, body)
+	}
+	if o.JSON {
+		_, _ = o.IO.Out.Write(body)
+	} else {
+		printAction(o.IO.Out, res)
+	}
+	if !res.OK {
+		return fmt.Errorf("%s %s: %s", o.Action, res.Server, res.Error)
+	}
+	return nil
 }
 
 func printAction(w io.Writer, r admin.ActionResult) {
@@ -85,37 +113,41 @@ func printAction(w io.Writer, r admin.ActionResult) {
 	fmt.Fprintln(w, strings.Join(parts, ", "))
 }
 
-func newRestartCmd() *cobra.Command {
+// NewCmdRestart is restart NAME.
+func NewCmdRestart(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
 	return newActionCmd("restart", "Restart one server of a running mcpvisor serve",
 		"Drains the server (calls in flight finish, within its request timeout), stops it, starts it again "+
-			"and waits until it is ready. A stopped server is started.")
+			"and waits until it is ready. A stopped server is started.", streams, runF)
 }
 
-func newStopCmd() *cobra.Command {
+// NewCmdStop is stop NAME.
+func NewCmdStop(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
 	return newActionCmd("stop", "Stop one server of a running mcpvisor serve until it is started again",
 		"Drains the server (calls in flight finish, within its request timeout) and stops it. Unlike a "+
 			"dormant server, a stopped one is not started on demand: every request gets an error that says "+
-			"it was stopped, until mcpvisor start.")
+			"it was stopped, until mcpvisor start.", streams, runF)
 }
 
-func newStartCmd() *cobra.Command {
+// NewCmdStart is start NAME.
+func NewCmdStart(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
 	return newActionCmd("start", "Start one server of a running mcpvisor serve",
 		"Serves a stopped server again and starts it now, waiting until it is ready (a per-session "+
-			"server starts with each client session instead).")
+			"server starts with each client session instead).", streams, runF)
 }
 
-func newSleepCmd() *cobra.Command {
+// NewCmdSleep is sleep NAME.
+func NewCmdSleep(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
 	return newActionCmd("sleep", "Put one server of a running mcpvisor serve to sleep now",
 		"Stops the server's process tree now, as its idle timeout would: its lists stay, and its next "+
 			"request starts it again. Refused (exit 1, saying why) while requests are in flight or a client "+
 			"is subscribed to its resources, and for a server that is not running, was stopped, or runs one "+
-			"process per client session.")
+			"process per client session.", streams, runF)
 }
 
-func newReloadCmd() *cobra.Command {
-	var api apiClient
-	var asJSON, all bool
-	var timeout time.Duration
+// NewCmdReload is reload: its flags fill an Options, run by runF (nil:
+// RunReload).
+func NewCmdReload(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{IO: streams, Action: "reload"}
 	cmd := &cobra.Command{
 		Use:   "reload",
 		Short: "Reload the configuration of a running mcpvisor serve",
@@ -126,37 +158,47 @@ func newReloadCmd() *cobra.Command {
 			"what was done to each. SIGHUP and saving the file do the same.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if timeout <= 0 {
-				return usageError{Err: errors.New("--timeout must be positive")}
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			code, body, err := api.Act(cmd.Context(), "/api/reload", timeout)
-			if err != nil {
-				return err
-			}
-			var rep admin.ReloadReport
-			if json.Unmarshal(body, &rep) != nil || rep.Trigger == "" {
-				return answerError(code, body)
-			}
-			if asJSON {
-				_, _ = cmd.OutOrStdout().Write(body)
-			} else {
-				printReload(cmd.OutOrStdout(), rep, all)
-			}
-			if !rep.Applied {
-				msg := rep.Error
-				for _, p := range rep.Problems {
-					msg += "\n  " + p.String()
-				}
-				return errors.New(msg)
-			}
-			return nil
+			return RunReload(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
-	cmd.Flags().BoolVar(&all, "all", false, "list unchanged servers too")
-	cmd.Flags().DurationVar(&timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for removed and changed servers to drain")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
+	cmd.Flags().BoolVar(&o.All, "all", false, "list unchanged servers too")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for removed and changed servers to drain")
 	return cmd
+}
+
+// RunReload has the serve o.API reaches read its config again, and prints
+// what the reload did; a rejected file is an error that lists its
+// problems.
+func RunReload(ctx context.Context, o *Options) error {
+	if o.Timeout <= 0 {
+		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
+	}
+	code, body, err := o.API.Act(ctx, "/api/reload", o.Timeout)
+	if err != nil {
+		return err
+	}
+	var rep admin.ReloadReport
+	if json.Unmarshal(body, &rep) != nil || rep.Trigger == "" {
+		return adminclient.AnswerError(code, body)
+	}
+	if o.JSON {
+		_, _ = o.IO.Out.Write(body)
+	} else {
+		printReload(o.IO.Out, rep, o.All)
+	}
+	if !rep.Applied {
+		msg := rep.Error
+		for _, p := range rep.Problems {
+			msg += "\n  " + p.String()
+		}
+		return errors.New(msg)
+	}
+	return nil
 }
 
 // printReload prints what a reload did as a table: one row per server it

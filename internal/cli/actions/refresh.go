@@ -1,4 +1,4 @@
-package main
+package actions
 
 import (
 	"context"
@@ -13,13 +13,27 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
-func newRefreshCmd() *cobra.Command {
-	var api apiClient
-	var asJSON bool
-	var timeout time.Duration
+// RefreshOptions are refresh's.
+type RefreshOptions struct {
+	IO cmdutil.IOStreams
+	// Servers are the servers named (none: every one run through a
+	// package launcher).
+	Servers []string
+	API     adminclient.Client
+	JSON    bool
+	Timeout time.Duration
+}
+
+// NewCmdRefresh is refresh: its flags fill a RefreshOptions, run by runF
+// (nil: RunRefresh).
+func NewCmdRefresh(streams cmdutil.IOStreams, runF func(context.Context, *RefreshOptions) error) *cobra.Command {
+	o := &RefreshOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "refresh [NAME]",
 		Short: "Resolve again the package launcher (npx, npm exec) of a server of a running mcpvisor serve",
@@ -33,64 +47,75 @@ func newRefreshCmd() *cobra.Command {
 			"run through a package launcher is refreshed (--json: an array of the answers). The exit code is 1 when a refresh failed.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if timeout <= 0 {
-				return usageError{Err: errors.New("--timeout must be positive")}
+			o.Servers = args
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			ctx, w := cmd.Context(), cmd.OutOrStdout()
-			names := args
-			if len(names) == 0 {
-				var st admin.Servers
-				if err := api.GetJSON(ctx, "/api/servers", &st); err != nil {
-					return err
-				}
-				for _, s := range st.Servers {
-					if s.Launcher != nil && s.Launcher.Reason != asWrittenSetting {
-						names = append(names, s.Name)
-					}
-				}
-				if len(names) == 0 {
-					fmt.Fprintln(w, "no server runs through a package launcher (npx, npm exec, pnpm dlx, bunx, yarn dlx) to refresh")
-					return nil
-				}
-			}
-			var failed []string
-			var bodies []json.RawMessage
-			for _, name := range names {
-				res, body, err := refresh(ctx, &api, name, timeout)
-				if err != nil {
-					if len(args) > 0 {
-						return err
-					}
-					failed = append(failed, name)
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
-					continue
-				}
-				switch {
-				case asJSON && len(args) > 0:
-					_, _ = w.Write(body)
-				case asJSON:
-					bodies = append(bodies, json.RawMessage(body))
-				default:
-					printRefresh(w, res)
-				}
-			}
-			if asJSON && len(args) == 0 {
-				b, err := json.MarshalIndent(bodies, "", "  ")
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(w, "%s\n", b)
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("refresh failed for %s", strings.Join(failed, ", "))
-			}
-			return nil
+			return RunRefresh(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for each resolution")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", admin.DefaultActionTimeout, "how long to wait for each resolution")
 	return cmd
+}
+
+// RunRefresh has the serve o.API reaches resolve again the launcher of
+// each server named (or of every server run through one), and says what
+// each found; the exit is 1 when one failed.
+func RunRefresh(ctx context.Context, o *RefreshOptions) error {
+	if o.Timeout <= 0 {
+		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
+	}
+	w := o.IO.Out
+	names := o.Servers
+	if len(names) == 0 {
+		var st admin.Servers
+		if err := o.API.GetJSON(ctx, "/api/servers", &st); err != nil {
+			return err
+		}
+		for _, s := range st.Servers {
+			if s.Launcher != nil && s.Launcher.Reason != asWrittenSetting {
+				names = append(names, s.Name)
+			}
+		}
+		if len(names) == 0 {
+			fmt.Fprintln(w, "no server runs through a package launcher (npx, npm exec, pnpm dlx, bunx, yarn dlx) to refresh")
+			return nil
+		}
+	}
+	var failed []string
+	var bodies []json.RawMessage
+	for _, name := range names {
+		res, body, err := refresh(ctx, &o.API, name, o.Timeout)
+		if err != nil {
+			if len(o.Servers) > 0 {
+				return err
+			}
+			failed = append(failed, name)
+			fmt.Fprintf(o.IO.ErrOut, "%s: %v\n", name, err)
+			continue
+		}
+		switch {
+		case o.JSON && len(o.Servers) > 0:
+			_, _ = w.Write(body)
+		case o.JSON:
+			bodies = append(bodies, json.RawMessage(body))
+		default:
+			printRefresh(w, res)
+		}
+	}
+	if o.JSON && len(o.Servers) == 0 {
+		b, err := json.MarshalIndent(bodies, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("refresh failed for %s", strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 // asWrittenSetting is launch.Status.Reason of a server configured to run
@@ -98,14 +123,14 @@ func newRefreshCmd() *cobra.Command {
 const asWrittenSetting = `"launch": "as-written"`
 
 // refresh asks serve to refresh one server's launcher.
-func refresh(ctx context.Context, api *apiClient, name string, timeout time.Duration) (admin.ActionResult, []byte, error) {
+func refresh(ctx context.Context, api *adminclient.Client, name string, timeout time.Duration) (admin.ActionResult, []byte, error) {
 	code, body, err := api.Act(ctx, "/api/servers/"+url.PathEscape(name)+"/refresh", timeout)
 	if err != nil {
 		return admin.ActionResult{}, nil, err
 	}
 	var res admin.ActionResult
 	if json.Unmarshal(body, &res) != nil || res.Action == "" {
-		return res, body, answerError(code, body)
+		return res, body, adminclient.AnswerError(code, body)
 	}
 	if !res.OK {
 		return res, body, errors.New(res.Error)
