@@ -21,7 +21,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.System(), nil), status.NewCmdInspect(cmdutil.System(), nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), actions.NewCmdReload(cmdutil.System(), nil), actions.NewCmdRestart(cmdutil.System(), nil), actions.NewCmdStop(cmdutil.System(), nil), actions.NewCmdStart(cmdutil.System(), nil), actions.NewCmdSleep(cmdutil.System(), nil), actions.NewCmdRefresh(cmdutil.System(), nil), clients.NewCmdImport(cmdutil.System(), nil), clients.NewCmdInstall(cmdutil.System(), nil), clients.NewCmdUninstall(cmdutil.System(), nil), newServiceCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.IOStreams{}, nil), status.NewCmdInspect(cmdutil.IOStreams{}, nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), actions.NewCmdReload(cmdutil.IOStreams{}, nil), actions.NewCmdRestart(cmdutil.IOStreams{}, nil), actions.NewCmdStop(cmdutil.IOStreams{}, nil), actions.NewCmdStart(cmdutil.IOStreams{}, nil), actions.NewCmdSleep(cmdutil.IOStreams{}, nil), actions.NewCmdRefresh(cmdutil.IOStreams{}, nil), clients.NewCmdImport(cmdutil.IOStreams{}, nil), clients.NewCmdInstall(cmdutil.IOStreams{}, nil), clients.NewCmdUninstall(cmdutil.IOStreams{}, nil), newServiceCmd())
 	usageArgs(root)
 	return root
 }

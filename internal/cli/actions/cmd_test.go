@@ -18,7 +18,7 @@ import (
 
 // The flags and argument of each action reach its options through runF.
 func TestFlagsReachTheOptions(t *testing.T) {
-	io := cmdutil.IOStreams{Out: new(bytes.Buffer), ErrOut: new(bytes.Buffer)}
+	io := cmdutil.IOStreams{In: strings.NewReader(""), Out: new(bytes.Buffer), ErrOut: new(bytes.Buffer)}
 	for _, c := range []struct {
 		new  func(cmdutil.IOStreams, func(context.Context, *Options) error) interface{ Execute() error }
 		args []string

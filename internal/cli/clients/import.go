@@ -70,7 +70,8 @@ diff and writes nothing.
 
 ` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.IO = o.IO.Or(cmd)
 			o.Sources = args
 			if runF != nil {
 				return runF(o)

@@ -181,7 +181,8 @@ diff and writes nothing.
 
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.IO = o.IO.Or(cmd)
 			o.Client = args[0]
 			if runF != nil {
 				return runF(o)
@@ -478,7 +479,8 @@ it is left as that program wrote it (run again).
 
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.IO = o.IO.Or(cmd)
 			o.Client = args[0]
 			if runF != nil {
 				return runF(o)

@@ -24,8 +24,21 @@ type IOStreams struct {
 	ErrOut io.Writer
 }
 
-// System are the process's standard streams.
-func System() IOStreams { return IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr} }
+// Or is s with the streams it lacks taken from cmd (InOrStdin,
+// OutOrStdout, ErrOrStderr): a command built with no streams of its own
+// writes where its cobra command does, which SetOut and SetErr change.
+func (s IOStreams) Or(cmd *cobra.Command) IOStreams {
+	if s.In == nil {
+		s.In = cmd.InOrStdin()
+	}
+	if s.Out == nil {
+		s.Out = cmd.OutOrStdout()
+	}
+	if s.ErrOut == nil {
+		s.ErrOut = cmd.ErrOrStderr()
+	}
+	return s
+}
 
 // Executable is the path a client is to launch: the running
 // executable as the user named it (a symlink kept), absolute. A `go run`

@@ -1,6 +1,9 @@
 package cmdutil
 
 import (
+	"bytes"
+
+	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,5 +34,21 @@ func TestGoRunBuildRefused(t *testing.T) {
 	}
 	if err != nil && !strings.Contains(err.Error(), "`go run` build") {
 		t.Errorf("the refusal does not say why: %v", err)
+	}
+}
+
+// Streams a command lacks are its cobra command's, so that SetOut and
+// SetErr redirect a command built with none; the streams it has stay.
+func TestStreamsOrTheCommands(t *testing.T) {
+	cmd := &cobra.Command{}
+	var out, errOut, own bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	s := IOStreams{}.Or(cmd)
+	if s.Out != &out || s.ErrOut != &errOut || s.In == nil {
+		t.Errorf("no streams of its own: %+v", s)
+	}
+	if s := (IOStreams{Out: &own}).Or(cmd); s.Out != &own || s.ErrOut != &errOut {
+		t.Errorf("its own Out: %+v", s)
 	}
 }

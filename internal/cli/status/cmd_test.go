@@ -78,6 +78,15 @@ func TestAgainstAFakeAPI(t *testing.T) {
 	if err := RunPs(context.Background(), o); err != nil || out.String() != servers {
 		t.Errorf("ps --json: %q %v", out.String(), err)
 	}
+	// A command built with no streams writes where its cobra command
+	// does (the root's SetOut, in mcpvisor and its tests).
+	var viaCobra bytes.Buffer
+	cmd := NewCmdPs(cmdutil.IOStreams{}, nil)
+	cmd.SetOut(&viaCobra)
+	cmd.SetArgs([]string{"--addr", strings.TrimPrefix(api.URL, "http://")})
+	if err := cmd.Execute(); err != nil || !strings.Contains(viaCobra.String(), "github") {
+		t.Errorf("ps with the command's streams: %q %v", viaCobra.String(), err)
+	}
 	err := RunInspect(context.Background(), &InspectOptions{IO: cmdutil.IOStreams{Out: &out}, Server: "nope", API: adminclient.Client{Addr: api.URL}, Now: now})
 	if err == nil || err.Error() != `no server named "nope" (servers: github)` {
 		t.Errorf("inspect nope: %v", err)
