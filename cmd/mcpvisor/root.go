@@ -6,6 +6,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/cli/actions"
 	"github.com/mcpvisor/mcpvisor/internal/cli/clients"
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	"github.com/mcpvisor/mcpvisor/internal/cli/observe"
 	"github.com/mcpvisor/mcpvisor/internal/cli/status"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
@@ -21,7 +22,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.IOStreams{}, nil), status.NewCmdInspect(cmdutil.IOStreams{}, nil), newToolsCmd(), newCallCmd(), newWaitCmd(), newEventsCmd(), newLogsCmd(), actions.NewCmdReload(cmdutil.IOStreams{}, nil), actions.NewCmdRestart(cmdutil.IOStreams{}, nil), actions.NewCmdStop(cmdutil.IOStreams{}, nil), actions.NewCmdStart(cmdutil.IOStreams{}, nil), actions.NewCmdSleep(cmdutil.IOStreams{}, nil), actions.NewCmdRefresh(cmdutil.IOStreams{}, nil), clients.NewCmdImport(cmdutil.IOStreams{}, nil), clients.NewCmdInstall(cmdutil.IOStreams{}, nil), clients.NewCmdUninstall(cmdutil.IOStreams{}, nil), newServiceCmd())
+	root.AddCommand(newVersionCmd(), newDoctorCmd(), newValidateCmd(), newServeCmd(), newStdioCmd(), newConnectCmd(), status.NewCmdPs(cmdutil.IOStreams{}, nil), status.NewCmdInspect(cmdutil.IOStreams{}, nil), newToolsCmd(), newCallCmd(), newWaitCmd(), observe.NewCmdEvents(cmdutil.IOStreams{}, nil), observe.NewCmdLogs(cmdutil.IOStreams{}, nil), actions.NewCmdReload(cmdutil.IOStreams{}, nil), actions.NewCmdRestart(cmdutil.IOStreams{}, nil), actions.NewCmdStop(cmdutil.IOStreams{}, nil), actions.NewCmdStart(cmdutil.IOStreams{}, nil), actions.NewCmdSleep(cmdutil.IOStreams{}, nil), actions.NewCmdRefresh(cmdutil.IOStreams{}, nil), clients.NewCmdImport(cmdutil.IOStreams{}, nil), clients.NewCmdInstall(cmdutil.IOStreams{}, nil), clients.NewCmdUninstall(cmdutil.IOStreams{}, nil), newServiceCmd())
 	usageArgs(root)
 	return root
 }

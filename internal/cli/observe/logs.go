@@ -1,6 +1,7 @@
-package main
+package observe
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +13,30 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
-func newLogsCmd() *cobra.Command {
-	var api apiClient
-	var follow, asJSON bool
-	var since string
-	var tail int
+// LogsOptions are logs'.
+type LogsOptions struct {
+	IO cmdutil.IOStreams
+	// Server is the server named (an argument).
+	Server string
+	API    adminclient.Client
+	Follow bool
+	// Since is --since as given ("": none); Tail is --tail, -1 when not
+	// given.
+	Since string
+	Tail  int
+	JSON  bool
+}
+
+// NewCmdLogs is logs: its flags fill a LogsOptions, run by runF (nil:
+// RunLogs).
+func NewCmdLogs(streams cmdutil.IOStreams, runF func(context.Context, *LogsOptions) error) *cobra.Command {
+	o := &LogsOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "logs NAME [-f] [--since DURATION|TIME] [--tail N] [--json]",
 		Short: "Print the stderr of one server of a running mcpvisor serve, kept across its restarts",
@@ -32,59 +49,72 @@ func newLogsCmd() *cobra.Command {
 			"line (and {\"dropped\":N} for lines no longer kept).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			q := url.Values{}
-			if since != "" {
-				if _, err := admin.ParseSince(since, time.Now()); err != nil {
-					return usageError{Err: fmt.Errorf("--%w", err)}
-				}
-				q.Set("since", since)
+			o.IO = o.IO.Or(cmd)
+			o.Server = args[0]
+			if !cmd.Flags().Changed("tail") {
+				o.Tail = -1
+			} else if o.Tail < 0 {
+				return shutdown.UsageError{Err: errors.New("--tail must not be negative")}
 			}
-			if cmd.Flags().Changed("tail") {
-				if tail < 0 {
-					return usageError{Err: errors.New("--tail must not be negative")}
-				}
-				q.Set("tail", strconv.Itoa(tail))
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			p := logPrinter{out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), json: asJSON}
-			path := "/api/servers/" + url.PathEscape(args[0]) + "/logs"
-			if !follow {
-				var l admin.Logs
-				if err := api.GetJSON(cmd.Context(), path+"?"+q.Encode(), &l); err != nil {
-					return err
-				}
-				p.dropped(l.Dropped)
-				for _, e := range l.Lines {
-					p.line(e)
-				}
-				return nil
-			}
-			q.Set("follow", "1")
-			return followStream(cmd.Context(), &api, path+"?"+q.Encode(), func(event, data string) {
-				switch event {
-				case "":
-					var e logbuf.Entry
-					if json.Unmarshal([]byte(data), &e) == nil {
-						p.line(e)
-					}
-				case "dropped":
-					var d struct{ Dropped uint64 }
-					if json.Unmarshal([]byte(data), &d) == nil {
-						p.dropped(d.Dropped)
-					}
-				case "end": // serve ends the stream next: followStream stops
-					var end admin.LogEnd
-					_ = json.Unmarshal([]byte(data), &end)
-					p.ended(args[0], end)
-				}
-			})
+			return RunLogs(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print new lines as they are written")
-	cmd.Flags().StringVar(&since, "since", "", "the lines since this long ago (10m) or this RFC 3339 time")
-	cmd.Flags().IntVar(&tail, "tail", 0, "the last N lines (default 100 when --since is not given)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object a line")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "print new lines as they are written")
+	cmd.Flags().StringVar(&o.Since, "since", "", "the lines since this long ago (10m) or this RFC 3339 time")
+	cmd.Flags().IntVar(&o.Tail, "tail", 0, "the last N lines (default 100 when --since is not given)")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "one JSON object a line")
 	return cmd
+}
+
+// RunLogs prints what the server wrote to stderr, as serve keeps it, and
+// with Follow every new line until serve ends the stream.
+func RunLogs(ctx context.Context, o *LogsOptions) error {
+	q := url.Values{}
+	if o.Since != "" {
+		if _, err := admin.ParseSince(o.Since, time.Now()); err != nil {
+			return shutdown.UsageError{Err: fmt.Errorf("--%w", err)}
+		}
+		q.Set("since", o.Since)
+	}
+	if o.Tail >= 0 {
+		q.Set("tail", strconv.Itoa(o.Tail))
+	}
+	p := logPrinter{out: o.IO.Out, errOut: o.IO.ErrOut, json: o.JSON}
+	path := "/api/servers/" + url.PathEscape(o.Server) + "/logs"
+	if !o.Follow {
+		var l admin.Logs
+		if err := o.API.GetJSON(ctx, path+"?"+q.Encode(), &l); err != nil {
+			return err
+		}
+		p.dropped(l.Dropped)
+		for _, e := range l.Lines {
+			p.line(e)
+		}
+		return nil
+	}
+	q.Set("follow", "1")
+	return followStream(ctx, &o.API, path+"?"+q.Encode(), func(event, data string) {
+		switch event {
+		case "":
+			var e logbuf.Entry
+			if json.Unmarshal([]byte(data), &e) == nil {
+				p.line(e)
+			}
+		case "dropped":
+			var d struct{ Dropped uint64 }
+			if json.Unmarshal([]byte(data), &d) == nil {
+				p.dropped(d.Dropped)
+			}
+		case "end": // serve ends the stream next: followStream stops
+			var end admin.LogEnd
+			_ = json.Unmarshal([]byte(data), &end)
+			p.ended(o.Server, end)
+		}
+	})
 }
 
 // logPrinter prints log lines as mcpvisor logs does.

@@ -1,4 +1,4 @@
-package main
+package observe
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
@@ -28,10 +30,20 @@ var eventsQuiet = 45 * time.Second
 // again.
 const lagPause = 100 * time.Millisecond
 
-func newEventsCmd() *cobra.Command {
-	var api apiClient
-	var follow, asJSON bool
-	var server string
+// EventsOptions are events'.
+type EventsOptions struct {
+	IO     cmdutil.IOStreams
+	API    adminclient.Client
+	Follow bool
+	// Server keeps only its events ("": all).
+	Server string
+	JSON   bool
+}
+
+// NewCmdEvents is events: its flags fill an EventsOptions, run by runF
+// (nil: RunEvents).
+func NewCmdEvents(streams cmdutil.IOStreams, runF func(context.Context, *EventsOptions) error) *cobra.Command {
+	o := &EventsOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "events [-f] [--server NAME] [--json]",
 		Short: "Print the lifecycle events of a running mcpvisor serve (starts, sleeps, crashes, restarts)",
@@ -40,36 +52,46 @@ func newEventsCmd() *cobra.Command {
 			"quiet, reconnects and resumes after the last event it printed. --json prints one JSON object a line.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			print := func(e admin.Entry) {
-				if server != "" && e.Server != server {
-					return
-				}
-				if asJSON {
-					b, _ := json.Marshal(e)
-					fmt.Fprintln(out, string(b))
-					return
-				}
-				fmt.Fprintln(out, eventLine(e))
+			o.IO = o.IO.Or(cmd)
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if !follow {
-				var body struct{ Events []admin.Entry }
-				if err := api.GetJSON(cmd.Context(), "/api/events", &body); err != nil {
-					return err
-				}
-				for _, e := range body.Events {
-					print(e)
-				}
-				return nil
-			}
-			return followEvents(cmd.Context(), &api, print)
+			return RunEvents(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print new events as they happen")
-	cmd.Flags().StringVar(&server, "server", "", "only the events of this server")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object a line")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "print new events as they happen")
+	cmd.Flags().StringVar(&o.Server, "server", "", "only the events of this server")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "one JSON object a line")
 	return cmd
+}
+
+// RunEvents prints the events serve keeps, oldest first, and with Follow
+// every new one as it happens.
+func RunEvents(ctx context.Context, o *EventsOptions) error {
+	out := o.IO.Out
+	print := func(e admin.Entry) {
+		if o.Server != "" && e.Server != o.Server {
+			return
+		}
+		if o.JSON {
+			b, _ := json.Marshal(e)
+			fmt.Fprintln(out, string(b))
+			return
+		}
+		fmt.Fprintln(out, eventLine(e))
+	}
+	if !o.Follow {
+		var body struct{ Events []admin.Entry }
+		if err := o.API.GetJSON(ctx, "/api/events", &body); err != nil {
+			return err
+		}
+		for _, e := range body.Events {
+			print(e)
+		}
+		return nil
+	}
+	return followEvents(ctx, &o.API, print)
 }
 
 // eventLine is one event as a line: time, server, type, details.
@@ -88,7 +110,7 @@ func eventLine(e admin.Entry) string {
 
 // followEvents prints the kept events, then every new one, from serve's
 // event stream (followStream).
-func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) error {
+func followEvents(ctx context.Context, api *adminclient.Client, print func(admin.Entry)) error {
 	return followStream(ctx, api, "/api/events?follow", func(_, data string) {
 		var e admin.Entry
 		if json.Unmarshal([]byte(data), &e) == nil {
@@ -102,7 +124,7 @@ func followEvents(ctx context.Context, api *apiClient, print func(admin.Entry)) 
 // opens the stream again, with Last-Event-ID the last id it saw, when
 // serve says the follower lagged or the stream goes quiet for eventsQuiet;
 // it ends when ctx ends (nil) or serve ends the stream (it stops).
-func followStream(ctx context.Context, api *apiClient, path string, handle func(event, data string)) error {
+func followStream(ctx context.Context, api *adminclient.Client, path string, handle func(event, data string)) error {
 	last := ""
 	for {
 		again, err := followOnce(ctx, api, path, &last, handle)
@@ -114,7 +136,7 @@ func followStream(ctx context.Context, api *apiClient, path string, handle func(
 
 // followOnce reads one stream; again reports that it should be opened
 // again.
-func followOnce(ctx context.Context, api *apiClient, path string, last *string, handle func(event, data string)) (again bool, err error) {
+func followOnce(ctx context.Context, api *adminclient.Client, path string, last *string, handle func(event, data string)) (again bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The same bound covers the connect and the headers: a serve that
@@ -139,7 +161,7 @@ func followOnce(ctx context.Context, api *apiClient, path string, last *string, 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return false, answerError(resp.StatusCode, b)
+		return false, adminclient.AnswerError(resp.StatusCode, b)
 	}
 	// Any byte from serve is word from it, a keep-alive comment included.
 	r := sse.NewReader(readNotify{resp.Body, func() { quiet.Reset(eventsQuiet) }}, eventsMax)
