@@ -3,9 +3,11 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,5 +92,40 @@ func TestAgainstAFakeAPI(t *testing.T) {
 	err := RunInspect(context.Background(), &InspectOptions{IO: cmdutil.IOStreams{Out: &out}, Server: "nope", API: adminclient.Client{Addr: api.URL}, Now: now})
 	if err == nil || err.Error() != `no server named "nope" (servers: github)` {
 		t.Errorf("inspect nope: %v", err)
+	}
+}
+
+// wait asks again until the servers are ready, and names what is not
+// ready when its timeout passes first.
+func TestRunWaitAgainstAFakeAPI(t *testing.T) {
+	var mu sync.Mutex
+	asked := 0
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked++
+		n := asked
+		mu.Unlock()
+		ready := n >= 3 && r.URL.Query().Get("never") == ""
+		_, _ = fmt.Fprintf(w, `{"servers":[{"name":"x","state":"starting","learned":true,"ready":%v,"lastError":"slow"}],"totals":{}}`, ready)
+	}))
+	defer api.Close()
+	o := &WaitOptions{API: adminclient.Client{Addr: api.URL}, Timeout: 20 * time.Second}
+	if err := RunWait(context.Background(), o); err != nil {
+		t.Fatalf("wait for a server ready at the third ask: %v", err)
+	}
+	mu.Lock()
+	if asked != 3 {
+		t.Errorf("asked %d times, want 3", asked)
+	}
+	asked = -1000 // never ready again
+	mu.Unlock()
+	o.Timeout = 300 * time.Millisecond
+	err := RunWait(context.Background(), o)
+	if err == nil || !strings.HasPrefix(err.Error(), "not ready after 300ms: waiting for x (starting, last error: slow)") {
+		t.Errorf("wait whose timeout passes: %v", err)
+	}
+	o.Servers = []string{"nope"}
+	if err := RunWait(context.Background(), o); err == nil || !strings.Contains(err.Error(), `no server named "nope"; configured: x`) {
+		t.Errorf("wait for a server that does not exist: %v", err)
 	}
 }

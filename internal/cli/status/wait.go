@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"context"
@@ -13,15 +13,26 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 )
 
 // waitPoll is how often wait asks serve again.
 const waitPoll = 100 * time.Millisecond
 
-func newWaitCmd() *cobra.Command {
-	var api apiClient
-	var timeout time.Duration
+// WaitOptions are wait's.
+type WaitOptions struct {
+	IO cmdutil.IOStreams
+	// Servers are the servers named (none: all of them).
+	Servers []string
+	API     adminclient.Client
+	Timeout time.Duration
+}
+
+// NewCmdWait is wait: its flags fill a WaitOptions, run by runF (nil:
+// RunWait).
+func NewCmdWait(streams cmdutil.IOStreams, runF func(context.Context, *WaitOptions) error) *cobra.Command {
+	o := &WaitOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "wait [NAME...] [--timeout 60s]",
 		Short: "Wait until servers of a running mcpvisor serve are ready (all of them by default)",
@@ -34,46 +45,58 @@ func newWaitCmd() *cobra.Command {
 			"the timeout passes first (naming each server not ready, its state and last error), when a named server " +
 			"does not exist, or when serve refuses the token.",
 		RunE: func(cmd *cobra.Command, names []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			var last error
-			for {
-				var st admin.Servers
-				err := api.GetJSON(ctx, "/api/servers", &st)
-				if err != nil && ctx.Err() != nil {
-					// Cut by the timeout: the attempt before says why it
-					// is not ready, if there was one.
-					if last != nil {
-						err = last
-					} else {
-						err = fmt.Errorf("is mcpvisor serve running at %s? it did not answer: %w", api.Addr, err)
-					}
-				}
-				if se := (*adminclient.StatusError)(nil); errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
-					return err // waiting will not mend a refusal
-				}
-				if err == nil {
-					var done bool
-					done, err = waitDone(st.Servers, names)
-					if done {
-						return err
-					}
-				}
-				last = err
-				select {
-				case <-ctx.Done():
-					if cmd.Context().Err() == nil {
-						return fmt.Errorf("not ready after %v: %w", timeout, last)
-					}
-					return ctx.Err()
-				case <-time.After(waitPoll):
-				}
+			o.IO = o.IO.Or(cmd)
+			o.Servers = names
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
+			return RunWait(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", time.Minute, "give up after this long")
 	return cmd
+}
+
+// RunWait asks the serve o.API reaches every waitPoll until the servers
+// are ready, one has failed for good, serve refuses the token, or
+// o.Timeout passes (an error naming what is not ready).
+func RunWait(parent context.Context, o *WaitOptions) error {
+	ctx, cancel := context.WithTimeout(parent, o.Timeout)
+	defer cancel()
+	var last error
+	for {
+		var st admin.Servers
+		err := o.API.GetJSON(ctx, "/api/servers", &st)
+		if err != nil && ctx.Err() != nil {
+			// Cut by the timeout: the attempt before says why it
+			// is not ready, if there was one.
+			if last != nil {
+				err = last
+			} else {
+				err = fmt.Errorf("is mcpvisor serve running at %s? it did not answer: %w", o.API.Addr, err)
+			}
+		}
+		if se := (*adminclient.StatusError)(nil); errors.As(err, &se) && (se.Code == http.StatusUnauthorized || se.Code == http.StatusForbidden) {
+			return err // waiting will not mend a refusal
+		}
+		if err == nil {
+			var done bool
+			done, err = waitDone(st.Servers, o.Servers)
+			if done {
+				return err
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if parent.Err() == nil {
+				return fmt.Errorf("not ready after %v: %w", o.Timeout, last)
+			}
+			return ctx.Err()
+		case <-time.After(waitPoll):
+		}
+	}
 }
 
 // waitDone reports whether the wait is over for the named servers (all
