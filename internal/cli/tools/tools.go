@@ -1,4 +1,4 @@
-package main
+package tools
 
 import (
 	"context"
@@ -11,13 +11,24 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
-func newToolsCmd() *cobra.Command {
-	var api apiClient
-	var asJSON bool
+// Options are tools' (the list).
+type Options struct {
+	IO cmdutil.IOStreams
+	// Servers are the servers named (none: all of them).
+	Servers []string
+	API     adminclient.Client
+	JSON    bool
+}
+
+// NewCmdTools is tools, with its subcommands diff, approve and
+// accept-lost: its flags fill an Options, run by runF (nil: RunTools).
+func NewCmdTools(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "tools [NAME]",
 		Short: "List the tools of a running mcpvisor serve's servers, from its cache",
@@ -28,38 +39,49 @@ func newToolsCmd() *cobra.Command {
 			"(release the held definitions reviewed), accept-lost NAME (clear a tools_lost warning). A server named diff, approve or accept-lost is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			names := args
-			if len(names) == 0 {
-				var st admin.Servers
-				if err := api.GetJSON(cmd.Context(), "/api/servers", &st); err != nil {
-					return err
-				}
-				for _, s := range st.Servers {
-					names = append(names, s.Name)
-				}
+			o.IO = o.IO.Or(cmd)
+			o.Servers = args
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			all, err := fetchTools(cmd.Context(), &api, names)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				b, err := json.MarshalIndent(all, "", "  ")
-				if err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(append(b, '\n'))
-				return err
-			}
-			return printTools(cmd.OutOrStdout(), all)
+			return RunTools(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(newToolsDiffCmd(), newToolsApproveCmd(), newToolsAcceptLostCmd())
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	cmd.AddCommand(NewCmdDiff(streams, nil), NewCmdApprove(streams, nil), NewCmdAcceptLost(streams, nil))
 	return cmd
 }
 
-func fetchTools(ctx context.Context, api *apiClient, names []string) ([]admin.Tools, error) {
+// RunTools prints the tools of the servers named (all of them when none
+// is), from serve's cache.
+func RunTools(ctx context.Context, o *Options) error {
+	names := o.Servers
+	if len(names) == 0 {
+		var st admin.Servers
+		if err := o.API.GetJSON(ctx, "/api/servers", &st); err != nil {
+			return err
+		}
+		for _, s := range st.Servers {
+			names = append(names, s.Name)
+		}
+	}
+	all, err := fetchTools(ctx, &o.API, names)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		b, err := json.MarshalIndent(all, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = o.IO.Out.Write(append(b, '\n'))
+		return err
+	}
+	return printTools(o.IO.Out, all)
+}
+
+func fetchTools(ctx context.Context, api *adminclient.Client, names []string) ([]admin.Tools, error) {
 	all := make([]admin.Tools, 0, len(names))
 	for _, name := range names {
 		var t admin.Tools

@@ -1,4 +1,4 @@
-package main
+package tools
 
 import (
 	"bytes"
@@ -18,12 +18,23 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/drift"
 )
 
-func newToolsDiffCmd() *cobra.Command {
-	var api apiClient
-	var asJSON bool
+// DiffOptions are tools diff's.
+type DiffOptions struct {
+	IO cmdutil.IOStreams
+	// Server is the server named (an argument).
+	Server string
+	API    adminclient.Client
+	JSON   bool
+}
+
+// NewCmdDiff is tools diff: its flags fill a DiffOptions, run by runF
+// (nil: RunDiff).
+func NewCmdDiff(streams cmdutil.IOStreams, runF func(context.Context, *DiffOptions) error) *cobra.Command {
+	o := &DiffOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "diff NAME",
 		Short: "Show the last change of a server's tool, prompt and template definitions, and the tools it holds back",
@@ -33,17 +44,40 @@ func newToolsDiffCmd() *cobra.Command {
 			"of GET /api/servers/NAME/definitions/diff.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return show(cmd.Context(), &api, cmd.OutOrStdout(), "/api/servers/"+url.PathEscape(args[0])+"/definitions/diff", asJSON, printDiff)
+			o.IO = o.IO.Or(cmd)
+			o.Server = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return RunDiff(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
 	return cmd
 }
 
-func newToolsApproveCmd() *cobra.Command {
-	var api apiClient
-	var all bool
+// RunDiff prints the last change of the server's definitions and what it
+// holds back.
+func RunDiff(ctx context.Context, o *DiffOptions) error {
+	return cmdutil.Show(ctx, &o.API, o.IO.Out, "/api/servers/"+url.PathEscape(o.Server)+"/definitions/diff", o.JSON, printDiff)
+}
+
+// ApproveOptions are tools approve's.
+type ApproveOptions struct {
+	IO cmdutil.IOStreams
+	// Server is the server named; Tools the tools after it, each
+	// TOOL@FINGERPRINT or a bare TOOL.
+	Server string
+	Tools  []string
+	API    adminclient.Client
+	All    bool
+}
+
+// NewCmdApprove is tools approve: its flags fill an ApproveOptions, run by
+// runF (nil: RunApprove).
+func NewCmdApprove(streams cmdutil.IOStreams, runF func(context.Context, *ApproveOptions) error) *cobra.Command {
+	o := &ApproveOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "approve NAME (TOOL@FINGERPRINT... | --all)",
 		Short: "Approve the definitions of tools a pinned server holds back, as reviewed with tools diff",
@@ -57,12 +91,22 @@ func newToolsApproveCmd() *cobra.Command {
 			"the tool list changed. Approvals are kept in the state store.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return approveTools(cmd.Context(), &api, cmd.OutOrStdout(), args[0], args[1:], all)
+			o.IO = o.IO.Or(cmd)
+			o.Server, o.Tools = args[0], args[1:]
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return RunApprove(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "approve every tool pending now, each at the definition read")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.All, "all", false, "approve every tool pending now, each at the definition read")
 	return cmd
+}
+
+// RunApprove approves the tools o names (approveTools).
+func RunApprove(ctx context.Context, o *ApproveOptions) error {
+	return approveTools(ctx, &o.API, o.IO.Out, o.Server, o.Tools, o.All)
 }
 
 // shortFP is how many hex digits of a fingerprint the CLI shows: the
@@ -96,7 +140,7 @@ func isFingerprint(s string) bool {
 // TOOL@FINGERPRINT (sent as given) or a bare TOOL (at the definition
 // pending now, by its fingerprint), or, with all, every tool pending now
 // at the definition read.
-func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string, tools []string, all bool) error {
+func approveTools(ctx context.Context, api *adminclient.Client, w io.Writer, name string, tools []string, all bool) error {
 	switch {
 	case all && len(tools) > 0:
 		return fmt.Errorf("--all approves every tool server %s holds back: name tools or pass --all, not both", name)
@@ -167,7 +211,7 @@ func approveTools(ctx context.Context, api *apiClient, w io.Writer, name string,
 		return err
 	}
 	if code != http.StatusOK {
-		err := answerError(code, b)
+		err := adminclient.AnswerError(code, b)
 		if code == http.StatusConflict {
 			return fmt.Errorf("nothing approved: %w", err)
 		}
@@ -388,8 +432,18 @@ func shellWord(s string) string {
 	return b.String()
 }
 
-func newToolsAcceptLostCmd() *cobra.Command {
-	var api apiClient
+// AcceptLostOptions are tools accept-lost's.
+type AcceptLostOptions struct {
+	IO cmdutil.IOStreams
+	// Server is the server named (an argument).
+	Server string
+	API    adminclient.Client
+}
+
+// NewCmdAcceptLost is tools accept-lost: its flags fill an
+// AcceptLostOptions, run by runF (nil: RunAcceptLost).
+func NewCmdAcceptLost(streams cmdutil.IOStreams, runF func(context.Context, *AcceptLostOptions) error) *cobra.Command {
+	o := &AcceptLostOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "accept-lost NAME",
 		Short: "Accept that a server whose tools were lost rightly lists none, clearing its warning",
@@ -400,24 +454,35 @@ func newToolsAcceptLostCmd() *cobra.Command {
 			"back as approved is served and a changed one is held. It fails when the server's tools are not lost.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			ctx, cancel := context.WithTimeout(cmd.Context(), adminclient.Timeout)
-			defer cancel()
-			code, b, err := api.Post(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil)
-			if err != nil {
-				return err
+			o.IO = o.IO.Or(cmd)
+			o.Server = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if code != http.StatusOK {
-				return answerError(code, b)
-			}
-			var res admin.AcceptLostResult
-			if err := json.Unmarshal(b, &res); err != nil {
-				return fmt.Errorf("unexpected answer: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "server %s now lists no tools (it had %d); its warning is cleared\n", name, res.Previous)
-			return nil
+			return RunAcceptLost(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
+	cmdutil.AddAPIFlags(cmd, &o.API)
 	return cmd
+}
+
+// RunAcceptLost makes the server's empty list its known definitions,
+// clearing its tools_lost warning.
+func RunAcceptLost(ctx context.Context, o *AcceptLostOptions) error {
+	name := o.Server
+	ctx, cancel := context.WithTimeout(ctx, adminclient.Timeout)
+	defer cancel()
+	code, b, err := o.API.Post(ctx, "/api/servers/"+url.PathEscape(name)+"/definitions/accept-lost", nil)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return adminclient.AnswerError(code, b)
+	}
+	var res admin.AcceptLostResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("unexpected answer: %w", err)
+	}
+	fmt.Fprintf(o.IO.Out, "server %s now lists no tools (it had %d); its warning is cleared\n", name, res.Previous)
+	return nil
 }

@@ -1,7 +1,10 @@
-package main
+package tools
 
 import (
+	"bytes"
+
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -213,4 +216,21 @@ func TestToolsDiffPrintsWholeValues(t *testing.T) {
 	if strings.ContainsAny(out, "\x1b\u202e") {
 		t.Errorf("tools diff printed a control or invisible character:\n%q", out)
 	}
+}
+
+// run runs the tools command line args (from "tools" on), its output and
+// errors in one buffer, as the root command runs it.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "tools" {
+		t.Fatalf("not a tools command line: %q", args)
+	}
+	cmd := NewCmdTools(cmdutil.IOStreams{}, nil)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args[1:])
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), err
 }
