@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/daemon"
 )
 
@@ -69,6 +70,6 @@ func (f *runFlags) add(cmd *cobra.Command) {
 
 // options are the daemon's options of these flags, logging to log.
 func (f *runFlags) options(log *slog.Logger, stderr io.Writer) daemon.Options {
-	return daemon.Options{ConfigFile: f.configFile, StateDir: f.stateDir, OTLPEndpoint: f.otlpEndpoint, Version: versionString(),
+	return daemon.Options{ConfigFile: f.configFile, StateDir: f.stateDir, OTLPEndpoint: f.otlpEndpoint, Version: cmdutil.Version(),
 		ShutdownTimeout: f.shutdownTimeout, NoLearn: f.noLearn, Log: log, Stderr: stderr}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	"github.com/mcpvisor/mcpvisor/internal/cli/diag"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
@@ -18,7 +20,7 @@ func runValidate(t *testing.T, data string, extra ...string) (stdout, stderr str
 	if err := os.WriteFile(f, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := newValidateCmd()
+	cmd := diag.NewCmdValidate(cmdutil.IOStreams{})
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
@@ -101,14 +103,14 @@ func TestValidateInvalid(t *testing.T) {
 }
 
 func TestValidateNeedsConfig(t *testing.T) {
-	cmd := newValidateCmd()
+	cmd := diag.NewCmdValidate(cmdutil.IOStreams{})
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
 	cmd.SetArgs(nil)
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "config") {
 		t.Errorf("without --config: %v", err)
 	}
-	cmd = newValidateCmd()
+	cmd = diag.NewCmdValidate(cmdutil.IOStreams{})
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
 	cmd.SetArgs([]string{"--config", filepath.Join(t.TempDir(), "none.json")})

@@ -1,4 +1,4 @@
-package main
+package diag
 
 import (
 	"context"
@@ -11,12 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
-func newDoctorCmd() *cobra.Command {
+// NewCmdDoctor is doctor.
+func NewCmdDoctor(streams cmdutil.IOStreams) *cobra.Command {
 	var stateDir, configFile string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -32,6 +34,7 @@ comes from. With --config it names each server whose configured limits
 cannot be enforced here (it would run without them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			io := streams.Or(cmd)
 			var cfg *config.Config
 			if configFile != "" {
 				var err error
@@ -39,7 +42,7 @@ cannot be enforced here (it would run without them).`,
 					return err
 				}
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			log := slog.New(slog.NewTextHandler(io.ErrOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			rt, err := proc.Open(proc.Options{StateDir: stateDir, Logger: log})
 			if err != nil {
 				return err
@@ -49,11 +52,11 @@ cannot be enforced here (it would run without them).`,
 			defer rt.Close(ctx)
 			rep := rt.Report()
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc := json.NewEncoder(io.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(doctorJSON{Report: rep, Servers: serverLimits(rep, cfg)})
 			}
-			return printDoctor(cmd.OutOrStdout(), rep, stateDir, cfg)
+			return printDoctor(io.Out, rep, stateDir, cfg)
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", userdirs.DefaultStateDir(), "state directory (ledger of running instances, caches)")
@@ -95,7 +98,7 @@ func serverLimits(rep proc.Report, cfg *config.Config) []serverLimit {
 }
 
 func printDoctor(w io.Writer, rep proc.Report, stateDir string, cfg *config.Config) error {
-	fmt.Fprintln(w, versionString())
+	fmt.Fprintln(w, cmdutil.Version())
 	fmt.Fprintf(w, "uid %d, state directory %s\n\n", os.Getuid(), stateDir)
 	fmt.Fprint(w, rep.String())
 	fmt.Fprintln(w)

@@ -1,4 +1,4 @@
-package main
+package diag
 
 import (
 	"errors"
@@ -8,10 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 )
 
-func newValidateCmd() *cobra.Command {
+// NewCmdValidate is validate.
+func NewCmdValidate(streams cmdutil.IOStreams) *cobra.Command {
 	var (
 		file   string
 		strict bool
@@ -29,18 +31,19 @@ and a non-zero exit. --strict treats warnings as errors.`,
 		SilenceUsage:  true, // as on the root; a bad config is not a usage error
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			io := streams.Or(cmd)
 			cfg, err := config.Load(file, config.LoadOptions{Strict: strict})
 			if err != nil {
 				var cerr *config.Error
 				if errors.As(err, &cerr) {
-					printWarnings(cmd.ErrOrStderr(), cerr.Warnings)
+					printWarnings(io.ErrOut, cerr.Warnings)
 				}
 				return err
 			}
-			if err := printSummary(cmd.OutOrStdout(), cfg); err != nil {
+			if err := printSummary(io.Out, cfg); err != nil {
 				return err
 			}
-			printWarnings(cmd.ErrOrStderr(), cfg.Warnings)
+			printWarnings(io.ErrOut, cfg.Warnings)
 			return nil
 		},
 	}

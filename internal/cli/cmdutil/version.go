@@ -1,17 +1,18 @@
-package main
+package cmdutil
 
 import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-
-	"github.com/spf13/cobra"
 )
 
-// version is set at link time with -ldflags "-X main.version=v1.2.3".
+// version is set at link time with -ldflags
+// "-X github.com/mcpvisor/mcpvisor/internal/cli/cmdutil.version=v1.2.3".
 var version = ""
 
-func versionString() string {
+// Version is mcpvisor's version line: the release (or the module's
+// version, else "dev"), the revision, Go, OS and architecture.
+func Version() string {
 	v := version
 	rev := ""
 	if info, ok := debug.ReadBuildInfo(); ok {
@@ -31,16 +32,4 @@ func versionString() string {
 		v += " (" + rev + ")"
 	}
 	return fmt.Sprintf("mcpvisor %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the mcpvisor version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
-			return err
-		},
-	}
 }

@@ -1,7 +1,12 @@
-package main
+package diag
 
 import (
+	"bytes"
+
+	"github.com/spf13/cobra"
+
 	"encoding/json"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,4 +93,26 @@ func TestDoctorWarnsOfLimitsNotEnforced(t *testing.T) {
 	if strings.Contains(out, "WARNING a: its pids") {
 		t.Errorf("warned of an enforced limit:\n%s", out)
 	}
+}
+
+// run runs the diag command line args, its output and errors in one
+// buffer, as the root command runs it.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var cmd *cobra.Command
+	switch args[0] {
+	case "doctor":
+		cmd = NewCmdDoctor(cmdutil.IOStreams{})
+	case "validate":
+		cmd = NewCmdValidate(cmdutil.IOStreams{})
+	default:
+		t.Fatalf("not a diag command line: %q", args)
+	}
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args[1:])
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), err
 }
