@@ -1,8 +1,10 @@
-package main
+package svc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/user"
@@ -14,10 +16,27 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/service"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
-func newServiceCmd() *cobra.Command {
+// Options are service install's and uninstall's.
+type Options struct {
+	IO cmdutil.IOStreams
+	// Config is the config the service serves ("": the user's); StateDir
+	// its state directory ("": the config's, else the user's).
+	Config, StateDir string
+	service.Options
+	// Host is the user and machine the service is for (this one, its
+	// service manager run for real).
+	Host func(out io.Writer) (service.Host, error)
+	// Executable is what the service runs (cmdutil.Executable).
+	Executable func() (string, error)
+}
+
+// NewCmdService is service, with install and uninstall: their flags fill
+// an Options, run by runF (nil: RunInstall or RunUninstall).
+func NewCmdService(streams cmdutil.IOStreams, runF func(ctx context.Context, action string, o *Options) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "service install|uninstall",
 		Short: "Run mcpvisor serve at login, as a user service (systemd on Linux, launchd on macOS)",
@@ -33,54 +52,67 @@ written and run, and does neither.
 mcpvisor service uninstall stops the service and removes its definition.`,
 		Args: cobra.NoArgs,
 	}
-	var (
-		configFile, stateDir string
-		opts                 service.Options
-	)
+	o := &Options{IO: streams, Host: thisHost, Executable: cmdutil.Executable}
+	run := func(action string, f func(context.Context, *Options) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			o.IO = o.IO.Or(cmd)
+			if runF != nil {
+				return runF(cmd.Context(), action, o)
+			}
+			return f(cmd.Context(), o)
+		}
+	}
 	install := &cobra.Command{
 		Use:   "install [--config FILE] [--state-dir DIR] [--dry-run] [--force]",
 		Short: "Install and start the user service that runs mcpvisor serve at login",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, err := serviceSpec(configFile, stateDir)
-			if err != nil {
-				return err
-			}
-			h, err := serviceHost(cmd)
-			if err != nil {
-				return err
-			}
-			return service.Install(cmd.Context(), h, spec, opts)
-		},
+		RunE:  run("install", RunInstall),
 	}
-	install.Flags().StringVarP(&configFile, "config", "c", "", "configuration file the service serves (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
-	install.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
-	install.Flags().BoolVar(&opts.DryRun, "dry-run", false, "print what would be written and run; do neither")
-	install.Flags().BoolVar(&opts.Force, "force", false, "replace a different service definition")
+	install.Flags().StringVarP(&o.Config, "config", "c", "", "configuration file the service serves (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
+	install.Flags().StringVar(&o.StateDir, "state-dir", "", "state directory (default from the config, else $XDG_STATE_HOME/mcpvisor)")
+	install.Flags().BoolVar(&o.DryRun, "dry-run", false, "print what would be written and run; do neither")
+	install.Flags().BoolVar(&o.Force, "force", false, "replace a different service definition")
 	uninstall := &cobra.Command{
 		Use:   "uninstall [--dry-run] [--force]",
 		Short: "Stop the user service and remove its definition",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, err := serviceHost(cmd)
-			if err != nil {
-				return err
-			}
-			return service.Uninstall(cmd.Context(), h, opts)
-		},
+		RunE:  run("uninstall", RunUninstall),
 	}
-	uninstall.Flags().BoolVar(&opts.DryRun, "dry-run", false, "print what would be run and removed; do neither")
-	uninstall.Flags().BoolVar(&opts.Force, "force", false, "remove a definition mcpvisor service install did not write")
+	uninstall.Flags().BoolVar(&o.DryRun, "dry-run", false, "print what would be run and removed; do neither")
+	uninstall.Flags().BoolVar(&o.Force, "force", false, "remove a definition mcpvisor service install did not write")
 	cmd.AddCommand(install, uninstall)
 	return cmd
 }
 
+// RunInstall writes the user service that serves o.Config at login, and
+// starts it (service.Install), the config validated first.
+func RunInstall(ctx context.Context, o *Options) error {
+	spec, err := serviceSpec(o.Executable, o.Config, o.StateDir)
+	if err != nil {
+		return err
+	}
+	h, err := o.Host(o.IO.Out)
+	if err != nil {
+		return err
+	}
+	return service.Install(ctx, h, spec, o.Options)
+}
+
+// RunUninstall stops the user service and removes its definition.
+func RunUninstall(ctx context.Context, o *Options) error {
+	h, err := o.Host(o.IO.Out)
+	if err != nil {
+		return err
+	}
+	return service.Uninstall(ctx, h, o.Options)
+}
+
 // serviceSpec is the service of this binary serving configFile ("" for
 // the user's default config), the config validated first.
-func serviceSpec(configFile, stateDir string) (service.Spec, error) {
-	exe, err := cmdutil.Executable()
+func serviceSpec(executable func() (string, error), configFile, stateDir string) (service.Spec, error) {
+	exe, err := executable()
 	if err != nil {
-		return service.Spec{}, usageError{Err: err}
+		return service.Spec{}, shutdown.UsageError{Err: err}
 	}
 	if configFile == "" {
 		if configFile, err = userdirs.ConfigFile(); err != nil {
@@ -118,9 +150,9 @@ func serviceSpec(configFile, stateDir string) (service.Spec, error) {
 	return spec, nil
 }
 
-// serviceHost is this user on this machine, its service manager run for
-// real.
-func serviceHost(cmd *cobra.Command) (service.Host, error) {
+// thisHost is this user on this machine, its service manager run for
+// real, what it runs printed to out.
+func thisHost(out io.Writer) (service.Host, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return service.Host{}, fmt.Errorf("the service goes in the home directory: %w", err)
@@ -137,6 +169,6 @@ func serviceHost(cmd *cobra.Command) (service.Host, error) {
 	return service.Host{
 		GOOS: runtime.GOOS, Home: home, XDGConfigHome: os.Getenv("XDG_CONFIG_HOME"),
 		UID: os.Getuid(), User: name, LingerDir: "/var/lib/systemd/linger",
-		Runner: service.ExecRunner{}, Out: cmd.OutOrStdout(),
+		Runner: service.ExecRunner{}, Out: out,
 	}, nil
 }
