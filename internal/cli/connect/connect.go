@@ -1,4 +1,4 @@
-package main
+package connect
 
 import (
 	"bytes"
@@ -21,9 +21,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/bridge"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"github.com/mcpvisor/mcpvisor/internal/service"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/stdfile"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 	"github.com/mcpvisor/mcpvisor/watchdog"
@@ -38,8 +40,8 @@ const (
 	connectHandshakeTimeout = 10 * time.Second
 )
 
-// connectOptions are connect's flags, resolved.
-type connectOptions struct {
+// Options are connect's flags, resolved.
+type Options struct {
 	server, configFile, stateDir, socket, start string
 	idleExit, startTimeout                      time.Duration
 }
@@ -47,8 +49,10 @@ type connectOptions struct {
 // errParentGone ends connect when the client that started it has exited.
 var errParentGone = errors.New("the client that started mcpvisor connect exited")
 
-func newConnectCmd() *cobra.Command {
-	var o connectOptions
+// NewCmdConnect is connect: its flags fill an Options, run by runF (nil:
+// runConnect) with the command's stderr.
+func NewCmdConnect(streams cmdutil.IOStreams, runF func(context.Context, Options, io.Writer) error) *cobra.Command {
+	var o Options
 	cmd := &cobra.Command{
 		Use:   "connect [--server NAME]",
 		Short: "Bridge a client's stdio to the shared mcpvisor daemon (what a desktop client launches)",
@@ -87,10 +91,13 @@ it (no such server) or cannot be started. It never stops the daemon.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.start != "auto" && o.start != "never" {
-				return usageError{Err: fmt.Errorf("--start: %q is not auto or never", o.start)}
+				return shutdown.UsageError{Err: fmt.Errorf("--start: %q is not auto or never", o.start)}
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o, streams.Or(cmd).ErrOut)
 			}
 			mempolicy.Relay()
-			return runConnect(cmd.Context(), o, cmd.ErrOrStderr())
+			return runConnect(cmd.Context(), o, streams.Or(cmd).ErrOut)
 		},
 	}
 	f := cmd.Flags()
@@ -106,7 +113,7 @@ it (no such server) or cannot be started. It never stops the daemon.`,
 
 // runConnect is connect: dial (or start) the daemon, send the preface,
 // relay until the client or the daemon goes.
-func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
+func runConnect(ctx context.Context, o Options, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// A client that is gone must not kill connect by SIGPIPE: a write
@@ -147,7 +154,7 @@ func runConnect(ctx context.Context, o connectOptions, stderr io.Writer) error {
 
 // resolve fills in the defaults: the config file, the state directory
 // (the flag, else the config's stateDir, else the default) and the socket.
-func (o *connectOptions) resolve(stderr io.Writer) error {
+func (o *Options) resolve(stderr io.Writer) error {
 	if o.configFile == "" {
 		f, err := userdirs.ConfigFile()
 		if err != nil {
@@ -202,7 +209,7 @@ func (e errNoAnswer) Unwrap() error { return e.err }
 // away (an auto-started one reaching its --exit-when-unused deadline as
 // the client dialed): with --start=auto connect says so and goes the
 // start path, which waits for it to be gone.
-func reachDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
+func reachDaemon(ctx context.Context, o Options, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
 	c, down, err := answer(ctx, o)
 	if err == nil {
 		return c, down, nil
@@ -224,7 +231,7 @@ func reachDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.
 // dial failed), or the handshake's error (the connection closed). Each
 // step has its bound (a second to dial, connectHandshakeTimeout for the
 // preface), and the end of ctx cuts both.
-func answer(ctx context.Context, o connectOptions) (*net.UnixConn, io.Reader, error) {
+func answer(ctx context.Context, o Options) (*net.UnixConn, io.Reader, error) {
 	c, err := dialDaemon(ctx, o.socket)
 	if errors.As(err, new(foreignSocketError)) {
 		return nil, nil, err
@@ -250,7 +257,7 @@ func answer(ctx context.Context, o connectOptions) (*net.UnixConn, io.Reader, er
 
 // handshakeErr is connect's error for a daemon that answered the socket
 // but not the preface.
-func handshakeErr(o connectOptions, err error) error {
+func handshakeErr(o Options, err error) error {
 	if re := (*bridge.RefusedError)(nil); errors.As(err, &re) {
 		return fmt.Errorf("the mcpvisor daemon on %s refused the connection: %s", o.socket, re.Reason)
 	}
@@ -315,7 +322,7 @@ const startPoll = 20 * time.Millisecond
 // is bounded by o.startTimeout, but for a try of the socket under way
 // when it passes, which ends within its own bounds (a second's dial,
 // connectHandshakeTimeout).
-func startDaemon(ctx context.Context, o connectOptions, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
+func startDaemon(ctx context.Context, o Options, stderr io.Writer) (*net.UnixConn, io.Reader, error) {
 	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -373,7 +380,7 @@ func installedService() (service.Host, bool) {
 // startService asks the service manager to start the installed service
 // and waits for it to answer on o.socket, bounded by half of what is left
 // of ctx (the other half is for a daemon of connect's own).
-func startService(ctx context.Context, o connectOptions, h service.Host) (*net.UnixConn, io.Reader, error) {
+func startService(ctx context.Context, o Options, h service.Host) (*net.UnixConn, io.Reader, error) {
 	bound := o.startTimeout / 2
 	if dl, ok := ctx.Deadline(); ok {
 		bound = time.Until(dl) / 2
@@ -396,7 +403,7 @@ var errNothingListens = errors.New("no daemon listens")
 // preface (nothing listening yet, or one closing the connection as it
 // goes, is tried again), refuses it, check (if not nil) fails on what the
 // try met, or ctx ends: then the error is expired's.
-func awaitAnswer(ctx context.Context, o connectOptions, check func(error) error, expired func() error) (*net.UnixConn, io.Reader, error) {
+func awaitAnswer(ctx context.Context, o Options, check func(error) error, expired func() error) (*net.UnixConn, io.Reader, error) {
 	t := time.NewTicker(startPoll)
 	defer t.Stop()
 	for {
@@ -427,7 +434,7 @@ func awaitAnswer(ctx context.Context, o connectOptions, check func(error) error,
 // startOwnDaemon starts mcpvisor serve for o, detached, in the user's
 // home directory (not the client's working directory), with the client's
 // environment, and waits until it answers, bounded by ctx.
-func startOwnDaemon(ctx context.Context, o connectOptions) (*net.UnixConn, io.Reader, error) {
+func startOwnDaemon(ctx context.Context, o Options) (*net.UnixConn, io.Reader, error) {
 	if _, err := os.Stat(o.configFile); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("no mcpvisor daemon answers on %s, and there is no config to start one from: %s does not exist. Create it with `mcpvisor import` (it gathers the servers your MCP clients are configured with), or pass --config FILE", o.socket, o.configFile)
 	}

@@ -1,4 +1,4 @@
-package main
+package connect
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestAnswerIsCutByItsContext(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	_, _, err = answer(ctx, connectOptions{socket: path})
+	_, _, err = answer(ctx, Options{socket: path})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("answer against a daemon that never answers, its context ended: %v; want the context's end (not the %v preface bound's)", err, connectHandshakeTimeout)
 	}

@@ -1,5 +1,5 @@
 //go:build !linux && !darwin
 
-package main
+package connect
 
 func clientName() string { return "" }

@@ -1,4 +1,4 @@
-package main
+package connect
 
 import (
 	"context"
@@ -47,9 +47,9 @@ func TestConnectTakesAResetAsTheDaemonGoingAway(t *testing.T) {
 				}
 				ln.Close()
 			}()
-			_, _, err = answer(context.Background(), connectOptions{socket: path})
+			_, _, err = answer(context.Background(), Options{socket: path})
 			if !errors.Is(err, bridge.ErrDaemonClosed) {
-				t.Fatalf("answer() against a daemon going away: %v; want an error wrapping bridge.ErrDaemonClosed (retried), got one connect gives up on: %v", err, handshakeErr(connectOptions{socket: path}, err))
+				t.Fatalf("answer() against a daemon going away: %v; want an error wrapping bridge.ErrDaemonClosed (retried), got one connect gives up on: %v", err, handshakeErr(Options{socket: path}, err))
 			}
 		})
 	}
