@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/cli/call"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
@@ -144,7 +145,7 @@ func TestCall(t *testing.T) {
 		{[]string{"x", "echo", "--arg", "text=42"}, 0, "42\n", ""}, // a string property: text, not a number
 		{[]string{"x", "echo", "--json", `{"text":"a b"}`}, 0, "a b\n", ""},
 		{[]string{"x", "sleep", "--arg", "ms=1"}, 0, "slept 1 ms\n", ""},
-		{[]string{"x", "echo"}, exitToolError, `missing required argument "text"`, ""},
+		{[]string{"x", "echo"}, call.ExitToolError, `missing required argument "text"`, ""},
 		{[]string{"x", "sleep", "--arg", "ms=soon"}, 2, "", `--arg ms: the tool's schema says integer, and "soon" is not JSON`},
 		{[]string{"x", "echo", "--arg", "text"}, 2, "", `--arg "text": want key=value`},
 		{[]string{"x", "echo", "--json", `[1]`}, 2, "", "--json: not a JSON object"},
@@ -152,7 +153,7 @@ func TestCall(t *testing.T) {
 		{[]string{"zz", "echo"}, 1, "", `no server named "zz"; configured: p, x`},
 		{[]string{"zz", "echo", "--arg", "text"}, 2, "", `--arg "text": want key=value`}, // checked before anything is asked of serve
 		// call declares no sampling: the server is told Method not found at once, for it.
-		{[]string{"x", "sample", "--arg", "prompt=hi"}, exitToolError, "did not declare the sampling capability", ""},
+		{[]string{"x", "sample", "--arg", "prompt=hi"}, call.ExitToolError, "did not declare the sampling capability", ""},
 		{[]string{"p", "echo", "--arg", "text=mine"}, 0, "mine\n", ""},
 	}
 	for _, c := range cases {

@@ -1,4 +1,4 @@
-package main
+package call
 
 import (
 	"bytes"
@@ -20,21 +20,39 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
-// exitToolError is call's exit code for a tool that answered with
+// ExitToolError is call's exit code for a tool that answered with
 // isError: true (the call itself went through).
-const exitToolError = 4
+const ExitToolError = 4
 
-func newCallCmd() *cobra.Command {
-	var api apiClient
-	var args []string
-	var argsJSON string
-	var asJSON bool
-	var timeout time.Duration
+// client is the admin API's client, with the few requests call makes as
+// an MCP client of a server's own endpoint.
+type client struct{ adminclient.Client }
+
+// Options are call's.
+type Options struct {
+	IO cmdutil.IOStreams
+	// Server and Tool are the server and the tool named (arguments).
+	Server, Tool string
+	API          adminclient.Client
+	// Args are the --arg key=value; ArgsJSON the --json object.
+	Args       []string
+	ArgsJSON   string
+	OutputJSON bool
+	Timeout    time.Duration
+}
+
+// NewCmdCall is call: its flags fill an Options, run by runF (nil:
+// RunCall).
+func NewCmdCall(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "call SERVER TOOL [--arg key=value ...] [--json '{...}']",
 		Short: "Call one tool of one server of a running mcpvisor serve and print its result",
@@ -47,56 +65,66 @@ func newCallCmd() *cobra.Command {
 			"(no serve at --addr, no such server or tool, a JSON-RPC error, a timeout); 2 a bad command line.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, pos []string) error {
-			server, tool := pos[0], pos[1]
-			// The command line first: a bad one starts no server.
-			if _, err := callArguments(argsJSON, args, nil); err != nil {
-				return usageError{Err: err}
+			o.IO = o.IO.Or(cmd)
+			o.Server, o.Tool = pos[0], pos[1]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			// An interrupt ends the call, and its session is still ended
-			// (the deferred close outlives ctx).
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			sess, err := openSession(ctx, &api, server)
-			if err != nil {
-				return err
-			}
-			defer sess.close(ctx)
-			// The tool's schema, as the server lists it now, to read each
-			// --arg as the tool wants it.
-			schema, err := sess.toolSchema(ctx, tool)
-			if err != nil {
-				return err
-			}
-			arguments, err := callArguments(argsJSON, args, schema)
-			if err != nil {
-				return usageError{Err: err}
-			}
-			result, err := sess.call(ctx, "tools/call", map[string]any{"name": tool, "arguments": arguments})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				var b bytes.Buffer
-				_ = json.Indent(&b, result, "", "  ")
-				fmt.Fprintln(out, b.String())
-			} else {
-				printContent(out, result)
-			}
-			if string(rpc.Member(result, "isError")) == "true" {
-				return exitCode(exitToolError)
-			}
-			return nil
+			return RunCall(cmd.Context(), o)
 		},
 	}
-	api.flags(cmd)
-	cmd.Flags().StringArrayVar(&args, "arg", nil, "an argument, key=value (repeatable)")
-	cmd.Flags().StringVar(&argsJSON, "json", "", "the arguments as one JSON object (--arg adds to it)")
-	cmd.Flags().BoolVar(&asJSON, "output-json", false, "print the whole result as JSON")
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "give up after this long")
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().StringArrayVar(&o.Args, "arg", nil, "an argument, key=value (repeatable)")
+	cmd.Flags().StringVar(&o.ArgsJSON, "json", "", "the arguments as one JSON object (--arg adds to it)")
+	cmd.Flags().BoolVar(&o.OutputJSON, "output-json", false, "print the whole result as JSON")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "give up after this long")
 	return cmd
+}
+
+// RunCall calls the tool through the server's own endpoint and prints its
+// result; a tool that answered isError ends with ExitToolError.
+func RunCall(parent context.Context, o *Options) error {
+	// The command line first: a bad one starts no server.
+	if _, err := callArguments(o.ArgsJSON, o.Args, nil); err != nil {
+		return shutdown.UsageError{Err: err}
+	}
+	// An interrupt ends the call, and its session is still ended
+	// (the deferred close outlives ctx).
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	sess, err := openSession(ctx, &client{o.API}, o.Server)
+	if err != nil {
+		return err
+	}
+	defer sess.close(ctx)
+	// The tool's schema, as the server lists it now, to read each
+	// --arg as the tool wants it.
+	schema, err := sess.toolSchema(ctx, o.Tool)
+	if err != nil {
+		return err
+	}
+	arguments, err := callArguments(o.ArgsJSON, o.Args, schema)
+	if err != nil {
+		return shutdown.UsageError{Err: err}
+	}
+	result, err := sess.call(ctx, "tools/call", map[string]any{"name": o.Tool, "arguments": arguments})
+	if err != nil {
+		return err
+	}
+	out := o.IO.Out
+	if o.OutputJSON {
+		var b bytes.Buffer
+		_ = json.Indent(&b, result, "", "  ")
+		fmt.Fprintln(out, b.String())
+	} else {
+		printContent(out, result)
+	}
+	if string(rpc.Member(result, "isError")) == "true" {
+		return shutdown.ExitCode(ExitToolError)
+	}
+	return nil
 }
 
 // callArguments builds a call's arguments: the object argsJSON, then each
@@ -172,7 +200,7 @@ func schemaType(prop json.RawMessage) string {
 
 // cliSession is an MCP session of the CLI's on one server's endpoint.
 type cliSession struct {
-	api      *apiClient
+	api      *client
 	server   string
 	endpoint string
 	hdr      http.Header
@@ -181,7 +209,7 @@ type cliSession struct {
 
 // openSession opens a 2025-11-25 session on server's own endpoint (which
 // starts or wakes the server as any client's would).
-func openSession(ctx context.Context, api *apiClient, server string) (*cliSession, error) {
+func openSession(ctx context.Context, api *client, server string) (*cliSession, error) {
 	s := &cliSession{api: api, server: server, endpoint: "/servers/" + url.PathEscape(server) + "/mcp", hdr: http.Header{}}
 	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpvisor-cli","version":%q}}}`, gateway.Version)
 	resp, h, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(init))
@@ -267,7 +295,7 @@ func (s *cliSession) close(ctx context.Context) {
 
 // refuse answers a server's request m, on the session of hdr, with an
 // error: mcpvisor call declares no client capability.
-func (c *apiClient) refuse(ctx context.Context, path string, hdr http.Header, m *rpc.Message) {
+func (c *client) refuse(ctx context.Context, path string, hdr http.Header, m *rpc.Message) {
 	answer := (&rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.MethodNotFound,
 		Message: "mcpvisor call cannot answer " + m.Method + " (it declares no sampling, elicitation or roots)"}}).Encode()
 	if resp, err := c.post(ctx, path, hdr, answer); err == nil {
@@ -299,7 +327,7 @@ func printContent(w io.Writer, result json.RawMessage) {
 
 // post sends one JSON-RPC message to an MCP endpoint, as a Streamable
 // HTTP client does, with the session's headers hdr.
-func (c *apiClient) post(ctx context.Context, path string, hdr http.Header, body []byte) (*http.Response, error) {
+func (c *client) post(ctx context.Context, path string, hdr http.Header, body []byte) (*http.Response, error) {
 	h := hdr.Clone()
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
@@ -309,7 +337,7 @@ func (c *apiClient) post(ctx context.Context, path string, hdr http.Header, body
 // rpc posts one JSON-RPC message to path and returns the response to it
 // (nil for a notification; a request always gets one, or an error), from
 // a JSON reply or an event stream, with the reply's headers.
-func (c *apiClient) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
+func (c *client) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
 	resp, err := c.post(ctx, path, hdr, body)
 	if err != nil {
 		return nil, nil, err

@@ -1,9 +1,14 @@
-package main
+package call
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 )
 
 func TestCallArguments(t *testing.T) {
@@ -51,5 +56,20 @@ func TestCallArguments(t *testing.T) {
 	}
 	if _, err := callArguments(`null`, nil, nil); err == nil {
 		t.Errorf("--json null accepted")
+	}
+}
+
+// call's flags and arguments reach its options through runF.
+func TestFlagsReachTheOptions(t *testing.T) {
+	streams := cmdutil.IOStreams{In: strings.NewReader(""), Out: new(bytes.Buffer), ErrOut: new(bytes.Buffer)}
+	var got *Options
+	cmd := NewCmdCall(streams, func(_ context.Context, o *Options) error { got = o; return nil })
+	cmd.SetArgs([]string{"github", "search", "--arg", "q=mcp", "--arg", "n=3", "--json", `{"x":1}`, "--output-json", "--timeout", "9s", "--addr", "h:4"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Server != "github" || got.Tool != "search" || strings.Join(got.Args, ",") != "q=mcp,n=3" || got.ArgsJSON != `{"x":1}` ||
+		!got.OutputJSON || got.Timeout != 9*time.Second || got.API.Addr != "h:4" {
+		t.Errorf("call options: %+v", got)
 	}
 }
