@@ -50,7 +50,7 @@ func newActionCmd(action, short, long string, streams cmdutil.IOStreams, runF fu
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server = args[0]
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -159,7 +159,7 @@ func NewCmdReload(streams cmdutil.IOStreams, runF func(context.Context, *Options
 			"what was done to each. SIGHUP and saving the file do the same.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}

@@ -47,7 +47,7 @@ func NewCmdRefresh(streams cmdutil.IOStreams, runF func(context.Context, *Refres
 			"run through a package launcher is refreshed (--json: an array of the answers). The exit code is 1 when a refresh failed.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Servers = args
 			if runF != nil {
 				return runF(cmd.Context(), o)

@@ -65,7 +65,7 @@ func NewCmdCall(streams cmdutil.IOStreams, runF func(context.Context, *Options) 
 			"(no serve at --addr, no such server or tool, a JSON-RPC error, a timeout); 2 a bad command line.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, pos []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server, o.Tool = pos[0], pos[1]
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -353,11 +353,13 @@ func (c *client) rpc(ctx context.Context, path string, hdr http.Header, body []b
 	if ct == "text/event-stream" {
 		// The response is the stream's message that is one; the others
 		// (progress, log lines) are the call's, and not printed.
+		var tooLarge error
 		r := sse.NewReader(resp.Body, 64<<20)
 		for {
 			ev, err := r.Next()
 			if errors.Is(err, sse.ErrEventTooLarge) {
-				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
+				tooLarge = err // a notification may be; the response is said below if it was
+				continue
 			}
 			if err == io.EOF {
 				break
@@ -379,6 +381,9 @@ func (c *client) rpc(ctx context.Context, path string, hdr http.Header, body []b
 				// once rather than leave the call waiting on it.
 				c.refuse(ctx, path, hdr, m)
 			}
+		}
+		if tooLarge != nil {
+			return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, tooLarge)
 		}
 		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.Addr, path)
 	}

@@ -71,7 +71,7 @@ diff and writes nothing.
 ` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Sources = args
 			if runF != nil {
 				return runF(o)

@@ -182,7 +182,7 @@ diff and writes nothing.
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Client = args[0]
 			if runF != nil {
 				return runF(o)
@@ -480,7 +480,7 @@ it is left as that program wrote it (run again).
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Client = args[0]
 			if runF != nil {
 				return runF(o)

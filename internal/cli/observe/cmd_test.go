@@ -45,3 +45,16 @@ func TestFlagsReachTheOptions(t *testing.T) {
 		t.Errorf("logs --tail -3: ran %v, %v; want a usage error", lg != nil, err)
 	}
 }
+
+// --since is checked before --tail, as before logs became a package: a
+// command line wrong in both is told about --since.
+func TestLogsSinceIsCheckedFirst(t *testing.T) {
+	cmd := NewCmdLogs(cmdutil.IOStreams{}, nil)
+	cmd.SetOut(new(bytes.Buffer))
+	cmd.SetErr(new(bytes.Buffer))
+	cmd.SetArgs([]string{"a", "--since", "bogus", "--tail", "-1", "--addr", "127.0.0.1:1"})
+	var usage shutdown.UsageError
+	if err := cmd.Execute(); !errors.As(err, &usage) || !strings.HasPrefix(err.Error(), "--since") {
+		t.Errorf("logs --since bogus --tail -1: %v", err)
+	}
+}

@@ -52,7 +52,7 @@ func NewCmdEvents(streams cmdutil.IOStreams, runF func(context.Context, *EventsO
 			"quiet, reconnects and resumes after the last event it printed. --json prints one JSON object a line.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}

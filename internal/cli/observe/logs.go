@@ -27,7 +27,8 @@ type LogsOptions struct {
 	API    adminclient.Client
 	Follow bool
 	// Since is --since as given ("": none); Tail is --tail, -1 when not
-	// given.
+	// given (serve's default: the last 100 lines, or those since Since).
+	// A zero Tail asks for no line: a caller of RunLogs sets -1.
 	Since string
 	Tail  int
 	JSON  bool
@@ -49,8 +50,13 @@ func NewCmdLogs(streams cmdutil.IOStreams, runF func(context.Context, *LogsOptio
 			"line (and {\"dropped\":N} for lines no longer kept).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server = args[0]
+			if o.Since != "" { // checked first, as before the move: its error is the one said
+				if _, err := admin.ParseSince(o.Since, time.Now()); err != nil {
+					return shutdown.UsageError{Err: fmt.Errorf("--%w", err)}
+				}
+			}
 			if !cmd.Flags().Changed("tail") {
 				o.Tail = -1
 			} else if o.Tail < 0 {

@@ -129,3 +129,27 @@ func TestRunWaitAgainstAFakeAPI(t *testing.T) {
 		t.Errorf("wait for a server that does not exist: %v", err)
 	}
 }
+
+// A command built without streams takes its cobra command's at every
+// run: a second run after SetOut writes to the new writer, not the first.
+func TestEachRunTakesTheCommandsStreams(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"servers":[{"name":"github","state":"running"}],"totals":{}}`))
+	}))
+	defer api.Close()
+	cmd := NewCmdPs(cmdutil.IOStreams{}, nil)
+	cmd.SetArgs([]string{"--addr", strings.TrimPrefix(api.URL, "http://")})
+	var first, second bytes.Buffer
+	cmd.SetOut(&first)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	first.Reset()
+	cmd.SetOut(&second)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(second.String(), "github") || first.Len() != 0 {
+		t.Errorf("the second run wrote to the first run's writer: second %q, first %q", second.String(), first.String())
+	}
+}

@@ -51,7 +51,7 @@ func NewCmdInspect(streams cmdutil.IOStreams, runF func(context.Context, *Inspec
 			"one per client session, labelled by a fingerprint of the session id (never the id).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server = args[0]
 			if runF != nil {
 				return runF(cmd.Context(), o)

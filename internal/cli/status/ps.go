@@ -36,7 +36,7 @@ func NewCmdPs(streams cmdutil.IOStreams, runF func(context.Context, *PsOptions) 
 		Short: "List the servers of a running mcpvisor serve and their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}

@@ -45,7 +45,7 @@ func NewCmdWait(streams cmdutil.IOStreams, runF func(context.Context, *WaitOptio
 			"the timeout passes first (naming each server not ready, its state and last error), when a named server " +
 			"does not exist, or when serve refuses the token.",
 		RunE: func(cmd *cobra.Command, names []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Servers = names
 			if runF != nil {
 				return runF(cmd.Context(), o)

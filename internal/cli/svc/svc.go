@@ -55,7 +55,7 @@ mcpvisor service uninstall stops the service and removes its definition.`,
 	o := &Options{IO: streams, Host: thisHost, Executable: cmdutil.Executable}
 	run := func(action string, f func(context.Context, *Options) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), action, o)
 			}

@@ -44,7 +44,7 @@ func NewCmdDiff(streams cmdutil.IOStreams, runF func(context.Context, *DiffOptio
 			"of GET /api/servers/NAME/definitions/diff.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server = args[0]
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -91,7 +91,7 @@ func NewCmdApprove(streams cmdutil.IOStreams, runF func(context.Context, *Approv
 			"the tool list changed. Approvals are kept in the state store.",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server, o.Tools = args[0], args[1:]
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -454,7 +454,7 @@ func NewCmdAcceptLost(streams cmdutil.IOStreams, runF func(context.Context, *Acc
 			"back as approved is served and a changed one is held. It fails when the server's tools are not lost.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Server = args[0]
 			if runF != nil {
 				return runF(cmd.Context(), o)

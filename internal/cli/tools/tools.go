@@ -39,7 +39,7 @@ func NewCmdTools(streams cmdutil.IOStreams, runF func(context.Context, *Options)
 			"(release the held definitions reviewed), accept-lost NAME (clear a tools_lost warning). A server named diff, approve or accept-lost is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.IO = o.IO.Or(cmd)
+			o.IO = streams.Or(cmd)
 			o.Servers = args
 			if runF != nil {
 				return runF(cmd.Context(), o)
