@@ -20,6 +20,20 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 )
 
+// act has serve do action to server and returns its answer: the result
+// (done or refused, res.OK says) and its body; an error when serve could
+// not be asked or did not answer as the API does.
+func act(ctx context.Context, api *adminclient.Client, server, action string, timeout time.Duration) (res admin.ActionResult, body []byte, err error) {
+	code, body, err := api.Act(ctx, "/api/servers/"+url.PathEscape(server)+"/"+action, timeout)
+	if err != nil {
+		return res, nil, err
+	}
+	if json.Unmarshal(body, &res) != nil || res.Action == "" {
+		return res, body, adminclient.AnswerError(code, body)
+	}
+	return res, body, nil
+}
+
 // millis is a duration the API gives in milliseconds, to print.
 func millis(ms float64) time.Duration {
 	return (time.Duration(ms*1000) * time.Microsecond).Round(time.Millisecond)
@@ -49,14 +63,11 @@ func newActionCmd(action, short, long string, streams cmdutil.IOStreams, runF fu
 		Short: short,
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunAction(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunAction),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
@@ -70,13 +81,9 @@ func RunAction(ctx context.Context, o *Options) error {
 	if o.Timeout <= 0 {
 		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
 	}
-	code, body, err := o.API.Act(ctx, "/api/servers/"+url.PathEscape(o.Server)+"/"+o.Action, o.Timeout)
+	res, body, err := act(ctx, &o.API, o.Server, o.Action, o.Timeout)
 	if err != nil {
 		return err
-	}
-	var res admin.ActionResult
-	if json.Unmarshal(body, &res) != nil || res.Action == "" {
-		return adminclient.AnswerError(code, body)
 	}
 	if o.JSON {
 		_, _ = o.IO.Out.Write(body)
@@ -158,13 +165,10 @@ func NewCmdReload(streams cmdutil.IOStreams, runF func(context.Context, *Options
 			"started again, removed servers drained and stopped, added servers learned — and the table says " +
 			"what was done to each. SIGHUP and saving the file do the same.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, _ []string) error {
 			o.IO = streams.Or(cmd)
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunReload(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunReload),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")

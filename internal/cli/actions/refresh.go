@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -46,14 +45,11 @@ func NewCmdRefresh(streams cmdutil.IOStreams, runF func(context.Context, *Refres
 			"process is left as it is (mcpvisor restart NAME starts it again now). Without NAME, every server " +
 			"run through a package launcher is refreshed (--json: an array of the answers). The exit code is 1 when a refresh failed.",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Servers = args
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunRefresh(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunRefresh),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
@@ -125,13 +121,9 @@ const asWrittenSetting = `"launch": "as-written"`
 
 // refresh asks serve to refresh one server's launcher.
 func refresh(ctx context.Context, api *adminclient.Client, name string, timeout time.Duration) (admin.ActionResult, []byte, error) {
-	code, body, err := api.Act(ctx, "/api/servers/"+url.PathEscape(name)+"/refresh", timeout)
+	res, body, err := act(ctx, api, name, "refresh", timeout)
 	if err != nil {
-		return admin.ActionResult{}, nil, err
-	}
-	var res admin.ActionResult
-	if json.Unmarshal(body, &res) != nil || res.Action == "" {
-		return res, body, adminclient.AnswerError(code, body)
+		return res, body, err
 	}
 	if !res.OK {
 		return res, body, errors.New(res.Error)

@@ -64,14 +64,11 @@ func NewCmdCall(streams cmdutil.IOStreams, runF func(context.Context, *Options) 
 			"Exit codes: 0 the tool succeeded; 4 the tool answered with isError: true; 1 the call failed " +
 			"(no serve at --addr, no such server or tool, a JSON-RPC error, a timeout); 2 a bad command line.",
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, pos []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, pos []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server, o.Tool = pos[0], pos[1]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunCall(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunCall),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().StringArrayVar(&o.Args, "arg", nil, "an argument, key=value (repeatable)")

@@ -2,6 +2,7 @@ package clients
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ func streams() (cmdutil.IOStreams, *bytes.Buffer, *bytes.Buffer) {
 func TestFlagsReachTheOptions(t *testing.T) {
 	io, _, _ := streams()
 	var inst *InstallOptions
-	cmd := NewCmdInstall(io, func(o *InstallOptions) error { inst = o; return nil })
+	cmd := NewCmdInstall(io, func(_ context.Context, o *InstallOptions) error { inst = o; return nil })
 	cmd.SetArgs([]string{"claude-desktop", "--dry-run", "--per-server", "--import", "--remote", "--config-path", "/c/client.json", "--mcpvisor-config", "/m/config.json", "--state-dir", "/s"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func TestFlagsReachTheOptions(t *testing.T) {
 	}
 
 	var un *UninstallOptions
-	cmd = NewCmdUninstall(io, func(o *UninstallOptions) error { un = o; return nil })
+	cmd = NewCmdUninstall(io, func(_ context.Context, o *UninstallOptions) error { un = o; return nil })
 	cmd.SetArgs([]string{"cursor", "--force", "--dry-run", "--config-path", "/c/mcp.json", "--state-dir", "/s"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestFlagsReachTheOptions(t *testing.T) {
 	}
 
 	var imp *ImportOptions
-	cmd = NewCmdImport(io, func(o *ImportOptions) error { imp = o; return nil })
+	cmd = NewCmdImport(io, func(_ context.Context, o *ImportOptions) error { imp = o; return nil })
 	cmd.SetArgs([]string{"cursor", "./a.json", "-c", "/m/config.json", "--dry-run"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestFlagsReachTheOptions(t *testing.T) {
 
 	for _, args := range [][]string{{}, {"a", "b"}, {"claude-desktop", "--no-such-flag"}} {
 		ran := false
-		cmd := NewCmdInstall(io, func(*InstallOptions) error { ran = true; return nil })
+		cmd := NewCmdInstall(io, func(context.Context, *InstallOptions) error { ran = true; return nil })
 		cmd.SetArgs(args)
 		cmd.SetOut(new(bytes.Buffer))
 		cmd.SetErr(new(bytes.Buffer))
@@ -116,7 +117,7 @@ func TestInstallAndUninstall(t *testing.T) {
 
 	dry := f.install(io)
 	dry.DryRun = true
-	if err := RunInstall(dry); err != nil {
+	if err := RunInstall(context.Background(), dry); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(f.client); !bytes.Equal(got, f.original) || !strings.Contains(out.String(), "+++ "+f.client+" (installed)") {
@@ -127,7 +128,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := RunInstall(f.install(io)); err != nil {
+	if err := RunInstall(context.Background(), f.install(io)); err != nil {
 		t.Fatal(err)
 	}
 	installed, _ := os.ReadFile(f.client)
@@ -147,7 +148,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := RunInstall(f.install(io)); err != nil || !strings.Contains(out.String(), "nothing to do") {
+	if err := RunInstall(context.Background(), f.install(io)); err != nil || !strings.Contains(out.String(), "nothing to do") {
 		t.Fatalf("installing again: %v, %q", err, out)
 	}
 	if again, _ := os.ReadFile(f.client); !bytes.Equal(again, installed) {
@@ -155,7 +156,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := RunUninstall(&UninstallOptions{IO: io, Client: "claude-desktop", ConfigPath: f.client, StateDir: f.state}); err != nil {
+	if err := RunUninstall(context.Background(), &UninstallOptions{IO: io, Client: "claude-desktop", ConfigPath: f.client, StateDir: f.state}); err != nil {
 		t.Fatal(err)
 	}
 	if back, _ := os.ReadFile(f.client); !bytes.Equal(back, f.original) {
@@ -164,7 +165,7 @@ func TestInstallAndUninstall(t *testing.T) {
 	if _, err := os.Stat(backup); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the copy is still there: %v", err)
 	}
-	if err := RunUninstall(&UninstallOptions{IO: io, Client: "claude-desktop", ConfigPath: f.client, StateDir: f.state}); err == nil || !strings.Contains(err.Error(), "has not changed it") {
+	if err := RunUninstall(context.Background(), &UninstallOptions{IO: io, Client: "claude-desktop", ConfigPath: f.client, StateDir: f.state}); err == nil || !strings.Contains(err.Error(), "has not changed it") {
 		t.Errorf("uninstalling again: %v, want a refusal that says there is nothing to undo", err)
 	}
 }
@@ -177,7 +178,7 @@ func TestInstallRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	io, _, _ := streams()
-	err := RunInstall(f.install(io))
+	err := RunInstall(context.Background(), f.install(io))
 	if err == nil || !strings.Contains(err.Error(), "lacks") || !strings.Contains(err.Error(), "files") {
 		t.Fatalf("a client with a server mcpvisor lacks: %v", err)
 	}
@@ -191,7 +192,7 @@ func TestInstallRefusals(t *testing.T) {
 	o := f.install(io)
 	o.Client = "no-such-client"
 	var usage shutdown.UsageError
-	if err := RunInstall(o); !errors.As(err, &usage) {
+	if err := RunInstall(context.Background(), o); !errors.As(err, &usage) {
 		t.Errorf("an unknown client: %v, want a usage error", err)
 	}
 }
@@ -202,20 +203,20 @@ func TestImportAFile(t *testing.T) {
 	f := newInstallFixture(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
 	io, out, _ := streams()
-	if err := RunImport(&ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg, DryRun: true}); err != nil {
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg, DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(cfg); !errors.Is(err, os.ErrNotExist) || !strings.Contains(out.String(), "server-memory") {
 		t.Fatalf("a dry run: %v\n%s", err, out)
 	}
-	if err := RunImport(&ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg}); err != nil {
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(cfg); !strings.Contains(string(data), "server-memory") || !strings.Contains(string(data), "server-filesystem") {
 		t.Fatalf("imported:\n%s", data)
 	}
 	out.Reset()
-	if err := RunImport(&ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg}); err != nil || !strings.Contains(out.String(), "nothing to add") {
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{f.client}, Config: cfg}); err != nil || !strings.Contains(out.String(), "nothing to add") {
 		t.Fatalf("importing again: %v %q", err, out)
 	}
 }

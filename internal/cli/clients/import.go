@@ -2,6 +2,7 @@ package clients
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,7 @@ type ImportOptions struct {
 
 // NewCmdImport is import: its flags fill an ImportOptions, run by runF
 // (nil: RunImport).
-func NewCmdImport(streams cmdutil.IOStreams, runF func(*ImportOptions) error) *cobra.Command {
+func NewCmdImport(streams cmdutil.IOStreams, runF func(context.Context, *ImportOptions) error) *cobra.Command {
 	o := &ImportOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "import [CLIENT|FILE...] [--dry-run] [--config FILE]",
@@ -70,14 +71,11 @@ diff and writes nothing.
 
 ` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Sources = args
-			if runF != nil {
-				return runF(o)
-			}
-			return RunImport(o)
-		},
+			return nil
+		}, runF, RunImport),
 	}
 	cmd.Flags().StringVarP(&o.Config, "config", "c", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
@@ -86,7 +84,7 @@ diff and writes nothing.
 
 // RunImport adds the named clients' (or files') servers to mcpvisor's
 // config, leaving every other byte of it as it was.
-func RunImport(o *ImportOptions) error {
+func RunImport(_ context.Context, o *ImportOptions) error {
 	out, file := o.IO.Out, o.Config
 	if file == "" {
 		file = userdirs.DefaultConfigFile()

@@ -2,6 +2,7 @@ package clients
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -135,7 +136,7 @@ type InstallOptions struct {
 
 // NewCmdInstall is install-client: its flags fill an InstallOptions, run
 // by runF (nil: RunInstall).
-func NewCmdInstall(streams cmdutil.IOStreams, runF func(*InstallOptions) error) *cobra.Command {
+func NewCmdInstall(streams cmdutil.IOStreams, runF func(context.Context, *InstallOptions) error) *cobra.Command {
 	o := &InstallOptions{IO: streams, Executable: cmdutil.Executable, Now: time.Now}
 	cmd := &cobra.Command{
 		Use:   "install-client CLIENT [--dry-run] [--per-server] [--config-path FILE] [--mcpvisor-config FILE]",
@@ -181,14 +182,11 @@ diff and writes nothing.
 
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Client = args[0]
-			if runF != nil {
-				return runF(o)
-			}
-			return RunInstall(o)
-		},
+			return nil
+		}, runF, RunInstall),
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
 	cmd.Flags().BoolVar(&o.PerServer, "per-server", false, "one entry per server instead of one for all")
@@ -216,7 +214,7 @@ type installRun struct {
 // connect: it resolves what to work on, checks an earlier install's
 // record, reads (and with --import first fills) mcpvisor's config, plans
 // the change, and writes it — the record first, then the file.
-func RunInstall(o *InstallOptions) error {
+func RunInstall(_ context.Context, o *InstallOptions) error {
 	r, err := o.resolve()
 	if err != nil {
 		return err
@@ -458,7 +456,7 @@ type UninstallOptions struct {
 
 // NewCmdUninstall is uninstall-client: its flags fill an
 // UninstallOptions, run by runF (nil: RunUninstall).
-func NewCmdUninstall(streams cmdutil.IOStreams, runF func(*UninstallOptions) error) *cobra.Command {
+func NewCmdUninstall(streams cmdutil.IOStreams, runF func(context.Context, *UninstallOptions) error) *cobra.Command {
 	o := &UninstallOptions{IO: streams}
 	cmd := &cobra.Command{
 		Use:   "uninstall-client CLIENT [--dry-run] [--force] [--config-path FILE]",
@@ -479,14 +477,11 @@ it is left as that program wrote it (run again).
 
 ` + diffSecretsHelp,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Client = args[0]
-			if runF != nil {
-				return runF(o)
-			}
-			return RunUninstall(o)
-		},
+			return nil
+		}, runF, RunUninstall),
 	}
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
 	cmd.Flags().BoolVar(&o.Force, "force", false, "put the entries back even when they changed since install-client")
@@ -498,7 +493,7 @@ it is left as that program wrote it (run again).
 // RunUninstall puts the client's file back: the copy byte for byte when
 // the file is as install-client left it, else only the server entries it
 // changed.
-func RunUninstall(o *UninstallOptions) error {
+func RunUninstall(_ context.Context, o *UninstallOptions) error {
 	out := o.IO.Out
 	c, path, format, err := clientTarget(o.Client, o.ConfigPath)
 	if err != nil {

@@ -119,3 +119,18 @@ func OneLine(s string, n int) string {
 	}
 	return s
 }
+
+// RunE is the RunE of a command whose options o are filled by prepare
+// (the streams, the arguments; an error is the command line's) and then
+// run by runF when a test gave one, else by run.
+func RunE[O any](o *O, prepare func(cmd *cobra.Command, args []string) error, runF, run func(context.Context, *O) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := prepare(cmd, args); err != nil {
+			return err
+		}
+		if runF != nil {
+			return runF(cmd.Context(), o)
+		}
+		return run(cmd.Context(), o)
+	}
+}

@@ -51,13 +51,10 @@ func NewCmdEvents(streams cmdutil.IOStreams, runF func(context.Context, *EventsO
 			"as it happens, until interrupted or serve stops. A follower that falls behind, or whose connection goes " +
 			"quiet, reconnects and resumes after the last event it printed. --json prints one JSON object a line.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, _ []string) error {
 			o.IO = streams.Or(cmd)
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunEvents(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunEvents),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "print new events as they happen")

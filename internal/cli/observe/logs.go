@@ -49,7 +49,7 @@ func NewCmdLogs(streams cmdutil.IOStreams, runF func(context.Context, *LogsOptio
 			"pid that wrote it; lines serve no longer keeps are counted on stderr. --json prints one JSON object a " +
 			"line (and {\"dropped\":N} for lines no longer kept).",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server = args[0]
 			if o.Since != "" { // checked first, as before the move: its error is the one said
@@ -62,11 +62,8 @@ func NewCmdLogs(streams cmdutil.IOStreams, runF func(context.Context, *LogsOptio
 			} else if o.Tail < 0 {
 				return shutdown.UsageError{Err: errors.New("--tail must not be negative")}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunLogs(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunLogs),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "print new lines as they are written")

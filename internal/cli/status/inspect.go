@@ -50,14 +50,11 @@ func NewCmdInspect(streams cmdutil.IOStreams, runF func(context.Context, *Inspec
 			"explains each); and, for a per-session server, its instances: the shared one that learns its lists and " +
 			"one per client session, labelled by a fingerprint of the session id (never the id).",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunInspect(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunInspect),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")

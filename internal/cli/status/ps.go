@@ -35,13 +35,10 @@ func NewCmdPs(streams cmdutil.IOStreams, runF func(context.Context, *PsOptions) 
 		Use:   "ps [--addr 127.0.0.1:7331]",
 		Short: "List the servers of a running mcpvisor serve and their state",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, _ []string) error {
 			o.IO = streams.Or(cmd)
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunPs(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunPs),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")

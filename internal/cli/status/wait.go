@@ -44,14 +44,11 @@ func NewCmdWait(streams cmdutil.IOStreams, runF func(context.Context, *WaitOptio
 			"Exit 0 when all are ready; 1 when " +
 			"the timeout passes first (naming each server not ready, its state and last error), when a named server " +
 			"does not exist, or when serve refuses the token.",
-		RunE: func(cmd *cobra.Command, names []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, names []string) error {
 			o.IO = streams.Or(cmd)
 			o.Servers = names
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunWait(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunWait),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", time.Minute, "give up after this long")

@@ -43,14 +43,11 @@ func NewCmdDiff(streams cmdutil.IOStreams, runF func(context.Context, *DiffOptio
 			"a pinned server, the tools it holds back until approved (mcpvisor tools approve). With --json, the body " +
 			"of GET /api/servers/NAME/definitions/diff.",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunDiff(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunDiff),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the raw JSON")
@@ -90,14 +87,11 @@ func NewCmdApprove(streams cmdutil.IOStreams, runF func(context.Context, *Approv
 			"no tool without --all is an error. Approved tools are listed and callable at once, and clients are told " +
 			"the tool list changed. Approvals are kept in the state store.",
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server, o.Tools = args[0], args[1:]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunApprove(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunApprove),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.All, "all", false, "approve every tool pending now, each at the definition read")
@@ -453,14 +447,11 @@ func NewCmdAcceptLost(streams cmdutil.IOStreams, runF func(context.Context, *Acc
 			"as a definitions change that removed its tools. A pinned server keeps its approvals, so a tool that comes " +
 			"back as approved is served and a changed one is held. It fails when the server's tools are not lost.",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Server = args[0]
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunAcceptLost(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunAcceptLost),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	return cmd

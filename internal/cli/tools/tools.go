@@ -38,14 +38,11 @@ func NewCmdTools(streams cmdutil.IOStreams, runF func(context.Context, *Options)
 			"{server, learned, tools, held} objects. Subcommands: diff NAME (what changed), approve NAME (TOOL@FINGERPRINT... | --all) " +
 			"(release the held definitions reviewed), accept-lost NAME (clear a tools_lost warning). A server named diff, approve or accept-lost is listed with mcpvisor tools -- NAME.",
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
 			o.Servers = args
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return RunTools(cmd.Context(), o)
-		},
+			return nil
+		}, runF, RunTools),
 	}
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
