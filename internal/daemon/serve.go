@@ -290,7 +290,9 @@ func (s *serving) close(ctx context.Context) {
 		_ = s.ln.Close()
 	}
 	if s.a != nil {
-		_ = s.a.close(ctx)
+		if err := s.a.close(ctx); err != nil {
+			s.log.Warn("closing after a failed start", "err", err)
+		}
 	}
 	if s.tracing != nil {
 		_ = s.tracing.Shutdown(ctx) // nothing exported yet

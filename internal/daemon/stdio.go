@@ -59,7 +59,9 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 				wd.Stop()
 			}
 			if a != nil {
-				_ = a.close(context.Background())
+				if err := a.close(context.Background()); err != nil {
+					log.Warn("closing after a failed start", "err", err)
+				}
 			} else {
 				_ = tr.Shutdown(context.Background()) // nothing exported yet
 			}

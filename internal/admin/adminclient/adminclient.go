@@ -18,8 +18,7 @@ import (
 )
 
 // Client reaches the admin API of a running mcpvisor serve: its address
-// and bearer token (TokenFile's, else $MCPVISOR_TOKEN's). Its methods are
-// safe to call concurrently.
+// and bearer token (TokenFile's, else $MCPVISOR_TOKEN's).
 type Client struct {
 	Addr, TokenFile string
 }
