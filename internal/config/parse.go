@@ -418,6 +418,22 @@ func (p *parser) transport(v *node, at string) string {
 
 var serverNames = append(slices.Clone(serverOnlyNames), settingNames...)
 
+// serverKeys are one server's own keys as written, each with the path
+// it was found at ("" when absent), before they are resolved.
+type serverKeys struct {
+	own                            settings
+	command, cwd, rawURL           *string
+	args                           []string
+	envKeys, headerKeys            []string
+	env, headers                   map[string]string
+	disabled                       bool
+	typ, transport                 string
+	typAt, transportAt, argsAt     string
+	envAt, headersAt, cwdAt, urlAt string
+	commandAt                      string
+	limitsAt                       []string
+}
+
 // server parses and resolves one server; nil when it is too broken to
 // describe.
 func (p *parser) server(name string, v *node, at string, base settings) *Server {
@@ -433,19 +449,22 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 		return nil
 	}
 	errsBefore := len(p.problems)
-	var (
-		own                            settings
-		command, cwd, rawURL           *string
-		args                           []string
-		envKeys, headerKeys            []string
-		env, headers                   map[string]string
-		disabled                       bool
-		typ, transport                 string
-		typAt, transportAt, argsAt     string
-		envAt, headersAt, cwdAt, urlAt string
-		commandAt                      string
-		limitsAt                       []string
-	)
+	f := p.serverFields(v, at)
+	srv := &Server{Name: name, Disabled: f.disabled}
+	base.overlay(f.own).apply(srv)
+	p.serverKind(srv, &f, at, errsBefore)
+	switch srv.Kind {
+	case KindStdio:
+		p.localServer(srv, &f)
+	case KindHTTP:
+		p.remoteServer(srv, &f)
+	}
+	return srv
+}
+
+// serverFields reads a server object's keys: its own (command, url, …)
+// into f, the settings it may override into f.own.
+func (p *parser) serverFields(v *node, at string) (f serverKeys) {
 	optStr := func(v *node, at string) *string {
 		if s, ok := p.str(v, at); ok {
 			return &s
@@ -455,67 +474,69 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 	p.object(v, at, serverNames, func(key string, v *node, at string) bool {
 		switch key {
 		case "command":
-			command, commandAt = optStr(v, at), at
+			f.command, f.commandAt = optStr(v, at), at
 		case "args":
-			args, _ = p.strings(v, at)
-			argsAt = at
+			f.args, _ = p.strings(v, at)
+			f.argsAt = at
 		case "env":
-			envKeys, env = p.stringMap(v, at, func(k, at string) bool {
+			f.envKeys, f.env = p.stringMap(v, at, func(k, at string) bool {
 				if k == "" || strings.ContainsAny(k, "=\x00") {
 					p.errorf(at, "%q is not a valid environment variable name", k)
 					return false
 				}
 				return true
 			})
-			envAt = at
+			f.envAt = at
 		case "cwd":
-			cwd, cwdAt = optStr(v, at), at
+			f.cwd, f.cwdAt = optStr(v, at), at
 		case "url":
-			rawURL, urlAt = optStr(v, at), at
+			f.rawURL, f.urlAt = optStr(v, at), at
 		case "headers":
-			headerKeys, headers = p.stringMap(v, at, func(k, at string) bool {
+			f.headerKeys, f.headers = p.stringMap(v, at, func(k, at string) bool {
 				if !validHeaderName(k) {
 					p.errorf(at, "%q is not a valid HTTP header name", k)
 					return false
 				}
 				return true
 			})
-			headersAt = at
+			f.headersAt = at
 		case "type":
-			typ, typAt = p.transport(v, at), at
+			f.typ, f.typAt = p.transport(v, at), at
 		case "transport":
-			transport, transportAt = p.transport(v, at), at
+			f.transport, f.transportAt = p.transport(v, at), at
 		case "disabled":
 			if b := p.boolean(v, at); b != nil {
-				disabled = *b
+				f.disabled = *b
 			}
 		default:
 			if key == "limits" || key == "maxIdleMemory" {
-				limitsAt = append(limitsAt, at)
+				f.limitsAt = append(f.limitsAt, at)
 			}
-			return p.settingsField(&own, key, v, at)
+			return p.settingsField(&f.own, key, v, at)
 		}
 		return true
 	})
+	return f
+}
 
-	srv := &Server{Name: name, Disabled: disabled}
-	base.overlay(own).apply(srv)
-
-	declared, declaredAt := typ, typAt
-	if transport != "" {
-		if typ != "" && typ != transport {
-			p.errorf(transportAt, "says %q but type says %q", transport, typ)
+// serverKind sets srv's kind and transport from command or url and the
+// transport declared (type or transport), and says what contradicts.
+func (p *parser) serverKind(srv *Server, f *serverKeys, at string, errsBefore int) {
+	declared, declaredAt := f.typ, f.typAt
+	if f.transport != "" {
+		if f.typ != "" && f.typ != f.transport {
+			p.errorf(f.transportAt, "says %q but type says %q", f.transport, f.typ)
 		}
-		declared, declaredAt = transport, transportAt
+		declared, declaredAt = f.transport, f.transportAt
 	}
 	switch {
-	case command != nil && rawURL != nil:
+	case f.command != nil && f.rawURL != nil:
 		p.errorf(at, "both command and url are set; a server is either local (command) or remote (url)")
-	case command == nil && rawURL == nil:
-		if !p.hasErrorAt(errsBefore, commandAt, urlAt) {
+	case f.command == nil && f.rawURL == nil:
+		if !p.hasErrorAt(errsBefore, f.commandAt, f.urlAt) {
 			p.errorf(at, "missing \"command\" (to run a local server) or \"url\" (for a remote one)")
 		}
-	case command != nil:
+	case f.command != nil:
 		srv.Kind, srv.Transport = KindStdio, TransportStdio
 		if declared != "" && declared != TransportStdio {
 			p.errorf(declaredAt, "%q needs url, but this server has command", declared)
@@ -528,73 +549,79 @@ func (p *parser) server(name string, v *node, at string, base settings) *Server 
 			p.errorf(declaredAt, "\"stdio\" needs command, but this server has url")
 		}
 	}
+}
 
-	soft := disabled
-	switch srv.Kind {
-	case KindStdio:
-		if headersAt != "" {
-			p.warnf(headersAt, "ignored for a local server (command)")
-		}
-		cmd, ok := p.expand(*command, commandAt, soft)
-		srv.Command = cmd
-		if strings.TrimSpace(*command) == "" {
-			p.errorf(commandAt, "is empty")
-		} else if ok && strings.TrimSpace(cmd) == "" {
-			p.errorf(commandAt, "is empty after expansion")
-		}
-		expanded := cmd != *command
-		if len(args) == 0 {
-			args = nil // "args": [] is no args, as none is (a reload compares them)
-		} else {
-			srv.Args = make([]string, len(args))
-		}
-		for i, a := range args {
-			srv.Args[i], _ = p.expand(a, index(argsAt, i), soft)
-			expanded = expanded || srv.Args[i] != a
-		}
-		if expanded {
-			srv.raw = &rawLaunch{command: *command, args: args}
-		} else {
-			srv.Args = args // the same text: one copy
-		}
-		if len(env) > 0 {
-			srv.Env = make(map[string]string, len(env))
-			for _, k := range envKeys {
-				srv.Env[k], _ = p.expand(env[k], join(envAt, k), soft)
-			}
-		}
-		if cwd != nil {
-			srv.Cwd, _ = p.expand(*cwd, cwdAt, soft)
-		}
-	case KindHTTP:
-		for _, f := range append([]string{argsAt, envAt, cwdAt}, limitsAt...) {
-			if f != "" {
-				p.warnf(f, "ignored for a remote server (url)")
-			}
-		}
-		srv.Limits = nil // mcpvisor runs no process of it
-		u, ok := p.expand(*rawURL, urlAt, soft)
-		srv.URL = u
-		if u != *rawURL {
-			srv.raw = &rawLaunch{url: *rawURL}
-		}
-		if ok {
-			if err := checkURL(u); err != nil {
-				p.errorf(urlAt, "%v", err)
-			}
-		}
-		if len(headers) > 0 {
-			srv.Headers = make(map[string]string, len(headers))
-			for _, k := range headerKeys {
-				hv, _ := p.expand(headers[k], join(headersAt, k), soft)
-				if strings.ContainsAny(hv, "\r\n\x00") {
-					p.errorf(join(headersAt, k), "contains a line break or NUL")
-				}
-				srv.Headers[k] = hv
-			}
+// localServer resolves a local server's command, args, env and cwd
+// (variables expanded; a disabled server's unset ones are no error).
+func (p *parser) localServer(srv *Server, f *serverKeys) {
+	soft := f.disabled
+	if f.headersAt != "" {
+		p.warnf(f.headersAt, "ignored for a local server (command)")
+	}
+	cmd, ok := p.expand(*f.command, f.commandAt, soft)
+	srv.Command = cmd
+	if strings.TrimSpace(*f.command) == "" {
+		p.errorf(f.commandAt, "is empty")
+	} else if ok && strings.TrimSpace(cmd) == "" {
+		p.errorf(f.commandAt, "is empty after expansion")
+	}
+	expanded := cmd != *f.command
+	args := f.args
+	if len(args) == 0 {
+		args = nil // "args": [] is no args, as none is (a reload compares them)
+	} else {
+		srv.Args = make([]string, len(args))
+	}
+	for i, a := range args {
+		srv.Args[i], _ = p.expand(a, index(f.argsAt, i), soft)
+		expanded = expanded || srv.Args[i] != a
+	}
+	if expanded {
+		srv.raw = &rawLaunch{command: *f.command, args: args}
+	} else {
+		srv.Args = args // the same text: one copy
+	}
+	if len(f.env) > 0 {
+		srv.Env = make(map[string]string, len(f.env))
+		for _, k := range f.envKeys {
+			srv.Env[k], _ = p.expand(f.env[k], join(f.envAt, k), soft)
 		}
 	}
-	return srv
+	if f.cwd != nil {
+		srv.Cwd, _ = p.expand(*f.cwd, f.cwdAt, soft)
+	}
+}
+
+// remoteServer resolves a remote server's url and headers; what only a
+// local server uses is warned of as ignored.
+func (p *parser) remoteServer(srv *Server, f *serverKeys) {
+	soft := f.disabled
+	for _, at := range append([]string{f.argsAt, f.envAt, f.cwdAt}, f.limitsAt...) {
+		if at != "" {
+			p.warnf(at, "ignored for a remote server (url)")
+		}
+	}
+	srv.Limits = nil // mcpvisor runs no process of it
+	u, ok := p.expand(*f.rawURL, f.urlAt, soft)
+	srv.URL = u
+	if u != *f.rawURL {
+		srv.raw = &rawLaunch{url: *f.rawURL}
+	}
+	if ok {
+		if err := checkURL(u); err != nil {
+			p.errorf(f.urlAt, "%v", err)
+		}
+	}
+	if len(f.headers) > 0 {
+		srv.Headers = make(map[string]string, len(f.headers))
+		for _, k := range f.headerKeys {
+			hv, _ := p.expand(f.headers[k], join(f.headersAt, k), soft)
+			if strings.ContainsAny(hv, "\r\n\x00") {
+				p.errorf(join(f.headersAt, k), "contains a line break or NUL")
+			}
+			srv.Headers[k] = hv
+		}
+	}
 }
 
 // hasErrorAt reports whether an error was recorded at one of paths since
