@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -322,5 +323,64 @@ func TestInstallPassesTheStateDir(t *testing.T) {
 		if got != want {
 			t.Errorf("state dir %q: connect args %s, want %s", stateDir, got, want)
 		}
+	}
+}
+
+// TestCodexWrongTypes: each key of a Codex server of the wrong type is a
+// problem named by its path, and the first one blocks the server; a
+// server with only right types beside it is read.
+func TestCodexWrongTypes(t *testing.T) {
+	data := []byte(`[mcp_servers.ok]
+command = "npx"
+args = ["-y", "$p"]
+
+[mcp_servers.bad]
+command = 1
+args = ["a", 2]
+env = "X=1"
+enabled = "yes"
+startup_timeout_sec = -1
+enabled_tools = "all"
+
+[mcp_servers.worse]
+http_headers = { A = 1 }
+url = "https://x"
+
+[mcp_servers.none]
+enabled = true
+`)
+	f, err := Lookup("codex").Read(data, FormatCodex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	for _, p := range f.Problems {
+		problems = append(problems, p.At+": "+p.Msg)
+	}
+	want := []string{
+		"mcp_servers.bad.args[1]: must be a string",
+		"mcp_servers.bad.command: must be a string",
+		"mcp_servers.bad.enabled: must be a boolean",
+		"mcp_servers.bad.enabled_tools: must be an array of strings",
+		"mcp_servers.bad.env: must be a table of strings",
+		"mcp_servers.bad.startup_timeout_sec: must be a number, 0 or more",
+		"mcp_servers.none: has neither command nor url",
+		"mcp_servers.worse.http_headers.A: must be a string",
+	}
+	slices.Sort(problems)
+	if !slices.Equal(problems, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(problems, "\n"), strings.Join(want, "\n"))
+	}
+	blocked := map[string]string{}
+	for _, s := range f.Servers {
+		blocked[s.Name] = s.Blocked
+	}
+	if blocked["ok"] != "" || blocked["bad"] != "invalid: mcp_servers.bad.args[1]: must be a string" ||
+		blocked["worse"] != "invalid: mcp_servers.worse.http_headers.A: must be a string" ||
+		blocked["none"] != "invalid: has neither command nor url" {
+		t.Errorf("blocked: %q", blocked)
+	}
+	if s := f.Servers[slices.IndexFunc(f.Servers, func(s *Server) bool { return s.Name == "ok" })]; s.Args[1] != "$$p" {
+		t.Errorf("ok's args %q: a Codex $ must stay literal", s.Args)
 	}
 }

@@ -779,117 +779,9 @@ func readCodex(data []byte) (*File, error) {
 			s.Blocked = "not a table"
 			continue
 		}
-		bad := func(at, want string) {
-			f.Problems = append(f.Problems, Note{At: at, Msg: "must be " + want})
-			if s.Blocked == "" {
-				s.Blocked = "invalid: " + at + ": must be " + want
-			}
-		}
-		esc := func(v string) string { return strings.ReplaceAll(v, "$", "$$") }
-		// strs reads an array of strings, each through conv.
-		strs := func(v any, at string, conv func(string) string) ([]string, bool) {
-			list, ok := v.([]any)
-			if !ok {
-				bad(at, "an array of strings")
-				return nil, false
-			}
-			out := []string{}
-			for i, e := range list {
-				str, ok := e.(string)
-				if !ok {
-					bad(at+"["+strconv.Itoa(i)+"]", "a string")
-				}
-				out = append(out, conv(str))
-			}
-			return out, true
-		}
+		c := codexServer{f: f, s: s}
 		for _, k := range sortedKeys(entry) {
-			fat := join(at, k)
-			switch v := entry[k]; k {
-			case "command", "cwd", "url":
-				str, ok := v.(string)
-				if !ok {
-					bad(fat, "a string")
-					continue
-				}
-				switch k {
-				case "command":
-					s.Command = esc(str)
-				case "cwd":
-					s.Cwd = esc(str)
-				case "url":
-					s.URL = esc(str)
-				}
-			case "args":
-				s.Args, _ = strs(v, fat, esc)
-			case "env", "http_headers":
-				t, ok := v.(map[string]any)
-				if !ok {
-					bad(fat, "a table of strings")
-					continue
-				}
-				var kvs []KV
-				for _, ek := range sortedKeys(t) {
-					str, ok := t[ek].(string)
-					if !ok {
-						bad(join(fat, ek), "a string")
-					}
-					kvs = append(kvs, KV{ek, esc(str)})
-				}
-				if k == "env" {
-					s.Env = kvs
-				} else {
-					s.Headers = kvs
-					s.setField("headers", fat)
-				}
-			case "enabled":
-				b, ok := v.(bool)
-				if !ok {
-					bad(fat, "a boolean")
-					continue
-				}
-				s.Disabled = !b
-			case "env_vars":
-				s.clientOnly(fat, "variables passed on from Codex's environment, which the server would not get from mcpvisor's (put them in env to take the server over)")
-			case "bearer_token_env_var", "env_http_headers", "bearer_token", "oauth", "oauth_resource", "scopes":
-				s.clientOnly(fat, "Codex signs in to the server (a token or OAuth), which mcpvisor cannot; give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"}) to take it over")
-			case "default_tools_approval_mode", "tools":
-				s.clientOnly(fat, "Codex's approval of tool calls, which mcpvisor cannot carry")
-			case "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec":
-				n, ok := tomlNumber(v)
-				if !ok || n < 0 {
-					bad(fat, "a number, 0 or more")
-					continue
-				}
-				switch k {
-				case "startup_timeout_sec":
-					s.InitTimeout = duration(n, time.Second)
-				case "startup_timeout_ms":
-					s.InitTimeout = duration(n, time.Millisecond)
-				default:
-					s.RequestTimeout = duration(n, time.Second)
-				}
-				s.keepClientSide(k, nil, v)
-			case "enabled_tools", "disabled_tools":
-				pats, ok := strs(v, fat, toolPattern)
-				if !ok {
-					continue
-				}
-				if s.Tools == nil {
-					s.Tools = &Tools{}
-				}
-				if k == "enabled_tools" {
-					s.Tools.Allow = pats
-				} else {
-					s.Tools.Deny = pats
-				}
-				s.keepClientSide(k, nil, v)
-			case "required", "supports_parallel_tool_calls":
-				s.keepClientSide(k, nil, v)
-			case "name": // legacy, Codex ignores it
-			default:
-				s.clientOnly(fat, unsupportedWhy(FormatCodex, k))
-			}
+			c.key(k, entry[k], join(at, k))
 		}
 		s.Transport = TransportStdio
 		switch {
@@ -901,6 +793,134 @@ func readCodex(data []byte) (*File, error) {
 		}
 	}
 	return f, nil
+}
+
+// codexServer reads one server table of Codex's config into s; its
+// problems go to f.
+type codexServer struct {
+	f *File
+	s *Server
+}
+
+// bad records that the value at at is not what it must be; the first
+// such problem blocks the server.
+func (c codexServer) bad(at, want string) {
+	c.f.Problems = append(c.f.Problems, Note{At: at, Msg: "must be " + want})
+	if c.s.Blocked == "" {
+		c.s.Blocked = "invalid: " + at + ": must be " + want
+	}
+}
+
+// codexEscape keeps a Codex value's '$' literal in mcpvisor's config,
+// which expands ${NAME}: Codex does not.
+func codexEscape(v string) string { return strings.ReplaceAll(v, "$", "$$") }
+
+// strs reads an array of strings, each through conv.
+func (c codexServer) strs(v any, at string, conv func(string) string) ([]string, bool) {
+	list, ok := v.([]any)
+	if !ok {
+		c.bad(at, "an array of strings")
+		return nil, false
+	}
+	out := []string{}
+	for i, e := range list {
+		str, ok := e.(string)
+		if !ok {
+			c.bad(at+"["+strconv.Itoa(i)+"]", "a string")
+		}
+		out = append(out, conv(str))
+	}
+	return out, true
+}
+
+// key reads one key k of the server's table, its value v found at fat.
+func (c codexServer) key(k string, v any, fat string) {
+	s := c.s
+	switch k {
+	case "command", "cwd", "url":
+		str, ok := v.(string)
+		if !ok {
+			c.bad(fat, "a string")
+			return
+		}
+		switch k {
+		case "command":
+			s.Command = codexEscape(str)
+		case "cwd":
+			s.Cwd = codexEscape(str)
+		case "url":
+			s.URL = codexEscape(str)
+		}
+	case "args":
+		s.Args, _ = c.strs(v, fat, codexEscape)
+	case "env", "http_headers":
+		t, ok := v.(map[string]any)
+		if !ok {
+			c.bad(fat, "a table of strings")
+			return
+		}
+		var kvs []KV
+		for _, ek := range sortedKeys(t) {
+			str, ok := t[ek].(string)
+			if !ok {
+				c.bad(join(fat, ek), "a string")
+			}
+			kvs = append(kvs, KV{ek, codexEscape(str)})
+		}
+		if k == "env" {
+			s.Env = kvs
+		} else {
+			s.Headers = kvs
+			s.setField("headers", fat)
+		}
+	case "enabled":
+		b, ok := v.(bool)
+		if !ok {
+			c.bad(fat, "a boolean")
+			return
+		}
+		s.Disabled = !b
+	case "env_vars":
+		s.clientOnly(fat, "variables passed on from Codex's environment, which the server would not get from mcpvisor's (put them in env to take the server over)")
+	case "bearer_token_env_var", "env_http_headers", "bearer_token", "oauth", "oauth_resource", "scopes":
+		s.clientOnly(fat, "Codex signs in to the server (a token or OAuth), which mcpvisor cannot; give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"}) to take it over")
+	case "default_tools_approval_mode", "tools":
+		s.clientOnly(fat, "Codex's approval of tool calls, which mcpvisor cannot carry")
+	case "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec":
+		n, ok := tomlNumber(v)
+		if !ok || n < 0 {
+			c.bad(fat, "a number, 0 or more")
+			return
+		}
+		switch k {
+		case "startup_timeout_sec":
+			s.InitTimeout = duration(n, time.Second)
+		case "startup_timeout_ms":
+			s.InitTimeout = duration(n, time.Millisecond)
+		default:
+			s.RequestTimeout = duration(n, time.Second)
+		}
+		s.keepClientSide(k, nil, v)
+	case "enabled_tools", "disabled_tools":
+		pats, ok := c.strs(v, fat, toolPattern)
+		if !ok {
+			return
+		}
+		if s.Tools == nil {
+			s.Tools = &Tools{}
+		}
+		if k == "enabled_tools" {
+			s.Tools.Allow = pats
+		} else {
+			s.Tools.Deny = pats
+		}
+		s.keepClientSide(k, nil, v)
+	case "required", "supports_parallel_tool_calls":
+		s.keepClientSide(k, nil, v)
+	case "name": // legacy, Codex ignores it
+	default:
+		s.clientOnly(fat, unsupportedWhy(FormatCodex, k))
+	}
 }
 
 func tomlNumber(v any) (float64, bool) {
