@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps vet vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions
+.PHONY: test test-deps vet vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 test: test-deps vet
 	GOOS=darwin $(GO) build ./...
@@ -138,3 +138,11 @@ bench-connect:
 bench-sessions:
 	MCPVISOR_BENCH_SESSIONS=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchSessionRSS$$' -v ./cmd/mcpvisor/
 
+# How long mcpvisor serve takes to serve, and what mcpvisor connect costs
+# (about 2 minutes): a fresh serve timed until it reports its address, a
+# fresh connect to it until its first tools/call is answered, and
+# connect's RSS, in fresh processes of this tree and of BASE=REV (a git
+# revision, required), 30 interleaved rounds; now/base ratios with their
+# 95 % intervals. The report goes to bin/bench/startup-report.txt.
+bench-startup:
+	MCPVISOR_BENCH_STARTUP=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchStartup$$' -v ./cmd/mcpvisor/
