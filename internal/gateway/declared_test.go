@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -460,30 +459,30 @@ func TestRootsAtStartWithoutAStreamDoNotWait(t *testing.T) {
 	resp = post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"roots","arguments":{}}}`)
 	defer resp.Body.Close()
 	var answer string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-			var m rpc.Message
-			if json.Unmarshal(sc.Bytes(), &m) == nil && string(m.ID) == "2" {
-				answer = string(m.Result)
-			}
-			break
-		}
-		data, ok := strings.CutPrefix(sc.Text(), "data:")
-		if !ok {
-			continue
-		}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		var m rpc.Message
-		if json.Unmarshal([]byte(data), &m) != nil {
-			continue
-		}
-		if m.Method == "roots/list" {
-			post(sid, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32000,"message":"asked on the call's stream"}}`).Body.Close()
-			continue
-		}
-		if string(m.ID) == "2" {
+		if json.NewDecoder(resp.Body).Decode(&m) == nil && string(m.ID) == "2" {
 			answer = string(m.Result)
-			break
+		}
+	} else {
+		r := newSSEReader(resp.Body)
+		for {
+			ev, err := r.next()
+			if err != nil {
+				break
+			}
+			var m rpc.Message
+			if json.Unmarshal([]byte(ev.data), &m) != nil {
+				continue
+			}
+			if m.Method == "roots/list" {
+				post(sid, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32000,"message":"asked on the call's stream"}}`).Body.Close()
+				continue
+			}
+			if string(m.ID) == "2" {
+				answer = string(m.Result)
+				break
+			}
 		}
 	}
 	if took := time.Since(start); ctx.Err() != nil || !strings.Contains(answer, "roots refused: -32") {

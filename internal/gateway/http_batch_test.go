@@ -115,7 +115,7 @@ func TestHTTPBatchStream(t *testing.T) {
 	r := newSSEReader(resp.Body)
 	progress, answered := 0, map[string]bool{}
 	for {
-		ev, err := r.nextEvent()
+		ev, err := r.next()
 		if err == io.EOF {
 			break
 		}
@@ -147,7 +147,7 @@ func TestHTTPBatchStream(t *testing.T) {
 	resp = s.do("POST", sid, `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, map[string]string{"Accept": "text/event-stream"})
 	r = newSSEReader(resp.Body)
 	for i := range 2 {
-		if ev, err := r.nextEvent(); err != nil || !strings.Contains(ev.data, `"result":{}`) {
+		if ev, err := r.next(); err != nil || !strings.Contains(ev.data, `"result":{}`) {
 			t.Fatalf("SSE only, event %d: %+v %v", i, ev, err)
 		}
 	}

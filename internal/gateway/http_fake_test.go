@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
 // httpFake is a small Endpoint for the transport tests. Tools: echo
@@ -375,59 +379,86 @@ func (s *httpTestServer) initialize() string {
 	return sid
 }
 
-// sseEvent is one parsed server-sent event.
+// sseMax bounds an event the tests read: above the largest they send
+// (8 MB).
+const sseMax = 64 << 20
+
+// sseEvent is one event of a stream, as internal/sse reads it.
 type sseEvent struct {
-	id, name, data string
-	comment        bool // a comment line on its own (": ping")
+	id   string // the stream's last event ID as of this event
+	name string // the event's type ("message" when it names none)
+	data string
 }
 
-// sseReader parses an event stream.
-type sseReader struct{ r *bufio.Reader }
+// sseReader reads an event stream with internal/sse, which skips
+// comments; the ones the handler writes (": ok" as a GET stream opens,
+// ": ping" to keep it alive) are read byte for byte by comment.
+type sseReader struct {
+	raw  *bufio.Reader // the body, read by r
+	r    *sse.Reader
+	read bool // r has read: raw is no longer where the stream is
+}
 
-func newSSEReader(r io.Reader) *sseReader { return &sseReader{bufio.NewReader(r)} }
+func newSSEReader(body io.Reader) *sseReader {
+	raw := bufio.NewReader(body)
+	return &sseReader{raw: raw, r: sse.NewReader(raw, sseMax)}
+}
 
-// next returns the next event, or a comment if it comes first.
+// next returns the next event; io.EOF at the end of the stream.
 func (s *sseReader) next() (sseEvent, error) {
-	var ev sseEvent
-	seen := false
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			return ev, err
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			if seen {
-				return ev, nil
-			}
-		case strings.HasPrefix(line, ":"):
-			if !seen {
-				return sseEvent{comment: true, data: strings.TrimSpace(line[1:])}, nil
-			}
-		default:
-			seen = true
-			k, v, _ := strings.Cut(line, ":")
-			v = strings.TrimPrefix(v, " ")
-			switch k {
-			case "id":
-				ev.id = v
-			case "event":
-				ev.name = v
-			case "data":
-				ev.data += v
-			}
-		}
+	s.read = true
+	ev, err := s.r.Next()
+	if err != nil {
+		return sseEvent{}, err
 	}
+	return sseEvent{id: ev.ID, name: ev.Type, data: string(ev.Data)}, nil
 }
 
-// nextEvent skips comments.
-func (s *sseReader) nextEvent() (sseEvent, error) {
-	for {
-		ev, err := s.next()
-		if err != nil || !ev.comment {
-			return ev, err
+// lastID is the stream's last event ID, and whether it set one.
+func (s *sseReader) lastID() (string, bool) { return s.r.LastID() }
+
+// comment reads the comment ": text" and the blank line that ends it,
+// exactly as the handler writes them, before any event was read.
+func (s *sseReader) comment(text string) error {
+	if s.read {
+		return errors.New("a comment read after an event: the event reader may have read past it")
+	}
+	want := ": " + text + "\n\n"
+	got := make([]byte, len(want))
+	if n, err := io.ReadFull(s.raw, got); err != nil {
+		return fmt.Errorf("%q, then %w; want %q", got[:n], err, want)
+	}
+	if string(got) != want {
+		return fmt.Errorf("%q, want %q", got, want)
+	}
+	return nil
+}
+
+// replyMessages decodes the reply b to a POST: the one message of a JSON
+// reply, or each event's of an event stream (read with internal/sse).
+func replyMessages(t testing.TB, resp *http.Response, b []byte) []*rpc.Message {
+	t.Helper()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		m, err := rpc.Decode(b)
+		if err != nil {
+			t.Fatalf("reply %q: %v", b, err)
 		}
+		return []*rpc.Message{m}
+	}
+	var ms []*rpc.Message
+	for r := newSSEReader(bytes.NewReader(b)); ; {
+		ev, err := r.next()
+		if err == io.EOF {
+			return ms
+		}
+		if err != nil {
+			t.Fatalf("reply %q: %v", b, err)
+		}
+		m, err := rpc.Decode([]byte(ev.data))
+		if err != nil {
+			t.Fatalf("event %q of reply %q: %v", ev.data, b, err)
+		}
+		ms = append(ms, m)
 	}
 }
 

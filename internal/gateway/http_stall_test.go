@@ -137,7 +137,7 @@ func TestStreamableStalledGETReplaced(t *testing.T) {
 	// The newer stream carries the session's messages on, from the first
 	// the stalled one did not hand to the kernel (how many it did depends
 	// on the socket buffers).
-	ev, err := r.nextEvent()
+	ev, err := r.next()
 	if err != nil {
 		t.Fatalf("the newer stream: %v", err)
 	}

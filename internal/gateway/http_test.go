@@ -291,7 +291,7 @@ func TestHTTPReplyJSONOrSSE(t *testing.T) {
 	r := newSSEReader(resp.Body)
 	var ids []string
 	for i := 1; i <= 4; i++ {
-		ev, err := r.nextEvent()
+		ev, err := r.next()
 		if err != nil {
 			t.Fatalf("event %d: %v", i, err)
 		}
@@ -325,7 +325,7 @@ func TestHTTPReplyJSONOrSSE(t *testing.T) {
 		t.Fatalf("SSE only: Content-Type %q", ct)
 	}
 	r = newSSEReader(resp.Body)
-	if ev, err := r.nextEvent(); err != nil || ev.data != `{"jsonrpc":"2.0","id":3,"result":{}}` || ev.id != "2_1" {
+	if ev, err := r.next(); err != nil || ev.data != `{"jsonrpc":"2.0","id":3,"result":{}}` || ev.id != "2_1" {
 		t.Fatalf("SSE only: %+v %v", ev, err)
 	}
 	if _, err := r.next(); err != io.EOF {
@@ -349,7 +349,7 @@ func TestStreamableRawSampling(t *testing.T) {
 	resp := s.do("POST", sid, `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"sample"}}`, nil)
 	defer resp.Body.Close()
 	r := newSSEReader(resp.Body)
-	ev, err := r.nextEvent()
+	ev, err := r.next()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestStreamableRawSampling(t *testing.T) {
 	if st := s.status("POST", sid, answer, nil); st != http.StatusAccepted {
 		t.Fatalf("posting the sampling result: %d", st)
 	}
-	ev, err = r.nextEvent()
+	ev, err = r.next()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func (s *httpTestServer) push(sid, method string) {
 	}
 }
 
-// openGET opens the GET stream and reads the first comment.
+// openGET opens the GET stream and reads the comment that opens it.
 func (s *httpTestServer) openGET(sid, lastEventID string) (*http.Response, *sseReader) {
 	s.t.Helper()
 	hdr := map[string]string{"Accept": "text/event-stream"}
@@ -395,8 +395,8 @@ func (s *httpTestServer) openGET(sid, lastEventID string) (*http.Response, *sseR
 		s.t.Fatalf("GET: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	r := newSSEReader(resp.Body)
-	if ev, err := r.next(); err != nil || !ev.comment {
-		s.t.Fatalf("GET: first %+v %v", ev, err)
+	if err := r.comment("ok"); err != nil {
+		s.t.Fatalf("GET: first %v", err)
 	}
 	return resp, r
 }
@@ -405,7 +405,7 @@ func (s *httpTestServer) openGET(sid, lastEventID string) (*http.Response, *sseR
 func expectEvents(t *testing.T, r *sseReader, want ...string) {
 	t.Helper()
 	for _, w := range want {
-		ev, err := r.nextEvent()
+		ev, err := r.next()
 		if err != nil {
 			t.Fatalf("want %q: %v", w, err)
 		}
@@ -496,9 +496,8 @@ func TestStreamableKeepAlive(t *testing.T) {
 	sid := s.initialize()
 	resp, r := s.openGET(sid, "")
 	defer resp.Body.Close()
-	ev, err := r.next()
-	if err != nil || !ev.comment || ev.data != "ping" {
-		t.Fatalf("want a ping comment, got %+v %v", ev, err)
+	if err := r.comment("ping"); err != nil {
+		t.Fatalf("want a ping comment, got %v", err)
 	}
 }
 
@@ -552,7 +551,7 @@ func TestStreamablePOSTStreamSinkAfterClientGone(t *testing.T) {
 	sid := s.initialize()
 	resp := s.do("POST", sid, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sample"}}`, nil)
 	r := newSSEReader(resp.Body)
-	if _, err := r.nextEvent(); err != nil {
+	if _, err := r.next(); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()

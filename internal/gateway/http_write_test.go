@@ -90,7 +90,7 @@ func testHTTPWriteTimeoutPerPiece(t *testing.T, config func(*httptest.Server)) {
 	}
 	sr := newSSEReader(resp.Body) // not closed: that would read the endless stream
 
-	ev, err := sr.nextEvent()
+	ev, err := sr.next()
 	if err != nil || len(ev.data) < 8<<20 {
 		t.Fatalf("the event: %d bytes, %v", len(ev.data), err)
 	}

@@ -3,7 +3,6 @@ package gateway
 //lint:file-ignore SA1019 sampling and logging are deprecated from 2026-07-28 on, and what these tests exercise: a 2025 client's sampling, elicitation and logging through mcpvisor.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -205,12 +204,12 @@ func sseEvents(t *testing.T, ctx context.Context, url, body string, hdr map[stri
 	go func() {
 		defer close(ch)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				ch <- d
+		for r := newSSEReader(resp.Body); ; {
+			ev, err := r.next()
+			if err != nil {
+				return
 			}
+			ch <- ev.data
 		}
 	}()
 	return ch
@@ -388,22 +387,22 @@ func TestModernPerRequestLogLevel(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer h.Close()
-	call := func(id, level, logLevel string) []string {
+	call := func(id, level, logLevel string) []*rpc.Message {
 		meta := modernMeta(`{}`)
 		if logLevel != "" {
 			meta = strings.Replace(meta, `"io.modelcontextprotocol/clientCapabilities"`, `"io.modelcontextprotocol/logLevel":"`+logLevel+`","io.modelcontextprotocol/clientCapabilities"`, 1)
 		}
 		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"a__log","arguments":{"text":"line","level":"` + level + `"},` + meta + `}}`
-		_, b := postModern(t, srv.URL, body, "tools/call", "a__log")
+		resp, b := postModern(t, srv.URL, body, "tools/call", "a__log")
 		if !strings.Contains(string(b), `"logged"`) {
 			t.Fatalf("call %s: %s", id, b)
 		}
 		time.Sleep(50 * time.Millisecond) // past the linger: the next call is the server's only requester
-		return strings.Split(string(b), "\n")
+		return replyMessages(t, resp, b)
 	}
-	has := func(lines []string) bool {
-		for _, l := range lines {
-			if strings.Contains(l, "notifications/message") {
+	has := func(ms []*rpc.Message) bool {
+		for _, m := range ms {
+			if m.Method == "notifications/message" {
 				return true
 			}
 		}
@@ -532,15 +531,16 @@ func TestModernMetaToLegacyServer(t *testing.T) {
 	defer srv.Close()
 	defer h.Close()
 	const trace = `"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`
-	metaOf := func(b []byte) map[string]json.RawMessage {
+	metaOf := func(resp *http.Response, b []byte) map[string]json.RawMessage {
 		t.Helper()
-		i := bytes.Index(b, []byte(`{"jsonrpc"`))
-		if i < 0 {
-			t.Fatalf("no response in %s", b)
+		var m *rpc.Message
+		for _, r := range replyMessages(t, resp, b) {
+			if r.IsResponse() {
+				m = r
+			}
 		}
-		m, err := rpc.Decode(bytes.TrimSpace(b[i:]))
-		if err != nil || m.Result == nil {
-			t.Fatalf("response %s: %v", b, err)
+		if m == nil || m.Result == nil {
+			t.Fatalf("response %s", b)
 		}
 		var res struct{ Content []struct{ Text string } }
 		if err := json.Unmarshal(m.Result, &res); err != nil || len(res.Content) != 1 {
@@ -553,8 +553,8 @@ func TestModernMetaToLegacyServer(t *testing.T) {
 		return meta
 	}
 	meta := strings.Replace(modernMeta(`{"sampling":{}}`), `"_meta":{`, `"_meta":{`+trace+`,"io.modelcontextprotocol/logLevel":"debug",`, 1)
-	_, b := postModern(t, srv.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__meta",`+meta+`}}`, "tools/call", "a__meta")
-	got := metaOf(b)
+	resp, b := postModern(t, srv.URL, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__meta",`+meta+`}}`, "tools/call", "a__meta")
+	got := metaOf(resp, b)
 	if _, ok := got["io.modelcontextprotocol/protocolVersion"]; ok || len(got) != 4 || string(got["traceparent"]) == "" ||
 		string(got["io.modelcontextprotocol/clientCapabilities"]) != `{"sampling":{}}` ||
 		string(got["io.modelcontextprotocol/logLevel"]) != `"debug"` || got["io.modelcontextprotocol/clientInfo"] == nil {

@@ -54,18 +54,11 @@ func (w *mrtrWorld) callTool(id, tool, args, extra, caps string) *rpc.Message {
 	w.t.Helper()
 	body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":` + mustJSONString(tool) + `,"arguments":` + args + extra + `,` + modernMeta(caps) + `}}`
 	resp, b := postModern(w.t, w.url, body, "tools/call", tool)
-	last := string(b)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, l := range strings.Split(last, "\n") {
-			if d, ok := strings.CutPrefix(l, "data: "); ok {
-				last = d
-			}
-		}
+	ms := replyMessages(w.t, resp, b)
+	if len(ms) == 0 {
+		w.t.Fatalf("reply %q: no message", b)
 	}
-	m, err := rpc.Decode([]byte(last))
-	if err != nil {
-		w.t.Fatalf("reply %q: %v", b, err)
-	}
+	m := ms[len(ms)-1]
 	if string(m.ID) != id {
 		w.t.Fatalf("reply id %s, want %s", m.ID, id)
 	}
