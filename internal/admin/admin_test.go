@@ -19,6 +19,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
 func testFleet(t *testing.T) *fleet.Fleet {
@@ -213,46 +214,55 @@ func TestLabelEscaping(t *testing.T) {
 	}
 }
 
-// sseReader reads Server-Sent Events.
+// sseReader reads an event stream with internal/sse, which skips
+// comments; comment reads one byte for byte.
 type sseReader struct {
-	t *testing.T
-	r *bufio.Reader
+	t    *testing.T
+	raw  *bufio.Reader // the body, read by r
+	r    *sse.Reader
+	read bool // r has read: raw is no longer where the stream is
 }
 
+// sseEvent is one event as internal/sse reads it: id is the stream's last
+// event ID as of the event (an id field persists until another), event
+// its type ("message" when no event field names one).
 type sseEvent struct {
 	id, event, data string
 }
 
+func newSSEReader(t *testing.T, body io.Reader) *sseReader {
+	raw := bufio.NewReader(body)
+	return &sseReader{t: t, raw: raw, r: sse.NewReader(raw, 1<<20)}
+}
+
 func (s *sseReader) next() sseEvent {
 	s.t.Helper()
-	var e sseEvent
-	for {
-		line, err := s.r.ReadString('\n')
-		if err != nil {
-			s.t.Fatalf("stream ended: %v", err)
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "":
-			if e.event != "" || e.data != "" {
-				return e
-			}
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "id: "):
-			e.id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "event: "):
-			e.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			e.data = strings.TrimPrefix(line, "data: ")
-		default:
-			s.t.Fatalf("unexpected line %q", line)
-		}
+	s.read = true
+	e, err := s.r.Next()
+	if err != nil {
+		s.t.Fatalf("stream ended: %v", err)
 	}
+	return sseEvent{id: e.ID, event: e.Type, data: string(e.Data)}
 }
 
 func (s *sseReader) ended() bool {
-	_, err := s.r.ReadString('\n')
+	s.read = true
+	_, err := s.r.Next()
 	return err == io.EOF
+}
+
+// comment reads the comment ": text" and the blank line that ends it,
+// exactly as the handler writes them, before any event was read.
+func (s *sseReader) comment(text string) {
+	s.t.Helper()
+	if s.read {
+		s.t.Fatal("a comment read after an event: the event reader may have read past it")
+	}
+	want := ": " + text + "\n\n"
+	got := make([]byte, len(want))
+	if n, err := io.ReadFull(s.raw, got); err != nil || string(got) != want {
+		s.t.Fatalf("read %q, %v; want %q", got[:n], err, want)
+	}
 }
 
 func stream(t *testing.T, url string, header ...string) *sseReader {
@@ -261,7 +271,7 @@ func stream(t *testing.T, url string, header ...string) *sseReader {
 	if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("GET %s: %d %s", url, r.StatusCode, r.Header.Get("Content-Type"))
 	}
-	return &sseReader{t: t, r: bufio.NewReader(r.Body)}
+	return newSSEReader(t, r.Body)
 }
 
 // seq is the run-local part of an event id.
@@ -319,7 +329,7 @@ func TestEventStream(t *testing.T) {
 		if r.StatusCode != http.StatusOK {
 			t.Fatalf("Last-Event-ID %q: %d", bad, r.StatusCode)
 		}
-		if e := (&sseReader{t: t, r: bufio.NewReader(r.Body)}).next(); seq(e.id) != "3" {
+		if e := newSSEReader(t, r.Body).next(); seq(e.id) != "3" {
 			t.Fatalf("Last-Event-ID %q replayed from %+v, want the first kept", bad, e)
 		}
 	}

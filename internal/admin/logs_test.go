@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -163,7 +162,7 @@ func TestLogsFollow(t *testing.T) {
 		t.Helper()
 		e := s.next()
 		var got logbuf.Entry
-		if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.event != "" || e.id != fmt.Sprintf("%s-%d", buf.Epoch(), got.Seq) {
+		if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.event != "message" || e.id != fmt.Sprintf("%s-%d", buf.Epoch(), got.Seq) {
 			t.Fatalf("line %+v: %+v %v", e, got, err)
 		}
 		return got
@@ -217,7 +216,7 @@ func TestLogsFollow(t *testing.T) {
 		switch {
 		case e.event == "dropped" && got.Dropped > 0:
 			next += got.Dropped
-		case e.event == "" && got.Seq == next:
+		case e.event == "message" && got.Seq == next:
 			next++
 		default:
 			t.Fatalf("live burst: %+v, want line %d", e, next)
@@ -264,10 +263,7 @@ func TestLogStreamKeepalive(t *testing.T) {
 	_, srv := logServer(t, buf)
 	s := stream(t, srv.URL+"/api/servers/a/logs?follow=1")
 	for range 2 {
-		if l, err := s.r.ReadString('\n'); err != nil || l != ": keepalive\n" {
-			t.Fatalf("read %q, %v; want a keepalive", l, err)
-		}
-		s.r.ReadString('\n') // the blank line that ends it
+		s.comment("keepalive")
 	}
 	buf.Add(logbuf.Entry{Line: "after the quiet"})
 	if e := s.next(); !strings.Contains(e.data, "after the quiet") {
@@ -299,23 +295,25 @@ func TestLogStreamEndsWhenServerRemoved(t *testing.T) {
 		if r.StatusCode != 200 || r.Header.Get("Content-Type") != "text/event-stream" {
 			t.Fatalf("follow: %d %s", r.StatusCode, r.Header.Get("Content-Type"))
 		}
-		return &sseReader{t: t, r: bufio.NewReader(r.Body)}
+		return newSSEReader(t, r.Body)
 	}
 	wantLines := func(s *sseReader, want ...string) {
 		t.Helper()
 		for _, w := range want {
 			e := s.next()
 			var got logbuf.Entry
-			if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.event != "" || got.Line != w {
+			if err := json.Unmarshal([]byte(e.data), &got); err != nil || e.event != "message" || got.Line != w {
 				t.Fatalf("%+v, want the line %q", e, w)
 			}
 		}
 	}
-	wantEnd := func(s *sseReader) {
+	// The end sets no event id: the stream's last stays the last line's,
+	// lastLine.
+	wantEnd := func(s *sseReader, lastLine string) {
 		t.Helper()
 		e := s.next()
 		var end struct{ Reason, Message string }
-		if err := json.Unmarshal([]byte(e.data), &end); err != nil || e.event != "end" || e.id != "" ||
+		if err := json.Unmarshal([]byte(e.data), &end); err != nil || e.event != "end" || e.id != lastLine ||
 			end.Reason != "removed" || end.Message != "server a was removed from the configuration" {
 			t.Fatalf("%+v, want the end: removed", e)
 		}
@@ -332,13 +330,13 @@ func TestLogStreamEndsWhenServerRemoved(t *testing.T) {
 	reg.Remove("a")
 	buf.Add(logbuf.Entry{Line: "from the grave"}) // dropped
 	wantLines(s, "last words", "goodbye")
-	wantEnd(s)
+	wantEnd(s, buf.Epoch()+"-3")
 
 	// One that got the buffer just before it was removed: its kept lines
 	// (after Last-Event-ID), then the end, at once.
 	s = open("Last-Event-ID", buf.Epoch()+"-2")
 	wantLines(s, "goodbye")
-	wantEnd(s)
+	wantEnd(s, buf.Epoch()+"-3")
 	if n := h.streams.Load(); n != 0 {
 		t.Fatalf("%d streams still served", n)
 	}
