@@ -655,22 +655,21 @@ func (h *httpPeer) request(method string, params map[string]any, name string, mo
 	}
 	want := fmt.Sprint(h.seq)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 64<<20)
-		for sc.Scan() {
-			data, ok := strings.CutPrefix(sc.Text(), "data:")
-			if !ok {
-				continue
+		var broke error
+		for data, err := range sseData(resp.Body) {
+			if err != nil {
+				broke = err
+				break
 			}
 			var m struct {
 				ID     json.RawMessage `json:"id"`
 				Method string          `json:"method"`
 			}
-			if json.Unmarshal([]byte(data), &m) == nil && m.Method == "" && string(m.ID) == want {
-				return compatEnvelope([]byte(data))
+			if json.Unmarshal(data, &m) == nil && m.Method == "" && string(m.ID) == want {
+				return compatEnvelope(data)
 			}
 		}
-		h.t.Errorf("%s %s: the stream ended without the response", h.url, method)
+		h.t.Errorf("%s %s: the stream ended without the response (%v)", h.url, method, broke)
 		return json.RawMessage(`{"error":{"code":0,"message":"no answer"}}`)
 	}
 	b, _ := io.ReadAll(resp.Body)

@@ -3,7 +3,6 @@ package main
 //lint:file-ignore SA1019 sampling and logging are deprecated from 2026-07-28 on, and what these tests exercise: a 2025 client's sampling, elicitation and logging through mcpvisor.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -81,13 +80,19 @@ func modernPost(t *testing.T, url, tool string) json.RawMessage {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		line = bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:"))
+	messages := func(yield func([]byte, error) bool) { yield(b, nil) } // a JSON reply's one
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		messages = sseData(bytes.NewReader(b))
+	}
+	for data, err := range messages {
+		if err != nil {
+			t.Fatalf("the modern tools/call of %s: %v: %s", tool, err, b)
+		}
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Result json.RawMessage `json:"result"`
 		}
-		if json.Unmarshal(bytes.TrimSpace(line), &m) == nil && string(m.ID) == "1" {
+		if json.Unmarshal(data, &m) == nil && string(m.ID) == "1" {
 			return m.Result
 		}
 	}
@@ -245,9 +250,12 @@ func listenUpdates(t *testing.T, url, uri string) <-chan time.Time {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "notifications/resources/updated") {
+		for data, err := range sseData(resp.Body) {
+			if err != nil {
+				return
+			}
+			var m struct{ Method string }
+			if json.Unmarshal(data, &m) == nil && m.Method == "notifications/resources/updated" {
 				out <- time.Now()
 			}
 		}

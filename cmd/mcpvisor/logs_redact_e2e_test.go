@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,13 +106,12 @@ func TestLogsAndInspectRedactEachLaunchsSecret(t *testing.T) {
 	defer resp.Body.Close()
 	last := logs.Lines[len(logs.Lines)-1].Seq
 	var streamed []logbuf.Entry
-	for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
+	for data, err := range sseData(resp.Body) {
+		if err != nil {
+			t.Fatalf("stream: %v", err)
 		}
 		var e logbuf.Entry
-		if err := json.Unmarshal([]byte(data), &e); err != nil {
+		if err := json.Unmarshal(data, &e); err != nil {
 			t.Fatalf("stream: %q: %v", data, err)
 		}
 		if streamed = append(streamed, e); e.Seq >= last {

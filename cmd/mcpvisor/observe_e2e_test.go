@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,13 +37,13 @@ func TestMetricsAndEventStream(t *testing.T) {
 	events := make(chan map[string]any, 64)
 	go func() {
 		defer close(events)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				var e map[string]any
-				_ = json.Unmarshal([]byte(data), &e)
-				events <- e
+		for data, err := range sseData(resp.Body) { // a stream that breaks ends as one that ends
+			if err != nil {
+				return
 			}
+			var e map[string]any
+			_ = json.Unmarshal(data, &e)
+			events <- e
 		}
 	}()
 	// next waits for the event want ("server type"), passing over others:
