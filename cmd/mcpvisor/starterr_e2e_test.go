@@ -144,7 +144,7 @@ func TestSpawnFailureSaidOnce(t *testing.T) {
 }
 
 // rawRPC posts one JSON-RPC message to url and returns the response body
-// (JSON, or the data of an SSE reply), or an error for an HTTP failure.
+// (JSON, or an SSE reply as it came), or an error for an HTTP failure.
 func rawRPC(url, body string) (string, error) {
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
