@@ -11,6 +11,11 @@ import (
 
 func TestMain(m *testing.M) {
 	proc.RunShimIfRequested()
+	// Under -race the race runtime sleeps a second in every exit of a
+	// race-built process; this binary's children are (the shim, and the middle process of the abandon tests), and
+	// the second is not what their exit costs in production.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
+
 	if os.Getenv(middleEnv) != "" {
 		os.Exit(runMiddle())
 	}

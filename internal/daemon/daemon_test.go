@@ -28,6 +28,10 @@ func init() {
 	// Re-executed as a server's pid-namespace init: run it and exit
 	// before any test starts.
 	proc.RunShimIfRequested()
+	// Under -race the race runtime sleeps a second in every exit of a
+	// race-built process; this binary's children are (the shim), and
+	// the second is not what their exit costs in production.
+	os.Setenv("GORACE", "atexit_sleep_ms=0")
 }
 
 // Every test ends with no goroutine of the daemon's left: what Serve and
