@@ -490,6 +490,56 @@ it is left as that program wrote it (run again).
 	return cmd
 }
 
+// original is the client's file as it was before install-client, and its
+// mode: nil and 0600 if there was none.
+func (rec *installRecord) original() ([]byte, fs.FileMode, error) {
+	if rec.Backup == "" {
+		return nil, 0o600, nil
+	}
+	orig, err := os.ReadFile(rec.Backup)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the copy: %w", err)
+	}
+	fi, err := os.Stat(rec.Backup)
+	if err != nil {
+		return nil, 0, err
+	}
+	return orig, fi.Mode().Perm(), nil
+}
+
+// restore writes next over the client's file at path (what it holds now:
+// cur, if it existed), or removes the file when install-client created it
+// (remove). A whole restore takes the copy's mode; a spliced one keeps the
+// file's.
+func restore(path string, next []byte, mode fs.FileMode, cur []byte, curExisted, whole, remove bool) error {
+	if remove {
+		target, err := clientcfg.Resolve(path)
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if !whole {
+		if fi, err := os.Stat(path); err == nil {
+			mode = fi.Mode().Perm() // the file's now
+		}
+	}
+	if err := clientcfg.ReplaceFile(path, next, mode, cur, curExisted); err != nil {
+		return err
+	}
+	if !whole {
+		return nil
+	}
+	target, err := clientcfg.Resolve(path)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(target, mode)
+}
+
 // RunUninstall puts the client's file back: the copy byte for byte when
 // the file is as install-client left it, else only the server entries it
 // changed.
@@ -518,17 +568,9 @@ func RunUninstall(_ context.Context, o *UninstallOptions) error {
 	if !curExisted {
 		cur = nil
 	}
-	var orig []byte
-	mode := fs.FileMode(0o600)
-	if rec.Backup != "" {
-		if orig, err = os.ReadFile(rec.Backup); err != nil {
-			return fmt.Errorf("reading the copy: %w", err)
-		}
-		fi, err := os.Stat(rec.Backup)
-		if err != nil {
-			return err
-		}
-		mode = fi.Mode().Perm()
+	orig, mode, err := rec.original()
+	if err != nil {
+		return err
 	}
 	// Unchanged since install: the copy goes back byte for byte.
 	// Changed: only the server entries install-client changed go
@@ -562,32 +604,8 @@ func RunUninstall(_ context.Context, o *UninstallOptions) error {
 		fmt.Fprint(out, clientcfg.DiffRedacted(cur, next, format, path, path+" (restored)"))
 		return nil
 	}
-	if remove {
-		target, err := clientcfg.Resolve(path)
-		if err != nil {
-			return err
-		}
-		if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	} else {
-		if !whole {
-			if fi, err := os.Stat(path); err == nil {
-				mode = fi.Mode().Perm() // the file's now
-			}
-		}
-		if err := clientcfg.ReplaceFile(path, next, mode, cur, curExisted); err != nil {
-			return err
-		}
-		if whole {
-			target, err := clientcfg.Resolve(path)
-			if err != nil {
-				return err
-			}
-			if err := os.Chmod(target, mode); err != nil {
-				return err
-			}
-		}
+	if err := restore(path, next, mode, cur, curExisted, whole, remove); err != nil {
+		return err
 	}
 	if err := rec.discard(stateDir); err != nil {
 		return err
