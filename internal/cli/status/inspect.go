@@ -81,11 +81,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		line("PID", fmt.Sprint(d.PID))
 	}
 	if d.MemoryBytes != 0 {
-		mem := proc.FormatMemory(d.MemoryBytes) + " resident"
-		if d.MemoryPeakBytes > d.MemoryBytes {
-			mem += ", peak " + proc.FormatMemory(d.MemoryPeakBytes)
-		}
-		line("Memory", mem)
+		line("Memory", memoryText(d))
 	}
 	if d.CPUSeconds != 0 {
 		line("CPU", fmt.Sprintf("%.2f s", d.CPUSeconds))
@@ -124,16 +120,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		version, _ := rpc.StringMember(d.ServerInfo, "version")
 		line("Server", strings.TrimSpace(name+" "+version))
 	}
-	var lists []string
-	for _, k := range []string{"tools", "prompts", "resources", "resourceTemplates"} {
-		if n, ok := d.Lists[k]; ok {
-			lists = append(lists, fmt.Sprintf("%d %s", n, k))
-		}
-	}
-	if len(lists) == 0 {
-		lists = []string{"not learned yet"}
-	}
-	line("Lists", strings.Join(lists, ", "))
+	line("Lists", listsText(d))
 	line("Containment", containment(d))
 	if l := d.Limits; l != nil {
 		line("Limits", limitsText(l))
@@ -158,25 +145,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 			return err
 		}
 	}
-	if n := len(d.History); n > 0 {
-		fmt.Fprintln(w, "\nLast ends (newest last):")
-		for _, e := range d.History[max(0, n-5):] {
-			how := ""
-			if e.Kind == "oom" {
-				how = " oom"
-			}
-			if e.Code != nil {
-				how += fmt.Sprintf(" exit %d", *e.Code)
-			}
-			if e.Signal != "" {
-				how += " " + e.Signal
-			}
-			fmt.Fprintf(w, "  %s  %s%s: %s\n", e.Time.Local().Format(time.DateTime), e.Stage, how, e.Error)
-			for _, l := range e.Stderr {
-				fmt.Fprintf(w, "      | %s\n", l)
-			}
-		}
-	}
+	printHistory(w, d)
 	if len(d.Stderr) > 0 {
 		fmt.Fprintln(w, "\nLast stderr lines (mcpvisor logs "+d.Name+"):")
 		for _, e := range d.Stderr {
@@ -184,6 +153,57 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// memoryText is the Memory line of a detail: "12.0 MiB resident, peak
+// 20.1 MiB".
+func memoryText(d admin.Detail) string {
+	mem := proc.FormatMemory(d.MemoryBytes) + " resident"
+	if d.MemoryPeakBytes > d.MemoryBytes {
+		mem += ", peak " + proc.FormatMemory(d.MemoryPeakBytes)
+	}
+	return mem
+}
+
+// listsText is the Lists line of a detail: "3 tools, 1 prompts", or "not
+// learned yet".
+func listsText(d admin.Detail) string {
+	var lists []string
+	for _, k := range []string{"tools", "prompts", "resources", "resourceTemplates"} {
+		if n, ok := d.Lists[k]; ok {
+			lists = append(lists, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(lists) == 0 {
+		return "not learned yet"
+	}
+	return strings.Join(lists, ", ")
+}
+
+// printHistory prints the server's last five ends, each with how it
+// ended and its last stderr lines.
+func printHistory(w io.Writer, d admin.Detail) {
+	n := len(d.History)
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nLast ends (newest last):")
+	for _, e := range d.History[max(0, n-5):] {
+		how := ""
+		if e.Kind == "oom" {
+			how = " oom"
+		}
+		if e.Code != nil {
+			how += fmt.Sprintf(" exit %d", *e.Code)
+		}
+		if e.Signal != "" {
+			how += " " + e.Signal
+		}
+		fmt.Fprintf(w, "  %s  %s%s: %s\n", e.Time.Local().Format(time.DateTime), e.Stage, how, e.Error)
+		for _, l := range e.Stderr {
+			fmt.Fprintf(w, "      | %s\n", l)
+		}
+	}
 }
 
 // limitsText is the Limits line of a detail: "memory 64 MiB, pids 32,
