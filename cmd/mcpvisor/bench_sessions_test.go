@@ -52,42 +52,32 @@ func TestBenchSessionRSS(t *testing.T) {
 		sessions, rounds, runtime.NumCPU())
 	say("baseline: %s (%s)\n\n", rev, commit)
 	per := map[string][]float64{}
-	for round := 1; round <= rounds; round++ {
-		order := []string{"now", "base"}
-		if round%2 == 0 {
-			order[0], order[1] = order[1], order[0]
+	interleaved(rounds, bin, baseBin, func(round int, which, b string) {
+		p := startBenchProcess(t, exec.Command(b, "serve", "--config", cfg, "--listen", "127.0.0.1:0",
+			"--state-dir", filepath.Join(dir, fmt.Sprintf("state-%s-%d", which, round)), "--log-level", "warn", "--socket", "none"), env)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		warm := benchInitialize(t, client, p.base+"/mcp")
+		benchPost(t, client, p.base+"/mcp", warm, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"warm"}}}`)
+		time.Sleep(settle)
+		before := vmRSS(p.pid)
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := w; i < sessions; i += 4 {
+					sid := benchInitialize(t, client, p.base+"/mcp")
+					benchPost(t, client, p.base+"/mcp", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+				}
+			})
 		}
-		for _, which := range order {
-			b := bin
-			if which == "base" {
-				b = baseBin
-			}
-			p := startBenchProcess(t, exec.Command(b, "serve", "--config", cfg, "--listen", "127.0.0.1:0",
-				"--state-dir", filepath.Join(dir, fmt.Sprintf("state-%s-%d", which, round)), "--log-level", "warn", "--socket", "none"), env)
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-			warm := benchInitialize(t, client, p.base+"/mcp")
-			benchPost(t, client, p.base+"/mcp", warm, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"warm"}}}`)
-			time.Sleep(settle)
-			before := vmRSS(p.pid)
-			var wg sync.WaitGroup
-			for w := range 4 {
-				wg.Go(func() {
-					for i := w; i < sessions; i += 4 {
-						sid := benchInitialize(t, client, p.base+"/mcp")
-						benchPost(t, client, p.base+"/mcp", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-					}
-				})
-			}
-			wg.Wait()
-			time.Sleep(settle)
-			after := vmRSS(p.pid)
-			bytes := float64(after-before) * 1024 / sessions
-			per[which] = append(per[which], bytes)
-			say("round %d %-4s: VmRSS %s → %s: %6.0f B per session\n", round, which, kb(before), kb(after), bytes)
-			client.CloseIdleConnections()
-			p.stop(t)
-		}
-	}
+		wg.Wait()
+		time.Sleep(settle)
+		after := vmRSS(p.pid)
+		bytes := float64(after-before) * 1024 / sessions
+		per[which] = append(per[which], bytes)
+		say("round %d %-4s: VmRSS %s → %s: %6.0f B per session\n", round, which, kb(before), kb(after), bytes)
+		client.CloseIdleConnections()
+		p.stop(t)
+	})
 	now, base := median(per["now"]), median(per["base"])
 	say("\nper session (median over rounds): now %.0f B, base %.0f B: %+.0f B, %.2f×; target ≤ 2.5 KB\n", now, base, now-base, now/base)
 	report.save(t)

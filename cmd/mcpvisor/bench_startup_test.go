@@ -49,43 +49,33 @@ func TestBenchStartup(t *testing.T) {
 
 	measures := []string{"serve start-up (ms)", "connect to first answer (ms)", "connect VmRSS (KiB)", "connect RssAnon (KiB)"}
 	got := map[string]map[string][]float64{"now": {}, "base": {}}
-	for round := 1; round <= rounds; round++ {
-		order := []string{"now", "base"}
-		if round%2 == 0 {
-			order[0], order[1] = order[1], order[0]
+	interleaved(rounds, bin, baseBin, func(round int, which, b string) {
+		sock := filepath.Join(dir, fmt.Sprintf("s-%s-%d.sock", which, round))
+		start := time.Now()
+		daemon := startBenchProcess(t, exec.Command(b, "serve", "--config", cfg, "--listen", "127.0.0.1:0",
+			"--state-dir", filepath.Join(dir, fmt.Sprintf("state-%s-%d", which, round)), "--socket", sock, "--log-level", "warn"), env)
+		served := time.Since(start)
+		start = time.Now()
+		connect := startStdioProcess(t, exec.Command(b, "connect", "--config", cfg, "--socket", sock, "--start=never"), env)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		if err := connect.conn.Echo(ctx, "x__echo", benchText)(); err != nil {
+			t.Fatalf("%s connect: %v", which, err)
 		}
-		for _, which := range order {
-			b := bin
-			if which == "base" {
-				b = baseBin
-			}
-			sock := filepath.Join(dir, fmt.Sprintf("s-%s-%d.sock", which, round))
-			start := time.Now()
-			daemon := startBenchProcess(t, exec.Command(b, "serve", "--config", cfg, "--listen", "127.0.0.1:0",
-				"--state-dir", filepath.Join(dir, fmt.Sprintf("state-%s-%d", which, round)), "--socket", sock, "--log-level", "warn"), env)
-			served := time.Since(start)
-			start = time.Now()
-			connect := startStdioProcess(t, exec.Command(b, "connect", "--config", cfg, "--socket", sock, "--start=never"), env)
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		answered := time.Since(start)
+		for range 20 {
 			if err := connect.conn.Echo(ctx, "x__echo", benchText)(); err != nil {
 				t.Fatalf("%s connect: %v", which, err)
 			}
-			answered := time.Since(start)
-			for range 20 {
-				if err := connect.conn.Echo(ctx, "x__echo", benchText)(); err != nil {
-					t.Fatalf("%s connect: %v", which, err)
-				}
-			}
-			cancel()
-			m := got[which]
-			m[measures[0]] = append(m[measures[0]], msf(served))
-			m[measures[1]] = append(m[measures[1]], msf(answered))
-			m[measures[2]] = append(m[measures[2]], float64(vmRSS(connect.pid)))
-			m[measures[3]] = append(m[measures[3]], float64(procStatusKB(connect.pid, "RssAnon")))
-			connect.stop(t)
-			daemon.stop(t)
 		}
-	}
+		cancel()
+		m := got[which]
+		m[measures[0]] = append(m[measures[0]], msf(served))
+		m[measures[1]] = append(m[measures[1]], msf(answered))
+		m[measures[2]] = append(m[measures[2]], float64(vmRSS(connect.pid)))
+		m[measures[3]] = append(m[measures[3]], float64(procStatusKB(connect.pid, "RssAnon")))
+		connect.stop(t)
+		daemon.stop(t)
+	})
 	say("%-30s %10s %10s %8s  %s\n", "", "now", "base", "now/base", "(geometric mean of the rounds' ratios, 95 % interval)")
 	for _, name := range measures {
 		var ratios []float64
@@ -97,4 +87,23 @@ func TestBenchStartup(t *testing.T) {
 	}
 	say("\n(now and base: the medians of the rounds)\n")
 	report.save(t)
+}
+
+// interleaved runs f rounds times for each of the binaries bin ("now")
+// and baseBin ("base"), their order alternating round by round, so that a
+// slow spell of the machine weighs on both.
+func interleaved(rounds int, bin, baseBin string, f func(round int, which, b string)) {
+	for round := 1; round <= rounds; round++ {
+		order := []string{"now", "base"}
+		if round%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, which := range order {
+			b := bin
+			if which == "base" {
+				b = baseBin
+			}
+			f(round, which, b)
+		}
+	}
 }
