@@ -71,19 +71,11 @@ func (e *StatusError) Error() string { return e.msg }
 // token and hdr; ctx bounds it. Nothing answering is an error that asks
 // whether serve runs there.
 func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*http.Response, error) {
-	token := os.Getenv("MCPVISOR_TOKEN")
-	if c.TokenFile != "" {
-		b, err := os.ReadFile(c.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := c.token()
+	if err != nil {
+		return nil, err
 	}
-	base := c.Addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +93,56 @@ func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, b
 		return nil, fmt.Errorf("is mcpvisor serve running at %s? %w", c.Addr, err)
 	}
 	return resp, nil
+}
+
+// token is the bearer token c sends: TokenFile's (trimmed), else
+// $MCPVISOR_TOKEN's; "" for none.
+func (c *Client) token() (string, error) {
+	if c.TokenFile == "" {
+		return os.Getenv("MCPVISOR_TOKEN"), nil
+	}
+	b, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// URL is the URL of path on the serve at c.Addr (http:// unless Addr
+// names a scheme).
+func (c *Client) URL(path string) string {
+	base := c.Addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return strings.TrimSuffix(base, "/") + path
+}
+
+// HTTPClient is an HTTP client whose every request carries c's bearer
+// token, for a client that makes its own requests to serve (an MCP SDK's,
+// on a server's endpoint). Unlike Do, it leaves errors as net/http says
+// them.
+func (c *Client) HTTPClient() (*http.Client, error) {
+	token, err := c.token()
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		return &http.Client{}, nil
+	}
+	return &http.Client{Transport: bearer{token, http.DefaultTransport}}, nil
+}
+
+// bearer adds its token to each request it passes to next.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper leaves its request as it came
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // Post sends a POST of body (JSON; nil for none) to path, within ctx, and

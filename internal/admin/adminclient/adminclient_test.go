@@ -64,3 +64,39 @@ func TestNothingAnswering(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// HTTPClient's requests carry the same token as Do's, and none without
+// one; a token file that cannot be read is an error at once.
+func TestHTTPClientSendsTheToken(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MCPVISOR_TOKEN", "")
+	for _, c := range []*Client{{Addr: srv.URL, TokenFile: file}, {Addr: strings.TrimPrefix(srv.URL, "http://")}} {
+		hc, err := c.HTTPClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, c.URL("/servers/x/mcp"), nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if req.Header.Get("Authorization") != "" {
+			t.Errorf("the caller's request was changed: %v", req.Header)
+		}
+	}
+	if strings.Join(got, ",") != "Bearer s3cret," {
+		t.Errorf("Authorization headers: %q", got)
+	}
+	if _, err := (&Client{TokenFile: filepath.Join(t.TempDir(), "none")}).HTTPClient(); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Errorf("an unreadable token file: %v", err)
+	}
+}
