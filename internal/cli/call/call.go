@@ -1,14 +1,11 @@
 package call
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -17,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
@@ -25,16 +24,11 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
-	"github.com/mcpvisor/mcpvisor/internal/sse"
 )
 
 // ExitToolError is call's exit code for a tool that answered with
 // isError: true (the call itself went through).
 const ExitToolError = 4
-
-// client is the admin API's client, with the few requests call makes as
-// an MCP client of a server's own endpoint.
-type client struct{ adminclient.Client }
 
 // Options are call's.
 type Options struct {
@@ -85,17 +79,17 @@ func RunCall(parent context.Context, o *Options) error {
 	if _, err := callArguments(o.ArgsJSON, o.Args, nil); err != nil {
 		return shutdown.UsageError{Err: err}
 	}
-	// An interrupt ends the call, and its session is still ended
-	// (the deferred close outlives ctx).
+	// An interrupt ends the call, and its session is still ended.
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	sess, err := openSession(ctx, &client{o.API}, o.Server)
+	sess, err := openSession(ctx, &o.API, o.Server)
 	if err != nil {
 		return err
 	}
-	defer sess.close(ctx)
+	// The session's end (a DELETE, bounded on its own) outlives ctx.
+	defer sess.Close()
 	// The tool's schema, as the server lists it now, to read each
 	// --arg as the tool wants it.
 	schema, err := sess.toolSchema(ctx, o.Tool)
@@ -106,19 +100,21 @@ func RunCall(parent context.Context, o *Options) error {
 	if err != nil {
 		return shutdown.UsageError{Err: err}
 	}
-	result, err := sess.call(ctx, "tools/call", map[string]any{"name": o.Tool, "arguments": arguments})
+	result, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: o.Tool, Arguments: arguments})
 	if err != nil {
-		return err
+		return sess.fail(ctx, err, true)
 	}
 	out := o.IO.Out
 	if o.OutputJSON {
-		var b bytes.Buffer
-		_ = json.Indent(&b, result, "", "  ")
-		fmt.Fprintln(out, b.String())
+		b, err := json.MarshalIndent(result, "", "  ")
+		if err != nil {
+			return fmt.Errorf("server %s: the result of %s: %w", o.Server, o.Tool, err)
+		}
+		fmt.Fprintln(out, string(b))
 	} else {
 		printContent(out, result)
 	}
-	if string(rpc.Member(result, "isError")) == "true" {
+	if result.IsError {
 		return shutdown.ExitCode(ExitToolError)
 	}
 	return nil
@@ -195,81 +191,98 @@ func schemaType(prop json.RawMessage) string {
 	return ""
 }
 
-// cliSession is an MCP session of the CLI's on one server's endpoint.
-type cliSession struct {
-	api      *client
+// legacyVersion is the protocol version call asks for: a 2025-11-25
+// session, which a per-session server's one instance serves from tools/list
+// to tools/call and which ends with the session's DELETE. (The go-sdk
+// would otherwise try 2026-07-28 first, in which each request stands
+// alone, and a server's request for sampling fails the call instead of
+// reaching the tool as a refusal.)
+const legacyVersion = "2025-11-25"
+
+// session is an MCP session of the CLI's on one server's own endpoint.
+type session struct {
+	*mcp.ClientSession
+	api      *adminclient.Client
 	server   string
-	endpoint string
-	hdr      http.Header
-	nextID   int
+	endpoint string // as the user gave it: --addr and the path
 }
 
-// openSession opens a 2025-11-25 session on server's own endpoint (which
-// starts or wakes the server as any client's would).
-func openSession(ctx context.Context, api *client, server string) (*cliSession, error) {
-	s := &cliSession{api: api, server: server, endpoint: "/servers/" + url.PathEscape(server) + "/mcp", hdr: http.Header{}}
-	init := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpvisor-cli","version":%q}}}`, gateway.Version)
-	resp, h, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(init))
+// openSession opens a session on server's own endpoint (which starts or
+// wakes the server as any client's would).
+func openSession(ctx context.Context, api *adminclient.Client, server string) (*session, error) {
+	// The server first, through the admin API: an unreachable serve and
+	// an unknown name are then said in the words of every other command
+	// (the endpoint's 404 would come back from the go-sdk as an HTTP error).
+	if _, err := api.Get(ctx, "/api/servers/"+url.PathEscape(server)); err != nil {
+		return nil, err
+	}
+	hc, err := api.HTTPClient()
 	if err != nil {
 		return nil, err
 	}
-	if resp.Error != nil {
-		return nil, errors.New(nameOnce(server, resp.Error.Message))
-	}
-	s.hdr.Set("Mcp-Session-Id", h.Get("Mcp-Session-Id"))
-	s.hdr.Set("Mcp-Protocol-Version", "2025-11-25")
-	if _, _, err := api.rpc(ctx, s.endpoint, s.hdr, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
-		s.close(ctx)
-		return nil, err
+	path := "/servers/" + url.PathEscape(server) + "/mcp"
+	s := &session{api: api, server: server, endpoint: api.Addr + path}
+	// No capabilities: sampling, elicitation and roots are refused.
+	c := mcp.NewClient(&mcp.Implementation{Name: "mcpvisor-cli", Version: gateway.Version}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	c.AddReceivingMiddleware(refuse)
+	// No standalone stream: the CLI waits for nothing but its answers.
+	t := &mcp.StreamableClientTransport{Endpoint: api.URL(path), HTTPClient: hc, DisableStandaloneSSE: true}
+	s.ClientSession, err = c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
+	if err != nil {
+		return nil, s.fail(ctx, err, false)
 	}
 	return s, nil
 }
 
-// call sends one request and returns its result, or its JSON-RPC error as
-// an error.
-func (s *cliSession) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	s.nextID++
-	p, err := json.Marshal(params)
-	if err != nil {
-		return nil, err
+// refuse answers a server's request for what only a client with the
+// capability gives (sampling, elicitation, roots) at once with Method not
+// found, as serve answers one its client did not declare: mcpvisor call
+// declares none, and has nothing to give. (Left to itself, the go-sdk
+// would answer roots/list with no roots, and the others with other
+// codes.) The go-sdk words the answer itself: method not found: "roots/list".
+func refuse(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "sampling/createMessage", "elicitation/create", "roots/list":
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found"}
+		}
+		return next(ctx, method, req)
 	}
-	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":%s}`, s.nextID, method, p)
-	resp, _, err := s.api.rpc(ctx, s.endpoint, s.hdr, []byte(body))
-	if err != nil {
-		return nil, err
+}
+
+// fail is err, of a request on the session, in words: the end of ctx
+// (the timeout, an interrupt) as its cause; a JSON-RPC error as its
+// message naming the server once, and its code if withCode; anything else
+// as the go-sdk says it, naming the server.
+func (s *session) fail(ctx context.Context, err error, withCode bool) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("POST %s: %w", s.endpoint, context.Cause(ctx))
 	}
-	if resp.Error != nil {
-		return nil, fmt.Errorf("%s (JSON-RPC error %d)", nameOnce(s.server, resp.Error.Message), resp.Error.Code)
+	var e *jsonrpc.Error
+	switch {
+	case errors.As(err, &e) && withCode:
+		return fmt.Errorf("%s (JSON-RPC error %d)", nameOnce(s.server, e.Message), e.Code)
+	case errors.As(err, &e):
+		return errors.New(nameOnce(s.server, e.Message))
 	}
-	return resp.Result, nil
+	return fmt.Errorf("server %s: %w", s.server, err)
 }
 
 // toolSchema is the inputSchema of tool, read from the server's tools/list
 // (every page); an error if the server does not list it.
-func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessage, error) {
-	cursor := ""
+func (s *session) toolSchema(ctx context.Context, tool string) (json.RawMessage, error) {
+	params := &mcp.ListToolsParams{}
 	for pages := 0; pages < 1000; pages++ {
-		params := map[string]any{}
-		if cursor != "" {
-			params["cursor"] = cursor
-		}
-		res, err := s.call(ctx, "tools/list", params)
+		res, err := s.ListTools(ctx, params)
 		if err != nil {
-			return nil, err
+			return nil, s.fail(ctx, err, true)
 		}
-		var page struct {
-			Tools      []json.RawMessage `json:"tools"`
-			NextCursor string            `json:"nextCursor"`
-		}
-		if err := json.Unmarshal(res, &page); err != nil {
-			return nil, fmt.Errorf("server %s: tools/list: %w", s.server, err)
-		}
-		for _, t := range page.Tools {
-			if name, _ := rpc.StringMember(t, "name"); name == tool {
-				return rpc.Member(t, "inputSchema"), nil
+		for _, t := range res.Tools {
+			if t.Name == tool {
+				return json.Marshal(t.InputSchema)
 			}
 		}
-		if cursor = page.NextCursor; cursor == "" {
+		if params.Cursor = res.NextCursor; params.Cursor == "" {
 			break
 		}
 	}
@@ -280,125 +293,21 @@ func (s *cliSession) toolSchema(ctx context.Context, tool string) (json.RawMessa
 	return nil, fmt.Errorf("server %s has no tool %q (mcpvisor tools %s lists them)", s.server, tool, s.server)
 }
 
-// close ends the session: a per-session instance of the server stops now
-// rather than at the session's expiry.
-func (s *cliSession) close(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if resp, err := s.api.Do(ctx, http.MethodDelete, s.endpoint, s.hdr, nil); err == nil {
-		resp.Body.Close()
-	}
-}
-
-// refuse answers a server's request m, on the session of hdr, with an
-// error: mcpvisor call declares no client capability.
-func (c *client) refuse(ctx context.Context, path string, hdr http.Header, m *rpc.Message) {
-	answer := (&rpc.Message{ID: m.ID, Error: &rpc.Error{Code: rpc.MethodNotFound,
-		Message: "mcpvisor call cannot answer " + m.Method + " (it declares no sampling, elicitation or roots)"}}).Encode()
-	if resp, err := c.post(ctx, path, hdr, answer); err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-	}
-}
-
 // printContent prints a tool result's content: text as it is, anything
 // else as one line of JSON; structured content if there is no content.
-func printContent(w io.Writer, result json.RawMessage) {
-	var r struct {
-		Content    []json.RawMessage `json:"content"`
-		Structured json.RawMessage   `json:"structuredContent"`
-	}
-	_ = json.Unmarshal(result, &r)
-	for _, c := range r.Content {
-		if t, _ := rpc.StringMember(c, "type"); t == "text" {
-			text, _ := rpc.StringMember(c, "text")
-			fmt.Fprintln(w, text)
+func printContent(w io.Writer, result *mcp.CallToolResult) {
+	for _, c := range result.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			fmt.Fprintln(w, t.Text)
 			continue
 		}
-		fmt.Fprintln(w, string(c))
+		b, _ := json.Marshal(c)
+		fmt.Fprintln(w, string(b))
 	}
-	if len(r.Content) == 0 && r.Structured != nil {
-		fmt.Fprintln(w, string(r.Structured))
+	if len(result.Content) == 0 && result.StructuredContent != nil {
+		b, _ := json.Marshal(result.StructuredContent)
+		fmt.Fprintln(w, string(b))
 	}
-}
-
-// post sends one JSON-RPC message to an MCP endpoint, as a Streamable
-// HTTP client does, with the session's headers hdr.
-func (c *client) post(ctx context.Context, path string, hdr http.Header, body []byte) (*http.Response, error) {
-	h := hdr.Clone()
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json, text/event-stream")
-	return c.Do(ctx, http.MethodPost, path, h, body)
-}
-
-// rpc posts one JSON-RPC message to path and returns the response to it
-// (nil for a notification; a request always gets one, or an error), from
-// a JSON reply or an event stream, with the reply's headers.
-func (c *client) rpc(ctx context.Context, path string, hdr http.Header, body []byte) (*rpc.Message, http.Header, error) {
-	resp, err := c.post(ctx, path, hdr, body)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusAccepted {
-		if m, err := rpc.Decode(body); err == nil && m.IsRequest() {
-			return nil, nil, fmt.Errorf("%s%s: %s was accepted with no response", c.Addr, path, m.Method)
-		}
-		return nil, resp.Header, nil
-	}
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if ct == "text/event-stream" {
-		// The response is the stream's message that is one; the others
-		// (progress, log lines) are the call's, and not printed.
-		var tooLarge error
-		r := sse.NewReader(resp.Body, 64<<20)
-		for {
-			ev, err := r.Next()
-			if errors.Is(err, sse.ErrEventTooLarge) {
-				tooLarge = err // a notification may be; the response is said below if it was
-				continue
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
-			}
-			if ev.Type != "message" {
-				continue
-			}
-			m, err := rpc.Decode(ev.Data)
-			switch {
-			case err != nil:
-			case m.IsResponse():
-				return m, resp.Header, nil
-			case m.IsRequest():
-				// The server asks the client (sampling, elicitation,
-				// roots): the CLI has nothing to give, and says so at
-				// once rather than leave the call waiting on it.
-				c.refuse(ctx, path, hdr, m)
-			}
-		}
-		if tooLarge != nil {
-			return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, tooLarge)
-		}
-		return nil, nil, fmt.Errorf("%s%s: the stream ended without a response", c.Addr, path)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading the answer of %s: %w", c.Addr, err)
-	}
-	m, err := rpc.Decode(b)
-	if err == nil && m.IsResponse() && m.Error != nil && resp.StatusCode == http.StatusNotFound {
-		return nil, nil, fmt.Errorf("%s", m.Error.Message) // no such server
-	}
-	if err != nil || !m.IsResponse() {
-		if resp.StatusCode == http.StatusNotFound {
-			return nil, nil, fmt.Errorf("%s%s: %s", c.Addr, path, strings.TrimSpace(string(b)))
-		}
-		return nil, nil, fmt.Errorf("%s%s: %s: %.300s", c.Addr, path, resp.Status, bytes.TrimSpace(b))
-	}
-	return m, resp.Header, nil
 }
 
 // nameOnce is msg naming server once: mcpvisor's own errors (a server
