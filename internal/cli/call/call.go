@@ -67,7 +67,7 @@ func NewCmdCall(streams cmdutil.IOStreams, runF func(context.Context, *Options) 
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().StringArrayVar(&o.Args, "arg", nil, "an argument, key=value (repeatable)")
 	cmd.Flags().StringVar(&o.ArgsJSON, "json", "", "the arguments as one JSON object (--arg adds to it)")
-	cmd.Flags().BoolVar(&o.OutputJSON, "output-json", false, "print the whole result as JSON")
+	cmd.Flags().BoolVar(&o.OutputJSON, "output-json", false, "print the whole result as JSON (as the MCP client reads it)")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "give up after this long")
 	return cmd
 }
