@@ -4,33 +4,52 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps vet vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
-test: test-deps vet
-	GOOS=darwin $(GO) build ./...
-	$(GO) test -race -count=1 ./...
-	$(GO) test -count=1 -run '^TestRelayCallAllocs$$' ./internal/gateway/
+# The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
+# machine) run beside the tests, at a lower priority: the race-enabled
+# tests leave about half of the CPU idle while they wait on processes and
+# timers. Their output follows the tests', and either failing fails make
+# test.
+test: test-deps vet-go vet-tools
+	@nice -n 10 $(MAKE) --no-print-directory lint >.deps/lint.log 2>&1 & lint=$$!; \
+	status=0; \
+	{ echo "GOOS=darwin $(GO) build ./..." && GOOS=darwin $(GO) build ./... && \
+	  echo "$(GO) test -race -count=1 ./...   (lint runs beside it)" && $(GO) test -race -count=1 ./... && \
+	  $(GO) test -count=1 -run '^TestRelayCallAllocs$$' ./internal/gateway/; } || status=$$?; \
+	lintstatus=0; wait $$lint || lintstatus=$$?; \
+	echo "lint:"; cat .deps/lint.log; \
+	if [ $$lintstatus -ne 0 ]; then echo "make test: lint failed (exit $$lintstatus)"; fi; \
+	[ $$status -eq 0 ] && [ $$lintstatus -eq 0 ]
 
 test-deps:
 	./scripts/test-deps.sh
 
-# vet: gofmt, go vet, staticcheck (its default checks) and deadcode
-# (scripts/deadcode.sh), for Linux and macOS. staticcheck and deadcode are
-# built from the tools module (tools/go.mod, versions pinned there, apart
-# from mcpvisor's own dependencies) into .deps/tools. The macOS pass leaves
-# out staticcheck's unused-code check: what only Linux uses (cgroups, the
-# shim) is unused there by design, and deadcode judges unused code. It
-# checks only the packages whose files differ on macOS (go vet checks them
-# all): the others' findings are the Linux pass's, and on a fresh machine
-# the pass over every package costs half a minute.
-GOFILES_FMT := {{.ImportPath}} {{.GoFiles}} {{.TestGoFiles}} {{.XTestGoFiles}}
-vet: vet-tools
+# vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
+# checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.
+# staticcheck and deadcode are built from the tools module (tools/go.mod,
+# versions pinned there, apart from mcpvisor's own dependencies) into
+# .deps/tools. The macOS pass leaves out staticcheck's unused-code check:
+# what only Linux uses (cgroups, the shim) is unused there by design, and
+# deadcode judges unused code. It checks only the packages whose files
+# differ on macOS (go vet checks them all): the others' findings are the
+# Linux pass's, and on a fresh machine the pass over every package costs
+# half a minute.
+vet: vet-go lint
+
+vet-go:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
+
+GOFILES_FMT := {{.ImportPath}} {{.GoFiles}} {{.TestGoFiles}} {{.XTestGoFiles}}
+lint: vet-tools
 	.deps/tools/staticcheck ./...
-	GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000 $$(diff <($(GO) list -f '$(GOFILES_FMT)' ./...) <(GOOS=darwin $(GO) list -f '$(GOFILES_FMT)' ./...) | sed -n 's/^> \([^ ]*\) .*/\1/p')
+	@darwin=$$(diff <($(GO) list -f '$(GOFILES_FMT)' ./...) <(GOOS=darwin $(GO) list -f '$(GOFILES_FMT)' ./...) | sed -n 's/^> \([^ ]*\) .*/\1/p'); \
+	if [ -z "$$darwin" ]; then echo "lint: no package differs on macOS (go list failed?)"; exit 1; fi; \
+	echo "GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000" $$darwin; \
+	GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000 $$darwin
 	DEADCODE=.deps/tools/deadcode ./scripts/deadcode.sh
 
 vet-tools:
