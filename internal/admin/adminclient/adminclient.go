@@ -127,10 +127,13 @@ func (c *Client) HTTPClient() (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// serve's endpoints do not redirect: a redirect is answered as it
+	// came, and the token goes nowhere else.
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	if token == "" {
-		return &http.Client{}, nil
+		return &http.Client{CheckRedirect: noRedirect}, nil
 	}
-	return &http.Client{Transport: bearer{token, http.DefaultTransport}}, nil
+	return &http.Client{Transport: bearer{token, http.DefaultTransport}, CheckRedirect: noRedirect}, nil
 }
 
 // bearer adds its token to each request it passes to next.

@@ -1,16 +1,19 @@
 package call
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -88,8 +91,12 @@ func RunCall(parent context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	// The session's end (a DELETE, bounded on its own) outlives ctx.
-	defer sess.Close()
+	// The session's end outlives ctx, within closeBound; a second
+	// interrupt while it is under way ends the command at once.
+	defer func() {
+		stop()
+		sess.close()
+	}()
 	// The tool's schema, as the server lists it now, to read each
 	// --arg as the tool wants it.
 	schema, err := sess.toolSchema(ctx, o.Tool)
@@ -199,12 +206,105 @@ func schemaType(prop json.RawMessage) string {
 // reaching the tool as a refusal.)
 const legacyVersion = "2025-11-25"
 
+// codeRejected is the code of the go-sdk's "rejected by transport" error,
+// which its transport wraps around any failure to deliver a request or to
+// read its reply (the go-sdk does not export it).
+const codeRejected = -32005
+
+// closeBound bounds a session's end. The go-sdk's Close first waits for
+// the writes under way (an answer to a server's request is sent with no
+// deadline of its own), then sends its DELETE; past the bound every
+// request of the session is cut, and Close returns.
+const closeBound = 6 * time.Second
+
 // session is an MCP session of the CLI's on one server's own endpoint.
 type session struct {
 	*mcp.ClientSession
 	api      *adminclient.Client
 	server   string
 	endpoint string // as the user gave it: --addr and the path
+	http     *transport
+}
+
+// close ends the session: its DELETE, within closeBound.
+func (s *session) close() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Close()
+	}()
+	t := time.NewTimer(closeBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.http.cut()
+		<-done // every request it could wait on has ended
+	}
+}
+
+// transport carries a session's requests: each ends when the session is
+// cut, and the JSON-RPC error of a reply that is not 2xx (serve refusing
+// a session: too many, shutting down) is kept for the error the go-sdk
+// makes of it, which says only the status.
+type transport struct {
+	next    http.RoundTripper
+	life    context.Context
+	cut     context.CancelFunc
+	mu      sync.Mutex
+	refusal string
+}
+
+func newTransport(next http.RoundTripper) *transport {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	life, cut := context.WithCancel(context.Background())
+	return &transport{next: next, life: life, cut: cut}
+}
+
+func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(t.life, cancel)
+	resp, err := t.next.RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if m, err := rpc.Decode(b); err == nil && m.Error != nil && m.Error.Message != "" {
+			t.mu.Lock()
+			t.refusal = m.Error.Message
+			t.mu.Unlock()
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	resp.Body = &endBody{ReadCloser: resp.Body, end: func() { stop(); cancel() }}
+	return resp, nil
+}
+
+// lastRefusal is the message of the last JSON-RPC error a reply that was
+// not 2xx carried; "" for none.
+func (t *transport) lastRefusal() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refusal
+}
+
+// endBody runs end once its body is closed.
+type endBody struct {
+	io.ReadCloser
+	once sync.Once
+	end  func()
+}
+
+func (b *endBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.end)
+	return err
 }
 
 // openSession opens a session on server's own endpoint (which starts or
@@ -221,7 +321,8 @@ func openSession(ctx context.Context, api *adminclient.Client, server string) (*
 		return nil, err
 	}
 	path := "/servers/" + url.PathEscape(server) + "/mcp"
-	s := &session{api: api, server: server, endpoint: api.Addr + path}
+	s := &session{api: api, server: server, endpoint: api.Addr + path, http: newTransport(hc.Transport)}
+	hc.Transport = s.http
 	// No capabilities: sampling, elicitation and roots are refused.
 	c := mcp.NewClient(&mcp.Implementation{Name: "mcpvisor-cli", Version: gateway.Version}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
 	c.AddReceivingMiddleware(refuse)
@@ -229,6 +330,7 @@ func openSession(ctx context.Context, api *adminclient.Client, server string) (*
 	t := &mcp.StreamableClientTransport{Endpoint: api.URL(path), HTTPClient: hc, DisableStandaloneSSE: true}
 	s.ClientSession, err = c.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
 	if err != nil {
+		s.http.cut()
 		return nil, s.fail(ctx, err, false)
 	}
 	return s, nil
@@ -251,7 +353,8 @@ func refuse(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // fail is err, of a request on the session, in words: the end of ctx
-// (the timeout, an interrupt) as its cause; a JSON-RPC error as its
+// (the timeout, an interrupt) as its cause; a request the transport
+// failed as serve's refusal or the transport's error; a JSON-RPC error as its
 // message naming the server once, and its code if withCode; anything else
 // as the go-sdk says it, naming the server.
 func (s *session) fail(ctx context.Context, err error, withCode bool) error {
@@ -260,6 +363,14 @@ func (s *session) fail(ctx context.Context, err error, withCode bool) error {
 	}
 	var e *jsonrpc.Error
 	switch {
+	case errors.As(err, &e) && e.Code == codeRejected:
+		// The request got no answer of the server's: a reply that was
+		// not one (its refusal said, if it had one), or no reply at all
+		// (the go-sdk's whole account of it).
+		if msg := s.http.lastRefusal(); msg != "" {
+			return errors.New(nameOnce(s.server, msg))
+		}
+		return fmt.Errorf("server %s: %w", s.server, err)
 	case errors.As(err, &e) && withCode:
 		return fmt.Errorf("%s (JSON-RPC error %d)", nameOnce(s.server, e.Message), e.Code)
 	case errors.As(err, &e):
