@@ -10,9 +10,12 @@ SHELL := bash
 # machine) run beside the tests, at a lower priority: the race-enabled
 # tests leave about half of the CPU idle while they wait on processes and
 # timers. Their output follows the tests', and either failing fails make
-# test.
+# test. (The trap gives them back the interrupt that a shell without job
+# control takes from what it starts in the background: ^C ends them too.)
+# The Linux passes say GOOS=linux, so that they are the Linux passes on a
+# Mac as well.
 test: test-deps vet-go vet-tools
-	@nice -n 10 $(MAKE) --no-print-directory lint >.deps/lint.log 2>&1 & lint=$$!; \
+	@{ trap - INT QUIT; exec nice -n 10 $(MAKE) --no-print-directory lint >.deps/lint.log 2>&1; } & lint=$$!; \
 	status=0; \
 	{ echo "GOOS=darwin $(GO) build ./..." && GOOS=darwin $(GO) build ./... && \
 	  echo "$(GO) test -race -count=1 ./...   (lint runs beside it)" && $(GO) test -race -count=1 ./... && \
@@ -40,20 +43,21 @@ vet: vet-go lint
 vet-go:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
+	GOOS=linux $(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 
 GOFILES_FMT := {{.ImportPath}} {{.GoFiles}} {{.TestGoFiles}} {{.XTestGoFiles}}
 lint: vet-tools
-	.deps/tools/staticcheck ./...
-	@darwin=$$(diff <($(GO) list -f '$(GOFILES_FMT)' ./...) <(GOOS=darwin $(GO) list -f '$(GOFILES_FMT)' ./...) | sed -n 's/^> \([^ ]*\) .*/\1/p'); \
+	GOOS=linux .deps/tools/staticcheck ./...
+	@darwin=$$(diff <(GOOS=linux $(GO) list -f '$(GOFILES_FMT)' ./...) <(GOOS=darwin $(GO) list -f '$(GOFILES_FMT)' ./...) | sed -n 's/^> \([^ ]*\) .*/\1/p'); \
 	if [ -z "$$darwin" ]; then echo "lint: no package differs on macOS (go list failed?)"; exit 1; fi; \
 	echo "GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000" $$darwin; \
 	GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000 $$darwin
-	DEADCODE=.deps/tools/deadcode ./scripts/deadcode.sh
+	GOOS=linux DEADCODE=.deps/tools/deadcode ./scripts/deadcode.sh
 
+# The tools run here: built for this machine whatever GOOS says.
 vet-tools:
-	$(GO) build -modfile=tools/go.mod -o .deps/tools/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/deadcode
+	GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) $(GO) build -modfile=tools/go.mod -o .deps/tools/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/deadcode
 
 # mcpvisor and, next to it, the pid-namespace init it finds there.
 build:
