@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -180,4 +181,47 @@ func squeeze(out string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// The last five ends are shown, newest last, each with how it ended and
+// its stderr lines; older ones are left out.
+func TestPrintDetailHistory(t *testing.T) {
+	now := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	code := 3
+	d := admin.Detail{Status: fleet.Status{Name: "x", State: "running"}}
+	for i := range 7 {
+		e := fleet.Exit{Time: now.Add(time.Duration(i) * time.Minute), Stage: "running", Error: fmt.Sprintf("end %d", i)}
+		switch i {
+		case 4:
+			e.Kind, e.Signal = "oom", "killed"
+		case 6:
+			e.Code, e.Stderr = &code, []string{"boom", "trace"}
+		}
+		d.History = append(d.History, e)
+	}
+	var b strings.Builder
+	if err := printDetail(&b, d, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	_, hist, ok := strings.Cut(out, "Last ends (newest last):\n")
+	if !ok {
+		t.Fatalf("no history:\n%s", out)
+	}
+	var ends []string
+	for _, l := range strings.Split(strings.TrimSpace(hist), "\n") {
+		if i := strings.Index(l, "running"); i >= 0 {
+			l = l[i:] // past the local time
+		}
+		ends = append(ends, strings.TrimSpace(l))
+	}
+	want := []string{"running: end 2", "running: end 3", "running oom killed: end 4", "running: end 5", "running exit 3: end 6", "| boom", "| trace"}
+	if len(ends) != len(want) {
+		t.Fatalf("history lines %q, want %q", ends, want)
+	}
+	for i := range want {
+		if ends[i] != want[i] {
+			t.Errorf("history line %d: %q, want %q", i, ends[i], want[i])
+		}
+	}
 }
