@@ -258,7 +258,50 @@ func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, relat
 	case "completion/complete":
 		return a.complete(ctx, w, m, related)
 	}
-	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method)
+	return a.unknown(ctx, w, m, related)
+}
+
+// unknown serves a request of a method the aggregated endpoint does not
+// know (an extension's, a later revision's) by what its params name: a
+// resource by its uri, or a tool or a prompt by its aggregated name,
+// renamed to the server's own as tools/call's is. A method under tools/
+// or prompts/ names one of those; any other names a tool, else a prompt.
+// What names none of them is refused: /mcp cannot tell which server it
+// is for.
+func (a *aggregate) unknown(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	if uri, _ := rpc.StringMember(m.Params, "uri"); uri != "" {
+		srv := a.resourceServer(ctx, uri)
+		if srv == nil {
+			return resourceNotFound(m.ID, uri)
+		}
+		return a.g.forward(ctx, w, srv, m.Method, m.Params, m.ID, related)
+	}
+	if name, _ := rpc.StringMember(m.Params, "name"); name != "" {
+		kinds := []catalog.ListKind{kindTools, kindPrompts}
+		switch {
+		case strings.HasPrefix(m.Method, "tools/"):
+			kinds = kinds[:1]
+		case strings.HasPrefix(m.Method, "prompts/"):
+			kinds = kinds[1:]
+		}
+		for _, k := range kinds {
+			// Listed only: what a pinned server holds back is called
+			// by no method until it is approved.
+			if r, ok := a.lookup(ctx, k, name, false); ok {
+				return a.g.forward(ctx, w, r.srv, m.Method, a.rename(w, m, r), m.ID, related)
+			}
+		}
+		if ctx.Err() != nil {
+			return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the aggregated list was built: %v", context.Cause(ctx)))
+		}
+		what := "tool or prompt"
+		if len(kinds) == 1 {
+			what = kindWord(kinds[0])
+		}
+		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("%s: no %s is named %s", m.Method, what, name))
+	}
+	return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+
+		" (the aggregated endpoint routes a method it does not know by the tool, prompt or resource uri its params name, and these name none; /servers/NAME/mcp passes any method to its server)")
 }
 
 // resourceNotFound is the answer to a request for a resource no server
@@ -772,14 +815,50 @@ func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, relate
 	if !ok || name == "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "params must be an object with a name")
 	}
-	t := a.table(ctx, k)
+	r, ok := a.lookup(ctx, k, name, true)
 	if ctx.Err() != nil {
 		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the aggregated list was built: %v", context.Cause(ctx)))
 	}
+	if !ok {
+		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", kindWord(k), name))
+	}
+	return a.g.forward(ctx, w, r.srv, m.Method, a.rename(w, m, r), m.ID, related)
+}
+
+// rename is m's params with the name the route's server knows its tool or
+// prompt by; for a modern request the name is set by begin, with its
+// _meta edit, in one copy.
+func (a *aggregate) rename(w sender, m *rpc.Message, r route) json.RawMessage {
+	switch {
+	case r.nameJSON == nil:
+	case w.req != nil && w.req.msg == m:
+		w.req.rename = r.nameJSON
+	default:
+		params, _ := rpc.ReplaceMember(m.Params, "name", r.nameJSON)
+		return params
+	}
+	return m.Params
+}
+
+// kindWord is how an error names an entry of list kind k.
+func kindWord(k catalog.ListKind) string {
+	if k == kindPrompts {
+		return "prompt"
+	}
+	return "tool"
+}
+
+// lookup finds the route of name in the aggregated list of kind k: a
+// listed entry, or, withHeld, one held as its server was last learned (a
+// call goes to it and is checked on the process that would serve it:
+// begin).
+func (a *aggregate) lookup(ctx context.Context, k catalog.ListKind, name string, withHeld bool) (route, bool) {
+	t := a.table(ctx, k)
+	if ctx.Err() != nil {
+		return route{}, false
+	}
 	r, ok := t.byName[name]
-	if h, held := t.held[name]; !ok && held {
-		// Held as its server was last learned: the call goes to it, and
-		// is checked on the process that would serve it (begin).
+	if h, held := t.held[name]; !ok && held && withHeld {
 		r, ok = h, true
 	}
 	if !ok {
@@ -788,22 +867,7 @@ func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, relate
 		a.invalidateOnMiss(t.gen)
 		r, ok = a.table(ctx, k).byName[name]
 	}
-	if !ok {
-		what := "tool"
-		if k == kindPrompts {
-			what = "prompt"
-		}
-		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", what, name))
-	}
-	params := m.Params
-	switch {
-	case r.nameJSON == nil:
-	case w.req != nil && w.req.msg == m:
-		w.req.rename = r.nameJSON // with the _meta edit, in one copy (begin)
-	default:
-		params, _ = rpc.ReplaceMember(m.Params, "name", r.nameJSON)
-	}
-	return a.g.forward(ctx, w, r.srv, m.Method, params, m.ID, related)
+	return r, ok
 }
 
 // resourceServer finds the server that serves uri: by the listed

@@ -499,6 +499,13 @@ func (s *server) handleRequest(m incoming) {
 	case "tools/call":
 		s.startCall(m)
 	default:
+		if strings.HasSuffix(m.Method, "/describe") {
+			// A method no revision of MCP has, as an extension's would
+			// be: its answer says which server got it (FIXTURE_TAG from
+			// its environment), and with what.
+			s.reply(m.ID, map[string]any{"method": m.Method, "params": json.RawMessage(orEmpty(m.Params)), "tag": os.Getenv("FIXTURE_TAG")})
+			return
+		}
 		s.sendError(m.ID, codeMethodNotFound, "Method not found: "+m.Method)
 	}
 }
