@@ -871,7 +871,8 @@ func (a *aggregate) lookup(ctx context.Context, k catalog.ListKind, name string,
 }
 
 // resourceServer finds the server that serves uri: by the listed
-// resources, else by the literal start of a resource template.
+// resources, else by the literal start of a resource template, else, for
+// an MCP Apps view (ui://), by the tools whose definitions name it.
 func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Server {
 	if uri == "" {
 		return nil
@@ -887,7 +888,39 @@ func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Serve
 			best, bestLen = r.srv, len(lit)
 		}
 	}
+	if best == nil && strings.HasPrefix(uri, "ui://") {
+		best = a.viewServer(ctx, uri)
+	}
 	return best
+}
+
+// viewServer is the server of the MCP Apps view uri: the one whose listed
+// tools name it in _meta.ui.resourceUri (or the older _meta
+// "ui/resourceUri"), as hosts find a view, which servers often leave out
+// of resources/list. A view that tools of two servers name is nobody's on
+// /mcp (each server's endpoint reads its own).
+func (a *aggregate) viewServer(ctx context.Context, uri string) *fleet.Server {
+	t := a.table(ctx, kindTools)
+	var found *fleet.Server
+	for i, item := range t.items {
+		meta := rpc.Member(item, "_meta")
+		if len(meta) == 0 {
+			continue
+		}
+		named, _ := rpc.StringMember(rpc.Member(meta, "ui"), "resourceUri")
+		if named != uri {
+			if old, _ := rpc.StringMember(meta, "ui/resourceUri"); old != uri {
+				continue
+			}
+		}
+		srv := t.byName[t.keys[i]].srv
+		if found != nil && found != srv {
+			a.g.log.Warn("an MCP Apps view is named by tools of two servers: /mcp reads it from neither", "uri", uri, "servers", found.Name()+", "+srv.Name())
+			return nil
+		}
+		found = srv
+	}
+	return found
 }
 
 // complete routes completion/complete by its reference.

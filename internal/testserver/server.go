@@ -498,6 +498,21 @@ func (s *server) handleRequest(m incoming) {
 		s.reply(m.ID, s.modernResult(m.Method, map[string]any{"tools": s.tools}))
 	case "tools/call":
 		s.startCall(m)
+	case "resources/list":
+		if s.cfg.uiURI == "" {
+			s.sendError(m.ID, codeMethodNotFound, "Method not found: "+m.Method)
+			return
+		}
+		s.reply(m.ID, map[string]any{"resources": []any{}})
+	case "resources/read":
+		var p struct{ URI string }
+		_ = json.Unmarshal(orEmpty(m.Params), &p)
+		uri := p.URI
+		if s.cfg.uiURI == "" || uri != s.cfg.uiURI {
+			s.sendError(m.ID, -32002, "Resource not found: "+uri)
+			return
+		}
+		s.reply(m.ID, map[string]any{"contents": []any{map[string]any{"uri": uri, "mimeType": "text/html;profile=mcp-app", "text": viewHTML()}}})
 	default:
 		if strings.HasSuffix(m.Method, "/describe") {
 			// A method no revision of MCP has, as an extension's would
@@ -528,13 +543,17 @@ func (s *server) initialize(m incoming) {
 			version = v
 		}
 	}
+	caps := map[string]any{
+		"tools":   map[string]any{"listChanged": true},
+		"logging": struct{}{},
+	}
+	if s.cfg.uiURI != "" {
+		caps["resources"] = struct{}{}
+	}
 	s.reply(m.ID, map[string]any{
 		"protocolVersion": version,
-		"capabilities": map[string]any{
-			"tools":   map[string]any{"listChanged": true},
-			"logging": struct{}{},
-		},
-		"serverInfo": map[string]any{"name": ServerName, "version": Version},
+		"capabilities":    caps,
+		"serverInfo":      map[string]any{"name": ServerName, "version": Version},
 	})
 	s.inited.Store(true)
 }

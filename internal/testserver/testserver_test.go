@@ -648,6 +648,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_STRICT_INIT_LOG": "/tmp/x",
 		"FIXTURE_MODERN_ONLY":     "1",
 		"FIXTURE_TOOLS_VARIANT":   "2",
+		"FIXTURE_UI_URI":          "ui://fixture/view.html",
 		// The file, read at start, wins over the variant.
 		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
 		"FIXTURE_HOLD_MB":            "64",
@@ -671,7 +672,7 @@ func TestConfigFromEnv(t *testing.T) {
 		slowStart: 2 * time.Second, crashAtStart: true, crashAfter: 5, ignoreTerm: true,
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
-		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"],
+		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html",
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
 	}
 	if c != want {

@@ -18,6 +18,7 @@ type tool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"inputSchema"`
+	Meta        json.RawMessage `json:"_meta,omitempty"`
 
 	// run returns the result, or ok=false when it was interrupted and
 	// must not be answered.
@@ -25,8 +26,9 @@ type tool struct {
 }
 
 type toolResult struct {
-	Content []textContent `json:"content"`
-	IsError bool          `json:"isError,omitempty"`
+	Content []textContent   `json:"content"`
+	IsError bool            `json:"isError,omitempty"`
+	Meta    json.RawMessage `json:"_meta,omitempty"`
 }
 
 type textContent struct {
@@ -291,7 +293,33 @@ func toolsWith(cfg config) []tool {
 	if cfg.modernOnly {
 		ts = append(slices.Clip(ts), paramsTool)
 	}
+	if cfg.uiURI != "" {
+		ts = append(slices.Clip(ts), viewTool(cfg.uiURI))
+	}
 	return ts
+}
+
+// viewTool is the tool of an MCP Apps view at uri: its definition and
+// each result name the view in _meta.ui.resourceUri.
+func viewTool(uri string) tool {
+	meta, _ := json.Marshal(map[string]any{"ui": map[string]any{"resourceUri": uri}})
+	return tool{
+		Name:        "view",
+		Description: "Shows a view (an MCP Apps ui:// resource).",
+		InputSchema: json.RawMessage(`{"type":"object"}`),
+		Meta:        meta,
+		run: func(context.Context, *server, json.RawMessage, json.RawMessage) (toolResult, bool) {
+			r := textResult("see the view")
+			r.Meta = meta
+			return r, true
+		},
+	}
+}
+
+// viewHTML is the HTML of the fixture's view, naming the server by its
+// FIXTURE_TAG.
+func viewHTML() string {
+	return "<!doctype html><html><body><h1>view of " + os.Getenv("FIXTURE_TAG") + "</h1><script>/* \u2028 é */</script></body></html>"
 }
 
 // toolsFor is the tool list of variant v: 0 toolList; 1 toolList with

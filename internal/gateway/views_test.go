@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// An MCP Apps round trip through /mcp with the go-sdk's client: a tool's
+// definition and its result name a ui:// view that no resources/list
+// shows; reading it through /mcp reaches the server whose tool named it,
+// and the HTML comes back intact. A view that tools of two servers name
+// is read through neither's name on /mcp, only on each server's own
+// endpoint, which passes it through untouched.
+func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
+	w := newWorld(t, `{
+		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_UI_URI":"ui://weather/view.html"}},
+		"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b","FIXTURE_UI_URI":"ui://other/view.html"}},
+		"c":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"c","FIXTURE_UI_URI":"ui://shared/view.html"}},
+		"d":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"d","FIXTURE_UI_URI":"ui://shared/view.html"}}}`)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	tools, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := ""
+	for _, tool := range tools.Tools {
+		if tool.Name == "a__view" {
+			ui, _ := tool.Meta["ui"].(map[string]any)
+			named, _ = ui["resourceUri"].(string)
+		}
+	}
+	if named != "ui://weather/view.html" {
+		t.Fatalf("a__view's definition names %q", named)
+	}
+	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "a__view", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("a__view: %v %v", res, err)
+	}
+	if ui, _ := res.Meta["ui"].(map[string]any); ui["resourceUri"] != "ui://weather/view.html" {
+		t.Fatalf("the result's _meta: %v", res.Meta)
+	}
+	want := func(tag string) string {
+		return "<!doctype html><html><body><h1>view of " + tag + "</h1><script>/* \u2028 é */</script></body></html>"
+	}
+	for uri, tag := range map[string]string{"ui://weather/view.html": "a", "ui://other/view.html": "b"} {
+		read, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		if err != nil || len(read.Contents) != 1 {
+			t.Fatalf("read %s: %v %v", uri, read, err)
+		}
+		if c := read.Contents[0]; c.URI != uri || c.MIMEType != "text/html;profile=mcp-app" || c.Text != want(tag) {
+			t.Errorf("read %s: %+v, want %s's view intact", uri, c, tag)
+		}
+	}
+	for _, uri := range []string{"ui://shared/view.html", "ui://nobody/view.html"} {
+		if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Errorf("read %s through /mcp: %v, want not found", uri, err)
+		}
+	}
+	for _, server := range []string{"c", "d"} {
+		own := w.stdioClient(w.gw.Single(server), nil)
+		read, err := own.ReadResource(ctx, &mcp.ReadResourceParams{URI: "ui://shared/view.html"})
+		if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != want(server) {
+			t.Errorf("read the shared view on /servers/%s/mcp: %v %v", server, read, err)
+		}
+	}
+}
