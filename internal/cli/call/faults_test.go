@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the fake server asks for sampling, deprecated as of 2026-07-28, to test call's refusal of it
+
 package call
 
 // Faults of serve and of the network around a call: each failed before
@@ -21,7 +23,7 @@ import (
 )
 
 // runBounded runs call on server x at addr; d < 0 if it did not return in 20 s.
-func runBounded(addr string, timeout time.Duration, tool string) (err error, d time.Duration) {
+func runBounded(addr string, timeout time.Duration, tool string) (d time.Duration, err error) {
 	o := &Options{IO: cmdutil.IOStreams{In: strings.NewReader(""), Out: new(bytes.Buffer), ErrOut: new(bytes.Buffer)},
 		Server: "x", Tool: tool, API: adminclient.Client{Addr: addr}, Timeout: timeout}
 	start := time.Now()
@@ -29,9 +31,9 @@ func runBounded(addr string, timeout time.Duration, tool string) (err error, d t
 	go func() { done <- RunCall(context.Background(), o) }()
 	select {
 	case err := <-done:
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(20 * time.Second):
-		return nil, -1
+		return -1, nil
 	}
 }
 
@@ -52,7 +54,7 @@ func TestServesRefusalIsSaid(t *testing.T) {
 	})
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
-	if err, _ := runBounded(strings.TrimPrefix(hs.URL, "http://"), 5*time.Second, "echo"); err == nil || !strings.Contains(err.Error(), "too many sessions") {
+	if _, err := runBounded(strings.TrimPrefix(hs.URL, "http://"), 5*time.Second, "echo"); err == nil || !strings.Contains(err.Error(), "too many sessions") {
 		t.Errorf("503 at initialize: %v", err)
 	}
 }
@@ -68,7 +70,7 @@ func TestDroppedConnectionIsSaid(t *testing.T) {
 	})
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
-	if err, _ := runBounded(strings.TrimPrefix(hs.URL, "http://"), 5*time.Second, "echo"); err == nil || err.Error() == "server x: rejected by transport" {
+	if _, err := runBounded(strings.TrimPrefix(hs.URL, "http://"), 5*time.Second, "echo"); err == nil || err.Error() == "server x: rejected by transport" {
 		t.Errorf("dropped connection: %v", err)
 	}
 }
@@ -125,7 +127,7 @@ func TestStalledAnswerPostIsBounded(t *testing.T) {
 	hs := httptest.NewServer(mux)
 	defer hs.Close()
 	defer close(stall)
-	if _, d := runBounded(strings.TrimPrefix(hs.URL, "http://"), time.Second, "ask"); d < 0 || d > 8*time.Second {
+	if d, _ := runBounded(strings.TrimPrefix(hs.URL, "http://"), time.Second, "ask"); d < 0 || d > 8*time.Second {
 		t.Errorf("call --timeout 1s returned after %v (-1: not in 20 s)", d)
 	}
 }
