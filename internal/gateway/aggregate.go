@@ -33,6 +33,10 @@ const Separator = "__"
 // aggregate is the endpoint that serves every server as one.
 type aggregate struct {
 	g *Gateway
+	// sharedViews are the ui:// views that tools of two servers name,
+	// each warned of once (they come only from tool definitions, so
+	// clients cannot grow the set).
+	sharedViews sync.Map
 
 	mu     sync.Mutex
 	routes map[string]*routeTable // by list member ("tools", "prompts", ...)
@@ -915,7 +919,9 @@ func (a *aggregate) viewServer(ctx context.Context, uri string) *fleet.Server {
 		}
 		srv := t.byName[t.keys[i]].srv
 		if found != nil && found != srv {
-			a.g.log.Warn("an MCP Apps view is named by tools of two servers: /mcp reads it from neither", "uri", uri, "servers", found.Name()+", "+srv.Name())
+			if _, warned := a.sharedViews.LoadOrStore(uri, true); !warned {
+				a.g.log.Warn("an MCP Apps view is named by tools of two servers: /mcp reads it from neither", "uri", uri, "servers", found.Name()+", "+srv.Name())
+			}
 			return nil
 		}
 		found = srv

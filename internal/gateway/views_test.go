@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // An MCP Apps round trip through /mcp with the go-sdk's client: a tool's
@@ -14,11 +17,13 @@ import (
 // is read through neither's name on /mcp, only on each server's own
 // endpoint, which passes it through untouched.
 func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
-	w := newWorld(t, `{
+	var logs testserver.Buffer
+	w := newWorldLog(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_UI_URI":"ui://weather/view.html"}},
 		"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b","FIXTURE_UI_URI":"ui://other/view.html"}},
 		"c":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"c","FIXTURE_UI_URI":"ui://shared/view.html"}},
-		"d":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"d","FIXTURE_UI_URI":"ui://shared/view.html"}}}`)
+		"d":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"d","FIXTURE_UI_URI":"ui://shared/view.html"}}}`, "", "",
+		slog.New(slog.NewTextHandler(&logs, nil)))
 	sess := w.stdioClient(w.gw.Aggregate(), nil)
 	ctx := t.Context()
 	tools, err := sess.ListTools(ctx, nil)
@@ -54,10 +59,15 @@ func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
 			t.Errorf("read %s: %+v, want %s's view intact", uri, c, tag)
 		}
 	}
-	for _, uri := range []string{"ui://shared/view.html", "ui://nobody/view.html"} {
+	for _, uri := range []string{"ui://shared/view.html", "ui://nobody/view.html", "ui://shared/view.html"} {
 		if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri}); err == nil || !strings.Contains(err.Error(), "not found") {
 			t.Errorf("read %s through /mcp: %v, want not found", uri, err)
 		}
+	}
+	// A client reading the shared view again and again is warned of
+	// once: it cannot flood the log.
+	if n := strings.Count(logs.String(), "named by tools of two servers"); n != 1 {
+		t.Errorf("%d warnings of the shared view, want 1:\n%s", n, logs.String())
 	}
 	for _, server := range []string{"c", "d"} {
 		own := w.stdioClient(w.gw.Single(server), nil)
