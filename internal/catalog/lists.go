@@ -560,6 +560,16 @@ func (c *Catalog) ColdInit() *backend.InitResult {
 	return in
 }
 
+// KnownInit is the server's initialize result as far as it is known
+// without starting anything: the shared instance's live one when it runs,
+// else the cached one (ColdInit); nil when neither is known.
+func (c *Catalog) KnownInit() *backend.InitResult {
+	if in := c.host.Init(); in != nil {
+		return in
+	}
+	return c.ColdInit()
+}
+
 // CachedVersion is the protocol version of the cached initialize result,
 // or "": what the server spoke when it last ran, read without the result
 // when it is on disk only.

@@ -220,7 +220,7 @@ func (a *aggregate) handle(ctx context.Context, w sender, m *rpc.Message, relate
 	}
 	switch m.Method {
 	case "initialize":
-		return a.g.initialize(s, m, aggregateCaps, mcpvisorInfo, "")
+		return a.g.initialize(s, m, a.caps(ctx, false), mcpvisorInfo, "")
 	case "resources/subscribe", "resources/unsubscribe":
 		uri := stringField(m.Params, "uri")
 		srv := a.resourceServer(ctx, uri)
@@ -261,6 +261,8 @@ func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, relat
 		return a.g.forward(ctx, w, srv, m.Method, m.Params, m.ID, related)
 	case "completion/complete":
 		return a.complete(ctx, w, m, related)
+	case "skills/list":
+		return a.skillsList(ctx, w, m, related)
 	}
 	return a.unknown(ctx, w, m, related)
 }
@@ -320,8 +322,8 @@ func (a *aggregate) Stateless(ctx context.Context, m *rpc.Message, mo *Modern, r
 
 func (a *aggregate) endpointServer() *fleet.Server { return nil }
 
-func (a *aggregate) discoverModern(_ context.Context, m *rpc.Message) *rpc.Message {
-	return discover(m, modernCaps(aggregateCaps), mcpvisorInfo, "", scopePublic)
+func (a *aggregate) discoverModern(ctx context.Context, m *rpc.Message) *rpc.Message {
+	return discover(m, a.caps(ctx, true), mcpvisorInfo, "", scopePublic)
 }
 
 // watched reports whether every server announces the changes of its lists
@@ -891,6 +893,9 @@ func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Serve
 		if strings.HasPrefix(uri, lit) && len(lit) > bestLen {
 			best, bestLen = r.srv, len(lit)
 		}
+	}
+	if best == nil {
+		best = a.skillServer(ctx, uri)
 	}
 	if best == nil && strings.HasPrefix(uri, "ui://") {
 		best = a.viewServer(ctx, uri)

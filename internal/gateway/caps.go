@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+)
+
+// caps are the aggregated endpoint's capabilities: mcpvisor's own
+// (aggregateCaps), with what its servers offer that /mcp carries through
+// — the tasks extension (tasks.go) and the skills extension (skills.go)
+// —, as far as the servers' initialize results are known. The tools
+// table is built first, which starts (bounded, as tools/list does) the
+// servers nothing is cached of: a client that reads the capabilities
+// before it lists anything learns what its servers offer. modern: for
+// server/discover (a 2026-07-28 client), else for a legacy initialize.
+func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
+	a.table(ctx, kindTools)
+	var inits []*fleet.InitResult
+	for _, srv := range a.g.fleet.Servers() {
+		if in := srv.Catalog().KnownInit(); in != nil {
+			inits = append(inits, in)
+		}
+	}
+	var caps map[string]json.RawMessage
+	if err := json.Unmarshal(aggregateCaps, &caps); err != nil {
+		panic(err)
+	}
+	ext := map[string]json.RawMessage{}
+	tasksCaps(inits, modern, caps, ext)
+	if c := skillsCap(inits); c != nil {
+		ext[skillsExtension] = c
+	}
+	if len(ext) > 0 {
+		caps["extensions"] = mustJSON(ext)
+	}
+	return mustJSON(caps)
+}
+
+// serverCaps is the capabilities object of in, decoded one level (nil if
+// it has none).
+func serverCaps(in *fleet.InitResult) map[string]json.RawMessage {
+	var caps map[string]json.RawMessage
+	_ = json.Unmarshal(in.Capabilities, &caps)
+	return caps
+}
+
+// serverExtension is the settings in's capabilities give the extension
+// id, or nil when it declares none.
+func serverExtension(in *fleet.InitResult, id string) json.RawMessage {
+	var ext map[string]json.RawMessage
+	_ = json.Unmarshal(serverCaps(in)["extensions"], &ext)
+	return ext[id]
+}
