@@ -10,16 +10,24 @@ import (
 // caps are the aggregated endpoint's capabilities: mcpvisor's own
 // (aggregateCaps), with what its servers offer that /mcp carries through
 // — the tasks extension (tasks.go) and the skills extension (skills.go)
-// —, as far as the servers' initialize results are known. The tools
-// table is built first, which starts (bounded, as tools/list does) the
-// servers nothing is cached of: a client that reads the capabilities
-// before it lists anything learns what its servers offer. modern: for
-// server/discover (a 2026-07-28 client), else for a legacy initialize.
+// —, from the servers' initialize results. A server whose result is not
+// known (it never ran, and nothing is cached) is learned first, by
+// building the tools table, which starts such servers (bounded, as
+// tools/list does): a client that reads the capabilities before it lists
+// anything learns what its servers offer. modern: for server/discover (a
+// 2026-07-28 client), else for a legacy initialize.
 func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
-	a.table(ctx, kindTools)
-	var inits []*fleet.InitResult
-	for _, srv := range a.g.fleet.Servers() {
-		if in := srv.Catalog().KnownInit(); in != nil {
+	servers := a.g.fleet.Servers()
+	inits := make([]*fleet.InitResult, 0, len(servers))
+	learned := false
+	for _, srv := range servers {
+		in := srv.Catalog().KnownInit()
+		if in == nil && !learned {
+			a.table(ctx, kindTools) // once, for all the unknown
+			learned = true
+			in = srv.Catalog().KnownInit()
+		}
+		if in != nil {
 			inits = append(inits, in)
 		}
 	}
