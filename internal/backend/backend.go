@@ -93,7 +93,21 @@ type Conn struct {
 	closing  atomic.Bool   // set when mcpvisor begins to close the connection
 	closeReq chan struct{} // closed with closing
 	answered atomic.Bool   // the server answered a client's request (MarkAnswered, Answered)
+	serial   uint64        // this connection's number (Serial)
 }
+
+// serials numbers the connections made, from 1.
+var serials atomic.Uint64
+
+// Serial is the connection's number, unique in this process: another
+// connection to the same server — after a restart, a sleep, a crash —
+// has another. What a server keeps in its process (a task) is that
+// connection's.
+func (c *Conn) Serial() uint64 { return c.serial }
+
+// Local reports whether the connection is to a process mcpvisor runs
+// (false: a remote server, whose state outlives any connection to it).
+func (c *Conn) Local() bool { return c.proc != nil }
 
 // exitGrace is how long a server whose output ended unasked has to exit on
 // its own before mcpvisor stops it: a crashed process's exit is collected

@@ -340,6 +340,21 @@ func (c *Conn) ModernProcess() *proc.Process {
 	return t.conn.proc
 }
 
+// RunningTwin is the process for modern clients of c, a dual-era
+// server's connection, while it runs; nil otherwise (none is started).
+func (c *Conn) RunningTwin() *Conn {
+	t := c.tw
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil || !t.conn.Alive() {
+		return nil
+	}
+	return t.conn
+}
+
 // endTwin ends c's twin with c, within ctx (once ctx ends, its tree is
 // killed at once): a start under way is cancelled and waited for, and no
 // twin starts any more.

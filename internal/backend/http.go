@@ -187,7 +187,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		b.conn = conn
 	}
 
-	c := &Conn{name: hc.Name, log: log, caps: hc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{})}
+	c := &Conn{name: hc.Name, log: log, caps: hc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{}), serial: serials.Add(1)}
 	c.rpc = rpc.NewConn(b, connStreamWriter{b}, rpc.Options{
 		PeerName: "server " + hc.Name,
 		Logger:   log,

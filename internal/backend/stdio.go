@@ -168,7 +168,7 @@ func (sc *StdioConnector) spawn(ctx context.Context, spec proc.Spec, hooks Hooks
 	if err != nil {
 		return nil, lifecycle.Classify(fmt.Errorf("server %s: %w: %w", sc.Name, ErrSpawn, err))
 	}
-	c := &Conn{name: sc.Name, proc: p, log: log, tw: tw, caps: sc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{})}
+	c := &Conn{name: sc.Name, proc: p, log: log, tw: tw, caps: sc.Capabilities, runDone: make(chan struct{}), closeReq: make(chan struct{}), serial: serials.Add(1)}
 	c.rpc = rpc.NewConn(p.Stdout(), p.Stdin(), rpc.Options{
 		MaxLine:  sc.MaxLine,
 		PeerName: "server " + sc.Name,

@@ -48,3 +48,35 @@ func (in *instance) modernRoot() (proc.Root, bool) {
 	}
 	return proc.Root{}, false
 }
+
+// Run is the number of the process that serves requests on the lease —
+// a modern client's (modern) on a dual-era server's process for modern
+// clients while that runs —, unique in mcpvisor's process: another
+// process of the server (a restart, a wake, a crash) has another. What a
+// server keeps only in its process, as a task, lives as long as its run.
+// 0 for a remote server, whose state outlives any connection to it, and
+// for a connection that is no backend's (a test's).
+func (l *Lease) Run(modern bool) uint64 {
+	bc, ok := l.conn.(*backend.Conn)
+	if !ok || !bc.Local() {
+		return 0
+	}
+	if modern && !bc.Modern() {
+		if t := bc.RunningTwin(); t != nil {
+			return t.Serial()
+		}
+	}
+	return bc.Serial()
+}
+
+// Run is Lease.Run of session's instance ("" for the shared one) as it
+// runs now; running is false when it does not run (dormant, stopped,
+// starting), and nothing is started.
+func (s *Server) Run(session string, modern bool) (run uint64, running bool) {
+	l, ok := s.Peek(session)
+	if !ok {
+		return 0, false
+	}
+	defer l.Release()
+	return l.Run(modern), true
+}

@@ -30,12 +30,41 @@ type Interest interface {
 	End(session string) []interest.Server
 }
 
-// pinned reports whether a session of the instance keyed key ("" for the
-// shared one) holds a subscription on this server (never without
+// TaskHolder is implemented by an Options.Hooks that knows of tasks
+// (long-running calls a client follows after their request ended) that
+// the servers' processes are working on: an instance working on one must
+// not go dormant, which would end it. When what kept an instance awake
+// goes away, the holder calls Server.Rearm.
+type TaskHolder interface {
+	Working(s *Server, key string) bool
+}
+
+// subscribed reports whether a session of the instance keyed key ("" for
+// the shared one) holds a subscription on this server (never without
 // Options.Interest).
-func (s *Server) pinned(key string) bool {
+func (s *Server) subscribed(key string) bool {
 	it := s.f.opts.Interest
 	return it != nil && it.Pinned(s, key)
+}
+
+// working reports whether the instance keyed key works on a task a
+// client follows (Options.Hooks, a TaskHolder).
+func (s *Server) working(key string) bool {
+	th, ok := s.f.opts.Hooks.(TaskHolder)
+	return ok && th.Working(s, key)
+}
+
+// pinned reports whether the instance keyed key must stay awake: a
+// session subscribed to its resources, or it works on a task.
+func (s *Server) pinned(key string) bool { return s.subscribed(key) || s.working(key) }
+
+// Rearm tells the instance of session ("" for the shared one), if it
+// runs, that something that kept it awake went away: its idle timer runs
+// again. It starts nothing.
+func (s *Server) Rearm(session string) {
+	if in := s.instanceOf(session); in != nil {
+		in.rearm()
+	}
 }
 
 // interestGen counts the changes of what sessions asked of the server (0

@@ -210,11 +210,11 @@ func awaitDrain(ctx context.Context, ch <-chan Drained) (Drained, error) {
 // started or failed, within ctx.
 func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 	var keys []string
-	if !s.Config().PerSession() && s.pinned("") {
+	if !s.Config().PerSession() && s.subscribed("") {
 		keys = append(keys, "")
 	}
 	for _, r := range old {
-		if r.in.key != "" && s.Config().PerSession() && s.pinned(r.in.key) {
+		if r.in.key != "" && s.Config().PerSession() && s.subscribed(r.in.key) {
 			keys = append(keys, r.in.key)
 		}
 	}

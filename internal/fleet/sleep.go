@@ -63,8 +63,11 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		return nil, nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
 	}
 	in := s.sharedIn()
-	if s.pinned(in.key) {
+	if s.subscribed(in.key) {
 		return nil, nil, fmt.Errorf("server %s is %w: a client subscribed to its resources, whose updates only a running server can send", name, ErrBusy)
+	}
+	if s.working(in.key) {
+		return nil, nil, fmt.Errorf("server %s is %w: it works on a task a client follows, which a sleep would end (stop or restart it to end the task)", name, ErrBusy)
 	}
 	notRunning := false
 	fx := in.update(func(st *instState) (fx effects) {

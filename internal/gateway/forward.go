@@ -32,6 +32,16 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+	resp := g.forwardOnce(ctx, w, srv, method, params, clientID, related)
+	if method == "tools/call" && resp.Result != nil && bytes.Contains(resp.Result, taskIDKey) {
+		// A call answered with a task: its id becomes mcpvisor's.
+		return g.taskCreated(w, srv, resp)
+	}
+	return resp
+}
+
+// forwardOnce is forward but for what it does to a result.
+func (g *Gateway) forwardOnce(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
 	if fm, ok := related.(forwardMarker); ok {
 		fm.markForwarded() // counted and traced as its server's call, not as mcpvisor's answer
 	}
@@ -305,8 +315,15 @@ func (f *flight) serverParams(params json.RawMessage) (_ json.RawMessage, resp *
 func (g *Gateway) serverEra(c *call, srv *fleet.Server, method string, params json.RawMessage, toModern bool) json.RawMessage {
 	if r := c.from.req; r != nil {
 		params = modernParams(r, params, toModern)
-		if cfg := srv.Config(); cfg.ClientCapabilities != nil {
+		cfg := srv.Config()
+		if cfg.ClientCapabilities != nil {
 			params = narrowCapabilities(params, cfg)
+		}
+		if cfg.PerSession() && declaresExtension(r.mo.Caps, tasksExtension) {
+			// The request's own instance ends with it: a task it began
+			// would end unfinished. Not declared, the server answers
+			// the call itself (or says it needs a task).
+			params = withoutExtension(params, tasksExtension)
 		}
 		return params
 	}
@@ -765,6 +782,8 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 		_ = c.related.Send(&rpc.Message{Method: m.Method, Params: params})
 	case "notifications/message":
 		g.relayLog(src, m)
+	case "notifications/tasks/status":
+		g.taskStatus(src, m)
 	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
 		// The shared instance's lists are the fleet's cache: it fetches
 		// them again and reports what changed (ListsChanged). A private

@@ -71,7 +71,13 @@ type Gateway struct {
 	clients clientbook.Book
 	// local counts the requests mcpvisor answers itself (answer.go).
 	local telemetry.Local
+	// tasks are the tasks clients were given ids for (tasks.go).
+	tasks taskBook
 }
+
+// Working reports whether the instance keyed key of s works on a task a
+// client follows: it must not go dormant (fleet.TaskHolder).
+func (g *Gateway) Working(s *fleet.Server, key string) bool { return g.tasks.Working(s, key) }
 
 // SetTracing turns tracing on (t nil: off, the default): each client
 // request forwarded to a server gets a span, whose trace context goes in
@@ -270,6 +276,7 @@ func (g *Gateway) closeSession(s *Session) {
 	// is forgotten at once (the fleet tells the interest book as it
 	// detaches the session); what it held in the fleet — its per-session
 	// instances — ends with it, bounded.
+	g.tasks.endSession(s.Key())
 	stop := g.fleet.DetachSession(s.Key())
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sessionEndBound)

@@ -101,7 +101,8 @@ func (h *StreamableHandler) serveModern(w http.ResponseWriter, r *http.Request, 
 // headerMismatch checks that a modern request's MCP headers are there and
 // match its body: MCP-Protocol-Version its _meta version, Mcp-Method its
 // method, and, for tools/call, prompts/get and resources/read, Mcp-Name
-// its name or uri (Base64-decoded when sent as =?base64?...?=). A failure
+// its name or uri (for tasks/get, tasks/update and tasks/cancel, its
+// taskId) (Base64-decoded when sent as =?base64?...?=). A failure
 // is a HeaderMismatch error naming the header.
 func headerMismatch(r *http.Request, m *rpc.Message, hv string, mo *Modern) *rpc.Message {
 	version := mo.Version
@@ -127,6 +128,8 @@ func headerMismatch(r *http.Request, m *rpc.Message, hv string, mo *Modern) *rpc
 		want = mo.Name
 	case "resources/read":
 		want = mo.URI
+	case "tasks/get", "tasks/update", "tasks/cancel":
+		want = mo.TaskID // the tasks extension's rule (SEP-2663)
 	default:
 		return nil
 	}

@@ -53,8 +53,9 @@ type Modern struct {
 
 	// Read from params in the same scan: the name (tools/call,
 	// prompts/get) or uri (resources/read) the request targets, and its
-	// requestState (a retry's).
-	Name, URI, State string
+	// requestState (a retry's), and the taskId (tasks/get, tasks/update,
+	// tasks/cancel).
+	Name, URI, State, TaskID string
 
 	// client is the session of the stdio connection the request came on
 	// (nil over HTTP): see sender.requester.
@@ -89,8 +90,8 @@ func modernVersionOf(params json.RawMessage) (string, bool) {
 // clientCapabilities — gets an InvalidParams error (basic/index: both are
 // required), with its id.
 func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
-	var top [4]json.RawMessage
-	rpc.MembersInto(top[:], m.Params, "_meta", "name", "uri", "requestState")
+	var top [5]json.RawMessage
+	rpc.MembersInto(top[:], m.Params, "_meta", "name", "uri", "requestState", "taskId")
 	meta := top[0]
 	if meta == nil {
 		return nil, errorResponse(m.ID, rpc.InvalidParams,
@@ -106,6 +107,7 @@ func readModern(m *rpc.Message) (*Modern, *rpc.Message) {
 	mo.Name, _ = rpc.String(top[1])
 	mo.URI, _ = rpc.String(top[2])
 	mo.State, _ = rpc.String(top[3])
+	mo.TaskID, _ = rpc.String(top[4])
 	if string(raw.Version) == `"`+modernVersion+`"` {
 		mo.Version = modernVersion // the usual case, without a copy
 	} else {

@@ -100,6 +100,8 @@ func (e *single) request(ctx context.Context, w sender, m *rpc.Message, related 
 	switch m.Method {
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
+	case "tasks/get", "tasks/update", "tasks/cancel", "tasks/result", "tasks/list":
+		return e.g.taskRequest(ctx, w, m, related, e.srv)
 	case "tools/call":
 		// A pinned server's tool is checked once leased, on the process
 		// that serves it (begin).
