@@ -1,4 +1,19 @@
-// Experimental SEP-2663 (tasks v2) fixture on @modelcontextprotocol/server 2.3.1.
+// A tasks fixture: an MCP server on the TypeScript SDK v2
+// (@modelcontextprotocol/server) that offers the 2026-07-28 tasks
+// extension (SEP-2663) with the tools the official conformance suite's
+// tasks-* scenarios call: greet, slow_compute, failing_job,
+// protocol_error_job, confirm_delete, multi_input, test_tool_with_task.
+// The SDK has the methods' plumbing but no task store, so the tasks are
+// kept here, at module level (the HTTP handler builds a server per
+// request).
+//
+//   node tasks-server.mjs stdio        serves stdin/stdout (both eras)
+//   node tasks-server.mjs http [PORT]  serves http://127.0.0.1:PORT/mcp
+//                                      (0: any free port), printing the URL
+//
+// It resolves its packages from the node_modules beside it (ESM), and
+// exits when its stdin ends, or after FIXTURE_LIFETIME_MS (default 10
+// minutes): a test that dies leaves nothing running.
 import { McpServer, createMcpHandler, MissingRequiredClientCapabilityError, ProtocolError, ProtocolErrorCode, inputRequired } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { serve } from '@hono/node-server';
@@ -106,6 +121,12 @@ function build() {
   return mcp;
 }
 
+setTimeout(() => process.exit(0), +(process.env.FIXTURE_LIFETIME_MS ?? 600000)).unref();
 if (process.argv[2] === 'stdio') serveStdio(() => build());
-else { const h = createMcpHandler(() => build()); const port = +(process.argv[3] ?? 3999);
-  serve({ fetch: (req) => h.fetch(req), port, hostname: '127.0.0.1' }); console.error(`listening http://127.0.0.1:${port}/mcp`); }
+else {
+  const h = createMcpHandler(() => build());
+  serve({ fetch: (req) => h.fetch(req), port: +(process.argv[3] ?? 0), hostname: '127.0.0.1' },
+    (info) => console.log(`listening http://127.0.0.1:${info.port}/mcp`));
+  process.stdin.on('end', () => process.exit(0));
+  process.stdin.resume();
+}
