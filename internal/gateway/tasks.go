@@ -209,10 +209,13 @@ func (g *Gateway) taskTarget(w sender, m *rpc.Message, id string, only *fleet.Se
 		return notFound("not found: not a task id mcpvisor issued (ids from before mcpvisor restarted are no longer valid)")
 	}
 	if ref.Bind != g.bindOf(w) {
-		if w.sess == nil {
+		switch {
+		case w.sess == nil:
 			return notFound("not found: it was issued to a client session, and only that session may use it")
+		case ref.Bind == "":
+			return notFound("not found: it was issued to a " + modernVersion + " request, which has no session: only such requests may use it")
 		}
-		return notFound("not found: it was issued to another client session (or to a request without one), and only there may it be used")
+		return notFound("not found: it was issued to another client session, and only that session may use it")
 	}
 	srv := only
 	switch {

@@ -1,0 +1,329 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// tasksCaps declares the tasks extension (a 2026-07-28 client's
+// capabilities).
+const withTasks = `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+
+// tasksServer is the config of a server running the tasks fixture.
+func tasksServer(t *testing.T, extra string) string {
+	return fmt.Sprintf(`{"command":"node","args":[%q,"stdio"]%s}`, testserver.TasksFixture(t), extra)
+}
+
+// modernRequest sends a 2026-07-28 request of method with params
+// (without _meta) and the client capabilities caps to ep.
+func modernRequest(t *testing.T, ep Endpoint, method string, params map[string]any, caps string) *rpc.Message {
+	t.Helper()
+	b, _ := json.Marshal(params)
+	p := strings.TrimSuffix(string(b), "}")
+	if len(params) > 0 {
+		p += ","
+	}
+	p += modernMeta(caps) + "}"
+	m := &rpc.Message{ID: json.RawMessage(`7`), Method: method, Params: json.RawMessage(p)}
+	return ep.Stateless(t.Context(), m, mustModern(t, p), newRecorder())
+}
+
+// wantError fails t unless resp is a JSON-RPC error of code whose
+// message says says.
+func wantError(t *testing.T, what string, resp *rpc.Message, code int, says string) {
+	t.Helper()
+	if resp == nil || resp.Error == nil || resp.Error.Code != code || !strings.Contains(resp.Error.Message, says) {
+		t.Errorf("%s: %+v (%s), want error %d saying %q", what, resp, resultOf(resp), code, says)
+	}
+}
+
+func resultOf(resp *rpc.Message) string {
+	if resp == nil {
+		return "nil"
+	}
+	if resp.Error != nil {
+		return resp.Error.Message
+	}
+	return string(resp.Result)
+}
+
+// startTask calls tool (slow_compute for 60 s) through ep as a modern
+// client declaring the tasks extension, and returns the task id it got.
+func startTask(t *testing.T, ep Endpoint, tool string) string {
+	t.Helper()
+	resp := modernRequest(t, ep, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"seconds": 60}}, withTasks)
+	var r struct{ ResultType, TaskID, Status string }
+	if resp == nil || resp.Error != nil || json.Unmarshal(resp.Result, &r) != nil || r.ResultType != "task" {
+		t.Fatalf("%s: %s, want a task", tool, resultOf(resp))
+	}
+	if !strings.HasPrefix(r.TaskID, taskIDPrefix) || r.Status != "working" {
+		t.Fatalf("%s: task %q in status %q, want one of mcpvisor's ids, working", tool, r.TaskID, r.Status)
+	}
+	return r.TaskID
+}
+
+// taskStatus is the status tasks/get through ep answers for id, or the
+// error.
+func taskGet(t *testing.T, ep Endpoint, id, caps string) (status string, resp *rpc.Message) {
+	t.Helper()
+	resp = modernRequest(t, ep, "tasks/get", map[string]any{"taskId": id}, caps)
+	if resp.Error != nil {
+		return "", resp
+	}
+	var r struct{ TaskID, Status string }
+	if json.Unmarshal(resp.Result, &r) != nil || r.TaskID != id {
+		t.Fatalf("tasks/get %s: %s, want the task under the same id", id, resultOf(resp))
+	}
+	return r.Status, resp
+}
+
+// A task's id routes tasks/* to the server that holds it, on /mcp and
+// on that server's endpoint, and nowhere else: an id of another server on
+// a server's endpoint, an id mcpvisor did not issue (altered, the
+// server's own, another gateway's), and a request that did not declare
+// the extension reach no server, each with an error that says why.
+func TestTaskIDsRouteOnlyWhereTheyWereGiven(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s,"b":%s}`, tasksServer(t, ""), tasksServer(t, "")))
+	agg, a, b := w.gw.Aggregate(), w.gw.Single("a"), w.gw.Single("b")
+	idA := startTask(t, agg, "a__slow_compute")
+	idB := startTask(t, b, "slow_compute")
+	for _, c := range []struct {
+		ep   Endpoint
+		name string
+		id   string
+	}{{agg, "/mcp", idA}, {agg, "/mcp", idB}, {a, "a's endpoint", idA}, {b, "b's endpoint", idB}} {
+		if st, resp := taskGet(t, c.ep, c.id, withTasks); st != "working" {
+			t.Errorf("tasks/get on %s: %s", c.name, resultOf(resp))
+		}
+	}
+	_, resp := taskGet(t, b, idA, withTasks)
+	wantError(t, "a's task on b's endpoint", resp, rpc.InvalidParams, "task of server a, not of this endpoint's server b")
+	_, resp = taskGet(t, agg, idA, `{}`)
+	wantError(t, "tasks/get without the extension", resp, rpc.MissingClientCapability, "io.modelcontextprotocol/tasks")
+	if d := string(resp.Error.Data); !strings.Contains(d, `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
+		t.Errorf("-32021's data: %s", d)
+	}
+	// The server's own id, read out of mcpvisor's, and mcpvisor's altered.
+	body, _, _ := strings.Cut(strings.TrimPrefix(idA, taskIDPrefix), ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(body)
+	var ref taskRef
+	if err := json.Unmarshal(raw, &ref); err != nil || ref.Server != "a" || ref.Up == "" || ref.Run == 0 {
+		t.Fatalf("what the id says: %s (%v)", raw, err)
+	}
+	forgedRef := ref
+	forgedRef.Server = "b"
+	forged := taskIDPrefix + base64.RawURLEncoding.EncodeToString(mustJSON(forgedRef)) + idA[strings.LastIndex(idA, "."):]
+	other := New(nil).taskID(ref) // another gateway's key
+	for what, id := range map[string]string{"the server's own id": ref.Up, "an id aimed at b": forged, "another gateway's id": other,
+		"an id cut short": idA[:len(idA)-3], "an id of nothing": "tasks-conformance-nonexistent-12345"} {
+		for name, ep := range map[string]Endpoint{"/mcp": agg, "a's endpoint": a} {
+			_, resp := taskGet(t, ep, id, withTasks)
+			wantError(t, what+" on "+name, resp, rpc.InvalidParams, "not a task id mcpvisor issued")
+		}
+	}
+	wantError(t, "tasks/get with no taskId", modernRequest(t, agg, "tasks/get", map[string]any{}, withTasks), rpc.InvalidParams, "params.taskId (a string) is required")
+	wantError(t, "tasks/get with a number", modernRequest(t, agg, "tasks/get", map[string]any{"taskId": 7}, withTasks), rpc.InvalidParams, "params.taskId (a string) is required")
+	for _, m := range []string{"tasks/result", "tasks/list"} {
+		wantError(t, m, modernRequest(t, agg, m, map[string]any{"taskId": idA}, withTasks), rpc.MethodNotFound, "not part of MCP 2026-07-28")
+	}
+	// A legacy session may not use an id given to a 2026-07-28 request.
+	s := openDeclaring(t, agg, newRecorder(), `{}`)
+	defer agg.Close(s)
+	resp = agg.Handle(t.Context(), s, request(8, "tasks/get", map[string]any{"taskId": idA}), newRecorder())
+	wantError(t, "a legacy session using a modern request's task", resp, rpc.InvalidParams, "issued to a 2026-07-28 request, which has no session")
+	// Cancelled through /mcp, it is cancelled at a's process.
+	resp = modernRequest(t, agg, "tasks/cancel", map[string]any{"taskId": idA}, withTasks)
+	if resp.Error != nil || strings.Contains(string(resp.Result), "taskId") {
+		t.Fatalf("tasks/cancel: %s, want the empty ack", resultOf(resp))
+	}
+	if st, resp := taskGet(t, a, idA, withTasks); st != "cancelled" {
+		t.Errorf("after tasks/cancel: %s", resultOf(resp))
+	}
+}
+
+// A task whose process is gone is answered at once, naming why, and
+// nothing is started for it: its server was stopped, restarted, or
+// removed by a reload.
+func TestTaskOfAGoneProcessIsAnsweredAtOnce(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s,"b":%s}`, tasksServer(t, ""), tasksServer(t, "")))
+	agg := w.gw.Aggregate()
+	idA, idB := startTask(t, agg, "a__slow_compute"), startTask(t, agg, "b__slow_compute")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := w.fleet.Get("a").Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, resp := taskGet(t, agg, idA, withTasks)
+	wantError(t, "a task of a restarted server", resp, rpc.InvalidParams, "server a has restarted since")
+	if _, err := w.fleet.Get("a").Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	starts := w.count("a", "started")
+	_, resp = taskGet(t, agg, idA, withTasks)
+	wantError(t, "a task of a stopped server", resp, rpc.InvalidParams, "server a is stopped")
+	if n := w.count("a", "started"); n != starts {
+		t.Errorf("asking about a stopped server's task started it")
+	}
+	w.reloadTo(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, "")))
+	_, resp = taskGet(t, agg, idB, withTasks)
+	wantError(t, "a task of a removed server", resp, rpc.InvalidParams, "its server b was removed from the configuration")
+}
+
+// While a task works, its server's instance does not go dormant, and an
+// operator's sleep is refused naming it; once an answer shows the task
+// ended, the instance sleeps when idle again.
+func TestWorkingTaskKeepsItsServerAwake(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, `,"idleTimeout":"1s","startGrace":"0s"`)))
+	agg := w.gw.Aggregate()
+	srv := w.fleet.Get("a")
+	id := startTask(t, agg, "a__slow_compute")
+	if !w.gw.Working(srv, "") {
+		t.Fatal("a working task does not hold its instance")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := srv.Sleep(ctx); err == nil || !strings.Contains(err.Error(), "works on a task") {
+		t.Fatalf("sleep with a task working: %v", err)
+	}
+	if resp := modernRequest(t, agg, "tasks/cancel", map[string]any{"taskId": id}, withTasks); resp.Error != nil {
+		t.Fatal(resultOf(resp))
+	}
+	if w.gw.Working(srv, "") {
+		t.Fatal("a cancelled task still holds its instance")
+	}
+	w.waitEvent("a", "dormant", 1, 10*time.Second)
+	_, resp := taskGet(t, agg, id, withTasks)
+	wantError(t, "a task of a dormant server", resp, rpc.InvalidParams, "server a is dormant")
+	if n := w.count("a", "respawned"); n != 0 {
+		t.Errorf("asking about a dormant server's task woke it")
+	}
+}
+
+
+// everythingServer is the config of the reference server-everything (on
+// the TypeScript SDK v1), which serves the 2025-11-25 revision's tasks.
+func everythingServer(t *testing.T) string {
+	return fmt.Sprintf(`{"command":"node","args":[%q,"stdio"]}`,
+		filepath.Join(testserver.Deps(t, "npm"), "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js"))
+}
+
+// 2025-11-25 tasks, through /mcp and the server's endpoint: a session's
+// task gets mcpvisor's id in the result, in tasks/get, in tasks/result's
+// related-task and in the status notifications, which reach that session
+// alone; tasks/list lists a session's own tasks only; another session's
+// id is refused; and /mcp offers the tasks capability of its server.
+func TestLegacyTasksStayWithTheirSession(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
+	for _, c := range []struct {
+		name, tool string
+		ep         Endpoint
+	}{{"/mcp", "e__simulate-research-query", w.gw.Aggregate()}, {"e's endpoint", "simulate-research-query", w.gw.Single("e")}} {
+		t.Run(c.name, func(t *testing.T) {
+			ep := c.ep
+			outA, outB := newRecorder(), newRecorder()
+			a := ep.Open(outA)
+			defer ep.Close(a)
+			init := ep.Handle(t.Context(), a, &rpc.Message{ID: json.RawMessage(`1`), Method: "initialize",
+				Params: json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)}, newRecorder())
+			if init == nil || init.Error != nil || !strings.Contains(string(init.Result), `"tasks":{`) {
+				t.Fatalf("initialize: %s, want the tasks capability", resultOf(init))
+			}
+			b := openDeclaring(t, ep, outB, `{}`)
+			defer ep.Close(b)
+			call := func(s *Session, method string, params any) *rpc.Message {
+				return ep.Handle(t.Context(), s, request(9, method, params), newRecorder())
+			}
+			resp := call(a, "tools/call", map[string]any{"name": c.tool, "arguments": map[string]any{"topic": "gateways"}, "task": map[string]any{"ttl": 60000}})
+			var created struct{ Task struct{ TaskID, Status string } }
+			if resp.Error != nil || json.Unmarshal(resp.Result, &created) != nil || !strings.HasPrefix(created.Task.TaskID, taskIDPrefix) {
+				t.Fatalf("tools/call with a task: %s", resultOf(resp))
+			}
+			id := created.Task.TaskID
+			resp = call(a, "tasks/get", map[string]any{"taskId": id})
+			if resp.Error != nil || rpc.Member(resp.Result, "taskId") == nil || !strings.Contains(string(resp.Result), id) {
+				t.Errorf("tasks/get: %s", resultOf(resp))
+			}
+			wantError(t, "another session's task", call(b, "tasks/get", map[string]any{"taskId": id}), rpc.InvalidParams, "issued to another client session")
+			wantError(t, "another session's task/result", call(b, "tasks/result", map[string]any{"taskId": id}), rpc.InvalidParams, "issued to another client session")
+			wantError(t, "tasks/update in a 2025-11-25 session", call(a, "tasks/update", map[string]any{"taskId": id}), rpc.MethodNotFound, "not of this session's revision")
+			list := func(s *Session) string {
+				resp := call(s, "tasks/list", map[string]any{})
+				if resp.Error != nil {
+					t.Fatalf("tasks/list: %s", resultOf(resp))
+				}
+				return string(resp.Result)
+			}
+			if l := list(a); !strings.Contains(l, id) || strings.Count(l, `"taskId"`) != 1 {
+				t.Errorf("a's tasks/list: %s, want its one task", l)
+			}
+			if l := list(b); l != `{"tasks":[]}` {
+				t.Errorf("b's tasks/list: %s, want none", l)
+			}
+			wantError(t, "tasks/list with a cursor", call(a, "tasks/list", map[string]any{"cursor": "x"}), rpc.InvalidParams, "one page")
+			// tasks/result waits for the end, and says which task it is.
+			resp = call(a, "tasks/result", map[string]any{"taskId": id})
+			if resp.Error != nil {
+				t.Fatalf("tasks/result: %s", resultOf(resp))
+			}
+			related := rpc.Member(rpc.Member(resp.Result, "_meta"), relatedTaskKey)
+			if got, _ := rpc.StringMember(related, "taskId"); got != id {
+				t.Errorf("tasks/result's related task %s, want %s", related, id)
+			}
+			if w.gw.Working(w.fleet.Get("e"), "") {
+				t.Errorf("a task whose result was read still holds its server")
+			}
+			for _, m := range sent(outA, "notifications/tasks/status") {
+				if !strings.Contains(string(m.Params), id) {
+					t.Errorf("a's status notification names another id: %s", m.Params)
+				}
+			}
+			for _, m := range sent(outB, "notifications/tasks/status") {
+				t.Errorf("b got a's task's status: %s", m.Params)
+			}
+			if len(sent(outA, "notifications/tasks/status")) == 0 {
+				t.Errorf("a got none of its task's status notifications (server-everything sends one per stage)")
+			}
+		})
+	}
+}
+
+// sent is what r was sent of method.
+func sent(r *recorder, method string) []*rpc.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*rpc.Message
+	for _, m := range r.msgs {
+		if m.Method == method {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A per-session server runs an instance of its own for each 2026-07-28
+// request, which ends with it: the request is not offered tasks there, so
+// the server answers the call itself, or says that it needs a task.
+func TestPerSessionServerIsNotOfferedTasks(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, `,"sharing":"per-session"`)))
+	for name, ep := range map[string]Endpoint{"/mcp": w.gw.Aggregate(), "a's endpoint": w.gw.Single("a")} {
+		tool := "slow_compute"
+		if name == "/mcp" {
+			tool = "a__slow_compute"
+		}
+		resp := modernRequest(t, ep, "tools/call", map[string]any{"name": tool, "arguments": map[string]any{"seconds": 0}}, withTasks)
+		if resp.Error != nil || strings.Contains(string(resp.Result), `"taskId"`) || !strings.Contains(string(resp.Result), "Result: 42") {
+			t.Errorf("%s: slow_compute on a per-session server: %s, want its result, no task", name, resultOf(resp))
+		}
+		resp = modernRequest(t, ep, "tools/call", map[string]any{"name": strings.Replace(tool, "slow_compute", "failing_job", 1), "arguments": map[string]any{}}, withTasks)
+		wantError(t, name+": a tool that needs a task, on a per-session server", resp, rpc.MissingClientCapability, "")
+	}
+}
