@@ -208,7 +208,6 @@ func TestWorkingTaskKeepsItsServerAwake(t *testing.T) {
 	}
 }
 
-
 // everythingServer is the config of the reference server-everything (on
 // the TypeScript SDK v1), which serves the 2025-11-25 revision's tasks.
 func everythingServer(t *testing.T) string {
@@ -243,7 +242,9 @@ func TestLegacyTasksStayWithTheirSession(t *testing.T) {
 				return ep.Handle(t.Context(), s, request(9, method, params), newRecorder())
 			}
 			resp := call(a, "tools/call", map[string]any{"name": c.tool, "arguments": map[string]any{"topic": "gateways"}, "task": map[string]any{"ttl": 60000}})
-			var created struct{ Task struct{ TaskID, Status string } }
+			var created struct {
+				Task struct{ TaskID, Status string }
+			}
 			if resp.Error != nil || json.Unmarshal(resp.Result, &created) != nil || !strings.HasPrefix(created.Task.TaskID, taskIDPrefix) {
 				t.Fatalf("tools/call with a task: %s", resultOf(resp))
 			}
