@@ -47,14 +47,18 @@ func pendingResults(t *testing.T, url, prefix string) map[string][2]int {
 // 2026-07-28 tasks extension, 0.2.0-alpha.12) against the tasks fixture
 // directly over its own HTTP, and through mcpvisor with the default
 // config — the fixture over stdio, on /servers/tasks/mcp and on /mcp
-// (prefix "": the suite calls its tools by their own names) —, in the
-// same run, and asserts that every check passes through mcpvisor that
+// (prefix "": the suite calls its tools by their own names), and a second
+// one over its own HTTP as a remote server, on /servers/remote/mcp (on
+// /mcp its tools' names would collide with the first's) —, in the same
+// run, and asserts that every check passes through mcpvisor that
 // passes directly, and that the checks ran (a scenario whose checks
 // were all skipped would "pass" with none).
 func TestTasksConformance(t *testing.T) {
 	direct := testserver.StartTasksHTTP(t)
-	base := serve(t, fmt.Sprintf(`{"mcpServers":{"tasks":{"command":"node","args":[%q,"stdio"],"prefix":""}}}`, testserver.TasksFixture(t)))
-	targets := []struct{ name, url string }{{"direct", direct}, {"per-server", base + "/servers/tasks/mcp"}, {"aggregated", base + "/mcp"}}
+	base := serve(t, fmt.Sprintf(`{"mcpServers":{"tasks":{"command":"node","args":[%q,"stdio"],"prefix":""},"remote":{"url":%q,"prefix":""}}}`,
+		testserver.TasksFixture(t), testserver.StartTasksHTTP(t)))
+	targets := []struct{ name, url string }{{"direct", direct}, {"per-server", base + "/servers/tasks/mcp"}, {"aggregated", base + "/mcp"},
+		{"remote per-server", base + "/servers/remote/mcp"}}
 	results := make([]map[string][2]int, len(targets))
 	var wg sync.WaitGroup
 	for i, tg := range targets {

@@ -51,7 +51,8 @@ const (
 // modernHeaders are the headers a modern POST of req carries: the protocol
 // version of its _meta (ModernVersion if it has none), its method, and
 // for tools/call, prompts/get and resources/read the name or URI it is
-// about.
+// about (for the tasks extension's tasks/get, tasks/update and
+// tasks/cancel, the taskId).
 func modernHeaders(h http.Header, method string, params json.RawMessage) {
 	version, ok := rpc.StringMember(rpc.Member(params, "_meta"), metaProtocolVersion)
 	if !ok || version == "" {
@@ -65,6 +66,8 @@ func modernHeaders(h http.Header, method string, params json.RawMessage) {
 		member = "name"
 	case "resources/read":
 		member = "uri"
+	case "tasks/get", "tasks/update", "tasks/cancel":
+		member = "taskId"
 	}
 	if member != "" {
 		if name, ok := rpc.StringMember(params, member); ok {
