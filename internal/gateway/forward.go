@@ -1072,7 +1072,7 @@ func (g *Gateway) askLegacy(conn fleet.Conn, m *rpc.Message, c *call) {
 			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, inputWait))
 		}
 	})
-	if err := g.sendOutReq(c, ours, r, m.Method, m.Params); err != nil {
+	if err := g.sendOutReq(c, ours, r, m.Method, g.relatedTaskOut(conn, c.from.sess, m.Params)); err != nil {
 		r.timer.Stop()
 		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
 		g.replyError(conn, m, rpc.InternalError, msg)

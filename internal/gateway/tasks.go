@@ -592,3 +592,34 @@ func (g *Gateway) taskStatus(src fleet.Source, m *rpc.Message) {
 	}
 	_ = s.Out().Send(&rpc.Message{Method: m.Method, Params: params})
 }
+
+// relatedTaskOut is params, those of a 2025-11-25 server's request (on
+// conn) to session s, with the task it says it relates to given the id s
+// knows it by; a task that is not s's is left out, so that no server's
+// own id reaches a client.
+func (g *Gateway) relatedTaskOut(conn fleet.Conn, s *Session, params json.RawMessage) json.RawMessage {
+	meta := rpc.Member(params, "_meta")
+	if !bytes.Contains(meta, []byte(relatedTaskKey)) {
+		return params
+	}
+	rel := rpc.Member(meta, relatedTaskKey)
+	if rel == nil {
+		return params
+	}
+	up, _ := rpc.StringMember(rel, "taskId")
+	var id, session string
+	if srv := g.fleet.Get(conn.Name()); srv != nil {
+		key := ""
+		if srv.Config().PerSession() {
+			key = s.Key()
+		}
+		id, session, _ = g.tasks.byServerID(srv, key, up)
+	}
+	if id == "" || session != s.Key() {
+		return rpc.DropMembers(params, nil, []string{relatedTaskKey})
+	}
+	rel, _ = rpc.ReplaceMember(rel, "taskId", mustJSON(id))
+	meta, _ = rpc.ReplaceMember(meta, relatedTaskKey, rel)
+	params, _ = rpc.ReplaceMember(params, "_meta", meta)
+	return params
+}

@@ -328,3 +328,38 @@ func TestPerSessionServerIsNotOfferedTasks(t *testing.T) {
 		wantError(t, name+": a tool that needs a task, on a per-session server", resp, rpc.MissingClientCapability, "")
 	}
 }
+
+// A 2025-11-25 server's request during a task (its elicitation, sent as
+// the client reads tasks/result) reaches the client naming the task by
+// mcpvisor's id, and the client's answer reaches the server.
+func TestLegacyTaskInputNamesTheClientsID(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
+	ep := w.gw.Aggregate()
+	a := openDeclaring(t, ep, newRecorder(), `{"elicitation":{}}`)
+	defer ep.Close(a)
+	resp := ep.Handle(t.Context(), a, request(9, "tools/call", map[string]any{"name": "e__simulate-research-query",
+		"arguments": map[string]any{"topic": "gateways", "ambiguous": true}, "task": map[string]any{"ttl": 60000}}), newRecorder())
+	id, _ := rpc.StringMember(rpc.Member(resp.Result, "task"), "taskId")
+	if !strings.HasPrefix(id, taskIDPrefix) {
+		t.Fatalf("tools/call with a task: %s", resultOf(resp))
+	}
+	related := newRecorder()
+	done := make(chan *rpc.Message, 1)
+	go func() { done <- ep.Handle(t.Context(), a, request(10, "tasks/result", map[string]any{"taskId": id}), related) }()
+	ask := related.next(t, "elicitation/create", 20*time.Second)
+	rel := rpc.Member(rpc.Member(ask.Params, "_meta"), relatedTaskKey)
+	if got, _ := rpc.StringMember(rel, "taskId"); got != id {
+		t.Errorf("the elicitation names task %s, want %s", rel, id)
+	}
+	if r := ep.Handle(t.Context(), a, &rpc.Message{ID: ask.ID, Result: json.RawMessage(`{"action":"decline"}`)}, newRecorder()); r != nil {
+		t.Fatalf("the answer: %s", resultOf(r))
+	}
+	select {
+	case resp = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tasks/result did not end after the elicitation was answered")
+	}
+	if resp.Error != nil || !strings.Contains(string(resp.Result), "declined") && !strings.Contains(string(resp.Result), "default") {
+		t.Errorf("tasks/result: %s", resultOf(resp))
+	}
+}
