@@ -345,7 +345,9 @@ func TestLegacyTaskInputNamesTheClientsID(t *testing.T) {
 	}
 	related := newRecorder()
 	done := make(chan *rpc.Message, 1)
-	go func() { done <- ep.Handle(t.Context(), a, request(10, "tasks/result", map[string]any{"taskId": id}), related) }()
+	go func() {
+		done <- ep.Handle(t.Context(), a, request(10, "tasks/result", map[string]any{"taskId": id}), related)
+	}()
 	ask := related.next(t, "elicitation/create", 20*time.Second)
 	rel := rpc.Member(rpc.Member(ask.Params, "_meta"), relatedTaskKey)
 	if got, _ := rpc.StringMember(rel, "taskId"); got != id {
