@@ -365,3 +365,41 @@ func TestLegacyTaskInputNamesTheClientsID(t *testing.T) {
 		t.Errorf("tasks/result: %s", resultOf(resp))
 	}
 }
+
+// /mcp offers a 2026-07-28 client the tasks extension when one of its
+// servers offers it, and only then; a legacy session is offered the
+// 2025-11-25 tasks capability only by a server that has it (the
+// extension is not of its revision).
+func TestAggregateOffersTasksWhenAServerDoes(t *testing.T) {
+	for _, c := range []struct {
+		name, servers string
+		modern        bool
+	}{
+		{"fixture alone", `{"x":{"command":"$FIXTURE"}}`, false},
+		{"with a tasks server", fmt.Sprintf(`{"x":{"command":"$FIXTURE"},"a":%s}`, tasksServer(t, "")), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, c.servers)
+			ep := w.gw.Aggregate()
+			disc := modernRequest(t, ep, "server/discover", map[string]any{}, `{}`)
+			if got := declaresExtension(rpc.Member(resultOrNil(disc), "capabilities"), tasksExtension); got != c.modern {
+				t.Errorf("server/discover offers the tasks extension: %v, want %v (%s)", got, c.modern, resultOf(disc))
+			}
+			s := ep.Open(newRecorder())
+			defer ep.Close(s)
+			init := ep.Handle(t.Context(), s, &rpc.Message{ID: json.RawMessage(`1`), Method: "initialize",
+				Params: json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)}, newRecorder())
+			caps := rpc.Member(resultOrNil(init), "capabilities")
+			if rpc.Member(caps, "tasks") != nil || rpc.Member(caps, "extensions") != nil {
+				t.Errorf("a legacy session is offered %s", caps)
+			}
+		})
+	}
+}
+
+func resultOrNil(m *rpc.Message) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	return m.Result
+}
