@@ -42,6 +42,7 @@ type config struct {
 	skills           string // skill paths, comma-separated
 	skillsNoDir      bool
 	httpAddr         string
+	methodLog        string
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -73,6 +74,7 @@ var envBindings = []struct{ flag, env string }{
 	{"skills", "FIXTURE_SKILLS"},
 	{"skills-no-directory", "FIXTURE_SKILLS_NO_DIRECTORY"},
 	{"http", "FIXTURE_HTTP"},
+	{"method-log", "FIXTURE_METHOD_LOG"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
@@ -123,6 +125,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.skills, "skills", "", "serve the skills extension (SEP-2640) with a skill at each of these comma-separated `PATHS` (skill://PATH, named by its last segment, e.g. pdf-processing): SKILL.md (listed by resources/list), references/FORMS.md and scripts/extract.py, whose text names FIXTURE_TAG; skills/list (a skill a page), skills/get, resources/read and resources/directory/read, declared with directoryRead [FIXTURE_SKILLS]")
 	fs.BoolVar(&c.skillsNoDir, "skills-no-directory", false, "with -skills, declare the extension without directoryRead and serve no resources/directory/read [FIXTURE_SKILLS_NO_DIRECTORY]")
 	fs.StringVar(&c.httpAddr, "http", "", "serve MCP over HTTP at `ADDR` instead of stdio: each POST is one message, answered with a JSON body (a notification with 202); the fixture's own notifications and requests are not sent [FIXTURE_HTTP]")
+	fs.StringVar(&c.methodLog, "method-log", "", "append the method of every request received to `FILE`, a line each: a test sees what reached the server [FIXTURE_METHOD_LOG]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

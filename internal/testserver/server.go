@@ -491,6 +491,12 @@ func (s *server) handleRequest(m incoming) {
 		s.writeMu.Lock() // no half-written line on the way out
 		os.Exit(4)
 	}
+	if s.cfg.methodLog != "" {
+		if f, err := os.OpenFile(s.cfg.methodLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			fmt.Fprintln(f, m.Method)
+			f.Close()
+		}
+	}
 	if s.cfg.modernOnly && (m.Method == "initialize" || m.Method == "server/discover") {
 		s.modernOnly(m)
 		return

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +35,8 @@ type skillEntry struct {
 // FIXTURE_TAG is in the files, and so in the digests.
 func TestSkills(t *testing.T) {
 	t.Setenv("FIXTURE_TAG", "t1")
-	p := startMain(t, "-skills", "pdf-processing, acme/billing/refunds")
+	methods := filepath.Join(t.TempDir(), "methods")
+	p := startMain(t, "-skills", "pdf-processing, acme/billing/refunds", "-method-log", methods)
 	p.send(initReq, "1", "2025-11-25")
 	var init struct {
 		Capabilities map[string]json.RawMessage
@@ -127,6 +130,10 @@ func TestSkills(t *testing.T) {
 		t.Errorf("subdirectory: %+v", dir)
 	}
 
+	// -method-log has every request so far, a line each.
+	if b, err := os.ReadFile(methods); err != nil || !strings.HasPrefix(string(b), "initialize\nskills/list\nskills/list\nresources/read\n") {
+		t.Errorf("method log: %q %v", b, err)
+	}
 	for i, bad := range []string{
 		`"skills/get","params":{"uri":"skill://nope/SKILL.md"}`,
 		`"skills/get","params":{}`,

@@ -660,6 +660,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_SKILLS":              "pdf-processing,acme/refunds",
 		"FIXTURE_SKILLS_NO_DIRECTORY": "1",
 		"FIXTURE_HTTP":                "127.0.0.1:0",
+		"FIXTURE_METHOD_LOG":          "/tmp/y",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -677,7 +678,7 @@ func TestConfigFromEnv(t *testing.T) {
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html",
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
-		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0",
+		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0", methodLog: "/tmp/y",
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
