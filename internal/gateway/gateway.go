@@ -51,6 +51,7 @@ type Gateway struct {
 	// outbox holds what waits to be written to each server (outbox.go).
 	outbox    outboxes
 	agg       *aggregate
+	skills    skillIndex   // which server serves each skill on /mcp (skills.go)
 	pageSize  atomic.Int64 // of the aggregated lists; 0: whole lists (SetPageSize)
 	listeners listenerSet  // open subscriptions/listen requests
 	// held are the calls held for a modern client's retry (mrtr.go), by

@@ -146,9 +146,22 @@ func Has(era Era, method string) bool {
 	return true
 }
 
+// ExtensionCacheableMethods are methods of extensions whose results carry
+// ttlMs and cacheScope from 2026-07-28 on: the skills extension's
+// (SEP-2640: ListSkillsResult, GetSkillResult and
+// ReadResourceDirectoryResult extend CacheableResult). A legacy server of
+// the extension (its earlier drafts had no caching members) gets them
+// added for a modern client, as a core method's result does
+// (ToModernResult); but they stay in a legacy client's results
+// (ToLegacyResult): the extension's results have them in either era, and
+// its SDKs' schemas require them in every result.
+var ExtensionCacheableMethods = []string{"skills/list", "skills/get", "resources/directory/read"}
+
 // Cacheable reports whether method's complete results carry ttlMs and
 // cacheScope in the modern era.
-func Cacheable(method string) bool { return slices.Contains(CacheableMethods, method) }
+func Cacheable(method string) bool {
+	return slices.Contains(CacheableMethods, method) || slices.Contains(ExtensionCacheableMethods, method)
+}
 
 // For reports whether m is a member of method's messages.
 func (m *Member) For(method string) bool {

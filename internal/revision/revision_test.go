@@ -79,6 +79,27 @@ func TestToModernResult(t *testing.T) {
 	}
 }
 
+// The skills extension's results get ttlMs and cacheScope for a modern
+// client, and keep them for a legacy one: only resultType, which the
+// extension's results do not define, is the modern era's alone.
+func TestExtensionCacheable(t *testing.T) {
+	for _, method := range ExtensionCacheableMethods {
+		if !Cacheable(method) {
+			t.Errorf("%s is not cacheable", method)
+		}
+		if got, want := string(ToModernResult(method, json.RawMessage(`{"skills":[]}`), 0, `"public"`)), `{"resultType":"complete","ttlMs":0,"cacheScope":"public","skills":[]}`; got != want {
+			t.Errorf("ToModernResult(%s) = %s, want %s", method, got, want)
+		}
+		in := `{"resultType":"complete","ttlMs":30000,"cacheScope":"private","skill":{}}`
+		if got, want := string(ToLegacyResult(method, json.RawMessage(in))), `{"ttlMs":30000,"cacheScope":"private","skill":{}}`; got != want {
+			t.Errorf("ToLegacyResult(%s) = %s, want %s", method, got, want)
+		}
+	}
+	if Cacheable("skills/other") {
+		t.Error("skills/other is cacheable")
+	}
+}
+
 // A round trip: a legacy result made modern and back is what it was.
 func TestRoundTrip(t *testing.T) {
 	for _, method := range append(slices.Clone(CacheableMethods), "tools/call", "prompts/get", "completion/complete") {

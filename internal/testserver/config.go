@@ -39,6 +39,10 @@ type config struct {
 	forkBomb         int
 	askRoots         bool
 	askRootsAtInit   bool
+	skills           string // skill paths, comma-separated
+	skillsNoDir      bool
+	httpAddr         string
+	methodLog        string
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -67,12 +71,17 @@ var envBindings = []struct{ flag, env string }{
 	{"fork-bomb", "FIXTURE_FORK_BOMB"},
 	{"ask-roots", "FIXTURE_ASK_ROOTS"},
 	{"ask-roots-at-init", "FIXTURE_ASK_ROOTS_AT_INIT"},
+	{"skills", "FIXTURE_SKILLS"},
+	{"skills-no-directory", "FIXTURE_SKILLS_NO_DIRECTORY"},
+	{"http", "FIXTURE_HTTP"},
+	{"method-log", "FIXTURE_METHOD_LOG"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
 
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
-newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr. Tools:
+newline-delimited JSON-RPC 2.0 on stdin/stdout (or, with -http, JSON
+responses to POSTs) and logs to stderr. Tools:
 echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}, and with -ask-roots roots.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
@@ -113,6 +122,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&c.forkBomb, "fork-bomb", 0, "at start, start sleeping children (sleep 3600, in the server's process group, stdio on /dev/null) until a fork fails or `N` run (at most "+strconv.Itoa(maxForkBomb)+"), then serve [FIXTURE_FORK_BOMB]")
 	fs.BoolVar(&c.askRoots, "ask-roots", false, "before the first tools/call a process serves, ask the client for roots/list whatever it declared, and answer no call until the client does (as some servers do after each start); adds the tool roots, which returns what the client answered [FIXTURE_ASK_ROOTS]")
 	fs.BoolVar(&c.askRootsAtInit, "ask-roots-at-init", false, "with -ask-roots, ask for roots/list as soon as the client sends notifications/initialized, before any call (as playwright, chrome-devtools and server-filesystem do) [FIXTURE_ASK_ROOTS_AT_INIT]")
+	fs.StringVar(&c.skills, "skills", "", "serve the skills extension (SEP-2640) with a skill at each of these comma-separated `PATHS` (skill://PATH, named by its last segment, e.g. pdf-processing): SKILL.md (listed by resources/list), references/FORMS.md and scripts/extract.py, whose text names FIXTURE_TAG; skills/list (a skill a page), skills/get, resources/read and resources/directory/read, declared with directoryRead [FIXTURE_SKILLS]")
+	fs.BoolVar(&c.skillsNoDir, "skills-no-directory", false, "with -skills, declare the extension without directoryRead and serve no resources/directory/read [FIXTURE_SKILLS_NO_DIRECTORY]")
+	fs.StringVar(&c.httpAddr, "http", "", "serve MCP over HTTP at `ADDR` instead of stdio: each POST is one message, answered with a JSON body (a notification with 202); the fixture's own notifications and requests are not sent [FIXTURE_HTTP]")
+	fs.StringVar(&c.methodLog, "method-log", "", "append the method of every request received to `FILE`, a line each: a test sees what reached the server [FIXTURE_METHOD_LOG]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

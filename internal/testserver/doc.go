@@ -7,7 +7,9 @@
 // grandchildren behind, write garbage or huge lines, never answer, grow past
 // a memory limit, fork until a pids limit stops it) by a flag or
 // by the matching FIXTURE_* environment variable; a flag wins over the
-// environment. Run `go run ./internal/testserver/cmd/mcp-fixture -h` for the
+// environment. With -skills it serves the skills extension (SEP-2640);
+// with -http it speaks over HTTP instead of stdio, for clients that speak
+// MCP over HTTP only. Run `go run ./internal/testserver/cmd/mcp-fixture -h` for the
 // list.
 //
 // Besides [Main], which is the whole server, the package has helpers for

@@ -59,7 +59,8 @@ var held []byte
 // Start-up runs in this order: -crash-at-start, -ignore-term, -stderr-lines,
 // -setsid-child and -stdout-child (their grandchildren already ignore SIGTERM
 // when Main goes on), -hold-mb, -grow-mb, -fork-bomb, -spin, -slow-start,
-// -huge-line; then Main serves.
+// -huge-line; then Main serves (over HTTP with -http, where -huge-line
+// does not apply).
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) >= 1 && len(args) <= 2 && (args[0] == "-linger" || args[0] == "--linger") {
 		// Hidden mode of the grandchildren spawned by -setsid-child and
@@ -130,6 +131,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		logger.Printf("slow start: sleeping %v", cfg.slowStart)
 		time.Sleep(cfg.slowStart)
 	}
+	if cfg.httpAddr != "" {
+		return serveHTTP(cfg, logger)
+	}
 	s := newServer(cfg, stdout, logger)
 	defer s.stop()
 	if cfg.hugeLine > 0 {
@@ -174,7 +178,8 @@ type server struct {
 	asked    map[string]chan incoming // the fixture's own requests to its client, by id
 	askSeq   int
 
-	tools []tool // served (-tools-variant)
+	tools  []tool   // served (-tools-variant)
+	skills []*skill // served (-skills)
 
 	wedged atomic.Bool // set by the wedge tool: stop reading stdin
 	inited atomic.Bool // initialize was answered (-strict-init)
@@ -201,6 +206,7 @@ func newServer(cfg config, out io.Writer, logger *log.Logger) *server {
 	return &server{
 		cfg:       cfg,
 		tools:     toolsWith(cfg),
+		skills:    skillsOf(cfg.skills),
 		log:       logger,
 		ctx:       ctx,
 		cancel:    cancel,
@@ -485,8 +491,17 @@ func (s *server) handleRequest(m incoming) {
 		s.writeMu.Lock() // no half-written line on the way out
 		os.Exit(4)
 	}
+	if s.cfg.methodLog != "" {
+		if f, err := os.OpenFile(s.cfg.methodLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			fmt.Fprintln(f, m.Method)
+			f.Close()
+		}
+	}
 	if s.cfg.modernOnly && (m.Method == "initialize" || m.Method == "server/discover") {
 		s.modernOnly(m)
+		return
+	}
+	if len(s.skills) > 0 && s.skillsRequest(m) {
 		return
 	}
 	switch m.Method {
@@ -499,15 +514,28 @@ func (s *server) handleRequest(m incoming) {
 	case "tools/call":
 		s.startCall(m)
 	case "resources/list":
+		if len(s.skills) > 0 {
+			s.reply(m.ID, s.modernResult(m.Method, map[string]any{"resources": s.skillResources()}))
+			return
+		}
 		if s.cfg.uiURI == "" {
 			s.sendError(m.ID, codeMethodNotFound, "Method not found: "+m.Method)
 			return
 		}
 		s.reply(m.ID, map[string]any{"resources": []any{}})
+	case "resources/templates/list":
+		if len(s.skills) == 0 {
+			s.sendError(m.ID, codeMethodNotFound, "Method not found: "+m.Method)
+			return
+		}
+		s.reply(m.ID, s.modernResult(m.Method, map[string]any{"resourceTemplates": []any{}}))
 	case "resources/read":
 		var p struct{ URI string }
 		_ = json.Unmarshal(orEmpty(m.Params), &p)
 		uri := p.URI
+		if len(s.skills) > 0 && s.readSkillFile(m, uri) {
+			return
+		}
 		if s.cfg.uiURI == "" || uri != s.cfg.uiURI {
 			s.sendError(m.ID, -32002, "Resource not found: "+uri)
 			return
@@ -550,6 +578,7 @@ func (s *server) initialize(m incoming) {
 	if s.cfg.uiURI != "" {
 		caps["resources"] = struct{}{}
 	}
+	s.addSkillsCaps(caps)
 	s.reply(m.ID, map[string]any{
 		"protocolVersion": version,
 		"capabilities":    caps,
@@ -576,11 +605,13 @@ func (s *server) modernOnly(m incoming) {
 		s.sendError(m.ID, codeInvalidRequest, "this server speaks MCP "+ModernVersion+" only: send requests with _meta, no initialize")
 		return
 	}
+	caps := map[string]any{
+		"tools": map[string]any{"listChanged": true},
+	}
+	s.addSkillsCaps(caps)
 	s.reply(m.ID, s.modernResult(m.Method, map[string]any{
 		"supportedVersions": []string{ModernVersion},
-		"capabilities": map[string]any{
-			"tools": map[string]any{"listChanged": true},
-		},
+		"capabilities":      caps,
 	}))
 }
 

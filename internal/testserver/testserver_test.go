@@ -650,13 +650,17 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_TOOLS_VARIANT":   "2",
 		"FIXTURE_UI_URI":          "ui://fixture/view.html",
 		// The file, read at start, wins over the variant.
-		"FIXTURE_TOOLS_VARIANT_FILE": filepath.Join(t.TempDir(), "variant"),
-		"FIXTURE_HOLD_MB":            "64",
-		"FIXTURE_SPIN":               "300ms",
-		"FIXTURE_GROW_MB":            "32",
-		"FIXTURE_FORK_BOMB":          "10",
-		"FIXTURE_ASK_ROOTS":          "1",
-		"FIXTURE_ASK_ROOTS_AT_INIT":  "1",
+		"FIXTURE_TOOLS_VARIANT_FILE":  filepath.Join(t.TempDir(), "variant"),
+		"FIXTURE_HOLD_MB":             "64",
+		"FIXTURE_SPIN":                "300ms",
+		"FIXTURE_GROW_MB":             "32",
+		"FIXTURE_FORK_BOMB":           "10",
+		"FIXTURE_ASK_ROOTS":           "1",
+		"FIXTURE_ASK_ROOTS_AT_INIT":   "1",
+		"FIXTURE_SKILLS":              "pdf-processing,acme/refunds",
+		"FIXTURE_SKILLS_NO_DIRECTORY": "1",
+		"FIXTURE_HTTP":                "127.0.0.1:0",
+		"FIXTURE_METHOD_LOG":          "/tmp/y",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -674,6 +678,7 @@ func TestConfigFromEnv(t *testing.T) {
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html",
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
+		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0", methodLog: "/tmp/y",
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
