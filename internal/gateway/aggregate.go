@@ -263,6 +263,8 @@ func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, relat
 		return a.complete(ctx, w, m, related)
 	case "skills/list":
 		return a.skillsList(ctx, w, m, related)
+	case "skills/get", "resources/directory/read":
+		return a.skillRequest(ctx, w, m, related)
 	case "tasks/get", "tasks/update", "tasks/cancel", "tasks/result", "tasks/list":
 		return a.g.taskRequest(ctx, w, m, related, nil)
 	}

@@ -54,9 +54,11 @@ func (g *Gateway) forwardOnce(ctx context.Context, w sender, srv *fleet.Server, 
 	var cancel context.CancelCauseFunc
 	if r != nil && r.held == nil && r.mo.cancel != nil && ctx == r.mo.ctx {
 		// A modern request's context is its own: its forward ends it.
-		// Only the first forward takes it; a second (no path makes one
-		// today) derives its own context, and so must begin before the
-		// first ends — after, the request's context has ended.
+		// Only a forward given that very context takes it; any other
+		// (skills/list's fan-out gives each server's a context derived
+		// from the request's, and a request of its own) derives its
+		// own, and so must begin before the first ends — after, the
+		// request's context has ended.
 		cancel, r.mo.cancel = r.mo.cancel, nil
 	}
 	f, resp := g.begin(ctx, cancel, w, srv, method, params, clientID, related)

@@ -86,13 +86,12 @@ const (
 
 // skillsCap is the skills extension's settings on the aggregated
 // endpoint, merged from the servers' (inits), or nil when none offers it:
-// {"directoryRead":true} when every server that offers it does
-// directory reads, else {}. A client of /mcp that was told directoryRead
-// sends resources/directory/read for any skill, and /mcp passes it to the
-// skill's server: one that did not declare directoryRead would get a
-// method its client must not send it.
+// {"directoryRead":true} when a server that offers it does directory
+// reads, else {}. A directory read /mcp gets for the skill of a server
+// that did not declare directoryRead is refused there (skillRequest):
+// the server never gets a method its client must not send it.
 func skillsCap(inits []*fleet.InitResult) json.RawMessage {
-	declared, dirs := false, true
+	declared, dirs := false, false
 	for _, in := range inits {
 		ext := serverExtension(in, skillsExtension)
 		if !declaresSkills(ext) {
@@ -102,8 +101,8 @@ func skillsCap(inits []*fleet.InitResult) json.RawMessage {
 		var s struct {
 			DirectoryRead bool `json:"directoryRead"`
 		}
-		if json.Unmarshal(ext, &s) != nil || !s.DirectoryRead {
-			dirs = false
+		if json.Unmarshal(ext, &s) == nil && s.DirectoryRead {
+			dirs = true
 		}
 	}
 	switch {
@@ -646,4 +645,39 @@ func (a *aggregate) indexSkills(ctx context.Context, servers []*fleet.Server) {
 		})
 	}
 	wg.Wait()
+}
+
+// skillRequest serves skills/get and resources/directory/read on /mcp:
+// at the server of the skill the uri is in. A uri that is missing, in no
+// server's skill, or (a directory read) of a server that does not offer
+// directory reads gets the extension's -32602, and reaches no server.
+func (a *aggregate) skillRequest(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
+	uri, _ := rpc.StringMember(m.Params, "uri")
+	if uri == "" {
+		return errorResponse(m.ID, rpc.InvalidParams, m.Method+": params.uri (a string) is required")
+	}
+	srv := a.resourceServer(ctx, uri)
+	if ctx.Err() != nil {
+		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the skills were listed: %v", context.Cause(ctx)))
+	}
+	if srv == nil {
+		return errorResponse(m.ID, rpc.InvalidParams, m.Method+": "+uri+" is in no skill of the servers of /mcp (a server's own endpoint, /servers/NAME/mcp, reaches the skills it does not list)")
+	}
+	if m.Method == "resources/directory/read" && !directoryRead(srv) {
+		return errorResponse(m.ID, rpc.InvalidParams, m.Method+": server "+srv.Name()+", whose skill "+uri+" is, does not offer directory reads (its skills extension does not declare directoryRead)")
+	}
+	return a.g.forward(ctx, w, srv, m.Method, m.Params, m.ID, related)
+}
+
+// directoryRead reports whether srv's skills extension, as its known
+// initialize result declares it, offers resources/directory/read.
+func directoryRead(srv *fleet.Server) bool {
+	in := srv.Catalog().KnownInit()
+	if in == nil {
+		return false
+	}
+	var s struct {
+		DirectoryRead bool `json:"directoryRead"`
+	}
+	return json.Unmarshal(serverExtension(in, skillsExtension), &s) == nil && s.DirectoryRead
 }

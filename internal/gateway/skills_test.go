@@ -216,7 +216,8 @@ func TestSkillsThroughTheAggregate(t *testing.T) {
 		}
 		// What no server serves: nobody's on /mcp, whose servers each
 		// might serve a skill they do not list.
-		c.refused("skills/get of no server's skill", c.call("skills/get", `{"uri":"skill://nope/SKILL.md"}`), -32002, "Resource not found")
+		c.refused("skills/get of no server's skill", c.call("skills/get", `{"uri":"skill://nope/SKILL.md"}`), rpc.InvalidParams, "is in no skill of the servers of /mcp")
+		c.refused("a directory read of no server's skill", c.call("resources/directory/read", `{"uri":"skill://nope"}`), rpc.InvalidParams, "is in no skill of the servers of /mcp")
 		c.refused("a file of no server's skill", c.call("resources/read", `{"uri":"skill://nope/references/FORMS.md"}`), -32002, "Resource not found")
 		// A file of a served skill that its server does not have: the
 		// server says so.
@@ -261,13 +262,13 @@ func TestSkillsListRefusesAndPages(t *testing.T) {
 		if c.s != nil {
 			c.refused("params [1]", c.call("skills/list", `[1]`), rpc.InvalidParams, "params must be an object")
 			c.refused("params \"x\"", c.call("skills/list", `"x"`), rpc.InvalidParams, "params must be an object")
-			c.refused("skills/get params \"x\"", c.call("skills/get", `"x"`), rpc.MethodNotFound, "these name none")
+			c.refused("skills/get params \"x\"", c.call("skills/get", `"x"`), rpc.InvalidParams, "params.uri (a string) is required")
 		}
 		c.refused("cursor 5", c.call("skills/list", `{"cursor":5}`), rpc.InvalidParams, "cursor must be a string")
 		c.refused("a cursor of the server's", c.call("skills/list", `{"cursor":"skills-page-1"}`), rpc.InvalidParams, "invalid cursor")
-		c.refused("skills/get {}", c.call("skills/get", `{}`), rpc.MethodNotFound, "these name none")
-		c.refused("skills/get uri 5", c.call("skills/get", `{"uri":5}`), rpc.MethodNotFound, "these name none")
-		c.refused("directory read {}", c.call("resources/directory/read", `{}`), rpc.MethodNotFound, "these name none")
+		c.refused("skills/get {}", c.call("skills/get", `{}`), rpc.InvalidParams, "params.uri (a string) is required")
+		c.refused("skills/get uri 5", c.call("skills/get", `{"uri":5}`), rpc.InvalidParams, "params.uri (a string) is required")
+		c.refused("directory read {}", c.call("resources/directory/read", `{}`), rpc.InvalidParams, "params.uri (a string) is required")
 		// null params are none.
 		if c.s != nil {
 			var page skillsPage
@@ -306,7 +307,9 @@ func TestSkillsListRefusesAndPages(t *testing.T) {
 // skills; its error is the extension's -32602). Its 2026-07-28 caching
 // hints come through: skills/list's (the only server's) and skills/get's
 // as it sent them. The capability follows the servers': directoryRead
-// only when every server of the extension declares it; none without one.
+// when a server of the extension declares it (a directory read of
+// another's skill is refused on /mcp, and never reaches it); none without
+// one.
 func TestSkillsOfOneServer(t *testing.T) {
 	w := newWorld(t, `{
 		"x":{"command":"$FIXTURE","prefix":"","args":["-modern-only"],"env":{"FIXTURE_TAG":"x","FIXTURE_SKILLS":"pdf-processing"}},
@@ -334,8 +337,18 @@ func TestSkillsOfOneServer(t *testing.T) {
 	mixed := newWorld(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_SKILLS":"pdf-processing"}},
 		"n":{"command":"$FIXTURE","env":{"FIXTURE_SKILLS":"other","FIXTURE_SKILLS_NO_DIRECTORY":"1"}}}`)
-	if l, m := capsOn(t, mixed); l != `{}` || m != l {
-		t.Errorf("capability of a server with directoryRead and one without: %s / %s, want {}", l, m)
+	if l, m := capsOn(t, mixed); l != `{"directoryRead":true}` || m != l {
+		t.Errorf("capability of a server with directoryRead and one without: %s / %s, want directoryRead", l, m)
+	}
+	for _, c := range eraClients(t, mixed.gw.Aggregate()) {
+		var listed skillsPage
+		c.result(c.call("skills/list", `{}`), &listed)
+		c.refused("a directory read of n's skill", c.call("resources/directory/read", `{"uri":"skill://other"}`), rpc.InvalidParams, "server n, whose skill skill://other is, does not offer directory reads")
+		var dir struct{ Resources []struct{ URI string } }
+		c.result(c.call("resources/directory/read", `{"uri":"skill://pdf-processing"}`), &dir)
+		if len(dir.Resources) == 0 {
+			t.Errorf("%s: a directory read of a's skill: %+v", c.era, dir)
+		}
 	}
 	none := newWorld(t, `{"p":{"command":"$FIXTURE","env":{"FIXTURE_UI_URI":"ui://p/view.html"}}}`)
 	if l, m := capsOn(t, none); l != "" || m != "" {
