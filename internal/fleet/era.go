@@ -49,34 +49,43 @@ func (in *instance) modernRoot() (proc.Root, bool) {
 	return proc.Root{}, false
 }
 
-// Run is the number of the process that serves requests on the lease —
-// a modern client's (modern) on a dual-era server's process for modern
-// clients while that runs —, unique in mcpvisor's process: another
-// process of the server (a restart, a wake, a crash) has another. What a
+// ConnRun is the number of the process c, a server connection (a
+// lease's, or a message's Source.Conn), talks to, unique in mcpvisor's
+// process: another process of the server (a restart, a wake, a crash, a
+// dual-era server's process for modern clients) has another. What a
 // server keeps only in its process, as a task, lives as long as its run.
 // 0 for a remote server, whose state outlives any connection to it, and
 // for a connection that is no backend's (a test's).
-func (l *Lease) Run(modern bool) uint64 {
-	bc, ok := l.conn.(*backend.Conn)
+func ConnRun(c Conn) uint64 {
+	bc, ok := c.(*backend.Conn)
 	if !ok || !bc.Local() {
 		return 0
-	}
-	if modern && !bc.Modern() {
-		if t := bc.RunningTwin(); t != nil {
-			return t.Serial()
-		}
 	}
 	return bc.Serial()
 }
 
-// Run is Lease.Run of session's instance ("" for the shared one) as it
-// runs now; running is false when it does not run (dormant, stopped,
-// starting), and nothing is started.
-func (s *Server) Run(session string, modern bool) (run uint64, running bool) {
-	l, ok := s.Peek(session)
-	if !ok {
-		return 0, false
+// Runs are the runs (ConnRun) of session's instance ("" for the shared
+// one) as it runs now: its process's, and for a dual-era server the
+// process's for modern clients, 0 when none runs; running is false when
+// the instance does not run (dormant, stopped, starting, never started).
+// It leases nothing and starts nothing, and takes only the server's and
+// the instance's locks: the fleet may ask it of a TaskHolder.
+func (s *Server) Runs(session string) (primary, twin uint64, running bool) {
+	in := s.instanceOf(session)
+	if in == nil {
+		return 0, 0, false
 	}
-	defer l.Release()
-	return l.Run(modern), true
+	l := in.current()
+	if l == nil {
+		return 0, 0, false
+	}
+	bc, ok := l.(*backend.Conn)
+	if !ok {
+		return 0, 0, true
+	}
+	primary = ConnRun(bc)
+	if t := bc.RunningTwin(); t != nil {
+		twin = ConnRun(t)
+	}
+	return primary, twin, true
 }

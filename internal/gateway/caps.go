@@ -19,6 +19,9 @@ import (
 func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
 	servers := a.g.fleet.Servers()
 	inits := make([]*fleet.InitResult, 0, len(servers))
+	// A per-session server's instance for a 2026-07-28 request ends with
+	// it: such requests are not offered its tasks (serverEra).
+	var taskInits []*fleet.InitResult
 	learned := false
 	for _, srv := range servers {
 		in := srv.Catalog().KnownInit()
@@ -29,6 +32,9 @@ func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
 		}
 		if in != nil {
 			inits = append(inits, in)
+			if !modern || !srv.Config().PerSession() {
+				taskInits = append(taskInits, in)
+			}
 		}
 	}
 	var caps map[string]json.RawMessage
@@ -36,7 +42,7 @@ func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
 		panic(err)
 	}
 	ext := map[string]json.RawMessage{}
-	tasksCaps(inits, modern, caps, ext)
+	tasksCaps(taskInits, modern, caps, ext)
 	if c := skillsCap(inits); c != nil {
 		ext[skillsExtension] = c
 	}

@@ -32,16 +32,22 @@ var (
 // client. It never returns nil: a server that is down, crashes, times out
 // or sends garbage yields a JSON-RPC error naming it.
 func (g *Gateway) forward(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
-	resp := g.forwardOnce(ctx, w, srv, method, params, clientID, related)
+	var run uint64
+	resp := g.forwardOnce(ctx, w, srv, method, params, clientID, related, &run)
 	if method == "tools/call" && resp.Result != nil && bytes.Contains(resp.Result, taskIDKey) {
 		// A call answered with a task: its id becomes mcpvisor's.
-		return g.taskCreated(w, srv, resp)
+		if run == 0 {
+			run = eraRun(w, srv) // a held call's: the process of its era now
+		}
+		return g.taskCreated(w, srv, run, resp)
 	}
 	return resp
 }
 
-// forwardOnce is forward but for what it does to a result.
-func (g *Gateway) forwardOnce(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) *rpc.Message {
+// forwardOnce is forward but for what it does to a result; *run is set
+// to the run (fleet.ConnRun) of the process the request was sent to, when
+// it was sent in one flight (not held across rounds).
+func (g *Gateway) forwardOnce(ctx context.Context, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink, run *uint64) *rpc.Message {
 	if fm, ok := related.(forwardMarker); ok {
 		fm.markForwarded() // counted and traced as its server's call, not as mcpvisor's answer
 	}
@@ -66,6 +72,7 @@ func (g *Gateway) forwardOnce(ctx context.Context, w sender, srv *fleet.Server, 
 		return resp
 	}
 	sr, err := f.send()
+	*run = fleet.ConnRun(f.conn)
 	resp = f.finish(sr, err)
 	if r != nil {
 		if need := r.needCap.Load(); need != nil {
@@ -450,8 +457,18 @@ func modernParams(r *modernReq, params json.RawMessage, modernConn bool) json.Ra
 		params, _ = rpc.EditParams(params, name, r.rename, drop...)
 	}
 	r.rename = nil
+	if !modernConn && bytes.Contains(params, legacyTaskParam) {
+		// The 2025-11-25 revision's request for a task, which a
+		// 2026-07-28 request may carry but its revision ignores
+		// (SEP-2663): a legacy server would make a task the client
+		// cannot follow.
+		params = rpc.DropMembers(params, []string{"task"}, nil)
+	}
 	return params
 }
+
+// legacyTaskParam is in the params of a request for a 2025-11-25 task.
+var legacyTaskParam = []byte(`"task"`)
 
 // narrowCapabilities is params, a modern request's, with its client's
 // capabilities in _meta left without those the server's config does not
@@ -959,6 +976,11 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseUndeclared(conn, m, capName)
 		return
 	}
+	if up, ok := relatedTask(m.Params); ok && src.Server != nil {
+		// It names its task: that task's client's, or nobody's.
+		g.askForTask(src, m, capName, up)
+		return
+	}
 	c := g.attribute(src, m, capName)
 	switch {
 	case c == nil:
@@ -971,7 +993,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		// some servers ask for after every start before they answer).
 		g.refuseUndeclared(conn, m, capName)
 	default:
-		g.askLegacy(conn, m, c)
+		g.askLegacy(conn, m, c, m.Params)
 	}
 }
 
@@ -1064,9 +1086,10 @@ func (g *Gateway) askModern(conn fleet.Conn, m *rpc.Message, c *call, capName st
 	g.replyError(conn, m, rpc.InternalError, msg)
 }
 
-// askLegacy sends a server's request m to the legacy client of c, bounded
-// by inputWait: the server gets the client's answer, or an error.
-func (g *Gateway) askLegacy(conn fleet.Conn, m *rpc.Message, c *call) {
+// askLegacy sends a server's request m, with params, to the legacy client
+// of c, bounded by inputWait: the server gets the client's answer, or an
+// error.
+func (g *Gateway) askLegacy(conn fleet.Conn, m *rpc.Message, c *call, params json.RawMessage) {
 	ours := secretID("mcpv-r-")
 	r := &outReq{call: c, conn: conn, backendID: m.ID, sess: c.from.sess}
 	r.timer = time.AfterFunc(inputWait, func() {
@@ -1074,7 +1097,7 @@ func (g *Gateway) askLegacy(conn fleet.Conn, m *rpc.Message, c *call) {
 			_ = conn.ReplyError(m.ID, rpc.RequestTimeout, fmt.Sprintf("the client did not answer %s within %v", m.Method, inputWait))
 		}
 	})
-	if err := g.sendOutReq(c, ours, r, m.Method, g.relatedTaskOut(conn, c.from.sess, m.Params)); err != nil {
+	if err := g.sendOutReq(c, ours, r, m.Method, params); err != nil {
 		r.timer.Stop()
 		msg := fmt.Sprintf("mcpvisor could not deliver %s to the client: %v", m.Method, err)
 		g.replyError(conn, m, rpc.InternalError, msg)

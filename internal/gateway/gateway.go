@@ -8,6 +8,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -72,8 +73,11 @@ type Gateway struct {
 	clients clientbook.Book
 	// local counts the requests mcpvisor answers itself (answer.go).
 	local telemetry.Local
-	// tasks are the tasks clients were given ids for (tasks.go).
-	tasks taskBook
+	// tasks are the tasks clients were given ids for (tasks.go), whose
+	// ids are sealed with taskCipher (made once, from stateKey).
+	tasks       taskBook
+	taskKeyOnce sync.Once
+	taskCipher  cipher.AEAD
 }
 
 // Working reports whether the instance keyed key of s works on a task a

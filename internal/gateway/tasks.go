@@ -3,11 +3,13 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -51,52 +53,82 @@ const taskIDPrefix = "mcpv-t1."
 // no client asks about any more.
 const taskHoldMax = time.Hour
 
-// maxTaskEntries bounds the tasks the book records; more tasks still work
-// and route, but do not keep their servers awake (a warning says so).
-const maxTaskEntries = 10_000
+// maxTaskEntries bounds the tasks the book records, maxSessionTasks those
+// of one legacy session (whose ended tasks stay recorded for its
+// tasks/list): more tasks still work and route, but do not keep their
+// servers awake, are not listed and get no status notifications (a
+// warning says so).
+const (
+	maxTaskEntries  = 10_000
+	maxSessionTasks = 1_000
+)
 
 // taskRef is what a task id mcpvisor issued says.
 type taskRef struct {
 	Server string `json:"s"`
 	Bind   string `json:"b,omitempty"` // the session's binding (bindOf); "" for a 2026-07-28 request
-	Run    uint64 `json:"r,omitempty"` // the run that holds it (Lease.Run); 0: not checked (a remote server)
+	Run    uint64 `json:"r,omitempty"` // the run that holds it (fleet.ConnRun); 0: not checked (a remote server)
+	Origin string `json:"o,omitempty"` // a remote server's: its URL's digest (originOf)
 	Up     string `json:"u"`           // the server's own id
 }
 
-// taskID is the id a client gets for ref.
+// taskID is the id a client gets for ref: ref sealed (AES-GCM, with a key
+// derived from the gateway's), so that a client can neither read the
+// server's own id in it nor change anything it says.
 func (g *Gateway) taskID(ref taskRef) string {
-	body := mustJSON(ref)
-	enc := base64.RawURLEncoding.EncodeToString(body)
-	return taskIDPrefix + enc + "." + base64.RawURLEncoding.EncodeToString(g.taskMAC(enc))
+	aead := g.taskAEAD()
+	nonce := make([]byte, aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	return taskIDPrefix + base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, mustJSON(ref), []byte(taskIDPrefix)))
 }
 
-func (g *Gateway) taskMAC(enc string) []byte {
-	mac := hmac.New(sha256.New, g.stateKey)
-	mac.Write([]byte("task\x00"))
-	mac.Write([]byte(enc))
-	return mac.Sum(nil)[:16]
+// taskAEAD is the cipher task ids are sealed with.
+func (g *Gateway) taskAEAD() cipher.AEAD {
+	g.taskKeyOnce.Do(func() {
+		mac := hmac.New(sha256.New, g.stateKey)
+		mac.Write([]byte("mcpvisor task ids\x00"))
+		block, err := aes.NewCipher(mac.Sum(nil))
+		if err != nil {
+			panic(err)
+		}
+		if g.taskCipher, err = cipher.NewGCM(block); err != nil {
+			panic(err)
+		}
+	})
+	return g.taskCipher
 }
 
-// parseTaskID is what id says, if mcpvisor issued it.
+// parseTaskID is what id says, if mcpvisor issued it. One id has one
+// spelling (strict Base64), so that the book finds a task by the string
+// the client sends.
 func (g *Gateway) parseTaskID(id string) (taskRef, bool) {
 	rest, ok := strings.CutPrefix(id, taskIDPrefix)
 	if !ok {
 		return taskRef{}, false
 	}
-	enc, sig, ok := strings.Cut(rest, ".")
-	if !ok {
+	sealed, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	aead := g.taskAEAD()
+	if err != nil || len(sealed) < aead.NonceSize()+aead.Overhead() {
 		return taskRef{}, false
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, g.taskMAC(enc)) {
-		return taskRef{}, false
-	}
-	body, err := base64.RawURLEncoding.DecodeString(enc)
+	body, err := aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], []byte(taskIDPrefix))
 	var ref taskRef
 	if err != nil || json.Unmarshal(body, &ref) != nil || ref.Server == "" || ref.Up == "" {
 		return taskRef{}, false
 	}
 	return ref, true
+}
+
+// originOf is what a task id of srv says of where srv is: for a remote
+// server a digest of its URL (a reload that points the name elsewhere
+// makes its ids another server's), else "".
+func originOf(srv *fleet.Server) string {
+	u := srv.Config().URL
+	if u == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(u))
+	return base64.RawURLEncoding.EncodeToString(sum[:9])
 }
 
 // bindOf is the binding of w's tasks: its legacy session's (a digest of
@@ -115,10 +147,11 @@ func (g *Gateway) bindOf(w sender) string {
 // taskIDKey is in every result that creates a task, in either era.
 var taskIDKey = []byte(`"taskId"`)
 
-// taskCreated is resp, the answer of srv to w's tools/call, with the task
-// it creates, if any, given mcpvisor's id (and recorded: the book holds
-// the server awake while it works).
-func (g *Gateway) taskCreated(w sender, srv *fleet.Server, resp *rpc.Message) *rpc.Message {
+// taskCreated is resp, the answer of srv to w's tools/call, sent on the
+// process of run (fleet.ConnRun), with the task it creates, if any, given
+// mcpvisor's id (and recorded: the book holds the server awake while it
+// works).
+func (g *Gateway) taskCreated(w sender, srv *fleet.Server, run uint64, resp *rpc.Message) *rpc.Message {
 	res := resp.Result
 	var up string
 	var ttl json.RawMessage
@@ -134,12 +167,8 @@ func (g *Gateway) taskCreated(w sender, srv *fleet.Server, resp *rpc.Message) *r
 	if up == "" {
 		return resp
 	}
-	key := w.key()
-	if !srv.Config().PerSession() {
-		key = ""
-	}
-	run, _ := srv.Run(key, w.req != nil)
-	ref := taskRef{Server: srv.Name(), Bind: g.bindOf(w), Run: run, Up: up}
+	key := instanceKey(w, srv)
+	ref := taskRef{Server: srv.Name(), Bind: g.bindOf(w), Run: run, Origin: originOf(srv), Up: up}
 	id := g.taskID(ref)
 	out := *resp
 	if modern {
@@ -152,8 +181,28 @@ func (g *Gateway) taskCreated(w sender, srv *fleet.Server, resp *rpc.Message) *r
 	if w.sess != nil {
 		session = w.sess.Key()
 	}
-	g.tasks.add(g, &taskEntry{id: id, srv: srv, key: key, session: session, up: up, working: true}, ttlOf(ttl))
+	g.tasks.add(g, &taskEntry{id: id, srv: srv, key: key, run: run, session: session, up: up, working: true}, ttlOf(ttl))
 	return &out
+}
+
+// eraRun is the run of the process of srv that serves w's requests now:
+// for a 2026-07-28 request on a dual-era server, its process for modern
+// clients; else its process.
+func eraRun(w sender, srv *fleet.Server) uint64 {
+	primary, twin, _ := srv.Runs(instanceKey(w, srv))
+	if w.req != nil && twin != 0 {
+		return twin
+	}
+	return primary
+}
+
+// instanceKey is the key of the instance of srv that serves w: its own
+// (a per-session server's), else "" (the shared one).
+func instanceKey(w sender, srv *fleet.Server) string {
+	if srv.Config().PerSession() {
+		return w.key()
+	}
+	return ""
 }
 
 // ttlOf is how long a task whose ttl (ms, or null) is raw keeps its
@@ -227,20 +276,34 @@ func (g *Gateway) taskTarget(w sender, m *rpc.Message, id string, only *fleet.Se
 	if srv == nil || srv.Removed() {
 		return notFound("is gone: its server " + ref.Server + " was removed from the configuration, and its tasks with it")
 	}
-	if ref.Run != 0 {
-		key := w.key()
-		if !srv.Config().PerSession() {
-			key = ""
-		}
-		run, running := srv.Run(key, w.req != nil)
-		switch {
-		case !running:
-			return notFound(fmt.Sprintf("is gone: server %s is %s, and a task lives only in the process that was working on it", ref.Server, srv.Status().State))
-		case run != ref.Run:
-			return notFound("is gone: server " + ref.Server + " has restarted since (a new process), and a task lives only in the process that was working on it")
-		}
+	if ref.Origin != originOf(srv) {
+		return notFound("is gone: server " + ref.Server + " is now another server (a reload changed its URL)")
+	}
+	if why := g.taskGone(w, srv, ref); why != "" {
+		g.tasks.ended(id)
+		return notFound("is gone: " + why + ", and a task lives only in the process that was working on it")
 	}
 	return srv, ref, nil
+}
+
+// taskGone says why the process that held the task ref, asked about by
+// w, is gone; "" when it runs (or the task is a remote server's, which no
+// process of mcpvisor's holds).
+func (g *Gateway) taskGone(w sender, srv *fleet.Server, ref taskRef) string {
+	if ref.Run == 0 {
+		return ""
+	}
+	key := instanceKey(w, srv)
+	primary, twin, running := srv.Runs(key)
+	switch {
+	case running && (ref.Run == primary || ref.Run == twin):
+		return ""
+	case key != "" && !running:
+		return "the session's own process of server " + ref.Server + " has ended"
+	case !running:
+		return "server " + ref.Server + " is " + srv.Status().State
+	}
+	return "server " + ref.Server + " has restarted since (a new process)"
 }
 
 // taskAnswered is resp, a server's answer to tasks method about the task
@@ -299,15 +362,27 @@ func declaresExtension(caps json.RawMessage, id string) bool {
 }
 
 // taskList answers a legacy session's tasks/list: the tasks it created
-// that the book still records, as their servers list them now, in one
-// page.
+// that the book still records and whose processes run, as their servers
+// list them now, in one page. A server whose process that held them is
+// gone (dormant, stopped, restarted) is not asked, nor started; each
+// server's pages are read in turn, all of them within fanOutTimeout.
 func (g *Gateway) taskList(ctx context.Context, w sender, m *rpc.Message, related Sink, only *fleet.Server) *rpc.Message {
 	if c, _ := rpc.StringMember(m.Params, "cursor"); c != "" {
 		return errorResponse(m.ID, rpc.InvalidParams, "tasks/list: invalid cursor: mcpvisor lists every task of the session in one page")
 	}
-	mine := g.tasks.ofSession(w.sess.Key(), only)
+	ctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
+	defer cancel()
 	tasks := []json.RawMessage{}
-	for srv, ups := range mine {
+	for srv, entries := range g.tasks.ofSession(w.sess.Key(), only) {
+		ids := map[string]string{} // the server's id → the client's
+		for _, e := range entries {
+			if e.run == 0 || g.taskGone(w, srv, taskRef{Server: srv.Name(), Run: e.run}) == "" {
+				ids[e.up] = e.id
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
 		cursor := ""
 		for range maxTaskPages {
 			params := json.RawMessage(`{}`)
@@ -316,7 +391,7 @@ func (g *Gateway) taskList(ctx context.Context, w sender, m *rpc.Message, relate
 			}
 			resp := g.forward(ctx, w, srv, "tasks/list", params, m.ID, related)
 			if resp.Error != nil {
-				g.log.Debug("tasks/list: a server's tasks left out", "server", srv.Name(), "err", resp.Error.Message)
+				g.log.Info("tasks/list: a server's tasks are left out", "server", srv.Name(), "err", resp.Error.Message)
 				break
 			}
 			var page struct {
@@ -328,7 +403,7 @@ func (g *Gateway) taskList(ctx context.Context, w sender, m *rpc.Message, relate
 			}
 			for _, t := range page.Tasks {
 				up, _ := rpc.StringMember(t, "taskId")
-				if id, ok := ups[up]; ok {
+				if id, ok := ids[up]; ok {
 					t, _ = rpc.ReplaceMember(t, "taskId", mustJSON(id))
 					tasks = append(tasks, t)
 				}
@@ -390,6 +465,7 @@ type taskEntry struct {
 	id      string // the client's id (mcpvisor's)
 	srv     *fleet.Server
 	key     string // its instance's key: "" for the shared one
+	run     uint64 // the run of the process that holds it (0: a remote server's)
 	session string // the legacy session it was given to; "" for a 2026-07-28 request
 	up      string // the server's id
 	working bool   // it keeps its instance awake
@@ -402,42 +478,60 @@ type instKey struct {
 	key string
 }
 
+// upKey names a task as its server knows it: by the process that holds
+// it and that process's id (another process may reuse the id).
+type upKey struct {
+	instKey
+	run uint64
+	up  string
+}
+
 // taskBook is the tasks mcpvisor gave ids to, until they end or their
 // time does (ttlOf): which keep their instances awake (Working), which a
 // legacy session lists, and where a 2025-11-25 server's status
-// notification goes. Its methods are the only code that touches it.
+// notification and requests go. Its methods are the only code that
+// touches it; its lock is taken last (the fleet asks Working under its
+// own), and nothing is called out while it is held.
 type taskBook struct {
-	mu      sync.Mutex
-	byID    map[string]*taskEntry
-	byUp    map[instKey]map[string]*taskEntry // by instance, then the server's id
-	working map[instKey]int
-	warned  bool
+	mu        sync.Mutex
+	byID      map[string]*taskEntry
+	byUp      map[upKey]*taskEntry
+	working   map[instKey]map[*taskEntry]struct{}
+	bySession map[string]int // entries of each legacy session
+	warned    bool
 }
 
-// add records e for d, and holds its instance awake meanwhile.
+// add records e for d, and holds its instance awake meanwhile, unless
+// the book is full (maxTaskEntries; maxSessionTasks of e's session): the
+// task then works and routes, but is not recorded.
 func (b *taskBook) add(g *Gateway, e *taskEntry, d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.byID) >= maxTaskEntries {
+	if len(b.byID) >= maxTaskEntries || e.session != "" && b.bySession[e.session] >= maxSessionTasks {
 		if !b.warned {
 			b.warned = true
-			g.log.Warn("tasks: too many recorded; newer tasks work, but do not keep their servers awake", "recorded", len(b.byID))
+			g.log.Warn("tasks: too many recorded; newer tasks work, but do not keep their servers awake, are not in tasks/list and get no status notifications",
+				"recorded", len(b.byID), "session", e.session != "")
 		}
 		return
 	}
 	if b.byID == nil {
-		b.byID, b.byUp, b.working = map[string]*taskEntry{}, map[instKey]map[string]*taskEntry{}, map[instKey]int{}
+		b.byID, b.byUp, b.working, b.bySession = map[string]*taskEntry{}, map[upKey]*taskEntry{}, map[instKey]map[*taskEntry]struct{}{}, map[string]int{}
 	}
-	if old := b.byID[e.id]; old != nil {
+	uk := upKey{instKey{e.srv, e.key}, e.run, e.up}
+	if old := b.byUp[uk]; old != nil {
 		b.dropLocked(old) // the same task again (a retried call's answer)
 	}
-	ik := instKey{e.srv, e.key}
 	b.byID[e.id] = e
-	if b.byUp[ik] == nil {
-		b.byUp[ik] = map[string]*taskEntry{}
+	b.byUp[uk] = e
+	if e.session != "" {
+		b.bySession[e.session]++
 	}
-	b.byUp[ik][e.up] = e
-	b.working[ik]++
+	ik := instKey{e.srv, e.key}
+	if b.working[ik] == nil {
+		b.working[ik] = map[*taskEntry]struct{}{}
+	}
+	b.working[ik][e] = struct{}{}
 	e.timer = time.AfterFunc(d, func() { b.expire(e) })
 }
 
@@ -454,13 +548,17 @@ func (b *taskBook) expire(e *taskEntry) {
 // dropLocked forgets e; it reports whether e held its instance awake.
 func (b *taskBook) dropLocked(e *taskEntry) (wasWorking bool) {
 	e.timer.Stop()
-	delete(b.byID, e.id)
-	ik := instKey{e.srv, e.key}
-	if m := b.byUp[ik]; m[e.up] == e {
-		delete(m, e.up)
-		if len(m) == 0 {
-			delete(b.byUp, ik)
+	if b.byID[e.id] == e {
+		delete(b.byID, e.id)
+		if e.session != "" {
+			if b.bySession[e.session]--; b.bySession[e.session] <= 0 {
+				delete(b.bySession, e.session)
+			}
 		}
+	}
+	uk := upKey{instKey{e.srv, e.key}, e.run, e.up}
+	if b.byUp[uk] == e {
+		delete(b.byUp, uk)
 	}
 	return b.idleLocked(e)
 }
@@ -473,15 +571,17 @@ func (b *taskBook) idleLocked(e *taskEntry) bool {
 	}
 	e.working = false
 	ik := instKey{e.srv, e.key}
-	if b.working[ik]--; b.working[ik] <= 0 {
+	delete(b.working[ik], e)
+	if len(b.working[ik]) == 0 {
 		delete(b.working, ik)
 	}
 	return true
 }
 
 // ended tells the book that the task id has ended (or its server no
-// longer knows it): it no longer holds its instance awake. A legacy
-// session's stays recorded, for its tasks/list, until its time is up.
+// longer knows it, or its process is gone): it no longer holds its
+// instance awake. A legacy session's stays recorded, for its tasks/list,
+// until its time is up.
 func (b *taskBook) ended(id string) {
 	b.mu.Lock()
 	e := b.byID[id]
@@ -516,37 +616,42 @@ func (b *taskBook) endSession(session string) {
 }
 
 // Working reports whether the instance keyed key of s works on a task
-// a client follows (fleet.TaskHolder).
+// a client follows (fleet.TaskHolder): a working task of the process that
+// runs there now (one of a process that ended holds nothing).
 func (b *taskBook) Working(s *fleet.Server, key string) bool {
+	primary, twin, running := s.Runs(key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.working[instKey{s, key}] > 0
+	for e := range b.working[instKey{s, key}] {
+		if e.run == 0 || running && (e.run == primary || e.run == twin) {
+			return true
+		}
+	}
+	return false
 }
 
 // ofSession is the tasks the session was given, by server (only's, when
-// set), each the server's id → the client's.
-func (b *taskBook) ofSession(session string, only *fleet.Server) map[*fleet.Server]map[string]string {
+// set), each the server's id → the client's, with the run that holds it.
+func (b *taskBook) ofSession(session string, only *fleet.Server) map[*fleet.Server][]*taskEntry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := map[*fleet.Server]map[string]string{}
+	out := map[*fleet.Server][]*taskEntry{}
 	for _, e := range b.byID {
-		if e.session != session || only != nil && e.srv != only {
-			continue
+		if e.session == session && (only == nil || e.srv == only) {
+			c := *e
+			c.timer = nil
+			out[e.srv] = append(out[e.srv], &c)
 		}
-		if out[e.srv] == nil {
-			out[e.srv] = map[string]string{}
-		}
-		out[e.srv][e.up] = e.id
 	}
 	return out
 }
 
-// byServerID is the task the instance keyed key of s knows as up, if
-// recorded: its client's id and session.
-func (b *taskBook) byServerID(s *fleet.Server, key, up string) (id, session string, ok bool) {
+// byServerID is the task the instance keyed key of s knows as up on the
+// process of run, if recorded: its client's id and session.
+func (b *taskBook) byServerID(s *fleet.Server, key string, run uint64, up string) (id, session string, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.byUp[instKey{s, key}][up]
+	e := b.byUp[upKey{instKey{s, key}, run, up}]
 	if e == nil {
 		return "", "", false
 	}
@@ -578,7 +683,7 @@ func (g *Gateway) taskStatus(src fleet.Source, m *rpc.Message) {
 	if !src.Server.Config().PerSession() {
 		key = ""
 	}
-	id, session, ok := g.tasks.byServerID(src.Server, key, up)
+	id, session, ok := g.tasks.byServerID(src.Server, key, fleet.ConnRun(src.Conn), up)
 	if !ok || session == "" {
 		return
 	}
@@ -593,33 +698,50 @@ func (g *Gateway) taskStatus(src fleet.Source, m *rpc.Message) {
 	_ = s.Out().Send(&rpc.Message{Method: m.Method, Params: params})
 }
 
-// relatedTaskOut is params, those of a 2025-11-25 server's request (on
-// conn) to session s, with the task it says it relates to given the id s
-// knows it by; a task that is not s's is left out, so that no server's
-// own id reaches a client.
-func (g *Gateway) relatedTaskOut(conn fleet.Conn, s *Session, params json.RawMessage) json.RawMessage {
+// relatedTask is the server's id of the task a 2025-11-25 server's
+// message says it relates to (its _meta's related-task), if it says so.
+func relatedTask(params json.RawMessage) (string, bool) {
 	meta := rpc.Member(params, "_meta")
 	if !bytes.Contains(meta, []byte(relatedTaskKey)) {
-		return params
+		return "", false
 	}
-	rel := rpc.Member(meta, relatedTaskKey)
-	if rel == nil {
-		return params
+	up, _ := rpc.StringMember(rpc.Member(meta, relatedTaskKey), "taskId")
+	return up, up != ""
+}
+
+// askForTask relays m, a 2025-11-25 server's request that names the task
+// up (input it asks for during the task), to the session the task was
+// given to, on that session's request in flight on the connection (its
+// tasks/result), naming the task by the client's id — never to another
+// client, whichever has requests in flight there. A task that is not
+// recorded, or was given to no session, or whose session has no request
+// in flight there, is refused: the server gets an error that says why.
+func (g *Gateway) askForTask(src fleet.Source, m *rpc.Message, capName, up string) {
+	conn := src.Conn
+	key := src.Session
+	if !src.Server.Config().PerSession() {
+		key = ""
 	}
-	up, _ := rpc.StringMember(rel, "taskId")
-	var id, session string
-	if srv := g.fleet.Get(conn.Name()); srv != nil {
-		key := ""
-		if srv.Config().PerSession() {
-			key = s.Key()
-		}
-		id, session, _ = g.tasks.byServerID(srv, key, up)
+	id, session, ok := g.tasks.byServerID(src.Server, key, fleet.ConnRun(conn), up)
+	var s *Session
+	if ok && session != "" {
+		s = g.reg.sessionByKey(session)
 	}
-	if id == "" || session != s.Key() {
-		return rpc.DropMembers(params, nil, []string{relatedTaskKey})
+	var c *call
+	if s != nil {
+		c = g.reg.newestCallOf(conn, s)
 	}
-	rel, _ = rpc.ReplaceMember(rel, "taskId", mustJSON(id))
-	meta, _ = rpc.ReplaceMember(meta, relatedTaskKey, rel)
-	params, _ = rpc.ReplaceMember(params, "_meta", meta)
-	return params
+	switch {
+	case c == nil:
+		g.replyError(conn, m, rpc.InternalError, "mcpvisor cannot forward "+m.Method+" for task "+up+
+			": no request of the client session the task was given to is in flight on this server (the client reads it with tasks/result)")
+	case capName != "" && !g.reg.declares(s, capName):
+		g.refuseUndeclared(conn, m, capName)
+	default:
+		meta := rpc.Member(m.Params, "_meta")
+		rel, _ := rpc.ReplaceMember(rpc.Member(meta, relatedTaskKey), "taskId", mustJSON(id))
+		meta, _ = rpc.ReplaceMember(meta, relatedTaskKey, rel)
+		params, _ := rpc.ReplaceMember(m.Params, "_meta", meta)
+		g.askLegacy(conn, m, c, params)
+	}
 }

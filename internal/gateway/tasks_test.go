@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -112,18 +111,22 @@ func TestTaskIDsRouteOnlyWhereTheyWereGiven(t *testing.T) {
 	if d := string(resp.Error.Data); !strings.Contains(d, `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
 		t.Errorf("-32021's data: %s", d)
 	}
-	// The server's own id, read out of mcpvisor's, and mcpvisor's altered.
-	body, _, _ := strings.Cut(strings.TrimPrefix(idA, taskIDPrefix), ".")
-	raw, _ := base64.RawURLEncoding.DecodeString(body)
-	var ref taskRef
-	if err := json.Unmarshal(raw, &ref); err != nil || ref.Server != "a" || ref.Up == "" || ref.Run == 0 {
-		t.Fatalf("what the id says: %s (%v)", raw, err)
+	// The server's own id (sealed in mcpvisor's: read here with the
+	// gateway's key), mcpvisor's altered, and others.
+	ref, ok := w.gw.parseTaskID(idA)
+	if !ok || ref.Server != "a" || ref.Up == "" || ref.Run == 0 || strings.Contains(idA, ref.Up) {
+		t.Fatalf("what the id says: %+v %v (the server's id must not show in %s)", ref, ok, idA)
 	}
-	forgedRef := ref
-	forgedRef.Server = "b"
-	forged := taskIDPrefix + base64.RawURLEncoding.EncodeToString(mustJSON(forgedRef)) + idA[strings.LastIndex(idA, "."):]
+	flip := func(id string, i int) string {
+		c := byte('A')
+		if id[i] == 'A' {
+			c = 'B'
+		}
+		return id[:i] + string(c) + id[i+1:]
+	}
 	other := New(nil).taskID(ref) // another gateway's key
-	for what, id := range map[string]string{"the server's own id": ref.Up, "an id aimed at b": forged, "another gateway's id": other,
+	for what, id := range map[string]string{"the server's own id": ref.Up, "an id altered": flip(idA, len(taskIDPrefix)+20),
+		"an id's last character altered": flip(idA, len(idA)-1), "an id padded": idA + "=", "another gateway's id": other,
 		"an id cut short": idA[:len(idA)-3], "an id of nothing": "tasks-conformance-nonexistent-12345"} {
 		for name, ep := range map[string]Endpoint{"/mcp": agg, "a's endpoint": a} {
 			_, resp := taskGet(t, ep, id, withTasks)
@@ -402,4 +405,185 @@ func resultOrNil(m *rpc.Message) json.RawMessage {
 		return nil
 	}
 	return m.Result
+}
+
+// legacyTasksServer is the config of the 2025-11-25 tasks fixture whose
+// ids count from 1 in each process.
+func legacyTasksServer(t *testing.T, extra string) string {
+	return fmt.Sprintf(`{"command":"node","args":[%q]%s}`, testserver.LegacyTasksFixture(t), extra)
+}
+
+// legacyTask calls l's job with a task in session s, and returns the id.
+func legacyTask(t *testing.T, ep Endpoint, s *Session, args map[string]any) string {
+	t.Helper()
+	resp := ep.Handle(t.Context(), s, request(3, "tools/call", map[string]any{"name": "l__job", "arguments": args, "task": map[string]any{"ttl": 60000}}), newRecorder())
+	id, _ := rpc.StringMember(rpc.Member(resultOrNil(resp), "task"), "taskId")
+	if !strings.HasPrefix(id, taskIDPrefix) {
+		t.Fatalf("l__job with a task: %s", resultOf(resp))
+	}
+	return id
+}
+
+// A server's request about a task (input it asks for on its own, later)
+// goes to the session the task was given to, never to another session
+// that happens to have a call in flight there, nor to a 2026-07-28
+// request's call; with no request of its session in flight there, the
+// server is told so.
+func TestTaskInputReachesOnlyItsSession(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a := openDeclaring(t, ep, outA, `{"elicitation":{}}`)
+	b := openDeclaring(t, ep, outB, `{"elicitation":{}}`)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	// A's task asks 300 ms later, while B's call (and then a modern
+	// request's) is the only one in flight on the server.
+	legacyTask(t, ep, a, map[string]any{"elicitLater": 300})
+	relB := newRecorder()
+	resp := ep.Handle(t.Context(), b, request(4, "tools/call", map[string]any{"name": "l__slow", "arguments": map[string]any{"ms": 1200}}), relB)
+	if resp.Error != nil {
+		t.Fatalf("b's call: %s", resultOf(resp))
+	}
+	legacyTask(t, ep, a, map[string]any{"elicitLater": 300})
+	modern := modernRequest(t, ep, "tools/call", map[string]any{"name": "l__slow", "arguments": map[string]any{"ms": 1200}}, `{"elicitation":{}}`)
+	if modern.Error != nil || strings.Contains(string(modern.Result), "private question") || strings.Contains(string(modern.Result), "input_required") {
+		t.Errorf("the modern call got a's task's question: %s", resultOf(modern))
+	}
+	for _, r := range []*recorder{relB, outB} {
+		if n := len(sent(r, "elicitation/create")); n != 0 {
+			t.Errorf("b was asked a's task's question %d times", n)
+		}
+	}
+	if n := len(sent(outA, "elicitation/create")); n != 0 {
+		t.Errorf("a was asked with no request of its in flight: %d", n)
+	}
+}
+
+// After a restart the server's new process reuses its ids: the status of
+// another session's new task "1" does not reach the session that had the
+// old "1" (nor, sent before the task was created, anyone), and that
+// session's tasks/list does not show it; the old task's hold went with
+// its process.
+func TestReusedServerIDsAfterARestartStayApart(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
+	ep := w.gw.Aggregate()
+	outA, outB := newRecorder(), newRecorder()
+	a := openDeclaring(t, ep, outA, `{}`)
+	b := openDeclaring(t, ep, outB, `{}`)
+	defer ep.Close(a)
+	defer ep.Close(b)
+	idA := legacyTask(t, ep, a, nil)
+	srv := w.fleet.Get("l")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.gw.Working(srv, "") {
+		t.Errorf("a task of the process a restart ended still holds the new one awake")
+	}
+	before := len(sent(outA, "notifications/tasks/status"))
+	// The fixture notifies the new "1"'s status before the result that
+	// creates it (read in order: handled by the time the result is).
+	legacyTask(t, ep, b, nil)
+	if n := len(sent(outA, "notifications/tasks/status")); n != before {
+		t.Errorf("a got %d status notifications of b's task", n-before)
+	}
+	resp := ep.Handle(t.Context(), a, request(5, "tasks/list", map[string]any{}), newRecorder())
+	if l := string(resultOrNil(resp)); l != `{"tasks":[]}` {
+		t.Errorf("a's tasks/list after the restart: %s (a's id %s), want none", resultOf(resp), idA)
+	}
+}
+
+// A 2026-07-28 request's 2025-11-25 task request (params.task), which its
+// revision ignores, does not reach a legacy server: the call is answered
+// as a call, with no task the client could not follow.
+func TestModernRequestsLegacyTaskParamIsDropped(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
+	for _, caps := range []string{withTasks, `{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}`} {
+		resp := modernRequest(t, w.gw.Aggregate(), "tools/call", map[string]any{"name": "l__job", "task": map[string]any{"ttl": 60000}}, caps)
+		if resp.Error != nil || !strings.Contains(string(resp.Result), "sync job") || strings.Contains(string(resp.Result), "taskId") {
+			t.Errorf("caps %s: %s, want the call's own answer", caps, resultOf(resp))
+		}
+	}
+	if w.gw.Working(w.fleet.Get("l"), "") {
+		t.Errorf("a task was made")
+	}
+}
+
+// tasks/list neither wakes a dormant server nor asks about tasks whose
+// process is gone; a legacy session's id is refused to a 2026-07-28
+// request; and a task's hold ends with its session.
+func TestLegacyTaskHoldsAndListWakeNothing(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, `,"idleTimeout":"1s","startGrace":"0s"`)))
+	ep := w.gw.Aggregate()
+	srv := w.fleet.Get("l")
+	a := openDeclaring(t, ep, newRecorder(), `{}`)
+	id := legacyTask(t, ep, a, nil)
+	_, resp := taskGet(t, ep, id, withTasks)
+	wantError(t, "a legacy session's task asked by a 2026-07-28 request", resp, rpc.InvalidParams, "issued to a client session")
+	if !w.gw.Working(srv, "") {
+		t.Fatal("a working task does not hold its server")
+	}
+	ep.Close(a) // its tasks go with it
+	if w.gw.Working(srv, "") {
+		t.Fatal("a closed session's task still holds its server")
+	}
+	w.waitEvent("l", "dormant", 1, 10*time.Second)
+	b := openDeclaring(t, ep, newRecorder(), `{}`)
+	defer ep.Close(b)
+	w.waitEvent("l", "started", 1, time.Second)
+	id = legacyTask(t, ep, b, nil) // wakes it: a call
+	if r := ep.Handle(t.Context(), b, request(4, "tasks/cancel", map[string]any{"taskId": id}), newRecorder()); r.Error != nil {
+		t.Fatal(resultOf(r))
+	}
+	w.waitEvent("l", "dormant", 2, 10*time.Second)
+	wakes := w.count("l", "respawned")
+	resp = ep.Handle(t.Context(), b, request(5, "tasks/list", map[string]any{}), newRecorder())
+	if l := string(resultOrNil(resp)); l != `{"tasks":[]}` {
+		t.Errorf("tasks/list of a dormant server's tasks: %s, want none", resultOf(resp))
+	}
+	if n := w.count("l", "respawned"); n != wakes {
+		t.Errorf("tasks/list woke the server")
+	}
+}
+
+// The book's holds: a task holds its instance until an answer shows it
+// ended (a terminal tasks/get), and, however long its ttl, not past it.
+func TestTaskHoldEndsWithTheTaskOrItsTTL(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, "")))
+	agg, srv := w.gw.Aggregate(), w.fleet.Get("a")
+	resp := modernRequest(t, agg, "tools/call", map[string]any{"name": "a__slow_compute", "arguments": map[string]any{"seconds": 1}}, withTasks)
+	id, _ := rpc.StringMember(resp.Result, "taskId")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if st, resp := taskGet(t, agg, id, withTasks); st == "completed" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("not completed: %s", resultOf(resp))
+		}
+		if !w.gw.Working(srv, "") {
+			t.Fatal("the task stopped holding its server before it ended")
+		}
+	}
+	if w.gw.Working(srv, "") {
+		t.Fatal("a completed task still holds its server")
+	}
+	// A ttl: the hold goes when it runs out.
+	e := &taskEntry{id: "x", srv: srv, working: true}
+	w.gw.tasks.add(w.gw, e, 50*time.Millisecond)
+	if !w.gw.Working(srv, "") {
+		t.Fatal("the recorded task does not hold its server")
+	}
+	for deadline := time.Now().Add(5 * time.Second); w.gw.Working(srv, ""); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the hold outlived its ttl")
+		}
+	}
+	if d := ttlOf(json.RawMessage(`86400000`)); d != taskHoldMax {
+		t.Errorf("a day's ttl holds for %v, want at most %v", d, taskHoldMax)
+	}
+	if d := ttlOf(json.RawMessage(`null`)); d != taskHoldMax {
+		t.Errorf("no ttl holds for %v, want %v", d, taskHoldMax)
+	}
 }

@@ -32,6 +32,17 @@ func TasksFixture(tb testing.TB) string {
 	return script
 }
 
+// LegacyTasksFixture is the path of testdata/legacy-tasks.mjs, a
+// 2025-11-25 server of tasks that needs no packages (`node PATH`).
+func LegacyTasksFixture(tb testing.TB) string {
+	tb.Helper()
+	p := filepath.Join(sourceDir(), "testdata", "legacy-tasks.mjs")
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 // StartTasksHTTP runs the tasks fixture over its own Streamable HTTP on a
 // free loopback port and returns its URL (…/mcp); it ends with the test
 // (its stdin closes).
