@@ -34,9 +34,14 @@ const Separator = "__"
 type aggregate struct {
 	g *Gateway
 	// sharedViews are the ui:// views that tools of two servers name,
-	// each warned of once (they come only from tool definitions, so
-	// clients cannot grow the set).
+	// each warned of once (they come only from servers' tool definitions
+	// and results, so clients cannot grow the set).
 	sharedViews sync.Map
+	// resultViews are the views that tools/call results on /mcp named
+	// (noteView), each by the server whose result named it (nil: two
+	// did), at most maxResultViews, forgotten at a reload.
+	viewsMu     sync.Mutex
+	resultViews map[string]*fleet.Server
 
 	mu     sync.Mutex
 	routes map[string]*routeTable // by list member ("tools", "prompts", ...)
@@ -832,7 +837,67 @@ func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, relate
 	if !ok {
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", kindWord(k), name))
 	}
-	return a.g.forward(ctx, w, r.srv, m.Method, a.rename(w, m, r), m.ID, related)
+	resp := a.g.forward(ctx, w, r.srv, m.Method, a.rename(w, m, r), m.ID, related)
+	if k == kindTools && resp.Result != nil && bytes.Contains(resp.Result, uiScheme) {
+		a.noteView(r.srv, resp.Result)
+	}
+	return resp
+}
+
+// uiScheme begins the URI of every MCP Apps view.
+var uiScheme = []byte(`"ui://`)
+
+// maxResultViews bounds the views tools/call results named that /mcp
+// remembers.
+const maxResultViews = 1000
+
+// noteView remembers the view result, srv's answer to a tools/call,
+// names in its _meta, if any: a server that names a view only in its
+// results (not in its tool's definition) has it read through /mcp too.
+func (a *aggregate) noteView(srv *fleet.Server, result json.RawMessage) {
+	uri := viewOf(rpc.Member(result, "_meta"))
+	if !strings.HasPrefix(uri, "ui://") {
+		return
+	}
+	a.viewsMu.Lock()
+	defer a.viewsMu.Unlock()
+	old, known := a.resultViews[uri]
+	switch {
+	case known && old != srv && old != nil:
+		a.resultViews[uri] = nil // two servers': nobody's
+		if _, warned := a.sharedViews.LoadOrStore(uri, true); !warned {
+			a.g.log.Warn("an MCP Apps view is named by tools of two servers: /mcp reads it from neither", "uri", uri, "servers", old.Name()+", "+srv.Name())
+		}
+	case known:
+	case len(a.resultViews) >= maxResultViews:
+		a.g.log.Debug("an MCP Apps view named in a result is not remembered: too many are", "uri", uri, "server", srv.Name())
+	default:
+		if a.resultViews == nil {
+			a.resultViews = map[string]*fleet.Server{}
+		}
+		a.resultViews[uri] = srv
+	}
+}
+
+// forgetViews forgets the views results named (a reload may have
+// removed or changed their servers).
+func (a *aggregate) forgetViews() {
+	a.viewsMu.Lock()
+	a.resultViews = nil
+	a.viewsMu.Unlock()
+}
+
+// viewOf is the view a _meta names: ui.resourceUri, or the older
+// "ui/resourceUri".
+func viewOf(meta json.RawMessage) string {
+	if len(meta) == 0 {
+		return ""
+	}
+	if uri, _ := rpc.StringMember(rpc.Member(meta, "ui"), "resourceUri"); uri != "" {
+		return uri
+	}
+	uri, _ := rpc.StringMember(meta, "ui/resourceUri")
+	return uri
 }
 
 // rename is m's params with the name the route's server knows its tool or
@@ -910,21 +975,15 @@ func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Serve
 // viewServer is the server of the MCP Apps view uri: the one whose listed
 // tools name it in _meta.ui.resourceUri (or the older _meta
 // "ui/resourceUri"), as hosts find a view, which servers often leave out
-// of resources/list. A view that tools of two servers name is nobody's on
+// of resources/list; else the one whose tools/call result on /mcp named
+// it (noteView). A view that tools of two servers name is nobody's on
 // /mcp (each server's endpoint reads its own).
 func (a *aggregate) viewServer(ctx context.Context, uri string) *fleet.Server {
 	t := a.table(ctx, kindTools)
 	var found *fleet.Server
 	for i, item := range t.items {
-		meta := rpc.Member(item, "_meta")
-		if len(meta) == 0 {
+		if viewOf(rpc.Member(item, "_meta")) != uri {
 			continue
-		}
-		named, _ := rpc.StringMember(rpc.Member(meta, "ui"), "resourceUri")
-		if named != uri {
-			if old, _ := rpc.StringMember(meta, "ui/resourceUri"); old != uri {
-				continue
-			}
 		}
 		srv := t.byName[t.keys[i]].srv
 		if found != nil && found != srv {
@@ -934,6 +993,16 @@ func (a *aggregate) viewServer(ctx context.Context, uri string) *fleet.Server {
 			return nil
 		}
 		found = srv
+	}
+	if found == nil {
+		// Named only in a result (noteView), by one server that is
+		// still the fleet's.
+		a.viewsMu.Lock()
+		srv := a.resultViews[uri]
+		a.viewsMu.Unlock()
+		if srv != nil && a.g.fleet.Get(srv.Name()) == srv {
+			found = srv
+		}
 	}
 	return found
 }

@@ -24,13 +24,14 @@ func (g *Gateway) ListsChanged(s *fleet.Server, kinds []catalog.ListKind) {
 }
 
 // Reloaded is the fleet's report that a reload changed its servers or
-// their settings: the aggregated tables, and what routes skills, are
-// rebuilt on next use (the sessions whose lists changed are told by
+// their settings: the aggregated tables, and what routes skills and the
+// views results named, are rebuilt on next use (the sessions whose lists changed are told by
 // ListsChanged, server by server), and the client and interest books drop
 // the servers it removed.
 func (g *Gateway) Reloaded() {
 	g.agg.invalidate()
 	g.skills.reset()
+	g.agg.forgetViews()
 	g.clients.Sweep()
 	g.interests.Sweep()
 }

@@ -77,3 +77,39 @@ func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
 		}
 	}
 }
+
+// A server that names its view only in its tools' results (not in their
+// definitions) has it read through /mcp once a result named it, from
+// that server; a view the results of two servers name is neither's.
+func TestViewNamedOnlyInAResultIsReadThroughTheAggregate(t *testing.T) {
+	w := newWorld(t, `{
+		"e":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"e","FIXTURE_UI_URI":"ui://result/view.html","FIXTURE_UI_IN_RESULT":"1"}},
+		"f":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"f","FIXTURE_UI_URI":"ui://both/view.html","FIXTURE_UI_IN_RESULT":"1"}},
+		"g":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"g","FIXTURE_UI_URI":"ui://both/view.html","FIXTURE_UI_IN_RESULT":"1"}}}`)
+	sess := w.stdioClient(w.gw.Aggregate(), nil)
+	ctx := t.Context()
+	tools, err := sess.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.Name == "e__view" && tool.Meta != nil {
+			t.Fatalf("e__view's definition names a view: %v", tool.Meta)
+		}
+	}
+	if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "ui://result/view.html"}); err == nil {
+		t.Fatal("a view no definition and no result named yet was read")
+	}
+	for _, name := range []string{"e__view", "f__view", "g__view"} {
+		if res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{}}); err != nil || res.IsError {
+			t.Fatalf("%s: %v %v", name, res, err)
+		}
+	}
+	read, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "ui://result/view.html"})
+	if err != nil || len(read.Contents) != 1 || !strings.Contains(read.Contents[0].Text, "view of e") {
+		t.Fatalf("the view e's result named: %v %v", read, err)
+	}
+	if _, err := sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: "ui://both/view.html"}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("a view the results of two servers named: %v, want not found", err)
+	}
+}

@@ -32,6 +32,7 @@ type config struct {
 	// set, is read at start for it instead.
 	toolsVariant     int
 	uiURI            string
+	uiInResult       bool
 	toolsVariantFile string
 	holdMB           int
 	spin             time.Duration
@@ -64,6 +65,7 @@ var envBindings = []struct{ flag, env string }{
 	{"modern-only", "FIXTURE_MODERN_ONLY"},
 	{"tools-variant", "FIXTURE_TOOLS_VARIANT"},
 	{"ui-uri", "FIXTURE_UI_URI"},
+	{"ui-in-result", "FIXTURE_UI_IN_RESULT"},
 	{"tools-variant-file", "FIXTURE_TOOLS_VARIANT_FILE"},
 	{"hold-mb", "FIXTURE_HOLD_MB"},
 	{"spin", "FIXTURE_SPIN"},
@@ -115,6 +117,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.BoolVar(&c.modernOnly, "modern-only", false, "speak MCP 2026-07-28 only: answer server/discover, refuse initialize with an error naming the version [FIXTURE_MODERN_ONLY]")
 	fs.IntVar(&c.toolsVariant, "tools-variant", 0, "serve tool list `N`: 0 the usual; 1 echo with another description and an extra \"upper\" argument, reverse added, meta removed; 2 no tools at all; 3 as 1 with a long description of echo, on several lines, with markup; 4 the usual and ten more of a typical size (20) [FIXTURE_TOOLS_VARIANT]")
 	fs.StringVar(&c.uiURI, "ui-uri", "", "serve an MCP Apps view at the ui:// `URI`: a tool \"view\" whose definition and results name it in _meta.ui.resourceUri, and resources/read of it (HTML naming FIXTURE_TAG); resources/list stays empty, as many such servers' is [FIXTURE_UI_URI]")
+	fs.BoolVar(&c.uiInResult, "ui-in-result", false, "with -ui-uri, name the view only in the tool's results, not in its definition [FIXTURE_UI_IN_RESULT]")
 	fs.StringVar(&c.toolsVariantFile, "tools-variant-file", "", "read the tools variant from `FILE` at start (a missing file means 0): a test changes the server's tools between two starts without changing its command line [FIXTURE_TOOLS_VARIANT_FILE]")
 	fs.IntVar(&c.holdMB, "hold-mb", 0, "at start, allocate `N` MiB, touch every page and hold it until exit [FIXTURE_HOLD_MB]")
 	fs.DurationVar(&c.spin, "spin", 0, "at start, keep one CPU busy until the process has used this much CPU time, e.g. 300ms [FIXTURE_SPIN]")

@@ -649,6 +649,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_MODERN_ONLY":     "1",
 		"FIXTURE_TOOLS_VARIANT":   "2",
 		"FIXTURE_UI_URI":          "ui://fixture/view.html",
+		"FIXTURE_UI_IN_RESULT":    "1",
 		// The file, read at start, wins over the variant.
 		"FIXTURE_TOOLS_VARIANT_FILE":  filepath.Join(t.TempDir(), "variant"),
 		"FIXTURE_HOLD_MB":             "64",
@@ -676,7 +677,7 @@ func TestConfigFromEnv(t *testing.T) {
 		slowStart: 2 * time.Second, crashAtStart: true, crashAfter: 5, ignoreTerm: true,
 		ignoreEOF: true, setsidChild: true, stdoutChild: true, garbage: true,
 		hugeLine: 1000, neverAnswer: true, stderrLines: 7, strictInit: true, strictLog: "/tmp/x", modernOnly: true,
-		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html",
+		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html", uiInResult: true,
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
 		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0", methodLog: "/tmp/y",
 	}

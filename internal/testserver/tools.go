@@ -294,20 +294,24 @@ func toolsWith(cfg config) []tool {
 		ts = append(slices.Clip(ts), paramsTool)
 	}
 	if cfg.uiURI != "" {
-		ts = append(slices.Clip(ts), viewTool(cfg.uiURI))
+		ts = append(slices.Clip(ts), viewTool(cfg.uiURI, cfg.uiInResult))
 	}
 	return ts
 }
 
 // viewTool is the tool of an MCP Apps view at uri: its definition and
 // each result name the view in _meta.ui.resourceUri.
-func viewTool(uri string) tool {
+func viewTool(uri string, resultOnly bool) tool {
 	meta, _ := json.Marshal(map[string]any{"ui": map[string]any{"resourceUri": uri}})
+	def := meta
+	if resultOnly {
+		def = nil
+	}
 	return tool{
 		Name:        "view",
 		Description: "Shows a view (an MCP Apps ui:// resource).",
 		InputSchema: json.RawMessage(`{"type":"object"}`),
-		Meta:        meta,
+		Meta:        def,
 		run: func(context.Context, *server, json.RawMessage, json.RawMessage) (toolResult, bool) {
 			r := textResult("see the view")
 			r.Meta = meta
