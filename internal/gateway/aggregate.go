@@ -946,14 +946,20 @@ func (a *aggregate) lookup(ctx context.Context, k catalog.ListKind, name string,
 }
 
 // resourceServer finds the server that serves uri: by the listed
-// resources, else by the literal start of a resource template, else, for
-// an MCP Apps view (ui://), by the tools whose definitions name it.
+// resources, else by the skills listed (skillServer), else by the literal
+// start of a resource template, else, for an MCP Apps view (ui://), by
+// the tools whose definitions or results name it.
 func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Server {
 	if uri == "" {
 		return nil
 	}
 	if r, ok := a.table(ctx, kindResources).byName[uri]; ok {
 		return r.srv
+	}
+	if srv := a.skillServer(ctx, uri); srv != nil {
+		// A file of a skill is the server's that listed the skill,
+		// whatever another's template would match.
+		return srv
 	}
 	var best *fleet.Server
 	bestLen := -1
@@ -962,9 +968,6 @@ func (a *aggregate) resourceServer(ctx context.Context, uri string) *fleet.Serve
 		if strings.HasPrefix(uri, lit) && len(lit) > bestLen {
 			best, bestLen = r.srv, len(lit)
 		}
-	}
-	if best == nil {
-		best = a.skillServer(ctx, uri)
 	}
 	if best == nil && strings.HasPrefix(uri, "ui://") {
 		best = a.viewServer(ctx, uri)

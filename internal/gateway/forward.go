@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,6 +234,9 @@ func (g *Gateway) newFlight(ctx context.Context, cancel context.CancelCauseFunc,
 		f.cancel = f.stop
 	}
 	f.call = call{from: w, clientID: clientID, related: related, cancel: f.cancel}
+	if method == "tasks/result" {
+		f.call.task, _ = rpc.StringMember(params, "taskId")
+	}
 	f.c, f.key = &f.call, string(clientID)
 	return f, raw
 }
@@ -271,6 +275,17 @@ func (f *flight) reach(raw json.RawMessage) *rpc.Message {
 		}
 	}
 	f.conn = conn
+	if strings.HasPrefix(f.method, "tasks/") {
+		// A task's request goes only to the process that holds the
+		// task: a server restarted since may reuse its id for another
+		// client's task.
+		if want, ok := f.valueCtx().Value(taskRunKey{}).(uint64); ok && fleet.ConnRun(conn) != want {
+			defer f.end()
+			f.set(telemetry.ProtocolError, rpc.InvalidParams, "the task's process has ended")
+			return errorResponse(f.clientID, rpc.InvalidParams, f.method+": the task is gone: server "+srv.Name()+
+				" has restarted since (a new process), and a task lives only in the process that was working on it")
+		}
+	}
 	if f.method == "tools/call" && srv.Config().Pin {
 		// Checked on the process that would serve it, with its list as
 		// that process lists it (catalog.Catalog.CheckTool).
@@ -365,6 +380,15 @@ func (f *flight) send() (*rpc.Message, error) {
 		}
 	}
 	return f.conn.Call(f.context(), f.method, f.params)
+}
+
+// valueCtx is the context f's values are read from (its parent's, when
+// f's context is its own and not made yet).
+func (f *flight) valueCtx() context.Context {
+	if f.own {
+		return f.parent
+	}
+	return f.ctx
 }
 
 // context is f's context: ended when f is (stop) or its parent is.

@@ -199,6 +199,10 @@ type call struct {
 	related  Sink
 	conn     fleet.Conn
 	cancel   func(cause error)
+	// task is, for a 2025-11-25 tasks/result, the server's id of the
+	// task whose result it waits for: the server's requests about that
+	// task go to it (askForTask).
+	task string
 	// timer is the request timeout (nil: none). It is set before the
 	// call reaches its server — before anything can touch it: progress
 	// and server requests find the call only once begin put it in the

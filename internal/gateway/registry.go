@@ -406,6 +406,29 @@ func (t *registry) newestCallOf(conn fleet.Conn, s *Session) *call {
 	return nil
 }
 
+// taskCallOf is legacy session s's request in flight on conn that waits
+// for the result of the task the server knows as up (its tasks/result),
+// the newest if several; else s's newest request there; else nil.
+func (t *registry) taskCallOf(conn fleet.Conn, s *Session, up string) *call {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var newest *call
+	list := t.calls[conn]
+	for i := len(list) - 1; i >= 0; i-- {
+		c := list[i]
+		if c.from.sess != s {
+			continue
+		}
+		if c.task == up {
+			return c
+		}
+		if newest == nil {
+			newest = c
+		}
+	}
+	return newest
+}
+
 // inFlight is the newest request in flight on conn and the number of
 // client sessions whose requests the server may still be serving there:
 // those in flight, and those that ended unanswered (cancelled, timed out)

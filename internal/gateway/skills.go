@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -229,6 +230,10 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 	if cursor != "" && size == 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: the aggregated endpoint returns every skill in one page")
 	}
+	if raw, err := base64.RawURLEncoding.DecodeString(cursor); cursor != "" && (err != nil || !strings.HasPrefix(string(raw), "p1:")) {
+		// Refused before any server is asked (or woken).
+		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: not one this endpoint issued; list again without a cursor")
+	}
 	servers := a.skillServers(ctx)
 	if len(servers) == 0 {
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: skills/list (no server of the aggregated endpoint declares the skills extension)")
@@ -284,17 +289,22 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 	if !answered {
 		return errorResponse(m.ID, rpc.BackendUnavailable, "no server answered skills/list: "+strings.Join(failed, "; "))
 	}
-	// Each skill is its owner's (the index, just refreshed): another
-	// server's entry of it is left out.
-	owners := a.skillOwners(servers)
+	// Each skill is the first server's in name order, of those that
+	// listed it this time (a server that failed now does not hide
+	// another's copy); the shared index, which routes, only reports
+	// the collisions.
+	a.skillOwners(servers)
+	firstOf := map[string]*fleet.Server{}
 	for i, srv := range servers {
 		if errs[i] != nil {
 			continue
 		}
 		for j, e := range lists[i].entries {
-			if owner, ok := owners[skillRoot(lists[i].uris[j])]; ok && owner != srv {
+			root := skillRoot(lists[i].uris[j])
+			if first, ok := firstOf[root]; ok && first != srv {
 				continue
 			}
+			firstOf[root] = srv
 			entries = append(entries, e)
 			keys = append(keys, lists[i].uris[j])
 		}

@@ -405,3 +405,27 @@ func TestSkillsListLeavesOutFailingServers(t *testing.T) {
 	resp := w.gw.Aggregate().Handle(ctx, c.s, request(9, "skills/list", map[string]any{}), newRecorder())
 	c.refused("skills/list with every server failing", resp, rpc.BackendUnavailable, "no server answered skills/list")
 }
+
+// A skill two servers list is the first one's in skills/list; when that
+// server fails, the other's copy is listed, not neither.
+func TestSharedSkillOfAFailedServerIsTheOthers(t *testing.T) {
+	w := newWorld(t, `{
+		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_SKILLS":"shared"}},
+		"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b","FIXTURE_SKILLS":"shared,bonly"}}}`)
+	c := eraClients(t, w.gw.Aggregate())[1]
+	var page skillsPage
+	c.result(c.call("skills/list", `{}`), &page)
+	if got := page.uris(); !slices.Equal(got, []string{"skill://shared/SKILL.md@a", "skill://bonly/SKILL.md@b"}) {
+		t.Fatalf("skills/list: %v", got)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := w.fleet.Get("a").Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	page = skillsPage{}
+	c.result(c.call("skills/list", `{}`), &page)
+	if got := page.uris(); !slices.Equal(got, []string{"skill://bonly/SKILL.md@b", "skill://shared/SKILL.md@b"}) && !slices.Equal(got, []string{"skill://shared/SKILL.md@b", "skill://bonly/SKILL.md@b"}) {
+		t.Errorf("skills/list with a stopped: %v, want b's two", got)
+	}
+}

@@ -144,6 +144,10 @@ func (g *Gateway) bindOf(w sender) string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:12])
 }
 
+// taskRunKey is the context key of the run (fleet.ConnRun) a task's
+// request may go to: forward refuses to send it to another process.
+type taskRunKey struct{}
+
 // taskIDKey is in every result that creates a task, in either era.
 var taskIDKey = []byte(`"taskId"`)
 
@@ -243,6 +247,9 @@ func (g *Gateway) taskRequest(ctx context.Context, w sender, m *rpc.Message, rel
 		return resp
 	}
 	params, _ := rpc.ReplaceMember(m.Params, "taskId", mustJSON(ref.Up))
+	if ref.Run != 0 {
+		ctx = context.WithValue(ctx, taskRunKey{}, ref.Run)
+	}
 	resp = g.forward(ctx, w, srv, m.Method, params, m.ID, related)
 	return g.taskAnswered(m.Method, id, ref, resp)
 }
@@ -374,14 +381,22 @@ func (g *Gateway) taskList(ctx context.Context, w sender, m *rpc.Message, relate
 	defer cancel()
 	tasks := []json.RawMessage{}
 	for srv, entries := range g.tasks.ofSession(w.sess.Key(), only) {
+		// Only the tasks of the process that runs there now, asked of
+		// that process alone (taskRunKey): another would not know them,
+		// or would know another client's task by one of their ids.
+		run, _, running := srv.Runs(instanceKey(w, srv))
 		ids := map[string]string{} // the server's id → the client's
 		for _, e := range entries {
-			if e.run == 0 || g.taskGone(w, srv, taskRef{Server: srv.Name(), Run: e.run}) == "" {
+			if e.run == 0 || running && e.run == run {
 				ids[e.up] = e.id
 			}
 		}
 		if len(ids) == 0 {
 			continue
+		}
+		sctx := ctx
+		if run != 0 {
+			sctx = context.WithValue(ctx, taskRunKey{}, run)
 		}
 		cursor := ""
 		for range maxTaskPages {
@@ -389,7 +404,7 @@ func (g *Gateway) taskList(ctx context.Context, w sender, m *rpc.Message, relate
 			if cursor != "" {
 				params = mustJSON(map[string]string{"cursor": cursor})
 			}
-			resp := g.forward(ctx, w, srv, "tasks/list", params, m.ID, related)
+			resp := g.forward(sctx, w, srv, "tasks/list", params, m.ID, related)
 			if resp.Error != nil {
 				g.log.Info("tasks/list: a server's tasks are left out", "server", srv.Name(), "err", resp.Error.Message)
 				break
@@ -711,8 +726,9 @@ func relatedTask(params json.RawMessage) (string, bool) {
 
 // askForTask relays m, a 2025-11-25 server's request that names the task
 // up (input it asks for during the task), to the session the task was
-// given to, on that session's request in flight on the connection (its
-// tasks/result), naming the task by the client's id — never to another
+// given to, on that session's tasks/result of the task in flight on the
+// connection (else its newest request there), naming the task by the
+// client's id — never to another
 // client, whichever has requests in flight there. A task that is not
 // recorded, or was given to no session, or whose session has no request
 // in flight there, is refused: the server gets an error that says why.
@@ -729,7 +745,7 @@ func (g *Gateway) askForTask(src fleet.Source, m *rpc.Message, capName, up strin
 	}
 	var c *call
 	if s != nil {
-		c = g.reg.newestCallOf(conn, s)
+		c = g.reg.taskCallOf(conn, s, up)
 	}
 	switch {
 	case c == nil:

@@ -587,3 +587,69 @@ func TestTaskHoldEndsWithTheTaskOrItsTTL(t *testing.T) {
 		t.Errorf("no ttl holds for %v, want %v", d, taskHoldMax)
 	}
 }
+
+// A task's question goes to its session's tasks/result of that task, not
+// to a newer request of the same session on the server.
+func TestTaskInputGoesToItsTasksResult(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
+	ep := w.gw.Aggregate()
+	a := openDeclaring(t, ep, newRecorder(), `{"elicitation":{}}`)
+	defer ep.Close(a)
+	id := legacyTask(t, ep, a, map[string]any{"elicitLater": 800, "endAfter": 1500})
+	l, ok := w.fleet.Get("l").Peek("")
+	if !ok {
+		t.Fatal("l does not run")
+	}
+	conn := l.Conn()
+	l.Release()
+	result, slow := newRecorder(), newRecorder()
+	done := make(chan *rpc.Message, 2)
+	go func() {
+		done <- ep.Handle(t.Context(), a, request(10, "tasks/result", map[string]any{"taskId": id}), result)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); w.gw.reg.newestCallOf(conn, a) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("tasks/result never reached the server")
+		}
+	}
+	go func() {
+		done <- ep.Handle(t.Context(), a, request(11, "tools/call", map[string]any{"name": "l__slow", "arguments": map[string]any{"ms": 1500}}), slow)
+	}()
+	ask := result.next(t, "elicitation/create", 10*time.Second)
+	if got, _ := rpc.StringMember(rpc.Member(rpc.Member(ask.Params, "_meta"), relatedTaskKey), "taskId"); got != id {
+		t.Errorf("the question names %q, want %s", got, id)
+	}
+	for range 2 {
+		if r := <-done; r.Error != nil {
+			t.Errorf("%s", resultOf(r))
+		}
+	}
+	if n := len(sent(slow, "elicitation/create")); n != 0 {
+		t.Errorf("the newer call was asked the task's question")
+	}
+}
+
+// A task's request that reaches the server after its process changed
+// (a restart between the id's check and the send) is not sent to the new
+// process, which may know another client's task by the same id.
+func TestTaskRequestGoesOnlyToItsProcess(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
+	ep := w.gw.Aggregate()
+	a := openDeclaring(t, ep, newRecorder(), `{}`)
+	defer ep.Close(a)
+	legacyTask(t, ep, a, nil) // the server runs, with a task "1"
+	srv := w.fleet.Get("l")
+	run, _, _ := srv.Runs("")
+	for _, c := range []struct {
+		run  uint64
+		fail bool
+	}{{run, false}, {run + 1000, true}} {
+		ctx := context.WithValue(t.Context(), taskRunKey{}, c.run)
+		resp := w.gw.forward(ctx, legacySender(a), srv, "tasks/get", json.RawMessage(`{"taskId":"1"}`), json.RawMessage(`21`), newRecorder())
+		if c.fail {
+			wantError(t, "a task's request for another process", resp, rpc.InvalidParams, "has restarted since")
+		} else if resp.Error != nil {
+			t.Errorf("a task's request for its process: %s", resultOf(resp))
+		}
+	}
+}

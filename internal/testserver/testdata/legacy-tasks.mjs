@@ -1,9 +1,11 @@
 // A 2025-11-25 stdio server with the revision's experimental tasks, whose
 // task ids count from 1 in each process (so a restarted one reuses them),
 // written without an SDK so that it does what tests need of a server:
-//   job       {elicitLater: ms}  with params.task: a task (its status is
-//             notified before the result); with elicitLater, the server
-//             asks for input about the task that much later, on its own
+//   job       {elicitLater: ms, endAfter: ms}  with params.task: a task
+//             (its status is notified before the result); with elicitLater,
+//             the server asks for input about the task that much later, on
+//             its own; with endAfter, the task completes then (tasks/result
+//             answers once it has)
 //   askfirst  asks for input first, then makes the task
 //   slow      {ms}  answers after ms (a call in flight)
 // It exits when its stdin ends, or after FIXTURE_LIFETIME_MS (10 min).
@@ -12,6 +14,7 @@ const rl = readline.createInterface({ input: process.stdin });
 const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
 let next = 1, reqN = 1;
 const tasks = new Map();
+const waiters = new Map(); // task id → the tasks/result answers waiting for its end
 const pending = new Map();
 const now = () => new Date().toISOString();
 const mk = (id) => ({ taskId: id, status: 'working', createdAt: now(), lastUpdatedAt: now(), ttl: 60000, pollInterval: 100 });
@@ -40,6 +43,11 @@ rl.on('line', (line) => {
         // status before the result, as server-everything does
         send({ jsonrpc: '2.0', method: 'notifications/tasks/status', params: { ...t, statusMessage: 'secret of task ' + id } });
         send({ jsonrpc: '2.0', id: m.id, result: { task: t } });
+        if (p.arguments?.endAfter) setTimeout(() => {
+          t.status = 'completed';
+          for (const w of waiters.get(id) ?? []) w();
+          waiters.delete(id);
+        }, p.arguments.endAfter);
         if (p.arguments?.elicitLater) setTimeout(() => {
           const rid = 'e' + (reqN++);
           pending.set(rid, () => {});
@@ -55,6 +63,16 @@ rl.on('line', (line) => {
       return create();
     }
     case 'tasks/get': { const t = tasks.get(p.taskId); if (!t) return send({ jsonrpc: '2.0', id: m.id, error: { code: -32602, message: 'no task ' + p.taskId } }); return send({ jsonrpc: '2.0', id: m.id, result: t }); }
+    case 'tasks/result': {
+      // Answers once the task ends (endAfter), as the revision says.
+      const t = tasks.get(p.taskId);
+      if (!t) return send({ jsonrpc: '2.0', id: m.id, error: { code: -32602, message: 'no task ' + p.taskId } });
+      const answer = () => send({ jsonrpc: '2.0', id: m.id, result: { content: [{ type: 'text', text: 'result of ' + t.taskId }],
+        _meta: { 'io.modelcontextprotocol/related-task': { taskId: t.taskId } } } });
+      if (t.status !== 'working') return answer();
+      waiters.set(t.taskId, [...(waiters.get(t.taskId) ?? []), answer]);
+      return;
+    }
     case 'tasks/list': return send({ jsonrpc: '2.0', id: m.id, result: { tasks: [...tasks.values()] } });
     case 'tasks/cancel': { const t = tasks.get(p.taskId); if (!t) return send({ jsonrpc: '2.0', id: m.id, error: { code: -32602, message: 'no task' } }); t.status = 'cancelled'; return send({ jsonrpc: '2.0', id: m.id, result: t }); }
     default: if (m.id !== undefined) send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'nf ' + m.method } });
