@@ -26,18 +26,7 @@ func suiteNext(t *testing.T) string {
 // the tasks extension, pending scenarios — are left out).
 func scoredResults(t *testing.T, url string) map[string]bool {
 	t.Helper()
-	node, _ := node22(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, suiteNext(t), "server", "--url", url, "--requirements", "2026-07-28")
-	cmd.Dir = t.TempDir()
-	b, _ := cmd.CombinedOutput()
-	out := string(b)
-	i := strings.Index(out, "=== SUMMARY ===")
-	if i < 0 {
-		t.Fatalf("no summary from the suite against %s:\n%s", url, out)
-	}
-	summary, unscored, _ := strings.Cut(out[i:], "Not scored")
+	summary, unscored, _ := strings.Cut(suiteSummary(t, url, 5*time.Minute, "--requirements", "2026-07-28"), "Not scored")
 	skip := map[string]bool{}
 	for _, m := range regexp.MustCompile(`[✓✗] ([a-z0-9-]+) \(`).FindAllStringSubmatch(unscored, -1) {
 		skip[m[1]] = true
@@ -49,9 +38,27 @@ func scoredResults(t *testing.T, url string) map[string]bool {
 		}
 	}
 	if len(res) < 30 {
-		t.Fatalf("only %d scored scenarios against %s:\n%s", len(res), url, out[i:])
+		t.Fatalf("only %d scored scenarios against %s:\n%s", len(res), url, summary)
 	}
 	return res
+}
+
+// suiteSummary runs the 0.2 suite's server scenarios against url with
+// args, within d, and returns its summary.
+func suiteSummary(t *testing.T, url string, d time.Duration, args ...string) string {
+	t.Helper()
+	node, _ := node22(t)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, append([]string{suiteNext(t), "server", "--url", url}, args...)...)
+	cmd.Dir = t.TempDir()
+	b, _ := cmd.CombinedOutput()
+	out := string(b)
+	i := strings.Index(out, "=== SUMMARY ===")
+	if i < 0 {
+		t.Fatalf("no summary from the suite against %s:\n%s", url, out)
+	}
+	return out[i:]
 }
 
 // failed lists the scenarios of res that failed.

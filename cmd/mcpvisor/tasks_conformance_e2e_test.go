@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,21 +17,11 @@ import (
 // starts with prefix, its passed and failed checks.
 func pendingResults(t *testing.T, url, prefix string) map[string][2]int {
 	t.Helper()
-	node, _ := node22(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
 	// No --spec-version: an extension's scenario is not on the spec's
 	// timeline and would be skipped.
-	cmd := exec.CommandContext(ctx, node, suiteNext(t), "server", "--url", url, "--suite", "pending")
-	cmd.Dir = t.TempDir()
-	b, _ := cmd.CombinedOutput()
-	out := string(b)
-	i := strings.Index(out, "=== SUMMARY ===")
-	if i < 0 {
-		t.Fatalf("no summary from the suite against %s:\n%s", url, out)
-	}
+	summary := suiteSummary(t, url, 3*time.Minute, "--suite", "pending")
 	res := map[string][2]int{}
-	for _, m := range regexp.MustCompile(`(?m)^[✓✗] ([a-z0-9-]+): (\d+) passed, (\d+) failed`).FindAllStringSubmatch(out[i:], -1) {
+	for _, m := range regexp.MustCompile(`(?m)^[✓✗] ([a-z0-9-]+): (\d+) passed, (\d+) failed`).FindAllStringSubmatch(summary, -1) {
 		if strings.HasPrefix(m[1], prefix) {
 			p, _ := strconv.Atoi(m[2])
 			f, _ := strconv.Atoi(m[3])

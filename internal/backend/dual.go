@@ -328,16 +328,10 @@ func (t *twin) enable() {
 // ModernProcess is the process of a dual-era server that serves its
 // modern clients, nil when none runs.
 func (c *Conn) ModernProcess() *proc.Process {
-	t := c.tw
-	if t == nil {
-		return nil
+	if t := c.RunningTwin(); t != nil {
+		return t.proc
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conn == nil || !t.conn.Alive() {
-		return nil
-	}
-	return t.conn.proc
+	return nil
 }
 
 // RunningTwin is the process for modern clients of c, a dual-era
