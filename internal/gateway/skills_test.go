@@ -135,6 +135,7 @@ func methodsOf(t *testing.T, path string) []string {
 // never sent skills/list, and the per-server endpoint serves each
 // server's own skill.
 func TestSkillsThroughTheAggregate(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	var logs testserver.Buffer
 	dir := t.TempDir()
 	plain := filepath.Join(dir, "c")
@@ -255,6 +256,7 @@ func TestSkillsThroughTheAggregate(t *testing.T) {
 // mcpvisor's, a skills/get or a directory read that names no uri. With a
 // page size, skills/list pages its whole listing with cursors of its own.
 func TestSkillsListRefusesAndPages(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_SKILLS":"pdf-processing,one,two"}},
 		"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b","FIXTURE_SKILLS":"acme/refunds"}}}`)
@@ -311,6 +313,7 @@ func TestSkillsListRefusesAndPages(t *testing.T) {
 // another's skill is refused on /mcp, and never reaches it); none without
 // one.
 func TestSkillsOfOneServer(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{
 		"x":{"command":"$FIXTURE","prefix":"","args":["-modern-only"],"env":{"FIXTURE_TAG":"x","FIXTURE_SKILLS":"pdf-processing"}},
 		"p":{"command":"$FIXTURE","prefix":""}}`)
@@ -363,6 +366,7 @@ func TestSkillsOfOneServer(t *testing.T) {
 // every server failing, the client is told why. The skills of a server
 // that answers stay readable.
 func TestSkillsListLeavesOutFailingServers(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_SKILLS":"pdf-processing"}},
 		"d":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"d","FIXTURE_SKILLS":"down"}},
@@ -409,6 +413,7 @@ func TestSkillsListLeavesOutFailingServers(t *testing.T) {
 // A skill two servers list is the first one's in skills/list; when that
 // server fails, the other's copy is listed, not neither.
 func TestSharedSkillOfAFailedServerIsTheOthers(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_SKILLS":"shared"}},
 		"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b","FIXTURE_SKILLS":"shared,bonly"}}}`)

@@ -91,6 +91,7 @@ func taskGet(t *testing.T, ep Endpoint, id, caps string) (status string, resp *r
 // server's own, another gateway's), and a request that did not declare
 // the extension reach no server, each with an error that says why.
 func TestTaskIDsRouteOnlyWhereTheyWereGiven(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"a":%s,"b":%s}`, tasksServer(t, ""), tasksServer(t, "")))
 	agg, a, b := w.gw.Aggregate(), w.gw.Single("a"), w.gw.Single("b")
 	idA := startTask(t, agg, "a__slow_compute")
@@ -157,6 +158,7 @@ func TestTaskIDsRouteOnlyWhereTheyWereGiven(t *testing.T) {
 // nothing is started for it: its server was stopped, restarted, or
 // removed by a reload.
 func TestTaskOfAGoneProcessIsAnsweredAtOnce(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"a":%s,"b":%s}`, tasksServer(t, ""), tasksServer(t, "")))
 	agg := w.gw.Aggregate()
 	idA, idB := startTask(t, agg, "a__slow_compute"), startTask(t, agg, "b__slow_compute")
@@ -185,6 +187,7 @@ func TestTaskOfAGoneProcessIsAnsweredAtOnce(t *testing.T) {
 // operator's sleep is refused naming it; once an answer shows the task
 // ended, the instance sleeps when idle again.
 func TestWorkingTaskKeepsItsServerAwake(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, `,"idleTimeout":"1s","startGrace":"0s"`)))
 	agg := w.gw.Aggregate()
 	srv := w.fleet.Get("a")
@@ -224,12 +227,14 @@ func everythingServer(t *testing.T) string {
 // alone; tasks/list lists a session's own tasks only; another session's
 // id is refused; and /mcp offers the tasks capability of its server.
 func TestLegacyTasksStayWithTheirSession(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
 	for _, c := range []struct {
 		name, tool string
 		ep         Endpoint
 	}{{"/mcp", "e__simulate-research-query", w.gw.Aggregate()}, {"e's endpoint", "simulate-research-query", w.gw.Single("e")}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			ep := c.ep
 			outA, outB := newRecorder(), newRecorder()
 			a := ep.Open(outA)
@@ -317,6 +322,7 @@ func sent(r *recorder, method string) []*rpc.Message {
 // request, which ends with it: the request is not offered tasks there, so
 // the server answers the call itself, or says that it needs a task.
 func TestPerSessionServerIsNotOfferedTasks(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, `,"sharing":"per-session"`)))
 	for name, ep := range map[string]Endpoint{"/mcp": w.gw.Aggregate(), "a's endpoint": w.gw.Single("a")} {
 		tool := "slow_compute"
@@ -336,6 +342,7 @@ func TestPerSessionServerIsNotOfferedTasks(t *testing.T) {
 // the client reads tasks/result) reaches the client naming the task by
 // mcpvisor's id, and the client's answer reaches the server.
 func TestLegacyTaskInputNamesTheClientsID(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
 	ep := w.gw.Aggregate()
 	a := openDeclaring(t, ep, newRecorder(), `{"elicitation":{}}`)
@@ -374,6 +381,7 @@ func TestLegacyTaskInputNamesTheClientsID(t *testing.T) {
 // 2025-11-25 tasks capability only by a server that has it (the
 // extension is not of its revision).
 func TestAggregateOffersTasksWhenAServerDoes(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	for _, c := range []struct {
 		name, servers string
 		modern        bool
@@ -430,6 +438,7 @@ func legacyTask(t *testing.T, ep Endpoint, s *Session, args map[string]any) stri
 // request's call; with no request of its session in flight there, the
 // server is told so.
 func TestTaskInputReachesOnlyItsSession(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
@@ -466,6 +475,7 @@ func TestTaskInputReachesOnlyItsSession(t *testing.T) {
 // session's tasks/list does not show it; the old task's hold went with
 // its process.
 func TestReusedServerIDsAfterARestartStayApart(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
 	ep := w.gw.Aggregate()
 	outA, outB := newRecorder(), newRecorder()
@@ -500,6 +510,7 @@ func TestReusedServerIDsAfterARestartStayApart(t *testing.T) {
 // revision ignores, does not reach a legacy server: the call is answered
 // as a call, with no task the client could not follow.
 func TestModernRequestsLegacyTaskParamIsDropped(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
 	for _, caps := range []string{withTasks, `{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}`} {
 		resp := modernRequest(t, w.gw.Aggregate(), "tools/call", map[string]any{"name": "l__job", "task": map[string]any{"ttl": 60000}}, caps)
@@ -516,6 +527,7 @@ func TestModernRequestsLegacyTaskParamIsDropped(t *testing.T) {
 // process is gone; a legacy session's id is refused to a 2026-07-28
 // request; and a task's hold ends with its session.
 func TestLegacyTaskHoldsAndListWakeNothing(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, `,"idleTimeout":"1s","startGrace":"0s"`)))
 	ep := w.gw.Aggregate()
 	srv := w.fleet.Get("l")
@@ -552,6 +564,7 @@ func TestLegacyTaskHoldsAndListWakeNothing(t *testing.T) {
 // The book's holds: a task holds its instance until an answer shows it
 // ended (a terminal tasks/get), and, however long its ttl, not past it.
 func TestTaskHoldEndsWithTheTaskOrItsTTL(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, "")))
 	agg, srv := w.gw.Aggregate(), w.fleet.Get("a")
 	resp := modernRequest(t, agg, "tools/call", map[string]any{"name": "a__slow_compute", "arguments": map[string]any{"seconds": 1}}, withTasks)
@@ -591,6 +604,7 @@ func TestTaskHoldEndsWithTheTaskOrItsTTL(t *testing.T) {
 // A task's question goes to its session's tasks/result of that task, not
 // to a newer request of the same session on the server.
 func TestTaskInputGoesToItsTasksResult(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
 	ep := w.gw.Aggregate()
 	a := openDeclaring(t, ep, newRecorder(), `{"elicitation":{}}`)
@@ -633,6 +647,7 @@ func TestTaskInputGoesToItsTasksResult(t *testing.T) {
 // (a restart between the id's check and the send) is not sent to the new
 // process, which may know another client's task by the same id.
 func TestTaskRequestGoesOnlyToItsProcess(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, "")))
 	ep := w.gw.Aggregate()
 	a := openDeclaring(t, ep, newRecorder(), `{}`)

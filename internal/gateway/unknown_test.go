@@ -18,6 +18,7 @@ import (
 // params that name nothing are refused, and reach no server. The
 // per-server endpoint passes such a method through as it came.
 func TestUnknownMethodsRoutedByWhatTheyName(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a"}},"b":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"b"},"tools":{"deny":["crash"]}}}`)
 	ep := w.gw.Aggregate()
 	out := newRecorder()
@@ -87,6 +88,7 @@ func TestUnknownMethodsRoutedByWhatTheyName(t *testing.T) {
 // approved: a method /mcp does not know that names it is refused, as a
 // tools/call of it is; the server's other tools are routed.
 func TestUnknownMethodNamingAHeldToolIsRefused(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	variant := filepath.Join(t.TempDir(), "variant")
 	w := newWorld(t, fmt.Sprintf(`{"x":{"command":"$FIXTURE","pin":true,"env":{"FIXTURE_TOOLS_VARIANT_FILE":%q,"FIXTURE_TAG":"x"}}}`, variant))
 	w.fleet.Learn(t.Context(), 1)

@@ -17,6 +17,7 @@ import (
 // is read through neither's name on /mcp, only on each server's own
 // endpoint, which passes it through untouched.
 func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	var logs testserver.Buffer
 	w := newWorldLog(t, `{
 		"a":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"a","FIXTURE_UI_URI":"ui://weather/view.html"}},
@@ -82,6 +83,7 @@ func TestViewNamedByAToolIsReadThroughTheAggregate(t *testing.T) {
 // definitions) has it read through /mcp once a result named it, from
 // that server; a view the results of two servers name is neither's.
 func TestViewNamedOnlyInAResultIsReadThroughTheAggregate(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
 	w := newWorld(t, `{
 		"e":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"e","FIXTURE_UI_URI":"ui://result/view.html","FIXTURE_UI_IN_RESULT":"1"}},
 		"f":{"command":"$FIXTURE","env":{"FIXTURE_TAG":"f","FIXTURE_UI_URI":"ui://both/view.html","FIXTURE_UI_IN_RESULT":"1"}},
