@@ -312,6 +312,7 @@ type connStream struct {
 	pr     *io.PipeReader // rpc.Conn reads the server's messages here
 	pw     *io.PipeWriter
 
+	params  toolHeaders            // the tools' x-mcp-header annotations (a modern server's)
 	version atomic.Pointer[string] // negotiated protocol version, once known
 	denied  atomic.Int32           // the latest HTTP status if it was 401 or 403, else 0
 

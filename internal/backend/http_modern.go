@@ -122,6 +122,22 @@ type exchange struct {
 // err is the failure of the exchange itself (a *url.Error when the server
 // could not be reached) or of reading the answer.
 func (b *connStream) postModern(ctx context.Context, req *jsonrpc.Request, each func(jsonrpc.Message)) (exchange, error) {
+	x, err := b.postModernOnce(ctx, req, each)
+	if req.Method == "tools/list" && x.resp != nil && x.resp.Error == nil {
+		// Tools whose x-mcp-header annotations are invalid are left
+		// out of the list, as the revision requires of a client.
+		if res, rejected := b.params.learn(x.resp.Result); res != nil {
+			x.resp.Result = res
+			for _, r := range rejected {
+				b.log.Warn("a tool is left out: its x-mcp-header annotations are invalid", "server", b.name, "reason", r)
+			}
+		}
+	}
+	return x, err
+}
+
+// postModernOnce is postModern but for what it learns of the tools.
+func (b *connStream) postModernOnce(ctx context.Context, req *jsonrpc.Request, each func(jsonrpc.Message)) (exchange, error) {
 	data, err := jsonrpc.EncodeMessage(req)
 	if err != nil {
 		return exchange{}, err
@@ -133,6 +149,9 @@ func (b *connStream) postModern(ctx context.Context, req *jsonrpc.Request, each 
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Accept", "application/json, text/event-stream")
 	modernHeaders(hr.Header, req.Method, req.Params)
+	if req.Method == "tools/call" {
+		b.params.set(hr.Header, req.Params)
+	}
 	hresp, err := b.client.Do(hr)
 	if err != nil {
 		return exchange{}, err

@@ -475,6 +475,10 @@ func (s *stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // ends without the response, as a dropped stream does
 		}
 		<-r.Context().Done()
+	case "tools/list":
+		jsonAnswer(w, 200, `{"jsonrpc":"2.0","id":`+id+`,"result":{"tools":[
+			{"name":"region","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}},
+			{"name":"invalid","inputSchema":{"type":"object","properties":{"x":{"type":"number","x-mcp-header":"X"}}}}]}}`)
 	case "tools/call":
 		name, _ := rpc.StringMember(p.params, "name")
 		switch name {
@@ -653,5 +657,29 @@ func TestHTTPModernListenOpensWithReplay(t *testing.T) {
 		if p.method == "subscriptions/listen" && !strings.Contains(string(p.params), "test://watched") {
 			t.Fatalf("a listen without the replayed subscription: %s", p.params)
 		}
+	}
+}
+
+// A modern server's tools/list loses the tools whose x-mcp-header
+// annotations are invalid, and a tools/call of an annotated tool carries
+// its parameters' values as Mcp-Param headers.
+func TestHTTPModernParamHeaders(t *testing.T) {
+	s := newStub(t)
+	c := connect(t, &HTTPConnector{Name: "remote", URL: s.srv.URL, Protocol: ProtocolModern, Hooks: newRecorder()})
+	defer func() { _ = c.Close() }()
+	m := call(t, c, "tools/list", `{}`)
+	if !strings.Contains(string(m.Result), `"region"`) || strings.Contains(string(m.Result), `"invalid"`) {
+		t.Errorf("tools/list: %s, want region's tool alone", m.Result)
+	}
+	call(t, c, "tools/call", `{"name":"region","arguments":{"region":"Hello, 世界"}}`)
+	all, _ := s.list()
+	got := ""
+	for _, p := range all {
+		if p.method == "tools/call" {
+			got = p.header.Get("Mcp-Param-Region")
+		}
+	}
+	if got != "=?base64?SGVsbG8sIOS4lueVjA==?=" {
+		t.Errorf("Mcp-Param-Region %q", got)
 	}
 }
