@@ -668,3 +668,28 @@ func TestTaskRequestGoesOnlyToItsProcess(t *testing.T) {
 		}
 	}
 }
+
+// A per-session server's task holds that session's own instance, and no
+// other (the shared one, another session's); it ends with the session.
+func TestPerSessionTaskHoldsItsOwnInstance(t *testing.T) {
+	t.Parallel() // its own world: no state shared with other tests
+	w := newWorld(t, fmt.Sprintf(`{"l":%s}`, legacyTasksServer(t, `,"sharing":"per-session"`)))
+	ep := w.gw.Aggregate()
+	srv := w.fleet.Get("l")
+	a := openDeclaring(t, ep, newRecorder(), `{}`)
+	b := openDeclaring(t, ep, newRecorder(), `{}`)
+	defer ep.Close(b)
+	id := legacyTask(t, ep, a, nil)
+	if !w.gw.Working(srv, a.Key()) {
+		t.Fatal("a's task does not hold a's own instance")
+	}
+	if w.gw.Working(srv, "") || w.gw.Working(srv, b.Key()) {
+		t.Error("a's task holds an instance that is not a's")
+	}
+	resp := ep.Handle(t.Context(), b, request(5, "tasks/get", map[string]any{"taskId": id}), newRecorder())
+	wantError(t, "a's task asked in b", resp, rpc.InvalidParams, "issued to another client session")
+	ep.Close(a)
+	if w.gw.Working(srv, a.Key()) {
+		t.Error("a's task still holds its instance after a closed")
+	}
+}
