@@ -228,14 +228,18 @@ func everythingServer(t *testing.T) string {
 // id is refused; and /mcp offers the tasks capability of its server.
 func TestLegacyTasksStayWithTheirSession(t *testing.T) {
 	t.Parallel() // its own world: no state shared with other tests
-	w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
 	for _, c := range []struct {
 		name, tool string
-		ep         Endpoint
-	}{{"/mcp", "e__simulate-research-query", w.gw.Aggregate()}, {"e's endpoint", "simulate-research-query", w.gw.Single("e")}} {
+		agg        bool
+	}{{"/mcp", "e__simulate-research-query", true}, {"e's endpoint", "simulate-research-query", false}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ep := c.ep
+			// A world each: the holds of one's tasks are not the other's.
+			w := newWorld(t, fmt.Sprintf(`{"e":%s}`, everythingServer(t)))
+			ep := w.gw.Single("e")
+			if c.agg {
+				ep = w.gw.Aggregate()
+			}
 			outA, outB := newRecorder(), newRecorder()
 			a := ep.Open(outA)
 			defer ep.Close(a)
