@@ -395,20 +395,13 @@ func (t *registry) nextRound(r *modernReq, mo *Modern) {
 // newestCallOf is legacy session s's newest request in flight on conn, or
 // nil.
 func (t *registry) newestCallOf(conn fleet.Conn, s *Session) *call {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	list := t.calls[conn]
-	for i := len(list) - 1; i >= 0; i-- {
-		if list[i].from.sess == s {
-			return list[i]
-		}
-	}
-	return nil
+	return t.taskCallOf(conn, s, "")
 }
 
 // taskCallOf is legacy session s's request in flight on conn that waits
 // for the result of the task the server knows as up (its tasks/result),
-// the newest if several; else s's newest request there; else nil.
+// the newest if several; else (or with up "") s's newest request there;
+// else nil.
 func (t *registry) taskCallOf(conn fleet.Conn, s *Session, up string) *call {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -419,7 +412,7 @@ func (t *registry) taskCallOf(conn fleet.Conn, s *Session, up string) *call {
 		if c.from.sess != s {
 			continue
 		}
-		if c.task == up {
+		if up == "" || c.task == up {
 			return c
 		}
 		if newest == nil {

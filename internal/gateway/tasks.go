@@ -694,11 +694,8 @@ func withoutExtension(params json.RawMessage, id string) json.RawMessage {
 // did not give out, or a session's that ended, is no one's.
 func (g *Gateway) taskStatus(src fleet.Source, m *rpc.Message) {
 	up, _ := rpc.StringMember(m.Params, "taskId")
-	key := src.Session
-	if !src.Server.Config().PerSession() {
-		key = ""
-	}
-	id, session, ok := g.tasks.byServerID(src.Server, key, fleet.ConnRun(src.Conn), up)
+	// src.Session is the instance's key: "" for a shared one.
+	id, session, ok := g.tasks.byServerID(src.Server, src.Session, fleet.ConnRun(src.Conn), up)
 	if !ok || session == "" {
 		return
 	}
@@ -734,11 +731,8 @@ func relatedTask(params json.RawMessage) (string, bool) {
 // in flight there, is refused: the server gets an error that says why.
 func (g *Gateway) askForTask(src fleet.Source, m *rpc.Message, capName, up string) {
 	conn := src.Conn
-	key := src.Session
-	if !src.Server.Config().PerSession() {
-		key = ""
-	}
-	id, session, ok := g.tasks.byServerID(src.Server, key, fleet.ConnRun(conn), up)
+	// src.Session is the instance's key: "" for a shared one.
+	id, session, ok := g.tasks.byServerID(src.Server, src.Session, fleet.ConnRun(conn), up)
 	var s *Session
 	if ok && session != "" {
 		s = g.reg.sessionByKey(session)
