@@ -17,26 +17,16 @@ import (
 // anything learns what its servers offer. modern: for server/discover (a
 // 2026-07-28 client), else for a legacy initialize.
 func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
-	servers := a.g.fleet.Servers()
-	inits := make([]*fleet.InitResult, 0, len(servers))
+	var inits []*fleet.InitResult
 	// A per-session server's instance for a 2026-07-28 request ends with
 	// it: such requests are not offered its tasks (serverEra).
 	var taskInits []*fleet.InitResult
-	learned := false
-	for _, srv := range servers {
-		in := srv.Catalog().KnownInit()
-		if in == nil && !learned {
-			a.table(ctx, kindTools) // once, for all the unknown
-			learned = true
-			in = srv.Catalog().KnownInit()
+	a.eachInit(ctx, func(srv *fleet.Server, in *fleet.InitResult) {
+		inits = append(inits, in)
+		if !modern || !srv.Config().PerSession() {
+			taskInits = append(taskInits, in)
 		}
-		if in != nil {
-			inits = append(inits, in)
-			if !modern || !srv.Config().PerSession() {
-				taskInits = append(taskInits, in)
-			}
-		}
-	}
+	})
 	var caps map[string]json.RawMessage
 	if err := json.Unmarshal(aggregateCaps, &caps); err != nil {
 		panic(err)
@@ -50,6 +40,25 @@ func (a *aggregate) caps(ctx context.Context, modern bool) json.RawMessage {
 		caps["extensions"] = mustJSON(ext)
 	}
 	return mustJSON(caps)
+}
+
+// eachInit calls f with each server of the fleet, in its order, whose
+// initialize result is known, and that result. A server whose result is
+// not known (it never ran, and nothing is cached) is learned first, by
+// building the tools table once for all of them.
+func (a *aggregate) eachInit(ctx context.Context, f func(*fleet.Server, *fleet.InitResult)) {
+	learned := false
+	for _, srv := range a.g.fleet.Servers() {
+		in := srv.Catalog().KnownInit()
+		if in == nil && !learned {
+			a.table(ctx, kindTools) // once, for all the unknown
+			learned = true
+			in = srv.Catalog().KnownInit()
+		}
+		if in != nil {
+			f(srv, in)
+		}
+	}
 }
 
 // serverCaps is the capabilities object of in, decoded one level (nil if

@@ -120,22 +120,15 @@ func skillsCap(inits []*fleet.InitResult) json.RawMessage {
 func declaresSkills(ext json.RawMessage) bool { return len(ext) > 0 && string(ext) != "null" }
 
 // skillServers are the servers that declare the skills extension, in the
-// fleet's order. A server whose initialize result is not known is learned
-// first, as caps learns it (building the tools table, once).
+// fleet's order (a server whose initialize result is not known is learned
+// first: eachInit).
 func (a *aggregate) skillServers(ctx context.Context) []*fleet.Server {
 	var out []*fleet.Server
-	learned := false
-	for _, srv := range a.g.fleet.Servers() {
-		in := srv.Catalog().KnownInit()
-		if in == nil && !learned {
-			a.table(ctx, kindTools)
-			learned = true
-			in = srv.Catalog().KnownInit()
-		}
-		if in != nil && declaresSkills(serverExtension(in, skillsExtension)) {
+	a.eachInit(ctx, func(srv *fleet.Server, in *fleet.InitResult) {
+		if declaresSkills(serverExtension(in, skillsExtension)) {
 			out = append(out, srv)
 		}
-	}
+	})
 	return out
 }
 
