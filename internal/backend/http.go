@@ -78,6 +78,11 @@ type HTTPConnector struct {
 	// OnConnect, if set, sees every new connection before Connect returns,
 	// with Connect's context (work it does there is bounded by it).
 	OnConnect func(ctx context.Context, c *Conn)
+	// Auth, if set, authorizes every request to the server's host with
+	// an OAuth access token (auth.go). Its error, once it reports one,
+	// classifies the connection's failure as lifecycle.ErrAuthRequired
+	// wrapping it.
+	Auth Authorizer
 }
 
 // Tunables, variables so that tests can shorten them.
@@ -261,7 +266,7 @@ func (hc *HTTPConnector) client(b *connStream, host string) *http.Client {
 			rt = http.DefaultTransport
 		}
 	}
-	cl.Transport = &headerTransport{base: rt, host: host, headers: hc.Headers, b: b}
+	cl.Transport = &headerTransport{base: rt, host: host, headers: hc.Headers, auth: hc.Auth, b: b}
 	return &cl
 }
 
@@ -315,6 +320,7 @@ type connStream struct {
 	params  toolHeaders            // the tools' x-mcp-header annotations (a modern server's)
 	version atomic.Pointer[string] // negotiated protocol version, once known
 	denied  atomic.Int32           // the latest HTTP status if it was 401 or 403, else 0
+	auth    authState              // what stops every request until the user acts
 
 	mu     sync.Mutex
 	calls  map[jsonrpc.ID]*callState // requests without a response yet
@@ -465,6 +471,12 @@ func (b *connStream) failure() error {
 // as the failure of the request that got it).
 func (b *connStream) classify(err error) error {
 	err = b.redact(err)
+	if a := b.authFailure(); a != nil && !errors.Is(err, a) {
+		return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, a)
+	}
+	if a := b.authFailure(); a != nil && !errors.Is(err, lifecycle.ErrAuthRequired) {
+		return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, err)
+	}
 	if code := int(b.denied.Load()); code != 0 && !errors.Is(err, lifecycle.ErrAuthRequired) {
 		return fmt.Errorf("%w: server %s answered HTTP %d %s (%v)", lifecycle.ErrAuthRequired, b.name, code, http.StatusText(code), err)
 	}
@@ -859,6 +871,7 @@ type headerTransport struct {
 	base    http.RoundTripper
 	host    string
 	headers map[string]string
+	auth    Authorizer // nil: the configured headers are all
 	b       *connStream
 }
 
@@ -886,7 +899,13 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if st, ok := r.Context().Value(callKey{}).(*callState); ok {
 		onClose = append(onClose, st.closeBody)
 	}
-	resp, err := t.base.RoundTrip(r)
+	var resp *http.Response
+	var err error
+	if t.auth != nil && r.URL.Host == t.host {
+		resp, err = t.authorize(r)
+	} else {
+		resp, err = t.base.RoundTrip(r)
+	}
 	if err != nil {
 		for _, f := range onClose {
 			f()

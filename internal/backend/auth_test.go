@@ -1,0 +1,172 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// fakeAuth is an Authorizer whose token and answers the test sets.
+type fakeAuth struct {
+	mu         sync.Mutex
+	token      string
+	tokenErr   error
+	next       string // the token after a challenge, "" for none
+	challenged []string
+	stop       error // what a challenge answers, if set
+}
+
+func (a *fakeAuth) Token(context.Context) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.token, a.tokenErr
+}
+
+func (a *fakeAuth) Challenged(_ context.Context, status int, h string) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.challenged = append(a.challenged, http.StatusText(status)+" "+h)
+	if a.stop != nil {
+		return false, a.stop
+	}
+	if a.next == "" {
+		return false, nil
+	}
+	a.token, a.next = a.next, ""
+	return true, nil
+}
+
+func (a *fakeAuth) challenges() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.challenged...)
+}
+
+// requireBearer makes f answer 401 to every request without want.
+func requireBearer(f *fixture, want string) {
+	f.setWrap(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("Authorization") != "Bearer "+want {
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="https://example.test/.well-known/oauth-protected-resource"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return true
+		}
+		return false
+	})
+}
+
+// The authorizer's token goes on every request to the server, in both
+// transports; a 401 is told to it and, when it has a new token, the same
+// request is sent once more with it, unseen by the connection.
+func TestAuthorizerTokenAndRetry(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		f := newFixture(t, sse)
+		requireBearer(f, "fresh")
+		a := &fakeAuth{token: "stale", next: "fresh"}
+		transport := ""
+		if sse {
+			transport = "sse"
+		}
+		c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Transport: transport, Auth: a})
+		call(t, c, "tools/list", `{}`)
+		if got := a.challenges(); len(got) != 1 || !strings.Contains(got[0], `error="invalid_token"`) {
+			t.Errorf("sse %v: challenges %q, want the one 401's header", sse, got)
+		}
+		var stale, fresh int
+		for _, r := range f.requests() {
+			switch r.bearer {
+			case "Bearer stale":
+				stale++
+			case "Bearer fresh":
+				fresh++
+			default:
+				t.Errorf("sse %v: %s %s with Authorization %q", sse, r.method, r.rpcMethod, r.bearer)
+			}
+		}
+		if stale != 1 || fresh == 0 {
+			t.Errorf("sse %v: %d requests with the stale token (want the one refused), %d with the fresh", sse, stale, fresh)
+		}
+	}
+}
+
+// No token yet (nothing known of the server's authorization): no
+// Authorization header at all, and a server that needs none serves.
+func TestAuthorizerNoTokenSendsNone(t *testing.T) {
+	f := newFixture(t, false)
+	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Auth: &fakeAuth{}})
+	call(t, c, "tools/list", `{}`)
+	for _, r := range f.requests() {
+		if r.bearer != "" {
+			t.Errorf("%s %s with Authorization %q", r.method, r.rpcMethod, r.bearer)
+		}
+	}
+}
+
+var errNeedsLogin = errors.New("needs a login")
+
+// An authorizer that cannot authorize (no login yet, a refresh token
+// revoked) fails the connection at once, before any request is sent, as
+// ErrAuthRequired wrapping its error — permanent: no crash loop.
+func TestAuthorizerErrorFailsTheConnect(t *testing.T) {
+	f := newFixture(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := (&HTTPConnector{Name: "remote", URL: f.url, Auth: &fakeAuth{tokenErr: errNeedsLogin}, Logger: quiet()}).Connect(ctx)
+	if !errors.Is(err, errNeedsLogin) || !errors.Is(err, lifecycle.ErrAuthRequired) || !lifecycle.IsPermanent(err) {
+		t.Errorf("Connect: %v, want ErrAuthRequired wrapping the authorizer's error", err)
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("%d requests sent without authorization", n)
+	}
+
+	// A 401 the authorizer cannot answer: the same, after one request.
+	requireBearer(f, "other")
+	_, err = (&HTTPConnector{Name: "remote", URL: f.url, Auth: &fakeAuth{token: "t", stop: errNeedsLogin}, Logger: quiet()}).Connect(ctx)
+	if !errors.Is(err, errNeedsLogin) || !errors.Is(err, lifecycle.ErrAuthRequired) {
+		t.Errorf("Connect after a 401: %v, want ErrAuthRequired wrapping the authorizer's error", err)
+	}
+	// Also a modern server's probe.
+	_, err = (&HTTPConnector{Name: "remote", URL: f.url, Protocol: ProtocolAuto, Auth: &fakeAuth{token: "t", stop: errNeedsLogin}, Logger: quiet()}).Connect(ctx)
+	if !errors.Is(err, errNeedsLogin) || !errors.Is(err, lifecycle.ErrAuthRequired) {
+		t.Errorf("Connect (auto) after a 401: %v, want ErrAuthRequired wrapping the authorizer's error", err)
+	}
+}
+
+// The token goes to the server's host only: a redirect to another host
+// carries none.
+func TestAuthorizerTokenStaysOnTheServersHost(t *testing.T) {
+	got := make(chan string, 4)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		http.Error(w, "no", http.StatusNotFound)
+	}))
+	defer other.Close()
+	f := newFixture(t, false)
+	f.setWrap(func(w http.ResponseWriter, r *http.Request) bool {
+		// 127.0.0.1 and localhost are two hosts to the transport.
+		http.Redirect(w, r, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)+"/mcp", http.StatusTemporaryRedirect)
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = (&HTTPConnector{Name: "remote", URL: f.url, Auth: &fakeAuth{token: "secret-token"}, Logger: quiet()}).Connect(ctx)
+	select {
+	case h := <-got:
+		if h != "" {
+			t.Errorf("the redirect's target got Authorization %q", h)
+		}
+	default:
+		t.Fatal("the redirect was not followed: the test proves nothing")
+	}
+	for _, r := range f.requests() {
+		if r.bearer != "Bearer secret-token" {
+			t.Errorf("the server's own request %s had Authorization %q", r.method, r.bearer)
+		}
+	}
+}
