@@ -1,7 +1,9 @@
 package config
 
 import (
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/redact"
 )
@@ -52,6 +54,10 @@ func quoteArg(a string) string {
 // its environment and headers long enough to be a secret (6 bytes or
 // more) by [redacted]: what it prints of its own configuration goes no
 // further than mcpvisor's log.
+//
+// Env and header values hold secret references (${keyring:NAME}), not
+// what they resolve to: whoever resolves them tells the server with
+// NoteResolved, and RedactText hides those values too.
 func (s *Server) RedactText(text string) string {
 	for _, m := range []map[string]string{s.Env, s.Headers} {
 		for _, v := range m {
@@ -60,5 +66,37 @@ func (s *Server) RedactText(text string) string {
 			}
 		}
 	}
+	resolvedMu.RLock()
+	vals := s.resolved
+	resolvedMu.RUnlock()
+	for _, v := range vals {
+		text = strings.ReplaceAll(text, v, "[redacted]")
+	}
 	return text
+}
+
+// resolvedMu guards every Server's resolved (a Server may be copied; the
+// lock is not its own).
+var resolvedMu sync.RWMutex
+
+// maxResolved bounds the values a Server remembers (a secret changed
+// many times over a long run keeps only its latest values).
+const maxResolved = 64
+
+// NoteResolved records values that references of s resolved to (for a
+// start, a connection), for RedactText to hide them: what a server prints
+// of its secrets, or an error quotes, goes no further. Values shorter than
+// 6 bytes are not recorded (hiding them would hide ordinary text).
+func (s *Server) NoteResolved(values ...string) {
+	resolvedMu.Lock()
+	defer resolvedMu.Unlock()
+	for _, v := range values {
+		if len(v) < 6 || slices.Contains(s.resolved, v) {
+			continue
+		}
+		s.resolved = append(s.resolved, v)
+		if n := len(s.resolved); n > maxResolved {
+			s.resolved = slices.Clone(s.resolved[n-maxResolved:])
+		}
+	}
 }
