@@ -61,7 +61,9 @@ func quoteArg(a string) string {
 func (s *Server) RedactText(text string) string {
 	for _, m := range []map[string]string{s.Env, s.Headers} {
 		for _, v := range m {
-			if len(v) >= 6 {
+			// A value with references is hidden once resolved (below);
+			// its text, which names them, is no secret.
+			if len(v) >= 6 && !strings.Contains(v, "$") {
 				text = strings.ReplaceAll(text, v, "[redacted]")
 			}
 		}

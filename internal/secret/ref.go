@@ -393,3 +393,79 @@ func readFile(path, home string) (string, error) {
 	}
 	return s, nil
 }
+
+// ExpandEnv expands the environment references of s (${NAME},
+// ${NAME:-default}, ${env:NAME}) and $$, for settings read when the
+// configuration loads (a command, a URL). A file or keyring reference
+// there is an error: their values are read only when a server starts,
+// and only into its environment, arguments, headers and OAuth secrets.
+// Variables that are unset and have no default are listed in missing,
+// and expand to "".
+func ExpandEnv(s string, lookup func(string) (string, bool)) (value string, missing []string, err error) {
+	if Literal(s) {
+		return s, nil, nil
+	}
+	parts, err := parse(s)
+	if err != nil {
+		return "", nil, err
+	}
+	var b strings.Builder
+	var walk func([]part) error
+	walk = func(ps []part) error {
+		for _, p := range ps {
+			if p.ref == nil {
+				b.WriteString(p.lit)
+				continue
+			}
+			if p.ref.Scheme != SchemeEnv {
+				return fmt.Errorf("%q is not allowed here: ${file:…} and ${keyring:…} are read only for env, args, headers and oauth secrets", p.ref.Text)
+			}
+			v, ok := lookup(p.ref.Name)
+			if p.ref.HasDefault && (!ok || v == "") {
+				if err := walk(p.def); err != nil {
+					return err
+				}
+				continue
+			}
+			if !ok {
+				missing = append(missing, p.ref.Name)
+			}
+			b.WriteString(v)
+		}
+		return nil
+	}
+	if err := walk(parts); err != nil {
+		return "", nil, err
+	}
+	return b.String(), missing, nil
+}
+
+// Unset lists the environment variables s refers to that lookup does not
+// find and that have no default in use: Resolve would fail on the first.
+// Malformed text lists none.
+func Unset(s string, lookup func(string) (string, bool)) []string {
+	if Literal(s) {
+		return nil
+	}
+	parts, err := parse(s)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	var walk func([]part)
+	walk = func(ps []part) {
+		for _, p := range ps {
+			if p.ref == nil || p.ref.Scheme != SchemeEnv {
+				continue
+			}
+			v, ok := lookup(p.ref.Name)
+			if p.ref.HasDefault && (!ok || v == "") {
+				walk(p.def)
+			} else if !ok {
+				out = append(out, p.ref.Name)
+			}
+		}
+	}
+	walk(parts)
+	return out
+}

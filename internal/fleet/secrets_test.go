@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// secretFleet runs servers (JSON of mcpServers' members, $FIXTURE the
+// fixture server) for real, with store as its secret store.
+type secretFleet struct {
+	f      *Fleet
+	mu     sync.Mutex
+	events []Event
+}
+
+func newSecretFleet(t *testing.T, servers string, store secret.Store, env map[string]string) *secretFleet {
+	t.Helper()
+	servers = strings.ReplaceAll(servers, "$FIXTURE", testserver.Build(t))
+	cfg, err := config.Parse([]byte(`{"defaults":{"stop":{"stdinWait":"300ms","termWait":"300ms"}},"mcpServers":{`+servers+`}}`), "test.json",
+		config.LoadOptions{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := proc.Open(proc.Options{NoCgroup: true, NoPIDNamespace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := &secretFleet{}
+	sf.f, err = New(cfg, Options{Runtime: rt, Logger: discardLogger(), Secrets: store,
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		OnEvent: func(e Event) {
+			recordEvent(e)
+			sf.mu.Lock()
+			sf.events = append(sf.events, e)
+			sf.mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sf.f.Close(ctx)
+		_ = rt.Close(ctx)
+	})
+	return sf
+}
+
+// shown is everything the fleet shows of server: its status, detail and
+// events, as JSON.
+func (sf *secretFleet) shown(t *testing.T, name string) string {
+	s := sf.f.Get(name)
+	sf.mu.Lock()
+	evs := append([]Event(nil), sf.events...)
+	sf.mu.Unlock()
+	data, err := json.Marshal([]any{s.Status(), s.Detail(), evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// readLog waits (bounded) for the fixture's method log to name method.
+func readLog(t *testing.T, path, method string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if strings.Contains(string(data), method) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never logged %s: %q", path, method, data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type memStore struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (s *memStore) Get(_ context.Context, name string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[name]
+	if !ok {
+		return "", secret.ErrNotFound
+	}
+	return v, nil
+}
+func (s *memStore) Set(_ context.Context, name, v string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[name] = v
+	return nil
+}
+func (s *memStore) Delete(context.Context, string) error   { return nil }
+func (s *memStore) List(context.Context) ([]string, error) { return nil, nil }
+func (s *memStore) Backend() string                        { return "test keyring" }
+
+// References in a stdio server's env and args reach its process, resolved
+// at each start — a changed secret at the next one —, and their values
+// are in nothing the fleet shows.
+func TestSecretReferencesReachTheProcess(t *testing.T) {
+	dir := t.TempDir()
+	envLog := filepath.Join(dir, "env-secret-log-path")
+	argLog := filepath.Join(dir, "arg-secret-log-path")
+	argLog2 := filepath.Join(dir, "arg-secret-log-path-2")
+	ref := filepath.Join(dir, "ref")
+	if err := os.WriteFile(ref, []byte(envLog+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := &memStore{m: map[string]string{"fixture.log": argLog}}
+	sf := newSecretFleet(t, `"s":{"command":"$FIXTURE","idleTimeout":"0",
+		"env":{"FIXTURE_METHOD_LOG":"${file:`+ref+`}"},
+		"args":["-strict-init-log","${keyring:fixture.log}"]}`, store, nil)
+	s := sf.f.Get("s")
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatal(err)
+	}
+	readLog(t, envLog, "initialize") // the env's file reference reached it
+	sc := s.Config()
+	if sc.Env["FIXTURE_METHOD_LOG"] != "${file:"+ref+"}" || sc.Args[1] != "${keyring:fixture.log}" {
+		t.Fatalf("config holds %q %q, want the references", sc.Env, sc.Args)
+	}
+	// The arg reached it too: the fixture's -strict-init-log with
+	// -strict-init unset logs nothing, but the process was given it:
+	// its command line.
+	pid := s.Status().PID
+	if pid == 0 {
+		t.Fatal("no pid")
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !strings.Contains(string(cmdline), argLog) {
+		t.Fatalf("cmdline %q, %v; want the keyring value", cmdline, err)
+	}
+	// A changed secret applies at the next start.
+	_ = store.Set(t.Context(), "fixture.log", argLog2)
+	if _, err := s.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatal(err)
+	}
+	cmdline, _ = os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.Status().PID), "cmdline"))
+	if !strings.Contains(string(cmdline), argLog2) {
+		t.Fatalf("after restart, cmdline %q; want the new keyring value", cmdline)
+	}
+	shown := sf.shown(t, "s")
+	for _, v := range []string{envLog, argLog, argLog2} {
+		if strings.Contains(shown, v) {
+			t.Errorf("the fleet shows the value %q: %s", v, shown)
+		}
+	}
+}
+
+// A reference that does not resolve fails the start, naming the reference,
+// permanently (no crash loop), with nothing spawned.
+func TestSecretReferenceFailsTheStart(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing-token")
+	sf := newSecretFleet(t, `"s":{"command":"$FIXTURE","idleTimeout":"0","env":{"TOKEN":"${file:`+missing+`}"}},
+		"k":{"command":"$FIXTURE","idleTimeout":"0","args":["${keyring:nope}"]},
+		"h":{"url":"http://127.0.0.1:1/mcp","headers":{"Authorization":"Bearer ${env:UNSET_TOKEN}"}}`,
+		&memStore{m: map[string]string{}}, nil)
+	for name, want := range map[string]string{
+		"s": "${file:" + missing + "} could not be resolved: no such file",
+		"k": "${keyring:nope} could not be resolved: not in the keyring (test keyring); set it with `mcpvisor secret set nope`",
+		"h": "${env:UNSET_TOKEN} could not be resolved: environment variable UNSET_TOKEN is not set",
+	} {
+		s := sf.f.Get(name)
+		_, err := use(s.Acquire(t.Context(), ""))
+		var se *SecretError
+		if err == nil || !strings.Contains(err.Error(), want) || !errors.As(err, &se) || !lifecycle.IsPermanent(err) {
+			t.Errorf("%s: Acquire: %v; want a permanent error with %q", name, err, want)
+			continue
+		}
+		st := s.Status()
+		if st.State != "failed" || !strings.Contains(st.LastError, want) {
+			t.Errorf("%s: state %q, last error %q", name, st.State, st.LastError)
+		}
+		if st.PID != 0 || st.Spawns != 0 {
+			t.Errorf("%s: spawned pid %d (%d spawns)", name, st.PID, st.Spawns)
+		}
+	}
+}
