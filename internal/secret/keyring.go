@@ -67,18 +67,18 @@ func keyringName() string {
 }
 
 // openKeyring returns the keyring store if the keyring answers a probe
-// within timeout, else nil.
-func openKeyring(stateDir string, api keyringAPI, timeout time.Duration) *keyringStore {
-	if !keyringPossible() {
-		return nil
+// within timeout, else nil and why not.
+func openKeyring(stateDir string, api keyringAPI, timeout time.Duration) (*keyringStore, error) {
+	if err := keyringPossible(); err != nil {
+		return nil, err
 	}
 	k := newKeyringStore(stateDir, api, timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if _, err := k.call(ctx, func() (string, error) { return k.api.Get(Service, probeName) }); err != nil && !errors.Is(err, ErrNotFound) {
-		return nil
+		return nil, err
 	}
-	return k
+	return k, nil
 }
 
 func newKeyringStore(stateDir string, api keyringAPI, timeout time.Duration) *keyringStore {

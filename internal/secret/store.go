@@ -3,6 +3,7 @@ package secret
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -48,13 +49,50 @@ func Open(stateDir string) Store { return OpenWith(stateDir, Options{}) }
 
 // OpenWith is Open with options.
 func OpenWith(stateDir string, opts Options) Store {
+	s, _ := OpenReport(stateDir, opts)
+	return s
+}
+
+// OpenReport is OpenWith, and says why the keyring is not used when it
+// is not (for doctor): "" when it is.
+func OpenReport(stateDir string, opts Options) (Store, string) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if !opts.NoKeyring {
-		if k := openKeyring(stateDir, osKeyring{}, opts.Timeout); k != nil {
-			return k
-		}
+	if opts.NoKeyring {
+		return OpenFile(stateDir), "the keyring is not to be used"
 	}
-	return OpenFile(stateDir)
+	k, err := openKeyring(stateDir, osKeyring{}, opts.Timeout)
+	if err != nil {
+		return OpenFile(stateDir), err.Error()
+	}
+	return k, ""
 }
+
+// Lazy is Open(stateDir) made at the first call of one of its methods
+// (and Backend), not before: serve starts without waiting for the
+// keyring's probe, and pays for it only when a server refers to a secret.
+func Lazy(stateDir string) Store { return &lazyStore{open: func() Store { return Open(stateDir) }} }
+
+type lazyStore struct {
+	once sync.Once
+	open func() Store
+	s    Store
+}
+
+func (l *lazyStore) get() Store {
+	l.once.Do(func() { l.s = l.open() })
+	return l.s
+}
+
+func (l *lazyStore) Get(ctx context.Context, name string) (string, error) {
+	return l.get().Get(ctx, name)
+}
+func (l *lazyStore) Set(ctx context.Context, name, value string) error {
+	return l.get().Set(ctx, name, value)
+}
+func (l *lazyStore) Delete(ctx context.Context, name string) error {
+	return l.get().Delete(ctx, name)
+}
+func (l *lazyStore) List(ctx context.Context) ([]string, error) { return l.get().List(ctx) }
+func (l *lazyStore) Backend() string                            { return l.get().Backend() }
