@@ -83,3 +83,11 @@ func TestRedactResolved(t *testing.T) {
 		t.Errorf("RedactText = %q", got)
 	}
 }
+
+func TestReferences(t *testing.T) {
+	s := mustParse(t, `{"mcpServers": {"a": {"url": "https://h/", "headers": {"X-Api-Key": "Bearer ${keyring:a}", "X-Lit": "sk-literal-secret"},
+		"oauth": {"clientId": "c", "clientSecret": "${file:/s}"}},
+		"b": {"command": "x", "args": ["--t", "pre${env:T:-d}post"], "env": {"Z": "${Z}", "A": "lit"}}}}`, LoadOptions{LookupEnv: envOf(map[string]string{"Z": "z"})})
+	eq(t, "a", s.Server("a").References(), []string{"headers.X-Api-Key: ${keyring:a}", "oauth.clientSecret: ${file:/s}"})
+	eq(t, "b", s.Server("b").References(), []string{"env.Z: ${Z}", "args[1]: ${env:T:-d}"})
+}

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/redact"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // Redaction is what replaces a hidden value in Redacted's output
@@ -101,4 +104,37 @@ func (s *Server) NoteResolved(values ...string) {
 			s.resolved = slices.Clone(s.resolved[n-maxResolved:])
 		}
 	}
+}
+
+// References lists the secret references in s's env, args, headers and
+// oauth secrets, for display (inspect): "env.TOKEN: ${keyring:gh-token}",
+// in that order of fields, keys sorted. Only the references of a value
+// are listed, never its literal text, which may be a secret.
+func (s *Server) References() []string {
+	var out []string
+	add := func(field, v string) {
+		refs, err := secret.Find(v)
+		if err != nil || len(refs) == 0 {
+			return
+		}
+		texts := make([]string, len(refs))
+		for i, r := range refs {
+			texts[i] = r.Text
+		}
+		out = append(out, field+": "+strings.Join(texts, " "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		add("env."+k, s.Env[k])
+	}
+	for i, a := range s.Args {
+		add("args["+strconv.Itoa(i)+"]", a)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
+		add("headers."+k, s.Headers[k])
+	}
+	if s.OAuth != nil {
+		add("oauth.clientSecret", s.OAuth.ClientSecret)
+		add("oauth.privateKey", s.OAuth.PrivateKey)
+	}
+	return out
 }
