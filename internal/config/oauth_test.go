@@ -91,3 +91,12 @@ func TestReferences(t *testing.T) {
 	eq(t, "a", s.Server("a").References(), []string{"headers.X-Api-Key: ${keyring:a}", "oauth.clientSecret: ${file:/s}"})
 	eq(t, "b", s.Server("b").References(), []string{"env.Z: ${Z}", "args[1]: ${env:T:-d}"})
 }
+
+// A literal value with a $ in it is still hidden; a reference's text is
+// not (it names the reference).
+func TestRedactLiteralDollar(t *testing.T) {
+	s := mustParse(t, `{"mcpServers": {"a": {"command": "x", "env": {"L": "sk-$abcdef", "R": "${keyring:name-of-it}"}}}}`, LoadOptions{LookupEnv: envOf(nil)}).Server("a")
+	if got := s.RedactText("sk-$abcdef ${keyring:name-of-it}"); got != "[redacted] ${keyring:name-of-it}" {
+		t.Errorf("RedactText = %q", got)
+	}
+}

@@ -66,7 +66,7 @@ func (s *Server) RedactText(text string) string {
 		for _, v := range m {
 			// A value with references is hidden once resolved (below);
 			// its text, which names them, is no secret.
-			if len(v) >= 6 && !strings.Contains(v, "$") {
+			if len(v) >= 6 && !hasReferences(v) {
 				text = strings.ReplaceAll(text, v, "[redacted]")
 			}
 		}
@@ -78,6 +78,15 @@ func (s *Server) RedactText(text string) string {
 		text = strings.ReplaceAll(text, v, "[redacted]")
 	}
 	return text
+}
+
+// hasReferences reports whether v refers to a secret (or a variable).
+func hasReferences(v string) bool {
+	if !strings.Contains(v, "${") {
+		return false
+	}
+	refs, err := secret.Find(v)
+	return err == nil && len(refs) > 0
 }
 
 // resolvedMu guards every Server's resolved (a Server may be copied; the

@@ -75,9 +75,7 @@ func (f *Fleet) resolve(ctx context.Context, sc *config.Server, v string) (strin
 	if err != nil {
 		return "", fmt.Errorf("server %s: %w", sc.Name, &SecretError{Err: err})
 	}
-	if r != v {
-		sc.NoteResolved(r)
-	}
+	sc.NoteResolved(r)
 	return r, nil
 }
 

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/secret"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
@@ -23,6 +25,7 @@ import (
 // fixture server) for real, with store as its secret store.
 type secretFleet struct {
 	f      *Fleet
+	logs   *logbuf.Registry
 	mu     sync.Mutex
 	events []Event
 }
@@ -39,8 +42,8 @@ func newSecretFleet(t *testing.T, servers string, store secret.Store, env map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf := &secretFleet{}
-	sf.f, err = New(cfg, Options{Runtime: rt, Logger: discardLogger(), Secrets: store,
+	sf := &secretFleet{logs: logbuf.NewRegistry(logbuf.Options{})}
+	sf.f, err = New(cfg, Options{Runtime: rt, Logger: discardLogger(), Secrets: store, Logs: sf.logs,
 		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 		OnEvent: func(e Event) {
 			recordEvent(e)
@@ -149,6 +152,36 @@ func TestSecretReferencesReachTheProcess(t *testing.T) {
 	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 	if err != nil || !strings.Contains(string(cmdline), argLog) {
 		t.Fatalf("cmdline %q, %v; want the keyring value", cmdline, err)
+	}
+	// What the server writes of a value to stderr is kept redacted.
+	l, err := s.Acquire(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := l.in.current().(*backend.Conn)
+	_, err = conn.Call(t.Context(), "tools/call", json.RawMessage(`{"name":"stderr","arguments":{"text":"my log is `+argLog+` and `+envLog+`"}}`))
+	l.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := sf.logs.Lookup("s")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var lines []string
+		for _, e := range buf.Tail(100).Entries {
+			lines = append(lines, e.Line)
+		}
+		all := strings.Join(lines, "\n")
+		if strings.Contains(all, "my log is") {
+			if !strings.Contains(all, "my log is [redacted] and [redacted]") {
+				t.Fatalf("stderr kept as %q", all)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stderr line never came: %q", all)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// A changed secret applies at the next start.
 	_ = store.Set(t.Context(), "fixture.log", argLog2)
