@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -231,5 +233,56 @@ func TestSecretReferenceFailsTheStart(t *testing.T) {
 		if st.PID != 0 || st.Spawns != 0 {
 			t.Errorf("%s: spawned pid %d (%d spawns)", name, st.PID, st.Spawns)
 		}
+	}
+}
+
+// A remote server's header references resolve at each connection and
+// reach its requests; its oauth secrets resolve for its OAuth client.
+func TestSecretReferencesInHeadersAndOAuth(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(key, []byte("-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := &memStore{m: map[string]string{"api": "api-key-one", "client": "client-secret-one"}}
+	sf := newSecretFleet(t, `"h":{"url":"`+srv.URL+`/mcp","idleTimeout":"0","headers":{"X-Api-Key":"${keyring:api}"}},
+		"o":{"url":"`+srv.URL+`/mcp","oauth":{"clientId":"c","clientSecret":"${keyring:client}","tokenEndpointAuthMethod":"client_secret_basic"}},
+		"j":{"url":"`+srv.URL+`/mcp","oauth":{"clientId":"c","privateKey":"${file:`+key+`}"}}`, store, nil)
+	s := sf.f.Get("h")
+	_, _ = use(s.Acquire(t.Context(), ""))
+	_ = store.Set(t.Context(), "api", "api-key-two")
+	_, _ = s.Restart(t.Context())
+	_, _ = use(s.Acquire(t.Context(), ""))
+	mu.Lock()
+	seen := strings.Join(got, ",")
+	mu.Unlock()
+	if !strings.HasPrefix(seen, "api-key-one") || !strings.Contains(seen, "api-key-two") {
+		t.Errorf("the server got X-Api-Key %q, want api-key-one then api-key-two", seen)
+	}
+	if shown := sf.shown(t, "h"); strings.Contains(shown, "api-key-") {
+		t.Errorf("the fleet shows a header value: %s", shown)
+	}
+	cs, pk, err := sf.f.resolveOAuthSecrets(t.Context(), sf.f.Get("o").Config())
+	if err != nil || cs != "client-secret-one" || pk != "" {
+		t.Errorf("o's oauth secrets %q %q, %v", cs, pk, err)
+	}
+	cs, pk, err = sf.f.resolveOAuthSecrets(t.Context(), sf.f.Get("j").Config())
+	if err != nil || cs != "" || !strings.HasSuffix(pk, "-----END PRIVATE KEY-----") {
+		t.Errorf("j's oauth secrets %q %q, %v", cs, pk, err)
+	}
+	store.mu.Lock()
+	delete(store.m, "client")
+	store.mu.Unlock()
+	if _, _, err := sf.f.resolveOAuthSecrets(t.Context(), sf.f.Get("o").Config()); err == nil || !strings.Contains(err.Error(), "${keyring:client} could not be resolved") {
+		t.Errorf("a missing client secret: %v", err)
 	}
 }
