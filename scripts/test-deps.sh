@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
 # the MCP conformance suite) and the real npm MCP servers the integration
-# tests run; and Debian's chromium for the dashboard's browser tests.
+# tests run; Debian's chromium for the dashboard's browser tests, and its
+# gnome-keyring for the secret store's keyring tests.
 # Idempotent: a stamp file records what is installed in .deps/.
 set -euo pipefail
 
@@ -61,6 +62,31 @@ install_chromium() {
   fi
 }
 install_chromium
+
+# The secret store's keyring tests run gnome-keyring's Secret Service in a
+# private D-Bus session (dbus-run-session): both are system packages,
+# installed with apt-get when missing, as chromium is.
+install_gnome_keyring() {
+  if command -v gnome-keyring-daemon >/dev/null && command -v dbus-run-session >/dev/null; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "test-deps: the keyring tests need gnome-keyring and dbus-run-session: install them (no apt-get here)" >&2
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: the keyring tests need gnome-keyring: run 'sudo apt-get install -y --no-install-recommends gnome-keyring dbus-bin'" >&2
+    return 1
+  fi
+  echo "test-deps: installing gnome-keyring (apt-get)" >&2
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnome-keyring dbus-bin >/dev/null; } ||
+     ! command -v gnome-keyring-daemon >/dev/null || ! command -v dbus-run-session >/dev/null; then
+    echo "test-deps: could not install gnome-keyring with apt-get; the keyring tests need it" >&2
+    return 1
+  fi
+}
+install_gnome_keyring
 
 if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
   exit 0

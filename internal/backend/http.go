@@ -51,6 +51,10 @@ type HTTPConnector struct {
 	// redirect to another host), unless the transport set the same header
 	// itself. Values are never logged.
 	Headers map[string]string
+	// ResolveHeaders, if set, gives the headers of each connection in
+	// place of Headers (the fleet resolves secret references in them at
+	// each connect); its error fails the Connect as it is.
+	ResolveHeaders func(ctx context.Context) (map[string]string, error)
 	// Transport is "streamable-http" (the default when empty) or "sse",
 	// the HTTP+SSE transport of MCP 2024-11-05.
 	Transport string
@@ -134,11 +138,18 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		return nil, fmt.Errorf("server %s: invalid URL", hc.Name) // the URL may hold a secret
 	}
 
+	headers := hc.Headers
+	if hc.ResolveHeaders != nil {
+		if headers, err = hc.ResolveHeaders(ctx); err != nil {
+			return nil, err
+		}
+	}
+
 	b := &connStream{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}, ended: make(chan struct{})}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.endCtx, b.endCancel = context.WithCancel(context.Background())
 	b.pr, b.pw = io.Pipe()
-	b.client = hc.client(b, base.Host)
+	b.client = hc.client(b, base.Host, headers)
 	abandon := func(err error) error {
 		b.cancel()
 		b.endCancel()
@@ -249,7 +260,7 @@ func (hc *HTTPConnector) SetEraHint(hint func() string) {
 // client is the http.Client of one connection: the configured one (or a
 // transport of the connection's own) behind a RoundTripper that adds the
 // headers.
-func (hc *HTTPConnector) client(b *connStream, host string) *http.Client {
+func (hc *HTTPConnector) client(b *connStream, host string, headers map[string]string) *http.Client {
 	var cl http.Client
 	if hc.HTTPClient != nil {
 		cl = *hc.HTTPClient
@@ -266,7 +277,7 @@ func (hc *HTTPConnector) client(b *connStream, host string) *http.Client {
 			rt = http.DefaultTransport
 		}
 	}
-	cl.Transport = &headerTransport{base: rt, host: host, headers: hc.Headers, auth: hc.Auth, b: b}
+	cl.Transport = &headerTransport{base: rt, host: host, headers: headers, auth: hc.Auth, b: b}
 	return &cl
 }
 

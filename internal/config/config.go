@@ -147,6 +147,10 @@ type Config struct {
 	// 2026-07-28 client's retry with the input the server asked for
 	// (default DefaultHoldTimeout); then the call is cancelled.
 	HoldTimeout time.Duration
+	// OAuthClientMetadataURL is the top-level oauth.clientMetadataUrl,
+	// the default of every remote server's (already applied to their
+	// OAuth).
+	OAuthClientMetadataURL string
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server
@@ -192,6 +196,10 @@ type Server struct {
 	// http servers.
 	URL     string
 	Headers map[string]string // never shown
+	// OAuth is the server's "oauth" object, or the top-level
+	// clientMetadataUrl alone when it has none; nil when neither is set,
+	// and for a server with an Authorization header (never OAuth).
+	OAuth *OAuthConfig
 
 	Disabled bool
 	// Eager starts the server when mcpvisor starts instead of on first use.
@@ -241,6 +249,10 @@ type Server struct {
 	// its maxIdleMemory; nil when none is set (a remote server never has
 	// any).
 	Limits *Limits
+
+	// resolved are values its references resolved to (NoteResolved),
+	// guarded by resolvedMu.
+	resolved []string
 
 	// raw is the text before ${VAR} expansion, for display (values that
 	// came from the environment are never shown); nil when expanding
@@ -294,8 +306,11 @@ func (s *Server) Policy() lifecycle.Policy {
 }
 
 // LaunchHash identifies how the server is reached: a SHA-256 (hex) over its
-// kind, transport, command, args, env, cwd, url and headers after
-// expansion, the protocol era setting (which decides whether its era
+// kind, transport, command, cwd and url after expansion, its args, env,
+// headers and oauth object as written — secret references as text, never
+// their values: a changed secret takes effect at the server's next start
+// (`mcpvisor restart NAME` applies it now), and no value is hashed into
+// what is persisted —, the protocol era setting (which decides whether its era
 // is probed), and the client capabilities it may be declared, when set. Any change to those changes the hash, so it keys caches of
 // what the server offers (its tools, its era); settings such as timeouts
 // do not affect it.
@@ -317,6 +332,15 @@ func (s *Server) LaunchHash() string {
 	field(s.URL)
 	sortedMap(h, field, s.Headers)
 	field(s.Protocol)
+	if o := s.OAuth; o != nil {
+		// Absent, nothing is added: the hash is what it was before OAuth.
+		field("oauth")
+		for _, v := range []string{o.ClientID, o.ClientSecret, o.TokenEndpointAuthMethod, o.PrivateKey,
+			o.SigningAlgorithm, o.ClientMetadataURL, o.Grant} {
+			field(v)
+		}
+		list(h, field, o.Scopes)
+	}
 	if s.ClientCapabilities != nil {
 		// What a server lists may depend on what it was declared: its
 		// cached lists are those of its declaration. (Absent, nothing is

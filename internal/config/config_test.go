@@ -382,8 +382,14 @@ func TestErrors(t *testing.T) {
 		{"pageSize fraction", `{"pageSize": 2.5, "mcpServers": {"a": {"command": "x"}}}`, nil, "pageSize", "2.5 is not a whole number"},
 		{"server field in defaults", `{"defaults": {"env": {}}, "mcpServers": {"a": {"command": "x"}}}`, nil,
 			"defaults.env", `"env" belongs to a server, not to defaults`},
-		{"unset variable", `{"mcpServers": {"a": {"url": "https://h/", "headers": {"Authorization": "Bearer ${TOKEN}"}}}}`, nil,
-			"mcpServers.a.headers.Authorization", "environment variable TOKEN is not set (use ${TOKEN:-default} for a fallback)"},
+		{"keyring reference without a name", `{"mcpServers": {"a": {"url": "https://h/", "headers": {"Authorization": "Bearer ${keyring:}"}}}}`, nil,
+			"mcpServers.a.headers.Authorization", `"${keyring:}" has no keyring name`},
+		{"keyring reference in command", `{"mcpServers": {"a": {"command": "${keyring:bin}"}}}`, nil,
+			"mcpServers.a.command", `"${keyring:bin}" is not allowed here`},
+		{"file reference in url", `{"mcpServers": {"a": {"url": "https://h/${file:/k}"}}}`, nil,
+			"mcpServers.a.url", `"${file:/k}" is not allowed here`},
+		{"relative file reference", `{"mcpServers": {"a": {"command": "x", "env": {"K": "${file:k.txt}"}}}}`, nil,
+			"mcpServers.a.env.K", `"${file:k.txt}": the path must be absolute or start with ~/`},
 		{"unset variable in cwd", `{"mcpServers": {"a": {"command": "x", "cwd": "${WORK}/x"}}}`, nil,
 			"mcpServers.a.cwd", "environment variable WORK is not set"},
 		{"unset variable in stateDir", `{"stateDir": "${STATE}", "mcpServers": {"a": {"command": "x"}}}`, nil,
@@ -515,7 +521,7 @@ func TestWarnings(t *testing.T) {
 		"mcpServers.a.tools.allow":    `an empty allow list exposes no tools (use ["*"] for all)`,
 		"mcpServers.a.restart.backof": `unknown field, ignored; did you mean "backoff"?`,
 		"mcpServers.b":                "defined more than once; the last one is used",
-		"mcpServers.c.args[0]":        "environment variable NOT_SET is not set (use ${NOT_SET:-default} for a fallback); the server is disabled",
+		"mcpServers.c.args[0]":        "environment variable NOT_SET is not set: the server fails to start unless it is set then (use ${NOT_SET:-default} for a fallback); the server is disabled",
 	}
 	cfg := mustParse(t, doc, LoadOptions{})
 	if len(cfg.Warnings) != len(wantPaths) {

@@ -55,6 +55,8 @@ var serverFields = []struct {
 	{"args", true, func(s *Server) any { return s.Args }},
 	{"cwd", true, func(s *Server) any { return s.Cwd }},
 	{"url", true, func(s *Server) any { return s.URL }},
+	// Who mcpvisor is to the server's authorization server.
+	{"oauth", true, func(s *Server) any { return s.OAuth }},
 	{"protocol", true, func(s *Server) any { return s.Protocol }},
 	{"sharing", true, func(s *Server) any { return s.Sharing }},
 	// What a process was declared at initialize is its own until it ends.

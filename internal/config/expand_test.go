@@ -1,9 +1,12 @@
 package config
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 func TestExpand(t *testing.T) {
@@ -73,11 +76,45 @@ func TestExpandEverywhere(t *testing.T) {
 	}
 	l := cfg.Server("local")
 	eq(t, "command", l.Command, "/opt/bin/server")
-	eq(t, "args", l.Args, []string{"--root", "/srv", "--cost=5$", "x"})
-	eq(t, "env", l.Env, map[string]string{"API_TOKEN": "tok", "LITERAL": "$HOME", "${NOT}": "kept"})
+	// args, env and headers keep their references, resolved at start.
+	eq(t, "args", l.Args, []string{"--root", "${DIR}", "--cost=5$$", "${MISSING:-x}"})
+	eq(t, "resolved args", resolveAll(t, l.Args, env), []string{"--root", "/srv", "--cost=5$", "x"})
+	eq(t, "env", l.Env, map[string]string{"API_TOKEN": "${TOKEN}", "LITERAL": "$$HOME", "${NOT}": "kept"})
+	eq(t, "resolved env", resolveAll(t, []string{l.Env["API_TOKEN"], l.Env["LITERAL"], l.Env["${NOT}"]}, env), []string{"tok", "$HOME", "kept"})
 	eq(t, "cwd", l.Cwd, "/srv/work")
 	eq(t, "tools are patterns, not expanded", l.Tools.Deny, []string{"${y}"})
 	r := cfg.Server("remote")
 	eq(t, "url", r.URL, "https://h.example/mcp?k=tok")
-	eq(t, "headers", r.Headers, map[string]string{"Authorization": "Bearer tok"})
+	eq(t, "headers", r.Headers, map[string]string{"Authorization": "Bearer ${TOKEN}"})
+	eq(t, "resolved headers", resolveAll(t, []string{r.Headers["Authorization"]}, env), []string{"Bearer tok"})
+}
+
+func resolveAll(t *testing.T, in []string, env func(string) (string, bool)) []string {
+	t.Helper()
+	out := make([]string, len(in))
+	for i, s := range in {
+		v, err := secret.Resolve(context.Background(), s, secret.Sources{LookupEnv: env})
+		if err != nil {
+			t.Fatalf("resolving %q: %v", s, err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// TestUnsetReferenceWarns: an unset variable in a value resolved at start
+// is no load error but a warning (validate shows it), and an error with
+// Strict.
+func TestUnsetReferenceWarns(t *testing.T) {
+	doc := `{"mcpServers": {"a": {"url": "https://h/", "headers": {"Authorization": "Bearer ${TOKEN}", "X": "${env:ALSO:-d}"}},
+		"b": {"command": "x", "env": {"K": "${keyring:github.TOKEN}", "F": "${file:/run/k}"}, "args": ["${HOME:-${NOPE}}"]}}}`
+	cfg := mustParse(t, doc, LoadOptions{LookupEnv: envOf(map[string]string{"HOME": "/h"})})
+	want := "config.json: mcpServers.a.headers.Authorization: environment variable TOKEN is not set: the server fails to start unless it is set then (use ${TOKEN:-default} for a fallback)"
+	if len(cfg.Warnings) != 1 || cfg.Warnings[0] != want {
+		t.Errorf("warnings %q, want [%q]", cfg.Warnings, want)
+	}
+	_, err := Parse([]byte(doc), "config.json", LoadOptions{Strict: true, LookupEnv: envOf(nil)})
+	if err == nil || !strings.Contains(err.Error(), "environment variable TOKEN is not set") {
+		t.Errorf("strict: %v", err)
+	}
 }

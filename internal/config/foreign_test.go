@@ -80,13 +80,13 @@ http_headers = { "X-Token" = "$1" }
 					t.Errorf("no warning %q in\n%s", w, strings.Join(cfg.Warnings, "\n"))
 				}
 			}
-			if s := cfg.Server("a"); s != nil && (s.Env["T"] != "t" || s.Env["N"] != "1") {
+			if s := cfg.Server("a"); s != nil && (resolveAll(t, []string{s.Env["T"]}, envOf(map[string]string{"TOKEN": "t"}))[0] != "t" || s.Env["N"] != "1") {
 				t.Errorf("a's env = %v", s.Env)
 			}
 			if s := cfg.Server("git"); s != nil && (s.Tools.Allowed("reset") || !s.Tools.Allowed("status") || s.RequestTimeout != 90*time.Second) {
 				t.Errorf("git's tools %+v, requestTimeout %v: want reset denied, 90s", s.Tools, s.RequestTimeout)
 			}
-			if s := cfg.Server("web"); s != nil && s.Headers["X-Token"] != "$1" {
+			if s := cfg.Server("web"); s != nil && resolveAll(t, []string{s.Headers["X-Token"]}, envOf(nil))[0] != "$1" {
 				t.Errorf("web's headers = %v ($ is literal in Codex)", s.Headers)
 			}
 		})

@@ -55,14 +55,20 @@ func TestLaunchHash(t *testing.T) {
 	}
 }
 
-// TestLaunchHashFromConfig checks the hash follows expanded values.
+// TestLaunchHashFromConfig checks the hash follows the expanded command
+// and the references of args as written, not their values: a secret
+// changes at the next start, and no value is hashed.
 func TestLaunchHashFromConfig(t *testing.T) {
-	doc := `{"mcpServers": {"a": {"command": "srv", "args": ["${V}"], "idleTimeout": "%s"}}}`
-	one := mustParse(t, fmt.Sprintf(doc, "1m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "1"})}).Server("a").LaunchHash()
-	same := mustParse(t, fmt.Sprintf(doc, "5m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "1"})}).Server("a").LaunchHash()
-	two := mustParse(t, fmt.Sprintf(doc, "1m"), LoadOptions{LookupEnv: envOf(map[string]string{"V": "2"})}).Server("a").LaunchHash()
-	if one != same || one == two {
-		t.Errorf("one %s same %s two %s", one, same, two)
+	doc := `{"mcpServers": {"a": {"command": "${BIN}", "args": ["${V}"], "idleTimeout": "%s"}}}`
+	hash := func(timeout string, env map[string]string) string {
+		return mustParse(t, fmt.Sprintf(doc, timeout), LoadOptions{LookupEnv: envOf(env)}).Server("a").LaunchHash()
+	}
+	one := hash("1m", map[string]string{"BIN": "srv", "V": "1"})
+	same := hash("5m", map[string]string{"BIN": "srv", "V": "1"})
+	sameRef := hash("1m", map[string]string{"BIN": "srv", "V": "2"})
+	two := hash("1m", map[string]string{"BIN": "srv2", "V": "1"})
+	if one != same || one != sameRef || one == two {
+		t.Errorf("one %s same %s sameRef %s two %s", one, same, sameRef, two)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // parser walks a decoded document, collecting every problem.
@@ -25,6 +27,9 @@ type parser struct {
 	// paths maps paths of a client's file read by foreign to the fields
 	// they come from, where those differ.
 	paths map[string]string
+	// clientMetadataURL is the top-level oauth.clientMetadataUrl: the
+	// default of every remote server's.
+	clientMetadataURL string
 }
 
 func (p *parser) errorf(at, format string, args ...any) {
@@ -254,10 +259,29 @@ func (p *parser) expand(s, at string, soft bool) (string, bool) {
 	return e.value, len(e.missing) == 0
 }
 
-var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "holdTimeout", "defaults", "mcpServers"}
+// reference checks the secret references of s, a value resolved when
+// its server starts (env, args, headers, oauth secrets), at path at, and
+// returns s as it is. An environment variable it needs that is unset now
+// is a warning: the server fails to start unless it is set by then.
+func (p *parser) reference(s, at string, disabled bool) string {
+	if err := secret.Check(s); err != nil {
+		p.errorf(at, "%v", err)
+		return s
+	}
+	for _, name := range secret.Unset(s, p.lookup) {
+		msg := fmt.Sprintf("environment variable %s is not set: the server fails to start unless it is set then (use ${%s:-default} for a fallback)", name, name)
+		if disabled {
+			msg += "; the server is disabled"
+		}
+		p.warnf(at, "%s", msg)
+	}
+	return s
+}
+
+var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "holdTimeout", "oauth", "defaults", "mcpServers"}
 
 // serverOnlyNames are server fields that are not settings.
-var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled"}
+var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled", "oauth"}
 
 func (p *parser) config(root *node) *Config {
 	cfg := &Config{Listen: DefaultListen, MaxSessions: DefaultMaxSessions, HoldTimeout: DefaultHoldTimeout}
@@ -273,10 +297,18 @@ func (p *parser) config(root *node) *Config {
 			break
 		}
 	}
+	// so does the default oauth.clientMetadataUrl.
+	for i := len(root.keys) - 1; i >= 0; i-- {
+		if root.keys[i] == "oauth" {
+			p.topOAuth(root.vals[i], "oauth")
+			break
+		}
+	}
+	cfg.OAuthClientMetadataURL = p.clientMetadataURL
 	sawServers := false
 	p.fields(root, "", func(key string, v *node, at string) {
 		switch key {
-		case "defaults": // done above
+		case "defaults", "oauth": // done above
 		case "$schema":
 		case "listen":
 			if s, ok := p.str(v, at); ok {
@@ -432,6 +464,8 @@ type serverKeys struct {
 	envAt, headersAt, cwdAt, urlAt string
 	commandAt                      string
 	limitsAt                       []string
+	oauth                          *node
+	oauthAt                        string
 }
 
 // server parses and resolves one server; nil when it is too broken to
@@ -508,6 +542,8 @@ func (p *parser) serverFields(v *node, at string) (f serverKeys) {
 			if b := p.boolean(v, at); b != nil {
 				f.disabled = *b
 			}
+		case "oauth":
+			f.oauth, f.oauthAt = v, at
 		default:
 			if key == "limits" || key == "maxIdleMemory" {
 				f.limitsAt = append(f.limitsAt, at)
@@ -555,8 +591,10 @@ func (p *parser) serverKind(srv *Server, f *serverKeys, at string, errsBefore in
 // (variables expanded; a disabled server's unset ones are no error).
 func (p *parser) localServer(srv *Server, f *serverKeys) {
 	soft := f.disabled
-	if f.headersAt != "" {
-		p.warnf(f.headersAt, "ignored for a local server (command)")
+	for _, at := range []string{f.headersAt, f.oauthAt} {
+		if at != "" {
+			p.warnf(at, "ignored for a local server (command)")
+		}
 	}
 	cmd, ok := p.expand(*f.command, f.commandAt, soft)
 	srv.Command = cmd
@@ -565,26 +603,23 @@ func (p *parser) localServer(srv *Server, f *serverKeys) {
 	} else if ok && strings.TrimSpace(cmd) == "" {
 		p.errorf(f.commandAt, "is empty after expansion")
 	}
-	expanded := cmd != *f.command
 	args := f.args
 	if len(args) == 0 {
 		args = nil // "args": [] is no args, as none is (a reload compares them)
-	} else {
-		srv.Args = make([]string, len(args))
 	}
+	// Args and env values keep their references, resolved at each
+	// start (secret.Resolve).
 	for i, a := range args {
-		srv.Args[i], _ = p.expand(a, index(f.argsAt, i), soft)
-		expanded = expanded || srv.Args[i] != a
+		p.reference(a, index(f.argsAt, i), soft)
 	}
-	if expanded {
+	srv.Args = args
+	if cmd != *f.command {
 		srv.raw = &rawLaunch{command: *f.command, args: args}
-	} else {
-		srv.Args = args // the same text: one copy
 	}
 	if len(f.env) > 0 {
 		srv.Env = make(map[string]string, len(f.env))
 		for _, k := range f.envKeys {
-			srv.Env[k], _ = p.expand(f.env[k], join(f.envAt, k), soft)
+			srv.Env[k] = p.reference(f.env[k], join(f.envAt, k), soft)
 		}
 	}
 	if f.cwd != nil {
@@ -612,15 +647,26 @@ func (p *parser) remoteServer(srv *Server, f *serverKeys) {
 			p.errorf(f.urlAt, "%v", err)
 		}
 	}
+	authorization := false
 	if len(f.headers) > 0 {
 		srv.Headers = make(map[string]string, len(f.headers))
 		for _, k := range f.headerKeys {
-			hv, _ := p.expand(f.headers[k], join(f.headersAt, k), soft)
+			hv := p.reference(f.headers[k], join(f.headersAt, k), soft)
 			if strings.ContainsAny(hv, "\r\n\x00") {
 				p.errorf(join(f.headersAt, k), "contains a line break or NUL")
 			}
 			srv.Headers[k] = hv
+			authorization = authorization || strings.EqualFold(k, "Authorization")
 		}
+	}
+	switch {
+	case authorization && f.oauth != nil && f.oauth.kind != kindNull:
+		p.warnf(f.oauthAt, "ignored: the server has an Authorization header, and a server with one never does OAuth")
+	case authorization:
+	case f.oauth != nil:
+		srv.OAuth = p.oauth(f.oauth, f.oauthAt, soft)
+	case p.clientMetadataURL != "":
+		srv.OAuth = &OAuthConfig{Grant: GrantAuthorizationCode, ClientMetadataURL: p.clientMetadataURL}
 	}
 }
 

@@ -1,9 +1,14 @@
 package config
 
 import (
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/mcpvisor/mcpvisor/internal/redact"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // Redaction is what replaces a hidden value in Redacted's output
@@ -52,13 +57,93 @@ func quoteArg(a string) string {
 // its environment and headers long enough to be a secret (6 bytes or
 // more) by [redacted]: what it prints of its own configuration goes no
 // further than mcpvisor's log.
+//
+// Env and header values hold secret references (${keyring:NAME}), not
+// what they resolve to: whoever resolves them tells the server with
+// NoteResolved, and RedactText hides those values too.
 func (s *Server) RedactText(text string) string {
 	for _, m := range []map[string]string{s.Env, s.Headers} {
 		for _, v := range m {
-			if len(v) >= 6 {
+			// A value with references is hidden once resolved (below);
+			// its text, which names them, is no secret.
+			if len(v) >= 6 && !hasReferences(v) {
 				text = strings.ReplaceAll(text, v, "[redacted]")
 			}
 		}
 	}
+	resolvedMu.RLock()
+	vals := s.resolved
+	resolvedMu.RUnlock()
+	for _, v := range vals {
+		text = strings.ReplaceAll(text, v, "[redacted]")
+	}
 	return text
+}
+
+// hasReferences reports whether v refers to a secret (or a variable).
+func hasReferences(v string) bool {
+	if !strings.Contains(v, "${") {
+		return false
+	}
+	refs, err := secret.Find(v)
+	return err == nil && len(refs) > 0
+}
+
+// resolvedMu guards every Server's resolved (a Server may be copied; the
+// lock is not its own).
+var resolvedMu sync.RWMutex
+
+// maxResolved bounds the values a Server remembers (a secret changed
+// many times over a long run keeps only its latest values).
+const maxResolved = 64
+
+// NoteResolved records values that references of s resolved to (for a
+// start, a connection), for RedactText to hide them: what a server prints
+// of its secrets, or an error quotes, goes no further. Values shorter than
+// 6 bytes are not recorded (hiding them would hide ordinary text).
+func (s *Server) NoteResolved(values ...string) {
+	resolvedMu.Lock()
+	defer resolvedMu.Unlock()
+	for _, v := range values {
+		if len(v) < 6 || slices.Contains(s.resolved, v) {
+			continue
+		}
+		s.resolved = append(s.resolved, v)
+		if n := len(s.resolved); n > maxResolved {
+			s.resolved = slices.Clone(s.resolved[n-maxResolved:])
+		}
+	}
+}
+
+// References lists the secret references in s's env, args, headers and
+// oauth secrets, for display (inspect): "env.TOKEN: ${keyring:gh-token}",
+// in that order of fields, keys sorted. Only the references of a value
+// are listed, never its literal text, which may be a secret.
+func (s *Server) References() []string {
+	var out []string
+	add := func(field, v string) {
+		refs, err := secret.Find(v)
+		if err != nil || len(refs) == 0 {
+			return
+		}
+		texts := make([]string, len(refs))
+		for i, r := range refs {
+			texts[i] = r.Text
+		}
+		out = append(out, field+": "+strings.Join(texts, " "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		add("env."+k, s.Env[k])
+	}
+	for i, a := range s.Args {
+		add("args["+strconv.Itoa(i)+"]", a)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
+		add("headers."+k, s.Headers[k])
+	}
+	if s.OAuth != nil {
+		add("oauth.clientSecret", s.OAuth.ClientSecret)
+		add("oauth.privateKey", s.OAuth.PrivateKey)
+	}
+	return out
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
@@ -99,6 +100,13 @@ type Options struct {
 	// instance before it serves, and keeping an instance a session
 	// subscribed on awake; nil: nothing is replayed, nothing pinned.
 	Interest Interest
+	// Secrets resolves the ${keyring:NAME} references of the servers'
+	// env, args, headers and oauth secrets (secret.Open; nil: such a
+	// reference fails its server's start). See secrets.go.
+	Secrets secret.Store
+	// LookupEnv resolves their ${env:NAME} references; nil means
+	// os.LookupEnv (tests replace it).
+	LookupEnv func(string) (string, bool)
 	// CompileCache is the directory of node's module compile cache that a
 	// flattened start gives the server (launch.Options.CompileCache); ""
 	// gives none. A relative one is taken from mcpvisor's working
@@ -349,7 +357,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 		if sc.Transport == config.TransportSSE {
 			transport = "sse"
 		}
-		return &backend.HTTPConnector{
+		hc := &backend.HTTPConnector{
 			Name:         sc.Name,
 			URL:          sc.URL,
 			Headers:      sc.Headers,
@@ -360,6 +368,9 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			Protocol:     sc.Protocol,
 			OnConnect:    func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
+		// References in the headers resolve at each connection.
+		hc.ResolveHeaders = f.headerResolver(sc)
+		return hc
 	}
 	return f.stdioConnector(sc, hooks, onConnect)
 }
@@ -475,7 +486,8 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		lastInit = srv.cat.CachedInit
 		onEra = func(c *backend.Conn) { srv.cat.EraLearned(sc, c) }
 	}
-	return &backend.StdioConnector{
+	// References in env and args resolve at each start (withSecrets).
+	return f.withSecrets(sc, &backend.StdioConnector{
 		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(sc, hooks)),
 		LastInit:     lastInit,
 		OnEra:        onEra,
@@ -508,7 +520,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		// A package launcher's program runs directly once resolved
 		// (launch.go): each spawn's Command and Args are decided then.
 		Launch: f.launcher(sc),
-	}
+	})
 }
 
 // procLimits are the kernel limits of l for the process layer; nil when

@@ -14,6 +14,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
 
@@ -51,12 +52,13 @@ cannot be enforced here (it would run without them).`,
 			defer cancel()
 			defer rt.Close(ctx)
 			rep := rt.Report()
+			secrets := secretBackend(stateDir)
 			if asJSON {
 				enc := json.NewEncoder(io.Out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(doctorJSON{Report: rep, Servers: serverLimits(rep, cfg)})
+				return enc.Encode(doctorJSON{Report: rep, Servers: serverLimits(rep, cfg), Secrets: secrets})
 			}
-			return printDoctor(io.Out, rep, stateDir, cfg)
+			return printDoctor(io.Out, rep, stateDir, cfg, secrets)
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", userdirs.DefaultStateDir(), "state directory (ledger of running instances, caches)")
@@ -70,6 +72,19 @@ cannot be enforced here (it would run without them).`,
 type doctorJSON struct {
 	proc.Report
 	Servers []serverLimit `json:"servers,omitempty"`
+	// Secrets says where ${keyring:NAME} references are looked up.
+	Secrets string `json:"secrets"`
+}
+
+// secretBackend says which store keeps the secrets that ${keyring:NAME}
+// references resolve to (as serve, given this state directory, opens
+// it), and why not the keyring when it is the file.
+func secretBackend(stateDir string) string {
+	s, why := secret.OpenReport(stateDir, secret.Options{})
+	if why != "" {
+		return s.Backend() + "; not the OS keyring: " + why
+	}
+	return s.Backend()
 }
 
 // serverLimit is one configured server's kernel limits, and those of them
@@ -97,9 +112,10 @@ func serverLimits(rep proc.Report, cfg *config.Config) []serverLimit {
 	return out
 }
 
-func printDoctor(w io.Writer, rep proc.Report, stateDir string, cfg *config.Config) error {
+func printDoctor(w io.Writer, rep proc.Report, stateDir string, cfg *config.Config, secrets string) error {
 	fmt.Fprintln(w, cmdutil.Version())
-	fmt.Fprintf(w, "uid %d, state directory %s\n\n", os.Getuid(), stateDir)
+	fmt.Fprintf(w, "uid %d, state directory %s\n", os.Getuid(), stateDir)
+	fmt.Fprintf(w, "secrets (${keyring:NAME}): %s\n\n", secrets)
 	fmt.Fprint(w, rep.String())
 	fmt.Fprintln(w)
 	if cfg != nil {

@@ -27,11 +27,16 @@ func TestDoctorReportsLimits(t *testing.T) {
 		"remote":{"url":"https://h.example/mcp"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := run(t, "doctor", "--state-dir", t.TempDir(), "--config", cfg)
+	// No session bus: the secrets are in the file, and doctor says why.
+	t.Setenv("DBUS_SESSION_BUS_ADDRESS", "")
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	state := t.TempDir()
+	out, err := run(t, "doctor", "--state-dir", state, "--config", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
+		"secrets (${keyring:NAME}): file " + filepath.Join(state, "secrets.json") + " (0600); not the OS keyring: no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS is not set)\n",
 		"resource limits:",
 		"memory  enforced     cgroup v",
 		"pids    enforced     cgroup v",
@@ -55,7 +60,7 @@ func TestDoctorReportsLimits(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("doctor --json: %v\n%s", err, out)
 	}
-	if len(rep.Limits) != 3 || len(rep.Servers) != 1 || rep.Servers[0].Name != "capped" || rep.Servers[0].NotEnforced != nil {
+	if len(rep.Limits) != 3 || len(rep.Servers) != 1 || rep.Servers[0].Name != "capped" || rep.Servers[0].NotEnforced != nil || !strings.HasPrefix(rep.Secrets, "file ") {
 		t.Errorf("doctor --json: limits %+v, servers %+v", rep.Limits, rep.Servers)
 	}
 
@@ -77,7 +82,7 @@ func TestDoctorWarnsOfLimitsNotEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	if err := printDoctor(&b, rep, "/state", cfg); err != nil {
+	if err := printDoctor(&b, rep, "/state", cfg, "file /state/secrets.json (0600)"); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -1,0 +1,191 @@
+package secret
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/zalando/go-keyring"
+)
+
+// Service is the keyring service under which mcpvisor's secrets are kept
+// (the user name of each item is the secret's name).
+const Service = "mcpvisor"
+
+// IndexName is the file in the state directory that lists the names of
+// the secrets kept in the keyring: go-keyring cannot list a service's
+// items. It holds names only.
+const IndexName = "secrets-index.json"
+
+// probeName is looked up by Open's probe; it is never set (':' is no
+// valid secret name).
+const probeName = "mcpvisor:probe"
+
+// maxStuck bounds the keyring calls left running after their timeout: a
+// keyring that hangs (an unlock prompt nobody answers) holds that many
+// goroutines at most; later calls fail at once.
+const maxStuck = 4
+
+// keyringAPI is go-keyring's API (a test swaps in one that hangs).
+type keyringAPI interface {
+	Get(service, user string) (string, error)
+	Set(service, user, password string) error
+	Delete(service, user string) error
+}
+
+type osKeyring struct{}
+
+func (osKeyring) Get(s, u string) (string, error) { return keyring.Get(s, u) }
+func (osKeyring) Set(s, u, p string) error        { return keyring.Set(s, u, p) }
+func (osKeyring) Delete(s, u string) error        { return keyring.Delete(s, u) }
+
+// keyringStore keeps secrets in the OS keyring, every call bounded by
+// timeout, and their names in an index file.
+type keyringStore struct {
+	api     keyringAPI
+	timeout time.Duration
+	dir     string
+	index   string
+	name    string
+	stuck   atomic.Int32
+}
+
+// keyringName is the keyring of this OS, for people.
+func keyringName() string {
+	switch runtime.GOOS {
+	case "darwin":
+		return "macOS Keychain"
+	case "windows":
+		return "Windows Credential Manager"
+	}
+	return "Secret Service keyring"
+}
+
+// openKeyring returns the keyring store if the keyring answers a probe
+// within timeout, else nil and why not.
+func openKeyring(stateDir string, api keyringAPI, timeout time.Duration) (*keyringStore, error) {
+	if err := keyringPossible(); err != nil {
+		return nil, err
+	}
+	k := newKeyringStore(stateDir, api, timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := k.call(ctx, func() (string, error) { return k.api.Get(Service, probeName) }); err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	return k, nil
+}
+
+func newKeyringStore(stateDir string, api keyringAPI, timeout time.Duration) *keyringStore {
+	return &keyringStore{api: api, timeout: timeout, dir: stateDir,
+		index: filepath.Join(stateDir, IndexName), name: keyringName()}
+}
+
+func (k *keyringStore) Backend() string { return k.name }
+
+// call runs fn in a goroutine bounded by ctx and the store's timeout,
+// mapping go-keyring's not-found to ErrNotFound.
+func (k *keyringStore) call(ctx context.Context, fn func() (string, error)) (string, error) {
+	if k.stuck.Load() >= maxStuck {
+		return "", fmt.Errorf("the %s does not answer (%d calls still waiting; is it locked?)", k.name, maxStuck)
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	type result struct {
+		v   string
+		err error
+	}
+	done := make(chan result, 1)
+	k.stuck.Add(1)
+	go func() {
+		defer k.stuck.Add(-1)
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if errors.Is(r.err, keyring.ErrNotFound) {
+			return "", ErrNotFound
+		}
+		if r.err != nil {
+			return "", fmt.Errorf("%s: %v", k.name, r.err)
+		}
+		return r.v, nil
+	case <-ctx.Done():
+		return "", fmt.Errorf("the %s did not answer within %v (is it locked?): %w", k.name, k.timeout, ctx.Err())
+	}
+}
+
+func (k *keyringStore) Get(ctx context.Context, name string) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	v, err := k.call(ctx, func() (string, error) { return k.api.Get(Service, name) })
+	if errors.Is(err, ErrNotFound) {
+		return "", fmt.Errorf("secret %s: %w", name, ErrNotFound)
+	}
+	return v, err
+}
+
+func (k *keyringStore) Set(ctx context.Context, name, value string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if _, err := k.call(ctx, func() (string, error) { return "", k.api.Set(Service, name, value) }); err != nil {
+		if errors.Is(err, keyring.ErrSetDataTooBig) {
+			return fmt.Errorf("secret %s is too big for the %s", name, k.name)
+		}
+		return err
+	}
+	return k.updateIndex(ctx, func(m map[string]string) { m[name] = "" })
+}
+
+func (k *keyringStore) Delete(ctx context.Context, name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	_, err := k.call(ctx, func() (string, error) { return "", k.api.Delete(Service, name) })
+	if errors.Is(err, ErrNotFound) {
+		// Gone from the keyring (someone removed it there): gone from
+		// the index too, but still reported.
+		_ = k.updateIndex(ctx, func(m map[string]string) { delete(m, name) })
+		return fmt.Errorf("secret %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	return k.updateIndex(ctx, func(m map[string]string) { delete(m, name) })
+}
+
+func (k *keyringStore) List(ctx context.Context) ([]string, error) {
+	m, err := readJSONFile(k.index)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// updateIndex changes the index of names under the store's lock.
+func (k *keyringStore) updateIndex(ctx context.Context, fn func(map[string]string)) error {
+	unlock, err := lockDir(ctx, k.dir, k.index+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	m, err := readJSONFile(k.index)
+	if err != nil {
+		return err
+	}
+	fn(m)
+	return writeJSONFile(k.index, m)
+}
