@@ -73,7 +73,7 @@ func (g *Grant) discoverPRM(ctx context.Context, fromChallenge string) (*protect
 		err := g.getJSON(ctx, c, &prm)
 		var fe *fetchError
 		if errors.As(err, &fe) && fe.notFound() {
-			g.log.Debug("oauth: no protected resource metadata", "url", c, "status", fe.status)
+			g.log.Debug("oauth: no protected resource metadata", "url", c, "status", fe.status, "notJSON", fe.notJSON)
 			continue
 		}
 		if err != nil {
@@ -150,7 +150,7 @@ func (g *Grant) fetchASMetadata(ctx context.Context, issuer string) (*asMetadata
 		err := g.getJSON(ctx, mu, &m)
 		var fe *fetchError
 		if errors.As(err, &fe) && fe.notFound() {
-			g.log.Debug("oauth: no authorization server metadata", "url", mu, "status", fe.status)
+			g.log.Debug("oauth: no authorization server metadata", "url", mu, "status", fe.status, "notJSON", fe.notJSON)
 			continue
 		}
 		if err != nil {

@@ -48,6 +48,7 @@ type Grant struct {
 	lastStepUps    map[string]*stepUp
 	flows          map[string]*pendingFlow
 	onChange       []func(Info)
+	gen            uint64 // counts record changes; a flight's result is dropped when it moved
 }
 
 type flight struct {
@@ -151,12 +152,27 @@ func (g *Grant) loadLocked(ctx context.Context) error {
 // update changes the record through a copy, saves it, and only then makes
 // it current. A failed Save leaves the current record as it was.
 func (g *Grant) update(ctx context.Context, change func(r *record)) error {
+	return g.updateFrom(ctx, anyGen, change)
+}
+
+const anyGen = ^uint64(0)
+
+// errSuperseded: the record changed (a login, a logout, another refresh)
+// since a request began; its result is dropped.
+var errSuperseded = errors.New("superseded by a newer change of the record")
+
+// updateFrom is update when the record is still at generation gen.
+func (g *Grant) updateFrom(ctx context.Context, gen uint64, change func(r *record)) error {
 	g.saveMu.Lock()
 	defer g.saveMu.Unlock()
 	if err := g.loadLocked(ctx); err != nil {
 		return err
 	}
 	g.mu.Lock()
+	if gen != anyGen && gen != g.gen {
+		g.mu.Unlock()
+		return errSuperseded
+	}
 	next := g.rec.clone()
 	g.mu.Unlock()
 	change(next)
@@ -171,8 +187,23 @@ func (g *Grant) update(ctx context.Context, change func(r *record)) error {
 	}
 	g.mu.Lock()
 	g.rec = next
+	g.gen++
 	g.mu.Unlock()
 	return nil
+}
+
+// current answers the current access token after a flight was superseded.
+func (g *Grant) current() (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rec == nil || g.rec.Tokens == nil {
+		reason := g.reason
+		if reason == "" {
+			reason = ReasonNoCredentials
+		}
+		return "", g.needsLogin(reason, g.nextScopeLocked())
+	}
+	return g.rec.Tokens.Access, nil
 }
 
 // OnChange registers f to be called after each change of state.
@@ -345,6 +376,7 @@ func (g *Grant) refresh(ctx context.Context) (string, error) {
 		return "", g.needsLogin(ReasonNoCredentials, nil)
 	}
 	r := g.rec.clone()
+	gen := g.gen
 	g.mu.Unlock()
 	t := r.Tokens
 	ca := g.clientAuthFor(r, t)
@@ -354,7 +386,10 @@ func (g *Grant) refresh(ctx context.Context) (string, error) {
 		var te *TokenError
 		if errors.As(err, &te) && te.Code == "invalid_grant" {
 			g.log.Warn("oauth: the refresh token was refused; a login is needed", "issuer", t.Issuer)
-			derr := g.update(ctx, func(r *record) { r.Tokens = nil })
+			derr := g.updateFrom(ctx, gen, func(r *record) { r.Tokens = nil })
+			if errors.Is(derr, errSuperseded) {
+				return g.current()
+			}
 			g.mu.Lock()
 			g.reason = ReasonRefreshRejected
 			if derr != nil { // keep the stored tokens, but never use them again
@@ -372,7 +407,10 @@ func (g *Grant) refresh(ctx context.Context) (string, error) {
 	if tr.RefreshToken == "" {
 		nt.Refresh = t.Refresh
 	}
-	if err := g.update(ctx, func(r *record) { r.Tokens = &nt }); err != nil {
+	if err := g.updateFrom(ctx, gen, func(r *record) { r.Tokens = &nt }); err != nil {
+		if errors.Is(err, errSuperseded) {
+			return g.current()
+		}
 		return "", fmt.Errorf("refreshed, but %w; keeping the old record", err)
 	}
 	g.mu.Lock()
@@ -448,7 +486,7 @@ func (g *Grant) fetchClientCredentials(ctx context.Context) (string, error) {
 		return "", errors.New("the client_credentials grant needs a client id (oauth.clientId)")
 	}
 	g.mu.Lock()
-	rm, scope := g.rmURL, g.nextScopeLocked()
+	rm, scope, gen := g.rmURL, g.nextScopeLocked(), g.gen
 	g.mu.Unlock()
 	d, err := g.discover(ctx, rm, "")
 	if err != nil {
@@ -476,7 +514,10 @@ func (g *Grant) fetchClientCredentials(ctx context.Context) (string, error) {
 	t := &tokenSet{Issuer: d.issuer, ClientID: ca.id, ClientKind: kindCC, AuthMethod: ca.method,
 		TokenEndpoint: d.meta.TokenEndpoint, RevocationEndpoint: d.meta.RevocationEndpoint, Resource: d.resource}
 	g.applyTokenResponse(t, tr, scope)
-	if err := g.update(ctx, func(r *record) { r.Tokens = t }); err != nil {
+	if err := g.updateFrom(ctx, gen, func(r *record) { r.Tokens = t }); err != nil {
+		if errors.Is(err, errSuperseded) {
+			return g.current()
+		}
 		return "", err
 	}
 	g.mu.Lock()
@@ -971,6 +1012,7 @@ func (g *Grant) Logout(ctx context.Context) error {
 	}
 	g.mu.Lock()
 	g.rec, g.reason, g.pendingScope, g.fresh401 = nil, "", nil, ""
+	g.gen++
 	g.lastStepUps = map[string]*stepUp{}
 	g.mu.Unlock()
 	g.changed()

@@ -89,9 +89,10 @@ func parseChallenges(h string) []authChallenge {
 
 // fetchError is a discovery document that could not be had.
 type fetchError struct {
-	url    string
-	status int // 0 for a transport error
-	err    error
+	url     string
+	status  int // 0 for a transport error
+	err     error
+	notJSON bool // a 200 answer that is not a JSON document (an HTML catch-all page, say)
 }
 
 func (e *fetchError) Error() string {
@@ -103,8 +104,9 @@ func (e *fetchError) Error() string {
 
 func (e *fetchError) Unwrap() error { return e.err }
 
-// notFound says the document is absent (a 4xx), so the next candidate may be tried.
-func (e *fetchError) notFound() bool { return e.status >= 400 && e.status < 500 }
+// notFound says the document is absent (a 4xx, or a page that is not
+// JSON), so the next candidate may be tried.
+func (e *fetchError) notFound() bool { return e.notJSON || (e.status >= 400 && e.status < 500) }
 
 // getJSON fetches a metadata document with the Grant's bounds.
 func (g *Grant) getJSON(ctx context.Context, u string, v any) error {
@@ -130,11 +132,11 @@ func (g *Grant) getJSON(ctx context.Context, u string, v any) error {
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-			return &fetchError{url: u, err: fmt.Errorf("content type %q is not JSON", mt)}
+			return &fetchError{url: u, err: fmt.Errorf("content type %q is not JSON", mt), notJSON: true}
 		}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return &fetchError{url: u, err: fmt.Errorf("not a JSON object: %v", err)}
+		return &fetchError{url: u, err: fmt.Errorf("not a JSON object: %v", err), notJSON: true}
 	}
 	return nil
 }

@@ -108,6 +108,7 @@ func TestDiscoveryOrders(t *testing.T) {
 		{"root PRM, path-inserted AS metadata", oauthtest.Options{NoPRMInHeader: true, PRMAt: oauthtest.PRMRoot, IssuerPath: "/tenant1"}},
 		{"root PRM, path-inserted OIDC", oauthtest.Options{NoPRMInHeader: true, PRMAt: oauthtest.PRMRoot, IssuerPath: "/tenant1", MetadataAt: oauthtest.MetadataOIDC}},
 		{"custom PRM, OIDC appended to the issuer path", oauthtest.Options{PRMAt: oauthtest.PRMCustom, IssuerPath: "/tenant1", MetadataAt: oauthtest.MetadataOIDCAppended}},
+		{"HTML catch-all pages are not documents", oauthtest.Options{NoPRMInHeader: true, PRMAt: oauthtest.PRMRoot, IssuerPath: "/tenant1", MetadataAt: oauthtest.MetadataOIDCAppended, HTMLCatchAll: true}},
 		{"2025-03-26: no PRM, metadata at the origin", oauthtest.Options{PRMAt: oauthtest.PRMNone}},
 		{"2025-03-26: no PRM, no metadata, default endpoints", oauthtest.Options{PRMAt: oauthtest.PRMNone, MetadataAt: oauthtest.MetadataNone}},
 	}
@@ -573,5 +574,16 @@ func TestLogoutRevokes(t *testing.T) {
 	f.noLeaks(err.Error(), "the error")
 	if b, _ := f.store.get(); b != nil {
 		t.Fatal("the record was kept")
+	}
+}
+
+func TestSubjectFromIDToken(t *testing.T) {
+	f := newFixture(t, oauthtest.Options{IDTokenClaims: map[string]any{"sub": "u-123", "email": "ada@example.com"}}, Settings{})
+	if info := f.mustLogin(); info.Subject != "ada@example.com" {
+		t.Fatalf("subject %q", info.Subject)
+	}
+	f = newFixture(t, oauthtest.Options{IDTokenClaims: map[string]any{"sub": "u-123\x1b[31m"}}, Settings{})
+	if info := f.mustLogin(); info.Subject != "u-123 [31m" {
+		t.Fatalf("subject %q", info.Subject)
 	}
 }

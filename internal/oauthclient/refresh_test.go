@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -337,5 +338,39 @@ func TestPreRegisteredPrivateKeyJWTLogin(t *testing.T) {
 		if tr.Form.Get("client_assertion") == "" {
 			t.Fatal("a token request without a client assertion")
 		}
+	}
+}
+
+func TestLogoutDuringRefreshWins(t *testing.T) {
+	// With revocation the refresh fails (invalid_grant); without, it succeeds.
+	for _, revocation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("revocation=%t", revocation), func(t *testing.T) { logoutDuringRefresh(t, revocation) })
+	}
+}
+
+func logoutDuringRefresh(t *testing.T, revocation bool) {
+	f := newFixture(t, oauthtest.Options{RefreshTokens: true, Revocation: revocation}, Settings{})
+	ctx := ctxT(t)
+	f.mustLogin()
+	f.expireSoon()
+	f.srv.Set(func(o *oauthtest.Options) { o.TokenDelay = 300 * time.Millisecond })
+	done := make(chan error, 1)
+	go func() { _, err := f.g.Token(ctx); done <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.srv.Count("token") < 2 { // the refresh request has reached the server
+		if time.Now().After(deadline) {
+			t.Fatal("the refresh never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := f.g.Logout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if b, _ := f.store.get(); b != nil {
+		t.Fatal("a refresh that finished after the logout stored its tokens")
+	}
+	if _, err := f.g.Token(ctx); !errors.Is(err, ErrNeedsLogin) {
+		t.Fatalf("Token after logout: %v", err)
 	}
 }

@@ -78,8 +78,11 @@ type Options struct {
 	OversizedMetadata  bool          // AS metadata larger than 1 MiB
 	TokenStatus        int           // the token endpoint answers this status with TokenError
 	TokenError         string
-	RefreshError       string // refresh requests answer 400 with this error (e.g. invalid_grant)
-	TokenRedirect      bool   // the token endpoint answers 307 to itself
+	RefreshError       string         // refresh requests answer 400 with this error (e.g. invalid_grant)
+	TokenRedirect      bool           // the token endpoint answers 307 to itself
+	IDTokenClaims      map[string]any // when set, authorization code grants also answer an id_token with these claims
+
+	HTMLCatchAll bool // unknown /.well-known/ paths (on both servers) answer 200 with an HTML page
 
 	// Protected resource.
 	PRMAt                string       // PRMPath, PRMRoot, PRMCustom, PRMNone
@@ -388,8 +391,17 @@ func (s *Server) serveAS(w http.ResponseWriter, r *http.Request) {
 		}
 		s.revoke(w, r, o)
 	default:
-		http.NotFound(w, r)
+		notFound(w, r, o)
 	}
+}
+
+func notFound(w http.ResponseWriter, r *http.Request, o Options) {
+	if o.HTMLCatchAll && strings.HasPrefix(r.URL.Path, "/.well-known/") {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<!doctype html><title>app</title>"))
+		return
+	}
+	http.NotFound(w, r)
 }
 
 func (s *Server) knownClient(o Options, id string) (client, bool) {
@@ -614,7 +626,17 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, o Options) {
 		case form.Get("resource") != ci.resource:
 			oauthError(w, 400, "invalid_target", "resource differs from the authorization request")
 		default:
-			writeJSON(w, 200, s.issue(o, clientID, ci.resource, ci.scope, o.RefreshTokens))
+			out := s.issue(o, clientID, ci.resource, ci.scope, o.RefreshTokens)
+			if o.IDTokenClaims != nil {
+				claims := jwt.MapClaims{"iss": s.Issuer, "aud": clientID, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+				for k, v := range o.IDTokenClaims {
+					claims[k] = v
+				}
+				key := make([]byte, 32)
+				_, _ = rand.Read(key)
+				out["id_token"], _ = jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(key)
+			}
+			writeJSON(w, 200, out)
 		}
 	case "refresh_token":
 		s.count("refresh")
@@ -779,7 +801,7 @@ func (s *Server) serveRS(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if strings.HasPrefix(r.URL.Path, "/.well-known/") {
-		http.NotFound(w, r)
+		notFound(w, r, o)
 		return
 	}
 	h := o.Handler
