@@ -776,6 +776,15 @@ func (g *Grant) Begin(ctx context.Context, redirectURI string) (*Flow, error) {
 		if err := g.checkSigningAlg(m); err != nil {
 			return nil, err
 		}
+		g.mu.Lock()
+		var boundTo string
+		if g.rec != nil && g.rec.PreClientID == g.s.ClientID {
+			boundTo = g.rec.PreIssuer
+		}
+		g.mu.Unlock()
+		if boundTo != "" && boundTo != d.issuer {
+			return nil, fmt.Errorf("the server's authorization server changed from %s to %s, and the configured client id was used with the former: configure a client registered with %s (or log out to reset)", boundTo, d.issuer, d.issuer)
+		}
 		f.kind = kindPre
 		f.client = clientAuth{id: g.s.ClientID, secret: g.s.ClientSecret, method: g.chooseAuthMethod(m, g.s.ClientSecret), audience: d.issuer}
 	case g.s.ClientMetadataURL != "" && m.CIMDSupported:
@@ -966,6 +975,9 @@ func (g *Grant) Complete(ctx context.Context, flowID string, callback url.Values
 				r.Clients = map[string]*clientReg{}
 			}
 			r.Clients[f.issuer] = f.reg
+		}
+		if f.kind == kindPre {
+			r.PreClientID, r.PreIssuer = f.client.id, f.issuer
 		}
 		r.Tokens = t
 	}); err != nil {

@@ -587,3 +587,17 @@ func TestSubjectFromIDToken(t *testing.T) {
 		t.Fatalf("subject %q", info.Subject)
 	}
 }
+
+func TestPreRegisteredClientIsBoundToItsIssuer(t *testing.T) {
+	f := newFixture(t, oauthtest.Options{ClientID: "pre", ClientSecret: "secret-pre"}, Settings{ClientID: "pre", ClientSecret: "secret-pre"})
+	f.mustLogin()
+	as2 := oauthtest.New(t, oauthtest.Options{ClientID: "pre", ClientSecret: "secret-pre"})
+	f.srv.Set(func(o *oauthtest.Options) { o.AuthorizationServers = []string{as2.Issuer} })
+	_, err := f.g.Begin(ctxT(t), redirectURI)
+	if err == nil || !strings.Contains(err.Error(), "authorization server changed") || strings.Contains(err.Error(), "secret-pre") {
+		t.Fatalf("Begin after the change: %v", err)
+	}
+	if as2.Count("authorize")+as2.Count("token") != 0 {
+		t.Fatal("the pre-registered client reached the new server")
+	}
+}

@@ -11,6 +11,25 @@
 // (registrations keyed by issuer, and the current tokens) through a Store
 // as opaque bytes, and never puts a token, code, verifier or secret into an
 // error, a log line or the String form of an exported value.
+//
+// # Use by a transport
+//
+// Before each request to the server, call Token. ErrNeedsLogin with the
+// reason "no credentials" and no challenge seen yet means: send the
+// request without a token (the server may need none). On a 401 or 403,
+// call ChallengedToken with the token the request carried: retry means
+// send the request once more with a new Token; a *NeedsLoginError means
+// the server waits for a login (Begin, then Complete with the callback's
+// query); ErrScopeRetryLimit means the operation failed for good. The
+// RoundTripper method does all of this for one http.Client.
+//
+// # Logins
+//
+// Begin discovers the authorization server afresh each time, so a server
+// that moved to another one is followed; registrations are kept per
+// issuer and never sent to another. A Flow lives FlowLifetime, is used
+// once, and at most MaxFlows are kept. The redirect URI is a loopback
+// http URL (the CLI's listener) or an https one.
 package oauthclient
 
 import (

@@ -14,6 +14,10 @@ type record struct {
 	V       int                   `json:"v"`
 	Clients map[string]*clientReg `json:"clients,omitempty"`
 	Tokens  *tokenSet             `json:"tokens,omitempty"`
+	// PreIssuer binds the configured (pre-registered) client id to the
+	// issuer it was first used with.
+	PreIssuer   string `json:"pre_issuer,omitempty"`
+	PreClientID string `json:"pre_client_id,omitempty"`
 }
 
 // clientReg is a dynamically registered client.
