@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -158,5 +159,29 @@ func TestResourceMatches(t *testing.T) {
 		if got := resourceMatches(c.prm, c.conf); got != c.ok {
 			t.Errorf("resourceMatches(%q, %q) = %t", c.prm, c.conf, got)
 		}
+	}
+}
+
+func TestTricklingDocumentIsBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte("{"))
+		for range 100 {
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			_, _ = w.Write([]byte(" "))
+		}
+	}))
+	defer srv.Close()
+	g := New(Settings{Resource: srv.URL + "/mcp", Timeout: 200 * time.Millisecond}, &memStore{}, nil, nil)
+	start := time.Now()
+	_, err := g.Begin(t.Context(), "http://127.0.0.1:1/cb")
+	if err == nil || !strings.Contains(err.Error(), "timed out") || time.Since(start) > 2*time.Second {
+		t.Fatalf("Begin = %v after %v", err, time.Since(start))
 	}
 }

@@ -541,7 +541,7 @@ func (s *Server) verifyAssertion(o Options, a string) (string, error) {
 	if !slices.Contains(claims.Audience, s.Issuer) && !slices.Contains(claims.Audience, s.Issuer+"/") {
 		return "", fmt.Errorf("client assertion: aud %q is not the issuer", claims.Audience)
 	}
-	if claims.ExpiresAt.Sub(time.Now()) > 5*time.Minute {
+	if time.Until(claims.ExpiresAt.Time) > 5*time.Minute {
 		return "", fmt.Errorf("client assertion: lives too long")
 	}
 	s.mu.Lock()
