@@ -290,14 +290,23 @@ func (g *Grant) Token(ctx context.Context) (string, error) {
 	if g.rec != nil {
 		t = g.rec.Tokens
 	}
-	if t != nil && !t.refreshDue() && (g.reason == "" || strings.HasPrefix(g.reason, reasonScopePrefix)) {
+	if t != nil && !t.refreshDue() && (g.reason == "" || strings.HasPrefix(g.reason, reasonScopePrefix) || g.clientCredentials()) {
 		tok := t.Access
 		g.mu.Unlock()
 		return tok, nil
 	}
 	if g.clientCredentials() {
+		var old string
+		if t != nil && !t.expired() {
+			old = t.Access
+		}
 		g.mu.Unlock()
-		return g.shared(ctx, g.fetchClientCredentials)
+		tok, err := g.shared(ctx, g.fetchClientCredentials)
+		if err != nil && old != "" && ctx.Err() == nil {
+			g.log.Warn("oauth: early client credentials fetch failed; using the current token until it expires", "error", err.Error())
+			return old, nil
+		}
+		return tok, err
 	}
 	if t == nil {
 		reason := g.reason
@@ -542,7 +551,9 @@ func (g *Grant) nextScopeLocked() []string {
 }
 
 // Challenged handles a 401 or 403 answer the server gave a request that
-// carried the current token. See ChallengedToken.
+// carried the current token. See ChallengedToken, which is better: knowing
+// the token sent, it neither refreshes twice for one token nor keeps
+// refreshing for a server that refuses every token.
 func (g *Grant) Challenged(ctx context.Context, status int, wwwAuthenticate string) (retry bool, err error) {
 	return g.ChallengedToken(ctx, "", status, wwwAuthenticate)
 }
@@ -586,18 +597,21 @@ func (g *Grant) ChallengedToken(ctx context.Context, used string, status int, ww
 		g.mu.Unlock()
 		return true, nil // already replaced since that request
 	}
-	fresh := t != nil && g.fresh401 != "" && g.fresh401 == t.Access
+	// A token obtained because of a 401 and refused again means the
+	// server rejects what the authorization server issues: no refresh
+	// loop. Only known when the caller says which token it sent.
+	fresh := t != nil && used != "" && g.fresh401 == used
 	if g.clientCredentials() {
 		if fresh {
 			g.mu.Unlock()
 			return false, errors.New("the server refused a freshly issued client credentials token")
 		}
-		if g.rec != nil {
-			g.rec = g.rec.clone()
-			g.rec.Tokens = nil
+		stale := ""
+		if t != nil {
+			stale = t.Access
 		}
 		g.mu.Unlock()
-		tok, err := g.shared(ctx, g.fetchClientCredentials)
+		tok, err := g.shared(ctx, g.unlessReplaced(stale, g.fetchClientCredentials))
 		if err != nil {
 			return false, err
 		}
@@ -628,7 +642,7 @@ func (g *Grant) ChallengedToken(ctx context.Context, used string, status int, ww
 	if fresh || t.Refresh == "" {
 		return false, g.dropTokens(ctx, ReasonTokenRejected, t.Scopes)
 	}
-	tok, err := g.shared(ctx, g.refresh)
+	tok, err := g.shared(ctx, g.unlessReplaced(t.Access, g.refresh))
 	if err != nil {
 		return false, err
 	}
@@ -636,6 +650,21 @@ func (g *Grant) ChallengedToken(ctx context.Context, used string, status int, ww
 	g.fresh401 = tok
 	g.mu.Unlock()
 	return true, nil
+}
+
+// unlessReplaced runs fn only if stale is still the current access token;
+// otherwise another flight already replaced it and that one is answered.
+func (g *Grant) unlessReplaced(stale string, fn func(context.Context) (string, error)) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		g.mu.Lock()
+		if g.rec != nil && g.rec.Tokens != nil && g.rec.Tokens.Access != stale {
+			tok := g.rec.Tokens.Access
+			g.mu.Unlock()
+			return tok, nil
+		}
+		g.mu.Unlock()
+		return fn(ctx)
+	}
 }
 
 // dropTokens forgets the tokens (keeping registrations) and asks for a login.

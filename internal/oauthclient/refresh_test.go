@@ -374,3 +374,33 @@ func logoutDuringRefresh(t *testing.T, revocation bool) {
 		t.Fatalf("Token after logout: %v", err)
 	}
 }
+
+func TestConcurrentChallengesRefreshOnce(t *testing.T) {
+	f := newFixture(t, oauthtest.Options{RefreshTokens: true}, Settings{})
+	ctx := ctxT(t)
+	f.mustLogin()
+	tok, _ := f.g.Token(ctx)
+	f.srv.ExpireAccessTokens()
+	st, www := f.get(tok)
+	// Each challenge re-reads the PRM (slowly) before refreshing, so
+	// callers arriving while the first one is between its PRM read and
+	// the end of its refresh start their flight after it ended.
+	f.srv.Set(func(o *oauthtest.Options) { o.MetadataDelay = 100 * time.Millisecond })
+	const n = 16
+	errs := make([]error, n)
+	retries := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { retries[i], errs[i] = f.g.ChallengedToken(ctx, tok, st, www) })
+		time.Sleep(10 * time.Millisecond) // staggered arrivals
+	}
+	wg.Wait()
+	for i := range n {
+		if !retries[i] || errs[i] != nil {
+			t.Fatalf("caller %d: retry=%t err=%v", i, retries[i], errs[i])
+		}
+	}
+	if got := f.srv.Count("refresh"); got != 1 {
+		t.Fatalf("%d refreshes for one rejected token", got)
+	}
+}
