@@ -49,6 +49,7 @@ type Grant struct {
 	flows          map[string]*pendingFlow
 	onChange       []func(Info)
 	gen            uint64 // counts record changes; a flight's result is dropped when it moved
+	logins         int    // completed logins
 }
 
 type flight struct {
@@ -60,6 +61,7 @@ type flight struct {
 type stepUp struct {
 	n     int
 	first time.Time
+	login int // g.logins when last counted: one count per login
 }
 
 const stepUpWindow = 10 * time.Minute
@@ -706,10 +708,13 @@ func (g *Grant) stepUp(ctx context.Context, c Challenge) (bool, error) {
 	}
 	s := g.lastStepUps[key]
 	if s == nil {
-		s = &stepUp{first: now}
+		s = &stepUp{first: now, login: -1}
 		g.lastStepUps[key] = s
 	}
-	s.n++
+	if s.login != g.logins { // the same demand again before a new login counts once
+		s.n++
+		s.login = g.logins
+	}
 	if s.n > MaxStepUps {
 		g.mu.Unlock()
 		return false, fmt.Errorf("%w: the server still requires scope %q after %d authorizations", ErrScopeRetryLimit, strings.Join(c.Scope, " "), MaxStepUps+1)
@@ -1014,6 +1019,7 @@ func (g *Grant) Complete(ctx context.Context, flowID string, callback url.Values
 	}
 	g.mu.Lock()
 	g.reason, g.pendingScope, g.fresh401 = "", nil, ""
+	g.logins++
 	info := g.infoLocked()
 	g.mu.Unlock()
 	g.log.Info("oauth: logged in", "issuer", f.issuer, "scopes", strings.Join(t.Scopes, " "))

@@ -474,6 +474,14 @@ func TestStepUpUnionAndLimit(t *testing.T) {
 		t.Fatalf("after step-up: %d", st)
 	}
 
+	// Many requests refused before the next login count as one step-up.
+	f.srv.Set(func(o *oauthtest.Options) { o.RequiredScopes = []string{"mcp:admin"} })
+	for range 5 {
+		st, www := f.get(tok)
+		_, err := f.g.ChallengedToken(ctx, tok, st, www)
+		wantNeedsLogin(t, err, "insufficient scope: mcp:admin")
+	}
+
 	// A server that is never satisfied: at most three authorizations.
 	f = newFixture(t, oauthtest.Options{AlwaysForbid: []string{"mcp:admin"}}, Settings{})
 	_ = f.challenge()
