@@ -227,7 +227,7 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		plan.Taken = append(plan.Taken, s.Name)
 		plan.Notes = append(plan.Notes, s.Notes...)
 		if s.Login {
-			plan.Notes = append(plan.Notes, Note{s.At, fmt.Sprintf("mcpvisor signs in to it now, not the client: run `mcpvisor login %s` when it asks", t.as)})
+			plan.Notes = append(plan.Notes, Note{s.At, fmt.Sprintf("mcpvisor signs in to it now, not the client: log in with `mcpvisor login %s` when it asks", t.as)})
 		}
 	}
 	if len(plan.Missing) > 0 {

@@ -46,7 +46,7 @@ func (f *File) TakeOverMCPRemote(parse LaunchParser) {
 		}
 		l, err := parse(launcherName(s.Command), s.Args)
 		if err != nil {
-			if slices.ContainsFunc(s.Args, func(a string) bool { return packageName(a) == mcpRemotePackage }) {
+			if slices.ContainsFunc(s.Args, func(a string) bool { return strings.Contains(a, mcpRemotePackage) }) {
 				s.note(s.FieldPath("args"), "runs mcp-remote, but not taken over as a remote server: "+err.Error())
 			}
 			continue
