@@ -630,6 +630,7 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 	if s.Login && !s.Remote() {
 		s.clientOnly(join(at, "oauth"), "a sign-in for a server that has no url, which mcpvisor cannot carry")
 	}
+	s.signIn(at)
 	return s
 }
 
@@ -877,6 +878,7 @@ func readCodex(data []byte) (*File, error) {
 		if s.Login && !s.Remote() && s.Blocked == "" {
 			s.clientOnly(at, "a sign-in for a server that has no url, which mcpvisor cannot carry")
 		}
+		s.signIn(at)
 	}
 	return f, nil
 }

@@ -88,7 +88,7 @@ func (f *File) TakeOverMCPRemote(parse LaunchParser) {
 		}
 		// mcp-remote signs in when the server asks; with an
 		// Authorization header, mcpvisor never does
-		s.Login = !slices.ContainsFunc(s.Headers, func(h KV) bool { return strings.EqualFold(h.Key, "Authorization") })
+		s.Login = !s.authorized()
 		s.note(s.At, "taken over as a remote server (saves one Node process)")
 		for _, n := range r.notes {
 			s.note(args, n)
@@ -245,7 +245,7 @@ func readMCPRemote(args []string, env []KV) (r *mcpRemote, why string) {
 	case r.url == "":
 		return nil, "no server URL"
 	case !strings.HasPrefix(lower, "https://") && !strings.HasPrefix(lower, "http://"):
-		return nil, fmt.Sprintf("the server URL %q is not http(s)", r.url)
+		return nil, fmt.Sprintf("the server URL %q is not http(s)", redact.Value(r.url))
 	}
 	if port != "" {
 		if static {
@@ -357,3 +357,18 @@ func substitute(v string, env []KV, used map[string]bool) string {
 
 // unescape turns a literal of mcpvisor's syntax into its text: $$ is $.
 func unescape(v string) string { return strings.ReplaceAll(v, "$$", "$") }
+
+// authorized reports whether the entry sends an Authorization header:
+// mcpvisor then never signs in to the server.
+func (s *Server) authorized() bool {
+	return slices.ContainsFunc(s.Headers, func(h KV) bool { return strings.EqualFold(h.Key, "Authorization") })
+}
+
+// signIn settles Login once an entry is read: a remote entry that sends
+// an Authorization header is not signed in to, whatever else it says.
+func (s *Server) signIn(at string) {
+	if s.Login && s.Remote() && s.authorized() {
+		s.Login = false
+		s.note(at, "mcpvisor sends its Authorization header and does not sign in to it (the client's sign-in settings are kept in oauth)")
+	}
+}

@@ -158,6 +158,10 @@ env_http_headers = { "X-Env" = "A_ENV" }
 scopes = ["s1"]
 oauth_resource = "https://a.example/"
 
+[mcp_servers.o]
+url = "https://o.example/mcp"
+scopes = ["s2"]
+
 [mcp_servers.bad]
 url = "https://b.example/mcp"
 bearer_token_env_var = "not a name"
@@ -173,8 +177,12 @@ scopes = ["s"]
 	if got := mustJSON(a.Entry()); got != `{"url": "https://a.example/mcp", "headers": {"Authorization": "Bearer ${A_TOKEN}", "X-Env": "${A_ENV}", "X-Other": "1"}, "oauth": {"scopes": ["s1"]}}` {
 		t.Errorf("a: %s", got)
 	}
-	if !a.Login || len(a.Notes) != 1 || !strings.Contains(a.Notes[0].Msg, "no resource override") || a.LeftToClient() != "" {
+	// its Authorization header is sent: no sign-in
+	if a.Login || len(a.Notes) != 2 || !strings.Contains(a.Notes[0].Msg, "no resource override") || !strings.Contains(a.Notes[1].Msg, "does not sign in") || a.LeftToClient() != "" {
 		t.Errorf("a: login %v, notes %v, left %q", a.Login, a.Notes, a.LeftToClient())
+	}
+	if o := f.Server("o"); !o.Login || mustJSON(o.Entry()) != `{"url": "https://o.example/mcp", "oauth": {"scopes": ["s2"]}}` {
+		t.Errorf("o: login %v, %s", o.Login, mustJSON(o.Entry()))
 	}
 	if b := f.Server("bad"); !strings.Contains(b.Blocked, "bearer_token_env_var: must be the name of an environment variable") {
 		t.Errorf("bad: %q", b.Blocked)
