@@ -333,3 +333,37 @@ func TestGoldenFilesWithTheRealLauncherParser(t *testing.T) {
 		}
 	}
 }
+
+// Codex's literal bearer_token is a header secret like any other: moved
+// with --move-secrets (its scheme kept, its $ literal in the value
+// stored), while bearer_token_env_var stays a reference.
+func TestImportCodexTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(`[mcp_servers.lit]
+url = "https://lit.example/mcp"
+bearer_token = "tok$en-0123"
+
+[mcp_servers.env]
+url = "https://env.example/mcp"
+bearer_token_env_var = "ENV_TOKEN"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	store := &setStore{}
+	io, out, _ := streams()
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{path}, Config: cfg, MoveSecrets: true, Secrets: store}); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(cfg)
+	if !strings.Contains(string(data), `"Authorization": "Bearer ${keyring:lit.header.Authorization}"`) ||
+		!strings.Contains(string(data), `"Authorization": "Bearer ${ENV_TOKEN}"`) || strings.Contains(string(data), "tok$") {
+		t.Errorf("config:\n%s", data)
+	}
+	if len(store.set) != 1 || store.set["lit.header.Authorization"] != "tok$en-0123" {
+		t.Errorf("stored %v", store.set)
+	}
+	if strings.Contains(out.String(), "mcpvisor login") {
+		t.Errorf("servers with an Authorization header are not signed in to:\n%s", out)
+	}
+}
