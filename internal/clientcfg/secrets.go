@@ -168,6 +168,22 @@ func (s *Server) secrets(server string, move bool) []Secret {
 	return out
 }
 
+// URLSecrets lists the fields whose URL holds what looks like a secret
+// (a password, a token parameter: redact's detectors), which
+// MoveSecrets leaves: url, args[N].
+func (s *Server) URLSecrets() []string {
+	var at []string
+	if s.URL != "" && redact.Value(s.URL) != s.URL {
+		at = append(at, "url")
+	}
+	for i, a := range s.Args {
+		if strings.Contains(a, "://") && redact.Value(a) != a {
+			at = append(at, "args["+strconv.Itoa(i)+"]")
+		}
+	}
+	return at
+}
+
 // secretValue reports whether an env or header value is a literal
 // secret: named like one, or looking like one, and no reference.
 func secretValue(key, v string) bool {

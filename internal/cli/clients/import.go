@@ -93,8 +93,9 @@ and header values named or shaped like secrets, the values of --api-key,
 --token=… and token-shaped args such as ghp_…, sk-…, Bearer …, an oauth
 client secret) in the secret store, named SERVER.ENV_KEY,
 SERVER.header.NAME, SERVER.argN or SERVER.oauth.clientSecret, and writes
-${keyring:NAME} references in their place: the config then holds none.
-Values that are references already stay. A secret that cannot be stored
+${keyring:NAME} references in their place: the config then holds none
+of them. Values that are references already stay. A secret inside a URL
+is not moved: import warns of it. A secret that cannot be stored
 stops the import before the config is written (the secrets stored before
 it are removed again). Without it, import warns of the literal secrets it
 copies.
@@ -428,6 +429,9 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 				} else {
 					fmt.Fprintf(w, "%s: %s: warning: copies literal secrets into mcpvisor's config (%s); %s\n", src.path, s.At, secretFields(lit), mode.hint)
 				}
+			}
+			if at := s.URLSecrets(); len(at) > 0 {
+				fmt.Fprintf(w, "%s: %s: warning: a URL holds a secret (%s), which import copies as it is (--move-secrets moves none in a URL: edit it by hand)\n", src.path, s.At, strings.Join(at, ", "))
 			}
 			if data, err = jsonc.SetMember(data, []string{"mcpServers"}, n, entry.Entry()); err != nil {
 				return nil, nil, fmt.Errorf("%s: %w", name, err)

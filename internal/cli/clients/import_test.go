@@ -50,6 +50,7 @@ const (
 	asanaAuth  = "sk-live-0123456789abcdefghij"
 	apiKeyArg  = "sk-proj-abcdefghij0123456789ABCD"
 	staticSecr = "client-s3cr3t-value"
+	urlSecret  = "u0123456789abcdefURLSECRET"
 )
 
 // secretsClient writes a client file (mcpServers, named on the command
@@ -65,7 +66,8 @@ func secretsClient(t *testing.T) string {
             "env": {"AUTH": "` + asanaAuth + `"}},
   "search": {"command": "npx", "args": ["-y", "search-mcp", "--api-key", "` + apiKeyArg + `"]},
   "linear": {"command": "npx", "args": ["-y", "mcp-remote", "https://mcp.linear.app/mcp", "--static-oauth-client-info", "{\"client_id\":\"lin\",\"client_secret\":\"` + staticSecr + `\"}"]},
-  "ref": {"command": "npx", "args": ["-y", "ref-mcp"], "env": {"REF_TOKEN": "${REF_TOKEN}"}}
+  "ref": {"command": "npx", "args": ["-y", "ref-mcp"], "env": {"REF_TOKEN": "${REF_TOKEN}"}},
+  "q": {"url": "https://q.example/mcp?api_key=` + urlSecret + `"}
 }}
 `
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
@@ -233,6 +235,9 @@ func TestImportWarnsOfLiteralSecrets(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("no %q in\n%s", w, out)
 		}
+	}
+	if !strings.Contains(out.String(), "mcpServers.q: warning: a URL holds a secret (url)") {
+		t.Errorf("no warning of the URL's secret:\n%s", out)
 	}
 	if strings.Contains(out.String(), "mcpServers.ref: warning") {
 		t.Errorf("a reference was taken for a secret:\n%s", out)
