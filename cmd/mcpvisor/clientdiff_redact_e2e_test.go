@@ -167,7 +167,7 @@ func TestClientCommandsShowNoSecret(t *testing.T) {
 	}
 
 	// Cursor's file edited in the entry install-client wrote: the refusal
-	// shows the change, beside the remote entry left with its secrets.
+	// shows the change, and no secret of the remote entry it took over.
 	path := h.target("cursor")
 	installed := mustRead(t, path)
 	edited := strings.Replace(string(installed), `"connect"`, `"connect", "--verbose"`, 1)

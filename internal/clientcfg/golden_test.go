@@ -62,6 +62,12 @@ func dump(f *File) []byte {
 		for _, kv := range s.Headers {
 			fmt.Fprintf(&b, "  header %s=%q (%s)\n", kv.Key, kv.Value, s.FieldPath("headers"))
 		}
+		if s.OAuth != nil {
+			fmt.Fprintf(&b, "  oauth %s\n", mustJSON(s.OAuth.entry()))
+		}
+		if s.Login {
+			b.WriteString("  signs in\n")
+		}
 		if s.Tools != nil {
 			fmt.Fprintf(&b, "  tools %s\n", s.Tools)
 		}
@@ -74,11 +80,44 @@ func dump(f *File) []byte {
 		for _, n := range s.ClientOnly {
 			fmt.Fprintf(&b, "  left to the client: %s\n", n)
 		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(&b, "  note %s\n", n)
+		}
 		if s.Blocked != "" {
 			fmt.Fprintf(&b, "  blocked: %s\n", s.Blocked)
 		}
 	}
 	return b.Bytes()
+}
+
+func mustJSON(v any) string {
+	b, err := jsonc.Encode(v, "", "")
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// testLaunchers stands in for internal/launch.Parse (which imports this
+// package through internal/config) in this package's tests: npx with
+// -y/--yes, pnpm dlx and bunx, nothing else. internal/cli/clients'
+// tests read the same files with the real one.
+func testLaunchers(command string, args []string) (*Launch, error) {
+	i := 0
+	switch {
+	case command == "npx":
+	case command == "pnpm" && len(args) > 0 && args[0] == "dlx":
+		i = 1
+	case command == "bunx":
+	default:
+		return nil, nil
+	}
+	for ; i < len(args) && (args[i] == "-y" || args[i] == "--yes"); i++ {
+	}
+	if i >= len(args) || strings.HasPrefix(args[i], "-") {
+		return nil, fmt.Errorf("%s command line not understood", command)
+	}
+	return &Launch{Target: args[i], Args: args[i+1:]}, nil
 }
 
 var goldenFiles = []struct {
@@ -108,6 +147,7 @@ func readGolden(t *testing.T, client, file string, format Format) (*Client, []by
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.TakeOverMCPRemote(testLaunchers)
 	var known []*Server
 	for _, s := range f.Servers {
 		if s.Blocked == "" {
@@ -128,7 +168,7 @@ func TestGolden(t *testing.T) {
 			c, data, f, known := readGolden(t, g.client, g.file, g.format)
 			golden(t, g.file+".read.golden", dump(f))
 			for _, perServer := range []bool{false, true} {
-				opts := InstallOptions{Exe: `/opt/mcp visor/mcpvisor`, Config: "/home/me/.config/mcpvisor/config.json", PerServer: perServer, Known: known}
+				opts := InstallOptions{Exe: `/opt/mcp visor/mcpvisor`, Config: "/home/me/.config/mcpvisor/config.json", PerServer: perServer, Known: known, Launchers: testLaunchers}
 				plan, err := c.PlanInstall(data, g.format, opts)
 				if err != nil {
 					t.Fatal(err)
@@ -151,8 +191,11 @@ func TestGolden(t *testing.T) {
 						continue
 					}
 					taken := s.IsConnect()
-					if (s.Blocked != "" || s.Remote()) && taken {
+					if s.Blocked != "" && taken {
 						t.Errorf("%s was taken over", s.At)
+					}
+					if s.Remote() && len(s.ClientOnly) == 0 {
+						t.Errorf("%s: a remote entry mcpvisor can run was not taken over", s.At)
 					}
 				}
 				if !perServer && back.Server(EntryName) == nil {

@@ -12,7 +12,18 @@ import (
 // SameLaunch reports whether a and b start the same server, whatever
 // their names: the same command, args, env (in any order) and cwd, or the
 // same url, headers and transport.
+//
+// An entry that ran mcp-remote, taken over as the remote server it
+// reached (File.TakeOverMCPRemote), is the same as that server and as
+// the launch of mcp-remote as written.
 func SameLaunch(a, b *Server) bool {
+	if sameLaunch(a, b) {
+		return true
+	}
+	return a.launched != nil && sameLaunch(a.launched, b) || b.launched != nil && sameLaunch(a, b.launched)
+}
+
+func sameLaunch(a, b *Server) bool {
 	if a.Remote() != b.Remote() {
 		return false
 	}
@@ -58,6 +69,9 @@ func (s *Server) Entry() jsonc.Ordered {
 		if len(s.Headers) > 0 {
 			e = append(e, jsonc.Field{Key: "headers", Value: kvs(s.Headers)})
 		}
+		if o := s.OAuth.entry(); len(o) > 0 {
+			e = append(e, jsonc.Field{Key: "oauth", Value: o})
+		}
 	} else {
 		e = append(e, jsonc.Field{Key: "command", Value: s.Command})
 		if len(s.Args) > 0 {
@@ -98,9 +112,14 @@ type InstallOptions struct {
 	// PerServer writes one connect entry per server, named as the
 	// client's entry, instead of one "mcpvisor" entry for all.
 	PerServer bool
-	// Remote takes over the client's remote entries too (they must then
-	// be in mcpvisor's config); by default they are left as they are.
-	Remote bool
+	// KeepRemote leaves the client's remote entries (url) as they are;
+	// by default they are taken over as the local ones (they must then
+	// be in mcpvisor's config).
+	KeepRemote bool
+	// Launchers reads package launchers' command lines, to take over an
+	// entry that runs mcp-remote as the remote server it reaches (see
+	// File.TakeOverMCPRemote): nil for none.
+	Launchers LaunchParser
 	// Known are the servers of mcpvisor's config.
 	Known []*Server
 	// Project is the project directory the file belongs to ("" for a
@@ -126,6 +145,10 @@ type Plan struct {
 	// Missing are the client's servers that mcpvisor's config lacks:
 	// the plan is not to be carried out while there are any.
 	Missing []*Server
+	// Notes are what the user is told of the taken entries: how they
+	// were carried over, and the servers mcpvisor now signs in to
+	// (mcpvisor login NAME), named as in mcpvisor's config.
+	Notes []Note
 }
 
 // PlanInstall works out the new content of a client's file of format f
@@ -150,6 +173,9 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 	if len(file.Problems) > 0 {
 		return nil, fmt.Errorf("%s (fix the file first)", file.Problems[0])
 	}
+	if opts.Launchers != nil {
+		file.TakeOverMCPRemote(opts.Launchers)
+	}
 	key := f.serversKey()
 	plan := &Plan{}
 	type take struct {
@@ -170,16 +196,16 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		case s.LeftToClient() != "":
 			plan.Kept = append(plan.Kept, Note{s.At, "left to the client: " + s.LeftToClient()})
 			continue
-		case s.Remote() && !opts.Remote:
-			plan.Kept = append(plan.Kept, Note{s.At, "remote: left to the client"})
+		case s.Remote() && opts.KeepRemote:
+			plan.Kept = append(plan.Kept, Note{s.At, "remote: left to the client (--remote=false)"})
 			continue
 		}
 		// mcpvisor's server must filter the tools as the client did; an
 		// entry per server keeps the client's own filter, which then
 		// applies on top of mcpvisor's.
-		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) && SameTools(k.Tools, s.Tools) })
+		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s) && SameTools(k.Tools, s.Tools) })
 		if i < 0 && opts.PerServer {
-			i = slices.IndexFunc(opts.Known, func(k *Server) bool { return SameLaunch(k, s) })
+			i = slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s) })
 		}
 		if i < 0 {
 			plan.Missing = append(plan.Missing, s)
@@ -199,6 +225,10 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		}
 		takes = append(takes, t)
 		plan.Taken = append(plan.Taken, s.Name)
+		plan.Notes = append(plan.Notes, s.Notes...)
+		if s.Login {
+			plan.Notes = append(plan.Notes, Note{s.At, fmt.Sprintf("mcpvisor signs in to it now, not the client: log in with `mcpvisor login %s` when it asks", t.as)})
+		}
 	}
 	if len(plan.Missing) > 0 {
 		return plan, nil

@@ -58,7 +58,19 @@ type Server struct {
 	Cwd       string
 	URL       string
 	Headers   []KV
-	Disabled  bool
+	// OAuth is what the client's entry says of signing in to a remote
+	// server (Claude Code's oauth, Codex's scopes), in mcpvisor's terms:
+	// nil for nothing.
+	OAuth *OAuth
+	// Login is set when the client signed in to the server itself (an
+	// oauth key, mcp-remote): mcpvisor now does, with mcpvisor login.
+	Login bool
+	// Notes are what the user is told of the entry when it is imported
+	// or taken over: how it was carried over (mcp-remote taken over as a
+	// remote server, an oauth key mapped) and what of it has no
+	// counterpart.
+	Notes    []Note
+	Disabled bool
 	// Tools is the client's filter of the server's tools (Codex's
 	// enabled_tools and disabled_tools, the "tools" of mcpvisor's own
 	// config), as mcpvisor's tools {allow, deny}: nil for none.
@@ -86,6 +98,49 @@ type Server struct {
 	// fields maps a common field (command, args, env, cwd, url, headers)
 	// to its path in the file when that is not At.field.
 	fields map[string]string
+	// launched is the entry as written when it ran a launcher of
+	// mcp-remote (see File.TakeOverMCPRemote): the same server as it.
+	launched *Server
+}
+
+// OAuth is a remote server's sign-in settings, as mcpvisor's config's
+// oauth object holds them.
+type OAuth struct {
+	ClientID string
+	// ClientSecret is in mcpvisor's syntax, as other values.
+	ClientSecret string
+	Scopes       []string
+}
+
+func (o *OAuth) entry() jsonc.Ordered {
+	var e jsonc.Ordered
+	if o == nil {
+		return nil
+	}
+	if o.ClientID != "" {
+		e = append(e, jsonc.Field{Key: "clientId", Value: o.ClientID})
+	}
+	if o.ClientSecret != "" {
+		e = append(e, jsonc.Field{Key: "clientSecret", Value: o.ClientSecret})
+	}
+	if len(o.Scopes) > 0 {
+		e = append(e, jsonc.Field{Key: "scopes", Value: o.Scopes})
+	}
+	return e
+}
+
+func (s *Server) note(at, msg string) { s.Notes = append(s.Notes, Note{At: at, Msg: msg}) }
+
+// setHeader sets a header, replacing one of the same name (header names
+// are case-insensitive).
+func (s *Server) setHeader(k, v string) {
+	for i := range s.Headers {
+		if strings.EqualFold(s.Headers[i].Key, k) {
+			s.Headers[i] = KV{k, v}
+			return
+		}
+	}
+	s.Headers = append(s.Headers, KV{k, v})
 }
 
 // FieldPath returns the path in the file of one of the common fields.
@@ -535,7 +590,9 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 			s.keepClientSide(m.Key, jsonc.Standardize(r.data[m.Value.Start:m.Value.End]), nil)
 		case "dev":
 			s.unsupported(fat, unsupportedWhy(r.format, m.Key))
-		case "envFile", "sandbox", "sandboxEnabled", "oauth", "headersHelper":
+		case "oauth":
+			r.oauth(s, m.Value, fat)
+		case "envFile", "sandbox", "sandboxEnabled", "headersHelper":
 			s.clientOnly(fat, unsupportedWhy(r.format, m.Key))
 		case "tools":
 			if r.mine {
@@ -570,7 +627,36 @@ func (r *reader) server(name string, v *jsonc.Value, at string) *Server {
 	if len(r.file.Problems) > before && s.Blocked == "" {
 		s.Blocked = "invalid: " + r.file.Problems[before].String()
 	}
+	if s.Login && !s.Remote() {
+		s.clientOnly(join(at, "oauth"), "a sign-in for a server that has no url, which mcpvisor cannot carry")
+	}
+	s.signIn(at)
 	return s
+}
+
+// oauth reads Claude Code's oauth {clientId, callbackPort}: the client
+// signed in to the server, which mcpvisor now does itself.
+func (r *reader) oauth(s *Server, v *jsonc.Value, at string) {
+	if !r.isObject(v, at) {
+		return
+	}
+	s.Login = true
+	for _, m := range v.Members {
+		fat := join(at, m.Key)
+		switch m.Key {
+		case "clientId":
+			if id := r.str(m.Value, fat, nil); id != "" {
+				if s.OAuth == nil {
+					s.OAuth = &OAuth{}
+				}
+				s.OAuth.ClientID = id
+			}
+		case "callbackPort":
+			s.note(fat, "not carried over: mcpvisor login listens on a loopback port of its own")
+		default:
+			s.clientOnly(fat, unsupportedWhy(r.format, "?"))
+		}
+	}
 }
 
 // unsupportedWhy explains why a field is not taken.
@@ -584,8 +670,6 @@ func unsupportedWhy(f Format, key string) string {
 		return "VS Code's development mode (watch, debug) is not supported"
 	case "sandbox", "sandboxEnabled":
 		return "VS Code runs the server in its sandbox (files, network), which mcpvisor cannot; its limits (memory, pids, cpu) are another thing"
-	case "oauth":
-		return "the client signs in with OAuth, which mcpvisor cannot"
 	case "headersHelper":
 		return "the client runs a command that makes the headers, which mcpvisor cannot"
 	case "settings":
@@ -791,8 +875,25 @@ func readCodex(data []byte) (*File, error) {
 		case s.Command == "" && s.URL != "":
 			s.Transport = TransportHTTP
 		}
+		if s.Login && !s.Remote() && s.Blocked == "" {
+			s.clientOnly(at, "a sign-in for a server that has no url, which mcpvisor cannot carry")
+		}
+		s.signIn(at)
 	}
 	return f, nil
+}
+
+// envName reports whether name can be referenced as ${name}.
+func envName(name string) bool {
+	if name == "" || '0' <= name[0] && name[0] <= '9' {
+		return false
+	}
+	for _, c := range name {
+		if !(c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // codexServer reads one server table of Codex's config into s; its
@@ -869,10 +970,12 @@ func (c codexServer) key(k string, v any, fat string) {
 		}
 		if k == "env" {
 			s.Env = kvs
-		} else {
-			s.Headers = kvs
-			s.setField("headers", fat)
+			return
 		}
+		for _, kv := range kvs {
+			s.setHeader(kv.Key, kv.Value)
+		}
+		s.setField("headers", fat)
 	case "enabled":
 		b, ok := v.(bool)
 		if !ok {
@@ -882,8 +985,77 @@ func (c codexServer) key(k string, v any, fat string) {
 		s.Disabled = !b
 	case "env_vars":
 		s.clientOnly(fat, "variables passed on from Codex's environment, which the server would not get from mcpvisor's (put them in env to take the server over)")
-	case "bearer_token_env_var", "env_http_headers", "bearer_token", "oauth", "oauth_resource", "scopes":
-		s.clientOnly(fat, "Codex signs in to the server (a token or OAuth), which mcpvisor cannot; give the header in mcpvisor's config (\"headers\": {\"Authorization\": \"Bearer ${NAME}\"}) to take it over")
+	case "bearer_token_env_var":
+		name, ok := v.(string)
+		if !ok || !envName(name) {
+			c.bad(fat, "the name of an environment variable")
+			return
+		}
+		s.setHeader("Authorization", "Bearer ${"+name+"}")
+		s.setField("headers", fat)
+	case "bearer_token":
+		tok, ok := v.(string)
+		if !ok {
+			c.bad(fat, "a string")
+			return
+		}
+		s.setHeader("Authorization", "Bearer "+codexEscape(tok))
+		s.setField("headers", fat)
+	case "env_http_headers":
+		t, ok := v.(map[string]any)
+		if !ok {
+			c.bad(fat, "a table of environment variable names")
+			return
+		}
+		for _, h := range sortedKeys(t) {
+			name, ok := t[h].(string)
+			if !ok || !envName(name) {
+				c.bad(join(fat, h), "the name of an environment variable")
+				continue
+			}
+			s.setHeader(h, "${"+name+"}")
+		}
+		s.setField("headers", fat)
+	case "scopes":
+		scopes, ok := c.strs(v, fat, func(s string) string { return s })
+		if !ok {
+			return
+		}
+		if s.OAuth == nil {
+			s.OAuth = &OAuth{}
+		}
+		s.OAuth.Scopes = scopes
+		s.Login = true
+	case "oauth_resource":
+		if _, ok := v.(string); !ok {
+			c.bad(fat, "a string")
+			return
+		}
+		s.Login = true
+		s.note(fat, "not carried over: mcpvisor has no resource override; it asks for the resource the server's metadata names")
+	case "oauth":
+		t, ok := v.(map[string]any)
+		if !ok {
+			c.bad(fat, "a table")
+			return
+		}
+		s.Login = true
+		for _, ok := range sortedKeys(t) {
+			switch ok {
+			case "client_id":
+				id, isStr := t[ok].(string)
+				if !isStr {
+					c.bad(join(fat, ok), "a string")
+					continue
+				}
+				if s.OAuth == nil {
+					s.OAuth = &OAuth{}
+				}
+				s.OAuth.ClientID = id
+			default:
+				s.clientOnly(join(fat, ok), unsupportedWhy(FormatCodex, ok))
+			}
+		}
 	case "default_tools_approval_mode", "tools":
 		s.clientOnly(fat, "Codex's approval of tool calls, which mcpvisor cannot carry")
 	case "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec":

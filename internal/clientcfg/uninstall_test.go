@@ -68,17 +68,18 @@ func TestUninstallSplicesIntoAChangedFile(t *testing.T) {
 						t.Errorf("per-server=%v: %s not put back:\n%s", per, s.At, out)
 					}
 				}
-				// The user edits an entry install-client wrote.
-				taken := plan.Taken[0]
-				if !per {
-					taken = EntryName
+				// The user edits an entry install-client wrote: the
+				// first in the file.
+				taken := []string{EntryName}
+				if per {
+					taken = plan.Taken
 				}
 				edited := bytes.Replace(cur, []byte(`"connect"`), []byte(`"connect", "--verbose"`), 1)
 				if g.format == FormatCodex {
 					edited = bytes.Replace(cur, []byte(`"connect",`), []byte(`"connect", "--verbose",`), 1)
 				}
 				out, conflicts, err = c.PlanUninstall(orig, plan.Data, edited, g.format, false)
-				if err != nil || out != nil || len(conflicts) != 1 || !strings.HasSuffix(conflicts[0], "."+taken) {
+				if err != nil || out != nil || len(conflicts) != 1 || !slices.ContainsFunc(taken, func(n string) bool { return strings.HasSuffix(conflicts[0], "."+n) }) {
 					t.Errorf("per-server=%v: an edited entry: out %v, conflicts %v (want %s), %v", per, out != nil, conflicts, taken, err)
 				}
 				out, _, err = c.PlanUninstall(orig, plan.Data, edited, g.format, true)

@@ -18,6 +18,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+	"github.com/mcpvisor/mcpvisor/internal/launch"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
@@ -31,6 +32,12 @@ type ImportOptions struct {
 	// Config is mcpvisor's config ("": the user's).
 	Config string
 	DryRun bool
+	// MoveSecrets stores the literal secrets of the entries imported
+	// with Secrets and writes ${keyring:NAME} references in their place.
+	MoveSecrets bool
+	// Secrets is the secret store of --move-secrets (the caller's:
+	// internal/secret's).
+	Secrets clientcfg.SecretSetter
 }
 
 // NewCmdImport is import: its flags fill an ImportOptions, run by runF
@@ -69,6 +76,30 @@ The config is --config, else ` + "`$XDG_CONFIG_HOME/mcpvisor/config.json`" + `
 atomically, keeping its mode. --dry-run prints the change as a unified
 diff and writes nothing.
 
+An entry that runs mcp-remote (npx [-y] mcp-remote URL [--header "K: V"]…
+[--transport …], also through pnpm dlx, bunx or yarn dlx) is imported as
+the remote server it reaches: mcpvisor connects to it itself, which saves
+one Node process. Its headers get the values of the entry's env
+(mcp-remote's ${NAME}); a flag mcpvisor cannot honour (--resource, a file
+of client info, an unknown flag) keeps it a local server, and says why.
+A remote entry with the client's own sign-in (Claude Code's oauth, Codex's
+scopes, mcp-remote) is imported with its clientId and scopes as its
+oauth: mcpvisor signs in to it now, with ` + "`mcpvisor login NAME`" + `.
+Codex's bearer_token_env_var and env_http_headers become headers
+referencing those variables.
+
+--move-secrets stores the literal secrets of the entries imported (env
+and header values named or shaped like secrets, the values of --api-key,
+--token=… and token-shaped args such as ghp_…, sk-…, Bearer …, an oauth
+client secret) in the secret store, named SERVER.ENV_KEY,
+SERVER.header.NAME, SERVER.argN or SERVER.oauth.clientSecret, and writes
+${keyring:NAME} references in their place: the config then holds none
+of them. Values that are references already stay. A secret inside a URL
+is not moved: import warns of it. A secret that cannot be stored
+stops the import before the config is written (the secrets stored before
+it are removed again). Without it, import warns of the literal secrets it
+copies.
+
 ` + diffSecretsHelp,
 		Args: cobra.ArbitraryArgs,
 		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
@@ -79,12 +110,13 @@ diff and writes nothing.
 	}
 	cmd.Flags().StringVarP(&o.Config, "config", "c", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
+	cmd.Flags().BoolVar(&o.MoveSecrets, "move-secrets", false, "store literal secrets in the secret store and write ${keyring:NAME} references instead")
 	return cmd
 }
 
 // RunImport adds the named clients' (or files') servers to mcpvisor's
 // config, leaving every other byte of it as it was.
-func RunImport(_ context.Context, o *ImportOptions) error {
+func RunImport(ctx context.Context, o *ImportOptions) error {
 	out, file := o.IO.Out, o.Config
 	if file == "" {
 		file = userdirs.DefaultConfigFile()
@@ -98,7 +130,10 @@ func RunImport(_ context.Context, o *ImportOptions) error {
 		return err
 	}
 	exists := err == nil
-	merged, err := importInto(old, file, sources, out)
+	if o.MoveSecrets && o.Secrets == nil && !o.DryRun {
+		return errors.New("--move-secrets: no secret store")
+	}
+	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, hint: "pass --move-secrets to keep them in the secret store instead"})
 	if err != nil {
 		return err
 	}
@@ -107,8 +142,17 @@ func RunImport(_ context.Context, o *ImportOptions) error {
 		return nil
 	}
 	if o.DryRun {
+		if len(secrets) > 0 {
+			fmt.Fprintf(out, "would store %s in the secret store\n", secretNames(secrets))
+		}
 		fmt.Fprint(out, clientcfg.DiffRedacted(old, merged, clientcfg.FormatMCPServers, file, file+" (imported)"))
 		return nil
+	}
+	if err := storeSecrets(ctx, o.Secrets, secrets); err != nil {
+		return fmt.Errorf("%w; %s is left as it was", err, file)
+	}
+	if len(secrets) > 0 {
+		fmt.Fprintf(out, "stored %s in the secret store\n", secretNames(secrets))
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
@@ -246,25 +290,91 @@ func readSource(src importSource) (*clientcfg.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s:%w", src.path, err)
 	}
+	f.TakeOverMCPRemote(parseLauncher)
 	return f, nil
 }
 
+// parseLauncher is internal/launch's parser, for clientcfg.
+func parseLauncher(command string, args []string) (*clientcfg.Launch, error) {
+	f, err := launch.Parse(command, args)
+	if err != nil || f == nil {
+		return nil, err
+	}
+	return &clientcfg.Launch{Packages: f.Packages, Target: f.Target, Args: f.Args}, nil
+}
+
+// importMode is how importInto imports.
+type importMode struct {
+	// moveSecrets replaces the entries' literal secrets by references,
+	// returned to be stored.
+	moveSecrets bool
+	// hint says how to keep literal secrets out of the config.
+	hint string
+}
+
+// secretNames lists secrets by name.
+func secretNames(l []clientcfg.Secret) string {
+	var names []string
+	for _, s := range l {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// secretDeleter is a secret store that can also remove (internal/secret's
+// can): a failed import removes the secrets it stored.
+type secretDeleter interface {
+	Delete(ctx context.Context, name string) error
+}
+
+// storeSecrets stores the secrets in order; when one fails, the ones
+// stored before it are removed again (if the store can), and the error
+// names it, never its value.
+func storeSecrets(ctx context.Context, store clientcfg.SecretSetter, secrets []clientcfg.Secret) error {
+	for i, s := range secrets {
+		if err := store.Set(ctx, s.Name, s.Value()); err != nil {
+			err = fmt.Errorf("storing secret %s (%s): %w", s.Name, s.At, err)
+			if i == 0 {
+				return err
+			}
+			stored := secretNames(secrets[:i])
+			d, ok := store.(secretDeleter)
+			if !ok {
+				return fmt.Errorf("%w (%s stay in the secret store)", err, stored)
+			}
+			var left []string
+			for _, p := range secrets[:i] {
+				if d.Delete(ctx, p.Name) != nil {
+					left = append(left, p.Name)
+				}
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("%w (%s could not be removed again)", err, strings.Join(left, ", "))
+			}
+			return fmt.Errorf("%w (%s removed again)", err, stored)
+		}
+	}
+	return nil
+}
+
 // importInto adds the servers of sources to mcpvisor's config held in
-// old (nil: none yet) and returns the new content, reporting to w.
-func importInto(old []byte, name string, sources []importSource, w io.Writer) ([]byte, error) {
+// old (nil: none yet) and returns the new content, reporting to w, with
+// mode.moveSecrets the secrets to store that it references.
+func importInto(old []byte, name string, sources []importSource, w io.Writer, mode importMode) ([]byte, []clientcfg.Secret, error) {
 	data := old
 	if data == nil {
 		data = []byte("{}\n")
 	}
 	mine, err := clientcfg.Read(data, clientcfg.FormatMCPServers)
 	if err != nil {
-		return nil, fmt.Errorf("%s:%w (mcpvisor's config is left as it is)", name, err)
+		return nil, nil, fmt.Errorf("%s:%w (mcpvisor's config is left as it is)", name, err)
 	}
 	known := slices.Clone(mine.Servers)
+	var secrets []clientcfg.Secret
 	for _, src := range sources {
 		f, err := readSource(src)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, p := range f.Problems {
 			fmt.Fprintf(w, "%s: %s: not imported\n", src.path, p)
@@ -288,7 +398,7 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer) ([
 			// The same launch filtering the tools otherwise is another
 			// server: what the client hid stays hidden.
 			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool {
-				return clientcfg.SameLaunch(k, s) && clientcfg.SameTools(k.Tools, s.Tools)
+				return clientcfg.SameServer(k, s) && clientcfg.SameTools(k.Tools, s.Tools)
 			}); i >= 0 {
 				if known[i].Name != s.Name {
 					fmt.Fprintf(w, "%s: %s: the same server as %q, skipped\n", src.path, s.At, known[i].Name)
@@ -296,15 +406,35 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer) ([
 				continue
 			}
 			n := importName(s.Name, src.label, known)
-			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameLaunch(k, s) }); i >= 0 {
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameServer(k, s) }); i >= 0 {
 				fmt.Fprintf(w, "%s: %s: added as %q (the launch of %q, with tools %s instead of %s)\n", src.path, s.At, n, known[i].Name, s.Tools, known[i].Tools)
 			} else if n != s.Name {
 				fmt.Fprintf(w, "%s: %s: added as %q (the name is taken by another server)\n", src.path, s.At, n)
 			} else {
 				fmt.Fprintf(w, "%s: %s: added\n", src.path, s.At)
 			}
-			if data, err = jsonc.SetMember(data, []string{"mcpServers"}, n, s.Entry()); err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
+			for _, note := range s.Notes {
+				fmt.Fprintf(w, "%s: %s: %s\n", src.path, note.At, note.Msg)
+			}
+			if s.Login {
+				fmt.Fprintf(w, "%s: %s: mcpvisor signs in to it now, not the client: log in with `mcpvisor login %s` when it asks\n", src.path, s.At, n)
+			}
+			entry := s
+			if lit := s.LiteralSecrets(n); len(lit) > 0 {
+				if mode.moveSecrets {
+					var moved []clientcfg.Secret
+					entry, moved = s.MoveSecrets(n)
+					secrets = append(secrets, moved...)
+					fmt.Fprintf(w, "%s: %s: its secrets go to the secret store: %s\n", src.path, s.At, secretRefs(moved))
+				} else {
+					fmt.Fprintf(w, "%s: %s: warning: copies literal secrets into mcpvisor's config (%s); %s\n", src.path, s.At, secretFields(lit), mode.hint)
+				}
+			}
+			if at := s.URLSecrets(); len(at) > 0 {
+				fmt.Fprintf(w, "%s: %s: warning: a URL holds a secret (%s), which import copies as it is (--move-secrets moves none in a URL: edit it by hand)\n", src.path, s.At, strings.Join(at, ", "))
+			}
+			if data, err = jsonc.SetMember(data, []string{"mcpServers"}, n, entry.Entry()); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", name, err)
 			}
 			c := *s
 			c.Name = n
@@ -312,9 +442,27 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer) ([
 		}
 	}
 	if old == nil && len(known) == 0 {
-		return nil, fmt.Errorf("no server to import")
+		return nil, nil, fmt.Errorf("no server to import")
 	}
-	return data, nil
+	return data, secrets, nil
+}
+
+// secretFields lists the fields that hold secrets.
+func secretFields(l []clientcfg.Secret) string {
+	var at []string
+	for _, s := range l {
+		at = append(at, s.At)
+	}
+	return strings.Join(at, ", ")
+}
+
+// secretRefs lists each secret's field and reference.
+func secretRefs(l []clientcfg.Secret) string {
+	var refs []string
+	for _, s := range l {
+		refs = append(refs, s.At+" "+s.Reference())
+	}
+	return strings.Join(refs, ", ")
 }
 
 // importName returns name made valid for mcpvisor and, when taken, with

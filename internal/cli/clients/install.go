@@ -154,15 +154,22 @@ absolute path.
 The client's servers must be in mcpvisor's config first (--mcpvisor-config,
 default $XDG_CONFIG_HOME/mcpvisor/config.json): install-client refuses when
 some are missing; run ` + "`mcpvisor import CLIENT`" + ` first, or pass --import
-to do both. Remote entries (url) are left to the client by default: the
-client keeps reaching them itself; if mcpvisor's config has them too, the
-default "mcpvisor" entry serves them as well, so the client sees their
-tools twice: remove one, or pass --remote to take them over (mcpvisor then
-proxies them). Entries mcpvisor cannot run (VS Code inputs, Zed
-extensions), or that the client restricts in ways mcpvisor cannot carry
-(VS Code's sandbox or envFile, Codex's env_vars or approval modes, a
-sign-in, a field mcpvisor does not know), stay as they are: the output
-names them and their fields, and mcpvisor's config need not have them.
+to do both. Remote entries (url) are taken over as the local ones:
+mcpvisor proxies them, and signs in to the ones that need it (a client's
+oauth key, Codex's scopes: ` + "`mcpvisor login NAME`" + `, which the output
+names). --remote=false leaves them to the client, which keeps reaching
+them itself (if mcpvisor's config has them too, the "mcpvisor" entry
+serves them as well, and the client sees their tools twice). An entry
+that runs mcp-remote (npx mcp-remote URL …) is the remote server it
+reaches: it is taken over as that server (mcpvisor's config has it as a
+url server, as import writes it; one Node process fewer). Entries
+mcpvisor cannot run (VS Code inputs, Zed extensions), or that the client
+restricts in ways mcpvisor cannot carry (VS Code's sandbox or envFile,
+Codex's env_vars or approval modes, a headers helper, a field mcpvisor
+does not know), stay as they are: the output names them and their
+fields, and mcpvisor's config need not have them. The entries written
+carry the client's values as written: a ${NAME} reference stays a
+reference, never its value.
 Codex's enabled_tools/disabled_tools stay in an entry written per
 server; one entry for all needs mcpvisor's server to filter its tools
 alike (import writes them as its tools {allow, deny}). For Claude Code the user's servers
@@ -191,7 +198,7 @@ diff and writes nothing.
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "print the change as a unified diff; write nothing")
 	cmd.Flags().BoolVar(&o.PerServer, "per-server", false, "one entry per server instead of one for all")
 	cmd.Flags().BoolVar(&o.Import, "import", false, "import the client's servers into mcpvisor's config first")
-	cmd.Flags().BoolVar(&o.Remote, "remote", false, "take over remote (url) entries too")
+	cmd.Flags().BoolVar(&o.Remote, "remote", true, "take over remote (url) entries too (--remote=false leaves them to the client)")
 	cmd.Flags().StringVar(&o.ConfigPath, "config-path", "", "the client's configuration file (default: where the client keeps it)")
 	cmd.Flags().StringVar(&o.MCPVisorConfig, "mcpvisor-config", "", "mcpvisor's configuration file (default $XDG_CONFIG_HOME/mcpvisor/config.json)")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "where installs are recorded (default $XDG_STATE_HOME/mcpvisor)")
@@ -236,6 +243,9 @@ func RunInstall(_ context.Context, o *InstallOptions) error {
 	}
 	for _, d := range plan.Dropped {
 		fmt.Fprintf(out, "%s: %s: %s\n", r.path, d.At, d.Msg)
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(out, "%s: %s: %s\n", r.path, n.At, n.Msg)
 	}
 	if o.DryRun {
 		fmt.Fprint(out, clientcfg.DiffRedacted(r.data, plan.Data, r.format, r.path, r.path+" (installed)"))
@@ -313,7 +323,7 @@ func (r *installRun) mcpvisorConfig() ([]byte, error) {
 		return cfgData, nil
 	}
 	var report bytes.Buffer
-	merged, err := importInto(cfgData, o.MCPVisorConfig, clientFiles(r.c), &report)
+	merged, _, err := importInto(cfgData, o.MCPVisorConfig, clientFiles(r.c), &report, importMode{hint: "run `mcpvisor import --move-secrets " + r.c.Name + "` first to keep them in the secret store instead"})
 	if err != nil && cfgData == nil {
 		return nil, err
 	}
@@ -349,7 +359,7 @@ func (r *installRun) plan(cfgData []byte) (*clientcfg.Plan, error) {
 	_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 	plan, err := r.c.PlanInstall(r.data, r.format, clientcfg.InstallOptions{
 		Exe: r.exe, Config: o.MCPVisorConfig, StateDir: userdirs.DaemonStateDir(configured.StateDir),
-		PerServer: o.PerServer, Remote: o.Remote, Known: mine.Servers,
+		PerServer: o.PerServer, KeepRemote: !o.Remote, Known: mine.Servers, Launchers: parseLauncher,
 		Project: clientcfg.ProjectDir(r.path, clientEnv().Home)})
 	if err != nil {
 		var ce *clientcfg.Error

@@ -1,0 +1,223 @@
+package clientcfg
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/mcpvisor/mcpvisor/internal/redact"
+)
+
+// SecretSetter stores a secret's value under a name (internal/secret's
+// Store does): import --move-secrets puts the literal secrets of the
+// entries it imports there.
+type SecretSetter interface {
+	Set(ctx context.Context, name, value string) error
+}
+
+// Secret is a literal secret of an entry: the name it is stored under,
+// the field that held it, and its value. String and the error texts
+// that name it never show the value.
+type Secret struct {
+	// Name is the secret store's name: SERVER.ENV_KEY,
+	// SERVER.header.Header, SERVER.argN (N: the argument's index) or
+	// SERVER.oauth.clientSecret.
+	Name string
+	// At is the field that held it, as mcpvisor's config names it
+	// (env.KEY, headers.Header, args[N], oauth.clientSecret).
+	At    string
+	value string
+}
+
+// Value is the secret's value, as the server gets it.
+func (s Secret) Value() string { return s.value }
+
+// String names the secret, never its value.
+func (s Secret) String() string { return s.Name }
+
+// GoString names the secret, never its value.
+func (s Secret) GoString() string { return "clientcfg.Secret{" + s.Name + "}" }
+
+// Reference is the reference that replaces the secret in a config.
+func (s Secret) Reference() string { return "${keyring:" + s.Name + "}" }
+
+// LiteralSecrets lists the literal secrets of the entry (for server,
+// its name in mcpvisor's config): env values and header values named
+// like secrets or looking like one (redact's detectors), the values of
+// secret flags (--api-key …, --token=…, -e TOKEN=…) and token-shaped
+// args (ghp_…, github_pat_…, sk-…, xoxb-…, Bearer …), and a literal
+// oauth client secret. Values that hold a reference (${NAME},
+// ${keyring:NAME}, …) are not secrets of the file and are left.
+func (s *Server) LiteralSecrets(server string) []Secret {
+	return s.secrets(server, false)
+}
+
+// MoveSecrets returns a copy of the entry with its literal secrets
+// (LiteralSecrets) replaced by ${keyring:NAME} references, and the
+// secrets, for the caller to store each under its Name.
+func (s *Server) MoveSecrets(server string) (*Server, []Secret) {
+	c := s.clone()
+	return c, c.secrets(server, true)
+}
+
+// clone copies the entry and what it holds that MoveSecrets changes.
+func (s *Server) clone() *Server {
+	c := *s
+	c.Env, c.Headers, c.Args = slices.Clone(s.Env), slices.Clone(s.Headers), slices.Clone(s.Args)
+	if s.OAuth != nil {
+		o := *s.OAuth
+		c.OAuth = &o
+	}
+	return &c
+}
+
+// SameServer reports whether known, a server of mcpvisor's config, is
+// the client's entry s: the same launch (SameLaunch), or that launch
+// with its literal secrets moved to the secret store under known's name
+// (import --move-secrets wrote it so; the values stored are not read).
+func SameServer(known, s *Server) bool {
+	if SameLaunch(known, s) {
+		return true
+	}
+	if len(s.LiteralSecrets(known.Name)) == 0 {
+		return false
+	}
+	moved, _ := s.MoveSecrets(known.Name)
+	return SameLaunch(known, moved)
+}
+
+// schemeRE is an HTTP credential with its scheme: Bearer tok.
+var schemeRE = regexp.MustCompile(`(?i)^(bearer|basic|token)(\s+)(\S+)$`)
+
+func (s *Server) secrets(server string, move bool) []Secret {
+	var out []Secret
+	taken := map[string]bool{}
+	add := func(name, at, text string) string {
+		name = keyringName(name)
+		for n, i := name, 2; taken[name]; i++ {
+			name = n + "-" + strconv.Itoa(i)
+		}
+		taken[name] = true
+		sec := Secret{Name: name, At: at, value: unescape(text)}
+		out = append(out, sec)
+		return sec.Reference()
+	}
+	// whole moves v wholly, or but its scheme (Bearer ${keyring:…}).
+	whole := func(name, at, v string) string {
+		if m := schemeRE.FindStringSubmatch(v); m != nil {
+			return m[1] + m[2] + add(name, at, m[3])
+		}
+		return add(name, at, v)
+	}
+	set := func(dst *string, v string) {
+		if move {
+			*dst = v
+		}
+	}
+	for i := range s.Env {
+		kv := &s.Env[i]
+		if secretValue(kv.Key, kv.Value) {
+			set(&kv.Value, whole(server+"."+kv.Key, join("env", kv.Key), kv.Value))
+		}
+	}
+	for i := range s.Headers {
+		kv := &s.Headers[i]
+		if secretValue(kv.Key, kv.Value) {
+			set(&kv.Value, whole(server+".header."+kv.Key, join("headers", kv.Key), kv.Value))
+		}
+	}
+	secretNext := false
+	for i := range s.Args {
+		a := &s.Args[i]
+		name, at := server+".arg"+strconv.Itoa(i), "args["+strconv.Itoa(i)+"]"
+		next := secretNext
+		secretNext = false
+		if hasRef(*a) || *a == "" || strings.Contains(*a, "://") {
+			continue
+		}
+		if next && !strings.HasPrefix(*a, "-") {
+			set(a, whole(name, at, *a))
+			continue
+		}
+		if strings.HasPrefix(*a, "-") {
+			flag, val, hasVal := strings.Cut(*a, "=")
+			if redact.SecretName(strings.TrimLeft(flag, "-")) {
+				if !hasVal {
+					secretNext = true
+				} else if val != "" {
+					set(a, flag+"="+whole(name, at, val))
+				}
+			}
+			continue
+		}
+		if k, val, ok := strings.Cut(*a, "="); ok && envName(k) {
+			if redact.SecretName(k) && val != "" {
+				set(a, k+"="+whole(name, at, val))
+			}
+			continue
+		}
+		if m := schemeRE.FindStringSubmatch(*a); m != nil || redact.Value(*a) == redact.Redaction {
+			set(a, whole(name, at, *a))
+		}
+	}
+	if s.OAuth != nil && s.OAuth.ClientSecret != "" && !hasRef(s.OAuth.ClientSecret) {
+		set(&s.OAuth.ClientSecret, add(server+".oauth.clientSecret", "oauth.clientSecret", s.OAuth.ClientSecret))
+	}
+	return out
+}
+
+// URLSecrets lists the fields whose URL holds what looks like a secret
+// (a password, a token parameter: redact's detectors), which
+// MoveSecrets leaves: url, args[N].
+func (s *Server) URLSecrets() []string {
+	var at []string
+	if s.URL != "" && redact.Value(s.URL) != s.URL {
+		at = append(at, "url")
+	}
+	for i, a := range s.Args {
+		if strings.Contains(a, "://") && redact.Value(a) != a {
+			at = append(at, "args["+strconv.Itoa(i)+"]")
+		}
+	}
+	return at
+}
+
+// secretValue reports whether an env or header value is a literal
+// secret: named like one, or looking like one, and no reference.
+func secretValue(key, v string) bool {
+	if v == "" || hasRef(v) {
+		return false
+	}
+	return redact.SecretName(key) || redact.Value(v) != v
+}
+
+// hasRef reports whether v, in mcpvisor's syntax, holds a reference
+// (${…}; $$ is a literal $).
+func hasRef(v string) bool {
+	for i := 0; i+1 < len(v); i++ {
+		if v[i] != '$' {
+			continue
+		}
+		if v[i+1] == '$' {
+			i++
+			continue
+		}
+		if v[i+1] == '{' {
+			return true
+		}
+	}
+	return false
+}
+
+// keyringName makes name a valid secret name: letters, digits, '.', '_',
+// '-' and '/'; anything else becomes '_'.
+func keyringName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' || r == '-' || r == '/' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, name)
+}

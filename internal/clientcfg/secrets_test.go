@@ -1,0 +1,104 @@
+package clientcfg
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestMoveSecrets: the literal secrets of an entry (env and header
+// values, secret flags' values, token-shaped args, an oauth client
+// secret) are replaced by keyring references under derived names, with
+// their real values returned; references, and values that are no
+// secrets, stay.
+func TestMoveSecrets(t *testing.T) {
+	s := &Server{
+		Command: "npx",
+		Args: []string{"-y", "pkg", "--api-key", "sk-abcdef0123456789abcdef", "--token=ghp_0123456789abcdefghij0123456789abcd",
+			"--verbose", "github_pat_11ABCDEFG0123456789_abcdefghijklmnop", "xoxb-1234-5678-abcdefgh", "Bearer plain-token",
+			"-e", "API_TOKEN=t0k", "--api-key", "${KEY}", "https://h.example/?token=abc", "--name", "plain", "--password", "--other"},
+		Env: []KV{{"GITHUB_TOKEN", "ghp_$$ecret"}, {"PORT", "8080"}, {"LOG", "debug"}, {"API_KEY", "${env:X}"}, {"OPAQUE", "AKIAABCDEFGHIJKLMNOP"}, {"EMPTY_TOKEN", ""}, {"x y", "secret-ish"}},
+	}
+	r := &Server{URL: "https://h.example/mcp", Transport: TransportHTTP,
+		Headers: []KV{{"Authorization", "Bearer tok-123"}, {"X-Api-Key", "k"}, {"Accept", "text/plain"}, {"X-Ref", "Bearer ${keyring:other}"}},
+		OAuth:   &OAuth{ClientID: "id", ClientSecret: "cs"}}
+
+	moved, secrets := s.MoveSecrets("srv")
+	got := map[string]string{}
+	for _, sec := range secrets {
+		got[sec.Name+" "+sec.At] = sec.Value()
+	}
+	want := map[string]string{
+		"srv.GITHUB_TOKEN env.GITHUB_TOKEN": "ghp_$ecret",
+		"srv.OPAQUE env.OPAQUE":             "AKIAABCDEFGHIJKLMNOP",
+		"srv.arg3 args[3]":                  "sk-abcdef0123456789abcdef",
+		"srv.arg4 args[4]":                  "ghp_0123456789abcdefghij0123456789abcd",
+		"srv.arg6 args[6]":                  "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+		"srv.arg7 args[7]":                  "xoxb-1234-5678-abcdefgh",
+		"srv.arg8 args[8]":                  "plain-token",
+		"srv.arg10 args[10]":                "t0k",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("secrets\n%v\nwant\n%v", got, want)
+	}
+	wantArgs := []string{"-y", "pkg", "--api-key", "${keyring:srv.arg3}", "--token=${keyring:srv.arg4}",
+		"--verbose", "${keyring:srv.arg6}", "${keyring:srv.arg7}", "Bearer ${keyring:srv.arg8}",
+		"-e", "API_TOKEN=${keyring:srv.arg10}", "--api-key", "${KEY}", "https://h.example/?token=abc", "--name", "plain", "--password", "--other"}
+	if fmt.Sprintf("%q", moved.Args) != fmt.Sprintf("%q", wantArgs) {
+		t.Errorf("args\n%q\nwant\n%q", moved.Args, wantArgs)
+	}
+	if fmt.Sprint(moved.Env) != "[{GITHUB_TOKEN ${keyring:srv.GITHUB_TOKEN}} {PORT 8080} {LOG debug} {API_KEY ${env:X}} {OPAQUE ${keyring:srv.OPAQUE}} {EMPTY_TOKEN } {x y secret-ish}]" {
+		t.Errorf("env %v", moved.Env)
+	}
+	if s.Env[0].Value != "ghp_$$ecret" || s.Args[3] != "sk-abcdef0123456789abcdef" {
+		t.Error("MoveSecrets changed the entry it copied")
+	}
+	if lit := s.LiteralSecrets("srv"); len(lit) != len(secrets) || s.Args[3] != "sk-abcdef0123456789abcdef" {
+		t.Errorf("LiteralSecrets: %v, or it moved them", lit)
+	}
+
+	mr, rs := r.MoveSecrets("my server")
+	if fmt.Sprint(mr.Headers) != "[{Authorization Bearer ${keyring:my_server.header.Authorization}} {X-Api-Key ${keyring:my_server.header.X-Api-Key}} {Accept text/plain} {X-Ref Bearer ${keyring:other}}]" ||
+		mr.OAuth.ClientSecret != "${keyring:my_server.oauth.clientSecret}" || r.OAuth.ClientSecret != "cs" {
+		t.Errorf("headers %v, oauth %+v", mr.Headers, mr.OAuth)
+	}
+	if len(rs) != 3 || rs[0].Value() != "tok-123" || rs[2].Value() != "cs" {
+		t.Errorf("remote secrets %v", rs)
+	}
+	// Neither String nor %v nor %#v shows a value.
+	for _, sec := range append(secrets, rs...) {
+		for _, out := range []string{sec.String(), fmt.Sprintf("%v %+v %#v %s", sec, sec, sec, sec)} {
+			if strings.Contains(out, sec.Value()) {
+				t.Errorf("%s shows its value: %s", sec.Name, out)
+			}
+		}
+	}
+}
+
+// Two fields whose derived names clash get distinct names.
+func TestMoveSecretsNamesAreDistinct(t *testing.T) {
+	s := &Server{Command: "x", Env: []KV{{"A B_TOKEN", "tok-1"}, {"A_B_TOKEN", "tok-2"}}}
+	_, l := s.MoveSecrets("s")
+	if len(l) != 2 || l[0].Name != "s.A_B_TOKEN" || l[1].Name != "s.A_B_TOKEN-2" {
+		t.Errorf("names %v", l)
+	}
+}
+
+// SameServer: an entry is the same server as the one import wrote with
+// its secrets moved under that server's name, and not under another's.
+func TestSameServerWithSecretsMoved(t *testing.T) {
+	s := &Server{Name: "gh", Command: "docker", Args: []string{"run", "x"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}
+	moved, _ := s.MoveSecrets("github")
+	moved.Name = "github"
+	if SameLaunch(moved, s) || !SameServer(moved, s) {
+		t.Error("the moved entry is not the same server")
+	}
+	other, _ := s.MoveSecrets("other")
+	other.Name = "github"
+	if SameServer(other, s) {
+		t.Error("secrets moved under another name are the same server")
+	}
+	if SameServer(moved, &Server{Command: "docker", Args: []string{"run", "y"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}) {
+		t.Error("another launch is the same server")
+	}
+}
