@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 func readConfig(t *testing.T, path string) (raw string, server map[string]any) {
@@ -369,5 +371,40 @@ func TestTailKeepsTheLastLines(t *testing.T) {
 	}
 	if tl.String() != "b\nc" {
 		t.Errorf("%q", tl.String())
+	}
+}
+
+// TestLoginIsTheHarnessAsBrowser runs login with a stand-in for mcpvisor
+// that opens $BROWSER on the authorization URL, as `mcpvisor login`
+// does: the harness binary, as that browser, delivers the code to the
+// callback.
+func TestLoginIsTheHarnessAsBrowser(t *testing.T) {
+	self := testserver.BuildPackage(t, "github.com/mcpvisor/mcpvisor/internal/testserver/cmd/conformance-client", "conformance-client")
+	got := make(chan string, 1)
+	callback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query().Get("code")
+	}))
+	defer callback.Close()
+	as := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, callback.URL+"/callback?code=test-auth-code", http.StatusFound)
+	}))
+	defer as.Close()
+	t.Setenv("TEST_AUTH_URL", as.URL+"/authorize")
+	bin := fakeServe(t, `[ "$1 $2 $3 $4" = "login s --addr 127.0.0.1:9" ] || { echo "argv: $*"; exit 9; }
+$BROWSER "$TEST_AUTH_URL" || exit 8`)
+	if err := login(t.Context(), bin, self, "127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-got:
+		if c != "test-auth-code" {
+			t.Errorf("code %q", c)
+		}
+	default:
+		t.Fatal("the callback got nothing")
+	}
+	bin = fakeServe(t, `echo "login refused: iss mismatch"; exit 3`)
+	if err := login(t.Context(), bin, self, "127.0.0.1:9"); err == nil || !strings.Contains(err.Error(), "iss mismatch") {
+		t.Errorf("err %v", err)
 	}
 }

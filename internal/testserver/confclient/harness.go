@@ -24,10 +24,10 @@ const scenarioTimeout = 25 * time.Second
 const settleTimeout = 10 * time.Second
 
 // Main runs the harness on args (the suite's argv without the program;
-// the server's URL last) and returns the exit code. With BrowseEnv set
-// it is the login's browser instead (Browse).
+// the server's URL last) and returns the exit code. With BrowseEnv set,
+// or "browse" first, it is the login's browser instead (Browse).
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
-	if os.Getenv(BrowseEnv) == "1" {
+	if os.Getenv(BrowseEnv) == "1" || len(args) > 1 && args[0] == "browse" {
 		return Browse(args, stderr)
 	}
 	if len(args) == 0 {
