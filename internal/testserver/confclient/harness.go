@@ -57,10 +57,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
 	defer cancel()
+	start := time.Now()
 	if err := h.run(ctx); err != nil {
 		fmt.Fprintf(stderr, "conformance-client: %s: %v\n", h.scenario, err)
 		return 1
 	}
+	h.logf("%s done in %v", h.scenario, time.Since(start).Round(time.Millisecond))
 	return 0
 }
 
