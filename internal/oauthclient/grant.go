@@ -716,7 +716,16 @@ func (g *Grant) stepUp(ctx context.Context, c Challenge) (bool, error) {
 		s.login = g.logins
 	}
 	if s.n > MaxStepUps {
+		// No login gets this scope: the grant no longer asks for one
+		// (the operation fails for good until the user logs in anew).
+		asked := strings.HasPrefix(g.reason, reasonScopePrefix)
+		if asked {
+			g.reason, g.pendingScope = "", nil
+		}
 		g.mu.Unlock()
+		if asked {
+			g.changed()
+		}
 		return false, fmt.Errorf("%w: the server still requires scope %q after %d authorizations", ErrScopeRetryLimit, strings.Join(c.Scope, " "), MaxStepUps+1)
 	}
 	g.pendingScope = union
@@ -959,7 +968,7 @@ func (g *Grant) Complete(ctx context.Context, flowID string, callback url.Values
 	delete(g.flows, flowID)
 	g.mu.Unlock()
 	if f == nil {
-		return nil, errors.New("unknown or already used login flow")
+		return nil, ErrUnknownFlow
 	}
 	if time.Now().After(f.expires) {
 		return nil, errors.New("the login flow expired; begin again")
@@ -1030,9 +1039,9 @@ func (g *Grant) Complete(ctx context.Context, flowID string, callback url.Values
 // Logout revokes the tokens when the authorization server offers RFC 7009
 // revocation (refresh token first), then deletes the record. A failed
 // revocation is reported, but the record is deleted anyway.
-func (g *Grant) Logout(ctx context.Context) error {
+func (g *Grant) Logout(ctx context.Context) (revoked bool, err error) {
 	if err := g.Load(ctx); err != nil {
-		return err
+		return false, err
 	}
 	g.saveMu.Lock()
 	defer g.saveMu.Unlock()
@@ -1040,7 +1049,9 @@ func (g *Grant) Logout(ctx context.Context) error {
 	r := g.rec.clone()
 	g.mu.Unlock()
 	var errs []error
+	tried := false
 	if t := r.Tokens; t != nil && t.RevocationEndpoint != "" {
+		tried = true
 		ca := g.clientAuthFor(r, t)
 		for _, x := range []struct{ tok, hint string }{{t.Refresh, "refresh_token"}, {t.Access, "access_token"}} {
 			if x.tok == "" {
@@ -1055,7 +1066,7 @@ func (g *Grant) Logout(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	if err := g.store.Delete(dctx); err != nil && !errors.Is(err, ErrNoRecord) {
-		return fmt.Errorf("deleting the oauth record: %w", err)
+		return false, fmt.Errorf("deleting the oauth record: %w", err)
 	}
 	g.mu.Lock()
 	g.rec, g.reason, g.pendingScope, g.fresh401 = nil, "", nil, ""
@@ -1064,9 +1075,9 @@ func (g *Grant) Logout(ctx context.Context) error {
 	g.mu.Unlock()
 	g.changed()
 	if len(errs) > 0 {
-		return fmt.Errorf("logged out, but %w", errors.Join(errs...))
+		return false, fmt.Errorf("logged out, but %w", errors.Join(errs...))
 	}
-	return nil
+	return tried, nil
 }
 
 // String names the server only; a Grant never prints its secrets.

@@ -557,8 +557,8 @@ func TestLogoutRevokes(t *testing.T) {
 	tok, _ := f.g.Token(ctx)
 	var last Info
 	f.g.OnChange(func(i Info) { last = i })
-	if err := f.g.Logout(ctx); err != nil {
-		t.Fatal(err)
+	if revoked, err := f.g.Logout(ctx); err != nil || !revoked {
+		t.Fatalf("Logout: revoked %v, %v", revoked, err)
 	}
 	rv := f.srv.Revocations()
 	if len(rv) != 2 || rv[0].Get("token_type_hint") != "refresh_token" || rv[1].Get("token_type_hint") != "access_token" || rv[1].Get("token") != tok {
@@ -575,13 +575,26 @@ func TestLogoutRevokes(t *testing.T) {
 	f = newFixture(t, oauthtest.Options{RefreshTokens: true, Revocation: true}, Settings{Timeout: time.Second})
 	f.mustLogin()
 	f.srv.AS.Close()
-	err := f.g.Logout(ctx)
-	if err == nil || !strings.Contains(err.Error(), "revoking the refresh token") {
+	revoked, err := f.g.Logout(ctx)
+	if revoked || err == nil || !strings.Contains(err.Error(), "revoking the refresh token") {
 		t.Fatalf("Logout with an unreachable server: %v", err)
 	}
 	f.noLeaks(err.Error(), "the error")
 	if b, _ := f.store.get(); b != nil {
 		t.Fatal("the record was kept")
+	}
+}
+
+// A server without revocation: logged out, nothing revoked, no error.
+func TestLogoutWithoutRevocation(t *testing.T) {
+	f := newFixture(t, oauthtest.Options{RefreshTokens: true}, Settings{})
+	f.mustLogin()
+	revoked, err := f.g.Logout(ctxT(t))
+	if revoked || err != nil || f.g.Info().State != StateNone {
+		t.Fatalf("Logout: revoked %v, %v, state %q", revoked, err, f.g.Info().State)
+	}
+	if n := len(f.srv.Revocations()); n != 0 {
+		t.Fatalf("%d revocations", n)
 	}
 }
 

@@ -123,6 +123,10 @@ type Store interface {
 // ErrNoRecord is what Store.Load answers when nothing is stored.
 var ErrNoRecord = errors.New("no oauth record")
 
+// ErrUnknownFlow is Complete's error for a flow it does not hold: never
+// begun, already used, or dropped (too many flows at once).
+var ErrUnknownFlow = errors.New("unknown or already used login flow")
+
 // ErrNeedsLogin means a user must log in (again) before the server can be
 // used. The concrete error is a *NeedsLoginError.
 var ErrNeedsLogin = errors.New("needs login")

@@ -363,7 +363,7 @@ func logoutDuringRefresh(t *testing.T, revocation bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := f.g.Logout(ctx); err != nil {
+	if _, err := f.g.Logout(ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-done
