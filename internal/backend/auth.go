@@ -2,9 +2,12 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
 // Authorizer supplies the OAuth access token of a remote server
@@ -17,12 +20,21 @@ type Authorizer interface {
 	// error means no request can be authorized now (a login is needed):
 	// the request is not sent.
 	Token(ctx context.Context) (string, error)
-	// Challenged is told the server answered a request status 401 or
-	// 403 with the given WWW-Authenticate header. retry reports that a
-	// new token may be accepted (it was refreshed): the request is sent
-	// once more. err, if set, is why no request can succeed until the
-	// user acts (a login, a step-up to more scopes).
-	Challenged(ctx context.Context, status int, wwwAuthenticate string) (retry bool, err error)
+	// Challenged is told the server answered a request sent with token
+	// used ("" for none) status 401 or 403 with the given
+	// WWW-Authenticate header. retry reports that a new token may be
+	// accepted (it was refreshed): the request is sent once more. err,
+	// if set, is why no request can succeed until the user acts (a
+	// login, a step-up to more scopes).
+	Challenged(ctx context.Context, used string, status int, wwwAuthenticate string) (retry bool, err error)
+}
+
+// AnswerError is an error of the authorizer that a request it stops is
+// answered with as this JSON-RPC error (the fleet's "needs a login",
+// which names the command to run): the connection goes on.
+type AnswerError interface {
+	error
+	RPCError() *rpc.Error
 }
 
 // authState is what a connection learned of its authorization: the error
@@ -32,6 +44,12 @@ type authState struct {
 }
 
 func (a *authState) set(err error) { a.err.Store(&err) }
+
+func (a *authState) clear() {
+	if a.err.Load() != nil {
+		a.err.Store(nil)
+	}
+}
 
 func (a *authState) load() error {
 	if p := a.err.Load(); p != nil {
@@ -47,10 +65,20 @@ func (a *authState) load() error {
 // here: requests to a server are made by mcpvisor, with the headers of
 // its config.
 func (t *headerTransport) authorize(r *http.Request) (*http.Response, error) {
+	// note keeps what stops requests: the connection's, for its failure
+	// (classify), and the request's own, for its answer (call).
+	note := func(err error) {
+		t.b.auth.set(err)
+		if st, ok := r.Context().Value(callKey{}).(*callState); ok {
+			st.authErr.Store(&err)
+		}
+	}
+	var used string
 	send := func(r *http.Request) (*http.Response, error) {
 		tok, err := t.auth.Token(r.Context())
+		used = tok
 		if err != nil {
-			t.b.auth.set(err)
+			note(err)
 			return nil, err
 		}
 		if tok != "" {
@@ -65,12 +93,15 @@ func (t *headerTransport) authorize(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		t.b.auth.clear() // authorized again (a login, a step-up)
+	}
 	if code != http.StatusUnauthorized && code != http.StatusForbidden {
 		return resp, nil
 	}
-	retry, aerr := t.auth.Challenged(r.Context(), code, resp.Header.Get("WWW-Authenticate"))
+	retry, aerr := t.auth.Challenged(r.Context(), used, code, resp.Header.Get("WWW-Authenticate"))
 	if aerr != nil {
-		t.b.auth.set(aerr)
+		note(aerr)
 	}
 	if !retry || aerr != nil {
 		return resp, nil
@@ -89,6 +120,21 @@ func (t *headerTransport) authorize(r *http.Request) (*http.Response, error) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
 	return send(again)
+}
+
+// authAnswer is the JSON-RPC error a request the authorizer stopped is
+// answered with, nil if it stopped none or its error has no answer of its
+// own.
+func (st *callState) authAnswer() *rpc.Error {
+	p := st.authErr.Load()
+	if p == nil {
+		return nil
+	}
+	var ae AnswerError
+	if errors.As(*p, &ae) {
+		return ae.RPCError()
+	}
+	return nil
 }
 
 // authFailure is the error that stops the connection's requests until the

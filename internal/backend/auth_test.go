@@ -29,10 +29,10 @@ func (a *fakeAuth) Token(context.Context) (string, error) {
 	return a.token, a.tokenErr
 }
 
-func (a *fakeAuth) Challenged(_ context.Context, status int, h string) (bool, error) {
+func (a *fakeAuth) Challenged(_ context.Context, used string, status int, h string) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.challenged = append(a.challenged, http.StatusText(status)+" "+h)
+	a.challenged = append(a.challenged, used+" "+http.StatusText(status)+" "+h)
 	if a.stop != nil {
 		return false, a.stop
 	}
@@ -75,7 +75,7 @@ func TestAuthorizerTokenAndRetry(t *testing.T) {
 		}
 		c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Transport: transport, Auth: a})
 		call(t, c, "tools/list", `{}`)
-		if got := a.challenges(); len(got) != 1 || !strings.Contains(got[0], `error="invalid_token"`) {
+		if got := a.challenges(); len(got) != 1 || !strings.Contains(got[0], `error="invalid_token"`) || !strings.HasPrefix(got[0], "stale ") {
 			t.Errorf("sse %v: challenges %q, want the one 401's header", sse, got)
 		}
 		var stale, fresh int

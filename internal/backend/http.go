@@ -354,6 +354,7 @@ type connStream struct {
 // read and the HTTP body that carried it has been closed (so that the
 // HTTP connection can be reused).
 type callState struct {
+	authErr    atomic.Pointer[error] // what the authorizer stopped the request with (auth.go)
 	cancel     context.CancelFunc
 	responded  atomic.Bool
 	bodyClosed atomic.Bool
@@ -632,6 +633,13 @@ func (b *connStream) call(req *jsonrpc.Request) error {
 		if b.ctx.Err() != nil || st.cancelled.Load() {
 			return // ended, or the caller gave up: nobody waits
 		}
+		id, _ := json.Marshal(req.ID.Raw())
+		if e := st.authAnswer(); e != nil {
+			// Only the user can authorize it (a login, a step-up): the
+			// request is answered so, and the connection goes on.
+			b.injectError(id, e)
+			return
+		}
 		if isNetError(err) {
 			b.fail(fmt.Errorf("sending %s: %w", req.Method, err))
 			return
@@ -641,7 +649,6 @@ func (b *connStream) call(req *jsonrpc.Request) error {
 		if errors.As(err, &we) {
 			code = int(we.Code)
 		}
-		id, _ := json.Marshal(req.ID.Raw())
 		b.inject(id, code, msg)
 	})
 	if !ok {
@@ -683,7 +690,12 @@ func (b *connStream) cancelled(params json.RawMessage) {
 // inject answers one of mcpvisor's requests with an error, as if the
 // server had.
 func (b *connStream) inject(id json.RawMessage, code int, msg string) {
-	m := rpc.Message{ID: id, Error: &rpc.Error{Code: code, Message: msg}}
+	b.injectError(id, &rpc.Error{Code: code, Message: msg})
+}
+
+// injectError is inject of a whole error, data included.
+func (b *connStream) injectError(id json.RawMessage, e *rpc.Error) {
+	m := rpc.Message{ID: id, Error: e}
 	_, _ = b.pw.Write(append(m.AppendTo(nil), '\n'))
 }
 

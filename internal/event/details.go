@@ -149,6 +149,28 @@ type ToolsRestoredDetails struct {
 	Tools int `json:"tools"`
 }
 
+// NeedsLoginDetails: a remote server cannot be authorized until the user
+// logs in (mcpvisor login, the dashboard): its requests are refused at
+// once meanwhile.
+type NeedsLoginDetails struct {
+	Reason string `json:"reason"`           // no credentials, refresh token expired or revoked, insufficient scope, …
+	Issuer string `json:"issuer,omitempty"` // its authorization server, when known
+	Scope  string `json:"scope,omitempty"`  // the scope a step-up asks for
+}
+
+// LoggedInDetails: a remote server's login succeeded. Never a token.
+type LoggedInDetails struct {
+	Issuer  string    `json:"issuer,omitempty"`
+	Subject string    `json:"subject,omitempty"` // who, when the authorization server says
+	Scopes  string    `json:"scopes,omitempty"`  // granted, space-separated
+	Expires time.Time `json:"expires,omitzero"`  // the access token's expiry
+}
+
+// LoggedOutDetails: a remote server's tokens were forgotten.
+type LoggedOutDetails struct {
+	Issuer string `json:"issuer,omitempty"`
+}
+
 // ReloadedDetails: a configuration reload was applied.
 type ReloadedDetails struct {
 	Trigger      string         `json:"trigger"` // api, signal, watch
@@ -190,6 +212,9 @@ func (DefinitionsApprovedDetails) Kind() Kind { return DefinitionsApproved }
 func (ToolsLostDetails) Kind() Kind           { return ToolsLost }
 func (ToolsLostAcceptedDetails) Kind() Kind   { return ToolsLostAccepted }
 func (ToolsRestoredDetails) Kind() Kind       { return ToolsRestored }
+func (NeedsLoginDetails) Kind() Kind          { return NeedsLogin }
+func (LoggedInDetails) Kind() Kind            { return LoggedIn }
+func (LoggedOutDetails) Kind() Kind           { return LoggedOut }
 func (ReloadedDetails) Kind() Kind            { return Reloaded }
 func (ReloadRejectedDetails) Kind() Kind      { return ReloadRejected }
 

@@ -27,6 +27,9 @@ const (
 	ToolsLost           Kind = "tools_lost"
 	ToolsLostAccepted   Kind = "tools_lost_accepted"
 	ToolsRestored       Kind = "tools_restored"
+	NeedsLogin          Kind = "needs-login"
+	LoggedIn            Kind = "logged-in"
+	LoggedOut           Kind = "logged-out"
 	Reloaded            Kind = "reloaded"
 	ReloadRejected      Kind = "reload-rejected"
 )
@@ -36,7 +39,7 @@ var kinds = [...]Kind{
 	Started, Dormant, Respawned, Exited, Restarted, Failed, Stopped,
 	Restarting, OperatorStop, OperatorRestart, ReloadDrained,
 	DefinitionsChanged, DefinitionsApproved, ToolsLost, ToolsLostAccepted, ToolsRestored,
-	Reloaded, ReloadRejected,
+	NeedsLogin, LoggedIn, LoggedOut, Reloaded, ReloadRejected,
 }
 
 // Kinds returns every kind, in order.

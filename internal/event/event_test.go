@@ -14,7 +14,8 @@ var allDetails = []Details{
 	RestartedDetails{}, FailedDetails{}, StoppedDetails{}, RestartingDetails{},
 	OperatorStopDetails{}, OperatorRestartDetails{}, ReloadDrainedDetails{},
 	DefinitionsChangedDetails{}, DefinitionsApprovedDetails{}, ToolsLostDetails{},
-	ToolsLostAcceptedDetails{}, ToolsRestoredDetails{}, ReloadedDetails{}, ReloadRejectedDetails{},
+	ToolsLostAcceptedDetails{}, ToolsRestoredDetails{},
+	NeedsLoginDetails{}, LoggedInDetails{}, LoggedOutDetails{}, ReloadedDetails{}, ReloadRejectedDetails{},
 }
 
 // detailsOf returns the details type of kind k.

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"github.com/mcpvisor/mcpvisor/internal/event"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -75,6 +76,9 @@ type Options struct {
 	OnEvent func(Event)
 	// Connector replaces the stdio backend (tests).
 	Connector ConnectorFunc
+	// OAuthClient, if set, carries the requests to authorization servers
+	// (nil: a default client; each request is bounded anyway).
+	OAuthClient *http.Client
 	// Logs, if set, keeps each server's stderr lines (stdio servers),
 	// across its processes, by server name.
 	Logs *logbuf.Registry
@@ -102,7 +106,9 @@ type Options struct {
 	Interest Interest
 	// Secrets resolves the ${keyring:NAME} references of the servers'
 	// env, args, headers and oauth secrets (secret.Open; nil: such a
-	// reference fails its server's start). See secrets.go.
+	// reference fails its server's start; secrets.go), and keeps the
+	// remote servers' OAuth records under oauth/NAME (nil: in memory,
+	// lost at exit; oauth.go).
 	Secrets secret.Store
 	// LookupEnv resolves their ${env:NAME} references; nil means
 	// os.LookupEnv (tests replace it).
@@ -161,6 +167,9 @@ type Fleet struct {
 	// launches is the launcher state: what is known of each package
 	// launcher and its resolutions (launch.go).
 	launches *launch.Flattener
+
+	// grants are the remote servers' OAuth grants (oauth.go).
+	grants grants
 }
 
 // drainingDone forgets an instance takeOut put in draining, once stopOut
@@ -357,7 +366,12 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 		if sc.Transport == config.TransportSSE {
 			transport = "sse"
 		}
+		var auth backend.Authorizer
+		if oauthEligible(sc) {
+			auth = serverAuth{f: f, sc: sc}
+		}
 		hc := &backend.HTTPConnector{
+			Auth:         auth,
 			Name:         sc.Name,
 			URL:          sc.URL,
 			Headers:      sc.Headers,

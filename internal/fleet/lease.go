@@ -129,6 +129,9 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		if err := s.refused(); err != nil {
 			return nil, err
 		}
+		if err := s.loginRefusal(); err != nil {
+			return nil, err
+		}
 		in, err := s.instanceFor(ctx, session)
 		if err != nil {
 			return nil, err
@@ -142,7 +145,7 @@ func (s *Server) Acquire(ctx context.Context, session string) (*Lease, error) {
 		}
 		if err != nil {
 			in.end(seq)
-			return nil, err
+			return nil, s.asLoginError(err)
 		}
 		in.used(l, session)
 		c, _ := l.(Conn)

@@ -122,6 +122,11 @@ func (s *Server) Status() Status {
 	if err := s.refused(); err != nil {
 		st.State = "stopped"
 		st.Refusing = err.Error()
+	} else if info, ok := s.OAuth(); ok {
+		st.OAuth = &info
+		if needsLogin(st.State, info) {
+			st.State = "needs-login"
+		}
 	}
 	st.Learned = s.cat.Cached(catalog.Tools)
 	st.Warning = s.cat.Warning()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
+	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
@@ -14,7 +15,7 @@ import (
 // Status is a snapshot of one server for ps and the admin API.
 type Status struct {
 	Name         string    `json:"name"`
-	State        string    `json:"state"` // new, starting, running, degraded, restarting, dormant, failed, stopped
+	State        string    `json:"state"` // new, starting, running, degraded, restarting, dormant, failed, stopped, needs-login
 	PID          int       `json:"pid,omitempty"`
 	StartedAt    time.Time `json:"startedAt,omitzero"`
 	LastActivity time.Time `json:"lastActivity,omitzero"`
@@ -84,10 +85,29 @@ type Status struct {
 	// configured; each counted once its tree is gone.
 	OOMKills      int `json:"oomKills,omitempty"`
 	PIDsLimitHits int `json:"pidsLimitHits,omitempty"`
+	// OAuth is the state of a remote server's OAuth grant: logged in (as
+	// whom, until when), needing a login and why; never a token. Nil for
+	// a server that has no login (stdio, or a configured Authorization
+	// header).
+	OAuth *oauthclient.Info `json:"oauth,omitempty"`
 	// Launcher says, for a server whose command is a package launcher (npx,
 	// npm exec, …), whether it starts flattened — the launcher's program
 	// run directly — or as written, and why.
 	Launcher *launch.Status `json:"launcher,omitempty"`
+}
+
+// needsLogin reports whether a remote server in state (as statusLocked
+// derives it) is in state "needs-login": its grant says so and it is not
+// serving (a connection still open serves until the server refuses it).
+func needsLogin(state string, info oauthclient.Info) bool {
+	if info.State != oauthclient.StateNeedsLogin {
+		return false
+	}
+	switch state {
+	case "running", "degraded", "starting", "restarting":
+		return false
+	}
+	return true
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or

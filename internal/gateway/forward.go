@@ -17,6 +17,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
+	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -665,6 +666,12 @@ func (f *flight) finish(resp *rpc.Message, err error) *rpc.Message {
 	case f.err() != nil:
 		out = errorResponse(clientID, rpc.BackendUnavailable, fmt.Sprintf("request to server %s cancelled: %v", name, f.causeErr()))
 		f.set(telemetry.Cancelled, 0, out.Error.Message)
+	case errors.Is(err, oauthclient.ErrNeedsLogin):
+		// The server refused the request's credentials and only the user
+		// can give better ones (a login, a step-up to more scopes).
+		lerr := fleet.LoginError(name, err)
+		out = unavailable(clientID, rpc.BackendUnavailable, lerr.Error(), lerr)
+		f.set(telemetry.Unavailable, 0, out.Error.Message)
 	case errors.Is(err, rpc.ErrLineTooLong):
 		out = errorResponse(clientID, rpc.MessageTooLarge, fmt.Sprintf("server %s: %v", name, err))
 		f.set(telemetry.ProtocolError, rpc.MessageTooLarge, out.Error.Message)

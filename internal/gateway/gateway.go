@@ -361,8 +361,11 @@ func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 // loop, how many starts in a row failed and when it is tried again.
 func unavailable(id json.RawMessage, code int, msg string, err error) *rpc.Message {
 	m := errorResponse(id, code, msg)
+	var nl *fleet.NeedsLoginError
 	var se *fleet.StartError
-	if errors.As(err, &se) {
+	if errors.As(err, &nl) {
+		m.Error.Data = nl.RPCError().Data
+	} else if errors.As(err, &se) {
 		data := map[string]any{"server": se.Server, "stage": se.Stage, "stderr": se.Stderr}
 		if le := (*fleet.LoopError)(nil); errors.As(err, &le) {
 			data["crashLoop"] = map[string]any{"failures": le.Failures, "nextAttempt": le.Next}

@@ -1,0 +1,417 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/event"
+	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
+)
+
+// A remote server behind OAuth (docs/oauth.md): the fleet holds one grant
+// per remote server that has no configured Authorization header — its
+// registration and tokens, persisted through Options.OAuthStore — and the
+// server's connections take their access token from it. A server the
+// grant cannot authorize is in state "needs-login": its requests are
+// refused at once with NeedsLoginError, and nothing is started until a
+// login (mcpvisor login, the dashboard) gives it tokens.
+
+// ErrNoLogin is the error of a login asked of a server that has none: a
+// stdio server, or a remote one with a configured Authorization header.
+var ErrNoLogin = errors.New("the server has no login")
+
+// NeedsLoginError is a request's error while its server needs a login:
+// it names the command to run.
+type NeedsLoginError struct {
+	Server string
+	// Reason says why ("no credentials", "refresh token expired or
+	// revoked", "insufficient scope", …).
+	Reason string
+	// Scope is the scope a step-up asks for, if any.
+	Scope string
+}
+
+func (e *NeedsLoginError) Error() string {
+	msg := "server " + e.Server + " needs a login"
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
+	}
+	return msg + `: run "mcpvisor login ` + e.Server + `"`
+}
+
+// Unwrap makes the error an oauthclient.ErrNeedsLogin.
+func (e *NeedsLoginError) Unwrap() error { return oauthclient.ErrNeedsLogin }
+
+// RPCError is the JSON-RPC error a request gets while its server needs a
+// login: data says so, with the command to run.
+func (e *NeedsLoginError) RPCError() *rpc.Error {
+	data := map[string]any{"server": e.Server, "needsLogin": true, "command": "mcpvisor login " + e.Server}
+	if e.Reason != "" {
+		data["reason"] = e.Reason
+	}
+	if e.Scope != "" {
+		data["scope"] = e.Scope
+	}
+	b, _ := json.Marshal(data)
+	return &rpc.Error{Code: rpc.BackendUnavailable, Message: e.Error(), Data: b}
+}
+
+// oauthEligible reports whether sc logs in with OAuth: a remote server
+// with no Authorization header of its own.
+func oauthEligible(sc *config.Server) bool {
+	if sc.Kind != config.KindHTTP {
+		return false
+	}
+	for k := range sc.Headers {
+		if strings.EqualFold(k, "Authorization") {
+			return false
+		}
+	}
+	return true
+}
+
+// grants are the fleet's OAuth grants, by server name; each is rebuilt
+// when what it was built from changes (the server's URL, its oauth
+// settings, the resolved secrets).
+type grants struct {
+	mu sync.Mutex
+	by map[string]*grantEntry
+}
+
+type grantEntry struct {
+	key string
+	g   *oauthclient.Grant
+}
+
+// grantOf is sc's grant, built if needed; nil for a server with no login.
+// Building it resolves the oauth settings' secret references (so it is
+// done when the server connects, and by a login).
+func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Grant, error) {
+	if !oauthEligible(sc) {
+		return nil, nil
+	}
+	set, err := f.oauthSettings(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	key := settingsKey(set)
+	f.grants.mu.Lock()
+	defer f.grants.mu.Unlock()
+	if e := f.grants.by[sc.Name]; e != nil && e.key == key {
+		return e.g, nil
+	}
+	var store oauthclient.Store = &memRecord{}
+	if f.opts.Secrets != nil {
+		store = recordStore{s: f.opts.Secrets, name: "oauth/" + sc.Name}
+	}
+	g := oauthclient.New(set, store, f.opts.OAuthClient, f.log.With("server", sc.Name))
+	name := sc.Name
+	last := g.Info().State
+	var mu sync.Mutex
+	g.OnChange(func(info oauthclient.Info) {
+		mu.Lock()
+		prev := last
+		last = info.State
+		mu.Unlock()
+		f.grantChanged(name, prev, info)
+	})
+	if f.grants.by == nil {
+		f.grants.by = map[string]*grantEntry{}
+	}
+	f.grants.by[sc.Name] = &grantEntry{key: key, g: g}
+	return g, nil
+}
+
+// currentGrant is the grant last built for the server named, nil if none
+// was (nothing resolved, no network).
+func (f *Fleet) currentGrant(name string) *oauthclient.Grant {
+	f.grants.mu.Lock()
+	defer f.grants.mu.Unlock()
+	if e := f.grants.by[name]; e != nil {
+		return e.g
+	}
+	return nil
+}
+
+// settingsKey identifies what a grant is built from, secrets hashed.
+func settingsKey(s oauthclient.Settings) string {
+	h := sha256.New()
+	for _, v := range []string{s.Resource, s.ClientID, s.ClientSecret, s.AuthMethod, string(s.PrivateKeyPEM), s.SigningAlgorithm, s.ClientMetadataURL, strings.Join(s.Scopes, " "), s.Grant} {
+		fmt.Fprintf(h, "%d:%s;", len(v), v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// oauthSettings are sc's OAuth settings with their secrets resolved.
+func (f *Fleet) oauthSettings(ctx context.Context, sc *config.Server) (oauthclient.Settings, error) {
+	set := oauthclient.Settings{Resource: sc.URL, ClientName: "mcpvisor"}
+	o := sc.OAuth
+	if o == nil {
+		return set, nil
+	}
+	secret, key, err := f.resolveOAuthSecrets(ctx, sc)
+	if err != nil {
+		return set, err
+	}
+	set.ClientID = o.ClientID
+	set.ClientSecret = secret
+	set.AuthMethod = o.TokenEndpointAuthMethod
+	if key != "" {
+		set.PrivateKeyPEM = []byte(key)
+	}
+	set.SigningAlgorithm = o.SigningAlgorithm
+	set.Scopes = o.Scopes
+	set.ClientMetadataURL = o.ClientMetadataURL
+	set.Grant = o.Grant
+	return set, nil
+}
+
+// grantChanged emits the event of a grant's change of state: a server
+// that now needs a login (a refresh refused, say), or whose tokens were
+// forgotten. A login's own event is CompleteLogin's: a step-up logs in
+// again from the same state.
+func (f *Fleet) grantChanged(server, prev string, info oauthclient.Info) {
+	var d event.Details
+	switch {
+	case info.State == oauthclient.StateNeedsLogin && prev != oauthclient.StateNeedsLogin:
+		d = event.NeedsLoginDetails{Reason: info.Reason, Issuer: info.Issuer}
+	case info.State == oauthclient.StateNone && prev != oauthclient.StateNone && prev != oauthclient.StateNeedsLogin:
+		d = event.LoggedOutDetails{Issuer: info.Issuer}
+	default:
+		return
+	}
+	f.emit(NewEvent(server, "", d))
+}
+
+// loginStartBound bounds the start afterLogin makes.
+const loginStartBound = time.Minute
+
+// afterLogin starts again, at once, the server that failed for want of a
+// login — a new run, its count of failed starts reset: what failed was
+// the credentials, not the server — so that its state shows whether the
+// login worked without waiting for a request (or for a crash loop's next
+// attempt). A server the operator stopped stays stopped.
+func (s *Server) afterLogin() {
+	st := s.Status()
+	if st.State != "failed" && st.State != "needs-login" {
+		return
+	}
+	s.f.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, loginStartBound)
+		defer cancel()
+		_, _ = s.Restart(ctx)
+	})
+}
+
+// loginRefusal is the error every request gets at once while the server
+// needs a login; nil otherwise (nothing is built or resolved for it).
+func (s *Server) loginRefusal() error {
+	g := s.f.currentGrant(s.Name())
+	if g == nil {
+		return nil
+	}
+	info := g.Info()
+	if info.State != oauthclient.StateNeedsLogin {
+		return nil
+	}
+	return &NeedsLoginError{Server: s.Name(), Reason: info.Reason}
+}
+
+// asLoginError is LoginError for the server.
+func (s *Server) asLoginError(err error) error { return LoginError(s.Name(), err) }
+
+// LoginError turns a failure of server for want of a login (a start, or a
+// request the server refused) into the request's NeedsLoginError; other
+// errors are returned as they are.
+func LoginError(server string, err error) error {
+	var nl *NeedsLoginError
+	if err == nil || errors.As(err, &nl) || !errors.Is(err, oauthclient.ErrNeedsLogin) {
+		return err
+	}
+	e := &NeedsLoginError{Server: server}
+	var ce *oauthclient.NeedsLoginError
+	if errors.As(err, &ce) {
+		e.Reason, e.Scope = ce.Reason, strings.Join(ce.Scope, " ")
+	}
+	return e
+}
+
+// OAuth is the state of the server's grant (never a token); ok is false
+// for a server that has no login.
+func (s *Server) OAuth() (info oauthclient.Info, ok bool) {
+	if !oauthEligible(s.Config()) {
+		return info, false
+	}
+	if g := s.f.currentGrant(s.Name()); g != nil {
+		return g.Info(), true
+	}
+	return oauthclient.Info{State: oauthclient.StateNone}, true
+}
+
+// grantFor is the grant a login of the server uses, built if need be.
+func (s *Server) grantFor(ctx context.Context) (*oauthclient.Grant, error) {
+	sc := s.Config()
+	if !oauthEligible(sc) {
+		if sc.Kind != config.KindHTTP {
+			return nil, fmt.Errorf("%w: server %s is not a remote server", ErrNoLogin, sc.Name)
+		}
+		return nil, fmt.Errorf("%w: server %s sends the Authorization header of its config", ErrNoLogin, sc.Name)
+	}
+	return s.f.grantOf(ctx, sc)
+}
+
+// Login begins an authorization code login of the server, whose redirect
+// goes to redirectURI: the page to open, and the flow to complete.
+func (s *Server) Login(ctx context.Context, redirectURI string) (*oauthclient.Flow, error) {
+	g, err := s.grantFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return g.Begin(ctx, redirectURI)
+}
+
+// CompleteLogin completes flow with the query of the redirect the browser
+// was sent to: the code is exchanged for tokens, which are stored.
+func (s *Server) CompleteLogin(ctx context.Context, flow string, callback url.Values) (oauthclient.Info, error) {
+	g := s.f.currentGrant(s.Name())
+	if g == nil {
+		return oauthclient.Info{}, fmt.Errorf("%w: no login of server %s is under way", oauthclient.ErrUnknownFlow, s.Name())
+	}
+	info, err := g.Complete(ctx, flow, callback)
+	if err != nil {
+		return oauthclient.Info{}, err
+	}
+	s.f.emit(NewEvent(s.Name(), "", event.LoggedInDetails{Issuer: info.Issuer, Subject: info.Subject, Scopes: strings.Join(info.Scopes, " "), Expires: info.Expiry}))
+	s.afterLogin()
+	return *info, nil
+}
+
+// CancelLogin abandons flow.
+func (s *Server) CancelLogin(flow string) {
+	if g := s.f.currentGrant(s.Name()); g != nil {
+		g.Cancel(flow)
+	}
+}
+
+// Logout forgets the server's tokens, revoked first where the
+// authorization server supports it: revoked reports it did, err why not.
+// The server's running connection ends: its next request needs a login.
+func (s *Server) Logout(ctx context.Context) (revoked bool, err error) {
+	g, err := s.grantFor(ctx)
+	if err != nil {
+		return false, err
+	}
+	revoked, err = g.Logout(ctx)
+	if s.Status().State == "running" || s.Status().State == "degraded" {
+		_, _ = s.Restart(ctx)
+	}
+	return revoked, err
+}
+
+// serverAuth is a remote server's grant as its connections'
+// backend.Authorizer. The grant is found (built at the first connection,
+// its secret references resolved) when a request asks for a token.
+type serverAuth struct {
+	f  *Fleet
+	sc *config.Server
+}
+
+// Token is the grant's access token; none while the grant holds no
+// credentials and the server has not asked for any (it may need none:
+// its first 401 tells).
+func (a serverAuth) Token(ctx context.Context) (string, error) {
+	g, err := a.f.grantOf(ctx, a.sc)
+	if err != nil {
+		return "", err
+	}
+	tok, err := g.Token(ctx)
+	var nl *oauthclient.NeedsLoginError
+	if errors.As(err, &nl) && nl.Reason == oauthclient.ReasonNoCredentials && g.Info().State != oauthclient.StateNeedsLogin {
+		return "", nil
+	}
+	return tok, LoginError(a.sc.Name, err)
+}
+
+func (a serverAuth) Challenged(ctx context.Context, used string, status int, h string) (bool, error) {
+	g, err := a.f.grantOf(ctx, a.sc)
+	if err != nil {
+		return false, err
+	}
+	retry, err := g.ChallengedToken(ctx, used, status, h)
+	return retry, LoginError(a.sc.Name, err)
+}
+
+// SecretStore is the store the servers' ${keyring:} references and OAuth
+// records are kept in (Options.Secrets; nil when none).
+func (f *Fleet) SecretStore() secret.Store { return f.opts.Secrets }
+
+// recordStore keeps a server's OAuth record (registration and tokens) in
+// the secret store — the OS keyring where there is one — under
+// oauth/NAME.
+type recordStore struct {
+	s    secret.Store
+	name string
+}
+
+func (r recordStore) Load(ctx context.Context) ([]byte, error) {
+	v, err := r.s.Get(ctx, r.name)
+	if errors.Is(err, secret.ErrNotFound) {
+		return nil, oauthclient.ErrNoRecord
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte(v), nil
+}
+
+func (r recordStore) Save(ctx context.Context, data []byte) error {
+	return r.s.Set(ctx, r.name, string(data))
+}
+
+func (r recordStore) Delete(ctx context.Context) error {
+	if err := r.s.Delete(ctx, r.name); err != nil && !errors.Is(err, secret.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// memRecord keeps a record in memory, for a fleet with no secret store:
+// a login lasts as long as the process.
+type memRecord struct {
+	mu   sync.Mutex
+	data []byte
+}
+
+func (m *memRecord) Load(context.Context) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data == nil {
+		return nil, oauthclient.ErrNoRecord
+	}
+	return m.data, nil
+}
+
+func (m *memRecord) Save(_ context.Context, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.data = append([]byte(nil), data...)
+	return nil
+}
+
+func (m *memRecord) Delete(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.data = nil
+	return nil
+}
