@@ -187,7 +187,8 @@ type Handler struct {
 	streams   atomic.Int64 // live event and log streams
 	mux       *http.ServeMux
 	log       *EventLog
-	closed    chan struct{} // closed by Close
+	dashFlows dashboardFlows // logins the dashboard began (login.go)
+	closed    chan struct{}  // closed by Close
 	closeOnce sync.Once
 }
 
@@ -206,6 +207,7 @@ func New(f *fleet.Fleet, log *EventLog, opts Options) *Handler {
 	h.mux.HandleFunc("POST /api/servers/{name}/definitions/accept-lost", h.acceptLost)
 	h.mux.HandleFunc("POST /api/servers/{name}/{action}", h.action)
 	h.mux.HandleFunc("POST /api/reload", h.reload)
+	h.loginRoutes()
 	h.mux.HandleFunc("GET /api/events", func(w http.ResponseWriter, r *http.Request) {
 		if wantsStream(r) {
 			h.streamEvents(w, r)

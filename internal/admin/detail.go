@@ -27,9 +27,17 @@ type Detail struct {
 	// sets; their values are never shown.
 	EnvNames    []string `json:"envNames,omitempty"`
 	HeaderNames []string `json:"headerNames,omitempty"`
-	Kind        string   `json:"kind"`     // stdio or http
-	Sharing     string   `json:"sharing"`  // shared or per-session
-	Protocol    string   `json:"protocol"` // as configured: auto, legacy or modern
+	// References are the secret references of its env, args, headers and
+	// oauth settings, as written ("env.TOKEN: ${keyring:github-token}"):
+	// never their values.
+	References []string `json:"references,omitempty"`
+	// SecretStore names where its ${keyring:} references and its OAuth
+	// tokens are kept (the OS keyring, or the 0600 file), for a server
+	// that has either.
+	SecretStore string `json:"secretStore,omitempty"`
+	Kind        string `json:"kind"`     // stdio or http
+	Sharing     string `json:"sharing"`  // shared or per-session
+	Protocol    string `json:"protocol"` // as configured: auto, legacy or modern
 	// Declares is what mcpvisor declares to the server as its client, of
 	// the capabilities it carries (fleet.Server.DeclaredCapabilities): to
 	// a shared instance of a legacy-era server, this; to a session's own
@@ -138,6 +146,10 @@ func (h *Handler) detail(w http.ResponseWriter, r *http.Request) {
 		Containment: []proc.Layer{},
 		Instances:   more.Instances,
 		Definitions: definitionsInfo(s),
+		References:  cfg.References(),
+	}
+	if st := h.f.SecretStore(); st != nil && (d.Status.OAuth != nil || slices.ContainsFunc(d.References, func(r string) bool { return strings.Contains(r, "${keyring:") })) {
+		d.SecretStore = st.Backend()
 	}
 	switch {
 	case cfg.Kind != config.KindStdio:

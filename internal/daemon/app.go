@@ -16,6 +16,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/logbuf"
 	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/store"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -94,6 +95,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	logs := logbuf.NewRegistry(logbuf.Options{})
 	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, Interest: gw.Interest(), OnEvent: events.Add, Logs: logs,
 		Trim:         newTrimmer(st, log).Trim,
+		Secrets:      secret.Lazy(stateDir),
 		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
 	if err != nil {
 		_ = hist.Close(context.Background())

@@ -191,6 +191,9 @@ func (s *serving) routeAll() *http.Server {
 		}})
 	mux.Handle("/api/", api)
 	mux.Handle("/metrics", api)
+	// The redirect of a login the dashboard began: reached by the browser
+	// without the token, found by its single-use state (admin.OAuthCallback).
+	mux.HandleFunc("GET /oauth/callback", api.OAuthCallback)
 	mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
 	// The dashboard: GET / and its files under /ui/, behind the Host and
 	// Origin checks (the page holds no data; what it shows comes from

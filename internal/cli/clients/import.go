@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	clisecret "github.com/mcpvisor/mcpvisor/internal/cli/secret"
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
@@ -131,7 +132,12 @@ func RunImport(ctx context.Context, o *ImportOptions) error {
 	}
 	exists := err == nil
 	if o.MoveSecrets && o.Secrets == nil && !o.DryRun {
-		return errors.New("--move-secrets: no secret store")
+		// The store serve reads: the state directory of this config.
+		st, err := clisecret.OpenStore(file, "")
+		if err != nil {
+			return fmt.Errorf("--move-secrets: %w", err)
+		}
+		o.Secrets = st
 	}
 	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, hint: "pass --move-secrets to keep them in the secret store instead"})
 	if err != nil {

@@ -212,9 +212,25 @@ func TestImportMoveSecretsStoreFails(t *testing.T) {
 		}
 	}
 
+}
+
+// With no store given, --move-secrets stores in the one serve reads: the
+// config's state directory's (here, with no session bus, its 0600 file).
+func TestImportMoveSecretsOpensServesStore(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	t.Setenv("DBUS_SESSION_BUS_ADDRESS", "")
 	io, _, _ := streams()
-	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{secretsClient(t)}, Config: filepath.Join(t.TempDir(), "c.json"), MoveSecrets: true}); err == nil || !strings.Contains(err.Error(), "no secret store") {
-		t.Errorf("--move-secrets without a store: %v", err)
+	cfg := filepath.Join(t.TempDir(), "c.json")
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{secretsClient(t)}, Config: cfg, MoveSecrets: true}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(state, "mcpvisor", "secrets.json"))
+	if err != nil || !strings.Contains(string(data), "github.GITHUB_PERSONAL_ACCESS_TOKEN") {
+		t.Errorf("the secret store holds %q (%v)", data, err)
+	}
+	if merged, _ := os.ReadFile(cfg); !strings.Contains(string(merged), "${keyring:github.GITHUB_PERSONAL_ACCESS_TOKEN}") {
+		t.Errorf("the config holds no reference:\n%s", merged)
 	}
 }
 

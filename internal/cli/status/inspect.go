@@ -20,6 +20,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
+	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -68,6 +69,44 @@ func RunInspect(ctx context.Context, o *InspectOptions) error {
 		func(w io.Writer, d admin.Detail) error { return printDetail(w, d, o.Now()) })
 }
 
+// loginText says a remote server's OAuth state: who is logged in, until
+// when, or why a login is needed and how.
+func loginText(name string, a oauthclient.Info, now time.Time) string {
+	switch a.State {
+	case oauthclient.StateLoggedIn:
+		t := "logged in"
+		if a.Subject != "" {
+			t += " as " + a.Subject
+		}
+		if a.Issuer != "" {
+			t += " at " + a.Issuer
+		}
+		if !a.Expiry.IsZero() {
+			if a.Expiry.After(now) {
+				t += ", token valid for " + age(a.Expiry.Sub(now))
+			} else {
+				t += ", token expired"
+			}
+			if a.Refreshable {
+				t += " (refreshed before it expires)"
+			}
+		}
+		if len(a.Scopes) > 0 {
+			t += "; scopes " + strings.Join(a.Scopes, " ")
+		}
+		return t
+	case oauthclient.StateNeedsLogin:
+		t := "needed"
+		if a.Reason != "" {
+			t += " (" + a.Reason + ")"
+		}
+		return t + ": run mcpvisor login " + name
+	case oauthclient.StateClientCredentials:
+		return "client credentials (no user login)"
+	}
+	return "none yet (a login is asked for when the server answers 401)"
+}
+
 func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
@@ -76,7 +115,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 		}
 	}
 	line("Name", d.Name)
-	line("State", d.State)
+	line("State", stateText(d.State))
 	if d.PID != 0 {
 		line("PID", fmt.Sprint(d.PID))
 	}
@@ -110,6 +149,21 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	}
 	line("Env", strings.Join(d.EnvNames, ", "))
 	line("Headers", strings.Join(d.HeaderNames, ", "))
+	for i, r := range d.References {
+		k := ""
+		if i == 0 {
+			k = "References"
+		}
+		if k == "" {
+			fmt.Fprintf(tw, "\t%s\n", r)
+		} else {
+			line(k, r)
+		}
+	}
+	if a := d.Status.OAuth; a != nil {
+		line("Login", loginText(d.Name, *a, now))
+	}
+	line("Secrets kept in", d.SecretStore)
 	line("Sharing", d.Sharing)
 	line("Protocol", d.Protocol+", speaks "+eraText(d.Era))
 	if d.Declares != nil { // an older serve does not say

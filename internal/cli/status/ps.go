@@ -68,6 +68,15 @@ func processCells(pid int, started, last time.Time, now time.Time) (p, up, idle 
 	return p, up, idle
 }
 
+// stateText is a state as ps and inspect print it: "needs-login" in
+// words.
+func stateText(state string) string {
+	if state == "needs-login" {
+		return "needs login"
+	}
+	return state
+}
+
 func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tMEMORY\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tCLIENTS\tLAST ERROR")
@@ -77,7 +86,7 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 			mem = proc.FormatMemory(s.MemoryBytes)
 		}
 		pid, up, idle := processCells(s.PID, s.StartedAt, s.LastActivity, now)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), cmdutil.OneLine(s.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.Name, stateText(s.State), pid, mem, up, idle, s.InFlight, s.Restarts, s.Spawns, clientsCell(s.Clients), cmdutil.OneLine(s.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -97,6 +106,9 @@ func printPs(w io.Writer, st admin.Servers, now time.Time) error {
 	for _, s := range st.Servers {
 		if s.Warning != "" {
 			notes = append(notes, fmt.Sprintf("  %s: %s", s.Name, s.Warning))
+		}
+		if s.State == "needs-login" {
+			notes = append(notes, fmt.Sprintf("  %s: needs a login: run mcpvisor login %s", s.Name, s.Name))
 		}
 		if s.PendingDefinitions > 0 {
 			notes = append(notes, fmt.Sprintf("  %s: %d tool(s) held back until approved (mcpvisor tools diff %s)", s.Name, s.PendingDefinitions, s.Name))

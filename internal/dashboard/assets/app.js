@@ -195,9 +195,10 @@
       stop: el("button", { type: "button", "data-action": "stop", "aria-label": "Stop " + name, onclick: () => act(r, "stop") }, "Stop"),
       start: el("button", { type: "button", "data-action": "start", "aria-label": "Start " + name, onclick: () => act(r, "start") }, "Start"),
       sleep: el("button", { type: "button", "data-action": "sleep", "aria-label": "Put " + name + " to sleep", onclick: () => act(r, "sleep") }, "Sleep"),
+      login: el("button", { type: "button", "data-action": "login", "aria-label": "Log in to " + name, hidden: true, onclick: () => login(r) }, "Log in"),
     };
     tr.append(el("td", { class: "act", "data-label": "Actions" }, el("div", { class: "actions", role: "group", "aria-label": "Actions on " + name },
-      r.btn.restart, r.btn.stop, r.btn.start, r.btn.sleep)));
+      r.btn.login, r.btn.restart, r.btn.stop, r.btn.start, r.btn.sleep)));
     // What is wrong with the server — its last error, a warning — has a
     // line of its own under the row, the whole width of the table: two
     // lines of the error (all of it in its title, and once the row is
@@ -273,6 +274,8 @@
     r.btn.start.hidden = st !== "stopped";
     r.btn.sleep.disabled = st !== "running" || (r.status.inFlight || 0) > 0;
     r.btn.restart.disabled = r.btn.stop.disabled = r.btn.start.disabled = false;
+    r.btn.login.hidden = st !== "needs-login";
+    r.btn.login.disabled = false;
   }
 
   function applyServers(body) {
@@ -356,6 +359,27 @@
       refresh();
       if (r.open) loadDetail(r);
     }
+  }
+
+  // ---- a remote server's OAuth login: serve begins the flow with its own
+  // /oauth/callback as the redirect, and the browser goes to the
+  // authorization server's page; its redirect comes back to serve, which
+  // completes the login and links back here.
+  async function login(r) {
+    r.btn.login.disabled = true;
+    notice("Beginning the login to " + r.name + "…");
+    try {
+      const res = await api("/api/servers/" + enc(r.name) + "/login", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+      const b = res.body || {};
+      if (res.ok && b.authorizationUrl) {
+        window.location.assign(b.authorizationUrl);
+        return;
+      }
+      notice("Could not log in to " + r.name + ": " + (b.error || "HTTP " + res.status), true);
+    } catch (e) {
+      if (!(e instanceof AuthError)) notice("Could not log in to " + r.name + ": " + e.message, true);
+    }
+    r.btn.login.disabled = false;
   }
 
   // ---- expanded rows: detail, tools, history, instances, definitions,
@@ -551,7 +575,7 @@
   }
 
   // ---- events timeline
-  const STATE_EVENTS = /^(started|dormant|respawned|exited|restarting|restarted|failed|stopped|operator-|reload|definitions_changed)/;
+  const STATE_EVENTS = /^(started|dormant|respawned|exited|restarting|restarted|failed|stopped|operator-|reload|definitions_changed|needs-login|logged-)/;
   function summary(e) {
     const d = e.details || {};
     if (e.type === "definitions_changed") {

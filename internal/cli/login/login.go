@@ -1,0 +1,333 @@
+// Package login is mcpvisor login and mcpvisor logout: a remote server's
+// OAuth login, run by the serve the CLI talks to (internal/admin's login
+// routes), with the browser and the loopback redirect on the CLI's side.
+package login
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/admin/adminclient"
+	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
+	"github.com/mcpvisor/mcpvisor/internal/shutdown"
+)
+
+// DefaultTimeout is how long login waits for the browser's redirect.
+const DefaultTimeout = 5 * time.Minute
+
+// Options are mcpvisor login's.
+type Options struct {
+	IO     cmdutil.IOStreams
+	Server string
+	API    adminclient.Client
+	// NoBrowser prints the authorization URL without opening a browser.
+	NoBrowser bool
+	// Timeout bounds the wait for the redirect.
+	Timeout time.Duration
+	JSON    bool
+	// Open opens url in the user's browser (nil: OpenBrowser).
+	Open func(url string) error
+}
+
+// NewCmdLogin is mcpvisor login NAME.
+func NewCmdLogin(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
+	o := &Options{IO: streams}
+	cmd := &cobra.Command{
+		Use:   "login NAME",
+		Short: "Log in to a remote server behind OAuth",
+		Long: `Log in to a remote server behind OAuth: the browser opens on the
+authorization server's page (or the URL is printed: --no-browser, or when
+no browser can be opened); once you approve, the authorization server
+redirects to a listener of this command on 127.0.0.1, and mcpvisor serve —
+which may run on another machine — exchanges the code for tokens and keeps
+them (in the OS keyring where there is one). No token reaches this
+command. Then it says who is logged in and until when; serve refreshes the
+token before it expires.
+
+The browser is $BROWSER when set, else the system's (xdg-open, open).`,
+		Args: cobra.ExactArgs(1),
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
+			o.IO = streams.Or(cmd)
+			o.Server = args[0]
+			return nil
+		}, runF, RunLogin),
+	}
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.NoBrowser, "no-browser", false, "print the authorization URL instead of opening a browser")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", DefaultTimeout, "how long to wait for the browser's redirect")
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// RunLogin runs the login: begin at serve, the browser, the redirect on a
+// loopback listener, completion at serve. Interrupted (ctx) or out of
+// time, it tells serve to drop the flow and returns an error.
+func RunLogin(ctx context.Context, o *Options) error {
+	if o.Timeout <= 0 {
+		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("opening a loopback listener for the redirect: %w", err)
+	}
+	defer ln.Close()
+	redirect := fmt.Sprintf("http://%s/callback", ln.Addr())
+
+	base := "/api/servers/" + url.PathEscape(o.Server) + "/login"
+	var started admin.LoginStarted
+	if err := post(ctx, &o.API, base, admin.LoginRequest{RedirectURI: redirect}, &started); err != nil {
+		return fmt.Errorf("login %s: %w", o.Server, err)
+	}
+	flow := base + "/" + url.PathEscape(started.Flow)
+	state := stateOf(started.AuthorizationURL)
+	done := false
+	defer func() {
+		if !done {
+			// Out of time, interrupted, or failed: serve forgets the flow.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _, _ = o.API.Post(cctx, flow+"/cancel", nil)
+		}
+	}()
+
+	type outcome struct {
+		done admin.LoginDone
+		err  error
+	}
+	result := make(chan outcome, 1)
+	srv := &http.Server{
+		ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/callback" || r.Method != http.MethodGet {
+				http.NotFound(w, r)
+				return
+			}
+			q := r.URL.Query()
+			if state != "" && q.Get("state") != state {
+				// Not this login's redirect (a stale tab, a stray request):
+				// the flow waits on for its own.
+				fmt.Fprintln(o.IO.ErrOut, "Ignored a redirect that is not this login's (its state differs); still waiting.")
+				page(w, http.StatusBadRequest, "Login failed", "This redirect does not belong to the login under way.")
+				return
+			}
+			var res admin.LoginDone
+			err := post(r.Context(), &o.API, flow, admin.LoginCallback{Query: r.URL.RawQuery}, &res)
+			if err != nil {
+				page(w, http.StatusBadGateway, "Login to "+o.Server+" failed", err.Error())
+			} else {
+				page(w, http.StatusOK, "Logged in to "+o.Server, "You can close this tab.")
+			}
+			select {
+			case result <- outcome{res, err}:
+			default:
+			}
+		}),
+	}
+	out := o.IO.ErrOut
+	opened := false
+	if !o.NoBrowser {
+		open := o.Open
+		if open == nil {
+			open = OpenBrowser
+		}
+		if err := open(started.AuthorizationURL); err != nil {
+			fmt.Fprintf(out, "Could not open a browser (%v).\n", err)
+		} else {
+			opened = true
+		}
+	}
+	if opened {
+		fmt.Fprintf(out, "Opened the browser to log in to %s. If it did not open, visit:\n\n  %s\n\n", o.Server, started.AuthorizationURL)
+	} else {
+		fmt.Fprintf(out, "To log in to %s, open this URL in a browser on this machine:\n\n  %s\n\n", o.Server, started.AuthorizationURL)
+	}
+	fmt.Fprintf(out, "Waiting for the authorization server's redirect (up to %s; Ctrl-C to abandon)…\n", o.Timeout)
+	// Served from here on: what is printed above is printed before any
+	// redirect can be answered.
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	timer := time.NewTimer(o.Timeout)
+	defer timer.Stop()
+	select {
+	case r := <-result:
+		if r.err != nil {
+			return fmt.Errorf("login %s: %w", o.Server, r.err)
+		}
+		done = true
+		if o.JSON {
+			b, _ := json.MarshalIndent(r.done, "", "  ")
+			fmt.Fprintf(o.IO.Out, "%s\n", b)
+		} else {
+			fmt.Fprintln(o.IO.Out, Summary(r.done))
+		}
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("login %s: no redirect came within %s; the login was abandoned (run it again, or raise --timeout)", o.Server, o.Timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("login %s abandoned: %w", o.Server, context.Cause(ctx))
+	}
+}
+
+// Summary says who is logged in to which server, until when.
+func Summary(d admin.LoginDone) string {
+	var b strings.Builder
+	b.WriteString("Logged in to " + d.Server)
+	if d.Auth.Subject != "" {
+		b.WriteString(" as " + d.Auth.Subject)
+	}
+	if d.Auth.Issuer != "" {
+		b.WriteString(" (" + d.Auth.Issuer + ")")
+	}
+	if !d.Auth.Expiry.IsZero() {
+		b.WriteString("; the access token is valid until " + d.Auth.Expiry.Local().Format("2006-01-02 15:04 MST"))
+		if d.Auth.Refreshable {
+			b.WriteString(", and serve refreshes it before then")
+		} else {
+			b.WriteString("; no refresh token was issued: log in again then")
+		}
+	}
+	if len(d.Auth.Scopes) > 0 {
+		b.WriteString("\nscopes: " + strings.Join(d.Auth.Scopes, " "))
+	}
+	return b.String()
+}
+
+// stateOf is the state parameter of an authorization URL.
+func stateOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return p.Query().Get("state")
+}
+
+// post sends v as JSON to path and decodes a 200 answer into into; any
+// other answer is the API's error.
+func post(ctx context.Context, api *adminclient.Client, path string, v, into any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second) // serve bounds its own work at 60 s
+	defer cancel()
+	code, b, err := api.Post(ctx, path, body)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return adminclient.AnswerError(code, b)
+	}
+	if into != nil {
+		if err := json.Unmarshal(b, into); err != nil {
+			return fmt.Errorf("unexpected answer from %s: %w", api.Addr, err)
+		}
+	}
+	return nil
+}
+
+func page(w http.ResponseWriter, status int, title, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, "<!doctype html><meta charset=utf-8><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p>\n")
+}
+
+// OpenBrowser opens u in the user's browser: $BROWSER when set (a command
+// given u as its argument), else the system's opener. It returns once the
+// opener started (it does not wait for the browser), or why none could.
+func OpenBrowser(u string) error {
+	var name string
+	var args []string
+	if b := strings.TrimSpace(os.Getenv("BROWSER")); b != "" {
+		f := strings.Fields(b)
+		name, args = f[0], append(f[1:], u)
+	} else {
+		switch runtime.GOOS {
+		case "darwin":
+			name, args = "open", []string{u}
+		case "windows":
+			name, args = "rundll32", []string{"url.dll,FileProtocolHandler", u}
+		default:
+			if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+				return errors.New("no display: $DISPLAY and $WAYLAND_DISPLAY are unset")
+			}
+			name, args = "xdg-open", []string{u}
+		}
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }() // reaped; the opener may outlive the login
+	return nil
+}
+
+// LogoutOptions are mcpvisor logout's.
+type LogoutOptions struct {
+	IO     cmdutil.IOStreams
+	Server string
+	API    adminclient.Client
+	JSON   bool
+}
+
+// NewCmdLogout is mcpvisor logout NAME.
+func NewCmdLogout(streams cmdutil.IOStreams, runF func(context.Context, *LogoutOptions) error) *cobra.Command {
+	o := &LogoutOptions{IO: streams}
+	cmd := &cobra.Command{
+		Use:   "logout NAME",
+		Short: "Forget a remote server's tokens, revoked where it supports it",
+		Args:  cobra.ExactArgs(1),
+		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
+			o.IO = streams.Or(cmd)
+			o.Server = args[0]
+			return nil
+		}, runF, RunLogout),
+	}
+	cmdutil.AddAPIFlags(cmd, &o.API)
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// RunLogout has serve revoke and forget the server's tokens.
+func RunLogout(ctx context.Context, o *LogoutOptions) error {
+	var res admin.LogoutDone
+	if err := post(ctx, &o.API, "/api/servers/"+url.PathEscape(o.Server)+"/logout", struct{}{}, &res); err != nil {
+		return fmt.Errorf("logout %s: %w", o.Server, err)
+	}
+	if o.JSON {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		fmt.Fprintf(o.IO.Out, "%s\n", b)
+		return nil
+	}
+	switch {
+	case res.Revoked:
+		fmt.Fprintf(o.IO.Out, "Logged out of %s: the tokens were revoked and forgotten.\n", o.Server)
+	case res.RevokeError != "":
+		fmt.Fprintf(o.IO.Out, "Logged out of %s: the tokens were forgotten, but not revoked (%s).\n", o.Server, res.RevokeError)
+	default:
+		fmt.Fprintf(o.IO.Out, "Logged out of %s: the tokens were forgotten (its authorization server offers no revocation).\n", o.Server)
+	}
+	return nil
+}
