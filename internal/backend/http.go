@@ -178,7 +178,7 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 		switch {
 		case modern == nil && protocol == ProtocolModern:
 			return nil, abandon(fmt.Errorf("%w: server/discover did not answer as MCP %s (configured \"protocol\": \"modern\")", lifecycle.ErrCapabilityMissing, ModernVersion))
-		case modern == nil:
+		case modern == nil && !b.probeGaveUp:
 			hc.era.set(EraLegacy, nil)
 		}
 	}
@@ -230,6 +230,12 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 			return nil, fmt.Errorf("server %s: %w", hc.Name, f)
 		}
 		return nil, b.classify(fmt.Errorf("server %s: %w", hc.Name, err))
+	}
+	if b.probeGaveUp {
+		// The probe went unanswered and initialize worked: legacy. Had
+		// initialize failed (a slow modern server refuses it), the next
+		// connection would have probed again.
+		hc.era.set(EraLegacy, nil)
 	}
 	if streamable && modern == nil {
 		b.spawn(b.listen)
@@ -332,6 +338,9 @@ type connStream struct {
 	version atomic.Pointer[string] // negotiated protocol version, once known
 	denied  atomic.Int32           // the latest HTTP status if it was 401 or 403, else 0
 	auth    authState              // what stops every request until the user acts
+	// probeGaveUp: server/discover got no answer within the probe bound;
+	// only a working initialize then makes the server known legacy.
+	probeGaveUp bool
 
 	mu     sync.Mutex
 	calls  map[jsonrpc.ID]*callState // requests without a response yet

@@ -246,6 +246,7 @@ func (b *connStream) probe(ctx context.Context, protocol string) (*InitResult, e
 		return nil, ctx.Err()
 	case err != nil && pctx.Err() != nil:
 		b.log.Info("server/discover got no answer within the probe bound: initializing", "bound", probeTimeout)
+		b.probeGaveUp = true
 		return nil, nil
 	case err != nil && code == 0:
 		return nil, fmt.Errorf("server/discover: %w", err)

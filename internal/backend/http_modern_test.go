@@ -365,6 +365,50 @@ func TestHTTPModernProbeTimeout(t *testing.T) {
 	}
 }
 
+// A modern server slow to answer the probe, which then refuses the
+// initialize that followed: the failure is not remembered as legacy, and
+// the next connection probes again (and finds it modern).
+func TestHTTPModernSlowProbeNotRememberedLegacy(t *testing.T) {
+	defer func(d time.Duration) { probeTimeout = d }(probeTimeout)
+	probeTimeout = 200 * time.Millisecond
+	u, _ := startEverythingHTTP(t)
+	target, _ := url.Parse(u)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var slow atomic.Bool
+	slow.Store(true)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("MCP-Protocol-Version") != ModernVersion {
+			// A modern-only server refuses a legacy initialize.
+			http.Error(w, "Missing MCP-Protocol-Version header", http.StatusBadRequest)
+			return
+		}
+		if slow.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { close(release); srv.CloseClientConnections(); srv.Close() })
+	hc := &HTTPConnector{Name: "remote", URL: srv.URL + "/", Protocol: ProtocolAuto, Logger: quiet()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := hc.Connect(ctx); err == nil {
+		t.Fatal("the legacy initialize of a modern-only server worked")
+	}
+	if hc.era.knownLegacy(nil) {
+		t.Fatal("a probe that went unanswered, then a refused initialize, was remembered as legacy")
+	}
+	slow.Store(false)
+	c := connect(t, hc)
+	if !c.Modern() {
+		t.Error("the next connection did not probe again")
+	}
+}
+
 // A modern server's refusal of the probe is no legacy answer: Connect
 // fails, without initialize; a server failure (5xx) fails it as transient,
 // and is not remembered as legacy.
