@@ -2,11 +2,15 @@ package secret
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -125,31 +129,103 @@ func (k *keyringStore) Get(ctx context.Context, name string) (string, error) {
 	if err := CheckName(name); err != nil {
 		return "", err
 	}
-	v, err := k.call(ctx, func() (string, error) { return k.api.Get(Service, name) })
+	v, err := k.getItem(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return "", fmt.Errorf("secret %s: %w", name, ErrNotFound)
 	}
-	return v, err
+	if err != nil {
+		return "", err
+	}
+	h, ok := parseHead(v)
+	if !ok {
+		return v, nil
+	}
+	var b strings.Builder
+	for i := range h.parts {
+		p, err := k.getItem(ctx, partName(name, h.gen, i))
+		if err != nil {
+			return "", fmt.Errorf("secret %s: part %d of %d: %w", name, i+1, h.parts, err)
+		}
+		b.WriteString(p)
+	}
+	return b.String(), nil
 }
 
+func (k *keyringStore) getItem(ctx context.Context, item string) (string, error) {
+	return k.call(ctx, func() (string, error) { return k.api.Get(Service, item) })
+}
+
+func (k *keyringStore) setItem(ctx context.Context, item, value string) error {
+	_, err := k.call(ctx, func() (string, error) { return "", k.api.Set(Service, item, value) })
+	if errors.Is(err, keyring.ErrSetDataTooBig) {
+		return fmt.Errorf("too big for the %s", k.name)
+	}
+	return err
+}
+
+func (k *keyringStore) deleteItem(ctx context.Context, item string) error {
+	_, err := k.call(ctx, func() (string, error) { return "", k.api.Delete(Service, item) })
+	return err
+}
+
+// Set keeps value under name. A value longer than maxItem (an OAuth
+// record with long tokens: macOS takes about 2.9 KB an item, Windows
+// 2.5 KB) is kept in parts, and name's own item says where: the parts of
+// a new generation are written first and the head last, so a Set cut
+// short leaves the old value whole, and the old generation's parts are
+// removed after.
 func (k *keyringStore) Set(ctx context.Context, name, value string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if _, err := k.call(ctx, func() (string, error) { return "", k.api.Set(Service, name, value) }); err != nil {
-		if errors.Is(err, keyring.ErrSetDataTooBig) {
-			return fmt.Errorf("secret %s is too big for the %s", name, k.name)
-		}
-		return err
+	var old head
+	switch v, err := k.getItem(ctx, name); {
+	case err == nil:
+		old, _ = parseHead(v)
+	case !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("secret %s: %w", name, err) // no Set would answer either
 	}
+	item := value
+	if len(value) > maxItem {
+		h := head{gen: newGeneration(), parts: (len(value) + maxItem - 1) / maxItem}
+		for i := range h.parts {
+			part := value[i*maxItem : min(len(value), (i+1)*maxItem)]
+			if err := k.setItem(ctx, partName(name, h.gen, i), part); err != nil {
+				k.deleteParts(ctx, name, head{gen: h.gen, parts: i})
+				return fmt.Errorf("secret %s: part %d of %d: %w", name, i+1, h.parts, err)
+			}
+		}
+		item = h.String()
+	} else if _, ok := parseHead(value); ok {
+		return fmt.Errorf("secret %s: a value may not begin with %q", name, headPrefix)
+	}
+	if err := k.setItem(ctx, name, item); err != nil {
+		if h, ok := parseHead(item); ok {
+			k.deleteParts(ctx, name, h)
+		}
+		return fmt.Errorf("secret %s: %w", name, err)
+	}
+	k.deleteParts(ctx, name, old)
 	return k.updateIndex(ctx, func(m map[string]string) { m[name] = "" })
+}
+
+// deleteParts removes the parts of generation h of name, as far as it
+// can (a part left behind holds part of a value nothing points to).
+func (k *keyringStore) deleteParts(ctx context.Context, name string, h head) {
+	for i := range h.parts {
+		_ = k.deleteItem(ctx, partName(name, h.gen, i))
+	}
 }
 
 func (k *keyringStore) Delete(ctx context.Context, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	_, err := k.call(ctx, func() (string, error) { return "", k.api.Delete(Service, name) })
+	var old head
+	if v, err := k.getItem(ctx, name); err == nil {
+		old, _ = parseHead(v)
+	}
+	err := k.deleteItem(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		// Gone from the keyring (someone removed it there): gone from
 		// the index too, but still reported.
@@ -159,7 +235,50 @@ func (k *keyringStore) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	k.deleteParts(ctx, name, old)
 	return k.updateIndex(ctx, func(m map[string]string) { delete(m, name) })
+}
+
+// maxItem is the longest value kept in one keyring item; longer ones are
+// kept in parts of this size (macOS's limit is on the base64 of the value
+// in a 4096-byte command line; Windows', 2560 bytes).
+const maxItem = 1800
+
+// headPrefix begins the item of a value kept in parts.
+const headPrefix = "mcpvisor-parts:v1:"
+
+// head is what the item of a value kept in parts holds: the generation
+// of its parts and how many there are.
+type head struct {
+	gen   string
+	parts int
+}
+
+func (h head) String() string { return headPrefix + h.gen + ":" + strconv.Itoa(h.parts) }
+
+func parseHead(v string) (head, bool) {
+	rest, ok := strings.CutPrefix(v, headPrefix)
+	if !ok {
+		return head{}, false
+	}
+	gen, n, ok := strings.Cut(rest, ":")
+	parts, err := strconv.Atoi(n)
+	if !ok || err != nil || parts < 1 || gen == "" {
+		return head{}, false
+	}
+	return head{gen: gen, parts: parts}, true
+}
+
+// partName is the item of part i of generation gen of name: ':' is in no
+// secret's name, so no part is ever another secret.
+func partName(name, gen string, i int) string {
+	return name + ":part:" + gen + ":" + strconv.Itoa(i)
+}
+
+func newGeneration() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (k *keyringStore) List(ctx context.Context) ([]string, error) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zalando/go-keyring"
 )
 
 // helperEnv, when set, makes this test binary a helper process (see
@@ -255,6 +257,18 @@ func TestHelperKeyring(t *testing.T) {
 	if err != nil || strings.Contains(string(idx), "x\\ny") || !strings.Contains(string(idx), "oauth/linear") {
 		t.Fatalf("index %q, %v", idx, err)
 	}
+	// A value past one item's size (an OAuth record with long tokens)
+	// goes in parts and comes back whole.
+	big := strings.Repeat("0123456789abcdef", 640) // 10 KiB
+	if err := s.Set(context.Background(), "oauth/big", big); err != nil {
+		t.Fatalf("Set of 10 KiB: %v", err)
+	}
+	if v, err := s.Get(context.Background(), "oauth/big"); err != nil || v != big {
+		t.Fatalf("Get of 10 KiB: %d bytes, %v", len(v), err)
+	}
+	if err := s.Delete(context.Background(), "oauth/big"); err != nil {
+		t.Fatal(err)
+	}
 	// A second store (another process's) reads what the first set.
 	if v, err := OpenWith(dir, Options{}).Get(context.Background(), "oauth/linear"); err != nil || v != `{"a":1}` {
 		t.Fatalf("Get from a second store = %q, %v", v, err)
@@ -288,4 +302,111 @@ func TestHelperKeyringLocked(t *testing.T) {
 	}
 	t.Logf("Set: %v", err)
 	fmt.Println("locked keyring checked")
+}
+
+// sizedKeyring is an in-memory keyring that refuses values past a size,
+// as Windows' (2560 bytes) and macOS's (a 4096-byte command line) do, and
+// whose Set fails from its failAt-th call on, when set.
+type sizedKeyring struct {
+	mu     sync.Mutex
+	items  map[string]string
+	limit  int
+	sets   int
+	failAt int
+}
+
+func (k *sizedKeyring) Get(_, u string) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.items[u]
+	if !ok {
+		return "", keyring.ErrNotFound
+	}
+	return v, nil
+}
+
+func (k *sizedKeyring) Set(_, u, p string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.sets++
+	if k.failAt > 0 && k.sets >= k.failAt {
+		return errors.New("the keyring went away")
+	}
+	if len(p) > k.limit {
+		return keyring.ErrSetDataTooBig
+	}
+	k.items[u] = p
+	return nil
+}
+
+func (k *sizedKeyring) Delete(_, u string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.items[u]; !ok {
+		return keyring.ErrNotFound
+	}
+	delete(k.items, u)
+	return nil
+}
+
+func (k *sizedKeyring) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.items)
+}
+
+// A value longer than a keyring item holds is kept in parts: it comes
+// back whole; a smaller value written over it leaves no part behind; a
+// Set cut short leaves the old value whole; Delete removes every part.
+func TestKeyringValuesInParts(t *testing.T) {
+	ctx := context.Background()
+	api := &sizedKeyring{items: map[string]string{}, limit: 2560}
+	k := newKeyringStore(t.TempDir(), api, time.Second)
+	big := strings.Repeat("x", 3*maxItem+5)
+	if err := k.Set(ctx, "oauth/s", big); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := k.Get(ctx, "oauth/s"); err != nil || v != big {
+		t.Fatalf("Get: %d bytes, %v", len(v), err)
+	}
+	if n := api.count(); n != 5 { // the head and four parts
+		t.Fatalf("%d items, want 5", n)
+	}
+	// A new big value: a new generation, the old one's parts removed.
+	bigger := strings.Repeat("y", 2*maxItem)
+	if err := k.Set(ctx, "oauth/s", bigger); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := k.Get(ctx, "oauth/s"); v != bigger || api.count() != 3 {
+		t.Fatalf("after a second Set: %d bytes, %d items", len(v), api.count())
+	}
+	// Cut short while writing the parts: the old value stays whole.
+	api.failAt = api.sets + 2
+	if err := k.Set(ctx, "oauth/s", big); err == nil || !strings.Contains(err.Error(), "part 2 of 4") {
+		t.Fatalf("Set cut short: %v", err)
+	}
+	if v, _ := k.Get(ctx, "oauth/s"); v != bigger {
+		t.Fatal("a Set cut short lost the old value")
+	}
+	if n := api.count(); n != 3 {
+		t.Fatalf("a Set cut short left %d items, want 3", n)
+	}
+	api.failAt = 0
+	// A small value over a big one: one item left.
+	if err := k.Set(ctx, "oauth/s", "small"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := k.Get(ctx, "oauth/s"); v != "small" || api.count() != 1 {
+		t.Fatalf("after a small Set: %q, %d items", v, api.count())
+	}
+	if err := k.Set(ctx, "oauth/s", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(ctx, "oauth/s"); err != nil || api.count() != 0 {
+		t.Fatalf("Delete: %v, %d items left", err, api.count())
+	}
+	// A value that looks like a head is refused, not misread.
+	if err := k.Set(ctx, "x", headPrefix+"abc:2"); err == nil {
+		t.Fatal("a value shaped like a head was taken")
+	}
 }
