@@ -19,7 +19,7 @@ import (
 
 // states are the server states, each reported (0 or 1) for every server so
 // that a state change never makes a series vanish.
-var states = []string{"new", "starting", "running", "degraded", "restarting", "dormant", "failed", "stopped"}
+var states = []string{"new", "starting", "running", "degraded", "restarting", "dormant", "failed", "stopped", "needs-login"}
 
 // eventTypes are the events counted for every server, from zero: every
 // kind declared about a server (event.Kinds). The others (reloads, about
