@@ -282,12 +282,14 @@ func (h *Handler) OAuthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	// The page names the dashboard's icon: without one the browser asks
+	// for /favicon.ico, which is behind the token (a 401 in its console).
 	page := func(status int, title, msg string) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.WriteHeader(status)
-		_, _ = io.WriteString(w, "<!doctype html><meta charset=utf-8><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p><p><a href=\"/\">Back to the dashboard</a></p>\n")
+		_, _ = io.WriteString(w, "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width,initial-scale=1\"><link rel=icon href=\"/ui/icon.svg\" type=\"image/svg+xml\"><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p><p><a href=\"/\">Back to the dashboard</a></p>\n")
 	}
 	f, ok := h.dashFlows.take(q.Get("state"))
 	if !ok {

@@ -315,7 +315,7 @@ func TestDashboardLoginCallback(t *testing.T) {
 	}
 	path := strings.TrimPrefix(loc.String(), e.base)
 	code, page := e.do("GET", path, "", "no-token", "")
-	if code != http.StatusOK || !strings.Contains(page, "Logged in to remote") || !strings.Contains(page, e.as.Issuer) || !strings.Contains(page, `href="/"`) {
+	if code != http.StatusOK || !strings.Contains(page, "Logged in to remote") || !strings.Contains(page, e.as.Issuer) || !strings.Contains(page, `href="/"`) || !strings.Contains(page, `href="/ui/icon.svg"`) {
 		t.Fatalf("callback: %d %s", code, page)
 	}
 	if info, ok := e.f.Get("remote").OAuth(); !ok || info.State != oauthclient.StateLoggedIn {
