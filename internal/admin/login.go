@@ -171,6 +171,13 @@ func (h *Handler) loginBegin(w http.ResponseWriter, r *http.Request) {
 	dashboard := req.RedirectURI == ""
 	if dashboard {
 		req.RedirectURI = "http://" + r.Host + "/oauth/callback"
+		if !loopbackRedirect(req.RedirectURI) {
+			// An authorization server sends a browser back over plain
+			// http only to a loopback address (RFC 8252 §8.3), and the
+			// grant refuses any other: say so before asking it.
+			h.writeStatusJSON(w, http.StatusConflict, map[string]string{"error": "the dashboard can log in only when it is opened at a loopback address (http://127.0.0.1:PORT or http://localhost:PORT), not at " + r.Host + ": the authorization server's redirect comes back to it over plain http. Run \"mcpvisor login " + s.Name() + "\" on the machine with the browser instead"})
+			return
+		}
 	} else if !loopbackRedirect(req.RedirectURI) {
 		h.writeStatusJSON(w, http.StatusBadRequest, map[string]string{"error": "redirectUri must be a loopback http URL (http://127.0.0.1:PORT/…), got " + req.RedirectURI})
 		return

@@ -410,3 +410,45 @@ func TestDashboardFlowsExpire(t *testing.T) {
 		}
 	})
 }
+
+// Opened at another address than loopback, the dashboard cannot log in
+// (its plain http redirect would be refused): a 409 that says what to do,
+// before the authorization server is asked anything.
+func TestDashboardLoginNeedsLoopback(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{})
+	cfg, err := config.Parse(fmt.Appendf(nil, `{"mcpServers":{"remote":{"url":%q}}}`, as.URL), "t.json", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fleet.New(cfg, fleet.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(f, nil, Options{Access: guard.Options{DisableHostCheck: true}}))
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/api/servers/remote/login", strings.NewReader("{}"))
+	req.Host = "192.168.1.5:8080"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), "loopback") || !strings.Contains(string(b), `mcpvisor login remote`) {
+		t.Fatalf("begin from the dashboard at 192.168.1.5: %d %s", resp.StatusCode, b)
+	}
+	if n := as.Count("prm") + as.Count("as-metadata") + as.Count("register"); n != 0 {
+		t.Errorf("the authorization server was asked %d times", n)
+	}
+	// localhost is loopback.
+	req, _ = http.NewRequest("POST", srv.URL+"/api/servers/remote/login", strings.NewReader("{}"))
+	req.Host = strings.Replace(strings.TrimPrefix(srv.URL, "http://"), "127.0.0.1", "localhost", 1)
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusOK {
+		t.Fatalf("begin from the dashboard at localhost: %d", resp2.StatusCode)
+	}
+}
