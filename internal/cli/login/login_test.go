@@ -509,3 +509,20 @@ func TestLogout(t *testing.T) {
 		t.Fatalf("logout of a stdio server: %v", err)
 	}
 }
+
+func TestSummary(t *testing.T) {
+	until := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	local := until.Local().Format("2006-01-02 15:04 MST")
+	for _, c := range []struct {
+		auth oauthclient.Info
+		want string
+	}{
+		{oauthclient.Info{}, "Logged in to remote"},
+		{oauthclient.Info{Issuer: "https://as.example", Expiry: until}, "Logged in to remote (https://as.example); the access token is valid until " + local + "; no refresh token was issued: log in again then"},
+		{oauthclient.Info{Subject: "bob", Expiry: until, Refreshable: true}, "Logged in to remote as bob; the access token is valid until " + local + ", and serve refreshes it before then"},
+	} {
+		if got := Summary(admin.LoginDone{Server: "remote", Auth: c.auth}); got != c.want {
+			t.Errorf("Summary(%+v) = %q, want %q", c.auth, got, c.want)
+		}
+	}
+}
