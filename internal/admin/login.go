@@ -171,6 +171,13 @@ func (h *Handler) loginBegin(w http.ResponseWriter, r *http.Request) {
 	dashboard := req.RedirectURI == ""
 	if dashboard {
 		req.RedirectURI = "http://" + r.Host + "/oauth/callback"
+		if !loopbackRedirect(req.RedirectURI) {
+			// An authorization server sends a browser back over plain
+			// http only to a loopback address (RFC 8252 §8.3), and the
+			// grant refuses any other: say so before asking it.
+			h.writeStatusJSON(w, http.StatusConflict, map[string]string{"error": "the dashboard can log in only when it is opened at a loopback address (http://127.0.0.1:PORT or http://localhost:PORT), not at " + r.Host + ": the authorization server's redirect comes back to it over plain http. Run \"mcpvisor login " + s.Name() + "\" on the machine with the browser instead"})
+			return
+		}
 	} else if !loopbackRedirect(req.RedirectURI) {
 		h.writeStatusJSON(w, http.StatusBadRequest, map[string]string{"error": "redirectUri must be a loopback http URL (http://127.0.0.1:PORT/…), got " + req.RedirectURI})
 		return
@@ -282,12 +289,14 @@ func (h *Handler) OAuthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	// The page names the dashboard's icon: without one the browser asks
+	// for /favicon.ico, which is behind the token (a 401 in its console).
 	page := func(status int, title, msg string) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.WriteHeader(status)
-		_, _ = io.WriteString(w, "<!doctype html><meta charset=utf-8><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p><p><a href=\"/\">Back to the dashboard</a></p>\n")
+		_, _ = io.WriteString(w, "<!doctype html><html lang=en><meta charset=utf-8><meta name=viewport content=\"width=device-width,initial-scale=1\"><link rel=icon href=\"/ui/icon.svg\" type=\"image/svg+xml\"><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p><p><a href=\"/\">Back to the dashboard</a></p>\n")
 	}
 	f, ok := h.dashFlows.take(q.Get("state"))
 	if !ok {

@@ -253,34 +253,62 @@ func page(w http.ResponseWriter, status int, title, msg string) {
 	_, _ = io.WriteString(w, "<!doctype html><meta charset=utf-8><title>mcpvisor: "+html.EscapeString(title)+"</title><h1>"+html.EscapeString(title)+"</h1><p>"+html.EscapeString(msg)+"</p>\n")
 }
 
-// OpenBrowser opens u in the user's browser: $BROWSER when set (a command
-// given u as its argument), else the system's opener. It returns once the
-// opener started (it does not wait for the browser), or why none could.
+// OpenBrowser opens u in the user's browser: $BROWSER when set, else the
+// system's opener. $BROWSER is, as other programs read it, a command
+// given u as its last argument, or in place of a "%s" in it; on Unix it
+// may list several, separated by ":", each tried in turn until one
+// starts. It returns once the opener started (it does not wait for the
+// browser), or why none could.
 func OpenBrowser(u string) error {
-	var name string
-	var args []string
 	if b := strings.TrimSpace(os.Getenv("BROWSER")); b != "" {
-		f := strings.Fields(b)
-		name, args = f[0], append(f[1:], u)
-	} else {
-		switch runtime.GOOS {
-		case "darwin":
-			name, args = "open", []string{u}
-		case "windows":
-			name, args = "rundll32", []string{"url.dll,FileProtocolHandler", u}
-		default:
-			if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
-				return errors.New("no display: $DISPLAY and $WAYLAND_DISPLAY are unset")
-			}
-			name, args = "xdg-open", []string{u}
+		cmds := []string{b}
+		if runtime.GOOS != "windows" {
+			cmds = strings.Split(b, ":")
 		}
+		var errs []error
+		for _, c := range cmds {
+			f := strings.Fields(c)
+			if len(f) == 0 {
+				continue
+			}
+			args, placed := f[1:], false
+			for i, a := range args {
+				if strings.Contains(a, "%s") {
+					args[i], placed = strings.ReplaceAll(a, "%s", u), true
+				}
+			}
+			if !placed {
+				args = append(args, u)
+			}
+			err := start(f[0], args...)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return fmt.Errorf("$BROWSER: %w", errors.Join(errs...))
 	}
+	switch runtime.GOOS {
+	case "darwin":
+		return start("open", u)
+	case "windows":
+		return start("rundll32", "url.dll,FileProtocolHandler", u)
+	}
+	if os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == "" {
+		return errors.New("no display: $DISPLAY and $WAYLAND_DISPLAY are unset")
+	}
+	return start("xdg-open", u)
+}
+
+// start starts name with args, and reaps it in the background: the
+// opener may outlive the login.
+func start(name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	go func() { _ = cmd.Wait() }() // reaped; the opener may outlive the login
+	go func() { _ = cmd.Wait() }()
 	return nil
 }
 

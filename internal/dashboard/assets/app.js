@@ -371,7 +371,10 @@
     try {
       const res = await api("/api/servers/" + enc(r.name) + "/login", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
       const b = res.body || {};
-      if (res.ok && b.authorizationUrl) {
+      // Only a web page: serve checks the authorization server's
+      // endpoint, and the page does not navigate to anything else
+      // (a javascript: URL would run here).
+      if (res.ok && /^https?:\/\//i.test(b.authorizationUrl || "")) {
         window.location.assign(b.authorizationUrl);
         return;
       }
