@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"html"
 	"io"
 	"net"
@@ -81,7 +82,7 @@ func RunLogin(ctx context.Context, o *Options) error {
 	if o.Timeout <= 0 {
 		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenLoopback(o.Server)
 	if err != nil {
 		return fmt.Errorf("opening a loopback listener for the redirect: %w", err)
 	}
@@ -186,6 +187,27 @@ func RunLogin(ctx context.Context, o *Options) error {
 	case <-ctx.Done():
 		return fmt.Errorf("login %s abandoned: %w", o.Server, context.Cause(ctx))
 	}
+}
+
+// listenLoopback opens the listener of the redirect on 127.0.0.1: on the
+// port this server's logins prefer, else on any free one. The same
+// redirect URI at each login lets serve reuse the client it registered
+// with the authorization server, which matches redirect URIs exactly
+// (most do, RFC 8252 §7.3 notwithstanding); on another port the login
+// still works, with a new registration.
+func listenLoopback(server string) (net.Listener, error) {
+	if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", preferredPort(server))); err == nil {
+		return ln, nil
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// preferredPort is the port a server's logins listen on when it is free:
+// one of the dynamic range (49152–65535), from the server's name.
+func preferredPort(server string) int {
+	h := fnv.New32a()
+	h.Write([]byte(server))
+	return 49152 + int(h.Sum32()%16384)
 }
 
 // Summary says who is logged in to which server, until when.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -524,5 +525,32 @@ func TestSummary(t *testing.T) {
 		if got := Summary(admin.LoginDone{Server: "remote", Auth: c.auth}); got != c.want {
 			t.Errorf("Summary(%+v) = %q, want %q", c.auth, got, c.want)
 		}
+	}
+}
+
+// Two logins of a server listen on the same port (its redirect URI is the
+// same, and its registration reused); when that port is taken, on another.
+func TestLoginListensOnItsPreferredPort(t *testing.T) {
+	ln, err := listenLoopback("linear")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("127.0.0.1:%d", preferredPort("linear"))
+	if ln.Addr().String() != want {
+		ln.Close()
+		t.Fatalf("listening on %s, want %s", ln.Addr(), want)
+	}
+	// Taken (by the first): another port, still loopback.
+	other, err := listenLoopback("linear")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Addr().String() == want || !strings.HasPrefix(other.Addr().String(), "127.0.0.1:") {
+		t.Errorf("second listener on %s", other.Addr())
+	}
+	other.Close()
+	ln.Close()
+	if preferredPort("linear") == preferredPort("notion") {
+		t.Error("two servers prefer one port")
 	}
 }
