@@ -20,6 +20,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient/oauthtest"
 	"github.com/mcpvisor/mcpvisor/internal/proc"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // oauthFleet runs remote servers (JSON of mcpServers' members) for real,
@@ -32,12 +33,19 @@ type oauthFleet struct {
 
 func newOAuthFleet(t *testing.T, servers string) *oauthFleet {
 	t.Helper()
+	return newOAuthFleetStore(t, servers, nil)
+}
+
+// newOAuthFleetStore is newOAuthFleet with store as its secret store,
+// where the grants keep their records.
+func newOAuthFleetStore(t *testing.T, servers string, store secret.Store) *oauthFleet {
+	t.Helper()
 	rt, err := proc.Open(proc.Options{NoCgroup: true, NoPIDNamespace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	of := &oauthFleet{}
-	of.f, err = New(parseCfg(t, servers), Options{Runtime: rt, Logger: discardLogger(),
+	of.f, err = New(parseCfg(t, servers), Options{Runtime: rt, Logger: discardLogger(), Secrets: store,
 		OnEvent: func(e Event) {
 			recordEvent(normalOAuthEvent(e))
 			of.mu.Lock()
@@ -558,5 +566,49 @@ func TestOAuthGrantRebuiltOnReload(t *testing.T) {
 	}
 	if n := of.count("r", "logged-out"); n != 1 {
 		t.Errorf("%d logged-out events, want 1", n)
+	}
+}
+
+// A server whose url changes to another server's keeps no token of the
+// old one: the tokens were issued for the old resource, and the new
+// server must not see them.
+func TestOAuthTokensStayWithTheirResource(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t), RefreshTokens: true})
+	other := newRemoteMCP(t)
+	otherURL := newLoopbackServer(t, other)
+	store := &memStore{m: map[string]string{}}
+	of := newOAuthFleetStore(t, `"r":{"url":"`+as.URL+`","idleTimeout":"0"}`, store)
+	s := of.f.Get("r")
+	login(t, s, as)
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := store.m["oauth/r"]; !ok {
+		t.Fatal("the record is not in the secret store")
+	}
+	if _, err := of.f.Reload(t.Context(), parseCfg(t, `"r":{"url":"`+otherURL+`/mcp","idleTimeout":"0"}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s = of.f.Get("r")
+	_, _ = use(s.Acquire(t.Context(), ""))
+	if len(other.seen()) == 0 {
+		t.Fatal("no request reached the new server")
+	}
+	for _, b := range other.seen() {
+		if b != "" {
+			t.Errorf("the new server got Authorization %q", b)
+		}
+	}
+
+	// Back to the first server: its record is still there, and used.
+	if _, err := of.f.Reload(t.Context(), parseCfg(t, `"r":{"url":"`+as.URL+`","idleTimeout":"0"}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s = of.f.Get("r")
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatalf("back on the first server: %v", err)
+	}
+	if info, _ := s.OAuth(); info.State != oauthclient.StateLoggedIn || as.Count("authorize") != 1 {
+		t.Errorf("back on the first server: OAuth %+v after %d authorizations, want the stored login", info, as.Count("authorize"))
 	}
 }
