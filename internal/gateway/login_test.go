@@ -22,14 +22,25 @@ import (
 // loginRemote is a go-sdk MCP server over Streamable HTTP with tools echo
 // and forbidden; the handler refuses forbidden's calls with 403
 // insufficient_scope (scope "x") before the server sees them.
-func loginRemote(t *testing.T) http.Handler {
+// Its tool block tells entered, then answers when the test ends.
+func loginRemote(t *testing.T, entered chan<- struct{}) http.Handler {
 	s := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1.0.0"}, nil)
 	for _, name := range []string{"echo", "forbidden"} {
 		s.AddTool(&mcp.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " done"}}}, nil
 		})
 	}
+	release := make(chan struct{})
+	s.AddTool(&mcp.Tool{Name: "block", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil
+	})
 	t.Cleanup(func() {
+		close(release)
 		for ss := range s.Sessions() {
 			_ = ss.Close()
 		}
@@ -91,7 +102,8 @@ func needsLoginData(t *testing.T, what string, err error) map[string]any {
 // both protocol eras; a call it refuses for want of scope gets the same
 // with the scope, and its connection goes on.
 func TestGatewayNeedsLogin(t *testing.T) {
-	as := oauthtest.New(t, oauthtest.Options{Handler: loginRemote(t), RefreshTokens: true})
+	entered := make(chan struct{}, 1)
+	as := oauthtest.New(t, oauthtest.Options{Handler: loginRemote(t, entered), RefreshTokens: true})
 	w := newWorld(t, `{"r":{"url":"`+as.URL+`","idleTimeout":"0"}}`)
 	s := w.fleet.Get("r")
 	loginAs(t, s, as)
@@ -130,11 +142,30 @@ func TestGatewayNeedsLogin(t *testing.T) {
 		t.Errorf("after the step-ups: state %q, spawns %d→%d", st.State, spawns, st.Spawns)
 	}
 
-	// The tokens revoked: the call that finds out, and every one after it.
+	// The tokens revoked: the call that finds out, the one in flight when
+	// the connection ends for it, and every one after.
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := clients[1].sess.CallTool(ctx, &mcp.CallToolParams{Name: "r__block"})
+		blocked <- err
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the blocking call never reached the server")
+	}
 	as.RevokeAll()
 	_, err := clients[0].sess.CallTool(ctx, &mcp.CallToolParams{Name: "r__echo"})
 	if d := needsLoginData(t, "the call after the revocation", err); d != nil && d["reason"] != "refresh token expired or revoked" {
 		t.Errorf("reason %v", d["reason"])
+	}
+	select {
+	case err := <-blocked:
+		if d := needsLoginData(t, "the call in flight", err); d != nil && d["reason"] != "refresh token expired or revoked" {
+			t.Errorf("the call in flight: reason %v", d["reason"])
+		}
+	case <-ctx.Done():
+		t.Fatal("the call in flight was not answered")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Status().State != "needs-login" {
