@@ -100,6 +100,19 @@ func (t *headerTransport) authorize(r *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	retry, aerr := t.auth.Challenged(r.Context(), used, code, resp.Header.Get("WWW-Authenticate"))
+	if aerr != nil && code == http.StatusForbidden {
+		if st, ok := r.Context().Value(callKey{}).(*callState); ok {
+			// This request wants more than the token allows (a step-up):
+			// it alone is answered with the authorizer's error. The 403
+			// is not handed on — the transport would end the connection
+			// for it — and the connection, whose other requests are
+			// authorized, goes on.
+			st.authErr.Store(&aerr)
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+			resp.Body.Close()
+			return nil, aerr
+		}
+	}
 	if aerr != nil {
 		note(aerr)
 	}

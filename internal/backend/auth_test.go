@@ -1,8 +1,11 @@
 package backend
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -168,5 +172,100 @@ func TestAuthorizerTokenStaysOnTheServersHost(t *testing.T) {
 		if r.bearer != "Bearer secret-token" {
 			t.Errorf("the server's own request %s had Authorization %q", r.method, r.bearer)
 		}
+	}
+}
+
+// answerErr is an authorizer's error with a JSON-RPC answer of its own
+// (AnswerError), as the fleet's "needs a login" is.
+type answerErr struct{}
+
+func (answerErr) Error() string { return "the server wants scope x" }
+
+func (answerErr) RPCError() *rpc.Error {
+	return &rpc.Error{Code: rpc.BackendUnavailable, Message: "the server wants scope x", Data: json.RawMessage(`{"needsLogin":true,"scope":"x"}`)}
+}
+
+// forbidEcho makes f refuse, with 403 insufficient_scope, the echo calls
+// whose text is "forbid".
+func forbidEcho(f *fixture) {
+	f.setWrap(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodPost {
+			return false
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !bytes.Contains(body, []byte(`"forbid"`)) {
+			return false
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="x"`)
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return true
+	})
+}
+
+// A call the server refuses for want of scope, which the authorizer
+// stops with an error that has an answer of its own, is answered with
+// that error, data included; the connection goes on (in both
+// transports), and ends later as any other would.
+func TestAuthorizerAnswerErrorStepUp(t *testing.T) {
+	for _, sse := range []bool{false, true} {
+		f := newFixture(t, sse)
+		forbidEcho(f)
+		a := &fakeAuth{token: "t", stop: answerErr{}}
+		transport := ""
+		if sse {
+			transport = "sse"
+		}
+		c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Transport: transport, Auth: a})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := c.Call(ctx, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"forbid"}}`))
+		cancel()
+		if err != nil || m.Error == nil {
+			t.Fatalf("sse %v: the refused call: %v %+v, want a JSON-RPC error", sse, err, m)
+		}
+		if m.Error.Code != rpc.BackendUnavailable || m.Error.Message != "the server wants scope x" || string(m.Error.Data) != `{"needsLogin":true,"scope":"x"}` {
+			t.Errorf("sse %v: answered %d %q %s, want the authorizer's error", sse, m.Error.Code, m.Error.Message, m.Error.Data)
+		}
+		if got := a.challenges(); len(got) != 1 || !strings.Contains(got[0], "Forbidden") {
+			t.Errorf("sse %v: challenges %q", sse, got)
+		}
+		call(t, c, "tools/call", `{"name":"echo","arguments":{"text":"hi"}}`)
+		if !c.Alive() {
+			t.Errorf("sse %v: the connection ended", sse)
+		}
+		// It ended by the server's loss is no authorization failure.
+		f.kill()
+		if err := waitFor(t, c); errors.Is(err, lifecycle.ErrAuthRequired) {
+			t.Errorf("sse %v: Wait: %v, a refused step-up made it an authorization failure", sse, err)
+		}
+	}
+}
+
+// An authorizer that stops requests for a while (its token refused, a
+// login under way) answers them with its error and leaves the
+// connection up; once a request is authorized again, what it reported is
+// forgotten: the connection's later end, the server gone, is a transport
+// failure, not ErrAuthRequired (which is permanent: no restart).
+func TestAuthorizerAuthorizedAgainClears(t *testing.T) {
+	f := newFixture(t, false)
+	a := &fakeAuth{}
+	c := connect(t, &HTTPConnector{Name: "remote", URL: f.url, Auth: a})
+	a.mu.Lock()
+	a.tokenErr = answerErr{}
+	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	m, err := c.Call(ctx, "tools/list", json.RawMessage(`{}`))
+	cancel()
+	if err != nil || m.Error == nil || string(m.Error.Data) != `{"needsLogin":true,"scope":"x"}` {
+		t.Fatalf("the stopped call: %v %+v, want the authorizer's error", err, m)
+	}
+	a.mu.Lock()
+	a.tokenErr = nil
+	a.mu.Unlock()
+	call(t, c, "tools/list", `{}`)
+	f.kill()
+	err = waitFor(t, c)
+	if errors.Is(err, lifecycle.ErrAuthRequired) || !(errors.Is(err, lifecycle.ErrServerUnavailable) || errors.Is(err, lifecycle.ErrTransport)) {
+		t.Errorf("Wait: %v, want a transport failure", err)
 	}
 }

@@ -113,7 +113,7 @@ func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Gr
 	}
 	var store oauthclient.Store = &memRecord{}
 	if f.opts.Secrets != nil {
-		store = recordStore{s: f.opts.Secrets, name: "oauth/" + sc.Name}
+		store = recordStore{s: f.opts.Secrets, name: "oauth/" + sc.Name, bind: recordBinding(set)}
 	}
 	g := oauthclient.New(set, store, f.opts.OAuthClient, f.log.With("server", sc.Name))
 	name := sc.Name
@@ -358,10 +358,31 @@ func (f *Fleet) SecretStore() secret.Store { return f.opts.Secrets }
 
 // recordStore keeps a server's OAuth record (registration and tokens) in
 // the secret store — the OS keyring where there is one — under
-// oauth/NAME.
+// oauth/NAME, bound to what it was obtained for: the server's URL and
+// client (recordBinding). A record of the server as it was configured
+// before (another URL, another client) is not loaded: its tokens were
+// issued for another resource, and must not be sent to this one.
 type recordStore struct {
 	s    secret.Store
 	name string
+	bind string
+}
+
+// storedRecord is the stored form of a record: the record, and what it is
+// for.
+type storedRecord struct {
+	For    string `json:"for"`
+	Record []byte `json:"record"`
+}
+
+// recordBinding identifies what a record is valid for, hashed (a URL may
+// hold a key): the resource and the client that obtained its tokens.
+func recordBinding(s oauthclient.Settings) string {
+	h := sha256.New()
+	for _, v := range []string{s.Resource, s.ClientID, s.ClientMetadataURL, s.Grant} {
+		fmt.Fprintf(h, "%d:%s;", len(v), v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (r recordStore) Load(ctx context.Context) ([]byte, error) {
@@ -372,11 +393,22 @@ func (r recordStore) Load(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []byte(v), nil
+	var sr storedRecord
+	if json.Unmarshal([]byte(v), &sr) != nil || sr.For == "" || sr.Record == nil {
+		return []byte(v), nil // a record stored before records were bound
+	}
+	if sr.For != r.bind {
+		return nil, oauthclient.ErrNoRecord // the server's URL or client changed
+	}
+	return sr.Record, nil
 }
 
 func (r recordStore) Save(ctx context.Context, data []byte) error {
-	return r.s.Set(ctx, r.name, string(data))
+	b, err := json.Marshal(storedRecord{For: r.bind, Record: data})
+	if err != nil {
+		return err
+	}
+	return r.s.Set(ctx, r.name, string(b))
 }
 
 func (r recordStore) Delete(ctx context.Context) error {

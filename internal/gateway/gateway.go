@@ -358,13 +358,19 @@ func errorResponse(id json.RawMessage, code int, msg string) *rpc.Message {
 // be had: msg says why; when the server failed to start, the error's data
 // says at which stage and carries the last lines the server wrote to
 // stderr (secrets redacted), the reason in its own words — and, in a crash
-// loop, how many starts in a row failed and when it is tried again.
+// loop, how many starts in a row failed and when it is tried again. A
+// server that needs a login is answered with its NeedsLoginError.
 func unavailable(id json.RawMessage, code int, msg string, err error) *rpc.Message {
 	m := errorResponse(id, code, msg)
 	var nl *fleet.NeedsLoginError
 	var se *fleet.StartError
 	if errors.As(err, &nl) {
+		// Whatever carried it (a connection that ended for it, a failed
+		// start), the answer is the login's: what to run, in its words.
 		m.Error.Data = nl.RPCError().Data
+		if code == rpc.BackendUnavailable {
+			m.Error.Message = nl.Error()
+		}
 	} else if errors.As(err, &se) {
 		data := map[string]any{"server": se.Server, "stage": se.Stage, "stderr": se.Stderr}
 		if le := (*fleet.LoopError)(nil); errors.As(err, &le) {
