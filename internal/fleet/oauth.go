@@ -117,12 +117,12 @@ func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Gr
 	}
 	g := oauthclient.New(set, store, f.opts.OAuthClient, f.log.With("server", sc.Name))
 	name := sc.Name
-	last := g.Info().State
+	last := g.Info()
 	var mu sync.Mutex
 	g.OnChange(func(info oauthclient.Info) {
 		mu.Lock()
 		prev := last
-		last = info.State
+		last = info
 		mu.Unlock()
 		f.grantChanged(name, prev, info)
 	})
@@ -181,17 +181,34 @@ func (f *Fleet) oauthSettings(ctx context.Context, sc *config.Server) (oauthclie
 // that now needs a login (a refresh refused, say), or whose tokens were
 // forgotten. A login's own event is CompleteLogin's: a step-up logs in
 // again from the same state.
-func (f *Fleet) grantChanged(server, prev string, info oauthclient.Info) {
+func (f *Fleet) grantChanged(server string, prev, info oauthclient.Info) {
 	var d event.Details
 	switch {
-	case info.State == oauthclient.StateNeedsLogin && prev != oauthclient.StateNeedsLogin:
+	case info.State == oauthclient.StateNeedsLogin && prev.State != oauthclient.StateNeedsLogin:
 		d = event.NeedsLoginDetails{Reason: info.Reason, Issuer: info.Issuer}
-	case info.State == oauthclient.StateNone && prev != oauthclient.StateNone && prev != oauthclient.StateNeedsLogin:
+	case StepUpScope(info) != "" && StepUpScope(prev) != StepUpScope(info):
+		// Logged in, but a request needs more scope: the server goes on
+		// serving what it can, and a login asks for the union.
+		d = event.NeedsLoginDetails{Reason: info.Reason, Issuer: info.Issuer, Scope: StepUpScope(info)}
+	case info.State == oauthclient.StateNone && prev.State != oauthclient.StateNone && prev.State != oauthclient.StateNeedsLogin:
 		d = event.LoggedOutDetails{Issuer: info.Issuer}
 	default:
 		return
 	}
 	f.emit(NewEvent(server, "", d))
+}
+
+// StepUpScope is the scope a logged-in grant's server asked for beyond
+// what was granted ("" when none): a step-up login gets it.
+func StepUpScope(info oauthclient.Info) string {
+	if info.State != oauthclient.StateLoggedIn {
+		return ""
+	}
+	scope, _ := strings.CutPrefix(info.Reason, oauthclient.ReasonScopePrefix)
+	if scope == info.Reason {
+		return ""
+	}
+	return scope
 }
 
 // loginStartBound bounds the start afterLogin makes.

@@ -520,6 +520,14 @@ func TestOAuthStepUpMidConnection(t *testing.T) {
 	if st := s.Status(); st.Spawns != spawns || st.State != "running" {
 		t.Errorf("status %q spawns %d→%d", st.State, spawns, st.Spawns)
 	}
+	// The step-up is told: an event naming the scope, and the grant's
+	// state (which the dashboard's Log in button shows on).
+	if e := of.last("r", "needs-login"); e == nil || e.Details["scope"] != "x" {
+		t.Errorf("step-up event %+v, want one with scope x", e)
+	}
+	if got := StepUpScope(*s.Status().OAuth); got != "x" {
+		t.Errorf("StepUpScope = %q, want x", got)
+	}
 }
 
 // A reload that changes a server's oauth settings rebuilds its grant:

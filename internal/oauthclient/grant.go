@@ -248,7 +248,7 @@ func (g *Grant) infoLocked() Info {
 		i.Reason = g.reason
 	case t != nil && g.reason == "" && !t.Refreshable() && t.expired():
 		i.State, i.Reason = StateNeedsLogin, ReasonExpired
-	case t != nil && strings.HasPrefix(g.reason, reasonScopePrefix):
+	case t != nil && strings.HasPrefix(g.reason, ReasonScopePrefix):
 		i.State, i.Reason = StateLoggedIn, g.reason
 	case t != nil && g.reason == "":
 		i.State = StateLoggedIn
@@ -292,7 +292,7 @@ func (g *Grant) Token(ctx context.Context) (string, error) {
 	if g.rec != nil {
 		t = g.rec.Tokens
 	}
-	if t != nil && !t.refreshDue() && (g.reason == "" || strings.HasPrefix(g.reason, reasonScopePrefix) || g.clientCredentials()) {
+	if t != nil && !t.refreshDue() && (g.reason == "" || strings.HasPrefix(g.reason, ReasonScopePrefix) || g.clientCredentials()) {
 		tok := t.Access
 		g.mu.Unlock()
 		return tok, nil
@@ -718,7 +718,7 @@ func (g *Grant) stepUp(ctx context.Context, c Challenge) (bool, error) {
 	if s.n > MaxStepUps {
 		// No login gets this scope: the grant no longer asks for one
 		// (the operation fails for good until the user logs in anew).
-		asked := strings.HasPrefix(g.reason, reasonScopePrefix)
+		asked := strings.HasPrefix(g.reason, ReasonScopePrefix)
 		if asked {
 			g.reason, g.pendingScope = "", nil
 		}
@@ -730,7 +730,7 @@ func (g *Grant) stepUp(ctx context.Context, c Challenge) (bool, error) {
 	}
 	g.pendingScope = union
 	cc := g.clientCredentials()
-	g.reason = reasonScopePrefix + strings.Join(c.Scope, " ")
+	g.reason = ReasonScopePrefix + strings.Join(c.Scope, " ")
 	reason := g.reason
 	g.mu.Unlock()
 	if cc {

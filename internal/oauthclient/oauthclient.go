@@ -69,7 +69,7 @@ const (
 	ReasonExpired         = "access token expired"
 	ReasonTokenRejected   = "access token rejected"
 	ReasonASChanged       = "authorization server changed"
-	reasonScopePrefix     = "insufficient scope: "
+	ReasonScopePrefix     = "insufficient scope: " // then the scopes asked for
 )
 
 // Defaults for the HTTP bounds.

@@ -274,7 +274,10 @@
     r.btn.start.hidden = st !== "stopped";
     r.btn.sleep.disabled = st !== "running" || (r.status.inFlight || 0) > 0;
     r.btn.restart.disabled = r.btn.stop.disabled = r.btn.start.disabled = false;
-    r.btn.login.hidden = st !== "needs-login";
+    // A login is wanted when the server needs one, or asked for more
+    // scope than it was granted (a step-up: it serves on meanwhile).
+    const stepUp = r.status.oauth && r.status.oauth.state === "logged-in" && /^insufficient scope: /.test(r.status.oauth.reason || "");
+    r.btn.login.hidden = st !== "needs-login" && !stepUp;
     r.btn.login.disabled = false;
   }
 
