@@ -326,7 +326,7 @@ func needsLoginCall(t *testing.T, sess *mcp.ClientSession, tool string) map[stri
 // waitTool waits (bounded) until sess lists tool.
 func waitTool(t *testing.T, sess *mcp.ClientSession, tool string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		res, err := sess.ListTools(t.Context(), nil)
 		if err != nil {
@@ -338,7 +338,7 @@ func waitTool(t *testing.T, sess *mcp.ClientSession, tool string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not listed after 10 s: %d tools", tool, len(res.Tools))
+			t.Fatalf("%s not listed after 5 s: %d tools", tool, len(res.Tools))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -581,20 +581,31 @@ func TestOAuthTokensNeverLeak(t *testing.T) {
 	if out, err := agg.CallTool(ctx, &mcp.CallToolParams{Name: "local__echo", Arguments: map[string]any{"text": "x"}}); err != nil || text(out) != "x" {
 		t.Fatalf("local__echo: %v %v", out, err)
 	}
-	login := runCLI(t, browserEnv(t), 30*time.Second, "login", "remote", "--addr", addr, "--timeout", "15s")
+	browser := browserEnv(t)
+	login := runCLI(t, browser, 30*time.Second, "login", "remote", "--addr", addr, "--timeout", "15s")
 	if login.code != 0 {
 		t.Fatalf("login: exit %d\n%s\n%s", login.code, login.stdout, login.stderr)
 	}
 	single := connectWithToken(t, s.base+"/servers/remote/mcp", "client-own-token")
 	callOK(t, single, "hello")
+	// A refresh refused: the server needs a login again.
+	rs.RevokeAll()
+	if data := needsLoginCall(t, single, "hello"); data["reason"] != "refresh token expired or revoked" || rs.Count("refresh") != 1 {
+		t.Errorf("after a revocation: %v, %d refreshes; want one refused", data, rs.Count("refresh"))
+	}
+	waitEvents(t, s.base, "remote", "needs-login", 2)
+	// Logged in again, and a refresh that works.
+	login2 := runCLI(t, browser, 30*time.Second, "login", "remote", "--addr", addr, "--timeout", "15s")
+	if login2.code != 0 {
+		t.Fatalf("second login: exit %d\n%s\n%s", login2.code, login2.stdout, login2.stderr)
+	}
+	single = connectWithToken(t, s.base+"/servers/remote/mcp", "client-own-token")
+	callOK(t, single, "hello")
 	rs.ExpireAccessTokens()
 	callOK(t, single, "hello")
-	if rs.Count("refresh") == 0 {
-		t.Error("no refresh happened")
+	if n := rs.Count("refresh"); n != 2 {
+		t.Errorf("%d refreshes, want 2 (one refused, one done)", n)
 	}
-	rs.RevokeAll()
-	needsLoginCall(t, single, "hello")
-	waitEvents(t, s.base, "remote", "needs-login", 2)
 
 	// What is secret: every token issued, and what the token requests
 	// carried — codes, PKCE verifiers, refresh tokens, client secrets.
@@ -614,7 +625,7 @@ func TestOAuthTokensNeverLeak(t *testing.T) {
 	for _, sec := range secrets {
 		kinds[strings.SplitN(sec, "-", 2)[0]]++
 	}
-	if kinds["tok"] < 2 || kinds["ref"] < 2 || kinds["code"] < 1 {
+	if kinds["tok"] < 3 || kinds["ref"] < 3 || kinds["code"] < 2 {
 		t.Fatalf("too few secrets to look for: %v", kinds)
 	}
 	t.Logf("looking for %d secrets: %v", len(secrets), kinds)
@@ -634,7 +645,7 @@ func TestOAuthTokensNeverLeak(t *testing.T) {
 		}
 		places["mcpvisor "+strings.Join(args, " ")] = r.stdout + r.stderr
 	}
-	places["mcpvisor login's output"] = login.stdout + login.stderr
+	places["mcpvisor login's output"] = login.stdout + login.stderr + login2.stdout + login2.stderr
 	// The stdio server's environment.
 	var local struct{ PID int }
 	if err := json.Unmarshal([]byte(places["GET /api/servers/local"]), &local); err != nil {
@@ -1071,6 +1082,16 @@ func TestOAuthClientCredentials(t *testing.T) {
 	}
 	if st := authState(t, s.base, "remote"); st != "client-credentials" {
 		t.Errorf("auth state %q", st)
+	}
+	// A token the resource stops taking is replaced, each time.
+	for i := range 2 {
+		rs.ExpireAccessTokens()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "hello"})
+		cancel()
+		if err != nil || res.IsError {
+			t.Errorf("call %d after the resource dropped the token: %v %v (%d client credentials grants)", i+1, res, err, rs.Count("client-credentials"))
+		}
 	}
 
 	r := runCLI(t, nil, 20*time.Second, "login", "remote", "--addr", addr, "--timeout", "5s")
