@@ -200,8 +200,8 @@ func getStatus(t *testing.T, base, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// serverState is the state /api/servers gives the server named.
-func serverState(t *testing.T, base, name string) string {
+// apiServerState is the state /api/servers gives the server named.
+func apiServerState(t *testing.T, base, name string) string {
 	t.Helper()
 	var v struct {
 		Servers []struct{ Name, State string }
@@ -223,7 +223,7 @@ func waitState(t *testing.T, base, name, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := serverState(t, base, name)
+		got := apiServerState(t, base, name)
 		if got == want {
 			return
 		}

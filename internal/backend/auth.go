@@ -132,7 +132,13 @@ func (t *headerTransport) authorize(r *http.Request) (*http.Response, error) {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 	resp.Body.Close()
-	return send(again)
+	resp, err = send(again)
+	if err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		if a, ok := t.auth.(interface{ Accepted(token string) }); ok {
+			a.Accepted(used) // the new token works
+		}
+	}
+	return resp, err
 }
 
 // authAnswer is the JSON-RPC error a request the authorizer stopped is

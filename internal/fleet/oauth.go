@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/event"
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
@@ -228,6 +229,9 @@ func (s *Server) afterLogin() {
 		ctx, cancel := context.WithTimeout(ctx, loginStartBound)
 		defer cancel()
 		_, _ = s.Restart(ctx)
+		if !s.cat.Cached(catalog.Tools) {
+			s.learn(ctx) // the lists it could not be asked for: /mcp lists it now
+		}
 	})
 }
 
@@ -244,6 +248,10 @@ func (s *Server) loginRefusal() error {
 	}
 	return &NeedsLoginError{Server: s.Name(), Reason: info.Reason}
 }
+
+// LoginRefusal is the NeedsLoginError a request to the server gets now,
+// nil unless it needs a login.
+func (s *Server) LoginRefusal() error { return s.loginRefusal() }
 
 // asLoginError is LoginError for the server.
 func (s *Server) asLoginError(err error) error { return LoginError(s.Name(), err) }
@@ -367,6 +375,13 @@ func (a serverAuth) Challenged(ctx context.Context, used string, status int, h s
 	}
 	retry, err := g.ChallengedToken(ctx, used, status, h)
 	return retry, LoginError(a.sc.Name, err)
+}
+
+// Accepted tells the grant a request sent with token succeeded.
+func (a serverAuth) Accepted(token string) {
+	if g := a.f.currentGrant(a.sc.Name); g != nil {
+		g.Accepted(token)
+	}
 }
 
 // SecretStore is the store the servers' ${keyring:} references and OAuth

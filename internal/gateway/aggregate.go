@@ -818,6 +818,19 @@ func mergeCollisions(old []string, member string, add []string) []string {
 	return out
 }
 
+// needsLogin is the refusal of the server that a tool or prompt name not
+// in the table names by its prefix, when that server needs a login (its
+// lists could not be had): nil otherwise.
+func (a *aggregate) needsLogin(name string) error {
+	for _, srv := range a.g.fleet.Servers() {
+		p := srv.Config().Prefix
+		if p != "" && strings.HasPrefix(name, p+Separator) {
+			return srv.LoginRefusal()
+		}
+	}
+	return nil
+}
+
 // byName routes tools/call and prompts/get by the prefixed name.
 func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, related Sink, k catalog.ListKind) *rpc.Message {
 	var name string
@@ -835,6 +848,10 @@ func (a *aggregate) byName(ctx context.Context, w sender, m *rpc.Message, relate
 		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the aggregated list was built: %v", context.Cause(ctx)))
 	}
 	if !ok {
+		if err := a.needsLogin(name); err != nil {
+			// Not listed because it needs a login: say so, not "unknown".
+			return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)
+		}
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("unknown %s: %s", kindWord(k), name))
 	}
 	resp := a.g.forward(ctx, w, r.srv, m.Method, a.rename(w, m, r), m.ID, related)

@@ -654,6 +654,17 @@ func (g *Grant) ChallengedToken(ctx context.Context, used string, status int, ww
 	return true, nil
 }
 
+// Accepted is told that a request sent with token succeeded: a token
+// obtained because of a 401 is an ordinary one from then on, and its own
+// 401, later, is refreshed like any other's.
+func (g *Grant) Accepted(token string) {
+	g.mu.Lock()
+	if token != "" && g.fresh401 == token {
+		g.fresh401 = ""
+	}
+	g.mu.Unlock()
+}
+
 // unlessReplaced runs fn only if stale is still the current access token;
 // otherwise another flight already replaced it and that one is answered.
 func (g *Grant) unlessReplaced(stale string, fn func(context.Context) (string, error)) func(context.Context) (string, error) {

@@ -213,6 +213,32 @@ func TestUnauthorizedRefreshesAndRetriesOnce(t *testing.T) {
 	}
 }
 
+// A token a 401 brought, once a request with it worked (Accepted), is an
+// ordinary token: its own 401, later, refreshes again instead of asking
+// for a login.
+func TestAcceptedTokenRefreshesAgain(t *testing.T) {
+	f := newFixture(t, oauthtest.Options{RefreshTokens: true}, Settings{})
+	ctx := ctxT(t)
+	f.mustLogin()
+	tok, _ := f.g.Token(ctx)
+	f.srv.ExpireAccessTokens()
+	st, www := f.get(tok)
+	if retry, err := f.g.ChallengedToken(ctx, tok, st, www); !retry || err != nil {
+		t.Fatalf("first 401: retry=%t err=%v", retry, err)
+	}
+	tok2, _ := f.g.Token(ctx)
+	if st, _ := f.get(tok2); st != http.StatusOK {
+		t.Fatalf("after refresh: %d", st)
+	}
+	f.g.Accepted(tok2)
+	f.srv.ExpireAccessTokens()
+	st, www = f.get(tok2)
+	if retry, err := f.g.ChallengedToken(ctx, tok2, st, www); !retry || err != nil || f.srv.Count("refresh") != 2 {
+		t.Fatalf("401 of an accepted token: retry=%t err=%v refreshes=%d", retry, err, f.srv.Count("refresh"))
+	}
+	f.g.Accepted("another") // not the token a 401 brought: nothing changes
+}
+
 func TestClientCredentialsBasic(t *testing.T) {
 	f := newFixture(t, oauthtest.Options{ClientID: "cc-client", ClientSecret: "secret-cc", AuthMethods: []string{"client_secret_basic"}},
 		Settings{Grant: GrantClientCredentials, ClientID: "cc-client", ClientSecret: "secret-cc"})

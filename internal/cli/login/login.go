@@ -16,8 +16,10 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -82,6 +84,10 @@ func RunLogin(ctx context.Context, o *Options) error {
 	if o.Timeout <= 0 {
 		return shutdown.UsageError{Err: errors.New("--timeout must be positive")}
 	}
+	// Ctrl-C ends the wait through ctx, so that serve is told to drop
+	// the flow (the deferred cancel below) before the command exits.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	ln, err := listenLoopback(o.Server)
 	if err != nil {
 		return fmt.Errorf("opening a loopback listener for the redirect: %w", err)
