@@ -208,12 +208,13 @@ func listenLoopback(server string) (net.Listener, error) {
 	return net.Listen("tcp", "127.0.0.1:0")
 }
 
-// preferredPort is the port a server's logins listen on when it is free:
-// one of the dynamic range (49152–65535), from the server's name.
+// preferredPort is the port a server's logins listen on when it is free,
+// from the server's name: one of 61000–65535, above Linux's ephemeral
+// ports (32768–60999), which outgoing connections take at random.
 func preferredPort(server string) int {
 	h := fnv.New32a()
 	h.Write([]byte(server))
-	return 49152 + int(h.Sum32()%16384)
+	return 61000 + int(h.Sum32()%4536)
 }
 
 // Summary says who is logged in to which server, until when.

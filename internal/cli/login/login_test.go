@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -537,8 +538,13 @@ func TestLoginListensOnItsPreferredPort(t *testing.T) {
 	}
 	want := fmt.Sprintf("127.0.0.1:%d", preferredPort("linear"))
 	if ln.Addr().String() != want {
-		ln.Close()
-		t.Fatalf("listening on %s, want %s", ln.Addr(), want)
+		// Only if something else holds the preferred port.
+		if busy, err := net.Listen("tcp", want); err == nil {
+			busy.Close()
+			ln.Close()
+			t.Fatalf("listening on %s, though %s is free", ln.Addr(), want)
+		}
+		t.Logf("%s is taken by another program: the test of the fallback alone", want)
 	}
 	// Taken (by the first): another port, still loopback.
 	other, err := listenLoopback("linear")
