@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 // Authorizer supplies the OAuth access token of a remote server
@@ -27,6 +28,13 @@ type Authorizer interface {
 	// if set, is why no request can succeed until the user acts (a
 	// login, a step-up to more scopes).
 	Challenged(ctx context.Context, used string, status int, wwwAuthenticate string) (retry bool, err error)
+}
+
+// Connecting is an Authorizer that is told each connection's start,
+// before its first request: it finds its settings then (the fleet's
+// grant resolves its secret references), and an error fails the start.
+type Connecting interface {
+	Connecting(ctx context.Context) error
 }
 
 // AnswerError is an error of the authorizer that a request it stops is
@@ -153,7 +161,18 @@ func (st *callState) authAnswer() *rpc.Error {
 	if errors.As(*p, &ae) {
 		return ae.RPCError()
 	}
-	return nil
+	// The authorizer could not tell (its authorization server did not
+	// answer, say): this request fails, the connection goes on.
+	return &rpc.Error{Code: rpc.BackendUnavailable, Message: "mcpvisor could not authorize the request: " + (*p).Error()}
+}
+
+// userMustAct reports whether an authorizer's error is one only the user
+// can end (a login, more scope): a connection it failed is not started
+// again on its own. Any other (an authorization server that does not
+// answer) is retried.
+func userMustAct(err error) bool {
+	var ae AnswerError
+	return errors.As(err, &ae) || errors.Is(err, lifecycle.ErrAuthRequired)
 }
 
 // authFailure is the error that stops the connection's requests until the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -112,7 +113,16 @@ func TestAuthorizerNoTokenSendsNone(t *testing.T) {
 	}
 }
 
-var errNeedsLogin = errors.New("needs a login")
+// needsLogin is an authorizer's error only the user can end, as the
+// fleet's needs-login error is: it carries its own answer.
+type needsLogin struct{}
+
+func (needsLogin) Error() string { return "needs a login" }
+func (needsLogin) RPCError() *rpc.Error {
+	return &rpc.Error{Code: rpc.BackendUnavailable, Message: "needs a login", Data: json.RawMessage(`{"needsLogin":true}`)}
+}
+
+var errNeedsLogin error = needsLogin{}
 
 // An authorizer that cannot authorize (no login yet, a refresh token
 // revoked) fails the connection at once, before any request is sent, as
@@ -139,6 +149,25 @@ func TestAuthorizerErrorFailsTheConnect(t *testing.T) {
 	_, err = (&HTTPConnector{Name: "remote", URL: f.url, Protocol: ProtocolAuto, Auth: &fakeAuth{token: "t", stop: errNeedsLogin}, Logger: quiet()}).Connect(ctx)
 	if !errors.Is(err, errNeedsLogin) || !errors.Is(err, lifecycle.ErrAuthRequired) {
 		t.Errorf("Connect (auto) after a 401: %v, want ErrAuthRequired wrapping the authorizer's error", err)
+	}
+}
+
+// An authorizer that cannot tell now (its authorization server does not
+// answer while the token needs a refresh) fails the start as a server
+// that does not answer would: retried, never "authentication required".
+func TestAuthorizerTransientErrorIsRetried(t *testing.T) {
+	f := newFixture(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	down := errors.New("the authorization server did not answer")
+	for _, a := range []*fakeAuth{{tokenErr: down}, {token: "t", stop: down}} {
+		if a.stop != nil {
+			requireBearer(f, "other")
+		}
+		_, err := (&HTTPConnector{Name: "remote", URL: f.url, Auth: a, Logger: quiet()}).Connect(ctx)
+		if err == nil || !errors.Is(err, down) || errors.Is(err, lifecycle.ErrAuthRequired) || lifecycle.IsPermanent(err) {
+			t.Errorf("Connect with %+v: %v, want a transient failure naming the authorizer's error", a, err)
+		}
 	}
 }
 
@@ -267,5 +296,24 @@ func TestAuthorizerAuthorizedAgainClears(t *testing.T) {
 	err = waitFor(t, c)
 	if errors.Is(err, lifecycle.ErrAuthRequired) || !(errors.Is(err, lifecycle.ErrServerUnavailable) || errors.Is(err, lifecycle.ErrTransport)) {
 		t.Errorf("Wait: %v, want a transport failure", err)
+	}
+}
+
+// The headers and the token go to the server's own origin only: its host
+// by its scheme. A redirect from https down to http on the same host (or
+// to another host, or port) is another origin.
+func TestHeadersStayAtTheServersOrigin(t *testing.T) {
+	ht := &headerTransport{scheme: "https", host: "mcp.example.com"}
+	for u, want := range map[string]bool{
+		"https://mcp.example.com/mcp":      true,
+		"HTTPS://mcp.example.com/x":        true,
+		"http://mcp.example.com/mcp":       false,
+		"https://mcp.example.com:8443/mcp": false,
+		"https://evil.example.com/mcp":     false,
+	} {
+		p, _ := url.Parse(u)
+		if got := ht.own(p); got != want {
+			t.Errorf("own(%s) = %v, want %v", u, got, want)
+		}
 	}
 }

@@ -144,12 +144,19 @@ func (hc *HTTPConnector) Connect(ctx context.Context) (lifecycle.Session, error)
 			return nil, err
 		}
 	}
+	if c, ok := hc.Auth.(Connecting); ok {
+		// The authorizer's settings (its secrets) are found once a
+		// connection, not once a request.
+		if err := c.Connecting(ctx); err != nil {
+			return nil, fmt.Errorf("server %s: %w", hc.Name, err)
+		}
+	}
 
 	b := &connStream{name: hc.Name, url: hc.URL, log: log, streamable: streamable, calls: map[jsonrpc.ID]*callState{}, ended: make(chan struct{})}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.endCtx, b.endCancel = context.WithCancel(context.Background())
 	b.pr, b.pw = io.Pipe()
-	b.client = hc.client(b, base.Host, headers)
+	b.client = hc.client(b, base, headers)
 	abandon := func(err error) error {
 		b.cancel()
 		b.endCancel()
@@ -266,7 +273,7 @@ func (hc *HTTPConnector) SetEraHint(hint func() string) {
 // client is the http.Client of one connection: the configured one (or a
 // transport of the connection's own) behind a RoundTripper that adds the
 // headers.
-func (hc *HTTPConnector) client(b *connStream, host string, headers map[string]string) *http.Client {
+func (hc *HTTPConnector) client(b *connStream, base *url.URL, headers map[string]string) *http.Client {
 	var cl http.Client
 	if hc.HTTPClient != nil {
 		cl = *hc.HTTPClient
@@ -283,7 +290,7 @@ func (hc *HTTPConnector) client(b *connStream, host string, headers map[string]s
 			rt = http.DefaultTransport
 		}
 	}
-	cl.Transport = &headerTransport{base: rt, host: host, headers: headers, auth: hc.Auth, b: b}
+	cl.Transport = &headerTransport{base: rt, scheme: base.Scheme, host: base.Host, headers: headers, auth: hc.Auth, b: b}
 	return &cl
 }
 
@@ -492,11 +499,23 @@ func (b *connStream) failure() error {
 // as the failure of the request that got it).
 func (b *connStream) classify(err error) error {
 	err = b.redact(err)
-	if a := b.authFailure(); a != nil && !errors.Is(err, a) {
-		return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, a)
-	}
-	if a := b.authFailure(); a != nil && !errors.Is(err, lifecycle.ErrAuthRequired) {
-		return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, err)
+	if a := b.authFailure(); a != nil {
+		switch {
+		case !userMustAct(a):
+			// The authorizer could not tell now: retried like a server
+			// that does not answer.
+			if !errors.Is(err, a) {
+				err = fmt.Errorf("%w (%w)", err, a)
+			}
+			if !errors.Is(err, lifecycle.ErrServerUnavailable) {
+				err = fmt.Errorf("%w: %w", lifecycle.ErrServerUnavailable, err)
+			}
+			return err
+		case !errors.Is(err, a):
+			return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, a)
+		case !errors.Is(err, lifecycle.ErrAuthRequired):
+			return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, err)
+		}
 	}
 	if code := int(b.denied.Load()); code != 0 && !errors.Is(err, lifecycle.ErrAuthRequired) {
 		return fmt.Errorf("%w: server %s answered HTTP %d %s (%v)", lifecycle.ErrAuthRequired, b.name, code, http.StatusText(code), err)
@@ -901,15 +920,23 @@ func (b *connStream) deliver(data []byte) {
 // refused credentials; and tells a request's state when its body closes.
 type headerTransport struct {
 	base    http.RoundTripper
+	scheme  string
 	host    string
 	headers map[string]string
 	auth    Authorizer // nil: the configured headers are all
 	b       *connStream
 }
 
+// own reports whether u is at the server's own origin: its host, by its
+// scheme — a redirect to another host, or from https down to http on the
+// same one, carries neither the configured headers nor the token.
+func (t *headerTransport) own(u *url.URL) bool {
+	return u.Host == t.host && strings.EqualFold(u.Scheme, t.scheme)
+}
+
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
-	if r.URL.Host == t.host {
+	if t.own(r.URL) {
 		for k, v := range t.headers {
 			if http.CanonicalHeaderKey(k) == "Host" {
 				r.Host = v
@@ -933,7 +960,7 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
-	if t.auth != nil && r.URL.Host == t.host {
+	if t.auth != nil && t.own(r.URL) {
 		resp, err = t.authorize(r)
 	} else {
 		resp, err = t.base.RoundTrip(r)

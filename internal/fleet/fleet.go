@@ -368,7 +368,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 		}
 		var auth backend.Authorizer
 		if oauthEligible(sc) {
-			auth = serverAuth{f: f, sc: sc}
+			auth = &serverAuth{f: f, sc: sc}
 		}
 		hc := &backend.HTTPConnector{
 			Auth:         auth,

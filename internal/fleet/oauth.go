@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
@@ -18,6 +19,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/secret"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
 // A remote server behind OAuth (docs/oauth.md): the fleet holds one grant
@@ -82,22 +84,52 @@ func oauthEligible(sc *config.Server) bool {
 	return true
 }
 
-// grants are the fleet's OAuth grants, by server name; each is rebuilt
-// when what it was built from changes (the server's URL, its oauth
-// settings, the resolved secrets).
+// grants are the fleet's OAuth grants, by server name: each is the grant
+// of the server as it is configured now (grantEntry.cfg), rebuilt when
+// its resolved secrets change. A connection of the server as it was
+// configured before a reload (draining) gets a grant of its own, kept
+// nowhere and persisting nothing: it never takes the place of the
+// current one, nor writes over its record.
 type grants struct {
 	mu sync.Mutex
 	by map[string]*grantEntry
 }
 
 type grantEntry struct {
-	key string
-	g   *oauthclient.Grant
+	cfg     string // configKey of the config it is for
+	secrets string // settingsKey: what it was built from, secrets hashed
+	g       *oauthclient.Grant
 }
 
-// grantOf is sc's grant, built if needed; nil for a server with no login.
-// Building it resolves the oauth settings' secret references (so it is
-// done when the server connects, and by a login).
+// configKey identifies what of a server's config its grant depends on,
+// as written (references unresolved): its URL and oauth settings. "" for
+// a server with no login.
+func configKey(sc *config.Server) string {
+	if !oauthEligible(sc) {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s;", len(sc.URL), sc.URL)
+	if o := sc.OAuth; o != nil {
+		for _, v := range []string{o.ClientID, o.ClientSecret, o.TokenEndpointAuthMethod, o.PrivateKey, o.SigningAlgorithm, strings.Join(o.Scopes, " "), o.ClientMetadataURL, o.Grant} {
+			fmt.Fprintf(h, "%d:%s;", len(v), v)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// isCurrent reports whether sc is the config the server named has now
+// (for its grant: configKey).
+func (f *Fleet) isCurrent(sc *config.Server) (string, bool) {
+	key := configKey(sc)
+	s := f.Get(sc.Name)
+	return key, key != "" && s != nil && configKey(s.Config()) == key
+}
+
+// grantOf is sc's grant, its oauth secrets resolved now (a connection's
+// start, a login): the current one, rebuilt if those changed; for a
+// config no longer current, one of its own (see grants). Nil for a
+// server with no login.
 func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Grant, error) {
 	if !oauthEligible(sc) {
 		return nil, nil
@@ -106,10 +138,14 @@ func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Gr
 	if err != nil {
 		return nil, err
 	}
-	key := settingsKey(set)
+	skey := settingsKey(set)
+	cfg, current := f.isCurrent(sc)
+	if !current {
+		return oauthclient.New(set, &memRecord{}, f.opts.OAuthClient, f.log.With("server", sc.Name)), nil
+	}
 	f.grants.mu.Lock()
 	defer f.grants.mu.Unlock()
-	if e := f.grants.by[sc.Name]; e != nil && e.key == key {
+	if e := f.grants.by[sc.Name]; e != nil && e.cfg == cfg && e.secrets == skey {
 		return e.g, nil
 	}
 	var store oauthclient.Store = &memRecord{}
@@ -130,16 +166,22 @@ func (f *Fleet) grantOf(ctx context.Context, sc *config.Server) (*oauthclient.Gr
 	if f.grants.by == nil {
 		f.grants.by = map[string]*grantEntry{}
 	}
-	f.grants.by[sc.Name] = &grantEntry{key: key, g: g}
+	f.grants.by[sc.Name] = &grantEntry{cfg: cfg, secrets: skey, g: g}
 	return g, nil
 }
 
-// currentGrant is the grant last built for the server named, nil if none
-// was (nothing resolved, no network).
+// currentGrant is the grant of the server named as it is configured now,
+// nil if none was built for that config (nothing resolved, no network)
+// or it has no login.
 func (f *Fleet) currentGrant(name string) *oauthclient.Grant {
+	s := f.Get(name)
+	if s == nil {
+		return nil
+	}
+	cfg := configKey(s.Config())
 	f.grants.mu.Lock()
 	defer f.grants.mu.Unlock()
-	if e := f.grants.by[name]; e != nil {
+	if e := f.grants.by[name]; e != nil && cfg != "" && e.cfg == cfg {
 		return e.g
 	}
 	return nil
@@ -230,7 +272,13 @@ func (s *Server) afterLogin() {
 		defer cancel()
 		_, _ = s.Restart(ctx)
 		if !s.cat.Cached(catalog.Tools) {
-			s.learn(ctx) // the lists it could not be asked for: /mcp lists it now
+			// The lists it could not be asked for: /mcp lists it now. (Not
+			// learn, which lets the server sleep again: it was just
+			// logged in to, to be used.)
+			if l, err := s.Acquire(ctx, ""); err == nil {
+				s.cat.Learn(ctx, l)
+				l.Release()
+			}
 		}
 	})
 }
@@ -345,18 +393,41 @@ func (s *Server) Logout(ctx context.Context) (revoked bool, err error) {
 }
 
 // serverAuth is a remote server's grant as its connections'
-// backend.Authorizer. The grant is found (built at the first connection,
-// its secret references resolved) when a request asks for a token.
+// backend.Authorizer: the grant is found at each connection's start
+// (Connecting), its oauth secrets resolved then, and every request of
+// the connection asks it for a token.
 type serverAuth struct {
 	f  *Fleet
 	sc *config.Server
+	g  atomic.Pointer[oauthclient.Grant]
+}
+
+// Connecting finds the grant of a connection about to start: an oauth
+// secret that cannot be resolved fails the start, naming the reference.
+func (a *serverAuth) Connecting(ctx context.Context) error {
+	g, err := a.f.grantOf(ctx, a.sc)
+	if err != nil {
+		return err
+	}
+	a.g.Store(g)
+	return nil
+}
+
+func (a *serverAuth) grant(ctx context.Context) (*oauthclient.Grant, error) {
+	if g := a.g.Load(); g != nil {
+		return g, nil
+	}
+	if err := a.Connecting(ctx); err != nil {
+		return nil, err
+	}
+	return a.g.Load(), nil
 }
 
 // Token is the grant's access token; none while the grant holds no
 // credentials and the server has not asked for any (it may need none:
 // its first 401 tells).
-func (a serverAuth) Token(ctx context.Context) (string, error) {
-	g, err := a.f.grantOf(ctx, a.sc)
+func (a *serverAuth) Token(ctx context.Context) (string, error) {
+	g, err := a.grant(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -365,23 +436,36 @@ func (a serverAuth) Token(ctx context.Context) (string, error) {
 	if errors.As(err, &nl) && nl.Reason == oauthclient.ReasonNoCredentials && g.Info().State != oauthclient.StateNeedsLogin {
 		return "", nil
 	}
-	return tok, LoginError(a.sc.Name, err)
+	return tok, authError(a.sc.Name, err)
 }
 
-func (a serverAuth) Challenged(ctx context.Context, used string, status int, h string) (bool, error) {
-	g, err := a.f.grantOf(ctx, a.sc)
+func (a *serverAuth) Challenged(ctx context.Context, used string, status int, h string) (bool, error) {
+	g, err := a.grant(ctx)
 	if err != nil {
 		return false, err
 	}
 	retry, err := g.ChallengedToken(ctx, used, status, h)
-	return retry, LoginError(a.sc.Name, err)
+	return retry, authError(a.sc.Name, err)
 }
 
 // Accepted tells the grant a request sent with token succeeded.
-func (a serverAuth) Accepted(token string) {
-	if g := a.f.currentGrant(a.sc.Name); g != nil {
+func (a *serverAuth) Accepted(token string) {
+	if g := a.g.Load(); g != nil {
 		g.Accepted(token)
 	}
+}
+
+// authError is a grant's error as the backend classifies it: a login
+// needed (NeedsLoginError, answered with the command to run), or a scope
+// no login gets, both failures only the user can end
+// (lifecycle.ErrAuthRequired); anything else (an authorization server
+// that does not answer, a keyring busy) is the grant's error as it is,
+// which a connection's start retries.
+func authError(server string, err error) error {
+	if errors.Is(err, oauthclient.ErrScopeRetryLimit) {
+		return fmt.Errorf("%w: %w", lifecycle.ErrAuthRequired, err)
+	}
+	return LoginError(server, err)
 }
 
 // SecretStore is the store the servers' ${keyring:} references and OAuth

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -618,5 +619,118 @@ func TestOAuthTokensStayWithTheirResource(t *testing.T) {
 	}
 	if info, _ := s.OAuth(); info.State != oauthclient.StateLoggedIn || as.Count("authorize") != 1 {
 		t.Errorf("back on the first server: OAuth %+v after %d authorizations, want the stored login", info, as.Count("authorize"))
+	}
+}
+
+// A connection made before a reload that changed the URL (still draining)
+// asks its serverAuth for a token: the new URL's grant stays the
+// server's, and a login begun on it completes.
+func TestOAuthDrainingConnectionKeepsTheCurrentGrant(t *testing.T) {
+	asA := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t)})
+	asB := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t)})
+	of := newOAuthFleet(t, `"r":{"url":"`+asA.URL+`","idleTimeout":"0"}`)
+	s := of.f.Get("r")
+	old := s.Config()
+	if _, err := of.f.Reload(t.Context(), parseCfg(t, `"r":{"url":"`+asB.URL+`","idleTimeout":"0"}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s = of.f.Get("r")
+	flow, err := s.Login(t.Context(), "http://127.0.0.1:9/callback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gNew := of.f.currentGrant("r")
+	// The old connection's authorizer, as the draining instance holds it.
+	_, _ = (&serverAuth{f: of.f, sc: old}).Token(t.Context())
+	if g := of.f.currentGrant("r"); g != gNew {
+		t.Errorf("the old URL's connection replaced the new URL's grant")
+	}
+	q, err := asB.Approve(flow.AuthURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CompleteLogin(t.Context(), flow.ID, q); err != nil {
+		t.Errorf("login begun on the new URL cannot complete: %v (unknown flow: %v)", err, errors.Is(err, oauthclient.ErrUnknownFlow))
+	}
+}
+
+// A server that needed a login is reloaded to another URL, one that needs
+// none: its requests are not refused with the old URL's needs-login.
+func TestOAuthReloadedURLNotRefusedByTheOldGrant(t *testing.T) {
+	asA := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t)})
+	plain := newLoopbackServer(t, newRemoteMCP(t))
+	of := newOAuthFleet(t, `"r":{"url":"`+asA.URL+`","idleTimeout":"0"}`)
+	s := of.f.Get("r")
+	if _, err := use(s.Acquire(t.Context(), "")); err == nil {
+		t.Fatal("want needs-login first")
+	}
+	if _, err := of.f.Reload(t.Context(), parseCfg(t, `"r":{"url":"`+plain+`","idleTimeout":"0"}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s = of.f.Get("r")
+	t.Logf("status after reload: %s oauth %+v", s.Status().State, s.Status().OAuth)
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Errorf("request to the new URL (no auth needed): %v", err)
+	}
+}
+
+// A server that needed a login is given an Authorization header instead
+// (a personal token): its requests go out with the header, not refused
+// as needing a login.
+func TestOAuthHeaderAfterNeedsLoginServes(t *testing.T) {
+	asA := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t)})
+	of := newOAuthFleet(t, `"r":{"url":"`+asA.URL+`","idleTimeout":"0"}`)
+	s := of.f.Get("r")
+	if _, err := use(s.Acquire(t.Context(), "")); err == nil {
+		t.Fatal("want needs-login first")
+	}
+	if _, err := of.f.Reload(t.Context(), parseCfg(t, `"r":{"url":"`+asA.URL+`","idleTimeout":"0","headers":{"Authorization":"Bearer pat-123456"}}`), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s = of.f.Get("r")
+	_, lerr := s.Login(t.Context(), "http://127.0.0.1:9/callback")
+	t.Logf("status after reload: %s; login: %v", s.Status().State, lerr)
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil && errors.Is(err, oauthclient.ErrNeedsLogin) {
+		t.Errorf("request with the configured header refused as needing a login: %v", err)
+	}
+}
+
+// countingStore is a memStore that counts the reads of each name.
+type countingStore struct {
+	memStore
+	gets sync.Map // name → *atomic.Int32
+}
+
+func (s *countingStore) Get(ctx context.Context, name string) (string, error) {
+	n, _ := s.gets.LoadOrStore(name, new(atomic.Int32))
+	n.(*atomic.Int32).Add(1)
+	return s.memStore.Get(ctx, name)
+}
+
+func (s *countingStore) count(name string) int32 {
+	if n, ok := s.gets.Load(name); ok {
+		return n.(*atomic.Int32).Load()
+	}
+	return 0
+}
+
+// A server's oauth client secret is resolved when a connection starts,
+// not at each of its requests: however many calls, one read of the
+// keyring per connection.
+func TestOAuthSecretsResolvedOncePerConnection(t *testing.T) {
+	as := oauthtest.New(t, oauthtest.Options{Handler: newRemoteMCP(t), ClientID: "pre", ClientSecret: "secret-pre", AuthMethods: []string{"client_secret_basic"}})
+	store := &countingStore{memStore: memStore{m: map[string]string{"r.secret": "secret-pre"}}}
+	of := newOAuthFleetStore(t, `"r":{"url":"`+as.URL+`","idleTimeout":"0","oauth":{"clientId":"pre","clientSecret":"${keyring:r.secret}"}}`, store)
+	s := of.f.Get("r")
+	login(t, s, as)
+	c := conn(t, s)
+	before := store.count("r.secret")
+	for range 10 {
+		if m, err := callTool(t.Context(), c, "echo"); err != nil || m.Error != nil {
+			t.Fatalf("echo: %v %+v", err, m)
+		}
+	}
+	if n := store.count("r.secret") - before; n != 0 {
+		t.Errorf("%d reads of the client secret for 10 calls on one connection, want 0", n)
 	}
 }
