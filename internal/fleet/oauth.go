@@ -198,7 +198,7 @@ func settingsKey(s oauthclient.Settings) string {
 
 // oauthSettings are sc's OAuth settings with their secrets resolved.
 func (f *Fleet) oauthSettings(ctx context.Context, sc *config.Server) (oauthclient.Settings, error) {
-	set := oauthclient.Settings{Resource: sc.URL, ClientName: "mcpvisor"}
+	set := oauthclient.Settings{Resource: resourceOf(sc.URL), ClientName: "mcpvisor"}
 	o := sc.OAuth
 	if o == nil {
 		return set, nil
@@ -218,6 +218,19 @@ func (f *Fleet) oauthSettings(ctx context.Context, sc *config.Server) (oauthclie
 	set.ClientMetadataURL = o.ClientMetadataURL
 	set.Grant = o.Grant
 	return set, nil
+}
+
+// resourceOf is a server URL as its OAuth resource (RFC 8707, the MCP
+// authorization spec's canonical URI): without its query and fragment —
+// a query may hold an API key, which has no business in an authorization
+// request, a browser's command line or an error message.
+func resourceOf(serverURL string) string {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return serverURL
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+	return u.String()
 }
 
 // grantChanged emits the event of a grant's change of state: a server
@@ -262,9 +275,13 @@ const loginStartBound = time.Minute
 // the credentials, not the server — so that its state shows whether the
 // login worked without waiting for a request (or for a crash loop's next
 // attempt). A server the operator stopped stays stopped.
-func (s *Server) afterLogin() {
+//
+// A server that needed a login while its connection was still open is
+// started again too (needed): that connection's requests were refused,
+// and its stream of the server's own messages may have given up.
+func (s *Server) afterLogin(needed bool) {
 	st := s.Status()
-	if st.State != "failed" && st.State != "needs-login" {
+	if st.State == "stopped" || !needed && st.State != "failed" && st.State != "needs-login" {
 		return
 	}
 	s.f.spawn(func(ctx context.Context) {
@@ -361,12 +378,13 @@ func (s *Server) CompleteLogin(ctx context.Context, flow string, callback url.Va
 	if g == nil {
 		return oauthclient.Info{}, fmt.Errorf("%w: no login of server %s is under way", oauthclient.ErrUnknownFlow, s.Name())
 	}
+	needed := g.Info().State == oauthclient.StateNeedsLogin
 	info, err := g.Complete(ctx, flow, callback)
 	if err != nil {
 		return oauthclient.Info{}, err
 	}
 	s.f.emit(NewEvent(s.Name(), "", event.LoggedInDetails{Issuer: info.Issuer, Subject: info.Subject, Scopes: strings.Join(info.Scopes, " "), Expires: info.Expiry}))
-	s.afterLogin()
+	s.afterLogin(needed)
 	return *info, nil
 }
 

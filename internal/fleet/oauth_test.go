@@ -734,3 +734,16 @@ func TestOAuthSecretsResolvedOncePerConnection(t *testing.T) {
 		t.Errorf("%d reads of the client secret for 10 calls on one connection, want 0", n)
 	}
 }
+
+func TestOAuthResourceHasNoQuery(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://mcp.example.com/mcp":                     "https://mcp.example.com/mcp",
+		"https://mcp.example.com/mcp?api_key=sk-123#frag": "https://mcp.example.com/mcp",
+		"https://mcp.example.com/x/mcp/?profile=p&key=k":  "https://mcp.example.com/x/mcp/",
+		"http://127.0.0.1:8080":                           "http://127.0.0.1:8080",
+	} {
+		if got := resourceOf(in); got != want {
+			t.Errorf("resourceOf(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -97,17 +97,14 @@ type Status struct {
 }
 
 // needsLogin reports whether a remote server in state (as statusLocked
-// derives it) is in state "needs-login": its grant says so and it is not
-// serving (a connection still open serves until the server refuses it).
+// derives it) is in state "needs-login": its grant says so — every
+// request is refused at once (Server.loginRefusal), even while a
+// connection is still open — unless a start is under way.
 func needsLogin(state string, info oauthclient.Info) bool {
 	if info.State != oauthclient.StateNeedsLogin {
 		return false
 	}
-	switch state {
-	case "running", "degraded", "starting", "restarting":
-		return false
-	}
-	return true
+	return state != "starting" && state != "restarting"
 }
 
 // ready reports whether st is ready (Status.Ready): running, degraded or
