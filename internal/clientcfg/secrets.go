@@ -73,19 +73,81 @@ func (s *Server) clone() *Server {
 	return &c
 }
 
+// SecretLookup reads a stored secret by name (the secret store serve
+// reads); ok is false when it cannot.
+type SecretLookup func(name string) (value string, ok bool)
+
 // SameServer reports whether known, a server of mcpvisor's config, is
-// the client's entry s: the same launch (SameLaunch), or that launch
-// with its literal secrets moved to the secret store under known's name
-// (import --move-secrets wrote it so; the values stored are not read).
-func SameServer(known, s *Server) bool {
+// the client's entry s: the same launch (SameLaunch), or the launch
+// known makes once its ${keyring:NAME} references are read from stored
+// (import --move-secrets wrote it so). An entry holding another secret
+// than the one stored is another server (another account): with stored
+// nil, or a secret that cannot be read, an entry whose secrets mcpvisor
+// holds by reference is never the same server.
+func SameServer(known, s *Server, stored SecretLookup) bool {
 	if SameLaunch(known, s) {
 		return true
 	}
-	if len(s.LiteralSecrets(known.Name)) == 0 {
+	if stored == nil || len(s.LiteralSecrets(known.Name)) == 0 {
 		return false
 	}
-	moved, _ := s.MoveSecrets(known.Name)
-	return SameLaunch(known, moved)
+	resolved, ok := known.withStored(stored)
+	return ok && SameLaunch(resolved, s)
+}
+
+// withStored returns a copy of the entry with the ${keyring:NAME}
+// references of its env, headers and args replaced by the stored values
+// (as literal text), and whether it had any and all could be read.
+func (s *Server) withStored(stored SecretLookup) (*Server, bool) {
+	c := s.clone()
+	c.launched = nil
+	found, ok := false, true
+	sub := func(v *string) {
+		if !strings.Contains(*v, "${keyring:") {
+			return
+		}
+		var b strings.Builder
+		t := *v
+		for i := 0; i < len(t); {
+			switch {
+			case strings.HasPrefix(t[i:], "$$"):
+				b.WriteString("$$")
+				i += 2
+				continue
+			case !strings.HasPrefix(t[i:], "${"):
+				b.WriteByte(t[i])
+				i++
+				continue
+			}
+			end := closingBrace(t, i+2)
+			if end < 0 {
+				b.WriteString(t[i:])
+				break
+			}
+			if name, isKeyring := strings.CutPrefix(t[i+2:end], "keyring:"); isKeyring {
+				found = true
+				val, got := stored(name)
+				if !got {
+					ok = false
+				}
+				b.WriteString(strings.ReplaceAll(val, "$", "$$"))
+			} else {
+				b.WriteString(t[i : end+1])
+			}
+			i = end + 1
+		}
+		*v = b.String()
+	}
+	for i := range c.Env {
+		sub(&c.Env[i].Value)
+	}
+	for i := range c.Headers {
+		sub(&c.Headers[i].Value)
+	}
+	for i := range c.Args {
+		sub(&c.Args[i])
+	}
+	return c, found && ok
 }
 
 // schemeRE is an HTTP credential with its scheme: Bearer tok.

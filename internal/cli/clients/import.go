@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,8 +38,39 @@ type ImportOptions struct {
 	// with Secrets and writes ${keyring:NAME} references in their place.
 	MoveSecrets bool
 	// Secrets is the secret store of --move-secrets (the caller's:
-	// internal/secret's).
+	// internal/secret's), read too (when it can Get) to tell whether an
+	// entry is a server of mcpvisor's config that holds its secrets by
+	// reference. Nil: the store serve reads, opened when needed.
 	Secrets clientcfg.SecretSetter
+}
+
+// SecretGetter reads a stored secret (internal/secret's stores do).
+type SecretGetter interface {
+	Get(ctx context.Context, name string) (string, error)
+}
+
+// storedSecrets reads the secrets mcpvisor's config (file) references:
+// from st when it can Get, else from the store serve reads for file,
+// opened at the first lookup. A secret that cannot be read matches
+// nothing.
+func storedSecrets(ctx context.Context, st any, file string) clientcfg.SecretLookup {
+	g, _ := st.(SecretGetter)
+	opened := g != nil
+	return func(name string) (string, bool) {
+		if !opened {
+			opened = true
+			if s, err := clisecret.OpenStore(file, ""); err == nil {
+				g = s
+			}
+		}
+		if g == nil {
+			return "", false
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		v, err := g.Get(ctx, name)
+		return v, err == nil
+	}
 }
 
 // NewCmdImport is import: its flags fill an ImportOptions, run by runF
@@ -139,7 +171,8 @@ func RunImport(ctx context.Context, o *ImportOptions) error {
 		}
 		o.Secrets = st
 	}
-	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, hint: "pass --move-secrets to keep them in the secret store instead"})
+	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, stored: storedSecrets(ctx, o.Secrets, file),
+		hint: "pass --move-secrets to keep them in the secret store instead"})
 	if err != nil {
 		return err
 	}
@@ -316,6 +349,9 @@ type importMode struct {
 	moveSecrets bool
 	// hint says how to keep literal secrets out of the config.
 	hint string
+	// stored reads the secrets mcpvisor's config references (see
+	// clientcfg.SameServer).
+	stored clientcfg.SecretLookup
 }
 
 // secretNames lists secrets by name.
@@ -404,7 +440,7 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 			// The same launch filtering the tools otherwise is another
 			// server: what the client hid stays hidden.
 			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool {
-				return clientcfg.SameServer(k, s) && clientcfg.SameTools(k.Tools, s.Tools)
+				return clientcfg.SameServer(k, s, mode.stored) && clientcfg.SameTools(k.Tools, s.Tools)
 			}); i >= 0 {
 				if known[i].Name != s.Name {
 					fmt.Fprintf(w, "%s: %s: the same server as %q, skipped\n", src.path, s.At, known[i].Name)
@@ -412,7 +448,7 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 				continue
 			}
 			n := importName(s.Name, src.label, known)
-			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameServer(k, s) }); i >= 0 {
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameServer(k, s, mode.stored) }); i >= 0 {
 				fmt.Fprintf(w, "%s: %s: added as %q (the launch of %q, with tools %s instead of %s)\n", src.path, s.At, n, known[i].Name, s.Tools, known[i].Tools)
 			} else if n != s.Name {
 				fmt.Fprintf(w, "%s: %s: added as %q (the name is taken by another server)\n", src.path, s.At, n)
