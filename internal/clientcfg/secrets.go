@@ -51,15 +51,22 @@ func (s Secret) Reference() string { return "${keyring:" + s.Name + "}" }
 // oauth client secret. Values that hold a reference (${NAME},
 // ${keyring:NAME}, …) are not secrets of the file and are left.
 func (s *Server) LiteralSecrets(server string) []Secret {
-	return s.secrets(server, false)
+	return s.secrets(server, false, nil)
 }
 
 // MoveSecrets returns a copy of the entry with its literal secrets
 // (LiteralSecrets) replaced by ${keyring:NAME} references, and the
 // secrets, for the caller to store each under its Name.
 func (s *Server) MoveSecrets(server string) (*Server, []Secret) {
+	return s.MoveSecretsAvoiding(server, nil)
+}
+
+// MoveSecretsAvoiding is MoveSecrets giving no secret a name inUse
+// reports (one the store holds, one another entry took): such a name
+// gets a suffix, -2, -3…, so that storing never overwrites a secret.
+func (s *Server) MoveSecretsAvoiding(server string, inUse func(name string) bool) (*Server, []Secret) {
 	c := s.clone()
-	return c, c.secrets(server, true)
+	return c, c.secrets(server, true, inUse)
 }
 
 // clone copies the entry and what it holds that MoveSecrets changes.
@@ -150,15 +157,20 @@ func (s *Server) withStored(stored SecretLookup) (*Server, bool) {
 	return c, found && ok
 }
 
+// maxSuffix bounds the names tried for a secret whose name is in use (a
+// store that cannot tell says every name may be): past it, storing the
+// secret finds the name held, and stops the import.
+const maxSuffix = 100
+
 // schemeRE is an HTTP credential with its scheme: Bearer tok.
 var schemeRE = regexp.MustCompile(`(?i)^(bearer|basic|token)(\s+)(\S+)$`)
 
-func (s *Server) secrets(server string, move bool) []Secret {
+func (s *Server) secrets(server string, move bool, inUse func(string) bool) []Secret {
 	var out []Secret
 	taken := map[string]bool{}
 	add := func(name, at, text string) string {
 		name = keyringName(name)
-		for n, i := name, 2; taken[name]; i++ {
+		for n, i := name, 2; taken[name] || inUse != nil && i <= maxSuffix && inUse(name); i++ {
 			name = n + "-" + strconv.Itoa(i)
 		}
 		taken[name] = true

@@ -84,6 +84,17 @@ func TestMoveSecretsNamesAreDistinct(t *testing.T) {
 	}
 }
 
+// MoveSecretsAvoiding never takes a name in use (stored, or taken by
+// another server of the import).
+func TestMoveSecretsAvoidsNamesInUse(t *testing.T) {
+	inUse := map[string]bool{"a.b.TOKEN": true, "a.b.TOKEN-2": true}
+	s := &Server{Command: "x", Env: []KV{{"TOKEN", "tok-12345678"}}}
+	m, l := s.MoveSecretsAvoiding("a.b", func(n string) bool { return inUse[n] })
+	if len(l) != 1 || l[0].Name != "a.b.TOKEN-3" || m.Env[0].Value != "${keyring:a.b.TOKEN-3}" {
+		t.Errorf("names %v, env %v", l, m.Env)
+	}
+}
+
 // SameServer: an entry is the same server as the one import wrote with
 // its secrets moved, when the stored secrets are its values; under
 // another name or with another value, or with no store, it is not.

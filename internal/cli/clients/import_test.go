@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // setStore is a secret store of the test's: Set records, or fails for
@@ -36,7 +39,7 @@ func (s *setStore) Get(_ context.Context, name string) (string, error) {
 	if v, ok := s.set[name]; ok {
 		return v, nil
 	}
-	return "", errors.New("not found")
+	return "", secret.ErrNotFound
 }
 
 // fullStore can also remove, as internal/secret's stores can.
@@ -446,5 +449,46 @@ func TestInstallComparesStoredSecrets(t *testing.T) {
 		if strings.Contains(out.String(), tokA) || err != nil && strings.Contains(err.Error(), tokA) {
 			t.Error("a stored secret is shown")
 		}
+	}
+}
+
+// --move-secrets never overwrites a secret: a name the store holds, or
+// another server of the import took, gets a suffix; a failed import
+// removes only what it stored.
+func TestImportMoveSecretsNamesAreUnique(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client.json")
+	if err := os.WriteFile(path, []byte(`{"mcpServers": {
+  "a": {"command": "x", "env": {"b.TOKEN": "tok-aaaaaaaaaaaa"}},
+  "a.b": {"command": "y", "env": {"TOKEN": "tok-bbbbbbbbbbbb"}},
+  "c": {"command": "z", "env": {"TOKEN": "tok-cccccccccccc"}}
+}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	store := &setStore{set: map[string]string{"c.TOKEN": "older-value"}}
+	io, out, _ := streams()
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{path}, Config: cfg, MoveSecrets: true, Secrets: fullStore{store}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.b.TOKEN": "tok-aaaaaaaaaaaa", "a.b.TOKEN-2": "tok-bbbbbbbbbbbb", "c.TOKEN": "older-value", "c.TOKEN-2": "tok-cccccccccccc"}
+	if fmt.Sprint(store.set) != fmt.Sprint(want) {
+		t.Errorf("stored %v, want %v\n%s", store.set, want, out)
+	}
+	data, _ := os.ReadFile(cfg)
+	for _, w := range []string{`"b.TOKEN": "${keyring:a.b.TOKEN}"`, `"TOKEN": "${keyring:a.b.TOKEN-2}"`, `"TOKEN": "${keyring:c.TOKEN-2}"`} {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("the config lacks %s:\n%s", w, data)
+		}
+	}
+
+	// A failed import removes what it stored, not what was there.
+	cfg2 := filepath.Join(t.TempDir(), "config.json")
+	store2 := &setStore{set: map[string]string{"c.TOKEN": "older-value"}, failOn: "c.TOKEN-2"}
+	err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{path}, Config: cfg2, MoveSecrets: true, Secrets: fullStore{store2}})
+	if err == nil || !strings.Contains(err.Error(), "a.b.TOKEN, a.b.TOKEN-2 removed again") {
+		t.Fatalf("failed import: %v", err)
+	}
+	if fmt.Sprint(store2.set) != fmt.Sprint(map[string]string{"c.TOKEN": "older-value"}) {
+		t.Errorf("after the failed import the store holds %v", store2.set)
 	}
 }
