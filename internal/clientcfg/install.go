@@ -122,6 +122,10 @@ type InstallOptions struct {
 	Launchers LaunchParser
 	// Known are the servers of mcpvisor's config.
 	Known []*Server
+	// Secrets reads the secrets Known's ${keyring:NAME} references name,
+	// to tell whether an entry holding literal secrets is one of them
+	// (see SameServer): nil, it never is.
+	Secrets SecretLookup
 	// Project is the project directory the file belongs to ("" for a
 	// user's file, see ProjectDir): its servers run there.
 	Project string
@@ -203,9 +207,9 @@ func (c *Client) PlanInstall(data []byte, f Format, opts InstallOptions) (*Plan,
 		// mcpvisor's server must filter the tools as the client did; an
 		// entry per server keeps the client's own filter, which then
 		// applies on top of mcpvisor's.
-		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s) && SameTools(k.Tools, s.Tools) })
+		i := slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s, opts.Secrets) && SameTools(k.Tools, s.Tools) })
 		if i < 0 && opts.PerServer {
-			i = slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s) })
+			i = slices.IndexFunc(opts.Known, func(k *Server) bool { return SameServer(k, s, opts.Secrets) })
 		}
 		if i < 0 {
 			plan.Missing = append(plan.Missing, s)

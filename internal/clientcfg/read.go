@@ -263,6 +263,7 @@ const (
 	varsNone   varSyntax = iota // no expansion: every $ is literal
 	varsClaude                  // ${NAME}, ${NAME:-default}: mcpvisor's own
 	varsVSCode                  // ${env:NAME}, ${userHome}, ${input:id}, ${workspaceFolder}, …
+	varsMine                    // mcpvisor's config: its references, ${file:…} and ${keyring:…} too
 )
 
 // varsOf is the syntax of a format's files when the client is not known.
@@ -276,13 +277,22 @@ func varsOf(f Format) varSyntax {
 	return varsClaude
 }
 
-// Read reads a file of format f whose client is unknown (a file named on
-// the command line, mcpvisor's own config): in a file of mcpServers,
-// mcpvisor's own settings are known, and its tools filters read.
-func Read(data []byte, f Format) (*File, error) { return ReadIn(data, f, "") }
+// Read reads mcpvisor's own config (format FormatMCPServers), or a client
+// file of another format (config's foreign files): mcpvisor's settings
+// are known, its tools filters read, and its references (${file:…},
+// ${keyring:…}) kept as references.
+func Read(data []byte, f Format) (*File, error) {
+	v := varsOf(f)
+	if f == FormatMCPServers {
+		v = varsMine
+	}
+	return read(data, f, v, "", "")
+}
 
-// ReadIn is Read for a file of the project directory project ("" for
-// none): see Client.ReadIn.
+// ReadIn reads a file of format f whose client is unknown (a file named
+// on the command line) that belongs to the project directory project (""
+// for none): see Client.ReadIn. Being possibly a client's, its
+// ${env:…}, ${file:…} and ${keyring:…} are text.
 func ReadIn(data []byte, f Format, project string) (*File, error) {
 	return read(data, f, varsOf(f), "", project)
 }
@@ -788,14 +798,18 @@ func (r *reader) value(s, at string, srv *Server) string {
 	switch r.vars {
 	case varsNone:
 		return strings.ReplaceAll(s, "$", "$$")
-	case varsClaude:
+	case varsMine:
 		return s
+	case varsClaude:
+		return claudeValue(s, func() { srv.note(at, keptAsText) })
 	}
 	return vscodeVar.ReplaceAllStringFunc(s, func(ref string) string {
 		body := ref[2 : len(ref)-1]
 		switch {
-		case strings.HasPrefix(body, "env:"):
+		case strings.HasPrefix(body, "env:") && envName(strings.TrimPrefix(body, "env:")):
 			return "${" + strings.TrimPrefix(body, "env:") + "}"
+		case strings.HasPrefix(body, "env:"):
+			srv.block(at, fmt.Sprintf("uses %s, which names no variable mcpvisor can pass on", ref))
 		case body == "userHome":
 			return "${HOME}"
 		case strings.HasPrefix(body, "input:"):
@@ -805,6 +819,84 @@ func (r *reader) value(s, at string, srv *Server) string {
 		}
 		return ref
 	})
+}
+
+// keptAsText is the note of a value whose mcpvisor-only reference was
+// written as text.
+const keptAsText = "kept as text: mcpvisor references are not taken from client files"
+
+// mcpvisorSchemes are the reference schemes only mcpvisor's own syntax
+// has: a client file holding ${file:…} means that text.
+var mcpvisorSchemes = []string{"env:", "file:", "keyring:"}
+
+// claudeValue turns a string of Claude's syntax (${NAME},
+// ${NAME:-default}) into mcpvisor's: ${NAME} and ${NAME:-default} stay
+// references, while ${env:…}, ${file:…} and ${keyring:…}, which Claude's
+// syntax does not have, become text ($$), so that a client file never
+// makes mcpvisor read a file or a secret; kept is called for each.
+func claudeValue(s string, kept func()) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteString("$$")
+			i += 2
+			continue
+		case '{':
+		default:
+			b.WriteByte('$')
+			i++
+			continue
+		}
+		end := closingBrace(s, i+2)
+		if end < 0 {
+			b.WriteString(s[i:])
+			break
+		}
+		body := s[i+2 : end]
+		name, def, hasDef := strings.Cut(body, ":-")
+		switch {
+		case envName(name) && hasDef:
+			b.WriteString("${" + name + ":-" + claudeValue(def, kept) + "}")
+		case slices.ContainsFunc(mcpvisorSchemes, func(p string) bool { return strings.HasPrefix(body, p) }):
+			b.WriteString(strings.ReplaceAll(s[i:end+1], "$", "$$"))
+			kept()
+		default:
+			b.WriteString(s[i : end+1])
+		}
+		i = end + 1
+	}
+	return b.String()
+}
+
+// closingBrace returns the index of the } that closes a ${ whose body
+// starts at start, allowing nested ${...}, or -1 (as mcpvisor's config
+// reads it).
+func closingBrace(s string, start int) int {
+	depth := 0
+	for j := start; j < len(s); j++ {
+		switch {
+		case s[j] == '$' && j+1 < len(s) && s[j+1] == '$':
+			j++
+		case s[j] == '$' && j+1 < len(s) && s[j+1] == '{':
+			depth++
+			j++
+		case s[j] == '}':
+			if depth == 0 {
+				return j
+			}
+			depth--
+		}
+	}
+	return -1
 }
 
 func (s *Server) block(at, msg string) {

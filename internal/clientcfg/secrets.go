@@ -51,15 +51,22 @@ func (s Secret) Reference() string { return "${keyring:" + s.Name + "}" }
 // oauth client secret. Values that hold a reference (${NAME},
 // ${keyring:NAME}, …) are not secrets of the file and are left.
 func (s *Server) LiteralSecrets(server string) []Secret {
-	return s.secrets(server, false)
+	return s.secrets(server, false, nil)
 }
 
 // MoveSecrets returns a copy of the entry with its literal secrets
 // (LiteralSecrets) replaced by ${keyring:NAME} references, and the
 // secrets, for the caller to store each under its Name.
 func (s *Server) MoveSecrets(server string) (*Server, []Secret) {
+	return s.MoveSecretsAvoiding(server, nil)
+}
+
+// MoveSecretsAvoiding is MoveSecrets giving no secret a name inUse
+// reports (one the store holds, one another entry took): such a name
+// gets a suffix, -2, -3…, so that storing never overwrites a secret.
+func (s *Server) MoveSecretsAvoiding(server string, inUse func(name string) bool) (*Server, []Secret) {
 	c := s.clone()
-	return c, c.secrets(server, true)
+	return c, c.secrets(server, true, inUse)
 }
 
 // clone copies the entry and what it holds that MoveSecrets changes.
@@ -73,30 +80,97 @@ func (s *Server) clone() *Server {
 	return &c
 }
 
+// SecretLookup reads a stored secret by name (the secret store serve
+// reads); ok is false when it cannot.
+type SecretLookup func(name string) (value string, ok bool)
+
 // SameServer reports whether known, a server of mcpvisor's config, is
-// the client's entry s: the same launch (SameLaunch), or that launch
-// with its literal secrets moved to the secret store under known's name
-// (import --move-secrets wrote it so; the values stored are not read).
-func SameServer(known, s *Server) bool {
+// the client's entry s: the same launch (SameLaunch), or the launch
+// known makes once its ${keyring:NAME} references are read from stored
+// (import --move-secrets wrote it so). An entry holding another secret
+// than the one stored is another server (another account): with stored
+// nil, or a secret that cannot be read, an entry whose secrets mcpvisor
+// holds by reference is never the same server.
+func SameServer(known, s *Server, stored SecretLookup) bool {
 	if SameLaunch(known, s) {
 		return true
 	}
-	if len(s.LiteralSecrets(known.Name)) == 0 {
+	if stored == nil || len(s.LiteralSecrets(known.Name)) == 0 {
 		return false
 	}
-	moved, _ := s.MoveSecrets(known.Name)
-	return SameLaunch(known, moved)
+	resolved, ok := known.withStored(stored)
+	return ok && SameLaunch(resolved, s)
 }
+
+// withStored returns a copy of the entry with the ${keyring:NAME}
+// references of its env, headers and args replaced by the stored values
+// (as literal text), and whether it had any and all could be read.
+func (s *Server) withStored(stored SecretLookup) (*Server, bool) {
+	c := s.clone()
+	c.launched = nil
+	found, ok := false, true
+	sub := func(v *string) {
+		if !strings.Contains(*v, "${keyring:") {
+			return
+		}
+		var b strings.Builder
+		t := *v
+		for i := 0; i < len(t); {
+			switch {
+			case strings.HasPrefix(t[i:], "$$"):
+				b.WriteString("$$")
+				i += 2
+				continue
+			case !strings.HasPrefix(t[i:], "${"):
+				b.WriteByte(t[i])
+				i++
+				continue
+			}
+			end := closingBrace(t, i+2)
+			if end < 0 {
+				b.WriteString(t[i:])
+				break
+			}
+			if name, isKeyring := strings.CutPrefix(t[i+2:end], "keyring:"); isKeyring {
+				found = true
+				val, got := stored(name)
+				if !got {
+					ok = false
+				}
+				b.WriteString(strings.ReplaceAll(val, "$", "$$"))
+			} else {
+				b.WriteString(t[i : end+1])
+			}
+			i = end + 1
+		}
+		*v = b.String()
+	}
+	for i := range c.Env {
+		sub(&c.Env[i].Value)
+	}
+	for i := range c.Headers {
+		sub(&c.Headers[i].Value)
+	}
+	for i := range c.Args {
+		sub(&c.Args[i])
+	}
+	return c, found && ok
+}
+
+// maxSuffix bounds the names tried for a secret whose name is in use (a
+// store that cannot tell says every name may be): past it, storing the
+// secret finds the name held, and stops the import.
+const maxSuffix = 100
 
 // schemeRE is an HTTP credential with its scheme: Bearer tok.
 var schemeRE = regexp.MustCompile(`(?i)^(bearer|basic|token)(\s+)(\S+)$`)
 
-func (s *Server) secrets(server string, move bool) []Secret {
+func (s *Server) secrets(server string, move bool, inUse func(string) bool) []Secret {
 	var out []Secret
 	taken := map[string]bool{}
 	add := func(name, at, text string) string {
 		name = keyringName(name)
-		for n, i := name, 2; taken[name]; i++ {
+		for n, i := name, 2; taken[name] || inUse != nil && i <= maxSuffix && inUse(name); i++ {
 			name = n + "-" + strconv.Itoa(i)
 		}
 		taken[name] = true

@@ -84,21 +84,94 @@ func TestMoveSecretsNamesAreDistinct(t *testing.T) {
 	}
 }
 
+// MoveSecretsAvoiding never takes a name in use (stored, or taken by
+// another server of the import).
+func TestMoveSecretsAvoidsNamesInUse(t *testing.T) {
+	inUse := map[string]bool{"a.b.TOKEN": true, "a.b.TOKEN-2": true}
+	s := &Server{Command: "x", Env: []KV{{"TOKEN", "tok-12345678"}}}
+	m, l := s.MoveSecretsAvoiding("a.b", func(n string) bool { return inUse[n] })
+	if len(l) != 1 || l[0].Name != "a.b.TOKEN-3" || m.Env[0].Value != "${keyring:a.b.TOKEN-3}" {
+		t.Errorf("names %v, env %v", l, m.Env)
+	}
+}
+
 // SameServer: an entry is the same server as the one import wrote with
-// its secrets moved under that server's name, and not under another's.
+// its secrets moved, when the stored secrets are its values; under
+// another name or with another value, or with no store, it is not.
 func TestSameServerWithSecretsMoved(t *testing.T) {
 	s := &Server{Name: "gh", Command: "docker", Args: []string{"run", "x"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}
-	moved, _ := s.MoveSecrets("github")
+	moved, secrets := s.MoveSecrets("github")
 	moved.Name = "github"
-	if SameLaunch(moved, s) || !SameServer(moved, s) {
+	stored := lookupOf(secrets)
+	if SameLaunch(moved, s) || !SameServer(moved, s, stored) {
 		t.Error("the moved entry is not the same server")
+	}
+	if SameServer(moved, s, nil) {
+		t.Error("with no store, the moved entry is the same server")
 	}
 	other, _ := s.MoveSecrets("other")
 	other.Name = "github"
-	if SameServer(other, s) {
-		t.Error("secrets moved under another name are the same server")
+	if SameServer(other, s, stored) {
+		t.Error("secrets moved under another name, not stored, are the same server")
 	}
-	if SameServer(moved, &Server{Command: "docker", Args: []string{"run", "y"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}) {
+	if SameServer(moved, &Server{Command: "docker", Args: []string{"run", "y"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}, stored) {
 		t.Error("another launch is the same server")
+	}
+}
+
+// lookupOf is a store holding secrets.
+func lookupOf(secrets []Secret) SecretLookup {
+	m := map[string]string{}
+	for _, s := range secrets {
+		m[s.Name] = s.Value()
+	}
+	return func(name string) (string, bool) { v, ok := m[name]; return v, ok }
+}
+
+// An entry with another token than the one mcpvisor's entry holds by
+// reference is another server (another account): not the same server,
+// and install-client does not take it over as mcpvisor's.
+func TestSameServerComparesTheStoredSecret(t *testing.T) {
+	read := func(token string) *Server {
+		f, err := ReadIn([]byte(`{"mcpServers":{"gh":{"type":"http","url":"https://api.example/mcp","headers":{"Authorization":"Bearer `+token+`"}}}}`), FormatMCPServers, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Servers[0]
+	}
+	const tokA, tokB = "ghp_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "ghp_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+	known, secrets := read(tokA).MoveSecrets("gh")
+	known.Name = "gh"
+	stored := lookupOf(secrets)
+	if SameServer(known, read(tokB), stored) {
+		t.Error("an entry with another token is the same server as the moved one")
+	}
+	if !SameServer(known, read(tokA), stored) {
+		t.Error("an entry with the stored token is not the same server")
+	}
+	if SameServer(known, read(tokA), nil) {
+		t.Error("with no store, an entry with a literal token is the same server")
+	}
+	if SameServer(known, read("ghp_$$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"), lookupOf(nil)) {
+		t.Error("a secret not in the store matches")
+	}
+
+	client := []byte(`{"mcpServers":{"gh":{"type":"http","url":"https://api.example/mcp","headers":{"Authorization":"Bearer ` + tokB + `"}}}}`)
+	plan, err := Lookup("cursor").PlanInstall(client, FormatMCPServers, InstallOptions{Exe: "/bin/mcpvisor", Config: "/c.json", Known: []*Server{known}, Secrets: stored})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Missing) != 1 {
+		t.Errorf("install-client takes over the entry of another account: missing %v", plan.Missing)
+	}
+	client = []byte(strings.ReplaceAll(string(client), tokB, tokA))
+	for _, st := range []SecretLookup{stored, nil} {
+		plan, err = Lookup("cursor").PlanInstall(client, FormatMCPServers, InstallOptions{Exe: "/bin/mcpvisor", Config: "/c.json", Known: []*Server{known}, Secrets: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 0, false: 1}[st != nil]; len(plan.Missing) != want {
+			t.Errorf("store %v: missing %v, want %d", st != nil, plan.Missing, want)
+		}
 	}
 }

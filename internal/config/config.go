@@ -253,6 +253,10 @@ type Server struct {
 	// resolved are values its references resolved to (NoteResolved),
 	// guarded by resolvedMu.
 	resolved []string
+	// successor is the config that replaced this one for the same server
+	// (CarryResolved), guarded by resolvedMu: what is noted here later is
+	// noted there too.
+	successor *Server
 
 	// raw is the text before ${VAR} expansion, for display (values that
 	// came from the environment are never shown); nil when expanding

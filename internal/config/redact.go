@@ -100,10 +100,18 @@ const maxResolved = 64
 // NoteResolved records values that references of s resolved to (for a
 // start, a connection), for RedactText to hide them: what a server prints
 // of its secrets, or an error quotes, goes no further. Values shorter than
-// 6 bytes are not recorded (hiding them would hide ordinary text).
+// 6 bytes are not recorded (hiding them would hide ordinary text). They
+// are recorded by the configs that replaced s too (CarryResolved): a
+// launch of s may still be resolving when a reload replaces it.
 func (s *Server) NoteResolved(values ...string) {
 	resolvedMu.Lock()
 	defer resolvedMu.Unlock()
+	for t, hops := s, 0; t != nil && hops <= maxResolved; t, hops = t.successor, hops+1 {
+		t.noteLocked(values)
+	}
+}
+
+func (s *Server) noteLocked(values []string) {
 	for _, v := range values {
 		if len(v) < 6 || slices.Contains(s.resolved, v) {
 			continue
@@ -113,6 +121,21 @@ func (s *Server) NoteResolved(values ...string) {
 			s.resolved = slices.Clone(s.resolved[n-maxResolved:])
 		}
 	}
+}
+
+// CarryResolved makes s, the config that replaces old for the same
+// server (a reload), hide what old's references resolved to and will
+// resolve to: the instances launched with old keep running, and what
+// they print or their errors quote is redacted with the config then in
+// force.
+func (s *Server) CarryResolved(old *Server) {
+	if old == nil || old == s {
+		return
+	}
+	resolvedMu.Lock()
+	defer resolvedMu.Unlock()
+	s.noteLocked(old.resolved)
+	old.successor = s
 }
 
 // References lists the secret references in s's env, args, headers and

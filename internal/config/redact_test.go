@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -38,4 +39,31 @@ func TestRedacted(t *testing.T) {
 	if got, want := s.Redacted(), `/usr/bin/srv --token [REDACTED] 'it'\''s'`; got != want {
 		t.Errorf("hand-built: %q, want %q", got, want)
 	}
+}
+
+// A config that replaces another for the same server (a reload) hides
+// what the other's references resolved to, before and after the
+// replacement, and keeps only the latest maxResolved values.
+func TestCarryResolved(t *testing.T) {
+	old, cur := &Server{Name: "s"}, &Server{Name: "s"}
+	old.NoteResolved("before-value-1")
+	cur.CarryResolved(old)
+	old.NoteResolved("after-value-2") // a launch of old still resolving
+	if got := cur.RedactText("before-value-1 after-value-2"); got != "[redacted] [redacted]" {
+		t.Errorf("the new config shows %q", got)
+	}
+	next := &Server{Name: "s"}
+	next.CarryResolved(cur)
+	old.NoteResolved("late-value-3")
+	if got := next.RedactText("before-value-1 late-value-3"); got != "[redacted] [redacted]" {
+		t.Errorf("two reloads on: %q", got)
+	}
+	for i := range 2 * maxResolved {
+		old.NoteResolved(fmt.Sprintf("value-%06d", i))
+	}
+	if n := len(next.resolved); n != maxResolved {
+		t.Errorf("%d values kept, want %d", n, maxResolved)
+	}
+	cur.CarryResolved(cur) // no cycle
+	cur.NoteResolved("self-value-4")
 }

@@ -204,10 +204,14 @@ func (f *Fleet) change(diff config.Diff, cfg *config.Config, res *ReloadResult, 
 			// the earlier one, in one step; then what is on disk only is
 			// read back, as the prune below drops the entry it is under
 			// (catalog.Catalog.Relaunch).
+			sc.CarryResolved(w.s.Config()) // the old launch drains
 			w.s.cat.Relaunch(func() { w.was = w.s.cfg.Swap(sc) })
 			w.old = w.s.takeOut("reloaded with a new launch")
 			w.s.opMu.Unlock()
 		default:
+			// The running instances keep their launch: what their
+			// references resolved to stays hidden.
+			sc.CarryResolved(w.s.Config())
 			w.was = w.s.cfg.Swap(sc)
 		}
 		todo = append(todo, w)

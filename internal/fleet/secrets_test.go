@@ -286,3 +286,54 @@ func TestSecretReferencesInHeadersAndOAuth(t *testing.T) {
 		t.Errorf("a missing client secret: %v", err)
 	}
 }
+
+// The values a running instance's references resolved to stay hidden
+// after a reload that keeps the server (its config object is replaced):
+// a failure of the instance launched before it, quoting a value, is
+// redacted in its status, its events and its history.
+func TestResolvedValuesRedactedAfterReload(t *testing.T) {
+	const value = "tag-secret-value-123"
+	ref := filepath.Join(t.TempDir(), "tag")
+	if err := os.WriteFile(ref, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	servers := `"s":{"command":"$FIXTURE","idleTimeout":"0","env":{"FIXTURE_TAG":"${file:` + ref + `}"}}`
+	sf := newSecretFleet(t, servers, &memStore{m: map[string]string{}}, nil)
+	s := sf.f.Get("s")
+	if _, err := use(s.Acquire(t.Context(), "")); err != nil {
+		t.Fatal(err)
+	}
+	in := s.sharedIn()
+	pid := s.Status().PID
+	cfg, err := config.Parse([]byte(`{"defaults":{"stop":{"stdinWait":"300ms","termWait":"300ms"}},"mcpServers":{`+
+		strings.ReplaceAll(servers, "$FIXTURE", testserver.Build(t))+`}}`), "test.json",
+		config.LoadOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Config()
+	res, err := sf.f.Reload(t.Context(), cfg, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Config() == before || len(res.Servers) != 1 || res.Servers[0].Action != config.ActionUnchanged {
+		t.Fatalf("the reload did not keep the server with a new config: %+v", res.Servers)
+	}
+	if sf.f.Get("s").sharedIn() != in {
+		t.Fatal("the reload replaced the instance")
+	}
+	// The instance launched before the reload fails, quoting its value.
+	fail := errors.New("server s: the upstream refused tag " + value)
+	in.servingExit(fail, pid)
+	in.failed(fail)
+	shown := sf.shown(t, "s")
+	if strings.Contains(shown, value) {
+		t.Errorf("after a reload, the fleet shows the resolved value: %s", shown)
+	}
+	if !strings.Contains(shown, "the upstream refused tag [redacted]") {
+		t.Errorf("the failure is not shown redacted: %s", shown)
+	}
+	if st := s.Status(); !strings.Contains(st.LastError, "refused tag [redacted]") {
+		t.Errorf("last error %q", st.LastError)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,8 @@ const probeName = "mcpvisor:probe"
 
 // maxStuck bounds the keyring calls left running after their timeout: a
 // keyring that hangs (an unlock prompt nobody answers) holds that many
-// goroutines at most; later calls fail at once.
+// goroutines (plus those of callers already waiting when the bound was
+// reached); later calls fail at once until the keyring answers again.
 const maxStuck = 4
 
 // keyringAPI is go-keyring's API (a test swaps in one that hangs).
@@ -93,10 +95,12 @@ func newKeyringStore(stateDir string, api keyringAPI, timeout time.Duration) *ke
 func (k *keyringStore) Backend() string { return k.name }
 
 // call runs fn in a goroutine bounded by ctx and the store's timeout,
-// mapping go-keyring's not-found to ErrNotFound.
+// mapping go-keyring's not-found to ErrNotFound. A call whose caller
+// stopped waiting is counted stuck until fn returns; calls answered in
+// time are not counted, so any number of healthy calls may be in flight.
 func (k *keyringStore) call(ctx context.Context, fn func() (string, error)) (string, error) {
-	if k.stuck.Load() >= maxStuck {
-		return "", fmt.Errorf("the %s does not answer (%d calls still waiting; is it locked?)", k.name, maxStuck)
+	if n := k.stuck.Load(); n >= maxStuck {
+		return "", fmt.Errorf("the %s does not answer (%d calls still waiting; is it locked?)", k.name, n)
 	}
 	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
@@ -105,10 +109,16 @@ func (k *keyringStore) call(ctx context.Context, fn func() (string, error)) (str
 		err error
 	}
 	done := make(chan result, 1)
-	k.stuck.Add(1)
+	var mu sync.Mutex
+	finished, abandoned := false, false
 	go func() {
-		defer k.stuck.Add(-1)
 		v, err := fn()
+		mu.Lock()
+		finished = true
+		if abandoned {
+			k.stuck.Add(-1)
+		}
+		mu.Unlock()
 		done <- result{v, err}
 	}()
 	select {
@@ -121,6 +131,12 @@ func (k *keyringStore) call(ctx context.Context, fn func() (string, error)) (str
 		}
 		return r.v, nil
 	case <-ctx.Done():
+		mu.Lock()
+		if !finished {
+			abandoned = true
+			k.stuck.Add(1)
+		}
+		mu.Unlock()
 		return "", fmt.Errorf("the %s did not answer within %v (is it locked?): %w", k.name, k.timeout, ctx.Err())
 	}
 }

@@ -145,6 +145,9 @@ func parseRef(text string) (*Ref, []part, error) {
 		if err := CheckName(rest); err != nil {
 			return nil, nil, fmt.Errorf("%q: %v", text, err)
 		}
+		if Reserved(rest) {
+			return nil, nil, fmt.Errorf("%q: %v", text, reservedError(rest))
+		}
 		ref.Name = rest
 	default:
 		return nil, nil, fmt.Errorf("%q is not a supported reference (%s)", text, want)
@@ -204,6 +207,31 @@ func CheckName(name string) error {
 		default:
 			return fmt.Errorf("secret name %q has %q: use letters, digits, '.', '_', '-' and '/'", name, r)
 		}
+	}
+	return nil
+}
+
+// OAuthPrefix starts the names of the records mcpvisor login keeps in the
+// store (oauth/NAME: a server's tokens and client). The store takes such
+// names; references and mcpvisor secret do not, so that no server's
+// config can send another's tokens anywhere.
+const OAuthPrefix = "oauth/"
+
+// Reserved reports whether name is an OAuth record's.
+func Reserved(name string) bool { return strings.HasPrefix(name, OAuthPrefix) }
+
+func reservedError(name string) error {
+	return fmt.Errorf("the name %s is reserved for mcpvisor's OAuth records (mcpvisor login keeps them)", name)
+}
+
+// CheckUserName is CheckName for a name people set and refer to: one not
+// Reserved.
+func CheckUserName(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if Reserved(name) {
+		return reservedError(name)
 	}
 	return nil
 }

@@ -145,3 +145,29 @@ type errStore struct{}
 
 func (errStore) Get(context.Context, string) (string, error) { return "", errors.New("locked") }
 func (errStore) Backend() string                             { return "test" }
+
+// TestOAuthNamesReserved: a reference may not name an OAuth record
+// (oauth/NAME holds a server's tokens), defaults included; the store
+// itself keeps such names.
+func TestOAuthNamesReserved(t *testing.T) {
+	for _, s := range []string{"${keyring:oauth/linear}", "Bearer ${keyring:oauth/x}", "${T:-${keyring:oauth/x}}"} {
+		if err := Check(s); err == nil || !strings.Contains(err.Error(), "is reserved for mcpvisor's OAuth records") {
+			t.Errorf("Check(%q): %v", s, err)
+		}
+	}
+	for _, s := range []string{"${keyring:oauthx}", "${keyring:my/oauth/x}", "${file:/oauth/x}"} {
+		if err := Check(s); err != nil {
+			t.Errorf("Check(%q): %v", s, err)
+		}
+	}
+	if !Reserved("oauth/x") || Reserved("oauth") || Reserved("x/oauth/y") {
+		t.Error("Reserved")
+	}
+	s := OpenFile(t.TempDir())
+	if err := s.Set(context.Background(), "oauth/linear", "record"); err != nil {
+		t.Fatalf("the store refuses an OAuth record's name: %v", err)
+	}
+	if v, err := s.Get(context.Background(), "oauth/linear"); err != nil || v != "record" {
+		t.Fatalf("Get oauth/linear: %q %v", v, err)
+	}
+}

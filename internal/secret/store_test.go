@@ -168,7 +168,12 @@ func (h hangingKeyring) Delete(string, string) error      { <-h.release; return 
 
 func TestKeyringCallsBounded(t *testing.T) {
 	h := hangingKeyring{release: make(chan struct{})}
-	defer close(h.release)
+	released := false
+	defer func() {
+		if !released {
+			close(h.release)
+		}
+	}()
 	dir := t.TempDir()
 	if k, err := openKeyring(dir, h, 50*time.Millisecond); k != nil || err == nil {
 		t.Fatal("Open's probe chose a keyring that does not answer")
@@ -191,6 +196,73 @@ func TestKeyringCallsBounded(t *testing.T) {
 	}
 	if n := k.stuck.Load(); n > maxStuck+1 {
 		t.Fatalf("%d calls stuck, want at most %d", n, maxStuck+1)
+	}
+	// Once the keyring answers, the calls left running are no longer
+	// counted, and calls work again.
+	close(h.release)
+	released = true
+	deadline := time.Now().Add(10 * time.Second)
+	for k.stuck.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still counted stuck after the keyring answered", k.stuck.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// barrierKeyring answers each call only once n calls are in at the same
+// time (or after limit): a healthy keyring serving concurrent callers.
+type barrierKeyring struct {
+	all   chan struct{}
+	n     int
+	count *int
+	mu    *sync.Mutex
+}
+
+func newBarrierKeyring(n int) barrierKeyring {
+	return barrierKeyring{all: make(chan struct{}), n: n, count: new(int), mu: new(sync.Mutex)}
+}
+
+func (b barrierKeyring) wait() {
+	b.mu.Lock()
+	*b.count++
+	if *b.count == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (b barrierKeyring) Get(string, string) (string, error) { b.wait(); return "v", nil }
+func (b barrierKeyring) Set(string, string, string) error   { b.wait(); return nil }
+func (b barrierKeyring) Delete(string, string) error        { b.wait(); return nil }
+
+// Many healthy calls in flight at once are no stuck calls: all succeed.
+func TestKeyringConcurrentHealthyCalls(t *testing.T) {
+	const n = 2*maxStuck + 1
+	k := newKeyringStore(t.TempDir(), newBarrierKeyring(n), 30*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := k.Get(context.Background(), "x")
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Get of a healthy keyring: %v", err)
+		}
+	}
+	if s := k.stuck.Load(); s != 0 {
+		t.Errorf("%d calls counted stuck after all answered", s)
 	}
 }
 

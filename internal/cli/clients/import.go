@@ -9,9 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
 	"github.com/mcpvisor/mcpvisor/internal/launch"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/userdirs"
 )
@@ -37,8 +40,66 @@ type ImportOptions struct {
 	// with Secrets and writes ${keyring:NAME} references in their place.
 	MoveSecrets bool
 	// Secrets is the secret store of --move-secrets (the caller's:
-	// internal/secret's).
+	// internal/secret's), read too (when it can Get) to tell whether an
+	// entry is a server of mcpvisor's config that holds its secrets by
+	// reference. Nil: the store serve reads, opened when needed.
 	Secrets clientcfg.SecretSetter
+}
+
+// SecretGetter reads a stored secret (internal/secret's stores do).
+type SecretGetter interface {
+	Get(ctx context.Context, name string) (string, error)
+}
+
+// storeReader reads the store the secrets of mcpvisor's config (file)
+// are in: st when it can Get, else the store serve reads for file,
+// opened at the first read.
+type storeReader struct {
+	ctx    context.Context
+	g      SecretGetter
+	file   string
+	opened bool
+}
+
+func newStoreReader(ctx context.Context, st any, file string) *storeReader {
+	g, _ := st.(SecretGetter)
+	return &storeReader{ctx: ctx, g: g, file: file, opened: g != nil}
+}
+
+func (r *storeReader) get(name string) (string, error) {
+	if !r.opened {
+		r.opened = true
+		if s, err := clisecret.OpenStore(r.file, ""); err == nil {
+			r.g = s
+		}
+	}
+	if r.g == nil {
+		return "", errors.New("no secret store")
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	return r.g.Get(ctx, name)
+}
+
+// lookup reads a secret; one that cannot be read matches nothing.
+func (r *storeReader) lookup(name string) (string, bool) {
+	v, err := r.get(name)
+	return v, err == nil
+}
+
+// exists reports whether the store may hold name: when it cannot tell,
+// it may.
+func (r *storeReader) exists(name string) bool {
+	_, err := r.get(name)
+	return !errors.Is(err, secret.ErrNotFound)
+}
+
+// storedSecrets reads the secrets mcpvisor's config (file) references:
+// from st when it can Get, else from the store serve reads for file,
+// opened at the first lookup. A secret that cannot be read matches
+// nothing.
+func storedSecrets(ctx context.Context, st any, file string) clientcfg.SecretLookup {
+	return newStoreReader(ctx, st, file).lookup
 }
 
 // NewCmdImport is import: its flags fill an ImportOptions, run by runF
@@ -93,12 +154,14 @@ referencing those variables.
 and header values named or shaped like secrets, the values of --api-key,
 --token=… and token-shaped args such as ghp_…, sk-…, Bearer …, an oauth
 client secret) in the secret store, named SERVER.ENV_KEY,
-SERVER.header.NAME, SERVER.argN or SERVER.oauth.clientSecret, and writes
+SERVER.header.NAME, SERVER.argN or SERVER.oauth.clientSecret (with a
+suffix, -2, -3…, when the store or another entry holds the name: no
+secret is overwritten), and writes
 ${keyring:NAME} references in their place: the config then holds none
 of them. Values that are references already stay. A secret inside a URL
 is not moved: import warns of it. A secret that cannot be stored
-stops the import before the config is written (the secrets stored before
-it are removed again). Without it, import warns of the literal secrets it
+stops the import before the config is written (the secrets it stored
+before are removed again, and only those). Without it, import warns of the literal secrets it
 copies.
 
 ` + diffSecretsHelp,
@@ -139,7 +202,9 @@ func RunImport(ctx context.Context, o *ImportOptions) error {
 		}
 		o.Secrets = st
 	}
-	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, hint: "pass --move-secrets to keep them in the secret store instead"})
+	sr := newStoreReader(ctx, o.Secrets, file)
+	merged, secrets, err := importInto(old, file, sources, out, importMode{moveSecrets: o.MoveSecrets, stored: sr.lookup, exists: sr.exists,
+		hint: "pass --move-secrets to keep them in the secret store instead"})
 	if err != nil {
 		return err
 	}
@@ -154,7 +219,7 @@ func RunImport(ctx context.Context, o *ImportOptions) error {
 		fmt.Fprint(out, clientcfg.DiffRedacted(old, merged, clientcfg.FormatMCPServers, file, file+" (imported)"))
 		return nil
 	}
-	if err := storeSecrets(ctx, o.Secrets, secrets); err != nil {
+	if err := storeSecrets(ctx, o.Secrets, secrets, sr.exists); err != nil {
 		return fmt.Errorf("%w; %s is left as it was", err, file)
 	}
 	if len(secrets) > 0 {
@@ -316,6 +381,12 @@ type importMode struct {
 	moveSecrets bool
 	// hint says how to keep literal secrets out of the config.
 	hint string
+	// stored reads the secrets mcpvisor's config references (see
+	// clientcfg.SameServer).
+	stored clientcfg.SecretLookup
+	// exists reports whether the secret store may hold a name: a moved
+	// secret is never given one (nil: none is held).
+	exists func(name string) bool
 }
 
 // secretNames lists secrets by name.
@@ -333,32 +404,39 @@ type secretDeleter interface {
 	Delete(ctx context.Context, name string) error
 }
 
-// storeSecrets stores the secrets in order; when one fails, the ones
-// stored before it are removed again (if the store can), and the error
-// names it, never its value.
-func storeSecrets(ctx context.Context, store clientcfg.SecretSetter, secrets []clientcfg.Secret) error {
+// storeSecrets stores the secrets in order, each under a name the store
+// does not hold (exists, nil when it cannot tell: a name is never
+// overwritten); when one fails, the ones this call stored are removed
+// again (if the store can), and the error names it, never its value.
+func storeSecrets(ctx context.Context, store clientcfg.SecretSetter, secrets []clientcfg.Secret, exists func(string) bool) error {
 	for i, s := range secrets {
-		if err := store.Set(ctx, s.Name, s.Value()); err != nil {
+		var err error
+		if exists != nil && exists(s.Name) {
+			err = fmt.Errorf("storing secret %s (%s): the secret store holds one of that name, which is not overwritten", s.Name, s.At)
+		} else if err = store.Set(ctx, s.Name, s.Value()); err != nil {
 			err = fmt.Errorf("storing secret %s (%s): %w", s.Name, s.At, err)
-			if i == 0 {
-				return err
-			}
-			stored := secretNames(secrets[:i])
-			d, ok := store.(secretDeleter)
-			if !ok {
-				return fmt.Errorf("%w (%s stay in the secret store)", err, stored)
-			}
-			var left []string
-			for _, p := range secrets[:i] {
-				if d.Delete(ctx, p.Name) != nil {
-					left = append(left, p.Name)
-				}
-			}
-			if len(left) > 0 {
-				return fmt.Errorf("%w (%s could not be removed again)", err, strings.Join(left, ", "))
-			}
-			return fmt.Errorf("%w (%s removed again)", err, stored)
 		}
+		if err == nil {
+			continue
+		}
+		if i == 0 {
+			return err
+		}
+		stored := secretNames(secrets[:i])
+		d, ok := store.(secretDeleter)
+		if !ok {
+			return fmt.Errorf("%w (%s stay in the secret store)", err, stored)
+		}
+		var left []string
+		for _, p := range secrets[:i] {
+			if d.Delete(ctx, p.Name) != nil {
+				left = append(left, p.Name)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("%w (%s could not be removed again)", err, strings.Join(left, ", "))
+		}
+		return fmt.Errorf("%w (%s removed again)", err, stored)
 	}
 	return nil
 }
@@ -377,6 +455,12 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 	}
 	known := slices.Clone(mine.Servers)
 	var secrets []clientcfg.Secret
+	// The names a moved secret must not take: those the config refers
+	// to, those taken by this import, those the store holds.
+	used := referencedSecrets(mine.Servers)
+	inUse := func(name string) bool {
+		return used[name] || mode.exists != nil && mode.exists(name)
+	}
 	for _, src := range sources {
 		f, err := readSource(src)
 		if err != nil {
@@ -404,7 +488,7 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 			// The same launch filtering the tools otherwise is another
 			// server: what the client hid stays hidden.
 			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool {
-				return clientcfg.SameServer(k, s) && clientcfg.SameTools(k.Tools, s.Tools)
+				return clientcfg.SameServer(k, s, mode.stored) && clientcfg.SameTools(k.Tools, s.Tools)
 			}); i >= 0 {
 				if known[i].Name != s.Name {
 					fmt.Fprintf(w, "%s: %s: the same server as %q, skipped\n", src.path, s.At, known[i].Name)
@@ -412,7 +496,7 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 				continue
 			}
 			n := importName(s.Name, src.label, known)
-			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameServer(k, s) }); i >= 0 {
+			if i := slices.IndexFunc(known, func(k *clientcfg.Server) bool { return clientcfg.SameServer(k, s, mode.stored) }); i >= 0 {
 				fmt.Fprintf(w, "%s: %s: added as %q (the launch of %q, with tools %s instead of %s)\n", src.path, s.At, n, known[i].Name, s.Tools, known[i].Tools)
 			} else if n != s.Name {
 				fmt.Fprintf(w, "%s: %s: added as %q (the name is taken by another server)\n", src.path, s.At, n)
@@ -429,7 +513,10 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 			if lit := s.LiteralSecrets(n); len(lit) > 0 {
 				if mode.moveSecrets {
 					var moved []clientcfg.Secret
-					entry, moved = s.MoveSecrets(n)
+					entry, moved = s.MoveSecretsAvoiding(n, inUse)
+					for _, m := range moved {
+						used[m.Name] = true
+					}
 					secrets = append(secrets, moved...)
 					fmt.Fprintf(w, "%s: %s: its secrets go to the secret store: %s\n", src.path, s.At, secretRefs(moved))
 				} else {
@@ -451,6 +538,32 @@ func importInto(old []byte, name string, sources []importSource, w io.Writer, mo
 		return nil, nil, fmt.Errorf("no server to import")
 	}
 	return data, secrets, nil
+}
+
+// keyringRef is a ${keyring:NAME} reference.
+var keyringRef = regexp.MustCompile(`\$\{keyring:([^}]*)\}`)
+
+// referencedSecrets are the names the servers' ${keyring:NAME}
+// references name.
+func referencedSecrets(servers []*clientcfg.Server) map[string]bool {
+	used := map[string]bool{}
+	add := func(v string) {
+		for _, m := range keyringRef.FindAllStringSubmatch(v, -1) {
+			used[m[1]] = true
+		}
+	}
+	for _, s := range servers {
+		for _, kv := range append(slices.Clone(s.Env), s.Headers...) {
+			add(kv.Value)
+		}
+		for _, a := range s.Args {
+			add(a)
+		}
+		if s.OAuth != nil {
+			add(s.OAuth.ClientSecret)
+		}
+	}
+	return used
 }
 
 // secretFields lists the fields that hold secrets.

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // setStore is a secret store of the test's: Set records, or fails for
@@ -30,6 +33,13 @@ func (s *setStore) Set(_ context.Context, name, value string) error {
 	s.set[name] = value
 	s.order = append(s.order, name)
 	return nil
+}
+
+func (s *setStore) Get(_ context.Context, name string) (string, error) {
+	if v, ok := s.set[name]; ok {
+		return v, nil
+	}
+	return "", secret.ErrNotFound
 }
 
 // fullStore can also remove, as internal/secret's stores can.
@@ -135,12 +145,26 @@ func TestImportMoveSecrets(t *testing.T) {
 	}
 
 	out.Reset()
-	again := &setStore{}
-	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{client}, Config: cfg, MoveSecrets: true, Secrets: again}); err != nil {
+	n := len(store.order)
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{client}, Config: cfg, MoveSecrets: true, Secrets: store}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "nothing to add") || len(again.set) != 0 {
-		t.Errorf("importing again: stored %v\n%s", again.order, out)
+	if !strings.Contains(out.String(), "nothing to add") || len(store.order) != n {
+		t.Errorf("importing again: stored %v\n%s", store.order[n:], out)
+	}
+
+	// A store that holds other values (another account's tokens): the
+	// entries holding secrets are other servers, added as such.
+	out.Reset()
+	other := &setStore{set: map[string]string{}}
+	for k := range store.set {
+		other.set[k] = "another-account-value"
+	}
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{client}, Config: cfg, MoveSecrets: true, Secrets: other, DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `mcpServers.github: added as "github-client"`) || strings.Contains(out.String(), "mcpServers.ref: added") {
+		t.Errorf("importing against other stored values:\n%s", out)
 	}
 }
 
@@ -386,5 +410,85 @@ bearer_token_env_var = "ENV_TOKEN"
 	}
 	if strings.Contains(out.String(), "mcpvisor login") {
 		t.Errorf("servers with an Authorization header are not signed in to:\n%s", out)
+	}
+}
+
+// install-client takes a client's entry over as mcpvisor's server only
+// when the secret it holds is the one mcpvisor's server holds by
+// reference: an entry with another account's token is another server,
+// which mcpvisor's config lacks.
+func TestInstallComparesStoredSecrets(t *testing.T) {
+	const tokA, tokB = "ghp_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "ghp_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+	f := newInstallFixture(t)
+	if err := os.WriteFile(f.config, []byte(`{"mcpServers": {
+  "gh": {"url": "https://api.example/mcp", "headers": {"Authorization": "Bearer ${keyring:gh.header.Authorization}"}}
+}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := &setStore{set: map[string]string{"gh.header.Authorization": tokA}}
+	for _, tc := range []struct {
+		token string
+		store SecretGetter
+		ok    bool
+	}{{tokB, store, false}, {tokA, store, true}} {
+		client := `{"mcpServers": {"gh": {"type": "http", "url": "https://api.example/mcp", "headers": {"Authorization": "Bearer ` + tc.token + `"}}}}`
+		if err := os.WriteFile(f.client, []byte(client), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		io, out, _ := streams()
+		o := f.install(io)
+		o.Remote, o.DryRun, o.Secrets = true, true, tc.store
+		err := RunInstall(context.Background(), o)
+		if tc.ok && err != nil {
+			t.Errorf("the entry with the stored token: %v", err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "lacks mcpServers.gh")) {
+			t.Errorf("the entry with another token: %v\n%s", err, out)
+		}
+		if strings.Contains(out.String(), tokA) || err != nil && strings.Contains(err.Error(), tokA) {
+			t.Error("a stored secret is shown")
+		}
+	}
+}
+
+// --move-secrets never overwrites a secret: a name the store holds, or
+// another server of the import took, gets a suffix; a failed import
+// removes only what it stored.
+func TestImportMoveSecretsNamesAreUnique(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client.json")
+	if err := os.WriteFile(path, []byte(`{"mcpServers": {
+  "a": {"command": "x", "env": {"b.TOKEN": "tok-aaaaaaaaaaaa"}},
+  "a.b": {"command": "y", "env": {"TOKEN": "tok-bbbbbbbbbbbb"}},
+  "c": {"command": "z", "env": {"TOKEN": "tok-cccccccccccc"}}
+}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	store := &setStore{set: map[string]string{"c.TOKEN": "older-value"}}
+	io, out, _ := streams()
+	if err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{path}, Config: cfg, MoveSecrets: true, Secrets: fullStore{store}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.b.TOKEN": "tok-aaaaaaaaaaaa", "a.b.TOKEN-2": "tok-bbbbbbbbbbbb", "c.TOKEN": "older-value", "c.TOKEN-2": "tok-cccccccccccc"}
+	if fmt.Sprint(store.set) != fmt.Sprint(want) {
+		t.Errorf("stored %v, want %v\n%s", store.set, want, out)
+	}
+	data, _ := os.ReadFile(cfg)
+	for _, w := range []string{`"b.TOKEN": "${keyring:a.b.TOKEN}"`, `"TOKEN": "${keyring:a.b.TOKEN-2}"`, `"TOKEN": "${keyring:c.TOKEN-2}"`} {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("the config lacks %s:\n%s", w, data)
+		}
+	}
+
+	// A failed import removes what it stored, not what was there.
+	cfg2 := filepath.Join(t.TempDir(), "config.json")
+	store2 := &setStore{set: map[string]string{"c.TOKEN": "older-value"}, failOn: "c.TOKEN-2"}
+	err := RunImport(context.Background(), &ImportOptions{IO: io, Sources: []string{path}, Config: cfg2, MoveSecrets: true, Secrets: fullStore{store2}})
+	if err == nil || !strings.Contains(err.Error(), "a.b.TOKEN, a.b.TOKEN-2 removed again") {
+		t.Fatalf("failed import: %v", err)
+	}
+	if fmt.Sprint(store2.set) != fmt.Sprint(map[string]string{"c.TOKEN": "older-value"}) {
+		t.Errorf("after the failed import the store holds %v", store2.set)
 	}
 }

@@ -132,6 +132,10 @@ type InstallOptions struct {
 	Executable func() (string, error)
 	// Now stamps the backup and the record.
 	Now func() time.Time
+	// Secrets reads the secrets mcpvisor's config references, to tell
+	// whether a client's entry with literal secrets is one of its servers
+	// (nil: the store serve reads, opened when needed).
+	Secrets SecretGetter
 }
 
 // NewCmdInstall is install-client: its flags fill an InstallOptions, run
@@ -215,17 +219,24 @@ type installRun struct {
 	exe     string
 	data    []byte // the client's file ("" when it did not exist)
 	existed bool
+	// stored reads the secrets mcpvisor's config references.
+	stored clientcfg.SecretLookup
 }
 
 // RunInstall rewrites the client's file so that it launches mcpvisor
 // connect: it resolves what to work on, checks an earlier install's
 // record, reads (and with --import first fills) mcpvisor's config, plans
 // the change, and writes it — the record first, then the file.
-func RunInstall(_ context.Context, o *InstallOptions) error {
+func RunInstall(ctx context.Context, o *InstallOptions) error {
 	r, err := o.resolve()
 	if err != nil {
 		return err
 	}
+	var st any
+	if o.Secrets != nil {
+		st = o.Secrets
+	}
+	r.stored = storedSecrets(ctx, st, o.MCPVisorConfig)
 	if done, err := r.checkRecord(); err != nil || done {
 		return err
 	}
@@ -323,7 +334,8 @@ func (r *installRun) mcpvisorConfig() ([]byte, error) {
 		return cfgData, nil
 	}
 	var report bytes.Buffer
-	merged, _, err := importInto(cfgData, o.MCPVisorConfig, clientFiles(r.c), &report, importMode{hint: "run `mcpvisor import --move-secrets " + r.c.Name + "` first to keep them in the secret store instead"})
+	merged, _, err := importInto(cfgData, o.MCPVisorConfig, clientFiles(r.c), &report, importMode{stored: r.stored,
+		hint: "run `mcpvisor import --move-secrets " + r.c.Name + "` first to keep them in the secret store instead"})
 	if err != nil && cfgData == nil {
 		return nil, err
 	}
@@ -359,7 +371,7 @@ func (r *installRun) plan(cfgData []byte) (*clientcfg.Plan, error) {
 	_ = json.Unmarshal(cfgData, &configured) // strict JSON; read again by connect
 	plan, err := r.c.PlanInstall(r.data, r.format, clientcfg.InstallOptions{
 		Exe: r.exe, Config: o.MCPVisorConfig, StateDir: userdirs.DaemonStateDir(configured.StateDir),
-		PerServer: o.PerServer, KeepRemote: !o.Remote, Known: mine.Servers, Launchers: parseLauncher,
+		PerServer: o.PerServer, KeepRemote: !o.Remote, Known: mine.Servers, Secrets: r.stored, Launchers: parseLauncher,
 		Project: clientcfg.ProjectDir(r.path, clientEnv().Home)})
 	if err != nil {
 		var ce *clientcfg.Error

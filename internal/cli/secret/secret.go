@@ -59,7 +59,8 @@ refers to one starts; a changed secret applies at that server's next start
   mcpvisor secret rm NAME    removes it
   mcpvisor secret ls         lists the names, and where they are kept
 
-NAME is letters, digits, '.', '_', '-' and '/' (github.GITHUB_TOKEN).`,
+NAME is letters, digits, '.', '_', '-' and '/' (github.GITHUB_TOKEN); names
+starting with oauth/ are mcpvisor login's records, which set and rm refuse.`,
 		Args: cobra.NoArgs,
 	}
 	o := &Options{IO: streams}
@@ -70,6 +71,12 @@ NAME is letters, digits, '.', '_', '-' and '/' (github.GITHUB_TOKEN).`,
 				o.Name = args[0]
 				if err := secret.CheckName(o.Name); err != nil {
 					return err
+				}
+				if secret.Reserved(o.Name) {
+					if action == "rm" {
+						return fmt.Errorf("%s is the OAuth record of %s, kept by mcpvisor login: remove it with `mcpvisor logout %s`", o.Name, strings.TrimPrefix(o.Name, secret.OAuthPrefix), strings.TrimPrefix(o.Name, secret.OAuthPrefix))
+					}
+					return secret.CheckUserName(o.Name)
 				}
 			}
 			if runF != nil {
@@ -192,10 +199,17 @@ func RunLs(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	records := 0
 	for _, n := range names {
 		fmt.Fprintln(o.IO.Out, n)
+		if secret.Reserved(n) {
+			records++
+		}
 	}
 	fmt.Fprintf(o.IO.ErrOut, "%d secret(s) in the %s\n", len(names), s.Backend())
+	if records > 0 {
+		fmt.Fprintf(o.IO.ErrOut, "%d of them OAuth records (oauth/NAME), kept by mcpvisor login; mcpvisor logout NAME removes one\n", records)
+	}
 	return nil
 }
 

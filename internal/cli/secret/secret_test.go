@@ -81,6 +81,31 @@ func TestSecretCommands(t *testing.T) {
 	}
 }
 
+// OAuth records (oauth/NAME) are mcpvisor login's: set and rm refuse
+// them, ls lists them and says what they are.
+func TestSecretCommandsOAuthRecords(t *testing.T) {
+	dir := t.TempDir()
+	if err := secret.OpenFile(dir).Set(context.Background(), "oauth/linear", "record"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, dir, "v\n", false, "set", "oauth/linear"); err == nil || !strings.Contains(err.Error(), "oauth/linear is reserved for mcpvisor's OAuth records") {
+		t.Fatalf("set oauth/linear: %v", err)
+	}
+	if _, _, err := run(t, dir, "", false, "rm", "oauth/linear"); err == nil || !strings.Contains(err.Error(), "mcpvisor logout linear") {
+		t.Fatalf("rm oauth/linear: %v", err)
+	}
+	if v, err := secret.OpenFile(dir).Get(context.Background(), "oauth/linear"); err != nil || v != "record" {
+		t.Fatalf("the record after set and rm were refused: %q %v", v, err)
+	}
+	if _, _, err := run(t, dir, "v\n", false, "set", "plain"); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := run(t, dir, "", false, "ls")
+	if err != nil || stdout != "oauth/linear\nplain\n" || !strings.Contains(stderr, "2 secret(s) in the file") || !strings.Contains(stderr, "1 of them OAuth records (oauth/NAME), kept by mcpvisor login") {
+		t.Fatalf("ls: %v %q %q", err, stdout, stderr)
+	}
+}
+
 // The state directory is serve's: the flag, else the config's stateDir,
 // else the default.
 func TestStateDir(t *testing.T) {
