@@ -528,11 +528,10 @@ func (r recordStore) Load(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	var sr storedRecord
-	if json.Unmarshal([]byte(v), &sr) != nil || sr.For == "" || sr.Record == nil {
-		return []byte(v), nil // a record stored before records were bound
-	}
-	if sr.For != r.bind {
-		return nil, oauthclient.ErrNoRecord // the server's URL or client changed
+	if json.Unmarshal([]byte(v), &sr) != nil || sr.For != r.bind || sr.Record == nil {
+		// Another server's record as it was configured (another URL or
+		// client), or not one mcpvisor wrote: not this one's tokens.
+		return nil, oauthclient.ErrNoRecord
 	}
 	return sr.Record, nil
 }

@@ -747,3 +747,23 @@ func TestOAuthResourceHasNoQuery(t *testing.T) {
 		}
 	}
 }
+
+// A stored value that is not a record bound to this server's URL and
+// client (one set by hand, say) is no record: its tokens are not sent.
+func TestOAuthUnboundRecordIsNoRecord(t *testing.T) {
+	store := &memStore{m: map[string]string{"oauth/r": `{"tokens":{"access":"tok-handmade"}}`}}
+	r := recordStore{s: store, name: "oauth/r", bind: "b1"}
+	if _, err := r.Load(t.Context()); !errors.Is(err, oauthclient.ErrNoRecord) {
+		t.Errorf("Load of an unbound value: %v, want ErrNoRecord", err)
+	}
+	if err := r.Save(t.Context(), []byte(`{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Load(t.Context()); err != nil || string(got) != `{"x":1}` {
+		t.Errorf("Load of its own record: %s, %v", got, err)
+	}
+	other := recordStore{s: store, name: "oauth/r", bind: "b2"}
+	if _, err := other.Load(t.Context()); !errors.Is(err, oauthclient.ErrNoRecord) {
+		t.Errorf("Load bound to another URL: %v, want ErrNoRecord", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -209,10 +210,13 @@ func (g *Grant) postForm(ctx context.Context, endpoint string, form url.Values, 
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	form = cloneValues(form)
+	secrets = append(slices.Clone(secrets), ca.secret)
 	var basic string
 	switch ca.method {
 	case AuthClientSecretBasic:
-		basic = "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(ca.id)+":"+url.QueryEscape(ca.secret)))
+		cred := base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(ca.id) + ":" + url.QueryEscape(ca.secret)))
+		basic = "Basic " + cred
+		secrets = append(secrets, cred) // an echo of the header is cut out too
 	case AuthClientSecretPost:
 		form.Set("client_id", ca.id)
 		form.Set("client_secret", ca.secret)
@@ -223,6 +227,7 @@ func (g *Grant) postForm(ctx context.Context, endpoint string, form url.Values, 
 		}
 		form.Set("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
 		form.Set("client_assertion", a)
+		secrets = append(secrets, a)
 		if form.Get("grant_type") != GrantClientCredentials && ca.id != "" {
 			form.Set("client_id", ca.id)
 		}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -117,6 +118,11 @@ func RunLogin(ctx context.Context, o *Options) error {
 		err  error
 	}
 	result := make(chan outcome, 1)
+	// completing is closed once this login's redirect came and its
+	// completion is posted: from then on the wait is for serve's answer
+	// (bounded by the post's own bound), not the redirect's --timeout.
+	completing := make(chan struct{})
+	var completingOnce sync.Once
 	srv := &http.Server{
 		ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +138,7 @@ func RunLogin(ctx context.Context, o *Options) error {
 				page(w, http.StatusBadRequest, "Login failed", "This redirect does not belong to the login under way.")
 				return
 			}
+			completingOnce.Do(func() { close(completing) })
 			var res admin.LoginDone
 			err := post(r.Context(), &o.API, flow, admin.LoginCallback{Query: r.URL.RawQuery}, &res)
 			if err != nil {
@@ -170,29 +177,42 @@ func RunLogin(ctx context.Context, o *Options) error {
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close() // a handler still posting is cut off with its connection
+		}
 	}()
 
 	timer := time.NewTimer(o.Timeout)
 	defer timer.Stop()
-	select {
-	case r := <-result:
-		if r.err != nil {
-			return fmt.Errorf("login %s: %w", o.Server, r.err)
+	timeout := timer.C
+	for {
+		select {
+		case <-completing:
+			completing, timeout = nil, nil // the redirect came: serve's answer decides
+			continue
+		case r := <-result:
+			return o.finish(r.done, r.err, &done)
+		case <-timeout:
+			return fmt.Errorf("login %s: no redirect came within %s; the login was abandoned (run it again, or raise --timeout)", o.Server, o.Timeout)
+		case <-ctx.Done():
+			return fmt.Errorf("login %s abandoned: %w", o.Server, context.Cause(ctx))
 		}
-		done = true
-		if o.JSON {
-			b, _ := json.MarshalIndent(r.done, "", "  ")
-			fmt.Fprintf(o.IO.Out, "%s\n", b)
-		} else {
-			fmt.Fprintln(o.IO.Out, Summary(r.done))
-		}
-		return nil
-	case <-timer.C:
-		return fmt.Errorf("login %s: no redirect came within %s; the login was abandoned (run it again, or raise --timeout)", o.Server, o.Timeout)
-	case <-ctx.Done():
-		return fmt.Errorf("login %s abandoned: %w", o.Server, context.Cause(ctx))
 	}
+}
+
+// finish says how the login ended, once serve answered its completion.
+func (o *Options) finish(d admin.LoginDone, err error, done *bool) error {
+	if err != nil {
+		return fmt.Errorf("login %s: %w", o.Server, err)
+	}
+	*done = true
+	if o.JSON {
+		b, _ := json.MarshalIndent(d, "", "  ")
+		fmt.Fprintf(o.IO.Out, "%s\n", b)
+	} else {
+		fmt.Fprintln(o.IO.Out, Summary(d))
+	}
+	return nil
 }
 
 // listenLoopback opens the listener of the redirect on 127.0.0.1: on the

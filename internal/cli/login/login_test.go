@@ -43,6 +43,8 @@ type fakeServe struct {
 	// onBegin, if set, is called with the redirect URI (a browser that
 	// follows the authorization server's redirect on its own).
 	onBegin func(redirect string)
+	// completeDelay holds the completion's answer (a slow code exchange).
+	completeDelay time.Duration
 
 	mu         sync.Mutex
 	redirect   string
@@ -107,6 +109,7 @@ func (f *fakeServe) serve(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.completes = append(f.completes, cb.Query)
 		f.mu.Unlock()
+		time.Sleep(f.completeDelay)
 		if f.completeStatus != 0 {
 			writeJSON(w, f.completeStatus, map[string]string{"error": f.completeError})
 			return
@@ -321,6 +324,30 @@ func TestLoginTimeout(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "up to 300ms") {
 		t.Errorf("stderr does not say how long it waits: %s", errOut)
+	}
+}
+
+// The redirect came in time, but serve's exchange outlasts --timeout:
+// the login waits for serve's answer — it succeeded — instead of saying
+// it was abandoned and cancelling a flow serve completed.
+func TestLoginTimeoutDuringCompletion(t *testing.T) {
+	f := newFakeServe(t)
+	f.completeDelay = 600 * time.Millisecond
+	o, out, _ := newOptions(t, f)
+	o.Timeout = 300 * time.Millisecond
+	o.Open = func(u string) error {
+		p, _ := url.Parse(u)
+		go visit(t, p.Query().Get("redirect_uri"), url.Values{"code": {"c0de"}, "state": {p.Query().Get("state")}})
+		return nil
+	}
+	if err := RunLogin(context.Background(), o); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	if !strings.Contains(out.String(), "Logged in to remote") {
+		t.Errorf("printed %q", out)
+	}
+	if _, cancels := f.seen(); len(cancels) != 0 {
+		t.Errorf("cancelled %v after serve completed the login", cancels)
 	}
 }
 
