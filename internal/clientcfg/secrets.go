@@ -54,22 +54,19 @@ func (s *Server) LiteralSecrets(server string) []Secret {
 	return s.secrets(server, false, nil)
 }
 
-// MoveSecrets returns a copy of the entry with its literal secrets
-// (LiteralSecrets) replaced by ${keyring:NAME} references, and the
-// secrets, for the caller to store each under its Name.
-func (s *Server) MoveSecrets(server string) (*Server, []Secret) {
-	return s.MoveSecretsAvoiding(server, nil)
-}
-
-// MoveSecretsAvoiding is MoveSecrets giving no secret a name inUse
-// reports (one the store holds, one another entry took): such a name
-// gets a suffix, -2, -3…, so that storing never overwrites a secret.
+// MoveSecretsAvoiding returns a copy of the entry with its literal
+// secrets (LiteralSecrets) replaced by ${keyring:NAME} references, and
+// the secrets, for the caller to store each under its Name. No secret
+// gets a name inUse reports (one the store holds, one another entry
+// took; nil: none): such a name gets a suffix, -2, -3…, so that storing
+// never overwrites a secret.
 func (s *Server) MoveSecretsAvoiding(server string, inUse func(name string) bool) (*Server, []Secret) {
 	c := s.clone()
 	return c, c.secrets(server, true, inUse)
 }
 
-// clone copies the entry and what it holds that MoveSecrets changes.
+// clone copies the entry and what it holds that MoveSecretsAvoiding
+// changes.
 func (s *Server) clone() *Server {
 	c := *s
 	c.Env, c.Headers, c.Args = slices.Clone(s.Env), slices.Clone(s.Headers), slices.Clone(s.Args)

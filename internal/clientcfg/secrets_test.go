@@ -23,7 +23,7 @@ func TestMoveSecrets(t *testing.T) {
 		Headers: []KV{{"Authorization", "Bearer tok-123"}, {"X-Api-Key", "k"}, {"Accept", "text/plain"}, {"X-Ref", "Bearer ${keyring:other}"}},
 		OAuth:   &OAuth{ClientID: "id", ClientSecret: "cs"}}
 
-	moved, secrets := s.MoveSecrets("srv")
+	moved, secrets := s.MoveSecretsAvoiding("srv", nil)
 	got := map[string]string{}
 	for _, sec := range secrets {
 		got[sec.Name+" "+sec.At] = sec.Value()
@@ -57,7 +57,7 @@ func TestMoveSecrets(t *testing.T) {
 		t.Errorf("LiteralSecrets: %v, or it moved them", lit)
 	}
 
-	mr, rs := r.MoveSecrets("my server")
+	mr, rs := r.MoveSecretsAvoiding("my server", nil)
 	if fmt.Sprint(mr.Headers) != "[{Authorization Bearer ${keyring:my_server.header.Authorization}} {X-Api-Key ${keyring:my_server.header.X-Api-Key}} {Accept text/plain} {X-Ref Bearer ${keyring:other}}]" ||
 		mr.OAuth.ClientSecret != "${keyring:my_server.oauth.clientSecret}" || r.OAuth.ClientSecret != "cs" {
 		t.Errorf("headers %v, oauth %+v", mr.Headers, mr.OAuth)
@@ -78,7 +78,7 @@ func TestMoveSecrets(t *testing.T) {
 // Two fields whose derived names clash get distinct names.
 func TestMoveSecretsNamesAreDistinct(t *testing.T) {
 	s := &Server{Command: "x", Env: []KV{{"A B_TOKEN", "tok-1"}, {"A_B_TOKEN", "tok-2"}}}
-	_, l := s.MoveSecrets("s")
+	_, l := s.MoveSecretsAvoiding("s", nil)
 	if len(l) != 2 || l[0].Name != "s.A_B_TOKEN" || l[1].Name != "s.A_B_TOKEN-2" {
 		t.Errorf("names %v", l)
 	}
@@ -100,7 +100,7 @@ func TestMoveSecretsAvoidsNamesInUse(t *testing.T) {
 // another name or with another value, or with no store, it is not.
 func TestSameServerWithSecretsMoved(t *testing.T) {
 	s := &Server{Name: "gh", Command: "docker", Args: []string{"run", "x"}, Env: []KV{{"GITHUB_TOKEN", "ghp_abc"}}}
-	moved, secrets := s.MoveSecrets("github")
+	moved, secrets := s.MoveSecretsAvoiding("github", nil)
 	moved.Name = "github"
 	stored := lookupOf(secrets)
 	if SameLaunch(moved, s) || !SameServer(moved, s, stored) {
@@ -109,7 +109,7 @@ func TestSameServerWithSecretsMoved(t *testing.T) {
 	if SameServer(moved, s, nil) {
 		t.Error("with no store, the moved entry is the same server")
 	}
-	other, _ := s.MoveSecrets("other")
+	other, _ := s.MoveSecretsAvoiding("other", nil)
 	other.Name = "github"
 	if SameServer(other, s, stored) {
 		t.Error("secrets moved under another name, not stored, are the same server")
@@ -140,7 +140,7 @@ func TestSameServerComparesTheStoredSecret(t *testing.T) {
 		return f.Servers[0]
 	}
 	const tokA, tokB = "ghp_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "ghp_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
-	known, secrets := read(tokA).MoveSecrets("gh")
+	known, secrets := read(tokA).MoveSecretsAvoiding("gh", nil)
 	known.Name = "gh"
 	stored := lookupOf(secrets)
 	if SameServer(known, read(tokB), stored) {
