@@ -69,6 +69,9 @@ func (g *Grant) discoverPRM(ctx context.Context, fromChallenge string) (*protect
 		if err := checkEndpoint(c); err != nil {
 			return nil, fmt.Errorf("protected resource metadata URL: %w", err)
 		}
+		if err := g.checkNamed(c); err != nil {
+			return nil, fmt.Errorf("protected resource metadata URL: %w", err)
+		}
 		var prm protectedResource
 		err := g.getJSON(ctx, c, &prm)
 		var fe *fetchError
@@ -222,6 +225,32 @@ func checkEndpoint(raw string) error {
 	return fmt.Errorf("%q is not an http(s) URL", sanitize(raw, 200))
 }
 
+// checkNamed refuses a URL the server named (in its challenge or its
+// metadata) on a loopback or private address when the server itself is
+// not on one: a remote server must not make mcpvisor send requests to
+// the machine's or its network's own services.
+func (g *Grant) checkNamed(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not an absolute URL", sanitize(raw, 200))
+	}
+	ru, _ := url.Parse(g.s.Resource)
+	if ru == nil || isLocal(ru.Hostname()) || !isLocal(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("%s is on a local or private address, and server %s is not", u.Redacted(), ru.Host)
+}
+
+// isLocal reports whether host is loopback, or an IP address of a private,
+// link-local or unspecified range.
+func isLocal(host string) bool {
+	if isLoopback(host) {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified())
+}
+
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -253,6 +282,9 @@ func (g *Grant) discover(ctx context.Context, fromChallenge, preferIssuer string
 		ru, _ := url.Parse(g.s.Resource)
 		d.issuer = ru.Scheme + "://" + ru.Host
 		g.log.Debug("oauth: no protected resource metadata; using the server's origin as authorization server", "issuer", d.issuer)
+	}
+	if err := g.checkNamed(d.issuer); err != nil {
+		return nil, fmt.Errorf("authorization server: %w", err)
 	}
 	m, err := g.fetchASMetadata(ctx, d.issuer)
 	if errors.Is(err, errNoASMetadata) {

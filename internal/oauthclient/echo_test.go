@@ -48,3 +48,25 @@ func TestTokenErrorsDoNotEchoClientCredentials(t *testing.T) {
 		}
 	}
 }
+
+// A public server may not name local or private addresses for mcpvisor
+// to fetch (its metadata, its authorization server); a local server may.
+func TestNamedURLsStayOffLocalAddresses(t *testing.T) {
+	for _, c := range []struct {
+		resource, named string
+		ok              bool
+	}{
+		{"https://mcp.example.com/mcp", "https://auth.example.com/.well-known/oauth-protected-resource", true},
+		{"https://mcp.example.com/mcp", "http://127.0.0.1:8080/.well-known/oauth-protected-resource", false},
+		{"https://mcp.example.com/mcp", "https://10.0.0.5/", false},
+		{"https://mcp.example.com/mcp", "https://169.254.169.254/latest", false},
+		{"https://mcp.example.com/mcp", "https://[::1]/x", false},
+		{"http://127.0.0.1:9000/mcp", "http://127.0.0.1:9001/issuer", true},
+		{"https://192.168.1.2/mcp", "https://192.168.1.3/issuer", true},
+	} {
+		g := New(Settings{Resource: c.resource}, nil, nil, nil)
+		if err := g.checkNamed(c.named); (err == nil) != c.ok {
+			t.Errorf("server %s naming %s: %v, want ok=%v", c.resource, c.named, err, c.ok)
+		}
+	}
+}
