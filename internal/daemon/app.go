@@ -94,8 +94,14 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	events.PersistTo(hist.Record)
 	logs := logbuf.NewRegistry(logbuf.Options{})
 	f, err := fleet.New(cfg, fleet.Options{Runtime: rt, Hooks: gw, Logger: log, OnListsChanged: gw.ListsChanged, Interest: gw.Interest(), OnEvent: events.Add, Logs: logs,
-		Trim:         newTrimmer(st, log).Trim,
-		Secrets:      secret.Lazy(stateDir),
+		Trim: newTrimmer(st, log).Trim,
+		Secrets: secret.LazyReport(stateDir, secret.Options{}, func(backend, why string) {
+			if why != "" {
+				log.Info("secrets and OAuth tokens are kept in a file: the OS keyring is not used", "store", backend, "why", why)
+			} else {
+				log.Info("secrets and OAuth tokens are kept in the OS keyring", "store", backend)
+			}
+		}),
 		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
 	if err != nil {
 		_ = hist.Close(context.Background())

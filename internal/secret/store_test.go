@@ -482,3 +482,23 @@ func TestKeyringValuesInParts(t *testing.T) {
 		t.Fatal("a value shaped like a head was taken")
 	}
 }
+
+// LazyReport opens the store at its first use, not before, and says once
+// which back end it chose and why not the keyring.
+func TestLazyReportSaysWhichOnce(t *testing.T) {
+	dir := t.TempDir()
+	var reports []string
+	s := LazyReport(dir, Options{NoKeyring: true}, func(backend, why string) { reports = append(reports, backend+": "+why) })
+	if len(reports) != 0 {
+		t.Fatalf("reported before any use: %v", reports)
+	}
+	if err := s.Set(context.Background(), "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 1 || !strings.HasPrefix(reports[0], "file ") || !strings.Contains(reports[0], "not to be used") {
+		t.Fatalf("reports %q, want one naming the file and why", reports)
+	}
+}
