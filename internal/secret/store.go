@@ -69,15 +69,13 @@ func OpenReport(stateDir string, opts Options) (Store, string) {
 	return k, ""
 }
 
-// Lazy is Open(stateDir) made at the first call of one of its methods
-// (and Backend), not before: serve starts without waiting for the
-// keyring's probe, and pays for it only when a server refers to a secret.
-func Lazy(stateDir string) Store { return LazyReport(stateDir, Options{}, nil) }
-
-// LazyReport is Lazy with options, telling report (if set) once, when the
-// store is opened, which back end it is and why the keyring is not used
-// when it is not ("" when it is): a serve whose keyring did not answer
-// its probe keeps the file for its life, and says so in its log.
+// LazyReport is OpenWith(stateDir, opts) made at the first call of one of
+// its methods (and Backend), not before: serve starts without waiting for
+// the keyring's probe, and pays for it only when a server refers to a
+// secret. It tells report (if set) once, when the store is opened, which
+// back end it is and why the keyring is not used when it is not ("" when
+// it is): a serve whose keyring did not answer its probe keeps the file
+// for its life, and says so in its log.
 func LazyReport(stateDir string, opts Options, report func(backend, why string)) Store {
 	return &lazyStore{open: func() Store {
 		s, why := OpenReport(stateDir, opts)
