@@ -15,6 +15,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // KV is one environment variable or header, as written.
@@ -856,7 +857,7 @@ func claudeValue(s string, kept func()) string {
 			i++
 			continue
 		}
-		end := closingBrace(s, i+2)
+		end := secret.ClosingBrace(s, i+2)
 		if end < 0 {
 			b.WriteString(s[i:])
 			break
@@ -875,28 +876,6 @@ func claudeValue(s string, kept func()) string {
 		i = end + 1
 	}
 	return b.String()
-}
-
-// closingBrace returns the index of the } that closes a ${ whose body
-// starts at start, allowing nested ${...}, or -1 (as mcpvisor's config
-// reads it).
-func closingBrace(s string, start int) int {
-	depth := 0
-	for j := start; j < len(s); j++ {
-		switch {
-		case s[j] == '$' && j+1 < len(s) && s[j+1] == '$':
-			j++
-		case s[j] == '$' && j+1 < len(s) && s[j+1] == '{':
-			depth++
-			j++
-		case s[j] == '}':
-			if depth == 0 {
-				return j
-			}
-			depth--
-		}
-	}
-	return -1
 }
 
 func (s *Server) block(at, msg string) {

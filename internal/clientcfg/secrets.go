@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/redact"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // SecretSetter stores a secret's value under a name (internal/secret's
@@ -123,7 +124,7 @@ func (s *Server) withStored(stored SecretLookup) (*Server, bool) {
 				i++
 				continue
 			}
-			end := closingBrace(t, i+2)
+			end := secret.ClosingBrace(t, i+2)
 			if end < 0 {
 				b.WriteString(t[i:])
 				break

@@ -77,7 +77,7 @@ func parse(s string) ([]part, error) {
 			lit.WriteByte('$')
 			i += 2
 		case '{':
-			end := closingBrace(s, i+2)
+			end := ClosingBrace(s, i+2)
 			if end < 0 {
 				return nil, fmt.Errorf("unterminated %q (%s)", s[i:], want)
 			}
@@ -155,9 +155,10 @@ func parseRef(text string) (*Ref, []part, error) {
 	return ref, nil, nil
 }
 
-// closingBrace returns the index of the } that closes a ${ whose body starts
-// at start, allowing nested ${...} in defaults, or -1.
-func closingBrace(s string, start int) int {
+// ClosingBrace returns the index of the } that closes a ${ whose body
+// starts at start, allowing nested ${...} in defaults and skipping $$, or
+// -1: how mcpvisor's config reads a reference's extent.
+func ClosingBrace(s string, start int) int {
 	depth := 0
 	for j := start; j < len(s); j++ {
 		switch {
