@@ -1056,77 +1056,6 @@ func (c codexServer) key(k string, v any, fat string) {
 		s.Disabled = !b
 	case "env_vars":
 		s.clientOnly(fat, "variables passed on from Codex's environment, which the server would not get from mcpvisor's (put them in env to take the server over)")
-	case "bearer_token_env_var":
-		name, ok := v.(string)
-		if !ok || !envName(name) {
-			c.bad(fat, "the name of an environment variable")
-			return
-		}
-		s.setHeader("Authorization", "Bearer ${"+name+"}")
-		s.setField("headers", fat)
-	case "bearer_token":
-		tok, ok := v.(string)
-		if !ok {
-			c.bad(fat, "a string")
-			return
-		}
-		s.setHeader("Authorization", "Bearer "+codexEscape(tok))
-		s.setField("headers", fat)
-	case "env_http_headers":
-		t, ok := v.(map[string]any)
-		if !ok {
-			c.bad(fat, "a table of environment variable names")
-			return
-		}
-		for _, h := range sortedKeys(t) {
-			name, ok := t[h].(string)
-			if !ok || !envName(name) {
-				c.bad(join(fat, h), "the name of an environment variable")
-				continue
-			}
-			s.setHeader(h, "${"+name+"}")
-		}
-		s.setField("headers", fat)
-	case "scopes":
-		scopes, ok := c.strs(v, fat, func(s string) string { return s })
-		if !ok {
-			return
-		}
-		if s.OAuth == nil {
-			s.OAuth = &OAuth{}
-		}
-		s.OAuth.Scopes = scopes
-		s.Login = true
-	case "oauth_resource":
-		if _, ok := v.(string); !ok {
-			c.bad(fat, "a string")
-			return
-		}
-		s.Login = true
-		s.note(fat, "not carried over: mcpvisor has no resource override; it asks for the resource the server's metadata names")
-	case "oauth":
-		t, ok := v.(map[string]any)
-		if !ok {
-			c.bad(fat, "a table")
-			return
-		}
-		s.Login = true
-		for _, ok := range sortedKeys(t) {
-			switch ok {
-			case "client_id":
-				id, isStr := t[ok].(string)
-				if !isStr {
-					c.bad(join(fat, ok), "a string")
-					continue
-				}
-				if s.OAuth == nil {
-					s.OAuth = &OAuth{}
-				}
-				s.OAuth.ClientID = id
-			default:
-				s.clientOnly(join(fat, ok), unsupportedWhy(FormatCodex, ok))
-			}
-		}
 	case "default_tools_approval_mode", "tools":
 		s.clientOnly(fat, "Codex's approval of tool calls, which mcpvisor cannot carry")
 	case "startup_timeout_sec", "startup_timeout_ms", "tool_timeout_sec":
@@ -1162,8 +1091,93 @@ func (c codexServer) key(k string, v any, fat string) {
 		s.keepClientSide(k, nil, v)
 	case "name": // legacy, Codex ignores it
 	default:
-		s.clientOnly(fat, unsupportedWhy(FormatCodex, k))
+		if !c.signInKey(k, v, fat) {
+			s.clientOnly(fat, unsupportedWhy(FormatCodex, k))
+		}
 	}
+}
+
+// signInKey reads the keys of how Codex signs in to a remote server (a
+// bearer token, headers from its environment, OAuth), reporting whether
+// k is one of them.
+func (c codexServer) signInKey(k string, v any, fat string) bool {
+	s := c.s
+	switch k {
+	case "bearer_token_env_var":
+		name, ok := v.(string)
+		if !ok || !envName(name) {
+			c.bad(fat, "the name of an environment variable")
+			return true
+		}
+		s.setHeader("Authorization", "Bearer ${"+name+"}")
+		s.setField("headers", fat)
+	case "bearer_token":
+		tok, ok := v.(string)
+		if !ok {
+			c.bad(fat, "a string")
+			return true
+		}
+		s.setHeader("Authorization", "Bearer "+codexEscape(tok))
+		s.setField("headers", fat)
+	case "env_http_headers":
+		t, ok := v.(map[string]any)
+		if !ok {
+			c.bad(fat, "a table of environment variable names")
+			return true
+		}
+		for _, h := range sortedKeys(t) {
+			name, ok := t[h].(string)
+			if !ok || !envName(name) {
+				c.bad(join(fat, h), "the name of an environment variable")
+				continue
+			}
+			s.setHeader(h, "${"+name+"}")
+		}
+		s.setField("headers", fat)
+	case "scopes":
+		scopes, ok := c.strs(v, fat, func(s string) string { return s })
+		if !ok {
+			return true
+		}
+		if s.OAuth == nil {
+			s.OAuth = &OAuth{}
+		}
+		s.OAuth.Scopes = scopes
+		s.Login = true
+	case "oauth_resource":
+		if _, ok := v.(string); !ok {
+			c.bad(fat, "a string")
+			return true
+		}
+		s.Login = true
+		s.note(fat, "not carried over: mcpvisor has no resource override; it asks for the resource the server's metadata names")
+	case "oauth":
+		t, ok := v.(map[string]any)
+		if !ok {
+			c.bad(fat, "a table")
+			return true
+		}
+		s.Login = true
+		for _, ok := range sortedKeys(t) {
+			switch ok {
+			case "client_id":
+				id, isStr := t[ok].(string)
+				if !isStr {
+					c.bad(join(fat, ok), "a string")
+					continue
+				}
+				if s.OAuth == nil {
+					s.OAuth = &OAuth{}
+				}
+				s.OAuth.ClientID = id
+			default:
+				s.clientOnly(join(fat, ok), unsupportedWhy(FormatCodex, ok))
+			}
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 func tomlNumber(v any) (float64, bool) {
