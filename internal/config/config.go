@@ -73,6 +73,10 @@ const (
 	// SharingPerSession gives each client session its own connection (its
 	// own process for a stdio server), closed when the session ends.
 	SharingPerSession = "per-session"
+	// SharingPerIdentity gives each identity its own connection, shared
+	// by that identity's sessions and requests (bounded by maxInstances,
+	// ended when idle).
+	SharingPerIdentity = "per-identity"
 )
 
 // Launch modes of a stdio server ("launch").
@@ -151,6 +155,16 @@ type Config struct {
 	// the default of every remote server's (already applied to their
 	// OAuth).
 	OAuthClientMetadataURL string
+	// Auth makes mcpvisor an OAuth resource server (nil: the loopback
+	// guard and the optional static token, as without it).
+	Auth *AuthConfig
+	// Policy is the rules every request is decided by, in order (nil:
+	// everything is allowed).
+	Policy []PolicyRule
+	// Audit, when set, records every call and every denial.
+	Audit *AuditConfig
+	// RateLimits, when set, bounds each identity's requests.
+	RateLimits *LimitsConfig
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server

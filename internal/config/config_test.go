@@ -343,7 +343,7 @@ func TestErrors(t *testing.T) {
 		{"bad prefix", `{"mcpServers": {"a": {"command": "x", "prefix": "a b"}}}`, nil,
 			"mcpServers.a.prefix", `"a b" is not a valid prefix`},
 		{"unknown sharing", `{"mcpServers": {"a": {"command": "x", "sharing": "global"}}}`, nil,
-			"mcpServers.a.sharing", `"global" is not a sharing mode (valid: "shared", "per-session")`},
+			"mcpServers.a.sharing", `"global" is not a sharing mode (valid: "shared", "per-session", "per-identity")`},
 		{"unknown client capability", `{"mcpServers": {"a": {"command": "x", "clientCapabilities": ["roots", "tasks"]}}}`, nil,
 			"mcpServers.a.clientCapabilities[1]", `"tasks" is not a client capability mcpvisor carries (valid: "roots", "sampling", "elicitation")`},
 		{"client capability twice", `{"defaults": {"clientCapabilities": ["roots", "roots"]}, "mcpServers": {"a": {"command": "x"}}}`, nil,

@@ -196,10 +196,10 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 	case "sharing":
 		if str, ok := p.str(v, at); ok {
 			switch str {
-			case SharingShared, SharingPerSession:
+			case SharingShared, SharingPerSession, SharingPerIdentity:
 				s.sharing = &str
 			default:
-				p.errorf(at, "%q is not a sharing mode (valid: %q, %q)", str, SharingShared, SharingPerSession)
+				p.errorf(at, "%q is not a sharing mode (valid: %q, %q, %q)", str, SharingShared, SharingPerSession, SharingPerIdentity)
 			}
 		}
 	case "clientCapabilities":
