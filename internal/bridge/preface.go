@@ -29,6 +29,11 @@ type Hello struct {
 	// Client names the program that launched connect (its parent
 	// process), a hint for per-client identity; "" if unknown.
 	Client string `json:"client"`
+
+	// PeerUID is the connecting process's uid, from the kernel (never
+	// from the wire), when PeerKnown: the session's identity.
+	PeerUID   int  `json:"-"`
+	PeerKnown bool `json:"-"`
 }
 
 // Reply is the daemon's answer to a Hello: one JSON line, either

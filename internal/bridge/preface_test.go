@@ -14,7 +14,8 @@ func TestReadHello(t *testing.T) {
 		err      error
 		msg      string
 	}{
-		{"ok", `{"mcpvisor":"connect/1","server":"x","client":"claude"}` + "\n", Hello{Version, "x", "claude"}, nil, ""},
+		{"ok", `{"mcpvisor":"connect/1","server":"x","client":"claude"}` + "\n", Hello{Version: Version, Server: "x", Client: "claude"}, nil, ""},
+		{"peer fields are never read from the wire", `{"mcpvisor":"connect/1","PeerUID":0,"PeerKnown":true}` + "\n", Hello{Version: Version}, nil, ""},
 		{"unknown fields pass", `{"mcpvisor":"connect/1","later":1}` + "\n", Hello{Version: Version}, nil, ""},
 		{"another version", `{"mcpvisor":"connect/2"}` + "\n", Hello{Version: "connect/2"}, ErrUnsupportedVersion, `"connect/2": this daemon speaks connect/1`},
 		{"no version", `{"jsonrpc":"2.0","id":1,"method":"initialize"}` + "\n", Hello{}, ErrBadPreface, `no "mcpvisor" version`},

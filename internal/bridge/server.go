@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/peercred"
 )
 
 // DefaultPrefaceTimeout bounds the wait for a connection's preface
@@ -114,6 +116,11 @@ func (s *Server) handle(ctx context.Context, c net.Conn, log *slog.Logger) {
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
 	br := bufio.NewReaderSize(c, MaxPrefaceLine)
 	h, err := ReadHello(br)
+	if uc, ok := c.(*net.UnixConn); ok && err == nil {
+		if uid, perr := peercred.UID(uc); perr == nil {
+			h.PeerUID, h.PeerKnown = uid, true
+		}
+	}
 	var sess Session
 	if err == nil {
 		var release func()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -283,5 +284,30 @@ func TestOpenReleasedAfterClose(t *testing.T) {
 	c.CloseWrite() // the session ends at the client's EOF
 	if err := <-released; err != nil {
 		t.Fatalf("when Open's release ran the connection was still open: %v", err)
+	}
+}
+
+// The session's peer is the connecting process's uid, from the kernel;
+// a preface that claims one is not believed.
+func TestServerReadsThePeersUID(t *testing.T) {
+	got := make(chan Hello, 1)
+	path, stop := serveEcho(t, &Server{Open: echoOpen(func(h Hello) (func(), error) {
+		got <- h
+		return nil, nil
+	})})
+	defer stop()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, `{"mcpvisor":"`+Version+`","server":"a","PeerUID":0,"PeerKnown":false}`+"\n")
+	select {
+	case h := <-got:
+		if !h.PeerKnown || h.PeerUID != os.Getuid() {
+			t.Errorf("peer: known %v uid %d, want this process's uid %d", h.PeerKnown, h.PeerUID, os.Getuid())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no session opened")
 	}
 }

@@ -159,6 +159,9 @@ func (d *daemonFront) open(stdio gateway.StdioOptions) func(bridge.Hello) (bridg
 		}
 		opts := stdio
 		opts.ClientHint = h.Client // the program that launched connect
+		if h.PeerKnown {
+			opts.Identity = localIdentity(h.PeerUID)
+		}
 		opts.Place = place
 		release := func() {}
 		if place != nil {

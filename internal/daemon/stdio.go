@@ -101,7 +101,7 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 	}
 	served = true // the shutdown closes everything from here on
 	go func() {
-		_ = gateway.ServeStdio(sd.Context(), ep, stdin, stdout, log, &activity)
+		_ = gateway.StdioOptions{Logger: log, Activity: &activity, Identity: localIdentity(os.Getuid())}.Serve(sd.Context(), ep, stdin, stdout)
 		sd.Trigger("stdin closed")
 	}()
 	return a.shutdown(sd, o.ShutdownTimeout, func(ctx context.Context) error {

@@ -30,7 +30,7 @@ func samplingRequest(n int) *rpc.Message {
 // on g, the client having declared sampling, with c its call in
 // flight on conn (registered, as begin would, for Request to find).
 func newHeld(g *Gateway, conn fleet.Conn) (*heldCall, *call) {
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	s.held = h
 	c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
@@ -411,7 +411,7 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
 	mo.ctx, mo.cancel = ctx, cancel // as the HTTP front serves it
-	s := g.newModernReq(nil, nil, mo)
+	s := g.newModernReq(nil, nil, mo, nil)
 	defer g.endModernReq(s)
 
 	first := make(chan *rpc.Message, 1)
@@ -449,7 +449,7 @@ func TestModernForwardTakesTheRequestContextOnce(t *testing.T) {
 	ctx2, cancel2 := context.WithCancelCause(t.Context())
 	defer cancel2(nil)
 	mo2 := &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`), ctx: ctx2, cancel: cancel2}
-	s2 := g.newModernReq(nil, nil, mo2)
+	s2 := g.newModernReq(nil, nil, mo2, nil)
 	defer g.endModernReq(s2)
 	if m := g.forward(ctx2, sender{req: s2}, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"one"}}`), json.RawMessage(`2`), noSink); m.Error != nil {
 		t.Fatalf("forward: %s", m.Encode())

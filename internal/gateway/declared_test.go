@@ -167,7 +167,7 @@ func TestServerRequestsOnlyToDeclaringClients(t *testing.T) {
 func TestHeldCallUndeclaredIsMethodNotFound(t *testing.T) {
 	g := New(nil)
 	conn := &recConn{}
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"elicitation":{}}`)}
 	s.held = h
 	t.Cleanup(func() { h.stop(false) })

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,7 +81,18 @@ type Session struct {
 	// ident is who the session's client says it is (identity.go); nil
 	// until it says so or is given a hint. Written under mu.
 	ident atomic.Pointer[clientIdent]
+	// user is who the session's client is, as mcpvisor verified it (a
+	// token's subject, the local user): set once, by the front, before
+	// the session's first message is handled. nil: anonymous.
+	user atomic.Pointer[identity.Identity]
 }
+
+// Identity is who the session's client is, as verified (nil: anonymous).
+func (s *Session) Identity() *identity.Identity { return s.user.Load() }
+
+// SetIdentity sets who the session's client is; the front calls it once,
+// before the session's first message.
+func (s *Session) SetIdentity(id *identity.Identity) { s.user.Store(id) }
 
 // NewSession returns a session whose unsolicited messages go to out.
 // Endpoints call it from Open.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -75,7 +76,7 @@ func (h *StreamableHandler) servePOST(w http.ResponseWriter, r *http.Request) {
 		h.refuseRPC(w, r, m, http.StatusBadRequest, requestID(m), rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required")
 		return
 	}
-	hs := h.acquire(sid)
+	hs := h.acquire(r, sid)
 	if hs == nil {
 		h.refuseNoSession(w, r, m)
 		return
@@ -284,6 +285,9 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	}
 	hs.sess = h.ep.Open(hs)
 	hs.sess.ID = hs.id
+	// The session is its initializer's: another identity that names it
+	// is told it does not exist (lookup).
+	hs.sess.SetIdentity(identity.FromContext(r.Context()))
 
 	ps := &postStream{hs: hs, w: w, ctx: r.Context(), sseOK: sseOK, sid: hs.id}
 	resp := h.response(m, h.ep.Handle(r.Context(), hs.sess, m, ps))
@@ -319,14 +323,19 @@ func negotiated(resp *rpc.Message) string {
 // flight on it (which keeps it from expiring or being evicted); the
 // caller must end it with hs.place.exit. nil if there is none, or it is
 // being closed.
-func (h *StreamableHandler) acquire(sid string) *httpSession {
-	return h.lookup(sid, (*Place).enter)
+func (h *StreamableHandler) acquire(r *http.Request, sid string) *httpSession {
+	return h.lookup(r, sid, (*Place).enter)
 }
 
-// lookup finds session sid and enters it as enter does, or nil.
-func (h *StreamableHandler) lookup(sid string, enter func(*Place) bool) *httpSession {
+// lookup finds session sid of r's identity and enters it as enter does,
+// or nil. A session another identity initialized is not found: its id
+// alone lets nobody else in.
+func (h *StreamableHandler) lookup(r *http.Request, sid string, enter func(*Place) bool) *httpSession {
 	h.mu.RLock()
 	hs := h.sessions[sid]
+	if hs != nil && !identity.Same(hs.sess.Identity(), identity.FromContext(r.Context())) {
+		hs = nil
+	}
 	if hs != nil && !enter(&hs.place) {
 		hs = nil
 	}
@@ -352,7 +361,7 @@ func (h *StreamableHandler) serveBatch(w http.ResponseWriter, r *http.Request, b
 		h.refuseRPC(w, r, nil, http.StatusBadRequest, nil, rpc.InvalidRequest, "Bad Request: Mcp-Session-Id header required (initialize cannot be part of a batch)")
 		return
 	}
-	hs := h.acquire(sid)
+	hs := h.acquire(r, sid)
 	if hs == nil {
 		h.refuseNoSession(w, r, nil)
 		return

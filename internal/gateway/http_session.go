@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -71,7 +72,7 @@ func (h *StreamableHandler) serveGET(w http.ResponseWriter, r *http.Request) {
 		}
 		resume = true
 	}
-	hs := h.acquireStream(sid)
+	hs := h.acquireStream(r, sid)
 	if hs == nil {
 		h.gw.refusedHTTP(telemetry.RefusedUnknownSession)
 		sessionNotFound(w)
@@ -120,8 +121,8 @@ func parseEventID(id string) (stream, seq uint64, ok bool) {
 // acquireStream is acquire for a GET stream, which keeps the session
 // from expiring but not from eviction: the caller ends it with
 // hs.place.exitStream.
-func (h *StreamableHandler) acquireStream(sid string) *httpSession {
-	return h.lookup(sid, (*Place).enterStream)
+func (h *StreamableHandler) acquireStream(r *http.Request, sid string) *httpSession {
+	return h.lookup(r, sid, (*Place).enterStream)
 }
 
 // getStream is the control of one GET request's stream.
@@ -323,7 +324,12 @@ func (h *StreamableHandler) serveDELETE(w http.ResponseWriter, r *http.Request) 
 	}
 	h.mu.Lock()
 	hs := h.sessions[sid]
-	delete(h.sessions, sid)
+	if hs != nil && !identity.Same(hs.sess.Identity(), identity.FromContext(r.Context())) {
+		hs = nil // another identity's: not found, and left alone
+	}
+	if hs != nil {
+		delete(h.sessions, sid)
+	}
 	h.mu.Unlock()
 	if hs == nil || !hs.place.close() {
 		// Unknown, or being closed already (evicted, expired).

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -266,7 +267,7 @@ func listKind(method string) string {
 // nothing else in the fleet). server is the endpoint's server (nil for the
 // aggregated one).
 func (g *Gateway) stateless(ctx context.Context, server *fleet.Server, m *rpc.Message, mo *Modern, related Sink, p statelessPlan) *rpc.Message {
-	r := g.newModernReq(server, m, mo)
+	r := g.newModernReq(server, m, mo, identity.FromContext(ctx))
 	resp := p.handle(ctx, sender{req: r}, m, related)
 	if r.held == nil {
 		g.endModernReq(r) // else the held call ends it at its end

@@ -119,7 +119,7 @@ func TestListTTLWhenChangesAreAnnounced(t *testing.T) {
 func TestClosedStatelessSessionBeginsNoCall(t *testing.T) {
 	w := newWorld(t, `{"x":{"command":"$FIXTURE","sharing":"per-session"}}`)
 	srv := w.fleet.Get("x")
-	s := w.gw.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	s := w.gw.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 	w.gw.endModernReq(s)
 	resp := w.gw.forward(t.Context(), sender{req: s}, srv, "tools/call", json.RawMessage(`{"name":"echo","arguments":{"text":"late"}}`), json.RawMessage(`1`), noSink)
 	if resp.Error == nil || !strings.Contains(resp.Error.Message, "session closed") {

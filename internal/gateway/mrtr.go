@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -678,10 +679,13 @@ func (g *Gateway) resumeHeld(ctx context.Context, m *rpc.Message, mo *Modern, st
 	if err != nil {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState "+err.Error())
 	}
-	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpointName(endpoint) {
+	if st.Method != m.Method || st.Digest != salientDigest(m.Params) || st.Endpoint != endpointName(endpoint) || st.Who != whoOf(identity.FromContext(ctx)) {
 		return errorResponse(m.ID, rpc.InvalidParams, "Invalid params: requestState belongs to another request (its endpoint, method and parameters must be the original's)")
 	}
 	h := g.held.get(st.Held)
+	if h != nil && !identity.Same(h.mreq.user, identity.FromContext(ctx)) {
+		h = nil // another identity's call: as if it had ended
+	}
 	if h != nil && h.endpoint != endpoint {
 		// Made on the endpoint of a server since removed, whose name
 		// another server now has: the call is that server's, and ends
@@ -723,12 +727,22 @@ type heldState struct {
 	Round    int    `json:"r"` // the round that made it: a later round's state supersedes it
 	Method   string `json:"m"`
 	Digest   string `json:"d"`
-	Expires  int64  `json:"e"` // Unix milliseconds
+	Expires  int64  `json:"e"`           // Unix milliseconds
+	Who      string `json:"u,omitempty"` // whoOf the identity the call is held for
+}
+
+// whoOf names id (person and client) in a requestState: a retry by
+// another identity does not match it.
+func whoOf(id *identity.Identity) string {
+	if id == nil {
+		return ""
+	}
+	return id.Key() + "/" + id.ClientID
 }
 
 // signState makes the requestState of h's next round; h.mu is held.
 func (g *Gateway) signState(h *heldCall) string {
-	body := mustJSON(heldState{Held: h.id, Endpoint: endpointName(h.endpoint), Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli()})
+	body := mustJSON(heldState{Held: h.id, Endpoint: endpointName(h.endpoint), Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli(), Who: whoOf(h.mreq.user)})
 	mac := hmac.New(sha256.New, g.stateKey)
 	mac.Write(body)
 	return statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))

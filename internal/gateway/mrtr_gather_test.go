@@ -116,7 +116,7 @@ func TestMRTRHeldCallsRequestNeverReachesAnother(t *testing.T) {
 	g := w.gw
 	conn := &recConn{}
 	srv := w.fleet.Get("x")
-	sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 	hA := &heldCall{g: g, mreq: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 	sA.held = hA
 	cA := &call{from: sender{req: sA}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
@@ -157,7 +157,7 @@ func TestMRTRRootsAfterRootsChangedAreNoCalls(t *testing.T) {
 		g := w.gw
 		conn := &recConn{}
 		srv := w.fleet.Get("x")
-		sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		sA := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 		hA := &heldCall{g: g, mreq: sA, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"roots":{}}`)}
 		sA.held = hA
 		cA := &call{from: sender{req: sA}, clientID: json.RawMessage(`1`), related: noSink, conn: conn}
@@ -415,7 +415,7 @@ func postModernAsync(ctx context.Context, url, body, method, name string) <-chan
 func TestMRTRGatherIsBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 		h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		c := &call{from: sender{req: s}, clientID: json.RawMessage(`1`), related: noSink}
@@ -520,7 +520,7 @@ func TestServerRequestToAClosedSessionRefused(t *testing.T) {
 func TestMRTRServerWithdrawsAHeldInput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := New(nil)
-		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+		s := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 		h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{"sampling":{}}`)}
 		s.held = h
 		conn, other := &recConn{}, &recConn{}
@@ -618,7 +618,7 @@ func TestHeldFrontActivityOutsideGatewayLocks(t *testing.T) {
 	g := New(nil)
 	act := &lockProbe{g: g}
 	front := &heldFront{act: act}
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion}, nil)
 	h := &heldCall{g: g, mreq: s, changed: make(chan struct{}), req: &rpc.Message{}, rawCaps: json.RawMessage(`{}`), front: front}
 	act.h = h
 	s.held = h

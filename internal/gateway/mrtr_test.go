@@ -253,7 +253,7 @@ func TestHeldCallDuplicateRetry(t *testing.T) {
 // A held call that ended takes no more input, and leaves nothing behind.
 func TestMRTRHeldCallEndedTakesNoInput(t *testing.T) {
 	g := New(nil)
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)}, nil)
 	s.msg = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
 	h := &heldCall{g: g, req: s.msg, rawCaps: s.mo.Caps, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	h.end()
@@ -292,7 +292,7 @@ func TestHeldCallExpires(t *testing.T) {
 func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 	g := New(nil)
 	c := &call{}
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{"elicitation":{}}`)}, nil)
 	s.msg = &rpc.Message{Method: "tools/call", Params: json.RawMessage(`{"name":"x"}`)}
 	h := &heldCall{g: g, req: s.msg, rawCaps: s.mo.Caps, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
@@ -315,7 +315,7 @@ func TestMRTRStoppedCallKeepsNoWait(t *testing.T) {
 // and its client going away does not end the call for the latest.
 func TestMRTRLatestRetryIsAnswered(t *testing.T) {
 	g := New(nil)
-	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)})
+	s := g.newModernReq(nil, nil, &Modern{Version: modernVersion, Caps: json.RawMessage(`{}`)}, nil)
 	h := &heldCall{g: g, mreq: s, cancel: func(error) {}, changed: make(chan struct{})}
 	s.held = h
 	first := make(chan *rpc.Message, 1)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -40,6 +41,14 @@ func (w sender) key() string {
 	return w.sess.key
 }
 
+// identity is who w's requests come from, as verified (nil: anonymous).
+func (w sender) identity() *identity.Identity {
+	if w.req != nil {
+		return w.req.user
+	}
+	return w.sess.Identity()
+}
+
 // legacyClient reports whether w is a legacy client's session (not a
 // modern request, nor a session mcpvisor holds for a listener).
 func (w sender) legacyClient() bool { return w.sess != nil && !w.sess.listener }
@@ -65,9 +74,10 @@ func (w sender) requester() sender {
 // (which is what makes the server's requests certainly that request's).
 type modernReq struct {
 	key    string
-	srv    *fleet.Server // the endpoint's server; nil for the aggregated one
-	msg    *rpc.Message  // the request as the client sent it
-	client *Session      // the stdio connection's session it came on; nil over HTTP
+	srv    *fleet.Server      // the endpoint's server; nil for the aggregated one
+	msg    *rpc.Message       // the request as the client sent it
+	client *Session           // the stdio connection's session it came on; nil over HTTP
+	user   *identity.Identity // who sent it, as verified (nil: anonymous)
 
 	// mo is the request's _meta. A held call's later rounds replace it
 	// (each retry's own logLevel, token, …): written under the
@@ -100,10 +110,10 @@ func (w sender) modern() *Modern {
 	return nil
 }
 
-// newModernReq opens modern request m (its _meta mo) on the endpoint of
-// server (nil: the aggregated one).
-func (g *Gateway) newModernReq(server *fleet.Server, m *rpc.Message, mo *Modern) *modernReq {
-	return &modernReq{key: g.nextID(modernKeyPrefix), srv: server, msg: m, mo: mo, client: mo.client}
+// newModernReq opens modern request m (its _meta mo) from who on the
+// endpoint of server (nil: the aggregated one).
+func (g *Gateway) newModernReq(server *fleet.Server, m *rpc.Message, mo *Modern, who *identity.Identity) *modernReq {
+	return &modernReq{key: g.nextID(modernKeyPrefix), srv: server, msg: m, mo: mo, client: mo.client, user: who}
 }
 
 // endModernReq ends r: no call of it begins after, the per-session

@@ -247,7 +247,7 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 				// A request of its own for each server: forward edits
 				// a modern request's params as its one goroutine, and
 				// a per-session server's instance serves it alone.
-				sub := a.g.newModernReq(nil, w.req.msg, w.req.mo)
+				sub := a.g.newModernReq(nil, w.req.msg, w.req.mo, w.req.user)
 				defer a.g.endModernReq(sub)
 				sw = sender{req: sub}
 			}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -57,6 +58,12 @@ type StdioOptions struct {
 	// name of the process that launched the bridge the client speaks
 	// through. A name the client gives wins over it.
 	ClientHint string
+
+	// Identity is who the client is, as the operating system says (the
+	// local user running it, or the connect socket's peer): its session
+	// and its requests carry it, for the policy, the audit and the rate
+	// limits. nil: anonymous.
+	Identity *identity.Identity
 
 	// Place, if not nil, is the session's place under a SessionLimit
 	// (SessionLimit.AdmitConn: the daemon's socket). Its requests in

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -29,6 +30,7 @@ type stdioFront struct {
 	// ctx ends with the connection, or when the place is evicted (its
 	// cause is then ErrSessionEvicted).
 	ctx    context.Context
+	user   *identity.Identity // who the client is (StdioOptions.Identity)
 	cancel context.CancelCauseFunc
 
 	// Set before the connection runs; never changed after.
@@ -152,7 +154,8 @@ func (o StdioOptions) newStdioFront(ctx context.Context, ep Endpoint, r io.Reade
 	if f.place != nil {
 		f.held.act = placeActivity{f.place, f.act}
 	}
-	f.ctx, f.cancel = context.WithCancelCause(ctx)
+	f.user = o.Identity
+	f.ctx, f.cancel = context.WithCancelCause(identity.NewContext(ctx, o.Identity))
 	f.pool = &workers{wg: &f.wg, work: make(chan func()), quit: f.ctx.Done()}
 	f.out, f.modernOut = SinkFunc(f.send), SinkFunc(f.sendModern)
 	// The connection bounds its writes to the client (StallTimeout: a
@@ -179,6 +182,7 @@ func (o StdioOptions) newStdioFront(ctx context.Context, ep Endpoint, r io.Reade
 // ends, and says why.
 func (f *stdioFront) run(clientHint string) error {
 	f.sess = f.ep.Open(f.out)
+	f.sess.SetIdentity(f.user)
 	if clientHint != "" {
 		f.sess.SetClientHint(clientHint)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/mempolicy"
+	"github.com/mcpvisor/mcpvisor/internal/peercred"
 	"github.com/mcpvisor/mcpvisor/internal/service"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/stdfile"
@@ -290,7 +291,7 @@ func (e foreignSocketError) Unwrap() error { return e.err }
 // put in a shared directory, or a path another user may write): a
 // client's requests go to its own user's daemon, or nowhere.
 func peerIsMe(c *net.UnixConn, uid int) error {
-	got, err := peerUID(c)
+	got, err := peercred.UID(c)
 	if err != nil {
 		return fmt.Errorf("cannot tell which user serves it: %w", err)
 	}

@@ -1,12 +1,13 @@
 //go:build linux || darwin
 
-package connect
+package peercred
 
 import "net"
 
-// peerUID is the uid of the process that listens on c's other end, from
-// the kernel (peerCredUID), not from a file another user could swap.
-func peerUID(c *net.UnixConn) (int, error) {
+// UID is the uid of the process at c's other end — the one that
+// listened, or the one that connected — from the kernel (peerCredUID),
+// not from a file another user could swap.
+func UID(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package connect
+package peercred
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build unix && !linux && !darwin
 
-package connect
+package peercred
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"syscall"
 )
 
-// peerUID is the owner of the socket file c is connected to (no peer
+// UID is the owner of the socket file c is connected to (no peer
 // credentials here).
-func peerUID(c *net.UnixConn) (int, error) {
+func UID(c *net.UnixConn) (int, error) {
 	fi, err := os.Stat(c.RemoteAddr().String())
 	if err != nil {
 		return 0, err
