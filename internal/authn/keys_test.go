@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -190,3 +191,5 @@ func TestDiscovery(t *testing.T) {
 		}
 	})
 }
+
+func sha(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
