@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/authn/authntest"
@@ -124,6 +125,28 @@ func FuzzVerify(f *testing.F) {
 		}
 		if len(tok) >= 8 && strings.Contains(e.Error(), tok) {
 			t.Fatalf("error %q holds the token", e.Error())
+		}
+	})
+}
+
+// TestCloseWaitsForItsFetch: when Close returns, the fetch it stopped has
+// ended (not merely been told to).
+func TestCloseWaitsForItsFetch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		iss := authntest.Start(t, authntest.Options{InMemory: true})
+		iss.SetJWKSDelay(time.Hour)
+		v, err := New(Options{Issuer: iss.URL, Audiences: []string{aud}, HTTPClient: iss.Client()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.Verify(context.Background(), iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{}))
+		refused(t, err, CodeUnavailable, "")
+		if iss.JWKSInFlight() != 1 {
+			t.Fatalf("%d JWKS requests under way, want 1", iss.JWKSInFlight())
+		}
+		v.Close()
+		if n := iss.JWKSInFlight(); n != 0 {
+			t.Fatalf("Close returned with %d JWKS requests under way", n)
 		}
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
@@ -299,7 +300,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*identity.Identity
 	}
 	var key [32]byte
 	if v.cache != nil {
-		key = sha256.Sum256([]byte(token))
+		key = tokenKey(token)
 		if id := v.cache.get(key, time.Now()); id != nil {
 			return id, nil
 		}
@@ -320,6 +321,12 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*identity.Identity
 		v.cache.put(key, id, time.Now())
 	}
 	return id, nil
+}
+
+// tokenKey is the cache key of token: its SHA-256, computed without
+// copying the token (sha256 does not keep the slice).
+func tokenKey(token string) [32]byte {
+	return sha256.Sum256(unsafe.Slice(unsafe.StringData(token), len(token)))
 }
 
 var allowedTyp = map[string]bool{"jwt": true, "at+jwt": true, "application/at+jwt": true}

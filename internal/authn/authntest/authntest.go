@@ -78,6 +78,7 @@ type Issuer struct {
 	metaIssuer string
 
 	jwksFetches    atomic.Int64
+	jwksInFlight   atomic.Int64
 	metaFetches    atomic.Int64
 	introspections atomic.Int64
 }
@@ -213,6 +214,9 @@ func (i *Issuer) SetMetadataIssuer(s string) { i.mu.Lock(); i.metaIssuer = s; i.
 func (i *Issuer) JWKSFetches() int     { return int(i.jwksFetches.Load()) }
 func (i *Issuer) MetadataFetches() int { return int(i.metaFetches.Load()) }
 func (i *Issuer) Introspections() int  { return int(i.introspections.Load()) }
+
+// JWKSInFlight counts JWKS requests being answered now (delayed ones).
+func (i *Issuer) JWKSInFlight() int { return int(i.jwksInFlight.Load()) }
 
 // JWKSURL and IntrospectionURL are the endpoints' URLs.
 func (i *Issuer) JWKSURL() string          { return i.base() + "/jwks.json" }
@@ -373,6 +377,8 @@ func (i *Issuer) serve(w http.ResponseWriter, r *http.Request) {
 		})
 	case p == "/jwks.json":
 		if delay > 0 {
+			i.jwksInFlight.Add(1)
+			defer i.jwksInFlight.Add(-1)
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
