@@ -253,3 +253,24 @@ func (v *Verifier) do(req *http.Request) ([]byte, int, error) {
 	}
 	return body, resp.StatusCode, nil
 }
+
+// Prefetch discovers the issuer's metadata and fetches its JWKS now,
+// waiting at most FetchWait (and ctx), so that a misconfigured or
+// unreachable issuer shows at startup or in a health check rather than
+// at the first request. It is rate-bounded like any fetch: nil if keys
+// are already held and no fetch may start yet.
+func (v *Verifier) Prefetch(ctx context.Context) error {
+	err := v.refresh(ctx, true)
+	if err == errRateLimited {
+		v.mu.Lock()
+		have := !v.keysAt.IsZero()
+		v.mu.Unlock()
+		if have {
+			return nil
+		}
+	}
+	if err != nil {
+		return v.unavailable(err)
+	}
+	return nil
+}

@@ -193,3 +193,41 @@ func TestDiscovery(t *testing.T) {
 }
 
 func sha(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
+
+// TestKeysRefreshInBackground: keys older than RefreshInterval are
+// refetched at the next request, which does not wait for it; a key the
+// refresh drops is then unknown (its cached tokens aside).
+func TestKeysRefreshInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		iss, v := setup(t, authntest.Options{}, func(o *Options) { o.CacheSize = -1 })
+		ctx := context.Background()
+		if err := v.Prefetch(ctx); err != nil || iss.JWKSFetches() != 1 {
+			t.Fatalf("Prefetch: %v, %d fetches", err, iss.JWKSFetches())
+		}
+		ec := iss.EC()
+		tok := iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{Key: ec})
+		time.Sleep(RefreshInterval + time.Second)
+		iss.Unpublish(ec)
+		iss.SetJWKSDelay(time.Second)
+		start := time.Now()
+		if _, err := v.Verify(ctx, tok); err != nil {
+			t.Fatalf("with the old keys: %v", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the request waited %v for the background refresh", d)
+		}
+		synctest.Wait()
+		time.Sleep(2 * time.Second)
+		if n := iss.JWKSFetches(); n != 2 {
+			t.Fatalf("%d JWKS fetches, want 2", n)
+		}
+		_, err := v.Verify(ctx, tok)
+		refused(t, err, CodeInvalidToken, tok)
+	})
+}
+
+func TestPrefetchReportsAnUnreachableIssuer(t *testing.T) {
+	iss, v := setup(t, authntest.Options{}, nil)
+	iss.SetDown(true)
+	refused(t, v.Prefetch(context.Background()), CodeUnavailable, "")
+}
