@@ -37,6 +37,11 @@ func TestIntrospection(t *testing.T) {
 		id.Expiry.Unix() != exp.Unix() {
 		t.Errorf("identity %+v", id)
 	}
+	// An opaque token with dots is no JWT: it is introspected.
+	iss.AddOpaque("abc.def.ghi", answer(iss, exp, nil))
+	if _, err := v.Verify(ctx, "abc.def.ghi"); err != nil {
+		t.Fatalf("opaque token with dots: %v", err)
+	}
 	bad := map[string]struct {
 		answer map[string]any
 		desc   string

@@ -14,6 +14,8 @@ package authn
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -281,8 +283,9 @@ func (v *Verifier) Close() error {
 }
 
 // Verify verifies token and returns who it stands for. A JWS compact
-// token (three dot-separated parts) is verified as a JWT; anything else
-// by introspection, if configured. The error is always an *Error:
+// token (three dot-separated parts, the first a JSON header with an
+// alg) is verified as a JWT; anything else by introspection, if
+// configured. The error is always an *Error:
 // invalid_token (401), or issuer_unavailable (503) when the issuer's keys
 // or introspection endpoint cannot be had.
 //
@@ -309,7 +312,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*identity.Identity
 		id  *identity.Identity
 		err *Error
 	)
-	if strings.Count(token, ".") == 2 {
+	if looksLikeJWT(token) {
 		id, err = v.verifyJWT(ctx, token)
 	} else {
 		id, err = v.introspect(ctx, token)
@@ -321,6 +324,24 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*identity.Identity
 		v.cache.put(key, id, time.Now())
 	}
 	return id, nil
+}
+
+// looksLikeJWT: three dot-separated parts, the first a base64url JSON
+// object with an alg. Opaque tokens may hold dots (Hydra's one); only a
+// JWS header makes a JWT.
+func looksLikeJWT(token string) bool {
+	head, rest, ok := strings.Cut(token, ".")
+	if !ok || strings.Count(rest, ".") != 1 || len(head) > 4096 {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(head)
+	if err != nil {
+		return false
+	}
+	var h struct {
+		Alg *string `json:"alg"`
+	}
+	return json.Unmarshal(b, &h) == nil && h.Alg != nil
 }
 
 // tokenKey is the cache key of token: its SHA-256, computed without

@@ -187,7 +187,8 @@ func TestBadTokens(t *testing.T) {
 		{"id token typ", iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{Header: map[string]any{"typ": "dpop+jwt"}}), "not an access token"},
 		{"crit header", iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{Header: map[string]any{"crit": []string{"exp"}}}), "critical"},
 		{"not a JWT without introspection", "opaque-token-1234567890", "not a JWT"},
-		{"garbage JWT", "aaaaaaaaaa.bbbbbbbbbb.cccccccccc", "malformed"},
+		{"garbage with two dots", "aaaaaaaaaa.bbbbbbbbbb.cccccccccc", "not a JWT"},
+		{"JWT with a bad payload", "eyJhbGciOiJSUzI1NiJ9.!!!.cccccccccc", "malformed"},
 		{"too long", strings.Repeat("a", MaxTokenLen+1), "too long"},
 		{"empty", "", "no token"},
 	}
