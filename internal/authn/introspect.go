@@ -46,6 +46,17 @@ func (v *Verifier) introspect(ctx context.Context, token string) (*identity.Iden
 		}
 		endpoint = m.IntrospectionEndpoint
 	}
+	t := time.NewTimer(FetchWait)
+	select {
+	case v.introSem <- struct{}{}:
+		t.Stop()
+	case <-t.C:
+		return nil, unavailable("introspection busy", time.Second, errorf("%d introspections under way for %v", MaxIntrospections, FetchWait))
+	case <-ctx.Done():
+		t.Stop()
+		return nil, unavailable("introspection not attempted", time.Second, ctx.Err())
+	}
+	defer func() { <-v.introSem }()
 	ctx, cancel := context.WithTimeout(ctx, FetchTimeout)
 	defer cancel()
 	form := url.Values{"token": {token}, "token_type_hint": {"access_token"}}

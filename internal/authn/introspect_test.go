@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -195,4 +196,48 @@ func TestConcurrentVerify(t *testing.T) {
 		}
 	})
 	wg.Wait()
+}
+
+// TestIntrospectionFloodIsBounded: many made-up opaque tokens at once
+// reach the introspection endpoint at most MaxIntrospections at a time,
+// and no request waits for a slot longer than FetchWait.
+func TestIntrospectionFloodIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		iss, v := setup(t, authntest.Options{}, func(o *Options) {
+			o.Introspection = &Introspection{URL: "https://issuer.test/introspect"}
+		})
+		iss.SetIntrospectionDelay(500 * time.Millisecond)
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			longest time.Duration
+			codes   = map[string]int{}
+		)
+		for i := range 200 {
+			wg.Go(func() {
+				t0 := time.Now()
+				_, err := v.Verify(context.Background(), "made-up-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String())
+				var e *Error
+				if !errors.As(err, &e) {
+					t.Errorf("made-up token: %v", err)
+					return
+				}
+				mu.Lock()
+				codes[e.Code]++
+				longest = max(longest, time.Since(t0))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if m := iss.IntrospectionsMaxInFlight(); m > MaxIntrospections {
+			t.Errorf("%d introspections at once, bound %d", m, MaxIntrospections)
+		}
+		if longest > FetchWait+500*time.Millisecond {
+			t.Errorf("a request took %v", longest)
+		}
+		if codes[CodeInvalidToken] == 0 || codes[CodeUnavailable] == 0 {
+			t.Errorf("codes %v: want some refused as inactive and some turned away as busy", codes)
+		}
+		t.Logf("max in flight %d, longest %v, codes %v", iss.IntrospectionsMaxInFlight(), longest, codes)
+	})
 }

@@ -50,6 +50,11 @@ const (
 	DefaultSkew = 60 * time.Second
 	// MaxSkew is the largest Skew New accepts.
 	MaxSkew = 5 * time.Minute
+	// MaxIntrospections bounds the introspection requests under way at
+	// once; a request that finds them all busy for FetchWait is answered
+	// issuer_unavailable. It keeps a flood of made-up opaque tokens from
+	// becoming a flood at the authorization server.
+	MaxIntrospections = 16
 	// DefaultCacheSize bounds the verified-token cache.
 	DefaultCacheSize = 10000
 	maxDocument      = 1 << 20
@@ -114,6 +119,7 @@ type Verifier struct {
 	client    *http.Client
 	log       *slog.Logger
 	cache     *tokenCache
+	introSem  chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -218,6 +224,7 @@ func New(opts Options) (*Verifier, error) {
 			jwt.WithStrictDecoding(),
 		),
 	}
+	v.introSem = make(chan struct{}, MaxIntrospections)
 	if size > 0 {
 		v.cache = newTokenCache(size)
 	}

@@ -75,12 +75,15 @@ type Issuer struct {
 	opaque     map[string]map[string]any
 	down       bool
 	jwksDelay  time.Duration
+	inDelay    time.Duration
 	metaIssuer string
 
 	jwksFetches    atomic.Int64
 	jwksInFlight   atomic.Int64
 	metaFetches    atomic.Int64
 	introspections atomic.Int64
+	inFlight       atomic.Int64
+	inFlightMax    atomic.Int64
 }
 
 // Start starts an issuer with one RSA (RS256) and one EC (ES256) key
@@ -205,6 +208,13 @@ func (i *Issuer) SetDown(down bool) { i.mu.Lock(); i.down = down; i.mu.Unlock() 
 // SetJWKSDelay delays every JWKS answer by d (or until the request's
 // context ends).
 func (i *Issuer) SetJWKSDelay(d time.Duration) { i.mu.Lock(); i.jwksDelay = d; i.mu.Unlock() }
+
+// SetIntrospectionDelay delays every introspection answer by d.
+func (i *Issuer) SetIntrospectionDelay(d time.Duration) { i.mu.Lock(); i.inDelay = d; i.mu.Unlock() }
+
+// IntrospectionsMaxInFlight is the most introspection requests that were
+// being answered at once.
+func (i *Issuer) IntrospectionsMaxInFlight() int { return int(i.inFlightMax.Load()) }
 
 // SetMetadataIssuer makes the metadata documents name issuer s instead of
 // URL ("" restores it).
@@ -421,6 +431,26 @@ func (i *Issuer) jwks() map[string]any {
 }
 
 func (i *Issuer) introspect(w http.ResponseWriter, r *http.Request) {
+	n := i.inFlight.Add(1)
+	defer i.inFlight.Add(-1)
+	for {
+		m := i.inFlightMax.Load()
+		if n <= m || i.inFlightMax.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	i.mu.Lock()
+	delay := i.inDelay
+	i.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	if i.opts.IntrospectionClientID != "" {
 		id, secret, ok := r.BasicAuth()
 		id, _ = url.QueryUnescape(id)
