@@ -40,10 +40,12 @@ func TestCloseStopsFetches(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not end the fetch under way")
 	}
-	_, err = v.Verify(context.Background(), "x.y.z")
-	var e *Error
-	if !errors.As(err, &e) {
-		t.Fatalf("after Close: %v", err)
+	for _, tok := range []string{iss.Mint(t, iss.Claims("bob", aud), authntest.MintOptions{}), "opaque"} {
+		_, err = v.Verify(context.Background(), tok)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeUnavailable && e.Code != CodeInvalidToken {
+			t.Fatalf("after Close: %v", err)
+		}
 	}
 }
 

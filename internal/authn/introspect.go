@@ -46,6 +46,9 @@ func (v *Verifier) introspect(ctx context.Context, token string) (*identity.Iden
 		}
 		endpoint = m.IntrospectionEndpoint
 	}
+	if v.ctx.Err() != nil {
+		return nil, unavailable("verifier closed", RetryInterval, nil)
+	}
 	t := time.NewTimer(FetchWait)
 	select {
 	case v.introSem <- struct{}{}:
