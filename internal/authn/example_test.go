@@ -22,6 +22,7 @@ func Example() {
 	defer v.Close()
 	prm := public + authn.MetadataPath("/mcp")
 	need := []string{"mcp"}
+	var serveMCP http.Handler = http.NotFoundHandler() // the MCP endpoint itself
 
 	mux := http.NewServeMux()
 	mux.Handle(authn.MetadataPath("/mcp"), authn.Metadata{
@@ -49,8 +50,7 @@ func Example() {
 				Scopes: need, ResourceMetadata: prm}).Write(w)
 			return
 		}
-		r = r.WithContext(identity.NewContext(r.Context(), id))
-		// … serve MCP.
+		serveMCP.ServeHTTP(w, r.WithContext(identity.NewContext(r.Context(), id)))
 	})
 	_ = mux
 }
