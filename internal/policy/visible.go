@@ -1,0 +1,106 @@
+package policy
+
+import (
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+)
+
+// Kinds of listed items, for Visible.
+const (
+	KindTool     = "tool"
+	KindPrompt   = "prompt"
+	KindResource = "resource"
+	KindTemplate = "template"
+)
+
+type visKey struct {
+	subject, server, kind, name string
+}
+
+var (
+	unknownArgs        = []*interpreter.AttributePattern{cel.AttributePattern("arguments")}
+	unknownArgsAndURIs = []*interpreter.AttributePattern{cel.AttributePattern("arguments"), cel.AttributePattern("resource")}
+)
+
+// Visible reports whether an item of server (kind tool, prompt, resource
+// or template, named name: the tool's or prompt's name, the resource's
+// URI, the template's URI template) is listed to id: whether some call of
+// it could be allowed. The rules are evaluated with the arguments unknown
+// (and for a template, the resource URI too), as if the item were called
+// (tools/call, prompts/get, resources/read); it is hidden when a deny rule
+// matches (or fails) whatever the unknowns are, or when there are allow
+// rules and every one is false (or fails). An unknown kind is never
+// visible. Answers are cached in p per identity, bounded.
+func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool {
+	if p.Empty() {
+		return kind == KindTool || kind == KindPrompt || kind == KindResource || kind == KindTemplate
+	}
+	sub := p.Subject(id)
+	k := visKey{sub.key, server, kind, name}
+	if sub.key != "" {
+		p.vmu.RLock()
+		v, ok := p.visible[k]
+		p.vmu.RUnlock()
+		if ok {
+			return v
+		}
+	}
+	v := p.visibleNow(sub, server, kind, name)
+	if sub.key != "" {
+		p.vmu.Lock()
+		if len(p.visible) >= maxVisible {
+			for k := range p.visible {
+				delete(p.visible, k)
+				break
+			}
+		}
+		p.visible[k] = v
+		p.vmu.Unlock()
+	}
+	return v
+}
+
+func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
+	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownArgs}
+	var tool, prompt, resource string
+	unknownURI := false
+	switch kind {
+	case KindTool:
+		tool, act.method = name, types.String("tools/call")
+	case KindPrompt:
+		prompt, act.method = name, types.String("prompts/get")
+	case KindResource:
+		resource, act.method = name, types.String("resources/read")
+	case KindTemplate:
+		act.method, act.unknown, unknownURI = types.String("resources/read"), unknownArgsAndURIs, true
+	default:
+		return false
+	}
+	act.tool, act.prompt, act.resource = types.String(tool), types.String(prompt), types.String(resource)
+	someAllow := !p.hasAllow
+	for _, i := range p.candidates(server) {
+		r := p.rules[i]
+		if r.hasTool && r.tool != tool {
+			continue
+		}
+		if someAllow && !r.deny {
+			break // denies come first: every deny was seen
+		}
+		var o outcome
+		if r.args || (unknownURI && r.resource) {
+			o, _ = result(eval(r.part, act))
+		} else {
+			o, _ = result(eval(r.prg, &act.activation))
+		}
+		switch {
+		case r.deny && (o == isTrue || o == isError):
+			return false
+		case !r.deny && (o == isTrue || o == isUnknown):
+			someAllow = true
+		}
+	}
+	return someAllow
+}
