@@ -324,10 +324,6 @@ func (p *Policy) decide(req *Request, indexed bool) Decision {
 		prompt:   types.String(req.Prompt),
 		resource: types.String(req.Resource),
 	}
-	var (
-		argsDone bool
-		argsErr  error
-	)
 	cands := p.candidates(req.Server)
 	if !indexed {
 		cands = p.all()
@@ -338,17 +334,15 @@ func (p *Policy) decide(req *Request, indexed bool) Decision {
 		if indexed && r.hasTool && r.tool != req.Tool {
 			continue
 		}
-		var o outcome
-		var err error
-		if r.args && !argsDone {
-			act.arguments, argsErr = p.arguments(req.Arguments)
-			argsDone = true
+		if r.args && act.arguments == nil {
+			// Bad arguments are an error value: a rule reading them
+			// fails, unless CEL's && or || decides without them.
+			var err error
+			if act.arguments, err = p.arguments(req.Arguments); err != nil {
+				act.arguments = types.NewErr("%s", err.Error())
+			}
 		}
-		if r.args && argsErr != nil {
-			o, err = isError, argsErr
-		} else {
-			o, err = result(eval(r.prg, act))
-		}
+		o, err := result(eval(r.prg, act))
 		switch {
 		case r.deny && o == isTrue:
 			return Decision{Rule: r.name, Reason: "denied by rule " + r.name}

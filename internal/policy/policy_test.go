@@ -125,7 +125,7 @@ func TestFailClosed(t *testing.T) {
 		{"deny errors: match", []Rule{allow("a", "true"), deny("d", missing)}, `{}`, false, "rule d failed: no such key: repo"},
 		{"deny false with the key", []Rule{allow("a", "true"), deny("d", missing)}, `{"repo":"team-b/x"}`, true, "allowed by rule a"},
 		{"wrong type", []Rule{allow("a", missing)}, `{"repo":7}`, false, "no allow rule matched; rule a failed: no such overload"},
-		{"guarded by has", []Rule{allow("a", `has(arguments.repo) && ` + missing)}, `{}`, false, "no allow rule matched"},
+		{"guarded by has", []Rule{allow("a", `has(arguments.repo) && `+missing)}, `{}`, false, "no allow rule matched"},
 		{"missing claim in a deny", []Rule{allow("a", "true"), deny("d", `identity.claims.nope == "x"`)}, ``, false, "rule d failed: no such key: nope"},
 	}
 	for _, c := range cases {
