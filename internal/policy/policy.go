@@ -74,6 +74,7 @@ type rule struct {
 	part     cel.Program // partial evaluation; nil when no variable it reads can be unknown
 	args     bool        // reads arguments
 	resource bool        // reads resource
+	names    bool        // reads tool, prompt or resource
 	// Literal conjuncts found at the top of the condition: when set, the
 	// rule is false unless server (tool) equals it.
 	server, tool       string
@@ -97,6 +98,7 @@ type Policy struct {
 
 	vmu     sync.RWMutex
 	visible map[visKey]bool
+	bases   map[baseKey]base
 }
 
 var env *cel.Env
@@ -147,6 +149,7 @@ func Compile(rules []Rule) (*Policy, error) {
 	p.index()
 	p.subjects = make(map[*identity.Identity]*Subject)
 	p.visible = make(map[visKey]bool)
+	p.bases = make(map[baseKey]base)
 	return p, nil
 }
 
@@ -181,7 +184,9 @@ func compileRule(r Rule) (*rule, error) {
 		case "arguments":
 			cr.args = true
 		case "resource":
-			cr.resource = true
+			cr.resource, cr.names = true, true
+		case "tool", "prompt":
+			cr.names = true
 		}
 	}
 	if cr.args || cr.resource {
@@ -398,9 +403,9 @@ func (p *Policy) arguments(raw json.RawMessage) (ref.Val, error) {
 	if raw[0] != '{' {
 		return nil, errors.New("arguments are not a JSON object")
 	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("arguments are not valid JSON: %v", err)
+	m, err := decodeObject(raw)
+	if err != nil {
+		return nil, err
 	}
 	return types.NewStringInterfaceMap(p.adapter, m), nil
 }

@@ -263,8 +263,8 @@ func TestCachesBounded(t *testing.T) {
 		p.Visible(id, "s", KindTool, "t")
 		p.Visible(id, "s", KindPrompt, "t")
 	}
-	if len(p.subjects) > 8 || len(p.visible) > 16 {
-		t.Errorf("caches grew to %d subjects and %d answers", len(p.subjects), len(p.visible))
+	if len(p.subjects) > 8 || len(p.visible) > 16 || len(p.bases) > 16 {
+		t.Errorf("caches grew to %d subjects, %d answers, %d bases", len(p.subjects), len(p.visible), len(p.bases))
 	}
 }
 

@@ -63,6 +63,17 @@ func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool 
 	return v
 }
 
+// baseKey and base are what the rules that read no name (tool, prompt,
+// resource) say of every item of a kind on a server, for an identity.
+type baseKey struct {
+	subject, server, kind string
+}
+
+type base struct {
+	hidden    bool // a deny matches or fails whatever the item
+	someAllow bool // an allow is true or unknown for every item
+}
+
 func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
 	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownArgs}
 	var tool, prompt, resource string
@@ -80,22 +91,20 @@ func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
 		return false
 	}
 	act.tool, act.prompt, act.resource = types.String(tool), types.String(prompt), types.String(resource)
-	someAllow := !p.hasAllow
+	b := p.base(sub, server, kind, act)
+	if b.hidden {
+		return false
+	}
+	someAllow := b.someAllow || !p.hasAllow
 	for _, i := range p.candidates(server) {
 		r := p.rules[i]
-		if r.hasTool && r.tool != tool {
+		if !r.names || (r.hasTool && r.tool != tool) {
 			continue
 		}
 		if someAllow && !r.deny {
 			break // denies come first: every deny was seen
 		}
-		var o outcome
-		if r.args || (unknownURI && r.resource) {
-			o, _ = result(eval(r.part, act))
-		} else {
-			o, _ = result(eval(r.prg, &act.activation))
-		}
-		switch {
+		switch o := p.partialEval(r, act, unknownURI); {
 		case r.deny && (o == isTrue || o == isError):
 			return false
 		case !r.deny && (o == isTrue || o == isUnknown):
@@ -103,4 +112,58 @@ func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
 		}
 	}
 	return someAllow
+}
+
+func (p *Policy) partialEval(r *rule, act *partial, unknownURI bool) outcome {
+	var o outcome
+	if r.args || (unknownURI && r.resource) {
+		o, _ = result(eval(r.part, act))
+	} else {
+		o, _ = result(eval(r.prg, &act.activation))
+	}
+	return o
+}
+
+// base evaluates (or finds cached) the rules that read no name.
+func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
+	k := baseKey{sub.key, server, kind}
+	if sub.key != "" {
+		p.vmu.RLock()
+		b, ok := p.bases[k]
+		p.vmu.RUnlock()
+		if ok {
+			return b
+		}
+	}
+	var b base
+	for _, i := range p.candidates(server) {
+		r := p.rules[i]
+		if r.names || r.hasTool {
+			continue
+		}
+		if b.someAllow && !r.deny {
+			break
+		}
+		switch o := p.partialEval(r, act, false); {
+		case r.deny && (o == isTrue || o == isError):
+			b.hidden = true
+		case !r.deny && (o == isTrue || o == isUnknown):
+			b.someAllow = true
+		}
+		if b.hidden {
+			break
+		}
+	}
+	if sub.key != "" {
+		p.vmu.Lock()
+		if len(p.bases) >= maxVisible {
+			for k := range p.bases {
+				delete(p.bases, k)
+				break
+			}
+		}
+		p.bases[k] = b
+		p.vmu.Unlock()
+	}
+	return b
 }
