@@ -204,3 +204,15 @@ func BenchmarkVisible(b *testing.B) {
 		loop(b, func() { p.Visible(id, "github", KindTool, "push") })
 	})
 }
+
+// BenchmarkDecide20RulesFreshIdentity is a decision for an identity the
+// policy has not seen (the caller made a new *Identity for the request).
+func BenchmarkDecide20RulesFreshIdentity(b *testing.B) {
+	p := mustCompile(b, rules20()...)
+	req := &Request{Server: "github", Method: "tools/call", Tool: "create_issue",
+		Arguments: json.RawMessage(`{"repo":"a/x","title":"hello","body":"some text here"}`)}
+	loop(b, func() {
+		req.Identity = alice()
+		p.Decide(req)
+	})
+}

@@ -44,11 +44,13 @@
 // policy has no allow rule at all or some allow rule matches. The order of
 // the rules does not matter. No rules at all allows everything.
 //
-// A rule whose evaluation fails (a missing key such as arguments.repo when
-// the call has no repo argument, a wrong type, arguments that are not a
-// JSON object or are larger than MaxArgumentBytes) fails closed: an allow
-// rule that fails does not match, a deny rule that fails matches. Guard
-// optional keys with has(): has(arguments.repo) && arguments.repo.startsWith("team-a/").
+// A rule whose evaluation fails (a missing key such as arguments.repo
+// when the call has no repo argument, a wrong type, arguments that are
+// not a JSON object, are larger than MaxArgumentBytes or nest deeper than
+// 1000) fails closed: an allow rule that fails does not match, a deny rule
+// that fails matches — unless CEL's && or || decides without the failing
+// part (false && x is false). Guard optional keys with has():
+// has(arguments.repo) && arguments.repo.startsWith("team-a/").
 //
 // # Lists
 //

@@ -315,6 +315,9 @@ func (p *Policy) Decide(req *Request) Decision {
 	if p.Empty() {
 		return Decision{Allowed: true, Rule: "default", Reason: "no policy"}
 	}
+	if req == nil {
+		req = &Request{}
+	}
 	return p.decide(req, true)
 }
 

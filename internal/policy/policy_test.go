@@ -308,3 +308,10 @@ func TestConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestNilRequest(t *testing.T) {
+	p := mustCompile(t, allow("anon", `identity.kind == "" && server == "" && arguments == {}`))
+	if d := p.Decide(nil); !d.Allowed {
+		t.Errorf("nil request: %+v", d)
+	}
+}

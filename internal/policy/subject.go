@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"sync"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
@@ -15,10 +16,25 @@ import (
 // Subject is the part of the rules' input that depends only on the
 // identity, built once per identity and cached in the Policy.
 type Subject struct {
-	val ref.Val
-	// key names the identity's every field a rule can read ("" when they
-	// cannot be encoded: then nothing is cached by it).
-	key string
+	val    ref.Val
+	fields subjectFields
+
+	keyOnce sync.Once
+	key     string
+}
+
+// cacheKey names the identity's every field a rule can read ("" when
+// they cannot be encoded: then nothing is cached by it). It is computed
+// on first use: only list filtering needs it.
+func (s *Subject) cacheKey() string {
+	s.keyOnce.Do(func() {
+		// json.Marshal sorts map keys: the same fields give the same key.
+		if b, err := json.Marshal(s.fields); err == nil {
+			sum := sha256.Sum256(b)
+			s.key = hex.EncodeToString(sum[:])
+		}
+	})
+	return s.key
 }
 
 var anonymous = newSubject(nil)
@@ -86,13 +102,7 @@ func newSubject(id *identity.Identity) *Subject {
 		types.String("scopes"): types.NewStringList(a, f.Scopes),
 		types.String("claims"): types.NewStringInterfaceMap(a, f.Claims),
 	}
-	s := &Subject{val: types.NewRefValMap(a, m)}
-	// json.Marshal sorts map keys: the same fields give the same key.
-	if b, err := json.Marshal(f); err == nil {
-		sum := sha256.Sum256(b)
-		s.key = hex.EncodeToString(sum[:])
-	}
-	return s
+	return &Subject{val: types.NewRefValMap(a, m), fields: f}
 }
 
 // activation resolves the rules' variables without a map per request.

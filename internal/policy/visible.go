@@ -39,8 +39,9 @@ func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool 
 		return kind == KindTool || kind == KindPrompt || kind == KindResource || kind == KindTemplate
 	}
 	sub := p.Subject(id)
-	k := visKey{sub.key, server, kind, name}
-	if sub.key != "" {
+	skey := sub.cacheKey()
+	k := visKey{skey, server, kind, name}
+	if skey != "" {
 		p.vmu.RLock()
 		v, ok := p.visible[k]
 		p.vmu.RUnlock()
@@ -49,7 +50,7 @@ func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool 
 		}
 	}
 	v := p.visibleNow(sub, server, kind, name)
-	if sub.key != "" {
+	if skey != "" {
 		p.vmu.Lock()
 		if len(p.visible) >= maxVisible {
 			for k := range p.visible {
@@ -126,8 +127,8 @@ func (p *Policy) partialEval(r *rule, act *partial, unknownURI bool) outcome {
 
 // base evaluates (or finds cached) the rules that read no name.
 func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
-	k := baseKey{sub.key, server, kind}
-	if sub.key != "" {
+	k := baseKey{sub.cacheKey(), server, kind}
+	if k.subject != "" {
 		p.vmu.RLock()
 		b, ok := p.bases[k]
 		p.vmu.RUnlock()
@@ -154,7 +155,7 @@ func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
 			break
 		}
 	}
-	if sub.key != "" {
+	if k.subject != "" {
 		p.vmu.Lock()
 		if len(p.bases) >= maxVisible {
 			for k := range p.bases {
