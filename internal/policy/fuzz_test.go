@@ -18,7 +18,8 @@ var atoms = []string{
 	`true`, `false`,
 	`server == "s0"`, `server == "s1"`, `"s1" == server`,
 	`tool == "t0"`, `tool == "t1"`, `tool == "t2"`, `tool.startsWith("t")`,
-	`method == "tools/call"`, `prompt == ""`,
+	`method == "tools/call"`, `method == "resources/read"`, `prompt == ""`, `prompt == "t1"`,
+	`resource.startsWith("file:")`, `resource == "file:t0"`,
 	`"ops" in identity.groups`, `identity.sub == "alice"`, `identity.client == "c1"`,
 	`identity.claims.team == "a"`, `identity.claims.missing == 1`,
 	`has(arguments.x)`, `arguments.x == 1`, `arguments.x > 0`, `arguments.y.startsWith("a")`,
@@ -113,8 +114,18 @@ func checkProperties(t *testing.T, data []byte, args []byte) {
 	if err != nil {
 		t.Fatalf("grammar made a bad rule: %v", err)
 	}
-	req := &Request{Identity: fuzzIDs[s.next(len(fuzzIDs))], Server: fmt.Sprintf("s%d", s.next(3)),
-		Method: "tools/call", Tool: fmt.Sprintf("t%d", s.next(4)), Arguments: args}
+	req := &Request{Identity: fuzzIDs[s.next(len(fuzzIDs))], Server: fmt.Sprintf("s%d", s.next(3)), Arguments: args}
+	name := fmt.Sprintf("t%d", s.next(4))
+	kind := []string{KindTool, KindPrompt, KindResource}[s.next(3)]
+	switch kind {
+	case KindTool:
+		req.Method, req.Tool = "tools/call", name
+	case KindPrompt:
+		req.Method, req.Prompt = "prompts/get", name
+	case KindResource:
+		req.Method, req.Resource, req.Arguments = "resources/read", []string{"file:", "mem:"}[s.next(2)]+name, nil
+		name = req.Resource
+	}
 	d := p.Decide(req)
 	if strings.Contains(d.Reason, "panicked") {
 		t.Fatalf("evaluation panicked: %s", d.Reason)
@@ -125,8 +136,11 @@ func checkProperties(t *testing.T, data []byte, args []byte) {
 	if u := p.decide(req, false); u != d {
 		t.Fatalf("rules %q: indexed %+v, unindexed %+v", rules, d, u)
 	}
-	if d.Allowed && !p.Visible(req.Identity, req.Server, KindTool, req.Tool) {
-		t.Fatalf("rules %q: %s may call %s/%s with %s but it is not listed", rules, req.Identity.Name(), req.Server, req.Tool, args)
+	if d.Allowed && !p.Visible(req.Identity, req.Server, kind, name) {
+		t.Fatalf("rules %q: %s may %s %s/%s with %s but it is not listed", rules, req.Identity.Name(), req.Method, req.Server, name, args)
+	}
+	if d.Allowed && kind == KindResource && !p.Visible(req.Identity, req.Server, KindTemplate, "file:{x}") {
+		t.Fatalf("rules %q: %s may read %s/%s but templates are not listed", rules, req.Identity.Name(), req.Server, name)
 	}
 }
 
