@@ -61,6 +61,14 @@ type Decision struct {
 // arguments make every rule that reads them fail (closed).
 const MaxArgumentBytes = 1 << 20
 
+// MaxCost bounds the evaluation of a rule with a comprehension (all,
+// exists, exists_one, map, filter), in CEL's cost units (about one per
+// step, and per element a comprehension or a string function visits): a
+// rule over large arguments that would cost more fails (closed) instead
+// of holding the request. Rules without a comprehension cost at most
+// linear time in the (bounded) arguments.
+const MaxCost = 1_000_000
+
 // Bounds of the per-policy caches (variables for tests).
 var (
 	maxSubjects = 4096
@@ -172,12 +180,23 @@ func compileRule(r Rule) (*rule, error) {
 	if !checked.OutputType().IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("the condition's value is %s, not bool", checked.OutputType())
 	}
-	prg, err := env.Program(checked)
+	native := checked.NativeRep()
+	// Only a comprehension (all, exists, map, filter, …) can cost more
+	// than linearly in the arguments' size; tracking the cost of other
+	// rules would double a decision's cost for nothing.
+	var opts []cel.ProgramOption
+	comprehension := false
+	ast.PostOrderVisit(native.Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		comprehension = comprehension || e.Kind() == ast.ComprehensionKind
+	}))
+	if comprehension {
+		opts = append(opts, cel.CostLimit(MaxCost))
+	}
+	prg, err := env.Program(checked, opts...)
 	if err != nil {
 		return nil, err
 	}
 	cr.prg = prg
-	native := checked.NativeRep()
 	refs := native.ReferenceMap()
 	for _, ri := range refs {
 		switch ri.Name {
@@ -190,7 +209,7 @@ func compileRule(r Rule) (*rule, error) {
 		}
 	}
 	if cr.args || cr.resource {
-		if cr.part, err = env.Program(checked, cel.EvalOptions(cel.OptPartialEval)); err != nil {
+		if cr.part, err = env.Program(checked, append(opts, cel.EvalOptions(cel.OptPartialEval))...); err != nil {
 			return nil, err
 		}
 	}

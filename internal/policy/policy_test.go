@@ -315,3 +315,19 @@ func TestNilRequest(t *testing.T) {
 		t.Errorf("nil request: %+v", d)
 	}
 }
+
+func TestEvaluationCostBounded(t *testing.T) {
+	p := mustCompile(t, allow("a", `true`),
+		deny("quadratic", `has(arguments.l) && arguments.l.exists(x, arguments.l.exists(y, x + y == -1))`))
+	n := 5000 // 25 million steps unbounded
+	l := make([]int, n)
+	b, _ := json.Marshal(map[string]any{"l": l})
+	d := p.Decide(call(alice(), "s", "t", string(b)))
+	if d.Allowed || !strings.Contains(d.Reason, "cost limit") {
+		t.Errorf("quadratic rule over %d elements: %+v", n, d)
+	}
+	small, _ := json.Marshal(map[string]any{"l": l[:10]})
+	if d := p.Decide(call(alice(), "s", "t", string(small))); !d.Allowed {
+		t.Errorf("quadratic rule over 10 elements: %+v", d)
+	}
+}
