@@ -192,7 +192,8 @@ func compileRule(r Rule) (*rule, error) {
 	if comprehension {
 		opts = append(opts, cel.CostLimit(MaxCost))
 	}
-	prg, err := env.Program(checked, opts...)
+	// OptOptimize compiles constant regular expressions once, at load.
+	prg, err := env.Program(checked, append(opts, cel.EvalOptions(cel.OptOptimize))...)
 	if err != nil {
 		return nil, err
 	}

@@ -331,3 +331,14 @@ func TestEvaluationCostBounded(t *testing.T) {
 		t.Errorf("quadratic rule over 10 elements: %+v", d)
 	}
 }
+
+func TestBadRegexFoundAtLoad(t *testing.T) {
+	_, err := Compile([]Rule{{Name: "re", Effect: Allow, When: `tool.matches("read_[")`, Path: "policy.rules[0].when"}})
+	if err == nil || !strings.Contains(err.Error(), "policy.rules[0].when: ") {
+		t.Fatalf("a bad regular expression compiled: %v", err)
+	}
+	p := mustCompile(t, allow("re", `tool.matches("^read_[a-z]+$")`))
+	if !p.Decide(call(alice(), "s", "read_file", "")).Allowed || p.Decide(call(alice(), "s", "read_File", "")).Allowed {
+		t.Error("regular expression")
+	}
+}
