@@ -162,9 +162,9 @@ func FuzzDecide(f *testing.F) {
 // than the seed corpus, every time.
 func TestProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	n := 3000
+	n := 800 // about a second under -race
 	if testing.Short() {
-		n = 300
+		n = 200
 	}
 	for i := 0; i < n; i++ {
 		data := make([]byte, 32)

@@ -67,7 +67,7 @@ const MaxArgumentBytes = 1 << 20
 // rule over large arguments that would cost more fails (closed) instead
 // of holding the request. Rules without a comprehension cost at most
 // linear time in the (bounded) arguments.
-const MaxCost = 1_000_000
+const MaxCost = 100_000
 
 // Bounds of the per-policy caches (variables for tests).
 var (
