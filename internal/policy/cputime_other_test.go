@@ -1,0 +1,5 @@
+//go:build !linux
+
+package policy
+
+func threadCPU() int64 { return 0 }

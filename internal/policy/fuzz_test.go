@@ -1,0 +1,196 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+)
+
+// A small grammar of conditions: atoms combined by &&, || and !.
+var atoms = []string{
+	`true`, `false`,
+	`server == "s0"`, `server == "s1"`, `"s1" == server`,
+	`tool == "t0"`, `tool == "t1"`, `tool == "t2"`, `tool.startsWith("t")`,
+	`method == "tools/call"`, `method == "resources/read"`, `prompt == ""`, `prompt == "t1"`,
+	`resource.startsWith("file:")`, `resource == "file:t0"`,
+	`"ops" in identity.groups`, `identity.sub == "alice"`, `identity.client == "c1"`,
+	`identity.claims.team == "a"`, `identity.claims.missing == 1`,
+	`has(arguments.x)`, `arguments.x == 1`, `arguments.x > 0`, `arguments.y.startsWith("a")`,
+	`size(arguments) > 1`, `arguments.all(k, k != "z")`,
+}
+
+type source struct{ b []byte }
+
+func (s *source) next(n int) int {
+	if len(s.b) == 0 {
+		return 0
+	}
+	v := int(s.b[0])
+	s.b = s.b[1:]
+	return v % n
+}
+
+func (s *source) cond(depth int) string {
+	if depth > 2 {
+		return atoms[s.next(len(atoms))]
+	}
+	switch s.next(6) {
+	case 0:
+		return s.cond(depth+1) + " && " + s.cond(depth+1)
+	case 1:
+		return "(" + s.cond(depth+1) + " || " + s.cond(depth+1) + ")"
+	case 2:
+		return "!(" + s.cond(depth+1) + ")"
+	default:
+		return atoms[s.next(len(atoms))]
+	}
+}
+
+func (s *source) rules() []Rule {
+	n := 1 + s.next(6)
+	rules := make([]Rule, n)
+	for i := range rules {
+		e := Allow
+		if s.next(3) == 0 {
+			e = Deny
+		}
+		rules[i] = Rule{Name: fmt.Sprintf("r%d", i), Effect: e, When: s.cond(0)}
+	}
+	return rules
+}
+
+var fuzzIDs = []*identity.Identity{
+	nil,
+	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "alice", ClientID: "c1", Groups: []string{"ops"}, Claims: map[string]any{"team": "a"}}).Finish(),
+	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "bob", ClientID: "c2", Claims: map[string]any{"team": "b"}}).Finish(),
+	identity.LocalUser(1000, "carol"),
+}
+
+// reference decides by the combining rule, evaluating every rule on its
+// own with cel-go's ordinary activation.
+func reference(p *Policy, req *Request) (allowed bool) {
+	sub := newSubject(req.Identity)
+	vars := map[string]any{"identity": sub.val, "server": req.Server, "method": req.Method,
+		"tool": req.Tool, "prompt": req.Prompt, "resource": req.Resource}
+	vars["arguments"] = types.NewErr("bad arguments")
+	raw := strings.TrimSpace(string(req.Arguments))
+	switch {
+	case len(req.Arguments) > MaxArgumentBytes:
+	case raw == "" || raw == "null":
+		vars["arguments"] = map[string]any{}
+	case raw[0] == '{':
+		var m map[string]any
+		if json.Unmarshal([]byte(raw), &m) == nil {
+			vars["arguments"] = m
+		}
+	}
+	act, _ := cel.NewActivation(vars)
+	someAllow, anyAllow := false, false
+	for _, r := range p.rules {
+		out, _, err := r.prg.Eval(act)
+		o, _ := result(out, err)
+		if r.deny && (o == isTrue || o == isError) {
+			return false
+		}
+		if !r.deny {
+			anyAllow = true
+			someAllow = someAllow || o == isTrue
+		}
+	}
+	return !anyAllow || someAllow
+}
+
+func checkProperties(t *testing.T, data []byte, args []byte) {
+	s := &source{b: data}
+	rules := s.rules()
+	p, err := Compile(rules)
+	if err != nil {
+		t.Fatalf("grammar made a bad rule: %v", err)
+	}
+	req := &Request{Identity: fuzzIDs[s.next(len(fuzzIDs))], Server: fmt.Sprintf("s%d", s.next(3)), Arguments: args}
+	name := fmt.Sprintf("t%d", s.next(4))
+	kind := []string{KindTool, KindPrompt, KindResource}[s.next(3)]
+	switch kind {
+	case KindTool:
+		req.Method, req.Tool = "tools/call", name
+	case KindPrompt:
+		req.Method, req.Prompt = "prompts/get", name
+	case KindResource:
+		req.Method, req.Resource, req.Arguments = "resources/read", []string{"file:", "mem:"}[s.next(2)]+name, nil
+		name = req.Resource
+	}
+	d := p.Decide(req)
+	if strings.Contains(d.Reason, "panicked") {
+		t.Fatalf("evaluation panicked: %s", d.Reason)
+	}
+	if want := reference(p, req); d.Allowed != want {
+		t.Fatalf("rules %q, request %+v: Decide %+v, deny overrides says %v", rules, req, d, want)
+	}
+	if u := p.decide(req, false); u != d {
+		t.Fatalf("rules %q: indexed %+v, unindexed %+v", rules, d, u)
+	}
+	if d.Allowed && !p.Visible(req.Identity, req.Server, kind, name) {
+		t.Fatalf("rules %q: %s may %s %s/%s with %s but it is not listed", rules, req.Identity.Name(), req.Method, req.Server, name, args)
+	}
+	if d.Allowed && kind == KindResource && !p.Visible(req.Identity, req.Server, KindTemplate, "file:{x}") {
+		t.Fatalf("rules %q: %s may read %s/%s but templates are not listed", rules, req.Identity.Name(), req.Server, name)
+	}
+}
+
+var fuzzArgs = []string{``, `null`, `{}`, `{"x":1}`, `{"x":0,"y":"abc"}`, `{"x":"1"}`, `{"y":"b","z":1}`, `[1]`, `{"x":`, `"s"`, `{"x":1e400}`}
+
+func FuzzDecide(f *testing.F) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200; i++ {
+		data := make([]byte, 24)
+		for j := range data {
+			data[j] = byte(r.IntN(256))
+		}
+		f.Add(data, []byte(fuzzArgs[i%len(fuzzArgs)]))
+	}
+	f.Fuzz(func(t *testing.T, data, args []byte) { checkProperties(t, data, args) })
+}
+
+// TestProperties runs the fuzz properties on many more random rule sets
+// than the seed corpus, every time.
+func TestProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	n := 800 // about a second under -race
+	if testing.Short() {
+		n = 200
+	}
+	for i := 0; i < n; i++ {
+		data := make([]byte, 32)
+		for j := range data {
+			data[j] = byte(r.IntN(256))
+		}
+		checkProperties(t, data, []byte(fuzzArgs[r.IntN(len(fuzzArgs))]))
+	}
+}
+
+// TestIndexFindsLiterals: the index is what makes the other servers'
+// rules free; it must see the literal conjuncts.
+func TestIndexFindsLiterals(t *testing.T) {
+	p := mustCompile(t,
+		allow("a", `server == "s1" && tool == "t1" && arguments.x == 1`),
+		allow("b", `"ops" in identity.groups && ("s2" == server && tool == "t2")`),
+		allow("c", `server == "s3" || tool == "t3"`),
+		allow("d", `!(server == "s4")`),
+	)
+	want := []struct{ server, tool string }{{"s1", "t1"}, {"s2", "t2"}, {"", ""}, {"", ""}}
+	for i, r := range p.rules {
+		if r.server != want[i].server || r.tool != want[i].tool || r.hasServer != (want[i].server != "") {
+			t.Errorf("rule %s indexed by %q/%q, want %q/%q", r.name, r.server, r.tool, want[i].server, want[i].tool)
+		}
+	}
+	if c := p.candidates("s9"); len(c) != 2 {
+		t.Errorf("candidates for a server no rule names: %v", c)
+	}
+}

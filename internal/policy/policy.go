@@ -1,0 +1,447 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+)
+
+// Effect is what a matching rule does.
+type Effect string
+
+const (
+	Allow Effect = "allow"
+	Deny  Effect = "deny"
+)
+
+// Rule is one rule as configured.
+type Rule struct {
+	Name   string
+	Effect Effect
+	// When is the rule's condition, a CEL expression of type bool.
+	When string
+	// Path is where the condition is in the configuration (for example
+	// "policy.rules[2].when"); errors name it.
+	Path string
+}
+
+// Request is what a decision is about.
+type Request struct {
+	Identity *identity.Identity
+	Server   string
+	Method   string
+	// Tool, Prompt and Resource name what is called, got or read; ""
+	// when the request is not of that kind.
+	Tool, Prompt, Resource string
+	// Arguments are the tool call's or prompt's arguments from the
+	// request body (params.arguments); nil when there are none. They are
+	// decoded only when a rule that could apply reads them.
+	Arguments json.RawMessage
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Allowed bool
+	// Rule is the deciding rule's name, or "default".
+	Rule string
+	// Reason explains the decision, for the audit (not for the client).
+	Reason string
+}
+
+// MaxArgumentBytes is the largest arguments object a rule reads; larger
+// arguments make every rule that reads them fail (closed).
+const MaxArgumentBytes = 1 << 20
+
+// MaxCost bounds the evaluation of a rule with a comprehension (all,
+// exists, exists_one, map, filter), in CEL's cost units (about one per
+// step, and per element a comprehension or a string function visits): a
+// rule over large arguments that would cost more fails (closed) instead
+// of holding the request. Rules without a comprehension cost at most
+// linear time in the (bounded) arguments.
+const MaxCost = 100_000
+
+// Bounds of the per-policy caches (variables for tests).
+var (
+	maxSubjects = 4096
+	maxVisible  = 1 << 16
+)
+
+type rule struct {
+	name     string
+	deny     bool
+	prg      cel.Program // full evaluation
+	part     cel.Program // partial evaluation; nil when no variable it reads can be unknown
+	args     bool        // reads arguments
+	resource bool        // reads resource
+	names    bool        // reads tool, prompt or resource
+	// Literal conjuncts found at the top of the condition: when set, the
+	// rule is false unless server (tool) equals it.
+	server, tool       string
+	hasServer, hasTool bool
+}
+
+// Policy is a compiled rule set. A nil *Policy, like an empty one, allows
+// everything. It is safe for concurrent use.
+type Policy struct {
+	rules    []*rule
+	hasAllow bool
+	adapter  types.Adapter
+	// byServer holds, per server some rule names literally, the indexes of
+	// the rules that can apply to it (denies first, in order); anyServer
+	// those for every other server.
+	byServer  map[string][]int
+	anyServer []int
+
+	mu       sync.Mutex
+	subjects map[*identity.Identity]*Subject
+
+	vmu     sync.RWMutex
+	visible map[visKey]bool
+	bases   map[baseKey]base
+}
+
+var env *cel.Env
+
+func init() {
+	var err error
+	env, err = cel.NewEnv(
+		cel.Variable("identity", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("server", cel.StringType),
+		cel.Variable("method", cel.StringType),
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("prompt", cel.StringType),
+		cel.Variable("resource", cel.StringType),
+		cel.Variable("arguments", cel.MapType(cel.StringType, cel.DynType)),
+		cel.CrossTypeNumericComparisons(true),
+	)
+	if err != nil {
+		panic("policy: CEL environment: " + err.Error())
+	}
+}
+
+// Compile compiles and type-checks rules. The error names every bad
+// rule's Path with CEL's message.
+func Compile(rules []Rule) (*Policy, error) {
+	p := &Policy{adapter: env.CELTypeAdapter()}
+	var errs []error
+	for i, r := range rules {
+		path := r.Path
+		if path == "" {
+			path = fmt.Sprintf("rules[%d].when", i)
+		}
+		cr, err := compileRule(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		if cr.name == "" {
+			cr.name = path
+		}
+		p.rules = append(p.rules, cr)
+		if !cr.deny {
+			p.hasAllow = true
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	p.index()
+	p.subjects = make(map[*identity.Identity]*Subject)
+	p.visible = make(map[visKey]bool)
+	p.bases = make(map[baseKey]base)
+	return p, nil
+}
+
+func compileRule(r Rule) (*rule, error) {
+	cr := &rule{name: r.Name}
+	switch r.Effect {
+	case Allow:
+	case Deny:
+		cr.deny = true
+	default:
+		return nil, fmt.Errorf("effect %q is neither %q nor %q", r.Effect, Allow, Deny)
+	}
+	if r.When == "" {
+		return nil, errors.New("empty condition")
+	}
+	checked, iss := env.Compile(r.When)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	if !checked.OutputType().IsExactType(cel.BoolType) {
+		return nil, fmt.Errorf("the condition's value is %s, not bool", checked.OutputType())
+	}
+	native := checked.NativeRep()
+	// Only a comprehension (all, exists, map, filter, …) can cost more
+	// than linearly in the arguments' size; tracking the cost of other
+	// rules would double a decision's cost for nothing.
+	var opts []cel.ProgramOption
+	comprehension := false
+	ast.PostOrderVisit(native.Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		comprehension = comprehension || e.Kind() == ast.ComprehensionKind
+	}))
+	if comprehension {
+		opts = append(opts, cel.CostLimit(MaxCost))
+	}
+	// OptOptimize compiles constant regular expressions once, at load.
+	prg, err := env.Program(checked, append(opts, cel.EvalOptions(cel.OptOptimize))...)
+	if err != nil {
+		return nil, err
+	}
+	cr.prg = prg
+	refs := native.ReferenceMap()
+	for _, ri := range refs {
+		switch ri.Name {
+		case "arguments":
+			cr.args = true
+		case "resource":
+			cr.resource, cr.names = true, true
+		case "tool", "prompt":
+			cr.names = true
+		}
+	}
+	if cr.args || cr.resource {
+		if cr.part, err = env.Program(checked, append(opts, cel.EvalOptions(cel.OptPartialEval))...); err != nil {
+			return nil, err
+		}
+	}
+	conjuncts(native.Expr(), func(e ast.Expr) {
+		name, lit, ok := literalEquality(e, refs)
+		switch {
+		case !ok:
+		case name == "server" && !cr.hasServer:
+			cr.server, cr.hasServer = lit, true
+		case name == "tool" && !cr.hasTool:
+			cr.tool, cr.hasTool = lit, true
+		}
+	})
+	return cr, nil
+}
+
+// conjuncts calls f with each operand of the top-level && chain of e (e
+// itself when it is not a conjunction). Since false && x is false in CEL
+// whatever x is (an error or unknown included), a conjunct that is false
+// makes the whole condition false.
+func conjuncts(e ast.Expr, f func(ast.Expr)) {
+	if e.Kind() == ast.CallKind {
+		c := e.AsCall()
+		if c.FunctionName() == operators.LogicalAnd && !c.IsMemberFunction() && len(c.Args()) == 2 {
+			conjuncts(c.Args()[0], f)
+			conjuncts(c.Args()[1], f)
+			return
+		}
+	}
+	f(e)
+}
+
+// literalEquality recognises `v == "lit"` and `"lit" == v` where v is one
+// of the declared variables.
+func literalEquality(e ast.Expr, refs map[int64]*ast.ReferenceInfo) (name, lit string, ok bool) {
+	if e.Kind() != ast.CallKind {
+		return "", "", false
+	}
+	c := e.AsCall()
+	if c.FunctionName() != operators.Equals || c.IsMemberFunction() || len(c.Args()) != 2 {
+		return "", "", false
+	}
+	a, b := c.Args()[0], c.Args()[1]
+	if a.Kind() == ast.LiteralKind {
+		a, b = b, a
+	}
+	if a.Kind() != ast.IdentKind || b.Kind() != ast.LiteralKind {
+		return "", "", false
+	}
+	ri, found := refs[a.ID()]
+	if !found || ri.Name != a.AsIdent() {
+		return "", "", false
+	}
+	s, isStr := b.AsLiteral().(types.String)
+	if !isStr {
+		return "", "", false
+	}
+	return ri.Name, string(s), true
+}
+
+// index builds the per-server candidate lists.
+func (p *Policy) index() {
+	servers := map[string]bool{}
+	for _, r := range p.rules {
+		if r.hasServer {
+			servers[r.server] = true
+		}
+	}
+	list := func(match func(*rule) bool) []int {
+		var out []int
+		for _, deny := range []bool{true, false} {
+			for i, r := range p.rules {
+				if r.deny == deny && match(r) {
+					out = append(out, i)
+				}
+			}
+		}
+		return out
+	}
+	p.anyServer = list(func(r *rule) bool { return !r.hasServer })
+	p.byServer = make(map[string][]int, len(servers))
+	for s := range servers {
+		p.byServer[s] = list(func(r *rule) bool { return !r.hasServer || r.server == s })
+	}
+}
+
+func (p *Policy) candidates(server string) []int {
+	if c, ok := p.byServer[server]; ok {
+		return c
+	}
+	return p.anyServer
+}
+
+// Empty reports whether p has no rules (and so allows everything).
+func (p *Policy) Empty() bool { return p == nil || len(p.rules) == 0 }
+
+type outcome int
+
+const (
+	isFalse outcome = iota
+	isTrue
+	isUnknown
+	isError
+)
+
+func result(out ref.Val, err error) (outcome, error) {
+	switch {
+	case out != nil && types.IsUnknown(out):
+		return isUnknown, nil
+	case err != nil:
+		return isError, err
+	case out == types.True:
+		return isTrue, nil
+	case out == types.False:
+		return isFalse, nil
+	}
+	return isError, fmt.Errorf("condition's value is %v, not bool", out)
+}
+
+// Decide decides req by deny overrides (see the package documentation).
+func (p *Policy) Decide(req *Request) Decision {
+	if p.Empty() {
+		return Decision{Allowed: true, Rule: "default", Reason: "no policy"}
+	}
+	if req == nil {
+		req = &Request{}
+	}
+	return p.decide(req, true)
+}
+
+// decide evaluates the rules; indexed false evaluates every rule, for
+// tests of the index's equivalence.
+func (p *Policy) decide(req *Request, indexed bool) Decision {
+	act := &activation{
+		identity: p.Subject(req.Identity).val,
+		server:   types.String(req.Server),
+		method:   types.String(req.Method),
+		tool:     types.String(req.Tool),
+		prompt:   types.String(req.Prompt),
+		resource: types.String(req.Resource),
+	}
+	cands := p.candidates(req.Server)
+	if !indexed {
+		cands = p.all()
+	}
+	var failed string
+	for _, i := range cands {
+		r := p.rules[i]
+		if indexed && r.hasTool && r.tool != req.Tool {
+			continue
+		}
+		if r.args && act.arguments == nil {
+			// Bad arguments are an error value: a rule reading them
+			// fails, unless CEL's && or || decides without them.
+			var err error
+			if act.arguments, err = p.arguments(req.Arguments); err != nil {
+				act.arguments = types.NewErr("%s", err.Error())
+			}
+		}
+		o, err := result(eval(r.prg, act))
+		switch {
+		case r.deny && o == isTrue:
+			return Decision{Rule: r.name, Reason: "denied by rule " + r.name}
+		case r.deny && o == isError:
+			return Decision{Rule: r.name, Reason: "rule " + r.name + " failed: " + err.Error()}
+		case !r.deny && o == isTrue:
+			return Decision{Allowed: true, Rule: r.name, Reason: "allowed by rule " + r.name}
+		case !r.deny && o == isError && failed == "":
+			failed = "; rule " + r.name + " failed: " + err.Error()
+		}
+	}
+	if !p.hasAllow {
+		return Decision{Allowed: true, Rule: "default", Reason: "no deny rule matched"}
+	}
+	return Decision{Rule: "default", Reason: "no allow rule matched" + failed}
+}
+
+// all is every rule, denies first.
+func (p *Policy) all() []int {
+	var out []int
+	for _, deny := range []bool{true, false} {
+		for i, r := range p.rules {
+			if r.deny == deny {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
+func eval(prg cel.Program, act any) (out ref.Val, err error) {
+	defer func() {
+		// cel-go does not panic on evaluation by design; should it, the
+		// rule fails (closed) rather than the request's goroutine.
+		if v := recover(); v != nil {
+			out, err = nil, fmt.Errorf("evaluation panicked: %v", v)
+		}
+	}()
+	out, _, err = prg.Eval(act)
+	return out, err
+}
+
+// arguments decodes a request's arguments: {} when absent or null; an
+// error when they are not a JSON object or are too large.
+func (p *Policy) arguments(raw json.RawMessage) (ref.Val, error) {
+	if len(raw) > MaxArgumentBytes {
+		return nil, fmt.Errorf("arguments are larger than %d bytes", MaxArgumentBytes)
+	}
+	raw = trimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return emptyArgs, nil
+	}
+	if raw[0] != '{' {
+		return nil, errors.New("arguments are not a JSON object")
+	}
+	m, err := decodeObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	return types.NewStringInterfaceMap(p.adapter, m), nil
+}
+
+var emptyArgs = types.NewStringInterfaceMap(types.DefaultTypeAdapter, map[string]any{})
+
+func trimSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}

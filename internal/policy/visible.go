@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/interpreter"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+)
+
+// Kinds of listed items, for Visible.
+const (
+	KindTool     = "tool"
+	KindPrompt   = "prompt"
+	KindResource = "resource"
+	KindTemplate = "template"
+)
+
+type visKey struct {
+	subject, server, kind, name string
+}
+
+var (
+	unknownArgs        = []*interpreter.AttributePattern{cel.AttributePattern("arguments")}
+	unknownArgsAndURIs = []*interpreter.AttributePattern{cel.AttributePattern("arguments"), cel.AttributePattern("resource")}
+)
+
+// Visible reports whether an item of server (kind tool, prompt, resource
+// or template, named name: the tool's or prompt's name, the resource's
+// URI, the template's URI template) is listed to id: whether some call of
+// it could be allowed. The rules are evaluated with the arguments unknown
+// (and for a template, the resource URI too), as if the item were called
+// (tools/call, prompts/get, resources/read); it is hidden when a deny rule
+// matches (or fails) whatever the unknowns are, or when there are allow
+// rules and every one is false (or fails). An unknown kind is never
+// visible. Answers are cached in p per identity, bounded.
+func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool {
+	if p.Empty() {
+		return kind == KindTool || kind == KindPrompt || kind == KindResource || kind == KindTemplate
+	}
+	sub := p.Subject(id)
+	skey := sub.cacheKey()
+	k := visKey{skey, server, kind, name}
+	if skey != "" {
+		p.vmu.RLock()
+		v, ok := p.visible[k]
+		p.vmu.RUnlock()
+		if ok {
+			return v
+		}
+	}
+	v := p.visibleNow(sub, server, kind, name)
+	if skey != "" {
+		p.vmu.Lock()
+		if len(p.visible) >= maxVisible {
+			for k := range p.visible {
+				delete(p.visible, k)
+				break
+			}
+		}
+		p.visible[k] = v
+		p.vmu.Unlock()
+	}
+	return v
+}
+
+// baseKey and base are what the rules that read no name (tool, prompt,
+// resource) say of every item of a kind on a server, for an identity.
+type baseKey struct {
+	subject, server, kind string
+}
+
+type base struct {
+	hidden    bool // a deny matches or fails whatever the item
+	someAllow bool // an allow is true or unknown for every item
+}
+
+func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
+	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownArgs}
+	var tool, prompt, resource string
+	unknownURI := false
+	switch kind {
+	case KindTool:
+		tool, act.method = name, types.String("tools/call")
+	case KindPrompt:
+		prompt, act.method = name, types.String("prompts/get")
+	case KindResource:
+		resource, act.method = name, types.String("resources/read")
+	case KindTemplate:
+		act.method, act.unknown, unknownURI = types.String("resources/read"), unknownArgsAndURIs, true
+	default:
+		return false
+	}
+	act.tool, act.prompt, act.resource = types.String(tool), types.String(prompt), types.String(resource)
+	b := p.base(sub, server, kind, act)
+	if b.hidden {
+		return false
+	}
+	someAllow := b.someAllow || !p.hasAllow
+	for _, i := range p.candidates(server) {
+		r := p.rules[i]
+		if !r.names || (r.hasTool && r.tool != tool) {
+			continue
+		}
+		if someAllow && !r.deny {
+			break // denies come first: every deny was seen
+		}
+		switch o := p.partialEval(r, act, unknownURI); {
+		case r.deny && (o == isTrue || o == isError):
+			return false
+		case !r.deny && (o == isTrue || o == isUnknown):
+			someAllow = true
+		}
+	}
+	return someAllow
+}
+
+func (p *Policy) partialEval(r *rule, act *partial, unknownURI bool) outcome {
+	var o outcome
+	if r.args || (unknownURI && r.resource) {
+		o, _ = result(eval(r.part, act))
+	} else {
+		o, _ = result(eval(r.prg, &act.activation))
+	}
+	return o
+}
+
+// base evaluates (or finds cached) the rules that read no name.
+func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
+	k := baseKey{sub.cacheKey(), server, kind}
+	if k.subject != "" {
+		p.vmu.RLock()
+		b, ok := p.bases[k]
+		p.vmu.RUnlock()
+		if ok {
+			return b
+		}
+	}
+	var b base
+	for _, i := range p.candidates(server) {
+		r := p.rules[i]
+		if r.names || r.hasTool {
+			continue
+		}
+		if b.someAllow && !r.deny {
+			break
+		}
+		switch o := p.partialEval(r, act, false); {
+		case r.deny && (o == isTrue || o == isError):
+			b.hidden = true
+		case !r.deny && (o == isTrue || o == isUnknown):
+			b.someAllow = true
+		}
+		if b.hidden {
+			break
+		}
+	}
+	if k.subject != "" {
+		p.vmu.Lock()
+		if len(p.bases) >= maxVisible {
+			for k := range p.bases {
+				delete(p.bases, k)
+				break
+			}
+		}
+		p.bases[k] = b
+		p.vmu.Unlock()
+	}
+	return b
+}
