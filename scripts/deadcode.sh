@@ -15,7 +15,7 @@
 #   as its roots: a fifth of the time of all tests as roots).
 set -euo pipefail
 deadcode=${DEADCODE:-.deps/tools/deadcode}
-testsupport='^internal/(loadtest|testserver|telemetry/otlptest|fleet/fleettest|oauthclient/oauthtest)/|unreachable func: [A-Za-z_]+\.(String|GoString)$'
+testsupport='^internal/(loadtest|testserver|telemetry/otlptest|fleet/fleettest|oauthclient/oauthtest|authn/authntest)/|unreachable func: [A-Za-z_]+\.(String|GoString)$'
 public='^(lifecycle|watchdog)/'
 
 prod=$("$deadcode" ./...)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/clientcfg"
 	"github.com/mcpvisor/mcpvisor/internal/jsonc"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/lifecycle"
 )
 
@@ -161,6 +162,8 @@ type Config struct {
 	// Policy is the rules every request is decided by, in order (nil:
 	// everything is allowed).
 	Policy []PolicyRule
+	// Compiled is Policy compiled (nil without rules, or with errors).
+	Compiled *policy.Policy
 	// Audit, when set, records every call and every denial.
 	Audit *AuditConfig
 	// RateLimits, when set, bounds each identity's requests.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/policy"
 )
 
 // AuthConfig is the top-level "auth" object: mcpvisor as an OAuth 2.1
@@ -469,8 +471,32 @@ func (r Rate) String() string {
 	return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst)
 }
 
-// checkTeam checks what spans the team blocks and the servers.
+// checkTeam checks what spans the team blocks and the servers, and
+// compiles the policy: each rule type-checked on its own, so that an
+// error names its rule's path.
 func (p *parser) checkTeam(cfg *Config) {
+	if len(cfg.Policy) > 0 {
+		rules := make([]policy.Rule, len(cfg.Policy))
+		bad := false
+		for i, r := range cfg.Policy {
+			rules[i] = policy.Rule{Name: r.Name, Effect: policy.Effect(r.Effect), When: r.When, Path: r.Path}
+			if r.Effect == "" || r.When == "" {
+				bad = true
+				continue
+			}
+			if _, err := policy.Compile([]policy.Rule{{Effect: rules[i].Effect, When: r.When, Path: "-"}}); err != nil {
+				p.errorf(r.Path, "%s", strings.TrimPrefix(err.Error(), "-: "))
+				bad = true
+			}
+		}
+		if !bad {
+			pol, err := policy.Compile(rules)
+			if err != nil {
+				p.errorf("policy", "%v", err)
+			}
+			cfg.Compiled = pol
+		}
+	}
 	if cfg.Auth != nil {
 		for name := range cfg.Auth.ServerScopes {
 			if cfg.Server(name) == nil {

@@ -78,3 +78,30 @@ func TestTeamErrors(t *testing.T) {
 		})
 	}
 }
+
+// A rule that does not compile or type-check is an error at its own
+// path; the others still load into nothing (no half policy).
+func TestPolicyCompiledAtLoad(t *testing.T) {
+	cfg := mustParse(t, `{"policy": [{"effect": "deny", "when": "tool == \"rm\""}], "mcpServers": {"a": {"command": "x"}}}`, LoadOptions{})
+	if cfg.Compiled == nil || cfg.Compiled.Empty() {
+		t.Fatal("a good policy is not compiled")
+	}
+	e := parseErr(t, `{"policy": [{"effect": "allow", "when": "true"}, {"effect": "deny", "when": "tool == 1"}, {"effect": "allow", "when": "identity.sub"}, {"effect": "deny", "when": "tool ==" }], "mcpServers": {"a": {"command": "x"}}}`, LoadOptions{})
+	want := map[string]string{"policy[1].when": "no matching overload", "policy[2].when": "bool", "policy[3].when": "Syntax error"}
+	for path, msg := range want {
+		found := false
+		for _, p := range e.Problems {
+			if p.Path == path && strings.Contains(p.Message, msg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no problem at %s containing %q; got:\n%v", path, msg, e)
+		}
+	}
+	for _, p := range e.Problems {
+		if p.Path == "policy[0].when" {
+			t.Errorf("the good rule has a problem: %v", p)
+		}
+	}
+}

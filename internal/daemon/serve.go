@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/authn"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/conndeadline"
 	"github.com/mcpvisor/mcpvisor/internal/dashboard"
@@ -106,6 +107,9 @@ type serving struct {
 	aggregate *gateway.StreamableHandler
 	routes    *gateway.ServerRouter
 	rl        *reloader
+	// team is the team identity every route's guard checks tokens by
+	// (the config's auth; none without it), swapped at each reload.
+	team *guard.Team
 }
 
 // open builds everything serve runs; nothing is started.
@@ -129,7 +133,11 @@ func (s *serving) open() error {
 	if s.front, err = openDaemonFront(s.a, s.o.Socket, s.o.ExitWhenUnused, s.log); err != nil {
 		return err
 	}
-	if s.o.Token == "" && !isLoopback(s.ln.Addr()) {
+	s.team = &guard.Team{}
+	if err := s.setTeam(context.Background(), s.a.cfg); err != nil {
+		return err
+	}
+	if s.o.Token == "" && s.a.cfg.Auth == nil && !isLoopback(s.ln.Addr()) {
 		s.log.Warn("listening beyond loopback without a bearer token: anyone who can reach this address can use every server", "listen", s.ln.Addr().String())
 	}
 	s.srv = s.routeAll()
@@ -143,14 +151,16 @@ func (s *serving) routeAll() *http.Server {
 	// on /mcp, /servers/*, /api/*, /metrics, /healthz and any other path.
 	// The MCP and admin handlers apply it themselves (the same options);
 	// a route added here is wrapped in it.
-	access := guard.Options{Token: s.o.Token}
+	access := guard.Options{Token: s.o.Token, Team: s.team, Route: guard.Route{Admin: true}}
 	g := guard.New(access)
+	mcpAccess := access
+	mcpAccess.Route = guard.Route{Path: "/mcp"}
 	// One bound on client sessions across /mcp and every
 	// /servers/{name}/mcp: the config's maxSessions.
 	sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
 	sessions.SetLogger(log)
 	s.sessions = sessions
-	opts := gateway.HTTPOptions{Access: access, SessionLimit: sessions, Logger: log}
+	opts := gateway.HTTPOptions{Access: mcpAccess, SessionLimit: sessions, Logger: log}
 	mux := http.NewServeMux()
 	s.aggregate = gateway.NewStreamableHandler(a.gw.Aggregate(), opts)
 	// With tracing, a request's traceparent header is the parent of its
@@ -160,13 +170,16 @@ func (s *serving) routeAll() *http.Server {
 	// Each server's own endpoint, as the last reload left the servers;
 	// any other name gets a 404 that says so, as a JSON-RPC error an MCP
 	// client shows.
-	s.routes = gateway.NewServerRouter(a.gw, opts, g.Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
+	s.routes = gateway.NewServerRouter(a.gw, opts, guard.New(mcpAccess).Wrap(unknownServer(a.fleet, a.gw.LocalRequests())))
 	servers := a.tracing.Handler(s.routes)
 	mux.Handle(gateway.ServerPattern, servers)
 	s.rl = newReloader(a, s.o.ConfigFile, !s.o.NoLearn, func(cfg *config.Config, ap fleet.Applied) {
 		a.gw.SetPageSize(cfg.PageSize)
 		a.gw.SetHoldTimeout(cfg.HoldTimeout)
 		sessions.SetMax(cfg.MaxSessions)
+		if err := s.setTeam(s.sd.Context(), cfg); err != nil {
+			log.Error("reload: the new auth settings are not in force; the earlier ones are", "err", err)
+		}
 		a.gw.Reloaded()
 		s.routes.Sync(ap.Removed)
 	})
@@ -189,6 +202,9 @@ func (s *serving) routeAll() *http.Server {
 			rep := s.rl.reload(ctx, "api", false)
 			return rep, rep.Applied
 		}})
+	// RFC 9728 protected resource metadata (team identity only).
+	mux.HandleFunc(authn.WellKnownResource, s.resourceMetadata)
+	mux.HandleFunc(authn.WellKnownResource+"/", s.resourceMetadata)
 	mux.Handle("/api/", api)
 	mux.Handle("/metrics", api)
 	// The redirect of a login the dashboard began: reached by the browser
@@ -266,6 +282,7 @@ func (s *serving) run() error {
 		// that the HTTP server's shutdown can finish.
 		s.a.events.Close()
 		<-front
+		s.closeTeam()
 		return err
 	})
 }
@@ -291,6 +308,9 @@ func (s *serving) close(ctx context.Context) {
 	}
 	if s.ln != nil {
 		_ = s.ln.Close()
+	}
+	if s.team != nil {
+		s.closeTeam()
 	}
 	if s.a != nil {
 		if err := s.a.close(ctx); err != nil {

@@ -258,3 +258,10 @@ func (f *Fleet) withSecrets(sc *config.Server, conn *backend.StdioConnector) lif
 	conn.Launch = secretLaunch(ls, conn.Launch)
 	return &resolvingConnector{StdioConnector: conn, f: f, sc: sc, ls: ls}
 }
+
+// ResolveSecret resolves the secret references of s as a server's are
+// resolved (the environment, the secret store): for settings of serve's
+// own, such as the introspection client's secret.
+func (f *Fleet) ResolveSecret(ctx context.Context, s string) (string, error) {
+	return secret.Resolve(ctx, s, f.secretSources())
+}

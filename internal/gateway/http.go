@@ -289,11 +289,12 @@ func NewStreamableHandler(ep Endpoint, opts HTTPOptions) *StreamableHandler {
 
 // ServeHTTP implements http.Handler.
 func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.guard.Allow(w, r) {
-		h.log.Debug("http: refused", "host", r.Host, "remote", r.RemoteAddr)
+	r, status := h.guard.Admit(w, r)
+	if status != 0 {
+		h.log.Debug("http: refused", "status", status)
 		if h.gw != nil {
 			reason := telemetry.RefusedForbidden
-			if status, _ := h.guard.Check(r); status == http.StatusUnauthorized {
+			if status == http.StatusUnauthorized || status == http.StatusBadRequest || status == http.StatusServiceUnavailable {
 				reason = telemetry.RefusedUnauthorized
 			}
 			h.gw.refusedHTTP(reason)

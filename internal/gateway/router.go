@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/guard"
 )
 
 // ServerRouter serves ServerPattern, /servers/{name}/mcp: each server of
@@ -93,7 +95,9 @@ func (r *ServerRouter) open(name string) *StreamableHandler {
 	if r.lookedUp != nil {
 		r.lookedUp(name)
 	}
-	h := NewStreamableHandler(r.g.singleOf(s), r.opts)
+	opts := r.opts
+	opts.Access.Route = guard.Route{Path: "/servers/" + name + "/mcp", Server: name}
+	h := NewStreamableHandler(r.g.singleOf(s), opts)
 	r.byName[name] = h
 	return h
 }

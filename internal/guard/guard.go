@@ -13,6 +13,12 @@
 //     <token>", the scheme matched case-insensitively (RFC 9110, 11.1) and
 //     the token compared in constant time; else 401 with
 //     WWW-Authenticate.
+//  4. With team identity (the config's "auth", Team), instead of 3: an
+//     access token the issuer signed, for this route's resource, with the
+//     scopes the route requires (RFC 6750, RFC 9728 challenges; team.go).
+//     The request then carries the token's identity in its context. On
+//     the admin routes the static token, if one is configured, is an
+//     admin credential besides.
 package guard
 
 import (
@@ -42,6 +48,13 @@ type Options struct {
 	// (for a reverse proxy on the same machine that passes its own Host
 	// on). The Origin check stays.
 	DisableHostCheck bool
+
+	// Team, if set, is the team identity: while it holds a config, every
+	// request needs an access token (see the package doc).
+	Team *Team
+	// Route is what this guard guards, for the token's audience, the
+	// scopes and the resource metadata of its challenges.
+	Route Route
 }
 
 // Guard checks requests. It is safe for concurrent use and never changes
@@ -51,11 +64,13 @@ type Guard struct {
 	origins   []string
 	anyOrigin bool
 	hostCheck bool
+	team      *Team
+	route     Route
 }
 
 // New returns a guard for opts.
 func New(opts Options) *Guard {
-	g := &Guard{hostCheck: !opts.DisableHostCheck}
+	g := &Guard{hostCheck: !opts.DisableHostCheck, team: opts.Team, route: opts.Route}
 	if opts.Token != "" {
 		sum := sha256.Sum256([]byte(opts.Token))
 		g.token = &sum
@@ -84,13 +99,30 @@ func (g *Guard) Check(r *http.Request) (status int, reason string) {
 // Allow checks r and, if it may not pass, writes the refusal: a plain text
 // 403, or a 401 with WWW-Authenticate. It reports whether r may pass.
 func (g *Guard) Allow(w http.ResponseWriter, r *http.Request) bool {
-	status, reason := g.Check(r)
-	if status == 0 {
-		return true
-	}
-	refuse(w, status, reason)
-	return false
+	_, status := g.Admit(w, r)
+	return status == 0
 }
+
+// Admit checks r as Allow does. It returns r — with team identity, r
+// carrying its token's identity — and 0, or, having written the
+// refusal, nil and its status.
+func (g *Guard) Admit(w http.ResponseWriter, r *http.Request) (*http.Request, int) {
+	if reason := g.checkHostOrigin(r); reason != "" {
+		refuse(w, http.StatusForbidden, reason)
+		return nil, http.StatusForbidden
+	}
+	if c := g.team.Config(); c != nil {
+		return g.admitTeam(w, r, c)
+	}
+	if g.token != nil && !g.authorized(r) {
+		refuse(w, http.StatusUnauthorized, "a bearer token is required")
+		return nil, http.StatusUnauthorized
+	}
+	return r, 0
+}
+
+// Route is the route g guards.
+func (g *Guard) Route() Route { return g.route }
 
 // AllowPublic is Allow without the token: Host and Origin are checked
 // (403), the bearer token is not. It is for what holds no secret and must
@@ -156,7 +188,7 @@ func refuse(w http.ResponseWriter, status int, reason string) {
 // Wrap returns a handler that serves next only the requests g allows.
 func (g *Guard) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g.Allow(w, r) {
+		if r, status := g.Admit(w, r); status == 0 {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -179,6 +211,11 @@ func (g *Guard) authorized(r *http.Request) bool {
 	if tok == "" {
 		return false
 	}
+	return g.tokenIs(tok)
+}
+
+// tokenIs reports whether tok is the static token, in constant time.
+func (g *Guard) tokenIs(tok string) bool {
 	sum := sha256.Sum256([]byte(tok))
 	return subtle.ConstantTimeCompare(sum[:], g.token[:]) == 1
 }

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/authn"
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/guard"
+)
+
+// teamConfig builds cfg's team identity (nil without "auth"): its
+// verifier, whose introspection secret is resolved now, and the
+// audiences each endpoint accepts.
+func teamConfig(ctx context.Context, cfg *config.Config, f *fleet.Fleet, log *slog.Logger) (*guard.TeamConfig, error) {
+	a := cfg.Auth
+	if a == nil {
+		return nil, nil
+	}
+	opts := authn.Options{Issuer: a.Issuer, Audiences: a.Audiences, Algorithms: a.Algorithms, Skew: a.ClockSkew,
+		JWKSURL: a.JWKSURL, GroupsClaim: a.GroupsClaim, Logger: log}
+	if opts.Audiences == nil {
+		names := make([]string, 0, len(cfg.Servers))
+		for _, s := range cfg.Servers {
+			names = append(names, s.Name)
+		}
+		opts.Audiences = guard.AudiencesFor(a.PublicURL, names)
+	}
+	if in := a.Introspection; in != nil {
+		secret, err := f.ResolveSecret(ctx, in.ClientSecret)
+		if err != nil {
+			return nil, fmt.Errorf("auth.introspection.clientSecret: %w", err)
+		}
+		opts.Introspection = &authn.Introspection{URL: in.URL, ClientID: in.ClientID, ClientSecret: secret}
+	}
+	v, err := authn.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return &guard.TeamConfig{Verifier: v, PublicURL: a.PublicURL, Issuer: a.Issuer, Scopes: a.Scopes,
+		ServerScopes: a.ServerScopes, AdminScope: a.AdminScope, Audiences: a.Audiences}, nil
+}
+
+// setTeam makes cfg's team identity the one in force, and closes the one
+// it replaces. The issuer's metadata and keys are fetched in the
+// background, so that the first request does not wait for them and an
+// unreachable issuer shows in the log at once.
+func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
+	tc, err := teamConfig(ctx, cfg, s.a.fleet, s.log)
+	if err != nil {
+		return err
+	}
+	if old := s.team.Set(tc); old != nil {
+		_ = old.Verifier.Close()
+	}
+	if tc != nil {
+		go func() {
+			pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			if err := tc.Verifier.Prefetch(pctx); err != nil {
+				s.log.Warn("auth: the issuer's metadata or keys could not be fetched yet; requests are refused (503) until they can", "issuer", tc.Issuer, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// closeTeam closes the team identity's verifier.
+func (s *serving) closeTeam() {
+	if old := s.team.Set(nil); old != nil {
+		_ = old.Verifier.Close()
+	}
+}
+
+// resourceMetadata serves RFC 9728 protected resource metadata at the
+// path-suffixed well-known URIs of /mcp, of each /servers/NAME/mcp and
+// of the admin routes (the bare one), built from the config's public
+// URL — never from the request's Host. Without team identity there is
+// none (404).
+func (s *serving) resourceMetadata(w http.ResponseWriter, r *http.Request) {
+	c := s.team.Config()
+	if c == nil {
+		http.NotFound(w, r)
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.Path, authn.WellKnownResource)
+	var rt guard.Route
+	switch {
+	case rest == "" || rest == "/":
+		rt = guard.Route{Admin: true}
+	case rest == "/mcp":
+		rt = guard.Route{Path: "/mcp"}
+	default:
+		name, ok := strings.CutPrefix(rest, "/servers/")
+		name, ok2 := strings.CutSuffix(name, "/mcp")
+		if !ok || !ok2 || name == "" || strings.Contains(name, "/") || s.a.fleet.Get(name) == nil {
+			http.NotFound(w, r)
+			return
+		}
+		rt = guard.Route{Path: rest, Server: name}
+	}
+	authn.Metadata{Resource: c.Resource(rt), AuthorizationServers: []string{c.Issuer}, ScopesSupported: c.NeededScopes(rt),
+		ResourceName: "mcpvisor"}.Handler().ServeHTTP(w, r)
+}

@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/authn/authntest"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+const publicURL = "https://mcp.example.test"
+
+// teamServe runs serve with auth against the fake issuer iss, a static
+// token, and serverScopes for x; it returns serve's address.
+func teamServe(t *testing.T, iss *authntest.Issuer) string {
+	t.Helper()
+	fixture := testserver.Build(t)
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	doc := `{"auth": {"issuer": "` + iss.URL + `", "publicUrl": "` + publicURL + `/", "scopes": ["mcp"], "serverScopes": {"x": ["x:use"]}},
+	  "mcpServers": {"x": {"command": "` + fixture + `"}}}`
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true, Token: "static-admin-token"}
+	o.Stderr = &syncWriter{}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, o) }()
+	addr := waitServing(t, o.Stderr.(*syncWriter), done)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not end")
+		}
+	})
+	return addr
+}
+
+type reply struct {
+	status int
+	www    string
+	body   string
+}
+
+func send(t *testing.T, method, url, body string, hdr map[string][]string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}
+}
+
+const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+
+func bearer(tok string) map[string][]string {
+	return map[string][]string{"Authorization": {"Bearer " + tok}}
+}
+
+// mcpvisor as an OAuth resource server: resource metadata from the
+// public URL, challenges that point at it, tokens bound to their
+// endpoint, every scope an endpoint needs in one 403, RFC 6750's rules
+// on where a token may be, and the static token an admin credential
+// only.
+func TestResourceServer(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServe(t, iss)
+	base := "http://" + addr
+
+	// Resource metadata: the public URL's, whatever the Host.
+	for path, want := range map[string]string{"/mcp": publicURL + "/mcp", "/servers/x/mcp": publicURL + "/servers/x/mcp", "": publicURL} {
+		r := send(t, "GET", base+"/.well-known/oauth-protected-resource"+path, "", map[string][]string{"Host": {"localhost:1"}})
+		var m struct {
+			Resource string   `json:"resource"`
+			AS       []string `json:"authorization_servers"`
+		}
+		if r.status != 200 || json.Unmarshal([]byte(r.body), &m) != nil || m.Resource != want || len(m.AS) != 1 || m.AS[0] != iss.URL {
+			t.Errorf("metadata of %q: %d %s", path, r.status, r.body)
+		}
+	}
+	if r := send(t, "GET", base+"/.well-known/oauth-protected-resource/servers/nope/mcp", "", nil); r.status != 404 {
+		t.Errorf("metadata of an unknown server: %d", r.status)
+	}
+
+	prm := `resource_metadata="` + publicURL + `/.well-known/oauth-protected-resource/mcp"`
+	mcpTok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	cases := []struct {
+		name, url string
+		hdr       map[string][]string
+		status    int
+		www       []string
+	}{
+		{"no token", "/mcp", nil, 401, []string{prm, `scope="mcp"`}},
+		{"a good token", "/mcp", bearer(mcpTok), 200, nil},
+		{"another endpoint's token", "/mcp", bearer(iss.Mint(t, iss.Claims("alice", publicURL+"/servers/x/mcp"), authntest.MintOptions{})), 401, []string{`error="invalid_token"`}},
+		{"a token lacking the scope", "/mcp", bearer(iss.Mint(t, func() map[string]any {
+			c := iss.Claims("alice", publicURL+"/mcp")
+			c["scope"] = "other"
+			return c
+		}(), authntest.MintOptions{})), 403, []string{`error="insufficient_scope"`, `scope="mcp"`, prm}},
+		{"every scope of a server's endpoint", "/servers/x/mcp", bearer(iss.Mint(t, iss.Claims("alice", publicURL+"/servers/x/mcp"), authntest.MintOptions{})), 403,
+			[]string{`error="insufficient_scope"`, `scope="mcp x:use"`, `resource_metadata="` + publicURL + `/.well-known/oauth-protected-resource/servers/x/mcp"`}},
+		{"two Authorization headers", "/mcp", map[string][]string{"Authorization": {"Bearer " + mcpTok, "Bearer " + mcpTok}}, 400, []string{`error="invalid_request"`}},
+		{"a header and a query token", "/mcp?access_token=" + mcpTok, bearer(mcpTok), 400, []string{`error="invalid_request"`}},
+		{"a token only in the URL", "/mcp?access_token=" + mcpTok, nil, 401, []string{prm}},
+		{"the static token on an MCP endpoint", "/mcp", bearer("static-admin-token"), 401, []string{`error="invalid_token"`}},
+		{"a wrong issuer", "/mcp", bearer(iss.Mint(t, func() map[string]any {
+			c := iss.Claims("alice", publicURL+"/mcp")
+			c["iss"] = "https://evil.example"
+			return c
+		}(), authntest.MintOptions{})), 401, []string{`error="invalid_token"`}},
+	}
+	for _, c := range cases {
+		r := send(t, "POST", base+c.url, initBody, c.hdr)
+		if r.status != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
+			continue
+		}
+		for _, w := range c.www {
+			if !strings.Contains(r.www, w) {
+				t.Errorf("%s: WWW-Authenticate %q lacks %s", c.name, r.www, w)
+			}
+		}
+	}
+
+	// The admin routes: the admin scope for the base URL's audience, or
+	// the static token.
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	for name, c := range map[string]struct {
+		hdr    map[string][]string
+		status int
+	}{
+		"no token":           {nil, 401},
+		"an MCP token":       {bearer(mcpTok), 401},
+		"the admin scope":    {bearer(iss.Mint(t, adminClaims, authntest.MintOptions{})), 200},
+		"the static token":   {bearer("static-admin-token"), 200},
+		"another static one": {bearer("static-admin-token2"), 401},
+	} {
+		if r := send(t, "GET", base+"/api/servers", "", c.hdr); r.status != c.status {
+			t.Errorf("admin API with %s: %d %s, want %d", name, r.status, r.body, c.status)
+		}
+	}
+}
