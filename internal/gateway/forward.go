@@ -171,6 +171,10 @@ type flightSpan struct {
 // brings its own).
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	f, raw := g.newFlight(ctx, cancel, w, srv, method, params, clientID, related)
+	// The policy first: a denied request starts nothing.
+	if resp := g.permit(f, raw, params); resp != nil {
+		return nil, resp
+	}
 	// The call is the sender's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
 	// server starts or restarts cancels it there, and it never runs.

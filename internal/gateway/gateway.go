@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -59,6 +60,8 @@ type Gateway struct {
 	// id; holdTimeout bounds each, stateKey signs their requestState.
 	held        heldTable
 	holdTimeout atomic.Int64 // a time.Duration; 0 means DefaultHoldTimeout (SetHoldTimeout)
+	// policy decides requests and filters lists (SetPolicy; nil allows).
+	policy atomic.Pointer[policy.Policy]
 	stateKey    []byte
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).

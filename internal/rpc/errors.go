@@ -48,6 +48,13 @@ const (
 	// instances of a per-session server) refused the request; the message
 	// names it. The HTTP front answers it with 503.
 	LimitReached = -32011
+	// NotPermitted: the policy does not permit the request to its
+	// identity. The client is told no more; the audit is told why.
+	NotPermitted = -32012
+	// RateLimited: the identity is over a configured rate limit; the
+	// message says when to try again. The HTTP front answers it with 429
+	// and Retry-After.
+	RateLimited = -32013
 )
 
 var (

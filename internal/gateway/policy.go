@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"encoding/json"
+
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+// The policy (the config's rules) decides every request that uses one
+// server's item — a tool called, a prompt got, a resource read or
+// subscribed to, a completion of a prompt's or a resource's argument —
+// in begin, before the server is leased: a denied request starts
+// nothing and reaches no server. What it sees is what the server would:
+// the item's name as the server knows it (an aggregated name resolved
+// to exactly one server's first) and the arguments from the request's
+// body, never from headers. Lists are filtered by the same rules
+// (Visible): an item no call of which could be allowed is not listed.
+
+// SetPolicy makes p the policy in force; nil allows everything. A reload
+// swaps it whole: a request is decided by one policy.
+func (g *Gateway) SetPolicy(p *policy.Policy) { g.policy.Store(p) }
+
+// notPermitted is what a denied request's client is told: no more (the
+// audit has the rule and the reason).
+const notPermitted = "not permitted"
+
+// decided reports whether the policy decides method.
+func decided(method string) bool {
+	switch method {
+	case "tools/call", "prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe", "completion/complete":
+		return true
+	}
+	return false
+}
+
+// policyRequest is what the policy is asked about w's request of method
+// to srv; target is the tool or prompt it names as the server knows it.
+func policyRequest(w sender, srv *fleet.Server, method, target string, params json.RawMessage) *policy.Request {
+	req := &policy.Request{Identity: w.identity(), Server: srv.Name(), Method: method}
+	switch method {
+	case "tools/call":
+		req.Tool, req.Arguments = target, rpc.Member(params, "arguments")
+	case "prompts/get":
+		req.Prompt, req.Arguments = target, rpc.Member(params, "arguments")
+	case "resources/read", "resources/subscribe", "resources/unsubscribe":
+		req.Resource, _ = rpc.StringMember(params, "uri")
+	case "completion/complete":
+		ref := rpc.Member(params, "ref")
+		if t, _ := rpc.StringMember(ref, "type"); t == "ref/prompt" {
+			req.Prompt, _ = rpc.StringMember(ref, "name")
+		} else {
+			req.Resource, _ = rpc.StringMember(ref, "uri")
+		}
+	}
+	return req
+}
+
+// permit decides f's request by the policy in force; raw is the tool or
+// prompt it names as the server knows it, as JSON (escapes and all: the
+// policy sees the name decoded, as the server will). It returns the
+// client's answer to a denied one (and records the denial), else nil.
+func (g *Gateway) permit(f *flight, raw, params json.RawMessage) *rpc.Message {
+	p := g.policy.Load()
+	if p.Empty() || !decided(f.method) {
+		return nil
+	}
+	var target string
+	if f.method == "tools/call" || f.method == "prompts/get" {
+		var ok bool
+		if target, ok = rpc.String(raw); !ok {
+			// No name, or one that is not a string: nothing the
+			// rules could be asked about is permitted.
+			req := &policy.Request{Identity: f.from.identity(), Server: f.srv.Name(), Method: f.method}
+			g.denied(f, req, policy.Decision{Rule: "-", Reason: "the request names no " + map[bool]string{true: "tool", false: "prompt"}[f.method == "tools/call"]})
+			return errorResponse(f.clientID, rpc.NotPermitted, notPermitted)
+		}
+	}
+	req := policyRequest(f.from, f.srv, f.method, target, params)
+	d := p.Decide(req)
+	if d.Allowed {
+		return nil
+	}
+	g.denied(f, req, d)
+	return errorResponse(f.clientID, rpc.NotPermitted, notPermitted)
+}
+
+// visible reports whether w may see srv's item of kind named name (as
+// the server knows it) in a list.
+func (g *Gateway) visible(w sender, srv *fleet.Server, kind, name string) bool {
+	p := g.policy.Load()
+	return p.Empty() || p.Visible(w.identity(), srv.Name(), kind, name)
+}
+
+// filtering reports whether lists are filtered by a policy now.
+func (g *Gateway) filtering() bool { return !g.policy.Load().Empty() }
+
+// denied records a denial (the audit, when one is configured).
+func (g *Gateway) denied(f *flight, req *policy.Request, d policy.Decision) {
+	g.log.Info("policy: denied", "identity", req.Identity.Name(), "server", req.Server, "method", req.Method, "rule", d.Rule, "reason", d.Reason)
+}
