@@ -34,7 +34,9 @@ ldflags='-s -w'
 cflags='-O0 -g0'
 
 mkdir -p "$root/.deps/tools"
-want="hydra $(cat "$here/go.mod" "$here/go.sum" | cksum) tags=$tags gcflags=all:$gcflags_all,std: ldflags=$ldflags cflags=$cflags $(GOWORK=off "$GO" env GOVERSION GOOS GOARCH | tr '\n' ' ')"
+# Built for this machine, whatever GOOS and GOARCH say.
+export GOWORK=off GOOS=$("$GO" env GOHOSTOS) GOARCH=$("$GO" env GOHOSTARCH)
+want="hydra $(cat "$here/go.mod" "$here/go.sum" | cksum) tags=$tags gcflags=all:$gcflags_all,std: ldflags=$ldflags cflags=$cflags $("$GO" env GOVERSION) $GOOS/$GOARCH"
 
 if [ -x "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
@@ -65,7 +67,7 @@ trap 'rm -f "$marker" "$out.tmp"' EXIT
 echo "hydra: building $out ($(date -u +%H:%M:%S))"
 start=$SECONDS
 cd "$here"
-GOWORK=off CGO_ENABLED=1 CGO_CFLAGS="$cflags" "$GO" build -o "$out.tmp" \
+CGO_ENABLED=1 CGO_CFLAGS="$cflags" "$GO" build -o "$out.tmp" \
   -tags "$tags" -gcflags=all="$gcflags_all" -gcflags=std= -ldflags="$ldflags" github.com/ory/hydra/v2
 rm -f "$stamp"
 mv "$out.tmp" "$out"
