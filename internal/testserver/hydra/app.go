@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"time"
 )
 
 // appHandler is the login and consent app Hydra sends the browser to:
@@ -118,33 +119,33 @@ func (s *Server) appFail(w http.ResponseWriter, step string, err error) {
 // admin calls Hydra's admin API with a JSON body (if any) and decodes
 // its JSON answer into out (if not nil).
 func (s *Server) admin(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var js []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if js, err = json.Marshal(body); err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, s.adminURL+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := s.hc.Do(req)
+	status, b, err := send(ctx, s.hc, func() (*http.Request, error) {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(js)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, s.adminURL+path, rd)
+		if err != nil {
+			return nil, err
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Accept", "application/json")
+		return req, nil
+	})
 	if err != nil {
 		return fmt.Errorf("hydra admin %s %s: %w", method, redactQuery(path), err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("hydra admin %s %s: %w", method, redactQuery(path), err)
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("hydra admin %s %s: %s: %s", method, redactQuery(path), resp.Status, oauthError(b))
+	if status/100 != 2 {
+		return fmt.Errorf("hydra admin %s %s: %d %s: %s", method, redactQuery(path), status, http.StatusText(status), oauthError(b))
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
@@ -152,6 +153,42 @@ func (s *Server) admin(ctx context.Context, method, path string, body, out any) 
 		}
 	}
 	return nil
+}
+
+// conflictAttempts bounds the retries of a request Hydra refused for a
+// concurrent write.
+const conflictAttempts = 8
+
+// send sends the request newReq makes and reads the answer (at most
+// 1 MiB). Hydra's in-memory store takes one write at a time and refuses
+// a concurrent one ("Unable to serialize access due to a concurrent
+// update"): such an answer is retried, a bounded number of times. The
+// harness serializes its own calls (Server.flow); this covers writes of
+// clients that talk to Hydra themselves.
+func send(ctx context.Context, hc *http.Client, newReq func() (*http.Request, error)) (int, []byte, error) {
+	for attempt := 1; ; attempt++ {
+		req, err := newReq()
+		if err != nil {
+			return 0, nil, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			return 0, nil, err
+		}
+		if resp.StatusCode/100 == 2 || attempt == conflictAttempts || !bytes.Contains(b, []byte("concurrent update")) {
+			return resp.StatusCode, b, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
 }
 
 // redactQuery drops a path's query (challenges are one-time secrets).

@@ -85,6 +85,8 @@ func (t Token) GoString() string { return t.String() }
 
 // CreateClient registers a client through the admin API.
 func (s *Server) CreateClient(ctx context.Context, spec ClientSpec) (Client, error) {
+	s.flow.Lock()
+	defer s.flow.Unlock()
 	if len(spec.GrantTypes) == 0 {
 		return Client{}, errors.New("hydra: CreateClient: no grant types")
 	}
@@ -138,6 +140,8 @@ func nonNil(s []string) []string {
 // SetLifespan sets the lifespan of the access tokens Hydra issues to c,
 // for every grant (e.g. a second, for expiry tests).
 func (s *Server) SetLifespan(ctx context.Context, c Client, d time.Duration) error {
+	s.flow.Lock()
+	defer s.flow.Unlock()
 	if d <= 0 {
 		return fmt.Errorf("hydra: SetLifespan: %v is not a lifespan", d)
 	}
@@ -159,6 +163,8 @@ func (s *Server) SetLifespan(ctx context.Context, c Client, d time.Duration) err
 // grant, for audience and scopes (each may be empty). Hydra refuses an
 // audience or a scope the client was not registered with.
 func (s *Server) ClientCredentials(ctx context.Context, c Client, audience, scopes []string) (Token, error) {
+	s.flow.Lock()
+	defer s.flow.Unlock()
 	form := url.Values{"grant_type": {"client_credentials"}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
@@ -189,6 +195,8 @@ func (s *Server) AuthorizationCode(ctx context.Context, c Client, subject string
 
 // authorizationCode is AuthorizationCode; loginHint "" sends none.
 func (s *Server) authorizationCode(ctx context.Context, c Client, loginHint string, resource, scopes []string) (Token, error) {
+	s.flow.Lock()
+	defer s.flow.Unlock()
 	if len(c.RedirectURIs) == 0 {
 		return Token{}, errors.New("hydra: authorization code: the client has no redirect URI (not registered for authorization_code?)")
 	}
@@ -306,26 +314,23 @@ func (s *Server) token(ctx context.Context, hc *http.Client, c Client, form url.
 	if c.AuthMethod == AuthSecretPost || c.AuthMethod == "" {
 		form.Set("client_secret", c.Secret)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.TokenURL(), strings.NewReader(form.Encode()))
-	if err != nil {
-		return Token{}, err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	if c.AuthMethod == AuthSecretBasic {
-		req.SetBasicAuth(url.QueryEscape(c.ID), url.QueryEscape(c.Secret))
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return Token{}, fmt.Errorf("the token endpoint: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	status, b, err := send(ctx, hc, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.TokenURL(), strings.NewReader(form.Encode()))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "application/json")
+		if c.AuthMethod == AuthSecretBasic {
+			req.SetBasicAuth(url.QueryEscape(c.ID), url.QueryEscape(c.Secret))
+		}
+		return req, nil
+	})
 	if err != nil {
 		return Token{}, fmt.Errorf("the token endpoint: %w", err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return Token{}, fmt.Errorf("the token endpoint answered %s: %s", resp.Status, oauthError(b))
+	if status != http.StatusOK {
+		return Token{}, fmt.Errorf("the token endpoint answered %d %s: %s", status, http.StatusText(status), oauthError(b))
 	}
 	var tr struct {
 		AccessToken  string `json:"access_token"`

@@ -82,6 +82,10 @@ type Server struct {
 	done chan struct{} // closed when the process is reaped
 	logs *tailBuffer
 
+	// flow serializes the harness's calls that write to Hydra: its
+	// in-memory store refuses concurrent writes (see send).
+	flow sync.Mutex
+
 	mu     sync.Mutex
 	claims map[string]map[string]any
 	appErr error // the login/consent app's last failure
@@ -393,7 +397,8 @@ func (b *tailBuffer) String() string {
 
 // Binary returns the Hydra binary: $MCPVISOR_HYDRA, else .deps/tools/hydra
 // at the module root. While a build of it runs (make test starts one in
-// the background), it waits for it, at most BuildWait or until ctx ends.
+// the background, at the lowest priority), it waits for it, at most
+// BuildWait or until ctx ends.
 // A missing binary is an error that names the make target to run.
 func Binary(ctx context.Context) (string, error) {
 	if p := os.Getenv("MCPVISOR_HYDRA"); p != "" {
@@ -406,10 +411,19 @@ func Binary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return waitBuilt(ctx, filepath.Join(root, ".deps", "tools", "hydra"), BuildWait)
+	wait := BuildWait
+	if v := os.Getenv("MCPVISOR_HYDRA_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return "", fmt.Errorf("MCPVISOR_HYDRA_WAIT=%q: want a duration such as 6m", v)
+		}
+		wait = d
+	}
+	return waitBuilt(ctx, filepath.Join(root, ".deps", "tools", "hydra"), wait)
 }
 
-// BuildWait bounds the wait for a background build of Hydra.
+// BuildWait bounds the wait for a background build of Hydra
+// ($MCPVISOR_HYDRA_WAIT, a duration, changes it).
 var BuildWait = 4 * time.Minute
 
 // waitBuilt waits while the build marker bin.building names a live
