@@ -28,6 +28,21 @@
 //	}
 //
 // Start runs a Hydra of its own for one test, with Options.
+//
+// What Hydra's tokens look like, for the verifier under test: the JWT
+// header's typ is "JWT" (not RFC 9068's "at+jwt"); aud is an array; sub
+// is the client for client_credentials and the login subject for the
+// code flow; scopes are both "scope" (a string) and "scp" (an array); the
+// consent's extra claims are under "ext". Discovery is at
+// /.well-known/openid-configuration only and advertises no introspection
+// endpoint (IntrospectionURL). Hydra does not check a consent-granted
+// audience against the client's: the resource server must.
+//
+// Hydra's in-memory store takes one write at a time and refuses a
+// concurrent one with 400 "Unable to serialize access due to a concurrent
+// update". The harness serializes and retries its own calls; a test whose
+// clients obtain tokens from Hydra themselves, in parallel with other
+// tests, must expect that answer.
 package hydra
 
 import (
