@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -29,6 +29,16 @@ test: test-deps vet-go vet-tools
 
 test-deps:
 	./scripts/test-deps.sh
+
+# Ory Hydra, the OAuth authorization server of the tests of mcpvisor as a
+# resource server (internal/testserver/hydra), into .deps/tools/hydra:
+# built from its own module, tools/hydra/go.mod, and only when that or the
+# flags change (tools/hydra/build.sh). On a fresh machine it is a minute
+# and a half of CPU, so make test does not wait for it: test-deps starts
+# it in the background at nice 19, beside vet, the macOS build and the
+# tests, and the Hydra tests wait for the binary (at most 4 minutes).
+hydra:
+	GO=$(GO) tools/hydra/build.sh
 
 # vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
 # checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.
