@@ -114,6 +114,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	f.SetStore(st)
 	gw.SetPageSize(cfg.PageSize)
 	gw.SetHoldTimeout(cfg.HoldTimeout)
+	gw.SetPolicy(cfg.Compiled)
 	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs, stateDir: stateDir}, nil
 }
 

@@ -176,6 +176,7 @@ func (s *serving) routeAll() *http.Server {
 	s.rl = newReloader(a, s.o.ConfigFile, !s.o.NoLearn, func(cfg *config.Config, ap fleet.Applied) {
 		a.gw.SetPageSize(cfg.PageSize)
 		a.gw.SetHoldTimeout(cfg.HoldTimeout)
+		a.gw.SetPolicy(cfg.Compiled)
 		sessions.SetMax(cfg.MaxSessions)
 		if err := s.setTeam(s.sd.Context(), cfg); err != nil {
 			log.Error("reload: the new auth settings are not in force; the earlier ones are", "err", err)

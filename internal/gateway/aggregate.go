@@ -246,13 +246,13 @@ func (a *aggregate) request(ctx context.Context, w sender, m *rpc.Message, relat
 	case "ping":
 		return resultResponse(m.ID, json.RawMessage(`{}`))
 	case "tools/list":
-		return a.list(ctx, m, kindTools)
+		return a.list(ctx, w, m, kindTools)
 	case "prompts/list":
-		return a.list(ctx, m, kindPrompts)
+		return a.list(ctx, w, m, kindPrompts)
 	case "resources/list":
-		return a.list(ctx, m, kindResources)
+		return a.list(ctx, w, m, kindResources)
 	case "resources/templates/list":
-		return a.list(ctx, m, kindTemplates)
+		return a.list(ctx, w, m, kindTemplates)
 	case "tools/call":
 		return a.byName(ctx, w, m, related, kindTools)
 	case "prompts/get":
@@ -360,6 +360,9 @@ func (a *aggregate) scope(method string) string {
 			return scopePrivate
 		}
 	}
+	if a.g.filtering() {
+		return scopePrivate // each identity's lists are its own
+	}
 	return scopePublic
 }
 
@@ -381,25 +384,30 @@ var aggregateCaps = json.RawMessage(`{"tools":{"listChanged":true},"prompts":{"l
 // list answers a list request with every server's items, names prefixed
 // (every page of every server). With a page size set, it answers one page
 // and a nextCursor for the rest; otherwise the whole list in one page.
-func (a *aggregate) list(ctx context.Context, m *rpc.Message, k catalog.ListKind) *rpc.Message {
+func (a *aggregate) list(ctx context.Context, w sender, m *rpc.Message, k catalog.ListKind) *rpc.Message {
 	cursor := stringField(m.Params, "cursor")
 	size := int(a.g.pageSize.Load())
 	if cursor != "" && size == 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: the aggregated endpoint returns every item in one page")
 	}
 	t := a.table(ctx, k)
-	items, next := t.items, ""
+	items, keys, next := t.items, t.keys, ""
+	if a.g.filtering() {
+		// The policy's view of the list, before paging: a cursor
+		// names an item of this identity's list.
+		items, keys = a.g.visibleOf(w, t, k)
+	}
 	if size > 0 {
 		from := 0
 		if cursor != "" {
 			var ok bool
-			if from, ok = t.resume(cursor); !ok {
+			if from, ok = resume(keys, cursor); !ok {
 				return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: not one this endpoint issued, or its item is gone; list again without a cursor")
 			}
 		}
 		to := min(from+size, len(items))
 		if to < len(items) {
-			next = pageCursor(to, t.keys[to-1])
+			next = pageCursor(to, keys[to-1])
 		}
 		items = items[from:to]
 	}
@@ -418,9 +426,9 @@ func pageCursor(from int, last string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("p1:" + strconv.Itoa(from) + ":" + last))
 }
 
-// resume is where the page of cursor starts in t; false if cursor is not
-// one of pageCursor's or its item is no longer listed.
-func (t *routeTable) resume(cursor string) (int, bool) {
+// resume is where the page of cursor starts in a list of keys; false if
+// cursor is not one of pageCursor's or its item is no longer listed.
+func resume(keys []string, cursor string) (int, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return 0, false
@@ -434,10 +442,10 @@ func (t *routeTable) resume(cursor string) (int, bool) {
 	if !ok || err != nil || from < 1 {
 		return 0, false
 	}
-	if from <= len(t.keys) && t.keys[from-1] == last {
+	if from <= len(keys) && keys[from-1] == last {
 		return from, true
 	}
-	if i := slices.Index(t.keys, last); i >= 0 {
+	if i := slices.Index(keys, last); i >= 0 {
 		return i + 1, true
 	}
 	return 0, false

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 
+	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
@@ -99,4 +100,80 @@ func (g *Gateway) filtering() bool { return !g.policy.Load().Empty() }
 // denied records a denial (the audit, when one is configured).
 func (g *Gateway) denied(f *flight, req *policy.Request, d policy.Decision) {
 	g.log.Info("policy: denied", "identity", req.Identity.Name(), "server", req.Server, "method", req.Method, "rule", d.Rule, "reason", d.Reason)
+}
+
+// policyKind is the policy's kind of the items of list kind k.
+func policyKind(k catalog.ListKind) string {
+	switch k {
+	case kindTools:
+		return policy.KindTool
+	case kindPrompts:
+		return policy.KindPrompt
+	case kindResources:
+		return policy.KindResource
+	case kindTemplates:
+		return policy.KindTemplate
+	}
+	return ""
+}
+
+// visibleOf is t's items (and their keys) w may see: those of which some
+// request could be allowed.
+func (g *Gateway) visibleOf(w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
+	kind := policyKind(k)
+	items := make([]json.RawMessage, 0, len(t.items))
+	keys := make([]string, 0, len(t.keys))
+	for i, key := range t.keys {
+		r, ok := t.byName[key]
+		if !ok || !g.visible(w, r.srv, kind, r.name) {
+			continue
+		}
+		items = append(items, t.items[i])
+		keys = append(keys, key)
+	}
+	return items, keys
+}
+
+// itemName is the name the policy knows a listed item of kind k by: a
+// tool's or prompt's name, a resource's URI, a template's URI template.
+func itemName(k catalog.ListKind, item json.RawMessage) string {
+	member := "name"
+	switch k {
+	case kindResources:
+		member = "uri"
+	case kindTemplates:
+		member = "uriTemplate"
+	}
+	s, _ := rpc.StringMember(item, member)
+	return s
+}
+
+// filterList keeps of a server's list result (of kind k) the items keep
+// wants; a result it cannot read is emptied (never passed on whole).
+func filterList(result json.RawMessage, k catalog.ListKind, keep func(json.RawMessage) bool) json.RawMessage {
+	var body map[string]json.RawMessage
+	var items []json.RawMessage
+	if json.Unmarshal(result, &body) != nil || json.Unmarshal(body[k.Member], &items) != nil {
+		return mustJSON(map[string]any{k.Member: []json.RawMessage{}})
+	}
+	kept := items[:0]
+	for _, it := range items {
+		if keep(it) {
+			kept = append(kept, it)
+		}
+	}
+	body[k.Member] = mustJSON(nonNil(kept))
+	return mustJSON(body)
+}
+
+// filterForPolicy filters a server's list answer to what w may see.
+func (g *Gateway) filterForPolicy(w sender, srv *fleet.Server, k catalog.ListKind, resp *rpc.Message) *rpc.Message {
+	if !g.filtering() || resp.Result == nil {
+		return resp
+	}
+	kind := policyKind(k)
+	resp.Result = filterList(resp.Result, k, func(it json.RawMessage) bool {
+		return g.visible(w, srv, kind, itemName(k, it))
+	})
+	return resp
 }

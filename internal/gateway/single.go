@@ -121,7 +121,13 @@ func (e *single) request(ctx context.Context, w sender, m *rpc.Message, related 
 				return f.Allowed(stringField(t, "name")) && e.srv.Catalog().ToolVisible(t)
 			})
 		}
-		return resp
+		return e.g.filterForPolicy(w, e.srv, kindTools, resp)
+	case "prompts/list":
+		return e.g.filterForPolicy(w, e.srv, kindPrompts, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
+	case "resources/list":
+		return e.g.filterForPolicy(w, e.srv, kindResources, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
+	case "resources/templates/list":
+		return e.g.filterForPolicy(w, e.srv, kindTemplates, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
 	}
 	return e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related)
 }
@@ -193,7 +199,7 @@ func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, 
 // resources/read; else public.
 func (e *single) scope(method string) string {
 	cfg := e.srv.Config()
-	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() {
+	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() || e.g.filtering() {
 		return scopePrivate
 	}
 	return scopePublic

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -261,7 +262,7 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 		return errorResponse(m.ID, rpc.BackendUnavailable, fmt.Sprintf("request cancelled while the servers listed their skills: %v", context.Cause(ctx)))
 	}
 	answered := false
-	ttl, private := int64(-1), string(a.scope(m.Method)) == scopePrivate
+	ttl, private := int64(-1), string(a.scope(m.Method)) == scopePrivate || a.g.filtering()
 	var entries []json.RawMessage
 	var keys []string
 	var failed []string
@@ -298,6 +299,9 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 				continue
 			}
 			firstOf[root] = srv
+			if !a.g.visible(w, srv, policy.KindResource, lists[i].uris[j]) {
+				continue // a skill is its server's resource: listed as one would be
+			}
 			entries = append(entries, e)
 			keys = append(keys, lists[i].uris[j])
 		}
@@ -307,7 +311,7 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 		from := 0
 		if cursor != "" {
 			var ok bool
-			if from, ok = (&routeTable{keys: keys}).resume(cursor); !ok {
+			if from, ok = resume(keys, cursor); !ok {
 				return errorResponse(m.ID, rpc.InvalidParams, "invalid cursor: not one this endpoint issued, or its skill is gone; list again without a cursor")
 			}
 		}
