@@ -232,6 +232,18 @@ func (l *Log) run() {
 	}()
 	var retry <-chan time.Time
 	for {
+		select {
+		case <-l.abort: // Close gave up: what is queued is dropped
+			for {
+				select {
+				case <-l.queue:
+					l.dropped.Add(1)
+				default:
+					return
+				}
+			}
+		default:
+		}
 		if l.failing.Load() && retry == nil {
 			retry = time.After(retryEvery)
 		}
@@ -244,25 +256,11 @@ func (l *Log) run() {
 				l.failing.Store(false)
 			}
 		case <-l.stop:
-			for {
-				select {
-				case <-l.abort:
-					for {
-						select {
-						case <-l.queue:
-							l.dropped.Add(1)
-						default:
-							return
-						}
-					}
-				default:
-				}
-				select {
-				case rec := <-l.queue:
-					l.write(&rec)
-				default:
-					return
-				}
+			select {
+			case rec := <-l.queue:
+				l.write(&rec) // then the next, or the abort, at the top
+			default:
+				return // all written
 			}
 		}
 	}
