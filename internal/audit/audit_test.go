@@ -18,6 +18,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 )
 
 // fakeOut is an output whose writes can be held (block) or fail (err).
@@ -553,6 +555,57 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// SetIdentity takes who from a verified identity.
+func TestSetIdentity(t *testing.T) {
+	var r Record
+	r.SetIdentity((&identity.Identity{Kind: identity.Token, Issuer: "https://idp", Subject: "alice", ClientID: "cli", UID: -1}).Finish())
+	if r.Identity != "alice" || r.Issuer != "https://idp" || r.Kind != "token" || r.Client != "cli" {
+		t.Fatalf("%+v", r)
+	}
+	r.SetIdentity(nil)
+	if r.Identity != "" || r.Issuer != "" || r.Kind != "" || r.Client != "" {
+		t.Fatalf("nil identity: %+v", r)
+	}
+}
+
+// A followed stream with nothing to say sends an empty line every
+// keepalive, and ends when the client goes.
+func TestFollowKeepalive(t *testing.T) {
+	old := keepalive
+	keepalive = 20 * time.Millisecond
+	t.Cleanup(func() { keepalive = old })
+	l := open(t, Options{out: &fakeOut{}})
+	defer closeLog(t, l)
+	srv := httptest.NewServer(l.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"?follow", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(resp.Body)
+	for range 3 {
+		if line, err := r.ReadString('\n'); line != "\n" || err != nil {
+			t.Fatalf("keepalive %q, %v", line, err)
+		}
+	}
+	resp.Body.Close()
+	for { // the client gone, its follower goes too
+		l.mu.Lock()
+		n := len(l.followers)
+		l.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the follower outlived its client")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // A line: its keys, RFC 3339 time with milliseconds in UTC, duration in
 // milliseconds.
 func TestLine(t *testing.T) {
@@ -627,6 +680,32 @@ func BenchmarkAdd(b *testing.B) {
 		Arguments: json.RawMessage(`{"q":"x"}`)}
 	b.ReportAllocs()
 	for b.Loop() {
+		l.Add(rec)
+	}
+	b.StopTimer()
+	s := l.Stats()
+	closeLog(b, l)
+	b.ReportMetric(float64(s.Dropped)/float64(b.N), "drops/op")
+}
+
+// The cost of one Add that is queued (the writer is waited for, the timer
+// stopped, before the queue could fill): the per-request cost while the
+// audit keeps up.
+func BenchmarkAddQueued(b *testing.B) {
+	const q = 1 << 15
+	l := open(b, Options{out: &fakeOut{}, Queue: q})
+	rec := Record{Time: time.Now(), Identity: "alice", Issuer: "https://idp", Kind: "token", Client: "cli", Endpoint: "/mcp",
+		Server: "gh", Method: "tools/call", Target: "search", Outcome: "ok", Duration: time.Millisecond,
+		Arguments: json.RawMessage(`{"q":"x"}`)}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%(q/2) == 0 {
+			b.StopTimer()
+			for l.Stats().Queued > 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.StartTimer()
+		}
 		l.Add(rec)
 	}
 	b.StopTimer()

@@ -35,6 +35,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 )
 
 // Record is one call or denial.
@@ -64,6 +66,16 @@ type Record struct {
 	// Arguments are the request's arguments as they came (JSON). The Log
 	// reads them after Add returns: the caller must not change them.
 	Arguments json.RawMessage
+}
+
+// SetIdentity fills r's Identity, Issuer, Kind and Client from id (nil:
+// leaves them empty, an anonymous request).
+func (r *Record) SetIdentity(id *identity.Identity) {
+	if id == nil {
+		r.Identity, r.Issuer, r.Kind, r.Client = "", "", "", ""
+		return
+	}
+	r.Identity, r.Issuer, r.Kind, r.Client = id.Subject, id.Issuer, string(id.Kind), id.ClientID
 }
 
 // Argument modes (Options.Arguments).
