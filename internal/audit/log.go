@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,7 @@ type Log struct {
 	out        output
 
 	closed               atomic.Bool
+	adding               atomic.Int64 // Adds under way
 	failing              atomic.Bool
 	written, failed      atomic.Uint64
 	dropped              atomic.Uint64
@@ -150,12 +152,21 @@ func (l *Log) Add(rec Record) bool {
 	if l == nil {
 		return true
 	}
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
 	if l.closed.Load() {
 		l.drop()
 		return false
 	}
-	if rec.Time.IsZero() {
-		rec.Time = time.Now()
+	// adding lets the writer, closing, wait for an Add that saw the Log
+	// open and has yet to send: every record is written or counted. (An
+	// Add that comes once it is closed stops at the look above.)
+	l.adding.Add(1)
+	defer l.adding.Add(-1)
+	if l.closed.Load() {
+		l.drop()
+		return false
 	}
 	select {
 	case l.queue <- rec:
@@ -226,6 +237,11 @@ func (l *Log) run() {
 	defer close(l.done)
 	defer l.endFollowers()
 	defer func() {
+		if total, before := l.dropped.Load(), l.dropLog.Load(); int64(total) > before {
+			l.log.Warn("audit: records dropped: the queue is full or the log closed", "dropped", int64(total)-before, "dropped_total", total)
+		}
+	}()
+	defer func() {
 		if err := l.out.close(); err != nil {
 			l.log.Warn("audit: closing the file", "err", err)
 		}
@@ -239,7 +255,9 @@ func (l *Log) run() {
 				case <-l.queue:
 					l.dropped.Add(1)
 				default:
-					return
+					if l.settled() {
+						return
+					}
 				}
 			}
 		default:
@@ -260,10 +278,23 @@ func (l *Log) run() {
 			case rec := <-l.queue:
 				l.write(&rec) // then the next, or the abort, at the top
 			default:
-				return // all written
+				if l.settled() {
+					return // all written
+				}
 			}
 		}
 	}
+}
+
+// settled reports, once the Log is closed, that no Add is between its
+// look at closed and its send, and the queue is empty: no record can come
+// any more. An Add never blocks, so the wait is short.
+func (l *Log) settled() bool {
+	if l.adding.Load() > 0 {
+		runtime.Gosched()
+		return false
+	}
+	return len(l.queue) == 0
 }
 
 // write writes one record, keeps it in the ring and gives it to the

@@ -271,6 +271,9 @@ func (l *Limiter) SetLimits(n Limits) {
 
 // Limits are l's limits now.
 func (l *Limiter) Limits() Limits {
+	if l == nil {
+		return Limits{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.limits

@@ -217,9 +217,10 @@ func TestSetLimits(t *testing.T) {
 // Zero limits, a nil Limiter, and the default burst.
 func TestUnlimitedAndDefaults(t *testing.T) {
 	var nilL *Limiter
-	if ok, _, _ := nilL.Allow("a", "s", "t"); !ok {
-		t.Fatal("nil Limiter refused")
+	if ok, _, _ := nilL.Allow("a", "s", "t"); !ok || nilL.Limits() != (Limits{}) || nilL.Stats() != (Stats{}) {
+		t.Fatal("a nil Limiter is not a no-op")
 	}
+	nilL.SetLimits(Limits{PerTool: Rate{PerSecond: 1}})
 	l := New(Limits{})
 	for range 1000 {
 		if ok, _, _ := l.Allow("a", "s", "t"); !ok {
