@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mcpvisor/mcpvisor/internal/cli/actions"
+	"github.com/mcpvisor/mcpvisor/internal/cli/audit"
 	"github.com/mcpvisor/mcpvisor/internal/cli/call"
 	"github.com/mcpvisor/mcpvisor/internal/cli/clients"
 	"github.com/mcpvisor/mcpvisor/internal/cli/cmdutil"
@@ -29,7 +30,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
-	root.AddCommand(diag.NewCmdVersion(cmdutil.IOStreams{}), diag.NewCmdDoctor(cmdutil.IOStreams{}), diag.NewCmdValidate(cmdutil.IOStreams{}), newServeCmd(), newStdioCmd(), connect.NewCmdConnect(cmdutil.IOStreams{}, nil), status.NewCmdPs(cmdutil.IOStreams{}, nil), status.NewCmdInspect(cmdutil.IOStreams{}, nil), tools.NewCmdTools(cmdutil.IOStreams{}, nil), call.NewCmdCall(cmdutil.IOStreams{}, nil), status.NewCmdWait(cmdutil.IOStreams{}, nil), observe.NewCmdEvents(cmdutil.IOStreams{}, nil), observe.NewCmdLogs(cmdutil.IOStreams{}, nil), actions.NewCmdReload(cmdutil.IOStreams{}, nil), actions.NewCmdRestart(cmdutil.IOStreams{}, nil), actions.NewCmdStop(cmdutil.IOStreams{}, nil), actions.NewCmdStart(cmdutil.IOStreams{}, nil), actions.NewCmdSleep(cmdutil.IOStreams{}, nil), actions.NewCmdRefresh(cmdutil.IOStreams{}, nil), clients.NewCmdImport(cmdutil.IOStreams{}, nil), clients.NewCmdInstall(cmdutil.IOStreams{}, nil), clients.NewCmdUninstall(cmdutil.IOStreams{}, nil), svc.NewCmdService(cmdutil.IOStreams{}, nil), secret.NewCmdSecret(cmdutil.IOStreams{}, nil), login.NewCmdLogin(cmdutil.IOStreams{}, nil), login.NewCmdLogout(cmdutil.IOStreams{}, nil))
+	root.AddCommand(diag.NewCmdVersion(cmdutil.IOStreams{}), diag.NewCmdDoctor(cmdutil.IOStreams{}), diag.NewCmdValidate(cmdutil.IOStreams{}), newServeCmd(), newStdioCmd(), connect.NewCmdConnect(cmdutil.IOStreams{}, nil), status.NewCmdPs(cmdutil.IOStreams{}, nil), status.NewCmdInspect(cmdutil.IOStreams{}, nil), tools.NewCmdTools(cmdutil.IOStreams{}, nil), call.NewCmdCall(cmdutil.IOStreams{}, nil), status.NewCmdWait(cmdutil.IOStreams{}, nil), observe.NewCmdEvents(cmdutil.IOStreams{}, nil), observe.NewCmdLogs(cmdutil.IOStreams{}, nil), audit.NewCmdAudit(cmdutil.IOStreams{}, nil), actions.NewCmdReload(cmdutil.IOStreams{}, nil), actions.NewCmdRestart(cmdutil.IOStreams{}, nil), actions.NewCmdStop(cmdutil.IOStreams{}, nil), actions.NewCmdStart(cmdutil.IOStreams{}, nil), actions.NewCmdSleep(cmdutil.IOStreams{}, nil), actions.NewCmdRefresh(cmdutil.IOStreams{}, nil), clients.NewCmdImport(cmdutil.IOStreams{}, nil), clients.NewCmdInstall(cmdutil.IOStreams{}, nil), clients.NewCmdUninstall(cmdutil.IOStreams{}, nil), svc.NewCmdService(cmdutil.IOStreams{}, nil), secret.NewCmdSecret(cmdutil.IOStreams{}, nil), login.NewCmdLogin(cmdutil.IOStreams{}, nil), login.NewCmdLogout(cmdutil.IOStreams{}, nil))
 	usageArgs(root)
 	return root
 }
