@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+)
+
+func mustPolicy(t *testing.T, rules ...policy.Rule) *policy.Policy {
+	t.Helper()
+	p, err := policy.Compile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func listedTools(t *testing.T, resp *rpc.Message) []string {
+	t.Helper()
+	var res struct {
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+	}
+	if resp.Error != nil || json.Unmarshal(resp.Result, &res) != nil {
+		t.Fatalf("tools/list: %s", resp.Encode())
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	return names
+}
+
+// The policy decides each call before its server is reached, by the
+// name the server knows (escapes decoded) and the body's arguments, and
+// lists show each identity only what some call of which could be
+// allowed — on /mcp and on a server's own endpoint.
+func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"b":{"command":"$FIXTURE"}}`)
+	w.gw.SetPolicy(mustPolicy(t,
+		policy.Rule{Name: "a for all", Effect: policy.Allow, When: `server == "a"`},
+		policy.Rule{Name: "no crash", Effect: policy.Deny, When: `tool == "crash"`},
+		policy.Rule{Name: "b for alice", Effect: policy.Allow, When: `identity.sub == "alice" && server == "b" && tool == "echo" && arguments.text.startsWith("ok")`},
+	))
+	ctx := context.Background()
+	ep := w.gw.Aggregate()
+	open := func(who string) *Session {
+		s := ep.Open(newRecorder())
+		t.Cleanup(func() { ep.Close(s) })
+		if who != "" {
+			s.SetIdentity((&identity.Identity{Kind: identity.Token, Issuer: "https://as", Subject: who, ClientID: "c"}).Finish())
+		}
+		return s
+	}
+	bob, alice := open("bob"), open("alice")
+	call := func(s *Session, id int, name, args string) *rpc.Message {
+		m := &rpc.Message{ID: json.RawMessage(`"` + strings.Repeat("x", id) + `"`), Method: "tools/call", Params: json.RawMessage(`{"name":"` + name + `","arguments":` + args + `}`)}
+		return ep.Handle(ctx, s, m, newRecorder())
+	}
+	denied := func(resp *rpc.Message) bool {
+		return resp.Error != nil && resp.Error.Code == rpc.NotPermitted && resp.Error.Message == "not permitted" && resp.Error.Data == nil
+	}
+
+	bobList := listedTools(t, ep.Handle(ctx, bob, request(1, "tools/list", map[string]any{}), newRecorder()))
+	if !slices.Contains(bobList, "a__echo") || slices.Contains(bobList, "a__crash") || slices.ContainsFunc(bobList, func(n string) bool { return strings.HasPrefix(n, "b__") }) {
+		t.Errorf("bob's list: %v", bobList)
+	}
+	aliceList := listedTools(t, ep.Handle(ctx, alice, request(2, "tools/list", map[string]any{}), newRecorder()))
+	if !slices.Contains(aliceList, "b__echo") || slices.Contains(aliceList, "b__sleep") || slices.Contains(aliceList, "a__crash") {
+		t.Errorf("alice's list: %v", aliceList)
+	}
+
+	bCalls := func() (n uint64) {
+		for _, c := range w.fleet.Get("b").Telemetry().Calls() {
+			n += c
+		}
+		return n
+	}
+	before := bCalls()
+	if resp := call(bob, 3, "a__echo", `{"text":"hi"}`); resp.Error != nil {
+		t.Errorf("bob's allowed call: %s", resp.Encode())
+	}
+	for _, c := range []struct{ who, name, args string }{
+		{"bob", "a__crash", `{}`},
+		{"bob", `a__cr\u0061sh`, `{}`}, // the same name, escaped
+		{"bob", "b__echo", `{"text":"ok"}`},
+		{"alice", "b__echo", `{"text":"no"}`},
+		{"alice", "b__echo", `{}`},   // no text: the rule fails, closed
+		{"alice", "b__echo", `"ok"`}, // arguments not an object
+	} {
+		s := map[string]*Session{"bob": bob, "alice": alice}[c.who]
+		if resp := call(s, 4, c.name, c.args); !denied(resp) {
+			t.Errorf("%s calling %s %s: %s, want not permitted", c.who, c.name, c.args, resp.Encode())
+		}
+	}
+	if n := bCalls() - before; n != 0 {
+		t.Errorf("denied calls reached b: %d calls", n)
+	}
+	if resp := call(alice, 5, "b__echo", `{"text":"ok, alice"}`); resp.Error != nil {
+		t.Errorf("alice's allowed call: %s", resp.Encode())
+	}
+
+	// The server's own endpoint: the same rules, the same lists.
+	single := w.gw.Single("b")
+	sb := single.Open(newRecorder())
+	defer single.Close(sb)
+	sb.SetIdentity(bob.Identity())
+	if names := listedTools(t, single.Handle(ctx, sb, request(6, "tools/list", map[string]any{}), newRecorder())); len(names) != 0 {
+		t.Errorf("bob's list of b's own endpoint: %v", names)
+	}
+	if resp := single.Handle(ctx, sb, &rpc.Message{ID: json.RawMessage(`7`), Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"ok"}}`)}, newRecorder()); !denied(resp) {
+		t.Errorf("bob on b's own endpoint: %s", resp.Encode())
+	}
+}
