@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/authn"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/conndeadline"
@@ -110,6 +112,9 @@ type serving struct {
 	// team is the team identity every route's guard checks tokens by
 	// (the config's auth; none without it), swapped at each reload.
 	team *guard.Team
+	// auditLog is the audit in force (nil: none), opened with auditOpts.
+	auditLog  atomic.Pointer[audit.Log]
+	auditOpts *audit.Options
 }
 
 // open builds everything serve runs; nothing is started.
@@ -137,6 +142,10 @@ func (s *serving) open() error {
 	if err := s.setTeam(context.Background(), s.a.cfg); err != nil {
 		return err
 	}
+	if err := s.setAudit(s.a.cfg); err != nil {
+		return err
+	}
+	s.setLimits(s.a.cfg)
 	if s.o.Token == "" && s.a.cfg.Auth == nil && !isLoopback(s.ln.Addr()) {
 		s.log.Warn("listening beyond loopback without a bearer token: anyone who can reach this address can use every server", "listen", s.ln.Addr().String())
 	}
@@ -181,6 +190,10 @@ func (s *serving) routeAll() *http.Server {
 		if err := s.setTeam(s.sd.Context(), cfg); err != nil {
 			log.Error("reload: the new auth settings are not in force; the earlier ones are", "err", err)
 		}
+		if err := s.setAudit(cfg); err != nil {
+			log.Error("reload: the new audit settings are not in force; the earlier ones are", "err", err)
+		}
+		s.setLimits(cfg)
 		a.gw.Reloaded()
 		s.routes.Sync(ap.Removed)
 	})
@@ -206,6 +219,7 @@ func (s *serving) routeAll() *http.Server {
 	// RFC 9728 protected resource metadata (team identity only).
 	mux.HandleFunc(authn.WellKnownResource, s.resourceMetadata)
 	mux.HandleFunc(authn.WellKnownResource+"/", s.resourceMetadata)
+	mux.Handle("/api/audit", g.Wrap(http.HandlerFunc(s.auditAPI)))
 	mux.Handle("/api/", api)
 	mux.Handle("/metrics", api)
 	// The redirect of a login the dashboard began: reached by the browser
@@ -284,6 +298,7 @@ func (s *serving) run() error {
 		s.a.events.Close()
 		<-front
 		s.closeTeam()
+		s.closeAudit(ctx)
 		return err
 	})
 }
@@ -312,6 +327,9 @@ func (s *serving) close(ctx context.Context) {
 	}
 	if s.team != nil {
 		s.closeTeam()
+	}
+	if s.a != nil {
+		s.closeAudit(ctx)
 	}
 	if s.a != nil {
 		if err := s.a.close(ctx); err != nil {

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/authn"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 )
 
 // teamConfig builds cfg's team identity (nil without "auth"): its
@@ -106,4 +110,76 @@ func (s *serving) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 	}
 	authn.Metadata{Resource: c.Resource(rt), AuthorizationServers: []string{c.Issuer}, ScopesSupported: c.NeededScopes(rt),
 		ResourceName: "mcpvisor"}.Handler().ServeHTTP(w, r)
+}
+
+// auditOptions are the audit's options under cfg (nil: no audit).
+func auditOptions(cfg *config.Config, stateDir string, log *slog.Logger) *audit.Options {
+	a := cfg.Audit
+	if a == nil {
+		return nil
+	}
+	file := a.File
+	if file == "" {
+		file = filepath.Join(stateDir, "audit.jsonl")
+	}
+	return &audit.Options{File: file, MaxSize: a.MaxSize, MaxFiles: a.MaxFiles, Queue: a.Queue, FailClosed: a.FailClosed, Arguments: a.Arguments, Logger: log}
+}
+
+// setAudit opens cfg's audit, when it differs from the one open, and
+// makes it the gateway's; the one it replaces is closed (what it had
+// queued written, bounded).
+func (s *serving) setAudit(cfg *config.Config) error {
+	o := auditOptions(cfg, s.a.stateDir, s.log)
+	if reflect.DeepEqual(o, s.auditOpts) {
+		return nil
+	}
+	var l *audit.Log
+	if o != nil {
+		var err error
+		if l, err = audit.Open(*o); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+	}
+	old := s.auditLog.Swap(l)
+	s.auditOpts = o
+	s.a.gw.SetAudit(l)
+	if old != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = old.Close(ctx)
+	}
+	return nil
+}
+
+// closeAudit closes the audit, writing what it had queued (bounded by
+// ctx).
+func (s *serving) closeAudit(ctx context.Context) {
+	if old := s.auditLog.Swap(nil); old != nil {
+		s.a.gw.SetAudit(nil)
+		_ = old.Close(ctx)
+	}
+}
+
+// setLimits applies cfg's rate limits: the limiter is kept across
+// reloads (its buckets keep their state), made at the first, dropped when
+// the config has none.
+func (s *serving) setLimits(cfg *config.Config) {
+	l := cfg.RateLimits
+	if l == nil {
+		s.a.gw.SetLimits(nil)
+		return
+	}
+	lim := ratelimit.Limits{PerIdentity: ratelimit.Rate{PerSecond: l.PerIdentity.PerSecond, Burst: l.PerIdentity.Burst},
+		PerTool: ratelimit.Rate{PerSecond: l.PerTool.PerSecond, Burst: l.PerTool.Burst}}
+	if cur := s.a.gw.Limits(); cur != nil {
+		cur.SetLimits(lim)
+		return
+	}
+	s.a.gw.SetLimits(ratelimit.New(lim))
+}
+
+// auditAPI serves /api/audit from the audit in force (404 saying so when
+// there is none).
+func (s *serving) auditAPI(w http.ResponseWriter, r *http.Request) {
+	s.auditLog.Load().Handler().ServeHTTP(w, r)
 }

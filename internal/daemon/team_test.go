@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,9 +22,15 @@ const publicURL = "https://mcp.example.test"
 // token, and serverScopes for x; it returns serve's address.
 func teamServe(t *testing.T, iss *authntest.Issuer) string {
 	t.Helper()
+	return teamServeWith(t, iss, "")
+}
+
+// teamServeWith is teamServe with more top-level members (after auth).
+func teamServeWith(t *testing.T, iss *authntest.Issuer, extra string) string {
+	t.Helper()
 	fixture := testserver.Build(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
-	doc := `{"auth": {"issuer": "` + iss.URL + `", "publicUrl": "` + publicURL + `/", "scopes": ["mcp"], "serverScopes": {"x": ["x:use"]}},
+	doc := `{"auth": {"issuer": "` + iss.URL + `", "publicUrl": "` + publicURL + `/", "scopes": ["mcp"], "serverScopes": {"x": ["x:use"]}},` + extra + `
 	  "mcpServers": {"x": {"command": "` + fixture + `"}}}`
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,5 +168,97 @@ func TestResourceServer(t *testing.T) {
 		if r := send(t, "GET", base+"/api/servers", "", c.hdr); r.status != c.status {
 			t.Errorf("admin API with %s: %d %s, want %d", name, r.status, r.body, c.status)
 		}
+	}
+}
+
+// postCall posts a legacy-free (2026-07-28) tools/call of x's tool with
+// tok, and returns the reply.
+func postCall(t *testing.T, base, tok, tool, args string) (reply, http.Header) {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args +
+		`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", tool)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}, resp.Header
+}
+
+// The policy, the rate limits and the audit through serve: a denied call
+// says only "not permitted" to its client and everything to the audit; a
+// call over the limit gets 429 with Retry-After; the audit has one line
+// for each call and refusal, read back through /api/audit.
+func TestPolicyLimitsAndAuditThroughServe(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	addr := teamServeWith(t, iss, `
+	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""}],
+	  "rateLimits": {"perTool": {"perSecond": 0.001, "burst": 2}},
+	  "audit": {"file": "`+auditFile+`", "arguments": "full"},`)
+	base := "http://" + addr
+	alice := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	bob := iss.Mint(t, iss.Claims("bob", publicURL+"/mcp"), authntest.MintOptions{})
+
+	for i := range 2 {
+		if r, _ := postCall(t, base, alice, "x__echo", `{"text":"hi"}`); r.status != 200 || strings.Contains(r.body, `"error"`) {
+			t.Fatalf("alice's call %d: %d %s", i, r.status, r.body)
+		}
+	}
+	r, hdr := postCall(t, base, alice, "x__echo", `{"text":"hi"}`)
+	if r.status != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" || !strings.Contains(r.body, `"code":-32013`) {
+		t.Errorf("alice over the limit: %d Retry-After %q %s", r.status, hdr.Get("Retry-After"), r.body)
+	}
+	if r, _ := postCall(t, base, bob, "x__echo", `{"text":"hi"}`); r.status != 200 || strings.Contains(r.body, `"error"`) {
+		t.Errorf("bob is limited by alice's calls: %d %s", r.status, r.body)
+	}
+	r, _ = postCall(t, base, bob, "x__crash", `{}`)
+	if !strings.Contains(r.body, `"code":-32012`) || !strings.Contains(r.body, `"not permitted"`) || strings.Contains(r.body, "no-crash") {
+		t.Errorf("bob's denied call: %d %s", r.status, r.body)
+	}
+
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := iss.Mint(t, adminClaims, authntest.MintOptions{})
+	var lines []map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := send(t, "GET", base+"/api/audit?limit=100", "", bearer(admin))
+		lines = nil
+		for _, l := range strings.Split(strings.TrimSpace(a.body), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) >= 5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := map[string]int{}
+	for _, l := range lines {
+		got[fmt.Sprint(l["identity"], " ", l["target"], " ", l["outcome"])]++
+		if l["identity"] == "bob" && l["outcome"] == "denied" && !strings.Contains(fmt.Sprint(l["reason"]), "no-crash") {
+			t.Errorf("the denial's line lacks its rule: %v", l)
+		}
+		if l["target"] == "echo" && fmt.Sprint(l["arguments"]) != "map[text:hi]" {
+			t.Errorf("arguments: %v", l["arguments"])
+		}
+	}
+	want := map[string]int{"alice echo ok": 2, "alice echo limited": 1, "bob echo ok": 1, "bob crash denied": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("audit lines: %v, want %v", got, want)
+	}
+	if a := send(t, "GET", base+"/api/audit", "", bearer(alice)); a.status != 401 {
+		t.Errorf("/api/audit with a non-admin token: %d", a.status)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"strconv"
 	"sync"
@@ -85,6 +86,9 @@ type Session struct {
 	// token's subject, the local user): set once, by the front, before
 	// the session's first message is handled. nil: anonymous.
 	user atomic.Pointer[identity.Identity]
+	// endpoint is the server whose own endpoint the session is on; nil
+	// for the aggregated one. Set before the session is used.
+	endpoint *fleet.Server
 }
 
 // Identity is who the session's client is, as verified (nil: anonymous).

@@ -18,6 +18,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -145,13 +146,21 @@ type flight struct {
 
 	// What its end records (end): when it began, its server, the tool or
 	// prompt it names, how it ended; its span, with tracing on.
-	start    time.Time
-	srv      *fleet.Server
-	target   []byte // the tool or prompt it names, as the server knows it (aliases the request; nil if escaped)
-	outcome  telemetry.Outcome
-	code     int // the JSON-RPC error code of a protocol error
-	received int // bytes of the server's result or error
-	tr       *flightSpan
+	start  time.Time
+	srv    *fleet.Server
+	target []byte // the tool or prompt it names, as the server knows it (aliases the request; nil if escaped)
+
+	// For a use of a server's item (decided): what the policy is asked,
+	// and the audit's target and copy of the arguments; refused, it was
+	// answered before it began (its audit line written then).
+	preq        *policy.Request
+	auditTarget string
+	auditArgs   json.RawMessage
+	refused     bool
+	outcome     telemetry.Outcome
+	code        int // the JSON-RPC error code of a protocol error
+	received    int // bytes of the server's result or error
+	tr          *flightSpan
 }
 
 // flightSpan is what a flight's span needs: made only with tracing on.
@@ -171,9 +180,18 @@ type flightSpan struct {
 // brings its own).
 func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (*flight, *rpc.Message) {
 	f, raw := g.newFlight(ctx, cancel, w, srv, method, params, clientID, related)
-	// The policy first: a denied request starts nothing.
-	if resp := g.permit(f, raw, params); resp != nil {
-		return nil, resp
+	// The policy, the audit's room and the rate limits first: a refused
+	// use of a server's item starts nothing.
+	if decided(method) && g.governed() {
+		if resp := g.prepare(f, raw, params); resp != nil {
+			return nil, resp
+		}
+		if resp := g.permit(f); resp != nil {
+			return nil, resp
+		}
+		if resp := g.admit(f); resp != nil {
+			return nil, resp
+		}
 	}
 	// The call is the sender's from the start, before its server is
 	// reached: a cancellation or the session's end that comes while the
@@ -766,6 +784,7 @@ func (f *flight) record(o telemetry.Outcome, code int, msg string) time.Time {
 	var vb [clientbook.MaxVersionLen]byte
 	name, version := f.from.clientIdentity(f.mo, nb[:0], vb[:0])
 	f.g.clients.Note(f.srv, name, version, now)
+	f.auditCall(now)
 	if f.tr != nil {
 		f.endSpan()
 	}

@@ -19,11 +19,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
+	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
@@ -62,7 +64,11 @@ type Gateway struct {
 	holdTimeout atomic.Int64 // a time.Duration; 0 means DefaultHoldTimeout (SetHoldTimeout)
 	// policy decides requests and filters lists (SetPolicy; nil allows).
 	policy atomic.Pointer[policy.Policy]
-	stateKey    []byte
+	// audit records every call and denial (SetAudit; nil: none); limits
+	// bound each identity's calls (SetLimits; nil: none).
+	audit    atomic.Pointer[audit.Log]
+	limits   atomic.Pointer[ratelimit.Limiter]
+	stateKey []byte
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing

@@ -98,12 +98,18 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	}
 	// A modern request's error is JSON whatever Accept says, so that its
 	// status (404, 400) can say what it is.
-	if jsonOK || (p.modern && resp.Error != nil) {
+	// A rate limit's refusal is JSON too: its status (429) and
+	// Retry-After are what clients and balancers act on.
+	limited := retryAfterOf(resp)
+	if jsonOK || (p.modern && resp.Error != nil) || limited > 0 {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON
 		switch {
 		case resp.Error == nil:
+		case limited > 0:
+			hdr["Retry-After"] = []string{strconv.Itoa(limited)}
+			p.w.WriteHeader(http.StatusTooManyRequests)
 		case resp.Error.Code == rpc.LimitReached:
 			// A limit of mcpvisor's, not the server's answer: 503, as
 			// for a new session beyond maxSessions.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
@@ -58,32 +59,46 @@ func policyRequest(w sender, srv *fleet.Server, method, target string, params js
 	return req
 }
 
-// permit decides f's request by the policy in force; raw is the tool or
-// prompt it names as the server knows it, as JSON (escapes and all: the
-// policy sees the name decoded, as the server will). It returns the
-// client's answer to a denied one (and records the denial), else nil.
-func (g *Gateway) permit(f *flight, raw, params json.RawMessage) *rpc.Message {
-	p := g.policy.Load()
-	if p.Empty() || !decided(f.method) {
-		return nil
-	}
+// prepare reads what the policy, the rate limits and the audit ask of
+// f's request, a use of a server's item: raw is the tool or prompt it
+// names as the server knows it, as JSON (escapes and all: it is read
+// decoded, as the server will). A request that names none, or names it
+// with no string, is refused: nothing the rules could be asked about is
+// permitted.
+func (g *Gateway) prepare(f *flight, raw, params json.RawMessage) *rpc.Message {
 	var target string
 	if f.method == "tools/call" || f.method == "prompts/get" {
 		var ok bool
-		if target, ok = rpc.String(raw); !ok {
-			// No name, or one that is not a string: nothing the
-			// rules could be asked about is permitted.
-			req := &policy.Request{Identity: f.from.identity(), Server: f.srv.Name(), Method: f.method}
-			g.denied(f, req, policy.Decision{Rule: "-", Reason: "the request names no " + map[bool]string{true: "tool", false: "prompt"}[f.method == "tools/call"]})
-			return errorResponse(f.clientID, rpc.NotPermitted, notPermitted)
+		if target, ok = rpc.String(raw); !ok && g.filtering() {
+			f.refused = true
+			what := map[bool]string{true: "tool", false: "prompt"}[f.method == "tools/call"]
+			g.auditRefusal(f, "", "denied", rpc.InvalidParams, "the request names no "+what)
+			return errorResponse(f.clientID, rpc.InvalidParams, "Invalid params: the request names no "+what)
 		}
 	}
-	req := policyRequest(f.from, f.srv, f.method, target, params)
-	d := p.Decide(req)
+	f.preq = policyRequest(f.from, f.srv, f.method, target, params)
+	f.auditTarget = f.preq.Tool + f.preq.Prompt + f.preq.Resource
+	if g.audit.Load() != nil {
+		// The audit writes them later: its own copy, whatever becomes of
+		// the request's buffer.
+		f.auditArgs = bytes.Clone(f.preq.Arguments)
+	}
+	return nil
+}
+
+// permit decides f's prepared request by the policy in force. It returns
+// the client's answer to a denied one (and records the denial), else nil.
+func (g *Gateway) permit(f *flight) *rpc.Message {
+	p := g.policy.Load()
+	if p.Empty() {
+		return nil
+	}
+	d := p.Decide(f.preq)
 	if d.Allowed {
 		return nil
 	}
-	g.denied(f, req, d)
+	f.refused = true
+	g.denied(f, f.preq, d)
 	return errorResponse(f.clientID, rpc.NotPermitted, notPermitted)
 }
 
@@ -97,9 +112,16 @@ func (g *Gateway) visible(w sender, srv *fleet.Server, kind, name string) bool {
 // filtering reports whether lists are filtered by a policy now.
 func (g *Gateway) filtering() bool { return !g.policy.Load().Empty() }
 
-// denied records a denial (the audit, when one is configured).
+// denied records a denial: in the audit, with the rule and the reason
+// (the client is told neither), and in the log at debug.
 func (g *Gateway) denied(f *flight, req *policy.Request, d policy.Decision) {
-	g.log.Info("policy: denied", "identity", req.Identity.Name(), "server", req.Server, "method", req.Method, "rule", d.Rule, "reason", d.Reason)
+	g.log.Debug("policy: denied", "identity", req.Identity.Name(), "server", req.Server, "method", req.Method, "rule", d.Rule, "reason", d.Reason)
+	reason := d.Reason
+	if d.Rule != "" && d.Rule != "default" {
+		reason = "rule " + d.Rule + ": " + reason
+	}
+	target := req.Tool + req.Prompt + req.Resource
+	g.auditRefusal(f, target, "denied", rpc.NotPermitted, reason)
 }
 
 // policyKind is the policy's kind of the items of list kind k.

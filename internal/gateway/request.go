@@ -49,6 +49,15 @@ func (w sender) identity() *identity.Identity {
 	return w.sess.Identity()
 }
 
+// endpoint is the server whose own endpoint w's requests come on; nil
+// for the aggregated one.
+func (w sender) endpoint() *fleet.Server {
+	if w.req != nil {
+		return w.req.srv
+	}
+	return w.sess.endpoint
+}
+
 // legacyClient reports whether w is a legacy client's session (not a
 // modern request, nor a session mcpvisor holds for a listener).
 func (w sender) legacyClient() bool { return w.sess != nil && !w.sess.listener }

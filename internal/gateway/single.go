@@ -43,6 +43,7 @@ type schemaIndex struct {
 
 func (e *single) Open(out Sink) *Session {
 	s := NewSession(out)
+	s.endpoint = e.srv
 	e.g.reg.open(s, e.srv)
 	return s
 }

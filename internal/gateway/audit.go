@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/audit"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
+	"github.com/mcpvisor/mcpvisor/internal/telemetry"
+)
+
+// The audit has one line for every call of a server's item (the methods
+// the policy decides) and every refusal of one: a call's line is written
+// where its flight is recorded (record: exactly once per flight, however
+// it ends), a denial's or a rate limit's where it is decided (begin).
+// Writing never waits: the audit's queue drops what it cannot take, and
+// counts it. With failClosed, calls are refused while the audit cannot
+// keep up.
+
+// SetAudit makes l the audit (nil: none).
+func (g *Gateway) SetAudit(l *audit.Log) { g.audit.Store(l) }
+
+// SetLimits makes l the rate limiter (nil: none).
+func (g *Gateway) SetLimits(l *ratelimit.Limiter) { g.limits.Store(l) }
+
+// Limits is the rate limiter in force, or nil.
+func (g *Gateway) Limits() *ratelimit.Limiter { return g.limits.Load() }
+
+// endpointOf names the endpoint w's requests come on.
+func endpointOf(w sender) string {
+	var srv = w.endpoint()
+	if srv == nil {
+		return "/mcp"
+	}
+	return "/servers/" + srv.Name() + "/mcp"
+}
+
+// auditRecord is the line of f, with what is known when it is made.
+func (f *flight) auditRecord(target string) audit.Record {
+	rec := audit.Record{Time: f.start, Endpoint: endpointOf(f.from), Server: f.name, Method: f.method, Target: target}
+	rec.SetIdentity(f.from.identity())
+	if s := f.from.sess; s != nil {
+		rec.Session = s.Key()
+	}
+	return rec
+}
+
+// auditRefusal writes the line of f refused before it began.
+func (g *Gateway) auditRefusal(f *flight, target, outcome string, code int, reason string) {
+	l := g.audit.Load()
+	if l == nil {
+		return
+	}
+	rec := f.auditRecord(target)
+	rec.Outcome, rec.Code, rec.Reason = outcome, code, reason
+	rec.Arguments = f.auditArgs
+	rec.Duration = time.Since(f.start)
+	l.Add(rec)
+}
+
+// auditCall writes the line of f's call, at its end.
+func (f *flight) auditCall(now time.Time) {
+	l := f.g.audit.Load()
+	if l == nil || !decided(f.method) || f.refused {
+		return
+	}
+	rec := f.auditRecord(f.auditTarget)
+	rec.Outcome, rec.Code, rec.Reason = f.outcome.String(), f.code, f.errMsg()
+	if f.outcome == telemetry.OK {
+		rec.Reason = ""
+	}
+	rec.Arguments = f.auditArgs
+	rec.Duration = now.Sub(f.start)
+	l.Add(rec)
+}
+
+// governed reports whether a policy, an audit or rate limits are in
+// force: without them, a call is not looked at before it is forwarded.
+func (g *Gateway) governed() bool {
+	return g.filtering() || g.audit.Load() != nil || g.limits.Load() != nil
+}
+
+// admit checks what stands between a permitted call and its server: the
+// audit's room (failClosed) and the identity's rate limits. It returns
+// the client's answer to a refused call, else nil.
+func (g *Gateway) admit(f *flight) *rpc.Message {
+	if !decided(f.method) {
+		return nil
+	}
+	if l := g.audit.Load(); l != nil && !l.Accepting() {
+		f.refused = true
+		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
+	}
+	lim := g.limits.Load()
+	if lim == nil {
+		return nil
+	}
+	ok, wait, scope := lim.Allow(f.from.identity().Key(), f.name, f.auditTarget)
+	if ok {
+		return nil
+	}
+	f.refused = true
+	secs := ratelimit.RetryAfter(wait)
+	g.auditRefusal(f, f.auditTarget, "limited", rpc.RateLimited, "rate limit per "+scope)
+	msg := "rate limit exceeded: retry after " + secs + " s"
+	return &rpc.Message{ID: f.clientID, Error: &rpc.Error{Code: rpc.RateLimited, Message: msg,
+		Data: json.RawMessage(`{"retryAfter":` + secs + `}`)}}
+}
+
+// retryAfterOf is the retryAfter of a rate-limited answer, or 0.
+func retryAfterOf(resp *rpc.Message) int {
+	if resp == nil || resp.Error == nil || resp.Error.Code != rpc.RateLimited {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(bytes.TrimSpace(rpc.Member(resp.Error.Data, "retryAfter"))))
+	return max(n, 1)
+}
