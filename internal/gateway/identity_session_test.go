@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -103,4 +105,37 @@ func TestMRTRStateIsItsIdentitys(t *testing.T) {
 		t.Fatalf("alice's own retry: %s", m.Encode())
 	}
 	w.heldCalls(0)
+}
+
+// modernRequestAs is modernRequest from the identity id.
+func modernRequestAs(t *testing.T, id *identity.Identity, ep Endpoint, method string, params map[string]any, caps string) *rpc.Message {
+	t.Helper()
+	b, _ := json.Marshal(params)
+	p := strings.TrimSuffix(string(b), "}") + "," + modernMeta(caps) + "}"
+	m := &rpc.Message{ID: json.RawMessage(`7`), Method: method, Params: json.RawMessage(p)}
+	return ep.Stateless(identity.NewContext(t.Context(), id), m, mustModern(t, p), newRecorder())
+}
+
+// A 2026-07-28 request's task is its identity's: another identity's (or
+// an anonymous) tasks/get or tasks/cancel with its id finds nothing, and
+// the task runs on; its owner's request reaches it.
+func TestModernTaskIsItsIdentitys(t *testing.T) {
+	w := newWorld(t, fmt.Sprintf(`{"a":%s}`, tasksServer(t, "")))
+	agg := w.gw.Aggregate()
+	alice := testUsers["alice"]
+	resp := modernRequestAs(t, alice, agg, "tools/call", map[string]any{"name": "a__slow_compute", "arguments": map[string]any{"seconds": 60}}, withTasks)
+	var r struct{ TaskID string }
+	if resp.Error != nil || json.Unmarshal(resp.Result, &r) != nil || r.TaskID == "" {
+		t.Fatalf("alice's task: %s", resultOf(resp))
+	}
+	for _, who := range []string{"bob", "alice-other"} {
+		for _, m := range []string{"tasks/get", "tasks/cancel"} {
+			wantError(t, who+"'s "+m, modernRequestAs(t, testUsers[who], agg, m, map[string]any{"taskId": r.TaskID}, withTasks), rpc.InvalidParams, "not found")
+		}
+	}
+	wantError(t, "an anonymous tasks/get", modernRequest(t, agg, "tasks/get", map[string]any{"taskId": r.TaskID}, withTasks), rpc.InvalidParams, "not found")
+	resp = modernRequestAs(t, alice, agg, "tasks/get", map[string]any{"taskId": r.TaskID}, withTasks)
+	if resp.Error != nil || !strings.Contains(string(resp.Result), `"working"`) {
+		t.Errorf("alice's own tasks/get: %s", resultOf(resp))
+	}
 }

@@ -132,13 +132,19 @@ func originOf(srv *fleet.Server) string {
 }
 
 // bindOf is the binding of w's tasks: its legacy session's (a digest of
-// the session's key, which the id should not show), "" for a 2026-07-28
-// request.
+// the session's key, which the id should not show); for a 2026-07-28
+// request, its identity's (person and client), or "" when it has none.
 func (g *Gateway) bindOf(w sender) string {
-	if w.sess == nil {
-		return ""
-	}
 	mac := hmac.New(sha256.New, g.stateKey)
+	if w.sess == nil {
+		id := w.identity()
+		if id == nil {
+			return ""
+		}
+		mac.Write([]byte("identity\x00"))
+		mac.Write([]byte(whoOf(id)))
+		return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:12])
+	}
 	mac.Write([]byte("session\x00"))
 	mac.Write([]byte(w.sess.Key()))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)[:12])
@@ -266,6 +272,8 @@ func (g *Gateway) taskTarget(w sender, m *rpc.Message, id string, only *fleet.Se
 	}
 	if ref.Bind != g.bindOf(w) {
 		switch {
+		case w.sess == nil && ref.Bind != "" && w.identity() != nil:
+			return notFound("not found: it was issued to another identity's request, or to a client session")
 		case w.sess == nil:
 			return notFound("not found: it was issued to a client session, and only that session may use it")
 		case ref.Bind == "":
