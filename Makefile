@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra bench-team vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -181,3 +181,9 @@ bench-sessions:
 # 95 % intervals. The report goes to bin/bench/startup-report.txt.
 bench-startup:
 	MCPVISOR_BENCH_STARTUP=1 MCPVISOR_BENCH_BASE=$(BASE) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 10m -run '^TestBenchStartup$$' -v ./cmd/mcpvisor/
+
+# What team identity (auth, a 20-rule policy, the audit) adds to a call,
+# part by part, in thread CPU time against the same path without it, in
+# interleaved rounds of one run (issue: at most 10 µs in all).
+bench-team:
+	go test -run XXX -bench BenchmarkTeamCost -benchtime=1x -count=5 ./internal/gateway/
