@@ -20,13 +20,13 @@ const publicURL = "https://mcp.example.test"
 
 // teamServe runs serve with auth against the fake issuer iss, a static
 // token, and serverScopes for x; it returns serve's address.
-func teamServe(t *testing.T, iss *authntest.Issuer) string {
+func teamServe(t testing.TB, iss *authntest.Issuer) string {
 	t.Helper()
 	return teamServeWith(t, iss, "")
 }
 
 // teamServeWith is teamServe with more top-level members (after auth).
-func teamServeWith(t *testing.T, iss *authntest.Issuer, extra string) string {
+func teamServeWith(t testing.TB, iss *authntest.Issuer, extra string) string {
 	t.Helper()
 	fixture := testserver.Build(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
@@ -174,6 +174,12 @@ func TestResourceServer(t *testing.T) {
 // postCall posts a legacy-free (2026-07-28) tools/call of x's tool with
 // tok, and returns the reply.
 func postCall(t *testing.T, base, tok, tool, args string) (reply, http.Header) {
+	t.Helper()
+	return postCallTB(t, base, tok, tool, args)
+}
+
+// postCallTB is postCall for a benchmark too.
+func postCallTB(t testing.TB, base, tok, tool, args string) (reply, http.Header) {
 	t.Helper()
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args +
 		`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
