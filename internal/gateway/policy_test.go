@@ -119,3 +119,25 @@ func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
 		t.Errorf("bob on b's own endpoint: %s", resp.Encode())
 	}
 }
+
+// A subscriptions/listen stream's resource subscriptions are the
+// client's requests: decided as its identity's, so a URI the policy
+// denies it is not subscribed to nor acknowledged (another identity's
+// stream takes it).
+func TestListenSubscriptionsAreDecidedAsTheClient(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "bob not watched", Effect: policy.Deny,
+		When: `identity.sub == "bob" && resource == "test://watched-resource"`}))
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	defer h.Close()
+	body := `{"jsonrpc":"2.0","id":"r","method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["test://watched-resource"]},` + modernMeta(`{}`) + `}}`
+	for who, want := range map[string]bool{"bob": false, "alice": true} {
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := sseEvents(t, ctx, asUser(t, h, testUsers[who]), body, modernHeaders("subscriptions/listen", ""))
+		ack := nextEvent(t, ch)
+		cancel()
+		if !strings.Contains(ack, `"notifications/subscriptions/acknowledged"`) || strings.Contains(ack, `"resourceSubscriptions":["test://watched-resource"]`) != want {
+			t.Errorf("%s's acknowledgement: %s, want the subscription taken: %v", who, ack, want)
+		}
+	}
+}
