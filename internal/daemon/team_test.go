@@ -268,3 +268,84 @@ func TestPolicyLimitsAndAuditThroughServe(t *testing.T) {
 		t.Errorf("/api/audit with a non-admin token: %d", a.status)
 	}
 }
+
+// legacySession initializes a legacy session at version with tok and
+// clientInfo name, and returns its id.
+func legacySession(t *testing.T, base, tok, version, client string) string {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"` + client + `","version":"1"}}}`
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d", resp.StatusCode)
+	}
+	send(t, "POST", base+"/mcp", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {version}})
+	return sid
+}
+
+// Ways around the policy through serve, each refused, none reaching the
+// server: a JSON-RPC batch hiding a denied call; names differing from a
+// denied tool's by case, a Unicode look-alike, a doubled prefix or
+// spaces; a self-declared clientInfo naming the client a rule wants.
+func TestPolicyBypassesThroughServe(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, `
+	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""},
+	             {"name": "trusted-log", "effect": "deny", "when": "tool == \"log\" && identity.client != \"trusted\""}],`)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	pid := func() string {
+		r, _ := postCall(t, base, tok, "x__pid", `{}`)
+		if r.status != 200 || strings.Contains(r.body, `"error"`) {
+			t.Fatalf("pid: %d %s", r.status, r.body)
+		}
+		return r.body[strings.Index(r.body, `"text"`):]
+	}
+	before := pid()
+
+	for _, name := range []string{"X__crash", "x__CRASH", "x__crаsh", "x__x__crash", " x__crash", "x__crash ", "x__cr\\u0061sh"} {
+		r, _ := postCall(t, base, tok, name, `{}`)
+		if !strings.Contains(r.body, `"error"`) {
+			t.Errorf("%q: %d %s", name, r.status, r.body)
+		}
+	}
+
+	// A 2025-03-26 session's batch: each call is decided on its own.
+	sid := legacySession(t, base, tok, "2025-03-26", "batcher")
+	hdr := map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-03-26"}}
+	r := send(t, "POST", base+"/mcp", `[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x__echo","arguments":{"text":"ok"}}},`+
+		`{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"x__crash","arguments":{}}}]`, hdr)
+	var replies []struct {
+		ID    string              `json:"id"`
+		Error *struct{ Code int } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &replies); err != nil || len(replies) != 2 {
+		t.Fatalf("batch: %d %s", r.status, r.body)
+	}
+	for _, rep := range replies {
+		if denied := rep.Error != nil && rep.Error.Code == -32012; denied != (rep.ID == "b") {
+			t.Errorf("batch element %s: %+v", rep.ID, rep.Error)
+		}
+	}
+
+	// clientInfo names the trusted client; the token's client_id does not.
+	sid = legacySession(t, base, tok, "2025-11-25", "trusted")
+	hdr = map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	r = send(t, "POST", base+"/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__log","arguments":{"text":"x"}}}`, hdr)
+	if !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("a spoofed clientInfo: %d %s", r.status, r.body)
+	}
+
+	if after := pid(); after != before {
+		t.Errorf("the server was restarted (a crash call reached it): pid %s, then %s", before, after)
+	}
+}

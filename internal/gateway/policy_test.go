@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,47 @@ func TestListenSubscriptionsAreDecidedAsTheClient(t *testing.T) {
 		if !strings.Contains(ack, `"notifications/subscriptions/acknowledged"`) || strings.Contains(ack, `"resourceSubscriptions":["test://watched-resource"]`) != want {
 			t.Errorf("%s's acknowledgement: %s, want the subscription taken: %v", who, ack, want)
 		}
+	}
+}
+
+// The policy reads a call's arguments from its body, never from its
+// Mcp-Param headers: a denied value in the body is refused whatever the
+// header says (agreeing, disagreeing or absent), and a header naming a
+// denied value cannot make an allowed body's call one.
+func TestPolicyReadsTheBodyNotTheHeaders(t *testing.T) {
+	w := newMRTRWorld(t)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "not eu", Effect: policy.Deny,
+		When: `tool == "test_x_mcp_header" && arguments.region == "eu-west1"`}))
+	call := func(region string, hdr map[string]string) *rpc.Message {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_x_mcp_header","arguments":{"region":` + mustJSONString(region) + `},` + modernMeta(`{}`) + `}}`
+		req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
+		for k, v := range modernHeaders("tools/call", "test_x_mcp_header") {
+			req.Header.Set(k, v)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeBody(t, resp)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"agreeing":    {"Mcp-Param-Region": "eu-west1"},
+		"disagreeing": {"Mcp-Param-Region": "us-west1"},
+		"absent":      nil,
+	} {
+		if m := call("eu-west1", hdr); m.Error == nil {
+			t.Errorf("a denied body with a header %s: %s", name, m.Encode())
+		}
+	}
+	if m := call("us-west1", map[string]string{"Mcp-Param-Region": "us-west1"}); m.Error != nil {
+		t.Errorf("an allowed call: %s", m.Encode())
+	}
+	if m := call("us-west1", map[string]string{"Mcp-Param-Region": "eu-west1"}); m.Error == nil || m.Error.Code != rpc.HeaderMismatch {
+		t.Errorf("an allowed body with a denied header: %s", m.Encode())
 	}
 }
