@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/authn"
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -182,4 +183,18 @@ func (s *serving) setLimits(cfg *config.Config) {
 // there is none).
 func (s *serving) auditAPI(w http.ResponseWriter, r *http.Request) {
 	s.auditLog.Load().Handler().ServeHTTP(w, r)
+}
+
+// teamStats are team identity's counts for /metrics.
+func (s *serving) teamStats() admin.TeamStats {
+	st := admin.TeamStats{Denied: s.a.gw.Denials()}
+	if l := s.a.gw.Audit(); l != nil {
+		as := l.Stats()
+		st.Audit, st.AuditAccepting = &as, l.Accepting()
+	}
+	if lim := s.a.gw.Limits(); lim != nil {
+		ls := lim.Stats()
+		st.Limits = &ls
+	}
+	return st
 }

@@ -267,6 +267,13 @@ func TestPolicyLimitsAndAuditThroughServe(t *testing.T) {
 	if a := send(t, "GET", base+"/api/audit", "", bearer(alice)); a.status != 401 {
 		t.Errorf("/api/audit with a non-admin token: %d", a.status)
 	}
+	m := send(t, "GET", base+"/metrics", "", bearer(admin))
+	for _, want := range []string{"mcpvisor_policy_denied_total 1\n", `mcpvisor_audit_records_total{result="written"} 5` + "\n",
+		`mcpvisor_audit_records_total{result="dropped"} 0` + "\n", `mcpvisor_ratelimit_limited_total{scope="tool"} 1` + "\n", "mcpvisor_audit_accepting 1\n"} {
+		if !strings.Contains(m.body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // legacySession initializes a legacy session at version with tok and

@@ -67,6 +67,7 @@ type Gateway struct {
 	// audit records every call and denial (SetAudit; nil: none); limits
 	// bound each identity's calls (SetLimits; nil: none).
 	audit    atomic.Pointer[audit.Log]
+	denials  atomic.Uint64 // requests the policy denied
 	limits   atomic.Pointer[ratelimit.Limiter]
 	stateKey []byte
 	// tracing makes a span of each request forwarded to a server; nil:
