@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,4 +356,56 @@ func TestPolicyBypassesThroughServe(t *testing.T) {
 	if after := pid(); after != before {
 		t.Errorf("the server was restarted (a crash call reached it): pid %s, then %s", before, after)
 	}
+}
+
+// Under a flood of calls the audit may drop lines, never lose count:
+// written + dropped = every call and denial, as /metrics reports them.
+func TestAuditOverloadCountsEveryCall(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, `
+	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""}],
+	  "audit": {"file": "`+filepath.Join(t.TempDir(), "audit.jsonl")+`", "queue": 1},`)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	const n = 160
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			tool := "x__echo"
+			if i%4 == 0 {
+				tool = "x__crash" // denied
+			}
+			postCall(t, base, tok, tool, `{"text":"x"}`)
+		})
+	}
+	wg.Wait()
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := iss.Mint(t, adminClaims, authntest.MintOptions{})
+	var written, dropped int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := send(t, "GET", base+"/metrics", "", bearer(admin)).body
+		written, dropped = metric(m, `mcpvisor_audit_records_total{result="written"}`), metric(m, `mcpvisor_audit_records_total{result="dropped"}`)
+		if written+dropped == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if written+dropped != n {
+		t.Errorf("written %d + dropped %d, want %d calls and denials", written, dropped, n)
+	}
+	t.Logf("written %d, dropped %d", written, dropped)
+}
+
+// metric is the value of the sample named name in a /metrics body, or -1.
+func metric(body, name string) int {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	return -1
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -182,5 +183,35 @@ func TestPolicyReadsTheBodyNotTheHeaders(t *testing.T) {
 	}
 	if m := call("us-west1", map[string]string{"Mcp-Param-Region": "eu-west1"}); m.Error == nil || m.Error.Code != rpc.HeaderMismatch {
 		t.Errorf("an allowed body with a denied header: %s", m.Encode())
+	}
+}
+
+// Over a rate limit a call gets JSON-RPC -32013 with retryAfter (what a
+// stdio client gets; HTTP adds 429), reaches no server, and another
+// identity's calls are not limited by it.
+func TestRateLimitAnswersAJSONRPCError(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetLimits(ratelimit.New(ratelimit.Limits{PerTool: ratelimit.Rate{PerSecond: 0.001, Burst: 1}}))
+	ep := w.gw.Aggregate()
+	ctx := context.Background()
+	open := func(who string) *Session {
+		s := ep.Open(newRecorder())
+		t.Cleanup(func() { ep.Close(s) })
+		s.SetIdentity(testUsers[who])
+		return s
+	}
+	alice, bob := open("alice"), open("bob")
+	call := func(s *Session) *rpc.Message {
+		return ep.Handle(ctx, s, request(1, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "x"}}), newRecorder())
+	}
+	if resp := call(alice); resp.Error != nil {
+		t.Fatalf("alice's first call: %s", resp.Encode())
+	}
+	resp := call(alice)
+	if resp.Error == nil || resp.Error.Code != rpc.RateLimited || retryAfterOf(resp) < 1 {
+		t.Fatalf("alice's second call: %s", resp.Encode())
+	}
+	if resp := call(bob); resp.Error != nil {
+		t.Errorf("bob's call: %s", resp.Encode())
 	}
 }
