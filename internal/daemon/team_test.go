@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,13 @@ import (
 )
 
 const publicURL = "https://mcp.example.test"
+
+// lastTeamConfig is the config file teamServeWith wrote last.
+var lastTeamConfig atomic.Pointer[string]
+
+// teamConfigFile is the config file of the serve teamServeWith started
+// last in this test.
+func teamConfigFile(t *testing.T) string { return *lastTeamConfig.Load() }
 
 // teamServe runs serve with auth against the fake issuer iss, a static
 // token, and serverScopes for x; it returns serve's address.
@@ -31,6 +39,7 @@ func teamServeWith(t testing.TB, iss *authntest.Issuer, extra string) string {
 	t.Helper()
 	fixture := testserver.Build(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
+	lastTeamConfig.Store(&cfg)
 	doc := `{"auth": {"issuer": "` + iss.URL + `", "publicUrl": "` + publicURL + `/", "scopes": ["mcp"], "serverScopes": {"x": ["x:use"]}},` + extra + `
 	  "mcpServers": {"x": {"command": "` + fixture + `"}}}`
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
@@ -408,4 +417,44 @@ func metric(body, name string) int {
 		}
 	}
 	return -1
+}
+
+// The policy is reloaded live with the config: a rule added denies at
+// once, with no restart; a rule that does not compile keeps the policy
+// in force, and the reload says why, naming the rule's path.
+func TestPolicyReloadsLive(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, ``)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := bearer(iss.Mint(t, adminClaims, authntest.MintOptions{}))
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); strings.Contains(r.body, `"error"`) {
+		t.Fatalf("before: %s", r.body)
+	}
+	cfgFile := teamConfigFile(t)
+	rewrite := func(policy string) reply {
+		data, _ := os.ReadFile(cfgFile)
+		doc := strings.Replace(string(data), `"mcpServers"`, `"policy": `+policy+`, "mcpServers"`, 1)
+		if err := os.WriteFile(cfgFile, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := send(t, "POST", base+"/api/reload", "", admin)
+		_ = os.WriteFile(cfgFile, data, 0o600)
+		return r
+	}
+	if r := rewrite(`[{"effect": "deny", "when": "tool == \"echo\""}]`); r.status != 200 {
+		t.Fatalf("reload: %d %s", r.status, r.body)
+	}
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("after the reload: %s", r.body)
+	}
+	r := rewrite(`[{"effect": "deny", "when": "tool == 1"}]`)
+	if r.status == 200 || !strings.Contains(r.body, "policy[0].when") {
+		t.Errorf("a reload with a bad rule: %d %s", r.status, r.body)
+	}
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("the policy in force changed by a failed reload: %s", r.body)
+	}
 }
