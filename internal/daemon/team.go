@@ -65,7 +65,9 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 	}
 	if tc != nil {
 		go func() {
-			pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			// Bounded, and cut by serve's end (the verifier's Close ends
+			// a fetch it began).
+			pctx, cancel := context.WithTimeout(s.sd.Context(), 15*time.Second)
 			defer cancel()
 			if err := tc.Verifier.Prefetch(pctx); err != nil {
 				s.log.Warn("auth: the issuer's metadata or keys could not be fetched yet; requests are refused (503) until they can", "issuer", tc.Issuer, "err", err)
