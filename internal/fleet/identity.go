@@ -124,7 +124,8 @@ func errNoIdentity(name string) error {
 // idleness, for good, unless a request began on it meanwhile: out of the
 // server's instances — its place under maxInstances is free, and the
 // identity's next request starts a new one (a request that found it just
-// before is sent on to that one: errRetired).
+// before is sent on to that one: errRetired). A caller waiting for a
+// place (instanceFor) is told either way.
 func (s *Server) releaseIdentity(in *instance) {
 	if _, ok := identityOfKey(in.key); !ok {
 		return
@@ -144,13 +145,32 @@ func (s *Server) releaseIdentity(in *instance) {
 		})
 		if released {
 			delete(s.perSession, in.key)
-			if s.freed != nil {
-				close(s.freed)
-				s.freed = nil
-			}
+		}
+		// Who waits for a place looks again: this one is free, or, woken
+		// meanwhile, no longer stopping.
+		if s.freed != nil {
+			close(s.freed)
+			s.freed = nil
 		}
 	}
 	s.mu.Unlock()
+}
+
+// identityStoppingLocked reports whether an identity's instance is going
+// to sleep for idleness, after which its place is free (releaseIdentity);
+// s.mu is held.
+func (s *Server) identityStoppingLocked() bool {
+	for key, in := range s.perSession {
+		if !isIdentityKey(key) {
+			continue
+		}
+		sleeping := false
+		in.view(func(st *instState) { sleeping = st.phase == phaseSleeping })
+		if sleeping {
+			return true
+		}
+	}
+	return false
 }
 
 // IdentityStatus describes an identity's instance of a per-identity

@@ -280,7 +280,13 @@ func TestPerIdentityReleaseRacesAcquire(t *testing.T) {
 		t.Fatal("Sleep of a per-identity server put something to sleep")
 	}
 	// Dormant as idleness leaves it, then released.
-	in.apply(in.update(func(st *instState) (fx effects) { in.sleepLocked(st, &fx, time.Now(), "", nil); return }))
+	var done <-chan struct{}
+	in.apply(in.update(func(st *instState) (fx effects) { done = in.sleepLocked(st, &fx, time.Now(), "", nil); return }))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleep did not end")
+	}
 	waitGoneProcess(t, pid, "the sleeping instance")
 	if p.instanceOf(key) != nil {
 		t.Fatal("a dormant identity's instance is still the server's")
@@ -404,5 +410,58 @@ func TestInstanceKeyOfOtherServers(t *testing.T) {
 	_, err := f.Get("c").Acquire(t.Context(), "")
 	if err == nil || !strings.Contains(err.Error(), "${identity.sub}") || !strings.Contains(err.Error(), "per-identity") {
 		t.Errorf("${identity.sub} in a shared server: %v", err)
+	}
+}
+
+// At maxInstances, a new identity waits for an identity's instance that
+// is going to sleep for idleness, and takes its place once it is gone.
+func TestPerIdentityWaitsForASleepingInstance(t *testing.T) {
+	store := &memStore{m: map[string]string{"tok/" + alice.Key(): "alice-credential-111", "tok/" + bob.Key(): "bob-credential-222"}}
+	f, _ := identityFleet(t, `"p":{"command":"$FIXTURE","sharing":"per-identity","idleTimeout":"0","maxInstances":1,
+		"env":{"FIXTURE_TAG":"${identity.sub}"}}`, store, nil)
+	p := f.Get("p")
+	ka := p.InstanceKey("s1", alice)
+	_, pidA := describe(t, p, ka)
+	in := p.instanceOf(ka)
+	// Going to sleep: the stop is held back until bob waits.
+	var fx effects
+	in.do(func(st *instState) (_ effects) { in.sleepLocked(st, &fx, time.Now(), "", nil); return })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := p.Acquire(ctx, p.InstanceKey("s2", bob))
+		if err == nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			select {
+			case err := <-got:
+				t.Fatalf("bob's Acquire returned %v while %s", err, what)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	until("bob waits for a place", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.freed != nil
+	})
+	in.apply(fx) // alice's instance stops, and is released
+	if err := <-got; err != nil {
+		t.Fatalf("bob after alice's instance went to sleep: %v", err)
+	}
+	waitGoneProcess(t, pidA, "alice's sleeping instance")
+	if ids := p.Status().Identities; len(ids) != 1 || ids[0].Name != "bob" {
+		t.Errorf("instances: %+v", ids)
 	}
 }

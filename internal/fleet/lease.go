@@ -218,8 +218,9 @@ func (s *Server) instanceOf(session string) *instance {
 // session's per-session instance created when it has none: only below the
 // instance limit, which counts the instances still stopping
 // (DetachSession) with those that run: a process is a process until it
-// is gone. At the limit, while some are stopping, it waits for one to be
-// gone, within ctx.
+// is gone. At the limit, while some are stopping (or, on a per-identity
+// server, an identity's instance goes to sleep, idle: releaseIdentity),
+// it waits for one to be gone, within ctx.
 func (s *Server) instanceFor(ctx context.Context, session string) (*instance, error) {
 	if !s.Private() || session == "" {
 		return s.sharedIn(), nil
@@ -251,7 +252,7 @@ func (s *Server) instanceFor(ctx context.Context, session string) (*instance, er
 		if max <= 0 || len(s.perSession)+s.stopping < max {
 			break
 		}
-		if s.stopping == 0 {
+		if s.stopping == 0 && !(perIdentity && s.identityStoppingLocked()) {
 			return nil, fmt.Errorf("%w: server %s runs %d instances, %s (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, each, max)
 		}
 		if s.freed == nil {
