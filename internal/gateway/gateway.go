@@ -337,8 +337,8 @@ func (g *Gateway) audience(src fleet.Source) []*Session {
 	if !src.Server.Private() {
 		return all
 	}
-	// A per-session or per-identity server's shared instance serves only what no session
-	// has its own instance for (learning its lists): nobody's traffic.
+	// A per-session or per-identity server's shared instance only learns
+	// its lists: nobody's traffic.
 	return nil
 }
 
