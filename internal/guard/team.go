@@ -207,3 +207,7 @@ func AudiencesFor(publicURL string, servers []string) []string {
 	}
 	return out
 }
+
+// AudienceHas reports whether aud (an "aud" claim: a string or a list)
+// holds want, exactly or but for one trailing slash.
+func AudienceHas(aud any, want string) bool { return audienceHas(aud, want) }
