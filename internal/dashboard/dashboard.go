@@ -176,10 +176,15 @@ func (h *Handler) authState(r *http.Request) []byte {
 		Token   bool `json:"token"`
 		Login   bool `json:"login"`
 		Session bool `json:"session"`
+		// ClientID is the dashboard's public client, which mcpvisor
+		// login --gateway uses by default (a public client's id is no
+		// secret).
+		ClientID string `json:"clientId,omitempty"`
 	}{Token: h.token}
 	if c := h.guard.Team().Config(); c != nil {
 		st.Token = true
 		st.Login = c.DashboardClientID != ""
+		st.ClientID = c.DashboardClientID
 		if sid := c.SessionID(r); sid != "" {
 			_, st.Session = h.guard.Team().Sessions().Lookup(sid)
 		}
