@@ -318,7 +318,9 @@ func (h *Handler) callback(w http.ResponseWriter, r *http.Request) {
 	sid, end := h.guard.Team().Sessions().Create(id, exp)
 	http.SetCookie(w, c.SessionCookieFor(sid, end, time.Now()))
 	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	// The page at the public URL (behind a proxy that serves mcpvisor
+	// under a path, not this listener's "/").
+	http.Redirect(w, r, c.PublicURL+"/", http.StatusSeeOther)
 }
 
 // logout ends the request's session and clears its cookie. It must come

@@ -52,6 +52,14 @@ type GatewayLogin struct {
 	Record   []byte   `json:"record,omitempty"`
 }
 
+// String never shows the record (it holds the tokens).
+func (l GatewayLogin) String() string {
+	return fmt.Sprintf("cmdutil.GatewayLogin{Resource:%q ClientID:%q Scopes:%q record:%t}", l.Resource, l.ClientID, l.Scopes, len(l.Record) > 0)
+}
+
+// GoString is String, so %#v shows no token either.
+func (l GatewayLogin) GoString() string { return l.String() }
+
 // GatewayStore is the oauthclient.Store of one gateway login: its record
 // inside the GatewayLogin kept under Name.
 type GatewayStore struct {

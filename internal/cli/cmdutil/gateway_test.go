@@ -3,6 +3,7 @@ package cmdutil
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,6 +53,11 @@ func TestGatewayStore(t *testing.T) {
 	l, err := LoadGatewayLogin(ctx, store, s.Name)
 	if err != nil || l == nil || l.ClientID != "c" || l.Resource != "http://127.0.0.1:1" {
 		t.Fatalf("LoadGatewayLogin = %+v, %v", l, err)
+	}
+	for _, f := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(f, *l); strings.Contains(out, "record\"") || strings.Contains(out, "cmVjb3Jk") || strings.Contains(out, "[114") {
+			t.Errorf("%s shows the record: %s", f, out)
+		}
 	}
 	// Another resource at the same address (serve's public URL changed):
 	// the record is not used for it.
