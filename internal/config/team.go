@@ -51,6 +51,12 @@ type AuthConfig struct {
 	// Introspection, when set, verifies tokens that are not JWTs with
 	// RFC 7662 token introspection.
 	Introspection *IntrospectionConfig
+	// DashboardClientID is a public client (no secret, PKCE) registered
+	// with the issuer, whose redirect URI is PublicURL + "/ui/callback"
+	// (and, for mcpvisor login --gateway, http://127.0.0.1/callback):
+	// the dashboard logs in with it. Empty: the dashboard has no login of
+	// its own.
+	DashboardClientID string
 }
 
 // IntrospectionConfig is auth.introspection.
@@ -121,7 +127,7 @@ type LimitsConfig struct {
 	PerIdentity, PerTool Rate
 }
 
-var authNames = []string{"issuer", "publicUrl", "audiences", "scopes", "serverScopes", "adminScope", "algorithms", "clockSkew", "jwksUrl", "groupsClaim", "introspection"}
+var authNames = []string{"issuer", "publicUrl", "audiences", "scopes", "serverScopes", "adminScope", "algorithms", "clockSkew", "jwksUrl", "groupsClaim", "introspection", "dashboardClientId"}
 
 var jwtAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 
@@ -162,6 +168,14 @@ func (p *parser) auth(v *node, at string) *AuthConfig {
 				a.ServerScopes[name] = p.scopeList(v, sat)
 				return true
 			})
+		case "dashboardClientId":
+			if s, ok := p.str(v, kat); ok {
+				if strings.TrimSpace(s) == "" || strings.ContainsAny(s, " \t\r\n") {
+					p.errorf(kat, "%q is not a client id (no spaces)", s)
+				} else {
+					a.DashboardClientID = s
+				}
+			}
 		case "adminScope":
 			if s, ok := p.str(v, kat); ok {
 				if s == "" || strings.ContainsAny(s, " \t\r\n\"\\") {

@@ -10,7 +10,7 @@ import (
 func TestTeamBlocks(t *testing.T) {
 	cfg := mustParse(t, `{
 	  "auth": {"issuer": "https://as.example.com", "publicUrl": "https://mcp.example.com/",
-	    "scopes": ["mcp"], "serverScopes": {"gh": ["gh:use"]}, "clockSkew": "30s",
+	    "scopes": ["mcp"], "serverScopes": {"gh": ["gh:use"]}, "clockSkew": "30s", "dashboardClientId": "dash",
 	    "introspection": {"url": "https://as.example.com/introspect", "clientId": "rs", "clientSecret": "${keyring:rs}"}},
 	  "policy": [{"name": "ops", "effect": "allow", "when": "\"ops\" in identity.groups"}, {"effect": "deny", "when": "tool == \"rm\""}],
 	  "audit": {"file": "-", "arguments": "redact", "maxSize": "1MiB", "failClosed": true},
@@ -18,7 +18,7 @@ func TestTeamBlocks(t *testing.T) {
 	  "mcpServers": {"gh": {"command": "x", "sharing": "per-identity"}}}`, LoadOptions{})
 	a := cfg.Auth
 	if a == nil || a.Issuer != "https://as.example.com" || a.PublicURL != "https://mcp.example.com" || a.AdminScope != DefaultAdminScope ||
-		a.ClockSkew != 30*time.Second || !slices.Equal(a.ServerScopes["gh"], []string{"gh:use"}) || a.Introspection.ClientSecret != "${keyring:rs}" {
+		a.ClockSkew != 30*time.Second || !slices.Equal(a.ServerScopes["gh"], []string{"gh:use"}) || a.Introspection.ClientSecret != "${keyring:rs}" || a.DashboardClientID != "dash" {
 		t.Errorf("auth = %+v", a)
 	}
 	if a.EndpointURL("/mcp") != "https://mcp.example.com/mcp" {
@@ -49,6 +49,7 @@ func TestTeamErrors(t *testing.T) {
 		{"relative public URL", `{"auth": {"issuer": "https://as", "publicUrl": "/mcp"}}`, "auth.publicUrl", "is not an absolute URL"},
 		{"public URL with query", `{"auth": {"issuer": "https://as", "publicUrl": "https://m/?a=1"}}`, "auth.publicUrl", "no query"},
 		{"bad scope", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "scopes": ["a b"]}}`, "auth.scopes[0]", "is not a scope"},
+		{"bad dashboard client id", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "dashboardClientId": " "}}`, "auth.dashboardClientId", "is not a client id"},
 		{"bad admin scope", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "adminScope": ""}}`, "auth.adminScope", "is not a scope"},
 		{"hmac algorithm", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "algorithms": ["HS256"]}}`, "auth.algorithms[0]", `"HS256" is not one of`},
 		{"none algorithm", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "algorithms": ["none"]}}`, "auth.algorithms[0]", `"none" is not one of`},

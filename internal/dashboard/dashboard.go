@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"path"
@@ -64,12 +65,14 @@ type Handler struct {
 	other http.Handler
 	files map[string]file // by request path: "/" and Prefix+name
 	token bool
+	// logins are the team identity's logins under way (login.go).
+	logins *logins
 }
 
 // New returns the dashboard, checked by g (Host and Origin; the token is
 // the API's). Paths other than / and the page's own files go to other.
 func New(g *guard.Guard, tokenRequired bool, other http.Handler) *Handler {
-	h := &Handler{guard: g, other: other, files: map[string]file{}, token: tokenRequired}
+	h := &Handler{guard: g, other: other, files: map[string]file{}, token: tokenRequired, logins: newLogins()}
 	types := map[string]string{
 		".html": "text/html; charset=utf-8",
 		".js":   "text/javascript; charset=utf-8",
@@ -106,7 +109,8 @@ func New(g *guard.Guard, tokenRequired bool, other http.Handler) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	f, ok := h.files[p]
-	if !ok && p != Prefix+"auth.json" {
+	login := p == LoginPath || p == CallbackPath || p == LogoutPath
+	if !ok && p != Prefix+"auth.json" && !login {
 		h.other.ServeHTTP(w, r)
 		return
 	}
@@ -118,6 +122,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "no-referrer")
+	if login {
+		want := http.MethodGet
+		if p == LogoutPath {
+			want = http.MethodPost
+		}
+		if r.Method != want {
+			hdr.Set("Allow", want)
+			http.Error(w, "method not allowed: "+p+" takes "+want, http.StatusMethodNotAllowed)
+			return
+		}
+		switch p {
+		case LoginPath:
+			h.beginLogin(w, r)
+		case CallbackPath:
+			h.callback(w, r)
+		default:
+			h.logout(w, r)
+		}
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		hdr.Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed: the dashboard is read with GET", http.StatusMethodNotAllowed)
@@ -126,11 +150,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok { // auth.json
 		hdr.Set("Cache-Control", "no-store")
 		hdr.Set("Content-Type", "application/json")
-		if h.token {
-			_, _ = w.Write([]byte(`{"token":true}` + "\n"))
-		} else {
-			_, _ = w.Write([]byte(`{"token":false}` + "\n"))
-		}
+		_, _ = w.Write(h.authState(r))
 		return
 	}
 	hdr.Set("Cache-Control", "no-cache")
@@ -145,6 +165,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr.Set("ETag", etag)
 	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+}
+
+// authState is auth.json: whether the API wants a token ("token"),
+// whether the dashboard logs in at the issuer ("login", with team
+// identity and auth.dashboardClientId) and whether r's session cookie
+// names a live session ("session").
+func (h *Handler) authState(r *http.Request) []byte {
+	st := struct {
+		Token   bool `json:"token"`
+		Login   bool `json:"login"`
+		Session bool `json:"session"`
+		// ClientID is the dashboard's public client, which mcpvisor
+		// login --gateway uses by default (a public client's id is no
+		// secret).
+		ClientID string `json:"clientId,omitempty"`
+	}{Token: h.token}
+	if c := h.guard.Team().Config(); c != nil {
+		st.Token = true
+		st.Login = c.DashboardClientID != ""
+		st.ClientID = c.DashboardClientID
+		if sid := c.SessionID(r); sid != "" {
+			_, st.Session = h.guard.Team().Sessions().Lookup(sid)
+		}
+	}
+	b, _ := json.Marshal(st)
+	return append(b, '\n')
 }
 
 // acceptsGzip reports whether Accept-Encoding values list gzip without

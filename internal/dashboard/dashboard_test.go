@@ -100,11 +100,11 @@ func TestPageAndFiles(t *testing.T) {
 			t.Errorf("GET %s with If-None-Match %s: %d, want 304", p, etag, resp.StatusCode)
 		}
 	}
-	if resp, body := get(t, srv, "GET", "/ui/auth.json"); resp.StatusCode != 200 || strings.TrimSpace(body) != `{"token":true}` || resp.Header.Get("Cache-Control") != "no-store" {
+	if resp, body := get(t, srv, "GET", "/ui/auth.json"); resp.StatusCode != 200 || strings.TrimSpace(body) != `{"token":true,"login":false,"session":false}` || resp.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("auth.json with a token: %d %q", resp.StatusCode, body)
 	}
 	open, _ := newServer(t, "")
-	if _, body := get(t, open, "GET", "/ui/auth.json"); strings.TrimSpace(body) != `{"token":false}` {
+	if _, body := get(t, open, "GET", "/ui/auth.json"); strings.TrimSpace(body) != `{"token":false,"login":false,"session":false}` {
 		t.Errorf("auth.json without a token: %q", body)
 	}
 	if resp, _ := get(t, srv, "HEAD", "/"); resp.StatusCode != 200 {

@@ -291,3 +291,6 @@ func isLoopbackName(host string) bool {
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
 }
+
+// Team is the team identity g checks tokens by (nil: none).
+func (g *Guard) Team() *Team { return g.team }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/mcpvisor/mcpvisor/internal/authn"
@@ -16,6 +17,12 @@ import (
 // loopback rules and the optional static token.
 type Team struct {
 	cur atomic.Pointer[TeamConfig]
+
+	// MaxSessions bounds the dashboard's sessions (0:
+	// DefaultMaxSessions); set before the first use.
+	MaxSessions int
+	sessOnce    sync.Once
+	sess        *Sessions
 }
 
 // TeamConfig is one config's team identity. It never changes once set.
@@ -40,11 +47,22 @@ type TeamConfig struct {
 	// public URL (RFC 8707: a token for one endpoint is not one for
 	// another).
 	Audiences []string
+	// DashboardClientID is the issuer's public client the dashboard logs
+	// in with ("": the dashboard has no login of its own).
+	DashboardClientID string
 }
 
 // Set makes c the team identity in force (nil: none) and returns the one
-// it replaces, whose Verifier the caller closes.
-func (t *Team) Set(c *TeamConfig) *TeamConfig { return t.cur.Swap(c) }
+// it replaces, whose Verifier the caller closes. The dashboard's
+// sessions end when the issuer, the public URL or the admin scope
+// change: they were verified under the former.
+func (t *Team) Set(c *TeamConfig) *TeamConfig {
+	old := t.cur.Swap(c)
+	if old != nil && (c == nil || c.Issuer != old.Issuer || c.PublicURL != old.PublicURL || c.AdminScope != old.AdminScope) {
+		t.Sessions().Clear()
+	}
+	return old
+}
 
 // Config is the team identity in force, or nil.
 func (t *Team) Config() *TeamConfig {
@@ -118,6 +136,11 @@ func (g *Guard) admitTeam(w http.ResponseWriter, r *http.Request, c *TeamConfig)
 		ch.Write(w)
 		return nil, http.StatusBadRequest
 	}
+	if tok == "" && rt.Admin {
+		if r, status, ok := g.admitSession(w, r, c); ok {
+			return r, status
+		}
+	}
 	if tok == "" {
 		(&authn.Challenge{Status: http.StatusUnauthorized, ResourceMetadata: prm, Scopes: need}).Write(w)
 		return nil, http.StatusUnauthorized
@@ -184,3 +207,7 @@ func AudiencesFor(publicURL string, servers []string) []string {
 	}
 	return out
 }
+
+// AudienceHas reports whether aud (an "aud" claim: a string or a list)
+// holds want, exactly or but for one trailing slash.
+func AudienceHas(aud any, want string) bool { return audienceHas(aud, want) }

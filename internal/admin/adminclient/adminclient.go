@@ -14,14 +14,23 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Client reaches the admin API of a running mcpvisor serve: its address
-// and bearer token (TokenFile's, else $MCPVISOR_TOKEN's).
+// and bearer token (TokenFile's, else $MCPVISOR_TOKEN_FILE's, else
+// $MCPVISOR_TOKEN's, else — when serve asks for one — StoredToken's).
 type Client struct {
 	Addr, TokenFile string
 }
+
+// StoredToken, if set, gives a Client's token when no file or variable
+// does: the admin token of mcpvisor login --gateway for addr, refreshed
+// when it is due ("" when there is none). The CLI sets it (cmdutil);
+// it is a variable, not a field, so that a Client stays a comparable
+// value.
+var StoredToken func(ctx context.Context, addr string) (string, error)
 
 // Timeout bounds one request to the API.
 const Timeout = 10 * time.Second
@@ -71,10 +80,46 @@ func (e *StatusError) Error() string { return e.msg }
 // token and hdr; ctx bounds it. Nothing answering is an error that asks
 // whether serve runs there.
 func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*http.Response, error) {
-	token, err := c.token()
+	token, err := c.token(ctx)
 	if err != nil {
 		return nil, err
 	}
+	stored := false
+	if token == "" && StoredToken != nil {
+		if _, ok := wantsStored.Load(c.Addr); ok {
+			if token, err = StoredToken(ctx, c.Addr); err != nil {
+				return nil, err
+			}
+			stored = true
+		}
+	}
+	resp, err := c.send(ctx, method, path, hdr, body, token)
+	// Given no token, a serve that asks for one (team identity: a Bearer
+	// challenge) gets the gateway login's, if there is one; the address
+	// is remembered, so that this process's later requests send it at
+	// once. A serve that asks for none never has the store opened.
+	if err == nil && token == "" && !stored && StoredToken != nil && resp.StatusCode == http.StatusUnauthorized &&
+		strings.HasPrefix(strings.ToLower(resp.Header.Get("Www-Authenticate")), "bearer") {
+		tok, terr := StoredToken(ctx, c.Addr)
+		if terr != nil {
+			resp.Body.Close()
+			return nil, terr
+		}
+		if tok != "" {
+			resp.Body.Close()
+			wantsStored.Store(c.Addr, true)
+			return c.send(ctx, method, path, hdr, body, tok)
+		}
+	}
+	return resp, err
+}
+
+// wantsStored holds the addresses whose serve asked for a token this
+// process had only from StoredToken.
+var wantsStored sync.Map
+
+// send sends one request with token ("" for none).
+func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, body []byte, token string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -96,16 +141,25 @@ func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, b
 }
 
 // token is the bearer token c sends: TokenFile's (trimmed), else
-// $MCPVISOR_TOKEN's; "" for none.
-func (c *Client) token() (string, error) {
-	if c.TokenFile == "" {
-		return os.Getenv("MCPVISOR_TOKEN"), nil
+// $MCPVISOR_TOKEN_FILE's, else $MCPVISOR_TOKEN's; "" for none (then Do
+// may send StoredToken's).
+func (c *Client) token(ctx context.Context) (string, error) {
+	file, what := c.TokenFile, "--token-file"
+	if file == "" {
+		file, what = os.Getenv("MCPVISOR_TOKEN_FILE"), "$MCPVISOR_TOKEN_FILE"
 	}
-	b, err := os.ReadFile(c.TokenFile)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("%s %s is empty", what, file)
+		}
+		return tok, nil
 	}
-	return strings.TrimSpace(string(b)), nil
+	return os.Getenv("MCPVISOR_TOKEN"), nil
 }
 
 // URL is the URL of path on the serve at c.Addr (http:// unless Addr
@@ -123,7 +177,7 @@ func (c *Client) URL(path string) string {
 // on a server's endpoint). Unlike Do, it leaves errors as net/http says
 // them.
 func (c *Client) HTTPClient() (*http.Client, error) {
-	token, err := c.token()
+	token, err := c.token(context.Background())
 	if err != nil {
 		return nil, err
 	}

@@ -88,10 +88,11 @@ func IsGoRunBuild(path string) bool {
 }
 
 // AddAPIFlags adds --addr and --token-file, where a running serve's admin
-// API is, to cmd, filling c.
+// API is, to cmd, filling c; without a token file or variable, c sends
+// the admin token of mcpvisor login --gateway for the address, if any.
 func AddAPIFlags(cmd *cobra.Command, c *adminclient.Client) {
 	cmd.Flags().StringVar(&c.Addr, "addr", "127.0.0.1:7331", "address of mcpvisor serve")
-	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token (default: $MCPVISOR_TOKEN)")
+	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token (default: $MCPVISOR_TOKEN_FILE, else $MCPVISOR_TOKEN, else the login of mcpvisor login --gateway)")
 }
 
 // Show fetches path and writes it to w: as it came with raw, else decoded

@@ -32,7 +32,10 @@ mcpvisor left behind (which it runs, as serve would); then each kind of
 resource limit (memory, pids, cpu): the cgroup controller, v2 or v1, and the
 directory that enforce it, or why it cannot be; and where per-server usage
 comes from. With --config it names each server whose configured limits
-cannot be enforced here (it would run without them).`,
+cannot be enforced here (it would run without them), and with the config's
+"auth" (team identity) it names the issuer, says whether its metadata and
+keys can be fetched from here, and that a static token is an admin
+credential.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			io := streams.Or(cmd)
@@ -53,12 +56,20 @@ cannot be enforced here (it would run without them).`,
 			defer rt.Close(ctx)
 			rep := rt.Report()
 			secrets := secretBackend(stateDir)
+			var auth *authReport
+			if cfg != nil && cfg.Auth != nil {
+				ctx := cmd.Context()
+				if ctx == nil {
+					ctx = context.Background()
+				}
+				auth = checkAuth(ctx, cfg.Auth)
+			}
 			if asJSON {
 				enc := json.NewEncoder(io.Out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(doctorJSON{Report: rep, Servers: serverLimits(rep, cfg), Secrets: secrets})
+				return enc.Encode(doctorJSON{Report: rep, Servers: serverLimits(rep, cfg), Secrets: secrets, Auth: auth})
 			}
-			return printDoctor(io.Out, rep, stateDir, cfg, secrets)
+			return printDoctor(io.Out, rep, stateDir, cfg, secrets, auth)
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", userdirs.DefaultStateDir(), "state directory (ledger of running instances, caches)")
@@ -74,6 +85,8 @@ type doctorJSON struct {
 	Servers []serverLimit `json:"servers,omitempty"`
 	// Secrets says where ${keyring:NAME} references are looked up.
 	Secrets string `json:"secrets"`
+	// Auth is the config's team identity, with --config and "auth".
+	Auth *authReport `json:"auth,omitempty"`
 }
 
 // secretBackend says which store keeps the secrets that ${keyring:NAME}
@@ -112,10 +125,13 @@ func serverLimits(rep proc.Report, cfg *config.Config) []serverLimit {
 	return out
 }
 
-func printDoctor(w io.Writer, rep proc.Report, stateDir string, cfg *config.Config, secrets string) error {
+func printDoctor(w io.Writer, rep proc.Report, stateDir string, cfg *config.Config, secrets string, auth *authReport) error {
 	fmt.Fprintln(w, cmdutil.Version())
 	fmt.Fprintf(w, "uid %d, state directory %s\n", os.Getuid(), stateDir)
 	fmt.Fprintf(w, "secrets (${keyring:NAME}): %s\n\n", secrets)
+	if auth != nil {
+		printAuth(w, auth)
+	}
 	fmt.Fprint(w, rep.String())
 	fmt.Fprintln(w)
 	if cfg != nil {

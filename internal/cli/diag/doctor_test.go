@@ -82,7 +82,7 @@ func TestDoctorWarnsOfLimitsNotEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	if err := printDoctor(&b, rep, "/state", cfg, "file /state/secrets.json (0600)"); err != nil {
+	if err := printDoctor(&b, rep, "/state", cfg, "file /state/secrets.json (0600)", nil); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -46,14 +46,33 @@ type Options struct {
 	JSON    bool
 	// Open opens url in the user's browser (nil: OpenBrowser).
 	Open func(url string) error
+	// Gateway: log the CLI itself in to serve's admin API (team
+	// identity), not a remote server.
+	Gateway bool
+	// ClientID is the issuer's public client for Gateway (default
+	// $MCPVISOR_CLIENT_ID, else the dashboard's).
+	ClientID string
+}
+
+// nameOrGateway takes NAME, or none with --gateway.
+func nameOrGateway(gateway *bool) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if *gateway {
+			if len(args) != 0 {
+				return fmt.Errorf("--gateway takes no server name (got %q)", args[0])
+			}
+			return nil
+		}
+		return cobra.ExactArgs(1)(cmd, args)
+	}
 }
 
 // NewCmdLogin is mcpvisor login NAME.
 func NewCmdLogin(streams cmdutil.IOStreams, runF func(context.Context, *Options) error) *cobra.Command {
 	o := &Options{IO: streams}
 	cmd := &cobra.Command{
-		Use:   "login NAME",
-		Short: "Log in to a remote server behind OAuth",
+		Use:   "login NAME | login --gateway",
+		Short: "Log in to a remote server behind OAuth, or to serve's admin API",
 		Long: `Log in to a remote server behind OAuth: the browser opens on the
 authorization server's page (or the URL is printed: --no-browser, or when
 no browser can be opened); once you approve, the authorization server
@@ -63,14 +82,33 @@ them (in the OS keyring where there is one). No token reaches this
 command. Then it says who is logged in and until when; serve refreshes the
 token before it expires.
 
+With --gateway, the CLI logs itself in to the admin API of a serve with team
+identity ("auth"): at the issuer that serve's protected resource metadata
+names, for its public URL and admin scope, with the same browser and loopback
+redirect; the tokens are kept in the OS keyring (else the state directory's
+file), and the commands that reach serve (--addr) send the access token,
+refreshed when due. The client is --client-id, else $MCPVISOR_CLIENT_ID,
+else the dashboard's (auth.dashboardClientId): a public client whose
+redirect URIs include http://127.0.0.1/callback. For automation, give the
+commands a token file instead (--token-file or $MCPVISOR_TOKEN_FILE).
+
 The browser is $BROWSER when set, else the system's (xdg-open, open).`,
-		Args: cobra.ExactArgs(1),
+		Args: nameOrGateway(&o.Gateway),
 		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
-			o.Server = args[0]
+			if !o.Gateway {
+				o.Server = args[0]
+			}
 			return nil
-		}, runF, RunLogin),
+		}, runF, func(ctx context.Context, o *Options) error {
+			if o.Gateway {
+				return RunGatewayLogin(ctx, o)
+			}
+			return RunLogin(ctx, o)
+		}),
 	}
+	cmd.Flags().BoolVar(&o.Gateway, "gateway", false, "log the CLI in to serve's admin API (team identity) instead of a remote server")
+	cmd.Flags().StringVar(&o.ClientID, "client-id", "", "with --gateway: the issuer's public client (default $MCPVISOR_CLIENT_ID, else the dashboard's)")
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.NoBrowser, "no-browser", false, "print the authorization URL instead of opening a browser")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", DefaultTimeout, "how long to wait for the browser's redirect")
@@ -367,21 +405,31 @@ type LogoutOptions struct {
 	Server string
 	API    adminclient.Client
 	JSON   bool
+	// Gateway forgets the CLI's own login to serve's admin API.
+	Gateway bool
 }
 
 // NewCmdLogout is mcpvisor logout NAME.
 func NewCmdLogout(streams cmdutil.IOStreams, runF func(context.Context, *LogoutOptions) error) *cobra.Command {
 	o := &LogoutOptions{IO: streams}
 	cmd := &cobra.Command{
-		Use:   "logout NAME",
-		Short: "Forget a remote server's tokens, revoked where it supports it",
-		Args:  cobra.ExactArgs(1),
+		Use:   "logout NAME | logout --gateway",
+		Short: "Forget a remote server's tokens (or the CLI's gateway login), revoked where it supports it",
+		Args:  nameOrGateway(&o.Gateway),
 		RunE: cmdutil.RunE(o, func(cmd *cobra.Command, args []string) error {
 			o.IO = streams.Or(cmd)
-			o.Server = args[0]
+			if !o.Gateway {
+				o.Server = args[0]
+			}
 			return nil
-		}, runF, RunLogout),
+		}, runF, func(ctx context.Context, o *LogoutOptions) error {
+			if o.Gateway {
+				return RunGatewayLogout(ctx, o)
+			}
+			return RunLogout(ctx, o)
+		}),
 	}
+	cmd.Flags().BoolVar(&o.Gateway, "gateway", false, "forget the CLI's login to serve's admin API (login --gateway)")
 	cmdutil.AddAPIFlags(cmd, &o.API)
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the result as JSON")
 	return cmd

@@ -626,10 +626,17 @@
   }
 
   // ---- token and start-up
+  // With team identity and a dashboard client, the page can log in at
+  // the issuer (/ui/login): serve keeps the session, the browser only an
+  // HttpOnly cookie that fetch sends on its own.
+  let canLogin = false, session = false;
   function needToken(msg) {
     stopAll();
+    session = false;
     $("app").hidden = true;
     $("login").hidden = false;
+    $("sso").hidden = !canLogin;
+    $("logout").hidden = true;
     $("login-error").textContent = msg || "";
     $("token").focus();
   }
@@ -643,6 +650,7 @@
     $("login").hidden = true;
     $("app").hidden = false;
     $("forget").hidden = !token;
+    $("logout").hidden = !session;
     if (started) return;
     started = true;
     await refresh();
@@ -659,6 +667,11 @@
       applyTheme(theme);
     });
     $("forget").addEventListener("click", () => { token = ""; sessionStorage.removeItem(TOKEN_KEY); needToken(""); });
+    $("sso-login").addEventListener("click", () => { location.assign("/ui/login"); });
+    $("logout").addEventListener("click", async () => {
+      try { await fetch("/ui/logout", { method: "POST", cache: "no-store", signal: AbortSignal.timeout(API_TIMEOUT_MS) }); } catch { /* the cookie is cleared or ends with its token */ }
+      needToken("Logged out.");
+    });
     $("login").addEventListener("submit", (ev) => {
       ev.preventDefault();
       token = $("token").value.trim();
@@ -669,8 +682,11 @@
     document.addEventListener("visibilitychange", () => { if (!document.hidden && started) refresh(); });
     setInterval(() => { for (const r of rows.values()) if (r.status) renderTimes(r); }, 1000);
     let wants = false;
-    try { wants = (await (await fetch("/ui/auth.json", { cache: "no-store" })).json()).token; } catch { /* ask the API */ }
-    if (wants && !token) needToken("");
+    try {
+      const st = await (await fetch("/ui/auth.json", { cache: "no-store" })).json();
+      wants = st.token; canLogin = !!st.login; session = !!st.session;
+    } catch { /* ask the API */ }
+    if (wants && !token && !session) needToken("");
     else begin();
   });
 })();
