@@ -48,7 +48,7 @@ func teamConfig(ctx context.Context, cfg *config.Config, f *fleet.Fleet, log *sl
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	return &guard.TeamConfig{Verifier: v, PublicURL: a.PublicURL, Issuer: a.Issuer, Scopes: a.Scopes,
-		ServerScopes: a.ServerScopes, AdminScope: a.AdminScope, Audiences: a.Audiences}, nil
+		ServerScopes: a.ServerScopes, AdminScope: a.AdminScope, Audiences: a.Audiences, DashboardClientID: a.DashboardClientID}, nil
 }
 
 // setTeam makes cfg's team identity the one in force, and closes the one
