@@ -261,9 +261,9 @@ func clientCredentialsHandler(t *testing.T, h *hydra.Server, c hydra.Client, end
 }
 
 // headlessBrowser follows an authorization URL through Hydra's login and
-// consent (the harness's app logs in the login_hint) until the redirect
-// to redirectURI, and returns the authorization response there.
-func headlessBrowser(ctx context.Context, authURL, subject, redirectURI string) (*auth.AuthorizationResult, error) {
+// consent (the harness's app logs in the login_hint, subject) until the
+// redirect to redirectURI, and returns that redirect's query.
+func headlessBrowser(ctx context.Context, authURL, subject, redirectURI string) (url.Values, error) {
 	u, err := url.Parse(authURL)
 	if err != nil {
 		return nil, err
@@ -300,7 +300,7 @@ func headlessBrowser(ctx context.Context, authURL, subject, redirectURI string) 
 	if e := cb.Get("error"); e != "" {
 		return nil, fmt.Errorf("the authorization server answered %s: %s", e, cb.Get("error_description"))
 	}
-	return &auth.AuthorizationResult{Code: cb.Get("code"), State: cb.Get("state"), Iss: cb.Get("iss")}, nil
+	return cb, nil
 }
 
 // authorizationCodeHandler is the go-sdk's authorization code handler for
@@ -311,7 +311,11 @@ func authorizationCodeHandler(t *testing.T, c hydra.Client, subject string) auth
 		PreregisteredClient: &oauthex.ClientCredentials{ClientID: c.ID, ClientSecretAuth: &oauthex.ClientSecretAuth{ClientSecret: c.Secret}},
 		RedirectURL:         hydra.DefaultRedirectURI,
 		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
-			return headlessBrowser(ctx, args.URL, subject, hydra.DefaultRedirectURI)
+			cb, err := headlessBrowser(ctx, args.URL, subject, hydra.DefaultRedirectURI)
+			if err != nil {
+				return nil, err
+			}
+			return &auth.AuthorizationResult{Code: cb.Get("code"), State: cb.Get("state"), Iss: cb.Get("iss")}, nil
 		},
 		// Hydra sends RFC 9207's iss without advertising it.
 		AcceptUnadvertisedIss: true,
@@ -543,6 +547,53 @@ func TestTeamHydra(t *testing.T) {
 				})
 			}
 		}
+	})
+	// The TypeScript SDK v2 client: its ClientCredentialsProvider, and
+	// the authorization code flow with a pre-registered client, whose
+	// browser step is headless; both eras, both endpoints; the policy
+	// holds for it too.
+	t.Run("typescript", func(t *testing.T) {
+		h.SetClaims("alice", map[string]any{"groups": []string{"ops"}})
+		t.Cleanup(func() { h.SetClaims("alice", nil) })
+		cc, err := h.CreateClient(ctx, hydra.ClientSpec{GrantTypes: []string{"client_credentials"}, Scopes: []string{"mcp"}, Audiences: audiences, AuthMethod: hydra.AuthSecretBasic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The SDK asks for offline_access too when the client may refresh
+		// and the issuer offers it.
+		code, err := h.CreateClient(ctx, hydra.ClientSpec{GrantTypes: []string{"authorization_code", "refresh_token"}, Scopes: []string{"mcp", "offline_access"}, AuthMethod: hydra.AuthSecretBasic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		browser := browserServer(t)
+		for _, mode := range []struct{ name, version string }{{"legacy", "2025-11-25"}, {"pin", "2026-07-28"}} {
+			for _, ep := range []struct{ url, prefix string }{{mcpURL, "demo__"}, {demoURL, ""}} {
+				t.Run(mode.version+" "+strings.TrimPrefix(ep.url, rig.base), func(t *testing.T) {
+					env := []string{"TS_CLIENT_ID=" + cc.ID, "TS_CLIENT_SECRET=" + cc.Secret, "TS_ISSUER=" + h.Issuer(), "TS_AUDIENCE=" + ep.url, "TS_SCOPE=mcp"}
+					r := runTeamTSClient(t, env, "client_credentials", mode.name, ep.url, ep.prefix+"echo", `{"text":"ts"}`)
+					if r.Error != "" || r.Version != mode.version || r.Text != "ts" {
+						t.Errorf("client credentials: %+v", r)
+					}
+					env = []string{"TS_CLIENT_ID=" + code.ID, "TS_CLIENT_SECRET=" + code.Secret, "TS_ISSUER=" + h.Issuer(),
+						"TS_REDIRECT=" + hydra.DefaultRedirectURI, "TS_BROWSER=" + browser + "/?subject=alice"}
+					r = runTeamTSClient(t, env, "authorization_code", mode.name, ep.url, ep.prefix+teamGuardedTool, "")
+					if r.Error != "" || r.Version != mode.version || r.Text == "" {
+						t.Errorf("authorization code, alice: %+v", r)
+					}
+				})
+			}
+		}
+		t.Run("bob is not permitted", func(t *testing.T) {
+			env := []string{"TS_CLIENT_ID=" + code.ID, "TS_CLIENT_SECRET=" + code.Secret, "TS_ISSUER=" + h.Issuer(),
+				"TS_REDIRECT=" + hydra.DefaultRedirectURI, "TS_BROWSER=" + browser + "/?subject=bob"}
+			r := runTeamTSClient(t, env, "authorization_code", "pin", mcpURL, "demo__"+teamGuardedTool, "")
+			if r.Code == nil || *r.Code != -32012 || !strings.Contains(r.Error, "not permitted") {
+				t.Errorf("bob: %+v; want -32012 not permitted", r)
+			}
+			if slices.Contains(r.Tools, "demo__"+teamGuardedTool) {
+				t.Errorf("bob is listed %s", teamGuardedTool)
+			}
+		})
 	})
 	t.Logf("TestTeamHydra took %v", time.Since(start).Round(time.Millisecond))
 }
