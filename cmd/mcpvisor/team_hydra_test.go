@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +42,32 @@ type teamRig struct {
 	base  string // serve's base URL, which is also its auth.publicUrl
 	rec   *recordingServer
 	serve *started
+	audit string // the audit file
+
+	mu      sync.Mutex
+	clients []*tokenRecorder // of every client connected
+}
+
+// connect is connectOAuth, its client's tokens kept for the leak check.
+func (r *teamRig) connect(t *testing.T, url, era string, h auth.OAuthHandler) *teamClient {
+	t.Helper()
+	cl := connectOAuth(t, url, era, h)
+	r.mu.Lock()
+	r.clients = append(r.clients, cl.tokens)
+	r.mu.Unlock()
+	return cl
+}
+
+// tokens are every token the rig's clients sent.
+func (r *teamRig) tokens() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var all []string
+	for _, c := range r.clients {
+		_, toks := c.seen()
+		all = append(all, toks...)
+	}
+	return all
 }
 
 // The policy: everyone may call everything but demo's pid, which only
@@ -72,21 +101,24 @@ func newTeamRig(t *testing.T) *teamRig {
 	rec := newRecordingServer(t)
 	port := freeLoopbackPort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := fmt.Sprintf(`{
   "auth": {"issuer": %q, "publicUrl": %q, "scopes": ["mcp"], "groupsClaim": "ext.groups",
            "introspection": {"url": %q}},
+  "audit": {"file": %q},
   "policy": [
     {"name": "everyone", "effect": "allow", "when": "!(server == 'demo' && tool == '%s')"},
     {"name": "ops-pid", "effect": "allow", "when": "server == 'demo' && tool == '%s' && 'ops' in identity.groups"}
   ],
   "mcpServers": {"demo": {"command": %q}, "rec": {"url": %q}}}`,
-		h.Issuer(), base, h.IntrospectionURL(), teamGuardedTool, teamGuardedTool, testserver.Build(t), rec.url)
-	s := startServe(t, cfg, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+		h.Issuer(), base, h.IntrospectionURL(), auditFile, teamGuardedTool, teamGuardedTool, testserver.Build(t), rec.url)
+	// Debug logs: the leak check reads everything serve says.
+	s := startServe(t, cfg, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "debug")
 	stopAtCleanup(t, s)
 	if s.base != base {
 		t.Fatalf("serve listens at %s, want %s", s.base, base)
 	}
-	return &teamRig{hydra: h, base: base, rec: rec, serve: s}
+	return &teamRig{hydra: h, base: base, rec: rec, serve: s, audit: auditFile}
 }
 
 // warmHydra has Hydra sign one access token before serve starts. Hydra
@@ -104,6 +136,33 @@ func warmHydra(t *testing.T, h *hydra.Server) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// auditLine is a line of the audit file, as far as these tests read it.
+type auditLine struct {
+	Identity, Issuer, Kind, Client, Endpoint, Server, Method, Target, Outcome, Reason string
+	Code                                                                              int
+}
+
+// waitAudit waits (at most 10 s: the audit is written behind the
+// requests) until the audit file holds a line for which match is true,
+// and returns it.
+func (r *teamRig) waitAudit(t *testing.T, what string, match func(auditLine) bool) auditLine {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(r.audit)
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var l auditLine
+			if json.Unmarshal([]byte(line), &l) == nil && match(l) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit has no line for %s after 10 s:\n%s", what, b)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -415,20 +474,29 @@ func TestTeamHydra(t *testing.T) {
 		for _, era := range eras {
 			t.Run(era.name+" /mcp", func(t *testing.T) {
 				handler, at := clientCredentialsHandler(t, h, c, mcpURL)
-				cl := connectOAuth(t, mcpURL, era.version, handler)
+				cl := rig.connect(t, mcpURL, era.version, handler)
 				if got := cl.callText(t, "demo__echo", map[string]any{"text": "hi " + era.name}); got != "hi "+era.name {
 					t.Errorf("demo__echo: %q", got)
 				}
 				if at.asked == 0 {
 					t.Error("the client never asked Hydra for a token")
 				}
+				// The identity is the token's: a client credentials
+				// token's subject is the client.
+				rig.waitAudit(t, "the client's echo on /mcp", func(l auditLine) bool {
+					return l.Identity == c.ID && l.Client == c.ID && l.Issuer == h.Issuer() && l.Kind == "token" &&
+						l.Endpoint == "/mcp" && l.Server == "demo" && l.Target == "echo" && l.Outcome == "ok"
+				})
 			})
 			t.Run(era.name+" /servers/demo/mcp", func(t *testing.T) {
 				handler, _ := clientCredentialsHandler(t, h, c, demoURL)
-				cl := connectOAuth(t, demoURL, era.version, handler)
+				cl := rig.connect(t, demoURL, era.version, handler)
 				if got := cl.callText(t, "echo", map[string]any{"text": "direct"}); got != "direct" {
 					t.Errorf("echo: %q", got)
 				}
+				rig.waitAudit(t, "the client's echo on demo's endpoint", func(l auditLine) bool {
+					return l.Identity == c.ID && l.Endpoint == "/servers/demo/mcp" && l.Target == "echo" && l.Outcome == "ok"
+				})
 			})
 		}
 		// A token for one endpoint is no key to another: the /mcp token
@@ -458,10 +526,15 @@ func TestTeamHydra(t *testing.T) {
 		for _, era := range eras {
 			for _, ep := range []struct{ url, tool string }{{mcpURL, "demo__echo"}, {demoURL, "echo"}} {
 				t.Run(era.name+" "+strings.TrimPrefix(ep.url, rig.base), func(t *testing.T) {
-					cl := connectOAuth(t, ep.url, era.version, authorizationCodeHandler(t, c, "carol"))
+					cl := rig.connect(t, ep.url, era.version, authorizationCodeHandler(t, c, "carol"))
 					if got := cl.callText(t, ep.tool, map[string]any{"text": "code"}); got != "code" {
 						t.Errorf("%s: %q", ep.tool, got)
 					}
+					// The identity is the user who logged in, the client
+					// the one the token was issued to.
+					rig.waitAudit(t, "carol's echo", func(l auditLine) bool {
+						return l.Identity == "carol" && l.Client == c.ID && l.Endpoint == strings.TrimPrefix(ep.url, rig.base) && l.Target == "echo" && l.Outcome == "ok"
+					})
 				})
 			}
 		}
@@ -479,7 +552,7 @@ func TestTeamHydra(t *testing.T) {
 		for _, era := range eras {
 			for _, ep := range []struct{ url, tool string }{{mcpURL, "rec__whoami"}, {recURL, "whoami"}} {
 				handler, _ := clientCredentialsHandler(t, h, c, ep.url)
-				cl := connectOAuth(t, ep.url, era.version, handler)
+				cl := rig.connect(t, ep.url, era.version, handler)
 				if got := cl.callText(t, ep.tool, nil); got != "rec" {
 					t.Errorf("%s %s: %q", era.name, ep.tool, got)
 				}
@@ -492,6 +565,9 @@ func TestTeamHydra(t *testing.T) {
 				sent = append(sent, toks...)
 			}
 		}
+		rig.waitAudit(t, "the opaque token's call", func(l auditLine) bool {
+			return l.Identity == c.ID && l.Client == c.ID && l.Server == "rec" && l.Target == "whoami" && l.Outcome == "ok"
+		})
 		n, auths := rig.rec.seen()
 		if n == 0 {
 			t.Fatal("no request reached the remote server")
@@ -521,8 +597,8 @@ func TestTeamHydra(t *testing.T) {
 		for _, era := range eras {
 			for _, ep := range []struct{ url, prefix string }{{mcpURL, "demo__"}, {demoURL, ""}} {
 				t.Run(era.name+" "+strings.TrimPrefix(ep.url, rig.base), func(t *testing.T) {
-					alice := connectOAuth(t, ep.url, era.version, authorizationCodeHandler(t, c, "alice"))
-					bob := connectOAuth(t, ep.url, era.version, authorizationCodeHandler(t, c, "bob"))
+					alice := rig.connect(t, ep.url, era.version, authorizationCodeHandler(t, c, "alice"))
+					bob := rig.connect(t, ep.url, era.version, authorizationCodeHandler(t, c, "bob"))
 					if got := alice.callText(t, ep.prefix+teamGuardedTool, nil); got == "" {
 						t.Errorf("alice: %s answered nothing", teamGuardedTool)
 					}
@@ -533,6 +609,15 @@ func TestTeamHydra(t *testing.T) {
 					if strings.Contains(string(we.Data)+we.Message, "ops") {
 						t.Errorf("bob's denial tells the rule: %q %s", we.Message, we.Data)
 					}
+					// The audit has the denial in full, and alice's call.
+					endpoint := strings.TrimPrefix(ep.url, rig.base)
+					rig.waitAudit(t, "bob's denial", func(l auditLine) bool {
+						return l.Identity == "bob" && l.Client == c.ID && l.Endpoint == endpoint && l.Target == teamGuardedTool &&
+							l.Outcome == "denied" && l.Code == -32012 && l.Reason != ""
+					})
+					rig.waitAudit(t, "alice's call", func(l auditLine) bool {
+						return l.Identity == "alice" && l.Endpoint == endpoint && l.Target == teamGuardedTool && l.Outcome == "ok"
+					})
 					// bob may still use what everyone may.
 					if got := bob.callText(t, ep.prefix+"echo", map[string]any{"text": "bob"}); got != "bob" {
 						t.Errorf("bob: echo %q", got)
@@ -594,6 +679,27 @@ func TestTeamHydra(t *testing.T) {
 				t.Errorf("bob is listed %s", teamGuardedTool)
 			}
 		})
+	})
+
+	// No token the clients sent is in what serve wrote (at debug level)
+	// or in its audit.
+	t.Run("no token leaks", func(t *testing.T) {
+		toks := rig.tokens()
+		if len(toks) < 10 {
+			t.Fatalf("only %d tokens were sent", len(toks))
+		}
+		audit, _ := os.ReadFile(rig.audit)
+		logs := rig.serve.stderrText()
+		if len(audit) == 0 || !strings.Contains(logs, "level") {
+			t.Fatalf("nothing to look in: %d bytes of audit, logs %q", len(audit), logs)
+		}
+		for _, tok := range toks {
+			// A JWT's signature alone is enough to be a leak.
+			sig := tok[strings.LastIndexByte(tok, '.')+1:]
+			if strings.Contains(logs, sig) || strings.Contains(string(audit), sig) {
+				t.Errorf("a client's token is in serve's logs or audit")
+			}
+		}
 	})
 	t.Logf("TestTeamHydra took %v", time.Since(start).Round(time.Millisecond))
 }
