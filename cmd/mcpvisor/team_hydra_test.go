@@ -96,8 +96,16 @@ func freeLoopbackPort(t *testing.T) int {
 // ends.
 func newTeamRig(t *testing.T) *teamRig {
 	t.Helper()
+	t0 := time.Now()
 	h := hydra.Shared(t)
 	warmHydra(t, h)
+	t.Logf("hydra up and warm in %v", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	binaries(t) // built once per test binary: not this test's cost
+	fixture := testserver.Build(t)
+	t.Logf("binaries in %v", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	defer func() { t.Logf("serve up in %v", time.Since(t0).Round(time.Millisecond)) }()
 	rec := newRecordingServer(t)
 	port := freeLoopbackPort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
@@ -111,7 +119,7 @@ func newTeamRig(t *testing.T) *teamRig {
     {"name": "ops-pid", "effect": "allow", "when": "server == 'demo' && tool == '%s' && 'ops' in identity.groups"}
   ],
   "mcpServers": {"demo": {"command": %q}, "rec": {"url": %q}}}`,
-		h.Issuer(), base, h.IntrospectionURL(), auditFile, teamGuardedTool, teamGuardedTool, testserver.Build(t), rec.url)
+		h.Issuer(), base, h.IntrospectionURL(), auditFile, teamGuardedTool, teamGuardedTool, fixture, rec.url)
 	// Debug logs: the leak check reads everything serve says.
 	s := startServe(t, cfg, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "debug")
 	stopAtCleanup(t, s)
@@ -439,6 +447,9 @@ var eras = []struct{ name, version string }{{"2025-11-25", "2025-11-25"}, {"2026
 // code flow, opaque tokens by introspection, and the policy deciding by
 // the groups Hydra put in the token.
 func TestTeamHydra(t *testing.T) {
+	// Its own Hydra and serve: it may run beside the package's other
+	// parallel tests.
+	t.Parallel()
 	start := time.Now()
 	rig := newTeamRig(t)
 	t.Logf("hydra and serve up in %v", time.Since(start).Round(time.Millisecond))
