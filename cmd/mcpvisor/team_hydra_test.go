@@ -111,7 +111,7 @@ func newTeamRig(t *testing.T) *teamRig {
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	cfg := fmt.Sprintf(`{
-  "auth": {"issuer": %q, "publicUrl": %q, "scopes": ["mcp"], "groupsClaim": "ext.groups",
+  "auth": {"issuer": %q, "publicUrl": %q, "scopes": ["mcp"], "serverScopes": {"rec": ["rec:use"]}, "groupsClaim": "ext.groups",
            "introspection": {"url": %q}},
   "audit": {"file": %q},
   "policy": [
@@ -553,9 +553,10 @@ func TestTeamHydra(t *testing.T) {
 
 	// Opaque tokens, verified by introspection; the remote server sees
 	// none of them (it has no credentials of its own, so no Authorization
-	// at all).
+	// at all). rec's own endpoint asks for its server scope too, in the
+	// one challenge the client gets its token by.
 	t.Run("introspection", func(t *testing.T) {
-		c, err := h.CreateClient(ctx, hydra.ClientSpec{GrantTypes: []string{"client_credentials"}, Scopes: []string{"mcp"}, Audiences: audiences, Opaque: true})
+		c, err := h.CreateClient(ctx, hydra.ClientSpec{GrantTypes: []string{"client_credentials"}, Scopes: []string{"mcp", "rec:use"}, Audiences: audiences, Opaque: true})
 		if err != nil {
 			t.Fatal(err)
 		}
