@@ -634,6 +634,32 @@ func TestTeamHydra(t *testing.T) {
 					if got := bob.callText(t, ep.prefix+"echo", map[string]any{"text": "bob"}); got != "bob" {
 						t.Errorf("bob: echo %q", got)
 					}
+					// alice's session id is no way in for bob: a session
+					// another identity opened is not found.
+					if sid := alice.sess.ID(); sid != "" {
+						_, bobToks := bob.tokens.seen()
+						body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + ep.prefix + teamGuardedTool + `","arguments":{}}}`
+						req, _ := http.NewRequestWithContext(ctx, "POST", ep.url, strings.NewReader(body))
+						req.Header.Set("Content-Type", "application/json")
+						req.Header.Set("Accept", "application/json, text/event-stream")
+						req.Header.Set("Mcp-Session-Id", sid)
+						req.Header.Set("MCP-Protocol-Version", era.name)
+						req.Header.Set("Authorization", "Bearer "+bobToks[len(bobToks)-1])
+						resp, err := http.DefaultClient.Do(req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						b, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusNotFound || strings.Contains(string(b), `"result"`) {
+							t.Errorf("bob with alice's session: %d %s; want 404", resp.StatusCode, b)
+						}
+						if got := alice.callText(t, ep.prefix+teamGuardedTool, nil); got == "" {
+							t.Errorf("alice's session after bob's try: %s answered nothing", teamGuardedTool)
+						}
+					} else if era.version != "" {
+						t.Errorf("a %s session has no id", era.name)
+					}
 					// Lists are filtered by the same rules.
 					if names := alice.toolNames(t); !slices.Contains(names, ep.prefix+teamGuardedTool) {
 						t.Errorf("alice is not listed %s: %v", teamGuardedTool, names)
