@@ -689,34 +689,43 @@ func TestTeamHydra(t *testing.T) {
 			t.Fatal(err)
 		}
 		browser := browserServer(t)
+		type tsCase struct {
+			name string
+			teamTSCase
+			check func(teamTSResult) bool
+		}
+		var cases []tsCase
 		for _, mode := range []struct{ name, version string }{{"legacy", "2025-11-25"}, {"pin", "2026-07-28"}} {
 			for _, ep := range []struct{ url, prefix string }{{mcpURL, "demo__"}, {demoURL, ""}} {
-				t.Run(mode.version+" "+strings.TrimPrefix(ep.url, rig.base), func(t *testing.T) {
-					env := []string{"TS_CLIENT_ID=" + cc.ID, "TS_CLIENT_SECRET=" + cc.Secret, "TS_ISSUER=" + h.Issuer(), "TS_AUDIENCE=" + ep.url, "TS_SCOPE=mcp"}
-					r := runTeamTSClient(t, env, "client_credentials", mode.name, ep.url, ep.prefix+"echo", `{"text":"ts"}`)
-					if r.Error != "" || r.Version != mode.version || r.Text != "ts" {
-						t.Errorf("client credentials: %+v", r)
-					}
-					env = []string{"TS_CLIENT_ID=" + code.ID, "TS_CLIENT_SECRET=" + code.Secret, "TS_ISSUER=" + h.Issuer(),
-						"TS_REDIRECT=" + hydra.DefaultRedirectURI, "TS_BROWSER=" + browser + "/?subject=alice"}
-					r = runTeamTSClient(t, env, "authorization_code", mode.name, ep.url, ep.prefix+teamGuardedTool, "")
-					if r.Error != "" || r.Version != mode.version || r.Text == "" {
-						t.Errorf("authorization code, alice: %+v", r)
-					}
-				})
+				name := mode.version + " " + strings.TrimPrefix(ep.url, rig.base)
+				cases = append(cases, tsCase{"client credentials " + name,
+					teamTSCase{Grant: "client_credentials", Mode: mode.name, URL: ep.url, Tool: ep.prefix + "echo", Args: map[string]any{"text": "ts"},
+						ClientID: cc.ID, ClientSecret: cc.Secret, Issuer: h.Issuer(), Scope: "mcp", Audience: ep.url},
+					func(r teamTSResult) bool { return r.Error == "" && r.Version == mode.version && r.Text == "ts" }})
+				cases = append(cases, tsCase{"authorization code, alice, " + name,
+					teamTSCase{Grant: "authorization_code", Mode: mode.name, URL: ep.url, Tool: ep.prefix + teamGuardedTool,
+						ClientID: code.ID, ClientSecret: code.Secret, Issuer: h.Issuer(), Redirect: hydra.DefaultRedirectURI, Browser: browser + "/?subject=alice"},
+					func(r teamTSResult) bool {
+						return r.Error == "" && r.Version == mode.version && r.Text != "" && slices.Contains(r.Tools, ep.prefix+teamGuardedTool)
+					}})
 			}
 		}
-		t.Run("bob is not permitted", func(t *testing.T) {
-			env := []string{"TS_CLIENT_ID=" + code.ID, "TS_CLIENT_SECRET=" + code.Secret, "TS_ISSUER=" + h.Issuer(),
-				"TS_REDIRECT=" + hydra.DefaultRedirectURI, "TS_BROWSER=" + browser + "/?subject=bob"}
-			r := runTeamTSClient(t, env, "authorization_code", "pin", mcpURL, "demo__"+teamGuardedTool, "")
-			if r.Code == nil || *r.Code != -32012 || !strings.Contains(r.Error, "not permitted") {
-				t.Errorf("bob: %+v; want -32012 not permitted", r)
+		cases = append(cases, tsCase{"authorization code, bob is not permitted",
+			teamTSCase{Grant: "authorization_code", Mode: "pin", URL: mcpURL, Tool: "demo__" + teamGuardedTool,
+				ClientID: code.ID, ClientSecret: code.Secret, Issuer: h.Issuer(), Redirect: hydra.DefaultRedirectURI, Browser: browser + "/?subject=bob"},
+			func(r teamTSResult) bool {
+				return r.Code != nil && *r.Code == -32012 && strings.Contains(r.Error, "not permitted") &&
+					!slices.Contains(r.Tools, "demo__"+teamGuardedTool) && slices.Contains(r.Tools, "demo__echo")
+			}})
+		in := make([]teamTSCase, len(cases))
+		for i, c := range cases {
+			in[i] = c.teamTSCase
+		}
+		for i, r := range runTeamTSClient(t, in) {
+			if !cases[i].check(r) {
+				t.Errorf("%s: %+v", cases[i].name, r)
 			}
-			if slices.Contains(r.Tools, "demo__"+teamGuardedTool) {
-				t.Errorf("bob is listed %s", teamGuardedTool)
-			}
-		})
+		}
 	})
 
 	// No token the clients sent is in what serve wrote (at debug level)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,8 +17,25 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver/hydra"
 )
 
-// teamTSResult is what internal/testserver/testdata/team-tsclient.mjs
-// reports.
+// teamTSCase is one client run of
+// internal/testserver/testdata/team-tsclient.mjs (its doc says what
+// the fields are).
+type teamTSCase struct {
+	Grant        string         `json:"grant"`
+	Mode         string         `json:"mode"`
+	URL          string         `json:"url"`
+	Tool         string         `json:"tool"`
+	Args         map[string]any `json:"args,omitempty"`
+	ClientID     string         `json:"clientId"`
+	ClientSecret string         `json:"clientSecret"`
+	Issuer       string         `json:"issuer"`
+	Scope        string         `json:"scope,omitempty"`
+	Audience     string         `json:"audience,omitempty"`
+	Redirect     string         `json:"redirect,omitempty"`
+	Browser      string         `json:"browser,omitempty"`
+}
+
+// teamTSResult is what the script saw in one case.
 type teamTSResult struct {
 	Version, Text, Error string
 	Tools                []string
@@ -45,10 +63,10 @@ func browserServer(t *testing.T) string {
 	return srv.URL
 }
 
-// runTeamTSClient runs the TypeScript SDK v2 client with OAuth: grant
-// "client_credentials" or "authorization_code", mode "legacy" or "pin",
-// against url, calling tool with args; env configures its client.
-func runTeamTSClient(t *testing.T, env []string, grant, mode, url, tool, args string) teamTSResult {
+// runTeamTSClient runs the TypeScript SDK v2 client with OAuth on every
+// case, in one Node process (each case a client of its own), and returns
+// what each saw.
+func runTeamTSClient(t *testing.T, cases []teamTSCase) []teamTSResult {
 	t.Helper()
 	node, _ := node22(t)
 	script, err := filepath.Abs("../../internal/testserver/testdata/team-tsclient.mjs")
@@ -67,17 +85,23 @@ func runTeamTSClient(t *testing.T, env []string, grant, mode, url, tool, args st
 		t.Fatal(err)
 	}
 	defer os.Remove(copyPath)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	in, err := json.Marshal(cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, copyPath, grant, mode, url, tool, args)
-	cmd.Env = append(os.Environ(), env...)
+	// The cases (with the clients' secrets) go in on stdin, not in the
+	// command line.
+	cmd := exec.CommandContext(ctx, node, copyPath)
+	cmd.Stdin = bytes.NewReader(in)
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("the TypeScript client (%s %s %s): %v\n%s", grant, mode, url, err, out)
+		t.Fatalf("the TypeScript client: %v\n%s", err, out)
 	}
-	var r teamTSResult
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("the TypeScript client said %q: %v", out, err)
+	var r []teamTSResult
+	if err := json.Unmarshal(out, &r); err != nil || len(r) != len(cases) {
+		t.Fatalf("the TypeScript client said %q (%v), for %d cases", out, err, len(cases))
 	}
 	return r
 }
