@@ -74,11 +74,6 @@ func (r *teamRig) tokens() []string {
 // the ops group may call.
 const teamGuardedTool = "pid"
 
-var teamRigOnce struct {
-	mu  sync.Mutex
-	rig *teamRig
-}
-
 // freeLoopbackPort returns a port on 127.0.0.1 that was free a moment ago:
 // serve must know its public URL (its own address) before it listens.
 func freeLoopbackPort(t *testing.T) int {
