@@ -35,8 +35,8 @@ import (
 // the MCP specification says.
 
 // teamRig is one serve with auth against the shared Hydra: the fixture
-// as "demo" (stdio) and a recording remote HTTP server as "rec". Every
-// test of this file uses the same one, to keep the run short.
+// as "demo" (stdio) and a recording remote HTTP server as "rec". All the
+// cases share it (and the one Hydra), to keep the run short.
 type teamRig struct {
 	hydra *hydra.Server
 	base  string // serve's base URL, which is also its auth.publicUrl
@@ -505,9 +505,9 @@ func TestTeamHydra(t *testing.T) {
 				})
 			})
 		}
-		// A token for one endpoint is no key to another: the /mcp token
-		// is refused on demo's endpoint (the handler asks again and gets
-		// the same audience, so the connection fails).
+		// A token for one endpoint is no key to another: a client whose
+		// token is for /mcp is refused on demo's endpoint (after its one
+		// authorization the retry is 401 again, and the SDK gives up).
 		t.Run("another endpoint's audience", func(t *testing.T) {
 			handler, _ := clientCredentialsHandler(t, h, c, mcpURL)
 			client := mcp.NewClient(&mcp.Implementation{Name: "team-e2e", Version: "0"}, nil)
