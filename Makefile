@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra bench-team vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -187,3 +187,9 @@ bench-startup:
 # interleaved rounds of one run (issue: at most 10 µs in all).
 bench-team:
 	go test -run XXX -bench BenchmarkTeamCost -benchtime=1x -count=5 ./internal/gateway/
+
+# One identity floods serve at 20 times its rate limit while another calls
+# at a steady pace: the flood's 429s, and the other's p50/p99 flooded
+# against quiet, in interleaved phases of one run.
+bench-flood:
+	go test -run XXX -bench BenchmarkFloodIsolation -benchtime=1x -count=3 ./internal/daemon/

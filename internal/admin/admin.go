@@ -155,6 +155,10 @@ type Options struct {
 	// for /metrics: the places held, the bound, and the sessions evicted
 	// by reason.
 	Sessions SessionStats
+
+	// Team, if set, reports the audit's, the rate limits' and the
+	// policy's counts for /metrics.
+	Team func() TeamStats
 	// Logs, if set, returns the stderr buffer of the configured server
 	// name (it is asked only for names the fleet has), for
 	// /api/servers/{name}/logs; nil, or a nil buffer, means its logs are

@@ -3,7 +3,9 @@ package admin
 import (
 	"bufio"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/event"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"net/http"
 	"runtime"
 	"runtime/metrics"
@@ -163,6 +165,10 @@ func (h *Handler) metrics(w http.ResponseWriter, _ *http.Request) {
 		st.EachEviction(func(reason string, n uint64) {
 			m.sample("mcpvisor_session_evictions_total", labels("reason", reason), float64(n))
 		})
+	}
+
+	if h.opts.Team != nil {
+		teamMetrics(m, h.opts.Team())
 	}
 
 	counts := h.log.counted()
@@ -341,4 +347,40 @@ func unixSeconds(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixMilli()) / 1000
+}
+
+// TeamStats are the counts of team identity's parts: the audit (when
+// one is configured), the rate limits (when set) and the policy's
+// denials.
+type TeamStats struct {
+	Audit          *audit.Stats // nil: no audit
+	AuditAccepting bool
+	Limits         *ratelimit.Stats // nil: no rate limits
+	Denied         uint64
+}
+
+// teamMetrics writes st's families.
+func teamMetrics(m *expo, st TeamStats) {
+	m.family("mcpvisor_policy_denied_total", "counter", "Requests the policy denied (each also an audit line, when an audit is configured).")
+	m.sample("mcpvisor_policy_denied_total", "", float64(st.Denied))
+	if a := st.Audit; a != nil {
+		m.family("mcpvisor_audit_records_total", "counter", "Audit records by what became of them: written to the audit file, dropped (its queue was full: the audit could not keep up), failed (the file could not be written).")
+		m.sample("mcpvisor_audit_records_total", labels("result", "written"), float64(a.Written))
+		m.sample("mcpvisor_audit_records_total", labels("result", "dropped"), float64(a.Dropped))
+		m.sample("mcpvisor_audit_records_total", labels("result", "failed"), float64(a.Failed))
+		m.family("mcpvisor_audit_queue_length", "gauge", "Audit records waiting to be written.")
+		m.sample("mcpvisor_audit_queue_length", "", float64(a.Queued))
+		m.family("mcpvisor_audit_accepting", "gauge", "1 while the audit takes records; 0 while, with failClosed, calls are refused because it cannot keep up.")
+		m.sample("mcpvisor_audit_accepting", "", bool01(st.AuditAccepting))
+	}
+	if l := st.Limits; l != nil {
+		m.family("mcpvisor_ratelimit_limited_total", "counter", "Calls refused by a rate limit (HTTP 429, or JSON-RPC -32013), by the limit: identity or tool (per identity and tool).")
+		m.sample("mcpvisor_ratelimit_limited_total", labels("scope", "identity"), float64(l.LimitedIdentity))
+		m.sample("mcpvisor_ratelimit_limited_total", labels("scope", "tool"), float64(l.LimitedTool))
+		m.family("mcpvisor_ratelimit_buckets", "gauge", "Token buckets kept, by kind.")
+		m.sample("mcpvisor_ratelimit_buckets", labels("kind", "identity"), float64(l.Identities))
+		m.sample("mcpvisor_ratelimit_buckets", labels("kind", "tool"), float64(l.Tools))
+		m.family("mcpvisor_ratelimit_evicted_total", "counter", "Token buckets dropped before they were full, to keep the number kept bounded.")
+		m.sample("mcpvisor_ratelimit_evicted_total", "", float64(l.Evicted))
+	}
 }

@@ -59,9 +59,3 @@ func (c *tokenCache) put(key [32]byte, id *identity.Identity, now time.Time) {
 	}
 	c.m[key] = id
 }
-
-func (c *tokenCache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.m)
-}

@@ -617,9 +617,16 @@ func (p *parser) localServer(srv *Server, f *serverKeys) {
 		args = nil // "args": [] is no args, as none is (a reload compares them)
 	}
 	// Args and env values keep their references, resolved at each
-	// start (secret.Resolve).
+	// start (secret.Resolve); those of the identity an instance runs for
+	// only in a per-identity server's.
+	forIdentity := func(v, at string) {
+		if srv.Sharing != SharingPerIdentity && secret.UsesIdentity(v) {
+			p.errorf(at, "%s", identityOnly)
+		}
+	}
 	for i, a := range args {
 		p.reference(a, index(f.argsAt, i), soft)
+		forIdentity(a, index(f.argsAt, i))
 	}
 	srv.Args = args
 	if cmd != *f.command {
@@ -629,12 +636,17 @@ func (p *parser) localServer(srv *Server, f *serverKeys) {
 		srv.Env = make(map[string]string, len(f.env))
 		for _, k := range f.envKeys {
 			srv.Env[k] = p.reference(f.env[k], join(f.envAt, k), soft)
+			forIdentity(f.env[k], join(f.envAt, k))
 		}
 	}
 	if f.cwd != nil {
 		srv.Cwd, _ = p.expand(*f.cwd, f.cwdAt, soft)
 	}
 }
+
+// identityOnly is the error of a reference to the identity in a server
+// that runs for none.
+const identityOnly = `refers to the identity an instance runs for (${identity.sub}, ${identity.key}, ${keyring:NAME@identity}): only a server with "sharing": "per-identity" has one`
 
 // remoteServer resolves a remote server's url and headers; what only a
 // local server uses is warned of as ignored.
@@ -661,6 +673,9 @@ func (p *parser) remoteServer(srv *Server, f *serverKeys) {
 		srv.Headers = make(map[string]string, len(f.headers))
 		for _, k := range f.headerKeys {
 			hv := p.reference(f.headers[k], join(f.headersAt, k), soft)
+			if srv.Sharing != SharingPerIdentity && secret.UsesIdentity(hv) {
+				p.errorf(join(f.headersAt, k), "%s", identityOnly)
+			}
 			if strings.ContainsAny(hv, "\r\n\x00") {
 				p.errorf(join(f.headersAt, k), "contains a line break or NUL")
 			}

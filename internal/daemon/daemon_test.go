@@ -50,7 +50,7 @@ func writeConfig(t *testing.T, extra string) string {
 	return cfg
 }
 
-func options(t *testing.T, cfg string) Options {
+func options(t testing.TB, cfg string) Options {
 	return Options{ConfigFile: cfg, StateDir: t.TempDir(), ShutdownTimeout: 10 * time.Second, NoLearn: true,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Stderr: io.Discard, Version: "test"}
 }
@@ -136,7 +136,7 @@ func TestServeRunsUntilItsContextEnds(t *testing.T) {
 }
 
 // waitServing waits for serve's "serving" line and returns its address.
-func waitServing(t *testing.T, w *syncWriter, done <-chan error) string {
+func waitServing(t testing.TB, w *syncWriter, done <-chan error) string {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {

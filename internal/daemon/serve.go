@@ -201,6 +201,7 @@ func (s *serving) routeAll() *http.Server {
 		Clients:     a.gw.Clients,
 		Local:       a.gw.LocalRequests(),
 		Sessions:    sessions,
+		Team:        s.teamStats,
 		Containment: a.rt.Report().Layers,
 		Logs: func(name string) *logbuf.Buffer {
 			if srv := a.fleet.Get(name); srv != nil && srv.Config().Kind == config.KindStdio {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/authn"
 	"github.com/mcpvisor/mcpvisor/internal/config"
@@ -64,7 +65,9 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 	}
 	if tc != nil {
 		go func() {
-			pctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			// Bounded, and cut by serve's end (the verifier's Close ends
+			// a fetch it began).
+			pctx, cancel := context.WithTimeout(s.sd.Context(), 15*time.Second)
 			defer cancel()
 			if err := tc.Verifier.Prefetch(pctx); err != nil {
 				s.log.Warn("auth: the issuer's metadata or keys could not be fetched yet; requests are refused (503) until they can", "issuer", tc.Issuer, "err", err)
@@ -182,4 +185,18 @@ func (s *serving) setLimits(cfg *config.Config) {
 // there is none).
 func (s *serving) auditAPI(w http.ResponseWriter, r *http.Request) {
 	s.auditLog.Load().Handler().ServeHTTP(w, r)
+}
+
+// teamStats are team identity's counts for /metrics.
+func (s *serving) teamStats() admin.TeamStats {
+	st := admin.TeamStats{Denied: s.a.gw.Denials()}
+	if l := s.a.gw.Audit(); l != nil {
+		as := l.Stats()
+		st.Audit, st.AuditAccepting = &as, l.Accepting()
+	}
+	if lim := s.a.gw.Limits(); lim != nil {
+		ls := lim.Stats()
+		st.Limits = &ls
+	}
+	return st
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,18 +20,26 @@ import (
 
 const publicURL = "https://mcp.example.test"
 
+// lastTeamConfig is the config file teamServeWith wrote last.
+var lastTeamConfig atomic.Pointer[string]
+
+// teamConfigFile is the config file of the serve teamServeWith started
+// last in this test.
+func teamConfigFile(t *testing.T) string { return *lastTeamConfig.Load() }
+
 // teamServe runs serve with auth against the fake issuer iss, a static
 // token, and serverScopes for x; it returns serve's address.
-func teamServe(t *testing.T, iss *authntest.Issuer) string {
+func teamServe(t testing.TB, iss *authntest.Issuer) string {
 	t.Helper()
 	return teamServeWith(t, iss, "")
 }
 
 // teamServeWith is teamServe with more top-level members (after auth).
-func teamServeWith(t *testing.T, iss *authntest.Issuer, extra string) string {
+func teamServeWith(t testing.TB, iss *authntest.Issuer, extra string) string {
 	t.Helper()
 	fixture := testserver.Build(t)
 	cfg := filepath.Join(t.TempDir(), "config.json")
+	lastTeamConfig.Store(&cfg)
 	doc := `{"auth": {"issuer": "` + iss.URL + `", "publicUrl": "` + publicURL + `/", "scopes": ["mcp"], "serverScopes": {"x": ["x:use"]}},` + extra + `
 	  "mcpServers": {"x": {"command": "` + fixture + `"}}}`
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
@@ -175,6 +185,12 @@ func TestResourceServer(t *testing.T) {
 // tok, and returns the reply.
 func postCall(t *testing.T, base, tok, tool, args string) (reply, http.Header) {
 	t.Helper()
+	return postCallTB(t, base, tok, tool, args)
+}
+
+// postCallTB is postCall for a benchmark too.
+func postCallTB(t testing.TB, base, tok, tool, args string) (reply, http.Header) {
+	t.Helper()
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args +
 		`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
@@ -260,5 +276,185 @@ func TestPolicyLimitsAndAuditThroughServe(t *testing.T) {
 	}
 	if a := send(t, "GET", base+"/api/audit", "", bearer(alice)); a.status != 401 {
 		t.Errorf("/api/audit with a non-admin token: %d", a.status)
+	}
+	m := send(t, "GET", base+"/metrics", "", bearer(admin))
+	for _, want := range []string{"mcpvisor_policy_denied_total 1\n", `mcpvisor_audit_records_total{result="written"} 5` + "\n",
+		`mcpvisor_audit_records_total{result="dropped"} 0` + "\n", `mcpvisor_ratelimit_limited_total{scope="tool"} 1` + "\n", "mcpvisor_audit_accepting 1\n"} {
+		if !strings.Contains(m.body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// legacySession initializes a legacy session at version with tok and
+// clientInfo name, and returns its id.
+func legacySession(t *testing.T, base, tok, version, client string) string {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"` + client + `","version":"1"}}}`
+	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != 200 || sid == "" {
+		t.Fatalf("initialize: %d", resp.StatusCode)
+	}
+	send(t, "POST", base+"/mcp", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {version}})
+	return sid
+}
+
+// Ways around the policy through serve, each refused, none reaching the
+// server: a JSON-RPC batch hiding a denied call; names differing from a
+// denied tool's by case, a Unicode look-alike, a doubled prefix or
+// spaces; a self-declared clientInfo naming the client a rule wants.
+func TestPolicyBypassesThroughServe(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, `
+	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""},
+	             {"name": "trusted-log", "effect": "deny", "when": "tool == \"log\" && identity.client != \"trusted\""}],`)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	pid := func() string {
+		r, _ := postCall(t, base, tok, "x__pid", `{}`)
+		if r.status != 200 || strings.Contains(r.body, `"error"`) {
+			t.Fatalf("pid: %d %s", r.status, r.body)
+		}
+		return r.body[strings.Index(r.body, `"text"`):]
+	}
+	before := pid()
+
+	for _, name := range []string{"X__crash", "x__CRASH", "x__crаsh", "x__x__crash", " x__crash", "x__crash ", "x__cr\\u0061sh"} {
+		r, _ := postCall(t, base, tok, name, `{}`)
+		if !strings.Contains(r.body, `"error"`) {
+			t.Errorf("%q: %d %s", name, r.status, r.body)
+		}
+	}
+
+	// A 2025-03-26 session's batch: each call is decided on its own.
+	sid := legacySession(t, base, tok, "2025-03-26", "batcher")
+	hdr := map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-03-26"}}
+	r := send(t, "POST", base+"/mcp", `[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"x__echo","arguments":{"text":"ok"}}},`+
+		`{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"x__crash","arguments":{}}}]`, hdr)
+	var replies []struct {
+		ID    string              `json:"id"`
+		Error *struct{ Code int } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &replies); err != nil || len(replies) != 2 {
+		t.Fatalf("batch: %d %s", r.status, r.body)
+	}
+	for _, rep := range replies {
+		if denied := rep.Error != nil && rep.Error.Code == -32012; denied != (rep.ID == "b") {
+			t.Errorf("batch element %s: %+v", rep.ID, rep.Error)
+		}
+	}
+
+	// clientInfo names the trusted client; the token's client_id does not.
+	sid = legacySession(t, base, tok, "2025-11-25", "trusted")
+	hdr = map[string][]string{"Authorization": {"Bearer " + tok}, "Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	r = send(t, "POST", base+"/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__log","arguments":{"text":"x"}}}`, hdr)
+	if !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("a spoofed clientInfo: %d %s", r.status, r.body)
+	}
+
+	if after := pid(); after != before {
+		t.Errorf("the server was restarted (a crash call reached it): pid %s, then %s", before, after)
+	}
+}
+
+// Under a flood of calls the audit may drop lines, never lose count:
+// written + dropped = every call and denial, as /metrics reports them.
+func TestAuditOverloadCountsEveryCall(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, `
+	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""}],
+	  "audit": {"file": "`+filepath.Join(t.TempDir(), "audit.jsonl")+`", "queue": 1},`)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	const n = 160
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			tool := "x__echo"
+			if i%4 == 0 {
+				tool = "x__crash" // denied
+			}
+			postCall(t, base, tok, tool, `{"text":"x"}`)
+		})
+	}
+	wg.Wait()
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := iss.Mint(t, adminClaims, authntest.MintOptions{})
+	var written, dropped int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := send(t, "GET", base+"/metrics", "", bearer(admin)).body
+		written, dropped = metric(m, `mcpvisor_audit_records_total{result="written"}`), metric(m, `mcpvisor_audit_records_total{result="dropped"}`)
+		if written+dropped == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if written+dropped != n {
+		t.Errorf("written %d + dropped %d, want %d calls and denials", written, dropped, n)
+	}
+	t.Logf("written %d, dropped %d", written, dropped)
+}
+
+// metric is the value of the sample named name in a /metrics body, or -1.
+func metric(body, name string) int {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	return -1
+}
+
+// The policy is reloaded live with the config: a rule added denies at
+// once, with no restart; a rule that does not compile keeps the policy
+// in force, and the reload says why, naming the rule's path.
+func TestPolicyReloadsLive(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServeWith(t, iss, ``)
+	base := "http://" + addr
+	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := bearer(iss.Mint(t, adminClaims, authntest.MintOptions{}))
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); strings.Contains(r.body, `"error"`) {
+		t.Fatalf("before: %s", r.body)
+	}
+	cfgFile := teamConfigFile(t)
+	rewrite := func(policy string) reply {
+		data, _ := os.ReadFile(cfgFile)
+		doc := strings.Replace(string(data), `"mcpServers"`, `"policy": `+policy+`, "mcpServers"`, 1)
+		if err := os.WriteFile(cfgFile, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := send(t, "POST", base+"/api/reload", "", admin)
+		_ = os.WriteFile(cfgFile, data, 0o600)
+		return r
+	}
+	if r := rewrite(`[{"effect": "deny", "when": "tool == \"echo\""}]`); r.status != 200 {
+		t.Fatalf("reload: %d %s", r.status, r.body)
+	}
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("after the reload: %s", r.body)
+	}
+	r := rewrite(`[{"effect": "deny", "when": "tool == 1"}]`)
+	if r.status == 200 || !strings.Contains(r.body, "policy[0].when") {
+		t.Errorf("a reload with a bad rule: %d %s", r.status, r.body)
+	}
+	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); !strings.Contains(r.body, `"code":-32012`) {
+		t.Errorf("the policy in force changed by a failed reload: %s", r.body)
 	}
 }

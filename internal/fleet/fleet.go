@@ -383,7 +383,7 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			OnConnect:    func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
 		// References in the headers resolve at each connection.
-		hc.ResolveHeaders = f.headerResolver(sc)
+		hc.ResolveHeaders = f.headerResolver(sc, whoOf(hooks))
 		return hc
 	}
 	return f.stdioConnector(sc, hooks, onConnect)
@@ -403,9 +403,14 @@ func (f *Fleet) sessionCapabilities(sc *config.Server, hooks backend.Hooks) json
 		return nil
 	}
 	if h.in.key == "" {
-		if sc.Sharing == config.SharingPerSession {
+		if Private(sc) {
 			return json.RawMessage(`{}`)
 		}
+		return nil
+	}
+	if _, ok := identityOfKey(h.in.key); ok {
+		// An identity's instance serves any of its sessions: mcpvisor's
+		// own, as the shared instance.
 		return nil
 	}
 	if scp, ok := f.opts.Hooks.(SessionCapabilities); ok {
@@ -490,7 +495,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 	var onEra func(*backend.Conn)
 	modernFirst := false
 	if isInst {
-		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" {
+		if ms, ok := f.opts.Hooks.(ModernSessions); ok && h.in.key != "" && !isIdentityKey(h.in.key) {
 			modernFirst = ms.ModernSession(h.in.key)
 		}
 		// The era is the server's (its launch's): what any instance
@@ -501,7 +506,7 @@ func (f *Fleet) stdioConnector(sc *config.Server, hooks backend.Hooks, onConnect
 		onEra = func(c *backend.Conn) { srv.cat.EraLearned(sc, c) }
 	}
 	// References in env and args resolve at each start (withSecrets).
-	return f.withSecrets(sc, &backend.StdioConnector{
+	return f.withSecrets(sc, whoOf(hooks), &backend.StdioConnector{
 		Capabilities: declaredCapabilities(sc, f.sessionCapabilities(sc, hooks)),
 		LastInit:     lastInit,
 		OnEra:        onEra,

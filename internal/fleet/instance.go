@@ -31,7 +31,7 @@ import (
 // instance keeps no copy of it (live).
 type instance struct {
 	srv *Server
-	key string // client session for per-session servers, else ""
+	key string // client session for per-session servers, identityPrefix + identity key for per-identity ones, else ""
 	// id tells this instance's stderr lines from those of the server's
 	// other instances (logbuf.Entry.Origin): a restart's new shared
 	// instance has the key of the old one that drains beside it.
@@ -260,19 +260,28 @@ func (h instHooks) Notification(c *backend.Conn, m *rpc.Message) {
 		h.in.srv.listChanged(m.Method) // the cache follows the shared instance
 	}
 	if hk := h.in.srv.f.opts.Hooks; hk != nil {
-		hk.Notification(Source{Server: h.in.srv, Session: h.in.key, Conn: c, Sole: h.in.sole(c)}, m)
+		hk.Notification(h.in.source(c), m)
 	}
 }
 
 func (h instHooks) Request(c *backend.Conn, m *rpc.Message) {
 	h.in.touch()
 	if hk := h.in.srv.f.opts.Hooks; hk != nil {
-		hk.Request(Source{Server: h.in.srv, Session: h.in.key, Conn: c, Sole: h.in.sole(c)}, m)
+		hk.Request(h.in.source(c), m)
 		return
 	}
 	go func() {
 		_ = c.ReplyError(m.ID, rpc.MethodNotFound, "mcpvisor has no client to forward "+m.Method+" to")
 	}()
+}
+
+// source is the Source of what the instance's connection c sends.
+func (in *instance) source(c *backend.Conn) Source {
+	src := Source{Server: in.srv, Session: in.key, Conn: c, Sole: in.sole(c)}
+	if k, ok := identityOfKey(in.key); ok {
+		src.Identity = k
+	}
+	return src
 }
 
 func (s *Server) newInstance(key string) *instance {
@@ -882,6 +891,9 @@ func (in *instance) stopDormant(job *dormantStop) {
 	})
 	if dormant && in.key == "" && in.isDormant() {
 		in.srv.spill() // (a wake right after only makes its lists read from disk until the wake's relearn)
+	}
+	if dormant {
+		in.srv.releaseIdentity(in) // an identity's instance idle that long ends
 	}
 	close(job.done)
 	if err != nil {

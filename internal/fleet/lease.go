@@ -38,9 +38,17 @@ type InitResult = backend.InitResult
 // client session whose private instance sent it ("" for the shared
 // instance) and the connection.
 type Source struct {
-	Server  *Server
+	Server *Server
+	// Session is the key of the private instance that sent it: a client
+	// session's, or, for a per-identity server, its identity's instance
+	// key (Server.InstanceKey), which is no session's; "" for the shared
+	// instance.
 	Session string
-	Conn    Conn
+	// Identity is the identity key (IdentityKey) of a per-identity
+	// server's instance, else "": what it sends on its own is that
+	// identity's alone (Reaches).
+	Identity string
+	Conn     Conn
 	// Sole is the only client session that has used this connection
 	// (taken a lease on it) since it was made, or "" when none or several
 	// have: every message of the connection is then that session's.
@@ -195,8 +203,11 @@ func (s *Server) leaseRunning(session string, request bool) (*Lease, bool) {
 // shared one unless the server is per-session and session is set, else
 // session's own instance or nil. It creates nothing.
 func (s *Server) instanceOf(session string) *instance {
-	if !s.Config().PerSession() || session == "" {
+	if !s.Private() || session == "" {
 		return s.sharedIn()
+	}
+	if _, ok := identityOfKey(session); ok != s.PerIdentity() {
+		return nil // not a key of this server's instances (InstanceKey)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -207,11 +218,23 @@ func (s *Server) instanceOf(session string) *instance {
 // session's per-session instance created when it has none: only below the
 // instance limit, which counts the instances still stopping
 // (DetachSession) with those that run: a process is a process until it
-// is gone. At the limit, while some are stopping, it waits for one to be
-// gone, within ctx.
+// is gone. At the limit, while some are stopping (or, on a per-identity
+// server, an identity's instance goes to sleep, idle: releaseIdentity),
+// it waits for one to be gone, within ctx.
 func (s *Server) instanceFor(ctx context.Context, session string) (*instance, error) {
-	if !s.Config().PerSession() || session == "" {
+	if !s.Private() || session == "" {
 		return s.sharedIn(), nil
+	}
+	_, perIdentity := identityOfKey(session)
+	if perIdentity != s.PerIdentity() {
+		if perIdentity {
+			return nil, fmt.Errorf("server %s: an identity's instance key for a server that is not per-identity", s.Name())
+		}
+		return nil, errNoIdentity(s.Name())
+	}
+	each := "one per client session"
+	if perIdentity {
+		each = "one per identity"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -222,15 +245,15 @@ func (s *Server) instanceFor(ctx context.Context, session string) (*instance, er
 		if err := s.refused(); err != nil {
 			return nil, err // stopped or removed while this caller waited for a place
 		}
-		if s.f.sessionEnded(session) {
+		if !perIdentity && s.f.sessionEnded(session) {
 			return nil, fmt.Errorf("server %s: the client session has ended", s.Name())
 		}
 		max := s.Config().MaxInstances
 		if max <= 0 || len(s.perSession)+s.stopping < max {
 			break
 		}
-		if s.stopping == 0 {
-			return nil, fmt.Errorf("%w: server %s runs %d instances, one per client session (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, max)
+		if s.stopping == 0 && !(perIdentity && s.identityStoppingLocked()) {
+			return nil, fmt.Errorf("%w: server %s runs %d instances, %s (maxInstances %d)", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, each, max)
 		}
 		if s.freed == nil {
 			s.freed = make(chan struct{})
@@ -244,6 +267,9 @@ func (s *Server) instanceFor(ctx context.Context, session string) (*instance, er
 			s.mu.Lock()
 			return nil, fmt.Errorf("%w: server %s runs %d instances (maxInstances %d), and none stopped in time: %v", ErrInstanceLimit, s.Name(), len(s.perSession)+s.stopping, max, context.Cause(ctx))
 		}
+	}
+	if _, _, known := s.whoFor(session); !known {
+		return nil, fmt.Errorf("server %s: no identity is known for instance key %s (lease it under Server.InstanceKey)", s.Name(), session)
 	}
 	in := s.newInstance(session)
 	if s.perSession == nil {

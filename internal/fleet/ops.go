@@ -210,7 +210,7 @@ func awaitDrain(ctx context.Context, ch <-chan Drained) (Drained, error) {
 // started or failed, within ctx.
 func (s *Server) resumeSubscribed(ctx context.Context, old []retired) {
 	var keys []string
-	if !s.Config().PerSession() && s.subscribed("") {
+	if !s.Private() && s.subscribed("") {
 		keys = append(keys, "")
 	}
 	for _, r := range old {
@@ -324,7 +324,7 @@ func (s *Server) unstopLocked() error {
 // startNow starts the shared instance if it is not running, and waits
 // for it within ctx.
 func (s *Server) startNow(ctx context.Context) error {
-	if s.Config().PerSession() {
+	if s.Private() { // its shared instance serves nobody: it starts to learn the lists, on demand
 		return nil
 	}
 	l, err := s.Acquire(ctx, "")

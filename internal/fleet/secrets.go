@@ -37,9 +37,10 @@ func (e *SecretError) Unwrap() []error {
 	return []error{lifecycle.ErrAuthRequired, backend.ErrSpawn, e.Err}
 }
 
-// secretSources are where the fleet's references are looked up.
-func (f *Fleet) secretSources() secret.Sources {
-	src := secret.Sources{LookupEnv: f.opts.LookupEnv}
+// secretSources are where the fleet's references are looked up, for an
+// instance that runs for who (nil: none; identity.go).
+func (f *Fleet) secretSources(who *secret.Identity) secret.Sources {
+	src := secret.Sources{LookupEnv: f.opts.LookupEnv, Identity: who}
 	if f.opts.Secrets != nil {
 		src.Store = f.opts.Secrets
 	}
@@ -66,12 +67,13 @@ func mapValues(m map[string]string) []string {
 	return out
 }
 
-// resolve resolves one value of sc, noting what it resolved to.
-func (f *Fleet) resolve(ctx context.Context, sc *config.Server, v string) (string, error) {
+// resolve resolves one value of sc, for an instance that runs for who,
+// noting what it resolved to.
+func (f *Fleet) resolve(ctx context.Context, sc *config.Server, who *secret.Identity, v string) (string, error) {
 	if secret.Literal(v) {
 		return v, nil
 	}
-	r, err := secret.Resolve(ctx, v, f.secretSources())
+	r, err := secret.Resolve(ctx, v, f.secretSources(who))
 	if err != nil {
 		return "", fmt.Errorf("server %s: %w", sc.Name, &SecretError{Err: err})
 	}
@@ -85,8 +87,9 @@ type resolvedLaunch struct {
 	args []string
 }
 
-// resolveLaunch resolves sc's env values and args.
-func (f *Fleet) resolveLaunch(ctx context.Context, sc *config.Server) (resolvedLaunch, error) {
+// resolveLaunch resolves sc's env values and args, for an instance that
+// runs for who.
+func (f *Fleet) resolveLaunch(ctx context.Context, sc *config.Server, who *secret.Identity) (resolvedLaunch, error) {
 	var r resolvedLaunch
 	keys := make([]string, 0, len(sc.Env))
 	for k := range sc.Env {
@@ -94,7 +97,7 @@ func (f *Fleet) resolveLaunch(ctx context.Context, sc *config.Server) (resolvedL
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		v, err := f.resolve(ctx, sc, sc.Env[k])
+		v, err := f.resolve(ctx, sc, who, sc.Env[k])
 		if err != nil {
 			return r, err
 		}
@@ -107,7 +110,7 @@ func (f *Fleet) resolveLaunch(ctx context.Context, sc *config.Server) (resolvedL
 		r.args = make([]string, len(sc.Args))
 	}
 	for i, a := range sc.Args {
-		v, err := f.resolve(ctx, sc, a)
+		v, err := f.resolve(ctx, sc, who, a)
 		if err != nil {
 			return r, err
 		}
@@ -120,11 +123,11 @@ func (f *Fleet) resolveLaunch(ctx context.Context, sc *config.Server) (resolvedL
 }
 
 // resolveHeaders resolves sc's header values (a remote server's, at each
-// connection).
-func (f *Fleet) resolveHeaders(ctx context.Context, sc *config.Server) (map[string]string, error) {
+// connection), for an instance that runs for who.
+func (f *Fleet) resolveHeaders(ctx context.Context, sc *config.Server, who *secret.Identity) (map[string]string, error) {
 	out := make(map[string]string, len(sc.Headers))
 	for k, hv := range sc.Headers {
-		v, err := f.resolve(ctx, sc, hv)
+		v, err := f.resolve(ctx, sc, who, hv)
 		if err != nil {
 			return nil, err
 		}
@@ -138,11 +141,11 @@ func (f *Fleet) resolveHeaders(ctx context.Context, sc *config.Server) (map[stri
 
 // headerResolver is the ResolveHeaders hook of sc's connector: nil when
 // its headers hold no reference.
-func (f *Fleet) headerResolver(sc *config.Server) func(context.Context) (map[string]string, error) {
+func (f *Fleet) headerResolver(sc *config.Server, who *secret.Identity) func(context.Context) (map[string]string, error) {
 	if !needsResolve(mapValues(sc.Headers)) {
 		return nil
 	}
-	return func(ctx context.Context) (map[string]string, error) { return f.resolveHeaders(ctx, sc) }
+	return func(ctx context.Context) (map[string]string, error) { return f.resolveHeaders(ctx, sc, who) }
 }
 
 // resolveOAuthSecrets resolves sc's oauth.clientSecret and
@@ -152,10 +155,11 @@ func (f *Fleet) resolveOAuthSecrets(ctx context.Context, sc *config.Server) (cli
 	if sc.OAuth == nil {
 		return "", "", nil
 	}
-	if clientSecret, err = f.resolve(ctx, sc, sc.OAuth.ClientSecret); err != nil {
+	// The server's OAuth client is the server's, not an identity's.
+	if clientSecret, err = f.resolve(ctx, sc, nil, sc.OAuth.ClientSecret); err != nil {
 		return "", "", err
 	}
-	if privateKey, err = f.resolve(ctx, sc, sc.OAuth.PrivateKey); err != nil {
+	if privateKey, err = f.resolve(ctx, sc, nil, sc.OAuth.PrivateKey); err != nil {
 		return "", "", err
 	}
 	return clientSecret, privateKey, nil
@@ -233,13 +237,14 @@ func secretLaunch(ls *launchSecrets, next func(*proc.Spec) func(error)) func(*pr
 // start (SecretError), naming it, and nothing is spawned.
 type resolvingConnector struct {
 	*backend.StdioConnector
-	f  *Fleet
-	sc *config.Server
-	ls *launchSecrets
+	f   *Fleet
+	sc  *config.Server
+	who *secret.Identity // the identity the instance runs for, if any
+	ls  *launchSecrets
 }
 
 func (c *resolvingConnector) Connect(ctx context.Context) (lifecycle.Session, error) {
-	r, err := c.f.resolveLaunch(ctx, c.sc)
+	r, err := c.f.resolveLaunch(ctx, c.sc, c.who)
 	if err != nil {
 		return nil, err
 	}
@@ -248,20 +253,21 @@ func (c *resolvingConnector) Connect(ctx context.Context) (lifecycle.Session, er
 }
 
 // withSecrets wraps the stdio connector of sc so that its env and args
-// are resolved at each start; sc without references gets it as it is.
-func (f *Fleet) withSecrets(sc *config.Server, conn *backend.StdioConnector) lifecycle.Connector {
+// are resolved at each start, as who if set (the identity its instance
+// runs for); sc without references gets it as it is.
+func (f *Fleet) withSecrets(sc *config.Server, who *secret.Identity, conn *backend.StdioConnector) lifecycle.Connector {
 	if !needsResolve(mapValues(sc.Env), sc.Args) {
 		return conn
 	}
 	ls := &launchSecrets{}
 	conn.ExtraEnv = nil // the resolved env is built at each spawn
 	conn.Launch = secretLaunch(ls, conn.Launch)
-	return &resolvingConnector{StdioConnector: conn, f: f, sc: sc, ls: ls}
+	return &resolvingConnector{StdioConnector: conn, f: f, sc: sc, who: who, ls: ls}
 }
 
 // ResolveSecret resolves the secret references of s as a server's are
 // resolved (the environment, the secret store): for settings of serve's
 // own, such as the introspection client's secret.
 func (f *Fleet) ResolveSecret(ctx context.Context, s string) (string, error) {
-	return secret.Resolve(ctx, s, f.secretSources())
+	return secret.Resolve(ctx, s, f.secretSources(nil))
 }

@@ -33,6 +33,11 @@ type Server struct {
 	stopping   int           // per-session instances detached, still stopping
 	freed      chan struct{} // closed (and replaced) as one of them is gone
 
+	// idents are the identities InstanceKey named, by identity key: what
+	// a per-identity server's instance for one resolves ${identity.sub}
+	// with. One small record per person who used the server.
+	idents sync.Map
+
 	ends *ends // what the ends of its processes and starts left (History, counters); guarded by mu, made on the first
 
 	// refusal, when set, is the error every request gets instead of an
@@ -111,14 +116,12 @@ func (s *Server) stopDetached(ctx context.Context, in *instance) {
 	s.freePlace()
 }
 
-// Status describes the server (its shared instance, and how many
-// per-session instances run).
+// Status describes the server (its shared instance, how many
+// per-session instances run, and each identity's instance).
 func (s *Server) Status() Status {
 	st := s.sharedIn().status()
 	st.Name = s.Name()
-	s.mu.Lock()
-	st.Sessions = len(s.perSession)
-	s.mu.Unlock()
+	st.Sessions, st.Identities = s.identityStatus()
 	if err := s.refused(); err != nil {
 		st.State = "stopped"
 		st.Refusing = err.Error()

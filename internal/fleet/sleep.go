@@ -59,8 +59,12 @@ func (s *Server) sleepNow() (done, quiet <-chan struct{}, err error) {
 		return nil, nil, err
 	}
 	name := s.Name()
-	if s.Config().PerSession() {
-		return nil, nil, fmt.Errorf("server %s is %w as one process: it runs one per client session, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning)
+	if s.Private() {
+		each := "client session"
+		if s.PerIdentity() {
+			each = "identity"
+		}
+		return nil, nil, fmt.Errorf("server %s is %w as one process: it runs one per %s, each put to sleep when idle (restart or stop it instead)", name, ErrNotRunning, each)
 	}
 	in := s.sharedIn()
 	if s.subscribed(in.key) {

@@ -25,6 +25,10 @@ type Status struct {
 	Spawns       int       `json:"spawns"`
 	LastError    string    `json:"lastError,omitempty"`
 	Sessions     int       `json:"sessions,omitempty"` // per-session instances
+	// Identities are a per-identity server's instances, one per identity
+	// that used it and has not been idle since for its idle timeout, by
+	// name.
+	Identities []IdentityStatus `json:"identities,omitempty"`
 	// Failures counts the starts in a row that failed before the server
 	// answered anything (lifecycle.StateInfo.Failures); from 2 the server
 	// is in a crash loop, and NextAttempt says when it is tried again
@@ -206,6 +210,11 @@ type InstanceStatus struct {
 	// events and logs name it with (the gateway's own, "s12": never the
 	// client's Mcp-Session-Id). "" for the shared instance.
 	Session string `json:"session,omitempty"`
+	// Identity and IdentityName are, for a per-identity server's
+	// instance of one identity, its identity key and name (Session is
+	// then "identity/" and the key).
+	Identity     string `json:"identity,omitempty"`
+	IdentityName string `json:"identityName,omitempty"`
 	// State is as in Status, the operator's stop aside; "draining" for an
 	// instance taken out of service that still finishes its calls.
 	State        string    `json:"state"`
@@ -262,6 +271,9 @@ func (s *Server) instanceStatuses() []InstanceStatus {
 		}
 		if !is.Shared {
 			is.Session = in.key
+		}
+		if k, ok := identityOfKey(in.key); ok {
+			is.Identity, is.IdentityName = k, s.identityName(in.key)
 		}
 		out = append(out, is)
 	}

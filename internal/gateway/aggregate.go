@@ -356,7 +356,7 @@ func (a *aggregate) scope(method string) string {
 	}
 	for _, srv := range a.g.fleet.Servers() {
 		cfg := srv.Config()
-		if cfg.Prefix != "" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() {
+		if cfg.Prefix != "" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || fleet.Private(cfg) {
 			return scopePrivate
 		}
 	}
@@ -1094,7 +1094,7 @@ func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *flee
 // serves s on srv (its own per-session instance, else the shared one),
 // counted as that instance's activity; it starts nothing.
 func (g *Gateway) notifyServer(srv *fleet.Server, s *Session, m *rpc.Message) {
-	l, ok := srv.Peek(s.Key())
+	l, ok := srv.Peek(srv.InstanceKey(s.Key(), s.Identity()))
 	if !ok {
 		return
 	}
@@ -1146,7 +1146,7 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 	var wg sync.WaitGroup
 	for _, srv := range servers {
 		g.interests.SetLogLevel(srv, s.Key(), level)
-		l, ok := srv.Peek(s.Key())
+		l, ok := srv.Peek(srv.InstanceKey(s.Key(), s.Identity()))
 		if !ok {
 			continue
 		}

@@ -118,3 +118,9 @@ func retryAfterOf(resp *rpc.Message) int {
 	n, _ := strconv.Atoi(string(bytes.TrimSpace(rpc.Member(resp.Error.Data, "retryAfter"))))
 	return max(n, 1)
 }
+
+// Denials is how many requests the policy denied.
+func (g *Gateway) Denials() uint64 { return g.denials.Load() }
+
+// Audit is the audit in force, or nil.
+func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }

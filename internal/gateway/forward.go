@@ -273,7 +273,7 @@ func (f *flight) reach(raw json.RawMessage) *rpc.Message {
 	// The lease counts the request in flight from before the start to
 	// the end, so the server cannot go dormant under it. A running server
 	// is leased at once; only a start or restart is waited for, bounded.
-	srv, key := f.srv, f.from.key()
+	srv, key := f.srv, f.srv.InstanceKey(f.from.key(), f.from.identity())
 	lease, ok := srv.TryAcquire(key)
 	if !ok {
 		var err error
@@ -867,7 +867,7 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 			}
 		}
 	case "notifications/resources/updated":
-		if src.Session == "" && src.Server.Config().PerSession() {
+		if src.Session == "" && src.Server.Private() {
 			// A per-session server's shared instance only learns its
 			// lists: it serves no session, and its updates are no one's.
 			return
@@ -1024,7 +1024,7 @@ func (g *Gateway) Request(src fleet.Source, m *rpc.Message) {
 		g.refuseByConfig(conn, m, capName)
 		return
 	}
-	if capName != "" && src.Session == "" && src.Server != nil && src.Server.Config().PerSession() {
+	if capName != "" && src.Session == "" && src.Server != nil && src.Server.Private() {
 		// A per-session server's listing process serves no client and
 		// was declared nothing (fleet): nobody to ask.
 		g.refuseUndeclared(conn, m, capName)

@@ -67,6 +67,7 @@ type Gateway struct {
 	// audit records every call and denial (SetAudit; nil: none); limits
 	// bound each identity's calls (SetLimits; nil: none).
 	audit    atomic.Pointer[audit.Log]
+	denials  atomic.Uint64 // requests the policy denied
 	limits   atomic.Pointer[ratelimit.Limiter]
 	stateKey []byte
 	// tracing makes a span of each request forwarded to a server; nil:
@@ -323,6 +324,16 @@ func secretID(prefix string) string {
 // request may reach: the session of a private instance alone, else every
 // session that sees the server and has no private instance of it.
 func (g *Gateway) audience(src fleet.Source) []*Session {
+	if src.Identity != "" {
+		// An identity's instance: that identity's sessions alone.
+		var out []*Session
+		for _, s := range g.reg.sessionsFor(src.Server) {
+			if src.Reaches(s.Identity()) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
 	if src.Session != "" {
 		if s := g.reg.sessionByKey(src.Session); s != nil {
 			return []*Session{s}
@@ -330,11 +341,11 @@ func (g *Gateway) audience(src fleet.Source) []*Session {
 		return nil
 	}
 	all := g.reg.sessionsFor(src.Server)
-	if !src.Server.Config().PerSession() {
+	if !src.Server.Private() {
 		return all
 	}
-	// A per-session server's shared instance serves only what no session
-	// has its own instance for (learning its lists): nobody's traffic.
+	// A per-session or per-identity server's shared instance only learns
+	// its lists: nobody's traffic.
 	return nil
 }
 

@@ -275,7 +275,7 @@ func TestProgressPrecedesResponseOnTheWire(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeStdio(context.Background(), w.gw.Aggregate(), c2sR, s2cW, slog.New(slog.DiscardHandler), nil)
+		_ = StdioOptions{Logger: slog.New(slog.DiscardHandler)}.Serve(context.Background(), w.gw.Aggregate(), c2sR, s2cW)
 		s2cW.Close()
 	}()
 	defer func() { c2sW.Close(); <-done }()

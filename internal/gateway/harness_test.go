@@ -164,7 +164,7 @@ func (w *world) stdioClient(ep Endpoint, opts *mcp.ClientOptions) *mcp.ClientSes
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		_ = StdioOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.Serve(context.Background(), ep, c2sR, s2cW)
 		s2cW.Close()
 	}()
 	client := mcp.NewClient(&mcp.Implementation{Name: "gateway-test", Version: "0"}, opts)
@@ -216,7 +216,7 @@ func (w *world) stdioClientErr(ep Endpoint) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		_ = StdioOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.Serve(context.Background(), ep, c2sR, s2cW)
 		s2cW.Close()
 	}()
 	defer func() { c2sW.Close(); <-done }()

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
+	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
 )
 
@@ -303,6 +306,9 @@ func (h *StreamableHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodPost:
+		if h.shed(w, r) {
+			return
+		}
 		h.servePOST(w, r)
 	case http.MethodGet:
 		h.serveGET(w, r)
@@ -367,4 +373,22 @@ func (h *StreamableHandler) Close() {
 	if h.ownLimit {
 		h.limit.Flush()
 	}
+}
+
+// shed answers 429 at once, before the body is read, a POST of an
+// identity whose rate limit has no token left: a flood costs little of
+// what serves the others. The call's own check (begin) does the
+// counting; this one only peeks.
+func (h *StreamableHandler) shed(w http.ResponseWriter, r *http.Request) bool {
+	if h.gw == nil {
+		return false
+	}
+	d := h.gw.Limits().Exhausted(identity.FromContext(r.Context()).Key())
+	if d <= 0 {
+		return false
+	}
+	secs := ratelimit.RetryAfter(d)
+	w.Header()["Retry-After"] = []string{secs}
+	h.refuseRPC(w, r, nil, http.StatusTooManyRequests, nil, rpc.RateLimited, "rate limit exceeded: retry after "+secs+" s")
+	return true
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/revision"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -138,6 +139,9 @@ func (g *Gateway) listen(ctx context.Context, srv *fleet.Server, m *rpc.Message,
 			return l.send(n.Method, n.Params)
 		}))
 		ls.listener = true
+		// Its subscriptions are the client's requests, decided, limited
+		// and audited as the client's identity.
+		ls.SetIdentity(identity.FromContext(ctx))
 		if mo != nil {
 			ls.adoptIdentity(mo) // its subscriptions are the client's requests
 		}

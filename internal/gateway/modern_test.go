@@ -45,7 +45,7 @@ func (w *world) modernClient(ep Endpoint, http bool, opts *mcp.ClientOptions) *m
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = ServeStdio(context.Background(), ep, c2sR, s2cW, slog.New(slog.DiscardHandler), nil)
+			_ = StdioOptions{Logger: slog.New(slog.DiscardHandler)}.Serve(context.Background(), ep, c2sR, s2cW)
 			s2cW.Close()
 		}()
 		t.Cleanup(func() {

@@ -115,6 +115,7 @@ func (g *Gateway) filtering() bool { return !g.policy.Load().Empty() }
 // denied records a denial: in the audit, with the rule and the reason
 // (the client is told neither), and in the log at debug.
 func (g *Gateway) denied(f *flight, req *policy.Request, d policy.Decision) {
+	g.denials.Add(1)
 	g.log.Debug("policy: denied", "identity", req.Identity.Name(), "server", req.Server, "method", req.Method, "rule", d.Rule, "reason", d.Reason)
 	reason := d.Reason
 	if d.Rule != "" && d.Rule != "default" {

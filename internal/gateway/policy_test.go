@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
 
@@ -117,5 +119,99 @@ func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
 	}
 	if resp := single.Handle(ctx, sb, &rpc.Message{ID: json.RawMessage(`7`), Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"ok"}}`)}, newRecorder()); !denied(resp) {
 		t.Errorf("bob on b's own endpoint: %s", resp.Encode())
+	}
+}
+
+// A subscriptions/listen stream's resource subscriptions are the
+// client's requests: decided as its identity's, so a URI the policy
+// denies it is not subscribed to nor acknowledged (another identity's
+// stream takes it).
+func TestListenSubscriptionsAreDecidedAsTheClient(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE"}}`)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "bob not watched", Effect: policy.Deny,
+		When: `identity.sub == "bob" && resource == "test://watched-resource"`}))
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	defer h.Close()
+	body := `{"jsonrpc":"2.0","id":"r","method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["test://watched-resource"]},` + modernMeta(`{}`) + `}}`
+	for who, want := range map[string]bool{"bob": false, "alice": true} {
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := sseEvents(t, ctx, asUser(t, h, testUsers[who]), body, modernHeaders("subscriptions/listen", ""))
+		ack := nextEvent(t, ch)
+		cancel()
+		if !strings.Contains(ack, `"notifications/subscriptions/acknowledged"`) || strings.Contains(ack, `"resourceSubscriptions":["test://watched-resource"]`) != want {
+			t.Errorf("%s's acknowledgement: %s, want the subscription taken: %v", who, ack, want)
+		}
+	}
+}
+
+// The policy reads a call's arguments from its body, never from its
+// Mcp-Param headers: a denied value in the body is refused whatever the
+// header says (agreeing, disagreeing or absent), and a header naming a
+// denied value cannot make an allowed body's call one.
+func TestPolicyReadsTheBodyNotTheHeaders(t *testing.T) {
+	w := newMRTRWorld(t)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "not eu", Effect: policy.Deny,
+		When: `tool == "test_x_mcp_header" && arguments.region == "eu-west1"`}))
+	call := func(region string, hdr map[string]string) *rpc.Message {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_x_mcp_header","arguments":{"region":` + mustJSONString(region) + `},` + modernMeta(`{}`) + `}}`
+		req, _ := http.NewRequest("POST", w.url, strings.NewReader(body))
+		for k, v := range modernHeaders("tools/call", "test_x_mcp_header") {
+			req.Header.Set(k, v)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeBody(t, resp)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"agreeing":    {"Mcp-Param-Region": "eu-west1"},
+		"disagreeing": {"Mcp-Param-Region": "us-west1"},
+		"absent":      nil,
+	} {
+		if m := call("eu-west1", hdr); m.Error == nil {
+			t.Errorf("a denied body with a header %s: %s", name, m.Encode())
+		}
+	}
+	if m := call("us-west1", map[string]string{"Mcp-Param-Region": "us-west1"}); m.Error != nil {
+		t.Errorf("an allowed call: %s", m.Encode())
+	}
+	if m := call("us-west1", map[string]string{"Mcp-Param-Region": "eu-west1"}); m.Error == nil || m.Error.Code != rpc.HeaderMismatch {
+		t.Errorf("an allowed body with a denied header: %s", m.Encode())
+	}
+}
+
+// Over a rate limit a call gets JSON-RPC -32013 with retryAfter (what a
+// stdio client gets; HTTP adds 429), reaches no server, and another
+// identity's calls are not limited by it.
+func TestRateLimitAnswersAJSONRPCError(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetLimits(ratelimit.New(ratelimit.Limits{PerTool: ratelimit.Rate{PerSecond: 0.001, Burst: 1}}))
+	ep := w.gw.Aggregate()
+	ctx := context.Background()
+	open := func(who string) *Session {
+		s := ep.Open(newRecorder())
+		t.Cleanup(func() { ep.Close(s) })
+		s.SetIdentity(testUsers[who])
+		return s
+	}
+	alice, bob := open("alice"), open("bob")
+	call := func(s *Session) *rpc.Message {
+		return ep.Handle(ctx, s, request(1, "tools/call", map[string]any{"name": "a__echo", "arguments": map[string]any{"text": "x"}}), newRecorder())
+	}
+	if resp := call(alice); resp.Error != nil {
+		t.Fatalf("alice's first call: %s", resp.Encode())
+	}
+	resp := call(alice)
+	if resp.Error == nil || resp.Error.Code != rpc.RateLimited || retryAfterOf(resp) < 1 {
+		t.Fatalf("alice's second call: %s", resp.Encode())
+	}
+	if resp := call(bob); resp.Error != nil {
+		t.Errorf("bob's call: %s", resp.Encode())
 	}
 }

@@ -82,7 +82,7 @@ func (e *single) handle(ctx context.Context, w sender, m *rpc.Message, related S
 		// Otherwise it starts now: a per-session instance is declared
 		// what the client declared, recorded first.
 		e.g.declareCaps(s, m)
-		in, err := e.init(ctx, s.Key())
+		in, err := e.init(ctx, e.srv.InstanceKey(s.Key(), s.Identity()))
 		if err != nil {
 			return unavailable(m.ID, rpc.BackendUnavailable, err.Error(), err)
 		}
@@ -200,7 +200,7 @@ func (e *single) toolSchema(ctx context.Context, name string) (json.RawMessage, 
 // resources/read; else public.
 func (e *single) scope(method string) string {
 	cfg := e.srv.Config()
-	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || cfg.PerSession() || e.g.filtering() {
+	if method == "resources/read" || len(cfg.Tools.Allow) > 0 || len(cfg.Tools.Deny) > 0 || fleet.Private(cfg) || e.g.filtering() {
 		return scopePrivate
 	}
 	return scopePublic

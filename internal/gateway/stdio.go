@@ -27,13 +27,6 @@ type Activity interface {
 // StdioOptions.WriteTimeout; it has stopped reading and is dropped.
 var ErrClientStalled = errors.New("gateway: the client stopped reading its output")
 
-// ServeStdio serves ep to one client over newline-delimited JSON-RPC on r
-// and w (mcpvisor stdio: stdin and stdout) until r reaches EOF or ctx ends,
-// with log and act as in StdioOptions and the default WriteTimeout.
-func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, log *slog.Logger, act Activity) error {
-	return StdioOptions{Logger: log, Activity: act}.Serve(ctx, ep, r, w)
-}
-
 // StdioOptions configure the stdio front. The zero value is usable.
 type StdioOptions struct {
 	// Logger receives the front's diagnostics (nil: discarded).

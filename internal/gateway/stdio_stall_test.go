@@ -72,7 +72,7 @@ func TestStdioStalledClientIsDropped(t *testing.T) {
 }
 
 // A write blocked on a client that stopped reading cannot hold the
-// shutdown: when ctx ends, ServeStdio returns, however long WriteTimeout.
+// shutdown: when ctx ends, Serve returns, however long WriteTimeout.
 func TestStdioShutdownWithStalledClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, _, done := serveStalled(t, ctx, StdioOptions{WriteTimeout: time.Hour})
@@ -81,7 +81,7 @@ func TestStdioShutdownWithStalledClient(t *testing.T) {
 	case err := <-done:
 		done <- err
 	case <-time.After(10 * time.Second):
-		t.Fatal("ServeStdio did not return after its context ended")
+		t.Fatal("Serve did not return after its context ended")
 	}
 }
 

@@ -207,10 +207,11 @@ func eraRun(w sender, srv *fleet.Server) uint64 {
 }
 
 // instanceKey is the key of the instance of srv that serves w: its own
-// (a per-session server's), else "" (the shared one).
+// (a per-session server's), its identity's (a per-identity server's),
+// else "" (the shared one).
 func instanceKey(w sender, srv *fleet.Server) string {
-	if srv.Config().PerSession() {
-		return w.key()
+	if srv.Private() {
+		return srv.InstanceKey(w.key(), w.identity())
 	}
 	return ""
 }

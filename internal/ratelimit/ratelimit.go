@@ -299,3 +299,32 @@ func RetryAfter(d time.Duration) string {
 	s := int64((d + time.Second - 1) / time.Second)
 	return strconv.FormatInt(max(s, 1), 10)
 }
+
+// Exhausted reports how long until the identity with key identityKey
+// ("": the anonymous one) has a token under its per-identity limit: 0
+// when it has one now, has no bucket yet, or there is no such limit. It
+// takes nothing and makes no bucket: a front sheds a flood with it before
+// reading a request, and the call's Allow does the counting.
+func (l *Limiter) Exhausted(identityKey string) time.Duration {
+	if l == nil {
+		return 0
+	}
+	if identityKey == "" {
+		identityKey = anonymous
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.limits.PerIdentity.unlimited() {
+		return 0
+	}
+	e := l.identity.m[identityKey]
+	if e == nil {
+		return 0
+	}
+	d := wait(e.lim, now)
+	if d > 0 {
+		l.limitedIdentity.Add(1)
+	}
+	return d
+}

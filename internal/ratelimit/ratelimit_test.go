@@ -260,3 +260,35 @@ func BenchmarkAllowRefused(b *testing.B) {
 		l.Allow("0123456789abcdef01234567", "github", "search_issues")
 	}
 }
+
+// Exhausted takes nothing and makes nothing: it says when the identity's
+// bucket has a token again, and Allow counts as before.
+func TestExhaustedPeeks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := New(Limits{PerIdentity: Rate{PerSecond: 1, Burst: 2}})
+		if d := l.Exhausted("a"); d != 0 {
+			t.Fatalf("no bucket yet: %v", d)
+		}
+		if s := l.Stats(); s.Identities != 0 {
+			t.Fatalf("Exhausted made a bucket: %+v", s)
+		}
+		for i := range 2 {
+			if d := l.Exhausted("a"); d != 0 {
+				t.Fatalf("token %d: exhausted for %v", i, d)
+			}
+			if ok, _, _ := l.Allow("a", "s", "t"); !ok {
+				t.Fatalf("token %d refused", i)
+			}
+		}
+		if d := l.Exhausted("a"); d != time.Second {
+			t.Fatalf("after the burst: %v, want 1s", d)
+		}
+		if d := l.Exhausted("b"); d != 0 {
+			t.Fatalf("another identity: %v", d)
+		}
+		time.Sleep(time.Second)
+		if ok, _, _ := l.Allow("a", "s", "t"); !ok {
+			t.Fatal("a token a second later refused")
+		}
+	})
+}

@@ -24,7 +24,25 @@ const (
 	SchemeEnv     = "env"
 	SchemeFile    = "file"
 	SchemeKeyring = "keyring"
+	// SchemeIdentity is ${identity.sub} and ${identity.key}: the
+	// identity a per-identity server's instance runs for (Sources.Identity).
+	SchemeIdentity = "identity"
 )
+
+// IdentitySuffix ends a per-identity keyring reference,
+// ${keyring:NAME@identity}: it reads the secret NAME/<identity key>, the
+// credential of the identity the instance runs for, and nothing else.
+const IdentitySuffix = "@identity"
+
+// Identity is who a per-identity server's instance runs for, as its
+// ${identity.*} and ${keyring:NAME@identity} references read it.
+type Identity struct {
+	// Key is the identity's key (identity.Identity.Key, or "anonymous"):
+	// ${identity.key}, and the suffix of its keyring names.
+	Key string
+	// Subject is ${identity.sub} ("" for the anonymous identity).
+	Subject string
+}
 
 // MaxFileSize bounds what a ${file:PATH} reference reads.
 const MaxFileSize = 64 << 10
@@ -41,6 +59,9 @@ type Ref struct {
 	// Default is used when the variable is unset or empty.
 	HasDefault bool
 	Default    string // as written; it may hold references itself
+	// PerIdentity is set for ${keyring:NAME@identity}: Name is looked up
+	// as NAME/<identity key>.
+	PerIdentity bool
 }
 
 func (r Ref) String() string { return r.Text }
@@ -52,7 +73,7 @@ type part struct {
 	def []part // the parsed default of ref
 }
 
-const want = "want ${NAME}, ${NAME:-default}, ${env:NAME}, ${file:/path} or ${keyring:NAME}; write $$ for a literal $"
+const want = "want ${NAME}, ${NAME:-default}, ${env:NAME}, ${file:/path}, ${keyring:NAME}, ${keyring:NAME@identity}, ${identity.sub} or ${identity.key}; write $$ for a literal $"
 
 // parse splits s into literals and references. $$ is a literal $; a $
 // followed by anything but $ or { is kept as it is.
@@ -104,6 +125,13 @@ func parseRef(text string) (*Ref, []part, error) {
 		return nil, nil, fmt.Errorf("empty variable name in %q", text)
 	}
 	ref := &Ref{Text: text}
+	if field, ok := strings.CutPrefix(body, SchemeIdentity+"."); ok {
+		if field != "sub" && field != "key" {
+			return nil, nil, fmt.Errorf("%q is not a supported reference (of the identity: ${identity.sub} or ${identity.key})", text)
+		}
+		ref.Scheme, ref.Name = SchemeIdentity, field
+		return ref, nil, nil
+	}
 	scheme, rest, hasScheme := strings.Cut(body, ":")
 	if hasScheme && strings.HasPrefix(rest, "-") && validVarName(scheme) {
 		hasScheme = false // ${NAME:-default}
@@ -139,6 +167,9 @@ func parseRef(text string) (*Ref, []part, error) {
 		}
 		ref.Name = rest
 	case SchemeKeyring:
+		if name, ok := strings.CutSuffix(rest, IdentitySuffix); ok {
+			rest, ref.PerIdentity = name, true
+		}
 		if rest == "" {
 			return nil, nil, fmt.Errorf("%q has no keyring name (want ${keyring:NAME}; set it with `mcpvisor secret set NAME`)", text)
 		}
@@ -277,6 +308,10 @@ type Sources struct {
 	// Home replaces the user's home directory for ${file:~/…}; "" means
 	// os.UserHomeDir.
 	Home string
+	// Identity resolves ${identity.*} and ${keyring:NAME@identity}: the
+	// identity a per-identity server's instance runs for. nil makes
+	// such a reference an error.
+	Identity *Identity
 }
 
 // Getter is the part of a Store that Resolve uses.
@@ -351,20 +386,61 @@ func resolveRef(ctx context.Context, p part, src *Sources) (string, error) {
 			return fail(err)
 		}
 		return v, nil
+	case SchemeIdentity:
+		if src.Identity == nil {
+			return fail(errNoIdentity)
+		}
+		if r.Name == "key" {
+			return src.Identity.Key, nil
+		}
+		return src.Identity.Subject, nil
 	case SchemeKeyring:
 		if src.Store == nil {
 			return fail(errors.New("no secret store is available"))
 		}
-		v, err := src.Store.Get(ctx, r.Name)
+		name := r.Name
+		if r.PerIdentity {
+			if src.Identity == nil {
+				return fail(errNoIdentity)
+			}
+			name = IdentityName(r.Name, src.Identity.Key)
+			if err := CheckName(name); err != nil {
+				return fail(err)
+			}
+		}
+		v, err := src.Store.Get(ctx, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			return fail(fmt.Errorf("not in the keyring (%s); set it with `mcpvisor secret set %s`", src.Store.Backend(), r.Name))
+			return fail(fmt.Errorf("not in the keyring (%s); set it with `mcpvisor secret set %s`", src.Store.Backend(), name))
 		case err != nil:
 			return fail(err)
 		}
 		return v, nil
 	}
 	return fail(fmt.Errorf("unknown scheme %q", r.Scheme))
+}
+
+var errNoIdentity = errors.New(`only a server with "sharing": "per-identity" runs for an identity`)
+
+// IdentityName is the keyring name ${keyring:name@identity} reads for the
+// identity whose key is key: name/key.
+func IdentityName(name, key string) string { return name + "/" + key }
+
+// UsesIdentity reports whether s refers to the identity an instance runs
+// for (${identity.sub}, ${identity.key}, ${keyring:NAME@identity}), in
+// defaults included: only a per-identity server's values may. Malformed
+// text reports false (Check says why).
+func UsesIdentity(s string) bool {
+	refs, err := Find(s)
+	if err != nil {
+		return false
+	}
+	for _, r := range refs {
+		if r.Scheme == SchemeIdentity || r.PerIdentity {
+			return true
+		}
+	}
+	return false
 }
 
 // readFile reads a ${file:} reference's file: at most MaxFileSize bytes,
@@ -447,7 +523,7 @@ func ExpandEnv(s string, lookup func(string) (string, bool)) (value string, miss
 				continue
 			}
 			if p.ref.Scheme != SchemeEnv {
-				return fmt.Errorf("%q is not allowed here: ${file:…} and ${keyring:…} are read only for env, args, headers and oauth secrets", p.ref.Text)
+				return fmt.Errorf("%q is not allowed here: ${file:…}, ${keyring:…} and ${identity.…} are read only for env, args, headers and oauth secrets", p.ref.Text)
 			}
 			v, ok := lookup(p.ref.Name)
 			if p.ref.HasDefault && (!ok || v == "") {
