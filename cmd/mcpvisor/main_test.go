@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/proc"
+	"github.com/mcpvisor/mcpvisor/internal/testserver/hydra"
 )
 
 func TestMain(m *testing.M) {
@@ -19,7 +20,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(middleEnv) != "" {
 		os.Exit(runMiddle())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The tests' Hydra (team_*_test.go), if one ran.
+	hydra.StopShared()
+	os.Exit(code)
 }
 
 func run(t *testing.T, args ...string) (string, error) {
