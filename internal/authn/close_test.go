@@ -154,3 +154,30 @@ func TestCloseWaitsForItsFetch(t *testing.T) {
 		}
 	})
 }
+
+// An issuer that makes its signing key at its first token (Ory Hydra
+// does) publishes it after serve's prefetch: the first token signed with
+// it fetches the keys again at once, not after the refetch interval.
+func TestNewKeyJustAfterPrefetch(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	v, err := New(Options{Issuer: iss.URL, Audiences: []string{aud}, HTTPClient: iss.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if err := v.Prefetch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	k := iss.NewKey(t, "RS256")
+	iss.Publish(k)
+	tok := iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{Key: k})
+	if _, err := v.Verify(t.Context(), tok); err != nil {
+		t.Fatalf("a token of a key made after the prefetch: %v", err)
+	}
+	// Later unknown keys are rate-limited as ever.
+	k2 := iss.NewKey(t, "RS256")
+	iss.Publish(k2)
+	if _, err := v.Verify(t.Context(), iss.Mint(t, iss.Claims("alice", aud), authntest.MintOptions{Key: k2})); err == nil {
+		t.Fatal("a second new key within the refetch interval was fetched at once")
+	}
+}

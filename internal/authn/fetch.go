@@ -261,6 +261,14 @@ func (v *Verifier) do(req *http.Request) ([]byte, int, error) {
 // are already held and no fetch may start yet.
 func (v *Verifier) Prefetch(ctx context.Context) error {
 	err := v.refresh(ctx, true)
+	if err == nil {
+		// A prefetch is no request's: the first token signed by a key
+		// the issuer makes after it (some make their signing key at
+		// their first token) may fetch again at once.
+		v.mu.Lock()
+		v.next = time.Time{}
+		v.mu.Unlock()
+	}
 	if err == errRateLimited {
 		v.mu.Lock()
 		have := !v.keysAt.IsZero()
