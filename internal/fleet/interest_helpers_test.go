@@ -17,14 +17,25 @@ func bookOf(f *Fleet) *interest.Book {
 	return f.opts.Interest.(*interest.Book)
 }
 
-func (s *Server) subscribe(session, uri string)   { bookOf(s.f).Subscribe(s, session, uri) }
+// bookInstance is the key the gateway gives the book for the instance
+// serving session (no identity: these tests' sessions have none).
+func (s *Server) bookInstance(session string) string {
+	if !s.Private() {
+		return ""
+	}
+	return s.InstanceKey(session, nil)
+}
+
+func (s *Server) subscribe(session, uri string) {
+	bookOf(s.f).Subscribe(s, session, s.bookInstance(session), uri)
+}
 func (s *Server) unsubscribe(session, uri string) { bookOf(s.f).Unsubscribe(s, session, uri) }
 func (s *Server) setLogLevel(session, level string) {
-	bookOf(s.f).SetLogLevel(s, session, level)
+	bookOf(s.f).SetLogLevel(s, session, s.bookInstance(session), level)
 }
 func (s *Server) subscribers(uri string) []string { return bookOf(s.f).Subscribers(s, uri) }
 func (s *Server) instanceSubscriptions(session string) []string {
-	return bookOf(s.f).InstanceSubscriptions(s, session)
+	return bookOf(s.f).InstanceSubscriptions(s, s.bookInstance(session))
 }
 
 // endSession ends session as the gateway does: the fleet forgets what it

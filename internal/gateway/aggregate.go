@@ -1077,7 +1077,7 @@ func (a *aggregate) complete(ctx context.Context, w sender, m *rpc.Message, rela
 // the server refuses it; an unsubscription is forgotten before it is sent.
 func (g *Gateway) forwardSubscription(ctx context.Context, s *Session, srv *fleet.Server, m *rpc.Message, uri string, related Sink) *rpc.Message {
 	if m.Method == "resources/subscribe" {
-		g.interests.Subscribe(srv, s.Key(), uri)
+		g.interests.Subscribe(srv, s.Key(), bookInstance(srv, legacySender(s)), uri)
 		resp := g.forward(ctx, legacySender(s), srv, m.Method, m.Params, m.ID, related)
 		if resp.Error != nil {
 			g.interests.Unsubscribe(srv, s.Key(), uri)
@@ -1145,7 +1145,7 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 	}
 	var wg sync.WaitGroup
 	for _, srv := range servers {
-		g.interests.SetLogLevel(srv, s.Key(), level)
+		g.interests.SetLogLevel(srv, s.Key(), bookInstance(srv, legacySender(s)), level)
 		l, ok := srv.Peek(srv.InstanceKey(s.Key(), s.Identity()))
 		if !ok {
 			continue
@@ -1158,7 +1158,7 @@ func (g *Gateway) setLevel(ctx context.Context, s *Session, servers []*fleet.Ser
 			defer l.Release()
 			cctx, cancel := context.WithTimeout(ctx, fanOutTimeout)
 			defer cancel()
-			params := mustJSON(map[string]string{"level": g.interests.EffectiveLogLevel(srv, s.Key())})
+			params := mustJSON(map[string]string{"level": g.interests.EffectiveLogLevel(srv, bookInstance(srv, legacySender(s)))})
 			if resp, err := l.Conn().Call(cctx, m.Method, params); err != nil || resp.Error != nil {
 				g.log.Debug("logging/setLevel not applied", "server", srv.Name(), "err", err)
 			}

@@ -579,7 +579,7 @@ func (f *flight) answerLegacyOnly(conn fleet.Conn) *rpc.Message {
 			f.end()
 			return errorResponse(f.clientID, rpc.MethodNotFound, msg)
 		}
-		f.g.interests.Sync(rs, f.srv, f.from.key())
+		f.g.interests.Sync(rs, f.srv, bookInstance(f.srv, f.from))
 		f.end()
 		return resultResponse(f.clientID, json.RawMessage(`{}`))
 	}
@@ -874,12 +874,17 @@ func (g *Gateway) Notification(src fleet.Source, m *rpc.Message) {
 		}
 		uri := stringField(m.Params, "uri")
 		for _, key := range g.interests.Subscribers(src.Server, uri) {
-			if src.Session != "" && key != src.Session {
-				continue // a private instance's update is its session's alone
+			if src.Session != "" && src.Identity == "" && key != src.Session {
+				continue // a per-session instance's update is its session's alone
 			}
-			if s := g.reg.sessionByKey(key); s != nil && g.reg.sees(s, src.Server) {
-				_ = s.Out().Send(m)
+			s := g.reg.sessionByKey(key)
+			if s == nil || !g.reg.sees(s, src.Server) {
+				continue
 			}
+			if src.Identity != "" && !src.Reaches(s.Identity()) {
+				continue // a per-identity instance's update is its identity's sessions' alone
+			}
+			_ = s.Out().Send(m)
 		}
 	case "notifications/cancelled":
 		// The server withdrew a request it had sent to a client.

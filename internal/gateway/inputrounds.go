@@ -61,7 +61,7 @@ func (g *Gateway) legacyMeta(c *call, srv *fleet.Server, method string, params j
 	}
 	meta[metaProtocolVersion] = mustJSON(modernVersion)
 	meta[metaClientCaps] = caps
-	if lvl := g.interests.EffectiveLogLevel(srv, c.from.key()); lvl != "" {
+	if lvl := g.interests.EffectiveLogLevel(srv, bookInstance(srv, c.from)); lvl != "" {
 		meta[metaLogLevel] = mustJSON(lvl)
 	}
 	return rpc.SetMember(params, "_meta", mustJSON(meta))

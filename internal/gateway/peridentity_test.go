@@ -88,3 +88,26 @@ func TestPerIdentityServerThroughTheGateway(t *testing.T) {
 		t.Error("bob's session got none of its own lines")
 	}
 }
+
+// A per-identity server's resource update reaches its identity's
+// subscribed session: the book told that identity's process of its
+// subscription, and the update comes back to the session that asked.
+func TestPerIdentityResourceUpdateReachesItsSubscriber(t *testing.T) {
+	w := newWorld(t, `{"c":{"command":"$CONFORMANCE","protocol":"legacy","sharing":"per-identity"}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	s := ep.Open(out)
+	defer ep.Close(s)
+	s.SetIdentity(testUsers["alice"])
+	resp := ep.Handle(context.Background(), s, request(1, "resources/subscribe", map[string]any{"uri": "test://watched-resource"}), newRecorder())
+	if resp.Error != nil {
+		t.Fatalf("subscribe: %v", resp.Error)
+	}
+	if got := w.gw.interests.InstanceSubscriptions(w.fleet.Get("c"), bookInstance(w.fleet.Get("c"), legacySender(s))); len(got) != 1 {
+		t.Fatalf("alice's instance is told %v", got)
+	}
+	m := out.next(t, "notifications/resources/updated", 20*time.Second)
+	if !strings.Contains(string(m.Params), "test://watched-resource") {
+		t.Fatalf("update %s", m.Params)
+	}
+}

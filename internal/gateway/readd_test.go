@@ -67,7 +67,7 @@ func TestAReAddedServersSessionsAreNotTheOldOnes(t *testing.T) {
 	// The new server's changes and updates reach the new endpoint's
 	// session and listener only.
 	w.gw.ListsChanged(newA, []catalog.ListKind{catalog.Tools})
-	w.gw.interests.Subscribe(newA, sNew.Key(), "test://x")
+	w.gw.interests.Subscribe(newA, sNew.Key(), bookInstance(newA, legacySender(sNew)), "test://x")
 	update := &rpc.Message{Method: "notifications/resources/updated", Params: json.RawMessage(`{"uri":"test://x"}`)}
 	w.gw.Notification(fleet.Source{Server: newA}, update)
 	outNew.next(t, "notifications/tools/list_changed", 5*time.Second)

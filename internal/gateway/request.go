@@ -139,3 +139,15 @@ func (g *Gateway) endModernReq(r *modernReq) {
 		}()
 	}
 }
+
+// bookInstance is the key, in the interest book, of the instance of srv
+// that serves w: "" for a shared server's one instance, w's own for a
+// per-session server, w's identity's for a per-identity server — what
+// the fleet keys the instance by (fleet.Server.InstanceKey), so that an
+// instance is told, and kept awake by, only what its own sessions asked.
+func bookInstance(srv *fleet.Server, w sender) string {
+	if !srv.Private() {
+		return ""
+	}
+	return srv.InstanceKey(w.key(), w.identity())
+}

@@ -564,7 +564,7 @@ func TestPerSessionSharedInstanceUpdatesReachNoOne(t *testing.T) {
 	s := ep.Open(out)
 	defer ep.Close(s)
 	srv := w.fleet.Get("p")
-	w.gw.interests.Subscribe(srv, s.Key(), "test://x")
+	w.gw.interests.Subscribe(srv, s.Key(), bookInstance(srv, legacySender(s)), "test://x")
 	update := &rpc.Message{Method: "notifications/resources/updated", Params: json.RawMessage(`{"uri":"test://x"}`)}
 	w.gw.Notification(fleet.Source{Server: srv}, update)
 	w.gw.Notification(fleet.Source{Server: srv, Session: s.Key()}, update)

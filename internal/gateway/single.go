@@ -266,14 +266,14 @@ func (g *Gateway) setLevelSingle(ctx context.Context, s *Session, srv *fleet.Ser
 	if interest.LogSeverity(level) < 0 {
 		return errorResponse(m.ID, rpc.InvalidParams, fmt.Sprintf("invalid log level %q: one of debug, info, notice, warning, error, critical, alert, emergency", level))
 	}
-	g.interests.SetLogLevel(srv, s.Key(), level)
-	params, ok := rpc.ReplaceMember(m.Params, "level", mustJSON(g.interests.EffectiveLogLevel(srv, s.Key())))
+	g.interests.SetLogLevel(srv, s.Key(), bookInstance(srv, legacySender(s)), level)
+	params, ok := rpc.ReplaceMember(m.Params, "level", mustJSON(g.interests.EffectiveLogLevel(srv, bookInstance(srv, legacySender(s)))))
 	if !ok {
 		params = m.Params
 	}
 	resp := g.forward(ctx, legacySender(s), srv, m.Method, params, m.ID, related)
 	if resp.Error != nil {
-		g.interests.SetLogLevel(srv, s.Key(), "")
+		g.interests.SetLogLevel(srv, s.Key(), bookInstance(srv, legacySender(s)), "")
 	}
 	return resp
 }

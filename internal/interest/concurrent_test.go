@@ -43,23 +43,23 @@ func TestBookConcurrentUse(t *testing.T) {
 			sess, uri := session(i), uriOf(i)
 			for n := range rounds {
 				for _, s := range servers {
-					b.Subscribe(s, sess, uri)
-					b.SetLogLevel(s, sess, logLevels[n%len(logLevels)])
+					b.Subscribe(s, sess, instOf(s, sess), uri)
+					b.SetLogLevel(s, sess, instOf(s, sess), logLevels[n%len(logLevels)])
 					if n%3 == 0 {
 						b.Unsubscribe(s, sess, uri)
-						b.SetLogLevel(s, sess, "")
+						b.SetLogLevel(s, sess, instOf(s, sess), "")
 					}
 				}
 			}
 			for _, s := range servers { // what End is to forget
-				b.Subscribe(s, sess, uri)
-				b.SetLogLevel(s, sess, "info")
+				b.Subscribe(s, sess, instOf(s, sess), uri)
+				b.SetLogLevel(s, sess, instOf(s, sess), "info")
 			}
 			b.End(sess)
 			ended[i].Store(true)
 			for _, s := range servers {
-				b.Subscribe(s, sess, late)
-				b.SetLogLevel(s, sess, "debug")
+				b.Subscribe(s, sess, instOf(s, sess), late)
+				b.SetLogLevel(s, sess, instOf(s, sess), "debug")
 			}
 		})
 	}
@@ -133,14 +133,14 @@ func TestBookConcurrentUse(t *testing.T) {
 								}
 							}
 						}
-						if slices.Contains(b.InstanceSubscriptions(s, session(i)), late) {
+						if slices.Contains(b.InstanceSubscriptions(s, instOf(s, session(i))), late) {
 							t.Errorf("%s: an ended session's subscription is recorded", s.Name())
 						}
-						_ = b.EffectiveLogLevel(s, session(i))
+						_ = b.EffectiveLogLevel(s, instOf(s, session(i)))
 						if b.Pinned(s, key) && key != "" && over[i] {
 							t.Errorf("%s: the instance of ended session %s is pinned", s.Name(), key)
 						}
-						b.Sync(newToldConn(true), s, session(i))
+						b.Sync(newToldConn(true), s, instOf(s, session(i)))
 					}
 					for i := range sessions {
 						for _, sess := range b.Subscribers(s, uriOf(i)) {

@@ -95,10 +95,16 @@ type record struct {
 	gen uint64
 }
 
-// asked is what one session asked of one server.
+// asked is what one session asked of one server, and the instance it
+// asked it of: the key of the instance that serves the session ("" for
+// the shared one; the session's own key for a per-session server's; its
+// identity's for a per-identity server's), as the caller that wrote it
+// named it. An instance is told the union of what its sessions asked, and
+// nothing another instance's did.
 type asked struct {
 	subs  map[string]bool
 	level string
+	inst  string
 }
 
 // New returns an empty book; the warnings of a replay go to log (nil:
@@ -110,8 +116,9 @@ func New(log *slog.Logger) *Book {
 	return &Book{log: log, servers: map[Server]*record{}}
 }
 
-// askedLocked is what session asked of s, made if need be; b.mu is held.
-func (b *Book) askedLocked(s Server, session string) *asked {
+// askedLocked is what session, served by the instance keyed inst, asked
+// of s, made if need be; b.mu is held.
+func (b *Book) askedLocked(s Server, session, inst string) *asked {
 	r := b.servers[s]
 	if r == nil {
 		r = &record{sessions: map[string]*asked{}}
@@ -122,6 +129,7 @@ func (b *Book) askedLocked(s Server, session string) *asked {
 		a = &asked{subs: map[string]bool{}}
 		r.sessions[session] = a
 	}
+	a.inst = inst
 	return a
 }
 
@@ -144,14 +152,16 @@ func (b *Book) changedLocked(s Server) {
 // it): the subscription is replayed to every new process, and while any
 // session of an instance is subscribed the instance does not go dormant —
 // a sleeping server cannot send the updates its subscribers wait for. A
-// session that ended (End) records nothing.
-func (b *Book) Subscribe(s Server, session, uri string) {
+// session that ended (End) records nothing. inst is the key of the
+// instance of s that serves session (fleet.Server.InstanceKey, "" for a
+// shared server's).
+func (b *Book) Subscribe(s Server, session, inst, uri string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.endedLocked(session) {
 		return // a late request of an ended session records nothing
 	}
-	b.askedLocked(s, session).subs[uri] = true
+	b.askedLocked(s, session, inst).subs[uri] = true
 	b.changedLocked(s)
 }
 
@@ -172,15 +182,16 @@ func (b *Book) Unsubscribe(s Server, session, uri string) {
 	b.changedLocked(s)
 }
 
-// SetLogLevel records the log level session set on s ("" forgets it); it
-// is replayed to every new process. A session that ended records nothing.
-func (b *Book) SetLogLevel(s Server, session, level string) {
+// SetLogLevel records the log level session, served by the instance
+// keyed inst, set on s ("" forgets it); it is replayed to every new
+// process of that instance. A session that ended records nothing.
+func (b *Book) SetLogLevel(s Server, session, inst, level string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.endedLocked(session) {
 		return
 	}
-	a := b.askedLocked(s, session)
+	a := b.askedLocked(s, session, inst)
 	a.level = level
 	if len(a.subs) == 0 && level == "" {
 		delete(b.servers[s].sessions, session)
@@ -291,38 +302,16 @@ func (b *Book) LogLevels(s Server) map[string]string {
 // Pinned reports whether a session of the instance of s keyed key ("" for
 // the shared one) holds a subscription: the instance must not go dormant.
 func (b *Book) Pinned(s Server, key string) bool {
-	perSession := s.Config().PerSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.servers[s]; r != nil {
-		for sess, a := range r.sessions {
-			if len(a.subs) > 0 && serves(perSession, key, sess) {
+		for _, a := range r.sessions {
+			if len(a.subs) > 0 && a.inst == key {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// serves reports whether the instance keyed key ("" for the shared one)
-// of a server — perSession: it runs one per session — is the one that
-// serves session: a per-session server's sessions each have their own —
-// whether it runs now or not: one a restart took out of service is made
-// again for the session — and only a request with no session goes to its
-// shared instance; a shared server's sessions all share it.
-func serves(perSession bool, key, session string) bool {
-	if perSession {
-		return session == key
-	}
-	return key == ""
-}
-
-// instanceKey is the key of the instance of s that serves session.
-func instanceKey(s Server, session string) string {
-	if s.Config().PerSession() {
-		return session
-	}
-	return ""
 }
 
 // replay is what a new process of the instance of s keyed key must be
@@ -332,7 +321,6 @@ func instanceKey(s Server, session string) string {
 // that of another state (0 before a record is made, and again once it is
 // dropped, with the state in between read).
 func (b *Book) replay(s Server, key string) (uris []string, level string, gen uint64) {
-	perSession := s.Config().PerSession()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := b.servers[s]
@@ -342,8 +330,8 @@ func (b *Book) replay(s Server, key string) (uris []string, level string, gen ui
 	gen = r.gen
 	set := map[string]bool{}
 	best := -1
-	for sess, a := range r.sessions {
-		if !serves(perSession, key, sess) {
+	for _, a := range r.sessions {
+		if a.inst != key {
 			continue
 		}
 		for u := range a.subs {
@@ -364,28 +352,27 @@ func (b *Book) replay(s Server, key string) (uris []string, level string, gen ui
 }
 
 // InstanceSubscriptions lists the resources subscribed to on the instance
-// of s that serves session (its own per-session instance, else the shared
-// one), by any of its sessions, sorted.
-func (b *Book) InstanceSubscriptions(s Server, session string) []string {
-	uris, _, _ := b.replay(s, instanceKey(s, session))
+// of s keyed inst, by any of its sessions, sorted.
+func (b *Book) InstanceSubscriptions(s Server, inst string) []string {
+	uris, _, _ := b.replay(s, inst)
 	return uris
 }
 
-// EffectiveLogLevel is the level to set on the instance of s that serves
-// session: the most verbose level any session of that instance set (""
-// if none did).
-func (b *Book) EffectiveLogLevel(s Server, session string) string {
-	_, level, _ := b.replay(s, instanceKey(s, session))
+// EffectiveLogLevel is the level to set on the instance of s keyed inst:
+// the most verbose level any session of that instance set ("" if none
+// did).
+func (b *Book) EffectiveLogLevel(s Server, inst string) string {
+	_, level, _ := b.replay(s, inst)
 	return level
 }
 
-// Sync tells rs — the connection of the instance of s serving session, to
-// a modern server — the resources that instance's sessions subscribe to
+// Sync tells rs — the connection of the instance of s keyed inst, to a
+// modern server — the resources that instance's sessions subscribe to
 // now. Calls are serialized, each reading the set under the same lock it
 // is told under, so that what the server is told last is the current set
 // (two changes at once cannot leave the older one).
-func (b *Book) Sync(rs ResourceSubscriber, s Server, session string) {
-	b.sync(rs, s, instanceKey(s, session))
+func (b *Book) Sync(rs ResourceSubscriber, s Server, inst string) {
+	b.sync(rs, s, inst)
 }
 
 // sync tells rs the resources the sessions of the instance of s keyed key

@@ -50,13 +50,13 @@ func TestInterestRacingSessionEndIsNotKept(t *testing.T) {
 		wg.Go(func() {
 			started <- struct{}{}
 			for n := 0; n < spins && !stop.Load(); n++ {
-				b.Subscribe(s, session, "file:///x")
+				b.Subscribe(s, session, instOf(s, session), "file:///x")
 			}
 		})
 		wg.Go(func() {
 			started <- struct{}{}
 			for n := 0; n < spins && !stop.Load(); n++ {
-				b.SetLogLevel(s, session, "debug")
+				b.SetLogLevel(s, session, instOf(s, session), "debug")
 			}
 		})
 		<-started
@@ -105,11 +105,11 @@ func TestSyncLastToldIsCurrent(t *testing.T) {
 	b := New(discard)
 	s := &server{name: "s"}
 	rs := &heldSubscriber{entered: make(chan struct{}), release: make(chan struct{})}
-	b.Subscribe(s, "A", "file:///a")
+	b.Subscribe(s, "A", instOf(s, "A"), "file:///a")
 	first := make(chan struct{})
 	go func() { b.Sync(rs, s, ""); close(first) }()
 	<-rs.entered // the older set is being told
-	b.Subscribe(s, "B", "file:///b")
+	b.Subscribe(s, "B", instOf(s, "B"), "file:///b")
 	second := make(chan struct{})
 	go func() { b.Sync(rs, s, ""); close(second) }()
 	select {
@@ -146,13 +146,13 @@ func TestGenNeverRepeats(t *testing.T) {
 		}
 		seen[g] = true
 	}
-	step("subscribe", func() { b.Subscribe(s, "A", "file:///x") })
-	step("level", func() { b.SetLogLevel(s, "A", "debug") })
+	step("subscribe", func() { b.Subscribe(s, "A", instOf(s, "A"), "file:///x") })
+	step("level", func() { b.SetLogLevel(s, "A", instOf(s, "A"), "debug") })
 	step("unsubscribe", func() { b.Unsubscribe(s, "A", "file:///x") })
-	step("level forgotten", func() { b.SetLogLevel(s, "A", "") })
-	step("subscribe again", func() { b.Subscribe(s, "B", "file:///x") })
+	step("level forgotten", func() { b.SetLogLevel(s, "A", instOf(s, "A"), "") })
+	step("subscribe again", func() { b.Subscribe(s, "B", instOf(s, "B"), "file:///x") })
 	g := b.Gen(s)
-	b.Subscribe(other, "A", "file:///y")
+	b.Subscribe(other, "A", instOf(other, "A"), "file:///y")
 	if b.Gen(s) != g {
 		t.Fatal("another server's change moved the gen")
 	}
@@ -166,27 +166,27 @@ func TestGenNeverRepeats(t *testing.T) {
 func TestPinnedAndReplayedByInstance(t *testing.T) {
 	b := New(discard)
 	shared, per := &server{name: "s"}, &server{name: "p", perSession: true}
-	b.Subscribe(shared, "A", "file:///a")
-	b.SetLogLevel(shared, "B", "error")
-	b.SetLogLevel(shared, "A", "info")
-	b.Subscribe(per, "A", "file:///a")
+	b.Subscribe(shared, "A", instOf(shared, "A"), "file:///a")
+	b.SetLogLevel(shared, "B", instOf(shared, "B"), "error")
+	b.SetLogLevel(shared, "A", instOf(shared, "A"), "info")
+	b.Subscribe(per, "A", instOf(per, "A"), "file:///a")
 	if !b.Pinned(shared, "") || b.Pinned(shared, "A") {
 		t.Fatal("a shared server's subscription pins its shared instance alone")
 	}
 	if !b.Pinned(per, "A") || b.Pinned(per, "") || b.Pinned(per, "B") {
 		t.Fatal("a per-session server's subscription pins its session's instance alone")
 	}
-	if uris, level := b.InstanceSubscriptions(shared, "B"), b.EffectiveLogLevel(shared, "B"); !slices.Equal(uris, []string{"file:///a"}) || level != "info" {
+	if uris, level := b.InstanceSubscriptions(shared, instOf(shared, "B")), b.EffectiveLogLevel(shared, instOf(shared, "B")); !slices.Equal(uris, []string{"file:///a"}) || level != "info" {
 		t.Fatalf("shared instance told %v %q", uris, level)
 	}
-	if uris := b.InstanceSubscriptions(per, "B"); len(uris) != 0 {
+	if uris := b.InstanceSubscriptions(per, instOf(per, "B")); len(uris) != 0 {
 		t.Fatalf("session B's own instance told %v", uris)
 	}
 	b.End("A")
-	if b.Pinned(shared, "") || b.Pinned(per, "A") || b.EffectiveLogLevel(shared, "B") != "error" {
+	if b.Pinned(shared, "") || b.Pinned(per, "A") || b.EffectiveLogLevel(shared, instOf(shared, "B")) != "error" {
 		t.Fatal("what A asked outlived its end")
 	}
-	b.Subscribe(shared, "A", "file:///a")
+	b.Subscribe(shared, "A", instOf(shared, "A"), "file:///a")
 	if b.Pinned(shared, "") {
 		t.Fatal("a request of an ended session was recorded")
 	}
@@ -207,7 +207,7 @@ func TestSweepDropsRemovedServers(t *testing.T) {
 	b := New(discard)
 	gone, kept := &removable{server: server{name: "gone"}}, &removable{server: server{name: "kept"}}
 	for _, s := range []*removable{gone, kept} {
-		b.Subscribe(s, "s1", "test://x")
+		b.Subscribe(s, "s1", instOf(s, "s1"), "test://x")
 	}
 	b.Sweep()
 	if len(b.Subscribers(gone, "test://x")) != 1 || len(b.Subscribers(kept, "test://x")) != 1 {
@@ -224,5 +224,47 @@ func TestSweepDropsRemovedServers(t *testing.T) {
 	}
 	if !keptHeld || !slices.Equal(b.Subscribers(kept, "test://x"), []string{"s1"}) {
 		t.Fatal("the sweep dropped a kept server's record")
+	}
+}
+
+// instOf is the key of the instance of s serving session, as the gateway
+// names it to the book: the session's own for a per-session server, ""
+// for a shared one.
+func instOf(s Server, session string) string {
+	if s.Config().PerSession() {
+		return session
+	}
+	return ""
+}
+
+// A per-identity server's instances are each told, and pinned by, only
+// their own identity's sessions' subscriptions and levels: one person's
+// subscription URIs never reach another's process, and a session's end
+// takes only its own.
+func TestPerIdentityInstancesKeepTheirOwn(t *testing.T) {
+	b := New(discard)
+	s := &server{name: "pi"}
+	const alice, bob = "identity/alice", "identity/bob"
+	b.Subscribe(s, "a1", alice, "file:///alice-1")
+	b.Subscribe(s, "a2", alice, "file:///alice-2")
+	b.SetLogLevel(s, "a2", alice, "debug")
+	b.Subscribe(s, "b1", bob, "file:///bob")
+	if got := b.InstanceSubscriptions(s, alice); !slices.Equal(got, []string{"file:///alice-1", "file:///alice-2"}) {
+		t.Errorf("alice's instance told %v", got)
+	}
+	if got, level := b.InstanceSubscriptions(s, bob), b.EffectiveLogLevel(s, bob); !slices.Equal(got, []string{"file:///bob"}) || level != "" {
+		t.Errorf("bob's instance told %v %q", got, level)
+	}
+	if !b.Pinned(s, alice) || !b.Pinned(s, bob) || b.Pinned(s, "") {
+		t.Error("pins: each identity's instance by its own sessions, the shared one by none")
+	}
+	rs := newToldConn(true)
+	b.Sync(rs, s, bob)
+	if got, _ := rs.state(); !slices.Equal(got, []string{"file:///bob"}) {
+		t.Errorf("bob's modern process was told %v", got)
+	}
+	b.End("b1")
+	if b.Pinned(s, bob) || len(b.InstanceSubscriptions(s, bob)) != 0 || !b.Pinned(s, alice) {
+		t.Error("bob's session's end took more, or less, than its own")
 	}
 }

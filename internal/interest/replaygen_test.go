@@ -105,8 +105,8 @@ func (b *Book) snapshot(s Server, key string) (gen uint64, uris []string, level 
 		return 0, nil, ""
 	}
 	set := map[string]bool{}
-	for sess, a := range r.sessions {
-		if !serves(s.Config().PerSession(), key, sess) {
+	for _, a := range r.sessions {
+		if a.inst != key {
 			continue
 		}
 		for u := range a.subs {
@@ -152,17 +152,17 @@ func TestReplayGenIsWhatItTold(t *testing.T) {
 			first, second func(b *Book, s Server)
 		}{
 			{"subscribe then unsubscribe",
-				func(b *Book, s Server) { b.Subscribe(s, "A", uri) },
+				func(b *Book, s Server) { b.Subscribe(s, "A", instOf(s, "A"), uri) },
 				func(b *Book, s Server) { b.Unsubscribe(s, "A", uri) }},
 			{"subscribe then end",
-				func(b *Book, s Server) { b.Subscribe(s, "A", uri) },
+				func(b *Book, s Server) { b.Subscribe(s, "A", instOf(s, "A"), uri) },
 				func(b *Book, s Server) { b.End("A") }},
 			{"log level then end",
-				func(b *Book, s Server) { b.SetLogLevel(s, "A", "debug") },
+				func(b *Book, s Server) { b.SetLogLevel(s, "A", instOf(s, "A"), "debug") },
 				func(b *Book, s Server) { b.End("A") }},
 			{"subscribe then another",
-				func(b *Book, s Server) { b.Subscribe(s, "A", uri) },
-				func(b *Book, s Server) { b.Subscribe(s, "B", "file:///y") }},
+				func(b *Book, s Server) { b.Subscribe(s, "A", instOf(s, "A"), uri) },
+				func(b *Book, s Server) { b.Subscribe(s, "B", instOf(s, "B"), "file:///y") }},
 		} {
 			t.Run(fmt.Sprintf("%s/modern=%v", tc.name, modern), func(t *testing.T) {
 				b := New(discard)
