@@ -22,8 +22,8 @@ func BenchmarkFloodIsolation(b *testing.B) {
 	addr := teamServeWith(b, iss, `
 	  "rateLimits": {"perIdentity": {"perSecond": 200, "burst": 200}},`)
 	base := "http://" + addr
-	alice := iss.Mint(b, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
-	bob := iss.Mint(b, iss.Claims("bob", publicURL+"/mcp"), authntest.MintOptions{})
+	alice := userToken(b, iss, "alice")
+	bob := userToken(b, iss, "bob")
 	call := func(tok string) int {
 		r, _ := postCallTB(b, base, tok, "x__echo", `{"text":"hi"}`)
 		return r.status

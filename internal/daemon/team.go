@@ -63,6 +63,14 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 	if old := s.team.Set(tc); old != nil {
 		_ = old.Verifier.Close()
 	}
+	// A server's scopes: its own endpoint's guard requires them of every
+	// request; through /mcp the gateway does of each call of it.
+	if tc != nil && len(tc.ServerScopes) > 0 {
+		scopes := tc.ServerScopes
+		s.a.gw.SetServerScopes(func(server string) []string { return scopes[server] })
+	} else {
+		s.a.gw.SetServerScopes(nil)
+	}
 	if tc != nil {
 		go func() {
 			// Bounded, and cut by serve's end (the verifier's Close ends

@@ -62,6 +62,14 @@ func teamServeWith(t testing.TB, iss *authntest.Issuer, extra string) string {
 	return addr
 }
 
+// userToken is a token of sub for /mcp with the scopes its calls of x
+// need (mcp, and x's own).
+func userToken(t testing.TB, iss *authntest.Issuer, sub string) string {
+	c := iss.Claims(sub, publicURL+"/mcp")
+	c["scope"] = "mcp x:use"
+	return iss.Mint(t, c, authntest.MintOptions{})
+}
+
 type reply struct {
 	status int
 	www    string
@@ -121,7 +129,7 @@ func TestResourceServer(t *testing.T) {
 	}
 
 	prm := `resource_metadata="` + publicURL + `/.well-known/oauth-protected-resource/mcp"`
-	mcpTok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	mcpTok := userToken(t, iss, "alice")
 	cases := []struct {
 		name, url string
 		hdr       map[string][]string
@@ -221,8 +229,8 @@ func TestPolicyLimitsAndAuditThroughServe(t *testing.T) {
 	  "rateLimits": {"perTool": {"perSecond": 0.001, "burst": 2}},
 	  "audit": {"file": "`+auditFile+`", "arguments": "full"},`)
 	base := "http://" + addr
-	alice := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
-	bob := iss.Mint(t, iss.Claims("bob", publicURL+"/mcp"), authntest.MintOptions{})
+	alice := userToken(t, iss, "alice")
+	bob := userToken(t, iss, "bob")
 
 	for i := range 2 {
 		if r, _ := postCall(t, base, alice, "x__echo", `{"text":"hi"}`); r.status != 200 || strings.Contains(r.body, `"error"`) {
@@ -319,7 +327,7 @@ func TestPolicyBypassesThroughServe(t *testing.T) {
 	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""},
 	             {"name": "trusted-log", "effect": "deny", "when": "tool == \"log\" && identity.client != \"trusted\""}],`)
 	base := "http://" + addr
-	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	tok := userToken(t, iss, "alice")
 	pid := func() string {
 		r, _ := postCall(t, base, tok, "x__pid", `{}`)
 		if r.status != 200 || strings.Contains(r.body, `"error"`) {
@@ -375,7 +383,7 @@ func TestAuditOverloadCountsEveryCall(t *testing.T) {
 	  "policy": [{"name": "no-crash", "effect": "deny", "when": "tool == \"crash\""}],
 	  "audit": {"file": "`+filepath.Join(t.TempDir(), "audit.jsonl")+`", "queue": 1},`)
 	base := "http://" + addr
-	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	tok := userToken(t, iss, "alice")
 	const n = 160
 	var wg sync.WaitGroup
 	for i := range n {
@@ -426,7 +434,7 @@ func TestPolicyReloadsLive(t *testing.T) {
 	iss := authntest.Start(t, authntest.Options{})
 	addr := teamServeWith(t, iss, ``)
 	base := "http://" + addr
-	tok := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	tok := userToken(t, iss, "alice")
 	adminClaims := iss.Claims("root", publicURL)
 	adminClaims["scope"] = "mcpvisor:admin"
 	admin := bearer(iss.Mint(t, adminClaims, authntest.MintOptions{}))
@@ -456,5 +464,40 @@ func TestPolicyReloadsLive(t *testing.T) {
 	}
 	if r, _ := postCall(t, base, tok, "x__echo", `{"text":"a"}`); !strings.Contains(r.body, `"code":-32012`) {
 		t.Errorf("the policy in force changed by a failed reload: %s", r.body)
+	}
+}
+
+// A server's scopes are needed through /mcp too: a token without them
+// does not see the server's tools listed, and a call of one gets 403
+// with an insufficient_scope challenge naming every scope it needs (a
+// client's step-up); with them, the call is served.
+func TestServerScopesThroughTheAggregate(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	addr := teamServe(t, iss)
+	base := "http://" + addr
+	plain := iss.Mint(t, iss.Claims("alice", publicURL+"/mcp"), authntest.MintOptions{})
+	r, _ := postCall(t, base, plain, "x__echo", `{"text":"a"}`)
+	if r.status != http.StatusForbidden || !strings.Contains(r.www, `error="insufficient_scope"`) || !strings.Contains(r.www, `scope="mcp x:use"`) ||
+		!strings.Contains(r.www, `resource_metadata="`+publicURL+`/.well-known/oauth-protected-resource/mcp"`) || !strings.Contains(r.body, `"code":-32014`) {
+		t.Errorf("a call without the server's scope: %d %q %s", r.status, r.www, r.body)
+	}
+	list := func(tok string) string {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		hdr := bearer(tok)
+		hdr["Mcp-Protocol-Version"] = []string{"2026-07-28"}
+		hdr["Mcp-Method"] = []string{"tools/list"}
+		return send(t, "POST", base+"/mcp", body, hdr).body
+	}
+	if l := list(plain); strings.Contains(l, "x__echo") {
+		t.Errorf("the server's tools are listed to a token without its scope: %s", l)
+	}
+	c := iss.Claims("alice", publicURL+"/mcp")
+	c["scope"] = "mcp x:use"
+	full := iss.Mint(t, c, authntest.MintOptions{})
+	if l := list(full); !strings.Contains(l, "x__echo") {
+		t.Errorf("the server's tools are not listed with its scope: %s", l)
+	}
+	if r, _ := postCall(t, base, full, "x__echo", `{"text":"a"}`); r.status != 200 || strings.Contains(r.body, `"error"`) {
+		t.Errorf("a call with the server's scope: %d %s", r.status, r.body)
 	}
 }

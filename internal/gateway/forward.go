@@ -186,6 +186,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 		if resp := g.prepare(f, raw, params); resp != nil {
 			return nil, resp
 		}
+		if resp := g.scoped(f); resp != nil {
+			return nil, resp
+		}
 		if resp := g.permit(f); resp != nil {
 			return nil, resp
 		}

@@ -66,10 +66,13 @@ type Gateway struct {
 	policy atomic.Pointer[policy.Policy]
 	// audit records every call and denial (SetAudit; nil: none); limits
 	// bound each identity's calls (SetLimits; nil: none).
-	audit    atomic.Pointer[audit.Log]
-	denials  atomic.Uint64 // requests the policy denied
-	limits   atomic.Pointer[ratelimit.Limiter]
-	stateKey []byte
+	audit   atomic.Pointer[audit.Log]
+	denials atomic.Uint64 // requests the policy denied
+	// serverScopes is what a call of a server through /mcp needs of a
+	// token's scopes (SetServerScopes; nil: nothing).
+	serverScopes atomic.Pointer[func(server string) []string]
+	limits       atomic.Pointer[ratelimit.Limiter]
+	stateKey     []byte
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing

@@ -100,8 +100,8 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 	// status (404, 400) can say what it is.
 	// A rate limit's refusal is JSON too: its status (429) and
 	// Retry-After are what clients and balancers act on.
-	limited := retryAfterOf(resp)
-	if jsonOK || (p.modern && resp.Error != nil) || limited > 0 {
+	limited, scopes := retryAfterOf(resp), scopeOf(resp)
+	if jsonOK || (p.modern && resp.Error != nil) || limited > 0 || scopes != nil {
 		b := resp.AppendTo((*bp)[:0])
 		*bp = b
 		hdr[hdrContentType] = hvJSON
@@ -110,6 +110,10 @@ func (p *postStream) finish(resp *rpc.Message, jsonOK bool) {
 		case limited > 0:
 			hdr["Retry-After"] = []string{strconv.Itoa(limited)}
 			p.w.WriteHeader(http.StatusTooManyRequests)
+		case scopes != nil:
+			// A step-up: the challenge a client asks a token for.
+			hdr["Www-Authenticate"] = []string{p.hs.h.guard.ScopeChallenge(scopes)}
+			p.w.WriteHeader(http.StatusForbidden)
 		case resp.Error.Code == rpc.LimitReached:
 			// A limit of mcpvisor's, not the server's answer: 503, as
 			// for a new session beyond maxSessions.

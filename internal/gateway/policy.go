@@ -3,9 +3,11 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/mcpvisor/mcpvisor/internal/catalog"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 )
@@ -109,8 +111,11 @@ func (g *Gateway) visible(w sender, srv *fleet.Server, kind, name string) bool {
 	return p.Empty() || p.Visible(w.identity(), srv.Name(), kind, name)
 }
 
-// filtering reports whether lists are filtered by a policy now.
-func (g *Gateway) filtering() bool { return !g.policy.Load().Empty() }
+// filtering reports whether lists are filtered now: by a policy, or by
+// the scopes servers need.
+func (g *Gateway) filtering() bool {
+	return !g.policy.Load().Empty() || g.serverScopes.Load() != nil
+}
 
 // denied records a denial: in the audit, with the rule and the reason
 // (the client is told neither), and in the log at debug.
@@ -146,10 +151,19 @@ func (g *Gateway) visibleOf(w sender, t *routeTable, k catalog.ListKind) ([]json
 	kind := policyKind(k)
 	items := make([]json.RawMessage, 0, len(t.items))
 	keys := make([]string, 0, len(t.keys))
+	lacks := map[*fleet.Server]bool{}
 	for i, key := range t.keys {
 		r, ok := t.byName[key]
 		if !ok || !g.visible(w, r.srv, kind, r.name) {
 			continue
+		}
+		missing, seen := lacks[r.srv]
+		if !seen {
+			missing = g.missingScopes(w, r.srv) != nil
+			lacks[r.srv] = missing
+		}
+		if missing {
+			continue // listed once the token holds the server's scopes
 		}
 		items = append(items, t.items[i])
 		keys = append(keys, key)
@@ -199,4 +213,61 @@ func (g *Gateway) filterForPolicy(w sender, srv *fleet.Server, k catalog.ListKin
 		return g.visible(w, srv, kind, itemName(k, it))
 	})
 	return resp
+}
+
+// SetServerScopes sets what a call of a server through /mcp needs of a
+// token's scopes, besides the endpoint's own that the guard checked (nil:
+// nothing): a server's own endpoint needs them of every request, and
+// /mcp of each call of that server, and lists a server's items only to
+// an identity that holds them.
+func (g *Gateway) SetServerScopes(fn func(server string) []string) {
+	if fn == nil {
+		g.serverScopes.Store(nil)
+		return
+	}
+	g.serverScopes.Store(&fn)
+}
+
+// missingScopes is what w lacks of the scopes a call of srv through /mcp
+// needs — all of them, when it lacks any, for one challenge — or nil. A
+// server's own endpoint was checked by the guard, and a local identity
+// holds no token to step up.
+func (g *Gateway) missingScopes(w sender, srv *fleet.Server) []string {
+	fn := g.serverScopes.Load()
+	if fn == nil || w.endpoint() != nil {
+		return nil
+	}
+	id := w.identity()
+	if id == nil || id.Kind != identity.Token {
+		return nil
+	}
+	need := (*fn)(srv.Name())
+	if len(need) == 0 || id.HasScopes(need) {
+		return nil
+	}
+	return need
+}
+
+// scoped answers a call of f's server that f's token lacks the scopes
+// for, else nil.
+func (g *Gateway) scoped(f *flight) *rpc.Message {
+	need := g.missingScopes(f.from, f.srv)
+	if need == nil {
+		return nil
+	}
+	f.refused = true
+	scope := strings.Join(need, " ")
+	g.auditRefusal(f, f.auditTarget, "denied", rpc.InsufficientScope, "the token lacks scopes server "+f.name+" needs: "+scope)
+	return &rpc.Message{ID: f.clientID, Error: &rpc.Error{Code: rpc.InsufficientScope,
+		Message: "insufficient scope: a call of server " + f.name + " needs scopes " + scope,
+		Data:    mustJSON(map[string]string{"scope": scope})}}
+}
+
+// scopeOf is the scope list of an insufficient-scope answer, or nil.
+func scopeOf(resp *rpc.Message) []string {
+	if resp == nil || resp.Error == nil || resp.Error.Code != rpc.InsufficientScope {
+		return nil
+	}
+	s, _ := rpc.StringMember(resp.Error.Data, "scope")
+	return strings.Fields(s)
 }

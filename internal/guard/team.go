@@ -211,3 +211,23 @@ func AudiencesFor(publicURL string, servers []string) []string {
 // AudienceHas reports whether aud (an "aud" claim: a string or a list)
 // holds want, exactly or but for one trailing slash.
 func AudienceHas(aud any, want string) bool { return audienceHas(aud, want) }
+
+// ScopeChallenge is the WWW-Authenticate value of a 403 for a request
+// of g's route that needs scopes the token lacks: every scope needed —
+// the route's own and those given — in one challenge, with the route's
+// resource metadata. Without team identity it names the scopes alone.
+func (g *Guard) ScopeChallenge(scopes []string) string {
+	c := g.team.Config()
+	ch := &authn.Challenge{Status: http.StatusForbidden, Error: authn.CodeInsufficientScope,
+		Description: "the token lacks a scope this call requires", Scopes: scopes}
+	if c != nil {
+		need := c.NeededScopes(g.route)
+		for _, s := range scopes {
+			if !slices.Contains(need, s) {
+				need = append(need, s)
+			}
+		}
+		ch.Scopes, ch.ResourceMetadata = need, c.MetadataURL(g.route)
+	}
+	return ch.Header()
+}

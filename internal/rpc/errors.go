@@ -55,6 +55,11 @@ const (
 	// message says when to try again. The HTTP front answers it with 429
 	// and Retry-After.
 	RateLimited = -32013
+	// InsufficientScope: the identity's token lacks a scope the server
+	// needs (auth.serverScopes), through /mcp; data.scope lists every
+	// scope needed. The HTTP front answers it with 403 and an
+	// insufficient_scope challenge, so that a client can step up.
+	InsufficientScope = -32014
 )
 
 var (
