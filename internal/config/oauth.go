@@ -129,10 +129,12 @@ func (p *parser) oauth(v *node, at string, disabled bool) *OAuthConfig {
 		case "clientSecret":
 			if s, ok := p.str(v, kat); ok {
 				o.ClientSecret, secretAt = p.reference(s, kat, disabled), kat
+				p.noIdentityRef(s, kat, "the OAuth client is the server's")
 			}
 		case "privateKey":
 			if s, ok := p.str(v, kat); ok {
 				o.PrivateKey, keyAt = p.reference(s, kat, disabled), kat
+				p.noIdentityRef(s, kat, "the OAuth client is the server's")
 			}
 		case "tokenEndpointAuthMethod":
 			if s, ok := p.str(v, kat); ok && p.oneOf(s, kat, authMethods) {

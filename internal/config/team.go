@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/policy"
+	"github.com/mcpvisor/mcpvisor/internal/secret"
 )
 
 // AuthConfig is the top-level "auth" object: mcpvisor as an OAuth 2.1
@@ -250,6 +251,7 @@ func (p *parser) introspection(v *node, at string) *IntrospectionConfig {
 		case "clientSecret":
 			if s, ok := p.str(v, kat); ok {
 				in.ClientSecret = p.reference(s, kat, false)
+				p.noIdentityRef(s, kat, "introspection is serve's own")
 			}
 		default:
 			return false
@@ -546,4 +548,13 @@ func (p *parser) secure(n *node, at string, known []string, fn func(key string, 
 		}
 		p.errorf(fat, "%s", msg)
 	})
+}
+
+// noIdentityRef refuses a per-identity reference (${identity.sub},
+// ${keyring:NAME@identity}) where no identity is: why says whose the
+// value is.
+func (p *parser) noIdentityRef(s, at, why string) {
+	if secret.UsesIdentity(s) {
+		p.errorf(at, "a per-identity reference cannot be used here: %s, not an identity's", why)
+	}
 }

@@ -106,3 +106,25 @@ func TestPolicyCompiledAtLoad(t *testing.T) {
 		}
 	}
 }
+
+// A per-identity reference where no identity is — an OAuth client's
+// secret or key, the introspection client's secret — is an error naming
+// the field.
+func TestIdentityReferencesWhereNoIdentityIs(t *testing.T) {
+	for path, doc := range map[string]string{
+		"mcpServers.r.oauth.clientSecret": `{"mcpServers": {"r": {"url": "https://r.example/mcp", "sharing": "per-identity", "oauth": {"clientId": "c", "clientSecret": "${keyring:s@identity}"}}}}`,
+		"mcpServers.r.oauth.privateKey":   `{"mcpServers": {"r": {"url": "https://r.example/mcp", "oauth": {"clientId": "c", "privateKey": "${identity.sub}"}}}}`,
+		"auth.introspection.clientSecret": `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "introspection": {"url": "https://as/i", "clientId": "rs", "clientSecret": "${keyring:x@identity}"}}, "mcpServers": {"a": {"command": "x"}}}`,
+	} {
+		e := parseErr(t, doc, LoadOptions{})
+		found := false
+		for _, p := range e.Problems {
+			if p.Path == path && strings.Contains(p.Message, "per-identity reference cannot be used here") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no problem at %s; got:\n%v", path, e)
+		}
+	}
+}
