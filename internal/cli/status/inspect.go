@@ -194,7 +194,7 @@ func printDetail(w io.Writer, d admin.Detail, now time.Time) error {
 	if err := printClients(w, d.Clients, now); err != nil {
 		return err
 	}
-	if len(d.Instances) > 1 || d.Sharing == config.SharingPerSession {
+	if len(d.Instances) > 1 || d.Sharing == config.SharingPerSession || d.Sharing == config.SharingPerIdentity {
 		if err := printInstances(w, d.Instances, now); err != nil {
 			return err
 		}
@@ -343,8 +343,13 @@ func printInstances(w io.Writer, ins []fleet.InstanceStatus, now time.Time) erro
 	fmt.Fprintln(tw, "  INSTANCE\tSTATE\tPID\tUPTIME\tIDLE\tIN-FLIGHT\tRESTARTS\tSPAWNS\tLAST ERROR")
 	for _, in := range ins {
 		name := "session " + in.Session
-		if in.Shared {
+		switch {
+		case in.Shared:
 			name = "shared"
+		case in.IdentityName != "":
+			name = "identity " + in.IdentityName
+		case in.Identity != "":
+			name = "identity " + in.Identity
 		}
 		pid, up, idle := processCells(in.PID, in.StartedAt, in.LastActivity, now)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", name, in.State, pid, up, idle, in.InFlight, in.Restarts, in.Spawns, cmdutil.OneLine(in.LastError, 60))

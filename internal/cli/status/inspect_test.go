@@ -225,3 +225,24 @@ func TestPrintDetailHistory(t *testing.T) {
 		}
 	}
 }
+
+// A per-identity server's instances are named by their identity.
+func TestPrintDetailPerIdentityInstances(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	d := admin.Detail{
+		Status:  fleet.Status{Name: "p", State: "running"},
+		Kind:    config.KindStdio,
+		Sharing: config.SharingPerIdentity,
+		Instances: []fleet.InstanceStatus{
+			{Shared: true, State: "dormant"},
+			{Session: "identity/ab12", Identity: "ab12", IdentityName: "alice", State: "running", PID: 4242},
+		},
+	}
+	var b strings.Builder
+	if err := printDetail(&b, d, now); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "identity alice") || !strings.Contains(out, "4242") {
+		t.Errorf("inspect of a per-identity server:\n%s", out)
+	}
+}
