@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -21,18 +20,6 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/mcpvisor/mcpvisor/internal/testserver/hydra"
 )
-
-// freeLoopbackPort is a port free on 127.0.0.1 a moment ago: serve's
-// public URL must be in its config before it listens.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // cookieBrowser opens a URL as a browser does: redirects followed, with
 // cookies (Hydra's login and consent need them), up to the login's
