@@ -395,7 +395,7 @@ func (a *aggregate) list(ctx context.Context, w sender, m *rpc.Message, k catalo
 	if a.g.filtering() {
 		// The policy's view of the list, before paging: a cursor
 		// names an item of this identity's list.
-		items, keys = a.g.visibleOf(w, t, k)
+		items, keys = a.g.visibleOf(requestIdentity(ctx, w), w, t, k)
 	}
 	if size > 0 {
 		from := 0

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/audit"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/rpc"
 	"github.com/mcpvisor/mcpvisor/internal/telemetry"
@@ -41,7 +42,7 @@ func endpointOf(w sender) string {
 // auditRecord is the line of f, with what is known when it is made.
 func (f *flight) auditRecord(target string) audit.Record {
 	rec := audit.Record{Time: f.start, Endpoint: endpointOf(f.from), Server: f.name, Method: f.method, Target: target}
-	rec.SetIdentity(f.from.identity())
+	rec.SetIdentity(f.who)
 	if s := f.from.sess; s != nil {
 		rec.Session = s.Key()
 	}
@@ -98,7 +99,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	if lim == nil {
 		return nil
 	}
-	ok, wait, scope := lim.Allow(f.from.identity().Key(), f.name, f.auditTarget)
+	ok, wait, scope := lim.Allow(f.who.Key(), f.name, f.auditTarget)
 	if ok {
 		return nil
 	}
@@ -124,3 +125,16 @@ func (g *Gateway) Denials() uint64 { return g.denials.Load() }
 
 // Audit is the audit in force, or nil.
 func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }
+
+// auditShed writes the line of a call the HTTP front refused over the
+// identity's rate limit before reading it: what its headers say of it.
+func (g *Gateway) auditShed(who *identity.Identity, endpoint, method, name string) {
+	l := g.audit.Load()
+	if l == nil {
+		return
+	}
+	rec := audit.Record{Time: time.Now(), Endpoint: endpoint, Method: method, Target: name, Outcome: "limited",
+		Code: rpc.RateLimited, Reason: "rate limit per identity (refused before the request was read)"}
+	rec.SetIdentity(who)
+	l.Add(rec)
+}

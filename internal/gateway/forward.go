@@ -16,6 +16,7 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/clientbook"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/interest"
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
@@ -153,6 +154,7 @@ type flight struct {
 	// For a use of a server's item (decided): what the policy is asked,
 	// and the audit's target and copy of the arguments; refused, it was
 	// answered before it began (its audit line written then).
+	who         *identity.Identity // the request's own identity (requestIdentity)
 	preq        *policy.Request
 	auditTarget string
 	auditArgs   json.RawMessage
@@ -183,16 +185,18 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 	// The policy, the audit's room and the rate limits first: a refused
 	// use of a server's item starts nothing.
 	if decided(method) && g.governed() {
+		// The limits first: a flood of refused calls is limited as one
+		// of served calls is, and writes no more audit lines.
 		if resp := g.prepare(f, raw, params); resp != nil {
+			return nil, resp
+		}
+		if resp := g.admit(f); resp != nil {
 			return nil, resp
 		}
 		if resp := g.scoped(f); resp != nil {
 			return nil, resp
 		}
 		if resp := g.permit(f); resp != nil {
-			return nil, resp
-		}
-		if resp := g.admit(f); resp != nil {
 			return nil, resp
 		}
 	}
@@ -235,7 +239,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 // tool or prompt the request names, as the server knows it.
 func (g *Gateway) newFlight(ctx context.Context, cancel context.CancelCauseFunc, w sender, srv *fleet.Server, method string, params json.RawMessage, clientID json.RawMessage, related Sink) (f *flight, raw json.RawMessage) {
 	f = &flight{g: g, from: w, mo: w.modern(), name: srv.Name(), method: method, clientID: clientID, timeout: srv.Config().RequestTimeout,
-		start: arrival(ctx), srv: srv}
+		start: arrival(ctx), srv: srv, who: requestIdentity(ctx, w)}
 	switch method {
 	case "tools/call", "prompts/get":
 		if w.req != nil {

@@ -379,15 +379,26 @@ func (h *StreamableHandler) Close() {
 // identity whose rate limit has no token left: a flood costs little of
 // what serves the others. The call's own check (begin) does the
 // counting; this one only peeks.
+//
+// Only a request whose Mcp-Method header names a call the limits count
+// (a 2026-07-28 client's) is shed: a response to the server's question,
+// a cancellation or an initialize goes on, and a legacy session's call,
+// whose method only its body says, is refused in begin.
 func (h *StreamableHandler) shed(w http.ResponseWriter, r *http.Request) bool {
 	if h.gw == nil {
 		return false
 	}
-	d := h.gw.Limits().Exhausted(identity.FromContext(r.Context()).Key())
+	method := r.Header.Get(hdrMethod)
+	if method == "" || !decided(method) {
+		return false
+	}
+	who := identity.FromContext(r.Context())
+	d := h.gw.Limits().Exhausted(who.Key())
 	if d <= 0 {
 		return false
 	}
 	secs := ratelimit.RetryAfter(d)
+	h.gw.auditShed(who, r.URL.Path, method, r.Header.Get(hdrName))
 	w.Header()["Retry-After"] = []string{secs}
 	h.refuseRPC(w, r, nil, http.StatusTooManyRequests, nil, rpc.RateLimited, "rate limit exceeded: retry after "+secs+" s")
 	return true

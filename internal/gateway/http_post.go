@@ -333,8 +333,15 @@ func (h *StreamableHandler) acquire(r *http.Request, sid string) *httpSession {
 func (h *StreamableHandler) lookup(r *http.Request, sid string, enter func(*Place) bool) *httpSession {
 	h.mu.RLock()
 	hs := h.sessions[sid]
-	if hs != nil && !identity.Same(hs.sess.Identity(), identity.FromContext(r.Context())) {
+	cur := identity.FromContext(r.Context())
+	if hs != nil && !identity.Same(hs.sess.Identity(), cur) {
 		hs = nil
+	}
+	if hs != nil && cur != nil {
+		// The same person by the same client, maybe with a renewed
+		// token whose claims differ: the session is theirs as they are
+		// now (each request is decided by its own token anyway).
+		hs.sess.SetIdentity(cur)
 	}
 	if hs != nil && !enter(&hs.place) {
 		hs = nil

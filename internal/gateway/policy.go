@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"strings"
 
@@ -30,19 +32,38 @@ func (g *Gateway) SetPolicy(p *policy.Policy) { g.policy.Store(p) }
 // audit has the rule and the reason).
 const notPermitted = "not permitted"
 
-// decided reports whether the policy decides method.
+// decided reports whether the policy decides method, forwarded to a
+// server: every method but those of the protocol itself — its lists
+// (filtered instead), its session and logging level, a task's requests
+// (each task is its identity's own: tasks.go) and listen streams (their
+// subscriptions are decided one by one). A method mcpvisor does not know
+// — an extension's, a later revision's — is decided by what it names.
 func decided(method string) bool {
 	switch method {
-	case "tools/call", "prompts/get", "resources/read", "resources/subscribe", "resources/unsubscribe", "completion/complete":
-		return true
+	case "initialize", "ping", "logging/setLevel", "server/discover", "subscriptions/listen",
+		"tools/list", "prompts/list", "resources/list", "resources/templates/list", "skills/list",
+		"tasks/get", "tasks/update", "tasks/cancel", "tasks/result", "tasks/list":
+		return false
 	}
-	return false
+	return !strings.HasPrefix(method, "notifications/")
 }
 
-// policyRequest is what the policy is asked about w's request of method
-// to srv; target is the tool or prompt it names as the server knows it.
-func policyRequest(w sender, srv *fleet.Server, method, target string, params json.RawMessage) *policy.Request {
-	req := &policy.Request{Identity: w.identity(), Server: srv.Name(), Method: method}
+// requestIdentity is who sent the request of ctx from w: the identity of
+// that very request (an HTTP request's verified token, which a legacy
+// session's later requests may carry renewed, with other claims), else
+// w's.
+func requestIdentity(ctx context.Context, w sender) *identity.Identity {
+	if id := identity.FromContext(ctx); id != nil {
+		return id
+	}
+	return w.identity()
+}
+
+// policyRequest is what the policy is asked about who's request of
+// method to srv; target is the tool or prompt it names as the server
+// knows it.
+func policyRequest(who *identity.Identity, srv *fleet.Server, method, target string, params json.RawMessage) *policy.Request {
+	req := &policy.Request{Identity: who, Server: srv.Name(), Method: method}
 	switch method {
 	case "tools/call":
 		req.Tool, req.Arguments = target, rpc.Member(params, "arguments")
@@ -57,8 +78,47 @@ func policyRequest(w sender, srv *fleet.Server, method, target string, params js
 		} else {
 			req.Resource, _ = rpc.StringMember(ref, "uri")
 		}
+	default:
+		// What a method mcpvisor does not know names: a resource by its
+		// uri (skills/get, resources/directory/read, x/describe), else a
+		// tool or a prompt by its name — by the method's family, else by
+		// the server's lists, else as both, so that a rule about either
+		// applies.
+		if uri, _ := rpc.StringMember(params, "uri"); uri != "" {
+			req.Resource = uri
+			break
+		}
+		name, _ := rpc.StringMember(params, "name")
+		if name == "" {
+			break
+		}
+		switch {
+		case strings.HasPrefix(method, "tools/"):
+			req.Tool = name
+		case strings.HasPrefix(method, "prompts/"):
+			req.Prompt = name
+		case listed(srv, kindTools, name) && !listed(srv, kindPrompts, name):
+			req.Tool = name
+		case listed(srv, kindPrompts, name) && !listed(srv, kindTools, name):
+			req.Prompt = name
+		default:
+			req.Tool, req.Prompt = name, name
+		}
+		req.Arguments = rpc.Member(params, "arguments")
 	}
 	return req
+}
+
+// listed reports whether srv's cached list of kind k has an item named
+// name.
+func listed(srv *fleet.Server, k catalog.ListKind, name string) bool {
+	items, _ := srv.Catalog().CachedList(k)
+	for _, it := range items {
+		if n, _ := rpc.StringMember(it, "name"); n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare reads what the policy, the rate limits and the audit ask of
@@ -78,8 +138,8 @@ func (g *Gateway) prepare(f *flight, raw, params json.RawMessage) *rpc.Message {
 			return errorResponse(f.clientID, rpc.InvalidParams, "Invalid params: the request names no "+what)
 		}
 	}
-	f.preq = policyRequest(f.from, f.srv, f.method, target, params)
-	f.auditTarget = f.preq.Tool + f.preq.Prompt + f.preq.Resource
+	f.preq = policyRequest(f.who, f.srv, f.method, target, params)
+	f.auditTarget = cmp.Or(f.preq.Tool, f.preq.Prompt, f.preq.Resource)
 	if g.audit.Load() != nil {
 		// The audit writes them later: its own copy, whatever becomes of
 		// the request's buffer.
@@ -104,11 +164,10 @@ func (g *Gateway) permit(f *flight) *rpc.Message {
 	return errorResponse(f.clientID, rpc.NotPermitted, notPermitted)
 }
 
-// visible reports whether w may see srv's item of kind named name (as
-// the server knows it) in a list.
-func (g *Gateway) visible(w sender, srv *fleet.Server, kind, name string) bool {
-	p := g.policy.Load()
-	return p.Empty() || p.Visible(w.identity(), srv.Name(), kind, name)
+// visible reports whether who may see srv's item of kind named name (as
+// the server knows it) in a list, under policy p.
+func visible(p *policy.Policy, who *identity.Identity, srv *fleet.Server, kind, name string) bool {
+	return p.Empty() || p.Visible(who, srv.Name(), kind, name)
 }
 
 // filtering reports whether lists are filtered now: by a policy, or by
@@ -126,8 +185,7 @@ func (g *Gateway) denied(f *flight, req *policy.Request, d policy.Decision) {
 	if d.Rule != "" && d.Rule != "default" {
 		reason = "rule " + d.Rule + ": " + reason
 	}
-	target := req.Tool + req.Prompt + req.Resource
-	g.auditRefusal(f, target, "denied", rpc.NotPermitted, reason)
+	g.auditRefusal(f, f.auditTarget, "denied", rpc.NotPermitted, reason)
 }
 
 // policyKind is the policy's kind of the items of list kind k.
@@ -147,19 +205,20 @@ func policyKind(k catalog.ListKind) string {
 
 // visibleOf is t's items (and their keys) w may see: those of which some
 // request could be allowed.
-func (g *Gateway) visibleOf(w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
+func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
 	kind := policyKind(k)
+	p := g.policy.Load() // one policy for the whole list
 	items := make([]json.RawMessage, 0, len(t.items))
 	keys := make([]string, 0, len(t.keys))
 	lacks := map[*fleet.Server]bool{}
 	for i, key := range t.keys {
 		r, ok := t.byName[key]
-		if !ok || !g.visible(w, r.srv, kind, r.name) {
+		if !ok || !visible(p, who, r.srv, kind, r.name) {
 			continue
 		}
 		missing, seen := lacks[r.srv]
 		if !seen {
-			missing = g.missingScopes(w, r.srv) != nil
+			missing = g.missingScopes(who, w, r.srv) != nil
 			lacks[r.srv] = missing
 		}
 		if missing {
@@ -203,14 +262,15 @@ func filterList(result json.RawMessage, k catalog.ListKind, keep func(json.RawMe
 	return mustJSON(body)
 }
 
-// filterForPolicy filters a server's list answer to what w may see.
-func (g *Gateway) filterForPolicy(w sender, srv *fleet.Server, k catalog.ListKind, resp *rpc.Message) *rpc.Message {
+// filterForPolicy filters a server's list answer to what who may see.
+func (g *Gateway) filterForPolicy(who *identity.Identity, srv *fleet.Server, k catalog.ListKind, resp *rpc.Message) *rpc.Message {
 	if !g.filtering() || resp.Result == nil {
 		return resp
 	}
 	kind := policyKind(k)
+	p := g.policy.Load() // one policy for the whole list
 	resp.Result = filterList(resp.Result, k, func(it json.RawMessage) bool {
-		return g.visible(w, srv, kind, itemName(k, it))
+		return visible(p, who, srv, kind, itemName(k, it))
 	})
 	return resp
 }
@@ -232,12 +292,11 @@ func (g *Gateway) SetServerScopes(fn func(server string) []string) {
 // needs — all of them, when it lacks any, for one challenge — or nil. A
 // server's own endpoint was checked by the guard, and a local identity
 // holds no token to step up.
-func (g *Gateway) missingScopes(w sender, srv *fleet.Server) []string {
+func (g *Gateway) missingScopes(id *identity.Identity, w sender, srv *fleet.Server) []string {
 	fn := g.serverScopes.Load()
 	if fn == nil || w.endpoint() != nil {
 		return nil
 	}
-	id := w.identity()
 	if id == nil || id.Kind != identity.Token {
 		return nil
 	}
@@ -251,7 +310,7 @@ func (g *Gateway) missingScopes(w sender, srv *fleet.Server) []string {
 // scoped answers a call of f's server that f's token lacks the scopes
 // for, else nil.
 func (g *Gateway) scoped(f *flight) *rpc.Message {
-	need := g.missingScopes(f.from, f.srv)
+	need := g.missingScopes(f.who, f.from, f.srv)
 	if need == nil {
 		return nil
 	}

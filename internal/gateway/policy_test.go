@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -101,6 +103,26 @@ func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
 		if resp := call(s, 4, c.name, c.args); !denied(resp) {
 			t.Errorf("%s calling %s %s: %s, want not permitted", c.who, c.name, c.args, resp.Encode())
 		}
+	}
+	// Methods mcpvisor does not know are decided by what they name: a
+	// denied tool's name, renamed to the server's, is denied.
+	aCalls := func() (n uint64) {
+		for _, c := range w.fleet.Get("a").Telemetry().Calls() {
+			n += c
+		}
+		return n
+	}
+	beforeA := aCalls()
+	for _, m := range []*rpc.Message{
+		{ID: json.RawMessage(`"d1"`), Method: "tools/describe", Params: json.RawMessage(`{"name":"a__crash"}`)},
+		{ID: json.RawMessage(`"d2"`), Method: "x/inspect", Params: json.RawMessage(`{"name":"a__crash"}`)},
+	} {
+		if resp := ep.Handle(ctx, bob, m, newRecorder()); !denied(resp) {
+			t.Errorf("bob's %s of a__crash: %s, want not permitted", m.Method, resp.Encode())
+		}
+	}
+	if n := aCalls() - beforeA; n != 0 {
+		t.Errorf("denied requests of unknown methods reached a: %d", n)
 	}
 	if n := bCalls() - before; n != 0 {
 		t.Errorf("denied calls reached b: %d calls", n)
@@ -213,5 +235,63 @@ func TestRateLimitAnswersAJSONRPCError(t *testing.T) {
 	}
 	if resp := call(bob); resp.Error != nil {
 		t.Errorf("bob's call: %s", resp.Encode())
+	}
+}
+
+
+// Each request is decided by its own token's claims: a legacy session
+// initialized with a token whose groups the policy allows is not allowed
+// a call by the same person's later token without them (a group
+// revoked), and is by a token with them again.
+func TestSessionRequestsAreDecidedByTheirOwnToken(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "ops", Effect: policy.Allow, When: `"ops" in identity.groups`}))
+	withOps := (&identity.Identity{Kind: identity.Token, Issuer: "https://as", Subject: "alice", ClientID: "c1", Groups: []string{"ops"}}).Finish()
+	without := (&identity.Identity{Kind: identity.Token, Issuer: "https://as", Subject: "alice", ClientID: "c1"}).Finish()
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	defer h.Close()
+	urlOps, urlWithout := asUser(t, h, withOps), asUser(t, h, without)
+	dummy := httptest.NewServer(http.NotFoundHandler()) // its Client only
+	defer dummy.Close()
+	s := &httpTestServer{t: t, h: h, url: urlOps, srv: dummy}
+	sid := s.initialize()
+	call := func(url string) string {
+		s.url = url
+		resp := s.do("POST", sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"x"}}}`, nil)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := call(urlOps); strings.Contains(got, `"error"`) {
+		t.Fatalf("with ops: %s", got)
+	}
+	if got := call(urlWithout); !strings.Contains(got, `"code":-32012`) {
+		t.Errorf("the same session by a token without ops: %s", got)
+	}
+	if got := call(urlOps); strings.Contains(got, `"error"`) {
+		t.Errorf("with ops again: %s", got)
+	}
+}
+
+// With an identity's bucket empty, its calls are shed with 429 before
+// they are read, but nothing else it POSTs is: a notification (a
+// cancellation, an answer to the server's question) still gets through.
+func TestShedOnlyCalls(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	w.gw.SetLimits(ratelimit.New(ratelimit.Limits{PerIdentity: ratelimit.Rate{PerSecond: 0.001, Burst: 1}}))
+	h := NewStreamableHandler(w.gw.Aggregate(), HTTPOptions{})
+	defer h.Close()
+	url := asUser(t, h, testUsers["alice"])
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"x"},` + modernMeta(`{}`) + `}}`
+	if resp, b := postModern(t, url, call, "tools/call", "a__echo"); resp.StatusCode != 200 || strings.Contains(string(b), `"error"`) {
+		t.Fatalf("the first call: %d %s", resp.StatusCode, b)
+	}
+	resp, b := postModern(t, url, call, "tools/call", "a__echo")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("the second call: %d %s", resp.StatusCode, b)
+	}
+	note := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,` + modernMeta(`{}`) + `}}`
+	if resp, b := postModern(t, url, note, "notifications/cancelled", ""); resp.StatusCode == http.StatusTooManyRequests {
+		t.Errorf("a notification was shed: %d %s", resp.StatusCode, b)
 	}
 }

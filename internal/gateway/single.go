@@ -122,13 +122,13 @@ func (e *single) request(ctx context.Context, w sender, m *rpc.Message, related 
 				return f.Allowed(stringField(t, "name")) && e.srv.Catalog().ToolVisible(t)
 			})
 		}
-		return e.g.filterForPolicy(w, e.srv, kindTools, resp)
+		return e.g.filterForPolicy(requestIdentity(ctx, w), e.srv, kindTools, resp)
 	case "prompts/list":
-		return e.g.filterForPolicy(w, e.srv, kindPrompts, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
+		return e.g.filterForPolicy(requestIdentity(ctx, w), e.srv, kindPrompts, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
 	case "resources/list":
-		return e.g.filterForPolicy(w, e.srv, kindResources, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
+		return e.g.filterForPolicy(requestIdentity(ctx, w), e.srv, kindResources, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
 	case "resources/templates/list":
-		return e.g.filterForPolicy(w, e.srv, kindTemplates, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
+		return e.g.filterForPolicy(requestIdentity(ctx, w), e.srv, kindTemplates, e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related))
 	}
 	return e.g.forward(ctx, w, e.srv, m.Method, m.Params, m.ID, related)
 }

@@ -289,6 +289,7 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 	// the collisions.
 	a.skillOwners(servers)
 	firstOf := map[string]*fleet.Server{}
+	pol, who := a.g.policy.Load(), requestIdentity(ctx, w)
 	for i, srv := range servers {
 		if errs[i] != nil {
 			continue
@@ -299,7 +300,7 @@ func (a *aggregate) skillsList(ctx context.Context, w sender, m *rpc.Message, re
 				continue
 			}
 			firstOf[root] = srv
-			if !a.g.visible(w, srv, policy.KindResource, lists[i].uris[j]) {
+			if !visible(pol, who, srv, policy.KindResource, lists[i].uris[j]) {
 				continue // a skill is its server's resource: listed as one would be
 			}
 			entries = append(entries, e)
