@@ -238,7 +238,6 @@ func TestRateLimitAnswersAJSONRPCError(t *testing.T) {
 	}
 }
 
-
 // Each request is decided by its own token's claims: a legacy session
 // initialized with a token whose groups the policy allows is not allowed
 // a call by the same person's later token without them (a group
