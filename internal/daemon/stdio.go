@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/stdfile"
@@ -72,6 +73,24 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 		return err
 	}
 	a.setTracing(tr)
+	// The audit and the rate limits, as serve applies them: a stdio
+	// client's calls are recorded and limited as its local user's.
+	var auditLog *audit.Log
+	if ao := auditOptions(a.cfg, a.stateDir, log); ao != nil {
+		if auditLog, err = audit.Open(*ao); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		a.gw.SetAudit(auditLog)
+		defer func() {
+			a.gw.SetAudit(nil)
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = auditLog.Close(cctx)
+		}()
+	}
+	if lim := limiterOf(a.cfg); lim != nil {
+		a.gw.SetLimits(lim)
+	}
 	ep := a.gw.Aggregate()
 	if o.Server != "" {
 		if ep = a.gw.Single(o.Server); ep == nil {

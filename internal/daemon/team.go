@@ -180,13 +180,26 @@ func (s *serving) setLimits(cfg *config.Config) {
 		s.a.gw.SetLimits(nil)
 		return
 	}
-	lim := ratelimit.Limits{PerIdentity: ratelimit.Rate{PerSecond: l.PerIdentity.PerSecond, Burst: l.PerIdentity.Burst},
-		PerTool: ratelimit.Rate{PerSecond: l.PerTool.PerSecond, Burst: l.PerTool.Burst}}
+	lim := limitsOf(l)
 	if cur := s.a.gw.Limits(); cur != nil {
 		cur.SetLimits(lim)
 		return
 	}
 	s.a.gw.SetLimits(ratelimit.New(lim))
+}
+
+// limitsOf is l as the limiter's.
+func limitsOf(l *config.LimitsConfig) ratelimit.Limits {
+	return ratelimit.Limits{PerIdentity: ratelimit.Rate{PerSecond: l.PerIdentity.PerSecond, Burst: l.PerIdentity.Burst},
+		PerTool: ratelimit.Rate{PerSecond: l.PerTool.PerSecond, Burst: l.PerTool.Burst}}
+}
+
+// limiterOf is a limiter of cfg's rate limits, or nil without any.
+func limiterOf(cfg *config.Config) *ratelimit.Limiter {
+	if cfg.RateLimits == nil {
+		return nil
+	}
+	return ratelimit.New(limitsOf(cfg.RateLimits))
 }
 
 // auditAPI serves /api/audit from the audit in force (404 saying so when

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -499,5 +500,63 @@ func TestServerScopesThroughTheAggregate(t *testing.T) {
 	}
 	if r, _ := postCall(t, base, full, "x__echo", `{"text":"a"}`); r.status != 200 || strings.Contains(r.body, `"error"`) {
 		t.Errorf("a call with the server's scope: %d %s", r.status, r.body)
+	}
+}
+
+// mcpvisor stdio applies the audit and the rate limits as serve does:
+// its client's calls are its local user's, each audited once.
+func TestStdioAuditsAndLimitsItsLocalUser(t *testing.T) {
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	cfg := writeConfig(t, `"policy": [{"effect": "deny", "when": "tool == \"crash\""}], "audit": {"file": "`+auditFile+`", "arguments": "omit"},
+	  "rateLimits": {"perTool": {"perSecond": 0.001, "burst": 1}},`)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	o := StdioOptions{Options: options(t, cfg), Stdin: inR, Stdout: outW}
+	done := make(chan error, 1)
+	go func() { done <- Stdio(t.Context(), o) }()
+	out := bufio.NewReader(outR)
+	ask := func(line string) string {
+		t.Helper()
+		go func() { _, _ = io.WriteString(inW, line+"\n") }()
+		for {
+			l, err := out.ReadString('\n')
+			if err != nil {
+				t.Fatalf("reading the answer to %s: %v", line, err)
+			}
+			if strings.Contains(l, `"id":`) {
+				return l
+			}
+		}
+	}
+	ask(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if l := ask(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"a"}}}`); strings.Contains(l, `"error"`) {
+		t.Errorf("the first call: %s", l)
+	}
+	if l := ask(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"a"}}}`); !strings.Contains(l, `"code":-32013`) {
+		t.Errorf("the second call, over the limit: %s", l)
+	}
+	if l := ask(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x__crash","arguments":{}}}`); !strings.Contains(l, `"code":-32012`) {
+		t.Errorf("a denied call: %s", l)
+	}
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	outW.Close()
+	data, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["kind"] != "local" || m["issuer"] != "local" || m["identity"] == "" {
+			t.Errorf("audit line %s", l)
+		}
+		outcomes = append(outcomes, fmt.Sprint(m["target"], " ", m["outcome"]))
+	}
+	if got := strings.Join(outcomes, ", "); got != "echo ok, echo limited, crash denied" {
+		t.Errorf("audit: %s", got)
 	}
 }
