@@ -357,12 +357,18 @@ type TeamStats struct {
 	AuditAccepting bool
 	Limits         *ratelimit.Stats // nil: no rate limits
 	Denied         uint64
+	// ScopeRefused: calls through /mcp refused for a server scope the
+	// token lacked; AuditRefused: calls refused while a failClosed audit
+	// could not keep up.
+	ScopeRefused, AuditRefused uint64
 }
 
 // teamMetrics writes st's families.
 func teamMetrics(m *expo, st TeamStats) {
 	m.family("mcpvisor_policy_denied_total", "counter", "Requests the policy denied (each also an audit line, when an audit is configured).")
 	m.sample("mcpvisor_policy_denied_total", "", float64(st.Denied))
+	m.family("mcpvisor_scope_refused_total", "counter", "Calls through /mcp refused (403 insufficient_scope) because the token lacked a scope their server requires (auth.serverScopes).")
+	m.sample("mcpvisor_scope_refused_total", "", float64(st.ScopeRefused))
 	if a := st.Audit; a != nil {
 		m.family("mcpvisor_audit_records_total", "counter", "Audit records by what became of them: written to the audit file, dropped (its queue was full: the audit could not keep up), failed (the file could not be written).")
 		m.sample("mcpvisor_audit_records_total", labels("result", "written"), float64(a.Written))
@@ -372,6 +378,8 @@ func teamMetrics(m *expo, st TeamStats) {
 		m.sample("mcpvisor_audit_queue_length", "", float64(a.Queued))
 		m.family("mcpvisor_audit_accepting", "gauge", "1 while the audit takes records; 0 while, with failClosed, calls are refused because it cannot keep up.")
 		m.sample("mcpvisor_audit_accepting", "", bool01(st.AuditAccepting))
+		m.family("mcpvisor_audit_refused_total", "counter", "Calls refused (with failClosed) while the audit could not keep up; they have no audit line.")
+		m.sample("mcpvisor_audit_refused_total", "", float64(st.AuditRefused))
 	}
 	if l := st.Limits; l != nil {
 		m.family("mcpvisor_ratelimit_limited_total", "counter", "Calls refused by a rate limit (HTTP 429, or JSON-RPC -32013), by the limit: identity or tool (per identity and tool).")

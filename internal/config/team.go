@@ -130,7 +130,8 @@ type LimitsConfig struct {
 
 var authNames = []string{"issuer", "publicUrl", "audiences", "scopes", "serverScopes", "adminScope", "algorithms", "clockSkew", "jwksUrl", "groupsClaim", "introspection", "dashboardClientId"}
 
-var jwtAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+// jwtAlgs are the algorithms auth.algorithms may name: authn's.
+var jwtAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"}
 
 // auth reads the top-level "auth" object.
 func (p *parser) auth(v *node, at string) *AuthConfig {
@@ -516,7 +517,7 @@ func (p *parser) checkTeam(cfg *Config) {
 	if cfg.Auth != nil {
 		for name := range cfg.Auth.ServerScopes {
 			if cfg.Server(name) == nil {
-				p.warnf("auth.serverScopes."+name, "no server is named %q", name)
+				p.errorf("auth.serverScopes."+name, "no server is named %q: a misspelt name would leave the server it meant unprotected", name)
 			}
 		}
 	}

@@ -52,6 +52,8 @@ func TestTeamErrors(t *testing.T) {
 		{"bad dashboard client id", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "dashboardClientId": " "}}`, "auth.dashboardClientId", "is not a client id"},
 		{"bad admin scope", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "adminScope": ""}}`, "auth.adminScope", "is not a scope"},
 		{"hmac algorithm", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "algorithms": ["HS256"]}}`, "auth.algorithms[0]", `"HS256" is not one of`},
+		{"an algorithm the verifier lacks", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "algorithms": ["ES512"]}}`, "auth.algorithms[0]", `"ES512" is not one of`},
+		{"scopes of no server", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "serverScopes": {"gihtub": ["g"]}}, "mcpServers": {"github": {"command": "x"}}}`, "auth.serverScopes.gihtub", "no server is named"},
 		{"none algorithm", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "algorithms": ["none"]}}`, "auth.algorithms[0]", `"none" is not one of`},
 		{"skew too large", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "clockSkew": "1h"}}`, "auth.clockSkew", "out of range"},
 		{"introspection without url", `{"auth": {"issuer": "https://as", "publicUrl": "https://m", "introspection": {}}}`, "auth.introspection", `needs "url"`},

@@ -189,6 +189,8 @@ func (s *serving) routeAll() *http.Server {
 		sessions.SetMax(cfg.MaxSessions)
 		if err := s.setTeam(s.sd.Context(), cfg); err != nil {
 			log.Error("reload: the new auth settings are not in force; the earlier ones are", "err", err)
+		} else if s.o.Token == "" && cfg.Auth == nil && !isLoopback(s.ln.Addr()) {
+			log.Warn("reload: listening beyond loopback with neither auth nor a bearer token: anyone who can reach this address can use every server", "listen", s.ln.Addr().String())
 		}
 		if err := s.setAudit(cfg); err != nil {
 			log.Error("reload: the new audit settings are not in force; the earlier ones are", "err", err)

@@ -489,6 +489,11 @@ func TestServerScopesThroughTheAggregate(t *testing.T) {
 		hdr["Mcp-Method"] = []string{"tools/list"}
 		return send(t, "POST", base+"/mcp", body, hdr).body
 	}
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	if m := send(t, "GET", base+"/metrics", "", bearer(iss.Mint(t, adminClaims, authntest.MintOptions{}))).body; !strings.Contains(m, "mcpvisor_scope_refused_total 1\n") {
+		t.Errorf("/metrics does not count the refusal")
+	}
 	if l := list(plain); strings.Contains(l, "x__echo") {
 		t.Errorf("the server's tools are listed to a token without its scope: %s", l)
 	}

@@ -93,6 +93,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	}
 	if l := g.audit.Load(); l != nil && !l.Accepting() {
 		f.refused = true
+		g.auditRefusals.Add(1) // no line: the audit is what cannot take one
 		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
 	}
 	lim := g.limits.Load()
@@ -120,8 +121,13 @@ func retryAfterOf(resp *rpc.Message) int {
 	return max(n, 1)
 }
 
-// Denials is how many requests the policy denied.
-func (g *Gateway) Denials() uint64 { return g.denials.Load() }
+// Denials is how many requests the policy denied; ScopeRefusals how
+// many calls through /mcp were refused for a server scope the token
+// lacked; AuditRefusals how many were refused while a failClosed audit
+// could not keep up.
+func (g *Gateway) Denials() uint64       { return g.denials.Load() }
+func (g *Gateway) ScopeRefusals() uint64 { return g.scopeRefusals.Load() }
+func (g *Gateway) AuditRefusals() uint64 { return g.auditRefusals.Load() }
 
 // Audit is the audit in force, or nil.
 func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }

@@ -68,6 +68,9 @@ type Gateway struct {
 	// bound each identity's calls (SetLimits; nil: none).
 	audit   atomic.Pointer[audit.Log]
 	denials atomic.Uint64 // requests the policy denied
+	// scopeRefusals and auditRefusals count calls refused for a server
+	// scope the token lacks, and while a failClosed audit could not keep up.
+	scopeRefusals, auditRefusals atomic.Uint64
 	// serverScopes is what a call of a server through /mcp needs of a
 	// token's scopes (SetServerScopes; nil: nothing).
 	serverScopes atomic.Pointer[func(server string) []string]

@@ -315,6 +315,7 @@ func (g *Gateway) scoped(f *flight) *rpc.Message {
 		return nil
 	}
 	f.refused = true
+	g.scopeRefusals.Add(1)
 	scope := strings.Join(need, " ")
 	g.auditRefusal(f, f.auditTarget, "denied", rpc.InsufficientScope, "the token lacks scopes server "+f.name+" needs: "+scope)
 	return &rpc.Message{ID: f.clientID, Error: &rpc.Error{Code: rpc.InsufficientScope,
