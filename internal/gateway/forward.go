@@ -965,6 +965,13 @@ func (g *Gateway) relayLog(src fleet.Source, m *rpc.Message) {
 		}
 		return
 	}
+	if g.filtering() && src.Identity == "" && src.Session == "" {
+		// A shared instance's line no one request is known to have caused:
+		// under a policy or server scopes it might tell of another
+		// identity's call, on a server the reader may not even use. It
+		// stays in the server's log (mcpvisor logs), for no client.
+		return
+	}
 	for _, s := range g.audience(src) {
 		if wants(s) {
 			_ = s.Out().Send(m)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
 	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
@@ -292,5 +293,40 @@ func TestShedOnlyCalls(t *testing.T) {
 	note := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,` + modernMeta(`{}`) + `}}`
 	if resp, b := postModern(t, url, note, "notifications/cancelled", ""); resp.StatusCode == http.StatusTooManyRequests {
 		t.Errorf("a notification was shed: %d %s", resp.StatusCode, b)
+	}
+}
+
+// Under a policy, a shared server's log line no one request is known to
+// have caused reaches no client — it might tell of another identity's
+// call — while without one it reaches every session that asked for the
+// server's lines.
+func TestUnattributedLogLinesUnderAPolicy(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"}}`)
+	ep := w.gw.Aggregate()
+	out := newRecorder()
+	bob := ep.Open(out)
+	defer ep.Close(bob)
+	bob.SetIdentity(testUsers["bob"])
+	if resp := ep.Handle(context.Background(), bob, request(1, "logging/setLevel", map[string]any{"level": "debug"}), newRecorder()); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	line := &rpc.Message{Method: "notifications/message", Params: json.RawMessage(`{"level":"info","data":"alice's secret call"}`)}
+	src := fleet.Source{Server: w.fleet.Get("a")}
+	got := func() bool {
+		select {
+		case <-out.got:
+			return true
+		default:
+			return false
+		}
+	}
+	w.gw.relayLog(src, line) // synchronous: delivered, or not, by its return
+	if !got() {
+		t.Fatal("without a policy the server's own line did not reach the session that asked for it")
+	}
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Effect: policy.Allow, When: `identity.sub == "alice"`}))
+	w.gw.relayLog(src, line)
+	if got() {
+		t.Error("under a policy an unattributed line reached another identity")
 	}
 }
