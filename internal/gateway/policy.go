@@ -138,6 +138,14 @@ func (g *Gateway) prepare(f *flight, raw, params json.RawMessage) *rpc.Message {
 			return errorResponse(f.clientID, rpc.InvalidParams, "Invalid params: the request names no "+what)
 		}
 	}
+	if g.filtering() && duplicateKeys(params) {
+		// Which of two "name"s, or of two argument values, a server
+		// reads is its parser's choice; the policy must read what the
+		// server will, so it reads neither.
+		f.refused = true
+		g.auditRefusal(f, "", "denied", rpc.InvalidParams, "the params repeat a key")
+		return errorResponse(f.clientID, rpc.InvalidParams, "Invalid params: a key appears twice in one object")
+	}
 	f.preq = policyRequest(f.who, f.srv, f.method, target, params)
 	f.auditTarget = cmp.Or(f.preq.Tool, f.preq.Prompt, f.preq.Resource)
 	if g.audit.Load() != nil {
@@ -330,4 +338,48 @@ func scopeOf(resp *rpc.Message) []string {
 	}
 	s, _ := rpc.StringMember(resp.Error.Data, "scope")
 	return strings.Fields(s)
+}
+
+// duplicateKeys reports whether some object in the JSON value raw has a
+// key twice (or raw is not JSON: nothing can be said of it).
+func duplicateKeys(raw json.RawMessage) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var walk func() bool // reads one value; true if it has a duplicate
+	walk = func() bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return true
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				key, ok := k.(string)
+				if err != nil || !ok || seen[key] {
+					return true
+				}
+				seen[key] = true
+				if walk() {
+					return true
+				}
+			}
+			_, err := dec.Token()
+			return err != nil
+		case json.Delim('['):
+			for dec.More() {
+				if walk() {
+					return true
+				}
+			}
+			_, err := dec.Token()
+			return err != nil
+		}
+		return false
+	}
+	return walk()
 }

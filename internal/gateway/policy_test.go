@@ -122,6 +122,10 @@ func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
 			t.Errorf("bob's %s of a__crash: %s, want not permitted", m.Method, resp.Encode())
 		}
 	}
+	dup := &rpc.Message{ID: json.RawMessage(`"d3"`), Method: "tools/call", Params: json.RawMessage(`{"name":"a__crash","name":"a__echo","arguments":{}}`)}
+	if resp := ep.Handle(ctx, bob, dup, newRecorder()); resp.Error == nil || resp.Error.Code != rpc.InvalidParams || !strings.Contains(resp.Error.Message, "twice") {
+		t.Errorf("a call naming two tools: %s", resp.Encode())
+	}
 	if n := aCalls() - beforeA; n != 0 {
 		t.Errorf("denied requests of unknown methods reached a: %d", n)
 	}
@@ -328,5 +332,22 @@ func TestUnattributedLogLinesUnderAPolicy(t *testing.T) {
 	w.gw.relayLog(src, line)
 	if got() {
 		t.Error("under a policy an unattributed line reached another identity")
+	}
+}
+
+func TestDuplicateKeys(t *testing.T) {
+	for raw, want := range map[string]bool{
+		`{"name":"a","arguments":{"x":1}}`:                 false,
+		`{"name":"crash","name":"echo"}`:                   true,
+		`{"name":"a","arguments":{"x":1,"x":2}}`:           true,
+		`{"name":"a","arguments":{"p":[{"k":1,"k":2}]}}`:   true,
+		`{"name":"a","arguments":{"p":[{"k":1},{"k":2}]}}`: false,
+		`{"a":{"b":{"c":1}},"b":2}`:                        false,
+		`not json`:                                         true,
+		``:                                                 false,
+	} {
+		if got := duplicateKeys(json.RawMessage(raw)); got != want {
+			t.Errorf("duplicateKeys(%s) = %v, want %v", raw, got, want)
+		}
 	}
 }
