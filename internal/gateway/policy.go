@@ -340,46 +340,65 @@ func scopeOf(resp *rpc.Message) []string {
 	return strings.Fields(s)
 }
 
-// duplicateKeys reports whether some object in the JSON value raw has a
-// key twice (or raw is not JSON: nothing can be said of it).
+// duplicateKeys reports whether some object in raw — JSON the front
+// has already read as valid — has a key twice, escapes decoded ("a" and
+// "\u0061" are one key). It scans the bytes once, allocating nothing for
+// objects of a few keys: it runs on every call under a policy.
 func duplicateKeys(raw json.RawMessage) bool {
-	if len(raw) == 0 {
-		return false
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var walk func() bool // reads one value; true if it has a duplicate
-	walk = func() bool {
-		tok, err := dec.Token()
-		if err != nil {
-			return true
-		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				k, err := dec.Token()
-				key, ok := k.(string)
-				if err != nil || !ok || seen[key] {
-					return true
-				}
-				seen[key] = true
-				if walk() {
-					return true
+	var keyBuf [16][]byte
+	keys := keyBuf[:0] // the keys of the objects open, outermost first
+	var frameBuf [8]int
+	starts := frameBuf[:0] // per open object or array: where its keys begin, -1 for an array
+	expectKey := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case '{':
+			starts = append(starts, len(keys))
+			expectKey = true
+		case '[':
+			starts = append(starts, -1)
+			expectKey = false
+		case '}', ']':
+			if len(starts) == 0 {
+				return true
+			}
+			if from := starts[len(starts)-1]; from >= 0 {
+				keys = keys[:from]
+			}
+			starts = starts[:len(starts)-1]
+			expectKey = false
+		case ',':
+			expectKey = len(starts) > 0 && starts[len(starts)-1] >= 0
+		case '"':
+			j, escaped := i+1, false
+			for ; j < len(raw) && raw[j] != '"'; j++ {
+				if raw[j] == '\\' {
+					escaped = true
+					j++
 				}
 			}
-			_, err := dec.Token()
-			return err != nil
-		case json.Delim('['):
-			for dec.More() {
-				if walk() {
-					return true
-				}
+			if j >= len(raw) {
+				return true
 			}
-			_, err := dec.Token()
-			return err != nil
+			if expectKey {
+				key := raw[i+1 : j]
+				if escaped {
+					s, ok := rpc.String(raw[i : j+1])
+					if !ok {
+						return true
+					}
+					key = []byte(s)
+				}
+				for _, k := range keys[starts[len(starts)-1]:] {
+					if bytes.Equal(k, key) {
+						return true
+					}
+				}
+				keys = append(keys, key)
+				expectKey = false
+			}
+			i = j
 		}
-		return false
 	}
-	return walk()
+	return len(starts) != 0
 }
