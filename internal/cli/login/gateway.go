@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -66,6 +68,9 @@ func fetchGateway(ctx context.Context, o *Options) (*gatewayMetadata, string, er
 		return nil, "", fmt.Errorf("serve at %s answered %d for its protected resource metadata", o.API.Addr, code)
 	case m.Resource == "" || len(m.AuthorizationServers) == 0:
 		return nil, "", fmt.Errorf("serve at %s states no resource or authorization server in its protected resource metadata", o.API.Addr)
+	}
+	if err := sameResource(o.API.URL("/"), m.Resource); err != nil {
+		return nil, "", err
 	}
 	client := o.ClientID
 	if client == "" {
@@ -255,4 +260,24 @@ func RunGatewayLogout(ctx context.Context, o *LogoutOptions) error {
 		fmt.Fprintf(o.IO.Out, "Logged out of the gateway at %s: the tokens were forgotten.\n", o.API.Addr)
 	}
 	return nil
+}
+
+// sameResource refuses a resource of another origin than the address the
+// CLI reaches serve at (RFC 9728 §3.3): an address that named another
+// deployment's public URL would be given that deployment's admin token
+// with every command after. A serve reached on a loopback address — the
+// machine's own, behind its public URL — may name any.
+func sameResource(api, resource string) error {
+	a, err1 := url.Parse(api)
+	r, err2 := url.Parse(resource)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("the resource %q or the address %q is not a URL", resource, api)
+	}
+	if strings.EqualFold(a.Scheme, r.Scheme) && strings.EqualFold(a.Host, r.Host) {
+		return nil
+	}
+	if ip := net.ParseIP(a.Hostname()); (ip != nil && ip.IsLoopback()) || strings.EqualFold(a.Hostname(), "localhost") {
+		return nil
+	}
+	return fmt.Errorf("serve at %s says its resource is %s, of another origin: use that URL as --addr (a token for it is sent to the address logged in to)", api, resource)
 }
