@@ -188,8 +188,9 @@ bench-startup:
 bench-team:
 	go test -run XXX -bench BenchmarkTeamCost -benchtime=1x -count=5 ./internal/gateway/
 
-# One identity floods serve at 20 times its rate limit while another calls
-# at a steady pace: the flood's 429s, and the other's p50/p99 flooded
-# against quiet, in interleaved phases of one run.
+# One identity floods serve (its own process) at 20 times its rate limit
+# from another process while a third calls at a steady pace: the flood's
+# 429s, and the steady caller's p50/p99 flooded against quiet, in
+# interleaved phases of one run.
 bench-flood:
-	go test -run XXX -bench BenchmarkFloodIsolation -benchtime=1x -count=3 ./internal/daemon/
+	go test -run XXX -bench BenchmarkFloodIsolation -benchtime=1x -count=3 ./cmd/mcpvisor/

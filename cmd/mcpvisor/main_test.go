@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(middleEnv) != "" {
 		os.Exit(runMiddle())
 	}
+	if os.Getenv(floodEnv) != "" {
+		os.Exit(runFlood())
+	}
 	code := m.Run()
 	// The tests' Hydra (team_*_test.go), if one ran.
 	hydra.StopShared()

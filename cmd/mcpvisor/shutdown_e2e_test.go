@@ -60,7 +60,7 @@ func (s *started) waitLog(t *testing.T, substr string, n int, limit time.Duratio
 }
 
 // startServe runs `mcpvisor serve` with config and waits for its address.
-func startServe(t *testing.T, config string, args ...string) *started {
+func startServe(t testing.TB, config string, args ...string) *started {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
@@ -70,7 +70,7 @@ func startServe(t *testing.T, config string, args ...string) *started {
 
 // startServeFile runs `mcpvisor serve` on the config file cfg in the
 // working directory cwd ("" for the test's).
-func startServeFile(t *testing.T, cfg, cwd string, args ...string) *started {
+func startServeFile(t testing.TB, cfg, cwd string, args ...string) *started {
 	t.Helper()
 	bin, _ := binaries(t)
 	dir := t.TempDir()

@@ -194,12 +194,6 @@ func TestResourceServer(t *testing.T) {
 // tok, and returns the reply.
 func postCall(t *testing.T, base, tok, tool, args string) (reply, http.Header) {
 	t.Helper()
-	return postCallTB(t, base, tok, tool, args)
-}
-
-// postCallTB is postCall for a benchmark too.
-func postCallTB(t testing.TB, base, tok, tool, args string) (reply, http.Header) {
-	t.Helper()
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":` + args +
 		`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	req, _ := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
