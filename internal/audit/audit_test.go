@@ -206,9 +206,7 @@ func TestAddRacingClose(t *testing.T) {
 				}
 			})
 		}
-		for l.Stats().Written < 1 {
-			runtime.Gosched()
-		}
+		waitWritten(t, l, 1)
 		closeLog(t, l)
 		close(stop)
 		wg.Wait()
@@ -406,9 +404,7 @@ func TestFollow(t *testing.T) {
 	for i := range 3 {
 		l.Add(Record{Server: "s", Target: fmt.Sprint(i), Outcome: "ok"})
 	}
-	for l.Stats().Written < 3 {
-		time.Sleep(time.Millisecond)
-	}
+	waitWritten(t, l, 3)
 	srv := httptest.NewServer(l.Handler())
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -502,6 +498,18 @@ func TestLaggedLine(t *testing.T) {
 	}
 }
 
+// waitWritten waits, for at most 10 s, until l has written n records.
+func waitWritten(t *testing.T, l *Log, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Stats().Written < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records written in 10 s; want %d", l.Stats().Written, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // The handler's filters, limit and after; bad queries are refused.
 func TestHandlerQuery(t *testing.T) {
 	l := open(t, Options{out: &fakeOut{}})
@@ -509,9 +517,7 @@ func TestHandlerQuery(t *testing.T) {
 	for i := range 10 {
 		l.Add(Record{Server: []string{"a", "b"}[i%2], Identity: "alice", Outcome: []string{"ok", "denied"}[i%3/2]})
 	}
-	for l.Stats().Written < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitWritten(t, l, 10) // the handler shows what was written
 	get := func(q string) (int, []wire) {
 		rec := httptest.NewRecorder()
 		l.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/audit?"+q, nil))
@@ -756,4 +762,42 @@ func BenchmarkAddQueued(b *testing.B) {
 	s := l.Stats()
 	closeLog(b, l)
 	b.ReportMetric(float64(s.Dropped)/float64(b.N), "drops/op")
+}
+
+// A record counted as written is in the ring already: whoever read the
+// count (a test, /metrics) then asks /api/audit finds it there.
+func TestWrittenIsInTheRing(t *testing.T) {
+	l := open(t, Options{out: &fakeOut{}})
+	defer closeLog(t, l)
+	const n = 3000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			l.Add(Record{Server: "s", Target: fmt.Sprint(i), Outcome: "ok"})
+			for l.Stats().Queued > 100 { // never dropped
+				runtime.Gosched()
+			}
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w := l.Stats().Written
+		l.mu.Lock()
+		var newest uint64
+		if l.n > 0 {
+			newest = l.ring[(l.head+l.n-1)%len(l.ring)].seq
+		}
+		l.mu.Unlock()
+		if newest < w {
+			t.Fatalf("%d records counted as written; the ring's newest is %d", w, newest)
+		}
+		if w == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d written in 20 s", w, n)
+		}
+	}
+	<-done
 }

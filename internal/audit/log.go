@@ -310,7 +310,11 @@ func (l *Log) write(rec *Record) {
 		l.log.Warn("audit: encoding a record", "err", err)
 		return
 	}
-	if err := l.out.write(line); err != nil {
+	err = l.out.write(line)
+	// Published before it is counted: a reader who saw it counted finds
+	// it in the ring.
+	l.publish(entry{seq: seq, server: rec.Server, identity: rec.Identity, outcome: rec.Outcome, line: line})
+	if err != nil {
 		l.failed.Add(1)
 		if !l.failing.Swap(true) {
 			l.log.Error("audit: writing failed; records are lost until it works again", "err", err)
@@ -321,7 +325,6 @@ func (l *Log) write(rec *Record) {
 			l.log.Info("audit: writing works again")
 		}
 	}
-	l.publish(entry{seq: seq, server: rec.Server, identity: rec.Identity, outcome: rec.Outcome, line: line})
 }
 
 // output is where lines go.
