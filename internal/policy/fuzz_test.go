@@ -24,6 +24,10 @@ var atoms = []string{
 	`identity.claims.team == "a"`, `identity.claims.missing == 1`,
 	`has(arguments.x)`, `arguments.x == 1`, `arguments.x > 0`, `arguments.y.startsWith("a")`,
 	`size(arguments) > 1`, `arguments.all(k, k != "z")`,
+	// What they read of the identity decides what list answers are kept
+	// by: whole claims, an index, a has().
+	`"jti" in identity.claims`, `identity["sub"] == "bob"`, `identity.claims.exists(k, k == "jti")`,
+	`has(identity.claims.jti)`, `identity["claims"]["team"] == "b"`,
 }
 
 type source struct{ b []byte }
@@ -71,6 +75,10 @@ var fuzzIDs = []*identity.Identity{
 	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "alice", ClientID: "c1", Groups: []string{"ops"}, Claims: map[string]any{"team": "a"}}).Finish(),
 	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "bob", ClientID: "c2", Claims: map[string]any{"team": "b"}}).Finish(),
 	identity.LocalUser(1000, "carol"),
+	// alice's next token; bob's double but for the subject: alike to
+	// rules that do not read what differs.
+	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "alice", ClientID: "c1", Groups: []string{"ops"}, Claims: map[string]any{"team": "a", "jti": "x2"}}).Finish(),
+	(&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "dave", ClientID: "c2", Claims: map[string]any{"team": "b"}}).Finish(),
 }
 
 // reference decides by the combining rule, evaluating every rule on its
@@ -135,6 +143,33 @@ func checkProperties(t *testing.T, data []byte, args []byte) {
 	}
 	if u := p.decide(req, false); u != d {
 		t.Fatalf("rules %q: indexed %+v, unindexed %+v", rules, d, u)
+	}
+	// A Viewer, asked of several servers' items in turn (its memo of the
+	// last server's base), answers as Visible does.
+	v := p.Viewer(req.Identity)
+	for _, server := range []string{"s0", "s0", "s1", "s2", "s1", req.Server} {
+		for _, k := range []string{KindTool, KindPrompt, kind} {
+			if got, want := v.Visible(server, k, name), p.Visible(req.Identity, server, k, name); got != want {
+				t.Fatalf("rules %q: the Viewer says %v of %s %s/%s, Visible %v", rules, got, k, server, name, want)
+			}
+		}
+	}
+	// Identities with the same key get one another's kept answers: they
+	// must be their own.
+	for _, other := range fuzzIDs {
+		if other == req.Identity || p.Key(other) != p.Key(req.Identity) {
+			continue
+		}
+		p.Visible(req.Identity, req.Server, kind, name) // kept
+		fresh, _ := Compile(rules)
+		if got, want := p.Visible(other, req.Server, kind, name), fresh.Visible(other, req.Server, kind, name); got != want {
+			t.Fatalf("rules %q: %s's kept answer for %s/%s (%v) given to %s, whose own is %v", rules, req.Identity.Name(), req.Server, name, got, other.Name(), want)
+		}
+		o := *req
+		o.Identity = other
+		if p.Decide(&o).Allowed != d.Allowed {
+			t.Fatalf("rules %q: %s and %s have one key but differ in %+v", rules, req.Identity.Name(), other.Name(), req)
+		}
 	}
 	if d.Allowed && !p.Visible(req.Identity, req.Server, kind, name) {
 		t.Fatalf("rules %q: %s may %s %s/%s with %s but it is not listed", rules, req.Identity.Name(), req.Method, req.Server, name, args)

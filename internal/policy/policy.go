@@ -94,6 +94,7 @@ type rule struct {
 type Policy struct {
 	rules    []*rule
 	hasAllow bool
+	reads    *reads // what the rules read of the identity
 	adapter  types.Adapter
 	// byServer holds, per server some rule names literally, the indexes of
 	// the rules that can apply to it (denies first, in order); anyServer
@@ -131,14 +132,14 @@ func init() {
 // Compile compiles and type-checks rules. The error names every bad
 // rule's Path with CEL's message.
 func Compile(rules []Rule) (*Policy, error) {
-	p := &Policy{adapter: env.CELTypeAdapter()}
+	p := &Policy{adapter: env.CELTypeAdapter(), reads: newReads()}
 	var errs []error
 	for i, r := range rules {
 		path := r.Path
 		if path == "" {
 			path = fmt.Sprintf("rules[%d].when", i)
 		}
-		cr, err := compileRule(r)
+		cr, err := compileRule(r, p.reads)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
@@ -161,7 +162,8 @@ func Compile(rules []Rule) (*Policy, error) {
 	return p, nil
 }
 
-func compileRule(r Rule) (*rule, error) {
+// compileRule compiles r, adding what it reads of the identity to ids.
+func compileRule(r Rule, ids *reads) (*rule, error) {
 	cr := &rule{name: r.Name}
 	switch r.Effect {
 	case Allow:
@@ -198,6 +200,7 @@ func compileRule(r Rule) (*rule, error) {
 		return nil, err
 	}
 	cr.prg = prg
+	ids.add(native.Expr())
 	refs := native.ReferenceMap()
 	for _, ri := range refs {
 		switch ri.Name {

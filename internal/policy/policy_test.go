@@ -355,3 +355,33 @@ func TestDecideAllocations(t *testing.T) {
 		t.Errorf("%v allocations for a decision without arguments", n)
 	}
 }
+
+// Kept list answers are keyed by what the rules read of the identity:
+// a person's next token (another exp and jti) and a colleague the rules
+// cannot tell apart share them; anyone the rules can tell apart does not.
+func TestKeyIsWhatTheRulesRead(t *testing.T) {
+	tok := func(sub, team, jti string, groups ...string) *identity.Identity {
+		return (&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: sub, ClientID: "c", Groups: groups,
+			Claims: map[string]any{"team": team, "jti": jti, "exp": float64(len(jti))}}).Finish()
+	}
+	p := mustCompile(t, allow("a", `"ops" in identity.groups`), deny("d", `has(identity.claims.team) && identity.claims.team == "x"`))
+	alice1, alice2 := tok("alice", "a", "j1", "ops"), tok("alice", "a", "j22", "ops")
+	bob := tok("bob", "a", "j3", "ops")
+	if p.Key(alice1) == "" || p.Key(alice1) != p.Key(alice2) || p.Key(alice1) != p.Key(bob) {
+		t.Error("identities alike to the rules have different keys")
+	}
+	for _, other := range []*identity.Identity{tok("alice", "x", "j1", "ops"), tok("alice", "a", "j1"), nil} {
+		if p.Key(other) == p.Key(alice1) {
+			t.Errorf("%v has alice's key though the rules tell them apart", other)
+		}
+	}
+	for _, when := range []string{`identity.sub == "bob"`, `identity["sub"] == "bob"`, `size(identity) > 0`, `"jti" in identity.claims`, `identity.claims.exists(k, identity.claims[k] == "j1")`} {
+		p := mustCompile(t, allow("a", when))
+		if p.Key(alice1) == p.Key(bob) {
+			t.Errorf("%s: alice and bob have one key", when)
+		}
+	}
+	if p := mustCompile(t, allow("a", `identity["claims"]["team"] == "a"`)); p.Key(alice1) != p.Key(bob) {
+		t.Error(`identity["claims"]["team"]: alice and bob have different keys`)
+	}
+}

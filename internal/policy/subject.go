@@ -18,18 +18,19 @@ import (
 type Subject struct {
 	val    ref.Val
 	fields subjectFields
+	reads  *reads // what the policy's rules read of it; nil: all
 
 	keyOnce sync.Once
 	key     string
 }
 
-// cacheKey names the identity's every field a rule can read ("" when
-// they cannot be encoded: then nothing is cached by it). It is computed
-// on first use: only list filtering needs it.
+// cacheKey names what the policy's rules read of the identity ("" when
+// it cannot be encoded: then nothing is cached by it). It is computed on
+// first use: only list filtering needs it.
 func (s *Subject) cacheKey() string {
 	s.keyOnce.Do(func() {
 		// json.Marshal sorts map keys: the same fields give the same key.
-		if b, err := json.Marshal(s.fields); err == nil {
+		if b, err := json.Marshal(s.reads.project(&s.fields)); err == nil {
 			sum := sha256.Sum256(b)
 			s.key = hex.EncodeToString(sum[:])
 		}
@@ -55,6 +56,7 @@ func (p *Policy) Subject(id *identity.Identity) *Subject {
 		return s
 	}
 	s = newSubject(id)
+	s.reads = p.reads
 	p.mu.Lock()
 	if len(p.subjects) >= maxSubjects {
 		for k := range p.subjects {
@@ -65,6 +67,16 @@ func (p *Policy) Subject(id *identity.Identity) *Subject {
 	p.subjects[id] = s
 	p.mu.Unlock()
 	return s
+}
+
+// Key names everything a rule of p can read of id: two identities with
+// the same Key get the same answers. "" when it cannot be told (nothing
+// should then be kept by it), and for a nil p.
+func (p *Policy) Key(id *identity.Identity) string {
+	if p == nil {
+		return ""
+	}
+	return p.Subject(id).cacheKey()
 }
 
 // subjectFields is the identity as rules see it.

@@ -75,7 +75,46 @@ type base struct {
 	someAllow bool // an allow is true or unknown for every item
 }
 
+// A Viewer answers Visible for one identity over a whole list: the
+// identity is looked up once, what the rules that read no name say of a
+// server's items once per run of that server's items, and no answer is
+// kept item by item (the caller keeps the list's: gateway). It is not
+// safe for concurrent use; the Policy it came from is.
+type Viewer struct {
+	p    *Policy
+	sub  *Subject
+	memo baseMemo
+}
+
+type baseMemo struct {
+	ok           bool
+	server, kind string
+	b            base
+}
+
+// Viewer returns a Viewer of p for id.
+func (p *Policy) Viewer(id *identity.Identity) *Viewer {
+	if p.Empty() {
+		return &Viewer{}
+	}
+	return &Viewer{p: p, sub: p.Subject(id)}
+}
+
+// Visible is Policy.Visible for the Viewer's identity.
+func (v *Viewer) Visible(server, kind, name string) bool {
+	if v.p == nil {
+		return v.p.Visible(nil, server, kind, name)
+	}
+	return v.p.visibleWith(v.sub, server, kind, name, &v.memo)
+}
+
 func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
+	return p.visibleWith(sub, server, kind, name, nil)
+}
+
+// visibleWith is visibleNow with the base of the last server and kind
+// it was asked of kept in memo (nil: none).
+func (p *Policy) visibleWith(sub *Subject, server, kind, name string, memo *baseMemo) bool {
 	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownArgs}
 	var tool, prompt, resource string
 	unknownURI := false
@@ -92,7 +131,15 @@ func (p *Policy) visibleNow(sub *Subject, server, kind, name string) bool {
 		return false
 	}
 	act.tool, act.prompt, act.resource = types.String(tool), types.String(prompt), types.String(resource)
-	b := p.base(sub, server, kind, act)
+	var b base
+	if memo != nil && memo.ok && memo.server == server && memo.kind == kind {
+		b = memo.b
+	} else {
+		b = p.base(sub, server, kind, act)
+		if memo != nil {
+			*memo = baseMemo{true, server, kind, b}
+		}
+	}
 	if b.hidden {
 		return false
 	}
