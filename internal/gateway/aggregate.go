@@ -117,6 +117,13 @@ type routeTable struct {
 	// by public name: not listed, and a call gets an error naming the
 	// approval.
 	held map[string]route
+
+	// vis keeps visibleOf's answers for this table, by policy and
+	// identity: they die with the table (a list changed, a server came or
+	// went), a policy's or the server scopes' with their reload.
+	visMu    sync.Mutex
+	vis      map[visKey]visList
+	visItems int // the items of every answer in vis, bounded by maxVisItems
 }
 
 // missRebuildEvery bounds how often names missing from a table rebuild it:

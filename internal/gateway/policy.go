@@ -211,17 +211,97 @@ func policyKind(k catalog.ListKind) string {
 	return ""
 }
 
+// visKey names an answer of visibleOf for one table: the policy and the
+// server scopes in force, what the rules can read of the identity, and
+// whether the list is the aggregate's (where server scopes count) and
+// then the token's kind and scopes.
+type visKey struct {
+	policy    *policy.Policy
+	scopes    *func(string) []string
+	identity  string
+	aggregate bool
+	held      string
+}
+
+type visList struct {
+	items []json.RawMessage
+	keys  []string
+}
+
+// maxVisItems bounds the items of a table's kept answers (a few
+// megabytes of slice headers at most: the items themselves are the
+// table's); past it, answers of other policies, then any, are dropped.
+var maxVisItems = 1 << 17
+
 // visibleOf is t's items (and their keys) w may see: those of which some
-// request could be allowed.
+// request could be allowed. Answers are kept with t, by identity (as the
+// policy tells them apart), so that an identity's lists after its first
+// cost a lookup.
 func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
-	kind := policyKind(k)
 	p := g.policy.Load() // one policy for the whole list
+	key := visKey{policy: p, scopes: g.serverScopes.Load(), identity: p.Key(who), aggregate: w.endpoint() == nil}
+	if key.scopes != nil && key.aggregate && who != nil {
+		// missingScopes reads these, whatever the rules read
+		key.held = string(who.Kind) + "\x00" + strings.Join(who.Scopes, " ")
+	}
+	if key.identity != "" {
+		t.visMu.Lock()
+		l, ok := t.vis[key]
+		t.visMu.Unlock()
+		if ok {
+			return l.items, l.keys
+		}
+	}
+	items, keys := g.visibleNow(p, who, w, t, k)
+	if key.identity != "" {
+		t.keepVisible(key, visList{items, keys})
+	}
+	return items, keys
+}
+
+// keepVisible keeps l as t's answer for key, within maxVisItems.
+func (t *routeTable) keepVisible(key visKey, l visList) {
+	t.visMu.Lock()
+	defer t.visMu.Unlock()
+	if t.vis == nil {
+		t.vis = map[visKey]visList{}
+	}
+	if _, ok := t.vis[key]; ok {
+		return
+	}
+	for k, old := range t.vis { // answers of a policy no longer in force first
+		if t.visItems+len(l.items) <= maxVisItems {
+			break
+		}
+		if k.policy != key.policy || k.scopes != key.scopes {
+			delete(t.vis, k)
+			t.visItems -= len(old.items)
+		}
+	}
+	for k, old := range t.vis {
+		if t.visItems+len(l.items) <= maxVisItems {
+			break
+		}
+		delete(t.vis, k)
+		t.visItems -= len(old.items)
+	}
+	if len(l.items) > maxVisItems {
+		return
+	}
+	t.vis[key] = l
+	t.visItems += len(l.items)
+}
+
+// visibleNow is visibleOf's answer, worked out.
+func (g *Gateway) visibleNow(p *policy.Policy, who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
+	kind := policyKind(k)
 	items := make([]json.RawMessage, 0, len(t.items))
 	keys := make([]string, 0, len(t.keys))
 	lacks := map[*fleet.Server]bool{}
+	v := p.Viewer(who) // the list's answers are kept whole, by visibleOf
 	for i, key := range t.keys {
 		r, ok := t.byName[key]
-		if !ok || !visible(p, who, r.srv, kind, r.name) {
+		if !ok || !v.Visible(r.srv.Name(), kind, r.name) {
 			continue
 		}
 		missing, seen := lacks[r.srv]

@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
@@ -348,5 +350,127 @@ func TestDuplicateKeys(t *testing.T) {
 		if got := duplicateKeys(json.RawMessage(raw)); got != want {
 			t.Errorf("duplicateKeys(%s) = %v, want %v", raw, got, want)
 		}
+	}
+}
+
+// The aggregate keeps each identity's filtered list with its table: an
+// answer kept for one identity never reaches another, nor the same
+// person with other claims or scopes, nor anyone under another policy or
+// other server scopes; and what is kept stays within its bound.
+func TestKeptListsAreTheIdentitys(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"b":{"command":"$FIXTURE"}}`)
+	w.gw.SetPolicy(mustPolicy(t,
+		policy.Rule{Name: "a for all", Effect: policy.Allow, When: `server == "a"`},
+		policy.Rule{Name: "ops", Effect: policy.Allow, When: `"ops" in identity.groups`},
+	))
+	ctx := context.Background()
+	ep := w.gw.Aggregate()
+	s := ep.Open(newRecorder())
+	defer ep.Close(s)
+	user := func(sub string, groups, scopes []string) *identity.Identity {
+		return (&identity.Identity{Kind: identity.Token, Issuer: "https://as", Subject: sub, ClientID: "c", Groups: groups, Scopes: scopes}).Finish()
+	}
+	n := 0
+	seesB := func(who *identity.Identity) bool {
+		s.SetIdentity(who)
+		n++
+		names := listedTools(t, ep.Handle(ctx, s, request(n, "tools/list", map[string]any{}), newRecorder()))
+		if !slices.Contains(names, "a__echo") {
+			t.Fatalf("%s is not listed a__echo: %v", who.Name(), names)
+		}
+		return slices.Contains(names, "b__echo")
+	}
+	carol, dana := user("carol", nil, nil), user("dana", []string{"ops"}, nil)
+	for range 2 { // the second time from what is kept
+		if seesB(carol) || !seesB(dana) {
+			t.Fatal("carol sees b, or dana does not")
+		}
+	}
+	if !seesB(user("carol", []string{"ops"}, nil)) {
+		t.Error("carol, now in ops, was given her old list")
+	}
+	if seesB(user("dana", nil, nil)) {
+		t.Error("dana, out of ops, was given her old list")
+	}
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "a only", Effect: policy.Allow, When: `server == "a"`}))
+	if seesB(dana) {
+		t.Error("dana was given a list kept under the policy before")
+	}
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "all", Effect: policy.Allow, When: `true`}))
+	w.gw.SetServerScopes(func(server string) []string {
+		if server == "b" {
+			return []string{"b:use"}
+		}
+		return nil
+	})
+	if seesB(dana) || !seesB(user("dana", []string{"ops"}, []string{"b:use"})) {
+		t.Error("b's scope: listed without it, or not with it")
+	}
+	w.gw.SetServerScopes(nil)
+	if !seesB(dana) {
+		t.Error("dana was given a list kept under the server scopes before")
+	}
+
+	// Sessions of identities in and out of ops list at once, while the
+	// kept answers are made and read.
+	w.gw.SetPolicy(mustPolicy(t,
+		policy.Rule{Name: "a for all", Effect: policy.Allow, When: `server == "a"`},
+		policy.Rule{Name: "ops", Effect: policy.Allow, When: `"ops" in identity.groups`},
+	))
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			gs := ep.Open(newRecorder())
+			defer ep.Close(gs)
+			ops := g%2 == 0
+			var groups []string
+			if ops {
+				groups = []string{"ops"}
+			}
+			gs.SetIdentity(user(fmt.Sprint("g", g%4), groups, nil))
+			for i := range 20 {
+				resp := ep.Handle(ctx, gs, request(1000+100*g+i, "tools/list", map[string]any{}), newRecorder())
+				var res struct {
+					Tools []struct{ Name string } `json:"tools"`
+				}
+				if resp.Error != nil || json.Unmarshal(resp.Result, &res) != nil {
+					errs <- "a list failed"
+					return
+				}
+				if slices.ContainsFunc(res.Tools, func(t struct{ Name string }) bool { return t.Name == "b__echo" }) != ops {
+					errs <- fmt.Sprintf("g%d (ops %v) was given another's list", g, ops)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "all", Effect: policy.Allow, When: `true`}))
+	defer func(v int) { maxVisItems = v }(maxVisItems)
+	t1 := keptTable(w.gw)
+	if t1 == nil {
+		t.Fatal("no tools table")
+	}
+	maxVisItems = len(t1.items) + 1 // one full answer
+	for i := range 5 {
+		if seesB(user(fmt.Sprint("u", i), nil, nil)) != true {
+			t.Errorf("u%d under allow-all does not see b", i)
+		}
+	}
+	t1.visMu.Lock()
+	kept, items := len(t1.vis), t1.visItems
+	sum := 0
+	for _, l := range t1.vis {
+		sum += len(l.items)
+	}
+	t1.visMu.Unlock()
+	if items > maxVisItems || sum != items || kept != 1 {
+		t.Errorf("%d answers of %d items kept (counted %d); bound %d", kept, sum, items, maxVisItems)
 	}
 }
