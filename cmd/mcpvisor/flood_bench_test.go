@@ -25,6 +25,26 @@ const floodEnv = "MCPVISOR_TEST_FLOOD"
 
 const floodPublic = "https://mcp.example.test"
 
+// processCPU is the user and system CPU time pid has used, from
+// /proc/PID/stat; 0 where there is no /proc.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th of them, in clock ticks (100 a second on
+	// every Linux this runs on).
+	i := strings.LastIndex(string(b), ") ")
+	f := strings.Fields(string(b)[i+1:])
+	if i < 0 || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
 // floodCall posts one 2026-07-28 call of x__echo with tok and returns its
 // status.
 func floodCall(c *http.Client, url, tok string) int {
@@ -89,6 +109,14 @@ func runFlood() int {
 // this one. The flood gets 429; the other's p50 and p99 are compared
 // with its own in the quiet phases interleaved with the flooded ones, in
 // the same run. make bench-flood runs it.
+//
+// It reports serve's CPU (user + system, from /proc; 0 where there is
+// none) per second of each kind of phase, to show that the flood loads
+// the process the steady caller shares. Expect the flooded figures at or
+// below the quiet ones on a machine with cores to spare: between the
+// steady caller's calls 10 ms apart, a quiet serve parks its threads and
+// the cores idle, and each call pays their wake-up; the flood keeps them
+// running.
 func BenchmarkFloodIsolation(b *testing.B) {
 	iss := authntest.Start(b, authntest.Options{})
 	fixture := testserver.Build(b)
@@ -105,13 +133,15 @@ func BenchmarkFloodIsolation(b *testing.B) {
 	const phases, perPhase, floodRate, floodConns = 8, 150, 4000, 4
 	var quiet, flooded []time.Duration
 	var floodCalls, flood429, bob429 int64
-	var floodTime time.Duration
+	var floodTime, quietTime time.Duration
+	var floodCPU, quietCPU time.Duration
+	pid := s.cmd.Process.Pid
 	b.ResetTimer()
 	for p := range phases {
 		var cmd *exec.Cmd
 		var stdin io.WriteCloser
 		var out *bufio.Reader
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU(pid)
 		if p%2 == 1 {
 			cmd = exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), floodEnv+"="+fmt.Sprintf("%s %s %d %d", url, alice, floodRate, floodConns))
@@ -136,7 +166,11 @@ func BenchmarkFloodIsolation(b *testing.B) {
 			}
 			time.Sleep(10 * time.Millisecond) // bob's steady pace, under his limit
 		}
-		if cmd != nil {
+		if cmd == nil {
+			quietTime += time.Since(start)
+			quietCPU += processCPU(pid) - cpu0
+		} else {
+			floodCPU += processCPU(pid) - cpu0
 			stdin.Close()
 			line, _ := out.ReadString('\n')
 			_ = cmd.Wait()
@@ -154,6 +188,8 @@ func BenchmarkFloodIsolation(b *testing.B) {
 		return float64(v[int(q*float64(len(v)-1))].Microseconds())
 	}
 	b.ReportMetric(float64(floodCalls)/floodTime.Seconds(), "flood-calls/s")
+	b.ReportMetric(100*floodCPU.Seconds()/floodTime.Seconds(), "serve-cpu%-flooded")
+	b.ReportMetric(100*quietCPU.Seconds()/quietTime.Seconds(), "serve-cpu%-quiet")
 	b.ReportMetric(float64(flood429)/float64(max(floodCalls, 1)), "flood-429-share")
 	b.ReportMetric(float64(bob429), "other-429")
 	b.ReportMetric(pct(quiet, 0.5), "quiet-p50-us")
