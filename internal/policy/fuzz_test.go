@@ -28,6 +28,8 @@ var atoms = []string{
 	// by: whole claims, an index, a has().
 	`"jti" in identity.claims`, `identity["sub"] == "bob"`, `identity.claims.exists(k, k == "jti")`,
 	`has(identity.claims.jti)`, `identity["claims"]["team"] == "b"`,
+	// Variables named from the root, with a leading dot.
+	`.identity.sub == "alice"`, `.tool == "t1"`, `has(.arguments.x)`, `.identity["claims"].team == "a"`,
 }
 
 type source struct{ b []byte }
@@ -143,6 +145,15 @@ func checkProperties(t *testing.T, data []byte, args []byte) {
 	}
 	if u := p.decide(req, false); u != d {
 		t.Fatalf("rules %q: indexed %+v, unindexed %+v", rules, d, u)
+	}
+	// What is kept of other items of the server never changes this
+	// item's answer.
+	fresh, _ := Compile(rules)
+	for _, other := range []string{"t0", "t1", "t2", "t3", "file:t1", "mem:t0"} {
+		p.Visible(req.Identity, req.Server, kind, other)
+	}
+	if got, want := p.Visible(req.Identity, req.Server, kind, name), fresh.Visible(req.Identity, req.Server, kind, name); got != want {
+		t.Fatalf("rules %q: %s %s/%s is %v after other items, %v alone", rules, kind, req.Server, name, got, want)
 	}
 	// A Viewer, asked of several servers' items in turn (its memo of the
 	// last server's base), answers as Visible does.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
@@ -183,6 +184,9 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 		return nil, fmt.Errorf("the condition's value is %s, not bool", checked.OutputType())
 	}
 	native := checked.NativeRep()
+	if err := noShadowing(native.Expr()); err != nil {
+		return nil, err
+	}
 	// Only a comprehension (all, exists, map, filter, …) can cost more
 	// than linearly in the arguments' size; tracking the cost of other
 	// rules would double a decision's cost for nothing.
@@ -202,8 +206,12 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 	cr.prg = prg
 	ids.add(native.Expr())
 	refs := native.ReferenceMap()
-	for _, ri := range refs {
-		switch ri.Name {
+	// What the rule reads, by every identifier in it: a reference, or a
+	// comprehension's variable of the same name (taken for the variable,
+	// it can only make the rule evaluated more often). A leading dot
+	// (.tool) names the variable past a comprehension's of that name.
+	mark := func(name string) {
+		switch strings.TrimPrefix(name, ".") {
 		case "arguments":
 			cr.args = true
 		case "resource":
@@ -212,6 +220,14 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 			cr.names = true
 		}
 	}
+	for _, ri := range refs {
+		mark(ri.Name)
+	}
+	ast.PostOrderVisit(native.Expr(), ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() == ast.IdentKind {
+			mark(e.AsIdent())
+		}
+	}))
 	if cr.args || cr.resource {
 		if cr.part, err = env.Program(checked, append(opts, cel.EvalOptions(cel.OptPartialEval))...); err != nil {
 			return nil, err
@@ -228,6 +244,28 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 		}
 	})
 	return cr, nil
+}
+
+// ruleVariables are the variables a rule reads.
+var ruleVariables = map[string]bool{"identity": true, "server": true, "method": true, "tool": true, "prompt": true, "resource": true, "arguments": true}
+
+// noShadowing refuses a macro's variable named as one of the rule's
+// (arguments.all(arguments, …)): what such a rule reads of the request
+// is not what it seems to read, to its reader or to list filtering.
+func noShadowing(e ast.Expr) error {
+	var err error
+	ast.PostOrderVisit(e, ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() != ast.ComprehensionKind || err != nil {
+			return
+		}
+		c := e.AsComprehension()
+		for _, v := range []string{c.IterVar(), c.IterVar2()} {
+			if ruleVariables[v] {
+				err = fmt.Errorf("the macro's variable %q hides the rule's variable of that name: name it otherwise", v)
+			}
+		}
+	}))
+	return err
 }
 
 // conjuncts calls f with each operand of the top-level && chain of e (e

@@ -48,6 +48,8 @@ func TestCompileNamesEveryBadRule(t *testing.T) {
 		{Name: "effect", Effect: "permit", When: `true`, Path: "policy.rules[5].effect"},
 		{Name: "empty", Effect: Allow, When: ``, Path: "policy.rules[6].when"},
 		{Name: "undeclared", Effect: Allow, When: `user == "x"`, Path: "policy.rules[7].when"},
+		{Name: "shadow", Effect: Deny, When: `[1].exists(identity, .identity.sub == "a")`, Path: "policy.rules[8].when"},
+		{Name: "shadow2", Effect: Deny, When: `arguments.all(tool, tool != "x")`, Path: "policy.rules[9].when"},
 	})
 	if err == nil {
 		t.Fatal("bad rules compiled")
@@ -61,6 +63,8 @@ func TestCompileNamesEveryBadRule(t *testing.T) {
 		"policy.rules[5].effect: ", `"permit"`,
 		"policy.rules[6].when: empty condition",
 		"policy.rules[7].when: ", "undeclared reference to 'user'",
+		`policy.rules[8].when: the macro's variable "identity" hides`,
+		`policy.rules[9].when: the macro's variable "tool" hides`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
@@ -375,7 +379,7 @@ func TestKeyIsWhatTheRulesRead(t *testing.T) {
 			t.Errorf("%v has alice's key though the rules tell them apart", other)
 		}
 	}
-	for _, when := range []string{`identity.sub == "bob"`, `identity["sub"] == "bob"`, `size(identity) > 0`, `"jti" in identity.claims`, `identity.claims.exists(k, identity.claims[k] == "j1")`} {
+	for _, when := range []string{`identity.sub == "bob"`, `identity["sub"] == "bob"`, `size(identity) > 0`, `"jti" in identity.claims`, `identity.claims.exists(k, identity.claims[k] == "j1")`, `.identity.sub == "bob"`} {
 		p := mustCompile(t, allow("a", when))
 		if p.Key(alice1) == p.Key(bob) {
 			t.Errorf("%s: alice and bob have one key", when)

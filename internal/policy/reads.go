@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"strings"
+
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
@@ -75,9 +77,10 @@ func (r *reads) add(e ast.Expr) {
 func identityPath(e ast.Expr) ([]string, bool) {
 	switch e.Kind() {
 	case ast.IdentKind:
-		// A comprehension's variable of the same name shadows it: taken
-		// for the identity, it can only make the key cover more.
-		return []string{}, e.AsIdent() == "identity"
+		// .identity is the variable past a comprehension's variable of
+		// that name; that variable, taken for the identity, can only make
+		// the key cover more.
+		return []string{}, strings.TrimPrefix(e.AsIdent(), ".") == "identity"
 	case ast.SelectKind:
 		s := e.AsSelect()
 		if p, ok := identityPath(s.Operand()); ok {
