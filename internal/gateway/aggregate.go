@@ -118,12 +118,14 @@ type routeTable struct {
 	// approval.
 	held map[string]route
 
-	// vis keeps visibleOf's answers for this table, by policy and
+	// vis keeps visibleOf's answers for this table, made under visFor's
+	// policy and server scopes (a reload's first list empties it), by
 	// identity: they die with the table (a list changed, a server came or
-	// went), a policy's or the server scopes' with their reload.
-	visMu    sync.Mutex
-	vis      map[visKey]visList
-	visItems int // the items of every answer in vis, bounded by maxVisItems
+	// went).
+	visMu   sync.Mutex
+	visFor  visRules
+	vis     map[visKey]visList
+	visCost int // of every answer in vis (visList.cost), at most maxVisCost
 }
 
 // missRebuildEvery bounds how often names missing from a table rebuild it:

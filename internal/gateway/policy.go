@@ -211,13 +211,17 @@ func policyKind(k catalog.ListKind) string {
 	return ""
 }
 
-// visKey names an answer of visibleOf for one table: the policy and the
-// server scopes in force, what the rules can read of the identity, and
-// whether the list is the aggregate's (where server scopes count) and
-// then the token's kind and scopes.
+// visRules are what a table's kept answers were made under.
+type visRules struct {
+	policy *policy.Policy
+	scopes *func(string) []string
+}
+
+// visKey names an answer of visibleOf, under a table's visRules: what
+// the rules can read of the identity, whether the list is the
+// aggregate's (where server scopes count) and then the token's kind and
+// scopes.
 type visKey struct {
-	policy    *policy.Policy
-	scopes    *func(string) []string
 	identity  string
 	aggregate bool
 	held      string
@@ -228,10 +232,13 @@ type visList struct {
 	keys  []string
 }
 
-// maxVisItems bounds the items of a table's kept answers (a few
-// megabytes of slice headers at most: the items themselves are the
-// table's); past it, answers of other policies, then any, are dropped.
-var maxVisItems = 1 << 17
+// cost is what l counts against maxVisCost: an empty answer too.
+func (l visList) cost() int { return 1 + len(l.items) }
+
+// maxVisCost bounds a table's kept answers, in items plus answers (a
+// few megabytes of slice headers at most: the items themselves are the
+// table's); past it, kept answers are dropped at random.
+var maxVisCost = 1 << 17
 
 // visibleOf is t's items (and their keys) w may see: those of which some
 // request could be allowed. Answers are kept with t, by identity (as the
@@ -239,14 +246,18 @@ var maxVisItems = 1 << 17
 // cost a lookup.
 func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
 	p := g.policy.Load() // one policy for the whole list
-	key := visKey{policy: p, scopes: g.serverScopes.Load(), identity: p.Key(who), aggregate: w.endpoint() == nil}
-	if key.scopes != nil && key.aggregate && who != nil {
-		// missingScopes reads these, whatever the rules read
-		key.held = string(who.Kind) + "\x00" + strings.Join(who.Scopes, " ")
+	under := visRules{p, g.serverScopes.Load()}
+	key := visKey{identity: p.Key(who), aggregate: w.endpoint() == nil}
+	if under.scopes != nil && key.aggregate && who != nil {
+		// missingScopes reads these, whatever the rules read; a scope
+		// may hold any character, so they are encoded, not joined.
+		held, _ := json.Marshal([]any{who.Kind, who.Scopes})
+		key.held = string(held)
 	}
 	if key.identity != "" {
 		t.visMu.Lock()
 		l, ok := t.vis[key]
+		ok = ok && t.visFor == under
 		t.visMu.Unlock()
 		if ok {
 			return l.items, l.keys
@@ -254,42 +265,34 @@ func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k c
 	}
 	items, keys := g.visibleNow(p, who, w, t, k)
 	if key.identity != "" {
-		t.keepVisible(key, visList{items, keys})
+		t.keepVisible(under, key, visList{items, keys})
 	}
 	return items, keys
 }
 
-// keepVisible keeps l as t's answer for key, within maxVisItems.
-func (t *routeTable) keepVisible(key visKey, l visList) {
+// keepVisible keeps l as t's answer for key under rules, within
+// maxVisCost.
+func (t *routeTable) keepVisible(under visRules, key visKey, l visList) {
+	if l.cost() > maxVisCost {
+		return
+	}
 	t.visMu.Lock()
 	defer t.visMu.Unlock()
-	if t.vis == nil {
-		t.vis = map[visKey]visList{}
+	if t.vis == nil || t.visFor != under {
+		t.vis, t.visFor, t.visCost = map[visKey]visList{}, under, 0
 	}
 	if _, ok := t.vis[key]; ok {
 		return
 	}
-	for k, old := range t.vis { // answers of a policy no longer in force first
-		if t.visItems+len(l.items) <= maxVisItems {
-			break
-		}
-		if k.policy != key.policy || k.scopes != key.scopes {
-			delete(t.vis, k)
-			t.visItems -= len(old.items)
-		}
-	}
 	for k, old := range t.vis {
-		if t.visItems+len(l.items) <= maxVisItems {
+		if t.visCost+l.cost() <= maxVisCost {
 			break
 		}
 		delete(t.vis, k)
-		t.visItems -= len(old.items)
-	}
-	if len(l.items) > maxVisItems {
-		return
+		t.visCost -= old.cost()
 	}
 	t.vis[key] = l
-	t.visItems += len(l.items)
+	t.visCost += l.cost()
 }
 
 // visibleNow is visibleOf's answer, worked out.

@@ -451,26 +451,53 @@ func TestKeptListsAreTheIdentitys(t *testing.T) {
 		t.Error(e)
 	}
 
-	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "all", Effect: policy.Allow, When: `true`}))
-	defer func(v int) { maxVisItems = v }(maxVisItems)
+	// The bound: answers count their items and themselves, an empty
+	// answer too; one larger than the bound is not kept and drops
+	// nothing; a reload's first list lets the old policy's answers go.
 	t1 := keptTable(w.gw)
 	if t1 == nil {
 		t.Fatal("no tools table")
 	}
-	maxVisItems = len(t1.items) + 1 // one full answer
+	kept := func() (answers, cost, counted int, under *policy.Policy) {
+		t1.visMu.Lock()
+		defer t1.visMu.Unlock()
+		for _, l := range t1.vis {
+			cost += l.cost()
+		}
+		return len(t1.vis), cost, t1.visCost, t1.visFor.policy
+	}
+	perSub := mustPolicy(t, policy.Rule{Name: "each their own", Effect: policy.Allow, When: `identity.sub != "nobody"`})
+	w.gw.SetPolicy(perSub)
+	full := len(t1.items)
+	defer func(v int) { maxVisCost = v }(maxVisCost)
+	maxVisCost = 2*(full+1) + 1 // two full answers
 	for i := range 5 {
-		if seesB(user(fmt.Sprint("u", i), nil, nil)) != true {
-			t.Errorf("u%d under allow-all does not see b", i)
+		if !seesB(user(fmt.Sprint("u", i), nil, nil)) {
+			t.Errorf("u%d does not see b", i)
 		}
 	}
-	t1.visMu.Lock()
-	kept, items := len(t1.vis), t1.visItems
-	sum := 0
-	for _, l := range t1.vis {
-		sum += len(l.items)
+	if n, cost, counted, under := kept(); n != 2 || cost != counted || cost > maxVisCost || under != perSub {
+		t.Errorf("%d answers kept, cost %d (counted %d), under %p; want 2 within %d, under %p", n, cost, counted, under, maxVisCost, perSub)
 	}
-	t1.visMu.Unlock()
-	if items > maxVisItems || sum != items || kept != 1 {
-		t.Errorf("%d answers of %d items kept (counted %d); bound %d", kept, sum, items, maxVisItems)
+	// Empty answers count: a policy showing nothing, and many identities.
+	none := mustPolicy(t, policy.Rule{Name: "none", Effect: policy.Allow, When: `identity.sub == "nobody"`})
+	w.gw.SetPolicy(none)
+	maxVisCost = 10
+	for i := range 30 {
+		s.SetIdentity(user(fmt.Sprint("e", i), nil, nil))
+		n++
+		if names := listedTools(t, ep.Handle(ctx, s, request(n, "tools/list", map[string]any{}), newRecorder())); len(names) != 0 {
+			t.Fatalf("e%d is listed %v under a policy that allows nobody", i, names)
+		}
+	}
+	if n, cost, counted, under := kept(); n != 10 || cost != counted || under != none {
+		t.Errorf("%d empty answers kept, cost %d (counted %d); want 10 of cost 1 each, under the last policy", n, cost, counted)
+	}
+	// An answer past the bound is not kept, and drops none.
+	w.gw.SetPolicy(perSub)
+	maxVisCost = full // less than one full answer
+	seesB(user("big", nil, nil))
+	if n, _, _, _ := kept(); n != 10 {
+		t.Errorf("an answer past the bound: %d kept, want the 10 before", n)
 	}
 }
