@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +29,8 @@ var atoms = []string{
 	// by: whole claims, an index, a has().
 	`"jti" in identity.claims`, `identity["sub"] == "bob"`, `identity.claims.exists(k, k == "jti")`,
 	`has(identity.claims.jti)`, `identity["claims"]["team"] == "b"`,
+	// Literal conjuncts the rules are filtered by before evaluation.
+	`tool.endsWith("1")`, `server.contains("1")`, `resource.startsWith("mem:")`, `prompt.startsWith("t")`,
 	// Variables named from the root, with a leading dot.
 	`.identity.sub == "alice"`, `.tool == "t1"`, `has(.arguments.x)`, `.identity["claims"].team == "a"`,
 }
@@ -218,6 +221,37 @@ func TestProperties(t *testing.T) {
 			data[j] = byte(r.IntN(256))
 		}
 		checkProperties(t, data, []byte(fuzzArgs[r.IntN(len(fuzzArgs))]))
+	}
+}
+
+// Conjuncts on a name with a literal (startsWith, endsWith, contains,
+// and == on a prompt or resource) are found, so that a rule they make
+// false is not evaluated; others are not taken for them.
+func TestNameConjuncts(t *testing.T) {
+	p := mustCompile(t,
+		deny("a", `tool.startsWith("admin_") && !("admin" in identity.groups)`),
+		deny("b", `method == "tools/call" && tool.endsWith("_dangerous") && server.contains("prod")`),
+		allow("c", `prompt == "p" && resource.startsWith("mem:")`),
+		allow("d", `tool.startsWith("x") || tool.endsWith("y")`),
+		allow("e", `tool.startsWith(identity.sub)`),
+		allow("f", `!tool.startsWith("x")`),
+	)
+	want := [][]namePred{
+		{{"tool", "startsWith", "admin_"}},
+		{{"tool", "endsWith", "_dangerous"}, {"server", "contains", "prod"}},
+		{{"prompt", "_==_", "p"}, {"resource", "startsWith", "mem:"}},
+		nil, nil, nil,
+	}
+	for i, r := range p.rules {
+		if !slices.Equal(r.preds, want[i]) {
+			t.Errorf("rule %s: conjuncts %v, want %v", r.name, r.preds, want[i])
+		}
+	}
+	if !p.rules[0].excluded("s", "get_x", "", "", true) || p.rules[0].excluded("s", "admin_x", "", "", true) {
+		t.Error("rule a: excluded wrongly")
+	}
+	if p.rules[2].excluded("s", "", "p", "file:x", false) || !p.rules[2].excluded("s", "", "p", "file:x", true) {
+		t.Error("rule c: an unknown resource must decide nothing, a known one must")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 
@@ -88,6 +89,51 @@ type rule struct {
 	// rule is false unless server (tool) equals it.
 	server, tool       string
 	hasServer, hasTool bool
+	// Other literal conjuncts on a name: the rule is false unless each
+	// holds (tool.startsWith("get_"), resource == "mem:x", …).
+	preds []namePred
+}
+
+// namePred is a conjunct `v.op(lit)` or `v == lit` on one of the names.
+type namePred struct {
+	v, op, lit string
+}
+
+// excluded reports whether one of r's literal conjuncts is false for the
+// names given: the rule is then false, whatever else it reads. An
+// unknown resource (a template's) decides nothing.
+func (r *rule) excluded(server, tool, prompt, resource string, resourceKnown bool) bool {
+	for _, p := range r.preds {
+		var s string
+		switch p.v {
+		case "server":
+			s = server
+		case "tool":
+			s = tool
+		case "prompt":
+			s = prompt
+		case "resource":
+			if !resourceKnown {
+				continue
+			}
+			s = resource
+		}
+		var ok bool
+		switch p.op {
+		case operators.Equals:
+			ok = s == p.lit
+		case overloads.StartsWith:
+			ok = strings.HasPrefix(s, p.lit)
+		case overloads.EndsWith:
+			ok = strings.HasSuffix(s, p.lit)
+		case overloads.Contains:
+			ok = strings.Contains(s, p.lit)
+		}
+		if !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Policy is a compiled rule set. A nil *Policy, like an empty one, allows
@@ -234,6 +280,10 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 		}
 	}
 	conjuncts(native.Expr(), func(e ast.Expr) {
+		if v, op, lit, ok := nameCall(e, refs); ok {
+			cr.preds = append(cr.preds, namePred{v, op, lit})
+			return
+		}
 		name, lit, ok := literalEquality(e, refs)
 		switch {
 		case !ok:
@@ -241,6 +291,8 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 			cr.server, cr.hasServer = lit, true
 		case name == "tool" && !cr.hasTool:
 			cr.tool, cr.hasTool = lit, true
+		case name == "prompt" || name == "resource":
+			cr.preds = append(cr.preds, namePred{name, operators.Equals, lit})
 		}
 	})
 	return cr, nil
@@ -310,6 +362,33 @@ func literalEquality(e ast.Expr, refs map[int64]*ast.ReferenceInfo) (name, lit s
 		return "", "", false
 	}
 	return ri.Name, string(s), true
+}
+
+// nameCall recognises `v.startsWith("lit")`, `v.endsWith("lit")` and
+// `v.contains("lit")` where v is server, tool, prompt or resource.
+func nameCall(e ast.Expr, refs map[int64]*ast.ReferenceInfo) (v, op, lit string, ok bool) {
+	if e.Kind() != ast.CallKind {
+		return "", "", "", false
+	}
+	c := e.AsCall()
+	op = c.FunctionName()
+	if (op != overloads.StartsWith && op != overloads.EndsWith && op != overloads.Contains) ||
+		!c.IsMemberFunction() || len(c.Args()) != 1 || c.Target().Kind() != ast.IdentKind || c.Args()[0].Kind() != ast.LiteralKind {
+		return "", "", "", false
+	}
+	t := c.Target()
+	ri, found := refs[t.ID()]
+	if !found || ri.Name != t.AsIdent() {
+		return "", "", "", false
+	}
+	s, isStr := c.Args()[0].AsLiteral().(types.String)
+	switch {
+	case !isStr:
+		return "", "", "", false
+	case ri.Name == "server", ri.Name == "tool", ri.Name == "prompt", ri.Name == "resource":
+		return ri.Name, op, string(s), true
+	}
+	return "", "", "", false
 }
 
 // index builds the per-server candidate lists.
@@ -400,7 +479,7 @@ func (p *Policy) decide(req *Request, indexed bool) Decision {
 	var failed string
 	for _, i := range cands {
 		r := p.rules[i]
-		if indexed && r.hasTool && r.tool != req.Tool {
+		if indexed && (r.hasTool && r.tool != req.Tool || r.excluded(req.Server, req.Tool, req.Prompt, req.Resource, true)) {
 			continue
 		}
 		if r.args && act.arguments == nil {

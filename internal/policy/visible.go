@@ -146,7 +146,7 @@ func (p *Policy) visibleWith(sub *Subject, server, kind, name string, memo *base
 	someAllow := b.someAllow || !p.hasAllow
 	for _, i := range p.candidates(server) {
 		r := p.rules[i]
-		if !r.names || (r.hasTool && r.tool != tool) {
+		if !r.names || (r.hasTool && r.tool != tool) || r.excluded(server, tool, prompt, resource, !unknownURI) {
 			continue
 		}
 		if someAllow && !r.deny {
@@ -186,7 +186,7 @@ func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
 	var b base
 	for _, i := range p.candidates(server) {
 		r := p.rules[i]
-		if r.names || r.hasTool {
+		if r.names || r.hasTool || r.excluded(server, "", "", "", false) { // a name-free rule's conjuncts are on server alone
 			continue
 		}
 		if b.someAllow && !r.deny {
