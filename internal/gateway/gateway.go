@@ -74,8 +74,11 @@ type Gateway struct {
 	// serverScopes is what a call of a server through /mcp needs of a
 	// token's scopes (SetServerScopes; nil: nothing).
 	serverScopes atomic.Pointer[func(server string) []string]
-	limits       atomic.Pointer[ratelimit.Limiter]
-	stateKey     []byte
+	// rulesGen counts the changes of policy and serverScopes: list
+	// answers made under older rules are not kept (policy.go).
+	rulesGen atomic.Uint64
+	limits   atomic.Pointer[ratelimit.Limiter]
+	stateKey []byte
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).
 	tracing *telemetry.Tracing

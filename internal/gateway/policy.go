@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"strings"
 
@@ -26,7 +27,10 @@ import (
 
 // SetPolicy makes p the policy in force; nil allows everything. A reload
 // swaps it whole: a request is decided by one policy.
-func (g *Gateway) SetPolicy(p *policy.Policy) { g.policy.Store(p) }
+func (g *Gateway) SetPolicy(p *policy.Policy) {
+	g.policy.Store(p)
+	g.rulesGen.Add(1)
+}
 
 // notPermitted is what a denied request's client is told: no more (the
 // audit has the rule and the reason).
@@ -211,10 +215,12 @@ func policyKind(k catalog.ListKind) string {
 	return ""
 }
 
-// visRules are what a table's kept answers were made under.
+// visRules are what a table's kept answers were made under: the policy
+// and server scopes of a generation (Gateway.rulesGen).
 type visRules struct {
 	policy *policy.Policy
 	scopes *func(string) []string
+	gen    uint64
 }
 
 // visKey names an answer of visibleOf, under a table's visRules: what
@@ -245,14 +251,18 @@ var maxVisCost = 1 << 17
 // policy tells them apart), so that an identity's lists after its first
 // cost a lookup.
 func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
-	p := g.policy.Load() // one policy for the whole list
-	under := visRules{p, g.serverScopes.Load()}
+	// The generation first: rules loaded after it are of it or later.
+	under := visRules{gen: g.rulesGen.Load()}
+	under.policy, under.scopes = g.policy.Load(), g.serverScopes.Load() // one of each for the whole list
+	p := under.policy
 	key := visKey{identity: p.Key(who), aggregate: w.endpoint() == nil}
 	if under.scopes != nil && key.aggregate && who != nil {
 		// missingScopes reads these, whatever the rules read; a scope
-		// may hold any character, so they are encoded, not joined.
+		// may hold any character, so they are encoded, not joined, and
+		// hashed: a key costs its size whatever the token holds.
 		held, _ := json.Marshal([]any{who.Kind, who.Scopes})
-		key.held = string(held)
+		sum := sha256.Sum256(held)
+		key.held = string(sum[:])
 	}
 	if key.identity != "" {
 		t.visMu.Lock()
@@ -263,7 +273,7 @@ func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k c
 			return l.items, l.keys
 		}
 	}
-	items, keys := g.visibleNow(p, who, w, t, k)
+	items, keys := visibleNow(under, who, w, t, k)
 	if key.identity != "" {
 		t.keepVisible(under, key, visList{items, keys})
 	}
@@ -278,6 +288,9 @@ func (t *routeTable) keepVisible(under visRules, key visKey, l visList) {
 	}
 	t.visMu.Lock()
 	defer t.visMu.Unlock()
+	if t.vis != nil && under.gen < t.visFor.gen {
+		return // a list begun before a reload, ended after a list of its rules
+	}
 	if t.vis == nil || t.visFor != under {
 		t.vis, t.visFor, t.visCost = map[visKey]visList{}, under, 0
 	}
@@ -295,13 +308,13 @@ func (t *routeTable) keepVisible(under visRules, key visKey, l visList) {
 	t.visCost += l.cost()
 }
 
-// visibleNow is visibleOf's answer, worked out.
-func (g *Gateway) visibleNow(p *policy.Policy, who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
+// visibleNow is visibleOf's answer, worked out under the rules given.
+func visibleNow(under visRules, who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
 	kind := policyKind(k)
 	items := make([]json.RawMessage, 0, len(t.items))
 	keys := make([]string, 0, len(t.keys))
 	lacks := map[*fleet.Server]bool{}
-	v := p.Viewer(who) // the list's answers are kept whole, by visibleOf
+	v := under.policy.Viewer(who) // the list's answers are kept whole, by visibleOf
 	for i, key := range t.keys {
 		r, ok := t.byName[key]
 		if !ok || !v.Visible(r.srv.Name(), kind, r.name) {
@@ -309,7 +322,7 @@ func (g *Gateway) visibleNow(p *policy.Policy, who *identity.Identity, w sender,
 		}
 		missing, seen := lacks[r.srv]
 		if !seen {
-			missing = g.missingScopes(who, w, r.srv) != nil
+			missing = missingScopesUnder(under.scopes, who, w, r.srv) != nil
 			lacks[r.srv] = missing
 		}
 		if missing {
@@ -374,9 +387,10 @@ func (g *Gateway) filterForPolicy(who *identity.Identity, srv *fleet.Server, k c
 func (g *Gateway) SetServerScopes(fn func(server string) []string) {
 	if fn == nil {
 		g.serverScopes.Store(nil)
-		return
+	} else {
+		g.serverScopes.Store(&fn)
 	}
-	g.serverScopes.Store(&fn)
+	g.rulesGen.Add(1)
 }
 
 // missingScopes is what w lacks of the scopes a call of srv through /mcp
@@ -384,7 +398,11 @@ func (g *Gateway) SetServerScopes(fn func(server string) []string) {
 // server's own endpoint was checked by the guard, and a local identity
 // holds no token to step up.
 func (g *Gateway) missingScopes(id *identity.Identity, w sender, srv *fleet.Server) []string {
-	fn := g.serverScopes.Load()
+	return missingScopesUnder(g.serverScopes.Load(), id, w, srv)
+}
+
+// missingScopesUnder is missingScopes under the server scopes fn.
+func missingScopesUnder(fn *func(string) []string, id *identity.Identity, w sender, srv *fleet.Server) []string {
 	if fn == nil || w.endpoint() != nil {
 		return nil
 	}

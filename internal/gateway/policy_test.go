@@ -406,6 +406,29 @@ func TestKeptListsAreTheIdentitys(t *testing.T) {
 	if seesB(dana) || !seesB(user("dana", []string{"ops"}, []string{"b:use"})) {
 		t.Error("b's scope: listed without it, or not with it")
 	}
+	// Scopes are told apart whole: "b:use x" is not "b:use" and "x".
+	if !seesB(user("dana", []string{"ops"}, []string{"b:use", "x"})) || seesB(user("dana", []string{"ops"}, []string{"b:use x"})) {
+		t.Error(`b's scope: ["b:use x"] was given the list of ["b:use","x"]`)
+	}
+	// An answer made under the rules before a reload, kept after a list
+	// of the new rules, does not take the new rules' place.
+	if tb := keptTable(w.gw); tb != nil {
+		tb.visMu.Lock()
+		now := tb.visFor
+		tb.visMu.Unlock()
+		older := now
+		older.gen--
+		tb.keepVisible(older, visKey{identity: "late"}, visList{})
+		tb.visMu.Lock()
+		_, late := tb.vis[visKey{identity: "late"}]
+		after := tb.visFor
+		tb.visMu.Unlock()
+		if late || after != now {
+			t.Error("a late answer of older rules replaced the kept ones")
+		}
+	} else {
+		t.Error("no tools table")
+	}
 	w.gw.SetServerScopes(nil)
 	if !seesB(dana) {
 		t.Error("dana was given a list kept under the server scopes before")
