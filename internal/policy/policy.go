@@ -101,7 +101,9 @@ type namePred struct {
 
 // excluded reports whether one of r's literal conjuncts is false for the
 // names given: the rule is then false, whatever else it reads. An
-// unknown resource (a template's) decides nothing.
+// unknown resource (a template's) decides nothing. As with the index, a
+// rule so excluded is not evaluated at all: one whose other conjuncts
+// would have failed (a cost limit met) does not fail, closed.
 func (r *rule) excluded(server, tool, prompt, resource string, resourceKnown bool) bool {
 	for _, p := range r.preds {
 		var s string
@@ -252,12 +254,11 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 	cr.prg = prg
 	ids.add(native.Expr())
 	refs := native.ReferenceMap()
-	// What the rule reads, by every identifier in it: a reference, or a
-	// comprehension's variable of the same name (taken for the variable,
-	// it can only make the rule evaluated more often). A leading dot
-	// (.tool) names the variable past a comprehension's of that name.
+	// What the rule reads, by its references and, besides, every
+	// identifier in it (the checker names .tool as tool; a macro's
+	// variable may not take a variable's name: noShadowing).
 	mark := func(name string) {
-		switch strings.TrimPrefix(name, ".") {
+		switch name {
 		case "arguments":
 			cr.args = true
 		case "resource":

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"strings"
-
 	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/types"
@@ -77,10 +75,9 @@ func (r *reads) add(e ast.Expr) {
 func identityPath(e ast.Expr) ([]string, bool) {
 	switch e.Kind() {
 	case ast.IdentKind:
-		// .identity is the variable past a comprehension's variable of
-		// that name; that variable, taken for the identity, can only make
-		// the key cover more.
-		return []string{}, strings.TrimPrefix(e.AsIdent(), ".") == "identity"
+		// The checker names .identity as identity, and no macro's
+		// variable may be named so (noShadowing).
+		return []string{}, e.AsIdent() == "identity"
 	case ast.SelectKind:
 		s := e.AsSelect()
 		if p, ok := identityPath(s.Operand()); ok {
