@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"runtime"
-	"slices"
 	"testing"
 
 	"github.com/mcpvisor/mcpvisor/internal/identity"
@@ -82,35 +80,16 @@ func BenchmarkPolicyList(b *testing.B) {
 		b.Fatalf("the policy changes dana's list: %d bytes without, %d with", len(a), len(f))
 	}
 	fresh := 0
-	parts := []struct {
-		name string
-		fn   func()
-	}{
-		{"none", func() { list(pe, ps) }},
-		{"warm", func() { fs.SetIdentity(dana); list(fe, fs) }},
-		{"token", func() { fresh++; fs.SetIdentity(user(fmt.Sprint("u", fresh))); list(fe, fs) }},
-		{"cold", func() { fresh++; fs.SetIdentity(user("dana", fmt.Sprint("g", fresh))); list(fe, fs) }},
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	const rounds = 15
-	per := max(b.N/rounds, 20)
-	samples := make([][]float64, len(parts))
-	b.ResetTimer()
-	for range rounds {
-		for i, p := range parts {
-			start := threadCPU()
-			for range per {
-				p.fn()
-			}
-			samples[i] = append(samples[i], float64(threadCPU()-start)/float64(per))
-		}
-	}
-	b.StopTimer()
-	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	none := med(samples[0])
+	meds := cpuRounds(b, max(b.N/15, 20),
+		func() { list(pe, ps) },                                                                // none
+		func() { fs.SetIdentity(dana); list(fe, fs) },                                          // warm
+		func() { fresh++; fs.SetIdentity(user(fmt.Sprint("u", fresh))); list(fe, fs) },         // token
+		func() { fresh++; fs.SetIdentity(user("dana", fmt.Sprint("g", fresh))); list(fe, fs) }, // cold
+	)
+	med := func(i int) float64 { return meds[i] }
+	none := med(0)
 	b.ReportMetric(none/1e3, "list-cpu-us")
-	b.ReportMetric((med(samples[1])-none)/none, "warm-added-ratio")
-	b.ReportMetric((med(samples[2])-none)/none, "token-added-ratio")
-	b.ReportMetric((med(samples[3])-none)/none, "cold-added-ratio")
+	b.ReportMetric((med(1)-none)/none, "warm-added-ratio")
+	b.ReportMetric((med(2)-none)/none, "token-added-ratio")
+	b.ReportMetric((med(3)-none)/none, "cold-added-ratio")
 }

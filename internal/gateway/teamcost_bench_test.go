@@ -41,6 +41,32 @@ func twentyRules() []policy.Rule {
 	return rules
 }
 
+// cpuRounds runs each of parts per times in each of 15 interleaved
+// rounds, on a thread of its own, with b's timer on, and returns the
+// median thread CPU time of one run of each, in nanoseconds.
+func cpuRounds(b *testing.B, per int, parts ...func()) []float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	samples := make([][]float64, len(parts))
+	b.ResetTimer()
+	for range 15 {
+		for i, fn := range parts {
+			start := threadCPU()
+			for range per {
+				fn()
+			}
+			samples[i] = append(samples[i], float64(threadCPU()-start)/float64(per))
+		}
+	}
+	b.StopTimer()
+	meds := make([]float64, len(parts))
+	for i, v := range samples {
+		slices.Sort(v)
+		meds[i] = v[len(v)/2]
+	}
+	return meds
+}
+
 // BenchmarkTeamCost is what team identity adds to a call, part by part,
 // in thread CPU time, against the same call's path without it, measured
 // in interleaved rounds of the same run: the token's check with its key
@@ -129,33 +155,22 @@ func BenchmarkTeamCost(b *testing.B) {
 		}},
 		{"all", func() { base(); full() }},
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	const rounds = 15
-	per := max(b.N/rounds, 2000)
-	samples := make([][]float64, len(parts))
-	b.ResetTimer()
-	for range rounds {
-		for i, p := range parts {
-			start := threadCPU()
-			for range per {
-				p.fn()
-			}
-			samples[i] = append(samples[i], float64(threadCPU()-start)/float64(per))
-		}
+	fns := make([]func(), len(parts))
+	for i, p := range parts {
+		fns[i] = p.fn
 	}
-	b.StopTimer()
-	med := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
-	baseNs := med(samples[0])
+	meds := cpuRounds(b, max(b.N/15, 2000), fns...)
+	med := func(i int) float64 { return meds[i] }
+	baseNs := med(0)
 	b.ReportMetric(baseNs, "baseline-cpu-ns")
-	b.ReportMetric(med(samples[1]), "verify-cpu-ns")
+	b.ReportMetric(med(1), "verify-cpu-ns")
 	// The policy and audit parts each check a request without team
 	// identity and make a flight, as the baseline does: their own cost
 	// is what they take over it.
-	b.ReportMetric(med(samples[2])-baseNs, "policy-cpu-ns")
-	b.ReportMetric(med(samples[3])-baseNs, "audit-cpu-ns")
+	b.ReportMetric(med(2)-baseNs, "policy-cpu-ns")
+	b.ReportMetric(med(3)-baseNs, "audit-cpu-ns")
 	// all runs the baseline, then the call with team identity (verify,
 	// flight, policy, audit): what team identity adds over a call without
 	// it is (all − baseline) − baseline.
-	b.ReportMetric(med(samples[4])-2*baseNs, "added-cpu-ns")
+	b.ReportMetric(med(4)-2*baseNs, "added-cpu-ns")
 }
