@@ -132,6 +132,19 @@ func (g *Gateway) AuditRefusals() uint64 { return g.auditRefusals.Load() }
 // Audit is the audit in force, or nil.
 func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }
 
+// auditUnusable writes the line of a request refused on a server's own
+// endpoint because who may use nothing of the server.
+func (g *Gateway) auditUnusable(who *identity.Identity, endpoint, server, method string) {
+	l := g.audit.Load()
+	if l == nil {
+		return
+	}
+	rec := audit.Record{Time: time.Now(), Endpoint: endpoint, Server: server, Method: method, Outcome: "denied",
+		Code: rpc.NotPermitted, Reason: "the policy allows no request of the server"}
+	rec.SetIdentity(who)
+	l.Add(rec)
+}
+
 // auditShed writes the line of a call the HTTP front refused over the
 // identity's rate limit before reading it: what its headers say of it.
 func (g *Gateway) auditShed(who *identity.Identity, endpoint, method, name string) {

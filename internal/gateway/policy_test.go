@@ -138,13 +138,20 @@ func TestPolicyDecidesCallsAndFiltersLists(t *testing.T) {
 		t.Errorf("alice's allowed call: %s", resp.Encode())
 	}
 
-	// The server's own endpoint: the same rules, the same lists.
+	// The server's own endpoint: the same rules, the same lists; bob,
+	// who may use nothing of b, is refused there whatever he asks.
 	single := w.gw.Single("b")
 	sb := single.Open(newRecorder())
 	defer single.Close(sb)
 	sb.SetIdentity(bob.Identity())
-	if names := listedTools(t, single.Handle(ctx, sb, request(6, "tools/list", map[string]any{}), newRecorder())); len(names) != 0 {
-		t.Errorf("bob's list of b's own endpoint: %v", names)
+	if resp := single.Handle(ctx, sb, request(6, "tools/list", map[string]any{}), newRecorder()); !denied(resp) {
+		t.Errorf("bob's list of b's own endpoint: %s, want not permitted", resp.Encode())
+	}
+	sa := single.Open(newRecorder())
+	defer single.Close(sa)
+	sa.SetIdentity(alice.Identity())
+	if names := listedTools(t, single.Handle(ctx, sa, request(8, "tools/list", map[string]any{}), newRecorder())); !slices.Equal(names, []string{"echo"}) {
+		t.Errorf("alice's list of b's own endpoint: %v, want [echo]", names)
 	}
 	if resp := single.Handle(ctx, sb, &rpc.Message{ID: json.RawMessage(`7`), Method: "tools/call", Params: json.RawMessage(`{"name":"echo","arguments":{"text":"ok"}}`)}, newRecorder()); !denied(resp) {
 		t.Errorf("bob on b's own endpoint: %s", resp.Encode())
@@ -522,5 +529,53 @@ func TestKeptListsAreTheIdentitys(t *testing.T) {
 	seesB(user("big", nil, nil))
 	if n, _, _, _ := kept(); n != 10 {
 		t.Errorf("an answer past the bound: %d kept, want the 10 before", n)
+	}
+}
+
+// A server's own endpoint refuses everything but ping to an identity the
+// policy lets use nothing of the server, before an instance starts for
+// it: initialize of a per-session server starts no process. Others use
+// it as before.
+func TestUnusableServersEndpointStartsNothing(t *testing.T) {
+	w := newWorld(t, `{"a":{"command":"$FIXTURE"},"p":{"command":"$FIXTURE","sharing":"per-session"}}`)
+	w.gw.SetPolicy(mustPolicy(t,
+		policy.Rule{Name: "a for all", Effect: policy.Allow, When: `server == "a"`},
+		policy.Rule{Name: "p for ops", Effect: policy.Allow, When: `server == "p" && "ops" in identity.groups`},
+	))
+	ctx := context.Background()
+	user := func(sub string, groups ...string) *identity.Identity {
+		return (&identity.Identity{Kind: identity.Token, Issuer: "https://as", Subject: sub, ClientID: "c", Groups: groups}).Finish()
+	}
+	init := func(ep Endpoint, who *identity.Identity) (*Session, *rpc.Message) {
+		s := ep.Open(newRecorder())
+		t.Cleanup(func() { ep.Close(s) })
+		s.SetIdentity(who)
+		return s, ep.Handle(ctx, s, request(1, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}), newRecorder())
+	}
+	p := w.gw.Single("p")
+	bob := user("bob")
+	s, resp := init(p, bob)
+	if resp.Error == nil || resp.Error.Code != rpc.NotPermitted || resp.Error.Message != "not permitted" {
+		t.Fatalf("bob's initialize of p: %s, want not permitted", resp.Encode())
+	}
+	for _, m := range []string{"tools/list", "tools/call", "resources/list"} {
+		if resp := p.Handle(ctx, s, request(2, m, map[string]any{"name": "echo"}), newRecorder()); resp.Error == nil || resp.Error.Code != rpc.NotPermitted {
+			t.Errorf("bob's %s on p: %s, want not permitted", m, resp.Encode())
+		}
+	}
+	if resp := p.Handle(ctx, s, request(3, "ping", nil), newRecorder()); resp.Error != nil {
+		t.Errorf("bob's ping on p: %s", resp.Encode())
+	}
+	if st := w.fleet.Get("p").Status(); st.Sessions != 0 || st.PID != 0 {
+		t.Errorf("p started for bob: %+v", st)
+	}
+	if _, resp := init(w.gw.Single("a"), bob); resp.Error != nil {
+		t.Errorf("bob's initialize of a: %s", resp.Encode())
+	}
+	if _, resp := init(p, user("olga", "ops")); resp.Error != nil {
+		t.Errorf("olga's initialize of p: %s", resp.Encode())
+	}
+	if w.gw.Denials() == 0 {
+		t.Error("the refusals are not counted")
 	}
 }

@@ -61,6 +61,9 @@ func (e *single) Handle(ctx context.Context, s *Session, m *rpc.Message, related
 func (e *single) handle(ctx context.Context, w sender, m *rpc.Message, related Sink) *rpc.Message {
 	s := w.sess
 	if s == nil {
+		if refused := e.unusable(ctx, w, m); refused != nil {
+			return refused
+		}
 		return e.request(ctx, w, m, related)
 	}
 	if e.g.clientMessage(s, m) {
@@ -74,6 +77,9 @@ func (e *single) handle(ctx context.Context, w sender, m *rpc.Message, related S
 	}
 	if m.IsResponse() {
 		return nil
+	}
+	if refused := e.unusable(ctx, w, m); refused != nil {
+		return refused
 	}
 	switch m.Method {
 	case "initialize":
@@ -204,6 +210,23 @@ func (e *single) scope(method string) string {
 		return scopePrivate
 	}
 	return scopePublic
+}
+
+// unusable answers a request, initialize included, of an identity the
+// policy lets use nothing of the server — before it can start an
+// instance for them, or lease one — else nil. ping is answered.
+func (e *single) unusable(ctx context.Context, w sender, m *rpc.Message) *rpc.Message {
+	p := e.g.policy.Load()
+	if p.Empty() || m.Method == "ping" {
+		return nil
+	}
+	who := requestIdentity(ctx, w)
+	if p.MayUse(who, e.srv.Name()) {
+		return nil
+	}
+	e.g.denials.Add(1)
+	e.g.auditUnusable(who, "/servers/"+e.srv.Name()+"/mcp", e.srv.Name(), m.Method)
+	return errorResponse(m.ID, rpc.NotPermitted, notPermitted)
 }
 
 // init is the server's initialize result: the cached one of a dormant or

@@ -149,6 +149,9 @@ func checkProperties(t *testing.T, data []byte, args []byte) {
 	if u := p.decide(req, false); u != d {
 		t.Fatalf("rules %q: indexed %+v, unindexed %+v", rules, d, u)
 	}
+	if d.Allowed && !p.MayUse(req.Identity, req.Server) {
+		t.Fatalf("rules %q: %s may %s on %s, but may use nothing of it", rules, req.Identity.Name(), req.Method, req.Server)
+	}
 	// What is kept of other items of the server never changes this
 	// item's answer.
 	fresh, _ := Compile(rules)

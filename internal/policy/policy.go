@@ -85,6 +85,7 @@ type rule struct {
 	args     bool        // reads arguments
 	resource bool        // reads resource
 	names    bool        // reads tool, prompt or resource
+	method   bool        // reads method
 	// Literal conjuncts found at the top of the condition: when set, the
 	// rule is false unless server (tool) equals it.
 	server, tool       string
@@ -265,6 +266,8 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 			cr.resource, cr.names = true, true
 		case "tool", "prompt":
 			cr.names = true
+		case "method":
+			cr.method = true
 		}
 	}
 	for _, ri := range refs {
@@ -275,7 +278,7 @@ func compileRule(r Rule, ids *reads) (*rule, error) {
 			mark(e.AsIdent())
 		}
 	}))
-	if cr.args || cr.resource {
+	if cr.args || cr.names || cr.method {
 		if cr.part, err = env.Program(checked, append(opts, cel.EvalOptions(cel.OptPartialEval))...); err != nil {
 			return nil, err
 		}

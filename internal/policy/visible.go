@@ -21,6 +21,8 @@ type visKey struct {
 }
 
 var (
+	unknownRequest = []*interpreter.AttributePattern{cel.AttributePattern("arguments"), cel.AttributePattern("resource"),
+		cel.AttributePattern("tool"), cel.AttributePattern("prompt"), cel.AttributePattern("method")}
 	unknownArgs        = []*interpreter.AttributePattern{cel.AttributePattern("arguments")}
 	unknownArgsAndURIs = []*interpreter.AttributePattern{cel.AttributePattern("arguments"), cel.AttributePattern("resource")}
 )
@@ -214,4 +216,57 @@ func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
 		p.vmu.Unlock()
 	}
 	return b
+}
+
+// MayUse reports whether some request of server by id could be allowed:
+// the rules evaluated with everything of the request but its server
+// unknown. A server's own endpoint refuses whoever may use nothing of
+// it, before it starts an instance for them. Answers are cached in p per
+// identity, bounded.
+func (p *Policy) MayUse(id *identity.Identity, server string) bool {
+	if p.Empty() {
+		return true
+	}
+	sub := p.Subject(id)
+	k := baseKey{sub.cacheKey(), server, "*"}
+	if k.subject != "" {
+		p.vmu.RLock()
+		b, ok := p.bases[k]
+		p.vmu.RUnlock()
+		if ok {
+			return !b.hidden && b.someAllow
+		}
+	}
+	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownRequest}
+	b := base{someAllow: !p.hasAllow}
+	for _, i := range p.candidates(server) {
+		r := p.rules[i]
+		var o outcome
+		if r.part != nil {
+			o, _ = result(eval(r.part, act))
+		} else {
+			o, _ = result(eval(r.prg, &act.activation))
+		}
+		switch {
+		case r.deny && (o == isTrue || o == isError):
+			b.hidden = true
+		case !r.deny && (o == isTrue || o == isUnknown):
+			b.someAllow = true
+		}
+		if b.hidden {
+			break
+		}
+	}
+	if k.subject != "" {
+		p.vmu.Lock()
+		if len(p.bases) >= maxVisible {
+			for k := range p.bases {
+				delete(p.bases, k)
+				break
+			}
+		}
+		p.bases[k] = b
+		p.vmu.Unlock()
+	}
+	return !b.hidden && b.someAllow
 }

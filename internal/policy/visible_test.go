@@ -70,3 +70,35 @@ func TestVisibleAnswersNotShared(t *testing.T) {
 		t.Error("answers shared between identities")
 	}
 }
+
+// MayUse: whether some request of a server could be allowed, whatever
+// it names and carries.
+func TestMayUse(t *testing.T) {
+	p := mustCompile(t,
+		allow("a", `server == "a"`),
+		allow("b", `server == "b" && tool == "t" && arguments.x == 1`),
+		allow("ops", `"ops" in identity.groups && method == "prompts/get"`),
+		deny("no c", `server == "c"`),
+		deny("no d for bob", `server == "d" && identity.sub == "bob"`),
+		deny("no e writes", `server == "e" && tool.startsWith("write_")`),
+	)
+	ops := (&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "olga", Groups: []string{"ops"}}).Finish()
+	bob := (&identity.Identity{Kind: identity.Token, Issuer: "i", Subject: "bob"}).Finish()
+	for _, c := range []struct {
+		who    *identity.Identity
+		server string
+		want   bool
+	}{
+		{bob, "a", true}, {bob, "b", true}, {bob, "c", false}, {bob, "e", false}, {bob, "z", false},
+		{ops, "z", true}, {ops, "c", false}, {ops, "d", true}, {bob, "d", false}, {ops, "e", true}, {nil, "a", true},
+	} {
+		for range 2 { // the second answer from the cache
+			if got := p.MayUse(c.who, c.server); got != c.want {
+				t.Errorf("%s on %s: %v, want %v", c.who.Name(), c.server, got, c.want)
+			}
+		}
+	}
+	if !(*Policy)(nil).MayUse(bob, "c") {
+		t.Error("no policy: may not use")
+	}
+}
