@@ -58,13 +58,7 @@ func (p *Policy) Subject(id *identity.Identity) *Subject {
 	s = newSubject(id)
 	s.reads = p.reads
 	p.mu.Lock()
-	if len(p.subjects) >= maxSubjects {
-		for k := range p.subjects {
-			delete(p.subjects, k)
-			break
-		}
-	}
-	p.subjects[id] = s
+	putBounded(p.subjects, id, s, maxSubjects)
 	p.mu.Unlock()
 	return s
 }

@@ -38,7 +38,7 @@ var (
 // visible. Answers are cached in p per identity, bounded.
 func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool {
 	if p.Empty() {
-		return kind == KindTool || kind == KindPrompt || kind == KindResource || kind == KindTemplate
+		return listedKind(kind)
 	}
 	sub := p.Subject(id)
 	skey := sub.cacheKey()
@@ -54,16 +54,47 @@ func (p *Policy) Visible(id *identity.Identity, server, kind, name string) bool 
 	v := p.visibleNow(sub, server, kind, name)
 	if skey != "" {
 		p.vmu.Lock()
-		if len(p.visible) >= maxVisible {
-			for k := range p.visible {
-				delete(p.visible, k)
-				break
-			}
-		}
-		p.visible[k] = v
+		putBounded(p.visible, k, v, maxVisible)
 		p.vmu.Unlock()
 	}
 	return v
+}
+
+// listedKind reports whether kind is one Visible knows.
+func listedKind(kind string) bool {
+	return kind == KindTool || kind == KindPrompt || kind == KindResource || kind == KindTemplate
+}
+
+// putBounded sets m[k] to v, dropping some other entry first when m
+// already holds max.
+func putBounded[K comparable, V any](m map[K]V, k K, v V, max int) {
+	if _, ok := m[k]; !ok && len(m) >= max {
+		for old := range m {
+			delete(m, old)
+			break
+		}
+	}
+	m[k] = v
+}
+
+// cachedBase is the base kept for k, else work's, kept (bounded; not
+// for an identity that has no key).
+func (p *Policy) cachedBase(k baseKey, work func() base) base {
+	if k.subject != "" {
+		p.vmu.RLock()
+		b, ok := p.bases[k]
+		p.vmu.RUnlock()
+		if ok {
+			return b
+		}
+	}
+	b := work()
+	if k.subject != "" {
+		p.vmu.Lock()
+		putBounded(p.bases, k, b, maxVisible)
+		p.vmu.Unlock()
+	}
+	return b
 }
 
 // baseKey and base are what the rules that read no name (tool, prompt,
@@ -105,7 +136,7 @@ func (p *Policy) Viewer(id *identity.Identity) *Viewer {
 // Visible is Policy.Visible for the Viewer's identity.
 func (v *Viewer) Visible(server, kind, name string) bool {
 	if v.p == nil {
-		return v.p.Visible(nil, server, kind, name)
+		return listedKind(kind)
 	}
 	return v.p.visibleWith(v.sub, server, kind, name, &v.memo)
 }
@@ -176,46 +207,28 @@ func (p *Policy) partialEval(r *rule, act *partial, unknownURI bool) outcome {
 
 // base evaluates (or finds cached) the rules that read no name.
 func (p *Policy) base(sub *Subject, server, kind string, act *partial) base {
-	k := baseKey{sub.cacheKey(), server, kind}
-	if k.subject != "" {
-		p.vmu.RLock()
-		b, ok := p.bases[k]
-		p.vmu.RUnlock()
-		if ok {
-			return b
-		}
-	}
-	var b base
-	for _, i := range p.candidates(server) {
-		r := p.rules[i]
-		if r.names || r.hasTool || r.excluded(server, "", "", "", false) { // a name-free rule's conjuncts are on server alone
-			continue
-		}
-		if b.someAllow && !r.deny {
-			break
-		}
-		switch o := p.partialEval(r, act, false); {
-		case r.deny && (o == isTrue || o == isError):
-			b.hidden = true
-		case !r.deny && (o == isTrue || o == isUnknown):
-			b.someAllow = true
-		}
-		if b.hidden {
-			break
-		}
-	}
-	if k.subject != "" {
-		p.vmu.Lock()
-		if len(p.bases) >= maxVisible {
-			for k := range p.bases {
-				delete(p.bases, k)
+	return p.cachedBase(baseKey{sub.cacheKey(), server, kind}, func() base {
+		var b base
+		for _, i := range p.candidates(server) {
+			r := p.rules[i]
+			if r.names || r.hasTool || r.excluded(server, "", "", "", false) { // a name-free rule's conjuncts are on server alone
+				continue
+			}
+			if b.someAllow && !r.deny {
+				break
+			}
+			switch o := p.partialEval(r, act, false); {
+			case r.deny && (o == isTrue || o == isError):
+				b.hidden = true
+			case !r.deny && (o == isTrue || o == isUnknown):
+				b.someAllow = true
+			}
+			if b.hidden {
 				break
 			}
 		}
-		p.bases[k] = b
-		p.vmu.Unlock()
-	}
-	return b
+		return b
+	})
 }
 
 // MayUse reports whether some request of server by id could be allowed:
@@ -228,45 +241,25 @@ func (p *Policy) MayUse(id *identity.Identity, server string) bool {
 		return true
 	}
 	sub := p.Subject(id)
-	k := baseKey{sub.cacheKey(), server, "*"}
-	if k.subject != "" {
-		p.vmu.RLock()
-		b, ok := p.bases[k]
-		p.vmu.RUnlock()
-		if ok {
-			return !b.hidden && b.someAllow
-		}
-	}
-	act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownRequest}
-	b := base{someAllow: !p.hasAllow}
-	for _, i := range p.candidates(server) {
-		r := p.rules[i]
-		var o outcome
-		if r.part != nil {
-			o, _ = result(eval(r.part, act))
-		} else {
-			o, _ = result(eval(r.prg, &act.activation))
-		}
-		switch {
-		case r.deny && (o == isTrue || o == isError):
-			b.hidden = true
-		case !r.deny && (o == isTrue || o == isUnknown):
-			b.someAllow = true
-		}
-		if b.hidden {
-			break
-		}
-	}
-	if k.subject != "" {
-		p.vmu.Lock()
-		if len(p.bases) >= maxVisible {
-			for k := range p.bases {
-				delete(p.bases, k)
-				break
+	b := p.cachedBase(baseKey{sub.cacheKey(), server, "*"}, func() base {
+		act := &partial{activation: activation{identity: sub.val, server: types.String(server)}, unknown: unknownRequest}
+		b := base{someAllow: !p.hasAllow}
+		for _, i := range p.candidates(server) {
+			r := p.rules[i]
+			var o outcome
+			if r.part != nil {
+				o, _ = result(eval(r.part, act))
+			} else {
+				o, _ = result(eval(r.prg, &act.activation))
+			}
+			switch {
+			case r.deny && (o == isTrue || o == isError):
+				return base{hidden: true}
+			case !r.deny && (o == isTrue || o == isUnknown):
+				b.someAllow = true
 			}
 		}
-		p.bases[k] = b
-		p.vmu.Unlock()
-	}
+		return b
+	})
 	return !b.hidden && b.someAllow
 }
