@@ -135,25 +135,25 @@ func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }
 // auditUnusable writes the line of a request refused on a server's own
 // endpoint because who may use nothing of the server.
 func (g *Gateway) auditUnusable(who *identity.Identity, endpoint, server, method string) {
-	l := g.audit.Load()
-	if l == nil {
-		return
-	}
-	rec := audit.Record{Time: time.Now(), Endpoint: endpoint, Server: server, Method: method, Outcome: "denied",
-		Code: rpc.NotPermitted, Reason: "the policy allows no request of the server"}
-	rec.SetIdentity(who)
-	l.Add(rec)
+	g.auditUnread(who, audit.Record{Endpoint: endpoint, Server: server, Method: method, Outcome: "denied",
+		Code: rpc.NotPermitted, Reason: "the policy allows no request of the server"})
 }
 
 // auditShed writes the line of a call the HTTP front refused over the
 // identity's rate limit before reading it: what its headers say of it.
 func (g *Gateway) auditShed(who *identity.Identity, endpoint, method, name string) {
+	g.auditUnread(who, audit.Record{Endpoint: endpoint, Method: method, Target: name, Outcome: "limited",
+		Code: rpc.RateLimited, Reason: "rate limit per identity (refused before the request was read)"})
+}
+
+// auditUnread writes rec, of a request refused with no flight of its
+// own, as who's, now.
+func (g *Gateway) auditUnread(who *identity.Identity, rec audit.Record) {
 	l := g.audit.Load()
 	if l == nil {
 		return
 	}
-	rec := audit.Record{Time: time.Now(), Endpoint: endpoint, Method: method, Target: name, Outcome: "limited",
-		Code: rpc.RateLimited, Reason: "rate limit per identity (refused before the request was read)"}
+	rec.Time = time.Now()
 	rec.SetIdentity(who)
 	l.Add(rec)
 }

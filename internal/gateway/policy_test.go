@@ -7,11 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/policy"
@@ -552,6 +556,12 @@ func TestUnusableServersEndpointStartsNothing(t *testing.T) {
 		s.SetIdentity(who)
 		return s, ep.Handle(ctx, s, request(1, "initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}), newRecorder())
 	}
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := audit.Open(audit.Options{File: auditFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.gw.SetAudit(log)
 	p := w.gw.Single("p")
 	bob := user("bob")
 	s, resp := init(p, bob)
@@ -577,5 +587,27 @@ func TestUnusableServersEndpointStartsNothing(t *testing.T) {
 	}
 	if w.gw.Denials() == 0 {
 		t.Error("the refusals are not counted")
+	}
+	// Each refusal is in the audit, as bob's, naming p and the method.
+	w.gw.SetAudit(nil)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := log.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var methods []string
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var rec struct{ Identity, Server, Method, Outcome string }
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Identity != "bob" || rec.Server != "p" || rec.Outcome != "denied" {
+			t.Fatalf("audit line %q", line)
+		}
+		methods = append(methods, rec.Method)
+	}
+	if want := []string{"initialize", "tools/list", "tools/call", "resources/list"}; !slices.Equal(methods, want) {
+		t.Errorf("audited %v, want %v", methods, want)
 	}
 }
