@@ -224,13 +224,10 @@ type visRules struct {
 }
 
 // visKey names an answer of visibleOf, under a table's visRules: what
-// the rules can read of the identity, whether the list is the
-// aggregate's (where server scopes count) and then the token's kind and
-// scopes.
+// the rules can read of the identity and, when server scopes apply, the
+// token's kind and scopes.
 type visKey struct {
-	identity  string
-	aggregate bool
-	held      string
+	identity, held string
 }
 
 type visList struct {
@@ -247,16 +244,17 @@ func (l visList) cost() int { return 1 + len(l.items) }
 var maxVisCost = 1 << 17
 
 // visibleOf is t's items (and their keys) w may see: those of which some
-// request could be allowed. Answers are kept with t, by identity (as the
-// policy tells them apart), so that an identity's lists after its first
-// cost a lookup.
+// request could be allowed. t is one of the aggregate's tables, so w is
+// a sender on /mcp, where server scopes count. Answers are kept with t,
+// by identity (as the policy tells them apart), so that an identity's
+// lists after its first cost a lookup.
 func (g *Gateway) visibleOf(who *identity.Identity, w sender, t *routeTable, k catalog.ListKind) ([]json.RawMessage, []string) {
 	// The generation first: rules loaded after it are of it or later.
 	under := visRules{gen: g.rulesGen.Load()}
 	under.policy, under.scopes = g.policy.Load(), g.serverScopes.Load() // one of each for the whole list
 	p := under.policy
-	key := visKey{identity: p.Key(who), aggregate: w.endpoint() == nil}
-	if under.scopes != nil && key.aggregate && who != nil {
+	key := visKey{identity: p.Key(who)}
+	if under.scopes != nil && who != nil {
 		// missingScopes reads these, whatever the rules read; a scope
 		// may hold any character, so they are encoded, not joined, and
 		// hashed: a key costs its size whatever the token holds.
