@@ -168,6 +168,11 @@ type Config struct {
 	Audit *AuditConfig
 	// RateLimits, when set, bounds each identity's requests.
 	RateLimits *LimitsConfig
+	// Replicas, when set, makes this mcpvisor one of several replicas.
+	Replicas *ReplicasConfig
+	// Version is a digest of the bytes the configuration was parsed
+	// from: replicas that read the same file have the same.
+	Version string
 	// Servers holds every configured server, disabled ones included,
 	// sorted by name.
 	Servers []*Server
@@ -238,6 +243,10 @@ type Server struct {
 	Prefix  string
 	Tools   Filter
 	Sharing string // SharingShared or SharingPerSession
+	// Placement is where the server runs among replicas: PlacementEvery
+	// (each runs it on demand) or PlacementOne (one process in the
+	// deployment, on its owner replica).
+	Placement string
 	// ClientCapabilities are the client capabilities mcpvisor may declare
 	// to the server, of CarriedCapabilities ("clientCapabilities"; nil:
 	// all of them). A shared instance is declared them all; a session's
@@ -542,6 +551,7 @@ func Parse(data []byte, name string, opts LoadOptions) (*Config, error) {
 		return nil, &Error{File: name, Problems: p.problems, Warnings: p.warnings}
 	}
 	cfg.File = name
+	cfg.Version = versionOf(data)
 	cfg.Warnings = p.warnings
 	return cfg, nil
 }

@@ -73,7 +73,7 @@ func TestDefaults(t *testing.T) {
 	got := cfg.Server("a")
 	want := &Server{
 		Name: "a", Kind: KindStdio, Transport: TransportStdio, Command: "srv",
-		Prefix: "a", Sharing: SharingShared, Protocol: ProtocolAuto, MaxInstances: DefaultMaxInstances,
+		Prefix: "a", Sharing: SharingShared, Placement: PlacementEvery, Protocol: ProtocolAuto, MaxInstances: DefaultMaxInstances,
 		IdleTimeout: 180 * time.Second, StartGrace: 60 * time.Second,
 		InitTimeout: 30 * time.Second, RequestTimeout: 60 * time.Second,
 		StdinWait: 2 * time.Second, TermWait: 10 * time.Second,

@@ -59,6 +59,7 @@ var serverFields = []struct {
 	{"oauth", true, func(s *Server) any { return s.OAuth }},
 	{"protocol", true, func(s *Server) any { return s.Protocol }},
 	{"sharing", true, func(s *Server) any { return s.Sharing }},
+	{"placement", true, func(s *Server) any { return s.Placement }},
 	// What a process was declared at initialize is its own until it ends.
 	{"clientCapabilities", true, func(s *Server) any {
 		if s.ClientCapabilities == nil {

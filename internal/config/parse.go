@@ -278,7 +278,7 @@ func (p *parser) reference(s, at string, disabled bool) string {
 	return s
 }
 
-var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "holdTimeout", "oauth", "auth", "policy", "audit", "rateLimits", "defaults", "mcpServers"}
+var topLevelNames = []string{"listen", "stateDir", "pageSize", "maxSessions", "holdTimeout", "oauth", "auth", "policy", "audit", "rateLimits", "replicas", "defaults", "mcpServers"}
 
 // serverOnlyNames are server fields that are not settings.
 var serverOnlyNames = []string{"command", "args", "env", "cwd", "url", "headers", "type", "transport", "disabled", "oauth"}
@@ -346,6 +346,8 @@ func (p *parser) config(root *node) *Config {
 			cfg.Audit = p.audit(v, at)
 		case "rateLimits":
 			cfg.RateLimits = p.rateLimits(v, at)
+		case "replicas":
+			cfg.Replicas = p.replicas(v, at)
 		case "holdTimeout":
 			if d := p.duration(v, at); d != nil {
 				if *d <= 0 {
@@ -375,6 +377,7 @@ func (p *parser) config(root *node) *Config {
 	}
 	slices.SortFunc(cfg.Servers, func(a, b *Server) int { return strings.Compare(a.Name, b.Name) })
 	p.checkTeam(cfg)
+	p.checkReplicas(cfg)
 	return cfg
 }
 

@@ -18,6 +18,7 @@ type settings struct {
 	prefix                                               *string
 	allow, deny                                          *[]string
 	sharing                                              *string
+	placement                                            *string
 	clientCaps                                           *[]string
 	protocol                                             *string
 	launch                                               *string
@@ -35,7 +36,7 @@ type settings struct {
 }
 
 // settingNames are the keys of a settings object, for suggestions.
-var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "clientCapabilities", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
+var settingNames = []string{"idleTimeout", "startGrace", "initTimeout", "requestTimeout", "eager", "pin", "prefix", "tools", "sharing", "placement", "clientCapabilities", "protocol", "launch", "maxInstances", "stop", "restart", "limits", "maxIdleMemory"}
 
 func ptr[T any](v T) *T { return &v }
 
@@ -50,6 +51,7 @@ func builtinSettings() settings {
 		eager:             ptr(false),
 		pin:               ptr(false),
 		sharing:           ptr(SharingShared),
+		placement:         ptr(PlacementEvery),
 		protocol:          ptr(ProtocolAuto),
 		launch:            ptr(LaunchFlatten),
 		maxInstances:      ptr(DefaultMaxInstances),
@@ -83,6 +85,7 @@ func (s settings) overlay(o settings) settings {
 	over(&s.allow, o.allow)
 	over(&s.deny, o.deny)
 	over(&s.sharing, o.sharing)
+	over(&s.placement, o.placement)
 	over(&s.clientCaps, o.clientCaps)
 	over(&s.protocol, o.protocol)
 	over(&s.launch, o.launch)
@@ -122,6 +125,7 @@ func (s settings) apply(srv *Server) {
 		srv.Tools.Deny = append([]string{}, (*s.deny)...)
 	}
 	srv.Sharing = *s.sharing
+	srv.Placement = *s.placement
 	if s.clientCaps != nil {
 		srv.ClientCapabilities = append([]string{}, (*s.clientCaps)...)
 	}
@@ -200,6 +204,15 @@ func (p *parser) settingsField(s *settings, key string, v *node, at string) bool
 				s.sharing = &str
 			default:
 				p.errorf(at, "%q is not a sharing mode (valid: %q, %q, %q)", str, SharingShared, SharingPerSession, SharingPerIdentity)
+			}
+		}
+	case "placement":
+		if str, ok := p.str(v, at); ok {
+			switch str {
+			case PlacementEvery, PlacementOne:
+				s.placement = &str
+			default:
+				p.errorf(at, "%q is not a placement (valid: %q, %q)", str, PlacementEvery, PlacementOne)
 			}
 		}
 	case "clientCapabilities":
