@@ -270,12 +270,12 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr,grow" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr,grow,whoami" {
 		t.Errorf("tools = %s", got)
 	}
 }
 
-func TestEchoAndPid(t *testing.T) {
+func TestEchoPidAndWhoami(t *testing.T) {
 	t.Parallel()
 	p := startMain(t)
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello \"world\""}}}`)
@@ -285,6 +285,10 @@ func TestEchoAndPid(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"pid"}}`)
 	if got := callText(t, p.next(), `"two"`); got != strconv.Itoa(os.Getpid()) {
 		t.Errorf("pid = %q, want %d", got, os.Getpid())
+	}
+	p.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami"}}`)
+	if got, want := callText(t, p.next(), "3"), fmt.Sprintf("pid=%d tag=%s", os.Getpid(), os.Getenv("FIXTURE_TAG")); got != want {
+		t.Errorf("whoami = %q, want %q", got, want)
 	}
 }
 
