@@ -666,6 +666,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_SKILLS_NO_DIRECTORY": "1",
 		"FIXTURE_HTTP":                "127.0.0.1:0",
 		"FIXTURE_METHOD_LOG":          "/tmp/y",
+		"FIXTURE_FLOCK":               "/tmp/z.lock",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -684,6 +685,7 @@ func TestConfigFromEnv(t *testing.T) {
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html", uiInResult: true,
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
 		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0", methodLog: "/tmp/y",
+		flock: "/tmp/z.lock",
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)
