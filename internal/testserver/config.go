@@ -44,6 +44,7 @@ type config struct {
 	skillsNoDir      bool
 	httpAddr         string
 	methodLog        string
+	flock            string
 }
 
 // envBindings ties every flag to the environment variable that sets it when
@@ -77,6 +78,7 @@ var envBindings = []struct{ flag, env string }{
 	{"skills-no-directory", "FIXTURE_SKILLS_NO_DIRECTORY"},
 	{"http", "FIXTURE_HTTP"},
 	{"method-log", "FIXTURE_METHOD_LOG"},
+	{"flock", "FIXTURE_FLOCK"},
 }
 
 const usageHeader = `Usage: mcp-fixture [flags]
@@ -84,7 +86,7 @@ const usageHeader = `Usage: mcp-fixture [flags]
 mcp-fixture is the MCP server used by mcpvisor's tests and demos. It speaks
 newline-delimited JSON-RPC 2.0 on stdin/stdout (or, with -http, JSON
 responses to POSTs) and logs to stderr. Tools:
-echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}, and with -ask-roots roots.
+echo {text}, sleep {ms}, progress {steps, intervalMs}, pid, crash {code}, log {text, level, laterMs}, sample {prompt, hangOnRefusal}, wedge, stderr {text}, grow {mb, stepMb, intervalMs}, whoami, and with -ask-roots roots.
 When stdin closes it lets calls in flight answer for up to 1s, interrupts the
 rest (they answer nothing) and exits 0.
 
@@ -129,6 +131,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.BoolVar(&c.skillsNoDir, "skills-no-directory", false, "with -skills, declare the extension without directoryRead and serve no resources/directory/read [FIXTURE_SKILLS_NO_DIRECTORY]")
 	fs.StringVar(&c.httpAddr, "http", "", "serve MCP over HTTP at `ADDR` instead of stdio: each POST is one message, answered with a JSON body (a notification with 202); the fixture's own notifications and requests are not sent [FIXTURE_HTTP]")
 	fs.StringVar(&c.methodLog, "method-log", "", "append the method of every request received to `FILE`, a line each: a test sees what reached the server [FIXTURE_METHOD_LOG]")
+	fs.StringVar(&c.flock, "flock", "", "before serving, take an exclusive flock on `FILE` (created if missing) and hold it until exit; while another process holds it, append \"flock failed pid=P time=T err=E\" to FILE.failures once and try again every 50ms, serving nothing (not even initialize) meanwhile; once locked, append \"locked pid=P time=T\" to FILE.log. Times are RFC 3339 with nanoseconds, UTC. Unix only: a test sees that two servers never ran at once [FIXTURE_FLOCK]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHeader)
 		fs.PrintDefaults()

@@ -2,7 +2,7 @@
 // speaks newline-delimited JSON-RPC 2.0 on stdin/stdout and logs to stderr.
 //
 // It is the server every mcpvisor test supervises and the quick-start demo
-// server. It offers the tools echo, sleep, progress, pid, crash, log, sample, meta, wedge, stderr and grow, and can be
+// server. It offers the tools echo, sleep, progress, pid, crash, log, sample, meta, wedge, stderr, grow and whoami, and can be
 // told to misbehave (start slowly, crash, ignore SIGTERM or stdin EOF, leave
 // grandchildren behind, write garbage or huge lines, never answer, grow past
 // a memory limit, fork until a pids limit stops it) by a flag or

@@ -59,8 +59,8 @@ var held []byte
 // Start-up runs in this order: -crash-at-start, -ignore-term, -stderr-lines,
 // -setsid-child and -stdout-child (their grandchildren already ignore SIGTERM
 // when Main goes on), -hold-mb, -grow-mb, -fork-bomb, -spin, -slow-start,
-// -huge-line; then Main serves (over HTTP with -http, where -huge-line
-// does not apply).
+// -flock (which may wait), -huge-line; then Main serves (over HTTP with
+// -http, where -huge-line does not apply).
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) >= 1 && len(args) <= 2 && (args[0] == "-linger" || args[0] == "--linger") {
 		// Hidden mode of the grandchildren spawned by -setsid-child and
@@ -130,6 +130,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if cfg.slowStart > 0 {
 		logger.Printf("slow start: sleeping %v", cfg.slowStart)
 		time.Sleep(cfg.slowStart)
+	}
+	if cfg.flock != "" {
+		f, err := takeFlock(cfg.flock, logger)
+		if err != nil {
+			logger.Printf("-flock: %v", err)
+			return 1
+		}
+		defer f.Close() // held until Main returns, which ends the process
 	}
 	if cfg.httpAddr != "" {
 		return serveHTTP(cfg, logger)

@@ -270,12 +270,12 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tool %q: description %q, inputSchema %+v", tool.Name, tool.Description, tool.InputSchema)
 		}
 	}
-	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr,grow" {
+	if got := strings.Join(names, ","); got != "echo,sleep,progress,pid,crash,log,sample,meta,wedge,stderr,grow,whoami" {
 		t.Errorf("tools = %s", got)
 	}
 }
 
-func TestEchoAndPid(t *testing.T) {
+func TestEchoPidAndWhoami(t *testing.T) {
 	t.Parallel()
 	p := startMain(t)
 	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello \"world\""}}}`)
@@ -285,6 +285,10 @@ func TestEchoAndPid(t *testing.T) {
 	p.send(`{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"pid"}}`)
 	if got := callText(t, p.next(), `"two"`); got != strconv.Itoa(os.Getpid()) {
 		t.Errorf("pid = %q, want %d", got, os.Getpid())
+	}
+	p.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami"}}`)
+	if got, want := callText(t, p.next(), "3"), fmt.Sprintf("pid=%d tag=%s", os.Getpid(), os.Getenv("FIXTURE_TAG")); got != want {
+		t.Errorf("whoami = %q, want %q", got, want)
 	}
 }
 
@@ -662,6 +666,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"FIXTURE_SKILLS_NO_DIRECTORY": "1",
 		"FIXTURE_HTTP":                "127.0.0.1:0",
 		"FIXTURE_METHOD_LOG":          "/tmp/y",
+		"FIXTURE_FLOCK":               "/tmp/z.lock",
 	}
 	if err := os.WriteFile(env["FIXTURE_TOOLS_VARIANT_FILE"], []byte("1"), 0o600); err != nil {
 		t.Fatal(err)
@@ -680,6 +685,7 @@ func TestConfigFromEnv(t *testing.T) {
 		toolsVariant: 1, toolsVariantFile: env["FIXTURE_TOOLS_VARIANT_FILE"], uiURI: "ui://fixture/view.html", uiInResult: true,
 		holdMB: 64, spin: 300 * time.Millisecond, growMB: 32, forkBomb: 10, askRoots: true, askRootsAtInit: true,
 		skills: "pdf-processing,acme/refunds", skillsNoDir: true, httpAddr: "127.0.0.1:0", methodLog: "/tmp/y",
+		flock: "/tmp/z.lock",
 	}
 	if c != want {
 		t.Errorf("config from env = %+v, want %+v", c, want)

@@ -119,6 +119,12 @@ func init() {
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"mb":{"type":"integer","minimum":0,"default":1024},"stepMb":{"type":"integer","minimum":1,"default":4},"intervalMs":{"type":"integer","minimum":0,"default":5}}}`),
 			run:         runGrow,
 		},
+		{
+			Name:        "whoami",
+			Description: "Returns \"pid=P tag=T\": the process id of the server and its FIXTURE_TAG (empty when unset), to tell which of several servers answered.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`),
+			run:         runWhoami,
+		},
 	}
 }
 
@@ -489,6 +495,10 @@ func runProgress(ctx context.Context, s *server, args, token json.RawMessage) (t
 
 func runPid(context.Context, *server, json.RawMessage, json.RawMessage) (toolResult, bool) {
 	return textResult(strconv.Itoa(os.Getpid())), true
+}
+
+func runWhoami(context.Context, *server, json.RawMessage, json.RawMessage) (toolResult, bool) {
+	return textResult(fmt.Sprintf("pid=%d tag=%s", os.Getpid(), os.Getenv("FIXTURE_TAG"))), true
 }
 
 func runCrash(_ context.Context, s *server, args, _ json.RawMessage) (toolResult, bool) {

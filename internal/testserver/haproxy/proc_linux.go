@@ -1,0 +1,9 @@
+package haproxy
+
+import "syscall"
+
+// sysProcAttr has the kernel kill haproxy should the test binary die
+// without its cleanups.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
