@@ -243,6 +243,9 @@ type Server struct {
 	Prefix  string
 	Tools   Filter
 	Sharing string // SharingShared or SharingPerSession
+	// Via, when set, is the replica this one reaches the server through
+	// (ThroughPeer): the server is placed on that one.
+	Via *Via
 	// Placement is where the server runs among replicas: PlacementEvery
 	// (each runs it on demand) or PlacementOne (one process in the
 	// deployment, on its owner replica).

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -21,9 +23,11 @@ type ReplicasConfig struct {
 	// addresses by ordinal instead. Exactly one is set.
 	PeerAddress string
 	Peers       []string
-	// PeerListen is where this replica's peer interface listens
-	// (DefaultPeerListen): mutual TLS from the shared key, never a
-	// client's.
+	// PeerListen is where this replica's peer interface listens: mutual
+	// TLS from the shared key, never a client's. "" (the default): the
+	// port of this replica's own peer address, on that address when it
+	// is an IP (a peers list on one host), else on every interface (a
+	// pod's DNS name).
 	PeerListen string
 	// KeyDir holds the shared key: the file "current" signs, every other
 	// file not starting with a dot is accepted too (a rotation).
@@ -35,14 +39,16 @@ type ReplicasConfig struct {
 	OwnerTimeout time.Duration
 	// DrainTimeout bounds how long a SIGTERM waits for the requests in
 	// flight before it ends the legacy sessions (DefaultDrainTimeout).
-	DrainTimeout time.Duration
+	// DrainDelay is how long, within it, the replica goes on serving
+	// while unready, for the balancer to take it out (DefaultDrainDelay).
+	DrainTimeout, DrainDelay time.Duration
 }
 
 // Replica defaults.
 const (
-	DefaultPeerListen   = "0.0.0.0:7332"
 	DefaultOwnerTimeout = 2 * time.Second
 	DefaultDrainTimeout = 30 * time.Second
+	DefaultDrainDelay   = 5 * time.Second
 	// MaxReplicas bounds the count (ordinals are small decimal numbers).
 	MaxReplicas = 1000
 )
@@ -56,14 +62,14 @@ const (
 	PlacementOne = "one"
 )
 
-var replicasNames = []string{"count", "peerAddress", "peers", "peerListen", "keyDir", "ownerTimeout", "drainTimeout"}
+var replicasNames = []string{"count", "peerAddress", "peers", "peerListen", "keyDir", "ownerTimeout", "drainTimeout", "drainDelay"}
 
 // replicas reads the top-level "replicas" object.
 func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 	if v.kind == kindNull {
 		return nil
 	}
-	r := &ReplicasConfig{PeerListen: DefaultPeerListen, OwnerTimeout: DefaultOwnerTimeout, DrainTimeout: DefaultDrainTimeout}
+	r := &ReplicasConfig{OwnerTimeout: DefaultOwnerTimeout, DrainTimeout: DefaultDrainTimeout, DrainDelay: DefaultDrainDelay}
 	p.secure(v, at, replicasNames, func(key string, v *node, kat string) bool {
 		switch key {
 		case "count":
@@ -121,6 +127,10 @@ func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 					r.DrainTimeout = *d
 				}
 			}
+		case "drainDelay":
+			if d := p.duration(v, kat); d != nil {
+				r.DrainDelay = *d
+			}
 		default:
 			return false
 		}
@@ -142,10 +152,28 @@ func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 	case r.Peers != nil && r.Count > 0 && len(r.Peers) != r.Count:
 		p.errorf(at+".peers", "lists %d addresses for a count of %d: one per ordinal", len(r.Peers), r.Count)
 	}
+	if r.DrainDelay > r.DrainTimeout {
+		p.errorf(at+".drainDelay", "%v is longer than drainTimeout (%v), which bounds it", r.DrainDelay, r.DrainTimeout)
+	}
 	if r.KeyDir == "" && !p.hasErrorAt(0, at+".keyDir") {
 		p.errorf(at, "needs \"keyDir\": the directory of the key the replicas share (a mounted Secret)")
 	}
 	return r
+}
+
+// ListenFor is where replica ordinal's peer interface listens.
+func (r *ReplicasConfig) ListenFor(ordinal int) string {
+	if r.PeerListen != "" {
+		return r.PeerListen
+	}
+	host, port, err := net.SplitHostPort(r.PeerOf(min(ordinal, r.Count-1)))
+	if err != nil {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil && ordinal < r.Count {
+		return net.JoinHostPort(host, port)
+	}
+	return net.JoinHostPort("0.0.0.0", port)
 }
 
 // PeerOf is the peer address of ordinal i.
@@ -177,4 +205,28 @@ func (p *parser) checkReplicas(cfg *Config) {
 func versionOf(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:6])
+}
+
+// Via is how a replica that does not run a server placed on one replica
+// reaches it: through the owner's peer interface.
+type Via struct {
+	// Ordinal is the owner's.
+	Ordinal int
+}
+
+// ThroughPeer is s as a replica that is not its owner serves it: a remote
+// server at url, the owner's endpoint for it on its peer interface, with
+// s's settings. The owner applies s's launch, limits and pin; this
+// replica its policy, audit and limits to its own clients' requests, and
+// its name prefix and tool filter (which the owner's endpoint applied
+// already: filtering twice is filtering once).
+func (s *Server) ThroughPeer(ordinal int, url string) *Server {
+	return &Server{
+		Name: s.Name, Kind: KindHTTP, Transport: TransportStreamableHTTP, URL: url,
+		Disabled: s.Disabled, Prefix: s.Prefix, Tools: s.Tools, Sharing: s.Sharing, Placement: s.Placement,
+		ClientCapabilities: s.ClientCapabilities, Protocol: ProtocolAuto, MaxInstances: s.MaxInstances,
+		IdleTimeout: s.IdleTimeout, StartGrace: s.StartGrace, InitTimeout: s.InitTimeout, RequestTimeout: s.RequestTimeout,
+		StdinWait: s.StdinWait, TermWait: s.TermWait, Restart: s.Restart,
+		Via: &Via{Ordinal: ordinal},
+	}
 }

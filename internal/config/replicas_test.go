@@ -11,7 +11,7 @@ func TestReplicasBlock(t *testing.T) {
 	  "defaults": {"placement": "one"},
 	  "mcpServers": {"memory": {"command": "x"}, "files": {"command": "y", "placement": "every"}}}`, LoadOptions{})
 	r := cfg.Replicas
-	if r == nil || r.Count != 3 || r.PeerListen != DefaultPeerListen || r.KeyDir != "/etc/k" || r.OwnerTimeout != time.Second || r.DrainTimeout != DefaultDrainTimeout {
+	if r == nil || r.Count != 3 || r.ListenFor(1) != "0.0.0.0:7332" || r.KeyDir != "/etc/k" || r.OwnerTimeout != time.Second || r.DrainTimeout != DefaultDrainTimeout {
 		t.Fatalf("replicas = %+v", r)
 	}
 	if got := r.PeerOf(2); got != "mcpvisor-2.peers.ns.svc:7332" {
@@ -21,8 +21,8 @@ func TestReplicasBlock(t *testing.T) {
 		t.Errorf("placements: memory %q, files %q", cfg.Server("memory").Placement, cfg.Server("files").Placement)
 	}
 	list := mustParse(t, `{"replicas": {"count": 2, "peers": ["127.0.0.1:9001", "127.0.0.1:9002"], "keyDir": "/k"}, "mcpServers": {"a": {"command": "x"}}}`, LoadOptions{})
-	if list.Replicas.PeerOf(1) != "127.0.0.1:9002" {
-		t.Errorf("PeerOf(1) = %q", list.Replicas.PeerOf(1))
+	if list.Replicas.PeerOf(1) != "127.0.0.1:9002" || list.Replicas.ListenFor(1) != "127.0.0.1:9002" {
+		t.Errorf("PeerOf(1) = %q, ListenFor(1) = %q", list.Replicas.PeerOf(1), list.Replicas.ListenFor(1))
 	}
 	// Without the block nothing changes: every server on every replica.
 	plain := mustParse(t, `{"mcpServers": {"a": {"command": "x"}}}`, LoadOptions{})

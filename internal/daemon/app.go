@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -41,10 +42,24 @@ type app struct {
 	tracing *telemetry.Tracing
 	// stateDir is the state directory in use (serve's socket is there).
 	stateDir string
+	// place, if set, rewrites each config read for this replica
+	// (placement.go).
+	place func(*config.Config)
+}
+
+// replicaHooks are what a replica gives the app (serve with a replicas
+// block): place rewrites each config read for the replica (placement.go),
+// gate and peerClient go to the fleet.
+type replicaHooks struct {
+	place      func(*config.Config)
+	gate       func(context.Context, *config.Server) error
+	peerClient *http.Client
 }
 
 // openApp loads the config and builds everything; nothing is started.
-func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
+// replicas, if set, makes the replica's hooks from the config (nil: no
+// replicas block).
+func openApp(configFile, stateDir string, log *slog.Logger, replicas func(*config.Config) (*replicaHooks, error)) (*app, error) {
 	data, err := config.ReadFile(configFile)
 	if err != nil {
 		return nil, err
@@ -52,6 +67,18 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	cfg, err := config.Parse(data, configFile, config.LoadOptions{})
 	if err != nil {
 		return nil, err
+	}
+	var rh *replicaHooks
+	if replicas != nil {
+		if rh, err = replicas(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if rh == nil {
+		rh = &replicaHooks{}
+	}
+	if rh.place != nil {
+		rh.place(cfg)
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("config: " + w)
@@ -102,7 +129,8 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 				log.Info("secrets and OAuth tokens are kept in the OS keyring", "store", backend)
 			}
 		}),
-		CompileCache: filepath.Join(stateDir, "node-compile-cache")})
+		CompileCache: filepath.Join(stateDir, "node-compile-cache"),
+		Gate:         rh.gate, PeerClient: rh.peerClient})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()
@@ -115,7 +143,7 @@ func openApp(configFile, stateDir string, log *slog.Logger) (*app, error) {
 	gw.SetPageSize(cfg.PageSize)
 	gw.SetHoldTimeout(cfg.HoldTimeout)
 	gw.SetPolicy(cfg.Compiled)
-	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs, stateDir: stateDir}, nil
+	return &app{cfg: cfg, cfgSum: sha256.Sum256(data), log: log, rt: rt, fleet: f, gw: gw, events: events, hist: hist, store: st, logs: logs, stateDir: stateDir, place: rh.place}, nil
 }
 
 // startEager starts the servers marked eager, in the background, learning

@@ -88,6 +88,9 @@ func (r *reloader) reload(ctx context.Context, trigger string, onlyIfChanged boo
 		return rep
 	}
 	rep.Warnings = cfg.Warnings
+	if r.a.place != nil {
+		r.a.place(cfg)
+	}
 	// Once applied, the next reload may begin: it need not wait for this
 	// one's drains.
 	hook := func(ap fleet.Applied) {

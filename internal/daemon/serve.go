@@ -115,6 +115,12 @@ type serving struct {
 	// auditLog is the audit in force (nil: none), opened with auditOpts.
 	auditLog  atomic.Pointer[audit.Log]
 	auditOpts *audit.Options
+	// local is the public front's handler but for forwarding: what the
+	// peer interface serves.
+	local http.Handler
+	// replicas is this replica among its peers (nil: a single
+	// mcpvisor, without a replicas block).
+	replicas *replicaSet
 }
 
 // open builds everything serve runs; nothing is started.
@@ -123,7 +129,7 @@ func (s *serving) open() error {
 	if s.tracing, err = newTracing(s.o.OTLPEndpoint, s.o.Version); err != nil {
 		return err
 	}
-	if s.a, err = openApp(s.o.ConfigFile, s.o.StateDir, s.log); err != nil {
+	if s.a, err = openApp(s.o.ConfigFile, s.o.StateDir, s.log, s.openReplicas); err != nil {
 		return err
 	}
 	s.a.setTracing(s.tracing)
@@ -146,11 +152,58 @@ func (s *serving) open() error {
 		return err
 	}
 	s.setLimits(s.a.cfg)
+	if rs := s.replicas; rs != nil {
+		rs.access = s.mcpAccess()
+		rs.running = s.a.rt.Running
+		rs.servers = func() []string {
+			var names []string
+			for _, srv := range s.a.fleet.Servers() {
+				names = append(names, srv.Name())
+			}
+			return names
+		}
+		s.a.gw.SetStamper(rs)
+	}
 	if s.o.Token == "" && s.a.cfg.Auth == nil && !isLoopback(s.ln.Addr()) {
 		s.log.Warn("listening beyond loopback without a bearer token: anyone who can reach this address can use every server", "listen", s.ln.Addr().String())
 	}
 	s.srv = s.routeAll()
 	return nil
+}
+
+// openReplicas makes this replica's set from the config, if it has a
+// replicas block: the app's hooks.
+func (s *serving) openReplicas(cfg *config.Config) (*replicaHooks, error) {
+	rs, err := openReplicas(cfg, s.log)
+	if err != nil || rs == nil {
+		return nil, err
+	}
+	s.replicas = rs
+	return &replicaHooks{
+		place: func(cfg *config.Config) {
+			if cfg.Replicas == nil {
+				// A replica stays one until it restarts: the replica
+				// settings in force place the new config's servers.
+				s.log.Error("reload: the new config has no \"replicas\" block; the replica settings in force stay until a restart")
+				cfg.Replicas = rs.cfg.Load()
+			}
+			place(cfg, rs.self.Ordinal)
+		},
+		gate:       rs.gate,
+		peerClient: rs.peerClient(),
+	}, nil
+}
+
+// adminAccess is the guard options of the admin routes, mcpAccess those
+// of /mcp (a server's endpoint has its own Route).
+func (s *serving) adminAccess() guard.Options {
+	return guard.Options{Token: s.o.Token, Team: s.team, Route: guard.Route{Admin: true}}
+}
+
+func (s *serving) mcpAccess() guard.Options {
+	o := s.adminAccess()
+	o.Route = guard.Route{Path: "/mcp"}
+	return o
 }
 
 // routeAll makes serve's HTTP server: every route behind one guard.
@@ -159,11 +212,12 @@ func (s *serving) routeAll() *http.Server {
 	// One guard for every route: the same Host, Origin and token checks
 	// on /mcp, /servers/*, /api/*, /metrics, /healthz and any other path.
 	// The MCP and admin handlers apply it themselves (the same options);
-	// a route added here is wrapped in it.
-	access := guard.Options{Token: s.o.Token, Team: s.team, Route: guard.Route{Admin: true}}
+	// a route added here is wrapped in it. The probes, /livez and
+	// /readyz, are the exception: a kubelet holds no token, and they
+	// tell nothing but ok or not.
+	access := s.adminAccess()
 	g := guard.New(access)
-	mcpAccess := access
-	mcpAccess.Route = guard.Route{Path: "/mcp"}
+	mcpAccess := s.mcpAccess()
 	// One bound on client sessions across /mcp and every
 	// /servers/{name}/mcp: the config's maxSessions.
 	sessions := gateway.NewSessionLimit(a.cfg.MaxSessions)
@@ -196,6 +250,9 @@ func (s *serving) routeAll() *http.Server {
 			log.Error("reload: the new audit settings are not in force; the earlier ones are", "err", err)
 		}
 		s.setLimits(cfg)
+		if s.replicas != nil {
+			s.replicas.reload(cfg)
+		}
 		a.gw.Reloaded()
 		s.routes.Sync(ap.Removed)
 	})
@@ -229,12 +286,41 @@ func (s *serving) routeAll() *http.Server {
 	// without the token, found by its single-use state (admin.OAuthCallback).
 	mux.HandleFunc("GET /oauth/callback", api.OAuthCallback)
 	mux.Handle("/healthz", g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })))
+	mux.HandleFunc("GET /livez", live)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	// The dashboard: GET / and its files under /ui/, behind the Host and
 	// Origin checks (the page holds no data; what it shows comes from
 	// /api/*, behind the token too). Any other path is a 404 behind the
 	// whole guard.
 	mux.Handle("/", dashboard.New(g, s.o.Token != "", g.Wrap(http.NotFoundHandler())))
-	return newHTTPServer(s.front.wrap(trimAfter(a.fleet, gateway.NewFront(mux, mcp, servers))), opts)
+	local := trimAfter(a.fleet, gateway.NewFront(mux, mcp, servers))
+	s.local = local
+	if s.replicas != nil {
+		local = s.replicas.front(local)
+	}
+	return newHTTPServer(s.front.wrap(local), opts)
+}
+
+// live is the liveness probe: the process serves HTTP. It never depends
+// on a server.
+func live(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+
+// readyz is the readiness probe: the replica's own — its config loaded
+// (it is, once serving), its peers known, not draining. A server that
+// fails or waits for a login shows in /api and /metrics, never here: one
+// bad server must not take every replica out of the Service.
+func (s *serving) readyz(w http.ResponseWriter, _ *http.Request) {
+	why := s.replicas.ready()
+	if why == "" && s.sd.Context().Err() != nil {
+		why = "shutting down"
+	}
+	if why != "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: " + why + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 // start starts what open built: the parent watch, the socket, the
@@ -270,6 +356,9 @@ func (s *serving) start() error {
 			s.log.Warn("not watching the config file: reload with SIGHUP or mcpvisor reload", "err", err)
 		}
 	}
+	if s.replicas != nil {
+		s.replicas.servePeers(s.local)
+	}
 	go func() {
 		if err := serveHTTP(s.srv, s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server failed", "err", err)
@@ -283,6 +372,12 @@ func (s *serving) start() error {
 // client sessions, stop the servers.
 func (s *serving) run() error {
 	defer s.stopWatches()
+	if s.replicas != nil {
+		// A replica drains first: unready, serving what comes while the
+		// balancer takes it out, then what is in flight finishes.
+		<-s.sd.Context().Done()
+		s.replicas.drain(context.Background())
+	}
 	return s.a.shutdown(s.sd, s.o.ShutdownTimeout, func(ctx context.Context) error {
 		// Stop accepting, then end client sessions: requests in flight
 		// are cancelled and answered with an error. The servers stop in
@@ -302,6 +397,9 @@ func (s *serving) run() error {
 		<-front
 		s.closeTeam()
 		s.closeAudit(ctx)
+		if s.replicas != nil {
+			s.replicas.close(ctx)
+		}
 		return err
 	})
 }
@@ -330,6 +428,9 @@ func (s *serving) close(ctx context.Context) {
 	}
 	if s.team != nil {
 		s.closeTeam()
+	}
+	if s.replicas != nil {
+		s.replicas.close(ctx)
 	}
 	if s.a != nil {
 		s.closeAudit(ctx)
@@ -392,12 +493,16 @@ func serveHTTP(srv *http.Server, ln net.Listener) error {
 // answer, the state file's pages a list read mapped in — is given back
 // to the OS when the requests stop, not kept at the runtime's next
 // collection goal for as long as mcpvisor stays idle.
-// A probe (/healthz) leaves nothing behind and asks for none.
+// A probe (/healthz, /livez, /readyz) leaves nothing behind and asks for
+// none.
 func trimAfter(f *fleet.Fleet, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
+		if !probe(r.URL.Path) {
 			defer f.TrimSoon()
 		}
 		h.ServeHTTP(w, r)
 	})
 }
+
+// probe reports whether path is a health probe's.
+func probe(path string) bool { return path == "/healthz" || path == "/livez" || path == "/readyz" }

@@ -73,7 +73,7 @@ func openDaemonFront(a *app, socket string, unused time.Duration, log *slog.Logg
 	return d, nil
 }
 
-// wrap counts every request to h as activity but /healthz and /metrics:
+// wrap counts every request to h as activity but the probes and /metrics:
 // a probe or a scrape is no client, and a monitor scraping every 15 s
 // would keep an auto-started daemon up forever. (A dashboard's or the
 // CLI's request counts.)
@@ -82,7 +82,7 @@ func (d *daemonFront) wrap(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
+		if probe(r.URL.Path) || r.URL.Path == "/metrics" {
 			h.ServeHTTP(w, r)
 			return
 		}

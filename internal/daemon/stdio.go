@@ -69,7 +69,7 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 			sd.Stop()
 		}
 	}()
-	if a, err = openApp(o.ConfigFile, o.StateDir, log); err != nil {
+	if a, err = openApp(o.ConfigFile, o.StateDir, log, nil); err != nil {
 		return err
 	}
 	a.setTracing(tr)

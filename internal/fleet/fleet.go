@@ -118,6 +118,14 @@ type Options struct {
 	// gives none. A relative one is taken from mcpvisor's working
 	// directory.
 	CompileCache string
+	// Replicas: Gate, if set, is waited on before each start of a local
+	// server placed on one replica ("placement": "one"), within the
+	// start's bound: it returns once no other replica runs the server
+	// (the one that ran it before a change of owner stopped it), or the
+	// error that start fails with. PeerClient carries the requests to a
+	// server this replica reaches through its owner (config.Server.Via).
+	Gate       func(ctx context.Context, sc *config.Server) error
+	PeerClient *http.Client
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -382,11 +390,31 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 			Protocol:     sc.Protocol,
 			OnConnect:    func(ctx context.Context, c *backend.Conn) { onConnect(ctx, c) },
 		}
+		if sc.Via != nil {
+			hc.HTTPClient = f.opts.PeerClient
+		}
 		// References in the headers resolve at each connection.
 		hc.ResolveHeaders = f.headerResolver(sc, whoOf(hooks))
 		return hc
 	}
-	return f.stdioConnector(sc, hooks, onConnect)
+	c := f.stdioConnector(sc, hooks, onConnect)
+	if sc.Placement == config.PlacementOne && f.opts.Gate != nil {
+		return gated{c, func(ctx context.Context) error { return f.opts.Gate(ctx, sc) }}
+	}
+	return c
+}
+
+// gated is a Connector that waits on gate before each connect.
+type gated struct {
+	lifecycle.Connector
+	gate func(context.Context) error
+}
+
+func (g gated) Connect(ctx context.Context) (lifecycle.Session, error) {
+	if err := g.gate(ctx); err != nil {
+		return nil, err
+	}
+	return g.Connector.Connect(ctx)
 }
 
 // sessionCapabilities is what the client of the session an instance's

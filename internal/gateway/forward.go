@@ -184,7 +184,7 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 	f, raw := g.newFlight(ctx, cancel, w, srv, method, params, clientID, related)
 	// The policy, the audit's room and the rate limits first: a refused
 	// use of a server's item starts nothing.
-	if decided(method) && g.governed() {
+	if decided(method) && g.governed() && !f.who.Decided() {
 		// The limits first: a flood of refused calls is limited as one
 		// of served calls is, and writes no more audit lines.
 		if resp := g.prepare(f, raw, params); resp != nil {

@@ -78,6 +78,9 @@ type Gateway struct {
 	// answers made under older rules are not kept (policy.go).
 	rulesGen atomic.Uint64
 	limits   atomic.Pointer[ratelimit.Limiter]
+	// stamper stamps the ids g issues with their owner replica
+	// (SetStamper; nil: a single mcpvisor).
+	stamper  Stamper
 	stateKey []byte
 	// tracing makes a span of each request forwarded to a server; nil:
 	// off (SetTracing).

@@ -276,7 +276,7 @@ func (h *StreamableHandler) initialize(w http.ResponseWriter, r *http.Request, m
 	// (a failed initialize included), or until an admission takes it
 	// over (an eviction). The initialize is the session's request in
 	// flight: it cannot be evicted before it is answered.
-	hs := &httpSession{h: h, id: rand.Text()}
+	hs := &httpSession{h: h, id: h.gw.stamp(rand.Text())}
 	hs.place.init(h.limit, hs, true)
 	if !h.limit.admit(&hs.place) {
 		h.log.Warn("http: session limit reached, every session busy: initialize refused", "limit", h.limit.Max())

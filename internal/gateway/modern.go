@@ -225,7 +225,7 @@ func (g *Gateway) serveStateless(ctx context.Context, m *rpc.Message, mo *Modern
 		return errorResponse(m.ID, rpc.MethodNotFound, "method not found: "+m.Method+" is a notification: send it without an id")
 	case m.Method == "subscriptions/listen":
 		return g.listen(ctx, server, m, mo, related, p.resourceServer)
-	case mrtrMethod(m.Method) && strings.HasPrefix(mo.State, statePrefix):
+	case mrtrMethod(m.Method) && strings.HasPrefix(g.inner(mo.State), statePrefix):
 		// A retry of a call mcpvisor holds (its requestState is
 		// mcpvisor's; any other is the server's own, and passes).
 		resp = g.resumeHeld(ctx, m, mo, mo.State, server, related)

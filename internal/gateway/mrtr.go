@@ -745,7 +745,7 @@ func (g *Gateway) signState(h *heldCall) string {
 	body := mustJSON(heldState{Held: h.id, Endpoint: endpointName(h.endpoint), Round: h.rounds, Method: h.method, Digest: h.digest, Expires: h.expires.UnixMilli(), Who: whoOf(h.mreq.user)})
 	mac := hmac.New(sha256.New, g.stateKey)
 	mac.Write(body)
-	return statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	return g.stamp(statePrefix + base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil)))
 }
 
 var (
@@ -755,7 +755,7 @@ var (
 
 // verifyState checks a requestState of mcpvisor's and reads it.
 func (g *Gateway) verifyState(state string) (*heldState, error) {
-	rest, _ := strings.CutPrefix(state, statePrefix)
+	rest, _ := strings.CutPrefix(g.inner(state), statePrefix)
 	b64, sig, ok := strings.Cut(rest, ".")
 	if !ok {
 		return nil, errStateForged

@@ -221,7 +221,7 @@ func (e *single) unusable(ctx context.Context, w sender, m *rpc.Message) *rpc.Me
 		return nil
 	}
 	who := requestIdentity(ctx, w)
-	if p.MayUse(who, e.srv.Name()) {
+	if who.Decided() || p.MayUse(who, e.srv.Name()) {
 		return nil
 	}
 	e.g.denials.Add(1)

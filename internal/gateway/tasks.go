@@ -79,7 +79,7 @@ func (g *Gateway) taskID(ref taskRef) string {
 	aead := g.taskAEAD()
 	nonce := make([]byte, aead.NonceSize())
 	_, _ = rand.Read(nonce)
-	return taskIDPrefix + base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, mustJSON(ref), []byte(taskIDPrefix)))
+	return g.stamp(taskIDPrefix + base64.RawURLEncoding.EncodeToString(aead.Seal(nonce, nonce, mustJSON(ref), []byte(taskIDPrefix))))
 }
 
 // taskAEAD is the cipher task ids are sealed with.
@@ -102,7 +102,7 @@ func (g *Gateway) taskAEAD() cipher.AEAD {
 // spelling (strict Base64), so that the book finds a task by the string
 // the client sends.
 func (g *Gateway) parseTaskID(id string) (taskRef, bool) {
-	rest, ok := strings.CutPrefix(id, taskIDPrefix)
+	rest, ok := strings.CutPrefix(g.inner(id), taskIDPrefix)
 	if !ok {
 		return taskRef{}, false
 	}

@@ -107,6 +107,9 @@ func (g *Guard) Allow(w http.ResponseWriter, r *http.Request) bool {
 // carrying its token's identity — and 0, or, having written the
 // refusal, nil and its status.
 func (g *Guard) Admit(w http.ResponseWriter, r *http.Request) (*http.Request, int) {
+	if r, ok := admitVouched(r); ok {
+		return r, 0
+	}
 	if reason := g.checkHostOrigin(r); reason != "" {
 		refuse(w, http.StatusForbidden, reason)
 		return nil, http.StatusForbidden

@@ -27,7 +27,24 @@ const (
 	Local Kind = "local"
 	// Static: the configured static bearer token (an admin credential).
 	Static Kind = "static"
+	// Peer: another replica of this deployment, reaching a server this
+	// replica runs for it (a server placed on one replica). Its client's
+	// request was decided, limited and audited on that replica, under
+	// the same configuration: this one serves it as it is. Only the peer
+	// interface makes such an identity, for a request signed with the
+	// key the replicas share.
+	Peer Kind = "peer"
 )
+
+// PeerReplica is the identity of replica ordinal's connections to the
+// servers this replica runs for the deployment.
+func PeerReplica(ordinal int) *Identity {
+	return (&Identity{Kind: Peer, Issuer: "mcpvisor", Subject: "replica-" + strconv.Itoa(ordinal), UID: -1}).Finish()
+}
+
+// Decided reports whether id's requests were decided elsewhere (a peer
+// replica's): no policy, scope, rate limit or audit applies here.
+func (id *Identity) Decided() bool { return id != nil && id.Kind == Peer }
 
 // Identity is a verified identity. It never changes after it is made and
 // is safe to share between goroutines.

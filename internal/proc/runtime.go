@@ -217,3 +217,18 @@ func (rt *Runtime) Kill() {
 	}
 	rt.killEscaped()
 }
+
+// Running is how many process trees of server name (Spec.Name) this
+// runtime holds: from the spawn until the tree is reaped, stopping ones
+// included.
+func (rt *Runtime) Running(name string) int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := 0
+	for p := range rt.live {
+		if p.spec.Name == name {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,348 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/replica"
+	"github.com/mcpvisor/mcpvisor/lifecycle"
+)
+
+// Placement: a server with "placement": "one" runs on one replica of
+// the deployment, its owner — the ordinal its name hashes to over the
+// configured count (rendezvous hashing: a change of count moves only the
+// servers whose owner changes). The others reach it through the owner's
+// peer interface, as a remote server (config.Server.ThroughPeer): their
+// clients' requests are decided, limited and audited where they arrived,
+// and the owner serves the peer's connection as decided
+// (identity.Peer). When the count changes, the old owner's reload turns
+// its process into such a connection (stopping the process) and the new
+// owner's start waits until no peer runs it (gate): never two at once,
+// while every replica can reach its peers. A replica that cannot be
+// reached runs nothing as far as the gate knows: a pod force-deleted
+// while its process lives on (a partitioned node) is the one case where
+// two may run, for as long as that node lives (docs/kubernetes.md).
+
+// place rewrites cfg's servers placed on one replica for replica self:
+// those another replica owns are reached through it.
+func place(cfg *config.Config, self int) {
+	rc := cfg.Replicas
+	if rc == nil {
+		return
+	}
+	for i, s := range cfg.Servers {
+		if s.Placement != config.PlacementOne || s.Disabled {
+			continue
+		}
+		owner := replica.OwnerOf(s.Name, rc.Count)
+		if owner == self {
+			if s.Protocol == config.ProtocolAuto {
+				// One process: no second one to probe the modern era on
+				// (nor to serve it on, for a dual-era server). It is
+				// initialized, and modern clients' calls are bridged
+				// to it (MRTR); a modern-only server says so with
+				// "protocol": "modern".
+				s.Protocol = config.ProtocolLegacy
+			}
+			continue
+		}
+		cfg.Servers[i] = s.ThroughPeer(owner, "https://"+rc.PeerOf(owner)+"/servers/"+url.PathEscape(s.Name)+"/mcp")
+	}
+}
+
+// owns reports whether this replica runs server name under cfg.
+func (rs *replicaSet) owns(cfg *config.Config, name string) bool {
+	s := cfg.Server(name)
+	return s != nil && s.Placement == config.PlacementOne && replica.OwnerOf(name, cfg.Replicas.Count) == rs.self.Ordinal
+}
+
+// peerClient is the fleet's client for the servers this replica reaches
+// through their owner: each request signed as this replica's own
+// (identity.Peer), over the peer TLS.
+func (rs *replicaSet) peerClient() *http.Client {
+	return &http.Client{Transport: peerTransport{rs}}
+}
+
+type peerTransport struct{ rs *replicaSet }
+
+func (t peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rs := t.rs
+	rc := rs.cfg.Load()
+	to := -1
+	for i := range rc.Count {
+		if rc.PeerOf(i) == req.URL.Host {
+			to = i
+			break
+		}
+	}
+	if to < 0 {
+		return nil, fmt.Errorf("%w: %s is no replica of the configured %d", lifecycle.ErrServerUnavailable, req.URL.Host, rc.Count)
+	}
+	id, _ := json.Marshal(identity.PeerReplica(rs.self.Ordinal))
+	f := replica.Forwarded{From: rs.self.Ordinal, To: to, ConfigVersion: *rs.version.Load(), Identity: id,
+		Method: req.Method, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}
+	out := req.Clone(req.Context())
+	out.Header.Set(replica.ForwardHeader, rs.ring.Load().SignForward(f))
+	resp, err := rs.transport.RoundTrip(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: replica %d, which runs this server for the deployment (placement %q), cannot be reached; retry: %v",
+			lifecycle.ErrServerUnavailable, to, config.PlacementOne, err)
+	}
+	return resp, nil
+}
+
+// placementState is what a replica answers about one server: whether it
+// runs a process of it, or is about to.
+type placementState struct {
+	Ordinal  int    `json:"ordinal"`
+	Running  int    `json:"running"`
+	Claiming bool   `json:"claiming"`
+	Version  string `json:"version"`
+}
+
+// claims are the starts of servers placed here under way: a peer asked
+// meanwhile is told, so that two replicas that both think they own a
+// server (their configs differ) never start it together.
+type claims struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// claimHold is how long a claim stands after its gate opened: longer
+// than the spawn that follows it, after which the runtime counts the
+// process.
+const claimHold = 10 * time.Second
+
+func (c *claims) set(name string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]time.Time{}
+	}
+	if until.IsZero() {
+		delete(c.m, name)
+		return
+	}
+	c.m[name] = until
+}
+
+func (c *claims) has(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Before(c.m[name])
+}
+
+// gate waits, within ctx, until no peer runs server sc or starts it:
+// the fleet's start of a server placed here.
+func (rs *replicaSet) gate(ctx context.Context, sc *config.Server) error {
+	name := sc.Name
+	rs.claims.set(name, time.Now().Add(time.Hour)) // until decided
+	opened := false
+	defer func() {
+		if opened {
+			rs.claims.set(name, time.Now().Add(claimHold))
+		} else {
+			rs.claims.set(name, time.Time{})
+		}
+	}()
+	var last string
+	for {
+		busy, yield := rs.peersOn(ctx, name)
+		switch {
+		case busy == "":
+			opened = true
+			return nil
+		case yield:
+			// A lower ordinal starts it too: it goes first; this claim
+			// is withdrawn until it has.
+			rs.claims.set(name, time.Time{})
+		}
+		if busy != last {
+			rs.log.Info("placement: waiting for a peer before starting", "server", name, "peer", busy)
+			last = busy
+		}
+		t := time.NewTimer(time.Duration(150+rand.IntN(150)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: server %s moves to this replica (%d), and %s still; retry", lifecycle.ErrServerUnavailable, name, rs.self.Ordinal, busy)
+		case <-t.C:
+		}
+		rs.claims.set(name, time.Now().Add(time.Hour))
+	}
+}
+
+// peersOn asks every peer about server name: busy names one that runs it
+// or starts it ("" none); yield says one of lower ordinal starts it.
+func (rs *replicaSet) peersOn(ctx context.Context, name string) (busy string, yield bool) {
+	rc := rs.cfg.Load()
+	type answer struct {
+		st placementState
+		ok bool
+	}
+	answers := make([]answer, rc.Count)
+	var wg sync.WaitGroup
+	for i := range rc.Count {
+		if i == rs.self.Ordinal {
+			continue
+		}
+		wg.Go(func() {
+			st, err := rs.askPlacement(ctx, i, name)
+			answers[i] = answer{st, err == nil}
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if !a.ok {
+			continue // unreachable: runs nothing, as far as anyone can know
+		}
+		switch {
+		case a.st.Running > 0:
+			return fmt.Sprintf("replica %d runs it", i), false
+		case a.st.Claiming:
+			busy = fmt.Sprintf("replica %d starts it", i)
+			if i < rs.self.Ordinal {
+				yield = true
+			}
+		}
+	}
+	return busy, yield
+}
+
+// peerPath is the peer interface's own API.
+const peerPath = "/peer/v1/"
+
+// askPlacement asks peer i about server name, bounded by ownerTimeout.
+func (rs *replicaSet) askPlacement(ctx context.Context, i int, name string) (placementState, error) {
+	var st placementState
+	err := rs.peerGet(ctx, i, peerPath+"placement/"+url.PathEscape(name), &st)
+	return st, err
+}
+
+// peerGet GETs path of peer i's peer API into v, bounded by ownerTimeout.
+func (rs *replicaSet) peerGet(ctx context.Context, i int, path string, v any) error {
+	rc := rs.cfg.Load()
+	ctx, cancel := context.WithTimeout(ctx, rc.OwnerTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+rc.PeerOf(i)+path, nil)
+	if err != nil {
+		return err
+	}
+	id, _ := json.Marshal(identity.PeerReplica(rs.self.Ordinal))
+	req.Header.Set(replica.ForwardHeader, rs.ring.Load().SignForward(replica.Forwarded{From: rs.self.Ordinal, To: i,
+		ConfigVersion: *rs.version.Load(), Identity: id, Method: http.MethodGet, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}))
+	resp, err := rs.transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("replica %d: %s", i, resp.Status)
+	}
+	return json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(v)
+}
+
+// servePeerAPI serves the peer interface's own API (the request already
+// verified as a peer's).
+func (rs *replicaSet) servePeerAPI(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, peerPath)
+	switch {
+	case strings.HasPrefix(rest, "placement/") && r.Method == http.MethodGet:
+		name, err := url.PathUnescape(strings.TrimPrefix(rest, "placement/"))
+		if err != nil {
+			http.Error(w, "Bad Request", http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, placementState{Ordinal: rs.self.Ordinal, Running: rs.running(name), Claiming: rs.claims.has(name), Version: *rs.version.Load()})
+	case rest == "state" && r.Method == http.MethodGet:
+		writeJSON(w, rs.state())
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// misplaced answers a peer's request for a server this replica does not
+// run under its config: the peer routed by another version of it (a
+// reload under way) — a clear error, never a wrong route.
+func (rs *replicaSet) misplaced(w http.ResponseWriter, f replica.Forwarded, server string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMisdirectedRequest)
+	msg := fmt.Sprintf("replica %d does not run server %s under its configuration (version %s); the request was routed by version %s: retry once the replicas have reloaded",
+		rs.self.Ordinal, server, *rs.version.Load(), f.ConfigVersion)
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":%q}}`+"\n", msg)
+}
+
+// replicaState is one replica as the deployment's view shows it.
+type replicaState struct {
+	Ordinal     int    `json:"ordinal"`
+	Address     string `json:"address"`
+	Reachable   bool   `json:"reachable"`
+	Error       string `json:"error,omitempty"`
+	Incarnation string `json:"incarnation,omitempty"`
+	Version     string `json:"configVersion,omitempty"`
+	Ready       string `json:"ready,omitempty"` // "ok", else why not
+	// Servers are those it runs a process of, by name: how many.
+	Servers map[string]int `json:"servers,omitempty"`
+	// Forwarded, Received and Gone count requests it forwarded, served
+	// for a peer, and answered as their owner's being gone.
+	Forwarded uint64 `json:"forwarded"`
+	Received  uint64 `json:"received"`
+	Gone      uint64 `json:"gone"`
+}
+
+// state is this replica's own.
+func (rs *replicaSet) state() replicaState {
+	rc := rs.cfg.Load()
+	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(min(rs.self.Ordinal, rc.Count-1)), Reachable: true,
+		Incarnation: rs.self.Incarnation, Version: *rs.version.Load(), Ready: "ok",
+		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load()}
+	if why := rs.ready(); why != "" {
+		st.Ready = why
+	}
+	if rs.servers != nil {
+		st.Servers = map[string]int{}
+		for _, name := range rs.servers() {
+			if n := rs.running(name); n > 0 {
+				st.Servers[name] = n
+			}
+		}
+	}
+	return st
+}
+
+// deployment is every replica's state: this one's, and each peer's as it
+// answers (or why it does not), by ordinal.
+func (rs *replicaSet) deployment(ctx context.Context) []replicaState {
+	rc := rs.cfg.Load()
+	out := make([]replicaState, rc.Count)
+	var wg sync.WaitGroup
+	for i := range rc.Count {
+		if i == rs.self.Ordinal {
+			out[i] = rs.state()
+			continue
+		}
+		wg.Go(func() {
+			var st replicaState
+			if err := rs.peerGet(ctx, i, peerPath+"state", &st); err != nil {
+				st = replicaState{Ordinal: i, Address: rc.PeerOf(i), Error: err.Error()}
+			}
+			out[i] = st
+		})
+	}
+	wg.Wait()
+	return out
+}

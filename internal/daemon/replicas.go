@@ -1,0 +1,519 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/guard"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/replica"
+)
+
+// Replicas (the config's "replicas"; DESIGN decision 16). Each replica
+// knows its ordinal, an incarnation new at each start, and where its
+// peers are. What it issues that a later request names — a legacy
+// session's id, a held call's requestState, a task id — is stamped with
+// it (gateway.Stamper); a request naming what another replica owns is
+// forwarded there in one hop, over mutual TLS from the shared key, with
+// the identity this replica verified (replicaSet.front). An owner that is
+// gone — the connection refused, no TLS handshake within ownerTimeout, or
+// a new incarnation under its ordinal — means 404 at once: a legacy
+// client initializes again, as the specification tells it to. Nothing is
+// stored anywhere.
+
+// replicaSet is this replica among its peers. It is made once per serve
+// and lives until serve ends; reloads change its settings in place.
+type replicaSet struct {
+	log  *slog.Logger
+	self replica.Owner
+	ring *replica.Ring
+
+	cfg     atomic.Pointer[config.ReplicasConfig]
+	version atomic.Pointer[string] // the config version in force
+
+	// draining: SIGTERM came; readiness is false, new sessions go to a
+	// peer, what is in flight finishes (drain).
+	draining atomic.Bool
+	// inflight counts the requests being served on the public front
+	// (POSTs but for subscriptions/listen, whose streams last): the
+	// drain waits for it to reach zero.
+	inflight atomic.Int64
+	idle     chan struct{} // cap 1: inflight reached zero
+
+	// access is the MCP routes' guard options: a request is admitted by
+	// its route's guard before it is forwarded.
+	access guard.Options
+
+	transport *http.Transport
+	proxy     *httputil.ReverseProxy
+	peerLn    net.Listener
+	peerSrv   *http.Server
+	// forwarded counts requests forwarded to a peer, gone those whose
+	// owner was gone, received those served for a peer.
+	forwarded, gone, received atomic.Uint64
+
+	// claims are this replica's starts of servers placed here under way
+	// (placement.go); running counts the process trees of a server here
+	// (proc.Runtime.Running), servers names the servers (both set once
+	// the app is open).
+	claims  claims
+	running func(name string) int
+	servers func() []string
+	// cfgNow is the configuration in force, for placement checks.
+	cfgNow atomic.Pointer[config.Config]
+}
+
+// ordinalFromEnv is this replica's ordinal: MCPVISOR_ORDINAL, else the
+// trailing -N of POD_NAME (a StatefulSet's pod), else of the host name.
+func ordinalFromEnv(getenv func(string) string) (int, error) {
+	if v := strings.TrimSpace(getenv("MCPVISOR_ORDINAL")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("MCPVISOR_ORDINAL=%q is not an ordinal (0, 1, 2, …)", v)
+		}
+		return n, nil
+	}
+	name := getenv("POD_NAME")
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return 0, fmt.Errorf("no MCPVISOR_ORDINAL or POD_NAME, and no host name: %w", err)
+		}
+		name = h
+	}
+	n, err := replica.OrdinalFromName(name)
+	if err != nil {
+		return 0, fmt.Errorf("no MCPVISOR_ORDINAL, and %w", err)
+	}
+	return n, nil
+}
+
+// openReplicas makes this replica's set from cfg (nil without a replicas
+// block) and listens on its peer interface; nothing is served yet.
+func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
+	rc := cfg.Replicas
+	if rc == nil {
+		return nil, nil
+	}
+	ord, err := ordinalFromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	keys, err := replica.LoadKeyDir(rc.KeyDir)
+	if err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	rs := &replicaSet{log: log, self: replica.Owner{Ordinal: ord, Incarnation: replica.NewIncarnation()},
+		ring: replica.NewRing(keys), idle: make(chan struct{}, 1)}
+	rs.cfg.Store(rc)
+	rs.cfgNow.Store(cfg)
+	v := cfg.Version
+	rs.version.Store(&v)
+	rs.transport = &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: rs.cfg.Load().OwnerTimeout}
+			return d.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig: rs.ring.ClientTLS(),
+		// The peer TLS offers h2: one connection carries many forwarded
+		// requests.
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: rc.OwnerTimeout,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		// A forwarded stream is relayed as it comes.
+		DisableCompression: true,
+	}
+	rs.proxy = &httputil.ReverseProxy{
+		Rewrite:       rs.rewrite,
+		Transport:     rs.transport,
+		FlushInterval: -1,
+		ErrorHandler:  rs.proxyError,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	if rs.peerLn, err = net.Listen("tcp", rc.ListenFor(ord)); err != nil {
+		return nil, fmt.Errorf("replicas: the peer interface: %w", err)
+	}
+	log.Info("replica", "ordinal", ord, "incarnation", rs.self.Incarnation, "count", rc.Count, "peer", rs.peerLn.Addr().String(), "key", keys.SigningID())
+	return rs, nil
+}
+
+// reload takes a new config's replica settings and keys (the kubelet
+// updates a mounted Secret in place). A key directory that no longer
+// reads keeps the keys in force.
+func (rs *replicaSet) reload(cfg *config.Config) {
+	rs.cfg.Store(cfg.Replicas)
+	rs.cfgNow.Store(cfg)
+	v := cfg.Version
+	rs.version.Store(&v)
+	keys, err := replica.LoadKeyDir(cfg.Replicas.KeyDir)
+	if err != nil {
+		rs.log.Error("reload: the peer keys are not read again; the earlier ones stay in force", "err", err)
+		return
+	}
+	rs.ring.Set(keys)
+}
+
+// Stamp and Inner make rs the gateway's Stamper.
+func (rs *replicaSet) Stamp(id string) string { return rs.ring.Load().Stamp(rs.self, id) }
+
+func (rs *replicaSet) Inner(s string) string {
+	if !strings.HasPrefix(s, replica.StampPrefix) {
+		return s
+	}
+	if _, inner, ok, err := rs.ring.Load().Unstamp(s); ok && err == nil {
+		return inner
+	}
+	return s
+}
+
+// isMCPPath reports whether path is an MCP endpoint: /mcp or
+// /servers/{name}/mcp (the name returned).
+func isMCPPath(path string) (server string, ok bool) {
+	if path == "/mcp" {
+		return "", true
+	}
+	rest, found := strings.CutPrefix(path, "/servers/")
+	if !found {
+		return "", false
+	}
+	name, tail, found := strings.Cut(rest, "/")
+	if !found || tail != "mcp" || name == "" || name == "." || name == ".." {
+		return "", false
+	}
+	return name, true
+}
+
+// maxPeekBody bounds the body the front reads to find what a 2026-07-28
+// request names (a larger one is served where it landed: the gateway
+// refuses it past its own bound anyway).
+const maxPeekBody = 4 << 20
+
+// owner is what r names that a replica owns: the owner and whether r
+// names one (a stamped session id, requestState or task id); the body,
+// if read, is put back.
+func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found bool) {
+	keys := rs.ring.Load()
+	if sid := r.Header.Get("Mcp-Session-Id"); strings.HasPrefix(sid, replica.StampPrefix) {
+		o, _, ok, err := keys.Unstamp(sid)
+		if ok && err == nil {
+			return o, true, true
+		}
+		// Forged, or of a key no longer accepted: no session of anyone's;
+		// the gateway says so.
+		return replica.Owner{}, true, false
+	}
+	if r.Method != http.MethodPost || r.Body == nil || r.Header.Get("Mcp-Session-Id") != "" {
+		return replica.Owner{}, false, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBody+1))
+	rest := r.Body
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), rest}
+	if err != nil || len(body) > maxPeekBody || !bytes.Contains(body, []byte(replica.StampPrefix)) {
+		return replica.Owner{}, false, false
+	}
+	var m struct {
+		Params struct {
+			RequestState string `json:"requestState"`
+			TaskID       string `json:"taskId"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return replica.Owner{}, false, false
+	}
+	for _, s := range []string{m.Params.RequestState, m.Params.TaskID} {
+		if strings.HasPrefix(s, replica.StampPrefix) {
+			if o, _, ok, err := keys.Unstamp(s); ok && err == nil {
+				return o, false, true
+			}
+		}
+	}
+	return replica.Owner{}, false, false
+}
+
+// front serves next on the public listener, forwarding to its owner what
+// another replica owns, and counting what is in flight for the drain.
+func (rs *replicaSet) front(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		server, mcp := isMCPPath(r.URL.Path)
+		if !mcp {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Method") != "subscriptions/listen" {
+			rs.inflight.Add(1)
+			defer rs.done()
+		}
+		o, legacy, found := rs.ownerOf(r)
+		switch {
+		case !found:
+			if rs.draining.Load() && newSession(r) {
+				// A new legacy session while draining: a peer's.
+				if to, ok := rs.peerForNew(); ok {
+					rs.forward(w, r, server, replica.Owner{Ordinal: to}, true)
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		case o == rs.self:
+			next.ServeHTTP(w, r)
+		case o.Ordinal == rs.self.Ordinal || o.Ordinal >= rs.cfg.Load().Count:
+			// Made by an earlier run of this replica, or by a replica the
+			// deployment no longer has: gone.
+			rs.gone.Add(1)
+			rs.ownerGone(w, r, legacy, o)
+		default:
+			rs.forward(w, r, server, o, legacy)
+		}
+	})
+}
+
+// newSession reports whether r may be a legacy initialize: a POST with no
+// session id and no 2026-07-28 protocol header.
+func newSession(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && r.Header.Get("Mcp-Method") == ""
+}
+
+// peerForNew is the peer a draining replica sends new sessions to: the
+// next ordinal.
+func (rs *replicaSet) peerForNew() (int, bool) {
+	n := rs.cfg.Load().Count
+	if n < 2 {
+		return 0, false
+	}
+	return (rs.self.Ordinal + 1) % n, true
+}
+
+// done ends a counted request.
+func (rs *replicaSet) done() {
+	if rs.inflight.Add(-1) == 0 {
+		select {
+		case rs.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fwdKey carries what rewrite needs of a forwarded request.
+type fwdKey struct{}
+
+type fwd struct {
+	to     replica.Owner
+	legacy bool
+	header string
+}
+
+// forward admits r as its route's guard would, then relays it to o's
+// replica with the identity it carries, signed.
+func (rs *replicaSet) forward(w http.ResponseWriter, r *http.Request, server string, o replica.Owner, legacy bool) {
+	access := rs.access
+	access.Route = guard.Route{Path: "/mcp"}
+	if server != "" {
+		access.Route = guard.Route{Path: r.URL.Path, Server: server}
+	}
+	r, status := guard.New(access).Admit(w, r)
+	if status != 0 {
+		return
+	}
+	var idJSON json.RawMessage
+	if id := identity.FromContext(r.Context()); id != nil {
+		idJSON, _ = json.Marshal(id)
+	}
+	f := replica.Forwarded{From: rs.self.Ordinal, To: o.Ordinal, ToIncarnation: o.Incarnation, ConfigVersion: *rs.version.Load(),
+		Identity: idJSON, Method: r.Method, Path: r.URL.Path, Expires: time.Now().Add(30 * time.Second)}
+	rs.forwarded.Add(1)
+	ctx := context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, header: rs.ring.Load().SignForward(f)})
+	rs.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// rewrite points a forwarded request at its owner's peer interface. The
+// client's credentials stay here: the owner trusts the signed identity.
+func (rs *replicaSet) rewrite(pr *httputil.ProxyRequest) {
+	f := pr.In.Context().Value(fwdKey{}).(*fwd)
+	pr.Out.URL = &url.URL{Scheme: "https", Host: rs.cfg.Load().PeerOf(f.to.Ordinal), Path: pr.In.URL.Path, RawQuery: pr.In.URL.RawQuery}
+	pr.Out.Host = pr.Out.URL.Host
+	pr.Out.Header.Del("Authorization")
+	pr.Out.Header.Del("Cookie")
+	pr.Out.Header.Set(replica.ForwardHeader, f.header)
+}
+
+// proxyError answers a forward that failed: an owner that cannot be
+// reached is gone (404, at once); anything else is a 502.
+func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	f, _ := r.Context().Value(fwdKey{}).(*fwd)
+	if f == nil {
+		http.Error(w, "Bad Gateway", http.StatusBadGateway)
+		return
+	}
+	var ne net.Error
+	var oe *net.OpError
+	if errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded) {
+		rs.gone.Add(1)
+		rs.log.Debug("replicas: owner unreachable", "ordinal", f.to.Ordinal, "err", err)
+		rs.ownerGone(w, r, f.legacy, f.to)
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away
+	}
+	rs.log.Warn("replicas: forwarding failed", "ordinal", f.to.Ordinal, "err", err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":%q}}`+"\n",
+		fmt.Sprintf("replica %d, which owns this request's session or state, failed to answer: %v", f.to.Ordinal, err))
+}
+
+// ownerGone answers a request whose owner is gone: a legacy session's
+// with the 404 the specification tells a client to initialize again
+// after; a requestState's or task id's with a JSON-RPC error saying what
+// to do.
+func (rs *replicaSet) ownerGone(w http.ResponseWriter, r *http.Request, legacy bool, o replica.Owner) {
+	if legacy {
+		http.Error(w, "Not Found: no such session (the replica that held it is gone; initialize again)", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":%q}}`+"\n",
+		fmt.Sprintf("Invalid params: the replica that held this request (ordinal %d) is gone; send the request again without requestState, or create the task again", o.Ordinal))
+}
+
+// peerHandler serves the peer interface: requests another replica
+// forwarded here, checked (signature, owner, incarnation, path) and
+// served by local — the public front's handler without forwarding, so
+// that nothing goes a second hop.
+func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			http.Error(w, "Forbidden: the peer interface is for replicas", http.StatusForbidden)
+			return
+		}
+		f, err := rs.ring.Load().VerifyForward(r.Header.Get(replica.ForwardHeader), time.Now())
+		if err != nil {
+			http.Error(w, "Forbidden: "+err.Error(), http.StatusForbidden)
+			return
+		}
+		if f.Method != r.Method || f.Path != r.URL.Path {
+			http.Error(w, "Forbidden: the forwarding header is another request's", http.StatusForbidden)
+			return
+		}
+		if f.To != rs.self.Ordinal {
+			// Never a second hop: the sender's routing is wrong.
+			http.Error(w, fmt.Sprintf("Misdirected Request: this is replica %d, not %d", rs.self.Ordinal, f.To), http.StatusMisdirectedRequest)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, peerPath) {
+			rs.servePeerAPI(w, r)
+			return
+		}
+		server, mcp := isMCPPath(r.URL.Path)
+		if !mcp {
+			http.NotFound(w, r)
+			return
+		}
+		if f.ToIncarnation != "" && f.ToIncarnation != rs.self.Incarnation {
+			rs.gone.Add(1)
+			rs.ownerGone(w, r, r.Header.Get("Mcp-Session-Id") != "", replica.Owner{Ordinal: f.To, Incarnation: f.ToIncarnation})
+			return
+		}
+		var id *identity.Identity
+		if len(f.Identity) > 0 {
+			id = new(identity.Identity)
+			if err := json.Unmarshal(f.Identity, id); err != nil {
+				http.Error(w, "Bad Request: the forwarded identity does not decode", http.StatusBadRequest)
+				return
+			}
+			id.Finish()
+		}
+		if id.Decided() && (server == "" || !rs.owns(rs.cfgNow.Load(), server)) {
+			// A peer's connection to a server placed here: only to one
+			// this replica runs under its own config.
+			rs.misplaced(w, f, server)
+			return
+		}
+		rs.received.Add(1)
+		r.Header.Del(replica.ForwardHeader)
+		local.ServeHTTP(w, r.WithContext(guard.Vouched(r.Context(), id)))
+	})
+}
+
+// servePeers serves the peer interface until it is closed.
+func (rs *replicaSet) servePeers(local http.Handler) {
+	srv := &http.Server{Handler: rs.peerHandler(local), TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(rs.log.Handler(), slog.LevelDebug)}
+	rs.peerSrv = srv
+	go func() {
+		if err := srv.ServeTLS(rs.peerLn, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			rs.log.Error("replicas: the peer interface failed", "err", err)
+		}
+	}()
+}
+
+// drain makes the replica unready and waits, within the drain timeout,
+// drainDelay for the balancer to stop sending here (requests meanwhile
+// are served, new sessions go to a peer), then for the requests in
+// flight to finish.
+func (rs *replicaSet) drain(ctx context.Context) {
+	rs.draining.Store(true)
+	rc := rs.cfg.Load()
+	rs.log.Info("replicas: draining", "delay", rc.DrainDelay, "timeout", rc.DrainTimeout, "inflight", rs.inflight.Load())
+	ctx, cancel := context.WithTimeout(ctx, rc.DrainTimeout)
+	defer cancel()
+	t := time.NewTimer(rc.DrainDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
+	for rs.inflight.Load() > 0 {
+		select {
+		case <-rs.idle:
+		case <-ctx.Done():
+			rs.log.Warn("replicas: drain timed out with requests in flight", "inflight", rs.inflight.Load())
+			return
+		}
+	}
+}
+
+// close ends the peer interface (after the sessions it served ended).
+func (rs *replicaSet) close(ctx context.Context) {
+	if rs.peerSrv != nil {
+		_ = rs.peerSrv.Shutdown(ctx)
+	} else if rs.peerLn != nil {
+		_ = rs.peerLn.Close()
+	}
+	rs.transport.CloseIdleConnections()
+}
+
+// ready is the replica's own readiness: "" when ready, else why not.
+func (rs *replicaSet) ready() string {
+	if rs == nil {
+		return ""
+	}
+	if rs.draining.Load() {
+		return "draining"
+	}
+	if rc := rs.cfg.Load(); rs.self.Ordinal >= rc.Count {
+		return fmt.Sprintf("ordinal %d is outside the configured count %d", rs.self.Ordinal, rc.Count)
+	}
+	return ""
+}
