@@ -2,14 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -280,4 +284,250 @@ func TestReplicasBehindABalancer(t *testing.T) {
 			t.Errorf("the placement-one server took its lock %d times, want 1 process", n)
 		}
 	})
+}
+
+// ownerOfSession is the ordinal a stamped legacy session id names.
+func ownerOfSession(id string) int {
+	rest, ok := strings.CutPrefix(id, "mcpv-o1.")
+	if !ok {
+		return -1
+	}
+	n, _ := strconv.Atoi(strings.SplitN(rest, ".", 2)[0])
+	return n
+}
+
+// load is clients calling through the balancer until stopped: modern
+// ones, each call on its own; legacy ones, each on its session, which
+// initialize again after a 404, as the specification tells them to.
+type load struct {
+	t    *testing.T
+	url  string
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// modern calls: each one's send time and outcome.
+	modern []callRecord
+	// legacy: per client, its sessions' owners and the failures it saw.
+	legacy []*legacyClient
+}
+
+type callRecord struct {
+	sent, done time.Time
+	err        error
+}
+
+type legacyClient struct {
+	mu       sync.Mutex
+	owners   []int       // the owner of each session it had, in order
+	failures []time.Time // when a call found its session gone (404)
+	recovers []time.Time // when a call succeeded after a failure
+	inFlight []time.Time // when a call failed otherwise (its relay died under it)
+	calls    int
+}
+
+func startLoad(t *testing.T, url string, modern, legacy int) *load {
+	l := &load{t: t, url: url, stop: make(chan struct{})}
+	for c := range modern {
+		sess := eraClient(t, url, "", fmt.Sprintf("modern-%d", c))
+		l.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				rec := callRecord{sent: time.Now()}
+				_, rec.err = sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": fmt.Sprint(i)}})
+				rec.done = time.Now()
+				l.mu.Lock()
+				l.modern = append(l.modern, rec)
+				l.mu.Unlock()
+			}
+		})
+	}
+	for c := range legacy {
+		lc := &legacyClient{}
+		l.legacy = append(l.legacy, lc)
+		l.wg.Go(func() {
+			who := fmt.Sprintf("legacy-%d", c)
+			// The go-sdk's defaults: its standalone stream, relayed by
+			// whichever replica it landed on, is opened again when that
+			// one dies.
+			connect := func() (*mcp.ClientSession, error) {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				defer cancel()
+				client := mcp.NewClient(&mcp.Implementation{Name: who, Version: "0"}, nil)
+				return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			}
+			sess, err := connect()
+			if err != nil {
+				t.Errorf("%s: %v", who, err)
+				return
+			}
+			defer func() { sess.Close() }()
+			lc.owners = append(lc.owners, ownerOfSession(sess.ID()))
+			failed := false
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				_, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "fx__echo", Arguments: map[string]any{"text": fmt.Sprint(i)}})
+				lc.mu.Lock()
+				lc.calls++
+				if err != nil && !errors.Is(err, mcp.ErrSessionMissing) {
+					// Not the session: the request's own relay, a replica
+					// that died under it. Counted; the session goes on.
+					lc.inFlight = append(lc.inFlight, time.Now())
+					lc.mu.Unlock()
+					continue
+				}
+				if err != nil {
+					lc.failures = append(lc.failures, time.Now())
+					failed = true
+					lc.mu.Unlock()
+					sess.Close()
+					// A new session, as after any 404.
+					s, err := connect()
+					if err != nil {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					sess = s
+					lc.mu.Lock()
+					lc.owners = append(lc.owners, ownerOfSession(sess.ID()))
+					lc.mu.Unlock()
+					continue
+				}
+				if failed {
+					lc.recovers = append(lc.recovers, time.Now())
+					failed = false
+				}
+				lc.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) end() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// modernAfter splits the modern calls: those sent after at (which must
+// all succeed), and the failures of those in flight at it.
+func (l *load) modernAfter(at time.Time) (after, failedAfter, inFlightFailed, total int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.modern {
+		total++
+		switch {
+		case r.sent.After(at):
+			after++
+			if r.err != nil {
+				failedAfter++
+				l.t.Logf("a modern call sent %v after the event failed: %v", r.sent.Sub(at), r.err)
+			}
+		case r.done.After(at) && r.err != nil:
+			inFlightFailed++
+		}
+	}
+	return
+}
+
+func TestReplicasFailover(t *testing.T) {
+	d := newDeployment(t, 3, 3, "")
+	url := d.lb.URL() + "/mcp"
+	l := startLoad(t, url, 4, 6)
+	time.Sleep(time.Second)
+	// SIGKILL replica 2 mid-run.
+	killed := time.Now()
+	d.stop(2, syscall.SIGKILL, 5*time.Second)
+	reaped := time.Now()
+	time.Sleep(3 * time.Second)
+	l.end()
+
+	after, failedAfter, inFlight, total := l.modernAfter(reaped)
+	t.Logf("2026-07-28: %d calls, %d sent after the kill (reaped %v after SIGKILL), %d of those failed; %d in flight at the kill failed (not retried)",
+		total, after, reaped.Sub(killed).Round(time.Millisecond), failedAfter, inFlight)
+	if after == 0 || failedAfter != 0 {
+		t.Errorf("modern calls after the kill: %d sent, %d failed; want some, none failed", after, failedAfter)
+	}
+	var worst time.Duration
+	for i, lc := range l.legacy {
+		lc.mu.Lock()
+		owned := lc.owners[0] == 2
+		switch {
+		case owned && len(lc.failures) == 0:
+			t.Errorf("legacy client %d: its session's owner was killed and it saw no 404", i)
+		case owned && len(lc.recovers) == 0:
+			t.Errorf("legacy client %d: did not recover after its owner was killed", i)
+		case owned:
+			took := lc.recovers[0].Sub(killed)
+			worst = max(worst, took)
+			t.Logf("legacy client %d (owner 2): 404 then a new session on replica %d; first success %v after the kill", i, lc.owners[len(lc.owners)-1], took.Round(time.Millisecond))
+		case len(lc.failures) > 0:
+			t.Errorf("legacy client %d: its session's owner (%d) lives, yet it was told %d times its session is gone", i, lc.owners[0], len(lc.failures))
+		}
+		if len(lc.inFlight) > 0 {
+			t.Logf("legacy client %d: %d calls in flight through the killed replica failed (not retried)", i, len(lc.inFlight))
+		}
+		lc.mu.Unlock()
+	}
+	t.Logf("failover: the first success of an affected client came %v after the kill at worst", worst.Round(time.Millisecond))
+}
+
+func TestReplicasRollingRestart(t *testing.T) {
+	d := newDeployment(t, 3, 3, "")
+	url := d.lb.URL() + "/mcp"
+	l := startLoad(t, url, 3, 3)
+	time.Sleep(500 * time.Millisecond)
+	began := time.Now()
+	for i := range 3 {
+		// As Kubernetes restarts a StatefulSet: SIGTERM, wait for the
+		// exit (the drain: unready for drainDelay, then what is in
+		// flight finishes), start the pod again under its ordinal.
+		sent := time.Now()
+		d.stop(i, syscall.SIGTERM, 60*time.Second)
+		t.Logf("replica %d drained and exited in %v", i, time.Since(sent).Round(time.Millisecond))
+		d.start(i)
+		waitReady(t, "http://"+d.main[i])
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.end()
+	after, failedAfter, _, total := l.modernAfter(began)
+	t.Logf("2026-07-28: %d calls, %d during the rolling restart, %d failed", total, after, failedAfter)
+	if after == 0 || failedAfter != 0 {
+		t.Errorf("modern calls during the rolling restart: %d, %d failed; want none failed", after, failedAfter)
+	}
+	for i, lc := range l.legacy {
+		lc.mu.Lock()
+		if n := len(lc.failures); n != len(lc.recovers) {
+			t.Errorf("legacy client %d: %d of its sessions ended, %d recovered", i, n, len(lc.recovers))
+		}
+		t.Logf("legacy client %d: %d calls, sessions on replicas %v (each ended by its owner's restart with a 404, then initialized again)", i, lc.calls, lc.owners)
+		lc.mu.Unlock()
+	}
+}
+
+// waitReady waits until base's /readyz says ready.
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within 20s: %v", base, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

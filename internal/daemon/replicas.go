@@ -61,6 +61,11 @@ type replicaSet struct {
 
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
+	// relays ends what this replica relays for its clients (cutRelays):
+	// a relayed stream (a legacy session's GET) would otherwise hold
+	// the shutdown until its owner ends it.
+	relays    context.Context
+	cutRelays context.CancelFunc
 	peerLn    net.Listener
 	peerSrv   *http.Server
 	// forwarded counts requests forwarded to a peer, gone those whose
@@ -120,6 +125,7 @@ func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
 	}
 	rs := &replicaSet{log: log, self: replica.Owner{Ordinal: ord, Incarnation: replica.NewIncarnation()},
 		ring: replica.NewRing(keys), idle: make(chan struct{}, 1)}
+	rs.relays, rs.cutRelays = context.WithCancel(context.Background())
 	rs.cfg.Store(rc)
 	rs.cfgNow.Store(cfg)
 	v := cfg.Version
@@ -340,7 +346,9 @@ func (rs *replicaSet) forward(w http.ResponseWriter, r *http.Request, server str
 	f := replica.Forwarded{From: rs.self.Ordinal, To: o.Ordinal, ToIncarnation: o.Incarnation, ConfigVersion: *rs.version.Load(),
 		Identity: idJSON, Method: r.Method, Path: r.URL.Path, Expires: time.Now().Add(30 * time.Second)}
 	rs.forwarded.Add(1)
-	ctx := context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, header: rs.ring.Load().SignForward(f)})
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, header: rs.ring.Load().SignForward(f)}))
+	defer cancel()
+	defer context.AfterFunc(rs.relays, cancel)()
 	rs.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -496,6 +504,7 @@ func (rs *replicaSet) drain(ctx context.Context) {
 
 // close ends the peer interface (after the sessions it served ended).
 func (rs *replicaSet) close(ctx context.Context) {
+	rs.cutRelays()
 	if rs.peerSrv != nil {
 		_ = rs.peerSrv.Shutdown(ctx)
 	} else if rs.peerLn != nil {

@@ -387,6 +387,11 @@ func (s *serving) run() error {
 			defer close(front)
 			_ = s.srv.Shutdown(ctx)
 		}()
+		if s.replicas != nil {
+			// What this replica relays for its clients ends with it: a
+			// client's stream, relayed here, is opened again elsewhere.
+			s.replicas.cutRelays()
+		}
 		s.aggregate.Close()
 		s.routes.Close()
 		s.front.close(ctx)
