@@ -22,6 +22,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/replica"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/mcpvisor/mcpvisor/internal/testserver/haproxy"
 )
@@ -45,6 +46,7 @@ type deployment struct {
 	reps    []*started
 	lb      *haproxy.LB
 	fixture string
+	one     string // the placement-one server's name
 }
 
 // freeAddrs reserves n loopback addresses (listened on and closed: a
@@ -69,21 +71,26 @@ func freeAddrs(t *testing.T, n int) []string {
 
 // replicaConfig is the deployment's config for count replicas.
 func (d *deployment) replicaConfig(count int, extra string) string {
-	peers, _ := json.Marshal(d.peer[:count])
+	peers, _ := json.Marshal(d.peer) // every slot's: those beyond count are replicas it may grow to
 	return fmt.Sprintf(`{"replicas": {"count": %d, "peers": %s, "keyDir": %q%s},
 	  "mcpServers": {
 	    "fx": {"command": %q},
-	    "memo": {"command": %q, "args": ["-flock", %q], "placement": "one"}}}`, count, peers, d.keyDir, extra, d.fixture, d.fixture, d.lock)
+	    %q: {"command": %q, "args": ["-flock", %q], "placement": "one"}}}`, count, peers, d.keyDir, extra, d.fixture, d.one, d.fixture, d.lock)
 }
 
 // newDeployment starts n replicas (of slots addresses, for growing
 // later) and haproxy in front of them.
 func newDeployment(t *testing.T, n, slots int, extra string) *deployment {
 	t.Helper()
+	return newDeploymentOf(t, n, slots, extra, "memo")
+}
+
+func newDeploymentOf(t *testing.T, n, slots int, extra, one string) *deployment {
+	t.Helper()
 	bin, _ := binaries(t)
 	dir := t.TempDir()
 	d := &deployment{t: t, bin: bin, cfg: filepath.Join(dir, "config.json"), keyDir: filepath.Join(dir, "key"), lock: filepath.Join(dir, "memo.lock"),
-		fixture: testserver.Build(t)}
+		fixture: testserver.Build(t), one: one}
 	if err := os.MkdirAll(d.keyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -527,6 +534,111 @@ func waitReady(t *testing.T, base string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not ready within 20s: %v", base, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A server placed on one replica moves when the count changes: the old
+// owner stops it before the new owner starts it, 3 → 2 → 3, and every
+// replica reaches it throughout; while its owner is down, calls get a
+// retryable error naming the owner.
+func TestReplicasPlacementMoves(t *testing.T) {
+	// A name replica 2 owns among three: it moves when the count is 2.
+	one := ""
+	for i := 0; one == ""; i++ {
+		if name := fmt.Sprintf("memo%d", i); replica.OwnerOf(name, 3) == 2 {
+			one = name
+		}
+	}
+	then := replica.OwnerOf(one, 2)
+	d := newDeploymentOf(t, 3, 3, "", one)
+	tool := one + "__whoami"
+	sessions := make([]*mcp.ClientSession, 3)
+	for i := range 3 {
+		sessions[i] = eraClient(t, "http://"+d.main[i]+"/mcp", "2025-11-25", "direct")
+		whoami(t, sessions[i], tool)
+	}
+	// Calls go on through every replica while it moves.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	for i := range 2 { // replicas 0 and 1 stay
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := sessions[i].CallTool(t.Context(), &mcp.CallToolParams{Name: tool})
+				if err == nil && res.IsError {
+					mu.Lock()
+					errs = append(errs, textOf(res))
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	// 3 → 2: the config first (each replica reloads it), then the pod.
+	d.writeConfig(d.replicaConfig(2, ""))
+	waitFor(t, 20*time.Second, func() bool { return d.locks() == 2 }, "the new owner to start it")
+	d.stop(2, syscall.SIGTERM, 60*time.Second)
+	for i := range 2 {
+		whoami(t, sessions[i], tool)
+	}
+	// 2 → 3: the pod first, then the config.
+	d.start(2)
+	sessions[2] = eraClient(t, "http://"+d.main[2]+"/mcp", "2025-11-25", "direct")
+	d.writeConfig(d.replicaConfig(3, ""))
+	waitFor(t, 20*time.Second, func() bool { return d.locks() == 3 }, "replica 2 to start it again")
+	for i := range 3 {
+		whoami(t, sessions[i], tool)
+	}
+	close(stop)
+	wg.Wait()
+	if f := d.lockFailures(); f != "" {
+		t.Errorf("two processes of the placement-one server at once:\n%s", f)
+	}
+	t.Logf("%s: replica 2 → replica %d → replica 2; %d calls meanwhile answered with an error, e.g. %q", one, then, len(errs), first(errs))
+	for _, e := range errs {
+		if !strings.Contains(e, "replica") || !strings.Contains(e, "retry") {
+			t.Errorf("a call while the server moved got %q: want a retryable error naming a replica", e)
+		}
+	}
+
+	// Its owner down: a clear retryable error naming it.
+	d.stop(2, syscall.SIGKILL, 5*time.Second)
+	res, err := sessions[0].CallTool(t.Context(), &mcp.CallToolParams{Name: tool})
+	if err == nil && !res.IsError {
+		t.Fatalf("a call of a server whose owner is down succeeded: %s", textOf(res))
+	}
+	msg := fmt.Sprint(err)
+	if res != nil {
+		msg = textOf(res)
+	}
+	if !strings.Contains(msg, "replica 2") || !strings.Contains(msg, "retry") {
+		t.Errorf("owner down: got %q, want an error naming replica 2 and saying to retry", msg)
+	}
+	t.Logf("owner down: %s", msg)
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// waitFor polls cond until it holds or limit passes.
+func waitFor(t *testing.T, limit time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -20,7 +20,8 @@ type ReplicasConfig struct {
 	Count int
 	// PeerAddress is a host:port template holding "{ordinal}" (the
 	// StatefulSet's pods under its headless Service); Peers lists the
-	// addresses by ordinal instead. Exactly one is set.
+	// addresses by ordinal instead, at least Count of them. Exactly one
+	// is set.
 	PeerAddress string
 	Peers       []string
 	// PeerListen is where this replica's peer interface listens: mutual
@@ -149,8 +150,8 @@ func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 		if !p.hasErrorAt(0, at+".peerAddress") && !p.hasErrorAt(0, at+".peers") {
 			p.errorf(at, "needs \"peerAddress\" (a template holding {ordinal}) or \"peers\" (host:port by ordinal)")
 		}
-	case r.Peers != nil && r.Count > 0 && len(r.Peers) != r.Count:
-		p.errorf(at+".peers", "lists %d addresses for a count of %d: one per ordinal", len(r.Peers), r.Count)
+	case r.Peers != nil && r.Count > 0 && len(r.Peers) < r.Count:
+		p.errorf(at+".peers", "lists %d addresses for a count of %d: one per ordinal (more are replicas beyond the count, while it grows or shrinks)", len(r.Peers), r.Count)
 	}
 	if r.DrainDelay > r.DrainTimeout {
 		p.errorf(at+".drainDelay", "%v is longer than drainTimeout (%v), which bounds it", r.DrainDelay, r.DrainTimeout)
@@ -162,23 +163,28 @@ func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 }
 
 // ListenFor is where replica ordinal's peer interface listens.
+// ("" when the peers list has no address for it).
 func (r *ReplicasConfig) ListenFor(ordinal int) string {
 	if r.PeerListen != "" {
 		return r.PeerListen
 	}
-	host, port, err := net.SplitHostPort(r.PeerOf(min(ordinal, r.Count-1)))
+	host, port, err := net.SplitHostPort(r.PeerOf(ordinal))
 	if err != nil {
 		return ""
 	}
-	if _, err := netip.ParseAddr(host); err == nil && ordinal < r.Count {
+	if _, err := netip.ParseAddr(host); err == nil {
 		return net.JoinHostPort(host, port)
 	}
 	return net.JoinHostPort("0.0.0.0", port)
 }
 
-// PeerOf is the peer address of ordinal i.
+// PeerOf is the peer address of ordinal i ("" when the peers list has
+// none for it).
 func (r *ReplicasConfig) PeerOf(i int) string {
 	if r.Peers != nil {
+		if i < 0 || i >= len(r.Peers) {
+			return ""
+		}
 		return r.Peers[i]
 	}
 	return strings.ReplaceAll(r.PeerAddress, "{ordinal}", fmt.Sprint(i))

@@ -46,7 +46,7 @@ func TestReplicasErrors(t *testing.T) {
 		{"both peer forms", `{"replicas": {"count": 1, "peers": ["h:1"], "peerAddress": "h-{ordinal}:1", "keyDir": "/k"}, ` + srv + `}`, "replicas", "not both"},
 		{"template without ordinal", `{"replicas": {"count": 1, "peerAddress": "h:1", "keyDir": "/k"}, ` + srv + `}`, "replicas.peerAddress", "does not hold {ordinal}"},
 		{"template without port", `{"replicas": {"count": 1, "peerAddress": "h-{ordinal}", "keyDir": "/k"}, ` + srv + `}`, "replicas.peerAddress", "not a host:port template"},
-		{"peers of another count", `{"replicas": {"count": 3, "peers": ["h:1", "h:2"], "keyDir": "/k"}, ` + srv + `}`, "replicas.peers", "2 addresses for a count of 3"},
+		{"fewer peers than the count", `{"replicas": {"count": 3, "peers": ["h:1", "h:2"], "keyDir": "/k"}, ` + srv + `}`, "replicas.peers", "2 addresses for a count of 3"},
 		{"bad peer", `{"replicas": {"count": 1, "peers": ["nohost"], "keyDir": "/k"}, ` + srv + `}`, "replicas.peers[0]", "not a host:port"},
 		{"no key", `{"replicas": {"count": 1, "peers": ["h:1"]}, ` + srv + `}`, "replicas", `needs "keyDir"`},
 		{"unknown field", `{"replicas": {"count": 1, "peers": ["h:1"], "keyDir": "/k", "key": "x"}, ` + srv + `}`, "replicas.key", "unknown field: refused"},

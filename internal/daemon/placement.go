@@ -184,14 +184,14 @@ func (rs *replicaSet) gate(ctx context.Context, sc *config.Server) error {
 // peersOn asks every peer about server name: busy names one that runs it
 // or starts it ("" none); yield says one of lower ordinal starts it.
 func (rs *replicaSet) peersOn(ctx context.Context, name string) (busy string, yield bool) {
-	rc := rs.cfg.Load()
+	n := rs.span()
 	type answer struct {
 		st placementState
 		ok bool
 	}
-	answers := make([]answer, rc.Count)
+	answers := make([]answer, n)
 	var wg sync.WaitGroup
-	for i := range rc.Count {
+	for i := range n {
 		if i == rs.self.Ordinal {
 			continue
 		}
@@ -216,6 +216,19 @@ func (rs *replicaSet) peersOn(ctx context.Context, name string) (busy string, yi
 		}
 	}
 	return busy, yield
+}
+
+// span is how many ordinals may hold a process: the configured count,
+// every address of a peers list, and the largest count this replica
+// was configured with (a replica beyond a shrunk count lives until its
+// pod is deleted, and may still run what it owned).
+func (rs *replicaSet) span() int {
+	rc := rs.cfg.Load()
+	n := max(rc.Count, int(rs.maxCount.Load()), rs.self.Ordinal+1)
+	if rc.Peers != nil {
+		n = max(n, len(rc.Peers))
+	}
+	return n
 }
 
 // peerPath is the peer interface's own API.
@@ -307,7 +320,7 @@ type replicaState struct {
 // state is this replica's own.
 func (rs *replicaSet) state() replicaState {
 	rc := rs.cfg.Load()
-	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(min(rs.self.Ordinal, rc.Count-1)), Reachable: true,
+	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(rs.self.Ordinal), Reachable: true,
 		Incarnation: rs.self.Incarnation, Version: *rs.version.Load(), Ready: "ok",
 		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load()}
 	if why := rs.ready(); why != "" {
@@ -328,9 +341,9 @@ func (rs *replicaSet) state() replicaState {
 // answers (or why it does not), by ordinal.
 func (rs *replicaSet) deployment(ctx context.Context) []replicaState {
 	rc := rs.cfg.Load()
-	out := make([]replicaState, rc.Count)
+	out := make([]replicaState, rs.span())
 	var wg sync.WaitGroup
-	for i := range rc.Count {
+	for i := range out {
 		if i == rs.self.Ordinal {
 			out[i] = rs.state()
 			continue

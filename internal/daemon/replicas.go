@@ -43,8 +43,9 @@ type replicaSet struct {
 	self replica.Owner
 	ring *replica.Ring
 
-	cfg     atomic.Pointer[config.ReplicasConfig]
-	version atomic.Pointer[string] // the config version in force
+	cfg      atomic.Pointer[config.ReplicasConfig]
+	maxCount atomic.Int64           // the largest count configured in this run
+	version  atomic.Pointer[string] // the config version in force
 
 	// draining: SIGTERM came; readiness is false, new sessions go to a
 	// peer, what is in flight finishes (drain).
@@ -127,6 +128,7 @@ func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
 		ring: replica.NewRing(keys), idle: make(chan struct{}, 1)}
 	rs.relays, rs.cutRelays = context.WithCancel(context.Background())
 	rs.cfg.Store(rc)
+	rs.maxCount.Store(int64(rc.Count))
 	rs.cfgNow.Store(cfg)
 	v := cfg.Version
 	rs.version.Store(&v)
@@ -152,7 +154,11 @@ func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
 		ErrorHandler:  rs.proxyError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	if rs.peerLn, err = net.Listen("tcp", rc.ListenFor(ord)); err != nil {
+	listen := rc.ListenFor(ord)
+	if listen == "" {
+		return nil, fmt.Errorf("replicas: ordinal %d has no address in replicas.peers (%d listed)", ord, len(rc.Peers))
+	}
+	if rs.peerLn, err = net.Listen("tcp", listen); err != nil {
 		return nil, fmt.Errorf("replicas: the peer interface: %w", err)
 	}
 	log.Info("replica", "ordinal", ord, "incarnation", rs.self.Incarnation, "count", rc.Count, "peer", rs.peerLn.Addr().String(), "key", keys.SigningID())
@@ -164,6 +170,9 @@ func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
 // reads keeps the keys in force.
 func (rs *replicaSet) reload(cfg *config.Config) {
 	rs.cfg.Store(cfg.Replicas)
+	if n := int64(cfg.Replicas.Count); n > rs.maxCount.Load() {
+		rs.maxCount.Store(n)
+	}
 	rs.cfgNow.Store(cfg)
 	v := cfg.Version
 	rs.version.Store(&v)
