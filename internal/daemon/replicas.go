@@ -111,12 +111,12 @@ func ordinalFromEnv(getenv func(string) string) (int, error) {
 
 // openReplicas makes this replica's set from cfg (nil without a replicas
 // block) and listens on its peer interface; nothing is served yet.
-func openReplicas(cfg *config.Config, log *slog.Logger) (*replicaSet, error) {
+func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logger) (*replicaSet, error) {
 	rc := cfg.Replicas
 	if rc == nil {
 		return nil, nil
 	}
-	ord, err := ordinalFromEnv(os.Getenv)
+	ord, err := ordinalFromEnv(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
 	}

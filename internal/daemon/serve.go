@@ -60,6 +60,9 @@ type ServeOptions struct {
 	// ExitWhenUnused ends serve after this long without a client (0:
 	// never).
 	ExitWhenUnused time.Duration
+	// Getenv reads the environment a replica learns its ordinal from
+	// (MCPVISOR_ORDINAL, POD_NAME); nil means os.Getenv.
+	Getenv func(string) string
 }
 
 // Serve runs mcpvisor serve until it is shut down (a signal, ctx ending,
@@ -174,7 +177,11 @@ func (s *serving) open() error {
 // openReplicas makes this replica's set from the config, if it has a
 // replicas block: the app's hooks.
 func (s *serving) openReplicas(cfg *config.Config) (*replicaHooks, error) {
-	rs, err := openReplicas(cfg, s.log)
+	getenv := s.o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	rs, err := openReplicas(cfg, getenv, s.log)
 	if err != nil || rs == nil {
 		return nil, err
 	}

@@ -75,6 +75,7 @@ type reply struct {
 	status int
 	www    string
 	body   string
+	sid    string // Mcp-Session-Id
 }
 
 func send(t *testing.T, method, url, body string, hdr map[string][]string) reply {
@@ -95,7 +96,7 @@ func send(t *testing.T, method, url, body string, hdr map[string][]string) reply
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}
+	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b), resp.Header.Get("Mcp-Session-Id")}
 }
 
 const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
@@ -209,7 +210,7 @@ func postCall(t *testing.T, base, tok, tool, args string) (reply, http.Header) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b)}, resp.Header
+	return reply{resp.StatusCode, resp.Header.Get("WWW-Authenticate"), string(b), resp.Header.Get("Mcp-Session-Id")}, resp.Header
 }
 
 // The policy, the rate limits and the audit through serve: a denied call

@@ -1,0 +1,260 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/authn/authntest"
+	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/replica"
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
+)
+
+// pair is two replicas of one deployment, in this process.
+type pair struct {
+	base   [2]string // each one's client URL
+	peer   [2]string // each one's peer address
+	key    []byte
+	stops  [2]context.CancelFunc
+	done   [2]chan error
+	cfg    string
+	fixure string
+}
+
+// freeLoopback reserves n loopback addresses.
+func freeLoopback(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ln.Addr().String())
+		defer ln.Close()
+	}
+	return out
+}
+
+// startPair runs two replicas sharing a config (with extra top-level
+// members) and a key.
+func startPair(t *testing.T, extra string) *pair {
+	t.Helper()
+	dir := t.TempDir()
+	p := &pair{key: []byte(strings.Repeat("k", 40)), fixure: testserver.Build(t)}
+	if err := os.MkdirAll(filepath.Join(dir, "key"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key", "current"), p.key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := freeLoopback(t, 2)
+	copy(p.peer[:], addrs)
+	peers, _ := json.Marshal(addrs)
+	p.cfg = filepath.Join(dir, "config.json")
+	doc := fmt.Sprintf(`{%s"replicas": {"count": 2, "peers": %s, "keyDir": %q, "drainDelay": "300ms"},
+	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}}}`, extra, peers, filepath.Join(dir, "key"), p.fixure, p.fixure)
+	if err := os.WriteFile(p.cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		o := ServeOptions{Options: options(t, p.cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
+			Getenv: func(k string) string {
+				if k == "MCPVISOR_ORDINAL" {
+					return strconv.Itoa(i)
+				}
+				return ""
+			}}
+		w := &syncWriter{}
+		o.Stderr = w
+		p.done[i] = make(chan error, 1)
+		go func() { p.done[i] <- Serve(ctx, o) }()
+		p.base[i] = "http://" + waitServing(t, w, p.done[i])
+		p.stops[i] = cancel
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-p.done[i]:
+			case <-time.After(30 * time.Second):
+				t.Error("serve did not end")
+			}
+		})
+	}
+	return p
+}
+
+// peerClient is a client of the peer interface holding the keys.
+func peerClient(keys *replica.Keys) *http.Client {
+	tr := replica.NewRing(keys).Transport()
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func TestPeerInterfaceRefusesStrangers(t *testing.T) {
+	p := startPair(t, "")
+	keys, err := replica.NewKeys(p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := replica.NewKeys([]byte(strings.Repeat("o", 40)))
+	target := "https://" + p.peer[1] + "/servers/x/mcp"
+	sign := func(k *replica.Keys, f replica.Forwarded) string {
+		if f.Method == "" {
+			f.Method, f.Path = http.MethodPost, "/servers/x/mcp"
+		}
+		if f.Expires.IsZero() {
+			f.Expires = time.Now().Add(30 * time.Second)
+		}
+		return k.SignForward(f)
+	}
+	post := func(c *http.Client, url, header string) (int, string, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(initBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if header != "" {
+			req.Header.Set(replica.ForwardHeader, header)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+
+	// A client of the public interface cannot speak to the peer one:
+	// plain HTTP, TLS without a certificate, a certificate of another key.
+	if st, body, err := post(http.DefaultClient, "http://"+p.peer[1]+"/servers/x/mcp", ""); err == nil && (st != 400 || !strings.Contains(body, "HTTPS server")) {
+		t.Errorf("plain HTTP reached the peer interface: %d %q", st, body)
+	}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+	if st, _, err := post(noCert, target, sign(keys, replica.Forwarded{From: 0, To: 1})); err == nil {
+		t.Errorf("TLS without a client certificate reached the peer interface: %d", st)
+	}
+	if st, _, err := post(peerClient(other), target, sign(other, replica.Forwarded{From: 0, To: 1})); err == nil {
+		t.Errorf("a certificate of another key reached the peer interface: %d", st)
+	}
+
+	c := peerClient(keys)
+	cases := []struct {
+		name   string
+		url    string
+		header string
+		status int
+		want   string
+	}{
+		{"no forwarding header", target, "", 403, "Forbidden"},
+		{"signed with another key", target, sign(other, replica.Forwarded{From: 0, To: 1}), 403, "Forbidden"},
+		{"signed for another path", target, sign(keys, replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/mcp"}), 403, "another request's"},
+		{"expired", target, sign(keys, replica.Forwarded{From: 0, To: 1, Expires: time.Now().Add(-time.Second)}), 403, "Forbidden"},
+		{"for another replica", target, sign(keys, replica.Forwarded{From: 1, To: 0}), 421, "not 0"},
+		{"an earlier incarnation", target, sign(keys, replica.Forwarded{From: 0, To: 1, ToIncarnation: "aaaaaaaaaaaaaaaaaaaa"}), 404, "gone"},
+		{"a peer's connection to a server placed elsewhere", target, sign(keys, replica.Forwarded{From: 0, To: 1,
+			Identity: mustJSON(t, identity.PeerReplica(0)), ConfigVersion: "old"}), 421, "routed by version old"},
+		{"not an MCP path", "https://" + p.peer[1] + "/api/servers", sign(keys, replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/api/servers"}), 404, ""},
+	}
+	for _, tc := range cases {
+		st, body, err := post(c, tc.url, tc.header)
+		if err != nil || st != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %q %v, want %d containing %q", tc.name, st, body, err, tc.status, tc.want)
+		}
+	}
+	// A good one is served: an initialize of replica 1's server x for
+	// replica 0's client, with the identity replica 0 verified (none).
+	if st, body, err := post(c, target, sign(keys, replica.Forwarded{From: 0, To: 1})); err != nil || st != 200 || !strings.Contains(body, `"protocolVersion"`) {
+		t.Errorf("a forwarded initialize: %d %q %v", st, body, err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A legacy session lives on the replica that initialized it; any other
+// forwards its requests there with the identity it verified, so another
+// identity naming the session is told it does not exist, and a request
+// without a token never leaves the first replica.
+func TestForwardedRequestsCarryTheVerifiedIdentity(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	p := startPair(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},`)
+	alice, bob := userToken(t, iss, "alice"), userToken(t, iss, "bob")
+	r := send(t, "POST", p.base[1]+"/mcp", initBody, bearer(alice))
+	if r.status != 200 {
+		t.Fatalf("initialize on replica 1: %d %s", r.status, r.body)
+	}
+	sid := r.sid
+	if !strings.HasPrefix(sid, replica.StampPrefix+"1.") {
+		t.Fatalf("replica 1's session id %q is not stamped with its ordinal", sid)
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	hdr := func(tok string) map[string][]string {
+		h := map[string][]string{"Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+		if tok != "" {
+			h["Authorization"] = []string{"Bearer " + tok}
+		}
+		return h
+	}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, hdr(alice)); r.status != 200 || !strings.Contains(r.body, `"tools"`) {
+		t.Errorf("alice's session through replica 0: %d %s", r.status, r.body)
+	}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, hdr(bob)); r.status != 404 {
+		t.Errorf("bob naming alice's session through replica 0: %d %s, want 404", r.status, r.body)
+	}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, hdr("")); r.status != 401 {
+		t.Errorf("no token through replica 0: %d %s, want 401 there", r.status, r.body)
+	}
+	// A forged stamp is no one's session.
+	forged := strings.Replace(sid, replica.StampPrefix+"1.", replica.StampPrefix+"0.", 1)
+	h := hdr(alice)
+	h["Mcp-Session-Id"] = []string{forged}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, h); r.status != 404 {
+		t.Errorf("a forged stamp: %d %s, want 404", r.status, r.body)
+	}
+}
+
+// The probes: outside the guard, and the replica's own.
+func TestProbes(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	p := startPair(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},`)
+	for _, path := range []string{"/livez", "/readyz"} {
+		if r := send(t, "GET", p.base[0]+path, "", map[string][]string{"Host": {"mcpvisor-0.mcpvisor-peers"}}); r.status != 200 || strings.TrimSpace(r.body) != "ok" {
+			t.Errorf("%s without a token: %d %q", path, r.status, r.body)
+		}
+	}
+	// Draining: unready at once, live until the end.
+	p.stops[0]()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(p.base[0] + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 503 && strings.Contains(string(b), "draining") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not say draining: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := send(t, "GET", p.base[0]+"/livez", "", nil); r.status != 200 {
+		t.Errorf("/livez while draining: %d", r.status)
+	}
+}
