@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra bench-team bench-flood bench-replicas vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -192,5 +192,14 @@ bench-team:
 # from another process while a third calls at a steady pace: the flood's
 # 429s, and the steady caller's p50/p99 flooded against quiet, in
 # interleaved phases of one run.
+# The cost of replicas (issue 37; about 3 minutes): three mcpvisor serve
+# on loopback behind haproxy; CPU per legacy call summed over the
+# replicas, forwarded one hop against served where it landed, in 12
+# interleaved rounds (the ratio with its 95 % interval), both latencies,
+# and 2026-07-28 calls a second of one replica against three. The report
+# goes to bin/bench/replicas-report.txt.
+bench-replicas:
+	MCPVISOR_BENCH_REPLICAS=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReplicas$$' -v ./cmd/mcpvisor/
+
 bench-flood:
 	go test -run XXX -bench BenchmarkFloodIsolation -benchtime=1x -count=3 ./cmd/mcpvisor/

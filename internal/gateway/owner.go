@@ -21,9 +21,10 @@ type Stamper interface {
 // single mcpvisor). Call it once, before serving.
 func (g *Gateway) SetStamper(st Stamper) { g.stamper = st }
 
-// stamp is id stamped with its owner, or id without replicas.
+// stamp is id stamped with its owner, or id without replicas (or
+// without a gateway: a handler under test).
 func (g *Gateway) stamp(id string) string {
-	if g.stamper == nil {
+	if g == nil || g.stamper == nil {
 		return id
 	}
 	return g.stamper.Stamp(id)
@@ -31,7 +32,7 @@ func (g *Gateway) stamp(id string) string {
 
 // inner is s without its owner's stamp.
 func (g *Gateway) inner(s string) string {
-	if g.stamper == nil {
+	if g == nil || g.stamper == nil {
 		return s
 	}
 	return g.stamper.Inner(s)
