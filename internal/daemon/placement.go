@@ -315,6 +315,8 @@ type replicaState struct {
 	Forwarded uint64 `json:"forwarded"`
 	Received  uint64 `json:"received"`
 	Gone      uint64 `json:"gone"`
+	// PeerConnections counts the connections peers opened to it.
+	PeerConnections uint64 `json:"peerConnections"`
 }
 
 // state is this replica's own.
@@ -322,7 +324,7 @@ func (rs *replicaSet) state() replicaState {
 	rc := rs.cfg.Load()
 	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(rs.self.Ordinal), Reachable: true,
 		Incarnation: rs.self.Incarnation, Version: *rs.version.Load(), Ready: "ok",
-		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load()}
+		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load(), PeerConnections: rs.peerConns.Load()}
 	if why := rs.ready(); why != "" {
 		st.Ready = why
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,9 @@ type replicaSet struct {
 	// forwarded counts requests forwarded to a peer, gone those whose
 	// owner was gone, received those served for a peer.
 	forwarded, gone, received atomic.Uint64
+	// peerConns counts the connections peers opened here: a few per
+	// peer, kept alive, unless something closes them per request.
+	peerConns atomic.Uint64
 
 	// claims are this replica's starts of servers placed here under way
 	// (placement.go); running counts the process trees of a server here
@@ -137,10 +141,7 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 			d := net.Dialer{Timeout: rs.cfg.Load().OwnerTimeout}
 			return d.DialContext(ctx, network, addr)
 		},
-		TLSClientConfig: rs.ring.ClientTLS(),
-		// The peer TLS offers h2: one connection carries many forwarded
-		// requests.
-		ForceAttemptHTTP2:   true,
+		TLSClientConfig:     http1Only(rs.ring.ClientTLS()),
 		TLSHandshakeTimeout: rc.OwnerTimeout,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -148,9 +149,11 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 		DisableCompression: true,
 	}
 	rs.proxy = &httputil.ReverseProxy{
-		Rewrite:       rs.rewrite,
-		Transport:     rs.transport,
-		FlushInterval: -1,
+		Rewrite:   rs.rewrite,
+		Transport: rs.transport,
+		// Streams (text/event-stream, no length) are flushed as they come;
+		// a whole answer is written once.
+		FlushInterval: 0,
 		ErrorHandler:  rs.proxyError,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -475,6 +478,11 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 // servePeers serves the peer interface until it is closed.
 func (rs *replicaSet) servePeers(local http.Handler) {
 	srv := &http.Server{Handler: rs.peerHandler(local), TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				rs.peerConns.Add(1)
+			}
+		},
 		ErrorLog: slog.NewLogLogger(rs.log.Handler(), slog.LevelDebug)}
 	rs.peerSrv = srv
 	go func() {
@@ -534,4 +542,11 @@ func (rs *replicaSet) ready() string {
 		return fmt.Sprintf("ordinal %d is outside the configured count %d", rs.self.Ordinal, rc.Count)
 	}
 	return ""
+}
+
+// http1Only is c speaking HTTP/1.1 only.
+func http1Only(c *tls.Config) *tls.Config {
+	c = c.Clone()
+	c.NextProtos = []string{"http/1.1"}
+	return c
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ type pair struct {
 }
 
 // freeLoopback reserves n loopback addresses.
-func freeLoopback(t *testing.T, n int) []string {
+func freeLoopback(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
 	for range n {
@@ -49,7 +50,7 @@ func freeLoopback(t *testing.T, n int) []string {
 
 // startPair runs two replicas sharing a config (with extra top-level
 // members) and a key.
-func startPair(t *testing.T, extra string) *pair {
+func startPair(t testing.TB, extra string) *pair {
 	t.Helper()
 	dir := t.TempDir()
 	p := &pair{key: []byte(strings.Repeat("k", 40)), fixure: testserver.Build(t)}
@@ -257,4 +258,65 @@ func TestProbes(t *testing.T) {
 	if r := send(t, "GET", p.base[0]+"/livez", "", nil); r.status != 200 {
 		t.Errorf("/livez while draining: %d", r.status)
 	}
+}
+
+// BenchmarkForwardedCall: legacy calls whose sessions live on the
+// replica they reached (local) and on the other one (forwarded), 8
+// callers, both replicas in this process: go test -bench Forwarded
+// -cpuprofile shows where a hop goes; cpu-µs/op is the process's CPU.
+func BenchmarkForwardedCall(b *testing.B) {
+	p := startPair(b, "")
+	for _, c := range []struct {
+		name     string
+		init, to string
+	}{{"local", p.base[0], p.base[0]}, {"forwarded", p.base[1], p.base[0]}} {
+		b.Run(c.name, func(b *testing.B) {
+			req := func(cl *http.Client, url, sid, body string) (*http.Response, error) {
+				r, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(body))
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Accept", "application/json, text/event-stream")
+				if sid != "" {
+					r.Header.Set("Mcp-Session-Id", sid)
+					r.Header.Set("MCP-Protocol-Version", "2025-11-25")
+				}
+				return cl.Do(r)
+			}
+			b.SetParallelism(4)
+			var cpu0 time.Duration
+			b.ResetTimer()
+			cpu0 = selfCPU()
+			b.RunParallel(func(pb *testing.PB) {
+				cl := &http.Client{Transport: &http.Transport{}}
+				resp, err := req(cl, c.init, "", initBody)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				sid := resp.Header.Get("Mcp-Session-Id")
+				for pb.Next() {
+					resp, err := req(cl, c.to, sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hi"}}}`)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						b.Error(resp.Status)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((selfCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// selfCPU is this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
