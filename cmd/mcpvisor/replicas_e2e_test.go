@@ -290,6 +290,31 @@ func TestReplicasBehindABalancer(t *testing.T) {
 		if n := d.locks(); n != 1 {
 			t.Errorf("the placement-one server took its lock %d times, want 1 process", n)
 		}
+		// Every replica's view of the deployment: which one runs it.
+		owner := replica.OwnerOf("memo", 3)
+		for i := range 3 {
+			resp, err := http.Get("http://" + d.main[i] + "/api/replicas")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rs struct {
+				Replicas []struct {
+					Ordinal int            `json:"ordinal"`
+					Ready   string         `json:"ready"`
+					Servers map[string]int `json:"servers"`
+				} `json:"replicas"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&rs)
+			resp.Body.Close()
+			if err != nil || len(rs.Replicas) != 3 {
+				t.Fatalf("replica %d's /api/replicas: %v %+v", i, err, rs)
+			}
+			for _, r := range rs.Replicas {
+				if want := map[bool]int{true: 1}[r.Ordinal == owner]; r.Servers["memo"] != want || r.Ready != "ok" {
+					t.Errorf("replica %d says replica %d runs memo ×%d (ready %q), want ×%d", i, r.Ordinal, r.Servers["memo"], r.Ready, want)
+				}
+			}
+		}
 	})
 }
 

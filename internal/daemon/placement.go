@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/admin"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
@@ -300,30 +301,13 @@ func (rs *replicaSet) misplaced(w http.ResponseWriter, f replica.Forwarded, serv
 }
 
 // replicaState is one replica as the deployment's view shows it.
-type replicaState struct {
-	Ordinal     int    `json:"ordinal"`
-	Address     string `json:"address"`
-	Reachable   bool   `json:"reachable"`
-	Error       string `json:"error,omitempty"`
-	Incarnation string `json:"incarnation,omitempty"`
-	Version     string `json:"configVersion,omitempty"`
-	Ready       string `json:"ready,omitempty"` // "ok", else why not
-	// Servers are those it runs a process of, by name: how many.
-	Servers map[string]int `json:"servers,omitempty"`
-	// Forwarded, Received and Gone count requests it forwarded, served
-	// for a peer, and answered as their owner's being gone.
-	Forwarded uint64 `json:"forwarded"`
-	Received  uint64 `json:"received"`
-	Gone      uint64 `json:"gone"`
-	// PeerConnections counts the connections peers opened to it.
-	PeerConnections uint64 `json:"peerConnections"`
-}
+type replicaState = admin.Replica
 
 // state is this replica's own.
 func (rs *replicaSet) state() replicaState {
 	rc := rs.cfg.Load()
 	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(rs.self.Ordinal), Reachable: true,
-		Incarnation: rs.self.Incarnation, Version: *rs.version.Load(), Ready: "ok",
+		Incarnation: rs.self.Incarnation, ConfigVersion: *rs.version.Load(), Ready: "ok",
 		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load(), PeerConnections: rs.peerConns.Load()}
 	if why := rs.ready(); why != "" {
 		st.Ready = why

@@ -287,6 +287,7 @@ func (s *serving) routeAll() *http.Server {
 	mux.HandleFunc(authn.WellKnownResource, s.resourceMetadata)
 	mux.HandleFunc(authn.WellKnownResource+"/", s.resourceMetadata)
 	mux.Handle("/api/audit", g.Wrap(http.HandlerFunc(s.auditAPI)))
+	mux.Handle("GET /api/replicas", g.Wrap(http.HandlerFunc(s.replicasAPI)))
 	mux.Handle("/api/", api)
 	mux.Handle("/metrics", api)
 	// The redirect of a login the dashboard began: reached by the browser
@@ -306,6 +307,16 @@ func (s *serving) routeAll() *http.Server {
 		local = s.replicas.front(local)
 	}
 	return newHTTPServer(s.front.wrap(local), opts)
+}
+
+// replicasAPI serves GET /api/replicas: the whole deployment, each
+// replica as it answers (bounded by ownerTimeout each, asked at once).
+func (s *serving) replicasAPI(w http.ResponseWriter, r *http.Request) {
+	if s.replicas == nil {
+		http.Error(w, "Not Found: this mcpvisor is no replica (no \"replicas\" in its config)", http.StatusNotFound)
+		return
+	}
+	writeJSON(w, admin.Replicas{Self: s.replicas.self.Ordinal, Replicas: s.replicas.deployment(r.Context())})
 }
 
 // live is the liveness probe: the process serves HTTP. It never depends

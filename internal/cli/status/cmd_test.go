@@ -153,3 +153,34 @@ func TestEachRunTakesTheCommandsStreams(t *testing.T) {
 		t.Errorf("the second run wrote to the first run's writer: second %q, first %q", second.String(), first.String())
 	}
 }
+
+// A replica's ps shows the whole deployment after its servers: who runs
+// what, who is unready or unreachable.
+func TestPsShowsTheDeployment(t *testing.T) {
+	const servers = `{"servers":[],"totals":{"total":0,"active":0,"dormant":0,"byState":{}}}`
+	const replicas = `{"self":1,"replicas":[
+	  {"ordinal":0,"address":"mcpvisor-0.peers:7332","reachable":true,"ready":"ok","configVersion":"abc","servers":{"memory":1,"fx":2},"forwarded":5,"received":7,"gone":0},
+	  {"ordinal":1,"address":"mcpvisor-1.peers:7332","reachable":true,"ready":"draining","configVersion":"abc"},
+	  {"ordinal":2,"address":"mcpvisor-2.peers:7332","reachable":false,"error":"dial tcp: connection refused"}]}`
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/servers":
+			_, _ = w.Write([]byte(servers))
+		case "/api/replicas":
+			_, _ = w.Write([]byte(replicas))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer api.Close()
+	var out bytes.Buffer
+	o := &PsOptions{IO: cmdutil.IOStreams{Out: &out}, API: adminclient.Client{Addr: api.URL}, Now: time.Now}
+	if err := RunPs(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"replicas (this is 1):", "fx×2,memory×1", "draining", "unreachable: dial tcp: connection refused", "mcpvisor-2.peers:7332"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("ps lacks %q:\n%s", want, out.String())
+		}
+	}
+}

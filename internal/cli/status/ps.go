@@ -1,9 +1,14 @@
 package status
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -47,9 +52,43 @@ func NewCmdPs(streams cmdutil.IOStreams, runF func(context.Context, *PsOptions) 
 
 // RunPs prints the servers of the serve o.API reaches, as a table (or
 // the API's JSON).
+// A replica's ps shows the whole deployment after its own servers:
+// each replica, whether it is ready, and the servers it runs.
 func RunPs(ctx context.Context, o *PsOptions) error {
-	return cmdutil.Show(ctx, &o.API, o.IO.Out, "/api/servers", o.JSON,
+	err := cmdutil.Show(ctx, &o.API, o.IO.Out, "/api/servers", o.JSON,
 		func(w io.Writer, st admin.Servers) error { return printPs(w, st, o.Now()) })
+	if err != nil || o.JSON {
+		return err
+	}
+	var rs admin.Replicas
+	if err := o.API.GetJSON(ctx, "/api/replicas", &rs); err != nil {
+		var se *adminclient.StatusError
+		if errors.As(err, &se) && se.Code == http.StatusNotFound {
+			return nil // no replica
+		}
+		return err
+	}
+	return printReplicas(o.IO.Out, rs)
+}
+
+// printReplicas is ps's deployment section.
+func printReplicas(w io.Writer, rs admin.Replicas) error {
+	fmt.Fprintf(w, "\nreplicas (this is %d):\n", rs.Self)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ORDINAL\tADDRESS\tREADY\tCONFIG\tRUNS\tFORWARDED\tRECEIVED\tGONE")
+	for _, r := range rs.Replicas {
+		ready := r.Ready
+		if !r.Reachable {
+			ready = "unreachable: " + cmdutil.OneLine(r.Error, 50)
+		}
+		var runs []string
+		for _, name := range slices.Sorted(maps.Keys(r.Servers)) {
+			runs = append(runs, fmt.Sprintf("%s×%d", name, r.Servers[name]))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", r.Ordinal, r.Address, ready, cmp.Or(r.ConfigVersion, "-"),
+			cmp.Or(strings.Join(runs, ","), "-"), r.Forwarded, r.Received, r.Gone)
+	}
+	return tw.Flush()
 }
 
 // processCells are the PID, UPTIME and IDLE cells of a process's row in
