@@ -314,12 +314,39 @@
     lastRate = { requests, at: now };
   }
 
+  // ---- the deployment, on a replica: which replica runs what. A serve
+  // that is no replica answers 404 and the section stays hidden.
+  let replicas = true;
+  async function refreshReplicas() {
+    if (!replicas) return;
+    const r = await api("/api/replicas");
+    if (r.status === 404) { replicas = false; return; }
+    if (!r.ok || !r.body) return;
+    const tbody = $("replicas").tBodies[0];
+    tbody.replaceChildren();
+    for (const p of r.body.replicas || []) {
+      const tr = document.createElement("tr");
+      const runs = Object.keys(p.servers || {}).sort().map((n) => n + "×" + p.servers[n]).join(", ") || "–";
+      const ready = p.reachable ? p.ready : "unreachable: " + (p.error || "");
+      const cells = [String(p.ordinal) + (p.ordinal === r.body.self ? " (this one)" : ""), p.address, ready, p.configVersion || "–", runs, String(p.forwarded || 0), String(p.received || 0)];
+      for (const c of cells) {
+        const td = document.createElement("td");
+        td.textContent = c;
+        tr.append(td);
+      }
+      if (!p.reachable || p.ready !== "ok") tr.className = "unready";
+      tbody.append(tr);
+    }
+    $("replicas-section").hidden = false;
+  }
+
   async function refresh() {
     clearTimeout(refreshTimer); refreshTimer = 0;
     try {
       const r = await api("/api/servers");
       if (r.ok) applyServers(r.body);
       else notice("Could not read the servers: " + ((r.body && r.body.error) || r.status), true);
+      await refreshReplicas();
     } catch (e) {
       if (!(e instanceof AuthError)) setConn("down", POLL_MS);
     }
