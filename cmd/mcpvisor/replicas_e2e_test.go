@@ -80,12 +80,12 @@ func (d *deployment) replicaConfig(count int, extra string) string {
 
 // newDeployment starts n replicas (of slots addresses, for growing
 // later) and haproxy in front of them.
-func newDeployment(t *testing.T, n, slots int, extra string) *deployment {
+func newDeployment(t *testing.T, n, slots int, extra string, lbOpts ...haproxy.Option) *deployment {
 	t.Helper()
-	return newDeploymentOf(t, n, slots, extra, "memo")
+	return newDeploymentOf(t, n, slots, extra, "memo", lbOpts...)
 }
 
-func newDeploymentOf(t *testing.T, n, slots int, extra, one string) *deployment {
+func newDeploymentOf(t *testing.T, n, slots int, extra, one string, lbOpts ...haproxy.Option) *deployment {
 	t.Helper()
 	bin, _ := binaries(t)
 	dir := t.TempDir()
@@ -109,7 +109,7 @@ func newDeploymentOf(t *testing.T, n, slots int, extra, one string) *deployment 
 	for i := range n {
 		d.start(i)
 	}
-	d.lb = haproxy.Start(t, d.main[:n])
+	d.lb = haproxy.Start(t, d.main[:n], lbOpts...)
 	return d
 }
 
@@ -222,6 +222,7 @@ func textOf(res *mcp.CallToolResult) string {
 }
 
 func TestReplicasBehindABalancer(t *testing.T) {
+	t.Parallel()
 	d := newDeployment(t, 3, 3, "")
 	lb := d.lb.URL() + "/mcp"
 
@@ -257,6 +258,18 @@ func TestReplicasBehindABalancer(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Error(err)
+		}
+	})
+
+	t.Run("TypeScript SDK", func(t *testing.T) {
+		// Its legacy session's 1,000 calls, progress and sampling, and
+		// a 2026-07-28 client's MRTR round, through the balancer.
+		for _, mode := range []string{"legacy", "pin"} {
+			n := map[string]int{"legacy": 1000, "pin": 100}[mode]
+			r := runTSClientEnv(t, []string{"TS_TOOL_PREFIX=fx__", fmt.Sprintf("TS_REPEAT=%d", n)}, mode, lb)
+			if r.Repeated != n || r.Progress == 0 || !strings.Contains(r.Sampled, "ts answer") || !strings.Contains(r.Text, "from typescript") {
+				t.Errorf("TypeScript client (%s) through the balancer: %+v", mode, r)
+			}
 		}
 	})
 
@@ -344,6 +357,11 @@ type load struct {
 	legacy []*legacyClient
 }
 
+// loadPause spaces each load client's calls: a few hundred calls a
+// second in all, enough to have calls in flight at every moment, and
+// CPU left for the tests that run beside these.
+const loadPause = 2 * time.Millisecond
+
 type callRecord struct {
 	sent, done time.Time
 	err        error
@@ -375,6 +393,7 @@ func startLoad(t *testing.T, url string, modern, legacy int) *load {
 				l.mu.Lock()
 				l.modern = append(l.modern, rec)
 				l.mu.Unlock()
+				time.Sleep(loadPause)
 			}
 		})
 	}
@@ -438,6 +457,7 @@ func startLoad(t *testing.T, url string, modern, legacy int) *load {
 					failed = false
 				}
 				lc.mu.Unlock()
+				time.Sleep(loadPause)
 			}
 		})
 	}
@@ -471,6 +491,7 @@ func (l *load) modernAfter(at time.Time) (after, failedAfter, inFlightFailed, to
 }
 
 func TestReplicasFailover(t *testing.T) {
+	t.Parallel()
 	d := newDeployment(t, 3, 3, "")
 	url := d.lb.URL() + "/mcp"
 	l := startLoad(t, url, 4, 6)
@@ -513,7 +534,10 @@ func TestReplicasFailover(t *testing.T) {
 }
 
 func TestReplicasRollingRestart(t *testing.T) {
-	d := newDeployment(t, 3, 3, "")
+	t.Parallel()
+	// The balancer checks readiness, as a Service does: a draining
+	// replica is unready at once, and leaves the rotation.
+	d := newDeployment(t, 3, 3, "", haproxy.WithHealthCheck("/readyz"))
 	url := d.lb.URL() + "/mcp"
 	l := startLoad(t, url, 3, 3)
 	time.Sleep(500 * time.Millisecond)
@@ -569,6 +593,7 @@ func waitReady(t *testing.T, base string) {
 // replica reaches it throughout; while its owner is down, calls get a
 // retryable error naming the owner.
 func TestReplicasPlacementMoves(t *testing.T) {
+	t.Parallel()
 	// A name replica 2 owns among three: it moves when the count is 2.
 	one := ""
 	for i := 0; one == ""; i++ {

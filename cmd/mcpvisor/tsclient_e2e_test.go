@@ -19,7 +19,7 @@ type tsResult struct {
 	Version, Era, Text, ProgressResult, Error string
 	Sampled, Elicited                         string
 	Tools, Logs                               []string
-	Progress                                  int
+	Progress, Repeated                        int
 }
 
 // runTSClientEnv runs the TypeScript SDK v2 client in mode against
@@ -43,7 +43,7 @@ func runTSClientEnv(t *testing.T, env []string, mode string, target ...string) t
 		t.Fatal(err)
 	}
 	defer os.Remove(copyPath)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{copyPath, mode}, target...)...)
 	cmd.Env = append(os.Environ(), env...)

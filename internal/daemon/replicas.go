@@ -509,11 +509,21 @@ func (rs *replicaSet) drain(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	rs.waitIdle(ctx, rc.DrainTimeout)
+	if n := rs.inflight.Load(); n > 0 {
+		rs.log.Warn("replicas: drain timed out with requests in flight", "inflight", n)
+	}
+}
+
+// waitIdle waits, at most bound and within ctx, for the counted requests
+// in flight to end.
+func (rs *replicaSet) waitIdle(ctx context.Context, bound time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
 	for rs.inflight.Load() > 0 {
 		select {
 		case <-rs.idle:
 		case <-ctx.Done():
-			rs.log.Warn("replicas: drain timed out with requests in flight", "inflight", rs.inflight.Load())
 			return
 		}
 	}

@@ -406,6 +406,9 @@ func (s *serving) run() error {
 			_ = s.srv.Shutdown(ctx)
 		}()
 		if s.replicas != nil {
+			// The listener is closed now: what was accepted before it
+			// closed is answered before the endpoints close (bounded).
+			s.replicas.waitIdle(ctx, time.Second)
 			// What this replica relays for its clients ends with it: a
 			// client's stream, relayed here, is opened again elsewhere.
 			s.replicas.cutRelays()

@@ -82,6 +82,14 @@ try {
   out.progress = progress;
   const sampled = await client.callTool({ name: name.replace('echo', 'sample'), arguments: { prompt: 'capital?' } });
   out.sampled = sampled.content.map((c) => c.text).join('');
+  // $TS_REPEAT more calls of echo, each checked (the replica tests: a
+  // session's calls spread over replicas by a balancer).
+  out.repeated = 0;
+  for (let i = 0; i < Number(process.env.TS_REPEAT ?? 0); i++) {
+    const r = await client.callTool({ name, arguments: { text: 'r' + i } });
+    if (!r.content.map((c) => c.text).join('').includes('r' + i)) throw new Error('call ' + i + ': ' + JSON.stringify(r));
+    out.repeated++;
+  }
 } catch (e) {
   out.error = String(e && e.stack || e);
 }
