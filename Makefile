@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra helm bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -39,6 +39,16 @@ test-deps:
 # tests, and the Hydra tests wait for the binary (at most 4 minutes).
 hydra:
 	GO=$(GO) tools/hydra/build.sh
+
+# Helm v4 and chartcheck (the Helm chart's tests, deploy/), into
+# .deps/tools/helm and .deps/tools/chartcheck: built from their own
+# module, tools/helm/go.mod, only when that or the flags change
+# (tools/helm/build.sh). From an empty cache it is two minutes of CPU
+# (112 s on this 2-core machine), so like Hydra's, make test starts the
+# build in the background (test-deps) and the chart's tests wait for it
+# (at most 4 minutes).
+helm:
+	GO=$(GO) tools/helm/build.sh
 
 # vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
 # checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.

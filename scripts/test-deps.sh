@@ -2,8 +2,8 @@
 # Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
 # the MCP conformance suite) and the real npm MCP servers the integration
 # tests run; Debian's chromium for the dashboard's browser tests, and its
-# gnome-keyring for the secret store's keyring tests; Ory Hydra, built
-# from source in the background.
+# gnome-keyring for the secret store's keyring tests; Ory Hydra and Helm,
+# built from source in the background.
 # Idempotent: a stamp file records what is installed in .deps/.
 set -euo pipefail
 
@@ -16,6 +16,9 @@ mkdir -p "$deps"
 # the lowest priority, so that it overlaps everything after it (the
 # installs, vet, the tests); its tests wait for it (tools/hydra/build.sh).
 "$root/tools/hydra/build.sh" --background
+# Helm and chartcheck (the Helm chart's tests, deploy/) likewise, from
+# tools/helm.
+"$root/tools/helm/build.sh" --background
 
 NODE22_VERSION=22.23.3
 NPM_PACKAGES=(
