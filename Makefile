@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra helm bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra helm images bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -49,6 +49,18 @@ hydra:
 # (at most 4 minutes).
 helm:
 	GO=$(GO) tools/helm/build.sh
+
+# The images, with podman (deploy/docker/build.sh): mcpvisor:dev (FROM
+# scratch: mcpvisor, its shim, CA certificates, user 65532) and
+# mcpvisor:dev-node (the same with Node 22, npm and npx), TAG=... for
+# another tag. Their build context is prepared in .deps/docker
+# (deploy/docker/context.sh: the static binaries, Debian's packages,
+# npm's node); the images go to podman's storage in .deps/containers,
+# never the user's: deploy/docker/podman.sh images lists them, and
+# deploy/docker/podman.sh push pushes one.
+TAG ?= dev
+images:
+	GO=$(GO) TAG=$(TAG) deploy/docker/build.sh
 
 # vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
 # checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.

@@ -2,8 +2,9 @@
 # Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
 # the MCP conformance suite) and the real npm MCP servers the integration
 # tests run; Debian's chromium for the dashboard's browser tests, and its
-# gnome-keyring for the secret store's keyring tests; Ory Hydra and Helm,
-# built from source in the background.
+# gnome-keyring for the secret store's keyring tests; Debian's podman for
+# the image tests; Ory Hydra and Helm, built from source in the
+# background.
 # Idempotent: a stamp file records what is installed in .deps/.
 set -euo pipefail
 
@@ -97,6 +98,31 @@ install_gnome_keyring() {
   fi
 }
 install_gnome_keyring
+
+# The image tests (deploy/) build mcpvisor's images with podman — never
+# running a container — on a storage of their own in .deps/containers:
+# Debian's podman, installed with apt-get when missing, as chromium is.
+install_podman() {
+  if command -v podman >/dev/null; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "test-deps: the image tests need podman: install it (no apt-get here)" >&2
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: the image tests need podman: run 'sudo apt-get install -y --no-install-recommends podman'" >&2
+    return 1
+  fi
+  echo "test-deps: installing podman (apt-get)" >&2
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman >/dev/null; } ||
+     ! command -v podman >/dev/null; then
+    echo "test-deps: could not install podman with apt-get; the image tests need it" >&2
+    return 1
+  fi
+}
+install_podman
 
 if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
   exit 0
