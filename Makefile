@@ -43,10 +43,10 @@ hydra:
 # Helm v4 and chartcheck (the Helm chart's tests, deploy/), into
 # .deps/tools/helm and .deps/tools/chartcheck: built from their own
 # module, tools/helm/go.mod, only when that or the flags change
-# (tools/helm/build.sh). From an empty cache it is two minutes of CPU
+# (tools/helm/build.sh). From an empty cache it is three minutes of CPU
 # (112 s on this 2-core machine), so like Hydra's, make test starts the
 # build in the background (test-deps) and the chart's tests wait for it
-# (at most 4 minutes).
+# (at most 6 minutes).
 helm:
 	GO=$(GO) tools/helm/build.sh
 

@@ -484,6 +484,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestChartLint(t *testing.T) {
+	t.Parallel() // so that TestImages, which needs no Helm, runs first: its time overlaps Helm's build
 	h := helm(t)
 	for _, values := range [][]string{nil, {filepath.Join(examplesDir(), "team.yaml")}} {
 		args := []string{"lint", "--strict", chartDir()}
@@ -500,6 +501,7 @@ func TestChartLint(t *testing.T) {
 }
 
 func TestChartDefaults(t *testing.T) {
+	t.Parallel()
 	r, err := render(t, "mcpvisor", "team", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -514,6 +516,7 @@ func TestChartDefaults(t *testing.T) {
 // TestChartTeam renders the team example: 3 replicas, auth, a
 // single-placement server, an HPA.
 func TestChartTeam(t *testing.T) {
+	t.Parallel()
 	r, err := render(t, "mcpvisor", "mcp", []string{filepath.Join(examplesDir(), "team.yaml")})
 	if err != nil {
 		t.Fatal(err)
@@ -540,6 +543,7 @@ func TestChartTeam(t *testing.T) {
 // TestChartNames renders another release name and namespace: every name
 // derives from the release, and the peer address follows.
 func TestChartNames(t *testing.T) {
+	t.Parallel()
 	r, err := render(t, "acme", "tools", nil, "replicaCount=5", "peerKey.existingSecret=acme-key")
 	if err != nil {
 		t.Fatal(err)
@@ -550,6 +554,7 @@ func TestChartNames(t *testing.T) {
 
 // TestChartContainment: each opt-in adds what its layer needs, no more.
 func TestChartContainment(t *testing.T) {
+	t.Parallel()
 	r, err := render(t, "mcpvisor", "team", nil, "containment.pidNamespace=true")
 	if err != nil {
 		t.Fatal(err)
@@ -583,6 +588,7 @@ func TestChartContainment(t *testing.T) {
 
 // TestChartRefuses: values the chart refuses, each with its message.
 func TestChartRefuses(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		set  []string
