@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra helm images bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra helm images release-snapshot bench-team bench-flood vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -61,6 +61,17 @@ helm:
 TAG ?= dev
 images:
 	GO=$(GO) TAG=$(TAG) deploy/docker/build.sh
+
+# A release built locally as the release pipeline would build it, with
+# GoReleaser (.goreleaser.yaml): mcpvisor and mcpvisor-shim for Linux and
+# macOS on amd64 and arm64, archives and their SHA-256 checksums, in
+# dist/. GoReleaser is built from its own module (tools/goreleaser/go.mod)
+# into .deps/tools/goreleaser the first time (several minutes of CPU): not
+# part of make test.
+release-snapshot:
+	cd tools/goreleaser && GOWORK=off GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) \
+	  $(GO) build -o ../../.deps/tools/goreleaser github.com/goreleaser/goreleaser/v2
+	MCPVISOR_REVISION=$$(git rev-parse --short HEAD) .deps/tools/goreleaser release --snapshot --clean
 
 # vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
 # checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.
