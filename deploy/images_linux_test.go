@@ -93,6 +93,11 @@ func TestImages(t *testing.T) {
 			dir := t.TempDir()
 			files := export(t, img.name, dir)
 			checkBase(t, dir, files)
+			// Static, it runs here too: its version is the image's.
+			out, err := exec.CommandContext(t.Context(), filepath.Join(dir, "usr/local/bin/mcpvisor"), "version").CombinedOutput()
+			if v := l["org.opencontainers.image.version"]; err != nil || !strings.HasPrefix(string(out), "mcpvisor "+v+" ") {
+				t.Errorf("mcpvisor version in the image: %q (%v), want mcpvisor %s …", out, err, v)
+			}
 			if img.node {
 				checkNode(t, dir, files)
 			} else if _, ok := files["usr/local/bin/node"]; ok {

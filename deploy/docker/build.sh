@@ -20,9 +20,9 @@ ctx=${MCPVISOR_DOCKER_CONTEXT:-$root/.deps/docker}
 TAG=${TAG:-dev}
 podman=("$here/podman.sh")
 
-"$here/context.sh"
-
 version=$(cd "$root" && git describe --tags --always --dirty 2>/dev/null || echo dev)
+MCPVISOR_VERSION=$version "$here/context.sh"
+
 revision=$(cd "$root" && git rev-parse HEAD 2>/dev/null || echo unknown)
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-arg "CREATED=$created")

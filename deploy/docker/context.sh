@@ -91,7 +91,10 @@ rm -rf "$out/base" "$out/home" "$out/state" "$out/debroot"
 mkdir -p "$out/base/usr/local/bin" "$out/base/etc/ssl/certs" "$out/base/tmp" \
   "$out/base/home" "$out/base/var/lib" "$out/home" "$out/state"
 chmod 1777 "$out/base/tmp"
-(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" "$GO" build -trimpath -ldflags='-s -w' \
+# mcpvisor version says the image's version: $MCPVISOR_VERSION, else git's.
+version=${MCPVISOR_VERSION:-$(cd "$root" && git describe --tags --always --dirty 2>/dev/null || echo dev)}
+(cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH="$arch" "$GO" build -trimpath \
+  -ldflags="-s -w -X github.com/mcpvisor/mcpvisor/internal/cli/cmdutil.version=$version" \
   -o "$out/base/usr/local/bin/" ./cmd/mcpvisor ./cmd/mcpvisor-shim)
 
 mapfile -t base_debs < <(debs ca-certificates base-passwd)
