@@ -90,13 +90,17 @@ type (
 	statefulSet struct {
 		Metadata meta `json:"metadata"`
 		Spec     struct {
-			Replicas            *int          `json:"replicas"`
+			Replicas             *int `json:"replicas"`
+			VolumeClaimTemplates []struct {
+				Metadata meta `json:"metadata"`
+			} `json:"volumeClaimTemplates"`
 			ServiceName         string        `json:"serviceName"`
 			PodManagementPolicy string        `json:"podManagementPolicy"`
 			Selector            labelSelector `json:"selector"`
 			Template            struct {
 				Metadata meta `json:"metadata"`
 				Spec     struct {
+					HostUsers                     *bool            `json:"hostUsers"`
 					TerminationGracePeriodSeconds *int             `json:"terminationGracePeriodSeconds"`
 					SecurityContext               *securityContext `json:"securityContext"`
 					Containers                    []container      `json:"containers"`
@@ -257,6 +261,12 @@ func checkChart(t *testing.T, r *rendered, w want) map[string]any {
 	volumes := map[string]volume{}
 	for _, v := range pod.Volumes {
 		volumes[v.Name] = v
+	}
+	for _, c := range spec.VolumeClaimTemplates {
+		if _, ok := volumes[c.Metadata.Name]; ok {
+			t.Errorf("volume %s is both the pod's and a volumeClaimTemplate", c.Metadata.Name)
+		}
+		volumes[c.Metadata.Name] = volume{Name: c.Metadata.Name}
 	}
 	cms := objects[configMap](t, r, "ConfigMap")
 	if len(cms) != 1 {
@@ -541,15 +551,24 @@ func TestChartTeam(t *testing.T) {
 }
 
 // TestChartNames renders another release name and namespace: every name
-// derives from the release, and the peer address follows.
+// derives from the release, and the peer address follows; with an existing
+// key Secret, a persistent state directory and a pod user namespace.
 func TestChartNames(t *testing.T) {
 	t.Parallel()
-	r, err := render(t, "acme", "tools", nil, "replicaCount=5", "peerKey.existingSecret=acme-key")
+	r, err := render(t, "acme", "tools", nil, "replicaCount=5", "peerKey.existingSecret=acme-key",
+		"persistence.enabled=true", "hostUsers=false")
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkChart(t, r, want{release: "acme", namespace: "tools", fullname: "acme-mcpvisor", count: 5,
 		keySecret: "acme-key"})
+	sts := one[statefulSet](t, r, "StatefulSet")
+	if v := sts.Spec.VolumeClaimTemplates; len(v) != 1 || v[0].Metadata.Name != "state" {
+		t.Errorf("persistence: volumeClaimTemplates %+v, want one, state", v)
+	}
+	if h := sts.Spec.Template.Spec.HostUsers; h == nil || *h {
+		t.Errorf("hostUsers=false: the pod's hostUsers is %v", ptrString(h))
+	}
 }
 
 // TestChartContainment: each opt-in adds what its layer needs, no more.
