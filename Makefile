@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra bench-team bench-flood bench-replicas vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps hydra helm images release-snapshot bench-team bench-flood bench-replicas vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -39,6 +39,39 @@ test-deps:
 # tests, and the Hydra tests wait for the binary (at most 4 minutes).
 hydra:
 	GO=$(GO) tools/hydra/build.sh
+
+# Helm v4 and chartcheck (the Helm chart's tests, deploy/), into
+# .deps/tools/helm and .deps/tools/chartcheck: built from their own
+# module, tools/helm/go.mod, only when that or the flags change
+# (tools/helm/build.sh). From an empty cache it is three minutes of CPU
+# (112 s on this 2-core machine), so like Hydra's, make test starts the
+# build in the background (test-deps) and the chart's tests wait for it
+# (at most 6 minutes).
+helm:
+	GO=$(GO) tools/helm/build.sh
+
+# The images, with podman (deploy/docker/build.sh): mcpvisor:dev (FROM
+# scratch: mcpvisor, its shim, CA certificates, user 65532) and
+# mcpvisor:dev-node (the same with Node 22, npm and npx), TAG=... for
+# another tag. Their build context is prepared in .deps/docker
+# (deploy/docker/context.sh: the static binaries, Debian's packages,
+# npm's node); the images go to podman's storage in .deps/containers,
+# never the user's: deploy/docker/podman.sh images lists them, and
+# deploy/docker/podman.sh push pushes one.
+TAG ?= dev
+images:
+	GO=$(GO) TAG=$(TAG) deploy/docker/build.sh
+
+# A release built locally as the release pipeline would build it, with
+# GoReleaser (.goreleaser.yaml): mcpvisor and mcpvisor-shim for Linux and
+# macOS on amd64 and arm64, archives and their SHA-256 checksums, in
+# dist/. GoReleaser is built from its own module (tools/goreleaser/go.mod)
+# into .deps/tools/goreleaser the first time (several minutes of CPU): not
+# part of make test.
+release-snapshot:
+	cd tools/goreleaser && GOWORK=off GOOS=$$($(GO) env GOHOSTOS) GOARCH=$$($(GO) env GOHOSTARCH) \
+	  $(GO) build -o ../../.deps/tools/goreleaser github.com/goreleaser/goreleaser/v2
+	MCPVISOR_REVISION=$$(git rev-parse --short HEAD) .deps/tools/goreleaser release --snapshot --clean
 
 # vet: vet-go (gofmt and go vet) and lint (staticcheck, its default
 # checks, and deadcode, scripts/deadcode.sh), for Linux and macOS.

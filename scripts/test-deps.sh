@@ -2,8 +2,9 @@
 # Installs what mcpvisor's tests need into .deps/ (git-ignored): Node 22 (for
 # the MCP conformance suite) and the real npm MCP servers the integration
 # tests run; Debian's chromium for the dashboard's browser tests, and its
-# gnome-keyring for the secret store's keyring tests; Ory Hydra, built
-# from source in the background.
+# gnome-keyring for the secret store's keyring tests; Debian's podman for
+# the image tests and haproxy for a balancer's harness; Ory Hydra and
+# Helm, built from source in the background.
 # Idempotent: a stamp file records what is installed in .deps/.
 set -euo pipefail
 
@@ -16,6 +17,9 @@ mkdir -p "$deps"
 # the lowest priority, so that it overlaps everything after it (the
 # installs, vet, the tests); its tests wait for it (tools/hydra/build.sh).
 "$root/tools/hydra/build.sh" --background
+# Helm and chartcheck (the Helm chart's tests, deploy/) likewise, from
+# tools/helm.
+"$root/tools/helm/build.sh" --background
 
 NODE22_VERSION=22.23.3
 NPM_PACKAGES=(
@@ -94,6 +98,71 @@ install_gnome_keyring() {
   fi
 }
 install_gnome_keyring
+
+# The image tests (deploy/) build mcpvisor's images with podman — never
+# running a container — on a storage of their own in .deps/containers:
+# Debian's podman, installed with apt-get when missing, as chromium is.
+install_podman() {
+  if command -v podman >/dev/null; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "test-deps: the image tests need podman: install it (no apt-get here)" >&2
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: the image tests need podman: run 'sudo apt-get install -y --no-install-recommends podman'" >&2
+    return 1
+  fi
+  echo "test-deps: installing podman (apt-get)" >&2
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman >/dev/null; } ||
+     ! command -v podman >/dev/null; then
+    echo "test-deps: could not install podman with apt-get; the image tests need it" >&2
+    return 1
+  fi
+}
+install_podman
+
+# A test harness runs its own haproxy (Debian's, /usr/sbin/haproxy, with a
+# config of its own), installed with apt-get when missing, as chromium is.
+# It must never run as the system's service: the package's postinst
+# enables it and starts it (invoke-rc.d, unless a policy-rc.d forbids
+# it, as in most container images; or systemd), so that service is
+# stopped and disabled right after the install.
+install_haproxy() {
+  if [ -x /usr/sbin/haproxy ]; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null; then
+    echo "test-deps: the haproxy harness needs haproxy: install it (no apt-get here)" >&2
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: the haproxy harness needs haproxy: run 'sudo apt-get install -y haproxy' (then stop its service)" >&2
+    return 1
+  fi
+  echo "test-deps: installing haproxy (apt-get; its system service is stopped and disabled)" >&2
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; } ||
+     [ ! -x /usr/sbin/haproxy ]; then
+    echo "test-deps: could not install haproxy with apt-get; the haproxy harness needs it" >&2
+    return 1
+  fi
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now haproxy.service >/dev/null 2>&1 || true
+  else
+    update-rc.d haproxy disable >/dev/null 2>&1 || true
+    if [ -x /etc/init.d/haproxy ] && /etc/init.d/haproxy status >/dev/null 2>&1; then
+      /etc/init.d/haproxy stop >/dev/null 2>&1 || true
+    fi
+  fi
+  if [ -s /run/haproxy.pid ] && kill -0 "$(cat /run/haproxy.pid)" 2>/dev/null; then
+    echo "test-deps: haproxy's system service still runs (pid $(cat /run/haproxy.pid)): stop it" >&2
+    return 1
+  fi
+}
+install_haproxy
 
 if [ -f "$deps/stamp" ] && [ "$(cat "$deps/stamp")" = "$stamp_want" ]; then
   exit 0
