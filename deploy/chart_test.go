@@ -158,6 +158,9 @@ type (
 		Peers       []string `json:"peers"`
 		PeerListen  string   `json:"peerListen"`
 		KeyDir      string   `json:"keyDir"`
+		// DrainTimeout is the drain, within the grace period with the
+		// shutdown after it.
+		DrainTimeout string `json:"drainTimeout"`
 	}
 )
 
@@ -252,8 +255,17 @@ func checkChart(t *testing.T, r *rendered, w want) map[string]any {
 	if err != nil {
 		t.Fatalf("--shutdown-timeout %q: %v", drain, err)
 	}
-	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= drainD {
-		t.Errorf("terminationGracePeriodSeconds %v, want longer than the drain (%v)", ptrString(g), drainD)
+	// The drain (the config's replicas.drainTimeout) and the shutdown
+	// after it (--shutdown-timeout) both fit in the grace period.
+	var rc struct {
+		Replicas replicasBlock `json:"replicas"`
+	}
+	for _, cm := range objects[configMap](t, r, "ConfigMap") {
+		_ = json.Unmarshal([]byte(cm.Data["config.json"]), &rc)
+	}
+	drainT, _ := time.ParseDuration(rc.Replicas.DrainTimeout)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= drainT+drainD {
+		t.Errorf("terminationGracePeriodSeconds %v, want longer than the drain (%v) and the shutdown after it (%v)", ptrString(g), drainT, drainD)
 	}
 
 	// Volumes: the ConfigMap as a directory holding the config file, the
@@ -443,6 +455,9 @@ func checkChart(t *testing.T, r *rendered, w want) map[string]any {
 	}
 	if rb.KeyDir == "" || rb.KeyDir != keyMount {
 		t.Errorf("replicas.keyDir %q, want the key Secret's mount %q", rb.KeyDir, keyMount)
+	}
+	if d, err := time.ParseDuration(rb.DrainTimeout); err != nil || d <= 0 {
+		t.Errorf("replicas.drainTimeout %q: want the drain", rb.DrainTimeout)
 	}
 	validate(t, raw)
 	return cfg

@@ -103,9 +103,9 @@ error rather than a setting that the chart would silently replace.
 {{- fail "config.listen is set by the chart (0.0.0.0 and ports.http): the probes and Services use that port; leave it out of config" }}
 {{- end }}
 {{- $replicas := deepCopy (get $cfg "replicas" | default dict) }}
-{{- range $k := list "count" "peerAddress" "peers" "peerListen" "keyDir" }}
+{{- range $k := list "count" "peerAddress" "peers" "peerListen" "keyDir" "drainTimeout" }}
 {{- if hasKey $replicas $k }}
-{{- fail (printf "config.replicas.%s is set by the chart (from replicaCount, the peer Service, ports.peer and peerKey.mountPath): leave it out of config" $k) }}
+{{- fail (printf "config.replicas.%s is set by the chart (from replicaCount, the peer Service, ports.peer, peerKey.mountPath and drainSeconds): leave it out of config" $k) }}
 {{- end }}
 {{- end }}
 {{- range $name, $server := ($cfg.mcpServers | default dict) }}
@@ -118,6 +118,7 @@ error rather than a setting that the chart would silently replace.
 {{- $_ := set $replicas "peerAddress" $peerAddress }}
 {{- $_ := set $replicas "peerListen" (printf "%s:%d" .Values.listenHost (int .Values.ports.peer)) }}
 {{- $_ := set $replicas "keyDir" .Values.peerKey.mountPath }}
+{{- $_ := set $replicas "drainTimeout" (printf "%ds" (int .Values.drainSeconds)) }}
 {{- $_ := set $cfg "replicas" $replicas }}
 {{- $_ := set $cfg "listen" (printf "%s:%d" .Values.listenHost (int .Values.ports.http)) }}
 {{- toPrettyJson $cfg }}
