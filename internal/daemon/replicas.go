@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -168,6 +169,43 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 	return rs, nil
 }
 
+// keyPoll is how often the key directory is read again: the kubelet
+// updates a mounted Secret in place, within a minute or so of its change.
+var keyPoll = 5 * time.Second
+
+// watchKeys reads the key directory every keyPoll until ctx ends, and
+// puts keys that changed in force (a rotation needs no restart).
+func (rs *replicaSet) watchKeys(ctx context.Context) {
+	t := time.NewTicker(keyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rs.readKeys()
+		}
+	}
+}
+
+// readKeys reads the key directory and puts its keys in force if they
+// changed. Connections kept alive under the keys before are closed when
+// idle, so that the next request is made under the new ones. A
+// directory that does not read keeps the keys in force.
+func (rs *replicaSet) readKeys() {
+	keys, err := replica.LoadKeyDir(rs.cfg.Load().KeyDir)
+	if err != nil {
+		rs.log.Error("replicas: the peer keys do not read; the ones in force stay", "err", err)
+		return
+	}
+	if slices.Equal(keys.AcceptedIDs(), rs.ring.Load().AcceptedIDs()) {
+		return
+	}
+	rs.ring.Set(keys)
+	rs.transport.CloseIdleConnections()
+	rs.log.Info("replicas: peer keys changed", "signing", keys.SigningID(), "accepted", strings.Join(keys.AcceptedIDs(), ","))
+}
+
 // reload takes a new config's replica settings and keys (the kubelet
 // updates a mounted Secret in place). A key directory that no longer
 // reads keeps the keys in force.
@@ -179,12 +217,7 @@ func (rs *replicaSet) reload(cfg *config.Config) {
 	rs.cfgNow.Store(cfg)
 	v := cfg.Version
 	rs.version.Store(&v)
-	keys, err := replica.LoadKeyDir(cfg.Replicas.KeyDir)
-	if err != nil {
-		rs.log.Error("reload: the peer keys are not read again; the earlier ones stay in force", "err", err)
-		return
-	}
-	rs.ring.Set(keys)
+	rs.readKeys()
 }
 
 // Stamp and Inner make rs the gateway's Stamper.
@@ -383,9 +416,7 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 		http.Error(w, "Bad Gateway", http.StatusBadGateway)
 		return
 	}
-	var ne net.Error
-	var oe *net.OpError
-	if errors.As(err, &oe) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, context.DeadlineExceeded) {
+	if ownerGoneErr(err) && r.Context().Err() == nil {
 		rs.gone.Add(1)
 		rs.log.Debug("replicas: owner unreachable", "ordinal", f.to.Ordinal, "err", err)
 		rs.ownerGone(w, r, f.legacy, f.to)
@@ -399,6 +430,19 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 	w.WriteHeader(http.StatusBadGateway)
 	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":%q}}`+"\n",
 		fmt.Sprintf("replica %d, which owns this request's session or state, failed to answer: %v", f.to.Ordinal, err))
+}
+
+// ownerGoneErr reports whether err says a peer is gone: its address
+// refuses connections (or names no host), or no TLS handshake came within
+// ownerTimeout. A handshake refused — a key the peer does not accept —
+// is a misconfiguration, not an owner gone.
+func ownerGoneErr(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
 }
 
 // ownerGone answers a request whose owner is gone: a legacy session's
@@ -475,8 +519,10 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 	})
 }
 
-// servePeers serves the peer interface until it is closed.
-func (rs *replicaSet) servePeers(local http.Handler) {
+// servePeers serves the peer interface until it is closed, and watches
+// the keys until ctx ends.
+func (rs *replicaSet) servePeers(ctx context.Context, local http.Handler) {
+	go rs.watchKeys(ctx)
 	srv := &http.Server{Handler: rs.peerHandler(local), TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateNew {

@@ -29,8 +29,10 @@ type pair struct {
 	key    []byte
 	stops  [2]context.CancelFunc
 	done   [2]chan error
-	cfg    string
-	fixure string
+	cfg     string
+	cfgs    [2]string
+	keyDirs [2]string
+	fixure  string
 }
 
 // freeLoopback reserves n loopback addresses.
@@ -52,26 +54,43 @@ func freeLoopback(t testing.TB, n int) []string {
 // members) and a key.
 func startPair(t testing.TB, extra string) *pair {
 	t.Helper()
+	return startPairKeys(t, extra, false)
+}
+
+// startPairKeys is startPair; with own, each replica has a key
+// directory of its own (keyDirs), as each pod has its own mount of the
+// Secret, updated at its own moment.
+func startPairKeys(t testing.TB, extra string, own bool) *pair {
+	t.Helper()
 	dir := t.TempDir()
 	p := &pair{key: []byte(strings.Repeat("k", 40)), fixure: testserver.Build(t)}
-	if err := os.MkdirAll(filepath.Join(dir, "key"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key", "current"), p.key, 0o600); err != nil {
-		t.Fatal(err)
+	for i := range 2 {
+		p.keyDirs[i] = filepath.Join(dir, "key")
+		if own {
+			p.keyDirs[i] = filepath.Join(dir, fmt.Sprintf("key%d", i))
+		}
+		if err := os.MkdirAll(p.keyDirs[i], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p.keyDirs[i], "current"), p.key, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	addrs := freeLoopback(t, 2)
 	copy(p.peer[:], addrs)
 	peers, _ := json.Marshal(addrs)
-	p.cfg = filepath.Join(dir, "config.json")
-	doc := fmt.Sprintf(`{%s"replicas": {"count": 2, "peers": %s, "keyDir": %q, "drainDelay": "300ms"},
-	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}}}`, extra, peers, filepath.Join(dir, "key"), p.fixure, p.fixure)
-	if err := os.WriteFile(p.cfg, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
+	for i := range 2 {
+		p.cfgs[i] = filepath.Join(dir, fmt.Sprintf("config%d.json", i))
+		doc := fmt.Sprintf(`{%s"replicas": {"count": 2, "peers": %s, "keyDir": %q, "drainDelay": "300ms"},
+	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}}}`, extra, peers, p.keyDirs[i], p.fixure, p.fixure)
+		if err := os.WriteFile(p.cfgs[i], []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	p.cfg = p.cfgs[0]
 	for i := range 2 {
 		ctx, cancel := context.WithCancel(context.Background())
-		o := ServeOptions{Options: options(t, p.cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
+		o := ServeOptions{Options: options(t, p.cfgs[i]), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
 			Getenv: func(k string) string {
 				if k == "MCPVISOR_ORDINAL" {
 					return strconv.Itoa(i)
@@ -319,4 +338,92 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A key rotation in three steps, each replica's Secret updated at its own
+// moment and read again without a restart: the replicas talk throughout
+// steps 1 and 2, and no longer once each holds only a key the other does
+// not accept.
+func TestKeyRotation(t *testing.T) {
+	defer func(d time.Duration) { keyPoll = d }(keyPoll)
+	keyPoll = 50 * time.Millisecond
+	p := startPairKeys(t, "", true)
+	old, next := string(p.key), strings.Repeat("n", 40)
+	write := func(i int, files map[string]string) {
+		t.Helper()
+		entries, _ := os.ReadDir(p.keyDirs[i])
+		for _, e := range entries {
+			os.Remove(filepath.Join(p.keyDirs[i], e.Name()))
+		}
+		for name, k := range files {
+			if err := os.WriteFile(filepath.Join(p.keyDirs[i], name), []byte(k), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A session on each replica, used through the other.
+	sids := [2]string{}
+	for i := range 2 {
+		r := send(t, "POST", p.base[i]+"/mcp", initBody, nil)
+		if r.status != 200 || r.sid == "" {
+			t.Fatalf("initialize on %d: %d %s", i, r.status, r.body)
+		}
+		sids[i] = r.sid
+	}
+	through := func(i int) int { // replica i's session through the other
+		h := map[string][]string{"Mcp-Session-Id": {sids[i]}, "Mcp-Protocol-Version": {"2025-11-25"}}
+		return send(t, "POST", p.base[1-i]+"/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, h).status
+	}
+	settle := func() { time.Sleep(20 * keyPoll) } // every replica has read its directory again
+	check := func(step string, want int) {
+		t.Helper()
+		for i := range 2 {
+			if st := through(i); st != want {
+				t.Errorf("%s: replica %d's session through replica %d: %d, want %d", step, i, 1-i, st, want)
+			}
+		}
+	}
+	newSessions := func() {
+		for i := range 2 {
+			r := send(t, "POST", p.base[i]+"/mcp", initBody, nil)
+			if r.status != 200 || r.sid == "" {
+				t.Fatalf("initialize on %d: %d %s", i, r.status, r.body)
+			}
+			sids[i] = r.sid
+		}
+	}
+	check("before", 200)
+	// 1: the new key accepted everywhere; 0 first, 1 later.
+	write(0, map[string]string{"current": old, "next": next})
+	check("1, half-way", 200)
+	write(1, map[string]string{"current": old, "next": next})
+	settle()
+	check("1", 200)
+	// 2: the new key signs, the old one accepted.
+	write(0, map[string]string{"current": next, "previous": old})
+	settle()
+	check("2, half-way", 200)
+	write(1, map[string]string{"current": next, "previous": old})
+	settle()
+	check("2", 200)
+	// 3: the old key gone on both. What was stamped under it no longer
+	// verifies anywhere: its sessions are gone (404, and their clients
+	// initialize again); those made since step 2 go on.
+	oldSids := sids
+	newSessions()
+	write(0, map[string]string{"current": next})
+	write(1, map[string]string{"current": next})
+	settle()
+	check("3", 200)
+	sids = oldSids
+	check("3, a session of before step 2", 404)
+	// A replica left with a key the other does not accept reaches it
+	// no more: the TLS handshake fails, and the client is told so (502),
+	// never served by a replica that cannot check the request.
+	newSessions()
+	write(1, map[string]string{"current": old, "previous": next})
+	settle()
+	if st := through(0); st != 502 {
+		t.Errorf("replica 0's session through replica 1, which holds a key replica 0 does not accept: %d, want 502", st)
+	}
 }

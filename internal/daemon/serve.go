@@ -375,7 +375,7 @@ func (s *serving) start() error {
 		}
 	}
 	if s.replicas != nil {
-		s.replicas.servePeers(s.local)
+		s.replicas.servePeers(s.sd.Context(), s.local)
 	}
 	go func() {
 		if err := serveHTTP(s.srv, s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
