@@ -22,6 +22,10 @@ type Replica struct {
 	ConfigVersion string `json:"configVersion,omitempty"`
 	// Ready is "ok", else why it is not.
 	Ready string `json:"ready,omitempty"`
+	// Key is the id of the key it signs with, Accepted those it accepts
+	// (a rotation's step is done when every replica shows it).
+	Key      string   `json:"key,omitempty"`
+	Accepted []string `json:"accepted,omitempty"`
 	// Servers are the servers it runs a process of: how many.
 	Servers map[string]int `json:"servers,omitempty"`
 	// Forwarded, Received and Gone count the requests it forwarded to

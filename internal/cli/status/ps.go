@@ -75,7 +75,7 @@ func RunPs(ctx context.Context, o *PsOptions) error {
 func printReplicas(w io.Writer, rs admin.Replicas) error {
 	fmt.Fprintf(w, "\nreplicas (this is %d):\n", rs.Self)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ORDINAL\tADDRESS\tREADY\tCONFIG\tRUNS\tFORWARDED\tRECEIVED\tGONE")
+	fmt.Fprintln(tw, "ORDINAL\tADDRESS\tREADY\tCONFIG\tKEY\tRUNS\tFORWARDED\tRECEIVED\tGONE")
 	for _, r := range rs.Replicas {
 		ready := r.Ready
 		if !r.Reachable {
@@ -85,8 +85,8 @@ func printReplicas(w io.Writer, rs admin.Replicas) error {
 		for _, name := range slices.Sorted(maps.Keys(r.Servers)) {
 			runs = append(runs, fmt.Sprintf("%s×%d", name, r.Servers[name]))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", r.Ordinal, r.Address, ready, cmp.Or(r.ConfigVersion, "-"),
-			cmp.Or(strings.Join(runs, ","), "-"), r.Forwarded, r.Received, r.Gone)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", r.Ordinal, r.Address, ready, cmp.Or(r.ConfigVersion, "-"),
+			cmp.Or(r.Key, "-"), cmp.Or(strings.Join(runs, ","), "-"), r.Forwarded, r.Received, r.Gone)
 	}
 	return tw.Flush()
 }
