@@ -22,6 +22,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcpvisor/mcpvisor/internal/oauthclient/oauthtest"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 	"github.com/mcpvisor/mcpvisor/internal/testserver/haproxy"
@@ -47,6 +48,7 @@ type deployment struct {
 	lb      *haproxy.LB
 	fixture string
 	one     string // the placement-one server's name
+	servers string // more members of mcpServers, each with a comma before
 }
 
 // freeAddrs reserves n loopback addresses (listened on and closed: a
@@ -75,7 +77,7 @@ func (d *deployment) replicaConfig(count int, extra string) string {
 	return fmt.Sprintf(`{"replicas": {"count": %d, "peers": %s, "keyDir": %q%s},
 	  "mcpServers": {
 	    "fx": {"command": %q},
-	    %q: {"command": %q, "args": ["-flock", %q], "placement": "one"}}}`, count, peers, d.keyDir, extra, d.fixture, d.one, d.fixture, d.lock)
+	    %q: {"command": %q, "args": ["-flock", %q], "placement": "one"}%s}}`, count, peers, d.keyDir, extra, d.fixture, d.one, d.fixture, d.lock, d.servers)
 }
 
 // newDeployment starts n replicas (of slots addresses, for growing
@@ -87,10 +89,15 @@ func newDeployment(t *testing.T, n, slots int, extra string, lbOpts ...haproxy.O
 
 func newDeploymentOf(t *testing.T, n, slots int, extra, one string, lbOpts ...haproxy.Option) *deployment {
 	t.Helper()
+	return newDeploymentWith(t, n, slots, extra, one, "", lbOpts...)
+}
+
+func newDeploymentWith(t *testing.T, n, slots int, extra, one, servers string, lbOpts ...haproxy.Option) *deployment {
+	t.Helper()
 	bin, _ := binaries(t)
 	dir := t.TempDir()
 	d := &deployment{t: t, bin: bin, cfg: filepath.Join(dir, "config.json"), keyDir: filepath.Join(dir, "key"), lock: filepath.Join(dir, "memo.lock"),
-		fixture: testserver.Build(t), one: one}
+		fixture: testserver.Build(t), one: one, servers: servers}
 	if err := os.MkdirAll(d.keyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -692,4 +699,38 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A remote server's OAuth grant has one owner among the replicas: it
+// alone asks the authorization server for tokens and serves them to the
+// others, so a grant is never refreshed twice at once.
+func TestReplicasShareOneGrant(t *testing.T) {
+	t.Parallel()
+	const secretValue = "cc-secret-replicas"
+	rs := newOAuthResource(t, oauthtest.Options{ClientID: "cc-client", ClientSecret: secretValue, AuthMethods: []string{"client_secret_basic"}, NoRegistration: true})
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "client-secret")
+	if err := os.WriteFile(secretFile, []byte(secretValue), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remote := fmt.Sprintf(`, "remote": {"url": %q, "oauth": {"clientId": "cc-client", "clientSecret": "${file:%s}", "grant": "client_credentials", "tokenEndpointAuthMethod": "client_secret_basic"}}`, rs.URL, secretFile)
+	d := newDeploymentWith(t, 3, 3, "", "memo", remote)
+	sessions := make([]*mcp.ClientSession, 3)
+	for i := range 3 {
+		sessions[i] = eraClient(t, "http://"+d.main[i]+"/servers/remote/mcp", "2025-11-25", "direct")
+		callOK(t, sessions[i], "hello")
+	}
+	if n := rs.Count("client-credentials"); n != 1 {
+		t.Errorf("three replicas asked for %d tokens, want 1 (the grant's owner's)", n)
+	}
+	// The resource drops the token: each replica is refused it, and the
+	// owner alone takes a new one, once.
+	rs.ExpireAccessTokens()
+	for i := range 3 {
+		callOK(t, sessions[i], "hello")
+	}
+	if n := rs.Count("client-credentials"); n != 2 {
+		t.Errorf("after the token was dropped: %d token requests in all, want 2", n)
+	}
+	t.Logf("grant owner: replica %d", replica.OwnerOf("remote", 3))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/fleet"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
@@ -54,6 +55,7 @@ type replicaHooks struct {
 	place      func(*config.Config)
 	gate       func(context.Context, *config.Server) error
 	peerClient *http.Client
+	peerGrant  func(*config.Server) backend.Authorizer
 }
 
 // openApp loads the config and builds everything; nothing is started.
@@ -130,7 +132,7 @@ func openApp(configFile, stateDir string, log *slog.Logger, replicas func(*confi
 			}
 		}),
 		CompileCache: filepath.Join(stateDir, "node-compile-cache"),
-		Gate:         rh.gate, PeerClient: rh.peerClient})
+		Gate:         rh.gate, PeerClient: rh.peerClient, PeerGrant: rh.peerGrant})
 	if err != nil {
 		_ = hist.Close(context.Background())
 		_ = st.Close()

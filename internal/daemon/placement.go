@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
+	"github.com/mcpvisor/mcpvisor/internal/backend"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
@@ -244,25 +248,33 @@ func (rs *replicaSet) askPlacement(ctx context.Context, i int, name string) (pla
 
 // peerGet GETs path of peer i's peer API into v, bounded by ownerTimeout.
 func (rs *replicaSet) peerGet(ctx context.Context, i int, path string, v any) error {
+	return rs.peerDo(ctx, i, http.MethodGet, path, nil, v)
+}
+
+// peerDo sends method path (with body, if any) to peer i's peer API, as
+// this replica, and decodes its answer into v; bounded by ownerTimeout.
+func (rs *replicaSet) peerDo(ctx context.Context, i int, method, path string, body []byte, v any) error {
 	rc := rs.cfg.Load()
 	ctx, cancel := context.WithTimeout(ctx, rc.OwnerTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+rc.PeerOf(i)+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "https://"+rc.PeerOf(i)+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	id, _ := json.Marshal(identity.PeerReplica(rs.self.Ordinal))
 	req.Header.Set(replica.ForwardHeader, rs.ring.Load().SignForward(replica.Forwarded{From: rs.self.Ordinal, To: i,
-		ConfigVersion: *rs.version.Load(), Identity: id, Method: http.MethodGet, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}))
+		ConfigVersion: *rs.version.Load(), Identity: id, Method: method, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}))
 	resp, err := rs.transport.RoundTrip(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("replica %d: %s", i, resp.Status)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("replica %d: %s: %s", i, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(v)
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
 }
 
 // servePeerAPI serves the peer interface's own API (the request already
@@ -279,6 +291,13 @@ func (rs *replicaSet) servePeerAPI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, placementState{Ordinal: rs.self.Ordinal, Running: rs.running(name), Claiming: rs.claims.has(name), Version: *rs.version.Load()})
 	case rest == "state" && r.Method == http.MethodGet:
 		writeJSON(w, rs.state())
+	case strings.HasPrefix(rest, "grant/"):
+		name, what, _ := strings.Cut(strings.TrimPrefix(rest, "grant/"), "/")
+		if n, err := url.PathUnescape(name); err == nil {
+			rs.serveGrant(w, r, n, what)
+		} else {
+			http.Error(w, "Bad Request", http.StatusBadRequest)
+		}
 	default:
 		http.NotFound(w, r)
 	}
@@ -345,4 +364,140 @@ func (rs *replicaSet) deployment(ctx context.Context) []replicaState {
 	}
 	wg.Wait()
 	return out
+}
+
+// A remote server's OAuth grant has one owner among the replicas: the
+// ordinal its name hashes to. It alone refreshes the grant (a rotated
+// refresh token used by two replicas would invalidate the other's), and
+// it serves its access token to the others over the peer interface;
+// peerGrant is their authorizer.
+
+// peerGrant is the authorizer of sc's connections on a replica that does
+// not hold its grant; nil on the one that does.
+func (rs *replicaSet) peerGrant(sc *config.Server) backend.Authorizer {
+	owner := replica.OwnerOf(sc.Name, rs.cfg.Load().Count)
+	if owner == rs.self.Ordinal || owner < 0 {
+		return nil
+	}
+	return &peerGrant{rs: rs, name: sc.Name, owner: owner}
+}
+
+// peerGrant asks the grant's owner for its token, and tells it of the
+// server's challenges.
+type peerGrant struct {
+	rs    *replicaSet
+	name  string
+	owner int
+
+	mu    sync.Mutex
+	tok   string    // the owner's token last taken ("": none, or none yet)
+	taken time.Time // when: "" is asked again after noTokenFor
+}
+
+// noTokenFor is how long a replica takes the owner's "no token" (a
+// remote server that may need none) before asking again.
+const noTokenFor = 30 * time.Second
+
+// grantAnswer is the peer API's answer about a grant.
+type grantAnswer struct {
+	Token string `json:"token,omitempty"`
+	Retry bool   `json:"retry,omitempty"`
+	// Error is why no token; AuthRequired that only a login (on the
+	// owner) can end it.
+	Error        string `json:"error,omitempty"`
+	AuthRequired bool   `json:"authRequired,omitempty"`
+}
+
+func (g *peerGrant) fail(a grantAnswer, err error) error {
+	if err != nil {
+		return fmt.Errorf("%w: replica %d, which holds server %s's OAuth grant, cannot be reached; retry: %v", lifecycle.ErrServerUnavailable, g.owner, g.name, err)
+	}
+	if a.AuthRequired {
+		return fmt.Errorf("%w: %s (on replica %d, which holds the grant)", lifecycle.ErrAuthRequired, a.Error, g.owner)
+	}
+	return fmt.Errorf("%s (on replica %d, which holds the grant)", a.Error, g.owner)
+}
+
+// Token is the owner's token, taken once and kept until the server
+// refuses it. An owner that cannot be reached gives none: a server that
+// needs no token is served all the same, one that needs it answers 401,
+// and Challenged says the owner is unreachable.
+func (g *peerGrant) Token(ctx context.Context) (string, error) {
+	g.mu.Lock()
+	tok, taken := g.tok, g.taken
+	g.mu.Unlock()
+	if tok != "" || !taken.IsZero() && time.Since(taken) < noTokenFor {
+		return tok, nil
+	}
+	var a grantAnswer
+	err := g.rs.peerDo(ctx, g.owner, http.MethodGet, peerPath+"grant/"+url.PathEscape(g.name)+"/token", nil, &a)
+	if err != nil {
+		g.rs.log.Debug("replicas: the grant's owner is unreachable; no token sent", "server", g.name, "owner", g.owner, "err", err)
+		return "", nil
+	}
+	if a.Error != "" {
+		return "", g.fail(a, nil)
+	}
+	g.mu.Lock()
+	g.tok, g.taken = a.Token, time.Now()
+	g.mu.Unlock()
+	return a.Token, nil
+}
+
+func (g *peerGrant) Challenged(ctx context.Context, used string, status int, h string) (bool, error) {
+	body, _ := json.Marshal(map[string]any{"used": used, "status": status, "header": h})
+	var a grantAnswer
+	err := g.rs.peerDo(ctx, g.owner, http.MethodPost, peerPath+"grant/"+url.PathEscape(g.name)+"/challenged", body, &a)
+	g.mu.Lock()
+	if g.tok == used {
+		g.tok, g.taken = "", time.Time{} // taken again from the owner, refreshed or not
+	}
+	g.mu.Unlock()
+	if err != nil || a.Error != "" {
+		return false, g.fail(a, err)
+	}
+	return a.Retry, nil
+}
+
+// serveGrant answers a peer about server name's grant, held here.
+func (rs *replicaSet) serveGrant(w http.ResponseWriter, r *http.Request, name, what string) {
+	if rs.grants == nil || replica.OwnerOf(name, rs.cfg.Load().Count) != rs.self.Ordinal {
+		rs.misplaced(w, replica.Forwarded{ConfigVersion: "?"}, name)
+		return
+	}
+	answer := func(err error) grantAnswer {
+		if err == nil {
+			return grantAnswer{}
+		}
+		return grantAnswer{Error: err.Error(), AuthRequired: errors.Is(err, lifecycle.ErrAuthRequired)}
+	}
+	switch {
+	case what == "token" && r.Method == http.MethodGet:
+		tok, err := rs.grants.GrantToken(r.Context(), name)
+		a := answer(err)
+		a.Token = tok
+		writeJSON(w, a)
+	case what == "challenged" && r.Method == http.MethodPost:
+		var in struct {
+			Used   string `json:"used"`
+			Status int    `json:"status"`
+			Header string `json:"header"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&in); err != nil {
+			http.Error(w, "Bad Request", http.StatusBadRequest)
+			return
+		}
+		retry, err := rs.grants.GrantChallenged(r.Context(), name, in.Used, in.Status, in.Header)
+		a := answer(err)
+		a.Retry = retry
+		writeJSON(w, a)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// grantHolder is what serves a grant's token: the fleet.
+type grantHolder interface {
+	GrantToken(ctx context.Context, name string) (string, error)
+	GrantChallenged(ctx context.Context, name, used string, status int, h string) (bool, error)
 }

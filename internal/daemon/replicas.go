@@ -85,6 +85,9 @@ type replicaSet struct {
 	claims  claims
 	running func(name string) int
 	servers func() []string
+	// grants serves the OAuth grants this replica holds to its peers
+	// (the fleet; set once the app is open).
+	grants grantHolder
 	// cfgNow is the configuration in force, for placement checks.
 	cfgNow atomic.Pointer[config.Config]
 }

@@ -24,11 +24,11 @@ import (
 
 // pair is two replicas of one deployment, in this process.
 type pair struct {
-	base   [2]string // each one's client URL
-	peer   [2]string // each one's peer address
-	key    []byte
-	stops  [2]context.CancelFunc
-	done   [2]chan error
+	base    [2]string // each one's client URL
+	peer    [2]string // each one's peer address
+	key     []byte
+	stops   [2]context.CancelFunc
+	done    [2]chan error
 	cfg     string
 	cfgs    [2]string
 	keyDirs [2]string

@@ -158,6 +158,7 @@ func (s *serving) open() error {
 	if rs := s.replicas; rs != nil {
 		rs.access = s.mcpAccess()
 		rs.running = s.a.rt.Running
+		rs.grants = s.a.fleet
 		rs.servers = func() []string {
 			var names []string
 			for _, srv := range s.a.fleet.Servers() {
@@ -198,6 +199,7 @@ func (s *serving) openReplicas(cfg *config.Config) (*replicaHooks, error) {
 		},
 		gate:       rs.gate,
 		peerClient: rs.peerClient(),
+		peerGrant:  rs.peerGrant,
 	}, nil
 }
 

@@ -126,6 +126,10 @@ type Options struct {
 	// server this replica reaches through its owner (config.Server.Via).
 	Gate       func(ctx context.Context, sc *config.Server) error
 	PeerClient *http.Client
+	// PeerGrant, if set, is the authorizer of a remote server's
+	// connections whose OAuth grant another replica holds (nil from it:
+	// this replica's own grant).
+	PeerGrant func(sc *config.Server) backend.Authorizer
 }
 
 // Fleet holds one Server per enabled configured server.
@@ -376,7 +380,12 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 		}
 		var auth backend.Authorizer
 		if oauthEligible(sc) {
-			auth = &serverAuth{f: f, sc: sc}
+			if f.opts.PeerGrant != nil {
+				auth = f.opts.PeerGrant(sc)
+			}
+			if auth == nil {
+				auth = &serverAuth{f: f, sc: sc}
+			}
 		}
 		hc := &backend.HTTPConnector{
 			Auth:         auth,

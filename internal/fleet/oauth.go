@@ -73,8 +73,8 @@ func (e *NeedsLoginError) RPCError() *rpc.Error {
 // oauthEligible reports whether sc logs in with OAuth: a remote server
 // with no Authorization header of its own.
 func oauthEligible(sc *config.Server) bool {
-	if sc.Kind != config.KindHTTP {
-		return false
+	if sc.Kind != config.KindHTTP || sc.Via != nil {
+		return false // a replica's own peer interface asks for no token
 	}
 	for k := range sc.Headers {
 		if strings.EqualFold(k, "Authorization") {
@@ -471,6 +471,29 @@ func (a *serverAuth) Accepted(token string) {
 	if g := a.g.Load(); g != nil {
 		g.Accepted(token)
 	}
+}
+
+// GrantToken is the access token of remote server name's grant, for a
+// peer replica that reaches the server with this replica's grant (the
+// grant's owner: one replica refreshes it, so that rotated refresh
+// tokens never invalidate each other).
+func (f *Fleet) GrantToken(ctx context.Context, name string) (string, error) {
+	srv := f.Get(name)
+	if srv == nil || !oauthEligible(srv.Config()) {
+		return "", fmt.Errorf("no remote server named %q here", name)
+	}
+	return (&serverAuth{f: f, sc: srv.Config()}).Token(ctx)
+}
+
+// GrantChallenged tells remote server name's grant that a peer's request
+// sent with token used was answered status with the WWW-Authenticate
+// header h: retry reports that a new token may be taken (GrantToken).
+func (f *Fleet) GrantChallenged(ctx context.Context, name, used string, status int, h string) (bool, error) {
+	srv := f.Get(name)
+	if srv == nil || !oauthEligible(srv.Config()) {
+		return false, fmt.Errorf("no remote server named %q here", name)
+	}
+	return (&serverAuth{f: f, sc: srv.Config()}).Challenged(ctx, used, status, h)
 }
 
 // authError is a grant's error as the backend classifies it: a login
