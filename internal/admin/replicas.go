@@ -2,7 +2,8 @@ package admin
 
 // Replicas is GET /api/replicas of a replica (the config's "replicas"):
 // every replica of the deployment as it answers its peers, by ordinal,
-// with the servers each runs a process of.
+// with the servers each runs a process of. A serve that is no replica
+// answers none (Self -1).
 type Replicas struct {
 	// Self is the ordinal of the replica that answered.
 	Self     int       `json:"self"`

@@ -34,9 +34,10 @@ type ReplicasConfig struct {
 	// file not starting with a dot is accepted too (a rotation).
 	KeyDir string
 	// OwnerTimeout bounds how long a forwarded request waits to reach
-	// its owner (connection and TLS handshake, and the first byte of its
-	// answer for a request that is not a stream): past it the owner is
-	// gone (DefaultOwnerTimeout).
+	// its owner — the connection and the TLS handshake — and a question
+	// to a peer (its answer too): past it the owner is gone
+	// (DefaultOwnerTimeout). A forwarded call then takes as long as its
+	// owner takes to answer it, as it would there.
 	OwnerTimeout time.Duration
 	// DrainTimeout bounds how long a SIGTERM waits for the requests in
 	// flight before it ends the legacy sessions (DefaultDrainTimeout).
@@ -130,7 +131,11 @@ func (p *parser) replicas(v *node, at string) *ReplicasConfig {
 			}
 		case "drainDelay":
 			if d := p.duration(v, kat); d != nil {
-				r.DrainDelay = *d
+				if *d < 0 {
+					p.errorf(kat, "%v is negative", *d)
+				} else {
+					r.DrainDelay = *d
+				}
 			}
 		default:
 			return false

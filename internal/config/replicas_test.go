@@ -53,6 +53,7 @@ func TestReplicasErrors(t *testing.T) {
 		{"bad placement", `{"mcpServers": {"a": {"command": "x", "placement": "single"}}}`, "mcpServers.a.placement", `"single" is not a placement`},
 		{"one per session", `{"mcpServers": {"a": {"command": "x", "placement": "one", "sharing": "per-session"}}}`, "mcpServers.a.placement", "live on the replica that owns the session"},
 		{"negative owner timeout", `{"replicas": {"count": 1, "peers": ["h:1"], "keyDir": "/k", "ownerTimeout": "-1s"}, ` + srv + `}`, "replicas.ownerTimeout", "is negative"},
+		{"negative drain delay", `{"replicas": {"count": 1, "peers": ["h:1"], "keyDir": "/k", "drainDelay": "-1s"}, ` + srv + `}`, "replicas.drainDelay", "is negative"},
 		{"zero drain", `{"replicas": {"count": 1, "peers": ["h:1"], "keyDir": "/k", "drainTimeout": "0s"}, ` + srv + `}`, "replicas.drainTimeout", "not a positive duration"},
 	}
 	for _, tt := range tests {

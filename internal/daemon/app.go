@@ -53,7 +53,7 @@ type app struct {
 // gate and peerClient go to the fleet.
 type replicaHooks struct {
 	place      func(*config.Config)
-	gate       func(context.Context, *config.Server) error
+	gate       func(context.Context, *config.Server) (func(), error)
 	peerClient *http.Client
 	peerGrant  func(*config.Server) backend.Authorizer
 }

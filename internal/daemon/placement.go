@@ -94,7 +94,7 @@ func (t peerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	id, _ := json.Marshal(identity.PeerReplica(rs.self.Ordinal))
 	f := replica.Forwarded{From: rs.self.Ordinal, To: to, ConfigVersion: *rs.version.Load(), Identity: id,
-		Method: req.Method, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}
+		Method: req.Method, Path: req.URL.Path, Expires: time.Now().Add(replica.ForwardLifetime)}
 	out := req.Clone(req.Context())
 	out.Header.Set(replica.ForwardHeader, rs.ring.Load().SignForward(f))
 	resp, err := rs.transport.RoundTrip(out)
@@ -116,83 +116,92 @@ type placementState struct {
 
 // claims are the starts of servers placed here under way: a peer asked
 // meanwhile is told, so that two replicas that both think they own a
-// server (their configs differ) never start it together.
+// server (their configs differ) never start it together. A claim stands
+// from the gate until its start is over; the runtime counts the process
+// from its spawn on.
 type claims struct {
 	mu sync.Mutex
-	m  map[string]time.Time
+	m  map[string]int // server → starts under way
 }
 
-// claimHold is how long a claim stands after its gate opened: longer
-// than the spawn that follows it, after which the runtime counts the
-// process.
-const claimHold = 10 * time.Second
-
-func (c *claims) set(name string, until time.Time) {
+func (c *claims) add(name string, d int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]time.Time{}
+		c.m = map[string]int{}
 	}
-	if until.IsZero() {
+	if c.m[name] += d; c.m[name] <= 0 {
 		delete(c.m, name)
-		return
 	}
-	c.m[name] = until
 }
 
 func (c *claims) has(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Now().Before(c.m[name])
+	return c.m[name] > 0
 }
 
-// gate waits, within ctx, until no peer runs server sc or starts it:
-// the fleet's start of a server placed here.
-func (rs *replicaSet) gate(ctx context.Context, sc *config.Server) error {
+// gate waits, within ctx, until no process of server sc runs — here (an
+// earlier process still stopping: a restart, a relaunch by a reload) or
+// on a peer — and no peer starts one: the fleet's start of a server
+// placed here. Its claim stands until release.
+func (rs *replicaSet) gate(ctx context.Context, sc *config.Server) (release func(), err error) {
 	name := sc.Name
-	rs.claims.set(name, time.Now().Add(time.Hour)) // until decided
-	opened := false
+	rs.claims.add(name, 1)
+	claimed := true
 	defer func() {
-		if opened {
-			rs.claims.set(name, time.Now().Add(claimHold))
-		} else {
-			rs.claims.set(name, time.Time{})
+		if err != nil && claimed {
+			rs.claims.add(name, -1)
 		}
 	}()
 	var last string
 	for {
-		busy, yield := rs.peersOn(ctx, name)
+		busy, yield := "", false
+		if n := rs.running(name); n > 0 {
+			busy = fmt.Sprintf("this replica's earlier process (%d) is still stopping", n)
+		} else {
+			busy, yield = rs.peersOn(ctx, name)
+		}
 		switch {
 		case busy == "":
-			opened = true
-			return nil
-		case yield:
+			var once sync.Once
+			return func() { once.Do(func() { rs.claims.add(name, -1) }) }, nil
+		case yield && claimed:
 			// A lower ordinal starts it too: it goes first; this claim
 			// is withdrawn until it has.
-			rs.claims.set(name, time.Time{})
+			rs.claims.add(name, -1)
+			claimed = false
 		}
 		if busy != last {
-			rs.log.Info("placement: waiting for a peer before starting", "server", name, "peer", busy)
+			rs.log.Info("placement: waiting before starting", "server", name, "because", busy)
 			last = busy
 		}
 		t := time.NewTimer(time.Duration(150+rand.IntN(150)) * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: server %s moves to this replica (%d), and %s still; retry", lifecycle.ErrServerUnavailable, name, rs.self.Ordinal, busy)
+			return nil, fmt.Errorf("%w: server %s runs on this replica (%d) once no other process of it runs, and %s; retry", lifecycle.ErrServerUnavailable, name, rs.self.Ordinal, busy)
 		case <-t.C:
 		}
-		rs.claims.set(name, time.Now().Add(time.Hour))
+		if !claimed {
+			rs.claims.add(name, 1)
+			claimed = true
+		}
 	}
 }
 
 // peersOn asks every peer about server name: busy names one that runs it
-// or starts it ("" none); yield says one of lower ordinal starts it.
+// or starts it, or that answered in a way that says nothing ("" none);
+// yield says one of lower ordinal starts it. A peer that refuses the
+// connection, names no host, or gives no answer within ownerTimeout is
+// gone, and runs nothing as far as anyone can know; any other failure
+// (a refusal of its key, an error) may hide a running process, and
+// waits.
 func (rs *replicaSet) peersOn(ctx context.Context, name string) (busy string, yield bool) {
 	n := rs.span()
 	type answer struct {
-		st placementState
-		ok bool
+		st  placementState
+		err error
 	}
 	answers := make([]answer, n)
 	var wg sync.WaitGroup
@@ -202,15 +211,16 @@ func (rs *replicaSet) peersOn(ctx context.Context, name string) (busy string, yi
 		}
 		wg.Go(func() {
 			st, err := rs.askPlacement(ctx, i, name)
-			answers[i] = answer{st, err == nil}
+			answers[i] = answer{st, err}
 		})
 	}
 	wg.Wait()
 	for i, a := range answers {
-		if !a.ok {
-			continue // unreachable: runs nothing, as far as anyone can know
-		}
 		switch {
+		case i == rs.self.Ordinal:
+		case a.err != nil && ownerGoneErr(a.err):
+		case a.err != nil:
+			return fmt.Sprintf("replica %d did not say whether it runs it: %v", i, a.err), false
 		case a.st.Running > 0:
 			return fmt.Sprintf("replica %d runs it", i), false
 		case a.st.Claiming:
@@ -264,7 +274,7 @@ func (rs *replicaSet) peerDo(ctx context.Context, i int, method, path string, bo
 	req.Header.Set("Content-Type", "application/json")
 	id, _ := json.Marshal(identity.PeerReplica(rs.self.Ordinal))
 	req.Header.Set(replica.ForwardHeader, rs.ring.Load().SignForward(replica.Forwarded{From: rs.self.Ordinal, To: i,
-		ConfigVersion: *rs.version.Load(), Identity: id, Method: method, Path: req.URL.Path, Expires: time.Now().Add(30 * time.Second)}))
+		ConfigVersion: *rs.version.Load(), Identity: id, Method: method, Path: req.URL.Path, Expires: time.Now().Add(replica.ForwardLifetime)}))
 	resp, err := rs.transport.RoundTrip(req)
 	if err != nil {
 		return err
@@ -274,7 +284,9 @@ func (rs *replicaSet) peerDo(ctx context.Context, i int, method, path string, bo
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("replica %d: %s: %s", i, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v)
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10)) // to its end: the connection is kept
+	return err
 }
 
 // servePeerAPI serves the peer interface's own API (the request already

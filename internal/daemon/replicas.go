@@ -97,8 +97,8 @@ type replicaSet struct {
 func ordinalFromEnv(getenv func(string) string) (int, error) {
 	if v := strings.TrimSpace(getenv("MCPVISOR_ORDINAL")); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("MCPVISOR_ORDINAL=%q is not an ordinal (0, 1, 2, …)", v)
+		if err != nil || n < 0 || n > replica.MaxOrdinal {
+			return 0, fmt.Errorf("MCPVISOR_ORDINAL=%q is not an ordinal (0 to %d)", v, replica.MaxOrdinal)
 		}
 		return n, nil
 	}
@@ -157,9 +157,10 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 		Transport: rs.transport,
 		// Streams (text/event-stream, no length) are flushed as they come;
 		// a whole answer is written once.
-		FlushInterval: 0,
-		ErrorHandler:  rs.proxyError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		FlushInterval:  0,
+		ErrorHandler:   rs.proxyError,
+		ModifyResponse: rs.modifyResponse,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	listen := rc.ListenFor(ord)
 	if listen == "" {
@@ -227,7 +228,7 @@ func (rs *replicaSet) reload(cfg *config.Config) {
 func (rs *replicaSet) Stamp(id string) string { return rs.ring.Load().Stamp(rs.self, id) }
 
 func (rs *replicaSet) Inner(s string) string {
-	if !strings.HasPrefix(s, replica.StampPrefix) {
+	if !replica.HasStamp(s) {
 		return s
 	}
 	if _, inner, ok, err := rs.ring.Load().Unstamp(s); ok && err == nil {
@@ -263,7 +264,7 @@ const maxPeekBody = 4 << 20
 // if read, is put back.
 func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found bool) {
 	keys := rs.ring.Load()
-	if sid := r.Header.Get("Mcp-Session-Id"); strings.HasPrefix(sid, replica.StampPrefix) {
+	if sid := r.Header.Get("Mcp-Session-Id"); replica.HasStamp(sid) {
 		o, _, ok, err := keys.Unstamp(sid)
 		if ok && err == nil {
 			return o, true, true
@@ -294,7 +295,7 @@ func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found b
 		return replica.Owner{}, false, false
 	}
 	for _, s := range []string{m.Params.RequestState, m.Params.TaskID} {
-		if strings.HasPrefix(s, replica.StampPrefix) {
+		if replica.HasStamp(s) {
 			if o, _, ok, err := keys.Unstamp(s); ok && err == nil {
 				return o, false, true
 			}
@@ -322,14 +323,14 @@ func (rs *replicaSet) front(next http.Handler) http.Handler {
 			if rs.draining.Load() && newSession(r) {
 				// A new legacy session while draining: a peer's.
 				if to, ok := rs.peerForNew(); ok {
-					rs.forward(w, r, server, replica.Owner{Ordinal: to}, true)
+					rs.forwardNew(w, r, server, replica.Owner{Ordinal: to})
 					return
 				}
 			}
 			next.ServeHTTP(w, r)
 		case o == rs.self:
 			next.ServeHTTP(w, r)
-		case o.Ordinal == rs.self.Ordinal || o.Ordinal >= rs.cfg.Load().Count:
+		case o.Ordinal == rs.self.Ordinal || o.Ordinal >= rs.span():
 			// Made by an earlier run of this replica, or by a replica the
 			// deployment no longer has: gone.
 			rs.gone.Add(1)
@@ -370,14 +371,25 @@ func (rs *replicaSet) done() {
 type fwdKey struct{}
 
 type fwd struct {
-	to     replica.Owner
-	legacy bool
-	header string
+	to         replica.Owner
+	legacy     bool
+	newSession bool // a new session sent to a peer by a draining replica
+	header     string
+}
+
+// forwardNew forwards a new legacy session to a peer: a draining
+// replica's.
+func (rs *replicaSet) forwardNew(w http.ResponseWriter, r *http.Request, server string, o replica.Owner) {
+	rs.forwardAs(w, r, server, o, true, true)
 }
 
 // forward admits r as its route's guard would, then relays it to o's
 // replica with the identity it carries, signed.
 func (rs *replicaSet) forward(w http.ResponseWriter, r *http.Request, server string, o replica.Owner, legacy bool) {
+	rs.forwardAs(w, r, server, o, legacy, false)
+}
+
+func (rs *replicaSet) forwardAs(w http.ResponseWriter, r *http.Request, server string, o replica.Owner, legacy, newSession bool) {
 	access := rs.access
 	access.Route = guard.Route{Path: "/mcp"}
 	if server != "" {
@@ -392,9 +404,9 @@ func (rs *replicaSet) forward(w http.ResponseWriter, r *http.Request, server str
 		idJSON, _ = json.Marshal(id)
 	}
 	f := replica.Forwarded{From: rs.self.Ordinal, To: o.Ordinal, ToIncarnation: o.Incarnation, ConfigVersion: *rs.version.Load(),
-		Identity: idJSON, Method: r.Method, Path: r.URL.Path, Expires: time.Now().Add(30 * time.Second)}
+		Identity: idJSON, Method: r.Method, Path: r.URL.Path, Expires: time.Now().Add(replica.ForwardLifetime)}
 	rs.forwarded.Add(1)
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, header: rs.ring.Load().SignForward(f)}))
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, newSession: newSession, header: rs.ring.Load().SignForward(f)}))
 	defer cancel()
 	defer context.AfterFunc(rs.relays, cancel)()
 	rs.proxy.ServeHTTP(w, r.WithContext(ctx))
@@ -417,6 +429,18 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 	f, _ := r.Context().Value(fwdKey{}).(*fwd)
 	if f == nil {
 		http.Error(w, "Bad Gateway", http.StatusBadGateway)
+		return
+	}
+	if rs.relays.Err() != nil {
+		// This replica shuts down: the client, still there, retries
+		// elsewhere.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Service Unavailable: this replica is shutting down; retry", http.StatusServiceUnavailable)
+		return
+	}
+	if f.newSession && ownerGoneErr(err) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("Service Unavailable: this replica is draining and replica %d, which would take the new session, cannot be reached; retry", f.to.Ordinal), http.StatusServiceUnavailable)
 		return
 	}
 	if ownerGoneErr(err) && r.Context().Err() == nil {
@@ -470,21 +494,21 @@ func (rs *replicaSet) ownerGone(w http.ResponseWriter, r *http.Request, legacy b
 func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			http.Error(w, "Forbidden: the peer interface is for replicas", http.StatusForbidden)
+			peerRefused(w, http.StatusForbidden, "Forbidden: the peer interface is for replicas")
 			return
 		}
 		f, err := rs.ring.Load().VerifyForward(r.Header.Get(replica.ForwardHeader), time.Now())
 		if err != nil {
-			http.Error(w, "Forbidden: "+err.Error(), http.StatusForbidden)
+			peerRefused(w, http.StatusForbidden, "Forbidden: "+err.Error())
 			return
 		}
 		if f.Method != r.Method || f.Path != r.URL.Path {
-			http.Error(w, "Forbidden: the forwarding header is another request's", http.StatusForbidden)
+			peerRefused(w, http.StatusForbidden, "Forbidden: the forwarding header is another request's")
 			return
 		}
 		if f.To != rs.self.Ordinal {
 			// Never a second hop: the sender's routing is wrong.
-			http.Error(w, fmt.Sprintf("Misdirected Request: this is replica %d, not %d", rs.self.Ordinal, f.To), http.StatusMisdirectedRequest)
+			peerRefused(w, http.StatusMisdirectedRequest, fmt.Sprintf("Misdirected Request: this is replica %d, not %d", rs.self.Ordinal, f.To))
 			return
 		}
 		if strings.HasPrefix(r.URL.Path, peerPath) {
@@ -510,17 +534,58 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 			}
 			id.Finish()
 		}
+		if id == nil && rs.access.Team != nil && rs.access.Team.Config() != nil {
+			// This replica checks tokens; the sender did not: their
+			// configs differ (auth being rolled out). Nothing unchecked
+			// is served.
+			peerRefused(w, http.StatusForbidden, fmt.Sprintf("Forbidden: replica %d forwarded a request without an identity, and this replica requires one (their configurations differ: %s here, %s there)", f.From, *rs.version.Load(), f.ConfigVersion))
+			return
+		}
 		if id.Decided() && (server == "" || !rs.owns(rs.cfgNow.Load(), server)) {
 			// A peer's connection to a server placed here: only to one
 			// this replica runs under its own config.
 			rs.misplaced(w, f, server)
 			return
 		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Method") != "subscriptions/listen" {
+			// The drain waits for what peers sent here as for what
+			// clients did.
+			rs.inflight.Add(1)
+			defer rs.done()
+		}
 		rs.received.Add(1)
 		r.Header.Del(replica.ForwardHeader)
 		local.ServeHTTP(w, r.WithContext(guard.Vouched(r.Context(), id)))
 	})
 }
+
+// peerRefusedHeader marks an answer of the peer interface that refused a
+// request as a peer's (its key, its header, its routing): the forwarding
+// replica answers its client 502 naming the replica, never passing the
+// refusal on as if it were the client's own.
+const peerRefusedHeader = "Mcpvisor-Peer-Refused"
+
+func peerRefused(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set(peerRefusedHeader, "1")
+	http.Error(w, msg, status)
+}
+
+// modifyResponse turns a peer's refusal into this replica's 502.
+func (rs *replicaSet) modifyResponse(resp *http.Response) error {
+	if resp.Header.Get(peerRefusedHeader) == "" {
+		return nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	resp.Body.Close()
+	f, _ := resp.Request.Context().Value(fwdKey{}).(*fwd)
+	to := -1
+	if f != nil {
+		to = f.to.Ordinal
+	}
+	return fmt.Errorf("%w: replica %d refused the forwarded request: %s", errPeerRefused, to, strings.TrimSpace(string(b)))
+}
+
+var errPeerRefused = errors.New("peer refused")
 
 // servePeers serves the peer interface until it is closed, and watches
 // the keys until ctx ends.

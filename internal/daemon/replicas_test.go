@@ -115,10 +115,10 @@ func startPairKeys(t testing.TB, extra string, own bool) *pair {
 	return p
 }
 
-// peerClient is a client of the peer interface holding the keys.
+// peerClient is a client of the peer interface holding the keys, as a
+// replica's: HTTP/1.1 over the peer TLS.
 func peerClient(keys *replica.Keys) *http.Client {
-	tr := replica.NewRing(keys).Transport()
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: http1Only(replica.NewRing(keys).ClientTLS())}, Timeout: 10 * time.Second}
 }
 
 func TestPeerInterfaceRefusesStrangers(t *testing.T) {
@@ -183,6 +183,8 @@ func TestPeerInterfaceRefusesStrangers(t *testing.T) {
 		{"an earlier incarnation", target, sign(keys, replica.Forwarded{From: 0, To: 1, ToIncarnation: "aaaaaaaaaaaaaaaaaaaa"}), 404, "gone"},
 		{"a peer's connection to a server placed elsewhere", target, sign(keys, replica.Forwarded{From: 0, To: 1,
 			Identity: mustJSON(t, identity.PeerReplica(0)), ConfigVersion: "old"}), 421, "routed by version old"},
+		{"a peer's connection to the aggregated endpoint", "https://" + p.peer[1] + "/mcp", sign(keys, replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/mcp",
+			Identity: mustJSON(t, identity.PeerReplica(0))}), 421, "does not run server"},
 		{"not an MCP path", "https://" + p.peer[1] + "/api/servers", sign(keys, replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/api/servers"}), 404, ""},
 	}
 	for _, tc := range cases {
@@ -239,9 +241,33 @@ func TestForwardedRequestsCarryTheVerifiedIdentity(t *testing.T) {
 	if r := send(t, "POST", p.base[0]+"/mcp", list, hdr("")); r.status != 401 {
 		t.Errorf("no token through replica 0: %d %s, want 401 there", r.status, r.body)
 	}
+	// The peer interface of a replica that checks tokens refuses a
+	// request forwarded without an identity (a sender whose config has no
+	// auth yet): nothing unchecked is served.
+	keys, _ := replica.NewKeys(p.key)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+p.peer[1]+"/mcp", strings.NewReader(initBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(replica.ForwardHeader, keys.SignForward(replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/mcp", Expires: time.Now().Add(time.Minute)}))
+	if resp, err := peerClient(keys).Do(req); err != nil {
+		t.Error(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(b), "without an identity") {
+			t.Errorf("a forward without an identity to a replica that checks tokens: %d %s", resp.StatusCode, b)
+		}
+	}
+	// A forwarding header sent by a client to the public interface is
+	// nothing: the token is still asked for.
+	h := hdr("")
+	h[replica.ForwardHeader] = []string{keys.SignForward(replica.Forwarded{From: 0, To: 1, Method: http.MethodPost, Path: "/mcp", Expires: time.Now().Add(time.Minute)})}
+	if r := send(t, "POST", p.base[1]+"/mcp", list, h); r.status != 401 {
+		t.Errorf("a signed forwarding header on the public interface, no token: %d %s, want 401", r.status, r.body)
+	}
 	// A forged stamp is no one's session.
 	forged := strings.Replace(sid, replica.StampPrefix+"1.", replica.StampPrefix+"0.", 1)
-	h := hdr(alice)
+	h = hdr(alice)
 	h["Mcp-Session-Id"] = []string{forged}
 	if r := send(t, "POST", p.base[0]+"/mcp", list, h); r.status != 404 {
 		t.Errorf("a forged stamp: %d %s, want 404", r.status, r.body)
@@ -426,4 +452,106 @@ func TestKeyRotation(t *testing.T) {
 	if st := through(0); st != 502 {
 		t.Errorf("replica 0's session through replica 1, which holds a key replica 0 does not accept: %d, want 502", st)
 	}
+}
+
+func sleepCall(tool string, ms int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":%q,"arguments":{"ms":%d}}}`, tool, ms)
+}
+
+// A call forwarded to its session's owner finishes when the owner
+// drains, as one sent to it directly does: the drain counts what peers
+// sent.
+func TestDrainFinishesForwardedCalls(t *testing.T) {
+	p := startPair(t, "")
+	r := send(t, "POST", p.base[1]+"/mcp", initBody, nil)
+	if r.status != 200 {
+		t.Fatalf("initialize: %d %s", r.status, r.body)
+	}
+	h := map[string][]string{"Mcp-Session-Id": {r.sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	res := make(chan reply, 1)
+	go func() { res <- send(t, "POST", p.base[0]+"/mcp", sleepCall("x__sleep", 1500), h) }()
+	// The call is on the owner's side once replica 1 counts it.
+	waitUntil(t, 10*time.Second, func() bool { return strings.Contains(peerStateOf(t, p, 1), `"received":1`) }, "the forwarded call to reach replica 1")
+	p.stops[1]()
+	got := <-res
+	if !strings.Contains(got.body, `"result"`) || strings.Contains(got.body, `"isError":true`) {
+		t.Errorf("a call forwarded to a draining owner: %d %.300s", got.status, got.body)
+	}
+}
+
+// peerStateOf is replica i's /api/replicas entry for itself, as text.
+func peerStateOf(t *testing.T, p *pair, i int) string {
+	t.Helper()
+	r := send(t, "GET", p.base[i]+"/api/replicas", "", nil)
+	var rs struct {
+		Replicas []json.RawMessage `json:"replicas"`
+	}
+	if json.Unmarshal([]byte(r.body), &rs) != nil || len(rs.Replicas) <= i {
+		return ""
+	}
+	return string(rs.Replicas[i])
+}
+
+func waitUntil(t *testing.T, limit time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A placement-one server restarted on its owner while a call holds its
+// process: the new process starts only once the old one is gone, never
+// beside it.
+func TestPlacementOneRestartRunsOneProcess(t *testing.T) {
+	dir := t.TempDir()
+	fx := testserver.Build(t)
+	keyDir := filepath.Join(dir, "key")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(keyDir, "current"), []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peers, _ := json.Marshal(freeLoopback(t, 1))
+	lock := filepath.Join(dir, "one.lock")
+	cfg := filepath.Join(dir, "config.json")
+	doc := fmt.Sprintf(`{"replicas": {"count": 1, "peers": %s, "keyDir": %q, "drainDelay": "100ms"},
+	  "mcpServers": {"one": {"command": %q, "args": ["-flock", %q], "placement": "one"}}}`, peers, keyDir, fx, lock)
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
+		Getenv: func(k string) string { return map[string]string{"MCPVISOR_ORDINAL": "0"}[k] }}
+	w := &syncWriter{}
+	o.Stderr = w
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, o) }()
+	base := "http://" + waitServing(t, w, done)
+	defer func() { cancel(); <-done }()
+
+	r := send(t, "POST", base+"/servers/one/mcp", initBody, nil)
+	if r.status != 200 {
+		t.Fatalf("initialize: %d %s", r.status, r.body)
+	}
+	h := map[string][]string{"Mcp-Session-Id": {r.sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	slow := make(chan reply, 1)
+	go func() { slow <- send(t, "POST", base+"/servers/one/mcp", sleepCall("sleep", 1500), h) }()
+	waitUntil(t, 10*time.Second, func() bool {
+		b := send(t, "GET", base+"/api/servers/one", "", nil).body
+		return strings.Contains(b, `"inFlight": 1`) || strings.Contains(b, `"inFlight":1`)
+	}, "the slow call to be in flight")
+	restarted := make(chan reply, 1)
+	go func() { restarted <- send(t, "POST", base+"/api/servers/one/restart", "", nil) }()
+	who := send(t, "POST", base+"/servers/one/mcp", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`, h)
+	<-slow
+	<-restarted
+	if b, _ := os.ReadFile(lock + ".failures"); len(b) > 0 {
+		t.Errorf("two processes of a placement-one server at once on its owner:\n%s", b)
+	}
+	t.Logf("whoami during the restart: %d %.120s", who.status, who.body)
 }

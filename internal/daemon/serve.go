@@ -312,10 +312,13 @@ func (s *serving) routeAll() *http.Server {
 }
 
 // replicasAPI serves GET /api/replicas: the whole deployment, each
-// replica as it answers (bounded by ownerTimeout each, asked at once).
+// replica as it answers (bounded by ownerTimeout each, asked at once);
+// none for a serve that is no replica.
 func (s *serving) replicasAPI(w http.ResponseWriter, r *http.Request) {
 	if s.replicas == nil {
-		http.Error(w, "Not Found: this mcpvisor is no replica (no \"replicas\" in its config)", http.StatusNotFound)
+		// No replica: a deployment of none (the dashboard asks every
+		// serve, and hides the section).
+		writeJSON(w, admin.Replicas{Self: -1})
 		return
 	}
 	writeJSON(w, admin.Replicas{Self: s.replicas.self.Ordinal, Replicas: s.replicas.deployment(r.Context())})

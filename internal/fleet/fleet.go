@@ -120,11 +120,12 @@ type Options struct {
 	CompileCache string
 	// Replicas: Gate, if set, is waited on before each start of a local
 	// server placed on one replica ("placement": "one"), within the
-	// start's bound: it returns once no other replica runs the server
-	// (the one that ran it before a change of owner stopped it), or the
-	// error that start fails with. PeerClient carries the requests to a
-	// server this replica reaches through its owner (config.Server.Via).
-	Gate       func(ctx context.Context, sc *config.Server) error
+	// start's bound: it returns once no process of the server runs,
+	// here or on another replica, or the error that start fails with;
+	// release is called once the start is over (its process is then
+	// counted). PeerClient carries the requests to a server this replica
+	// reaches through its owner (config.Server.Via).
+	Gate       func(ctx context.Context, sc *config.Server) (release func(), err error)
 	PeerClient *http.Client
 	// PeerGrant, if set, is the authorizer of a remote server's
 	// connections whose OAuth grant another replica holds (nil from it:
@@ -408,21 +409,24 @@ func (f *Fleet) connector(sc *config.Server, hooks backend.Hooks, onConnect func
 	}
 	c := f.stdioConnector(sc, hooks, onConnect)
 	if sc.Placement == config.PlacementOne && f.opts.Gate != nil {
-		return gated{c, func(ctx context.Context) error { return f.opts.Gate(ctx, sc) }}
+		return gated{c, func(ctx context.Context) (func(), error) { return f.opts.Gate(ctx, sc) }}
 	}
 	return c
 }
 
-// gated is a Connector that waits on gate before each connect.
+// gated is a Connector that waits on gate before each connect, and
+// releases it once the connect is over.
 type gated struct {
 	lifecycle.Connector
-	gate func(context.Context) error
+	gate func(context.Context) (func(), error)
 }
 
 func (g gated) Connect(ctx context.Context) (lifecycle.Session, error) {
-	if err := g.gate(ctx); err != nil {
+	release, err := g.gate(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	return g.Connector.Connect(ctx)
 }
 

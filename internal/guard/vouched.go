@@ -28,12 +28,6 @@ func Vouched(ctx context.Context, id *identity.Identity) context.Context {
 	return context.WithValue(ctx, vouchedKey{}, vouched{id})
 }
 
-// IsVouched reports whether ctx is a request a peer replica admitted.
-func IsVouched(ctx context.Context) bool {
-	_, ok := ctx.Value(vouchedKey{}).(vouched)
-	return ok
-}
-
 // admitVouched admits r if a peer vouched for it: r carrying the
 // identity the peer verified.
 func admitVouched(r *http.Request) (*http.Request, bool) {

@@ -29,10 +29,11 @@ const (
 	Static Kind = "static"
 	// Peer: another replica of this deployment, reaching a server this
 	// replica runs for it (a server placed on one replica). Its client's
-	// request was decided, limited and audited on that replica, under
-	// the same configuration: this one serves it as it is. Only the peer
+	// request was decided, limited and audited on that replica: this
+	// one serves it as it is. Only the peer
 	// interface makes such an identity, for a request signed with the
-	// key the replicas share.
+	// key the replicas share, to a server this replica runs for the
+	// deployment under its own configuration.
 	Peer Kind = "peer"
 )
 

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"slices"
 	"strings"
 	"testing"
 )
@@ -40,44 +39,6 @@ func TestOrdinalFromName(t *testing.T) {
 			t.Errorf("OrdinalFromName(%q) = %d, no error", c.name, got)
 		case c.want < 0 && !strings.Contains(err.Error(), `"`+c.name+`"`):
 			t.Errorf("OrdinalFromName(%q): %v does not name it", c.name, err)
-		}
-	}
-}
-
-func TestPeerAddresses(t *testing.T) {
-	got, err := PeerAddresses("https://mcpvisor-{ordinal}.mcpvisor:8443/{ordinal}", nil, 3)
-	want := []string{"https://mcpvisor-0.mcpvisor:8443/0", "https://mcpvisor-1.mcpvisor:8443/1", "https://mcpvisor-2.mcpvisor:8443/2"}
-	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("template: %q %v", got, err)
-	}
-	list := []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}
-	got, err = PeerAddresses("ignored-{ordinal}", list, 2)
-	if err != nil || !slices.Equal(got, list) {
-		t.Fatalf("list: %q %v", got, err)
-	}
-	got[0] = "changed"
-	if list[0] != "https://127.0.0.1:1" {
-		t.Fatal("the result shares the caller's list")
-	}
-	for _, c := range []struct {
-		template string
-		list     []string
-		count    int
-		want     string
-	}{
-		{"a-{ordinal}", nil, 0, "0 replicas"},
-		{"a-{ordinal}", nil, -1, "-1 replicas"},
-		{"a-{ordinal}", nil, MaxOrdinal + 2, "at most"},
-		{"", nil, 2, "neither a template nor a list"},
-		{"https://mcpvisor-0:8443", nil, 2, "has no {ordinal}"},
-		{"a-{ORDINAL}", nil, 2, "has no {ordinal}"},
-		{"", list, 3, "2 listed for 3 replicas"},
-		{"", []string{"a", "b", "c"}, 2, "3 listed for 2 replicas"},
-		{"", []string{"a", ""}, 2, "replica 1 is empty"},
-	} {
-		got, err := PeerAddresses(c.template, c.list, c.count)
-		if err == nil || !strings.Contains(err.Error(), c.want) || got != nil {
-			t.Errorf("PeerAddresses(%q, %q, %d) = %q, %v; want an error saying %q", c.template, c.list, c.count, got, err, c.want)
 		}
 	}
 }

@@ -64,9 +64,12 @@ func RunPs(ctx context.Context, o *PsOptions) error {
 	if err := o.API.GetJSON(ctx, "/api/replicas", &rs); err != nil {
 		var se *adminclient.StatusError
 		if errors.As(err, &se) && se.Code == http.StatusNotFound {
-			return nil // no replica
+			return nil // a serve of before replicas
 		}
 		return err
+	}
+	if len(rs.Replicas) == 0 {
+		return nil // no replica
 	}
 	return printReplicas(o.IO.Out, rs)
 }

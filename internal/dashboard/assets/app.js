@@ -315,13 +315,13 @@
   }
 
   // ---- the deployment, on a replica: which replica runs what. A serve
-  // that is no replica answers 404 and the section stays hidden.
+  // that is no replica lists none, and the section stays hidden.
   let replicas = true;
   async function refreshReplicas() {
     if (!replicas) return;
     const r = await api("/api/replicas");
-    if (r.status === 404) { replicas = false; return; }
     if (!r.ok || !r.body) return;
+    if (!(r.body.replicas || []).length) { replicas = false; return; }
     const tbody = $("replicas").tBodies[0];
     tbody.replaceChildren();
     for (const p of r.body.replicas || []) {
