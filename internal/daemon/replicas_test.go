@@ -57,6 +57,10 @@ func startPair(t testing.TB, extra string) *pair {
 	return startPairKeys(t, extra, false)
 }
 
+// pairServers are more members of the pair's mcpServers (a comma before
+// each), for the test that sets them.
+var pairServers string
+
 // startPairKeys is startPair; with own, each replica has a key
 // directory of its own (keyDirs), as each pod has its own mount of the
 // Secret, updated at its own moment.
@@ -82,7 +86,7 @@ func startPairKeys(t testing.TB, extra string, own bool) *pair {
 	for i := range 2 {
 		p.cfgs[i] = filepath.Join(dir, fmt.Sprintf("config%d.json", i))
 		doc := fmt.Sprintf(`{%s"replicas": {"count": 2, "peers": %s, "keyDir": %q, "drainDelay": "300ms"},
-	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}}}`, extra, peers, p.keyDirs[i], p.fixure, p.fixure)
+	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}%s}}`, extra, peers, p.keyDirs[i], p.fixure, p.fixure, pairServers)
 		if err := os.WriteFile(p.cfgs[i], []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -274,10 +278,17 @@ func TestForwardedRequestsCarryTheVerifiedIdentity(t *testing.T) {
 	}
 }
 
-// The probes: outside the guard, and the replica's own.
+// The probes: outside the guard, and the replica's own: a server that
+// fails to start leaves the replica ready.
 func TestProbes(t *testing.T) {
 	iss := authntest.Start(t, authntest.Options{})
+	pairServers = `, "broken": {"command": "/nonexistent/mcp-server"}`
 	p := startPair(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},`)
+	pairServers = ""
+	r := send(t, "POST", p.base[0]+"/servers/broken/mcp", initBody, bearer(iss.Mint(t, iss.Claims("alice", publicURL+"/servers/broken/mcp"), authntest.MintOptions{})))
+	if !strings.Contains(r.body, "error") {
+		t.Errorf("initialize of a server that cannot start: %d %s", r.status, r.body)
+	}
 	for _, path := range []string{"/livez", "/readyz"} {
 		if r := send(t, "GET", p.base[0]+path, "", map[string][]string{"Host": {"mcpvisor-0.mcpvisor-peers"}}); r.status != 200 || strings.TrimSpace(r.body) != "ok" {
 			t.Errorf("%s without a token: %d %q", path, r.status, r.body)

@@ -345,7 +345,8 @@ func TestOAuthNeedsLoginThenLogin(t *testing.T) {
 		t.Errorf("%d logged-out events, want 1", n)
 	}
 	// The running server was restarted: without a token, the server
-	// asked for one.
+	// asked for one (once its restart is over).
+	waitState(t, s, "needs-login")
 	if info, _ := s.OAuth(); info.State != oauthclient.StateNeedsLogin || info.Reason != oauthclient.ReasonNoCredentials {
 		t.Errorf("OAuth after the logout: %+v, want needs-login (no credentials)", info)
 	}
