@@ -4,7 +4,7 @@
 GO ?= go
 SHELL := bash
 
-.PHONY: test test-deps hydra helm images release-snapshot bench-team bench-flood bench-replicas vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
+.PHONY: test test-deps deploy-check hydra helm images release-snapshot bench-team bench-flood bench-replicas vet vet-go lint vet-tools build compat bench bench-gateway bench-relay-split bench-instructions bench-dormant bench-fleet bench-connect bench-sessions bench-startup
 
 # The linters (lint: staticcheck and deadcode, a minute of CPU on a fresh
 # machine) run beside the tests, at the lowest priority (nice 19, so that
@@ -16,15 +16,21 @@ SHELL := bash
 # control takes from what it starts in the background: ^C ends them too.)
 # The Linux passes say GOOS=linux, so that they are the Linux passes on a
 # Mac as well.
+#
+# The deployment checks (deploy-check: the Helm chart linted and rendered,
+# the images built with podman and read) run in that background job too,
+# after the linters: they wait for Helm, which test-deps builds in the
+# background, and a test binary waiting in `go test ./...` would hold one
+# of its two slots on a 2-core machine meanwhile.
 test: test-deps vet-go vet-tools
-	@{ trap - INT QUIT; exec nice -n 19 $(MAKE) --no-print-directory lint >.deps/lint.log 2>&1; } & lint=$$!; \
+	@{ trap - INT QUIT; exec nice -n 19 $(MAKE) -k --no-print-directory lint deploy-check >.deps/lint.log 2>&1; } & lint=$$!; \
 	status=0; \
 	{ echo "GOOS=darwin $(GO) build ./..." && GOOS=darwin $(GO) build ./... && \
 	  echo "$(GO) test -race -count=1 ./...   (lint runs beside it)" && $(GO) test -race -count=1 ./... && \
 	  $(GO) test -count=1 -run '^TestRelayCallAllocs$$' ./internal/gateway/; } || status=$$?; \
 	lintstatus=0; wait $$lint || lintstatus=$$?; \
-	echo "lint:"; cat .deps/lint.log; \
-	if [ $$lintstatus -ne 0 ]; then echo "make test: lint failed (exit $$lintstatus)"; fi; \
+	echo "lint and deployment checks:"; cat .deps/lint.log; \
+	if [ $$lintstatus -ne 0 ]; then echo "make test: lint or the deployment checks failed (exit $$lintstatus)"; fi; \
 	[ $$status -eq 0 ] && [ $$lintstatus -eq 0 ]
 
 test-deps:
@@ -89,6 +95,7 @@ vet-go:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	GOOS=linux $(GO) vet ./...
+	GOOS=linux $(GO) vet -tags deploycheck ./deploy/
 	GOOS=darwin $(GO) vet ./...
 
 GOFILES_FMT := {{.ImportPath}} {{.GoFiles}} {{.TestGoFiles}} {{.XTestGoFiles}}
@@ -99,6 +106,13 @@ lint: vet-tools
 	echo "GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000" $$darwin; \
 	GOOS=darwin .deps/tools/staticcheck -checks inherit,-U1000 $$darwin
 	GOOS=linux DEADCODE=.deps/tools/deadcode ./scripts/deadcode.sh
+	GOOS=linux .deps/tools/staticcheck -tags deploycheck ./deploy/
+
+# The deployment artifacts' tests (deploy/, build tag deploycheck): the
+# chart linted and rendered by Helm (waited for), each manifest checked,
+# and on Linux the images built with podman and read without running.
+deploy-check:
+	$(GO) test -count=1 -tags deploycheck ./deploy/
 
 # The tools run here: built for this machine whatever GOOS says.
 vet-tools:

@@ -1,3 +1,5 @@
+//go:build deploycheck
+
 package deploy
 
 import (

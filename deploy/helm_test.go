@@ -1,3 +1,5 @@
+//go:build deploycheck
+
 // Package deploy tests mcpvisor's deployment artifacts: the Helm chart
 // (helm/mcpvisor: linted, rendered with its default values and with the
 // examples', each manifest checked), and on Linux the images
