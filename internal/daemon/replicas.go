@@ -259,10 +259,11 @@ func isMCPPath(path string) (server string, ok bool) {
 // refuses it past its own bound anyway).
 const maxPeekBody = 4 << 20
 
-// owner is what r names that a replica owns: the owner and whether r
+// ownerOf is what r names that a replica owns: the owner and whether r
 // names one (a stamped session id, requestState or task id); the body,
-// if read, is put back.
-func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found bool) {
+// if read, is put back, and a 2026-07-28 request's JSON-RPC id set in
+// *id for the answers the front may give it.
+func (rs *replicaSet) ownerOf(r *http.Request, id *json.RawMessage) (o replica.Owner, legacy, found bool) {
 	keys := rs.ring.Load()
 	if sid := r.Header.Get("Mcp-Session-Id"); replica.HasStamp(sid) {
 		o, _, ok, err := keys.Unstamp(sid)
@@ -286,6 +287,7 @@ func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found b
 		return replica.Owner{}, false, false
 	}
 	var m struct {
+		ID     json.RawMessage `json:"id"`
 		Params struct {
 			RequestState string `json:"requestState"`
 			TaskID       string `json:"taskId"`
@@ -297,6 +299,10 @@ func (rs *replicaSet) ownerOf(r *http.Request) (o replica.Owner, legacy, found b
 	for _, s := range []string{m.Params.RequestState, m.Params.TaskID} {
 		if replica.HasStamp(s) {
 			if o, _, ok, err := keys.Unstamp(s); ok && err == nil {
+				// The answer of an owner gone names the request.
+				if validID(m.ID) {
+					*id = m.ID
+				}
 				return o, false, true
 			}
 		}
@@ -317,7 +323,11 @@ func (rs *replicaSet) front(next http.Handler) http.Handler {
 			rs.inflight.Add(1)
 			defer rs.done()
 		}
-		o, legacy, found := rs.ownerOf(r)
+		var id json.RawMessage
+		o, legacy, found := rs.ownerOf(r, &id)
+		if id != nil {
+			r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+		}
 		switch {
 		case !found:
 			if rs.draining.Load() && newSession(r) {
@@ -481,10 +491,31 @@ func (rs *replicaSet) ownerGone(w http.ResponseWriter, r *http.Request, legacy b
 		http.Error(w, "Not Found: no such session (the replica that held it is gone; initialize again)", http.StatusNotFound)
 		return
 	}
+	id, _ := r.Context().Value(requestIDKey{}).(json.RawMessage)
+	if !validID(id) {
+		id = json.RawMessage("null")
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
-	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":%q}}`+"\n",
+	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":%q}}`+"\n", id,
 		fmt.Sprintf("Invalid params: the replica that held this request (ordinal %d) is gone; send the request again without requestState, or create the task again", o.Ordinal))
+}
+
+// requestIDKey carries the JSON-RPC id of a 2026-07-28 request the front
+// read, for its answers.
+type requestIDKey struct{}
+
+// validID reports whether id is a JSON-RPC id: a string or a number.
+func validID(id json.RawMessage) bool {
+	var v any
+	if len(id) == 0 || json.Unmarshal(id, &v) != nil {
+		return false
+	}
+	switch v.(type) {
+	case string, float64:
+		return true
+	}
+	return false
 }
 
 // peerHandler serves the peer interface: requests another replica
@@ -522,7 +553,17 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 		}
 		if f.ToIncarnation != "" && f.ToIncarnation != rs.self.Incarnation {
 			rs.gone.Add(1)
-			rs.ownerGone(w, r, r.Header.Get("Mcp-Session-Id") != "", replica.Owner{Ordinal: f.To, Incarnation: f.ToIncarnation})
+			legacy := r.Header.Get("Mcp-Session-Id") != ""
+			if !legacy {
+				// The answer names the request: its id, from its body.
+				var m struct {
+					ID json.RawMessage `json:"id"`
+				}
+				if b, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBody)); err == nil && json.Unmarshal(b, &m) == nil && validID(m.ID) {
+					r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, m.ID))
+				}
+			}
+			rs.ownerGone(w, r, legacy, replica.Owner{Ordinal: f.To, Incarnation: f.ToIncarnation})
 			return
 		}
 		var id *identity.Identity

@@ -566,3 +566,18 @@ func TestPlacementOneRestartRunsOneProcess(t *testing.T) {
 	}
 	t.Logf("whoami during the restart: %d %.120s", who.status, who.body)
 }
+
+// A 2026-07-28 retry whose requestState an earlier run of this replica
+// made: the owner is gone, said at once, to the request by its id.
+func TestOwnerGoneAnswersTheRequest(t *testing.T) {
+	p := startPair(t, "")
+	keys, _ := replica.NewKeys(p.key)
+	state := keys.Stamp(replica.Owner{Ordinal: 0, Incarnation: "aaaaaaaaaaaaaaaaaaaa"}, "mcpv1.x.y")
+	body := `{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"x__echo","arguments":{},"requestState":"` + state + `","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	for i := range 2 { // on the replica that made it, and through the other
+		r := send(t, "POST", p.base[i]+"/mcp", body, map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"x__echo"}})
+		if r.status != 404 || !strings.Contains(r.body, `"id":42`) || !strings.Contains(r.body, "is gone") {
+			t.Errorf("via replica %d: %d %s, want 404 naming request 42", i, r.status, r.body)
+		}
+	}
+}
