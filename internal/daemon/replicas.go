@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/config"
+	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
@@ -237,21 +238,14 @@ func (rs *replicaSet) Inner(s string) string {
 	return s
 }
 
-// isMCPPath reports whether path is an MCP endpoint: /mcp or
-// /servers/{name}/mcp (the name returned).
+// isMCPPath reports whether path is an MCP endpoint: /mcp, or
+// /servers/{name}/mcp (the name returned) as the gateway's front routes
+// it.
 func isMCPPath(path string) (server string, ok bool) {
 	if path == "/mcp" {
 		return "", true
 	}
-	rest, found := strings.CutPrefix(path, "/servers/")
-	if !found {
-		return "", false
-	}
-	name, tail, found := strings.Cut(rest, "/")
-	if !found || tail != "mcp" || name == "" || name == "." || name == ".." {
-		return "", false
-	}
-	return name, true
+	return gateway.ServerPath(path)
 }
 
 // maxPeekBody bounds the body the front reads to find what a 2026-07-28

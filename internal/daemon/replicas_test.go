@@ -54,17 +54,14 @@ func freeLoopback(t testing.TB, n int) []string {
 // members) and a key.
 func startPair(t testing.TB, extra string) *pair {
 	t.Helper()
-	return startPairKeys(t, extra, false)
+	return startPairWith(t, extra, "", false)
 }
 
-// pairServers are more members of the pair's mcpServers (a comma before
-// each), for the test that sets them.
-var pairServers string
-
-// startPairKeys is startPair; with own, each replica has a key
-// directory of its own (keyDirs), as each pod has its own mount of the
-// Secret, updated at its own moment.
-func startPairKeys(t testing.TB, extra string, own bool) *pair {
+// startPairWith is startPair with more members of mcpServers (servers,
+// a comma before each); with own, each replica has a key directory of
+// its own (keyDirs), as each pod has its own mount of the Secret,
+// updated at its own moment.
+func startPairWith(t testing.TB, extra, servers string, own bool) *pair {
 	t.Helper()
 	dir := t.TempDir()
 	p := &pair{key: []byte(strings.Repeat("k", 40)), fixure: testserver.Build(t)}
@@ -86,7 +83,7 @@ func startPairKeys(t testing.TB, extra string, own bool) *pair {
 	for i := range 2 {
 		p.cfgs[i] = filepath.Join(dir, fmt.Sprintf("config%d.json", i))
 		doc := fmt.Sprintf(`{%s"replicas": {"count": 2, "peers": %s, "keyDir": %q, "drainDelay": "300ms"},
-	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}%s}}`, extra, peers, p.keyDirs[i], p.fixure, p.fixure, pairServers)
+	  "mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}%s}}`, extra, peers, p.keyDirs[i], p.fixure, p.fixure, servers)
 		if err := os.WriteFile(p.cfgs[i], []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -282,9 +279,8 @@ func TestForwardedRequestsCarryTheVerifiedIdentity(t *testing.T) {
 // fails to start leaves the replica ready.
 func TestProbes(t *testing.T) {
 	iss := authntest.Start(t, authntest.Options{})
-	pairServers = `, "broken": {"command": "/nonexistent/mcp-server"}`
-	p := startPair(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},`)
-	pairServers = ""
+	p := startPairWith(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},`,
+		`, "broken": {"command": "/nonexistent/mcp-server"}`, false)
 	r := send(t, "POST", p.base[0]+"/servers/broken/mcp", initBody, bearer(iss.Mint(t, iss.Claims("alice", publicURL+"/servers/broken/mcp"), authntest.MintOptions{})))
 	if !strings.Contains(r.body, "error") {
 		t.Errorf("initialize of a server that cannot start: %d %s", r.status, r.body)
@@ -384,7 +380,7 @@ func selfCPU() time.Duration {
 func TestKeyRotation(t *testing.T) {
 	defer func(d time.Duration) { keyPoll = d }(keyPoll)
 	keyPoll = 50 * time.Millisecond
-	p := startPairKeys(t, "", true)
+	p := startPairWith(t, "", "", true)
 	old, next := string(p.key), strings.Repeat("n", 40)
 	write := func(i int, files map[string]string) {
 		t.Helper()

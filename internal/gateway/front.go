@@ -50,7 +50,7 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.mcp.ServeHTTP(w, r)
 			return
 		}
-		if name, ok := serverPath(r.URL.Path); ok {
+		if name, ok := ServerPath(r.URL.Path); ok {
 			f.server(w, r, name)
 			return
 		}
@@ -58,10 +58,10 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.fallback.ServeHTTP(w, r)
 }
 
-// serverPath is the name in path when path is /servers/{name}/mcp with a
+// ServerPath is the name in path when path is /servers/{name}/mcp with a
 // name ServeMux would take as it is: not empty, no slash, neither "." nor
 // "..".
-func serverPath(path string) (string, bool) {
+func ServerPath(path string) (string, bool) {
 	rest, ok := strings.CutPrefix(path, "/servers/")
 	if !ok {
 		return "", false

@@ -7,11 +7,10 @@ package gateway
 // DESIGN decision 16). The gateway only stamps what it issues and strips
 // the stamp from what it is sent: routing is the front's.
 
-// Stamper stamps the ids a gateway issues with their owner. Stamp must be
-// a pure function of its argument for one run (a task is found by the id
-// its client sends), and its result a valid Mcp-Session-Id whenever its
-// argument is. Inner returns the id Stamp was given, or s itself when s
-// carries no stamp of this deployment's.
+// Stamper stamps the ids a gateway issues with their owner. Stamp's
+// result must be a valid Mcp-Session-Id whenever its argument is. Inner
+// returns the id Stamp was given, or s itself when s carries no stamp of
+// this deployment's.
 type Stamper interface {
 	Stamp(id string) string
 	Inner(s string) string

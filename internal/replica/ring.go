@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -47,7 +46,7 @@ func (r *Ring) Load() *Keys { return r.keys.Load() }
 // Set puts k in force: the next handshake, stamp or header uses it.
 // Connections already made are not handshaken again: to end those made
 // under a key no longer accepted (a key removed because it leaked),
-// close them — the peers' idle connections (Transport's
+// close them — the peers' idle connections (their http.Transport's
 // CloseIdleConnections) and the listener's.
 func (r *Ring) Set(k *Keys) { r.keys.Store(k) }
 
@@ -179,7 +178,8 @@ func (r *Ring) serverConfig(k *Keys) *tls.Config {
 //
 // It offers HTTP/2: an http.Transport using it must have HTTP/2 on
 // (ForceAttemptHTTP2, or Protocols with HTTP2), or a server that picks
-// it is spoken HTTP/1.1 to. Ring.Transport is such a transport.
+// it is spoken HTTP/1.1 to; one that speaks HTTP/1.1 only sets
+// NextProtos to "http/1.1" in a clone.
 func (r *Ring) ClientTLS() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -198,18 +198,4 @@ func (r *Ring) ClientTLS() *tls.Config {
 			return r.Load().verifyPeer(cs, x509.ExtKeyUsageServerAuth)
 		},
 	}
-}
-
-// Transport returns an http.Transport for requests to peers: the
-// defaults of http.DefaultTransport, ClientTLS, HTTP/2 on, and no proxy
-// (a peer is in the cluster; HTTPS_PROXY is for the world outside).
-func (r *Ring) Transport() *http.Transport {
-	t := &http.Transport{}
-	if d, ok := http.DefaultTransport.(*http.Transport); ok {
-		t = d.Clone()
-	}
-	t.Proxy = nil
-	t.TLSClientConfig = r.ClientTLS()
-	t.ForceAttemptHTTP2 = true
-	return t
 }

@@ -133,7 +133,7 @@ func get(t *testing.T, tr *http.Transport, url string) result {
 // call is a request from a to b, a's client to b's server.
 func call(t *testing.T, a, b *peer) result {
 	t.Helper()
-	return get(t, a.ring.Transport(), b.url)
+	return get(t, transport(a.ring), b.url)
 }
 
 func caName(k *Keys) string { return "mcpvisor peer CA " + k.SigningID() }
@@ -320,7 +320,7 @@ func TestClientRefusesStrangers(t *testing.T) {
 		srv.TLS = &tls.Config{Certificates: []tls.Certificate{randomCert(t, cn)}, ClientAuth: tls.RequestClientCert}
 		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 		srv.StartTLS()
-		r := get(t, c.ring.Transport(), srv.URL)
+		r := get(t, transport(c.ring), srv.URL)
 		srv.Close()
 		if r.err == nil || !strings.Contains(r.err.Error(), refusedByUs) {
 			t.Errorf("a server of a random CA named %q: %q %v", cn, r.body, r.err)
@@ -348,7 +348,7 @@ func TestConfigs(t *testing.T) {
 			t.Errorf("server config: %v, tickets off %v", c.ClientAuth, c.SessionTicketsDisabled)
 		}
 	}
-	if tr := r.Transport(); tr.Proxy != nil || !tr.ForceAttemptHTTP2 {
+	if tr := transport(r); tr.Proxy != nil || !tr.ForceAttemptHTTP2 {
 		t.Error("the transport has a proxy, or no HTTP/2")
 	}
 
@@ -426,4 +426,18 @@ func TestRingConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// transport returns an http.Transport for requests to peers: the
+// defaults of http.DefaultTransport, ClientTLS, HTTP/2 on, and no proxy
+// (a peer is in the cluster; HTTPS_PROXY is for the world outside).
+func transport(r *Ring) *http.Transport {
+	t := &http.Transport{}
+	if d, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = d.Clone()
+	}
+	t.Proxy = nil
+	t.TLSClientConfig = r.ClientTLS()
+	t.ForceAttemptHTTP2 = true
+	return t
 }
