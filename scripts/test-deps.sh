@@ -49,106 +49,65 @@ NPX_CACHE_PACKAGES=(
 PNPM_VERSIONS=(10.34.9 12.4.2)
 stamp_want="node22=$NODE22_VERSION ${NPM_PACKAGES[*]} next: ${NPM_NEXT_PACKAGES[*]} npx-cache: ${NPX_CACHE_PACKAGES[*]} pnpm: ${PNPM_VERSIONS[*]} pnpm-home"
 
-# The dashboard's browser tests drive Debian's chromium (headless). It is
-# a system package: installed with apt-get when /usr/bin/chromium is missing
-# (CI runs this script as root), or named by MCPVISOR_CHROMIUM.
-install_chromium() {
-  if [ -n "${MCPVISOR_CHROMIUM:-}" ] || [ -x /usr/bin/chromium ]; then
+# System packages some tests need come from Debian, installed with
+# apt-get when missing (CI runs this script as root).
+#
+# apt_install WHO CHECK [--no-install-recommends] PACKAGE...: when the
+# shell test CHECK fails, installs the packages, or says how to when
+# this is no Debian or not root; WHO says which tests need them (and
+# how else to give them), in the messages. CHECK must hold after the
+# install.
+apt_install() {
+  local who=$1 check=$2 opts=()
+  shift 2
+  if [ "${1:-}" = --no-install-recommends ]; then
+    opts=(--no-install-recommends)
+    shift
+  fi
+  if eval "$check"; then
     return 0
   fi
   if ! command -v apt-get >/dev/null; then
-    echo "test-deps: the dashboard tests need Chromium: install it, or set MCPVISOR_CHROMIUM to its path (no apt-get here)" >&2
+    echo "test-deps: $who need $*: install them (no apt-get here)" >&2
     return 1
   fi
   if [ "$(id -u)" != 0 ]; then
-    echo "test-deps: the dashboard tests need Chromium: run 'sudo apt-get install -y chromium', or set MCPVISOR_CHROMIUM" >&2
+    echo "test-deps: $who need $*: run 'sudo apt-get install -y ${opts[*]} $*'" >&2
     return 1
   fi
-  echo "test-deps: installing chromium (apt-get)" >&2
+  echo "test-deps: installing $* (apt-get)" >&2
   if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
-     [ ! -x /usr/bin/chromium ]; then
-    echo "test-deps: could not install chromium with apt-get; the dashboard tests need it (or MCPVISOR_CHROMIUM)" >&2
+         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${opts[@]}" "$@" >/dev/null; } ||
+     ! eval "$check"; then
+    echo "test-deps: could not install $* with apt-get; $who need them" >&2
     return 1
   fi
 }
-install_chromium
+
+# The dashboard's browser tests drive Debian's chromium (headless), or
+# the one MCPVISOR_CHROMIUM names.
+apt_install "the dashboard tests (or set MCPVISOR_CHROMIUM)" '[ -n "${MCPVISOR_CHROMIUM:-}" ] || [ -x /usr/bin/chromium ]' chromium
 
 # The secret store's keyring tests run gnome-keyring's Secret Service in a
-# private D-Bus session (dbus-run-session): both are system packages,
-# installed with apt-get when missing, as chromium is.
-install_gnome_keyring() {
-  if command -v gnome-keyring-daemon >/dev/null && command -v dbus-run-session >/dev/null; then
-    return 0
-  fi
-  if ! command -v apt-get >/dev/null; then
-    echo "test-deps: the keyring tests need gnome-keyring and dbus-run-session: install them (no apt-get here)" >&2
-    return 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "test-deps: the keyring tests need gnome-keyring: run 'sudo apt-get install -y --no-install-recommends gnome-keyring dbus-bin'" >&2
-    return 1
-  fi
-  echo "test-deps: installing gnome-keyring (apt-get)" >&2
-  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnome-keyring dbus-bin >/dev/null; } ||
-     ! command -v gnome-keyring-daemon >/dev/null || ! command -v dbus-run-session >/dev/null; then
-    echo "test-deps: could not install gnome-keyring with apt-get; the keyring tests need it" >&2
-    return 1
-  fi
-}
-install_gnome_keyring
+# private D-Bus session (dbus-run-session).
+apt_install "the keyring tests" 'command -v gnome-keyring-daemon >/dev/null && command -v dbus-run-session >/dev/null' \
+  --no-install-recommends gnome-keyring dbus-bin
 
 # The image tests (deploy/) build mcpvisor's images with podman — never
-# running a container — on a storage of their own in .deps/containers:
-# Debian's podman, installed with apt-get when missing, as chromium is.
-install_podman() {
-  if command -v podman >/dev/null; then
-    return 0
-  fi
-  if ! command -v apt-get >/dev/null; then
-    echo "test-deps: the image tests need podman: install it (no apt-get here)" >&2
-    return 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "test-deps: the image tests need podman: run 'sudo apt-get install -y --no-install-recommends podman'" >&2
-    return 1
-  fi
-  echo "test-deps: installing podman (apt-get)" >&2
-  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman >/dev/null; } ||
-     ! command -v podman >/dev/null; then
-    echo "test-deps: could not install podman with apt-get; the image tests need it" >&2
-    return 1
-  fi
-}
-install_podman
+# running a container — on a storage of their own in .deps/containers.
+apt_install "the image tests" 'command -v podman >/dev/null' --no-install-recommends podman
 
 # A test harness runs its own haproxy (Debian's, /usr/sbin/haproxy, with a
-# config of its own), installed with apt-get when missing, as chromium is.
-# It must never run as the system's service: the package's postinst
-# enables it and starts it (invoke-rc.d, unless a policy-rc.d forbids
-# it, as in most container images; or systemd), so that service is
-# stopped and disabled right after the install.
+# config of its own, or the one MCPVISOR_HAPROXY names). It must never
+# run as the system's service: the package's postinst enables it and
+# starts it (invoke-rc.d, unless a policy-rc.d forbids it, as in most
+# container images; or systemd), so that service is stopped and
+# disabled right after the install.
 install_haproxy() {
-  if [ -x /usr/sbin/haproxy ]; then
+  if [ -n "${MCPVISOR_HAPROXY:-}" ] || [ -x /usr/sbin/haproxy ]; then
     return 0
   fi
-  if ! command -v apt-get >/dev/null; then
-    echo "test-deps: the haproxy harness needs haproxy: install it (no apt-get here)" >&2
-    return 1
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    echo "test-deps: the haproxy harness needs haproxy: run 'sudo apt-get install -y haproxy' (then stop its service)" >&2
-    return 1
-  fi
-  echo "test-deps: installing haproxy (apt-get; its system service is stopped and disabled)" >&2
-  if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; } ||
-     [ ! -x /usr/sbin/haproxy ]; then
-    echo "test-deps: could not install haproxy with apt-get; the haproxy harness needs it" >&2
-    return 1
-  fi
+  apt_install "the haproxy harness (or set MCPVISOR_HAPROXY)" '[ -x /usr/sbin/haproxy ]' haproxy || return 1
   if [ -d /run/systemd/system ]; then
     systemctl disable --now haproxy.service >/dev/null 2>&1 || true
   else
