@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,9 +26,10 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // helmWait bounds the wait for a background build of Helm.
@@ -53,60 +53,7 @@ func helm(t *testing.T) string {
 }
 
 func findHelm() (string, error) {
-	if p := os.Getenv("MCPVISOR_HELM"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("MCPVISOR_HELM: %w", err)
-		}
-		return p, nil
-	}
-	wait := helmWait
-	if v := os.Getenv("MCPVISOR_HELM_WAIT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return "", fmt.Errorf("MCPVISOR_HELM_WAIT=%q: want a duration such as 6m", v)
-		}
-		wait = d
-	}
-	bin := filepath.Join(moduleRoot(), ".deps", "tools", "helm")
-	marker := bin + ".building"
-	deadline := time.Now().Add(wait)
-	for building(marker) {
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("helm: the background build of %s did not finish within %v (log %s.log): "+
-				"run `make helm` and look at its output", bin, wait, bin)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	for _, p := range []string{bin, filepath.Join(filepath.Dir(bin), "chartcheck")} {
-		if _, err := os.Stat(p); err != nil {
-			msg := fmt.Sprintf("helm: %s is missing: run `make helm` (make test builds it through scripts/test-deps.sh), or set MCPVISOR_HELM", p)
-			if log, err := os.ReadFile(bin + ".log"); err == nil && len(log) > 0 {
-				msg += "\nthe last build's log (" + bin + ".log):\n" + tail(string(log), 4096)
-			}
-			return "", errors.New(msg)
-		}
-	}
-	return bin, nil
-}
-
-// building reports whether marker names a live process.
-func building(marker string) bool {
-	b, err := os.ReadFile(marker)
-	if err != nil {
-		return false
-	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 0 {
-		return false
-	}
-	return syscall.Kill(pid, 0) == nil
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
+	return testserver.Tool(context.Background(), "helm", moduleRoot(), helmWait, "chartcheck")
 }
 
 // moduleRoot is mcpvisor's module root: this package's parent.

@@ -64,6 +64,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // Options configure a Hydra started with Start.
@@ -416,76 +418,19 @@ func (b *tailBuffer) String() string {
 // BuildWait or until ctx ends.
 // A missing binary is an error that names the make target to run.
 func Binary(ctx context.Context) (string, error) {
-	if p := os.Getenv("MCPVISOR_HYDRA"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("MCPVISOR_HYDRA: %w", err)
-		}
-		return p, nil
+	if os.Getenv("MCPVISOR_HYDRA") != "" {
+		return testserver.Tool(ctx, "hydra", "", BuildWait)
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	wait := BuildWait
-	if v := os.Getenv("MCPVISOR_HYDRA_WAIT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return "", fmt.Errorf("MCPVISOR_HYDRA_WAIT=%q: want a duration such as 6m", v)
-		}
-		wait = d
-	}
-	return waitBuilt(ctx, filepath.Join(root, ".deps", "tools", "hydra"), wait)
+	return testserver.Tool(ctx, "hydra", root, BuildWait)
 }
 
 // BuildWait bounds the wait for a background build of Hydra
 // ($MCPVISOR_HYDRA_WAIT, a duration, changes it).
 var BuildWait = 4 * time.Minute
-
-// waitBuilt waits while the build marker bin.building names a live
-// process, then returns bin if it exists.
-func waitBuilt(ctx context.Context, bin string, wait time.Duration) (string, error) {
-	marker := bin + ".building"
-	deadline := time.Now().Add(wait)
-	for building(marker) {
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("hydra: the background build of %s did not finish within %v (log %s.log): "+
-				"run `make hydra` and look at its output", bin, wait, bin)
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("hydra: waiting for the build of %s: %w", bin, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("hydra: %s is missing: run `make hydra` (make test builds it through scripts/test-deps.sh), or set MCPVISOR_HYDRA", bin)
-		if log, err := os.ReadFile(bin + ".log"); err == nil && len(log) > 0 {
-			msg += "\nthe last build's log (" + bin + ".log):\n" + tail(string(log), 4096)
-		}
-		return "", errors.New(msg)
-	}
-	return bin, nil
-}
-
-// building reports whether marker names a live process.
-func building(marker string) bool {
-	b, err := os.ReadFile(marker)
-	if err != nil {
-		return false
-	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 0 {
-		return false
-	}
-	return syscall.Kill(pid, 0) == nil
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
-}
 
 // moduleRoot is mcpvisor's module root, from this file's place in it.
 func moduleRoot() (string, error) {

@@ -22,6 +22,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/goleak"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // TestMain stops the shared Hydra after the tests, checks that its
@@ -456,7 +458,7 @@ func TestBinaryWaitsForBuild(t *testing.T) {
 	bin := filepath.Join(dir, "hydra")
 
 	// Missing, no build: the error names the make target.
-	if _, err := waitBuilt(ctxT(t), bin, time.Second); err == nil || !strings.Contains(err.Error(), "make hydra") {
+	if _, err := testserver.WaitBuilt(ctxT(t), "hydra", bin, time.Second); err == nil || !strings.Contains(err.Error(), "make hydra") {
 		t.Fatalf("err = %v, want one naming `make hydra`", err)
 	}
 
@@ -468,7 +470,7 @@ func TestBinaryWaitsForBuild(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	os.WriteFile(bin+".building", []byte(fmt.Sprint(cmd.Process.Pid)), 0o644)
 	start := time.Now()
-	if _, err := waitBuilt(ctxT(t), bin, 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not finish within") {
+	if _, err := testserver.WaitBuilt(ctxT(t), "hydra", bin, 500*time.Millisecond); err == nil || !strings.Contains(err.Error(), "did not finish within") {
 		t.Fatalf("err = %v, want a timeout", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -484,9 +486,9 @@ func TestBinaryWaitsForBuild(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}()
-	got, err := waitBuilt(ctxT(t), bin, 30*time.Second)
+	got, err := testserver.WaitBuilt(ctxT(t), "hydra", bin, 30*time.Second)
 	<-done
 	if err != nil || got != bin {
-		t.Fatalf("waitBuilt = %q, %v", got, err)
+		t.Fatalf("WaitBuilt = %q, %v", got, err)
 	}
 }
