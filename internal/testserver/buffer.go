@@ -25,3 +25,29 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TailBuffer keeps the last Max bytes written to it (a long-running
+// process's output, shown when a test fails). Safe for concurrent use.
+type TailBuffer struct {
+	Max int
+
+	mu sync.Mutex
+	b  []byte
+}
+
+func (b *TailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b = append(b.b, p...)
+	if over := len(b.b) - b.Max; over > 0 {
+		b.b = append(b.b[:0], b.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// String returns the bytes kept.
+func (b *TailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(bytes.Clone(b.b))
+}

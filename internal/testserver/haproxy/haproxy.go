@@ -16,7 +16,6 @@
 package haproxy
 
 import (
-	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -32,6 +31,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
 
 // EnvBinary names the environment variable that points at the haproxy
@@ -70,7 +71,7 @@ type LB struct {
 	sock     string // the stats socket
 	backends []string
 	cmd      *exec.Cmd
-	out      *tailBuffer // haproxy's stdout and stderr: its logs
+	out      *testserver.TailBuffer // haproxy's stdout and stderr: its logs
 	config   string
 
 	done   chan struct{} // closed once haproxy has been reaped
@@ -195,7 +196,7 @@ func Start(t testing.TB, backends []string, opts ...Option) *LB {
 		addr:     addr,
 		sock:     filepath.Join(sockDir, "stats.sock"),
 		backends: append([]string(nil), backends...),
-		out:      &tailBuffer{max: 256 << 10},
+		out:      &testserver.TailBuffer{Max: 256 << 10},
 		done:     make(chan struct{}),
 	}
 	lb.config = lb.configText(o)
@@ -486,27 +487,4 @@ func parseStats(out string, backends []string) ([]BackendStats, error) {
 		}
 	}
 	return stats, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	if over := len(b.b) - b.max; over > 0 {
-		b.b = append(b.b[:0], b.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(bytes.Clone(b.b))
 }

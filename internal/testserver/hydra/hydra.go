@@ -46,7 +46,6 @@
 package hydra
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -97,7 +96,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process is reaped
-	logs *tailBuffer
+	logs *testserver.TailBuffer
 
 	// flow serializes the harness's calls that write to Hydra: its
 	// in-memory store refuses concurrent writes (see send).
@@ -226,7 +225,7 @@ func start(bin string, opts Options) (*Server, error) {
 		hc:       &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		appLn:    appLn,
 		done:     make(chan struct{}),
-		logs:     &tailBuffer{max: 256 << 10},
+		logs:     &testserver.TailBuffer{Max: 256 << 10},
 		claims:   map[string]map[string]any{},
 	}
 	for sub, c := range opts.Claims {
@@ -387,29 +386,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.b = append(b.b, p...)
-	if over := len(b.b) - b.max; over > 0 {
-		b.b = append(b.b[:0], b.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(bytes.Clone(b.b))
 }
 
 // Binary returns the Hydra binary: $MCPVISOR_HYDRA, else .deps/tools/hydra
