@@ -577,3 +577,71 @@ func TestOwnerGoneAnswersTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// An owner that accepts connections and never answers the TLS handshake
+// (a hung or stopped process) is gone once ownerTimeout passes: its
+// session's requests get 404, and the client's wait is bounded by it.
+func TestSilentOwnerIsGoneWithinTheBound(t *testing.T) {
+	dir := t.TempDir()
+	key := []byte(strings.Repeat("k", 40))
+	keyDir := filepath.Join(dir, "key")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(keyDir, "current"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Replica 1's address: a listener that accepts and says nothing.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	peers, _ := json.Marshal([]string{freeLoopback(t, 1)[0], silent.Addr().String()})
+	cfg := filepath.Join(dir, "config.json")
+	doc := fmt.Sprintf(`{"replicas": {"count": 2, "peers": %s, "keyDir": %q, "ownerTimeout": "300ms", "drainDelay": "0s"},
+	  "mcpServers": {"x": {"command": %q}}}`, peers, keyDir, testserver.Build(t))
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
+		Getenv: func(k string) string { return map[string]string{"MCPVISOR_ORDINAL": "0"}[k] }}
+	w := &syncWriter{}
+	o.Stderr = w
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, o) }()
+	base := "http://" + waitServing(t, w, done)
+	defer func() { cancel(); <-done }()
+
+	keys, _ := replica.NewKeys(key)
+	sid := keys.Stamp(replica.Owner{Ordinal: 1, Incarnation: "aaaaaaaaaaaaaaaaaaaa"}, "session")
+	res := make(chan reply, 1)
+	go func() {
+		res <- send(t, "POST", base+"/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+			map[string][]string{"Mcp-Session-Id": {sid}, "Mcp-Protocol-Version": {"2025-11-25"}})
+	}()
+	select {
+	case r := <-res:
+		if r.status != 404 || !strings.Contains(r.body, "gone") {
+			t.Errorf("a session whose owner never answers: %d %s, want 404 saying it is gone", r.status, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request for a silent owner's session waited past 10 s (ownerTimeout is 300ms)")
+	}
+}
