@@ -1,0 +1,299 @@
+package link
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// writer writes frames on a connection for any number of goroutines.
+// Whoever queues frames on an idle connection writes them, and with them
+// whatever other callers queue while that write is under way: one system
+// call carries many frames under load, and none waits for a goroutine of
+// the connection's to be woken.
+type writer struct {
+	conn    net.Conn
+	timeout time.Duration // of one write; past it the connection is dead
+	fail    func(error)   // ends the connection after a failed write
+
+	mu      sync.Mutex
+	buf     []byte // queued
+	spare   []byte
+	writing bool
+	err     error // sticky: the connection failed
+}
+
+// send queues what fill appends to the write buffer and, if no write is
+// under way, writes it: in this goroutine, or in a new one when async
+// (a caller that must not block on the network: the read loop). It
+// returns the connection's failure, if it had one before.
+func (w *writer) send(async bool, fill func([]byte) []byte) error {
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	w.buf = fill(w.buf)
+	if w.writing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.writing = true
+	if async {
+		w.mu.Unlock()
+		go func() {
+			w.mu.Lock()
+			w.flushLocked()
+		}()
+		return nil
+	}
+	w.flushLocked()
+	return nil
+}
+
+// flushLocked writes the queue until it is empty, with w.mu held on entry
+// and released on return.
+func (w *writer) flushLocked() {
+	var err error
+	for len(w.buf) > 0 {
+		b := w.buf
+		w.buf = w.spare[:0]
+		w.mu.Unlock()
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+		_, err = w.conn.Write(b)
+		w.mu.Lock()
+		if cap(b) <= 1<<20 {
+			w.spare = b[:0]
+		}
+		if err != nil {
+			w.err = err
+			w.buf = nil
+			break
+		}
+	}
+	w.writing = false
+	w.mu.Unlock()
+	if err != nil {
+		w.fail(err)
+	}
+}
+
+// failed marks the writer failed (the connection ended).
+func (w *writer) failed(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.buf = nil
+	w.mu.Unlock()
+}
+
+// pipe is one direction of a stream's body, as received: what the peer
+// sent and the reader has not taken, bounded by the window. Taking bytes
+// gives the peer window back, half a window at a time.
+type pipe struct {
+	mu       sync.Mutex
+	buf      []byte
+	off      int
+	err      error // what Read returns once buf is taken: io.EOF at the end
+	taken    int   // taken since the peer was last given window
+	deadline time.Time
+	wake     chan struct{} // cap 1: something changed
+	done     <-chan struct{}
+	doneErr  func() error
+	give     func(n int) // gives the peer n bytes of window
+}
+
+func newPipe(done <-chan struct{}, doneErr func() error, give func(int)) *pipe {
+	return &pipe{wake: make(chan struct{}, 1), done: done, doneErr: doneErr, give: give}
+}
+
+// write adds p (copied); it reports false if p overflows the window.
+func (p *pipe) write(b []byte) bool {
+	p.mu.Lock()
+	if p.err != nil {
+		p.mu.Unlock()
+		return true // ended here: the peer had not heard yet
+	}
+	if len(p.buf)-p.off+len(b) > window {
+		p.mu.Unlock()
+		return false
+	}
+	if p.off == len(p.buf) {
+		p.buf, p.off = p.buf[:0], 0
+	}
+	p.buf = append(p.buf, b...)
+	p.mu.Unlock()
+	p.signal()
+	return true
+}
+
+// close ends the pipe with err (io.EOF: the body is whole) once what it
+// holds is read; the first close counts.
+func (p *pipe) close(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// abort ends the pipe with err at once, dropping what it holds.
+func (p *pipe) abort(err error) {
+	p.mu.Lock()
+	if p.err == nil || p.err == io.EOF {
+		p.err = err
+	}
+	p.buf, p.off = nil, 0
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pipe) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pipe) setDeadline(t time.Time) {
+	p.mu.Lock()
+	p.deadline = t
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pipe) Read(b []byte) (int, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		p.mu.Lock()
+		if p.off < len(p.buf) {
+			n := copy(b, p.buf[p.off:])
+			p.off += n
+			p.taken += n
+			give := 0
+			if p.taken >= window/2 || p.off == len(p.buf) && p.err == nil && p.taken > 0 && p.taken >= window/8 {
+				give, p.taken = p.taken, 0
+			}
+			p.mu.Unlock()
+			if give > 0 && p.give != nil {
+				p.give(give)
+			}
+			return n, nil
+		}
+		if p.err != nil {
+			err := p.err
+			p.mu.Unlock()
+			return 0, err
+		}
+		deadline := p.deadline
+		p.mu.Unlock()
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			expired = timer.C
+		}
+		select {
+		case <-p.wake:
+		case <-p.done:
+			p.abort(p.doneErr())
+		case <-expired:
+		}
+	}
+}
+
+// credit is one direction of a stream's flow control, as sent: the bytes
+// the peer will still take.
+type credit struct {
+	mu   sync.Mutex
+	n    int
+	wake chan struct{} // cap 1
+}
+
+func newCredit() *credit { return &credit{n: window, wake: make(chan struct{}, 1)} }
+
+func (c *credit) add(n int) {
+	c.mu.Lock()
+	c.n += n
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take waits, within ctx and deadline (zero: none), until the peer takes
+// bytes, and takes up to want of them.
+func (c *credit) take(ctx context.Context, deadline time.Time, want int) (int, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		c.mu.Lock()
+		if c.n > 0 {
+			n := min(c.n, want)
+			c.n -= n
+			c.mu.Unlock()
+			return n, nil
+		}
+		c.mu.Unlock()
+		var expired <-chan time.Time
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			expired = timer.C
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-expired:
+		}
+	}
+}
+
+// appendWindow appends a window frame giving n bytes on stream.
+func appendWindow(b []byte, stream uint32, n int) []byte {
+	b = binary.BigEndian.AppendUint32(b, 4)
+	b = append(b, fWindow, 0)
+	b = binary.BigEndian.AppendUint32(b, stream)
+	return binary.BigEndian.AppendUint32(b, uint32(n))
+}
+
+// appendFrameWith appends a frame whose payload fill appends.
+func appendFrameWith(b []byte, typ, flags byte, stream uint32, fill func([]byte) []byte) []byte {
+	at := len(b)
+	b = appendFrame(b, typ, flags, stream)
+	b = fill(b)
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-headerLen))
+	return b
+}

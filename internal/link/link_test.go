@@ -1,0 +1,513 @@
+package link
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pair is a Server on a loopback listener and a Transport to it.
+type pair struct {
+	srv  *Server
+	tr   *Transport
+	ln   net.Listener
+	url  string
+	done sync.WaitGroup
+	// conns counts the connections the listener accepted.
+	conns atomic.Int64
+}
+
+func newPair(t *testing.T, h http.Handler, tune func(*Transport)) *pair {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{srv: &Server{Handler: h}, ln: ln, url: "http://" + ln.Addr().String()}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		var conns sync.WaitGroup
+		defer conns.Wait()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.conns.Add(1)
+			conns.Go(func() { p.srv.ServeConn(c) })
+		}
+	}()
+	p.tr = &Transport{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}}
+	if tune != nil {
+		tune(p.tr)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *pair) close() {
+	p.tr.Close()
+	p.ln.Close()
+	p.srv.Close()
+	p.done.Wait()
+}
+
+func (p *pair) do(t *testing.T, ctx context.Context, method, path, body string, h http.Header) (*http.Response, error) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, p.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	return p.tr.RoundTrip(req)
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	return string(b)
+}
+
+// A request arrives whole — method, path and query, host, headers,
+// length, body — and its answer comes back whole: status, headers, body.
+func TestRoundTrip(t *testing.T) {
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("body: %v", err)
+		}
+		w.Header().Set("X-Echo", r.Header.Get("X-In"))
+		w.Header()["Multi"] = []string{"a", "b"}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "%s %s?%s host=%s len=%d tls=%v body=%s", r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.ContentLength, r.TLS != nil, b)
+	}), nil)
+	resp, err := p.do(t, t.Context(), "POST", "/servers/x/mcp?a=1", `{"jsonrpc":"2.0"}`, http.Header{"X-In": {"v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, resp)
+	want := fmt.Sprintf(`POST /servers/x/mcp?a=1 host=%s len=17 tls=false body={"jsonrpc":"2.0"}`, p.ln.Addr())
+	if resp.StatusCode != 201 || got != want || resp.Header.Get("X-Echo") != "v" || len(resp.Header["Multi"]) != 2 {
+		t.Fatalf("answer: %d %v %q, want 201 and %q", resp.StatusCode, resp.Header, got, want)
+	}
+	// No body, and an answer with no body.
+	p.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != http.NoBody {
+			t.Errorf("a GET's body: %T, want http.NoBody", r.Body)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	resp, err = p.do(t, t.Context(), "GET", "/x", "", nil)
+	if err != nil || resp.StatusCode != 204 || readAll(t, resp) != "" {
+		t.Fatalf("a GET: %v %v", resp, err)
+	}
+}
+
+// Many concurrent exchanges over the one connection: each answer is its
+// own request's, never another's.
+func TestConcurrentStreamsKeepTheirOwnAnswers(t *testing.T) {
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if len(b)%3 == 0 {
+			time.Sleep(time.Duration(len(b)%5) * time.Millisecond) // reorder answers
+		}
+		w.Header().Set("X-Req", r.Header.Get("X-Req"))
+		w.Write(b)
+	}), nil)
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 50 {
+				id := fmt.Sprintf("%d-%d", g, i)
+				body := strings.Repeat(id+";", 1+(g*i)%200)
+				resp, err := p.do(t, t.Context(), "POST", "/", body, http.Header{"X-Req": {id}})
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+					return
+				}
+				if got := readAll(t, resp); got != body || resp.Header.Get("X-Req") != id {
+					t.Errorf("%s: got another answer (%s, %d bytes)", id, resp.Header.Get("X-Req"), len(got))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := p.conns.Load(); n != 1 {
+		t.Errorf("%d connections, want 1 kept", n)
+	}
+}
+
+// Bodies larger than the window go both ways whole (flow control).
+func TestLargeBodies(t *testing.T) {
+	big := make([]byte, 3<<20+123)
+	rand.Read(big)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(b, big) {
+			t.Errorf("the request body: %d bytes, %v", len(b), err)
+		}
+		for i := 0; i < len(big); i += 7000 {
+			w.Write(big[i:min(i+7000, len(big))])
+		}
+	}), nil)
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", p.url+"/", io.NopCloser(bytes.NewReader(big)))
+	req.ContentLength = -1
+	resp, err := p.tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != string(big) {
+		t.Fatalf("the answer: %d bytes, want %d", len(got), len(big))
+	}
+}
+
+// A stream's answer is relayed as it is flushed, not when it ends.
+func TestStreamsAreRelayedAsTheyCome(t *testing.T) {
+	next := make(chan struct{})
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}), nil)
+	resp, err := p.do(t, t.Context(), "GET", "/", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("event %d: %q %v", i, line, err)
+		}
+		br.ReadString('\n')
+		next <- struct{}{} // the handler waits: the event came before the end
+	}
+}
+
+// A client that does not read its stream holds that stream only: other
+// exchanges over the connection go on, and the stalled handler's writes
+// end at their deadline.
+func TestASlowReaderHoldsOnlyItsStream(t *testing.T) {
+	stalled := make(chan error, 1)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+			chunk := make([]byte, 64<<10)
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					stalled <- err
+					return
+				}
+			}
+		}
+		io.WriteString(w, "ok")
+	}), nil)
+	big, err := p.do(t, t.Context(), "GET", "/big", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Body.Close()
+	for range 20 {
+		resp, err := p.do(t, t.Context(), "GET", "/small", "", nil)
+		if err != nil || readAll(t, resp) != "ok" {
+			t.Fatalf("a small exchange beside a stalled stream: %v", err)
+		}
+	}
+	select {
+	case err := <-stalled:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the stalled write: %v, want a deadline exceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled write never ended at its deadline")
+	}
+}
+
+// A client that goes away ends its handler's context, and the stream.
+func TestCancelReachesTheHandler(t *testing.T) {
+	started, ended := make(chan struct{}), make(chan error, 1)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done()
+		ended <- r.Context().Err()
+	}), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.do(t, ctx, "POST", "/", "x", nil)
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled round trip: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context did not end")
+	}
+}
+
+// Shutdown lets the open stream finish, refuses new ones unserved, and
+// closes the connection; a new request then dials (here: refused).
+func TestShutdownFinishesStreamsAndRefusesNew(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	var served atomic.Int64
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if r.URL.Path == "/hold" {
+			started <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done")
+	}), nil)
+	held := make(chan string, 1)
+	go func() {
+		resp, err := p.do(t, t.Context(), "POST", "/hold", "x", nil)
+		if err != nil {
+			held <- err.Error()
+			return
+		}
+		held <- readAll(t, resp)
+	}()
+	<-started
+	p.ln.Close() // no new connection: the next dial is refused
+	shut := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p.srv.Shutdown(ctx)
+		close(shut)
+	}()
+	// The goaway reaches the client: a request after it is not served.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := p.do(t, t.Context(), "POST", "/new", "y", nil)
+		if err != nil {
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "dial" {
+				if !errors.Is(err, ErrRefused) {
+					t.Fatalf("a request after the shutdown began: %v, want refused or a failed dial", err)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("requests still served after the shutdown began")
+		}
+	}
+	if n := served.Load(); n != 1 {
+		// Requests made before the goaway arrived are served, and that
+		// is right; but none after: the loop ends at the first refusal.
+		t.Logf("%d served before the goaway arrived", n-1)
+	}
+	close(release)
+	if got := <-held; got != "done" {
+		t.Fatalf("the held request: %q, want done", got)
+	}
+	select {
+	case <-shut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return once the streams ended")
+	}
+}
+
+// A peer that dies mid-answer fails the streams open on it, at once.
+func TestADeadPeerFailsItsStreams(t *testing.T) {
+	started := make(chan struct{})
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}), nil)
+	resp, err := p.do(t, t.Context(), "GET", "/", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	p.srv.Close()
+	_, err = io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatal("the body of a stream whose peer died read to its end")
+	}
+}
+
+// A peer that stops answering (the connection open, nothing read) is
+// found dead within three ping intervals.
+func TestASilentPeerIsDeadWithinTheBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	tr := &Transport{PingInterval: 100 * time.Millisecond, Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}}
+	defer tr.Close()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+ln.Addr().String()+"/", strings.NewReader("x"))
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		errc <- err
+	}()
+	c := <-accepted
+	defer c.Close()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "read nothing") {
+			t.Fatalf("a round trip to a silent peer: %v", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("found dead after %v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a round trip to a silent peer never ended")
+	}
+}
+
+// Ask and Tell reach the replica that sent the request.
+func TestAskAndTell(t *testing.T) {
+	heard := make(chan string, 4)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peer := PeerOf(r.Context())
+		if peer == nil {
+			t.Error("no peer in a linked request's context")
+			return
+		}
+		a, err := peer.Ask(r.Context(), 7, []byte("may I?"))
+		if err != nil {
+			t.Errorf("ask: %v", err)
+		}
+		if !peer.Tell(9, []byte("line of "+r.URL.Path)) {
+			t.Error("tell refused on a live connection")
+		}
+		w.Write(a)
+	}), func(tr *Transport) {
+		tr.Answer = func(kind byte, q []byte) []byte { return fmt.Appendf(nil, "%d:%s yes", kind, q) }
+		tr.Heard = func(kind byte, msg []byte) { heard <- fmt.Sprintf("%d:%s", kind, msg) }
+	})
+	resp, err := p.do(t, t.Context(), "POST", "/a", "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "7:may I? yes" {
+		t.Fatalf("the answer: %q", got)
+	}
+	if got := <-heard; got != "9:line of /a" {
+		t.Fatalf("heard %q", got)
+	}
+}
+
+// A peer that breaks the protocol loses its connection; the server
+// goes on serving others.
+func TestProtocolErrorsEndTheConnection(t *testing.T) {
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
+	for name, b := range map[string][]byte{
+		"a frame too large":    appendFrame(nil, fData, 0, 1)[:0:0],
+		"an unknown type":      appendFrame(nil, 99, 0, 1),
+		"an even stream":       appendFrameWith(nil, fHeaders, flagEnd, 2, func(b []byte) []byte { return appendString(appendString(appendString(b, "GET"), "/"), "h") }),
+		"a bad head":           appendFrame(nil, fHeaders, flagEnd, 1, []byte{0xff}),
+		"a short window frame": appendFrame(nil, fWindow, 0, 1, []byte{1}),
+	} {
+		if name == "a frame too large" {
+			b = []byte{0x7f, 0xff, 0xff, 0xff, fData, 0, 0, 0, 0, 1}
+		}
+		c, err := net.Dial("tcp", p.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Errorf("%s: the connection did not end: %v", name, err)
+		}
+		c.Close()
+	}
+	resp, err := p.do(t, t.Context(), "GET", "/", "", nil)
+	if err != nil || readAll(t, resp) != "ok" {
+		t.Fatalf("serving after protocol errors: %v", err)
+	}
+}
+
+// Retire sends new requests over a new connection and closes the old
+// one once its stream ends.
+func TestRetireMovesToANewConnection(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			started <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}), nil)
+	held := make(chan error, 1)
+	go func() {
+		resp, err := p.do(t, t.Context(), "GET", "/hold", "", nil)
+		if err == nil {
+			readAll(t, resp)
+		}
+		held <- err
+	}()
+	<-started
+	p.tr.Retire()
+	resp, err := p.do(t, t.Context(), "GET", "/", "", nil)
+	if err != nil || readAll(t, resp) != "ok" {
+		t.Fatalf("after Retire: %v", err)
+	}
+	if n := p.conns.Load(); n != 2 {
+		t.Fatalf("%d connections after Retire, want 2", n)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("the stream open at Retire: %v", err)
+	}
+}

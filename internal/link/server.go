@@ -1,0 +1,549 @@
+package link
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server is the serving side: it serves the streams of the connections
+// given to ServeConn with Handler.
+type Server struct {
+	Handler http.Handler
+	Log     *slog.Logger
+	// WriteTimeout bounds one write (10 s if zero).
+	WriteTimeout time.Duration
+	// MaxStreams bounds the streams open on one connection (1024 if
+	// zero); one more is refused unserved.
+	MaxStreams int
+
+	mu       sync.Mutex
+	conns    map[*serverConn]struct{}
+	shutdown bool
+	gone     chan struct{} // signalled when a connection ends
+}
+
+// ServeConn serves nc until it ends, and returns once the handlers of
+// its streams have returned.
+func (s *Server) ServeConn(nc net.Conn) {
+	c := &serverConn{s: s, nc: nc, streams: map[uint32]*sstream{}, asks: map[uint32]chan []byte{}}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.w = writer{conn: nc, timeout: cmpOr(s.WriteTimeout, 10*time.Second), fail: func(err error) { c.cancel(err); nc.Close() }}
+	if tc, ok := nc.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		c.tls = &st
+	}
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if s.conns == nil {
+		s.conns, s.gone = map[*serverConn]struct{}{}, make(chan struct{}, 1)
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		select {
+		case s.gone <- struct{}{}:
+		default:
+		}
+	}()
+	err := c.readLoop()
+	c.cancel(err)
+	c.w.failed(err)
+	nc.Close()
+	c.mu.Lock()
+	sts := make([]*sstream, 0, len(c.streams))
+	for _, st := range c.streams {
+		sts = append(sts, st)
+	}
+	c.mu.Unlock()
+	for _, st := range sts {
+		st.body.abort(err)
+	}
+	c.handlers.Wait()
+}
+
+// Shutdown refuses new streams on every connection, waits within ctx for
+// the open ones to end, then closes the connections.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	s.shutdown = true
+	cs := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.goaway()
+	}
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-s.gone:
+		case <-ctx.Done():
+			s.Close()
+			return
+		}
+	}
+}
+
+// Close ends every connection; their handlers' contexts end.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.shutdown = true
+	cs := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.cancel(errors.New("link: the server closed"))
+		c.nc.Close()
+	}
+}
+
+type serverConn struct {
+	s      *Server
+	nc     net.Conn
+	tls    *tls.ConnectionState
+	w      writer
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	streams  map[uint32]*sstream
+	closing  bool   // goaway sent: no new stream
+	asks     map[uint32]chan []byte
+	nextAsk  uint32
+	handlers sync.WaitGroup
+}
+
+// goaway refuses new streams, and closes the connection when none is
+// open.
+func (c *serverConn) goaway() {
+	c.mu.Lock()
+	c.closing = true
+	idle := len(c.streams) == 0
+	c.mu.Unlock()
+	_ = c.w.send(true, func(b []byte) []byte { return appendFrame(b, fGoaway, 0, 0) })
+	if idle {
+		c.closeWhenSent()
+	}
+}
+
+// closeWhenSent closes the connection once what is queued is written.
+func (c *serverConn) closeWhenSent() {
+	go func() {
+		// A write queued after the goaway went out with it or after it;
+		// the client closes its side once it saw the goaway and has no
+		// stream. Give the writes a moment, bounded.
+		_ = c.w.send(false, func(b []byte) []byte { return b })
+		c.cancel(errors.New("link: shut down"))
+		c.nc.Close()
+	}()
+}
+
+func (c *serverConn) readLoop() error {
+	fr := frameReader{r: bufio.NewReaderSize(c.nc, 64<<10)}
+	for {
+		f, err := fr.read()
+		if err != nil {
+			return err
+		}
+		if err := c.handle(f); err != nil {
+			if c.s.Log != nil {
+				c.s.Log.Warn("link: a peer broke the protocol; its connection ends", "peer", c.nc.RemoteAddr().String(), "err", err)
+			}
+			return err
+		}
+	}
+}
+
+func (c *serverConn) stream(id uint32) *sstream {
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	return st
+}
+
+func (c *serverConn) handle(f frame) error {
+	switch f.typ {
+	case fHeaders:
+		head, err := decodeRequestHead(f.payload)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		// Ids are the client's, odd, each used once (their heads may
+		// come out of order: each caller writes its own).
+		if _, open := c.streams[f.stream]; open || f.stream%2 == 0 {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: stream %d opened twice, or even", errProtocol, f.stream)
+		}
+		if c.closing || len(c.streams) >= cmpOrInt(c.s.MaxStreams, 1024) {
+			c.mu.Unlock()
+			c.reset(f.stream, resetRefused, "refused")
+			return nil
+		}
+		st := &sstream{c: c, id: f.stream, send: newCredit()}
+		st.ctx, st.cancel = context.WithCancelCause(c.ctx)
+		st.body = newPipe(st.ctx.Done(), func() error { return context.Cause(st.ctx) }, st.giveWindow)
+		if f.flags&flagEnd != 0 {
+			st.body.close(io.EOF)
+		}
+		c.streams[f.stream] = st
+		c.handlers.Add(1)
+		c.mu.Unlock()
+		go st.serve(head)
+	case fData:
+		st := c.stream(f.stream)
+		if st == nil {
+			return nil // answered already; the rest of its body is not wanted
+		}
+		if !st.body.write(f.payload) {
+			return fmt.Errorf("%w: stream %d overflowed its window", errProtocol, f.stream)
+		}
+		if f.flags&flagEnd != 0 {
+			st.body.close(io.EOF)
+		}
+	case fReset:
+		if st := c.stream(f.stream); st != nil {
+			st.cancel(errors.New("link: the client ended the stream"))
+			st.body.abort(errors.New("link: the client ended the stream"))
+		}
+	case fWindow:
+		if len(f.payload) != 4 {
+			return fmt.Errorf("%w: a window frame of %d bytes", errProtocol, len(f.payload))
+		}
+		if st := c.stream(f.stream); st != nil {
+			st.send.add(int(binary.BigEndian.Uint32(f.payload)))
+		}
+	case fAnswer:
+		if len(f.payload) < 4 {
+			return fmt.Errorf("%w: a short answer", errProtocol)
+		}
+		id := binary.BigEndian.Uint32(f.payload)
+		c.mu.Lock()
+		ch := c.asks[id]
+		delete(c.asks, id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- append([]byte(nil), f.payload[4:]...)
+		}
+	case fPing:
+		p := append([]byte(nil), f.payload...)
+		_ = c.w.send(true, func(b []byte) []byte { return appendFrame(b, fPong, 0, 0, p) })
+	default:
+		return fmt.Errorf("%w: frame type %d", errProtocol, f.typ)
+	}
+	return nil
+}
+
+func cmpOrInt(n, def int) int {
+	if n > 0 {
+		return n
+	}
+	return def
+}
+
+func (c *serverConn) reset(id uint32, code uint32, msg string) {
+	_ = c.w.send(true, func(b []byte) []byte { return appendFrame(b, fReset, 0, id, u32(code), []byte(msg)) })
+}
+
+// drop takes a served stream out; a closing connection without streams
+// closes.
+func (c *serverConn) drop(st *sstream) {
+	c.mu.Lock()
+	delete(c.streams, st.id)
+	closeNow := c.closing && len(c.streams) == 0
+	c.mu.Unlock()
+	if closeNow {
+		c.closeWhenSent()
+	}
+}
+
+// Peer is the replica a request came from over a link, for its handler:
+// a question to it, or a message.
+type Peer struct{ c *serverConn }
+
+type peerKey struct{}
+
+// PeerOf is the link a request came over, or nil.
+func PeerOf(ctx context.Context) *Peer {
+	p, _ := ctx.Value(peerKey{}).(*Peer)
+	return p
+}
+
+// Ask asks the peer a question of kind and waits, within ctx, for its
+// answer.
+func (p *Peer) Ask(ctx context.Context, kind byte, question []byte) ([]byte, error) {
+	c := p.c
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	c.nextAsk++
+	id := c.nextAsk
+	c.asks[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.asks, id)
+		c.mu.Unlock()
+	}()
+	if err := c.w.send(false, func(b []byte) []byte {
+		return appendFrameWith(b, fAsk, 0, 0, func(b []byte) []byte {
+			b = binary.BigEndian.AppendUint32(b, id)
+			b = append(b, kind)
+			return append(b, question...)
+		})
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	case <-c.ctx.Done():
+		return nil, fmt.Errorf("link: the peer's connection ended: %w", context.Cause(c.ctx))
+	}
+}
+
+// Tell sends the peer a message of kind without waiting for the network;
+// false when the connection has ended (the message is not sent).
+func (p *Peer) Tell(kind byte, msg []byte) bool {
+	if p.c.ctx.Err() != nil {
+		return false
+	}
+	err := p.c.w.send(true, func(b []byte) []byte {
+		return appendFrameWith(b, fTell, 0, 0, func(b []byte) []byte { return append(append(b, kind), msg...) })
+	})
+	return err == nil
+}
+
+// sstream is one request served.
+type sstream struct {
+	c      *serverConn
+	id     uint32
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	body   *pipe   // the request's body
+	send   *credit // the answer's window
+}
+
+func (st *sstream) giveWindow(n int) {
+	if st.ctx.Err() != nil {
+		return
+	}
+	_ = st.c.w.send(false, func(b []byte) []byte { return appendWindow(b, st.id, n) })
+}
+
+func (st *sstream) serve(head requestHead) {
+	c := st.c
+	defer c.handlers.Done()
+	defer st.cancel(nil)
+	defer c.drop(st)
+	u, err := parseURI(head.uri)
+	if err != nil {
+		c.reset(st.id, resetFailed, "a bad request URI")
+		return
+	}
+	ctx := context.WithValue(st.ctx, peerKey{}, &Peer{c: c})
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
+	r := (&http.Request{Method: head.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: head.header,
+		Host: head.host, RemoteAddr: c.nc.RemoteAddr().String(), RequestURI: head.uri, TLS: c.tls,
+		ContentLength: head.contentLength}).WithContext(ctx)
+	r.Body = requestBody{st.body}
+	if head.contentLength == 0 {
+		r.Body = http.NoBody
+	}
+	rw := &responseWriter{st: st, h: http.Header{}}
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler && c.s.Log != nil {
+				c.s.Log.Error("link: a handler panicked", "panic", v)
+			}
+			c.reset(st.id, resetFailed, "the handler failed")
+			return
+		}
+		if err := rw.push(true); err != nil && !rw.ended {
+			c.reset(st.id, resetFailed, "the answer could not be sent: "+err.Error())
+		}
+	}()
+	c.s.Handler.ServeHTTP(rw, r)
+}
+
+// responseWriter writes a stream's answer as frames: the head and what
+// is written are held until a flush, the handler's return or a piece's
+// worth of body, so that a whole small answer is one write.
+type responseWriter struct {
+	st       *sstream
+	h        http.Header
+	status   int
+	headSent bool
+	ended    bool
+	buf      []byte
+	err      error
+	deadline time.Time // of writes
+}
+
+func (rw *responseWriter) Header() http.Header { return rw.h }
+
+func (rw *responseWriter) WriteHeader(code int) {
+	if rw.status != 0 || code < 200 {
+		return // informational answers are not relayed
+	}
+	rw.status = code
+}
+
+func (rw *responseWriter) Write(p []byte) (int, error) {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	if rw.err != nil {
+		return 0, rw.err
+	}
+	rw.buf = append(rw.buf, p...)
+	if len(rw.buf) >= 2*dataChunk {
+		if err := rw.push(false); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (rw *responseWriter) Flush() { _ = rw.FlushError() }
+
+// FlushError sends what is held (http.ResponseController's Flush).
+func (rw *responseWriter) FlushError() error {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return rw.push(false)
+}
+
+// SetWriteDeadline bounds the writes that wait for the client to take
+// what was sent (http.ResponseController's).
+func (rw *responseWriter) SetWriteDeadline(t time.Time) error {
+	rw.deadline = t
+	return nil
+}
+
+// SetReadDeadline bounds the reads of the request's body.
+func (rw *responseWriter) SetReadDeadline(t time.Time) error {
+	rw.st.body.setDeadline(t)
+	return nil
+}
+
+// push sends the head, if not yet sent, and what is held, within the
+// window; end ends the answer.
+func (rw *responseWriter) push(end bool) error {
+	if rw.err != nil || rw.ended {
+		return rw.err
+	}
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	if end && !rw.headSent && rw.h["Content-Length"] == nil && bodyAllowed(rw.status) {
+		// A whole answer has a length, as net/http gives one: the
+		// relaying side then writes it to its client in one piece.
+		rw.h["Content-Length"] = []string{strconv.Itoa(len(rw.buf))}
+	}
+	st := rw.st
+	for {
+		n := 0
+		if len(rw.buf) > 0 {
+			var err error
+			if n, err = st.send.take(st.ctx, rw.deadline, min(len(rw.buf), dataChunk)); err != nil {
+				rw.err = err
+				return err
+			}
+		}
+		last := n == len(rw.buf)
+		head := !rw.headSent
+		data := rw.buf[:n]
+		err := st.c.w.send(false, func(b []byte) []byte {
+			if head {
+				flags := byte(0)
+				if end && last && n == 0 {
+					flags = flagEnd
+				}
+				b = appendFrameWith(b, fResponse, flags, st.id, func(b []byte) []byte { return appendResponseHead(b, rw.status, rw.h) })
+				if flags == flagEnd {
+					return b
+				}
+			}
+			if n > 0 || end && last {
+				flags := byte(0)
+				if end && last {
+					flags = flagEnd
+				}
+				b = appendFrame(b, fData, flags, st.id, data)
+			}
+			return b
+		})
+		if err != nil {
+			rw.err = err
+			return err
+		}
+		rw.headSent = true
+		rw.buf = rw.buf[n:]
+		if last {
+			if len(rw.buf) == 0 {
+				rw.buf = rw.buf[:0:0]
+			}
+			rw.ended = end
+			return nil
+		}
+	}
+}
+
+// parseURI is url.ParseRequestURI, without its cost for the usual path:
+// one with no escapes.
+func parseURI(uri string) (*url.URL, error) {
+	path, query, _ := strings.Cut(uri, "?")
+	if strings.IndexByte(path, '%') < 0 && strings.HasPrefix(path, "/") && !strings.ContainsAny(query, "#") {
+		return &url.URL{Path: path, RawQuery: query}, nil
+	}
+	return url.ParseRequestURI(uri)
+}
+
+// bodyAllowed reports whether an answer of status has a body.
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// requestBody is a stream's request body for its handler.
+type requestBody struct{ p *pipe }
+
+func (b requestBody) Read(p []byte) (int, error) { return b.p.Read(p) }
+
+// Close drops the rest of the body: it is read no further.
+func (b requestBody) Close() error {
+	b.p.abort(errBodyClosed)
+	return nil
+}
+
+var errBodyClosed = errors.New("link: the request body was closed")
