@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
 	"time"
@@ -39,25 +41,112 @@ type Forwarded struct {
 // forwardMACLen is the length of a header's mac: 32 bytes, base64 raw URL.
 const forwardMACLen = 43
 
+// forwardVersion is the first byte of a header's payload.
+const forwardVersion = 2
+
 // SignForward returns f as a header value, signed with the signing key:
-// base64url(JSON of f) + "." + base64url(HMAC-SHA256(signing key,
-// "mcpvisor forward v1\x00" + the first part)), unpadded. Identity is
-// written compacted. An Identity that is not JSON gives "", which
-// VerifyForward refuses.
+// base64url(payload) + "." + base64url(HMAC-SHA256(signing key,
+// "mcpvisor forward v2\x00" + the first part)), unpadded. The payload is
+// a version byte, then the ordinals as uvarints, the strings (the
+// incarnation, the config version, the method, the path, the identity's
+// JSON) each as a uvarint length and its bytes, and Expires in Unix
+// nanoseconds as a varint: a forward is signed and verified on every
+// hop, and a binary payload costs a fraction of JSON's reflection. An
+// Identity that is not JSON gives "", which VerifyForward refuses.
 func (k *Keys) SignForward(f Forwarded) string {
-	b, err := json.Marshal(f)
-	if err != nil {
+	if len(f.Identity) > 0 && !json.Valid(f.Identity) {
 		return ""
 	}
+	b := make([]byte, 0, 64+len(f.ToIncarnation)+len(f.ConfigVersion)+len(f.Path)+len(f.Identity))
+	b = append(b, forwardVersion)
+	b = binary.AppendUvarint(b, uint64(f.From))
+	b = binary.AppendUvarint(b, uint64(f.To))
+	for _, s := range []string{f.ToIncarnation, f.ConfigVersion, f.Method, f.Path} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(f.Identity)))
+	b = append(b, f.Identity...)
+	var exp int64 // none: 0
+	if !f.Expires.IsZero() {
+		exp = f.Expires.UnixNano()
+	}
+	b = binary.AppendVarint(b, exp)
 	p := base64.RawURLEncoding.EncodeToString(b)
-	return p + "." + forwardMAC(k.keys[0], p)
+	return p + "." + k.forwardMAC(0, p)
 }
 
-func forwardMAC(key []byte, payload string) string {
-	m := hmac.New(sha256.New, key)
-	io.WriteString(m, "mcpvisor forward v1\x00")
+// decodeForward reads a payload SignForward wrote.
+func decodeForward(b []byte) (Forwarded, error) {
+	bad := errors.New("forward header: malformed")
+	if len(b) == 0 || b[0] != forwardVersion {
+		return Forwarded{}, bad
+	}
+	b = b[1:]
+	num := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	str := func() ([]byte, bool) {
+		n, ok := num()
+		if !ok || n > uint64(len(b)) {
+			return nil, false
+		}
+		s := b[:n]
+		b = b[n:]
+		return s, true
+	}
+	var f Forwarded
+	from, ok1 := num()
+	to, ok2 := num()
+	if !ok1 || !ok2 || from > MaxOrdinal || to > MaxOrdinal {
+		return Forwarded{}, bad
+	}
+	f.From, f.To = int(from), int(to)
+	var fields [5][]byte
+	for i := range fields {
+		var ok bool
+		if fields[i], ok = str(); !ok {
+			return Forwarded{}, bad
+		}
+	}
+	f.ToIncarnation, f.ConfigVersion, f.Method, f.Path = string(fields[0]), string(fields[1]), string(fields[2]), string(fields[3])
+	if len(fields[4]) > 0 {
+		if !json.Valid(fields[4]) {
+			return Forwarded{}, fmt.Errorf("%w: the identity is not JSON", bad)
+		}
+		f.Identity = json.RawMessage(fields[4])
+	}
+	exp, n := binary.Varint(b)
+	if n <= 0 || n != len(b) {
+		return Forwarded{}, bad
+	}
+	if exp != 0 {
+		f.Expires = time.Unix(0, exp)
+	}
+	return f, nil
+}
+
+// forwardMAC is the mac of payload under the i-th key, from a pool of
+// keyed HMACs (one is made per key and goroutine at most, not per
+// header).
+func (k *Keys) forwardMAC(i int, payload string) string {
+	pool := &k.macs[i]
+	m, _ := pool.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, k.keys[i])
+	}
+	m.Reset()
+	io.WriteString(m, "mcpvisor forward v2\x00")
 	io.WriteString(m, payload)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	var sum [sha256.Size]byte
+	out := base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
+	pool.Put(m)
+	return out
 }
 
 // VerifyForward parses v, a value of ForwardHeader, and verifies it
@@ -70,9 +159,9 @@ func (k *Keys) VerifyForward(v string, now time.Time) (Forwarded, error) {
 		return Forwarded{}, errors.New("forward header: malformed")
 	}
 	signed := false
-	for _, key := range k.keys {
+	for i := range k.keys {
 		// Compared as text: one spelling of a mac is accepted.
-		if subtle.ConstantTimeCompare([]byte(forwardMAC(key, p)), []byte(mac)) == 1 {
+		if subtle.ConstantTimeCompare([]byte(k.forwardMAC(i, p)), []byte(mac)) == 1 {
 			signed = true
 			break
 		}
@@ -84,9 +173,9 @@ func (k *Keys) VerifyForward(v string, now time.Time) (Forwarded, error) {
 	if err != nil {
 		return Forwarded{}, fmt.Errorf("forward header: malformed: %w", err)
 	}
-	var f Forwarded
-	if err := json.Unmarshal(b, &f); err != nil {
-		return Forwarded{}, fmt.Errorf("forward header: malformed: %w", err)
+	f, err := decodeForward(b)
+	if err != nil {
+		return Forwarded{}, err
 	}
 	switch {
 	case f.Expires.IsZero():

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // MinKeyLen is the fewest bytes a peer key may have.
@@ -34,6 +35,7 @@ type Keys struct {
 	ids  []string       // keyID of each
 	cas  []*peerCA      // the CA derived from each
 	pool *x509.CertPool // every CA of cas
+	macs []sync.Pool    // keyed HMACs of each key (forwardMAC)
 }
 
 // NewKeys returns the Keys that sign with signing and accept signing and
@@ -61,6 +63,7 @@ func NewKeys(signing []byte, accepted ...[]byte) (*Keys, error) {
 		k.cas = append(k.cas, ca)
 		k.pool.AddCert(ca.cert)
 	}
+	k.macs = make([]sync.Pool, len(k.keys))
 	return k, nil
 }
 
