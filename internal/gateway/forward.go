@@ -122,24 +122,23 @@ type flight struct {
 	// waits on parent and on abort, closed by stop; only a wait that
 	// needs a context (a start, the pin check, …) makes one, ended by
 	// stop too. cause is why stop ended f.
-	own            bool
-	parent         context.Context
-	abort          chan struct{}
-	ownMu          sync.Mutex
-	cause          error
-	stopCtx        context.CancelCauseFunc
-	c              *call
-	key            string
-	from           sender
-	mo             *Modern // from.modern() as it began: a held call's later rounds replace it (registry.nextRound)
-	name, method   string
-	params         json.RawMessage // as the server gets them
-	clientID       json.RawMessage
-	timeout        time.Duration
-	lease          *fleet.Lease
-	conn           fleet.Conn
-	legacyToModern bool
-	timer          *reqTimer // &rt when the request has a timeout
+	own          bool
+	parent       context.Context
+	abort        chan struct{}
+	ownMu        sync.Mutex
+	cause        error
+	stopCtx      context.CancelCauseFunc
+	c            *call
+	key          string
+	from         sender
+	mo           *Modern // from.modern() as it began: a held call's later rounds replace it (registry.nextRound)
+	name, method string
+	params       json.RawMessage // as the server gets them
+	clientID     json.RawMessage
+	timeout      time.Duration
+	lease        *fleet.Lease
+	conn         fleet.Conn
+	timer        *reqTimer // &rt when the request has a timeout
 
 	// The call and the timer, allocated with the flight.
 	call call
@@ -160,9 +159,13 @@ type flight struct {
 	auditArgs   json.RawMessage
 	refused     bool
 	outcome     telemetry.Outcome
-	code        int // the JSON-RPC error code of a protocol error
-	received    int // bytes of the server's result or error
-	tr          *flightSpan
+	// legacyToModern: a legacy client's request to a modern server
+	// (serverParams). Kept with the other small fields, which share a
+	// word: the flight stays in its allocation size class.
+	legacyToModern bool
+	code           int // the JSON-RPC error code of a protocol error
+	received       int // bytes of the server's result or error
+	tr             *flightSpan
 }
 
 // flightSpan is what a flight's span needs: made only with tracing on.
