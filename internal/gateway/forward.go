@@ -154,6 +154,7 @@ type flight struct {
 	// and the audit's target and copy of the arguments; refused, it was
 	// answered before it began (its audit line written then).
 	who         *identity.Identity // the request's own identity (requestIdentity)
+	recv        *Receiver          // the replica the request was forwarded from, if governed (receiverOf)
 	preq        *policy.Request
 	auditTarget string
 	auditArgs   json.RawMessage
@@ -188,6 +189,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 	// The policy, the audit's room and the rate limits first: a refused
 	// use of a server's item starts nothing.
 	if decided(method) && g.governed() && !f.who.Decided() {
+		// A call forwarded by the replica that received it is limited
+		// and audited there (receiver.go): looked up once, here.
+		f.recv = receiverOf(ctx)
 		// The limits first: a flood of refused calls is limited as one
 		// of served calls is, and writes no more audit lines.
 		if resp := g.prepare(f, raw, params); resp != nil {
