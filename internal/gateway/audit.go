@@ -49,23 +49,25 @@ func (f *flight) auditRecord(target string) audit.Record {
 	return rec
 }
 
-// auditRefusal writes the line of f refused before it began.
+// auditRefusal writes the line of f refused before it began: to the
+// replica it was forwarded from, if any.
 func (g *Gateway) auditRefusal(f *flight, target, outcome string, code int, reason string) {
 	l := g.audit.Load()
-	if l == nil {
+	if l == nil && f.recv == nil {
 		return
 	}
 	rec := f.auditRecord(target)
 	rec.Outcome, rec.Code, rec.Reason = outcome, code, reason
 	rec.Arguments = f.auditArgs
 	rec.Duration = time.Since(f.start)
-	l.Add(rec)
+	addLine(f.recv, l, rec)
 }
 
-// auditCall writes the line of f's call, at its end.
+// auditCall writes the line of f's call, at its end: to the replica it
+// was forwarded from, if any.
 func (f *flight) auditCall(now time.Time) {
 	l := f.g.audit.Load()
-	if l == nil || !decided(f.method) || f.refused {
+	if (l == nil && f.recv == nil) || !decided(f.method) || f.refused {
 		return
 	}
 	rec := f.auditRecord(f.auditTarget)
@@ -75,7 +77,7 @@ func (f *flight) auditCall(now time.Time) {
 	}
 	rec.Arguments = f.auditArgs
 	rec.Duration = now.Sub(f.start)
-	l.Add(rec)
+	addLine(f.recv, l, rec)
 }
 
 // governed reports whether a policy, an audit or rate limits are in
@@ -85,8 +87,9 @@ func (g *Gateway) governed() bool {
 }
 
 // admit checks what stands between a permitted call and its server: the
-// audit's room (failClosed) and the identity's rate limits. It returns
-// the client's answer to a refused call, else nil.
+// audit's room (failClosed) and the identity's rate limits — for a call
+// forwarded by the replica that received it, that replica's (allow). It
+// returns the client's answer to a refused call, else nil.
 func (g *Gateway) admit(f *flight) *rpc.Message {
 	if !decided(f.method) {
 		return nil
@@ -96,11 +99,23 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 		g.auditRefusals.Add(1) // no line: the audit is what cannot take one
 		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
 	}
-	lim := g.limits.Load()
-	if lim == nil {
-		return nil
+	var ok bool
+	var wait time.Duration
+	var scope string
+	if f.recv != nil {
+		var err error
+		if ok, wait, scope, err = g.allow(f); err != nil {
+			f.refused = true
+			g.receiverRefusals.Add(1) // no line: the limit was not applied
+			return errorResponse(f.clientID, rpc.InternalError, "the receiving replica's rate limit could not be checked, and the call was refused: "+err.Error())
+		}
+	} else {
+		lim := g.limits.Load()
+		if lim == nil {
+			return nil
+		}
+		ok, wait, scope = lim.Allow(f.who.Key(), f.name, f.auditTarget)
 	}
-	ok, wait, scope := lim.Allow(f.who.Key(), f.name, f.auditTarget)
 	if ok {
 		return nil
 	}
@@ -124,36 +139,43 @@ func retryAfterOf(resp *rpc.Message) int {
 // Denials is how many requests the policy denied; ScopeRefusals how
 // many calls through /mcp were refused for a server scope the token
 // lacked; AuditRefusals how many were refused while a failClosed audit
-// could not keep up.
-func (g *Gateway) Denials() uint64       { return g.denials.Load() }
-func (g *Gateway) ScopeRefusals() uint64 { return g.scopeRefusals.Load() }
-func (g *Gateway) AuditRefusals() uint64 { return g.auditRefusals.Load() }
+// could not keep up; ReceiverRefusals how many calls forwarded by the
+// replica that received them were refused because that replica's rate
+// limits could not be asked (Receiver.Allow failed).
+func (g *Gateway) Denials() uint64          { return g.denials.Load() }
+func (g *Gateway) ScopeRefusals() uint64    { return g.scopeRefusals.Load() }
+func (g *Gateway) AuditRefusals() uint64    { return g.auditRefusals.Load() }
+func (g *Gateway) ReceiverRefusals() uint64 { return g.receiverRefusals.Load() }
 
 // Audit is the audit in force, or nil.
 func (g *Gateway) Audit() *audit.Log { return g.audit.Load() }
 
 // auditUnusable writes the line of a request refused on a server's own
-// endpoint because who may use nothing of the server.
-func (g *Gateway) auditUnusable(who *identity.Identity, endpoint, server, method string) {
-	g.auditUnread(who, audit.Record{Endpoint: endpoint, Server: server, Method: method, Outcome: "denied",
+// endpoint because who may use nothing of the server; recv is the
+// replica the request was forwarded from (nil: none).
+func (g *Gateway) auditUnusable(recv *Receiver, who *identity.Identity, endpoint, server, method string) {
+	g.auditUnread(recv, who, audit.Record{Endpoint: endpoint, Server: server, Method: method, Outcome: "denied",
 		Code: rpc.NotPermitted, Reason: "the policy allows no request of the server"})
 }
 
 // auditShed writes the line of a call the HTTP front refused over the
 // identity's rate limit before reading it: what its headers say of it.
+// A forwarded request is never shed (StreamableHandler.shed): its line is
+// this replica's.
 func (g *Gateway) auditShed(who *identity.Identity, endpoint, method, name string) {
-	g.auditUnread(who, audit.Record{Endpoint: endpoint, Method: method, Target: name, Outcome: "limited",
+	g.auditUnread(nil, who, audit.Record{Endpoint: endpoint, Method: method, Target: name, Outcome: "limited",
 		Code: rpc.RateLimited, Reason: "rate limit per identity (refused before the request was read)"})
 }
 
 // auditUnread writes rec, of a request refused with no flight of its
-// own, as who's, now.
-func (g *Gateway) auditUnread(who *identity.Identity, rec audit.Record) {
+// own, as who's, now: to recv, the replica the request was forwarded
+// from, if any.
+func (g *Gateway) auditUnread(recv *Receiver, who *identity.Identity, rec audit.Record) {
 	l := g.audit.Load()
-	if l == nil {
+	if l == nil && recv == nil {
 		return
 	}
 	rec.Time = time.Now()
 	rec.SetIdentity(who)
-	l.Add(rec)
+	addLine(recv, l, rec)
 }

@@ -122,24 +122,23 @@ type flight struct {
 	// waits on parent and on abort, closed by stop; only a wait that
 	// needs a context (a start, the pin check, …) makes one, ended by
 	// stop too. cause is why stop ended f.
-	own            bool
-	parent         context.Context
-	abort          chan struct{}
-	ownMu          sync.Mutex
-	cause          error
-	stopCtx        context.CancelCauseFunc
-	c              *call
-	key            string
-	from           sender
-	mo             *Modern // from.modern() as it began: a held call's later rounds replace it (registry.nextRound)
-	name, method   string
-	params         json.RawMessage // as the server gets them
-	clientID       json.RawMessage
-	timeout        time.Duration
-	lease          *fleet.Lease
-	conn           fleet.Conn
-	legacyToModern bool
-	timer          *reqTimer // &rt when the request has a timeout
+	own          bool
+	parent       context.Context
+	abort        chan struct{}
+	ownMu        sync.Mutex
+	cause        error
+	stopCtx      context.CancelCauseFunc
+	c            *call
+	key          string
+	from         sender
+	mo           *Modern // from.modern() as it began: a held call's later rounds replace it (registry.nextRound)
+	name, method string
+	params       json.RawMessage // as the server gets them
+	clientID     json.RawMessage
+	timeout      time.Duration
+	lease        *fleet.Lease
+	conn         fleet.Conn
+	timer        *reqTimer // &rt when the request has a timeout
 
 	// The call and the timer, allocated with the flight.
 	call call
@@ -155,14 +154,19 @@ type flight struct {
 	// and the audit's target and copy of the arguments; refused, it was
 	// answered before it began (its audit line written then).
 	who         *identity.Identity // the request's own identity (requestIdentity)
+	recv        *Receiver          // the replica the request was forwarded from, if governed (receiverOf)
 	preq        *policy.Request
 	auditTarget string
 	auditArgs   json.RawMessage
 	refused     bool
 	outcome     telemetry.Outcome
-	code        int // the JSON-RPC error code of a protocol error
-	received    int // bytes of the server's result or error
-	tr          *flightSpan
+	// legacyToModern: a legacy client's request to a modern server
+	// (serverParams). Kept with the other small fields, which share a
+	// word: the flight stays in its allocation size class.
+	legacyToModern bool
+	code           int // the JSON-RPC error code of a protocol error
+	received       int // bytes of the server's result or error
+	tr             *flightSpan
 }
 
 // flightSpan is what a flight's span needs: made only with tracing on.
@@ -185,6 +189,9 @@ func (g *Gateway) begin(ctx context.Context, cancel context.CancelCauseFunc, w s
 	// The policy, the audit's room and the rate limits first: a refused
 	// use of a server's item starts nothing.
 	if decided(method) && g.governed() && !f.who.Decided() {
+		// A call forwarded by the replica that received it is limited
+		// and audited there (receiver.go): looked up once, here.
+		f.recv = receiverOf(ctx)
 		// The limits first: a flood of refused calls is limited as one
 		// of served calls is, and writes no more audit lines.
 		if resp := g.prepare(f, raw, params); resp != nil {

@@ -384,6 +384,11 @@ func (h *StreamableHandler) Close() {
 // (a 2026-07-28 client's) is shed: a response to the server's question,
 // a cancellation or an initialize goes on, and a legacy session's call,
 // whose method only its body says, is refused in begin.
+//
+// Nor is a request forwarded by the replica that received it
+// (WithReceiver): that replica's limits govern it, and they cannot be
+// peeked at here without a round trip to it, which would cost what
+// shedding saves. The call's own check in begin asks them.
 func (h *StreamableHandler) shed(w http.ResponseWriter, r *http.Request) bool {
 	if h.gw == nil {
 		return false
@@ -392,8 +397,12 @@ func (h *StreamableHandler) shed(w http.ResponseWriter, r *http.Request) bool {
 	if method == "" || !decided(method) {
 		return false
 	}
+	lim := h.gw.Limits()
+	if lim == nil || receiverOf(r.Context()) != nil {
+		return false
+	}
 	who := identity.FromContext(r.Context())
-	d := h.gw.Limits().Exhausted(who.Key())
+	d := lim.Exhausted(who.Key())
 	if d <= 0 {
 		return false
 	}

@@ -152,9 +152,9 @@ func (g *Gateway) prepare(f *flight, raw, params json.RawMessage) *rpc.Message {
 	}
 	f.preq = policyRequest(f.who, f.srv, f.method, target, params)
 	f.auditTarget = cmp.Or(f.preq.Tool, f.preq.Prompt, f.preq.Resource)
-	if g.audit.Load() != nil {
-		// The audit writes them later: its own copy, whatever becomes of
-		// the request's buffer.
+	if g.audit.Load() != nil || f.recv != nil {
+		// The audit (here, or the receiver's) writes them later: its
+		// own copy, whatever becomes of the request's buffer.
 		f.auditArgs = bytes.Clone(f.preq.Arguments)
 	}
 	return nil

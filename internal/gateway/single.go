@@ -225,7 +225,7 @@ func (e *single) unusable(ctx context.Context, w sender, m *rpc.Message) *rpc.Me
 		return nil
 	}
 	e.g.denials.Add(1)
-	e.g.auditUnusable(who, "/servers/"+e.srv.Name()+"/mcp", e.srv.Name(), m.Method)
+	e.g.auditUnusable(receiverOf(ctx), who, "/servers/"+e.srv.Name()+"/mcp", e.srv.Name(), m.Method)
 	return errorResponse(m.ID, rpc.NotPermitted, notPermitted)
 }
 
