@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/link"
 	"math/big"
 	"slices"
 	"strings"
@@ -120,7 +121,9 @@ func (k *Keys) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage) error 
 }
 
 // nextProtos are offered by both sides: net/http's servers and
-// transports pick HTTP/2 or HTTP/1.1 by them.
+// transports pick HTTP/2 or HTTP/1.1 by them. The server offers the
+// forwarding hop's link (package link) too, which a client asks for
+// alone.
 var nextProtos = []string{"h2", "http/1.1"}
 
 // ServerTLS returns the TLS config of a replica's peer listener. It
@@ -159,7 +162,7 @@ func (r *Ring) serverConfig(k *Keys) *tls.Config {
 	}
 	return &tls.Config{
 		MinVersion:             tls.VersionTLS13,
-		NextProtos:             slices.Clone(nextProtos),
+		NextProtos:             append([]string{link.Proto}, nextProtos...),
 		ClientAuth:             tls.RequireAnyClientCert,
 		SessionTicketsDisabled: true,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {

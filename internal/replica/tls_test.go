@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"github.com/mcpvisor/mcpvisor/internal/link"
 	"io"
 	"log"
 	"math/big"
@@ -328,7 +329,8 @@ func TestClientRefusesStrangers(t *testing.T) {
 	}
 }
 
-// The configs: TLS 1.3 at least, both protocols offered, a client
+// The configs: TLS 1.3 at least, both HTTP protocols offered (and the
+// link by the server), a client
 // certificate required, no session tickets; with no keys in the Ring,
 // handshakes fail rather than panic.
 func TestConfigs(t *testing.T) {
@@ -338,9 +340,9 @@ func TestConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*tls.Config{srv, inner, cli} {
-		if c.MinVersion != tls.VersionTLS13 || strings.Join(c.NextProtos, ",") != "h2,http/1.1" {
-			t.Errorf("config: TLS %x, ALPN %q", c.MinVersion, c.NextProtos)
+	for c, want := range map[*tls.Config]string{srv: link.Proto + ",h2,http/1.1", inner: link.Proto + ",h2,http/1.1", cli: "h2,http/1.1"} {
+		if c.MinVersion != tls.VersionTLS13 || strings.Join(c.NextProtos, ",") != want {
+			t.Errorf("config: TLS %x, ALPN %q, want %s", c.MinVersion, c.NextProtos, want)
 		}
 	}
 	for _, c := range []*tls.Config{srv, inner} {
