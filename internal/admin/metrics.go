@@ -359,8 +359,10 @@ type TeamStats struct {
 	Denied         uint64
 	// ScopeRefused: calls through /mcp refused for a server scope the
 	// token lacked; AuditRefused: calls refused while a failClosed audit
-	// could not keep up.
-	ScopeRefused, AuditRefused uint64
+	// could not keep up; ReceiverRefused: calls another replica
+	// forwarded here refused because that replica, whose rate limits
+	// govern them, could not be asked.
+	ScopeRefused, AuditRefused, ReceiverRefused uint64
 }
 
 // teamMetrics writes st's families.
@@ -390,5 +392,7 @@ func teamMetrics(m *expo, st TeamStats) {
 		m.sample("mcpvisor_ratelimit_buckets", labels("kind", "tool"), float64(l.Tools))
 		m.family("mcpvisor_ratelimit_evicted_total", "counter", "Token buckets dropped before they were full, to keep the number kept bounded.")
 		m.sample("mcpvisor_ratelimit_evicted_total", "", float64(l.Evicted))
+		m.family("mcpvisor_ratelimit_unchecked_total", "counter", "Calls another replica forwarded here, refused because that replica, whose rate limits govern them, could not be asked (its link ended).")
+		m.sample("mcpvisor_ratelimit_unchecked_total", "", float64(st.ReceiverRefused))
 	}
 }

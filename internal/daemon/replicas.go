@@ -11,19 +11,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/link"
+	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
 )
 
@@ -63,8 +66,12 @@ type replicaSet struct {
 	// its route's guard before it is forwarded.
 	access guard.Options
 
+	// transport carries the peer API (placement, grants) over HTTP;
+	// link carries forwarded MCP requests (package link), served by
+	// linkSrv on the peer listener beside HTTP.
 	transport *http.Transport
-	proxy     *httputil.ReverseProxy
+	link      *link.Transport
+	linkSrv   *link.Server
 	// relays ends what this replica relays for its clients (cutRelays):
 	// a relayed stream (a legacy session's GET) would otherwise hold
 	// the shutdown until its owner ends it.
@@ -89,6 +96,11 @@ type replicaSet struct {
 	// grants serves the OAuth grants this replica holds to its peers
 	// (the fleet; set once the app is open).
 	grants grantHolder
+	// limiter and audit are this replica's rate limits and audit in
+	// force, for the requests it forwarded (receiver.go; set once the
+	// app is open).
+	limiter func() *ratelimit.Limiter
+	audit   func() *audit.Log
 	// cfgNow is the configuration in force, for placement checks.
 	cfgNow atomic.Pointer[config.Config]
 }
@@ -153,16 +165,8 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 		// A forwarded stream is relayed as it comes.
 		DisableCompression: true,
 	}
-	rs.proxy = &httputil.ReverseProxy{
-		Rewrite:   rs.rewrite,
-		Transport: rs.transport,
-		// Streams (text/event-stream, no length) are flushed as they come;
-		// a whole answer is written once.
-		FlushInterval:  0,
-		ErrorHandler:   rs.proxyError,
-		ModifyResponse: rs.modifyResponse,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+	rs.link = &link.Transport{Dial: rs.dialLink, Answer: rs.answer, Heard: rs.heard}
+	rs.linkSrv = &link.Server{Log: log}
 	listen := rc.ListenFor(ord)
 	if listen == "" {
 		return nil, fmt.Errorf("replicas: ordinal %d has no address in replicas.peers (%d listed)", ord, len(rc.Peers))
@@ -208,6 +212,7 @@ func (rs *replicaSet) readKeys() {
 	}
 	rs.ring.Set(keys)
 	rs.transport.CloseIdleConnections()
+	rs.link.Retire()
 	rs.log.Info("replicas: peer keys changed", "signing", keys.SigningID(), "accepted", strings.Join(keys.AcceptedIDs(), ","))
 }
 
@@ -413,19 +418,80 @@ func (rs *replicaSet) forwardAs(w http.ResponseWriter, r *http.Request, server s
 	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, newSession: newSession, header: rs.ring.Load().SignForward(f)}))
 	defer cancel()
 	defer context.AfterFunc(rs.relays, cancel)()
-	rs.proxy.ServeHTTP(w, r.WithContext(ctx))
+	rs.relay(w, r.WithContext(ctx))
 }
 
-// rewrite points a forwarded request at its owner's peer interface. The
-// client's credentials stay here: the owner trusts the signed identity.
-func (rs *replicaSet) rewrite(pr *httputil.ProxyRequest) {
-	f := pr.In.Context().Value(fwdKey{}).(*fwd)
-	pr.Out.URL = &url.URL{Scheme: "https", Host: rs.cfg.Load().PeerOf(f.to.Ordinal), Path: pr.In.URL.Path, RawQuery: pr.In.URL.RawQuery}
-	pr.Out.Host = pr.Out.URL.Host
-	pr.Out.Header.Del("Authorization")
-	pr.Out.Header.Del("Cookie")
-	pr.Out.Header.Set(replica.ForwardHeader, f.header)
+// hopHeaders are not relayed: they are of one connection, or of the
+// client's credentials, which stay here (the owner trusts the signed
+// identity).
+var hopHeaders = []string{"Authorization", "Cookie", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// relay sends r over the link to its owner's peer interface and writes
+// the answer back as it comes: a whole answer in one piece, a stream
+// flushed at each piece.
+func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request) {
+	f := r.Context().Value(fwdKey{}).(*fwd)
+	h := make(http.Header, len(r.Header)+1)
+	for k, v := range r.Header {
+		h[k] = v
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	h[replica.ForwardHeader] = []string{f.header}
+	out := (&http.Request{Method: r.Method, URL: &url.URL{Scheme: "link", Host: rs.cfg.Load().PeerOf(f.to.Ordinal), Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Body: r.Body, ContentLength: r.ContentLength}).WithContext(r.Context())
+	out.Host = out.URL.Host
+	if r.ContentLength == 0 {
+		out.Body = http.NoBody
+	}
+	resp, err := rs.link.RoundTrip(out)
+	if err == nil && resp.Header.Get(peerRefusedHeader) != "" {
+		err = rs.refusal(resp, f)
+	}
+	if err != nil {
+		rs.proxyError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	wh := w.Header()
+	for k, v := range resp.Header {
+		wh[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	// A stream (an event stream, or an answer of no length) is flushed
+	// as it comes; a whole answer is written once.
+	stream := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	rc := http.NewResponseController(w)
+	for {
+		n, rerr := resp.Body.Read(*bp)
+		if n > 0 {
+			if _, err := w.Write((*bp)[:n]); err != nil {
+				return // the client went away: Close resets the stream
+			}
+			if stream {
+				if err := rc.Flush(); err != nil {
+					return
+				}
+			}
+		}
+		if rerr == io.EOF {
+			return
+		}
+		if rerr != nil {
+			if r.Context().Err() == nil {
+				rs.log.Debug("replicas: a relayed answer was cut", "ordinal", f.to.Ordinal, "err", rerr)
+			}
+			// The status is written: the client sees the answer end
+			// short, as from a broken connection.
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
+
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // proxyError answers a forward that failed: an owner that cannot be
 // reached is gone (404, at once); anything else is a 502.
@@ -590,7 +656,13 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 		}
 		rs.received.Add(1)
 		r.Header.Del(replica.ForwardHeader)
-		local.ServeHTTP(w, r.WithContext(guard.Vouched(r.Context(), id)))
+		ctx := guard.Vouched(r.Context(), id)
+		if p := link.PeerOf(ctx); p != nil {
+			// The replica the client reached limits the request and
+			// audits it (receiver.go); this one decides and serves it.
+			ctx = gateway.WithReceiver(ctx, linkReceiver{p})
+		}
+		local.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -605,19 +677,11 @@ func peerRefused(w http.ResponseWriter, status int, msg string) {
 	http.Error(w, msg, status)
 }
 
-// modifyResponse turns a peer's refusal into this replica's 502.
-func (rs *replicaSet) modifyResponse(resp *http.Response) error {
-	if resp.Header.Get(peerRefusedHeader) == "" {
-		return nil
-	}
+// refusal is the error of a peer's refusal, for this replica's 502.
+func (rs *replicaSet) refusal(resp *http.Response, f *fwd) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	resp.Body.Close()
-	f, _ := resp.Request.Context().Value(fwdKey{}).(*fwd)
-	to := -1
-	if f != nil {
-		to = f.to.Ordinal
-	}
-	return fmt.Errorf("%w: replica %d refused the forwarded request: %s", errPeerRefused, to, strings.TrimSpace(string(b)))
+	return fmt.Errorf("%w: replica %d refused the forwarded request: %s", errPeerRefused, f.to.Ordinal, strings.TrimSpace(string(b)))
 }
 
 var errPeerRefused = errors.New("peer refused")
@@ -626,7 +690,15 @@ var errPeerRefused = errors.New("peer refused")
 // the keys until ctx ends.
 func (rs *replicaSet) servePeers(ctx context.Context, local http.Handler) {
 	go rs.watchKeys(ctx)
-	srv := &http.Server{Handler: rs.peerHandler(local), TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	h := rs.peerHandler(local)
+	rs.linkSrv.Handler = h
+	srv := &http.Server{Handler: h, TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		// A peer's link is served on the same listener as the peer API,
+		// told apart by ALPN; net/http hands the connection over after
+		// its handshake and tracks it until ServeConn returns.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){
+			link.Proto: func(_ *http.Server, c *tls.Conn, _ http.Handler) { rs.linkSrv.ServeConn(c) },
+		},
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			if st == http.StateNew {
 				rs.peerConns.Add(1)
@@ -682,10 +754,20 @@ func (rs *replicaSet) waitIdle(ctx context.Context, bound time.Duration) {
 func (rs *replicaSet) close(ctx context.Context) {
 	rs.cutRelays()
 	if rs.peerSrv != nil {
+		// The links' streams finish within ctx, as the HTTP
+		// exchanges do; then what is left is cut.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			rs.linkSrv.Shutdown(ctx)
+		}()
 		_ = rs.peerSrv.Shutdown(ctx)
+		<-done
+		rs.linkSrv.Close()
 	} else if rs.peerLn != nil {
 		_ = rs.peerLn.Close()
 	}
+	rs.link.Close()
 	rs.transport.CloseIdleConnections()
 }
 
@@ -701,6 +783,36 @@ func (rs *replicaSet) ready() string {
 		return fmt.Sprintf("ordinal %d is outside the configured count %d", rs.self.Ordinal, rc.Count)
 	}
 	return ""
+}
+
+// dialLink connects to a peer's link: a TCP connection within
+// ownerTimeout, and a TLS handshake within it too. A refused
+// connection's error is the dial's (*net.OpError), a handshake that
+// does not come a timeout: both say the owner is gone (ownerGoneErr).
+func (rs *replicaSet) dialLink(ctx context.Context, addr string) (net.Conn, error) {
+	bound := rs.cfg.Load().OwnerTimeout
+	d := net.Dialer{Timeout: bound}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rs.ring.ClientTLS()
+	cfg.NextProtos = []string{link.Proto}
+	tc := tls.Client(nc, cfg)
+	hctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		nc.Close()
+		if hctx.Err() != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("no TLS handshake from %s within %v: %w", addr, bound, context.DeadlineExceeded)
+		}
+		return nil, err
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != link.Proto {
+		tc.Close()
+		return nil, fmt.Errorf("the peer at %s speaks no link (ALPN %q): it runs another version", addr, p)
+	}
+	return tc, nil
 }
 
 // http1Only is c speaking HTTP/1.1 only.

@@ -645,3 +645,77 @@ func TestSilentOwnerIsGoneWithinTheBound(t *testing.T) {
 		t.Fatal("a request for a silent owner's session waited past 10 s (ownerTimeout is 300ms)")
 	}
 }
+
+// A request forwarded to its session's owner is limited by the rate
+// limits of the replica the client reached and written in that
+// replica's audit; the owner decides it and serves it. Limits add up
+// per replica: calls the client sends to the owner directly are counted
+// there, in a bucket of the owner's.
+func TestForwardedRequestsAreGovernedWhereTheyArrived(t *testing.T) {
+	iss := authntest.Start(t, authntest.Options{})
+	p := startPair(t, `"auth": {"issuer": "`+iss.URL+`", "publicUrl": "`+publicURL+`/", "scopes": ["mcp"]},
+	  "rateLimits": {"perIdentity": {"perSecond": 0.001, "burst": 2}},
+	  "audit": {"arguments": "full"},`)
+	alice := userToken(t, iss, "alice")
+	adminClaims := iss.Claims("root", publicURL)
+	adminClaims["scope"] = "mcpvisor:admin"
+	admin := iss.Mint(t, adminClaims, authntest.MintOptions{})
+
+	r := send(t, "POST", p.base[1]+"/mcp", initBody, bearer(alice))
+	if r.status != 200 || !strings.HasPrefix(r.sid, replica.StampPrefix+"1.") {
+		t.Fatalf("initialize on replica 1: %d %q %s", r.status, r.sid, r.body)
+	}
+	call := func(base string, id int) reply {
+		h := bearer(alice)
+		h["Mcp-Session-Id"] = []string{r.sid}
+		h["Mcp-Protocol-Version"] = []string{"2025-11-25"}
+		return send(t, "POST", base+"/mcp", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"x__echo","arguments":{"text":"hi %d"}}}`, id, id), h)
+	}
+	for i := range 2 {
+		if c := call(p.base[0], 10+i); c.status != 200 || !strings.Contains(c.body, `"result"`) {
+			t.Fatalf("forwarded call %d: %d %s", i, c.status, c.body)
+		}
+	}
+	if c := call(p.base[0], 12); !strings.Contains(c.body, `"code":-32013`) {
+		t.Errorf("a third forwarded call, over replica 0's limit: %d %s", c.status, c.body)
+	}
+	// The owner's own limit is untouched by what replica 0 forwarded.
+	if c := call(p.base[1], 13); c.status != 200 || !strings.Contains(c.body, `"result"`) {
+		t.Errorf("a call made on the owner directly: %d %s", c.status, c.body)
+	}
+
+	lines := func(base string, want int) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			clear(got)
+			n := 0
+			a := send(t, "GET", base+"/api/audit?limit=100", "", bearer(admin))
+			for _, l := range strings.Split(strings.TrimSpace(a.body), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(l), &m) == nil && m["method"] == "tools/call" {
+					got[fmt.Sprint(m["identity"], " ", m["target"], " ", m["outcome"], " ", m["arguments"])]++
+					n++
+				}
+			}
+			if n >= want || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	want0 := map[string]int{"alice echo ok map[text:hi 10]": 1, "alice echo ok map[text:hi 11]": 1, "alice echo limited map[text:hi 12]": 1}
+	if got := lines(p.base[0], 3); fmt.Sprint(got) != fmt.Sprint(want0) {
+		t.Errorf("replica 0's audit (the calls it received): %v, want %v", got, want0)
+	}
+	want1 := map[string]int{"alice echo ok map[text:hi 13]": 1}
+	if got := lines(p.base[1], 1); fmt.Sprint(got) != fmt.Sprint(want1) {
+		t.Errorf("replica 1's audit (the owner: only the call it received): %v, want %v", got, want1)
+	}
+	for i, want := range []string{`mcpvisor_ratelimit_limited_total{scope="identity"} 1`, `mcpvisor_ratelimit_limited_total{scope="identity"} 0`} {
+		if m := send(t, "GET", p.base[i]+"/metrics", "", bearer(admin)); !strings.Contains(m.body, want+"\n") {
+			t.Errorf("replica %d's /metrics lacks %q", i, want)
+		}
+	}
+}

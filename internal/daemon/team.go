@@ -210,7 +210,7 @@ func (s *serving) auditAPI(w http.ResponseWriter, r *http.Request) {
 
 // teamStats are team identity's counts for /metrics.
 func (s *serving) teamStats() admin.TeamStats {
-	st := admin.TeamStats{Denied: s.a.gw.Denials(), ScopeRefused: s.a.gw.ScopeRefusals(), AuditRefused: s.a.gw.AuditRefusals()}
+	st := admin.TeamStats{Denied: s.a.gw.Denials(), ScopeRefused: s.a.gw.ScopeRefusals(), AuditRefused: s.a.gw.AuditRefusals(), ReceiverRefused: s.a.gw.ReceiverRefusals()}
 	if l := s.a.gw.Audit(); l != nil {
 		as := l.Stats()
 		st.Audit, st.AuditAccepting = &as, l.Accepting()
