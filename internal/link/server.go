@@ -135,7 +135,7 @@ type serverConn struct {
 
 	mu       sync.Mutex
 	streams  map[uint32]*sstream
-	closing  bool   // goaway sent: no new stream
+	closing  bool // goaway sent: no new stream
 	asks     map[uint32]chan []byte
 	nextAsk  uint32
 	handlers sync.WaitGroup
