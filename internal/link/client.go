@@ -212,7 +212,9 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	var first []byte
 	end := req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0
 	if !end {
-		first, end, err = readChunk(req.Body, dataChunk)
+		bp := chunkBufs.Get().(*[]byte)
+		defer chunkBufs.Put(bp)
+		first, end, err = readChunk(req.Body, (*bp)[:0])
 		if err != nil {
 			st.finish(fmt.Errorf("link: reading the request body: %w", err), true)
 			closeBody(req)
@@ -276,14 +278,11 @@ func closeBody(req *http.Request) {
 	}
 }
 
-// readChunk reads up to n bytes of r: what it read and whether r ended.
-func readChunk(r io.Reader, n int) ([]byte, bool, error) {
-	b := make([]byte, 0, min(n, 4096))
-	for len(b) < n {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		m, err := r.Read(b[len(b):min(cap(b), n)])
+// readChunk reads into b's room (up to cap(b) bytes) from r: what it
+// read and whether r ended.
+func readChunk(r io.Reader, b []byte) ([]byte, bool, error) {
+	for len(b) < cap(b) {
+		m, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+m]
 		if err == io.EOF {
 			return b, true, nil
@@ -294,6 +293,10 @@ func readChunk(r io.Reader, n int) ([]byte, bool, error) {
 	}
 	return b, false, nil
 }
+
+// chunkBufs hold a request body's first piece until it is queued (the
+// writer copies it).
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, dataChunk); return &b }}
 
 // clientConn is one connection to a peer.
 type clientConn struct {
