@@ -200,6 +200,14 @@ func TestBenchReplicas(t *testing.T) {
 		(treeL / n).Round(100*time.Nanosecond), (treeF / n).Round(100*time.Nanosecond), tmean, 1+tres)
 	fmt.Fprintf(report, "  the replica processes alone:  served where it landed %v/call, forwarded one hop %v/call: forwarded/local = %.2f× (95%% CI ×/÷ %.3f)\n",
 		(cpuL / n).Round(100*time.Nanosecond), (cpuF / n).Round(100*time.Nanosecond), mean, 1+res)
+	// The floor: a hop is at least one round trip between two
+	// processes.
+	ftcp, ftls, flink := floor(t, callers, perRound/callers*2)
+	perCall := cpuL / n
+	fmt.Fprintf(report, "  floor, one round trip of %d bytes between two processes (CPU of both): TCP %v, TLS 1.3 %v, a link (TLS, frames, an http.Handler) %v\n",
+		floorMsg, ftcp.Round(100*time.Nanosecond), ftls.Round(100*time.Nanosecond), flink.Round(100*time.Nanosecond))
+	fmt.Fprintf(report, "  so forwarded/local is at least %.2f× (replicas alone) and %.2f× (with their servers) for any hop over TCP; %.2f× and %.2f× over TLS\n",
+		float64(perCall+ftcp)/float64(perCall), float64(treeL/n+ftcp)/float64(treeL/n), float64(perCall+ftls)/float64(perCall), float64(treeL/n+ftls)/float64(treeL/n))
 	fmt.Fprintf(report, "  latency served where it landed: p50 %v p99 %v;  forwarded: p50 %v p99 %v\n",
 		pct(latL, 0.5).Round(time.Microsecond), pct(latL, 0.99).Round(time.Microsecond), pct(latF, 0.5).Round(time.Microsecond), pct(latF, 0.99).Round(time.Microsecond))
 
