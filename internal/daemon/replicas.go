@@ -35,8 +35,10 @@ import (
 // peers are. What it issues that a later request names — a legacy
 // session's id, a held call's requestState, a task id — is stamped with
 // it (gateway.Stamper); a request naming what another replica owns is
-// forwarded there in one hop, over mutual TLS from the shared key, with
-// the identity this replica verified (replicaSet.front). An owner that is
+// forwarded there in one hop, over a link (package link: one kept
+// connection per peer, mutual TLS from the shared key), with the identity
+// this replica verified (replicaSet.front); this replica limits and
+// audits it, the owner decides and serves it (receiver.go). An owner that is
 // gone — the connection refused, no TLS handshake within ownerTimeout, or
 // a new incarnation under its ordinal — means 404 at once: a legacy
 // client initializes again, as the specification tells it to. Nothing is

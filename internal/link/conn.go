@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -155,12 +156,7 @@ func (p *pipe) abort(err error) {
 	p.signal()
 }
 
-func (p *pipe) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
+func (p *pipe) signal() { notify(p.wake) }
 
 func (p *pipe) setDeadline(t time.Time) {
 	p.mu.Lock()
@@ -170,12 +166,8 @@ func (p *pipe) setDeadline(t time.Time) {
 }
 
 func (p *pipe) Read(b []byte) (int, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var timer bound
+	defer timer.stop()
 	for {
 		p.mu.Lock()
 		if p.off < len(p.buf) {
@@ -199,18 +191,9 @@ func (p *pipe) Read(b []byte) (int, error) {
 		}
 		deadline := p.deadline
 		p.mu.Unlock()
-		var expired <-chan time.Time
-		if !deadline.IsZero() {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return 0, os.ErrDeadlineExceeded
-			}
-			if timer == nil {
-				timer = time.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			expired = timer.C
+		expired, err := timer.until(deadline)
+		if err != nil {
+			return 0, err
 		}
 		select {
 		case <-p.wake:
@@ -231,25 +214,34 @@ type credit struct {
 
 func newCredit() *credit { return &credit{n: window, wake: make(chan struct{}, 1)} }
 
-func (c *credit) add(n int) {
+// add gives back n bytes; false if that makes more than the window (the
+// peer gave back what it was never sent).
+func (c *credit) add(n int) bool {
 	c.mu.Lock()
 	c.n += n
+	ok := c.n <= window
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	notify(c.wake)
+	return ok
+}
+
+// windowOf is a window frame's increment: 1 to window bytes.
+func windowOf(f frame) (int, error) {
+	if len(f.payload) != 4 {
+		return 0, fmt.Errorf("%w: a window frame of %d bytes", errProtocol, len(f.payload))
 	}
+	n := binary.BigEndian.Uint32(f.payload)
+	if n == 0 || n > window {
+		return 0, fmt.Errorf("%w: a window increment of %d", errProtocol, n)
+	}
+	return int(n), nil
 }
 
 // take waits, within ctx and deadline (zero: none), until the peer takes
 // bytes, and takes up to want of them.
 func (c *credit) take(ctx context.Context, deadline time.Time, want int) (int, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var timer bound
+	defer timer.stop()
 	for {
 		c.mu.Lock()
 		if c.n > 0 {
@@ -259,18 +251,9 @@ func (c *credit) take(ctx context.Context, deadline time.Time, want int) (int, e
 			return n, nil
 		}
 		c.mu.Unlock()
-		var expired <-chan time.Time
-		if !deadline.IsZero() {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return 0, os.ErrDeadlineExceeded
-			}
-			if timer == nil {
-				timer = time.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			expired = timer.C
+		expired, err := timer.until(deadline)
+		if err != nil {
+			return 0, err
 		}
 		select {
 		case <-c.wake:
@@ -296,4 +279,39 @@ func appendFrameWith(b []byte, typ, flags byte, stream uint32, fill func([]byte)
 	b = fill(b)
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-headerLen))
 	return b
+}
+
+// notify wakes whoever waits on ch (cap 1), or leaves a wake-up there.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// bound is a wait's deadline, its timer made once and reused.
+type bound struct{ t *time.Timer }
+
+// until is what fires at deadline (nil: none), or the error of a
+// deadline passed.
+func (b *bound) until(deadline time.Time) (<-chan time.Time, error) {
+	if deadline.IsZero() {
+		return nil, nil
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		return nil, os.ErrDeadlineExceeded
+	}
+	if b.t == nil {
+		b.t = time.NewTimer(d)
+	} else {
+		b.t.Reset(d)
+	}
+	return b.t.C, nil
+}
+
+func (b *bound) stop() {
+	if b.t != nil {
+		b.t.Stop()
+	}
 }

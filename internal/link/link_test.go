@@ -457,6 +457,8 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 		"an even stream":       appendFrameWith(nil, fHeaders, flagEnd, 2, func(b []byte) []byte { return appendString(appendString(appendString(b, "GET"), "/"), "h") }),
 		"a bad head":           appendFrame(nil, fHeaders, flagEnd, 1, []byte{0xff}),
 		"a short window frame": appendFrame(nil, fWindow, 0, 1, []byte{1}),
+		"a window of nothing":  appendWindow(nil, 1, 0),
+		"a window too large":   appendWindow(nil, 1, window+1),
 	} {
 		if name == "a frame too large" {
 			b = []byte{0x7f, 0xff, 0xff, 0xff, fData, 0, 0, 0, 0, 1}

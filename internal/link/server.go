@@ -235,11 +235,12 @@ func (c *serverConn) handle(f frame) error {
 			st.body.abort(errors.New("link: the client ended the stream"))
 		}
 	case fWindow:
-		if len(f.payload) != 4 {
-			return fmt.Errorf("%w: a window frame of %d bytes", errProtocol, len(f.payload))
+		n, err := windowOf(f)
+		if err != nil {
+			return err
 		}
-		if st := c.stream(f.stream); st != nil {
-			st.send.add(int(binary.BigEndian.Uint32(f.payload)))
+		if st := c.stream(f.stream); st != nil && !st.send.add(n) {
+			return fmt.Errorf("%w: stream %d given more than its window", errProtocol, f.stream)
 		}
 	case fAnswer:
 		if len(f.payload) < 4 {
