@@ -176,37 +176,13 @@ func (t *Transport) Close() {
 	t.wg.Wait()
 }
 
-// RoundTrip relays req to the peer at req.URL.Host. A stream the peer
-// refused unserved (it was shutting down) is sent once more over a new
-// connection.
+// RoundTrip relays req to the peer at req.URL.Host. A stream refused
+// unserved — its connection retired as it opened, or the peer, shutting
+// down, refusing it — is sent once more over a new connection when the
+// whole body was in its first piece: nothing of it ran, and it is all
+// still here.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.roundTrip(req)
-	if errors.Is(err, ErrRefused) && req.Context().Err() == nil && (req.Body == nil || req.Body == http.NoBody || req.GetBody != nil) {
-		if req.GetBody != nil {
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return nil, err
-			}
-			req = req.Clone(req.Context())
-			req.Body = body
-		}
-		resp, err = t.roundTrip(req)
-	}
-	return resp, err
-}
-
-func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	c, err := t.conn(ctx, req.URL.Host)
-	if err != nil {
-		closeBody(req)
-		return nil, err
-	}
-	st, err := c.open(ctx)
-	if err != nil {
-		closeBody(req)
-		return nil, err
-	}
 	// The body: whole in the first write when it is small (the usual
 	// request), else its first piece, and the rest streamed.
 	var first []byte
@@ -214,15 +190,38 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	if !end {
 		bp := chunkBufs.Get().(*[]byte)
 		defer chunkBufs.Put(bp)
-		first, end, err = readChunk(req.Body, (*bp)[:0])
-		if err != nil {
-			st.finish(fmt.Errorf("link: reading the request body: %w", err), true)
+		var err error
+		if first, end, err = readChunk(req.Body, (*bp)[:0]); err != nil {
 			closeBody(req)
-			return nil, err
+			return nil, fmt.Errorf("link: reading the request body: %w", err)
 		}
-		if len(first) > 0 {
-			_, _ = st.send.take(ctx, time.Time{}, len(first)) // within the window: no wait
+	}
+	for attempt := 0; ; attempt++ {
+		resp, streaming, err := t.roundTrip(ctx, req, first, end)
+		if errors.Is(err, ErrRefused) && end && attempt == 0 && ctx.Err() == nil {
+			continue
 		}
+		if !streaming {
+			closeBody(req)
+		}
+		return resp, err
+	}
+}
+
+// roundTrip sends req's head and first (the body's first piece; end: the
+// whole body) on a new stream and waits for the answer's head. streaming
+// says a goroutine took req.Body to send its rest (and closes it).
+func (t *Transport) roundTrip(ctx context.Context, req *http.Request, first []byte, end bool) (*http.Response, bool, error) {
+	c, err := t.conn(ctx, req.URL.Host)
+	if err != nil {
+		return nil, false, err
+	}
+	st, err := c.open(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(first) > 0 {
+		_, _ = st.send.take(ctx, time.Time{}, len(first)) // within the window: no wait
 	}
 	flags := byte(0)
 	if end && len(first) == 0 {
@@ -241,12 +240,11 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	})
 	if err != nil {
 		st.finish(err, false)
-		closeBody(req)
-		return nil, err
+		return nil, false, err
 	}
-	if end {
-		closeBody(req)
-	} else {
+	streaming := false
+	if !end {
+		streaming = true
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
@@ -260,7 +258,7 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 		<-st.head
 	}
 	if st.headErr != nil {
-		return nil, st.headErr
+		return nil, streaming, st.headErr
 	}
 	resp := &http.Response{Status: strconv.Itoa(st.status) + " " + http.StatusText(st.status), StatusCode: st.status,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: st.header, Body: st, ContentLength: -1, Request: req}
@@ -269,7 +267,7 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 			resp.ContentLength = n
 		}
 	}
-	return resp, nil
+	return resp, streaming, nil
 }
 
 func closeBody(req *http.Request) {
@@ -455,6 +453,9 @@ func (c *clientConn) handle(f frame) error {
 		var err error
 		switch code {
 		case resetRefused:
+			// The peer takes no new stream here (it shuts down, or has
+			// too many): the next goes over a new connection.
+			c.retire()
 			err = ErrRefused
 		default:
 			err = fmt.Errorf("link: the peer ended the stream: %s", f.payload[4:])

@@ -513,3 +513,86 @@ func TestRetireMovesToANewConnection(t *testing.T) {
 		t.Fatalf("the stream open at Retire: %v", err)
 	}
 }
+
+// A stream the peer refused unserved (shutting down) is sent once more
+// over a new connection when its body was whole in the first piece; one
+// whose body was streamed is not (its start is gone), nor is a second
+// refusal.
+func TestARefusedStreamIsSentAgainOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "served %d bytes", len(b))
+	})}
+	defer srv.Close()
+	// refuse is how many connections, from now, refuse their streams.
+	var refuse atomic.Int64
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if refuse.Add(-1) >= 0 {
+				conns.Go(func() {
+					defer c.Close()
+					fr := frameReader{r: c}
+					for {
+						f, err := fr.read()
+						if err != nil {
+							return
+						}
+						if f.typ == fHeaders {
+							c.Write(appendFrame(nil, fReset, 0, f.stream, u32(resetRefused), []byte("refused")))
+						}
+					}
+				})
+				continue
+			}
+			conns.Go(func() { srv.ServeConn(c) })
+		}
+	}()
+	var dials atomic.Int64
+	tr := &Transport{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}}
+	defer tr.Close()
+	do := func(body io.Reader) (string, error) {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+ln.Addr().String()+"/", body)
+		if body != nil && req.ContentLength == 0 {
+			req.ContentLength = -1
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return "", err
+		}
+		return readAll(t, resp), nil
+	}
+
+	refuse.Store(1)
+	if got, err := do(strings.NewReader("small")); err != nil || got != "served 5 bytes" {
+		t.Fatalf("a small request refused once: %q %v, want it served over a second connection", got, err)
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2", n)
+	}
+	tr.Retire()
+	refuse.Store(2)
+	if _, err := do(strings.NewReader("small")); !errors.Is(err, ErrRefused) {
+		t.Errorf("a request refused twice: %v, want ErrRefused", err)
+	}
+	tr.Retire()
+	refuse.Store(1)
+	big := bytes.Repeat([]byte("b"), 3*dataChunk)
+	if _, err := do(io.NopCloser(bytes.NewReader(big))); !errors.Is(err, ErrRefused) {
+		t.Errorf("a streamed request refused: %v, want ErrRefused (not sent again)", err)
+	}
+}
