@@ -20,15 +20,14 @@ import (
 // connection per peer, dialed on first use.
 type Transport struct {
 	// Dial connects to a peer: a connection ready for frames (its TLS
-	// handshake done, Proto negotiated), or an error. It bounds itself.
+	// handshake done, Proto negotiated), or an error. It must bound
+	// itself: its context does not end when the request that caused it
+	// does (others may wait on the same dial).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Answer answers the peer's question (Server's Ask) of kind; nil
 	// answers every question with nothing. It runs on the connection's
 	// read loop: it must not block.
 	Answer func(kind byte, question []byte) []byte
-	// Heard takes the peer's message (Server's Tell) of kind; the bytes
-	// are its own. It runs on the read loop: it must not block.
-	Heard func(kind byte, msg []byte)
 	// WriteTimeout bounds one write (10 s if zero); PingInterval is how
 	// often a connection with streams open and nothing read is pinged
 	// (10 s if zero): one that reads nothing for two intervals more is
@@ -97,7 +96,9 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 	t.dialing[addr] = d
 	t.mu.Unlock()
 
-	nc, err := t.Dial(ctx, addr)
+	// The dial is every waiter's, not the first caller's alone: its end
+	// does not end the dial, which Dial bounds itself.
+	nc, err := t.Dial(context.WithoutCancel(ctx), addr)
 	t.mu.Lock()
 	delete(t.dialing, addr)
 	if err == nil && t.closed {
@@ -198,7 +199,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		resp, streaming, err := t.roundTrip(ctx, req, first, end)
-		if errors.Is(err, ErrRefused) && end && attempt == 0 && ctx.Err() == nil {
+		if errors.Is(err, ErrRefused) && !streaming && attempt == 0 && ctx.Err() == nil {
 			continue
 		}
 		if !streaming {
@@ -210,7 +211,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // roundTrip sends req's head and first (the body's first piece; end: the
 // whole body) on a new stream and waits for the answer's head. streaming
-// says a goroutine took req.Body to send its rest (and closes it).
+// says a goroutine took req.Body to send its rest (and closes it): the
+// request cannot be sent again.
 func (t *Transport) roundTrip(ctx context.Context, req *http.Request, first []byte, end bool) (*http.Response, bool, error) {
 	c, err := t.conn(ctx, req.URL.Host)
 	if err != nil {
@@ -221,7 +223,7 @@ func (t *Transport) roundTrip(ctx context.Context, req *http.Request, first []by
 		return nil, false, err
 	}
 	if len(first) > 0 {
-		_, _ = st.send.take(ctx, time.Time{}, len(first)) // within the window: no wait
+		_, _ = st.send.take(ctx, len(first)) // within the window: no wait
 	}
 	flags := byte(0)
 	if end && len(first) == 0 {
@@ -316,6 +318,9 @@ type clientConn struct {
 
 var errConnRetired = errors.New("link: connection retired")
 
+// maxStreamID is the last stream id a connection uses.
+const maxStreamID = 1<<31 - 1
+
 // open makes a new stream.
 func (c *clientConn) open(ctx context.Context) (*cstream, error) {
 	c.mu.Lock()
@@ -326,6 +331,17 @@ func (c *clientConn) open(ctx context.Context) (*cstream, error) {
 			err = ErrRefused // retired: the next try dials
 		}
 		return nil, err
+	}
+	if c.next > maxStreamID {
+		// Ids are never used twice on a connection: a new one takes
+		// the next streams.
+		c.mu.Unlock()
+		c.retire()
+		return nil, fmt.Errorf("%w: the connection used all its stream ids", ErrRefused)
+	}
+	if len(c.streams) == 0 {
+		// Quiet while idle is no sign of a dead peer: count from now.
+		c.lastRead.Store(time.Now().UnixNano())
 	}
 	id := c.next
 	c.next += 2
@@ -437,6 +453,11 @@ func (c *clientConn) handle(f frame) error {
 		if st == nil {
 			return nil
 		}
+		select {
+		case <-st.head:
+		default:
+			return fmt.Errorf("%w: stream %d's body came before its head", errProtocol, f.stream)
+		}
 		if !st.body.write(f.payload) {
 			return fmt.Errorf("%w: stream %d overflowed its window", errProtocol, f.stream)
 		}
@@ -456,7 +477,7 @@ func (c *clientConn) handle(f frame) error {
 			// The peer takes no new stream here (it shuts down, or has
 			// too many): the next goes over a new connection.
 			c.retire()
-			err = ErrRefused
+			err = fmt.Errorf("%w (%s)", ErrRefused, f.payload[4:])
 		default:
 			err = fmt.Errorf("link: the peer ended the stream: %s", f.payload[4:])
 		}
@@ -479,13 +500,6 @@ func (c *clientConn) handle(f frame) error {
 			answer = c.t.Answer(kind, f.payload[5:])
 		}
 		_ = c.w.send(true, func(b []byte) []byte { return appendFrame(b, fAnswer, 0, 0, id, answer) })
-	case fTell:
-		if len(f.payload) < 1 {
-			return fmt.Errorf("%w: an empty message", errProtocol)
-		}
-		if c.t.Heard != nil {
-			c.t.Heard(f.payload[0], append([]byte(nil), f.payload[1:]...))
-		}
 	case fGoaway:
 		c.retire()
 	case fPong:
@@ -520,7 +534,7 @@ func (c *clientConn) keepalive() {
 			}
 			quiet := now.Sub(time.Unix(0, c.lastRead.Load()))
 			if quiet >= 3*every {
-				c.fail(fmt.Errorf("link: the peer read nothing for %v", quiet.Round(time.Second)))
+				c.fail(fmt.Errorf("link: the peer answered nothing for %v", quiet.Round(time.Millisecond)))
 				return
 			}
 			if quiet >= every {
@@ -544,10 +558,9 @@ type cstream struct {
 	header  http.Header
 	headErr error
 
-	mu     sync.Mutex
-	err    error         // why it ended, if it did
-	done   chan struct{} // closed when it ended
-	closed bool          // Close was called
+	mu   sync.Mutex
+	err  error         // why it ended, if it did
+	done chan struct{} // closed when it ended
 }
 
 func (st *cstream) gotHead(status int, h http.Header, err error) {
@@ -642,7 +655,7 @@ func (st *cstream) sendBody(body io.ReadCloser) {
 			m := 0
 			if len(p) > 0 {
 				var err error
-				if m, err = st.send.take(ctx, time.Time{}, len(p)); err != nil {
+				if m, err = st.send.take(ctx, len(p)); err != nil {
 					return
 				}
 			}

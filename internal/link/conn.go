@@ -15,7 +15,8 @@ import (
 // Whoever queues frames on an idle connection writes them, and with them
 // whatever other callers queue while that write is under way: one system
 // call carries many frames under load, and none waits for a goroutine of
-// the connection's to be woken.
+// the connection's to be woken. A caller writes for the others a few
+// rounds at most, then hands the rest to a goroutine.
 type writer struct {
 	conn    net.Conn
 	timeout time.Duration // of one write; past it the connection is dead
@@ -25,8 +26,13 @@ type writer struct {
 	buf     []byte // queued
 	spare   []byte
 	writing bool
-	err     error // sticky: the connection failed
+	err     error         // sticky: the connection failed
+	idle    chan struct{} // cap 1: a flush ended (made by the first send)
 }
+
+// maxRounds is how many writes a caller makes for others before it hands
+// the queue to a goroutine.
+const maxRounds = 4
 
 // send queues what fill appends to the write buffer and, if no write is
 // under way, writes it: in this goroutine, or in a new one when async
@@ -47,21 +53,26 @@ func (w *writer) send(async bool, fill func([]byte) []byte) error {
 	w.writing = true
 	if async {
 		w.mu.Unlock()
-		go func() {
-			w.mu.Lock()
-			w.flushLocked()
-		}()
+		go w.flush(0)
 		return nil
 	}
-	w.flushLocked()
+	w.mu.Unlock()
+	w.flush(maxRounds)
 	return nil
 }
 
-// flushLocked writes the queue until it is empty, with w.mu held on entry
-// and released on return.
-func (w *writer) flushLocked() {
+// flush writes the queue until it is empty, the writing side being the
+// caller's (writing set); after rounds writes (0: no bound) it hands what
+// is left to a goroutine.
+func (w *writer) flush(rounds int) {
 	var err error
-	for len(w.buf) > 0 {
+	w.mu.Lock()
+	for n := 0; len(w.buf) > 0; n++ {
+		if rounds > 0 && n == rounds {
+			w.mu.Unlock()
+			go w.flush(0)
+			return
+		}
 		b := w.buf
 		w.buf = w.spare[:0]
 		w.mu.Unlock()
@@ -72,15 +83,46 @@ func (w *writer) flushLocked() {
 			w.spare = b[:0]
 		}
 		if err != nil {
-			w.err = err
+			if w.err == nil {
+				w.err = err
+			}
 			w.buf = nil
 			break
 		}
 	}
 	w.writing = false
+	if w.idle != nil {
+		notify(w.idle)
+	}
 	w.mu.Unlock()
 	if err != nil {
 		w.fail(err)
+	}
+}
+
+// drained waits, at most bound, until nothing is queued or being
+// written; false if the bound passed first.
+func (w *writer) drained(bound time.Duration) bool {
+	w.mu.Lock()
+	if w.idle == nil {
+		w.idle = make(chan struct{}, 1)
+	}
+	idle := w.idle
+	w.mu.Unlock()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		done := !w.writing && len(w.buf) == 0 || w.err != nil
+		w.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-idle:
+		case <-t.C:
+			return false
+		}
 	}
 }
 
@@ -91,6 +133,9 @@ func (w *writer) failed(err error) {
 		w.err = err
 	}
 	w.buf = nil
+	if w.idle != nil {
+		notify(w.idle)
+	}
 	w.mu.Unlock()
 }
 
@@ -125,8 +170,11 @@ func (p *pipe) write(b []byte) bool {
 		p.mu.Unlock()
 		return false
 	}
-	if p.off == len(p.buf) {
-		p.buf, p.off = p.buf[:0], 0
+	if p.off > 0 && len(p.buf)+len(b) > cap(p.buf) {
+		// Move what is left to the front rather than grow: the buffer
+		// stays within the window however long the stream.
+		n := copy(p.buf, p.buf[p.off:])
+		p.buf, p.off = p.buf[:n], 0
 	}
 	p.buf = append(p.buf, b...)
 	p.mu.Unlock()
@@ -198,7 +246,14 @@ func (p *pipe) Read(b []byte) (int, error) {
 		select {
 		case <-p.wake:
 		case <-p.done:
-			p.abort(p.doneErr())
+			// The stream ended: unfinished, an error; whole (its end
+			// already here), what is left is read first.
+			p.mu.Lock()
+			if p.err == nil {
+				p.err = p.doneErr()
+				p.buf, p.off = nil, 0
+			}
+			p.mu.Unlock()
 		case <-expired:
 		}
 	}
@@ -207,9 +262,10 @@ func (p *pipe) Read(b []byte) (int, error) {
 // credit is one direction of a stream's flow control, as sent: the bytes
 // the peer will still take.
 type credit struct {
-	mu   sync.Mutex
-	n    int
-	wake chan struct{} // cap 1
+	mu       sync.Mutex
+	n        int
+	deadline time.Time     // of a wait for it (zero: none)
+	wake     chan struct{} // cap 1
 }
 
 func newCredit() *credit { return &credit{n: window, wake: make(chan struct{}, 1)} }
@@ -237,9 +293,18 @@ func windowOf(f frame) (int, error) {
 	return int(n), nil
 }
 
-// take waits, within ctx and deadline (zero: none), until the peer takes
-// bytes, and takes up to want of them.
-func (c *credit) take(ctx context.Context, deadline time.Time, want int) (int, error) {
+// setDeadline bounds the waits for credit, from any goroutine; one under
+// way sees it at once.
+func (c *credit) setDeadline(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	notify(c.wake)
+}
+
+// take waits, within ctx and the deadline, until the peer takes bytes,
+// and takes up to want of them.
+func (c *credit) take(ctx context.Context, want int) (int, error) {
 	var timer bound
 	defer timer.stop()
 	for {
@@ -250,6 +315,7 @@ func (c *credit) take(ctx context.Context, deadline time.Time, want int) (int, e
 			c.mu.Unlock()
 			return n, nil
 		}
+		deadline := c.deadline
 		c.mu.Unlock()
 		expired, err := timer.until(deadline)
 		if err != nil {

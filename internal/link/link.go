@@ -19,7 +19,7 @@
 // per stream, so that a client reading slowly holds its own stream and
 // never the connection; a cancelled request resets its stream. The
 // owner may ask the replica that received a request a question (its
-// rate limit) and tell it something (an audit line): Ask and Tell.
+// rate limit, whether it took an audit line): Ask.
 //
 // The connection is whatever Dial returns: mcpvisor's replicas use
 // mutual TLS under the shared key, with the ALPN protocol Proto on the
@@ -50,7 +50,6 @@ const (
 	fWindow                   // either way: the receiver took n more bytes
 	fAsk                      // server → client, stream 0: a question
 	fAnswer                   // client → server, stream 0: its answer
-	fTell                     // server → client, stream 0: a message
 	fGoaway                   // server → client: no new streams
 	fPing                     // client → server
 	fPong                     // server → client
@@ -81,7 +80,7 @@ const (
 
 // ErrRefused is a request the owner refused before serving any of it (it
 // is shutting down): nothing ran, and it can be sent again.
-var ErrRefused = errors.New("link: the peer refused the stream before serving it (it is shutting down)")
+var ErrRefused = errors.New("link: the peer refused the stream before serving any of it")
 
 // errProtocol is a peer breaking the frame protocol: the connection ends.
 var errProtocol = errors.New("link: protocol error")
@@ -189,17 +188,23 @@ func (d *decoder) string() string {
 	return s
 }
 
+// maxHeaderValues bounds the values of one head, all keys together: a
+// peer's counts size what is made before the bytes are read.
+const maxHeaderValues = 512
+
 func (d *decoder) header() http.Header {
 	n := d.uvarint()
-	if d.err != nil || n > uint64(len(d.b)) {
+	if d.err != nil || n > uint64(len(d.b)) || n > maxHeaderValues {
 		d.fail()
 		return nil
 	}
 	h := make(http.Header, n)
+	total := uint64(0)
 	for range n {
 		k := d.string()
 		m := d.uvarint()
-		if d.err != nil || m > uint64(len(d.b)) {
+		total += m
+		if d.err != nil || m > uint64(len(d.b)) || total > maxHeaderValues {
 			d.fail()
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -403,7 +404,7 @@ func TestASilentPeerIsDeadWithinTheBound(t *testing.T) {
 	defer c.Close()
 	select {
 	case err := <-errc:
-		if err == nil || !strings.Contains(err.Error(), "read nothing") {
+		if err == nil || !strings.Contains(err.Error(), "answered nothing") {
 			t.Fatalf("a round trip to a silent peer: %v", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -414,36 +415,85 @@ func TestASilentPeerIsDeadWithinTheBound(t *testing.T) {
 	}
 }
 
-// Ask and Tell reach the replica that sent the request.
-func TestAskAndTell(t *testing.T) {
-	heard := make(chan string, 4)
+// Ask reaches the replica that sent the request, and each of many
+// questions at once gets its own answer.
+func TestAsk(t *testing.T) {
 	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer := PeerOf(r.Context())
-		if peer == nil {
-			t.Error("no peer in a linked request's context")
+		if peer == nil || !peer.Alive() {
+			t.Error("no live peer in a linked request's context")
 			return
 		}
-		a, err := peer.Ask(r.Context(), 7, []byte("may I?"))
+		a, err := peer.Ask(r.Context(), 7, []byte(r.URL.Path))
 		if err != nil {
 			t.Errorf("ask: %v", err)
-		}
-		if !peer.Tell(9, []byte("line of "+r.URL.Path)) {
-			t.Error("tell refused on a live connection")
 		}
 		w.Write(a)
 	}), func(tr *Transport) {
 		tr.Answer = func(kind byte, q []byte) []byte { return fmt.Appendf(nil, "%d:%s yes", kind, q) }
-		tr.Heard = func(kind byte, msg []byte) { heard <- fmt.Sprintf("%d:%s", kind, msg) }
 	})
-	resp, err := p.do(t, t.Context(), "POST", "/a", "x", nil)
-	if err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			path := fmt.Sprintf("/q%d", i)
+			resp, err := p.do(t, t.Context(), "POST", path, "x", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := readAll(t, resp); got != "7:"+path+" yes" {
+				t.Errorf("%s: the answer %q", path, got)
+			}
+		})
 	}
-	if got := readAll(t, resp); got != "7:may I? yes" {
-		t.Fatalf("the answer: %q", got)
+	wg.Wait()
+}
+
+// An Ask the peer does not answer ends with its context, and with the
+// connection; the peer is then no longer Alive.
+func TestAskIsBounded(t *testing.T) {
+	asked := make(chan *Peer, 1)
+	results := make(chan error, 2)
+	srv := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peer := PeerOf(r.Context())
+		if r.URL.Path == "/bounded" {
+			ctx, cancel := context.WithTimeout(r.Context(), 100*time.Millisecond)
+			defer cancel()
+			_, err := peer.Ask(ctx, 1, nil)
+			results <- err
+			return
+		}
+		asked <- peer
+		_, err := peer.Ask(context.Background(), 1, nil)
+		results <- err
+	})}
+	defer srv.Close()
+	client, server := net.Pipe()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.ServeConn(server)
+	}()
+	// A raw client: opens two streams and answers no question.
+	go io.Copy(io.Discard, client)
+	head := func(id uint32, path string) []byte {
+		return appendFrameWith(nil, fHeaders, flagEnd, id, func(b []byte) []byte {
+			return appendRequestHead(b, &http.Request{Method: "POST", URL: &url.URL{Path: path}, Host: "h", Header: http.Header{}, Body: http.NoBody})
+		})
 	}
-	if got := <-heard; got != "9:line of /a" {
-		t.Fatalf("heard %q", got)
+	client.Write(head(1, "/bounded"))
+	if err := <-results; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("an unanswered Ask with a deadline: %v", err)
+	}
+	client.Write(head(3, "/unbounded"))
+	peer := <-asked
+	client.Close()
+	if err := <-results; err == nil || !strings.Contains(err.Error(), "connection ended") {
+		t.Errorf("an unanswered Ask as the connection ends: %v", err)
+	}
+	<-served
+	if peer.Alive() {
+		t.Error("the peer of an ended connection is Alive")
 	}
 }
 

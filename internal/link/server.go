@@ -154,13 +154,11 @@ func (c *serverConn) goaway() {
 	}
 }
 
-// closeWhenSent closes the connection once what is queued is written.
+// closeWhenSent closes the connection once what is queued — the goaway,
+// the last stream's end — is written, within the write timeout.
 func (c *serverConn) closeWhenSent() {
 	go func() {
-		// A write queued after the goaway went out with it or after it;
-		// the client closes its side once it saw the goaway and has no
-		// stream. Give the writes a moment, bounded.
-		_ = c.w.send(false, func(b []byte) []byte { return b })
+		c.w.drained(c.w.timeout)
 		c.cancel(errors.New("link: shut down"))
 		c.nc.Close()
 	}()
@@ -204,8 +202,12 @@ func (c *serverConn) handle(f frame) error {
 			return fmt.Errorf("%w: stream %d opened twice, or even", errProtocol, f.stream)
 		}
 		if c.closing || len(c.streams) >= cmpOrInt(c.s.MaxStreams, 1024) {
+			why := "it is shutting down"
+			if !c.closing {
+				why = "it has as many streams open on this connection as it takes"
+			}
 			c.mu.Unlock()
-			c.reset(f.stream, resetRefused, "refused")
+			c.reset(f.stream, resetRefused, why)
 			return nil
 		}
 		st := &sstream{c: c, id: f.stream, send: newCredit()}
@@ -286,8 +288,8 @@ func (c *serverConn) drop(st *sstream) {
 	}
 }
 
-// Peer is the replica a request came from over a link, for its handler:
-// a question to it, or a message.
+// Peer is the replica a request came from over a link, for its handler
+// to ask a question.
 type Peer struct{ c *serverConn }
 
 type peerKey struct{}
@@ -332,17 +334,8 @@ func (p *Peer) Ask(ctx context.Context, kind byte, question []byte) ([]byte, err
 	}
 }
 
-// Tell sends the peer a message of kind without waiting for the network;
-// false when the connection has ended (the message is not sent).
-func (p *Peer) Tell(kind byte, msg []byte) bool {
-	if p.c.ctx.Err() != nil {
-		return false
-	}
-	err := p.c.w.send(true, func(b []byte) []byte {
-		return appendFrameWith(b, fTell, 0, 0, func(b []byte) []byte { return append(append(b, kind), msg...) })
-	})
-	return err == nil
-}
+// Alive reports whether the connection the request came over is open.
+func (p *Peer) Alive() bool { return p.c.ctx.Err() == nil }
 
 // sstream is one request served.
 type sstream struct {
@@ -407,7 +400,6 @@ type responseWriter struct {
 	ended    bool
 	buf      []byte
 	err      error
-	deadline time.Time // of writes
 }
 
 func (rw *responseWriter) Header() http.Header { return rw.h }
@@ -448,7 +440,7 @@ func (rw *responseWriter) FlushError() error {
 // SetWriteDeadline bounds the writes that wait for the client to take
 // what was sent (http.ResponseController's).
 func (rw *responseWriter) SetWriteDeadline(t time.Time) error {
-	rw.deadline = t
+	rw.st.send.setDeadline(t)
 	return nil
 }
 
@@ -477,7 +469,7 @@ func (rw *responseWriter) push(end bool) error {
 		n := 0
 		if len(rw.buf) > 0 {
 			var err error
-			if n, err = st.send.take(st.ctx, rw.deadline, min(len(rw.buf), dataChunk)); err != nil {
+			if n, err = st.send.take(st.ctx, min(len(rw.buf), dataChunk)); err != nil {
 				rw.err = err
 				return err
 			}
