@@ -36,4 +36,8 @@ type Replica struct {
 	Received        uint64 `json:"received"`
 	Gone            uint64 `json:"gone"`
 	PeerConnections uint64 `json:"peerConnections"`
+	// AuditKept counts the audit lines of requests served for a peer
+	// that the peer, whose audit takes them, did not take (its link
+	// ended, its audit was full or gone): written here instead.
+	AuditKept uint64 `json:"auditKept,omitempty"`
 }

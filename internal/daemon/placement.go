@@ -339,7 +339,7 @@ func (rs *replicaSet) state() replicaState {
 	rc := rs.cfg.Load()
 	st := replicaState{Ordinal: rs.self.Ordinal, Address: rc.PeerOf(rs.self.Ordinal), Reachable: true,
 		Incarnation: rs.self.Incarnation, ConfigVersion: *rs.version.Load(), Ready: "ok",
-		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load(), PeerConnections: rs.peerConns.Load(),
+		Forwarded: rs.forwarded.Load(), Received: rs.received.Load(), Gone: rs.gone.Load(), PeerConnections: rs.peerConns.Load(), AuditKept: rs.linesHere.Load(),
 		Key: rs.ring.Load().SigningID(), Accepted: rs.ring.Load().AcceptedIDs()}
 	if why := rs.ready(); why != "" {
 		st.Ready = why

@@ -87,6 +87,11 @@ type replicaSet struct {
 	// peerConns counts the connections peers opened here: a few per
 	// peer, kept alive, unless something closes them per request.
 	peerConns atomic.Uint64
+	// lines are the audit lines of requests served for a peer on their
+	// way to it (receiver.go); linesHere counts those it did not take,
+	// written here.
+	lines     tracker
+	linesHere atomic.Uint64
 
 	// claims are this replica's starts of servers placed here under way
 	// (placement.go); running counts the process trees of a server here
@@ -167,7 +172,7 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 		// A forwarded stream is relayed as it comes.
 		DisableCompression: true,
 	}
-	rs.link = &link.Transport{Dial: rs.dialLink, Answer: rs.answer, Heard: rs.heard}
+	rs.link = &link.Transport{Dial: rs.dialLink, Answer: rs.answer}
 	rs.linkSrv = &link.Server{Log: log}
 	listen := rc.ListenFor(ord)
 	if listen == "" {
@@ -423,10 +428,11 @@ func (rs *replicaSet) forwardAs(w http.ResponseWriter, r *http.Request, server s
 	rs.relay(w, r.WithContext(ctx))
 }
 
-// hopHeaders are not relayed: they are of one connection, or of the
-// client's credentials, which stay here (the owner trusts the signed
-// identity).
-var hopHeaders = []string{"Authorization", "Cookie", "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+// hopHeaders are of one connection: not relayed, either way.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// credentialHeaders stay here too: the owner trusts the signed identity.
+var credentialHeaders = []string{"Authorization", "Cookie"}
 
 // relay sends r over the link to its owner's peer interface and writes
 // the answer back as it comes: a whole answer in one piece, a stream
@@ -438,6 +444,9 @@ func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request) {
 		h[k] = v
 	}
 	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+	for _, k := range credentialHeaders {
 		delete(h, k)
 	}
 	h[replica.ForwardHeader] = []string{f.header}
@@ -459,6 +468,9 @@ func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request) {
 	wh := w.Header()
 	for k, v := range resp.Header {
 		wh[k] = v
+	}
+	for _, k := range hopHeaders {
+		delete(wh, k)
 	}
 	w.WriteHeader(resp.StatusCode)
 	// A stream (an event stream, or an answer of no length) is flushed
@@ -510,12 +522,12 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 		http.Error(w, "Service Unavailable: this replica is shutting down; retry", http.StatusServiceUnavailable)
 		return
 	}
-	if f.newSession && ownerGoneErr(err) {
+	if f.newSession && linkGoneErr(err) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, fmt.Sprintf("Service Unavailable: this replica is draining and replica %d, which would take the new session, cannot be reached; retry", f.to.Ordinal), http.StatusServiceUnavailable)
 		return
 	}
-	if ownerGoneErr(err) && r.Context().Err() == nil {
+	if linkGoneErr(err) && r.Context().Err() == nil {
 		rs.gone.Add(1)
 		rs.log.Debug("replicas: owner unreachable", "ordinal", f.to.Ordinal, "err", err)
 		rs.ownerGone(w, r, f.legacy, f.to)
@@ -524,11 +536,34 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
+	if errors.Is(err, link.ErrRefused) {
+		// Refused unserved twice (the owner shuts down, or takes no more
+		// streams): nothing ran; the client may send it again.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("Service Unavailable: replica %d, which owns this request's session or state, refused it unserved; retry (%v)", f.to.Ordinal, err), http.StatusServiceUnavailable)
+		return
+	}
 	rs.log.Warn("replicas: forwarding failed", "ordinal", f.to.Ordinal, "err", err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadGateway)
 	_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":%q}}`+"\n",
 		fmt.Sprintf("replica %d, which owns this request's session or state, failed to answer: %v", f.to.Ordinal, err))
+}
+
+// unreachable is the error of a link to a peer that could not be made
+// (dialLink): the peer is gone.
+type unreachable struct{ err error }
+
+func (u *unreachable) Error() string { return u.err.Error() }
+func (u *unreachable) Unwrap() error { return u.err }
+
+// linkGoneErr reports whether err, a link's, says its owner is gone: the
+// link could not be made (ownerGoneErr of the dial). What fails on a
+// link made — a write timing out, the connection cut — is not: the owner
+// may be alive, and its sessions with it.
+func linkGoneErr(err error) bool {
+	var u *unreachable
+	return errors.As(err, &u)
 }
 
 // ownerGoneErr reports whether err says a peer is gone: its address
@@ -662,7 +697,7 @@ func (rs *replicaSet) peerHandler(local http.Handler) http.Handler {
 		if p := link.PeerOf(ctx); p != nil {
 			// The replica the client reached limits the request and
 			// audits it (receiver.go); this one decides and serves it.
-			ctx = gateway.WithReceiver(ctx, linkReceiver{p})
+			ctx = gateway.WithReceiver(ctx, linkReceiver{rs, p})
 		}
 		local.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -771,6 +806,58 @@ func (rs *replicaSet) close(ctx context.Context) {
 	}
 	rs.link.Close()
 	rs.transport.CloseIdleConnections()
+	// The lines on their way to peers end with their links (and are
+	// written here): wait for them, within ctx, before the audit closes.
+	rs.lines.closeAndWait(ctx)
+}
+
+// tracker counts goroutines of something that closes: once closed, it
+// starts none, and closeAndWait waits for those under way.
+type tracker struct {
+	mu     sync.Mutex
+	closed bool
+	n      int
+	zero   chan struct{} // closed when n reaches 0 after close
+}
+
+// start counts one more, unless closed.
+func (t *tracker) start() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+}
+
+// closeAndWait closes t and waits, within ctx, for what it counts.
+func (t *tracker) closeAndWait(ctx context.Context) {
+	t.mu.Lock()
+	t.closed = true
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	if t.zero == nil {
+		t.zero = make(chan struct{})
+	}
+	zero := t.zero
+	t.mu.Unlock()
+	select {
+	case <-zero:
+	case <-ctx.Done():
+	}
 }
 
 // ready is the replica's own readiness: "" when ready, else why not.
@@ -790,12 +877,15 @@ func (rs *replicaSet) ready() string {
 // dialLink connects to a peer's link: a TCP connection within
 // ownerTimeout, and a TLS handshake within it too. A refused
 // connection's error is the dial's (*net.OpError), a handshake that
-// does not come a timeout: both say the owner is gone (ownerGoneErr).
+// does not come a timeout: both say the owner is gone (unreachable).
 func (rs *replicaSet) dialLink(ctx context.Context, addr string) (net.Conn, error) {
 	bound := rs.cfg.Load().OwnerTimeout
 	d := net.Dialer{Timeout: bound}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if ownerGoneErr(err) {
+			err = &unreachable{err}
+		}
 		return nil, err
 	}
 	cfg := rs.ring.ClientTLS()
@@ -806,7 +896,7 @@ func (rs *replicaSet) dialLink(ctx context.Context, addr string) (net.Conn, erro
 	if err := tc.HandshakeContext(hctx); err != nil {
 		nc.Close()
 		if hctx.Err() != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("no TLS handshake from %s within %v: %w", addr, bound, context.DeadlineExceeded)
+			return nil, &unreachable{fmt.Errorf("no TLS handshake from %s within %v: %w", addr, bound, context.DeadlineExceeded)}
 		}
 		return nil, err
 	}

@@ -4,20 +4,26 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/authn/authntest"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
+	"github.com/mcpvisor/mcpvisor/internal/link"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
 	"github.com/mcpvisor/mcpvisor/internal/testserver"
 )
@@ -717,5 +723,117 @@ func TestForwardedRequestsAreGovernedWhereTheyArrived(t *testing.T) {
 		if m := send(t, "GET", p.base[i]+"/metrics", "", bearer(admin)); !strings.Contains(m.body, want+"\n") {
 			t.Errorf("replica %d's /metrics lacks %q", i, want)
 		}
+	}
+}
+
+// What a link's failure says of its owner: only a link that could not be
+// made (a refused dial, no handshake within ownerTimeout) is an owner
+// gone (404: a legacy client initializes again); a write timing out on a
+// live link, a connection cut, a refusal unserved are not — the owner may
+// be alive, and its sessions with it.
+func TestLinkErrorsAreClassified(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, c := range []struct {
+		name string
+		err  error
+		gone bool
+	}{
+		{"a refused dial", fmt.Errorf("link: %w", &unreachable{refused}), true},
+		{"no handshake within the bound", &unreachable{fmt.Errorf("no TLS handshake: %w", context.DeadlineExceeded)}, true},
+		{"a write timed out on a live link", fmt.Errorf("link to 10.0.0.2:7443: %w", &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}), false},
+		{"the connection cut", fmt.Errorf("link to 10.0.0.2:7443: %w", io.ErrUnexpectedEOF), false},
+		{"refused unserved", link.ErrRefused, false},
+		{"a handshake refused (another key)", errors.New("remote error: tls: bad certificate"), false},
+	} {
+		if got := linkGoneErr(c.err); got != c.gone {
+			t.Errorf("%s: gone = %v, want %v", c.name, got, c.gone)
+		}
+	}
+	// And the dial says so: a port nothing listens on.
+	rs := &replicaSet{}
+	rc := &config.ReplicasConfig{OwnerTimeout: time.Second}
+	rs.cfg.Store(rc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if _, err := rs.dialLink(t.Context(), addr); !linkGoneErr(err) {
+		t.Errorf("dialing a closed port: %v, want an owner gone", err)
+	}
+}
+
+// The audit line of a call served for a peer goes to the peer, which
+// says whether it took it; a line it did not take is written here: none
+// is lost, and none written twice when the answer comes. The owner's
+// goroutines that wait for the answers end before its audit closes.
+func TestAuditLinesServedForAPeerAreNeverLost(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicaSet{audit: func() *audit.Log { return own }}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	srv := &link.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lr := linkReceiver{rs, link.PeerOf(r.Context())}
+		if !lr.Audit(audit.Record{Method: "tools/call", Target: r.URL.Path[1:], Outcome: "ok"}) {
+			t.Error("a live link refused a line")
+		}
+	})}
+	var mu sync.Mutex
+	var taken []string
+	tr := &link.Transport{Dial: func(context.Context, string) (net.Conn, error) {
+		c, s := net.Pipe()
+		go srv.ServeConn(s)
+		return c, nil
+	}, Answer: func(kind byte, q []byte) []byte {
+		var rec audit.Record
+		if kind != kindAudit || json.Unmarshal(q, &rec) != nil {
+			return nil
+		}
+		if !strings.HasPrefix(rec.Target, "taken") {
+			return []byte{0}
+		}
+		mu.Lock()
+		taken = append(taken, rec.Target)
+		mu.Unlock()
+		return []byte{1}
+	}}
+	for _, path := range []string{"/taken1", "/refused1", "/taken2", "/refused2"} {
+		req, _ := http.NewRequest("POST", "link://peer"+path, strings.NewReader("x"))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.lines.closeAndWait(ctx)
+	tr.Close()
+	srv.Close()
+	if err := own.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rs.lines.start() {
+		t.Error("a closed tracker started a line")
+	}
+	b, _ := os.ReadFile(file)
+	var here []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			here = append(here, fmt.Sprint(m["target"]))
+		}
+	}
+	slices.Sort(here)
+	mu.Lock()
+	slices.Sort(taken)
+	mu.Unlock()
+	if fmt.Sprint(taken) != "[taken1 taken2]" || fmt.Sprint(here) != "[refused1 refused2]" || rs.linesHere.Load() != 2 {
+		t.Errorf("lines taken by the peer %v, written here %v (counted %d); want [taken1 taken2], [refused1 refused2], 2", taken, here, rs.linesHere.Load())
 	}
 }

@@ -428,10 +428,12 @@ func (s *serving) run() error {
 		s.a.events.Close()
 		<-front
 		s.closeTeam()
-		s.closeAudit(ctx)
 		if s.replicas != nil {
+			// Before the audit: the lines of calls served for peers
+			// that the peers did not take are written here.
 			s.replicas.close(ctx)
 		}
+		s.closeAudit(ctx)
 		return err
 	})
 }

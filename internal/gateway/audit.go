@@ -94,7 +94,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	if !decided(f.method) {
 		return nil
 	}
-	if l := g.audit.Load(); l != nil && !l.Accepting() {
+	auditFull := func() *rpc.Message {
 		f.refused = true
 		g.auditRefusals.Add(1) // no line: the audit is what cannot take one
 		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
@@ -102,14 +102,27 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	var ok bool
 	var wait time.Duration
 	var scope string
-	if f.recv != nil {
-		var err error
-		if ok, wait, scope, err = g.allow(f); err != nil {
+	switch {
+	case f.recv != nil && (g.limits.Load() != nil || g.audit.Load() != nil):
+		// The receiving replica's audit takes the line and its limits
+		// govern: it is asked (the replicas' configurations are normally
+		// the same: what is configured here is there).
+		a, err := g.allow(f)
+		if err != nil {
 			f.refused = true
 			g.receiverRefusals.Add(1) // no line: the limit was not applied
 			return errorResponse(f.clientID, rpc.InternalError, "the receiving replica's rate limit could not be checked, and the call was refused: "+err.Error())
 		}
-	} else {
+		if a.AuditFull {
+			return auditFull()
+		}
+		ok, wait, scope = a.OK, a.Wait, a.Scope
+	case f.recv != nil:
+		return nil // no audit, no limits: nothing to ask
+	default:
+		if l := g.audit.Load(); l != nil && !l.Accepting() {
+			return auditFull()
+		}
 		lim := g.limits.Load()
 		if lim == nil {
 			return nil

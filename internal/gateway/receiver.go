@@ -21,15 +21,30 @@ import (
 // Receiver is the replica that received a request forwarded here: its
 // rate limits govern the request and its audit takes the request's line.
 type Receiver interface {
-	// Allow applies the receiving replica's rate limits to a call by the
-	// identity whose Key() is key, of server's target (tool, prompt or
-	// resource, as the limiter is asked today). It is bounded by ctx; an
-	// error means the receiver could not be asked.
-	Allow(ctx context.Context, key, server, target string) (ok bool, wait time.Duration, scope string, err error)
+	// Allow asks the receiving replica to admit a call by the identity
+	// whose Key() is key, of server's target (tool, prompt or resource,
+	// as the limiter is asked today): whether its audit can take the
+	// call's line (failClosed), then its rate limits. It is bounded by
+	// ctx; an error means the receiver could not be asked.
+	Allow(ctx context.Context, key, server, target string) (Admission, error)
 	// Audit hands the receiving replica the request's audit line. It
-	// never blocks; false means the receiver cannot take it (its link is
-	// gone), and the line is then written here.
+	// never blocks; true means the Receiver answers for the line from
+	// now (it is written there, or here if it cannot be); false that the
+	// receiver cannot take it (its link is gone), and the line is
+	// written here.
 	Audit(rec audit.Record) bool
+}
+
+// Admission is a receiving replica's answer to Allow.
+type Admission struct {
+	// AuditFull: its audit, failClosed, cannot take a line now; the call
+	// is refused as one received there would be.
+	AuditFull bool
+	// OK: its rate limits allow the call; else Wait is how long until
+	// they would, and Scope which limit refused it.
+	OK    bool
+	Wait  time.Duration
+	Scope string
 }
 
 // receiverKey is the context key of a request's Receiver. The value is a
@@ -52,13 +67,11 @@ func receiverOf(ctx context.Context) *Receiver {
 }
 
 // allow asks f's receiver whether f may go on (Receiver.Allow), as
-// admit asks the limiter here of a call received here: by f's identity,
-// server and target. The receiver's limiter is asked even when none is
-// configured here — it is the one that governs; the replicas'
-// configurations are normally the same. The wait is bounded by the
-// request's (f's parent's) end and by what is left of its timeout, which
-// counts from its arrival: its timer is not armed yet.
-func (g *Gateway) allow(f *flight) (ok bool, wait time.Duration, scope string, err error) {
+// admit asks the audit and the limiter here of a call received here: by
+// f's identity, server and target. The wait is bounded by the request's
+// (f's parent's) end and by what is left of its timeout, which counts
+// from its arrival: its timer is not armed yet.
+func (g *Gateway) allow(f *flight) (Admission, error) {
 	ctx := f.valueCtx()
 	if f.timeout > 0 {
 		var cancel context.CancelFunc

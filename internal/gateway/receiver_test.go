@@ -24,11 +24,12 @@ import (
 // answers Allow as told and keeps the lines it is handed.
 type fakeReceiver struct {
 	// What Allow answers, and whether Audit takes the lines.
-	ok     bool
-	wait   time.Duration
-	scope  string
-	err    error
-	refuse bool
+	ok        bool
+	wait      time.Duration
+	scope     string
+	err       error
+	refuse    bool
+	auditFull bool
 
 	mu     sync.Mutex
 	allows []string // "key server target" of each Allow
@@ -36,11 +37,11 @@ type fakeReceiver struct {
 	tried  int // Audit calls, refused ones too
 }
 
-func (r *fakeReceiver) Allow(ctx context.Context, key, server, target string) (bool, time.Duration, string, error) {
+func (r *fakeReceiver) Allow(ctx context.Context, key, server, target string) (Admission, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.allows = append(r.allows, key+" "+server+" "+target)
-	return r.ok, r.wait, r.scope, r.err
+	return Admission{AuditFull: r.auditFull, OK: r.ok, Wait: r.wait, Scope: r.scope}, r.err
 }
 
 func (r *fakeReceiver) Audit(rec audit.Record) bool {
@@ -412,5 +413,44 @@ func TestReceiverTakesAHeldCallsLine(t *testing.T) {
 	}
 	if raw, _ := os.ReadFile(file); len(strings.TrimSpace(string(raw))) != 0 {
 		t.Errorf("the audit here wrote %s, want nothing", raw)
+	}
+}
+
+// A receiving replica whose audit, failClosed, cannot take a line
+// refuses the call as it would one it served itself: the call reaches no
+// server, no token of a limit is spent, and it is counted.
+func TestReceiverWhoseAuditIsFullRefusesTheCall(t *testing.T) {
+	w := newReceiverWorld(t)
+	r := &fakeReceiver{ok: true, auditFull: true}
+	before := w.calls()
+	_, m := modernCall(t, viaReceiver(t, w.agg, testUsers["alice"], r), "a__echo")
+	if m.Error == nil || m.Error.Code != rpc.LimitReached || !strings.Contains(m.Error.Message, "failClosed") {
+		t.Fatalf("the call: %s", m.Encode())
+	}
+	if n := w.calls() - before; n != 0 {
+		t.Errorf("a had %d calls, want none", n)
+	}
+	if n := w.gw.AuditRefusals(); n != 1 {
+		t.Errorf("AuditRefusals %d, want 1", n)
+	}
+	if allows, lines, _ := r.seen(); len(allows) != 1 || len(lines) != 0 {
+		t.Errorf("the receiver was asked %v and got %+v, want one question and no line", allows, lines)
+	}
+	w.limiterUntouched()
+}
+
+// With neither rate limits nor an audit here (only a policy), there is
+// nothing to ask the receiving replica: a call costs no round trip to it.
+func TestReceiverIsNotAskedWhenNothingLimitsOrAudits(t *testing.T) {
+	w := newReceiverWorld(t)
+	w.gw.SetLimits(nil)
+	w.gw.SetAudit(nil)
+	w.gw.SetPolicy(mustPolicy(t, policy.Rule{Name: "all", Effect: policy.Allow, When: `true`}))
+	r := &fakeReceiver{ok: false}
+	if status, m := modernCall(t, viaReceiver(t, w.agg, testUsers["alice"], r), "a__echo"); status != http.StatusOK || m.Error != nil {
+		t.Fatalf("the call: %d %s", status, m.Encode())
+	}
+	if allows, _, _ := r.seen(); len(allows) != 0 {
+		t.Errorf("the receiver was asked %v, want nothing", allows)
 	}
 }
