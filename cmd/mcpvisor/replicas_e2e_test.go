@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcpvisor/mcpvisor/internal/oauthclient/oauthtest"
@@ -334,6 +335,33 @@ func TestReplicasBehindABalancer(t *testing.T) {
 					t.Errorf("replica %d says replica %d runs memo ×%d (ready %q), want ×%d", i, r.Ordinal, r.Servers["memo"], r.Ready, want)
 				}
 			}
+		}
+	})
+
+	t.Run("the dashboard", func(t *testing.T) {
+		// In a browser, on a replica that does not run memo: the
+		// Replicas section lists the three, says which one this is and
+		// which runs memo; a replica killed shows unreachable. (Last: it
+		// kills one.)
+		owner := replica.OwnerOf("memo", 3)
+		viewed, killed := (owner+1)%3, (owner+2)%3
+		bt := newTab(t, newBrowser(t))
+		bt.do(t, "open the dashboard", chromedp.Navigate("http://"+d.main[viewed]+"/"))
+		cell := func(ord, col int) string {
+			return fmt.Sprintf(`(document.querySelector('#replicas tbody').rows[%d]?.cells[%d]?.textContent ?? '')`, ord, col)
+		}
+		bt.waitFor(t, "the Replicas section, three rows", `!document.getElementById('replicas-section').hidden && document.querySelector('#replicas tbody').rows.length === 3`)
+		bt.waitFor(t, "this replica named", cell(viewed, 0)+fmt.Sprintf(` === '%d (this one)'`, viewed))
+		bt.waitFor(t, "memo's owner runs it", cell(owner, 4)+`.split(', ').includes('memo×1')`)
+		for _, i := range []int{viewed, killed} {
+			if got := eval[string](t, bt, cell(i, 4)); strings.Contains(got, "memo") {
+				t.Errorf("replica %d's row says it runs %q", i, got)
+			}
+		}
+		d.stop(killed, syscall.SIGKILL, 10*time.Second)
+		bt.waitFor(t, "the killed replica unreachable", cell(killed, 2)+`.startsWith('unreachable') && document.querySelector('#replicas tbody').rows[`+strconv.Itoa(killed)+`].className === 'unready'`)
+		if errs := bt.consoleErrors(); len(errs) > 0 {
+			t.Errorf("console errors: %v", errs)
 		}
 	})
 }
