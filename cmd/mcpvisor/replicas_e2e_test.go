@@ -345,6 +345,7 @@ func TestReplicasBehindABalancer(t *testing.T) {
 		// kills one.)
 		owner := replica.OwnerOf("memo", 3)
 		viewed, killed := (owner+1)%3, (owner+2)%3
+		whoami(t, eraClient(t, "http://"+d.main[viewed]+"/mcp", "2025-11-25", "direct"), "memo__whoami") // memo runs on its owner
 		bt := newTab(t, newBrowser(t))
 		bt.do(t, "open the dashboard", chromedp.Navigate("http://"+d.main[viewed]+"/"))
 		cell := func(ord, col int) string {

@@ -369,6 +369,8 @@ type TeamStats struct {
 func teamMetrics(m *expo, st TeamStats) {
 	m.family("mcpvisor_policy_denied_total", "counter", "Requests the policy denied (each also an audit line, when an audit is configured).")
 	m.sample("mcpvisor_policy_denied_total", "", float64(st.Denied))
+	m.family("mcpvisor_receiver_unasked_total", "counter", "Calls another replica forwarded here, refused because that replica, whose audit and rate limits govern them, could not be asked (its link ended).")
+	m.sample("mcpvisor_receiver_unasked_total", "", float64(st.ReceiverRefused))
 	m.family("mcpvisor_scope_refused_total", "counter", "Calls through /mcp refused (403 insufficient_scope) because the token lacked a scope their server requires (auth.serverScopes).")
 	m.sample("mcpvisor_scope_refused_total", "", float64(st.ScopeRefused))
 	if a := st.Audit; a != nil {
@@ -392,7 +394,5 @@ func teamMetrics(m *expo, st TeamStats) {
 		m.sample("mcpvisor_ratelimit_buckets", labels("kind", "tool"), float64(l.Tools))
 		m.family("mcpvisor_ratelimit_evicted_total", "counter", "Token buckets dropped before they were full, to keep the number kept bounded.")
 		m.sample("mcpvisor_ratelimit_evicted_total", "", float64(l.Evicted))
-		m.family("mcpvisor_ratelimit_unchecked_total", "counter", "Calls another replica forwarded here, refused because that replica, whose rate limits govern them, could not be asked (its link ended).")
-		m.sample("mcpvisor_ratelimit_unchecked_total", "", float64(st.ReceiverRefused))
 	}
 }

@@ -260,6 +260,39 @@ func TestDropsLoggedPerInterval(t *testing.T) {
 	})
 }
 
+// Offer takes a record as Add does, but one it refuses (the queue full,
+// the Log closed) is not counted as dropped: its caller writes it
+// elsewhere.
+func TestOfferCountsNoDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := &fakeOut{block: make(chan struct{})}
+		l := open(t, Options{out: out, Queue: 1})
+		l.Add(Record{}) // taken by the writer, which is held
+		synctest.Wait()
+		if !l.Offer(Record{}) { // fills the queue
+			t.Fatal("an Offer with room refused")
+		}
+		if l.Offer(Record{}) {
+			t.Fatal("an Offer to a full queue taken")
+		}
+		if d := l.Stats().Dropped; d != 0 {
+			t.Fatalf("an Offer refused counted %d dropped, want 0", d)
+		}
+		l.Add(Record{})
+		if d := l.Stats().Dropped; d != 1 {
+			t.Fatalf("an Add refused counted %d dropped, want 1", d)
+		}
+		close(out.block)
+		closeLog(t, l)
+		if l.Offer(Record{}) || l.Stats().Dropped != 1 {
+			t.Fatalf("an Offer to a closed Log: taken, or counted (%+v)", l.Stats())
+		}
+		if s := l.Stats(); s.Written != 2 {
+			t.Fatalf("stats %+v, want the held record and the offered one written", s)
+		}
+	})
+}
+
 // Fail-closed: Accepting is false while the queue is full and while the
 // writer fails, and true again when either recovers; without
 // FailClosed it is always true.

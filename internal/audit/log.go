@@ -148,16 +148,27 @@ func Open(o Options) (*Log, error) {
 // Add queues rec for the writer and returns true, or, when the queue is
 // full or the Log closed, drops it (counted, and logged at most once per
 // interval) and returns false. It never blocks. A zero rec.Time is now.
-func (l *Log) Add(rec Record) bool {
+func (l *Log) Add(rec Record) bool { return l.add(rec, true) }
+
+// Offer is Add for a caller that writes rec elsewhere when it is not
+// taken: a record refused is not counted as dropped.
+func (l *Log) Offer(rec Record) bool { return l.add(rec, false) }
+
+func (l *Log) add(rec Record, count bool) bool {
 	if l == nil {
 		return true
 	}
 	if rec.Time.IsZero() {
 		rec.Time = time.Now()
 	}
-	if l.closed.Load() {
-		l.drop()
+	refuse := func() bool {
+		if count {
+			l.drop()
+		}
 		return false
+	}
+	if l.closed.Load() {
+		return refuse()
 	}
 	// adding lets the writer, closing, wait for an Add that saw the Log
 	// open and has yet to send: every record is written or counted. (An
@@ -165,15 +176,13 @@ func (l *Log) Add(rec Record) bool {
 	l.adding.Add(1)
 	defer l.adding.Add(-1)
 	if l.closed.Load() {
-		l.drop()
-		return false
+		return refuse()
 	}
 	select {
 	case l.queue <- rec:
 		return true
 	default:
-		l.drop()
-		return false
+		return refuse()
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 // the line (kindAudit), acknowledged: a line the receiving replica did
 // not take — its link ended, its audit is full or gone — is written by
 // the owner, so none is lost (one is written twice only if the link ends
-// between the receiver's write and its answer). Limits therefore add up
+// between the receiver's write and its answer, or the answer takes longer
+// than ownerTimeout). Limits therefore add up
 // per replica a client's requests land on, whoever owns their sessions
 // (docs/kubernetes.md).
 
@@ -77,8 +78,8 @@ func (rs *replicaSet) answer(kind byte, q []byte) []byte {
 		if bytes.Equal(rec.Arguments, []byte("null")) {
 			rec.Arguments = nil
 		}
-		if !l.Add(rec) {
-			return []byte{0}
+		if !l.Offer(rec) {
+			return []byte{0} // full or closed: the owner writes it
 		}
 		return []byte{1}
 	}
@@ -129,9 +130,8 @@ func (lr linkReceiver) Audit(rec audit.Record) bool {
 		if a, err := lr.p.Ask(ctx, kindAudit, b); err == nil && len(a) == 1 && a[0] == 1 {
 			return
 		}
-		rs.linesHere.Add(1)
-		if l := rs.auditLog(); l != nil {
-			l.Add(rec)
+		if l := rs.auditLog(); l != nil && l.Add(rec) {
+			rs.linesHere.Add(1)
 		}
 	}()
 	return true

@@ -790,6 +790,10 @@ func (rs *replicaSet) waitIdle(ctx context.Context, bound time.Duration) {
 // close ends the peer interface (after the sessions it served ended).
 func (rs *replicaSet) close(ctx context.Context) {
 	rs.cutRelays()
+	// The audit lines on their way to peers are answered while the links
+	// are up (a line whose answer a closing link lost would be written
+	// twice); one that comes later finds this closed and is written here.
+	rs.lines.closeAndWait(ctx)
 	if rs.peerSrv != nil {
 		// The links' streams finish within ctx, as the HTTP
 		// exchanges do; then what is left is cut.
@@ -806,9 +810,6 @@ func (rs *replicaSet) close(ctx context.Context) {
 	}
 	rs.link.Close()
 	rs.transport.CloseIdleConnections()
-	// The lines on their way to peers end with their links (and are
-	// written here): wait for them, within ctx, before the audit closes.
-	rs.lines.closeAndWait(ctx)
 }
 
 // tracker counts goroutines of something that closes: once closed, it

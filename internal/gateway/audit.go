@@ -111,7 +111,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 		if err != nil {
 			f.refused = true
 			g.receiverRefusals.Add(1) // no line: the limit was not applied
-			return errorResponse(f.clientID, rpc.InternalError, "the receiving replica's rate limit could not be checked, and the call was refused: "+err.Error())
+			return errorResponse(f.clientID, rpc.InternalError, "the replica that received the call could not be asked whether it may go on (its audit, its rate limits), and the call was refused: "+err.Error())
 		}
 		if a.AuditFull {
 			return auditFull()

@@ -273,7 +273,7 @@ func TestReceiverThatCannotBeAskedRefusesTheCall(t *testing.T) {
 	r := &fakeReceiver{err: errors.New("peer link closed")}
 	before := w.calls()
 	_, m := modernCall(t, viaReceiver(t, w.agg, testUsers["alice"], r), "a__echo")
-	if m.Error == nil || m.Error.Code != rpc.InternalError || !strings.Contains(m.Error.Message, "receiving replica's rate limit could not be checked") ||
+	if m.Error == nil || m.Error.Code != rpc.InternalError || !strings.Contains(m.Error.Message, "could not be asked whether it may go on") ||
 		!strings.Contains(m.Error.Message, "peer link closed") {
 		t.Fatalf("the call: %s", m.Encode())
 	}

@@ -184,6 +184,10 @@ func (t *Transport) Close() {
 // still here.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	if err := checkHead(req.Header); err != nil {
+		closeBody(req)
+		return nil, err
+	}
 	// The body: whole in the first write when it is small (the usual
 	// request), else its first piece, and the rest streamed.
 	var first []byte
@@ -327,10 +331,11 @@ func (c *clientConn) open(ctx context.Context) (*cstream, error) {
 	if c.err != nil || c.retired {
 		err := c.err
 		c.mu.Unlock()
+		// Nothing was sent: the next try goes over another connection.
 		if err == nil {
-			err = ErrRefused // retired: the next try dials
+			return nil, fmt.Errorf("%w: its connection was retired as it opened", ErrRefused)
 		}
-		return nil, err
+		return nil, fmt.Errorf("%w: its connection ended as it opened (%v)", ErrRefused, err)
 	}
 	if c.next > maxStreamID {
 		// Ids are never used twice on a connection: a new one takes
@@ -366,8 +371,20 @@ func (c *clientConn) drop(st *cstream) {
 	}
 	c.mu.Unlock()
 	if closeNow {
-		c.fail(errConnRetired)
+		c.closeDrained()
 	}
+}
+
+// closeDrained closes a retired connection once what is queued on it —
+// an answer to a question, a window — is written, within the write
+// timeout.
+func (c *clientConn) closeDrained() {
+	c.t.wg.Add(1)
+	go func() {
+		defer c.t.wg.Done()
+		c.w.drained(c.t.writeTimeout())
+		c.fail(errConnRetired)
+	}()
 }
 
 func (c *clientConn) stream(id uint32) *cstream {
@@ -385,7 +402,7 @@ func (c *clientConn) retire() {
 	closeNow := len(c.streams) == 0 && c.err == nil
 	c.mu.Unlock()
 	if closeNow {
-		c.fail(errConnRetired)
+		c.closeDrained()
 	}
 }
 
@@ -524,12 +541,17 @@ func (c *clientConn) keepalive() {
 		case now := <-tick.C:
 			c.mu.Lock()
 			open, idleSince := len(c.streams), c.idleSince
+			idle := open == 0 && now.Sub(idleSince) >= c.t.idleTimeout()
+			if idle {
+				c.retired = true // no stream opens between this and the close
+			}
 			c.mu.Unlock()
+			if idle {
+				c.t.retire(c)
+				c.fail(errors.New("link: idle"))
+				return
+			}
 			if open == 0 {
-				if now.Sub(idleSince) >= c.t.idleTimeout() {
-					c.fail(errors.New("link: idle"))
-					return
-				}
 				continue
 			}
 			quiet := now.Sub(time.Unix(0, c.lastRead.Load()))

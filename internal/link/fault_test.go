@@ -312,13 +312,12 @@ func TestRetireRefusesNoRequest(t *testing.T) {
 				req, _ := http.NewRequestWithContext(t.Context(), "POST", p.url+"/mcp", nil)
 				req.Body, req.ContentLength = io.NopCloser(strings.NewReader(`{"jsonrpc":"2.0"}`)), 17
 				resp, err := p.tr.RoundTrip(req)
-				if errors.Is(err, ErrRefused) {
+				if err != nil {
 					refused.Add(1)
+					t.Logf("a POST under Retire: %v", err)
 					continue
 				}
-				if err == nil {
-					resp.Body.Close()
-				}
+				resp.Body.Close()
 				done.Add(1)
 			}
 		})
@@ -330,7 +329,7 @@ func TestRetireRefusesNoRequest(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if n := refused.Load(); n > 0 {
-		t.Fatalf("%d of %d POSTs failed with ErrRefused (nothing of them ran)", n, n+done.Load())
+		t.Fatalf("%d of %d POSTs failed under Retire (nothing of them ran)", n, n+done.Load())
 	}
 }
 
@@ -358,7 +357,7 @@ func TestTheGoawayReachesAnIdleClient(t *testing.T) {
 			p.srv.Shutdown(ctx)
 			<-c.done
 			c.mu.Lock()
-			if c.err != errConnRetired {
+			if !c.retired {
 				cut++
 			}
 			c.mu.Unlock()

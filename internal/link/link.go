@@ -50,6 +50,7 @@ const (
 	fWindow                   // either way: the receiver took n more bytes
 	fAsk                      // server → client, stream 0: a question
 	fAnswer                   // client → server, stream 0: its answer
+	_                         // reserved (a message without an answer, once)
 	fGoaway                   // server → client: no new streams
 	fPing                     // client → server
 	fPong                     // server → client
@@ -229,6 +230,30 @@ type requestHead struct {
 	contentLength     int64 // -1: unknown
 	header            http.Header
 }
+
+// errHeadTooLarge is a request whose head a link does not carry: more
+// header values than maxHeaderValues, or more bytes than a frame.
+var errHeadTooLarge = errors.New("link: the request's header is too large to relay")
+
+// checkHead reports whether h fits a head.
+func checkHead(h http.Header) error {
+	values, size := 0, 0
+	for k, vs := range h {
+		values += len(vs)
+		size += len(k) + 8
+		for _, v := range vs {
+			size += len(v) + 4
+		}
+	}
+	if values > maxHeaderValues || size > maxFrame-64<<10 {
+		return fmt.Errorf("%w (%d values, %d bytes)", errHeadTooLarge, values, size)
+	}
+	return nil
+}
+
+// IsHeadTooLarge reports whether err is a request refused for the size
+// of its header.
+func IsHeadTooLarge(err error) bool { return errors.Is(err, errHeadTooLarge) }
 
 func appendRequestHead(b []byte, r *http.Request) []byte {
 	b = appendString(b, r.Method)

@@ -505,7 +505,6 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 		"a frame too large":    appendFrame(nil, fData, 0, 1)[:0:0],
 		"an unknown type":      appendFrame(nil, 99, 0, 1),
 		"an even stream":       appendFrameWith(nil, fHeaders, flagEnd, 2, func(b []byte) []byte { return appendString(appendString(appendString(b, "GET"), "/"), "h") }),
-		"a bad head":           appendFrame(nil, fHeaders, flagEnd, 1, []byte{0xff}),
 		"a short window frame": appendFrame(nil, fWindow, 0, 1, []byte{1}),
 		"a window of nothing":  appendWindow(nil, 1, 0),
 		"a window too large":   appendWindow(nil, 1, window+1),
@@ -644,5 +643,78 @@ func TestARefusedStreamIsSentAgainOnce(t *testing.T) {
 	big := bytes.Repeat([]byte("b"), 3*dataChunk)
 	if _, err := do(io.NopCloser(bytes.NewReader(big))); !errors.Is(err, ErrRefused) {
 		t.Errorf("a streamed request refused: %v, want ErrRefused (not sent again)", err)
+	}
+}
+
+// A head this side does not take (one that does not decode, or has more
+// values than a head may) refuses its request alone: the connection's
+// other streams go on. A request whose header is too large to relay is
+// refused before it is sent, saying so.
+func TestABadHeadRefusesItsRequestAlone(t *testing.T) {
+	hold := make(chan struct{})
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" {
+			w.(http.Flusher).Flush()
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			io.WriteString(w, "end")
+			return
+		}
+		io.WriteString(w, "ok")
+	}), nil)
+	events, err := p.do(t, t.Context(), "GET", "/events", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+	h := http.Header{}
+	for i := range maxHeaderValues + 1 {
+		h.Set(fmt.Sprintf("X-H%d", i), "1")
+	}
+	if _, err := p.do(t, t.Context(), "GET", "/mcp", "", h); !IsHeadTooLarge(err) {
+		t.Errorf("a request of %d header values: %v, want refused as too large", maxHeaderValues+1, err)
+	}
+	// A head that does not decode, written on the connection as a peer
+	// of another version might.
+	p.tr.mu.Lock()
+	var c *clientConn
+	for c = range p.tr.all {
+	}
+	p.tr.mu.Unlock()
+	st, err := c.open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.w.send(false, func(b []byte) []byte { return appendFrame(b, fHeaders, flagEnd, st.id, []byte{0xff}) })
+	<-st.head
+	if st.headErr == nil || !strings.Contains(st.headErr.Error(), "does not take") {
+		t.Errorf("a head that does not decode: %v, want its stream refused", st.headErr)
+	}
+	close(hold)
+	if got := readAll(t, events); got != "end" {
+		t.Errorf("the other stream: %q, want its whole answer", got)
+	}
+	if n := p.conns.Load(); n != 1 {
+		t.Errorf("%d connections, want the one, kept", n)
+	}
+}
+
+// A request that finds its connection retired or ended as it opens a
+// stream is refused unserved (and so sent again over another).
+func TestOpeningOnAnEndedConnectionIsRefused(t *testing.T) {
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
+	c, err := p.tr.conn(t.Context(), strings.TrimPrefix(p.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.tr.Retire() // no stream open: it closes
+	if _, err := c.open(t.Context()); !errors.Is(err, ErrRefused) {
+		t.Fatalf("open on a retired connection: %v, want ErrRefused", err)
+	}
+	<-c.done
+	if _, err := c.open(t.Context()); !errors.Is(err, ErrRefused) {
+		t.Fatalf("open on an ended connection: %v, want ErrRefused", err)
 	}
 }

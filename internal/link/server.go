@@ -190,16 +190,21 @@ func (c *serverConn) stream(id uint32) *sstream {
 func (c *serverConn) handle(f frame) error {
 	switch f.typ {
 	case fHeaders:
-		head, err := decodeRequestHead(f.payload)
-		if err != nil {
-			return err
-		}
 		c.mu.Lock()
 		// Ids are the client's, odd, each used once (their heads may
 		// come out of order: each caller writes its own).
 		if _, open := c.streams[f.stream]; open || f.stream%2 == 0 {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: stream %d opened twice, or even", errProtocol, f.stream)
+		}
+		head, err := decodeRequestHead(f.payload)
+		if err != nil {
+			// The frame is whole: only its request is refused, not the
+			// other streams of the connection (its data frames, if any,
+			// find no stream and are dropped).
+			c.mu.Unlock()
+			c.reset(f.stream, resetFailed, "a request head this replica does not take: "+err.Error())
+			return nil
 		}
 		if c.closing || len(c.streams) >= cmpOrInt(c.s.MaxStreams, 1024) {
 			why := "it is shutting down"
@@ -322,7 +327,7 @@ func (p *Peer) Ask(ctx context.Context, kind byte, question []byte) ([]byte, err
 			return append(b, question...)
 		})
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("link: the peer's connection ended: %w", err)
 	}
 	select {
 	case a := <-ch:
