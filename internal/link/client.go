@@ -500,13 +500,11 @@ func (c *clientConn) handle(f frame) error {
 		}
 		st.finish(err, false)
 	case fWindow:
-		n, err := windowOf(f)
-		if err != nil {
-			return err
+		var send *credit
+		if st := c.stream(f.stream); st != nil {
+			send = st.send
 		}
-		if st := c.stream(f.stream); st != nil && !st.send.add(n) {
-			return fmt.Errorf("%w: stream %d given more than its window", errProtocol, f.stream)
-		}
+		return giveCredit(f, send)
 	case fAsk:
 		if len(f.payload) < 5 {
 			return fmt.Errorf("%w: a short question", errProtocol)

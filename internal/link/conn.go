@@ -281,6 +281,19 @@ func (c *credit) add(n int) bool {
 	return ok
 }
 
+// giveCredit gives a window frame's bytes to send, a stream's credit (nil:
+// the stream has ended, and the frame is dropped).
+func giveCredit(f frame, send *credit) error {
+	n, err := windowOf(f)
+	if err != nil {
+		return err
+	}
+	if send != nil && !send.add(n) {
+		return fmt.Errorf("%w: stream %d given more than its window", errProtocol, f.stream)
+	}
+	return nil
+}
+
 // windowOf is a window frame's increment: 1 to window bytes.
 func windowOf(f frame) (int, error) {
 	if len(f.payload) != 4 {

@@ -208,11 +208,7 @@ func TestStreamIDsNeverRepeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
-	p.tr.mu.Lock()
-	var c *clientConn
-	for c = range p.tr.all {
-	}
-	p.tr.mu.Unlock()
+	c := p.conn()
 	c.mu.Lock()
 	c.next = maxStreamID + 2
 	c.mu.Unlock()
@@ -347,11 +343,7 @@ func TestTheGoawayReachesAnIdleClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			readAll(t, resp)
-			p.tr.mu.Lock()
-			var c *clientConn
-			for c = range p.tr.all {
-			}
-			p.tr.mu.Unlock()
+			c := p.conn()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			p.srv.Shutdown(ctx)
@@ -374,11 +366,7 @@ func TestStreamsPastMaxStreamsOpenAnotherConnection(t *testing.T) {
 	hold := make(chan struct{})
 	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/events" {
-			w.(http.Flusher).Flush()
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
+			holdStream(w, r, hold)
 			return
 		}
 		io.WriteString(w, "ok")

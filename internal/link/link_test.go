@@ -66,6 +66,26 @@ func newPair(t *testing.T, h http.Handler, tune func(*Transport)) *pair {
 	return p
 }
 
+// holdStream answers r's head at once and holds its stream open until
+// hold is closed or the request ends.
+func holdStream(w http.ResponseWriter, r *http.Request, hold <-chan struct{}) {
+	w.(http.Flusher).Flush()
+	select {
+	case <-hold:
+	case <-r.Context().Done():
+	}
+}
+
+// conn is the transport's one connection (any, if it has several).
+func (p *pair) conn() *clientConn {
+	p.tr.mu.Lock()
+	defer p.tr.mu.Unlock()
+	for c := range p.tr.all {
+		return c
+	}
+	return nil
+}
+
 func (p *pair) close() {
 	p.tr.Close()
 	p.ln.Close()
@@ -654,11 +674,7 @@ func TestABadHeadRefusesItsRequestAlone(t *testing.T) {
 	hold := make(chan struct{})
 	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/events" {
-			w.(http.Flusher).Flush()
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
+			holdStream(w, r, hold)
 			io.WriteString(w, "end")
 			return
 		}
@@ -678,11 +694,7 @@ func TestABadHeadRefusesItsRequestAlone(t *testing.T) {
 	}
 	// A head that does not decode, written on the connection as a peer
 	// of another version might.
-	p.tr.mu.Lock()
-	var c *clientConn
-	for c = range p.tr.all {
-	}
-	p.tr.mu.Unlock()
+	c := p.conn()
 	st, err := c.open(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -242,13 +242,11 @@ func (c *serverConn) handle(f frame) error {
 			st.body.abort(errors.New("link: the client ended the stream"))
 		}
 	case fWindow:
-		n, err := windowOf(f)
-		if err != nil {
-			return err
+		var send *credit
+		if st := c.stream(f.stream); st != nil {
+			send = st.send
 		}
-		if st := c.stream(f.stream); st != nil && !st.send.add(n) {
-			return fmt.Errorf("%w: stream %d given more than its window", errProtocol, f.stream)
-		}
+		return giveCredit(f, send)
 	case fAnswer:
 		if len(f.payload) < 4 {
 			return fmt.Errorf("%w: a short answer", errProtocol)
