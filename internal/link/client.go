@@ -318,6 +318,7 @@ type clientConn struct {
 	done      chan struct{}
 
 	lastRead atomic.Int64 // unix nanoseconds of the last frame read
+	closing  atomic.Bool  // closeDrained is under way
 }
 
 var errConnRetired = errors.New("link: connection retired")
@@ -379,6 +380,9 @@ func (c *clientConn) drop(st *cstream) {
 // an answer to a question, a window — is written, within the write
 // timeout.
 func (c *clientConn) closeDrained() {
+	if c.closing.Swap(true) {
+		return // under way
+	}
 	c.t.wg.Add(1)
 	go func() {
 		defer c.t.wg.Done()

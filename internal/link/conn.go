@@ -27,7 +27,7 @@ type writer struct {
 	spare   []byte
 	writing bool
 	err     error         // sticky: the connection failed
-	idle    chan struct{} // cap 1: a flush ended (made by the first send)
+	idle    chan struct{} // closed (and dropped) when a flush ends: drained's wait
 }
 
 // maxRounds is how many writes a caller makes for others before it hands
@@ -91,33 +91,37 @@ func (w *writer) flush(rounds int) {
 		}
 	}
 	w.writing = false
-	if w.idle != nil {
-		notify(w.idle)
-	}
+	w.wakeIdle()
 	w.mu.Unlock()
 	if err != nil {
 		w.fail(err)
 	}
 }
 
+// wakeIdle wakes every drained waiting, with w.mu held.
+func (w *writer) wakeIdle() {
+	if w.idle != nil {
+		close(w.idle)
+		w.idle = nil
+	}
+}
+
 // drained waits, at most bound, until nothing is queued or being
 // written; false if the bound passed first.
 func (w *writer) drained(bound time.Duration) bool {
-	w.mu.Lock()
-	if w.idle == nil {
-		w.idle = make(chan struct{}, 1)
-	}
-	idle := w.idle
-	w.mu.Unlock()
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		done := !w.writing && len(w.buf) == 0 || w.err != nil
-		w.mu.Unlock()
-		if done {
+		if !w.writing && len(w.buf) == 0 || w.err != nil {
+			w.mu.Unlock()
 			return true
 		}
+		if w.idle == nil {
+			w.idle = make(chan struct{})
+		}
+		idle := w.idle
+		w.mu.Unlock()
 		select {
 		case <-idle:
 		case <-t.C:
@@ -133,9 +137,7 @@ func (w *writer) failed(err error) {
 		w.err = err
 	}
 	w.buf = nil
-	if w.idle != nil {
-		notify(w.idle)
-	}
+	w.wakeIdle()
 	w.mu.Unlock()
 }
 

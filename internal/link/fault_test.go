@@ -430,3 +430,27 @@ func TestABodyBeforeItsHeadEndsTheConnection(t *testing.T) {
 		t.Fatal("RoundTrip outlived its context by seconds (it waits on st.head, which nothing closes)")
 	}
 }
+
+// Every goroutine waiting for the writer to drain is woken when it does,
+// not one of them (a retired connection's close may be waited for from
+// two places).
+func TestDrainedWakesEveryWaiter(t *testing.T) {
+	bc := &blockConn{release: make(chan struct{}), closed: make(chan struct{})}
+	w := &writer{conn: bc, timeout: time.Minute, fail: func(error) {}}
+	_ = w.send(true, func(b []byte) []byte { return append(b, "a frame"...) })
+	results := make(chan bool, 2)
+	for range 2 {
+		go func() { results <- w.drained(time.Minute) }()
+	}
+	close(bc.release)
+	for range 2 {
+		select {
+		case ok := <-results:
+			if !ok {
+				t.Fatal("drained returned false within its bound")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a second waiter was not woken when the writer drained")
+		}
+	}
+}
