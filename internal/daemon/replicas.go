@@ -536,6 +536,11 @@ func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err err
 	if r.Context().Err() != nil {
 		return // the client went away
 	}
+	if link.IsHeadTooLarge(err) {
+		// The client's own: the link does not carry such a header.
+		http.Error(w, "Request Header Fields Too Large: "+err.Error(), http.StatusRequestHeaderFieldsTooLarge)
+		return
+	}
 	if errors.Is(err, link.ErrRefused) {
 		// Refused unserved twice (the owner shuts down, or takes no more
 		// streams): nothing ran; the client may send it again.

@@ -837,3 +837,26 @@ func TestAuditLinesServedForAPeerAreNeverLost(t *testing.T) {
 		t.Errorf("lines taken by the peer %v, written here %v (counted %d); want [taken1 taken2], [refused1 refused2], 2", taken, here, rs.linesHere.Load())
 	}
 }
+
+// A request with more header values than the link carries, to a session
+// another replica owns, is refused where it arrived (431) and the link
+// goes on serving: another call of the session succeeds.
+func TestAHeaderTooLargeToRelayIsTheClients(t *testing.T) {
+	p := startPair(t, "")
+	r := send(t, "POST", p.base[1]+"/mcp", initBody, nil)
+	if r.status != 200 {
+		t.Fatalf("initialize on replica 1: %d %s", r.status, r.body)
+	}
+	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
+	h := map[string][]string{"Mcp-Session-Id": {r.sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	for i := range 600 {
+		h[fmt.Sprintf("X-H%d", i)] = []string{"1"}
+	}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, h); r.status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("600 header values through replica 0: %d %s, want 431", r.status, r.body)
+	}
+	h = map[string][]string{"Mcp-Session-Id": {r.sid}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	if r := send(t, "POST", p.base[0]+"/mcp", list, h); r.status != 200 || !strings.Contains(r.body, `"tools"`) {
+		t.Errorf("the session's next call through replica 0: %d %s", r.status, r.body)
+	}
+}
