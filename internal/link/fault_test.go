@@ -21,18 +21,20 @@ import (
 func TestAnIdleGapDoesNotKillTheNextStream(t *testing.T) {
 	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
-			time.Sleep(300 * time.Millisecond) // a tool call that takes a while
+			time.Sleep(500 * time.Millisecond) // a tool call that takes a while
 		}
 		io.WriteString(w, "ok")
 	}), func(tr *Transport) {
-		tr.PingInterval = 50 * time.Millisecond
+		// Pings answered within 3 intervals (300 ms) keep it: a loaded
+		// machine has that much room.
+		tr.PingInterval = 100 * time.Millisecond
 		tr.IdleTimeout = time.Minute
 	})
 	resp, err := p.do(t, t.Context(), "POST", "/", "x", nil)
 	if err != nil || readAll(t, resp) != "ok" {
 		t.Fatalf("first: %v", err)
 	}
-	time.Sleep(400 * time.Millisecond) // idle: > 3 ping intervals, << IdleTimeout
+	time.Sleep(700 * time.Millisecond) // idle: > 3 ping intervals, << IdleTimeout
 	resp, err = p.do(t, t.Context(), "POST", "/slow", "x", nil)
 	if err != nil {
 		t.Fatalf("a request on a live, merely idle connection failed: %v", err)
