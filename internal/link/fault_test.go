@@ -131,14 +131,18 @@ func TestCloseWhenSentWaitsForTheWriteUnderWay(t *testing.T) {
 	bc := &blockConn{release: make(chan struct{}), closed: make(chan struct{})}
 	c := &serverConn{nc: bc, streams: map[uint32]*sstream{}}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	c.w = writer{conn: bc, timeout: time.Second, fail: func(error) {}}
+	c.w = writer{conn: bc, timeout: time.Minute, fail: func(error) {}}
 	// Another goroutine's write under way (an async reset, pong, goaway...).
 	_ = c.w.send(true, func(b []byte) []byte { return append(b, "the last answer's end"...) })
 	time.Sleep(20 * time.Millisecond)
 	c.closeWhenSent()
 	time.Sleep(50 * time.Millisecond)
 	close(bc.release)
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-bc.closed: // after the write, if closeWhenSent waited for it
+	case <-time.After(10 * time.Second):
+		t.Fatal("closeWhenSent never closed the connection")
+	}
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
 	if !strings.Contains(bc.wrote.String(), "the last answer's end") {
