@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,10 +152,7 @@ func (t *Transport) retire(c *clientConn) {
 // made under new keys).
 func (t *Transport) Retire() {
 	t.mu.Lock()
-	cs := make([]*clientConn, 0, len(t.all))
-	for c := range t.all {
-		cs = append(cs, c)
-	}
+	cs := slices.Collect(maps.Keys(t.all))
 	clear(t.conns)
 	t.mu.Unlock()
 	for _, c := range cs {
@@ -166,10 +165,7 @@ func (t *Transport) Retire() {
 func (t *Transport) Close() {
 	t.mu.Lock()
 	t.closed = true
-	cs := make([]*clientConn, 0, len(t.all))
-	for c := range t.all {
-		cs = append(cs, c)
-	}
+	cs := slices.Collect(maps.Keys(t.all))
 	t.mu.Unlock()
 	for _, c := range cs {
 		c.fail(errTransportClosed)
@@ -418,10 +414,7 @@ func (c *clientConn) fail(err error) {
 		return
 	}
 	c.err = err
-	sts := make([]*cstream, 0, len(c.streams))
-	for _, st := range c.streams {
-		sts = append(sts, st)
-	}
+	sts := slices.Collect(maps.Values(c.streams))
 	clear(c.streams)
 	c.mu.Unlock()
 	c.t.forget(c)

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,10 +72,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	c.w.failed(err)
 	nc.Close()
 	c.mu.Lock()
-	sts := make([]*sstream, 0, len(c.streams))
-	for _, st := range c.streams {
-		sts = append(sts, st)
-	}
+	sts := slices.Collect(maps.Values(c.streams))
 	c.mu.Unlock()
 	for _, st := range sts {
 		st.body.abort(err)
@@ -84,14 +83,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 // Shutdown refuses new streams on every connection, waits within ctx for
 // the open ones to end, then closes the connections.
 func (s *Server) Shutdown(ctx context.Context) {
-	s.mu.Lock()
-	s.shutdown = true
-	cs := make([]*serverConn, 0, len(s.conns))
-	for c := range s.conns {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
-	for _, c := range cs {
+	for _, c := range s.stop() {
 		c.goaway()
 	}
 	for {
@@ -112,17 +104,18 @@ func (s *Server) Shutdown(ctx context.Context) {
 
 // Close ends every connection; their handlers' contexts end.
 func (s *Server) Close() {
-	s.mu.Lock()
-	s.shutdown = true
-	cs := make([]*serverConn, 0, len(s.conns))
-	for c := range s.conns {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
-	for _, c := range cs {
+	for _, c := range s.stop() {
 		c.cancel(errors.New("link: the server closed"))
 		c.nc.Close()
 	}
+}
+
+// stop takes no new connection and returns those open.
+func (s *Server) stop() []*serverConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdown = true
+	return slices.Collect(maps.Keys(s.conns))
 }
 
 type serverConn struct {
