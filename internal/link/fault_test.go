@@ -460,3 +460,63 @@ func TestDrainedWakesEveryWaiter(t *testing.T) {
 		}
 	}
 }
+
+// refillConn queues one more frame on w at each of its first n writes,
+// and holds its write number hold until released: a connection that
+// others keep writing to.
+type refillConn struct {
+	net.Conn
+	w       *writer
+	n, hold int
+	release chan struct{}
+
+	mu     sync.Mutex
+	writes int
+	held   chan struct{} // closed when write number hold begins
+}
+
+func (c *refillConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	c.writes++
+	k := c.writes
+	c.mu.Unlock()
+	if k <= c.n {
+		_ = c.w.send(false, func(b []byte) []byte { return append(b, 'x') })
+	}
+	if k == c.hold {
+		close(c.held)
+		<-c.release
+	}
+	return len(b), nil
+}
+func (c *refillConn) SetWriteDeadline(time.Time) error { return nil }
+
+// A caller that finds the connection idle writes what others queue
+// meanwhile for maxRounds writes at most, then hands the rest to a
+// goroutine: it returns while that goroutine's write is still blocked,
+// and everything queued is written in the end.
+func TestAWriterWritesForOthersAFewRoundsAtMost(t *testing.T) {
+	c := &refillConn{n: 20, hold: maxRounds + 1, release: make(chan struct{}), held: make(chan struct{})}
+	w := &writer{conn: c, timeout: time.Minute, fail: func(error) {}}
+	c.w = w
+	returned := make(chan struct{})
+	go func() {
+		_ = w.send(false, func(b []byte) []byte { return append(b, 'x') })
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the caller did not return while write %d (by another goroutine) was blocked", maxRounds+1)
+	}
+	<-c.held
+	close(c.release)
+	if !w.drained(10 * time.Second) {
+		t.Fatal("the queue was not written after the hand-off")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writes != c.n+1 {
+		t.Errorf("%d writes, want %d (one per frame queued, each while the one before was written)", c.writes, c.n+1)
+	}
+}
