@@ -17,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/audit"
@@ -537,15 +538,7 @@ func TestPlacementOneRestartRunsOneProcess(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
-		Getenv: func(k string) string { return map[string]string{"MCPVISOR_ORDINAL": "0"}[k] }}
-	w := &syncWriter{}
-	o.Stderr = w
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, o) }()
-	base := "http://" + waitServing(t, w, done)
-	defer func() { cancel(); <-done }()
+	base := serveReplica0(t, cfg)
 
 	r := send(t, "POST", base+"/servers/one/mcp", initBody, nil)
 	if r.status != 200 {
@@ -625,15 +618,7 @@ func TestSilentOwnerIsGoneWithinTheBound(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
-		Getenv: func(k string) string { return map[string]string{"MCPVISOR_ORDINAL": "0"}[k] }}
-	w := &syncWriter{}
-	o.Stderr = w
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, o) }()
-	base := "http://" + waitServing(t, w, done)
-	defer func() { cancel(); <-done }()
+	base := serveReplica0(t, cfg)
 
 	keys, _ := replica.NewKeys(key)
 	sid := keys.Stamp(replica.Owner{Ordinal: 1, Incarnation: "aaaaaaaaaaaaaaaaaaaa"}, "session")
@@ -859,4 +844,71 @@ func TestAHeaderTooLargeToRelayIsTheClients(t *testing.T) {
 	if r := send(t, "POST", p.base[0]+"/mcp", list, h); r.status != 200 || !strings.Contains(r.body, `"tools"`) {
 		t.Errorf("the session's next call through replica 0: %d %s", r.status, r.body)
 	}
+}
+
+// serveReplica0 serves cfg as replica 0 until the test ends, and returns
+// its base URL.
+func serveReplica0(t *testing.T, cfg string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	o := ServeOptions{Options: options(t, cfg), Listen: "127.0.0.1:0", Socket: "none", NoWatch: true,
+		Getenv: func(k string) string { return map[string]string{"MCPVISOR_ORDINAL": "0"}[k] }}
+	w := &syncWriter{}
+	o.Stderr = w
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, o) }()
+	base := "http://" + waitServing(t, w, done)
+	t.Cleanup(func() { cancel(); <-done })
+	return base
+}
+
+// The tracker of audit lines on their way to peers: once closed it
+// starts none; closeAndWait waits for those under way, and no longer
+// than its context.
+func TestTrackerWaitsWithinItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr tracker
+		if !tr.start() || !tr.start() {
+			t.Fatal("an open tracker refused to start")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			tr.closeAndWait(ctx)
+			close(done)
+		}()
+		synctest.Wait()
+		if tr.start() {
+			t.Error("a closed tracker started one more")
+		}
+		tr.done()
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("closeAndWait returned with one still under way")
+		default:
+		}
+		<-done // the context's end
+		if d := time.Since(start); d != time.Second {
+			t.Errorf("closeAndWait returned after %v, want its context's second", d)
+		}
+		// And returns as the last one ends.
+		var tr2 tracker
+		tr2.start()
+		done2 := make(chan struct{})
+		go func() {
+			tr2.closeAndWait(context.Background())
+			close(done2)
+		}()
+		synctest.Wait()
+		tr2.done()
+		synctest.Wait()
+		select {
+		case <-done2:
+		default:
+			t.Fatal("closeAndWait did not return as the last one ended")
+		}
+	})
 }
