@@ -25,8 +25,8 @@
 // mutual TLS under the shared key, with the ALPN protocol Proto on the
 // peer listener beside HTTP/1.1 (http.Server.TLSNextProto). The package
 // trusts its peer as far as framing goes — a peer that breaks the
-// protocol loses the connection — and leaves authorization to the
-// handler.
+// framing loses the connection; a request head this side does not take
+// loses its stream alone — and leaves authorization to the handler.
 package link
 
 import (
