@@ -68,8 +68,8 @@ func (s *Server) ServeConn(nc net.Conn) {
 		}
 	}()
 	err := c.readLoop()
+	c.w.failed(err) // before the handlers' contexts end: see Close
 	c.cancel(err)
-	c.w.failed(err)
 	nc.Close()
 	c.mu.Lock()
 	sts := slices.Collect(maps.Values(c.streams))
@@ -105,7 +105,11 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Close ends every connection; their handlers' contexts end.
 func (s *Server) Close() {
 	for _, c := range s.stop() {
-		c.cancel(errors.New("link: the server closed"))
+		// The writer first: a handler that returns as its context ends
+		// must not send its answer's end, as if the answer were whole.
+		err := errors.New("link: the server closed")
+		c.w.failed(err)
+		c.cancel(err)
 		c.nc.Close()
 	}
 }
