@@ -81,6 +81,13 @@ type replicaSet struct {
 	cutRelays context.CancelFunc
 	peerLn    net.Listener
 	peerSrv   *http.Server
+	// keyPoll is how often the key directory is read again (keyPoll
+	// when the set was made); stopKeys ends that watch, and bg counts
+	// the goroutines servePeers started (the watch and the peer
+	// listener's serve loop), which close waits for.
+	keyPoll  time.Duration
+	stopKeys context.CancelFunc
+	bg       sync.WaitGroup
 	// forwarded counts requests forwarded to a peer, gone those whose
 	// owner was gone, received those served for a peer.
 	forwarded, gone, received atomic.Uint64
@@ -152,7 +159,7 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
 	}
-	rs := &replicaSet{log: log, self: replica.Owner{Ordinal: ord, Incarnation: replica.NewIncarnation()},
+	rs := &replicaSet{log: log, keyPoll: keyPoll, self: replica.Owner{Ordinal: ord, Incarnation: replica.NewIncarnation()},
 		ring: replica.NewRing(keys), idle: make(chan struct{}, 1)}
 	rs.relays, rs.cutRelays = context.WithCancel(context.Background())
 	rs.cfg.Store(rc)
@@ -189,10 +196,10 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 // updates a mounted Secret in place, within a minute or so of its change.
 var keyPoll = 5 * time.Second
 
-// watchKeys reads the key directory every keyPoll until ctx ends, and
+// watchKeys reads the key directory every rs.keyPoll until ctx ends, and
 // puts keys that changed in force (a rotation needs no restart).
 func (rs *replicaSet) watchKeys(ctx context.Context) {
-	t := time.NewTicker(keyPoll)
+	t := time.NewTicker(rs.keyPoll)
 	defer t.Stop()
 	for {
 		select {
@@ -731,7 +738,8 @@ var errPeerRefused = errors.New("peer refused")
 // servePeers serves the peer interface until it is closed, and watches
 // the keys until ctx ends.
 func (rs *replicaSet) servePeers(ctx context.Context, local http.Handler) {
-	go rs.watchKeys(ctx)
+	ctx, rs.stopKeys = context.WithCancel(ctx)
+	rs.bg.Go(func() { rs.watchKeys(ctx) })
 	h := rs.peerHandler(local)
 	rs.linkSrv.Handler = h
 	srv := &http.Server{Handler: h, TLSConfig: rs.ring.ServerTLS(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
@@ -748,11 +756,11 @@ func (rs *replicaSet) servePeers(ctx context.Context, local http.Handler) {
 		},
 		ErrorLog: slog.NewLogLogger(rs.log.Handler(), slog.LevelDebug)}
 	rs.peerSrv = srv
-	go func() {
+	rs.bg.Go(func() {
 		if err := srv.ServeTLS(rs.peerLn, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			rs.log.Error("replicas: the peer interface failed", "err", err)
 		}
-	}()
+	})
 }
 
 // drain makes the replica unready and waits, within the drain timeout,
@@ -815,6 +823,12 @@ func (rs *replicaSet) close(ctx context.Context) {
 	}
 	rs.link.Close()
 	rs.transport.CloseIdleConnections()
+	// What servePeers started ends with the set: the watch on its
+	// cancel, the serve loop once Shutdown closed its listener.
+	if rs.stopKeys != nil {
+		rs.stopKeys()
+	}
+	rs.bg.Wait()
 }
 
 // tracker counts goroutines of something that closes: once closed, it

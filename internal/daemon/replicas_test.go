@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -414,7 +415,22 @@ func TestKeyRotation(t *testing.T) {
 		h := map[string][]string{"Mcp-Session-Id": {sids[i]}, "Mcp-Protocol-Version": {"2025-11-25"}}
 		return send(t, "POST", p.base[1-i]+"/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, h).status
 	}
-	settle := func() { time.Sleep(20 * keyPoll) } // every replica has read its directory again
+	// settle waits until every replica has read its directory again: its
+	// own entry in the deployment's view shows the keys the directory
+	// holds, the signing key's first.
+	settle := func() {
+		t.Helper()
+		for i := range 2 {
+			keys, err := replica.LoadKeyDir(p.keyDirs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := json.Marshal(keys.AcceptedIDs())
+			waitUntil(t, 10*time.Second, func() bool {
+				return strings.Contains(peerStateOf(t, p, i), `"accepted":`+string(want))
+			}, fmt.Sprintf("replica %d to put its keys in force", i))
+		}
+	}
 	check := func(step string, want int) {
 		t.Helper()
 		for i := range 2 {
@@ -913,4 +929,31 @@ func TestTrackerWaitsWithinItsContext(t *testing.T) {
 			t.Fatal("closeAndWait did not return as the last one ended")
 		}
 	})
+}
+
+// The goroutines a replica starts for its peers (the key watch, the peer
+// listener's serve loop) end before Serve returns: none is left to run
+// after its replica, and what they read happens before what follows
+// Serve (the race detector holds the test to that, with keyPoll written
+// after the replicas that read it ended).
+func TestServeEndsTheReplicaGoroutines(t *testing.T) {
+	defer func(d time.Duration) { keyPoll = d }(keyPoll)
+	keyPoll = time.Hour // nothing but the join orders the watch before what follows
+	p := startPair(t, "")
+	for i := range 2 {
+		p.stops[i]()
+		err := <-p.done[i]
+		p.done[i] <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "(*replicaSet).watchKeys") || strings.Contains(g, "(*replicaSet).servePeers") {
+			t.Errorf("a replica's goroutine outlived Serve:\n%s", g)
+		}
+	}
+	keyPoll = time.Minute
 }
