@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/admin"
@@ -38,6 +39,9 @@ type app struct {
 	hist   *store.EventWriter // persists events; nil without a store
 	store  *store.Store       // nil when the state file could not be opened
 	logs   *logbuf.Registry   // each server's stderr lines
+	// learning is startEager's learning of the lists not cached, which
+	// close waits for.
+	learning sync.WaitGroup
 	// tracing exports a span of each client request (nil: off); its
 	// exporter is shut down, bounded, by close.
 	tracing *telemetry.Tracing
@@ -154,7 +158,7 @@ func openApp(configFile, stateDir string, log *slog.Logger, replicas func(*confi
 // them, then lets it sleep again; and keeps node's compile cache bounded.
 func (a *app) startEager(ctx context.Context, learn bool) {
 	if learn {
-		go mempolicy.WithGCPercent(mempolicy.LearnGCPercent, func() { a.fleet.Learn(ctx, 2) })
+		a.learning.Go(func() { mempolicy.WithGCPercent(mempolicy.LearnGCPercent, func() { a.fleet.Learn(ctx, 2) }) })
 	}
 	a.fleet.StartEager()
 	a.fleet.KeepCompileCache()
@@ -164,6 +168,9 @@ func (a *app) startEager(ctx context.Context, learn bool) {
 // (which kills whatever ctx left running). A deadline on ctx bounds every
 // process stop first, those already under way included (see boundStops).
 func (a *app) close(ctx context.Context) error {
+	// The learning ends with the context startEager was given (serve's,
+	// ended before this); the servers it started stop with the fleet.
+	a.learning.Wait()
 	a.boundStops(ctx)
 	ferr := a.fleet.Close(ctx)
 	rerr := a.rt.Close(ctx)

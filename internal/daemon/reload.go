@@ -162,7 +162,7 @@ const watchDebounce = 250 * time.Millisecond
 // each change). Any change there is read once the directory has been
 // quiet for watchDebounce; a file whose content did not change is no
 // reload.
-func (r *reloader) watch(ctx context.Context) error {
+func (r *reloader) watch(ctx context.Context, bg *sync.WaitGroup) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -194,7 +194,7 @@ func (r *reloader) watch(ctx context.Context) error {
 	} else if err != nil {
 		r.a.log.Warn("not watching the config file's symlink target", "err", err)
 	}
-	go func() {
+	bg.Go(func() {
 		defer w.Close()
 		var timer *time.Timer
 		var fire <-chan time.Time
@@ -228,6 +228,6 @@ func (r *reloader) watch(ctx context.Context) error {
 				r.reload(ctx, "watch", true)
 			}
 		}
-	}()
+	})
 	return nil
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -11,7 +12,9 @@ import (
 // in silence with no change ever seen.
 func TestWatchReportsADirectoryItCannotWatch(t *testing.T) {
 	r := &reloader{file: filepath.Join(t.TempDir(), "gone", "config.json")}
-	if err := r.watch(t.Context()); err == nil || !strings.Contains(err.Error(), "gone") {
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	if err := r.watch(t.Context(), &bg); err == nil || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("watching a file in a missing directory: %v, want an error naming it", err)
 	}
 }

@@ -69,7 +69,7 @@ func startPair(t testing.TB, extra string) *pair {
 // a comma before each); with own, each replica has a key directory of
 // its own (keyDirs), as each pod has its own mount of the Secret,
 // updated at its own moment.
-func startPairWith(t testing.TB, extra, servers string, own bool) *pair {
+func startPairWith(t testing.TB, extra, servers string, own bool, more ...func(*ServeOptions)) *pair {
 	t.Helper()
 	dir := t.TempDir()
 	p := &pair{key: []byte(strings.Repeat("k", 40)), fixure: testserver.Build(t)}
@@ -106,6 +106,9 @@ func startPairWith(t testing.TB, extra, servers string, own bool) *pair {
 				}
 				return ""
 			}}
+		for _, f := range more {
+			f(&o)
+		}
 		w := &syncWriter{}
 		o.Stderr = w
 		p.done[i] = make(chan error, 1)
@@ -931,15 +934,21 @@ func TestTrackerWaitsWithinItsContext(t *testing.T) {
 	})
 }
 
-// The goroutines a replica starts for its peers (the key watch, the peer
-// listener's serve loop) end before Serve returns: none is left to run
-// after its replica, and what they read happens before what follows
-// Serve (the race detector holds the test to that, with keyPoll written
-// after the replicas that read it ended).
-func TestServeEndsTheReplicaGoroutines(t *testing.T) {
+// Serve returns only once every goroutine it started has ended: those of
+// the replica's peers (the key watch, the peer listener's serve loop),
+// of the daemon (the reload signal's loop, the HTTP serve loop, the
+// config file's watch) and the learning of the lists not cached. What
+// they read happens before what follows Serve: the race detector holds
+// the test to that, with keyPoll written after the replicas that read
+// it ended.
+func TestServeEndsTheGoroutinesItStarts(t *testing.T) {
 	defer func(d time.Duration) { keyPoll = d }(keyPoll)
 	keyPoll = time.Hour // nothing but the join orders the watch before what follows
-	p := startPair(t, "")
+	before := map[string]bool{}
+	for _, g := range goroutines() {
+		before[strings.SplitN(g, " ", 3)[1]] = true
+	}
+	p := startPairWith(t, "", "", false, func(o *ServeOptions) { o.NoWatch, o.NoLearn = false, false })
 	for i := range 2 {
 		p.stops[i]()
 		err := <-p.done[i]
@@ -948,12 +957,17 @@ func TestServeEndsTheReplicaGoroutines(t *testing.T) {
 			t.Fatalf("replica %d: %v", i, err)
 		}
 	}
-	buf := make([]byte, 1<<20)
-	stacks := string(buf[:runtime.Stack(buf, true)])
-	for _, g := range strings.Split(stacks, "\n\n") {
-		if strings.Contains(g, "(*replicaSet).watchKeys") || strings.Contains(g, "(*replicaSet).servePeers") {
-			t.Errorf("a replica's goroutine outlived Serve:\n%s", g)
+	for _, g := range goroutines() {
+		if !before[strings.SplitN(g, " ", 3)[1]] && strings.Contains(g, "mcpvisor/internal/") && !strings.Contains(g, "daemon.TestServeEndsTheGoroutinesItStarts") {
+			t.Errorf("a goroutine outlived Serve:\n%s", g)
 		}
 	}
 	keyPoll = time.Minute
+}
+
+// goroutines are the stacks of every goroutine, each beginning
+// "goroutine N [".
+func goroutines() []string {
+	buf := make([]byte, 4<<20)
+	return strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -112,6 +113,11 @@ type serving struct {
 	aggregate *gateway.StreamableHandler
 	routes    *gateway.ServerRouter
 	rl        *reloader
+	// bg counts the goroutines serve starts beside its own (the reload
+	// signal's loop, the HTTP serve loop, the config watch, the team's
+	// prefetch): each ends with the shutdown's context or the closing
+	// of what it serves, and serve returns only once they have.
+	bg sync.WaitGroup
 	// team is the team identity every route's guard checks tokens by
 	// (the config's auth; none without it), swapped at each reload.
 	team *guard.Team
@@ -365,7 +371,7 @@ func (s *serving) start() error {
 	// (mcpvisor reload) — one path, one at a time.
 	hup := make(chan os.Signal, 1)
 	s.stopHUP = notifyReload(hup)
-	go func() {
+	s.bg.Go(func() {
 		for {
 			select {
 			case <-hup:
@@ -374,21 +380,21 @@ func (s *serving) start() error {
 				return
 			}
 		}
-	}()
+	})
 	if !s.o.NoWatch {
-		if err := s.rl.watch(s.sd.Context()); err != nil {
+		if err := s.rl.watch(s.sd.Context(), &s.bg); err != nil {
 			s.log.Warn("not watching the config file: reload with SIGHUP or mcpvisor reload", "err", err)
 		}
 	}
 	if s.replicas != nil {
 		s.replicas.servePeers(s.sd.Context(), s.local)
 	}
-	go func() {
+	s.bg.Go(func() {
 		if err := serveHTTP(s.srv, s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server failed", "err", err)
 			s.sd.Trigger("http server failed")
 		}
-	}()
+	})
 	return nil
 }
 
@@ -434,6 +440,7 @@ func (s *serving) run() error {
 			s.replicas.close(ctx)
 		}
 		s.closeAudit(ctx)
+		s.bg.Wait()
 		return err
 	})
 }
@@ -477,6 +484,7 @@ func (s *serving) close(ctx context.Context) {
 	if s.tracing != nil {
 		_ = s.tracing.Shutdown(ctx) // nothing exported yet
 	}
+	s.bg.Wait() // each ended with the trigger, or the listener's close
 	s.sd.Stop()
 }
 

@@ -72,7 +72,7 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 		s.a.gw.SetServerScopes(nil)
 	}
 	if tc != nil {
-		go func() {
+		s.bg.Go(func() {
 			// Bounded, and cut by serve's end (the verifier's Close ends
 			// a fetch it began).
 			pctx, cancel := context.WithTimeout(s.sd.Context(), 15*time.Second)
@@ -80,7 +80,7 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 			if err := tc.Verifier.Prefetch(pctx); err != nil {
 				s.log.Warn("auth: the issuer's metadata or keys could not be fetched yet; requests are refused (503) until they can", "issuer", tc.Issuer, "err", err)
 			}
-		}()
+		})
 	}
 	return nil
 }
