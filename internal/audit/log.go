@@ -212,6 +212,10 @@ func (l *Log) Accepting() bool {
 	return !l.closed.Load() && !l.failing.Load() && len(l.queue) < cap(l.queue)
 }
 
+// FailClosed reports whether l refuses requests while it cannot take
+// their lines (Options.FailClosed).
+func (l *Log) FailClosed() bool { return l != nil && l.failClosed }
+
 // Stats are l's counters now.
 func (l *Log) Stats() Stats {
 	if l == nil {

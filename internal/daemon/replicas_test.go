@@ -326,9 +326,22 @@ func TestProbes(t *testing.T) {
 // BenchmarkForwardedCall: legacy calls whose sessions live on the
 // replica they reached (local) and on the other one (forwarded), 8
 // callers, both replicas in this process: go test -bench Forwarded
-// -cpuprofile shows where a hop goes; cpu-µs/op is the process's CPU.
+// -cpuprofile shows where a hop goes; cpu-µs/op is the process's CPU
+// (the servers' not counted). Under "audited" the config has an audit:
+// a forwarded call's line is handed to the replica it reached when it
+// ends; under "governed" rate limits too: the call then also asks that
+// replica to admit it, a round trip before it is served (receiver.go).
 func BenchmarkForwardedCall(b *testing.B) {
-	p := startPair(b, "")
+	for _, g := range []struct{ name, extra string }{
+		{"plain", ""},
+		{"audited", `"audit": {"arguments": "digest"},`},
+		{"governed", `"audit": {"arguments": "digest"}, "rateLimits": {"perIdentity": {"perSecond": 1000000, "burst": 1000000}},`},
+	} {
+		b.Run(g.name, func(b *testing.B) { benchmarkForwardedCall(b, startPair(b, g.extra)) })
+	}
+}
+
+func benchmarkForwardedCall(b *testing.B, p *pair) {
 	for _, c := range []struct {
 		name     string
 		init, to string

@@ -103,10 +103,12 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	var wait time.Duration
 	var scope string
 	switch {
-	case f.recv != nil && (g.limits.Load() != nil || g.audit.Load() != nil):
-		// The receiving replica's audit takes the line and its limits
-		// govern: it is asked (the replicas' configurations are normally
-		// the same: what is configured here is there).
+	case f.recv != nil && (g.limits.Load() != nil || g.audit.Load().FailClosed()):
+		// The receiving replica's limits govern, and its audit, if it
+		// refuses calls while full, may refuse: it is asked (the
+		// replicas' configurations are normally the same: what is
+		// configured here is there). An audit that never refuses is not
+		// asked about; it is handed the line when the call ends.
 		a, err := g.allow(f)
 		if err != nil {
 			f.refused = true
@@ -118,7 +120,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 		}
 		ok, wait, scope = a.OK, a.Wait, a.Scope
 	case f.recv != nil:
-		return nil // no audit, no limits: nothing to ask
+		return nil // no limits, no audit that refuses: nothing to ask
 	default:
 		if l := g.audit.Load(); l != nil && !l.Accepting() {
 			return auditFull()

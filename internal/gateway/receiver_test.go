@@ -381,7 +381,8 @@ func TestForwardedModernCallIsNotShed(t *testing.T) {
 func TestReceiverTakesAHeldCallsLine(t *testing.T) {
 	w := newMRTRWorld(t)
 	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	log, err := audit.Open(audit.Options{File: file})
+	// failClosed: the receiver's audit may refuse, so it is asked.
+	log, err := audit.Open(audit.Options{File: file, FailClosed: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,5 +453,24 @@ func TestReceiverIsNotAskedWhenNothingLimitsOrAudits(t *testing.T) {
 	}
 	if allows, _, _ := r.seen(); len(allows) != 0 {
 		t.Errorf("the receiver was asked %v, want nothing", allows)
+	}
+}
+
+// An audit that does not refuse calls (not failClosed) and no rate limits:
+// the receiving replica's answer could not refuse the call, so it is not
+// asked (no round trip before the call); it still takes the line.
+func TestReceiverIsOnlyHandedTheLineOfAnAuditThatNeverRefuses(t *testing.T) {
+	w := newReceiverWorld(t)
+	w.gw.SetLimits(nil)
+	r := &fakeReceiver{ok: false, auditFull: true}
+	if status, m := modernCall(t, viaReceiver(t, w.agg, testUsers["alice"], r), "a__echo"); status != http.StatusOK || m.Error != nil {
+		t.Fatalf("the call: %d %s", status, m.Encode())
+	}
+	allows, lines, _ := r.seen()
+	if len(allows) != 0 {
+		t.Errorf("the receiver was asked %v, want nothing", allows)
+	}
+	if len(lines) != 1 || lines[0].Outcome != "ok" {
+		t.Errorf("the receiver got the lines %+v, want the call's", lines)
 	}
 }
