@@ -9,7 +9,6 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
-	"github.com/mcpvisor/mcpvisor/internal/link"
 	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 )
 
@@ -20,19 +19,38 @@ import (
 // the request came by (kindLimit, one round trip, only for a call the
 // limits or the audit count): the receiving replica answers from its own
 // audit (failClosed) and limiter. When the call ends the owner hands it
-// the line (kindAudit), acknowledged: a line the receiving replica did
-// not take — its link ended, its audit is full or gone — is written by
-// the owner, so none is lost (one is written twice only if the link ends
-// between the receiver's write and its answer, or the answer takes longer
-// than ownerTimeout). Limits therefore add up
+// the line (kindAudits), acknowledged line by line: a line the receiving
+// replica did not take — its link ended, its audit is full or gone — is
+// written by the owner, so none is lost (one is written twice only if
+// the link ends between the receiver's write and its answer, or the
+// answer takes longer than ownerTimeout). The lines for one link go
+// together: one question carries those that came while the one before
+// was answered. Limits therefore add up
 // per replica a client's requests land on, whoever owns their sessions
 // (docs/kubernetes.md).
 
-// The kinds of what an owner asks the replica a request came from.
+// The kinds of what an owner asks the replica a request came from. Kind
+// 2, a single audit line, is not used again: a replica answers a kind it
+// does not know with nothing, which the asker takes as "not taken".
 const (
-	kindLimit byte = 1
-	kindAudit byte = 2
+	kindLimit  byte = 1
+	kindAudits byte = 3 // a JSON array of audit lines; answered by a byte per line, 1 if taken
 )
+
+// A question of kindAudits carries at most maxBatchLines lines, and more
+// than one only while they add up to at most maxBatchBytes (a frame
+// holds 1 MiB).
+const (
+	maxBatchLines = 256
+	maxBatchBytes = 256 << 10
+)
+
+// lineGather is how long a sender lets lines gather before it asks, when
+// fewer than a full batch are queued: the lines are handed over after
+// their calls ended, so no client waits for it, and under load one
+// question then carries many lines instead of each line costing a round
+// trip of its own.
+const lineGather = 2 * time.Millisecond
 
 // limitQuestion and limitAnswer are an admission over the link.
 type limitQuestion struct {
@@ -69,19 +87,22 @@ func (rs *replicaSet) answer(kind byte, q []byte) []byte {
 		ok, wait, scope := lim.Allow(lq.Key, lq.Server, lq.Target)
 		b, _ := json.Marshal(limitAnswer{OK: ok, Wait: wait, Scope: scope})
 		return b
-	case kindAudit:
+	case kindAudits:
+		var recs []audit.Record
+		if json.Unmarshal(q, &recs) != nil {
+			return nil // none taken: the owner writes them
+		}
 		l := rs.auditLog()
-		var rec audit.Record
-		if l == nil || json.Unmarshal(q, &rec) != nil {
-			return []byte{0} // not taken: the owner writes it
+		taken := make([]byte, len(recs)) // 0: not taken, the owner writes it
+		for i, rec := range recs {
+			if bytes.Equal(rec.Arguments, []byte("null")) {
+				rec.Arguments = nil
+			}
+			if l != nil && l.Offer(rec) {
+				taken[i] = 1
+			}
 		}
-		if bytes.Equal(rec.Arguments, []byte("null")) {
-			rec.Arguments = nil
-		}
-		if !l.Offer(rec) {
-			return []byte{0} // full or closed: the owner writes it
-		}
-		return []byte{1}
+		return taken
 	}
 	return nil
 }
@@ -98,7 +119,14 @@ func (rs *replicaSet) auditLog() *audit.Log {
 // link (gateway.Receiver).
 type linkReceiver struct {
 	rs *replicaSet
-	p  *link.Peer
+	p  asker
+}
+
+// asker is the link a request came over, as a receiver asks it (a
+// *link.Peer: one per connection).
+type asker interface {
+	Ask(ctx context.Context, kind byte, question []byte) ([]byte, error)
+	Alive() bool
 }
 
 func (lr linkReceiver) Allow(ctx context.Context, key, server, target string) (gateway.Admission, error) {
@@ -114,25 +142,91 @@ func (lr linkReceiver) Allow(ctx context.Context, key, server, target string) (g
 	return gateway.Admission{AuditFull: a.AuditFull, OK: a.OK, Wait: a.Wait, Scope: a.Scope}, nil
 }
 
-// Audit hands rec to the receiving replica and waits for its answer in a
-// goroutine of its own (the replica set's, waited for as it closes),
-// within ownerTimeout: a line not taken there is written here.
+// Audit queues rec for the receiving replica. The link's queue has one
+// sender (a goroutine of the replica set's, waited for as it closes),
+// started by the first line and ended when the queue is empty: it hands
+// the replica every line queued since its last question, in one, and
+// waits for the answer within ownerTimeout; a line not taken there is
+// written here.
 func (lr linkReceiver) Audit(rec audit.Record) bool {
 	rs := lr.rs
 	b, err := json.Marshal(rec)
-	if err != nil || !lr.p.Alive() || !rs.lines.start() {
+	if err != nil || !lr.p.Alive() {
 		return false
 	}
-	go func() {
-		defer rs.lines.done()
-		ctx, cancel := context.WithTimeout(context.Background(), rs.cfg.Load().OwnerTimeout)
-		defer cancel()
-		if a, err := lr.p.Ask(ctx, kindAudit, b); err == nil && len(a) == 1 && a[0] == 1 {
+	rs.queueMu.Lock()
+	defer rs.queueMu.Unlock()
+	q := rs.queues[lr.p]
+	if q == nil {
+		// No sender for this link: one starts, unless the set is
+		// closing (then the gateway writes the line here).
+		if !rs.lines.start() {
+			return false
+		}
+		q = &lineQueue{}
+		if rs.queues == nil {
+			rs.queues = map[asker]*lineQueue{}
+		}
+		rs.queues[lr.p] = q
+		go rs.sendLines(lr.p, q)
+	}
+	q.lines = append(q.lines, queuedLine{rec, b})
+	return true
+}
+
+// lineQueue is the audit lines on their way to one link's replica.
+type lineQueue struct{ lines []queuedLine }
+
+type queuedLine struct {
+	rec audit.Record
+	b   []byte // rec, encoded
+}
+
+// sendLines is p's sender: it asks p to take what is queued, a batch at
+// a time, and writes here what p did not take, until the queue is empty.
+func (rs *replicaSet) sendLines(p asker, q *lineQueue) {
+	defer rs.lines.done()
+	var buf []byte
+	for {
+		rs.queueMu.Lock()
+		full := len(q.lines) >= maxBatchLines
+		rs.queueMu.Unlock()
+		if !full {
+			time.Sleep(lineGather)
+		}
+		rs.queueMu.Lock()
+		n, size := 0, 0
+		for n < len(q.lines) && n < maxBatchLines && (n == 0 || size+len(q.lines[n].b) <= maxBatchBytes) {
+			size += len(q.lines[n].b) + 1
+			n++
+		}
+		if n == 0 {
+			delete(rs.queues, p) // the next line starts a sender anew
+			rs.queueMu.Unlock()
 			return
 		}
-		if l := rs.auditLog(); l != nil && l.Add(rec) {
-			rs.linesHere.Add(1)
+		batch := q.lines[:n:n]
+		q.lines = q.lines[n:]
+		rs.queueMu.Unlock()
+
+		buf = append(buf[:0], '[')
+		for i, l := range batch {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, l.b...)
 		}
-	}()
-	return true
+		buf = append(buf, ']')
+		ctx, cancel := context.WithTimeout(context.Background(), rs.cfg.Load().OwnerTimeout)
+		a, err := p.Ask(ctx, kindAudits, buf)
+		cancel()
+		for i, l := range batch {
+			if err == nil && i < len(a) && a[i] == 1 {
+				continue
+			}
+			if own := rs.auditLog(); own != nil && own.Add(l.rec) {
+				rs.linesHere.Add(1)
+			}
+		}
+	}
 }

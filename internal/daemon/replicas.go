@@ -99,6 +99,10 @@ type replicaSet struct {
 	// written here.
 	lines     tracker
 	linesHere atomic.Uint64
+	// queues are the lines on their way to each link's replica, one
+	// sender each (receiver.go).
+	queueMu sync.Mutex
+	queues  map[asker]*lineQueue
 
 	// claims are this replica's starts of servers placed here under way
 	// (placement.go); running counts the process trees of a server here

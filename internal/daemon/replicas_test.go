@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -806,17 +807,20 @@ func TestAuditLinesServedForAPeerAreNeverLost(t *testing.T) {
 		go srv.ServeConn(s)
 		return c, nil
 	}, Answer: func(kind byte, q []byte) []byte {
-		var rec audit.Record
-		if kind != kindAudit || json.Unmarshal(q, &rec) != nil {
+		var recs []audit.Record
+		if kind != kindAudits || json.Unmarshal(q, &recs) != nil {
 			return nil
 		}
-		if !strings.HasPrefix(rec.Target, "taken") {
-			return []byte{0}
+		a := make([]byte, len(recs))
+		for i, rec := range recs {
+			if strings.HasPrefix(rec.Target, "taken") {
+				mu.Lock()
+				taken = append(taken, rec.Target)
+				mu.Unlock()
+				a[i] = 1
+			}
 		}
-		mu.Lock()
-		taken = append(taken, rec.Target)
-		mu.Unlock()
-		return []byte{1}
+		return a
 	}}
 	for _, path := range []string{"/taken1", "/refused1", "/taken2", "/refused2"} {
 		req, _ := http.NewRequest("POST", "link://peer"+path, strings.NewReader("x"))
@@ -983,4 +987,124 @@ func TestServeEndsTheGoroutinesItStarts(t *testing.T) {
 func goroutines() []string {
 	buf := make([]byte, 4<<20)
 	return strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+}
+
+// The lines for one link that come while its replica answers a question
+// go together in the next question, not one question each; a line the
+// replica gives no answer for (a replica that does not know the
+// question answers nothing) is written here; the lines of another link
+// go to that link.
+func TestAuditLinesForOneLinkGoTogether(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicaSet{audit: func() *audit.Log { return own }}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	a, b := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1)}, &heldAsker{}
+	line := func(p asker, target string) {
+		t.Helper()
+		if !(linkReceiver{rs, p}).Audit(audit.Record{Method: "tools/call", Target: target, Outcome: "ok"}) {
+			t.Fatalf("a live link refused the line %s", target)
+		}
+	}
+	line(a, "first")
+	<-a.asked // a's sender waits for the answer to its first question
+	var want []string
+	for i := range 20 {
+		want = append(want, fmt.Sprintf("l%d", i))
+		line(a, want[i])
+	}
+	line(b, "other")
+	close(a.gate)
+	waitUntil(t, 10*time.Second, func() bool { return len(a.seen()) == 2 }, "a's second question")
+	line(a, "old")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.lines.closeAndWait(ctx)
+	if err := own.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := fmt.Sprint(a.seen()), fmt.Sprint([][]string{{"first"}, want, {"old"}}); got != w {
+		t.Errorf("a's questions %s, want %s", got, w)
+	}
+	if got := fmt.Sprint(b.seen()); got != "[[other]]" {
+		t.Errorf("b's questions %s, want [[other]]", got)
+	}
+	if b, _ := os.ReadFile(file); !strings.Contains(string(b), `"target":"old"`) || strings.Count(string(b), "\n") != 1 || rs.linesHere.Load() != 1 {
+		t.Errorf("written here (%d counted): %s; want the line answered with nothing", rs.linesHere.Load(), b)
+	}
+	if (linkReceiver{rs, a}).Audit(audit.Record{Target: "late"}) {
+		t.Error("a closed replica set took a line for a link: the gateway must write it")
+	}
+}
+
+// A question carries lines up to maxBatchBytes (a link's frame is
+// bounded): larger lines queued together go in several questions, and a
+// line larger than that alone in one.
+func TestAuditLineBatchesAreBounded(t *testing.T) {
+	rs := &replicaSet{}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1)}
+	big := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("a", n) + `"`) }
+	for i, size := range []int{10, maxBatchBytes / 3, maxBatchBytes / 3, maxBatchBytes / 3, maxBatchBytes + 1, 10} {
+		if !(linkReceiver{rs, h}).Audit(audit.Record{Target: fmt.Sprint(i), Arguments: big(size)}) {
+			t.Fatal("a live link refused a line")
+		}
+		if i == 0 {
+			<-h.asked
+		}
+	}
+	close(h.gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.lines.closeAndWait(ctx)
+	if got := fmt.Sprint(h.seen()); got != "[[0] [1 2] [3] [4] [5]]" {
+		t.Errorf("the questions %s, want [[0] [1 2] [3] [4] [5]]", got)
+	}
+}
+
+// heldAsker is a link whose first answer waits for gate (if set), and
+// which takes every line but those of a question beginning with "old".
+type heldAsker struct {
+	gate      chan struct{}
+	asked     chan struct{}
+	mu        sync.Mutex
+	questions [][]string
+}
+
+func (h *heldAsker) Alive() bool { return true }
+
+func (h *heldAsker) Ask(ctx context.Context, kind byte, q []byte) ([]byte, error) {
+	var recs []audit.Record
+	if kind != kindAudits || json.Unmarshal(q, &recs) != nil || len(recs) == 0 {
+		return nil, fmt.Errorf("a question of kind %d: %s", kind, q)
+	}
+	var targets []string
+	for _, r := range recs {
+		targets = append(targets, r.Target)
+	}
+	h.mu.Lock()
+	h.questions = append(h.questions, targets)
+	first := len(h.questions) == 1
+	h.mu.Unlock()
+	if first && h.gate != nil {
+		h.asked <- struct{}{}
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if targets[0] == "old" {
+		return nil, nil
+	}
+	return bytes.Repeat([]byte{1}, len(recs)), nil
+}
+
+func (h *heldAsker) seen() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.questions)
 }

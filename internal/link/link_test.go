@@ -730,3 +730,58 @@ func TestOpeningOnAnEndedConnectionIsRefused(t *testing.T) {
 		t.Fatalf("open on an ended connection: %v, want ErrRefused", err)
 	}
 }
+
+// The requests of one connection share one Peer (what a handler may key
+// by, to send a connection's questions together), and those of another
+// connection have another.
+func TestPeerIsTheConnection(t *testing.T) {
+	peers := make(chan *Peer, 3)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peers <- PeerOf(r.Context())
+	}), nil)
+	for i := range 3 {
+		if i == 2 {
+			p.tr.Retire() // the next request goes over a new connection
+		}
+		resp, err := p.do(t, t.Context(), "GET", "/", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+	}
+	a, b, c := <-peers, <-peers, <-peers
+	if a == nil || a != b {
+		t.Errorf("two requests of one connection: peers %p and %p, want one", a, b)
+	}
+	if c == nil || c == a {
+		t.Errorf("a request of another connection: peer %p, the first's %p; want another", c, a)
+	}
+	if n := p.conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// A question too large for a frame is refused where it is asked, never
+// sent: the link, which a peer's oversized frame would end, goes on.
+func TestAskTooLargeIsNotSent(t *testing.T) {
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peer := PeerOf(r.Context())
+		if _, err := peer.Ask(r.Context(), 7, make([]byte, MaxQuestion+1)); err == nil || !strings.Contains(err.Error(), "over the") {
+			t.Errorf("an oversized question: %v, want refused", err)
+		}
+		a, err := peer.Ask(r.Context(), 7, make([]byte, MaxQuestion))
+		if err != nil {
+			t.Errorf("the largest question: %v", err)
+		}
+		fmt.Fprint(w, len(a))
+	}), func(tr *Transport) {
+		tr.Answer = func(kind byte, q []byte) []byte { return []byte{byte(len(q) >> 16)} }
+	})
+	resp, err := p.do(t, t.Context(), "POST", "/", "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); got != "1" {
+		t.Errorf("the answer %q, want the largest question answered", got)
+	}
+}

@@ -41,6 +41,7 @@ type Server struct {
 // its streams have returned.
 func (s *Server) ServeConn(nc net.Conn) {
 	c := &serverConn{s: s, nc: nc, streams: map[uint32]*sstream{}, asks: map[uint32]chan []byte{}}
+	c.peer = &Peer{c: c}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.w = writer{conn: nc, timeout: cmpOr(s.WriteTimeout, 10*time.Second), fail: func(err error) { c.cancel(err); nc.Close() }}
 	if tc, ok := nc.(*tls.Conn); ok {
@@ -136,6 +137,7 @@ type serverConn struct {
 	asks     map[uint32]chan []byte
 	nextAsk  uint32
 	handlers sync.WaitGroup
+	peer     *Peer // the one Peer of the connection's requests
 }
 
 // goaway refuses new streams, and closes the connection when none is
@@ -289,7 +291,8 @@ func (c *serverConn) drop(st *sstream) {
 }
 
 // Peer is the replica a request came from over a link, for its handler
-// to ask a question.
+// to ask a question. The requests of one connection share one Peer: two
+// are the same connection if and only if they are the same pointer.
 type Peer struct{ c *serverConn }
 
 type peerKey struct{}
@@ -300,9 +303,17 @@ func PeerOf(ctx context.Context) *Peer {
 	return p
 }
 
+// MaxQuestion is the largest question Ask sends.
+const MaxQuestion = maxFrame - 5
+
 // Ask asks the peer a question of kind and waits, within ctx, for its
-// answer.
+// answer. A question over MaxQuestion bytes is an error, and not sent.
 func (p *Peer) Ask(ctx context.Context, kind byte, question []byte) ([]byte, error) {
+	if len(question) > MaxQuestion {
+		// A frame the peer would take for a broken protocol, and end
+		// the link with every stream on it.
+		return nil, fmt.Errorf("link: a question of %d bytes, over the %d a link carries", len(question), MaxQuestion)
+	}
 	c := p.c
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
@@ -364,7 +375,7 @@ func (st *sstream) serve(head requestHead) {
 		c.reset(st.id, resetFailed, "a bad request URI")
 		return
 	}
-	ctx := context.WithValue(st.ctx, peerKey{}, &Peer{c: c})
+	ctx := context.WithValue(st.ctx, peerKey{}, c.peer)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
 	r := (&http.Request{Method: head.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: head.header,
 		Host: head.host, RemoteAddr: c.nc.RemoteAddr().String(), RequestURI: head.uri, TLS: c.tls,
