@@ -17,17 +17,18 @@ import (
 // and written in its audit, while the owner, which holds the session,
 // decides it by the policy and serves it. The owner asks over the link
 // the request came by (kindLimit, one round trip, only for a call the
-// limits or the audit count): the receiving replica answers from its own
+// limits or the audit count, and only when rate limits or a failClosed
+// audit could refuse it): the receiving replica answers from its own
 // audit (failClosed) and limiter. When the call ends the owner hands it
 // the line (kindAudits), acknowledged line by line: a line the receiving
-// replica did not take — its link ended, its audit is full or gone — is
-// written by the owner, so none is lost (one is written twice only if
-// the link ends between the receiver's write and its answer, or the
-// answer takes longer than ownerTimeout). The lines for one link go
-// together: one question carries those that came while the one before
-// was answered. Limits therefore add up
-// per replica a client's requests land on, whoever owns their sessions
-// (docs/kubernetes.md).
+// replica did not take — its link ended, its audit is full or gone, the
+// owner stopped first — is written by the owner, so none is lost (a
+// question's lines are written twice only if the link ends between the
+// receiver's write and its answer, or the answer takes longer than
+// ownerTimeout). The lines for one link go together: one question
+// carries those that gathered since the one before. Limits therefore add
+// up per replica a client's requests land on, whoever owns their
+// sessions (docs/kubernetes.md).
 
 // The kinds of what an owner asks the replica a request came from. Kind
 // 2, a single audit line, is not used again: a replica answers a kind it
@@ -38,15 +39,20 @@ const (
 )
 
 // A question of kindAudits carries at most maxBatchLines lines, and more
-// than one only while they add up to at most maxBatchBytes (a frame
-// holds 1 MiB).
+// than one only while they add up to at most maxBatchBytes: the replica
+// asked decodes it on its link's read loop, which the link's other
+// streams wait for meanwhile (a frame holds 1 MiB; a line too large for
+// one is written here). A link's queue holds at most maxQueuedLines: a
+// line beyond them is written here at once.
 const (
-	maxBatchLines = 256
-	maxBatchBytes = 256 << 10
+	maxBatchLines  = 256
+	maxBatchBytes  = 64 << 10
+	maxQueuedLines = 4 * maxBatchLines
 )
 
-// lineGather is how long a sender lets lines gather before it asks, when
-// fewer than a full batch are queued: the lines are handed over after
+// lineGather is how long a sender lets lines gather before each
+// question, when fewer than a full batch are queued (lines queued while
+// a question is answered wait for it too): the lines are handed over after
 // their calls ended, so no client waits for it, and under load one
 // question then carries many lines instead of each line costing a round
 // trip of its own.
@@ -145,10 +151,21 @@ func (lr linkReceiver) Allow(ctx context.Context, key, server, target string) (g
 // Audit queues rec for the receiving replica. The link's queue has one
 // sender (a goroutine of the replica set's, waited for as it closes),
 // started by the first line and ended when the queue is empty: it hands
-// the replica every line queued since its last question, in one, and
+// the replica the lines queued since its last question, in one, and
 // waits for the answer within ownerTimeout; a line not taken there is
-// written here.
+// written here. A question that fails (the link ended, no answer in
+// time) has its lines and every line queued behind it written here.
+// False — the gateway writes the line here — when the link is gone, its
+// queue full, or the replica set closing.
 func (lr linkReceiver) Audit(rec audit.Record) bool {
+	if lr.queue(rec) {
+		return true
+	}
+	lr.rs.linesHere.Add(1) // the gateway writes it here
+	return false
+}
+
+func (lr linkReceiver) queue(rec audit.Record) bool {
 	rs := lr.rs
 	b, err := json.Marshal(rec)
 	if err != nil || !lr.p.Alive() {
@@ -156,7 +173,13 @@ func (lr linkReceiver) Audit(rec audit.Record) bool {
 	}
 	rs.queueMu.Lock()
 	defer rs.queueMu.Unlock()
+	if rs.queuesClosed {
+		return false
+	}
 	q := rs.queues[lr.p]
+	if q != nil && len(q.lines) >= maxQueuedLines {
+		return false
+	}
 	if q == nil {
 		// No sender for this link: one starts, unless the set is
 		// closing (then the gateway writes the line here).
@@ -220,13 +243,55 @@ func (rs *replicaSet) sendLines(p asker, q *lineQueue) {
 		ctx, cancel := context.WithTimeout(context.Background(), rs.cfg.Load().OwnerTimeout)
 		a, err := p.Ask(ctx, kindAudits, buf)
 		cancel()
+		if err != nil {
+			// The lines behind it would wait out the same failure:
+			// written here, with the batch.
+			rs.queueMu.Lock()
+			batch = append(batch, q.lines...)
+			q.lines = nil
+			rs.queueMu.Unlock()
+		}
+		var here []queuedLine
 		for i, l := range batch {
-			if err == nil && i < len(a) && a[i] == 1 {
-				continue
-			}
-			if own := rs.auditLog(); own != nil && own.Add(l.rec) {
-				rs.linesHere.Add(1)
+			if err != nil || i >= len(a) || a[i] != 1 {
+				here = append(here, l)
 			}
 		}
+		rs.writeHere(here)
 	}
+}
+
+// writeHere writes lines a peer did not take in this replica's audit.
+func (rs *replicaSet) writeHere(lines []queuedLine) {
+	own := rs.auditLog()
+	for _, l := range lines {
+		if own != nil && own.Add(l.rec) {
+			rs.linesHere.Add(1)
+		}
+	}
+}
+
+// closeLines stops the lines' hand-over as the replica set closes: the
+// senders answered within ctx (while the links are up, so that no line
+// whose answer a closing link lost is written twice), the set takes no
+// more line, and what is still queued is written here. A sender still
+// waiting for an answer ends once the links are closed: waitLines.
+func (rs *replicaSet) closeLines(ctx context.Context) {
+	rs.lines.closeAndWait(ctx)
+	rs.queueMu.Lock()
+	rs.queuesClosed = true
+	var left []queuedLine
+	for _, q := range rs.queues {
+		left = append(left, q.lines...)
+		q.lines = nil
+	}
+	rs.queueMu.Unlock()
+	rs.writeHere(left)
+}
+
+// waitLines waits for the senders still asking, after closeLines and the
+// links' close, which ends their questions; each writes its batch here
+// and ends.
+func (rs *replicaSet) waitLines() {
+	rs.lines.closeAndWait(context.Background())
 }

@@ -13,7 +13,7 @@ import (
 func TestWatchReportsADirectoryItCannotWatch(t *testing.T) {
 	r := &reloader{file: filepath.Join(t.TempDir(), "gone", "config.json")}
 	var bg sync.WaitGroup
-	defer bg.Wait()
+	t.Cleanup(bg.Wait) // after t.Context() ends
 	if err := r.watch(t.Context(), &bg); err == nil || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("watching a file in a missing directory: %v, want an error naming it", err)
 	}

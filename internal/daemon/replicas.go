@@ -100,9 +100,11 @@ type replicaSet struct {
 	lines     tracker
 	linesHere atomic.Uint64
 	// queues are the lines on their way to each link's replica, one
-	// sender each (receiver.go).
-	queueMu sync.Mutex
-	queues  map[asker]*lineQueue
+	// sender each (receiver.go); queuesClosed, the set is closing and
+	// takes no line.
+	queueMu      sync.Mutex
+	queues       map[asker]*lineQueue
+	queuesClosed bool
 
 	// claims are this replica's starts of servers placed here under way
 	// (placement.go); running counts the process trees of a server here
@@ -809,8 +811,9 @@ func (rs *replicaSet) close(ctx context.Context) {
 	rs.cutRelays()
 	// The audit lines on their way to peers are answered while the links
 	// are up (a line whose answer a closing link lost would be written
-	// twice); one that comes later finds this closed and is written here.
-	rs.lines.closeAndWait(ctx)
+	// twice), within ctx; what is left, and any line that comes later, is
+	// written here.
+	rs.closeLines(ctx)
 	if rs.peerSrv != nil {
 		// The links' streams finish within ctx, as the HTTP
 		// exchanges do; then what is left is cut.
@@ -827,6 +830,8 @@ func (rs *replicaSet) close(ctx context.Context) {
 	}
 	rs.link.Close()
 	rs.transport.CloseIdleConnections()
+	// A sender still asking has its answer cut by the links' close.
+	rs.waitLines()
 	// What servePeers started ends with the set: the watch on its
 	// cancel, the serve loop once Shutdown closed its listener.
 	if rs.stopKeys != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -833,9 +834,10 @@ func TestAuditLinesServedForAPeerAreNeverLost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rs.lines.closeAndWait(ctx)
+	rs.closeLines(ctx)
 	tr.Close()
 	srv.Close()
+	rs.waitLines()
 	if err := own.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -951,16 +953,18 @@ func TestTrackerWaitsWithinItsContext(t *testing.T) {
 	})
 }
 
-// Serve returns only once every goroutine it started has ended: those of
-// the replica's peers (the key watch, the peer listener's serve loop),
-// of the daemon (the reload signal's loop, the HTTP serve loop, the
-// config file's watch) and the learning of the lists not cached. What
-// they read happens before what follows Serve: the race detector holds
-// the test to that, with keyPoll written after the replicas that read
-// it ended.
+// No goroutine Serve started is left once it returned: those of the
+// replica's peers (the key watch, the peer listener's serve loop), of the
+// daemon (the reload signal's loop, the HTTP serve loop, the config
+// file's watch) and the learning of the lists not cached. Each ends on
+// the shutdown by itself, so this fails on one that does not end, not on
+// a missing wait: TestReplicaSetEndsItsPeerGoroutines holds the replica
+// set's wait to account, and the race detector flagged the missing one
+// (keyPoll, written below after the replicas, was read by an unjoined
+// watch).
 func TestServeEndsTheGoroutinesItStarts(t *testing.T) {
 	defer func(d time.Duration) { keyPoll = d }(keyPoll)
-	keyPoll = time.Hour // nothing but the join orders the watch before what follows
+	keyPoll = time.Hour
 	before := map[string]bool{}
 	for _, g := range goroutines() {
 		before[strings.SplitN(g, " ", 3)[1]] = true
@@ -1022,7 +1026,8 @@ func TestAuditLinesForOneLinkGoTogether(t *testing.T) {
 	line(a, "old")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rs.lines.closeAndWait(ctx)
+	rs.closeLines(ctx)
+	rs.waitLines()
 	if err := own.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1059,17 +1064,21 @@ func TestAuditLineBatchesAreBounded(t *testing.T) {
 	close(h.gate)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rs.lines.closeAndWait(ctx)
+	rs.closeLines(ctx)
+	rs.waitLines()
 	if got := fmt.Sprint(h.seen()); got != "[[0] [1 2] [3] [4] [5]]" {
 		t.Errorf("the questions %s, want [[0] [1 2] [3] [4] [5]]", got)
 	}
 }
 
 // heldAsker is a link whose first answer waits for gate (if set), and
-// which takes every line but those of a question beginning with "old".
+// which takes every line but those of a question beginning with "old";
+// with fail set, its first question fails once the gate opens (a link
+// that ended, or an answer that did not come in time).
 type heldAsker struct {
 	gate      chan struct{}
 	asked     chan struct{}
+	fail      error
 	mu        sync.Mutex
 	questions [][]string
 }
@@ -1096,6 +1105,9 @@ func (h *heldAsker) Ask(ctx context.Context, kind byte, q []byte) ([]byte, error
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if h.fail != nil {
+			return nil, h.fail
+		}
 	}
 	if targets[0] == "old" {
 		return nil, nil
@@ -1103,8 +1115,157 @@ func (h *heldAsker) Ask(ctx context.Context, kind byte, q []byte) ([]byte, error
 	return bytes.Repeat([]byte{1}, len(recs)), nil
 }
 
+// taken is the lines h took: those of every question answered but the
+// first when it fails, and those of questions beginning with "old".
+func (h *heldAsker) taken() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for i, q := range h.questions {
+		if (i == 0 && h.fail != nil) || q[0] == "old" {
+			continue
+		}
+		out = append(out, q...)
+	}
+	return out
+}
+
 func (h *heldAsker) seen() [][]string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.questions)
+}
+
+// A link whose question fails: that question's lines, and those queued
+// behind it, are written here, once each, and a later line is asked
+// again. A link's queue is bounded: a line beyond it is the gateway's to
+// write here.
+func TestAuditLinesOfAFailedQuestionAreWrittenHere(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicaSet{audit: func() *audit.Log { return own }}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1), fail: errors.New("link: the peer's connection ended")}
+	audit1 := func(target string) bool {
+		return (linkReceiver{rs, h}).Audit(audit.Record{Method: "tools/call", Target: target, Outcome: "ok"})
+	}
+	if !audit1("first") {
+		t.Fatal("a live link refused a line")
+	}
+	<-h.asked
+	queued := 0
+	for i := 0; ; i++ {
+		if !audit1(fmt.Sprintf("q%d", i)) {
+			break
+		}
+		queued++
+	}
+	if queued != maxQueuedLines {
+		t.Errorf("%d lines queued behind a question, want the bound %d", queued, maxQueuedLines)
+	}
+	close(h.gate) // the first question fails
+	// Counted here: the line over the bound (the gateway's to write),
+	// the failed question's and those behind it.
+	waitUntil(t, 10*time.Second, func() bool { return rs.linesHere.Load() == uint64(2+queued) }, "the failed lines written here")
+	if !audit1("after") {
+		t.Error("a live link refused a line after a failed question")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.closeLines(ctx)
+	rs.waitLines()
+	if err := own.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(file)
+	if n := strings.Count(string(b), "\n"); n != 1+queued || strings.Count(string(b), `"target":"first"`) != 1 || strings.Contains(string(b), `"target":"after"`) {
+		t.Errorf("written here: %d lines; want the failed question's and those behind it, once each, not the later one", n)
+	}
+	if got := fmt.Sprint(h.taken()); got != "[after]" {
+		t.Errorf("taken by the link: %s, want [after]", got)
+	}
+}
+
+// The replica set closing while a link's replica does not answer: what is
+// queued is written here when the wait runs out, a line that comes later
+// is the gateway's, and the question under way ends with the links'
+// close, its lines written here. Every line is written once, somewhere.
+func TestAuditLinesAreWrittenWhenTheCloseRunsOut(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicaSet{audit: func() *audit.Log { return own }}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: time.Minute})
+	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1), fail: errors.New("link: the peer's connection ended")}
+	audit1 := func(target string) bool {
+		return (linkReceiver{rs, h}).Audit(audit.Record{Method: "tools/call", Target: target, Outcome: "ok"})
+	}
+	audit1("first")
+	<-h.asked
+	for i := range 10 {
+		audit1(fmt.Sprintf("q%d", i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the shutdown's time is up
+	rs.closeLines(ctx)
+	if n := rs.linesHere.Load(); n != 10 {
+		t.Errorf("%d lines written here at the close, want the 10 queued", n)
+	}
+	if audit1("late") {
+		t.Error("a closing replica set took a line")
+	}
+	close(h.gate) // the links close: the question under way fails
+	rs.waitLines()
+	if n := rs.linesHere.Load(); n != 12 {
+		t.Errorf("%d lines counted here, want 12 (with the late one, the gateway's to write)", n)
+	}
+	if err := own.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(file)
+	if strings.Count(string(b), "\n") != 11 || strings.Count(string(b), `"target":"first"`) != 1 {
+		t.Errorf("written here: %s", b)
+	}
+}
+
+// A replica set's peer goroutines — the key watch and the peer
+// listener's serve loop — end when it closes, whatever the context they
+// were started with: the watch has its own cancel, and close waits for
+// both.
+func TestReplicaSetEndsItsPeerGoroutines(t *testing.T) {
+	keys := t.TempDir()
+	if err := os.WriteFile(filepath.Join(keys, "current"), []byte(strings.Repeat("k", 40)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peers, _ := json.Marshal(freeLoopback(t, 1))
+	doc := fmt.Sprintf(`{"replicas": {"count": 1, "peers": %s, "keyDir": %q}, "mcpServers": {}}`, peers, keys)
+	cfg, err := config.Parse([]byte(doc), "config.json", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordinal := func(k string) string {
+		if k == "MCPVISOR_ORDINAL" {
+			return "0"
+		}
+		return ""
+	}
+	rs, err := openReplicas(cfg, ordinal, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.reload(cfg)
+	rs.servePeers(context.Background(), http.NotFoundHandler()) // a context that never ends
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.close(ctx)
+	for _, g := range goroutines() {
+		if strings.Contains(g, "(*replicaSet).watchKeys") || strings.Contains(g, "(*replicaSet).servePeers") {
+			t.Errorf("a peer goroutine outlived its replica set:\n%s", g)
+		}
+	}
 }

@@ -116,7 +116,9 @@ type serving struct {
 	// bg counts the goroutines serve starts beside its own (the reload
 	// signal's loop, the HTTP serve loop, the config watch, the team's
 	// prefetch): each ends with the shutdown's context or the closing
-	// of what it serves, and serve returns only once they have.
+	// of what it serves, and a shutdown that ends within its time
+	// returns only once they have (one forced past its time does not
+	// wait for the graceful path).
 	bg sync.WaitGroup
 	// team is the team identity every route's guard checks tokens by
 	// (the config's auth; none without it), swapped at each reload.
@@ -433,6 +435,11 @@ func (s *serving) run() error {
 		// that the HTTP server's shutdown can finish.
 		s.a.events.Close()
 		<-front
+		// What serve started beside it has ended with the trigger and
+		// the HTTP server's shutdown: a reload under way is over before
+		// the team and the audit close (it could open an audit that
+		// nothing would close).
+		s.bg.Wait()
 		s.closeTeam()
 		if s.replicas != nil {
 			// Before the audit: the lines of calls served for peers
@@ -440,7 +447,6 @@ func (s *serving) run() error {
 			s.replicas.close(ctx)
 		}
 		s.closeAudit(ctx)
-		s.bg.Wait()
 		return err
 	})
 }
