@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mcpvisor/mcpvisor/internal/audit"
+	"github.com/mcpvisor/mcpvisor/internal/config"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
 	"github.com/mcpvisor/mcpvisor/internal/shutdown"
 	"github.com/mcpvisor/mcpvisor/internal/stdfile"
@@ -72,6 +76,7 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 	if a, err = openApp(o.ConfigFile, o.StateDir, log, nil); err != nil {
 		return err
 	}
+	warnReplicasInStdio(a.cfg, log)
 	a.setTracing(tr)
 	// The audit and the rate limits, as serve applies them: a stdio
 	// client's calls are recorded and limited as its local user's.
@@ -127,4 +132,26 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 		_ = stdin.Close() // a blocked read must not hold the exit
 		return a.close(ctx)
 	})
+}
+
+// warnReplicasInStdio says that stdio, a client's own mcpvisor, does not
+// join the replicas a config's replicas block describes: it runs every
+// server itself, so a placement-one server may then run here beside the
+// deployment's one process.
+func warnReplicasInStdio(cfg *config.Config, log *slog.Logger) {
+	if cfg.Replicas == nil {
+		return
+	}
+	var one []string
+	for _, s := range cfg.Servers {
+		if s.Placement == config.PlacementOne {
+			one = append(one, s.Name)
+		}
+	}
+	if len(one) == 0 {
+		log.Warn("stdio does not join the replicas of the config's \"replicas\" block: it runs the servers it serves in this process")
+		return
+	}
+	slices.Sort(one)
+	log.Warn("stdio does not join the replicas of the config's \"replicas\" block: it runs the servers it serves in this process, so a server placed \"one\" may run here beside the deployment's process", "placement_one", strings.Join(one, ","))
 }
