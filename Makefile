@@ -244,9 +244,11 @@ bench-team:
 # replicas, forwarded one hop against served where it landed, in 12
 # interleaved rounds (the ratio with its 95 % interval), both latencies,
 # and 2026-07-28 calls a second of one replica against three. The report
-# goes to bin/bench/replicas-report.txt.
+# goes to bin/bench/replicas-report.txt. GOVERNED=1 adds an audit and rate
+# limits to the config: a forwarded call then also asks the replica it
+# reached to admit it, and hands it its audit line.
 bench-replicas:
-	MCPVISOR_BENCH_REPLICAS=1 MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReplicas$$' -v ./cmd/mcpvisor/
+	MCPVISOR_BENCH_REPLICAS=1 MCPVISOR_BENCH_GOVERNED=$(GOVERNED) MCPVISOR_BENCH_OUT=$(CURDIR)/bin/bench $(GO) test -count=1 -timeout 15m -run '^TestBenchReplicas$$' -v ./cmd/mcpvisor/
 
 bench-flood:
 	go test -run XXX -bench BenchmarkFloodIsolation -benchtime=1x -count=3 ./cmd/mcpvisor/

@@ -162,7 +162,16 @@ func TestBenchReplicas(t *testing.T) {
 	if os.Getenv(benchReplicasEnv) == "" {
 		t.Skip("a benchmark: make bench-replicas")
 	}
-	d := newDeployment(t, 3, 3, "")
+	// The default config; with MCPVISOR_BENCH_GOVERNED set, an audit and
+	// rate limits too: a forwarded call then asks the replica it reached
+	// to admit it, and hands it its audit line (make bench-replicas
+	// GOVERNED=1).
+	top, config := "", "the default config"
+	if os.Getenv("MCPVISOR_BENCH_GOVERNED") != "" {
+		top = `"audit": {"arguments": "digest"}, "rateLimits": {"perIdentity": {"perSecond": 1000000, "burst": 1000000}},`
+		config = "an audit and rate limits"
+	}
+	d := newDeploymentTop(t, 3, 3, top, "", "memo", "")
 	const callers, perRound, rounds = 8, 4000, 12
 	var local, forwarded []*legacyCaller
 	for range callers {
@@ -195,7 +204,7 @@ func TestBenchReplicas(t *testing.T) {
 	tmean, tres := ratioCI(treeRatios)
 	n := time.Duration(rounds * perRound)
 	report := &strings.Builder{}
-	fmt.Fprintf(report, "CPU per legacy call, summed over the 3 replicas (%d rounds of %d calls, %d callers, interleaved; goal ≤ 1.3×):\n", rounds, perRound, callers)
+	fmt.Fprintf(report, "CPU per legacy call, summed over the 3 replicas (%s; %d rounds of %d calls, %d callers, interleaved; goal ≤ 1.3×):\n", config, rounds, perRound, callers)
 	fmt.Fprintf(report, "  each replica with its servers: served where it landed %v/call, forwarded one hop %v/call: forwarded/local = %.2f× (95%% CI ×/÷ %.3f)\n",
 		(treeL / n).Round(100*time.Nanosecond), (treeF / n).Round(100*time.Nanosecond), tmean, 1+tres)
 	fmt.Fprintf(report, "  the replica processes alone:  served where it landed %v/call, forwarded one hop %v/call: forwarded/local = %.2f× (95%% CI ×/÷ %.3f)\n",

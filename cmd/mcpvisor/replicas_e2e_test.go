@@ -50,6 +50,7 @@ type deployment struct {
 	fixture string
 	one     string // the placement-one server's name
 	servers string // more members of mcpServers, each with a comma before
+	top     string // more top-level members, each with a comma after
 }
 
 // freeAddrs reserves n loopback addresses (listened on and closed: a
@@ -75,10 +76,10 @@ func freeAddrs(t *testing.T, n int) []string {
 // replicaConfig is the deployment's config for count replicas.
 func (d *deployment) replicaConfig(count int, extra string) string {
 	peers, _ := json.Marshal(d.peer) // every slot's: those beyond count are replicas it may grow to
-	return fmt.Sprintf(`{"replicas": {"count": %d, "peers": %s, "keyDir": %q%s},
+	return fmt.Sprintf(`{%s"replicas": {"count": %d, "peers": %s, "keyDir": %q%s},
 	  "mcpServers": {
 	    "fx": {"command": %q},
-	    %q: {"command": %q, "args": ["-flock", %q], "placement": "one"}%s}}`, count, peers, d.keyDir, extra, d.fixture, d.one, d.fixture, d.lock, d.servers)
+	    %q: {"command": %q, "args": ["-flock", %q], "placement": "one"}%s}}`, d.top, count, peers, d.keyDir, extra, d.fixture, d.one, d.fixture, d.lock, d.servers)
 }
 
 // newDeployment starts n replicas (of slots addresses, for growing
@@ -95,10 +96,17 @@ func newDeploymentOf(t *testing.T, n, slots int, extra, one string, lbOpts ...ha
 
 func newDeploymentWith(t *testing.T, n, slots int, extra, one, servers string, lbOpts ...haproxy.Option) *deployment {
 	t.Helper()
+	return newDeploymentTop(t, n, slots, "", extra, one, servers, lbOpts...)
+}
+
+// newDeploymentTop is newDeploymentWith with top-level members of the
+// config (top, a comma after each).
+func newDeploymentTop(t *testing.T, n, slots int, top, extra, one, servers string, lbOpts ...haproxy.Option) *deployment {
+	t.Helper()
 	bin, _ := binaries(t)
 	dir := t.TempDir()
 	d := &deployment{t: t, bin: bin, cfg: filepath.Join(dir, "config.json"), keyDir: filepath.Join(dir, "key"), lock: filepath.Join(dir, "memo.lock"),
-		fixture: testserver.Build(t), one: one, servers: servers}
+		fixture: testserver.Build(t), one: one, servers: servers, top: top}
 	if err := os.MkdirAll(d.keyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
