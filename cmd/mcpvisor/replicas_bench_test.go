@@ -167,7 +167,7 @@ func TestBenchReplicas(t *testing.T) {
 	// to admit it, and hands it its audit line (make bench-replicas
 	// GOVERNED=1).
 	top, config := "", "the default config"
-	if os.Getenv("MCPVISOR_BENCH_GOVERNED") != "" {
+	if os.Getenv("MCPVISOR_BENCH_GOVERNED") == "1" {
 		top = `"audit": {"arguments": "digest"}, "rateLimits": {"perIdentity": {"perSecond": 1000000, "burst": 1000000}},`
 		config = "an audit and rate limits"
 	}

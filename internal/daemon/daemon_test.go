@@ -215,31 +215,39 @@ func (s *syncWriter) String() string {
 }
 
 // stdio with a config that describes replicas says it does not join
-// them, naming the servers placed "one" that it may run beside the
-// deployment's process; without a replicas block it says nothing of it.
+// them, naming the servers placed "one" it serves (enabled, and the one
+// --server names if set), which may run beside the deployment's process;
+// without a replicas block it says nothing of it.
 func TestStdioSaysItDoesNotJoinReplicas(t *testing.T) {
+	const replicas = `"replicas": {"count": 2, "peers": ["127.0.0.1:1", "127.0.0.1:2"], "keyDir": "/nonexistent"},`
 	for _, c := range []struct {
-		name, extra, want string
+		name, extra, server string
+		warn                bool
+		named               string // the placement_one attribute, or "" for none
 	}{
-		{"replicas", `"replicas": {"count": 2, "peers": ["127.0.0.1:1", "127.0.0.1:2"], "keyDir": "/nonexistent"},`, `placement_one=one`},
-		{"none", ``, ``},
+		{"replicas", replicas, "", true, "placement_one=one\n"},
+		{"replicas, another server", replicas, "x", true, ""},
+		{"none", ``, "", false, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fixture := testserver.Build(t)
 			cfg := filepath.Join(t.TempDir(), "config.json")
-			doc := fmt.Sprintf(`{%s"mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"}}}`, c.extra, fixture, fixture)
+			doc := fmt.Sprintf(`{%s"mcpServers": {"x": {"command": %q}, "one": {"command": %q, "placement": "one"},
+			  "off": {"command": %q, "placement": "one", "disabled": true}}}`, c.extra, fixture, fixture, fixture)
 			if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			var logs syncWriter
-			o := StdioOptions{Options: options(t, cfg), Stdin: io.NopCloser(strings.NewReader("")), Stdout: io.Discard}
+			o := StdioOptions{Options: options(t, cfg), Server: c.server, Stdin: io.NopCloser(strings.NewReader("")), Stdout: io.Discard}
 			o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 			if err := Stdio(t.Context(), o); err != nil {
 				t.Fatal(err)
 			}
 			got := logs.String()
-			if has := strings.Contains(got, "does not join the replicas"); has != (c.want != "") || !strings.Contains(got, c.want) {
-				t.Errorf("stdio's log:\n%s\nwant the warning: %v (%s)", got, c.want != "", c.want)
+			warned := strings.Contains(got, "does not join the replicas")
+			named := strings.Contains(got, "placement_one=")
+			if warned != c.warn || named != (c.named != "") || !strings.Contains(got, c.named) {
+				t.Errorf("stdio's log:\n%s\nwant the warning: %v, naming %q", got, c.warn, c.named)
 			}
 		})
 	}

@@ -42,12 +42,14 @@ const (
 // than one only while they add up to at most maxBatchBytes: the replica
 // asked decodes it on its link's read loop, which the link's other
 // streams wait for meanwhile (a frame holds 1 MiB; a line too large for
-// one is written here). A link's queue holds at most maxQueuedLines: a
-// line beyond them is written here at once.
+// one is written here). A link's queue holds at most maxQueuedLines
+// beside the batch being asked: a line beyond them is written here at
+// once. (The lines a failed question writes here come at once, up to
+// both: the local audit's queue, 4,096 by default, takes them.)
 const (
 	maxBatchLines  = 256
 	maxBatchBytes  = 64 << 10
-	maxQueuedLines = 4 * maxBatchLines
+	maxQueuedLines = maxBatchLines
 )
 
 // lineGather is how long a sender lets lines gather before each
@@ -161,7 +163,9 @@ func (lr linkReceiver) Audit(rec audit.Record) bool {
 	if lr.queue(rec) {
 		return true
 	}
-	lr.rs.linesHere.Add(1) // the gateway writes it here
+	if lr.rs.auditLog() != nil {
+		lr.rs.linesHere.Add(1) // the gateway writes it here
+	}
 	return false
 }
 
@@ -272,14 +276,17 @@ func (rs *replicaSet) writeHere(lines []queuedLine) {
 }
 
 // closeLines stops the lines' hand-over as the replica set closes: the
-// senders answered within ctx (while the links are up, so that no line
-// whose answer a closing link lost is written twice), the set takes no
-// more line, and what is still queued is written here. A sender still
-// waiting for an answer ends once the links are closed: waitLines.
+// set takes no more line (the gateway writes a later one here), the
+// senders hand over what is queued within ctx (while the links are up,
+// so that no line whose answer a closing link lost is written twice),
+// and what is still queued then is written here. A sender still waiting
+// for an answer ends once the links are closed: waitLines.
 func (rs *replicaSet) closeLines(ctx context.Context) {
+	rs.queueMu.Lock()
+	rs.queuesClosed = true // first: peers forward calls meanwhile
+	rs.queueMu.Unlock()
 	rs.lines.closeAndWait(ctx)
 	rs.queueMu.Lock()
-	rs.queuesClosed = true
 	var left []queuedLine
 	for _, q := range rs.queues {
 		left = append(left, q.lines...)

@@ -1157,7 +1157,7 @@ func TestAuditLinesOfAFailedQuestionAreWrittenHere(t *testing.T) {
 	}
 	<-h.asked
 	queued := 0
-	for i := 0; ; i++ {
+	for i := range 2 * maxQueuedLines {
 		if !audit1(fmt.Sprintf("q%d", i)) {
 			break
 		}
@@ -1238,12 +1238,65 @@ func TestAuditLinesAreWrittenWhenTheCloseRunsOut(t *testing.T) {
 // were started with: the watch has its own cancel, and close waits for
 // both.
 func TestReplicaSetEndsItsPeerGoroutines(t *testing.T) {
+	before := map[string]bool{}
+	for _, g := range goroutines() {
+		before[strings.SplitN(g, " ", 3)[1]] = true
+	}
+	rs := openTestReplicaSet(t, "")
+	rs.servePeers(context.Background(), http.NotFoundHandler()) // a context that never ends
+	closeWithin(t, rs, context.Background(), 10*time.Second)
+	for _, g := range goroutines() {
+		if !before[strings.SplitN(g, " ", 3)[1]] && (strings.Contains(g, "(*replicaSet).watchKeys") || strings.Contains(g, "(*replicaSet).servePeers")) {
+			t.Errorf("a peer goroutine outlived its replica set:\n%s", g)
+		}
+	}
+}
+
+// A replica set closed with its time up while a link's replica does not
+// answer writes, before close returns, the lines queued and those of the
+// question under way (which ends with the links, or within ownerTimeout).
+func TestReplicaSetCloseWritesTheLinesUnderWay(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := openTestReplicaSet(t, `, "ownerTimeout": "300ms"`)
+	rs.audit = func() *audit.Log { return own }
+	rs.servePeers(context.Background(), http.NotFoundHandler())
+	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1)}
+	for i := range 5 {
+		if !(linkReceiver{rs, h}).Audit(audit.Record{Target: fmt.Sprint(i)}) {
+			t.Fatal("a live link refused a line")
+		}
+		if i == 0 {
+			<-h.asked // the first line's question is under way, unanswered
+		}
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	closeWithin(t, rs, expired, 10*time.Second)
+	if n := rs.linesHere.Load(); n != 5 {
+		t.Errorf("%d lines written here when close returned, want 5", n)
+	}
+	if err := own.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(file); strings.Count(string(b), "\n") != 5 {
+		t.Errorf("the audit here: %s", b)
+	}
+}
+
+// openTestReplicaSet is replica 0 of one, with a key, peers on loopback
+// and more members of the replicas block (extra, a comma before each).
+func openTestReplicaSet(t *testing.T, extra string) *replicaSet {
+	t.Helper()
 	keys := t.TempDir()
 	if err := os.WriteFile(filepath.Join(keys, "current"), []byte(strings.Repeat("k", 40)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	peers, _ := json.Marshal(freeLoopback(t, 1))
-	doc := fmt.Sprintf(`{"replicas": {"count": 1, "peers": %s, "keyDir": %q}, "mcpServers": {}}`, peers, keys)
+	doc := fmt.Sprintf(`{"replicas": {"count": 1, "peers": %s, "keyDir": %q%s}, "mcpServers": {}}`, peers, keys, extra)
 	cfg, err := config.Parse([]byte(doc), "config.json", config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -1259,13 +1312,56 @@ func TestReplicaSetEndsItsPeerGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.reload(cfg)
-	rs.servePeers(context.Background(), http.NotFoundHandler()) // a context that never ends
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rs.close(ctx)
-	for _, g := range goroutines() {
-		if strings.Contains(g, "(*replicaSet).watchKeys") || strings.Contains(g, "(*replicaSet).servePeers") {
-			t.Errorf("a peer goroutine outlived its replica set:\n%s", g)
-		}
+	return rs
+}
+
+// closeWithin closes rs with ctx, failing the test if that takes longer
+// than limit.
+func closeWithin(t *testing.T, rs *replicaSet, ctx context.Context, limit time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rs.close(ctx)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("the replica set did not close within %v", limit)
+	}
+}
+
+// Once the replica set begins to close, it takes no line, even while it
+// waits for the senders to hand over what is queued: peers go on
+// forwarding calls meanwhile, and a queue that never empties would hold
+// the close to its limit. A later line is the gateway's to write here.
+func TestAuditLinesAreRefusedOnceTheCloseBegins(t *testing.T) {
+	rs := &replicaSet{}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: time.Minute})
+	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1)}
+	audit1 := func(target string) bool { return (linkReceiver{rs, h}).Audit(audit.Record{Target: target}) }
+	audit1("first")
+	<-h.asked
+	audit1("queued")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rs.closeLines(ctx)
+	}()
+	waitUntil(t, 10*time.Second, func() bool {
+		rs.queueMu.Lock()
+		defer rs.queueMu.Unlock()
+		return rs.queuesClosed
+	}, "the set to begin closing while its sender waits")
+	if audit1("late") {
+		t.Error("a closing set took a line")
+	}
+	close(h.gate)
+	<-closed
+	rs.waitLines()
+	if got := fmt.Sprint(h.seen()); got != "[[first] [queued]]" {
+		t.Errorf("the questions %s, want [[first] [queued]]", got)
 	}
 }

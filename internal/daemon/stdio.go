@@ -76,7 +76,7 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 	if a, err = openApp(o.ConfigFile, o.StateDir, log, nil); err != nil {
 		return err
 	}
-	warnReplicasInStdio(a.cfg, log)
+	warnReplicasInStdio(a.cfg, o.Server, log)
 	a.setTracing(tr)
 	// The audit and the rate limits, as serve applies them: a stdio
 	// client's calls are recorded and limited as its local user's.
@@ -135,16 +135,16 @@ func Stdio(ctx context.Context, o StdioOptions) (err error) {
 }
 
 // warnReplicasInStdio says that stdio, a client's own mcpvisor, does not
-// join the replicas a config's replicas block describes: it runs every
-// server itself, so a placement-one server may then run here beside the
-// deployment's one process.
-func warnReplicasInStdio(cfg *config.Config, log *slog.Logger) {
+// join the replicas a config's replicas block describes: it runs the
+// servers it serves itself (only, if set), so a placement-one server may
+// then run here beside the deployment's one process.
+func warnReplicasInStdio(cfg *config.Config, only string, log *slog.Logger) {
 	if cfg.Replicas == nil {
 		return
 	}
 	var one []string
 	for _, s := range cfg.Servers {
-		if s.Placement == config.PlacementOne {
+		if s.Placement == config.PlacementOne && !s.Disabled && (only == "" || only == s.Name) {
 			one = append(one, s.Name)
 		}
 	}

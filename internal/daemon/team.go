@@ -73,8 +73,8 @@ func (s *serving) setTeam(ctx context.Context, cfg *config.Config) error {
 	}
 	if tc != nil {
 		s.bg.Go(func() {
-			// Bounded, and cut by serve's end (the verifier's Close ends
-			// a fetch it began).
+			// Bounded, and cut by the shutdown, whose context it has
+			// (serve waits for it before the team closes).
 			pctx, cancel := context.WithTimeout(s.sd.Context(), 15*time.Second)
 			defer cancel()
 			if err := tc.Verifier.Prefetch(pctx); err != nil {
