@@ -788,13 +788,7 @@ func TestLinkErrorsAreClassified(t *testing.T) {
 // is lost, and none written twice when the answer comes. The owner's
 // goroutines that wait for the answers end before its audit closes.
 func TestAuditLinesServedForAPeerAreNeverLost(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	own, err := audit.Open(audit.Options{File: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &replicaSet{audit: func() *audit.Log { return own }}
-	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	rs, own, file := auditedReplicaSet(t, 5*time.Second)
 	srv := &link.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lr := linkReceiver{rs, link.PeerOf(r.Context())}
 		if !lr.Audit(audit.Record{Method: "tools/call", Target: r.URL.Path[1:], Outcome: "ok"}) {
@@ -999,13 +993,7 @@ func goroutines() []string {
 // question answers nothing) is written here; the lines of another link
 // go to that link.
 func TestAuditLinesForOneLinkGoTogether(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	own, err := audit.Open(audit.Options{File: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &replicaSet{audit: func() *audit.Log { return own }}
-	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	rs, own, file := auditedReplicaSet(t, 5*time.Second)
 	a, b := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1)}, &heldAsker{}
 	line := func(p asker, target string) {
 		t.Helper()
@@ -1024,13 +1012,7 @@ func TestAuditLinesForOneLinkGoTogether(t *testing.T) {
 	close(a.gate)
 	waitUntil(t, 10*time.Second, func() bool { return len(a.seen()) == 2 }, "a's second question")
 	line(a, "old")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rs.closeLines(ctx)
-	rs.waitLines()
-	if err := own.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	closeLinesAndAudit(t, rs, own)
 	if got, w := fmt.Sprint(a.seen()), fmt.Sprint([][]string{{"first"}, want, {"old"}}); got != w {
 		t.Errorf("a's questions %s, want %s", got, w)
 	}
@@ -1141,13 +1123,7 @@ func (h *heldAsker) seen() [][]string {
 // again. A link's queue is bounded: a line beyond it is the gateway's to
 // write here.
 func TestAuditLinesOfAFailedQuestionAreWrittenHere(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	own, err := audit.Open(audit.Options{File: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &replicaSet{audit: func() *audit.Log { return own }}
-	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: 5 * time.Second})
+	rs, own, file := auditedReplicaSet(t, 5*time.Second)
 	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1), fail: errors.New("link: the peer's connection ended")}
 	audit1 := func(target string) bool {
 		return (linkReceiver{rs, h}).Audit(audit.Record{Method: "tools/call", Target: target, Outcome: "ok"})
@@ -1173,13 +1149,7 @@ func TestAuditLinesOfAFailedQuestionAreWrittenHere(t *testing.T) {
 	if !audit1("after") {
 		t.Error("a live link refused a line after a failed question")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rs.closeLines(ctx)
-	rs.waitLines()
-	if err := own.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	closeLinesAndAudit(t, rs, own)
 	b, _ := os.ReadFile(file)
 	if n := strings.Count(string(b), "\n"); n != 1+queued || strings.Count(string(b), `"target":"first"`) != 1 || strings.Contains(string(b), `"target":"after"`) {
 		t.Errorf("written here: %d lines; want the failed question's and those behind it, once each, not the later one", n)
@@ -1194,13 +1164,7 @@ func TestAuditLinesOfAFailedQuestionAreWrittenHere(t *testing.T) {
 // is the gateway's, and the question under way ends with the links'
 // close, its lines written here. Every line is written once, somewhere.
 func TestAuditLinesAreWrittenWhenTheCloseRunsOut(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	own, err := audit.Open(audit.Options{File: file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &replicaSet{audit: func() *audit.Log { return own }}
-	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: time.Minute})
+	rs, own, file := auditedReplicaSet(t, time.Minute)
 	h := &heldAsker{gate: make(chan struct{}), asked: make(chan struct{}, 1), fail: errors.New("link: the peer's connection ended")}
 	audit1 := func(target string) bool {
 		return (linkReceiver{rs, h}).Audit(audit.Record{Method: "tools/call", Target: target, Outcome: "ok"})
@@ -1363,5 +1327,32 @@ func TestAuditLinesAreRefusedOnceTheCloseBegins(t *testing.T) {
 	rs.waitLines()
 	if got := fmt.Sprint(h.seen()); got != "[[first] [queued]]" {
 		t.Errorf("the questions %s, want [[first] [queued]]", got)
+	}
+}
+
+// auditedReplicaSet is a bare replica set with an audit of its own (in
+// file) and ownerTimeout, for the hand-over of audit lines.
+func auditedReplicaSet(t *testing.T, ownerTimeout time.Duration) (*replicaSet, *audit.Log, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	own, err := audit.Open(audit.Options{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicaSet{audit: func() *audit.Log { return own }}
+	rs.cfg.Store(&config.ReplicasConfig{OwnerTimeout: ownerTimeout})
+	return rs, own, file
+}
+
+// closeLinesAndAudit closes rs's hand-over of lines, then own, as the
+// replica set and serve do.
+func closeLinesAndAudit(t *testing.T, rs *replicaSet, own *audit.Log) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.closeLines(ctx)
+	rs.waitLines()
+	if err := own.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
