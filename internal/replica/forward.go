@@ -76,11 +76,13 @@ func (k *Keys) SignForward(f Forwarded) string {
 	return p + "." + k.forwardMAC(0, p)
 }
 
+// errForwardMalformed is a header that does not parse.
+var errForwardMalformed = errors.New("forward header: malformed")
+
 // decodeForward reads a payload SignForward wrote.
 func decodeForward(b []byte) (Forwarded, error) {
-	bad := errors.New("forward header: malformed")
 	if len(b) == 0 || b[0] != forwardVersion {
-		return Forwarded{}, bad
+		return Forwarded{}, errForwardMalformed
 	}
 	b = b[1:]
 	num := func() (uint64, bool) {
@@ -104,26 +106,26 @@ func decodeForward(b []byte) (Forwarded, error) {
 	from, ok1 := num()
 	to, ok2 := num()
 	if !ok1 || !ok2 || from > MaxOrdinal || to > MaxOrdinal {
-		return Forwarded{}, bad
+		return Forwarded{}, errForwardMalformed
 	}
 	f.From, f.To = int(from), int(to)
 	var fields [5][]byte
 	for i := range fields {
 		var ok bool
 		if fields[i], ok = str(); !ok {
-			return Forwarded{}, bad
+			return Forwarded{}, errForwardMalformed
 		}
 	}
 	f.ToIncarnation, f.ConfigVersion, f.Method, f.Path = string(fields[0]), string(fields[1]), string(fields[2]), string(fields[3])
 	if len(fields[4]) > 0 {
 		if !json.Valid(fields[4]) {
-			return Forwarded{}, fmt.Errorf("%w: the identity is not JSON", bad)
+			return Forwarded{}, fmt.Errorf("%w: the identity is not JSON", errForwardMalformed)
 		}
 		f.Identity = json.RawMessage(fields[4])
 	}
 	exp, n := binary.Varint(b)
 	if n <= 0 || n != len(b) {
-		return Forwarded{}, bad
+		return Forwarded{}, errForwardMalformed
 	}
 	if exp != 0 {
 		f.Expires = time.Unix(0, exp)
@@ -156,7 +158,7 @@ func (k *Keys) forwardMAC(i int, payload string) string {
 func (k *Keys) VerifyForward(v string, now time.Time) (Forwarded, error) {
 	p, mac, ok := strings.Cut(v, ".")
 	if !ok || p == "" || len(mac) != forwardMACLen {
-		return Forwarded{}, errors.New("forward header: malformed")
+		return Forwarded{}, errForwardMalformed
 	}
 	signed := false
 	for i := range k.keys {
@@ -171,7 +173,7 @@ func (k *Keys) VerifyForward(v string, now time.Time) (Forwarded, error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(p)
 	if err != nil {
-		return Forwarded{}, fmt.Errorf("forward header: malformed: %w", err)
+		return Forwarded{}, fmt.Errorf("%w: %w", errForwardMalformed, err)
 	}
 	f, err := decodeForward(b)
 	if err != nil {
@@ -179,7 +181,7 @@ func (k *Keys) VerifyForward(v string, now time.Time) (Forwarded, error) {
 	}
 	switch {
 	case f.Expires.IsZero():
-		return Forwarded{}, errors.New("forward header: malformed: no expiry")
+		return Forwarded{}, fmt.Errorf("%w: no expiry", errForwardMalformed)
 	case !now.Before(f.Expires):
 		return Forwarded{}, fmt.Errorf("forward header: expired %s ago", now.Sub(f.Expires))
 	case f.Expires.Sub(now) > MaxForwardAhead:
