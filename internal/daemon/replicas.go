@@ -180,10 +180,9 @@ func openReplicas(cfg *config.Config, getenv func(string) string, log *slog.Logg
 		},
 		TLSClientConfig:     http1Only(rs.ring.ClientTLS()),
 		TLSHandshakeTimeout: rc.OwnerTimeout,
+		// The deployment's view and placement ask every peer at once.
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
-		// A forwarded stream is relayed as it comes.
-		DisableCompression: true,
 	}
 	rs.link = &link.Transport{Dial: rs.dialLink, Answer: rs.answer}
 	rs.linkSrv = &link.Server{Log: log}
@@ -396,9 +395,8 @@ func (rs *replicaSet) done() {
 	}
 }
 
-// fwdKey carries what rewrite needs of a forwarded request.
-type fwdKey struct{}
-
+// fwd is a forwarded request's destination and signed header, for the
+// relay and its errors.
 type fwd struct {
 	to         replica.Owner
 	legacy     bool
@@ -435,10 +433,10 @@ func (rs *replicaSet) forwardAs(w http.ResponseWriter, r *http.Request, server s
 	f := replica.Forwarded{From: rs.self.Ordinal, To: o.Ordinal, ToIncarnation: o.Incarnation, ConfigVersion: *rs.version.Load(),
 		Identity: idJSON, Method: r.Method, Path: r.URL.Path, Expires: time.Now().Add(replica.ForwardLifetime)}
 	rs.forwarded.Add(1)
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), fwdKey{}, &fwd{to: o, legacy: legacy, newSession: newSession, header: rs.ring.Load().SignForward(f)}))
+	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(rs.relays, cancel)()
-	rs.relay(w, r.WithContext(ctx))
+	rs.relay(w, r.WithContext(ctx), &fwd{to: o, legacy: legacy, newSession: newSession, header: rs.ring.Load().SignForward(f)})
 }
 
 // hopHeaders are of one connection: not relayed, either way.
@@ -450,8 +448,7 @@ var credentialHeaders = []string{"Authorization", "Cookie"}
 // relay sends r over the link to its owner's peer interface and writes
 // the answer back as it comes: a whole answer in one piece, a stream
 // flushed at each piece.
-func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request) {
-	f := r.Context().Value(fwdKey{}).(*fwd)
+func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request, f *fwd) {
 	h := make(http.Header, len(r.Header)+1)
 	for k, v := range r.Header {
 		h[k] = v
@@ -474,7 +471,7 @@ func (rs *replicaSet) relay(w http.ResponseWriter, r *http.Request) {
 		err = rs.refusal(resp, f)
 	}
 	if err != nil {
-		rs.proxyError(w, r, err)
+		rs.proxyError(w, r, f, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -522,12 +519,7 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 
 // proxyError answers a forward that failed: an owner that cannot be
 // reached is gone (404, at once); anything else is a 502.
-func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	f, _ := r.Context().Value(fwdKey{}).(*fwd)
-	if f == nil {
-		http.Error(w, "Bad Gateway", http.StatusBadGateway)
-		return
-	}
+func (rs *replicaSet) proxyError(w http.ResponseWriter, r *http.Request, f *fwd, err error) {
 	if rs.relays.Err() != nil {
 		// This replica shuts down: the client, still there, retries
 		// elsewhere.
