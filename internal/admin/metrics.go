@@ -369,7 +369,7 @@ type TeamStats struct {
 func teamMetrics(m *expo, st TeamStats) {
 	m.family("mcpvisor_policy_denied_total", "counter", "Requests the policy denied (each also an audit line, when an audit is configured).")
 	m.sample("mcpvisor_policy_denied_total", "", float64(st.Denied))
-	m.family("mcpvisor_receiver_unasked_total", "counter", "Calls another replica forwarded here, refused because that replica, whose audit and rate limits govern them, could not be asked (its link ended).")
+	m.family("mcpvisor_receiver_unasked_total", "counter", "Calls another replica forwarded here, refused because that replica, whose audit and rate limits govern them, could not be asked (its link ended, the call's time ran out or its client went away).")
 	m.sample("mcpvisor_receiver_unasked_total", "", float64(st.ReceiverRefused))
 	m.family("mcpvisor_scope_refused_total", "counter", "Calls through /mcp refused (403 insufficient_scope) because the token lacked a scope their server requires (auth.serverScopes).")
 	m.sample("mcpvisor_scope_refused_total", "", float64(st.ScopeRefused))

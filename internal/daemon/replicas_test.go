@@ -953,9 +953,7 @@ func TestTrackerWaitsWithinItsContext(t *testing.T) {
 // file's watch) and the learning of the lists not cached. Each ends on
 // the shutdown by itself, so this fails on one that does not end, not on
 // a missing wait: TestReplicaSetEndsItsPeerGoroutines holds the replica
-// set's wait to account, and the race detector flagged the missing one
-// (keyPoll, written below after the replicas, was read by an unjoined
-// watch).
+// set's wait to account.
 func TestServeEndsTheGoroutinesItStarts(t *testing.T) {
 	defer func(d time.Duration) { keyPoll = d }(keyPoll)
 	keyPoll = time.Hour
@@ -977,7 +975,6 @@ func TestServeEndsTheGoroutinesItStarts(t *testing.T) {
 			t.Errorf("a goroutine outlived Serve:\n%s", g)
 		}
 	}
-	keyPoll = time.Minute
 }
 
 // goroutines are the stacks of every goroutine, each beginning

@@ -155,8 +155,10 @@ func retryAfterOf(resp *rpc.Message) int {
 // many calls through /mcp were refused for a server scope the token
 // lacked; AuditRefusals how many were refused while a failClosed audit
 // could not keep up; ReceiverRefusals how many calls forwarded by the
-// replica that received them were refused because that replica's rate
-// limits could not be asked (Receiver.Allow failed).
+// replica that received them were refused because that replica, whose
+// audit and rate limits govern them, could not be asked or its answer
+// not read (Receiver.Allow failed: its link ended, the call's time ran
+// out or its client went away).
 func (g *Gateway) Denials() uint64          { return g.denials.Load() }
 func (g *Gateway) ScopeRefusals() uint64    { return g.scopeRefusals.Load() }
 func (g *Gateway) AuditRefusals() uint64    { return g.auditRefusals.Load() }

@@ -70,8 +70,8 @@ type Gateway struct {
 	denials atomic.Uint64 // requests the policy denied
 	// scopeRefusals and auditRefusals count calls refused for a server
 	// scope the token lacks, and while a failClosed audit could not keep
-	// up; receiverRefusals, forwarded calls refused because the rate
-	// limits of the replica that received them could not be asked.
+	// up; receiverRefusals, forwarded calls refused because the replica
+	// that received them could not be asked (ReceiverRefusals).
 	scopeRefusals, auditRefusals, receiverRefusals atomic.Uint64
 	// serverScopes is what a call of a server through /mcp needs of a
 	// token's scopes (SetServerScopes; nil: nothing).

@@ -10,7 +10,10 @@ import (
 // A request that reached another replica first (the receiver) and was
 // forwarded here, to the replica whose session it belongs to, is decided
 // and served here, but limited and audited there: the receiver's rate
-// limits govern it and the receiver's audit takes its line, exactly once.
+// limits govern it and the receiver's audit takes its line (or, when the
+// receiver cannot, this replica's does: each line is written at least
+// once, and twice only if the link ends between the receiver's write and
+// its acknowledgment).
 // The request's context carries the Receiver (WithReceiver); a flight
 // reads it once, as it begins, and only if the call is governed (a
 // decided method, under a policy, an audit or rate limits here: the

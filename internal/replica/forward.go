@@ -133,9 +133,8 @@ func decodeForward(b []byte) (Forwarded, error) {
 	return f, nil
 }
 
-// forwardMAC is the mac of payload under the i-th key, from a pool of
-// keyed HMACs (one is made per key and goroutine at most, not per
-// header).
+// forwardMAC is the mac of payload under the i-th key, with a keyed
+// HMAC reused from the key's pool rather than made per header.
 func (k *Keys) forwardMAC(i int, payload string) string {
 	pool := &k.macs[i]
 	m, _ := pool.Get().(hash.Hash)

@@ -8,12 +8,13 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"github.com/mcpvisor/mcpvisor/internal/link"
 	"math/big"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/mcpvisor/mcpvisor/internal/link"
 )
 
 // Ring holds the Keys in force. A reload Sets new ones; what reads the
