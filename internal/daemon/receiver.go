@@ -171,8 +171,11 @@ func (lr linkReceiver) Audit(rec audit.Record) bool {
 
 func (lr linkReceiver) queue(rec audit.Record) bool {
 	rs := lr.rs
+	if !lr.p.Alive() {
+		return false
+	}
 	b, err := json.Marshal(rec)
-	if err != nil || !lr.p.Alive() {
+	if err != nil {
 		return false
 	}
 	rs.queueMu.Lock()

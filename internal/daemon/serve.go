@@ -473,6 +473,9 @@ func (s *serving) close(ctx context.Context) {
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
+	// What start ran beside it ended with the trigger or the listener's
+	// close; waited for before the team and the audit close, as run does.
+	s.bg.Wait()
 	if s.team != nil {
 		s.closeTeam()
 	}
@@ -481,8 +484,6 @@ func (s *serving) close(ctx context.Context) {
 	}
 	if s.a != nil {
 		s.closeAudit(ctx)
-	}
-	if s.a != nil {
 		if err := s.a.close(ctx); err != nil {
 			s.log.Warn("closing after a failed start", "err", err)
 		}
@@ -490,7 +491,6 @@ func (s *serving) close(ctx context.Context) {
 	if s.tracing != nil {
 		_ = s.tracing.Shutdown(ctx) // nothing exported yet
 	}
-	s.bg.Wait() // each ended with the trigger, or the listener's close
 	s.sd.Stop()
 }
 
