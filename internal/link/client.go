@@ -51,16 +51,22 @@ type dial struct {
 	err  error
 }
 
-func (t *Transport) writeTimeout() time.Duration { return cmpOr(t.WriteTimeout, 10*time.Second) }
-func (t *Transport) pingInterval() time.Duration { return cmpOr(t.PingInterval, 10*time.Second) }
-func (t *Transport) idleTimeout() time.Duration  { return cmpOr(t.IdleTimeout, 90*time.Second) }
+func (t *Transport) writeTimeout() time.Duration {
+	return orDefault(t.WriteTimeout, defaultWriteTimeout)
+}
+func (t *Transport) pingInterval() time.Duration { return orDefault(t.PingInterval, 10*time.Second) }
+func (t *Transport) idleTimeout() time.Duration  { return orDefault(t.IdleTimeout, 90*time.Second) }
 
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
+// orDefault is v when set (positive), else def.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
 	}
 	return def
 }
+
+// defaultWriteTimeout bounds one write when none is set.
+const defaultWriteTimeout = 10 * time.Second
 
 var errTransportClosed = errors.New("link: the transport is closed")
 
@@ -644,9 +650,11 @@ func (st *cstream) giveWindow(n int) {
 // Read reads the answer's body.
 func (st *cstream) Read(b []byte) (int, error) { return st.body.Read(b) }
 
+var errAnswerClosed = errors.New("link: the answer's body was closed")
+
 // Close abandons what is left of the answer.
 func (st *cstream) Close() error {
-	st.finish(errors.New("link: the answer's body was closed"), true)
+	st.finish(errAnswerClosed, true)
 	return nil
 }
 

@@ -42,8 +42,11 @@ type Server struct {
 func (s *Server) ServeConn(nc net.Conn) {
 	c := &serverConn{s: s, nc: nc, streams: map[uint32]*sstream{}, asks: map[uint32]chan []byte{}}
 	c.peer = &Peer{c: c}
+	c.remote = nc.RemoteAddr().String()
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	c.w = writer{conn: nc, timeout: cmpOr(s.WriteTimeout, 10*time.Second), fail: func(err error) { c.cancel(err); nc.Close() }}
+	// What every request's context carries, set once for the connection.
+	c.ctx = context.WithValue(context.WithValue(c.ctx, peerKey{}, c.peer), http.LocalAddrContextKey, nc.LocalAddr())
+	c.w = writer{conn: nc, timeout: orDefault(s.WriteTimeout, defaultWriteTimeout), fail: func(err error) { c.cancel(err); nc.Close() }}
 	if tc, ok := nc.(*tls.Conn); ok {
 		st := tc.ConnectionState()
 		c.tls = &st
@@ -137,7 +140,8 @@ type serverConn struct {
 	asks     map[uint32]chan []byte
 	nextAsk  uint32
 	handlers sync.WaitGroup
-	peer     *Peer // the one Peer of the connection's requests
+	peer     *Peer  // the one Peer of the connection's requests
+	remote   string // the peer's address, as requests show it
 }
 
 // goaway refuses new streams, and closes the connection when none is
@@ -172,7 +176,7 @@ func (c *serverConn) readLoop() error {
 		}
 		if err := c.handle(f); err != nil {
 			if c.s.Log != nil {
-				c.s.Log.Warn("link: a peer broke the protocol; its connection ends", "peer", c.nc.RemoteAddr().String(), "err", err)
+				c.s.Log.Warn("link: a peer broke the protocol; its connection ends", "peer", c.remote, "err", err)
 			}
 			return err
 		}
@@ -205,7 +209,7 @@ func (c *serverConn) handle(f frame) error {
 			c.reset(f.stream, resetFailed, "a request head this replica does not take: "+err.Error())
 			return nil
 		}
-		if c.closing || len(c.streams) >= cmpOrInt(c.s.MaxStreams, 1024) {
+		if c.closing || len(c.streams) >= orDefault(c.s.MaxStreams, 1024) {
 			why := "it is shutting down"
 			if !c.closing {
 				why = "it has as many streams open on this connection as it takes"
@@ -265,13 +269,6 @@ func (c *serverConn) handle(f frame) error {
 		return fmt.Errorf("%w: frame type %d", errProtocol, f.typ)
 	}
 	return nil
-}
-
-func cmpOrInt(n, def int) int {
-	if n > 0 {
-		return n
-	}
-	return def
 }
 
 func (c *serverConn) reset(id uint32, code uint32, msg string) {
@@ -375,11 +372,9 @@ func (st *sstream) serve(head requestHead) {
 		c.reset(st.id, resetFailed, "a bad request URI")
 		return
 	}
-	ctx := context.WithValue(st.ctx, peerKey{}, c.peer)
-	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
 	r := (&http.Request{Method: head.method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: head.header,
-		Host: head.host, RemoteAddr: c.nc.RemoteAddr().String(), RequestURI: head.uri, TLS: c.tls,
-		ContentLength: head.contentLength}).WithContext(ctx)
+		Host: head.host, RemoteAddr: c.remote, RequestURI: head.uri, TLS: c.tls,
+		ContentLength: head.contentLength}).WithContext(st.ctx)
 	r.Body = requestBody{st.body}
 	if head.contentLength == 0 {
 		r.Body = http.NoBody
