@@ -166,6 +166,23 @@ func (t *Transport) Retire() {
 	}
 }
 
+// spawn runs f in a goroutine Close waits for, and reports true; once
+// Close has begun it runs nothing and reports false (a goroutine counted
+// after Close's wait began could outlive it).
+func (t *Transport) spawn(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
 // Close ends every connection (their streams fail) and waits for their
 // goroutines.
 func (t *Transport) Close() {
@@ -253,11 +270,9 @@ func (t *Transport) roundTrip(ctx context.Context, req *http.Request, first []by
 	streaming := false
 	if !end {
 		streaming = true
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			st.sendBody(req.Body)
-		}()
+		if !t.spawn(func() { st.sendBody(req.Body) }) {
+			closeBody(req) // closed meanwhile: the stream fails with its connection
+		}
 	}
 	select {
 	case <-st.head:
@@ -385,12 +400,12 @@ func (c *clientConn) closeDrained() {
 	if c.closing.Swap(true) {
 		return // under way
 	}
-	c.t.wg.Add(1)
-	go func() {
-		defer c.t.wg.Done()
+	if !c.t.spawn(func() {
 		c.w.drained(c.t.writeTimeout())
 		c.fail(errConnRetired)
-	}()
+	}) {
+		c.fail(errConnRetired) // the transport closed: no wait
+	}
 }
 
 func (c *clientConn) stream(id uint32) *cstream {
@@ -486,8 +501,11 @@ func (c *clientConn) handle(f frame) error {
 			st.ended()
 		}
 	case fReset:
+		if len(f.payload) < 4 {
+			return fmt.Errorf("%w: a short reset", errProtocol)
+		}
 		st := c.stream(f.stream)
-		if st == nil || len(f.payload) < 4 {
+		if st == nil {
 			return nil
 		}
 		code := binary.BigEndian.Uint32(f.payload)

@@ -785,3 +785,46 @@ func TestAskTooLargeIsNotSent(t *testing.T) {
 		t.Errorf("the answer %q, want the largest question answered", got)
 	}
 }
+
+// Shutdowns called at once all return when the last stream ends, with no
+// context to cut them (each waits for the server to be idle, not for a
+// wake-up another may take); one with no connection returns at once.
+func TestConcurrentShutdownsAllReturn(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	p := newPair(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+		io.WriteString(w, "done")
+	}), nil)
+	held := make(chan string, 1)
+	go func() {
+		resp, err := p.do(t, t.Context(), "POST", "/hold", "x", nil)
+		if err != nil {
+			held <- err.Error()
+			return
+		}
+		held <- readAll(t, resp)
+	}()
+	<-started
+	const n = 4
+	shut := make(chan struct{}, n)
+	for range n {
+		go func() {
+			p.srv.Shutdown(context.Background())
+			shut <- struct{}{}
+		}()
+	}
+	close(release)
+	if got := <-held; got != "done" {
+		t.Errorf("the held stream: %q, want it finished", got)
+	}
+	for i := range n {
+		select {
+		case <-shut:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d shutdowns never returned", n-i, n)
+		}
+	}
+	idle := &Server{}
+	idle.Shutdown(context.Background()) // no connection: at once
+}

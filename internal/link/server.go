@@ -34,7 +34,7 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*serverConn]struct{}
 	shutdown bool
-	gone     chan struct{} // signalled when a connection ends
+	idle     chan struct{} // made by the shutdown; closed once no connection is left
 }
 
 // ServeConn serves nc until it ends, and returns once the handlers of
@@ -46,7 +46,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	// What every request's context carries, set once for the connection.
 	c.ctx = context.WithValue(context.WithValue(c.ctx, peerKey{}, c.peer), http.LocalAddrContextKey, nc.LocalAddr())
-	c.w = writer{conn: nc, timeout: orDefault(s.WriteTimeout, defaultWriteTimeout), fail: func(err error) { c.cancel(err); nc.Close() }}
+	c.w = writer{conn: nc, timeout: orDefault(s.WriteTimeout, defaultWriteTimeout), fail: c.end}
 	if tc, ok := nc.(*tls.Conn); ok {
 		st := tc.ConnectionState()
 		c.tls = &st
@@ -58,23 +58,18 @@ func (s *Server) ServeConn(nc net.Conn) {
 		return
 	}
 	if s.conns == nil {
-		s.conns, s.gone = map[*serverConn]struct{}{}, make(chan struct{}, 1)
+		s.conns = map[*serverConn]struct{}{}
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.idleIfDoneLocked()
 		s.mu.Unlock()
-		select {
-		case s.gone <- struct{}{}:
-		default:
-		}
 	}()
 	err := c.readLoop()
-	c.w.failed(err) // before the handlers' contexts end: see Close
-	c.cancel(err)
-	nc.Close()
+	c.end(err)
 	c.mu.Lock()
 	sts := slices.Collect(maps.Values(c.streams))
 	c.mu.Unlock()
@@ -87,43 +82,51 @@ func (s *Server) ServeConn(nc net.Conn) {
 // Shutdown refuses new streams on every connection, waits within ctx for
 // the open ones to end, then closes the connections.
 func (s *Server) Shutdown(ctx context.Context) {
-	for _, c := range s.stop() {
+	conns, idle := s.stop()
+	for _, c := range conns {
 		c.goaway()
 	}
-	for {
-		s.mu.Lock()
-		n := len(s.conns)
-		s.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		select {
-		case <-s.gone:
-		case <-ctx.Done():
-			s.Close()
-			return
-		}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		s.Close()
 	}
 }
+
+var errServerClosed = errors.New("link: the server closed")
 
 // Close ends every connection; their handlers' contexts end.
 func (s *Server) Close() {
-	for _, c := range s.stop() {
-		// The writer first: a handler that returns as its context ends
-		// must not send its answer's end, as if the answer were whole.
-		err := errors.New("link: the server closed")
-		c.w.failed(err)
-		c.cancel(err)
-		c.nc.Close()
+	conns, _ := s.stop()
+	for _, c := range conns {
+		c.end(errServerClosed)
 	}
 }
 
-// stop takes no new connection and returns those open.
-func (s *Server) stop() []*serverConn {
+// stop takes no new connection and returns those open, and a channel
+// closed once none is left.
+func (s *Server) stop() ([]*serverConn, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shutdown = true
-	return slices.Collect(maps.Keys(s.conns))
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+		s.idleIfDoneLocked()
+	}
+	return slices.Collect(maps.Keys(s.conns)), s.idle
+}
+
+// idleIfDoneLocked closes idle once the server is shut down with no
+// connection left; s.mu is held.
+func (s *Server) idleIfDoneLocked() {
+	if s.idle == nil || len(s.conns) > 0 {
+		return
+	}
+	select {
+	case <-s.idle:
+	default:
+		close(s.idle)
+	}
 }
 
 type serverConn struct {
@@ -140,8 +143,9 @@ type serverConn struct {
 	asks     map[uint32]chan []byte
 	nextAsk  uint32
 	handlers sync.WaitGroup
-	peer     *Peer  // the one Peer of the connection's requests
-	remote   string // the peer's address, as requests show it
+	sentOnce sync.Once // closeWhenSent's
+	peer     *Peer     // the one Peer of the connection's requests
+	remote   string    // the peer's address, as requests show it
 }
 
 // goaway refuses new streams, and closes the connection when none is
@@ -157,14 +161,28 @@ func (c *serverConn) goaway() {
 	}
 }
 
-// closeWhenSent closes the connection once what is queued — the goaway,
-// the last stream's end — is written, within the write timeout.
+// end ends the connection: the writer first (a handler that returns as
+// its context ends must not send its answer's end, as if the answer were
+// whole), then the handlers' contexts, then the socket, which ends the
+// read loop and so ServeConn.
+func (c *serverConn) end(err error) {
+	c.w.failed(err)
+	c.cancel(err)
+	c.nc.Close()
+}
+
+var errShutDown = errors.New("link: shut down")
+
+// closeWhenSent closes the connection, once, when what is queued — the
+// goaway, the last stream's end — is written, within the write timeout.
+// Its goroutine ends with the connection, which ServeConn waits for.
 func (c *serverConn) closeWhenSent() {
-	go func() {
-		c.w.drained(c.w.timeout)
-		c.cancel(errors.New("link: shut down"))
-		c.nc.Close()
-	}()
+	c.sentOnce.Do(func() {
+		go func() {
+			c.w.drained(c.w.timeout)
+			c.end(errShutDown)
+		}()
+	})
 }
 
 func (c *serverConn) readLoop() error {
