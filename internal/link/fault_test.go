@@ -393,47 +393,57 @@ func TestStreamsPastMaxStreamsOpenAnotherConnection(t *testing.T) {
 	readAll(t, resp)
 }
 
-// A peer that sends a stream's body before its head breaks the
-// protocol: the connection ends, and RoundTrip with it, within its
-// context.
-func TestABodyBeforeItsHeadEndsTheConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		fr := frameReader{r: c}
-		f, err := fr.read()
-		if err != nil {
-			return
-		}
-		c.Write(appendFrame(nil, fData, flagEnd, f.stream, []byte("body before head")))
-		io.Copy(io.Discard, c)
-	}()
-	tr := &Transport{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", addr)
-	}}
-	defer tr.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := tr.RoundTrip(req)
-		errc <- err
-	}()
-	select {
-	case <-errc:
-	case <-time.After(3 * time.Second):
-		tr.Close()
-		t.Fatal("RoundTrip outlived its context by seconds (it waits on st.head, which nothing closes)")
+// A peer that breaks the protocol on a stream — its body before its head,
+// a reset too short to read — ends the connection, and RoundTrip with
+// it, at once: not when the request's context ends.
+func TestAStreamsProtocolErrorEndsTheConnection(t *testing.T) {
+	for name, frame := range map[string]func(stream uint32) []byte{
+		"a body before its head": func(id uint32) []byte { return appendFrame(nil, fData, flagEnd, id, []byte("body before head")) },
+		"a short reset":          func(id uint32) []byte { return appendFrame(nil, fReset, 0, id, []byte{0, 1}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				fr := frameReader{r: c}
+				f, err := fr.read()
+				if err != nil {
+					return
+				}
+				c.Write(frame(f.stream))
+				io.Copy(io.Discard, c)
+			}()
+			tr := &Transport{Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}}
+			defer tr.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ln.Addr().String()+"/", nil)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := tr.RoundTrip(req)
+				errc <- err
+			}()
+			select {
+			case err := <-errc:
+				if err == nil || ctx.Err() != nil {
+					t.Errorf("RoundTrip: %v (context: %v), want the connection's end", err, ctx.Err())
+				}
+			case <-time.After(10 * time.Second):
+				tr.Close()
+				t.Fatal("RoundTrip waits on a stream its peer broke")
+			}
+		})
 	}
 }
 
