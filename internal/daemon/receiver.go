@@ -9,7 +9,6 @@ import (
 
 	"github.com/mcpvisor/mcpvisor/internal/audit"
 	"github.com/mcpvisor/mcpvisor/internal/gateway"
-	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 )
 
 // The replica that received a request governs it: a request forwarded to
@@ -60,7 +59,8 @@ const (
 // trip of its own.
 const lineGather = 2 * time.Millisecond
 
-// limitQuestion and limitAnswer are an admission over the link.
+// limitQuestion and limitAnswer are an admission over the link; a
+// limitAnswer is a gateway.Admission as it travels.
 type limitQuestion struct {
 	Key    string `json:"key"`
 	Server string `json:"server"`
@@ -84,16 +84,11 @@ func (rs *replicaSet) answer(kind byte, q []byte) []byte {
 		if err := json.Unmarshal(q, &lq); err != nil {
 			return nil // the owner refuses the call: no answer it can read
 		}
-		if l := rs.auditLog(); l != nil && !l.Accepting() {
-			b, _ := json.Marshal(limitAnswer{AuditFull: true})
-			return b
+		a := gateway.Admission{OK: true} // nothing here to refuse it
+		if rs.admit != nil {
+			a = rs.admit(lq.Key, lq.Server, lq.Target)
 		}
-		var lim *ratelimit.Limiter
-		if rs.limiter != nil {
-			lim = rs.limiter()
-		}
-		ok, wait, scope := lim.Allow(lq.Key, lq.Server, lq.Target)
-		b, _ := json.Marshal(limitAnswer{OK: ok, Wait: wait, Scope: scope})
+		b, _ := json.Marshal(limitAnswer(a))
 		return b
 	case kindAudits:
 		var recs []audit.Record
@@ -147,7 +142,7 @@ func (lr linkReceiver) Allow(ctx context.Context, key, server, target string) (g
 	if err := json.Unmarshal(b, &a); err != nil {
 		return gateway.Admission{}, fmt.Errorf("the replica's answer does not decode: %w", err)
 	}
-	return gateway.Admission{AuditFull: a.AuditFull, OK: a.OK, Wait: a.Wait, Scope: a.Scope}, nil
+	return gateway.Admission(a), nil
 }
 
 // Audit queues rec for the receiving replica. The link's queue has one

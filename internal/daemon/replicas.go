@@ -26,7 +26,6 @@ import (
 	"github.com/mcpvisor/mcpvisor/internal/guard"
 	"github.com/mcpvisor/mcpvisor/internal/identity"
 	"github.com/mcpvisor/mcpvisor/internal/link"
-	"github.com/mcpvisor/mcpvisor/internal/ratelimit"
 	"github.com/mcpvisor/mcpvisor/internal/replica"
 )
 
@@ -116,11 +115,11 @@ type replicaSet struct {
 	// grants serves the OAuth grants this replica holds to its peers
 	// (the fleet; set once the app is open).
 	grants grantHolder
-	// limiter and audit are this replica's rate limits and audit in
-	// force, for the requests it forwarded (receiver.go; set once the
-	// app is open).
-	limiter func() *ratelimit.Limiter
-	audit   func() *audit.Log
+	// admit is this replica's admission (its audit's room, its rate
+	// limits) and audit its audit in force, for the requests it
+	// forwarded (receiver.go; set once the app is open).
+	admit func(key, server, target string) gateway.Admission
+	audit func() *audit.Log
 	// cfgNow is the configuration in force, for placement checks.
 	cfgNow atomic.Pointer[config.Config]
 }

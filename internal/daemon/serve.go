@@ -167,7 +167,7 @@ func (s *serving) open() error {
 		rs.access = s.mcpAccess()
 		rs.running = s.a.rt.Running
 		rs.grants = s.a.fleet
-		rs.limiter, rs.audit = s.a.gw.Limits, s.a.gw.Audit
+		rs.admit, rs.audit = s.a.gw.Admit, s.a.gw.Audit
 		rs.servers = func() []string {
 			var names []string
 			for _, srv := range s.a.fleet.Servers() {

@@ -94,14 +94,7 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 	if !decided(f.method) {
 		return nil
 	}
-	auditFull := func() *rpc.Message {
-		f.refused = true
-		g.auditRefusals.Add(1) // no line: the audit is what cannot take one
-		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
-	}
-	var ok bool
-	var wait time.Duration
-	var scope string
+	var a Admission
 	switch {
 	case f.recv != nil && (g.limits.Load() != nil || g.audit.Load().FailClosed()):
 		// The receiving replica's limits govern, and its audit, if it
@@ -109,34 +102,28 @@ func (g *Gateway) admit(f *flight) *rpc.Message {
 		// replicas' configurations are normally the same: what is
 		// configured here is there). An audit that never refuses is not
 		// asked about; it is handed the line when the call ends.
-		a, err := g.allow(f)
-		if err != nil {
+		var err error
+		if a, err = g.allow(f); err != nil {
 			f.refused = true
 			g.receiverRefusals.Add(1) // no line: the limit was not applied
 			return errorResponse(f.clientID, rpc.InternalError, "the replica that received the call could not be asked whether it may go on (its audit, its rate limits), and the call was refused: "+err.Error())
 		}
-		if a.AuditFull {
-			return auditFull()
-		}
-		ok, wait, scope = a.OK, a.Wait, a.Scope
 	case f.recv != nil:
 		return nil // no limits, no audit that refuses: nothing to ask
 	default:
-		if l := g.audit.Load(); l != nil && !l.Accepting() {
-			return auditFull()
-		}
-		lim := g.limits.Load()
-		if lim == nil {
-			return nil
-		}
-		ok, wait, scope = lim.Allow(f.who.Key(), f.name, f.auditTarget)
+		a = g.Admit(f.who.Key(), f.name, f.auditTarget)
 	}
-	if ok {
+	switch {
+	case a.AuditFull:
+		f.refused = true
+		g.auditRefusals.Add(1) // no line: the audit is what cannot take one
+		return errorResponse(f.clientID, rpc.LimitReached, "the audit log cannot keep up, and mcpvisor refuses calls until it does (audit.failClosed)")
+	case a.OK:
 		return nil
 	}
 	f.refused = true
-	secs := ratelimit.RetryAfter(wait)
-	g.auditRefusal(f, f.auditTarget, "limited", rpc.RateLimited, "rate limit per "+scope)
+	secs := ratelimit.RetryAfter(a.Wait)
+	g.auditRefusal(f, f.auditTarget, "limited", rpc.RateLimited, "rate limit per "+a.Scope)
 	msg := "rate limit exceeded: retry after " + secs + " s"
 	return &rpc.Message{ID: f.clientID, Error: &rpc.Error{Code: rpc.RateLimited, Message: msg,
 		Data: json.RawMessage(`{"retryAfter":` + secs + `}`)}}

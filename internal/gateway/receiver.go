@@ -38,7 +38,20 @@ type Receiver interface {
 	Audit(rec audit.Record) bool
 }
 
-// Admission is a receiving replica's answer to Allow.
+// Admit is this replica's own admission of a call by the identity whose
+// Key() is key, of server's target: its audit's room (failClosed), then
+// its rate limits (consumed when they allow the call). It decides a call
+// received here, and a replica answers a peer's Allow with it.
+func (g *Gateway) Admit(key, server, target string) Admission {
+	if !g.audit.Load().Accepting() {
+		return Admission{AuditFull: true}
+	}
+	ok, wait, scope := g.limits.Load().Allow(key, server, target)
+	return Admission{OK: ok, Wait: wait, Scope: scope}
+}
+
+// Admission is a replica's admission of a call (Admit), or a receiving
+// replica's answer to Allow.
 type Admission struct {
 	// AuditFull: its audit, failClosed, cannot take a line now; the call
 	// is refused as one received there would be.
