@@ -148,10 +148,11 @@ func warnReplicasInStdio(cfg *config.Config, only string, log *slog.Logger) {
 			one = append(one, s.Name)
 		}
 	}
+	msg := "stdio does not join the replicas of the config's \"replicas\" block: it runs the servers it serves in this process"
 	if len(one) == 0 {
-		log.Warn("stdio does not join the replicas of the config's \"replicas\" block: it runs the servers it serves in this process")
+		log.Warn(msg)
 		return
 	}
 	slices.Sort(one)
-	log.Warn("stdio does not join the replicas of the config's \"replicas\" block: it runs the servers it serves in this process, so a server placed \"one\" may run here beside the deployment's process", "placement_one", strings.Join(one, ","))
+	log.Warn(msg+", so a server placed \"one\" may run here beside the deployment's process", "placement_one", strings.Join(one, ","))
 }
