@@ -47,7 +47,6 @@ type Transport struct {
 
 type dial struct {
 	done chan struct{}
-	c    *clientConn
 	err  error
 }
 
@@ -125,7 +124,6 @@ func (t *Transport) conn(ctx context.Context, addr string) (*clientConn, error) 
 	c.idleSince = time.Now()
 	t.conns[addr] = c
 	t.all[c] = struct{}{}
-	d.c = c
 	t.wg.Add(2)
 	t.mu.Unlock()
 	close(d.done)

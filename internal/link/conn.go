@@ -225,11 +225,11 @@ func (p *pipe) Read(b []byte) (int, error) {
 			p.off += n
 			p.taken += n
 			give := 0
-			if p.taken >= window/2 || p.off == len(p.buf) && p.err == nil && p.taken > 0 && p.taken >= window/8 {
+			if p.taken >= window/2 || p.off == len(p.buf) && p.err == nil && p.taken >= window/8 {
 				give, p.taken = p.taken, 0
 			}
 			p.mu.Unlock()
-			if give > 0 && p.give != nil {
+			if give > 0 {
 				p.give(give)
 			}
 			return n, nil

@@ -3,6 +3,7 @@ package link
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -237,7 +238,7 @@ func TestHeadDecodingIsBounded(t *testing.T) {
 	p := appendString(appendString(appendString(nil, "GET"), "/"), "h")
 	p = append(p, 0) // content length
 	n := maxFrame - len(p) - 8
-	p = appendUvarintB(p, uint64(n))
+	p = binary.AppendUvarint(p, uint64(n))
 	p = append(p, make([]byte, n)...) // a million empty keys' worth of room
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -247,14 +248,6 @@ func TestHeadDecodingIsBounded(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > 8*maxFrame {
 		t.Fatalf("decoding a %d-byte head allocated %d MB", len(p), got>>20)
 	}
-}
-
-func appendUvarintB(b []byte, v uint64) []byte {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
 }
 
 // SetWriteDeadline may be called from any goroutine (the gateway's
