@@ -65,7 +65,8 @@ type Record struct {
 	Duration time.Duration
 	// Arguments are the request's arguments as they came (JSON). The Log
 	// reads them after Add returns: the caller must not change them.
-	Arguments json.RawMessage
+	// (A Record travels as JSON between replicas: none stay none.)
+	Arguments json.RawMessage `json:",omitempty"`
 }
 
 // SetIdentity fills r's Identity, Issuer, Kind and Client from id (nil:

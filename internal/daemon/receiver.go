@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -98,9 +97,6 @@ func (rs *replicaSet) answer(kind byte, q []byte) []byte {
 		l := rs.auditLog()
 		taken := make([]byte, len(recs)) // 0: not taken, the owner writes it
 		for i, rec := range recs {
-			if bytes.Equal(rec.Arguments, []byte("null")) {
-				rec.Arguments = nil
-			}
 			if l != nil && l.Offer(rec) {
 				taken[i] = 1
 			}

@@ -1353,3 +1353,27 @@ func closeLinesAndAudit(t *testing.T, rs *replicaSet, own *audit.Log) {
 		t.Fatal(err)
 	}
 }
+
+// The lines a peer hands over are written here as the peer would have
+// written them: a line without arguments gets no digest of any (it
+// travels as JSON, where none must not become null), one with arguments
+// the digest of its own.
+func TestHandedLinesKeepTheirArguments(t *testing.T) {
+	rs, own, file := auditedReplicaSet(t, 5*time.Second)
+	q, err := json.Marshal([]audit.Record{
+		{Method: "tools/call", Target: "none", Outcome: "denied"},
+		{Method: "tools/call", Target: "some", Outcome: "ok", Arguments: json.RawMessage(`{"a":1}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.answer(kindAudits, q); !bytes.Equal(got, []byte{1, 1}) {
+		t.Fatalf("the answer %v, want both taken", got)
+	}
+	closeLinesAndAudit(t, rs, own)
+	b, _ := os.ReadFile(file)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || strings.Contains(lines[0], "arguments") || !strings.Contains(lines[1], `"arguments_sha256":"`+audit.Digest(json.RawMessage(`{"a":1}`))+`"`) {
+		t.Errorf("the lines written:\n%s", b)
+	}
+}
