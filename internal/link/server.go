@@ -211,6 +211,8 @@ func (c *serverConn) stream(id uint32) *sstream {
 func (c *serverConn) handle(f frame) error {
 	switch f.typ {
 	case fHeaders:
+		// Decoded before the lock, which every frame's lookup takes.
+		head, err := decodeRequestHead(f.payload)
 		c.mu.Lock()
 		// Ids are the client's, odd, each used once (their heads may
 		// come out of order: each caller writes its own).
@@ -218,7 +220,6 @@ func (c *serverConn) handle(f frame) error {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: stream %d opened twice, or even", errProtocol, f.stream)
 		}
-		head, err := decodeRequestHead(f.payload)
 		if err != nil {
 			// The frame is whole: only its request is refused, not the
 			// other streams of the connection (its data frames, if any,
