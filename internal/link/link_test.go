@@ -93,6 +93,21 @@ func (p *pair) close() {
 	p.done.Wait()
 }
 
+// doAsync makes a request in a goroutine; its answer's body, or its
+// error's text, comes on the channel.
+func (p *pair) doAsync(t *testing.T, method, path, body string) <-chan string {
+	res := make(chan string, 1)
+	go func() {
+		resp, err := p.do(t, t.Context(), method, path, body, nil)
+		if err != nil {
+			res <- err.Error()
+			return
+		}
+		res <- readAll(t, resp)
+	}()
+	return res
+}
+
 func (p *pair) do(t *testing.T, ctx context.Context, method, path, body string, h http.Header) (*http.Response, error) {
 	t.Helper()
 	var rd io.Reader
@@ -322,15 +337,7 @@ func TestShutdownFinishesStreamsAndRefusesNew(t *testing.T) {
 		}
 		io.WriteString(w, "done")
 	}), nil)
-	held := make(chan string, 1)
-	go func() {
-		resp, err := p.do(t, t.Context(), "POST", "/hold", "x", nil)
-		if err != nil {
-			held <- err.Error()
-			return
-		}
-		held <- readAll(t, resp)
-	}()
+	held := p.doAsync(t, "POST", "/hold", "x")
 	<-started
 	p.ln.Close() // no new connection: the next dial is refused
 	shut := make(chan struct{})
@@ -796,15 +803,7 @@ func TestConcurrentShutdownsAllReturn(t *testing.T) {
 		<-release
 		io.WriteString(w, "done")
 	}), nil)
-	held := make(chan string, 1)
-	go func() {
-		resp, err := p.do(t, t.Context(), "POST", "/hold", "x", nil)
-		if err != nil {
-			held <- err.Error()
-			return
-		}
-		held <- readAll(t, resp)
-	}()
+	held := p.doAsync(t, "POST", "/hold", "x")
 	<-started
 	const n = 4
 	shut := make(chan struct{}, n)
